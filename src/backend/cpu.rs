@@ -1,0 +1,188 @@
+//! CPU backend: MPI all-reduce of host buffers, CPU matrix products,
+//! `CLOCK_MONOTONIC` timings (SPEC §1).
+//!
+//! The collective is `MPI_Iallreduce` followed by `MPI_Wait`, called through
+//! rsmpi's raw FFI so the request can outlive the issuing call: issue and wait
+//! placement in the phases is therefore real. Whether the reduction progresses
+//! while the host computes depends on the MPI library (OpenMPI progresses
+//! mostly inside MPI calls); the shards record what happened, not what was
+//! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
+//! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
+//! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
+use super::{contribution, expected_sum, Backend, DeviceInterval};
+use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use crate::workload::GemmShape;
+use anyhow::{bail, Result};
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::os::raw::{c_int, c_void};
+
+/// CPU backend state of one rank.
+pub struct CpuBackend {
+    comm: SimpleCommunicator,
+    world_size: u32,
+    send: Vec<f32>,
+    recv: Vec<f32>,
+    pending: Option<(ffi::MPI_Request, u64)>,
+    gemm: GemmShape,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+    mem_src: Vec<u8>,
+    mem_dst: Vec<u8>,
+}
+
+impl CpuBackend {
+    /// Create on a duplicate of `world` (isolating our traffic), with buffers
+    /// for `max_bytes`, a `gemm` product and `membound_bytes` copies.
+    pub fn new(world: &SimpleCommunicator, max_bytes: u64, gemm: GemmShape, membound_bytes: u64) -> Result<Self> {
+        let comm = world.duplicate();
+        let rank = comm.rank() as u32;
+        let elems = usize::try_from(max_bytes / 4)?;
+        if i32::try_from(elems).is_err() {
+            bail!("message of {max_bytes} bytes exceeds MPI's int element count");
+        }
+        let send: Vec<f32> = (0..elems).map(|i| contribution(rank, i)).collect();
+        let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32) * 0.25).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i % 5) as f32) * 0.5).collect();
+        let mb = usize::try_from(membound_bytes)?;
+        Ok(Self {
+            world_size: comm.size() as u32,
+            comm,
+            send,
+            recv: vec![0.0; elems],
+            pending: None,
+            gemm,
+            a,
+            b,
+            c: vec![0.0; m * n],
+            mem_src: vec![1u8; mb],
+            mem_dst: vec![0u8; mb],
+        })
+    }
+
+    fn gemm_once(&mut self) {
+        let (m, n, k) = (self.gemm.m as usize, self.gemm.n as usize, self.gemm.k as usize);
+        self.c.iter_mut().for_each(|x| *x = 0.0);
+        for i in 0..m {
+            let crow = &mut self.c[i * n..(i + 1) * n];
+            for p in 0..k {
+                let aip = self.a[i * k + p];
+                let brow = &self.b[p * n..(p + 1) * n];
+                for (cj, bj) in crow.iter_mut().zip(brow) {
+                    *cj += aip * bj;
+                }
+            }
+        }
+        std::hint::black_box(&self.c);
+    }
+}
+
+impl Backend for CpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn device(&self) -> DeviceIdentity {
+        DeviceIdentity {
+            backend: BackendKind::Cpu,
+            name: crate::identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
+            facts: vec![
+                ("gemm".into(), format!("{}x{}x{} f32 (naive, single thread)", self.gemm.m, self.gemm.n, self.gemm.k)),
+                ("collective".into(), "MPI_Iallreduce + MPI_Wait, MPI_FLOAT, MPI_SUM".into()),
+            ],
+        }
+    }
+
+    fn unmeasured(&self) -> Vec<Unmeasured> {
+        ["device_start_ns", "device_end_ns"]
+            .into_iter()
+            .map(|f| Unmeasured {
+                field: f.into(),
+                reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into(),
+            })
+            .collect()
+    }
+
+    fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
+        if self.pending.is_some() {
+            bail!("internal: an all-reduce is already outstanding");
+        }
+        let count = usize::try_from(bytes / 4)?;
+        if count > self.send.len() {
+            bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", self.send.len() * 4);
+        }
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: send/recv hold at least `count` f32 and stay alive and
+        // untouched until MPI_Wait in wait_allreduce (pending guards reuse).
+        let rc = unsafe {
+            ffi::MPI_Iallreduce(
+                self.send.as_ptr() as *const c_void,
+                self.recv.as_mut_ptr() as *mut c_void,
+                count as c_int,
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_SUM,
+                self.comm.as_raw(),
+                &mut req,
+            )
+        };
+        if rc != 0 {
+            bail!("MPI_Iallreduce of {bytes} bytes failed with MPI error code {rc}");
+        }
+        self.pending = Some((req, bytes));
+        Ok(())
+    }
+
+    fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>> {
+        let Some((mut req, bytes)) = self.pending.take() else {
+            bail!("internal: wait without an outstanding all-reduce");
+        };
+        // SAFETY: req came from MPI_Iallreduce and is waited on exactly once.
+        let rc = unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
+        if rc != 0 {
+            bail!("MPI_Wait on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+        }
+        Ok(None)
+    }
+
+    fn gemm(&mut self, units: u32) -> Result<()> {
+        for _ in 0..units {
+            self.gemm_once();
+        }
+        Ok(())
+    }
+
+    fn membound(&mut self, units: u32) -> Result<()> {
+        for _ in 0..units {
+            self.mem_dst.copy_from_slice(&self.mem_src);
+            std::hint::black_box(&self.mem_dst);
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        if self.pending.is_some() {
+            self.wait_allreduce()?;
+        }
+        Ok(())
+    }
+
+    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
+        let count = (bytes / 4) as usize;
+        for (i, &got) in self.recv[..count].iter().enumerate() {
+            let want = expected_sum(self.world_size, i);
+            if got != want {
+                return Err(format!("element {i} is {got}, expected {want}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn corrupt_last_result(&mut self) {
+        if let Some(x) = self.recv.first_mut() {
+            *x += 1.0;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Execution backends behind one trait.
+//!
+//! A backend owns the communicator, the buffers and the compute resources of
+//! one rank. The phase runner ([`crate::phases`]) decides *when* to issue,
+//! compute and wait; the backend decides *how*. Consumes: the workload spec
+//! (buffer sizes, GEMM shape). Produces: device intervals where it can measure
+//! them and a list of the fields it cannot. Refuses: a second outstanding
+//! collective, a wait without an issue, sizes larger than its buffers.
+pub mod cpu;
+pub mod cuda;
+
+use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use anyhow::Result;
+
+/// Device-side interval of a collective, mapped onto the host timeline.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceInterval {
+    /// Start, host ns.
+    pub start_ns: u64,
+    /// End, host ns.
+    pub end_ns: u64,
+}
+
+/// What a backend offers the phase runner.
+pub trait Backend {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// Device description for the shard header.
+    fn device(&self) -> DeviceIdentity;
+    /// Fields this backend does not measure, with reasons.
+    fn unmeasured(&self) -> Vec<Unmeasured>;
+    /// Start an all-reduce (sum, f32) of `bytes` on the world communicator.
+    /// Returns when the host may continue; the collective may still be running.
+    fn issue_allreduce(&mut self, bytes: u64) -> Result<()>;
+    /// Make everything that follows wait for the outstanding all-reduce
+    /// (a host wait on CPU; a stream dependency on GPU). Returns the device
+    /// interval when the backend can measure it.
+    fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>>;
+    /// Run `units` matrix products back to back.
+    fn gemm(&mut self, units: u32) -> Result<()>;
+    /// Run `units` memory-bandwidth-bound kernels back to back.
+    fn membound(&mut self, units: u32) -> Result<()>;
+    /// Wait until all work issued so far has finished (end of a pass only).
+    fn synchronize(&mut self) -> Result<()>;
+    /// Validate the last completed all-reduce of `bytes`; `Err` describes the first wrong element.
+    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String>;
+    /// Test-only negative control: corrupt the last result so that a check must fail.
+    fn corrupt_last_result(&mut self);
+}
+
+/// Requested backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// MPI collectives on host buffers.
+    Cpu,
+    /// NCCL on GPUs.
+    Cuda,
+    /// CUDA when a GPU and NCCL are usable, else CPU (the choice is printed).
+    Auto,
+}
+
+/// Expected element value after a sum all-reduce of the pattern every rank
+/// contributes: rank r sends `(r + 1) + (i mod 3)` at element i.
+pub fn expected_sum(world_size: u32, i: usize) -> f32 {
+    let n = world_size as f32;
+    n * (n + 1.0) / 2.0 + n * (i % 3) as f32
+}
+
+/// Contribution of `rank` at element `i` (see [`expected_sum`]).
+pub fn contribution(rank: u32, i: usize) -> f32 {
+    (rank + 1) as f32 + (i % 3) as f32
+}

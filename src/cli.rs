@@ -1,0 +1,144 @@
+//! Command-line definitions (clap derive). Parsing only; every command's work
+//! lives in its own module.
+use crate::backend::BackendChoice;
+use crate::workload::FillResidual;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Rank NCCL/MPI collective configurations for real workloads, with a chain of evidence.
+#[derive(Parser, Debug)]
+#[command(name = "commcanary", version = crate::identity::VERSION_LONG, about, long_about = None)]
+pub struct Cli {
+    /// Subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Per-rank program: run under mpirun/srun; executes phases and writes this rank's shard
+    Rank(RankArgs),
+    /// Verify a run's shards, match events by operation identity, summarize (and write the joined trace)
+    Join(JoinArgs),
+    /// Print any shard or run record as JSON
+    Inspect(InspectArgs),
+    /// Per-collective instrumentation overhead of the CPU backend (run under mpirun; a benchmark, not a test)
+    #[command(name = "bench-overhead")]
+    BenchOverhead(BenchOverheadArgs),
+}
+
+/// Clock calibration mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClockMode {
+    /// Ping-pong with rank 0 before and after the phases.
+    Pingpong,
+    /// No calibration: arrival skew is reported as unknown.
+    None,
+}
+
+/// `commcanary rank`.
+#[derive(Args, Debug)]
+pub struct RankArgs {
+    /// Backend: cpu, cuda, or auto (cuda when usable, else cpu; the choice is printed).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Phases in order: isolated,blocking,async,replay,fill,overlap and the ablations
+    /// async-wait-immediate,host-delay,membound-fill; `all` = the six main phases.
+    #[arg(long, default_value = "all")]
+    pub phases: String,
+    /// Timed tokens per workload phase.
+    #[arg(long, default_value_t = 256)]
+    pub tokens: u32,
+    /// Warm-up tokens before the timed ones (recorded, flagged).
+    #[arg(long, default_value_t = 2)]
+    pub warmup_tokens: u32,
+    /// Layers per token (one GEMM and one all-reduce each).
+    #[arg(long, default_value_t = 32)]
+    pub layers: u32,
+    /// Message sizes, cycled per collective.
+    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
+    pub sizes: String,
+    /// GEMM shape N or MxNxK (default 64 on cpu, 1024 on cuda).
+    #[arg(long)]
+    pub gemm: Option<String>,
+    /// Timed iterations per size in the isolated phase.
+    #[arg(long, default_value_t = 50)]
+    pub iters: u32,
+    /// Warm-up iterations per size in the isolated phase.
+    #[arg(long, default_value_t = 5)]
+    pub warmup_iters: u32,
+    /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
+    #[arg(long, default_value_t = 1)]
+    pub check: u32,
+    /// Fill residual handling: carry rounding errors to the next gap, or drop them.
+    #[arg(long, value_enum, default_value = "carry")]
+    pub fill_residual: FillResidual,
+    /// Bytes copied by one memory-bound fill unit.
+    #[arg(long, default_value = "4MiB")]
+    pub membound_bytes: String,
+    /// Joined trace file (from `join --events-out`) to replay instead of this run's blocking phase.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
+    #[arg(long)]
+    pub inject_delay: Option<String>,
+    /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
+    #[arg(long)]
+    pub inject_clock: Vec<String>,
+    /// Clock calibration against rank 0.
+    #[arg(long, value_enum, default_value = "pingpong")]
+    pub clock: ClockMode,
+    /// Ping-pong exchanges per calibration window and rank.
+    #[arg(long, default_value_t = 200)]
+    pub clock_samples: u32,
+    /// Output directory; the run goes to OUT/<run-id>/.
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Run id (default: UTC time plus random hex, chosen by rank 0).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Quiet: no per-phase progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Negative control for --check: corrupt rank R's reduced result (wrong-sum:R).
+    #[arg(long, hide = true)]
+    pub fault: Option<String>,
+}
+
+/// `commcanary join`.
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    /// Run directory (holding run.json and rank-*.shard).
+    pub run_dir: PathBuf,
+    /// Write the joined trace, one collective per line.
+    #[arg(long)]
+    pub events_out: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// A shard (`*.shard`) or a JSON record.
+    pub file: PathBuf,
+    /// Print only the header of a shard.
+    #[arg(long)]
+    pub header_only: bool,
+}
+
+/// `commcanary bench-overhead`.
+#[derive(Args, Debug)]
+pub struct BenchOverheadArgs {
+    /// Collectives per measurement.
+    #[arg(long, default_value_t = 2000)]
+    pub iters: u32,
+    /// Message size.
+    #[arg(long, default_value = "64KiB")]
+    pub size: String,
+    /// Alternating repetitions of (bare, instrumented).
+    #[arg(long, default_value_t = 5)]
+    pub reps: u32,
+}

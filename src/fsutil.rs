@@ -1,0 +1,85 @@
+//! Durable, never-overwriting file writes and content digests.
+//!
+//! Consumes bytes and a destination path; produces a file that either exists
+//! whole or not at all (temp file in the same directory, `fsync`, then a
+//! hard link that fails if the destination exists, then the temp is removed and
+//! the directory fsynced). Refuses to replace an existing file: records are
+//! appended, never replaced.
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+/// Hex SHA-256 of a byte slice.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Hex SHA-256 of a file's bytes.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(sha256_hex(&bytes))
+}
+
+/// Write `bytes` to `dest` atomically; fails if `dest` already exists.
+pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."));
+    if dest.exists() {
+        bail!("{} already exists; CommCanary never overwrites a record", dest.display());
+    }
+    let name = dest
+        .file_name()
+        .with_context(|| format!("{} has no file name", dest.display()))?
+        .to_string_lossy()
+        .to_string();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("creating temporary file {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.sync_all()
+            .with_context(|| format!("fsync {}", tmp.display()))?;
+    }
+    let linked = fs::hard_link(&tmp, dest);
+    let _ = fs::remove_file(&tmp);
+    linked.with_context(|| {
+        format!("publishing {} (it may already exist; nothing was replaced)", dest.display())
+    })?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Serialize `value` as pretty JSON and write it with [`write_new_atomic`].
+pub fn write_json_new<T: serde::Serialize>(dest: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    write_new_atomic(dest, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_to_overwrite_and_keeps_original() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.json");
+        write_new_atomic(&p, b"first").unwrap();
+        let err = write_new_atomic(&p, b"second").unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err:#}");
+        assert_eq!(fs::read(&p).unwrap(), b"first");
+        // no temp files left behind
+        let names: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+}

@@ -1,0 +1,21 @@
+//! `inspect`: print any CommCanary file as JSON.
+//!
+//! Consumes a shard (verified: hash and format) or a JSON record; produces
+//! pretty JSON on stdout. Refuses files that are neither.
+use crate::shard::Shard;
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// Render `path` as pretty JSON.
+pub fn inspect(path: &Path, header_only: bool) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if Shard::sniff(&bytes) {
+        let shard = Shard::decode(&bytes, &path.display().to_string())?;
+        let v = if header_only { serde_json::to_value(&shard.header)? } else { serde_json::to_value(&shard)? };
+        return Ok(serde_json::to_string_pretty(&v)?);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| {
+        format!("{}: neither a CommCanary shard nor a JSON record", path.display())
+    })?;
+    Ok(serde_json::to_string_pretty(&v)?)
+}

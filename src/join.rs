@@ -1,0 +1,521 @@
+//! `join`: verify a run's shards and match events by operation identity.
+//!
+//! Consumes a run directory (`run.json` plus one shard per rank). Produces the
+//! joined trace (one [`JoinedCollective`] per operation, with every rank's
+//! times and the arrival offsets on rank 0's calibrated timebase) and a
+//! [`JoinSummary`]. Refuses, naming file, rank, group and sequence: a missing
+//! `run.json`, a missing or duplicated rank shard, a shard whose hash fails or
+//! differs from `run.json`, a shard from another run, inconsistent group
+//! membership, a duplicated event, an event present on some ranks only, and
+//! an identity mismatch (kind, size, dtype, phase) between ranks. Events are
+//! never matched by closeness in time. Nothing on disk is modified.
+//!
+//! Operation identity (SPEC §4) = (process group, ordered membership,
+//! collective kind, bytes, per-group sequence number, phase). The group id and
+//! sequence number locate the operation; every other component must agree.
+use crate::clock::ClockModel;
+use crate::run::{RunRecord, RUN_FILE};
+use crate::shard::{CollectiveKind, Dtype, Shard};
+use crate::stats;
+use crate::workload::Phase;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One rank's view of a joined collective (local clock, ns).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankTimes {
+    /// World rank.
+    pub rank: u32,
+    /// Arrival (issue) time.
+    pub host_issue_ns: u64,
+    /// Issue call return.
+    pub host_return_ns: u64,
+    /// Wait start.
+    pub wait_start_ns: u64,
+    /// Wait end.
+    pub wait_end_ns: u64,
+    /// Device interval start, where measured.
+    pub device_start_ns: Option<u64>,
+    /// Device interval end, where measured.
+    pub device_end_ns: Option<u64>,
+    /// Injected arrival delay, if any.
+    pub injected_delay_ns: Option<u64>,
+    /// Replay error (actual minus target gap), where replayed.
+    pub replay_error_ns: Option<i64>,
+    /// Fill units, where filled.
+    pub fill_units: Option<u32>,
+    /// Fill quantization error, where filled.
+    pub fill_quantization_error_ns: Option<i64>,
+}
+
+/// Whether arrival offsets could be computed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArrivalStatus {
+    /// Every rank had a clock model.
+    Calibrated,
+    /// At least one rank had none: offsets and skew are unknown, not zero.
+    UnknownUncalibrated,
+}
+
+/// A collective matched across ranks.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JoinedCollective {
+    /// Phase.
+    pub phase: Phase,
+    /// Kind.
+    pub kind: CollectiveKind,
+    /// Process group id.
+    pub group: u32,
+    /// Ordered membership.
+    pub members: Vec<u32>,
+    /// Per-group sequence number.
+    pub seq: u64,
+    /// Logical bytes.
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Token.
+    pub token: Option<u32>,
+    /// Layer.
+    pub layer: Option<u32>,
+    /// Iteration (isolated).
+    pub iter: Option<u32>,
+    /// Warm-up.
+    pub warmup: bool,
+    /// Per-rank times, in membership order.
+    pub ranks: Vec<RankTimes>,
+    /// Calibration status of the arrival figures.
+    pub arrival_status: ArrivalStatus,
+    /// Per-rank arrival minus the earliest arrival, µs, on rank 0's timebase.
+    pub arrival_offsets_us: Option<Vec<f64>>,
+    /// Max minus min arrival, µs.
+    pub arrival_skew_us: Option<f64>,
+    /// Error bound of the skew, µs (sum of the bounds of the two ranks involved).
+    pub arrival_bound_us: Option<f64>,
+    /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
+    pub skew_resolved: Option<bool>,
+}
+
+/// Per-rank clock report.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankClockReport {
+    /// World rank.
+    pub rank: u32,
+    /// Host.
+    pub host: String,
+    /// Whether a clock model exists.
+    pub calibrated: bool,
+    /// Estimated offset (local - rank 0) at the start window, µs.
+    pub offset_us: Option<f64>,
+    /// Estimated drift, ppm.
+    pub drift_ppm: Option<f64>,
+    /// Offset error bound, µs.
+    pub bound_us: Option<f64>,
+    /// Drift uncertainty, ppm.
+    pub drift_bound_ppm: Option<f64>,
+    /// Injected offset at the start window relative to rank 0 (truth), µs.
+    pub injected_offset_us: Option<f64>,
+    /// Injected drift relative to rank 0 (truth), ppm.
+    pub injected_drift_ppm: Option<f64>,
+    /// |estimate - truth| (truth = injected, or 0 when none) within the bound.
+    pub offset_within_bound: Option<bool>,
+    /// |drift estimate - truth| within the drift bound.
+    pub drift_within_bound: Option<bool>,
+}
+
+/// Per-node clock consistency: ranks on one node share a clock in truth.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeClockReport {
+    /// Host.
+    pub host: String,
+    /// Ranks on it.
+    pub ranks: Vec<u32>,
+    /// Whether every un-injected rank's [offset ± bound] intervals intersect.
+    pub consistent: Option<bool>,
+    /// Widest bound on the node, µs.
+    pub max_bound_us: Option<f64>,
+}
+
+/// Per-phase summary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseSummary {
+    /// Phase.
+    pub phase: Phase,
+    /// Timed (non-warm-up) collectives per rank.
+    pub collectives_per_rank: u64,
+    /// Warm-up collectives per rank (recorded, excluded from statistics).
+    pub warmup_collectives_per_rank: u64,
+    /// Timed collectives per message size (bytes → count, per rank).
+    pub sizes_bytes: BTreeMap<u64, u64>,
+    /// Issue order of the first sizes (to show cycling).
+    pub first_sizes_bytes: Vec<u64>,
+    /// Median of per-rank issue-to-completion time, µs, timed events, all ranks.
+    pub completion_median_us: Option<f64>,
+    /// 99th percentile (nearest rank) of the same.
+    pub completion_p99_us: Option<f64>,
+    /// Median token latency, µs, all ranks.
+    pub token_median_us: Option<f64>,
+    /// 99th percentile token latency, µs.
+    pub token_p99_us: Option<f64>,
+    /// Median arrival skew, µs (absent when uncalibrated).
+    pub skew_median_us: Option<f64>,
+}
+
+/// The `join --json` summary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JoinSummary {
+    /// Run id.
+    pub run_id: String,
+    /// World size.
+    pub world_size: u32,
+    /// Joined collectives.
+    pub collectives: u64,
+    /// Per phase.
+    pub phases: Vec<PhaseSummary>,
+    /// Per rank clock.
+    pub clocks: Vec<RankClockReport>,
+    /// Per node clock consistency.
+    pub nodes: Vec<NodeClockReport>,
+    /// Verified shard digests.
+    pub shards: Vec<crate::run::ShardRef>,
+}
+
+/// A verified, joined run.
+pub struct JoinedRun {
+    /// The run record.
+    pub run: RunRecord,
+    /// Shards by rank.
+    pub shards: Vec<Shard>,
+    /// Joined collectives in (group, seq) order.
+    pub collectives: Vec<JoinedCollective>,
+}
+
+/// Load and verify every shard of `dir`, then join.
+pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
+    let run_path = dir.join(RUN_FILE);
+    let run_bytes = std::fs::read(&run_path).with_context(|| {
+        format!("{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display())
+    })?;
+    let run: RunRecord = serde_json::from_slice(&run_bytes)
+        .with_context(|| format!("{}: not a valid run record", run_path.display()))?;
+    if run.format_version != crate::run::RUN_FORMAT_VERSION {
+        bail!("{}: run format version {} is not supported", run_path.display(), run.format_version);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+        .collect();
+    files.sort();
+    let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
+    for f in files {
+        let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+        let shard = Shard::decode(&bytes, &f.display().to_string())?;
+        let h = &shard.header;
+        if h.run_id != run.run_id {
+            bail!("{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
+        }
+        if h.world_size != run.world_size || h.rank >= run.world_size {
+            bail!("{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
+        }
+        let digest = crate::fsutil::sha256_hex(&bytes);
+        let want = run.shards.iter().find(|s| s.rank == h.rank)
+            .with_context(|| format!("{}: rank {} is not listed in run.json", f.display(), h.rank))?;
+        if want.sha256 != digest {
+            bail!(
+                "{}: rank {} shard differs from the one run.json recorded (sha256 {} vs {}): stale or replaced",
+                f.display(), h.rank, digest, want.sha256
+            );
+        }
+        if let Some((prev, _)) = by_rank.get(&h.rank) {
+            bail!("duplicate shards for rank {}: {} and {}", h.rank, prev.display(), f.display());
+        }
+        by_rank.insert(h.rank, (f, shard));
+    }
+    for r in 0..run.world_size {
+        if !by_rank.contains_key(&r) {
+            bail!(
+                "rank {r} shard missing: expected {} in {}",
+                crate::shard::shard_file_name(r),
+                dir.display()
+            );
+        }
+    }
+    let shards: Vec<Shard> = by_rank.into_values().map(|(_, s)| s).collect();
+    let collectives = match_events(&shards)?;
+    Ok(JoinedRun { run, shards, collectives })
+}
+
+/// Match collective events across shards by operation identity.
+pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
+    // group membership must agree
+    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for s in shards {
+        for g in &s.header.groups {
+            match groups.get(&g.id) {
+                Some(m) if *m != g.members => bail!(
+                    "group {} membership differs: rank {} says {:?}, another rank says {:?}",
+                    g.id, s.header.rank, g.members, m
+                ),
+                _ => {
+                    groups.insert(g.id, g.members.clone());
+                }
+            }
+        }
+    }
+    let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
+    // index events per rank
+    type Key = (u32, u64);
+    let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
+    for s in shards {
+        let mut m = BTreeMap::new();
+        for (i, e) in s.body.collectives.iter().enumerate() {
+            let members = groups.get(&e.group).with_context(|| {
+                format!("rank {}: event group {} seq {} names an undeclared group", s.header.rank, e.group, e.seq)
+            })?;
+            if !members.contains(&s.header.rank) {
+                bail!("rank {} recorded group {} seq {} but is not a member of group {}", s.header.rank, e.group, e.seq, e.group);
+            }
+            if m.insert((e.group, e.seq), i).is_some() {
+                bail!("rank {}: group {} seq {} is recorded twice", s.header.rank, e.group, e.seq);
+            }
+        }
+        per_rank.push(m);
+    }
+    let keys: BTreeSet<Key> = per_rank.iter().flat_map(|m| m.keys().copied()).collect();
+    let mut out = Vec::with_capacity(keys.len());
+    for (group, seq) in keys {
+        let members = &groups[&group];
+        let present: Vec<u32> = members.iter().copied().filter(|&r| per_rank[r as usize].contains_key(&(group, seq))).collect();
+        if present.len() != members.len() {
+            let missing: Vec<u32> = members.iter().copied().filter(|r| !present.contains(r)).collect();
+            let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&(group, seq)]];
+            bail!(
+                "unmatched event: group {group} seq {seq} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?}",
+                any.phase, any.bytes
+            );
+        }
+        let first_rank = members[0];
+        let first = &shards[first_rank as usize].body.collectives[per_rank[first_rank as usize][&(group, seq)]];
+        let mut ranks = Vec::with_capacity(members.len());
+        for &r in members {
+            let e = &shards[r as usize].body.collectives[per_rank[r as usize][&(group, seq)]];
+            if e.kind != first.kind || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase {
+                bail!(
+                    "identity mismatch at group {group} seq {seq}: rank {first_rank} has {:?} {} bytes {:?} in {}, rank {r} has {:?} {} bytes {:?} in {}",
+                    first.kind, first.bytes, first.dtype, first.phase, e.kind, e.bytes, e.dtype, e.phase
+                );
+            }
+            ranks.push(RankTimes {
+                rank: r,
+                host_issue_ns: e.host_issue_ns,
+                host_return_ns: e.host_return_ns,
+                wait_start_ns: e.wait_start_ns,
+                wait_end_ns: e.wait_end_ns,
+                device_start_ns: e.device_start_ns,
+                device_end_ns: e.device_end_ns,
+                injected_delay_ns: e.injected_delay_ns,
+                replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
+                fill_units: e.fill.map(|f| f.units),
+                fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
+            });
+        }
+        let mut jc = JoinedCollective {
+            phase: first.phase,
+            kind: first.kind,
+            group,
+            members: members.clone(),
+            seq,
+            bytes: first.bytes,
+            dtype: first.dtype,
+            token: first.token,
+            layer: first.layer,
+            iter: first.iter,
+            warmup: first.warmup,
+            ranks,
+            arrival_status: ArrivalStatus::UnknownUncalibrated,
+            arrival_offsets_us: None,
+            arrival_skew_us: None,
+            arrival_bound_us: None,
+            skew_resolved: None,
+        };
+        attach_arrival(&mut jc, &models);
+        out.push(jc);
+    }
+    Ok(out)
+}
+
+/// Compute arrival offsets, skew and bound on rank 0's timebase; leave them
+/// unknown when any member lacks a clock model.
+fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>]) {
+    let mut arrivals = Vec::with_capacity(jc.ranks.len());
+    for t in &jc.ranks {
+        match &models[t.rank as usize] {
+            Some(m) => arrivals.push((m.to_reference(t.host_issue_ns), m.bound_ns)),
+            None => return,
+        }
+    }
+    let (imin, min) = arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let (imax, max) = arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let skew_ns = max - min;
+    let bound_ns = if imin == imax { 0.0 } else { arrivals[imin].1 + arrivals[imax].1 };
+    jc.arrival_status = ArrivalStatus::Calibrated;
+    jc.arrival_offsets_us = Some(arrivals.iter().map(|a| (a.0 - min) / 1e3).collect());
+    jc.arrival_skew_us = Some(skew_ns / 1e3);
+    jc.arrival_bound_us = Some(bound_ns / 1e3);
+    jc.skew_resolved = Some(skew_ns > bound_ns);
+}
+
+fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
+    let rank0 = &shards[0].header;
+    let inj_of = |rank: u32| rank0.clock_injections.iter().find(|i| i.rank == rank).copied();
+    shards
+        .iter()
+        .map(|s| {
+            let h = &s.header;
+            let model = h.clock.as_ref().map(|c| c.model);
+            // truth relative to rank 0 at the start window (true time ~ reference time)
+            let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
+                (Some(m), a, b) if a.is_some() || b.is_some() => {
+                    let t_true = m.start.ref_ns;
+                    let off = |i: Option<crate::clock::ClockInjection>, anchor: u64| {
+                        i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0)
+                    };
+                    let o = off(a, h.clock_anchor_true_ns) - off(b, rank0.clock_anchor_true_ns);
+                    let d = a.map(|i| i.drift_ppm).unwrap_or(0.0) - b.map(|i| i.drift_ppm).unwrap_or(0.0);
+                    (Some(o), Some(d))
+                }
+                _ => (None, None),
+            };
+            let truth_off = inj_off.unwrap_or(0.0);
+            let truth_drift = inj_drift.unwrap_or(0.0);
+            RankClockReport {
+                rank: h.rank,
+                host: h.host.clone(),
+                calibrated: model.is_some(),
+                offset_us: model.map(|m| m.start.offset_ns / 1e3),
+                drift_ppm: model.and_then(|m| m.drift_ppm),
+                bound_us: model.map(|m| m.bound_ns / 1e3),
+                drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
+                injected_offset_us: inj_off.map(|o| o / 1e3),
+                injected_drift_ppm: inj_drift,
+                // small slack for the integer truncation of clock reads
+                offset_within_bound: model.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
+                drift_within_bound: model.and_then(|m| {
+                    Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)
+                }),
+            }
+        })
+        .collect()
+}
+
+fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockReport> {
+    let mut nodes: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for s in shards {
+        nodes.entry(s.header.host.clone()).or_default().push(s.header.rank);
+    }
+    let injected: BTreeSet<u32> = shards[0].header.clock_injections.iter().map(|i| i.rank).collect();
+    nodes
+        .into_iter()
+        .map(|(host, ranks)| {
+            let cs: Vec<&RankClockReport> = ranks.iter().map(|&r| &clocks[r as usize]).filter(|c| !injected.contains(&c.rank)).collect();
+            let intervals: Option<Vec<(f64, f64)>> =
+                cs.iter().map(|c| Some((c.offset_us? - c.bound_us?, c.offset_us? + c.bound_us?))).collect();
+            let consistent = intervals.as_ref().map(|iv| {
+                let lo = iv.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
+                let hi = iv.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+                iv.is_empty() || lo <= hi + 0.002
+            });
+            let max_bound_us = cs.iter().filter_map(|c| c.bound_us).reduce(f64::max);
+            NodeClockReport { host, ranks, consistent, max_bound_us }
+        })
+        .collect()
+}
+
+/// Summarize a joined run.
+pub fn summarize(j: &JoinedRun) -> JoinSummary {
+    let phases_in_order: Vec<Phase> = j.run.workload.phases.clone();
+    let mut phases = Vec::new();
+    for phase in phases_in_order {
+        let cs: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| c.phase == phase).collect();
+        let timed: Vec<&&JoinedCollective> = cs.iter().filter(|c| !c.warmup).collect();
+        let mut sizes = BTreeMap::new();
+        for c in &timed {
+            *sizes.entry(c.bytes).or_insert(0u64) += 1;
+        }
+        let mut completion: Vec<f64> = timed
+            .iter()
+            .flat_map(|c| c.ranks.iter().map(|t| (t.wait_end_ns - t.host_issue_ns) as f64 / 1e3))
+            .collect();
+        let mut tokens: Vec<f64> = j
+            .shards
+            .iter()
+            .flat_map(|s| s.body.tokens.iter())
+            .filter(|t| t.phase == phase && !t.warmup)
+            .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
+            .collect();
+        let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
+        phases.push(PhaseSummary {
+            phase,
+            collectives_per_rank: timed.len() as u64,
+            warmup_collectives_per_rank: (cs.len() - timed.len()) as u64,
+            sizes_bytes: sizes,
+            first_sizes_bytes: timed.iter().take(6).map(|c| c.bytes).collect(),
+            completion_median_us: stats::median(&mut completion),
+            completion_p99_us: stats::percentile_nearest_rank(&mut completion, 99.0),
+            token_median_us: stats::median(&mut tokens),
+            token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
+            skew_median_us: stats::median(&mut skews),
+        });
+    }
+    let clocks = clock_reports(&j.shards);
+    let nodes = node_reports(&j.shards, &clocks);
+    JoinSummary {
+        run_id: j.run.run_id.clone(),
+        world_size: j.run.world_size,
+        collectives: j.collectives.len() as u64,
+        phases,
+        clocks,
+        nodes,
+        shards: j.run.shards.clone(),
+    }
+}
+
+/// Human-readable rendering of a summary.
+pub fn render_summary(s: &JoinSummary) -> String {
+    use std::fmt::Write;
+    let f = |x: Option<f64>| x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "unknown".into());
+    let mut o = String::new();
+    let _ = writeln!(o, "run {}: {} ranks, {} joined collectives, every shard hash verified", s.run_id, s.world_size, s.collectives);
+    let _ = writeln!(o, "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}", "phase", "coll/rk", "warmup", "compl p50us", "compl p99us", "token p50us", "token p99us", "skew p50us");
+    for p in &s.phases {
+        let _ = writeln!(
+            o,
+            "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            p.phase.name(), p.collectives_per_rank, p.warmup_collectives_per_rank, f(p.completion_median_us), f(p.completion_p99_us),
+            f(p.token_median_us), f(p.token_p99_us), f(p.skew_median_us)
+        );
+    }
+    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip):");
+    for c in &s.clocks {
+        let inj = match (c.injected_offset_us, c.injected_drift_ppm) {
+            (Some(o2), Some(d)) => format!("  injected {o2:.3} us, {d:.2} ppm"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "  rank {:>3} {:<16} offset {:>10} us ± {:>8} us  drift {:>9} ppm ± {:>8}{}",
+            c.rank,
+            c.host,
+            c.offset_us.map(|v| format!("{v:.3}")).unwrap_or_else(|| "unknown".into()),
+            c.bound_us.map(|v| format!("{v:.3}")).unwrap_or_else(|| "unknown".into()),
+            c.drift_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
+            c.drift_bound_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
+            inj
+        );
+    }
+    o
+}

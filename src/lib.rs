@@ -1,0 +1,27 @@
+//! CommCanary: rank NCCL/MPI collective configurations for real workloads,
+//! with a chain of evidence. See `README.md` and `SPEC.md` for the design.
+//!
+//! Stages, one module each, named after what they produce:
+//! [`workload`] (what runs), [`phases`] (events), [`clock`] (calibration),
+//! [`shard`] (per-rank evidence), [`run`] (the run record), [`join`]
+//! (the joined trace), [`trace`] (replay sources), [`stats`] (I/O-free
+//! statistics), [`identity`] (environment identity), [`backend`] (cpu/cuda).
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod bench;
+pub mod cli;
+pub mod cli_kv;
+pub mod clock;
+pub mod fsutil;
+pub mod identity;
+pub mod inspect;
+pub mod join;
+pub mod phases;
+pub mod rank;
+pub mod run;
+pub mod shard;
+pub mod stats;
+pub mod trace;
+pub mod units;
+pub mod workload;

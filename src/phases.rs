@@ -1,0 +1,370 @@
+//! The phase runner: executes SPEC §2's phases over any [`Backend`].
+//!
+//! Consumes a validated [`WorkloadSpec`], a backend, this rank's clock and the
+//! world communicator (for phase barriers only). Produces the shard body
+//! (collective, compute and token events) and one [`PhaseRun`] per phase.
+//! Refuses: a trace-consuming phase without a source trace, and any collective
+//! whose validated result is wrong (the error names rank, phase and sequence:
+//! a fast configuration that computes the wrong answer must never be ranked).
+//!
+//! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
+//! *stream dependency* (later device work cannot pass an event), *device
+//! synchronization* (the host waits for all earlier work). `wait_allreduce` is
+//! a stream dependency on GPUs and a host wait on CPU; `synchronize` is only
+//! called at the end of a pass.
+use crate::backend::Backend;
+use crate::clock::RankClock;
+use crate::shard::{
+    CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming,
+    ShardBody, TokenEvent,
+};
+use crate::trace::{GapEntry, SourceTrace};
+use crate::workload::{DelayInjection, FillResidual, Phase, WorkloadSpec};
+use anyhow::{bail, Result};
+use mpi::collective::CommunicatorCollectives;
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+/// Test-only fault: corrupt rank R's result so `--check` must catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrongSumFault {
+    /// Rank whose results are corrupted.
+    pub rank: u32,
+}
+
+/// What happens between issue and wait.
+enum Between {
+    Nothing,
+    Compute(ComputeKind, u32, Option<u32>, Option<u32>),
+    HostSpin(u64, Option<u32>, Option<u32>),
+}
+
+struct Position {
+    token: Option<u32>,
+    layer: Option<u32>,
+    iter: Option<u32>,
+    warmup: bool,
+}
+
+/// Runs phases on one rank.
+pub struct Runner<'a, B: Backend> {
+    backend: &'a mut B,
+    clock: &'a RankClock,
+    world: &'a SimpleCommunicator,
+    rank: u32,
+    spec: &'a WorkloadSpec,
+    delay: Option<DelayInjection>,
+    fault: Option<WrongSumFault>,
+    file_trace: Option<SourceTrace>,
+    seq: u64,
+    checked_in_phase: u32,
+    /// Recorded events.
+    pub body: ShardBody,
+    /// Per-phase records.
+    pub phase_runs: Vec<PhaseRun>,
+    progress: bool,
+}
+
+impl<'a, B: Backend> Runner<'a, B> {
+    /// New runner. `file_trace` is the shared source trace (`--trace`), if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backend: &'a mut B,
+        clock: &'a RankClock,
+        world: &'a SimpleCommunicator,
+        spec: &'a WorkloadSpec,
+        delay: Option<DelayInjection>,
+        fault: Option<WrongSumFault>,
+        file_trace: Option<SourceTrace>,
+        progress: bool,
+    ) -> Self {
+        Self {
+            rank: world.rank() as u32,
+            backend,
+            clock,
+            world,
+            spec,
+            delay,
+            fault,
+            file_trace,
+            seq: 0,
+            checked_in_phase: 0,
+            body: ShardBody::default(),
+            phase_runs: Vec::new(),
+            progress,
+        }
+    }
+
+    /// Run every phase of the spec in order.
+    pub fn run_all(&mut self) -> Result<()> {
+        for &phase in &self.spec.phases.clone() {
+            if phase.needs_trace() && self.file_trace.is_none() && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
+                bail!("phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE");
+            }
+            self.run_phase(phase)?;
+        }
+        Ok(())
+    }
+
+    fn source_trace(&self) -> SourceTrace {
+        match &self.file_trace {
+            Some(t) => t.clone(),
+            None => {
+                let run = self.phase_runs.iter().find(|p| p.phase == Phase::Blocking).expect("checked in run_all");
+                crate::trace::from_blocking_events(run, &self.body.collectives)
+            }
+        }
+    }
+
+    fn run_phase(&mut self, phase: Phase) -> Result<()> {
+        let before = self.body.collectives.len();
+        self.checked_in_phase = 0;
+        let (quantum_ns, trace) = match phase {
+            Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate => (Some(self.calibrate(ComputeKind::Gemm)?), Some(self.source_trace())),
+            Phase::MemboundFill => (Some(self.calibrate(ComputeKind::Membound)?), Some(self.source_trace())),
+            Phase::Replay | Phase::HostDelay => (None, Some(self.source_trace())),
+            _ => (None, None),
+        };
+        self.world.barrier();
+        let start_ns = self.clock.now_ns();
+        match phase {
+            Phase::Isolated => self.isolated()?,
+            Phase::Blocking => self.blocking()?,
+            Phase::Async => self.async_phase()?,
+            _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
+        }
+        self.backend.synchronize()?;
+        let end_ns = self.clock.now_ns();
+        self.world.barrier();
+        let n = (self.body.collectives.len() - before) as u64;
+        self.phase_runs.push(PhaseRun {
+            phase,
+            start_ns,
+            end_ns,
+            quantum_ns,
+            trace: trace.map(|t| t.origin),
+            collectives: n,
+        });
+        if self.progress && self.rank == 0 {
+            eprintln!(
+                "commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)",
+                (end_ns - start_ns) as f64 / 1e6
+            );
+        }
+        Ok(())
+    }
+
+    /// Median duration of one unit of `kind`, after warm-up.
+    fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
+        let mut v = Vec::with_capacity(9);
+        for i in 0..11 {
+            let t0 = self.clock.now_ns();
+            self.compute(kind, 1)?;
+            let t1 = self.clock.now_ns();
+            if i >= 2 {
+                v.push(t1 - t0);
+            }
+        }
+        v.sort_unstable();
+        Ok(v[v.len() / 2].max(1))
+    }
+
+    fn compute(&mut self, kind: ComputeKind, units: u32) -> Result<()> {
+        match kind {
+            ComputeKind::Gemm => self.backend.gemm(units),
+            ComputeKind::Membound => self.backend.membound(units),
+            ComputeKind::HostDelay => bail!("internal: host delay is not a compute kernel"),
+        }
+    }
+
+    fn timed_compute(&mut self, phase: Phase, kind: ComputeKind, units: u32, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+        if units == 0 {
+            return Ok(());
+        }
+        let start_ns = self.clock.now_ns();
+        self.compute(kind, units)?;
+        let end_ns = self.clock.now_ns();
+        self.body.compute.push(ComputeEvent { phase, kind, token, layer, units, start_ns, end_ns });
+        Ok(())
+    }
+
+    /// Issue, do `between`, wait, validate, record.
+    fn collective(&mut self, phase: Phase, bytes: u64, pos: Position, between: Between) -> Result<usize> {
+        let seq = self.seq;
+        self.seq += 1;
+        let injected = self.delay.and_then(|d| d.delay_for(self.rank, seq));
+        if let Some(d) = injected {
+            let t = self.clock.now_ns();
+            self.clock.spin_until(t + d);
+        }
+        let host_issue_ns = self.clock.now_ns();
+        self.backend.issue_allreduce(bytes)?;
+        let host_return_ns = self.clock.now_ns();
+        match between {
+            Between::Nothing => {}
+            Between::Compute(kind, units, token, layer) => self.timed_compute(phase, kind, units, token, layer)?,
+            Between::HostSpin(ns, token, layer) => {
+                let s = self.clock.now_ns();
+                self.clock.spin_until(s + ns);
+                let e = self.clock.now_ns();
+                self.body.compute.push(ComputeEvent { phase, kind: ComputeKind::HostDelay, token, layer, units: 1, start_ns: s, end_ns: e });
+            }
+        }
+        let wait_start_ns = self.clock.now_ns();
+        let device = self.backend.wait_allreduce()?;
+        let wait_end_ns = self.clock.now_ns();
+        let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
+        if checked {
+            self.checked_in_phase += 1;
+            if self.fault.is_some_and(|f| f.rank == self.rank) {
+                self.backend.corrupt_last_result();
+            }
+            if let Err(why) = self.backend.check_last_allreduce(bytes) {
+                bail!(
+                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes): {why}",
+                    self.rank
+                );
+            }
+        }
+        self.body.collectives.push(CollectiveEvent {
+            phase,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq,
+            bytes,
+            dtype: Dtype::F32,
+            token: pos.token,
+            layer: pos.layer,
+            iter: pos.iter,
+            warmup: pos.warmup,
+            host_issue_ns,
+            host_return_ns,
+            wait_start_ns,
+            wait_end_ns,
+            device_start_ns: device.map(|d| d.start_ns),
+            device_end_ns: device.map(|d| d.end_ns),
+            injected_delay_ns: injected,
+            replay: None,
+            fill: None,
+            checked,
+        });
+        Ok(self.body.collectives.len() - 1)
+    }
+
+    fn isolated(&mut self) -> Result<()> {
+        let spec = self.spec;
+        for &bytes in &spec.sizes_bytes {
+            for i in 0..spec.warmup_iters + spec.iters {
+                let warmup = i < spec.warmup_iters;
+                let iter = if warmup { i } else { i - spec.warmup_iters };
+                self.collective(Phase::Isolated, bytes, Position { token: None, layer: None, iter: Some(iter), warmup }, Between::Nothing)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tokens(&self) -> impl Iterator<Item = (u32, bool)> {
+        let w = self.spec.warmup_tokens;
+        (0..w + self.spec.tokens).map(move |t| (t, t < w))
+    }
+
+    fn blocking(&mut self) -> Result<()> {
+        let layers = self.spec.layers;
+        let mut index = 0u64;
+        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
+            let start_ns = self.clock.now_ns();
+            for layer in 0..layers {
+                self.timed_compute(Phase::Blocking, ComputeKind::Gemm, 1, Some(token), Some(layer))?;
+                let bytes = self.spec.size_at(index);
+                index += 1;
+                self.collective(Phase::Blocking, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, Between::Nothing)?;
+            }
+            let end_ns = self.clock.now_ns();
+            self.body.tokens.push(TokenEvent { phase: Phase::Blocking, token, warmup, start_ns, end_ns });
+        }
+        Ok(())
+    }
+
+    fn async_phase(&mut self) -> Result<()> {
+        let layers = self.spec.layers;
+        let mut index = 0u64;
+        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
+            let start_ns = self.clock.now_ns();
+            self.timed_compute(Phase::Async, ComputeKind::Gemm, 1, Some(token), Some(0))?;
+            for layer in 0..layers {
+                let bytes = self.spec.size_at(index);
+                index += 1;
+                let between = if layer + 1 < layers {
+                    Between::Compute(ComputeKind::Gemm, 1, Some(token), Some(layer + 1))
+                } else {
+                    Between::Nothing
+                };
+                self.collective(Phase::Async, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, between)?;
+            }
+            let end_ns = self.clock.now_ns();
+            self.body.tokens.push(TokenEvent { phase: Phase::Async, token, warmup, start_ns, end_ns });
+        }
+        Ok(())
+    }
+
+    /// Replay, fill, overlap and the ablations: walk the source trace.
+    fn traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: Option<u64>) -> Result<()> {
+        let mut residual_ns: i64 = 0;
+        let mut prev_end = self.clock.now_ns();
+        let mut open_token: Option<(u32, bool, u64)> = None;
+        for e in &trace.entries {
+            let GapEntry { token, layer, warmup, bytes, gap_ns } = *e;
+            if let Some(t) = token {
+                match open_token {
+                    Some((cur, _, _)) if cur == t => {}
+                    _ => {
+                        self.close_token(phase, open_token.take(), prev_end);
+                        open_token = Some((t, warmup, self.clock.now_ns()));
+                    }
+                }
+            }
+            let pos = Position { token, layer, iter: None, warmup };
+            let mut fill = None;
+            let between = match phase {
+                Phase::Replay => {
+                    self.clock.sleep_until(prev_end + gap_ns);
+                    Between::Nothing
+                }
+                Phase::HostDelay => Between::HostSpin(gap_ns, token, layer),
+                _ => {
+                    let q = quantum_ns.expect("calibrated");
+                    let want = gap_ns as i64 + residual_ns;
+                    let units = if want <= 0 { 0 } else { ((want as f64 / q as f64).round()) as u32 };
+                    let err = units as i64 * q as i64 - want;
+                    residual_ns = match self.spec.fill_residual {
+                        FillResidual::Carry => -err,
+                        FillResidual::Drop => 0,
+                    };
+                    fill = Some(FillRecord { gap_ns, units, quantum_ns: q, quantization_error_ns: err });
+                    let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
+                    if phase == Phase::Overlap {
+                        Between::Compute(kind, units, token, layer)
+                    } else {
+                        self.timed_compute(phase, kind, units, token, layer)?;
+                        Between::Nothing
+                    }
+                }
+            };
+            let idx = self.collective(phase, bytes, pos, between)?;
+            let ev = &mut self.body.collectives[idx];
+            ev.fill = fill;
+            if phase == Phase::Replay {
+                let arrival = ev.host_issue_ns - ev.injected_delay_ns.unwrap_or(0);
+                ev.replay = Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: arrival.saturating_sub(prev_end) });
+            }
+            prev_end = ev.wait_end_ns;
+        }
+        self.close_token(phase, open_token, prev_end);
+        Ok(())
+    }
+
+    fn close_token(&mut self, phase: Phase, open: Option<(u32, bool, u64)>, end_ns: u64) {
+        if let Some((token, warmup, start_ns)) = open {
+            self.body.tokens.push(TokenEvent { phase, token, warmup, start_ns, end_ns });
+        }
+    }
+}

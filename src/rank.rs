@@ -1,0 +1,314 @@
+//! `commcanary rank`: the per-rank SPMD program (SPEC §1).
+//!
+//! Consumes the command line and the MPI world. Produces, per rank, one shard
+//! in `OUT/<run-id>/` and, on rank 0, `run.json` listing every shard's digest.
+//! Order: validate arguments (before MPI, so a bad flag is one clear line),
+//! MPI init, identity, backend init (timed as cold start), clock window 1,
+//! phases, clock window 2, shard, gather digests, run record. Any rank's error
+//! aborts the whole job (`MPI_Abort`) after printing which rank failed and why;
+//! files already written stay as they are.
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, BackendChoice};
+use crate::cli::{ClockMode, RankArgs};
+use crate::clock::{estimate_window, ClockInjection, ClockModel, PingSample, RankClock};
+use crate::phases::{Runner, WrongSumFault};
+use crate::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
+use crate::shard::{BackendKind, ClockRecord, ColdStart, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
+use crate::workload::{parse_phases, DelayInjection, GemmShape, WorkloadSpec};
+use anyhow::{bail, Context, Result};
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::path::PathBuf;
+
+const CLOCK_TAG: i32 = 7001;
+
+/// Everything validated before MPI starts.
+struct Plan {
+    spec: WorkloadSpec,
+    delay: Option<DelayInjection>,
+    clock_injections: Vec<ClockInjection>,
+    fault: Option<WrongSumFault>,
+    backend: BackendKind,
+    backend_note: Option<String>,
+}
+
+/// World rank from the launcher's environment, before MPI is initialised
+/// (used only to print an argument error once rather than once per rank).
+fn launcher_rank() -> Option<u32> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
+}
+
+/// Whether this process should print job-wide messages.
+pub fn is_lead_process() -> bool {
+    launcher_rank().unwrap_or(0) == 0
+}
+
+fn plan(args: &RankArgs) -> Result<Plan> {
+    let backend_note;
+    let backend = match args.backend {
+        BackendChoice::Cpu => {
+            backend_note = None;
+            BackendKind::Cpu
+        }
+        BackendChoice::Cuda => bail!("--backend cuda is unavailable: {}", crate::backend::cuda::unavailable_reason()),
+        BackendChoice::Auto => {
+            backend_note = Some(format!("backend auto: chose cpu ({})", crate::backend::cuda::unavailable_reason()));
+            BackendKind::Cpu
+        }
+    };
+    let gemm: GemmShape = match &args.gemm {
+        Some(g) => g.parse()?,
+        None => match backend {
+            BackendKind::Cpu => GemmShape { m: 64, n: 64, k: 64 },
+            BackendKind::Cuda => GemmShape { m: 1024, n: 1024, k: 1024 },
+        },
+    };
+    let spec = WorkloadSpec {
+        phases: parse_phases(&args.phases)?,
+        tokens: args.tokens,
+        warmup_tokens: args.warmup_tokens,
+        layers: args.layers,
+        sizes_bytes: crate::units::parse_size_list(&args.sizes)?,
+        gemm,
+        iters: args.iters,
+        warmup_iters: args.warmup_iters,
+        check: args.check,
+        fill_residual: args.fill_residual,
+        membound_bytes: crate::units::parse_bytes(&args.membound_bytes)?,
+    };
+    spec.validate()?;
+    let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
+    let clock_injections: Vec<ClockInjection> =
+        args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
+    let fault = match args.fault.as_deref() {
+        None => None,
+        Some(f) => {
+            let r = f.strip_prefix("wrong-sum:").context("--fault: expected wrong-sum:RANK")?;
+            Some(WrongSumFault { rank: r.parse().context("--fault wrong-sum:RANK: bad rank")? })
+        }
+    };
+    if let Some(id) = &args.run_id {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+        }
+    }
+    Ok(Plan { spec, delay, clock_injections, fault, backend, backend_note })
+}
+
+/// Entry point of `commcanary rank`.
+pub fn run(args: RankArgs) -> Result<()> {
+    let plan = plan(&args)?;
+    let t_before_init = crate::clock::monotonic_raw_ns();
+    let universe = mpi::initialize().context("MPI is already initialised or could not be initialised")?;
+    let mpi_init_ns = crate::clock::monotonic_raw_ns() - t_before_init;
+    let world = universe.world();
+    let rank = world.rank() as u32;
+    if let Err(e) = run_rank(&args, plan, &world, mpi_init_ns) {
+        eprintln!("commcanary rank {rank}: error: {e:#}");
+        world.abort(2);
+    }
+    Ok(())
+}
+
+fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankArgs) -> Result<(String, PathBuf)> {
+    let root = world.process_at_rank(0);
+    let mut buf = [0u8; 256];
+    if world.rank() == 0 {
+        let res: Result<String> = (|| {
+            let id = args.run_id.clone().unwrap_or_else(crate::run::new_run_id);
+            std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+            let dir = args.out.join(&id);
+            std::fs::create_dir(&dir).with_context(|| {
+                format!("creating run directory {} (a run is never overwritten)", dir.display())
+            })?;
+            Ok(id)
+        })();
+        match &res {
+            Ok(id) => {
+                buf[0] = 1;
+                buf[1..1 + id.len().min(254)].copy_from_slice(&id.as_bytes()[..id.len().min(254)]);
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                let n = msg.len().min(254);
+                buf[1..1 + n].copy_from_slice(&msg.as_bytes()[..n]);
+            }
+        }
+    }
+    root.broadcast_into(&mut buf[..]);
+    let end = buf[1..].iter().position(|&b| b == 0).map(|p| p + 1).unwrap_or(buf.len());
+    let text = String::from_utf8_lossy(&buf[1..end]).into_owned();
+    if buf[0] != 1 {
+        bail!("rank 0 could not prepare the output directory: {text}");
+    }
+    let dir = args.out.join(&text);
+    Ok((text, dir))
+}
+
+/// One calibration window: every rank r > 0 exchanges `n` ping-pongs with rank 0, one rank at a time.
+fn clock_window(world: &SimpleCommunicator, clock: &RankClock, n: u32) -> Vec<PingSample> {
+    let rank = world.rank();
+    let size = world.size();
+    let mut samples = Vec::new();
+    world.barrier();
+    if rank == 0 {
+        for r in 1..size {
+            let peer = world.process_at_rank(r);
+            for _ in 0..n {
+                let (_ping, _) = peer.receive_with_tag::<u64>(CLOCK_TAG);
+                let t = clock.now_ns();
+                peer.send_with_tag(&t, CLOCK_TAG);
+            }
+        }
+    } else {
+        let root = world.process_at_rank(0);
+        for _ in 0..n {
+            let t_send = clock.now_ns();
+            root.send_with_tag(&t_send, CLOCK_TAG);
+            let (t_ref, _) = root.receive_with_tag::<u64>(CLOCK_TAG);
+            let t_recv = clock.now_ns();
+            samples.push(PingSample { t_send_local_ns: t_send, t_ref_ns: t_ref, t_recv_local_ns: t_recv });
+        }
+    }
+    world.barrier();
+    samples
+}
+
+fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns: u64) -> Result<()> {
+    let rank = world.rank() as u32;
+    let size = world.size() as u32;
+    let local = world.split_shared(world.rank());
+    let (local_rank, local_size) = (local.rank() as u32, local.size() as u32);
+    let started_unix_ms = crate::run::unix_ms();
+    if rank == 0 && !args.quiet {
+        if let Some(note) = &plan.backend_note {
+            eprintln!("commcanary: {note}");
+        }
+    }
+    for inj in &plan.clock_injections {
+        if inj.rank >= size {
+            bail!("--inject-clock names rank {} but the world has {size} ranks", inj.rank);
+        }
+    }
+    if let Some(d) = plan.delay {
+        if d.rank >= size {
+            bail!("--inject-delay names rank {} but the world has {size} ranks", d.rank);
+        }
+    }
+    let clock = RankClock::new(rank, &plan.clock_injections);
+    let identity = crate::identity::capture(rank, size, local_rank, local_size);
+    let identity_sha256 = identity.digest();
+    let (run_id, dir) = broadcast_run_dir(world, args)?;
+
+    let file_trace = args.trace.as_deref().map(|p| crate::trace::from_joined_file(p, rank)).transpose()?;
+
+    let t0 = clock.now_ns();
+    let mut backend = match plan.backend {
+        BackendKind::Cpu => CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?,
+        BackendKind::Cuda => bail!("internal: the cuda backend was refused during planning"),
+    };
+    let backend_init_ns = clock.now_ns() - t0;
+
+    let start_samples = match args.clock {
+        ClockMode::Pingpong => clock_window(world, &clock, args.clock_samples),
+        ClockMode::None => Vec::new(),
+    };
+
+    let mut runner = Runner::new(&mut backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet);
+    runner.run_all()?;
+    let body = std::mem::take(&mut runner.body);
+    let phase_runs = std::mem::take(&mut runner.phase_runs);
+
+    let clock_record = match args.clock {
+        ClockMode::None => None,
+        ClockMode::Pingpong => {
+            let end_samples = clock_window(world, &clock, args.clock_samples);
+            let model = if rank == 0 {
+                ClockModel::reference()
+            } else {
+                let a = estimate_window(&start_samples).context("start clock window")?;
+                let b = estimate_window(&end_samples).context("end clock window")?;
+                ClockModel::fit(a, Some(b)).context("fitting the clock model")?
+            };
+            Some(ClockRecord { start_samples, end_samples, model })
+        }
+    };
+
+    let header = ShardHeader {
+        format_version: SHARD_FORMAT_VERSION,
+        run_id: run_id.clone(),
+        rank,
+        world_size: size,
+        host: identity.host.clone(),
+        local_rank,
+        local_size,
+        backend: backend.kind(),
+        device: backend.device(),
+        identity,
+        identity_sha256: identity_sha256.clone(),
+        groups: vec![ProcessGroup { id: 0, members: (0..size).collect() }],
+        workload: plan.spec.clone(),
+        clock: clock_record,
+        clock_injections: plan.clock_injections.clone(),
+        clock_anchor_true_ns: clock.anchor_true_ns(),
+        delay_injection: plan.delay,
+        cold_start: ColdStart { mpi_init_ns: Some(mpi_init_ns), backend_init_ns },
+        unmeasured: backend.unmeasured(),
+        phases: phase_runs,
+        started_unix_ms,
+    };
+    let shard = Shard { header, body };
+    let bytes = shard.encode()?;
+    let file = crate::shard::shard_file_name(rank);
+    crate::fsutil::write_new_atomic(&dir.join(&file), &bytes)?;
+    let digest = crate::fsutil::sha256_hex(&bytes);
+
+    // gather digests and hosts on rank 0
+    let mut mine = [0u8; 32 + 8 + 128];
+    mine[..32].copy_from_slice(&hex::decode(&digest).expect("hex"));
+    mine[32..40].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    let host = shard.header.host.as_bytes();
+    mine[40..40 + host.len().min(127)].copy_from_slice(&host[..host.len().min(127)]);
+    let root = world.process_at_rank(0);
+    if rank == 0 {
+        let mut all = vec![0u8; mine.len() * size as usize];
+        root.gather_into_root(&mine[..], &mut all[..]);
+        let shards: Vec<ShardRef> = all
+            .chunks(mine.len())
+            .enumerate()
+            .map(|(r, c)| {
+                let hend = c[40..].iter().position(|&b| b == 0).map(|p| 40 + p).unwrap_or(c.len());
+                ShardRef {
+                    rank: r as u32,
+                    file: crate::shard::shard_file_name(r as u32),
+                    sha256: hex::encode(&c[..32]),
+                    size_bytes: u64::from_le_bytes(c[32..40].try_into().expect("8 bytes")),
+                    host: String::from_utf8_lossy(&c[40..hend]).into_owned(),
+                }
+            })
+            .collect();
+        let record = RunRecord {
+            format_version: RUN_FORMAT_VERSION,
+            run_id: run_id.clone(),
+            world_size: size,
+            backend: shard.header.backend,
+            workload: plan.spec.clone(),
+            argv: std::env::args().collect(),
+            rank0_identity_sha256: identity_sha256,
+            shards,
+            started_unix_ms,
+            finished_unix_ms: crate::run::unix_ms(),
+        };
+        crate::fsutil::write_json_new(&dir.join(RUN_FILE), &record)?;
+        println!("run {run_id}: {size} shards and run.json written to {}", dir.display());
+        if !args.quiet {
+            eprintln!("commcanary: verify and summarize with: commcanary join {}", dir.display());
+        }
+    } else {
+        root.gather_into(&mine[..]);
+    }
+    Ok(())
+}

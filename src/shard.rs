@@ -1,0 +1,429 @@
+//! Per-rank shards: the raw evidence of one rank in one run.
+//!
+//! Consumes the events a rank recorded; produces one file
+//! `rank-NNNNN.shard` laid out as
+//!
+//! ```text
+//! magic "CCSHARD\x01" | u32 LE format_version | u64 LE header_len | header (JSON)
+//! | u64 LE body_len | body (bincode 2, standard config) | "CCSHA256" | 32-byte SHA-256
+//! ```
+//!
+//! The SHA-256 covers every byte before the trailer. Refuses, with the file
+//! name and the fault: a wrong magic, an unknown format version, a truncated
+//! file, trailing bytes, a hash mismatch, an undecodable body. Shards are
+//! written once ([`crate::fsutil::write_new_atomic`]) and only read after.
+use crate::clock::{ClockInjection, ClockModel, PingSample};
+use crate::identity::EnvIdentity;
+use crate::workload::{DelayInjection, Phase, WorkloadSpec};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Current on-disk shard format version.
+pub const SHARD_FORMAT_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"CCSHARD\x01";
+const TRAILER: &[u8; 8] = b"CCSHA256";
+
+/// File name of a rank's shard inside a run directory.
+pub fn shard_file_name(rank: u32) -> String {
+    format!("rank-{rank:05}.shard")
+}
+
+/// Which backend produced the events.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// MPI on host buffers, CPU matrix products, `CLOCK_MONOTONIC`.
+    Cpu,
+    /// NCCL on GPUs.
+    Cuda,
+}
+
+/// Collective operation kind.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Sum all-reduce.
+    AllReduce,
+}
+
+/// Element type of a collective buffer.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// 32-bit float.
+    F32,
+}
+
+impl Dtype {
+    /// Size of one element in bytes.
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+        }
+    }
+}
+
+/// A process group: its id and ordered membership (world ranks).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ProcessGroup {
+    /// Group id, unique within a run (0 = world).
+    pub id: u32,
+    /// Ordered world ranks of the members.
+    pub members: Vec<u32>,
+}
+
+/// Replay timing of one event against its source trace.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct ReplayTiming {
+    /// Gap before this collective in the source trace.
+    pub target_gap_ns: u64,
+    /// Gap actually achieved (issue minus previous completion).
+    pub actual_gap_ns: u64,
+}
+
+/// Quantized compute fill placed for one gap.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct FillRecord {
+    /// Gap from the source trace.
+    pub gap_ns: u64,
+    /// Units of work (GEMMs or memory-bound kernels) placed.
+    pub units: u32,
+    /// Calibrated duration of one unit.
+    pub quantum_ns: u64,
+    /// `units * quantum - (gap + carried residual)`: signed quantization error.
+    pub quantization_error_ns: i64,
+}
+
+/// One collective as one rank saw it. Times are this rank's local clock in ns.
+/// `None` means "not measured on this backend", never zero.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CollectiveEvent {
+    /// Phase that issued it.
+    pub phase: Phase,
+    /// Operation kind.
+    pub kind: CollectiveKind,
+    /// Process group id (see the header's `groups`).
+    pub group: u32,
+    /// Per-group sequence number (counts every collective on the group, warm-ups included).
+    pub seq: u64,
+    /// Logical tensor bytes (elements x dtype size).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Token index (workload phases).
+    pub token: Option<u32>,
+    /// Layer index (workload phases).
+    pub layer: Option<u32>,
+    /// Iteration index within its size (isolated phase).
+    pub iter: Option<u32>,
+    /// Warm-up events are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Host clock just before the issue call (after any injected delay): the arrival.
+    pub host_issue_ns: u64,
+    /// Host clock when the issue call returned.
+    pub host_return_ns: u64,
+    /// Host clock when the wait began.
+    pub wait_start_ns: u64,
+    /// Host clock when the wait returned (completion known to the host).
+    pub wait_end_ns: u64,
+    /// Device interval start on the host timeline (GPU events); `None` on CPU.
+    pub device_start_ns: Option<u64>,
+    /// Device interval end on the host timeline; `None` on CPU.
+    pub device_end_ns: Option<u64>,
+    /// Injected arrival delay before this collective (negative control).
+    pub injected_delay_ns: Option<u64>,
+    /// Replay timing against the source trace.
+    pub replay: Option<ReplayTiming>,
+    /// Fill placed before (fill) or inside (overlap) this collective.
+    pub fill: Option<FillRecord>,
+    /// Whether the reduced result was validated.
+    pub checked: bool,
+}
+
+/// What kind of work a compute interval is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComputeKind {
+    /// Matrix product.
+    Gemm,
+    /// Memory-bandwidth-bound kernel (copy).
+    Membound,
+    /// Host-only busy work (no compute engine).
+    HostDelay,
+}
+
+/// A compute interval (one or more units of the same kind back to back).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ComputeEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Kind of work.
+    pub kind: ComputeKind,
+    /// Token index, where the phase has tokens.
+    pub token: Option<u32>,
+    /// Layer index.
+    pub layer: Option<u32>,
+    /// Units of work.
+    pub units: u32,
+    /// Local clock at start.
+    pub start_ns: u64,
+    /// Local clock at end.
+    pub end_ns: u64,
+}
+
+/// Per-token latency for workload phases.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Token index.
+    pub token: u32,
+    /// Warm-up tokens are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Local clock at token start.
+    pub start_ns: u64,
+    /// Local clock when the token's last collective completed.
+    pub end_ns: u64,
+}
+
+/// Where a replay/fill/overlap phase got its gaps.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum TraceOrigin {
+    /// This run's own `blocking` phase on this rank.
+    ThisRunBlocking,
+    /// A joined-trace file from an earlier run.
+    File {
+        /// Path as given.
+        path: String,
+        /// SHA-256 of the file.
+        sha256: String,
+        /// Rank of the source trace this rank replays.
+        source_rank: u32,
+    },
+}
+
+/// Per-phase record: boundaries, calibration, trace source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseRun {
+    /// Phase.
+    pub phase: Phase,
+    /// Local clock at phase start (after the entry barrier).
+    pub start_ns: u64,
+    /// Local clock at phase end.
+    pub end_ns: u64,
+    /// Calibrated duration of one fill unit (fill, overlap and ablations).
+    pub quantum_ns: Option<u64>,
+    /// Source of gaps (replay, fill, overlap and ablations).
+    pub trace: Option<TraceOrigin>,
+    /// Collectives recorded (warm-ups included).
+    pub collectives: u64,
+}
+
+/// Clock calibration of this rank against rank 0.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClockRecord {
+    /// Raw start-window samples.
+    pub start_samples: Vec<PingSample>,
+    /// Raw end-window samples (empty when not measured).
+    pub end_samples: Vec<PingSample>,
+    /// Fitted model.
+    pub model: ClockModel,
+}
+
+/// A field this backend cannot measure, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Unmeasured {
+    /// Field name as in the events.
+    pub field: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// Device description.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceIdentity {
+    /// Kind (`cpu` or `cuda`).
+    pub backend: BackendKind,
+    /// Human name (CPU model or GPU name).
+    pub name: String,
+    /// Extra key/value facts (UUID, bus id, ...).
+    pub facts: Vec<(String, String)>,
+}
+
+/// Cold-start figures, never mixed into steady-state numbers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ColdStart {
+    /// MPI initialisation, from process start to `MPI_Init` return, where known.
+    pub mpi_init_ns: Option<u64>,
+    /// Backend / communicator initialisation.
+    pub backend_init_ns: u64,
+}
+
+/// Shard header: identifies the run, the rank, the conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ShardHeader {
+    /// On-disk format version.
+    pub format_version: u32,
+    /// Run id shared by every rank.
+    pub run_id: String,
+    /// World rank.
+    pub rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Host name.
+    pub host: String,
+    /// Node-local rank.
+    pub local_rank: u32,
+    /// Ranks on this node.
+    pub local_size: u32,
+    /// Backend.
+    pub backend: BackendKind,
+    /// Device used by this rank.
+    pub device: DeviceIdentity,
+    /// Environment identity.
+    pub identity: EnvIdentity,
+    /// SHA-256 of the canonical JSON of `identity`.
+    pub identity_sha256: String,
+    /// Process groups used.
+    pub groups: Vec<ProcessGroup>,
+    /// Workload definition as run.
+    pub workload: WorkloadSpec,
+    /// Clock calibration (absent with `--clock none`).
+    pub clock: Option<ClockRecord>,
+    /// Clock injections in force in this run (truth for the estimator check).
+    pub clock_injections: Vec<ClockInjection>,
+    /// True monotonic time at which this rank's injected drift starts.
+    pub clock_anchor_true_ns: u64,
+    /// Arrival-delay injection in force (negative control).
+    pub delay_injection: Option<DelayInjection>,
+    /// Cold-start figures.
+    pub cold_start: ColdStart,
+    /// Fields this backend does not measure.
+    pub unmeasured: Vec<Unmeasured>,
+    /// Per-phase records.
+    pub phases: Vec<PhaseRun>,
+    /// Wall-clock start (Unix ms), for humans only.
+    pub started_unix_ms: u64,
+}
+
+/// Shard body: the events.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ShardBody {
+    /// Collective events in issue order.
+    pub collectives: Vec<CollectiveEvent>,
+    /// Compute intervals in order.
+    pub compute: Vec<ComputeEvent>,
+    /// Token latencies.
+    pub tokens: Vec<TokenEvent>,
+}
+
+/// A whole shard.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Shard {
+    /// Header.
+    pub header: ShardHeader,
+    /// Body.
+    pub body: ShardBody,
+}
+
+fn bincode_cfg() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+impl Shard {
+    /// Encode to bytes (header, body, trailer).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let header = serde_json::to_vec(&self.header).context("encoding shard header")?;
+        let body = bincode::serde::encode_to_vec(&self.body, bincode_cfg()).context("encoding shard body")?;
+        let mut out = Vec::with_capacity(header.len() + body.len() + 80);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.header.format_version.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&body);
+        let digest = Sha256::digest(&out);
+        out.extend_from_slice(TRAILER);
+        out.extend_from_slice(&digest);
+        Ok(out)
+    }
+
+    /// Decode and verify bytes; `name` is used in error messages.
+    pub fn decode(bytes: &[u8], name: &str) -> Result<Self> {
+        let fault = |what: String| anyhow::anyhow!("{name}: {what}");
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(fault("not a CommCanary shard (bad magic)".into()));
+        }
+        let trailer_len = TRAILER.len() + 32;
+        if bytes.len() < 8 + 4 + 8 + 8 + trailer_len {
+            return Err(fault(format!("truncated: {} bytes is shorter than an empty shard", bytes.len())));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != SHARD_FORMAT_VERSION {
+            return Err(fault(format!(
+                "format version {version} is not supported (this build reads version {SHARD_FORMAT_VERSION})"
+            )));
+        }
+        let mut pos = 12usize;
+        let take_len = |pos: &mut usize| -> Result<usize> {
+            let end = *pos + 8;
+            let b = bytes.get(*pos..end).ok_or_else(|| fault("truncated inside a length field".into()))?;
+            *pos = end;
+            usize::try_from(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .map_err(|_| fault("length field does not fit in memory".into()))
+        };
+        let hlen = take_len(&mut pos)?;
+        let hend = pos.checked_add(hlen).filter(|e| *e <= bytes.len())
+            .ok_or_else(|| fault(format!("truncated: header of {hlen} bytes runs past the end of the file")))?;
+        let header_bytes = &bytes[pos..hend];
+        pos = hend;
+        let blen = take_len(&mut pos)?;
+        let bend = pos.checked_add(blen).filter(|e| *e <= bytes.len())
+            .ok_or_else(|| fault(format!("truncated: body of {blen} bytes runs past the end of the file")))?;
+        let body_bytes = &bytes[pos..bend];
+        pos = bend;
+        let rest = &bytes[pos..];
+        if rest.len() < trailer_len {
+            return Err(fault("truncated: the SHA-256 trailer is missing".into()));
+        }
+        if rest.len() > trailer_len {
+            return Err(fault(format!("{} unexpected bytes after the trailer", rest.len() - trailer_len)));
+        }
+        if &rest[..8] != TRAILER {
+            return Err(fault("trailer marker is damaged".into()));
+        }
+        let stored = &rest[8..];
+        let actual = Sha256::digest(&bytes[..pos]);
+        if stored != actual.as_slice() {
+            return Err(fault(format!(
+                "SHA-256 mismatch: trailer says {}, content hashes to {}; the shard was modified or corrupted",
+                hex::encode(stored),
+                hex::encode(actual)
+            )));
+        }
+        let header: ShardHeader =
+            serde_json::from_slice(header_bytes).map_err(|e| fault(format!("header is not valid: {e}")))?;
+        if header.format_version != version {
+            return Err(fault("header format_version disagrees with the preamble".into()));
+        }
+        let (body, used): (ShardBody, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
+            .map_err(|e| fault(format!("body does not decode: {e}")))?;
+        if used != body_bytes.len() {
+            bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
+        }
+        Ok(Shard { header, body })
+    }
+
+    /// Read and verify a shard file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading shard {}", path.display()))?;
+        Self::decode(&bytes, &path.display().to_string())
+    }
+
+    /// True if the bytes start with the shard magic.
+    pub fn sniff(bytes: &[u8]) -> bool {
+        bytes.len() >= 8 && &bytes[..8] == MAGIC
+    }
+}

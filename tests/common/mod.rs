@@ -1,0 +1,71 @@
+//! Helpers shared by the integration tests: run the real binary under real mpirun.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Path of the built binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_commcanary")
+}
+
+/// `mpirun -n N commcanary ARGS`, oversubscribed, allowed as root, quiet progress.
+pub fn mpirun(n: u32, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args(["--oversubscribe", "-n", &n.to_string(), bin()])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .output()
+        .expect("mpirun must be installed (scripts/setup.sh installs it)")
+}
+
+/// Run `commcanary ARGS` directly.
+pub fn cc(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().expect("binary runs")
+}
+
+/// Assert success, showing both streams otherwise.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "command failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Run `rank` under mpirun into a fresh directory; return the run directory.
+pub fn run_rank(n: u32, out: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["rank", "-q", "--backend", "cpu", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    ok(&mpirun(n, &args));
+    let dirs: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    assert_eq!(dirs.len(), 1, "one run directory expected in {}", out.display());
+    dirs.into_iter().next().unwrap()
+}
+
+/// `join --json` as a JSON value.
+pub fn join_json(run: &Path) -> serde_json::Value {
+    let o = cc(&["join", "--json", run.to_str().unwrap()]);
+    serde_json::from_str(&ok(&o)).expect("join --json prints JSON")
+}
+
+/// SHA-256 of every file in a directory, sorted by name.
+pub fn digests(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), commcanary::fsutil::sha256_file(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Phase summary object from a join summary.
+pub fn phase<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    summary["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap_or_else(|| panic!("phase {name} in summary"))
+}

@@ -1,0 +1,121 @@
+//! `join` refuses every corruption, naming the fault, and never touches the files.
+mod common;
+use common::*;
+use commcanary::shard::Shard;
+use std::path::{Path, PathBuf};
+
+fn fresh_run(d: &Path) -> PathBuf {
+    run_rank(4, d, &["--phases", "blocking", "--tokens", "4", "--layers", "4"])
+}
+
+fn join_fails(run: &Path, needle: &str) {
+    let before = digests(run);
+    let o = cc(&["join", run.to_str().unwrap()]);
+    assert!(!o.status.success(), "join should fail for {needle}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    assert_eq!(digests(run), before, "join must not modify anything");
+}
+
+/// Rewrite run.json's digest for `rank` so only the deeper check can catch the fault.
+fn rebind_digest(run: &Path, rank: u32, bytes: &[u8]) {
+    let p = run.join("run.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v["shards"][rank as usize]["sha256"] = commcanary::fsutil::sha256_hex(bytes).into();
+    std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn refusals() {
+    let d = tempfile::tempdir().unwrap();
+    let base = fresh_run(d.path());
+    ok(&cc(&["join", base.to_str().unwrap()]));
+    let copy = |name: &str| {
+        let to = d.path().join(name);
+        std::fs::create_dir(&to).unwrap();
+        for e in std::fs::read_dir(&base).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+        to
+    };
+
+    // missing rank shard
+    let r = copy("missing");
+    std::fs::remove_file(r.join("rank-00002.shard")).unwrap();
+    join_fails(&r, "rank 2 shard missing");
+
+    // flipped byte in the body
+    let r = copy("flipped");
+    let p = r.join("rank-00001.shard");
+    let mut b = std::fs::read(&p).unwrap();
+    let i = b.len() - 200;
+    b[i] ^= 0x01;
+    std::fs::write(&p, &b).unwrap();
+    join_fails(&r, "SHA-256 mismatch");
+
+    // truncated
+    let r = copy("truncated");
+    let p = r.join("rank-00003.shard");
+    let b = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+    join_fails(&r, "truncated");
+
+    // duplicated shard (same rank under two names)
+    let r = copy("duplicated");
+    std::fs::copy(r.join("rank-00001.shard"), r.join("rank-00001-copy.shard")).unwrap();
+    join_fails(&r, "duplicate shards for rank 1");
+
+    // an event present on some ranks only (shard re-sealed with a valid hash)
+    let r = copy("unmatched");
+    let p = r.join("rank-00002.shard");
+    let mut s = Shard::read(&p).unwrap();
+    let removed = s.body.collectives.remove(5);
+    let bytes = s.encode().unwrap();
+    std::fs::write(&p, &bytes).unwrap();
+    rebind_digest(&r, 2, &bytes);
+    join_fails(&r, &format!("group 0 seq {} (blocking, {} bytes) is on ranks [0, 1, 3] but missing on ranks [2]", removed.seq, removed.bytes));
+
+    // size mismatch between ranks
+    let r = copy("size");
+    let p = r.join("rank-00001.shard");
+    let mut s = Shard::read(&p).unwrap();
+    s.body.collectives[7].bytes *= 2;
+    let seq = s.body.collectives[7].seq;
+    let bytes = s.encode().unwrap();
+    std::fs::write(&p, &bytes).unwrap();
+    rebind_digest(&r, 1, &bytes);
+    join_fails(&r, &format!("identity mismatch at group 0 seq {seq}"));
+
+    // a validly sealed shard that is not the one run.json recorded
+    let r = copy("stale");
+    let p = r.join("rank-00000.shard");
+    let mut s = Shard::read(&p).unwrap();
+    s.body.collectives[0].wait_end_ns += 1;
+    std::fs::write(&p, s.encode().unwrap()).unwrap();
+    join_fails(&r, "stale or replaced");
+
+    // run.json missing
+    let r = copy("norun");
+    std::fs::remove_file(r.join("run.json")).unwrap();
+    join_fails(&r, "run.json: missing");
+
+    // the original is still fine
+    ok(&cc(&["join", base.to_str().unwrap()]));
+}
+
+#[test]
+fn inspect_prints_shards_and_records_and_refuses_garbage() {
+    let d = tempfile::tempdir().unwrap();
+    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00001.shard").to_str().unwrap()]))).unwrap();
+    assert_eq!(v["header"]["rank"], 1);
+    assert!(v["body"]["collectives"].as_array().unwrap().len() >= 4);
+    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join("run.json").to_str().unwrap()]))).unwrap();
+    assert_eq!(v["world_size"], 2);
+    let g = d.path().join("garbage.bin");
+    std::fs::write(&g, b"\x00\x01nope").unwrap();
+    let o = cc(&["inspect", g.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("neither a CommCanary shard nor a JSON record"));
+}
