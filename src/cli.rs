@@ -23,6 +23,10 @@ pub enum Command {
     Join(JoinArgs),
     /// Print any shard or run record as JSON
     Inspect(InspectArgs),
+    /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
+    Summarize(SummarizeArgs),
+    /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
+    Schema(SchemaArgs),
     /// Per-collective instrumentation overhead of the CPU backend (run under mpirun; a benchmark, not a test)
     #[command(name = "bench-overhead")]
     BenchOverhead(BenchOverheadArgs),
@@ -141,4 +145,22 @@ pub struct BenchOverheadArgs {
     /// Alternating repetitions of (bare, instrumented).
     #[arg(long, default_value_t = 5)]
     pub reps: u32,
+}
+
+/// `commcanary summarize`.
+#[derive(Args, Debug)]
+pub struct SummarizeArgs {
+    /// LABEL=RUN_DIR pairs; a label may repeat (one run per job).
+    #[arg(required = true)]
+    pub runs: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary schema`.
+#[derive(Args, Debug)]
+pub struct SchemaArgs {
+    /// Schema name.
+    pub name: String,
 }

@@ -25,7 +25,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct ClockInjection {
     /// Rank whose clock is distorted.
     pub rank: u32,
@@ -119,7 +119,7 @@ impl RankClock {
 }
 
 /// One ping-pong exchange with rank 0, all times in ns.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct PingSample {
     /// Local clock just before sending the ping.
     pub t_send_local_ns: u64,
@@ -137,7 +137,7 @@ impl PingSample {
 }
 
 /// Offset estimate from one window of samples.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct WindowEstimate {
     /// Rank 0's clock at the chosen sample (the window's reference time).
     pub ref_ns: u64,
@@ -181,7 +181,7 @@ pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockEr
 }
 
 /// Affine clock model of one rank against rank 0.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct ClockModel {
     /// Start window estimate.
     pub start: WindowEstimate,

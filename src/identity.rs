@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub const RECORDED_ENV_PREFIXES: [&str; 5] = ["NCCL_", "OMPI_MCA_", "CUDA_", "UCX_", "COMMCANARY_"];
 
 /// The tool that produced a record.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ToolIdentity {
     /// Crate version.
     pub version: String,
@@ -45,7 +45,7 @@ pub const VERSION_LONG: &str = concat!(
 );
 
 /// Identity of one rank's environment.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct EnvIdentity {
     /// Host name.
     pub host: String,

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// One rank's view of a joined collective (local clock, ns).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RankTimes {
     /// World rank.
     pub rank: u32,
@@ -51,7 +51,7 @@ pub struct RankTimes {
 }
 
 /// Whether arrival offsets could be computed.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ArrivalStatus {
     /// Every rank had a clock model.
@@ -61,7 +61,7 @@ pub enum ArrivalStatus {
 }
 
 /// A collective matched across ranks.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct JoinedCollective {
     /// Phase.
     pub phase: Phase,
@@ -100,7 +100,7 @@ pub struct JoinedCollective {
 }
 
 /// Per-rank clock report.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RankClockReport {
     /// World rank.
     pub rank: u32,
@@ -127,7 +127,7 @@ pub struct RankClockReport {
 }
 
 /// Per-node clock consistency: ranks on one node share a clock in truth.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct NodeClockReport {
     /// Host.
     pub host: String,
@@ -140,7 +140,7 @@ pub struct NodeClockReport {
 }
 
 /// Per-phase summary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PhaseSummary {
     /// Phase.
     pub phase: Phase,
@@ -164,8 +164,36 @@ pub struct PhaseSummary {
     pub skew_median_us: Option<f64>,
 }
 
+/// How the arrival-delay negative control behaved (SPEC §2: the skew metric
+/// must rise in exactly the delayed windows). A delayed collective counts as
+/// detected when `skew >= delay - bound`; an undelayed one above that line is
+/// a false alarm. The delay shifts the delayed rank's *natural* arrival, so a
+/// rank that would have arrived early can fall short by the natural spread:
+/// the counts show it rather than hide it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DelayControlReport {
+    /// Delayed rank.
+    pub rank: u32,
+    /// Period in sequence numbers.
+    pub every: u64,
+    /// Injected delay, µs.
+    pub delay_us: f64,
+    /// Timed collectives that were delayed.
+    pub delayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub delayed_detected: u64,
+    /// Smallest skew among delayed collectives, µs.
+    pub delayed_skew_min_us: Option<f64>,
+    /// Timed collectives not delayed.
+    pub undelayed: u64,
+    /// Of those, with skew >= delay - bound (false alarms).
+    pub undelayed_false_alarms: u64,
+    /// Median skew of undelayed collectives, µs.
+    pub undelayed_skew_median_us: Option<f64>,
+}
+
 /// The `join --json` summary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct JoinSummary {
     /// Run id.
     pub run_id: String,
@@ -179,6 +207,8 @@ pub struct JoinSummary {
     pub clocks: Vec<RankClockReport>,
     /// Per node clock consistency.
     pub nodes: Vec<NodeClockReport>,
+    /// Arrival-delay control, when one was injected and clocks were calibrated.
+    pub delay_control: Option<DelayControlReport>,
     /// Verified shard digests.
     pub shards: Vec<crate::run::ShardRef>,
 }
@@ -473,7 +503,9 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
     }
     let clocks = clock_reports(&j.shards);
     let nodes = node_reports(&j.shards, &clocks);
+    let delay_control = delay_control(j);
     JoinSummary {
+        delay_control,
         run_id: j.run.run_id.clone(),
         world_size: j.run.world_size,
         collectives: j.collectives.len() as u64,
@@ -482,6 +514,30 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         nodes,
         shards: j.run.shards.clone(),
     }
+}
+
+fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
+    let d = j.shards[0].header.delay_injection?;
+    let timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
+    if timed.iter().any(|c| c.arrival_skew_us.is_none()) {
+        return None;
+    }
+    let delay_us = d.delay_ns as f64 / 1e3;
+    let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
+    let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
+    let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
+    let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
+    Some(DelayControlReport {
+        rank: d.rank,
+        every: d.every,
+        delay_us,
+        delayed: dl.len() as u64,
+        delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
+        delayed_skew_min_us: dl.iter().filter_map(|c| c.arrival_skew_us).reduce(f64::min),
+        undelayed: ud.len() as u64,
+        undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
+        undelayed_skew_median_us: stats::median(&mut ud_skews),
+    })
 }
 
 /// Human-readable rendering of a summary.
@@ -515,6 +571,22 @@ pub fn render_summary(s: &JoinSummary) -> String {
             c.drift_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
             c.drift_bound_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
             inj
+        );
+    }
+    for n in &s.nodes {
+        let verdict = match n.consistent {
+            Some(true) => "consistent with one shared clock",
+            Some(false) => "INCONSISTENT: estimates exclude a shared clock",
+            None => "unknown (uncalibrated)",
+        };
+        let _ = writeln!(o, "  node {} ranks {:?}: {verdict}", n.host, n.ranks);
+    }
+    if let Some(dc) = &s.delay_control {
+        let _ = writeln!(
+            o,
+            "delay control (rank {} +{:.0} us every {}): {}/{} delayed collectives show skew >= delay - bound (min {}), {}/{} undelayed do (median skew {})",
+            dc.rank, dc.delay_us, dc.every, dc.delayed_detected, dc.delayed,
+            f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
         );
     }
     o

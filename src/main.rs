@@ -14,6 +14,20 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::BenchOverhead(a) => commcanary::bench::run(a),
+        Command::Schema(a) => {
+            print!("{}", commcanary::schema::schema_json(&a.name)?);
+            Ok(())
+        }
+        Command::Summarize(a) => {
+            let runs = a.runs.iter().map(|s| commcanary::summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
+            let s = commcanary::summary::summarize(&runs)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", commcanary::summary::render(&s));
+            }
+            Ok(())
+        }
     }
 }
 

@@ -13,7 +13,7 @@ pub const RUN_FORMAT_VERSION: u32 = 1;
 pub const RUN_FILE: &str = "run.json";
 
 /// One rank's shard as recorded by rank 0.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ShardRef {
     /// World rank.
     pub rank: u32,
@@ -28,7 +28,7 @@ pub struct ShardRef {
 }
 
 /// The run record.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RunRecord {
     /// Format version.
     pub format_version: u32,

@@ -31,7 +31,7 @@ pub fn shard_file_name(rank: u32) -> String {
 }
 
 /// Which backend produced the events.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// MPI on host buffers, CPU matrix products, `CLOCK_MONOTONIC`.
@@ -41,7 +41,7 @@ pub enum BackendKind {
 }
 
 /// Collective operation kind.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum CollectiveKind {
     /// Sum all-reduce.
@@ -49,7 +49,7 @@ pub enum CollectiveKind {
 }
 
 /// Element type of a collective buffer.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     /// 32-bit float.
@@ -66,7 +66,7 @@ impl Dtype {
 }
 
 /// A process group: its id and ordered membership (world ranks).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct ProcessGroup {
     /// Group id, unique within a run (0 = world).
     pub id: u32,
@@ -75,7 +75,7 @@ pub struct ProcessGroup {
 }
 
 /// Replay timing of one event against its source trace.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct ReplayTiming {
     /// Gap before this collective in the source trace.
     pub target_gap_ns: u64,
@@ -84,7 +84,7 @@ pub struct ReplayTiming {
 }
 
 /// Quantized compute fill placed for one gap.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct FillRecord {
     /// Gap from the source trace.
     pub gap_ns: u64,
@@ -98,7 +98,7 @@ pub struct FillRecord {
 
 /// One collective as one rank saw it. Times are this rank's local clock in ns.
 /// `None` means "not measured on this backend", never zero.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CollectiveEvent {
     /// Phase that issued it.
     pub phase: Phase,
@@ -143,7 +143,7 @@ pub struct CollectiveEvent {
 }
 
 /// What kind of work a compute interval is.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum ComputeKind {
     /// Matrix product.
@@ -155,7 +155,7 @@ pub enum ComputeKind {
 }
 
 /// A compute interval (one or more units of the same kind back to back).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ComputeEvent {
     /// Phase.
     pub phase: Phase,
@@ -174,7 +174,7 @@ pub struct ComputeEvent {
 }
 
 /// Per-token latency for workload phases.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TokenEvent {
     /// Phase.
     pub phase: Phase,
@@ -189,7 +189,7 @@ pub struct TokenEvent {
 }
 
 /// Where a replay/fill/overlap phase got its gaps.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum TraceOrigin {
     /// This run's own `blocking` phase on this rank.
     ThisRunBlocking,
@@ -205,7 +205,7 @@ pub enum TraceOrigin {
 }
 
 /// Per-phase record: boundaries, calibration, trace source.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PhaseRun {
     /// Phase.
     pub phase: Phase,
@@ -222,7 +222,7 @@ pub struct PhaseRun {
 }
 
 /// Clock calibration of this rank against rank 0.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClockRecord {
     /// Raw start-window samples.
     pub start_samples: Vec<PingSample>,
@@ -233,7 +233,7 @@ pub struct ClockRecord {
 }
 
 /// A field this backend cannot measure, and why.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Unmeasured {
     /// Field name as in the events.
     pub field: String,
@@ -242,7 +242,7 @@ pub struct Unmeasured {
 }
 
 /// Device description.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DeviceIdentity {
     /// Kind (`cpu` or `cuda`).
     pub backend: BackendKind,
@@ -253,7 +253,7 @@ pub struct DeviceIdentity {
 }
 
 /// Cold-start figures, never mixed into steady-state numbers.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ColdStart {
     /// MPI initialisation, from process start to `MPI_Init` return, where known.
     pub mpi_init_ns: Option<u64>,
@@ -262,7 +262,7 @@ pub struct ColdStart {
 }
 
 /// Shard header: identifies the run, the rank, the conditions.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ShardHeader {
     /// On-disk format version.
     pub format_version: u32,
@@ -309,7 +309,7 @@ pub struct ShardHeader {
 }
 
 /// Shard body: the events.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct ShardBody {
     /// Collective events in issue order.
     pub collectives: Vec<CollectiveEvent>,
@@ -320,7 +320,7 @@ pub struct ShardBody {
 }
 
 /// A whole shard.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Shard {
     /// Header.
     pub header: ShardHeader,

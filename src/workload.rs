@@ -9,7 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A phase: one way of executing the collectives (SPEC §2).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     /// All-reduce alone per size: the microbenchmark proxy.
@@ -117,7 +117,7 @@ pub fn parse_phases(s: &str) -> Result<Vec<Phase>> {
 }
 
 /// Residual handling for fill quantization.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum FillResidual {
     /// Carry the rounding error into the next gap so errors do not accumulate.
@@ -128,7 +128,7 @@ pub enum FillResidual {
 
 /// Arrival-delay negative control: rank `rank` waits `delay_ns` before every
 /// collective whose per-group sequence number is a multiple of `every`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct DelayInjection {
     /// Delayed rank.
     pub rank: u32,
@@ -161,7 +161,7 @@ impl DelayInjection {
 }
 
 /// Matrix product shape `m x n x k`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmShape {
     /// Rows of A and C.
     pub m: u32,
@@ -190,7 +190,7 @@ impl FromStr for GemmShape {
 }
 
 /// The workload as run; recorded in every shard.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct WorkloadSpec {
     /// Phases in execution order.
     pub phases: Vec<Phase>,

@@ -8,8 +8,14 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_commcanary")
 }
 
+/// One mpirun job at a time per test binary: the tests' threads would otherwise
+/// put several oversubscribed jobs on two cores and the timing controls would
+/// measure the scheduler, not the program. (Cargo runs test binaries one after another.)
+static MPIRUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `mpirun -n N commcanary ARGS`, oversubscribed, allowed as root, quiet progress.
 pub fn mpirun(n: u32, args: &[&str]) -> Output {
+    let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
     Command::new("mpirun")
         .args(["--oversubscribe", "-n", &n.to_string(), bin()])
         .args(args)

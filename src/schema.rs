@@ -1,0 +1,32 @@
+//! JSON Schemas of every on-disk and printed format, generated from the types
+//! (schemars, which honours the serde attributes). `results-schema/` holds
+//! the committed copies; a test fails when they drift from the code, and
+//! `commcanary schema NAME` prints one.
+use anyhow::{bail, Result};
+use schemars::schema_for;
+
+/// Names of the schemas and the files they live in.
+pub const SCHEMAS: [(&str, &str); 5] = [
+    ("shard", "shard.schema.json"),
+    ("run", "run.schema.json"),
+    ("joined-collective", "joined-collective.schema.json"),
+    ("join-summary", "join-summary.schema.json"),
+    ("summary", "summary.schema.json"),
+];
+
+/// Pretty JSON Schema by name.
+pub fn schema_json(name: &str) -> Result<String> {
+    let s = match name {
+        // A shard is binary; its schema describes the decoded form `inspect` prints.
+        "shard" => schema_for!(crate::shard::Shard),
+        "run" => schema_for!(crate::run::RunRecord),
+        "joined-collective" => schema_for!(crate::join::JoinedCollective),
+        "join-summary" => schema_for!(crate::join::JoinSummary),
+        "summary" => schema_for!(crate::summary::Summary),
+        other => {
+            let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
+            bail!("unknown schema {other:?} (known: {})", names.join(", "))
+        }
+    };
+    Ok(serde_json::to_string_pretty(&s)? + "\n")
+}
