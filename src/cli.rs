@@ -25,6 +25,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
     Summarize(SummarizeArgs),
+    /// What this machine offers: GPUs, NCCL libraries (version and mapped file), MPI, CUPTI
+    Doctor(DoctorArgs),
     /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
     Schema(SchemaArgs),
     /// Per-collective instrumentation overhead of the CPU backend (run under mpirun; a benchmark, not a test)
@@ -163,4 +165,15 @@ pub struct SummarizeArgs {
 pub struct SchemaArgs {
     /// Schema name.
     pub name: String,
+}
+
+/// `commcanary doctor`.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Also load and verify this NCCL library (repeatable); failure makes the exit code non-zero.
+    #[arg(long)]
+    pub nccl_lib: Vec<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -110,6 +110,14 @@ pub fn cpu_model() -> Option<String> {
         .map(|(_, v)| v.trim().to_string())
 }
 
+/// MPI library version string, without the NUL padding some libraries
+/// (OpenMPI 4.1.6) leave in it.
+pub fn mpi_library() -> Option<String> {
+    mpi::environment::library_version()
+        .ok()
+        .map(|s| s.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
+}
+
 /// Recorded environment variables, sorted.
 pub fn recorded_env() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::env::vars()
@@ -126,7 +134,7 @@ pub fn capture(world_rank: u32, world_size: u32, local_rank: u32, local_size: u3
         host: hostname(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
         cpu_model: cpu_model(),
-        mpi_library: mpi::environment::library_version().ok().map(|s| s.trim().to_string()),
+        mpi_library: mpi_library(),
         mpi_standard: format!("{maj}.{min}"),
         world_rank,
         world_size,

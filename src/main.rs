@@ -14,6 +14,18 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::BenchOverhead(a) => commcanary::bench::run(a),
+        Command::Doctor(a) => {
+            let (r, all_ok) = commcanary::doctor::report(&a.nccl_lib);
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", commcanary::doctor::render(&r));
+            }
+            if !all_ok {
+                anyhow::bail!("an NCCL library named with --nccl-lib did not load and verify (see above)");
+            }
+            Ok(())
+        }
         Command::Schema(a) => {
             print!("{}", commcanary::schema::schema_json(&a.name)?);
             Ok(())
