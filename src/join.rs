@@ -176,8 +176,10 @@ pub struct DelayControlReport {
     pub rank: u32,
     /// Period in sequence numbers.
     pub every: u64,
-    /// Injected delay, µs.
+    /// Nominal injected delay, µs (the detection line uses it).
     pub delay_us: f64,
+    /// Median delay actually achieved (sleep overshoots), µs.
+    pub achieved_delay_median_us: Option<f64>,
     /// Timed collectives that were delayed.
     pub delayed: u64,
     /// Of those, with skew >= delay - bound.
@@ -527,7 +529,10 @@ fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
     let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
     let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
+    let mut achieved: Vec<f64> =
+        dl.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.injected_delay_ns)).map(|ns| ns as f64 / 1e3).collect();
     Some(DelayControlReport {
+        achieved_delay_median_us: stats::median(&mut achieved),
         rank: d.rank,
         every: d.every,
         delay_us,
@@ -584,8 +589,8 @@ pub fn render_summary(s: &JoinSummary) -> String {
     if let Some(dc) = &s.delay_control {
         let _ = writeln!(
             o,
-            "delay control (rank {} +{:.0} us every {}): {}/{} delayed collectives show skew >= delay - bound (min {}), {}/{} undelayed do (median skew {})",
-            dc.rank, dc.delay_us, dc.every, dc.delayed_detected, dc.delayed,
+            "delay control (rank {} +{:.0} us every {}, achieved median {} us): {}/{} delayed collectives show skew >= delay - bound (min {}), {}/{} undelayed do (median skew {})",
+            dc.rank, dc.delay_us, dc.every, f(dc.achieved_delay_median_us), dc.delayed_detected, dc.delayed,
             f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
         );
     }

@@ -191,10 +191,15 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn collective(&mut self, phase: Phase, bytes: u64, pos: Position, between: Between) -> Result<usize> {
         let seq = self.seq;
         self.seq += 1;
-        let injected = self.delay.and_then(|d| d.delay_for(self.rank, seq));
-        if let Some(d) = injected {
+        // The injected delay sleeps rather than spins: a spinning rank would
+        // hold a core and, where ranks outnumber cores, delay a co-scheduled
+        // rank too, confounding the control. Sleep only overshoots, and the
+        // delay actually achieved is what is recorded.
+        let mut injected = None;
+        if let Some(d) = self.delay.and_then(|d| d.delay_for(self.rank, seq)) {
             let t = self.clock.now_ns();
-            self.clock.spin_until(t + d);
+            std::thread::sleep(std::time::Duration::from_nanos(d));
+            injected = Some(self.clock.now_ns() - t);
         }
         let host_issue_ns = self.clock.now_ns();
         self.backend.issue_allreduce(bytes)?;

@@ -126,8 +126,9 @@ pub enum FillResidual {
     Drop,
 }
 
-/// Arrival-delay negative control: rank `rank` waits `delay_ns` before every
-/// collective whose per-group sequence number is a multiple of `every`.
+/// Arrival-delay negative control: rank `rank` sleeps at least `delay_ns`
+/// before every collective whose per-group sequence number is a multiple of
+/// `every` (the achieved delay is recorded per event).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct DelayInjection {
     /// Delayed rank.

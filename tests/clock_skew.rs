@@ -58,7 +58,7 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
         let bound = r["arrival_bound_us"].as_f64().unwrap();
         let was = r["ranks"][3]["injected_delay_ns"].as_u64();
         if r["seq"].as_u64().unwrap() % 10 == 0 {
-            assert_eq!(was, Some(2_000_000), "rank 3 records its injected delay");
+            assert!(was.is_some_and(|w| (2_000_000..2_500_000).contains(&w)), "rank 3 records the delay it achieved: {was:?}");
             delayed.push((skew, bound));
         } else {
             assert_eq!(was, None);
@@ -69,12 +69,9 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
     others.sort_by(f64::total_cmp);
     let median_others = others[others.len() / 2];
     assert!(median_others < 500.0, "undelayed median skew {median_others} us should be well below 2000");
-    // The delay shifts rank 3's natural arrival; where another rank arrived
-    // naturally later than rank 3 would have, the skew falls short by that
-    // natural spread. Allow exactly that: the undelayed 99th percentile.
-    let natural_p99 = others[(others.len() * 99).div_ceil(100) - 1];
+    // The acceptance line: every delayed collective's skew reaches the nominal delay less its bound.
     for (skew, bound) in &delayed {
-        assert!(*skew >= 2000.0 - bound - natural_p99, "delayed skew {skew} (bound {bound}, natural p99 {natural_p99})");
+        assert!(*skew >= 2000.0 - bound, "delayed skew {skew} < 2000 - {bound} (undelayed median {median_others})");
     }
     // Medians resist the odd scheduler hit on an oversubscribed machine. A rank
     // that is systematically late by L eats L out of the delayed skew and adds
