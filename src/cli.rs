@@ -23,6 +23,8 @@ pub enum Command {
     Join(JoinArgs),
     /// Print any shard or run record as JSON
     Inspect(InspectArgs),
+    /// Compute/communication overlap from intervals: per phase and rank of a run, or an interval file
+    Overlap(OverlapArgs),
     /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
     Summarize(SummarizeArgs),
     /// What this machine offers: GPUs, NCCL libraries (version and mapped file), MPI, CUPTI
@@ -98,6 +100,10 @@ pub struct RankArgs {
     /// Ping-pong exchanges per calibration window and rank.
     #[arg(long, default_value_t = 200)]
     pub clock_samples: u32,
+    /// NCCL library for the cuda backend: an explicit path, or a bare name
+    /// resolved by the system loader (the file actually mapped is recorded either way).
+    #[arg(long, default_value = "libnccl.so.2")]
+    pub nccl_lib: PathBuf,
     /// Output directory; the run goes to OUT/<run-id>/.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -173,6 +179,20 @@ pub struct DoctorArgs {
     /// Also load and verify this NCCL library (repeatable); failure makes the exit code non-zero.
     #[arg(long)]
     pub nccl_lib: Vec<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary overlap`.
+#[derive(Args, Debug)]
+pub struct OverlapArgs {
+    /// Run directory (verified with join first).
+    #[arg(required_unless_present = "intervals", conflicts_with = "intervals")]
+    pub run_dir: Option<PathBuf>,
+    /// JSON file {"compute": [[start_us, end_us], ...], "comm": [[start_us, end_us], ...]}.
+    #[arg(long)]
+    pub intervals: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

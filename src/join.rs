@@ -50,6 +50,38 @@ pub struct RankTimes {
     pub fill_quantization_error_ns: Option<i64>,
 }
 
+impl RankTimes {
+    /// Time the collective took on this rank: the device interval where the
+    /// backend measured one (GPU events), else issue to wait return on the host.
+    pub fn completion_ns(&self) -> u64 {
+        match (self.device_start_ns, self.device_end_ns) {
+            (Some(s), Some(e)) => e.saturating_sub(s),
+            _ => self.wait_end_ns.saturating_sub(self.host_issue_ns),
+        }
+    }
+
+    /// Which interval [`Self::completion_ns`] used.
+    pub fn completion_source(&self) -> CompletionSource {
+        if self.device_start_ns.is_some() && self.device_end_ns.is_some() {
+            CompletionSource::DeviceEvents
+        } else {
+            CompletionSource::HostIssueToWaitReturn
+        }
+    }
+}
+
+/// Where a completion time comes from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompletionSource {
+    /// Device events around the collective on its stream.
+    DeviceEvents,
+    /// Host clock from the issue call to the wait's return.
+    HostIssueToWaitReturn,
+    /// Both kinds within one phase (should not happen within one backend).
+    Mixed,
+}
+
 /// Whether arrival offsets could be computed.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -152,7 +184,9 @@ pub struct PhaseSummary {
     pub sizes_bytes: BTreeMap<u64, u64>,
     /// Issue order of the first sizes (to show cycling).
     pub first_sizes_bytes: Vec<u64>,
-    /// Median of per-rank issue-to-completion time, µs, timed events, all ranks.
+    /// What the completion figures measure.
+    pub completion_source: Option<CompletionSource>,
+    /// Median per-rank completion time, µs, timed events, all ranks.
     pub completion_median_us: Option<f64>,
     /// 99th percentile (nearest rank) of the same.
     pub completion_p99_us: Option<f64>,
@@ -478,10 +512,15 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         for c in &timed {
             *sizes.entry(c.bytes).or_insert(0u64) += 1;
         }
-        let mut completion: Vec<f64> = timed
-            .iter()
-            .flat_map(|c| c.ranks.iter().map(|t| (t.wait_end_ns - t.host_issue_ns) as f64 / 1e3))
-            .collect();
+        let mut completion: Vec<f64> =
+            timed.iter().flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect();
+        let sources: BTreeSet<String> =
+            timed.iter().flat_map(|c| c.ranks.iter().map(|t| format!("{:?}", t.completion_source()))).collect();
+        let completion_source = match sources.len() {
+            0 => None,
+            1 => timed.first().map(|c| c.ranks[0].completion_source()),
+            _ => Some(CompletionSource::Mixed),
+        };
         let mut tokens: Vec<f64> = j
             .shards
             .iter()
@@ -496,6 +535,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             warmup_collectives_per_rank: (cs.len() - timed.len()) as u64,
             sizes_bytes: sizes,
             first_sizes_bytes: timed.iter().take(6).map(|c| c.bytes).collect(),
+            completion_source,
             completion_median_us: stats::median(&mut completion),
             completion_p99_us: stats::percentile_nearest_rank(&mut completion, 99.0),
             token_median_us: stats::median(&mut tokens),
@@ -551,6 +591,12 @@ pub fn render_summary(s: &JoinSummary) -> String {
     let f = |x: Option<f64>| x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "unknown".into());
     let mut o = String::new();
     let _ = writeln!(o, "run {}: {} ranks, {} joined collectives, every shard hash verified", s.run_id, s.world_size, s.collectives);
+    let dev = s.phases.iter().any(|p| p.completion_source == Some(CompletionSource::DeviceEvents));
+    let _ = writeln!(
+        o,
+        "completion = {}",
+        if dev { "device interval (CUDA events on the comm stream)" } else { "host issue to wait return" }
+    );
     let _ = writeln!(o, "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}", "phase", "coll/rk", "warmup", "compl p50us", "compl p99us", "token p50us", "token p99us", "skew p50us");
     for p in &s.phases {
         let _ = writeln!(

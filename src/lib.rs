@@ -19,6 +19,7 @@ pub mod identity;
 pub mod inspect;
 pub mod join;
 pub mod nccl;
+pub mod overlap;
 pub mod phases;
 pub mod rank;
 pub mod run;

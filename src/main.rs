@@ -14,6 +14,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::BenchOverhead(a) => commcanary::bench::run(a),
+        Command::Overlap(a) => commands::overlap(a),
         Command::Doctor(a) => {
             let (r, all_ok) = commcanary::doctor::report(&a.nccl_lib);
             if a.json {
@@ -47,6 +48,42 @@ mod commands {
     use anyhow::{Context, Result};
     use commcanary::cli::JoinArgs;
     use std::io::Write;
+
+    pub fn overlap(a: commcanary::cli::OverlapArgs) -> Result<()> {
+        use commcanary::overlap::{overlap, per_phase, IntervalFile};
+        let mut out = std::io::stdout().lock();
+        if let Some(f) = &a.intervals {
+            let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+            let iv: IntervalFile = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))?;
+            let r = overlap(&iv.compute, &iv.comm).with_context(|| f.display().to_string())?;
+            if a.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                writeln!(out, "compute active {:.3} us, comm active {:.3} us, overlap {:.3} us, wall {:.3} us", r.compute_active_us, r.comm_active_us, r.overlap_us, r.wall_us)?;
+                let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "undefined".into());
+                writeln!(out, "overlap / comm-active {}, / compute-active {}, / wall {}", p(r.overlap_of_comm), p(r.overlap_of_compute), p(r.overlap_of_wall))?;
+            }
+            return Ok(());
+        }
+        let dir = a.run_dir.as_ref().expect("clap requires run_dir without --intervals");
+        let joined = commcanary::join::join_dir(dir)?;
+        let rows = per_phase(&joined.shards)?;
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        } else {
+            writeln!(out, "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  comm intervals", "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall")?;
+            let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
+            for r in rows {
+                let src = match r.comm_interval {
+                    commcanary::join::CompletionSource::DeviceEvents => "device events",
+                    _ => "issue..wait return (upper bound)",
+                };
+                writeln!(out, "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}", r.phase.name(), r.rank, r.report.compute_active_us, r.report.comm_active_us, r.report.overlap_us, p(r.report.overlap_of_comm), p(r.report.overlap_of_compute), p(r.report.overlap_of_wall))?;
+            }
+        }
+        Ok(())
+    }
 
     pub fn join(a: JoinArgs) -> Result<()> {
         let joined = commcanary::join::join_dir(&a.run_dir)?;

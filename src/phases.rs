@@ -38,6 +38,24 @@ enum Between {
     HostSpin(u64, Option<u32>, Option<u32>),
 }
 
+/// Where a device mark's time goes once the pass is resolved.
+#[derive(Clone, Copy)]
+enum MarkTarget {
+    ComputeStart(usize),
+    ComputeEnd(usize),
+    TokenStart(usize),
+    TokenEnd(usize),
+}
+
+/// A token being executed: host start time and device mark, if any.
+#[derive(Clone, Copy)]
+struct OpenToken {
+    token: u32,
+    warmup: bool,
+    start_ns: u64,
+    start_mark: Option<usize>,
+}
+
 struct Position {
     token: Option<u32>,
     layer: Option<u32>,
@@ -57,6 +75,7 @@ pub struct Runner<'a, B: Backend> {
     file_trace: Option<SourceTrace>,
     seq: u64,
     checked_in_phase: u32,
+    pending_marks: Vec<(MarkTarget, usize)>,
     /// Recorded events.
     pub body: ShardBody,
     /// Per-phase records.
@@ -88,6 +107,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             file_trace,
             seq: 0,
             checked_in_phase: 0,
+            pending_marks: Vec::new(),
             body: ShardBody::default(),
             phase_runs: Vec::new(),
             progress,
@@ -134,12 +154,14 @@ impl<'a, B: Backend> Runner<'a, B> {
         }
         self.backend.synchronize()?;
         let end_ns = self.clock.now_ns();
+        let anchor_error_ns = self.resolve_device_times(before)?;
         self.world.barrier();
         let n = (self.body.collectives.len() - before) as u64;
         self.phase_runs.push(PhaseRun {
             phase,
             start_ns,
             end_ns,
+            device_anchor_error_ns: anchor_error_ns,
             quantum_ns,
             trace: trace.map(|t| t.origin),
             collectives: n,
@@ -153,17 +175,66 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(())
     }
 
+    /// Put the pass's device intervals and marks onto its events.
+    fn resolve_device_times(&mut self, first_collective: usize) -> Result<Option<u64>> {
+        let t = self.backend.finish_pass()?;
+        let events = &mut self.body.collectives[first_collective..];
+        if t.collectives.len() != events.len() {
+            bail!("internal: backend reported {} device intervals for {} collectives", t.collectives.len(), events.len());
+        }
+        for (e, iv) in events.iter_mut().zip(&t.collectives) {
+            e.device_start_ns = iv.map(|d| d.start_ns);
+            e.device_end_ns = iv.map(|d| d.end_ns);
+        }
+        for (target, id) in std::mem::take(&mut self.pending_marks) {
+            let ns = *t.marks_ns.get(id).ok_or_else(|| anyhow::anyhow!("internal: mark {id} was not resolved"))?;
+            match target {
+                MarkTarget::ComputeStart(i) => self.body.compute[i].start_ns = ns,
+                MarkTarget::ComputeEnd(i) => self.body.compute[i].end_ns = ns,
+                MarkTarget::TokenStart(i) => self.body.tokens[i].start_ns = ns,
+                MarkTarget::TokenEnd(i) => self.body.tokens[i].end_ns = ns,
+            }
+        }
+        Ok(t.anchor_error_ns)
+    }
+
+    fn begin_token(&mut self, token: u32, warmup: bool) -> Result<OpenToken> {
+        let start_mark = self.backend.mark()?;
+        Ok(OpenToken { token, warmup, start_ns: self.clock.now_ns(), start_mark })
+    }
+
+    /// Close a token. `host_end_ns` is the host-side end (the last completion
+    /// known to the host); a device mark replaces both ends where the backend has one.
+    fn end_token(&mut self, phase: Phase, t: OpenToken, host_end_ns: u64) -> Result<()> {
+        let end_mark = self.backend.mark()?;
+        let idx = self.body.tokens.len();
+        self.body.tokens.push(TokenEvent { phase, token: t.token, warmup: t.warmup, start_ns: t.start_ns, end_ns: host_end_ns });
+        if let (Some(s), Some(e)) = (t.start_mark, end_mark) {
+            self.pending_marks.push((MarkTarget::TokenStart(idx), s));
+            self.pending_marks.push((MarkTarget::TokenEnd(idx), e));
+        }
+        Ok(())
+    }
+
     /// Median duration of one unit of `kind`, after warm-up.
     fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
+        // One unit per sample, fenced by device synchronization so that an
+        // asynchronous backend is timed on execution, not on enqueue. The
+        // median of 9 after 2 warm-ups; the fence's own cost is included and
+        // small against a GEMM.
         let mut v = Vec::with_capacity(9);
+        self.backend.synchronize()?;
         for i in 0..11 {
             let t0 = self.clock.now_ns();
             self.compute(kind, 1)?;
+            self.backend.synchronize()?;
             let t1 = self.clock.now_ns();
             if i >= 2 {
                 v.push(t1 - t0);
             }
         }
+        // calibration work is not part of the pass
+        let _ = self.backend.finish_pass()?;
         v.sort_unstable();
         Ok(v[v.len() / 2].max(1))
     }
@@ -180,10 +251,17 @@ impl<'a, B: Backend> Runner<'a, B> {
         if units == 0 {
             return Ok(());
         }
+        let m0 = self.backend.mark()?;
         let start_ns = self.clock.now_ns();
         self.compute(kind, units)?;
         let end_ns = self.clock.now_ns();
+        let m1 = self.backend.mark()?;
+        let idx = self.body.compute.len();
         self.body.compute.push(ComputeEvent { phase, kind, token, layer, units, start_ns, end_ns });
+        if let (Some(a), Some(b)) = (m0, m1) {
+            self.pending_marks.push((MarkTarget::ComputeStart(idx), a));
+            self.pending_marks.push((MarkTarget::ComputeEnd(idx), b));
+        }
         Ok(())
     }
 
@@ -276,15 +354,15 @@ impl<'a, B: Backend> Runner<'a, B> {
         let layers = self.spec.layers;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
-            let start_ns = self.clock.now_ns();
+            let open = self.begin_token(token, warmup)?;
             for layer in 0..layers {
                 self.timed_compute(Phase::Blocking, ComputeKind::Gemm, 1, Some(token), Some(layer))?;
                 let bytes = self.spec.size_at(index);
                 index += 1;
                 self.collective(Phase::Blocking, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, Between::Nothing)?;
             }
-            let end_ns = self.clock.now_ns();
-            self.body.tokens.push(TokenEvent { phase: Phase::Blocking, token, warmup, start_ns, end_ns });
+            let end = self.clock.now_ns();
+            self.end_token(Phase::Blocking, open, end)?;
         }
         Ok(())
     }
@@ -293,7 +371,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let layers = self.spec.layers;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
-            let start_ns = self.clock.now_ns();
+            let open = self.begin_token(token, warmup)?;
             self.timed_compute(Phase::Async, ComputeKind::Gemm, 1, Some(token), Some(0))?;
             for layer in 0..layers {
                 let bytes = self.spec.size_at(index);
@@ -305,8 +383,8 @@ impl<'a, B: Backend> Runner<'a, B> {
                 };
                 self.collective(Phase::Async, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, between)?;
             }
-            let end_ns = self.clock.now_ns();
-            self.body.tokens.push(TokenEvent { phase: Phase::Async, token, warmup, start_ns, end_ns });
+            let end = self.clock.now_ns();
+            self.end_token(Phase::Async, open, end)?;
         }
         Ok(())
     }
@@ -315,15 +393,17 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: Option<u64>) -> Result<()> {
         let mut residual_ns: i64 = 0;
         let mut prev_end = self.clock.now_ns();
-        let mut open_token: Option<(u32, bool, u64)> = None;
+        let mut open_token: Option<OpenToken> = None;
         for e in &trace.entries {
             let GapEntry { token, layer, warmup, bytes, gap_ns } = *e;
             if let Some(t) = token {
                 match open_token {
-                    Some((cur, _, _)) if cur == t => {}
+                    Some(cur) if cur.token == t => {}
                     _ => {
-                        self.close_token(phase, open_token.take(), prev_end);
-                        open_token = Some((t, warmup, self.clock.now_ns()));
+                        if let Some(o) = open_token.take() {
+                            self.end_token(phase, o, prev_end)?;
+                        }
+                        open_token = Some(self.begin_token(t, warmup)?);
                     }
                 }
             }
@@ -331,6 +411,11 @@ impl<'a, B: Backend> Runner<'a, B> {
             let mut fill = None;
             let between = match phase {
                 Phase::Replay => {
+                    // Pace from the moment the host knows the previous
+                    // collective completed (on GPU the host would otherwise
+                    // run ahead of the device and the gap would be fiction).
+                    self.backend.synchronize()?;
+                    prev_end = prev_end.max(self.clock.now_ns());
                     self.clock.sleep_until(prev_end + gap_ns);
                     Between::Nothing
                 }
@@ -363,13 +448,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             }
             prev_end = ev.wait_end_ns;
         }
-        self.close_token(phase, open_token, prev_end);
-        Ok(())
-    }
-
-    fn close_token(&mut self, phase: Phase, open: Option<(u32, bool, u64)>, end_ns: u64) {
-        if let Some((token, warmup, start_ns)) = open {
-            self.body.tokens.push(TokenEvent { phase, token, warmup, start_ns, end_ns });
+        if let Some(o) = open_token {
+            self.end_token(phase, o, prev_end)?;
         }
+        Ok(())
     }
 }

@@ -53,11 +53,23 @@ fn plan(args: &RankArgs) -> Result<Plan> {
             backend_note = None;
             BackendKind::Cpu
         }
-        BackendChoice::Cuda => bail!("--backend cuda is unavailable: {}", crate::backend::cuda::unavailable_reason()),
-        BackendChoice::Auto => {
-            backend_note = Some(format!("backend auto: chose cpu ({})", crate::backend::cuda::unavailable_reason()));
-            BackendKind::Cpu
-        }
+        BackendChoice::Cuda => match crate::backend::cuda::unavailable_reason() {
+            Some(why) => bail!("--backend cuda is unavailable: {why}"),
+            None => {
+                backend_note = None;
+                BackendKind::Cuda
+            }
+        },
+        BackendChoice::Auto => match crate::backend::cuda::unavailable_reason() {
+            Some(why) => {
+                backend_note = Some(format!("backend auto: chose cpu ({why})"));
+                BackendKind::Cpu
+            }
+            None => {
+                backend_note = Some("backend auto: chose cuda (a GPU is visible)".into());
+                BackendKind::Cuda
+            }
+        },
     };
     let gemm: GemmShape = match &args.gemm {
         Some(g) => g.parse()?,
@@ -90,6 +102,9 @@ fn plan(args: &RankArgs) -> Result<Plan> {
             Some(WrongSumFault { rank: r.parse().context("--fault wrong-sum:RANK: bad rank")? })
         }
     };
+    if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
+        bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
+    }
     if let Some(id) = &args.run_id {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
@@ -200,24 +215,76 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
     }
     let clock = RankClock::new(rank, &plan.clock_injections);
     let identity = crate::identity::capture(rank, size, local_rank, local_size);
-    let identity_sha256 = identity.digest();
     let (run_id, dir) = broadcast_run_dir(world, args)?;
-
     let file_trace = args.trace.as_deref().map(|p| crate::trace::from_joined_file(p, rank)).transpose()?;
-
-    let t0 = clock.now_ns();
-    let mut backend = match plan.backend {
-        BackendKind::Cpu => CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?,
-        BackendKind::Cuda => bail!("internal: the cuda backend was refused during planning"),
+    let cx = RankContext {
+        args,
+        plan: &plan,
+        world,
+        clock: clock.clone(),
+        identity,
+        run_id,
+        dir,
+        started_unix_ms,
+        local_rank,
+        local_size,
+        cold_start_mpi_ns: mpi_init_ns,
     };
-    let backend_init_ns = clock.now_ns() - t0;
+    let t0 = clock.now_ns();
+    match plan.backend {
+        BackendKind::Cpu => {
+            let mut b = CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?;
+            finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
+        }
+        BackendKind::Cuda => {
+            let mut b = crate::backend::cuda::CudaBackend::new(
+                world,
+                local_rank,
+                &args.nccl_lib,
+                plan.spec.max_bytes(),
+                plan.spec.gemm,
+                plan.spec.membound_bytes,
+                clock.clone(),
+                plan.spec.device_events_per_pass(),
+            )?;
+            finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
+        }
+    }
+}
+
+/// Per-rank facts gathered before the backend starts.
+struct RankContext<'a> {
+    args: &'a RankArgs,
+    plan: &'a Plan,
+    world: &'a SimpleCommunicator,
+    clock: RankClock,
+    identity: crate::identity::EnvIdentity,
+    run_id: String,
+    dir: PathBuf,
+    started_unix_ms: u64,
+    local_rank: u32,
+    local_size: u32,
+    cold_start_mpi_ns: u64,
+}
+
+/// Clock windows, phases, shard and run record, on any backend.
+fn finish_rank<B: Backend>(
+    cx: RankContext<'_>,
+    file_trace: Option<crate::trace::SourceTrace>,
+    backend: &mut B,
+    backend_init_ns: u64,
+) -> Result<()> {
+    let RankContext { args, plan, world, clock, identity, run_id, dir, started_unix_ms, local_rank, local_size, cold_start_mpi_ns } = cx;
+    let rank = world.rank() as u32;
+    let size = world.size() as u32;
+    let identity_sha256 = identity.digest();
 
     let start_samples = match args.clock {
         ClockMode::Pingpong => clock_window(world, &clock, args.clock_samples),
         ClockMode::None => Vec::new(),
     };
 
-    let mut runner = Runner::new(&mut backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet);
+    let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet);
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
@@ -255,7 +322,7 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
         clock_injections: plan.clock_injections.clone(),
         clock_anchor_true_ns: clock.anchor_true_ns(),
         delay_injection: plan.delay,
-        cold_start: ColdStart { mpi_init_ns: Some(mpi_init_ns), backend_init_ns },
+        cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
         unmeasured: backend.unmeasured(),
         phases: phase_runs,
         started_unix_ms,

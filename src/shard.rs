@@ -154,7 +154,9 @@ pub enum ComputeKind {
     HostDelay,
 }
 
-/// A compute interval (one or more units of the same kind back to back).
+/// A compute interval (one or more units of the same kind back to back): host
+/// clock on CPU; on GPU, device events on the compute stream mapped onto the
+/// host timeline through the phase's anchor.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ComputeEvent {
     /// Phase.
@@ -173,7 +175,7 @@ pub struct ComputeEvent {
     pub end_ns: u64,
 }
 
-/// Per-token latency for workload phases.
+/// Per-token latency for workload phases (device-ordered marks on GPU).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TokenEvent {
     /// Phase.
@@ -213,6 +215,8 @@ pub struct PhaseRun {
     pub start_ns: u64,
     /// Local clock at phase end.
     pub end_ns: u64,
+    /// Error bound of the device-to-host timeline anchor (GPU backends).
+    pub device_anchor_error_ns: Option<u64>,
     /// Calibrated duration of one fill unit (fill, overlap and ablations).
     pub quantum_ns: Option<u64>,
     /// Source of gaps (replay, fill, overlap and ablations).

@@ -59,7 +59,7 @@ pub fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
         j.collectives
             .iter()
             .filter(|c| c.phase == phase && !c.warmup)
-            .flat_map(|c| c.ranks.iter().map(|t| (t.wait_end_ns - t.host_issue_ns) as f64 / 1e3))
+            .flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3))
             .collect()
     };
     median(&mut v)

@@ -239,6 +239,15 @@ impl WorkloadSpec {
         self.sizes_bytes[(index % self.sizes_bytes.len() as u64) as usize]
     }
 
+    /// Upper estimate of device timing events one pass needs (2 per
+    /// collective, 2 per compute interval, 2 per token, plus the anchor).
+    pub fn device_events_per_pass(&self) -> usize {
+        let tokens = (self.tokens + self.warmup_tokens) as usize;
+        let workload = tokens * self.layers as usize * 4 + tokens * 2;
+        let isolated = self.sizes_bytes.len() * (self.iters + self.warmup_iters) as usize * 2;
+        workload.max(isolated) + 1
+    }
+
     /// Largest message size.
     pub fn max_bytes(&self) -> u64 {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)

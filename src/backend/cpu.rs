@@ -9,7 +9,7 @@
 //! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
 //! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
 //! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
-use super::{contribution, expected_sum, Backend, DeviceInterval};
+use super::{contribution, expected_sum, Backend, DeviceInterval, PassTimings};
 use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
 use crate::workload::GemmShape;
 use anyhow::{bail, Result};
@@ -25,6 +25,7 @@ pub struct CpuBackend {
     send: Vec<f32>,
     recv: Vec<f32>,
     pending: Option<(ffi::MPI_Request, u64)>,
+    issued_in_pass: usize,
     gemm: GemmShape,
     a: Vec<f32>,
     b: Vec<f32>,
@@ -54,6 +55,7 @@ impl CpuBackend {
             send,
             recv: vec![0.0; elems],
             pending: None,
+            issued_in_pass: 0,
             gemm,
             a,
             b,
@@ -132,6 +134,7 @@ impl Backend for CpuBackend {
             bail!("MPI_Iallreduce of {bytes} bytes failed with MPI error code {rc}");
         }
         self.pending = Some((req, bytes));
+        self.issued_in_pass += 1;
         Ok(())
     }
 
@@ -167,6 +170,15 @@ impl Backend for CpuBackend {
             self.wait_allreduce()?;
         }
         Ok(())
+    }
+
+    fn mark(&mut self) -> Result<Option<usize>> {
+        Ok(None)
+    }
+
+    fn finish_pass(&mut self) -> Result<PassTimings> {
+        let n = std::mem::take(&mut self.issued_in_pass);
+        Ok(PassTimings { collectives: vec![None; n], marks_ns: Vec::new(), anchor_error_ns: None })
     }
 
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {

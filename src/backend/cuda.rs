@@ -1,20 +1,43 @@
-//! CUDA/NCCL backend: availability probe.
+//! CUDA/NCCL backend: GPUs through cudarc (driver, cuBLAS; loaded at run
+//! time), NCCL through our own loader ([`crate::nccl`]).
 //!
-//! This build does not yet execute phases on GPUs (that is issue #4: own NCCL
-//! loader, streams, events, cuBLAS). What it does today, for real: probe
-//! whether a CUDA driver is loadable and how many devices it reports, so that
-//! `--backend auto` can choose honestly and `--backend cuda` can refuse with a
-//! one-line reason instead of a panic.
+//! Consumes the world communicator (to broadcast NCCL's unique id), the
+//! node-local rank (GPU = `local_rank % device_count`), an NCCL library path
+//! and the workload spec. Produces device intervals for every collective and
+//! device-ordered marks (token and compute boundaries), mapped onto the host
+//! timeline through a measured anchor per pass: an event recorded on an idle
+//! stream and synchronized, whose host time is known within half the
+//! record-to-synchronize interval (the recorded anchor error). Refuses, with a
+//! one-line reason: no driver, no GPU, no cuBLAS, an NCCL library that is not
+//! the one asked for.
+//!
+//! Stream semantics (SPEC §2): `issue_allreduce` makes the communication
+//! stream wait for the compute stream's work so far (the tensor was produced
+//! there, as in PyTorch), records a start event, enqueues `ncclAllReduce`, and
+//! records an end event; the host returns at once. `wait_allreduce` is a
+//! *stream dependency*: the compute stream waits on the end event; the host
+//! does not block. `synchronize` (device synchronization) happens once per
+//! pass. cudarc's automatic cross-stream event tracking is disabled so that no
+//! dependency exists that the phase did not ask for.
+use super::{contribution, expected_sum, Backend, DeviceInterval, PassTimings};
+use crate::clock::RankClock;
+use crate::nccl::{NcclComm, NcclLibrary};
+use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use crate::workload::GemmShape;
+use anyhow::{bail, Context, Result};
+use cudarc::cublas::{sys as blas_sys, CudaBlas};
+use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use libloading::Library;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::path::Path;
+use std::sync::Arc;
 
-/// Why the CUDA backend cannot run here.
-pub fn unavailable_reason() -> String {
+/// Why the CUDA backend cannot run here, or `None` when it can be tried.
+pub fn unavailable_reason() -> Option<String> {
     match probe_devices() {
-        Err(why) => why,
-        Ok(0) => "the CUDA driver reports no GPU on this machine".into(),
-        Ok(n) => format!(
-            "{n} GPU(s) found, but this build of commcanary has no CUDA phase executor yet; use --backend cpu"
-        ),
+        Err(why) => Some(why),
+        Ok(0) => Some("the CUDA driver reports no GPU on this machine".into()),
+        Ok(_) => None,
     }
 }
 
@@ -27,10 +50,11 @@ pub struct DriverReport {
     pub devices: Vec<String>,
 }
 
-/// Query the driver for its version and device names.
+/// Query the driver for its version and device names (our own dlopen, so a
+/// missing driver is an error, not a panic).
 pub fn driver_report() -> Result<DriverReport, String> {
     let n = probe_devices()?;
-    // SAFETY: as in probe_devices; signatures per the CUDA driver API.
+    // SAFETY: signatures per the CUDA driver API; the library stays loaded for the calls.
     unsafe {
         let lib = Library::new("libcuda.so.1").map_err(|e| format!("libcuda.so.1: {e}"))?;
         type Ver = unsafe extern "C" fn(*mut i32) -> i32;
@@ -82,5 +106,355 @@ pub fn probe_devices() -> Result<u32, String> {
             return Err(format!("cuDeviceGetCount failed with CUDA error {rc}"));
         }
         Ok(n.max(0) as u32)
+    }
+}
+
+/// cudarc panics when it cannot find a library; find cuBLAS ourselves first.
+fn probe_cublas() -> Result<String> {
+    let names = cudarc::get_lib_name_candidates("cublas");
+    for n in &names {
+        // SAFETY: probing a library by name; it is closed again at once.
+        if unsafe { Library::new(n) }.is_ok() {
+            return Ok(n.clone());
+        }
+    }
+    bail!("cuBLAS not found (tried {}); add its directory to LD_LIBRARY_PATH", names.join(", "))
+}
+
+struct Anchor {
+    event: CudaEvent,
+    host_ns: u64,
+    error_ns: u64,
+}
+
+/// CUDA backend state of one rank.
+pub struct CudaBackend {
+    // NCCL and cuBLAS go before the context (fields drop in order).
+    comm: NcclComm,
+    blas: CudaBlas,
+    lib: Arc<NcclLibrary>,
+    compute: Arc<CudaStream>,
+    comm_stream: Arc<CudaStream>,
+    send: CudaSlice<f32>,
+    recv: CudaSlice<f32>,
+    a: CudaSlice<u16>,
+    b: CudaSlice<u16>,
+    c: CudaSlice<u16>,
+    mem_src: CudaSlice<u8>,
+    mem_dst: CudaSlice<u8>,
+    gemm: GemmShape,
+    world_size: u32,
+    clock: RankClock,
+    pending: Option<(u64, CudaEvent, CudaEvent)>,
+    intervals: Vec<(CudaEvent, CudaEvent)>,
+    marks: Vec<CudaEvent>,
+    /// Timing events ready for reuse: creating one per operation made the host
+    /// the bottleneck (seen on the H200), so they are pooled across passes.
+    free_events: Vec<CudaEvent>,
+    /// Reused "compute work so far" event for the comm stream's dependency
+    /// (cuStreamWaitEvent captures the record current at the call, so re-recording is safe).
+    produced: CudaEvent,
+    anchor: Option<Anchor>,
+    corrupt_next_check: bool,
+    device: DeviceIdentity,
+    ctx: Arc<CudaContext>,
+}
+
+fn drv<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
+    r.map_err(|e| anyhow::anyhow!("{what}: CUDA error {e:?}"))
+}
+
+impl CudaBackend {
+    /// Open GPU `local_rank % device_count`, load NCCL from `nccl_path`, create
+    /// the communicator, and prewarm `events_hint` timing events (cold start).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        world: &SimpleCommunicator,
+        local_rank: u32,
+        nccl_path: &Path,
+        max_bytes: u64,
+        gemm: GemmShape,
+        membound_bytes: u64,
+        clock: RankClock,
+        events_hint: usize,
+    ) -> Result<Self> {
+        if let Some(why) = unavailable_reason() {
+            bail!("{why}");
+        }
+        let cublas_name = probe_cublas()?;
+        let count = drv(CudaContext::device_count(), "cuDeviceGetCount")? as u32;
+        let ordinal = (local_rank % count) as usize;
+        let ctx = drv(CudaContext::new(ordinal), "creating the CUDA context")?;
+        // SAFETY: every cross-stream dependency is placed explicitly below.
+        unsafe { ctx.disable_event_tracking() };
+        let compute = drv(ctx.new_stream(), "creating the compute stream")?;
+        let comm_stream = drv(ctx.new_stream(), "creating the communication stream")?;
+        let lib = Arc::new(NcclLibrary::load(nccl_path)?);
+        let rank = world.rank() as u32;
+        let mut id = [0u8; 128];
+        if rank == 0 {
+            id = lib.unique_id()?;
+        }
+        mpi::collective::Root::broadcast_into(&world.process_at_rank(0), &mut id[..]);
+        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
+        let comm = NcclComm::init_rank(lib.clone(), world.size() as u32, id, rank)
+            .with_context(|| format!("NCCL {} on GPU {ordinal}", lib.observation().version))?;
+        let elems = usize::try_from(max_bytes / 4)?;
+        let host: Vec<f32> = (0..elems).map(|i| contribution(rank, i)).collect();
+        let send = drv(compute.clone_htod(&host), "copying the send buffer")?;
+        let recv = drv(compute.alloc_zeros::<f32>(elems), "allocating the receive buffer")?;
+        let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
+        // bf16 bit patterns of small values (0.0625 .. 0.5), a deterministic pattern
+        let bf = |i: usize| -> u16 { [0x3D80u16, 0x3E00, 0x3E80, 0x3F00][i % 4] };
+        let a = drv(compute.clone_htod(&(0..m * k).map(bf).collect::<Vec<u16>>()), "copying A")?;
+        let b = drv(compute.clone_htod(&(0..k * n).map(|i| bf(i + 1)).collect::<Vec<u16>>()), "copying B")?;
+        let c = drv(compute.alloc_zeros::<u16>(m * n), "allocating C")?;
+        let mb = usize::try_from(membound_bytes)?;
+        let mem_src = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy source")?;
+        let mem_dst = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy destination")?;
+        let blas = CudaBlas::new(compute.clone()).map_err(|e| anyhow::anyhow!("cublasCreate: {e:?}"))?;
+        drv(compute.synchronize(), "initial synchronize")?;
+        let name = drv(ctx.name(), "cuDeviceGetName")?;
+        let uuid = drv(ctx.uuid(), "cuDeviceGetUuid")?;
+        let uuid_hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        let mut free_events = Vec::with_capacity(events_hint);
+        for _ in 0..events_hint {
+            free_events.push(drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate")?);
+        }
+        let produced = drv(ctx.new_event(None), "cuEventCreate")?;
+        let obs = lib.observation().clone();
+        let device = DeviceIdentity {
+            backend: BackendKind::Cuda,
+            name,
+            facts: vec![
+                ("ordinal".into(), ordinal.to_string()),
+                ("uuid".into(), format!("GPU-{uuid_hex}")),
+                ("nccl_requested_path".into(), obs.requested_path.clone()),
+                ("nccl_mapped_path".into(), obs.canonical_path.clone()),
+                ("nccl_mapped_files".into(), obs.mapped_paths.join(",")),
+                ("nccl_version".into(), obs.version.clone()),
+                ("nccl_version_code".into(), obs.version_code.to_string()),
+                ("nccl_sha256".into(), obs.sha256.clone()),
+                ("cublas".into(), cublas_name),
+                ("gemm".into(), format!("{m}x{n}x{k} bf16 in/out, fp32 accumulate (cublasGemmEx)")),
+                ("collective".into(), "ncclAllReduce float32 sum on a dedicated stream".into()),
+            ],
+        };
+        Ok(Self {
+            comm,
+            blas,
+            lib,
+            compute,
+            comm_stream,
+            send,
+            recv,
+            a,
+            b,
+            c,
+            mem_src,
+            mem_dst,
+            gemm,
+            world_size: world.size() as u32,
+            clock,
+            pending: None,
+            intervals: Vec::new(),
+            marks: Vec::new(),
+            free_events,
+            produced,
+            anchor: None,
+            corrupt_next_check: false,
+            device,
+            ctx,
+        })
+    }
+
+    fn timing_event(&mut self) -> Result<CudaEvent> {
+        match self.free_events.pop() {
+            Some(e) => Ok(e),
+            None => drv(self.ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate"),
+        }
+    }
+
+    /// At the first device operation of a pass (streams idle), anchor the device timeline.
+    fn ensure_anchor(&mut self) -> Result<()> {
+        if self.anchor.is_some() {
+            return Ok(());
+        }
+        let event = self.timing_event()?;
+        let t1 = self.clock.now_ns();
+        drv(event.record(&self.compute), "cuEventRecord (anchor)")?;
+        drv(event.synchronize(), "cuEventSynchronize (anchor)")?;
+        let t2 = self.clock.now_ns();
+        self.anchor = Some(Anchor { event, host_ns: t1 + (t2 - t1) / 2, error_ns: (t2 - t1).div_ceil(2) });
+        Ok(())
+    }
+
+    fn to_host_ns(anchor: &Anchor, e: &CudaEvent) -> Result<u64> {
+        let ms = drv(anchor.event.elapsed_ms(e), "cuEventElapsedTime")? as f64;
+        Ok((anchor.host_ns as f64 + ms * 1e6).max(0.0) as u64)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn device(&self) -> DeviceIdentity {
+        self.device.clone()
+    }
+
+    fn unmeasured(&self) -> Vec<Unmeasured> {
+        vec![
+            Unmeasured {
+                field: "wait_start_ns/wait_end_ns".into(),
+                reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute stream's stall is not measured yet".into(),
+            },
+            Unmeasured {
+                field: "kernel intervals".into(),
+                reason: "device intervals come from CUDA events around each operation, not from CUPTI kernel records".into(),
+            },
+        ]
+    }
+
+    fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
+        if self.pending.is_some() {
+            bail!("internal: an all-reduce is already outstanding");
+        }
+        let count = usize::try_from(bytes / 4)?;
+        if count > self.send.len() {
+            bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", self.send.len() * 4);
+        }
+        self.ensure_anchor()?;
+        // the collective consumes what the compute stream produced so far
+        drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
+        drv(self.comm_stream.wait(&self.produced), "cuStreamWaitEvent (comm waits compute)")?;
+        let start = self.timing_event()?;
+        drv(start.record(&self.comm_stream), "cuEventRecord (start)")?;
+        {
+            let (sp, _s) = self.send.device_ptr(&self.comm_stream);
+            let (rp, _r) = self.recv.device_ptr_mut(&self.comm_stream);
+            // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
+            unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+        }
+        let end = self.timing_event()?;
+        drv(end.record(&self.comm_stream), "cuEventRecord (end)")?;
+        self.pending = Some((bytes, start, end));
+        Ok(())
+    }
+
+    fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>> {
+        let Some((_bytes, start, end)) = self.pending.take() else {
+            bail!("internal: wait without an outstanding all-reduce");
+        };
+        drv(self.compute.wait(&end), "cuStreamWaitEvent (compute waits collective)")?;
+        self.intervals.push((start, end));
+        Ok(None)
+    }
+
+    fn gemm(&mut self, units: u32) -> Result<()> {
+        self.ensure_anchor()?;
+        let (m, n, k) = (self.gemm.m as i32, self.gemm.n as i32, self.gemm.k as i32);
+        let alpha: f32 = 1.0;
+        let beta: f32 = 0.0;
+        for _ in 0..units {
+            let (ap, _a) = self.a.device_ptr(&self.compute);
+            let (bp, _b) = self.b.device_ptr(&self.compute);
+            let (cp, _c) = self.c.device_ptr_mut(&self.compute);
+            // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
+            unsafe {
+                cudarc::cublas::result::gemm_ex(
+                    *self.blas.handle(),
+                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    m,
+                    n,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    ap as *const _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    m,
+                    bp as *const _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    k,
+                    (&beta as *const f32).cast(),
+                    cp as *mut _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    m,
+                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| anyhow::anyhow!("cublasGemmEx {m}x{n}x{k}: {e:?}"))?;
+        }
+        Ok(())
+    }
+
+    fn membound(&mut self, units: u32) -> Result<()> {
+        self.ensure_anchor()?;
+        for _ in 0..units {
+            drv(self.compute.memcpy_dtod(&self.mem_src, &mut self.mem_dst), "cuMemcpyDtoDAsync")?;
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        drv(self.comm_stream.synchronize(), "synchronizing the communication stream")?;
+        drv(self.compute.synchronize(), "synchronizing the compute stream")?;
+        self.comm.async_error()
+    }
+
+    fn mark(&mut self) -> Result<Option<usize>> {
+        self.ensure_anchor()?;
+        let e = self.timing_event()?;
+        drv(e.record(&self.compute), "cuEventRecord (mark)")?;
+        self.marks.push(e);
+        Ok(Some(self.marks.len() - 1))
+    }
+
+    fn finish_pass(&mut self) -> Result<PassTimings> {
+        let intervals = std::mem::take(&mut self.intervals);
+        let marks = std::mem::take(&mut self.marks);
+        let Some(anchor) = self.anchor.take() else {
+            return Ok(PassTimings { collectives: vec![None; intervals.len()], marks_ns: Vec::new(), anchor_error_ns: None });
+        };
+        let mut collectives = Vec::with_capacity(intervals.len());
+        for (s, e) in &intervals {
+            collectives.push(Some(DeviceInterval { start_ns: Self::to_host_ns(&anchor, s)?, end_ns: Self::to_host_ns(&anchor, e)? }));
+        }
+        let marks_ns = marks.iter().map(|m| Self::to_host_ns(&anchor, m)).collect::<Result<Vec<_>>>()?;
+        let error_ns = anchor.error_ns;
+        self.free_events.extend(intervals.into_iter().flat_map(|(s, e)| [s, e]));
+        self.free_events.extend(marks);
+        self.free_events.push(anchor.event);
+        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns) })
+    }
+
+    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
+        let count = (bytes / 4) as usize;
+        let mut host = vec![0f32; self.recv.len()];
+        let copy = self
+            .comm_stream
+            .synchronize()
+            .and_then(|_| self.comm_stream.memcpy_dtoh(&self.recv, &mut host))
+            .and_then(|_| self.comm_stream.synchronize());
+        if let Err(e) = copy {
+            return Err(format!("copying the result back failed: {e:?}"));
+        }
+        if std::mem::take(&mut self.corrupt_next_check) {
+            host[0] += 1.0;
+        }
+        for (i, &got) in host[..count].iter().enumerate() {
+            let want = expected_sum(self.world_size, i);
+            if got != want {
+                return Err(format!("element {i} is {got}, expected {want}"));
+            }
+        }
+        let _ = &self.lib;
+        Ok(())
+    }
+
+    fn corrupt_last_result(&mut self) {
+        self.corrupt_next_check = true;
     }
 }

@@ -21,6 +21,17 @@ pub struct DeviceInterval {
     pub end_ns: u64,
 }
 
+/// Device timings of one pass, resolved after [`Backend::synchronize`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PassTimings {
+    /// One entry per collective issued since the last call, in order.
+    pub collectives: Vec<Option<DeviceInterval>>,
+    /// Host-timeline time of each mark taken since the last call, by mark id.
+    pub marks_ns: Vec<u64>,
+    /// Error bound of the device-to-host anchor, where one was used.
+    pub anchor_error_ns: Option<u64>,
+}
+
 /// What a backend offers the phase runner.
 pub trait Backend {
     /// Which backend this is.
@@ -42,6 +53,11 @@ pub trait Backend {
     fn membound(&mut self, units: u32) -> Result<()>;
     /// Wait until all work issued so far has finished (end of a pass only).
     fn synchronize(&mut self) -> Result<()>;
+    /// Record a marker in device order on the compute stream; `None` when the
+    /// host clock already is the execution timeline (CPU).
+    fn mark(&mut self) -> Result<Option<usize>>;
+    /// After `synchronize`: device intervals and marks of the pass on the host timeline.
+    fn finish_pass(&mut self) -> Result<PassTimings>;
     /// Validate the last completed all-reduce of `bytes`; `Err` describes the first wrong element.
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String>;
     /// Test-only negative control: corrupt the last result so that a check must fail.

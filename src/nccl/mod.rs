@@ -27,6 +27,37 @@ pub mod sys {
     pub type GetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
     /// `ncclGetErrorString(ncclResult_t)`.
     pub type GetErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
+    /// `ncclComm_t`.
+    pub type Comm = *mut std::ffi::c_void;
+    /// `ncclUniqueId`: 128 opaque bytes, passed by value to `ncclCommInitRank`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct UniqueId {
+        /// Opaque bytes.
+        pub internal: [c_char; 128],
+    }
+    /// `ncclFloat32`.
+    pub const NCCL_FLOAT32: c_int = 7;
+    /// `ncclSum`.
+    pub const NCCL_SUM: c_int = 0;
+    /// `ncclGetUniqueId(ncclUniqueId*)`.
+    pub type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
+    /// `ncclCommInitRank(ncclComm_t*, int nranks, ncclUniqueId, int rank)`.
+    pub type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
+    /// `ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
+    pub type AllReduce = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
+    /// `ncclCommDestroy(ncclComm_t)` and `ncclCommAbort(ncclComm_t)`.
+    pub type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
+    /// `ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)`.
+    pub type CommGetAsyncError = unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult;
 }
 
 /// Symbols every supported NCCL must export (resolved eagerly so a wrong
@@ -64,6 +95,12 @@ pub struct NcclLibrary {
     _lib: Library,
     get_version: Symbol<sys::GetVersion>,
     get_error_string: Symbol<sys::GetErrorString>,
+    get_unique_id: Symbol<sys::GetUniqueId>,
+    comm_init_rank: Symbol<sys::CommInitRank>,
+    all_reduce: Symbol<sys::AllReduce>,
+    comm_destroy: Symbol<sys::CommEnd>,
+    comm_abort: Symbol<sys::CommEnd>,
+    comm_get_async_error: Symbol<sys::CommGetAsyncError>,
     observation: NcclObservation,
 }
 
@@ -105,11 +142,17 @@ impl NcclLibrary {
                 anyhow::anyhow!("{} is not a usable NCCL: it lacks the symbol {name}", path.display())
             })?;
         }
-        // SAFETY: the signatures match NCCL's public header for these two functions.
-        let (get_version, get_error_string) = unsafe {
+        // SAFETY: the signatures match NCCL's public header (nccl.h, 2.x) for these functions.
+        let (get_version, get_error_string, get_unique_id, comm_init_rank, all_reduce, comm_destroy, comm_abort, comm_get_async_error) = unsafe {
             (
                 lib.get::<sys::GetVersion>(b"ncclGetVersion\0")?,
                 lib.get::<sys::GetErrorString>(b"ncclGetErrorString\0")?,
+                lib.get::<sys::GetUniqueId>(b"ncclGetUniqueId\0")?,
+                lib.get::<sys::CommInitRank>(b"ncclCommInitRank\0")?,
+                lib.get::<sys::AllReduce>(b"ncclAllReduce\0")?,
+                lib.get::<sys::CommEnd>(b"ncclCommDestroy\0")?,
+                lib.get::<sys::CommEnd>(b"ncclCommAbort\0")?,
+                lib.get::<sys::CommGetAsyncError>(b"ncclCommGetAsyncError\0")?,
             )
         };
         let mut code: c_int = 0;
@@ -132,6 +175,12 @@ impl NcclLibrary {
             _lib: lib,
             get_version,
             get_error_string,
+            get_unique_id,
+            comm_init_rank,
+            all_reduce,
+            comm_destroy,
+            comm_abort,
+            comm_get_async_error,
             observation: NcclObservation {
                 requested_path: path.display().to_string(),
                 canonical_path: canon,
@@ -166,6 +215,79 @@ impl NcclLibrary {
         let msg: *const c_char = unsafe { (self.get_error_string)(rc) };
         let text = if msg.is_null() { "(no message)".into() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
         bail!("{call} failed: NCCL error {rc}: {text}")
+    }
+}
+
+/// A communicator; destroyed on drop (aborted when [`NcclComm::abort`] was asked for).
+pub struct NcclComm {
+    lib: std::sync::Arc<NcclLibrary>,
+    comm: sys::Comm,
+}
+
+impl NcclLibrary {
+    /// `ncclGetUniqueId` (rank 0 only; broadcast the bytes).
+    pub fn unique_id(&self) -> Result<[u8; 128]> {
+        let mut id = sys::UniqueId { internal: [0; 128] };
+        // SAFETY: writes 128 bytes into id.
+        self.check("ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
+        Ok(id.internal.map(|c| c as u8))
+    }
+}
+
+impl NcclComm {
+    /// `ncclCommInitRank` with the broadcast id. The CUDA context of the
+    /// target device must be current on this thread.
+    pub fn init_rank(lib: std::sync::Arc<NcclLibrary>, nranks: u32, id: [u8; 128], rank: u32) -> Result<Self> {
+        let id = sys::UniqueId { internal: id.map(|b| b as c_char) };
+        let mut comm: sys::Comm = std::ptr::null_mut();
+        // SAFETY: comm receives a handle; id is passed by value as nccl.h declares.
+        let rc = unsafe { (lib.comm_init_rank)(&mut comm, nranks as c_int, id, rank as c_int) };
+        lib.check("ncclCommInitRank", rc)?;
+        Ok(Self { lib, comm })
+    }
+
+    /// Enqueue a float32 sum all-reduce of `count` elements on `stream`.
+    ///
+    /// # Safety
+    /// `send`/`recv` must be device pointers valid for `count` f32 on this
+    /// communicator's device, and `stream` a stream of its context.
+    pub unsafe fn all_reduce_f32_sum(&self, send: u64, recv: u64, count: usize, stream: *mut std::ffi::c_void) -> Result<()> {
+        let rc = (self.lib.all_reduce)(
+            send as *const std::ffi::c_void,
+            recv as *mut std::ffi::c_void,
+            count,
+            sys::NCCL_FLOAT32,
+            sys::NCCL_SUM,
+            self.comm,
+            stream,
+        );
+        self.lib.check("ncclAllReduce", rc)
+    }
+
+    /// `ncclCommGetAsyncError`: an error raised by NCCL's own threads.
+    pub fn async_error(&self) -> Result<()> {
+        let mut e: sys::NcclResult = sys::NCCL_SUCCESS;
+        // SAFETY: writes one int.
+        let rc = unsafe { (self.lib.comm_get_async_error)(self.comm, &mut e) };
+        self.lib.check("ncclCommGetAsyncError", rc)?;
+        self.lib.check("NCCL asynchronous operation", e)
+    }
+
+    /// `ncclCommAbort`: end the communicator without waiting for peers.
+    pub fn abort(mut self) -> Result<()> {
+        let c = std::mem::replace(&mut self.comm, std::ptr::null_mut());
+        // SAFETY: c is a live communicator, ended exactly once.
+        let rc = unsafe { (self.lib.comm_abort)(c) };
+        self.lib.check("ncclCommAbort", rc)
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        if !self.comm.is_null() {
+            // SAFETY: live communicator, ended exactly once.
+            let _ = unsafe { (self.lib.comm_destroy)(self.comm) };
+        }
     }
 }
 
