@@ -121,11 +121,13 @@ pub struct JoinedCollective {
     pub ranks: Vec<RankTimes>,
     /// Calibration status of the arrival figures.
     pub arrival_status: ArrivalStatus,
-    /// Per-rank arrival minus the earliest arrival, µs, on rank 0's timebase.
+    /// Per-rank arrival minus the earliest arrival, µs, on rank 0's timebase
+    /// (device start where measured, else host issue).
     pub arrival_offsets_us: Option<Vec<f64>>,
     /// Max minus min arrival, µs.
     pub arrival_skew_us: Option<f64>,
-    /// Error bound of the skew, µs (sum of the bounds of the two ranks involved).
+    /// Error bound of the skew, µs (sum of the bounds of the two ranks involved:
+    /// clock calibration, plus the device anchor's error on GPUs).
     pub arrival_bound_us: Option<f64>,
     /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
     pub skew_resolved: Option<bool>,
@@ -333,6 +335,11 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
         }
     }
     let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
+    // per rank and phase: the device anchor's error (GPU), added to arrival bounds
+    let anchors: Vec<BTreeMap<Phase, u64>> = shards
+        .iter()
+        .map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect())
+        .collect();
     // index events per rank
     type Key = (u32, u64);
     let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
@@ -408,21 +415,26 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             arrival_bound_us: None,
             skew_resolved: None,
         };
-        attach_arrival(&mut jc, &models);
+        attach_arrival(&mut jc, &models, &anchors);
         out.push(jc);
     }
     Ok(out)
 }
 
 /// Compute arrival offsets, skew and bound on rank 0's timebase; leave them
-/// unknown when any member lacks a clock model.
-fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>]) {
+/// unknown when any member lacks a clock model. The arrival is the device
+/// start where one was measured (GPU: the comm stream reached the
+/// collective; the host only enqueued it earlier), with the anchor's error
+/// added to the rank's bound; otherwise the host issue time.
+fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anchors: &[BTreeMap<Phase, u64>]) {
     let mut arrivals = Vec::with_capacity(jc.ranks.len());
     for t in &jc.ranks {
-        match &models[t.rank as usize] {
-            Some(m) => arrivals.push((m.to_reference(t.host_issue_ns), m.bound_ns)),
-            None => return,
-        }
+        let Some(m) = &models[t.rank as usize] else { return };
+        let (local, extra_ns) = match t.device_start_ns {
+            Some(d) => (d, anchors[t.rank as usize].get(&jc.phase).copied().unwrap_or(0) as f64),
+            None => (t.host_issue_ns, 0.0),
+        };
+        arrivals.push((m.to_reference(local), m.bound_ns + extra_ns));
     }
     let (imin, min) = arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
     let (imax, max) = arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
@@ -641,4 +653,72 @@ pub fn render_summary(s: &JoinSummary) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(rank: u32, host_issue_ns: u64, device_start_ns: Option<u64>) -> RankTimes {
+        RankTimes {
+            rank,
+            host_issue_ns,
+            host_return_ns: host_issue_ns,
+            wait_start_ns: host_issue_ns,
+            wait_end_ns: host_issue_ns + 10,
+            device_start_ns,
+            device_end_ns: device_start_ns.map(|d| d + 5),
+            injected_delay_ns: None,
+            replay_error_ns: None,
+            fill_units: None,
+            fill_quantization_error_ns: None,
+        }
+    }
+
+    fn collective(ranks: Vec<RankTimes>) -> JoinedCollective {
+        JoinedCollective {
+            phase: Phase::Blocking,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            members: ranks.iter().map(|t| t.rank).collect(),
+            seq: 0,
+            bytes: 4,
+            dtype: Dtype::F32,
+            token: None,
+            layer: None,
+            iter: None,
+            warmup: false,
+            ranks,
+            arrival_status: ArrivalStatus::UnknownUncalibrated,
+            arrival_offsets_us: None,
+            arrival_skew_us: None,
+            arrival_bound_us: None,
+            skew_resolved: None,
+        }
+    }
+
+    #[test]
+    fn gpu_arrival_is_the_device_start_and_its_bound_includes_the_anchor() {
+        // hosts enqueue 1 ms apart, devices reach the collective 3 us apart
+        let mut jc = collective(vec![times(0, 1_000_000, Some(5_000_000)), times(1, 2_000_000, Some(5_003_000))]);
+        let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
+        let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 1_000)].into(), [(Phase::Blocking, 2_000)].into()];
+        attach_arrival(&mut jc, &models, &anchors);
+        assert_eq!(jc.arrival_status, ArrivalStatus::Calibrated);
+        assert_eq!(jc.arrival_skew_us, Some(3.0));
+        assert_eq!(jc.arrival_bound_us, Some(3.0)); // 1 us + 2 us of anchor error, clocks exact
+        assert_eq!(jc.skew_resolved, Some(false)); // 3 us is not more than its 3 us bound
+    }
+
+    #[test]
+    fn cpu_arrival_is_the_host_issue_and_missing_clock_is_unknown() {
+        let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
+        let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
+        attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()]);
+        assert_eq!(jc.arrival_skew_us, Some(4.0));
+        let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
+        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()]);
+        assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
+        assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
+    }
 }
