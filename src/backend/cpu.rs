@@ -9,7 +9,7 @@
 //! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
 //! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
 //! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
-use super::{contribution, expected_sum, Backend, DeviceInterval, PassTimings};
+use super::{contribution, Backend, DeviceInterval, PassTimings};
 use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
 use crate::workload::GemmShape;
 use anyhow::{bail, Result};
@@ -109,13 +109,7 @@ impl Backend for CpuBackend {
     }
 
     fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
-        if self.pending.is_some() {
-            bail!("internal: an all-reduce is already outstanding");
-        }
-        let count = usize::try_from(bytes / 4)?;
-        if count > self.send.len() {
-            bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", self.send.len() * 4);
-        }
+        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
         let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: send/recv hold at least `count` f32 and stay alive and
         // untouched until MPI_Wait in wait_allreduce (pending guards reuse).
@@ -183,13 +177,7 @@ impl Backend for CpuBackend {
 
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
         let count = (bytes / 4) as usize;
-        for (i, &got) in self.recv[..count].iter().enumerate() {
-            let want = expected_sum(self.world_size, i);
-            if got != want {
-                return Err(format!("element {i} is {got}, expected {want}"));
-            }
-        }
-        Ok(())
+        super::verify_sum(&self.recv[..count], self.world_size)
     }
 
     fn corrupt_last_result(&mut self) {

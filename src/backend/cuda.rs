@@ -19,7 +19,7 @@
 //! does not block. `synchronize` (device synchronization) happens once per
 //! pass. cudarc's automatic cross-stream event tracking is disabled so that no
 //! dependency exists that the phase did not ask for.
-use super::{contribution, expected_sum, Backend, DeviceInterval, PassTimings};
+use super::{contribution, Backend, DeviceInterval, PassTimings};
 use crate::clock::RankClock;
 use crate::nccl::{NcclComm, NcclLibrary};
 use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
@@ -129,10 +129,9 @@ struct Anchor {
 
 /// CUDA backend state of one rank.
 pub struct CudaBackend {
-    // NCCL and cuBLAS go before the context (fields drop in order).
+    // NCCL (which keeps its library loaded) and cuBLAS go before the context: fields drop in order.
     comm: NcclComm,
     blas: CudaBlas,
-    lib: Arc<NcclLibrary>,
     compute: Arc<CudaStream>,
     comm_stream: Arc<CudaStream>,
     send: CudaSlice<f32>,
@@ -243,7 +242,6 @@ impl CudaBackend {
         Ok(Self {
             comm,
             blas,
-            lib,
             compute,
             comm_stream,
             send,
@@ -318,13 +316,7 @@ impl Backend for CudaBackend {
     }
 
     fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
-        if self.pending.is_some() {
-            bail!("internal: an all-reduce is already outstanding");
-        }
-        let count = usize::try_from(bytes / 4)?;
-        if count > self.send.len() {
-            bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", self.send.len() * 4);
-        }
+        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
         self.ensure_anchor()?;
         // the collective consumes what the compute stream produced so far
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
@@ -444,14 +436,7 @@ impl Backend for CudaBackend {
         if std::mem::take(&mut self.corrupt_next_check) {
             host[0] += 1.0;
         }
-        for (i, &got) in host[..count].iter().enumerate() {
-            let want = expected_sum(self.world_size, i);
-            if got != want {
-                return Err(format!("element {i} is {got}, expected {want}"));
-            }
-        }
-        let _ = &self.lib;
-        Ok(())
+        super::verify_sum(&host[..count], self.world_size)
     }
 
     fn corrupt_last_result(&mut self) {

@@ -82,6 +82,30 @@ pub fn expected_sum(world_size: u32, i: usize) -> f32 {
     n * (n + 1.0) / 2.0 + n * (i % 3) as f32
 }
 
+/// Preconditions of an issue, shared by the backends: nothing outstanding,
+/// and `bytes` fits the `capacity_elems` f32 allocated. Returns the element count.
+pub fn issue_count(outstanding: bool, bytes: u64, capacity_elems: usize) -> Result<usize> {
+    if outstanding {
+        anyhow::bail!("internal: an all-reduce is already outstanding");
+    }
+    let count = usize::try_from(bytes / 4)?;
+    if count > capacity_elems {
+        anyhow::bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", capacity_elems * 4);
+    }
+    Ok(count)
+}
+
+/// Compare a reduced buffer with [`expected_sum`]; the error names the first wrong element.
+pub fn verify_sum(values: &[f32], world_size: u32) -> std::result::Result<(), String> {
+    for (i, &got) in values.iter().enumerate() {
+        let want = expected_sum(world_size, i);
+        if got != want {
+            return Err(format!("element {i} is {got}, expected {want}"));
+        }
+    }
+    Ok(())
+}
+
 /// Contribution of `rank` at element `i` (see [`expected_sum`]).
 pub fn contribution(rank: u32, i: usize) -> f32 {
     (rank + 1) as f32 + (i % 3) as f32
