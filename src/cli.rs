@@ -23,6 +23,9 @@ pub enum Command {
     Join(JoinArgs),
     /// Print any shard or run record as JSON
     Inspect(InspectArgs),
+    /// Export a verified run to another format
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Compute/communication overlap from intervals: per phase and rank of a run, or an interval file
     Overlap(OverlapArgs),
     /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
@@ -31,7 +34,7 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
     Schema(SchemaArgs),
-    /// Per-collective instrumentation overhead of the CPU backend (run under mpirun; a benchmark, not a test)
+    /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
     #[command(name = "bench-overhead")]
     BenchOverhead(BenchOverheadArgs),
 }
@@ -104,6 +107,11 @@ pub struct RankArgs {
     /// resolved by the system loader (the file actually mapped is recorded either way).
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
+    /// Capture NCCL's per-collective tuner choices (cuda backend): sets
+    /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
+    /// keeps the log beside the shard and attaches the choices where counts and sizes match.
+    #[arg(long)]
+    pub nccl_tuning: bool,
     /// Output directory; the run goes to OUT/<run-id>/.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -153,6 +161,15 @@ pub struct BenchOverheadArgs {
     /// Alternating repetitions of (bare, instrumented).
     #[arg(long, default_value_t = 5)]
     pub reps: u32,
+    /// Backend: cpu (bare MPI loop vs runner) or cuda (reference NCCL loop vs runner).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: crate::backend::BackendChoice,
+    /// Message sizes for the cuda benchmark.
+    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
+    pub sizes: String,
+    /// NCCL library for the cuda benchmark.
+    #[arg(long, default_value = "libnccl.so.2")]
+    pub nccl_lib: PathBuf,
 }
 
 /// `commcanary summarize`.
@@ -196,4 +213,21 @@ pub struct OverlapArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `commcanary export ...`.
+#[derive(Subcommand, Debug)]
+pub enum ExportCommand {
+    /// Chrome/Perfetto trace JSON: per rank, rows for phases, tokens, host calls, compute and comm streams
+    Chrome(ExportChromeArgs),
+}
+
+/// `commcanary export chrome`.
+#[derive(Args, Debug)]
+pub struct ExportChromeArgs {
+    /// Run directory (verified with join first).
+    pub run_dir: PathBuf,
+    /// Output file (never overwritten).
+    #[arg(short, long)]
+    pub output: PathBuf,
 }

@@ -131,6 +131,9 @@ pub struct JoinedCollective {
     pub arrival_bound_us: Option<f64>,
     /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
     pub skew_resolved: Option<bool>,
+    /// NCCL's tuner choice for this collective, where captured (`rank --nccl-tuning`).
+    #[serde(default)]
+    pub tuner: Option<crate::tuning::TunerChoice>,
 }
 
 /// Per-rank clock report.
@@ -198,6 +201,28 @@ pub struct PhaseSummary {
     pub token_p99_us: Option<f64>,
     /// Median arrival skew, µs (absent when uncalibrated).
     pub skew_median_us: Option<f64>,
+    /// Timed collectives per NCCL tuner choice `ALGO/PROTO/channels` (empty when not captured).
+    #[serde(default)]
+    pub tuner_choices: BTreeMap<String, u64>,
+}
+
+/// Event-by-event comparison of tuner choices between a workload phase and a
+/// proxy that replays it (the k-th collective of each, warm-ups included;
+/// sizes must agree pairwise or the comparison is refused).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TuningComparison {
+    /// Workload phase.
+    pub workload: Phase,
+    /// Proxy phase.
+    pub proxy: Phase,
+    /// Pairs compared.
+    pub compared: u64,
+    /// Pairs with the same algorithm, protocol and channel count.
+    pub same: u64,
+    /// The first differing pairs: (index, workload choice, proxy choice).
+    pub first_differences: Vec<(u64, String, String)>,
+    /// Why no comparison was made, when none was.
+    pub refused: Option<String>,
 }
 
 /// How the arrival-delay negative control behaved (SPEC §2: the skew metric
@@ -247,6 +272,9 @@ pub struct JoinSummary {
     pub nodes: Vec<NodeClockReport>,
     /// Arrival-delay control, when one was injected and clocks were calibrated.
     pub delay_control: Option<DelayControlReport>,
+    /// Tuner choices of each proxy phase against `blocking`, where captured.
+    #[serde(default)]
+    pub tuning_comparisons: Vec<TuningComparison>,
     /// Verified shard digests.
     pub shards: Vec<crate::run::ShardRef>,
 }
@@ -335,6 +363,11 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
         }
     }
     let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
+    // per rank: captured tuner choices by group-0 sequence number
+    let tuners: Vec<BTreeMap<u64, crate::tuning::TunerChoice>> = shards
+        .iter()
+        .map(|s| s.header.tuning.as_ref().map(|t| t.choices.iter().cloned().collect()).unwrap_or_default())
+        .collect();
     // per rank and phase: the device anchor's error (GPU), added to arrival bounds
     let anchors: Vec<BTreeMap<Phase, u64>> = shards
         .iter()
@@ -414,6 +447,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            tuner: members.iter().find_map(|&r| tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0),
         };
         attach_arrival(&mut jc, &models, &anchors);
         out.push(jc);
@@ -541,6 +575,12 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
             .collect();
         let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
+        let mut tuner_choices = BTreeMap::new();
+        for c in &timed {
+            if let Some(t) = &c.tuner {
+                *tuner_choices.entry(tuner_label(t)).or_insert(0u64) += 1;
+            }
+        }
         phases.push(PhaseSummary {
             phase,
             collectives_per_rank: timed.len() as u64,
@@ -553,12 +593,23 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             token_median_us: stats::median(&mut tokens),
             token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
             skew_median_us: stats::median(&mut skews),
+            tuner_choices,
         });
     }
     let clocks = clock_reports(&j.shards);
     let nodes = node_reports(&j.shards, &clocks);
     let delay_control = delay_control(j);
+    let tuning_comparisons = if j.collectives.iter().any(|c| c.tuner.is_some()) {
+        [Phase::Replay, Phase::Fill, Phase::Overlap]
+            .into_iter()
+            .filter(|p| j.run.workload.phases.contains(p) && j.run.workload.phases.contains(&Phase::Blocking))
+            .map(|p| compare_tuning(&j.collectives, Phase::Blocking, p))
+            .collect()
+    } else {
+        Vec::new()
+    };
     JoinSummary {
+        tuning_comparisons,
         delay_control,
         run_id: j.run.run_id.clone(),
         world_size: j.run.world_size,
@@ -568,6 +619,38 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         nodes,
         shards: j.run.shards.clone(),
     }
+}
+
+fn tuner_label(t: &crate::tuning::TunerChoice) -> String {
+    format!("{}/{}/{}ch", t.algo, t.proto, t.channels)
+}
+
+/// Compare the k-th collectives of two phases.
+pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -> TuningComparison {
+    let a: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == workload).collect();
+    let b: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == proxy).collect();
+    let mut out = TuningComparison { workload, proxy, compared: 0, same: 0, first_differences: Vec::new(), refused: None };
+    if a.len() != b.len() {
+        out.refused = Some(format!("{workload} has {} collectives and {proxy} has {}", a.len(), b.len()));
+        return out;
+    }
+    for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+        if x.bytes != y.bytes {
+            out.refused = Some(format!("collective {k}: {workload} has {} bytes, {proxy} has {}", x.bytes, y.bytes));
+            return out;
+        }
+        let (Some(tx), Some(ty)) = (&x.tuner, &y.tuner) else {
+            out.refused = Some(format!("collective {k} has no captured choice in one of the phases"));
+            return out;
+        };
+        out.compared += 1;
+        if tx == ty {
+            out.same += 1;
+        } else if out.first_differences.len() < 10 {
+            out.first_differences.push((k as u64, tuner_label(tx), tuner_label(ty)));
+        }
+    }
+    out
 }
 
 fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
@@ -644,6 +727,20 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         let _ = writeln!(o, "  node {} ranks {:?}: {verdict}", n.host, n.ranks);
     }
+    for p in s.phases.iter().filter(|p| !p.tuner_choices.is_empty()) {
+        let list: Vec<String> = p.tuner_choices.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+        let _ = writeln!(o, "tuner choices {:<13} {}", p.phase.name(), list.join(", "));
+    }
+    for t in &s.tuning_comparisons {
+        match &t.refused {
+            Some(why) => {
+                let _ = writeln!(o, "tuner choices {} vs {}: not compared ({why})", t.workload, t.proxy);
+            }
+            None => {
+                let _ = writeln!(o, "tuner choices {} vs {}: {}/{} collectives chose the same algorithm, protocol and channels", t.workload, t.proxy, t.same, t.compared);
+            }
+        }
+    }
     if let Some(dc) = &s.delay_control {
         let _ = writeln!(
             o,
@@ -694,6 +791,7 @@ mod tests {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            tuner: None,
         }
     }
 
@@ -720,5 +818,28 @@ mod tests {
         attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
         assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
+    }
+
+    #[test]
+    fn tuning_comparison_pairs_by_order_and_refuses_size_mismatch() {
+        let t = |a: &str, p: &str| Some(crate::tuning::TunerChoice { algo: a.into(), proto: p.into(), channels: 8 });
+        let mk = |phase, bytes, tuner| {
+            let mut c = collective(vec![times(0, 0, None)]);
+            c.phase = phase;
+            c.bytes = bytes;
+            c.tuner = tuner;
+            c
+        };
+        let all = vec![
+            mk(Phase::Blocking, 4, t("RING", "LL")),
+            mk(Phase::Blocking, 8, t("RING", "LL")),
+            mk(Phase::Replay, 4, t("RING", "LL")),
+            mk(Phase::Replay, 8, t("TREE", "LL")),
+        ];
+        let c = compare_tuning(&all, Phase::Blocking, Phase::Replay);
+        assert_eq!((c.compared, c.same), (2, 1));
+        assert_eq!(c.first_differences, vec![(1, "RING/LL/8ch".to_string(), "TREE/LL/8ch".to_string())]);
+        let bad = vec![mk(Phase::Blocking, 4, t("RING", "LL")), mk(Phase::Replay, 8, t("RING", "LL"))];
+        assert!(compare_tuning(&bad, Phase::Blocking, Phase::Replay).refused.unwrap().contains("bytes"));
     }
 }

@@ -15,6 +15,14 @@ fn run() -> Result<()> {
         }
         Command::BenchOverhead(a) => commcanary::bench::run(a),
         Command::Overlap(a) => commands::overlap(a),
+        Command::Export(commcanary::cli::ExportCommand::Chrome(a)) => {
+            let joined = commcanary::join::join_dir(&a.run_dir)?;
+            let trace = commcanary::export::chrome_trace(&joined);
+            let bytes = serde_json::to_vec(&trace)?;
+            commcanary::fsutil::write_new_atomic(&a.output, &bytes)?;
+            eprintln!("wrote {} ({} events)", a.output.display(), trace["traceEvents"].as_array().map_or(0, |v| v.len()));
+            Ok(())
+        }
         Command::Doctor(a) => {
             let (r, all_ok) = commcanary::doctor::report(&a.nccl_lib);
             if a.json {

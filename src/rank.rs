@@ -113,9 +113,84 @@ fn plan(args: &RankArgs) -> Result<Plan> {
     Ok(Plan { spec, delay, clock_injections, fault, backend, backend_note })
 }
 
+/// Directory (under `--out`) where NCCL writes per-process debug logs before they are kept.
+fn nccl_debug_dir(out: &std::path::Path) -> PathBuf {
+    out.join(".nccl-debug")
+}
+
+/// Ask NCCL for its tuning log. Runs before MPI_Init, while this process is
+/// still single-threaded, so changing the environment is safe.
+fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
+    let dir = nccl_debug_dir(out);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = std::fs::canonicalize(&dir)?;
+    let subsys = match std::env::var("NCCL_DEBUG_SUBSYS") {
+        Ok(s) if !s.is_empty() && !s.split(',').any(|x| x == "TUNING") => format!("{s},TUNING"),
+        Ok(s) if !s.is_empty() => s,
+        _ => "TUNING".into(),
+    };
+    if std::env::var("NCCL_DEBUG").map(|v| v.eq_ignore_ascii_case("TRACE")).unwrap_or(false) {
+        // TRACE already includes INFO
+    } else {
+        std::env::set_var("NCCL_DEBUG", "INFO");
+    }
+    std::env::set_var("NCCL_DEBUG_SUBSYS", subsys);
+    std::env::set_var("NCCL_DEBUG_FILE", dir.join("%h.%p.log"));
+    Ok(())
+}
+
+/// After the phases: keep this process's NCCL log beside the shard and attach the choices.
+fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, rank: u32, events: &[(u64, u64)]) -> Result<crate::tuning::TuningCapture> {
+    let pid = std::process::id();
+    let dir = nccl_debug_dir(out);
+    let suffix = format!(".{pid}.log");
+    let found = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&suffix)));
+    let source = "NCCL_DEBUG_SUBSYS=TUNING log of this process".to_string();
+    let Some(path) = found else {
+        return Ok(crate::tuning::TuningCapture {
+            source,
+            log_sha256: None,
+            log_file: None,
+            unrecognised_lines: 0,
+            unavailable: Some(format!("NCCL wrote no debug file for pid {pid} in {}", dir.display())),
+            choices: Vec::new(),
+        });
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let kept = format!("nccl-debug.rank-{rank:05}.log");
+    crate::fsutil::write_new_atomic(&run_dir.join(&kept), &bytes)?;
+    let _ = std::fs::remove_file(&path);
+    let (lines, unrecognised) = crate::tuning::parse_log(&String::from_utf8_lossy(&bytes));
+    let (choices, unavailable) = if lines.is_empty() {
+        (Vec::new(), Some("NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string()))
+    } else {
+        match crate::tuning::attach(&lines, events) {
+            Ok(c) => (c, None),
+            Err(why) => (Vec::new(), Some(why)),
+        }
+    };
+    Ok(crate::tuning::TuningCapture {
+        source,
+        log_sha256: Some(crate::fsutil::sha256_hex(&bytes)),
+        log_file: Some(kept),
+        unrecognised_lines: unrecognised as u64,
+        unavailable,
+        choices,
+    })
+}
+
 /// Entry point of `commcanary rank`.
 pub fn run(args: RankArgs) -> Result<()> {
     let plan = plan(&args)?;
+    if args.nccl_tuning {
+        if plan.backend != BackendKind::Cuda {
+            bail!("--nccl-tuning needs the cuda backend (NCCL's tuner is what it records)");
+        }
+        request_nccl_tuning_log(&args.out)?;
+    }
     let t_before_init = crate::clock::monotonic_raw_ns();
     let universe = mpi::initialize().context("MPI is already initialised or could not be initialised")?;
     let mpi_init_ns = crate::clock::monotonic_raw_ns() - t_before_init;
@@ -288,6 +363,12 @@ fn finish_rank<B: Backend>(
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
+    let tuning = if args.nccl_tuning {
+        let events: Vec<(u64, u64)> = body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
+        Some(collect_tuning(&args.out, &dir, rank, &events)?)
+    } else {
+        None
+    };
 
     let clock_record = match args.clock {
         ClockMode::None => None,
@@ -326,6 +407,7 @@ fn finish_rank<B: Backend>(
         unmeasured: backend.unmeasured(),
         phases: phase_runs,
         started_unix_ms,
+        tuning,
     };
     let shard = Shard { header, body };
     let bytes = shard.encode()?;

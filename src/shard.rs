@@ -310,6 +310,9 @@ pub struct ShardHeader {
     pub phases: Vec<PhaseRun>,
     /// Wall-clock start (Unix ms), for humans only.
     pub started_unix_ms: u64,
+    /// NCCL tuner choices, when captured (`--nccl-tuning`); absent in older shards.
+    #[serde(default)]
+    pub tuning: Option<crate::tuning::TuningCapture>,
 }
 
 /// Shard body: the events.

@@ -293,6 +293,32 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// Reference for the overhead benchmark: one event before and one after
+    /// `iters` back-to-back `ncclAllReduce` calls on the comm stream, nothing
+    /// else recorded. Returns device ns per collective.
+    pub fn reference_loop_ns(&mut self, bytes: u64, iters: u32) -> Result<f64> {
+        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+        self.synchronize()?;
+        let start = self.timing_event()?;
+        let end = self.timing_event()?;
+        drv(start.record(&self.comm_stream), "cuEventRecord")?;
+        {
+            let (sp, _s) = self.send.device_ptr(&self.comm_stream);
+            let (rp, _r) = self.recv.device_ptr_mut(&self.comm_stream);
+            for _ in 0..iters {
+                // SAFETY: as in issue_allreduce.
+                unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+            }
+        }
+        drv(end.record(&self.comm_stream), "cuEventRecord")?;
+        let ms = drv(start.elapsed_ms(&end), "cuEventElapsedTime")? as f64;
+        self.free_events.push(start);
+        self.free_events.push(end);
+        Ok(ms * 1e6 / iters.max(1) as f64)
+    }
+}
+
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda

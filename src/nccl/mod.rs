@@ -128,13 +128,30 @@ pub fn mapped_nccl_paths() -> Vec<String> {
 }
 
 impl NcclLibrary {
-    /// Load exactly `path` and verify it.
+    /// Load exactly `path` and verify it. A bare file name (no `/`) is
+    /// resolved by the system loader's search; the file actually mapped then
+    /// becomes the canonical path (the search order itself proves nothing).
     pub fn load(path: &Path) -> Result<Self> {
-        let canonical: PathBuf = std::fs::canonicalize(path)
-            .with_context(|| format!("NCCL library {}: no such file", path.display()))?;
-        // SAFETY: loading a shared library runs its initialisers; NCCL's are benign.
-        let lib = unsafe { Library::open(Some(&canonical), RTLD_NOW | RTLD_LOCAL) }
-            .with_context(|| format!("NCCL library {} could not be loaded", path.display()))?;
+        let bare = path.components().count() == 1 && !path.to_string_lossy().contains('/');
+        let before = mapped_nccl_paths();
+        let (lib, canonical): (Library, PathBuf) = if bare {
+            // SAFETY: loading a shared library runs its initialisers; NCCL's are benign.
+            let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+                .with_context(|| format!("NCCL library {} could not be found by the system loader", path.display()))?;
+            let new: Vec<String> = mapped_nccl_paths().into_iter().filter(|p| !before.contains(p)).collect();
+            let one = match new.as_slice() {
+                [one] => PathBuf::from(one),
+                _ => bail!("loading {} mapped {:?}: cannot tell which NCCL file is in use; pass an explicit path", path.display(), new),
+            };
+            (lib, one)
+        } else {
+            let canonical: PathBuf = std::fs::canonicalize(path)
+                .with_context(|| format!("NCCL library {}: no such file", path.display()))?;
+            // SAFETY: as above.
+            let lib = unsafe { Library::open(Some(&canonical), RTLD_NOW | RTLD_LOCAL) }
+                .with_context(|| format!("NCCL library {} could not be loaded", path.display()))?;
+            (lib, canonical)
+        };
         for name in REQUIRED_SYMBOLS {
             let cname = format!("{name}\0");
             // SAFETY: only checks presence; the pointer is not called here.
