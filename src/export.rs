@@ -5,14 +5,22 @@
 //! the communication stream, on one time axis: every rank's times are mapped
 //! onto rank 0's timebase through its clock model (local clock where a run
 //! has none, which the metadata says), then rebased to the earliest event.
-//! Kernel rows (GEMM kernels, NCCL kernels) need CUPTI kernel records, which
-//! this build does not collect: they are absent and the metadata says why;
+//! Kernel rows (compute kernels, NCCL kernels) come from CUPTI kernel records
+//! only; where a rank has none they stay empty and the metadata says why:
 //! event-bracketed stream intervals are never relabelled as kernels.
 use crate::join::JoinedRun;
 use crate::shard::ComputeKind;
 use serde_json::{json, Value};
 
-const ROWS: [(u32, &str); 5] = [(0, "phases"), (1, "tokens"), (2, "host calls"), (3, "compute stream"), (4, "comm stream")];
+const ROWS: [(u32, &str); 7] = [
+    (0, "phases"),
+    (1, "tokens"),
+    (2, "host calls"),
+    (3, "compute stream"),
+    (4, "comm stream"),
+    (5, "GEMM kernels (CUPTI)"),
+    (6, "NCCL kernels (CUPTI)"),
+];
 
 /// Build the trace JSON for a joined run.
 pub fn chrome_trace(j: &JoinedRun) -> Value {
@@ -39,6 +47,14 @@ pub fn chrome_trace(j: &JoinedRun) -> Value {
                 _ => spans.push((r, 4, format!("allreduce {}B (issue..wait return)", e.bytes), to_ref(e.host_issue_ns), to_ref(e.wait_end_ns), args)),
             }
         }
+        for k in &s.body.kernels {
+            let row = match k.kind {
+                crate::shard::KernelKind::Compute => 5,
+                crate::shard::KernelKind::Nccl => 6,
+            };
+            let name = s.body.kernel_names.get(k.name as usize).cloned().unwrap_or_else(|| format!("kernel #{}", k.name));
+            spans.push((r, row, name, to_ref(k.start_ns), to_ref(k.end_ns), json!({"phase": k.phase, "stream": k.stream, "correlation": k.correlation})));
+        }
         for c in &s.body.compute {
             let (row, name) = match c.kind {
                 ComputeKind::Gemm => (3, format!("gemm x{}", c.units)),
@@ -50,7 +66,22 @@ pub fn chrome_trace(j: &JoinedRun) -> Value {
     }
     let t0 = spans.iter().map(|s| s.3).fold(f64::INFINITY, f64::min);
     let t0 = if t0.is_finite() { t0 } else { 0.0 };
-    let mut events: Vec<Value> = Vec::with_capacity(spans.len() + 8 * j.shards.len());
+    let kernels_absent: Vec<String> = j
+        .shards
+        .iter()
+        .filter(|s| s.body.kernels.is_empty())
+        .map(|s| {
+            let why = s
+                .header
+                .unmeasured
+                .iter()
+                .find(|u| u.field == "kernels")
+                .map(|u| u.reason.clone())
+                .unwrap_or_else(|| format!("no CUPTI kernel records ({} backend)", serde_json::to_value(s.header.backend).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()));
+            format!("rank {}: {why}", s.header.rank)
+        })
+        .collect();
+    let mut events: Vec<Value> = Vec::with_capacity(spans.len() + 16 * j.shards.len());
     for s in &j.shards {
         let r = s.header.rank;
         events.push(json!({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": format!("rank {r} ({}, {})", s.header.host, s.header.device.name)}}));
@@ -69,7 +100,7 @@ pub fn chrome_trace(j: &JoinedRun) -> Value {
             "run_id": j.run.run_id,
             "timebase": if calibrated { "rank 0's clock; other ranks mapped through their clock models" } else { "each rank's local clock (run without clock calibration)" },
             "comm_stream_rows": "device intervals from CUDA events where measured; on CPU, issue to wait return",
-            "kernel_rows": "absent: GEMM and NCCL kernel rows need CUPTI kernel records, which this build does not collect",
+            "kernel_rows": if kernels_absent.is_empty() { "CUPTI kernel activity records on every rank".to_string() } else { format!("empty where no CUPTI records exist: {}", kernels_absent.join("; ")) },
         }
     })
 }
@@ -79,6 +110,7 @@ mod tests {
     #[test]
     fn rows_are_the_documented_five() {
         let names: Vec<&str> = super::ROWS.iter().map(|r| r.1).collect();
-        assert_eq!(names, ["phases", "tokens", "host calls", "compute stream", "comm stream"]);
+        assert_eq!(names[..5], ["phases", "tokens", "host calls", "compute stream", "comm stream"]);
+        assert!(names[5].contains("GEMM kernels") && names[6].contains("NCCL kernels"));
     }
 }

@@ -13,6 +13,7 @@ pub mod bench;
 pub mod cli;
 pub mod cli_kv;
 pub mod clock;
+pub mod cupti;
 pub mod doctor;
 pub mod export;
 pub mod fsutil;

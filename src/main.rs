@@ -80,12 +80,13 @@ mod commands {
         if a.json {
             writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         } else {
-            writeln!(out, "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  comm intervals", "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall")?;
+            writeln!(out, "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals", "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall")?;
             let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
             for r in rows {
-                let src = match r.comm_interval {
-                    commcanary::join::CompletionSource::DeviceEvents => "device events",
-                    _ => "issue..wait return (upper bound)",
+                let src = match r.source {
+                    commcanary::overlap::IntervalSource::CuptiKernels => "CUPTI kernels",
+                    commcanary::overlap::IntervalSource::DeviceEvents => "CUDA events",
+                    commcanary::overlap::IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
                 };
                 writeln!(out, "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}", r.phase.name(), r.rank, r.report.compute_active_us, r.report.comm_active_us, r.report.overlap_us, p(r.report.overlap_of_comm), p(r.report.overlap_of_compute), p(r.report.overlap_of_wall))?;
             }

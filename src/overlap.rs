@@ -143,6 +143,19 @@ mod tests {
     }
 }
 
+/// Where the intervals of an overlap computation come from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntervalSource {
+    /// CUPTI kernel records: compute = non-NCCL kernels, comm = NCCL kernels.
+    CuptiKernels,
+    /// CUDA events bracketing each operation on its stream.
+    DeviceEvents,
+    /// Host clock: compute intervals as timed, comm from issue to wait return
+    /// (an upper bound on when the library could have been working).
+    Host,
+}
+
 /// Overlap of one phase on one rank of a run.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PhaseOverlap {
@@ -150,52 +163,55 @@ pub struct PhaseOverlap {
     pub phase: crate::workload::Phase,
     /// World rank.
     pub rank: u32,
-    /// What the communication intervals are: device events, or (CPU) issue to
-    /// wait return, an upper bound on when the library could have been working.
-    pub comm_interval: crate::join::CompletionSource,
+    /// What the intervals are.
+    pub source: IntervalSource,
     /// The figures.
     pub report: OverlapReport,
 }
 
-/// Overlap per phase and rank from verified shards. Compute = GEMM and
-/// memory-bound intervals (host-only work is not on the compute engine);
-/// communication = each collective's device interval, else issue to wait return.
+/// Overlap per phase and rank from verified shards: from CUPTI kernels where
+/// the phase has them; else compute intervals (GEMM and memory-bound; host-only
+/// work is not on the compute engine) against each collective's device
+/// interval, or issue to wait return on the host.
 pub fn per_phase(shards: &[crate::shard::Shard]) -> Result<Vec<PhaseOverlap>> {
-    use crate::shard::ComputeKind;
+    use crate::shard::{ComputeKind, KernelKind};
+    let us = |a: u64, b: u64| (a as f64 / 1e3, b as f64 / 1e3);
     let mut out = Vec::new();
     for s in shards {
         for p in &s.header.workload.phases {
-            let compute: Vec<(f64, f64)> = s
-                .body
-                .compute
-                .iter()
-                .filter(|c| c.phase == *p && c.kind != ComputeKind::HostDelay)
-                .map(|c| (c.start_ns as f64 / 1e3, c.end_ns as f64 / 1e3))
-                .collect();
-            let mut device = true;
-            let comm: Vec<(f64, f64)> = s
-                .body
-                .collectives
-                .iter()
-                .filter(|c| c.phase == *p)
-                .map(|c| match (c.device_start_ns, c.device_end_ns) {
-                    (Some(a), Some(b)) => (a as f64 / 1e3, b as f64 / 1e3),
-                    _ => {
-                        device = false;
-                        (c.host_issue_ns as f64 / 1e3, c.wait_end_ns as f64 / 1e3)
-                    }
-                })
-                .collect();
+            let kernels: Vec<&crate::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == *p).collect();
+            let (source, compute, comm) = if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
+                let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| us(k.start_ns, k.end_ns)).collect::<Vec<_>>();
+                (IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl))
+            } else {
+                let compute: Vec<(f64, f64)> = s
+                    .body
+                    .compute
+                    .iter()
+                    .filter(|c| c.phase == *p && c.kind != ComputeKind::HostDelay)
+                    .map(|c| us(c.start_ns, c.end_ns))
+                    .collect();
+                let mut device = true;
+                let comm: Vec<(f64, f64)> = s
+                    .body
+                    .collectives
+                    .iter()
+                    .filter(|c| c.phase == *p)
+                    .map(|c| match (c.device_start_ns, c.device_end_ns) {
+                        (Some(a), Some(b)) => us(a, b),
+                        _ => {
+                            device = false;
+                            us(c.host_issue_ns, c.wait_end_ns)
+                        }
+                    })
+                    .collect();
+                (if device { IntervalSource::DeviceEvents } else { IntervalSource::Host }, compute, comm)
+            };
             out.push(PhaseOverlap {
                 phase: *p,
                 rank: s.header.rank,
-                comm_interval: if device {
-                    crate::join::CompletionSource::DeviceEvents
-                } else {
-                    crate::join::CompletionSource::HostIssueToWaitReturn
-                },
-                report: overlap(&compute, &comm)
-                    .map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
+                source,
+                report: overlap(&compute, &comm).map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
             });
         }
     }

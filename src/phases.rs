@@ -76,6 +76,7 @@ pub struct Runner<'a, B: Backend> {
     seq: u64,
     checked_in_phase: u32,
     pending_marks: Vec<(MarkTarget, usize)>,
+    current_phase: Option<Phase>,
     /// Recorded events.
     pub body: ShardBody,
     /// Per-phase records.
@@ -108,6 +109,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             seq: 0,
             checked_in_phase: 0,
             pending_marks: Vec::new(),
+            current_phase: None,
             body: ShardBody::default(),
             phase_runs: Vec::new(),
             progress,
@@ -145,6 +147,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             _ => (None, None),
         };
         self.world.barrier();
+        self.current_phase = Some(phase);
         let start_ns = self.clock.now_ns();
         match phase {
             Phase::Isolated => self.isolated()?,
@@ -185,6 +188,27 @@ impl<'a, B: Backend> Runner<'a, B> {
         for (e, iv) in events.iter_mut().zip(&t.collectives) {
             e.device_start_ns = iv.map(|d| d.start_ns);
             e.device_end_ns = iv.map(|d| d.end_ns);
+        }
+        let phase = self.body.collectives.get(first_collective).map(|e| e.phase).or(self.current_phase);
+        for k in t.kernels {
+            let name = match self.body.kernel_names.iter().position(|n| *n == k.name) {
+                Some(i) => i as u32,
+                None => {
+                    self.body.kernel_names.push(k.name);
+                    (self.body.kernel_names.len() - 1) as u32
+                }
+            };
+            if let Some(phase) = phase {
+                self.body.kernels.push(crate::shard::KernelEvent {
+                    phase,
+                    kind: k.kind,
+                    name,
+                    start_ns: k.start_ns,
+                    end_ns: k.end_ns,
+                    stream: k.stream,
+                    correlation: k.correlation,
+                });
+            }
         }
         for (target, id) in std::mem::take(&mut self.pending_marks) {
             let ns = *t.marks_ns.get(id).ok_or_else(|| anyhow::anyhow!("internal: mark {id} was not resolved"))?;

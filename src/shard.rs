@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// Current on-disk shard format version.
-pub const SHARD_FORMAT_VERSION: u32 = 1;
+/// Current on-disk shard format version (2 added kernel records to the body;
+/// version 1 shards are still read, with no kernels).
+pub const SHARD_FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -315,6 +316,35 @@ pub struct ShardHeader {
     pub tuning: Option<crate::tuning::TuningCapture>,
 }
 
+/// What a GPU kernel was, by CommCanary's classification of its name.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelKind {
+    /// An NCCL kernel (name contains `nccl`).
+    Nccl,
+    /// Any other kernel: on CommCanary's compute stream, the GEMM.
+    Compute,
+}
+
+/// A kernel execution from CUPTI, on this rank's host timeline.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KernelEvent {
+    /// Phase during which it ran.
+    pub phase: Phase,
+    /// Classification.
+    pub kind: KernelKind,
+    /// Index into the body's `kernel_names`.
+    pub name: u32,
+    /// Start, host ns (through the phase's CUPTI anchor).
+    pub start_ns: u64,
+    /// End, host ns.
+    pub end_ns: u64,
+    /// CUPTI stream id.
+    pub stream: u32,
+    /// CUPTI correlation id.
+    pub correlation: u32,
+}
+
 /// Shard body: the events.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct ShardBody {
@@ -324,6 +354,18 @@ pub struct ShardBody {
     pub compute: Vec<ComputeEvent>,
     /// Token latencies.
     pub tokens: Vec<TokenEvent>,
+    /// CUPTI kernel records (format 2; empty when not collected).
+    pub kernels: Vec<KernelEvent>,
+    /// Distinct kernel names, indexed by `KernelEvent::name`.
+    pub kernel_names: Vec<String>,
+}
+
+/// Format-1 body, read for compatibility.
+#[derive(Deserialize)]
+struct ShardBodyV1 {
+    collectives: Vec<CollectiveEvent>,
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
 }
 
 /// A whole shard.
@@ -368,9 +410,9 @@ impl Shard {
             return Err(fault(format!("truncated: {} bytes is shorter than an empty shard", bytes.len())));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != SHARD_FORMAT_VERSION {
+        if version != SHARD_FORMAT_VERSION && version != 1 {
             return Err(fault(format!(
-                "format version {version} is not supported (this build reads version {SHARD_FORMAT_VERSION})"
+                "format version {version} is not supported (this build reads versions 1 to {SHARD_FORMAT_VERSION})"
             )));
         }
         let mut pos = 12usize;
@@ -415,8 +457,14 @@ impl Shard {
         if header.format_version != version {
             return Err(fault("header format_version disagrees with the preamble".into()));
         }
-        let (body, used): (ShardBody, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
-            .map_err(|e| fault(format!("body does not decode: {e}")))?;
+        let (body, used): (ShardBody, usize) = if version == 1 {
+            let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
+                .map_err(|e| fault(format!("body does not decode: {e}")))?;
+            let body = ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() };
+            (body, used)
+        } else {
+            bincode::serde::decode_from_slice(body_bytes, bincode_cfg()).map_err(|e| fault(format!("body does not decode: {e}")))?
+        };
         if used != body_bytes.len() {
             bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
         }

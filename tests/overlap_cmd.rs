@@ -10,7 +10,7 @@ fn blocking_has_no_overlap_and_overlap_phase_has_some() {
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 4, "2 phases x 2 ranks");
     for r in rows {
-        assert_eq!(r["comm_interval"], "host-issue-to-wait-return");
+        assert_eq!(r["source"], "host");
         let ov = r["report"]["overlap_us"].as_f64().unwrap();
         match r["phase"].as_str().unwrap() {
             "blocking" => assert_eq!(ov, 0.0, "{r}"),

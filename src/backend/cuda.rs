@@ -125,6 +125,8 @@ struct Anchor {
     event: CudaEvent,
     host_ns: u64,
     error_ns: u64,
+    /// CUPTI's clock against the host clock: (cupti ns, host ns, error ns).
+    cupti: Option<(u64, u64, u64)>,
 }
 
 /// CUDA backend state of one rank.
@@ -155,6 +157,8 @@ pub struct CudaBackend {
     produced: CudaEvent,
     anchor: Option<Anchor>,
     corrupt_next_check: bool,
+    cupti: Option<crate::cupti::Cupti>,
+    cupti_unavailable: Option<String>,
     device: DeviceIdentity,
     ctx: Arc<CudaContext>,
 }
@@ -181,6 +185,11 @@ impl CudaBackend {
             bail!("{why}");
         }
         let cublas_name = probe_cublas()?;
+        // CUPTI first, so that it sees every kernel; its absence is recorded, not fatal.
+        let (cupti, cupti_unavailable) = match crate::cupti::Cupti::start() {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        };
         let count = drv(CudaContext::device_count(), "cuDeviceGetCount")? as u32;
         let ordinal = (local_rank % count) as usize;
         let ctx = drv(CudaContext::new(ordinal), "creating the CUDA context")?;
@@ -235,6 +244,14 @@ impl CudaBackend {
                 ("nccl_version_code".into(), obs.version_code.to_string()),
                 ("nccl_sha256".into(), obs.sha256.clone()),
                 ("cublas".into(), cublas_name),
+                (
+                    "cupti".into(),
+                    match (&cupti, &cupti_unavailable) {
+                        (Some(c), _) => format!("kernel activity records from {}", c.path),
+                        (None, Some(why)) => format!("unavailable: {why}"),
+                        _ => "unavailable".into(),
+                    },
+                ),
                 ("gemm".into(), format!("{m}x{n}x{k} bf16 in/out, fp32 accumulate (cublasGemmEx)")),
                 ("collective".into(), "ncclAllReduce float32 sum on a dedicated stream".into()),
             ],
@@ -261,6 +278,8 @@ impl CudaBackend {
             produced,
             anchor: None,
             corrupt_next_check: false,
+            cupti,
+            cupti_unavailable,
             device,
             ctx,
         })
@@ -283,7 +302,18 @@ impl CudaBackend {
         drv(event.record(&self.compute), "cuEventRecord (anchor)")?;
         drv(event.synchronize(), "cuEventSynchronize (anchor)")?;
         let t2 = self.clock.now_ns();
-        self.anchor = Some(Anchor { event, host_ns: t1 + (t2 - t1) / 2, error_ns: (t2 - t1).div_ceil(2) });
+        let cupti = match &self.cupti {
+            Some(c) => {
+                // start from an empty collection: earlier kernels belong to no pass
+                let _ = c.drain()?;
+                let h1 = self.clock.now_ns();
+                let ts = c.timestamp()?;
+                let h2 = self.clock.now_ns();
+                Some((ts, h1 + (h2 - h1) / 2, (h2 - h1).div_ceil(2)))
+            }
+            None => None,
+        };
+        self.anchor = Some(Anchor { event, host_ns: t1 + (t2 - t1) / 2, error_ns: (t2 - t1).div_ceil(2), cupti });
         Ok(())
     }
 
@@ -329,16 +359,18 @@ impl Backend for CudaBackend {
     }
 
     fn unmeasured(&self) -> Vec<Unmeasured> {
-        vec![
+        [
             Unmeasured {
                 field: "wait_start_ns/wait_end_ns".into(),
                 reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute stream's stall is not measured yet".into(),
             },
-            Unmeasured {
-                field: "kernel intervals".into(),
-                reason: "device intervals come from CUDA events around each operation, not from CUPTI kernel records".into(),
-            },
         ]
+        .into_iter()
+        .chain(self.cupti_unavailable.as_ref().map(|why| Unmeasured {
+            field: "kernels".into(),
+            reason: format!("no CUPTI kernel records: {why}"),
+        }))
+        .collect()
     }
 
     fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
@@ -434,8 +466,28 @@ impl Backend for CudaBackend {
         let intervals = std::mem::take(&mut self.intervals);
         let marks = std::mem::take(&mut self.marks);
         let Some(anchor) = self.anchor.take() else {
-            return Ok(PassTimings { collectives: vec![None; intervals.len()], marks_ns: Vec::new(), anchor_error_ns: None });
+            return Ok(PassTimings { collectives: vec![None; intervals.len()], ..Default::default() });
         };
+        let mut kernels = Vec::new();
+        if let (Some(c), Some((ts0, host0, _err))) = (&self.cupti, anchor.cupti) {
+            let (raw, _malformed, _dropped) = c.drain()?;
+            for k in raw {
+                let map = |t: u64| (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64;
+                let kind = if k.name.to_ascii_lowercase().contains("nccl") {
+                    crate::shard::KernelKind::Nccl
+                } else {
+                    crate::shard::KernelKind::Compute
+                };
+                kernels.push(super::PassKernel {
+                    kind,
+                    name: k.name,
+                    start_ns: map(k.start),
+                    end_ns: map(k.end),
+                    stream: k.stream,
+                    correlation: k.correlation,
+                });
+            }
+        }
         let mut collectives = Vec::with_capacity(intervals.len());
         for (s, e) in &intervals {
             collectives.push(Some(DeviceInterval { start_ns: Self::to_host_ns(&anchor, s)?, end_ns: Self::to_host_ns(&anchor, e)? }));
@@ -445,7 +497,9 @@ impl Backend for CudaBackend {
         self.free_events.extend(intervals.into_iter().flat_map(|(s, e)| [s, e]));
         self.free_events.extend(marks);
         self.free_events.push(anchor.event);
-        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns) })
+        // the kernel anchor's error adds to the event anchor's where both are used
+        let error_ns = error_ns.max(anchor.cupti.map(|c| c.2).unwrap_or(0));
+        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns), kernels })
     }
 
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {

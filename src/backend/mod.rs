@@ -30,6 +30,25 @@ pub struct PassTimings {
     pub marks_ns: Vec<u64>,
     /// Error bound of the device-to-host anchor, where one was used.
     pub anchor_error_ns: Option<u64>,
+    /// Kernels that ran during the pass (CUPTI), on the host timeline.
+    pub kernels: Vec<PassKernel>,
+}
+
+/// A kernel of a pass, on the host timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassKernel {
+    /// Classification.
+    pub kind: crate::shard::KernelKind,
+    /// Kernel name.
+    pub name: String,
+    /// Start, host ns.
+    pub start_ns: u64,
+    /// End, host ns.
+    pub end_ns: u64,
+    /// CUPTI stream id.
+    pub stream: u32,
+    /// CUPTI correlation id.
+    pub correlation: u32,
 }
 
 /// What a backend offers the phase runner.
