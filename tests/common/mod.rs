@@ -3,9 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Path of the built binary.
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_commcanary")
+/// Path of the binary under test: `COMMCANARY_BIN` when set (a test binary
+/// carried to a GPU host runs against the staged executable there), else the
+/// one cargo built.
+pub fn bin() -> String {
+    std::env::var("COMMCANARY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_commcanary").to_string())
 }
 
 /// One mpirun job at a time per test binary: the tests' threads would otherwise
@@ -17,7 +19,7 @@ static MPIRUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub fn mpirun(n: u32, args: &[&str]) -> Output {
     let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
     Command::new("mpirun")
-        .args(["--oversubscribe", "-n", &n.to_string(), bin()])
+        .args(["--oversubscribe", "-n", &n.to_string(), &bin()])
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -43,9 +45,16 @@ pub fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Run `rank` under mpirun into a fresh directory; return the run directory.
+/// Run `rank` on the CPU backend under mpirun into a fresh directory; return the run directory.
 pub fn run_rank(n: u32, out: &Path, extra: &[&str]) -> PathBuf {
-    let mut args = vec!["rank", "-q", "--backend", "cpu", "--out", out.to_str().unwrap()];
+    let mut args = vec!["--backend", "cpu"];
+    args.extend_from_slice(extra);
+    run_rank_with(n, out, &args)
+}
+
+/// Run `rank` under mpirun with exactly these extra arguments; return the run directory.
+pub fn run_rank_with(n: u32, out: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["rank", "-q", "--out", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     ok(&mpirun(n, &args));
     let dirs: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
