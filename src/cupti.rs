@@ -108,9 +108,11 @@ extern "C" fn buffer_completed(_ctx: *mut std::ffi::c_void, _stream: u32, buffer
     c.malformed += malformed;
 }
 
-/// An enabled CUPTI kernel-activity session.
+/// An enabled CUPTI kernel-activity session. The library is never unloaded:
+/// CUPTI registers exit-time work of its own, and unloading it before the
+/// process exits made ranks crash at exit on the H200s.
 pub struct Cupti {
-    _lib: Library,
+    _lib: std::mem::ManuallyDrop<Library>,
     flush_all: unsafe extern "C" fn(u32) -> i32,
     get_timestamp: unsafe extern "C" fn(*mut u64) -> i32,
     disable: unsafe extern "C" fn(u32) -> i32,
@@ -163,7 +165,7 @@ impl Cupti {
             if rc != 0 {
                 bail!("cuptiActivityEnable(CONCURRENT_KERNEL) failed with CUPTI error {rc} (profiling may be restricted on this machine)");
             }
-            Ok(Self { _lib: lib, flush_all, get_timestamp, disable, path })
+            Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), flush_all, get_timestamp, disable, path })
         }
     }
 

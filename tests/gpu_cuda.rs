@@ -30,8 +30,9 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
     assert!(shard.header.phases.iter().all(|p| p.device_anchor_error_ns.is_some()));
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if cupti.starts_with("kernel activity records") {
-        assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Nccl), "NCCL kernels recorded");
+        // one rank: NCCL copies instead of launching a kernel; the GEMMs are kernels
         assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Compute), "GEMM kernels recorded");
+        assert!(!shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Nccl), "no NCCL kernel on one rank");
     } else {
         eprintln!("note: CUPTI unavailable on this GPU host ({cupti}); kernel assertions not made");
     }
@@ -54,4 +55,34 @@ fn cuda_bogus_nccl_path_is_one_clear_line_before_mpi() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/nonexistent/libnccl.so.2: no such file") && err.trim().lines().count() == 1, "{err}");
+}
+
+#[test]
+fn cuda_two_ranks_kernels_show_no_overlap_in_blocking_and_some_in_overlap() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let gpus = commcanary::backend::cuda::probe_devices().unwrap_or(0);
+    if gpus < 2 {
+        eprintln!("SKIPPED: needs 2 GPUs, this host has {gpus}");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "blocking,overlap", "--tokens", "16", "--layers", "16"]);
+    let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+    let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
+    if !cupti.starts_with("kernel activity records") {
+        eprintln!("SKIPPED: CUPTI unavailable on this host ({cupti})");
+        return;
+    }
+    assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Nccl), "NCCL kernels recorded");
+    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
+    for r in v.as_array().unwrap() {
+        assert_eq!(r["source"], "cupti-kernels", "{r}");
+        let ov = r["report"]["overlap_us"].as_f64().unwrap();
+        match r["phase"].as_str().unwrap() {
+            "blocking" => assert_eq!(ov, 0.0, "{r}"),
+            _ => assert!(ov > 0.0, "the overlap intervention hides some communication: {r}"),
+        }
+    }
 }
