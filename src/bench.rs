@@ -94,6 +94,7 @@ fn run_cuda(args: &BenchOverheadArgs) -> Result<()> {
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
     let mut backend = crate::backend::cuda::CudaBackend::new(
         &world, local.rank() as u32, &args.nccl_lib, max, gemm, 4096, clock.clone(), (args.iters as usize) * 2 + 8,
+        std::time::Duration::from_secs(300),
     )?;
     for &bytes in &sizes {
         let spec = WorkloadSpec {

@@ -107,6 +107,10 @@ pub struct RankArgs {
     /// resolved by the system loader (the file actually mapped is recorded either way).
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
+    /// Cuda backend: seconds without completion after which a pass is declared
+    /// hung, the NCCL communicator aborted and the job failed with a message.
+    #[arg(long, default_value_t = 300.0)]
+    pub collective_timeout_s: f64,
     /// Capture NCCL's per-collective tuner choices (cuda backend): sets
     /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
     /// keeps the log beside the shard and attaches the choices where counts and sizes match.
@@ -121,7 +125,8 @@ pub struct RankArgs {
     /// Quiet: no per-phase progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Negative control for --check: corrupt rank R's reduced result (wrong-sum:R).
+    /// Negative controls: wrong-sum:R corrupts rank R's results (--check must fail);
+    /// hang:R:SEQ stops rank R before collective SEQ (--collective-timeout must fire).
     #[arg(long, hide = true)]
     pub fault: Option<String>,
 }

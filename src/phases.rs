@@ -24,11 +24,35 @@ use anyhow::{bail, Result};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-/// Test-only fault: corrupt rank R's result so `--check` must catch it.
+/// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WrongSumFault {
-    /// Rank whose results are corrupted.
-    pub rank: u32,
+pub enum Fault {
+    /// Corrupt this rank's reduced results so that `--check` must catch it.
+    WrongSum {
+        /// Rank.
+        rank: u32,
+    },
+    /// This rank stops (sleeps) before issuing the collective with this
+    /// sequence number, so its peers' collectives never complete.
+    Hang {
+        /// Rank.
+        rank: u32,
+        /// Sequence number.
+        seq: u64,
+    },
+}
+
+impl Fault {
+    /// Parse `wrong-sum:R` or `hang:R:SEQ`.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let num = |x: &str| x.parse::<u64>().map_err(|_| anyhow::anyhow!("--fault {s:?}: {x:?} is not a number"));
+        match parts.as_slice() {
+            ["wrong-sum", r] => Ok(Fault::WrongSum { rank: num(r)? as u32 }),
+            ["hang", r, q] => Ok(Fault::Hang { rank: num(r)? as u32, seq: num(q)? }),
+            _ => bail!("--fault {s:?}: expected wrong-sum:RANK or hang:RANK:SEQ"),
+        }
+    }
 }
 
 /// What happens between issue and wait.
@@ -71,7 +95,7 @@ pub struct Runner<'a, B: Backend> {
     rank: u32,
     spec: &'a WorkloadSpec,
     delay: Option<DelayInjection>,
-    fault: Option<WrongSumFault>,
+    fault: Option<Fault>,
     file_trace: Option<SourceTrace>,
     seq: u64,
     checked_in_phase: u32,
@@ -93,7 +117,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         world: &'a SimpleCommunicator,
         spec: &'a WorkloadSpec,
         delay: Option<DelayInjection>,
-        fault: Option<WrongSumFault>,
+        fault: Option<Fault>,
         file_trace: Option<SourceTrace>,
         progress: bool,
     ) -> Self {
@@ -293,6 +317,10 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn collective(&mut self, phase: Phase, bytes: u64, pos: Position, between: Between) -> Result<usize> {
         let seq = self.seq;
         self.seq += 1;
+        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+        }
         // The injected delay sleeps rather than spins: a spinning rank would
         // hold a core and, where ranks outnumber cores, delay a co-scheduled
         // rank too, confounding the control. Sleep only overshoots, and the
@@ -322,7 +350,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
         if checked {
             self.checked_in_phase += 1;
-            if self.fault.is_some_and(|f| f.rank == self.rank) {
+            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
                 self.backend.corrupt_last_result();
             }
             if let Err(why) = self.backend.check_last_allreduce(bytes) {

@@ -11,7 +11,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, BackendChoice};
 use crate::cli::{ClockMode, RankArgs};
 use crate::clock::{estimate_window, ClockInjection, ClockModel, PingSample, RankClock};
-use crate::phases::{Runner, WrongSumFault};
+use crate::phases::{Fault, Runner};
 use crate::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
 use crate::shard::{BackendKind, ClockRecord, ColdStart, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
 use crate::workload::{parse_phases, DelayInjection, GemmShape, WorkloadSpec};
@@ -28,7 +28,7 @@ struct Plan {
     spec: WorkloadSpec,
     delay: Option<DelayInjection>,
     clock_injections: Vec<ClockInjection>,
-    fault: Option<WrongSumFault>,
+    fault: Option<Fault>,
     backend: BackendKind,
     backend_note: Option<String>,
 }
@@ -95,13 +95,7 @@ fn plan(args: &RankArgs) -> Result<Plan> {
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     let clock_injections: Vec<ClockInjection> =
         args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
-    let fault = match args.fault.as_deref() {
-        None => None,
-        Some(f) => {
-            let r = f.strip_prefix("wrong-sum:").context("--fault: expected wrong-sum:RANK")?;
-            Some(WrongSumFault { rank: r.parse().context("--fault wrong-sum:RANK: bad rank")? })
-        }
-    };
+    let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
     if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
@@ -321,6 +315,7 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
                 plan.spec.membound_bytes,
                 clock.clone(),
                 plan.spec.device_events_per_pass(),
+                std::time::Duration::from_secs_f64(args.collective_timeout_s),
             )?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }

@@ -121,6 +121,52 @@ fn probe_cublas() -> Result<String> {
     bail!("cuBLAS not found (tried {}); add its directory to LD_LIBRARY_PATH", names.join(", "))
 }
 
+/// NVML facts about one GPU, keys suffixed `_start` or `_end` (driver, PCIe
+/// bus and power limit only at start). A fact that cannot be read is reported
+/// with the reason, never guessed.
+fn nvml_facts(uuid: &str, suffix: &str) -> Vec<(String, String)> {
+    let nvml = match nvml_wrapper::Nvml::init() {
+        Ok(n) => n,
+        Err(e) => return vec![(format!("nvml{suffix}"), format!("unavailable: {e}"))],
+    };
+    let mut v = Vec::new();
+    let dev = match nvml.device_by_uuid(uuid) {
+        Ok(d) => d,
+        Err(e) => return vec![(format!("nvml{suffix}"), format!("device {uuid} not found: {e}"))],
+    };
+    let mut put = |k: &str, r: Result<String, nvml_wrapper::error::NvmlError>| {
+        v.push((format!("{k}{suffix}"), r.unwrap_or_else(|e| format!("unreadable: {e}"))));
+    };
+    use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+    if suffix == "_start" {
+        put("driver_version", nvml.sys_driver_version());
+        put("cuda_driver_version", nvml.sys_cuda_driver_version().map(|c| format!("{}.{}", c / 1000, (c % 1000) / 10)));
+        put("pci_bus_id", dev.pci_info().map(|p| p.bus_id));
+        put("power_limit_w", dev.power_management_limit().map(|mw| format!("{:.1}", mw as f64 / 1000.0)));
+    }
+    put("sm_clock_mhz", dev.clock_info(Clock::SM).map(|c| c.to_string()));
+    put("mem_clock_mhz", dev.clock_info(Clock::Memory).map(|c| c.to_string()));
+    put("temperature_c", dev.temperature(TemperatureSensor::Gpu).map(|t| t.to_string()));
+    put(
+        "compute_processes",
+        dev.running_compute_processes().map(|ps| {
+            let me = std::process::id();
+            let others: Vec<String> = ps.iter().filter(|p| p.pid != me).map(|p| p.pid.to_string()).collect();
+            format!("{} total, other pids [{}]", ps.len(), others.join(","))
+        }),
+    );
+    v
+}
+
+/// `nvidia-smi topo -m`, where the tool exists.
+fn topology() -> String {
+    match std::process::Command::new("nvidia-smi").args(["topo", "-m"]).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join("\n"),
+        Ok(o) => format!("unavailable: nvidia-smi topo -m exited {:?}", o.status.code()),
+        Err(e) => format!("unavailable: nvidia-smi: {e}"),
+    }
+}
+
 struct Anchor {
     event: CudaEvent,
     host_ns: u64,
@@ -159,6 +205,10 @@ pub struct CudaBackend {
     corrupt_next_check: bool,
     cupti: Option<crate::cupti::Cupti>,
     cupti_unavailable: Option<String>,
+    fence: CudaEvent,
+    timeout: std::time::Duration,
+    rank: u32,
+    uuid: String,
     device: DeviceIdentity,
     ctx: Arc<CudaContext>,
 }
@@ -180,6 +230,7 @@ impl CudaBackend {
         membound_bytes: u64,
         clock: RankClock,
         events_hint: usize,
+        timeout: std::time::Duration,
     ) -> Result<Self> {
         if let Some(why) = unavailable_reason() {
             bail!("{why}");
@@ -224,7 +275,9 @@ impl CudaBackend {
         drv(compute.synchronize(), "initial synchronize")?;
         let name = drv(ctx.name(), "cuDeviceGetName")?;
         let uuid = drv(ctx.uuid(), "cuDeviceGetUuid")?;
-        let uuid_hex: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        let h: String = uuid.bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+        // NVML spells UUIDs GPU-8-4-4-4-12
+        let uuid_str = format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]);
         let mut free_events = Vec::with_capacity(events_hint);
         for _ in 0..events_hint {
             free_events.push(drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate")?);
@@ -236,7 +289,8 @@ impl CudaBackend {
             name,
             facts: vec![
                 ("ordinal".into(), ordinal.to_string()),
-                ("uuid".into(), format!("GPU-{uuid_hex}")),
+                ("uuid".into(), uuid_str.clone()),
+                ("topology".into(), topology()),
                 ("nccl_requested_path".into(), obs.requested_path.clone()),
                 ("nccl_mapped_path".into(), obs.canonical_path.clone()),
                 ("nccl_mapped_files".into(), obs.mapped_paths.join(",")),
@@ -254,8 +308,13 @@ impl CudaBackend {
                 ),
                 ("gemm".into(), format!("{m}x{n}x{k} bf16 in/out, fp32 accumulate (cublasGemmEx)")),
                 ("collective".into(), "ncclAllReduce float32 sum on a dedicated stream".into()),
-            ],
+                ("collective_timeout_s".into(), format!("{}", timeout.as_secs_f64())),
+            ]
+            .into_iter()
+            .chain(nvml_facts(&uuid_str, "_start"))
+            .collect(),
         };
+        let fence = drv(ctx.new_event(None), "cuEventCreate")?;
         Ok(Self {
             comm,
             blas,
@@ -280,6 +339,10 @@ impl CudaBackend {
             corrupt_next_check: false,
             cupti,
             cupti_unavailable,
+            fence,
+            timeout,
+            rank,
+            uuid: uuid_str,
             device,
             ctx,
         })
@@ -315,6 +378,36 @@ impl CudaBackend {
         };
         self.anchor = Some(Anchor { event, host_ns: t1 + (t2 - t1) / 2, error_ns: (t2 - t1).div_ceil(2), cupti });
         Ok(())
+    }
+
+    /// Wait for everything enqueued on `stream` so far, polling NCCL's
+    /// asynchronous error; past the collective timeout, abort the
+    /// communicator and fail with a message instead of hanging.
+    fn wait_stream(&mut self, comm_stream: bool, what: &str) -> Result<()> {
+        let stream = if comm_stream { &self.comm_stream } else { &self.compute };
+        drv(self.fence.record(stream), "cuEventRecord (fence)")?;
+        let t0 = std::time::Instant::now();
+        loop {
+            // SAFETY: the fence is a live event of this context.
+            match unsafe { cudarc::driver::result::event::query(self.fence.cu_event()) } {
+                Ok(()) => return Ok(()),
+                Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(e) => bail!("{what}: CUDA error {e:?}"),
+            }
+            if let Err(e) = self.comm.async_error() {
+                let _ = self.comm.abort();
+                return Err(e.context(format!("{what} on rank {}: NCCL reported an asynchronous error; communicator aborted", self.rank)));
+            }
+            if t0.elapsed() > self.timeout {
+                let _ = self.comm.abort();
+                bail!(
+                    "{what} on rank {}: no completion after {:.0} s (--collective-timeout); a peer is probably gone. The NCCL communicator was aborted",
+                    self.rank,
+                    self.timeout.as_secs_f64()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
     }
 
     fn to_host_ns(anchor: &Anchor, e: &CudaEvent) -> Result<u64> {
@@ -355,7 +448,10 @@ impl Backend for CudaBackend {
     }
 
     fn device(&self) -> DeviceIdentity {
-        self.device.clone()
+        // start facts from initialisation, end facts read now (after the phases)
+        let mut d = self.device.clone();
+        d.facts.extend(nvml_facts(&self.uuid, "_end"));
+        d
     }
 
     fn unmeasured(&self) -> Vec<Unmeasured> {
@@ -449,8 +545,8 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&mut self) -> Result<()> {
-        drv(self.comm_stream.synchronize(), "synchronizing the communication stream")?;
-        drv(self.compute.synchronize(), "synchronizing the compute stream")?;
+        self.wait_stream(true, "synchronizing the communication stream")?;
+        self.wait_stream(false, "synchronizing the compute stream")?;
         self.comm.async_error()
     }
 
@@ -505,11 +601,10 @@ impl Backend for CudaBackend {
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
         let count = (bytes / 4) as usize;
         let mut host = vec![0f32; self.recv.len()];
-        let copy = self
-            .comm_stream
-            .synchronize()
-            .and_then(|_| self.comm_stream.memcpy_dtoh(&self.recv, &mut host))
-            .and_then(|_| self.comm_stream.synchronize());
+        if let Err(e) = self.wait_stream(true, "waiting for the all-reduce to check") {
+            return Err(format!("{e:#}"));
+        }
+        let copy = self.comm_stream.memcpy_dtoh(&self.recv, &mut host).and_then(|_| self.comm_stream.synchronize());
         if let Err(e) = copy {
             return Err(format!("copying the result back failed: {e:?}"));
         }

@@ -290,8 +290,12 @@ impl NcclComm {
         self.lib.check("NCCL asynchronous operation", e)
     }
 
-    /// `ncclCommAbort`: end the communicator without waiting for peers.
-    pub fn abort(mut self) -> Result<()> {
+    /// `ncclCommAbort`: end the communicator without waiting for peers; later
+    /// calls on it fail and drop does nothing more.
+    pub fn abort(&mut self) -> Result<()> {
+        if self.comm.is_null() {
+            return Ok(());
+        }
         let c = std::mem::replace(&mut self.comm, std::ptr::null_mut());
         // SAFETY: c is a live communicator, ended exactly once.
         let rc = unsafe { (self.lib.comm_abort)(c) };
