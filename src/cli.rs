@@ -26,6 +26,9 @@ pub enum Command {
     /// Export a verified run to another format
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
+    #[command(subcommand)]
+    Campaign(CampaignCommand),
     /// Compute/communication overlap from intervals: per phase and rank of a run, or an interval file
     Overlap(OverlapArgs),
     /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
@@ -48,8 +51,10 @@ pub enum ClockMode {
     None,
 }
 
-/// `commcanary rank`.
+/// `commcanary rank`. A later value of an option overrides an earlier one, so
+/// a campaign configuration's own arguments override the campaign-wide ones.
 #[derive(Args, Debug)]
+#[command(args_override_self = true)]
 pub struct RankArgs {
     /// Backend: cpu, cuda, or auto (cuda when usable, else cpu; the choice is printed).
     #[arg(long, value_enum, default_value = "auto")]
@@ -235,4 +240,89 @@ pub struct ExportChromeArgs {
     /// Output file (never overwritten).
     #[arg(short, long)]
     pub output: PathBuf,
+}
+
+/// `commcanary campaign ...`.
+#[derive(Subcommand, Debug)]
+pub enum CampaignCommand {
+    /// Validate a TOML spec and freeze its manifest (configs, workload, policy, seeded schedule)
+    Plan {
+        /// Campaign spec (TOML).
+        spec: PathBuf,
+        /// Campaign directory to create.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Run every cell without a successful attempt, one fresh job per cell; append a record per attempt
+    Exec {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Retries per failing cell in this invocation.
+        #[arg(long, default_value_t = 0)]
+        retries: u32,
+        /// Continue an interrupted or partly failed campaign (what exec always does; stated for scripts).
+        #[arg(long)]
+        resume: bool,
+        /// Run only the cell at this 1-based schedule position (a Slurm array task: $SLURM_ARRAY_TASK_ID).
+        #[arg(long)]
+        cell: Option<usize>,
+    },
+    /// Name exactly one attempt per cell and bind its digests (selection.json)
+    Select {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Which successful attempt to take.
+        #[arg(long, value_enum, default_value = "first-success")]
+        policy: crate::campaign::chain::SelectPolicy,
+    },
+    /// Completeness: refuse missing, duplicate, failed, stale or unexpected cells and identity contradictions
+    Verify {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-configuration results, only after verify passes (else withheld-incomplete)
+    Analyze {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// When incomplete, still print per-configuration diagnostics, marked unfit to publish.
+        #[arg(long)]
+        diagnostics: bool,
+        /// After the results, reveal the blinded labels' configuration names.
+        #[arg(long)]
+        reveal: bool,
+    },
+    /// Tar the campaign and write a descriptor binding size, SHA-256, manifest, selection, verdict
+    Archive {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Archive file (.tar), never overwritten.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Descriptor file (default: ARCHIVE.descriptor.json).
+        #[arg(long)]
+        descriptor: Option<PathBuf>,
+    },
+    /// Join two executed campaigns of the same experiment (refused when repository, policy, configs or workload differ)
+    Join {
+        /// First campaign directory.
+        a: PathBuf,
+        /// Second campaign directory.
+        b: PathBuf,
+        /// Joined campaign directory (new).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Re-verify an archive against its descriptor
+    CheckArchive {
+        /// Archive file.
+        archive: PathBuf,
+        /// Descriptor file.
+        descriptor: PathBuf,
+    },
 }

@@ -15,6 +15,7 @@ fn run() -> Result<()> {
         }
         Command::BenchOverhead(a) => commcanary::bench::run(a),
         Command::Overlap(a) => commands::overlap(a),
+        Command::Campaign(c) => commands::campaign(c),
         Command::Export(commcanary::cli::ExportCommand::Chrome(a)) => {
             let joined = commcanary::join::join_dir(&a.run_dir)?;
             let trace = commcanary::export::chrome_trace(&joined);
@@ -89,6 +90,100 @@ mod commands {
                     commcanary::overlap::IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
                 };
                 writeln!(out, "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}", r.phase.name(), r.rank, r.report.compute_active_us, r.report.comm_active_us, r.report.overlap_us, p(r.report.overlap_of_comm), p(r.report.overlap_of_compute), p(r.report.overlap_of_wall))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn campaign(c: commcanary::cli::CampaignCommand) -> Result<()> {
+        use commcanary::campaign::{self as cp, chain};
+        use commcanary::cli::CampaignCommand as C;
+        let mut out = std::io::stdout().lock();
+        match c {
+            C::Plan { spec, output } => {
+                let m = cp::plan(&spec, &output)?;
+                writeln!(out, "planned {} in {}: {} configurations x {} rounds = {} cells, seed {}", m.campaign_id, output.display(), m.configs.len(), m.spec.repetitions, m.schedule.len(), m.spec.seed)?;
+                for cell in &m.schedule {
+                    writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
+                }
+            }
+            C::Exec { dir, retries, resume: _, cell } => {
+                let (ok, failed) = chain::exec(&dir, retries, cell)?;
+                writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
+                if failed > 0 && ok == 0 {
+                    anyhow::bail!("no cell succeeded");
+                }
+            }
+            C::Select { dir, policy } => {
+                let (sel, missing) = chain::select(&dir, policy)?;
+                commcanary::fsutil::write_json_new(&dir.join("selection.json"), &sel)
+                    .context("writing selection.json (remove an old selection first to select again)")?;
+                writeln!(out, "selected {} attempts ({:?}); cells without a successful attempt: {}", sel.entries.len(), policy, if missing.is_empty() { "none".into() } else { missing.join(", ") })?;
+            }
+            C::Verify { dir, json } => {
+                let v = chain::verify(&dir)?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+                } else {
+                    writeln!(out, "{}: {}/{} cells verified", if v.complete { "complete" } else { "INCOMPLETE" }, v.cells_ok, v.cells_expected)?;
+                    for (cell, why) in &v.refusals {
+                        writeln!(out, "  refused {cell}: {why}")?;
+                    }
+                }
+                if !v.complete {
+                    anyhow::bail!("campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
+                }
+            }
+            C::Analyze { dir, json, diagnostics, reveal } => {
+                let v = chain::verify(&dir)?;
+                let (m, sha) = chain::load_manifest(&dir)?;
+                if !v.complete {
+                    writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
+                    for (cell, why) in &v.refusals {
+                        writeln!(out, "  refused {cell}: {why}")?;
+                    }
+                    if diagnostics {
+                        writeln!(out, "DIAGNOSTICS ONLY - UNFIT TO PUBLISH (incomplete evidence):")?;
+                        if let Ok(r) = cp::results(&dir) {
+                            write!(out, "{}", cp::render_results(&r))?;
+                        }
+                    }
+                    anyhow::bail!("analysis withheld: the campaign is incomplete");
+                }
+                let results = cp::results(&dir)?;
+                let report = cp::Report {
+                    campaign_id: m.campaign_id.clone(),
+                    manifest_sha256: sha,
+                    verdict: v,
+                    evidence: "measured; per-job medians, then median and IQR over jobs; ranks by point estimate (pairwise tie policy and bootstrap not applied yet)".into(),
+                    results,
+                };
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+                } else {
+                    writeln!(out, "campaign {} (manifest {}), complete: {} cells", report.campaign_id, &report.manifest_sha256[..12], report.verdict.cells_ok)?;
+                    write!(out, "{}", cp::render_results(&report.results))?;
+                    writeln!(out, "({})", report.evidence)?;
+                }
+                if reveal {
+                    match std::fs::read(dir.join("blinding.json")) {
+                        Ok(b) => writeln!(out, "revealed labels: {}", String::from_utf8_lossy(&b).trim())?,
+                        Err(_) => writeln!(out, "not blinded: labels are configuration names")?,
+                    }
+                }
+            }
+            C::Archive { dir, output, descriptor } => {
+                let desc = descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
+                let d = cp::archive(&dir, &output, &desc)?;
+                writeln!(out, "archived {} ({} bytes, sha256 {}); descriptor {}; verdict {}", output.display(), d.archive_size_bytes, d.archive_sha256, desc.display(), if d.verdict.complete { "complete" } else { "INCOMPLETE" })?;
+            }
+            C::Join { a, b, output } => {
+                let m = cp::join_campaigns(&a, &b, &output)?;
+                writeln!(out, "joined into {} ({}): {} cells; run `campaign select` and `verify` on it", output.display(), m.campaign_id, m.schedule.len())?;
+            }
+            C::CheckArchive { archive, descriptor } => {
+                let d = cp::check_archive(&archive, &descriptor)?;
+                writeln!(out, "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})", archive.display(), d.campaign_id, d.manifest_sha256)?;
             }
         }
         Ok(())

@@ -6,12 +6,17 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 5] = [
+pub const SCHEMAS: [(&str, &str); 10] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
     ("join-summary", "join-summary.schema.json"),
     ("summary", "summary.schema.json"),
+    ("campaign-manifest", "campaign-manifest.schema.json"),
+    ("campaign-attempt", "campaign-attempt.schema.json"),
+    ("campaign-selection", "campaign-selection.schema.json"),
+    ("campaign-report", "campaign-report.schema.json"),
+    ("campaign-archive-descriptor", "campaign-archive-descriptor.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -23,6 +28,11 @@ pub fn schema_json(name: &str) -> Result<String> {
         "joined-collective" => schema_for!(crate::join::JoinedCollective),
         "join-summary" => schema_for!(crate::join::JoinSummary),
         "summary" => schema_for!(crate::summary::Summary),
+        "campaign-manifest" => schema_for!(crate::campaign::spec::Manifest),
+        "campaign-attempt" => schema_for!(crate::campaign::chain::AttemptRecord),
+        "campaign-selection" => schema_for!(crate::campaign::chain::Selection),
+        "campaign-report" => schema_for!(crate::campaign::Report),
+        "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -1,0 +1,342 @@
+//! Campaigns: frozen manifest, randomized round-robin jobs, append-only
+//! attempts, selection, completeness, analysis gate and hashed archives (SPEC §5).
+//!
+//! Files in a campaign directory: `manifest.json` + `manifest.sha256`
+//! (frozen by `plan`), `blinding.json` (label → name, only for blind
+//! campaigns), `attempts.jsonl` (one terminal record per attempt, appended)
+//! with `attempts/ATTEMPT.{stdout,stderr}`, `runs/ATTEMPT/` (shards and run
+//! record), `selection.json`. Each command consumes what the previous one
+//! wrote and refuses to go on when the chain is broken.
+pub mod chain;
+pub mod spec;
+
+use crate::fsutil::{sha256_file, write_json_new};
+use crate::stats;
+use anyhow::{bail, Context, Result};
+use chain::{load_manifest, Selection, Verdict};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
+pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
+    let spec = spec::CampaignSpec::load(spec_path)?;
+    if dir.join("manifest.json").exists() {
+        bail!("{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (m, blinding) = spec::plan(spec);
+    let mut bytes = serde_json::to_vec_pretty(&m)?;
+    bytes.push(b'\n');
+    crate::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;
+    crate::fsutil::write_new_atomic(&dir.join("manifest.sha256"), format!("{}\n", crate::fsutil::sha256_hex(&bytes)).as_bytes())?;
+    if let Some(b) = blinding {
+        write_json_new(&dir.join("blinding.json"), &b)?;
+    }
+    Ok(m)
+}
+
+/// Per-configuration, per-phase result over jobs.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ConfigPhaseResult {
+    /// Configuration label (blinded where the campaign is).
+    pub label: String,
+    /// Phase.
+    pub phase: crate::workload::Phase,
+    /// Jobs.
+    pub jobs: usize,
+    /// Median over jobs of per-job medians, µs.
+    pub median_us: f64,
+    /// Interquartile range of the job medians (nearest-rank quartiles), µs.
+    pub iqr_us: f64,
+    /// Median over jobs of per-job 99th percentiles, µs.
+    pub p99_us: f64,
+    /// Rank within the phase by median (1 = fastest; no tie rule applied yet).
+    pub rank: usize,
+}
+
+/// The analysis report.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Report {
+    /// Campaign.
+    pub campaign_id: String,
+    /// Manifest identity.
+    pub manifest_sha256: String,
+    /// Completeness verdict the report stands on.
+    pub verdict: Verdict,
+    /// What the numbers are.
+    pub evidence: String,
+    /// Results.
+    pub results: Vec<ConfigPhaseResult>,
+}
+
+fn per_job(j: &crate::join::JoinedRun, phase: crate::workload::Phase) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = if phase.has_tokens() {
+        j.shards.iter().flat_map(|s| s.body.tokens.iter()).filter(|t| t.phase == phase && !t.warmup).map(|t| (t.end_ns - t.start_ns) as f64 / 1e3).collect()
+    } else {
+        j.collectives.iter().filter(|c| c.phase == phase && !c.warmup).flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect()
+    };
+    let p99 = stats::percentile_nearest_rank(&mut v, 99.0)?;
+    Some((stats::median(&mut v)?, p99))
+}
+
+/// Results over the selected runs (the caller has verified completeness).
+pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
+    let (m, _) = load_manifest(dir)?;
+    let sel: Selection = serde_json::from_slice(&std::fs::read(dir.join("selection.json"))?)?;
+    let mut per: std::collections::BTreeMap<(crate::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
+    for e in &sel.entries {
+        let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();
+        let j = crate::join::join_dir(&dir.join(&e.run_dir))?;
+        for &p in &j.run.workload.phases {
+            if let Some((med, p99)) = per_job(&j, p) {
+                let slot = per.entry((p, label.clone())).or_default();
+                slot.0.push(med);
+                slot.1.push(p99);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let phases: std::collections::BTreeSet<crate::workload::Phase> = per.keys().map(|k| k.0).collect();
+    for p in phases {
+        let mut rows: Vec<ConfigPhaseResult> = per
+            .iter_mut()
+            .filter(|(k, _)| k.0 == p)
+            .map(|((_, label), (meds, p99s))| {
+                let q1 = stats::percentile_nearest_rank(meds, 25.0).unwrap_or(f64::NAN);
+                let q3 = stats::percentile_nearest_rank(meds, 75.0).unwrap_or(f64::NAN);
+                ConfigPhaseResult {
+                    label: label.clone(),
+                    phase: p,
+                    jobs: meds.len(),
+                    median_us: stats::median(meds).unwrap_or(f64::NAN),
+                    iqr_us: q3 - q1,
+                    p99_us: stats::median(p99s).unwrap_or(f64::NAN),
+                    rank: 0,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
+        for (i, r) in rows.iter_mut().enumerate() {
+            r.rank = i + 1;
+        }
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// Human table of results.
+pub fn render_results(rows: &[ConfigPhaseResult]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "{:<21} {:>4}  {:<24} {:>5} {:>12} {:>10} {:>12}", "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us");
+    let mut last = None;
+    for r in rows {
+        if last.is_some() && last != Some(r.phase) {
+            let _ = writeln!(o);
+        }
+        last = Some(r.phase);
+        let _ = writeln!(o, "{:<21} {:>4}  {:<24} {:>5} {:>12.1} {:>10.1} {:>12.1}", r.phase.name(), r.rank, r.label, r.jobs, r.median_us, r.iqr_us, r.p99_us);
+    }
+    o
+}
+
+/// The archive descriptor.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ArchiveDescriptor {
+    /// Format version.
+    pub format_version: u32,
+    /// Archive file name.
+    pub archive_file: String,
+    /// Its size.
+    pub archive_size_bytes: u64,
+    /// Its SHA-256.
+    pub archive_sha256: String,
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Manifest identity.
+    pub manifest_sha256: String,
+    /// Selection digest.
+    pub selection_sha256: Option<String>,
+    /// Selected run ids.
+    pub run_ids: Vec<String>,
+    /// Repository identity at planning time.
+    pub planned_at: spec::RepoIdentity,
+    /// Repository identity at archiving time.
+    pub archived_at: spec::RepoIdentity,
+    /// Completeness verdict at archiving time.
+    pub verdict: Verdict,
+}
+
+fn files_sorted(root: &Path, skip: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::canonicalize(&p).ok() != std::fs::canonicalize(skip).ok() {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `archive`: tar the campaign directory to `out` and write `descriptor`.
+pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
+    let (m, sha) = load_manifest(dir)?;
+    let verdict = chain::verify(dir)?;
+    if out.exists() || descriptor.exists() {
+        bail!("{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
+    }
+    let tmp = out.with_extension(format!("tmp.{}", std::process::id()));
+    {
+        let f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut b = tar::Builder::new(f);
+        b.mode(tar::HeaderMode::Deterministic);
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "campaign".into());
+        for p in files_sorted(dir, out)? {
+            let rel = p.strip_prefix(dir).expect("under dir");
+            b.append_path_with_name(&p, Path::new(&name).join(rel)).with_context(|| format!("adding {}", p.display()))?;
+        }
+        let f = b.into_inner()?;
+        f.sync_all()?;
+    }
+    std::fs::hard_link(&tmp, out).with_context(|| format!("publishing {}", out.display()))?;
+    std::fs::remove_file(&tmp)?;
+    let sel: Option<Selection> = std::fs::read(dir.join("selection.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let d = ArchiveDescriptor {
+        format_version: 1,
+        archive_file: out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
+        archive_size_bytes: std::fs::metadata(out)?.len(),
+        archive_sha256: sha256_file(out)?,
+        campaign_id: m.campaign_id.clone(),
+        manifest_sha256: sha,
+        selection_sha256: sha256_file(&dir.join("selection.json")).ok(),
+        run_ids: sel.map(|s| s.entries.iter().map(|e| e.attempt_id.clone()).collect()).unwrap_or_default(),
+        planned_at: m.repository.clone(),
+        archived_at: spec::RepoIdentity::current(),
+        verdict,
+    };
+    write_json_new(descriptor, &d)?;
+    Ok(d)
+}
+
+/// `check-archive`: the archive's size and digest match its descriptor.
+pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
+    let d: ArchiveDescriptor = serde_json::from_slice(&std::fs::read(descriptor).with_context(|| format!("reading {}", descriptor.display()))?)
+        .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
+    let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
+    if size != d.archive_size_bytes {
+        bail!("{}: {size} bytes, the descriptor says {}", archive.display(), d.archive_size_bytes);
+    }
+    let sha = sha256_file(archive)?;
+    if sha != d.archive_sha256 {
+        bail!("{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
+    }
+    Ok(d)
+}
+
+/// `campaign join A B -o C`: one campaign from two executed ones, only when
+/// they are the same experiment. Refuses, naming the field: different
+/// repository identity, analysis policy, configurations, workload, backend,
+/// ranks or launcher; the same manifest twice; a repeated campaign or
+/// attempt id. C holds both manifests (as `sources/`), the attempts of both
+/// with their runs, and a manifest whose schedule is A's rounds followed by
+/// B's (renumbered), so select/verify/analyze work on C unchanged.
+pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> {
+    let (ma, sa) = load_manifest(a)?;
+    let (mb, sb) = load_manifest(b)?;
+    if sa == sb {
+        bail!("{} and {} hold the same manifest ({sa}): a campaign is not joined with itself", a.display(), b.display());
+    }
+    if ma.campaign_id == mb.campaign_id {
+        bail!("both campaigns have id {}", ma.campaign_id);
+    }
+    let same = |what: &str, x: serde_json::Value, y: serde_json::Value| -> Result<()> {
+        if x != y {
+            bail!("cannot join: {what} differs ({} vs {})", x, y);
+        }
+        Ok(())
+    };
+    same("repository identity (commit and dirty files)", serde_json::json!([ma.repository.commit, ma.repository.dirty]), serde_json::json!([mb.repository.commit, mb.repository.dirty]))?;
+    same("analysis policy", serde_json::to_value(&ma.spec.analysis)?, serde_json::to_value(&mb.spec.analysis)?)?;
+    same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
+    same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
+    same("backend, ranks and launcher", serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]), serde_json::json!([mb.spec.backend, mb.spec.ranks, mb.spec.launcher]))?;
+    let att_a = chain::read_attempts(a)?;
+    let att_b = chain::read_attempts(b)?;
+    if out.exists() {
+        bail!("{} already exists; a joined campaign is written fresh", out.display());
+    }
+    // B's rounds come after A's: rename B's cells and attempts
+    let offset = ma.spec.repetitions;
+    let rename = |cell_id: &str, round: u32| -> String {
+        let rest = cell_id.split_once('-').map(|x| x.1).unwrap_or(cell_id);
+        format!("r{:02}-{rest}", round + offset)
+    };
+    let mut m = ma.clone();
+    m.campaign_id = format!("{}+{}", ma.campaign_id, mb.campaign_id);
+    m.spec.repetitions = ma.spec.repetitions + mb.spec.repetitions;
+    m.planned_unix_ms = crate::run::unix_ms();
+    for c in &mb.schedule {
+        let mut c2 = c.clone();
+        c2.cell_id = rename(&c.cell_id, c.round);
+        c2.round = c.round + offset;
+        m.schedule.push(c2);
+    }
+    std::fs::create_dir_all(out.join("runs"))?;
+    std::fs::create_dir_all(out.join("attempts"))?;
+    std::fs::create_dir_all(out.join("sources"))?;
+    let copy_tree = |from: &Path, to: &Path| -> Result<()> {
+        for f in files_sorted(from, Path::new("/nonexistent"))? {
+            let dest = to.join(f.strip_prefix(from).expect("under from"));
+            std::fs::create_dir_all(dest.parent().expect("has parent"))?;
+            std::fs::copy(&f, &dest).with_context(|| format!("copying {}", f.display()))?;
+        }
+        Ok(())
+    };
+    let mut lines = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (src, atts, renamed) in [(a, &att_a, false), (b, &att_b, true)] {
+        for at in atts.iter() {
+            let mut at = at.clone();
+            if renamed {
+                let new_cell = rename(&at.cell_id, at.round);
+                let suffix = at.attempt_id.rsplit_once("-a").map(|x| x.1.to_string()).unwrap_or_default();
+                let new_id = format!("{new_cell}-a{suffix}");
+                copy_tree(&src.join(&at.run_dir), &out.join("runs").join(&new_id))?;
+                for ext in ["stdout", "stderr"] {
+                    let _ = std::fs::copy(src.join("attempts").join(format!("{}.{ext}", at.attempt_id)), out.join("attempts").join(format!("{new_id}.{ext}")));
+                }
+                at.round += offset;
+                at.cell_id = new_cell;
+                at.attempt_id = new_id.clone();
+                at.run_dir = format!("runs/{new_id}");
+            } else {
+                copy_tree(&src.join(&at.run_dir), &out.join(&at.run_dir))?;
+                for ext in ["stdout", "stderr"] {
+                    let _ = std::fs::copy(src.join("attempts").join(format!("{}.{ext}", at.attempt_id)), out.join("attempts").join(format!("{}.{ext}", at.attempt_id)));
+                }
+            }
+            if !seen.insert(at.attempt_id.clone()) {
+                bail!("attempt id {} appears twice", at.attempt_id);
+            }
+            lines.push(serde_json::to_string(&at)?);
+        }
+    }
+    // the runs keep their original run ids inside their shards; verify checks bytes, not names
+    std::fs::copy(a.join("manifest.json"), out.join("sources").join("a.manifest.json"))?;
+    std::fs::copy(b.join("manifest.json"), out.join("sources").join("b.manifest.json"))?;
+    let mut bytes = serde_json::to_vec_pretty(&m)?;
+    bytes.push(b'\n');
+    crate::fsutil::write_new_atomic(&out.join("manifest.json"), &bytes)?;
+    let sha = crate::fsutil::sha256_hex(&bytes);
+    crate::fsutil::write_new_atomic(&out.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
+    // attempt records were made under the source manifests; they say so
+    let joined: Vec<String> = lines;
+    crate::fsutil::write_new_atomic(&out.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+    Ok(m)
+}

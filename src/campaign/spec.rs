@@ -1,0 +1,361 @@
+//! The campaign spec (TOML, written by a person) and the frozen manifest.
+//!
+//! Consumes a spec file. Produces, with `plan`, a manifest: the normalized
+//! spec, the labels (blinded or not), the repository identity, and the
+//! schedule: `repetitions` rounds, each running every configuration once in an
+//! order drawn from the recorded seed (ChaCha8), never one configuration's
+//! repetitions back to back. The manifest's SHA-256 is the campaign's identity.
+//! Refuses: unknown fields, empty or repeated configuration names, names
+//! outside `[A-Za-z0-9._-]`, zero ranks or repetitions, unknown phases or
+//! sizes, a canary naming an unknown configuration, an existing manifest.
+use anyhow::{bail, Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Manifest format version.
+pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+
+/// How each job is launched.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Launcher {
+    /// `mpirun` or `srun`.
+    pub kind: LauncherKind,
+    /// Extra launcher arguments (e.g. `--oversubscribe`, `--mpi=pmix`).
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// Launcher kind.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherKind {
+    /// OpenMPI's mpirun (environment forwarded with `-x`).
+    Mpirun,
+    /// Slurm's srun (inside an allocation).
+    Srun,
+}
+
+/// Workload knobs passed to `commcanary rank`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignWorkload {
+    /// Phases, comma-separated.
+    pub phases: String,
+    /// Timed tokens.
+    pub tokens: u32,
+    /// Layers per token.
+    pub layers: u32,
+    /// Message sizes, comma-separated.
+    #[serde(default = "default_sizes")]
+    pub sizes: String,
+    /// Isolated iterations per size.
+    #[serde(default = "default_iters")]
+    pub iters: u32,
+    /// Further `rank` arguments common to every configuration.
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+}
+
+fn default_sizes() -> String {
+    "64KiB,128KiB,256KiB".into()
+}
+fn default_iters() -> u32 {
+    50
+}
+
+/// Tie policy for pairwise relations (SPEC §7).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TiePolicy {
+    /// Any difference decides.
+    Strict,
+    /// Tied if |m_a - m_b| < max(iqr_a, iqr_b).
+    Iqr,
+    /// Tied if the bootstrap CI of the difference contains 0 or stays within the minimum effect.
+    Bootstrap,
+}
+
+/// The analysis policy, frozen before anything runs.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisPolicy {
+    /// Tie rule.
+    pub tie_policy: TiePolicy,
+    /// Minimum effect (percent of the faster) below which a difference counts as a tie.
+    #[serde(default)]
+    pub min_effect_pct: f64,
+    /// Operational slowdown threshold for canary verdicts (percent).
+    #[serde(default = "default_delta")]
+    pub delta_pct: f64,
+    /// Bootstrap resamples.
+    #[serde(default = "default_resamples")]
+    pub bootstrap_resamples: u32,
+    /// Bootstrap seed.
+    #[serde(default)]
+    pub bootstrap_seed: u64,
+}
+
+fn default_delta() -> f64 {
+    5.0
+}
+fn default_resamples() -> u32 {
+    10_000
+}
+
+/// A canary comparison.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// Candidate configuration name.
+    pub candidate: String,
+    /// Baseline configuration name.
+    pub baseline: String,
+}
+
+/// One configuration.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigSpec {
+    /// Name (`[A-Za-z0-9._-]`).
+    pub name: String,
+    /// Environment variables set for this configuration's jobs.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// NCCL library (cuda backend).
+    #[serde(default)]
+    pub nccl_lib: Option<String>,
+    /// Further `rank` arguments for this configuration only.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// The campaign spec.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignSpec {
+    /// Campaign name.
+    pub name: String,
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    /// Ranks per job.
+    pub ranks: u32,
+    /// Rounds (each runs every configuration once).
+    pub repetitions: u32,
+    /// Schedule seed.
+    pub seed: u64,
+    /// Analysis sees `config-NN` labels; the mapping is stored apart.
+    #[serde(default)]
+    pub blind: bool,
+    /// Launcher.
+    pub launcher: Launcher,
+    /// Workload.
+    pub workload: CampaignWorkload,
+    /// Analysis policy.
+    pub analysis: AnalysisPolicy,
+    /// Optional canary pair.
+    #[serde(default)]
+    pub canary: Option<Canary>,
+    /// Configurations.
+    pub configs: Vec<ConfigSpec>,
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+impl CampaignSpec {
+    /// Parse and validate a spec file; errors name the file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading campaign spec {}", path.display()))?;
+        let spec: CampaignSpec = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        spec.validate().with_context(|| format!("{}: invalid campaign spec", path.display()))?;
+        Ok(spec)
+    }
+
+    /// Check everything that can be checked before running.
+    pub fn validate(&self) -> Result<()> {
+        if !valid_name(&self.name) {
+            bail!("name {:?}: use letters, digits, '.', '_' and '-'", self.name);
+        }
+        if self.backend != "cpu" && self.backend != "cuda" {
+            bail!("backend {:?}: expected \"cpu\" or \"cuda\"", self.backend);
+        }
+        if self.ranks == 0 || self.repetitions == 0 {
+            bail!("ranks and repetitions must be at least 1");
+        }
+        if self.configs.is_empty() {
+            bail!("at least one [[configs]] entry is required");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &self.configs {
+            if !valid_name(&c.name) {
+                bail!("configs: name {:?}: use letters, digits, '.', '_' and '-'", c.name);
+            }
+            if !seen.insert(&c.name) {
+                bail!("configs: name {:?} is used twice", c.name);
+            }
+            if c.env.keys().any(|k| k.is_empty() || k.contains('=')) {
+                bail!("configs.{}: environment variable names must be non-empty and contain no '='", c.name);
+            }
+        }
+        crate::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
+        crate::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
+        if self.workload.tokens == 0 || self.workload.layers == 0 {
+            bail!("workload.tokens and workload.layers must be at least 1");
+        }
+        if let Some(c) = &self.canary {
+            for n in [&c.candidate, &c.baseline] {
+                if !self.configs.iter().any(|x| &x.name == n) {
+                    bail!("canary names {n:?}, which is not a configuration");
+                }
+            }
+        }
+        if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {
+            bail!("analysis.min_effect_pct and delta_pct must be non-negative");
+        }
+        Ok(())
+    }
+}
+
+/// One cell of the schedule: a configuration in a round.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Cell {
+    /// `rNN-LABEL`.
+    pub cell_id: String,
+    /// Round (1-based).
+    pub round: u32,
+    /// Position within the round (1-based).
+    pub position: u32,
+    /// Configuration label (blinded or the name).
+    pub label: String,
+}
+
+/// A labelled configuration in the manifest.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct LabelledConfig {
+    /// Label analysis sees.
+    pub label: String,
+    /// The configuration (its name is visible here; blinding governs analysis output).
+    pub config: ConfigSpec,
+}
+
+/// Git commit plus digests of dirty files: a commit does not identify uncommitted bytes.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RepoIdentity {
+    /// `git rev-parse HEAD`, where the planning directory is a checkout.
+    pub commit: Option<String>,
+    /// Modified or untracked files (git status) with their SHA-256 (`deleted` when gone).
+    pub dirty: Vec<(String, String)>,
+    /// The tool that planned.
+    pub tool: crate::identity::ToolIdentity,
+}
+
+impl RepoIdentity {
+    /// Identity of the git checkout containing the current directory.
+    pub fn current() -> Self {
+        let git = |args: &[&str]| {
+            std::process::Command::new("git").args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        };
+        let commit = git(&["rev-parse", "HEAD"]).map(|s| s.trim().to_string());
+        let top = git(&["rev-parse", "--show-toplevel"]).map(|s| std::path::PathBuf::from(s.trim()));
+        let mut dirty = Vec::new();
+        if let (Some(status), Some(top)) = (git(&["status", "--porcelain", "--untracked-files=all"]), top) {
+            for line in status.lines().filter(|l| l.len() > 3) {
+                let path = line[3..].rsplit(" -> ").next().unwrap_or("").to_string();
+                let digest = crate::fsutil::sha256_file(&top.join(&path)).unwrap_or_else(|_| "deleted".into());
+                dirty.push((path, digest));
+            }
+            dirty.sort();
+        }
+        let mut tool = crate::identity::ToolIdentity::current();
+        tool.binary_sha256 = None; // the binary is identified per attempt; the repository here
+        Self { commit, dirty, tool }
+    }
+}
+
+/// The frozen manifest.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Manifest {
+    /// Format version.
+    pub format_version: u32,
+    /// Campaign id: name, UTC time, random suffix.
+    pub campaign_id: String,
+    /// The spec as validated.
+    pub spec: CampaignSpec,
+    /// Labels per configuration, in spec order.
+    pub configs: Vec<LabelledConfig>,
+    /// Cells in execution order.
+    pub schedule: Vec<Cell>,
+    /// Repository identity at planning time.
+    pub repository: RepoIdentity,
+    /// Wall-clock planning time (Unix ms).
+    pub planned_unix_ms: u64,
+}
+
+/// The schedule for `labels` over `rounds`, drawn from `seed`.
+pub fn schedule(labels: &[String], rounds: u32, seed: u64) -> Vec<Cell> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for round in 1..=rounds {
+        let mut order: Vec<&String> = labels.iter().collect();
+        order.shuffle(&mut rng);
+        for (i, l) in order.into_iter().enumerate() {
+            out.push(Cell { cell_id: format!("r{round:02}-{l}"), round, position: i as u32 + 1, label: l.clone() });
+        }
+    }
+    out
+}
+
+/// Build a manifest (and, when blind, the label → name map).
+pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) {
+    let blinding: Option<BTreeMap<String, String>> = spec.blind.then(|| {
+        // labels are assigned in an order drawn from the seed, so position reveals nothing
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(spec.seed ^ 0x5eed_b11d);
+        let mut idx: Vec<usize> = (0..spec.configs.len()).collect();
+        idx.shuffle(&mut rng);
+        idx.iter().enumerate().map(|(k, &i)| (format!("config-{:02}", k + 1), spec.configs[i].name.clone())).collect()
+    });
+    let label_of = |name: &str| match &blinding {
+        Some(m) => m.iter().find(|(_, n)| n.as_str() == name).map(|(l, _)| l.clone()).expect("every config is labelled"),
+        None => name.to_string(),
+    };
+    let configs: Vec<LabelledConfig> =
+        spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
+    let labels: Vec<String> = configs.iter().map(|c| c.label.clone()).collect();
+    let schedule = schedule(&labels, spec.repetitions, spec.seed);
+    let campaign_id = format!("{}-{}", spec.name, crate::run::new_run_id());
+    let m = Manifest {
+        format_version: MANIFEST_FORMAT_VERSION,
+        campaign_id,
+        spec,
+        configs,
+        schedule,
+        repository: RepoIdentity::current(),
+        planned_unix_ms: crate::run::unix_ms(),
+    };
+    (m, blinding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_is_round_robin_and_seeded() {
+        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let s1 = schedule(&labels, 3, 42);
+        assert_eq!(s1.len(), 9);
+        for r in 1..=3 {
+            let mut round: Vec<&str> = s1.iter().filter(|c| c.round == r).map(|c| c.label.as_str()).collect();
+            round.sort();
+            assert_eq!(round, ["a", "b", "c"], "every round runs every configuration once");
+        }
+        assert_eq!(s1, schedule(&labels, 3, 42), "same seed, same schedule");
+        let differs = (0..20).any(|seed| schedule(&labels, 3, seed) != s1);
+        assert!(differs, "another seed gives another schedule");
+    }
+}

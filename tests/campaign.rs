@@ -1,0 +1,265 @@
+//! Campaign chain end to end on the CPU backend under real mpirun (issue #5 acceptance 1-4).
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+fn spec(dir: &Path, seed: u64, extra_config: &str) -> PathBuf {
+    let p = dir.join(format!("spec-{seed}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+name = "t"
+backend = "cpu"
+ranks = 2
+repetitions = 3
+seed = {seed}
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "isolated,blocking"
+tokens = 4
+layers = 4
+iters = 5
+[analysis]
+tie_policy = "iqr"
+[[configs]]
+name = "ring"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }}
+[[configs]]
+name = "binomial"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }}
+[[configs]]
+name = "recdbl"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "4" }}
+{extra_config}
+"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn cc_env(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap()
+}
+
+fn schedule_of(dir: &Path) -> Vec<String> {
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    m["schedule"].as_array().unwrap().iter().map(|c| c["cell_id"].as_str().unwrap().to_string()).collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}
+
+#[test]
+fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("c");
+    let sp = spec(t.path(), 7, "");
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
+    let sched = schedule_of(&d);
+    assert_eq!(sched.len(), 9);
+    // same seed, same schedule; another seed, another schedule
+    let d2 = t.path().join("c2");
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d2.to_str().unwrap()]));
+    assert_eq!(schedule_of(&d2), sched);
+    let other = (8..20).any(|s| {
+        let dd = t.path().join(format!("s{s}"));
+        ok(&cc(&["campaign", "plan", spec(t.path(), s, "").to_str().unwrap(), "-o", dd.to_str().unwrap()]));
+        schedule_of(&dd) != sched
+    });
+    assert!(other, "a different seed gives a different schedule");
+    // a frozen manifest is never replaced
+    assert!(!cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]).status.success());
+
+    let ds = d.to_str().unwrap();
+    ok(&cc_env(&["campaign", "exec", ds]));
+    // executed in schedule order, round-robin
+    let attempts: Vec<serde_json::Value> =
+        std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let executed: Vec<String> = attempts.iter().map(|a| a["cell_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(executed, sched);
+    for r in 1..=3 {
+        let mut labels: Vec<&str> = attempts.iter().filter(|a| a["round"] == r).map(|a| a["label"].as_str().unwrap()).collect();
+        labels.sort();
+        assert_eq!(labels, ["binomial", "recdbl", "ring"]);
+    }
+    ok(&cc(&["campaign", "select", ds]));
+    ok(&cc(&["campaign", "verify", ds]));
+    let report: serde_json::Value = serde_json::from_str(&ok(&cc(&["campaign", "analyze", ds, "--json"]))).unwrap();
+    let blocking: Vec<&serde_json::Value> = report["results"].as_array().unwrap().iter().filter(|r| r["phase"] == "blocking").collect();
+    assert_eq!(blocking.len(), 3);
+    assert!(blocking.iter().all(|r| r["jobs"] == 3));
+
+    // archive and check it; one changed byte fails the check
+    let tar = t.path().join("c.tar");
+    ok(&cc(&["campaign", "archive", ds, "-o", tar.to_str().unwrap()]));
+    let desc = t.path().join("c.tar.descriptor.json");
+    ok(&cc(&["campaign", "check-archive", tar.to_str().unwrap(), desc.to_str().unwrap()]));
+    let dj: serde_json::Value = serde_json::from_slice(&std::fs::read(&desc).unwrap()).unwrap();
+    assert_eq!(dj["verdict"]["complete"], true);
+    assert_eq!(dj["run_ids"].as_array().unwrap().len(), 9);
+    let mut b = std::fs::read(&tar).unwrap();
+    b[1000] ^= 1;
+    std::fs::write(&tar, &b).unwrap();
+    let o = cc(&["campaign", "check-archive", tar.to_str().unwrap(), desc.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the archive changed"));
+
+    // refusals on copies: each names the cell, and analyze withholds
+    let sel: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("selection.json")).unwrap()).unwrap();
+    let cell = sel["entries"][4]["cell_id"].as_str().unwrap().to_string();
+    let run_dir = sel["entries"][4]["run_dir"].as_str().unwrap().to_string();
+    let refused = |name: &str, damage: &dyn Fn(&Path), needle: &str| {
+        let c = t.path().join(name);
+        copy_dir(&d, &c);
+        damage(&c);
+        let cs = c.to_str().unwrap();
+        let o = cc(&["campaign", "verify", cs]);
+        assert!(!o.status.success(), "{name}: verify must fail");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(&format!("refused {cell}")) && out.contains(needle), "{name}: {out}");
+        let o = cc(&["campaign", "analyze", cs]);
+        assert!(!o.status.success(), "{name}: analyze must fail");
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("withheld-incomplete"), "{name}");
+    };
+    refused("del-shard", &|c| std::fs::remove_file(c.join(&run_dir).join("rank-00001.shard")).unwrap(), "is missing");
+    refused(
+        "flip-shard",
+        &|c| {
+            let p = c.join(&run_dir).join("rank-00000.shard");
+            let mut b = std::fs::read(&p).unwrap();
+            let n = b.len() / 2;
+            b[n] ^= 0x10;
+            std::fs::write(&p, b).unwrap();
+        },
+        "stale",
+    );
+    refused(
+        "del-selection",
+        &|c| {
+            let p = c.join("selection.json");
+            let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            v["entries"].as_array_mut().unwrap().remove(4);
+            std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        },
+        "missing",
+    );
+    // a changed manifest breaks the chain at its root
+    let c = t.path().join("manifest-edit");
+    copy_dir(&d, &c);
+    let mp = c.join("manifest.json");
+    let text = std::fs::read_to_string(&mp).unwrap().replacen("\"tokens\": 4", "\"tokens\": 5", 1);
+    std::fs::write(&mp, text).unwrap();
+    let o = cc(&["campaign", "verify", c.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the frozen manifest was changed"));
+}
+
+#[test]
+fn a_failing_cell_is_recorded_and_retries_append() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("c");
+    let sp = spec(t.path(), 3, "[[configs]]\nname = \"broken\"\nargs = [\"--sizes\", \"3B\"]\n");
+    // keep it short: one round
+    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1");
+    std::fs::write(&sp, text).unwrap();
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
+    let ds = d.to_str().unwrap();
+    cc_env(&["campaign", "exec", ds]);
+    cc_env(&["campaign", "exec", ds, "--resume", "--retries", "1"]);
+    let attempts: Vec<serde_json::Value> =
+        std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let broken: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["label"] == "broken").collect();
+    assert_eq!(broken.len(), 3, "first exec: 1 attempt; resume with one retry: 2 more; all kept");
+    assert!(broken.iter().all(|a| a["status"] == "failed" && a["exit_code"] != 0));
+    assert!(broken[0]["failure"].as_str().unwrap().contains("whole number of f32"), "{}", broken[0]);
+    let ids: Vec<&str> = broken.iter().map(|a| a["attempt_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r01-broken-a1", "r01-broken-a2", "r01-broken-a3"]);
+    // the good cells ran once each and were not re-run by resume
+    assert_eq!(attempts.iter().filter(|a| a["status"] == "succeeded").count(), 3);
+    for id in ids {
+        assert!(d.join("attempts").join(format!("{id}.stderr")).exists());
+    }
+    ok(&cc(&["campaign", "select", ds]));
+    let o = cc(&["campaign", "verify", ds]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("refused r01-broken: missing"));
+}
+
+#[test]
+fn malformed_specs_are_refused_naming_the_file_and_fault() {
+    let t = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(spec(t.path(), 1, "")).unwrap();
+    for (name, text, needle) in [
+        ("unknown-field", good.replace("seed = 1", "seed = 1\ncolour = \"red\""), "unknown field"),
+        ("dup-config", good.replace("name = \"binomial\"", "name = \"ring\""), "used twice"),
+        ("bad-phase", good.replace("isolated,blocking", "isolated,warp"), "unknown phase"),
+        ("no-reps", good.replace("repetitions = 3", "repetitions = 0"), "at least 1"),
+    ] {
+        let p = t.path().join(format!("{name}.toml"));
+        std::fs::write(&p, text).unwrap();
+        let o = cc(&["campaign", "plan", p.to_str().unwrap(), "-o", t.path().join(name).to_str().unwrap()]);
+        assert!(!o.status.success(), "{name}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{name}.toml")) && err.contains(needle), "{name}: {err}");
+        assert!(!t.path().join(name).join("manifest.json").exists());
+    }
+}
+
+#[test]
+fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
+    let t = tempfile::tempdir().unwrap();
+    let sp = spec(t.path(), 5, "");
+    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1");
+    std::fs::write(&sp, &text).unwrap();
+    let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
+    for d in [&a, &b] {
+        ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
+        ok(&cc_env(&["campaign", "exec", d.to_str().unwrap()]));
+    }
+    ok(&cc(&["campaign", "join", a.to_str().unwrap(), b.to_str().unwrap(), "-o", c.to_str().unwrap()]));
+    ok(&cc(&["campaign", "select", c.to_str().unwrap()]));
+    let out = ok(&cc(&["campaign", "verify", c.to_str().unwrap()]));
+    assert!(out.contains("complete: 6/6"), "{out}");
+    // the same campaign twice
+    let o = cc(&["campaign", "join", a.to_str().unwrap(), a.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same manifest"));
+    // another analysis policy
+    let sp2 = t.path().join("strict.toml");
+    std::fs::write(&sp2, text.replace("tie_policy = \"iqr\"", "tie_policy = \"strict\"")).unwrap();
+    let s = t.path().join("s");
+    ok(&cc(&["campaign", "plan", sp2.to_str().unwrap(), "-o", s.to_str().unwrap()]));
+    let o = cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("analysis policy differs"), "{}", String::from_utf8_lossy(&o.stderr));
+    // another repository state (a manifest frozen elsewhere, digest consistent)
+    let r = t.path().join("r");
+    copy_dir(&b, &r);
+    let mp = r.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mp).unwrap()).unwrap();
+    m["repository"]["commit"] = "0000000000000000000000000000000000000000".into();
+    let bytes = serde_json::to_vec_pretty(&m).unwrap();
+    std::fs::write(&mp, &bytes).unwrap();
+    std::fs::write(r.join("manifest.sha256"), commcanary::fsutil::sha256_hex(&bytes) + "\n").unwrap();
+    let o = cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("z").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("repository identity"), "{}", String::from_utf8_lossy(&o.stderr));
+}
