@@ -58,7 +58,7 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
         let bound = r["arrival_bound_us"].as_f64().unwrap();
         let was = r["ranks"][3]["injected_delay_ns"].as_u64();
         if r["seq"].as_u64().unwrap() % 10 == 0 {
-            assert!(was.is_some_and(|w| (2_000_000..2_500_000).contains(&w)), "rank 3 records the delay it achieved: {was:?}");
+            assert!(was.is_some_and(|w| w >= 2_000_000), "rank 3 records the delay it achieved (a sleep only overshoots): {was:?}");
             delayed.push((skew, bound));
         } else {
             assert_eq!(was, None);
