@@ -15,7 +15,7 @@ use crate::backend::Backend;
 use crate::cli::BenchOverheadArgs;
 use crate::clock::{monotonic_raw_ns, RankClock};
 use crate::phases::Runner;
-use crate::workload::{FillResidual, GemmShape, Phase, WorkloadSpec};
+use crate::workload::{GemmShape, WorkloadSpec};
 use anyhow::{Context, Result};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::Communicator;
@@ -31,19 +31,7 @@ pub fn run(args: BenchOverheadArgs) -> Result<()> {
     let gemm = GemmShape { m: 8, n: 8, k: 8 };
     let mut backend = CpuBackend::new(&world, bytes, gemm, 4096)?;
     let clock = RankClock::new(world.rank() as u32, &[]);
-    let spec = WorkloadSpec {
-        phases: vec![Phase::Isolated],
-        tokens: 1,
-        warmup_tokens: 0,
-        layers: 1,
-        sizes_bytes: vec![bytes],
-        gemm,
-        iters: args.iters,
-        warmup_iters: 0,
-        check: 0,
-        fill_residual: FillResidual::Carry,
-        membound_bytes: 4096,
-    };
+    let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
     let mut bare = Vec::new();
     let mut instrumented = Vec::new();
     for _ in 0..args.reps {
@@ -97,19 +85,7 @@ fn run_cuda(args: &BenchOverheadArgs) -> Result<()> {
         std::time::Duration::from_secs(300),
     )?;
     for &bytes in &sizes {
-        let spec = WorkloadSpec {
-            phases: vec![Phase::Isolated],
-            tokens: 1,
-            warmup_tokens: 0,
-            layers: 1,
-            sizes_bytes: vec![bytes],
-            gemm,
-            iters: args.iters,
-            warmup_iters: 0,
-            check: 0,
-            fill_residual: FillResidual::Carry,
-            membound_bytes: 4096,
-        };
+        let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
         let mut reference = Vec::new();
         let mut wall = Vec::new();
         let mut device = Vec::new();

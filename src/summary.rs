@@ -46,9 +46,11 @@ pub struct Summary {
     pub rows: Vec<ConfigPhase>,
 }
 
-/// Per-job median of the phase's metric.
-pub fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
-    let mut v: Vec<f64> = if phase.has_tokens() {
+/// One job's sample of the phase's metric, µs: per-token latencies for
+/// workload phases, per-collective completion times (every rank) for
+/// `isolated`; warm-ups excluded.
+pub fn job_samples_us(j: &JoinedRun, phase: Phase) -> Vec<f64> {
+    if phase.has_tokens() {
         j.shards
             .iter()
             .flat_map(|s| s.body.tokens.iter())
@@ -61,8 +63,12 @@ pub fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
             .filter(|c| c.phase == phase && !c.warmup)
             .flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3))
             .collect()
-    };
-    median(&mut v)
+    }
+}
+
+/// Per-job median of the phase's metric.
+pub fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
+    median(&mut job_samples_us(j, phase))
 }
 
 /// Parse `LABEL=DIR`.

@@ -218,6 +218,23 @@ pub struct WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// The isolated phase alone at one size, no warm-up, no checks (benchmarks).
+    pub fn isolated_only(bytes: u64, iters: u32, gemm: GemmShape) -> Self {
+        Self {
+            phases: vec![Phase::Isolated],
+            tokens: 1,
+            warmup_tokens: 0,
+            layers: 1,
+            sizes_bytes: vec![bytes],
+            gemm,
+            iters,
+            warmup_iters: 0,
+            check: 0,
+            fill_residual: FillResidual::Carry,
+            membound_bytes: 4096,
+        }
+    }
+
     /// Check internal consistency.
     pub fn validate(&self) -> Result<()> {
         if self.tokens == 0 || self.layers == 0 {

@@ -70,11 +70,7 @@ pub struct Report {
 }
 
 fn per_job(j: &crate::join::JoinedRun, phase: crate::workload::Phase) -> Option<(f64, f64)> {
-    let mut v: Vec<f64> = if phase.has_tokens() {
-        j.shards.iter().flat_map(|s| s.body.tokens.iter()).filter(|t| t.phase == phase && !t.warmup).map(|t| (t.end_ns - t.start_ns) as f64 / 1e3).collect()
-    } else {
-        j.collectives.iter().filter(|c| c.phase == phase && !c.warmup).flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect()
-    };
+    let mut v = crate::summary::job_samples_us(j, phase);
     let p99 = stats::percentile_nearest_rank(&mut v, 99.0)?;
     Some((stats::median(&mut v)?, p99))
 }
