@@ -83,6 +83,7 @@ fn run_cuda(args: &BenchOverheadArgs) -> Result<()> {
     let mut backend = crate::backend::cuda::CudaBackend::new(
         &world, local.rank() as u32, &args.nccl_lib, max, gemm, 4096, clock.clone(), (args.iters as usize) * 2 + 8,
         std::time::Duration::from_secs(300),
+        None,
     )?;
     for &bytes in &sizes {
         let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);

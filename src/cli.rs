@@ -114,8 +114,11 @@ pub struct RankArgs {
     pub nccl_lib: PathBuf,
     /// Cuda backend: seconds without completion after which a pass is declared
     /// hung, the NCCL communicator aborted and the job failed with a message.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, alias = "collective-timeout", default_value_t = 300.0)]
     pub collective_timeout_s: f64,
+    /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
+    #[arg(long)]
+    pub gpu: Option<u32>,
     /// Capture NCCL's per-collective tuner choices (cuda backend): sets
     /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
     /// keeps the log beside the shard and attaches the choices where counts and sizes match.

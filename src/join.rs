@@ -48,6 +48,9 @@ pub struct RankTimes {
     pub fill_units: Option<u32>,
     /// Fill quantization error, where filled.
     pub fill_quantization_error_ns: Option<i64>,
+    /// How long the compute stream stalled on this collective (GPU), where measured.
+    #[serde(default)]
+    pub device_wait_ns: Option<u64>,
 }
 
 impl RankTimes {
@@ -201,6 +204,9 @@ pub struct PhaseSummary {
     pub token_p99_us: Option<f64>,
     /// Median arrival skew, µs (absent when uncalibrated).
     pub skew_median_us: Option<f64>,
+    /// Median time the compute stream stalled on a collective, µs (GPU; absent when unmeasured).
+    #[serde(default)]
+    pub device_wait_median_us: Option<f64>,
     /// Timed collectives per NCCL tuner choice `ALGO/PROTO/channels` (empty when not captured).
     #[serde(default)]
     pub tuner_choices: BTreeMap<String, u64>,
@@ -363,6 +369,11 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
         }
     }
     let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
+    // per rank: the compute stream's measured stalls by (group, seq)
+    let waits: Vec<BTreeMap<(u32, u64), u64>> = shards
+        .iter()
+        .map(|s| s.body.device_waits.iter().map(|w| ((w.group, w.seq), w.end_ns.saturating_sub(w.start_ns))).collect())
+        .collect();
     // per rank: captured tuner choices by group-0 sequence number
     let tuners: Vec<BTreeMap<u64, crate::tuning::TunerChoice>> = shards
         .iter()
@@ -427,6 +438,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
                 fill_units: e.fill.map(|f| f.units),
                 fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
+                device_wait_ns: waits[r as usize].get(&(group, seq)).copied(),
             });
         }
         let mut jc = JoinedCollective {
@@ -575,6 +587,8 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
             .collect();
         let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
+        let mut dwaits: Vec<f64> =
+            timed.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.device_wait_ns)).map(|ns| ns as f64 / 1e3).collect();
         let mut tuner_choices = BTreeMap::new();
         for c in &timed {
             if let Some(t) = &c.tuner {
@@ -593,6 +607,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             token_median_us: stats::median(&mut tokens),
             token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
             skew_median_us: stats::median(&mut skews),
+            device_wait_median_us: stats::median(&mut dwaits),
             tuner_choices,
         });
     }
@@ -727,6 +742,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         let _ = writeln!(o, "  node {} ranks {:?}: {verdict}", n.host, n.ranks);
     }
+    for p in s.phases.iter().filter(|p| p.device_wait_median_us.is_some()) {
+        let _ = writeln!(o, "compute stream stalled on a collective (p50) in {:<13} {} us", p.phase.name(), f(p.device_wait_median_us));
+    }
     for p in s.phases.iter().filter(|p| !p.tuner_choices.is_empty()) {
         let list: Vec<String> = p.tuner_choices.iter().map(|(k, v)| format!("{k} x{v}")).collect();
         let _ = writeln!(o, "tuner choices {:<13} {}", p.phase.name(), list.join(", "));
@@ -769,6 +787,7 @@ mod tests {
             replay_error_ns: None,
             fill_units: None,
             fill_quantization_error_ns: None,
+            device_wait_ns: None,
         }
     }
 

@@ -213,6 +213,17 @@ impl<'a, B: Backend> Runner<'a, B> {
             e.device_start_ns = iv.map(|d| d.start_ns);
             e.device_end_ns = iv.map(|d| d.end_ns);
         }
+        if !t.waits.is_empty() {
+            if t.waits.len() != events.len() {
+                bail!("internal: backend reported {} device waits for {} collectives", t.waits.len(), events.len());
+            }
+            let waits: Vec<crate::shard::DeviceWait> = events
+                .iter()
+                .zip(&t.waits)
+                .filter_map(|(e, w)| w.map(|w| crate::shard::DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns }))
+                .collect();
+            self.body.device_waits.extend(waits);
+        }
         let phase = self.body.collectives.get(first_collective).map(|e| e.phase).or(self.current_phase);
         for k in t.kernels {
             let name = match self.body.kernel_names.iter().position(|n| *n == k.name) {

@@ -316,6 +316,7 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
                 clock.clone(),
                 plan.spec.device_events_per_pass(),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
+                args.gpu,
             )?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }

@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// Current on-disk shard format version (2 added kernel records to the body;
-/// version 1 shards are still read, with no kernels).
-pub const SHARD_FORMAT_VERSION: u32 = 2;
+/// Current on-disk shard format version. 2 added kernel records to the body,
+/// 3 the compute stream's measured waits; versions 1 and 2 are still read
+/// (without those records).
+pub const SHARD_FORMAT_VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -358,10 +359,38 @@ pub struct ShardBody {
     pub kernels: Vec<KernelEvent>,
     /// Distinct kernel names, indexed by `KernelEvent::name`.
     pub kernel_names: Vec<String>,
+    /// How long the compute stream stalled on each collective (GPU; format 3).
+    pub device_waits: Vec<DeviceWait>,
+}
+
+/// The compute stream's stall on one collective: events recorded on the
+/// compute stream just before and just after its wait on the collective's
+/// end event, on the host timeline. Zero when the collective had already
+/// finished; the exposed communication time otherwise.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceWait {
+    /// Group.
+    pub group: u32,
+    /// Per-group sequence number of the collective waited on.
+    pub seq: u64,
+    /// Before the wait, host ns.
+    pub start_ns: u64,
+    /// After the wait, host ns.
+    pub end_ns: u64,
+}
+
+/// Format-2 body, read for compatibility.
+#[derive(Serialize, Deserialize)]
+struct ShardBodyV2 {
+    collectives: Vec<CollectiveEvent>,
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
+    kernels: Vec<KernelEvent>,
+    kernel_names: Vec<String>,
 }
 
 /// Format-1 body, read for compatibility.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct ShardBodyV1 {
     collectives: Vec<CollectiveEvent>,
     compute: Vec<ComputeEvent>,
@@ -384,15 +413,19 @@ fn bincode_cfg() -> bincode::config::Configuration {
 impl Shard {
     /// Encode to bytes (header, body, trailer).
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let header = serde_json::to_vec(&self.header).context("encoding shard header")?;
         let body = bincode::serde::encode_to_vec(&self.body, bincode_cfg()).context("encoding shard body")?;
+        self.encode_with_body(&body)
+    }
+
+    fn encode_with_body(&self, body: &[u8]) -> Result<Vec<u8>> {
+        let header = serde_json::to_vec(&self.header).context("encoding shard header")?;
         let mut out = Vec::with_capacity(header.len() + body.len() + 80);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.header.format_version.to_le_bytes());
         out.extend_from_slice(&(header.len() as u64).to_le_bytes());
         out.extend_from_slice(&header);
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        out.extend_from_slice(&body);
+        out.extend_from_slice(body);
         let digest = Sha256::digest(&out);
         out.extend_from_slice(TRAILER);
         out.extend_from_slice(&digest);
@@ -410,7 +443,7 @@ impl Shard {
             return Err(fault(format!("truncated: {} bytes is shorter than an empty shard", bytes.len())));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != SHARD_FORMAT_VERSION && version != 1 {
+        if !(1..=SHARD_FORMAT_VERSION).contains(&version) {
             return Err(fault(format!(
                 "format version {version} is not supported (this build reads versions 1 to {SHARD_FORMAT_VERSION})"
             )));
@@ -462,6 +495,18 @@ impl Shard {
                 .map_err(|e| fault(format!("body does not decode: {e}")))?;
             let body = ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() };
             (body, used)
+        } else if version == 2 {
+            let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
+                .map_err(|e| fault(format!("body does not decode: {e}")))?;
+            let body = ShardBody {
+                collectives: b.collectives,
+                compute: b.compute,
+                tokens: b.tokens,
+                kernels: b.kernels,
+                kernel_names: b.kernel_names,
+                ..Default::default()
+            };
+            (body, used)
         } else {
             bincode::serde::decode_from_slice(body_bytes, bincode_cfg()).map_err(|e| fault(format!("body does not decode: {e}")))?
         };
@@ -480,5 +525,61 @@ impl Shard {
     /// True if the bytes start with the shard magic.
     pub fn sniff(bytes: &[u8]) -> bool {
         bytes.len() >= 8 && &bytes[..8] == MAGIC
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Shard {
+        let json = serde_json::json!({
+            "format_version": SHARD_FORMAT_VERSION, "run_id": "r", "rank": 0, "world_size": 1, "host": "h",
+            "local_rank": 0, "local_size": 1, "backend": "cpu",
+            "device": {"backend": "cpu", "name": "x", "facts": []},
+            "identity": {"host": "h", "kernel": null, "cpu_model": null, "mpi_library": null, "mpi_standard": "3.1",
+                "world_rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "cpu_affinity": null,
+                "numa_mems": null, "env": [], "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
+            "identity_sha256": "d", "groups": [{"id": 0, "members": [0]}],
+            "workload": {"phases": ["blocking"], "tokens": 1, "warmup_tokens": 0, "layers": 1, "sizes_bytes": [4],
+                "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4},
+            "clock": null, "clock_injections": [], "clock_anchor_true_ns": 0, "delay_injection": null,
+            "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1}, "unmeasured": [], "phases": [], "started_unix_ms": 0
+        });
+        let header: ShardHeader = serde_json::from_value(json).unwrap();
+        let tokens = vec![TokenEvent { phase: Phase::Blocking, token: 0, warmup: false, start_ns: 1, end_ns: 2 }];
+        Shard { header, body: ShardBody { tokens, ..Default::default() } }
+    }
+
+    #[test]
+    fn current_format_round_trips() {
+        let s = sample();
+        assert_eq!(Shard::decode(&s.encode().unwrap(), "t").unwrap(), s);
+    }
+
+    #[test]
+    fn older_formats_still_decode_without_the_newer_records() {
+        let mut s = sample();
+        for (version, body) in [
+            (1u32, bincode::serde::encode_to_vec(ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() }, bincode_cfg()).unwrap()),
+            (2u32, bincode::serde::encode_to_vec(ShardBodyV2 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone(), kernels: vec![], kernel_names: vec![] }, bincode_cfg()).unwrap()),
+        ] {
+            s.header.format_version = version;
+            let mut bytes = s.encode_with_body(&body).unwrap();
+            bytes[8..12].copy_from_slice(&version.to_le_bytes());
+            // re-seal: the preamble changed after hashing
+            let n = bytes.len() - 40;
+            let digest = Sha256::digest(&bytes[..n]);
+            bytes[n + 8..].copy_from_slice(&digest);
+            let d = Shard::decode(&bytes, "old").unwrap();
+            assert_eq!(d.header.format_version, version);
+            assert_eq!(d.body.tokens, s.body.tokens);
+            assert!(d.body.kernels.is_empty() && d.body.device_waits.is_empty());
+        }
+        s.header.format_version = 99;
+        let mut bytes = s.encode().unwrap();
+        bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+        let e = Shard::decode(&bytes, "future").unwrap_err().to_string();
+        assert!(e.contains("format version 99 is not supported"), "{e}");
     }
 }

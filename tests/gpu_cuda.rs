@@ -33,6 +33,8 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
         eprintln!("fact {k} = {}", v.lines().next().unwrap_or(""));
     }
     assert!(shard.header.phases.iter().all(|p| p.device_anchor_error_ns.is_some()));
+    assert_eq!(shard.body.device_waits.len(), shard.body.collectives.len(), "the compute stream's wait on every collective is measured");
+    assert!(phase(&s, "blocking")["device_wait_median_us"].as_f64().is_some());
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if cupti.starts_with("kernel activity records") {
         // one rank: NCCL copies instead of launching a kernel; the GEMMs are kernels

@@ -194,6 +194,7 @@ pub struct CudaBackend {
     clock: RankClock,
     pending: Option<(u64, CudaEvent, CudaEvent)>,
     intervals: Vec<(CudaEvent, CudaEvent)>,
+    waits: Vec<(CudaEvent, CudaEvent)>,
     marks: Vec<CudaEvent>,
     /// Timing events ready for reuse: creating one per operation made the host
     /// the bottleneck (seen on the H200), so they are pooled across passes.
@@ -218,7 +219,7 @@ fn drv<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
 }
 
 impl CudaBackend {
-    /// Open GPU `local_rank % device_count`, load NCCL from `nccl_path`, create
+    /// Open GPU `gpu` or else `local_rank % device_count`, load NCCL from `nccl_path`, create
     /// the communicator, and prewarm `events_hint` timing events (cold start).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -231,6 +232,7 @@ impl CudaBackend {
         clock: RankClock,
         events_hint: usize,
         timeout: std::time::Duration,
+        gpu: Option<u32>,
     ) -> Result<Self> {
         if let Some(why) = unavailable_reason() {
             bail!("{why}");
@@ -242,7 +244,11 @@ impl CudaBackend {
             Err(e) => (None, Some(format!("{e:#}"))),
         };
         let count = drv(CudaContext::device_count(), "cuDeviceGetCount")? as u32;
-        let ordinal = (local_rank % count) as usize;
+        let ordinal = match gpu {
+            Some(g) if g < count => g as usize,
+            Some(g) => bail!("--gpu {g}: this node has {count} GPU(s)"),
+            None => (local_rank % count) as usize,
+        };
         let ctx = drv(CudaContext::new(ordinal), "creating the CUDA context")?;
         // SAFETY: every cross-stream dependency is placed explicitly below.
         unsafe { ctx.disable_event_tracking() };
@@ -332,6 +338,7 @@ impl CudaBackend {
             clock,
             pending: None,
             intervals: Vec::new(),
+            waits: Vec::new(),
             marks: Vec::new(),
             free_events,
             produced,
@@ -458,7 +465,7 @@ impl Backend for CudaBackend {
         [
             Unmeasured {
                 field: "wait_start_ns/wait_end_ns".into(),
-                reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute stream's stall is not measured yet".into(),
+                reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute stream's stall is in device_waits".into(),
             },
         ]
         .into_iter()
@@ -493,8 +500,13 @@ impl Backend for CudaBackend {
         let Some((_bytes, start, end)) = self.pending.take() else {
             bail!("internal: wait without an outstanding all-reduce");
         };
+        let before = self.timing_event()?;
+        drv(before.record(&self.compute), "cuEventRecord (before wait)")?;
         drv(self.compute.wait(&end), "cuStreamWaitEvent (compute waits collective)")?;
+        let after = self.timing_event()?;
+        drv(after.record(&self.compute), "cuEventRecord (after wait)")?;
         self.intervals.push((start, end));
+        self.waits.push((before, after));
         Ok(None)
     }
 
@@ -560,6 +572,7 @@ impl Backend for CudaBackend {
 
     fn finish_pass(&mut self) -> Result<PassTimings> {
         let intervals = std::mem::take(&mut self.intervals);
+        let waits_ev = std::mem::take(&mut self.waits);
         let marks = std::mem::take(&mut self.marks);
         let Some(anchor) = self.anchor.take() else {
             return Ok(PassTimings { collectives: vec![None; intervals.len()], ..Default::default() });
@@ -589,13 +602,18 @@ impl Backend for CudaBackend {
             collectives.push(Some(DeviceInterval { start_ns: Self::to_host_ns(&anchor, s)?, end_ns: Self::to_host_ns(&anchor, e)? }));
         }
         let marks_ns = marks.iter().map(|m| Self::to_host_ns(&anchor, m)).collect::<Result<Vec<_>>>()?;
+        let mut waits = Vec::with_capacity(waits_ev.len());
+        for (b, a) in &waits_ev {
+            waits.push(Some(DeviceInterval { start_ns: Self::to_host_ns(&anchor, b)?, end_ns: Self::to_host_ns(&anchor, a)? }));
+        }
         let error_ns = anchor.error_ns;
         self.free_events.extend(intervals.into_iter().flat_map(|(s, e)| [s, e]));
+        self.free_events.extend(waits_ev.into_iter().flat_map(|(s, e)| [s, e]));
         self.free_events.extend(marks);
         self.free_events.push(anchor.event);
         // the kernel anchor's error adds to the event anchor's where both are used
         let error_ns = error_ns.max(anchor.cupti.map(|c| c.2).unwrap_or(0));
-        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns), kernels })
+        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns), kernels, waits })
     }
 
     fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {

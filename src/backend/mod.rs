@@ -32,6 +32,8 @@ pub struct PassTimings {
     pub anchor_error_ns: Option<u64>,
     /// Kernels that ran during the pass (CUPTI), on the host timeline.
     pub kernels: Vec<PassKernel>,
+    /// Per collective of the pass, in order: the compute stream's stall on it, where measured.
+    pub waits: Vec<Option<DeviceInterval>>,
 }
 
 /// A kernel of a pass, on the host timeline.
