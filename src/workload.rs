@@ -256,12 +256,13 @@ impl WorkloadSpec {
         self.sizes_bytes[(index % self.sizes_bytes.len() as u64) as usize]
     }
 
-    /// Upper estimate of device timing events one pass needs (2 per
-    /// collective, 2 per compute interval, 2 per token, plus the anchor).
+    /// Upper estimate of device timing events one pass needs (4 per
+    /// collective: its interval and the compute stream's wait; 2 per compute
+    /// interval; 2 per token; plus the anchor), so none is created mid-pass.
     pub fn device_events_per_pass(&self) -> usize {
         let tokens = (self.tokens + self.warmup_tokens) as usize;
-        let workload = tokens * self.layers as usize * 4 + tokens * 2;
-        let isolated = self.sizes_bytes.len() * (self.iters + self.warmup_iters) as usize * 2;
+        let workload = tokens * self.layers as usize * 6 + tokens * 2;
+        let isolated = self.sizes_bytes.len() * (self.iters + self.warmup_iters) as usize * 4;
         workload.max(isolated) + 1
     }
 
