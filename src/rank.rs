@@ -41,6 +41,17 @@ fn launcher_rank() -> Option<u32> {
         .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
+/// Write one whole line to stderr in a single `write`: ranks and the launcher
+/// share the pipe, and a line written in pieces gets another process's output
+/// spliced into it (seen: mpirun's banner inside a rank's error line).
+pub fn write_line_stderr(line: &str) {
+    use std::io::Write;
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(line);
+    buf.push('\n');
+    let _ = std::io::stderr().lock().write_all(buf.as_bytes());
+}
+
 /// Whether this process should print job-wide messages.
 pub fn is_lead_process() -> bool {
     launcher_rank().unwrap_or(0) == 0
@@ -191,7 +202,7 @@ pub fn run(args: RankArgs) -> Result<()> {
     let world = universe.world();
     let rank = world.rank() as u32;
     if let Err(e) = run_rank(&args, plan, &world, mpi_init_ns) {
-        eprintln!("commcanary rank {rank}: error: {e:#}");
+        write_line_stderr(&format!("commcanary rank {rank}: error: {e:#}"));
         world.abort(2);
     }
     Ok(())

@@ -260,7 +260,11 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
 /// else the last line that is not a launcher's banner rule.
 fn failure_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    let ours = text.lines().find(|l| l.contains("error:") || (l.starts_with("commcanary") && l.contains("error")));
+    // a line that says what went wrong: an "error:" with words after it
+    let telling = |l: &&str| {
+        l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric()))
+    };
+    let ours = text.lines().find(telling);
     let last = text.lines().rev().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("---"));
     match ours.or(last) {
         Some(l) => format!("stderr: {}", l.trim()),
