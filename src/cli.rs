@@ -26,6 +26,8 @@ pub enum Command {
     /// Export a verified run to another format
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
+    Compare(CompareArgs),
     /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
     #[command(subcommand)]
     Campaign(CampaignCommand),
@@ -328,4 +330,21 @@ pub enum CampaignCommand {
         /// Descriptor file.
         descriptor: PathBuf,
     },
+}
+
+/// `commcanary compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Proxy: a summary CSV (config,median_us[,iqr_us]) or CAMPAIGN_DIR:PHASE.
+    #[arg(long)]
+    pub proxy: String,
+    /// Truth: a summary CSV or CAMPAIGN_DIR:PHASE.
+    #[arg(long)]
+    pub truth: String,
+    /// Tie rule (a campaign's manifest declares its own; this applies to tables).
+    #[arg(long, value_enum, default_value = "strict")]
+    pub tie_policy: crate::ranking::TieRule,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -25,6 +25,7 @@ pub mod nccl;
 pub mod overlap;
 pub mod phases;
 pub mod rank;
+pub mod ranking;
 pub mod run;
 pub mod shard;
 pub mod schema;

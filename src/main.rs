@@ -2,7 +2,6 @@
 use anyhow::Result;
 use clap::Parser;
 use commcanary::cli::{Cli, Command};
-use std::io::Write;
 
 fn run() -> Result<()> {
     let cli = Cli::parse();
@@ -16,6 +15,7 @@ fn run() -> Result<()> {
         Command::BenchOverhead(a) => commcanary::bench::run(a),
         Command::Overlap(a) => commands::overlap(a),
         Command::Campaign(c) => commands::campaign(c),
+        Command::Compare(a) => commands::compare(a),
         Command::Export(commcanary::cli::ExportCommand::Chrome(a)) => {
             let joined = commcanary::join::join_dir(&a.run_dir)?;
             let trace = commcanary::export::chrome_trace(&joined);
@@ -92,6 +92,74 @@ mod commands {
                 writeln!(out, "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}", r.phase.name(), r.rank, r.report.compute_active_us, r.report.comm_active_us, r.report.overlap_us, p(r.report.overlap_of_comm), p(r.report.overlap_of_compute), p(r.report.overlap_of_wall))?;
             }
         }
+        Ok(())
+    }
+
+    /// Load one side of a comparison: (summaries, evidence description, declared tie rule if any).
+    fn side(spec: &str) -> Result<(Vec<commcanary::ranking::ConfigSummary>, String, Option<commcanary::ranking::TieRule>)> {
+        use commcanary::ranking::{ConfigSummary, TieRule};
+        if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
+            let dir = std::path::Path::new(dir);
+            let phase: commcanary::workload::Phase = phase.parse()?;
+            let v = commcanary::campaign::chain::verify(dir)?;
+            if !v.complete {
+                anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign before comparing", dir.display(), v.refusals.len());
+            }
+            let (m, sha) = commcanary::campaign::chain::load_manifest(dir)?;
+            let rows: Vec<ConfigSummary> = commcanary::campaign::results(dir)?
+                .into_iter()
+                .filter(|r| r.phase == phase)
+                .map(|r| ConfigSummary { config: r.label, median_us: r.median_us, iqr_us: Some(r.iqr_us) })
+                .collect();
+            if rows.is_empty() {
+                anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
+            }
+            let rule = match m.spec.analysis.tie_policy {
+                commcanary::campaign::spec::TiePolicy::Strict => Some(TieRule::Strict),
+                commcanary::campaign::spec::TiePolicy::Iqr => Some(TieRule::Iqr),
+                commcanary::campaign::spec::TiePolicy::Bootstrap => None,
+            };
+            let ev = format!("measured: verified campaign {} (manifest {}), phase {phase}, per-job medians with IQR over {} jobs each", m.campaign_id, &sha[..12], m.spec.repetitions);
+            return Ok((rows, ev, rule));
+        }
+        let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+        let rows = commcanary::ranking::parse_csv(&text, spec)?;
+        Ok((rows, format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"), None))
+    }
+
+    pub fn compare(a: commcanary::cli::CompareArgs) -> Result<()> {
+        let (p, pe, pr) = side(&a.proxy)?;
+        let (t, te, tr) = side(&a.truth)?;
+        if let (Some(x), Some(y)) = (pr, tr) {
+            if x != y {
+                anyhow::bail!("the two campaigns declare different tie policies");
+            }
+        }
+        let rule = pr.or(tr).unwrap_or(a.tie_policy);
+        let evidence = if pe == te { pe } else { format!("proxy: {pe}; truth: {te}") };
+        let c = commcanary::ranking::compare(&p, &t, rule, &evidence)?;
+        let mut out = std::io::stdout().lock();
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
+            return Ok(());
+        }
+        writeln!(out, "{} configurations, {} pairs, tie rule {:?}", p.len(), c.pairs_total, c.tie_policy)?;
+        writeln!(
+            out,
+            "under the declared {:?} rule the proxy and the truth agreed on {} of {} pairs ({:.1}%); Kendall tau-b {}",
+            c.tie_policy,
+            c.pairs_agree,
+            c.pairs_total,
+            c.agreement_pct,
+            c.kendall_tau_b.map(|t| format!("{t:.3}")).unwrap_or_else(|| "undefined (every pair tied on one side)".into())
+        )?;
+        for d in &c.disagreements {
+            writeln!(out, "  disagree {} vs {}: proxy {:?}, truth {:?}; truth-side difference {:.1}% of the faster", d.a, d.b, d.proxy, d.truth, d.truth_cost_pct)?;
+        }
+        if c.pairs_total >= 10 {
+            writeln!(out, "note: {} pairs invite false discoveries; read the whole matrix (--json), not a list of inversions", c.pairs_total)?;
+        }
+        writeln!(out, "evidence: {}", c.evidence_class)?;
         Ok(())
     }
 
@@ -215,7 +283,7 @@ fn main() {
     if let Err(e) = run() {
         // Under mpirun every rank would print the same argument error; print it once.
         if commcanary::rank::is_lead_process() {
-            let _ = writeln!(std::io::stderr(), "commcanary: error: {e:#}");
+            commcanary::rank::write_line_stderr(&format!("commcanary: error: {e:#}"));
         }
         std::process::exit(1);
     }

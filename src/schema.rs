@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 10] = [
+pub const SCHEMAS: [(&str, &str); 11] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -17,6 +17,7 @@ pub const SCHEMAS: [(&str, &str); 10] = [
     ("campaign-selection", "campaign-selection.schema.json"),
     ("campaign-report", "campaign-report.schema.json"),
     ("campaign-archive-descriptor", "campaign-archive-descriptor.schema.json"),
+    ("comparison", "comparison.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -33,6 +34,7 @@ pub fn schema_json(name: &str) -> Result<String> {
         "campaign-selection" => schema_for!(crate::campaign::chain::Selection),
         "campaign-report" => schema_for!(crate::campaign::Report),
         "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
+        "comparison" => schema_for!(crate::ranking::Comparison),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -1,0 +1,266 @@
+//! Pairwise relations between configurations and proxy-versus-truth agreement
+//! (SPEC §7), free of I/O.
+//!
+//! Consumes per-configuration summaries (median, optional IQR, in µs) of a
+//! proxy (e.g. `isolated`) and of the truth (e.g. `blocking`). Produces, for
+//! every one of the n(n-1)/2 pairs, the relation under a declared tie policy
+//! (`a_faster`, `b_faster`, `tied`) on each side, whether they agree, Kendall's
+//! tau-b, and for every disagreement its cost on the truth side: how much
+//! slower, in percent of the truly faster one, the other configuration is.
+//! Refuses: configuration sets that differ, repeated names, non-finite values.
+//!
+//! Kendall's tau-b (Kendall, "The treatment of ties in ranking problems",
+//! Biometrika 1945): (C - D) / sqrt((n0 - n1)(n0 - n2)), with C concordant
+//! and D discordant pairs, n0 = n(n-1)/2 and n1, n2 the pairs tied on each
+//! side. Ties here are the declared policy's ties, so "tied" means "under the
+//! declared rule these were not distinguished", never "statistically identical".
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+/// One configuration's summary.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ConfigSummary {
+    /// Name or label.
+    pub config: String,
+    /// Median, µs.
+    pub median_us: f64,
+    /// Interquartile range, µs, where known.
+    pub iqr_us: Option<f64>,
+}
+
+/// The declared tie rule.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TieRule {
+    /// Any difference decides.
+    Strict,
+    /// Tied if |m_a - m_b| < max(iqr_a, iqr_b) (an unknown IQR counts as 0).
+    Iqr,
+}
+
+/// Relation of a pair (a, b).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Relation {
+    /// a is faster (smaller).
+    AFaster,
+    /// b is faster.
+    BFaster,
+    /// Not distinguished under the rule.
+    Tied,
+}
+
+/// The relation of `a` and `b` under `rule`.
+pub fn relation(a: &ConfigSummary, b: &ConfigSummary, rule: TieRule) -> Relation {
+    let d = a.median_us - b.median_us;
+    let tied = match rule {
+        TieRule::Strict => d == 0.0,
+        TieRule::Iqr => d.abs() < a.iqr_us.unwrap_or(0.0).max(b.iqr_us.unwrap_or(0.0)) || d == 0.0,
+    };
+    if tied {
+        Relation::Tied
+    } else if d < 0.0 {
+        Relation::AFaster
+    } else {
+        Relation::BFaster
+    }
+}
+
+/// One pair on both sides.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PairRelation {
+    /// First configuration (input order).
+    pub a: String,
+    /// Second configuration.
+    pub b: String,
+    /// Relation under the proxy.
+    pub proxy: Relation,
+    /// Relation under the truth.
+    pub truth: Relation,
+    /// Whether the two relations are the same.
+    pub agree: bool,
+}
+
+/// A disagreement and what it costs on the truth side.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Disagreement {
+    /// First configuration.
+    pub a: String,
+    /// Second configuration.
+    pub b: String,
+    /// Proxy relation.
+    pub proxy: Relation,
+    /// Truth relation.
+    pub truth: Relation,
+    /// |truth_a - truth_b| in percent of the truly faster one.
+    pub truth_cost_pct: f64,
+}
+
+/// The comparison.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Comparison {
+    /// Tie rule used.
+    pub tie_policy: TieRule,
+    /// n(n-1)/2.
+    pub pairs_total: usize,
+    /// Pairs whose relations agree.
+    pub pairs_agree: usize,
+    /// 100 * agree / total.
+    pub agreement_pct: f64,
+    /// Kendall's tau-b between the two orderings (absent when undefined: every pair tied on one side).
+    pub kendall_tau_b: Option<f64>,
+    /// Every pair.
+    pub relations: Vec<PairRelation>,
+    /// The disagreeing pairs with their truth-side cost.
+    pub disagreements: Vec<Disagreement>,
+    /// What the inputs are (measured campaign, or reported tables).
+    pub evidence_class: String,
+}
+
+/// Compare a proxy with the truth over the same configurations.
+pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, evidence_class: &str) -> Result<Comparison> {
+    for (side, v) in [("proxy", proxy), ("truth", truth)] {
+        let mut names: Vec<&str> = v.iter().map(|c| c.config.as_str()).collect();
+        names.sort();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            bail!("{side}: configuration {:?} appears twice", w[0]);
+        }
+        if let Some(c) = v.iter().find(|c| !c.median_us.is_finite() || c.iqr_us.is_some_and(|i| !i.is_finite() || i < 0.0)) {
+            bail!("{side}: configuration {:?} has a non-finite median or a bad IQR", c.config);
+        }
+    }
+    let missing: Vec<&str> = proxy.iter().map(|c| c.config.as_str()).filter(|n| !truth.iter().any(|t| t.config == *n)).collect();
+    let extra: Vec<&str> = truth.iter().map(|c| c.config.as_str()).filter(|n| !proxy.iter().any(|p| p.config == *n)).collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        bail!("the two sides name different configurations (only in proxy: {missing:?}; only in truth: {extra:?})");
+    }
+    let t_of = |name: &str| truth.iter().find(|t| t.config == name).expect("checked");
+    let (mut c, mut d, mut n1, mut n2) = (0i64, 0i64, 0i64, 0i64);
+    let mut relations = Vec::new();
+    let mut disagreements = Vec::new();
+    for i in 0..proxy.len() {
+        for j in i + 1..proxy.len() {
+            let (pa, pb) = (&proxy[i], &proxy[j]);
+            let (ta, tb) = (t_of(&pa.config), t_of(&pb.config));
+            let rp = relation(pa, pb, rule);
+            let rt = relation(ta, tb, rule);
+            match (rp, rt) {
+                (Relation::Tied, Relation::Tied) => {
+                    n1 += 1;
+                    n2 += 1;
+                }
+                (Relation::Tied, _) => n1 += 1,
+                (_, Relation::Tied) => n2 += 1,
+                (x, y) if x == y => c += 1,
+                _ => d += 1,
+            }
+            let agree = rp == rt;
+            if !agree {
+                let faster = ta.median_us.min(tb.median_us);
+                let cost = if faster > 0.0 { (ta.median_us - tb.median_us).abs() / faster * 100.0 } else { f64::NAN };
+                disagreements.push(Disagreement { a: pa.config.clone(), b: pb.config.clone(), proxy: rp, truth: rt, truth_cost_pct: cost });
+            }
+            relations.push(PairRelation { a: pa.config.clone(), b: pb.config.clone(), proxy: rp, truth: rt, agree });
+        }
+    }
+    let n0 = relations.len() as i64;
+    let den = (((n0 - n1) * (n0 - n2)) as f64).sqrt();
+    let pairs_agree = relations.iter().filter(|r| r.agree).count();
+    Ok(Comparison {
+        tie_policy: rule,
+        pairs_total: relations.len(),
+        pairs_agree,
+        agreement_pct: if relations.is_empty() { f64::NAN } else { pairs_agree as f64 / relations.len() as f64 * 100.0 },
+        kendall_tau_b: (den > 0.0).then(|| (c - d) as f64 / den),
+        relations,
+        disagreements,
+        evidence_class: evidence_class.to_string(),
+    })
+}
+
+/// Read a summary table: CSV with header `config,median_us` and optionally `iqr_us`.
+pub fn parse_csv(text: &str, name: &str) -> Result<Vec<ConfigSummary>> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let header: Vec<String> = lines.next().ok_or_else(|| anyhow::anyhow!("{name}: empty table"))?.split(',').map(|h| h.trim().to_string()).collect();
+    let col = |n: &str| header.iter().position(|h| h == n);
+    let (ci, mi) = match (col("config"), col("median_us")) {
+        (Some(c), Some(m)) => (c, m),
+        _ => bail!("{name}: header must have config and median_us columns (found {header:?})"),
+    };
+    let ii = col("iqr_us");
+    let mut out = Vec::new();
+    for (k, line) in lines.enumerate() {
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if f.len() != header.len() {
+            bail!("{name}: row {} has {} fields, the header has {}", k + 2, f.len(), header.len());
+        }
+        let num = |i: usize, what: &str| -> Result<f64> {
+            f[i].parse::<f64>().map_err(|_| anyhow::anyhow!("{name}: row {}: {what} {:?} is not a number", k + 2, f[i]))
+        };
+        out.push(ConfigSummary {
+            config: f[ci].to_string(),
+            median_us: num(mi, "median_us")?,
+            iqr_us: match ii {
+                Some(i) if !f[i].is_empty() => Some(num(i, "iqr_us")?),
+                _ => None,
+            },
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(c: &str, m: f64, iqr: Option<f64>) -> ConfigSummary {
+        ConfigSummary { config: c.into(), median_us: m, iqr_us: iqr }
+    }
+
+    #[test]
+    fn hand_computed_three_configs() {
+        // proxy order a < b < c ; truth order b < a < c
+        let p = [s("a", 1.0, None), s("b", 2.0, None), s("c", 3.0, None)];
+        let t = [s("a", 20.0, None), s("b", 10.0, None), s("c", 30.0, None)];
+        let r = compare(&p, &t, TieRule::Strict, "test").unwrap();
+        assert_eq!((r.pairs_total, r.pairs_agree), (3, 2));
+        // C = 2 (a-c, b-c), D = 1 (a-b): tau = 1/3
+        assert!((r.kendall_tau_b.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(r.disagreements.len(), 1);
+        assert_eq!(r.disagreements[0].truth_cost_pct, 100.0); // a is 100% slower than b in truth
+    }
+
+    #[test]
+    fn iqr_policy_ties_close_pairs() {
+        let p = [s("a", 10.0, Some(3.0)), s("b", 12.0, Some(1.0))];
+        assert_eq!(relation(&p[0], &p[1], TieRule::Iqr), Relation::Tied);
+        assert_eq!(relation(&p[0], &p[1], TieRule::Strict), Relation::AFaster);
+    }
+
+    #[test]
+    fn refuses_mismatched_sets_and_bad_tables() {
+        let p = [s("a", 1.0, None), s("b", 2.0, None)];
+        let t = [s("a", 1.0, None), s("c", 2.0, None)];
+        assert!(compare(&p, &t, TieRule::Strict, "").unwrap_err().to_string().contains("only in proxy"));
+        assert!(parse_csv("name,median\nx,1\n", "t.csv").unwrap_err().to_string().contains("config and median_us"));
+        assert!(parse_csv("config,median_us\nx,fast\n", "t.csv").unwrap_err().to_string().contains("not a number"));
+    }
+
+    proptest! {
+        #[test]
+        fn identical_orderings_agree_fully(v in proptest::collection::vec(0.0f64..1e6, 2..9)) {
+            let mut seen = std::collections::BTreeSet::new();
+            let p: Vec<ConfigSummary> = v.iter().enumerate().filter(|(_, x)| seen.insert(x.to_bits())).map(|(i, &m)| s(&format!("c{i}"), m, None)).collect();
+            prop_assume!(p.len() >= 2);
+            let t: Vec<ConfigSummary> = p.iter().map(|c| s(&c.config, c.median_us * 3.0 + 7.0, None)).collect();
+            let r = compare(&p, &t, TieRule::Strict, "").unwrap();
+            prop_assert_eq!(r.pairs_agree, r.pairs_total);
+            prop_assert!((r.kendall_tau_b.unwrap() - 1.0).abs() < 1e-12);
+            let rev: Vec<ConfigSummary> = p.iter().map(|c| s(&c.config, -c.median_us, None)).collect();
+            let r = compare(&p, &rev, TieRule::Strict, "").unwrap();
+            prop_assert_eq!(r.pairs_agree, 0);
+            prop_assert!((r.kendall_tau_b.unwrap() + 1.0).abs() < 1e-12);
+        }
+    }
+}
