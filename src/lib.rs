@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bootstrap;
 pub mod campaign;
 pub mod cli;
 pub mod cli_kv;

@@ -1,0 +1,254 @@
+//! Bootstrap over rounds, with a recorded seed (SPEC §7), free of I/O.
+//!
+//! Consumes a rounds × configurations table of per-job statistics (one job
+//! per configuration per round: the randomized round-robin design). Produces,
+//! from `resamples` resamplings of whole rounds with replacement (paired:
+//! every configuration's job of a drawn round comes along, which keeps drift
+//! common to a round out of the differences), P(best) and P(worst) per
+//! configuration (ties split evenly, so each sums to 1), and for a candidate
+//! against a baseline: the distribution of the relative difference
+//! (candidate − baseline, percent of baseline), its percentile interval,
+//! P(candidate faster), P(slowdown > delta), and a verdict.
+//!
+//! Method: the nonparametric percentile bootstrap (Efron and Tibshirani, "An
+//! Introduction to the Bootstrap", 1993, ch. 13) with the statistic taken as
+//! the median over the resampled rounds. Same table, resamples and seed give
+//! the same output bit for bit (ChaCha8).
+//!
+//! Verdict (frozen thresholds `min_effect_pct`, `delta_pct`):
+//! `fail` when the whole interval is a slowdown beyond delta; `pass` when the
+//! whole interval is an improvement of at least the minimum effect; `tied`
+//! when the whole interval lies within ± the minimum effect; otherwise
+//! `insufficient-evidence`. An A/A comparison can therefore only come out
+//! `tied` or `insufficient-evidence`.
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Canary verdict.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Improvement of at least the minimum effect, across the interval.
+    Pass,
+    /// Slowdown beyond delta, across the interval.
+    Fail,
+    /// The interval lies within ± the minimum effect.
+    Tied,
+    /// None of the above.
+    InsufficientEvidence,
+}
+
+/// Candidate against baseline.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CanaryResult {
+    /// Point estimate of (candidate − baseline) / baseline, percent (medians over all rounds).
+    pub diff_pct: f64,
+    /// Lower end of the percentile interval, percent.
+    pub ci_low_pct: f64,
+    /// Upper end, percent.
+    pub ci_high_pct: f64,
+    /// Coverage of the interval (e.g. 0.95).
+    pub coverage: f64,
+    /// P(candidate faster than baseline).
+    pub p_candidate_faster: f64,
+    /// P(slowdown > delta).
+    pub p_slowdown_beyond_delta: f64,
+    /// Verdict.
+    pub verdict: Verdict,
+}
+
+/// Bootstrap output.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BootstrapResult {
+    /// Resamples drawn.
+    pub resamples: u32,
+    /// Seed used.
+    pub seed: u64,
+    /// P(best) per configuration, in input order.
+    pub p_best: Vec<f64>,
+    /// P(worst) per configuration.
+    pub p_worst: Vec<f64>,
+    /// Candidate against baseline, when asked.
+    pub canary: Option<CanaryResult>,
+}
+
+fn median_of(idx: &[usize], table: &[Vec<f64>], config: usize, scratch: &mut Vec<f64>) -> f64 {
+    scratch.clear();
+    scratch.extend(idx.iter().map(|&r| table[r][config]));
+    scratch.sort_by(|a, b| a.total_cmp(b));
+    let n = scratch.len();
+    if n % 2 == 1 { scratch[n / 2] } else { (scratch[n / 2 - 1] + scratch[n / 2]) / 2.0 }
+}
+
+/// Thresholds of a canary comparison.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CanaryAsk {
+    /// Candidate's column.
+    pub candidate: usize,
+    /// Baseline's column.
+    pub baseline: usize,
+    /// Minimum effect, percent.
+    pub min_effect_pct: f64,
+    /// Operational slowdown threshold, percent.
+    pub delta_pct: f64,
+    /// Interval coverage (0.95).
+    pub coverage: f64,
+}
+
+/// Paired-by-round bootstrap of `table[round][config]`.
+pub fn paired_by_round(table: &[Vec<f64>], resamples: u32, seed: u64, canary: Option<CanaryAsk>) -> Result<BootstrapResult> {
+    let rounds = table.len();
+    if rounds < 2 {
+        bail!("bootstrap needs at least 2 rounds, got {rounds}");
+    }
+    let k = table[0].len();
+    if k == 0 || table.iter().any(|r| r.len() != k) {
+        bail!("every round must hold one value per configuration");
+    }
+    if table.iter().flatten().any(|v| !v.is_finite()) {
+        bail!("the table holds a non-finite value");
+    }
+    if resamples == 0 {
+        bail!("resamples must be at least 1");
+    }
+    if let Some(c) = canary {
+        if c.candidate >= k || c.baseline >= k || c.candidate == c.baseline || !(0.0 < c.coverage && c.coverage < 1.0) {
+            bail!("canary columns or coverage out of range");
+        }
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut best = vec![0.0f64; k];
+    let mut worst = vec![0.0f64; k];
+    let mut diffs = Vec::with_capacity(if canary.is_some() { resamples as usize } else { 0 });
+    let mut idx = vec![0usize; rounds];
+    let mut stat = vec![0.0f64; k];
+    let mut scratch = Vec::with_capacity(rounds);
+    for _ in 0..resamples {
+        for i in idx.iter_mut() {
+            *i = rng.gen_range(0..rounds);
+        }
+        for (c, s) in stat.iter_mut().enumerate() {
+            *s = median_of(&idx, table, c, &mut scratch);
+        }
+        let lo = stat.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = stat.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let n_lo = stat.iter().filter(|&&s| s == lo).count() as f64;
+        let n_hi = stat.iter().filter(|&&s| s == hi).count() as f64;
+        for c in 0..k {
+            if stat[c] == lo {
+                best[c] += 1.0 / n_lo;
+            }
+            if stat[c] == hi {
+                worst[c] += 1.0 / n_hi;
+            }
+        }
+        if let Some(c) = canary {
+            diffs.push((stat[c.candidate] - stat[c.baseline]) / stat[c.baseline] * 100.0);
+        }
+    }
+    let n = resamples as f64;
+    let canary = canary.map(|c| {
+        diffs.sort_by(|a, b| a.total_cmp(b));
+        let q = |p: f64| {
+            let rank = ((p * diffs.len() as f64).ceil() as usize).clamp(1, diffs.len());
+            diffs[rank - 1]
+        };
+        let alpha = (1.0 - c.coverage) / 2.0;
+        let (lo, hi) = (q(alpha), q(1.0 - alpha));
+        let all: Vec<usize> = (0..rounds).collect();
+        let mut scratch = Vec::new();
+        let (mc, mb) = (median_of(&all, table, c.candidate, &mut scratch), median_of(&all, table, c.baseline, &mut scratch));
+        let verdict = if lo > c.delta_pct {
+            Verdict::Fail
+        } else if hi < -c.min_effect_pct {
+            Verdict::Pass
+        } else if lo >= -c.min_effect_pct && hi <= c.min_effect_pct {
+            Verdict::Tied
+        } else {
+            Verdict::InsufficientEvidence
+        };
+        CanaryResult {
+            diff_pct: (mc - mb) / mb * 100.0,
+            ci_low_pct: lo,
+            ci_high_pct: hi,
+            coverage: c.coverage,
+            p_candidate_faster: diffs.iter().filter(|&&d| d < 0.0).count() as f64 / n,
+            p_slowdown_beyond_delta: diffs.iter().filter(|&&d| d > c.delta_pct).count() as f64 / n,
+            verdict,
+        }
+    });
+    Ok(BootstrapResult {
+        resamples,
+        seed,
+        p_best: best.into_iter().map(|b| b / n).collect(),
+        p_worst: worst.into_iter().map(|w| w / n).collect(),
+        canary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::Rng;
+
+    fn table(rounds: usize, means: &[f64], noise: f64, seed: u64) -> Vec<Vec<f64>> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..rounds)
+            .map(|_| {
+                let drift = rng.gen_range(-noise..noise); // common to the round
+                means.iter().map(|m| m * (1.0 + drift) + rng.gen_range(-noise..noise) * m).collect()
+            })
+            .collect()
+    }
+
+    fn ask(c: usize, b: usize) -> Option<CanaryAsk> {
+        Some(CanaryAsk { candidate: c, baseline: b, min_effect_pct: 2.0, delta_pct: 5.0, coverage: 0.95 })
+    }
+
+    #[test]
+    fn well_separated_fastest_wins_with_high_probability() {
+        let t = table(5, &[100.0, 130.0, 160.0, 190.0, 220.0, 250.0, 280.0, 310.0], 0.02, 1);
+        let r = paired_by_round(&t, 10_000, 7, ask(1, 0)).unwrap();
+        assert!(r.p_best[0] >= 0.99, "{:?}", r.p_best);
+        assert!(r.p_worst[7] >= 0.99, "{:?}", r.p_worst);
+        assert_eq!(r.canary.unwrap().verdict, Verdict::Fail, "30% slower than baseline beyond delta 5%");
+        let r = paired_by_round(&t, 10_000, 7, ask(0, 1)).unwrap();
+        assert_eq!(r.canary.unwrap().verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_a_is_never_pass_or_fail() {
+        for seed in 0..20 {
+            let mut t = table(5, &[100.0, 100.0], 0.03, seed);
+            // A/A: the same configuration under two labels
+            for row in t.iter_mut() {
+                row[1] = row[0] * (1.0 + 0.005 * ((seed % 3) as f64 - 1.0));
+            }
+            let v = paired_by_round(&t, 2_000, seed, ask(1, 0)).unwrap().canary.unwrap().verdict;
+            assert!(matches!(v, Verdict::Tied | Verdict::InsufficientEvidence), "seed {seed}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_tables() {
+        assert!(paired_by_round(&[vec![1.0]], 10, 0, None).is_err());
+        assert!(paired_by_round(&[vec![1.0, 2.0], vec![1.0]], 10, 0, None).is_err());
+        assert!(paired_by_round(&[vec![f64::NAN], vec![1.0]], 10, 0, None).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn probabilities_sum_to_one_and_the_seed_reproduces(
+            rounds in 2usize..7, k in 1usize..6, seed in 0u64..1000, vals in proptest::collection::vec(1.0f64..100.0, 42)
+        ) {
+            let t: Vec<Vec<f64>> = (0..rounds).map(|r| (0..k).map(|c| vals[(r * k + c) % vals.len()].round()).collect()).collect();
+            let a = paired_by_round(&t, 300, seed, None).unwrap();
+            let b = paired_by_round(&t, 300, seed, None).unwrap();
+            prop_assert_eq!(&a, &b);
+            prop_assert!((a.p_best.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            prop_assert!((a.p_worst.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        }
+    }
+}
