@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-build
 . scripts/env.sh
-cargo test --locked --all-targets
+# lib, binaries and integration tests; benchmarks run with `cargo bench` (they print, they do not assert)
+cargo test --locked --lib --bins --tests
