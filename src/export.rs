@@ -42,10 +42,9 @@ pub fn chrome_trace(j: &JoinedRun) -> Value {
             let args = json!({"phase": e.phase, "seq": e.seq, "bytes": e.bytes, "warmup": e.warmup});
             spans.push((r, 2, "allreduce issue".into(), to_ref(e.host_issue_ns), to_ref(e.host_return_ns), args.clone()));
             spans.push((r, 2, "allreduce wait".into(), to_ref(e.wait_start_ns), to_ref(e.wait_end_ns), args.clone()));
-            match (e.device_start_ns, e.device_end_ns) {
-                (Some(a), Some(b)) => spans.push((r, 4, format!("allreduce {}B", e.bytes), to_ref(a), to_ref(b), args)),
-                _ => spans.push((r, 4, format!("allreduce {}B (issue..wait return)", e.bytes), to_ref(e.host_issue_ns), to_ref(e.wait_end_ns), args)),
-            }
+            let (a, b, device) = e.execution_interval_ns();
+            let name = if device { format!("allreduce {}B", e.bytes) } else { format!("allreduce {}B (issue..wait return)", e.bytes) };
+            spans.push((r, 4, name, to_ref(a), to_ref(b), args));
         }
         for k in &s.body.kernels {
             let row = match k.kind {

@@ -197,12 +197,10 @@ pub fn per_phase(shards: &[crate::shard::Shard]) -> Result<Vec<PhaseOverlap>> {
                     .collectives
                     .iter()
                     .filter(|c| c.phase == *p)
-                    .map(|c| match (c.device_start_ns, c.device_end_ns) {
-                        (Some(a), Some(b)) => us(a, b),
-                        _ => {
-                            device = false;
-                            us(c.host_issue_ns, c.wait_end_ns)
-                        }
+                    .map(|c| {
+                        let (a, b, on_device) = c.execution_interval_ns();
+                        device &= on_device;
+                        us(a, b)
                     })
                     .collect();
                 (if device { IntervalSource::DeviceEvents } else { IntervalSource::Host }, compute, comm)

@@ -224,7 +224,7 @@ impl<'a, B: Backend> Runner<'a, B> {
                 .collect();
             self.body.device_waits.extend(waits);
         }
-        let phase = self.body.collectives.get(first_collective).map(|e| e.phase).or(self.current_phase);
+        let phase = self.current_phase;
         for k in t.kernels {
             let name = match self.body.kernel_names.iter().position(|n| *n == k.name) {
                 Some(i) => i as u32,

@@ -144,6 +144,18 @@ pub struct CollectiveEvent {
     pub checked: bool,
 }
 
+impl CollectiveEvent {
+    /// When the collective was executing: its device interval where the
+    /// backend measured one (`true`), else issue to wait return on the host
+    /// (`false`), an upper bound on when the library could have been working.
+    pub fn execution_interval_ns(&self) -> (u64, u64, bool) {
+        match (self.device_start_ns, self.device_end_ns) {
+            (Some(a), Some(b)) => (a, b, true),
+            _ => (self.host_issue_ns, self.wait_end_ns, false),
+        }
+    }
+}
+
 /// What kind of work a compute interval is.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]

@@ -48,15 +48,20 @@ fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntr
         .collect()
 }
 
+/// Where a collective started and ended for gap purposes: the device interval
+/// where measured (GPU: the host only enqueues), else the host arrival without
+/// any injected delay, and the wait's return.
+fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_ns: Option<u64>, wait_end_ns: u64) -> (u64, u64) {
+    match device {
+        (Some(s), Some(d)) => (s, d),
+        _ => (host_issue_ns.saturating_sub(injected_delay_ns.unwrap_or(0)), wait_end_ns),
+    }
+}
+
 /// Gaps of this rank's own `blocking` phase.
 pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
-    // Where the backend measured device intervals (GPU: the host only enqueues),
-    // gaps are taken on the device timeline; otherwise on the host's.
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
-        let (start, end) = match (e.device_start_ns, e.device_end_ns) {
-            (Some(s), Some(d)) => (s, d),
-            _ => (e.host_issue_ns.saturating_sub(e.injected_delay_ns.unwrap_or(0)), e.wait_end_ns),
-        };
+        let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
         (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, gap_ns: 0 })
     });
     SourceTrace { origin: TraceOrigin::ThisRunBlocking, entries: gaps_from(run.start_ns, it) }
@@ -85,10 +90,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
         let t = c.ranks.iter().find(|t| t.rank == source_rank).with_context(|| {
             format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq)
         })?;
-        let (issue, end) = match (t.device_start_ns, t.device_end_ns) {
-            (Some(s), Some(d)) => (s, d),
-            _ => (t.host_issue_ns.saturating_sub(t.injected_delay_ns.unwrap_or(0)), t.wait_end_ns),
-        };
+        let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
         times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, gap_ns: 0 }));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
