@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run a whole GPU campaign on a GPU host from the binary staged by
+# scripts/device-stage.sh, and collect the small, publishable outputs.
+#
+#   bash scripts/device-campaign.sh SPEC NAME [EXEC_TIMEOUT_S]
+#
+# Run from the repository root on the GPU host. The campaign lives in
+# $WORK/NAME (WORK defaults to /tmp/cc); what is worth bringing back (logs,
+# verify/analyze/compare outputs, the archive descriptor, the per-job join
+# summaries with tuner comparisons, report and plots when analyze writes them)
+# goes to $WORK/NAME.collected/ and is packed into $COLLECT/NAME.tgz, with the
+# session log beside it (COLLECT defaults to $OUT, else ./out/device). The
+# archive itself (raw shards) stays on the host: its SHA-256 is in the
+# descriptor. NCCL_NVLS_ENABLE=0 is forced.
+set -uo pipefail
+SPEC=${1:?spec}; NAME=${2:?name}; EXEC_TIMEOUT_S=${3:-480}
+B=$PWD/.stage/bin/commcanary
+[ -x "$B" ] || { echo "no staged binary: run scripts/device-stage.sh first" >&2; exit 1; }
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+WORK=${WORK:-/tmp/cc}; COLLECT=${COLLECT:-${OUT:-out/device}}
+C=$WORK/$NAME; R=$WORK/$NAME.collected
+mkdir -p "$WORK" "$R" "$COLLECT"
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+{
+  log "host: $(hostname), GPUs:"; nvidia-smi -L; nvidia-smi topo -m | head -8
+  log "binary: $(sha256sum "$B" | cut -c1-16)…"
+  [ -d "$C" ] || "$B" campaign plan "$SPEC" -o "$C" || exit 1
+  log "exec (limit ${EXEC_TIMEOUT_S}s; resumable)"
+  t0=$(date +%s)
+  timeout "$EXEC_TIMEOUT_S" "$B" campaign exec "$C" --retries 1
+  log "exec rc=$? after $(( $(date +%s) - t0 )) s"
+  "$B" campaign select "$C"
+  log "verify"; "$B" campaign verify "$C"; echo "verify rc=$?"
+  log "analyze"; "$B" campaign analyze "$C" --reveal | tee "$R/analyze.txt"
+  "$B" campaign analyze "$C" --json > "$R/analyze.json"
+  phases=$(grep -o '^phases *= *"[^"]*"' "$SPEC" | sed 's/.*"\(.*\)"/\1/' | tr ',' ' ')
+  for p in $phases; do
+    [ "$p" = blocking ] && continue
+    log "compare $p vs blocking"
+    "$B" compare --proxy "$C:$p" --truth "$C:blocking" | tee "$R/compare-$p-vs-blocking.txt"
+    "$B" compare --proxy "$C:$p" --truth "$C:blocking" --json > "$R/compare-$p-vs-blocking.json"
+  done
+  log "per-job join summaries (verification, clocks, tuner choices workload vs replay)"
+  for d in "$C"/runs/*/; do echo "### $(basename "$d")"; "$B" join "$d"; done > "$R/joins.txt" 2>&1
+  log "archive"
+  "$B" campaign archive "$C" -o "$WORK/$NAME.tar" --descriptor "$R/archive.descriptor.json"
+  "$B" campaign check-archive "$WORK/$NAME.tar" "$R/archive.descriptor.json"; echo "check-archive rc=$?"
+  [ -f "$C/report.json" ] && cp "$C/report.json" "$R/"
+  ls "$C"/*.svg >/dev/null 2>&1 && cp "$C"/*.svg "$R/"
+  tar czf "$R/campaign-records.tgz" -C "$WORK" --exclude='*.shard' --exclude='nccl-debug*' "$NAME"
+  log "done"
+} 2>&1 | tee "$R/session.log"
+cp "$R/session.log" "$COLLECT/$NAME.session.log"
+tar czf "$COLLECT/$NAME.tgz" -C "$WORK" "$NAME.collected"
