@@ -11,7 +11,8 @@
 # goes to $WORK/NAME.collected/ and is packed into $COLLECT/NAME.tgz, with the
 # session log beside it (COLLECT defaults to $OUT, else ./out/device). The
 # archive itself (raw shards) stays on the host: its SHA-256 is in the
-# descriptor. NCCL_NVLS_ENABLE=0 is forced.
+# descriptor. NCCL_NVLS_ENABLE=0 is forced. QUICK=1 skips the per-phase
+# compares and per-job joins (each re-reads every shard).
 set -uo pipefail
 SPEC=${1:?spec}; NAME=${2:?name}; EXEC_TIMEOUT_S=${3:-480}
 B=$PWD/.stage/bin/commcanary
@@ -35,6 +36,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
   log "analyze"; "$B" campaign analyze "$C" --reveal | tee "$R/analyze.txt"
   "$B" campaign analyze "$C" --json > "$R/analyze.json"
   phases=$(grep -o '^phases *= *"[^"]*"' "$SPEC" | sed 's/.*"\(.*\)"/\1/' | tr ',' ' ')
+  [ "${QUICK:-0}" = 1 ] && phases=""
   for p in $phases; do
     [ "$p" = blocking ] && continue
     log "compare $p vs blocking"
@@ -42,7 +44,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
     "$B" compare --proxy "$C:$p" --truth "$C:blocking" --json > "$R/compare-$p-vs-blocking.json"
   done
   log "per-job join summaries (verification, clocks, tuner choices workload vs replay)"
-  for d in "$C"/runs/*/; do echo "### $(basename "$d")"; "$B" join "$d"; done > "$R/joins.txt" 2>&1
+  [ "${QUICK:-0}" = 1 ] || for d in "$C"/runs/*/; do echo "### $(basename "$d")"; "$B" join "$d"; done > "$R/joins.txt" 2>&1
   log "archive"
   "$B" campaign archive "$C" -o "$WORK/$NAME.tar" --descriptor "$R/archive.descriptor.json"
   "$B" campaign check-archive "$WORK/$NAME.tar" "$R/archive.descriptor.json"; echo "check-archive rc=$?"
