@@ -1,6 +1,7 @@
-//! Bootstrap over rounds, with a recorded seed (SPEC §7), free of I/O.
+//! Bootstrap with a recorded seed (SPEC §7), free of I/O: paired by round,
+//! and hierarchical (jobs, then events within jobs; see [`hierarchical`]).
 //!
-//! Consumes a rounds × configurations table of per-job statistics (one job
+//! The paired design consumes a rounds × configurations table of per-job statistics (one job
 //! per configuration per round: the randomized round-robin design). Produces,
 //! from `resamples` resamplings of whole rounds with replacement (paired:
 //! every configuration's job of a drawn round comes along, which keeps drift
@@ -96,41 +97,36 @@ pub struct CanaryAsk {
     pub coverage: f64,
 }
 
-/// Paired-by-round bootstrap of `table[round][config]`.
-pub fn paired_by_round(table: &[Vec<f64>], resamples: u32, seed: u64, canary: Option<CanaryAsk>) -> Result<BootstrapResult> {
-    let rounds = table.len();
-    if rounds < 2 {
-        bail!("bootstrap needs at least 2 rounds, got {rounds}");
-    }
-    let k = table[0].len();
-    if k == 0 || table.iter().any(|r| r.len() != k) {
-        bail!("every round must hold one value per configuration");
-    }
-    if table.iter().flatten().any(|v| !v.is_finite()) {
-        bail!("the table holds a non-finite value");
-    }
-    if resamples == 0 {
-        bail!("resamples must be at least 1");
-    }
+fn check_canary(canary: Option<CanaryAsk>, k: usize) -> Result<()> {
     if let Some(c) = canary {
         if c.candidate >= k || c.baseline >= k || c.candidate == c.baseline || !(0.0 < c.coverage && c.coverage < 1.0) {
             bail!("canary columns or coverage out of range");
         }
     }
+    Ok(())
+}
+
+/// The resampling loop shared by both designs: `draw` fills one resample's
+/// statistic per configuration; `point` holds the statistics of the data.
+fn accumulate(
+    k: usize,
+    resamples: u32,
+    seed: u64,
+    canary: Option<CanaryAsk>,
+    point: &[f64],
+    mut draw: impl FnMut(&mut rand_chacha::ChaCha8Rng, &mut [f64]),
+) -> Result<BootstrapResult> {
+    if resamples == 0 {
+        bail!("resamples must be at least 1");
+    }
+    check_canary(canary, k)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut best = vec![0.0f64; k];
     let mut worst = vec![0.0f64; k];
     let mut diffs = Vec::with_capacity(if canary.is_some() { resamples as usize } else { 0 });
-    let mut idx = vec![0usize; rounds];
     let mut stat = vec![0.0f64; k];
-    let mut scratch = Vec::with_capacity(rounds);
     for _ in 0..resamples {
-        for i in idx.iter_mut() {
-            *i = rng.gen_range(0..rounds);
-        }
-        for (c, s) in stat.iter_mut().enumerate() {
-            *s = median_of(&idx, table, c, &mut scratch);
-        }
+        draw(&mut rng, &mut stat);
         let lo = stat.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = stat.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let n_lo = stat.iter().filter(|&&s| s == lo).count() as f64;
@@ -156,26 +152,14 @@ pub fn paired_by_round(table: &[Vec<f64>], resamples: u32, seed: u64, canary: Op
         };
         let alpha = (1.0 - c.coverage) / 2.0;
         let (lo, hi) = (q(alpha), q(1.0 - alpha));
-        let all: Vec<usize> = (0..rounds).collect();
-        let mut scratch = Vec::new();
-        let (mc, mb) = (median_of(&all, table, c.candidate, &mut scratch), median_of(&all, table, c.baseline, &mut scratch));
-        let verdict = if lo > c.delta_pct {
-            Verdict::Fail
-        } else if hi < -c.min_effect_pct {
-            Verdict::Pass
-        } else if lo >= -c.min_effect_pct && hi <= c.min_effect_pct {
-            Verdict::Tied
-        } else {
-            Verdict::InsufficientEvidence
-        };
         CanaryResult {
-            diff_pct: (mc - mb) / mb * 100.0,
+            diff_pct: (point[c.candidate] - point[c.baseline]) / point[c.baseline] * 100.0,
             ci_low_pct: lo,
             ci_high_pct: hi,
             coverage: c.coverage,
             p_candidate_faster: diffs.iter().filter(|&&d| d < 0.0).count() as f64 / n,
             p_slowdown_beyond_delta: diffs.iter().filter(|&&d| d > c.delta_pct).count() as f64 / n,
-            verdict,
+            verdict: verdict(lo, hi, c.min_effect_pct, c.delta_pct),
         }
     });
     Ok(BootstrapResult {
@@ -184,6 +168,143 @@ pub fn paired_by_round(table: &[Vec<f64>], resamples: u32, seed: u64, canary: Op
         p_best: best.into_iter().map(|b| b / n).collect(),
         p_worst: worst.into_iter().map(|w| w / n).collect(),
         canary,
+    })
+}
+
+/// The verdict of an interval [lo, hi] of (candidate − baseline) in percent.
+pub fn verdict(lo: f64, hi: f64, min_effect_pct: f64, delta_pct: f64) -> Verdict {
+    if lo > delta_pct {
+        Verdict::Fail
+    } else if hi < -min_effect_pct {
+        Verdict::Pass
+    } else if lo >= -min_effect_pct && hi <= min_effect_pct {
+        Verdict::Tied
+    } else {
+        Verdict::InsufficientEvidence
+    }
+}
+
+/// Paired-by-round bootstrap of `table[round][config]`.
+pub fn paired_by_round(table: &[Vec<f64>], resamples: u32, seed: u64, canary: Option<CanaryAsk>) -> Result<BootstrapResult> {
+    let rounds = table.len();
+    if rounds < 2 {
+        bail!("bootstrap needs at least 2 rounds, got {rounds}");
+    }
+    let k = table[0].len();
+    if k == 0 || table.iter().any(|r| r.len() != k) {
+        bail!("every round must hold one value per configuration");
+    }
+    if table.iter().flatten().any(|v| !v.is_finite()) {
+        bail!("the table holds a non-finite value");
+    }
+    let all: Vec<usize> = (0..rounds).collect();
+    let mut scratch = Vec::with_capacity(rounds);
+    let point: Vec<f64> = (0..k).map(|c| median_of(&all, table, c, &mut scratch)).collect();
+    let mut idx = vec![0usize; rounds];
+    accumulate(k, resamples, seed, canary, &point, |rng, stat| {
+        for i in idx.iter_mut() {
+            *i = rng.gen_range(0..rounds);
+        }
+        for (c, s) in stat.iter_mut().enumerate() {
+            *s = median_of(&idx, table, c, &mut scratch);
+        }
+    })
+}
+
+/// The exact resampling law of one job's nearest-rank median.
+///
+/// For a sample sorted as x(1) <= … <= x(n), the nearest-rank median of a
+/// with-replacement resample of size n is its m-th order statistic,
+/// m = ceil(n/2), and P(median* <= x(j)) = P(Binomial(n, j/n) >= m)
+/// = I_{j/n}(m, n − m + 1), the regularized incomplete beta function
+/// (Efron, "Bootstrap methods: another look at the jackknife", Ann. Statist.
+/// 1979, §3; Maritz and Jarrett, JASA 1978). Drawing from this law by
+/// inversion gives the same distribution as drawing n events and taking
+/// their median, at O(log n) per draw instead of O(n).
+#[derive(Clone, Debug)]
+pub struct JobMedianLaw {
+    sorted: Vec<f64>,
+    cdf: Vec<f64>,
+}
+
+impl JobMedianLaw {
+    /// The law of `samples` (at least one finite value).
+    pub fn new(samples: &[f64]) -> Result<Self> {
+        if samples.is_empty() {
+            bail!("a job without events has no median");
+        }
+        if samples.iter().any(|v| !v.is_finite()) {
+            bail!("a job's events hold a non-finite value");
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let n = sorted.len();
+        let m = n.div_ceil(2);
+        let cdf = (1..=n)
+            .map(|j| if j == n { 1.0 } else { statrs::function::beta::beta_reg(m as f64, (n - m + 1) as f64, j as f64 / n as f64) })
+            .collect();
+        Ok(Self { sorted, cdf })
+    }
+
+    /// Nearest-rank median of the sample itself.
+    pub fn point(&self) -> f64 {
+        self.sorted[self.sorted.len().div_ceil(2) - 1]
+    }
+
+    /// One draw of the resampled median, from a uniform `u` in [0, 1).
+    pub fn draw(&self, u: f64) -> f64 {
+        let i = self.cdf.partition_point(|&c| c <= u);
+        self.sorted[i.min(self.sorted.len() - 1)]
+    }
+}
+
+/// Hierarchical (two-stage) bootstrap of `jobs[config][job] = events`:
+/// each resample draws, per configuration independently, that
+/// configuration's jobs with replacement and then the events of every drawn
+/// job with replacement (through [`JobMedianLaw`]); the configuration's
+/// statistic is the median over the drawn jobs of their nearest-rank
+/// medians. Two-stage resampling of clustered data: Davison and Hinkley,
+/// "Bootstrap Methods and their Application", 1997, §3.8 (resampling both
+/// stages, their strategy 2). Use it when rounds cannot be paired, and to
+/// see how much the events inside a job add to the job-level spread.
+pub fn hierarchical(jobs: &[Vec<Vec<f64>>], resamples: u32, seed: u64, canary: Option<CanaryAsk>) -> Result<BootstrapResult> {
+    let k = jobs.len();
+    if k == 0 {
+        bail!("no configurations");
+    }
+    let laws: Vec<Vec<JobMedianLaw>> = jobs
+        .iter()
+        .enumerate()
+        .map(|(c, js)| {
+            if js.len() < 2 {
+                bail!("configuration {c}: the bootstrap needs at least 2 jobs, got {}", js.len());
+            }
+            js.iter().map(|e| JobMedianLaw::new(e)).collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    let mid = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    };
+    let mut scratch = Vec::new();
+    let point: Vec<f64> = laws
+        .iter()
+        .map(|ls| {
+            scratch.clear();
+            scratch.extend(ls.iter().map(JobMedianLaw::point));
+            mid(&mut scratch)
+        })
+        .collect();
+    accumulate(k, resamples, seed, canary, &point, |rng, stat| {
+        for (c, ls) in laws.iter().enumerate() {
+            scratch.clear();
+            for _ in 0..ls.len() {
+                let j = rng.gen_range(0..ls.len());
+                scratch.push(ls[j].draw(rng.gen::<f64>()));
+            }
+            stat[c] = mid(&mut scratch);
+        }
     })
 }
 
@@ -232,6 +353,61 @@ mod tests {
     }
 
     #[test]
+    fn the_exact_median_law_matches_brute_force_resampling() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for n in [1usize, 2, 5, 8, 31] {
+            let x: Vec<f64> = (0..n).map(|_| (rng.gen_range(0..6) as f64) * 1.5).collect(); // ties included
+            let law = JobMedianLaw::new(&x).unwrap();
+            let mut sorted = x.clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let m = n.div_ceil(2);
+            assert_eq!(law.point(), sorted[m - 1]);
+            let draws = 40_000;
+            let (mut exact, mut brute) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+            let mut buf = vec![0.0; n];
+            for _ in 0..draws {
+                *exact.entry(law.draw(rng.gen::<f64>()).to_bits()).or_insert(0u32) += 1;
+                for b in buf.iter_mut() {
+                    *b = x[rng.gen_range(0..n)];
+                }
+                buf.sort_by(|a, b| a.total_cmp(b));
+                *brute.entry(buf[m - 1].to_bits()).or_insert(0u32) += 1;
+            }
+            for v in exact.keys().chain(brute.keys()) {
+                let (a, b) = (*exact.get(v).unwrap_or(&0) as f64 / draws as f64, *brute.get(v).unwrap_or(&0) as f64 / draws as f64);
+                assert!((a - b).abs() < 0.015, "n={n} value {}: exact {a} brute {b}", f64::from_bits(*v));
+            }
+        }
+        assert!(JobMedianLaw::new(&[]).is_err());
+    }
+
+    fn jobs(means: &[f64], jobs: usize, events: usize, noise: f64, seed: u64) -> Vec<Vec<Vec<f64>>> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        means
+            .iter()
+            .map(|m| (0..jobs).map(|_| {
+                let shift = rng.gen_range(-noise..noise) * m;
+                (0..events).map(|_| m + shift + rng.gen_range(-noise..noise) * m).collect()
+            }).collect())
+            .collect()
+    }
+
+    #[test]
+    fn hierarchical_separates_and_keeps_a_a_undecided() {
+        let j = jobs(&[100.0, 130.0, 160.0, 190.0, 220.0, 250.0, 280.0, 310.0], 5, 64, 0.02, 1);
+        let r = hierarchical(&j, 10_000, 7, ask(1, 0)).unwrap();
+        assert!(r.p_best[0] >= 0.99 && r.p_worst[7] >= 0.99, "{:?} {:?}", r.p_best, r.p_worst);
+        assert_eq!(r.canary.unwrap().verdict, Verdict::Fail);
+        for seed in 0..20 {
+            let mut j = jobs(&[100.0, 100.0], 5, 64, 0.03, seed);
+            j[1] = j[0].iter().map(|e| e.iter().map(|v| v * 1.002).collect()).collect();
+            let v = hierarchical(&j, 2_000, seed, ask(1, 0)).unwrap().canary.unwrap().verdict;
+            assert!(matches!(v, Verdict::Tied | Verdict::InsufficientEvidence), "seed {seed}: {v:?}");
+        }
+        assert!(hierarchical(&[vec![vec![1.0]]], 10, 0, None).is_err(), "one job is not a sample of jobs");
+    }
+
+    #[test]
     fn refuses_bad_tables() {
         assert!(paired_by_round(&[vec![1.0]], 10, 0, None).is_err());
         assert!(paired_by_round(&[vec![1.0, 2.0], vec![1.0]], 10, 0, None).is_err());
@@ -247,6 +423,17 @@ mod tests {
             let a = paired_by_round(&t, 300, seed, None).unwrap();
             let b = paired_by_round(&t, 300, seed, None).unwrap();
             prop_assert_eq!(&a, &b);
+            prop_assert!((a.p_best.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            prop_assert!((a.p_worst.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        }
+
+        #[test]
+        fn hierarchical_probabilities_sum_to_one_and_the_seed_reproduces(
+            k in 1usize..5, jobs_n in 2usize..5, seed in 0u64..1000, vals in proptest::collection::vec(1.0f64..100.0, 60)
+        ) {
+            let j: Vec<Vec<Vec<f64>>> = (0..k).map(|c| (0..jobs_n).map(|i| (0..(3 + i)).map(|e| vals[(c * 13 + i * 5 + e) % vals.len()].round()).collect()).collect()).collect();
+            let a = hierarchical(&j, 300, seed, None).unwrap();
+            prop_assert_eq!(&a, &hierarchical(&j, 300, seed, None).unwrap());
             prop_assert!((a.p_best.iter().sum::<f64>() - 1.0).abs() < 1e-9);
             prop_assert!((a.p_worst.iter().sum::<f64>() - 1.0).abs() < 1e-9);
         }
