@@ -301,6 +301,9 @@ pub enum CampaignCommand {
         /// After the results, reveal the blinded labels' configuration names.
         #[arg(long)]
         reveal: bool,
+        /// Where report.json and the SVG plots go (default DIR/report; never replaced).
+        #[arg(long)]
+        report_dir: Option<PathBuf>,
     },
     /// Tar the campaign and write a descriptor binding size, SHA-256, manifest, selection, verdict
     Archive {

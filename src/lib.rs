@@ -8,6 +8,7 @@
 //! statistics), [`identity`] (environment identity), [`backend`] (cpu/cuda).
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod backend;
 pub mod bench;
 pub mod bootstrap;
@@ -24,6 +25,7 @@ pub mod inspect;
 pub mod join;
 pub mod nccl;
 pub mod overlap;
+pub mod plots;
 pub mod phases;
 pub mod rank;
 pub mod ranking;

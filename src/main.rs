@@ -95,8 +95,16 @@ mod commands {
         Ok(())
     }
 
-    /// Load one side of a comparison: (summaries, evidence description, declared tie rule if any).
-    fn side(spec: &str) -> Result<(Vec<commcanary::ranking::ConfigSummary>, String, Option<commcanary::ranking::TieRule>)> {
+    /// One side of a comparison: summaries, evidence, the declared rule and,
+    /// for a campaign, the relations its analysis decided (pair order of the summaries).
+    struct Side {
+        rows: Vec<commcanary::ranking::ConfigSummary>,
+        evidence: String,
+        rule: Option<commcanary::ranking::TieRule>,
+        relations: Option<Vec<commcanary::ranking::Relation>>,
+    }
+
+    fn side(spec: &str) -> Result<Side> {
         use commcanary::ranking::{ConfigSummary, TieRule};
         if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
             let dir = std::path::Path::new(dir);
@@ -105,39 +113,57 @@ mod commands {
             if !v.complete {
                 anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign before comparing", dir.display(), v.refusals.len());
             }
-            let (m, sha) = commcanary::campaign::chain::load_manifest(dir)?;
-            let rows: Vec<ConfigSummary> = commcanary::campaign::results(dir)?
-                .into_iter()
-                .filter(|r| r.phase == phase)
-                .map(|r| ConfigSummary { config: r.label, median_us: r.median_us, iqr_us: Some(r.iqr_us) })
-                .collect();
-            if rows.is_empty() {
-                anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
-            }
-            let rule = match m.spec.analysis.tie_policy {
-                commcanary::campaign::spec::TiePolicy::Strict => Some(TieRule::Strict),
-                commcanary::campaign::spec::TiePolicy::Iqr => Some(TieRule::Iqr),
-                commcanary::campaign::spec::TiePolicy::Bootstrap => None,
+            let (input, _) = commcanary::campaign::report::collect(dir)?;
+            let ev = format!(
+                "measured: verified campaign {} (manifest {}), phase {phase}, per-job medians with IQR over {} jobs each",
+                input.context.campaign_id,
+                &input.context.manifest_sha256[..12],
+                input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
+            );
+            let rule = match input.policy.tie_policy {
+                commcanary::campaign::spec::TiePolicy::Strict => TieRule::Strict,
+                commcanary::campaign::spec::TiePolicy::Iqr => TieRule::Iqr,
+                commcanary::campaign::spec::TiePolicy::Bootstrap => TieRule::Bootstrap,
             };
-            let ev = format!("measured: verified campaign {} (manifest {}), phase {phase}, per-job medians with IQR over {} jobs each", m.campaign_id, &sha[..12], m.spec.repetitions);
-            return Ok((rows, ev, rule));
+            let report = commcanary::analysis::analyze(&input, v, &ev)?;
+            let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
+                anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
+            };
+            let labels = &input.phases.iter().find(|p| p.phase == phase).expect("analyzed").labels;
+            let rows: Vec<ConfigSummary> = labels
+                .iter()
+                .map(|l| {
+                    let r = pr.rows.iter().find(|r| &r.label == l).expect("row per label");
+                    ConfigSummary { config: l.clone(), median_us: r.median_us, iqr_us: Some(r.iqr_us) }
+                })
+                .collect();
+            let relations = pr.pairs.iter().map(|p| p.relation).collect();
+            return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
         }
         let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
         let rows = commcanary::ranking::parse_csv(&text, spec)?;
-        Ok((rows, format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"), None))
+        Ok(Side { rows, evidence: format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"), rule: None, relations: None })
     }
 
     pub fn compare(a: commcanary::cli::CompareArgs) -> Result<()> {
-        let (p, pe, pr) = side(&a.proxy)?;
-        let (t, te, tr) = side(&a.truth)?;
-        if let (Some(x), Some(y)) = (pr, tr) {
+        let p = side(&a.proxy)?;
+        let t = side(&a.truth)?;
+        if let (Some(x), Some(y)) = (p.rule, t.rule) {
             if x != y {
                 anyhow::bail!("the two campaigns declare different tie policies");
             }
         }
-        let rule = pr.or(tr).unwrap_or(a.tie_policy);
-        let evidence = if pe == te { pe } else { format!("proxy: {pe}; truth: {te}") };
-        let c = commcanary::ranking::compare(&p, &t, rule, &evidence)?;
+        let rule = p.rule.or(t.rule).unwrap_or(a.tie_policy);
+        let evidence = if p.evidence == t.evidence { p.evidence.clone() } else { format!("proxy: {}; truth: {}", p.evidence, t.evidence) };
+        let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
+        let c = match (&p.relations, &t.relations) {
+            (Some(pr), Some(tr)) if same_order => commcanary::ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
+            _ if rule == commcanary::ranking::TieRule::Bootstrap => {
+                anyhow::bail!("the bootstrap tie policy needs both sides from campaigns with the same configurations")
+            }
+            _ => commcanary::ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
+        };
+        let p = p.rows;
         let mut out = std::io::stdout().lock();
         if a.json {
             writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
@@ -202,9 +228,8 @@ mod commands {
                     anyhow::bail!("campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
                 }
             }
-            C::Analyze { dir, json, diagnostics, reveal } => {
+            C::Analyze { dir, json, diagnostics, reveal, report_dir } => {
                 let v = chain::verify(&dir)?;
-                let (m, sha) = chain::load_manifest(&dir)?;
                 if !v.complete {
                     writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
                     for (cell, why) in &v.refusals {
@@ -218,20 +243,13 @@ mod commands {
                     }
                     anyhow::bail!("analysis withheld: the campaign is incomplete");
                 }
-                let results = cp::results(&dir)?;
-                let report = cp::Report {
-                    campaign_id: m.campaign_id.clone(),
-                    manifest_sha256: sha,
-                    verdict: v,
-                    evidence: "measured; per-job medians, then median and IQR over jobs; ranks by point estimate (pairwise tie policy and bootstrap not applied yet)".into(),
-                    results,
-                };
+                let out_dir = report_dir.unwrap_or_else(|| dir.join("report"));
+                let report = cp::report::analyze_and_write(&dir, v, &out_dir)?;
                 if json {
                     writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
                 } else {
-                    writeln!(out, "campaign {} (manifest {}), complete: {} cells", report.campaign_id, &report.manifest_sha256[..12], report.verdict.cells_ok)?;
-                    write!(out, "{}", cp::render_results(&report.results))?;
-                    writeln!(out, "({})", report.evidence)?;
+                    write!(out, "{}", commcanary::analysis::render(&report))?;
+                    writeln!(out, "wrote {} and {} plot(s) into {}", "report.json", report.plots.len(), out_dir.display())?;
                 }
                 if reveal {
                     match std::fs::read(dir.join("blinding.json")) {

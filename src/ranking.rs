@@ -36,6 +36,9 @@ pub enum TieRule {
     Strict,
     /// Tied if |m_a - m_b| < max(iqr_a, iqr_b) (an unknown IQR counts as 0).
     Iqr,
+    /// Tied unless the paired-bootstrap interval of the difference excludes 0
+    /// and lies beyond the minimum effect (campaigns only: tables carry no rounds).
+    Bootstrap,
 }
 
 /// Relation of a pair (a, b).
@@ -54,7 +57,7 @@ pub enum Relation {
 pub fn relation(a: &ConfigSummary, b: &ConfigSummary, rule: TieRule) -> Relation {
     let d = a.median_us - b.median_us;
     let tied = match rule {
-        TieRule::Strict => d == 0.0,
+        TieRule::Strict | TieRule::Bootstrap => d == 0.0,
         TieRule::Iqr => d.abs() < a.iqr_us.unwrap_or(0.0).max(b.iqr_us.unwrap_or(0.0)) || d == 0.0,
     };
     if tied {
@@ -117,8 +120,12 @@ pub struct Comparison {
     pub evidence_class: String,
 }
 
-/// Compare a proxy with the truth over the same configurations.
+/// Compare a proxy with the truth over the same configurations (strict or
+/// IQR rule on summaries; the bootstrap rule needs rounds, see [`compare_relations`]).
 pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, evidence_class: &str) -> Result<Comparison> {
+    if rule == TieRule::Bootstrap {
+        bail!("the bootstrap tie policy needs rounds of a campaign; summary tables offer strict or iqr only");
+    }
     for (side, v) in [("proxy", proxy), ("truth", truth)] {
         let mut names: Vec<&str> = v.iter().map(|c| c.config.as_str()).collect();
         names.sort();
@@ -134,16 +141,39 @@ pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, 
     if !missing.is_empty() || !extra.is_empty() {
         bail!("the two sides name different configurations (only in proxy: {missing:?}; only in truth: {extra:?})");
     }
-    let t_of = |name: &str| truth.iter().find(|t| t.config == name).expect("checked");
+    let truth: Vec<ConfigSummary> = proxy.iter().map(|p| truth.iter().find(|t| t.config == p.config).expect("checked").clone()).collect();
+    let (mut rp, mut rt) = (Vec::new(), Vec::new());
+    for i in 0..proxy.len() {
+        for j in i + 1..proxy.len() {
+            rp.push(relation(&proxy[i], &proxy[j], rule));
+            rt.push(relation(&truth[i], &truth[j], rule));
+        }
+    }
+    compare_relations(&truth, &rp, &rt, rule, evidence_class)
+}
+
+/// Index of pair (i, j), i < j, among n configurations in the order
+/// (0,1), (0,2), …, (0,n-1), (1,2), …
+pub fn pair_index(n: usize, i: usize, j: usize) -> usize {
+    debug_assert!(i < j && j < n);
+    i * n - i * (i + 1) / 2 + (j - i - 1)
+}
+
+/// Agreement and Kendall's tau-b from relations already decided, one per
+/// pair in [`pair_index`] order over `truth`'s configurations (whose medians
+/// price the disagreements).
+pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_rel: &[Relation], rule: TieRule, evidence_class: &str) -> Result<Comparison> {
+    let n = truth.len();
+    if proxy_rel.len() != n * n.saturating_sub(1) / 2 || truth_rel.len() != proxy_rel.len() {
+        bail!("{} configurations need {} relations per side", n, n * n.saturating_sub(1) / 2);
+    }
     let (mut c, mut d, mut n1, mut n2) = (0i64, 0i64, 0i64, 0i64);
     let mut relations = Vec::new();
     let mut disagreements = Vec::new();
-    for i in 0..proxy.len() {
-        for j in i + 1..proxy.len() {
-            let (pa, pb) = (&proxy[i], &proxy[j]);
-            let (ta, tb) = (t_of(&pa.config), t_of(&pb.config));
-            let rp = relation(pa, pb, rule);
-            let rt = relation(ta, tb, rule);
+    for i in 0..n {
+        for j in i + 1..n {
+            let (ta, tb) = (&truth[i], &truth[j]);
+            let (rp, rt) = (proxy_rel[pair_index(n, i, j)], truth_rel[pair_index(n, i, j)]);
             match (rp, rt) {
                 (Relation::Tied, Relation::Tied) => {
                     n1 += 1;
@@ -158,9 +188,9 @@ pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, 
             if !agree {
                 let faster = ta.median_us.min(tb.median_us);
                 let cost = if faster > 0.0 { (ta.median_us - tb.median_us).abs() / faster * 100.0 } else { f64::NAN };
-                disagreements.push(Disagreement { a: pa.config.clone(), b: pb.config.clone(), proxy: rp, truth: rt, truth_cost_pct: cost });
+                disagreements.push(Disagreement { a: ta.config.clone(), b: tb.config.clone(), proxy: rp, truth: rt, truth_cost_pct: cost });
             }
-            relations.push(PairRelation { a: pa.config.clone(), b: pb.config.clone(), proxy: rp, truth: rt, agree });
+            relations.push(PairRelation { a: ta.config.clone(), b: tb.config.clone(), proxy: rp, truth: rt, agree });
         }
     }
     let n0 = relations.len() as i64;
@@ -176,6 +206,19 @@ pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, 
         disagreements,
         evidence_class: evidence_class.to_string(),
     })
+}
+
+/// The bootstrap rule's relation from the interval [lo, hi] of (a − b) in
+/// percent of b: a decided difference needs an interval that excludes 0 and
+/// lies beyond the minimum effect on one side.
+pub fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Relation {
+    if hi_pct < 0.0 && hi_pct < -min_effect_pct {
+        Relation::AFaster
+    } else if lo_pct > 0.0 && lo_pct > min_effect_pct {
+        Relation::BFaster
+    } else {
+        Relation::Tied
+    }
 }
 
 /// Read a summary table: CSV with header `config,median_us` and optionally `iqr_us`.
@@ -212,6 +255,27 @@ pub fn parse_csv(text: &str, name: &str) -> Result<Vec<ConfigSummary>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pair_index_enumerates_pairs_in_order() {
+        let n = 6;
+        let mut k = 0;
+        for i in 0..n {
+            for j in i + 1..n {
+                assert_eq!(pair_index(n, i, j), k);
+                k += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn the_bootstrap_rule_decides_only_beyond_the_minimum_effect() {
+        assert_eq!(relation_from_interval(-9.0, -3.0, 2.0), Relation::AFaster);
+        assert_eq!(relation_from_interval(3.0, 9.0, 2.0), Relation::BFaster);
+        assert_eq!(relation_from_interval(-9.0, -1.0, 2.0), Relation::Tied, "excludes 0 but not the minimum effect");
+        assert_eq!(relation_from_interval(-1.0, 4.0, 0.0), Relation::Tied, "contains 0");
+        assert!(compare(&[], &[], TieRule::Bootstrap, "x").is_err(), "tables carry no rounds");
+    }
     use proptest::prelude::*;
 
     fn s(c: &str, m: f64, iqr: Option<f64>) -> ConfigSummary {

@@ -32,7 +32,7 @@ pub fn schema_json(name: &str) -> Result<String> {
         "campaign-manifest" => schema_for!(crate::campaign::spec::Manifest),
         "campaign-attempt" => schema_for!(crate::campaign::chain::AttemptRecord),
         "campaign-selection" => schema_for!(crate::campaign::chain::Selection),
-        "campaign-report" => schema_for!(crate::campaign::Report),
+        "campaign-report" => schema_for!(crate::analysis::Report),
         "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
         "comparison" => schema_for!(crate::ranking::Comparison),
         other => {

@@ -104,9 +104,9 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     ok(&cc(&["campaign", "select", ds]));
     ok(&cc(&["campaign", "verify", ds]));
     let report: serde_json::Value = serde_json::from_str(&ok(&cc(&["campaign", "analyze", ds, "--json"]))).unwrap();
-    let blocking: Vec<&serde_json::Value> = report["results"].as_array().unwrap().iter().filter(|r| r["phase"] == "blocking").collect();
-    assert_eq!(blocking.len(), 3);
-    assert!(blocking.iter().all(|r| r["jobs"] == 3));
+    let blocking = report["phases"].as_array().unwrap().iter().find(|p| p["phase"] == "blocking").unwrap();
+    assert_eq!(blocking["rows"].as_array().unwrap().len(), 3);
+    assert!(blocking["rows"].as_array().unwrap().iter().all(|r| r["jobs"] == 3));
 
     // archive and check it; one changed byte fails the check
     let tar = t.path().join("c.tar");

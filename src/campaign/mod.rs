@@ -8,6 +8,7 @@
 //! record), `selection.json`. Each command consumes what the previous one
 //! wrote and refuses to go on when the chain is broken.
 pub mod chain;
+pub mod report;
 pub mod spec;
 
 use crate::fsutil::{sha256_file, write_json_new};
@@ -52,21 +53,6 @@ pub struct ConfigPhaseResult {
     pub p99_us: f64,
     /// Rank within the phase by median (1 = fastest; no tie rule applied yet).
     pub rank: usize,
-}
-
-/// The analysis report.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Report {
-    /// Campaign.
-    pub campaign_id: String,
-    /// Manifest identity.
-    pub manifest_sha256: String,
-    /// Completeness verdict the report stands on.
-    pub verdict: Verdict,
-    /// What the numbers are.
-    pub evidence: String,
-    /// Results.
-    pub results: Vec<ConfigPhaseResult>,
 }
 
 fn per_job(j: &crate::join::JoinedRun, phase: crate::workload::Phase) -> Option<(f64, f64)> {

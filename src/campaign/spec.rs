@@ -114,6 +114,24 @@ pub struct Canary {
     pub candidate: String,
     /// Baseline configuration name.
     pub baseline: String,
+    /// Phase the verdict is judged on (default `blocking`, the workload truth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::workload::Phase>,
+}
+
+/// Controls declared before anything runs (SPEC §7): what the analysis must
+/// see for its other claims to be believed.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Controls {
+    /// Pairs of configuration names that are one configuration under two
+    /// names (A/A): predicted tied, never pass or fail.
+    #[serde(default)]
+    pub aa: Vec<[String; 2]>,
+    /// Configurations predicted slower than every other one (e.g. an
+    /// injected delay): the analysis must rank them so under its tie policy.
+    #[serde(default)]
+    pub known_bad: Vec<String>,
 }
 
 /// One configuration.
@@ -159,6 +177,9 @@ pub struct CampaignSpec {
     /// Optional canary pair.
     #[serde(default)]
     pub canary: Option<Canary>,
+    /// Optional controls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controls: Option<Controls>,
     /// Configurations.
     pub configs: Vec<ConfigSpec>,
 }
@@ -212,6 +233,22 @@ impl CampaignSpec {
                 if !self.configs.iter().any(|x| &x.name == n) {
                     bail!("canary names {n:?}, which is not a configuration");
                 }
+            }
+        }
+        if let Some(c) = &self.controls {
+            for n in c.aa.iter().flatten().chain(c.known_bad.iter()) {
+                if !self.configs.iter().any(|x| &x.name == n) {
+                    bail!("controls name {n:?}, which is not a configuration");
+                }
+            }
+            if let Some(p) = c.aa.iter().find(|p| p[0] == p[1]) {
+                bail!("controls.aa pairs {:?} with itself; an A/A pair is two names for one configuration", p[0]);
+            }
+        }
+        if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
+            let phases = crate::workload::parse_phases(&self.workload.phases)?;
+            if !phases.contains(&p) {
+                bail!("canary.phase {p} is not among workload.phases");
             }
         }
         if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {

@@ -1,0 +1,222 @@
+//! `campaign analyze`'s I/O: gather the analysis input from a verified
+//! campaign, and write `report.json` with its plots.
+//!
+//! Consumes the manifest, the selection and every selected run (each joined
+//! and verified by [`crate::join`]; a run that does not join is refused,
+//! naming it). Produces an [`AnalysisInput`] (per phase, every label's jobs
+//! with their rounds and events; the injected-delay counts `join` saw; the
+//! canary and controls translated to labels; the claim context from what the
+//! ranks recorded) and an overlap excerpt of one GPU job. The statistics are
+//! in [`crate::analysis`]; the plots in [`crate::plots`].
+//!
+//! Writing never replaces: a report directory that already holds a file of
+//! the same name with other bytes is refused; the same bytes (a re-run of a
+//! seeded analysis) are accepted as they are.
+use super::chain::{load_manifest, Selection};
+use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, PhaseInput, Report, TimelineExcerpt};
+use crate::workload::Phase;
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Window of the overlap excerpt, in communication intervals (two tokens of 32 layers).
+const EXCERPT_COLLECTIVES: usize = 64;
+
+fn excerpt(j: &crate::join::JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> {
+    use crate::shard::{ComputeKind, KernelKind};
+    let s = j.shards.first()?;
+    if s.header.backend != crate::shard::BackendKind::Cuda {
+        return None;
+    }
+    let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking].into_iter().find(|p| s.header.workload.phases.contains(p))?;
+    let kernels: Vec<&crate::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == phase).collect();
+    let (source, compute, comm): (_, Vec<(u64, u64)>, Vec<(u64, u64)>) = if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
+        let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| (k.start_ns, k.end_ns)).collect();
+        (crate::overlap::IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl))
+    } else {
+        let compute = s.body.compute.iter().filter(|c| c.phase == phase && c.kind != ComputeKind::HostDelay).map(|c| (c.start_ns, c.end_ns)).collect();
+        let mut device = true;
+        let comm = s
+            .body
+            .collectives
+            .iter()
+            .filter(|c| c.phase == phase)
+            .map(|c| {
+                let (a, b, d) = c.execution_interval_ns();
+                device &= d;
+                (a, b)
+            })
+            .collect();
+        if !device {
+            return None;
+        }
+        (crate::overlap::IntervalSource::DeviceEvents, compute, comm)
+    };
+    let mut comm = comm;
+    comm.sort_unstable();
+    if comm.len() < 4 {
+        return None;
+    }
+    // a window from the middle of the phase, clear of warm-up
+    let start = (comm.len() / 2).min(comm.len().saturating_sub(EXCERPT_COLLECTIVES));
+    let win = &comm[start..(start + EXCERPT_COLLECTIVES).min(comm.len())];
+    let (t0, t1) = (win[0].0, win.iter().map(|x| x.1).max().unwrap_or(win[0].1));
+    let rel = |(a, b): (u64, u64)| ((a.max(t0) - t0) as f64 / 1e3, (b.min(t1).max(a.max(t0)) - t0) as f64 / 1e3);
+    Some(TimelineExcerpt {
+        run_id: run_id.to_string(),
+        label: label.to_string(),
+        rank: s.header.rank,
+        phase,
+        source,
+        compute_us: compute.into_iter().filter(|&(a, b)| b > t0 && a < t1).map(rel).collect(),
+        comm_us: win.iter().copied().map(rel).collect(),
+    })
+}
+
+/// Gather the analysis input of a verified campaign, and one overlap excerpt.
+pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
+    let (m, sha) = load_manifest(dir)?;
+    let sel_path = dir.join("selection.json");
+    let sel: Selection = serde_json::from_slice(&std::fs::read(&sel_path).with_context(|| format!("reading {}", sel_path.display()))?)
+        .with_context(|| format!("{}: not a selection", sel_path.display()))?;
+    let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
+    let lab = |n: &str| -> Result<String> { label_of_name.get(n).map(|s| s.to_string()).with_context(|| format!("{n:?} is not a configuration of the manifest")) };
+    let mut per: BTreeMap<Phase, BTreeMap<String, Vec<JobData>>> = BTreeMap::new();
+    let mut delays: BTreeMap<String, DelayCounts> = BTreeMap::new();
+    let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let mut excerpt_out = None;
+    let mut backend = String::new();
+    for e in &sel.entries {
+        let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
+        let run_dir = dir.join(&e.run_dir);
+        let j = crate::join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
+        for &p in &j.run.workload.phases {
+            let samples_us = crate::summary::job_samples_us(&j, p);
+            per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
+        }
+        if let Some(d) = crate::join::summarize(&j).delay_control {
+            let slot = delays.entry(cell.label.clone()).or_default();
+            slot.delay_us = d.delay_us;
+            slot.delayed += d.delayed;
+            slot.detected += d.delayed_detected;
+            slot.undelayed += d.undelayed;
+            slot.false_alarms += d.undelayed_false_alarms;
+        }
+        for s in &j.shards {
+            hosts.insert(s.header.host.clone());
+            backend = format!("{:?}", s.header.backend).to_lowercase();
+            let fact = |k: &str| s.header.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if s.header.backend == crate::shard::BackendKind::Cuda {
+                gpus.insert(s.header.device.name.clone());
+                if let Some(v) = fact("nccl_version") {
+                    nccl.insert(v);
+                }
+                if let Some(v) = fact("driver_version_start") {
+                    drivers.insert(v);
+                }
+            } else {
+                if let Some(c) = &s.header.identity.cpu_model {
+                    cpus.insert(c.clone());
+                }
+                if let Some(v) = &s.header.identity.mpi_library {
+                    mpis.insert(v.split([',', '\n']).next().unwrap_or("").trim().to_string());
+                }
+            }
+        }
+        if excerpt_out.is_none() {
+            excerpt_out = excerpt(&j, &e.attempt_id, &cell.label);
+        }
+    }
+    let labels: Vec<String> = m.configs.iter().map(|c| c.label.clone()).collect();
+    let mut phases = Vec::new();
+    for (phase, by_label) in per {
+        if let Some(l) = labels.iter().find(|l| !by_label.contains_key(*l)) {
+            bail!("phase {phase}: configuration {l} has no selected job");
+        }
+        phases.push(PhaseInput { phase, labels: labels.clone(), jobs: labels.iter().map(|l| by_label[l].clone()).collect() });
+    }
+    let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let hardware = if backend == "cuda" {
+        format!(
+            "{} rank(s) per job on {} host(s), one GPU per rank: {} (driver {}); NCCL {} across configurations",
+            m.spec.ranks,
+            hosts.len(),
+            join(&gpus),
+            join(&drivers),
+            join(&nccl)
+        )
+    } else {
+        format!("{} rank(s) per job on {} host(s), CPU backend: {}; {}", m.spec.ranks, hosts.len(), join(&cpus), join(&mpis))
+    };
+    let w = &m.spec.workload;
+    let workload = format!(
+        "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per size ({} backend)",
+        w.tokens, w.layers, w.sizes, w.phases, w.iters, m.spec.backend
+    );
+    let replay_semantics = "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host gap counted from the moment the host observes the previous collective's completion; fill replaces each gap by calibrated compute units (quantization residual carried); per-token latency is measured on every rank".to_string();
+    let mut not_represented = vec![
+        if hosts.len() <= 1 { "more than one host (no inter-node network)".to_string() } else { format!("more than {} hosts", hosts.len()) },
+        format!("rank counts other than {}", m.spec.ranks),
+        format!("message sizes outside {}", w.sizes),
+        "collectives other than all-reduce (float32 sum)".to_string(),
+        "contention from other jobs or tenants".to_string(),
+        format!("time: {} rounds in one campaign (no thermal, firmware or driver drift across days)", m.spec.repetitions),
+    ];
+    if backend == "cuda" {
+        not_represented.push(format!("GPU models other than {}", join(&gpus)));
+        not_represented.push(format!("NCCL versions other than {}", join(&nccl)));
+    } else {
+        not_represented.push("GPUs and NCCL (CPU backend: MPI's own all-reduce)".to_string());
+    }
+    let canary = match &m.spec.canary {
+        Some(c) => Some((lab(&c.candidate)?, lab(&c.baseline)?, c.phase.unwrap_or(Phase::Blocking))),
+        None => None,
+    };
+    let mut controls = ControlsInput::default();
+    if let Some(c) = &m.spec.controls {
+        for [a, b] in &c.aa {
+            controls.aa_pairs.push((lab(a)?, lab(b)?));
+        }
+        for k in &c.known_bad {
+            controls.known_bad.push(lab(k)?);
+        }
+    }
+    controls.injected_skew = delays.into_iter().collect();
+    let input = AnalysisInput {
+        phases,
+        policy: m.spec.analysis.clone(),
+        canary,
+        controls,
+        context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented },
+    };
+    Ok((input, excerpt_out))
+}
+
+fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    match std::fs::read(path) {
+        Ok(old) if old == bytes => Ok(()),
+        Ok(_) => bail!("{} exists with other contents; a report is never replaced (pass another --report-dir)", path.display()),
+        Err(_) => crate::fsutil::write_new_atomic(path, bytes),
+    }
+}
+
+/// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
+pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &Path) -> Result<Report> {
+    let (input, excerpt) = collect(dir)?;
+    let evidence = format!(
+        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards; the job is the unit of replication",
+        input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
+    );
+    let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
+    report.overlap_excerpt = excerpt;
+    let plots = crate::plots::all(&report)?;
+    report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    for (name, svg) in &plots {
+        write_same_or_new(&out_dir.join(name), svg.as_bytes())?;
+    }
+    let mut bytes = serde_json::to_vec_pretty(&report)?;
+    bytes.push(b'\n');
+    write_same_or_new(&out_dir.join("report.json"), &bytes)?;
+    Ok(report)
+}

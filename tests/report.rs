@@ -1,0 +1,87 @@
+//! `campaign analyze` on the README's CPU demo campaign (issue #6 acceptance 4):
+//! report.json with every section, SVG plots that a real SVG engine parses and
+//! renders, a seeded re-run that reproduces the bytes, and a report that is
+//! never replaced.
+mod common;
+use common::*;
+
+fn cc_root(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap()
+}
+
+/// Parse with usvg and render with resvg; return the share of painted pixels.
+fn painted_share(svg: &str) -> f64 {
+    let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).expect("a valid SVG");
+    let size = tree.size().to_int_size();
+    let mut pm = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pm.as_mut());
+    let painted = pm.pixels().iter().filter(|p| p.alpha() > 0 && !(p.red() == 255 && p.green() == 255 && p.blue() == 255)).count();
+    painted as f64 / pm.pixels().len() as f64
+}
+
+#[test]
+fn the_demo_campaign_report_and_its_plots() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("demo");
+    let ds = d.to_str().unwrap();
+    let spec = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cpu-demo.toml");
+    ok(&cc(&["campaign", "plan", spec, "-o", ds]));
+    ok(&cc_root(&["campaign", "exec", ds]));
+    ok(&cc(&["campaign", "select", ds]));
+    ok(&cc(&["campaign", "verify", ds]));
+    let text = ok(&cc(&["campaign", "analyze", ds]));
+    assert!(text.contains("P(best)") && text.contains("canary ") && text.contains("control a-a"), "{text}");
+    let rep = d.join("report");
+    let bytes = std::fs::read(rep.join("report.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(r["format_version"], 1);
+    let phases = r["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 6, "all six phases");
+    for p in phases {
+        let rows = p["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 5);
+        assert_eq!(p["pairs"].as_array().unwrap().len(), 10, "n(n-1)/2 pairs");
+        for key in ["p_best", "p_worst", "p_best_hierarchical", "p_worst_hierarchical"] {
+            let sum: f64 = rows.iter().map(|x| x[key].as_f64().unwrap()).sum();
+            assert!((sum - 1.0).abs() < 1e-9, "{key} sums to {sum}");
+        }
+        assert!(rows.iter().all(|x| x["jobs"] == 3 && x["median_us"].as_f64().unwrap() > 0.0));
+    }
+    assert_eq!(r["proxy_vs_blocking"].as_array().unwrap().len(), 5);
+    let kinds: Vec<&str> = r["controls"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    for k in ["a-a", "known-bad", "injected-skew"] {
+        assert!(kinds.contains(&k), "control {k} reported: {kinds:?}");
+    }
+    let claim = r["canary"]["statement"].as_str().unwrap();
+    for needle in ["Under manifest", "candidate nbc-ring vs baseline nbc-binomial", "paired-bootstrap interval", "Controls:", "Dimensions not represented:"] {
+        assert!(claim.contains(needle), "{needle:?} in {claim}");
+    }
+    assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")), "60 intervals warrant the warning");
+    // every plot parses and renders to a picture, and names what it shows
+    let plots: Vec<String> = r["plots"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    assert_eq!(plots.len(), 2 + 6, "slopegraph, P(best), one distribution per phase (no GPU timeline on CPU)");
+    for p in &plots {
+        let svg = std::fs::read_to_string(rep.join(p)).unwrap();
+        let share = painted_share(&svg);
+        assert!(share > 0.01, "{p}: only {share} of the pixels painted");
+    }
+    let slope = std::fs::read_to_string(rep.join("ranks-slopegraph.svg")).unwrap();
+    assert!(slope.matches("<text").count() >= 6 && ["isolated", "overlap", "nbc-ring-delayed"].iter().all(|w| slope.contains(w)), "axis and line labels in the slopegraph");
+    // seeded: a re-run reproduces the bytes; a changed report is never replaced
+    ok(&cc(&["campaign", "analyze", ds]));
+    assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), bytes);
+    std::fs::write(rep.join("report.json"), b"{}").unwrap();
+    let o = cc(&["campaign", "analyze", ds]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("never replaced"));
+    assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), b"{}");
+    // --report-dir writes elsewhere
+    let other = t.path().join("rep2");
+    ok(&cc(&["campaign", "analyze", ds, "--report-dir", other.to_str().unwrap()]));
+    assert_eq!(std::fs::read(other.join("report.json")).unwrap(), bytes);
+}
