@@ -7,12 +7,14 @@
 # Run from the repository root on the GPU host. The campaign lives in
 # $WORK/NAME (WORK defaults to /tmp/cc); what is worth bringing back (logs,
 # verify/analyze/compare outputs, the archive descriptor, the per-job join
-# summaries with tuner comparisons, report and plots when analyze writes them)
+# summaries with tuner comparisons, report.json and its plots)
 # goes to $WORK/NAME.collected/ and is packed into $COLLECT/NAME.tgz, with the
 # session log beside it (COLLECT defaults to $OUT, else ./out/device). The
 # archive itself (raw shards) stays on the host: its SHA-256 is in the
-# descriptor. NCCL_NVLS_ENABLE=0 is forced. QUICK=1 skips the per-phase
-# compares and per-job joins (each re-reads every shard).
+# descriptor. NCCL_NVLS_ENABLE=0 is forced. QUICK=1 skips the compare and the
+# per-job joins (each re-reads every shard). CHROME_SMALL=1 adds a Chrome
+# trace of a small job with the spec's ranks and backend (a campaign job at
+# full size would make a trace of hundreds of MB).
 set -uo pipefail
 SPEC=${1:?spec}; NAME=${2:?name}; EXEC_TIMEOUT_S=${3:-480}
 B=$PWD/.stage/bin/commcanary
@@ -34,22 +36,23 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
   "$B" campaign select "$C"
   log "verify"; "$B" campaign verify "$C"; echo "verify rc=$?"
   log "analyze"; "$B" campaign analyze "$C" --reveal | tee "$R/analyze.txt"
-  "$B" campaign analyze "$C" --json > "$R/analyze.json"
-  phases=$(grep -o '^phases *= *"[^"]*"' "$SPEC" | sed 's/.*"\(.*\)"/\1/' | tr ',' ' ')
-  [ "${QUICK:-0}" = 1 ] && phases=""
-  for p in $phases; do
-    [ "$p" = blocking ] && continue
-    log "compare $p vs blocking"
-    "$B" compare --proxy "$C:$p" --truth "$C:blocking" | tee "$R/compare-$p-vs-blocking.txt"
-    "$B" compare --proxy "$C:$p" --truth "$C:blocking" --json > "$R/compare-$p-vs-blocking.json"
-  done
+  # report.json holds every proxy phase against blocking; one compare shows the command
+  log "compare isolated vs blocking"
+  [ "${QUICK:-0}" = 1 ] || "$B" compare --proxy "$C:isolated" --truth "$C:blocking" | tee "$R/compare-isolated-vs-blocking.txt"
   log "per-job join summaries (verification, clocks, tuner choices workload vs replay)"
   [ "${QUICK:-0}" = 1 ] || for d in "$C"/runs/*/; do echo "### $(basename "$d")"; "$B" join "$d"; done > "$R/joins.txt" 2>&1
   log "archive"
   "$B" campaign archive "$C" -o "$WORK/$NAME.tar" --descriptor "$R/archive.descriptor.json"
   "$B" campaign check-archive "$WORK/$NAME.tar" "$R/archive.descriptor.json"; echo "check-archive rc=$?"
-  [ -f "$C/report.json" ] && cp "$C/report.json" "$R/"
-  ls "$C"/*.svg >/dev/null 2>&1 && cp "$C"/*.svg "$R/"
+  cp -r "$C/report" "$R/report"
+  if [ "${CHROME_SMALL:-0}" = 1 ]; then
+    n=$(sed -n 's/^ranks *= *\([0-9]*\).*/\1/p' "$SPEC")
+    log "chrome trace of a small $n-rank all-phase job (4 tokens x 32 layers)"
+    timeout 120 mpirun ${MPIRUN_EXTRA:-} --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -n "$n" "$B" rank -q --backend "$(sed -n 's/^backend *= *"\(.*\)".*/\1/p' "$SPEC")" \
+      --phases all --tokens 4 --layers 32 --iters 5 --run-id chrome-small --out "$WORK/chrome" >/dev/null
+    "$B" join "$WORK/chrome/chrome-small" | head -20
+    "$B" export chrome "$WORK/chrome/chrome-small" -o "$R/trace-small.json"
+  fi
   tar czf "$R/campaign-records.tgz" -C "$WORK" --exclude='*.shard' --exclude='nccl-debug*' "$NAME"
   log "done"
 } 2>&1 | tee "$R/session.log"
