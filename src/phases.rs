@@ -277,19 +277,25 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Median duration of one unit of `kind`, after warm-up.
     fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
-        // One unit per sample, fenced by device synchronization so that an
-        // asynchronous backend is timed on execution, not on enqueue. The
-        // median of 9 after 2 warm-ups; the fence's own cost is included and
-        // small against a GEMM.
+        // Each sample times a batch of 1 and a batch of 1 + BATCH units, each
+        // fenced by device synchronization (so that an asynchronous backend
+        // is timed on execution, not on enqueue), and takes the difference
+        // over BATCH: the fence's fixed cost (tens of µs on a GPU, more than
+        // a small GEMM) cancels. The median of 9 samples after 2 warm-ups.
+        const BATCH: u32 = 8;
         let mut v = Vec::with_capacity(9);
         self.backend.synchronize()?;
         for i in 0..11 {
-            let t0 = self.clock.now_ns();
-            self.compute(kind, 1)?;
-            self.backend.synchronize()?;
-            let t1 = self.clock.now_ns();
+            let mut timed = |units: u32| -> Result<u64> {
+                let t0 = self.clock.now_ns();
+                self.compute(kind, units)?;
+                self.backend.synchronize()?;
+                Ok(self.clock.now_ns().saturating_sub(t0))
+            };
+            let one = timed(1)?;
+            let many = timed(1 + BATCH)?;
             if i >= 2 {
-                v.push(t1 - t0);
+                v.push((many.saturating_sub(one) / BATCH as u64).max(1));
             }
         }
         // calibration work is not part of the pass
