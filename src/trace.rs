@@ -49,11 +49,13 @@ fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntr
 }
 
 /// Where a collective started and ended for gap purposes: the device interval
-/// where measured (GPU: the host only enqueues), else the host arrival without
-/// any injected delay, and the wait's return.
+/// where measured (GPU: the host only enqueues), else the host arrival, and
+/// the wait's return. Either way without any injected delay: a delayed host
+/// also starts the device late, and a replay of the trace would otherwise
+/// apply the control's delay a second time, at the recorded position.
 fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_ns: Option<u64>, wait_end_ns: u64) -> (u64, u64) {
     match device {
-        (Some(s), Some(d)) => (s, d),
+        (Some(s), Some(d)) => (s.saturating_sub(injected_delay_ns.unwrap_or(0)), d),
         _ => (host_issue_ns.saturating_sub(injected_delay_ns.unwrap_or(0)), wait_end_ns),
     }
 }
