@@ -12,7 +12,7 @@
 # session log beside it (COLLECT defaults to $OUT, else ./out/device). The
 # archive itself (raw shards) stays on the host: its SHA-256 is in the
 # descriptor. NCCL_NVLS_ENABLE=0 is forced. QUICK=1 skips the compare and the
-# per-job joins (each re-reads every shard). CHROME_SMALL=1 adds a Chrome
+# per-job joins (each re-reads every shard); NO_COMPARE=1 only the compare. CHROME_SMALL=1 adds a Chrome
 # trace of a small job with the spec's ranks and backend (a campaign job at
 # full size would make a trace of hundreds of MB).
 set -uo pipefail
@@ -38,7 +38,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
   log "analyze"; "$B" campaign analyze "$C" --reveal | tee "$R/analyze.txt"
   # report.json holds every proxy phase against blocking; one compare shows the command
   log "compare isolated vs blocking"
-  [ "${QUICK:-0}" = 1 ] || "$B" compare --proxy "$C:isolated" --truth "$C:blocking" | tee "$R/compare-isolated-vs-blocking.txt"
+  [ "${QUICK:-0}" = 1 ] || [ "${NO_COMPARE:-0}" = 1 ] || "$B" compare --proxy "$C:isolated" --truth "$C:blocking" | tee "$R/compare-isolated-vs-blocking.txt"
   log "per-job join summaries (verification, clocks, tuner choices workload vs replay)"
   [ "${QUICK:-0}" = 1 ] || for d in "$C"/runs/*/; do echo "### $(basename "$d")"; "$B" join "$d"; done > "$R/joins.txt" 2>&1
   log "archive"
