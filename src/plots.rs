@@ -200,8 +200,8 @@ pub fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
         chart
             .configure_mesh()
             .disable_y_mesh()
-            .y_labels(3)
-            .y_label_formatter(&|y| if (*y - 0.5).abs() < 0.3 { "comm".into() } else if (*y - 1.5).abs() < 0.3 { "compute".into() } else { String::new() })
+            .y_labels(5)
+            .y_label_formatter(&|y| if (*y - 0.5).abs() < 0.1 { "comm".into() } else if (*y - 1.5).abs() < 0.1 { "compute".into() } else { String::new() })
             .x_desc(format!("µs from the window start ({:?} intervals)", x.source))
             .draw()
             .map_err(e)?;
