@@ -223,3 +223,25 @@ pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeline_names_its_rows_and_renders() {
+        let x = TimelineExcerpt {
+            run_id: "r".into(),
+            label: "c".into(),
+            rank: 0,
+            phase: crate::workload::Phase::Overlap,
+            source: crate::overlap::IntervalSource::CuptiKernels,
+            compute_us: vec![(0.0, 5.0), (20.0, 25.0)],
+            comm_us: vec![(3.0, 18.0)],
+        };
+        let svg = overlap_timeline(&x).unwrap();
+        assert!(svg.contains("\ncompute\n") && svg.contains("\ncomm\n"), "row labels on the y axis");
+        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
+        assert!(tree.size().width() > 0.0);
+    }
+}
