@@ -31,6 +31,10 @@ pub enum Command {
     /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
     #[command(subcommand)]
     Campaign(CampaignCommand),
+    /// Request-level queueing over measured service times: open or closed load, Little's law, SLO attainment
+    Queue(QueueArgs),
+    /// GPUs needed for a demand at a measured per-GPU throughput, and what a faster configuration avoids
+    Capacity(CapacityArgs),
     /// Compute/communication overlap from intervals: per phase and rank of a run, or an interval file
     Overlap(OverlapArgs),
     /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
@@ -333,6 +337,76 @@ pub enum CampaignCommand {
         /// Descriptor file.
         descriptor: PathBuf,
     },
+}
+
+/// Load model of `queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QueueMode {
+    /// Requests arrive on their own schedule (--arrival, --interval-ms).
+    Open,
+    /// Clients send, wait for the response, think, send again (--clients, --think-ms).
+    Closed,
+}
+
+/// `commcanary queue`.
+#[derive(Args, Debug)]
+pub struct QueueArgs {
+    /// Service times: one value in ms per line, used in order and cycled.
+    #[arg(long, conflicts_with = "campaign", required_unless_present = "campaign")]
+    pub service_times: Option<PathBuf>,
+    /// Or a verified campaign: each configuration's per-token latencies (jobs in round order) of --phase.
+    #[arg(long)]
+    pub campaign: Option<PathBuf>,
+    /// Campaign phase whose token latencies are the service times.
+    #[arg(long, default_value = "blocking")]
+    pub phase: String,
+    /// Open or closed load.
+    #[arg(long, value_enum)]
+    pub mode: QueueMode,
+    /// Open: arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    pub arrival: crate::queue::Arrival,
+    /// Open: mean inter-arrival time, ms.
+    #[arg(long)]
+    pub interval_ms: Option<f64>,
+    /// Open: seed of the Poisson process.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Closed: clients.
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// Closed: think time after each response, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub think_ms: f64,
+    /// Requests to simulate (default: as many as service times).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// Report the share of responses within this many ms, and rank by it.
+    #[arg(long)]
+    pub slo_ms: Option<f64>,
+    /// Closed: HdrHistogram's expected-interval correction for coordinated omission, ms.
+    #[arg(long)]
+    pub co_correct_ms: Option<f64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary capacity`.
+#[derive(Args, Debug)]
+pub struct CapacityArgs {
+    /// Demand, requests/s.
+    #[arg(long)]
+    pub demand: f64,
+    /// Throughput per GPU, requests/s: once, or twice (candidate, then baseline).
+    #[arg(long, num_args = 1)]
+    pub throughput_per_gpu: Vec<f64>,
+    /// Cost of one GPU-hour (any currency; the output uses the same).
+    #[arg(long)]
+    pub gpu_hour_cost: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `commcanary compare`.

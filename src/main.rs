@@ -16,6 +16,16 @@ fn run() -> Result<()> {
         Command::Overlap(a) => commands::overlap(a),
         Command::Campaign(c) => commands::campaign(c),
         Command::Compare(a) => commands::compare(a),
+        Command::Queue(a) => commands::queue(a),
+        Command::Capacity(a) => {
+            let c = commcanary::capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&c)?);
+            } else {
+                print!("{}", commcanary::capacity::render(&c));
+            }
+            Ok(())
+        }
         Command::Export(commcanary::cli::ExportCommand::Chrome(a)) => {
             let joined = commcanary::join::join_dir(&a.run_dir)?;
             let trace = commcanary::export::chrome_trace(&joined);
@@ -143,6 +153,105 @@ mod commands {
         let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
         let rows = commcanary::ranking::parse_csv(&text, spec)?;
         Ok(Side { rows, evidence: format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"), rule: None, relations: None })
+    }
+
+    pub fn queue(a: commcanary::cli::QueueArgs) -> Result<()> {
+        use commcanary::queue::{simulate, Load};
+        let load = match a.mode {
+            commcanary::cli::QueueMode::Open => {
+                let interval_ms = a.interval_ms.context("--mode open needs --interval-ms")?;
+                Load::Open { arrival: a.arrival, interval_ms, seed: a.seed }
+            }
+            commcanary::cli::QueueMode::Closed => Load::Closed { clients: a.clients.context("--mode closed needs --clients")?, think_ms: a.think_ms },
+        };
+        // (label, service times ms)
+        let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            (vec![(f.display().to_string(), commcanary::queue::parse_service_times(&text, &f.display().to_string())?)], format!("service times from {} (provenance: whoever wrote the file)", f.display()))
+        } else {
+            let dir = a.campaign.as_ref().expect("clap requires one");
+            let phase: commcanary::workload::Phase = a.phase.parse()?;
+            let v = commcanary::campaign::chain::verify(dir)?;
+            if !v.complete {
+                anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
+            }
+            let (input, _) = commcanary::campaign::report::collect(dir)?;
+            let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("{}: no phase {phase}", dir.display()))?;
+            if !phase.has_tokens() {
+                anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
+            }
+            let s = p
+                .labels
+                .iter()
+                .zip(&p.jobs)
+                .map(|(l, jobs)| {
+                    let mut js = jobs.clone();
+                    js.sort_by_key(|j| j.round);
+                    (l.clone(), js.iter().flat_map(|j| j.samples_us.iter().map(|us| us / 1e3)).collect())
+                })
+                .collect();
+            (s, format!("service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in round order, every rank's tokens", input.context.campaign_id, &input.context.manifest_sha256[..12]))
+        };
+        let mut results = Vec::new();
+        for (label, service) in &sources {
+            let n = a.requests.unwrap_or(service.len());
+            results.push((label.clone(), simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?));
+        }
+        let mut by_median: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+        by_median.sort_by(|x, y| {
+            let m = |l: &str| results.iter().find(|r| r.0 == l).map(|r| r.1.response_ms.p50).unwrap_or(f64::NAN);
+            m(x).total_cmp(&m(y))
+        });
+        let mut by_slo: Vec<&str> = Vec::new();
+        if a.slo_ms.is_some() {
+            by_slo = results.iter().map(|r| r.0.as_str()).collect();
+            by_slo.sort_by(|x, y| {
+                let m = |l: &str| results.iter().find(|r| r.0 == l).and_then(|r| r.1.slo_attainment).unwrap_or(f64::NAN);
+                m(y).total_cmp(&m(x))
+            });
+        }
+        let mut out = std::io::stdout().lock();
+        if a.json {
+            let v = serde_json::json!({
+                "evidence": evidence,
+                "results": results.iter().map(|(l, r)| serde_json::json!({"config": l, "result": r})).collect::<Vec<_>>(),
+                "rank_by_median_response": by_median,
+                "rank_by_slo_attainment": if a.slo_ms.is_some() { Some(&by_slo) } else { None },
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+            return Ok(());
+        }
+        writeln!(out, "{:<24} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}", "config", "req/s", "wait p50", "wait p99", "resp p50", "resp p95", "resp p99", "L=lambdaW", "SLO")?;
+        for (l, r) in &results {
+            writeln!(
+                out,
+                "{:<24} {:>9.1} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>8}",
+                l,
+                r.throughput_rps,
+                r.wait_ms.p50,
+                r.wait_ms.p99,
+                r.response_ms.p50,
+                r.response_ms.p95,
+                r.response_ms.p99,
+                r.mean_in_system,
+                r.slo_attainment.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| "-".into())
+            )?;
+            if let Some(c) = &r.response_co_corrected_ms {
+                writeln!(out, "{:<24} CO-corrected response p50 {:.3} p95 {:.3} p99 {:.3} ms", "", c.p50, c.p95, c.p99)?;
+            }
+        }
+        writeln!(out, "rank by median response: {}", by_median.join(" < "))?;
+        if a.slo_ms.is_some() {
+            writeln!(out, "rank by SLO attainment: {}", by_slo.join(" > "))?;
+        }
+        let mut warned = std::collections::BTreeSet::new();
+        for w in results.iter().flat_map(|r| r.1.warnings.iter()) {
+            if warned.insert(w) {
+                writeln!(out, "warning: {w}")?;
+            }
+        }
+        writeln!(out, "ms throughout; one FIFO server; percentiles nearest-rank. evidence: {evidence}")?;
+        Ok(())
     }
 
     pub fn compare(a: commcanary::cli::CompareArgs) -> Result<()> {
