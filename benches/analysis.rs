@@ -1,0 +1,74 @@
+//! Benchmark (prints, asserts nothing): the statistics of `campaign analyze`
+//! at full campaign size, from synthetic jobs: 8 configurations x 5 rounds x
+//! all six phases, 1024 events per job in the token phases (256 tokens x 4
+//! ranks) and 1200 in `isolated` (100 iterations x 3 sizes x 4 ranks);
+//! 10,000 resamples. Joining the shards is timed by scripts/bench-analysis.sh
+//! on real runs. Run: `cargo bench --bench analysis`.
+use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, PhaseInput};
+use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};
+use commcanary::workload::Phase;
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+
+fn input(tie: TiePolicy) -> AnalysisInput {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let labels: Vec<String> = (1..=8).map(|i| format!("config-{i:02}")).collect();
+    let phases = [Phase::Isolated, Phase::Blocking, Phase::Async, Phase::Replay, Phase::Fill, Phase::Overlap]
+        .into_iter()
+        .map(|phase| {
+            let events = if phase == Phase::Isolated { 1200 } else { 1024 };
+            PhaseInput {
+                phase,
+                labels: labels.clone(),
+                jobs: (0..8)
+                    .map(|c| {
+                        (1..=5)
+                            .map(|round| JobData {
+                                round,
+                                samples_us: (0..events).map(|_| (1000.0 + 40.0 * c as f64) * (1.0 + rng.gen_range(-0.05..0.05))).collect(),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    AnalysisInput {
+        phases,
+        policy: AnalysisPolicy { tie_policy: tie, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 10_000, bootstrap_seed: 1 },
+        canary: Some(("config-02".into(), "config-01".into(), Phase::Blocking)),
+        controls: ControlsInput { aa_pairs: vec![("config-01".into(), "config-03".into())], known_bad: vec!["config-08".into()], injected_skew: vec![] },
+        context: ClaimContext {
+            campaign_id: "bench".into(),
+            manifest_sha256: "0".repeat(64),
+            hardware: "synthetic".into(),
+            workload: "synthetic".into(),
+            replay_semantics: "synthetic".into(),
+            not_represented: vec![],
+        },
+    }
+}
+
+fn main() {
+    let verdict = commcanary::campaign::chain::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
+    for tie in [TiePolicy::Iqr, TiePolicy::Bootstrap] {
+        let inp = input(tie);
+        let mut times = Vec::new();
+        let mut plots_ms = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
+            times.push(t0.elapsed().as_secs_f64());
+            let t1 = Instant::now();
+            let p = commcanary::plots::all(&r).expect("plots");
+            plots_ms.push(t1.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(p);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        plots_ms.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "analysis statistics, 8 configs x 5 rounds x 6 phases (~1k events/job), 10000 resamples, tie policy {tie:?}: median {:.3} s (min {:.3}, max {:.3}); plots {:.1} ms",
+            times[1], times[0], times[2], plots_ms[1]
+        );
+    }
+}
