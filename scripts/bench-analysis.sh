@@ -16,6 +16,7 @@ cargo build --release --locked >&2
 cargo bench --locked --bench bootstrap --bench analysis 2>/dev/null | grep -E "^(bootstrap|analysis)"
 [ "${FULL:-1}" = 1 ] || exit 0
 W=${WORK:-$(mktemp -d)}
+mkdir -p "$W"
 spec=$W/bench-full.toml
 {
   cat <<'TOML'

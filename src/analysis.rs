@@ -293,7 +293,8 @@ pub struct TimelineExcerpt {
     pub comm_us: Vec<(f64, f64)>,
 }
 
-fn rule_of(p: TiePolicy) -> TieRule {
+/// The ranking rule of a manifest's tie policy.
+pub fn rule_of(p: TiePolicy) -> TieRule {
     match p {
         TiePolicy::Strict => TieRule::Strict,
         TiePolicy::Iqr => TieRule::Iqr,

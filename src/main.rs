@@ -115,7 +115,7 @@ mod commands {
     }
 
     fn side(spec: &str) -> Result<Side> {
-        use commcanary::ranking::{ConfigSummary, TieRule};
+        use commcanary::ranking::ConfigSummary;
         if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
             let dir = std::path::Path::new(dir);
             let phase: commcanary::workload::Phase = phase.parse()?;
@@ -130,11 +130,7 @@ mod commands {
                 &input.context.manifest_sha256[..12],
                 input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
             );
-            let rule = match input.policy.tie_policy {
-                commcanary::campaign::spec::TiePolicy::Strict => TieRule::Strict,
-                commcanary::campaign::spec::TiePolicy::Iqr => TieRule::Iqr,
-                commcanary::campaign::spec::TiePolicy::Bootstrap => TieRule::Bootstrap,
-            };
+            let rule = commcanary::analysis::rule_of(input.policy.tie_policy);
             let report = commcanary::analysis::analyze(&input, v, &ev)?;
             let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
                 anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());

@@ -41,14 +41,6 @@ env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "4" }}
     p
 }
 
-fn cc_env(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(bin())
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .unwrap()
-}
 
 fn schedule_of(dir: &Path) -> Vec<String> {
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
@@ -90,7 +82,7 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     assert!(!cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]).status.success());
 
     let ds = d.to_str().unwrap();
-    ok(&cc_env(&["campaign", "exec", ds]));
+    ok(&cc_root(&["campaign", "exec", ds]));
     // executed in schedule order, round-robin
     let attempts: Vec<serde_json::Value> =
         std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -183,8 +175,8 @@ fn a_failing_cell_is_recorded_and_retries_append() {
     std::fs::write(&sp, text).unwrap();
     ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
     let ds = d.to_str().unwrap();
-    cc_env(&["campaign", "exec", ds]);
-    cc_env(&["campaign", "exec", ds, "--resume", "--retries", "1"]);
+    cc_root(&["campaign", "exec", ds]);
+    cc_root(&["campaign", "exec", ds, "--resume", "--retries", "1"]);
     let attempts: Vec<serde_json::Value> =
         std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let broken: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["label"] == "broken").collect();
@@ -233,7 +225,7 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
     for d in [&a, &b] {
         ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
-        ok(&cc_env(&["campaign", "exec", d.to_str().unwrap()]));
+        ok(&cc_root(&["campaign", "exec", d.to_str().unwrap()]));
     }
     ok(&cc(&["campaign", "join", a.to_str().unwrap(), b.to_str().unwrap(), "-o", c.to_str().unwrap()]));
     ok(&cc(&["campaign", "select", c.to_str().unwrap()]));

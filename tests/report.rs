@@ -5,14 +5,6 @@
 mod common;
 use common::*;
 
-fn cc_root(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(bin())
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .unwrap()
-}
 
 /// Parse with usvg and render with resvg; return the share of painted pixels.
 fn painted_share(svg: &str) -> f64 {

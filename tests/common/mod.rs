@@ -28,6 +28,16 @@ pub fn mpirun(n: u32, args: &[&str]) -> Output {
         .expect("mpirun must be installed (scripts/setup.sh installs it)")
 }
 
+/// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
+pub fn cc_root(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("binary runs")
+}
+
 /// Run `commcanary ARGS` directly.
 pub fn cc(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().expect("binary runs")
