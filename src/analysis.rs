@@ -12,7 +12,8 @@
 //!   paired-by-round bootstrap and from the hierarchical one
 //!   ([`crate::bootstrap`]);
 //! - every pair's paired-bootstrap interval of the relative difference and
-//!   its relation under the declared tie policy (strict, IQR, or bootstrap
+//!   its relation under the declared tie policy, on two metrics: the median
+//!   and the p99 (each from per-job values paired by round) (strict, IQR, or bootstrap
 //!   interval against the minimum effect, [`crate::ranking`]);
 //! - each proxy phase against `blocking` (agreement, Kendall tau-b);
 //! - the canary verdict with its claim, and the controls, each with what was
@@ -150,6 +151,9 @@ pub struct ConfigRow {
     pub iqr_us: f64,
     /// Median over jobs of per-job nearest-rank p99, µs.
     pub p99_us: f64,
+    /// IQR of the job p99s (nearest-rank quartiles), µs (absent in reports written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_iqr_us: Option<f64>,
     /// Rank by median (1 = fastest; see `pairs` for what the tie policy distinguishes).
     pub rank: usize,
     /// P(best), paired-by-round bootstrap.
@@ -192,8 +196,11 @@ pub struct PhaseReport {
     pub rounds: usize,
     /// Rows by rank.
     pub rows: Vec<ConfigRow>,
-    /// Every pair (n(n−1)/2).
+    /// Every pair (n(n−1)/2), on the median.
     pub pairs: Vec<PairRow>,
+    /// Every pair on the p99 (job p99s paired by round; the tie rule's IQR is that of the job p99s).
+    #[serde(default)]
+    pub pairs_p99: Vec<PairRow>,
 }
 
 /// A control's outcome.
@@ -313,6 +320,8 @@ struct PhaseTables {
     rounds: Vec<u32>,
     /// `table[round][config]` of job medians.
     table: Vec<Vec<f64>>,
+    /// `table_p99[round][config]` of job nearest-rank p99s.
+    table_p99: Vec<Vec<f64>>,
     /// `events[config][job]`.
     events: Vec<Vec<Vec<f64>>>,
 }
@@ -334,14 +343,17 @@ fn tables(p: &PhaseInput) -> Result<PhaseTables> {
         }
     }
     let mut table = vec![vec![0.0; p.labels.len()]; rounds.len()];
+    let mut table_p99 = table.clone();
     for (c, js) in p.jobs.iter().enumerate() {
         for j in js {
             let r = rounds.iter().position(|&x| x == j.round).expect("same rounds");
-            table[r][c] = stats::median(&mut j.samples_us.clone()).expect("non-empty");
+            let mut v = j.samples_us.clone();
+            table[r][c] = stats::median(&mut v).expect("non-empty");
+            table_p99[r][c] = stats::percentile_nearest_rank(&mut v, 99.0).expect("non-empty");
         }
     }
     let events = p.jobs.iter().map(|js| js.iter().map(|j| j.samples_us.clone()).collect()).collect();
-    Ok(PhaseTables { rounds, table, events })
+    Ok(PhaseTables { rounds, table, table_p99, events })
 }
 
 fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport, PhaseTables)> {
@@ -352,7 +364,8 @@ fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport
     let mut rows: Vec<ConfigRow> = (0..k)
         .map(|c| {
             let mut meds: Vec<f64> = t.table.iter().map(|r| r[c]).collect();
-            let mut p99s: Vec<f64> = p.jobs[c].iter().map(|j| stats::percentile_nearest_rank(&mut j.samples_us.clone(), 99.0).unwrap_or(f64::NAN)).collect();
+            let mut p99s: Vec<f64> = t.table_p99.iter().map(|r| r[c]).collect();
+            let p99_iqr_us = stats::percentile_nearest_rank(&mut p99s, 75.0).zip(stats::percentile_nearest_rank(&mut p99s, 25.0)).map(|(a, b)| a - b);
             let mut pooled: Vec<f64> = p.jobs[c].iter().flat_map(|j| j.samples_us.iter().copied()).collect();
             let q1 = stats::percentile_nearest_rank(&mut meds, 25.0).unwrap_or(f64::NAN);
             let q3 = stats::percentile_nearest_rank(&mut meds, 75.0).unwrap_or(f64::NAN);
@@ -362,6 +375,7 @@ fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport
                 median_us: stats::median(&mut meds).unwrap_or(f64::NAN),
                 iqr_us: q3 - q1,
                 p99_us: stats::median(&mut p99s).unwrap_or(f64::NAN),
+                p99_iqr_us,
                 rank: 0,
                 p_best: paired.p_best[c],
                 p_worst: paired.p_worst[c],
@@ -371,23 +385,10 @@ fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport
             }
         })
         .collect();
-    let rule = rule_of(policy.tie_policy);
-    let mut pairs = Vec::new();
-    for i in 0..k {
-        for j in i + 1..k {
-            let sub: Vec<Vec<f64>> = t.table.iter().map(|r| vec![r[i], r[j]]).collect();
-            let ask = CanaryAsk { candidate: 0, baseline: 1, min_effect_pct: policy.min_effect_pct, delta_pct: policy.delta_pct, coverage: COVERAGE };
-            let c = bootstrap::paired_by_round(&sub, policy.bootstrap_resamples, policy.bootstrap_seed, Some(ask))?.canary.expect("asked");
-            let relation = match rule {
-                TieRule::Bootstrap => ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct),
-                r => {
-                    let s = |x: &ConfigRow| ConfigSummary { config: x.label.clone(), median_us: x.median_us, iqr_us: Some(x.iqr_us) };
-                    ranking::relation(&s(&rows[i]), &s(&rows[j]), r)
-                }
-            };
-            pairs.push(PairRow { a: p.labels[i].clone(), b: p.labels[j].clone(), diff_pct: c.diff_pct, ci_low_pct: c.ci_low_pct, ci_high_pct: c.ci_high_pct, relation });
-        }
-    }
+    let medians: Vec<(f64, f64)> = rows.iter().map(|r| (r.median_us, r.iqr_us)).collect();
+    let p99s: Vec<(f64, f64)> = rows.iter().map(|r| (r.p99_us, r.p99_iqr_us.unwrap_or(0.0))).collect();
+    let pairs = pair_rows(&p.labels, &t.table, &medians, policy)?;
+    let pairs_p99 = pair_rows(&p.labels, &t.table_p99, &p99s, policy)?;
     let mut order: Vec<usize> = (0..k).collect();
     order.sort_by(|&a, &b| rows[a].median_us.total_cmp(&rows[b].median_us));
     for (r, &c) in order.iter().enumerate() {
@@ -395,7 +396,30 @@ fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport
     }
     rows.sort_by_key(|r| r.rank);
     let metric = if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" };
-    Ok((PhaseReport { phase: p.phase, metric: metric.into(), rounds: t.rounds.len(), rows, pairs }, t))
+    Ok((PhaseReport { phase: p.phase, metric: metric.into(), rounds: t.rounds.len(), rows, pairs, pairs_p99 }, t))
+}
+
+/// Every pair's paired-bootstrap interval over `table[round][config]` and its
+/// relation under the policy; `summary[config]` = (value over rounds, IQR).
+fn pair_rows(labels: &[String], table: &[Vec<f64>], summary: &[(f64, f64)], policy: &AnalysisPolicy) -> Result<Vec<PairRow>> {
+    let rule = rule_of(policy.tie_policy);
+    let mut pairs = Vec::new();
+    for i in 0..labels.len() {
+        for j in i + 1..labels.len() {
+            let sub: Vec<Vec<f64>> = table.iter().map(|r| vec![r[i], r[j]]).collect();
+            let ask = CanaryAsk { candidate: 0, baseline: 1, min_effect_pct: policy.min_effect_pct, delta_pct: policy.delta_pct, coverage: COVERAGE };
+            let c = bootstrap::paired_by_round(&sub, policy.bootstrap_resamples, policy.bootstrap_seed, Some(ask))?.canary.expect("asked");
+            let relation = match rule {
+                TieRule::Bootstrap => ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct),
+                r => {
+                    let s = |x: usize| ConfigSummary { config: labels[x].clone(), median_us: summary[x].0, iqr_us: Some(summary[x].1) };
+                    ranking::relation(&s(i), &s(j), r)
+                }
+            };
+            pairs.push(PairRow { a: labels[i].clone(), b: labels[j].clone(), diff_pct: c.diff_pct, ci_low_pct: c.ci_low_pct, ci_high_pct: c.ci_high_pct, relation });
+        }
+    }
+    Ok(pairs)
 }
 
 fn pair_relation(pr: &PhaseReport, a: &str, b: &str) -> Option<Relation> {
@@ -577,8 +601,8 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::campaign::chain::Verd
         canary = Some(CanaryClaim { candidate: cand.clone(), baseline: base.clone(), phase: *phase, paired: p, hierarchical: h, controls_behaved, statement });
     }
     let mut warnings = Vec::new();
-    let per_phase = phases.first().map(|p| p.pairs.len()).unwrap_or(0);
-    let total: usize = phases.iter().map(|p| p.pairs.len()).sum();
+    let per_phase = phases.first().map(|p| p.pairs.len() + p.pairs_p99.len()).unwrap_or(0);
+    let total: usize = phases.iter().map(|p| p.pairs.len() + p.pairs_p99.len()).sum();
     if per_phase >= 10 || total >= 20 {
         warnings.push(format!(
             "multiple comparisons: {total} pairwise {:.0}% intervals are reported ({per_phase} per phase); about {:.0} would exclude the true difference by chance alone. \
@@ -624,7 +648,7 @@ pub fn render(r: &Report) -> String {
         r.policy.bootstrap_resamples,
         r.policy.bootstrap_seed
     );
-    let _ = writeln!(o, "{:<10} {:>4}  {:<24} {:>4} {:>11} {:>9} {:>11} {:>7} {:>7}  {}", "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us", "P(best)", "P(wrst)", "tied with (declared policy)");
+    let _ = writeln!(o, "{:<10} {:>4}  {:<24} {:>4} {:>11} {:>9} {:>11} {:>7} {:>7}  {}", "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us", "P(best)", "P(wrst)", "tied on the median (declared policy)");
     for p in &r.phases {
         for row in &p.rows {
             let tied: Vec<&str> = p
@@ -711,6 +735,8 @@ mod tests {
             let r = analyze(&input(&[100.0, 150.0, 100.0, 300.0], 5, tie), verdict(), "synthetic").unwrap();
             let b = r.phases.iter().find(|p| p.phase == Phase::Blocking).unwrap();
             assert_eq!(b.pairs.len(), 6);
+            assert_eq!(b.pairs_p99.len(), 6);
+            assert!(b.pairs_p99.iter().filter(|x| x.a == "c3" || x.b == "c3").all(|x| x.relation != Relation::Tied), "{tie:?}: the slow one differs on p99 too");
             assert_eq!(b.rows.last().unwrap().label, "c3");
             assert!(b.rows.iter().find(|x| x.label == "c3").unwrap().p_worst > 0.99);
             let aa = r.controls.iter().find(|c| c.kind == "a-a").unwrap();

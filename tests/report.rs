@@ -38,6 +38,7 @@ fn the_demo_campaign_report_and_its_plots() {
         let rows = p["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 5);
         assert_eq!(p["pairs"].as_array().unwrap().len(), 10, "n(n-1)/2 pairs");
+        assert_eq!(p["pairs_p99"].as_array().unwrap().len(), 10, "the same on the p99");
         for key in ["p_best", "p_worst", "p_best_hierarchical", "p_worst_hierarchical"] {
             let sum: f64 = rows.iter().map(|x| x[key].as_f64().unwrap()).sum();
             assert!((sum - 1.0).abs() < 1e-9, "{key} sums to {sum}");
@@ -53,7 +54,7 @@ fn the_demo_campaign_report_and_its_plots() {
     for needle in ["Under manifest", "candidate nbc-ring vs baseline nbc-binomial", "paired-bootstrap interval", "Controls:", "Dimensions not represented:"] {
         assert!(claim.contains(needle), "{needle:?} in {claim}");
     }
-    assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")), "60 intervals warrant the warning");
+    assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")), "120 intervals warrant the warning");
     // every plot parses and renders to a picture, and names what it shows
     let plots: Vec<String> = r["plots"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
     assert_eq!(plots.len(), 2 + 6, "slopegraph, P(best), one distribution per phase (no GPU timeline on CPU)");
