@@ -422,6 +422,19 @@ fn pair_rows(labels: &[String], table: &[Vec<f64>], summary: &[(f64, f64)], poli
     Ok(pairs)
 }
 
+impl PhaseReport {
+    /// Median and IQR per configuration, in `labels` order (every label must have a row).
+    pub fn summaries(&self, labels: &[String]) -> Vec<ConfigSummary> {
+        labels
+            .iter()
+            .map(|l| {
+                let r = self.rows.iter().find(|r| &r.label == l).expect("row per label");
+                ConfigSummary { config: l.clone(), median_us: r.median_us, iqr_us: Some(r.iqr_us) }
+            })
+            .collect()
+    }
+}
+
 fn pair_relation(pr: &PhaseReport, a: &str, b: &str) -> Option<Relation> {
     pr.pairs.iter().find_map(|p| {
         if p.a == a && p.b == b {
@@ -463,13 +476,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::campaign::chain::Verd
     let mut proxy_vs_blocking = Vec::new();
     if let Some(truth) = phases.iter().find(|p| p.phase == Phase::Blocking) {
         let labels: Vec<String> = input.phases.iter().find(|p| p.phase == Phase::Blocking).map(|p| p.labels.clone()).unwrap_or_default();
-        let summaries: Vec<ConfigSummary> = labels
-            .iter()
-            .map(|l| {
-                let r = truth.rows.iter().find(|r| &r.label == l).expect("row per label");
-                ConfigSummary { config: l.clone(), median_us: r.median_us, iqr_us: Some(r.iqr_us) }
-            })
-            .collect();
+        let summaries = truth.summaries(&labels);
         let rels = |pr: &PhaseReport| -> Option<Vec<Relation>> {
             let mut v = Vec::new();
             for i in 0..labels.len() {

@@ -115,7 +115,6 @@ mod commands {
     }
 
     fn side(spec: &str) -> Result<Side> {
-        use commcanary::ranking::ConfigSummary;
         if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
             let dir = std::path::Path::new(dir);
             let phase: commcanary::workload::Phase = phase.parse()?;
@@ -136,13 +135,7 @@ mod commands {
                 anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
             };
             let labels = &input.phases.iter().find(|p| p.phase == phase).expect("analyzed").labels;
-            let rows: Vec<ConfigSummary> = labels
-                .iter()
-                .map(|l| {
-                    let r = pr.rows.iter().find(|r| &r.label == l).expect("row per label");
-                    ConfigSummary { config: l.clone(), median_us: r.median_us, iqr_us: Some(r.iqr_us) }
-                })
-                .collect();
+            let rows = pr.summaries(labels);
             let relations = pr.pairs.iter().map(|p| p.relation).collect();
             return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
         }

@@ -36,6 +36,12 @@ fn e<E: std::fmt::Debug>(x: E) -> anyhow::Error {
     anyhow!("drawing: {x:?}")
 }
 
+/// The name of the category at integer position `x` on a category axis.
+fn category<S: AsRef<str>>(x: f64, names: &[S]) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() { names[i as usize].as_ref().to_string() } else { String::new() }
+}
+
 /// Labels in a stable order (the first phase's rows sorted by name).
 fn labels(r: &Report) -> Vec<String> {
     let mut l: Vec<String> = r.phases.first().map(|p| p.rows.iter().map(|x| x.label.clone()).collect()).unwrap_or_default();
@@ -64,10 +70,7 @@ pub fn slopegraph(r: &Report) -> Result<String> {
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(np + 2)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() { names[i as usize].to_string() } else { String::new() }
-            })
+            .x_label_formatter(&|x| category(*x, &names))
             .y_labels(labels.len().max(1))
             .y_label_formatter(&|y| format!("{y:.0}"))
             .y_desc("rank")
@@ -116,10 +119,7 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(rows.len() + 1)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() { names[i as usize].clone() } else { String::new() }
-            })
+            .x_label_formatter(&|x| category(*x, &names))
             .y_desc("µs")
             .draw()
             .map_err(e)?;
@@ -156,10 +156,7 @@ pub fn p_best(r: &Report) -> Result<String> {
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(labels.len() + 1)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() { labels[i as usize].clone() } else { String::new() }
-            })
+            .x_label_formatter(&|x| category(*x, &labels))
             .y_desc("P(best)")
             .draw()
             .map_err(e)?;
