@@ -23,7 +23,7 @@
 //! Refuses: a phase whose configurations ran in different rounds (pairing
 //! is impossible), fewer than two jobs per configuration, a canary or
 //! control naming an unknown configuration.
-use crate::bootstrap::{self, BootstrapResult, CanaryAsk, CanaryResult, Verdict};
+use crate::bootstrap::{self, CanaryAsk, CanaryResult, Verdict};
 use crate::campaign::spec::{AnalysisPolicy, TiePolicy};
 use crate::ranking::{self, ConfigSummary, Relation, TieRule};
 use crate::stats;
@@ -356,11 +356,14 @@ fn tables(p: &PhaseInput) -> Result<PhaseTables> {
     Ok(PhaseTables { rounds, table, table_p99, events })
 }
 
-fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport, PhaseTables)> {
+/// A phase's report and tables, and when `ask` is given the canary's paired
+/// and hierarchical results (the same resamples that give P(best)).
+fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy, ask: Option<CanaryAsk>) -> Result<(PhaseReport, PhaseTables, Option<(CanaryResult, CanaryResult)>)> {
     let t = tables(p)?;
     let k = p.labels.len();
-    let paired = bootstrap::paired_by_round(&t.table, policy.bootstrap_resamples, policy.bootstrap_seed, None)?;
-    let hier = bootstrap::hierarchical(&t.events, policy.bootstrap_resamples, policy.bootstrap_seed, None)?;
+    let paired = bootstrap::paired_by_round(&t.table, policy.bootstrap_resamples, policy.bootstrap_seed, ask)?;
+    let hier = bootstrap::hierarchical(&t.events, policy.bootstrap_resamples, policy.bootstrap_seed, ask)?;
+    let canary = paired.canary.clone().zip(hier.canary.clone());
     let mut rows: Vec<ConfigRow> = (0..k)
         .map(|c| {
             let mut meds: Vec<f64> = t.table.iter().map(|r| r[c]).collect();
@@ -396,7 +399,7 @@ fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport
     }
     rows.sort_by_key(|r| r.rank);
     let metric = if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" };
-    Ok((PhaseReport { phase: p.phase, metric: metric.into(), rounds: t.rounds.len(), rows, pairs, pairs_p99 }, t))
+    Ok((PhaseReport { phase: p.phase, metric: metric.into(), rounds: t.rounds.len(), rows, pairs, pairs_p99 }, t, canary))
 }
 
 /// Every pair's paired-bootstrap interval over `table[round][config]` and its
@@ -466,8 +469,15 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::campaign::chain::Verd
     let policy = &input.policy;
     let mut phases = Vec::new();
     let mut tabs = Vec::new();
+    let mut canary_results = None;
     for p in &input.phases {
-        let (r, t) = analyze_phase(p, policy)?;
+        // the canary's phase answers the canary from its own resamples
+        let ask = input.canary.as_ref().filter(|c| c.2 == p.phase).and_then(|(c, b, _)| {
+            let col = |l: &String| p.labels.iter().position(|x| x == l);
+            Some(CanaryAsk { candidate: col(c)?, baseline: col(b)?, min_effect_pct: policy.min_effect_pct, delta_pct: policy.delta_pct, coverage: COVERAGE })
+        });
+        let (r, t, c) = analyze_phase(p, policy, ask)?;
+        canary_results = canary_results.or(c);
         phases.push(r);
         tabs.push((p, t));
     }
@@ -564,12 +574,8 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::campaign::chain::Verd
     if let Some((cand, base, phase)) = &input.canary {
         known(cand)?;
         known(base)?;
-        let (pin, t) = tabs.iter().find(|(p, _)| p.phase == *phase).with_context(|| format!("the canary phase {phase} was not run"))?;
-        let col = |l: &str| pin.labels.iter().position(|x| x == l).expect("known");
-        let ask = CanaryAsk { candidate: col(cand), baseline: col(base), min_effect_pct: policy.min_effect_pct, delta_pct: policy.delta_pct, coverage: COVERAGE };
-        let paired: BootstrapResult = bootstrap::paired_by_round(&t.table, policy.bootstrap_resamples, policy.bootstrap_seed, Some(ask))?;
-        let hier = bootstrap::hierarchical(&t.events, policy.bootstrap_resamples, policy.bootstrap_seed, Some(ask))?;
-        let (p, h) = (paired.canary.expect("asked"), hier.canary.expect("asked"));
+        let (_, t) = tabs.iter().find(|(p, _)| p.phase == *phase).with_context(|| format!("the canary phase {phase} was not run"))?;
+        let (p, h) = canary_results.clone().expect("the canary phase was asked");
         let ctx = &input.context;
         let controls_text = match controls_behaved {
             None => "no controls ran in this campaign, so nothing checks that the instrument can tell A from A or see a known fault".to_string(),

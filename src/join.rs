@@ -668,7 +668,8 @@ pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -
     out
 }
 
-fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
+/// The arrival-delay control of a run, when one was injected and clocks were calibrated.
+pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let d = j.shards[0].header.delay_injection?;
     let timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
     if timed.iter().any(|c| c.arrival_skew_us.is_none()) {

@@ -114,23 +114,34 @@ mod commands {
         relations: Option<Vec<commcanary::ranking::Relation>>,
     }
 
-    fn side(spec: &str) -> Result<Side> {
+    /// A campaign's analysis input, only once `verify` passes.
+    fn verified_input(dir: &std::path::Path) -> Result<(commcanary::campaign::chain::Verdict, commcanary::analysis::AnalysisInput)> {
+        let v = commcanary::campaign::chain::verify(dir)?;
+        if !v.complete {
+            anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
+        }
+        Ok((v, commcanary::campaign::report::collect(dir)?.0))
+    }
+
+    /// One side of a comparison. A campaign is analyzed once however many
+    /// sides name it (`analyzed` holds the last one).
+    fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, commcanary::analysis::AnalysisInput, commcanary::analysis::Report)>) -> Result<Side> {
         if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
             let dir = std::path::Path::new(dir);
             let phase: commcanary::workload::Phase = phase.parse()?;
-            let v = commcanary::campaign::chain::verify(dir)?;
-            if !v.complete {
-                anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign before comparing", dir.display(), v.refusals.len());
+            if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
+                let (v, input) = verified_input(dir)?;
+                let ev = format!("measured: verified campaign {} (manifest {})", input.context.campaign_id, &input.context.manifest_sha256[..12]);
+                let report = commcanary::analysis::analyze(&input, v, &ev)?;
+                *analyzed = Some((dir.to_path_buf(), input, report));
             }
-            let (input, _) = commcanary::campaign::report::collect(dir)?;
+            let (_, input, report) = analyzed.as_ref().expect("just set");
             let ev = format!(
-                "measured: verified campaign {} (manifest {}), phase {phase}, per-job medians with IQR over {} jobs each",
-                input.context.campaign_id,
-                &input.context.manifest_sha256[..12],
+                "{}, phase {phase}, per-job medians with IQR over {} jobs each",
+                report.evidence,
                 input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
             );
             let rule = commcanary::analysis::rule_of(input.policy.tie_policy);
-            let report = commcanary::analysis::analyze(&input, v, &ev)?;
             let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
                 anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
             };
@@ -160,11 +171,7 @@ mod commands {
         } else {
             let dir = a.campaign.as_ref().expect("clap requires one");
             let phase: commcanary::workload::Phase = a.phase.parse()?;
-            let v = commcanary::campaign::chain::verify(dir)?;
-            if !v.complete {
-                anyhow::bail!("{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
-            }
-            let (input, _) = commcanary::campaign::report::collect(dir)?;
+            let (_, input) = verified_input(dir)?;
             let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("{}: no phase {phase}", dir.display()))?;
             if !phase.has_tokens() {
                 anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
@@ -186,19 +193,14 @@ mod commands {
             let n = a.requests.unwrap_or(service.len());
             results.push((label.clone(), simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?));
         }
-        let mut by_median: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
-        by_median.sort_by(|x, y| {
-            let m = |l: &str| results.iter().find(|r| r.0 == l).map(|r| r.1.response_ms.p50).unwrap_or(f64::NAN);
-            m(x).total_cmp(&m(y))
-        });
-        let mut by_slo: Vec<&str> = Vec::new();
-        if a.slo_ms.is_some() {
-            by_slo = results.iter().map(|r| r.0.as_str()).collect();
-            by_slo.sort_by(|x, y| {
-                let m = |l: &str| results.iter().find(|r| r.0 == l).and_then(|r| r.1.slo_attainment).unwrap_or(f64::NAN);
-                m(y).total_cmp(&m(x))
-            });
-        }
+        // labels ordered by a key of their result (stable: ties keep input order)
+        let ranked = |key: &dyn Fn(&commcanary::queue::QueueResult) -> f64, descending: bool| -> Vec<&str> {
+            let mut v: Vec<&(String, commcanary::queue::QueueResult)> = results.iter().collect();
+            v.sort_by(|x, y| if descending { key(&y.1).total_cmp(&key(&x.1)) } else { key(&x.1).total_cmp(&key(&y.1)) });
+            v.into_iter().map(|r| r.0.as_str()).collect()
+        };
+        let by_median = ranked(&|r| r.response_ms.p50, false);
+        let by_slo = if a.slo_ms.is_some() { ranked(&|r| r.slo_attainment.unwrap_or(f64::NAN), true) } else { Vec::new() };
         let mut out = std::io::stdout().lock();
         if a.json {
             let v = serde_json::json!({
@@ -244,8 +246,9 @@ mod commands {
     }
 
     pub fn compare(a: commcanary::cli::CompareArgs) -> Result<()> {
-        let p = side(&a.proxy)?;
-        let t = side(&a.truth)?;
+        let mut analyzed = None;
+        let p = side(&a.proxy, &mut analyzed)?;
+        let t = side(&a.truth, &mut analyzed)?;
         if let (Some(x), Some(y)) = (p.rule, t.rule) {
             if x != y {
                 anyhow::bail!("the two campaigns declare different tie policies");

@@ -169,47 +169,46 @@ pub struct PhaseOverlap {
     pub report: OverlapReport,
 }
 
-/// Overlap per phase and rank from verified shards: from CUPTI kernels where
-/// the phase has them; else compute intervals (GEMM and memory-bound; host-only
-/// work is not on the compute engine) against each collective's device
-/// interval, or issue to wait return on the host.
-pub fn per_phase(shards: &[crate::shard::Shard]) -> Result<Vec<PhaseOverlap>> {
+/// One rank's compute and communication intervals in `phase`, in ns: from
+/// CUPTI kernels where the phase has NCCL kernels (compute = the other
+/// kernels); else compute intervals (GEMM and memory-bound; host-only work is
+/// not on the compute engine) against each collective's device interval, or
+/// issue to wait return on the host when any collective lacks one.
+pub fn phase_intervals_ns(s: &crate::shard::Shard, phase: crate::workload::Phase) -> (IntervalSource, Vec<(u64, u64)>, Vec<(u64, u64)>) {
     use crate::shard::{ComputeKind, KernelKind};
-    let us = |a: u64, b: u64| (a as f64 / 1e3, b as f64 / 1e3);
+    let kernels: Vec<&crate::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == phase).collect();
+    if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
+        let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| (k.start_ns, k.end_ns)).collect();
+        return (IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl));
+    }
+    let compute = s.body.compute.iter().filter(|c| c.phase == phase && c.kind != ComputeKind::HostDelay).map(|c| (c.start_ns, c.end_ns)).collect();
+    let mut device = true;
+    let comm = s
+        .body
+        .collectives
+        .iter()
+        .filter(|c| c.phase == phase)
+        .map(|c| {
+            let (a, b, on_device) = c.execution_interval_ns();
+            device &= on_device;
+            (a, b)
+        })
+        .collect();
+    (if device { IntervalSource::DeviceEvents } else { IntervalSource::Host }, compute, comm)
+}
+
+/// Overlap per phase and rank from verified shards ([`phase_intervals_ns`]).
+pub fn per_phase(shards: &[crate::shard::Shard]) -> Result<Vec<PhaseOverlap>> {
+    let us = |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
     let mut out = Vec::new();
     for s in shards {
         for p in &s.header.workload.phases {
-            let kernels: Vec<&crate::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == *p).collect();
-            let (source, compute, comm) = if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
-                let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| us(k.start_ns, k.end_ns)).collect::<Vec<_>>();
-                (IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl))
-            } else {
-                let compute: Vec<(f64, f64)> = s
-                    .body
-                    .compute
-                    .iter()
-                    .filter(|c| c.phase == *p && c.kind != ComputeKind::HostDelay)
-                    .map(|c| us(c.start_ns, c.end_ns))
-                    .collect();
-                let mut device = true;
-                let comm: Vec<(f64, f64)> = s
-                    .body
-                    .collectives
-                    .iter()
-                    .filter(|c| c.phase == *p)
-                    .map(|c| {
-                        let (a, b, on_device) = c.execution_interval_ns();
-                        device &= on_device;
-                        us(a, b)
-                    })
-                    .collect();
-                (if device { IntervalSource::DeviceEvents } else { IntervalSource::Host }, compute, comm)
-            };
+            let (source, compute, comm) = phase_intervals_ns(s, *p);
             out.push(PhaseOverlap {
                 phase: *p,
                 rank: s.header.rank,
                 source,
-                report: overlap(&compute, &comm).map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
+                report: overlap(&us(compute), &us(comm)).map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
             });
         }
     }

@@ -23,35 +23,15 @@ use std::path::Path;
 const EXCERPT_COLLECTIVES: usize = 64;
 
 fn excerpt(j: &crate::join::JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> {
-    use crate::shard::{ComputeKind, KernelKind};
     let s = j.shards.first()?;
     if s.header.backend != crate::shard::BackendKind::Cuda {
         return None;
     }
     let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking].into_iter().find(|p| s.header.workload.phases.contains(p))?;
-    let kernels: Vec<&crate::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == phase).collect();
-    let (source, compute, comm): (_, Vec<(u64, u64)>, Vec<(u64, u64)>) = if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
-        let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| (k.start_ns, k.end_ns)).collect();
-        (crate::overlap::IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl))
-    } else {
-        let compute = s.body.compute.iter().filter(|c| c.phase == phase && c.kind != ComputeKind::HostDelay).map(|c| (c.start_ns, c.end_ns)).collect();
-        let mut device = true;
-        let comm = s
-            .body
-            .collectives
-            .iter()
-            .filter(|c| c.phase == phase)
-            .map(|c| {
-                let (a, b, d) = c.execution_interval_ns();
-                device &= d;
-                (a, b)
-            })
-            .collect();
-        if !device {
-            return None;
-        }
-        (crate::overlap::IntervalSource::DeviceEvents, compute, comm)
-    };
+    let (source, compute, comm) = crate::overlap::phase_intervals_ns(s, phase);
+    if source == crate::overlap::IntervalSource::Host {
+        return None;
+    }
     let mut comm = comm;
     comm.sort_unstable();
     if comm.len() < 4 {
@@ -94,7 +74,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             let samples_us = crate::summary::job_samples_us(&j, p);
             per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
         }
-        if let Some(d) = crate::join::summarize(&j).delay_control {
+        if let Some(d) = crate::join::delay_control(&j) {
             let slot = delays.entry(cell.label.clone()).or_default();
             slot.delay_us = d.delay_us;
             slot.delayed += d.delayed;
