@@ -420,7 +420,7 @@ pub struct CompareArgs {
     pub truth: String,
     /// Tie rule (a campaign's manifest declares its own; this applies to tables).
     #[arg(long, value_enum, default_value = "strict")]
-    pub tie_policy: crate::ranking::TieRule,
+    pub tie_policy: crate::ranking::TiePolicy,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -110,7 +110,7 @@ mod commands {
     struct Side {
         rows: Vec<commcanary::ranking::ConfigSummary>,
         evidence: String,
-        rule: Option<commcanary::ranking::TieRule>,
+        rule: Option<commcanary::ranking::TiePolicy>,
         relations: Option<Vec<commcanary::ranking::Relation>>,
     }
 
@@ -141,7 +141,7 @@ mod commands {
                 report.evidence,
                 input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
             );
-            let rule = commcanary::analysis::rule_of(input.policy.tie_policy);
+            let rule = input.policy.tie_policy;
             let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
                 anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
             };
@@ -259,8 +259,8 @@ mod commands {
         let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
         let c = match (&p.relations, &t.relations) {
             (Some(pr), Some(tr)) if same_order => commcanary::ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
-            _ if rule == commcanary::ranking::TieRule::Bootstrap => {
-                anyhow::bail!("the bootstrap tie policy needs both sides from campaigns with the same configurations")
+            _ if rule == commcanary::ranking::TiePolicy::Interval => {
+                anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
             }
             _ => commcanary::ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
         };

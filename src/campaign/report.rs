@@ -13,7 +13,7 @@
 //! the same name with other bytes is refused; the same bytes (a re-run of a
 //! seeded analysis) are accepted as they are.
 use super::chain::{load_manifest, Selection};
-use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, PhaseInput, Report, TimelineExcerpt};
+use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt};
 use crate::workload::Phase;
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,7 +62,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
     let lab = |n: &str| -> Result<String> { label_of_name.get(n).map(|s| s.to_string()).with_context(|| format!("{n:?} is not a configuration of the manifest")) };
     let mut per: BTreeMap<Phase, BTreeMap<String, Vec<JobData>>> = BTreeMap::new();
-    let mut delays: BTreeMap<String, DelayCounts> = BTreeMap::new();
+    let mut delays: BTreeMap<String, Vec<(u32, DelayCounts)>> = BTreeMap::new();
     let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut excerpt_out = None;
     let mut backend = String::new();
@@ -75,12 +75,10 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
         }
         if let Some(d) = crate::join::delay_control(&j) {
-            let slot = delays.entry(cell.label.clone()).or_default();
-            slot.delay_us = d.delay_us;
-            slot.delayed += d.delayed;
-            slot.detected += d.delayed_detected;
-            slot.undelayed += d.undelayed;
-            slot.false_alarms += d.undelayed_false_alarms;
+            delays.entry(cell.label.clone()).or_default().push((
+                cell.round,
+                DelayCounts { delay_us: d.delay_us, delayed: d.delayed, detected: d.delayed_detected, undelayed: d.undelayed, false_alarms: d.undelayed_false_alarms },
+            ));
         }
         for s in &j.shards {
             hosts.insert(s.header.host.clone());
@@ -158,10 +156,19 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             controls.aa_pairs.push((lab(a)?, lab(b)?));
         }
         for k in &c.known_bad {
-            controls.known_bad.push(lab(k)?);
+            controls.known_bad.push(match k {
+                super::spec::KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
+                super::spec::KnownBad::Graded(g) => KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) },
+            });
         }
     }
-    controls.injected_skew = delays.into_iter().collect();
+    controls.injected_skew = delays
+        .into_iter()
+        .map(|(l, mut v)| {
+            v.sort_by_key(|x| x.0);
+            (l, v)
+        })
+        .collect();
     let input = AnalysisInput {
         phases,
         policy: m.spec.analysis.clone(),
@@ -180,6 +187,16 @@ fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
     }
 }
 
+/// The producer and format of an existing `report.json`, to refuse a
+/// comparison across versions: a seeded analysis regenerates a report byte
+/// for byte only with the tool that wrote it.
+fn existing_producer(path: &Path) -> Option<(u32, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let format = v.get("format_version")?.as_u64()? as u32;
+    let producer = v.get("producer").and_then(|p| p.as_str()).unwrap_or("a tool before report format 2 (no producer recorded)").to_string();
+    Some((format, producer))
+}
+
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
 pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect(dir)?;
@@ -188,6 +205,17 @@ pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &P
         input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
     );
     let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
+    if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {
+        if format != report.format_version || producer != report.producer {
+            bail!(
+                "{} was written by {producer} (report format {format}); this is {} (format {}): reports of different versions are not compared or replaced. \
+                 Pass another --report-dir to write this version's report beside it",
+                out_dir.join("report.json").display(),
+                report.producer,
+                report.format_version
+            );
+        }
+    }
     report.overlap_excerpt = excerpt;
     let plots = crate::plots::all(&report)?;
     report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
