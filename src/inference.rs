@@ -203,6 +203,22 @@ pub fn rounds_to_decide(sd_log: f64, effect_pct: f64, min_effect_pct: f64, cover
     })
 }
 
+/// Approximate probability that `rounds` rounds decide a true difference of
+/// `effect_pct` beyond ± `min_effect_pct` (the same approximation as
+/// [`rounds_to_decide`]: the t distribution shifted by the standardized gap).
+pub fn approx_power(sd_log: f64, effect_pct: f64, min_effect_pct: f64, coverage: f64, rounds: u32) -> f64 {
+    let e = pct_to_log(effect_pct);
+    let thr = if effect_pct >= 0.0 { pct_to_log(min_effect_pct) } else { pct_to_log(-min_effect_pct) };
+    if effect_pct.abs() <= min_effect_pct || rounds < 2 {
+        return 0.0;
+    }
+    if sd_log == 0.0 {
+        return 1.0;
+    }
+    let df = (rounds - 1) as f64;
+    t_cdf((rounds as f64).sqrt() * (e - thr).abs() / sd_log - t_quantile(1.0 - (1.0 - coverage) / 2.0, df), df)
+}
+
 /// Smallest round count at which two identical configurations come out
 /// `tied` (interval within ± `min_effect_pct`) with probability `power`.
 pub fn rounds_to_show_equivalence(sd_log: f64, min_effect_pct: f64, coverage: f64, power: f64) -> Option<u32> {
@@ -223,7 +239,7 @@ pub fn rounds_to_show_equivalence(sd_log: f64, min_effect_pct: f64, coverage: f6
 pub fn rounds_words(n: Option<u32>) -> String {
     match n {
         Some(n) => format!("{n} rounds"),
-        None => format!("more than {MAX_ROUNDS} rounds (or never: the effect does not exceed the minimum effect)"),
+        None => format!("more than {MAX_ROUNDS} rounds, or never (an effect within the minimum effect is never decided)"),
     }
 }
 

@@ -368,6 +368,29 @@ mod commands {
                 let m = cp::join_campaigns(&a, &b, &output)?;
                 writeln!(out, "joined into {} ({}): {} cells; run `campaign select` and `verify` on it", output.display(), m.campaign_id, m.schedule.len())?;
             }
+            C::Power { dir, phase, min_effect_pct } => {
+                let (_, input) = verified_input(&dir)?;
+                let phase: commcanary::workload::Phase = match phase {
+                    Some(p) => p.parse()?,
+                    None => input.canary.as_ref().map(|c| c.2).unwrap_or(commcanary::workload::Phase::Blocking),
+                };
+                let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
+                if !(m >= 0.0) {
+                    anyhow::bail!("--min-effect-pct {m}: must be non-negative");
+                }
+                write!(out, "{}", cp::report::power_text(&input, phase, m)?)?;
+            }
+            C::Replicate { a, b, json } => {
+                let (ra, na) = cp::report::analyze_for_replication(&a)?;
+                let (rb, nb) = cp::report::analyze_for_replication(&b)?;
+                let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
+                let r = commcanary::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+                } else {
+                    write!(out, "{}", commcanary::analysis::render_replication(&r))?;
+                }
+            }
             C::CheckArchive { archive, descriptor } => {
                 let d = cp::check_archive(&archive, &descriptor)?;
                 writeln!(out, "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})", archive.display(), d.campaign_id, d.manifest_sha256)?;

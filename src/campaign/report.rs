@@ -228,3 +228,59 @@ pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &P
     write_same_or_new(&out_dir.join("report.json"), &bytes)?;
     Ok(report)
 }
+
+/// A verified campaign's report (not written) and its label → configuration name map.
+pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
+    let v = super::chain::verify(dir)?;
+    if !v.complete {
+        bail!("{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
+    }
+    let (m, _) = load_manifest(dir)?;
+    let (input, _) = collect(dir)?;
+    let ev = format!("measured: verified campaign {}", input.context.campaign_id);
+    let r = crate::analysis::analyze(&input, v, &ev)?;
+    Ok((r, m.configs.iter().map(|c| (c.label.clone(), c.config.name.clone())).collect()))
+}
+
+/// `campaign power`: the power table from a pilot campaign's own noise in `phase`.
+pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
+    use crate::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
+    use std::fmt::Write;
+    let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("the pilot campaign has no phase {phase}"))?;
+    let mut table: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for (c, jobs) in p.jobs.iter().enumerate() {
+        for j in jobs {
+            let mut v = j.samples_us.clone();
+            let med = crate::stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
+            table.entry(j.round).or_insert_with(|| vec![f64::NAN; p.labels.len()])[c] = med;
+        }
+    }
+    let rows: Vec<Vec<f64>> = table.into_values().collect();
+    let (_, rss, df) = two_way(&rows)?;
+    if df == 0 {
+        bail!("the pilot needs at least 2 rounds and 2 configurations to measure its noise");
+    }
+    let sigma = (rss / df as f64).sqrt();
+    let sd = sigma * 2f64.sqrt();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "pilot {} phase {phase}: {} rounds x {} configurations; residual job noise {:.2}% (log sd, {df} degrees of freedom), so a pair's per-round log-ratio has sd {:.2}%",
+        input.context.campaign_id,
+        rows.len(),
+        p.labels.len(),
+        sigma * 100.0,
+        sd * 100.0
+    );
+    let _ = writeln!(o, "power to decide a true difference (95% interval beyond ±{min_effect_pct}%), approximate (paired t):");
+    let rounds = [3u32, 5, 10, 20, 50];
+    let _ = writeln!(o, "{:>8} {}", "delta", rounds.map(|r| format!("{:>10}", format!("{r} rounds"))).join(""));
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let _ = writeln!(o, "{:>7}% {}", e, rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" "));
+    }
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let _ = writeln!(o, "to resolve δ = {e}% with {:.0}% power you need {}", POWER * 100.0, rounds_words(rounds_to_decide(sd, e, min_effect_pct, COVERAGE, POWER)));
+    }
+    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: results/2026-11-30-calibration/)");
+    Ok(o)
+}
