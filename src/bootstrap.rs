@@ -1,5 +1,11 @@
-//! Bootstrap with a recorded seed (SPEC §7), free of I/O: paired by round,
-//! and hierarchical (jobs, then events within jobs; see [`hierarchical`]).
+//! Bootstrap with a recorded seed, free of I/O: paired by round, and
+//! hierarchical (jobs, then events within jobs; see [`hierarchical`]).
+//!
+//! Not used by `campaign analyze` since report format 2: with 3 rounds the
+//! paired percentile interval is the min–max of the rounds (about 75%
+//! coverage in simulation) and its P(best) counts rounds won. The analysis
+//! uses [`crate::inference`], whose coverage is measured in
+//! [`crate::calibration`]. Kept for its benchmark and for comparison.
 //!
 //! The paired design consumes a rounds × configurations table of per-job statistics (one job
 //! per configuration per round: the randomized round-robin design). Produces,

@@ -239,7 +239,7 @@ pub fn rounds_to_show_equivalence(sd_log: f64, min_effect_pct: f64, coverage: f6
 pub fn rounds_words(n: Option<u32>) -> String {
     match n {
         Some(n) => format!("{n} rounds"),
-        None => format!("more than {MAX_ROUNDS} rounds, or never (an effect within the minimum effect is never decided)"),
+        None => format!("more than {MAX_ROUNDS} rounds (or never, for an effect within the minimum effect)"),
     }
 }
 

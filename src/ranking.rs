@@ -1,5 +1,5 @@
 //! Pairwise relations between configurations and proxy-versus-truth agreement
-//! (SPEC §7), free of I/O.
+//! free of I/O.
 //!
 //! Consumes per-configuration summaries (median, optional IQR, in µs) of a
 //! proxy (e.g. `isolated`) and of the truth (e.g. `blocking`). Produces, for
@@ -14,6 +14,7 @@
 //! and D discordant pairs, n0 = n(n-1)/2 and n1, n2 the pairs tied on each
 //! side. Ties here are the declared policy's ties, so "tied" means "under the
 //! declared rule these were not distinguished", never "statistically identical".
+//! [`tau_b`] and [`strict_relations`] give tau-b on plain values too.
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 

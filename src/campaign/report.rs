@@ -279,7 +279,12 @@ pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> R
         let _ = writeln!(o, "{:>7}% {}", e, rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" "));
     }
     for e in [1.0, 2.0, 5.0, 10.0] {
-        let _ = writeln!(o, "to resolve δ = {e}% with {:.0}% power you need {}", POWER * 100.0, rounds_words(rounds_to_decide(sd, e, min_effect_pct, COVERAGE, POWER)));
+        let need = if e <= min_effect_pct {
+            format!("never: δ does not exceed the minimum effect {min_effect_pct}% (see --min-effect-pct)")
+        } else {
+            rounds_words(rounds_to_decide(sd, e, min_effect_pct, COVERAGE, POWER))
+        };
+        let _ = writeln!(o, "to resolve δ = {e}% with {:.0}% power you need {need}", POWER * 100.0);
     }
     let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: results/2026-11-30-calibration/)");
     Ok(o)
