@@ -1220,6 +1220,27 @@ mod tests {
     }
 
     #[test]
+    fn replication_flags_what_did_not_reproduce() {
+        let a = analyze(&input(&[100.0, 150.0, 100.0, 300.0], 5, 0.002), verdict(), "a").unwrap();
+        let same = replicate(&a, &a, &|l| l.to_string(), &|l| l.to_string()).unwrap();
+        assert_eq!((same.contradicted, same.not_confirmed), (0, 0));
+        assert!(same.reproduced >= 5, "{same:?}");
+        // the second campaign's c3 is the fastest: every decided c3 pair is contradicted
+        let b = analyze(&input(&[100.0, 150.0, 100.0, 30.0], 5, 0.002), verdict(), "b").unwrap();
+        let r = replicate(&a, &b, &|l| l.to_string(), &|l| l.to_string()).unwrap();
+        assert!(r.contradicted >= 3, "{r:?}");
+        assert!(render_replication(&r).contains("FLAG"));
+        // labels are matched by name: a relabelled copy reproduces
+        let swap = |l: &str| match l {
+            "c0" => "c2".to_string(),
+            "c2" => "c0".to_string(),
+            x => x.to_string(),
+        };
+        let r = replicate(&a, &a, &|l| l.to_string(), &swap).unwrap();
+        assert_eq!(r.contradicted, 0, "c0 and c2 are the same configuration: {r:?}");
+    }
+
+    #[test]
     fn refuses_unpaired_rounds_unknown_labels_and_summary_policies() {
         let mut i = input(&[100.0, 110.0], 3, 0.01);
         i.controls = ControlsInput::default();

@@ -85,6 +85,11 @@ fn the_demo_campaign_report_and_its_plots() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("never replaced"));
     assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), b"{}");
+    // power from the campaign's own noise, and a campaign replicates itself
+    let power = ok(&cc(&["campaign", "power", ds]));
+    assert!(power.contains("to resolve δ = 2% with 80% power you need") && power.contains("residual job noise"), "{power}");
+    let repl = ok(&cc(&["campaign", "replicate", ds, ds]));
+    assert!(repl.contains(" 0 contradicted, 0 not confirmed") && !repl.contains("FLAG"), "{repl}");
     // --report-dir writes elsewhere
     let other = t.path().join("rep2");
     ok(&cc(&["campaign", "analyze", ds, "--report-dir", other.to_str().unwrap()]));

@@ -425,6 +425,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn graded_known_bad_controls_are_parsed_and_checked() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpu-aa-ten.toml");
+        let spec = CampaignSpec::load(&path).unwrap();
+        let c = spec.controls.clone().unwrap();
+        assert!(matches!(&c.known_bad[2], KnownBad::Graded(g) if g.slowdown_pct == 5.0 && g.reference == "aa-1"));
+        let mut low = spec.clone();
+        low.analysis.min_effect_pct = 2.0;
+        let e = low.validate().unwrap_err().to_string();
+        assert!(e.contains("slowdown_pct 1 must exceed analysis.min_effect_pct 2"), "{e}");
+        let mut bad = spec;
+        if let Some(KnownBad::Graded(g)) = bad.controls.as_mut().and_then(|c| c.known_bad.first_mut()) {
+            g.reference = "nope".into();
+        }
+        assert!(bad.validate().unwrap_err().to_string().contains("\"nope\""));
+    }
+
+    #[test]
     fn schedule_is_round_robin_and_seeded() {
         let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
         let s1 = schedule(&labels, 3, 42);
