@@ -55,10 +55,20 @@ impl Fault {
     }
 }
 
+/// Device work of one compute interval.
+#[derive(Clone, Copy)]
+enum Work {
+    /// `units` unit GEMMs (`--gemm`) or memory-bound copies: the synthetic
+    /// layer's product and the fill quantum.
+    Unit(ComputeKind, u32),
+    /// One step's GEMMs (indices into the workload's shapes) with `layer`'s weights.
+    Layer(&'static [usize], u32),
+}
+
 /// What happens between issue and wait.
 enum Between {
     Nothing,
-    Compute(ComputeKind, u32, Option<u32>, Option<u32>),
+    Compute(Work, Option<u32>, Option<u32>),
     HostSpin(u64, Option<u32>, Option<u32>),
 }
 
@@ -288,7 +298,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         for i in 0..11 {
             let mut timed = |units: u32| -> Result<u64> {
                 let t0 = self.clock.now_ns();
-                self.compute(kind, units)?;
+                self.compute(Work::Unit(kind, units))?;
                 self.backend.synchronize()?;
                 Ok(self.clock.now_ns().saturating_sub(t0))
             };
@@ -304,21 +314,26 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(v[v.len() / 2].max(1))
     }
 
-    fn compute(&mut self, kind: ComputeKind, units: u32) -> Result<()> {
-        match kind {
-            ComputeKind::Gemm => self.backend.gemm(units),
-            ComputeKind::Membound => self.backend.membound(units),
-            ComputeKind::HostDelay => bail!("internal: host delay is not a compute kernel"),
+    fn compute(&mut self, work: Work) -> Result<()> {
+        match work {
+            Work::Unit(ComputeKind::Gemm, units) => self.backend.gemm(0, 0, units),
+            Work::Unit(ComputeKind::Membound, units) => self.backend.membound(units),
+            Work::Unit(ComputeKind::HostDelay, _) => bail!("internal: host delay is not a compute kernel"),
+            Work::Layer(gemms, layer) => gemms.iter().try_for_each(|&g| self.backend.gemm(g, layer, 1)),
         }
     }
 
-    fn timed_compute(&mut self, phase: Phase, kind: ComputeKind, units: u32, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+    fn timed_compute(&mut self, phase: Phase, work: Work, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+        let (kind, units) = match work {
+            Work::Unit(kind, units) => (kind, units),
+            Work::Layer(gemms, _) => (ComputeKind::Gemm, gemms.len() as u32),
+        };
         if units == 0 {
             return Ok(());
         }
         let m0 = self.backend.mark()?;
         let start_ns = self.clock.now_ns();
-        self.compute(kind, units)?;
+        self.compute(work)?;
         let end_ns = self.clock.now_ns();
         let m1 = self.backend.mark()?;
         let idx = self.body.compute.len();
@@ -331,7 +346,7 @@ impl<'a, B: Backend> Runner<'a, B> {
     }
 
     /// Issue, do `between`, wait, validate, record.
-    fn collective(&mut self, phase: Phase, bytes: u64, pos: Position, between: Between) -> Result<usize> {
+    fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
         let seq = self.seq;
         self.seq += 1;
         if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
@@ -349,11 +364,11 @@ impl<'a, B: Backend> Runner<'a, B> {
             injected = Some(self.clock.now_ns() - t);
         }
         let host_issue_ns = self.clock.now_ns();
-        self.backend.issue_allreduce(bytes)?;
+        self.backend.issue_allreduce(bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
         match between {
             Between::Nothing => {}
-            Between::Compute(kind, units, token, layer) => self.timed_compute(phase, kind, units, token, layer)?,
+            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
             Between::HostSpin(ns, token, layer) => {
                 let s = self.clock.now_ns();
                 self.clock.spin_until(s + ns);
@@ -370,10 +385,11 @@ impl<'a, B: Backend> Runner<'a, B> {
             if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
                 self.backend.corrupt_last_result();
             }
-            if let Err(why) = self.backend.check_last_allreduce(bytes) {
+            if let Err(why) = self.backend.check_last_allreduce(bytes, dtype) {
                 bail!(
-                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes): {why}",
-                    self.rank
+                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}",
+                    self.rank,
+                    dtype.name()
                 );
             }
         }
@@ -383,7 +399,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             group: 0,
             seq,
             bytes,
-            dtype: Dtype::F32,
+            dtype,
             token: pos.token,
             layer: pos.layer,
             iter: pos.iter,
@@ -408,7 +424,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             for i in 0..spec.warmup_iters + spec.iters {
                 let warmup = i < spec.warmup_iters;
                 let iter = if warmup { i } else { i - spec.warmup_iters };
-                self.collective(Phase::Isolated, bytes, Position { token: None, layer: None, iter: Some(iter), warmup }, Between::Nothing)?;
+                let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
+                self.collective(Phase::Isolated, bytes, spec.dtype, pos, Between::Nothing)?;
             }
         }
         Ok(())
@@ -419,16 +436,20 @@ impl<'a, B: Backend> Runner<'a, B> {
         (0..w + self.spec.tokens).map(move |t| (t, t < w))
     }
 
+    /// Each step: its GEMMs, then its all-reduce; the next step's GEMMs wait
+    /// for the collective (a stream dependency on GPUs).
     fn blocking(&mut self) -> Result<()> {
-        let layers = self.spec.layers;
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
             let open = self.begin_token(token, warmup)?;
-            for layer in 0..layers {
-                self.timed_compute(Phase::Blocking, ComputeKind::Gemm, 1, Some(token), Some(layer))?;
-                let bytes = self.spec.size_at(index);
+            for _ in 0..per_token {
+                let s = self.spec.step(index);
                 index += 1;
-                self.collective(Phase::Blocking, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, Between::Nothing)?;
+                self.timed_compute(Phase::Blocking, Work::Layer(s.gemms, s.layer), Some(token), Some(s.layer))?;
+                let pos = Position { token: Some(token), layer: Some(s.layer), iter: None, warmup };
+                self.collective(Phase::Blocking, s.bytes, dtype, pos, Between::Nothing)?;
             }
             let end = self.clock.now_ns();
             self.end_token(Phase::Blocking, open, end)?;
@@ -436,21 +457,27 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(())
     }
 
+    /// The first step's GEMMs, then per step: issue its all-reduce, run the
+    /// next step's GEMMs, wait.
     fn async_phase(&mut self) -> Result<()> {
-        let layers = self.spec.layers;
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
             let open = self.begin_token(token, warmup)?;
-            self.timed_compute(Phase::Async, ComputeKind::Gemm, 1, Some(token), Some(0))?;
-            for layer in 0..layers {
-                let bytes = self.spec.size_at(index);
+            let first = self.spec.step(index);
+            self.timed_compute(Phase::Async, Work::Layer(first.gemms, first.layer), Some(token), Some(first.layer))?;
+            for j in 0..per_token {
+                let s = self.spec.step(index);
                 index += 1;
-                let between = if layer + 1 < layers {
-                    Between::Compute(ComputeKind::Gemm, 1, Some(token), Some(layer + 1))
+                let between = if j + 1 < per_token {
+                    let next = self.spec.step(index);
+                    Between::Compute(Work::Layer(next.gemms, next.layer), Some(token), Some(next.layer))
                 } else {
                     Between::Nothing
                 };
-                self.collective(Phase::Async, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, between)?;
+                let pos = Position { token: Some(token), layer: Some(s.layer), iter: None, warmup };
+                self.collective(Phase::Async, s.bytes, dtype, pos, between)?;
             }
             let end = self.clock.now_ns();
             self.end_token(Phase::Async, open, end)?;
@@ -464,7 +491,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let mut prev_end = self.clock.now_ns();
         let mut open_token: Option<OpenToken> = None;
         for e in &trace.entries {
-            let GapEntry { token, layer, warmup, bytes, gap_ns } = *e;
+            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns } = *e;
             if let Some(t) = token {
                 match open_token {
                     Some(cur) if cur.token == t => {}
@@ -501,14 +528,14 @@ impl<'a, B: Backend> Runner<'a, B> {
                     fill = Some(FillRecord { gap_ns, units, quantum_ns: q, quantization_error_ns: err });
                     let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
                     if phase == Phase::Overlap {
-                        Between::Compute(kind, units, token, layer)
+                        Between::Compute(Work::Unit(kind, units), token, layer)
                     } else {
-                        self.timed_compute(phase, kind, units, token, layer)?;
+                        self.timed_compute(phase, Work::Unit(kind, units), token, layer)?;
                         Between::Nothing
                     }
                 }
             };
-            let idx = self.collective(phase, bytes, pos, between)?;
+            let idx = self.collective(phase, bytes, dtype, pos, between)?;
             let ev = &mut self.body.collectives[idx];
             ev.fill = fill;
             if phase == Phase::Replay {

@@ -22,7 +22,7 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank_with(1, d.path(), &["--backend", "cuda", "--phases", "blocking,async,overlap", "--tokens", "8", "--layers", "8", "--check", "4"]);
+    let run = run_rank_with(1, d.path(), &["--backend", "cuda", "--phases", "blocking,async,overlap", "--tokens", "8", "--model", "synthetic", "--layers", "8", "--check", "4"]);
     let s = join_json(&run);
     assert_eq!(phase(&s, "blocking")["completion_source"], "device-events");
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
@@ -75,7 +75,7 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "blocking,overlap", "--tokens", "16", "--layers", "16"]);
+    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "blocking,overlap", "--tokens", "16", "--model", "synthetic", "--layers", "16"]);
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if !cupti.starts_with("kernel activity records") {
@@ -104,10 +104,35 @@ fn cuda_hung_peer_ends_the_job_with_a_message_not_a_hang() {
     }
     let d = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cuda", "--phases", "blocking", "--tokens", "4", "--layers", "4",
+    let o = mpirun(2, &["rank", "-q", "--backend", "cuda", "--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "4",
         "--collective-timeout-s", "5", "--fault", "hang:1:10", "--out", d.path().to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--collective-timeout") && err.contains("communicator was aborted"), "{err}");
     assert!(t0.elapsed().as_secs() < 120, "the job ended by itself: {:?}", t0.elapsed());
+}
+
+#[test]
+fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
+    if !gpu_or_skip() {
+        return;
+    }
+    if commcanary::backend::cuda::probe_devices().unwrap_or(0) < 2 {
+        eprintln!("SKIPPED: needs two GPUs");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // the default workload on cuda is llama3-8b: 32 layers, bf16 all-reduces of 4096 elements
+    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "isolated,blocking,async", "--tokens", "8", "--iters", "5", "--check", "8"]);
+    let s = join_json(&run);
+    assert_eq!(phase(&s, "blocking")["collectives_per_rank"], 8 * 64);
+    let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
+    let m = shard.header.workload.model.as_ref().unwrap();
+    assert_eq!((m.shape.name.as_str(), m.tensor_parallel, m.weight_sets), ("llama3-8b", 2, 32));
+    assert_eq!(shard.header.workload.gemm_dtype, Some(commcanary::shard::Dtype::Bf16));
+    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::shard::Dtype::Bf16 && e.bytes == 8192));
+    assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == commcanary::workload::Phase::Blocking).count(), 8);
+    let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone()).unwrap_or_default();
+    assert!(fact("collective").contains("bf16"), "{}", fact("collective"));
+    eprintln!("blocking token p50 {} us, p99 {} us", phase(&s, "blocking")["token_median_us"], phase(&s, "blocking")["token_p99_us"]);
 }

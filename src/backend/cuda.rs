@@ -19,10 +19,10 @@
 //! does not block. `synchronize` (device synchronization) happens once per
 //! pass. cudarc's automatic cross-stream event tracking is disabled so that no
 //! dependency exists that the phase did not ask for.
-use super::{contribution, Backend, DeviceInterval, PassTimings};
+use super::{contribution, Backend, BackendPlan, DeviceInterval, PassTimings};
 use crate::clock::RankClock;
 use crate::nccl::{NcclComm, NcclLibrary};
-use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use crate::workload::GemmShape;
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
@@ -182,14 +182,17 @@ pub struct CudaBackend {
     blas: CudaBlas,
     compute: Arc<CudaStream>,
     comm_stream: Arc<CudaStream>,
-    send: CudaSlice<f32>,
-    recv: CudaSlice<f32>,
+    /// Collective buffers, `max_bytes` each, holding elements of `dtype`.
+    send: CudaSlice<u8>,
+    recv: CudaSlice<u8>,
+    dtype: Dtype,
     a: CudaSlice<u16>,
-    b: CudaSlice<u16>,
+    /// bf16 weights per GEMM shape, one buffer per weight set.
+    b: Vec<Vec<CudaSlice<u16>>>,
     c: CudaSlice<u16>,
     mem_src: CudaSlice<u8>,
     mem_dst: CudaSlice<u8>,
-    gemm: GemmShape,
+    gemms: Vec<GemmShape>,
     world_size: u32,
     clock: RankClock,
     pending: Option<(u64, CudaEvent, CudaEvent)>,
@@ -214,6 +217,20 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
 }
 
+/// bf16 bit patterns of small values (±0.0078 .. ±0.5) in a scrambled
+/// deterministic order: GEMM operands that are neither zero nor a short
+/// repeating pattern (a kernel's power, hence its clock, depends on its data).
+fn weight_bits(i: usize) -> u16 {
+    // SplitMix64's finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014)
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let v = (1.0 + (z & 0x7F) as f32 / 128.0) * [0.0078125f32, 0.03125, 0.125, 0.25][(z >> 7) as usize & 3];
+    let v = if z & (1 << 9) != 0 { -v } else { v };
+    half::bf16::from_f32(v).to_bits()
+}
+
 fn drv<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| anyhow::anyhow!("{what}: CUDA error {e:?}"))
 }
@@ -226,9 +243,7 @@ impl CudaBackend {
         world: &SimpleCommunicator,
         local_rank: u32,
         nccl_path: &Path,
-        max_bytes: u64,
-        gemm: GemmShape,
-        membound_bytes: u64,
+        plan: &BackendPlan,
         clock: RankClock,
         events_hint: usize,
         timeout: std::time::Duration,
@@ -264,17 +279,34 @@ impl CudaBackend {
         drv(ctx.bind_to_thread(), "binding the CUDA context")?;
         let comm = NcclComm::init_rank(lib.clone(), world.size() as u32, id, rank)
             .with_context(|| format!("NCCL {} on GPU {ordinal}", lib.observation().version))?;
-        let elems = usize::try_from(max_bytes / 4)?;
-        let host: Vec<f32> = (0..elems).map(|i| contribution(rank, i)).collect();
+        if plan.dtype == Dtype::Bf16 && lib.observation().version_code < 21000 {
+            bail!("NCCL {} has no bf16 all-reduce (ncclBfloat16 needs NCCL 2.10 or later)", lib.observation().version);
+        }
+        let elems = usize::try_from(plan.max_bytes / plan.dtype.size_bytes())?;
+        let host: Vec<u8> = match plan.dtype {
+            Dtype::F32 => (0..elems).flat_map(|i| contribution(Dtype::F32, rank, i).to_le_bytes()).collect(),
+            Dtype::Bf16 => super::bf16_contributions(rank, elems).into_iter().flat_map(u16::to_le_bytes).collect(),
+        };
         let send = drv(compute.clone_htod(&host), "copying the send buffer")?;
-        let recv = drv(compute.alloc_zeros::<f32>(elems), "allocating the receive buffer")?;
-        let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
-        // bf16 bit patterns of small values (0.0625 .. 0.5), a deterministic pattern
-        let bf = |i: usize| -> u16 { [0x3D80u16, 0x3E00, 0x3E80, 0x3F00][i % 4] };
-        let a = drv(compute.clone_htod(&(0..m * k).map(bf).collect::<Vec<u16>>()), "copying A")?;
-        let b = drv(compute.clone_htod(&(0..k * n).map(|i| bf(i + 1)).collect::<Vec<u16>>()), "copying B")?;
-        let c = drv(compute.alloc_zeros::<u16>(m * n), "allocating C")?;
-        let mb = usize::try_from(membound_bytes)?;
+        let recv = drv(compute.alloc_zeros::<u8>(host.len()), "allocating the receive buffer")?;
+        let (ak, cn) = plan.activation_elems();
+        let a = drv(compute.clone_htod(&(0..ak).map(weight_bits).collect::<Vec<u16>>()), "copying A")?;
+        let mut b = Vec::with_capacity(plan.gemms.len());
+        for g in &plan.gemms {
+            let kn = g.k as usize * g.n as usize;
+            let first = drv(compute.clone_htod(&(0..kn).map(|i| weight_bits(i + 1)).collect::<Vec<u16>>()), "copying B")?;
+            let mut sets = vec![first];
+            for _ in 1..plan.weight_sets.max(1) {
+                let mut next = compute.alloc_zeros::<u16>(kn).map_err(|e| {
+                    anyhow::anyhow!("allocating {} weight sets of {}x{} bf16: CUDA error {e:?} (the model does not fit this GPU)", plan.weight_sets, g.k, g.n)
+                })?;
+                drv(compute.memcpy_dtod(&sets[0], &mut next), "copying B")?;
+                sets.push(next);
+            }
+            b.push(sets);
+        }
+        let c = drv(compute.alloc_zeros::<u16>(cn), "allocating C")?;
+        let mb = usize::try_from(plan.membound_bytes)?;
         let mem_src = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy source")?;
         let mem_dst = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy destination")?;
         let blas = CudaBlas::new(compute.clone()).map_err(|e| anyhow::anyhow!("cublasCreate: {e:?}"))?;
@@ -312,8 +344,11 @@ impl CudaBackend {
                         _ => "unavailable".into(),
                     },
                 ),
-                ("gemm".into(), format!("{m}x{n}x{k} bf16 in/out, fp32 accumulate (cublasGemmEx)")),
-                ("collective".into(), "ncclAllReduce float32 sum on a dedicated stream".into()),
+                (
+                    "gemm".into(),
+                    format!("{} bf16 in/out, fp32 accumulate (cublasGemmEx), {} weight set(s)", super::describe_gemms(&plan.gemms), plan.weight_sets.max(1)),
+                ),
+                ("collective".into(), format!("ncclAllReduce {} sum on a dedicated stream", plan.dtype.name())),
                 ("collective_timeout_s".into(), format!("{}", timeout.as_secs_f64())),
             ]
             .into_iter()
@@ -328,12 +363,13 @@ impl CudaBackend {
             comm_stream,
             send,
             recv,
+            dtype: plan.dtype,
             a,
             b,
             c,
             mem_src,
             mem_dst,
-            gemm,
+            gemms: plan.gemms.clone(),
             world_size: world.size() as u32,
             clock,
             pending: None,
@@ -436,7 +472,7 @@ impl CudaBackend {
     /// `iters` back-to-back `ncclAllReduce` calls on the comm stream, nothing
     /// else recorded. Returns device ns per collective.
     pub fn reference_loop_ns(&mut self, bytes: u64, iters: u32) -> Result<f64> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+        let count = super::issue_count(self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
         self.synchronize()?;
         let start = self.timing_event()?;
         let end = self.timing_event()?;
@@ -446,7 +482,7 @@ impl CudaBackend {
             let (rp, _r) = self.recv.device_ptr_mut(&self.comm_stream);
             for _ in 0..iters {
                 // SAFETY: as in issue_allreduce.
-                unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+                unsafe { self.comm.all_reduce_sum(sp, rp, count, Dtype::F32, self.comm_stream.cu_stream() as *mut _) }?;
             }
         }
         drv(end.record(&self.comm_stream), "cuEventRecord")?;
@@ -484,8 +520,8 @@ impl Backend for CudaBackend {
         .collect()
     }
 
-    fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         self.ensure_anchor()?;
         // the collective consumes what the compute stream produced so far
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
@@ -495,8 +531,8 @@ impl Backend for CudaBackend {
         {
             let (sp, _s) = self.send.device_ptr(&self.comm_stream);
             let (rp, _r) = self.recv.device_ptr_mut(&self.comm_stream);
-            // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
-            unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+            // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
+            unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
         }
         let end = self.timing_event()?;
         drv(end.record(&self.comm_stream), "cuEventRecord (end)")?;
@@ -518,14 +554,19 @@ impl Backend for CudaBackend {
         Ok(None)
     }
 
-    fn gemm(&mut self, units: u32) -> Result<()> {
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()> {
         self.ensure_anchor()?;
-        let (m, n, k) = (self.gemm.m as i32, self.gemm.n as i32, self.gemm.k as i32);
+        let Some(g) = self.gemms.get(shape).copied() else {
+            bail!("internal: GEMM shape {shape} was not prepared");
+        };
+        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
         let alpha: f32 = 1.0;
         let beta: f32 = 0.0;
+        let sets = &self.b[shape];
+        let weights = &sets[layer as usize % sets.len()];
         for _ in 0..units {
             let (ap, _a) = self.a.device_ptr(&self.compute);
-            let (bp, _b) = self.b.device_ptr(&self.compute);
+            let (bp, _b) = weights.device_ptr(&self.compute);
             let (cp, _c) = self.c.device_ptr_mut(&self.compute);
             // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
             unsafe {
@@ -624,9 +665,9 @@ impl Backend for CudaBackend {
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns), kernels, waits })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
-        let count = (bytes / 4) as usize;
-        let mut host = vec![0f32; self.recv.len()];
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> std::result::Result<(), String> {
+        let count = (bytes / dtype.size_bytes()) as usize;
+        let mut host = vec![0u8; self.recv.len()];
         if let Err(e) = self.wait_stream(true, "waiting for the all-reduce to check") {
             return Err(format!("{e:#}"));
         }
@@ -634,10 +675,16 @@ impl Backend for CudaBackend {
         if let Err(e) = copy {
             return Err(format!("copying the result back failed: {e:?}"));
         }
+        let mut values: Vec<f32> = match dtype {
+            Dtype::F32 => host.chunks_exact(4).take(count).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::Bf16 => super::bf16_to_f32(&host.chunks_exact(2).take(count).map(|c| u16::from_le_bytes([c[0], c[1]])).collect::<Vec<u16>>()),
+        };
         if std::mem::take(&mut self.corrupt_next_check) {
-            host[0] += 1.0;
+            if let Some(v) = values.first_mut() {
+                *v += 1.0;
+            }
         }
-        super::verify_sum(&host[..count], self.world_size)
+        super::verify_sum(&values, dtype, self.world_size)
     }
 
     fn corrupt_last_result(&mut self) {
