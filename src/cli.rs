@@ -95,6 +95,11 @@ pub struct RankArgs {
     /// Element type of the all-reduces (default bf16 for model shapes, f32 for synthetic).
     #[arg(long, value_enum)]
     pub dtype: Option<crate::shard::Dtype>,
+    /// CUDA-graph mode (cuda backend, model shapes): blocking and async capture
+    /// one token's GEMMs and all-reduces into a CUDA graph and launch it per
+    /// token, as serving engines do; only token boundaries are timed.
+    #[arg(long)]
+    pub graph: bool,
     /// Layers per token (default: the model's own; 32 for synthetic).
     #[arg(long)]
     pub layers: Option<u32>,

@@ -183,8 +183,10 @@ impl<'a, B: Backend> Runner<'a, B> {
         self.world.barrier();
         self.current_phase = Some(phase);
         let start_ns = self.clock.now_ns();
+        let mut graph = None;
         match phase {
             Phase::Isolated => self.isolated()?,
+            Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase)?),
             Phase::Blocking => self.blocking()?,
             Phase::Async => self.async_phase()?,
             _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
@@ -202,6 +204,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             quantum_ns,
             trace: trace.map(|t| t.origin),
             collectives: n,
+            graph,
         });
         if self.progress && self.rank == 0 {
             eprintln!(
@@ -483,6 +486,79 @@ impl<'a, B: Backend> Runner<'a, B> {
             self.end_token(Phase::Async, open, end)?;
         }
         Ok(())
+    }
+
+    /// One token's device work as [`Self::blocking`] or [`Self::async_phase`]
+    /// issues it, without records (inside a graph capture, or as the eager
+    /// warm-up before one). Returns the last collective's size.
+    fn token_work(&mut self, phase: Phase) -> Result<u64> {
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
+        let mut last = 0;
+        if phase == Phase::Async {
+            let first = self.spec.step(0);
+            self.compute(Work::Layer(first.gemms, first.layer))?;
+        }
+        for i in 0..per_token {
+            let s = self.spec.step(i);
+            if phase == Phase::Blocking {
+                self.compute(Work::Layer(s.gemms, s.layer))?;
+            }
+            self.backend.issue_allreduce(s.bytes, dtype)?;
+            if phase == Phase::Async && i + 1 < per_token {
+                let next = self.spec.step(i + 1);
+                self.compute(Work::Layer(next.gemms, next.layer))?;
+            }
+            self.backend.wait_allreduce()?;
+            last = s.bytes;
+        }
+        Ok(last)
+    }
+
+    /// Graph mode: one eager warm-up token (libraries set up outside the
+    /// capture), then one token captured into a graph, then one launch per
+    /// token with device marks at the token boundaries only. The captured
+    /// token is identical to every token of the model shape (a step's sizes
+    /// and GEMMs depend only on its position in the token). `--check`
+    /// validates the last collective after the last launch.
+    fn graph_phase(&mut self, phase: Phase) -> Result<crate::shard::GraphRun> {
+        self.token_work(phase)?;
+        self.backend.synchronize()?;
+        // the warm-up token is no part of the pass
+        let _ = self.backend.finish_pass()?;
+        self.backend.begin_graph()?;
+        let captured = self.token_work(phase);
+        let ended = self.backend.end_graph();
+        let last_bytes = captured?;
+        ended?;
+        let mut launches = 0u64;
+        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
+            let open = self.begin_token(token, warmup)?;
+            self.backend.launch_graph()?;
+            launches += 1;
+            let end = self.clock.now_ns();
+            self.end_token(phase, open, end)?;
+        }
+        let mut checked = 0;
+        if self.spec.check > 0 {
+            self.backend.synchronize()?;
+            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
+                self.backend.corrupt_last_result();
+            }
+            let dtype = self.spec.dtype;
+            if let Err(why) = self.backend.check_last_allreduce(last_bytes, dtype) {
+                bail!("result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}", self.rank, dtype.name());
+            }
+            checked = 1;
+        }
+        let per_token = self.spec.collectives_per_token();
+        Ok(crate::shard::GraphRun {
+            collectives_per_token: per_token,
+            gemms_per_token: (0..per_token).map(|i| self.spec.step(i).gemms.len() as u64).sum(),
+            launches,
+            timing: "token boundaries: events on the compute stream before and after each graph launch".into(),
+            checked,
+        })
     }
 
     /// Replay, fill, overlap and the ablations: walk the source trace.

@@ -113,6 +113,9 @@ fn plan(args: &RankArgs) -> Result<Plan> {
     if shape.is_none() && (args.prefill_tokens.is_some() || args.batch != 1) {
         bail!("--batch and --prefill-tokens apply to model shapes, not --model synthetic");
     }
+    if args.graph && (shape.is_none() || backend != BackendKind::Cuda) {
+        bail!("--graph needs a model shape and the cuda backend (CUDA graphs of one decode step)");
+    }
     let (gemm_dtype, gemm_accumulate_dtype) = match backend {
         BackendKind::Cpu => (Dtype::F32, Dtype::F32),
         BackendKind::Cuda => (Dtype::Bf16, Dtype::F32),
@@ -133,6 +136,7 @@ fn plan(args: &RankArgs) -> Result<Plan> {
         gemm_dtype: Some(gemm_dtype),
         gemm_accumulate_dtype: Some(gemm_accumulate_dtype),
         model: None,
+        graph: args.graph,
     };
     spec.validate()?;
     let model = shape.map(|shape| ModelRequest {
@@ -462,7 +466,10 @@ fn finish_rank<B: Backend>(
         clock_anchor_true_ns: clock.anchor_true_ns(),
         delay_injection: plan.delay,
         cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
-        unmeasured: backend.unmeasured(),
+        unmeasured: backend.unmeasured().into_iter().chain(plan.spec.graph.then(|| crate::shard::Unmeasured {
+            field: "collectives (graph mode)".into(),
+            reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
+        })).collect(),
         phases: phase_runs,
         started_unix_ms,
         tuning,

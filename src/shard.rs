@@ -250,6 +250,25 @@ pub struct PhaseRun {
     pub trace: Option<TraceOrigin>,
     /// Collectives recorded (warm-ups included).
     pub collectives: u64,
+    /// Graph mode (`--graph`): how the phase ran; absent when it ran eagerly.
+    #[serde(default)]
+    pub graph: Option<GraphRun>,
+}
+
+/// A phase run as CUDA-graph replays: one token's device work captured once
+/// and launched per token, so the host issues one launch per token.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GraphRun {
+    /// Collectives inside one token's graph (the phase records no per-collective events).
+    pub collectives_per_token: u64,
+    /// GEMMs inside one token's graph.
+    pub gemms_per_token: u64,
+    /// Graph launches (warm-up tokens included).
+    pub launches: u64,
+    /// What is timed: token boundaries only.
+    pub timing: String,
+    /// Collectives whose result was validated after the last launch.
+    pub checked: u32,
 }
 
 /// Clock calibration of this rank against rank 0.

@@ -415,6 +415,10 @@ pub struct WorkloadSpec {
     /// The model shape run; `None` is the synthetic loop (and every shard before format 4).
     #[serde(default)]
     pub model: Option<ModelWorkload>,
+    /// Graph mode: `blocking` and `async` capture one token's work into a
+    /// CUDA graph and launch it per token (`isolated` stays eager).
+    #[serde(default)]
+    pub graph: bool,
 }
 
 fn dtype_f32() -> Dtype {
@@ -440,6 +444,7 @@ impl WorkloadSpec {
             gemm_dtype: None,
             gemm_accumulate_dtype: None,
             model: None,
+            graph: false,
         }
     }
 
@@ -459,6 +464,11 @@ impl WorkloadSpec {
         }
         if self.sizes_bytes.is_empty() {
             bail!("internal: a workload without collective sizes");
+        }
+        if self.graph {
+            if let Some(p) = self.phases.iter().find(|p| p.needs_trace()) {
+                bail!("--graph: phase {p} replays per-collective gaps, which graph mode does not measure (run it without --graph)");
+            }
         }
         Ok(())
     }
@@ -613,6 +623,17 @@ mod tests {
         let mut req = request("tiny");
         req.batch = 0;
         assert!(model_spec(&req, 1).is_err());
+    }
+
+    #[test]
+    fn graph_mode_refuses_the_trace_phases() {
+        let mut s = model_spec(&request("tiny"), 2).unwrap();
+        s.graph = true;
+        s.phases = vec![Phase::Blocking, Phase::Async];
+        assert!(s.validate().is_ok());
+        s.phases.push(Phase::Fill);
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("--graph: phase fill"), "{e}");
     }
 
     #[test]

@@ -136,3 +136,30 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
     assert!(fact("collective").contains("bf16"), "{}", fact("collective"));
     eprintln!("blocking token p50 {} us, p99 {} us", phase(&s, "blocking")["token_median_us"], phase(&s, "blocking")["token_p99_us"]);
 }
+
+#[test]
+fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
+    if !gpu_or_skip() {
+        return;
+    }
+    if commcanary::backend::cuda::probe_devices().unwrap_or(0) < 2 {
+        eprintln!("SKIPPED: needs two GPUs");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
+    let s = join_json(&run);
+    let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+    for p in [commcanary::workload::Phase::Blocking, commcanary::workload::Phase::Async] {
+        let pr = shard.header.phases.iter().find(|r| r.phase == p).unwrap();
+        let g = pr.graph.as_ref().expect("graph mode is recorded per phase");
+        assert_eq!((g.collectives_per_token, g.gemms_per_token, g.launches, g.checked), (64, 128, 18, 1), "{p}");
+        assert_eq!(pr.collectives, 0, "no per-collective events in graph mode");
+        let toks: Vec<_> = shard.body.tokens.iter().filter(|t| t.phase == p && !t.warmup).collect();
+        assert_eq!(toks.len(), 16);
+        assert!(toks.iter().all(|t| t.end_ns > t.start_ns));
+        eprintln!("{p} graph token p50 {} us", phase(&s, p.name())["token_median_us"]);
+    }
+    assert!(shard.header.unmeasured.iter().any(|u| u.field == "collectives (graph mode)"));
+    assert!(shard.body.collectives.iter().all(|e| e.phase == commcanary::workload::Phase::Isolated), "isolated stays eager");
+}

@@ -177,7 +177,11 @@ struct Anchor {
 
 /// CUDA backend state of one rank.
 pub struct CudaBackend {
-    // NCCL (which keeps its library loaded) and cuBLAS go before the context: fields drop in order.
+    // Fields drop in order: the graph (whose nodes use NCCL's and cuBLAS's
+    // resources) before NCCL (which keeps its library loaded) and cuBLAS,
+    // and all of them before the context.
+    /// Graph mode: the captured token, launched on the compute stream.
+    graph: Option<cudarc::driver::CudaGraph>,
     comm: NcclComm,
     blas: CudaBlas,
     compute: Arc<CudaStream>,
@@ -206,6 +210,10 @@ pub struct CudaBackend {
     /// (cuStreamWaitEvent captures the record current at the call, so re-recording is safe).
     produced: CudaEvent,
     anchor: Option<Anchor>,
+    /// Graph mode: capturing the compute stream (and the streams it forks to).
+    capturing: bool,
+    /// Graph mode: cuBLAS workspace set before capture (cuBLAS must not allocate inside one).
+    blas_workspace: Option<CudaSlice<u8>>,
     corrupt_next_check: bool,
     cupti: Option<crate::cupti::Cupti>,
     cupti_unavailable: Option<String>,
@@ -379,6 +387,9 @@ impl CudaBackend {
             free_events,
             produced,
             anchor: None,
+            capturing: false,
+            graph: None,
+            blas_workspace: None,
             corrupt_next_check: false,
             cupti,
             cupti_unavailable,
@@ -527,7 +538,10 @@ impl Backend for CudaBackend {
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
         drv(self.comm_stream.wait(&self.produced), "cuStreamWaitEvent (comm waits compute)")?;
         let start = self.timing_event()?;
-        drv(start.record(&self.comm_stream), "cuEventRecord (start)")?;
+        if !self.capturing {
+            // inside a capture an event record is a dependency, not a timestamp: no start is taken
+            drv(start.record(&self.comm_stream), "cuEventRecord (start)")?;
+        }
         {
             let (sp, _s) = self.send.device_ptr(&self.comm_stream);
             let (rp, _r) = self.recv.device_ptr_mut(&self.comm_stream);
@@ -544,6 +558,13 @@ impl Backend for CudaBackend {
         let Some((_bytes, start, end)) = self.pending.take() else {
             bail!("internal: wait without an outstanding all-reduce");
         };
+        if self.capturing {
+            // the compute stream joins the communication stream inside the graph; nothing is timed
+            drv(self.compute.wait(&end), "cuStreamWaitEvent (compute waits collective, captured)")?;
+            self.free_events.push(start);
+            self.free_events.push(end);
+            return Ok(None);
+        }
         let before = self.timing_event()?;
         drv(before.record(&self.compute), "cuEventRecord (before wait)")?;
         drv(self.compute.wait(&end), "cuStreamWaitEvent (compute waits collective)")?;
@@ -612,6 +633,9 @@ impl Backend for CudaBackend {
     }
 
     fn mark(&mut self) -> Result<Option<usize>> {
+        if self.capturing {
+            bail!("internal: a timing mark inside a graph capture");
+        }
         self.ensure_anchor()?;
         let e = self.timing_event()?;
         drv(e.record(&self.compute), "cuEventRecord (mark)")?;
@@ -689,5 +713,55 @@ impl Backend for CudaBackend {
 
     fn corrupt_last_result(&mut self) {
         self.corrupt_next_check = true;
+    }
+
+    fn begin_graph(&mut self) -> Result<()> {
+        if self.capturing || self.pending.is_some() {
+            bail!("internal: graph capture begun with a capture or a collective outstanding");
+        }
+        // the anchor synchronizes an event, which a capturing stream forbids: take it first
+        self.ensure_anchor()?;
+        if self.blas_workspace.is_none() {
+            // cuBLAS would otherwise allocate its workspace inside the capture
+            const WORKSPACE_BYTES: usize = 32 << 20;
+            let ws = drv(self.compute.alloc_zeros::<u8>(WORKSPACE_BYTES), "allocating the cuBLAS workspace")?;
+            {
+                let (wp, _w) = ws.device_ptr(&self.compute);
+                // SAFETY: the workspace is a field of self, declared after `blas`, so it outlives every use of the handle.
+                let st = unsafe { blas_sys::cublasSetWorkspace_v2(*self.blas.handle(), wp as *mut _, WORKSPACE_BYTES) };
+                if st != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    bail!("cublasSetWorkspace: {st:?}");
+                }
+            }
+            self.blas_workspace = Some(ws);
+        }
+        drv(self.compute.synchronize(), "synchronizing before capture")?;
+        // thread-local: NCCL's own threads may make CUDA calls while this thread captures
+        drv(self.compute.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
+        self.capturing = true;
+        Ok(())
+    }
+
+    fn end_graph(&mut self) -> Result<()> {
+        if !self.capturing {
+            bail!("internal: end of a graph capture that was not begun");
+        }
+        self.capturing = false;
+        let graph = self
+            .compute
+            .end_capture(drv_sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| anyhow::anyhow!("capturing one token into a CUDA graph failed: CUDA error {e:?} (NCCL 2.9 or later captures collectives)"))?
+            .ok_or_else(|| anyhow::anyhow!("the CUDA graph capture of one token produced no graph"))?;
+        drv(graph.upload(), "cuGraphUpload")?;
+        self.graph = Some(graph);
+        Ok(())
+    }
+
+    fn launch_graph(&mut self) -> Result<()> {
+        self.ensure_anchor()?;
+        let Some(g) = &self.graph else {
+            bail!("internal: no graph was captured");
+        };
+        drv(g.launch(), "cuGraphLaunch")
     }
 }

@@ -122,6 +122,20 @@ pub trait Backend {
     fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> std::result::Result<(), String>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
+    /// Graph mode: capture the device work issued until [`Backend::end_graph`]
+    /// into one graph instead of running it. While capturing, no timing is
+    /// recorded and nothing executes.
+    fn begin_graph(&mut self) -> Result<()> {
+        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+    }
+    /// Graph mode: end the capture and instantiate the graph.
+    fn end_graph(&mut self) -> Result<()> {
+        anyhow::bail!("internal: no graph capture in progress")
+    }
+    /// Graph mode: launch the captured graph once, in order after the work issued so far.
+    fn launch_graph(&mut self) -> Result<()> {
+        anyhow::bail!("internal: no graph was captured")
+    }
 }
 
 /// Requested backend.
