@@ -111,7 +111,7 @@ def kendall_tau_b(x, y):
 
 def ranking(values):
     """Labels ordered best (lowest) first; labels without a value are left out."""
-    return [k for k, v in sorted(values.items(), key=lambda kv: (kv[1], kv[0])) if v is not None]
+    return [k for k, v in sorted(((k, v) for k, v in values.items() if v is not None), key=lambda kv: (kv[1], kv[0]))]
 
 
 def disagreements(truth, proxy, min_gap_pct=0.0):
@@ -229,6 +229,10 @@ def self_test():
     assert s["pytorch_ranking"] == ["x", "y"] and s["commcanary_ranking"] == ["y", "x"] and s["kendall_tau_b"] == -1.0
     assert len(s["disagreeing_pairs"]) == 1 and s["disagreeing_pairs"][0]["pytorch_gap_ge_2pct"]
     assert "| x |" in render({"graph": s}, "h")
+    # a partial table: a configuration without CommCanary results yet is left out of both rankings' comparison
+    part = summarize(pt, {"graph": {"x": [None, None, None], "y": [(190, 200), None, None]}}, ["graph"], ["x", "y"])["graph"]
+    assert part["commcanary_ranking"] == ["y"] and part["kendall_tau_b"] is None and part["configs_compared"] == 1
+    assert ranking({"a": None, "b": 2.0, "c": 1.0}) == ["c", "b"]
     print("self-test: ok")
 
 
