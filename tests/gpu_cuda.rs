@@ -112,16 +112,23 @@ fn cuda_hung_peer_ends_the_job_with_a_message_not_a_hang() {
     assert!(t0.elapsed().as_secs() < 120, "the job ended by itself: {:?}", t0.elapsed());
 }
 
-#[test]
-fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
+/// A scratch directory where two GPUs are usable; `None` (with the reason printed) elsewhere.
+fn two_gpus_and_a_dir() -> Option<tempfile::TempDir> {
     if !gpu_or_skip() {
-        return;
+        return None;
     }
     if commcanary::backend::cuda::probe_devices().unwrap_or(0) < 2 {
         eprintln!("SKIPPED: needs two GPUs");
-        return;
+        return None;
     }
-    let d = tempfile::tempdir().unwrap();
+    Some(tempfile::tempdir().unwrap())
+}
+
+#[test]
+fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
+    let Some(d) = two_gpus_and_a_dir() else {
+        return;
+    };
     // the default workload on cuda is llama3-8b: 32 layers, bf16 all-reduces of 4096 elements
     let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "isolated,blocking,async", "--tokens", "8", "--iters", "5", "--check", "8"]);
     let s = join_json(&run);
@@ -139,14 +146,9 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
 
 #[test]
 fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
-    if !gpu_or_skip() {
+    let Some(d) = two_gpus_and_a_dir() else {
         return;
-    }
-    if commcanary::backend::cuda::probe_devices().unwrap_or(0) < 2 {
-        eprintln!("SKIPPED: needs two GPUs");
-        return;
-    }
-    let d = tempfile::tempdir().unwrap();
+    };
     let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
     let s = join_json(&run);
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
