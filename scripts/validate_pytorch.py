@@ -295,7 +295,8 @@ def child(a):
                     token(static_x)
             torch.cuda.current_stream().wait_stream(side)
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            # thread-local: NCCL's and PyTorch's watchdog threads may call CUDA while this thread captures
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
                 token(static_x)
             timed(g.replay, a.warmup)
             result["modes"]["graph"] = timed(g.replay, a.tokens)
@@ -343,7 +344,8 @@ def run_job(job, a, work, nccl_lib, log):
     else:
         xs = []
         for k in list(FIXED_ENV) + list(cfg_env) + ["LD_LIBRARY_PATH"]:
-            xs += ["-x", k]
+            if k in env:  # mpirun -x exports a variable by name; an unset one is left out
+                xs += ["-x", k]
         cmd = ["timeout", str(a.child_timeout_s), "mpirun", "--bind-to", "none", *xs, "-n", str(a.nproc), a.commcanary, "rank", "-q", "--backend", "cuda",
                "--phases", "blocking", "--model", a.model, "--batch", str(a.batch), "--tokens", str(a.tokens), "--warmup-tokens", str(a.warmup),
                "--check", "1", "--run-id", "run", "--out", d] + (["--graph"] if mode == "graph" else []) + (["--layers", str(a.layers)] if a.layers else []) \
