@@ -634,6 +634,7 @@ mod tests {
         s.phases.push(Phase::Fill);
         let e = s.validate().unwrap_err().to_string();
         assert!(e.contains("--graph: phase fill"), "{e}");
+
     }
 
     #[test]

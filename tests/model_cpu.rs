@@ -80,7 +80,7 @@ fn model_arguments_are_refused_clearly() {
         (vec!["rank", "--backend", "cpu", "--model", "gpt-9"], "unknown"),
         (vec!["rank", "--backend", "cpu", "--model-dims", "4096,14336"], "H,F,LAYERS"),
         (vec!["rank", "--backend", "cpu", "--model", "synthetic", "--batch", "4"], "apply to model shapes"),
-        (vec!["rank", "--backend", "cpu", "--graph"], "--graph needs a model shape and the cuda backend"),
+        (vec!["rank", "--backend", "cpu", "--graph"], "--graph needs the cuda backend"),
     ] {
         let o = cc(&args);
         assert!(!o.status.success(), "{args:?}");
