@@ -130,6 +130,13 @@ fn plan(args: &RankArgs) -> Result<Plan> {
         warmup_tokens: args.warmup_tokens,
         layers: args.layers.unwrap_or(32),
         sizes_bytes: crate::units::parse_size_list(args.sizes.as_deref().unwrap_or("64KiB,128KiB,256KiB"))?,
+        isolated_sizes_bytes: match (&args.min_bytes, &args.max_bytes) {
+            (Some(lo), Some(hi)) => {
+                crate::workload::size_sweep(crate::units::parse_bytes(lo)?, crate::units::parse_bytes(hi)?, args.step_factor)?
+            }
+            _ => Vec::new(),
+        },
+        graph: args.graph,
         gemm,
         iters: args.iters,
         warmup_iters: args.warmup_iters,
@@ -140,7 +147,6 @@ fn plan(args: &RankArgs) -> Result<Plan> {
         gemm_dtype: Some(gemm_dtype),
         gemm_accumulate_dtype: Some(gemm_accumulate_dtype),
         model: None,
-        graph: args.graph,
     };
     spec.validate()?;
     let model = shape.map(|shape| ModelRequest {
@@ -159,6 +165,9 @@ fn plan(args: &RankArgs) -> Result<Plan> {
     let clock_injections: Vec<ClockInjection> =
         args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
+    if args.graph && backend != BackendKind::Cuda {
+        bail!("--graph needs the cuda backend (CUDA graphs)");
+    }
     if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
@@ -177,7 +186,7 @@ fn nccl_debug_dir(out: &std::path::Path) -> PathBuf {
 
 /// Ask NCCL for its tuning log. Runs before MPI_Init, while this process is
 /// still single-threaded, so changing the environment is safe.
-fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
+pub fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
     let dir = nccl_debug_dir(out);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::fs::canonicalize(&dir)?;
@@ -331,6 +340,12 @@ fn run_rank(args: &RankArgs, mut plan: Plan, world: &SimpleCommunicator, mpi_ini
         // tensor-parallel degree = the rank count
         plan.spec.bind_model(req, size)?;
     }
+    if plan.spec.dtype == Dtype::Bf16 && plan.spec.check > 0 && size > crate::backend::BF16_EXACT_MAX_WORLD {
+        bail!(
+            "--check with bf16 all-reduces: the check's sums are exact in bf16 up to {} ranks and this job has {size}; pass --check 0 or --dtype f32",
+            crate::backend::BF16_EXACT_MAX_WORLD
+        );
+    }
     let local = world.split_shared(world.rank());
     let (local_rank, local_size) = (local.rank() as u32, local.size() as u32);
     let started_unix_ms = crate::run::unix_ms();
@@ -387,6 +402,7 @@ fn run_rank(args: &RankArgs, mut plan: Plan, world: &SimpleCommunicator, mpi_ini
                 plan.spec.device_events_per_pass(),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
                 args.gpu,
+                args.cupti,
             )?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
@@ -429,6 +445,7 @@ fn finish_rank<B: Backend>(
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
+    let checks = std::mem::take(&mut runner.checks);
     let tuning = if args.nccl_tuning {
         let events: Vec<(u64, u64)> = body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
         Some(collect_tuning(&args.out, &dir, rank, &events)?)
@@ -477,6 +494,7 @@ fn finish_rank<B: Backend>(
         phases: phase_runs,
         started_unix_ms,
         tuning,
+        checks,
     };
     let shard = Shard { header, body };
     let bytes = shard.encode()?;
@@ -527,6 +545,15 @@ fn finish_rank<B: Backend>(
         }
     } else {
         root.gather_into(&mine[..]);
+    }
+    // A wrong result recorded by the isolated phase fails the rank only now,
+    // once rank 0 has written run.json, so the evidence is complete on disk.
+    world.barrier();
+    if let Some(c) = shard.header.checks.iter().find(|c| c.wrong_elements > 0) {
+        bail!(
+            "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; the run is kept in {} and must not be ranked",
+            c.phase, c.group, c.seq, c.bytes, c.wrong_elements, c.first_wrong.as_deref().unwrap_or("?"), dir.display()
+        );
     }
     Ok(())
 }

@@ -219,15 +219,15 @@ impl Backend for CpuBackend {
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> std::result::Result<(), String> {
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<super::CheckOutcome> {
         let count = (bytes / dtype.size_bytes()) as usize;
-        match dtype {
+        Ok(match dtype {
             Dtype::F32 => super::verify_sum(&self.recv[..count], dtype, self.world_size),
             Dtype::Bf16 => {
                 let widened: Vec<f32> = self.recv16[..count].iter().map(|&x| x as f32).collect();
                 super::verify_sum(&widened, dtype, self.world_size)
             }
-        }
+        })
     }
 
     fn corrupt_last_result(&mut self) {
