@@ -404,8 +404,13 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     })?;
     let run: RunRecord = serde_json::from_slice(&run_bytes)
         .with_context(|| format!("{}: not a valid run record", run_path.display()))?;
-    if run.format_version != crate::run::RUN_FORMAT_VERSION {
-        bail!("{}: run format version {} is not supported", run_path.display(), run.format_version);
+    if !(1..=crate::run::RUN_FORMAT_VERSION).contains(&run.format_version) {
+        bail!(
+            "{}: run format version {} is not supported (this build reads versions 1 to {})",
+            run_path.display(),
+            run.format_version,
+            crate::run::RUN_FORMAT_VERSION
+        );
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
