@@ -534,7 +534,8 @@ impl CudaBackend {
         let stream = if comm_stream { &self.comm_stream } else { &self.compute };
         drv(e.record(stream), what)?;
         self.pass_events.push(e);
-        self.tail[comm_stream as usize] = Some(self.pass_events.len() - 1);
+        // an event recorded inside a capture is a graph node, never a stream's tail
+        self.tail[comm_stream as usize] = (!self.capturing).then(|| self.pass_events.len() - 1);
         Ok(self.pass_events.len() - 1)
     }
 
@@ -1111,6 +1112,7 @@ impl Backend for CudaBackend {
             .ok_or_else(|| anyhow::anyhow!("the CUDA graph capture of one token produced no graph"))?;
         drv(graph.upload(), "cuGraphUpload")?;
         self.graph = Some(graph);
+        self.tail = [None, None];
         Ok(())
     }
 
@@ -1119,6 +1121,7 @@ impl Backend for CudaBackend {
         let Some(g) = &self.graph else {
             bail!("internal: no graph was captured");
         };
+        self.tail = [None, None];
         drv(g.launch(), "cuGraphLaunch")
     }
 }
