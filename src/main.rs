@@ -310,6 +310,8 @@ mod commands {
                 }
             }
             C::Select { dir, policy } => {
+                // no exec may append while the selection is made and written
+                let _lock = chain::lock_campaign(&dir, None, &format!("select {}", dir.display()))?;
                 let (sel, missing) = chain::select(&dir, policy)?;
                 commcanary::fsutil::write_json_new(&dir.join("selection.json"), &sel)
                     .context("writing selection.json (remove an old selection first to select again)")?;
