@@ -31,6 +31,7 @@ pub mod plots;
 pub mod queue;
 pub mod phases;
 pub mod rank;
+pub mod ranges;
 pub mod ranking;
 pub mod refusal;
 pub mod run;

@@ -32,6 +32,8 @@ pub const MAX_SPEC_BYTES: u64 = 1 << 20;
 pub const MAX_ATTEMPTS_LOG_BYTES: u64 = 1 << 30;
 /// A CSV table or service-time file.
 pub const MAX_TEXT_TABLE_BYTES: u64 = 1 << 30;
+/// Members of a campaign archive.
+pub const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
 /// Ranks in one run.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 

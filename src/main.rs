@@ -12,7 +12,10 @@ fn run() -> Result<()> {
             println!("{}", commcanary::inspect::inspect(&a.file, a.header_only)?);
             Ok(())
         }
-        Command::BenchOverhead(a) => commcanary::bench::run(a),
+        Command::BenchOverhead(a) => {
+            commcanary::ranges::bench_args(&a)?;
+            commcanary::bench::run(a)
+        }
         Command::Overlap(a) => commands::overlap(a),
         Command::Campaign(c) => commands::campaign(c),
         Command::Compare(a) => commands::compare(a),
@@ -157,6 +160,7 @@ mod commands {
 
     pub fn queue(a: commcanary::cli::QueueArgs) -> Result<()> {
         use commcanary::queue::{simulate, Load};
+        commcanary::ranges::queue_args(&a)?;
         let load = match a.mode {
             commcanary::cli::QueueMode::Open => {
                 let interval_ms = a.interval_ms.context("--mode open needs --interval-ms")?;

@@ -189,6 +189,7 @@ fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, rank: u32, e
 
 /// Entry point of `commcanary rank`.
 pub fn run(args: RankArgs) -> Result<()> {
+    crate::ranges::rank_args(&args)?;
     let plan = plan(&args)?;
     if args.nccl_tuning {
         if plan.backend != BackendKind::Cuda {

@@ -429,6 +429,26 @@ fn bincode_decode_cfg<const N: usize>() -> bincode::config::Configuration<bincod
     bincode::config::standard().with_limit::<N>()
 }
 
+/// Decode a shard body of format `version` (`name` for messages). bincode's
+/// decode limit is 16 times the body's size class (1 MiB, 16 MiB, then
+/// [`crate::limits::MAX_SHARD_BODY_DECODE_BYTES`]), so no length prefix can
+/// make it allocate more; a body over [`crate::limits::MAX_SHARD_BODY_BYTES`]
+/// is refused. Trailing bytes are refused.
+pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<ShardBody> {
+    if body_bytes.len() > crate::limits::MAX_SHARD_BODY_BYTES {
+        return Err(crate::refusal::refuse(crate::refusal::Code::OverLimit, format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), crate::limits::MAX_SHARD_BODY_BYTES)));
+    }
+    let (body, used) = match body_bytes.len() {
+        n if n <= 1 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 16 << 20 }>(), name)?,
+        n if n <= 16 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 256 << 20 }>(), name)?,
+        _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ crate::limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
+    };
+    if used != body_bytes.len() {
+        bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
+    }
+    Ok(body)
+}
+
 /// Decode a body of `version` under `cfg` (whose limit bounds every allocation).
 fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg: C, name: &str) -> Result<(ShardBody, usize)> {
     Ok(match version {
@@ -549,14 +569,7 @@ impl Shard {
         if header.format_version != version {
             return Err(fault("header format_version disagrees with the preamble".into()));
         }
-        let (body, used) = match body_bytes.len() {
-            n if n <= 1 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 16 << 20 }>(), name)?,
-            n if n <= 16 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 256 << 20 }>(), name)?,
-            _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ crate::limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
-        };
-        if used != body_bytes.len() {
-            bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
-        }
+        let body = decode_shard_body(version, body_bytes, name)?;
         Ok(Shard { header, body })
     }
 

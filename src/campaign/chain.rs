@@ -306,16 +306,16 @@ pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     Ok((m, actual))
 }
 
-fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<(String, Vec<String>, Vec<(String, String)>)> {
-    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
-    let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
-    let w = &m.spec.workload;
-    let mut rank_args: Vec<String> = vec![
-        exe,
+/// `rank` and its arguments for one configuration of a spec (without the
+/// executable, run id and output directory): what `exec` runs and what `plan`
+/// test-parses.
+pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::ConfigSpec) -> Vec<String> {
+    let w = &spec.workload;
+    let mut a: Vec<String> = vec![
         "rank".into(),
         "-q".into(),
         "--backend".into(),
-        m.spec.backend.clone(),
+        spec.backend.clone(),
         "--phases".into(),
         w.phases.clone(),
         "--tokens".into(),
@@ -327,11 +327,19 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         "--iters".into(),
         w.iters.to_string(),
     ];
-    rank_args.extend(w.extra_args.iter().cloned());
+    a.extend(w.extra_args.iter().cloned());
     if let Some(lib) = &cfg.nccl_lib {
-        rank_args.extend(["--nccl-lib".into(), lib.clone()]);
+        a.extend(["--nccl-lib".into(), lib.clone()]);
     }
-    rank_args.extend(cfg.args.iter().cloned());
+    a.extend(cfg.args.iter().cloned());
+    a
+}
+
+fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<(String, Vec<String>, Vec<(String, String)>)> {
+    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
+    let mut rank_args: Vec<String> = vec![exe];
+    rank_args.extend(rank_arguments(&m.spec, cfg));
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (prog, mut args) = match m.spec.launcher.kind {

@@ -276,7 +276,6 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
 /// absolute names, no `..`, no links or devices, no name twice). Streams the
 /// archive; nothing is extracted.
 pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
-    use crate::refusal::Code;
     let d: ArchiveDescriptor = serde_json::from_slice(&crate::limits::read_bounded(descriptor, crate::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
@@ -288,32 +287,44 @@ pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescrip
         bail!("{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
     }
     let f = std::fs::File::open(archive).with_context(|| format!("reading {}", archive.display()))?;
-    let mut t = tar::Archive::new(std::io::BufReader::new(f));
+    inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
+    Ok(d)
+}
+
+/// Inspect every member of a tar stream (`name` for messages): each must be a
+/// regular file named relative to one top directory, with no `..`, root or
+/// repeated name. Returns the number of members. Reads the stream once.
+pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize> {
+    use crate::refusal::Code;
+    let mut t = tar::Archive::new(reader);
     let mut top: Option<std::ffi::OsString> = None;
     let mut seen = std::collections::BTreeSet::new();
-    for e in t.entries().with_context(|| format!("{}: not a tar archive", archive.display()))? {
-        let e = e.with_context(|| format!("{}: damaged tar entry", archive.display()))?;
+    for e in t.entries().with_context(|| format!("{name}: not a tar archive"))? {
+        let e = e.with_context(|| format!("{name}: damaged tar entry"))?;
         let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
         if e.header().entry_type() != tar::EntryType::Regular {
-            crate::refuse!(Code::ArchiveMember, "{}: member {raw:?} is a {:?}, not a regular file", archive.display(), e.header().entry_type());
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is a {:?}, not a regular file", e.header().entry_type());
         }
         let p = Path::new(&raw);
         let mut comps = p.components();
         let first = match comps.next() {
             Some(std::path::Component::Normal(c)) => c.to_os_string(),
-            _ => crate::refuse!(Code::ArchiveMember, "{}: member {raw:?} is not a relative name inside the campaign", archive.display()),
+            _ => crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a relative name inside the campaign"),
         };
         if !comps.clone().all(|c| matches!(c, std::path::Component::Normal(_))) || comps.next().is_none() {
-            crate::refuse!(Code::ArchiveMember, "{}: member {raw:?} is not a file name inside the campaign directory", archive.display());
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a file name inside the campaign directory");
         }
         if top.get_or_insert_with(|| first.clone()) != &first {
-            crate::refuse!(Code::ArchiveMember, "{}: member {raw:?} is outside the campaign directory {:?}", archive.display(), top);
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is outside the campaign directory {:?}", top);
+        }
+        if seen.len() >= crate::limits::MAX_ARCHIVE_MEMBERS {
+            crate::refuse!(Code::OverLimit, "{name}: more than {} members", crate::limits::MAX_ARCHIVE_MEMBERS);
         }
         if !seen.insert(raw.clone()) {
-            crate::refuse!(Code::ArchiveMember, "{}: member {raw:?} appears twice", archive.display());
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
         }
     }
-    Ok(d)
+    Ok(seen.len())
 }
 
 /// `campaign join A B -o C`: one campaign from two executed ones, only when
