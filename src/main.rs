@@ -306,8 +306,8 @@ mod commands {
                     writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
                 }
             }
-            C::Exec { dir, retries, resume: _, cell } => {
-                let (ok, failed) = chain::exec(&dir, retries, cell)?;
+            C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
+                let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
                 writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
                 if failed > 0 && ok == 0 {
                     anyhow::bail!("no cell succeeded");

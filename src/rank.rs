@@ -314,7 +314,8 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
     let t0 = clock.now_ns();
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?;
+            let mut b = CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?
+                .with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {

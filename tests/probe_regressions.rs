@@ -337,3 +337,40 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
         refused(&cc(&["campaign", "check-archive", evil.to_str().unwrap(), ed.to_str().unwrap()]), "ARCHIVE_MEMBER");
     }
 }
+
+/// Item 11: a stopped rank ends a CPU job with a collective-timeout message
+/// instead of leaving its peers spinning forever.
+#[test]
+fn a_hung_cpu_peer_ends_the_job_with_a_message() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = std::time::Instant::now();
+    let o = mpirun(2, &[
+        "rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "4", "--layers", "2",
+        "--fault", "hang:1:3", "--collective-timeout-s", "3", "--out", d.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = stderr_of(&o);
+    assert!(err.contains("collective timeout"), "{err}");
+    assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
+}
+
+/// Item 11: `exec --cell-timeout-s` ends a cell's job that runs too long and records it failed.
+#[test]
+fn exec_ends_a_cell_that_outlives_its_timeout() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("c");
+    let ds = d.to_str().unwrap();
+    let sp = spec(t.path(), "slow", 2, 2, 1);
+    let text = std::fs::read_to_string(&sp).unwrap().replace("name = \"binomial\"", "name = \"binomial\"\nargs = [\"--fault\", \"hang:1:3\"]");
+    std::fs::write(&sp, text).unwrap();
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", ds]));
+    let t0 = std::time::Instant::now();
+    let o = cc_root(&["campaign", "exec", ds, "--cell-timeout-s", "5"]);
+    assert!(t0.elapsed().as_secs() < 90, "took {:?}", t0.elapsed());
+    let _ = o;
+    let recs: Vec<serde_json::Value> = attempts_text(&d).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let slow = recs.iter().find(|r| r["label"] == "binomial").expect("the slow cell is recorded");
+    assert_eq!(slow["status"], "failed");
+    assert!(slow["failure"].as_str().unwrap().contains("cell timeout"), "{slow}");
+    assert!(recs.iter().any(|r| r["label"] == "ring" && r["status"] == "succeeded"));
+}

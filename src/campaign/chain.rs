@@ -362,7 +362,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
 /// `retries` times. Returns (succeeded, failed attempts). Records are single
 /// `O_APPEND` lines, so concurrent array tasks on a local or POSIX-append
 /// file system do not interleave them.
-pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usize)> {
+pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<std::time::Duration>) -> Result<(usize, usize)> {
     let (m, manifest_sha) = load_manifest(dir)?;
     if let Some(n) = only {
         if n == 0 || n > m.schedule.len() {
@@ -405,7 +405,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
             let started = crate::run::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
-            let out = run_job(&prog, &args, &env, |pgid| {
+            let out = run_job(&prog, &args, &env, cell_timeout, |pgid| {
                 let note = InFlight {
                     attempt_id: attempt_id.clone(),
                     cell_id: cell.cell_id.clone(),
@@ -421,7 +421,13 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
             });
             let finished = crate::run::unix_ms();
             let (code, stdout, stderr, spawn_err) = match out {
-                Ok(o) => (o.status.code(), o.stdout, o.stderr, None),
+                Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
+                Ok((o, true)) => (
+                    o.status.code(),
+                    o.stdout,
+                    o.stderr,
+                    Some(format!("cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped", cell_timeout.map_or(0.0, |t| t.as_secs_f64()))),
+                ),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
@@ -488,8 +494,11 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
 
 /// Run the launcher in its own process group, asked to die with its parent
 /// (`PR_SET_PDEATHSIG`, prctl(2)) so that a killed `exec` takes its job with
-/// it; `started(pgid)` records the job before it is waited for. Returns its output.
-fn run_job(prog: &str, args: &[String], env: &[(String, String)], started: impl FnOnce(i32) -> Result<()>) -> std::io::Result<std::process::Output> {
+/// it; `started(pgid)` records the job before it is waited for. A job running
+/// longer than `timeout` has its group sent SIGTERM, then SIGKILL after 10 s.
+/// Returns its output and whether it timed out.
+fn run_job(prog: &str, args: &[String], env: &[(String, String)], timeout: Option<std::time::Duration>, started: impl FnOnce(i32) -> Result<()>) -> std::io::Result<(std::process::Output, bool)> {
+    use std::io::Read;
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = std::process::Command::new(prog);
@@ -506,15 +515,47 @@ fn run_job(prog: &str, args: &[String], env: &[(String, String)], started: impl 
             Ok(())
         });
     }
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
     let pgid = child.id() as i32;
+    // SAFETY: signalling the process group this function created.
+    let signal_group = |sig| unsafe { libc::kill(-pgid, sig) };
     if let Err(e) = started(pgid) {
-        // SAFETY: signalling the group we just created.
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        signal_group(libc::SIGTERM);
         let _ = child.wait_with_output();
         return Err(std::io::Error::other(format!("{e:#}")));
     }
-    child.wait_with_output()
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let t0 = std::time::Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if !timed_out && timeout.is_some_and(|t| t0.elapsed() > t) {
+            // the whole job: the launcher and the ranks it started in its group
+            timed_out = true;
+            signal_group(libc::SIGTERM);
+            let grace = std::time::Instant::now();
+            while child.try_wait()?.is_none() && grace.elapsed() < std::time::Duration::from_secs(10) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            signal_group(libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    Ok((std::process::Output { status, stdout, stderr }, timed_out))
 }
 
 /// The most telling stderr line: CommCanary's own error if there is one,
