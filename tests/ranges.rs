@@ -113,3 +113,31 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
     refused_quickly(&["campaign", "plan", big.to_str().unwrap(), "-o", d.path().join("c-reps").to_str().unwrap()], "OUT_OF_RANGE");
     ok(&cc(&["campaign", "plan", spec("ok2", "", "name = \"a\"").to_str().unwrap(), "-o", d.path().join("c-ok").to_str().unwrap()]));
 }
+
+/// Item 8: a trace whose gap is 10^15 ns (11.6 days) is refused, not slept through.
+#[test]
+fn a_trace_gap_of_days_is_refused_not_slept() {
+    let d = tempfile::tempdir().unwrap();
+    let run = run_rank(2, &d.path().join("src"), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
+    let events = d.path().join("events.jsonl");
+    ok(&cc(&["join", run.to_str().unwrap(), "--events-out", events.to_str().unwrap()]));
+    let text = std::fs::read_to_string(&events).unwrap();
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = lines.iter_mut().rev().find(|c| c["phase"] == "blocking").unwrap();
+    for t in last["ranks"].as_array_mut().unwrap() {
+        for k in ["host_issue_ns", "wait_end_ns", "completion_ns"] {
+            if let Some(v) = t[k].as_u64() {
+                t[k] = (v + 1_000_000_000_000_000).into();
+            }
+        }
+    }
+    let crafted = d.path().join("gap.jsonl");
+    std::fs::write(&crafted, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
+    let out = d.path().join("replay");
+    let t0 = Instant::now();
+    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "replay", "--tokens", "2", "--layers", "2", "--trace", crafted.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused[OUT_OF_RANGE]") && err.contains("gap"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(60));
+}
