@@ -88,4 +88,32 @@ mod tests {
         let names: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
     }
+
+    /// A write that fails part-way (here EFBIG under a 16-byte RLIMIT_FSIZE,
+    /// as ENOSPC fails it) leaves neither the destination nor a temporary file.
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        if let Ok(dir) = std::env::var("COMMCANARY_FSIZE_CHILD") {
+            let r = write_new_atomic(&Path::new(&dir).join("big.json"), &[b'x'; 4096]);
+            assert!(r.is_err(), "the write must fail under the file size limit");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "fsutil::tests::a_failed_write_leaves_no_temporary_file", "--test-threads", "1"])
+            .env("COMMCANARY_FSIZE_CHILD", d.path());
+        // SAFETY: setrlimit and signal are async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                let lim = libc::rlimit { rlim_cur: 16, rlim_max: 16 };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        let names: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.is_empty(), "left behind: {names:?}");
+    }
 }

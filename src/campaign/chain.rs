@@ -771,3 +771,62 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str) -> AttemptRecord {
+        AttemptRecord {
+            attempt_id: id.into(),
+            cell_id: id.rsplit_once("-a").map(|x| x.0).unwrap_or(id).into(),
+            label: String::new(),
+            round: 1,
+            manifest_sha256: String::new(),
+            status: AttemptStatus::Failed,
+            exit_code: None,
+            failure: None,
+            argv: vec![],
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            stdout_sha256: String::new(),
+            stderr_sha256: String::new(),
+            run_dir: String::new(),
+            run_json_sha256: None,
+            shards: vec![],
+            identity_sha256: None,
+            host: None,
+        }
+    }
+
+    /// Item 6 of issue 13: `r01-nbc-ring-again-a1` is not an attempt of `r01-nbc-ring`.
+    #[test]
+    fn attempt_numbers_count_only_the_exact_cell() {
+        let d = tempfile::tempdir().unwrap();
+        for dir in ["r01-nbc-ring-a1", "r01-nbc-ring-again-a1", "r01-nbc-ring-again-a2", "r01-nbc-ring-a1x"] {
+            std::fs::create_dir(d.path().join(dir)).unwrap();
+        }
+        let recs = [rec("r01-nbc-ring-a1"), rec("r01-nbc-ring-again-a1"), rec("r01-nbc-ring-again-a2")];
+        assert_eq!(next_attempt_number("r01-nbc-ring", &recs, d.path()), 2);
+        assert_eq!(next_attempt_number("r01-nbc-ring-again", &recs, d.path()), 3);
+        assert_eq!(next_attempt_number("r02-x", &recs, d.path()), 1);
+    }
+
+    /// Item 3 of issue 13: a torn line is skipped and reported; a syntax error elsewhere is not.
+    #[test]
+    fn torn_lines_are_skipped_and_reported() {
+        let good = serde_json::to_string(&rec("c-a1")).unwrap();
+        let text = format!("{good}\n{}\n{good}\n{}", &good[..40], &good[..10]);
+        let (r, torn) = parse_attempts(text.as_bytes(), "t").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(torn, vec![(2, 40), (4, 10)]);
+        assert!(parse_attempts(b"{\"attempt_id\": 3}\n", "t").is_err(), "a complete but wrong record is an error");
+        // appending after a torn line seals it: the new record is readable
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(ATTEMPTS), format!("{good}\n{}", &good[..30])).unwrap();
+        append_attempt(d.path(), &rec("c-a2")).unwrap();
+        let (r, torn) = read_attempts_with_torn(d.path()).unwrap();
+        assert_eq!(r.iter().map(|a| a.attempt_id.as_str()).collect::<Vec<_>>(), ["c-a1", "c-a2"]);
+        assert_eq!(torn, vec![(2, 30)]);
+    }
+}
