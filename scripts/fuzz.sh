@@ -4,6 +4,7 @@
 # whether it found a crash, OOM or timeout (artifacts in fuzz/artifacts/TARGET/).
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+# (several targets side by side: build once, then FUZZ_NO_BUILD=1 scripts/fuzz.sh 600 T &)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -13,7 +14,10 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
 fi
-cargo +nightly fuzz build --fuzz-dir fuzz -O "${targets[@]/#/}" >/dev/null 2>&1 || cargo +nightly fuzz build --fuzz-dir fuzz -O
+# FUZZ_NO_BUILD=1: the targets are already built (several runs of this script started side by side)
+if [ -z "${FUZZ_NO_BUILD:-}" ]; then
+    cargo +nightly fuzz build --fuzz-dir fuzz -O || exit 2
+fi
 status=0
 for t in "${targets[@]}"; do
     mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"

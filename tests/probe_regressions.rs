@@ -238,6 +238,22 @@ fn replanned_campaigns_and_torn_appends() {
     assert!(after.starts_with(&format!("{good}{torn}")), "nothing is rewritten");
     ok(&cc(&["campaign", "select", t2s]));
     ok(&cc(&["campaign", "verify", t2s]));
+
+    // item 2: attempts that overlapped in time on one host are refused by verify
+    let t3 = t.path().join("overlap");
+    std::fs::create_dir_all(&t3).unwrap();
+    for e in ["manifest.json", "manifest.sha256", "selection.json"] {
+        std::fs::copy(t2.join(e), t3.join(e)).unwrap();
+    }
+    let status = std::process::Command::new("cp").args(["-r", t2.join("runs").to_str().unwrap(), t3.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+    let mut recs: Vec<serde_json::Value> = after.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let first_start = recs[0]["started_unix_ms"].as_u64().unwrap();
+    recs[1]["started_unix_ms"] = (first_start + 1).into();
+    std::fs::write(t3.join("attempts.jsonl"), recs.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+    let o = cc(&["campaign", "verify", t3.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("refused[OVERLAPPING_ATTEMPTS]"), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 /// Item 2: a second exec on a locked campaign is refused by name; select and archive too.
