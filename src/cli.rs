@@ -84,11 +84,21 @@ pub struct RankArgs {
     /// GEMM shape N or MxNxK (default 64 on cpu, 1024 on cuda).
     #[arg(long)]
     pub gemm: Option<String>,
-    /// Timed iterations per size in the isolated phase.
-    #[arg(long, default_value_t = 50)]
+    /// Isolated phase: smallest size of a sweep (as nccl-tests -b); with
+    /// --max-bytes, the isolated phase sweeps instead of using --sizes.
+    #[arg(long, short = 'b', requires = "max_bytes")]
+    pub min_bytes: Option<String>,
+    /// Isolated phase: largest size of the sweep (as nccl-tests -e).
+    #[arg(long, short = 'e', requires = "min_bytes")]
+    pub max_bytes: Option<String>,
+    /// Isolated phase: multiply the size by this factor at each step (as nccl-tests -f).
+    #[arg(long, short = 'f', default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=1024))]
+    pub step_factor: u64,
+    /// Timed iterations per size in the isolated phase (as nccl-tests -n).
+    #[arg(long, short = 'n', default_value_t = 50)]
     pub iters: u32,
-    /// Warm-up iterations per size in the isolated phase.
-    #[arg(long, default_value_t = 5)]
+    /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
+    #[arg(long, short = 'w', default_value_t = 5)]
     pub warmup_iters: u32,
     /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
     #[arg(long, default_value_t = 1)]
@@ -126,6 +136,17 @@ pub struct RankArgs {
     /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
     #[arg(long)]
     pub gpu: Option<u32>,
+    /// Cuda backend: capture each size's timed isolated iterations into one
+    /// CUDA graph with a timestamp node between collectives, and launch it
+    /// once (as serving engines replay decode steps): no host work per
+    /// collective; per-collective host times are then the launch's.
+    #[arg(long)]
+    pub graph: bool,
+    /// Cuda backend: record every kernel through CUPTI (kernel timelines,
+    /// `overlap` from kernels). Off by default: its per-launch cost would be
+    /// mixed into every timing (`bench-overhead --cupti` measures it).
+    #[arg(long)]
+    pub cupti: bool,
     /// Capture NCCL's per-collective tuner choices (cuda backend): sets
     /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
     /// keeps the log beside the shard and attaches the choices where counts and sizes match.
@@ -172,7 +193,8 @@ pub struct InspectArgs {
 /// `commcanary bench-overhead`.
 #[derive(Args, Debug)]
 pub struct BenchOverheadArgs {
-    /// Collectives per measurement.
+    /// Collectives per measurement (cuda: keep it below the device queue's
+    /// depth, about a thousand launches, so the host never blocks in a launch).
     #[arg(long, default_value_t = 2000)]
     pub iters: u32,
     /// Message size.
@@ -190,6 +212,16 @@ pub struct BenchOverheadArgs {
     /// NCCL library for the cuda benchmark.
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
+    /// Cuda: add a third variant, the instrumented loop with CUPTI kernel records on.
+    #[arg(long)]
+    pub cupti: bool,
+    /// Cuda: ask NCCL for its tuning log (NCCL_DEBUG=INFO, SUBSYS=TUNING), as
+    /// `rank --nccl-tuning` does, so its cost can be compared run against run.
+    #[arg(long)]
+    pub nccl_tuning: bool,
+    /// Write every measurement (per-rep distributions) as JSON to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 /// `commcanary summarize`.

@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::clock::RankClock;
 use crate::shard::{
-    CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming,
+    CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming,
     ShardBody, TokenEvent,
 };
 use crate::trace::{GapEntry, SourceTrace};
@@ -105,7 +105,20 @@ pub struct Runner<'a, B: Backend> {
     pub body: ShardBody,
     /// Per-phase records.
     pub phase_runs: Vec<PhaseRun>,
+    /// Every result check and what it found.
+    pub checks: Vec<CheckRecord>,
     progress: bool,
+    spin_short_delays: bool,
+}
+
+/// Whether this node has a core for every local rank (the launcher's local
+/// size, else the world size, against the cores this process may use).
+fn node_has_core_per_rank(world_size: u32) -> bool {
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+        .unwrap_or(world_size as usize);
+    std::thread::available_parallelism().map(|c| c.get() >= local).unwrap_or(false)
 }
 
 impl<'a, B: Backend> Runner<'a, B> {
@@ -136,7 +149,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             current_phase: None,
             body: ShardBody::default(),
             phase_runs: Vec::new(),
+            checks: Vec::new(),
             progress,
+            spin_short_delays: node_has_core_per_rank(world.size() as u32),
         }
     }
 
@@ -338,16 +353,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
             std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
         }
-        // The injected delay sleeps rather than spins: a spinning rank would
-        // hold a core and, where ranks outnumber cores, delay a co-scheduled
-        // rank too, confounding the control. Sleep only overshoots, and the
-        // delay actually achieved is what is recorded.
-        let mut injected = None;
-        if let Some(d) = self.delay.and_then(|d| d.delay_for(self.rank, seq)) {
-            let t = self.clock.now_ns();
-            std::thread::sleep(std::time::Duration::from_nanos(d));
-            injected = Some(self.clock.now_ns() - t);
-        }
+        let injected = self.inject_delay(seq);
         let host_issue_ns = self.clock.now_ns();
         self.backend.issue_allreduce(bytes)?;
         let host_return_ns = self.clock.now_ns();
@@ -367,15 +373,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
         if checked {
             self.checked_in_phase += 1;
-            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
-                self.backend.corrupt_last_result();
-            }
-            if let Err(why) = self.backend.check_last_allreduce(bytes) {
-                bail!(
-                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes): {why}",
-                    self.rank
-                );
-            }
+            self.check(phase, seq, bytes)?;
         }
         self.body.collectives.push(CollectiveEvent {
             phase,
@@ -402,13 +400,142 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(self.body.collectives.len() - 1)
     }
 
+    /// The negative control's delay before collective `seq`, if any; returns
+    /// the delay actually achieved. A delay shorter than 1 ms spins where the
+    /// node has a core for every local rank (a sleep of 20 µs lasts ~80 µs
+    /// under Linux timer slack, so a sleeping control would be four times the
+    /// declared size); elsewhere, and for longer delays, it sleeps, since a
+    /// spinning rank on an oversubscribed node would delay a co-scheduled rank
+    /// too and confound the control. Sleep only overshoots, and the achieved
+    /// delay is what is recorded.
+    fn inject_delay(&self, seq: u64) -> Option<u64> {
+        let d = self.delay.and_then(|d| d.delay_for(self.rank, seq))?;
+        let t = self.clock.now_ns();
+        if d < 1_000_000 && self.spin_short_delays {
+            self.clock.spin_until(t + d);
+        } else {
+            std::thread::sleep(std::time::Duration::from_nanos(d));
+        }
+        Some(self.clock.now_ns() - t)
+    }
+
+    /// Validate the last all-reduce of `bytes` and record what was found. A
+    /// wrong result fails the job at once in the workload phases; the isolated
+    /// phase records it (nccl-tests' `#wrong`) and goes on, and the rank
+    /// fails after its shard is written (see `rank`), so the evidence of the
+    /// fault is kept and no wrong run is ever ranked.
+    fn check(&mut self, phase: Phase, seq: u64, bytes: u64) -> Result<()> {
+        if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
+            self.backend.corrupt_last_result();
+        }
+        let outcome = self.backend.check_last_allreduce(bytes)?;
+        self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
+        if let Some(why) = outcome.first_wrong {
+            if phase != Phase::Isolated {
+                bail!("result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes): {why}", self.rank);
+            }
+        }
+        Ok(())
+    }
+
     fn isolated(&mut self) -> Result<()> {
         let spec = self.spec;
-        for &bytes in &spec.sizes_bytes {
+        if self.backend.back_to_back() {
+            return self.isolated_back_to_back();
+        }
+        for &bytes in spec.isolated_sizes() {
             for i in 0..spec.warmup_iters + spec.iters {
                 let warmup = i < spec.warmup_iters;
                 let iter = if warmup { i } else { i - spec.warmup_iters };
                 self.collective(Phase::Isolated, bytes, Position { token: None, layer: None, iter: Some(iter), warmup }, Between::Nothing)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The isolated phase where collectives can run back to back (GPU), as
+    /// nccl-tests times them: per size, warm-ups then timed iterations
+    /// enqueued with nothing between them but the host clock reads and one
+    /// boundary event, so the device queue stays ahead of the host. The
+    /// result is validated once per size after the loop, as nccl-tests does,
+    /// which every iteration's result equals (same inputs, same output buffer).
+    fn isolated_back_to_back(&mut self) -> Result<()> {
+        let spec = self.spec;
+        let per_size = (spec.warmup_iters + spec.iters) as usize;
+        self.body.collectives.reserve(per_size * spec.isolated_sizes().len());
+        for &bytes in spec.isolated_sizes() {
+            let eager = if spec.graph { spec.warmup_iters } else { spec.warmup_iters + spec.iters };
+            for i in 0..eager {
+                let warmup = i < spec.warmup_iters;
+                let seq = self.seq;
+                self.seq += 1;
+                if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+                    eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+                    std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+                }
+                let injected = self.inject_delay(seq);
+                let host_issue_ns = self.clock.now_ns();
+                self.backend.allreduce_back_to_back(bytes)?;
+                let host_return_ns = self.clock.now_ns();
+                self.body.collectives.push(CollectiveEvent {
+                    phase: Phase::Isolated,
+                    kind: CollectiveKind::AllReduce,
+                    group: 0,
+                    seq,
+                    bytes,
+                    dtype: Dtype::F32,
+                    token: None,
+                    layer: None,
+                    iter: Some(if warmup { i } else { i - spec.warmup_iters }),
+                    warmup,
+                    host_issue_ns,
+                    host_return_ns,
+                    wait_start_ns: host_return_ns,
+                    wait_end_ns: host_return_ns,
+                    device_start_ns: None,
+                    device_end_ns: None,
+                    injected_delay_ns: injected,
+                    replay: None,
+                    fill: None,
+                    checked: false,
+                });
+            }
+            self.backend.end_back_to_back()?;
+            if spec.graph && spec.iters > 0 {
+                // one launch for every timed iteration; delays and faults cannot act inside a graph
+                let (host_issue_ns, host_return_ns) = self.backend.allreduce_graph(bytes, spec.iters)?;
+                for i in 0..spec.iters {
+                    let seq = self.seq;
+                    self.seq += 1;
+                    self.body.collectives.push(CollectiveEvent {
+                        phase: Phase::Isolated,
+                        kind: CollectiveKind::AllReduce,
+                        group: 0,
+                        seq,
+                        bytes,
+                        dtype: Dtype::F32,
+                        token: None,
+                        layer: None,
+                        iter: Some(i),
+                        warmup: false,
+                        host_issue_ns,
+                        host_return_ns,
+                        wait_start_ns: host_return_ns,
+                        wait_end_ns: host_return_ns,
+                        device_start_ns: None,
+                        device_end_ns: None,
+                        injected_delay_ns: None,
+                        replay: None,
+                        fill: None,
+                        checked: false,
+                    });
+                }
+            }
+            if spec.check > 0 && spec.iters > 0 {
+                let last = self.body.collectives.len() - 1;
+                self.body.collectives[last].checked = true;
+                let seq = self.body.collectives[last].seq;
+                self.check(Phase::Isolated, seq, bytes)?;
             }
         }
         Ok(())

@@ -95,6 +95,13 @@ fn plan(args: &RankArgs) -> Result<Plan> {
         warmup_tokens: args.warmup_tokens,
         layers: args.layers,
         sizes_bytes: crate::units::parse_size_list(&args.sizes)?,
+        isolated_sizes_bytes: match (&args.min_bytes, &args.max_bytes) {
+            (Some(lo), Some(hi)) => {
+                crate::workload::size_sweep(crate::units::parse_bytes(lo)?, crate::units::parse_bytes(hi)?, args.step_factor)?
+            }
+            _ => Vec::new(),
+        },
+        graph: args.graph,
         gemm,
         iters: args.iters,
         warmup_iters: args.warmup_iters,
@@ -107,6 +114,9 @@ fn plan(args: &RankArgs) -> Result<Plan> {
     let clock_injections: Vec<ClockInjection> =
         args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
+    if args.graph && backend != BackendKind::Cuda {
+        bail!("--graph needs the cuda backend (CUDA graphs)");
+    }
     if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
@@ -125,7 +135,7 @@ fn nccl_debug_dir(out: &std::path::Path) -> PathBuf {
 
 /// Ask NCCL for its tuning log. Runs before MPI_Init, while this process is
 /// still single-threaded, so changing the environment is safe.
-fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
+pub fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
     let dir = nccl_debug_dir(out);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::fs::canonicalize(&dir)?;
@@ -330,6 +340,7 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
                 plan.spec.device_events_per_pass(),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
                 args.gpu,
+                args.cupti,
             )?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
@@ -372,6 +383,7 @@ fn finish_rank<B: Backend>(
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
+    let checks = std::mem::take(&mut runner.checks);
     let tuning = if args.nccl_tuning {
         let events: Vec<(u64, u64)> = body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
         Some(collect_tuning(&args.out, &dir, rank, &events)?)
@@ -417,6 +429,7 @@ fn finish_rank<B: Backend>(
         phases: phase_runs,
         started_unix_ms,
         tuning,
+        checks,
     };
     let shard = Shard { header, body };
     let bytes = shard.encode()?;
@@ -467,6 +480,15 @@ fn finish_rank<B: Backend>(
         }
     } else {
         root.gather_into(&mine[..]);
+    }
+    // A wrong result recorded by the isolated phase fails the rank only now,
+    // once rank 0 has written run.json, so the evidence is complete on disk.
+    world.barrier();
+    if let Some(c) = shard.header.checks.iter().find(|c| c.wrong_elements > 0) {
+        bail!(
+            "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; the run is kept in {} and must not be ranked",
+            c.phase, c.group, c.seq, c.bytes, c.wrong_elements, c.first_wrong.as_deref().unwrap_or("?"), dir.display()
+        );
     }
     Ok(())
 }

@@ -144,6 +144,23 @@ pub struct CollectiveEvent {
     pub checked: bool,
 }
 
+/// A validated collective and what the check found (nccl-tests' `#wrong`).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CheckRecord {
+    /// Phase of the collective.
+    pub phase: Phase,
+    /// Process group id.
+    pub group: u32,
+    /// Sequence number in the group.
+    pub seq: u64,
+    /// Bytes reduced.
+    pub bytes: u64,
+    /// Elements that differ from the expected value.
+    pub wrong_elements: u64,
+    /// The first wrong element, described.
+    pub first_wrong: Option<String>,
+}
+
 impl CollectiveEvent {
     /// When the collective was executing: its device interval where the
     /// backend measured one (`true`), else issue to wait return on the host
@@ -327,6 +344,9 @@ pub struct ShardHeader {
     /// NCCL tuner choices, when captured (`--nccl-tuning`); absent in older shards.
     #[serde(default)]
     pub tuning: Option<crate::tuning::TuningCapture>,
+    /// Every result check (`--check`) and the wrong elements it found; absent in older shards.
+    #[serde(default)]
+    pub checks: Vec<CheckRecord>,
 }
 
 /// What a GPU kernel was, by CommCanary's classification of its name.

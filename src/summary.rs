@@ -93,6 +93,12 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
                 crate::refuse!(crate::refusal::Code::DuplicateRun, "{} and {} are the same run ({}); a run is one job and is given once", prev.display(), dir.display(), j.run.run_id);
             }
         }
+        if let Some(c) = j.shards.iter().flat_map(|s| s.header.checks.iter()).find(|c| c.wrong_elements > 0) {
+            anyhow::bail!(
+                "run {} ({label}) computed wrong results ({} wrong elements in {} group {} seq {}): it is never ranked",
+                dir.display(), c.wrong_elements, c.phase, c.group, c.seq
+            );
+        }
         for &p in &j.run.workload.phases {
             if let Some(m) = job_median(&j, p) {
                 per.entry((p, label.clone())).or_default().push(m);

@@ -161,6 +161,25 @@ impl DelayInjection {
     }
 }
 
+/// The sizes nccl-tests sweeps for `-b MIN -e MAX -f FACTOR`: MIN, then
+/// multiplied by FACTOR while it stays at most MAX.
+pub fn size_sweep(min_bytes: u64, max_bytes: u64, factor: u64) -> Result<Vec<u64>> {
+    if factor < 2 {
+        bail!("--step-factor {factor}: must be at least 2");
+    }
+    if min_bytes == 0 || min_bytes % 4 != 0 {
+        bail!("--min-bytes {min_bytes}: must be a positive multiple of 4 (float32 elements)");
+    }
+    if max_bytes < min_bytes {
+        bail!("--max-bytes {max_bytes} is smaller than --min-bytes {min_bytes}");
+    }
+    let mut v = vec![min_bytes];
+    while let Some(next) = v.last().and_then(|b| b.checked_mul(factor)).filter(|&n| n <= max_bytes) {
+        v.push(next);
+    }
+    Ok(v)
+}
+
 /// Matrix product shape `m x n x k`.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmShape {
@@ -203,6 +222,14 @@ pub struct WorkloadSpec {
     pub layers: u32,
     /// Message sizes cycled per collective, in bytes.
     pub sizes_bytes: Vec<u64>,
+    /// Sizes swept by `isolated` (`--min-bytes/--max-bytes/--step-factor`);
+    /// empty: `isolated` uses `sizes_bytes`. Absent in older records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isolated_sizes_bytes: Vec<u64>,
+    /// CUDA-graph mode (`--graph`): the isolated phase captures each size's
+    /// timed iterations into one CUDA graph and launches it once. Absent in older records.
+    #[serde(default)]
+    pub graph: bool,
     /// GEMM shape.
     pub gemm: GemmShape,
     /// Timed iterations per size in `isolated`.
@@ -226,6 +253,8 @@ impl WorkloadSpec {
             warmup_tokens: 0,
             layers: 1,
             sizes_bytes: vec![bytes],
+            isolated_sizes_bytes: Vec::new(),
+            graph: false,
             gemm,
             iters,
             warmup_iters: 0,
@@ -243,7 +272,7 @@ impl WorkloadSpec {
         if self.phases.contains(&Phase::Isolated) && self.iters == 0 {
             bail!("--iters must be at least 1 when isolated runs");
         }
-        for &b in &self.sizes_bytes {
+        for &b in self.sizes_bytes.iter().chain(&self.isolated_sizes_bytes) {
             if b == 0 || b % 4 != 0 {
                 bail!("--sizes: {b} bytes is not a whole number of f32 elements");
             }
@@ -262,19 +291,37 @@ impl WorkloadSpec {
     pub fn device_events_per_pass(&self) -> usize {
         let tokens = (self.tokens + self.warmup_tokens) as usize;
         let workload = tokens * self.layers as usize * 6 + tokens * 2;
-        let isolated = self.sizes_bytes.len() * (self.iters + self.warmup_iters) as usize * 4;
-        workload.max(isolated) + 1
+        let isolated = self.isolated_sizes().len() * ((self.iters + self.warmup_iters) as usize + 1);
+        workload.max(isolated) + 64
     }
 
-    /// Largest message size.
+    /// The sizes the isolated phase runs.
+    pub fn isolated_sizes(&self) -> &[u64] {
+        if self.isolated_sizes_bytes.is_empty() {
+            &self.sizes_bytes
+        } else {
+            &self.isolated_sizes_bytes
+        }
+    }
+
+    /// Largest message size of any phase.
     pub fn max_bytes(&self) -> u64 {
-        self.sizes_bytes.iter().copied().max().unwrap_or(0)
+        self.sizes_bytes.iter().chain(&self.isolated_sizes_bytes).copied().max().unwrap_or(0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn sweep_follows_nccl_tests() {
+        assert_eq!(size_sweep(8, 64, 2).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(size_sweep(8, 100, 4).unwrap(), vec![8, 32]);
+        assert!(size_sweep(8, 4, 2).unwrap_err().to_string().contains("--max-bytes"));
+        assert!(size_sweep(8, 64, 1).unwrap_err().to_string().contains("--step-factor"));
+        assert!(size_sweep(6, 64, 2).unwrap_err().to_string().contains("multiple of 4"));
+    }
+
     #[test]
     fn phases_parse() {
         assert_eq!(parse_phases("blocking,async").unwrap(), vec![Phase::Blocking, Phase::Async]);

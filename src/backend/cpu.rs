@@ -226,9 +226,9 @@ impl Backend for CpuBackend {
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
+    fn check_last_allreduce(&mut self, bytes: u64) -> Result<super::CheckOutcome> {
         let count = (bytes / 4) as usize;
-        super::verify_sum(&self.recv[..count], self.world_size)
+        Ok(super::verify_sum(&self.recv[..count], self.world_size))
     }
 
     fn corrupt_last_result(&mut self) {

@@ -68,6 +68,34 @@ pub trait Backend {
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
     fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>>;
+    /// Whether the isolated phase can enqueue collectives back to back, with
+    /// no host wait between them ([`Backend::allreduce_back_to_back`]); a
+    /// backend whose every collective completes on the host says `false`.
+    fn back_to_back(&self) -> bool {
+        false
+    }
+    /// Enqueue an all-reduce of `bytes` right behind the previous one, with no
+    /// dependency on other work and no wait (nccl-tests' timed loop). Its
+    /// device interval runs from its start to the next one's start, or to the
+    /// closing boundary of [`Backend::end_back_to_back`], and is reported by
+    /// [`Backend::finish_pass`] in issue order like any other collective.
+    fn allreduce_back_to_back(&mut self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        anyhow::bail!("internal: this backend cannot run collectives back to back")
+    }
+    /// Capture `n` all-reduces of `bytes` back to back, each behind a
+    /// timestamp, into a CUDA graph and launch it once: no host work per
+    /// collective at all. Returns the host clock around the launch call.
+    /// Device intervals come from [`Backend::finish_pass`] as for
+    /// [`Backend::allreduce_back_to_back`].
+    fn allreduce_graph(&mut self, bytes: u64, n: u32) -> Result<(u64, u64)> {
+        let _ = (bytes, n);
+        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+    }
+    /// Close a run of back-to-back collectives.
+    fn end_back_to_back(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Run `units` matrix products back to back.
     fn gemm(&mut self, units: u32) -> Result<()>;
     /// Run `units` memory-bandwidth-bound kernels back to back.
@@ -79,8 +107,9 @@ pub trait Backend {
     fn mark(&mut self) -> Result<Option<usize>>;
     /// After `synchronize`: device intervals and marks of the pass on the host timeline.
     fn finish_pass(&mut self) -> Result<PassTimings>;
-    /// Validate the last completed all-reduce of `bytes`; `Err` describes the first wrong element.
-    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String>;
+    /// Validate the last completed all-reduce of `bytes` (waiting for it
+    /// first where it may still run); `Err` when the result could not be read.
+    fn check_last_allreduce(&mut self, bytes: u64) -> Result<CheckOutcome>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
 }
@@ -116,15 +145,29 @@ pub fn issue_count(outstanding: bool, bytes: u64, capacity_elems: usize) -> Resu
     Ok(count)
 }
 
-/// Compare a reduced buffer with [`expected_sum`]; the error names the first wrong element.
-pub fn verify_sum(values: &[f32], world_size: u32) -> std::result::Result<(), String> {
+/// What a result check found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckOutcome {
+    /// Elements that differ from the expected value (nccl-tests' `#wrong`).
+    pub wrong_elements: u64,
+    /// The first wrong element, described; `None` when all are right.
+    pub first_wrong: Option<String>,
+}
+
+/// Compare a reduced buffer with [`expected_sum`]: how many elements are
+/// wrong, and the first of them.
+pub fn verify_sum(values: &[f32], world_size: u32) -> CheckOutcome {
+    let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
     for (i, &got) in values.iter().enumerate() {
         let want = expected_sum(world_size, i);
         if got != want {
-            return Err(format!("element {i} is {got}, expected {want}"));
+            out.wrong_elements += 1;
+            if out.first_wrong.is_none() {
+                out.first_wrong = Some(format!("element {i} is {got}, expected {want}"));
+            }
         }
     }
-    Ok(())
+    out
 }
 
 /// Contribution of `rank` at element `i` (see [`expected_sum`]).
