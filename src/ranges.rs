@@ -62,10 +62,10 @@ pub fn sizes(what: &str, s: &str) -> Result<Vec<u64>> {
     let v = crate::units::parse_size_list(s)?;
     int(&format!("{what} (count)"), v.len(), 1, 64)?;
     for &b in &v {
-        int(what, b, 4, MAX_MESSAGE_BYTES)?;
         if b % 4 != 0 {
-            return Err(out(what, b, "a whole number of 4-byte f32 elements"));
+            return Err(out(what, b, "a whole number of f32, 4 bytes each"));
         }
+        int(what, b, 4, MAX_MESSAGE_BYTES)?;
     }
     Ok(v)
 }
