@@ -20,6 +20,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 {
 log "host $(hostname); commcanary $("$CC" --version)"; nvidia-smi -L; nvidia-smi topo -m | head -4
+echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null) (tsc or kvm-clock: clock_gettime stays in the vDSO)"
 if has tests; then
   log "GPU tests (tests/gpu_cuda.rs, against the staged binary)"
   COMMCANARY_BIN=$CC timeout 300 .stage/gpu_cuda --test-threads 1 2>&1 | tail -25
@@ -44,7 +45,7 @@ if has skew; then
       --tokens 256 --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
     "$CC" join "$W/skew-$j" --json > "$RES/skew-$j.join.json" && "$CC" join "$W/skew-$j" | tail -8
     for r in 0 1; do "$CC" inspect --header-only "$W/skew-$j/rank-0000$r.shard" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("rank", h["rank"], "anchor error ns per phase:", {p["phase"]: p["device_anchor_error_ns"] for p in h["phases"]})'; done
-    "$CC" join "$W/skew-$j" --events-out "$W/e.jsonl" > /dev/null
+    rm -f "$W/e.jsonl"; "$CC" join "$W/skew-$j" --events-out "$W/e.jsonl" > /dev/null
     python3 - "$W/e.jsonl" <<'PY'
 import json, sys
 from collections import defaultdict
@@ -60,6 +61,7 @@ print("skew_resolved among collectives with skew > 3 us, per phase:", {p: f"{v[1
 PY
   done
   rm -rf "$W"
+  tar czf "$RES/skew-joins.tgz" -C "$RES" $(cd "$RES" && ls skew-*.join.json) && rm -f "$RES"/skew-*.join.json
 fi
 log done
 } 2>&1 | tee "$RES/session.log"

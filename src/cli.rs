@@ -366,6 +366,27 @@ pub enum CampaignCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Rounds needed: from a pilot campaign's own noise, the power to decide 1, 2, 5, 10% differences at 3..50 rounds
+    Power {
+        /// Verified pilot campaign directory.
+        dir: PathBuf,
+        /// Phase whose noise is used (default: the canary's phase, else blocking).
+        #[arg(long)]
+        phase: Option<String>,
+        /// Minimum effect, percent (default: the manifest's).
+        #[arg(long)]
+        min_effect_pct: Option<f64>,
+    },
+    /// Did B reproduce A? For every pair either campaign decides, does the other agree
+    Replicate {
+        /// First verified campaign directory.
+        a: PathBuf,
+        /// Second verified campaign directory.
+        b: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-verify an archive against its descriptor
     CheckArchive {
         /// Archive file.
@@ -456,7 +477,7 @@ pub struct CompareArgs {
     pub truth: String,
     /// Tie rule (a campaign's manifest declares its own; this applies to tables).
     #[arg(long, value_enum, default_value = "strict")]
-    pub tie_policy: crate::ranking::TieRule,
+    pub tie_policy: crate::ranking::TiePolicy,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -454,83 +454,32 @@ impl<'a, B: Backend> Runner<'a, B> {
     }
 
     /// The isolated phase where collectives can run back to back (GPU), as
-    /// nccl-tests times them: per size, warm-ups then timed iterations
-    /// enqueued with nothing between them but the host clock reads and one
-    /// boundary event, so the device queue stays ahead of the host. The
-    /// result is validated once per size after the loop, as nccl-tests does,
-    /// which every iteration's result equals (same inputs, same output buffer).
+    /// nccl-tests times them (`-I 1`): per size, the warm-ups, then a
+    /// synchronization and a barrier, then the timed iterations enqueued with
+    /// nothing between them but the host clock reads and one boundary event,
+    /// so the device queue stays ahead of the host as far as the host's cost
+    /// allows. With `--graph` the timed iterations are one CUDA graph, launched
+    /// once. The result is validated once per size after its loop, as
+    /// nccl-tests does; every iteration's result equals it (same inputs, same
+    /// output buffer).
     fn isolated_back_to_back(&mut self) -> Result<()> {
         let spec = self.spec;
         let per_size = (spec.warmup_iters + spec.iters) as usize;
         self.body.collectives.reserve(per_size * spec.isolated_sizes().len());
         for &bytes in spec.isolated_sizes() {
-            let eager = if spec.graph { spec.warmup_iters } else { spec.warmup_iters + spec.iters };
-            for i in 0..eager {
-                let warmup = i < spec.warmup_iters;
-                let seq = self.seq;
-                self.seq += 1;
-                if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
-                    eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
-                    std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+            for i in 0..spec.warmup_iters {
+                self.back_to_back_one(bytes, i, true)?;
+            }
+            self.backend.synchronize()?;
+            self.world.barrier();
+            if spec.graph {
+                self.isolated_graph(bytes)?;
+            } else {
+                for i in 0..spec.iters {
+                    self.back_to_back_one(bytes, i, false)?;
                 }
-                let injected = self.inject_delay(seq);
-                let host_issue_ns = self.clock.now_ns();
-                self.backend.allreduce_back_to_back(bytes)?;
-                let host_return_ns = self.clock.now_ns();
-                self.body.collectives.push(CollectiveEvent {
-                    phase: Phase::Isolated,
-                    kind: CollectiveKind::AllReduce,
-                    group: 0,
-                    seq,
-                    bytes,
-                    dtype: Dtype::F32,
-                    token: None,
-                    layer: None,
-                    iter: Some(if warmup { i } else { i - spec.warmup_iters }),
-                    warmup,
-                    host_issue_ns,
-                    host_return_ns,
-                    wait_start_ns: host_return_ns,
-                    wait_end_ns: host_return_ns,
-                    device_start_ns: None,
-                    device_end_ns: None,
-                    injected_delay_ns: injected,
-                    replay: None,
-                    fill: None,
-                    checked: false,
-                });
             }
             self.backend.end_back_to_back()?;
-            if spec.graph && spec.iters > 0 {
-                // one launch for every timed iteration; delays and faults cannot act inside a graph
-                let (host_issue_ns, host_return_ns) = self.backend.allreduce_graph(bytes, spec.iters)?;
-                for i in 0..spec.iters {
-                    let seq = self.seq;
-                    self.seq += 1;
-                    self.body.collectives.push(CollectiveEvent {
-                        phase: Phase::Isolated,
-                        kind: CollectiveKind::AllReduce,
-                        group: 0,
-                        seq,
-                        bytes,
-                        dtype: Dtype::F32,
-                        token: None,
-                        layer: None,
-                        iter: Some(i),
-                        warmup: false,
-                        host_issue_ns,
-                        host_return_ns,
-                        wait_start_ns: host_return_ns,
-                        wait_end_ns: host_return_ns,
-                        device_start_ns: None,
-                        device_end_ns: None,
-                        injected_delay_ns: None,
-                        replay: None,
-                        fill: None,
-                        checked: false,
-                    });
-                }
-            }
             if spec.check > 0 && spec.iters > 0 {
                 let last = self.body.collectives.len() - 1;
                 self.body.collectives[last].checked = true;
@@ -539,6 +488,59 @@ impl<'a, B: Backend> Runner<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// One collective of the isolated loop: the hot path.
+    fn back_to_back_one(&mut self, bytes: u64, iter: u32, warmup: bool) -> Result<()> {
+        let seq = self.seq;
+        self.seq += 1;
+        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+        }
+        let injected = self.inject_delay(seq);
+        let host_issue_ns = self.clock.now_ns();
+        self.backend.allreduce_back_to_back(bytes)?;
+        let host_return_ns = self.clock.now_ns();
+        self.push_isolated(bytes, seq, iter, warmup, (host_issue_ns, host_return_ns), injected);
+        Ok(())
+    }
+
+    /// The timed iterations of one size as one CUDA graph: one launch for all
+    /// of them (delays and faults cannot act inside a graph).
+    fn isolated_graph(&mut self, bytes: u64) -> Result<()> {
+        let host = self.backend.allreduce_graph(bytes, self.spec.iters)?;
+        for i in 0..self.spec.iters {
+            let seq = self.seq;
+            self.seq += 1;
+            self.push_isolated(bytes, seq, i, false, host, None);
+        }
+        Ok(())
+    }
+
+    fn push_isolated(&mut self, bytes: u64, seq: u64, iter: u32, warmup: bool, (host_issue_ns, host_return_ns): (u64, u64), injected: Option<u64>) {
+        self.body.collectives.push(CollectiveEvent {
+            phase: Phase::Isolated,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq,
+            bytes,
+            dtype: Dtype::F32,
+            token: None,
+            layer: None,
+            iter: Some(iter),
+            warmup,
+            host_issue_ns,
+            host_return_ns,
+            wait_start_ns: host_return_ns,
+            wait_end_ns: host_return_ns,
+            device_start_ns: None,
+            device_end_ns: None,
+            injected_delay_ns: injected,
+            replay: None,
+            fill: None,
+            checked: false,
+        });
     }
 
     fn tokens(&self) -> impl Iterator<Item = (u32, bool)> {

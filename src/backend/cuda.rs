@@ -187,17 +187,20 @@ const ANCHOR_ROUND_TRIPS: usize = 24;
 /// ("around 0.5 microseconds"); used where the measured granularity is inconclusive.
 pub const EVENT_RESOLUTION_NS: f64 = 500.0;
 
-/// A 4-byte host word mapped into the device's address space, for
-/// `cuStreamWaitValue32` (host pointer, device pointer). Never freed: one per
-/// process, released with the process.
+/// Two 4-byte host words mapped into the device's address space (host
+/// pointer, device pointer): the release word at offset 0, which the host
+/// writes and a `cuStreamWaitValue32` reads, and the acknowledgement at
+/// offset 4, which a `cuStreamWriteValue32` writes and the host polls. Never
+/// freed: one per process, released with the process.
 fn host_release_word() -> std::result::Result<(*mut u32, drv_sys::CUdeviceptr), String> {
     let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: out-pointers to locals; the context is current (constructor binds it).
     unsafe {
-        drv_sys::cuMemHostAlloc(&mut p, 4, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE)
+        drv_sys::cuMemHostAlloc(&mut p, 8, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE)
             .result()
             .map_err(|e| format!("cuMemHostAlloc: {e:?}"))?;
         std::ptr::write_volatile(p as *mut u32, 0);
+        std::ptr::write_volatile((p as *mut u32).add(1), 0);
         let mut d: drv_sys::CUdeviceptr = 0;
         drv_sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0).result().map_err(|e| format!("cuMemHostGetDevicePointer: {e:?}"))?;
         Ok((p as *mut u32, d))
@@ -249,6 +252,10 @@ pub struct CudaBackend {
     graphs: Vec<cudarc::driver::CudaGraph>,
     /// Whether any collective ran inside a graph (its host times are the launch's).
     graph_used: bool,
+    /// Per stream (compute, comm): the pass event recorded last on it, where
+    /// nothing was enqueued after it; a synchronization polls it instead of
+    /// recording a fence (an API call, microseconds in a virtual machine).
+    tail: [Option<usize>; 2],
     /// Timing events ready for reuse: creating one per operation made the host
     /// the bottleneck (seen on the H200), so they are pooled across passes.
     free_events: Vec<CudaEvent>,
@@ -393,7 +400,7 @@ impl CudaBackend {
         device.facts.push((
             "device_anchor".into(),
             match &release {
-                Ok(_) => format!("{ANCHOR_ROUND_TRIPS} round trips per window, each an event behind a stream wait that the host releases by a store to mapped memory (cuStreamWaitValue32); start and end of every pass"),
+                Ok(_) => format!("{ANCHOR_ROUND_TRIPS} round trips per window, each an event between a stream wait the host releases by a store to mapped memory (cuStreamWaitValue32) and an acknowledgement the device writes there (cuStreamWriteValue32); start and end of every pass"),
                 Err(why) => format!("{ANCHOR_ROUND_TRIPS} record-and-poll round trips per window (stream memory operations unavailable: {why}); start and end of every pass"),
             },
         ));
@@ -421,6 +428,7 @@ impl CudaBackend {
             back_to_back_open: false,
             graphs: Vec::new(),
             graph_used: false,
+            tail: [None, None],
             free_events,
             produced,
             anchor: None,
@@ -479,16 +487,19 @@ impl CudaBackend {
         let stream = if comm_stream { &self.comm_stream } else { &self.compute };
         drv(e.record(stream), what)?;
         self.pass_events.push(e);
+        self.tail[comm_stream as usize] = Some(self.pass_events.len() - 1);
         Ok(self.pass_events.len() - 1)
     }
 
     /// One anchor window on the idle compute stream: `ANCHOR_ROUND_TRIPS`
     /// round trips. Where stream memory operations exist, each trip enqueues
-    /// a wait on a host-mapped word and the event behind it, then reads the
-    /// host clock and releases the wait with a plain store: the event cannot
-    /// be written before that read, and the forward leg costs a store instead
-    /// of an API call (cuEventRecord takes microseconds in a virtual machine).
-    /// Elsewhere a trip is host clock, record, poll, host clock. Returns the
+    /// a wait on a host-mapped word, the event, and a write of an
+    /// acknowledgement word behind it; then reads the host clock, releases the
+    /// wait with a plain store, and spins on the acknowledgement: the event
+    /// cannot be written before that read nor after the acknowledgement is
+    /// seen, and neither leg includes an API call (cuEventRecord and
+    /// cuEventQuery take microseconds in a virtual machine). Elsewhere a trip
+    /// is host clock, record, poll the event, host clock. Returns the
     /// window's first event (kept among the pass's events) and the
     /// intersection of the trips' feasible intervals.
     fn anchor_window(&mut self) -> Result<(usize, crate::clock::DeviceAnchorEstimate)> {
@@ -496,26 +507,36 @@ impl CudaBackend {
         let mut events = Vec::with_capacity(ANCHOR_ROUND_TRIPS);
         for trip in trips.iter_mut() {
             let e = self.pooled_event()?;
-            let before = match self.release {
+            match self.release {
                 Some((host, dev)) => {
                     self.release_count = self.release_count.wrapping_add(1).max(1);
                     let want = self.release_count;
-                    // SAFETY: `dev` maps a live 4-byte host allocation of this context; the stream is this context's.
-                    drv(unsafe {
-                        drv_sys::cuStreamWaitValue32_v2(self.compute.cu_stream(), dev, want, drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32).result()
-                    }, "cuStreamWaitValue32 (anchor)")?;
-                    drv(e.record(&self.compute), "cuEventRecord (anchor)")?;
+                    let stream = self.compute.cu_stream();
+                    // SAFETY: `dev` maps two live 4-byte host words of this context; the stream is this context's.
+                    unsafe {
+                        drv(drv_sys::cuStreamWaitValue32_v2(stream, dev, want, drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32).result(), "cuStreamWaitValue32 (anchor)")?;
+                        drv(cudarc::driver::result::event::record(e.cu_event(), stream), "cuEventRecord (anchor)")?;
+                        drv(drv_sys::cuStreamWriteValue32_v2(stream, dev + 4, want, 0).result(), "cuStreamWriteValue32 (anchor)")?;
+                    }
                     let before = self.clock.now_ns();
-                    // SAFETY: a live, aligned host word that only this thread writes; the device reads it.
+                    // SAFETY: live, aligned host words; only this thread writes the first, the device the second.
                     unsafe { std::ptr::write_volatile(host, want) };
-                    before
+                    let t0 = std::time::Instant::now();
+                    // SAFETY: as above.
+                    while unsafe { std::ptr::read_volatile(host.add(1)) } != want {
+                        if t0.elapsed() > std::time::Duration::from_secs(10) {
+                            bail!("anchor: the device did not acknowledge a released wait within 10 s");
+                        }
+                        std::hint::spin_loop();
+                    }
+                    *trip = (before, self.clock.now_ns());
+                    events.push(e);
+                    continue;
                 }
-                None => {
-                    let before = self.clock.now_ns();
-                    drv(e.record(&self.compute), "cuEventRecord (anchor)")?;
-                    before
-                }
-            };
+                None => {}
+            }
+            let before = self.clock.now_ns();
+            drv(e.record(&self.compute), "cuEventRecord (anchor)")?;
             loop {
                 // SAFETY: a live event of this context.
                 match unsafe { cudarc::driver::result::event::query(e.cu_event()) } {
@@ -533,6 +554,7 @@ impl CudaBackend {
             rt.push(crate::clock::DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ms * 1e6 });
         }
         let est = crate::clock::estimate_device_anchor(&rt).map_err(|e| anyhow::anyhow!("anchor window: {e}"))?;
+        self.tail[0] = None;
         let mut events = events.into_iter();
         let first = events.next().expect("ANCHOR_ROUND_TRIPS > 0");
         self.free_events.extend(events);
@@ -570,12 +592,18 @@ impl CudaBackend {
     /// asynchronous error; past the collective timeout, abort the
     /// communicator and fail with a message instead of hanging.
     fn wait_stream(&mut self, comm_stream: bool, what: &str) -> Result<()> {
-        let stream = if comm_stream { &self.comm_stream } else { &self.compute };
-        drv(self.fence.record(stream), "cuEventRecord (fence)")?;
+        let polled = match self.tail[comm_stream as usize] {
+            Some(i) => self.pass_events[i].cu_event(),
+            None => {
+                let stream = if comm_stream { &self.comm_stream } else { &self.compute };
+                drv(self.fence.record(stream), "cuEventRecord (fence)")?;
+                self.fence.cu_event()
+            }
+        };
         let t0 = std::time::Instant::now();
         loop {
-            // SAFETY: the fence is a live event of this context.
-            match unsafe { cudarc::driver::result::event::query(self.fence.cu_event()) } {
+            // SAFETY: a live event of this context (the stream's tail event or the fence).
+            match unsafe { cudarc::driver::result::event::query(polled) } {
                 Ok(()) => return Ok(()),
                 Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
                 Err(e) => bail!("{what}: CUDA error {e:?}"),
@@ -592,11 +620,14 @@ impl CudaBackend {
                     self.timeout.as_secs_f64()
                 );
             }
-            // Spin (yielding) for the first 2 ms: a sleep of 20 us lasts ~70 us
-            // under Linux timer slack, and a replay paced from the host's
-            // observation of completion would carry that as fake gap and skew.
-            // Long waits back off to sleeping.
-            if t0.elapsed() < std::time::Duration::from_millis(2) {
+            // Spin for the first 200 us, then spin yielding up to 2 ms: a sleep
+            // of 20 us lasts ~70 us under Linux timer slack, and a replay paced
+            // from the host's observation of completion would carry that as
+            // fake gap and skew. Long waits back off to sleeping.
+            let waited = t0.elapsed();
+            if waited < std::time::Duration::from_micros(200) {
+                std::hint::spin_loop();
+            } else if waited < std::time::Duration::from_millis(2) {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(std::time::Duration::from_micros(20));
@@ -720,6 +751,7 @@ impl Backend for CudaBackend {
         // the collective consumes what the compute stream produced so far
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
         drv(self.comm_stream.wait(&self.produced), "cuStreamWaitEvent (comm waits compute)")?;
+        self.tail = [None, None];
         let start = self.record(true, "cuEventRecord (start)")?;
         let (sp, rp) = self.buffers();
         // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
@@ -735,6 +767,7 @@ impl Backend for CudaBackend {
         };
         let before = self.record(false, "cuEventRecord (before wait)")?;
         drv(self.compute.wait(&self.pass_events[end]), "cuStreamWaitEvent (compute waits collective)")?;
+        self.tail[0] = None;
         let after = self.record(false, "cuEventRecord (after wait)")?;
         self.intervals.push((start, end));
         self.waits.push((before, after));
@@ -767,6 +800,7 @@ impl Backend for CudaBackend {
         let (sp, rp) = self.buffers();
         // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
         unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+        self.tail[1] = None;
         self.intervals.push((b, OPEN_END));
         self.back_to_back_open = true;
         Ok(())
@@ -810,6 +844,7 @@ impl Backend for CudaBackend {
         drv(graph.upload(), "cuGraphUpload")?;
         let t0 = self.clock.now_ns();
         drv(graph.launch(), "cuGraphLaunch")?;
+        self.tail[1] = None;
         let t1 = self.clock.now_ns();
         // kept until the pass is finished: the launch may still be running
         self.graphs.push(graph);
@@ -818,6 +853,7 @@ impl Backend for CudaBackend {
 
     fn gemm(&mut self, units: u32) -> Result<()> {
         self.ensure_anchor()?;
+        self.tail[0] = None;
         let (m, n, k) = (self.gemm.m as i32, self.gemm.n as i32, self.gemm.k as i32);
         let alpha: f32 = 1.0;
         let beta: f32 = 0.0;
@@ -856,6 +892,7 @@ impl Backend for CudaBackend {
 
     fn membound(&mut self, units: u32) -> Result<()> {
         self.ensure_anchor()?;
+        self.tail[0] = None;
         for _ in 0..units {
             drv(self.compute.memcpy_dtod(&self.mem_src, &mut self.mem_dst), "cuMemcpyDtoDAsync")?;
         }
@@ -883,6 +920,7 @@ impl Backend for CudaBackend {
         let waits_ev = std::mem::take(&mut self.waits);
         let marks = std::mem::take(&mut self.marks);
         let Some(anchor) = self.anchor.take() else {
+            self.tail = [None, None];
             self.free_events.append(&mut self.pass_events);
             return Ok(PassTimings { collectives: vec![None; intervals.len()], ..Default::default() });
         };
@@ -944,6 +982,7 @@ impl Backend for CudaBackend {
             error_ns = error_ns.max(c.2 as f64);
         }
         self.free_events.append(&mut self.pass_events);
+        self.tail = [None, None];
         self.graphs.clear();
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits })
     }
