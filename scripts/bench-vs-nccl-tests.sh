@@ -52,7 +52,7 @@ while read -r rep cfg tool; do
     rc=$?
   else
     timeout "$TIMEOUT_S" mpirun < /dev/null --bind-to none -n "$NP" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "${envs[@]}" \
-      "$CC" rank -q --backend cuda "${NCCL_ARGS[@]}" --phases isolated -b "$B" -e "$E" -f "$F" -n "$N" -w "$W" --check 1 \
+      "$CC" rank -q --backend cuda "${NCCL_ARGS[@]}" --phases isolated --model synthetic --dtype f32 -b "$B" -e "$E" -f "$F" -n "$N" -w "$W" --check 1 \
       --out "$WORK" --run-id "cc-$cfg-$rep" > "$RAW/cc-$cfg-$rep.log" 2>&1
     rc=$?
     if [ $rc = 0 ]; then

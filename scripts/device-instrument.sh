@@ -42,7 +42,7 @@ if has skew; then
   W=$(mktemp -d)
   for j in $(seq 1 "$JOBS"); do
     timeout 200 mpirun < /dev/null --bind-to none -n "$NP" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$CC" rank -q --backend cuda --phases all \
-      --tokens 256 --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
+      --tokens 256 --model synthetic --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
     "$CC" join "$W/skew-$j" --json > "$RES/skew-$j.join.json" && "$CC" join "$W/skew-$j" | tail -8
     for r in 0 1; do "$CC" inspect --header-only "$W/skew-$j/rank-0000$r.shard" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("rank", h["rank"], "anchor error ns per phase:", {p["phase"]: p["device_anchor_error_ns"] for p in h["phases"]})'; done
     rm -f "$W/e.jsonl"; "$CC" join "$W/skew-$j" --events-out "$W/e.jsonl" > /dev/null

@@ -29,16 +29,16 @@ pub fn run(args: BenchOverheadArgs) -> Result<()> {
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = universe.world();
     let gemm = GemmShape { m: 8, n: 8, k: 8 };
-    let mut backend = CpuBackend::new(&world, bytes, gemm, 4096)?;
-    let clock = RankClock::new(world.rank() as u32, &[]);
     let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
+    let mut backend = CpuBackend::new(&world, &crate::backend::BackendPlan::for_spec(&spec))?;
+    let clock = RankClock::new(world.rank() as u32, &[]);
     let mut bare = Vec::new();
     let mut instrumented = Vec::new();
     for _ in 0..args.reps {
         world.barrier();
         let t0 = monotonic_raw_ns();
         for _ in 0..args.iters {
-            backend.issue_allreduce(bytes)?;
+            backend.issue_allreduce(bytes, crate::shard::Dtype::F32)?;
             backend.wait_allreduce()?;
         }
         bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
@@ -121,7 +121,7 @@ fn run_cuda(args: &BenchOverheadArgs) -> Result<()> {
     let max = sizes.iter().copied().max().unwrap_or(4);
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
     let mut backend = crate::backend::cuda::CudaBackend::new(
-        &world, local.rank() as u32, &args.nccl_lib, max, gemm, 4096, clock.clone(), (args.iters as usize) * 2 + 64,
+        &world, local.rank() as u32, &args.nccl_lib, &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)), clock.clone(), (args.iters as usize) * 2 + 64,
         std::time::Duration::from_secs(300),
         None,
         args.cupti,

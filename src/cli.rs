@@ -75,13 +75,34 @@ pub struct RankArgs {
     /// Warm-up tokens before the timed ones (recorded, flagged).
     #[arg(long, default_value_t = 2)]
     pub warmup_tokens: u32,
-    /// Layers per token (one GEMM and one all-reduce each).
-    #[arg(long, default_value_t = 32)]
-    pub layers: u32,
-    /// Message sizes, cycled per collective.
-    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
-    pub sizes: String,
-    /// GEMM shape N or MxNxK (default 64 on cpu, 1024 on cuda).
+    /// Workload shape: a model preset (llama3-8b, llama3-70b, tiny) run as
+    /// tensor-parallel decode over the ranks, or `synthetic` (one square GEMM
+    /// and one all-reduce per layer, sizes from --sizes). Default: llama3-8b
+    /// on cuda, tiny on cpu.
+    #[arg(long, conflicts_with = "model_dims")]
+    pub model: Option<String>,
+    /// Custom model shape H,F,LAYERS (multi-head attention) or H,F,LAYERS,KV_DIM
+    /// (grouped-query attention: key/value heads x head dimension).
+    #[arg(long)]
+    pub model_dims: Option<String>,
+    /// Model shapes: sequences decoded together (the GEMMs' m; all-reduces of batch x hidden).
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
+    /// Model shapes: make every step a prefill of this many prompt tokens per
+    /// sequence (GEMMs' m and all-reduces of batch x tokens x hidden) instead of a decode step.
+    #[arg(long)]
+    pub prefill_tokens: Option<u32>,
+    /// Element type of the all-reduces (default bf16 for model shapes, f32 for synthetic).
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::shard::Dtype>,
+    /// Layers per token (default: the model's own; 32 for synthetic).
+    #[arg(long)]
+    pub layers: Option<u32>,
+    /// Synthetic only: message sizes, cycled per collective (default 64KiB,128KiB,256KiB).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// Unit GEMM shape N or MxNxK: the synthetic layer's product and the fill
+    /// quantum (default 64 on cpu, 1024 on cuda).
     #[arg(long)]
     pub gemm: Option<String>,
     /// Isolated phase: smallest size of a sweep (as nccl-tests -b); with
@@ -139,7 +160,9 @@ pub struct RankArgs {
     /// Cuda backend: capture each size's timed isolated iterations into one
     /// CUDA graph with a timestamp node between collectives, and launch it
     /// once (as serving engines replay decode steps): no host work per
-    /// collective; per-collective host times are then the launch's.
+    /// collective; per-collective host times are then the launch's. Model
+    /// shapes: blocking and async capture one token's GEMMs and all-reduces
+    /// into a CUDA graph and launch it per token; only token boundaries are timed.
     #[arg(long)]
     pub graph: bool,
     /// Cuda backend: record every kernel through CUPTI (kernel timelines,

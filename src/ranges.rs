@@ -74,13 +74,18 @@ pub fn sizes(what: &str, s: &str) -> Result<Vec<u64>> {
 pub fn rank_args(a: &crate::cli::RankArgs) -> Result<()> {
     int("--tokens", a.tokens, 1, 1_000_000)?;
     int("--warmup-tokens", a.warmup_tokens, 0, 100_000)?;
-    int("--layers", a.layers, 1, 10_000)?;
-    let per_phase = (a.tokens as u64 + a.warmup_tokens as u64) * a.layers as u64;
+    if let Some(l) = a.layers {
+        int("--layers", l, 1, 10_000)?;
+    }
+    // a model's own layer count (when --layers is not given) is its file's business
+    let per_phase = (a.tokens as u64 + a.warmup_tokens as u64) * a.layers.unwrap_or(1) as u64;
     int("(--tokens + --warmup-tokens) x --layers", per_phase, 1, MAX_PHASE_COLLECTIVES)?;
     int("--iters", a.iters, 1, 1_000_000)?;
     int("--warmup-iters", a.warmup_iters, 0, 100_000)?;
     int("--check", a.check, 0, 1_000_000)?;
-    sizes("--sizes", &a.sizes)?;
+    if let Some(s) = &a.sizes {
+        sizes("--sizes", s)?;
+    }
     int("--membound-bytes", crate::units::parse_bytes(&a.membound_bytes)?, 4, MAX_MESSAGE_BYTES)?;
     if let Some(g) = &a.gemm {
         let s: crate::workload::GemmShape = g.parse()?;

@@ -7,8 +7,10 @@ use crate::shard::BackendKind;
 use crate::workload::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 
-/// Current run record format version.
-pub const RUN_FORMAT_VERSION: u32 = 1;
+/// Current run record format version. 2 added the workload's model shape and
+/// element types (absent fields read as the synthetic f32 workload of version 1,
+/// which is still read).
+pub const RUN_FORMAT_VERSION: u32 = 2;
 /// File name of the run record inside a run directory.
 pub const RUN_FILE: &str = "run.json";
 
@@ -65,8 +67,8 @@ pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
     use crate::refusal::{refuse, Code};
     use anyhow::Context;
     let run: RunRecord = serde_json::from_slice(bytes).with_context(|| format!("{name}: not a valid run record"))?;
-    if run.format_version != RUN_FORMAT_VERSION {
-        anyhow::bail!("{name}: run format version {} is not supported", run.format_version);
+    if !(1..=RUN_FORMAT_VERSION).contains(&run.format_version) {
+        anyhow::bail!("{name}: run format version {} is not supported (this build reads versions 1 to {RUN_FORMAT_VERSION})", run.format_version);
     }
     if run.world_size == 0 || run.world_size > crate::limits::MAX_WORLD_SIZE {
         return Err(refuse(Code::BadStructure, format!("{name}: world_size {} is outside 1 to {}", run.world_size, crate::limits::MAX_WORLD_SIZE)));

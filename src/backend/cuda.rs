@@ -33,10 +33,10 @@
 //! is hidden as it is there. `synchronize` (device synchronization) happens
 //! once per pass. cudarc's automatic cross-stream event tracking is disabled
 //! so that no dependency exists that the phase did not ask for.
-use super::{contribution, Backend, DeviceInterval, PassTimings};
+use super::{contribution, Backend, BackendPlan, DeviceInterval, PassTimings};
 use crate::clock::RankClock;
 use crate::nccl::{NcclComm, NcclLibrary};
-use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use crate::workload::GemmShape;
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
@@ -222,19 +222,26 @@ const OPEN_END: usize = usize::MAX;
 
 /// CUDA backend state of one rank.
 pub struct CudaBackend {
-    // NCCL (which keeps its library loaded) and cuBLAS go before the context: fields drop in order.
+    // Fields drop in order: the graph (whose nodes use NCCL's and cuBLAS's
+    // resources) before NCCL (which keeps its library loaded) and cuBLAS,
+    // and all of them before the context.
+    /// Graph mode: the captured token, launched on the compute stream.
+    graph: Option<cudarc::driver::CudaGraph>,
     comm: NcclComm,
     blas: CudaBlas,
     compute: Arc<CudaStream>,
     comm_stream: Arc<CudaStream>,
-    send: CudaSlice<f32>,
-    recv: CudaSlice<f32>,
+    /// Collective buffers, `max_bytes` each, holding elements of `dtype`.
+    send: CudaSlice<u8>,
+    recv: CudaSlice<u8>,
+    dtype: Dtype,
     a: CudaSlice<u16>,
-    b: CudaSlice<u16>,
+    /// bf16 weights per GEMM shape, one buffer per weight set.
+    b: Vec<Vec<CudaSlice<u16>>>,
     c: CudaSlice<u16>,
     mem_src: CudaSlice<u8>,
     mem_dst: CudaSlice<u8>,
-    gemm: GemmShape,
+    gemms: Vec<GemmShape>,
     world_size: u32,
     clock: RankClock,
     /// Outstanding all-reduce: (bytes, start event, end event), indices into `pass_events`.
@@ -263,6 +270,10 @@ pub struct CudaBackend {
     /// (cuStreamWaitEvent captures the record current at the call, so re-recording is safe).
     produced: CudaEvent,
     anchor: Option<Anchor>,
+    /// Graph mode: capturing the compute stream (and the streams it forks to).
+    capturing: bool,
+    /// Graph mode: cuBLAS workspace set before capture (cuBLAS must not allocate inside one).
+    blas_workspace: Option<CudaSlice<u8>>,
     /// The end window of the last finished pass (for diagnostics and the benchmark).
     last_anchor_windows: Option<(crate::clock::DeviceAnchorEstimate, crate::clock::DeviceAnchorEstimate)>,
     corrupt_next_check: bool,
@@ -282,6 +293,20 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
 }
 
+/// bf16 bit patterns of small values (±0.0078 .. ±0.5) in a scrambled
+/// deterministic order: GEMM operands that are neither zero nor a short
+/// repeating pattern (a kernel's power, hence its clock, depends on its data).
+fn weight_bits(i: usize) -> u16 {
+    // SplitMix64's finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014)
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let v = (1.0 + (z & 0x7F) as f32 / 128.0) * [0.0078125f32, 0.03125, 0.125, 0.25][(z >> 7) as usize & 3];
+    let v = if z & (1 << 9) != 0 { -v } else { v };
+    half::bf16::from_f32(v).to_bits()
+}
+
 fn drv<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| anyhow::anyhow!("{what}: CUDA error {e:?}"))
 }
@@ -294,9 +319,7 @@ impl CudaBackend {
         world: &SimpleCommunicator,
         local_rank: u32,
         nccl_path: &Path,
-        max_bytes: u64,
-        gemm: GemmShape,
-        membound_bytes: u64,
+        plan: &BackendPlan,
         clock: RankClock,
         events_hint: usize,
         timeout: std::time::Duration,
@@ -337,17 +360,34 @@ impl CudaBackend {
         drv(ctx.bind_to_thread(), "binding the CUDA context")?;
         let comm = NcclComm::init_rank(lib.clone(), world.size() as u32, id, rank)
             .with_context(|| format!("NCCL {} on GPU {ordinal}", lib.observation().version))?;
-        let elems = usize::try_from(max_bytes / 4)?;
-        let host: Vec<f32> = (0..elems).map(|i| contribution(rank, i)).collect();
+        if plan.dtype == Dtype::Bf16 && lib.observation().version_code < 21000 {
+            bail!("NCCL {} has no bf16 all-reduce (ncclBfloat16 needs NCCL 2.10 or later)", lib.observation().version);
+        }
+        let elems = usize::try_from(plan.max_bytes / plan.dtype.size_bytes())?;
+        let host: Vec<u8> = match plan.dtype {
+            Dtype::F32 => (0..elems).flat_map(|i| contribution(Dtype::F32, rank, i).to_le_bytes()).collect(),
+            Dtype::Bf16 => super::bf16_contributions(rank, elems).into_iter().flat_map(u16::to_le_bytes).collect(),
+        };
         let send = drv(compute.clone_htod(&host), "copying the send buffer")?;
-        let recv = drv(compute.alloc_zeros::<f32>(elems), "allocating the receive buffer")?;
-        let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
-        // bf16 bit patterns of small values (0.0625 .. 0.5), a deterministic pattern
-        let bf = |i: usize| -> u16 { [0x3D80u16, 0x3E00, 0x3E80, 0x3F00][i % 4] };
-        let a = drv(compute.clone_htod(&(0..m * k).map(bf).collect::<Vec<u16>>()), "copying A")?;
-        let b = drv(compute.clone_htod(&(0..k * n).map(|i| bf(i + 1)).collect::<Vec<u16>>()), "copying B")?;
-        let c = drv(compute.alloc_zeros::<u16>(m * n), "allocating C")?;
-        let mb = usize::try_from(membound_bytes)?;
+        let recv = drv(compute.alloc_zeros::<u8>(host.len()), "allocating the receive buffer")?;
+        let (ak, cn) = plan.activation_elems();
+        let a = drv(compute.clone_htod(&(0..ak).map(weight_bits).collect::<Vec<u16>>()), "copying A")?;
+        let mut b = Vec::with_capacity(plan.gemms.len());
+        for g in &plan.gemms {
+            let kn = g.k as usize * g.n as usize;
+            let first = drv(compute.clone_htod(&(0..kn).map(|i| weight_bits(i + 1)).collect::<Vec<u16>>()), "copying B")?;
+            let mut sets = vec![first];
+            for _ in 1..plan.weight_sets.max(1) {
+                let mut next = compute.alloc_zeros::<u16>(kn).map_err(|e| {
+                    anyhow::anyhow!("allocating {} weight sets of {}x{} bf16: CUDA error {e:?} (the model does not fit this GPU)", plan.weight_sets, g.k, g.n)
+                })?;
+                drv(compute.memcpy_dtod(&sets[0], &mut next), "copying B")?;
+                sets.push(next);
+            }
+            b.push(sets);
+        }
+        let c = drv(compute.alloc_zeros::<u16>(cn), "allocating C")?;
+        let mb = usize::try_from(plan.membound_bytes)?;
         let mem_src = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy source")?;
         let mem_dst = drv(compute.alloc_zeros::<u8>(mb), "allocating the copy destination")?;
         let blas = CudaBlas::new(compute.clone()).map_err(|e| anyhow::anyhow!("cublasCreate: {e:?}"))?;
@@ -386,8 +426,11 @@ impl CudaBackend {
                         _ => "unavailable".into(),
                     },
                 ),
-                ("gemm".into(), format!("{m}x{n}x{k} bf16 in/out, fp32 accumulate (cublasGemmEx)")),
-                ("collective".into(), "ncclAllReduce float32 sum on a dedicated stream".into()),
+                (
+                    "gemm".into(),
+                    format!("{} bf16 in/out, fp32 accumulate (cublasGemmEx), {} weight set(s)", super::describe_gemms(&plan.gemms), plan.weight_sets.max(1)),
+                ),
+                ("collective".into(), format!("ncclAllReduce {} sum on a dedicated stream", plan.dtype.name())),
                 ("collective_timeout_s".into(), format!("{}", timeout.as_secs_f64())),
             ]
             .into_iter()
@@ -412,12 +455,13 @@ impl CudaBackend {
             comm_stream,
             send,
             recv,
+            dtype: plan.dtype,
             a,
             b,
             c,
             mem_src,
             mem_dst,
-            gemm,
+            gemms: plan.gemms.clone(),
             world_size: world.size() as u32,
             clock,
             pending: None,
@@ -432,6 +476,9 @@ impl CudaBackend {
             free_events,
             produced,
             anchor: None,
+            capturing: false,
+            graph: None,
+            blas_workspace: None,
             last_anchor_windows: None,
             corrupt_next_check: false,
             cupti,
@@ -652,7 +699,7 @@ impl CudaBackend {
     /// the first and one after the last. Returns the host clock reads (ns)
     /// and the device ns per collective.
     pub fn reference_loop(&mut self, bytes: u64, iters: u32) -> Result<(Vec<u64>, f64)> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+        let count = super::issue_count(self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
         self.synchronize()?;
         drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
         let start = self.pooled_event()?;
@@ -665,7 +712,7 @@ impl CudaBackend {
         for _ in 0..iters {
             host.push(self.clock.now_ns());
             // SAFETY: as in allreduce_back_to_back.
-            unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, stream as *mut _) }?;
+            unsafe { self.comm.all_reduce_sum(sp, rp, count, Dtype::F32, stream as *mut _) }?;
         }
         host.push(self.clock.now_ns());
         // SAFETY: as above.
@@ -744,18 +791,19 @@ impl Backend for CudaBackend {
         .collect()
     }
 
-    fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the collective consumes what the compute stream produced so far
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
         drv(self.comm_stream.wait(&self.produced), "cuStreamWaitEvent (comm waits compute)")?;
         self.tail = [None, None];
+        // inside a capture these records are dependencies, not timestamps: they are never read
         let start = self.record(true, "cuEventRecord (start)")?;
         let (sp, rp) = self.buffers();
-        // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+        // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
+        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
         let end = self.record(true, "cuEventRecord (end)")?;
         self.pending = Some((bytes, start, end));
         Ok(())
@@ -765,6 +813,12 @@ impl Backend for CudaBackend {
         let Some((_bytes, start, end)) = self.pending.take() else {
             bail!("internal: wait without an outstanding all-reduce");
         };
+        if self.capturing {
+            // the compute stream joins the communication stream inside the graph; nothing is timed
+            drv(self.compute.wait(&self.pass_events[end]), "cuStreamWaitEvent (compute waits collective, captured)")?;
+            let _ = start;
+            return Ok(None);
+        }
         let before = self.record(false, "cuEventRecord (before wait)")?;
         drv(self.compute.wait(&self.pass_events[end]), "cuStreamWaitEvent (compute waits collective)")?;
         self.tail[0] = None;
@@ -778,8 +832,8 @@ impl Backend for CudaBackend {
         true
     }
 
-    fn allreduce_back_to_back(&mut self, bytes: u64) -> Result<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         if self.anchor.is_none() {
             self.ensure_anchor()?;
             drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
@@ -799,7 +853,7 @@ impl Backend for CudaBackend {
         }
         let (sp, rp) = self.buffers();
         // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, self.comm_stream.cu_stream() as *mut _) }?;
+        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
         self.tail[1] = None;
         self.intervals.push((b, OPEN_END));
         self.back_to_back_open = true;
@@ -810,9 +864,9 @@ impl Backend for CudaBackend {
         self.close_back_to_back()
     }
 
-    fn allreduce_graph(&mut self, bytes: u64, n: u32) -> Result<(u64, u64)> {
+    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> Result<(u64, u64)> {
         self.graph_used = true;
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
@@ -830,7 +884,7 @@ impl Backend for CudaBackend {
             let mut prev = record(self)?;
             for _ in 0..n {
                 // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it (capturing).
-                unsafe { self.comm.all_reduce_f32_sum(sp, rp, count, stream as *mut _) }?;
+                unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, stream as *mut _) }?;
                 let next = record(self)?;
                 self.intervals.push((prev, next));
                 prev = next;
@@ -851,15 +905,20 @@ impl Backend for CudaBackend {
         Ok((t0, t1))
     }
 
-    fn gemm(&mut self, units: u32) -> Result<()> {
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()> {
         self.ensure_anchor()?;
         self.tail[0] = None;
-        let (m, n, k) = (self.gemm.m as i32, self.gemm.n as i32, self.gemm.k as i32);
+        let Some(g) = self.gemms.get(shape).copied() else {
+            bail!("internal: GEMM shape {shape} was not prepared");
+        };
+        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
         let alpha: f32 = 1.0;
         let beta: f32 = 0.0;
+        let sets = &self.b[shape];
+        let weights = &sets[layer as usize % sets.len()];
         for _ in 0..units {
             let (ap, _a) = self.a.device_ptr(&self.compute);
-            let (bp, _b) = self.b.device_ptr(&self.compute);
+            let (bp, _b) = weights.device_ptr(&self.compute);
             let (cp, _c) = self.c.device_ptr_mut(&self.compute);
             // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
             unsafe {
@@ -907,6 +966,9 @@ impl Backend for CudaBackend {
     }
 
     fn mark(&mut self) -> Result<Option<usize>> {
+        if self.capturing {
+            bail!("internal: a timing mark inside a graph capture");
+        }
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         let e = self.record(false, "cuEventRecord (mark)")?;
@@ -987,20 +1049,76 @@ impl Backend for CudaBackend {
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64) -> Result<super::CheckOutcome> {
-        let count = (bytes / 4) as usize;
-        let mut host = vec![0f32; self.recv.len()];
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<super::CheckOutcome> {
+        let count = (bytes / dtype.size_bytes()) as usize;
+        let mut host = vec![0u8; self.recv.len()];
         self.close_back_to_back()?;
         self.wait_stream(true, "waiting for the all-reduce to check")?;
         let copy = self.comm_stream.memcpy_dtoh(&self.recv, &mut host).and_then(|_| self.comm_stream.synchronize());
         copy.map_err(|e| anyhow::anyhow!("copying the result back failed: {e:?}"))?;
+        let mut values: Vec<f32> = match dtype {
+            Dtype::F32 => host.chunks_exact(4).take(count).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::Bf16 => super::bf16_to_f32(&host.chunks_exact(2).take(count).map(|c| u16::from_le_bytes([c[0], c[1]])).collect::<Vec<u16>>()),
+        };
         if std::mem::take(&mut self.corrupt_next_check) {
-            host[0] += 1.0;
+            if let Some(v) = values.first_mut() {
+                *v += 1.0;
+            }
         }
-        Ok(super::verify_sum(&host[..count], self.world_size))
+        Ok(super::verify_sum(&values, dtype, self.world_size))
     }
 
     fn corrupt_last_result(&mut self) {
         self.corrupt_next_check = true;
+    }
+
+    fn begin_graph(&mut self) -> Result<()> {
+        if self.capturing || self.pending.is_some() {
+            bail!("internal: graph capture begun with a capture or a collective outstanding");
+        }
+        // the anchor synchronizes an event, which a capturing stream forbids: take it first
+        self.ensure_anchor()?;
+        if self.blas_workspace.is_none() {
+            // cuBLAS would otherwise allocate its workspace inside the capture
+            const WORKSPACE_BYTES: usize = 32 << 20;
+            let ws = drv(self.compute.alloc_zeros::<u8>(WORKSPACE_BYTES), "allocating the cuBLAS workspace")?;
+            {
+                let (wp, _w) = ws.device_ptr(&self.compute);
+                // SAFETY: the workspace is a field of self, declared after `blas`, so it outlives every use of the handle.
+                let st = unsafe { blas_sys::cublasSetWorkspace_v2(*self.blas.handle(), wp as *mut _, WORKSPACE_BYTES) };
+                if st != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    bail!("cublasSetWorkspace: {st:?}");
+                }
+            }
+            self.blas_workspace = Some(ws);
+        }
+        drv(self.compute.synchronize(), "synchronizing before capture")?;
+        // thread-local: NCCL's own threads may make CUDA calls while this thread captures
+        drv(self.compute.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
+        self.capturing = true;
+        Ok(())
+    }
+
+    fn end_graph(&mut self) -> Result<()> {
+        if !self.capturing {
+            bail!("internal: end of a graph capture that was not begun");
+        }
+        self.capturing = false;
+        let graph = self
+            .compute
+            .end_capture(drv_sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| anyhow::anyhow!("capturing one token into a CUDA graph failed: CUDA error {e:?} (NCCL 2.9 or later captures collectives)"))?
+            .ok_or_else(|| anyhow::anyhow!("the CUDA graph capture of one token produced no graph"))?;
+        drv(graph.upload(), "cuGraphUpload")?;
+        self.graph = Some(graph);
+        Ok(())
+    }
+
+    fn launch_graph(&mut self) -> Result<()> {
+        self.ensure_anchor()?;
+        let Some(g) = &self.graph else {
+            bail!("internal: no graph was captured");
+        };
+        drv(g.launch(), "cuGraphLaunch")
     }
 }

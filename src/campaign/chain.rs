@@ -322,11 +322,13 @@ pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::Confi
         w.tokens.to_string(),
         "--layers".into(),
         w.layers.to_string(),
-        "--sizes".into(),
-        w.sizes.clone(),
         "--iters".into(),
         w.iters.to_string(),
     ];
+    match &w.model {
+        Some(model) => a.extend(["--model".into(), model.clone()]),
+        None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
+    }
     a.extend(w.extra_args.iter().cloned());
     if let Some(lib) = &cfg.nccl_lib {
         a.extend(["--nccl-lib".into(), lib.clone()]);

@@ -47,9 +47,13 @@ pub struct CampaignWorkload {
     pub phases: String,
     /// Timed tokens.
     pub tokens: u32,
-    /// Layers per token.
+    /// Model shape passed as `rank --model` (a preset name); absent: the
+    /// synthetic loop with `sizes`, as in campaigns written before model shapes.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Layers per token (with `model`: overrides the model's own layer count).
     pub layers: u32,
-    /// Message sizes, comma-separated.
+    /// Message sizes, comma-separated (synthetic loop only).
     #[serde(default = "default_sizes")]
     pub sizes: String,
     /// Isolated iterations per size.
