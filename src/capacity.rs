@@ -53,6 +53,11 @@ pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) ->
     if !(gpu_hour_cost.is_finite() && gpu_hour_cost >= 0.0) {
         bail!("--gpu-hour-cost must be zero or positive");
     }
+    for &t in throughputs_rps {
+        if demand_rps / t > crate::ranges::MAX_GPUS {
+            crate::refuse!(crate::refusal::Code::OutOfRange, "--demand {demand_rps} at {t} requests/s per GPU needs more than {:e} GPUs; no count that large is meaningful", crate::ranges::MAX_GPUS);
+        }
+    }
     let needs: Vec<Need> = throughputs_rps
         .iter()
         .map(|&t| {

@@ -149,8 +149,9 @@ pub struct RankArgs {
     /// resolved by the system loader (the file actually mapped is recorded either way).
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
-    /// Cuda backend: seconds without completion after which a pass is declared
-    /// hung, the NCCL communicator aborted and the job failed with a message.
+    /// Seconds without completion after which a collective is declared hung and
+    /// the job fails with a message (cuda: the NCCL communicator is aborted;
+    /// cpu: the wait on MPI_Iallreduce gives up). 0 < value <= 86400.
     #[arg(long, alias = "collective-timeout", default_value_t = 300.0)]
     pub collective_timeout_s: f64,
     /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
@@ -330,6 +331,9 @@ pub enum CampaignCommand {
         /// Run only the cell at this 1-based schedule position (a Slurm array task: $SLURM_ARRAY_TASK_ID).
         #[arg(long)]
         cell: Option<usize>,
+        /// Stop a cell's job (its whole process group) after this many seconds and record it failed (1 to 604800).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+        cell_timeout_s: Option<u64>,
     },
     /// Name exactly one attempt per cell and bind its digests (selection.json)
     Select {

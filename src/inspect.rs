@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Render `path` as pretty JSON.
 pub fn inspect(path: &Path, header_only: bool) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = crate::limits::read_bounded(path, crate::limits::MAX_SHARD_BYTES)?;
     if Shard::sniff(&bytes) {
         let shard = Shard::decode(&bytes, &path.display().to_string())?;
         let v = if header_only { serde_json::to_value(&shard.header)? } else { serde_json::to_value(&shard)? };

@@ -18,6 +18,8 @@ use crate::run::{RunRecord, RUN_FILE};
 use crate::shard::{CollectiveKind, Dtype, Shard};
 use crate::stats;
 use crate::workload::Phase;
+use crate::refuse;
+use crate::refusal::Code;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -398,20 +400,14 @@ pub struct JoinedRun {
 
 /// Load and verify every shard of `dir`, then join.
 pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
-    let run_path = dir.join(RUN_FILE);
-    let run_bytes = std::fs::read(&run_path).with_context(|| {
-        format!("{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display())
-    })?;
-    let run: RunRecord = serde_json::from_slice(&run_bytes)
-        .with_context(|| format!("{}: not a valid run record", run_path.display()))?;
-    if !(1..=crate::run::RUN_FORMAT_VERSION).contains(&run.format_version) {
-        bail!(
-            "{}: run format version {} is not supported (this build reads versions 1 to {})",
-            run_path.display(),
-            run.format_version,
-            crate::run::RUN_FORMAT_VERSION
-        );
+    if !dir.is_dir() {
+        bail!("{}: no such run directory", dir.display());
     }
+    let run_path = dir.join(RUN_FILE);
+    if !run_path.exists() {
+        bail!("{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
+    }
+    let run = crate::run::read_run_record(&run_path)?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -420,7 +416,7 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     files.sort();
     let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
     for f in files {
-        let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+        let bytes = crate::limits::read_bounded(&f, crate::limits::MAX_SHARD_BYTES)?;
         let shard = Shard::decode(&bytes, &f.display().to_string())?;
         let h = &shard.header;
         if h.run_id != run.run_id {
@@ -459,10 +455,26 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
 
 /// Match collective events across shards by operation identity.
 pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
-    // group membership must agree
+    // group membership must agree, name ranks of this run once each, and
+    // every shard must be its own rank (indexing below relies on it)
     let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for s in shards {
+    for (i, s) in shards.iter().enumerate() {
+        if s.header.rank as usize != i {
+            refuse!(Code::BadStructure, "shard {i} says it is rank {}: shards must be ranks 0 to {} in order", s.header.rank, shards.len().saturating_sub(1));
+        }
         for g in &s.header.groups {
+            let mut seen = std::collections::BTreeSet::new();
+            if g.members.is_empty() {
+                refuse!(Code::BadStructure, "rank {}: group {} has no members", s.header.rank, g.id);
+            }
+            for &m in &g.members {
+                if m as usize >= shards.len() {
+                    refuse!(Code::BadStructure, "rank {}: group {} names rank {m}, outside a world of {} ranks", s.header.rank, g.id, shards.len());
+                }
+                if !seen.insert(m) {
+                    refuse!(Code::BadStructure, "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once", s.header.rank, g.id, g.members);
+                }
+            }
             match groups.get(&g.id) {
                 Some(m) if *m != g.members => bail!(
                     "group {} membership differs: rank {} says {:?}, another rank says {:?}",

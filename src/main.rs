@@ -12,7 +12,10 @@ fn run() -> Result<()> {
             println!("{}", commcanary::inspect::inspect(&a.file, a.header_only)?);
             Ok(())
         }
-        Command::BenchOverhead(a) => commcanary::bench::run(a),
+        Command::BenchOverhead(a) => {
+            commcanary::ranges::bench_args(&a)?;
+            commcanary::bench::run(a)
+        }
         Command::Overlap(a) => commands::overlap(a),
         Command::Campaign(c) => commands::campaign(c),
         Command::Compare(a) => commands::compare(a),
@@ -157,6 +160,7 @@ mod commands {
 
     pub fn queue(a: commcanary::cli::QueueArgs) -> Result<()> {
         use commcanary::queue::{simulate, Load};
+        commcanary::ranges::queue_args(&a)?;
         let load = match a.mode {
             commcanary::cli::QueueMode::Open => {
                 let interval_ms = a.interval_ms.context("--mode open needs --interval-ms")?;
@@ -302,14 +306,16 @@ mod commands {
                     writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
                 }
             }
-            C::Exec { dir, retries, resume: _, cell } => {
-                let (ok, failed) = chain::exec(&dir, retries, cell)?;
+            C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
+                let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
                 writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
                 if failed > 0 && ok == 0 {
                     anyhow::bail!("no cell succeeded");
                 }
             }
             C::Select { dir, policy } => {
+                // no exec may append while the selection is made and written
+                let _lock = chain::lock_campaign(&dir, None, &format!("select {}", dir.display()))?;
                 let (sel, missing) = chain::select(&dir, policy)?;
                 commcanary::fsutil::write_json_new(&dir.join("selection.json"), &sel)
                     .context("writing selection.json (remove an old selection first to select again)")?;

@@ -166,6 +166,17 @@ pub fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: Option<
     if co_correct_ms.is_some_and(|e| !(e.is_finite() && e > 0.0)) {
         bail!("--co-correct-ms must be positive");
     }
+    if slo_ms.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+        crate::refuse!(crate::refusal::Code::OutOfRange, "--slo-ms {}: must be finite and above 0", slo_ms.unwrap_or(f64::NAN));
+    }
+    if requests > crate::ranges::MAX_REQUESTS {
+        crate::refuse!(crate::refusal::Code::OutOfRange, "--requests {requests}: at most {}", crate::ranges::MAX_REQUESTS);
+    }
+    if let Load::Closed { clients, .. } = load {
+        if clients > crate::ranges::MAX_CLIENTS {
+            crate::refuse!(crate::refusal::Code::OutOfRange, "--clients {clients}: at most {}", crate::ranges::MAX_CLIENTS);
+        }
+    }
     let sched = schedule(service_ms, load, requests);
     let first = sched.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
     let last = sched.iter().map(|x| x.2).fold(f64::NEG_INFINITY, f64::max);
@@ -210,6 +221,15 @@ pub fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: Option<
             if co_correct_ms.is_none() { "; --co-correct-ms E adds HdrHistogram's expected-interval correction" } else { "" }
         ));
         if let Some(e) = co_correct_ms {
+            // the correction adds floor(r / e) - 1 synthetic records per response: bound them first
+            let added: f64 = resp.iter().map(|&r| (r / e).floor().max(0.0)).sum();
+            if added > crate::ranges::MAX_REQUESTS as f64 {
+                crate::refuse!(
+                    crate::refusal::Code::OutOfRange,
+                    "--co-correct-ms {e}: the correction would add {added:.3e} synthetic records (at most {}); the expected interval is far below the responses",
+                    crate::ranges::MAX_REQUESTS
+                );
+            }
             let mut corrected = resp.clone();
             for &r in &resp {
                 let mut missing = r - e;

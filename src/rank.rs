@@ -250,6 +250,7 @@ fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, rank: u32, e
 
 /// Entry point of `commcanary rank`.
 pub fn run(args: RankArgs) -> Result<()> {
+    crate::ranges::rank_args(&args)?;
     let plan = plan(&args)?;
     if args.nccl_tuning {
         if plan.backend != BackendKind::Cuda {
@@ -389,7 +390,8 @@ fn run_rank(args: &RankArgs, mut plan: Plan, world: &SimpleCommunicator, mpi_ini
     let t0 = clock.now_ns();
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, &crate::backend::BackendPlan::for_spec(&plan.spec))?;
+            let mut b = CpuBackend::new(world, &crate::backend::BackendPlan::for_spec(&plan.spec))?
+                .with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {

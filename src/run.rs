@@ -54,6 +54,33 @@ pub struct RunRecord {
     pub finished_unix_ms: u64,
 }
 
+/// Read and check a run record: size-bounded, a known format version, a
+/// world size of 1 to [`crate::limits::MAX_WORLD_SIZE`] ranks, and one shard
+/// entry per rank, each rank once.
+pub fn read_run_record(path: &std::path::Path) -> anyhow::Result<RunRecord> {
+    let bytes = crate::limits::read_bounded(path, crate::limits::MAX_JSON_BYTES)?;
+    parse_run_record(&bytes, &path.display().to_string())
+}
+
+/// [`read_run_record`] on bytes; `name` names the file in errors.
+pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
+    use crate::refusal::{refuse, Code};
+    use anyhow::Context;
+    let run: RunRecord = serde_json::from_slice(bytes).with_context(|| format!("{name}: not a valid run record"))?;
+    if !(1..=RUN_FORMAT_VERSION).contains(&run.format_version) {
+        anyhow::bail!("{name}: run format version {} is not supported (this build reads versions 1 to {RUN_FORMAT_VERSION})", run.format_version);
+    }
+    if run.world_size == 0 || run.world_size > crate::limits::MAX_WORLD_SIZE {
+        return Err(refuse(Code::BadStructure, format!("{name}: world_size {} is outside 1 to {}", run.world_size, crate::limits::MAX_WORLD_SIZE)));
+    }
+    let mut ranks: Vec<u32> = run.shards.iter().map(|s| s.rank).collect();
+    ranks.sort_unstable();
+    if ranks.len() != run.world_size as usize || ranks.iter().enumerate().any(|(i, &r)| r as usize != i) {
+        return Err(refuse(Code::BadStructure, format!("{name}: {} shard entries for a world of {} ranks; each rank 0 to {} must appear once", run.shards.len(), run.world_size, run.world_size - 1)));
+    }
+    Ok(run)
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()

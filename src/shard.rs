@@ -474,6 +474,67 @@ fn bincode_cfg() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// Decoding configuration with a limit of `N` claimed bytes: bincode checks
+/// every length prefix (and the in-memory size of what it decodes) against it
+/// before allocating.
+fn bincode_decode_cfg<const N: usize>() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<N>> {
+    bincode::config::standard().with_limit::<N>()
+}
+
+/// Decode a shard body of format `version` (`name` for messages). bincode's
+/// decode limit is 16 times the body's size class (1 MiB, 16 MiB, then
+/// [`crate::limits::MAX_SHARD_BODY_DECODE_BYTES`]), so no length prefix can
+/// make it allocate more; a body over [`crate::limits::MAX_SHARD_BODY_BYTES`]
+/// is refused. Trailing bytes are refused.
+pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<ShardBody> {
+    if body_bytes.len() > crate::limits::MAX_SHARD_BODY_BYTES {
+        return Err(crate::refusal::refuse(crate::refusal::Code::OverLimit, format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), crate::limits::MAX_SHARD_BODY_BYTES)));
+    }
+    let (body, used) = match body_bytes.len() {
+        n if n <= 1 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 16 << 20 }>(), name)?,
+        n if n <= 16 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 256 << 20 }>(), name)?,
+        _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ crate::limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
+    };
+    if used != body_bytes.len() {
+        bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
+    }
+    Ok(body)
+}
+
+/// Decode a body of `version` under `cfg` (whose limit bounds every allocation).
+fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg: C, name: &str) -> Result<(ShardBody, usize)> {
+    Ok(match version {
+        1 => {
+            let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            (ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() }, used)
+        }
+        2 => {
+            let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            let body = ShardBody {
+                collectives: b.collectives,
+                compute: b.compute,
+                tokens: b.tokens,
+                kernels: b.kernels,
+                kernel_names: b.kernel_names,
+                ..Default::default()
+            };
+            (body, used)
+        }
+        _ => bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?,
+    })
+}
+
+/// A body decode error: a length over the limit (or past the end of the body) is a named refusal.
+fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
+    match e {
+        bincode::error::DecodeError::LimitExceeded => crate::refusal::refuse(
+            crate::refusal::Code::OverLimit,
+            format!("{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)", crate::limits::MAX_SHARD_BODY_DECODE_BYTES),
+        ),
+        e => anyhow::anyhow!("{name}: body does not decode: {e}"),
+    }
+}
+
 impl Shard {
     /// Encode to bytes (header, body, trailer).
     pub fn encode(&self) -> Result<Vec<u8>> {
@@ -524,11 +585,17 @@ impl Shard {
         let hend = pos.checked_add(hlen).filter(|e| *e <= bytes.len())
             .ok_or_else(|| fault(format!("truncated: header of {hlen} bytes runs past the end of the file")))?;
         let header_bytes = &bytes[pos..hend];
+        if hlen > crate::limits::MAX_SHARD_HEADER_BYTES {
+            return Err(crate::refusal::refuse(crate::refusal::Code::OverLimit, format!("{name}: header of {hlen} bytes is over the limit of {} bytes", crate::limits::MAX_SHARD_HEADER_BYTES)));
+        }
         pos = hend;
         let blen = take_len(&mut pos)?;
         let bend = pos.checked_add(blen).filter(|e| *e <= bytes.len())
             .ok_or_else(|| fault(format!("truncated: body of {blen} bytes runs past the end of the file")))?;
         let body_bytes = &bytes[pos..bend];
+        if blen > crate::limits::MAX_SHARD_BODY_BYTES {
+            return Err(crate::refusal::refuse(crate::refusal::Code::OverLimit, format!("{name}: body of {blen} bytes is over the limit of {} bytes", crate::limits::MAX_SHARD_BODY_BYTES)));
+        }
         pos = bend;
         let rest = &bytes[pos..];
         if rest.len() < trailer_len {
@@ -554,35 +621,13 @@ impl Shard {
         if header.format_version != version {
             return Err(fault("header format_version disagrees with the preamble".into()));
         }
-        let (body, used): (ShardBody, usize) = if version == 1 {
-            let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
-                .map_err(|e| fault(format!("body does not decode: {e}")))?;
-            let body = ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() };
-            (body, used)
-        } else if version == 2 {
-            let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, bincode_cfg())
-                .map_err(|e| fault(format!("body does not decode: {e}")))?;
-            let body = ShardBody {
-                collectives: b.collectives,
-                compute: b.compute,
-                tokens: b.tokens,
-                kernels: b.kernels,
-                kernel_names: b.kernel_names,
-                ..Default::default()
-            };
-            (body, used)
-        } else {
-            bincode::serde::decode_from_slice(body_bytes, bincode_cfg()).map_err(|e| fault(format!("body does not decode: {e}")))?
-        };
-        if used != body_bytes.len() {
-            bail!("{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
-        }
+        let body = decode_shard_body(version, body_bytes, name)?;
         Ok(Shard { header, body })
     }
 
     /// Read and verify a shard file.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading shard {}", path.display()))?;
+        let bytes = crate::limits::read_bounded(path, crate::limits::MAX_SHARD_BYTES).with_context(|| format!("reading shard {}", path.display()))?;
         Self::decode(&bytes, &path.display().to_string())
     }
 

@@ -83,8 +83,16 @@ pub fn parse_labelled(s: &str) -> Result<(String, PathBuf)> {
 /// Build the summary from labelled run directories.
 pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
     let mut per: BTreeMap<(Phase, String), Vec<f64>> = BTreeMap::new();
+    // a run is one job: the same directory (by any path) or run id twice would count it twice
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for (label, dir) in runs {
         let j = join_dir(dir).with_context(|| format!("run {} ({label}) does not verify", dir.display()))?;
+        let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        for key in [format!("dir:{}", real.display()), format!("id:{}", j.run.run_id)] {
+            if let Some(prev) = seen.insert(key, dir.clone()) {
+                crate::refuse!(crate::refusal::Code::DuplicateRun, "{} and {} are the same run ({}); a run is one job and is given once", prev.display(), dir.display(), j.run.run_id);
+            }
+        }
         if let Some(c) = j.shards.iter().flat_map(|s| s.header.checks.iter()).find(|c| c.wrong_elements > 0) {
             anyhow::bail!(
                 "run {} ({label}) computed wrong results ({} wrong elements in {} group {} seq {}): it is never ranked",

@@ -39,6 +39,9 @@ pub struct SourceTrace {
     pub entries: Vec<GapEntry>,
 }
 
+/// Longest gap a trace file may ask to replay: 60 s.
+pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
+
 fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntry)>) -> Vec<GapEntry> {
     let mut prev_end = phase_start_ns;
     times
@@ -73,7 +76,7 @@ pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> Sourc
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
 pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading trace {}", path.display()))?;
+    let bytes = crate::limits::read_bounded(path, crate::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let sha256 = crate::fsutil::sha256_hex(&bytes);
     let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8", path.display()))?;
     let mut rows: Vec<JoinedCollective> = Vec::new();
@@ -99,10 +102,16 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
     let start = times[0].0;
-    Ok(SourceTrace {
-        origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
-        entries: gaps_from(start, times.into_iter()),
-    })
+    let entries = gaps_from(start, times.into_iter());
+    // a replayed gap is slept or filled: refuse one no workload has, rather than sleep for days
+    if let Some((i, e)) = entries.iter().enumerate().find(|(_, e)| e.gap_ns > MAX_REPLAY_GAP_NS) {
+        crate::refuse!(
+            crate::refusal::Code::OutOfRange,
+            "{}: blocking collective {} has a gap of {} ns before it; replayed gaps are at most {} ns (60 s)",
+            path.display(), i + 1, e.gap_ns, MAX_REPLAY_GAP_NS
+        );
+    }
+    Ok(SourceTrace { origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank }, entries })
 }
 
 #[cfg(test)]

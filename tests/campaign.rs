@@ -169,7 +169,8 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
 fn a_failing_cell_is_recorded_and_retries_append() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("c");
-    let sp = spec(t.path(), 3, "[[configs]]\nname = \"broken\"\nargs = [\"--sizes\", \"3B\"]\n");
+    // arguments that parse (plan checks that) but fail when the job runs
+    let sp = spec(t.path(), 3, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n");
     // keep it short: one round
     let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1");
     std::fs::write(&sp, text).unwrap();
@@ -182,7 +183,7 @@ fn a_failing_cell_is_recorded_and_retries_append() {
     let broken: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["label"] == "broken").collect();
     assert_eq!(broken.len(), 3, "first exec: 1 attempt; resume with one retry: 2 more; all kept");
     assert!(broken.iter().all(|a| a["status"] == "failed" && a["exit_code"] != 0));
-    assert!(broken[0]["failure"].as_str().unwrap().contains("whole number of f32"), "{}", broken[0]);
+    assert!(broken[0]["failure"].as_str().unwrap().contains("reading trace /nonexistent/t.jsonl"), "{}", broken[0]);
     let ids: Vec<&str> = broken.iter().map(|a| a["attempt_id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["r01-broken-a1", "r01-broken-a2", "r01-broken-a3"]);
     // the good cells ran once each and were not re-run by resume

@@ -44,6 +44,26 @@ pub struct CpuBackend {
     c: Vec<f32>,
     mem_src: Vec<u8>,
     mem_dst: Vec<u8>,
+    /// A wait longer than this fails the job (a stopped or dead peer), if set.
+    timeout: Option<std::time::Duration>,
+}
+
+impl Drop for CpuBackend {
+    /// An early return between `MPI_Iallreduce` and its wait leaves MPI free
+    /// to write `recv` (and read `send`) later: if one last `MPI_Test` does
+    /// not complete the request, the two buffers are leaked rather than freed
+    /// under MPI (the process is ending on an error anyway).
+    fn drop(&mut self) {
+        if let Some((mut req, _)) = self.pending.take() {
+            let mut done: c_int = 0;
+            // SAFETY: req came from MPI_Iallreduce and was never completed.
+            let rc = unsafe { ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+            if rc != 0 || done == 0 {
+                std::mem::forget(std::mem::take(&mut self.send));
+                std::mem::forget(std::mem::take(&mut self.recv));
+            }
+        }
+    }
 }
 
 impl CpuBackend {
@@ -91,7 +111,16 @@ impl CpuBackend {
             c: vec![0.0; cn],
             mem_src: vec![1u8; mb],
             mem_dst: vec![0u8; mb],
+            timeout: None,
         })
+    }
+
+    /// Fail a wait that lasts longer than `t` (`--collective-timeout-s`): a
+    /// stopped or vanished peer then ends the job with a message instead of
+    /// leaving every other rank spinning.
+    pub fn with_timeout(mut self, t: std::time::Duration) -> Self {
+        self.timeout = Some(t);
+        self
     }
 
     fn gemm_once(&mut self, shape: usize, layer: u32) {
@@ -177,12 +206,34 @@ impl Backend for CpuBackend {
         let Some((mut req, bytes)) = self.pending.take() else {
             bail!("internal: wait without an outstanding all-reduce");
         };
-        // SAFETY: req came from MPI_Iallreduce and is waited on exactly once.
-        let rc = unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
-        if rc != 0 {
-            bail!("MPI_Wait on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+        let Some(limit) = self.timeout else {
+            // SAFETY: req came from MPI_Iallreduce and is waited on exactly once.
+            let rc = unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
+            if rc != 0 {
+                bail!("MPI_Wait on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+            }
+            return Ok(None);
+        };
+        // MPI_Test drives progress like MPI_Wait's own loop; the clock is read every 1024 tests
+        let t0 = std::time::Instant::now();
+        let mut spins: u32 = 0;
+        loop {
+            let mut done: c_int = 0;
+            // SAFETY: req came from MPI_Iallreduce and is not yet complete.
+            let rc = unsafe { ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+            if rc != 0 {
+                bail!("MPI_Test on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+            }
+            if done != 0 {
+                return Ok(None);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 && t0.elapsed() > limit {
+                // keep the request pending so Drop keeps its buffers away from MPI
+                self.pending = Some((req, bytes));
+                bail!("collective timeout: an all-reduce of {bytes} bytes did not complete within {:.1} s (--collective-timeout-s); a peer rank is stopped, dead or far behind", limit.as_secs_f64());
+            }
         }
-        Ok(None)
     }
 
     fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()> {

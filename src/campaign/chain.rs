@@ -64,38 +64,239 @@ pub struct AttemptRecord {
     pub shards: Vec<ShardRef>,
     /// Rank 0's environment identity digest.
     pub identity_sha256: Option<String>,
+    /// Host `exec` ran on (absent in records written before it was kept):
+    /// attempts on one host must not overlap in time.
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// Attempts file name.
 pub const ATTEMPTS: &str = "attempts.jsonl";
 
-/// Read every attempt record; a line that does not parse is an error naming it.
+/// Read every attempt record. A line that ends before its record does (an
+/// append torn by a full disk or a crash: the JSON ends early) is reported on
+/// stderr and skipped, never rewritten; any other line that does not parse is
+/// an error naming it.
 pub fn read_attempts(dir: &Path) -> Result<Vec<AttemptRecord>> {
-    let p = dir.join(ATTEMPTS);
-    if !p.exists() {
-        return Ok(Vec::new());
+    let (records, torn) = read_attempts_with_torn(dir)?;
+    for (line, len) in torn {
+        eprintln!("campaign: {}:{line}: torn record ({len} bytes, an interrupted append) skipped; the log is never rewritten", dir.join(ATTEMPTS).display());
     }
-    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}: not an attempt record", p.display(), i + 1)))
-        .collect()
+    Ok(records)
 }
 
-fn append_attempt(dir: &Path, rec: &AttemptRecord) -> Result<()> {
+/// [`read_attempts`] without printing: the records, and (line, bytes) of each torn line skipped.
+pub fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>, Vec<(usize, usize)>)> {
     let p = dir.join(ATTEMPTS);
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&p).with_context(|| format!("opening {}", p.display()))?;
-    let mut line = serde_json::to_vec(rec)?;
+    if !p.exists() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let bytes = crate::limits::read_bounded(&p, crate::limits::MAX_ATTEMPTS_LOG_BYTES)?;
+    parse_attempts(&bytes, &p.display().to_string())
+}
+
+/// Parse attempts-log bytes (`name` for messages): see [`read_attempts`].
+pub fn parse_attempts(bytes: &[u8], name: &str) -> Result<(Vec<AttemptRecord>, Vec<(usize, usize)>)> {
+    let mut records = Vec::new();
+    let mut torn = Vec::new();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        match serde_json::from_slice::<AttemptRecord>(line) {
+            Ok(r) => records.push(r),
+            Err(e) if e.is_eof() || std::str::from_utf8(line).is_err() => torn.push((i + 1, line.len())),
+            Err(e) => return Err(anyhow::anyhow!("{name}:{}: not an attempt record: {e}", i + 1)),
+        }
+    }
+    Ok((records, torn))
+}
+
+/// Append one record as one line. A torn line left by an earlier failed append
+/// is sealed with a newline first (so the new record starts its own line); the
+/// newline and the record go out in one write and are fsynced.
+fn append_attempt(dir: &Path, rec: &AttemptRecord) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let p = dir.join(ATTEMPTS);
+    let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&p).with_context(|| format!("opening {}", p.display()))?;
+    let len = f.metadata()?.len();
+    let mut line = Vec::new();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        f.seek(SeekFrom::Start(len - 1))?;
+        f.read_exact(&mut last).with_context(|| format!("reading {}", p.display()))?;
+        if last[0] != b'\n' {
+            line.push(b'\n');
+        }
+    }
+    line.extend(serde_json::to_vec(rec)?);
     line.push(b'\n');
     f.write_all(&line).with_context(|| format!("appending to {}", p.display()))?;
     f.sync_all().with_context(|| format!("fsync {}", p.display()))
 }
 
+/// Lock file of a campaign directory (advisory `flock`).
+pub const LOCK_FILE: &str = "campaign.lock";
+/// Directory of in-flight attempt notes (one per running job, removed once its record is appended).
+pub const INFLIGHT_FILE: &str = "inflight";
+
+/// A held advisory lock; released when dropped (or when the process dies).
+pub struct CampaignLock {
+    _files: Vec<std::fs::File>,
+}
+
+fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))?;
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    // SAFETY: flock on a file descriptor we own; no memory is passed.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            crate::refuse!(crate::refusal::Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
+        }
+        return Err(e).with_context(|| format!("locking {}", path.display()));
+    }
+    Ok(f)
+}
+
+/// Lock a campaign: exclusively (whole `exec`, `select`, `archive`), or
+/// shared plus an exclusive lock on one cell (`exec --cell`, so Slurm array
+/// tasks of different cells run side by side but never one cell twice).
+/// flock(2) semantics: advisory, released by the kernel when the process
+/// dies; on NFS it needs a lock manager (Linux maps flock to POSIX locks there).
+pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<CampaignLock> {
+    let mut files = vec![flock(&dir.join(LOCK_FILE), cell.is_none(), what)?];
+    if let Some(c) = cell {
+        let d = dir.join(INFLIGHT_FILE);
+        std::fs::create_dir_all(&d)?;
+        files.push(flock(&d.join(format!("{c}.lock")), true, what)?);
+    }
+    Ok(CampaignLock { _files: files })
+}
+
+/// What `exec` writes before it starts a job, so a later `exec` can tell an
+/// interrupted attempt (and a job that outlived its `exec`).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct InFlight {
+    attempt_id: String,
+    cell_id: String,
+    label: String,
+    round: u32,
+    manifest_sha256: String,
+    argv: Vec<String>,
+    started_unix_ms: u64,
+    host: String,
+    /// Process group of the launcher (its own group; the ranks it starts locally inherit it).
+    pgid: i32,
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the group exists and may be signalled.
+    pgid > 1 && (unsafe { libc::kill(-pgid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Settle attempts an interrupted `exec` left in flight (only `cell`'s when
+/// given): a job still running after a grace period is refused by name; a
+/// finished one gets a failed record ending now, so nothing later may overlap it unseen.
+fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRecord>) -> Result<()> {
+    let d = dir.join(INFLIGHT_FILE);
+    let Ok(rd) = std::fs::read_dir(&d) else { return Ok(()) };
+    let mut notes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    notes.sort();
+    for p in notes {
+        let bytes = crate::limits::read_bounded(&p, crate::limits::MAX_JSON_BYTES)?;
+        let Ok(n) = serde_json::from_slice::<InFlight>(&bytes) else {
+            eprintln!("campaign: {}: unreadable in-flight note (torn write) left in place", p.display());
+            continue;
+        };
+        if cell.is_some_and(|c| c != n.cell_id) {
+            continue;
+        }
+        if !attempts.iter().any(|a| a.attempt_id == n.attempt_id) {
+            if n.host == crate::identity::hostname() {
+                let t0 = std::time::Instant::now();
+                while group_alive(n.pgid) && t0.elapsed() < std::time::Duration::from_secs(15) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                if group_alive(n.pgid) {
+                    crate::refuse!(
+                        crate::refusal::Code::OrphanJob,
+                        "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- -{}); a new attempt would overlap it",
+                        n.attempt_id, n.pgid, n.pgid
+                    );
+                }
+            }
+            let rec = AttemptRecord {
+                attempt_id: n.attempt_id.clone(),
+                cell_id: n.cell_id.clone(),
+                label: n.label.clone(),
+                round: n.round,
+                manifest_sha256: n.manifest_sha256.clone(),
+                status: AttemptStatus::Failed,
+                exit_code: None,
+                failure: Some("interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time is when that was noticed)".into()),
+                argv: n.argv.clone(),
+                started_unix_ms: n.started_unix_ms,
+                finished_unix_ms: crate::run::unix_ms(),
+                stdout_sha256: sha256_hex(b""),
+                stderr_sha256: sha256_hex(b""),
+                run_dir: format!("runs/{}", n.attempt_id),
+                run_json_sha256: None,
+                shards: Vec::new(),
+                identity_sha256: None,
+                host: Some(n.host.clone()),
+            };
+            append_attempt(dir, &rec)?;
+            eprintln!("campaign: {}: recorded as interrupted", n.attempt_id);
+            attempts.push(rec);
+        }
+        std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Next attempt number of `cell`: one past the highest `CELL-aN` among
+/// records and run directories (exact match on the cell id, digits only after `-a`).
+fn next_attempt_number(cell: &str, attempts: &[AttemptRecord], runs: &Path) -> u64 {
+    let number = |id: &str| -> Option<u64> {
+        let n = id.strip_prefix(cell)?.strip_prefix("-a")?;
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n.parse().ok()
+    };
+    let dirs: Vec<String> = std::fs::read_dir(runs).map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    attempts.iter().map(|a| a.attempt_id.as_str()).chain(dirs.iter().map(|s| s.as_str())).filter_map(number).max().unwrap_or(0) + 1
+}
+
+/// Manifest identities whose attempts count for this campaign: its own, and
+/// for a joined campaign (`campaign join`) those of its two sources kept in
+/// `sources/`, only when the joined manifest's id names exactly those sources.
+pub fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<String>> {
+    let mut out = vec![sha.to_string()];
+    let src = dir.join("sources");
+    let (a, b) = (src.join("a.manifest.json"), src.join("b.manifest.json"));
+    if a.exists() && b.exists() {
+        let ids: Vec<(String, String)> = [a, b]
+            .iter()
+            .map(|p| -> Result<(String, String)> {
+                let bytes = crate::limits::read_bounded(p, crate::limits::MAX_JSON_BYTES)?;
+                let sm: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", p.display()))?;
+                Ok((sm.campaign_id, sha256_hex(&bytes)))
+            })
+            .collect::<Result<_>>()?;
+        if m.campaign_id == format!("{}+{}", ids[0].0, ids[1].0) {
+            out.extend(ids.into_iter().map(|x| x.1));
+        }
+    }
+    Ok(out)
+}
+
 /// Load the manifest and check it against its recorded digest.
 pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
-    let bytes = std::fs::read(&mp).with_context(|| format!("reading {}", mp.display()))?;
+    let bytes = crate::limits::read_bounded(&mp, crate::limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);
     let recorded = std::fs::read_to_string(dir.join("manifest.sha256")).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
     if recorded.trim() != actual {
@@ -105,16 +306,16 @@ pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     Ok((m, actual))
 }
 
-fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<(String, Vec<String>, Vec<(String, String)>)> {
-    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
-    let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
-    let w = &m.spec.workload;
-    let mut rank_args: Vec<String> = vec![
-        exe,
+/// `rank` and its arguments for one configuration of a spec (without the
+/// executable, run id and output directory): what `exec` runs and what `plan`
+/// test-parses.
+pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::ConfigSpec) -> Vec<String> {
+    let w = &spec.workload;
+    let mut a: Vec<String> = vec![
         "rank".into(),
         "-q".into(),
         "--backend".into(),
-        m.spec.backend.clone(),
+        spec.backend.clone(),
         "--phases".into(),
         w.phases.clone(),
         "--tokens".into(),
@@ -125,14 +326,22 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         w.iters.to_string(),
     ];
     match &w.model {
-        Some(model) => rank_args.extend(["--model".into(), model.clone()]),
-        None => rank_args.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
+        Some(model) => a.extend(["--model".into(), model.clone()]),
+        None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
     }
-    rank_args.extend(w.extra_args.iter().cloned());
+    a.extend(w.extra_args.iter().cloned());
     if let Some(lib) = &cfg.nccl_lib {
-        rank_args.extend(["--nccl-lib".into(), lib.clone()]);
+        a.extend(["--nccl-lib".into(), lib.clone()]);
     }
-    rank_args.extend(cfg.args.iter().cloned());
+    a.extend(cfg.args.iter().cloned());
+    a
+}
+
+fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<(String, Vec<String>, Vec<(String, String)>)> {
+    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
+    let mut rank_args: Vec<String> = vec![exe];
+    rank_args.extend(rank_arguments(&m.spec, cfg));
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (prog, mut args) = match m.spec.launcher.kind {
@@ -155,25 +364,31 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
 /// `retries` times. Returns (succeeded, failed attempts). Records are single
 /// `O_APPEND` lines, so concurrent array tasks on a local or POSIX-append
 /// file system do not interleave them.
-pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usize)> {
+pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<std::time::Duration>) -> Result<(usize, usize)> {
     let (m, manifest_sha) = load_manifest(dir)?;
-    let runs = dir.join("runs");
-    let logs = dir.join("attempts");
-    std::fs::create_dir_all(&runs)?;
-    std::fs::create_dir_all(&logs)?;
-    let mut attempts = read_attempts(dir)?;
     if let Some(n) = only {
         if n == 0 || n > m.schedule.len() {
             bail!("--cell {n}: the schedule has cells 1 to {}", m.schedule.len());
         }
     }
+    let only_cell = only.map(|n| m.schedule[n - 1].cell_id.clone());
+    let _lock = lock_campaign(dir, only_cell.as_deref(), &format!("exec {}", dir.display()))?;
+    let runs = dir.join("runs");
+    let logs = dir.join("attempts");
+    std::fs::create_dir_all(&runs)?;
+    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all(dir.join(INFLIGHT_FILE))?;
+    let mut attempts = read_attempts(dir)?;
+    settle_inflight(dir, only_cell.as_deref(), &mut attempts)?;
+    let accepted = accepted_manifests(dir, &m, &manifest_sha)?;
+    let host = crate::identity::hostname();
     let todo: Vec<&Cell> = m
         .schedule
         .iter()
         .enumerate()
         .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
         .map(|(_, c)| c)
-        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded))
+        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
         .collect();
     let bar = indicatif::ProgressBar::new(todo.len() as u64);
     bar.set_style(
@@ -186,16 +401,35 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
     for cell in todo {
         for _try in 0..=retries {
             // attempt numbers count records and any directory an interrupted attempt left
-            let n = attempts.iter().filter(|a| a.cell_id == cell.cell_id).count()
-                + std::fs::read_dir(&runs).map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{}-a", cell.cell_id))).count()).unwrap_or(0);
-            let attempt_id = format!("{}-a{}", cell.cell_id, n + 1);
+            let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
             let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
             let started = crate::run::unix_ms();
-            let out = std::process::Command::new(&prog).args(&args).envs(env.iter().cloned()).output();
+            let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
+            let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
+            let out = run_job(&prog, &args, &env, cell_timeout, |pgid| {
+                let note = InFlight {
+                    attempt_id: attempt_id.clone(),
+                    cell_id: cell.cell_id.clone(),
+                    label: cell.label.clone(),
+                    round: cell.round,
+                    manifest_sha256: manifest_sha.clone(),
+                    argv: argv.clone(),
+                    started_unix_ms: started,
+                    host: host.clone(),
+                    pgid,
+                };
+                crate::fsutil::write_json_new(&note_path, &note)
+            });
             let finished = crate::run::unix_ms();
             let (code, stdout, stderr, spawn_err) = match out {
-                Ok(o) => (o.status.code(), o.stdout, o.stderr, None),
+                Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
+                Ok((o, true)) => (
+                    o.status.code(),
+                    o.stdout,
+                    o.stderr,
+                    Some(format!("cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped", cell_timeout.map_or(0.0, |t| t.as_secs_f64()))),
+                ),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
@@ -222,7 +456,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
                 status: if failure.is_none() { AttemptStatus::Succeeded } else { AttemptStatus::Failed },
                 exit_code: code,
                 failure,
-                argv: std::iter::once(prog.clone()).chain(args.iter().cloned()).collect(),
+                argv,
                 started_unix_ms: started,
                 finished_unix_ms: finished,
                 stdout_sha256: sha256_hex(&stdout),
@@ -231,8 +465,10 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
                 run_json_sha256: sha256_file(&run_json).ok(),
                 shards: record.as_ref().map(|r| r.shards.clone()).unwrap_or_default(),
                 identity_sha256: record.as_ref().map(|r| r.rank0_identity_sha256.clone()),
+                host: Some(host.clone()),
             };
             append_attempt(dir, &rec)?;
+            let _ = std::fs::remove_file(&note_path);
             let succeeded = rec.status == AttemptStatus::Succeeded;
             let line = match &rec.failure {
                 None => format!("{attempt_id}: succeeded in {:.1} s", (finished - started) as f64 / 1e3),
@@ -256,6 +492,72 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>) -> Result<(usize, usi
     }
     bar.finish_and_clear();
     Ok((ok, failed))
+}
+
+/// Run the launcher in its own process group, asked to die with its parent
+/// (`PR_SET_PDEATHSIG`, prctl(2)) so that a killed `exec` takes its job with
+/// it; `started(pgid)` records the job before it is waited for. A job running
+/// longer than `timeout` has its group sent SIGTERM, then SIGKILL after 10 s.
+/// Returns its output and whether it timed out.
+fn run_job(prog: &str, args: &[String], env: &[(String, String)], timeout: Option<std::time::Duration>, started: impl FnOnce(i32) -> Result<()>) -> std::io::Result<(std::process::Output, bool)> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args).envs(env.iter().cloned()).process_group(0).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pgid = child.id() as i32;
+    // SAFETY: signalling the process group this function created.
+    let signal_group = |sig| unsafe { libc::kill(-pgid, sig) };
+    if let Err(e) = started(pgid) {
+        signal_group(libc::SIGTERM);
+        let _ = child.wait_with_output();
+        return Err(std::io::Error::other(format!("{e:#}")));
+    }
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let t0 = std::time::Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if !timed_out && timeout.is_some_and(|t| t0.elapsed() > t) {
+            // the whole job: the launcher and the ranks it started in its group
+            timed_out = true;
+            signal_group(libc::SIGTERM);
+            let grace = std::time::Instant::now();
+            while child.try_wait()?.is_none() && grace.elapsed() < std::time::Duration::from_secs(10) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            signal_group(libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    Ok((std::process::Output { status, stdout, stderr }, timed_out))
 }
 
 /// The most telling stderr line: CommCanary's own error if there is one,
@@ -316,10 +618,12 @@ pub struct Selection {
 pub fn select(dir: &Path, policy: SelectPolicy) -> Result<(Selection, Vec<String>)> {
     let (m, sha) = load_manifest(dir)?;
     let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
     let mut entries = Vec::new();
     let mut missing = Vec::new();
     for c in &m.schedule {
-        let mut ok = attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded);
+        // an attempt made under another manifest is never this campaign's evidence
+        let mut ok = attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256));
         let pick = match policy {
             SelectPolicy::FirstSuccess => ok.next(),
             SelectPolicy::LastSuccess => ok.last(),
@@ -357,9 +661,13 @@ pub struct Verdict {
 pub fn verify(dir: &Path) -> Result<Verdict> {
     let (m, sha) = load_manifest(dir)?;
     let sp = dir.join("selection.json");
-    let sel: Selection = serde_json::from_slice(&std::fs::read(&sp).with_context(|| format!("reading {} (run `campaign select` first)", sp.display()))?)
+    if !sp.exists() {
+        bail!("reading {} (run `campaign select` first): no such file", sp.display());
+    }
+    let sel: Selection = serde_json::from_slice(&crate::limits::read_bounded(&sp, crate::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sp.display()))?;
     let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
     let mut refusals: Vec<(String, String)> = Vec::new();
     if sel.manifest_sha256 != sha {
         refusals.push(("(selection)".into(), format!("selection was made for manifest {}, not {sha}", sel.manifest_sha256)));
@@ -383,7 +691,7 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
                 continue;
             }
         };
-        match check_cell(dir, &m, c, e, &attempts) {
+        match check_cell(dir, &m, &accepted, c, e, &attempts) {
             Ok(()) => ok += 1,
             Err(why) => refusals.push((c.cell_id.clone(), why)),
         }
@@ -391,10 +699,21 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
 
-fn check_cell(dir: &Path, m: &Manifest, c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
+fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
     let a = attempts.iter().find(|a| a.attempt_id == e.attempt_id).ok_or_else(|| format!("selected attempt {} has no record", e.attempt_id))?;
+    let stale = |what: String| crate::refusal::Refusal { code: crate::refusal::Code::StaleManifest, message: what }.to_string();
+    if !accepted.contains(&a.manifest_sha256) {
+        return Err(stale(format!("attempt {} ran under manifest {}, not this campaign's manifest {}", a.attempt_id, a.manifest_sha256, accepted[0])));
+    }
     if a.status != AttemptStatus::Succeeded {
         return Err(format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default()));
+    }
+    if let Some(b) = attempts.iter().find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms) {
+        return Err(crate::refusal::Refusal {
+            code: crate::refusal::Code::OverlappingAttempts,
+            message: format!("attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host: their timings contaminate each other", a.attempt_id, a.started_unix_ms, a.finished_unix_ms, b.attempt_id, b.started_unix_ms, b.finished_unix_ms),
+        }
+        .to_string());
     }
     if a.cell_id != c.cell_id || a.run_dir != e.run_dir || a.shards != e.shards || a.run_json_sha256.as_deref() != Some(e.run_json_sha256.as_str()) {
         return Err(format!("selection entry disagrees with attempt record {}", a.attempt_id));
@@ -418,6 +737,17 @@ fn check_cell(dir: &Path, m: &Manifest, c: &Cell, e: &Selected, attempts: &[Atte
     // identity contradictions
     let want_backend = &m.spec.backend;
     let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or("unknown label")?.config;
+    let w = &joined.run.workload;
+    let want_phases = crate::workload::parse_phases(&m.spec.workload.phases).map_err(|e| format!("manifest phases: {e:#}"))?;
+    let ran = [("tokens", w.tokens, m.spec.workload.tokens), ("layers", w.layers, m.spec.workload.layers), ("iters", w.iters, m.spec.workload.iters)];
+    for (what, got, want) in ran {
+        if got != want {
+            return Err(stale(format!("run {} ran {what} = {got}, the manifest says {want}", joined.run.run_id)));
+        }
+    }
+    if w.phases != want_phases {
+        return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
+    }
     if joined.run.world_size != m.spec.ranks {
         return Err(format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks));
     }
@@ -442,4 +772,63 @@ fn check_cell(dir: &Path, m: &Manifest, c: &Cell, e: &Selected, attempts: &[Atte
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str) -> AttemptRecord {
+        AttemptRecord {
+            attempt_id: id.into(),
+            cell_id: id.rsplit_once("-a").map(|x| x.0).unwrap_or(id).into(),
+            label: String::new(),
+            round: 1,
+            manifest_sha256: String::new(),
+            status: AttemptStatus::Failed,
+            exit_code: None,
+            failure: None,
+            argv: vec![],
+            started_unix_ms: 0,
+            finished_unix_ms: 0,
+            stdout_sha256: String::new(),
+            stderr_sha256: String::new(),
+            run_dir: String::new(),
+            run_json_sha256: None,
+            shards: vec![],
+            identity_sha256: None,
+            host: None,
+        }
+    }
+
+    /// Item 6 of issue 13: `r01-nbc-ring-again-a1` is not an attempt of `r01-nbc-ring`.
+    #[test]
+    fn attempt_numbers_count_only_the_exact_cell() {
+        let d = tempfile::tempdir().unwrap();
+        for dir in ["r01-nbc-ring-a1", "r01-nbc-ring-again-a1", "r01-nbc-ring-again-a2", "r01-nbc-ring-a1x"] {
+            std::fs::create_dir(d.path().join(dir)).unwrap();
+        }
+        let recs = [rec("r01-nbc-ring-a1"), rec("r01-nbc-ring-again-a1"), rec("r01-nbc-ring-again-a2")];
+        assert_eq!(next_attempt_number("r01-nbc-ring", &recs, d.path()), 2);
+        assert_eq!(next_attempt_number("r01-nbc-ring-again", &recs, d.path()), 3);
+        assert_eq!(next_attempt_number("r02-x", &recs, d.path()), 1);
+    }
+
+    /// Item 3 of issue 13: a torn line is skipped and reported; a syntax error elsewhere is not.
+    #[test]
+    fn torn_lines_are_skipped_and_reported() {
+        let good = serde_json::to_string(&rec("c-a1")).unwrap();
+        let text = format!("{good}\n{}\n{good}\n{}", &good[..40], &good[..10]);
+        let (r, torn) = parse_attempts(text.as_bytes(), "t").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(torn, vec![(2, 40), (4, 10)]);
+        assert!(parse_attempts(b"{\"attempt_id\": 3}\n", "t").is_err(), "a complete but wrong record is an error");
+        // appending after a torn line seals it: the new record is readable
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(ATTEMPTS), format!("{good}\n{}", &good[..30])).unwrap();
+        append_attempt(d.path(), &rec("c-a2")).unwrap();
+        let (r, torn) = read_attempts_with_torn(d.path()).unwrap();
+        assert_eq!(r.iter().map(|a| a.attempt_id.as_str()).collect::<Vec<_>>(), ["c-a1", "c-a2"]);
+        assert_eq!(torn, vec![(2, 30)]);
+    }
 }

@@ -18,11 +18,36 @@ use chain::{load_manifest, Selection, Verdict};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// Every name a campaign directory may hold; `plan` refuses a directory holding any of them.
+pub const CAMPAIGN_STATE: &[&str] = &[
+    "manifest.json",
+    "manifest.sha256",
+    "blinding.json",
+    chain::ATTEMPTS,
+    "attempts",
+    "runs",
+    "selection.json",
+    "report",
+    "sources",
+    chain::LOCK_FILE,
+    chain::INFLIGHT_FILE,
+];
+
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
 pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     let spec = spec::CampaignSpec::load(spec_path)?;
     if dir.join("manifest.json").exists() {
-        bail!("{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+        crate::refuse!(crate::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+    }
+    // runs, attempts or a selection of an earlier plan would be counted as this one's
+    let state: Vec<&str> = CAMPAIGN_STATE.iter().copied().filter(|n| dir.join(n).symlink_metadata().is_ok()).collect();
+    if !state.is_empty() {
+        crate::refuse!(
+            crate::refusal::Code::CampaignState,
+            "{} holds campaign state ({}); plan into a new directory (old runs are never adopted by a new manifest)",
+            dir.display(),
+            state.join(", ")
+        );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (m, blinding) = spec::plan(spec);
@@ -149,16 +174,25 @@ pub struct ArchiveDescriptor {
     pub verdict: Verdict,
 }
 
-fn files_sorted(root: &Path, skip: &Path) -> Result<Vec<std::path::PathBuf>> {
+/// Every regular file under `root`, sorted. Symbolic links and special files
+/// are refused (a link could pull files from outside the campaign into its
+/// archive, or loop); nothing is followed.
+fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
+    use crate::refusal::Code;
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))? {
             let p = e?.path();
-            if p.is_dir() {
+            let t = std::fs::symlink_metadata(&p).with_context(|| format!("reading {}", p.display()))?.file_type();
+            if t.is_symlink() {
+                crate::refuse!(Code::ArchiveLink, "{} is a symbolic link; a campaign holds only regular files and directories (a link could bring in files from outside it)", p.display());
+            } else if t.is_dir() {
                 stack.push(p);
-            } else if std::fs::canonicalize(&p).ok() != std::fs::canonicalize(skip).ok() {
+            } else if t.is_file() {
                 out.push(p);
+            } else {
+                crate::refuse!(Code::ArchiveLink, "{} is neither a regular file nor a directory", p.display());
             }
         }
     }
@@ -166,29 +200,60 @@ fn files_sorted(root: &Path, skip: &Path) -> Result<Vec<std::path::PathBuf>> {
     Ok(out)
 }
 
+/// `path`'s absolute form (its parent resolved, so it may not exist yet).
+fn resolved(path: &Path) -> Result<std::path::PathBuf> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+    let name = path.file_name().with_context(|| format!("{} has no file name", path.display()))?;
+    Ok(std::fs::canonicalize(parent).with_context(|| format!("{}: its directory does not exist", path.display()))?.join(name))
+}
+
+/// Append one regular file, opened without following links, to the archive.
+fn append_regular(b: &mut tar::Builder<std::fs::File>, p: &Path, name: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(p).with_context(|| format!("opening {}", p.display()))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        crate::refuse!(crate::refusal::Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
+    b.append_data(&mut h, name, &mut f).with_context(|| format!("adding {}", p.display()))
+}
+
 /// `archive`: tar the campaign directory to `out` and write `descriptor`.
+/// Holds the campaign lock; only regular files go in (links refused); the
+/// archive and descriptor must lie outside the campaign.
 pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
     let (m, sha) = load_manifest(dir)?;
-    let verdict = chain::verify(dir)?;
+    let root = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+    for p in [out, descriptor] {
+        if resolved(p)?.starts_with(&root) {
+            crate::refuse!(crate::refusal::Code::ArchiveOutputInside, "{} lies inside the campaign {}; write the archive and its descriptor elsewhere", p.display(), dir.display());
+        }
+    }
     if out.exists() || descriptor.exists() {
         bail!("{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
     }
+    let _lock = chain::lock_campaign(dir, None, &format!("archive {}", dir.display()))?;
+    let files = files_sorted(&root)?;
+    let verdict = chain::verify(dir)?;
     let tmp = out.with_extension(format!("tmp.{}", std::process::id()));
-    {
-        let f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let written = (|| -> Result<()> {
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut b = tar::Builder::new(f);
         b.mode(tar::HeaderMode::Deterministic);
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "campaign".into());
-        for p in files_sorted(dir, out)? {
-            let rel = p.strip_prefix(dir).expect("under dir");
-            b.append_path_with_name(&p, Path::new(&name).join(rel)).with_context(|| format!("adding {}", p.display()))?;
+        for p in files {
+            let rel = p.strip_prefix(&root).context("archived file outside the campaign")?;
+            append_regular(&mut b, &p, &Path::new(&name).join(rel))?;
         }
         let f = b.into_inner()?;
         f.sync_all()?;
-    }
-    std::fs::hard_link(&tmp, out).with_context(|| format!("publishing {}", out.display()))?;
-    std::fs::remove_file(&tmp)?;
-    let sel: Option<Selection> = std::fs::read(dir.join("selection.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        std::fs::hard_link(&tmp, out).with_context(|| format!("publishing {}", out.display()))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written?;
+    let sel: Option<Selection> = crate::limits::read_bounded(&dir.join("selection.json"), crate::limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let d = ArchiveDescriptor {
         format_version: 1,
         archive_file: out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
@@ -206,9 +271,12 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     Ok(d)
 }
 
-/// `check-archive`: the archive's size and digest match its descriptor.
+/// `check-archive`: the archive's size and digest match its descriptor, and
+/// every member is a regular file under one relative top directory (no
+/// absolute names, no `..`, no links or devices, no name twice). Streams the
+/// archive; nothing is extracted.
 pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
-    let d: ArchiveDescriptor = serde_json::from_slice(&std::fs::read(descriptor).with_context(|| format!("reading {}", descriptor.display()))?)
+    let d: ArchiveDescriptor = serde_json::from_slice(&crate::limits::read_bounded(descriptor, crate::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
     if size != d.archive_size_bytes {
@@ -218,7 +286,45 @@ pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescrip
     if sha != d.archive_sha256 {
         bail!("{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
     }
+    let f = std::fs::File::open(archive).with_context(|| format!("reading {}", archive.display()))?;
+    inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
     Ok(d)
+}
+
+/// Inspect every member of a tar stream (`name` for messages): each must be a
+/// regular file named relative to one top directory, with no `..`, root or
+/// repeated name. Returns the number of members. Reads the stream once.
+pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize> {
+    use crate::refusal::Code;
+    let mut t = tar::Archive::new(reader);
+    let mut top: Option<std::ffi::OsString> = None;
+    let mut seen = std::collections::BTreeSet::new();
+    for e in t.entries().with_context(|| format!("{name}: not a tar archive"))? {
+        let e = e.with_context(|| format!("{name}: damaged tar entry"))?;
+        let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+        if e.header().entry_type() != tar::EntryType::Regular {
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is a {:?}, not a regular file", e.header().entry_type());
+        }
+        let p = Path::new(&raw);
+        let mut comps = p.components();
+        let first = match comps.next() {
+            Some(std::path::Component::Normal(c)) => c.to_os_string(),
+            _ => crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a relative name inside the campaign"),
+        };
+        if !comps.clone().all(|c| matches!(c, std::path::Component::Normal(_))) || comps.next().is_none() {
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a file name inside the campaign directory");
+        }
+        if top.get_or_insert_with(|| first.clone()) != &first {
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is outside the campaign directory {:?}", top);
+        }
+        if seen.len() >= crate::limits::MAX_ARCHIVE_MEMBERS {
+            crate::refuse!(Code::OverLimit, "{name}: more than {} members", crate::limits::MAX_ARCHIVE_MEMBERS);
+        }
+        if !seen.insert(raw.clone()) {
+            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
+        }
+    }
+    Ok(seen.len())
 }
 
 /// `campaign join A B -o C`: one campaign from two executed ones, only when
@@ -273,7 +379,7 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     std::fs::create_dir_all(out.join("attempts"))?;
     std::fs::create_dir_all(out.join("sources"))?;
     let copy_tree = |from: &Path, to: &Path| -> Result<()> {
-        for f in files_sorted(from, Path::new("/nonexistent"))? {
+        for f in files_sorted(from)? {
             let dest = to.join(f.strip_prefix(from).expect("under from"));
             std::fs::create_dir_all(dest.parent().expect("has parent"))?;
             std::fs::copy(&f, &dest).with_context(|| format!("copying {}", f.display()))?;

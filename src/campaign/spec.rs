@@ -301,6 +301,37 @@ impl CampaignSpec {
         if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {
             bail!("analysis.min_effect_pct and delta_pct must be non-negative");
         }
+        self.validate_ranges()
+    }
+
+    /// Ranges and rank arguments: everything `exec` and `analyze` would
+    /// otherwise refuse only after cells ran.
+    fn validate_ranges(&self) -> Result<()> {
+        use crate::refusal::Code;
+        let r = crate::ranges::int;
+        r("repetitions", self.repetitions, 1, 10_000)?;
+        r("ranks", self.ranks, 1, crate::limits::MAX_WORLD_SIZE)?;
+        crate::ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
+        // a name becomes part of file names (CELL-aN.stdout): keep it well under NAME_MAX
+        for n in std::iter::once(&self.name).chain(self.configs.iter().map(|c| &c.name)) {
+            if n.len() > 64 {
+                crate::refuse!(Code::BadSpec, "name {:?}... is {} characters; at most 64 (it becomes part of file names)", n.chars().take(16).collect::<String>(), n.len());
+            }
+        }
+        for (what, v) in [("analysis.min_effect_pct", self.analysis.min_effect_pct), ("analysis.delta_pct", self.analysis.delta_pct)] {
+            if !v.is_finite() || v > 1e6 {
+                crate::refuse!(Code::BadSpec, "{what} = {v}: must be a finite percentage (at most 1e6)");
+            }
+        }
+        r("analysis.bootstrap_resamples", self.analysis.bootstrap_resamples, 1, 10_000_000)?;
+        for c in &self.configs {
+            let argv = std::iter::once("commcanary".to_string()).chain(super::chain::rank_arguments(self, c));
+            let parsed = <crate::cli::Cli as clap::Parser>::try_parse_from(argv)
+                .map_err(|e| crate::refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or(""))))?;
+            if let crate::cli::Command::Rank(a) = parsed.command {
+                crate::ranges::rank_args(&a).map_err(|e| crate::refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
+            }
+        }
         Ok(())
     }
 }

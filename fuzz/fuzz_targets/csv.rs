@@ -1,0 +1,7 @@
+//! Summary-table CSV parser (compare).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = commcanary::ranking::parse_csv(text, "fuzz");
+    }
+});

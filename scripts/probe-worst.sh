@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Re-run the adversarial probe's worst cases (issue 13 items 1, 2, 7 and 9)
+# against a built binary: each must be refused with a named code
+# (refused[CODE]), exit 1, leave every file it was handed unchanged, and not crash.
+# Usage: scripts/probe-worst.sh [BINARY]   (default target/release/commcanary)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+BIN="$(realpath "${1:-target/release/commcanary}")"
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fail=0
+snapshot() { (cd "$1" && find . -type f ! -name campaign.lock -print0 | sort -z | xargs -0 sha256sum) ; }
+# expect CODE DIR-TO-KEEP-UNCHANGED COMMAND...
+expect() {
+    local code="$1" keep="$2"; shift 2
+    local before after rc
+    before=$(snapshot "$keep")
+    "$@" >"$W/out" 2>"$W/err"; rc=$?
+    after=$(snapshot "$keep")
+    if [ $rc -eq 1 ] && grep -q "refused\[$code\]" "$W/err" "$W/out" && ! grep -qi "panicked" "$W/err" && [ "$before" = "$after" ]; then
+        echo "ok   $code: $(grep -h -o "refused\[$code\].*" "$W/err" "$W/out" | head -1 | cut -c1-150)"
+    else
+        echo "FAIL $code (exit $rc, files unchanged: $([ "$before" = "$after" ] && echo yes || echo NO)): $*"; sed 's/^/     /' "$W/err" | head -5; fail=1
+    fi
+}
+spec() { # name tokens layers reps
+    cat >"$W/$1.toml" <<TOML
+name = "$1"
+backend = "cpu"
+ranks = 2
+repetitions = $4
+seed = 1
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "blocking"
+tokens = $2
+layers = $3
+iters = 3
+[analysis]
+tie_policy = "iqr"
+[[configs]]
+name = "ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
+[[configs]]
+name = "binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
+TOML
+    echo "$W/$1.toml"
+}
+
+echo "== item 1: a re-planned directory publishes old runs under a new manifest"
+C="$W/c1"
+"$BIN" campaign plan "$(spec small 16 4 1)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null || { echo "setup failed"; exit 1; }
+cp "$C/selection.json" "$W/old-selection.json"
+rm "$C/manifest.json" "$C/manifest.sha256" "$C/selection.json"
+expect CAMPAIGN_STATE "$C" "$BIN" campaign plan "$(spec big 64 12 1)" -o "$C"
+"$BIN" campaign plan "$W/big.toml" -o "$W/fresh" >/dev/null
+cp "$W/fresh/manifest.json" "$W/fresh/manifest.sha256" "$C/"
+python3 - "$W/old-selection.json" "$C" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); s["manifest_sha256"] = open(sys.argv[2] + "/manifest.sha256").read().strip()
+json.dump(s, open(sys.argv[2] + "/selection.json", "w"))
+PY
+expect STALE_MANIFEST "$C" "$BIN" campaign verify "$C"
+
+echo "== item 2: two execs on one campaign; SIGKILL of exec leaves its job running"
+C="$W/c2"
+"$BIN" campaign plan "$(spec lock 200 8 2)" -o "$C" >/dev/null
+"$BIN" campaign exec "$C" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 100); do [ -d "$C/inflight" ] && ls "$C/inflight"/*.json >/dev/null 2>&1 && break; sleep 0.1; done
+expect LOCKED "$C" "$BIN" campaign exec "$C"
+expect LOCKED "$C" "$BIN" campaign select "$C"
+expect LOCKED "$C" "$BIN" campaign archive "$C" -o "$W/c2.tar"
+pgid=$(python3 -c 'import json,glob,sys; print(json.load(open(glob.glob(sys.argv[1]+"/inflight/*.json")[0]))["pgid"])' "$C")
+kill -9 "$first"; wait "$first" 2>/dev/null
+for _ in $(seq 100); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 -- "-$pgid" 2>/dev/null; then echo "FAIL orphan: job group $pgid outlived its exec by 10 s"; fail=1; else echo "ok   the killed exec's job (process group $pgid) ended with it"; fi
+"$BIN" campaign exec "$C" >/dev/null 2>"$W/err" && "$BIN" campaign select "$C" >/dev/null && "$BIN" campaign verify "$C" >/dev/null \
+    && grep -q interrupted "$C/attempts.jsonl" && echo "ok   resume recorded the interrupted attempt; select and verify pass" || { echo "FAIL resume after SIGKILL"; cat "$W/err"; fail=1; }
+dups=$(python3 -c 'import json,sys,collections; c=collections.Counter(json.loads(l)["attempt_id"] for l in open(sys.argv[1]) if l.strip()); print([k for k,v in c.items() if v>1])' "$C/attempts.jsonl")
+[ "$dups" = "[]" ] && echo "ok   no attempt id used twice" || { echo "FAIL attempt ids reused: $dups"; fail=1; }
+
+echo "== item 7: crafted shards, sealed with a recomputed trailer and run-record digest"
+R=$(ls -d "$W"/c1/runs/*/ | head -1)
+craft() { # name python-edit
+    local d="$W/$1"; cp -r "$R" "$d"
+    python3 - "$d" "$2" <<'PY'
+import hashlib, json, struct, sys, glob, os
+d, edit = sys.argv[1], sys.argv[2]
+run = json.load(open(d + "/run.json"))
+for f in sorted(glob.glob(d + "/rank-*.shard")):
+    b = open(f, "rb").read()
+    hl = struct.unpack("<Q", b[12:20])[0]; h = json.loads(b[20:20 + hl])
+    bl = struct.unpack("<Q", b[20 + hl:28 + hl])[0]; body = b[28 + hl:28 + hl + bl]
+    if edit == "members": h["groups"][0]["members"] = [0, 1, 7]
+    if edit == "dup": h["groups"][0]["members"] = [0, 1, 1, 1]
+    if edit == "hugestr" and h["rank"] == 1:
+        # the body ends with two empty vectors (kernel names, device waits: 0x00 0x00);
+        # make the kernel names one string claiming 2^40 bytes
+        assert body[-2:] == b"\x00\x00"
+        body = body[:-2] + b"\x01\xfd" + struct.pack("<Q", 1 << 40) + b"ZZ" + body[-1:]
+    hb = json.dumps(h).encode()
+    out = b[:8] + struct.pack("<I", h["format_version"]) + struct.pack("<Q", len(hb)) + hb + struct.pack("<Q", len(body)) + body
+    out += b"CCSHA256" + hashlib.sha256(out).digest()
+    open(f, "wb").write(out)
+    for s in run["shards"]:
+        if s["rank"] == h["rank"]: s["sha256"] = hashlib.sha256(out).hexdigest(); s["size_bytes"] = len(out)
+if edit == "world0":
+    run["world_size"] = 0; run["shards"] = []
+    for f in glob.glob(d + "/rank-*.shard"): os.remove(f)
+json.dump(run, open(d + "/run.json", "w"))
+PY
+    echo "$d"
+}
+D=$(craft hugestr hugestr); expect OVER_LIMIT "$D" "$BIN" join "$D"; expect OVER_LIMIT "$D" "$BIN" inspect "$D/rank-00001.shard"
+D=$(craft members members); expect BAD_STRUCTURE "$D" "$BIN" join "$D"
+D=$(craft dup dup); expect BAD_STRUCTURE "$D" "$BIN" join "$D"
+D=$(craft world0 world0); for cmd in join overlap; do expect BAD_STRUCTURE "$D" "$BIN" $cmd "$D"; done
+expect BAD_STRUCTURE "$D" "$BIN" summarize "a=$D"; expect BAD_STRUCTURE "$D" "$BIN" export chrome "$D" -o "$W/t.json"
+
+echo "== item 9: archive of itself, through links and loops; hostile member names"
+C="$W/c1b"; "$BIN" campaign plan "$(spec arc 4 2 1)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null
+expect ARCHIVE_OUTPUT_INSIDE "$C" "$BIN" campaign archive "$C" -o "$C/self.tar"
+echo secret >"$W/secret.txt"; ln -s "$W/secret.txt" "$C/notes.txt"
+expect ARCHIVE_LINK "$C" "$BIN" campaign archive "$C" -o "$W/a.tar"; rm "$C/notes.txt"
+ln -s "$C" "$C/loop"; expect ARCHIVE_LINK "$C" "$BIN" campaign archive "$C" -o "$W/a.tar"; rm "$C/loop"
+[ ! -e "$W/a.tar" ] && [ ! -e "$C/self.tar" ] && echo "ok   no archive or temporary file was left" || { echo "FAIL leftovers"; fail=1; }
+"$BIN" campaign archive "$C" -o "$W/a.tar" >/dev/null || { echo "FAIL clean archive"; fail=1; }
+for name in "../x" "/abs" "c1b/link"; do
+    python3 - "$W/evil.tar" "$name" <<'PY'
+import io, sys, tarfile
+t = tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT)
+i = tarfile.TarInfo(sys.argv[2])
+if sys.argv[2].endswith("link"): i.type = tarfile.SYMTYPE; i.linkname = "/etc/passwd"; t.addfile(i)
+else: i.size = 3; t.addfile(i, io.BytesIO(b"abc"))
+t.close()
+PY
+    python3 - "$W/a.tar.descriptor.json" "$W/evil.tar" "$W/evil.json" <<'PY'
+import hashlib, json, os, sys
+d = json.load(open(sys.argv[1])); b = open(sys.argv[2], "rb").read()
+d["archive_size_bytes"] = len(b); d["archive_sha256"] = hashlib.sha256(b).hexdigest(); json.dump(d, open(sys.argv[3], "w"))
+PY
+    mkdir -p "$W/evil"; cp "$W/evil.tar" "$W/evil.json" "$W/evil/"
+    expect ARCHIVE_MEMBER "$W/evil" "$BIN" campaign check-archive "$W/evil/evil.tar" "$W/evil/evil.json"
+done
+[ $fail -eq 0 ] && echo "all worst cases refused with a named code; nothing changed; no crash" || echo "SOME CASES FAILED"
+exit $fail

@@ -1,0 +1,47 @@
+//! Every fuzz seed and every input a fuzzer found (fuzz/seeds/TARGET/) goes
+//! through its decoder here on stable: a decoder must return (Ok or a named
+//! error), never panic. The real campaign files among the seeds must decode.
+use std::path::Path;
+
+fn decode(target: &str, data: &[u8]) -> bool {
+    use commcanary::campaign;
+    match target {
+        "shard" => commcanary::shard::Shard::decode(data, "seed").is_ok(),
+        "shard_body" => data.split_first().is_some_and(|(v, b)| commcanary::shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok()),
+        "run_record" => commcanary::run::parse_run_record(data, "seed").is_ok(),
+        "manifest" => serde_json::from_slice::<campaign::spec::Manifest>(data).is_ok(),
+        "spec_toml" => std::str::from_utf8(data).ok().and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok()).is_some_and(|s| s.validate().is_ok()),
+        "attempts_log" => campaign::chain::parse_attempts(data, "seed").is_ok_and(|(r, _)| !r.is_empty()),
+        "selection" => serde_json::from_slice::<campaign::chain::Selection>(data).is_ok(),
+        "csv" => std::str::from_utf8(data).is_ok_and(|t| commcanary::ranking::parse_csv(t, "seed").is_ok()),
+        "intervals" => serde_json::from_slice::<commcanary::overlap::IntervalFile>(data).is_ok_and(|iv| commcanary::overlap::overlap(&iv.compute, &iv.comm).is_ok()),
+        "service_times" => std::str::from_utf8(data).is_ok_and(|t| commcanary::queue::parse_service_times(t, "seed").is_ok()),
+        "archive" => match data.split_first() {
+            Some((s, rest)) if s % 2 == 0 => serde_json::from_slice::<campaign::ArchiveDescriptor>(rest).is_ok(),
+            Some((_, rest)) => campaign::inspect_members(rest, "seed").is_ok(),
+            None => false,
+        },
+        other => panic!("fuzz/seeds/{other}: no decoder of that name"),
+    }
+}
+
+#[test]
+fn every_seed_and_finding_decodes_without_panic() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz").join("seeds");
+    let mut n = 0;
+    for t in std::fs::read_dir(&root).unwrap() {
+        let t = t.unwrap();
+        let target = t.file_name().to_string_lossy().into_owned();
+        for f in std::fs::read_dir(t.path()).unwrap() {
+            let f = f.unwrap().path();
+            let data = std::fs::read(&f).unwrap();
+            let ok = decode(&target, &data);
+            // real files (named without the "crash-"/"oom-"/"timeout-" prefix a fuzzer gives) must decode
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            let finding = ["crash-", "oom-", "timeout-", "slow-unit-", "leak-"].iter().any(|p| name.starts_with(p));
+            assert!(ok || finding, "{}: a real {target} seed does not decode", f.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 11, "one seed per target at least, found {n}");
+}
