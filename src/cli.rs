@@ -23,9 +23,12 @@ pub enum Command {
     Join(JoinArgs),
     /// Print any shard or run record as JSON
     Inspect(InspectArgs),
-    /// Export a verified run to another format
+    /// Export a verified run, or an imported communication trace, to another format
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Import a workload's PyTorch traces (one file per rank) as a communication trace
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
     /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
@@ -239,6 +242,43 @@ pub struct OverlapArgs {
 pub enum ExportCommand {
     /// Chrome/Perfetto trace JSON: per rank, rows for phases, tokens, host calls, compute and comm streams
     Chrome(ExportChromeArgs),
+    /// PARAM comms-replay JSON (DIR/rank-N.json) of an imported trace, with a group init entry per group
+    Param(ExportTraceArgs),
+    /// Chakra-style execution-trace JSON (DIR/rank-N.json) of an imported trace's communication nodes
+    Et(ExportTraceArgs),
+}
+
+/// `commcanary export param|et`.
+#[derive(Args, Debug)]
+pub struct ExportTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Output directory (created if missing; existing files are never replaced).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `commcanary import ...`.
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// PyTorch profiler (Kineto) JSON, one file per rank, gzip accepted
+    Kineto(ImportArgs),
+    /// PyTorch execution trace (Chakra ET JSON), one file per rank, gzip accepted
+    Et(ImportArgs),
+}
+
+/// `commcanary import kineto|et`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// One file per rank (any order).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Communication trace to write (never overwritten).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Print the trace's per-rank collective counts as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `commcanary export chrome`.
