@@ -193,7 +193,7 @@ pub fn et(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
         .groups
         .iter()
         .map(|g| {
-            json!({"pg_name": g.name, "pg_desc": g.desc.clone().unwrap_or_default(), "backend_config": "",
+            json!({"pg_name": g.name, "pg_desc": g.desc, "backend_config": "",
                    "ranks": g.members, "group_size": g.members.len(), "group_count": t.groups.len()})
         })
         .collect();
