@@ -380,7 +380,7 @@ pub struct CommTrace {
     pub clock: TraceClock,
     /// Fields this source cannot provide (absent in every record), and why.
     pub unknown: Vec<UnknownField>,
-    /// Every process group a collective references.
+    /// Every process group the sources describe (each one a collective references among them), in name order.
     pub groups: Vec<TraceGroup>,
     /// Per rank, in rank order.
     pub ranks: Vec<RankTrace>,
