@@ -29,6 +29,9 @@ pub enum Command {
     /// Import a workload's PyTorch traces (one file per rank) as a communication trace
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Run an imported trace's collectives on MPI sub-communicators (cpu; run under mpirun)
+    #[command(name = "replay-trace")]
+    ReplayTrace(ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
     /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
@@ -256,6 +259,28 @@ pub struct ExportTraceArgs {
     /// Output directory (created if missing; existing files are never replaced).
     #[arg(short, long)]
     pub output: PathBuf,
+}
+
+/// `commcanary replay-trace`.
+#[derive(Args, Debug)]
+pub struct ReplayTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Directory for replay-trace.rank-N.json (created if missing; never overwritten).
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Validate every collective's result.
+    #[arg(long)]
+    pub check: bool,
+    /// Reduction of all-reduce, reduce and reduce-scatter (default: from the recorded kernel name, else sum).
+    #[arg(long, value_enum)]
+    pub op: Option<crate::commtrace::cpu_exec::ReduceOp>,
+    /// Pace by the trace's gaps, or run back to back.
+    #[arg(long, value_enum, default_value = "gaps")]
+    pub pace: crate::commtrace::cpu_exec::Pace,
+    /// Negative control: corrupt every result on this rank (--check must fail).
+    #[arg(long, hide = true)]
+    pub corrupt_rank: Option<u32>,
 }
 
 /// `commcanary import ...`.

@@ -37,6 +37,7 @@ fn run() -> Result<()> {
         Command::Export(commcanary::cli::ExportCommand::Param(a)) => commands::export_trace(a, "param"),
         Command::Export(commcanary::cli::ExportCommand::Et(a)) => commands::export_trace(a, "et"),
         Command::Import(c) => commands::import(c),
+        Command::ReplayTrace(a) => commcanary::commtrace::replay_command(&a),
         Command::Doctor(a) => {
             let (r, all_ok) = commcanary::doctor::report(&a.nccl_lib);
             if a.json {

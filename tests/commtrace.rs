@@ -364,3 +364,44 @@ fn et_refusals_on_damaged_copies() {
     let pb = write(dir, "counts.json", &bad);
     refused("et", &[&p0, &pb], dir, &["collective #7", "counts disagree across the group's members"]);
 }
+
+/// The imported fixture runs under `mpirun -n 2` on the CPU backend: every
+/// collective of every kind checked; the same run with one rank's results
+/// corrupted fails its check (the check can fail).
+#[test]
+fn imported_trace_replays_on_cpu_with_every_kind_checked() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    import_ok("kineto", &[&files[0], &files[1]], &k);
+    let out = d.path().join("replay");
+    ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check"]));
+    let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    for rank in 0..2usize {
+        let recs: Vec<Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let want = shape(&t, rank);
+        assert_eq!(recs.len(), want.len());
+        for (r, w) in recs.iter().zip(&want) {
+            assert_eq!((r["kind"].as_str().unwrap(), r["group"].as_str().unwrap(), r["dtype"].as_str().unwrap()), (w.0.as_str(), w.1.as_str(), w.2.as_str()));
+            assert_eq!((r["in_elems"].as_u64().unwrap(), r["out_elems"].as_u64().unwrap()), (w.3, w.4));
+            // Every kind's result is validated where it lands (a send's at its receiver).
+            assert_eq!(r["checked"], r["kind"] != "send", "{r}");
+            assert!(r["target_gap_ns"].is_u64());
+        }
+        let ar = recs.iter().find(|r| r["kind"] == "all_reduce").unwrap();
+        assert_eq!((ar["op"].as_str(), ar["op_source"].as_str()), (Some("sum"), Some("kernel name")));
+    }
+    for op in ["avg", "max"] {
+        let o = d.path().join(format!("replay-{op}"));
+        ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&o), "--check", "--pace", "none", "--op", op]));
+    }
+    let bad = mpirun(2, &["replay-trace", s(&k), "--out", s(&d.path().join("bad")), "--check", "--pace", "none", "--corrupt-rank", "1"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("--check:"), "{err}");
+    // An execution trace has no times: pacing by gaps is refused, back to back runs.
+    let e = d.path().join("e.json");
+    import_ok("et", &fixture_files("et").iter().map(|p| p.as_path()).collect::<Vec<_>>(), &e);
+    let refused = mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-gaps")), "--check"]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("records no times"));
+    ok(&mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-none")), "--check", "--pace", "none"]));
+}

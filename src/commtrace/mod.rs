@@ -27,6 +27,7 @@
 //!
 //! Export ([`export`]) writes PARAM comms-replay JSON and Chakra-style
 //! execution-trace JSON of the communication nodes.
+pub mod cpu_exec;
 pub mod et;
 pub mod export;
 pub mod kineto;
@@ -778,6 +779,47 @@ pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Lim
         SourceKind::ExecutionTrace => (et::clock(), et::unknown()),
     };
     assemble(kind, recs, clock, unknown)
+}
+
+/// `replay-trace`: run this rank's collectives of an imported trace on MPI,
+/// write `OUT/replay-trace.rank-N.json`; rank 0 prints a summary.
+pub fn replay_command(a: &crate::cli::ReplayTraceArgs) -> Result<()> {
+    let trace = CommTrace::read(&a.trace)?;
+    let universe = mpi::initialize().context("MPI could not be initialised")?;
+    let world = mpi::topology::Communicator::duplicate(&universe.world());
+    let rank = mpi::topology::Communicator::rank(&world) as u32;
+    // A failing rank aborts the whole job (its peers may be blocked in a collective).
+    let records = match cpu_exec::replay(&world, &trace, a.op, a.pace, a.check, a.corrupt_rank).and_then(|r| {
+        std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+        crate::fsutil::write_json_new(&a.out.join(format!("replay-trace.rank-{rank}.json")), &r)?;
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("commcanary replay-trace rank {rank}: error: {e:#}");
+            mpi::topology::Communicator::abort(&world, 2)
+        }
+    };
+    if rank == 0 {
+        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, u64)> = BTreeMap::new();
+        for r in &records {
+            let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += r.checked as u64;
+        }
+        for ((k, g, d), (n, checked)) in &by {
+            println!("rank 0: {n} x {} {d:?} on {g:?}, {checked} checked", k.name());
+        }
+        let mut err: Vec<f64> = records
+            .iter()
+            .skip(1)
+            .filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64))
+            .collect();
+        if let Some(p99) = crate::stats::percentile_nearest_rank(&mut err, 99.0) {
+            println!("rank 0: replay gap error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+        }
+    }
+    Ok(())
 }
 
 /// Collectives per kind on each rank, one line per rank (for the import's report).
