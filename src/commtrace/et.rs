@@ -305,24 +305,7 @@ fn collective(n: &Node, kind: TraceKind, cname: &str, groups: &[TraceGroup]) -> 
     };
     let stream = attr(n, "stream").map(|v| u64_of(v, "stream")).transpose()?;
     Ok((
-        TraceCollective {
-            kind,
-            source_name: cname.to_string(),
-            group: gname.to_string(),
-            seq: 0,
-            dtype,
-            in_elems,
-            out_elems,
-            in_split_elems: in_split,
-            out_split_elems: out_split,
-            root,
-            peer,
-            stream,
-            host_start_ns: None,
-            host_duration_ns: None,
-            device: None,
-            compute_before: Vec::new(),
-        },
+        TraceCollective { stream, ..TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer)) },
         local,
     ))
 }

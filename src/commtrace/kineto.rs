@@ -286,21 +286,7 @@ fn collective(
         _ => (None, None),
     };
     Ok(TraceCollective {
-        kind,
-        source_name: cname.to_string(),
-        group: gname.to_string(),
-        seq: 0,
-        dtype,
-        in_elems,
-        out_elems,
-        in_split_elems: in_split,
-        out_split_elems: out_split,
-        root,
-        peer,
-        stream: None,
         host_start_ns: Some(ts_ns),
-        host_duration_ns: None,
-        device: None,
-        compute_before: Vec::new(),
+        ..TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer))
     })
 }

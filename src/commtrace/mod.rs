@@ -351,6 +351,38 @@ pub struct TraceCollective {
 }
 
 impl TraceCollective {
+    /// A record of its communication fields (`seq` 0 until [`number_sequences`]);
+    /// stream, times, device and compute empty for the importer to fill from what its source has.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: TraceKind,
+        source_name: &str,
+        group: &str,
+        dtype: TraceDtype,
+        (in_elems, out_elems): (u64, u64),
+        (in_split_elems, out_split_elems): (Option<Vec<u64>>, Option<Vec<u64>>),
+        (root, peer): (Option<u32>, Option<u32>),
+    ) -> Self {
+        TraceCollective {
+            kind,
+            source_name: source_name.to_string(),
+            group: group.to_string(),
+            seq: 0,
+            dtype,
+            in_elems,
+            out_elems,
+            in_split_elems,
+            out_split_elems,
+            root,
+            peer,
+            stream: None,
+            host_start_ns: None,
+            host_duration_ns: None,
+            device: None,
+            compute_before: Vec::new(),
+        }
+    }
+
     /// Input bytes.
     pub fn in_bytes(&self) -> u64 {
         self.in_elems.saturating_mul(self.dtype.size_bytes())
@@ -925,24 +957,7 @@ mod tests {
 
     #[test]
     fn record_counts_follow_the_operation() {
-        let c = |kind, i, o| TraceCollective {
-            kind,
-            source_name: kind.pytorch_name().into(),
-            group: "0".into(),
-            seq: 0,
-            dtype: TraceDtype::Bf16,
-            in_elems: i,
-            out_elems: o,
-            in_split_elems: None,
-            out_split_elems: None,
-            root: None,
-            peer: None,
-            stream: None,
-            host_start_ns: None,
-            host_duration_ns: None,
-            device: None,
-            compute_before: vec![],
-        };
+        let c = |kind: TraceKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
         assert!(check_record_counts(&c(TraceKind::AllGather, 4, 8), 2).is_ok());
         assert!(check_record_counts(&c(TraceKind::AllGather, 4, 4), 2).is_err());
         assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
