@@ -139,7 +139,9 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
 
     // Host launch time per correlation id, NCCL kernels per External id, compute kernels.
     let mut launch_ns: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut nccl: BTreeMap<u64, Vec<(u64, u64, String, Option<u64>)>> = BTreeMap::new();
+    // External id -> its NCCL kernels: (start ns, end ns, name, stream).
+    type Kernels = Vec<(u64, u64, String, Option<u64>)>;
+    let mut nccl: BTreeMap<u64, Kernels> = BTreeMap::new();
     let mut compute: Vec<(u64, ComputeOp)> = Vec::new();
     let mut comms: Vec<(u64, &Map<String, Value>, u64)> = Vec::new();
     for (i, e) in file.trace_events.iter().enumerate() {

@@ -882,7 +882,7 @@ pub(crate) mod json {
             return Ok(n);
         }
         match v.as_f64() {
-            Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1.8e19 => Ok(f as u64),
+            Some(f) if (0.0..1.8e19).contains(&f) && f.fract() == 0.0 => Ok(f as u64),
             _ => bail!("{what} is {v}, expected a non-negative integer"),
         }
     }
@@ -914,7 +914,7 @@ pub(crate) mod json {
     /// Microseconds with a fraction (Chrome trace `ts`/`dur`) to whole ns.
     pub fn us_to_ns(v: &Value, what: &str) -> Result<u64> {
         match v.as_f64() {
-            Some(f) if f.is_finite() && f >= 0.0 && f < 1.8e16 => Ok((f * 1000.0).round() as u64),
+            Some(f) if (0.0..1.8e16).contains(&f) => Ok((f * 1000.0).round() as u64),
             _ => bail!("{what} is {v}, expected a non-negative time in µs"),
         }
     }
