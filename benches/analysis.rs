@@ -4,7 +4,7 @@
 //! ranks) and 1200 in `isolated` (100 iterations x 3 sizes x 4 ranks);
 //! 10,000 resamples. Joining the shards is timed by scripts/bench-analysis.sh
 //! on real runs. Run: `cargo bench --bench analysis`.
-use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, PhaseInput};
+use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, KnownBadInput, PhaseInput};
 use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};
 use commcanary::workload::Phase;
 use rand::{Rng, SeedableRng};
@@ -37,7 +37,7 @@ fn input(tie: TiePolicy) -> AnalysisInput {
         phases,
         policy: AnalysisPolicy { tie_policy: tie, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 10_000, bootstrap_seed: 1 },
         canary: Some(("config-02".into(), "config-01".into(), Phase::Blocking)),
-        controls: ControlsInput { aa_pairs: vec![("config-01".into(), "config-03".into())], known_bad: vec!["config-08".into()], injected_skew: vec![] },
+        controls: ControlsInput { aa_pairs: vec![("config-01".into(), "config-03".into())], known_bad: vec![KnownBadInput { label: "config-08".into(), graded: None }], injected_skew: vec![] },
         context: ClaimContext {
             campaign_id: "bench".into(),
             manifest_sha256: "0".repeat(64),
@@ -51,7 +51,7 @@ fn input(tie: TiePolicy) -> AnalysisInput {
 
 fn main() {
     let verdict = commcanary::campaign::chain::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
-    for tie in [TiePolicy::Iqr, TiePolicy::Bootstrap] {
+    for tie in [TiePolicy::Interval] {
         let inp = input(tie);
         let mut times = Vec::new();
         let mut plots_ms = Vec::new();

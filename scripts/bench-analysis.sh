@@ -35,7 +35,7 @@ layers = 32
 sizes = "64KiB,128KiB,256KiB"
 iters = 100
 [analysis]
-tie_policy = "bootstrap"
+tie_policy = "interval"
 min_effect_pct = 2.0
 bootstrap_resamples = 10000
 bootstrap_seed = 1

@@ -13,7 +13,7 @@ printf '%-9s %4s %4s %12s %12s %10s %10s %9s %10s %10s %7s\n' case run rank offs
 for case in none injected; do
   for i in $(seq 1 "$RUNS"); do
     extra=(); [ "$case" = injected ] && extra=(--inject-clock rank=2,offset_us=250,drift_ppm=50)
-    mpirun -n 4 "$BIN" rank -q --backend cpu --phases blocking --tokens 16 --layers 8 "${extra[@]}" --run-id "$case-$i" --out "$TMP" >/dev/null
+    mpirun -n 4 "$BIN" rank -q --backend cpu --phases blocking --tokens 16 --model synthetic --layers 8 "${extra[@]}" --run-id "$case-$i" --out "$TMP" >/dev/null
     "$BIN" join --json "$TMP/$case-$i" | tr -d ' \n' | grep -o '"clocks":\[[^]]*\]' | grep -o '{[^}]*}' | while read -r c; do
       g() { echo "$c" | grep -o "\"$1\":[^,}]*" | cut -d: -f2; }
       off=$(g offset_us); b=$(g bound_us); d=$(g drift_ppm); db=$(g drift_bound_ppm); r=$(g rank)

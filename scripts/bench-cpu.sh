@@ -11,7 +11,7 @@ TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 echo "== instrumentation overhead (mpirun -n 2, 64 KiB, median of 5 alternating reps of 2000 collectives)"
 mpirun -n 2 "$BIN" bench-overhead --iters 2000 --size 64KiB --reps 5
 echo "== join throughput: 4 ranks, all phases, 256 x 32"
-mpirun -n 4 "$BIN" rank -q --backend cpu --phases all --tokens 256 --layers 32 --iters 50 --run-id big --out "$TMP" >/dev/null
+mpirun -n 4 "$BIN" rank -q --backend cpu --phases all --tokens 256 --model synthetic --layers 32 --iters 50 --run-id big --out "$TMP" >/dev/null
 t0=$(date +%s%N)
 "$BIN" join "$TMP/big" --events-out "$TMP/ev.jsonl" >/dev/null
 t1=$(date +%s%N)

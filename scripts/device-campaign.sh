@@ -49,7 +49,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*"; }
     n=$(sed -n 's/^ranks *= *\([0-9]*\).*/\1/p' "$SPEC")
     log "chrome trace of a small $n-rank all-phase job (4 tokens x 32 layers)"
     timeout 120 mpirun ${MPIRUN_EXTRA:-} --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -n "$n" "$B" rank -q --backend "$(sed -n 's/^backend *= *"\(.*\)".*/\1/p' "$SPEC")" \
-      --phases all --tokens 4 --layers 32 --iters 5 --run-id chrome-small --out "$WORK/chrome" >/dev/null
+      --phases all --tokens 4 --model synthetic --layers 32 --iters 5 --run-id chrome-small --out "$WORK/chrome" >/dev/null
     "$B" join "$WORK/chrome/chrome-small" | head -20
     "$B" export chrome "$WORK/chrome/chrome-small" -o "$R/trace-small.json"
   fi

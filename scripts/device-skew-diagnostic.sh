@@ -15,7 +15,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 W=${WORK:-/tmp/skewdiag}; mkdir -p "$W"
 for ph in isolated,blocking,replay; do id=diag
   timeout 120 mpirun ${MPIRUN_EXTRA:-} --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -n "$N" "$B" rank -q --backend "${BACKEND:-cuda}" \
-    --phases "$ph" --tokens 64 --layers 32 --iters 100 --inject-delay "rank=$R,every=$EVERY,us=$US" --run-id "$id" --out "$W" >/dev/null || exit 1
+    --phases "$ph" --tokens 64 --model synthetic --layers 32 --iters 100 --inject-delay "rank=$R,every=$EVERY,us=$US" --run-id "$id" --out "$W" >/dev/null || exit 1
   "$B" join "$W/$id" --events-out "$W/$id.jsonl" | grep -E "^delay control"
   python3 - "$W/$id.jsonl" "$US" <<'PY'
 import json, sys, collections

@@ -62,7 +62,7 @@ tokens = 4
 layers = 4
 iters = 5
 [analysis]
-tie_policy = "iqr"
+tie_policy = "interval"
 [[configs]]
 name = "ring"
 env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }

@@ -1,5 +1,11 @@
-//! Bootstrap with a recorded seed (SPEC §7), free of I/O: paired by round,
-//! and hierarchical (jobs, then events within jobs; see [`hierarchical`]).
+//! Bootstrap with a recorded seed, free of I/O: paired by round, and
+//! hierarchical (jobs, then events within jobs; see [`hierarchical`]).
+//!
+//! Not used by `campaign analyze` since report format 2: with 3 rounds the
+//! paired percentile interval is the min–max of the rounds (about 75%
+//! coverage in simulation) and its P(best) counts rounds won. The analysis
+//! uses [`crate::inference`], whose coverage is measured in
+//! [`crate::calibration`]. Kept for its benchmark and for comparison.
 //!
 //! The paired design consumes a rounds × configurations table of per-job statistics (one job
 //! per configuration per round: the randomized round-robin design). Produces,
@@ -16,29 +22,12 @@
 //! the median over the resampled rounds. Same table, resamples and seed give
 //! the same output bit for bit (ChaCha8).
 //!
-//! Verdict (frozen thresholds `min_effect_pct`, `delta_pct`):
-//! `fail` when the whole interval is a slowdown beyond delta; `pass` when the
-//! whole interval is an improvement of at least the minimum effect; `tied`
-//! when the whole interval lies within ± the minimum effect; otherwise
-//! `insufficient-evidence`. An A/A comparison can therefore only come out
-//! `tied` or `insufficient-evidence`.
+//! Verdict: the symmetric rule of [`crate::inference::decide`].
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-/// Canary verdict.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Improvement of at least the minimum effect, across the interval.
-    Pass,
-    /// Slowdown beyond delta, across the interval.
-    Fail,
-    /// The interval lies within ± the minimum effect.
-    Tied,
-    /// None of the above.
-    InsufficientEvidence,
-}
+pub use crate::inference::Verdict;
 
 /// Candidate against baseline.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -171,17 +160,11 @@ fn accumulate(
     })
 }
 
-/// The verdict of an interval [lo, hi] of (candidate − baseline) in percent.
-pub fn verdict(lo: f64, hi: f64, min_effect_pct: f64, delta_pct: f64) -> Verdict {
-    if lo > delta_pct {
-        Verdict::Fail
-    } else if hi < -min_effect_pct {
-        Verdict::Pass
-    } else if lo >= -min_effect_pct && hi <= min_effect_pct {
-        Verdict::Tied
-    } else {
-        Verdict::InsufficientEvidence
-    }
+/// The verdict of an interval [lo, hi] of (candidate − baseline) in percent:
+/// the symmetric rule of [`crate::inference::decide`] (`delta_pct` only sets
+/// P(slowdown > delta)).
+pub fn verdict(lo: f64, hi: f64, min_effect_pct: f64, _delta_pct: f64) -> Verdict {
+    crate::inference::decide(lo, hi, min_effect_pct)
 }
 
 /// Paired-by-round bootstrap of `table[round][config]`.

@@ -81,20 +81,51 @@ pub struct RankArgs {
     /// Warm-up tokens before the timed ones (recorded, flagged).
     #[arg(long, default_value_t = 2)]
     pub warmup_tokens: u32,
-    /// Layers per token (one GEMM and one all-reduce each).
-    #[arg(long, default_value_t = 32)]
-    pub layers: u32,
-    /// Message sizes, cycled per collective.
-    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
-    pub sizes: String,
-    /// GEMM shape N or MxNxK (default 64 on cpu, 1024 on cuda).
+    /// Workload shape: a model preset (llama3-8b, llama3-70b, tiny) run as
+    /// tensor-parallel decode over the ranks, or `synthetic` (one square GEMM
+    /// and one all-reduce per layer, sizes from --sizes). Default: llama3-8b
+    /// on cuda, tiny on cpu.
+    #[arg(long, conflicts_with = "model_dims")]
+    pub model: Option<String>,
+    /// Custom model shape H,F,LAYERS (multi-head attention) or H,F,LAYERS,KV_DIM
+    /// (grouped-query attention: key/value heads x head dimension).
+    #[arg(long)]
+    pub model_dims: Option<String>,
+    /// Model shapes: sequences decoded together (the GEMMs' m; all-reduces of batch x hidden).
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
+    /// Model shapes: make every step a prefill of this many prompt tokens per
+    /// sequence (GEMMs' m and all-reduces of batch x tokens x hidden) instead of a decode step.
+    #[arg(long)]
+    pub prefill_tokens: Option<u32>,
+    /// Element type of the all-reduces (default bf16 for model shapes, f32 for synthetic).
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::shard::Dtype>,
+    /// Layers per token (default: the model's own; 32 for synthetic).
+    #[arg(long)]
+    pub layers: Option<u32>,
+    /// Synthetic only: message sizes, cycled per collective (default 64KiB,128KiB,256KiB).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// Unit GEMM shape N or MxNxK: the synthetic layer's product and the fill
+    /// quantum (default 64 on cpu, 1024 on cuda).
     #[arg(long)]
     pub gemm: Option<String>,
-    /// Timed iterations per size in the isolated phase.
-    #[arg(long, default_value_t = 50)]
+    /// Isolated phase: smallest size of a sweep (as nccl-tests -b); with
+    /// --max-bytes, the isolated phase sweeps instead of using --sizes.
+    #[arg(long, short = 'b', requires = "max_bytes")]
+    pub min_bytes: Option<String>,
+    /// Isolated phase: largest size of the sweep (as nccl-tests -e).
+    #[arg(long, short = 'e', requires = "min_bytes")]
+    pub max_bytes: Option<String>,
+    /// Isolated phase: multiply the size by this factor at each step (as nccl-tests -f).
+    #[arg(long, short = 'f', default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=1024))]
+    pub step_factor: u64,
+    /// Timed iterations per size in the isolated phase (as nccl-tests -n).
+    #[arg(long, short = 'n', default_value_t = 50)]
     pub iters: u32,
-    /// Warm-up iterations per size in the isolated phase.
-    #[arg(long, default_value_t = 5)]
+    /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
+    #[arg(long, short = 'w', default_value_t = 5)]
     pub warmup_iters: u32,
     /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
     #[arg(long, default_value_t = 1)]
@@ -131,6 +162,19 @@ pub struct RankArgs {
     /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
     #[arg(long)]
     pub gpu: Option<u32>,
+    /// Cuda backend: capture each size's timed isolated iterations into one
+    /// CUDA graph with a timestamp node between collectives, and launch it
+    /// once (as serving engines replay decode steps): no host work per
+    /// collective; per-collective host times are then the launch's. Model
+    /// shapes: blocking and async capture one token's GEMMs and all-reduces
+    /// into a CUDA graph and launch it per token; only token boundaries are timed.
+    #[arg(long)]
+    pub graph: bool,
+    /// Cuda backend: record every kernel through CUPTI (kernel timelines,
+    /// `overlap` from kernels). Off by default: its per-launch cost would be
+    /// mixed into every timing (`bench-overhead --cupti` measures it).
+    #[arg(long)]
+    pub cupti: bool,
     /// Capture NCCL's per-collective tuner choices (cuda backend): sets
     /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
     /// keeps the log beside the shard and attaches the choices where counts and sizes match.
@@ -177,7 +221,8 @@ pub struct InspectArgs {
 /// `commcanary bench-overhead`.
 #[derive(Args, Debug)]
 pub struct BenchOverheadArgs {
-    /// Collectives per measurement.
+    /// Collectives per measurement (cuda: keep it below the device queue's
+    /// depth, about a thousand launches, so the host never blocks in a launch).
     #[arg(long, default_value_t = 2000)]
     pub iters: u32,
     /// Message size.
@@ -195,6 +240,16 @@ pub struct BenchOverheadArgs {
     /// NCCL library for the cuda benchmark.
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
+    /// Cuda: add a third variant, the instrumented loop with CUPTI kernel records on.
+    #[arg(long)]
+    pub cupti: bool,
+    /// Cuda: ask NCCL for its tuning log (NCCL_DEBUG=INFO, SUBSYS=TUNING), as
+    /// `rank --nccl-tuning` does, so its cost can be compared run against run.
+    #[arg(long)]
+    pub nccl_tuning: bool,
+    /// Write every measurement (per-rep distributions) as JSON to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 /// `commcanary summarize`.
@@ -395,6 +450,27 @@ pub enum CampaignCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Rounds needed: from a pilot campaign's own noise, the power to decide 1, 2, 5, 10% differences at 3..50 rounds
+    Power {
+        /// Verified pilot campaign directory.
+        dir: PathBuf,
+        /// Phase whose noise is used (default: the canary's phase, else blocking).
+        #[arg(long)]
+        phase: Option<String>,
+        /// Minimum effect, percent (default: the manifest's).
+        #[arg(long)]
+        min_effect_pct: Option<f64>,
+    },
+    /// Did B reproduce A? For every pair either campaign decides, does the other agree
+    Replicate {
+        /// First verified campaign directory.
+        a: PathBuf,
+        /// Second verified campaign directory.
+        b: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-verify an archive against its descriptor
     CheckArchive {
         /// Archive file.
@@ -485,7 +561,7 @@ pub struct CompareArgs {
     pub truth: String,
     /// Tie rule (a campaign's manifest declares its own; this applies to tables).
     #[arg(long, value_enum, default_value = "strict")]
-    pub tie_policy: crate::ranking::TieRule,
+    pub tie_policy: crate::ranking::TiePolicy,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

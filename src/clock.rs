@@ -240,6 +240,91 @@ impl ClockModel {
     }
 }
 
+/// One round trip that anchors the device timer to the host clock: the host
+/// read its clock, recorded an event on an idle stream, polled it until
+/// complete and read its clock again. The device wrote the event's timestamp
+/// somewhere between the two reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceRoundTrip {
+    /// Host clock just before the event was recorded.
+    pub host_before_ns: u64,
+    /// Host clock just after the host saw the event complete.
+    pub host_after_ns: u64,
+    /// Device time of the event relative to the window's first event, ns.
+    pub device_ns: f64,
+}
+
+/// Host time of a window's first device event, from the intersection of the
+/// round trips' feasible intervals.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct DeviceAnchorEstimate {
+    /// Estimated host time of the window's first event, ns.
+    pub host_ns: f64,
+    /// Half-width of the feasible interval (or half the disagreement, when the
+    /// round trips' intervals do not intersect because of timer resolution).
+    pub bound_ns: f64,
+    /// Narrowest single round trip, ns.
+    pub best_rtt_ns: u64,
+    /// Round trips in the window.
+    pub samples: u32,
+}
+
+/// Intersect the feasible intervals of a window's round trips.
+///
+/// Round trip i says the first event happened at host time within
+/// `[before_i - d_i, after_i - d_i]`; every such interval holds the truth, so
+/// their intersection does too and is never wider than the narrowest one
+/// (the interval-intersection argument of Marzullo's clock-agreement
+/// algorithm, K. Marzullo, "Maintaining the time in a distributed system",
+/// PhD thesis, Stanford, 1984; the same bound as SKaMPI's best round trip
+/// when only one sample is kept). An empty intersection can only come from
+/// the device timer's own resolution; its size is then reported as the bound.
+pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorEstimate, ClockError> {
+    if trips.is_empty() {
+        return Err(ClockError::EmptyWindow);
+    }
+    let lo = trips.iter().map(|t| t.host_before_ns as f64 - t.device_ns).fold(f64::NEG_INFINITY, f64::max);
+    let hi = trips.iter().map(|t| t.host_after_ns as f64 - t.device_ns).fold(f64::INFINITY, f64::min);
+    let best = trips.iter().map(|t| t.host_after_ns.saturating_sub(t.host_before_ns)).min().unwrap_or(0);
+    Ok(DeviceAnchorEstimate { host_ns: (lo + hi) / 2.0, bound_ns: (hi - lo).abs() / 2.0, best_rtt_ns: best, samples: trips.len() as u32 })
+}
+
+/// Affine map from device time (ns since the start window's first event) to
+/// the host clock, fitted from a window at the start and one at the end of a
+/// pass: the device timer and the host clock run at slightly different rates,
+/// so one anchor would let the error grow with the pass's length. Between the
+/// windows the error is at most the larger window bound (a convex combination
+/// of two intervals), as for the ping-pong model above.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceTimeMap {
+    /// Host time of device time 0.
+    pub host0_ns: f64,
+    /// Host ns per device ns.
+    pub rate: f64,
+    /// Error bound of the map inside the pass, ns.
+    pub bound_ns: f64,
+}
+
+impl DeviceTimeMap {
+    /// Fit from the start window and, where measured, the end window with the
+    /// device time of its first event (relative to the start window's first event).
+    pub fn fit(start: DeviceAnchorEstimate, end: Option<(DeviceAnchorEstimate, f64)>) -> Self {
+        match end {
+            Some((e, span_device_ns)) if span_device_ns > 0.0 => Self {
+                host0_ns: start.host_ns,
+                rate: (e.host_ns - start.host_ns) / span_device_ns,
+                bound_ns: start.bound_ns.max(e.bound_ns),
+            },
+            _ => Self { host0_ns: start.host_ns, rate: 1.0, bound_ns: start.bound_ns },
+        }
+    }
+
+    /// Host time of a device time.
+    pub fn to_host_ns(&self, device_ns: f64) -> u64 {
+        (self.host0_ns + device_ns * self.rate).max(0.0) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +390,50 @@ mod tests {
             let local = t_true + offset_ns + drift_ppm * 1e-6 * t_true;
             let back = m.to_reference(local as u64);
             prop_assert!((back - t_true).abs() <= m.bound_ns * (1.0 + drift_ppm.abs() * 1e-6) + 4.0);
+        }
+    }
+
+    #[test]
+    fn device_anchor_intersection_is_never_wider_than_the_best_trip() {
+        // truth: first event at host 1_000_000; device offsets 0, 10 us, 20 us
+        let trip = |before: u64, after: u64, d: f64| DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: d };
+        let trips = [
+            trip(999_000, 1_004_000, 0.0),       // [999_000, 1_004_000]
+            trip(1_009_800, 1_013_000, 10_000.0), // [999_800, 1_003_000]
+            trip(1_017_000, 1_020_300, 20_000.0), // [997_000, 1_000_300]
+        ];
+        let e = estimate_device_anchor(&trips).unwrap();
+        assert_eq!(e.host_ns, (999_800.0 + 1_000_300.0) / 2.0);
+        assert_eq!(e.bound_ns, 250.0);
+        assert_eq!(e.best_rtt_ns, 3_200);
+        assert!((e.host_ns - 1_000_000.0).abs() <= e.bound_ns);
+        assert_eq!(estimate_device_anchor(&[]), Err(ClockError::EmptyWindow));
+    }
+
+    proptest! {
+        #[test]
+        fn device_map_recovers_rate_within_bound(
+            rate_ppm in -100.0f64..100.0,
+            delays in proptest::collection::vec((200u64..4_000, 200u64..4_000), 4..32),
+        ) {
+            // device ns d maps to host h0 + d (1 + rate); each trip waits fwd before the event and back after
+            let h0 = 5_000_000_000.0f64;
+            let rate = 1.0 + rate_ppm * 1e-6;
+            let window = |start_d: f64| -> Vec<DeviceRoundTrip> {
+                delays.iter().enumerate().map(|(i, &(fwd, back))| {
+                    let d = start_d + i as f64 * 20_000.0;
+                    let h = h0 + d * rate;
+                    DeviceRoundTrip { host_before_ns: (h - fwd as f64).floor() as u64, host_after_ns: (h + back as f64).ceil() as u64, device_ns: d - start_d }
+                }).collect()
+            };
+            let a = estimate_device_anchor(&window(0.0)).unwrap();
+            let span = 2e9;
+            let b = estimate_device_anchor(&window(span)).unwrap();
+            let m = DeviceTimeMap::fit(a, Some((b, span)));
+            for d in [0.0, 1e6, 1e9, span] {
+                let truth = h0 + d * rate;
+                prop_assert!((m.to_host_ns(d) as f64 - truth).abs() <= m.bound_ns + 2.0, "d {} err {} bound {}", d, m.to_host_ns(d) as f64 - truth, m.bound_ns);
+            }
         }
     }
 }

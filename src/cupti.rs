@@ -116,6 +116,7 @@ pub struct Cupti {
     flush_all: unsafe extern "C" fn(u32) -> i32,
     get_timestamp: unsafe extern "C" fn(*mut u64) -> i32,
     disable: unsafe extern "C" fn(u32) -> i32,
+    enable: unsafe extern "C" fn(u32) -> i32,
     /// Library file that was loaded.
     pub path: String,
 }
@@ -165,8 +166,19 @@ impl Cupti {
             if rc != 0 {
                 bail!("cuptiActivityEnable(CONCURRENT_KERNEL) failed with CUPTI error {rc} (profiling may be restricted on this machine)");
             }
-            Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), flush_all, get_timestamp, disable, path })
+            let enable = *enable;
+            Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), flush_all, get_timestamp, disable, enable, path })
         }
+    }
+
+    /// Turn kernel records on or off for the kernels launched from now on.
+    pub fn set_enabled(&self, on: bool) -> Result<()> {
+        // SAFETY: plain CUPTI calls on a kind this module enabled before.
+        let rc = unsafe { if on { (self.enable)(KIND_CONCURRENT_KERNEL) } else { (self.disable)(KIND_CONCURRENT_KERNEL) } };
+        if rc != 0 {
+            bail!("cuptiActivity{}(CONCURRENT_KERNEL) failed with CUPTI error {rc}", if on { "Enable" } else { "Disable" });
+        }
+        Ok(())
     }
 
     /// CUPTI's clock now, ns.

@@ -212,6 +212,77 @@ pub struct PhaseSummary {
     pub tuner_choices: BTreeMap<String, u64>,
 }
 
+/// One size of the isolated phase, in nccl-tests' terms (its
+/// `doc/PERFORMANCE.md` and per-iteration timing, `-I 1`): an iteration's
+/// time is the largest over ranks; `time` is the mean per iteration, and
+/// bus bandwidth scales algorithm bandwidth by `2(n-1)/n` for all-reduce.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct IsolatedSizeRow {
+    /// Message size.
+    pub bytes: u64,
+    /// Timed iterations.
+    pub iterations: u64,
+    /// Mean over ranks of each rank's mean per-iteration time, µs.
+    pub time_us: f64,
+    /// Algorithm bandwidth, bytes / time, GB/s.
+    pub algbw_gbps: f64,
+    /// Bus bandwidth, algbw × 2(n−1)/n, GB/s.
+    pub busbw_gbps: f64,
+    /// Wrong elements found by the result checks of this size; absent when none was checked.
+    pub wrong_elements: Option<u64>,
+    /// Median per-iteration time (largest over ranks), µs.
+    pub p50_us: f64,
+    /// 99th percentile (nearest rank) of the same, µs.
+    pub p99_us: f64,
+    /// What the times measure.
+    pub source: CompletionSource,
+}
+
+/// The isolated phase of a joined run, per size.
+pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
+    let n = j.run.world_size as f64;
+    let mut by_size: BTreeMap<u64, Vec<&JoinedCollective>> = BTreeMap::new();
+    for c in j.collectives.iter().filter(|c| c.phase == Phase::Isolated && !c.warmup) {
+        by_size.entry(c.bytes).or_default().push(c);
+    }
+    by_size
+        .into_iter()
+        .map(|(bytes, cs)| {
+            let mut iter_max: Vec<f64> =
+                cs.iter().map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64).fold(0.0, f64::max) / 1e3).collect();
+            let ranks = cs[0].ranks.len();
+            let time_us = (0..ranks)
+                .map(|r| cs.iter().map(|c| c.ranks[r].completion_ns() as f64 / 1e3).sum::<f64>() / cs.len() as f64)
+                .sum::<f64>()
+                / ranks as f64;
+            let algbw_gbps = bytes as f64 / (time_us * 1e3);
+            let checks: Vec<u64> = j
+                .shards
+                .iter()
+                .flat_map(|s| s.header.checks.iter())
+                .filter(|k| k.phase == Phase::Isolated && k.bytes == bytes)
+                .map(|k| k.wrong_elements)
+                .collect();
+            let source = cs[0].ranks[0].completion_source();
+            // nccl-tests' nearest-rank indices: p50 = sorted[n/2], p99 = sorted[ceil(0.99 n) - 1]
+            iter_max.sort_by(f64::total_cmp);
+            let len = iter_max.len();
+            let p99_idx = ((len * 99).div_ceil(100)).saturating_sub(1).min(len - 1);
+            IsolatedSizeRow {
+                bytes,
+                iterations: len as u64,
+                time_us,
+                algbw_gbps,
+                busbw_gbps: if n > 1.0 { algbw_gbps * 2.0 * (n - 1.0) / n } else { algbw_gbps },
+                wrong_elements: (!checks.is_empty()).then(|| checks.iter().sum()),
+                p50_us: iter_max[len / 2],
+                p99_us: iter_max[p99_idx],
+                source,
+            }
+        })
+        .collect()
+}
+
 /// Event-by-event comparison of tuner choices between a workload phase and a
 /// proxy that replays it (the k-th collective of each, warm-ups included;
 /// sizes must agree pairwise or the comparison is refused).
@@ -259,6 +330,33 @@ pub struct DelayControlReport {
     pub undelayed_false_alarms: u64,
     /// Median skew of undelayed collectives, µs.
     pub undelayed_skew_median_us: Option<f64>,
+    /// Phases whose collectives the counts above judge: those whose arrival
+    /// the host paces. On CPUs every phase; on GPUs only where the host waits
+    /// for the device before each issue (`replay`), since elsewhere the device
+    /// queue runs ahead of the host and a host delay need not move the
+    /// collective at all. Absent in older summaries.
+    #[serde(default)]
+    pub judged_phases: Vec<Phase>,
+    /// The same counts per phase, judged or not.
+    #[serde(default)]
+    pub per_phase: Vec<PhaseDelayControl>,
+}
+
+/// One phase's delayed/undelayed counts (see [`DelayControlReport`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseDelayControl {
+    /// Phase.
+    pub phase: Phase,
+    /// Whether the phase's counts enter the verdict.
+    pub judged: bool,
+    /// Timed collectives that were delayed.
+    pub delayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub delayed_detected: u64,
+    /// Timed collectives not delayed.
+    pub undelayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub undelayed_false_alarms: u64,
 }
 
 /// The `join --json` summary.
@@ -281,6 +379,9 @@ pub struct JoinSummary {
     /// Tuner choices of each proxy phase against `blocking`, where captured.
     #[serde(default)]
     pub tuning_comparisons: Vec<TuningComparison>,
+    /// The isolated phase per size, as nccl-tests reports it (absent without an isolated phase).
+    #[serde(default)]
+    pub isolated_sizes: Vec<IsolatedSizeRow>,
     /// Verified shard digests.
     pub shards: Vec<crate::run::ShardRef>,
 }
@@ -303,8 +404,13 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     })?;
     let run: RunRecord = serde_json::from_slice(&run_bytes)
         .with_context(|| format!("{}: not a valid run record", run_path.display()))?;
-    if run.format_version != crate::run::RUN_FORMAT_VERSION {
-        bail!("{}: run format version {} is not supported", run_path.display(), run.format_version);
+    if !(1..=crate::run::RUN_FORMAT_VERSION).contains(&run.format_version) {
+        bail!(
+            "{}: run format version {} is not supported (this build reads versions 1 to {})",
+            run_path.display(),
+            run.format_version,
+            crate::run::RUN_FORMAT_VERSION
+        );
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
@@ -624,6 +730,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         Vec::new()
     };
     JoinSummary {
+        isolated_sizes: isolated_sizes(j),
         tuning_comparisons,
         delay_control,
         run_id: j.run.run_id.clone(),
@@ -671,13 +778,34 @@ pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -
 /// The arrival-delay control of a run, when one was injected and clocks were calibrated.
 pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let d = j.shards[0].header.delay_injection?;
-    let timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
-    if timed.iter().any(|c| c.arrival_skew_us.is_none()) {
+    let all_timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
+    if all_timed.iter().any(|c| c.arrival_skew_us.is_none()) {
         return None;
     }
+    let gpu = j.shards[0].header.backend == crate::shard::BackendKind::Cuda;
+    let judged = |p: Phase| !gpu || p == Phase::Replay;
     let delay_us = d.delay_ns as f64 / 1e3;
     let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
     let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
+    let per_phase = j
+        .run
+        .workload
+        .phases
+        .iter()
+        .map(|&phase| {
+            let (dl, ud): (Vec<&&JoinedCollective>, Vec<&&JoinedCollective>) =
+                all_timed.iter().filter(|c| c.phase == phase).partition(|c| was_delayed(c));
+            PhaseDelayControl {
+                phase,
+                judged: judged(phase),
+                delayed: dl.len() as u64,
+                delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
+                undelayed: ud.len() as u64,
+                undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
+            }
+        })
+        .collect();
+    let timed: Vec<&JoinedCollective> = all_timed.into_iter().filter(|c| judged(c.phase)).collect();
     let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
     let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
     let mut achieved: Vec<f64> =
@@ -693,6 +821,8 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
         undelayed: ud.len() as u64,
         undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
         undelayed_skew_median_us: stats::median(&mut ud_skews),
+        judged_phases: j.run.workload.phases.iter().copied().filter(|&p| judged(p)).collect(),
+        per_phase,
     })
 }
 
@@ -716,6 +846,18 @@ pub fn render_summary(s: &JoinSummary) -> String {
             p.phase.name(), p.collectives_per_rank, p.warmup_collectives_per_rank, f(p.completion_median_us), f(p.completion_p99_us),
             f(p.token_median_us), f(p.token_p99_us), f(p.skew_median_us)
         );
+    }
+    if !s.isolated_sizes.is_empty() {
+        let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+        let _ = writeln!(o, "{:>12} {:>7} {:>10} {:>9} {:>9} {:>7} {:>10} {:>10}", "size(B)", "iters", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)");
+        for r in &s.isolated_sizes {
+            let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
+            let _ = writeln!(
+                o,
+                "{:>12} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>7} {:>10.2} {:>10.2}",
+                r.bytes, r.iterations, r.time_us, r.algbw_gbps, r.busbw_gbps, wrong, r.p50_us, r.p99_us
+            );
+        }
     }
     let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip):");
     for c in &s.clocks {
@@ -767,6 +909,15 @@ pub fn render_summary(s: &JoinSummary) -> String {
             dc.rank, dc.delay_us, dc.every, f(dc.achieved_delay_median_us), dc.delayed_detected, dc.delayed,
             f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
         );
+        for p in &dc.per_phase {
+            let _ = writeln!(
+                o,
+                "  {:<21} {}: detected {}/{} delayed, false alarms {}/{} undelayed",
+                p.phase.name(),
+                if p.judged { "judged" } else { "not judged (device queue may run ahead of the host)" },
+                p.delayed_detected, p.delayed, p.undelayed_false_alarms, p.undelayed
+            );
+        }
     }
     o
 }

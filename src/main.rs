@@ -145,7 +145,7 @@ mod commands {
     struct Side {
         rows: Vec<commcanary::ranking::ConfigSummary>,
         evidence: String,
-        rule: Option<commcanary::ranking::TieRule>,
+        rule: Option<commcanary::ranking::TiePolicy>,
         relations: Option<Vec<commcanary::ranking::Relation>>,
     }
 
@@ -176,7 +176,7 @@ mod commands {
                 report.evidence,
                 input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
             );
-            let rule = commcanary::analysis::rule_of(input.policy.tie_policy);
+            let rule = input.policy.tie_policy;
             let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
                 anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
             };
@@ -294,8 +294,8 @@ mod commands {
         let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
         let c = match (&p.relations, &t.relations) {
             (Some(pr), Some(tr)) if same_order => commcanary::ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
-            _ if rule == commcanary::ranking::TieRule::Bootstrap => {
-                anyhow::bail!("the bootstrap tie policy needs both sides from campaigns with the same configurations")
+            _ if rule == commcanary::ranking::TiePolicy::Interval => {
+                anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
             }
             _ => commcanary::ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
         };
@@ -402,6 +402,29 @@ mod commands {
             C::Join { a, b, output } => {
                 let m = cp::join_campaigns(&a, &b, &output)?;
                 writeln!(out, "joined into {} ({}): {} cells; run `campaign select` and `verify` on it", output.display(), m.campaign_id, m.schedule.len())?;
+            }
+            C::Power { dir, phase, min_effect_pct } => {
+                let (_, input) = verified_input(&dir)?;
+                let phase: commcanary::workload::Phase = match phase {
+                    Some(p) => p.parse()?,
+                    None => input.canary.as_ref().map(|c| c.2).unwrap_or(commcanary::workload::Phase::Blocking),
+                };
+                let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
+                if !(m >= 0.0) {
+                    anyhow::bail!("--min-effect-pct {m}: must be non-negative");
+                }
+                write!(out, "{}", cp::report::power_text(&input, phase, m)?)?;
+            }
+            C::Replicate { a, b, json } => {
+                let (ra, na) = cp::report::analyze_for_replication(&a)?;
+                let (rb, nb) = cp::report::analyze_for_replication(&b)?;
+                let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
+                let r = commcanary::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+                } else {
+                    write!(out, "{}", commcanary::analysis::render_replication(&r))?;
+                }
             }
             C::CheckArchive { archive, descriptor } => {
                 let d = cp::check_archive(&archive, &descriptor)?;

@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::clock::RankClock;
 use crate::shard::{
-    CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming,
+    CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming,
     ShardBody, TokenEvent,
 };
 use crate::trace::{GapEntry, SourceTrace};
@@ -55,10 +55,20 @@ impl Fault {
     }
 }
 
+/// Device work of one compute interval.
+#[derive(Clone, Copy)]
+enum Work {
+    /// `units` unit GEMMs (`--gemm`) or memory-bound copies: the synthetic
+    /// layer's product and the fill quantum.
+    Unit(ComputeKind, u32),
+    /// One step's GEMMs (indices into the workload's shapes) with `layer`'s weights.
+    Layer(&'static [usize], u32),
+}
+
 /// What happens between issue and wait.
 enum Between {
     Nothing,
-    Compute(ComputeKind, u32, Option<u32>, Option<u32>),
+    Compute(Work, Option<u32>, Option<u32>),
     HostSpin(u64, Option<u32>, Option<u32>),
 }
 
@@ -105,7 +115,20 @@ pub struct Runner<'a, B: Backend> {
     pub body: ShardBody,
     /// Per-phase records.
     pub phase_runs: Vec<PhaseRun>,
+    /// Every result check and what it found.
+    pub checks: Vec<CheckRecord>,
     progress: bool,
+    spin_short_delays: bool,
+}
+
+/// Whether this node has a core for every local rank (the launcher's local
+/// size, else the world size, against the cores this process may use).
+fn node_has_core_per_rank(world_size: u32) -> bool {
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+        .unwrap_or(world_size as usize);
+    std::thread::available_parallelism().map(|c| c.get() >= local).unwrap_or(false)
 }
 
 impl<'a, B: Backend> Runner<'a, B> {
@@ -136,7 +159,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             current_phase: None,
             body: ShardBody::default(),
             phase_runs: Vec::new(),
+            checks: Vec::new(),
             progress,
+            spin_short_delays: node_has_core_per_rank(world.size() as u32),
         }
     }
 
@@ -173,8 +198,10 @@ impl<'a, B: Backend> Runner<'a, B> {
         self.world.barrier();
         self.current_phase = Some(phase);
         let start_ns = self.clock.now_ns();
+        let mut graph = None;
         match phase {
             Phase::Isolated => self.isolated()?,
+            Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase)?),
             Phase::Blocking => self.blocking()?,
             Phase::Async => self.async_phase()?,
             _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
@@ -192,6 +219,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             quantum_ns,
             trace: trace.map(|t| t.origin),
             collectives: n,
+            graph,
         });
         if self.progress && self.rank == 0 {
             eprintln!(
@@ -288,7 +316,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         for i in 0..11 {
             let mut timed = |units: u32| -> Result<u64> {
                 let t0 = self.clock.now_ns();
-                self.compute(kind, units)?;
+                self.compute(Work::Unit(kind, units))?;
                 self.backend.synchronize()?;
                 Ok(self.clock.now_ns().saturating_sub(t0))
             };
@@ -304,21 +332,26 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(v[v.len() / 2].max(1))
     }
 
-    fn compute(&mut self, kind: ComputeKind, units: u32) -> Result<()> {
-        match kind {
-            ComputeKind::Gemm => self.backend.gemm(units),
-            ComputeKind::Membound => self.backend.membound(units),
-            ComputeKind::HostDelay => bail!("internal: host delay is not a compute kernel"),
+    fn compute(&mut self, work: Work) -> Result<()> {
+        match work {
+            Work::Unit(ComputeKind::Gemm, units) => self.backend.gemm(0, 0, units),
+            Work::Unit(ComputeKind::Membound, units) => self.backend.membound(units),
+            Work::Unit(ComputeKind::HostDelay, _) => bail!("internal: host delay is not a compute kernel"),
+            Work::Layer(gemms, layer) => gemms.iter().try_for_each(|&g| self.backend.gemm(g, layer, 1)),
         }
     }
 
-    fn timed_compute(&mut self, phase: Phase, kind: ComputeKind, units: u32, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+    fn timed_compute(&mut self, phase: Phase, work: Work, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+        let (kind, units) = match work {
+            Work::Unit(kind, units) => (kind, units),
+            Work::Layer(gemms, _) => (ComputeKind::Gemm, gemms.len() as u32),
+        };
         if units == 0 {
             return Ok(());
         }
         let m0 = self.backend.mark()?;
         let start_ns = self.clock.now_ns();
-        self.compute(kind, units)?;
+        self.compute(work)?;
         let end_ns = self.clock.now_ns();
         let m1 = self.backend.mark()?;
         let idx = self.body.compute.len();
@@ -331,29 +364,20 @@ impl<'a, B: Backend> Runner<'a, B> {
     }
 
     /// Issue, do `between`, wait, validate, record.
-    fn collective(&mut self, phase: Phase, bytes: u64, pos: Position, between: Between) -> Result<usize> {
+    fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
         let seq = self.seq;
         self.seq += 1;
         if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
             eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
             std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
         }
-        // The injected delay sleeps rather than spins: a spinning rank would
-        // hold a core and, where ranks outnumber cores, delay a co-scheduled
-        // rank too, confounding the control. Sleep only overshoots, and the
-        // delay actually achieved is what is recorded.
-        let mut injected = None;
-        if let Some(d) = self.delay.and_then(|d| d.delay_for(self.rank, seq)) {
-            let t = self.clock.now_ns();
-            std::thread::sleep(std::time::Duration::from_nanos(d));
-            injected = Some(self.clock.now_ns() - t);
-        }
+        let injected = self.inject_delay(seq);
         let host_issue_ns = self.clock.now_ns();
-        self.backend.issue_allreduce(bytes)?;
+        self.backend.issue_allreduce(bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
         match between {
             Between::Nothing => {}
-            Between::Compute(kind, units, token, layer) => self.timed_compute(phase, kind, units, token, layer)?,
+            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
             Between::HostSpin(ns, token, layer) => {
                 let s = self.clock.now_ns();
                 self.clock.spin_until(s + ns);
@@ -367,15 +391,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
         if checked {
             self.checked_in_phase += 1;
-            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
-                self.backend.corrupt_last_result();
-            }
-            if let Err(why) = self.backend.check_last_allreduce(bytes) {
-                bail!(
-                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes): {why}",
-                    self.rank
-                );
-            }
+            self.check(phase, seq, bytes, dtype)?;
         }
         self.body.collectives.push(CollectiveEvent {
             phase,
@@ -383,7 +399,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             group: 0,
             seq,
             bytes,
-            dtype: Dtype::F32,
+            dtype,
             token: pos.token,
             layer: pos.layer,
             iter: pos.iter,
@@ -402,16 +418,148 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(self.body.collectives.len() - 1)
     }
 
-    fn isolated(&mut self) -> Result<()> {
-        let spec = self.spec;
-        for &bytes in &spec.sizes_bytes {
-            for i in 0..spec.warmup_iters + spec.iters {
-                let warmup = i < spec.warmup_iters;
-                let iter = if warmup { i } else { i - spec.warmup_iters };
-                self.collective(Phase::Isolated, bytes, Position { token: None, layer: None, iter: Some(iter), warmup }, Between::Nothing)?;
+    /// The negative control's delay before collective `seq`, if any; returns
+    /// the delay actually achieved. A delay shorter than 1 ms spins where the
+    /// node has a core for every local rank (a sleep of 20 µs lasts ~80 µs
+    /// under Linux timer slack, so a sleeping control would be four times the
+    /// declared size); elsewhere, and for longer delays, it sleeps, since a
+    /// spinning rank on an oversubscribed node would delay a co-scheduled rank
+    /// too and confound the control. Sleep only overshoots, and the achieved
+    /// delay is what is recorded.
+    fn inject_delay(&self, seq: u64) -> Option<u64> {
+        let d = self.delay.and_then(|d| d.delay_for(self.rank, seq))?;
+        let t = self.clock.now_ns();
+        if d < 1_000_000 && self.spin_short_delays {
+            self.clock.spin_until(t + d);
+        } else {
+            std::thread::sleep(std::time::Duration::from_nanos(d));
+        }
+        Some(self.clock.now_ns() - t)
+    }
+
+    /// Validate the last all-reduce of `bytes` and record what was found. A
+    /// wrong result fails the job at once in the workload phases; the isolated
+    /// phase records it (nccl-tests' `#wrong`) and goes on, and the rank
+    /// fails after its shard is written (see `rank`), so the evidence of the
+    /// fault is kept and no wrong run is ever ranked.
+    fn check(&mut self, phase: Phase, seq: u64, bytes: u64, dtype: Dtype) -> Result<()> {
+        if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
+            self.backend.corrupt_last_result();
+        }
+        let outcome = self.backend.check_last_allreduce(bytes, dtype)?;
+        self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
+        if let Some(why) = outcome.first_wrong {
+            if phase != Phase::Isolated {
+                bail!("result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}", self.rank, dtype.name());
             }
         }
         Ok(())
+    }
+
+    fn isolated(&mut self) -> Result<()> {
+        let spec = self.spec;
+        if self.backend.back_to_back() {
+            return self.isolated_back_to_back();
+        }
+        for &bytes in spec.isolated_sizes() {
+            for i in 0..spec.warmup_iters + spec.iters {
+                let warmup = i < spec.warmup_iters;
+                let iter = if warmup { i } else { i - spec.warmup_iters };
+                let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
+                self.collective(Phase::Isolated, bytes, spec.dtype, pos, Between::Nothing)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The isolated phase where collectives can run back to back (GPU), as
+    /// nccl-tests times them (`-I 1`): per size, the warm-ups, then a
+    /// synchronization and a barrier, then the timed iterations enqueued with
+    /// nothing between them but the host clock reads and one boundary event,
+    /// so the device queue stays ahead of the host as far as the host's cost
+    /// allows. With `--graph` the timed iterations are one CUDA graph, launched
+    /// once. The result is validated once per size after its loop, as
+    /// nccl-tests does; every iteration's result equals it (same inputs, same
+    /// output buffer).
+    fn isolated_back_to_back(&mut self) -> Result<()> {
+        let spec = self.spec;
+        let per_size = (spec.warmup_iters + spec.iters) as usize;
+        self.body.collectives.reserve(per_size * spec.isolated_sizes().len());
+        for &bytes in spec.isolated_sizes() {
+            for i in 0..spec.warmup_iters {
+                self.back_to_back_one(bytes, i, true)?;
+            }
+            self.backend.synchronize()?;
+            self.world.barrier();
+            if spec.graph {
+                self.isolated_graph(bytes)?;
+            } else {
+                for i in 0..spec.iters {
+                    self.back_to_back_one(bytes, i, false)?;
+                }
+            }
+            self.backend.end_back_to_back()?;
+            if spec.check > 0 && spec.iters > 0 {
+                let last = self.body.collectives.len() - 1;
+                self.body.collectives[last].checked = true;
+                let seq = self.body.collectives[last].seq;
+                self.check(Phase::Isolated, seq, bytes, spec.dtype)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One collective of the isolated loop: the hot path.
+    fn back_to_back_one(&mut self, bytes: u64, iter: u32, warmup: bool) -> Result<()> {
+        let seq = self.seq;
+        self.seq += 1;
+        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+        }
+        let injected = self.inject_delay(seq);
+        let host_issue_ns = self.clock.now_ns();
+        self.backend.allreduce_back_to_back(bytes, self.spec.dtype)?;
+        let host_return_ns = self.clock.now_ns();
+        self.push_isolated(bytes, seq, iter, warmup, (host_issue_ns, host_return_ns), injected);
+        Ok(())
+    }
+
+    /// The timed iterations of one size as one CUDA graph: one launch for all
+    /// of them (delays and faults cannot act inside a graph).
+    fn isolated_graph(&mut self, bytes: u64) -> Result<()> {
+        let host = self.backend.allreduce_graph(bytes, self.spec.dtype, self.spec.iters)?;
+        for i in 0..self.spec.iters {
+            let seq = self.seq;
+            self.seq += 1;
+            self.push_isolated(bytes, seq, i, false, host, None);
+        }
+        Ok(())
+    }
+
+    fn push_isolated(&mut self, bytes: u64, seq: u64, iter: u32, warmup: bool, (host_issue_ns, host_return_ns): (u64, u64), injected: Option<u64>) {
+        self.body.collectives.push(CollectiveEvent {
+            phase: Phase::Isolated,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq,
+            bytes,
+            dtype: self.spec.dtype,
+            token: None,
+            layer: None,
+            iter: Some(iter),
+            warmup,
+            host_issue_ns,
+            host_return_ns,
+            wait_start_ns: host_return_ns,
+            wait_end_ns: host_return_ns,
+            device_start_ns: None,
+            device_end_ns: None,
+            injected_delay_ns: injected,
+            replay: None,
+            fill: None,
+            checked: false,
+        });
     }
 
     fn tokens(&self) -> impl Iterator<Item = (u32, bool)> {
@@ -419,16 +567,20 @@ impl<'a, B: Backend> Runner<'a, B> {
         (0..w + self.spec.tokens).map(move |t| (t, t < w))
     }
 
+    /// Each step: its GEMMs, then its all-reduce; the next step's GEMMs wait
+    /// for the collective (a stream dependency on GPUs).
     fn blocking(&mut self) -> Result<()> {
-        let layers = self.spec.layers;
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
             let open = self.begin_token(token, warmup)?;
-            for layer in 0..layers {
-                self.timed_compute(Phase::Blocking, ComputeKind::Gemm, 1, Some(token), Some(layer))?;
-                let bytes = self.spec.size_at(index);
+            for _ in 0..per_token {
+                let s = self.spec.step(index);
                 index += 1;
-                self.collective(Phase::Blocking, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, Between::Nothing)?;
+                self.timed_compute(Phase::Blocking, Work::Layer(s.gemms, s.layer), Some(token), Some(s.layer))?;
+                let pos = Position { token: Some(token), layer: Some(s.layer), iter: None, warmup };
+                self.collective(Phase::Blocking, s.bytes, dtype, pos, Between::Nothing)?;
             }
             let end = self.clock.now_ns();
             self.end_token(Phase::Blocking, open, end)?;
@@ -436,26 +588,105 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(())
     }
 
+    /// The first step's GEMMs, then per step: issue its all-reduce, run the
+    /// next step's GEMMs, wait.
     fn async_phase(&mut self) -> Result<()> {
-        let layers = self.spec.layers;
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
         let mut index = 0u64;
         for (token, warmup) in self.tokens().collect::<Vec<_>>() {
             let open = self.begin_token(token, warmup)?;
-            self.timed_compute(Phase::Async, ComputeKind::Gemm, 1, Some(token), Some(0))?;
-            for layer in 0..layers {
-                let bytes = self.spec.size_at(index);
+            let first = self.spec.step(index);
+            self.timed_compute(Phase::Async, Work::Layer(first.gemms, first.layer), Some(token), Some(first.layer))?;
+            for j in 0..per_token {
+                let s = self.spec.step(index);
                 index += 1;
-                let between = if layer + 1 < layers {
-                    Between::Compute(ComputeKind::Gemm, 1, Some(token), Some(layer + 1))
+                let between = if j + 1 < per_token {
+                    let next = self.spec.step(index);
+                    Between::Compute(Work::Layer(next.gemms, next.layer), Some(token), Some(next.layer))
                 } else {
                     Between::Nothing
                 };
-                self.collective(Phase::Async, bytes, Position { token: Some(token), layer: Some(layer), iter: None, warmup }, between)?;
+                let pos = Position { token: Some(token), layer: Some(s.layer), iter: None, warmup };
+                self.collective(Phase::Async, s.bytes, dtype, pos, between)?;
             }
             let end = self.clock.now_ns();
             self.end_token(Phase::Async, open, end)?;
         }
         Ok(())
+    }
+
+    /// One token's device work as [`Self::blocking`] or [`Self::async_phase`]
+    /// issues it, without records (inside a graph capture, or as the eager
+    /// warm-up before one). Returns the last collective's size.
+    fn token_work(&mut self, phase: Phase) -> Result<u64> {
+        let per_token = self.spec.collectives_per_token();
+        let dtype = self.spec.dtype;
+        let mut last = 0;
+        if phase == Phase::Async {
+            let first = self.spec.step(0);
+            self.compute(Work::Layer(first.gemms, first.layer))?;
+        }
+        for i in 0..per_token {
+            let s = self.spec.step(i);
+            if phase == Phase::Blocking {
+                self.compute(Work::Layer(s.gemms, s.layer))?;
+            }
+            self.backend.issue_allreduce(s.bytes, dtype)?;
+            if phase == Phase::Async && i + 1 < per_token {
+                let next = self.spec.step(i + 1);
+                self.compute(Work::Layer(next.gemms, next.layer))?;
+            }
+            self.backend.wait_allreduce()?;
+            last = s.bytes;
+        }
+        Ok(last)
+    }
+
+    /// Graph mode: one eager warm-up token (libraries set up outside the
+    /// capture), then one token captured into a graph, then one launch per
+    /// token with device marks at the token boundaries only. The captured
+    /// token is identical to every token of the model shape (a step's sizes
+    /// and GEMMs depend only on its position in the token). `--check`
+    /// validates the last collective after the last launch.
+    fn graph_phase(&mut self, phase: Phase) -> Result<crate::shard::GraphRun> {
+        self.token_work(phase)?;
+        self.backend.synchronize()?;
+        // the warm-up token is no part of the pass
+        let _ = self.backend.finish_pass()?;
+        self.backend.begin_graph()?;
+        let captured = self.token_work(phase);
+        let ended = self.backend.end_graph();
+        let last_bytes = captured?;
+        ended?;
+        let mut launches = 0u64;
+        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
+            let open = self.begin_token(token, warmup)?;
+            self.backend.launch_graph()?;
+            launches += 1;
+            let end = self.clock.now_ns();
+            self.end_token(phase, open, end)?;
+        }
+        let mut checked = 0;
+        if self.spec.check > 0 {
+            self.backend.synchronize()?;
+            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
+                self.backend.corrupt_last_result();
+            }
+            let dtype = self.spec.dtype;
+            if let Some(why) = self.backend.check_last_allreduce(last_bytes, dtype)?.first_wrong {
+                bail!("result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}", self.rank, dtype.name());
+            }
+            checked = 1;
+        }
+        let per_token = self.spec.collectives_per_token();
+        Ok(crate::shard::GraphRun {
+            collectives_per_token: per_token,
+            gemms_per_token: (0..per_token).map(|i| self.spec.step(i).gemms.len() as u64).sum(),
+            launches,
+            timing: "token boundaries: events on the compute stream before and after each graph launch".into(),
+            checked,
+        })
     }
 
     /// Replay, fill, overlap and the ablations: walk the source trace.
@@ -464,7 +695,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let mut prev_end = self.clock.now_ns();
         let mut open_token: Option<OpenToken> = None;
         for e in &trace.entries {
-            let GapEntry { token, layer, warmup, bytes, gap_ns } = *e;
+            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns } = *e;
             if let Some(t) = token {
                 match open_token {
                     Some(cur) if cur.token == t => {}
@@ -501,14 +732,14 @@ impl<'a, B: Backend> Runner<'a, B> {
                     fill = Some(FillRecord { gap_ns, units, quantum_ns: q, quantization_error_ns: err });
                     let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
                     if phase == Phase::Overlap {
-                        Between::Compute(kind, units, token, layer)
+                        Between::Compute(Work::Unit(kind, units), token, layer)
                     } else {
-                        self.timed_compute(phase, kind, units, token, layer)?;
+                        self.timed_compute(phase, Work::Unit(kind, units), token, layer)?;
                         Between::Nothing
                     }
                 }
             };
-            let idx = self.collective(phase, bytes, pos, between)?;
+            let idx = self.collective(phase, bytes, dtype, pos, between)?;
             let ev = &mut self.body.collectives[idx];
             ev.fill = fill;
             if phase == Phase::Replay {

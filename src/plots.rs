@@ -6,7 +6,7 @@
 //!   proxy's ranking errors);
 //! - `distribution-PHASE.svg`: per configuration, the pooled events of all
 //!   jobs: 5–95% whisker, 25–75% box, median bar, p99 dot (nearest-rank);
-//! - `p-best.svg`: paired-by-round bootstrap P(best) per configuration and phase;
+//! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::inference`]);
 //! - `overlap-timeline.svg`: compute and communication intervals of one
 //!   rank's window (GPU runs, from CUPTI kernels or CUDA events).
 use crate::analysis::{Report, TimelineExcerpt};
@@ -137,7 +137,7 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
     Ok(s)
 }
 
-/// P(best) per configuration and phase (paired-by-round bootstrap).
+/// P(best) per configuration and phase (hierarchical posterior).
 pub fn p_best(r: &Report) -> Result<String> {
     let labels = labels(r);
     let np = r.phases.len().max(1);
@@ -146,7 +146,7 @@ pub fn p_best(r: &Report) -> Result<String> {
         let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("P(best), paired-by-round bootstrap ({} resamples, seed {})", r.policy.bootstrap_resamples, r.policy.bootstrap_seed), ("sans-serif", 18))
+            .caption(format!("P(best), hierarchical posterior ({} draws, seed {})", r.policy.bootstrap_resamples, r.policy.bootstrap_seed), ("sans-serif", 18))
             .margin(15)
             .x_label_area_size(50)
             .y_label_area_size(50)

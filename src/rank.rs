@@ -13,8 +13,8 @@ use crate::cli::{ClockMode, RankArgs};
 use crate::clock::{estimate_window, ClockInjection, ClockModel, PingSample, RankClock};
 use crate::phases::{Fault, Runner};
 use crate::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
-use crate::shard::{BackendKind, ClockRecord, ColdStart, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
-use crate::workload::{parse_phases, DelayInjection, GemmShape, WorkloadSpec};
+use crate::shard::{BackendKind, ClockRecord, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
+use crate::workload::{parse_phases, DelayInjection, GemmShape, ModelRequest, ModelShape, WorkloadSpec};
 use anyhow::{bail, Context, Result};
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::point_to_point::{Destination, Source};
@@ -25,7 +25,9 @@ const CLOCK_TAG: i32 = 7001;
 
 /// Everything validated before MPI starts.
 struct Plan {
+    /// The workload; a model's split over the ranks is bound once the world size is known.
     spec: WorkloadSpec,
+    model: Option<ModelRequest>,
     delay: Option<DelayInjection>,
     clock_injections: Vec<ClockInjection>,
     fault: Option<Fault>,
@@ -50,6 +52,13 @@ pub fn write_line_stderr(line: &str) {
     buf.push_str(line);
     buf.push('\n');
     let _ = std::io::stderr().lock().write_all(buf.as_bytes());
+}
+
+/// World size from the launcher's environment, before MPI is initialised.
+fn launcher_world_size() -> Option<u32> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
 /// Whether this process should print job-wide messages.
@@ -89,24 +98,76 @@ fn plan(args: &RankArgs) -> Result<Plan> {
             BackendKind::Cuda => GemmShape { m: 1024, n: 1024, k: 1024 },
         },
     };
+    let shape = match (&args.model_dims, args.model.as_deref()) {
+        (Some(dims), _) => Some(ModelShape::parse_dims(dims)?),
+        (None, Some("synthetic")) => None,
+        (None, Some(name)) => Some(ModelShape::preset(name)?),
+        (None, None) => Some(ModelShape::preset(match backend {
+            BackendKind::Cpu => "tiny",
+            BackendKind::Cuda => "llama3-8b",
+        })?),
+    };
+    if shape.is_some() && args.sizes.is_some() {
+        bail!("--sizes applies to --model synthetic; a model's all-reduces are batch x hidden elements");
+    }
+    if shape.is_none() && (args.prefill_tokens.is_some() || args.batch != 1) {
+        bail!("--batch and --prefill-tokens apply to model shapes, not --model synthetic");
+    }
+    if args.graph && backend != BackendKind::Cuda {
+        bail!("--graph needs the cuda backend (CUDA graphs)");
+    }
+    if args.graph && shape.is_none() && args.phases.split(',').any(|p| matches!(p.trim(), "blocking" | "async" | "all")) {
+        // a synthetic token's sizes depend on its position in the phase: one captured token would not stand for all
+        bail!("--graph: blocking and async run as graphs for model shapes only (not --model synthetic)");
+    }
+    let (gemm_dtype, gemm_accumulate_dtype) = match backend {
+        BackendKind::Cpu => (Dtype::F32, Dtype::F32),
+        BackendKind::Cuda => (Dtype::Bf16, Dtype::F32),
+    };
     let spec = WorkloadSpec {
         phases: parse_phases(&args.phases)?,
         tokens: args.tokens,
         warmup_tokens: args.warmup_tokens,
-        layers: args.layers,
-        sizes_bytes: crate::units::parse_size_list(&args.sizes)?,
+        layers: args.layers.unwrap_or(32),
+        sizes_bytes: crate::units::parse_size_list(args.sizes.as_deref().unwrap_or("64KiB,128KiB,256KiB"))?,
+        isolated_sizes_bytes: match (&args.min_bytes, &args.max_bytes) {
+            (Some(lo), Some(hi)) => {
+                crate::workload::size_sweep(crate::units::parse_bytes(lo)?, crate::units::parse_bytes(hi)?, args.step_factor)?
+            }
+            _ => Vec::new(),
+        },
+        graph: args.graph,
         gemm,
         iters: args.iters,
         warmup_iters: args.warmup_iters,
         check: args.check,
         fill_residual: args.fill_residual,
         membound_bytes: crate::units::parse_bytes(&args.membound_bytes)?,
+        dtype: args.dtype.unwrap_or(if shape.is_some() { Dtype::Bf16 } else { Dtype::F32 }),
+        gemm_dtype: Some(gemm_dtype),
+        gemm_accumulate_dtype: Some(gemm_accumulate_dtype),
+        model: None,
     };
     spec.validate()?;
+    let model = shape.map(|shape| ModelRequest {
+        shape,
+        batch: args.batch,
+        prefill_tokens: args.prefill_tokens,
+        layers: args.layers,
+        // the device holds every layer's weights, as a real model does; the host reuses one set
+        per_layer_weights: backend == BackendKind::Cuda,
+    });
+    if let (Some(req), Some(world)) = (&model, launcher_world_size()) {
+        // refuse a shape that does not split over the ranks before MPI starts
+        spec.clone().bind_model(req, world)?;
+    }
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     let clock_injections: Vec<ClockInjection> =
         args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
+    if args.graph && backend != BackendKind::Cuda {
+        bail!("--graph needs the cuda backend (CUDA graphs)");
+    }
     if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
@@ -115,7 +176,7 @@ fn plan(args: &RankArgs) -> Result<Plan> {
             bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
         }
     }
-    Ok(Plan { spec, delay, clock_injections, fault, backend, backend_note })
+    Ok(Plan { spec, model, delay, clock_injections, fault, backend, backend_note })
 }
 
 /// Directory (under `--out`) where NCCL writes per-process debug logs before they are kept.
@@ -125,7 +186,7 @@ fn nccl_debug_dir(out: &std::path::Path) -> PathBuf {
 
 /// Ask NCCL for its tuning log. Runs before MPI_Init, while this process is
 /// still single-threaded, so changing the environment is safe.
-fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
+pub fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
     let dir = nccl_debug_dir(out);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::fs::canonicalize(&dir)?;
@@ -272,9 +333,19 @@ fn clock_window(world: &SimpleCommunicator, clock: &RankClock, n: u32) -> Vec<Pi
     samples
 }
 
-fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns: u64) -> Result<()> {
+fn run_rank(args: &RankArgs, mut plan: Plan, world: &SimpleCommunicator, mpi_init_ns: u64) -> Result<()> {
     let rank = world.rank() as u32;
     let size = world.size() as u32;
+    if let Some(req) = &plan.model {
+        // tensor-parallel degree = the rank count
+        plan.spec.bind_model(req, size)?;
+    }
+    if plan.spec.dtype == Dtype::Bf16 && plan.spec.check > 0 && size > crate::backend::BF16_EXACT_MAX_WORLD {
+        bail!(
+            "--check with bf16 all-reduces: the check's sums are exact in bf16 up to {} ranks and this job has {size}; pass --check 0 or --dtype f32",
+            crate::backend::BF16_EXACT_MAX_WORLD
+        );
+    }
     let local = world.split_shared(world.rank());
     let (local_rank, local_size) = (local.rank() as u32, local.size() as u32);
     let started_unix_ms = crate::run::unix_ms();
@@ -297,6 +368,11 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
     let identity = crate::identity::capture(rank, size, local_rank, local_size);
     let (run_id, dir) = broadcast_run_dir(world, args)?;
     let file_trace = args.trace.as_deref().map(|p| crate::trace::from_joined_file(p, rank)).transpose()?;
+    if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
+        if let Some(e) = t.entries.iter().find(|e| e.dtype != plan.spec.dtype) {
+            bail!("--trace {}: its collectives are {}, this run's are {} (pass --dtype {})", p.display(), e.dtype.name(), plan.spec.dtype.name(), e.dtype.name());
+        }
+    }
     let cx = RankContext {
         args,
         plan: &plan,
@@ -313,7 +389,7 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
     let t0 = clock.now_ns();
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, plan.spec.max_bytes(), plan.spec.gemm, plan.spec.membound_bytes)?;
+            let mut b = CpuBackend::new(world, &crate::backend::BackendPlan::for_spec(&plan.spec))?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {
@@ -321,13 +397,12 @@ fn run_rank(args: &RankArgs, plan: Plan, world: &SimpleCommunicator, mpi_init_ns
                 world,
                 local_rank,
                 &args.nccl_lib,
-                plan.spec.max_bytes(),
-                plan.spec.gemm,
-                plan.spec.membound_bytes,
+                &crate::backend::BackendPlan::for_spec(&plan.spec),
                 clock.clone(),
                 plan.spec.device_events_per_pass(),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
                 args.gpu,
+                args.cupti,
             )?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
@@ -370,6 +445,7 @@ fn finish_rank<B: Backend>(
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
+    let checks = std::mem::take(&mut runner.checks);
     let tuning = if args.nccl_tuning {
         let events: Vec<(u64, u64)> = body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
         Some(collect_tuning(&args.out, &dir, rank, &events)?)
@@ -411,10 +487,14 @@ fn finish_rank<B: Backend>(
         clock_anchor_true_ns: clock.anchor_true_ns(),
         delay_injection: plan.delay,
         cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
-        unmeasured: backend.unmeasured(),
+        unmeasured: backend.unmeasured().into_iter().chain(plan.spec.graph.then(|| crate::shard::Unmeasured {
+            field: "collectives (graph mode)".into(),
+            reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
+        })).collect(),
         phases: phase_runs,
         started_unix_ms,
         tuning,
+        checks,
     };
     let shard = Shard { header, body };
     let bytes = shard.encode()?;
@@ -465,6 +545,15 @@ fn finish_rank<B: Backend>(
         }
     } else {
         root.gather_into(&mine[..]);
+    }
+    // A wrong result recorded by the isolated phase fails the rank only now,
+    // once rank 0 has written run.json, so the evidence is complete on disk.
+    world.barrier();
+    if let Some(c) = shard.header.checks.iter().find(|c| c.wrong_elements > 0) {
+        bail!(
+            "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; the run is kept in {} and must not be ranked",
+            c.phase, c.group, c.seq, c.bytes, c.wrong_elements, c.first_wrong.as_deref().unwrap_or("?"), dir.display()
+        );
     }
     Ok(())
 }

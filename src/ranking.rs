@@ -1,5 +1,5 @@
 //! Pairwise relations between configurations and proxy-versus-truth agreement
-//! (SPEC §7), free of I/O.
+//! free of I/O.
 //!
 //! Consumes per-configuration summaries (median, optional IQR, in µs) of a
 //! proxy (e.g. `isolated`) and of the truth (e.g. `blocking`). Produces, for
@@ -14,6 +14,7 @@
 //! and D discordant pairs, n0 = n(n-1)/2 and n1, n2 the pairs tied on each
 //! side. Ties here are the declared policy's ties, so "tied" means "under the
 //! declared rule these were not distinguished", never "statistically identical".
+//! [`tau_b`] and [`strict_relations`] give tau-b on plain values too.
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -28,17 +29,22 @@ pub struct ConfigSummary {
     pub iqr_us: Option<f64>,
 }
 
-/// The declared tie rule.
+/// The tie policy: one vocabulary for the manifest, the analysis and `compare`.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum TieRule {
-    /// Any difference decides.
+pub enum TiePolicy {
+    /// Any difference of the summaries decides (summary tables only).
     Strict,
-    /// Tied if |m_a - m_b| < max(iqr_a, iqr_b) (an unknown IQR counts as 0).
+    /// Tied if |m_a - m_b| < max(iqr_a, iqr_b), an unknown IQR counting as 0 (summary tables only).
     Iqr,
-    /// Tied unless the paired-bootstrap interval of the difference excludes 0
-    /// and lies beyond the minimum effect (campaigns only: tables carry no rounds).
-    Bootstrap,
+    /// A pair is decided by its printed interval over rounds: different only
+    /// when the interval lies beyond ± the minimum effect
+    /// ([`crate::inference::decide`]). The only policy of a campaign, whose
+    /// rounds give intervals. `bootstrap`, its name before report format 2,
+    /// is read as `interval`.
+    #[serde(alias = "bootstrap")]
+    #[value(alias = "bootstrap")]
+    Interval,
 }
 
 /// Relation of a pair (a, b).
@@ -54,11 +60,11 @@ pub enum Relation {
 }
 
 /// The relation of `a` and `b` under `rule`.
-pub fn relation(a: &ConfigSummary, b: &ConfigSummary, rule: TieRule) -> Relation {
+pub fn relation(a: &ConfigSummary, b: &ConfigSummary, rule: TiePolicy) -> Relation {
     let d = a.median_us - b.median_us;
     let tied = match rule {
-        TieRule::Strict | TieRule::Bootstrap => d == 0.0,
-        TieRule::Iqr => d.abs() < a.iqr_us.unwrap_or(0.0).max(b.iqr_us.unwrap_or(0.0)) || d == 0.0,
+        TiePolicy::Strict | TiePolicy::Interval => d == 0.0,
+        TiePolicy::Iqr => d.abs() < a.iqr_us.unwrap_or(0.0).max(b.iqr_us.unwrap_or(0.0)) || d == 0.0,
     };
     if tied {
         Relation::Tied
@@ -103,7 +109,7 @@ pub struct Disagreement {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Comparison {
     /// Tie rule used.
-    pub tie_policy: TieRule,
+    pub tie_policy: TiePolicy,
     /// n(n-1)/2.
     pub pairs_total: usize,
     /// Pairs whose relations agree.
@@ -121,10 +127,10 @@ pub struct Comparison {
 }
 
 /// Compare a proxy with the truth over the same configurations (strict or
-/// IQR rule on summaries; the bootstrap rule needs rounds, see [`compare_relations`]).
-pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TieRule, evidence_class: &str) -> Result<Comparison> {
-    if rule == TieRule::Bootstrap {
-        bail!("the bootstrap tie policy needs rounds of a campaign; summary tables offer strict or iqr only");
+/// IQR rule on summaries; the interval rule needs rounds, see [`compare_relations`]).
+pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TiePolicy, evidence_class: &str) -> Result<Comparison> {
+    if rule == TiePolicy::Interval {
+        bail!("the interval tie policy needs the rounds of a campaign; summary tables offer strict or iqr only");
     }
     for (side, v) in [("proxy", proxy), ("truth", truth)] {
         let mut names: Vec<&str> = v.iter().map(|c| c.config.as_str()).collect();
@@ -162,28 +168,17 @@ pub fn pair_index(n: usize, i: usize, j: usize) -> usize {
 /// Agreement and Kendall's tau-b from relations already decided, one per
 /// pair in [`pair_index`] order over `truth`'s configurations (whose medians
 /// price the disagreements).
-pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_rel: &[Relation], rule: TieRule, evidence_class: &str) -> Result<Comparison> {
+pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_rel: &[Relation], rule: TiePolicy, evidence_class: &str) -> Result<Comparison> {
     let n = truth.len();
     if proxy_rel.len() != n * n.saturating_sub(1) / 2 || truth_rel.len() != proxy_rel.len() {
         bail!("{} configurations need {} relations per side", n, n * n.saturating_sub(1) / 2);
     }
-    let (mut c, mut d, mut n1, mut n2) = (0i64, 0i64, 0i64, 0i64);
     let mut relations = Vec::new();
     let mut disagreements = Vec::new();
     for i in 0..n {
         for j in i + 1..n {
             let (ta, tb) = (&truth[i], &truth[j]);
             let (rp, rt) = (proxy_rel[pair_index(n, i, j)], truth_rel[pair_index(n, i, j)]);
-            match (rp, rt) {
-                (Relation::Tied, Relation::Tied) => {
-                    n1 += 1;
-                    n2 += 1;
-                }
-                (Relation::Tied, _) => n1 += 1,
-                (_, Relation::Tied) => n2 += 1,
-                (x, y) if x == y => c += 1,
-                _ => d += 1,
-            }
             let agree = rp == rt;
             if !agree {
                 let faster = ta.median_us.min(tb.median_us);
@@ -193,32 +188,62 @@ pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_
             relations.push(PairRelation { a: ta.config.clone(), b: tb.config.clone(), proxy: rp, truth: rt, agree });
         }
     }
-    let n0 = relations.len() as i64;
-    let den = (((n0 - n1) * (n0 - n2)) as f64).sqrt();
     let pairs_agree = relations.iter().filter(|r| r.agree).count();
     Ok(Comparison {
         tie_policy: rule,
         pairs_total: relations.len(),
         pairs_agree,
         agreement_pct: if relations.is_empty() { f64::NAN } else { pairs_agree as f64 / relations.len() as f64 * 100.0 },
-        kendall_tau_b: (den > 0.0).then(|| (c - d) as f64 / den),
+        kendall_tau_b: tau_b(proxy_rel, truth_rel),
         relations,
         disagreements,
         evidence_class: evidence_class.to_string(),
     })
 }
 
-/// The bootstrap rule's relation from the interval [lo, hi] of (a − b) in
-/// percent of b: a decided difference needs an interval that excludes 0 and
-/// lies beyond the minimum effect on one side.
+/// The interval policy's relation from the interval [lo, hi] of (a − b) in
+/// percent of b: the verdict of [`crate::inference::decide`] (a faster =
+/// `pass`, b faster = `fail`, anything else not distinguished).
 pub fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Relation {
-    if hi_pct < 0.0 && hi_pct < -min_effect_pct {
-        Relation::AFaster
-    } else if lo_pct > 0.0 && lo_pct > min_effect_pct {
-        Relation::BFaster
-    } else {
-        Relation::Tied
+    match crate::inference::decide(lo_pct, hi_pct, min_effect_pct) {
+        crate::inference::Verdict::Pass => Relation::AFaster,
+        crate::inference::Verdict::Fail => Relation::BFaster,
+        _ => Relation::Tied,
     }
+}
+
+/// Kendall's tau-b of two sets of pair relations ([`pair_index`] order).
+pub fn tau_b(x: &[Relation], y: &[Relation]) -> Option<f64> {
+    let (mut c, mut d, mut n1, mut n2) = (0i64, 0i64, 0i64, 0i64);
+    for (&p, &q) in x.iter().zip(y) {
+        if p == Relation::Tied {
+            n1 += 1;
+        }
+        if q == Relation::Tied {
+            n2 += 1;
+        }
+        if p != Relation::Tied && q != Relation::Tied {
+            if p == q {
+                c += 1;
+            } else {
+                d += 1;
+            }
+        }
+    }
+    let n0 = x.len().min(y.len()) as i64;
+    let den = (((n0 - n1) * (n0 - n2)) as f64).sqrt();
+    (den > 0.0).then(|| (c - d) as f64 / den)
+}
+
+/// Strict relations of plain values (smaller is faster), [`pair_index`] order.
+pub fn strict_relations(v: &[f64]) -> Vec<Relation> {
+    let mut out = Vec::with_capacity(v.len() * v.len().saturating_sub(1) / 2);
+    for i in 0..v.len() {
+        for j in i + 1..v.len() {
+            out.push(if v[i] < v[j] { Relation::AFaster } else if v[i] > v[j] { Relation::BFaster } else { Relation::Tied });
+        }
+    }
+    out
 }
 
 /// Read a summary table: CSV with header `config,median_us` and optionally `iqr_us`.
@@ -269,12 +294,12 @@ mod tests {
     }
 
     #[test]
-    fn the_bootstrap_rule_decides_only_beyond_the_minimum_effect() {
+    fn the_interval_rule_decides_only_beyond_the_minimum_effect() {
         assert_eq!(relation_from_interval(-9.0, -3.0, 2.0), Relation::AFaster);
         assert_eq!(relation_from_interval(3.0, 9.0, 2.0), Relation::BFaster);
         assert_eq!(relation_from_interval(-9.0, -1.0, 2.0), Relation::Tied, "excludes 0 but not the minimum effect");
         assert_eq!(relation_from_interval(-1.0, 4.0, 0.0), Relation::Tied, "contains 0");
-        assert!(compare(&[], &[], TieRule::Bootstrap, "x").is_err(), "tables carry no rounds");
+        assert!(compare(&[], &[], TiePolicy::Interval, "x").is_err(), "tables carry no rounds");
     }
     use proptest::prelude::*;
 
@@ -287,7 +312,7 @@ mod tests {
         // proxy order a < b < c ; truth order b < a < c
         let p = [s("a", 1.0, None), s("b", 2.0, None), s("c", 3.0, None)];
         let t = [s("a", 20.0, None), s("b", 10.0, None), s("c", 30.0, None)];
-        let r = compare(&p, &t, TieRule::Strict, "test").unwrap();
+        let r = compare(&p, &t, TiePolicy::Strict, "test").unwrap();
         assert_eq!((r.pairs_total, r.pairs_agree), (3, 2));
         // C = 2 (a-c, b-c), D = 1 (a-b): tau = 1/3
         assert!((r.kendall_tau_b.unwrap() - 1.0 / 3.0).abs() < 1e-12);
@@ -298,15 +323,15 @@ mod tests {
     #[test]
     fn iqr_policy_ties_close_pairs() {
         let p = [s("a", 10.0, Some(3.0)), s("b", 12.0, Some(1.0))];
-        assert_eq!(relation(&p[0], &p[1], TieRule::Iqr), Relation::Tied);
-        assert_eq!(relation(&p[0], &p[1], TieRule::Strict), Relation::AFaster);
+        assert_eq!(relation(&p[0], &p[1], TiePolicy::Iqr), Relation::Tied);
+        assert_eq!(relation(&p[0], &p[1], TiePolicy::Strict), Relation::AFaster);
     }
 
     #[test]
     fn refuses_mismatched_sets_and_bad_tables() {
         let p = [s("a", 1.0, None), s("b", 2.0, None)];
         let t = [s("a", 1.0, None), s("c", 2.0, None)];
-        assert!(compare(&p, &t, TieRule::Strict, "").unwrap_err().to_string().contains("only in proxy"));
+        assert!(compare(&p, &t, TiePolicy::Strict, "").unwrap_err().to_string().contains("only in proxy"));
         assert!(parse_csv("name,median\nx,1\n", "t.csv").unwrap_err().to_string().contains("config and median_us"));
         assert!(parse_csv("config,median_us\nx,fast\n", "t.csv").unwrap_err().to_string().contains("not a number"));
     }
@@ -318,11 +343,11 @@ mod tests {
             let p: Vec<ConfigSummary> = v.iter().enumerate().filter(|(_, x)| seen.insert(x.to_bits())).map(|(i, &m)| s(&format!("c{i}"), m, None)).collect();
             prop_assume!(p.len() >= 2);
             let t: Vec<ConfigSummary> = p.iter().map(|c| s(&c.config, c.median_us * 3.0 + 7.0, None)).collect();
-            let r = compare(&p, &t, TieRule::Strict, "").unwrap();
+            let r = compare(&p, &t, TiePolicy::Strict, "").unwrap();
             prop_assert_eq!(r.pairs_agree, r.pairs_total);
             prop_assert!((r.kendall_tau_b.unwrap() - 1.0).abs() < 1e-12);
             let rev: Vec<ConfigSummary> = p.iter().map(|c| s(&c.config, -c.median_us, None)).collect();
-            let r = compare(&p, &rev, TieRule::Strict, "").unwrap();
+            let r = compare(&p, &rev, TiePolicy::Strict, "").unwrap();
             prop_assert_eq!(r.pairs_agree, 0);
             prop_assert!((r.kendall_tau_b.unwrap() + 1.0).abs() < 1e-12);
         }

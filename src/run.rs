@@ -7,8 +7,10 @@ use crate::shard::BackendKind;
 use crate::workload::WorkloadSpec;
 use serde::{Deserialize, Serialize};
 
-/// Current run record format version.
-pub const RUN_FORMAT_VERSION: u32 = 1;
+/// Current run record format version. 2 added the workload's model shape and
+/// element types (absent fields read as the synthetic f32 workload of version 1,
+/// which is still read).
+pub const RUN_FORMAT_VERSION: u32 = 2;
 /// File name of the run record inside a run directory.
 pub const RUN_FILE: &str = "run.json";
 

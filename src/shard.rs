@@ -21,9 +21,11 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 
 /// Current on-disk shard format version. 2 added kernel records to the body,
-/// 3 the compute stream's measured waits; versions 1 and 2 are still read
-/// (without those records).
-pub const SHARD_FORMAT_VERSION: u32 = 3;
+/// 3 the compute stream's measured waits, 4 the workload's model shape,
+/// all-reduce and GEMM element types (header) and bf16 collectives (body);
+/// versions 1 to 3 are still read (without those records; their collectives
+/// are f32).
+pub const SHARD_FORMAT_VERSION: u32 = 4;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -50,12 +52,14 @@ pub enum CollectiveKind {
     AllReduce,
 }
 
-/// Element type of a collective buffer.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Element type of a collective buffer or of a matrix product's operands.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     /// 32-bit float.
     F32,
+    /// bfloat16: 8 exponent bits, 8 significand bits (7 stored).
+    Bf16,
 }
 
 impl Dtype {
@@ -63,6 +67,15 @@ impl Dtype {
     pub fn size_bytes(self) -> u64 {
         match self {
             Dtype::F32 => 4,
+            Dtype::Bf16 => 2,
+        }
+    }
+
+    /// Name as on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
         }
     }
 }
@@ -142,6 +155,23 @@ pub struct CollectiveEvent {
     pub fill: Option<FillRecord>,
     /// Whether the reduced result was validated.
     pub checked: bool,
+}
+
+/// A validated collective and what the check found (nccl-tests' `#wrong`).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CheckRecord {
+    /// Phase of the collective.
+    pub phase: Phase,
+    /// Process group id.
+    pub group: u32,
+    /// Sequence number in the group.
+    pub seq: u64,
+    /// Bytes reduced.
+    pub bytes: u64,
+    /// Elements that differ from the expected value.
+    pub wrong_elements: u64,
+    /// The first wrong element, described.
+    pub first_wrong: Option<String>,
 }
 
 impl CollectiveEvent {
@@ -237,6 +267,25 @@ pub struct PhaseRun {
     pub trace: Option<TraceOrigin>,
     /// Collectives recorded (warm-ups included).
     pub collectives: u64,
+    /// Graph mode (`--graph`): how the phase ran; absent when it ran eagerly.
+    #[serde(default)]
+    pub graph: Option<GraphRun>,
+}
+
+/// A phase run as CUDA-graph replays: one token's device work captured once
+/// and launched per token, so the host issues one launch per token.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GraphRun {
+    /// Collectives inside one token's graph (the phase records no per-collective events).
+    pub collectives_per_token: u64,
+    /// GEMMs inside one token's graph.
+    pub gemms_per_token: u64,
+    /// Graph launches (warm-up tokens included).
+    pub launches: u64,
+    /// What is timed: token boundaries only.
+    pub timing: String,
+    /// Collectives whose result was validated after the last launch.
+    pub checked: u32,
 }
 
 /// Clock calibration of this rank against rank 0.
@@ -327,6 +376,9 @@ pub struct ShardHeader {
     /// NCCL tuner choices, when captured (`--nccl-tuning`); absent in older shards.
     #[serde(default)]
     pub tuning: Option<crate::tuning::TuningCapture>,
+    /// Every result check (`--check`) and the wrong elements it found; absent in older shards.
+    #[serde(default)]
+    pub checks: Vec<CheckRecord>,
 }
 
 /// What a GPU kernel was, by CommCanary's classification of its name.

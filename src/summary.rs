@@ -85,6 +85,12 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
     let mut per: BTreeMap<(Phase, String), Vec<f64>> = BTreeMap::new();
     for (label, dir) in runs {
         let j = join_dir(dir).with_context(|| format!("run {} ({label}) does not verify", dir.display()))?;
+        if let Some(c) = j.shards.iter().flat_map(|s| s.header.checks.iter()).find(|c| c.wrong_elements > 0) {
+            anyhow::bail!(
+                "run {} ({label}) computed wrong results ({} wrong elements in {} group {} seq {}): it is never ranked",
+                dir.display(), c.wrong_elements, c.phase, c.group, c.seq
+            );
+        }
         for &p in &j.run.workload.phases {
             if let Some(m) = job_median(&j, p) {
                 per.entry((p, label.clone())).or_default().push(m);

@@ -24,6 +24,8 @@ pub struct GapEntry {
     pub warmup: bool,
     /// Message size.
     pub bytes: u64,
+    /// Element type.
+    pub dtype: crate::shard::Dtype,
     /// Gap before issue.
     pub gap_ns: u64,
 }
@@ -64,7 +66,7 @@ fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_n
 pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
         let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
-        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, gap_ns: 0 })
+        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0 })
     });
     SourceTrace { origin: TraceOrigin::ThisRunBlocking, entries: gaps_from(run.start_ns, it) }
 }
@@ -93,7 +95,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
             format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq)
         })?;
         let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
-        times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, gap_ns: 0 }));
+        times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0 }));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
     let start = times[0].0;
@@ -108,7 +110,7 @@ mod tests {
     use super::*;
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
-        let e = |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, gap_ns: 0 };
+        let e = |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: crate::shard::Dtype::F32, gap_ns: 0 };
         let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
         let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
         assert_eq!(gaps, vec![50, 60, 0]);

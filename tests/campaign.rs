@@ -23,7 +23,7 @@ tokens = 4
 layers = 4
 iters = 5
 [analysis]
-tie_policy = "iqr"
+tie_policy = "interval"
 [[configs]]
 name = "ring"
 env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }}
@@ -236,7 +236,7 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same manifest"));
     // another analysis policy
     let sp2 = t.path().join("strict.toml");
-    std::fs::write(&sp2, text.replace("tie_policy = \"iqr\"", "tie_policy = \"strict\"")).unwrap();
+    std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"strict\"")).unwrap();
     let s = t.path().join("s");
     ok(&cc(&["campaign", "plan", sp2.to_str().unwrap(), "-o", s.to_str().unwrap()]));
     let o = cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);

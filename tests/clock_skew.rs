@@ -9,7 +9,7 @@ fn clocks(s: &serde_json::Value) -> &Vec<serde_json::Value> {
 #[test]
 fn injected_offset_and_drift_are_recovered_within_the_bound() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--layers", "8",
+    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8",
         "--inject-clock", "rank=2,offset_us=250,drift_ppm=50"]);
     let s = join_json(&run);
     for c in clocks(&s) {
@@ -33,7 +33,7 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
 #[test]
 fn without_injection_every_offset_contains_zero() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--layers", "4"]);
+    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
     let s = join_json(&run);
     for c in clocks(&s) {
         let off = c["offset_us"].as_f64().unwrap();
@@ -46,7 +46,7 @@ fn without_injection_every_offset_contains_zero() {
 #[test]
 fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--layers", "8",
+    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8",
         "--inject-delay", "rank=3,every=10,us=2000"]);
     let ev = d.path().join("events.jsonl");
     ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
@@ -100,7 +100,7 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
 #[test]
 fn clock_none_makes_skew_unknown_not_zero() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--layers", "2", "--clock", "none"]);
+    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--clock", "none"]);
     let ev = d.path().join("events.jsonl");
     ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
     for l in std::fs::read_to_string(&ev).unwrap().lines() {

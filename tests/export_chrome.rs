@@ -5,7 +5,7 @@ use common::*;
 #[test]
 fn chrome_trace_has_every_rank_and_row_and_is_never_overwritten() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking,overlap", "--tokens", "3", "--layers", "3"]);
+    let run = run_rank(2, d.path(), &["--phases", "blocking,overlap", "--tokens", "3", "--model", "synthetic", "--layers", "3"]);
     let out = d.path().join("trace.json");
     ok(&cc(&["export", "chrome", run.to_str().unwrap(), "-o", out.to_str().unwrap()]));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();

@@ -5,7 +5,7 @@ use commcanary::shard::Shard;
 use std::path::{Path, PathBuf};
 
 fn fresh_run(d: &Path) -> PathBuf {
-    run_rank(4, d, &["--phases", "blocking", "--tokens", "4", "--layers", "4"])
+    run_rank(4, d, &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "4"])
 }
 
 fn join_fails(run: &Path, needle: &str) {
@@ -107,7 +107,7 @@ fn refusals() {
 #[test]
 fn inspect_prints_shards_and_records_and_refuses_garbage() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
+    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00001.shard").to_str().unwrap()]))).unwrap();
     assert_eq!(v["header"]["rank"], 1);
     assert!(v["body"]["collectives"].as_array().unwrap().len() >= 4);

@@ -5,7 +5,7 @@ use common::*;
 #[test]
 fn blocking_has_no_overlap_and_overlap_phase_has_some() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking,overlap", "--tokens", "4", "--layers", "4"]);
+    let run = run_rank(2, d.path(), &["--phases", "blocking,overlap", "--tokens", "4", "--model", "synthetic", "--layers", "4"]);
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 4, "2 phases x 2 ranks");

@@ -7,7 +7,7 @@ use commcanary::workload::Phase;
 #[test]
 fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--layers", "8"]);
+    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8"]);
     let shards: Vec<_> = std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".shard")).collect();
     assert_eq!(shards.len(), 4, "{shards:?}");
@@ -48,7 +48,7 @@ fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
 fn two_ranks_every_phase_and_ablation() {
     let d = tempfile::tempdir().unwrap();
     let phases = "isolated,blocking,async,replay,fill,overlap,async-wait-immediate,host-delay,membound-fill";
-    let run = run_rank(2, d.path(), &["--phases", phases, "--tokens", "6", "--layers", "4", "--iters", "5", "--check", "3", "--membound-bytes", "256KiB"]);
+    let run = run_rank(2, d.path(), &["--phases", phases, "--tokens", "6", "--model", "synthetic", "--layers", "4", "--iters", "5", "--check", "3", "--membound-bytes", "256KiB"]);
     let s = join_json(&run);
     for p in phases.split(',') {
         let ps = phase(&s, p);
@@ -89,10 +89,10 @@ fn two_ranks_every_phase_and_ablation() {
 #[test]
 fn replay_from_a_shared_trace_file() {
     let d = tempfile::tempdir().unwrap();
-    let src = run_rank(2, &d.path().join("a"), &["--phases", "blocking", "--tokens", "4", "--layers", "3"]);
+    let src = run_rank(2, &d.path().join("a"), &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "3"]);
     let trace = d.path().join("trace.jsonl");
     ok(&cc(&["join", src.to_str().unwrap(), "--events-out", trace.to_str().unwrap()]));
-    let run = run_rank(2, &d.path().join("b"), &["--phases", "replay,fill", "--trace", trace.to_str().unwrap(), "--tokens", "1", "--layers", "1"]);
+    let run = run_rank(2, &d.path().join("b"), &["--phases", "replay,fill", "--trace", trace.to_str().unwrap(), "--tokens", "1", "--model", "synthetic", "--layers", "1"]);
     let s = join_json(&run);
     // the replay follows the trace (4 tokens x 3 layers), not this run's --tokens
     assert_eq!(phase(&s, "replay")["collectives_per_rank"], 12);
@@ -119,7 +119,7 @@ fn trace_phase_without_source_is_refused() {
 #[test]
 fn wrong_sum_fails_the_run_naming_rank_phase_and_sequence() {
     let d = tempfile::tempdir().unwrap();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", "--check", "1", "--fault", "wrong-sum:1", "--out", d.path().to_str().unwrap()]);
+    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--check", "1", "--fault", "wrong-sum:1", "--out", d.path().to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("result check failed on rank 1, phase blocking, group 0 seq"), "{err}");
@@ -144,7 +144,7 @@ fn cuda_backend_without_gpu_is_one_clear_line() {
 fn bad_arguments_are_refused_before_mpi() {
     for (args, needle) in [
         (vec!["rank", "--phases", "warp"], "unknown phase"),
-        (vec!["rank", "--sizes", "3B"], "whole number of f32"),
+        (vec!["rank", "--model", "synthetic", "--sizes", "3B"], "whole number of f32"),
         (vec!["rank", "--inject-delay", "rank=1,every=0,us=5"], "every must be at least 1"),
         (vec!["rank", "--inject-clock", "rank=1,offset_ms=5"], "unknown key"),
     ] {
@@ -159,7 +159,7 @@ fn bad_arguments_are_refused_before_mpi() {
 fn existing_run_is_never_overwritten() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().to_str().unwrap();
-    let args = ["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--layers", "1", "--run-id", "fixed", "--out", out];
+    let args = ["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--model", "synthetic", "--layers", "1", "--run-id", "fixed", "--out", out];
     ok(&mpirun(2, &args));
     let before = digests(&d.path().join("fixed"));
     let o = mpirun(2, &args);

@@ -32,7 +32,7 @@ fn required_present(schema: &serde_json::Value, doc: &serde_json::Value, defs: &
 #[test]
 fn real_outputs_carry_every_required_field() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking,replay", "--tokens", "2", "--layers", "2"]);
+    let run = run_rank(2, d.path(), &["--phases", "blocking,replay", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
     let check = |name: &str, doc: serde_json::Value| {
         let schema: serde_json::Value = serde_json::from_str(&commcanary::schema::schema_json(name).unwrap()).unwrap();
         required_present(&schema, &doc, &schema["$defs"], name);

@@ -9,8 +9,13 @@
 //! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
 //! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
 //! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
-use super::{contribution, Backend, DeviceInterval, PassTimings};
-use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+//!
+//! MPI has no bf16 type, so a bf16 all-reduce is emulated with
+//! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
+//! count are a bf16 all-reduce's, the reduction arithmetic is integer
+//! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
+use super::{contribution, Backend, BackendPlan, DeviceInterval, PassTimings};
+use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use crate::workload::GemmShape;
 use anyhow::{bail, Result};
 use mpi::ffi;
@@ -22,57 +27,85 @@ use std::os::raw::{c_int, c_void};
 pub struct CpuBackend {
     comm: SimpleCommunicator,
     world_size: u32,
+    dtype: Dtype,
+    /// f32 buffers (f32 runs).
     send: Vec<f32>,
     recv: Vec<f32>,
+    /// 16-bit integer buffers standing in for bf16 (bf16 runs).
+    send16: Vec<u16>,
+    recv16: Vec<u16>,
+    capacity_bytes: u64,
     pending: Option<(ffi::MPI_Request, u64)>,
     issued_in_pass: usize,
-    gemm: GemmShape,
+    gemms: Vec<GemmShape>,
     a: Vec<f32>,
-    b: Vec<f32>,
+    /// Weights per GEMM shape, one set per weight set.
+    b: Vec<Vec<Vec<f32>>>,
     c: Vec<f32>,
     mem_src: Vec<u8>,
     mem_dst: Vec<u8>,
 }
 
 impl CpuBackend {
-    /// Create on a duplicate of `world` (isolating our traffic), with buffers
-    /// for `max_bytes`, a `gemm` product and `membound_bytes` copies.
-    pub fn new(world: &SimpleCommunicator, max_bytes: u64, gemm: GemmShape, membound_bytes: u64) -> Result<Self> {
+    /// Create on a duplicate of `world` (isolating our traffic), with what `plan` asks for.
+    pub fn new(world: &SimpleCommunicator, plan: &BackendPlan) -> Result<Self> {
         let comm = world.duplicate();
         let rank = comm.rank() as u32;
-        let elems = usize::try_from(max_bytes / 4)?;
+        let elems = usize::try_from(plan.max_bytes / plan.dtype.size_bytes())?;
         if i32::try_from(elems).is_err() {
-            bail!("message of {max_bytes} bytes exceeds MPI's int element count");
+            bail!("message of {} bytes exceeds MPI's int element count", plan.max_bytes);
         }
-        let send: Vec<f32> = (0..elems).map(|i| contribution(rank, i)).collect();
-        let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
-        let a: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32) * 0.25).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| ((i % 5) as f32) * 0.5).collect();
-        let mb = usize::try_from(membound_bytes)?;
+        let (f32_elems, u16_elems) = match plan.dtype {
+            Dtype::F32 => (elems, 0),
+            Dtype::Bf16 => (0, elems),
+        };
+        let send: Vec<f32> = (0..f32_elems).map(|i| contribution(Dtype::F32, rank, i)).collect();
+        // the bf16 contributions are the integers 1 and 2: the same values as 16-bit integers
+        let send16: Vec<u16> = (0..u16_elems).map(|i| contribution(Dtype::Bf16, rank, i) as u16).collect();
+        let (ak, cn) = plan.activation_elems();
+        let a: Vec<f32> = (0..ak).map(|i| ((i % 7) as f32) * 0.25).collect();
+        let sets = plan.weight_sets.max(1) as usize;
+        let b: Vec<Vec<Vec<f32>>> = plan
+            .gemms
+            .iter()
+            .map(|g| {
+                let kn = g.k as usize * g.n as usize;
+                (0..sets).map(|s| (0..kn).map(|i| (((i + s) % 5) as f32) * 0.5).collect()).collect()
+            })
+            .collect();
+        let mb = usize::try_from(plan.membound_bytes)?;
         Ok(Self {
             world_size: comm.size() as u32,
             comm,
+            dtype: plan.dtype,
             send,
-            recv: vec![0.0; elems],
+            recv: vec![0.0; f32_elems],
+            send16,
+            recv16: vec![0; u16_elems],
+            capacity_bytes: plan.max_bytes,
             pending: None,
             issued_in_pass: 0,
-            gemm,
+            gemms: plan.gemms.clone(),
             a,
             b,
-            c: vec![0.0; m * n],
+            c: vec![0.0; cn],
             mem_src: vec![1u8; mb],
             mem_dst: vec![0u8; mb],
         })
     }
 
-    fn gemm_once(&mut self) {
-        let (m, n, k) = (self.gemm.m as usize, self.gemm.n as usize, self.gemm.k as usize);
-        self.c.iter_mut().for_each(|x| *x = 0.0);
+    fn gemm_once(&mut self, shape: usize, layer: u32) {
+        let g = self.gemms[shape];
+        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+        let sets = &self.b[shape];
+        let b = &sets[layer as usize % sets.len()];
+        let c = &mut self.c[..m * n];
+        c.iter_mut().for_each(|x| *x = 0.0);
         for i in 0..m {
-            let crow = &mut self.c[i * n..(i + 1) * n];
+            let crow = &mut c[i * n..(i + 1) * n];
             for p in 0..k {
                 let aip = self.a[i * k + p];
-                let brow = &self.b[p * n..(p + 1) * n];
+                let brow = &b[p * n..(p + 1) * n];
                 for (cj, bj) in crow.iter_mut().zip(brow) {
                     *cj += aip * bj;
                 }
@@ -92,38 +125,46 @@ impl Backend for CpuBackend {
             backend: BackendKind::Cpu,
             name: crate::identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
             facts: vec![
-                ("gemm".into(), format!("{}x{}x{} f32 (naive, single thread)", self.gemm.m, self.gemm.n, self.gemm.k)),
-                ("collective".into(), "MPI_Iallreduce + MPI_Wait, MPI_FLOAT, MPI_SUM".into()),
+                ("gemm".into(), format!("{} f32 in, out and accumulate (naive, single thread)", super::describe_gemms(&self.gemms))),
+                (
+                    "collective".into(),
+                    match self.dtype {
+                        Dtype::F32 => "MPI_Iallreduce + MPI_Wait, MPI_FLOAT, MPI_SUM".into(),
+                        Dtype::Bf16 => "MPI_Iallreduce + MPI_Wait, MPI_UINT16_T, MPI_SUM (bf16 emulated: bf16's size, integer arithmetic)".into(),
+                    },
+                ),
             ],
         }
     }
 
     fn unmeasured(&self) -> Vec<Unmeasured> {
-        ["device_start_ns", "device_end_ns"]
+        let mut v: Vec<Unmeasured> = ["device_start_ns", "device_end_ns"]
             .into_iter()
             .map(|f| Unmeasured {
                 field: f.into(),
                 reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into(),
             })
-            .collect()
+            .collect();
+        if self.dtype == Dtype::Bf16 {
+            v.push(Unmeasured {
+                field: "dtype".into(),
+                reason: "MPI has no bf16 type: bf16 all-reduces move bf16's bytes as MPI_UINT16_T and sum as integers, so the cost of bf16 arithmetic in the reduction is not measured".into(),
+            });
+        }
+        v
     }
 
-    fn issue_allreduce(&mut self, bytes: u64) -> Result<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, self.send.len())?;
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
         let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: send/recv hold at least `count` f32 and stay alive and
-        // untouched until MPI_Wait in wait_allreduce (pending guards reuse).
-        let rc = unsafe {
-            ffi::MPI_Iallreduce(
-                self.send.as_ptr() as *const c_void,
-                self.recv.as_mut_ptr() as *mut c_void,
-                count as c_int,
-                ffi::RSMPI_FLOAT,
-                ffi::RSMPI_SUM,
-                self.comm.as_raw(),
-                &mut req,
-            )
+        let (send, recv, mpi_type) = match dtype {
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
         };
+        // SAFETY: the buffers of `dtype` hold at least `count` elements
+        // (issue_count checked the capacity) and stay alive and untouched
+        // until MPI_Wait in wait_allreduce (pending guards reuse).
+        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
         if rc != 0 {
             bail!("MPI_Iallreduce of {bytes} bytes failed with MPI error code {rc}");
         }
@@ -144,9 +185,12 @@ impl Backend for CpuBackend {
         Ok(None)
     }
 
-    fn gemm(&mut self, units: u32) -> Result<()> {
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()> {
+        if shape >= self.gemms.len() {
+            bail!("internal: GEMM shape {shape} was not prepared");
+        }
         for _ in 0..units {
-            self.gemm_once();
+            self.gemm_once(shape, layer);
         }
         Ok(())
     }
@@ -175,14 +219,23 @@ impl Backend for CpuBackend {
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String> {
-        let count = (bytes / 4) as usize;
-        super::verify_sum(&self.recv[..count], self.world_size)
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<super::CheckOutcome> {
+        let count = (bytes / dtype.size_bytes()) as usize;
+        Ok(match dtype {
+            Dtype::F32 => super::verify_sum(&self.recv[..count], dtype, self.world_size),
+            Dtype::Bf16 => {
+                let widened: Vec<f32> = self.recv16[..count].iter().map(|&x| x as f32).collect();
+                super::verify_sum(&widened, dtype, self.world_size)
+            }
+        })
     }
 
     fn corrupt_last_result(&mut self) {
         if let Some(x) = self.recv.first_mut() {
             *x += 1.0;
+        }
+        if let Some(x) = self.recv16.first_mut() {
+            *x += 1;
         }
     }
 }

@@ -9,7 +9,8 @@
 pub mod cpu;
 pub mod cuda;
 
-use crate::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
+use crate::workload::GemmShape;
 use anyhow::Result;
 
 /// Device-side interval of a collective, mapped onto the host timeline.
@@ -53,6 +54,43 @@ pub struct PassKernel {
     pub correlation: u32,
 }
 
+/// What a backend prepares at start: buffers for the largest collective of
+/// the run's element type, every GEMM shape (with its weight sets) and the
+/// memory-bound copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendPlan {
+    /// Largest all-reduce, bytes.
+    pub max_bytes: u64,
+    /// Element type of the all-reduces.
+    pub dtype: Dtype,
+    /// GEMM shapes, by index ([`crate::workload::WorkloadSpec::gemm_shapes`]).
+    pub gemms: Vec<GemmShape>,
+    /// Distinct weight (B) matrices per GEMM shape; layer `l` uses set `l % weight_sets`.
+    pub weight_sets: u32,
+    /// Bytes copied by one memory-bound unit.
+    pub membound_bytes: u64,
+}
+
+impl BackendPlan {
+    /// What `spec` needs.
+    pub fn for_spec(spec: &crate::workload::WorkloadSpec) -> Self {
+        Self {
+            max_bytes: spec.max_bytes(),
+            dtype: spec.dtype,
+            gemms: spec.gemm_shapes(),
+            weight_sets: spec.weight_sets(),
+            membound_bytes: spec.membound_bytes,
+        }
+    }
+
+    /// Largest `m x k` (activations in) and `m x n` (activations out) over the GEMM shapes.
+    pub fn activation_elems(&self) -> (usize, usize) {
+        let ak = self.gemms.iter().map(|g| g.m as usize * g.k as usize).max().unwrap_or(0);
+        let cn = self.gemms.iter().map(|g| g.m as usize * g.n as usize).max().unwrap_or(0);
+        (ak, cn)
+    }
+}
+
 /// What a backend offers the phase runner.
 pub trait Backend {
     /// Which backend this is.
@@ -61,15 +99,44 @@ pub trait Backend {
     fn device(&self) -> DeviceIdentity;
     /// Fields this backend does not measure, with reasons.
     fn unmeasured(&self) -> Vec<Unmeasured>;
-    /// Start an all-reduce (sum, f32) of `bytes` on the world communicator.
+    /// Start a sum all-reduce of `bytes` of `dtype` elements on the world communicator.
     /// Returns when the host may continue; the collective may still be running.
-    fn issue_allreduce(&mut self, bytes: u64) -> Result<()>;
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()>;
     /// Make everything that follows wait for the outstanding all-reduce
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
     fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>>;
-    /// Run `units` matrix products back to back.
-    fn gemm(&mut self, units: u32) -> Result<()>;
+    /// Whether the isolated phase can enqueue collectives back to back, with
+    /// no host wait between them ([`Backend::allreduce_back_to_back`]); a
+    /// backend whose every collective completes on the host says `false`.
+    fn back_to_back(&self) -> bool {
+        false
+    }
+    /// Enqueue an all-reduce of `bytes` right behind the previous one, with no
+    /// dependency on other work and no wait (nccl-tests' timed loop). Its
+    /// device interval runs from its start to the next one's start, or to the
+    /// closing boundary of [`Backend::end_back_to_back`], and is reported by
+    /// [`Backend::finish_pass`] in issue order like any other collective.
+    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+        let _ = (bytes, dtype);
+        anyhow::bail!("internal: this backend cannot run collectives back to back")
+    }
+    /// Capture `n` all-reduces of `bytes` back to back, each behind a
+    /// timestamp, into a CUDA graph and launch it once: no host work per
+    /// collective at all. Returns the host clock around the launch call.
+    /// Device intervals come from [`Backend::finish_pass`] as for
+    /// [`Backend::allreduce_back_to_back`].
+    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> Result<(u64, u64)> {
+        let _ = (bytes, dtype, n);
+        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+    }
+    /// Close a run of back-to-back collectives.
+    fn end_back_to_back(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Run `units` matrix products of shape `shape` (an index into the
+    /// plan's GEMMs) back to back, with the weights of `layer`.
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()>;
     /// Run `units` memory-bandwidth-bound kernels back to back.
     fn membound(&mut self, units: u32) -> Result<()>;
     /// Wait until all work issued so far has finished (end of a pass only).
@@ -79,10 +146,25 @@ pub trait Backend {
     fn mark(&mut self) -> Result<Option<usize>>;
     /// After `synchronize`: device intervals and marks of the pass on the host timeline.
     fn finish_pass(&mut self) -> Result<PassTimings>;
-    /// Validate the last completed all-reduce of `bytes`; `Err` describes the first wrong element.
-    fn check_last_allreduce(&mut self, bytes: u64) -> std::result::Result<(), String>;
+    /// Validate the last completed all-reduce of `bytes` of `dtype` (waiting for it
+    /// first where it may still run); `Err` when the result could not be read.
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<CheckOutcome>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
+    /// Graph mode: capture the device work issued until [`Backend::end_graph`]
+    /// into one graph instead of running it. While capturing, no timing is
+    /// recorded and nothing executes.
+    fn begin_graph(&mut self) -> Result<()> {
+        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+    }
+    /// Graph mode: end the capture and instantiate the graph.
+    fn end_graph(&mut self) -> Result<()> {
+        anyhow::bail!("internal: no graph capture in progress")
+    }
+    /// Graph mode: launch the captured graph once, in order after the work issued so far.
+    fn launch_graph(&mut self) -> Result<()> {
+        anyhow::bail!("internal: no graph was captured")
+    }
 }
 
 /// Requested backend.
@@ -96,38 +178,140 @@ pub enum BackendChoice {
     Auto,
 }
 
-/// Expected element value after a sum all-reduce of the pattern every rank
-/// contributes: rank r sends `(r + 1) + (i mod 3)` at element i.
-pub fn expected_sum(world_size: u32, i: usize) -> f32 {
-    let n = world_size as f32;
-    n * (n + 1.0) / 2.0 + n * (i % 3) as f32
+/// `MxNxK` of each GEMM shape, comma-separated (device facts).
+pub fn describe_gemms(gemms: &[GemmShape]) -> String {
+    gemms.iter().map(|g| format!("{}x{}x{}", g.m, g.n, g.k)).collect::<Vec<_>>().join(",")
+}
+
+/// Largest world for which the bf16 check's sums are exact: every partial
+/// sum is an integer of at most `2 x world`, and bf16's 8-bit significand
+/// represents every integer up to 256 exactly.
+pub const BF16_EXACT_MAX_WORLD: u32 = 128;
+
+/// Contribution of `rank` at element `i`, as a value of `dtype` (widened to f32).
+///
+/// f32: `(rank + 1) + (i mod 3)`. bf16: 2 where `(rank + i) mod 3 == 0`, else
+/// 1, so that every partial sum is a small integer (exact in bf16, whatever
+/// order the library adds in) and a result from the wrong element or rank
+/// is caught.
+pub fn contribution(dtype: Dtype, rank: u32, i: usize) -> f32 {
+    match dtype {
+        Dtype::F32 => (rank + 1) as f32 + (i % 3) as f32,
+        Dtype::Bf16 => 1.0 + ((rank as usize + i) % 3 == 0) as u32 as f32,
+    }
+}
+
+/// Expected element `i` after a sum all-reduce of [`contribution`] over `world_size` ranks.
+pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
+    match dtype {
+        Dtype::F32 => {
+            let n = world_size as f32;
+            n * (n + 1.0) / 2.0 + n * (i % 3) as f32
+        }
+        Dtype::Bf16 => {
+            let twos = (0..world_size).filter(|r| (*r as usize + i) % 3 == 0).count() as f32;
+            world_size as f32 + twos
+        }
+    }
 }
 
 /// Preconditions of an issue, shared by the backends: nothing outstanding,
-/// and `bytes` fits the `capacity_elems` f32 allocated. Returns the element count.
-pub fn issue_count(outstanding: bool, bytes: u64, capacity_elems: usize) -> Result<usize> {
+/// `bytes` whole elements of `dtype`, and within the `capacity_bytes`
+/// allocated for the run's element type `allocated`. Returns the element count.
+pub fn issue_count(outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> Result<usize> {
     if outstanding {
         anyhow::bail!("internal: an all-reduce is already outstanding");
     }
-    let count = usize::try_from(bytes / 4)?;
-    if count > capacity_elems {
-        anyhow::bail!("all-reduce of {bytes} bytes exceeds the {} bytes allocated", capacity_elems * 4);
+    if dtype != allocated {
+        anyhow::bail!("an all-reduce of {} was asked of buffers prepared for {}", dtype.name(), allocated.name());
     }
-    Ok(count)
+    if bytes % dtype.size_bytes() != 0 {
+        anyhow::bail!("all-reduce of {bytes} bytes is not a whole number of {} elements", dtype.name());
+    }
+    if bytes > capacity_bytes {
+        anyhow::bail!("all-reduce of {bytes} bytes exceeds the {capacity_bytes} bytes allocated");
+    }
+    Ok(usize::try_from(bytes / dtype.size_bytes())?)
 }
 
-/// Compare a reduced buffer with [`expected_sum`]; the error names the first wrong element.
-pub fn verify_sum(values: &[f32], world_size: u32) -> std::result::Result<(), String> {
+/// What a result check found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckOutcome {
+    /// Elements that differ from the expected value (nccl-tests' `#wrong`).
+    pub wrong_elements: u64,
+    /// The first wrong element, described; `None` when all are right.
+    pub first_wrong: Option<String>,
+}
+
+/// Compare a reduced buffer (widened to f32) with [`expected_sum`]: how
+/// many elements are wrong, and the first of them. bf16 sums are exact up to
+/// [`BF16_EXACT_MAX_WORLD`] ranks; larger worlds are refused before a run.
+pub fn verify_sum(values: &[f32], dtype: Dtype, world_size: u32) -> CheckOutcome {
+    let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
     for (i, &got) in values.iter().enumerate() {
-        let want = expected_sum(world_size, i);
+        let want = expected_sum(dtype, world_size, i);
         if got != want {
-            return Err(format!("element {i} is {got}, expected {want}"));
+            out.wrong_elements += 1;
+            if out.first_wrong.is_none() {
+                out.first_wrong = Some(format!("element {i} is {got}, expected {want} ({})", dtype.name()));
+            }
         }
     }
-    Ok(())
+    out
 }
 
-/// Contribution of `rank` at element `i` (see [`expected_sum`]).
-pub fn contribution(rank: u32, i: usize) -> f32 {
-    (rank + 1) as f32 + (i % 3) as f32
+/// bf16 bit patterns of [`contribution`] for elements `0..count`.
+pub fn bf16_contributions(rank: u32, count: usize) -> Vec<u16> {
+    (0..count).map(|i| half::bf16::from_f32(contribution(Dtype::Bf16, rank, i)).to_bits()).collect()
+}
+
+/// Widen bf16 bit patterns to f32 (exact).
+pub fn bf16_to_f32(bits: &[u16]) -> Vec<f32> {
+    bits.iter().map(|b| half::bf16::from_bits(*b).to_f32()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every partial sum of the bf16 contributions is exact in bf16, so the
+    /// check holds whatever order a library reduces in (here: rank order and
+    /// reverse rank order, rounding to bf16 after every addition).
+    #[test]
+    fn bf16_sums_are_exact_in_any_order_up_to_the_limit() {
+        for world in [1u32, 2, 3, 4, 8, 64, BF16_EXACT_MAX_WORLD] {
+            for i in 0..6 {
+                for order in [false, true] {
+                    let mut acc = half::bf16::from_f32(0.0);
+                    for k in 0..world {
+                        let r = if order { world - 1 - k } else { k };
+                        acc = half::bf16::from_f32(acc.to_f32() + contribution(Dtype::Bf16, r, i));
+                    }
+                    assert_eq!(acc.to_f32(), expected_sum(Dtype::Bf16, world, i), "world {world} element {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_result_from_the_wrong_element_fails_the_check() {
+        let world = 4;
+        let good: Vec<f32> = (0..9).map(|i| expected_sum(Dtype::Bf16, world, i)).collect();
+        assert_eq!(verify_sum(&good, Dtype::Bf16, world).wrong_elements, 0);
+        let mut shifted = good.clone();
+        shifted.rotate_left(1);
+        let out = verify_sum(&shifted, Dtype::Bf16, world);
+        assert!(out.wrong_elements > 0 && out.first_wrong.as_deref().unwrap_or("").contains("element 0"), "{out:?}");
+        let bits = bf16_contributions(1, 4);
+        assert_eq!(bf16_to_f32(&bits), vec![1.0, 1.0, 2.0, 1.0]);
+    }
+
+    #[test]
+    fn issue_preconditions() {
+        assert_eq!(issue_count(false, 64, Dtype::Bf16, Dtype::Bf16, 64).unwrap(), 32);
+        assert!(issue_count(false, 66, Dtype::F32, Dtype::F32, 128).is_err());
+        assert!(issue_count(false, 64, Dtype::F32, Dtype::Bf16, 128).is_err());
+        assert!(issue_count(false, 256, Dtype::F32, Dtype::F32, 128).is_err());
+        assert!(issue_count(true, 4, Dtype::F32, Dtype::F32, 128).is_err());
+    }
 }

@@ -121,11 +121,13 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         w.tokens.to_string(),
         "--layers".into(),
         w.layers.to_string(),
-        "--sizes".into(),
-        w.sizes.clone(),
         "--iters".into(),
         w.iters.to_string(),
     ];
+    match &w.model {
+        Some(model) => rank_args.extend(["--model".into(), model.clone()]),
+        None => rank_args.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
+    }
     rank_args.extend(w.extra_args.iter().cloned());
     if let Some(lib) = &cfg.nccl_lib {
         rank_args.extend(["--nccl-lib".into(), lib.clone()]);

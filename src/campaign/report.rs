@@ -13,7 +13,7 @@
 //! the same name with other bytes is refused; the same bytes (a re-run of a
 //! seeded analysis) are accepted as they are.
 use super::chain::{load_manifest, Selection};
-use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, PhaseInput, Report, TimelineExcerpt};
+use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt};
 use crate::workload::Phase;
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,7 +62,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
     let lab = |n: &str| -> Result<String> { label_of_name.get(n).map(|s| s.to_string()).with_context(|| format!("{n:?} is not a configuration of the manifest")) };
     let mut per: BTreeMap<Phase, BTreeMap<String, Vec<JobData>>> = BTreeMap::new();
-    let mut delays: BTreeMap<String, DelayCounts> = BTreeMap::new();
+    let mut delays: BTreeMap<String, Vec<(u32, DelayCounts)>> = BTreeMap::new();
     let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut excerpt_out = None;
     let mut backend = String::new();
@@ -75,12 +75,10 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
         }
         if let Some(d) = crate::join::delay_control(&j) {
-            let slot = delays.entry(cell.label.clone()).or_default();
-            slot.delay_us = d.delay_us;
-            slot.delayed += d.delayed;
-            slot.detected += d.delayed_detected;
-            slot.undelayed += d.undelayed;
-            slot.false_alarms += d.undelayed_false_alarms;
+            delays.entry(cell.label.clone()).or_default().push((
+                cell.round,
+                DelayCounts { delay_us: d.delay_us, delayed: d.delayed, detected: d.delayed_detected, undelayed: d.undelayed, false_alarms: d.undelayed_false_alarms },
+            ));
         }
         for s in &j.shards {
             hosts.insert(s.header.host.clone());
@@ -158,10 +156,19 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             controls.aa_pairs.push((lab(a)?, lab(b)?));
         }
         for k in &c.known_bad {
-            controls.known_bad.push(lab(k)?);
+            controls.known_bad.push(match k {
+                super::spec::KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
+                super::spec::KnownBad::Graded(g) => KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) },
+            });
         }
     }
-    controls.injected_skew = delays.into_iter().collect();
+    controls.injected_skew = delays
+        .into_iter()
+        .map(|(l, mut v)| {
+            v.sort_by_key(|x| x.0);
+            (l, v)
+        })
+        .collect();
     let input = AnalysisInput {
         phases,
         policy: m.spec.analysis.clone(),
@@ -180,6 +187,16 @@ fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
     }
 }
 
+/// The producer and format of an existing `report.json`, to refuse a
+/// comparison across versions: a seeded analysis regenerates a report byte
+/// for byte only with the tool that wrote it.
+fn existing_producer(path: &Path) -> Option<(u32, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let format = v.get("format_version")?.as_u64()? as u32;
+    let producer = v.get("producer").and_then(|p| p.as_str()).unwrap_or("a tool before report format 2 (no producer recorded)").to_string();
+    Some((format, producer))
+}
+
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
 pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect(dir)?;
@@ -188,6 +205,17 @@ pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &P
         input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
     );
     let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
+    if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {
+        if format != report.format_version || producer != report.producer {
+            bail!(
+                "{} was written by {producer} (report format {format}); this is {} (format {}): reports of different versions are not compared or replaced. \
+                 Pass another --report-dir to write this version's report beside it",
+                out_dir.join("report.json").display(),
+                report.producer,
+                report.format_version
+            );
+        }
+    }
     report.overlap_excerpt = excerpt;
     let plots = crate::plots::all(&report)?;
     report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
@@ -199,4 +227,65 @@ pub fn analyze_and_write(dir: &Path, verdict: super::chain::Verdict, out_dir: &P
     bytes.push(b'\n');
     write_same_or_new(&out_dir.join("report.json"), &bytes)?;
     Ok(report)
+}
+
+/// A verified campaign's report (not written) and its label → configuration name map.
+pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
+    let v = super::chain::verify(dir)?;
+    if !v.complete {
+        bail!("{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
+    }
+    let (m, _) = load_manifest(dir)?;
+    let (input, _) = collect(dir)?;
+    let ev = format!("measured: verified campaign {}", input.context.campaign_id);
+    let r = crate::analysis::analyze(&input, v, &ev)?;
+    Ok((r, m.configs.iter().map(|c| (c.label.clone(), c.config.name.clone())).collect()))
+}
+
+/// `campaign power`: the power table from a pilot campaign's own noise in `phase`.
+pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
+    use crate::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
+    use std::fmt::Write;
+    let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("the pilot campaign has no phase {phase}"))?;
+    let mut table: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for (c, jobs) in p.jobs.iter().enumerate() {
+        for j in jobs {
+            let mut v = j.samples_us.clone();
+            let med = crate::stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
+            table.entry(j.round).or_insert_with(|| vec![f64::NAN; p.labels.len()])[c] = med;
+        }
+    }
+    let rows: Vec<Vec<f64>> = table.into_values().collect();
+    let (_, rss, df) = two_way(&rows)?;
+    if df == 0 {
+        bail!("the pilot needs at least 2 rounds and 2 configurations to measure its noise");
+    }
+    let sigma = (rss / df as f64).sqrt();
+    let sd = sigma * 2f64.sqrt();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "pilot {} phase {phase}: {} rounds x {} configurations; residual job noise {:.2}% (log sd, {df} degrees of freedom), so a pair's per-round log-ratio has sd {:.2}%",
+        input.context.campaign_id,
+        rows.len(),
+        p.labels.len(),
+        sigma * 100.0,
+        sd * 100.0
+    );
+    let _ = writeln!(o, "power to decide a true difference (95% interval beyond ±{min_effect_pct}%), approximate (paired t):");
+    let rounds = [3u32, 5, 10, 20, 50];
+    let _ = writeln!(o, "{:>8} {}", "delta", rounds.map(|r| format!("{:>10}", format!("{r} rounds"))).join(""));
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let _ = writeln!(o, "{:>7}% {}", e, rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" "));
+    }
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let need = if e <= min_effect_pct {
+            format!("never: δ does not exceed the minimum effect {min_effect_pct}% (see --min-effect-pct)")
+        } else {
+            rounds_words(rounds_to_decide(sd, e, min_effect_pct, COVERAGE, POWER))
+        };
+        let _ = writeln!(o, "to resolve δ = {e}% with {:.0}% power you need {need}", POWER * 100.0);
+    }
+    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: results/2026-11-30-calibration/)");
+    Ok(o)
 }

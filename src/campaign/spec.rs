@@ -47,9 +47,13 @@ pub struct CampaignWorkload {
     pub phases: String,
     /// Timed tokens.
     pub tokens: u32,
-    /// Layers per token.
+    /// Model shape passed as `rank --model` (a preset name); absent: the
+    /// synthetic loop with `sizes`, as in campaigns written before model shapes.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Layers per token (with `model`: overrides the model's own layer count).
     pub layers: u32,
-    /// Message sizes, comma-separated.
+    /// Message sizes, comma-separated (synthetic loop only).
     #[serde(default = "default_sizes")]
     pub sizes: String,
     /// Isolated iterations per size.
@@ -67,34 +71,25 @@ fn default_iters() -> u32 {
     50
 }
 
-/// Tie policy for pairwise relations (SPEC §7).
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum TiePolicy {
-    /// Any difference decides.
-    Strict,
-    /// Tied if |m_a - m_b| < max(iqr_a, iqr_b).
-    Iqr,
-    /// Tied if the bootstrap CI of the difference contains 0 or stays within the minimum effect.
-    Bootstrap,
-}
+pub use crate::ranking::TiePolicy;
 
 /// The analysis policy, frozen before anything runs.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AnalysisPolicy {
-    /// Tie rule.
+    /// Tie policy; a campaign is analyzed under `interval` only (its relations come from the printed intervals).
     pub tie_policy: TiePolicy,
-    /// Minimum effect (percent of the faster) below which a difference counts as a tie.
+    /// Minimum effect, percent: a pair (and the canary) is decided only when its
+    /// interval lies beyond ± this; within ± this it is `tied` (equivalent).
     #[serde(default)]
     pub min_effect_pct: f64,
-    /// Operational slowdown threshold for canary verdicts (percent).
+    /// Slowdown of operational interest, percent: the report gives P(slowdown > delta).
     #[serde(default = "default_delta")]
     pub delta_pct: f64,
-    /// Bootstrap resamples.
+    /// Monte Carlo draws: posterior draws of P(best)/P(worst), resamples of the tau intervals.
     #[serde(default = "default_resamples")]
     pub bootstrap_resamples: u32,
-    /// Bootstrap seed.
+    /// Seed of those draws (ChaCha8).
     #[serde(default)]
     pub bootstrap_seed: u64,
 }
@@ -128,10 +123,45 @@ pub struct Controls {
     /// names (A/A): predicted tied, never pass or fail.
     #[serde(default)]
     pub aa: Vec<[String; 2]>,
-    /// Configurations predicted slower than every other one (e.g. an
-    /// injected delay): the analysis must rank them so under its tie policy.
+    /// Configurations predicted slower: a bare name is predicted slower than
+    /// every other configuration; a graded entry declares its slowdown
+    /// against a reference configuration and the mechanism that causes it.
     #[serde(default)]
-    pub known_bad: Vec<String>,
+    pub known_bad: Vec<KnownBad>,
+}
+
+/// A known-bad control.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum KnownBad {
+    /// Predicted slower than every other configuration.
+    Name(String),
+    /// Predicted slower than `reference` by at least `slowdown_pct`.
+    Graded(GradedBad),
+}
+
+/// A graded known-bad control.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GradedBad {
+    /// The slowed configuration.
+    pub config: String,
+    /// The configuration it is a slowed copy of.
+    pub reference: String,
+    /// Declared slowdown, percent of the reference (nominal: what the mechanism was sized to add).
+    pub slowdown_pct: f64,
+    /// How the slowdown is made and sized (stated in the report).
+    pub mechanism: String,
+}
+
+impl KnownBad {
+    /// The slowed configuration's name.
+    pub fn config(&self) -> &str {
+        match self {
+            KnownBad::Name(n) => n,
+            KnownBad::Graded(g) => &g.config,
+        }
+    }
 }
 
 /// One configuration.
@@ -236,9 +266,26 @@ impl CampaignSpec {
             }
         }
         if let Some(c) = &self.controls {
-            for n in c.aa.iter().flatten().chain(c.known_bad.iter()) {
+            let refs = c.known_bad.iter().filter_map(|k| match k {
+                KnownBad::Graded(g) => Some(&g.reference),
+                KnownBad::Name(_) => None,
+            });
+            for n in c.aa.iter().flatten().map(String::as_str).chain(c.known_bad.iter().map(KnownBad::config)).chain(refs.map(String::as_str)) {
                 if !self.configs.iter().any(|x| &x.name == n) {
                     bail!("controls name {n:?}, which is not a configuration");
+                }
+            }
+            for k in &c.known_bad {
+                if let KnownBad::Graded(g) = k {
+                    if g.config == g.reference {
+                        bail!("controls.known_bad {:?} names itself as its reference", g.config);
+                    }
+                    if !(g.slowdown_pct.is_finite() && g.slowdown_pct > self.analysis.min_effect_pct) {
+                        bail!(
+                            "controls.known_bad {:?}: slowdown_pct {} must exceed analysis.min_effect_pct {} (a smaller slowdown can never be decided)",
+                            g.config, g.slowdown_pct, self.analysis.min_effect_pct
+                        );
+                    }
                 }
             }
             if let Some(p) = c.aa.iter().find(|p| p[0] == p[1]) {
@@ -380,6 +427,23 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graded_known_bad_controls_are_parsed_and_checked() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpu-aa-ten.toml");
+        let spec = CampaignSpec::load(&path).unwrap();
+        let c = spec.controls.clone().unwrap();
+        assert!(matches!(&c.known_bad[2], KnownBad::Graded(g) if g.slowdown_pct == 5.0 && g.reference == "aa-1"));
+        let mut low = spec.clone();
+        low.analysis.min_effect_pct = 2.0;
+        let e = low.validate().unwrap_err().to_string();
+        assert!(e.contains("slowdown_pct 1 must exceed analysis.min_effect_pct 2"), "{e}");
+        let mut bad = spec;
+        if let Some(KnownBad::Graded(g)) = bad.controls.as_mut().and_then(|c| c.known_bad.first_mut()) {
+            g.reference = "nope".into();
+        }
+        assert!(bad.validate().unwrap_err().to_string().contains("\"nope\""));
+    }
 
     #[test]
     fn schedule_is_round_robin_and_seeded() {

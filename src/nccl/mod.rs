@@ -38,6 +38,8 @@ pub mod sys {
     }
     /// `ncclFloat32`.
     pub const NCCL_FLOAT32: c_int = 7;
+    /// `ncclBfloat16` (NCCL 2.10 and later).
+    pub const NCCL_BFLOAT16: c_int = 9;
     /// `ncclSum`.
     pub const NCCL_SUM: c_int = 0;
     /// `ncclGetUniqueId(ncclUniqueId*)`.
@@ -263,17 +265,21 @@ impl NcclComm {
         Ok(Self { lib, comm })
     }
 
-    /// Enqueue a float32 sum all-reduce of `count` elements on `stream`.
+    /// Enqueue a sum all-reduce of `count` elements of `dtype` on `stream`.
     ///
     /// # Safety
-    /// `send`/`recv` must be device pointers valid for `count` f32 on this
-    /// communicator's device, and `stream` a stream of its context.
-    pub unsafe fn all_reduce_f32_sum(&self, send: u64, recv: u64, count: usize, stream: *mut std::ffi::c_void) -> Result<()> {
+    /// `send`/`recv` must be device pointers valid for `count` elements of
+    /// `dtype` on this communicator's device, and `stream` a stream of its context.
+    pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: crate::shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
+        let nccl_type = match dtype {
+            crate::shard::Dtype::F32 => sys::NCCL_FLOAT32,
+            crate::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
+        };
         let rc = (self.lib.all_reduce)(
             send as *const std::ffi::c_void,
             recv as *mut std::ffi::c_void,
             count,
-            sys::NCCL_FLOAT32,
+            nccl_type,
             sys::NCCL_SUM,
             self.comm,
             stream,

@@ -1,0 +1,102 @@
+//! The long calibration run (not a timing benchmark): seeded simulations of
+//! the campaign statistics ([`commcanary::calibration`]) at 3, 5, 10 and 20
+//! rounds, written as Markdown tables into a new directory:
+//!
+//!   CALIBRATION_OUT=results/DATE-calibration cargo bench --bench calibration
+//!
+//! CALIBRATION_SIMS scales the simulation count (default 20000 per cell for
+//! intervals, a tenth of that for P(best), which draws a posterior per
+//! simulated campaign). The same seeds give the same tables.
+use commcanary::calibration::{coverage, null_p_best, verdict_rates, Noise};
+use commcanary::inference;
+use std::fmt::Write;
+
+const ROUNDS: [usize; 4] = [3, 5, 10, 20];
+/// Job noise (log-scale standard deviation) of the coverage, A/A and P(best) tables.
+const SCALE: f64 = 0.03;
+
+fn main() -> anyhow::Result<()> {
+    let out = std::path::PathBuf::from(std::env::var("CALIBRATION_OUT").map_err(|_| anyhow::anyhow!("set CALIBRATION_OUT to a new directory under results/"))?);
+    let sims: u32 = std::env::var("CALIBRATION_SIMS").ok().map(|s| s.parse()).transpose()?.unwrap_or(20_000);
+    std::fs::create_dir_all(&out)?;
+    let t0 = std::time::Instant::now();
+    let mut md = String::new();
+    let hdr = |md: &mut String, first: &str| {
+        let _ = writeln!(md, "| {first} | {} |", ROUNDS.map(|r| format!("{r} rounds")).join(" | "));
+        let _ = writeln!(md, "|---|{}", "---:|".repeat(ROUNDS.len()));
+    };
+    let _ = writeln!(md, "# Calibration tables\n\nProduced by `{}` with CALIBRATION_SIMS={sims}; job noise log-sd {SCALE} unless stated.\n", commcanary::identity::VERSION_LONG);
+
+    let _ = writeln!(md, "## Coverage of the nominal 95% interval (true difference +3%, {sims} simulated campaigns per cell)\n");
+    hdr(&mut md, "job noise");
+    let mut min_cov = 1.0f64;
+    for (i, noise) in Noise::ALL.into_iter().enumerate() {
+        let row: Vec<f64> = ROUNDS.iter().map(|&r| coverage(noise, r, 3.0, SCALE, sims, 100 + i as u64)).collect::<anyhow::Result<_>>()?;
+        min_cov = row.iter().copied().fold(min_cov, f64::min);
+        let _ = writeln!(md, "| {} | {} |", noise.name(), row.iter().map(|c| format!("{:.1}%", c * 100.0)).collect::<Vec<_>>().join(" | "));
+    }
+    let mc = (0.95f64 * 0.05 / sims as f64).sqrt() * 100.0;
+    let _ = writeln!(md, "\nLowest cell: {:.1}% (Monte Carlo standard error about {mc:.2} points at 95%).\n", min_cov * 100.0);
+
+    for m in [0.0, 2.0] {
+        let _ = writeln!(md, "## A/A verdicts: share `pass` / `fail` among {sims} simulated campaigns of one configuration under two names, minimum effect {m}%\n");
+        hdr(&mut md, "job noise");
+        for (i, noise) in Noise::ALL.into_iter().enumerate() {
+            let row: Vec<String> = ROUNDS
+                .iter()
+                .map(|&r| verdict_rates(noise, r, 0.0, m, SCALE, sims, 200 + i as u64).map(|v| format!("{:.2}% / {:.2}%", v[0] * 100.0, v[1] * 100.0)))
+                .collect::<anyhow::Result<_>>()?;
+            let _ = writeln!(md, "| {} | {} |", noise.name(), row.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
+
+    let psims = (sims / 10).max(50);
+    let draws = 1000;
+    for k in [2usize, 4, 6] {
+        let _ = writeln!(
+            md,
+            "## Null P(best): {k} identical configurations, {psims} simulated campaigns per cell, {draws} posterior draws each\n\nEach cell: mean P(best) of the lowest and highest position (ideal 1/{k} = {:.3}); share of campaigns whose top P(best) ≥ 0.9; the largest top P(best) seen.\n",
+            1.0 / k as f64
+        );
+        hdr(&mut md, "job noise");
+        for (i, noise) in Noise::ALL.into_iter().enumerate() {
+            let row: Vec<String> = ROUNDS
+                .iter()
+                .map(|&r| {
+                    null_p_best(noise, r, k, SCALE, psims, draws, 300 + i as u64).map(|(mean, high, top)| {
+                        let lo = mean.iter().copied().fold(1.0, f64::min);
+                        let hi = mean.iter().copied().fold(0.0, f64::max);
+                        format!("{lo:.3}–{hi:.3}; {:.1}%; {top:.2}", high * 100.0)
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let _ = writeln!(md, "| {} | {} |", noise.name(), row.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
+
+    let pscale = 0.02;
+    let pm = 0.5;
+    let _ = writeln!(
+        md,
+        "## Power: share of campaigns that decide a true slowdown (`fail`), Gaussian job noise log-sd {pscale} (per-round log-ratio sd {:.4}), minimum effect {pm}%, {sims} campaigns per cell\n",
+        pscale * 2f64.sqrt()
+    );
+    let _ = writeln!(md, "| true slowdown | {} | rounds suggested for 80% | simulated power there |", ROUNDS.map(|r| format!("{r} rounds")).join(" | "));
+    let _ = writeln!(md, "|---|{}---:|---:|", "---:|".repeat(ROUNDS.len()));
+    for (i, e) in [1.0, 2.0, 5.0, 10.0].into_iter().enumerate() {
+        let row: Vec<String> =
+            ROUNDS.iter().map(|&r| verdict_rates(Noise::Gaussian, r, e, pm, pscale, sims, 400 + i as u64).map(|v| format!("{:.1}%", v[1] * 100.0))).collect::<anyhow::Result<_>>()?;
+        let n = inference::rounds_to_decide(pscale * 2f64.sqrt(), e, pm, inference::COVERAGE, inference::POWER);
+        let at = match n {
+            Some(n) => format!("{:.1}%", verdict_rates(Noise::Gaussian, n as usize, e, pm, pscale, sims, 500 + i as u64)?[1] * 100.0),
+            None => "-".into(),
+        };
+        let _ = writeln!(md, "| {e}% | {} | {} | {at} |", row.join(" | "), n.map(|n| n.to_string()).unwrap_or_else(|| "-".into()));
+    }
+    let _ = writeln!(md, "\nWall time: {:.0} s.", t0.elapsed().as_secs_f64());
+    commcanary::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
+    print!("{md}");
+    Ok(())
+}
