@@ -23,9 +23,15 @@ pub enum Command {
     Join(JoinArgs),
     /// Print any shard or run record as JSON
     Inspect(InspectArgs),
-    /// Export a verified run to another format
+    /// Export a verified run, or an imported communication trace, to another format
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Import a workload's PyTorch traces (one file per rank) as a communication trace
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Run an imported trace's collectives on MPI sub-communicators (cpu; run under mpirun)
+    #[command(name = "replay-trace")]
+    ReplayTrace(ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
     /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
@@ -295,6 +301,65 @@ pub struct OverlapArgs {
 pub enum ExportCommand {
     /// Chrome/Perfetto trace JSON: per rank, rows for phases, tokens, host calls, compute and comm streams
     Chrome(ExportChromeArgs),
+    /// PARAM comms-replay JSON (DIR/rank-N.json) of an imported trace, with a group init entry per group
+    Param(ExportTraceArgs),
+    /// Chakra-style execution-trace JSON (DIR/rank-N.json) of an imported trace's communication nodes
+    Et(ExportTraceArgs),
+}
+
+/// `commcanary export param|et`.
+#[derive(Args, Debug)]
+pub struct ExportTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Output directory (created if missing; existing files are never replaced).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `commcanary replay-trace`.
+#[derive(Args, Debug)]
+pub struct ReplayTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Directory for replay-trace.rank-N.json (created if missing; never overwritten).
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Validate every collective's result.
+    #[arg(long)]
+    pub check: bool,
+    /// Reduction of all-reduce, reduce and reduce-scatter (default: from the recorded kernel name, else sum).
+    #[arg(long, value_enum)]
+    pub op: Option<crate::commtrace::cpu_exec::ReduceOp>,
+    /// Pace by the trace's gaps, or run back to back.
+    #[arg(long, value_enum, default_value = "gaps")]
+    pub pace: crate::commtrace::cpu_exec::Pace,
+    /// Negative control: corrupt every result on this rank (--check must fail).
+    #[arg(long, hide = true)]
+    pub corrupt_rank: Option<u32>,
+}
+
+/// `commcanary import ...`.
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// PyTorch profiler (Kineto) JSON, one file per rank, gzip accepted
+    Kineto(ImportArgs),
+    /// PyTorch execution trace (Chakra ET JSON), one file per rank, gzip accepted
+    Et(ImportArgs),
+}
+
+/// `commcanary import kineto|et`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// One file per rank (any order).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Communication trace to write (never overwritten).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Print the trace's per-rank collective counts as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `commcanary export chrome`.

@@ -5,7 +5,8 @@
 //! [`workload`] (what runs), [`phases`] (events), [`clock`] (calibration),
 //! [`shard`] (per-rank evidence), [`run`] (the run record), [`join`]
 //! (the joined trace), [`trace`] (replay sources), [`stats`] (I/O-free
-//! statistics), [`identity`] (environment identity), [`backend`] (cpu/cuda).
+//! statistics), [`identity`] (environment identity), [`backend`] (cpu/cuda),
+//! [`commtrace`] (traces imported from PyTorch, exported to PARAM and Chakra).
 #![warn(missing_docs)]
 
 pub mod analysis;
@@ -18,6 +19,7 @@ pub mod campaign;
 pub mod cli;
 pub mod cli_kv;
 pub mod clock;
+pub mod commtrace;
 pub mod cupti;
 pub mod doctor;
 pub mod export;

@@ -37,6 +37,10 @@ fn run() -> Result<()> {
             eprintln!("wrote {} ({} events)", a.output.display(), trace["traceEvents"].as_array().map_or(0, |v| v.len()));
             Ok(())
         }
+        Command::Export(commcanary::cli::ExportCommand::Param(a)) => commands::export_trace(a, "param"),
+        Command::Export(commcanary::cli::ExportCommand::Et(a)) => commands::export_trace(a, "et"),
+        Command::Import(c) => commands::import(c),
+        Command::ReplayTrace(a) => commcanary::commtrace::replay_command(&a),
         Command::Doctor(a) => {
             let (r, all_ok) = commcanary::doctor::report(&a.nccl_lib);
             if a.json {
@@ -70,6 +74,37 @@ mod commands {
     use anyhow::{Context, Result};
     use commcanary::cli::JoinArgs;
     use std::io::Write;
+
+    pub fn import(c: commcanary::cli::ImportCommand) -> Result<()> {
+        use commcanary::cli::ImportCommand;
+        use commcanary::commtrace::{import_files, render_counts, Limits, SourceKind};
+        let (kind, a) = match c {
+            ImportCommand::Kineto(a) => (SourceKind::Kineto, a),
+            ImportCommand::Et(a) => (SourceKind::ExecutionTrace, a),
+        };
+        let t = import_files(kind, &a.files, &Limits::default())?;
+        commcanary::fsutil::write_json_new(&a.output, &t)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?);
+        } else {
+            print!("{}", render_counts(&t));
+        }
+        eprintln!("wrote {} ({} ranks; unknown: {})", a.output.display(), t.ranks.len(),
+            t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "));
+        Ok(())
+    }
+
+    pub fn export_trace(a: commcanary::cli::ExportTraceArgs, to: &str) -> Result<()> {
+        use commcanary::commtrace::{export, CommTrace};
+        let t = CommTrace::read(&a.trace)?;
+        let docs = if to == "param" { export::param(&t)? } else { export::et(&t)? };
+        std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+        for (rank, doc) in &docs {
+            commcanary::fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
+        }
+        eprintln!("wrote {} files to {}", docs.len(), a.output.display());
+        Ok(())
+    }
 
     pub fn overlap(a: commcanary::cli::OverlapArgs) -> Result<()> {
         use commcanary::overlap::{overlap, per_phase, IntervalFile};

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 11] = [
+pub const SCHEMAS: [(&str, &str); 12] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -18,6 +18,7 @@ pub const SCHEMAS: [(&str, &str); 11] = [
     ("campaign-report", "campaign-report.schema.json"),
     ("campaign-archive-descriptor", "campaign-archive-descriptor.schema.json"),
     ("comparison", "comparison.schema.json"),
+    ("comm-trace", "comm-trace.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -35,6 +36,7 @@ pub fn schema_json(name: &str) -> Result<String> {
         "campaign-report" => schema_for!(crate::analysis::Report),
         "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
         "comparison" => schema_for!(crate::ranking::Comparison),
+        "comm-trace" => schema_for!(crate::commtrace::CommTrace),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -46,3 +46,40 @@ fn real_outputs_carry_every_required_field() {
         check("joined-collective", serde_json::from_str(l).unwrap());
     }
 }
+
+/// Every property of the collective and compute records, and of the trace
+/// itself, is in the field contract of `results-schema/comm-trace.md`; a real
+/// import carries every required field.
+#[test]
+fn comm_trace_contract_documents_every_field() {
+    let schema: serde_json::Value = serde_json::from_str(&commcanary::schema::schema_json("comm-trace").unwrap()).unwrap();
+    let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results-schema/comm-trace.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let props = |v: &serde_json::Value| -> Vec<String> { v["properties"].as_object().unwrap().keys().cloned().collect() };
+    for f in props(&schema["$defs"]["TraceCollective"]) {
+        assert!(doc.contains(&format!("| `{f}` |")), "comm-trace.md has no row for TraceCollective.{f}");
+    }
+    for f in props(&schema["$defs"]["ComputeOp"]) {
+        assert!(doc.contains(&format!("| `compute_before[].{f}` |")), "comm-trace.md has no row for ComputeOp.{f}");
+    }
+    for f in props(&schema["$defs"]["DeviceSpan"]) {
+        assert!(doc.contains(&format!("| `device.{f}` |")), "comm-trace.md has no row for DeviceSpan.{f}");
+    }
+    for f in props(&schema) {
+        assert!(doc.contains(&format!("`{f}`")), "comm-trace.md never mentions {f}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-2.11-tp2-h200");
+    for kind in ["kineto", "et"] {
+        let out = d.path().join(format!("{kind}.json"));
+        let files: Vec<String> = (0..2).map(|r| fx.join(format!("{kind}.rank-{r}.json.gz")).display().to_string()).collect();
+        ok(&cc(&["import", kind, &files[0], &files[1], "-o", out.to_str().unwrap()]));
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        required_present(&schema, &doc, &schema["$defs"], "comm-trace");
+        for r in doc["ranks"].as_array().unwrap() {
+            for c in r["collectives"].as_array().unwrap() {
+                required_present(&schema["$defs"]["TraceCollective"], c, &schema["$defs"], "collective");
+            }
+        }
+    }
+}
