@@ -718,7 +718,11 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
         subject: format!("{label} round {round}: {} µs arrival delay on one rank", d.delay_us),
         phase: None,
         predicted: "arrival skew >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others".into(),
-        observed: format!("{} of {} delayed detected ({:.1}%); {} of {} undelayed above the line ({:.2}%)", d.detected, d.delayed, rate * 100.0, d.false_alarms, d.undelayed, fa * 100.0),
+        observed: if d.delayed == 0 {
+            "no delayed collective in a judged phase (on GPUs only replay is judged: elsewhere the device queue may run ahead of the host)".into()
+        } else {
+            format!("{} of {} delayed detected ({:.1}%); {} of {} undelayed above the line ({:.2}%)", d.detected, d.delayed, rate * 100.0, d.false_alarms, d.undelayed, fa * 100.0)
+        },
         outcome: if d.delayed > 0 && rate >= 0.9 && !(fa > 0.01) {
             ControlOutcome::Behaved
         } else if d.delayed == 0 {
