@@ -365,13 +365,7 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Issue, do `between`, wait, validate, record.
     fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
-        let seq = self.seq;
-        self.seq += 1;
-        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
-            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
-            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
-        }
-        let injected = self.inject_delay(seq);
+        let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
         self.backend.issue_allreduce(bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
@@ -416,6 +410,19 @@ impl<'a, B: Backend> Runner<'a, B> {
             checked,
         });
         Ok(self.body.collectives.len() - 1)
+    }
+
+    /// The next collective's sequence number, after the negative controls
+    /// that act before an arrival (a hang fault, an injected delay); returns
+    /// the sequence number and the delay achieved, if any.
+    fn next_arrival(&mut self) -> (u64, Option<u64>) {
+        let seq = self.seq;
+        self.seq += 1;
+        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+        }
+        (seq, self.inject_delay(seq))
     }
 
     /// The negative control's delay before collective `seq`, if any; returns
@@ -511,13 +518,7 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// One collective of the isolated loop: the hot path.
     fn back_to_back_one(&mut self, bytes: u64, iter: u32, warmup: bool) -> Result<()> {
-        let seq = self.seq;
-        self.seq += 1;
-        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
-            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
-            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
-        }
-        let injected = self.inject_delay(seq);
+        let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
         self.backend.allreduce_back_to_back(bytes, self.spec.dtype)?;
         let host_return_ns = self.clock.now_ns();
