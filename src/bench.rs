@@ -42,6 +42,8 @@ pub fn run(args: BenchOverheadArgs) -> Result<()> {
             backend.wait_allreduce()?;
         }
         bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
+        // the bare loop's collectives belong to no pass: drop their (empty) timings
+        let _ = backend.finish_pass()?;
         world.barrier();
         let t0 = monotonic_raw_ns();
         let mut runner = Runner::new(&mut backend, &clock, &world, &spec, None, None, None, false);
