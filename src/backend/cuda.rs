@@ -274,7 +274,7 @@ pub struct CudaBackend {
     capturing: bool,
     /// Graph mode: cuBLAS workspace set before capture (cuBLAS must not allocate inside one).
     blas_workspace: Option<CudaSlice<u8>>,
-    /// The end window of the last finished pass (for diagnostics and the benchmark).
+    /// The start and end anchor windows of the last finished pass (for diagnostics and the benchmark).
     last_anchor_windows: Option<(crate::clock::DeviceAnchorEstimate, crate::clock::DeviceAnchorEstimate)>,
     corrupt_next_check: bool,
     cupti: Option<crate::cupti::Cupti>,
