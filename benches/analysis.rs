@@ -6,7 +6,7 @@
 //! on real runs. Run: `cargo bench --bench analysis`.
 use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, KnownBadInput, PhaseInput};
 use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};
-use commcanary::workload::Phase;
+use commcanary::core::workload::Phase;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
@@ -37,7 +37,11 @@ fn input(tie: TiePolicy) -> AnalysisInput {
         phases,
         policy: AnalysisPolicy { tie_policy: tie, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 10_000, bootstrap_seed: 1 },
         canary: Some(("config-02".into(), "config-01".into(), Phase::Blocking)),
-        controls: ControlsInput { aa_pairs: vec![("config-01".into(), "config-03".into())], known_bad: vec![KnownBadInput { label: "config-08".into(), graded: None }], injected_skew: vec![] },
+        controls: ControlsInput {
+            aa_pairs: vec![("config-01".into(), "config-03".into())],
+            known_bad: vec![KnownBadInput { label: "config-08".into(), graded: None }],
+            injected_skew: vec![],
+        },
         context: ClaimContext {
             campaign_id: "bench".into(),
             manifest_sha256: "0".repeat(64),
@@ -60,7 +64,7 @@ fn main() {
             let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
             times.push(t0.elapsed().as_secs_f64());
             let t1 = Instant::now();
-            let p = commcanary::plots::all(&r).expect("plots");
+            let p = commcanary::report::plots::all(&r).expect("plots");
             plots_ms.push(t1.elapsed().as_secs_f64() * 1e3);
             std::hint::black_box(p);
         }

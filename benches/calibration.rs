@@ -1,5 +1,5 @@
 //! The long calibration run (not a timing benchmark): seeded simulations of
-//! the campaign statistics ([`commcanary::calibration`]) at 3, 5, 10 and 20
+//! the campaign statistics ([`commcanary::analysis::calibration`]) at 3, 5, 10 and 20
 //! rounds, written as Markdown tables into a new directory:
 //!
 //!   CALIBRATION_OUT=results/DATE-calibration cargo bench --bench calibration
@@ -7,8 +7,8 @@
 //! CALIBRATION_SIMS scales the simulation count (default 20000 per cell for
 //! intervals, a tenth of that for P(best), which draws a posterior per
 //! simulated campaign). The same seeds give the same tables.
-use commcanary::calibration::{coverage, null_p_best, verdict_rates, Noise};
-use commcanary::inference;
+use commcanary::analysis::calibration::{coverage, family_false_different, null_p_best, verdict_rates, Noise};
+use commcanary::analysis::inference;
 use std::fmt::Write;
 
 const ROUNDS: [usize; 4] = [3, 5, 10, 20];
@@ -25,7 +25,11 @@ fn main() -> anyhow::Result<()> {
         let _ = writeln!(md, "| {first} | {} |", ROUNDS.map(|r| format!("{r} rounds")).join(" | "));
         let _ = writeln!(md, "|---|{}", "---:|".repeat(ROUNDS.len()));
     };
-    let _ = writeln!(md, "# Calibration tables\n\nProduced by `{}` with CALIBRATION_SIMS={sims}; job noise log-sd {SCALE} unless stated.\n", commcanary::identity::VERSION_LONG);
+    let _ = writeln!(
+        md,
+        "# Calibration tables\n\nProduced by `{}` with CALIBRATION_SIMS={sims}; job noise log-sd {SCALE} unless stated.\n",
+        commcanary::core::identity::VERSION_LONG
+    );
 
     let _ = writeln!(md, "## Coverage of the nominal 95% interval (true difference +3%, {sims} simulated campaigns per cell)\n");
     hdr(&mut md, "job noise");
@@ -39,7 +43,8 @@ fn main() -> anyhow::Result<()> {
     let _ = writeln!(md, "\nLowest cell: {:.1}% (Monte Carlo standard error about {mc:.2} points at 95%).\n", min_cov * 100.0);
 
     for m in [0.0, 2.0] {
-        let _ = writeln!(md, "## A/A verdicts: share `pass` / `fail` among {sims} simulated campaigns of one configuration under two names, minimum effect {m}%\n");
+        let _ =
+            writeln!(md, "## A/A verdicts: share `pass` / `fail` among {sims} simulated campaigns of one configuration under two names, minimum effect {m}%\n");
         hdr(&mut md, "job noise");
         for (i, noise) in Noise::ALL.into_iter().enumerate() {
             let row: Vec<String> = ROUNDS
@@ -51,12 +56,34 @@ fn main() -> anyhow::Result<()> {
         let _ = writeln!(md);
     }
 
-    let psims = (sims / 10).max(50);
-    let draws = 1000;
-    for k in [2usize, 4, 6] {
+    for k in [4usize, 7] {
         let _ = writeln!(
             md,
-            "## Null P(best): {k} identical configurations, {psims} simulated campaigns per cell, {draws} posterior draws each\n\nEach cell: mean P(best) of the lowest and highest position (ideal 1/{k} = {:.3}); share of campaigns whose top P(best) ≥ 0.9; the largest top P(best) seen.\n",
+            "## Pair tables of {k} identical configurations: share of {sims} simulated campaigns with at least one decided pair (minimum effect 0), \
+             simultaneous intervals (each at {:.3}%) / unadjusted 95% intervals\n",
+            inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2) * 100.0
+        );
+        hdr(&mut md, "job noise");
+        for (i, noise) in Noise::ALL.into_iter().enumerate() {
+            let row: Vec<String> = ROUNDS
+                .iter()
+                .map(|&r| -> anyhow::Result<String> {
+                    let adj = family_false_different(noise, r, k, 0.0, SCALE, true, sims, 600 + i as u64)?;
+                    let raw = family_false_different(noise, r, k, 0.0, SCALE, false, sims, 600 + i as u64)?;
+                    Ok(format!("{:.2}% / {:.1}%", adj * 100.0, raw * 100.0))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let _ = writeln!(md, "| {} | {} |", noise.name(), row.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
+
+    let psims = (sims / 10).max(50);
+    let draws = 1000;
+    for (m, k) in [2.0, 0.5, 0.0].into_iter().flat_map(|m| [2usize, 4, 6].map(|k| (m, k))) {
+        let _ = writeln!(
+            md,
+            "## Null P(best): {k} identical configurations, minimum effect {m}%, {psims} simulated campaigns per cell, {draws} posterior draws each\n\nEach cell: mean P(best) of the lowest and highest position (ideal 1/{k} = {:.3}); share of campaigns whose top P(best) ≥ 0.9; the largest top P(best) seen.\n",
             1.0 / k as f64
         );
         hdr(&mut md, "job noise");
@@ -64,7 +91,7 @@ fn main() -> anyhow::Result<()> {
             let row: Vec<String> = ROUNDS
                 .iter()
                 .map(|&r| {
-                    null_p_best(noise, r, k, SCALE, psims, draws, 300 + i as u64).map(|(mean, high, top)| {
+                    null_p_best(noise, r, k, SCALE, m, psims, draws, 300 + i as u64).map(|(mean, high, top)| {
                         let lo = mean.iter().copied().fold(1.0, f64::min);
                         let hi = mean.iter().copied().fold(0.0, f64::max);
                         format!("{lo:.3}–{hi:.3}; {:.1}%; {top:.2}", high * 100.0)
@@ -86,8 +113,10 @@ fn main() -> anyhow::Result<()> {
     let _ = writeln!(md, "| true slowdown | {} | rounds suggested for 80% | simulated power there |", ROUNDS.map(|r| format!("{r} rounds")).join(" | "));
     let _ = writeln!(md, "|---|{}---:|---:|", "---:|".repeat(ROUNDS.len()));
     for (i, e) in [1.0, 2.0, 5.0, 10.0].into_iter().enumerate() {
-        let row: Vec<String> =
-            ROUNDS.iter().map(|&r| verdict_rates(Noise::Gaussian, r, e, pm, pscale, sims, 400 + i as u64).map(|v| format!("{:.1}%", v[1] * 100.0))).collect::<anyhow::Result<_>>()?;
+        let row: Vec<String> = ROUNDS
+            .iter()
+            .map(|&r| verdict_rates(Noise::Gaussian, r, e, pm, pscale, sims, 400 + i as u64).map(|v| format!("{:.1}%", v[1] * 100.0)))
+            .collect::<anyhow::Result<_>>()?;
         let n = inference::rounds_to_decide(pscale * 2f64.sqrt(), e, pm, inference::COVERAGE, inference::POWER);
         let at = match n {
             Some(n) => format!("{:.1}%", verdict_rates(Noise::Gaussian, n as usize, e, pm, pscale, sims, 500 + i as u64)?[1] * 100.0),
@@ -96,7 +125,7 @@ fn main() -> anyhow::Result<()> {
         let _ = writeln!(md, "| {e}% | {} | {} | {at} |", row.join(" | "), n.map(|n| n.to_string()).unwrap_or_else(|| "-".into()));
     }
     let _ = writeln!(md, "\nWall time: {:.0} s.", t0.elapsed().as_secs_f64());
-    commcanary::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
+    commcanary::core::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
     print!("{md}");
     Ok(())
 }

@@ -4,7 +4,10 @@
 # systemd), then run a small CPU campaign through sbatch twice: (a) one
 # allocation running the whole campaign (slurm/campaign-allocation.sbatch),
 # (b) a job array, one cell per task (slurm/campaign-array.sbatch), followed
-# by exec --resume, select, verify. Exits non-zero if any step fails.
+# by exec --resume, select, verify; then (c) slurm/validate-node.sbatch
+# records this node as a validation reference and scripts/validate-partition.sh
+# validates the partition against it (pass, or inconclusive under this
+# machine's noise). Exits non-zero if any step fails.
 # Not part of .ci/run: it starts system daemons. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,4 +87,15 @@ COMMCANARY_BIN=$BIN sbatch --wait --array="1-$N%1" --ntasks=2 --ntasks-per-node=
 "$BIN" campaign verify "$OUT/b"
 "$BIN" campaign analyze "$OUT/b"
 grep -h '"argv"' "$OUT/b/attempts.jsonl" | head -1 | grep -o '"argv":\["[a-z]*"' 
-echo "slurm path: both templates ran a verified campaign through sbatch ($OUT)"
+echo "== (c) validate-node.sbatch: record this node as a reference, then validate the partition against it"
+printf 'busbw_min_ratio = 0.2\ntoken_latency_max_ratio = 2.0\n' > "$OUT/site.toml"
+VALIDATE_OUT=$OUT/validate-ref COMMCANARY_BIN=$BIN sbatch --wait --nodelist="$H" --ntasks=2 --ntasks-per-node=2 --chdir="$PWD" --output="$OUT/validate-ref.out" \
+  slurm/validate-node.sbatch --backend cpu --record-reference --max-bytes 256KiB --iters 5 --warmup-iters 2 --tokens 12 --warmup-tokens 2 --rounds 8
+cat "$OUT/validate-ref.out"
+REF=$(ls "$OUT"/validate-ref/*.exit | head -1); REF=${REF%.exit}
+set +e
+VALIDATE_OUT=$OUT/fleet COMMCANARY_BIN=$BIN bash scripts/validate-partition.sh debug "$REF" --ntasks=2 --ntasks-per-node=2 -- --backend cpu --site "$OUT/site.toml" --rounds 8
+rc=$?
+set -e
+[ "$rc" = 0 ] || [ "$rc" = 2 ] || { echo "validate-partition exited $rc (expected 0 pass or 2 inconclusive)"; exit 1; }
+echo "slurm path: both templates ran a verified campaign through sbatch, and validate-node.sbatch validated the node ($OUT)"

@@ -1,49 +1,32 @@
 //! CommCanary: rank NCCL/MPI collective configurations for real workloads,
-//! with a chain of evidence. See `README.md` and `SPEC.md` for the design.
+//! with a chain of evidence. See `README.md` for use and
+//! `docs/ARCHITECTURE.md` for the design.
 //!
-//! Stages, one module each, named after what they produce:
-//! [`workload`] (what runs), [`phases`] (events), [`clock`] (calibration),
-//! [`shard`] (per-rank evidence), [`run`] (the run record), [`join`]
-//! (the joined trace), [`trace`] (replay sources), [`stats`] (I/O-free
-//! statistics), [`identity`] (environment identity), [`backend`] (cpu/cuda),
-//! [`commtrace`] (traces imported from PyTorch, exported to PARAM and Chakra).
+//! One folder per stage, in dependency order; a module imports only from its
+//! own folder and the ones before it (checked by `tests/layering.rs`):
+//!
+//! Layers, in dependency order: core → evidence → backend → rank → analysis → campaign → report → validate → cli
+//!
+//! 1. [`core`]: units, `key=value` parsing, clock model, workload vocabulary,
+//!    identity, atomic files, descriptive statistics, limits, ranges, refusal codes.
+//! 2. [`evidence`]: shard and run-record formats, `join`, replay traces,
+//!    `inspect`, tuning records, imported communication traces.
+//! 3. [`backend`]: the `Backend` trait, `cpu` (MPI) and `cuda` (NCCL, cuBLAS, CUPTI).
+//! 4. [`rank`]: the per-rank program, its phases, `bench-overhead`, `doctor`.
+//! 5. [`analysis`]: policy, inference, bootstrap, calibration, ranking,
+//!    summary, overlap, queue, capacity, the report model (no I/O).
+//! 6. [`campaign`]: spec, manifest, exec, attempts, select, verify, archive.
+//! 7. [`report`]: the campaign report and its plots, exports.
+//! 8. `validate`: node acceptance against a recorded reference (when present).
+//! 9. [`cli`]: clap definitions and the command layer the binary calls.
 #![warn(missing_docs)]
 
 pub mod analysis;
 pub mod backend;
-pub mod bench;
-pub mod bootstrap;
-pub mod calibration;
-pub mod capacity;
 pub mod campaign;
 pub mod cli;
-pub mod cli_kv;
-pub mod clock;
-pub mod commtrace;
-pub mod cupti;
-pub mod doctor;
-pub mod export;
-pub mod fsutil;
-pub mod identity;
-pub mod inference;
-pub mod inspect;
-pub mod join;
-pub mod limits;
-pub mod nccl;
-pub mod overlap;
-pub mod plots;
-pub mod queue;
-pub mod phases;
+pub mod core;
+pub mod evidence;
 pub mod rank;
-pub mod ranges;
-pub mod ranking;
-pub mod refusal;
-pub mod run;
-pub mod shard;
-pub mod schema;
-pub mod stats;
-pub mod summary;
-pub mod trace;
-pub mod tuning;
-pub mod units;
-pub mod workload;
+pub mod report;
+pub mod validate;

@@ -41,7 +41,6 @@ env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "4" }}
     p
 }
 
-
 fn schedule_of(dir: &Path) -> Vec<String> {
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     m["schedule"].as_array().unwrap().iter().map(|c| c["cell_id"].as_str().unwrap().to_string()).collect()
@@ -79,7 +78,7 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     });
     assert!(other, "a different seed gives a different schedule");
     // a frozen manifest is never replaced
-    assert!(!cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]).status.success());
+    assert_refused(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]), "CAMPAIGN_STATE");
 
     let ds = d.to_str().unwrap();
     ok(&cc_root(&["campaign", "exec", ds]));
@@ -112,27 +111,26 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     b[1000] ^= 1;
     std::fs::write(&tar, &b).unwrap();
     let o = cc(&["campaign", "check-archive", tar.to_str().unwrap(), desc.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("the archive changed"));
+    assert!(assert_refused(&o, "DIGEST_MISMATCH").contains("the archive changed"));
 
     // refusals on copies: each names the cell, and analyze withholds
     let sel: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("selection.json")).unwrap()).unwrap();
     let cell = sel["entries"][4]["cell_id"].as_str().unwrap().to_string();
     let run_dir = sel["entries"][4]["run_dir"].as_str().unwrap().to_string();
-    let refused = |name: &str, damage: &dyn Fn(&Path), needle: &str| {
+    let refused = |name: &str, damage: &dyn Fn(&Path), code: &str, needle: &str| {
         let c = t.path().join(name);
         copy_dir(&d, &c);
         damage(&c);
         let cs = c.to_str().unwrap();
         let o = cc(&["campaign", "verify", cs]);
-        assert!(!o.status.success(), "{name}: verify must fail");
+        assert_refused(&o, "INCOMPLETE");
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(out.contains(&format!("refused {cell}")) && out.contains(needle), "{name}: {out}");
+        assert!(out.contains(&format!("{cell}: refused[{code}]")) && out.contains(needle), "{name}: {out}");
         let o = cc(&["campaign", "analyze", cs]);
-        assert!(!o.status.success(), "{name}: analyze must fail");
+        assert_refused(&o, "INCOMPLETE");
         assert!(String::from_utf8_lossy(&o.stdout).starts_with("withheld-incomplete"), "{name}");
     };
-    refused("del-shard", &|c| std::fs::remove_file(c.join(&run_dir).join("rank-00001.shard")).unwrap(), "is missing");
+    refused("del-shard", &|c| std::fs::remove_file(c.join(&run_dir).join("rank-00001.shard")).unwrap(), "MISSING_RANK", "is missing");
     refused(
         "flip-shard",
         &|c| {
@@ -142,6 +140,7 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
             b[n] ^= 0x10;
             std::fs::write(&p, b).unwrap();
         },
+        "STALE",
         "stale",
     );
     refused(
@@ -152,6 +151,7 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
             v["entries"].as_array_mut().unwrap().remove(4);
             std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
         },
+        "MISSING_CELL",
         "missing",
     );
     // a changed manifest breaks the chain at its root
@@ -161,8 +161,7 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     let text = std::fs::read_to_string(&mp).unwrap().replacen("\"tokens\": 4", "\"tokens\": 5", 1);
     std::fs::write(&mp, text).unwrap();
     let o = cc(&["campaign", "verify", c.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("the frozen manifest was changed"));
+    assert!(assert_refused(&o, "DIGEST_MISMATCH").contains("the frozen manifest was changed"));
 }
 
 #[test]
@@ -193,8 +192,7 @@ fn a_failing_cell_is_recorded_and_retries_append() {
     }
     ok(&cc(&["campaign", "select", ds]));
     let o = cc(&["campaign", "verify", ds]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("refused r01-broken: missing"));
+    assert!(assert_refused(&o, "MISSING_CELL").contains("r01-broken: refused[MISSING_CELL]: missing"));
 }
 
 #[test]
@@ -210,8 +208,7 @@ fn malformed_specs_are_refused_naming_the_file_and_fault() {
         let p = t.path().join(format!("{name}.toml"));
         std::fs::write(&p, text).unwrap();
         let o = cc(&["campaign", "plan", p.to_str().unwrap(), "-o", t.path().join(name).to_str().unwrap()]);
-        assert!(!o.status.success(), "{name}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = assert_refused(&o, "BAD_SPEC");
         assert!(err.contains(&format!("{name}.toml")) && err.contains(needle), "{name}: {err}");
         assert!(!t.path().join(name).join("manifest.json").exists());
     }
@@ -234,15 +231,14 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     assert!(out.contains("complete: 6/6"), "{out}");
     // the same campaign twice
     let o = cc(&["campaign", "join", a.to_str().unwrap(), a.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same manifest"));
+    assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("same manifest"));
     // another analysis policy
     let sp2 = t.path().join("strict.toml");
     std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"strict\"")).unwrap();
     let s = t.path().join("s");
     ok(&cc(&["campaign", "plan", sp2.to_str().unwrap(), "-o", s.to_str().unwrap()]));
     let o = cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("analysis policy differs"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("analysis policy differs"));
     // another repository state (a manifest frozen elsewhere, digest consistent)
     let r = t.path().join("r");
     copy_dir(&b, &r);
@@ -251,8 +247,44 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     m["repository"]["commit"] = "0000000000000000000000000000000000000000".into();
     let bytes = serde_json::to_vec_pretty(&m).unwrap();
     std::fs::write(&mp, &bytes).unwrap();
-    std::fs::write(r.join("manifest.sha256"), commcanary::fsutil::sha256_hex(&bytes) + "\n").unwrap();
+    std::fs::write(r.join("manifest.sha256"), commcanary::core::fsutil::sha256_hex(&bytes) + "\n").unwrap();
     let o = cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("z").to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("repository identity"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("repository identity"));
+}
+
+/// `campaign run`: the five steps in one command on a fresh directory; the
+/// first refusal ends it with its reason; a directory of another spec, or
+/// one already run past select, is refused.
+#[test]
+fn campaign_run_goes_from_spec_to_report_and_stops_at_the_first_refusal() {
+    let t = tempfile::tempdir().unwrap();
+    let short = |p: PathBuf| {
+        let text = std::fs::read_to_string(&p).unwrap().replace("repetitions = 3", "repetitions = 2");
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let sp = short(spec(t.path(), 11, ""));
+    let d = t.path().join("c");
+    let (sps, ds) = (sp.to_str().unwrap(), d.to_str().unwrap());
+    let text = ok(&cc_root(&["campaign", "run", sps, "-o", ds]));
+    for step in ["== plan", "== exec", "== select", "== verify", "== analyze"] {
+        assert!(text.contains(step), "{step} missing:\n{text}");
+    }
+    assert!(text.contains("complete: 2/2") || text.contains("6/6 cells verified"), "{text}");
+    assert!(d.join("report/report.json").exists());
+    // again: refused, nothing replaced
+    let again = cc_root(&["campaign", "run", sps, "-o", ds]);
+    assert!(assert_refused(&again, "CAMPAIGN_STATE").contains("past select"));
+    // a directory of another spec
+    let other = short(spec(t.path(), 12, ""));
+    let o = cc_root(&["campaign", "run", other.to_str().unwrap(), "-o", ds]);
+    assert!(assert_refused(&o, "BAD_SPEC").contains("another spec"));
+    // a cell that cannot run: the run stops at verify, with no report
+    let broken = short(spec(t.path(), 13, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n"));
+    let d2 = t.path().join("c2");
+    let o = cc_root(&["campaign", "run", broken.to_str().unwrap(), "-o", d2.to_str().unwrap()]);
+    assert_refused(&o, "INCOMPLETE");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("== verify") && !stdout.contains("== analyze"), "{stdout}");
+    assert!(!d2.join("report").exists());
 }

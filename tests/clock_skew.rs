@@ -9,8 +9,11 @@ fn clocks(s: &serde_json::Value) -> &Vec<serde_json::Value> {
 #[test]
 fn injected_offset_and_drift_are_recovered_within_the_bound() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8",
-        "--inject-clock", "rank=2,offset_us=250,drift_ppm=50"]);
+    let run = run_rank(
+        4,
+        d.path(),
+        &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8", "--inject-clock", "rank=2,offset_us=250,drift_ppm=50"],
+    );
     let s = join_json(&run);
     for c in clocks(&s) {
         let b = c["bound_us"].as_f64().expect("every rank has a finite bound");
@@ -23,7 +26,7 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     let est = r2["offset_us"].as_f64().unwrap();
     let truth = r2["injected_offset_us"].as_f64().unwrap();
     // the truth includes the drift accumulated since the rank's anchor
-    assert!(truth >= 250.0 && truth < 300.0, "truth {truth}");
+    assert!((250.0..300.0).contains(&truth), "truth {truth}");
     assert!((est - truth).abs() <= r2["bound_us"].as_f64().unwrap() + 0.002, "{r2}");
     assert!((r2["drift_ppm"].as_f64().unwrap() - 50.0).abs() <= r2["drift_bound_ppm"].as_f64().unwrap() + 1e-3, "{r2}");
     // the un-injected ranks of the node still agree with one clock
@@ -46,8 +49,11 @@ fn without_injection_every_offset_contains_zero() {
 #[test]
 fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8",
-        "--inject-delay", "rank=3,every=10,us=2000"]);
+    let run = run_rank(
+        4,
+        d.path(),
+        &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8", "--inject-delay", "rank=3,every=10,us=2000"],
+    );
     let ev = d.path().join("events.jsonl");
     ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(&ev).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -47,8 +47,7 @@ fn import_ok(kind: &str, files: &[&Path], out: &Path) -> Value {
 fn refused(kind: &str, files: &[&Path], dir: &Path, want: &[&str]) {
     let out = dir.join(format!("refused-{}.json", want[0].len()));
     let o = import(kind, files, &out);
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(!o.status.success(), "expected a refusal containing {want:?}; it succeeded");
+    let err = assert_refused(&o, "BAD_INPUT");
     for w in want {
         assert!(err.contains(w), "error lacks {w:?}:\n{err}");
     }
@@ -59,8 +58,11 @@ fn fixture_files(kind: &str) -> Vec<PathBuf> {
     (0..2).map(|r| fixture_path(&format!("{kind}.rank-{r}.json.gz"))).collect()
 }
 
+/// (kind, group, dtype, in elements, out elements, root, p2p peer) of one collective.
+type CollectiveShape = (String, String, String, u64, u64, Option<u64>, Option<u64>);
+
 /// Per rank: (kind, group, dtype, in, out) of every collective, and the p2p peers.
-fn shape(t: &Value, rank: usize) -> Vec<(String, String, String, u64, u64, Option<u64>, Option<u64>)> {
+fn shape(t: &Value, rank: usize) -> Vec<CollectiveShape> {
     t["ranks"][rank]["collectives"]
         .as_array()
         .unwrap()
@@ -138,7 +140,7 @@ fn fixture_imports_with_the_recorded_collectives() {
     assert_eq!(e["clock"]["domain"], "none");
     // Never overwritten.
     let again = import("kineto", &[&files[0], &files[1]], &d.path().join("k.json"));
-    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(assert_refused(&again, "ALREADY_EXISTS").contains("already exists"));
 }
 
 /// Communication fields of every collective (everything but times and compute).
@@ -147,15 +149,17 @@ fn comm_fields(t: &Value) -> Vec<Value> {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| r["collectives"].as_array().unwrap().iter().map(move |c| {
-            let mut c = c.clone();
-            let m = c.as_object_mut().unwrap();
-            for k in ["host_start_ns", "host_duration_ns", "device", "compute_before"] {
-                m.remove(k);
-            }
-            m.insert("rank".into(), r["rank"].clone());
-            c
-        }))
+        .flat_map(|r| {
+            r["collectives"].as_array().unwrap().iter().map(move |c| {
+                let mut c = c.clone();
+                let m = c.as_object_mut().unwrap();
+                for k in ["host_start_ns", "host_duration_ns", "device", "compute_before"] {
+                    m.remove(k);
+                }
+                m.insert("rank".into(), r["rank"].clone());
+                c
+            })
+        })
         .collect()
 }
 
@@ -189,8 +193,8 @@ fn et_export_round_trips_every_communication_field() {
     // j expects from i (out_split_j[i]); the splits above break that and are refused.
     let v_path = write(d.path(), "v.json", &v);
     let check = cc(&["export", "et", s(&v_path), "-o", s(&d.path().join("v-et"))]);
-    let text = String::from_utf8_lossy(&check.stderr).to_string();
-    assert!(!check.status.success() && text.contains("all-to-all") && text.contains("disagree"), "{text}");
+    let text = assert_refused(&check, "BAD_INPUT");
+    assert!(text.contains("all-to-all") && text.contains("disagree"), "{text}");
     // Rank 0 is local 1, rank 1 is local 0: consistent uneven splits.
     for (r, (ins, outs)) in [(vec![3u64, 5], vec![3u64, 5]), (vec![7u64, 3], vec![7u64, 3])].into_iter().enumerate() {
         let a2a = v["ranks"][r]["collectives"].as_array_mut().unwrap().last_mut().unwrap();
@@ -239,7 +243,7 @@ fn param_export_declares_every_group_before_use() {
     }
     // Nothing is replaced on a second export.
     let again = cc(&["export", "param", s(&k), "-o", s(&dir)]);
-    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(assert_refused(&again, "ALREADY_EXISTS").contains("already exists"));
 }
 
 /// The `record_param_comms` events of a Kineto file (mutable).
@@ -404,4 +408,21 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
     let refused = mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-gaps")), "--check"]);
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("records no times"));
     ok(&mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-none")), "--check", "--pace", "none"]));
+}
+
+/// Without a GPU, `replay-trace --backend cuda` says why in one line, before MPI starts.
+#[test]
+fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
+    if commcanary::backend::cuda::unavailable_reason().is_none() {
+        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device-trace-replay.sh)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    import_ok("kineto", &[&files[0], &files[1]], &k);
+    let o = cc(&["replay-trace", s(&k), "--backend", "cuda", "--out", s(&d.path().join("r"))]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--backend cuda is unavailable:") && err.lines().count() == 1, "{err}");
+    assert!(!d.path().join("r").exists());
 }

@@ -18,7 +18,16 @@ fn eight_configs_28_relations_hand_computed() {
     std::fs::write(&proxy, p).unwrap();
     std::fs::write(&truth, q).unwrap();
     let args = |policy: &str| {
-        vec!["compare".to_string(), "--proxy".into(), proxy.display().to_string(), "--truth".into(), truth.display().to_string(), "--tie-policy".into(), policy.into(), "--json".into()]
+        vec![
+            "compare".to_string(),
+            "--proxy".into(),
+            proxy.display().to_string(),
+            "--truth".into(),
+            truth.display().to_string(),
+            "--tie-policy".into(),
+            policy.into(),
+            "--json".into(),
+        ]
     };
     let run = |policy: &str| -> serde_json::Value {
         let a = args(policy);
@@ -44,13 +53,13 @@ fn eight_configs_28_relations_hand_computed() {
     let rel = |v: &serde_json::Value| v["relations"].as_array().unwrap().iter().find(|r| r["a"] == "c1" && r["b"] == "c2").unwrap().clone();
     assert_eq!(rel(&v)["proxy"], "a_faster");
     let w = run("iqr");
-    assert_eq!(rel(&w)["proxy"], "tied");
-    assert_eq!(rel(&w)["truth"], "tied");
+    assert_eq!(rel(&w)["proxy"], "not_distinguished");
+    assert_eq!(rel(&w)["truth"], "not_distinguished");
     // ties on each side: (c1,c2) and (c2,c3) (10 apart, IQR 15); of the other 26
     // pairs 24 are concordant and 2 discordant: (24 - 2) / sqrt((28 - 2)(28 - 2))
     assert_eq!(w["pairs_agree"], 26);
     assert!((w["kendall_tau_b"].as_f64().unwrap() - 22.0 / 26.0).abs() < 1e-12);
-    // human output words the claim as the SPEC asks
+    // human output words the claim as docs/ARCHITECTURE.md §9 asks
     let a = args("iqr");
     let refs: Vec<&str> = a[..a.len() - 1].iter().map(String::as_str).collect();
     let human = ok(&cc(&refs));

@@ -3,8 +3,8 @@
 //! this test binary (`cargo test --release --no-run --test gpu_cuda`) and
 //! executing it there with `COMMCANARY_BIN` pointing at a staged commcanary.
 mod common;
+use commcanary::evidence::shard::Shard;
 use common::*;
-use commcanary::shard::Shard;
 
 fn gpu_or_skip() -> bool {
     match commcanary::backend::cuda::unavailable_reason() {
@@ -22,13 +22,26 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank_with(1, d.path(), &["--backend", "cuda", "--cupti", "--phases", "blocking,async,overlap", "--tokens", "8", "--model", "synthetic", "--layers", "8", "--check", "4"]);
+    let run = run_rank_with(
+        1,
+        d.path(),
+        &["--backend", "cuda", "--cupti", "--phases", "blocking,async,overlap", "--tokens", "8", "--model", "synthetic", "--layers", "8", "--check", "4"],
+    );
     let s = join_json(&run);
     assert_eq!(phase(&s, "blocking")["completion_source"], "device-events");
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     assert!(shard.body.collectives.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
     let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone());
-    for k in ["uuid", "pci_bus_id_start", "driver_version_start", "temperature_c_start", "temperature_c_end", "sm_clock_mhz_end", "compute_processes_start", "topology"] {
+    for k in [
+        "uuid",
+        "pci_bus_id_start",
+        "driver_version_start",
+        "temperature_c_start",
+        "temperature_c_end",
+        "sm_clock_mhz_end",
+        "compute_processes_start",
+        "topology",
+    ] {
         let v = fact(k).unwrap_or_else(|| panic!("device fact {k} recorded"));
         eprintln!("fact {k} = {}", v.lines().next().unwrap_or(""));
     }
@@ -38,8 +51,8 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if cupti.starts_with("kernel activity records") {
         // one rank: NCCL copies instead of launching a kernel; the GEMMs are kernels
-        assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Compute), "GEMM kernels recorded");
-        assert!(!shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Nccl), "no NCCL kernel on one rank");
+        assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Compute), "GEMM kernels recorded");
+        assert!(!shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "no NCCL kernel on one rank");
     } else {
         eprintln!("note: CUPTI unavailable on this GPU host ({cupti}); kernel assertions not made");
     }
@@ -75,14 +88,18 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--cupti", "--phases", "blocking,overlap", "--tokens", "16", "--model", "synthetic", "--layers", "16"]);
+    let run = run_rank_with(
+        2,
+        d.path(),
+        &["--backend", "cuda", "--cupti", "--phases", "blocking,overlap", "--tokens", "16", "--model", "synthetic", "--layers", "16"],
+    );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if !cupti.starts_with("kernel activity records") {
         eprintln!("SKIPPED: CUPTI unavailable on this host ({cupti})");
         return;
     }
-    assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::shard::KernelKind::Nccl), "NCCL kernels recorded");
+    assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "NCCL kernels recorded");
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
     for r in v.as_array().unwrap() {
         assert_eq!(r["source"], "cupti-kernels", "{r}");
@@ -104,8 +121,29 @@ fn cuda_hung_peer_ends_the_job_with_a_message_not_a_hang() {
     }
     let d = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cuda", "--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "4",
-        "--collective-timeout-s", "5", "--fault", "hang:1:10", "--out", d.path().to_str().unwrap()]);
+    let o = mpirun(
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cuda",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "4",
+            "--model",
+            "synthetic",
+            "--layers",
+            "4",
+            "--collective-timeout-s",
+            "5",
+            "--fault",
+            "hang:1:10",
+            "--out",
+            d.path().to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--collective-timeout") && err.contains("communicator was aborted"), "{err}");
@@ -136,9 +174,9 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let m = shard.header.workload.model.as_ref().unwrap();
     assert_eq!((m.shape.name.as_str(), m.tensor_parallel, m.weight_sets), ("llama3-8b", 2, 32));
-    assert_eq!(shard.header.workload.gemm_dtype, Some(commcanary::shard::Dtype::Bf16));
-    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::shard::Dtype::Bf16 && e.bytes == 8192));
-    assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == commcanary::workload::Phase::Blocking).count(), 8);
+    assert_eq!(shard.header.workload.gemm_dtype, Some(commcanary::evidence::shard::Dtype::Bf16));
+    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::evidence::shard::Dtype::Bf16 && e.bytes == 8192));
+    assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == commcanary::core::workload::Phase::Blocking).count(), 8);
     let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone()).unwrap_or_default();
     assert!(fact("collective").contains("bf16"), "{}", fact("collective"));
     eprintln!("blocking token p50 {} us, p99 {} us", phase(&s, "blocking")["token_median_us"], phase(&s, "blocking")["token_p99_us"]);
@@ -149,10 +187,11 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
     let Some(d) = two_gpus_and_a_dir() else {
         return;
     };
-    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
+    let run =
+        run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
     let s = join_json(&run);
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
-    for p in [commcanary::workload::Phase::Blocking, commcanary::workload::Phase::Async] {
+    for p in [commcanary::core::workload::Phase::Blocking, commcanary::core::workload::Phase::Async] {
         let pr = shard.header.phases.iter().find(|r| r.phase == p).unwrap();
         let g = pr.graph.as_ref().expect("graph mode is recorded per phase");
         assert_eq!((g.collectives_per_token, g.gemms_per_token, g.launches, g.checked), (64, 128, 18, 1), "{p}");
@@ -163,7 +202,7 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
         eprintln!("{p} graph token p50 {} us", phase(&s, p.name())["token_median_us"]);
     }
     assert!(shard.header.unmeasured.iter().any(|u| u.field == "collectives (graph mode)"));
-    assert!(shard.body.collectives.iter().all(|e| e.phase == commcanary::workload::Phase::Isolated), "only isolated records collectives under --graph");
+    assert!(shard.body.collectives.iter().all(|e| e.phase == commcanary::core::workload::Phase::Isolated), "only isolated records collectives under --graph");
 }
 
 #[test]
@@ -174,25 +213,58 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
     let gpus = commcanary::backend::cuda::probe_devices().unwrap_or(0);
     let n = gpus.clamp(1, 2);
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank_with(n, d.path(), &["--backend", "cuda", "--phases", "isolated", "--model", "synthetic", "-b", "8", "-e", "1M", "-f", "4", "-n", "20", "-w", "3", "--check", "1"]);
+    let run = run_rank_with(
+        n,
+        d.path(),
+        &["--backend", "cuda", "--phases", "isolated", "--model", "synthetic", "-b", "8", "-e", "1M", "-f", "4", "-n", "20", "-w", "3", "--check", "1"],
+    );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     assert!(cupti.starts_with("off"), "CUPTI stays off unless asked for: {cupti}");
     let ev = &shard.body.collectives;
-    assert_eq!(ev.len(), 10 * 23, "8 B .. 1 MiB by 4 is 10 sizes of 3 + 20 iterations");
+    assert_eq!(ev.len(), 9 * 23, "8 B .. 512 KiB by 4 (the next, 2 MiB, is past -e 1M) is 9 sizes of 3 + 20 iterations");
     assert!(ev.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
-    // back to back: within a size, each collective ends where the next one starts
-    for w in ev.windows(2).filter(|w| w[0].bytes == w[1].bytes) {
+    // back to back: within a size's timed loop each collective ends where the next one starts (the
+    // warm-ups are separated from it by a synchronize and a barrier)
+    assert_eq!(ev.iter().filter(|e| e.warmup).count(), 9 * 3);
+    let ev_timed: Vec<_> = ev.iter().filter(|e| !e.warmup).collect();
+    for w in ev_timed.windows(2).filter(|w| w[0].bytes == w[1].bytes) {
         assert_eq!(w[0].device_end_ns, w[1].device_start_ns, "seq {}", w[0].seq);
     }
-    assert_eq!(shard.header.checks.len(), 10, "one check per size, after its loop");
+    assert_eq!(shard.header.checks.len(), 9, "one check per size, after its loop");
     assert!(shard.header.checks.iter().all(|c| c.wrong_elements == 0));
     let s = join_json(&run);
     let rows = s["isolated_sizes"].as_array().unwrap();
-    assert_eq!(rows.len(), 10);
+    assert_eq!(rows.len(), 9);
     assert!(rows.iter().all(|r| r["wrong_elements"] == 0 && r["busbw_gbps"].as_f64().unwrap() > 0.0), "{rows:?}");
     // --graph: the timed iterations run inside one CUDA graph per size, still one interval each, back to back
-    let graph = run_rank_with(n, &d.path().join("g"), &["--backend", "cuda", "--graph", "--phases", "isolated", "--model", "synthetic", "-b", "1K", "-e", "64K", "-f", "8", "-n", "30", "-w", "2", "--check", "1", "--run-id", "graph"]);
+    let graph = run_rank_with(
+        n,
+        &d.path().join("g"),
+        &[
+            "--backend",
+            "cuda",
+            "--graph",
+            "--phases",
+            "isolated",
+            "--model",
+            "synthetic",
+            "-b",
+            "1K",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-n",
+            "30",
+            "-w",
+            "2",
+            "--check",
+            "1",
+            "--run-id",
+            "graph",
+        ],
+    );
     let gs = Shard::read(&graph.join("rank-00000.shard")).unwrap();
     let timed: Vec<_> = gs.body.collectives.iter().filter(|e| !e.warmup).collect();
     assert_eq!(timed.len(), 3 * 30);
@@ -204,8 +276,35 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
     assert!(gs.header.unmeasured.iter().any(|u| u.field.contains("--graph")));
     assert!(gs.header.checks.iter().all(|c| c.wrong_elements == 0) && gs.header.checks.len() == 3);
     // a wrong result is counted, kept on disk, and fails the job after the shards are written
-    let o = mpirun(n, &["rank", "-q", "--backend", "cuda", "--phases", "isolated", "--model", "synthetic", "-b", "64", "-e", "64", "-n", "5", "-w", "1",
-        "--check", "1", "--fault", "wrong-sum:0", "--run-id", "bad", "--out", d.path().to_str().unwrap()]);
+    let o = mpirun(
+        n,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cuda",
+            "--phases",
+            "isolated",
+            "--model",
+            "synthetic",
+            "-b",
+            "64",
+            "-e",
+            "64",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--check",
+            "1",
+            "--fault",
+            "wrong-sum:0",
+            "--run-id",
+            "bad",
+            "--out",
+            d.path().to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("1 wrong elements"), "{}", String::from_utf8_lossy(&o.stderr));
     let bad = Shard::read(&d.path().join("bad").join("rank-00000.shard")).unwrap();

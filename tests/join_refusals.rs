@@ -1,18 +1,17 @@
 //! `join` refuses every corruption, naming the fault, and never touches the files.
 mod common;
+use commcanary::evidence::shard::Shard;
 use common::*;
-use commcanary::shard::Shard;
 use std::path::{Path, PathBuf};
 
 fn fresh_run(d: &Path) -> PathBuf {
     run_rank(4, d, &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "4"])
 }
 
-fn join_fails(run: &Path, needle: &str) {
+fn join_fails(run: &Path, code: &str, needle: &str) {
     let before = digests(run);
     let o = cc(&["join", run.to_str().unwrap()]);
-    assert!(!o.status.success(), "join should fail for {needle}");
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = assert_refused(&o, code);
     assert!(err.contains(needle), "expected {needle:?} in: {err}");
     assert_eq!(digests(run), before, "join must not modify anything");
 }
@@ -21,7 +20,7 @@ fn join_fails(run: &Path, needle: &str) {
 fn rebind_digest(run: &Path, rank: u32, bytes: &[u8]) {
     let p = run.join("run.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    v["shards"][rank as usize]["sha256"] = commcanary::fsutil::sha256_hex(bytes).into();
+    v["shards"][rank as usize]["sha256"] = commcanary::core::fsutil::sha256_hex(bytes).into();
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
 
@@ -43,7 +42,7 @@ fn refusals() {
     // missing rank shard
     let r = copy("missing");
     std::fs::remove_file(r.join("rank-00002.shard")).unwrap();
-    join_fails(&r, "rank 2 shard missing");
+    join_fails(&r, "MISSING_RANK", "rank 2 shard missing");
 
     // flipped byte in the body
     let r = copy("flipped");
@@ -52,19 +51,19 @@ fn refusals() {
     let i = b.len() - 200;
     b[i] ^= 0x01;
     std::fs::write(&p, &b).unwrap();
-    join_fails(&r, "SHA-256 mismatch");
+    join_fails(&r, "DIGEST_MISMATCH", "SHA-256 mismatch");
 
     // truncated
     let r = copy("truncated");
     let p = r.join("rank-00003.shard");
     let b = std::fs::read(&p).unwrap();
     std::fs::write(&p, &b[..b.len() / 2]).unwrap();
-    join_fails(&r, "truncated");
+    join_fails(&r, "TRUNCATED", "truncated");
 
     // duplicated shard (same rank under two names)
     let r = copy("duplicated");
     std::fs::copy(r.join("rank-00001.shard"), r.join("rank-00001-copy.shard")).unwrap();
-    join_fails(&r, "duplicate shards for rank 1");
+    join_fails(&r, "DUPLICATE_RANK", "duplicate shards for rank 1");
 
     // an event present on some ranks only (shard re-sealed with a valid hash)
     let r = copy("unmatched");
@@ -74,7 +73,11 @@ fn refusals() {
     let bytes = s.encode().unwrap();
     std::fs::write(&p, &bytes).unwrap();
     rebind_digest(&r, 2, &bytes);
-    join_fails(&r, &format!("group 0 seq {} (blocking, {} bytes) is on ranks [0, 1, 3] but missing on ranks [2]", removed.seq, removed.bytes));
+    join_fails(
+        &r,
+        "UNMATCHED_EVENT",
+        &format!("group 0 seq {} (blocking, {} bytes) is on ranks [0, 1, 3] but missing on ranks [2]", removed.seq, removed.bytes),
+    );
 
     // size mismatch between ranks
     let r = copy("size");
@@ -85,7 +88,7 @@ fn refusals() {
     let bytes = s.encode().unwrap();
     std::fs::write(&p, &bytes).unwrap();
     rebind_digest(&r, 1, &bytes);
-    join_fails(&r, &format!("identity mismatch at group 0 seq {seq}"));
+    join_fails(&r, "IDENTITY_MISMATCH", &format!("identity mismatch at group 0 seq {seq}"));
 
     // a validly sealed shard that is not the one run.json recorded
     let r = copy("stale");
@@ -93,12 +96,12 @@ fn refusals() {
     let mut s = Shard::read(&p).unwrap();
     s.body.collectives[0].wait_end_ns += 1;
     std::fs::write(&p, s.encode().unwrap()).unwrap();
-    join_fails(&r, "stale or replaced");
+    join_fails(&r, "STALE", "stale or replaced");
 
     // run.json missing
     let r = copy("norun");
     std::fs::remove_file(r.join("run.json")).unwrap();
-    join_fails(&r, "run.json: missing");
+    join_fails(&r, "NO_SUCH_INPUT", "run.json: missing");
 
     // the original is still fine
     ok(&cc(&["join", base.to_str().unwrap()]));
@@ -116,6 +119,5 @@ fn inspect_prints_shards_and_records_and_refuses_garbage() {
     let g = d.path().join("garbage.bin");
     std::fs::write(&g, b"\x00\x01nope").unwrap();
     let o = cc(&["inspect", g.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("neither a CommCanary shard nor a JSON record"));
+    assert!(assert_refused(&o, "BAD_FORMAT").contains("neither a CommCanary shard nor a JSON record"));
 }

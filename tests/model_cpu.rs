@@ -1,9 +1,9 @@
 //! Model-shaped workloads on the CPU backend under real mpirun: tensor-parallel
 //! GEMM shapes, bf16 (emulated) all-reduces with checked sums, prefill and batch.
 mod common;
+use commcanary::core::workload::{GemmShape, Phase};
+use commcanary::evidence::shard::{ComputeKind, Dtype, Shard};
 use common::*;
-use commcanary::shard::{ComputeKind, Dtype, Shard};
-use commcanary::workload::{GemmShape, Phase};
 
 #[test]
 fn four_ranks_run_the_default_model_shape_in_bf16() {
@@ -47,9 +47,11 @@ fn four_ranks_run_the_default_model_shape_in_bf16() {
 #[test]
 fn prefill_batch_and_custom_dims_set_the_sizes() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &[
-        "--phases", "blocking", "--tokens", "2", "--model-dims", "256,512,2,64", "--batch", "2", "--prefill-tokens", "8", "--dtype", "f32", "--check", "2",
-    ]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", "blocking", "--tokens", "2", "--model-dims", "256,512,2,64", "--batch", "2", "--prefill-tokens", "8", "--dtype", "f32", "--check", "2"],
+    );
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let m = shard.header.workload.model.as_ref().unwrap();
     assert_eq!((m.shape.name.as_str(), m.prefill_tokens), ("custom", Some(8)));
@@ -61,7 +63,25 @@ fn prefill_batch_and_custom_dims_set_the_sizes() {
 #[test]
 fn a_wrong_bf16_sum_fails_the_run() {
     let d = tempfile::tempdir().unwrap();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--check", "1", "--fault", "wrong-sum:0", "--out", d.path().to_str().unwrap()]);
+    let o = mpirun(
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "1",
+            "--check",
+            "1",
+            "--fault",
+            "wrong-sum:0",
+            "--out",
+            d.path().to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("result check failed on rank 0, phase blocking") && err.contains("of bf16"), "{err}");
@@ -72,8 +92,8 @@ fn model_arguments_are_refused_clearly() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().to_str().unwrap();
     let o = mpirun(3, &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--out", out]);
-    assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
     assert!(err.contains("does not split over tensor-parallel degree 3"), "{err}");
     for (args, needle) in [
         (vec!["rank", "--backend", "cpu", "--sizes", "64KiB"], "--sizes applies to --model synthetic"),
@@ -83,8 +103,7 @@ fn model_arguments_are_refused_clearly() {
         (vec!["rank", "--backend", "cpu", "--graph"], "--graph needs the cuda backend"),
     ] {
         let o = cc(&args);
-        assert!(!o.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = assert_refused(&o, "BAD_ARGUMENT");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }

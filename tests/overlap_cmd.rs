@@ -31,10 +31,8 @@ fn interval_file_and_its_refusals() {
     assert_eq!(v["overlap_of_comm"], 0.5);
     std::fs::write(&f, r#"{"compute": [[10,0]], "comm": []}"#).unwrap();
     let o = cc(&["overlap", "--intervals", f.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("ends before it starts"));
+    assert!(assert_refused(&o, "BAD_INPUT").contains("ends before it starts"));
     std::fs::write(&f, r#"{"compute": [], "communication": []}"#).unwrap();
     let o = cc(&["overlap", "--intervals", f.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("expected"));
+    assert!(assert_refused(&o, "BAD_INPUT").contains("expected"));
 }

@@ -2,8 +2,8 @@
 //! named code (`refused[CODE]`), nothing already written is lost, and nothing
 //! crashes. Items 1, 2, 3, 4, 7 and 9 of the issue.
 mod common;
+use commcanary::evidence::shard::Shard;
 use common::*;
-use commcanary::shard::Shard;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -13,9 +13,8 @@ fn stderr_of(o: &std::process::Output) -> String {
 
 /// Assert a refusal with `code`, exit 1, no panic or abort.
 fn refused(o: &std::process::Output, code: &str) {
-    let err = stderr_of(o);
-    assert_eq!(o.status.code(), Some(1), "expected a refusal with {code} (exit 1), got {:?}\nstdout: {}\nstderr: {err}", o.status, String::from_utf8_lossy(&o.stdout));
-    assert!(err.contains(&format!("refused[{code}]")), "expected refused[{code}] in: {err}");
+    let err = assert_refused(o, code);
+    assert_eq!(o.status.code(), Some(1), "expected a refusal with {code} (exit 1), got {:?}\n{err}", o.status);
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -36,7 +35,7 @@ fn seal(version: u32, header: &[u8], body: &[u8]) -> Vec<u8> {
 fn rebind_digest(run: &Path, rank: u32, bytes: &[u8]) {
     let p = run.join("run.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    v["shards"][rank as usize]["sha256"] = commcanary::fsutil::sha256_hex(bytes).into();
+    v["shards"][rank as usize]["sha256"] = commcanary::core::fsutil::sha256_hex(bytes).into();
     v["shards"][rank as usize]["size_bytes"] = bytes.len().into();
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
@@ -144,8 +143,7 @@ fn crafted_shards_and_run_records_are_refused_not_crashed_on() {
     refused(&cc(&["summarize", &format!("a={bs}"), &format!("b={}", alias.display())]), "DUPLICATE_RUN");
     // a missing run directory is named as missing, not as an incomplete run
     let o = cc(&["join", "/nonexistent-commcanary-run"]);
-    assert!(!o.status.success());
-    assert!(stderr_of(&o).contains("no such run directory"), "{}", stderr_of(&o));
+    assert!(assert_refused(&o, "NO_SUCH_INPUT").contains("no such run directory"));
 }
 
 fn spec(dir: &Path, name: &str, tokens: u32, layers: u32, reps: u32) -> PathBuf {
@@ -217,9 +215,7 @@ fn replanned_campaigns_and_torn_appends() {
     sel["manifest_sha256"] = new_sha.into();
     std::fs::write(d.join("selection.json"), serde_json::to_vec_pretty(&sel).unwrap()).unwrap();
     let o = cc(&["campaign", "verify", ds]);
-    assert!(!o.status.success());
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("refused[STALE_MANIFEST]"), "{out}");
+    assert_refused(&o, "STALE_MANIFEST");
 
     // item 3: a torn final line (as ENOSPC leaves it) is recognized, reported and skipped
     let t2 = t.path().join("torn");
@@ -252,8 +248,7 @@ fn replanned_campaigns_and_torn_appends() {
     recs[1]["started_unix_ms"] = (first_start + 1).into();
     std::fs::write(t3.join("attempts.jsonl"), recs.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
     let o = cc(&["campaign", "verify", t3.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("refused[OVERLAPPING_ATTEMPTS]"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_refused(&o, "OVERLAPPING_ATTEMPTS");
 }
 
 /// Item 2: a second exec on a locked campaign is refused by name; select and archive too.
@@ -347,7 +342,7 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
         std::fs::write(&evil, &bytes).unwrap();
         let mut dj: serde_json::Value = serde_json::from_slice(&std::fs::read(&desc).unwrap()).unwrap();
         dj["archive_size_bytes"] = bytes.len().into();
-        dj["archive_sha256"] = commcanary::fsutil::sha256_hex(&bytes).into();
+        dj["archive_sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
         let ed = t.path().join(format!("evil-{}.json", name.replace('/', "_")));
         std::fs::write(&ed, serde_json::to_vec(&dj).unwrap()).unwrap();
         refused(&cc(&["campaign", "check-archive", evil.to_str().unwrap(), ed.to_str().unwrap()]), "ARCHIVE_MEMBER");
@@ -360,10 +355,27 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
 fn a_hung_cpu_peer_ends_the_job_with_a_message() {
     let d = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let o = mpirun(2, &[
-        "rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "4", "--layers", "2",
-        "--fault", "hang:1:3", "--collective-timeout-s", "3", "--out", d.path().to_str().unwrap(),
-    ]);
+    let o = mpirun(
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "4",
+            "--layers",
+            "2",
+            "--fault",
+            "hang:1:3",
+            "--collective-timeout-s",
+            "3",
+            "--out",
+            d.path().to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     let err = stderr_of(&o);
     assert!(err.contains("collective timeout"), "{err}");
@@ -388,5 +400,127 @@ fn exec_ends_a_cell_that_outlives_its_timeout() {
     let slow = recs.iter().find(|r| r["label"] == "binomial").expect("the slow cell is recorded");
     assert_eq!(slow["status"], "failed");
     assert!(slow["failure"].as_str().unwrap().contains("cell timeout"), "{slow}");
+    assert!(recs.iter().any(|r| r["label"] == "ring" && r["status"] == "succeeded"));
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z")).unwrap_or(false)
+}
+
+/// SIGKILL a process this test stopped, if it is still there.
+fn kill_stopped(pid_file: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()?;
+    if alive(pid) {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    Some(pid)
+}
+
+/// Item 11: a rank stopped with SIGSTOP (`COMMCANARY_TEST_STOP_AT`) at the
+/// clock calibration, before the first phase or before the digest gather
+/// ends the job: the others fail with `refused[COLLECTIVE_TIMEOUT]` naming
+/// the operation, the phase and the peer when known, within the timeout,
+/// with non-zero exit; the shards already written stay.
+#[test]
+fn a_stopped_rank_ends_the_others_with_a_named_timeout() {
+    let limit_s = 8;
+    for (point, expect) in [
+        ("clock", &["ping-pong (clock calibration, start window)", "rank 1 is stopped"][..]),
+        ("phase", &["barrier before the phase (phase blocking)"][..]),
+        ("gather", &["gather of the shard digests (after the shards are written)"][..]),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let pid_file = d.path().join("stopped.pid");
+        let (out, err) = (d.path().join("stdout"), d.path().join("stderr"));
+        let t0 = std::time::Instant::now();
+        let (guard, mut child) = mpirun_spawn(
+            2,
+            &[
+                "rank",
+                "-q",
+                "--backend",
+                "cpu",
+                "--phases",
+                "blocking",
+                "--tokens",
+                "4",
+                "--layers",
+                "2",
+                "--clock-samples",
+                "20",
+                "--collective-timeout-s",
+                &limit_s.to_string(),
+                "--run-id",
+                "r",
+                "--out",
+                d.path().join("out").to_str().unwrap(),
+            ],
+            &[("COMMCANARY_TEST_STOP_AT", point), ("COMMCANARY_TEST_STOP_PID_FILE", pid_file.to_str().unwrap())],
+            &out,
+            &err,
+        );
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(120) {
+                kill_stopped(&pid_file);
+                let _ = child.kill();
+                panic!("{point}: the job still ran after 120 s: {}", std::fs::read_to_string(&err).unwrap_or_default());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let took = t0.elapsed();
+        drop(guard);
+        let stopped = kill_stopped(&pid_file);
+        let text = std::fs::read_to_string(&err).unwrap();
+        assert!(stopped.is_some(), "{point}: no rank stopped itself: {text}");
+        assert!(!status.success(), "{point}: {text}");
+        assert!(text.contains("refused[COLLECTIVE_TIMEOUT]"), "{point}: {text}");
+        for e in expect {
+            assert!(text.contains(e), "{point}: expected {e:?} in {text}");
+        }
+        assert!(took.as_secs() < limit_s + 60, "{point}: took {took:?}");
+        if point == "gather" {
+            // both shards were written before the gather; run.json never is
+            let run = d.path().join("out").join("r");
+            assert!(run.join("rank-00000.shard").exists() && run.join("rank-00001.shard").exists());
+            assert!(!run.join("run.json").exists());
+        }
+    }
+}
+
+/// Item 11: `exec --cell-timeout-s` stops the job of a cell whose rank was
+/// stopped with SIGSTOP (the collective timeout left at its 300 s default),
+/// kills the stopped rank with it, and records the cell failed.
+#[test]
+fn exec_cell_timeout_ends_a_job_with_a_stopped_rank() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("c");
+    let ds = d.to_str().unwrap();
+    let pid_file = t.path().join("stopped.pid");
+    let sp = spec(t.path(), "stopped", 2, 2, 1);
+    let text = std::fs::read_to_string(&sp).unwrap().replace(
+        "OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }",
+        &format!(
+            "OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\", COMMCANARY_TEST_STOP_AT = \"clock\", COMMCANARY_TEST_STOP_PID_FILE = \"{}\" }}",
+            pid_file.display()
+        ),
+    );
+    std::fs::write(&sp, text).unwrap();
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", ds]));
+    let t0 = std::time::Instant::now();
+    let o = cc_root(&["campaign", "exec", ds, "--cell-timeout-s", "5"]);
+    let took = t0.elapsed();
+    let pid: u32 = std::fs::read_to_string(&pid_file).expect("the rank stopped itself").trim().parse().unwrap();
+    let still_there = alive(pid);
+    kill_stopped(&pid_file);
+    assert!(!still_there, "the stopped rank {pid} outlived its job: {}", stderr_of(&o));
+    assert!(took.as_secs() < 90, "took {took:?}");
+    let recs: Vec<serde_json::Value> = attempts_text(&d).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let stopped = recs.iter().find(|r| r["label"] == "binomial").expect("the stopped cell is recorded");
+    assert_eq!(stopped["status"], "failed");
+    assert!(stopped["failure"].as_str().unwrap().contains("cell timeout"), "{stopped}");
     assert!(recs.iter().any(|r| r["label"] == "ring" && r["status"] == "succeeded"));
 }

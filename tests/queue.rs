@@ -17,7 +17,9 @@ fn littles_law_and_open_versus_closed_through_the_cli() {
     assert_eq!(c["wait_ms"]["p99"], 0.0, "one closed client never queues");
     let rate = c["throughput_rps"].as_f64().unwrap();
     let interval = format!("{}", 1e3 / rate);
-    let open = json(&["queue", "--service-times", fs, "--mode", "open", "--arrival", "poisson", "--interval-ms", &interval, "--requests", "3000", "--seed", "7", "--json"]);
+    let open_args =
+        ["queue", "--service-times", fs, "--mode", "open", "--arrival", "poisson", "--interval-ms", &interval, "--requests", "3000", "--seed", "7", "--json"];
+    let open = json(&open_args);
     let o = &open["results"][0]["result"];
     assert!(o["wait_ms"]["p95"].as_f64().unwrap() > 0.0, "the open stream at the same mean rate queues");
     for r in [c, o] {
@@ -26,13 +28,13 @@ fn littles_law_and_open_versus_closed_through_the_cli() {
     }
     assert!(closed["results"][0]["result"]["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("coordinated omission")));
     // same seed, same output
-    assert_eq!(open, json(&["queue", "--service-times", fs, "--mode", "open", "--arrival", "poisson", "--interval-ms", &interval, "--requests", "3000", "--seed", "7", "--json"]));
+    assert_eq!(open, json(&open_args));
     // refusals name the fault
     std::fs::write(&f, "1.0\nfast\n").unwrap();
     let o = cc(&["queue", "--service-times", fs, "--mode", "open", "--interval-ms", "1"]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("svc.txt:2"));
+    assert!(assert_refused(&o, "BAD_INPUT").contains("svc.txt:2"));
     let o = cc(&["queue", "--service-times", fs, "--mode", "open"]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--interval-ms"));
+    assert!(assert_refused(&o, "BAD_ARGUMENT").contains("--interval-ms"));
 }
 
 #[test]
@@ -45,5 +47,5 @@ fn capacity_counts_whole_gpus_and_says_what_it_cannot_see() {
     assert!(c["caveats"].as_array().unwrap().len() >= 3);
     let text = ok(&cc(&["capacity", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]));
     assert!(text.contains("4 GPUs (ceil)") && text.contains("requests/s"));
-    assert!(!cc(&["capacity", "--demand", "-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).status.success());
+    assert_refused(&cc(&["capacity", "--demand=-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]), "OUT_OF_RANGE");
 }

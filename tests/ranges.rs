@@ -8,12 +8,7 @@ use std::time::{Duration, Instant};
 /// Run and require a named refusal within `secs` (a hang or an abort is a failure).
 fn refused_quickly(args: &[&str], code: &str) {
     let t0 = Instant::now();
-    let mut child = std::process::Command::new(bin())
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = std::process::Command::new(bin()).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(20) {
             child.kill().unwrap();
@@ -23,7 +18,9 @@ fn refused_quickly(args: &[&str], code: &str) {
     }
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{args:?}: {:?}\n{err}", o.status);
+    // validate's exit codes 1 and 2 are verdicts; a refused argument is 3 (could not run)
+    let want = if args.first() == Some(&"validate") { 3 } else { 1 };
+    assert_eq!(o.status.code(), Some(want), "{args:?}: {:?}\n{err}", o.status);
     assert!(err.contains(&format!("refused[{code}]")), "{args:?}: expected refused[{code}] in {err}");
 }
 
@@ -135,9 +132,257 @@ fn a_trace_gap_of_days_is_refused_not_slept() {
     std::fs::write(&crafted, lines.iter().map(|l| l.to_string() + "\n").collect::<String>()).unwrap();
     let out = d.path().join("replay");
     let t0 = Instant::now();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "replay", "--tokens", "2", "--layers", "2", "--trace", crafted.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = mpirun(
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "replay",
+            "--tokens",
+            "2",
+            "--layers",
+            "2",
+            "--trace",
+            crafted.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("refused[OUT_OF_RANGE]") && err.contains("gap"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(60));
+}
+
+/// Options that take a value which is not a number (paths, names, enums,
+/// lists of names). Every other value-taking option must have a row in
+/// `commcanary::core::ranges::RANGES` (issue 13 item 8: a future flag cannot be
+/// forgotten).
+const NON_NUMERIC: &[(&str, &str)] = &[
+    ("rank", "--backend"),
+    ("rank", "--phases"),
+    ("rank", "--model"),
+    ("rank", "--dtype"),
+    ("rank", "--fill-residual"),
+    ("rank", "--trace"),
+    ("rank", "--clock"),
+    ("rank", "--nccl-lib"),
+    ("rank", "--out"),
+    ("rank", "--run-id"),
+    ("join", "<run_dir>"),
+    ("join", "--events-out"),
+    ("inspect", "<file>"),
+    ("export chrome", "<run_dir>"),
+    ("export chrome", "--output"),
+    ("export param", "<trace>"),
+    ("export param", "--output"),
+    ("export et", "<trace>"),
+    ("export et", "--output"),
+    ("import kineto", "<files>"),
+    ("import kineto", "--output"),
+    ("import et", "<files>"),
+    ("import et", "--output"),
+    ("replay-trace", "<trace>"),
+    ("replay-trace", "--out"),
+    ("replay-trace", "--op"),
+    ("replay-trace", "--pace"),
+    ("replay-trace", "--backend"),
+    ("replay-trace", "--nccl-lib"),
+    ("compare", "--proxy"),
+    ("compare", "--truth"),
+    ("compare", "--tie-policy"),
+    ("campaign plan", "<spec>"),
+    ("campaign plan", "--output"),
+    ("campaign run", "<spec>"),
+    ("campaign run", "--output"),
+    ("campaign exec", "<dir>"),
+    ("campaign select", "<dir>"),
+    ("campaign select", "--policy"),
+    ("campaign verify", "<dir>"),
+    ("campaign analyze", "<dir>"),
+    ("campaign analyze", "--report-dir"),
+    ("campaign archive", "<dir>"),
+    ("campaign archive", "--output"),
+    ("campaign archive", "--descriptor"),
+    ("campaign join", "<a>"),
+    ("campaign join", "<b>"),
+    ("campaign join", "--output"),
+    ("campaign power", "<dir>"),
+    ("campaign power", "--phase"),
+    ("campaign replicate", "<a>"),
+    ("campaign replicate", "<b>"),
+    ("campaign check-archive", "<archive>"),
+    ("campaign check-archive", "<descriptor>"),
+    ("queue", "--service-times"),
+    ("queue", "--campaign"),
+    ("queue", "--phase"),
+    ("queue", "--mode"),
+    ("queue", "--arrival"),
+    ("overlap", "<run_dir>"),
+    ("overlap", "--intervals"),
+    ("summarize", "<runs>"),
+    ("doctor", "--nccl-lib"),
+    ("schema", "<name>"),
+    ("bench-overhead", "--backend"),
+    ("bench-overhead", "--nccl-lib"),
+    ("bench-overhead", "--json-out"),
+    ("validate", "--backend"),
+    ("validate", "--reference"),
+    ("validate", "--site"),
+    ("validate", "--out"),
+    ("validate", "--model"),
+    ("validate", "--nccl-lib"),
+];
+
+/// Every option of every subcommand that takes a value: (command path, `--long` or `<id>`).
+fn value_options() -> Vec<(String, String)> {
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        for a in cmd.get_arguments() {
+            if matches!(a.get_id().as_str(), "help" | "version") || !a.get_action().takes_values() {
+                continue;
+            }
+            let name = match a.get_long() {
+                Some(l) => format!("--{l}"),
+                None => format!("<{}>", a.get_id()),
+            };
+            out.push((path.to_string(), name));
+        }
+        for s in cmd.get_subcommands() {
+            let p = if path.is_empty() { s.get_name().to_string() } else { format!("{path} {}", s.get_name()) };
+            walk(s, &p, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&<commcanary::cli::Cli as clap::CommandFactory>::command(), "", &mut out);
+    out
+}
+
+/// One out-of-range invocation per row of the range table (None: the row
+/// admits every value its type can hold, so clap's own parse is the range).
+fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<String>> {
+    let rank = |bad: &[&str]| -> Vec<String> { ["rank", "-q", "--backend", "cpu", "--out", out].iter().chain(bad).map(|s| s.to_string()).collect() };
+    let v = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+    let st = "/nonexistent/service-times.txt";
+    Some(match (command, option) {
+        ("rank", "--tokens") => rank(&["--tokens", "0"]),
+        ("rank", "--warmup-tokens") => rank(&["--warmup-tokens", "100001"]),
+        ("rank", "--layers") => rank(&["--layers", "0"]),
+        ("rank", "--model-dims") => rank(&["--model-dims", "4294967295,14336,32"]),
+        ("rank", "--batch") => rank(&["--batch", "0"]),
+        ("rank", "--prefill-tokens") => rank(&["--prefill-tokens", "4294967295"]),
+        ("rank", "--sizes") => rank(&["--model", "synthetic", "--sizes", "2GiB"]),
+        ("rank", "--gemm") => rank(&["--gemm", "100000"]),
+        ("rank", "--min-bytes") => rank(&["-b", "2", "-e", "1KiB"]),
+        ("rank", "--max-bytes") => rank(&["-b", "4", "-e", "2GiB"]),
+        ("rank", "--step-factor") => rank(&["-f", "1"]),
+        ("rank", "--iters") => rank(&["-n", "0"]),
+        ("rank", "--warmup-iters") => rank(&["-w", "100001"]),
+        ("rank", "--check") => rank(&["--check", "1000001"]),
+        ("rank", "--membound-bytes") => rank(&["--membound-bytes", "100GiB"]),
+        ("rank", "--inject-delay") => rank(&["--inject-delay", "rank=0,every=0,us=1"]),
+        ("rank", "--inject-clock") => rank(&["--inject-clock", "rank=4294967295,offset_us=1"]),
+        ("rank", "--clock-samples") => rank(&["--clock-samples", "0"]),
+        ("rank", "--collective-timeout-s") => rank(&["--collective-timeout-s", "NaN"]),
+        ("rank", "--gpu") => rank(&["--gpu", "4096"]),
+        ("rank", "--fault") => rank(&["--fault", "hang:4294967296:1"]),
+        ("validate", "--rounds") => return None,
+        ("validate", "--seed") => return None,
+        ("validate", "--min-bytes") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--min-bytes", "2"]),
+        ("validate", "--max-bytes") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--min-bytes", "1KiB", "--max-bytes", "64"]),
+        ("validate", "--step-factor") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--step-factor", "1"]),
+        ("validate", "--iters") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--iters", "0"]),
+        ("validate", "--warmup-iters") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-iters", "100001"]),
+        ("validate", "--batch") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--batch", "0"]),
+        ("validate", "--tokens") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--tokens", "0"]),
+        ("validate", "--warmup-tokens") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-tokens", "100001"]),
+        ("validate", "--collective-timeout-s") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--collective-timeout-s", "NaN"]),
+        ("validate", "--inject-delay") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--inject-delay", "rank=4294967295,every=1,us=1"])
+        }
+        ("replay-trace", "--corrupt-rank") => v(&["replay-trace", "/nonexistent/trace.json", "--corrupt-rank", "4294967295"]),
+        ("campaign run", "--retries") => v(&["campaign", "run", "/nonexistent/s.toml", "-o", out, "--retries", "101"]),
+        ("campaign run", "--cell-timeout-s") => v(&["campaign", "run", "/nonexistent/s.toml", "-o", out, "--cell-timeout-s", "0"]),
+        ("campaign exec", "--retries") => v(&["campaign", "exec", "/nonexistent/c", "--retries", "101"]),
+        ("campaign exec", "--cell") => v(&["campaign", "exec", "/nonexistent/c", "--cell", "0"]),
+        ("campaign exec", "--cell-timeout-s") => v(&["campaign", "exec", "/nonexistent/c", "--cell-timeout-s", "0"]),
+        ("campaign power", "--min-effect-pct") => v(&["campaign", "power", "/nonexistent/c", "--min-effect-pct", "0"]),
+        ("queue", "--requests") => v(&["queue", "--service-times", st, "--mode", "open", "--interval-ms", "1", "--requests", "0"]),
+        ("queue", "--clients") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "0"]),
+        ("queue", "--interval-ms") => v(&["queue", "--service-times", st, "--mode", "open", "--interval-ms", "0"]),
+        ("queue", "--slo-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--slo-ms", "NaN"]),
+        ("queue", "--co-correct-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--co-correct-ms=-1"]),
+        ("queue", "--think-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--think-ms", "inf"]),
+        ("queue", "--seed") => return None,
+        ("capacity", "--demand") => v(&["capacity", "--demand", "0", "--throughput-per-gpu", "1", "--gpu-hour-cost", "1"]),
+        ("capacity", "--throughput-per-gpu") => v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1e16", "--gpu-hour-cost", "1"]),
+        ("capacity", "--gpu-hour-cost") => v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1", "--gpu-hour-cost", "NaN"]),
+        ("bench-overhead", "--size") => v(&["bench-overhead", "--size", "0"]),
+        ("bench-overhead", "--sizes") => v(&["bench-overhead", "--sizes", "3"]),
+        ("bench-overhead", "--iters") => v(&["bench-overhead", "--iters", "0"]),
+        ("bench-overhead", "--reps") => v(&["bench-overhead", "--reps", "0"]),
+        _ => panic!("{command} {option}: a row of the range table without an out-of-range example here; add one"),
+    })
+}
+
+/// Item 8: every option that takes a value is either in the range table or
+/// named non-numeric here; every row names a real option, is printed in
+/// README.md, and its out-of-range example is refused with OUT_OF_RANGE
+/// before any work (nothing written, no MPI).
+#[test]
+fn every_numeric_option_has_a_documented_range_that_is_enforced() {
+    use commcanary::core::ranges::RANGES;
+    let options = value_options();
+    let missing: Vec<String> = options
+        .iter()
+        .filter(|(c, o)| !RANGES.iter().any(|r| r.command == c && r.option == o) && !NON_NUMERIC.contains(&(c.as_str(), o.as_str())))
+        .map(|(c, o)| format!("{c} {o}"))
+        .collect();
+    assert!(missing.is_empty(), "options with no range row and not listed as non-numeric: {missing:?}");
+    for (c, o) in NON_NUMERIC {
+        assert!(options.iter().any(|(c2, o2)| c2 == c && o2 == o), "NON_NUMERIC names {c} {o}, which is no option");
+        assert!(!RANGES.iter().any(|r| r.command == *c && r.option == *o), "{c} {o} is both non-numeric and in the range table");
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    for r in RANGES {
+        assert!(options.iter().any(|(c, o)| c == r.command && o == r.option), "range row {} {} names no option", r.command, r.option);
+        let row = format!("| `{} {}` | {} |", r.command, r.option, r.range);
+        assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+        if let Some(args) = out_of_range_example(r.command, r.option, out.to_str().unwrap()) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refused_quickly(&args, "OUT_OF_RANGE");
+        }
+    }
+    assert!(!out.exists(), "an out-of-range rank wrote its output directory");
+}
+
+/// Item 8: the flags added after the first range table (regressions named in the issue's follow-up).
+#[test]
+fn sweep_and_model_numbers_are_refused_before_mpi_starts() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = out.to_str().unwrap();
+    let base = ["rank", "-q", "--backend", "cpu", "--out", o];
+    for c in [
+        &["-f", "1", "-b", "4", "-e", "64"][..],
+        &["-b", "1MiB", "-e", "1KiB"],
+        &["--batch", "0"],
+        &["--model-dims", "1000000,1000000,1000000"],
+        &["--prefill-tokens", "4294967295"],
+        &["--batch", "65536", "--prefill-tokens", "65536"],
+    ] {
+        let args: Vec<&str> = base.iter().chain(c).copied().collect();
+        refused_quickly(&args, "OUT_OF_RANGE");
+    }
+    // a model's derived sizes, once the world size is known (mpirun sets it before MPI_Init)
+    let t0 = Instant::now();
+    let m = mpirun(2, &["rank", "-q", "--backend", "cpu", "--out", o, "--model-dims", "65536,262144,2"]);
+    let err = String::from_utf8_lossy(&m.stderr);
+    assert!(!m.status.success() && err.contains("refused[OUT_OF_RANGE]") && err.contains("GEMM"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(!out.exists(), "nothing written");
 }

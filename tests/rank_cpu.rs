@@ -1,15 +1,15 @@
 //! The per-rank program on the CPU backend under real mpirun: shards, join, checks.
 mod common;
+use commcanary::core::workload::Phase;
+use commcanary::evidence::shard::Shard;
 use common::*;
-use commcanary::shard::Shard;
-use commcanary::workload::Phase;
 
 #[test]
 fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
     let d = tempfile::tempdir().unwrap();
     let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8"]);
-    let shards: Vec<_> = std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".shard")).collect();
+    let shards: Vec<_> =
+        std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".shard")).collect();
     assert_eq!(shards.len(), 4, "{shards:?}");
     let s = join_json(&run);
     assert_eq!(s["world_size"], 4);
@@ -48,7 +48,11 @@ fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
 fn two_ranks_every_phase_and_ablation() {
     let d = tempfile::tempdir().unwrap();
     let phases = "isolated,blocking,async,replay,fill,overlap,async-wait-immediate,host-delay,membound-fill";
-    let run = run_rank(2, d.path(), &["--phases", phases, "--tokens", "6", "--model", "synthetic", "--layers", "4", "--iters", "5", "--check", "3", "--membound-bytes", "256KiB"]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", phases, "--tokens", "6", "--model", "synthetic", "--layers", "4", "--iters", "5", "--check", "3", "--membound-bytes", "256KiB"],
+    );
     let s = join_json(&run);
     for p in phases.split(',') {
         let ps = phase(&s, p);
@@ -67,17 +71,23 @@ fn two_ranks_every_phase_and_ablation() {
         // the fill quantum is calibrated and recorded
         let fill_run = shard.header.phases.iter().find(|p| p.phase == Phase::Fill).unwrap();
         assert!(fill_run.quantum_ns.unwrap() > 0);
-        assert_eq!(fill_run.trace, Some(commcanary::shard::TraceOrigin::ThisRunBlocking));
+        assert_eq!(fill_run.trace, Some(commcanary::evidence::shard::TraceOrigin::ThisRunBlocking));
         // overlap places GEMMs between issue and wait: some compute lies inside a collective's interval
         let overlap_gemms = shard.body.compute.iter().filter(|c| c.phase == Phase::Overlap).count();
         assert!(overlap_gemms > 0);
-        let inside = shard.body.compute.iter().filter(|c| c.phase == Phase::Overlap).all(|c| {
-            of(Phase::Overlap).any(|e| e.host_return_ns <= c.start_ns && c.end_ns <= e.wait_start_ns)
-        });
+        let inside = shard
+            .body
+            .compute
+            .iter()
+            .filter(|c| c.phase == Phase::Overlap)
+            .all(|c| of(Phase::Overlap).any(|e| e.host_return_ns <= c.start_ns && c.end_ns <= e.wait_start_ns));
         assert!(inside, "overlap GEMMs sit between issue and wait");
-        let fill_outside = shard.body.compute.iter().filter(|c| c.phase == Phase::Fill).all(|c| {
-            !of(Phase::Fill).any(|e| e.host_issue_ns < c.start_ns && c.end_ns < e.wait_end_ns)
-        });
+        let fill_outside = shard
+            .body
+            .compute
+            .iter()
+            .filter(|c| c.phase == Phase::Fill)
+            .all(|c| !of(Phase::Fill).any(|e| e.host_issue_ns < c.start_ns && c.end_ns < e.wait_end_ns));
         assert!(fill_outside, "fill GEMMs run before the collective, never inside it");
         // tokens for every workload phase
         for p in Phase::ALL.iter().filter(|p| p.has_tokens()) {
@@ -92,15 +102,19 @@ fn replay_from_a_shared_trace_file() {
     let src = run_rank(2, &d.path().join("a"), &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "3"]);
     let trace = d.path().join("trace.jsonl");
     ok(&cc(&["join", src.to_str().unwrap(), "--events-out", trace.to_str().unwrap()]));
-    let run = run_rank(2, &d.path().join("b"), &["--phases", "replay,fill", "--trace", trace.to_str().unwrap(), "--tokens", "1", "--model", "synthetic", "--layers", "1"]);
+    let run = run_rank(
+        2,
+        &d.path().join("b"),
+        &["--phases", "replay,fill", "--trace", trace.to_str().unwrap(), "--tokens", "1", "--model", "synthetic", "--layers", "1"],
+    );
     let s = join_json(&run);
     // the replay follows the trace (4 tokens x 3 layers), not this run's --tokens
     assert_eq!(phase(&s, "replay")["collectives_per_rank"], 12);
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let pr = shard.header.phases.iter().find(|p| p.phase == Phase::Replay).unwrap();
     match pr.trace.as_ref().unwrap() {
-        commcanary::shard::TraceOrigin::File { sha256, source_rank, .. } => {
-            assert_eq!(sha256, &commcanary::fsutil::sha256_file(&trace).unwrap());
+        commcanary::evidence::shard::TraceOrigin::File { sha256, source_rank, .. } => {
+            assert_eq!(sha256, &commcanary::core::fsutil::sha256_file(&trace).unwrap());
             assert_eq!(*source_rank, 1);
         }
         other => panic!("expected a file origin, got {other:?}"),
@@ -111,15 +125,36 @@ fn replay_from_a_shared_trace_file() {
 fn trace_phase_without_source_is_refused() {
     let d = tempfile::tempdir().unwrap();
     let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "replay", "--out", d.path().to_str().unwrap()]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = assert_refused(&o, "BAD_ARGUMENT");
     assert!(err.contains("needs a source trace"), "{err}");
 }
 
 #[test]
 fn wrong_sum_fails_the_run_naming_rank_phase_and_sequence() {
     let d = tempfile::tempdir().unwrap();
-    let o = mpirun(2, &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--check", "1", "--fault", "wrong-sum:1", "--out", d.path().to_str().unwrap()]);
+    let o = mpirun(
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "2",
+            "--model",
+            "synthetic",
+            "--layers",
+            "2",
+            "--check",
+            "1",
+            "--fault",
+            "wrong-sum:1",
+            "--out",
+            d.path().to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("result check failed on rank 1, phase blocking, group 0 seq"), "{err}");
@@ -142,15 +177,14 @@ fn cuda_backend_without_gpu_is_one_clear_line() {
 
 #[test]
 fn bad_arguments_are_refused_before_mpi() {
-    for (args, needle) in [
-        (vec!["rank", "--phases", "warp"], "unknown phase"),
-        (vec!["rank", "--model", "synthetic", "--sizes", "3B"], "whole number of f32"),
-        (vec!["rank", "--inject-delay", "rank=1,every=0,us=5"], "every must be at least 1"),
-        (vec!["rank", "--inject-clock", "rank=1,offset_ms=5"], "unknown key"),
+    for (args, code, needle) in [
+        (vec!["rank", "--phases", "warp"], "BAD_ARGUMENT", "unknown phase"),
+        (vec!["rank", "--model", "synthetic", "--sizes", "3B"], "OUT_OF_RANGE", "whole number of f32"),
+        (vec!["rank", "--inject-delay", "rank=1,every=0,us=5"], "OUT_OF_RANGE", "every must be at least 1"),
+        (vec!["rank", "--inject-clock", "rank=1,offset_ms=5"], "BAD_ARGUMENT", "unknown key"),
     ] {
         let o = cc(&args);
-        assert!(!o.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = assert_refused(&o, code);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
@@ -159,11 +193,11 @@ fn bad_arguments_are_refused_before_mpi() {
 fn existing_run_is_never_overwritten() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().to_str().unwrap();
-    let args = ["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--model", "synthetic", "--layers", "1", "--run-id", "fixed", "--out", out];
+    let args =
+        ["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--model", "synthetic", "--layers", "1", "--run-id", "fixed", "--out", out];
     ok(&mpirun(2, &args));
     let before = digests(&d.path().join("fixed"));
     let o = mpirun(2, &args);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("never overwritten"));
+    assert!(assert_refused(&o, "ALREADY_EXISTS").contains("never overwritten"));
     assert_eq!(digests(&d.path().join("fixed")), before);
 }

@@ -5,7 +5,6 @@
 mod common;
 use common::*;
 
-
 /// Parse with usvg and render with resvg; return the share of painted pixels.
 fn painted_share(svg: &str) -> f64 {
     let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).expect("a valid SVG");
@@ -31,7 +30,7 @@ fn the_demo_campaign_report_and_its_plots() {
     let rep = d.join("report");
     let bytes = std::fs::read(rep.join("report.json")).unwrap();
     let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(r["format_version"], 2);
+    assert_eq!(r["format_version"], 4);
     assert!(r["producer"].as_str().unwrap().starts_with("commcanary "));
     let phases = r["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 6, "all six phases");
@@ -40,6 +39,9 @@ fn the_demo_campaign_report_and_its_plots() {
         assert_eq!(rows.len(), 5);
         assert_eq!(p["pairs"].as_array().unwrap().len(), 10, "n(n-1)/2 pairs");
         assert_eq!(p["pairs_p99"].as_array().unwrap().len(), 10, "the same on the p99");
+        // simultaneous: the 10 intervals of a family hold together at 95%, each at 1 - 0.05/10
+        assert_eq!(p["family_pairs"], 10);
+        assert!((p["pair_coverage"].as_f64().unwrap() - 0.995).abs() < 1e-12, "{}", p["pair_coverage"]);
         for key in ["p_best", "p_worst"] {
             let sum: f64 = rows.iter().map(|x| x[key].as_f64().unwrap()).sum();
             assert!((sum - 1.0).abs() < 1e-9, "{key} sums to {sum}");
@@ -48,7 +50,13 @@ fn the_demo_campaign_report_and_its_plots() {
         // one decision rule: a decided relation lies beyond the minimum effect (2%) on its own interval
         for pr in p["pairs"].as_array().unwrap().iter().chain(p["pairs_p99"].as_array().unwrap()) {
             let (lo, hi) = (pr["ci_low_pct"].as_f64().unwrap(), pr["ci_high_pct"].as_f64().unwrap());
-            let want = if hi < -2.0 { "a_faster" } else if lo > 2.0 { "b_faster" } else { "tied" };
+            let want = if hi < -2.0 {
+                "a_faster"
+            } else if lo > 2.0 {
+                "b_faster"
+            } else {
+                "not_distinguished"
+            };
             assert_eq!(pr["relation"], want, "{pr}");
         }
     }
@@ -76,18 +84,21 @@ fn the_demo_campaign_report_and_its_plots() {
         assert!(share > 0.01, "{p}: only {share} of the pixels painted");
     }
     let slope = std::fs::read_to_string(rep.join("ranks-slopegraph.svg")).unwrap();
-    assert!(slope.matches("<text").count() >= 6 && ["isolated", "overlap", "nbc-ring-delayed"].iter().all(|w| slope.contains(w)), "axis and line labels in the slopegraph");
+    assert!(
+        slope.matches("<text").count() >= 6 && ["isolated", "overlap", "nbc-ring-delayed"].iter().all(|w| slope.contains(w)),
+        "axis and line labels in the slopegraph"
+    );
     // seeded: a re-run reproduces the bytes; a changed report is never replaced
     ok(&cc(&["campaign", "analyze", ds]));
     assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), bytes);
     std::fs::write(rep.join("report.json"), b"{}").unwrap();
     let o = cc(&["campaign", "analyze", ds]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("never replaced"));
+    assert!(assert_refused(&o, "ALREADY_EXISTS").contains("never replaced"));
     assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), b"{}");
     // power from the campaign's own noise, and a campaign replicates itself
     let power = ok(&cc(&["campaign", "power", ds]));
     assert!(power.contains("to resolve δ = 2% with 80% power you need") && power.contains("residual job noise"), "{power}");
+    assert!(power.contains("in the pair table and the controls (10 pairs, each interval at 99.500%"), "{power}");
     let repl = ok(&cc(&["campaign", "replicate", ds, ds]));
     assert!(repl.contains(" 0 contradicted, 0 not confirmed") && !repl.contains("FLAG"), "{repl}");
     // --report-dir writes elsewhere

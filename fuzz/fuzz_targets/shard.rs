@@ -1,5 +1,5 @@
 //! Shard header + body decoder (bincode under size limits).
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = commcanary::shard::Shard::decode(data, "fuzz");
+    let _ = commcanary::evidence::shard::Shard::decode(data, "fuzz");
 });

@@ -3,5 +3,5 @@
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((&v, body)) = data.split_first() else { return };
-    let _ = commcanary::shard::decode_shard_body(1 + (v % 3) as u32, body, "fuzz");
+    let _ = commcanary::evidence::shard::decode_shard_body(1 + (v % 3) as u32, body, "fuzz");
 });

@@ -1,5 +1,5 @@
 //! CPU backend: MPI all-reduce of host buffers, CPU matrix products,
-//! `CLOCK_MONOTONIC` timings (SPEC §1).
+//! `CLOCK_MONOTONIC` timings (docs/ARCHITECTURE.md §3).
 //!
 //! The collective is `MPI_Iallreduce` followed by `MPI_Wait`, called through
 //! rsmpi's raw FFI so the request can outlive the issuing call: issue and wait
@@ -14,9 +14,9 @@
 //! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
 //! count are a bf16 all-reduce's, the reduction arithmetic is integer
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
-use super::{contribution, Backend, BackendPlan, DeviceInterval, PassTimings};
-use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
-use crate::workload::GemmShape;
+use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
+use crate::core::workload::GemmShape;
+use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use anyhow::{bail, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -152,7 +152,7 @@ impl Backend for CpuBackend {
     fn device(&self) -> DeviceIdentity {
         DeviceIdentity {
             backend: BackendKind::Cpu,
-            name: crate::identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
+            name: crate::core::identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
             facts: vec![
                 ("gemm".into(), format!("{} f32 in, out and accumulate (naive, single thread)", super::describe_gemms(&self.gemms))),
                 (
@@ -169,10 +169,7 @@ impl Backend for CpuBackend {
     fn unmeasured(&self) -> Vec<Unmeasured> {
         let mut v: Vec<Unmeasured> = ["device_start_ns", "device_end_ns"]
             .into_iter()
-            .map(|f| Unmeasured {
-                field: f.into(),
-                reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into(),
-            })
+            .map(|f| Unmeasured { field: f.into(), reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into() })
             .collect();
         if self.dtype == Dtype::Bf16 {
             v.push(Unmeasured {
@@ -183,11 +180,14 @@ impl Backend for CpuBackend {
         v
     }
 
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
         let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
         let (send, recv, mpi_type) = match dtype {
+            // SAFETY: as above, an immutable datatype handle constant.
             Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            // SAFETY: as above, an immutable datatype handle constant.
             Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
         };
         // SAFETY: the buffers of `dtype` hold at least `count` elements
@@ -195,50 +195,58 @@ impl Backend for CpuBackend {
         // until MPI_Wait in wait_allreduce (pending guards reuse).
         let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
         if rc != 0 {
-            bail!("MPI_Iallreduce of {bytes} bytes failed with MPI error code {rc}");
+            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
         }
         self.pending = Some((req, bytes));
         self.issued_in_pass += 1;
         Ok(())
     }
 
-    fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>> {
+    fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>> {
         let Some((mut req, bytes)) = self.pending.take() else {
-            bail!("internal: wait without an outstanding all-reduce");
+            return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
         };
         let Some(limit) = self.timeout else {
             // SAFETY: req came from MPI_Iallreduce and is waited on exactly once.
             let rc = unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
             if rc != 0 {
-                bail!("MPI_Wait on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+                return Err(BackendError::Mpi { call: format!("MPI_Wait on an all-reduce of {bytes} bytes"), code: rc });
             }
             return Ok(None);
         };
-        // MPI_Test drives progress like MPI_Wait's own loop; the clock is read every 1024 tests
+        // MPI_Test drives progress like MPI_Wait's own loop; a test that finds
+        // it not done yields the core (as Open MPI's MPI_Wait does when
+        // oversubscribed), so the peer this rank waits for can run
         let t0 = std::time::Instant::now();
-        let mut spins: u32 = 0;
         loop {
             let mut done: c_int = 0;
             // SAFETY: req came from MPI_Iallreduce and is not yet complete.
             let rc = unsafe { ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
             if rc != 0 {
-                bail!("MPI_Test on an all-reduce of {bytes} bytes failed with MPI error code {rc}");
+                return Err(BackendError::Mpi { call: format!("MPI_Test on an all-reduce of {bytes} bytes"), code: rc });
             }
             if done != 0 {
                 return Ok(None);
             }
-            spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && t0.elapsed() > limit {
+            std::thread::yield_now();
+            if t0.elapsed() > limit {
                 // keep the request pending so Drop keeps its buffers away from MPI
                 self.pending = Some((req, bytes));
-                bail!("collective timeout: an all-reduce of {bytes} bytes did not complete within {:.1} s (--collective-timeout-s); a peer rank is stopped, dead or far behind", limit.as_secs_f64());
+                let what = format!("all-reduce of {bytes} bytes");
+                return Err(BackendError::Timeout(
+                    crate::backend::mpi_deadline::timeout_error(
+                        &crate::backend::mpi_deadline::Op { what: &what, phase: "a phase's collective", peer: None },
+                        limit,
+                    )
+                    .to_string(),
+                ));
             }
         }
     }
 
-    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()> {
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()> {
         if shape >= self.gemms.len() {
-            bail!("internal: GEMM shape {shape} was not prepared");
+            return Err(BackendError::Misuse(format!("internal: GEMM shape {shape} was not prepared")));
         }
         for _ in 0..units {
             self.gemm_once(shape, layer);
@@ -246,7 +254,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn membound(&mut self, units: u32) -> Result<()> {
+    fn membound(&mut self, units: u32) -> BackendResult<()> {
         for _ in 0..units {
             self.mem_dst.copy_from_slice(&self.mem_src);
             std::hint::black_box(&self.mem_dst);
@@ -254,29 +262,64 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn synchronize(&mut self) -> Result<()> {
+    fn synchronize(&mut self) -> BackendResult<()> {
         if self.pending.is_some() {
             self.wait_allreduce()?;
         }
         Ok(())
     }
 
-    fn mark(&mut self) -> Result<Option<usize>> {
+    fn mark(&mut self) -> BackendResult<Option<usize>> {
         Ok(None)
     }
 
-    fn finish_pass(&mut self) -> Result<PassTimings> {
+    fn finish_pass(&mut self) -> BackendResult<PassTimings> {
         let n = std::mem::take(&mut self.issued_in_pass);
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<super::CheckOutcome> {
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
         let count = (bytes / dtype.size_bytes()) as usize;
         Ok(match dtype {
             Dtype::F32 => super::verify_sum(&self.recv[..count], dtype, self.world_size),
             Dtype::Bf16 => {
                 let widened: Vec<f32> = self.recv16[..count].iter().map(|&x| x as f32).collect();
                 super::verify_sum(&widened, dtype, self.world_size)
+            }
+        })
+    }
+
+    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        let count = super::allgather_count(bytes, dtype, self.world_size)?;
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let (send, recv, mpi_type) = match dtype {
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+        };
+        // SAFETY: the send buffer holds `count` elements and the receive buffer
+        // `count x world` (= bytes, within the capacity issue_count checked);
+        // both stay untouched until MPI_Wait in wait_allreduce.
+        let rc = unsafe { ffi::MPI_Iallgather(send, count as c_int, mpi_type, recv, count as c_int, mpi_type, self.comm.as_raw(), &mut req) };
+        if rc != 0 {
+            return Err(BackendError::Mpi { call: format!("MPI_Iallgather of {bytes} bytes"), code: rc });
+        }
+        self.pending = Some((req, bytes));
+        self.issued_in_pass += 1;
+        Ok(())
+    }
+
+    fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
+        let count = super::allgather_count(bytes, dtype, self.world_size)?;
+        let total = count * self.world_size as usize;
+        Ok(match dtype {
+            Dtype::F32 => super::verify_gather(&self.recv[..total], dtype, count),
+            Dtype::Bf16 => {
+                let widened: Vec<f32> = self.recv16[..total].iter().map(|&x| x as f32).collect();
+                super::verify_gather(&widened, dtype, count)
             }
         })
     }

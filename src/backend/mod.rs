@@ -1,17 +1,17 @@
 //! Execution backends behind one trait.
 //!
 //! A backend owns the communicator, the buffers and the compute resources of
-//! one rank. The phase runner ([`crate::phases`]) decides *when* to issue,
+//! one rank. The phase runner ([`crate::rank::phases`]) decides *when* to issue,
 //! compute and wait; the backend decides *how*. Consumes: the workload spec
 //! (buffer sizes, GEMM shape). Produces: device intervals where it can measure
 //! them and a list of the fields it cannot. Refuses: a second outstanding
 //! collective, a wait without an issue, sizes larger than its buffers.
 pub mod cpu;
 pub mod cuda;
+pub mod mpi_deadline;
 
-use crate::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
-use crate::workload::GemmShape;
-use anyhow::Result;
+use crate::core::workload::GemmShape;
+use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 
 /// Device-side interval of a collective, mapped onto the host timeline.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -41,7 +41,7 @@ pub struct PassTimings {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassKernel {
     /// Classification.
-    pub kind: crate::shard::KernelKind,
+    pub kind: crate::evidence::shard::KernelKind,
     /// Kernel name.
     pub name: String,
     /// Start, host ns.
@@ -63,7 +63,7 @@ pub struct BackendPlan {
     pub max_bytes: u64,
     /// Element type of the all-reduces.
     pub dtype: Dtype,
-    /// GEMM shapes, by index ([`crate::workload::WorkloadSpec::gemm_shapes`]).
+    /// GEMM shapes, by index ([`crate::core::workload::WorkloadSpec::gemm_shapes`]).
     pub gemms: Vec<GemmShape>,
     /// Distinct weight (B) matrices per GEMM shape; layer `l` uses set `l % weight_sets`.
     pub weight_sets: u32,
@@ -73,14 +73,8 @@ pub struct BackendPlan {
 
 impl BackendPlan {
     /// What `spec` needs.
-    pub fn for_spec(spec: &crate::workload::WorkloadSpec) -> Self {
-        Self {
-            max_bytes: spec.max_bytes(),
-            dtype: spec.dtype,
-            gemms: spec.gemm_shapes(),
-            weight_sets: spec.weight_sets(),
-            membound_bytes: spec.membound_bytes,
-        }
+    pub fn for_spec(spec: &crate::core::workload::WorkloadSpec) -> Self {
+        Self { max_bytes: spec.max_bytes(), dtype: spec.dtype, gemms: spec.gemm_shapes(), weight_sets: spec.weight_sets(), membound_bytes: spec.membound_bytes }
     }
 
     /// Largest `m x k` (activations in) and `m x n` (activations out) over the GEMM shapes.
@@ -101,11 +95,11 @@ pub trait Backend {
     fn unmeasured(&self) -> Vec<Unmeasured>;
     /// Start a sum all-reduce of `bytes` of `dtype` elements on the world communicator.
     /// Returns when the host may continue; the collective may still be running.
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<()>;
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()>;
     /// Make everything that follows wait for the outstanding all-reduce
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
-    fn wait_allreduce(&mut self) -> Result<Option<DeviceInterval>>;
+    fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>>;
     /// Whether the isolated phase can enqueue collectives back to back, with
     /// no host wait between them ([`Backend::allreduce_back_to_back`]); a
     /// backend whose every collective completes on the host says `false`.
@@ -117,55 +111,102 @@ pub trait Backend {
     /// device interval runs from its start to the next one's start, or to the
     /// closing boundary of [`Backend::end_back_to_back`], and is reported by
     /// [`Backend::finish_pass`] in issue order like any other collective.
-    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> Result<()> {
+    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
         let _ = (bytes, dtype);
-        anyhow::bail!("internal: this backend cannot run collectives back to back")
+        Err(BackendError::Unsupported("internal: this backend cannot run collectives back to back".into()))
     }
     /// Capture `n` all-reduces of `bytes` back to back, each behind a
     /// timestamp, into a CUDA graph and launch it once: no host work per
     /// collective at all. Returns the host clock around the launch call.
     /// Device intervals come from [`Backend::finish_pass`] as for
     /// [`Backend::allreduce_back_to_back`].
-    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> Result<(u64, u64)> {
+    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
         let _ = (bytes, dtype, n);
-        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+        Err(BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()))
     }
     /// Close a run of back-to-back collectives.
-    fn end_back_to_back(&mut self) -> Result<()> {
+    fn end_back_to_back(&mut self) -> BackendResult<()> {
         Ok(())
     }
     /// Run `units` matrix products of shape `shape` (an index into the
     /// plan's GEMMs) back to back, with the weights of `layer`.
-    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> Result<()>;
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()>;
     /// Run `units` memory-bandwidth-bound kernels back to back.
-    fn membound(&mut self, units: u32) -> Result<()>;
+    fn membound(&mut self, units: u32) -> BackendResult<()>;
     /// Wait until all work issued so far has finished (end of a pass only).
-    fn synchronize(&mut self) -> Result<()>;
+    fn synchronize(&mut self) -> BackendResult<()>;
     /// Record a marker in device order on the compute stream; `None` when the
     /// host clock already is the execution timeline (CPU).
-    fn mark(&mut self) -> Result<Option<usize>>;
+    fn mark(&mut self) -> BackendResult<Option<usize>>;
     /// After `synchronize`: device intervals and marks of the pass on the host timeline.
-    fn finish_pass(&mut self) -> Result<PassTimings>;
+    fn finish_pass(&mut self) -> BackendResult<PassTimings>;
     /// Validate the last completed all-reduce of `bytes` of `dtype` (waiting for it
     /// first where it may still run); `Err` when the result could not be read.
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> Result<CheckOutcome>;
+    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
+    /// Start an all-gather whose gathered result is `bytes` (nccl-tests' size
+    /// convention): each rank sends [`allgather_count`] elements of `dtype`
+    /// from its send buffer. Completed by [`Backend::wait_allreduce`], which
+    /// waits for the outstanding collective whatever its kind.
+    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        let _ = (bytes, dtype);
+        Err(BackendError::Unsupported("this backend has no all-gather".into()))
+    }
+    /// Validate the last completed all-gather of `bytes`: block r of the
+    /// result must be rank r's [`contribution`]s.
+    fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome> {
+        let _ = (bytes, dtype);
+        Err(BackendError::Unsupported("this backend has no all-gather".into()))
+    }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
     /// into one graph instead of running it. While capturing, no timing is
     /// recorded and nothing executes.
-    fn begin_graph(&mut self) -> Result<()> {
-        anyhow::bail!("--graph needs the cuda backend (CUDA graphs)")
+    fn begin_graph(&mut self) -> BackendResult<()> {
+        Err(BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()))
     }
     /// Graph mode: end the capture and instantiate the graph.
-    fn end_graph(&mut self) -> Result<()> {
-        anyhow::bail!("internal: no graph capture in progress")
+    fn end_graph(&mut self) -> BackendResult<()> {
+        Err(BackendError::Misuse("internal: no graph capture in progress".into()))
     }
     /// Graph mode: launch the captured graph once, in order after the work issued so far.
-    fn launch_graph(&mut self) -> Result<()> {
-        anyhow::bail!("internal: no graph was captured")
+    fn launch_graph(&mut self) -> BackendResult<()> {
+        Err(BackendError::Misuse("internal: no graph was captured".into()))
     }
 }
+
+/// What a backend call can fail with: typed, so a caller can tell a hung
+/// collective from a failed library call from a misuse. Each message names
+/// the call and, where there is one, the library's own code and text.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The backend cannot do this at all (CUDA graphs on the CPU backend).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Called out of order, or with a size or type the prepared buffers cannot
+    /// serve: a bug in the caller, named.
+    #[error("{0}")]
+    Misuse(String),
+    /// An MPI call returned an error code.
+    #[error("{call} failed with MPI error code {code}")]
+    Mpi {
+        /// The call and what it was doing.
+        call: String,
+        /// MPI's error code.
+        code: i32,
+    },
+    /// A collective did not complete within `--collective-timeout-s`: the
+    /// whole `refused[COLLECTIVE_TIMEOUT]` text, naming the operation and phase.
+    #[error("{0}")]
+    Timeout(String),
+    /// A device runtime, driver or library call failed (CUDA, cuBLAS, NCCL,
+    /// CUPTI), with the call and its reason.
+    #[error(transparent)]
+    Device(#[from] anyhow::Error),
+}
+
+/// The result of a backend call.
+pub type BackendResult<T> = std::result::Result<T, BackendError>;
 
 /// Requested backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -176,6 +217,21 @@ pub enum BackendChoice {
     Cuda,
     /// CUDA when a GPU and NCCL are usable, else CPU (the choice is printed).
     Auto,
+}
+
+impl BackendChoice {
+    /// The backend this choice runs on here, and for `auto` a note saying
+    /// which it chose and why. `cuda` without a usable GPU is an error naming the cause.
+    pub fn resolve(self) -> anyhow::Result<(BackendKind, Option<String>)> {
+        let gpu = crate::backend::cuda::unavailable_reason();
+        Ok(match (self, gpu) {
+            (BackendChoice::Cpu, _) => (BackendKind::Cpu, None),
+            (BackendChoice::Cuda, Some(why)) => anyhow::bail!("--backend cuda is unavailable: {why}"),
+            (BackendChoice::Cuda, None) => (BackendKind::Cuda, None),
+            (BackendChoice::Auto, Some(why)) => (BackendKind::Cpu, Some(format!("backend auto: chose cpu ({why})"))),
+            (BackendChoice::Auto, None) => (BackendKind::Cuda, Some("backend auto: chose cuda (a GPU is visible)".into())),
+        })
+    }
 }
 
 /// `MxNxK` of each GEMM shape, comma-separated (device facts).
@@ -218,20 +274,21 @@ pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
 /// Preconditions of an issue, shared by the backends: nothing outstanding,
 /// `bytes` whole elements of `dtype`, and within the `capacity_bytes`
 /// allocated for the run's element type `allocated`. Returns the element count.
-pub fn issue_count(outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> Result<usize> {
+pub fn issue_count(outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
     if outstanding {
-        anyhow::bail!("internal: an all-reduce is already outstanding");
+        return Err(BackendError::Misuse("internal: an all-reduce is already outstanding".into()));
     }
     if dtype != allocated {
-        anyhow::bail!("an all-reduce of {} was asked of buffers prepared for {}", dtype.name(), allocated.name());
+        return Err(BackendError::Misuse(format!("an all-reduce of {} was asked of buffers prepared for {}", dtype.name(), allocated.name())));
     }
     if bytes % dtype.size_bytes() != 0 {
-        anyhow::bail!("all-reduce of {bytes} bytes is not a whole number of {} elements", dtype.name());
+        return Err(BackendError::Misuse(format!("all-reduce of {bytes} bytes is not a whole number of {} elements", dtype.name())));
     }
     if bytes > capacity_bytes {
-        anyhow::bail!("all-reduce of {bytes} bytes exceeds the {capacity_bytes} bytes allocated");
+        return Err(BackendError::Misuse(format!("all-reduce of {bytes} bytes exceeds the {capacity_bytes} bytes allocated")));
     }
-    Ok(usize::try_from(bytes / dtype.size_bytes())?)
+    usize::try_from(bytes / dtype.size_bytes())
+        .map_err(|_| BackendError::Misuse(format!("all-reduce of {bytes} bytes: the element count does not fit in memory")))
 }
 
 /// What a result check found.
@@ -254,6 +311,36 @@ pub fn verify_sum(values: &[f32], dtype: Dtype, world_size: u32) -> CheckOutcome
             out.wrong_elements += 1;
             if out.first_wrong.is_none() {
                 out.first_wrong = Some(format!("element {i} is {got}, expected {want} ({})", dtype.name()));
+            }
+        }
+    }
+    out
+}
+
+/// Elements each rank sends in an all-gather whose gathered result is
+/// `bytes` over `world_size` ranks; refuses sizes that give no whole element.
+pub fn allgather_count(bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<usize> {
+    let per_rank = bytes / (dtype.size_bytes() * u64::from(world_size.max(1)));
+    if per_rank == 0 || per_rank * dtype.size_bytes() * u64::from(world_size) != bytes {
+        return Err(BackendError::Misuse(format!(
+            "an all-gather of {bytes} bytes is not a whole number of {} elements per rank over {world_size} ranks",
+            dtype.name()
+        )));
+    }
+    usize::try_from(per_rank).map_err(|_| BackendError::Misuse(format!("an all-gather of {bytes} bytes: the element count does not fit in memory")))
+}
+
+/// Compare a gathered buffer (widened to f32) with every rank's
+/// [`contribution`]: element `r * count + i` must be rank r's element i.
+pub fn verify_gather(values: &[f32], dtype: Dtype, count: usize) -> CheckOutcome {
+    let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
+    for (j, &got) in values.iter().enumerate() {
+        let (r, i) = (j / count.max(1), j % count.max(1));
+        let want = contribution(dtype, r as u32, i);
+        if got != want {
+            out.wrong_elements += 1;
+            if out.first_wrong.is_none() {
+                out.first_wrong = Some(format!("element {i} of rank {r}'s block is {got}, expected {want} ({})", dtype.name()));
             }
         }
     }
@@ -307,11 +394,40 @@ mod tests {
     }
 
     #[test]
+    fn gathered_blocks_are_checked_per_rank() {
+        let count = 5;
+        let good: Vec<f32> = (0..3 * count).map(|j| contribution(Dtype::F32, (j / count) as u32, j % count)).collect();
+        assert_eq!(verify_gather(&good, Dtype::F32, count).wrong_elements, 0);
+        let mut swapped = good.clone();
+        swapped.swap(0, count);
+        let out = verify_gather(&swapped, Dtype::F32, count);
+        assert_eq!(out.wrong_elements, 2, "{out:?}");
+        assert_eq!(allgather_count(64, Dtype::F32, 4).unwrap(), 4);
+        assert!(allgather_count(8, Dtype::F32, 4).is_err());
+        assert!(allgather_count(24, Dtype::F32, 4).is_err());
+    }
+
+    #[test]
     fn issue_preconditions() {
         assert_eq!(issue_count(false, 64, Dtype::Bf16, Dtype::Bf16, 64).unwrap(), 32);
-        assert!(issue_count(false, 66, Dtype::F32, Dtype::F32, 128).is_err());
-        assert!(issue_count(false, 64, Dtype::F32, Dtype::Bf16, 128).is_err());
-        assert!(issue_count(false, 256, Dtype::F32, Dtype::F32, 128).is_err());
-        assert!(issue_count(true, 4, Dtype::F32, Dtype::F32, 128).is_err());
+        for bad in [
+            issue_count(false, 66, Dtype::F32, Dtype::F32, 128),
+            issue_count(false, 64, Dtype::F32, Dtype::Bf16, 128),
+            issue_count(false, 256, Dtype::F32, Dtype::F32, 128),
+            issue_count(true, 4, Dtype::F32, Dtype::F32, 128),
+        ] {
+            assert!(matches!(bad, Err(BackendError::Misuse(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn errors_are_typed_and_keep_their_text() {
+        let e = BackendError::Mpi { call: "MPI_Wait on an all-reduce of 64 bytes".into(), code: 15 };
+        assert_eq!(e.to_string(), "MPI_Wait on an all-reduce of 64 bytes failed with MPI error code 15");
+        let e = BackendError::Timeout("refused[COLLECTIVE_TIMEOUT]: collective timeout: the all-reduce of 64 bytes …".into());
+        assert!(e.to_string().starts_with("refused[COLLECTIVE_TIMEOUT]: "));
+        // at the CLI edge a backend error is an anyhow error whose chain keeps the variant
+        let a: anyhow::Error = BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()).into();
+        assert!(matches!(a.downcast_ref::<BackendError>(), Some(BackendError::Unsupported(_))));
     }
 }

@@ -1,5 +1,5 @@
 //! The chain of evidence after planning: attempts (append-only), selection,
-//! completeness verification (SPEC §5).
+//! completeness verification (docs/ARCHITECTURE.md §7).
 //!
 //! `exec` consumes the manifest and appends one terminal record per attempt
 //! to `attempts.jsonl` (fsynced line by line; nothing is rewritten), keeping
@@ -10,8 +10,9 @@
 //! identity contradictions with the manifest (backend, world size, a
 //! configuration's environment or NCCL library).
 use super::spec::{Cell, LauncherKind, Manifest};
-use crate::fsutil::{sha256_file, sha256_hex, write_new_atomic};
-use crate::run::{RunRecord, ShardRef};
+use crate::core::fsutil::{sha256_file, sha256_hex, write_new_atomic};
+use crate::core::refusal::Code;
+use crate::evidence::run::{RunRecord, ShardRef};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -85,18 +86,21 @@ pub fn read_attempts(dir: &Path) -> Result<Vec<AttemptRecord>> {
     Ok(records)
 }
 
+/// (line, bytes) of each torn line of the attempts log that was skipped.
+pub type TornLines = Vec<(usize, usize)>;
+
 /// [`read_attempts`] without printing: the records, and (line, bytes) of each torn line skipped.
-pub fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>, Vec<(usize, usize)>)> {
+pub fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>, TornLines)> {
     let p = dir.join(ATTEMPTS);
     if !p.exists() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let bytes = crate::limits::read_bounded(&p, crate::limits::MAX_ATTEMPTS_LOG_BYTES)?;
+    let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_ATTEMPTS_LOG_BYTES)?;
     parse_attempts(&bytes, &p.display().to_string())
 }
 
 /// Parse attempts-log bytes (`name` for messages): see [`read_attempts`].
-pub fn parse_attempts(bytes: &[u8], name: &str) -> Result<(Vec<AttemptRecord>, Vec<(usize, usize)>)> {
+pub fn parse_attempts(bytes: &[u8], name: &str) -> Result<(Vec<AttemptRecord>, TornLines)> {
     let mut records = Vec::new();
     let mut torn = Vec::new();
     for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
@@ -147,13 +151,23 @@ pub struct CampaignLock {
 
 fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening lock {}", path.display()))?;
     let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
     // SAFETY: flock on a file descriptor we own; no memory is passed.
     if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            crate::refuse!(crate::refusal::Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
+            crate::refuse!(
+                crate::core::refusal::Code::Locked,
+                "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
+                path.display()
+            );
         }
         return Err(e).with_context(|| format!("locking {}", path.display()));
     }
@@ -205,7 +219,7 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
     let mut notes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     notes.sort();
     for p in notes {
-        let bytes = crate::limits::read_bounded(&p, crate::limits::MAX_JSON_BYTES)?;
+        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
         let Ok(n) = serde_json::from_slice::<InFlight>(&bytes) else {
             eprintln!("campaign: {}: unreadable in-flight note (torn write) left in place", p.display());
             continue;
@@ -214,16 +228,18 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
             continue;
         }
         if !attempts.iter().any(|a| a.attempt_id == n.attempt_id) {
-            if n.host == crate::identity::hostname() {
+            if n.host == crate::core::identity::hostname() {
                 let t0 = std::time::Instant::now();
                 while group_alive(n.pgid) && t0.elapsed() < std::time::Duration::from_secs(15) {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 if group_alive(n.pgid) {
                     crate::refuse!(
-                        crate::refusal::Code::OrphanJob,
+                        crate::core::refusal::Code::OrphanJob,
                         "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- -{}); a new attempt would overlap it",
-                        n.attempt_id, n.pgid, n.pgid
+                        n.attempt_id,
+                        n.pgid,
+                        n.pgid
                     );
                 }
             }
@@ -235,10 +251,12 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 manifest_sha256: n.manifest_sha256.clone(),
                 status: AttemptStatus::Failed,
                 exit_code: None,
-                failure: Some("interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time is when that was noticed)".into()),
+                failure: Some(
+                    "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time is when that was noticed)".into(),
+                ),
                 argv: n.argv.clone(),
                 started_unix_ms: n.started_unix_ms,
-                finished_unix_ms: crate::run::unix_ms(),
+                finished_unix_ms: crate::evidence::run::unix_ms(),
                 stdout_sha256: sha256_hex(b""),
                 stderr_sha256: sha256_hex(b""),
                 run_dir: format!("runs/{}", n.attempt_id),
@@ -281,7 +299,7 @@ pub fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<Str
         let ids: Vec<(String, String)> = [a, b]
             .iter()
             .map(|p| -> Result<(String, String)> {
-                let bytes = crate::limits::read_bounded(p, crate::limits::MAX_JSON_BYTES)?;
+                let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_JSON_BYTES)?;
                 let sm: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", p.display()))?;
                 Ok((sm.campaign_id, sha256_hex(&bytes)))
             })
@@ -296,11 +314,16 @@ pub fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<Str
 /// Load the manifest and check it against its recorded digest.
 pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
-    let bytes = crate::limits::read_bounded(&mp, crate::limits::MAX_JSON_BYTES)?;
+    let bytes = crate::core::limits::read_bounded(&mp, crate::core::limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);
     let recorded = std::fs::read_to_string(dir.join("manifest.sha256")).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
     if recorded.trim() != actual {
-        bail!("{}: SHA-256 is {actual} but manifest.sha256 says {}: the frozen manifest was changed", mp.display(), recorded.trim());
+        crate::refuse!(
+            crate::core::refusal::Code::DigestMismatch,
+            "{}: SHA-256 is {actual} but manifest.sha256 says {}: the frozen manifest was changed",
+            mp.display(),
+            recorded.trim()
+        );
     }
     let m: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", mp.display()))?;
     Ok((m, actual))
@@ -337,7 +360,10 @@ pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::Confi
     a
 }
 
-fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<(String, Vec<String>, Vec<(String, String)>)> {
+/// A job's program, its arguments and its environment.
+type JobCommand = (String, Vec<String>, Vec<(String, String)>);
+
+fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
     let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
     let mut rank_args: Vec<String> = vec![exe];
@@ -381,7 +407,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
     let mut attempts = read_attempts(dir)?;
     settle_inflight(dir, only_cell.as_deref(), &mut attempts)?;
     let accepted = accepted_manifests(dir, &m, &manifest_sha)?;
-    let host = crate::identity::hostname();
+    let host = crate::core::identity::hostname();
     let todo: Vec<&Cell> = m
         .schedule
         .iter()
@@ -392,9 +418,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
         .collect();
     let bar = indicatif::ProgressBar::new(todo.len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}").expect("valid template").progress_chars("=> "),
     );
     bar.set_prefix(m.campaign_id.clone());
     let (mut ok, mut failed) = (0, 0);
@@ -404,7 +428,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
             let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
-            let started = crate::run::unix_ms();
+            let started = crate::evidence::run::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
             let out = run_job(&prog, &args, &env, cell_timeout, |pgid| {
@@ -419,33 +443,32 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                     host: host.clone(),
                     pgid,
                 };
-                crate::fsutil::write_json_new(&note_path, &note)
+                crate::core::fsutil::write_json_new(&note_path, &note)
             });
-            let finished = crate::run::unix_ms();
+            let finished = crate::evidence::run::unix_ms();
             let (code, stdout, stderr, spawn_err) = match out {
                 Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
                 Ok((o, true)) => (
                     o.status.code(),
                     o.stdout,
                     o.stderr,
-                    Some(format!("cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped", cell_timeout.map_or(0.0, |t| t.as_secs_f64()))),
+                    Some(format!(
+                        "cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped",
+                        cell_timeout.map_or(0.0, |t| t.as_secs_f64())
+                    )),
                 ),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
             write_new_atomic(&logs.join(format!("{attempt_id}.stderr")), &stderr)?;
             let run_dir = runs.join(&attempt_id);
-            let run_json = run_dir.join(crate::run::RUN_FILE);
+            let run_json = run_dir.join(crate::evidence::run::RUN_FILE);
             let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
             let failure = match (&spawn_err, code, &record) {
                 (Some(e), _, _) => Some(e.clone()),
                 (None, Some(0), Some(_)) => None,
                 (None, Some(0), None) => Some("exit 0 but no run.json was written".into()),
-                (None, c, _) => Some(format!(
-                    "launcher exited {}; {}",
-                    c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()),
-                    failure_line(&stderr)
-                )),
+                (None, c, _) => Some(format!("launcher exited {}; {}", c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()), failure_line(&stderr))),
             };
             let rec = AttemptRecord {
                 attempt_id: attempt_id.clone(),
@@ -499,12 +522,23 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
 /// it; `started(pgid)` records the job before it is waited for. A job running
 /// longer than `timeout` has its group sent SIGTERM, then SIGKILL after 10 s.
 /// Returns its output and whether it timed out.
-fn run_job(prog: &str, args: &[String], env: &[(String, String)], timeout: Option<std::time::Duration>, started: impl FnOnce(i32) -> Result<()>) -> std::io::Result<(std::process::Output, bool)> {
+fn run_job(
+    prog: &str,
+    args: &[String],
+    env: &[(String, String)],
+    timeout: Option<std::time::Duration>,
+    started: impl FnOnce(i32) -> Result<()>,
+) -> std::io::Result<(std::process::Output, bool)> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = std::process::Command::new(prog);
-    cmd.args(args).envs(env.iter().cloned()).process_group(0).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd.args(args)
+        .envs(env.iter().cloned())
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -565,9 +599,7 @@ fn run_job(prog: &str, args: &[String], env: &[(String, String)], timeout: Optio
 fn failure_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     // a line that says what went wrong: an "error:" with words after it
-    let telling = |l: &&str| {
-        l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric()))
-    };
+    let telling = |l: &&str| l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric()));
     let ours = text.lines().find(telling);
     let last = text.lines().rev().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("---"));
     match ours.or(last) {
@@ -626,7 +658,7 @@ pub fn select(dir: &Path, policy: SelectPolicy) -> Result<(Selection, Vec<String
         let mut ok = attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256));
         let pick = match policy {
             SelectPolicy::FirstSuccess => ok.next(),
-            SelectPolicy::LastSuccess => ok.last(),
+            SelectPolicy::LastSuccess => ok.next_back(),
         };
         match pick {
             Some(a) => entries.push(Selected {
@@ -642,39 +674,26 @@ pub fn select(dir: &Path, policy: SelectPolicy) -> Result<(Selection, Vec<String
     Ok((Selection { format_version: 1, manifest_sha256: sha, policy, entries }, missing))
 }
 
-/// Completeness verdict.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Verdict {
-    /// True only when every check passed.
-    pub complete: bool,
-    /// Manifest identity.
-    pub manifest_sha256: String,
-    /// Cells expected.
-    pub cells_expected: usize,
-    /// Cells that passed every check.
-    pub cells_ok: usize,
-    /// Each refusal: (cell, reason).
-    pub refusals: Vec<(String, String)>,
-}
+pub use crate::analysis::policy::Verdict;
 
 /// Verify completeness of the selection against the manifest.
 pub fn verify(dir: &Path) -> Result<Verdict> {
     let (m, sha) = load_manifest(dir)?;
     let sp = dir.join("selection.json");
     if !sp.exists() {
-        bail!("reading {} (run `campaign select` first): no such file", sp.display());
+        crate::refuse!(crate::core::refusal::Code::NoSuchInput, "reading {} (run `campaign select` first): no such file", sp.display());
     }
-    let sel: Selection = serde_json::from_slice(&crate::limits::read_bounded(&sp, crate::limits::MAX_JSON_BYTES)?)
+    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sp, crate::core::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sp.display()))?;
     let attempts = read_attempts(dir)?;
     let accepted = accepted_manifests(dir, &m, &sha)?;
     let mut refusals: Vec<(String, String)> = Vec::new();
     if sel.manifest_sha256 != sha {
-        refusals.push(("(selection)".into(), format!("selection was made for manifest {}, not {sha}", sel.manifest_sha256)));
+        refusals.push(("(selection)".into(), coded(Code::StaleManifest, format!("selection was made for manifest {}, not {sha}", sel.manifest_sha256))));
     }
     for e in &sel.entries {
         if !m.schedule.iter().any(|c| c.cell_id == e.cell_id) {
-            refusals.push((e.cell_id.clone(), "unexpected: the manifest has no such cell".into()));
+            refusals.push((e.cell_id.clone(), coded(Code::UnexpectedCell, "unexpected: the manifest has no such cell".into())));
         }
     }
     let mut ok = 0;
@@ -682,12 +701,12 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
         let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
         let e = match picked.as_slice() {
             [] => {
-                refusals.push((c.cell_id.clone(), "missing: no selected attempt".into()));
+                refusals.push((c.cell_id.clone(), coded(Code::MissingCell, "missing: no selected attempt".into())));
                 continue;
             }
             [one] => *one,
             many => {
-                refusals.push((c.cell_id.clone(), format!("duplicate: {} attempts selected", many.len())));
+                refusals.push((c.cell_id.clone(), coded(Code::DuplicateCell, format!("duplicate: {} attempts selected", many.len()))));
                 continue;
             }
         };
@@ -699,46 +718,60 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
 
+/// A refusal as the text `verify` lists for a cell: `refused[CODE]: why`.
+fn coded(code: Code, message: String) -> String {
+    crate::core::refusal::Refusal { code, message }.to_string()
+}
+
+/// One cell's refusal, if any, as `verify` lists it (`refused[CODE]: why`).
 fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
-    let a = attempts.iter().find(|a| a.attempt_id == e.attempt_id).ok_or_else(|| format!("selected attempt {} has no record", e.attempt_id))?;
-    let stale = |what: String| crate::refusal::Refusal { code: crate::refusal::Code::StaleManifest, message: what }.to_string();
+    let a = attempts
+        .iter()
+        .find(|a| a.attempt_id == e.attempt_id)
+        .ok_or_else(|| coded(Code::SelectionMismatch, format!("selected attempt {} has no record", e.attempt_id)))?;
+    let stale = |what: String| coded(Code::StaleManifest, what);
     if !accepted.contains(&a.manifest_sha256) {
         return Err(stale(format!("attempt {} ran under manifest {}, not this campaign's manifest {}", a.attempt_id, a.manifest_sha256, accepted[0])));
     }
     if a.status != AttemptStatus::Succeeded {
-        return Err(format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default()));
+        return Err(coded(Code::FailedAttempt, format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default())));
     }
-    if let Some(b) = attempts.iter().find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms) {
-        return Err(crate::refusal::Refusal {
-            code: crate::refusal::Code::OverlappingAttempts,
-            message: format!("attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host: their timings contaminate each other", a.attempt_id, a.started_unix_ms, a.finished_unix_ms, b.attempt_id, b.started_unix_ms, b.finished_unix_ms),
-        }
-        .to_string());
+    if let Some(b) = attempts
+        .iter()
+        .find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms)
+    {
+        return Err(coded(
+            Code::OverlappingAttempts,
+            format!(
+                "attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host: their timings contaminate each other",
+                a.attempt_id, a.started_unix_ms, a.finished_unix_ms, b.attempt_id, b.started_unix_ms, b.finished_unix_ms
+            ),
+        ));
     }
     if a.cell_id != c.cell_id || a.run_dir != e.run_dir || a.shards != e.shards || a.run_json_sha256.as_deref() != Some(e.run_json_sha256.as_str()) {
-        return Err(format!("selection entry disagrees with attempt record {}", a.attempt_id));
+        return Err(coded(Code::SelectionMismatch, format!("selection entry disagrees with attempt record {}", a.attempt_id)));
     }
     let run: PathBuf = dir.join(&e.run_dir);
-    let rj = run.join(crate::run::RUN_FILE);
+    let rj = run.join(crate::evidence::run::RUN_FILE);
     match sha256_file(&rj) {
         Ok(d) if d == e.run_json_sha256 => {}
-        Ok(d) => return Err(format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256)),
-        Err(_) => return Err(format!("{} is missing", rj.display())),
+        Ok(d) => return Err(coded(Code::Stale, format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256))),
+        Err(_) => return Err(coded(Code::NoSuchInput, format!("{} is missing", rj.display()))),
     }
     for s in &e.shards {
         let p = run.join(&s.file);
         match sha256_file(&p) {
             Ok(d) if d == s.sha256 => {}
-            Ok(d) => return Err(format!("stale: rank {} shard {} hashes to {d}, recorded {}", s.rank, p.display(), s.sha256)),
-            Err(_) => return Err(format!("rank {} shard {} is missing", s.rank, p.display())),
+            Ok(d) => return Err(coded(Code::Stale, format!("stale: rank {} shard {} hashes to {d}, recorded {}", s.rank, p.display(), s.sha256))),
+            Err(_) => return Err(coded(Code::MissingRank, format!("rank {} shard {} is missing", s.rank, p.display()))),
         }
     }
-    let joined = crate::join::join_dir(&run).map_err(|e| format!("does not join: {e:#}"))?;
+    let joined = crate::evidence::join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
     // identity contradictions
     let want_backend = &m.spec.backend;
-    let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or("unknown label")?.config;
+    let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;
     let w = &joined.run.workload;
-    let want_phases = crate::workload::parse_phases(&m.spec.workload.phases).map_err(|e| format!("manifest phases: {e:#}"))?;
+    let want_phases = crate::core::workload::parse_phases(&m.spec.workload.phases).map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
     let ran = [("tokens", w.tokens, m.spec.workload.tokens), ("layers", w.layers, m.spec.workload.layers), ("iters", w.iters, m.spec.workload.iters)];
     for (what, got, want) in ran {
         if got != want {
@@ -749,25 +782,28 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
         return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
     }
     if joined.run.world_size != m.spec.ranks {
-        return Err(format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks));
+        return Err(coded(Code::IdentityContradiction, format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks)));
     }
     for sh in &joined.shards {
         let h = &sh.header;
         let got = serde_json::to_value(h.backend).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         if &got != want_backend {
-            return Err(format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank));
+            return Err(coded(Code::IdentityContradiction, format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank)));
         }
         for (k, v) in &cfg.env {
-            let recorded = crate::identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
+            let recorded = crate::core::identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
             if recorded && !h.identity.env.iter().any(|(ek, ev)| ek == k && ev == v) {
-                return Err(format!("rank {}: {k}={v} is in the configuration but not in the recorded environment", h.rank));
+                return Err(coded(
+                    Code::IdentityContradiction,
+                    format!("rank {}: {k}={v} is in the configuration but not in the recorded environment", h.rank),
+                ));
             }
         }
         if let Some(lib) = &cfg.nccl_lib {
             let mapped = h.device.facts.iter().find(|f| f.0 == "nccl_mapped_path").map(|f| f.1.clone());
             let want = std::fs::canonicalize(lib).map(|p| p.display().to_string()).unwrap_or_else(|_| lib.clone());
             if mapped.as_deref() != Some(want.as_str()) {
-                return Err(format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped));
+                return Err(coded(Code::IdentityContradiction, format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped)));
             }
         }
     }

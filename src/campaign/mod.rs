@@ -1,5 +1,5 @@
 //! Campaigns: frozen manifest, randomized round-robin jobs, append-only
-//! attempts, selection, completeness, analysis gate and hashed archives (SPEC §5).
+//! attempts, selection, completeness, analysis gate and hashed archives (docs/ARCHITECTURE.md §7).
 //!
 //! Files in a campaign directory: `manifest.json` + `manifest.sha256`
 //! (frozen by `plan`), `blinding.json` (label → name, only for blind
@@ -8,12 +8,12 @@
 //! record), `selection.json`. Each command consumes what the previous one
 //! wrote and refuses to go on when the chain is broken.
 pub mod chain;
-pub mod report;
 pub mod spec;
 
-use crate::fsutil::{sha256_file, write_json_new};
-use crate::stats;
-use anyhow::{bail, Context, Result};
+use crate::core::fsutil::{sha256_file, write_json_new};
+use crate::core::refusal::Code;
+use crate::core::stats;
+use anyhow::{Context, Result};
 use chain::{load_manifest, Selection, Verdict};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -34,16 +34,16 @@ pub const CAMPAIGN_STATE: &[&str] = &[
 ];
 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
-pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
-    let spec = spec::CampaignSpec::load(spec_path)?;
+pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
+    let spec = spec::CampaignSpec::load(spec_path, parse_rank)?;
     if dir.join("manifest.json").exists() {
-        crate::refuse!(crate::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+        crate::refuse!(crate::core::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
     }
     // runs, attempts or a selection of an earlier plan would be counted as this one's
     let state: Vec<&str> = CAMPAIGN_STATE.iter().copied().filter(|n| dir.join(n).symlink_metadata().is_ok()).collect();
     if !state.is_empty() {
         crate::refuse!(
-            crate::refusal::Code::CampaignState,
+            crate::core::refusal::Code::CampaignState,
             "{} holds campaign state ({}); plan into a new directory (old runs are never adopted by a new manifest)",
             dir.display(),
             state.join(", ")
@@ -53,8 +53,8 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     let (m, blinding) = spec::plan(spec);
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
-    crate::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;
-    crate::fsutil::write_new_atomic(&dir.join("manifest.sha256"), format!("{}\n", crate::fsutil::sha256_hex(&bytes)).as_bytes())?;
+    crate::core::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;
+    crate::core::fsutil::write_new_atomic(&dir.join("manifest.sha256"), format!("{}\n", crate::core::fsutil::sha256_hex(&bytes)).as_bytes())?;
     if let Some(b) = blinding {
         write_json_new(&dir.join("blinding.json"), &b)?;
     }
@@ -67,7 +67,7 @@ pub struct ConfigPhaseResult {
     /// Configuration label (blinded where the campaign is).
     pub label: String,
     /// Phase.
-    pub phase: crate::workload::Phase,
+    pub phase: crate::core::workload::Phase,
     /// Jobs.
     pub jobs: usize,
     /// Median over jobs of per-job medians, µs.
@@ -80,8 +80,8 @@ pub struct ConfigPhaseResult {
     pub rank: usize,
 }
 
-fn per_job(j: &crate::join::JoinedRun, phase: crate::workload::Phase) -> Option<(f64, f64)> {
-    let mut v = crate::summary::job_samples_us(j, phase);
+fn per_job(j: &crate::evidence::join::JoinedRun, phase: crate::core::workload::Phase) -> Option<(f64, f64)> {
+    let mut v = crate::analysis::summary::job_samples_us(j, phase);
     let p99 = stats::percentile_nearest_rank(&mut v, 99.0)?;
     Some((stats::median(&mut v)?, p99))
 }
@@ -90,10 +90,10 @@ fn per_job(j: &crate::join::JoinedRun, phase: crate::workload::Phase) -> Option<
 pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let (m, _) = load_manifest(dir)?;
     let sel: Selection = serde_json::from_slice(&std::fs::read(dir.join("selection.json"))?)?;
-    let mut per: std::collections::BTreeMap<(crate::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
+    let mut per: std::collections::BTreeMap<(crate::core::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
         let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();
-        let j = crate::join::join_dir(&dir.join(&e.run_dir))?;
+        let j = crate::evidence::join::join_dir(&dir.join(&e.run_dir))?;
         for &p in &j.run.workload.phases {
             if let Some((med, p99)) = per_job(&j, p) {
                 let slot = per.entry((p, label.clone())).or_default();
@@ -103,7 +103,7 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
         }
     }
     let mut out = Vec::new();
-    let phases: std::collections::BTreeSet<crate::workload::Phase> = per.keys().map(|k| k.0).collect();
+    let phases: std::collections::BTreeSet<crate::core::workload::Phase> = per.keys().map(|k| k.0).collect();
     for p in phases {
         let mut rows: Vec<ConfigPhaseResult> = per
             .iter_mut()
@@ -178,7 +178,7 @@ pub struct ArchiveDescriptor {
 /// are refused (a link could pull files from outside the campaign into its
 /// archive, or loop); nothing is followed.
 fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
-    use crate::refusal::Code;
+    use crate::core::refusal::Code;
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -186,7 +186,11 @@ fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
             let p = e?.path();
             let t = std::fs::symlink_metadata(&p).with_context(|| format!("reading {}", p.display()))?.file_type();
             if t.is_symlink() {
-                crate::refuse!(Code::ArchiveLink, "{} is a symbolic link; a campaign holds only regular files and directories (a link could bring in files from outside it)", p.display());
+                crate::refuse!(
+                    Code::ArchiveLink,
+                    "{} is a symbolic link; a campaign holds only regular files and directories (a link could bring in files from outside it)",
+                    p.display()
+                );
             } else if t.is_dir() {
                 stack.push(p);
             } else if t.is_file() {
@@ -213,7 +217,7 @@ fn append_regular(b: &mut tar::Builder<std::fs::File>, p: &Path, name: &Path) ->
     let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(p).with_context(|| format!("opening {}", p.display()))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
-        crate::refuse!(crate::refusal::Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
+        crate::refuse!(crate::core::refusal::Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
     }
     let mut h = tar::Header::new_gnu();
     h.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
@@ -228,11 +232,16 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     let root = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
     for p in [out, descriptor] {
         if resolved(p)?.starts_with(&root) {
-            crate::refuse!(crate::refusal::Code::ArchiveOutputInside, "{} lies inside the campaign {}; write the archive and its descriptor elsewhere", p.display(), dir.display());
+            crate::refuse!(
+                crate::core::refusal::Code::ArchiveOutputInside,
+                "{} lies inside the campaign {}; write the archive and its descriptor elsewhere",
+                p.display(),
+                dir.display()
+            );
         }
     }
     if out.exists() || descriptor.exists() {
-        bail!("{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
+        crate::refuse!(Code::AlreadyExists, "{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
     }
     let _lock = chain::lock_campaign(dir, None, &format!("archive {}", dir.display()))?;
     let files = files_sorted(&root)?;
@@ -253,7 +262,8 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     })();
     let _ = std::fs::remove_file(&tmp);
     written?;
-    let sel: Option<Selection> = crate::limits::read_bounded(&dir.join("selection.json"), crate::limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let sel: Option<Selection> =
+        crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let d = ArchiveDescriptor {
         format_version: 1,
         archive_file: out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
@@ -276,15 +286,15 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
 /// absolute names, no `..`, no links or devices, no name twice). Streams the
 /// archive; nothing is extracted.
 pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
-    let d: ArchiveDescriptor = serde_json::from_slice(&crate::limits::read_bounded(descriptor, crate::limits::MAX_JSON_BYTES)?)
+    let d: ArchiveDescriptor = serde_json::from_slice(&crate::core::limits::read_bounded(descriptor, crate::core::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
     if size != d.archive_size_bytes {
-        bail!("{}: {size} bytes, the descriptor says {}", archive.display(), d.archive_size_bytes);
+        crate::refuse!(Code::DigestMismatch, "{}: {size} bytes, the descriptor says {}", archive.display(), d.archive_size_bytes);
     }
     let sha = sha256_file(archive)?;
     if sha != d.archive_sha256 {
-        bail!("{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
+        crate::refuse!(Code::DigestMismatch, "{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
     }
     let f = std::fs::File::open(archive).with_context(|| format!("reading {}", archive.display()))?;
     inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
@@ -295,7 +305,7 @@ pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescrip
 /// regular file named relative to one top directory, with no `..`, root or
 /// repeated name. Returns the number of members. Reads the stream once.
 pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize> {
-    use crate::refusal::Code;
+    use crate::core::refusal::Code;
     let mut t = tar::Archive::new(reader);
     let mut top: Option<std::ffi::OsString> = None;
     let mut seen = std::collections::BTreeSet::new();
@@ -317,8 +327,8 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize>
         if top.get_or_insert_with(|| first.clone()) != &first {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is outside the campaign directory {:?}", top);
         }
-        if seen.len() >= crate::limits::MAX_ARCHIVE_MEMBERS {
-            crate::refuse!(Code::OverLimit, "{name}: more than {} members", crate::limits::MAX_ARCHIVE_MEMBERS);
+        if seen.len() >= crate::core::limits::MAX_ARCHIVE_MEMBERS {
+            crate::refuse!(Code::OverLimit, "{name}: more than {} members", crate::core::limits::MAX_ARCHIVE_MEMBERS);
         }
         if !seen.insert(raw.clone()) {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
@@ -338,26 +348,34 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     let (ma, sa) = load_manifest(a)?;
     let (mb, sb) = load_manifest(b)?;
     if sa == sb {
-        bail!("{} and {} hold the same manifest ({sa}): a campaign is not joined with itself", a.display(), b.display());
+        crate::refuse!(Code::CampaignMismatch, "{} and {} hold the same manifest ({sa}): a campaign is not joined with itself", a.display(), b.display());
     }
     if ma.campaign_id == mb.campaign_id {
-        bail!("both campaigns have id {}", ma.campaign_id);
+        crate::refuse!(Code::CampaignMismatch, "both campaigns have id {}", ma.campaign_id);
     }
     let same = |what: &str, x: serde_json::Value, y: serde_json::Value| -> Result<()> {
         if x != y {
-            bail!("cannot join: {what} differs ({} vs {})", x, y);
+            crate::refuse!(Code::CampaignMismatch, "cannot join: {what} differs ({} vs {})", x, y);
         }
         Ok(())
     };
-    same("repository identity (commit and dirty files)", serde_json::json!([ma.repository.commit, ma.repository.dirty]), serde_json::json!([mb.repository.commit, mb.repository.dirty]))?;
+    same(
+        "repository identity (commit and dirty files)",
+        serde_json::json!([ma.repository.commit, ma.repository.dirty]),
+        serde_json::json!([mb.repository.commit, mb.repository.dirty]),
+    )?;
     same("analysis policy", serde_json::to_value(&ma.spec.analysis)?, serde_json::to_value(&mb.spec.analysis)?)?;
     same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
     same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
-    same("backend, ranks and launcher", serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]), serde_json::json!([mb.spec.backend, mb.spec.ranks, mb.spec.launcher]))?;
+    same(
+        "backend, ranks and launcher",
+        serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]),
+        serde_json::json!([mb.spec.backend, mb.spec.ranks, mb.spec.launcher]),
+    )?;
     let att_a = chain::read_attempts(a)?;
     let att_b = chain::read_attempts(b)?;
     if out.exists() {
-        bail!("{} already exists; a joined campaign is written fresh", out.display());
+        crate::refuse!(Code::AlreadyExists, "{} already exists; a joined campaign is written fresh", out.display());
     }
     // B's rounds come after A's: rename B's cells and attempts
     let offset = ma.spec.repetitions;
@@ -368,7 +386,7 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     let mut m = ma.clone();
     m.campaign_id = format!("{}+{}", ma.campaign_id, mb.campaign_id);
     m.spec.repetitions = ma.spec.repetitions + mb.spec.repetitions;
-    m.planned_unix_ms = crate::run::unix_ms();
+    m.planned_unix_ms = crate::evidence::run::unix_ms();
     for c in &mb.schedule {
         let mut c2 = c.clone();
         c2.cell_id = rename(&c.cell_id, c.round);
@@ -406,11 +424,14 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
             } else {
                 copy_tree(&src.join(&at.run_dir), &out.join(&at.run_dir))?;
                 for ext in ["stdout", "stderr"] {
-                    let _ = std::fs::copy(src.join("attempts").join(format!("{}.{ext}", at.attempt_id)), out.join("attempts").join(format!("{}.{ext}", at.attempt_id)));
+                    let _ = std::fs::copy(
+                        src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                        out.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                    );
                 }
             }
             if !seen.insert(at.attempt_id.clone()) {
-                bail!("attempt id {} appears twice", at.attempt_id);
+                crate::refuse!(Code::DuplicateAttempt, "attempt id {} appears twice", at.attempt_id);
             }
             lines.push(serde_json::to_string(&at)?);
         }
@@ -420,11 +441,11 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     std::fs::copy(b.join("manifest.json"), out.join("sources").join("b.manifest.json"))?;
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
-    crate::fsutil::write_new_atomic(&out.join("manifest.json"), &bytes)?;
-    let sha = crate::fsutil::sha256_hex(&bytes);
-    crate::fsutil::write_new_atomic(&out.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
+    crate::core::fsutil::write_new_atomic(&out.join("manifest.json"), &bytes)?;
+    let sha = crate::core::fsutil::sha256_hex(&bytes);
+    crate::core::fsutil::write_new_atomic(&out.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
     // attempt records were made under the source manifests; they say so
     let joined: Vec<String> = lines;
-    crate::fsutil::write_new_atomic(&out.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+    crate::core::fsutil::write_new_atomic(&out.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
     Ok(m)
 }

@@ -71,35 +71,9 @@ fn default_iters() -> u32 {
     50
 }
 
-pub use crate::ranking::TiePolicy;
+pub use crate::analysis::ranking::TiePolicy;
 
-/// The analysis policy, frozen before anything runs.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AnalysisPolicy {
-    /// Tie policy; a campaign is analyzed under `interval` only (its relations come from the printed intervals).
-    pub tie_policy: TiePolicy,
-    /// Minimum effect, percent: a pair (and the canary) is decided only when its
-    /// interval lies beyond ± this; within ± this it is `tied` (equivalent).
-    #[serde(default)]
-    pub min_effect_pct: f64,
-    /// Slowdown of operational interest, percent: the report gives P(slowdown > delta).
-    #[serde(default = "default_delta")]
-    pub delta_pct: f64,
-    /// Monte Carlo draws: posterior draws of P(best)/P(worst), resamples of the tau intervals.
-    #[serde(default = "default_resamples")]
-    pub bootstrap_resamples: u32,
-    /// Seed of those draws (ChaCha8).
-    #[serde(default)]
-    pub bootstrap_seed: u64,
-}
-
-fn default_delta() -> f64 {
-    5.0
-}
-fn default_resamples() -> u32 {
-    10_000
-}
+pub use crate::analysis::policy::AnalysisPolicy;
 
 /// A canary comparison.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -111,10 +85,10 @@ pub struct Canary {
     pub baseline: String,
     /// Phase the verdict is judged on (default `blocking`, the workload truth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<crate::workload::Phase>,
+    pub phase: Option<crate::core::workload::Phase>,
 }
 
-/// Controls declared before anything runs (SPEC §7): what the analysis must
+/// Controls declared before anything runs (docs/ARCHITECTURE.md §9, §12): what the analysis must
 /// see for its other claims to be believed.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
@@ -218,17 +192,29 @@ fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
+/// Parses one configuration's `rank` argument vector (program name first)
+/// into the options `rank` would run with. The command-line layer owns that
+/// grammar and supplies the parser (`crate::cli::parse_rank_argv`).
+pub type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
+
 impl CampaignSpec {
     /// Parse and validate a spec file; errors name the file.
-    pub fn load(path: &Path) -> Result<Self> {
+    pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading campaign spec {}", path.display()))?;
-        let spec: CampaignSpec = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        spec.validate().with_context(|| format!("{}: invalid campaign spec", path.display()))?;
+        let spec: CampaignSpec =
+            toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
+        spec.validate(parse_rank).map_err(|e| {
+            if crate::core::refusal::code_of(&e).is_some() {
+                e.context(format!("{}: invalid campaign spec", path.display()))
+            } else {
+                crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: invalid campaign spec: {e:#}", path.display()))
+            }
+        })?;
         Ok(spec)
     }
 
     /// Check everything that can be checked before running.
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self, parse_rank: RankArgvParser) -> Result<()> {
         if !valid_name(&self.name) {
             bail!("name {:?}: use letters, digits, '.', '_' and '-'", self.name);
         }
@@ -253,8 +239,8 @@ impl CampaignSpec {
                 bail!("configs.{}: environment variable names must be non-empty and contain no '='", c.name);
             }
         }
-        crate::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
-        crate::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
+        crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
+        crate::core::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
         if self.workload.tokens == 0 || self.workload.layers == 0 {
             bail!("workload.tokens and workload.layers must be at least 1");
         }
@@ -271,7 +257,7 @@ impl CampaignSpec {
                 KnownBad::Name(_) => None,
             });
             for n in c.aa.iter().flatten().map(String::as_str).chain(c.known_bad.iter().map(KnownBad::config)).chain(refs.map(String::as_str)) {
-                if !self.configs.iter().any(|x| &x.name == n) {
+                if !self.configs.iter().any(|x| x.name == n) {
                     bail!("controls name {n:?}, which is not a configuration");
                 }
             }
@@ -283,7 +269,9 @@ impl CampaignSpec {
                     if !(g.slowdown_pct.is_finite() && g.slowdown_pct > self.analysis.min_effect_pct) {
                         bail!(
                             "controls.known_bad {:?}: slowdown_pct {} must exceed analysis.min_effect_pct {} (a smaller slowdown can never be decided)",
-                            g.config, g.slowdown_pct, self.analysis.min_effect_pct
+                            g.config,
+                            g.slowdown_pct,
+                            self.analysis.min_effect_pct
                         );
                     }
                 }
@@ -293,7 +281,7 @@ impl CampaignSpec {
             }
         }
         if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
-            let phases = crate::workload::parse_phases(&self.workload.phases)?;
+            let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
             if !phases.contains(&p) {
                 bail!("canary.phase {p} is not among workload.phases");
             }
@@ -301,21 +289,26 @@ impl CampaignSpec {
         if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {
             bail!("analysis.min_effect_pct and delta_pct must be non-negative");
         }
-        self.validate_ranges()
+        self.validate_ranges(parse_rank)
     }
 
     /// Ranges and rank arguments: everything `exec` and `analyze` would
     /// otherwise refuse only after cells ran.
-    fn validate_ranges(&self) -> Result<()> {
-        use crate::refusal::Code;
-        let r = crate::ranges::int;
+    fn validate_ranges(&self, parse_rank: RankArgvParser) -> Result<()> {
+        use crate::core::refusal::Code;
+        let r = crate::core::ranges::int;
         r("repetitions", self.repetitions, 1, 10_000)?;
-        r("ranks", self.ranks, 1, crate::limits::MAX_WORLD_SIZE)?;
-        crate::ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
+        r("ranks", self.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
+        crate::core::ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
         // a name becomes part of file names (CELL-aN.stdout): keep it well under NAME_MAX
         for n in std::iter::once(&self.name).chain(self.configs.iter().map(|c| &c.name)) {
             if n.len() > 64 {
-                crate::refuse!(Code::BadSpec, "name {:?}... is {} characters; at most 64 (it becomes part of file names)", n.chars().take(16).collect::<String>(), n.len());
+                crate::refuse!(
+                    Code::BadSpec,
+                    "name {:?}... is {} characters; at most 64 (it becomes part of file names)",
+                    n.chars().take(16).collect::<String>(),
+                    n.len()
+                );
             }
         }
         for (what, v) in [("analysis.min_effect_pct", self.analysis.min_effect_pct), ("analysis.delta_pct", self.analysis.delta_pct)] {
@@ -326,11 +319,14 @@ impl CampaignSpec {
         r("analysis.bootstrap_resamples", self.analysis.bootstrap_resamples, 1, 10_000_000)?;
         for c in &self.configs {
             let argv = std::iter::once("commcanary".to_string()).chain(super::chain::rank_arguments(self, c));
-            let parsed = <crate::cli::Cli as clap::Parser>::try_parse_from(argv)
-                .map_err(|e| crate::refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or(""))))?;
-            if let crate::cli::Command::Rank(a) = parsed.command {
-                crate::ranges::rank_args(&a).map_err(|e| crate::refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
-            }
+            let argv: Vec<String> = argv.collect();
+            let parsed = parse_rank(&argv).map_err(|e| {
+                crate::core::refusal::refuse(
+                    Code::BadSpec,
+                    format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
+                )
+            })?;
+            crate::rank::check_ranges(&parsed).map_err(|e| crate::core::refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
         }
         Ok(())
     }
@@ -366,7 +362,7 @@ pub struct RepoIdentity {
     /// Modified or untracked files (git status) with their SHA-256 (`deleted` when gone).
     pub dirty: Vec<(String, String)>,
     /// The tool that planned.
-    pub tool: crate::identity::ToolIdentity,
+    pub tool: crate::core::identity::ToolIdentity,
 }
 
 impl RepoIdentity {
@@ -381,12 +377,12 @@ impl RepoIdentity {
         if let (Some(status), Some(top)) = (git(&["status", "--porcelain", "--untracked-files=all"]), top) {
             for line in status.lines().filter(|l| l.len() > 3) {
                 let path = line[3..].rsplit(" -> ").next().unwrap_or("").to_string();
-                let digest = crate::fsutil::sha256_file(&top.join(&path)).unwrap_or_else(|_| "deleted".into());
+                let digest = crate::core::fsutil::sha256_file(&top.join(&path)).unwrap_or_else(|_| "deleted".into());
                 dirty.push((path, digest));
             }
             dirty.sort();
         }
-        let mut tool = crate::identity::ToolIdentity::current();
+        let mut tool = crate::core::identity::ToolIdentity::current();
         tool.binary_sha256 = None; // the binary is identified per attempt; the repository here
         Self { commit, dirty, tool }
     }
@@ -438,11 +434,10 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         Some(m) => m.iter().find(|(_, n)| n.as_str() == name).map(|(l, _)| l.clone()).expect("every config is labelled"),
         None => name.to_string(),
     };
-    let configs: Vec<LabelledConfig> =
-        spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
+    let configs: Vec<LabelledConfig> = spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
     let labels: Vec<String> = configs.iter().map(|c| c.label.clone()).collect();
     let schedule = schedule(&labels, spec.repetitions, spec.seed);
-    let campaign_id = format!("{}-{}", spec.name, crate::run::new_run_id());
+    let campaign_id = format!("{}-{}", spec.name, crate::evidence::run::new_run_id());
     let m = Manifest {
         format_version: MANIFEST_FORMAT_VERSION,
         campaign_id,
@@ -450,7 +445,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         configs,
         schedule,
         repository: RepoIdentity::current(),
-        planned_unix_ms: crate::run::unix_ms(),
+        planned_unix_ms: crate::evidence::run::unix_ms(),
     };
     (m, blinding)
 }
@@ -462,18 +457,18 @@ mod tests {
     #[test]
     fn graded_known_bad_controls_are_parsed_and_checked() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpu-aa-ten.toml");
-        let spec = CampaignSpec::load(&path).unwrap();
+        let spec = CampaignSpec::load(&path, &crate::cli::parse_rank_argv).unwrap();
         let c = spec.controls.clone().unwrap();
         assert!(matches!(&c.known_bad[2], KnownBad::Graded(g) if g.slowdown_pct == 5.0 && g.reference == "aa-1"));
         let mut low = spec.clone();
         low.analysis.min_effect_pct = 2.0;
-        let e = low.validate().unwrap_err().to_string();
+        let e = low.validate(&crate::cli::parse_rank_argv).unwrap_err().to_string();
         assert!(e.contains("slowdown_pct 1 must exceed analysis.min_effect_pct 2"), "{e}");
         let mut bad = spec;
         if let Some(KnownBad::Graded(g)) = bad.controls.as_mut().and_then(|c| c.known_bad.first_mut()) {
             g.reference = "nope".into();
         }
-        assert!(bad.validate().unwrap_err().to_string().contains("\"nope\""));
+        assert!(bad.validate(&crate::cli::parse_rank_argv).unwrap_err().to_string().contains("\"nope\""));
     }
 
     #[test]

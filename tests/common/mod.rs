@@ -28,14 +28,28 @@ pub fn mpirun(n: u32, args: &[&str]) -> Output {
         .expect("mpirun must be installed (scripts/setup.sh installs it)")
 }
 
-/// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
-pub fn cc_root(args: &[&str]) -> Output {
-    Command::new(bin())
+/// `mpirun -n N commcanary ARGS` with extra environment, started and not
+/// waited for (stdout and stderr to the given files); the guard keeps other
+/// mpirun jobs of this test binary out until it is dropped.
+pub fn mpirun_spawn(n: u32, args: &[&str], env: &[(&str, &str)], stdout: &Path, stderr: &Path) -> (std::sync::MutexGuard<'static, ()>, std::process::Child) {
+    let guard = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let child = Command::new("mpirun")
+        .args(["--oversubscribe", "-n", &n.to_string(), &bin()])
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("binary runs")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .envs(env.iter().copied())
+        .stdout(std::fs::File::create(stdout).unwrap())
+        .stderr(std::fs::File::create(stderr).unwrap())
+        .spawn()
+        .expect("mpirun must be installed (scripts/setup.sh installs it)");
+    (guard, child)
+}
+
+/// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
+pub fn cc_root(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").output().expect("binary runs")
 }
 
 /// Run `commcanary ARGS` directly.
@@ -84,7 +98,7 @@ pub fn digests(dir: &Path) -> Vec<(String, String)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), commcanary::fsutil::sha256_file(&p).unwrap()))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), commcanary::core::fsutil::sha256_file(&p).unwrap()))
         .collect();
     v.sort();
     v
@@ -93,4 +107,14 @@ pub fn digests(dir: &Path) -> Vec<(String, String)> {
 /// Phase summary object from a join summary.
 pub fn phase<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     summary["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap_or_else(|| panic!("phase {name} in summary"))
+}
+
+/// Assert that a command failed with the named refusal code (`refused[CODE]`
+/// on stderr, or on stdout where a command lists refusals, as `campaign
+/// verify` does per cell). Returns stderr and stdout, for further checks.
+pub fn assert_refused(o: &Output, code: &str) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    assert!(!o.status.success(), "expected refused[{code}], but the command succeeded:\n{text}");
+    assert!(text.contains(&format!("refused[{code}]")), "expected refused[{code}] in:\n{text}");
+    text
 }

@@ -1,0 +1,437 @@
+//! `replay-trace --backend cuda`: run an imported communication trace through NCCL.
+//!
+//! Consumes a [`CommTrace`], this process's MPI world (for NCCL's unique id
+//! only) and an NCCL library. Produces the same per-collective records as
+//! the CPU executor ([`crate::evidence::commtrace::cpu_exec`]). Every
+//! process group becomes an NCCL sub-communicator with `ncclCommSplit`
+//! (NCCL 2.18 or later; key = group rank, so member order is the trace's),
+//! created in name order on every rank. Kinds map onto NCCL's calls (NCCL
+//! user guide, "Collective operations" and "Point-to-point communication"):
+//! all-reduce, all-gather, reduce-scatter, broadcast and reduce directly;
+//! send/recv as `ncclSend`/`ncclRecv`; all-to-all(v) as one
+//! `ncclGroupStart`/`ncclGroupEnd` of a send and a receive per peer (NCCL has
+//! no all-to-all call); barrier as a one-element all-reduce (NCCL has none).
+//!
+//! Reductions run in the trace's own dtype (f32, bf16, f16: NCCL reduces
+//! them natively, so the kernels are the ones the trace recorded, e.g.
+//! `ncclDevKernel_AllReduce_Sum_bf16_*`); sum, avg (`ncclAvg`) and max.
+//! Data movement moves the recorded bytes as `ncclUint8`.
+//!
+//! Three steps, so that nothing but the pacing wait lies between two
+//! collectives: every collective's buffers are allocated and filled first
+//! (the whole trace's buffers must fit on the GPU at once; the refusal says
+//! how much was asked), then the collectives run in trace order, each timed
+//! on the host from the call to the end of a stream synchronization (so the
+//! launch is included), then `--check` reads every result back and compares
+//! it with the same patterns as the CPU executor. A failure aborts the NCCL
+//! communicators (`ncclCommAbort`: destroying them would wait for peers that
+//! are elsewhere). Refuses: a world size other than the trace's, a reduction
+//! of another dtype, an NCCL without the calls the trace needs (naming them).
+use crate::backend::cuda::drv;
+use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
+use crate::evidence::commtrace::cpu_exec::{self, AllToAllLayout, ExecRecord, Pace, ReduceOp};
+use crate::evidence::commtrace::{CommTrace, TraceCollective, TraceDtype, TraceKind};
+use anyhow::{bail, Context, Result};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::collections::BTreeMap;
+use std::os::raw::c_int;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The NCCL dtype of a reduction over `d`, or a refusal.
+fn nccl_float(d: TraceDtype, kind: TraceKind) -> Result<c_int> {
+    Ok(match d {
+        TraceDtype::F32 => sys::NCCL_FLOAT32,
+        TraceDtype::Bf16 => sys::NCCL_BFLOAT16,
+        TraceDtype::F16 => sys::NCCL_FLOAT16,
+        other => bail!("{} of {other:?} is not supported on the cuda backend (f32, bf16, f16)", kind.name()),
+    })
+}
+
+fn nccl_op(op: ReduceOp) -> c_int {
+    match op {
+        ReduceOp::Sum => sys::NCCL_SUM,
+        ReduceOp::Avg => sys::NCCL_AVG,
+        ReduceOp::Max => sys::NCCL_MAX,
+    }
+}
+
+/// Encode f32 values in `d` (f32, bf16, f16), little-endian.
+fn encode(d: TraceDtype, v: &[f32]) -> Vec<u8> {
+    match d {
+        TraceDtype::Bf16 => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes()).collect(),
+        TraceDtype::F16 => v.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// Decode little-endian values of `d` into f32.
+fn decode(d: TraceDtype, b: &[u8]) -> Vec<f32> {
+    match d {
+        TraceDtype::Bf16 => b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+        TraceDtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+        _ => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+    }
+}
+
+/// One collective's device buffers and calls, made before the replay.
+struct Slot {
+    send: CudaSlice<u8>,
+    recv: CudaSlice<u8>,
+    /// Bytes of `recv` that hold the result.
+    recv_bytes: usize,
+    /// The NCCL calls (more than one: grouped), reductions still to be set.
+    calls: Vec<TraceOp>,
+    /// Input bytes handed to NCCL.
+    wire: u64,
+    /// Set when run: the reduction used and whether to check.
+    ran: Option<(ReduceOp, bool)>,
+}
+
+/// The same call with reduction `op` (calls without one are unchanged).
+fn with_op(call: TraceOp, op: c_int) -> TraceOp {
+    match call {
+        TraceOp::AllReduce { send, recv, count, dtype, .. } => TraceOp::AllReduce { send, recv, count, dtype, op },
+        TraceOp::ReduceScatter { send, recv, recv_count, dtype, .. } => TraceOp::ReduceScatter { send, recv, recv_count, dtype, op },
+        TraceOp::Reduce { send, recv, count, dtype, root, .. } => TraceOp::Reduce { send, recv, count, dtype, op, root },
+        other => other,
+    }
+}
+
+/// Runs trace collectives on NCCL sub-communicators of one GPU.
+pub struct CudaTraceExec {
+    rank: u32,
+    /// Negative control: corrupt every result on this rank before its check.
+    pub corrupt: bool,
+    // dropped before the communicators, the stream and the context
+    slots: Vec<Slot>,
+    comms: BTreeMap<String, (Vec<u32>, Option<NcclComm>)>,
+    world: NcclComm,
+    stream: Arc<CudaStream>,
+    _ctx: Arc<CudaContext>,
+}
+
+impl CudaTraceExec {
+    /// Open GPU `local_rank % count`, create the world communicator from
+    /// `nccl_path` and split it into every group of the trace (collective
+    /// over `world`: every rank calls this).
+    pub fn new(world: &SimpleCommunicator, local_rank: u32, nccl_path: &Path, trace: &CommTrace, timeout: Duration) -> Result<Self> {
+        if let Some(why) = super::unavailable_reason() {
+            bail!("{why}");
+        }
+        let rank = world.rank() as u32;
+        if world.size() as u32 != trace.world_size {
+            bail!("the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}", trace.world_size, world.size(), trace.world_size);
+        }
+        let count = drv(CudaContext::device_count(), "cuDeviceGetCount")? as u32;
+        let ctx = drv(CudaContext::new((local_rank % count) as usize), "creating the CUDA context")?;
+        // SAFETY: one stream; every operation is ordered on it.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = drv(ctx.new_stream(), "creating the stream")?;
+        let lib = Arc::new(NcclLibrary::load(nccl_path)?);
+        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
+        let w =
+            NcclComm::bootstrap(world, lib.clone(), timeout, "replay-trace initialisation").with_context(|| format!("NCCL {}", lib.observation().version))?;
+        let mut comms = BTreeMap::new();
+        for g in &trace.groups {
+            let pos = g.members.iter().position(|&m| m == rank);
+            let color = if pos.is_some() { 0 } else { sys::NCCL_SPLIT_NOCOLOR };
+            let sub = w.split(color, pos.unwrap_or(0) as c_int).with_context(|| format!("splitting group {:?}", g.name))?;
+            comms.insert(g.name.clone(), (g.members.clone(), sub));
+        }
+        Ok(Self { rank, corrupt: false, slots: Vec::new(), comms, world: w, stream, _ctx: ctx })
+    }
+
+    /// End every communicator without waiting for peers (after a failure).
+    pub fn abort(&mut self) {
+        self.slots.clear();
+        for (_, c) in self.comms.values_mut() {
+            if let Some(c) = c {
+                let _ = c.abort();
+            }
+        }
+        let _ = self.world.abort();
+    }
+
+    fn upload(&self, b: &[u8]) -> Result<CudaSlice<u8>> {
+        // a zero-length allocation is refused by the driver: keep one byte
+        if b.is_empty() {
+            return self.zeros(0);
+        }
+        drv(self.stream.clone_htod(b), "copying a send buffer to the device")
+    }
+
+    fn zeros(&self, n: usize) -> Result<CudaSlice<u8>> {
+        drv(self.stream.alloc_zeros::<u8>(n.max(1)), "cuMemAlloc")
+    }
+
+    fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], usize)> {
+        let (members, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
+        comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let me = members.iter().position(|&m| m == self.rank).context("rank not in its group")?;
+        Ok((members, me))
+    }
+
+    /// Allocate and fill every collective's buffers (step 1).
+    pub fn prepare(&mut self, colls: &[TraceCollective]) -> Result<()> {
+        let mut total = 0usize;
+        let mut slots = Vec::with_capacity(colls.len());
+        for (i, c) in colls.iter().enumerate() {
+            let slot = self.slot(c).with_context(|| {
+                format!(
+                    "collective {i}: preparing buffers ({total} bytes of the trace's buffers were allocated before it; the whole trace's must fit on the GPU)"
+                )
+            })?;
+            total += slot.send.len() + slot.recv.len();
+            slots.push(slot);
+        }
+        drv(self.stream.synchronize(), "cuStreamSynchronize (buffers ready)")?;
+        self.slots = slots;
+        Ok(())
+    }
+
+    fn slot(&self, c: &TraceCollective) -> Result<Slot> {
+        let (members, _) = self.group_of(c)?;
+        let n = members.len();
+        let esize = c.dtype.size_bytes() as usize;
+        let bytes = |elems: u64| -> Result<usize> { usize::try_from(elems)?.checked_mul(esize).context("message size overflows") };
+        let local = |r: u32| members.iter().position(|&m| m == r).map(|p| p as c_int);
+        let u8t = sys::NCCL_UINT8;
+        let ptrs = |send: &CudaSlice<u8>, recv: &mut CudaSlice<u8>| {
+            let (sp, _s) = send.device_ptr(&self.stream);
+            let (rp, _r) = recv.device_ptr_mut(&self.stream);
+            (sp, rp)
+        };
+        let (send, mut recv, recv_bytes);
+        let calls: Vec<TraceOp>;
+        match c.kind {
+            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+                let dt = nccl_float(c.dtype, c.kind)?;
+                let elems = usize::try_from(c.in_elems)?;
+                let contrib: Vec<f32> = (0..elems).map(|i| cpu_exec::round_to(c.dtype, cpu_exec::contribution(self.rank, i))).collect();
+                send = self.upload(&encode(c.dtype, &contrib))?;
+                recv_bytes = bytes(c.out_elems)?;
+                recv = self.zeros(recv_bytes)?;
+                let (sp, rp) = ptrs(&send, &mut recv);
+                let o = sys::NCCL_SUM;
+                calls = vec![match c.kind {
+                    TraceKind::AllReduce => TraceOp::AllReduce { send: sp, recv: rp, count: elems, dtype: dt, op: o },
+                    TraceKind::ReduceScatter => TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: usize::try_from(c.out_elems)?, dtype: dt, op: o },
+                    _ => TraceOp::Reduce {
+                        send: sp,
+                        recv: rp,
+                        count: elems,
+                        dtype: dt,
+                        op: o,
+                        root: c.root.and_then(local).context("reduce without a root in the group")?,
+                    },
+                }];
+            }
+            TraceKind::AllGather => {
+                let b = bytes(c.in_elems)?;
+                send = self.upload(&(0..b).map(|i| cpu_exec::payload(self.rank, u32::MAX, i)).collect::<Vec<u8>>())?;
+                recv_bytes = b * n;
+                recv = self.zeros(recv_bytes)?;
+                let (sp, rp) = ptrs(&send, &mut recv);
+                calls = vec![TraceOp::AllGather { send: sp, recv: rp, count: b, dtype: u8t }];
+            }
+            TraceKind::Broadcast => {
+                let b = bytes(c.in_elems)?;
+                let root = c.root.context("broadcast without a root")?;
+                let host: Vec<u8> = if self.rank == root { (0..b).map(|i| cpu_exec::payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
+                send = self.upload(&host)?;
+                recv_bytes = b;
+                recv = self.zeros(b)?;
+                let (sp, rp) = ptrs(&send, &mut recv);
+                calls = vec![TraceOp::Broadcast { send: sp, recv: rp, count: b, dtype: u8t, root: local(root).context("root not in the group")? }];
+            }
+            TraceKind::AllToAll => {
+                let layout = AllToAllLayout::of(c, n)?;
+                send = self.upload(&layout.send_buffer(self.rank, members))?;
+                let AllToAllLayout { send_bytes: sc, recv_bytes: rc, send_at: sd, recv_at: rd } = layout;
+                recv_bytes = rc.iter().sum();
+                recv = self.zeros(recv_bytes)?;
+                let (sp, rp) = ptrs(&send, &mut recv);
+                calls = (0..n)
+                    .flat_map(|j| {
+                        [
+                            TraceOp::Send { buf: sp + sd[j] as u64, count: sc[j], dtype: u8t, peer: j as c_int },
+                            TraceOp::Recv { buf: rp + rd[j] as u64, count: rc[j], dtype: u8t, peer: j as c_int },
+                        ]
+                    })
+                    .collect();
+            }
+            TraceKind::Barrier => {
+                send = self.upload(&[0u8; 4])?;
+                recv_bytes = 0;
+                recv = self.zeros(4)?;
+                let (sp, rp) = ptrs(&send, &mut recv);
+                calls = vec![TraceOp::AllReduce { send: sp, recv: rp, count: 1, dtype: sys::NCCL_FLOAT32, op: sys::NCCL_SUM }];
+            }
+            TraceKind::Send | TraceKind::Recv => {
+                let b = bytes(c.in_elems.max(c.out_elems))?;
+                let peer = c.peer.context("point-to-point without a peer")?;
+                let peer_local = local(peer).context("peer not in the group")?;
+                if c.kind == TraceKind::Send {
+                    send = self.upload(&(0..b).map(|i| cpu_exec::payload(self.rank, peer, i)).collect::<Vec<u8>>())?;
+                    recv_bytes = 0;
+                    recv = self.zeros(0)?;
+                    let (sp, _) = ptrs(&send, &mut recv);
+                    calls = vec![TraceOp::Send { buf: sp, count: b, dtype: u8t, peer: peer_local }];
+                } else {
+                    send = self.zeros(0)?;
+                    recv_bytes = b;
+                    recv = self.zeros(b)?;
+                    let (_, rp) = ptrs(&send, &mut recv);
+                    calls = vec![TraceOp::Recv { buf: rp, count: b, dtype: u8t, peer: peer_local }];
+                }
+            }
+        }
+        let wire = match c.kind {
+            TraceKind::Barrier | TraceKind::Recv => 0,
+            _ => send.len() as u64,
+        };
+        Ok(Slot { send, recv, recv_bytes, calls, wire, ran: None })
+    }
+
+    /// Run prepared collective `i` (step 2): `before_issue` (the pacing
+    /// wait), the NCCL call(s), a stream synchronization. Returns the host
+    /// time, the input bytes and the completion instant.
+    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        let comm =
+            self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let slot = self.slots.get(i).context("collective not prepared")?;
+        let calls: Vec<TraceOp> = slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect();
+        let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
+        before_issue();
+        let t0 = Instant::now();
+        if calls.len() > 1 {
+            comm.group(true)?;
+        }
+        for call in &calls {
+            // SAFETY: every pointer comes from this slot's allocations (alive in `self.slots`), sized for its count in `slot`.
+            unsafe { comm.enqueue(call, stream) }?;
+        }
+        if calls.len() > 1 {
+            comm.group(false)?;
+        }
+        drv(self.stream.synchronize(), "cuStreamSynchronize (collective done)")?;
+        let done = Instant::now();
+        comm.async_error()?;
+        let wire = slot.wire;
+        self.slots[i].ran = Some((op, check));
+        Ok(((done - t0).as_nanos() as u64, wire, done))
+    }
+
+    /// Read back and check every result that was asked to be checked (step 3).
+    pub fn verify(&self, colls: &[TraceCollective]) -> Result<()> {
+        for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
+            if let Some((op, true)) = slot.ran {
+                self.verify_one(c, slot, op).with_context(|| format!("rank {}, collective {i}", self.rank))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn download(&self, slot: &Slot) -> Result<Vec<u8>> {
+        let mut host = vec![0u8; slot.recv_bytes];
+        if !host.is_empty() {
+            drv(self.stream.memcpy_dtoh(&slot.recv.slice(0..slot.recv_bytes), &mut host), "copying a result to the host")?;
+            drv(self.stream.synchronize(), "cuStreamSynchronize")?;
+        }
+        if self.corrupt {
+            if let Some(b) = host.first_mut() {
+                *b = b.wrapping_add(1);
+            }
+        }
+        Ok(host)
+    }
+
+    fn verify_one(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<()> {
+        let (members, me) = self.group_of(c)?;
+        let n = members.len();
+        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        match c.kind {
+            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+                let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
+                if c.kind == TraceKind::Reduce && root_local != Some(me) {
+                    return Ok(());
+                }
+                let out = decode(c.dtype, &self.download(slot)?);
+                let offset = if c.kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
+                for (i, &got) in out.iter().enumerate() {
+                    let want = cpu_exec::expected_reduction(c.dtype, members, offset + i, op);
+                    if got != want {
+                        return fail(format!("element {i} is {got}, expected {want}"));
+                    }
+                }
+            }
+            TraceKind::AllGather => {
+                let out = self.download(slot)?;
+                let b = out.len() / n;
+                for (j, &src) in members.iter().enumerate() {
+                    if let Some(i) = (0..b).find(|&i| out[j * b + i] != cpu_exec::payload(src, u32::MAX, i)) {
+                        return fail(format!("byte {i} of rank {src}'s block is wrong"));
+                    }
+                }
+            }
+            TraceKind::Broadcast => {
+                let root = c.root.context("broadcast without a root")?;
+                let out = self.download(slot)?;
+                if let Some(i) = (0..out.len()).find(|&i| out[i] != cpu_exec::payload(root, u32::MAX, i)) {
+                    return fail(format!("byte {i} differs from root {root}'s"));
+                }
+            }
+            TraceKind::AllToAll => {
+                let out = self.download(slot)?;
+                if let Some((i, src)) = AllToAllLayout::of(c, n)?.first_wrong(&out, self.rank, members) {
+                    return fail(format!("byte {i} from rank {src} is wrong"));
+                }
+            }
+            TraceKind::Recv => {
+                let peer = c.peer.context("point-to-point without a peer")?;
+                let out = self.download(slot)?;
+                if let Some(i) = (0..out.len()).find(|&i| out[i] != cpu_exec::payload(peer, self.rank, i)) {
+                    return fail(format!("byte {i} from rank {peer} is wrong"));
+                }
+            }
+            // a send's result is checked at its receiver; a barrier has none
+            TraceKind::Send | TraceKind::Barrier => {}
+        }
+        Ok(())
+    }
+}
+
+/// Run this rank's collectives of `trace` in order on the GPU (the CUDA counterpart of [`cpu_exec::replay`]).
+#[allow(clippy::too_many_arguments)]
+pub fn replay(
+    world: &SimpleCommunicator,
+    nccl_path: &Path,
+    trace: &CommTrace,
+    op: Option<ReduceOp>,
+    pace: Pace,
+    check: bool,
+    warmup: bool,
+    corrupt_rank: Option<u32>,
+    timeout: Duration,
+) -> Result<Vec<ExecRecord>> {
+    let local_rank = world.split_shared(world.rank()).rank() as u32;
+    let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
+    let rank = world.rank() as u32;
+    exec.corrupt = corrupt_rank == Some(rank);
+    let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let result = exec
+        .prepare(&mine.collectives)
+        .and_then(|_| cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut |i, c, o, chk, wait| exec.run(i, c, o, chk, wait)))
+        .and_then(|records| {
+            exec.verify(&mine.collectives)?;
+            Ok(records)
+        });
+    if result.is_err() {
+        // peers may be inside a collective or past the end: destroying would wait for them
+        exec.abort();
+    }
+    result
+}

@@ -1,0 +1,195 @@
+//! The per-rank program's blocking MPI operations, bounded by `--collective-timeout-s`.
+//!
+//! Consumes a communicator, a buffer, a time limit and a description of the
+//! operation; produces the operation's result, or a `refused[COLLECTIVE_TIMEOUT]`
+//! error naming the operation, the program phase and the peer (when the
+//! operation has one) once the limit passes. A stopped (SIGSTOP), dead or
+//! far-behind rank then ends the job with that message instead of leaving
+//! every other rank blocked in a barrier forever.
+//!
+//! Each operation is the nonblocking form (MPI_Ibarrier, MPI_Ibcast,
+//! MPI_Igather: MPI Standard 3.1, §5.12 "Nonblocking Collective Operations";
+//! MPI_Isend, MPI_Irecv: §3.7 "Nonblocking Communication") completed by
+//! polling MPI_Test, which makes progress as MPI_Wait does (§3.7.3). After a
+//! test that finds the request not done, the thread yields (`sched_yield`),
+//! as Open MPI's own waits do when a node is oversubscribed
+//! (`mpi_yield_when_idle`, Open MPI FAQ "Running MPI jobs", oversubscription):
+//! a pure spin would take the core from the very peer it waits for.
+//!
+//! A request that times out is left pending and its buffer is leaked, never
+//! freed under MPI; the caller ends the job (`MPI_Abort`) right after.
+//!
+//! Refuses nothing else. Test hook (harmless unless its variable is set):
+//! [`test_stop_point`] stops this process with SIGSTOP at a named point
+//! when `COMMCANARY_TEST_STOP_AT` names it, so tests can stop a rank where
+//! they need to.
+use crate::core::refusal::{refuse, Code};
+use anyhow::{bail, Result};
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use std::os::raw::{c_int, c_void};
+use std::time::{Duration, Instant};
+
+/// What is waited for, for the timeout message.
+#[derive(Clone, Copy, Debug)]
+pub struct Op<'a> {
+    /// The MPI operation and its purpose (`barrier`, `broadcast of the run directory`).
+    pub what: &'a str,
+    /// Where in the program (`clock calibration, start window`, `phase blocking`).
+    pub phase: &'a str,
+    /// The rank waited for, when the operation has one peer.
+    pub peer: Option<u32>,
+}
+
+/// The refusal of an operation that outlived `limit`.
+pub fn timeout_error(op: &Op, limit: Duration) -> anyhow::Error {
+    let who = match op.peer {
+        Some(p) => format!("rank {p} is stopped, dead or far behind"),
+        None => "a peer rank is stopped, dead or far behind (a collective does not say which)".to_string(),
+    };
+    refuse(
+        Code::CollectiveTimeout,
+        format!("collective timeout: the {} ({}) did not complete within {:.1} s (--collective-timeout-s); {who}", op.what, op.phase, limit.as_secs_f64()),
+    )
+}
+
+/// Complete `req` by polling MPI_Test, yielding between tests, until `limit`.
+/// On timeout the request stays pending (its buffers must not be freed).
+fn poll(req: &mut ffi::MPI_Request, limit: Duration, op: &Op) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let mut done: c_int = 0;
+        // SAFETY: req is an active request started by the caller.
+        let rc = unsafe { ffi::MPI_Test(req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+        if rc != 0 {
+            bail!("MPI_Test on the {} ({}) failed with MPI error code {rc}", op.what, op.phase);
+        }
+        if done != 0 {
+            return Ok(());
+        }
+        std::thread::yield_now();
+        if t0.elapsed() > limit {
+            return Err(timeout_error(op, limit));
+        }
+    }
+}
+
+fn started(rc: c_int, call: &str, op: &Op) -> Result<()> {
+    if rc != 0 {
+        bail!("{call} for the {} ({}) failed with MPI error code {rc}", op.what, op.phase);
+    }
+    Ok(())
+}
+
+/// Barrier on `comm` within `limit`.
+pub fn barrier(comm: &SimpleCommunicator, limit: Duration, op: Op) -> Result<()> {
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: no buffers; req is polled to completion or left pending.
+    started(unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut req) }, "MPI_Ibarrier", &op)?;
+    poll(&mut req, limit, &op)
+}
+
+/// Broadcast `buf` from `root` within `limit`.
+pub fn broadcast(comm: &SimpleCommunicator, root: u32, buf: &mut [u8], limit: Duration, op: Op) -> Result<()> {
+    let mut owned = buf.to_vec();
+    let count = c_int::try_from(owned.len())?;
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `owned` outlives the request: it is leaked if the request does not complete.
+    let rc = unsafe { ffi::MPI_Ibcast(owned.as_mut_ptr() as *mut c_void, count, ffi::RSMPI_UINT8_T, root as c_int, comm.as_raw(), &mut req) };
+    started(rc, "MPI_Ibcast", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(owned);
+        return Err(e);
+    }
+    buf.copy_from_slice(&owned);
+    Ok(())
+}
+
+/// Gather every rank's `mine` (all the same length) at `root` within
+/// `limit`: the root gets them in rank order, the others `None`.
+pub fn gather(comm: &SimpleCommunicator, root: u32, mine: &[u8], limit: Duration, op: Op) -> Result<Option<Vec<u8>>> {
+    let send = mine.to_vec();
+    let count = c_int::try_from(send.len())?;
+    let is_root = comm.rank() as u32 == root;
+    let mut all = if is_root { vec![0u8; send.len() * comm.size() as usize] } else { Vec::new() };
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: both buffers outlive the request (leaked if it does not
+    // complete); the receive buffer is read only at the root, where it holds size x count bytes.
+    let rc = unsafe {
+        ffi::MPI_Igather(
+            send.as_ptr() as *const c_void,
+            count,
+            ffi::RSMPI_UINT8_T,
+            all.as_mut_ptr() as *mut c_void,
+            count,
+            ffi::RSMPI_UINT8_T,
+            root as c_int,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
+    started(rc, "MPI_Igather", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(send);
+        std::mem::forget(all);
+        return Err(e);
+    }
+    Ok(is_root.then_some(all))
+}
+
+/// Send one `u64` to `dest` within `limit`.
+pub fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, limit: Duration, op: Op) -> Result<()> {
+    let owned = Box::new(v);
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: the box outlives the request (leaked if it does not complete).
+    let rc = unsafe { ffi::MPI_Isend(&*owned as *const u64 as *const c_void, 1, ffi::RSMPI_UINT64_T, dest as c_int, tag, comm.as_raw(), &mut req) };
+    started(rc, "MPI_Isend", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(owned);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Receive one `u64` from `src` within `limit`.
+pub fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op) -> Result<u64> {
+    let mut owned = Box::new(0u64);
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: the box outlives the request (leaked if it does not complete).
+    let rc = unsafe { ffi::MPI_Irecv(&mut *owned as *mut u64 as *mut c_void, 1, ffi::RSMPI_UINT64_T, src as c_int, tag, comm.as_raw(), &mut req) };
+    started(rc, "MPI_Irecv", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(owned);
+        return Err(e);
+    }
+    Ok(*owned)
+}
+
+/// Test hook: when `COMMCANARY_TEST_STOP_AT` equals `point` and
+/// `COMMCANARY_TEST_STOP_RANK` (default 1) equals `rank`, write this
+/// process's id to `COMMCANARY_TEST_STOP_PID_FILE` (if set) and stop it with
+/// SIGSTOP, as a debugger or an operator's Ctrl-Z would. Points: `clock`
+/// (inside the first clock calibration window, before the first ping),
+/// `phase` (before the first phase's barrier), `gather` (after this rank's
+/// shard is written, before the digests are gathered). Does nothing when
+/// the variable is unset.
+pub fn test_stop_point(point: &str, rank: u32) {
+    let Ok(at) = std::env::var("COMMCANARY_TEST_STOP_AT") else { return };
+    let who = std::env::var("COMMCANARY_TEST_STOP_RANK").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
+    if at != point || who != rank {
+        return;
+    }
+    if let Ok(f) = std::env::var("COMMCANARY_TEST_STOP_PID_FILE") {
+        let _ = std::fs::write(f, std::process::id().to_string());
+    }
+    // SAFETY: raise has no memory effects; the process resumes on SIGCONT.
+    unsafe {
+        libc::raise(libc::SIGSTOP);
+    }
+}

@@ -1,0 +1,689 @@
+//! The command layer: one function per subcommand, from parsed arguments
+//! (`crate::cli`) to printed results. The binary only parses and calls
+//! [`run`]; everything here is reachable from library tests.
+//!
+//! Consumes: a parsed [`Cli`]. Produces: human or `--json` output on the given
+//! writer, files the command names (written atomically, never replacing),
+//! and an exit code. Refuses: whatever the stage it calls refuses.
+use crate::cli::{Cli, Command, JoinArgs};
+use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_MESSAGE_BYTES, MAX_RANK, MAX_REQUESTS};
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Run one parsed command line, writing its results to `out`.
+///
+/// Diagnostics (what was written where) go to stderr; an error is returned
+/// for the binary to print.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
+    check_command_ranges(&cli.command)?;
+    match cli.command {
+        // validate's exit code is its verdict (0 pass, 1 fail, 2 inconclusive, 3 could not run)
+        Command::Validate(a) => return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX))),
+        Command::Rank(a) => crate::rank::run((*a).into())?,
+        Command::Join(a) => join(a, out)?,
+        Command::Inspect(a) => writeln!(out, "{}", crate::evidence::inspect::inspect(&a.file, a.header_only)?)?,
+        Command::BenchOverhead(a) => crate::rank::bench::run(a.into())?,
+        Command::Overlap(a) => overlap(a, out)?,
+        Command::Campaign(c) => campaign(c, out)?,
+        Command::Compare(a) => compare(a, out)?,
+        Command::Queue(a) => queue(a, out)?,
+        Command::Capacity(a) => {
+            let c = crate::analysis::capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
+            if a.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
+            } else {
+                write!(out, "{}", crate::analysis::capacity::render(&c))?;
+            }
+        }
+        Command::Export(crate::cli::ExportCommand::Chrome(a)) => {
+            let joined = crate::evidence::join::join_dir(&a.run_dir)?;
+            let trace = crate::report::export::chrome_trace(&joined);
+            let bytes = serde_json::to_vec(&trace)?;
+            crate::core::fsutil::write_new_atomic(&a.output, &bytes)?;
+            eprintln!("wrote {} ({} events)", a.output.display(), trace["traceEvents"].as_array().map_or(0, |v| v.len()));
+        }
+        Command::Export(crate::cli::ExportCommand::Param(a)) => export_trace(a, "param")?,
+        Command::Export(crate::cli::ExportCommand::Et(a)) => export_trace(a, "et")?,
+        Command::Import(c) => import(c, out)?,
+        Command::ReplayTrace(a) => {
+            let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
+            eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
+            let (op, pace, check, corrupt, lib, warmup) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup);
+            crate::evidence::commtrace::replay_command(&a.trace, &a.out, &mut |world, trace| {
+                if cuda {
+                    let timeout = std::time::Duration::from_secs(300);
+                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout)
+                } else {
+                    crate::evidence::commtrace::cpu_exec::replay(world, trace, op, pace, check, warmup, corrupt)
+                }
+            })?
+        }
+        Command::Doctor(a) => {
+            let (r, all_ok) = crate::rank::doctor::report(&a.nccl_lib);
+            if a.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                write!(out, "{}", crate::rank::doctor::render(&r))?;
+            }
+            if !all_ok {
+                anyhow::bail!("an NCCL library named with --nccl-lib did not load and verify (see above)");
+            }
+        }
+        Command::Schema(a) => write!(out, "{}", crate::cli::schema::schema_json(&a.name)?)?,
+        Command::Summarize(a) => {
+            let runs = a.runs.iter().map(|s| crate::analysis::summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
+            let s = crate::analysis::summary::summarize(&runs)?;
+            if a.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+            } else {
+                write!(out, "{}", crate::analysis::summary::render(&s))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
+    use crate::cli::ImportCommand;
+    use crate::evidence::commtrace::{import_files, render_counts, Limits, SourceKind};
+    let (kind, a) = match c {
+        ImportCommand::Kineto(a) => (SourceKind::Kineto, a),
+        ImportCommand::Et(a) => (SourceKind::ExecutionTrace, a),
+    };
+    let t = import_files(kind, &a.files, &Limits::default()).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    crate::core::fsutil::write_json_new(&a.output, &t)?;
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?)?;
+    } else {
+        write!(out, "{}", render_counts(&t))?;
+    }
+    eprintln!("wrote {} ({} ranks; unknown: {})", a.output.display(), t.ranks.len(), t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "));
+    Ok(())
+}
+
+fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
+    use crate::evidence::commtrace::{export, CommTrace};
+    let t = CommTrace::read(&a.trace).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    let docs = if to == "param" { export::param(&t) } else { export::et(&t) }.map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    for (rank, doc) in &docs {
+        crate::core::fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
+    }
+    eprintln!("wrote {} files to {}", docs.len(), a.output.display());
+    Ok(())
+}
+
+fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
+    use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
+    if let Some(f) = &a.intervals {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
+        let iv: IntervalFile = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))
+            .map_err(&bad_input)?;
+        let r = overlap(&iv.compute, &iv.comm).with_context(|| f.display().to_string()).map_err(&bad_input)?;
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+        } else {
+            writeln!(
+                out,
+                "compute active {:.3} us, comm active {:.3} us, overlap {:.3} us, wall {:.3} us",
+                r.compute_active_us, r.comm_active_us, r.overlap_us, r.wall_us
+            )?;
+            let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "undefined".into());
+            writeln!(out, "overlap / comm-active {}, / compute-active {}, / wall {}", p(r.overlap_of_comm), p(r.overlap_of_compute), p(r.overlap_of_wall))?;
+        }
+        return Ok(());
+    }
+    let dir = a.run_dir.as_ref().expect("clap requires run_dir without --intervals");
+    let joined = crate::evidence::join::join_dir(dir)?;
+    let rows = per_phase(&joined.shards)?;
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+    } else {
+        writeln!(
+            out,
+            "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals",
+            "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall"
+        )?;
+        let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
+        for r in rows {
+            let src = match r.source {
+                crate::analysis::overlap::IntervalSource::CuptiKernels => "CUPTI kernels",
+                crate::analysis::overlap::IntervalSource::DeviceEvents => "CUDA events",
+                crate::analysis::overlap::IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
+            };
+            writeln!(
+                out,
+                "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}",
+                r.phase.name(),
+                r.rank,
+                r.report.compute_active_us,
+                r.report.comm_active_us,
+                r.report.overlap_us,
+                p(r.report.overlap_of_comm),
+                p(r.report.overlap_of_compute),
+                p(r.report.overlap_of_wall)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One side of a comparison: summaries, evidence, the declared rule and,
+/// for a campaign, the relations its analysis decided (pair order of the summaries).
+struct Side {
+    rows: Vec<crate::analysis::ranking::ConfigSummary>,
+    evidence: String,
+    rule: Option<crate::analysis::ranking::TiePolicy>,
+    relations: Option<Vec<crate::analysis::ranking::Relation>>,
+}
+
+/// A campaign's analysis input, only once `verify` passes.
+fn verified_input(dir: &std::path::Path) -> Result<(crate::campaign::chain::Verdict, crate::analysis::AnalysisInput)> {
+    let v = crate::report::campaign::verified(dir)?;
+    Ok((v, crate::report::campaign::collect(dir)?.0))
+}
+
+/// One side of a comparison. A campaign is analyzed once however many
+/// sides name it (`analyzed` holds the last one).
+fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>) -> Result<Side> {
+    if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
+        let dir = std::path::Path::new(dir);
+        let phase: crate::core::workload::Phase = phase.parse()?;
+        if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
+            let (v, input) = verified_input(dir)?;
+            let ev = format!("measured: verified campaign {} (manifest {})", input.context.campaign_id, &input.context.manifest_sha256[..12]);
+            let report = crate::analysis::analyze(&input, v, &ev)?;
+            *analyzed = Some((dir.to_path_buf(), input, report));
+        }
+        let (_, input, report) = analyzed.as_ref().expect("just set");
+        let ev = format!(
+            "{}, phase {phase}, per-job medians with IQR over {} jobs each",
+            report.evidence,
+            input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
+        );
+        let rule = input.policy.tie_policy;
+        let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
+            anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
+        };
+        let labels = &input.phases.iter().find(|p| p.phase == phase).expect("analyzed").labels;
+        let rows = pr.summaries(labels);
+        let relations = pr.pairs.iter().map(|p| p.relation).collect();
+        return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
+    }
+    let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+    let rows = crate::analysis::ranking::parse_csv(&text, spec).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    Ok(Side {
+        rows,
+        evidence: format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"),
+        rule: None,
+        relations: None,
+    })
+}
+
+fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
+    use crate::analysis::queue::{simulate, Load};
+    let load = match a.mode {
+        crate::cli::QueueMode::Open => {
+            let Some(interval_ms) = a.interval_ms else {
+                crate::refuse!(crate::core::refusal::Code::BadArgument, "--mode open needs --interval-ms");
+            };
+            Load::Open { arrival: a.arrival, interval_ms, seed: a.seed }
+        }
+        crate::cli::QueueMode::Closed => {
+            let Some(clients) = a.clients else {
+                crate::refuse!(crate::core::refusal::Code::BadArgument, "--mode closed needs --clients");
+            };
+            Load::Closed { clients, think_ms: a.think_ms }
+        }
+    };
+    // (label, service times ms)
+    let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
+        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        (
+            vec![(
+                f.display().to_string(),
+                crate::analysis::queue::parse_service_times(&text, &f.display().to_string())
+                    .map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?,
+            )],
+            format!("service times from {} (provenance: whoever wrote the file)", f.display()),
+        )
+    } else {
+        let dir = a.campaign.as_ref().expect("clap requires one");
+        let phase: crate::core::workload::Phase = a.phase.parse()?;
+        let (_, input) = verified_input(dir)?;
+        let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("{}: no phase {phase}", dir.display()))?;
+        if !phase.has_tokens() {
+            anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
+        }
+        let s = p
+            .labels
+            .iter()
+            .zip(&p.jobs)
+            .map(|(l, jobs)| {
+                let mut js = jobs.clone();
+                js.sort_by_key(|j| j.round);
+                (l.clone(), js.iter().flat_map(|j| j.samples_us.iter().map(|us| us / 1e3)).collect())
+            })
+            .collect();
+        (
+            s,
+            format!(
+                "service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in round order, every rank's tokens",
+                input.context.campaign_id,
+                &input.context.manifest_sha256[..12]
+            ),
+        )
+    };
+    let mut results = Vec::new();
+    for (label, service) in &sources {
+        let n = a.requests.unwrap_or(service.len());
+        results.push((label.clone(), simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?));
+    }
+    // labels ordered by a key of their result (stable: ties keep input order)
+    let ranked = |key: &dyn Fn(&crate::analysis::queue::QueueResult) -> f64, descending: bool| -> Vec<&str> {
+        let mut v: Vec<&(String, crate::analysis::queue::QueueResult)> = results.iter().collect();
+        v.sort_by(|x, y| if descending { key(&y.1).total_cmp(&key(&x.1)) } else { key(&x.1).total_cmp(&key(&y.1)) });
+        v.into_iter().map(|r| r.0.as_str()).collect()
+    };
+    let by_median = ranked(&|r| r.response_ms.p50, false);
+    let by_slo = if a.slo_ms.is_some() { ranked(&|r| r.slo_attainment.unwrap_or(f64::NAN), true) } else { Vec::new() };
+    if a.json {
+        let v = serde_json::json!({
+            "evidence": evidence,
+            "results": results.iter().map(|(l, r)| serde_json::json!({"config": l, "result": r})).collect::<Vec<_>>(),
+            "rank_by_median_response": by_median,
+            "rank_by_slo_attainment": if a.slo_ms.is_some() { Some(&by_slo) } else { None },
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<24} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "config", "req/s", "wait p50", "wait p99", "resp p50", "resp p95", "resp p99", "L=lambdaW", "SLO"
+    )?;
+    for (l, r) in &results {
+        writeln!(
+            out,
+            "{:<24} {:>9.1} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>8}",
+            l,
+            r.throughput_rps,
+            r.wait_ms.p50,
+            r.wait_ms.p99,
+            r.response_ms.p50,
+            r.response_ms.p95,
+            r.response_ms.p99,
+            r.mean_in_system,
+            r.slo_attainment.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| "-".into())
+        )?;
+        if let Some(c) = &r.response_co_corrected_ms {
+            writeln!(out, "{:<24} CO-corrected response p50 {:.3} p95 {:.3} p99 {:.3} ms", "", c.p50, c.p95, c.p99)?;
+        }
+    }
+    writeln!(out, "rank by median response: {}", by_median.join(" < "))?;
+    if a.slo_ms.is_some() {
+        writeln!(out, "rank by SLO attainment: {}", by_slo.join(" > "))?;
+    }
+    let mut warned = std::collections::BTreeSet::new();
+    for w in results.iter().flat_map(|r| r.1.warnings.iter()) {
+        if warned.insert(w) {
+            writeln!(out, "warning: {w}")?;
+        }
+    }
+    writeln!(out, "ms throughout; one FIFO server; percentiles nearest-rank. evidence: {evidence}")?;
+    Ok(())
+}
+
+fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
+    let mut analyzed = None;
+    let p = side(&a.proxy, &mut analyzed)?;
+    let t = side(&a.truth, &mut analyzed)?;
+    if let (Some(x), Some(y)) = (p.rule, t.rule) {
+        if x != y {
+            anyhow::bail!("the two campaigns declare different tie policies");
+        }
+    }
+    let rule = p.rule.or(t.rule).unwrap_or(a.tie_policy);
+    let evidence = if p.evidence == t.evidence { p.evidence.clone() } else { format!("proxy: {}; truth: {}", p.evidence, t.evidence) };
+    let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
+    let c = match (&p.relations, &t.relations) {
+        (Some(pr), Some(tr)) if same_order => crate::analysis::ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
+        _ if rule == crate::analysis::ranking::TiePolicy::Interval => {
+            anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
+        }
+        _ => crate::analysis::ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
+    };
+    let p = p.rows;
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
+        return Ok(());
+    }
+    writeln!(out, "{} configurations, {} pairs, tie rule {:?}", p.len(), c.pairs_total, c.tie_policy)?;
+    writeln!(
+        out,
+        "under the declared {:?} rule the proxy and the truth agreed on {} of {} pairs ({:.1}%); Kendall tau-b {}",
+        c.tie_policy,
+        c.pairs_agree,
+        c.pairs_total,
+        c.agreement_pct,
+        c.kendall_tau_b.map(|t| format!("{t:.3}")).unwrap_or_else(|| "undefined (every pair tied on one side)".into())
+    )?;
+    for d in &c.disagreements {
+        writeln!(out, "  disagree {} vs {}: proxy {:?}, truth {:?}; truth-side difference {:.1}% of the faster", d.a, d.b, d.proxy, d.truth, d.truth_cost_pct)?;
+    }
+    if c.pairs_total >= 10 {
+        writeln!(out, "note: {} pairs invite false discoveries; read the whole matrix (--json), not a list of inversions", c.pairs_total)?;
+    }
+    writeln!(out, "evidence: {}", c.evidence_class)?;
+    Ok(())
+}
+
+fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
+    use crate::campaign::{self as cp, chain};
+    use crate::cli::CampaignCommand as C;
+    match c {
+        C::Plan { spec, output } => {
+            let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
+            writeln!(
+                out,
+                "planned {} in {}: {} configurations x {} rounds = {} cells, seed {}",
+                m.campaign_id,
+                output.display(),
+                m.configs.len(),
+                m.spec.repetitions,
+                m.schedule.len(),
+                m.spec.seed
+            )?;
+            for cell in &m.schedule {
+                writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
+            }
+        }
+        C::Run { spec, output, retries, cell_timeout_s, reveal } => {
+            // each step exactly as its own command; the first refusal ends the run with its reason
+            let resume = output.join("manifest.json").exists();
+            if resume {
+                let (m, _) = chain::load_manifest(&output)?;
+                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
+                if serde_json::to_value(&m.spec)? != serde_json::to_value(&planned)? {
+                    crate::refuse!(
+                        crate::core::refusal::Code::BadSpec,
+                        "{} holds a campaign planned from another spec than {}; choose a new -o directory",
+                        output.display(),
+                        spec.display()
+                    );
+                }
+                if output.join("selection.json").exists() {
+                    crate::refuse!(
+                        crate::core::refusal::Code::CampaignState,
+                        "{} was already run past select (selection.json exists); continue step by step: campaign verify, campaign analyze",
+                        output.display()
+                    );
+                }
+                writeln!(out, "== plan: {} exists with this spec's manifest; resuming", output.display())?;
+            } else {
+                writeln!(out, "== plan")?;
+                campaign(C::Plan { spec, output: output.clone() }, out)?;
+            }
+            writeln!(out, "== exec")?;
+            campaign(C::Exec { dir: output.clone(), retries, resume, cell: None, cell_timeout_s }, out)?;
+            writeln!(out, "== select")?;
+            campaign(C::Select { dir: output.clone(), policy: chain::SelectPolicy::FirstSuccess }, out)?;
+            writeln!(out, "== verify")?;
+            campaign(C::Verify { dir: output.clone(), json: false }, out)?;
+            writeln!(out, "== analyze")?;
+            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None }, out)?;
+        }
+        C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
+            let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
+            writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
+            if failed > 0 && ok == 0 {
+                anyhow::bail!("no cell succeeded");
+            }
+        }
+        C::Select { dir, policy } => {
+            // no exec may append while the selection is made and written
+            let _lock = chain::lock_campaign(&dir, None, &format!("select {}", dir.display()))?;
+            let (sel, missing) = chain::select(&dir, policy)?;
+            crate::core::fsutil::write_json_new(&dir.join("selection.json"), &sel)
+                .context("writing selection.json (remove an old selection first to select again)")?;
+            writeln!(
+                out,
+                "selected {} attempts ({:?}); cells without a successful attempt: {}",
+                sel.entries.len(),
+                policy,
+                if missing.is_empty() { "none".into() } else { missing.join(", ") }
+            )?;
+        }
+        C::Verify { dir, json } => {
+            let v = chain::verify(&dir)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+            } else {
+                writeln!(out, "{}: {}/{} cells verified", if v.complete { "complete" } else { "INCOMPLETE" }, v.cells_ok, v.cells_expected)?;
+                for (cell, why) in &v.refusals {
+                    writeln!(out, "  {cell}: {why}")?;
+                }
+            }
+            if !v.complete {
+                crate::refuse!(crate::core::refusal::Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
+            }
+        }
+        C::Analyze { dir, json, diagnostics, reveal, report_dir } => {
+            let v = chain::verify(&dir)?;
+            if !v.complete {
+                writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
+                for (cell, why) in &v.refusals {
+                    writeln!(out, "  {cell}: {why}")?;
+                }
+                if diagnostics {
+                    writeln!(out, "DIAGNOSTICS ONLY - UNFIT TO PUBLISH (incomplete evidence):")?;
+                    if let Ok(r) = cp::results(&dir) {
+                        write!(out, "{}", cp::render_results(&r))?;
+                    }
+                }
+                crate::refuse!(crate::core::refusal::Code::Incomplete, "analysis withheld: the campaign is incomplete");
+            }
+            let out_dir = report_dir.unwrap_or_else(|| dir.join("report"));
+            let report = crate::report::campaign::analyze_and_write(&dir, v, &out_dir)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                write!(out, "{}", crate::analysis::render(&report))?;
+                writeln!(out, "wrote report.json and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
+            }
+            if reveal {
+                match std::fs::read(dir.join("blinding.json")) {
+                    Ok(b) => writeln!(out, "revealed labels: {}", String::from_utf8_lossy(&b).trim())?,
+                    Err(_) => writeln!(out, "not blinded: labels are configuration names")?,
+                }
+            }
+        }
+        C::Archive { dir, output, descriptor } => {
+            let desc = descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
+            let d = cp::archive(&dir, &output, &desc)?;
+            writeln!(
+                out,
+                "archived {} ({} bytes, sha256 {}); descriptor {}; verdict {}",
+                output.display(),
+                d.archive_size_bytes,
+                d.archive_sha256,
+                desc.display(),
+                if d.verdict.complete { "complete" } else { "INCOMPLETE" }
+            )?;
+        }
+        C::Join { a, b, output } => {
+            let m = cp::join_campaigns(&a, &b, &output)?;
+            writeln!(out, "joined into {} ({}): {} cells; run `campaign select` and `verify` on it", output.display(), m.campaign_id, m.schedule.len())?;
+        }
+        C::Power { dir, phase, min_effect_pct } => {
+            let (_, input) = verified_input(&dir)?;
+            let phase: crate::core::workload::Phase = match phase {
+                Some(p) => p.parse()?,
+                None => input.canary.as_ref().map(|c| c.2).unwrap_or(crate::core::workload::Phase::Blocking),
+            };
+            let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
+            if m.is_nan() || m < 0.0 {
+                anyhow::bail!("--min-effect-pct {m}: must be non-negative");
+            }
+            write!(out, "{}", crate::report::campaign::power_text(&input, phase, m)?)?;
+        }
+        C::Replicate { a, b, json } => {
+            let (ra, na) = crate::report::campaign::analyze_for_replication(&a)?;
+            let (rb, nb) = crate::report::campaign::analyze_for_replication(&b)?;
+            let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
+            let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                write!(out, "{}", crate::analysis::render_replication(&r))?;
+            }
+        }
+        C::CheckArchive { archive, descriptor } => {
+            let d = cp::check_archive(&archive, &descriptor)?;
+            writeln!(out, "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})", archive.display(), d.campaign_id, d.manifest_sha256)?;
+        }
+    }
+    Ok(())
+}
+
+fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
+    let joined = crate::evidence::join::join_dir(&a.run_dir)?;
+    if let Some(p) = &a.events_out {
+        let mut buf = Vec::new();
+        for c in &joined.collectives {
+            serde_json::to_writer(&mut buf, c)?;
+            buf.push(b'\n');
+        }
+        crate::core::fsutil::write_new_atomic(p, &buf).with_context(|| format!("writing joined trace {}", p.display()))?;
+    }
+    let summary = crate::evidence::join::summarize(&joined);
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+    } else {
+        write!(out, "{}", crate::evidence::join::render_summary(&summary))?;
+    }
+    Ok(())
+}
+
+/// `queue`'s numbers.
+fn queue_args(a: &crate::cli::QueueArgs) -> Result<()> {
+    if let Some(r) = a.requests {
+        int("--requests", r, 1, MAX_REQUESTS)?;
+    }
+    if let Some(c) = a.clients {
+        int("--clients", c, 1, MAX_CLIENTS)?;
+    }
+    for (what, v) in [("--slo-ms", a.slo_ms), ("--co-correct-ms", a.co_correct_ms), ("--interval-ms", a.interval_ms)] {
+        if let Some(v) = v {
+            positive(what, v, f64::MAX)?;
+        }
+    }
+    non_negative("--think-ms", a.think_ms, f64::MAX)
+}
+
+/// `capacity`'s numbers.
+fn capacity_args(a: &crate::cli::CapacityArgs) -> Result<()> {
+    positive("--demand", a.demand, 1e15)?;
+    int("--throughput-per-gpu (count)", a.throughput_per_gpu.len(), 1, 2)?;
+    for &t in &a.throughput_per_gpu {
+        positive("--throughput-per-gpu", t, 1e15)?;
+    }
+    non_negative("--gpu-hour-cost", a.gpu_hour_cost, 1e9)
+}
+
+/// `bench-overhead`'s numbers.
+fn bench_args(a: &crate::cli::BenchOverheadArgs) -> Result<()> {
+    int("--size", crate::core::units::parse_bytes(&a.size)?, 4, MAX_MESSAGE_BYTES)?;
+    sizes("--sizes", &a.sizes)?;
+    int("--iters", a.iters, 1, 10_000_000)?;
+    int("--reps", a.reps, 1, 10_000)?;
+    Ok(())
+}
+
+/// The numbers of any command but `rank` (which [`crate::rank::run`] checks
+/// first thing with [`crate::rank::check_ranges`]), before the command does anything
+/// (ranges: [`crate::core::ranges`]).
+pub fn check_command_ranges(c: &Command) -> Result<()> {
+    match c {
+        Command::Rank(_) => Ok(()),
+        // validate checks its own before any work (validate::check_ranges), refusing with its could-not-run code
+        Command::Validate(_) => Ok(()),
+        Command::BenchOverhead(a) => bench_args(a),
+        Command::Queue(a) => queue_args(a),
+        Command::Capacity(a) => capacity_args(a),
+        Command::ReplayTrace(a) => match a.corrupt_rank {
+            Some(r) => int("--corrupt-rank", r, 0, MAX_RANK),
+            None => Ok(()),
+        },
+        Command::Campaign(crate::cli::CampaignCommand::Run { retries, cell_timeout_s, .. }) => {
+            int("--retries", *retries, 0, 100)?;
+            if let Some(t) = cell_timeout_s {
+                int("--cell-timeout-s", *t, 1, 604_800)?;
+            }
+            Ok(())
+        }
+        Command::Campaign(crate::cli::CampaignCommand::Exec { retries, cell, cell_timeout_s, .. }) => {
+            int("--retries", *retries, 0, 100)?;
+            if let Some(c) = cell {
+                int("--cell", *c, 1, 1_000_000)?;
+            }
+            if let Some(t) = cell_timeout_s {
+                int("--cell-timeout-s", *t, 1, 604_800)?;
+            }
+            Ok(())
+        }
+        Command::Campaign(crate::cli::CampaignCommand::Power { min_effect_pct: Some(p), .. }) => positive("--min-effect-pct", *p, 100.0),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// Run a command line through the command layer; its stdout, or its error.
+    fn run_args(args: &[&str]) -> Result<String> {
+        let cli = Cli::try_parse_from(std::iter::once("commcanary").chain(args.iter().copied()))?;
+        let mut out = Vec::new();
+        let code = run(cli, &mut out)?;
+        assert_eq!(code, ExitCode::SUCCESS);
+        Ok(String::from_utf8(out)?)
+    }
+
+    #[test]
+    fn capacity_and_schema_print_through_the_writer() {
+        let text = run_args(&["capacity", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap();
+        assert!(text.contains("4 GPUs (ceil)"), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&run_args(&["capacity", "--json", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap()).unwrap();
+        assert!(v.is_object(), "{v}");
+        let s: serde_json::Value = serde_json::from_str(&run_args(&["schema", "run"]).unwrap()).unwrap();
+        assert_eq!(s["title"], "RunRecord");
+    }
+
+    #[test]
+    fn ranges_are_checked_before_the_command_runs() {
+        let e = run_args(&["capacity", "--demand=-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap_err();
+        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::OutOfRange), "{e:#}");
+        let e = run_args(&["queue", "--service-times", "/nonexistent", "--mode", "closed", "--clients", "0"]).unwrap_err();
+        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::OutOfRange), "{e:#}");
+    }
+
+    #[test]
+    fn queue_reads_service_times_and_refuses_a_bad_file_with_its_line() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("svc.txt");
+        std::fs::write(&f, "1.0\n2.0\n1.5\n").unwrap();
+        let fs = f.to_str().unwrap();
+        let text = run_args(&["queue", "--service-times", fs, "--mode", "closed", "--clients", "2", "--think-ms", "1"]).unwrap();
+        assert!(text.contains("rank by median response") && text.contains("coordinated omission"), "{text}");
+        std::fs::write(&f, "1.0\nfast\n").unwrap();
+        let e = run_args(&["queue", "--service-times", fs, "--mode", "open", "--interval-ms", "1"]).unwrap_err();
+        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadInput), "{e:#}");
+        assert!(format!("{e:#}").contains("svc.txt:2"), "{e:#}");
+    }
+}

@@ -1,0 +1,664 @@
+//! Command-line definitions (clap derive). Parsing only; every command's work
+//! lives in its own module.
+pub mod command;
+pub mod schema;
+use crate::backend::BackendChoice;
+use crate::core::workload::FillResidual;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Rank NCCL/MPI collective configurations for real workloads, with a chain of evidence.
+#[derive(Parser, Debug)]
+#[command(name = "commcanary", version = crate::core::identity::VERSION_LONG, about, long_about = None)]
+pub struct Cli {
+    /// Subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Per-rank program: run under mpirun/srun; executes phases and writes this rank's shard
+    Rank(Box<RankArgs>),
+    /// Verify a run's shards, match events by operation identity, summarize (and write the joined trace)
+    Join(JoinArgs),
+    /// Print any shard or run record as JSON
+    Inspect(InspectArgs),
+    /// Export a verified run, or an imported communication trace, to another format
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// Import a workload's PyTorch traces (one file per rank) as a communication trace
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Run an imported trace's collectives on MPI sub-communicators (cpu; run under mpirun)
+    #[command(name = "replay-trace")]
+    ReplayTrace(ReplayTraceArgs),
+    /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
+    Compare(CompareArgs),
+    /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
+    #[command(subcommand)]
+    Campaign(CampaignCommand),
+    /// Request-level queueing over measured service times: open or closed load, Little's law, SLO attainment
+    Queue(QueueArgs),
+    /// GPUs needed for a demand at a measured per-GPU throughput, and what a faster configuration avoids
+    Capacity(CapacityArgs),
+    /// Compute/communication overlap from intervals: per phase and rank of a run, or an interval file
+    Overlap(OverlapArgs),
+    /// Verify runs and rank configurations per phase by the median of per-job medians (descriptive)
+    Summarize(SummarizeArgs),
+    /// What this machine offers: GPUs, NCCL libraries (version and mapped file), MPI, CUPTI
+    Doctor(DoctorArgs),
+    /// Validate this node against a reference: health, topology, sweep, workload (run under mpirun; exit 0 pass, 1 fail, 2 inconclusive, 3 could not run)
+    Validate(crate::validate::ValidateArgs),
+    /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
+    Schema(SchemaArgs),
+    /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
+    #[command(name = "bench-overhead")]
+    BenchOverhead(BenchOverheadArgs),
+}
+
+pub use crate::rank::ClockMode;
+
+/// `commcanary rank`. A later value of an option overrides an earlier one, so
+/// a campaign configuration's own arguments override the campaign-wide ones.
+#[derive(Args, Debug)]
+#[command(args_override_self = true)]
+pub struct RankArgs {
+    /// Backend: cpu, cuda, or auto (cuda when usable, else cpu; the choice is printed).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Phases in order: isolated,blocking,async,replay,fill,overlap and the ablations
+    /// async-wait-immediate,host-delay,membound-fill; `all` = the six main phases.
+    #[arg(long, default_value = "all")]
+    pub phases: String,
+    /// Timed tokens per workload phase.
+    #[arg(long, default_value_t = 256)]
+    pub tokens: u32,
+    /// Warm-up tokens before the timed ones (recorded, flagged).
+    #[arg(long, default_value_t = 2)]
+    pub warmup_tokens: u32,
+    /// Workload shape: a model preset (llama3-8b, llama3-70b, tiny) run as
+    /// tensor-parallel decode over the ranks, or `synthetic` (one square GEMM
+    /// and one all-reduce per layer, sizes from --sizes). Default: llama3-8b
+    /// on cuda, tiny on cpu.
+    #[arg(long, conflicts_with = "model_dims")]
+    pub model: Option<String>,
+    /// Custom model shape H,F,LAYERS (multi-head attention) or H,F,LAYERS,KV_DIM
+    /// (grouped-query attention: key/value heads x head dimension).
+    #[arg(long)]
+    pub model_dims: Option<String>,
+    /// Model shapes: sequences decoded together (the GEMMs' m; all-reduces of batch x hidden).
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
+    /// Model shapes: make every step a prefill of this many prompt tokens per
+    /// sequence (GEMMs' m and all-reduces of batch x tokens x hidden) instead of a decode step.
+    #[arg(long)]
+    pub prefill_tokens: Option<u32>,
+    /// Element type of the all-reduces (default bf16 for model shapes, f32 for synthetic).
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::evidence::shard::Dtype>,
+    /// Layers per token (default: the model's own; 32 for synthetic).
+    #[arg(long)]
+    pub layers: Option<u32>,
+    /// Synthetic only: message sizes, cycled per collective (default 64KiB,128KiB,256KiB).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// Unit GEMM shape N or MxNxK: the synthetic layer's product and the fill
+    /// quantum (default 64 on cpu, 1024 on cuda).
+    #[arg(long)]
+    pub gemm: Option<String>,
+    /// Isolated phase: smallest size of a sweep (as nccl-tests -b); with
+    /// --max-bytes, the isolated phase sweeps instead of using --sizes.
+    #[arg(long, short = 'b', requires = "max_bytes")]
+    pub min_bytes: Option<String>,
+    /// Isolated phase: largest size of the sweep (as nccl-tests -e).
+    #[arg(long, short = 'e', requires = "min_bytes")]
+    pub max_bytes: Option<String>,
+    /// Isolated phase: multiply the size by this factor at each step (as nccl-tests -f).
+    #[arg(long, short = 'f', default_value_t = 2)]
+    pub step_factor: u64,
+    /// Timed iterations per size in the isolated phase (as nccl-tests -n).
+    #[arg(long, short = 'n', default_value_t = 50)]
+    pub iters: u32,
+    /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
+    #[arg(long, short = 'w', default_value_t = 5)]
+    pub warmup_iters: u32,
+    /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
+    #[arg(long, default_value_t = 1)]
+    pub check: u32,
+    /// Fill residual handling: carry rounding errors to the next gap, or drop them.
+    #[arg(long, value_enum, default_value = "carry")]
+    pub fill_residual: FillResidual,
+    /// Bytes copied by one memory-bound fill unit.
+    #[arg(long, default_value = "4MiB")]
+    pub membound_bytes: String,
+    /// Joined trace file (from `join --events-out`) to replay instead of this run's blocking phase.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
+    #[arg(long)]
+    pub inject_delay: Option<String>,
+    /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
+    #[arg(long)]
+    pub inject_clock: Vec<String>,
+    /// Clock calibration against rank 0.
+    #[arg(long, value_enum, default_value = "pingpong")]
+    pub clock: ClockMode,
+    /// Ping-pong exchanges per calibration window and rank.
+    #[arg(long, default_value_t = 200)]
+    pub clock_samples: u32,
+    /// NCCL library for the cuda backend: an explicit path, or a bare name
+    /// resolved by the system loader (the file actually mapped is recorded either way).
+    #[arg(long, default_value = "libnccl.so.2")]
+    pub nccl_lib: PathBuf,
+    /// Seconds without completion after which a collective is declared hung and
+    /// the job fails with a message (cuda: the NCCL communicator is aborted;
+    /// cpu: the wait on MPI_Iallreduce gives up). 0 < value <= 86400.
+    #[arg(long, alias = "collective-timeout", default_value_t = 300.0)]
+    pub collective_timeout_s: f64,
+    /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
+    #[arg(long)]
+    pub gpu: Option<u32>,
+    /// Cuda backend: capture each size's timed isolated iterations into one
+    /// CUDA graph with a timestamp node between collectives, and launch it
+    /// once (as serving engines replay decode steps): no host work per
+    /// collective; per-collective host times are then the launch's. Model
+    /// shapes: blocking and async capture one token's GEMMs and all-reduces
+    /// into a CUDA graph and launch it per token; only token boundaries are timed.
+    #[arg(long)]
+    pub graph: bool,
+    /// Cuda backend: record every kernel through CUPTI (kernel timelines,
+    /// `overlap` from kernels). Off by default: its per-launch cost would be
+    /// mixed into every timing (`bench-overhead --cupti` measures it).
+    #[arg(long)]
+    pub cupti: bool,
+    /// Capture NCCL's per-collective tuner choices (cuda backend): sets
+    /// NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=TUNING with a per-process NCCL_DEBUG_FILE,
+    /// keeps the log beside the shard and attaches the choices where counts and sizes match.
+    #[arg(long)]
+    pub nccl_tuning: bool,
+    /// Output directory; the run goes to OUT/<run-id>/.
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Run id (default: UTC time plus random hex, chosen by rank 0).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Quiet: no per-phase progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Negative controls: wrong-sum:R corrupts rank R's results (--check must fail);
+    /// hang:R:SEQ stops rank R before collective SEQ (--collective-timeout must fire).
+    #[arg(long, hide = true)]
+    pub fault: Option<String>,
+}
+
+/// `commcanary join`.
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    /// Run directory (holding run.json and rank-*.shard).
+    pub run_dir: PathBuf,
+    /// Write the joined trace, one collective per line.
+    #[arg(long)]
+    pub events_out: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// A shard (`*.shard`) or a JSON record.
+    pub file: PathBuf,
+    /// Print only the header of a shard.
+    #[arg(long)]
+    pub header_only: bool,
+}
+
+/// `commcanary bench-overhead`.
+#[derive(Args, Debug)]
+pub struct BenchOverheadArgs {
+    /// Collectives per measurement (cuda: keep it below the device queue's
+    /// depth, about a thousand launches, so the host never blocks in a launch).
+    #[arg(long, default_value_t = 2000)]
+    pub iters: u32,
+    /// Message size.
+    #[arg(long, default_value = "64KiB")]
+    pub size: String,
+    /// Alternating repetitions of (bare, instrumented).
+    #[arg(long, default_value_t = 5)]
+    pub reps: u32,
+    /// Backend: cpu (bare MPI loop vs runner) or cuda (reference NCCL loop vs runner).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: crate::backend::BackendChoice,
+    /// Message sizes for the cuda benchmark.
+    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
+    pub sizes: String,
+    /// NCCL library for the cuda benchmark.
+    #[arg(long, default_value = "libnccl.so.2")]
+    pub nccl_lib: PathBuf,
+    /// Cuda: add a third variant, the instrumented loop with CUPTI kernel records on.
+    #[arg(long)]
+    pub cupti: bool,
+    /// Cuda: ask NCCL for its tuning log (NCCL_DEBUG=INFO, SUBSYS=TUNING), as
+    /// `rank --nccl-tuning` does, so its cost can be compared run against run.
+    #[arg(long)]
+    pub nccl_tuning: bool,
+    /// Write every measurement (per-rep distributions) as JSON to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+/// `commcanary summarize`.
+#[derive(Args, Debug)]
+pub struct SummarizeArgs {
+    /// LABEL=RUN_DIR pairs; a label may repeat (one run per job).
+    #[arg(required = true)]
+    pub runs: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary schema`.
+#[derive(Args, Debug)]
+pub struct SchemaArgs {
+    /// Schema name.
+    pub name: String,
+}
+
+/// `commcanary doctor`.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Also load and verify this NCCL library (repeatable); failure makes the exit code non-zero.
+    #[arg(long)]
+    pub nccl_lib: Vec<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary overlap`.
+#[derive(Args, Debug)]
+pub struct OverlapArgs {
+    /// Run directory (verified with join first).
+    #[arg(required_unless_present = "intervals", conflicts_with = "intervals")]
+    pub run_dir: Option<PathBuf>,
+    /// JSON file {"compute": [[start_us, end_us], ...], "comm": [[start_us, end_us], ...]}.
+    #[arg(long)]
+    pub intervals: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary export ...`.
+#[derive(Subcommand, Debug)]
+pub enum ExportCommand {
+    /// Chrome/Perfetto trace JSON: per rank, rows for phases, tokens, host calls, compute and comm streams
+    Chrome(ExportChromeArgs),
+    /// PARAM comms-replay JSON (DIR/rank-N.json) of an imported trace, with a group init entry per group
+    Param(ExportTraceArgs),
+    /// Chakra-style execution-trace JSON (DIR/rank-N.json) of an imported trace's communication nodes
+    Et(ExportTraceArgs),
+}
+
+/// `commcanary export param|et`.
+#[derive(Args, Debug)]
+pub struct ExportTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Output directory (created if missing; existing files are never replaced).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `commcanary replay-trace`.
+#[derive(Args, Debug)]
+pub struct ReplayTraceArgs {
+    /// Communication trace written by `commcanary import`.
+    pub trace: PathBuf,
+    /// Directory for replay-trace.rank-N.json (created if missing; never overwritten).
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    /// Validate every collective's result.
+    #[arg(long)]
+    pub check: bool,
+    /// Reduction of all-reduce, reduce and reduce-scatter (default: from the recorded kernel name, else sum).
+    #[arg(long, value_enum)]
+    pub op: Option<crate::evidence::commtrace::cpu_exec::ReduceOp>,
+    /// Pace by the trace's gaps, or run back to back.
+    #[arg(long, value_enum, default_value = "gaps")]
+    pub pace: crate::evidence::commtrace::cpu_exec::Pace,
+    /// Negative control: corrupt every result on this rank (--check must fail).
+    #[arg(long, hide = true)]
+    pub corrupt_rank: Option<u32>,
+    /// Backend: cpu (MPI sub-communicators), cuda (NCCL sub-communicators, one GPU per rank), or auto.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: crate::backend::BackendChoice,
+    /// NCCL library for the cuda backend: an explicit path, or a bare name resolved by the system loader.
+    #[arg(long, default_value = "libnccl.so.2")]
+    pub nccl_lib: PathBuf,
+    /// Skip the untimed warm-up pass of the whole trace (first-use setup of connections then lands in the timed pass).
+    #[arg(long)]
+    pub no_warmup: bool,
+}
+
+/// `commcanary import ...`.
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// PyTorch profiler (Kineto) JSON, one file per rank, gzip accepted
+    Kineto(ImportArgs),
+    /// PyTorch execution trace (Chakra ET JSON), one file per rank, gzip accepted
+    Et(ImportArgs),
+}
+
+/// `commcanary import kineto|et`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// One file per rank (any order).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Communication trace to write (never overwritten).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Print the trace's per-rank collective counts as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary export chrome`.
+#[derive(Args, Debug)]
+pub struct ExportChromeArgs {
+    /// Run directory (verified with join first).
+    pub run_dir: PathBuf,
+    /// Output file (never overwritten).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `commcanary campaign ...`.
+#[derive(Subcommand, Debug)]
+pub enum CampaignCommand {
+    /// Validate a TOML spec and freeze its manifest (configs, workload, policy, seeded schedule)
+    Plan {
+        /// Campaign spec (TOML).
+        spec: PathBuf,
+        /// Campaign directory to create.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Plan, exec, select, verify and analyze in one go, stopping at the first refusal with its reason
+    Run {
+        /// Campaign spec (TOML).
+        spec: PathBuf,
+        /// Campaign directory to create (an existing one is resumed from exec when its manifest is this spec's).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Retries per failing cell.
+        #[arg(long, default_value_t = 0)]
+        retries: u32,
+        /// Stop a cell's job after this many seconds and record it failed (1 to 604800).
+        #[arg(long)]
+        cell_timeout_s: Option<u64>,
+        /// After the results, reveal the blinded labels' configuration names.
+        #[arg(long)]
+        reveal: bool,
+    },
+    /// Run every cell without a successful attempt, one fresh job per cell; append a record per attempt
+    Exec {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Retries per failing cell in this invocation.
+        #[arg(long, default_value_t = 0)]
+        retries: u32,
+        /// Continue an interrupted or partly failed campaign (what exec always does; stated for scripts).
+        #[arg(long)]
+        resume: bool,
+        /// Run only the cell at this 1-based schedule position (a Slurm array task: $SLURM_ARRAY_TASK_ID).
+        #[arg(long)]
+        cell: Option<usize>,
+        /// Stop a cell's job (its whole process group) after this many seconds and record it failed (1 to 604800).
+        #[arg(long)]
+        cell_timeout_s: Option<u64>,
+    },
+    /// Name exactly one attempt per cell and bind its digests (selection.json)
+    Select {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Which successful attempt to take.
+        #[arg(long, value_enum, default_value = "first-success")]
+        policy: crate::campaign::chain::SelectPolicy,
+    },
+    /// Completeness: refuse missing, duplicate, failed, stale or unexpected cells and identity contradictions
+    Verify {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-configuration results, only after verify passes (else withheld-incomplete)
+    Analyze {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// When incomplete, still print per-configuration diagnostics, marked unfit to publish.
+        #[arg(long)]
+        diagnostics: bool,
+        /// After the results, reveal the blinded labels' configuration names.
+        #[arg(long)]
+        reveal: bool,
+        /// Where report.json and the SVG plots go (default DIR/report; never replaced).
+        #[arg(long)]
+        report_dir: Option<PathBuf>,
+    },
+    /// Tar the campaign and write a descriptor binding size, SHA-256, manifest, selection, verdict
+    Archive {
+        /// Campaign directory.
+        dir: PathBuf,
+        /// Archive file (.tar), never overwritten.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Descriptor file (default: ARCHIVE.descriptor.json).
+        #[arg(long)]
+        descriptor: Option<PathBuf>,
+    },
+    /// Join two executed campaigns of the same experiment (refused when repository, policy, configs or workload differ)
+    Join {
+        /// First campaign directory.
+        a: PathBuf,
+        /// Second campaign directory.
+        b: PathBuf,
+        /// Joined campaign directory (new).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Rounds needed: from a pilot campaign's own noise, the power to decide 1, 2, 5, 10% differences at 3..50 rounds
+    Power {
+        /// Verified pilot campaign directory.
+        dir: PathBuf,
+        /// Phase whose noise is used (default: the canary's phase, else blocking).
+        #[arg(long)]
+        phase: Option<String>,
+        /// Minimum effect, percent (default: the manifest's).
+        #[arg(long)]
+        min_effect_pct: Option<f64>,
+    },
+    /// Did B reproduce A? For every pair either campaign decides, does the other agree
+    Replicate {
+        /// First verified campaign directory.
+        a: PathBuf,
+        /// Second verified campaign directory.
+        b: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-verify an archive against its descriptor
+    CheckArchive {
+        /// Archive file.
+        archive: PathBuf,
+        /// Descriptor file.
+        descriptor: PathBuf,
+    },
+}
+
+/// Load model of `queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QueueMode {
+    /// Requests arrive on their own schedule (--arrival, --interval-ms).
+    Open,
+    /// Clients send, wait for the response, think, send again (--clients, --think-ms).
+    Closed,
+}
+
+/// `commcanary queue`.
+#[derive(Args, Debug)]
+pub struct QueueArgs {
+    /// Service times: one value in ms per line, used in order and cycled.
+    #[arg(long, conflicts_with = "campaign", required_unless_present = "campaign")]
+    pub service_times: Option<PathBuf>,
+    /// Or a verified campaign: each configuration's per-token latencies (jobs in round order) of --phase.
+    #[arg(long)]
+    pub campaign: Option<PathBuf>,
+    /// Campaign phase whose token latencies are the service times.
+    #[arg(long, default_value = "blocking")]
+    pub phase: String,
+    /// Open or closed load.
+    #[arg(long, value_enum)]
+    pub mode: QueueMode,
+    /// Open: arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    pub arrival: crate::analysis::queue::Arrival,
+    /// Open: mean inter-arrival time, ms.
+    #[arg(long)]
+    pub interval_ms: Option<f64>,
+    /// Open: seed of the Poisson process.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Closed: clients.
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// Closed: think time after each response, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub think_ms: f64,
+    /// Requests to simulate (default: as many as service times).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// Report the share of responses within this many ms, and rank by it.
+    #[arg(long)]
+    pub slo_ms: Option<f64>,
+    /// Closed: HdrHistogram's expected-interval correction for coordinated omission, ms.
+    #[arg(long)]
+    pub co_correct_ms: Option<f64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary capacity`.
+#[derive(Args, Debug)]
+pub struct CapacityArgs {
+    /// Demand, requests/s.
+    #[arg(long)]
+    pub demand: f64,
+    /// Throughput per GPU, requests/s: once, or twice (candidate, then baseline).
+    #[arg(long, num_args = 1)]
+    pub throughput_per_gpu: Vec<f64>,
+    /// Cost of one GPU-hour (any currency; the output uses the same).
+    #[arg(long)]
+    pub gpu_hour_cost: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Proxy: a summary CSV (config,median_us[,iqr_us]) or CAMPAIGN_DIR:PHASE.
+    #[arg(long)]
+    pub proxy: String,
+    /// Truth: a summary CSV or CAMPAIGN_DIR:PHASE.
+    #[arg(long)]
+    pub truth: String,
+    /// Tie rule (a campaign's manifest declares its own; this applies to tables).
+    #[arg(long, value_enum, default_value = "strict")]
+    pub tie_policy: crate::analysis::ranking::TiePolicy,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl From<RankArgs> for crate::rank::RankOptions {
+    fn from(a: RankArgs) -> Self {
+        crate::rank::RankOptions {
+            backend: a.backend,
+            phases: a.phases,
+            tokens: a.tokens,
+            warmup_tokens: a.warmup_tokens,
+            model: a.model,
+            model_dims: a.model_dims,
+            batch: a.batch,
+            prefill_tokens: a.prefill_tokens,
+            dtype: a.dtype,
+            layers: a.layers,
+            sizes: a.sizes,
+            gemm: a.gemm,
+            min_bytes: a.min_bytes,
+            max_bytes: a.max_bytes,
+            step_factor: a.step_factor,
+            iters: a.iters,
+            warmup_iters: a.warmup_iters,
+            check: a.check,
+            fill_residual: a.fill_residual,
+            membound_bytes: a.membound_bytes,
+            trace: a.trace,
+            inject_delay: a.inject_delay,
+            inject_clock: a.inject_clock,
+            clock: a.clock,
+            clock_samples: a.clock_samples,
+            nccl_lib: a.nccl_lib,
+            collective_timeout_s: a.collective_timeout_s,
+            gpu: a.gpu,
+            graph: a.graph,
+            cupti: a.cupti,
+            nccl_tuning: a.nccl_tuning,
+            out: a.out,
+            run_id: a.run_id,
+            quiet: a.quiet,
+            fault: a.fault,
+        }
+    }
+}
+
+impl From<BenchOverheadArgs> for crate::rank::bench::BenchOptions {
+    fn from(a: BenchOverheadArgs) -> Self {
+        crate::rank::bench::BenchOptions {
+            iters: a.iters,
+            size: a.size,
+            reps: a.reps,
+            backend: a.backend,
+            sizes: a.sizes,
+            nccl_lib: a.nccl_lib,
+            cupti: a.cupti,
+            nccl_tuning: a.nccl_tuning,
+            json_out: a.json_out,
+        }
+    }
+}
+
+/// Parse a `rank` argument vector (program name first) as the binary would,
+/// into the options `rank` runs with: how `campaign plan` checks each
+/// configuration's arguments before anything runs.
+pub fn parse_rank_argv(argv: &[String]) -> anyhow::Result<crate::rank::RankOptions> {
+    use clap::Parser;
+    match Cli::try_parse_from(argv)?.command {
+        Command::Rank(a) => Ok((*a).into()),
+        _ => anyhow::bail!("not a `rank` command line"),
+    }
+}

@@ -1,0 +1,58 @@
+//! JSON Schemas of every on-disk and printed format, generated from the types
+//! (schemars, which honours the serde attributes). `results-schema/` holds
+//! the committed copies; a test fails when they drift from the code, and
+//! `commcanary schema NAME` prints one.
+use anyhow::{bail, Result};
+use schemars::schema_for;
+
+/// Names of the schemas and the files they live in.
+pub const SCHEMAS: [(&str, &str); 18] = [
+    ("shard", "shard.schema.json"),
+    ("run", "run.schema.json"),
+    ("joined-collective", "joined-collective.schema.json"),
+    ("join-summary", "join-summary.schema.json"),
+    ("summary", "summary.schema.json"),
+    ("campaign-manifest", "campaign-manifest.schema.json"),
+    ("campaign-attempt", "campaign-attempt.schema.json"),
+    ("campaign-selection", "campaign-selection.schema.json"),
+    ("campaign-report", "campaign-report.schema.json"),
+    ("campaign-archive-descriptor", "campaign-archive-descriptor.schema.json"),
+    ("comparison", "comparison.schema.json"),
+    ("comm-trace", "comm-trace.schema.json"),
+    ("validate-report", "validate-report.schema.json"),
+    ("validate-manifest", "validate-manifest.schema.json"),
+    ("validate-rounds", "validate-rounds.schema.json"),
+    ("validate-health", "validate-health.schema.json"),
+    ("validate-topology", "validate-topology.schema.json"),
+    ("validate-descriptor", "validate-descriptor.schema.json"),
+];
+
+/// Pretty JSON Schema by name.
+pub fn schema_json(name: &str) -> Result<String> {
+    let s = match name {
+        // A shard is binary; its schema describes the decoded form `inspect` prints.
+        "shard" => schema_for!(crate::evidence::shard::Shard),
+        "run" => schema_for!(crate::evidence::run::RunRecord),
+        "joined-collective" => schema_for!(crate::evidence::join::JoinedCollective),
+        "join-summary" => schema_for!(crate::evidence::join::JoinSummary),
+        "summary" => schema_for!(crate::analysis::summary::Summary),
+        "campaign-manifest" => schema_for!(crate::campaign::spec::Manifest),
+        "campaign-attempt" => schema_for!(crate::campaign::chain::AttemptRecord),
+        "campaign-selection" => schema_for!(crate::campaign::chain::Selection),
+        "campaign-report" => schema_for!(crate::analysis::Report),
+        "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
+        "comparison" => schema_for!(crate::analysis::ranking::Comparison),
+        "comm-trace" => schema_for!(crate::evidence::commtrace::CommTrace),
+        "validate-report" => schema_for!(crate::validate::ValidationReport),
+        "validate-manifest" => schema_for!(crate::validate::reference::ValidateManifest),
+        "validate-rounds" => schema_for!(crate::validate::reference::RoundsFile),
+        "validate-health" => schema_for!(crate::validate::health::HealthReport),
+        "validate-topology" => schema_for!(crate::validate::topology::Topology),
+        "validate-descriptor" => schema_for!(crate::validate::reference::ValidateDescriptor),
+        other => {
+            let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
+            bail!("unknown schema {other:?} (known: {})", names.join(", "))
+        }
+    };
+    Ok(serde_json::to_string_pretty(&s)? + "\n")
+}

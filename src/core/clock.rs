@@ -1,0 +1,434 @@
+//! Per-rank clocks and their calibration against rank 0.
+//!
+//! Consumes: raw `CLOCK_MONOTONIC` reads (optionally shifted by a synthetic
+//! injection, a test fixture), and ping-pong samples exchanged with rank 0.
+//! Produces: a [`ClockModel`] `local = reference + offset(reference)`, with a
+//! linear offset (drift) fitted from a start and an end window, and an error
+//! bound. Refuses: windows without samples, and models whose windows are not
+//! ordered in time.
+//!
+//! Method (the one implemented): SKaMPI-style ping-pong bounds (Worsch,
+//! Reussner, Augustin, "On Benchmarking Collective MPI Operations", 2002). A
+//! sample is (t_send, t_ref, t_recv): rank 0 read its clock at `t_ref`
+//! somewhere between our `t_send` and `t_recv`, so the true offset lies in
+//! `[t_send - t_ref, t_recv - t_ref]`. Per window we keep the minimum round
+//! trip sample; the estimate is the midpoint of its feasible interval and the
+//! bound its half-width (half the best round trip). Drift follows the linear
+//! model of Jones and Koenig ("Clock synchronization in high-end computing
+//! environments", 2013) and Hunold and Carpen-Amarie's HCA
+//! ("Hierarchical clock synchronization in MPI", 2018) reduced to two windows:
+//! the slope between the two window midpoints. Between the windows the offset
+//! error is at most the larger window bound (a convex combination of two
+//! intervals); the slope's uncertainty is `(b_start + b_end) / span`.
+//! Ranks on one node read the same kernel clock, so their estimates must
+//! contain zero: that is the self-check the shards make visible.
+use serde::{Deserialize, Serialize};
+
+/// A synthetic clock distortion applied to one rank's reads (test fixture).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct ClockInjection {
+    /// Rank whose clock is distorted.
+    pub rank: u32,
+    /// Offset added at the anchor, in ns.
+    pub offset_ns: i64,
+    /// Rate error in parts per million.
+    pub drift_ppm: f64,
+}
+
+impl ClockInjection {
+    /// Parse `rank=R,offset_us=X,drift_ppm=Y`.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let kv = crate::core::cli_kv::parse_kv(s, &["rank", "offset_us", "drift_ppm"])?;
+        let rank = crate::core::cli_kv::req_u32(&kv, "rank", s)?;
+        let offset_us: f64 = crate::core::cli_kv::opt_f64(&kv, "offset_us", s)?.unwrap_or(0.0);
+        let drift_ppm: f64 = crate::core::cli_kv::opt_f64(&kv, "drift_ppm", s)?.unwrap_or(0.0);
+        if !offset_us.is_finite() || offset_us.abs() > 1e9 {
+            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-clock {s:?}: offset_us must be finite and below 1e9 in magnitude");
+        }
+        if !drift_ppm.is_finite() || drift_ppm.abs() > 1e5 {
+            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-clock {s:?}: drift_ppm must be finite and below 1e5 in magnitude");
+        }
+        Ok(Self { rank, offset_ns: (offset_us * 1e3).round() as i64, drift_ppm })
+    }
+
+    /// Injected offset (local - true) in ns at true time `t_true_ns`, with the
+    /// drift accumulated since `anchor_true_ns`.
+    pub fn offset_at(&self, anchor_true_ns: u64, t_true_ns: u64) -> f64 {
+        self.offset_ns as f64 + self.drift_ppm * 1e-6 * (t_true_ns as f64 - anchor_true_ns as f64)
+    }
+}
+
+/// Raw `CLOCK_MONOTONIC` in ns.
+pub fn monotonic_raw_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the provided timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A rank's clock: `CLOCK_MONOTONIC`, distorted when an injection targets this rank.
+#[derive(Clone, Debug)]
+pub struct RankClock {
+    injection: Option<ClockInjection>,
+    anchor_true_ns: u64,
+}
+
+impl RankClock {
+    /// A clock for `rank`, applying the injection among `injections` that names it.
+    pub fn new(rank: u32, injections: &[ClockInjection]) -> Self {
+        Self { injection: injections.iter().copied().find(|i| i.rank == rank), anchor_true_ns: monotonic_raw_ns() }
+    }
+    /// The injection applied to this clock, if any.
+    pub fn injection(&self) -> Option<ClockInjection> {
+        self.injection
+    }
+    /// True time at which the injection's drift starts accumulating.
+    pub fn anchor_true_ns(&self) -> u64 {
+        self.anchor_true_ns
+    }
+    /// Read the (possibly distorted) local clock in ns.
+    pub fn now_ns(&self) -> u64 {
+        let t = monotonic_raw_ns();
+        match self.injection {
+            None => t,
+            Some(inj) => {
+                let v = t as f64 + inj.offset_at(self.anchor_true_ns, t);
+                if v <= 0.0 {
+                    0
+                } else {
+                    v as u64
+                }
+            }
+        }
+    }
+    /// Busy-wait until the local clock reads at least `deadline_ns`.
+    pub fn spin_until(&self, deadline_ns: u64) {
+        while self.now_ns() < deadline_ns {
+            std::hint::spin_loop();
+        }
+    }
+    /// Sleep for most of the interval, then spin for the last stretch.
+    pub fn sleep_until(&self, deadline_ns: u64) {
+        const SPIN_NS: u64 = 200_000;
+        let now = self.now_ns();
+        if deadline_ns > now + SPIN_NS {
+            std::thread::sleep(std::time::Duration::from_nanos(deadline_ns - now - SPIN_NS));
+        }
+        self.spin_until(deadline_ns);
+    }
+}
+
+/// One ping-pong exchange with rank 0, all times in ns.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct PingSample {
+    /// Local clock just before sending the ping.
+    pub t_send_local_ns: u64,
+    /// Rank 0's clock when it answered.
+    pub t_ref_ns: u64,
+    /// Local clock just after the answer arrived.
+    pub t_recv_local_ns: u64,
+}
+
+impl PingSample {
+    /// Round trip on the local clock.
+    pub fn rtt_ns(&self) -> u64 {
+        self.t_recv_local_ns.saturating_sub(self.t_send_local_ns)
+    }
+}
+
+/// Offset estimate from one window of samples.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct WindowEstimate {
+    /// Rank 0's clock at the chosen sample (the window's reference time).
+    pub ref_ns: u64,
+    /// Estimated local - reference offset at `ref_ns`.
+    pub offset_ns: f64,
+    /// Half-width of the feasible interval (half the best round trip).
+    pub bound_ns: f64,
+    /// Best round trip observed.
+    pub min_rtt_ns: u64,
+    /// Number of samples in the window.
+    pub samples: u32,
+}
+
+/// Errors of the clock estimator.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ClockError {
+    /// A window had no samples.
+    #[error("clock window has no samples")]
+    EmptyWindow,
+    /// The end window does not come after the start window.
+    #[error("clock windows are not ordered in time (start ref {start_ns} ns, end ref {end_ns} ns)")]
+    Unordered {
+        /// start window reference time
+        start_ns: u64,
+        /// end window reference time
+        end_ns: u64,
+    },
+}
+
+/// SKaMPI estimate of one window: the minimum round trip sample's midpoint.
+pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockError> {
+    let best = samples.iter().min_by_key(|s| s.rtt_ns()).ok_or(ClockError::EmptyWindow)?;
+    let mid = (best.t_send_local_ns as f64 + best.t_recv_local_ns as f64) / 2.0;
+    Ok(WindowEstimate {
+        ref_ns: best.t_ref_ns,
+        offset_ns: mid - best.t_ref_ns as f64,
+        bound_ns: best.rtt_ns() as f64 / 2.0,
+        min_rtt_ns: best.rtt_ns(),
+        samples: samples.len() as u32,
+    })
+}
+
+/// Affine clock model of one rank against rank 0.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct ClockModel {
+    /// Start window estimate.
+    pub start: WindowEstimate,
+    /// End window estimate; absent when only one window was measured.
+    pub end: Option<WindowEstimate>,
+    /// Drift (d offset / d reference) in parts per million; absent when unmeasured.
+    pub drift_ppm: Option<f64>,
+    /// Uncertainty of the drift in ppm; absent when unmeasured.
+    pub drift_bound_ppm: Option<f64>,
+    /// Error bound in ns for times between the two windows.
+    pub bound_ns: f64,
+}
+
+impl ClockModel {
+    /// Identity model for the reference rank itself.
+    pub fn reference() -> Self {
+        let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
+        Self { start: w, end: Some(w), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0 }
+    }
+
+    /// Fit from a start window and, optionally, an end window.
+    pub fn fit(start: WindowEstimate, end: Option<WindowEstimate>) -> Result<Self, ClockError> {
+        match end {
+            None => Ok(Self { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: start.bound_ns }),
+            Some(e) => {
+                if e.ref_ns <= start.ref_ns {
+                    return Err(ClockError::Unordered { start_ns: start.ref_ns, end_ns: e.ref_ns });
+                }
+                let span = (e.ref_ns - start.ref_ns) as f64;
+                let slope = (e.offset_ns - start.offset_ns) / span;
+                Ok(Self {
+                    start,
+                    end: Some(e),
+                    drift_ppm: Some(slope * 1e6),
+                    drift_bound_ppm: Some((start.bound_ns + e.bound_ns) / span * 1e6),
+                    bound_ns: start.bound_ns.max(e.bound_ns),
+                })
+            }
+        }
+    }
+
+    fn slope(&self) -> f64 {
+        self.drift_ppm.unwrap_or(0.0) * 1e-6
+    }
+
+    /// Estimated offset (local - reference) at reference time `ref_ns`.
+    pub fn offset_at_ref(&self, ref_ns: f64) -> f64 {
+        self.start.offset_ns + self.slope() * (ref_ns - self.start.ref_ns as f64)
+    }
+
+    /// Map a local clock reading onto rank 0's timebase.
+    pub fn to_reference(&self, local_ns: u64) -> f64 {
+        // local = ref + o0 + k (ref - r0)  =>  ref = (local - o0 + k r0) / (1 + k)
+        let k = self.slope();
+        (local_ns as f64 - self.start.offset_ns + k * self.start.ref_ns as f64) / (1.0 + k)
+    }
+}
+
+/// One round trip that anchors the device timer to the host clock: the host
+/// read its clock, recorded an event on an idle stream, polled it until
+/// complete and read its clock again. The device wrote the event's timestamp
+/// somewhere between the two reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceRoundTrip {
+    /// Host clock just before the event was recorded.
+    pub host_before_ns: u64,
+    /// Host clock just after the host saw the event complete.
+    pub host_after_ns: u64,
+    /// Device time of the event relative to the window's first event, ns.
+    pub device_ns: f64,
+}
+
+/// Host time of a window's first device event, from the intersection of the
+/// round trips' feasible intervals.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct DeviceAnchorEstimate {
+    /// Estimated host time of the window's first event, ns.
+    pub host_ns: f64,
+    /// Half-width of the feasible interval (or half the disagreement, when the
+    /// round trips' intervals do not intersect because of timer resolution).
+    pub bound_ns: f64,
+    /// Narrowest single round trip, ns.
+    pub best_rtt_ns: u64,
+    /// Round trips in the window.
+    pub samples: u32,
+}
+
+/// Intersect the feasible intervals of a window's round trips.
+///
+/// Round trip i says the first event happened at host time within
+/// `[before_i - d_i, after_i - d_i]`; every such interval holds the truth, so
+/// their intersection does too and is never wider than the narrowest one
+/// (the interval-intersection argument of Marzullo's clock-agreement
+/// algorithm, K. Marzullo, "Maintaining the time in a distributed system",
+/// PhD thesis, Stanford, 1984; the same bound as SKaMPI's best round trip
+/// when only one sample is kept). An empty intersection can only come from
+/// the device timer's own resolution; its size is then reported as the bound.
+pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorEstimate, ClockError> {
+    if trips.is_empty() {
+        return Err(ClockError::EmptyWindow);
+    }
+    let lo = trips.iter().map(|t| t.host_before_ns as f64 - t.device_ns).fold(f64::NEG_INFINITY, f64::max);
+    let hi = trips.iter().map(|t| t.host_after_ns as f64 - t.device_ns).fold(f64::INFINITY, f64::min);
+    let best = trips.iter().map(|t| t.host_after_ns.saturating_sub(t.host_before_ns)).min().unwrap_or(0);
+    Ok(DeviceAnchorEstimate { host_ns: (lo + hi) / 2.0, bound_ns: (hi - lo).abs() / 2.0, best_rtt_ns: best, samples: trips.len() as u32 })
+}
+
+/// Affine map from device time (ns since the start window's first event) to
+/// the host clock, fitted from a window at the start and one at the end of a
+/// pass: the device timer and the host clock run at slightly different rates,
+/// so one anchor would let the error grow with the pass's length. Between the
+/// windows the error is at most the larger window bound (a convex combination
+/// of two intervals), as for the ping-pong model above.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceTimeMap {
+    /// Host time of device time 0.
+    pub host0_ns: f64,
+    /// Host ns per device ns.
+    pub rate: f64,
+    /// Error bound of the map inside the pass, ns.
+    pub bound_ns: f64,
+}
+
+impl DeviceTimeMap {
+    /// Fit from the start window and, where measured, the end window with the
+    /// device time of its first event (relative to the start window's first event).
+    pub fn fit(start: DeviceAnchorEstimate, end: Option<(DeviceAnchorEstimate, f64)>) -> Self {
+        match end {
+            Some((e, span_device_ns)) if span_device_ns > 0.0 => {
+                Self { host0_ns: start.host_ns, rate: (e.host_ns - start.host_ns) / span_device_ns, bound_ns: start.bound_ns.max(e.bound_ns) }
+            }
+            _ => Self { host0_ns: start.host_ns, rate: 1.0, bound_ns: start.bound_ns },
+        }
+    }
+
+    /// Host time of a device time.
+    pub fn to_host_ns(&self, device_ns: f64) -> u64 {
+        (self.host0_ns + device_ns * self.rate).max(0.0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Simulate exchanges between a reference clock and a local clock with
+    /// `local = true + offset + drift (true - anchor)` and asymmetric jitter.
+    fn simulate(start_true: u64, n: usize, offset_ns: f64, drift_ppm: f64, jitter: &[u64]) -> Vec<PingSample> {
+        let loc = |t: f64| t + offset_ns + drift_ppm * 1e-6 * t;
+        (0..n)
+            .map(|i| {
+                let t0 = start_true as f64 + i as f64 * 10_000.0;
+                let fwd = 500.0 + jitter[i % jitter.len()] as f64;
+                let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
+                PingSample { t_send_local_ns: loc(t0) as u64, t_ref_ns: (t0 + fwd) as u64, t_recv_local_ns: loc(t0 + fwd + back) as u64 }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn empty_window_is_refused() {
+        assert_eq!(estimate_window(&[]), Err(ClockError::EmptyWindow));
+    }
+
+    #[test]
+    fn reference_model_is_identity() {
+        let m = ClockModel::reference();
+        assert_eq!(m.to_reference(123_456), 123_456.0);
+    }
+
+    #[test]
+    fn unordered_windows_refused() {
+        let w = estimate_window(&simulate(1_000_000, 4, 0.0, 0.0, &[0])).unwrap();
+        assert!(matches!(ClockModel::fit(w, Some(w)), Err(ClockError::Unordered { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn recovers_offset_and_drift_within_bound(
+            offset_us in -5_000.0f64..5_000.0,
+            drift_ppm in -200.0f64..200.0,
+            jitter in proptest::collection::vec(0u64..20_000, 1..16),
+        ) {
+            let offset_ns = offset_us * 1e3;
+            let a = simulate(1_000_000_000, 50, offset_ns, drift_ppm, &jitter);
+            let b = simulate(3_000_000_000, 50, offset_ns, drift_ppm, &jitter);
+            let m = ClockModel::fit(estimate_window(&a).unwrap(), Some(estimate_window(&b).unwrap())).unwrap();
+            // truth at the start window's reference time
+            let r0 = m.start.ref_ns as f64;
+            let truth0 = offset_ns + drift_ppm * 1e-6 * r0;
+            // integer truncation of simulated reads adds at most 2 ns
+            prop_assert!((m.start.offset_ns - truth0).abs() <= m.start.bound_ns + 2.0,
+                "offset {} truth {} bound {}", m.start.offset_ns, truth0, m.start.bound_ns);
+            let d = m.drift_ppm.unwrap();
+            prop_assert!((d - drift_ppm).abs() <= m.drift_bound_ppm.unwrap() + 1e-3,
+                "drift {} truth {} bound {}", d, drift_ppm, m.drift_bound_ppm.unwrap());
+            // mapping a local read of a true instant back lands within the bound
+            let t_true = 2_000_000_000.0;
+            let local = t_true + offset_ns + drift_ppm * 1e-6 * t_true;
+            let back = m.to_reference(local as u64);
+            prop_assert!((back - t_true).abs() <= m.bound_ns * (1.0 + drift_ppm.abs() * 1e-6) + 4.0);
+        }
+    }
+
+    #[test]
+    fn device_anchor_intersection_is_never_wider_than_the_best_trip() {
+        // truth: first event at host 1_000_000; device offsets 0, 10 us, 20 us
+        let trip = |before: u64, after: u64, d: f64| DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: d };
+        let trips = [
+            trip(999_000, 1_004_000, 0.0),        // [999_000, 1_004_000]
+            trip(1_009_800, 1_013_000, 10_000.0), // [999_800, 1_003_000]
+            trip(1_017_000, 1_020_300, 20_000.0), // [997_000, 1_000_300]
+        ];
+        let e = estimate_device_anchor(&trips).unwrap();
+        assert_eq!(e.host_ns, (999_800.0 + 1_000_300.0) / 2.0);
+        assert_eq!(e.bound_ns, 250.0);
+        assert_eq!(e.best_rtt_ns, 3_200);
+        assert!((e.host_ns - 1_000_000.0).abs() <= e.bound_ns);
+        assert_eq!(estimate_device_anchor(&[]), Err(ClockError::EmptyWindow));
+    }
+
+    proptest! {
+        #[test]
+        fn device_map_recovers_rate_within_bound(
+            rate_ppm in -100.0f64..100.0,
+            delays in proptest::collection::vec((200u64..4_000, 200u64..4_000), 4..32),
+        ) {
+            // device ns d maps to host h0 + d (1 + rate); each trip waits fwd before the event and back after
+            let h0 = 5_000_000_000.0f64;
+            let rate = 1.0 + rate_ppm * 1e-6;
+            let window = |start_d: f64| -> Vec<DeviceRoundTrip> {
+                delays.iter().enumerate().map(|(i, &(fwd, back))| {
+                    let d = start_d + i as f64 * 20_000.0;
+                    let h = h0 + d * rate;
+                    DeviceRoundTrip { host_before_ns: (h - fwd as f64).floor() as u64, host_after_ns: (h + back as f64).ceil() as u64, device_ns: d - start_d }
+                }).collect()
+            };
+            let a = estimate_device_anchor(&window(0.0)).unwrap();
+            let span = 2e9;
+            let b = estimate_device_anchor(&window(span)).unwrap();
+            let m = DeviceTimeMap::fit(a, Some((b, span)));
+            for d in [0.0, 1e6, 1e9, span] {
+                let truth = h0 + d * rate;
+                prop_assert!((m.to_host_ns(d) as f64 - truth).abs() <= m.bound_ns + 2.0, "d {} err {} bound {}", d, m.to_host_ns(d) as f64 - truth, m.bound_ns);
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Environment identity of one rank in one attempt (docs/ARCHITECTURE.md §8).
+//!
+//! Consumes the process environment, `/proc`, and MPI; produces an
+//! [`EnvIdentity`] and its SHA-256 (over the canonical JSON: fixed field order,
+//! sorted variables). Facts that cannot be read are absent, never guessed.
+use crate::core::fsutil::sha256_hex;
+use serde::{Deserialize, Serialize};
+
+/// Environment variable prefixes that change collective behaviour and are recorded.
+pub const RECORDED_ENV_PREFIXES: [&str; 5] = ["NCCL_", "OMPI_MCA_", "CUDA_", "UCX_", "COMMCANARY_"];
+
+/// The tool that produced a record.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ToolIdentity {
+    /// Crate version.
+    pub version: String,
+    /// Git commit at build time.
+    pub git_commit: String,
+    /// `clean`, `dirty` or `unknown`: whether tracked files differed from the commit at build time.
+    pub git_tree: String,
+    /// SHA-256 of the running executable, where readable.
+    pub binary_sha256: Option<String>,
+}
+
+impl ToolIdentity {
+    /// The identity of this build.
+    pub fn current() -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: env!("COMMCANARY_GIT_COMMIT").to_string(),
+            git_tree: env!("COMMCANARY_GIT_DIRTY").to_string(),
+            binary_sha256: std::fs::read("/proc/self/exe").ok().map(|b| sha256_hex(&b)),
+        }
+    }
+}
+
+/// `--version` text: version, commit and tree state at build time.
+pub const VERSION_LONG: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("COMMCANARY_GIT_COMMIT"), ", tree ", env!("COMMCANARY_GIT_DIRTY"), " at build)");
+
+/// Identity of one rank's environment.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct EnvIdentity {
+    /// Host name.
+    pub host: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: Option<String>,
+    /// CPU model name from `/proc/cpuinfo`.
+    pub cpu_model: Option<String>,
+    /// MPI library version string (`MPI_Get_library_version`).
+    pub mpi_library: Option<String>,
+    /// MPI standard version implemented.
+    pub mpi_standard: String,
+    /// World rank.
+    pub world_rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Node-local rank (`MPI_Comm_split_type(SHARED)`).
+    pub local_rank: u32,
+    /// Ranks on this node.
+    pub local_size: u32,
+    /// CPUs this process may run on (`Cpus_allowed_list`).
+    pub cpu_affinity: Option<String>,
+    /// NUMA nodes this process may allocate from (`Mems_allowed_list`).
+    pub numa_mems: Option<String>,
+    /// Recorded environment variables, sorted by name.
+    pub env: Vec<(String, String)>,
+    /// This tool.
+    pub tool: ToolIdentity,
+}
+
+impl EnvIdentity {
+    /// SHA-256 of the canonical JSON.
+    pub fn digest(&self) -> String {
+        sha256_hex(&serde_json::to_vec(self).expect("identity serializes"))
+    }
+}
+
+/// Host name of this machine.
+pub fn hostname() -> String {
+    match hostname::get() {
+        Ok(h) => h.to_string_lossy().into_owned(),
+        Err(_) => "unknown-host".into(),
+    }
+}
+
+fn proc_status_field(field: &str) -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':'))).map(|v| v.trim().to_string())
+}
+
+/// CPU model from `/proc/cpuinfo`.
+pub fn cpu_model() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
+}
+
+/// MPI library version string, without the NUL padding some libraries
+/// (OpenMPI 4.1.6) leave in it.
+pub fn mpi_library() -> Option<String> {
+    mpi::environment::library_version().ok().map(|s| s.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
+}
+
+/// Recorded environment variables, sorted.
+pub fn recorded_env() -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))).collect();
+    v.sort();
+    v
+}
+
+/// Capture the identity of this rank. `mpi` facts are passed in by the caller.
+pub fn capture(world_rank: u32, world_size: u32, local_rank: u32, local_size: u32) -> EnvIdentity {
+    let (maj, min) = mpi::environment::version();
+    EnvIdentity {
+        host: hostname(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
+        cpu_model: cpu_model(),
+        mpi_library: mpi_library(),
+        mpi_standard: format!("{maj}.{min}"),
+        world_rank,
+        world_size,
+        local_rank,
+        local_size,
+        cpu_affinity: proc_status_field("Cpus_allowed_list"),
+        numa_mems: proc_status_field("Mems_allowed_list"),
+        env: recorded_env(),
+        tool: ToolIdentity::current(),
+    }
+}

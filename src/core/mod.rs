@@ -1,0 +1,17 @@
+//! Layer 1: the vocabulary every stage shares, with no stage logic.
+//!
+//! Units and `key=value` parsing, the clock model, the workload vocabulary
+//! (phases, shapes, element types), environment identity, atomic
+//! never-overwriting files, descriptive statistics, the size limits of every
+//! decoder, the documented ranges of every number, and the refusal codes.
+//! Imports nothing from the crate outside `core` (docs/ARCHITECTURE.md §2).
+pub mod cli_kv;
+pub mod clock;
+pub mod fsutil;
+pub mod identity;
+pub mod limits;
+pub mod ranges;
+pub mod refusal;
+pub mod stats;
+pub mod units;
+pub mod workload;

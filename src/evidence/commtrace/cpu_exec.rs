@@ -1,0 +1,517 @@
+//! `replay-trace`: run an imported communication trace on the CPU backend.
+//!
+//! Consumes a [`CommTrace`] and this process's MPI world (the trace's world
+//! size must match). Produces, per collective of this rank in trace order,
+//! what ran: kind, group, dtype, elements, reduction, the target gap from the
+//! trace and the gap achieved, the host time the blocking call took, and
+//! whether its result was validated. Every process group becomes a
+//! sub-communicator (`MPI_Comm_split`, key = group rank, so member order is
+//! the trace's), created in name order on every rank. Kinds map onto MPI
+//! (MPI-3.1 standard, chapter 5): all-reduce `MPI_Allreduce`, all-gather
+//! `MPI_Allgather`, reduce-scatter `MPI_Reduce_scatter_block`, broadcast
+//! `MPI_Bcast`, reduce `MPI_Reduce`, all-to-all(v) `MPI_Alltoallv`, barrier
+//! `MPI_Barrier`, send/recv `MPI_Send`/`MPI_Recv`.
+//!
+//! Data movement (gather, broadcast, all-to-all, point-to-point) moves the
+//! recorded bytes (`MPI_BYTE`, any dtype). Reductions of f32 use `MPI_FLOAT`;
+//! bf16 and f16 have no MPI type, so they are reduced in f32 on the upcast
+//! values (twice the bytes on the wire; recorded per collective as
+//! `wire_bytes`) and rounded back. Other dtypes are refused for reductions.
+//! The reduction is `--op`, else the one in the recorded NCCL kernel's name
+//! (`_Sum_`, `_Max_`), else sum; which one applied is recorded with its source.
+//!
+//! `--check` validates every collective: each rank contributes a known
+//! pattern (small integers, exact in bf16 and f16) and the result is compared
+//! element by element with what the operation must produce. Pacing
+//! (`--pace gaps`) waits, before each collective, the trace's gap from the
+//! previous collective's completion (device interval where recorded, else
+//! host operator) by spinning on the monotonic clock; an execution trace has
+//! no times and is refused for pacing. Refuses: a world size other than the
+//! trace's, a message past MPI's `int` count, an unsupported reduction dtype.
+use super::{CommTrace, TraceCollective, TraceDtype, TraceKind};
+use anyhow::{bail, Context, Result};
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Reduction applied by reducing collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Average (sum, then divided by the group size).
+    Avg,
+    /// Maximum.
+    Max,
+}
+
+/// How collectives are paced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pace {
+    /// Wait the trace's gap before each collective.
+    Gaps,
+    /// Back to back.
+    None,
+}
+
+/// What one collective did on this rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ExecRecord {
+    /// Position in this rank's trace order.
+    pub index: u32,
+    /// Kind.
+    pub kind: TraceKind,
+    /// Group name.
+    pub group: String,
+    /// Sequence number from the trace.
+    pub seq: u64,
+    /// Dtype.
+    pub dtype: TraceDtype,
+    /// Input elements.
+    pub in_elems: u64,
+    /// Output elements.
+    pub out_elems: u64,
+    /// Bytes this rank handed to MPI as input (f32 for bf16/f16 reductions).
+    pub wire_bytes: u64,
+    /// Reduction, for reducing kinds.
+    pub op: Option<ReduceOp>,
+    /// Where the reduction came from (`--op`, `kernel name`, `default`).
+    pub op_source: Option<String>,
+    /// Gap the trace asks for, where paced.
+    pub target_gap_ns: Option<u64>,
+    /// Gap achieved: this issue minus the previous collective's return.
+    pub actual_gap_ns: u64,
+    /// Host time of the blocking call.
+    pub elapsed_ns: u64,
+    /// Whether the result was validated (and passed: a failure stops the run).
+    pub checked: bool,
+}
+
+/// Value rank `r` contributes at element `i` of a reducing collective.
+pub fn contribution(r: u32, i: usize) -> f32 {
+    (r + 1) as f32 + (i % 3) as f32
+}
+
+/// Byte rank `src` sends to rank `dst` at byte `i` of a data-movement collective.
+pub fn payload(src: u32, dst: u32, i: usize) -> u8 {
+    ((src as usize * 131 + dst as usize * 17 + i) % 251) as u8
+}
+
+/// Runs trace collectives on MPI sub-communicators.
+pub struct CpuTraceExec {
+    rank: u32,
+    /// Negative control: corrupt every result on this rank before its check.
+    pub corrupt: bool,
+    comms: BTreeMap<String, (Vec<u32>, Option<SimpleCommunicator>)>,
+}
+
+impl CpuTraceExec {
+    /// Split `world` into every group of the trace (collective over `world`: every rank calls this).
+    pub fn new(world: &SimpleCommunicator, trace: &CommTrace) -> Result<Self> {
+        let rank = world.rank() as u32;
+        if world.size() as u32 != trace.world_size {
+            bail!("the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}", trace.world_size, world.size(), trace.world_size);
+        }
+        let mut comms = BTreeMap::new();
+        for g in &trace.groups {
+            let pos = g.members.iter().position(|&m| m == rank);
+            let color = if pos.is_some() { Color::with_value(0) } else { Color::undefined() };
+            let sub = world.split_by_color_with_key(color, pos.unwrap_or(0) as i32);
+            comms.insert(g.name.clone(), (g.members.clone(), sub));
+        }
+        Ok(Self { rank, comms, corrupt: false })
+    }
+
+    /// Run one collective (blocking), validating its result when `check`.
+    /// Buffers are prepared first, then `before_issue` runs (the pacing wait),
+    /// then the MPI call; returns the call's host time, the input bytes handed
+    /// to MPI and when the call returned (before any check).
+    pub fn run(&self, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        let (members, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
+        let comm = comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let n = members.len();
+        let me = comm.rank() as usize;
+        let esize = c.dtype.size_bytes() as usize;
+        let bytes = |elems: u64| -> Result<usize> {
+            let b = usize::try_from(elems)?.checked_mul(esize).context("message size overflows")?;
+            if i32::try_from(b).is_err() {
+                bail!("{} of {b} bytes exceeds MPI's int count on the cpu backend", c.kind.name());
+            }
+            Ok(b)
+        };
+        let fail =
+            |what: String| -> Result<(u64, u64, Instant)> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        let t0: Instant;
+        let mut issue = || {
+            before_issue();
+            Instant::now()
+        };
+        let wire: u64;
+        match c.kind {
+            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+                let elems = usize::try_from(c.in_elems)?;
+                bytes(c.in_elems)?;
+                let upcast = matches!(c.dtype, TraceDtype::Bf16 | TraceDtype::F16);
+                if !upcast && c.dtype != TraceDtype::F32 {
+                    bail!("{} of {:?} is not supported on the cpu backend (f32, bf16, f16)", c.kind.name(), c.dtype);
+                }
+                // Contributions rounded to the dtype, so the check is exact.
+                let send: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
+                wire = (elems * 4) as u64;
+                let mpi_op = if op == ReduceOp::Max { SystemOperation::max() } else { SystemOperation::sum() };
+                let out_elems = usize::try_from(c.out_elems)?;
+                let mut out = vec![0f32; out_elems];
+                let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
+                t0 = issue();
+                match c.kind {
+                    TraceKind::AllReduce => comm.all_reduce_into(&send[..], &mut out[..], mpi_op),
+                    TraceKind::ReduceScatter => comm.reduce_scatter_block_into(&send[..], &mut out[..], mpi_op),
+                    _ => {
+                        let root = comm.process_at_rank(root_local.context("reduce without a root in the group")? as i32);
+                        if Some(me) == root_local {
+                            root.reduce_into_root(&send[..], &mut out[..], mpi_op);
+                        } else {
+                            root.reduce_into(&send[..], mpi_op);
+                        }
+                    }
+                }
+                if op == ReduceOp::Avg {
+                    out.iter_mut().for_each(|x| *x /= n as f32);
+                }
+                out.iter_mut().for_each(|x| *x = round_to(c.dtype, *x));
+                let done = Instant::now();
+                let elapsed = (done - t0).as_nanos() as u64;
+                if self.corrupt {
+                    out.iter_mut().take(1).for_each(|x| *x += 1.0);
+                }
+                let holds_result = c.kind != TraceKind::Reduce || Some(me) == root_local;
+                if check && holds_result {
+                    let offset = if c.kind == TraceKind::ReduceScatter { me * out_elems } else { 0 };
+                    for (i, &got) in out.iter().enumerate() {
+                        let want = expected_reduction(c.dtype, members, offset + i, op);
+                        if got != want {
+                            return fail(format!("element {i} is {got}, expected {want}"));
+                        }
+                    }
+                }
+                return Ok((elapsed, wire, done));
+            }
+            TraceKind::AllGather => {
+                let b = bytes(c.in_elems)?;
+                let send: Vec<u8> = (0..b).map(|i| payload(self.rank, u32::MAX, i)).collect();
+                let mut out = vec![0u8; b * n];
+                t0 = issue();
+                comm.all_gather_into(&send[..], &mut out[..]);
+                self.spoil(&mut out);
+                wire = b as u64;
+                let done = Instant::now();
+                let elapsed = (done - t0).as_nanos() as u64;
+                if check {
+                    for (j, &src) in members.iter().enumerate() {
+                        if let Some(i) = (0..b).find(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
+                            return fail(format!("byte {i} of rank {src}'s block is wrong"));
+                        }
+                    }
+                }
+                return Ok((elapsed, wire, done));
+            }
+            TraceKind::Broadcast => {
+                let b = bytes(c.in_elems)?;
+                let root = c.root.context("broadcast without a root")?;
+                let root_local = members.iter().position(|&m| m == root).context("root not in the group")?;
+                let mut buf: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
+                t0 = issue();
+                comm.process_at_rank(root_local as i32).broadcast_into(&mut buf[..]);
+                self.spoil(&mut buf);
+                wire = b as u64;
+                let done = Instant::now();
+                let elapsed = (done - t0).as_nanos() as u64;
+                if check {
+                    if let Some(i) = (0..b).find(|&i| buf[i] != payload(root, u32::MAX, i)) {
+                        return fail(format!("byte {i} differs from root {root}'s"));
+                    }
+                }
+                return Ok((elapsed, wire, done));
+            }
+            TraceKind::AllToAll => {
+                let layout = AllToAllLayout::of(c, n)?;
+                let int = |v: &[usize], what: &str| -> Result<Vec<i32>> {
+                    v.iter()
+                        .map(|&x| i32::try_from(x))
+                        .collect::<std::result::Result<_, _>>()
+                        .with_context(|| format!("all_to_all: a {what} exceeds MPI's int count on the cpu backend"))
+                };
+                let (sc, rc) = (int(&layout.send_bytes, "send count")?, int(&layout.recv_bytes, "receive count")?);
+                let (sd, rd) = (int(&layout.send_at, "send displacement")?, int(&layout.recv_at, "receive displacement")?);
+                let send = layout.send_buffer(self.rank, members);
+                let mut out = vec![0u8; layout.recv_bytes.iter().sum()];
+                {
+                    let sp = Partition::new(&send[..], &sc[..], &sd[..]);
+                    let mut rp = PartitionMut::new(&mut out[..], &rc[..], &rd[..]);
+                    t0 = issue();
+                    comm.all_to_all_varcount_into(&sp, &mut rp);
+                }
+                self.spoil(&mut out);
+                wire = send.len() as u64;
+                let done = Instant::now();
+                let elapsed = (done - t0).as_nanos() as u64;
+                if check {
+                    if let Some((i, src)) = layout.first_wrong(&out, self.rank, members) {
+                        return fail(format!("byte {i} from rank {src} is wrong"));
+                    }
+                }
+                return Ok((elapsed, wire, done));
+            }
+            TraceKind::Barrier => {
+                t0 = issue();
+                comm.barrier();
+                wire = 0;
+            }
+            TraceKind::Send | TraceKind::Recv => {
+                let b = bytes(c.in_elems.max(c.out_elems))?;
+                let peer = c.peer.context("point-to-point without a peer")?;
+                let peer_local = members.iter().position(|&m| m == peer).context("peer not in the group")? as i32;
+                if c.kind == TraceKind::Send {
+                    let buf: Vec<u8> = (0..b).map(|i| payload(self.rank, peer, i)).collect();
+                    t0 = issue();
+                    comm.process_at_rank(peer_local).send(&buf[..]);
+                    wire = b as u64;
+                } else {
+                    let mut buf = vec![0u8; b];
+                    t0 = issue();
+                    comm.process_at_rank(peer_local).receive_into(&mut buf[..]);
+                    self.spoil(&mut buf);
+                    wire = 0;
+                    let done = Instant::now();
+                    let elapsed = (done - t0).as_nanos() as u64;
+                    if check {
+                        if let Some(i) = (0..b).find(|&i| buf[i] != payload(peer, self.rank, i)) {
+                            return fail(format!("byte {i} from rank {peer} is wrong"));
+                        }
+                    }
+                    return Ok((elapsed, wire, done));
+                }
+            }
+        }
+        let done = Instant::now();
+        Ok(((done - t0).as_nanos() as u64, wire, done))
+    }
+}
+
+impl CpuTraceExec {
+    fn spoil(&self, buf: &mut [u8]) {
+        if self.corrupt {
+            if let Some(b) = buf.first_mut() {
+                *b = b.wrapping_add(1);
+            }
+        }
+    }
+}
+
+/// Byte counts and offsets of an all-to-all(v), per member of the group (in
+/// group order), from the recorded split sizes, else an even split.
+pub struct AllToAllLayout {
+    /// Bytes sent to each member.
+    pub send_bytes: Vec<usize>,
+    /// Bytes received from each member.
+    pub recv_bytes: Vec<usize>,
+    /// Offset of each member's block in the send buffer.
+    pub send_at: Vec<usize>,
+    /// Offset of each member's block in the receive buffer.
+    pub recv_at: Vec<usize>,
+}
+
+impl AllToAllLayout {
+    /// The layout of `c` in a group of `n`.
+    pub fn of(c: &TraceCollective, n: usize) -> Result<Self> {
+        let esize = c.dtype.size_bytes() as usize;
+        let ins = c.in_split_elems.clone().unwrap_or_else(|| vec![c.in_elems / n as u64; n]);
+        let outs = c.out_split_elems.clone().unwrap_or_else(|| vec![c.out_elems / n as u64; n]);
+        let to_bytes = |v: &[u64]| v.iter().map(|&e| usize::try_from(e)?.checked_mul(esize).context("message size overflows")).collect::<Result<Vec<usize>>>();
+        let (send_bytes, recv_bytes) = (to_bytes(&ins)?, to_bytes(&outs)?);
+        let offsets = |v: &[usize]| v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>();
+        Ok(Self { send_at: offsets(&send_bytes), recv_at: offsets(&recv_bytes), send_bytes, recv_bytes })
+    }
+
+    /// What `rank` sends: [`payload`]`(rank, member, i)` in each member's block.
+    pub fn send_buffer(&self, rank: u32, members: &[u32]) -> Vec<u8> {
+        let mut buf = vec![0u8; self.send_bytes.iter().sum()];
+        for (j, &dst) in members.iter().enumerate() {
+            for i in 0..self.send_bytes[j] {
+                buf[self.send_at[j] + i] = payload(rank, dst, i);
+            }
+        }
+        buf
+    }
+
+    /// The first byte `rank` received wrong: (byte within its block, source member).
+    pub fn first_wrong(&self, out: &[u8], rank: u32, members: &[u32]) -> Option<(usize, u32)> {
+        members.iter().enumerate().find_map(|(j, &src)| (0..self.recv_bytes[j]).find(|&i| out[self.recv_at[j] + i] != payload(src, rank, i)).map(|i| (i, src)))
+    }
+}
+
+/// What element `i` of a reduction over `members`' contributions must be, in `dtype`.
+pub fn expected_reduction(dtype: TraceDtype, members: &[u32], i: usize, op: ReduceOp) -> f32 {
+    let vals = members.iter().map(|&r| round_to(dtype, contribution(r, i)));
+    let want = match op {
+        ReduceOp::Sum => vals.sum::<f32>(),
+        ReduceOp::Avg => vals.sum::<f32>() / members.len() as f32,
+        ReduceOp::Max => vals.fold(f32::MIN, f32::max),
+    };
+    round_to(dtype, want)
+}
+
+/// Round an f32 to the nearest value of `dtype` (identity for f32).
+pub fn round_to(dtype: TraceDtype, x: f32) -> f32 {
+    match dtype {
+        TraceDtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+        TraceDtype::F16 => half::f16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+/// The reduction a collective ran with in the source, from its NCCL kernel name.
+pub fn recorded_op(c: &TraceCollective) -> Option<ReduceOp> {
+    let k = &c.device.as_ref()?.kernel;
+    if k.contains("_Sum_") {
+        Some(ReduceOp::Sum)
+    } else if k.contains("_Max_") {
+        Some(ReduceOp::Max)
+    } else {
+        None
+    }
+}
+
+/// Target gap before each of this rank's collectives: from the previous
+/// collective's end to this one's start (device interval where recorded, else
+/// the host operator); the first is 0. `None` when the trace has no times.
+pub fn gaps_ns(colls: &[TraceCollective]) -> Option<Vec<u64>> {
+    let span = |c: &TraceCollective| -> Option<(u64, u64)> {
+        match &c.device {
+            Some(d) => Some((d.start_ns, d.end_ns)),
+            None => Some((c.host_start_ns?, c.host_start_ns? + c.host_duration_ns?)),
+        }
+    };
+    let spans: Option<Vec<(u64, u64)>> = colls.iter().map(span).collect();
+    let spans = spans?;
+    Some(spans.iter().enumerate().map(|(i, s)| if i == 0 { 0 } else { s.0.saturating_sub(spans[i - 1].1) }).collect())
+}
+
+/// Run this rank's collectives of `trace` in order.
+pub fn replay(
+    world: &SimpleCommunicator,
+    trace: &CommTrace,
+    op: Option<ReduceOp>,
+    pace: Pace,
+    check: bool,
+    warmup: bool,
+    corrupt_rank: Option<u32>,
+) -> Result<Vec<ExecRecord>> {
+    let mut exec = CpuTraceExec::new(world, trace)?;
+    let rank = world.rank() as u32;
+    exec.corrupt = corrupt_rank == Some(rank);
+    replay_with(world, trace, op, pace, check, warmup, &mut |_, c, o, chk, wait| exec.run(c, o, chk, wait))
+}
+
+/// One blocking collective of a backend: (its index in this rank's trace
+/// order, collective, reduction, check, the pacing wait to call just before
+/// issuing) → (host time, input bytes, completion).
+pub type RunOne<'a> = dyn FnMut(usize, &TraceCollective, ReduceOp, bool, &mut dyn FnMut()) -> Result<(u64, u64, Instant)> + 'a;
+
+/// This rank's collectives of `trace` in order through `run` (a backend's
+/// executor), with the pacing, reduction choice and records shared by every
+/// backend. With `warmup`, one untimed pass of the whole trace, back to back
+/// and unchecked, comes first: NCCL and MPI set up a connection or an
+/// algorithm's resources on first use (the first GPU replay spent 150-200 ms
+/// in the first all-gather and all-to-all), which is not what the trace
+/// recorded in its steady state (nccl-tests' warm-up iterations, `-w`, serve
+/// the same purpose).
+#[allow(clippy::too_many_arguments)]
+pub fn replay_with(
+    world: &SimpleCommunicator,
+    trace: &CommTrace,
+    op: Option<ReduceOp>,
+    pace: Pace,
+    check: bool,
+    warmup: bool,
+    run: &mut RunOne,
+) -> Result<Vec<ExecRecord>> {
+    let rank = world.rank() as u32;
+    let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let gaps = match pace {
+        Pace::None => None,
+        Pace::Gaps => Some(
+            gaps_ns(&mine.collectives)
+                .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?,
+        ),
+    };
+    let choose = |c: &TraceCollective| match (op, recorded_op(c)) {
+        (Some(o), _) => (o, "--op"),
+        (None, Some(o)) => (o, "kernel name"),
+        (None, None) => (ReduceOp::Sum, "default"),
+    };
+    if warmup {
+        world.barrier();
+        for (i, c) in mine.collectives.iter().enumerate() {
+            run(i, c, choose(c).0, false, &mut || {}).with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
+        }
+    }
+    world.barrier();
+    let mut out = Vec::with_capacity(mine.collectives.len());
+    let mut prev_end = Instant::now();
+    for (i, c) in mine.collectives.iter().enumerate() {
+        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
+        let (use_op, source) = choose(c);
+        let target = gaps.as_ref().map(|g| g[i]);
+        let mut actual_gap_ns = 0;
+        let mut wait = || {
+            if let Some(t) = target {
+                while (prev_end.elapsed().as_nanos() as u64) < t {
+                    std::hint::spin_loop();
+                }
+            }
+            actual_gap_ns = prev_end.elapsed().as_nanos() as u64;
+        };
+        let (elapsed_ns, wire_bytes, done) = run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
+        prev_end = done;
+        out.push(ExecRecord {
+            index: i as u32,
+            kind: c.kind,
+            group: c.group.clone(),
+            seq: c.seq,
+            dtype: c.dtype,
+            in_elems: c.in_elems,
+            out_elems: c.out_elems,
+            wire_bytes,
+            op: reducing.then_some(use_op),
+            op_source: reducing.then(|| source.to_string()),
+            target_gap_ns: target,
+            actual_gap_ns,
+            elapsed_ns,
+            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
+        });
+    }
+    world.barrier();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_are_exact_in_half_types() {
+        for r in 0..64 {
+            for i in 0..3 {
+                let v = contribution(r, i);
+                assert_eq!(round_to(TraceDtype::Bf16, v), v);
+                assert_eq!(round_to(TraceDtype::F16, v), v);
+            }
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! `import et`: PyTorch execution traces (Chakra host execution-trace JSON).
+//!
+//! Consumes one file per rank as `torch.profiler.ExecutionTraceObserver`
+//! writes it (format: MLCommons Chakra, "Execution Trace" schema
+//! `1.x-chakra.0.0.4`; the replay conventions follow PARAM's
+//! `et_replay/comm/commsTraceParser.py`). The fields used:
+//! - `schema`, and `nodes`: `id` (execution order), `name`, `ctrl_deps`
+//!   (parent node id), `inputs.values`, `attrs` (a list of
+//!   `{name, type, value}`).
+//! - The `## process_group:init ##` node: its first input is a JSON string
+//!   listing every process group (`pg_name`, `pg_desc`, `ranks`,
+//!   `group_size`); an empty `ranks` list means ranks `0..group_size`.
+//! - `record_param_comms` nodes: attrs `collective_name`, `dtype`,
+//!   `in_msg_nelems`, `out_msg_nelems`, `in_split_size`/`out_split_size`,
+//!   `pg_name`, `pg_desc`, `pg_size`, `global_rank_start`,
+//!   `global_rank_stride`; the group-local rank is the input after the
+//!   `(seq, is_p2p)` and `(pg_name, pg_desc)` inputs (a leading tensor list
+//!   shifts them by one). It is this rank for most collectives, the root for
+//!   broadcast and reduce, the peer for send and receive. An optional `stream`
+//!   attr (written by `commcanary export et`) gives the stream.
+//! - Compute: the top-level operators (children of a thread node) between
+//!   two communication nodes that do not contain one; `## ... ##` marker
+//!   nodes are not compute.
+//!
+//! An execution trace records order, not time: every time and duration is
+//! absent and listed as unknown. It records no rank either: the rank of a
+//! file is the global rank behind the group-local rank of its collectives
+//! that are neither rooted nor point-to-point, and must be the same for all.
+use super::json::{i64_of, str_of, u64_of};
+use super::{
+    classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup,
+    TraceKind, UnknownField,
+};
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+#[derive(Deserialize)]
+struct EtFile {
+    schema: Option<String>,
+    nodes: Vec<Node>,
+}
+
+#[derive(Deserialize)]
+struct Node {
+    id: u64,
+    name: String,
+    #[serde(default)]
+    ctrl_deps: Option<u64>,
+    #[serde(default)]
+    inputs: Option<Inputs>,
+    #[serde(default)]
+    attrs: Vec<Attr>,
+}
+
+#[derive(Deserialize)]
+struct Inputs {
+    #[serde(default)]
+    values: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct Attr {
+    name: String,
+    value: Value,
+}
+
+const THREAD_NODE: &str = "[pytorch|profiler|execution_trace|thread]";
+const PG_INIT: &str = "process_group:init";
+
+/// The clock contract of an imported execution trace: no times at all.
+pub fn clock() -> TraceClock {
+    TraceClock { domain: ClockDomain::None, aligned_across_ranks: false, note: "an execution trace records the order of operators, not their times".into() }
+}
+
+/// What an execution trace cannot tell.
+pub fn unknown() -> Vec<UnknownField> {
+    let r = "execution traces record operator order and arguments, not times";
+    vec![
+        UnknownField { field: "host_start_ns".into(), reason: r.into() },
+        UnknownField { field: "host_duration_ns".into(), reason: r.into() },
+        UnknownField { field: "device".into(), reason: "execution traces record no kernels".into() },
+        UnknownField { field: "compute_before.duration_ns".into(), reason: r.into() },
+        UnknownField { field: "stream".into(), reason: "PyTorch's execution trace records no streams (present only in traces commcanary exported)".into() },
+    ]
+}
+
+/// Import one rank's file.
+pub fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
+    let (json, sha256) = super::read_source(path, limits)?;
+    parse(&json, &path.display().to_string(), sha256, limits).with_context(|| path.display().to_string())
+}
+
+fn attr<'a>(n: &'a Node, key: &str) -> Option<&'a Value> {
+    n.attrs.iter().find(|a| a.name == key).map(|a| &a.value)
+}
+
+fn need<'a>(n: &'a Node, key: &str) -> Result<&'a Value> {
+    attr(n, key).with_context(|| format!("node {} ({}) has no {key:?} attr", n.id, n.name))
+}
+
+/// Parse one rank's execution-trace JSON (the decoder the fuzz target drives).
+pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
+    let file: EtFile = serde_json::from_slice(json).context("not a PyTorch execution trace: expected an object with nodes")?;
+    if file.nodes.len() > limits.max_events {
+        bail!("{} nodes, over the limit of {}", file.nodes.len(), limits.max_events);
+    }
+    let mut nodes: Vec<&Node> = file.nodes.iter().collect();
+    nodes.sort_by_key(|n| n.id);
+    if let Some(w) = nodes.windows(2).find(|w| w[0].id == w[1].id) {
+        bail!("node id {} appears twice", w[0].id);
+    }
+    // Process groups.
+    let init = nodes
+        .iter()
+        .find(|n| n.name.contains(PG_INIT))
+        .context("no `## process_group:init ##` node: the trace describes no process group (record it after init_process_group)")?;
+    let desc_text = init
+        .inputs
+        .as_ref()
+        .and_then(|i| i.values.first())
+        .and_then(|v| v.as_str())
+        .with_context(|| format!("node {} ({}): first input is not the process-group JSON string", init.id, init.name))?;
+    if desc_text.len() as u64 > limits.max_json_bytes {
+        bail!("process-group description over the size limit");
+    }
+    let pgs: Vec<Value> =
+        serde_json::from_str(desc_text).with_context(|| format!("node {}: process-group description is not a JSON list (truncated?)", init.id))?;
+    if pgs.len() > limits.max_groups {
+        bail!("{} process groups, over the limit of {}", pgs.len(), limits.max_groups);
+    }
+    let mut groups: Vec<TraceGroup> = Vec::new();
+    for (i, pg) in pgs.iter().enumerate() {
+        let what = |k: &str| format!("process_group:init[{i}].{k}");
+        let name = str_of(pg.get("pg_name").unwrap_or(&Value::Null), &what("pg_name"), limits.max_name_bytes)?.to_string();
+        let desc = pg.get("pg_desc").and_then(|v| v.as_str()).map(str::to_string);
+        let size = u64_of(pg.get("group_size").unwrap_or(&Value::Null), &what("group_size"))?;
+        if size > limits.max_ranks as u64 {
+            bail!("{} is {size}, over the limit of {}", what("group_size"), limits.max_ranks);
+        }
+        let listed = pg.get("ranks").and_then(|v| v.as_array()).with_context(|| format!("{} is not a list", what("ranks")))?;
+        let members: Vec<u32> = if listed.is_empty() {
+            (0..size as u32).collect()
+        } else {
+            if listed.len() as u64 != size {
+                bail!("{} lists {} ranks but group_size is {size}", what("ranks"), listed.len());
+            }
+            listed.iter().map(|r| u64_of(r, &what("ranks")).and_then(|x| Ok(u32::try_from(x)?))).collect::<Result<_>>()?
+        };
+        groups.push(TraceGroup { name, desc, members });
+    }
+    let world = groups.iter().flat_map(|g| g.members.iter().map(|&m| m + 1).chain([g.members.len() as u32])).max().unwrap_or(0);
+    if world == 0 || world > limits.max_ranks {
+        bail!("the process groups give a world of {world} ranks, outside 1..={}", limits.max_ranks);
+    }
+
+    // Which nodes contain a communication record (they are not compute).
+    let parent: BTreeMap<u64, u64> = nodes.iter().filter_map(|n| n.ctrl_deps.map(|p| (n.id, p))).collect();
+    let threads: BTreeSet<u64> = nodes.iter().filter(|n| n.name == THREAD_NODE).map(|n| n.id).collect();
+    let mut holds_comm: BTreeSet<u64> = BTreeSet::new();
+    for n in nodes.iter().filter(|n| n.name == "record_param_comms") {
+        let mut at = n.id;
+        // Bounded walk up the parent chain (a cycle in a damaged file stops at the node count).
+        for _ in 0..nodes.len() {
+            if !holds_comm.insert(at) {
+                break;
+            }
+            match parent.get(&at) {
+                Some(&p) if p != at => at = p,
+                _ => break,
+            }
+        }
+    }
+
+    let mut collectives: Vec<TraceCollective> = Vec::new();
+    let mut pending: Vec<ComputeOp> = Vec::new();
+    let mut own: Option<(u32, u64)> = None;
+    for n in &nodes {
+        if n.name == "record_param_comms" {
+            let ctx = || format!("node {} (record_param_comms)", n.id);
+            let cname = str_of(need(n, "collective_name")?, "collective_name", limits.max_name_bytes)?;
+            let Some(kind) = classify_name(cname).with_context(ctx)? else { continue };
+            if collectives.len() >= limits.max_collectives {
+                bail!("more than {} collectives in one file", limits.max_collectives);
+            }
+            let (mut c, local) = collective(n, kind, cname, &groups).with_context(ctx)?;
+            if !kind.is_p2p() && !kind.is_rooted() && kind != TraceKind::Barrier {
+                let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
+                let me = global_rank(g, local, "recorded rank").with_context(ctx)?;
+                match own {
+                    Some((r, first)) if r != me => bail!("node {} says this file is rank {me}, node {first} says rank {r}: one file must hold one rank", n.id),
+                    None => own = Some((me, n.id)),
+                    _ => {}
+                }
+            }
+            c.compute_before = std::mem::take(&mut pending);
+            collectives.push(c);
+        } else if n.ctrl_deps.is_some_and(|p| threads.contains(&p)) && !holds_comm.contains(&n.id) && !n.name.starts_with("## ") {
+            if n.name.len() > limits.max_name_bytes {
+                bail!("node {}: name over the {}-byte limit", n.id, limits.max_name_bytes);
+            }
+            pending.push(ComputeOp { name: n.name.clone(), stream: None, device_start_ns: None, duration_ns: None });
+        }
+    }
+    let rank = match own {
+        Some((r, _)) => r,
+        None => rank_from_file_name(label)
+            .with_context(|| format!("cannot tell which rank recorded {label}: it has no collective that records its own rank, and its name has no rank-N"))?,
+    };
+    // Point-to-point and rooted records were resolved against the group; a
+    // file's own rank must be a member of every group it communicates on.
+    for c in &collectives {
+        let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
+        if !g.members.contains(&rank) {
+            bail!("rank {rank} records {} on group {:?}, which it is not a member of ({:?})", c.source_name, g.name, g.members);
+        }
+    }
+    number_sequences(&mut collectives);
+    let mut facts = vec![("process groups".to_string(), serde_json::to_string(&groups)?)];
+    facts.push(("ET schema".to_string(), file.schema.clone().unwrap_or_default()));
+    Ok(RankRecord {
+        file: SourceFile { path: label.to_string(), sha256, rank },
+        world_size: world,
+        run_facts: facts,
+        groups,
+        collectives,
+        trailing_compute: pending,
+        schema: file.schema,
+        nccl_version: None,
+    })
+}
+
+/// `rank-3`, `rank3`, `rank_3` in a file name.
+fn rank_from_file_name(label: &str) -> Option<u32> {
+    let name = Path::new(label).file_name()?.to_str()?;
+    let at = name.find("rank")? + 4;
+    let digits: String = name[at..].trim_start_matches(['-', '_', '.']).chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// Index of the group-local rank among a record's inputs.
+fn rank_input(values: &[Value]) -> Result<&Value> {
+    // (seq, is_p2p) pair, or a bare int seq: no leading tensor list.
+    let is_seq = |v: &Value| v.is_i64() || v.as_array().is_some_and(|a| a.len() == 2 && a[0].is_i64() && a[1].is_boolean());
+    let base = match values.first() {
+        Some(v) if is_seq(v) => 0,
+        Some(_) => 1,
+        None => bail!("no inputs"),
+    };
+    values.get(base + 2).context("inputs end before the recorded rank")
+}
+
+fn collective(n: &Node, kind: TraceKind, cname: &str, groups: &[TraceGroup]) -> Result<(TraceCollective, i64)> {
+    let gname = str_of(need(n, "pg_name")?, "pg_name", 1 << 16)?;
+    let group = groups.iter().find(|g| g.name == gname).with_context(|| {
+        let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        format!("{cname} uses process group {gname:?}, which the process_group:init node never describes (described: {described:?})")
+    })?;
+    let size = group.members.len();
+    if let Some(v) = attr(n, "pg_size") {
+        let s = u64_of(v, "pg_size")?;
+        if s != size as u64 {
+            bail!("{cname} on group {gname:?} records pg_size {s}, but the group is described with {size} members");
+        }
+    }
+    // Strided membership, where recorded, must be the described one (stride -1: not strided).
+    if let (Some(start), Some(stride)) = (attr(n, "global_rank_start"), attr(n, "global_rank_stride")) {
+        let (start, stride) = (i64_of(start, "global_rank_start")?, i64_of(stride, "global_rank_stride")?);
+        if stride >= 0 {
+            let strided: Vec<i64> = (0..size as i64).map(|i| start + i * stride).collect();
+            let described: Vec<i64> = group.members.iter().map(|&m| m as i64).collect();
+            if strided != described {
+                bail!("{cname} on group {gname:?} records members start {start} stride {stride}, but the group is described with {described:?}");
+            }
+        }
+    }
+    let dtype = TraceDtype::from_pytorch(str_of(need(n, "dtype")?, "dtype", 64)?)?;
+    let in_elems = u64_of(need(n, "in_msg_nelems")?, "in_msg_nelems")?;
+    let out_elems = u64_of(need(n, "out_msg_nelems")?, "out_msg_nelems")?;
+    let split = |key: &str| -> Result<Option<Vec<u64>>> {
+        match attr(n, key) {
+            Some(v) if kind == TraceKind::AllToAll => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
+            _ => Ok(None),
+        }
+    };
+    let (in_split, out_split) = (split("in_split_size")?, split("out_split_size")?);
+    let values = n.inputs.as_ref().map(|i| i.values.as_slice()).unwrap_or(&[]);
+    let local = i64_of(rank_input(values)?, "recorded rank")?;
+    let (root, peer) = match kind {
+        TraceKind::Broadcast | TraceKind::Reduce => (Some(global_rank(group, local, "root")?), None),
+        TraceKind::Send | TraceKind::Recv => (None, Some(global_rank(group, local, "peer")?)),
+        _ => (None, None),
+    };
+    let stream = attr(n, "stream").map(|v| u64_of(v, "stream")).transpose()?;
+    Ok((TraceCollective { stream, ..TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer)) }, local))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rank_from_names() {
+        assert_eq!(super::rank_from_file_name("dir/et.rank-12.json.gz"), Some(12));
+        assert_eq!(super::rank_from_file_name("rank3.json"), Some(3));
+        assert_eq!(super::rank_from_file_name("trace.json"), None);
+    }
+}

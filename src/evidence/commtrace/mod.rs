@@ -1,0 +1,941 @@
+//! Communication traces imported from a workload's own profiles.
+//!
+//! Consumes one file per rank from PyTorch: the profiler's Kineto trace
+//! ([`kineto`]) or the execution trace ([`et`]), gzip-compressed or not.
+//! Both record every collective through the `record_param_comms` operator
+//! (PyTorch `torch/csrc/distributed/c10d/ParamCommsUtils.hpp`: collective
+//! name, message element counts in and out, dtype, split sizes, process
+//! group name and description, group-local rank, global rank start/stride,
+//! group size). Produces a [`CommTrace`]: per rank the ordered collectives
+//! with kind, process group (name and global member ranks), dtype, element
+//! counts, split sizes for all-to-all-v, root or peer, stream, host start,
+//! device kernel interval where the trace has one, and the compute between
+//! collectives. What a source cannot know stays absent (`None`) and is listed
+//! in [`CommTrace::unknown`]; it is never written as zero.
+//!
+//! Refuses, naming the file and the cause: files from different runs or rank
+//! sets (their world size, NCCL version or process-group descriptions
+//! differ), two files for one rank, a rank missing, an unknown collective
+//! name (listing the known ones), a group used but never described, counts
+//! that disagree within one record or across a group's members (the k-th
+//! collective of a group must have the same kind, dtype, root and counts on
+//! every member, after Thakur, Rabenseifner & Gropp, "Optimization of
+//! Collective Communication Operations in MPICH", IJHPCA 2005, for each
+//! operation's buffer relations), and sends and receives that do not pair up.
+//! Decoders stop at the explicit [`Limits`] (file and decompressed sizes,
+//! events, collectives, group size) rather than exhaust memory.
+//!
+//! Export ([`export`]) writes PARAM comms-replay JSON and Chakra-style
+//! execution-trace JSON of the communication nodes.
+pub mod cpu_exec;
+pub mod et;
+pub mod export;
+pub mod kineto;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::Path;
+
+/// Current on-disk version of the communication-trace format.
+pub const COMM_TRACE_FORMAT_VERSION: u32 = 1;
+
+/// Which tool wrote the source files.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// PyTorch profiler (Kineto) Chrome-trace JSON.
+    Kineto,
+    /// PyTorch execution trace (Chakra host ET JSON).
+    ExecutionTrace,
+}
+
+/// One source file.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SourceFile {
+    /// Path as given on the command line.
+    pub path: String,
+    /// SHA-256 of the file's bytes as read (compressed, if it was).
+    pub sha256: String,
+    /// World rank that recorded it.
+    pub rank: u32,
+}
+
+/// Where the trace came from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceSource {
+    /// Tool that wrote the files.
+    pub kind: SourceKind,
+    /// Format version the files declare (Kineto `schemaVersion`, ET `schema`).
+    pub schema: Option<String>,
+    /// NCCL version the files declare, where they do.
+    pub nccl_version: Option<String>,
+    /// The files, one per rank, in rank order.
+    pub files: Vec<SourceFile>,
+}
+
+/// Clock contract of every `*_ns` time in the trace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceClock {
+    /// Which clock the times are on.
+    pub domain: ClockDomain,
+    /// Whether a time on one rank can be compared with a time on another.
+    pub aligned_across_ranks: bool,
+    /// What the times mean, in words.
+    pub note: String,
+}
+
+/// Clock domain of a trace's times.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockDomain {
+    /// Each rank's own host clock as its profiler read it (device times
+    /// converted onto it by the profiler), in ns.
+    HostPerRank,
+    /// The source records no times; every time field is absent.
+    None,
+}
+
+/// A field the source cannot provide, and why.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct UnknownField {
+    /// Field name as in [`TraceCollective`] or [`ComputeOp`].
+    pub field: String,
+    /// Why it is unknown.
+    pub reason: String,
+}
+
+/// A process group as the trace describes it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TraceGroup {
+    /// Name (PyTorch's `pg_name`).
+    pub name: String,
+    /// Description (PyTorch's `pg_desc`), where recorded.
+    pub desc: Option<String>,
+    /// Global ranks of the members, in group-rank order.
+    pub members: Vec<u32>,
+}
+
+/// Collective kind of an imported collective.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceKind {
+    /// All-reduce.
+    AllReduce,
+    /// All-gather (input on every member, concatenated output).
+    AllGather,
+    /// Reduce-scatter (reduced input, one block per member).
+    ReduceScatter,
+    /// Broadcast from `root`.
+    Broadcast,
+    /// Reduce to `root`.
+    Reduce,
+    /// All-to-all, equal or explicit (`*_split_elems`) splits.
+    AllToAll,
+    /// Barrier.
+    Barrier,
+    /// Point-to-point send to `peer`.
+    Send,
+    /// Point-to-point receive from `peer`.
+    Recv,
+}
+
+impl TraceKind {
+    /// Point-to-point (matched per peer pair, not per group).
+    pub fn is_p2p(self) -> bool {
+        matches!(self, TraceKind::Send | TraceKind::Recv)
+    }
+    /// Has a root rank.
+    pub fn is_rooted(self) -> bool {
+        matches!(self, TraceKind::Broadcast | TraceKind::Reduce)
+    }
+    /// The name PyTorch records for it (what the exports write when the
+    /// source name is not one of this kind's).
+    pub fn pytorch_name(self) -> &'static str {
+        match self {
+            TraceKind::AllReduce => "allreduce",
+            TraceKind::AllGather => "_allgather_base",
+            TraceKind::ReduceScatter => "_reduce_scatter_base",
+            TraceKind::Broadcast => "broadcast",
+            TraceKind::Reduce => "reduce",
+            TraceKind::AllToAll => "all_to_allv",
+            TraceKind::Barrier => "barrier",
+            TraceKind::Send => "send",
+            TraceKind::Recv => "recv",
+        }
+    }
+    /// Snake-case name as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceKind::AllReduce => "all_reduce",
+            TraceKind::AllGather => "all_gather",
+            TraceKind::ReduceScatter => "reduce_scatter",
+            TraceKind::Broadcast => "broadcast",
+            TraceKind::Reduce => "reduce",
+            TraceKind::AllToAll => "all_to_all",
+            TraceKind::Barrier => "barrier",
+            TraceKind::Send => "send",
+            TraceKind::Recv => "recv",
+        }
+    }
+}
+
+/// Collective names PyTorch's `record_param_comms` writes, and their kinds.
+/// `wait` and `init` are bookkeeping records, not communication, and are skipped.
+pub const KNOWN_COLLECTIVES: [(&str, TraceKind); 17] = [
+    ("allreduce", TraceKind::AllReduce),
+    ("all_reduce", TraceKind::AllReduce),
+    ("allgather", TraceKind::AllGather),
+    ("all_gather", TraceKind::AllGather),
+    ("_allgather_base", TraceKind::AllGather),
+    ("all_gather_into_tensor", TraceKind::AllGather),
+    ("reduce_scatter", TraceKind::ReduceScatter),
+    ("_reduce_scatter_base", TraceKind::ReduceScatter),
+    ("reduce_scatter_tensor", TraceKind::ReduceScatter),
+    ("broadcast", TraceKind::Broadcast),
+    ("reduce", TraceKind::Reduce),
+    ("all_to_all", TraceKind::AllToAll),
+    ("all_to_allv", TraceKind::AllToAll),
+    ("alltoall_base", TraceKind::AllToAll),
+    ("barrier", TraceKind::Barrier),
+    ("send", TraceKind::Send),
+    ("recv", TraceKind::Recv),
+];
+
+/// Bookkeeping records of `record_param_comms` that carry no communication.
+pub const SKIPPED_RECORDS: [&str; 2] = ["wait", "init"];
+
+/// What a recorded collective name means: a kind, a record to skip, or a refusal listing the known names.
+pub fn classify_name(name: &str) -> Result<Option<TraceKind>> {
+    if SKIPPED_RECORDS.contains(&name) {
+        return Ok(None);
+    }
+    match KNOWN_COLLECTIVES.iter().find(|(n, _)| *n == name) {
+        Some((_, k)) => Ok(Some(*k)),
+        None => {
+            let known: Vec<&str> = KNOWN_COLLECTIVES.iter().map(|(n, _)| *n).collect();
+            bail!("unknown collective name {name:?} (known: {}; skipped as bookkeeping: {})", known.join(", "), SKIPPED_RECORDS.join(", "))
+        }
+    }
+}
+
+/// Element type of a collective buffer.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceDtype {
+    /// 32-bit float (PyTorch `Float`).
+    F32,
+    /// bfloat16 (PyTorch `BFloat16`).
+    Bf16,
+    /// IEEE half (PyTorch `Half`).
+    F16,
+    /// 64-bit float (PyTorch `Double`).
+    F64,
+    /// Signed 8-bit (PyTorch `Char`).
+    I8,
+    /// Unsigned 8-bit (PyTorch `Byte`).
+    U8,
+    /// Signed 32-bit (PyTorch `Int`).
+    I32,
+    /// Signed 64-bit (PyTorch `Long`).
+    I64,
+    /// Boolean, one byte (PyTorch `Bool`).
+    Bool,
+}
+
+/// PyTorch `c10::ScalarType` names and their dtypes.
+const DTYPE_NAMES: [(&str, TraceDtype); 9] = [
+    ("Float", TraceDtype::F32),
+    ("BFloat16", TraceDtype::Bf16),
+    ("Half", TraceDtype::F16),
+    ("Double", TraceDtype::F64),
+    ("Char", TraceDtype::I8),
+    ("Byte", TraceDtype::U8),
+    ("Int", TraceDtype::I32),
+    ("Long", TraceDtype::I64),
+    ("Bool", TraceDtype::Bool),
+];
+
+impl TraceDtype {
+    /// Bytes per element.
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            TraceDtype::I8 | TraceDtype::U8 | TraceDtype::Bool => 1,
+            TraceDtype::Bf16 | TraceDtype::F16 => 2,
+            TraceDtype::F32 | TraceDtype::I32 => 4,
+            TraceDtype::F64 | TraceDtype::I64 => 8,
+        }
+    }
+    /// From a PyTorch scalar-type name (`BFloat16`); refuses others, listing the known ones.
+    pub fn from_pytorch(name: &str) -> Result<Self> {
+        match DTYPE_NAMES.iter().find(|(n, _)| *n == name) {
+            Some((_, d)) => Ok(*d),
+            None => {
+                let known: Vec<&str> = DTYPE_NAMES.iter().map(|(n, _)| *n).collect();
+                bail!("unknown dtype {name:?} (known: {})", known.join(", "))
+            }
+        }
+    }
+    /// The PyTorch scalar-type name.
+    pub fn pytorch_name(self) -> &'static str {
+        DTYPE_NAMES.iter().find(|(_, d)| *d == self).map(|(n, _)| *n).unwrap_or("Byte")
+    }
+}
+
+/// A device interval on the rank's clock.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceSpan {
+    /// First kernel start, ns on the trace clock.
+    pub start_ns: u64,
+    /// Last kernel end, ns on the trace clock.
+    pub end_ns: u64,
+    /// Name of the (first) kernel.
+    pub kernel: String,
+}
+
+/// One compute operation between collectives.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ComputeOp {
+    /// Kernel name (Kineto) or operator name (ET).
+    pub name: String,
+    /// Device stream, where recorded.
+    pub stream: Option<u64>,
+    /// Device start on the trace clock, where recorded.
+    pub device_start_ns: Option<u64>,
+    /// Device duration, where recorded.
+    pub duration_ns: Option<u64>,
+}
+
+/// One collective as one rank recorded it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceCollective {
+    /// Kind.
+    pub kind: TraceKind,
+    /// The name the source recorded (`allreduce`, `_allgather_base`, ...).
+    pub source_name: String,
+    /// Process group name (see [`CommTrace::groups`]).
+    pub group: String,
+    /// Position among this rank's collectives on this group (point-to-point:
+    /// among its operations with the same peer and direction on this group), from 0.
+    pub seq: u64,
+    /// Element type.
+    pub dtype: TraceDtype,
+    /// Elements in the input buffer on this rank.
+    pub in_elems: u64,
+    /// Elements in the output buffer on this rank.
+    pub out_elems: u64,
+    /// All-to-all: elements sent to each member, in group-rank order; `None`
+    /// where the source recorded no split sizes (PyTorch then splits evenly).
+    pub in_split_elems: Option<Vec<u64>>,
+    /// All-to-all: elements received from each member; `None` as above.
+    pub out_split_elems: Option<Vec<u64>>,
+    /// Broadcast and reduce: the root's global rank.
+    pub root: Option<u32>,
+    /// Send and receive: the peer's global rank.
+    pub peer: Option<u32>,
+    /// Device stream of its kernel, where recorded.
+    pub stream: Option<u64>,
+    /// Host time the operator started, ns on the trace clock, where recorded.
+    pub host_start_ns: Option<u64>,
+    /// Host duration of the operator, where recorded.
+    pub host_duration_ns: Option<u64>,
+    /// Device interval of its kernels, where recorded.
+    pub device: Option<DeviceSpan>,
+    /// Compute launched after the previous collective and before this one, in launch order.
+    pub compute_before: Vec<ComputeOp>,
+}
+
+impl TraceCollective {
+    /// A record of its communication fields (`seq` 0 until [`number_sequences`]);
+    /// stream, times, device and compute empty for the importer to fill from what its source has.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: TraceKind,
+        source_name: &str,
+        group: &str,
+        dtype: TraceDtype,
+        (in_elems, out_elems): (u64, u64),
+        (in_split_elems, out_split_elems): (Option<Vec<u64>>, Option<Vec<u64>>),
+        (root, peer): (Option<u32>, Option<u32>),
+    ) -> Self {
+        TraceCollective {
+            kind,
+            source_name: source_name.to_string(),
+            group: group.to_string(),
+            seq: 0,
+            dtype,
+            in_elems,
+            out_elems,
+            in_split_elems,
+            out_split_elems,
+            root,
+            peer,
+            stream: None,
+            host_start_ns: None,
+            host_duration_ns: None,
+            device: None,
+            compute_before: Vec::new(),
+        }
+    }
+
+    /// Input bytes.
+    pub fn in_bytes(&self) -> u64 {
+        self.in_elems.saturating_mul(self.dtype.size_bytes())
+    }
+}
+
+/// One rank's part of the trace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankTrace {
+    /// World rank.
+    pub rank: u32,
+    /// Collectives in issue order.
+    pub collectives: Vec<TraceCollective>,
+    /// Compute after the last collective.
+    pub trailing_compute: Vec<ComputeOp>,
+}
+
+/// An imported communication trace (`commcanary import`), one file for all ranks.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CommTrace {
+    /// On-disk format version ([`COMM_TRACE_FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// Provenance.
+    pub source: TraceSource,
+    /// Ranks in the recorded job.
+    pub world_size: u32,
+    /// Clock contract of the `*_ns` times.
+    pub clock: TraceClock,
+    /// Fields this source cannot provide (absent in every record), and why.
+    pub unknown: Vec<UnknownField>,
+    /// Every process group the sources describe (each one a collective references among them), in name order.
+    pub groups: Vec<TraceGroup>,
+    /// Per rank, in rank order.
+    pub ranks: Vec<RankTrace>,
+}
+
+impl CommTrace {
+    /// The group of that name.
+    pub fn group(&self, name: &str) -> Option<&TraceGroup> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+
+    /// Read and check a trace written by `commcanary import`.
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_slice(&bytes).with_context(|| path.display().to_string())
+    }
+
+    /// Decode and check.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+        let t: CommTrace = serde_json::from_slice(bytes).context("not a CommCanary communication trace")?;
+        if t.format_version != COMM_TRACE_FORMAT_VERSION {
+            bail!("communication trace format version {} (this build reads {COMM_TRACE_FORMAT_VERSION})", t.format_version);
+        }
+        let names: Vec<String> = t.source.files.iter().map(|f| f.path.clone()).collect();
+        let per_rank: Vec<RankTrace> = t.ranks.clone();
+        check_ranks(t.world_size, &per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
+        check_consistency(&t.groups, &per_rank, &names)?;
+        Ok(t)
+    }
+}
+
+/// Bounds on what the decoders accept. A file past one is refused, naming the bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Bytes of a file as stored (compressed or not).
+    pub max_file_bytes: u64,
+    /// Bytes of JSON after decompression.
+    pub max_json_bytes: u64,
+    /// Events (Kineto) or nodes (ET) in one file.
+    pub max_events: usize,
+    /// Collectives on one rank.
+    pub max_collectives: usize,
+    /// World size, and members of one group.
+    pub max_ranks: u32,
+    /// Process groups described in one file.
+    pub max_groups: usize,
+    /// Bytes of one name (kernels, operators, groups).
+    pub max_name_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: 2 << 30,
+            max_json_bytes: 2 << 30,
+            max_events: 50_000_000,
+            max_collectives: 10_000_000,
+            max_ranks: 1 << 20,
+            max_groups: 100_000,
+            max_name_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Read a file, decompressing gzip (detected by its magic bytes, RFC 1952),
+/// within `limits`. Returns the JSON bytes and the SHA-256 of the stored bytes.
+pub fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.len() > limits.max_file_bytes {
+        bail!("{}: {} bytes, over the {}-byte limit on a trace file", path.display(), meta.len(), limits.max_file_bytes);
+    }
+    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let sha = crate::core::fsutil::sha256_hex(&raw);
+    let json = decompress(&raw, limits).with_context(|| path.display().to_string())?;
+    Ok((json, sha))
+}
+
+/// Gunzip `raw` when it starts with the gzip magic, else return it; refuses
+/// output past `limits.max_json_bytes`.
+pub fn decompress(raw: &[u8], limits: &Limits) -> Result<Vec<u8>> {
+    if raw.len() as u64 > limits.max_json_bytes && !raw.starts_with(&[0x1f, 0x8b]) {
+        bail!("{} bytes of JSON, over the {}-byte limit", raw.len(), limits.max_json_bytes);
+    }
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return Ok(raw.to_vec());
+    }
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(raw)
+        .take(limits.max_json_bytes.saturating_add(1))
+        .read_to_end(&mut out)
+        .context("gzip stream is corrupt or truncated")?;
+    if out.len() as u64 > limits.max_json_bytes {
+        bail!("decompresses past the {}-byte limit on trace JSON", limits.max_json_bytes);
+    }
+    Ok(out)
+}
+
+/// What one source file contributes before the cross-rank checks.
+#[derive(Clone, Debug)]
+pub struct RankRecord {
+    /// The file.
+    pub file: SourceFile,
+    /// Ranks in the job, as this file tells it.
+    pub world_size: u32,
+    /// Facts every file of one run must share (key, canonical value).
+    pub run_facts: Vec<(String, String)>,
+    /// Groups this file describes.
+    pub groups: Vec<TraceGroup>,
+    /// Its collectives in order (`seq` filled by [`number_sequences`]).
+    pub collectives: Vec<TraceCollective>,
+    /// Compute after the last collective.
+    pub trailing_compute: Vec<ComputeOp>,
+    /// Source schema string.
+    pub schema: Option<String>,
+    /// NCCL version, where declared.
+    pub nccl_version: Option<String>,
+}
+
+/// Fill each collective's `seq`: per group for collectives, per (group, peer,
+/// direction) for point-to-point.
+pub fn number_sequences(colls: &mut [TraceCollective]) {
+    let mut next: BTreeMap<(String, Option<(TraceKind, u32)>), u64> = BTreeMap::new();
+    for c in colls.iter_mut() {
+        let key = (c.group.clone(), if c.kind.is_p2p() { c.peer.map(|p| (c.kind, p)) } else { None });
+        let n = next.entry(key).or_insert(0);
+        c.seq = *n;
+        *n += 1;
+    }
+}
+
+/// Members of a group after resolving a group-local rank; refuses one outside the group.
+pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
+    usize::try_from(local)
+        .ok()
+        .and_then(|i| group.members.get(i).copied())
+        .with_context(|| format!("{what} {local} is not a rank of group {:?} (members {:?})", group.name, group.members))
+}
+
+/// Check one record's own buffer relations (the counts a collective of this
+/// kind must have on one rank of a group of `n`).
+pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
+    let (i, o) = (c.in_elems, c.out_elems);
+    let ok = match c.kind {
+        TraceKind::AllReduce | TraceKind::Broadcast | TraceKind::Reduce => i == o,
+        TraceKind::AllGather => Some(o) == i.checked_mul(n),
+        TraceKind::ReduceScatter => Some(i) == o.checked_mul(n),
+        TraceKind::AllToAll => match (&c.in_split_elems, &c.out_split_elems) {
+            (Some(a), Some(b)) => a.len() as u64 == n && b.len() as u64 == n && a.iter().sum::<u64>() == i && b.iter().sum::<u64>() == o,
+            (None, None) => i == o && n > 0 && i % n == 0,
+            _ => false,
+        },
+        TraceKind::Barrier | TraceKind::Send | TraceKind::Recv => true,
+    };
+    if !ok {
+        bail!(
+            "{} on group {:?} (#{}) records {i} elements in and {o} out{} on a group of {n}: counts disagree with the operation",
+            c.source_name,
+            c.group,
+            c.seq,
+            match (&c.in_split_elems, &c.out_split_elems) {
+                (None, None) => String::new(),
+                (a, b) => format!(" with splits {a:?}/{b:?}"),
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Every rank of `0..world` present once.
+fn check_ranks(world: u32, ranks: &[u32], names: &[String]) -> Result<()> {
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, &r) in ranks.iter().enumerate() {
+        if r >= world {
+            bail!("{}: rank {r} is outside the world of {world} ranks: files from different runs or rank sets", name_of(names, i));
+        }
+        if let Some(j) = seen.insert(r, i) {
+            bail!("{} and {} both record rank {r}: files from different runs or rank sets", name_of(names, j), name_of(names, i));
+        }
+    }
+    if let Some(missing) = (0..world).find(|r| !seen.contains_key(r)) {
+        let given: Vec<u32> = seen.keys().copied().collect();
+        bail!("rank {missing} missing: the trace's world has {world} ranks and the files given record ranks {given:?} (give one file per rank)");
+    }
+    Ok(())
+}
+
+fn name_of(names: &[String], i: usize) -> &str {
+    names.get(i).map(|s| s.as_str()).unwrap_or("?")
+}
+
+/// Cross-rank checks: groups described, members agree per collective, point-to-point pairs.
+fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], names: &[String]) -> Result<()> {
+    let file_of = |rank: u32| -> &str { ranks.iter().position(|r| r.rank == rank).map(|i| name_of(names, i)).unwrap_or("?") };
+    let by_name: BTreeMap<&str, &TraceGroup> = groups.iter().map(|g| (g.name.as_str(), g)).collect();
+    // (group, member) -> that member's non-p2p collectives on the group.
+    let mut per_member: BTreeMap<(&str, u32), Vec<&TraceCollective>> = BTreeMap::new();
+    // (src, dst, group) -> sends / recvs.
+    let mut sends: BTreeMap<(u32, u32, &str), Vec<&TraceCollective>> = BTreeMap::new();
+    let mut recvs: BTreeMap<(u32, u32, &str), Vec<&TraceCollective>> = BTreeMap::new();
+    for r in ranks {
+        for c in &r.collectives {
+            let g = by_name.get(c.group.as_str()).with_context(|| {
+                let described: Vec<&str> = by_name.keys().copied().collect();
+                format!("{}: rank {} uses process group {:?}, which no file describes (described: {described:?})", file_of(r.rank), r.rank, c.group)
+            })?;
+            if !g.members.contains(&r.rank) {
+                bail!("{}: rank {} issues {} on group {:?} whose members are {:?}", file_of(r.rank), r.rank, c.source_name, g.name, g.members);
+            }
+            check_record_counts(c, g.members.len() as u64).with_context(|| format!("{}: rank {}", file_of(r.rank), r.rank))?;
+            match c.kind {
+                TraceKind::Send => {
+                    let p = c.peer.with_context(|| format!("{}: send #{} has no peer", file_of(r.rank), c.seq))?;
+                    sends.entry((r.rank, p, &c.group)).or_default().push(c);
+                }
+                TraceKind::Recv => {
+                    let p = c.peer.with_context(|| format!("{}: recv #{} has no peer", file_of(r.rank), c.seq))?;
+                    recvs.entry((p, r.rank, &c.group)).or_default().push(c);
+                }
+                _ => per_member.entry((g.name.as_str(), r.rank)).or_default().push(c),
+            }
+        }
+    }
+    for g in groups {
+        let lists: Vec<(u32, &[&TraceCollective])> =
+            g.members.iter().map(|&m| (m, per_member.get(&(g.name.as_str(), m)).map(|v| v.as_slice()).unwrap_or(&[]))).collect();
+        let Some(&(first_rank, first)) = lists.first() else { continue };
+        for &(m, list) in &lists[1..] {
+            if list.len() != first.len() {
+                bail!(
+                    "group {:?}: rank {first_rank} ({}) issues {} collectives on it, rank {m} ({}) issues {}: counts disagree across the group's members",
+                    g.name,
+                    file_of(first_rank),
+                    first.len(),
+                    file_of(m),
+                    list.len()
+                );
+            }
+            for (k, (a, b)) in first.iter().zip(list.iter()).enumerate() {
+                let same = a.kind == b.kind
+                    && a.dtype == b.dtype
+                    && a.root == b.root
+                    && (a.kind == TraceKind::AllToAll && a.in_split_elems.is_some() || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
+                if !same {
+                    bail!(
+                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}; rank {m} ({}) records {} of {} {:?} in, {} out{}: counts disagree across the group's members",
+                        g.name,
+                        file_of(first_rank),
+                        a.kind.name(), a.in_elems, a.dtype, a.out_elems, root_text(a.root),
+                        file_of(m),
+                        b.kind.name(), b.in_elems, b.dtype, b.out_elems, root_text(b.root),
+                    );
+                }
+            }
+        }
+        // All-to-all with explicit splits: what i sends to j is what j receives from i.
+        for k in 0..first.len() {
+            if first[k].kind != TraceKind::AllToAll {
+                continue;
+            }
+            for (i, &(ri, li)) in lists.iter().enumerate() {
+                for (j, &(rj, lj)) in lists.iter().enumerate() {
+                    let send = li[k].in_split_elems.as_ref().map(|s| s[j]).unwrap_or(li[k].in_elems / g.members.len() as u64);
+                    let recv = lj[k].out_split_elems.as_ref().map(|s| s[i]).unwrap_or(lj[k].out_elems / g.members.len() as u64);
+                    if send != recv {
+                        bail!(
+                            "group {:?} all-to-all #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} from it: counts disagree across the group's members",
+                            g.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let pairs: BTreeSet<(u32, u32, &str)> = sends.keys().chain(recvs.keys()).copied().collect();
+    for key in pairs {
+        let (s, r) = (sends.get(&key).map(|v| v.as_slice()).unwrap_or(&[]), recvs.get(&key).map(|v| v.as_slice()).unwrap_or(&[]));
+        let (src, dst, g) = key;
+        if s.len() != r.len() {
+            bail!(
+                "group {g:?}: rank {src} ({}) sends {} times to rank {dst}, which ({}) receives {} times from it: point-to-point operations do not pair up",
+                file_of(src),
+                s.len(),
+                file_of(dst),
+                r.len()
+            );
+        }
+        for (k, (a, b)) in s.iter().zip(r.iter()).enumerate() {
+            if a.in_elems != b.out_elems || a.dtype != b.dtype {
+                bail!(
+                    "group {g:?}: send #{k} from rank {src} carries {} {:?} elements, the matching recv on rank {dst} expects {} {:?}: counts disagree",
+                    a.in_elems,
+                    a.dtype,
+                    b.out_elems,
+                    b.dtype
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn root_text(root: Option<u32>) -> String {
+    root.map(|r| format!(" (root {r})")).unwrap_or_default()
+}
+
+/// Put per-file records together: same run, one file per rank, every rank
+/// present, groups described alike, counts agreeing across members.
+pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, unknown: Vec<UnknownField>) -> Result<CommTrace> {
+    let Some(first) = recs.first() else { bail!("no trace files given") };
+    let (first_path, first_facts, world) = (first.file.path.clone(), first.run_facts.clone(), first.world_size);
+    for r in &recs[1..] {
+        for ((k, a), (k2, b)) in first_facts.iter().zip(r.run_facts.iter()) {
+            if k != k2 || a != b {
+                bail!("{} and {first_path} come from different runs or rank sets: {k} is {b} in {} but {a} in {first_path}", r.file.path, r.file.path);
+            }
+        }
+        if r.run_facts.len() != first_facts.len() || r.world_size != world {
+            bail!("{} and {first_path} come from different runs or rank sets: world size {} vs {world}", r.file.path, r.world_size);
+        }
+    }
+    recs.sort_by_key(|r| r.file.rank);
+    let names: Vec<String> = recs.iter().map(|r| r.file.path.clone()).collect();
+    check_ranks(world, &recs.iter().map(|r| r.file.rank).collect::<Vec<_>>(), &names)?;
+    // Groups: the union of what the files describe; one name, one membership.
+    let mut groups: Vec<TraceGroup> = Vec::new();
+    for r in &recs {
+        for g in &r.groups {
+            match groups.iter().find(|h| h.name == g.name) {
+                Some(h) if h.members != g.members => bail!(
+                    "{} describes group {:?} with members {:?}, another file with {:?}: files from different runs or rank sets",
+                    r.file.path,
+                    g.name,
+                    g.members,
+                    h.members
+                ),
+                Some(_) => {}
+                None => groups.push(g.clone()),
+            }
+        }
+    }
+    for g in &groups {
+        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
+            bail!("group {:?} names rank {m}, outside the world of {world}", g.name);
+        }
+    }
+    let ranks: Vec<RankTrace> =
+        recs.iter().map(|r| RankTrace { rank: r.file.rank, collectives: r.collectives.clone(), trailing_compute: r.trailing_compute.clone() }).collect();
+    check_consistency(&groups, &ranks, &names)?;
+    // Every described group is kept (the world group carries the world size
+    // even where no collective uses it), in name order.
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    let first = &recs[0];
+    Ok(CommTrace {
+        format_version: COMM_TRACE_FORMAT_VERSION,
+        source: TraceSource {
+            kind,
+            schema: first.schema.clone(),
+            nccl_version: first.nccl_version.clone(),
+            files: recs.iter().map(|r| r.file.clone()).collect(),
+        },
+        world_size: world,
+        clock,
+        unknown,
+        groups,
+        ranks,
+    })
+}
+
+/// Import one file per rank of `kind` and put them together.
+pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Limits) -> Result<CommTrace> {
+    let recs = paths
+        .iter()
+        .map(|p| match kind {
+            SourceKind::Kineto => kineto::import_file(p, limits),
+            SourceKind::ExecutionTrace => et::import_file(p, limits),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (clock, unknown) = match kind {
+        SourceKind::Kineto => (kineto::clock(), kineto::unknown()),
+        SourceKind::ExecutionTrace => (et::clock(), et::unknown()),
+    };
+    assemble(kind, recs, clock, unknown)
+}
+
+/// Executor of a whole trace on one rank (a backend's `replay`).
+pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<Vec<cpu_exec::ExecRecord>> + 'a;
+
+/// `replay-trace`: run this rank's collectives of an imported trace through
+/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; rank 0 prints a summary.
+pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<()> {
+    let trace = CommTrace::read(trace)?;
+    let universe = mpi::initialize().context("MPI could not be initialised")?;
+    let world = mpi::topology::Communicator::duplicate(&universe.world());
+    let rank = mpi::topology::Communicator::rank(&world) as u32;
+    // A failing rank aborts the whole job (its peers may be blocked in a collective).
+    let records = match run(&world, &trace).and_then(|r| {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.json")), &r)?;
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("commcanary replay-trace rank {rank}: error: {e:#}");
+            mpi::topology::Communicator::abort(&world, 2)
+        }
+    };
+    if rank == 0 {
+        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, u64)> = BTreeMap::new();
+        for r in &records {
+            let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += r.checked as u64;
+        }
+        for ((k, g, d), (n, checked)) in &by {
+            println!("rank 0: {n} x {} {d:?} on {g:?}, {checked} checked", k.name());
+        }
+        let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
+        if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
+            println!("rank 0: replay gap error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+        }
+    }
+    Ok(())
+}
+
+/// Collectives per kind on each rank, one line per rank (for the import's report).
+pub fn render_counts(t: &CommTrace) -> String {
+    let mut s = String::new();
+    for r in &t.ranks {
+        let mut by: BTreeMap<(TraceKind, String, TraceDtype, u64), u64> = BTreeMap::new();
+        for c in &r.collectives {
+            *by.entry((c.kind, c.group.clone(), c.dtype, c.in_elems)).or_insert(0) += 1;
+        }
+        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d:?} on {g:?}", k.name())).collect();
+        s += &format!("rank {}: {}\n", r.rank, parts.join(", "));
+    }
+    s
+}
+
+/// Helpers shared by the JSON decoders.
+pub(crate) mod json {
+    use anyhow::{bail, Context, Result};
+    use serde_json::Value;
+
+    /// A non-negative integer field.
+    pub fn u64_of(v: &Value, what: &str) -> Result<u64> {
+        if let Some(n) = v.as_u64() {
+            return Ok(n);
+        }
+        match v.as_f64() {
+            Some(f) if (0.0..1.8e19).contains(&f) && f.fract() == 0.0 => Ok(f as u64),
+            _ => bail!("{what} is {v}, expected a non-negative integer"),
+        }
+    }
+
+    /// An integer field, possibly negative.
+    pub fn i64_of(v: &Value, what: &str) -> Result<i64> {
+        v.as_i64().with_context(|| format!("{what} is {v}, expected an integer"))
+    }
+
+    /// A string field, bounded.
+    pub fn str_of<'a>(v: &'a Value, what: &str, max: usize) -> Result<&'a str> {
+        let s = v.as_str().with_context(|| format!("{what} is {v}, expected a string"))?;
+        if s.len() > max {
+            bail!("{what} is {} bytes long, over the {max}-byte limit", s.len());
+        }
+        Ok(s)
+    }
+
+    /// A JSON list of integers written as a string (`"[0, 1]"`), as PyTorch records ranks and splits.
+    pub fn int_list_in_string(v: &Value, what: &str, max_len: usize) -> Result<Vec<i64>> {
+        let s = v.as_str().with_context(|| format!("{what} is {v}, expected a string holding a list"))?;
+        let parsed: Vec<i64> = serde_json::from_str(s).with_context(|| format!("{what} is {s:?}, expected a list of integers"))?;
+        if parsed.len() > max_len {
+            bail!("{what} has {} entries, over the limit of {max_len}", parsed.len());
+        }
+        Ok(parsed)
+    }
+
+    /// Microseconds with a fraction (Chrome trace `ts`/`dur`) to whole ns.
+    pub fn us_to_ns(v: &Value, what: &str) -> Result<u64> {
+        match v.as_f64() {
+            Some(f) if (0.0..1.8e16).contains(&f) => Ok((f * 1000.0).round() as u64),
+            _ => bail!("{what} is {v}, expected a non-negative time in µs"),
+        }
+    }
+
+    /// Non-negative split sizes.
+    pub fn splits(list: Vec<i64>, what: &str) -> Result<Option<Vec<u64>>> {
+        if list.is_empty() {
+            return Ok(None);
+        }
+        list.into_iter().map(|x| u64::try_from(x).with_context(|| format!("{what} holds {x}, expected element counts"))).collect::<Result<Vec<u64>>>().map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_are_refused_with_the_known_list() {
+        let e = classify_name("allreduce_fancy").unwrap_err().to_string();
+        assert!(e.contains("allreduce_fancy") && e.contains("_allgather_base") && e.contains("all_to_allv"), "{e}");
+        assert_eq!(classify_name("wait").unwrap(), None);
+        assert_eq!(classify_name("_reduce_scatter_base").unwrap(), Some(TraceKind::ReduceScatter));
+    }
+
+    #[test]
+    fn gzip_is_bounded() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(&vec![b' '; 10_000]).unwrap();
+        let gz = enc.finish().unwrap();
+        let small = Limits { max_json_bytes: 9_999, ..Limits::default() };
+        assert!(decompress(&gz, &small).unwrap_err().to_string().contains("limit"));
+        assert_eq!(decompress(&gz, &Limits::default()).unwrap().len(), 10_000);
+        assert!(decompress(&gz[..gz.len() / 2], &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn record_counts_follow_the_operation() {
+        let c = |kind: TraceKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
+        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 8), 2).is_ok());
+        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 4), 2).is_err());
+        assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
+        assert!(check_record_counts(&c(TraceKind::AllReduce, 8, 4), 2).is_err());
+        assert!(check_record_counts(&c(TraceKind::AllToAll, 9, 9), 2).is_err());
+    }
+}

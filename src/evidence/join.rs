@@ -1,0 +1,1041 @@
+//! `join`: verify a run's shards and match events by operation identity.
+//!
+//! Consumes a run directory (`run.json` plus one shard per rank). Produces the
+//! joined trace (one [`JoinedCollective`] per operation, with every rank's
+//! times and the arrival offsets on rank 0's calibrated timebase) and a
+//! [`JoinSummary`]. Refuses, naming file, rank, group and sequence: a missing
+//! `run.json`, a missing or duplicated rank shard, a shard whose hash fails or
+//! differs from `run.json`, a shard from another run, inconsistent group
+//! membership, a duplicated event, an event present on some ranks only, and
+//! an identity mismatch (kind, size, dtype, phase) between ranks. Events are
+//! never matched by closeness in time. Nothing on disk is modified.
+//!
+//! Operation identity (docs/ARCHITECTURE.md §6.3) = (process group, ordered membership,
+//! collective kind, bytes, per-group sequence number, phase). The group id and
+//! sequence number locate the operation; every other component must agree.
+use crate::core::clock::ClockModel;
+use crate::core::refusal::Code;
+use crate::core::stats;
+use crate::core::workload::Phase;
+use crate::evidence::run::{RunRecord, RUN_FILE};
+use crate::evidence::shard::{CollectiveKind, Dtype, Shard};
+use crate::refuse;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One rank's view of a joined collective (local clock, ns).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankTimes {
+    /// World rank.
+    pub rank: u32,
+    /// Arrival (issue) time.
+    pub host_issue_ns: u64,
+    /// Issue call return.
+    pub host_return_ns: u64,
+    /// Wait start.
+    pub wait_start_ns: u64,
+    /// Wait end.
+    pub wait_end_ns: u64,
+    /// Device interval start, where measured.
+    pub device_start_ns: Option<u64>,
+    /// Device interval end, where measured.
+    pub device_end_ns: Option<u64>,
+    /// Injected arrival delay, if any.
+    pub injected_delay_ns: Option<u64>,
+    /// Replay error (actual minus target gap), where replayed.
+    pub replay_error_ns: Option<i64>,
+    /// Fill units, where filled.
+    pub fill_units: Option<u32>,
+    /// Fill quantization error, where filled.
+    pub fill_quantization_error_ns: Option<i64>,
+    /// How long the compute stream stalled on this collective (GPU), where measured.
+    #[serde(default)]
+    pub device_wait_ns: Option<u64>,
+}
+
+impl RankTimes {
+    /// Time the collective took on this rank: the device interval where the
+    /// backend measured one (GPU events), else issue to wait return on the host.
+    pub fn completion_ns(&self) -> u64 {
+        match (self.device_start_ns, self.device_end_ns) {
+            (Some(s), Some(e)) => e.saturating_sub(s),
+            _ => self.wait_end_ns.saturating_sub(self.host_issue_ns),
+        }
+    }
+
+    /// Which interval [`Self::completion_ns`] used.
+    pub fn completion_source(&self) -> CompletionSource {
+        if self.device_start_ns.is_some() && self.device_end_ns.is_some() {
+            CompletionSource::DeviceEvents
+        } else {
+            CompletionSource::HostIssueToWaitReturn
+        }
+    }
+}
+
+/// Where a completion time comes from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompletionSource {
+    /// Device events around the collective on its stream.
+    DeviceEvents,
+    /// Host clock from the issue call to the wait's return.
+    HostIssueToWaitReturn,
+    /// Both kinds within one phase (should not happen within one backend).
+    Mixed,
+}
+
+/// Whether arrival offsets could be computed.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArrivalStatus {
+    /// Every rank had a clock model.
+    Calibrated,
+    /// At least one rank had none: offsets and skew are unknown, not zero.
+    UnknownUncalibrated,
+}
+
+/// A collective matched across ranks.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JoinedCollective {
+    /// Phase.
+    pub phase: Phase,
+    /// Kind.
+    pub kind: CollectiveKind,
+    /// Process group id.
+    pub group: u32,
+    /// Ordered membership.
+    pub members: Vec<u32>,
+    /// Per-group sequence number.
+    pub seq: u64,
+    /// Logical bytes.
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Token.
+    pub token: Option<u32>,
+    /// Layer.
+    pub layer: Option<u32>,
+    /// Iteration (isolated).
+    pub iter: Option<u32>,
+    /// Warm-up.
+    pub warmup: bool,
+    /// Per-rank times, in membership order.
+    pub ranks: Vec<RankTimes>,
+    /// Calibration status of the arrival figures.
+    pub arrival_status: ArrivalStatus,
+    /// Per-rank arrival minus the earliest arrival, µs, on rank 0's timebase
+    /// (device start where measured, else host issue).
+    pub arrival_offsets_us: Option<Vec<f64>>,
+    /// Max minus min arrival, µs.
+    pub arrival_skew_us: Option<f64>,
+    /// Error bound of the skew, µs (sum of the bounds of the two ranks involved:
+    /// clock calibration, plus the device anchor's error on GPUs).
+    pub arrival_bound_us: Option<f64>,
+    /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
+    pub skew_resolved: Option<bool>,
+    /// NCCL's tuner choice for this collective, where captured (`rank --nccl-tuning`).
+    #[serde(default)]
+    pub tuner: Option<crate::evidence::tuning::TunerChoice>,
+}
+
+/// Per-rank clock report.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankClockReport {
+    /// World rank.
+    pub rank: u32,
+    /// Host.
+    pub host: String,
+    /// Whether a clock model exists.
+    pub calibrated: bool,
+    /// Estimated offset (local - rank 0) at the start window, µs.
+    pub offset_us: Option<f64>,
+    /// Estimated drift, ppm.
+    pub drift_ppm: Option<f64>,
+    /// Offset error bound, µs.
+    pub bound_us: Option<f64>,
+    /// Drift uncertainty, ppm.
+    pub drift_bound_ppm: Option<f64>,
+    /// Injected offset at the start window relative to rank 0 (truth), µs.
+    pub injected_offset_us: Option<f64>,
+    /// Injected drift relative to rank 0 (truth), ppm.
+    pub injected_drift_ppm: Option<f64>,
+    /// |estimate - truth| (truth = injected, or 0 when none) within the bound.
+    pub offset_within_bound: Option<bool>,
+    /// |drift estimate - truth| within the drift bound.
+    pub drift_within_bound: Option<bool>,
+}
+
+/// Per-node clock consistency: ranks on one node share a clock in truth.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeClockReport {
+    /// Host.
+    pub host: String,
+    /// Ranks on it.
+    pub ranks: Vec<u32>,
+    /// Whether every un-injected rank's [offset ± bound] intervals intersect.
+    pub consistent: Option<bool>,
+    /// Widest bound on the node, µs.
+    pub max_bound_us: Option<f64>,
+}
+
+/// Per-phase summary.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseSummary {
+    /// Phase.
+    pub phase: Phase,
+    /// Timed (non-warm-up) collectives per rank.
+    pub collectives_per_rank: u64,
+    /// Warm-up collectives per rank (recorded, excluded from statistics).
+    pub warmup_collectives_per_rank: u64,
+    /// Timed collectives per message size (bytes → count, per rank).
+    pub sizes_bytes: BTreeMap<u64, u64>,
+    /// Issue order of the first sizes (to show cycling).
+    pub first_sizes_bytes: Vec<u64>,
+    /// What the completion figures measure.
+    pub completion_source: Option<CompletionSource>,
+    /// Median per-rank completion time, µs, timed events, all ranks.
+    pub completion_median_us: Option<f64>,
+    /// 99th percentile (nearest rank) of the same.
+    pub completion_p99_us: Option<f64>,
+    /// Median token latency, µs, all ranks.
+    pub token_median_us: Option<f64>,
+    /// 99th percentile token latency, µs.
+    pub token_p99_us: Option<f64>,
+    /// Median arrival skew, µs (absent when uncalibrated).
+    pub skew_median_us: Option<f64>,
+    /// Median time the compute stream stalled on a collective, µs (GPU; absent when unmeasured).
+    #[serde(default)]
+    pub device_wait_median_us: Option<f64>,
+    /// Timed collectives per NCCL tuner choice `ALGO/PROTO/channels` (empty when not captured).
+    #[serde(default)]
+    pub tuner_choices: BTreeMap<String, u64>,
+}
+
+/// One size of the isolated phase, in nccl-tests' terms (its
+/// `doc/PERFORMANCE.md` and per-iteration timing, `-I 1`): an iteration's
+/// time is the largest over ranks; `time` is the mean per iteration, and
+/// bus bandwidth scales algorithm bandwidth by `2(n-1)/n` for all-reduce.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct IsolatedSizeRow {
+    /// Message size.
+    pub bytes: u64,
+    /// Timed iterations.
+    pub iterations: u64,
+    /// Mean over ranks of each rank's mean per-iteration time, µs.
+    pub time_us: f64,
+    /// Algorithm bandwidth, bytes / time, GB/s.
+    pub algbw_gbps: f64,
+    /// Bus bandwidth, algbw × 2(n−1)/n, GB/s.
+    pub busbw_gbps: f64,
+    /// Wrong elements found by the result checks of this size; absent when none was checked.
+    pub wrong_elements: Option<u64>,
+    /// Median per-iteration time (largest over ranks), µs.
+    pub p50_us: f64,
+    /// 99th percentile (nearest rank) of the same, µs.
+    pub p99_us: f64,
+    /// What the times measure.
+    pub source: CompletionSource,
+}
+
+/// The isolated phase of a joined run, per size.
+pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
+    let n = j.run.world_size as f64;
+    let mut by_size: BTreeMap<u64, Vec<&JoinedCollective>> = BTreeMap::new();
+    for c in j.collectives.iter().filter(|c| c.phase == Phase::Isolated && !c.warmup) {
+        by_size.entry(c.bytes).or_default().push(c);
+    }
+    by_size
+        .into_iter()
+        .map(|(bytes, cs)| {
+            let mut iter_max: Vec<f64> = cs.iter().map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64).fold(0.0, f64::max) / 1e3).collect();
+            let ranks = cs[0].ranks.len();
+            let time_us =
+                (0..ranks).map(|r| cs.iter().map(|c| c.ranks[r].completion_ns() as f64 / 1e3).sum::<f64>() / cs.len() as f64).sum::<f64>() / ranks as f64;
+            let algbw_gbps = bytes as f64 / (time_us * 1e3);
+            let checks: Vec<u64> = j
+                .shards
+                .iter()
+                .flat_map(|s| s.header.checks.iter())
+                .filter(|k| k.phase == Phase::Isolated && k.bytes == bytes)
+                .map(|k| k.wrong_elements)
+                .collect();
+            let source = cs[0].ranks[0].completion_source();
+            // nccl-tests' nearest-rank indices: p50 = sorted[n/2], p99 = sorted[ceil(0.99 n) - 1]
+            iter_max.sort_by(f64::total_cmp);
+            let len = iter_max.len();
+            let p99_idx = ((len * 99).div_ceil(100)).saturating_sub(1).min(len - 1);
+            IsolatedSizeRow {
+                bytes,
+                iterations: len as u64,
+                time_us,
+                algbw_gbps,
+                busbw_gbps: if n > 1.0 { algbw_gbps * 2.0 * (n - 1.0) / n } else { algbw_gbps },
+                wrong_elements: (!checks.is_empty()).then(|| checks.iter().sum()),
+                p50_us: iter_max[len / 2],
+                p99_us: iter_max[p99_idx],
+                source,
+            }
+        })
+        .collect()
+}
+
+/// Event-by-event comparison of tuner choices between a workload phase and a
+/// proxy that replays it (the k-th collective of each, warm-ups included;
+/// sizes must agree pairwise or the comparison is refused).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TuningComparison {
+    /// Workload phase.
+    pub workload: Phase,
+    /// Proxy phase.
+    pub proxy: Phase,
+    /// Pairs compared.
+    pub compared: u64,
+    /// Pairs with the same algorithm, protocol and channel count.
+    pub same: u64,
+    /// The first differing pairs: (index, workload choice, proxy choice).
+    pub first_differences: Vec<(u64, String, String)>,
+    /// Why no comparison was made, when none was.
+    pub refused: Option<String>,
+}
+
+/// How the arrival-delay negative control behaved (docs/ARCHITECTURE.md §4: the skew metric
+/// must rise in exactly the delayed windows). A delayed collective counts as
+/// detected when `skew >= delay - bound`; an undelayed one above that line is
+/// a false alarm. The delay shifts the delayed rank's *natural* arrival, so a
+/// rank that would have arrived early can fall short by the natural spread:
+/// the counts show it rather than hide it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DelayControlReport {
+    /// Delayed rank.
+    pub rank: u32,
+    /// Period in sequence numbers.
+    pub every: u64,
+    /// Nominal injected delay, µs (the detection line uses it).
+    pub delay_us: f64,
+    /// Median delay actually achieved (sleep overshoots), µs.
+    pub achieved_delay_median_us: Option<f64>,
+    /// Timed collectives that were delayed.
+    pub delayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub delayed_detected: u64,
+    /// Smallest skew among delayed collectives, µs.
+    pub delayed_skew_min_us: Option<f64>,
+    /// Timed collectives not delayed.
+    pub undelayed: u64,
+    /// Of those, with skew >= delay - bound (false alarms).
+    pub undelayed_false_alarms: u64,
+    /// Median skew of undelayed collectives, µs.
+    pub undelayed_skew_median_us: Option<f64>,
+    /// Phases whose collectives the counts above judge: those whose arrival
+    /// the host paces. On CPUs every phase; on GPUs only where the host waits
+    /// for the device before each issue (`replay`), since elsewhere the device
+    /// queue runs ahead of the host and a host delay need not move the
+    /// collective at all. Absent in older summaries.
+    #[serde(default)]
+    pub judged_phases: Vec<Phase>,
+    /// The same counts per phase, judged or not.
+    #[serde(default)]
+    pub per_phase: Vec<PhaseDelayControl>,
+}
+
+/// One phase's delayed/undelayed counts (see [`DelayControlReport`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseDelayControl {
+    /// Phase.
+    pub phase: Phase,
+    /// Whether the phase's counts enter the verdict.
+    pub judged: bool,
+    /// Timed collectives that were delayed.
+    pub delayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub delayed_detected: u64,
+    /// Timed collectives not delayed.
+    pub undelayed: u64,
+    /// Of those, with skew >= delay - bound.
+    pub undelayed_false_alarms: u64,
+}
+
+/// The `join --json` summary.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JoinSummary {
+    /// Run id.
+    pub run_id: String,
+    /// World size.
+    pub world_size: u32,
+    /// Joined collectives.
+    pub collectives: u64,
+    /// Per phase.
+    pub phases: Vec<PhaseSummary>,
+    /// Per rank clock.
+    pub clocks: Vec<RankClockReport>,
+    /// Per node clock consistency.
+    pub nodes: Vec<NodeClockReport>,
+    /// Arrival-delay control, when one was injected and clocks were calibrated.
+    pub delay_control: Option<DelayControlReport>,
+    /// Tuner choices of each proxy phase against `blocking`, where captured.
+    #[serde(default)]
+    pub tuning_comparisons: Vec<TuningComparison>,
+    /// The isolated phase per size, as nccl-tests reports it (absent without an isolated phase).
+    #[serde(default)]
+    pub isolated_sizes: Vec<IsolatedSizeRow>,
+    /// Verified shard digests.
+    pub shards: Vec<crate::evidence::run::ShardRef>,
+}
+
+/// A verified, joined run.
+pub struct JoinedRun {
+    /// The run record.
+    pub run: RunRecord,
+    /// Shards by rank.
+    pub shards: Vec<Shard>,
+    /// Joined collectives in (group, seq) order.
+    pub collectives: Vec<JoinedCollective>,
+}
+
+/// Load and verify every shard of `dir`, then join.
+pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
+    if !dir.is_dir() {
+        refuse!(Code::NoSuchInput, "{}: no such run directory", dir.display());
+    }
+    let run_path = dir.join(RUN_FILE);
+    if !run_path.exists() {
+        refuse!(Code::NoSuchInput, "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
+    }
+    let run = crate::evidence::run::read_run_record(&run_path)?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+        .collect();
+    files.sort();
+    let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
+    for f in files {
+        let bytes = crate::core::limits::read_bounded(&f, crate::core::limits::MAX_SHARD_BYTES)?;
+        let shard = Shard::decode(&bytes, &f.display().to_string())?;
+        let h = &shard.header;
+        if h.run_id != run.run_id {
+            refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
+        }
+        if h.world_size != run.world_size || h.rank >= run.world_size {
+            refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
+        }
+        let digest = crate::core::fsutil::sha256_hex(&bytes);
+        let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
+            refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
+        };
+        if want.sha256 != digest {
+            refuse!(
+                Code::Stale,
+                "{}: rank {} shard differs from the one run.json recorded (sha256 {} vs {}): stale or replaced",
+                f.display(),
+                h.rank,
+                digest,
+                want.sha256
+            );
+        }
+        if let Some((prev, _)) = by_rank.get(&h.rank) {
+            refuse!(Code::DuplicateRank, "duplicate shards for rank {}: {} and {}", h.rank, prev.display(), f.display());
+        }
+        by_rank.insert(h.rank, (f, shard));
+    }
+    for r in 0..run.world_size {
+        if !by_rank.contains_key(&r) {
+            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", crate::evidence::shard::shard_file_name(r), dir.display());
+        }
+    }
+    let shards: Vec<Shard> = by_rank.into_values().map(|(_, s)| s).collect();
+    let collectives = match_events(&shards)?;
+    Ok(JoinedRun { run, shards, collectives })
+}
+
+/// Match collective events across shards by operation identity.
+pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
+    // group membership must agree, name ranks of this run once each, and
+    // every shard must be its own rank (indexing below relies on it)
+    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (i, s) in shards.iter().enumerate() {
+        if s.header.rank as usize != i {
+            refuse!(Code::BadStructure, "shard {i} says it is rank {}: shards must be ranks 0 to {} in order", s.header.rank, shards.len().saturating_sub(1));
+        }
+        for g in &s.header.groups {
+            let mut seen = std::collections::BTreeSet::new();
+            if g.members.is_empty() {
+                refuse!(Code::BadStructure, "rank {}: group {} has no members", s.header.rank, g.id);
+            }
+            for &m in &g.members {
+                if m as usize >= shards.len() {
+                    refuse!(Code::BadStructure, "rank {}: group {} names rank {m}, outside a world of {} ranks", s.header.rank, g.id, shards.len());
+                }
+                if !seen.insert(m) {
+                    refuse!(
+                        Code::BadStructure,
+                        "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once",
+                        s.header.rank,
+                        g.id,
+                        g.members
+                    );
+                }
+            }
+            match groups.get(&g.id) {
+                Some(m) if *m != g.members => {
+                    refuse!(Code::GroupMismatch, "group {} membership differs: rank {} says {:?}, another rank says {:?}", g.id, s.header.rank, g.members, m)
+                }
+                _ => {
+                    groups.insert(g.id, g.members.clone());
+                }
+            }
+        }
+    }
+    let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
+    // per rank: the compute stream's measured stalls by (group, seq)
+    let waits: Vec<BTreeMap<(u32, u64), u64>> =
+        shards.iter().map(|s| s.body.device_waits.iter().map(|w| ((w.group, w.seq), w.end_ns.saturating_sub(w.start_ns))).collect()).collect();
+    // per rank: captured tuner choices by group-0 sequence number
+    let tuners: Vec<BTreeMap<u64, crate::evidence::tuning::TunerChoice>> =
+        shards.iter().map(|s| s.header.tuning.as_ref().map(|t| t.choices.iter().cloned().collect()).unwrap_or_default()).collect();
+    // per rank and phase: the device anchor's error (GPU), added to arrival bounds
+    let anchors: Vec<BTreeMap<Phase, u64>> =
+        shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect()).collect();
+    // index events per rank
+    type Key = (u32, u64);
+    let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
+    for s in shards {
+        let mut m = BTreeMap::new();
+        for (i, e) in s.body.collectives.iter().enumerate() {
+            let members =
+                groups.get(&e.group).with_context(|| format!("rank {}: event group {} seq {} names an undeclared group", s.header.rank, e.group, e.seq))?;
+            if !members.contains(&s.header.rank) {
+                refuse!(Code::GroupMismatch, "rank {} recorded group {} seq {} but is not a member of group {}", s.header.rank, e.group, e.seq, e.group);
+            }
+            if m.insert((e.group, e.seq), i).is_some() {
+                refuse!(Code::DuplicateEvent, "rank {}: group {} seq {} is recorded twice", s.header.rank, e.group, e.seq);
+            }
+        }
+        per_rank.push(m);
+    }
+    let keys: BTreeSet<Key> = per_rank.iter().flat_map(|m| m.keys().copied()).collect();
+    let mut out = Vec::with_capacity(keys.len());
+    for (group, seq) in keys {
+        let members = &groups[&group];
+        let present: Vec<u32> = members.iter().copied().filter(|&r| per_rank[r as usize].contains_key(&(group, seq))).collect();
+        if present.len() != members.len() {
+            let missing: Vec<u32> = members.iter().copied().filter(|r| !present.contains(r)).collect();
+            let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&(group, seq)]];
+            refuse!(
+                Code::UnmatchedEvent,
+                "unmatched event: group {group} seq {seq} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?}",
+                any.phase,
+                any.bytes
+            );
+        }
+        let first_rank = members[0];
+        let first = &shards[first_rank as usize].body.collectives[per_rank[first_rank as usize][&(group, seq)]];
+        let mut ranks = Vec::with_capacity(members.len());
+        for &r in members {
+            let e = &shards[r as usize].body.collectives[per_rank[r as usize][&(group, seq)]];
+            if e.kind != first.kind || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase {
+                refuse!(
+                    Code::IdentityMismatch,
+                    "identity mismatch at group {group} seq {seq}: rank {first_rank} has {:?} {} bytes {:?} in {}, rank {r} has {:?} {} bytes {:?} in {}",
+                    first.kind,
+                    first.bytes,
+                    first.dtype,
+                    first.phase,
+                    e.kind,
+                    e.bytes,
+                    e.dtype,
+                    e.phase
+                );
+            }
+            ranks.push(RankTimes {
+                rank: r,
+                host_issue_ns: e.host_issue_ns,
+                host_return_ns: e.host_return_ns,
+                wait_start_ns: e.wait_start_ns,
+                wait_end_ns: e.wait_end_ns,
+                device_start_ns: e.device_start_ns,
+                device_end_ns: e.device_end_ns,
+                injected_delay_ns: e.injected_delay_ns,
+                replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
+                fill_units: e.fill.map(|f| f.units),
+                fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
+                device_wait_ns: waits[r as usize].get(&(group, seq)).copied(),
+            });
+        }
+        let mut jc = JoinedCollective {
+            phase: first.phase,
+            kind: first.kind,
+            group,
+            members: members.clone(),
+            seq,
+            bytes: first.bytes,
+            dtype: first.dtype,
+            token: first.token,
+            layer: first.layer,
+            iter: first.iter,
+            warmup: first.warmup,
+            ranks,
+            arrival_status: ArrivalStatus::UnknownUncalibrated,
+            arrival_offsets_us: None,
+            arrival_skew_us: None,
+            arrival_bound_us: None,
+            skew_resolved: None,
+            tuner: members.iter().find_map(|&r| tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0),
+        };
+        attach_arrival(&mut jc, &models, &anchors);
+        out.push(jc);
+    }
+    Ok(out)
+}
+
+/// Compute arrival offsets, skew and bound on rank 0's timebase; leave them
+/// unknown when any member lacks a clock model. The arrival is the device
+/// start where one was measured (GPU: the comm stream reached the
+/// collective; the host only enqueued it earlier), with the anchor's error
+/// added to the rank's bound; otherwise the host issue time.
+fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anchors: &[BTreeMap<Phase, u64>]) {
+    let mut arrivals = Vec::with_capacity(jc.ranks.len());
+    for t in &jc.ranks {
+        let Some(m) = &models[t.rank as usize] else { return };
+        let (local, extra_ns) = match t.device_start_ns {
+            Some(d) => (d, anchors[t.rank as usize].get(&jc.phase).copied().unwrap_or(0) as f64),
+            None => (t.host_issue_ns, 0.0),
+        };
+        arrivals.push((m.to_reference(local), m.bound_ns + extra_ns));
+    }
+    let (imin, min) = arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let (imax, max) = arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let skew_ns = max - min;
+    let bound_ns = if imin == imax { 0.0 } else { arrivals[imin].1 + arrivals[imax].1 };
+    jc.arrival_status = ArrivalStatus::Calibrated;
+    jc.arrival_offsets_us = Some(arrivals.iter().map(|a| (a.0 - min) / 1e3).collect());
+    jc.arrival_skew_us = Some(skew_ns / 1e3);
+    jc.arrival_bound_us = Some(bound_ns / 1e3);
+    jc.skew_resolved = Some(skew_ns > bound_ns);
+}
+
+fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
+    let rank0 = &shards[0].header;
+    let inj_of = |rank: u32| rank0.clock_injections.iter().find(|i| i.rank == rank).copied();
+    shards
+        .iter()
+        .map(|s| {
+            let h = &s.header;
+            let model = h.clock.as_ref().map(|c| c.model);
+            // truth relative to rank 0 at the start window (true time ~ reference time)
+            let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
+                (Some(m), a, b) if a.is_some() || b.is_some() => {
+                    let t_true = m.start.ref_ns;
+                    let off = |i: Option<crate::core::clock::ClockInjection>, anchor: u64| i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0);
+                    let o = off(a, h.clock_anchor_true_ns) - off(b, rank0.clock_anchor_true_ns);
+                    let d = a.map(|i| i.drift_ppm).unwrap_or(0.0) - b.map(|i| i.drift_ppm).unwrap_or(0.0);
+                    (Some(o), Some(d))
+                }
+                _ => (None, None),
+            };
+            let truth_off = inj_off.unwrap_or(0.0);
+            let truth_drift = inj_drift.unwrap_or(0.0);
+            RankClockReport {
+                rank: h.rank,
+                host: h.host.clone(),
+                calibrated: model.is_some(),
+                offset_us: model.map(|m| m.start.offset_ns / 1e3),
+                drift_ppm: model.and_then(|m| m.drift_ppm),
+                bound_us: model.map(|m| m.bound_ns / 1e3),
+                drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
+                injected_offset_us: inj_off.map(|o| o / 1e3),
+                injected_drift_ppm: inj_drift,
+                // small slack for the integer truncation of clock reads
+                offset_within_bound: model.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
+                drift_within_bound: model.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
+            }
+        })
+        .collect()
+}
+
+fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockReport> {
+    let mut nodes: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for s in shards {
+        nodes.entry(s.header.host.clone()).or_default().push(s.header.rank);
+    }
+    let injected: BTreeSet<u32> = shards[0].header.clock_injections.iter().map(|i| i.rank).collect();
+    nodes
+        .into_iter()
+        .map(|(host, ranks)| {
+            let cs: Vec<&RankClockReport> = ranks.iter().map(|&r| &clocks[r as usize]).filter(|c| !injected.contains(&c.rank)).collect();
+            let intervals: Option<Vec<(f64, f64)>> = cs.iter().map(|c| Some((c.offset_us? - c.bound_us?, c.offset_us? + c.bound_us?))).collect();
+            let consistent = intervals.as_ref().map(|iv| {
+                let lo = iv.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
+                let hi = iv.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+                iv.is_empty() || lo <= hi + 0.002
+            });
+            let max_bound_us = cs.iter().filter_map(|c| c.bound_us).reduce(f64::max);
+            NodeClockReport { host, ranks, consistent, max_bound_us }
+        })
+        .collect()
+}
+
+/// Summarize a joined run.
+pub fn summarize(j: &JoinedRun) -> JoinSummary {
+    let phases_in_order: Vec<Phase> = j.run.workload.phases.clone();
+    let mut phases = Vec::new();
+    for phase in phases_in_order {
+        let cs: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| c.phase == phase).collect();
+        let timed: Vec<&&JoinedCollective> = cs.iter().filter(|c| !c.warmup).collect();
+        let mut sizes = BTreeMap::new();
+        for c in &timed {
+            *sizes.entry(c.bytes).or_insert(0u64) += 1;
+        }
+        let mut completion: Vec<f64> = timed.iter().flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect();
+        let sources: BTreeSet<String> = timed.iter().flat_map(|c| c.ranks.iter().map(|t| format!("{:?}", t.completion_source()))).collect();
+        let completion_source = match sources.len() {
+            0 => None,
+            1 => timed.first().map(|c| c.ranks[0].completion_source()),
+            _ => Some(CompletionSource::Mixed),
+        };
+        let mut tokens: Vec<f64> = j
+            .shards
+            .iter()
+            .flat_map(|s| s.body.tokens.iter())
+            .filter(|t| t.phase == phase && !t.warmup)
+            .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
+            .collect();
+        let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
+        let mut dwaits: Vec<f64> = timed.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.device_wait_ns)).map(|ns| ns as f64 / 1e3).collect();
+        let mut tuner_choices = BTreeMap::new();
+        for c in &timed {
+            if let Some(t) = &c.tuner {
+                *tuner_choices.entry(tuner_label(t)).or_insert(0u64) += 1;
+            }
+        }
+        phases.push(PhaseSummary {
+            phase,
+            collectives_per_rank: timed.len() as u64,
+            warmup_collectives_per_rank: (cs.len() - timed.len()) as u64,
+            sizes_bytes: sizes,
+            first_sizes_bytes: timed.iter().take(6).map(|c| c.bytes).collect(),
+            completion_source,
+            completion_median_us: stats::median(&mut completion),
+            completion_p99_us: stats::percentile_nearest_rank(&mut completion, 99.0),
+            token_median_us: stats::median(&mut tokens),
+            token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
+            skew_median_us: stats::median(&mut skews),
+            device_wait_median_us: stats::median(&mut dwaits),
+            tuner_choices,
+        });
+    }
+    let clocks = clock_reports(&j.shards);
+    let nodes = node_reports(&j.shards, &clocks);
+    let delay_control = delay_control(j);
+    let tuning_comparisons = if j.collectives.iter().any(|c| c.tuner.is_some()) {
+        [Phase::Replay, Phase::Fill, Phase::Overlap]
+            .into_iter()
+            .filter(|p| j.run.workload.phases.contains(p) && j.run.workload.phases.contains(&Phase::Blocking))
+            .map(|p| compare_tuning(&j.collectives, Phase::Blocking, p))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    JoinSummary {
+        isolated_sizes: isolated_sizes(j),
+        tuning_comparisons,
+        delay_control,
+        run_id: j.run.run_id.clone(),
+        world_size: j.run.world_size,
+        collectives: j.collectives.len() as u64,
+        phases,
+        clocks,
+        nodes,
+        shards: j.run.shards.clone(),
+    }
+}
+
+fn tuner_label(t: &crate::evidence::tuning::TunerChoice) -> String {
+    format!("{}/{}/{}ch", t.algo, t.proto, t.channels)
+}
+
+/// Compare the k-th collectives of two phases.
+pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -> TuningComparison {
+    let a: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == workload).collect();
+    let b: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == proxy).collect();
+    let mut out = TuningComparison { workload, proxy, compared: 0, same: 0, first_differences: Vec::new(), refused: None };
+    if a.len() != b.len() {
+        out.refused = Some(format!("{workload} has {} collectives and {proxy} has {}", a.len(), b.len()));
+        return out;
+    }
+    for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+        if x.bytes != y.bytes {
+            out.refused = Some(format!("collective {k}: {workload} has {} bytes, {proxy} has {}", x.bytes, y.bytes));
+            return out;
+        }
+        let (Some(tx), Some(ty)) = (&x.tuner, &y.tuner) else {
+            out.refused = Some(format!("collective {k} has no captured choice in one of the phases"));
+            return out;
+        };
+        out.compared += 1;
+        if tx == ty {
+            out.same += 1;
+        } else if out.first_differences.len() < 10 {
+            out.first_differences.push((k as u64, tuner_label(tx), tuner_label(ty)));
+        }
+    }
+    out
+}
+
+/// The arrival-delay control of a run, when one was injected and clocks were calibrated.
+pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
+    let d = j.shards[0].header.delay_injection?;
+    let all_timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
+    if all_timed.iter().any(|c| c.arrival_skew_us.is_none()) {
+        return None;
+    }
+    let gpu = j.shards[0].header.backend == crate::evidence::shard::BackendKind::Cuda;
+    let judged = |p: Phase| !gpu || p == Phase::Replay;
+    let delay_us = d.delay_ns as f64 / 1e3;
+    let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
+    let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
+    let per_phase = j
+        .run
+        .workload
+        .phases
+        .iter()
+        .map(|&phase| {
+            let (dl, ud): (Vec<&&JoinedCollective>, Vec<&&JoinedCollective>) = all_timed.iter().filter(|c| c.phase == phase).partition(|c| was_delayed(c));
+            PhaseDelayControl {
+                phase,
+                judged: judged(phase),
+                delayed: dl.len() as u64,
+                delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
+                undelayed: ud.len() as u64,
+                undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
+            }
+        })
+        .collect();
+    let timed: Vec<&JoinedCollective> = all_timed.into_iter().filter(|c| judged(c.phase)).collect();
+    let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
+    let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
+    let mut achieved: Vec<f64> = dl.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.injected_delay_ns)).map(|ns| ns as f64 / 1e3).collect();
+    Some(DelayControlReport {
+        achieved_delay_median_us: stats::median(&mut achieved),
+        rank: d.rank,
+        every: d.every,
+        delay_us,
+        delayed: dl.len() as u64,
+        delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
+        delayed_skew_min_us: dl.iter().filter_map(|c| c.arrival_skew_us).reduce(f64::min),
+        undelayed: ud.len() as u64,
+        undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
+        undelayed_skew_median_us: stats::median(&mut ud_skews),
+        judged_phases: j.run.workload.phases.iter().copied().filter(|&p| judged(p)).collect(),
+        per_phase,
+    })
+}
+
+/// Human-readable rendering of a summary.
+pub fn render_summary(s: &JoinSummary) -> String {
+    use std::fmt::Write;
+    let f = |x: Option<f64>| x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "unknown".into());
+    let mut o = String::new();
+    let _ = writeln!(o, "run {}: {} ranks, {} joined collectives, every shard hash verified", s.run_id, s.world_size, s.collectives);
+    let dev = s.phases.iter().any(|p| p.completion_source == Some(CompletionSource::DeviceEvents));
+    let _ = writeln!(o, "completion = {}", if dev { "device interval (CUDA events on the comm stream)" } else { "host issue to wait return" });
+    let _ = writeln!(
+        o,
+        "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}",
+        "phase", "coll/rk", "warmup", "compl p50us", "compl p99us", "token p50us", "token p99us", "skew p50us"
+    );
+    for p in &s.phases {
+        let _ = writeln!(
+            o,
+            "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            p.phase.name(),
+            p.collectives_per_rank,
+            p.warmup_collectives_per_rank,
+            f(p.completion_median_us),
+            f(p.completion_p99_us),
+            f(p.token_median_us),
+            f(p.token_p99_us),
+            f(p.skew_median_us)
+        );
+    }
+    if !s.isolated_sizes.is_empty() {
+        let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+        let _ = writeln!(
+            o,
+            "{:>12} {:>7} {:>10} {:>9} {:>9} {:>7} {:>10} {:>10}",
+            "size(B)", "iters", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)"
+        );
+        for r in &s.isolated_sizes {
+            let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
+            let _ = writeln!(
+                o,
+                "{:>12} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>7} {:>10.2} {:>10.2}",
+                r.bytes, r.iterations, r.time_us, r.algbw_gbps, r.busbw_gbps, wrong, r.p50_us, r.p99_us
+            );
+        }
+    }
+    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip):");
+    for c in &s.clocks {
+        let inj = match (c.injected_offset_us, c.injected_drift_ppm) {
+            (Some(o2), Some(d)) => format!("  injected {o2:.3} us, {d:.2} ppm"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "  rank {:>3} {:<16} offset {:>10} us ± {:>8} us  drift {:>9} ppm ± {:>8}{}",
+            c.rank,
+            c.host,
+            c.offset_us.map(|v| format!("{v:.3}")).unwrap_or_else(|| "unknown".into()),
+            c.bound_us.map(|v| format!("{v:.3}")).unwrap_or_else(|| "unknown".into()),
+            c.drift_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
+            c.drift_bound_ppm.map(|v| format!("{v:.2}")).unwrap_or_else(|| "unknown".into()),
+            inj
+        );
+    }
+    for n in &s.nodes {
+        let verdict = match n.consistent {
+            Some(true) => "consistent with one shared clock",
+            Some(false) => "INCONSISTENT: estimates exclude a shared clock",
+            None => "unknown (uncalibrated)",
+        };
+        let _ = writeln!(o, "  node {} ranks {:?}: {verdict}", n.host, n.ranks);
+    }
+    for p in s.phases.iter().filter(|p| p.device_wait_median_us.is_some()) {
+        let _ = writeln!(o, "compute stream stalled on a collective (p50) in {:<13} {} us", p.phase.name(), f(p.device_wait_median_us));
+    }
+    for p in s.phases.iter().filter(|p| !p.tuner_choices.is_empty()) {
+        let list: Vec<String> = p.tuner_choices.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+        let _ = writeln!(o, "tuner choices {:<13} {}", p.phase.name(), list.join(", "));
+    }
+    for t in &s.tuning_comparisons {
+        match &t.refused {
+            Some(why) => {
+                let _ = writeln!(o, "tuner choices {} vs {}: not compared ({why})", t.workload, t.proxy);
+            }
+            None => {
+                let _ = writeln!(
+                    o,
+                    "tuner choices {} vs {}: {}/{} collectives chose the same algorithm, protocol and channels",
+                    t.workload, t.proxy, t.same, t.compared
+                );
+            }
+        }
+    }
+    if let Some(dc) = &s.delay_control {
+        let _ = writeln!(
+            o,
+            "delay control (rank {} +{:.0} us every {}, achieved median {} us): {}/{} delayed collectives show skew >= delay - bound (min {}), {}/{} undelayed do (median skew {})",
+            dc.rank, dc.delay_us, dc.every, f(dc.achieved_delay_median_us), dc.delayed_detected, dc.delayed,
+            f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
+        );
+        for p in &dc.per_phase {
+            let _ = writeln!(
+                o,
+                "  {:<21} {}: detected {}/{} delayed, false alarms {}/{} undelayed",
+                p.phase.name(),
+                if p.judged { "judged" } else { "not judged (device queue may run ahead of the host)" },
+                p.delayed_detected,
+                p.delayed,
+                p.undelayed_false_alarms,
+                p.undelayed
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(rank: u32, host_issue_ns: u64, device_start_ns: Option<u64>) -> RankTimes {
+        RankTimes {
+            rank,
+            host_issue_ns,
+            host_return_ns: host_issue_ns,
+            wait_start_ns: host_issue_ns,
+            wait_end_ns: host_issue_ns + 10,
+            device_start_ns,
+            device_end_ns: device_start_ns.map(|d| d + 5),
+            injected_delay_ns: None,
+            replay_error_ns: None,
+            fill_units: None,
+            fill_quantization_error_ns: None,
+            device_wait_ns: None,
+        }
+    }
+
+    fn collective(ranks: Vec<RankTimes>) -> JoinedCollective {
+        JoinedCollective {
+            phase: Phase::Blocking,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            members: ranks.iter().map(|t| t.rank).collect(),
+            seq: 0,
+            bytes: 4,
+            dtype: Dtype::F32,
+            token: None,
+            layer: None,
+            iter: None,
+            warmup: false,
+            ranks,
+            arrival_status: ArrivalStatus::UnknownUncalibrated,
+            arrival_offsets_us: None,
+            arrival_skew_us: None,
+            arrival_bound_us: None,
+            skew_resolved: None,
+            tuner: None,
+        }
+    }
+
+    #[test]
+    fn gpu_arrival_is_the_device_start_and_its_bound_includes_the_anchor() {
+        // hosts enqueue 1 ms apart, devices reach the collective 3 us apart
+        let mut jc = collective(vec![times(0, 1_000_000, Some(5_000_000)), times(1, 2_000_000, Some(5_003_000))]);
+        let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
+        let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 1_000)].into(), [(Phase::Blocking, 2_000)].into()];
+        attach_arrival(&mut jc, &models, &anchors);
+        assert_eq!(jc.arrival_status, ArrivalStatus::Calibrated);
+        assert_eq!(jc.arrival_skew_us, Some(3.0));
+        assert_eq!(jc.arrival_bound_us, Some(3.0)); // 1 us + 2 us of anchor error, clocks exact
+        assert_eq!(jc.skew_resolved, Some(false)); // 3 us is not more than its 3 us bound
+    }
+
+    #[test]
+    fn cpu_arrival_is_the_host_issue_and_missing_clock_is_unknown() {
+        let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
+        let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
+        attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()]);
+        assert_eq!(jc.arrival_skew_us, Some(4.0));
+        let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
+        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()]);
+        assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
+        assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
+    }
+
+    #[test]
+    fn tuning_comparison_pairs_by_order_and_refuses_size_mismatch() {
+        let t = |a: &str, p: &str| Some(crate::evidence::tuning::TunerChoice { algo: a.into(), proto: p.into(), channels: 8 });
+        let mk = |phase, bytes, tuner| {
+            let mut c = collective(vec![times(0, 0, None)]);
+            c.phase = phase;
+            c.bytes = bytes;
+            c.tuner = tuner;
+            c
+        };
+        let all = vec![
+            mk(Phase::Blocking, 4, t("RING", "LL")),
+            mk(Phase::Blocking, 8, t("RING", "LL")),
+            mk(Phase::Replay, 4, t("RING", "LL")),
+            mk(Phase::Replay, 8, t("TREE", "LL")),
+        ];
+        let c = compare_tuning(&all, Phase::Blocking, Phase::Replay);
+        assert_eq!((c.compared, c.same), (2, 1));
+        assert_eq!(c.first_differences, vec![(1, "RING/LL/8ch".to_string(), "TREE/LL/8ch".to_string())]);
+        let bad = vec![mk(Phase::Blocking, 4, t("RING", "LL")), mk(Phase::Replay, 8, t("RING", "LL"))];
+        assert!(compare_tuning(&bad, Phase::Blocking, Phase::Replay).refused.unwrap().contains("bytes"));
+    }
+}

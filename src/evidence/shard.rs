@@ -1,0 +1,696 @@
+//! Per-rank shards: the raw evidence of one rank in one run.
+//!
+//! Consumes the events a rank recorded; produces one file
+//! `rank-NNNNN.shard` laid out as
+//!
+//! ```text
+//! magic "CCSHARD\x01" | u32 LE format_version | u64 LE header_len | header (JSON)
+//! | u64 LE body_len | body (bincode 2, standard config) | "CCSHA256" | 32-byte SHA-256
+//! ```
+//!
+//! The SHA-256 covers every byte before the trailer. Refuses, with the file
+//! name and the fault: a wrong magic, an unknown format version, a truncated
+//! file, trailing bytes, a hash mismatch, an undecodable body. Shards are
+//! written once ([`crate::core::fsutil::write_new_atomic`]) and only read after.
+use crate::core::clock::{ClockInjection, ClockModel, PingSample};
+use crate::core::identity::EnvIdentity;
+use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Current on-disk shard format version. 2 added kernel records to the body,
+/// 3 the compute stream's measured waits, 4 the workload's model shape,
+/// all-reduce and GEMM element types (header) and bf16 collectives (body);
+/// versions 1 to 3 are still read (without those records; their collectives
+/// are f32).
+pub const SHARD_FORMAT_VERSION: u32 = 4;
+const MAGIC: &[u8; 8] = b"CCSHARD\x01";
+const TRAILER: &[u8; 8] = b"CCSHA256";
+
+/// File name of a rank's shard inside a run directory.
+pub fn shard_file_name(rank: u32) -> String {
+    format!("rank-{rank:05}.shard")
+}
+
+/// Which backend produced the events.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// MPI on host buffers, CPU matrix products, `CLOCK_MONOTONIC`.
+    Cpu,
+    /// NCCL on GPUs.
+    Cuda,
+}
+
+/// Collective operation kind.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Sum all-reduce.
+    AllReduce,
+}
+
+pub use crate::core::workload::Dtype;
+
+/// A process group: its id and ordered membership (world ranks).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ProcessGroup {
+    /// Group id, unique within a run (0 = world).
+    pub id: u32,
+    /// Ordered world ranks of the members.
+    pub members: Vec<u32>,
+}
+
+/// Replay timing of one event against its source trace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct ReplayTiming {
+    /// Gap before this collective in the source trace.
+    pub target_gap_ns: u64,
+    /// Gap actually achieved (issue minus previous completion).
+    pub actual_gap_ns: u64,
+}
+
+/// Quantized compute fill placed for one gap.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct FillRecord {
+    /// Gap from the source trace.
+    pub gap_ns: u64,
+    /// Units of work (GEMMs or memory-bound kernels) placed.
+    pub units: u32,
+    /// Calibrated duration of one unit.
+    pub quantum_ns: u64,
+    /// `units * quantum - (gap + carried residual)`: signed quantization error.
+    pub quantization_error_ns: i64,
+}
+
+/// One collective as one rank saw it. Times are this rank's local clock in ns.
+/// `None` means "not measured on this backend", never zero.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CollectiveEvent {
+    /// Phase that issued it.
+    pub phase: Phase,
+    /// Operation kind.
+    pub kind: CollectiveKind,
+    /// Process group id (see the header's `groups`).
+    pub group: u32,
+    /// Per-group sequence number (counts every collective on the group, warm-ups included).
+    pub seq: u64,
+    /// Logical tensor bytes (elements x dtype size).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Token index (workload phases).
+    pub token: Option<u32>,
+    /// Layer index (workload phases).
+    pub layer: Option<u32>,
+    /// Iteration index within its size (isolated phase).
+    pub iter: Option<u32>,
+    /// Warm-up events are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Host clock just before the issue call (after any injected delay): the arrival.
+    pub host_issue_ns: u64,
+    /// Host clock when the issue call returned.
+    pub host_return_ns: u64,
+    /// Host clock when the wait began.
+    pub wait_start_ns: u64,
+    /// Host clock when the wait returned (completion known to the host).
+    pub wait_end_ns: u64,
+    /// Device interval start on the host timeline (GPU events); `None` on CPU.
+    pub device_start_ns: Option<u64>,
+    /// Device interval end on the host timeline; `None` on CPU.
+    pub device_end_ns: Option<u64>,
+    /// Injected arrival delay before this collective (negative control).
+    pub injected_delay_ns: Option<u64>,
+    /// Replay timing against the source trace.
+    pub replay: Option<ReplayTiming>,
+    /// Fill placed before (fill) or inside (overlap) this collective.
+    pub fill: Option<FillRecord>,
+    /// Whether the reduced result was validated.
+    pub checked: bool,
+}
+
+/// A validated collective and what the check found (nccl-tests' `#wrong`).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CheckRecord {
+    /// Phase of the collective.
+    pub phase: Phase,
+    /// Process group id.
+    pub group: u32,
+    /// Sequence number in the group.
+    pub seq: u64,
+    /// Bytes reduced.
+    pub bytes: u64,
+    /// Elements that differ from the expected value.
+    pub wrong_elements: u64,
+    /// The first wrong element, described.
+    pub first_wrong: Option<String>,
+}
+
+impl CollectiveEvent {
+    /// When the collective was executing: its device interval where the
+    /// backend measured one (`true`), else issue to wait return on the host
+    /// (`false`), an upper bound on when the library could have been working.
+    pub fn execution_interval_ns(&self) -> (u64, u64, bool) {
+        match (self.device_start_ns, self.device_end_ns) {
+            (Some(a), Some(b)) => (a, b, true),
+            _ => (self.host_issue_ns, self.wait_end_ns, false),
+        }
+    }
+}
+
+/// What kind of work a compute interval is.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComputeKind {
+    /// Matrix product.
+    Gemm,
+    /// Memory-bandwidth-bound kernel (copy).
+    Membound,
+    /// Host-only busy work (no compute engine).
+    HostDelay,
+}
+
+/// A compute interval (one or more units of the same kind back to back): host
+/// clock on CPU; on GPU, device events on the compute stream mapped onto the
+/// host timeline through the phase's anchor.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ComputeEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Kind of work.
+    pub kind: ComputeKind,
+    /// Token index, where the phase has tokens.
+    pub token: Option<u32>,
+    /// Layer index.
+    pub layer: Option<u32>,
+    /// Units of work.
+    pub units: u32,
+    /// Local clock at start.
+    pub start_ns: u64,
+    /// Local clock at end.
+    pub end_ns: u64,
+}
+
+/// Per-token latency for workload phases (device-ordered marks on GPU).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Token index.
+    pub token: u32,
+    /// Warm-up tokens are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Local clock at token start.
+    pub start_ns: u64,
+    /// Local clock when the token's last collective completed.
+    pub end_ns: u64,
+}
+
+/// Where a replay/fill/overlap phase got its gaps.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum TraceOrigin {
+    /// This run's own `blocking` phase on this rank.
+    ThisRunBlocking,
+    /// A joined-trace file from an earlier run.
+    File {
+        /// Path as given.
+        path: String,
+        /// SHA-256 of the file.
+        sha256: String,
+        /// Rank of the source trace this rank replays.
+        source_rank: u32,
+    },
+}
+
+/// Per-phase record: boundaries, calibration, trace source.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct PhaseRun {
+    /// Phase.
+    pub phase: Phase,
+    /// Local clock at phase start (after the entry barrier).
+    pub start_ns: u64,
+    /// Local clock at phase end.
+    pub end_ns: u64,
+    /// Error bound of the device-to-host timeline anchor (GPU backends).
+    pub device_anchor_error_ns: Option<u64>,
+    /// Calibrated duration of one fill unit (fill, overlap and ablations).
+    pub quantum_ns: Option<u64>,
+    /// Source of gaps (replay, fill, overlap and ablations).
+    pub trace: Option<TraceOrigin>,
+    /// Collectives recorded (warm-ups included).
+    pub collectives: u64,
+    /// Graph mode (`--graph`): how the phase ran; absent when it ran eagerly.
+    #[serde(default)]
+    pub graph: Option<GraphRun>,
+}
+
+/// A phase run as CUDA-graph replays: one token's device work captured once
+/// and launched per token, so the host issues one launch per token.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GraphRun {
+    /// Collectives inside one token's graph (the phase records no per-collective events).
+    pub collectives_per_token: u64,
+    /// GEMMs inside one token's graph.
+    pub gemms_per_token: u64,
+    /// Graph launches (warm-up tokens included).
+    pub launches: u64,
+    /// What is timed: token boundaries only.
+    pub timing: String,
+    /// Collectives whose result was validated after the last launch.
+    pub checked: u32,
+}
+
+/// Clock calibration of this rank against rank 0.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClockRecord {
+    /// Raw start-window samples.
+    pub start_samples: Vec<PingSample>,
+    /// Raw end-window samples (empty when not measured).
+    pub end_samples: Vec<PingSample>,
+    /// Fitted model.
+    pub model: ClockModel,
+}
+
+/// A field this backend cannot measure, and why.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Unmeasured {
+    /// Field name as in the events.
+    pub field: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// Device description.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceIdentity {
+    /// Kind (`cpu` or `cuda`).
+    pub backend: BackendKind,
+    /// Human name (CPU model or GPU name).
+    pub name: String,
+    /// Extra key/value facts (UUID, bus id, ...).
+    pub facts: Vec<(String, String)>,
+}
+
+/// Cold-start figures, never mixed into steady-state numbers.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ColdStart {
+    /// MPI initialisation, from process start to `MPI_Init` return, where known.
+    pub mpi_init_ns: Option<u64>,
+    /// Backend / communicator initialisation.
+    pub backend_init_ns: u64,
+}
+
+/// Shard header: identifies the run, the rank, the conditions.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ShardHeader {
+    /// On-disk format version.
+    pub format_version: u32,
+    /// Run id shared by every rank.
+    pub run_id: String,
+    /// World rank.
+    pub rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Host name.
+    pub host: String,
+    /// Node-local rank.
+    pub local_rank: u32,
+    /// Ranks on this node.
+    pub local_size: u32,
+    /// Backend.
+    pub backend: BackendKind,
+    /// Device used by this rank.
+    pub device: DeviceIdentity,
+    /// Environment identity.
+    pub identity: EnvIdentity,
+    /// SHA-256 of the canonical JSON of `identity`.
+    pub identity_sha256: String,
+    /// Process groups used.
+    pub groups: Vec<ProcessGroup>,
+    /// Workload definition as run.
+    pub workload: WorkloadSpec,
+    /// Clock calibration (absent with `--clock none`).
+    pub clock: Option<ClockRecord>,
+    /// Clock injections in force in this run (truth for the estimator check).
+    pub clock_injections: Vec<ClockInjection>,
+    /// True monotonic time at which this rank's injected drift starts.
+    pub clock_anchor_true_ns: u64,
+    /// Arrival-delay injection in force (negative control).
+    pub delay_injection: Option<DelayInjection>,
+    /// Cold-start figures.
+    pub cold_start: ColdStart,
+    /// Fields this backend does not measure.
+    pub unmeasured: Vec<Unmeasured>,
+    /// Per-phase records.
+    pub phases: Vec<PhaseRun>,
+    /// Wall-clock start (Unix ms), for humans only.
+    pub started_unix_ms: u64,
+    /// NCCL tuner choices, when captured (`--nccl-tuning`); absent in older shards.
+    #[serde(default)]
+    pub tuning: Option<crate::evidence::tuning::TuningCapture>,
+    /// Every result check (`--check`) and the wrong elements it found; absent in older shards.
+    #[serde(default)]
+    pub checks: Vec<CheckRecord>,
+}
+
+/// What a GPU kernel was, by CommCanary's classification of its name.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelKind {
+    /// An NCCL kernel (name contains `nccl`).
+    Nccl,
+    /// Any other kernel: on CommCanary's compute stream, the GEMM.
+    Compute,
+}
+
+/// A kernel execution from CUPTI, on this rank's host timeline.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KernelEvent {
+    /// Phase during which it ran.
+    pub phase: Phase,
+    /// Classification.
+    pub kind: KernelKind,
+    /// Index into the body's `kernel_names`.
+    pub name: u32,
+    /// Start, host ns (through the phase's CUPTI anchor).
+    pub start_ns: u64,
+    /// End, host ns.
+    pub end_ns: u64,
+    /// CUPTI stream id.
+    pub stream: u32,
+    /// CUPTI correlation id.
+    pub correlation: u32,
+}
+
+/// Shard body: the events.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ShardBody {
+    /// Collective events in issue order.
+    pub collectives: Vec<CollectiveEvent>,
+    /// Compute intervals in order.
+    pub compute: Vec<ComputeEvent>,
+    /// Token latencies.
+    pub tokens: Vec<TokenEvent>,
+    /// CUPTI kernel records (format 2; empty when not collected).
+    pub kernels: Vec<KernelEvent>,
+    /// Distinct kernel names, indexed by `KernelEvent::name`.
+    pub kernel_names: Vec<String>,
+    /// How long the compute stream stalled on each collective (GPU; format 3).
+    pub device_waits: Vec<DeviceWait>,
+}
+
+/// The compute stream's stall on one collective: events recorded on the
+/// compute stream just before and just after its wait on the collective's
+/// end event, on the host timeline. Zero when the collective had already
+/// finished; the exposed communication time otherwise.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceWait {
+    /// Group.
+    pub group: u32,
+    /// Per-group sequence number of the collective waited on.
+    pub seq: u64,
+    /// Before the wait, host ns.
+    pub start_ns: u64,
+    /// After the wait, host ns.
+    pub end_ns: u64,
+}
+
+/// Format-2 body, read for compatibility.
+#[derive(Serialize, Deserialize)]
+struct ShardBodyV2 {
+    collectives: Vec<CollectiveEvent>,
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
+    kernels: Vec<KernelEvent>,
+    kernel_names: Vec<String>,
+}
+
+/// Format-1 body, read for compatibility.
+#[derive(Serialize, Deserialize)]
+struct ShardBodyV1 {
+    collectives: Vec<CollectiveEvent>,
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
+}
+
+/// A whole shard.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Shard {
+    /// Header.
+    pub header: ShardHeader,
+    /// Body.
+    pub body: ShardBody,
+}
+
+fn bincode_cfg() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+/// Decoding configuration with a limit of `N` claimed bytes: bincode checks
+/// every length prefix (and the in-memory size of what it decodes) against it
+/// before allocating.
+fn bincode_decode_cfg<const N: usize>() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<N>> {
+    bincode::config::standard().with_limit::<N>()
+}
+
+/// Decode a shard body of format `version` (`name` for messages). bincode's
+/// decode limit is 16 times the body's size class (1 MiB, 16 MiB, then
+/// [`crate::core::limits::MAX_SHARD_BODY_DECODE_BYTES`]), so no length prefix can
+/// make it allocate more; a body over [`crate::core::limits::MAX_SHARD_BODY_BYTES`]
+/// is refused. Trailing bytes are refused.
+pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<ShardBody> {
+    if body_bytes.len() > crate::core::limits::MAX_SHARD_BODY_BYTES {
+        return Err(crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), crate::core::limits::MAX_SHARD_BODY_BYTES),
+        ));
+    }
+    let (body, used) = match body_bytes.len() {
+        n if n <= 1 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 16 << 20 }>(), name)?,
+        n if n <= 16 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 256 << 20 }>(), name)?,
+        _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ crate::core::limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
+    };
+    if used != body_bytes.len() {
+        crate::refuse!(crate::core::refusal::Code::BadFormat, "{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
+    }
+    Ok(body)
+}
+
+/// Decode a body of `version` under `cfg` (whose limit bounds every allocation).
+fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg: C, name: &str) -> Result<(ShardBody, usize)> {
+    Ok(match version {
+        1 => {
+            let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            (ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() }, used)
+        }
+        2 => {
+            let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            let body = ShardBody {
+                collectives: b.collectives,
+                compute: b.compute,
+                tokens: b.tokens,
+                kernels: b.kernels,
+                kernel_names: b.kernel_names,
+                ..Default::default()
+            };
+            (body, used)
+        }
+        _ => bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?,
+    })
+}
+
+/// A body decode error: a length over the limit (or past the end of the body) is a named refusal.
+fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
+    match e {
+        bincode::error::DecodeError::LimitExceeded => crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!(
+                "{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)",
+                crate::core::limits::MAX_SHARD_BODY_DECODE_BYTES
+            ),
+        ),
+        e => crate::core::refusal::refuse(crate::core::refusal::Code::BadFormat, format!("{name}: body does not decode: {e}")),
+    }
+}
+
+impl Shard {
+    /// Encode to bytes (header, body, trailer).
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let body = bincode::serde::encode_to_vec(&self.body, bincode_cfg()).context("encoding shard body")?;
+        self.encode_with_body(&body)
+    }
+
+    fn encode_with_body(&self, body: &[u8]) -> Result<Vec<u8>> {
+        let header = serde_json::to_vec(&self.header).context("encoding shard header")?;
+        let mut out = Vec::with_capacity(header.len() + body.len() + 80);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.header.format_version.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(body);
+        let digest = Sha256::digest(&out);
+        out.extend_from_slice(TRAILER);
+        out.extend_from_slice(&digest);
+        Ok(out)
+    }
+
+    /// Decode and verify bytes; `name` is used in error messages.
+    pub fn decode(bytes: &[u8], name: &str) -> Result<Self> {
+        use crate::core::refusal::Code;
+        let fault = |code: Code, what: String| crate::core::refusal::refuse(code, format!("{name}: {what}"));
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(fault(Code::BadFormat, "not a CommCanary shard (bad magic)".into()));
+        }
+        let trailer_len = TRAILER.len() + 32;
+        if bytes.len() < 8 + 4 + 8 + 8 + trailer_len {
+            return Err(fault(Code::Truncated, format!("truncated: {} bytes is shorter than an empty shard", bytes.len())));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if !(1..=SHARD_FORMAT_VERSION).contains(&version) {
+            return Err(fault(
+                Code::UnsupportedVersion,
+                format!("format version {version} is not supported (this build reads versions 1 to {SHARD_FORMAT_VERSION})"),
+            ));
+        }
+        let mut pos = 12usize;
+        let take_len = |pos: &mut usize| -> Result<usize> {
+            let end = *pos + 8;
+            let b = bytes.get(*pos..end).ok_or_else(|| fault(Code::Truncated, "truncated inside a length field".into()))?;
+            *pos = end;
+            usize::try_from(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .map_err(|_| fault(Code::BadFormat, "length field does not fit in memory".into()))
+        };
+        let hlen = take_len(&mut pos)?;
+        let hend = pos
+            .checked_add(hlen)
+            .filter(|e| *e <= bytes.len())
+            .ok_or_else(|| fault(Code::Truncated, format!("truncated: header of {hlen} bytes runs past the end of the file")))?;
+        let header_bytes = &bytes[pos..hend];
+        if hlen > crate::core::limits::MAX_SHARD_HEADER_BYTES {
+            return Err(crate::core::refusal::refuse(
+                crate::core::refusal::Code::OverLimit,
+                format!("{name}: header of {hlen} bytes is over the limit of {} bytes", crate::core::limits::MAX_SHARD_HEADER_BYTES),
+            ));
+        }
+        pos = hend;
+        let blen = take_len(&mut pos)?;
+        let bend = pos
+            .checked_add(blen)
+            .filter(|e| *e <= bytes.len())
+            .ok_or_else(|| fault(Code::Truncated, format!("truncated: body of {blen} bytes runs past the end of the file")))?;
+        let body_bytes = &bytes[pos..bend];
+        if blen > crate::core::limits::MAX_SHARD_BODY_BYTES {
+            return Err(crate::core::refusal::refuse(
+                crate::core::refusal::Code::OverLimit,
+                format!("{name}: body of {blen} bytes is over the limit of {} bytes", crate::core::limits::MAX_SHARD_BODY_BYTES),
+            ));
+        }
+        pos = bend;
+        let rest = &bytes[pos..];
+        if rest.len() < trailer_len {
+            return Err(fault(Code::Truncated, "truncated: the SHA-256 trailer is missing".into()));
+        }
+        if rest.len() > trailer_len {
+            return Err(fault(Code::BadFormat, format!("{} unexpected bytes after the trailer", rest.len() - trailer_len)));
+        }
+        if &rest[..8] != TRAILER {
+            return Err(fault(Code::BadFormat, "trailer marker is damaged".into()));
+        }
+        let stored = &rest[8..];
+        let actual = Sha256::digest(&bytes[..pos]);
+        if stored != actual.as_slice() {
+            return Err(fault(
+                Code::DigestMismatch,
+                format!(
+                    "SHA-256 mismatch: trailer says {}, content hashes to {}; the shard was modified or corrupted",
+                    hex::encode(stored),
+                    hex::encode(actual)
+                ),
+            ));
+        }
+        let header: ShardHeader = serde_json::from_slice(header_bytes).map_err(|e| fault(Code::BadFormat, format!("header is not valid: {e}")))?;
+        if header.format_version != version {
+            return Err(fault(Code::BadFormat, "header format_version disagrees with the preamble".into()));
+        }
+        let body = decode_shard_body(version, body_bytes, name)?;
+        Ok(Shard { header, body })
+    }
+
+    /// Read and verify a shard file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes =
+            crate::core::limits::read_bounded(path, crate::core::limits::MAX_SHARD_BYTES).with_context(|| format!("reading shard {}", path.display()))?;
+        Self::decode(&bytes, &path.display().to_string())
+    }
+
+    /// True if the bytes start with the shard magic.
+    pub fn sniff(bytes: &[u8]) -> bool {
+        bytes.len() >= 8 && &bytes[..8] == MAGIC
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Shard {
+        let json = serde_json::json!({
+            "format_version": SHARD_FORMAT_VERSION, "run_id": "r", "rank": 0, "world_size": 1, "host": "h",
+            "local_rank": 0, "local_size": 1, "backend": "cpu",
+            "device": {"backend": "cpu", "name": "x", "facts": []},
+            "identity": {"host": "h", "kernel": null, "cpu_model": null, "mpi_library": null, "mpi_standard": "3.1",
+                "world_rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "cpu_affinity": null,
+                "numa_mems": null, "env": [], "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
+            "identity_sha256": "d", "groups": [{"id": 0, "members": [0]}],
+            "workload": {"phases": ["blocking"], "tokens": 1, "warmup_tokens": 0, "layers": 1, "sizes_bytes": [4],
+                "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4},
+            "clock": null, "clock_injections": [], "clock_anchor_true_ns": 0, "delay_injection": null,
+            "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1}, "unmeasured": [], "phases": [], "started_unix_ms": 0
+        });
+        let header: ShardHeader = serde_json::from_value(json).unwrap();
+        let tokens = vec![TokenEvent { phase: Phase::Blocking, token: 0, warmup: false, start_ns: 1, end_ns: 2 }];
+        Shard { header, body: ShardBody { tokens, ..Default::default() } }
+    }
+
+    #[test]
+    fn current_format_round_trips() {
+        let s = sample();
+        assert_eq!(Shard::decode(&s.encode().unwrap(), "t").unwrap(), s);
+    }
+
+    #[test]
+    fn older_formats_still_decode_without_the_newer_records() {
+        let mut s = sample();
+        for (version, body) in [
+            (1u32, bincode::serde::encode_to_vec(ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() }, bincode_cfg()).unwrap()),
+            (
+                2u32,
+                bincode::serde::encode_to_vec(
+                    ShardBodyV2 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone(), kernels: vec![], kernel_names: vec![] },
+                    bincode_cfg(),
+                )
+                .unwrap(),
+            ),
+        ] {
+            s.header.format_version = version;
+            let mut bytes = s.encode_with_body(&body).unwrap();
+            bytes[8..12].copy_from_slice(&version.to_le_bytes());
+            // re-seal: the preamble changed after hashing
+            let n = bytes.len() - 40;
+            let digest = Sha256::digest(&bytes[..n]);
+            bytes[n + 8..].copy_from_slice(&digest);
+            let d = Shard::decode(&bytes, "old").unwrap();
+            assert_eq!(d.header.format_version, version);
+            assert_eq!(d.body.tokens, s.body.tokens);
+            assert!(d.body.kernels.is_empty() && d.body.device_waits.is_empty());
+        }
+        s.header.format_version = 99;
+        let mut bytes = s.encode().unwrap();
+        bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+        let e = Shard::decode(&bytes, "future").unwrap_err().to_string();
+        assert!(e.contains("format version 99 is not supported"), "{e}");
+    }
+}

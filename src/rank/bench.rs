@@ -1,0 +1,282 @@
+//! `bench-overhead`: what instrumentation costs per collective.
+//!
+//! Runs under mpirun. CPU backend: alternates `reps` times between a bare
+//! loop (issue + wait, nothing recorded) and the instrumented isolated phase
+//! (clock reads, event records), `iters` collectives of one size each, and
+//! reports on rank 0 the median per-collective time of each and their
+//! difference. CUDA backend (`--backend cuda`): per size, a plain reference
+//! loop (one CUDA event before and after `iters` back-to-back
+//! `ncclAllReduce`s) against the instrumented isolated phase (wall time per
+//! collective including the final synchronize, and the median of its
+//! per-collective device intervals). A benchmark: it prints numbers and
+//! asserts nothing.
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::core::clock::{monotonic_raw_ns, RankClock};
+use crate::core::workload::{GemmShape, WorkloadSpec};
+use crate::rank::phases::Runner;
+use anyhow::{Context, Result};
+use mpi::collective::CommunicatorCollectives;
+use mpi::topology::Communicator;
+use std::path::PathBuf;
+
+/// `bench-overhead`'s options as plain values (see `bench-overhead --help`).
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Collectives per measurement (cuda: keep it below the device queue's
+    /// depth, about a thousand launches, so the host never blocks in a launch).
+    pub iters: u32,
+    /// Message size.
+    pub size: String,
+    /// Alternating repetitions of (bare, instrumented).
+    pub reps: u32,
+    /// Backend: cpu (bare MPI loop vs runner) or cuda (reference NCCL loop vs runner).
+    pub backend: crate::backend::BackendChoice,
+    /// Message sizes for the cuda benchmark.
+    pub sizes: String,
+    /// NCCL library for the cuda benchmark.
+    pub nccl_lib: PathBuf,
+    /// Cuda: add a third variant, the instrumented loop with CUPTI kernel records on.
+    pub cupti: bool,
+    /// Cuda: ask NCCL for its tuning log (NCCL_DEBUG=INFO, SUBSYS=TUNING), as
+    /// `rank --nccl-tuning` does, so its cost can be compared run against run.
+    pub nccl_tuning: bool,
+    /// Write every measurement (per-rep distributions) as JSON to this file.
+    pub json_out: Option<PathBuf>,
+}
+
+/// Run the benchmark; rank 0 prints JSON lines.
+pub fn run(args: BenchOptions) -> Result<()> {
+    let bytes = crate::core::units::parse_bytes(&args.size)?;
+    if args.backend == crate::backend::BackendChoice::Cuda {
+        return run_cuda(&args);
+    }
+    let universe = mpi::initialize().context("MPI could not be initialised")?;
+    let world = universe.world();
+    let gemm = GemmShape { m: 8, n: 8, k: 8 };
+    let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
+    let mut backend = CpuBackend::new(&world, &crate::backend::BackendPlan::for_spec(&spec))?;
+    let clock = RankClock::new(world.rank() as u32, &[]);
+    let mut bare = Vec::new();
+    let mut instrumented = Vec::new();
+    for _ in 0..args.reps {
+        world.barrier();
+        let t0 = monotonic_raw_ns();
+        for _ in 0..args.iters {
+            backend.issue_allreduce(bytes, crate::evidence::shard::Dtype::F32)?;
+            backend.wait_allreduce()?;
+        }
+        bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
+        // the bare loop's collectives belong to no pass: drop their (empty) timings
+        let _ = backend.finish_pass()?;
+        world.barrier();
+        let t0 = monotonic_raw_ns();
+        let mut runner = Runner::new(&mut backend, &clock, &world, &spec, None, None, None, false);
+        runner.run_all()?;
+        instrumented.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
+        std::hint::black_box(runner.body);
+    }
+    if world.rank() == 0 {
+        let b = crate::core::stats::median(&mut bare).unwrap_or(f64::NAN);
+        let i = crate::core::stats::median(&mut instrumented).unwrap_or(f64::NAN);
+        let out = serde_json::json!({
+            "benchmark": "cpu-instrumentation-overhead",
+            "ranks": world.size(),
+            "bytes": bytes,
+            "iters": args.iters,
+            "reps": args.reps,
+            "bare_ns_per_collective_median": b,
+            "instrumented_ns_per_collective_median": i,
+            "overhead_ns_per_collective": i - b,
+            "overhead_ratio": i / b,
+            "note": "instrumented includes two phase barriers per rep, amortised over iters",
+        });
+        println!("{out}");
+    }
+    Ok(())
+}
+
+/// Per-iteration host times of a loop from the host clock read before each
+/// call and once after the last: the time each iteration's whole loop body took.
+fn iteration_host_ns(stamps: &[u64]) -> Vec<f64> {
+    stamps.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64).collect()
+}
+
+/// Quantiles (p50, p90, p99; nearest rank) of a sample, µs.
+fn quantiles_us(v: &[f64]) -> [f64; 3] {
+    let mut v = v.to_vec();
+    [50.0, 90.0, 99.0].map(|p| crate::core::stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN) / 1e3)
+}
+
+/// One variant's measurement in one repetition.
+#[derive(serde::Serialize, Clone, Debug)]
+struct VariantRep {
+    /// Host time per loop iteration, p50/p90/p99, µs.
+    host_iter_us: [f64; 3],
+    /// Device time per collective over the whole loop (first event to last), µs.
+    device_per_collective_us: f64,
+    /// Median per-iteration device interval (boundary to boundary), where measured, µs.
+    device_interval_median_us: Option<f64>,
+}
+
+/// The CUDA benchmark. For every size and repetition, in a rotating order:
+/// `bare` (a loop of `ncclAllReduce` calls with only a host clock read
+/// before each, events before the first and after the last), `instrumented`
+/// (the isolated phase exactly as `rank` runs it, through the phase runner),
+/// `instrumented+graph` (the same with `--graph`: each repetition's
+/// iterations captured into one CUDA graph and launched once; its host time
+/// per collective is the launch call's, spread over the collectives), and
+/// with `--cupti` `instrumented+cupti` (CUPTI kernel records on). The host overhead per collective is the difference of the
+/// per-iteration host-time quantiles, instrumented minus bare, per
+/// repetition; the device inflation is the ratio of device time per
+/// collective. Distributions over repetitions are printed, never one median.
+fn run_cuda(args: &BenchOptions) -> Result<()> {
+    if let Some(why) = crate::backend::cuda::unavailable_reason() {
+        anyhow::bail!("--backend cuda is unavailable: {why}");
+    }
+    if args.iters < 2 || args.reps == 0 {
+        anyhow::bail!("--iters must be at least 2 and --reps at least 1");
+    }
+    let sizes = crate::core::units::parse_size_list(&args.sizes)?;
+    if args.nccl_tuning {
+        crate::rank::request_nccl_tuning_log(&std::env::temp_dir().join("commcanary-bench-tuning"))?;
+    }
+    let universe = mpi::initialize().context("MPI could not be initialised")?;
+    let world = universe.world();
+    let local = mpi::topology::Communicator::split_shared(&world, world.rank());
+    let clock = RankClock::new(world.rank() as u32, &[]);
+    let max = sizes.iter().copied().max().unwrap_or(4);
+    let gemm = GemmShape { m: 64, n: 64, k: 64 };
+    let mut backend = crate::backend::cuda::CudaBackend::new(
+        &world,
+        local.rank() as u32,
+        &args.nccl_lib,
+        &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)),
+        clock.clone(),
+        (args.iters as usize) * 2 + 64,
+        std::time::Duration::from_secs(300),
+        None,
+        args.cupti,
+    )?;
+    // the event timer's granularity and this rank's anchor windows, for the record
+    let probe_ns = backend.event_timer_probe(64)?;
+    let mut variants: Vec<&str> = vec!["bare", "instrumented", "instrumented+graph"];
+    if args.cupti {
+        variants.push("instrumented+cupti");
+    }
+    let mut all = Vec::new();
+    for &bytes in &sizes {
+        let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
+        let mut reps: Vec<std::collections::BTreeMap<&str, VariantRep>> = Vec::new();
+        // one untimed round of each loop first: NCCL connects lazily at a size's first use
+        world.barrier();
+        backend.reference_loop(bytes, args.iters.min(50))?;
+        Runner::new(&mut backend, &clock, &world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), None, None, None, false).run_all()?;
+        for rep in 0..args.reps as usize {
+            let mut got = std::collections::BTreeMap::new();
+            for k in 0..variants.len() {
+                let v = variants[(rep + k) % variants.len()];
+                if args.cupti {
+                    backend.set_cupti(v == "instrumented+cupti")?;
+                }
+                world.barrier();
+                let r = if v == "bare" {
+                    let (stamps, device_ns) = backend.reference_loop(bytes, args.iters)?;
+                    VariantRep {
+                        host_iter_us: quantiles_us(&iteration_host_ns(&stamps)),
+                        device_per_collective_us: device_ns / 1e3,
+                        device_interval_median_us: None,
+                    }
+                } else {
+                    let spec = WorkloadSpec { graph: v == "instrumented+graph", ..spec.clone() };
+                    let mut runner = Runner::new(&mut backend, &clock, &world, &spec, None, None, None, false);
+                    runner.run_all()?;
+                    let ev = &runner.body.collectives;
+                    let stamps: Vec<u64> = if spec.graph {
+                        // one launch for all: its host time spread evenly over the collectives
+                        let (a, b) = ev.first().map(|e| (e.host_issue_ns, e.host_return_ns)).unwrap_or((0, 0));
+                        (0..=ev.len() as u64).map(|i| a + (b - a) * i / ev.len().max(1) as u64).collect()
+                    } else {
+                        let mut s: Vec<u64> = ev.iter().map(|e| e.host_issue_ns).collect();
+                        s.extend(ev.last().map(|e| e.host_return_ns));
+                        s
+                    };
+                    let mut d: Vec<f64> = ev.iter().filter_map(|e| Some((e.device_end_ns? - e.device_start_ns?) as f64)).collect();
+                    let span = match (ev.first().and_then(|e| e.device_start_ns), ev.last().and_then(|e| e.device_end_ns)) {
+                        (Some(a), Some(b)) => (b - a) as f64 / ev.len() as f64 / 1e3,
+                        _ => f64::NAN,
+                    };
+                    VariantRep {
+                        host_iter_us: quantiles_us(&iteration_host_ns(&stamps)),
+                        device_per_collective_us: span,
+                        device_interval_median_us: crate::core::stats::median(&mut d).map(|x| x / 1e3),
+                    }
+                };
+                got.insert(v, r);
+            }
+            reps.push(got);
+        }
+        if args.cupti {
+            backend.set_cupti(false)?;
+        }
+        if world.rank() == 0 {
+            let summary = summarize_cuda_size(&variants, &reps);
+            let line = serde_json::json!({
+                "benchmark": "cuda-instrumentation-overhead",
+                "ranks": world.size(),
+                "bytes": bytes,
+                "iters": args.iters,
+                "reps": args.reps,
+                "nccl_tuning": args.nccl_tuning,
+                "summary": summary,
+                "per_rep": reps,
+                "method": "per repetition, in rotating order: bare ncclAllReduce loop vs the isolated phase as rank runs it; host overhead = per-iteration host-time quantile difference (instrumented - bare); device inflation = device time per collective, instrumented / bare",
+            });
+            println!("{}", serde_json::json!({"bytes": bytes, "summary": line["summary"]}));
+            all.push(line);
+        }
+    }
+    if world.rank() == 0 {
+        let anchors = backend.last_anchor_windows();
+        let probe = serde_json::json!({
+            "benchmark": "cuda-event-timer-and-anchor",
+            "event_times_after_first_ns": probe_ns,
+            "last_pass_anchor_windows": anchors.map(|(a, b)| serde_json::json!({"start": a, "end": b})),
+            "note": "64 events recorded back to back on an idle stream: their spacing shows the timer's granularity; anchor windows: intersection of 24 record-and-poll round trips",
+        });
+        println!("{probe}");
+        all.push(probe);
+        if let Some(p) = &args.json_out {
+            crate::core::fsutil::write_json_new(p, &all)?;
+        }
+    }
+    Ok(())
+}
+
+/// Across repetitions: the distribution (median, min, max) of the host
+/// overhead at p50/p90/p99 and of the device inflation, per instrumented variant.
+fn summarize_cuda_size(variants: &[&str], reps: &[std::collections::BTreeMap<&str, VariantRep>]) -> serde_json::Value {
+    let dist = |mut v: Vec<f64>| -> serde_json::Value {
+        v.retain(|x| x.is_finite());
+        let lo = v.iter().copied().reduce(f64::min);
+        let hi = v.iter().copied().reduce(f64::max);
+        serde_json::json!({"median": crate::core::stats::median(&mut v), "min": lo, "max": hi})
+    };
+    let mut out = serde_json::Map::new();
+    for &v in variants.iter().filter(|v| **v != "bare") {
+        let q = |i: usize| dist(reps.iter().map(|r| r[v].host_iter_us[i] - r["bare"].host_iter_us[i]).collect());
+        out.insert(
+            v.to_string(),
+            serde_json::json!({
+                "host_overhead_us_p50": q(0),
+                "host_overhead_us_p90": q(1),
+                "host_overhead_us_p99": q(2),
+                "bare_host_iter_us_p50": dist(reps.iter().map(|r| r["bare"].host_iter_us[0]).collect()),
+                "device_inflation_ratio": dist(reps.iter().map(|r| r[v].device_per_collective_us / r["bare"].device_per_collective_us).collect()),
+                "bare_device_per_collective_us": dist(reps.iter().map(|r| r["bare"].device_per_collective_us).collect()),
+                "device_interval_median_us": dist(reps.iter().filter_map(|r| r[v].device_interval_median_us).collect()),
+            }),
+        );
+    }
+    serde_json::Value::Object(out)
+}

@@ -1,0 +1,335 @@
+//! `campaign analyze`'s I/O: gather the analysis input from a verified
+//! campaign, and write `report.json` with its plots.
+//!
+//! Consumes the manifest, the selection and every selected run (each joined
+//! and verified by [`crate::evidence::join`]; a run that does not join is refused,
+//! naming it). Produces an [`AnalysisInput`] (per phase, every label's jobs
+//! with their rounds and events; the injected-delay counts `join` saw; the
+//! canary and controls translated to labels; the claim context from what the
+//! ranks recorded) and an overlap excerpt of one GPU job. The statistics are
+//! in [`crate::analysis`]; the plots in [`crate::report::plots`].
+//!
+//! Writing never replaces: a report directory that already holds a file of
+//! the same name with other bytes is refused; the same bytes (a re-run of a
+//! seeded analysis) are accepted as they are.
+use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt};
+use crate::campaign::chain::{load_manifest, Selection};
+use crate::core::workload::Phase;
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Window of the overlap excerpt, in communication intervals (two tokens of 32 layers).
+const EXCERPT_COLLECTIVES: usize = 64;
+
+fn excerpt(j: &crate::evidence::join::JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> {
+    let s = j.shards.first()?;
+    if s.header.backend != crate::evidence::shard::BackendKind::Cuda {
+        return None;
+    }
+    let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking].into_iter().find(|p| s.header.workload.phases.contains(p))?;
+    let (source, compute, comm) = crate::analysis::overlap::phase_intervals_ns(s, phase);
+    if source == crate::analysis::overlap::IntervalSource::Host {
+        return None;
+    }
+    let mut comm = comm;
+    comm.sort_unstable();
+    if comm.len() < 4 {
+        return None;
+    }
+    // a window from the middle of the phase, clear of warm-up
+    let start = (comm.len() / 2).min(comm.len().saturating_sub(EXCERPT_COLLECTIVES));
+    let win = &comm[start..(start + EXCERPT_COLLECTIVES).min(comm.len())];
+    let (t0, t1) = (win[0].0, win.iter().map(|x| x.1).max().unwrap_or(win[0].1));
+    let rel = |(a, b): (u64, u64)| ((a.max(t0) - t0) as f64 / 1e3, (b.min(t1).max(a.max(t0)) - t0) as f64 / 1e3);
+    Some(TimelineExcerpt {
+        run_id: run_id.to_string(),
+        label: label.to_string(),
+        rank: s.header.rank,
+        phase,
+        source,
+        compute_us: compute.into_iter().filter(|&(a, b)| b > t0 && a < t1).map(rel).collect(),
+        comm_us: win.iter().copied().map(rel).collect(),
+    })
+}
+
+/// Gather the analysis input of a verified campaign, and one overlap excerpt.
+pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
+    let (m, sha) = load_manifest(dir)?;
+    let sel_path = dir.join("selection.json");
+    let sel: Selection = serde_json::from_slice(&std::fs::read(&sel_path).with_context(|| format!("reading {}", sel_path.display()))?)
+        .with_context(|| format!("{}: not a selection", sel_path.display()))?;
+    let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
+    let lab =
+        |n: &str| -> Result<String> { label_of_name.get(n).map(|s| s.to_string()).with_context(|| format!("{n:?} is not a configuration of the manifest")) };
+    let mut per: BTreeMap<Phase, BTreeMap<String, Vec<JobData>>> = BTreeMap::new();
+    let mut delays: BTreeMap<String, Vec<(u32, DelayCounts)>> = BTreeMap::new();
+    let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) =
+        (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let mut excerpt_out = None;
+    let mut backend = String::new();
+    for e in &sel.entries {
+        let cell =
+            m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
+        let run_dir = dir.join(&e.run_dir);
+        let j = crate::evidence::join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
+        for &p in &j.run.workload.phases {
+            let samples_us = crate::analysis::summary::job_samples_us(&j, p);
+            per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
+        }
+        if let Some(d) = crate::evidence::join::delay_control(&j) {
+            delays.entry(cell.label.clone()).or_default().push((
+                cell.round,
+                DelayCounts {
+                    delay_us: d.delay_us,
+                    delayed: d.delayed,
+                    detected: d.delayed_detected,
+                    undelayed: d.undelayed,
+                    false_alarms: d.undelayed_false_alarms,
+                },
+            ));
+        }
+        for s in &j.shards {
+            hosts.insert(s.header.host.clone());
+            backend = format!("{:?}", s.header.backend).to_lowercase();
+            let fact = |k: &str| s.header.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if s.header.backend == crate::evidence::shard::BackendKind::Cuda {
+                gpus.insert(s.header.device.name.clone());
+                if let Some(v) = fact("nccl_version") {
+                    nccl.insert(v);
+                }
+                if let Some(v) = fact("driver_version_start") {
+                    drivers.insert(v);
+                }
+            } else {
+                if let Some(c) = &s.header.identity.cpu_model {
+                    cpus.insert(c.clone());
+                }
+                if let Some(v) = &s.header.identity.mpi_library {
+                    mpis.insert(v.split([',', '\n']).next().unwrap_or("").trim().to_string());
+                }
+            }
+        }
+        if excerpt_out.is_none() {
+            excerpt_out = excerpt(&j, &e.attempt_id, &cell.label);
+        }
+    }
+    let labels: Vec<String> = m.configs.iter().map(|c| c.label.clone()).collect();
+    let mut phases = Vec::new();
+    for (phase, by_label) in per {
+        if let Some(l) = labels.iter().find(|l| !by_label.contains_key(*l)) {
+            bail!("phase {phase}: configuration {l} has no selected job");
+        }
+        phases.push(PhaseInput { phase, labels: labels.clone(), jobs: labels.iter().map(|l| by_label[l].clone()).collect() });
+    }
+    let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let hardware = if backend == "cuda" {
+        format!(
+            "{} rank(s) per job on {} host(s), one GPU per rank: {} (driver {}); NCCL {} across configurations",
+            m.spec.ranks,
+            hosts.len(),
+            join(&gpus),
+            join(&drivers),
+            join(&nccl)
+        )
+    } else {
+        format!("{} rank(s) per job on {} host(s), CPU backend: {}; {}", m.spec.ranks, hosts.len(), join(&cpus), join(&mpis))
+    };
+    let w = &m.spec.workload;
+    let workload = format!(
+        "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per size ({} backend)",
+        w.tokens, w.layers, w.sizes, w.phases, w.iters, m.spec.backend
+    );
+    let replay_semantics = "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host gap counted from the moment the host observes the previous collective's completion; fill replaces each gap by calibrated compute units (quantization residual carried); per-token latency is measured on every rank".to_string();
+    let mut not_represented = vec![
+        if hosts.len() <= 1 { "more than one host (no inter-node network)".to_string() } else { format!("more than {} hosts", hosts.len()) },
+        format!("rank counts other than {}", m.spec.ranks),
+        format!("message sizes outside {}", w.sizes),
+        "collectives other than all-reduce (float32 sum)".to_string(),
+        "contention from other jobs or tenants".to_string(),
+        format!("time: {} rounds in one campaign (no thermal, firmware or driver drift across days)", m.spec.repetitions),
+    ];
+    if backend == "cuda" {
+        not_represented.push(format!("GPU models other than {}", join(&gpus)));
+        not_represented.push(format!("NCCL versions other than {}", join(&nccl)));
+    } else {
+        not_represented.push("GPUs and NCCL (CPU backend: MPI's own all-reduce)".to_string());
+    }
+    let canary = match &m.spec.canary {
+        Some(c) => Some((lab(&c.candidate)?, lab(&c.baseline)?, c.phase.unwrap_or(Phase::Blocking))),
+        None => None,
+    };
+    let mut controls = ControlsInput::default();
+    if let Some(c) = &m.spec.controls {
+        for [a, b] in &c.aa {
+            controls.aa_pairs.push((lab(a)?, lab(b)?));
+        }
+        for k in &c.known_bad {
+            controls.known_bad.push(match k {
+                crate::campaign::spec::KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
+                crate::campaign::spec::KnownBad::Graded(g) => {
+                    KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) }
+                }
+            });
+        }
+    }
+    controls.injected_skew = delays
+        .into_iter()
+        .map(|(l, mut v)| {
+            v.sort_by_key(|x| x.0);
+            (l, v)
+        })
+        .collect();
+    let input = AnalysisInput {
+        phases,
+        policy: m.spec.analysis.clone(),
+        canary,
+        controls,
+        context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented },
+    };
+    Ok((input, excerpt_out))
+}
+
+fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    match std::fs::read(path) {
+        Ok(old) if old == bytes => Ok(()),
+        Ok(_) => crate::refuse!(
+            crate::core::refusal::Code::AlreadyExists,
+            "{} exists with other contents; a report is never replaced (pass another --report-dir)",
+            path.display()
+        ),
+        Err(_) => crate::core::fsutil::write_new_atomic(path, bytes),
+    }
+}
+
+/// The producer and format of an existing `report.json`, to refuse a
+/// comparison across versions: a seeded analysis regenerates a report byte
+/// for byte only with the tool that wrote it.
+fn existing_producer(path: &Path) -> Option<(u32, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let format = v.get("format_version")?.as_u64()? as u32;
+    let producer = v.get("producer").and_then(|p| p.as_str()).unwrap_or("a tool before report format 2 (no producer recorded)").to_string();
+    Some((format, producer))
+}
+
+/// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
+pub fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, out_dir: &Path) -> Result<Report> {
+    let (input, excerpt) = collect(dir)?;
+    let evidence = format!(
+        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards; the job is the unit of replication",
+        input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
+    );
+    let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
+    if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {
+        if format != report.format_version || producer != report.producer {
+            bail!(
+                "{} was written by {producer} (report format {format}); this is {} (format {}): reports of different versions are not compared or replaced. \
+                 Pass another --report-dir to write this version's report beside it",
+                out_dir.join("report.json").display(),
+                report.producer,
+                report.format_version
+            );
+        }
+    }
+    report.overlap_excerpt = excerpt;
+    let plots = crate::report::plots::all(&report)?;
+    report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    for (name, svg) in &plots {
+        write_same_or_new(&out_dir.join(name), svg.as_bytes())?;
+    }
+    let mut bytes = serde_json::to_vec_pretty(&report)?;
+    bytes.push(b'\n');
+    write_same_or_new(&out_dir.join("report.json"), &bytes)?;
+    Ok(report)
+}
+
+/// The verdict of `verify`, refused with `INCOMPLETE` unless the campaign is complete.
+pub fn verified(dir: &Path) -> Result<crate::campaign::chain::Verdict> {
+    let v = crate::campaign::chain::verify(dir)?;
+    if !v.complete {
+        crate::refuse!(
+            crate::core::refusal::Code::Incomplete,
+            "{}: withheld-incomplete ({} refusals); verify the campaign first",
+            dir.display(),
+            v.refusals.len()
+        );
+    }
+    Ok(v)
+}
+
+/// A verified campaign's report (not written) and its label → configuration name map.
+pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
+    let v = verified(dir)?;
+    let (m, _) = load_manifest(dir)?;
+    let (input, _) = collect(dir)?;
+    let ev = format!("measured: verified campaign {}", input.context.campaign_id);
+    let r = crate::analysis::analyze(&input, v, &ev)?;
+    Ok((r, m.configs.iter().map(|c| (c.label.clone(), c.config.name.clone())).collect()))
+}
+
+/// `campaign power`: the power table from a pilot campaign's own noise in `phase`.
+pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
+    use crate::analysis::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
+    use std::fmt::Write;
+    let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("the pilot campaign has no phase {phase}"))?;
+    let mut table: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for (c, jobs) in p.jobs.iter().enumerate() {
+        for j in jobs {
+            let mut v = j.samples_us.clone();
+            let med = crate::core::stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
+            table.entry(j.round).or_insert_with(|| vec![f64::NAN; p.labels.len()])[c] = med;
+        }
+    }
+    let rows: Vec<Vec<f64>> = table.into_values().collect();
+    let (_, rss, df) = two_way(&rows)?;
+    if df == 0 {
+        bail!("the pilot needs at least 2 rounds and 2 configurations to measure its noise");
+    }
+    let sigma = (rss / df as f64).sqrt();
+    let sd = sigma * 2f64.sqrt();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "pilot {} phase {phase}: {} rounds x {} configurations; residual job noise {:.2}% (log sd, {df} degrees of freedom), so a pair's per-round log-ratio has sd {:.2}%",
+        input.context.campaign_id,
+        rows.len(),
+        p.labels.len(),
+        sigma * 100.0,
+        sd * 100.0
+    );
+    let _ = writeln!(o, "power to decide a true difference (95% interval beyond ±{min_effect_pct}%), approximate (paired t):");
+    let rounds = [3u32, 5, 10, 20, 50];
+    let _ = writeln!(o, "{:>8} {}", "delta", rounds.map(|r| format!("{:>10}", format!("{r} rounds"))).join(""));
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let _ = writeln!(o, "{:>7}% {}", e, rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" "));
+    }
+    for e in [1.0, 2.0, 5.0, 10.0] {
+        let need = if e <= min_effect_pct {
+            format!("never: δ does not exceed the minimum effect {min_effect_pct}% (see --min-effect-pct)")
+        } else {
+            rounds_words(rounds_to_decide(sd, e, min_effect_pct, COVERAGE, POWER))
+        };
+        let _ = writeln!(o, "to resolve δ = {e}% with {:.0}% power you need {need}", POWER * 100.0);
+    }
+    let family = p.labels.len() * (p.labels.len() - 1) / 2;
+    if family > 1 {
+        // the pair table and the controls read simultaneous intervals: a pair there needs more rounds than the canary
+        let level = crate::analysis::inference::simultaneous_coverage(COVERAGE, family);
+        let need: Vec<String> = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .filter(|&e| e > min_effect_pct)
+            .map(|e| format!("δ = {e}%: {}", rounds_words(rounds_to_decide(sd, e, min_effect_pct, level, POWER))))
+            .collect();
+        let _ = writeln!(
+            o,
+            "in the pair table and the controls ({family} pairs, each interval at {:.3}% so that all hold together at {:.0}%), {:.0}% power needs: {}",
+            level * 100.0,
+            COVERAGE * 100.0,
+            POWER * 100.0,
+            need.join("; ")
+        );
+    }
+    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: results/2026-11-30-calibration-simultaneous/)");
+    Ok(o)
+}

@@ -1,0 +1,238 @@
+//! SVG plots drawn from a [`Report`] alone (plotters' SVG backend), so any
+//! plot can be redrawn from `report.json`; no I/O here, the caller writes.
+//!
+//! - `ranks-slopegraph.svg`: each configuration's rank per phase, from the
+//!   isolated proxy through the workload phases (crossing lines are the
+//!   proxy's ranking errors);
+//! - `distribution-PHASE.svg`: per configuration, the pooled events of all
+//!   jobs: 5–95% whisker, 25–75% box, median bar, p99 dot (nearest-rank);
+//! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::analysis::inference`]);
+//! - `overlap-timeline.svg`: compute and communication intervals of one
+//!   rank's window (GPU runs, from CUPTI kernels or CUDA events).
+use crate::analysis::{Report, TimelineExcerpt};
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+const W: u32 = 900;
+const H: u32 = 520;
+
+fn palette(i: usize) -> RGBColor {
+    const C: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    C[i % C.len()]
+}
+
+fn e<E: std::fmt::Debug>(x: E) -> anyhow::Error {
+    anyhow!("drawing: {x:?}")
+}
+
+/// The name of the category at integer position `x` on a category axis.
+fn category<S: AsRef<str>>(x: f64, names: &[S]) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+        names[i as usize].as_ref().to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Labels in a stable order (the first phase's rows sorted by name).
+fn labels(r: &Report) -> Vec<String> {
+    let mut l: Vec<String> = r.phases.first().map(|p| p.rows.iter().map(|x| x.label.clone()).collect()).unwrap_or_default();
+    l.sort();
+    l
+}
+
+/// Rank per phase, one line per configuration.
+pub fn slopegraph(r: &Report) -> Result<String> {
+    let labels = labels(r);
+    let n = labels.len().max(1) as f64;
+    let np = r.phases.len().max(1);
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let names: Vec<&str> = r.phases.iter().map(|p| p.phase.name()).collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Rank per phase (1 = fastest median)", ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(40)
+            .build_cartesian_2d(-0.3f64..(np as f64 - 1.0 + 1.2), (n + 0.5)..0.5f64)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(np + 2)
+            .x_label_formatter(&|x| category(*x, &names))
+            .y_labels(labels.len().max(1))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_desc("rank")
+            .draw()
+            .map_err(e)?;
+        for (i, l) in labels.iter().enumerate() {
+            let pts: Vec<(f64, f64)> =
+                r.phases.iter().enumerate().filter_map(|(x, p)| p.rows.iter().find(|row| &row.label == l).map(|row| (x as f64, row.rank as f64))).collect();
+            let c = palette(i);
+            chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?;
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
+            if let Some(&(x, y)) = pts.last() {
+                chart.draw_series(std::iter::once(Text::new(l.clone(), (x + 0.08, y), ("sans-serif", 13).into_font().color(&c)))).map_err(e)?;
+            }
+        }
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// Pooled event distribution per configuration in one phase.
+pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
+    let p = r.phases.get(phase_index).ok_or_else(|| anyhow!("no phase {phase_index}"))?;
+    let rows = &p.rows;
+    let lo = rows.iter().map(|x| x.distribution.p5).fold(f64::INFINITY, f64::min);
+    let hi = rows.iter().map(|x| x.distribution.p99.max(x.distribution.p95)).fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo { (lo, hi) } else { (0.0, 1.0) };
+    let pad = (hi - lo) * 0.08;
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let names: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric), ("sans-serif", 18))
+            .margin(15)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-0.6f64..(rows.len() as f64 - 0.4), (lo - pad).max(0.0)..(hi + pad))
+            .map_err(e)?;
+        chart.configure_mesh().disable_x_mesh().x_labels(rows.len() + 1).x_label_formatter(&|x| category(*x, &names)).y_desc("µs").draw().map_err(e)?;
+        for (i, row) in rows.iter().enumerate() {
+            let d = &row.distribution;
+            let x = i as f64;
+            let c = palette(i);
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, d.p5), (x, d.p95)], BLACK.stroke_width(1)))).map_err(e)?;
+            chart.draw_series(std::iter::once(Rectangle::new([(x - 0.3, d.p25), (x + 0.3, d.p75)], c.mix(0.6).filled()))).map_err(e)?;
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x - 0.3, d.p50), (x + 0.3, d.p50)], BLACK.stroke_width(2)))).map_err(e)?;
+            chart.draw_series(std::iter::once(Circle::new((x, d.p99), 3, RED.filled()))).map_err(e)?;
+        }
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// P(best) per configuration and phase (hierarchical posterior).
+pub fn p_best(r: &Report) -> Result<String> {
+    let labels = labels(r);
+    let np = r.phases.len().max(1);
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("P(best), hierarchical posterior ({} draws, seed {})", r.policy.bootstrap_resamples, r.policy.bootstrap_seed), ("sans-serif", 18))
+            .margin(15)
+            .x_label_area_size(50)
+            .y_label_area_size(50)
+            .build_cartesian_2d(-0.6f64..(labels.len() as f64 - 0.4), 0f64..1.05f64)
+            .map_err(e)?;
+        chart.configure_mesh().disable_x_mesh().x_labels(labels.len() + 1).x_label_formatter(&|x| category(*x, &labels)).y_desc("P(best)").draw().map_err(e)?;
+        let w = 0.8 / np as f64;
+        for (k, p) in r.phases.iter().enumerate() {
+            let c = palette(k);
+            let bars: Vec<Rectangle<(f64, f64)>> = labels
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| p.rows.iter().find(|x| &x.label == l).map(|row| (i, row.p_best)))
+                .map(|(i, v)| {
+                    let x0 = i as f64 - 0.4 + k as f64 * w;
+                    Rectangle::new([(x0, 0.0), (x0 + w * 0.9, v)], c.filled())
+                })
+                .collect();
+            chart.draw_series(bars).map_err(e)?.label(p.phase.name()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// One rank's compute and communication intervals in a window.
+pub fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
+    let end = x.compute_us.iter().chain(x.comm_us.iter()).map(|i| i.1).fold(0.0f64, f64::max).max(1.0);
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, 300)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{} on rank {} ({}, {}): compute (top) and communication (bottom)", x.phase.name(), x.rank, x.run_id, x.label), ("sans-serif", 16))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0f64..end, 0f64..2f64)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(5)
+            .y_label_formatter(&|y| {
+                if (*y - 0.5).abs() < 0.1 {
+                    "comm".into()
+                } else if (*y - 1.5).abs() < 0.1 {
+                    "compute".into()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc(format!("µs from the window start ({:?} intervals)", x.source))
+            .draw()
+            .map_err(e)?;
+        chart.draw_series(x.compute_us.iter().map(|&(a, b)| Rectangle::new([(a, 1.1), (b.max(a + end * 1e-4), 1.9)], palette(0).filled()))).map_err(e)?;
+        chart.draw_series(x.comm_us.iter().map(|&(a, b)| Rectangle::new([(a, 0.1), (b.max(a + end * 1e-4), 0.9)], palette(1).filled()))).map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// Every plot of a report: (file name, SVG).
+pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
+    let mut out = vec![("ranks-slopegraph.svg".to_string(), slopegraph(r)?), ("p-best.svg".to_string(), p_best(r)?)];
+    for (i, p) in r.phases.iter().enumerate() {
+        out.push((format!("distribution-{}.svg", p.phase.name()), distribution(r, i)?));
+    }
+    if let Some(x) = &r.overlap_excerpt {
+        out.push(("overlap-timeline.svg".to_string(), overlap_timeline(x)?));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeline_names_its_rows_and_renders() {
+        let x = TimelineExcerpt {
+            run_id: "r".into(),
+            label: "c".into(),
+            rank: 0,
+            phase: crate::core::workload::Phase::Overlap,
+            source: crate::analysis::overlap::IntervalSource::CuptiKernels,
+            compute_us: vec![(0.0, 5.0), (20.0, 25.0)],
+            comm_us: vec![(3.0, 18.0)],
+        };
+        let svg = overlap_timeline(&x).unwrap();
+        assert!(svg.contains("\ncompute\n") && svg.contains("\ncomm\n"), "row labels on the y axis");
+        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
+        assert!(tree.size().width() > 0.0);
+    }
+}

@@ -1,0 +1,397 @@
+//! The evidence of `validate` on disk, the site's thresholds, and the
+//! refusal of a reference that does not describe this node.
+//!
+//! Layout of a validation directory (a reference is one, written with
+//! `--record-reference`): `manifest.json` (node facts, settings, argv,
+//! recorded environment), `rounds.json` (every round's measurements, the
+//! shard of this format), `health.json`, `topology.json`, `report.json`
+//! (validations against a reference only) and, written last,
+//! `descriptor.json`: each file's size and SHA-256, as the campaign
+//! archive's descriptor does for its tarball. Every file is written with
+//! [`crate::core::fsutil::write_json_new`] (atomic, never over an existing file).
+//!
+//! Consumes a reference directory and, optionally, a site TOML. Refuses,
+//! naming the file and the fault: a file missing or whose size or SHA-256
+//! differs from the descriptor; an unknown format version; a site TOML with
+//! unknown keys, thresholds that are not positive, or an unknown `allow`
+//! entry; and a reference from another backend, GPU SKU, GPU count, rank
+//! count, driver major version or NCCL version, unless the site allows that
+//! change (`allow = ["driver"]`, ...).
+use super::health::HealthReport;
+use super::sweep::SizeResult;
+use super::topology::Topology;
+use crate::evidence::shard::{BackendKind, Dtype};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Format version of every file of a validation directory.
+pub const VALIDATE_FORMAT_VERSION: u32 = 1;
+
+/// Files of a validation directory, in writing order (the descriptor last).
+pub const MANIFEST: &str = "manifest.json";
+/// Per-round measurements.
+pub const ROUNDS: &str = "rounds.json";
+/// Health snapshots.
+pub const HEALTH: &str = "health.json";
+/// Topology.
+pub const TOPOLOGY: &str = "topology.json";
+/// The verdicts (validations against a reference).
+pub const REPORT: &str = "report.json";
+/// Sizes and digests of the others.
+pub const DESCRIPTOR: &str = "descriptor.json";
+
+/// What the node is, as far as a reference must match it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NodeFacts {
+    /// Host name.
+    pub host: String,
+    /// Backend.
+    pub backend: BackendKind,
+    /// Ranks (one per GPU on cuda).
+    pub ranks: u32,
+    /// GPU product name of rank 0's device (cuda) or the CPU model.
+    pub sku: String,
+    /// GPUs NVML enumerates (cuda).
+    pub gpu_count: Option<u32>,
+    /// NVIDIA driver version (cuda).
+    pub driver_version: Option<String>,
+    /// NCCL version loaded (cuda).
+    pub nccl_version: Option<String>,
+    /// MPI library.
+    pub mpi_library: Option<String>,
+}
+
+/// What was run: a validation against a reference runs the reference's settings.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Requested sweep sizes, bytes (nccl-tests' `-b/-e/-f` sequence).
+    pub sizes_bytes: Vec<u64>,
+    /// Timed iterations per size.
+    pub iters: u32,
+    /// Warm-up iterations per size.
+    pub warmup_iters: u32,
+    /// Element type of the sweep and the workload's all-reduces.
+    pub dtype: Dtype,
+    /// Workload model preset.
+    pub model: String,
+    /// Sequences per decode step.
+    pub batch: u32,
+    /// Timed tokens per round.
+    pub tokens: u32,
+    /// Warm-up tokens per round.
+    pub warmup_tokens: u32,
+}
+
+/// `manifest.json`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ValidateManifest {
+    /// [`VALIDATE_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// `reference` or `validation`.
+    pub kind: String,
+    /// Start, Unix ms.
+    pub started_unix_ms: u64,
+    /// The tool (version, commit, binary digest).
+    pub tool: crate::core::identity::ToolIdentity,
+    /// The node.
+    pub node: NodeFacts,
+    /// The settings.
+    pub settings: Settings,
+    /// Rounds run.
+    pub rounds: u32,
+    /// Seed of the per-round order.
+    pub seed: u64,
+    /// The reference compared with, as given, and its manifest's SHA-256.
+    pub reference: Option<(String, String)>,
+    /// Injected delay (a test and control knob), if any.
+    pub inject_delay: Option<String>,
+    /// Command line of rank 0.
+    pub argv: Vec<String>,
+    /// Recorded `NCCL_*`, `OMPI_MCA_*`, `CUDA_*`, `UCX_*` variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// One round's measurements (the slowest rank's, see [`super::sweep`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RoundRecord {
+    /// Round index.
+    pub round: u32,
+    /// Order the measurements ran in this round.
+    pub order: Vec<String>,
+    /// All-reduce sweep.
+    pub all_reduce: Vec<SizeResult>,
+    /// All-gather sweep.
+    pub all_gather: Vec<SizeResult>,
+    /// Per rank: median per-token latency of the round's timed tokens, µs.
+    pub token_latency_median_us_per_rank: Vec<f64>,
+}
+
+impl RoundRecord {
+    /// The workload statistic of the round: the slowest rank's median per-token latency, µs.
+    pub fn token_latency_us(&self) -> f64 {
+        self.token_latency_median_us_per_rank.iter().copied().fold(f64::NAN, f64::max)
+    }
+}
+
+/// `rounds.json`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RoundsFile {
+    /// [`VALIDATE_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Every round.
+    pub rounds: Vec<RoundRecord>,
+}
+
+/// One file in the descriptor.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DescribedFile {
+    /// File name in the directory.
+    pub name: String,
+    /// Size, bytes.
+    pub size_bytes: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+}
+
+/// `descriptor.json`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ValidateDescriptor {
+    /// [`VALIDATE_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// The files, each with its digest.
+    pub files: Vec<DescribedFile>,
+}
+
+/// A whole validation directory, in memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evidence {
+    /// `manifest.json`.
+    pub manifest: ValidateManifest,
+    /// `rounds.json`.
+    pub rounds: RoundsFile,
+    /// `health.json`.
+    pub health: HealthReport,
+    /// `topology.json`.
+    pub topology: Topology,
+}
+
+/// Write `ev` (and `report`, if any) into the new directory `dir`, the descriptor last.
+pub fn write(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::create_dir(dir).with_context(|| format!("creating {} (evidence is never written over an existing directory)", dir.display()))?;
+    let mut files = Vec::new();
+    let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
+        crate::core::fsutil::write_new_atomic(&dir.join(name), &bytes)?;
+        files.push(DescribedFile { name: name.into(), size_bytes: bytes.len() as u64, sha256: crate::core::fsutil::sha256_hex(&bytes) });
+        Ok(())
+    };
+    put(MANIFEST, serde_json::to_vec_pretty(&ev.manifest)?)?;
+    put(ROUNDS, serde_json::to_vec_pretty(&ev.rounds)?)?;
+    put(HEALTH, serde_json::to_vec_pretty(&ev.health)?)?;
+    put(TOPOLOGY, serde_json::to_vec_pretty(&ev.topology)?)?;
+    if let Some(r) = report {
+        put(REPORT, serde_json::to_vec_pretty(r)?)?;
+    }
+    crate::core::fsutil::write_json_new(&dir.join(DESCRIPTOR), &ValidateDescriptor { format_version: VALIDATE_FORMAT_VERSION, files })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).with_context(|| format!("{}: not a validation {name} of format {VALIDATE_FORMAT_VERSION}", dir.join(name).display()))
+}
+
+/// Read a validation directory, verifying every file against the descriptor.
+/// Returns the evidence and the manifest's SHA-256.
+pub fn read(dir: &Path) -> Result<(Evidence, String)> {
+    let dpath = dir.join(DESCRIPTOR);
+    let dbytes = std::fs::read(&dpath)
+        .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
+    let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
+    if desc.format_version != VALIDATE_FORMAT_VERSION {
+        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dpath.display(), desc.format_version);
+    }
+    let get = |name: &str| -> Result<Vec<u8>> {
+        let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
+        let p = dir.join(name);
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        let sha = crate::core::fsutil::sha256_hex(&bytes);
+        if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
+            bail!(
+                "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was changed after it was recorded",
+                p.display(),
+                bytes.len(),
+                f.size_bytes,
+                f.sha256
+            );
+        }
+        Ok(bytes)
+    };
+    let mbytes = get(MANIFEST)?;
+    let manifest: ValidateManifest = parse(dir, MANIFEST, &mbytes)?;
+    let rounds: RoundsFile = parse(dir, ROUNDS, &get(ROUNDS)?)?;
+    let health: HealthReport = parse(dir, HEALTH, &get(HEALTH)?)?;
+    let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
+    if manifest.format_version != VALIDATE_FORMAT_VERSION || rounds.format_version != VALIDATE_FORMAT_VERSION {
+        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dir.join(MANIFEST).display(), manifest.format_version);
+    }
+    if rounds.rounds.len() < 2 {
+        bail!("{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
+    }
+    Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
+}
+
+/// Changes a site may allow between the reference and the node.
+pub const ALLOWABLE: [&str; 5] = ["sku", "gpu_count", "ranks", "driver", "nccl"];
+
+/// The site's thresholds and allowed changes (`--site FILE`, TOML).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    /// Each collective's geometric-mean busbw over the sweep must be at least
+    /// this fraction of the reference's (default 0.95).
+    #[serde(default = "default_busbw_min_ratio")]
+    pub busbw_min_ratio: f64,
+    /// The workload's per-token latency must be at most this multiple of the
+    /// reference's (default 1.05).
+    #[serde(default = "default_token_latency_max_ratio")]
+    pub token_latency_max_ratio: f64,
+    /// Two-sided coverage of every interval (default 0.95).
+    #[serde(default = "default_coverage")]
+    pub coverage: f64,
+    /// Largest growth of one NVLink's CRC (flit + data) error counters during a
+    /// validation that health accepts; absent (the default): reported, not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_crc_errors_max: Option<u64>,
+    /// Differences from the reference that are accepted instead of refused:
+    /// any of `sku`, `gpu_count`, `ranks`, `driver`, `nccl` (default none).
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+fn default_busbw_min_ratio() -> f64 {
+    0.95
+}
+fn default_token_latency_max_ratio() -> f64 {
+    1.05
+}
+fn default_coverage() -> f64 {
+    crate::analysis::inference::COVERAGE
+}
+
+impl Default for Site {
+    fn default() -> Self {
+        Site {
+            busbw_min_ratio: default_busbw_min_ratio(),
+            token_latency_max_ratio: default_token_latency_max_ratio(),
+            coverage: default_coverage(),
+            nvlink_crc_errors_max: None,
+            allow: Vec::new(),
+        }
+    }
+}
+
+impl Site {
+    /// Parse and check a site TOML; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let s: Site =
+            toml::from_str(text).with_context(|| format!("{origin}: not a site file (keys: busbw_min_ratio, token_latency_max_ratio, coverage, allow)"))?;
+        for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("{origin}: {k} = {v} must be a positive number");
+            }
+        }
+        if !(s.coverage > 0.0 && s.coverage < 1.0) {
+            bail!("{origin}: coverage = {} must be in (0, 1)", s.coverage);
+        }
+        if let Some(a) = s.allow.iter().find(|a| !ALLOWABLE.contains(&a.as_str())) {
+            bail!("{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
+        }
+        Ok(s)
+    }
+
+    /// Read `path`.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading site file {}", path.display()))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+}
+
+fn driver_major(v: &str) -> &str {
+    v.split('.').next().unwrap_or(v)
+}
+
+/// Why `reference` does not describe `node`, each contradiction named; the
+/// site's `allow` list lets the listed changes through. The backend must always match.
+pub fn contradictions(node: &NodeFacts, reference: &NodeFacts, site: &Site) -> Vec<String> {
+    let allowed = |k: &str| site.allow.iter().any(|a| a == k);
+    let mut v = Vec::new();
+    if node.backend != reference.backend {
+        v.push(format!("backend {:?}, the reference's {:?}", node.backend, reference.backend));
+        return v;
+    }
+    if node.ranks != reference.ranks && !allowed("ranks") {
+        v.push(format!("rank count {} (the reference ran {} ranks); allow = [\"ranks\"] in the site file accepts this", node.ranks, reference.ranks));
+    }
+    if node.sku != reference.sku && !allowed("sku") {
+        v.push(format!("SKU {:?}, the reference's {:?}; allow = [\"sku\"] accepts this", node.sku, reference.sku));
+    }
+    if node.gpu_count != reference.gpu_count && !allowed("gpu_count") {
+        v.push(format!("GPU count {:?}, the reference's {:?}; allow = [\"gpu_count\"] accepts this", node.gpu_count, reference.gpu_count));
+    }
+    if node.driver_version.as_deref().map(driver_major) != reference.driver_version.as_deref().map(driver_major) && !allowed("driver") {
+        v.push(format!(
+            "driver {:?}, the reference's {:?} (major versions differ); allow = [\"driver\"] accepts this",
+            node.driver_version, reference.driver_version
+        ));
+    }
+    if node.nccl_version != reference.nccl_version && !allowed("nccl") {
+        v.push(format!("NCCL {:?}, the reference's {:?}; allow = [\"nccl\"] accepts this", node.nccl_version, reference.nccl_version));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> NodeFacts {
+        NodeFacts {
+            host: "a".into(),
+            backend: BackendKind::Cuda,
+            ranks: 8,
+            sku: "NVIDIA H200".into(),
+            gpu_count: Some(8),
+            driver_version: Some("570.86.15".into()),
+            nccl_version: Some("2.27.3".into()),
+            mpi_library: None,
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_contradiction_unless_allowed() {
+        let site = Site::default();
+        assert!(contradictions(&facts(), &facts(), &site).is_empty());
+        let mut n = facts();
+        n.driver_version = Some("570.99.1".into());
+        assert!(contradictions(&n, &facts(), &site).is_empty(), "same driver major");
+        n.driver_version = Some("575.1".into());
+        n.ranks = 4;
+        let c = contradictions(&n, &facts(), &site);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(c[0].starts_with("rank count 4") && c[1].starts_with("driver"), "{c:?}");
+        let allow = Site { allow: vec!["driver".into(), "ranks".into()], ..Site::default() };
+        assert!(contradictions(&n, &facts(), &allow).is_empty());
+    }
+
+    #[test]
+    fn site_files_are_checked() {
+        let s = Site::parse("busbw_min_ratio = 0.9\nallow = [\"nccl\"]\n", "site.toml").unwrap();
+        assert_eq!((s.busbw_min_ratio, s.token_latency_max_ratio), (0.9, 1.05));
+        let e = Site::parse("busbw_min = 0.9\n", "site.toml").unwrap_err();
+        assert!(format!("{e:#}").contains("site.toml"), "{e:#}");
+        assert!(Site::parse("token_latency_max_ratio = -1\n", "s").is_err());
+        assert!(format!("{:#}", Site::parse("allow = [\"kernel\"]\n", "s").unwrap_err()).contains("kernel"));
+    }
+}

@@ -1,0 +1,159 @@
+//! The collective sweep of `validate`: all-reduce and all-gather over
+//! sizes, timed as nccl-tests times them, with busbw per size.
+//!
+//! Consumes a backend, the world communicator and the sizes. Produces, per
+//! collective and size, the mean time per iteration of the slowest rank,
+//! algbw and busbw, and the elements a result check found wrong. Refuses
+//! nothing itself (a backend without all-gather fails the job).
+//!
+//! Timing follows nccl-tests' default (non `-I`) mode: warm-up iterations,
+//! a barrier, the host clock, `iters` collectives enqueued back to back (each
+//! issue followed by the backend's wait: a host wait on CPU, a stream
+//! dependency on GPU), one synchronization, the host clock again; the time per
+//! iteration is the elapsed time over `iters`, and the job's time is the
+//! largest over ranks. Bandwidths follow nccl-tests' `doc/PERFORMANCE.md`:
+//! algbw = size / time; busbw = algbw × 2(n−1)/n for all-reduce and
+//! algbw × (n−1)/n for all-gather, where an all-gather's size is the gathered
+//! total (each rank sends size/n). The result of each size's last iteration is
+//! checked in the first round (copying a large result back takes long). Sizes that do not split into whole
+//! elements per rank are rounded down to the nearest that do (at least one
+//! element per rank); the size used is recorded.
+use crate::backend::Backend;
+use crate::core::clock::RankClock;
+use crate::evidence::shard::Dtype;
+use anyhow::Result;
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use serde::{Deserialize, Serialize};
+
+/// A swept collective.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Collective {
+    /// Sum all-reduce.
+    AllReduce,
+    /// All-gather.
+    AllGather,
+}
+
+impl Collective {
+    /// Name used in check names and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce",
+            Collective::AllGather => "all-gather",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `n` ranks.
+    pub fn busbw_factor(self, n: u32) -> f64 {
+        let n = f64::from(n);
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather => (n - 1.0) / n,
+        }
+    }
+
+    /// The size actually run for a requested `bytes` (see the module documentation).
+    pub fn bytes_for(self, bytes: u64, dtype: Dtype, n: u32) -> u64 {
+        match self {
+            Collective::AllReduce => (bytes / dtype.size_bytes()).max(1) * dtype.size_bytes(),
+            Collective::AllGather => {
+                let unit = dtype.size_bytes() * u64::from(n.max(1));
+                (bytes / unit).max(1) * unit
+            }
+        }
+    }
+}
+
+/// One size of one collective in one round.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SizeResult {
+    /// Size run, bytes (an all-gather's gathered total).
+    pub bytes: u64,
+    /// Mean time per iteration of the slowest rank, µs.
+    pub time_us: f64,
+    /// bytes / time, GB/s (10^9 bytes per second).
+    pub algbw_gbps: f64,
+    /// algbw × nccl-tests' bus factor, GB/s.
+    pub busbw_gbps: f64,
+    /// Wrong elements in the result of the last iteration, summed over ranks;
+    /// absent in rounds that did not check (the first round checks every size).
+    pub wrong_elements: Option<u64>,
+}
+
+/// Sweep `sizes` of `kind` once; every rank calls this in step. Returns the
+/// rows on every rank (the maxima and sums are all-reduced).
+#[allow(clippy::too_many_arguments)]
+pub fn sweep<B: Backend>(
+    backend: &mut B,
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    kind: Collective,
+    sizes: &[u64],
+    dtype: Dtype,
+    iters: u32,
+    warmup_iters: u32,
+    check: bool,
+) -> Result<Vec<SizeResult>> {
+    let n = world.size() as u32;
+    let mut rows = Vec::with_capacity(sizes.len());
+    for &requested in sizes {
+        let bytes = kind.bytes_for(requested, dtype, n);
+        let issue = |b: &mut B| match kind {
+            Collective::AllReduce => b.issue_allreduce(bytes, dtype),
+            Collective::AllGather => b.issue_allgather(bytes, dtype),
+        };
+        for _ in 0..warmup_iters {
+            issue(backend)?;
+            backend.wait_allreduce()?;
+        }
+        backend.synchronize()?;
+        world.barrier();
+        let t0 = clock.now_ns();
+        for _ in 0..iters {
+            issue(backend)?;
+            backend.wait_allreduce()?;
+        }
+        backend.synchronize()?;
+        let elapsed_ns = clock.now_ns().saturating_sub(t0);
+        backend.finish_pass()?;
+        let mut slowest_ns = 0u64;
+        world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
+        let wrong = if check {
+            let outcome = match kind {
+                Collective::AllReduce => backend.check_last_allreduce(bytes, dtype)?,
+                Collective::AllGather => backend.check_last_allgather(bytes, dtype)?,
+            };
+            let mut wrong = 0u64;
+            world.all_reduce_into(&outcome.wrong_elements, &mut wrong, SystemOperation::sum());
+            Some(wrong)
+        } else {
+            None
+        };
+        let time_us = slowest_ns as f64 / 1e3 / f64::from(iters.max(1));
+        let algbw = if time_us > 0.0 { bytes as f64 / (time_us * 1e3) } else { f64::NAN };
+        rows.push(SizeResult { bytes, time_us, algbw_gbps: algbw, busbw_gbps: algbw * kind.busbw_factor(n), wrong_elements: wrong });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factors_are_nccl_tests() {
+        assert_eq!(Collective::AllReduce.busbw_factor(8), 1.75);
+        assert_eq!(Collective::AllGather.busbw_factor(8), 0.875);
+        assert_eq!(Collective::AllReduce.busbw_factor(2), 1.0);
+    }
+
+    #[test]
+    fn gather_sizes_split_into_whole_elements() {
+        assert_eq!(Collective::AllGather.bytes_for(8, Dtype::Bf16, 4), 8);
+        assert_eq!(Collective::AllGather.bytes_for(8, Dtype::Bf16, 8), 16);
+        assert_eq!(Collective::AllGather.bytes_for(100, Dtype::F32, 3), 96);
+        assert_eq!(Collective::AllReduce.bytes_for(8, Dtype::Bf16, 8), 8);
+    }
+}
