@@ -10,6 +10,9 @@ fn main() -> ExitCode {
         Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("validate") => {
             if commcanary::rank::is_lead_process() {
                 let _ = e.print();
+            } else {
+                // let the lead print before the launcher stops the job
+                std::thread::sleep(commcanary::rank::ERROR_GRACE);
             }
             return ExitCode::from(commcanary::validate::EXIT_COULD_NOT_RUN as u8);
         }
@@ -18,10 +21,7 @@ fn main() -> ExitCode {
     match commcanary::cli::command::run(cli, &mut std::io::stdout()) {
         Ok(code) => code,
         Err(e) => {
-            // Under mpirun every rank would print the same argument error; print it once.
-            if commcanary::rank::is_lead_process() {
-                commcanary::rank::write_line_stderr(&format!("commcanary: error: {e:#}"));
-            }
+            commcanary::rank::print_fatal_error(&format!("{e:#}"));
             ExitCode::FAILURE
         }
     }

@@ -233,6 +233,25 @@ fn launcher_world_size() -> Option<u32> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
+/// Print the error that ends this process. The lead process prints at once.
+/// Another rank waits [`ERROR_GRACE`] first: an error every rank shares (a bad
+/// argument) is then printed once, by the lead, because the launcher stops the
+/// job when the lead exits; an error only this rank met (a failed check, a lost
+/// peer) still reaches the user, tagged with the rank. Printing only on the lead
+/// lost both: the launcher could kill the lead before it printed.
+pub fn print_fatal_error(message: &str) {
+    match launcher_rank() {
+        None | Some(0) => write_line_stderr(&format!("commcanary: error: {message}")),
+        Some(rank) => {
+            std::thread::sleep(ERROR_GRACE);
+            write_line_stderr(&format!("commcanary: error (rank {rank}): {message}"));
+        }
+    }
+}
+
+/// How long a non-lead rank waits before printing its fatal error.
+pub const ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Whether this process should print job-wide messages.
 pub fn is_lead_process() -> bool {
     launcher_rank().unwrap_or(0) == 0

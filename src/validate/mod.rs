@@ -336,6 +336,10 @@ pub fn command(a: ValidateArgs) -> i32 {
         Ok(p) => p,
         Err(e) => {
             say(&format!("could not run: {e:#}"));
+            if !crate::rank::is_lead_process() {
+                // every rank met the same error: let the lead print it before the launcher stops the job
+                std::thread::sleep(crate::rank::ERROR_GRACE);
+            }
             return EXIT_COULD_NOT_RUN;
         }
     };
