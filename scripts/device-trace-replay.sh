@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On a 2-GPU host: import the PyTorch fixture's Kineto traces and replay them
 # through NCCL (`replay-trace --backend cuda`), every collective checked:
-# paced by the trace's gaps with the recorded reductions, then back to back
-# with avg and with max, then once with rank 1's results corrupted (the
-# check must fail). Compares what ran with the trace (kind, group, dtype,
-# counts per collective) and prints the replay gap error.
+# paced by the trace's gaps with the recorded reductions, again with CUPTI
+# recording the kernels, then back to back with avg and with max, then once
+# with rank 1's results corrupted (the check must fail). Compares what ran
+# with the trace (kind, group, dtype, counts per collective, NCCL kernel
+# family per collective) and prints the replay gap error.
 #
 #   bash scripts/device-trace-replay.sh OUT_DIR
 #
@@ -33,6 +34,13 @@ step() { # NAME EXPECT(0|fail) ARGS...
 "$B" --version
 "$B" import kineto "$F/kineto.rank-0.json.gz" "$F/kineto.rank-1.json.gz" -o "$OUTD/kineto.json" || exit 1
 step gaps 0 "$OUTD/kineto.json" --backend cuda --check --out "$OUTD/gaps"
+step kernels 0 "$OUTD/kineto.json" --backend cuda --check --cupti --out "$OUTD/kernels"
+for r in 0 1; do
+  line=$(grep "^rank $r: CUPTI kernel family" "$OUTD/kernels.out")
+  echo "$line"
+  n=$(jq length "$OUTD/kernels/replay-trace.rank-$r.json" 2>/dev/null)
+  grep -q "matches the trace in $n of $n collectives (0 with no replay kernel)$" <<< "$line" || { echo "!! rank $r: kernel families differ from the trace"; fails=$((fails + 1)); }
+done
 step avg 0 "$OUTD/kineto.json" --backend cuda --check --pace none --op avg --out "$OUTD/avg"
 step max 0 "$OUTD/kineto.json" --backend cuda --check --pace none --op max --out "$OUTD/max"
 step corrupt fail "$OUTD/kineto.json" --backend cuda --check --pace none --corrupt-rank 1 --out "$OUTD/corrupt"
@@ -43,7 +51,10 @@ for r in 0 1; do
   got=$(jq -c '[.[] | [.kind, .group, .dtype, .in_elems, .out_elems]]' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null)
   n=$(jq length <<< "$want")
   if [ "$want" = "$got" ]; then echo "rank $r: all $n collectives match the trace (kind, group, dtype, counts)"; else echo "!! rank $r: replay differs from the trace"; fails=$((fails + 1)); fi
-  jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | "rank '$r' gap error (actual - target) ns: min \(.[0]) p50 \(.[length/2|floor]) p99 \(.[(length*0.99|ceil)-1]) max \(.[-1]) over \(length)"' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null
+  for s in gaps kernels; do
+    jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | "rank '$r' '$s' gap error (actual - target) ns: min \(.[0]) p50 \(.[length/2|floor]) p99 \(.[(length*0.99|ceil)-1]) max \(.[-1]) over \(length)"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
+  done
+  jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | if .[(length*0.99|ceil)-1] > 5000 then "!! rank '$r': gap error p99 above 5 µs" else "rank '$r': gap error p99 within 5 µs" end' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null
 done
 echo "failures: $fails"
 exit $((fails > 0))

@@ -426,3 +426,16 @@ fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
     assert!(!o.status.success() && err.contains("--backend cuda is unavailable:") && err.lines().count() == 1, "{err}");
     assert!(!d.path().join("r").exists());
 }
+
+/// CUPTI records GPU kernels: asked for on the CPU backend, it is refused before any work.
+#[test]
+fn replay_with_cupti_on_the_cpu_backend_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    import_ok("kineto", &[&files[0], &files[1]], &k);
+    let o = cc(&["replay-trace", s(&k), "--backend", "cpu", "--cupti", "--out", s(&d.path().join("r"))]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--cupti needs the cuda backend"), "{err}");
+    assert!(!d.path().join("r").exists());
+}

@@ -49,11 +49,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::ReplayTrace(a) => {
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
-            let (op, pace, check, corrupt, lib, warmup) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup);
+            let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
+            if cupti && !cuda {
+                anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
+            }
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, &mut |world, trace| {
                 if cuda {
                     let timeout = std::time::Duration::from_secs(300);
-                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout)
+                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout, cupti)
                 } else {
                     crate::evidence::commtrace::cpu_exec::replay(world, trace, op, pace, check, warmup, corrupt)
                 }

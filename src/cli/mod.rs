@@ -343,6 +343,9 @@ pub struct ReplayTraceArgs {
     /// Skip the untimed warm-up pass of the whole trace (first-use setup of connections then lands in the timed pass).
     #[arg(long)]
     pub no_warmup: bool,
+    /// Record the NCCL kernels each collective ran (CUPTI; cuda backend) and compare their families with the trace's kernels.
+    #[arg(long)]
+    pub cupti: bool,
 }
 
 /// `commcanary import ...`.

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 18] = [
+pub const SCHEMAS: [(&str, &str); 19] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -19,6 +19,7 @@ pub const SCHEMAS: [(&str, &str); 18] = [
     ("campaign-archive-descriptor", "campaign-archive-descriptor.schema.json"),
     ("comparison", "comparison.schema.json"),
     ("comm-trace", "comm-trace.schema.json"),
+    ("replay-trace", "replay-trace.schema.json"),
     ("validate-report", "validate-report.schema.json"),
     ("validate-manifest", "validate-manifest.schema.json"),
     ("validate-rounds", "validate-rounds.schema.json"),
@@ -43,6 +44,8 @@ pub fn schema_json(name: &str) -> Result<String> {
         "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
         "comparison" => schema_for!(crate::analysis::ranking::Comparison),
         "comm-trace" => schema_for!(crate::evidence::commtrace::CommTrace),
+        // replay-trace.rank-N.json: what each collective did on that rank
+        "replay-trace" => schema_for!(Vec<crate::evidence::commtrace::cpu_exec::ExecRecord>),
         "validate-report" => schema_for!(crate::validate::ValidationReport),
         "validate-manifest" => schema_for!(crate::validate::reference::ValidateManifest),
         "validate-rounds" => schema_for!(crate::validate::reference::RoundsFile),

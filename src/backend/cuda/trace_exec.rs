@@ -27,6 +27,7 @@
 //! communicators (`ncclCommAbort`: destroying them would wait for peers that
 //! are elsewhere). Refuses: a world size other than the trace's, a reduction
 //! of another dtype, an NCCL without the calls the trace needs (naming them).
+use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
 use crate::evidence::commtrace::cpu_exec::{self, AllToAllLayout, ExecRecord, Pace, ReduceOp};
@@ -404,7 +405,48 @@ impl CudaTraceExec {
     }
 }
 
-/// Run this rank's collectives of `trace` in order on the GPU (the CUDA counterpart of [`cpu_exec::replay`]).
+/// CUPTI's clock against the host's: the narrowest of a few back-to-back
+/// reads (host, `cuptiGetTimestamp`, host), as ns since `base` and CUPTI ns.
+fn cupti_anchor(c: &Cupti, base: Instant) -> Result<(f64, u64)> {
+    let mut best: Option<(u64, f64, u64)> = None;
+    for _ in 0..16 {
+        let h0 = Instant::now();
+        let ts = c.timestamp()?;
+        let h1 = Instant::now();
+        let width = (h1 - h0).as_nanos() as u64;
+        if best.is_none_or(|b| width < b.0) {
+            best = Some((width, (h0 - base).as_nanos() as f64 + width as f64 / 2.0, ts));
+        }
+    }
+    let (_, host, ts) = best.context("no CUPTI anchor")?;
+    Ok((host, ts))
+}
+
+/// Kernels whose start falls within each timed call, in start order.
+/// `windows` are the calls' (issue, completion) as ns since the anchors'
+/// base; CUPTI times are mapped onto the host clock by the line through the
+/// anchors taken before and after the replay. A kernel is kept by the call
+/// whose window, widened by `slack_ns`, holds its start.
+fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &[(u64, u64)], slack_ns: f64) -> Vec<Vec<String>> {
+    let [(h0, t0), (h1, t1)] = anchors;
+    let slope = if t1 > t0 { (h1 - h0) / (t1 - t0) as f64 } else { 1.0 };
+    let mut out = vec![Vec::new(); windows.len()];
+    let mut sorted: Vec<&RawKernel> = kernels.iter().collect();
+    sorted.sort_by_key(|k| k.start);
+    for k in sorted {
+        let host = h0 + (k.start as f64 - t0 as f64) * slope;
+        if let Some(i) = windows.iter().position(|&(a, b)| a as f64 - slack_ns <= host && host <= b as f64 + slack_ns) {
+            out[i].push(k.name.clone());
+        }
+    }
+    out
+}
+
+/// Run this rank's collectives of `trace` in order on the GPU (the CUDA
+/// counterpart of [`cpu_exec::replay`]). With `cupti`, CUPTI records the
+/// kernels (started before the CUDA context, so it sees every launch), and
+/// each timed collective's record lists the kernels that started within its
+/// call; CUPTI's per-launch cost then lands in `elapsed_ns`, not in the gaps.
 #[allow(clippy::too_many_arguments)]
 pub fn replay(
     world: &SimpleCommunicator,
@@ -416,17 +458,40 @@ pub fn replay(
     warmup: bool,
     corrupt_rank: Option<u32>,
     timeout: Duration,
+    cupti: bool,
 ) -> Result<Vec<ExecRecord>> {
+    let cupti = if cupti { Some(Cupti::start().context("--cupti")?) } else { None };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
     let rank = world.rank() as u32;
     exec.corrupt = corrupt_rank == Some(rank);
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let base = Instant::now();
+    let mut windows: Vec<(u64, u64)> = Vec::with_capacity(2 * mine.collectives.len());
     let result = exec
         .prepare(&mine.collectives)
-        .and_then(|_| cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut |i, c, o, chk, wait| exec.run(i, c, o, chk, wait)))
-        .and_then(|records| {
+        .and_then(|_| {
+            let before = cupti.as_ref().map(|c| c.drain().and_then(|_| cupti_anchor(c, base))).transpose()?;
+            let records = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut |i, c, o, chk, wait| {
+                let (elapsed, wire, done) = exec.run(i, c, o, chk, wait)?;
+                let end = (done - base).as_nanos() as u64;
+                windows.push((end.saturating_sub(elapsed), end));
+                Ok((elapsed, wire, done))
+            })?;
+            Ok((records, before))
+        })
+        .and_then(|(mut records, before)| {
             exec.verify(&mine.collectives)?;
+            if let (Some(c), Some(before)) = (&cupti, before) {
+                let after = cupti_anchor(c, base)?;
+                let (kernels, _malformed, _dropped) = c.drain()?;
+                // the timed pass is the last records.len() calls (a warm-up pass comes first)
+                let timed = &windows[windows.len().saturating_sub(records.len())..];
+                let by = kernels_by_window(&kernels, [before, after], timed, 2_000.0);
+                for (r, k) in records.iter_mut().zip(by) {
+                    r.kernels = Some(k);
+                }
+            }
             Ok(records)
         });
     if result.is_err() {
@@ -434,4 +499,22 @@ pub fn replay(
         exec.abort();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(start: u64, name: &str) -> RawKernel {
+        RawKernel { start, end: start + 10, stream: 7, correlation: 0, name: name.into() }
+    }
+
+    #[test]
+    fn kernels_land_in_the_call_whose_window_holds_their_start() {
+        // CUPTI runs 1_000_000 ns ahead of the host clock, at the same rate
+        let anchors = [(0.0, 1_000_000), (100_000.0, 1_100_000)];
+        let windows = [(10_000, 20_000), (30_000, 40_000)];
+        let got = kernels_by_window(&[k(1_035_000, "b"), k(1_012_000, "a"), k(1_050_000, "stray"), k(1_021_000, "late-a")], anchors, &windows, 2_000.0);
+        assert_eq!(got, vec![vec!["a".to_string(), "late-a".into()], vec!["b".to_string()]]);
+    }
 }

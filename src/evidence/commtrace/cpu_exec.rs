@@ -90,6 +90,11 @@ pub struct ExecRecord {
     pub elapsed_ns: u64,
     /// Whether the result was validated (and passed: a failure stops the run).
     pub checked: bool,
+    /// Kernels CUPTI recorded starting within this collective's timed call,
+    /// in start order (cuda backend with `--cupti`; names as CUPTI gives
+    /// them, mangled). Absent when not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<Vec<String>>,
 }
 
 /// Value rank `r` contributes at element `i` of a reducing collective.
@@ -494,6 +499,7 @@ pub fn replay_with(
             actual_gap_ns,
             elapsed_ns,
             checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
+            kernels: None,
         });
     }
     world.barrier();
