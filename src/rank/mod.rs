@@ -233,17 +233,22 @@ fn launcher_world_size() -> Option<u32> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
-/// Print the error that ends this process. The lead process prints at once.
-/// Another rank waits [`ERROR_GRACE`] first: an error every rank shares (a bad
-/// argument) is then printed once, by the lead, because the launcher stops the
-/// job when the lead exits; an error only this rank met (a failed check, a lost
-/// peer) still reaches the user, tagged with the rank. Printing only on the lead
-/// lost both: the launcher could kill the lead before it printed.
+/// Print the error that ends this process. The lead process prints at once,
+/// and so does any rank once MPI has started: by then an error may be this
+/// rank's alone (a failed check, a lost peer), and it is tagged with the rank.
+/// An error before MPI starts is every rank's (a bad argument): another rank
+/// then waits [`ERROR_GRACE`] first, so that the lead prints it once and the
+/// launcher, stopping the job when the lead exits, silences the copies; it
+/// still prints if the lead never did. Printing only on the lead lost
+/// messages both ways: the launcher could kill the lead before it printed,
+/// and another rank's own error was never shown.
 pub fn print_fatal_error(message: &str) {
     match launcher_rank() {
         None | Some(0) => write_line_stderr(&format!("commcanary: error: {message}")),
         Some(rank) => {
-            std::thread::sleep(ERROR_GRACE);
+            if !mpi::environment::is_initialized() {
+                std::thread::sleep(ERROR_GRACE);
+            }
             write_line_stderr(&format!("commcanary: error (rank {rank}): {message}"));
         }
     }
