@@ -439,3 +439,85 @@ fn replay_with_cupti_on_the_cpu_backend_is_refused() {
     assert!(!o.status.success() && err.contains("--cupti needs the cuda backend"), "{err}");
     assert!(!d.path().join("r").exists());
 }
+
+/// `rank --trace` on an imported trace: the phases walk each rank's own
+/// all-reduces once per token, paced by the recorded gaps (replay) or with
+/// the recorded compute re-created (fill, overlap); other kinds are refused
+/// unless left out, and then counted in the shard.
+#[test]
+fn imported_trace_drives_the_rank_phases_on_cpu() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    let t = import_ok("kineto", &[&files[0], &files[1]], &k);
+    let base =
+        ["rank", "-q", "--backend", "cpu", "--phases", "replay,fill,overlap", "--trace", s(&k), "--dtype", "bf16", "--tokens", "2", "--warmup-tokens", "1"];
+    // the fixture's FSDP step has kinds the phases do not issue
+    let refused_dir = d.path().join("refused");
+    let mut args = base.to_vec();
+    args.extend(["--out", s(&refused_dir)]);
+    let err = assert_refused(&mpirun(2, &args), "BAD_INPUT");
+    assert!(err.contains("1 all_gather") && err.contains("1 all_to_all") && err.contains("--trace-allreduce-only"), "{err}");
+    let run = run_rank_with(
+        2,
+        &d.path().join("ok"),
+        &[
+            "--backend",
+            "cpu",
+            "--phases",
+            "replay,fill,overlap",
+            "--trace",
+            s(&k),
+            "--dtype",
+            "bf16",
+            "--tokens",
+            "2",
+            "--warmup-tokens",
+            "1",
+            "--trace-allreduce-only",
+        ],
+    );
+    let summary = join_json(&run);
+    for rank in 0..2usize {
+        let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
+        let recorded: Vec<&Value> = t["ranks"][rank]["collectives"].as_array().unwrap().iter().filter(|c| c["kind"] == "all_reduce").collect();
+        assert_eq!(recorded.len(), 32);
+        for p in shard["header"]["phases"].as_array().unwrap() {
+            let o = &p["trace"]["Imported"];
+            assert_eq!(
+                (o["collectives_per_pass"].as_u64(), o["left_out_per_pass"].as_u64(), o["source_rank"].as_u64()),
+                (Some(32), Some(5), Some(rank as u64)),
+                "{p}"
+            );
+            assert_eq!(o["sha256"].as_str().unwrap(), commcanary::core::fsutil::sha256_file(&k).unwrap());
+        }
+        let colls = shard["body"]["collectives"].as_array().unwrap();
+        let targets: Vec<u64> = colls.iter().filter(|c| c["phase"] == "replay").map(|c| c["replay"]["target_gap_ns"].as_u64().unwrap()).collect();
+        for phase in ["replay", "fill", "overlap"] {
+            let mine: Vec<&Value> = colls.iter().filter(|c| c["phase"] == phase).collect();
+            // 1 warm-up + 2 timed passes of 32 all-reduces of 32,768 bf16 elements
+            assert_eq!(mine.len(), 3 * 32, "{phase}");
+            assert!(mine.iter().all(|c| c["bytes"] == 65536 && c["dtype"] == "bf16"), "{phase}");
+            assert_eq!(mine.iter().filter(|c| c["warmup"] == true).count(), 32, "{phase}");
+            for (i, c) in mine.iter().enumerate() {
+                assert_eq!((c["token"].as_u64(), c["layer"].as_u64()), (Some(i as u64 / 32), Some(i as u64 % 32)));
+                if i % 32 == 0 {
+                    assert_eq!(targets[i], 0, "a pass starts right after the previous one");
+                }
+            }
+            if phase != "replay" {
+                // the recorded compute fills: never more than the recorded gap, and less where the device idled
+                let fills: Vec<u64> = mine.iter().map(|c| c["fill"]["gap_ns"].as_u64().unwrap()).collect();
+                assert!(fills.iter().zip(&targets).all(|(f, g)| f <= g), "{phase}: {fills:?} vs {targets:?}");
+                assert!(fills.iter().zip(&targets).any(|(f, g)| f < g), "{phase}: the compute is the whole gap everywhere");
+            }
+        }
+    }
+    for phase in ["replay", "fill", "overlap"] {
+        assert_eq!(phase_of(&summary, phase)["collectives_per_rank"].as_u64(), Some(64), "{phase}: timed collectives per rank");
+    }
+}
+
+fn phase_of<'a>(summary: &'a Value, name: &str) -> &'a Value {
+    phase(summary, name)
+}

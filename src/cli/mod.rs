@@ -133,9 +133,13 @@ pub struct RankArgs {
     /// Bytes copied by one memory-bound fill unit.
     #[arg(long, default_value = "4MiB")]
     pub membound_bytes: String,
-    /// Joined trace file (from `join --events-out`) to replay instead of this run's blocking phase.
+    /// Trace for replay, fill and overlap instead of this run's blocking phase: a joined trace
+    /// (`join --events-out`), or a workload's trace from `commcanary import` (walked once per token).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// With an imported --trace: run only its all-reduces; the other kinds are left out and counted in the shard.
+    #[arg(long)]
+    pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     #[arg(long)]
     pub inject_delay: Option<String>,
@@ -621,6 +625,7 @@ impl From<RankArgs> for crate::rank::RankOptions {
             fill_residual: a.fill_residual,
             membound_bytes: a.membound_bytes,
             trace: a.trace,
+            trace_allreduce_only: a.trace_allreduce_only,
             inject_delay: a.inject_delay,
             inject_clock: a.inject_clock,
             clock: a.clock,

@@ -22,10 +22,11 @@ use std::path::Path;
 
 /// Current on-disk shard format version. 2 added kernel records to the body,
 /// 3 the compute stream's measured waits, 4 the workload's model shape,
-/// all-reduce and GEMM element types (header) and bf16 collectives (body);
-/// versions 1 to 3 are still read (without those records; their collectives
+/// all-reduce and GEMM element types (header) and bf16 collectives (body),
+/// 5 phases that walk an imported trace (their origin, the compute they fill);
+/// versions 1 to 4 are still read (without those records; their collectives
 /// are f32).
-pub const SHARD_FORMAT_VERSION: u32 = 4;
+pub const SHARD_FORMAT_VERSION: u32 = 5;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -75,7 +76,8 @@ pub struct ReplayTiming {
 /// Quantized compute fill placed for one gap.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct FillRecord {
-    /// Gap from the source trace.
+    /// Time to fill from the source trace: the gap, or the compute the source
+    /// recorded in it where it did (an imported trace).
     pub gap_ns: u64,
     /// Units of work (GEMMs or memory-bound kernels) placed.
     pub units: u32,
@@ -221,6 +223,21 @@ pub enum TraceOrigin {
         sha256: String,
         /// Rank of the source trace this rank replays.
         source_rank: u32,
+    },
+    /// A communication trace written by `commcanary import` (a workload's own
+    /// PyTorch trace), walked once per token.
+    Imported {
+        /// Path as given.
+        path: String,
+        /// SHA-256 of the file.
+        sha256: String,
+        /// Rank of the trace this rank replays (its own).
+        source_rank: u32,
+        /// The trace's collectives this rank runs per pass (token).
+        collectives_per_pass: u32,
+        /// The trace's collectives of this rank left out, per pass (kinds the
+        /// phases do not issue, with `--trace-allreduce-only`); never hidden.
+        left_out_per_pass: u32,
     },
 }
 

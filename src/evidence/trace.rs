@@ -7,6 +7,20 @@
 //! token/layer position and the gap: the time from the previous collective's
 //! completion (or the phase start) to this collective's issue on that rank.
 //! Refuses a file without `blocking` events or with undecodable lines.
+//!
+//! Also consumes a communication trace written by `commcanary import` (a
+//! workload's own PyTorch trace): this rank's collectives, walked once per
+//! token (warm-up tokens first), each its position in the pass as its layer,
+//! the gap before it from the trace (device interval where recorded, else the
+//! host operator; the first of a pass 0) and the compute the trace ran in
+//! that gap (the sum of its kernels' durations, at most the gap), which
+//! `fill` and `overlap` re-create as calibrated compute. The phases issue sum all-reduces
+//! on the world communicator, so it refuses what they cannot run as
+//! recorded: another kind (unless left out, counted, with
+//! `--trace-allreduce-only`), a group that is not the whole world in rank
+//! order, another world size, another dtype than f32/bf16, a reduction other
+//! than sum, a trace without times (an execution trace). `replay-trace` runs
+//! every kind on every group.
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
 use crate::evidence::shard::{CollectiveEvent, PhaseRun, TraceOrigin};
@@ -28,6 +42,10 @@ pub struct GapEntry {
     pub dtype: crate::evidence::shard::Dtype,
     /// Gap before issue.
     pub gap_ns: u64,
+    /// Compute the source ran in that gap, where it recorded it (an imported
+    /// trace: its kernels' durations, at most the gap); `fill` and `overlap`
+    /// then place this much calibrated compute instead of the whole gap.
+    pub compute_ns: Option<u64>,
 }
 
 /// A source trace with its provenance.
@@ -69,7 +87,7 @@ fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_n
 pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
         let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
-        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0 })
+        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None })
     });
     SourceTrace { origin: TraceOrigin::ThisRunBlocking, entries: gaps_from(run.start_ns, it) }
 }
@@ -100,7 +118,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
             .find(|t| t.rank == source_rank)
             .with_context(|| format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq))?;
         let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
-        times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0 }));
+        times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0, compute_ns: None }));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
     let start = times[0].0;
@@ -119,12 +137,119 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     Ok(SourceTrace { origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank }, entries })
 }
 
+/// This rank's collectives of an imported communication trace, as gap entries
+/// walked `warmup_passes + passes` times (see the module doc).
+pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, (warmup_passes, passes): (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
+    use crate::evidence::commtrace::{cpu_exec, CommTrace, TraceDtype, TraceKind};
+    let bytes = std::fs::read(path).with_context(|| format!("reading trace {}", path.display()))?;
+    let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    let t = CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
+    let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
+    if t.world_size != world_size {
+        return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
+    }
+    let mine = &t.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("--trace {}: no rank {rank}", path.display()))?.collectives;
+    let world: Vec<u32> = (0..world_size).collect();
+    let mut other_kinds: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    let mut kept = Vec::new();
+    // recorded compute since the previous kept collective (None once a kernel lacks a duration)
+    let mut compute: Option<u64> = Some(0);
+    for c in mine {
+        for k in &c.compute_before {
+            compute = compute.zip(k.duration_ns).map(|(a, b)| a + b);
+        }
+        if c.kind != TraceKind::AllReduce {
+            *other_kinds.entry(c.kind.name()).or_insert(0) += 1;
+            continue;
+        }
+        let members = t.group(&c.group).map(|g| g.members.clone()).unwrap_or_default();
+        if members != world {
+            return refuse(format!(
+                "all-reduce #{} runs on group {:?} of ranks {members:?}; the phases run on the whole world in rank order (replay-trace runs sub-groups)",
+                c.seq, c.group
+            ));
+        }
+        if cpu_exec::recorded_op(c).is_none() && c.device.is_some() {
+            return refuse(format!(
+                "all-reduce #{} on group {:?} ran kernel {:?}: the phases issue sum all-reduces",
+                c.seq,
+                c.group,
+                c.device.as_ref().map(|d| &d.kernel)
+            ));
+        }
+        if matches!(cpu_exec::recorded_op(c), Some(op) if op != cpu_exec::ReduceOp::Sum) {
+            return refuse(format!("all-reduce #{} on group {:?} is not a sum: the phases issue sum all-reduces", c.seq, c.group));
+        }
+        let dtype = match c.dtype {
+            TraceDtype::F32 => crate::evidence::shard::Dtype::F32,
+            TraceDtype::Bf16 => crate::evidence::shard::Dtype::Bf16,
+            other => return refuse(format!("all-reduce #{} is {other:?}; the phases reduce f32 or bf16", c.seq)),
+        };
+        kept.push((c, dtype, std::mem::replace(&mut compute, Some(0))));
+    }
+    let left_out: u32 = other_kinds.values().sum();
+    if left_out > 0 && !allreduce_only {
+        let list: Vec<String> = other_kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        return refuse(format!(
+            "rank {rank} has collectives the phases cannot issue ({}); pass --trace-allreduce-only to run only its all-reduces (the left-out count is recorded), or run them all with replay-trace",
+            list.join(", ")
+        ));
+    }
+    if kept.is_empty() {
+        return refuse(format!("rank {rank} has no all-reduce to run"));
+    }
+    let colls: Vec<_> = kept.iter().map(|(c, _, _)| (*c).clone()).collect();
+    let gaps = cpu_exec::gaps_ns(&colls).with_context(|| {
+        format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
+    })?;
+    if let Some((i, g)) = gaps.iter().enumerate().find(|(_, g)| **g > MAX_REPLAY_GAP_NS) {
+        return refuse(format!("all-reduce {} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", i + 1));
+    }
+    let mut entries = Vec::with_capacity(kept.len() * (warmup_passes + passes) as usize);
+    for pass in 0..warmup_passes + passes {
+        for (i, ((c, dtype, compute), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
+            entries.push(GapEntry {
+                token: Some(pass),
+                layer: Some(i as u32),
+                warmup: pass < warmup_passes,
+                bytes: c.in_elems * dtype.size_bytes(),
+                dtype: *dtype,
+                gap_ns: *gap_ns,
+                // kernels may overlap one another: never more than the gap; the first of a pass has none
+                compute_ns: compute.map(|c| if i == 0 { 0 } else { c.min(*gap_ns) }),
+            });
+        }
+    }
+    let origin = TraceOrigin::Imported {
+        path: path.display().to_string(),
+        sha256,
+        source_rank: rank,
+        collectives_per_pass: kept.len() as u32,
+        left_out_per_pass: left_out,
+    };
+    Ok(SourceTrace { origin, entries })
+}
+
+/// Whether `path` holds a communication trace written by `commcanary import`
+/// (one JSON document with its format version and groups) rather than a
+/// joined trace (one collective per line).
+pub fn is_comm_trace(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path).with_context(|| format!("reading trace {}", path.display()))?.take(4096).read_to_end(&mut head)?;
+    let text = String::from_utf8_lossy(&head);
+    // one document over many lines (the import writes pretty JSON); a joined
+    // trace has a whole object on every line
+    Ok(text.lines().find(|l| !l.trim().is_empty()).is_some_and(|l| l.trim() == "{"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
-        let e = |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: crate::evidence::shard::Dtype::F32, gap_ns: 0 };
+        let e =
+            |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: crate::evidence::shard::Dtype::F32, gap_ns: 0, compute_ns: None };
         let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
         let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
         assert_eq!(gaps, vec![50, 60, 0]);

@@ -91,6 +91,8 @@ pub struct RankOptions {
     pub membound_bytes: String,
     /// Joined trace file (from `join --events-out`) to replay instead of this run's blocking phase.
     pub trace: Option<PathBuf>,
+    /// With an imported `--trace`: run only its all-reduces, leaving out (and counting) the other kinds.
+    pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     pub inject_delay: Option<String>,
     /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
@@ -551,7 +553,18 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     let clock = RankClock::new(rank, &plan.clock_injections);
     let identity = crate::core::identity::capture(rank, size, local_rank, local_size);
     let (run_id, dir) = broadcast_run_dir(world, args)?;
-    let file_trace = args.trace.as_deref().map(|p| crate::evidence::trace::from_joined_file(p, rank)).transpose()?;
+    let file_trace = match args.trace.as_deref() {
+        None => None,
+        Some(p) if crate::evidence::trace::is_comm_trace(p)? => {
+            Some(crate::evidence::trace::from_comm_trace(p, rank, size, (plan.spec.warmup_tokens, plan.spec.tokens), args.trace_allreduce_only)?)
+        }
+        Some(p) => {
+            if args.trace_allreduce_only {
+                bail!("--trace-allreduce-only applies to an imported trace (commcanary import); {} is a joined trace", p.display());
+            }
+            Some(crate::evidence::trace::from_joined_file(p, rank)?)
+        }
+    };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
         if let Some(e) = t.entries.iter().find(|e| e.dtype != plan.spec.dtype) {
             bail!(
@@ -579,10 +592,12 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     // the backend's communicator duplicate (MPI_Comm_dup) blocks: every rank must have arrived first
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before backend initialisation", phase: "start-up", peer: None })?;
     let t0 = clock.now_ns();
+    let mut bplan = crate::backend::BackendPlan::for_spec(&plan.spec);
+    // a trace file may hold larger collectives than this run's own workload
+    bplan.max_bytes = bplan.max_bytes.max(file_trace.as_ref().and_then(|t| t.entries.iter().map(|e| e.bytes).max()).unwrap_or(0));
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, &crate::backend::BackendPlan::for_spec(&plan.spec))?
-                .with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
+            let mut b = CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {
@@ -590,9 +605,12 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
                 world,
                 local_rank,
                 &args.nccl_lib,
-                &crate::backend::BackendPlan::for_spec(&plan.spec),
+                &bplan,
                 clock.clone(),
-                plan.spec.device_events_per_pass(),
+                // a trace file's pass may hold more collectives than the workload's own
+                plan.spec
+                    .device_events_per_pass()
+                    .max(file_trace.as_ref().map_or(0, |t| t.entries.len() * 6 + 2 * (plan.spec.tokens + plan.spec.warmup_tokens) as usize + 64)),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
                 args.gpu,
                 args.cupti,

@@ -731,7 +731,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let mut prev_end = self.clock.now_ns();
         let mut open_token: Option<OpenToken> = None;
         for e in &trace.entries {
-            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns } = *e;
+            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns, compute_ns } = *e;
             if let Some(t) = token {
                 match open_token {
                     Some(cur) if cur.token == t => {}
@@ -758,6 +758,8 @@ impl<'a, B: Backend> Runner<'a, B> {
                 Phase::HostDelay => Between::HostSpin(gap_ns, token, layer),
                 _ => {
                     let q = quantum_ns.expect("calibrated");
+                    // the source's own compute where it recorded it, else the whole gap
+                    let gap_ns = compute_ns.unwrap_or(gap_ns);
                     let want = gap_ns as i64 + residual_ns;
                     let units = if want <= 0 { 0 } else { ((want as f64 / q as f64).round()) as u32 };
                     let err = units as i64 * q as i64 - want;
