@@ -185,7 +185,7 @@ pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, (warmup_passes, 
             TraceDtype::Bf16 => crate::evidence::shard::Dtype::Bf16,
             other => return refuse(format!("all-reduce #{} is {other:?}; the phases reduce f32 or bf16", c.seq)),
         };
-        kept.push((c, dtype, std::mem::replace(&mut compute, Some(0))));
+        kept.push((c, dtype, compute.replace(0)));
     }
     let left_out: u32 = other_kinds.values().sum();
     if left_out > 0 && !allreduce_only {
