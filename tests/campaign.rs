@@ -288,3 +288,75 @@ fn campaign_run_goes_from_spec_to_report_and_stops_at_the_first_refusal() {
     assert!(stdout.contains("== verify") && !stdout.contains("== analyze"), "{stdout}");
     assert!(!d2.join("report").exists());
 }
+
+/// A campaign over a workload's own trace: `plan` freezes a copy and its
+/// digest, every job walks that copy, `verify` checks each shard names it,
+/// and a changed copy stops the next job.
+#[test]
+fn campaign_run_over_an_imported_trace() {
+    let t = tempfile::tempdir().unwrap();
+    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = t.path().join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", k.to_str().unwrap()]));
+    let sp = t.path().join("trace.toml");
+    std::fs::write(
+        &sp,
+        r#"
+name = "trace"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = 5
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "replay,fill"
+tokens = 2
+layers = 2
+model = "synthetic"
+trace = "tp2.comm.json"
+extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
+[[configs]]
+name = "binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
+"#,
+    )
+    .unwrap();
+    let d = t.path().join("c");
+    let text = ok(&cc_root(&["campaign", "run", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
+    assert!(text.contains("== analyze") && d.join("report/report.json").exists(), "{text}");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("manifest.json")).unwrap()).unwrap();
+    let frozen = commcanary::core::fsutil::sha256_file(&d.join("trace.json")).unwrap();
+    assert_eq!(m["trace_sha256"].as_str(), Some(frozen.as_str()));
+    assert_eq!(frozen, commcanary::core::fsutil::sha256_file(&k).unwrap(), "the copy is the file named");
+    let mut shards = 0;
+    for run in std::fs::read_dir(d.join("runs")).unwrap().map(|e| e.unwrap().path()) {
+        for r in 0..2 {
+            let s: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join(format!("rank-0000{r}.shard")).to_str().unwrap()]))).unwrap();
+            for p in s["header"]["phases"].as_array().unwrap() {
+                assert_eq!(p["trace"]["Imported"]["sha256"].as_str(), Some(frozen.as_str()), "{p}");
+            }
+            shards += 1;
+        }
+    }
+    assert_eq!(shards, 2 * 2 * 2, "2 configurations x 2 rounds x 2 ranks");
+    // a missing trace is refused at plan, naming the file
+    let bad = t.path().join("bad.toml");
+    std::fs::write(&bad, std::fs::read_to_string(&sp).unwrap().replace("tp2.comm.json", "missing.json")).unwrap();
+    let o = cc(&["campaign", "plan", bad.to_str().unwrap(), "-o", t.path().join("b").to_str().unwrap()]);
+    assert!(assert_refused(&o, "BAD_SPEC").contains("missing.json"));
+    // a changed copy stops the next job
+    let d2 = t.path().join("c2");
+    ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d2.to_str().unwrap()]));
+    let mut bytes = std::fs::read(d2.join("trace.json")).unwrap();
+    bytes.push(b'\n');
+    std::fs::write(d2.join("trace.json"), bytes).unwrap();
+    let o = cc_root(&["campaign", "exec", d2.to_str().unwrap()]);
+    assert!(assert_refused(&o, "STALE").contains("the manifest froze"));
+}

@@ -369,6 +369,16 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     let mut rank_args: Vec<String> = vec![exe];
     rank_args.extend(rank_arguments(&m.spec, cfg));
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
+    if let Some(want) = &m.trace_sha256 {
+        // the frozen copy, checked before every job: a changed trace is another workload
+        let trace = runs.parent().context("campaign directory")?.join(super::TRACE_FILE);
+        match sha256_file(&trace) {
+            Ok(d) if &d == want => {}
+            Ok(d) => return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {d}, the manifest froze {want}", trace.display()))),
+            Err(_) => return Err(crate::core::refusal::refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display()))),
+        }
+        rank_args.extend(["--trace".into(), trace.display().to_string()]);
+    }
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (prog, mut args) = match m.spec.launcher.kind {
         LauncherKind::Mpirun => {
@@ -780,6 +790,21 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
     }
     if w.phases != want_phases {
         return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
+    }
+    // phases that walk a trace walked the frozen one, and only where the manifest froze one
+    for sh in &joined.shards {
+        for p in sh.header.phases.iter() {
+            let got = match &p.trace {
+                Some(crate::evidence::shard::TraceOrigin::Imported { sha256, .. }) => Some(sha256),
+                _ => None,
+            };
+            if p.trace.is_some() && got != m.trace_sha256.as_ref() {
+                return Err(coded(
+                    Code::IdentityContradiction,
+                    format!("rank {} phase {} walked trace {:?}; the manifest froze {:?}", sh.header.rank, p.phase, got, m.trace_sha256),
+                ));
+            }
+        }
     }
     if joined.run.world_size != m.spec.ranks {
         return Err(coded(Code::IdentityContradiction, format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks)));

@@ -29,9 +29,13 @@ pub const CAMPAIGN_STATE: &[&str] = &[
     "selection.json",
     "report",
     "sources",
+    TRACE_FILE,
     chain::LOCK_FILE,
     chain::INFLIGHT_FILE,
 ];
+
+/// The campaign's frozen copy of `workload.trace`.
+pub const TRACE_FILE: &str = "trace.json";
 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
 pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
@@ -49,8 +53,28 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
             state.join(", ")
         );
     }
+    // the workload's trace, read and checked before anything is written
+    let trace = match &spec.workload.trace {
+        None => None,
+        Some(t) => {
+            let src = spec_path.parent().unwrap_or(Path::new(".")).join(t);
+            let bytes = std::fs::read(&src)
+                .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace {}: {e}", src.display())))?;
+            crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
+                crate::core::refusal::refuse(
+                    crate::core::refusal::Code::BadSpec,
+                    format!("workload.trace {}: {e:#} (write one with commcanary import)", src.display()),
+                )
+            })?;
+            Some(bytes)
+        }
+    };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (m, blinding) = spec::plan(spec);
+    let (mut m, blinding) = spec::plan(spec);
+    if let Some(bytes) = &trace {
+        crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), bytes)?;
+        m.trace_sha256 = Some(crate::core::fsutil::sha256_hex(bytes));
+    }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
     crate::core::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;

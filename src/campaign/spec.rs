@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Manifest format version.
-pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// Manifest format version (2 added the optional `workload.trace` and `trace_sha256`).
+pub const MANIFEST_FORMAT_VERSION: u32 = 2;
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -62,6 +62,13 @@ pub struct CampaignWorkload {
     /// Further `rank` arguments common to every configuration.
     #[serde(default)]
     pub extra_args: Vec<String>,
+    /// A workload's own trace (`commcanary import`), relative to the spec
+    /// file: `plan` copies it into the campaign as `trace.json` and freezes its
+    /// SHA-256, and every job's replay, fill and overlap walk it (`rank
+    /// --trace`). A trace with kinds other than all-reduce needs
+    /// `--trace-allreduce-only` in `extra_args`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 fn default_sizes() -> String {
@@ -405,6 +412,9 @@ pub struct Manifest {
     pub repository: RepoIdentity,
     /// Wall-clock planning time (Unix ms).
     pub planned_unix_ms: u64,
+    /// SHA-256 of the campaign's copy of `workload.trace` (`trace.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_sha256: Option<String>,
 }
 
 /// The schedule for `labels` over `rounds`, drawn from `seed`.
@@ -446,6 +456,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         schedule,
         repository: RepoIdentity::current(),
         planned_unix_ms: crate::evidence::run::unix_ms(),
+        trace_sha256: None,
     };
     (m, blinding)
 }
