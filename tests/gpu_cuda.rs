@@ -116,10 +116,8 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
 
 #[test]
 fn cuda_hung_peer_ends_the_job_with_a_message_not_a_hang() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let d = tempfile::tempdir().unwrap();
+    // two ranks need two GPUs: NCCL refuses two ranks on one device
+    let Some(d) = two_gpus_and_a_dir() else { return };
     let t0 = std::time::Instant::now();
     let o = mpirun(
         2,

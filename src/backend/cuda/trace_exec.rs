@@ -484,10 +484,18 @@ pub fn replay(
             exec.verify(&mine.collectives)?;
             if let (Some(c), Some(before)) = (&cupti, before) {
                 let after = cupti_anchor(c, base)?;
-                let (kernels, _malformed, _dropped) = c.drain()?;
+                let (kernels, malformed, dropped) = c.drain()?;
                 // the timed pass is the last records.len() calls (a warm-up pass comes first)
                 let timed = &windows[windows.len().saturating_sub(records.len())..];
                 let by = kernels_by_window(&kernels, [before, after], timed, 2_000.0);
+                let within: usize = by.iter().map(Vec::len).sum();
+                eprintln!(
+                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped), {within} within the {} timed calls",
+                    kernels.len(),
+                    malformed,
+                    dropped,
+                    timed.len()
+                );
                 for (r, k) in records.iter_mut().zip(by) {
                     r.kernels = Some(k);
                 }
