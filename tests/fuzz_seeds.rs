@@ -25,6 +25,21 @@ fn decode(target: &str, data: &[u8]) -> bool {
             Some((_, rest)) => campaign::inspect_members(rest, "seed").is_ok(),
             None => false,
         },
+        "kineto" | "et" => {
+            use commcanary::evidence::commtrace::{decompress, et, kineto, Limits};
+            let limits = Limits::default();
+            decompress(data, &limits).is_ok_and(|json| {
+                if target == "kineto" {
+                    kineto::parse(&json, "seed", String::new(), &limits).is_ok()
+                } else {
+                    et::parse(&json, "seed", String::new(), &limits).is_ok()
+                }
+            })
+        }
+        "comm_trace" => commcanary::evidence::commtrace::CommTrace::from_slice(data).is_ok_and(|t| {
+            let _ = commcanary::evidence::commtrace::export::param(&t);
+            t.ranks.iter().all(|r| commcanary::evidence::commtrace::cpu_exec::gaps_ns(&r.collectives).is_some())
+        }),
         other => panic!("fuzz/seeds/{other}: no decoder of that name"),
     }
 }
@@ -47,5 +62,5 @@ fn every_seed_and_finding_decodes_without_panic() {
             n += 1;
         }
     }
-    assert!(n >= 11, "one seed per target at least, found {n}");
+    assert!(n >= 14, "one seed per target at least, found {n}");
 }
