@@ -351,6 +351,20 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     std::fs::write(&bad, std::fs::read_to_string(&sp).unwrap().replace("tp2.comm.json", "missing.json")).unwrap();
     let o = cc(&["campaign", "plan", bad.to_str().unwrap(), "-o", t.path().join("b").to_str().unwrap()]);
     assert!(assert_refused(&o, "BAD_SPEC").contains("missing.json"));
+    // a trace no phase walks, or named twice
+    let text = std::fs::read_to_string(&sp).unwrap();
+    for (i, (from, to, needle)) in [
+        ("phases = \"replay,fill\"", "phases = \"isolated\"", "has none of them"),
+        ("extra_args = [", "extra_args = [\"--trace\", \"x.jsonl\", ", "name the trace once"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = t.path().join(format!("bad{i}.toml"));
+        std::fs::write(&p, text.replace(from, to)).unwrap();
+        let o = cc(&["campaign", "plan", p.to_str().unwrap(), "-o", t.path().join(format!("bad{i}")).to_str().unwrap()]);
+        assert!(assert_refused(&o, "BAD_SPEC").contains(needle));
+    }
     // a changed copy stops the next job
     let d2 = t.path().join("c2");
     ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d2.to_str().unwrap()]));

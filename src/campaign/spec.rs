@@ -205,6 +205,11 @@ fn valid_name(s: &str) -> bool {
 pub type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
 
 impl CampaignSpec {
+    /// Whether `flag` appears in `workload.extra_args` or any configuration's `args`.
+    fn extra_args_name(&self, flag: &str) -> bool {
+        self.workload.extra_args.iter().chain(self.configs.iter().flat_map(|c| c.args.iter())).any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    }
+
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading campaign spec {}", path.display()))?;
@@ -246,7 +251,14 @@ impl CampaignSpec {
                 bail!("configs.{}: environment variable names must be non-empty and contain no '='", c.name);
             }
         }
-        crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
+        let phases = crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
+        use crate::core::workload::Phase;
+        if self.workload.trace.is_some() && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
+            bail!("workload.trace is walked by replay, fill, overlap and the ablations; workload.phases {:?} has none of them", self.workload.phases);
+        }
+        if self.workload.trace.is_some() && self.extra_args_name("--trace") {
+            bail!("workload.trace and a --trace in extra_args or a configuration's args: name the trace once, in workload.trace");
+        }
         crate::core::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
         if self.workload.tokens == 0 || self.workload.layers == 0 {
             bail!("workload.tokens and workload.layers must be at least 1");
