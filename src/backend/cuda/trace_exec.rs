@@ -326,6 +326,16 @@ impl CudaTraceExec {
         Ok(((done - t0).as_nanos() as u64, wire, done))
     }
 
+    /// Zero every result buffer (between the warm-up and the timed pass), so
+    /// that a check sees only what the timed pass delivered.
+    pub fn reset(&mut self) -> Result<()> {
+        let stream = self.stream.clone();
+        for slot in &mut self.slots {
+            drv(stream.memset_zeros(&mut slot.recv), "clearing a result buffer")?;
+        }
+        drv(stream.synchronize(), "cuStreamSynchronize (results cleared)")
+    }
+
     /// Read back and check every result that was asked to be checked (step 3).
     pub fn verify(&self, colls: &[TraceCollective]) -> Result<()> {
         for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
@@ -472,12 +482,23 @@ pub fn replay(
         .prepare(&mine.collectives)
         .and_then(|_| {
             let before = cupti.as_ref().map(|c| c.drain().and_then(|_| cupti_anchor(c, base))).transpose()?;
-            let records = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut |i, c, o, chk, wait| {
-                let (elapsed, wire, done) = exec.run(i, c, o, chk, wait)?;
-                let end = (done - base).as_nanos() as u64;
-                windows.push((end.saturating_sub(elapsed), end));
-                Ok((elapsed, wire, done))
-            })?;
+            struct Gpu<'e> {
+                exec: &'e mut CudaTraceExec,
+                windows: &'e mut Vec<(u64, u64)>,
+                base: Instant,
+            }
+            impl cpu_exec::TraceRunner for Gpu<'_> {
+                fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, wait: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+                    let (elapsed, wire, done) = self.exec.run(i, c, op, check, wait)?;
+                    let end = (done - self.base).as_nanos() as u64;
+                    self.windows.push((end.saturating_sub(elapsed), end));
+                    Ok((elapsed, wire, done))
+                }
+                fn between_passes(&mut self) -> Result<()> {
+                    self.exec.reset()
+                }
+            }
+            let records = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
             Ok((records, before))
         })
         .and_then(|(mut records, before)| {

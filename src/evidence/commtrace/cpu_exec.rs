@@ -22,7 +22,11 @@
 //!
 //! `--check` validates every collective: each rank contributes a known
 //! pattern (small integers, exact in bf16 and f16) and the result is compared
-//! element by element with what the operation must produce. Pacing
+//! element by element with what the operation must produce. As on the cuda
+//! backend, every buffer is allocated and filled before the replay, the
+//! results of the warm-up pass are cleared before the timed one, and the
+//! checks run after it, so that only the pacing wait lies between two
+//! collectives ([`TraceRunner`] is what each backend provides). Pacing
 //! (`--pace gaps`) waits, before each collective, the trace's gap from the
 //! previous collective's completion (device interval where recorded, else
 //! host operator) by spinning on the monotonic clock; an execution trace has
@@ -107,12 +111,36 @@ pub fn payload(src: u32, dst: u32, i: usize) -> u8 {
     ((src as usize * 131 + dst as usize * 17 + i) % 251) as u8
 }
 
+/// One collective's buffers, made before the replay.
+enum Bufs {
+    /// Reductions: this rank's contributions (rounded to the dtype, sent as
+    /// f32) and the f32 result.
+    Reduce { send: Vec<f32>, out: Vec<f32> },
+    /// Data movement: bytes sent and bytes received (a broadcast's one
+    /// buffer is `out`, which the root fills before the replay).
+    Bytes { send: Vec<u8>, out: Vec<u8> },
+    /// All-to-all(v): bytes with MPI's counts and displacements.
+    AllToAll { send: Vec<u8>, out: Vec<u8>, counts: [Vec<i32>; 4], layout: AllToAllLayout },
+    /// Barrier.
+    Nothing,
+}
+
+/// One collective, prepared.
+struct CpuSlot {
+    bufs: Bufs,
+    /// Input bytes handed to MPI.
+    wire: u64,
+    /// Set when run: the reduction used and whether to check.
+    ran: Option<(ReduceOp, bool)>,
+}
+
 /// Runs trace collectives on MPI sub-communicators.
 pub struct CpuTraceExec {
     rank: u32,
     /// Negative control: corrupt every result on this rank before its check.
     pub corrupt: bool,
     comms: BTreeMap<String, (Vec<u32>, Option<SimpleCommunicator>)>,
+    slots: Vec<CpuSlot>,
 }
 
 impl CpuTraceExec {
@@ -129,18 +157,26 @@ impl CpuTraceExec {
             let sub = world.split_by_color_with_key(color, pos.unwrap_or(0) as i32);
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
-        Ok(Self { rank, comms, corrupt: false })
+        Ok(Self { rank, comms, corrupt: false, slots: Vec::new() })
     }
 
-    /// Run one collective (blocking), validating its result when `check`.
-    /// Buffers are prepared first, then `before_issue` runs (the pacing wait),
-    /// then the MPI call; returns the call's host time, the input bytes handed
-    /// to MPI and when the call returned (before any check).
-    pub fn run(&self, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+    fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], &SimpleCommunicator)> {
         let (members, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
         let comm = comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        Ok((members, comm))
+    }
+
+    /// Allocate and fill every collective's buffers (step 1), so that only
+    /// the pacing wait and the MPI call lie between two collectives.
+    pub fn prepare(&mut self, colls: &[TraceCollective]) -> Result<()> {
+        self.slots =
+            colls.iter().enumerate().map(|(i, c)| self.slot(c).with_context(|| format!("rank {}, collective {i}", self.rank))).collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    fn slot(&self, c: &TraceCollective) -> Result<CpuSlot> {
+        let (members, _) = self.group_of(c)?;
         let n = members.len();
-        let me = comm.rank() as usize;
         let esize = c.dtype.size_bytes() as usize;
         let bytes = |elems: u64| -> Result<usize> {
             let b = usize::try_from(elems)?.checked_mul(esize).context("message size overflows")?;
@@ -149,31 +185,81 @@ impl CpuTraceExec {
             }
             Ok(b)
         };
-        let fail =
-            |what: String| -> Result<(u64, u64, Instant)> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
-        let t0: Instant;
-        let mut issue = || {
-            before_issue();
-            Instant::now()
-        };
-        let wire: u64;
-        match c.kind {
+        Ok(match c.kind {
             TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
                 let elems = usize::try_from(c.in_elems)?;
                 bytes(c.in_elems)?;
-                let upcast = matches!(c.dtype, TraceDtype::Bf16 | TraceDtype::F16);
-                if !upcast && c.dtype != TraceDtype::F32 {
+                if !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
                     bail!("{} of {:?} is not supported on the cpu backend (f32, bf16, f16)", c.kind.name(), c.dtype);
                 }
-                // Contributions rounded to the dtype, so the check is exact.
+                // contributions rounded to the dtype, so the check is exact
                 let send: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
-                wire = (elems * 4) as u64;
+                let out = vec![0f32; usize::try_from(c.out_elems)?];
+                CpuSlot { bufs: Bufs::Reduce { send, out }, wire: (elems * 4) as u64, ran: None }
+            }
+            TraceKind::AllGather => {
+                let b = bytes(c.in_elems)?;
+                let send: Vec<u8> = (0..b).map(|i| payload(self.rank, u32::MAX, i)).collect();
+                CpuSlot { bufs: Bufs::Bytes { send, out: vec![0u8; b * n] }, wire: b as u64, ran: None }
+            }
+            TraceKind::Broadcast => {
+                let b = bytes(c.in_elems)?;
+                let root = c.root.context("broadcast without a root")?;
+                members.iter().position(|&m| m == root).context("root not in the group")?;
+                let out: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
+                CpuSlot { bufs: Bufs::Bytes { send: Vec::new(), out }, wire: b as u64, ran: None }
+            }
+            TraceKind::AllToAll => {
+                let layout = AllToAllLayout::of(c, n)?;
+                let int = |v: &[usize], what: &str| -> Result<Vec<i32>> {
+                    v.iter()
+                        .map(|&x| i32::try_from(x))
+                        .collect::<std::result::Result<_, _>>()
+                        .with_context(|| format!("all_to_all: a {what} exceeds MPI's int count on the cpu backend"))
+                };
+                let counts = [
+                    int(&layout.send_bytes, "send count")?,
+                    int(&layout.send_at, "send displacement")?,
+                    int(&layout.recv_bytes, "receive count")?,
+                    int(&layout.recv_at, "receive displacement")?,
+                ];
+                let send = layout.send_buffer(self.rank, members);
+                let out = vec![0u8; layout.recv_bytes.iter().sum()];
+                let wire = send.len() as u64;
+                CpuSlot { bufs: Bufs::AllToAll { send, out, counts, layout }, wire, ran: None }
+            }
+            TraceKind::Barrier => CpuSlot { bufs: Bufs::Nothing, wire: 0, ran: None },
+            TraceKind::Send | TraceKind::Recv => {
+                let b = bytes(c.in_elems.max(c.out_elems))?;
+                let peer = c.peer.context("point-to-point without a peer")?;
+                members.iter().position(|&m| m == peer).context("peer not in the group")?;
+                if c.kind == TraceKind::Send {
+                    CpuSlot { bufs: Bufs::Bytes { send: (0..b).map(|i| payload(self.rank, peer, i)).collect(), out: Vec::new() }, wire: b as u64, ran: None }
+                } else {
+                    CpuSlot { bufs: Bufs::Bytes { send: Vec::new(), out: vec![0u8; b] }, wire: 0, ran: None }
+                }
+            }
+        })
+    }
+
+    /// Run prepared collective `i` (step 2, blocking): `before_issue` (the
+    /// pacing wait), then the MPI call. Returns the call's host time, the
+    /// input bytes handed to MPI and when the call returned.
+    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        let (members, comm) = {
+            let (m, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
+            (m.clone(), comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?)
+        };
+        let me = comm.rank() as usize;
+        let slot = self.slots.get_mut(i).context("collective not prepared")?;
+        let t0;
+        match (&mut slot.bufs, c.kind) {
+            (Bufs::Reduce { send, out }, kind) => {
                 let mpi_op = if op == ReduceOp::Max { SystemOperation::max() } else { SystemOperation::sum() };
-                let out_elems = usize::try_from(c.out_elems)?;
-                let mut out = vec![0f32; out_elems];
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
-                t0 = issue();
-                match c.kind {
+                before_issue();
+                t0 = Instant::now();
+                match kind {
                     TraceKind::AllReduce => comm.all_reduce_into(&send[..], &mut out[..], mpi_op),
                     TraceKind::ReduceScatter => comm.reduce_scatter_block_into(&send[..], &mut out[..], mpi_op),
                     _ => {
@@ -185,136 +271,135 @@ impl CpuTraceExec {
                         }
                     }
                 }
-                if op == ReduceOp::Avg {
-                    out.iter_mut().for_each(|x| *x /= n as f32);
-                }
-                out.iter_mut().for_each(|x| *x = round_to(c.dtype, *x));
-                let done = Instant::now();
-                let elapsed = (done - t0).as_nanos() as u64;
-                if self.corrupt {
-                    out.iter_mut().take(1).for_each(|x| *x += 1.0);
-                }
-                let holds_result = c.kind != TraceKind::Reduce || Some(me) == root_local;
-                if check && holds_result {
-                    let offset = if c.kind == TraceKind::ReduceScatter { me * out_elems } else { 0 };
-                    for (i, &got) in out.iter().enumerate() {
-                        let want = expected_reduction(c.dtype, members, offset + i, op);
-                        if got != want {
-                            return fail(format!("element {i} is {got}, expected {want}"));
-                        }
-                    }
-                }
-                return Ok((elapsed, wire, done));
             }
-            TraceKind::AllGather => {
-                let b = bytes(c.in_elems)?;
-                let send: Vec<u8> = (0..b).map(|i| payload(self.rank, u32::MAX, i)).collect();
-                let mut out = vec![0u8; b * n];
-                t0 = issue();
+            (Bufs::Bytes { send, out }, TraceKind::AllGather) => {
+                before_issue();
+                t0 = Instant::now();
                 comm.all_gather_into(&send[..], &mut out[..]);
-                self.spoil(&mut out);
-                wire = b as u64;
-                let done = Instant::now();
-                let elapsed = (done - t0).as_nanos() as u64;
-                if check {
-                    for (j, &src) in members.iter().enumerate() {
-                        if let Some(i) = (0..b).find(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
-                            return fail(format!("byte {i} of rank {src}'s block is wrong"));
-                        }
-                    }
-                }
-                return Ok((elapsed, wire, done));
             }
-            TraceKind::Broadcast => {
-                let b = bytes(c.in_elems)?;
-                let root = c.root.context("broadcast without a root")?;
-                let root_local = members.iter().position(|&m| m == root).context("root not in the group")?;
-                let mut buf: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
-                t0 = issue();
-                comm.process_at_rank(root_local as i32).broadcast_into(&mut buf[..]);
-                self.spoil(&mut buf);
-                wire = b as u64;
-                let done = Instant::now();
-                let elapsed = (done - t0).as_nanos() as u64;
-                if check {
-                    if let Some(i) = (0..b).find(|&i| buf[i] != payload(root, u32::MAX, i)) {
-                        return fail(format!("byte {i} differs from root {root}'s"));
-                    }
-                }
-                return Ok((elapsed, wire, done));
+            (Bufs::Bytes { out, .. }, TraceKind::Broadcast) => {
+                let root = c.root.and_then(|r| members.iter().position(|&m| m == r)).context("root not in the group")?;
+                before_issue();
+                t0 = Instant::now();
+                comm.process_at_rank(root as i32).broadcast_into(&mut out[..]);
             }
-            TraceKind::AllToAll => {
-                let layout = AllToAllLayout::of(c, n)?;
-                let int = |v: &[usize], what: &str| -> Result<Vec<i32>> {
-                    v.iter()
-                        .map(|&x| i32::try_from(x))
-                        .collect::<std::result::Result<_, _>>()
-                        .with_context(|| format!("all_to_all: a {what} exceeds MPI's int count on the cpu backend"))
-                };
-                let (sc, rc) = (int(&layout.send_bytes, "send count")?, int(&layout.recv_bytes, "receive count")?);
-                let (sd, rd) = (int(&layout.send_at, "send displacement")?, int(&layout.recv_at, "receive displacement")?);
-                let send = layout.send_buffer(self.rank, members);
-                let mut out = vec![0u8; layout.recv_bytes.iter().sum()];
-                {
-                    let sp = Partition::new(&send[..], &sc[..], &sd[..]);
-                    let mut rp = PartitionMut::new(&mut out[..], &rc[..], &rd[..]);
-                    t0 = issue();
-                    comm.all_to_all_varcount_into(&sp, &mut rp);
-                }
-                self.spoil(&mut out);
-                wire = send.len() as u64;
-                let done = Instant::now();
-                let elapsed = (done - t0).as_nanos() as u64;
-                if check {
-                    if let Some((i, src)) = layout.first_wrong(&out, self.rank, members) {
-                        return fail(format!("byte {i} from rank {src} is wrong"));
-                    }
-                }
-                return Ok((elapsed, wire, done));
-            }
-            TraceKind::Barrier => {
-                t0 = issue();
-                comm.barrier();
-                wire = 0;
-            }
-            TraceKind::Send | TraceKind::Recv => {
-                let b = bytes(c.in_elems.max(c.out_elems))?;
-                let peer = c.peer.context("point-to-point without a peer")?;
-                let peer_local = members.iter().position(|&m| m == peer).context("peer not in the group")? as i32;
+            (Bufs::Bytes { send, out }, TraceKind::Send | TraceKind::Recv) => {
+                let peer = c.peer.and_then(|p| members.iter().position(|&m| m == p)).context("peer not in the group")? as i32;
+                before_issue();
+                t0 = Instant::now();
                 if c.kind == TraceKind::Send {
-                    let buf: Vec<u8> = (0..b).map(|i| payload(self.rank, peer, i)).collect();
-                    t0 = issue();
-                    comm.process_at_rank(peer_local).send(&buf[..]);
-                    wire = b as u64;
+                    comm.process_at_rank(peer).send(&send[..]);
                 } else {
-                    let mut buf = vec![0u8; b];
-                    t0 = issue();
-                    comm.process_at_rank(peer_local).receive_into(&mut buf[..]);
-                    self.spoil(&mut buf);
-                    wire = 0;
-                    let done = Instant::now();
-                    let elapsed = (done - t0).as_nanos() as u64;
-                    if check {
-                        if let Some(i) = (0..b).find(|&i| buf[i] != payload(peer, self.rank, i)) {
-                            return fail(format!("byte {i} from rank {peer} is wrong"));
-                        }
-                    }
-                    return Ok((elapsed, wire, done));
+                    comm.process_at_rank(peer).receive_into(&mut out[..]);
                 }
             }
+            (Bufs::AllToAll { send, out, counts, .. }, _) => {
+                let sp = Partition::new(&send[..], &counts[0][..], &counts[1][..]);
+                let mut rp = PartitionMut::new(&mut out[..], &counts[2][..], &counts[3][..]);
+                before_issue();
+                t0 = Instant::now();
+                comm.all_to_all_varcount_into(&sp, &mut rp);
+            }
+            (Bufs::Nothing, _) => {
+                before_issue();
+                t0 = Instant::now();
+                comm.barrier();
+            }
+            (_, kind) => bail!("collective {i}: its buffers were prepared for another kind than {}", kind.name()),
         }
         let done = Instant::now();
-        Ok(((done - t0).as_nanos() as u64, wire, done))
+        slot.ran = Some((op, check));
+        Ok(((done - t0).as_nanos() as u64, slot.wire, done))
     }
-}
 
-impl CpuTraceExec {
-    fn spoil(&self, buf: &mut [u8]) {
-        if self.corrupt {
-            if let Some(b) = buf.first_mut() {
-                *b = b.wrapping_add(1);
+    /// Clear every result a pass wrote (between the warm-up and the timed
+    /// pass), so that a check can only pass on what the timed pass delivered.
+    /// A broadcast root's buffer is its input and is kept.
+    pub fn reset(&mut self, colls: &[TraceCollective]) {
+        for (c, slot) in colls.iter().zip(&mut self.slots) {
+            match &mut slot.bufs {
+                Bufs::Reduce { out, .. } => out.iter_mut().for_each(|x| *x = 0.0),
+                Bufs::Bytes { out, .. } if !(c.kind == TraceKind::Broadcast && c.root == Some(self.rank)) => out.iter_mut().for_each(|b| *b = 0),
+                Bufs::AllToAll { out, .. } => out.iter_mut().for_each(|b| *b = 0),
+                _ => {}
             }
         }
+    }
+
+    /// Check every result that was asked to be checked (step 3).
+    pub fn verify(&self, colls: &[TraceCollective]) -> Result<()> {
+        for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
+            if let Some((op, true)) = slot.ran {
+                self.verify_one(c, slot, op).with_context(|| format!("rank {}, collective {i}", self.rank))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_one(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> Result<()> {
+        let (members, comm) = self.group_of(c)?;
+        let (n, me) = (members.len(), comm.rank() as usize);
+        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        let spoil = |mut v: Vec<u8>| {
+            if self.corrupt {
+                if let Some(b) = v.first_mut() {
+                    *b = b.wrapping_add(1);
+                }
+            }
+            v
+        };
+        match (&slot.bufs, c.kind) {
+            (Bufs::Reduce { out, .. }, kind) => {
+                let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
+                if kind == TraceKind::Reduce && root_local != Some(me) {
+                    return Ok(());
+                }
+                // what the library would hand back in the dtype: the mean for avg, rounded
+                let mut got: Vec<f32> = out.iter().map(|&x| round_to(c.dtype, if op == ReduceOp::Avg { x / n as f32 } else { x })).collect();
+                if self.corrupt {
+                    got.iter_mut().take(1).for_each(|x| *x += 1.0);
+                }
+                let offset = if kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
+                for (i, &g) in got.iter().enumerate() {
+                    let want = expected_reduction(c.dtype, members, offset + i, op);
+                    if g != want {
+                        return fail(format!("element {i} is {g}, expected {want}"));
+                    }
+                }
+            }
+            (Bufs::Bytes { out, .. }, TraceKind::AllGather) => {
+                let out = spoil(out.clone());
+                let b = out.len() / n.max(1);
+                for (j, &src) in members.iter().enumerate() {
+                    if let Some(i) = (0..b).find(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
+                        return fail(format!("byte {i} of rank {src}'s block is wrong"));
+                    }
+                }
+            }
+            (Bufs::Bytes { out, .. }, TraceKind::Broadcast) => {
+                let root = c.root.context("broadcast without a root")?;
+                let out = spoil(out.clone());
+                if let Some(i) = (0..out.len()).find(|&i| out[i] != payload(root, u32::MAX, i)) {
+                    return fail(format!("byte {i} differs from root {root}'s"));
+                }
+            }
+            (Bufs::Bytes { out, .. }, TraceKind::Recv) => {
+                let peer = c.peer.context("point-to-point without a peer")?;
+                let out = spoil(out.clone());
+                if let Some(i) = (0..out.len()).find(|&i| out[i] != payload(peer, self.rank, i)) {
+                    return fail(format!("byte {i} from rank {peer} is wrong"));
+                }
+            }
+            (Bufs::AllToAll { out, layout, .. }, _) => {
+                let out = spoil(out.clone());
+                if let Some((i, src)) = layout.first_wrong(&out, self.rank, members) {
+                    return fail(format!("byte {i} from rank {src} is wrong"));
+                }
+            }
+            // a send's result is checked at its receiver; a barrier has none
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -420,13 +505,35 @@ pub fn replay(
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = corrupt_rank == Some(rank);
-    replay_with(world, trace, op, pace, check, warmup, &mut |_, c, o, chk, wait| exec.run(c, o, chk, wait))
+    let mine = &trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?.collectives;
+    exec.prepare(mine)?;
+    struct Cpu<'e> {
+        exec: &'e mut CpuTraceExec,
+        colls: &'e [TraceCollective],
+    }
+    impl TraceRunner for Cpu<'_> {
+        fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+            self.exec.run(i, c, op, check, before_issue)
+        }
+        fn between_passes(&mut self) -> Result<()> {
+            self.exec.reset(self.colls);
+            Ok(())
+        }
+    }
+    let records = replay_with(world, trace, op, pace, check, warmup, &mut Cpu { exec: &mut exec, colls: mine })?;
+    exec.verify(mine)?;
+    Ok(records)
 }
 
-/// One blocking collective of a backend: (its index in this rank's trace
-/// order, collective, reduction, check, the pacing wait to call just before
-/// issuing) → (host time, input bytes, completion).
-pub type RunOne<'a> = dyn FnMut(usize, &TraceCollective, ReduceOp, bool, &mut dyn FnMut()) -> Result<(u64, u64, Instant)> + 'a;
+/// A backend's executor of prepared trace collectives.
+pub trait TraceRunner {
+    /// Run collective `i` (blocking): `before_issue` (the pacing wait) just
+    /// before the call. Returns (host time, input bytes, completion).
+    fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)>;
+    /// Between the warm-up and the timed pass: clear the results, so that a
+    /// check after the timed pass sees only what that pass delivered.
+    fn between_passes(&mut self) -> Result<()>;
+}
 
 /// This rank's collectives of `trace` in order through `run` (a backend's
 /// executor), with the pacing, reduction choice and records shared by every
@@ -444,7 +551,7 @@ pub fn replay_with(
     pace: Pace,
     check: bool,
     warmup: bool,
-    run: &mut RunOne,
+    runner: &mut dyn TraceRunner,
 ) -> Result<Vec<ExecRecord>> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
@@ -463,8 +570,9 @@ pub fn replay_with(
     if warmup {
         world.barrier();
         for (i, c) in mine.collectives.iter().enumerate() {
-            run(i, c, choose(c).0, false, &mut || {}).with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
+            runner.run(i, c, choose(c).0, false, &mut || {}).with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
         }
+        runner.between_passes().with_context(|| format!("rank {rank}, clearing the warm-up pass's results"))?;
     }
     world.barrier();
     let mut out = Vec::with_capacity(mine.collectives.len());
@@ -482,7 +590,7 @@ pub fn replay_with(
             }
             actual_gap_ns = prev_end.elapsed().as_nanos() as u64;
         };
-        let (elapsed_ns, wire_bytes, done) = run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
+        let (elapsed_ns, wire_bytes, done) = runner.run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
         prev_end = done;
         out.push(ExecRecord {
             index: i as u32,
