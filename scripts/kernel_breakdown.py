@@ -5,10 +5,12 @@ Diagnostic for the workload-fidelity gap (CommCanary's graph-mode token slower t
 PyTorch's for the same model shape). On a GPU host with PyTorch:
 
   python3 scripts/kernel_breakdown.py torch [--model llama3-8b] [--tokens 16]
-      one rank (no torchrun needed): the same layer as scripts/validate_pytorch.py
-      (its GEMM shapes, bf16, distinct weights per layer, all-reduces left out: one
-      rank), captured in a CUDA graph and replayed under torch.profiler; prints, per
-      kernel name, the count and device time per token.
+  torchrun --standalone --nproc-per-node=2 scripts/kernel_breakdown.py torch ...
+      the same layer as scripts/validate_pytorch.py (its GEMM shapes split over the
+      ranks, bf16, distinct weights per layer, the two all-reduces per layer when
+      there is more than one rank), captured in a CUDA graph and replayed under
+      torch.profiler; rank 0 prints, per kernel name, the count and device time per
+      token.
   python3 scripts/kernel_breakdown.py commcanary SHARD_JSON [--tokens N]
       the same table from `commcanary inspect rank-00000.shard` of a
       `rank --cupti` run (CUPTI kernel records of its blocking phase).
@@ -38,10 +40,24 @@ def torch_side(a):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    dev = torch.device("cuda", 0)
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl", device_id=dev)
+        all_reduce = dist.all_reduce
+    else:
+        def all_reduce(_x):
+            pass
     h, f, layers, q, _kv = MODELS[a.model]
-    shapes = tp_gemms(a.model, 1, 1)
-    torch.manual_seed(1234)
+    shapes = tp_gemms(a.model, world, 1)
+    q, f = q // world, f // world
+    torch.manual_seed(1234 + rank)
     weights = [[(torch.randn(k, n, device=dev, dtype=torch.bfloat16) / math.sqrt(k)) for (_nm, _m, n, k) in shapes] for _ in range(layers)]
     x0 = torch.randn(1, h, device=dev, dtype=torch.bfloat16)
 
@@ -49,8 +65,10 @@ def torch_side(a):
         for wqkv, wo, wgu, wd in weights:
             qkv = x @ wqkv
             o = qkv[:, :q] @ wo
+            all_reduce(o)
             gu = o @ wgu
             x = gu[:, :f] @ wd
+            all_reduce(x)
         return x
 
     side = torch.cuda.Stream()
@@ -60,7 +78,7 @@ def torch_side(a):
             token(x0)
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
         token(x0)
     for _ in range(8):
         g.replay()
@@ -78,8 +96,12 @@ def torch_side(a):
         if k.device_type.name == "CUDA" and "Memcpy" not in k.name and "Memset" not in k.name:
             rows[k.name][0] += 1
             rows[k.name][1] += k.device_time * 1e3  # us -> ns
-    print(f"torch {torch.__version__}, {a.model}, 1 rank, graph mode, token latency median {lat[len(lat) // 2]:.1f} us over {a.tokens}")
-    table(rows, a.tokens)
+    if rank == 0:
+        print(f"torch {torch.__version__}, {a.model}, {world} rank(s), graph mode, token latency median {lat[len(lat) // 2]:.1f} us over {a.tokens} (rank 0)")
+        table(rows, a.tokens)
+    sys.stdout.flush()
+    # destroying a process group after graph capture can hang at exit: leave without it
+    os._exit(0)
 
 
 def commcanary_side(a):
