@@ -458,6 +458,8 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
     args.extend(["--out", s(&refused_dir)]);
     let err = assert_refused(&mpirun(2, &args), "BAD_INPUT");
     assert!(err.contains("1 all_gather") && err.contains("1 all_to_all") && err.contains("--trace-allreduce-only"), "{err}");
+    // refused before any run directory was made
+    assert!(std::fs::read_dir(&refused_dir).map_or(true, |mut d| d.next().is_none()), "a refused run left files in {}", refused_dir.display());
     let run = run_rank_with(
         2,
         &d.path().join("ok"),

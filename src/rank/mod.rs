@@ -552,7 +552,6 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     }
     let clock = RankClock::new(rank, &plan.clock_injections);
     let identity = crate::core::identity::capture(rank, size, local_rank, local_size);
-    let (run_id, dir) = broadcast_run_dir(world, args)?;
     let file_trace = match args.trace.as_deref() {
         None => None,
         Some(p) if crate::evidence::trace::is_comm_trace(p)? => {
@@ -576,6 +575,8 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
             );
         }
     }
+    // the run directory is made only once the trace is known good: a refusal leaves nothing behind
+    let (run_id, dir) = broadcast_run_dir(world, args)?;
     let cx = RankContext {
         args,
         plan: &plan,
