@@ -356,6 +356,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     for (i, (from, to, needle)) in [
         ("phases = \"replay,fill\"", "phases = \"isolated\"", "has none of them"),
         ("extra_args = [", "extra_args = [\"--trace\", \"x.jsonl\", ", "name the trace once"),
+        // what every job would refuse is refused at plan: the fixture's other kinds
+        ("\"--trace-allreduce-only\", ", "", "--trace-allreduce-only"),
     ]
     .into_iter()
     .enumerate()

@@ -393,7 +393,7 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
             assert!(r["target_gap_ns"].is_u64());
         }
         let ar = recs.iter().find(|r| r["kind"] == "all_reduce").unwrap();
-        assert_eq!((ar["op"].as_str(), ar["op_source"].as_str()), (Some("sum"), Some("kernel name")));
+        assert_eq!((ar["op"].as_str(), ar["op_source"].as_str()), (Some("sum"), Some("default")));
     }
     for op in ["avg", "max"] {
         let o = d.path().join(format!("replay-{op}"));

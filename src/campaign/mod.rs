@@ -66,6 +66,12 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
                     format!("workload.trace {}: {e:#} (write one with commcanary import)", src.display()),
                 )
             })?;
+            // what every job would refuse, refused once here: the world size, the kinds, the groups
+            let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
+            for rank in 0..spec.ranks {
+                crate::evidence::trace::from_comm_trace(&src, rank, spec.ranks, (0, 1), allreduce_only)
+                    .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace: {e:#}")))?;
+            }
             Some(bytes)
         }
     };
@@ -391,6 +397,7 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     same("analysis policy", serde_json::to_value(&ma.spec.analysis)?, serde_json::to_value(&mb.spec.analysis)?)?;
     same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
     same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
+    same("frozen trace (trace_sha256)", serde_json::to_value(&ma.trace_sha256)?, serde_json::to_value(&mb.trace_sha256)?)?;
     same(
         "backend, ranks and launcher",
         serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]),
@@ -463,6 +470,10 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     // the runs keep their original run ids inside their shards; verify checks bytes, not names
     std::fs::copy(a.join("manifest.json"), out.join("sources").join("a.manifest.json"))?;
     std::fs::copy(b.join("manifest.json"), out.join("sources").join("b.manifest.json"))?;
+    if ma.trace_sha256.is_some() {
+        // the one trace both froze (same digest): the joined campaign's jobs and checks read it
+        std::fs::copy(a.join(TRACE_FILE), out.join(TRACE_FILE)).with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
+    }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
     crate::core::fsutil::write_new_atomic(&out.join("manifest.json"), &bytes)?;

@@ -329,7 +329,7 @@ pub struct ReplayTraceArgs {
     /// Validate every collective's result.
     #[arg(long)]
     pub check: bool,
-    /// Reduction of all-reduce, reduce and reduce-scatter (default: from the recorded kernel name, else sum).
+    /// Reduction of all-reduce, reduce and reduce-scatter (default sum: the traces do not record it).
     #[arg(long, value_enum)]
     pub op: Option<crate::evidence::commtrace::cpu_exec::ReduceOp>,
     /// Pace by the trace's gaps, or run back to back.

@@ -445,7 +445,11 @@ fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &
     sorted.sort_by_key(|k| k.start);
     for k in sorted {
         let host = h0 + (k.start as f64 - t0 as f64) * slope;
-        if let Some(i) = windows.iter().position(|&(a, b)| a as f64 - slack_ns <= host && host <= b as f64 + slack_ns) {
+        // the call whose window holds the start, else the nearest within the slack
+        // (back-to-back calls' widened windows overlap)
+        let distance = |&(a, b): &(u64, u64)| (a as f64 - host).max(host - b as f64).max(0.0);
+        let best = windows.iter().enumerate().map(|(i, w)| (i, distance(w))).filter(|&(_, d)| d <= slack_ns).min_by(|x, y| x.1.total_cmp(&y.1));
+        if let Some((i, _)) = best {
             out[i].push(k.name.clone());
         }
     }
@@ -545,5 +549,10 @@ mod tests {
         let windows = [(10_000, 20_000), (30_000, 40_000)];
         let got = kernels_by_window(&[k(1_035_000, "b"), k(1_012_000, "a"), k(1_050_000, "stray"), k(1_021_000, "late-a")], anchors, &windows, 2_000.0);
         assert_eq!(got, vec![vec!["a".to_string(), "late-a".into()], vec!["b".to_string()]]);
+        // back to back: the next call starts 1 µs after the previous ends, so the widened windows
+        // overlap; a kernel inside the second window belongs to it, not to the first
+        let windows = [(10_000, 20_000), (21_000, 30_000)];
+        let got = kernels_by_window(&[k(1_021_500, "second"), k(1_020_400, "first-late")], anchors, &windows, 2_000.0);
+        assert_eq!(got, vec![vec!["first-late".to_string()], vec!["second".to_string()]]);
     }
 }

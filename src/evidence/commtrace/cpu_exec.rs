@@ -17,8 +17,10 @@
 //! bf16 and f16 have no MPI type, so they are reduced in f32 on the upcast
 //! values (twice the bytes on the wire; recorded per collective as
 //! `wire_bytes`) and rounded back. Other dtypes are refused for reductions.
-//! The reduction is `--op`, else the one in the recorded NCCL kernel's name
-//! (`_Sum_`, `_Max_`), else sum; which one applied is recorded with its source.
+//! The reduction is `--op`, else sum: the traces do not record it, and NCCL's
+//! kernel names do not show it (every reduction kernel is named after its
+//! `Sum` specialisation since NCCL 2.19); which one applied is recorded with
+//! its source.
 //!
 //! `--check` validates every collective: each rank contributes a known
 //! pattern (small integers, exact in bf16 and f16) and the result is compared
@@ -84,7 +86,7 @@ pub struct ExecRecord {
     pub wire_bytes: u64,
     /// Reduction, for reducing kinds.
     pub op: Option<ReduceOp>,
-    /// Where the reduction came from (`--op`, `kernel name`, `default`).
+    /// Where the reduction came from (`--op`, or `default`: sum, the trace not recording it).
     pub op_source: Option<String>,
     /// Gap the trace asks for, where paced.
     pub target_gap_ns: Option<u64>,
@@ -110,6 +112,9 @@ pub fn contribution(r: u32, i: usize) -> f32 {
 pub fn payload(src: u32, dst: u32, i: usize) -> u8 {
     ((src as usize * 131 + dst as usize * 17 + i) % 251) as u8
 }
+
+/// Bytes of buffers the cpu backend prepares for one rank's replay at most (16 GiB).
+pub const MAX_PREPARED_BYTES: u64 = 16 << 30;
 
 /// One collective's buffers, made before the replay.
 enum Bufs {
@@ -169,6 +174,19 @@ impl CpuTraceExec {
     /// Allocate and fill every collective's buffers (step 1), so that only
     /// the pacing wait and the MPI call lie between two collectives.
     pub fn prepare(&mut self, colls: &[TraceCollective]) -> Result<()> {
+        // every buffer at once: refuse a trace whose buffers cannot fit before allocating any
+        let mut total: u128 = 0;
+        for c in colls {
+            let e = c.dtype.size_bytes() as u128;
+            let wide = if matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter) { 4 } else { e };
+            total += (c.in_elems as u128 + c.out_elems as u128) * wide;
+        }
+        if total > MAX_PREPARED_BYTES as u128 {
+            bail!(
+                "rank {}: the trace's buffers need {total} bytes at once, over the cpu backend's {MAX_PREPARED_BYTES}-byte budget (every buffer is made before the replay, so that only the pacing wait lies between collectives); replay a shorter trace",
+                self.rank
+            );
+        }
         self.slots =
             colls.iter().enumerate().map(|(i, c)| self.slot(c).with_context(|| format!("rank {}, collective {i}", self.rank))).collect::<Result<_>>()?;
         Ok(())
@@ -465,18 +483,6 @@ pub fn round_to(dtype: TraceDtype, x: f32) -> f32 {
     }
 }
 
-/// The reduction a collective ran with in the source, from its NCCL kernel name.
-pub fn recorded_op(c: &TraceCollective) -> Option<ReduceOp> {
-    let k = &c.device.as_ref()?.kernel;
-    if k.contains("_Sum_") {
-        Some(ReduceOp::Sum)
-    } else if k.contains("_Max_") {
-        Some(ReduceOp::Max)
-    } else {
-        None
-    }
-}
-
 /// Target gap before each of this rank's collectives: from the previous
 /// collective's end to this one's start (device interval where recorded, else
 /// the host operator); the first is 0. `None` when the trace has no times.
@@ -562,10 +568,13 @@ pub fn replay_with(
                 .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?,
         ),
     };
-    let choose = |c: &TraceCollective| match (op, recorded_op(c)) {
-        (Some(o), _) => (o, "--op"),
-        (None, Some(o)) => (o, "kernel name"),
-        (None, None) => (ReduceOp::Sum, "default"),
+    // The traces do not record the reduction, and NCCL's kernel names do not
+    // show it: since NCCL 2.19 every reduction kernel is built as the `Sum`
+    // specialisation and dispatches the operation inside (NCCL's
+    // src/device/generate.py, `best_kernel`).
+    let choose = |_c: &TraceCollective| match op {
+        Some(o) => (o, "--op"),
+        None => (ReduceOp::Sum, "default"),
     };
     if warmup {
         world.barrier();
