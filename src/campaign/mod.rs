@@ -58,9 +58,10 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
         None => None,
         Some(t) => {
             let src = spec_path.parent().unwrap_or(Path::new(".")).join(t);
+            let bad_spec = |e: anyhow::Error| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace: {e:#}"));
             let bytes = std::fs::read(&src)
                 .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace {}: {e}", src.display())))?;
-            crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
+            let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
                 crate::core::refusal::refuse(
                     crate::core::refusal::Code::BadSpec,
                     format!("workload.trace {}: {e:#} (write one with commcanary import)", src.display()),
@@ -68,18 +69,18 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
             })?;
             // what every job would refuse, refused once here: the world size, the kinds, the groups
             let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
+            let sha256 = crate::core::fsutil::sha256_hex(&bytes);
             for rank in 0..spec.ranks {
-                crate::evidence::trace::from_comm_trace(&src, rank, spec.ranks, (0, 1), allreduce_only)
-                    .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace: {e:#}")))?;
+                crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
             }
-            Some(bytes)
+            Some((bytes, sha256))
         }
     };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut m, blinding) = spec::plan(spec);
-    if let Some(bytes) = &trace {
-        crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), bytes)?;
-        m.trace_sha256 = Some(crate::core::fsutil::sha256_hex(bytes));
+    if let Some((bytes, sha256)) = trace {
+        crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), &bytes)?;
+        m.trace_sha256 = Some(sha256);
     }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');

@@ -138,14 +138,32 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     Ok(SourceTrace { origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank }, entries })
 }
 
-/// This rank's collectives of an imported communication trace, as gap entries
-/// walked `warmup_passes + passes` times (see the module doc).
-pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, (warmup_passes, passes): (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
-    use crate::evidence::commtrace::{cpu_exec, CommTrace, TraceDtype, TraceKind};
+/// Read and decode an imported communication trace: the trace and the file's SHA-256.
+pub fn read_comm_trace(path: &Path) -> Result<(crate::evidence::commtrace::CommTrace, String)> {
     let bytes =
         crate::core::limits::read_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
-    let sha256 = crate::core::fsutil::sha256_hex(&bytes);
-    let t = CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
+    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
+    Ok((t, crate::core::fsutil::sha256_hex(&bytes)))
+}
+
+/// This rank's collectives of an imported communication trace, as gap entries
+/// walked `warmup_passes + passes` times (see the module doc).
+pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
+    let (t, sha256) = read_comm_trace(path)?;
+    comm_trace_entries(&t, path, sha256, rank, world_size, passes, allreduce_only)
+}
+
+/// [`from_comm_trace`] on a trace already read from `path`.
+pub fn comm_trace_entries(
+    t: &crate::evidence::commtrace::CommTrace,
+    path: &Path,
+    sha256: String,
+    rank: u32,
+    world_size: u32,
+    (warmup_passes, passes): (u32, u32),
+    allreduce_only: bool,
+) -> Result<SourceTrace> {
+    use crate::evidence::commtrace::{cpu_exec, TraceDtype, TraceKind};
     let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
