@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from validate_pytorch import MODELS, tp_gemms  # noqa: E402
+from validate_pytorch import MODELS, capture_token, decode_token  # noqa: E402
 
 
 def table(rows, tokens):
@@ -36,7 +36,6 @@ def table(rows, tokens):
 
 
 def torch_side(a):
-    import math
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -54,32 +53,8 @@ def torch_side(a):
     else:
         def all_reduce(_x):
             pass
-    h, f, layers, q, _kv = MODELS[a.model]
-    shapes = tp_gemms(a.model, world, 1)
-    q, f = q // world, f // world
-    torch.manual_seed(1234 + rank)
-    weights = [[(torch.randn(k, n, device=dev, dtype=torch.bfloat16) / math.sqrt(k)) for (_nm, _m, n, k) in shapes] for _ in range(layers)]
-    x0 = torch.randn(1, h, device=dev, dtype=torch.bfloat16)
-
-    def token(x):
-        for wqkv, wo, wgu, wd in weights:
-            qkv = x @ wqkv
-            o = qkv[:, :q] @ wo
-            all_reduce(o)
-            gu = o @ wgu
-            x = gu[:, :f] @ wd
-            all_reduce(x)
-        return x
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            token(x0)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
-        token(x0)
+    token, x0 = decode_token(a.model, MODELS[a.model][2], world, rank, dev, 1, all_reduce)
+    g = capture_token(token, x0)
     for _ in range(8):
         g.replay()
     torch.cuda.synchronize()

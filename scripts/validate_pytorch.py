@@ -238,20 +238,19 @@ def self_test():
 
 # ---------------------------------------------------------------- PyTorch child (under torchrun)
 
-def child(a):
-    import torch
-    import torch.distributed as dist
+def decode_token(model, layers, world, rank, dev, m, all_reduce):
+    """One decode token of `model`'s tensor-parallel layer on this rank: (token(x), x0).
 
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
-    h, f, layers, q, _kv = MODELS[a.model]
-    layers = a.layers or layers
-    m = a.batch
-    shapes = tp_gemms(a.model, world, m)
+    Per layer, as src/core/workload.rs splits it: the column-parallel QKV GEMM, the
+    row-parallel output GEMM, an all-reduce, the column-parallel gate/up GEMM, the
+    row-parallel down GEMM, an all-reduce; bf16, distinct weights per layer, as in a
+    real model (and CommCanary's cuda backend).
+    """
+    import torch
+
+    h, f, _layers, q, _kv = MODELS[model]
+    shapes = tp_gemms(model, world, m)
     torch.manual_seed(1234 + rank)
-    # distinct weights per layer, as in a real model (and CommCanary's cuda backend)
     weights = [[(torch.randn(k, n, device=dev, dtype=torch.bfloat16) / math.sqrt(k)) for (_name, _m, n, k) in shapes] for _ in range(layers)]
     q_tp, f_tp = q // world, f // world
     x0 = torch.randn(m, h, device=dev, dtype=torch.bfloat16)
@@ -260,11 +259,43 @@ def child(a):
         for wqkv, wo, wgu, wd in weights:
             qkv = x @ wqkv
             o = qkv[:, :q_tp] @ wo  # attention core not modelled: the query slice feeds the output projection
-            dist.all_reduce(o)
+            all_reduce(o)
             gu = o @ wgu
             x = gu[:, :f_tp] @ wd  # activation not modelled
-            dist.all_reduce(x)
+            all_reduce(x)
         return x
+
+    return token, x0
+
+
+def capture_token(token, static_x):
+    """One token captured into a CUDA graph after three warm-up runs on a side stream (PyTorch docs, "CUDA Graphs")."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            token(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    # thread-local: NCCL's and PyTorch's watchdog threads may call CUDA while this thread captures
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        token(static_x)
+    return g
+
+
+def child(a):
+    import torch
+    import torch.distributed as dist
+
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    layers = a.layers or MODELS[a.model][2]
+    m = a.batch
+    token, x0 = decode_token(a.model, layers, world, rank, dev, m, dist.all_reduce)
 
     def timed(step, n):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
@@ -287,17 +318,7 @@ def child(a):
             timed(lambda: token(x0), a.warmup)
             result["modes"]["eager"] = timed(lambda: token(x0), a.tokens)
         else:
-            static_x = x0.clone()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    token(static_x)
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            # thread-local: NCCL's and PyTorch's watchdog threads may call CUDA while this thread captures
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                token(static_x)
+            g = capture_token(token, x0.clone())
             timed(g.replay, a.warmup)
             result["modes"]["graph"] = timed(g.replay, a.tokens)
     dist.barrier()
