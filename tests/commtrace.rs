@@ -410,6 +410,49 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
     ok(&mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-none")), "--check", "--pace", "none"]));
 }
 
+/// The workload pace re-creates each rank's recorded compute before its
+/// collectives: every record says how many kernels and how much recorded
+/// time stood before it (matching the trace), the report sums them, and an
+/// execution trace (no kernel durations) is refused with the reason.
+#[test]
+fn workload_pace_recreates_the_recorded_compute_on_cpu() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    import_ok("kineto", &[&files[0], &files[1]], &k);
+    let out = d.path().join("wl");
+    ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check", "--pace", "workload"]));
+    let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    for rank in 0..2usize {
+        let recs: Vec<Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let colls = t["ranks"][rank]["collectives"].as_array().unwrap();
+        assert_eq!(recs.len(), colls.len());
+        let (mut n_all, mut ns_all) = (0u64, 0u64);
+        for (r, c) in recs.iter().zip(colls) {
+            let before = c["compute_before"].as_array().unwrap();
+            let ns: u64 = before.iter().map(|k| k["duration_ns"].as_u64().unwrap()).sum();
+            assert_eq!((r["compute_ops"].as_u64(), r["compute_recorded_ns"].as_u64()), (Some(before.len() as u64), Some(ns)), "{r}");
+            // one thread: the pacing target is the whole compute, and the host waited at least that long
+            assert_eq!(r["target_gap_ns"].as_u64(), Some(ns));
+            assert!(r["actual_gap_ns"].as_u64().unwrap() >= ns, "{r}");
+            assert_eq!(r["checked"], r["kind"] != "send", "{r}");
+            n_all += before.len() as u64;
+            ns_all += ns;
+        }
+        let w: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
+        assert_eq!((w["rank"].as_u64(), w["backend"].as_str()), (Some(rank as u64), Some("cpu")));
+        assert_eq!((w["compute_ops"].as_u64(), w["compute_recorded_ns"].as_u64()), (Some(n_all), Some(ns_all)));
+        assert_eq!(w["collectives"].as_u64(), Some(colls.len() as u64));
+        assert!(w["pass_host_ns"].as_u64().unwrap() >= ns_all, "{w}");
+        assert!(w["pass_device_ns"].is_null() && w["trace_span_ns"].as_u64().unwrap() > 0, "{w}");
+    }
+    let e = d.path().join("e.json");
+    import_ok("et", &fixture_files("et").iter().map(|p| p.as_path()).collect::<Vec<_>>(), &e);
+    let refused = mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-wl")), "--pace", "workload"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("no recorded duration"), "{err}");
+}
+
 /// Without a GPU, `replay-trace --backend cuda` says why in one line, before MPI starts.
 #[test]
 fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {

@@ -308,3 +308,68 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
     let bad = Shard::read(&d.path().join("bad").join("rank-00000.shard")).unwrap();
     assert_eq!(bad.header.checks[0].wrong_elements, 1);
 }
+
+/// The imported fixture for `ranks` ranks: the whole trace on two GPUs; on
+/// one, rank 0's all-reduces and broadcast on one-member groups (NCCL refuses
+/// two ranks on one GPU; the other kinds' recorded counts are a 2-rank group's).
+fn fixture_trace(dir: &std::path::Path, ranks: u32) -> std::path::PathBuf {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-2.11-tp2-h200");
+    let k = dir.join("k.json");
+    let files: Vec<String> = (0..2).map(|r| data.join(format!("kineto.rank-{r}.json.gz")).to_str().unwrap().to_string()).collect();
+    ok(&cc(&["import", "kineto", &files[0], &files[1], "-o", k.to_str().unwrap()]));
+    if ranks == 2 {
+        return k;
+    }
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    t["world_size"] = 1.into();
+    for g in t["groups"].as_array_mut().unwrap() {
+        g["members"] = serde_json::json!([0]);
+    }
+    t["ranks"].as_array_mut().unwrap().truncate(1);
+    t["ranks"][0]["collectives"].as_array_mut().unwrap().retain(|c| c["kind"] == "all_reduce" || c["kind"] == "broadcast");
+    let one = dir.join("one-rank.json");
+    std::fs::write(&one, serde_json::to_vec(&t).unwrap()).unwrap();
+    one
+}
+
+/// `replay-trace --pace workload` on the GPU: the recorded compute re-created
+/// by the spinning kernel, collectives checked, device intervals in stream
+/// order, and the pass at least as long as the compute it re-created (less
+/// the calibrated launch excess per kernel).
+#[test]
+fn cuda_workload_pace_recreates_the_recorded_compute() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let ranks = if commcanary::backend::cuda::probe_devices().unwrap_or(0) >= 2 { 2 } else { 1 };
+    eprintln!("workload pace on {ranks} rank(s)");
+    let d = tempfile::tempdir().unwrap();
+    let t = fixture_trace(d.path(), ranks);
+    let out = d.path().join("wl");
+    let o = mpirun(ranks, &["replay-trace", t.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]);
+    eprintln!("{}", ok(&o));
+    for rank in 0..ranks {
+        let recs: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
+        assert_eq!(w["backend"], "cuda");
+        let spin = &w["spin"];
+        let excess = spin["excess_ns"].as_f64().unwrap();
+        for p in spin["points"].as_array().unwrap().iter().filter(|p| p["recorded_ns"].as_u64().unwrap() >= 20_000) {
+            let (want, got) = (p["recorded_ns"].as_f64().unwrap(), p["achieved_ns"].as_f64().unwrap());
+            assert!((got - want).abs() <= 0.05 * want, "calibrated spin of {want} ns took {got} ns");
+        }
+        let (n, ns) = (w["compute_ops"].as_f64().unwrap(), w["compute_recorded_ns"].as_f64().unwrap());
+        assert!(w["pass_device_ns"].as_f64().unwrap() >= ns - n * excess, "{w}");
+        let mut prev_end = 0;
+        for r in &recs {
+            let (s, e) = (r["device_start_ns"].as_u64().unwrap(), r["device_end_ns"].as_u64().unwrap());
+            // the fixture's point-to-point ran on a stream of its own
+            let p2p = r["kind"] == "send" || r["kind"] == "recv";
+            assert!(s <= e && (p2p || s >= prev_end), "collectives on one stream run in order: {r}");
+            if !p2p {
+                prev_end = e;
+            }
+            assert_eq!(r["checked"], r["kind"] != "send", "{r}");
+        }
+    }
+}

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 19] = [
+pub const SCHEMAS: [(&str, &str); 20] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -20,6 +20,7 @@ pub const SCHEMAS: [(&str, &str); 19] = [
     ("comparison", "comparison.schema.json"),
     ("comm-trace", "comm-trace.schema.json"),
     ("replay-trace", "replay-trace.schema.json"),
+    ("replay-workload", "replay-workload.schema.json"),
     ("validate-report", "validate-report.schema.json"),
     ("validate-manifest", "validate-manifest.schema.json"),
     ("validate-rounds", "validate-rounds.schema.json"),
@@ -46,6 +47,8 @@ pub fn schema_json(name: &str) -> Result<String> {
         "comm-trace" => schema_for!(crate::evidence::commtrace::CommTrace),
         // replay-trace.rank-N.json: what each collective did on that rank
         "replay-trace" => schema_for!(Vec<crate::evidence::commtrace::cpu_exec::ExecRecord>),
+        // replay-trace.rank-N.workload.json: the workload pace's pass as a whole
+        "replay-workload" => schema_for!(crate::evidence::commtrace::cpu_exec::WorkloadReport),
         "validate-report" => schema_for!(crate::validate::ValidationReport),
         "validate-manifest" => schema_for!(crate::validate::reference::ValidateManifest),
         "validate-rounds" => schema_for!(crate::validate::reference::RoundsFile),

@@ -36,6 +36,7 @@
 pub mod cupti;
 pub mod nccl;
 pub mod trace_exec;
+pub mod workload_exec;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
 use crate::backend::cuda::nccl::{NcclComm, NcclLibrary};
 use crate::core::clock::RankClock;
@@ -204,7 +205,7 @@ pub const EVENT_RESOLUTION_NS: f64 = 500.0;
 /// writes and a `cuStreamWaitValue32` reads, and the acknowledgement at
 /// offset 4, which a `cuStreamWriteValue32` writes and the host polls. Never
 /// freed: one per process, released with the process.
-fn host_release_word() -> std::result::Result<(*mut u32, drv_sys::CUdeviceptr), String> {
+pub(crate) fn host_release_word() -> std::result::Result<(*mut u32, drv_sys::CUdeviceptr), String> {
     let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: out-pointers to locals; the context is current (constructor binds it).
     unsafe {

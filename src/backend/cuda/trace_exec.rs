@@ -30,7 +30,7 @@
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
-use crate::evidence::commtrace::cpu_exec::{self, AllToAllLayout, ExecRecord, Pace, ReduceOp};
+use crate::evidence::commtrace::cpu_exec::{self, AllToAllLayout, Pace, ReduceOp, ReplayOutput};
 use crate::evidence::commtrace::{CommTrace, TraceCollective, TraceDtype, TraceKind};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -326,6 +326,53 @@ impl CudaTraceExec {
         Ok(((done - t0).as_nanos() as u64, wire, done))
     }
 
+    /// Enqueue prepared collective `i` on `stream` without waiting for it
+    /// (the workload pace); the host returns once NCCL has enqueued it.
+    pub fn enqueue_on(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, stream: &CudaStream) -> Result<()> {
+        let comm =
+            self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let slot = self.slots.get(i).context("collective not prepared")?;
+        let calls: Vec<TraceOp> = slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect();
+        let s = stream.cu_stream() as *mut std::ffi::c_void;
+        if calls.len() > 1 {
+            comm.group(true)?;
+        }
+        for call in &calls {
+            // SAFETY: every pointer comes from this slot's allocations (alive in `self.slots`), sized for its count in `slot`.
+            unsafe { comm.enqueue(call, s) }?;
+        }
+        if calls.len() > 1 {
+            comm.group(false)?;
+        }
+        self.slots[i].ran = Some((op, check));
+        Ok(())
+    }
+
+    /// Input bytes of prepared collective `i`.
+    pub fn wire_bytes(&self, i: usize) -> Option<u64> {
+        self.slots.get(i).map(|s| s.wire)
+    }
+
+    /// NCCL's asynchronous error on any communicator of the trace.
+    pub fn async_error(&self) -> Result<()> {
+        for (_, c) in self.comms.values() {
+            if let Some(c) = c {
+                c.async_error()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The CUDA context the buffers live in.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self._ctx
+    }
+
+    /// The stream the buffers were prepared on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// Zero every result buffer (between the warm-up and the timed pass), so
     /// that a check sees only what the timed pass delivered.
     pub fn reset(&mut self) -> Result<()> {
@@ -473,7 +520,13 @@ pub fn replay(
     corrupt_rank: Option<u32>,
     timeout: Duration,
     cupti: bool,
-) -> Result<Vec<ExecRecord>> {
+) -> Result<ReplayOutput> {
+    if pace == Pace::Workload {
+        if cupti {
+            bail!("--cupti is not built for --pace workload (its kernels are matched to host call windows, which this pace does not have)");
+        }
+        return workload(world, nccl_path, trace, op, check, warmup, corrupt_rank, timeout);
+    }
     let cupti = if cupti { Some(Cupti::start().context("--cupti")?) } else { None };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
@@ -502,7 +555,7 @@ pub fn replay(
                     self.exec.reset()
                 }
             }
-            let records = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
+            let (records, _) = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
             Ok((records, before))
         })
         .and_then(|(mut records, before)| {
@@ -529,6 +582,36 @@ pub fn replay(
         });
     if result.is_err() {
         // peers may be inside a collective or past the end: destroying would wait for them
+        exec.abort();
+    }
+    result.map(|records| ReplayOutput { records, workload: None })
+}
+
+/// The workload pace (see [`super::workload_exec`]).
+#[allow(clippy::too_many_arguments)]
+fn workload(
+    world: &SimpleCommunicator,
+    nccl_path: &Path,
+    trace: &CommTrace,
+    op: Option<ReduceOp>,
+    check: bool,
+    warmup: bool,
+    corrupt_rank: Option<u32>,
+    timeout: Duration,
+) -> Result<ReplayOutput> {
+    let rank = world.rank() as u32;
+    let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    // refuse before any communicator exists
+    let plan = crate::evidence::commtrace::workload_plan::plan(mine)?;
+    let local_rank = world.split_shared(world.rank()).rank() as u32;
+    let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
+    exec.corrupt = corrupt_rank == Some(rank);
+    let result = exec.prepare(&mine.collectives).and_then(|_| {
+        let (records, report) = super::workload_exec::run(world, &mut exec, trace, &plan, op, check, warmup, timeout)?;
+        exec.verify(&mine.collectives)?;
+        Ok(ReplayOutput { records, workload: Some(report) })
+    });
+    if result.is_err() {
         exec.abort();
     }
     result

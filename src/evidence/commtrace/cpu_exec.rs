@@ -63,6 +63,12 @@ pub enum Pace {
     Gaps,
     /// Back to back.
     None,
+    /// Re-create the trace's compute kernels as device work of their
+    /// recorded durations on their recorded streams, with the collectives
+    /// between them (cuda: one gated asynchronous pass, see
+    /// `backend::cuda::workload_exec`; cpu: the compute is spun on the rank's
+    /// one thread, in launch order, before each collective).
+    Workload,
 }
 
 /// What one collective did on this rank.
@@ -101,6 +107,107 @@ pub struct ExecRecord {
     /// them, mangled). Absent when not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernels: Option<Vec<String>>,
+    /// Workload pace: compute kernels of the trace re-created before this
+    /// collective (after the previous one), and their recorded durations' sum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_ops: Option<u32>,
+    /// Workload pace: the recorded durations of those kernels, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_recorded_ns: Option<u64>,
+    /// Workload pace on the cuda backend: the collective's device interval,
+    /// ns after the pass's gate opened (CUDA events on its stream). With
+    /// these, `elapsed_ns` is the device interval and `actual_gap_ns` the
+    /// device gap after the previous collective, not host times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_start_ns: Option<u64>,
+    /// Workload pace on the cuda backend: end of the device interval, as above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_end_ns: Option<u64>,
+}
+
+/// What one rank's workload pass (`--pace workload`) did as a whole,
+/// written beside its records as `replay-trace.rank-N.workload.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WorkloadReport {
+    /// Format version of this record (1).
+    pub format_version: u32,
+    /// World rank.
+    pub rank: u32,
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    /// What stands in for the trace's compute kernels, in words.
+    pub compute_model: String,
+    /// The trace's streams this rank used, in first-use order
+    /// (`unrecorded` for operations the source gave none).
+    pub streams: Vec<String>,
+    /// Whether every cross-stream dependency came from the recorded device
+    /// timeline (`false`: some came from launch order, times being missing).
+    pub dependencies_from_timeline: bool,
+    /// Cross-stream waits the plan inserted.
+    pub cross_stream_waits: u32,
+    /// Compute kernels re-created in the pass.
+    pub compute_ops: u32,
+    /// Their recorded durations, summed.
+    pub compute_recorded_ns: u64,
+    /// Collectives in the pass.
+    pub collectives: u32,
+    /// cuda: whether the pass was enqueued behind a gate the host opened
+    /// after enqueuing up to `gate_lookahead_ops` operations, so that the
+    /// device ran them back to back as the source's device did.
+    pub gated: Option<bool>,
+    /// cuda: operations enqueued before the gate opened.
+    pub gate_lookahead_ops: Option<u32>,
+    /// cuda: calibration of the device work standing in for compute.
+    pub spin: Option<SpinCalibration>,
+    /// cuda: device time from the gate opening to the end of the last
+    /// stream's work (CUDA events). Absent on cpu.
+    pub pass_device_ns: Option<u64>,
+    /// Host time of the pass: cuda from the gate's opening to every stream's
+    /// completion seen by the host; cpu from the first collective's pacing
+    /// start to the last collective's return.
+    pub pass_host_ns: u64,
+    /// The same work on the source's device timeline: the first operation's
+    /// recorded start to the last one's recorded end (this rank's trace
+    /// clock). Absent where a time is missing.
+    pub trace_span_ns: Option<u64>,
+}
+
+/// How a spinning kernel's duration was matched to recorded durations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SpinCalibration {
+    /// Thread blocks per launch (one per multiprocessor).
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads_per_block: u32,
+    /// Device time per launch of a zero-length spin, back to back on one
+    /// stream (the launch's own cost): the shortest kernel it can stand for.
+    pub floor_ns: f64,
+    /// Device time a spin of `d` ns takes beyond `d`, back to back (median
+    /// over the calibration lengths); subtracted from every request.
+    pub excess_ns: f64,
+    /// Check after correction: recorded length, spin requested, device time
+    /// per launch achieved (back to back, 32 launches).
+    pub points: Vec<SpinPoint>,
+}
+
+/// One calibration check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SpinPoint {
+    /// Duration to stand for.
+    pub recorded_ns: u64,
+    /// Spin requested after the correction.
+    pub requested_ns: u64,
+    /// Device time per launch achieved.
+    pub achieved_ns: f64,
+}
+
+/// What a replay produced on one rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayOutput {
+    /// One record per collective of the timed pass.
+    pub records: Vec<ExecRecord>,
+    /// The workload pace's pass as a whole.
+    pub workload: Option<WorkloadReport>,
 }
 
 /// Value rank `r` contributes at element `i` of a reducing collective.
@@ -507,7 +614,7 @@ pub fn replay(
     check: bool,
     warmup: bool,
     corrupt_rank: Option<u32>,
-) -> Result<Vec<ExecRecord>> {
+) -> Result<ReplayOutput> {
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = corrupt_rank == Some(rank);
@@ -526,9 +633,34 @@ pub fn replay(
             Ok(())
         }
     }
-    let records = replay_with(world, trace, op, pace, check, warmup, &mut Cpu { exec: &mut exec, colls: mine })?;
+    let (records, pass_host_ns) = replay_with(world, trace, op, pace, check, warmup, &mut Cpu { exec: &mut exec, colls: mine })?;
     exec.verify(mine)?;
-    Ok(records)
+    let workload = match pace {
+        Pace::Workload => {
+            let plan = super::workload_plan::plan(trace.ranks.iter().find(|r| r.rank == rank).context("rank not in the trace")?)?;
+            let (compute_ops, compute_recorded_ns) = plan.compute_total();
+            Some(WorkloadReport {
+                format_version: 1,
+                rank,
+                backend: "cpu".into(),
+                compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch order before the collective it preceded (one stream: kernels the source ran concurrently run in sequence)".into(),
+                streams: plan.stream_names(),
+                dependencies_from_timeline: plan.timeline_complete,
+                cross_stream_waits: plan.cross_stream_waits(),
+                compute_ops,
+                compute_recorded_ns,
+                collectives: records.len() as u32,
+                gated: None,
+                gate_lookahead_ops: None,
+                spin: None,
+                pass_device_ns: None,
+                pass_host_ns,
+                trace_span_ns: plan.trace_span_ns(),
+            })
+        }
+        _ => None,
+    };
+    Ok(ReplayOutput { records, workload })
 }
 
 /// A backend's executor of prepared trace collectives.
@@ -543,7 +675,7 @@ pub trait TraceRunner {
 
 /// This rank's collectives of `trace` in order through `run` (a backend's
 /// executor), with the pacing, reduction choice and records shared by every
-/// backend. With `warmup`, one untimed pass of the whole trace, back to back
+/// backend; also returns the timed pass's host time. With `warmup`, one untimed pass of the whole trace, back to back
 /// and unchecked, comes first: NCCL and MPI set up a connection or an
 /// algorithm's resources on first use (the first GPU replay spent 150-200 ms
 /// in the first all-gather and all-to-all), which is not what the trace
@@ -558,15 +690,22 @@ pub fn replay_with(
     check: bool,
     warmup: bool,
     runner: &mut dyn TraceRunner,
-) -> Result<Vec<ExecRecord>> {
+) -> Result<(Vec<ExecRecord>, u64)> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let plan = match pace {
+        Pace::Workload => Some(super::workload_plan::plan(mine)?),
+        _ => None,
+    };
+    let compute: Option<Vec<(u32, u64)>> = plan.as_ref().map(|p| (0..mine.collectives.len()).map(|i| p.compute_before_ns(i)).collect());
     let gaps = match pace {
         Pace::None => None,
         Pace::Gaps => Some(
             gaps_ns(&mine.collectives)
                 .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?,
         ),
+        // one thread: the compute before a collective is spun in full before it
+        Pace::Workload => compute.as_ref().map(|v| v.iter().map(|&(_, ns)| ns).collect()),
     };
     // The traces do not record the reduction, and NCCL's kernel names do not
     // show it: since NCCL 2.19 every reduction kernel is built as the `Sum`
@@ -585,7 +724,8 @@ pub fn replay_with(
     }
     world.barrier();
     let mut out = Vec::with_capacity(mine.collectives.len());
-    let mut prev_end = Instant::now();
+    let pass_start = Instant::now();
+    let mut prev_end = pass_start;
     for (i, c) in mine.collectives.iter().enumerate() {
         let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
         let (use_op, source) = choose(c);
@@ -617,10 +757,15 @@ pub fn replay_with(
             elapsed_ns,
             checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
             kernels: None,
+            compute_ops: compute.as_ref().map(|v| v[i].0),
+            compute_recorded_ns: compute.as_ref().map(|v| v[i].1),
+            device_start_ns: None,
+            device_end_ns: None,
         });
     }
+    let pass_ns = (prev_end - pass_start).as_nanos() as u64;
     world.barrier();
-    Ok(out)
+    Ok((out, pass_ns))
 }
 
 #[cfg(test)]

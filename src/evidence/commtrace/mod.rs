@@ -31,6 +31,7 @@ pub mod cpu_exec;
 pub mod et;
 pub mod export;
 pub mod kineto;
+pub mod workload_plan;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -795,7 +796,7 @@ pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Lim
 }
 
 /// Executor of a whole trace on one rank (a backend's `replay`).
-pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<Vec<cpu_exec::ExecRecord>> + 'a;
+pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<cpu_exec::ReplayOutput> + 'a;
 
 /// `replay-trace`: run this rank's collectives of an imported trace through
 /// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; rank 0 prints a summary.
@@ -805,10 +806,13 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
-    let records = match run(&world, &trace).and_then(|r| {
+    let (records, workload) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.json")), &r)?;
-        Ok(r)
+        crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.json")), &r.records)?;
+        if let Some(w) = &r.workload {
+            crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.workload.json")), w)?;
+        }
+        Ok((r.records, r.workload))
     }) {
         Ok(r) => r,
         Err(e) => {
@@ -828,7 +832,26 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
         }
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
         if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
-            println!("rank 0: replay gap error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+            let what = match &workload {
+                Some(w) if w.backend == "cuda" => "device gap after the previous collective vs the compute recorded between them on its stream",
+                Some(_) => "host gap vs the compute recorded before the collective",
+                None => "replay gap",
+            };
+            println!("rank 0: {what}: error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+        }
+        if let Some(w) = &workload {
+            let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
+            println!(
+                "rank 0: workload pass: {} compute kernels ({} recorded) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
+                w.compute_ops,
+                us(w.compute_recorded_ns),
+                w.collectives,
+                w.streams.len(),
+                w.cross_stream_waits,
+                w.pass_device_ns.map_or_else(|| format!("{} (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
+                w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor {:.0} ns", s.excess_ns, s.floor_ns)),
+                w.trace_span_ns.map_or("unknown (times missing)".to_string(), us)
+            );
         }
     }
     if let Some(mine) = trace.ranks.iter().find(|r| r.rank == rank) {
@@ -1018,6 +1041,10 @@ mod tests {
             elapsed_ns: 1,
             checked: false,
             kernels: k.map(|v| v.into_iter().map(String::from).collect()),
+            compute_ops: None,
+            compute_recorded_ns: None,
+            device_start_ns: None,
+            device_end_ns: None,
         };
         assert_eq!(compare_kernels(&colls, &[rec(0, None)]), None, "nothing recorded: nothing compared");
         let got = compare_kernels(

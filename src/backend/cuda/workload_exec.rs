@@ -1,0 +1,377 @@
+//! `replay-trace --pace workload --backend cuda`: the trace's compute kernels
+//! re-created as device work of their recorded durations on their recorded
+//! streams, with the trace's collectives between them.
+//!
+//! Consumes a prepared [`CudaTraceExec`] (communicators and buffers) and the
+//! rank's [`WorkloadPlan`](crate::evidence::commtrace::workload_plan). Every
+//! recorded stream becomes one CUDA stream; the plan's cross-stream waits
+//! become `cuStreamWaitEvent`s on events recorded after the operations waited
+//! for. A compute kernel becomes one launch of a spinning kernel (every
+//! thread spins on the GPU's `%globaltimer`, PTX ISA "Special registers",
+//! until the requested nanoseconds have passed since it started; one block
+//! per multiprocessor): it holds the device for the kernel's recorded
+//! duration but reproduces neither its memory traffic nor its multiprocessor
+//! footprint. Its launch cost is calibrated first: 32 back-to-back launches
+//! per length on an idle stream, timed by CUDA events; the median excess of
+//! device time over the requested length is subtracted from every request,
+//! and the check after the correction is reported.
+//!
+//! The pass is enqueued behind a gate (a `cuStreamWaitValue32` on a
+//! host-mapped word that every stream waits for): the host enqueues up to
+//! [`GATE_LOOKAHEAD_OPS`] operations, meets the other ranks at a barrier and
+//! opens the gate, then enqueues the rest while the device runs. The device
+//! therefore runs the trace back to back, as the source's device did under
+//! a CUDA graph or a host far ahead of it, instead of at the host's launch
+//! rate; a source that was itself host-bound had idle device time between
+//! kernels that this pass does not reproduce (its span says how much). The
+//! lookahead stays well below the number of launches a stream queues before
+//! the launching call blocks, which behind a closed gate would deadlock.
+//! Each collective is timed by events before and after it on its stream;
+//! the host waits once, at the end, polling with a deadline.
+//!
+//! Refuses: a trace without recorded compute durations (the plan's
+//! refusal), a device without stream memory operations or without the PTX
+//! module (reason given), `--cupti` (not built for this pace).
+use crate::backend::cuda::drv;
+use crate::backend::cuda::trace_exec::CudaTraceExec;
+use crate::evidence::commtrace::cpu_exec::{ExecRecord, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
+use crate::evidence::commtrace::workload_plan::{PlannedWork, WorkloadPlan};
+use crate::evidence::commtrace::{CommTrace, TraceKind};
+use anyhow::{bail, Context, Result};
+use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Operations enqueued behind the closed gate before it opens.
+pub const GATE_LOOKAHEAD_OPS: usize = 192;
+
+/// Threads per block of the spinning kernel.
+const SPIN_THREADS: u32 = 128;
+
+/// The spinning kernel: every thread reads `%globaltimer` at entry and spins
+/// until it has advanced by the parameter (ns). PTX ISA 7.0, sm_70 and later;
+/// the driver compiles it for the device at load.
+const SPIN_PTX: &str = "
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry commcanary_spin_ns(
+    .param .u64 commcanary_spin_ns_param_0
+)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [commcanary_spin_ns_param_0];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd3, %rd2, %rd1;
+$L_spin:
+    mov.u64 %rd4, %globaltimer;
+    setp.lt.u64 %p1, %rd4, %rd3;
+    @%p1 bra $L_spin;
+    ret;
+}
+";
+
+/// The loaded spinning kernel and its calibration.
+struct Spin {
+    _module: drv_sys::CUmodule,
+    func: drv_sys::CUfunction,
+    blocks: u32,
+    excess_ns: f64,
+}
+
+impl Spin {
+    fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
+        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
+        let src = std::ffi::CString::new(SPIN_PTX).expect("no NUL in the PTX");
+        // SAFETY: a NUL-terminated PTX image; the context is current.
+        let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, "cuModuleLoadData (spinning kernel's PTX)")?;
+        // SAFETY: the module was just loaded and is never unloaded while the function is used.
+        let func = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_spin_ns".into()) }, "cuModuleGetFunction")?;
+        let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
+        Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0 })
+    }
+
+    fn launch_raw(&self, stream: &CudaStream, ns: u64) -> Result<()> {
+        let mut arg = ns;
+        let mut params = [&mut arg as *mut u64 as *mut std::ffi::c_void];
+        // SAFETY: the function takes one u64 parameter, passed by pointer as cuLaunchKernel requires.
+        drv(
+            unsafe { cudarc::driver::result::launch_kernel(self.func, (self.blocks, 1, 1), (SPIN_THREADS, 1, 1), 0, stream.cu_stream(), &mut params) },
+            "cuLaunchKernel (spinning kernel)",
+        )
+    }
+
+    /// The spin to request for a kernel of `recorded_ns`.
+    fn request(&self, recorded_ns: u64) -> u64 {
+        (recorded_ns as f64 - self.excess_ns).max(0.0).round() as u64
+    }
+
+    /// Device time per launch of `n` back-to-back spins of `ns` on `stream` (idle).
+    fn per_launch_ns(&self, stream: &CudaStream, ctx: &Arc<CudaContext>, ns: u64, n: u32) -> Result<f64> {
+        let a = drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate")?;
+        let b = drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate")?;
+        // one launch first, so that the first timed one does not start from an idle front end
+        self.launch_raw(stream, ns)?;
+        drv(a.record(stream), "cuEventRecord")?;
+        for _ in 0..n {
+            self.launch_raw(stream, ns)?;
+        }
+        drv(b.record(stream), "cuEventRecord")?;
+        drv(stream.synchronize(), "cuStreamSynchronize (calibration)")?;
+        Ok(drv(a.elapsed_ms(&b), "cuEventElapsedTime")? as f64 * 1e6 / n as f64)
+    }
+
+    /// Measure the floor and the excess, then check the correction.
+    fn calibrate(&mut self, stream: &CudaStream, ctx: &Arc<CudaContext>) -> Result<SpinCalibration> {
+        const N: u32 = 32;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut floors: Vec<f64> = (0..5).map(|_| self.per_launch_ns(stream, ctx, 0, N)).collect::<Result<_>>()?;
+        let floor_ns = median(&mut floors);
+        let mut excess = Vec::new();
+        for len in [5_000u64, 20_000, 50_000] {
+            let mut v: Vec<f64> = (0..3).map(|_| self.per_launch_ns(stream, ctx, len, N)).collect::<Result<_>>()?;
+            excess.push(median(&mut v) - len as f64);
+        }
+        self.excess_ns = median(&mut excess).max(0.0);
+        let mut points = Vec::new();
+        for recorded in [2_000u64, 5_000, 20_000, 50_000] {
+            let requested = self.request(recorded);
+            points.push(SpinPoint { recorded_ns: recorded, requested_ns: requested, achieved_ns: self.per_launch_ns(stream, ctx, requested, N)? });
+        }
+        Ok(SpinCalibration { blocks: self.blocks, threads_per_block: SPIN_THREADS, floor_ns, excess_ns: self.excess_ns, points })
+    }
+}
+
+/// The host-mapped gate word (host pointer, device pointer).
+struct Gate {
+    host: *mut u32,
+    dev: drv_sys::CUdeviceptr,
+    count: u32,
+}
+
+impl Gate {
+    /// Make `stream` wait until the host opens the gate; returns the value that opens it.
+    fn close(&mut self, stream: &CudaStream) -> Result<u32> {
+        self.count = self.count.wrapping_add(1).max(1);
+        let flags = drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32;
+        // SAFETY: `dev` maps a live 4-byte host word of this context; the stream is this context's.
+        let r = unsafe { drv_sys::cuStreamWaitValue32_v2(stream.cu_stream(), self.dev, self.count, flags) };
+        drv(r.result(), "cuStreamWaitValue32 (gate)")?;
+        Ok(self.count)
+    }
+
+    fn open(&self, value: u32) {
+        // SAFETY: a live, aligned host word only this thread writes.
+        unsafe { std::ptr::write_volatile(self.host, value) };
+    }
+}
+
+/// One pass's device times.
+struct PassTimes {
+    /// Per collective: (start, end), ns after the gate.
+    intervals: Vec<(u64, u64)>,
+    device_ns: u64,
+    host_ns: u64,
+}
+
+/// The workload pace on this GPU: calibrate, an optional warm-up pass, the
+/// timed pass; returns its records and report (`exec` prepared).
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    world: &SimpleCommunicator,
+    exec: &mut CudaTraceExec,
+    trace: &CommTrace,
+    plan: &WorkloadPlan,
+    op: Option<ReduceOp>,
+    check: bool,
+    warmup: bool,
+    timeout: Duration,
+) -> Result<(Vec<ExecRecord>, WorkloadReport)> {
+    let rank = world.rank() as u32;
+    let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let ctx = exec.context().clone();
+    let (host, dev) = super::host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
+    let mut gate = Gate { host, dev, count: 0 };
+    let mut spin = Spin::load(&ctx)?;
+    let calibration = spin.calibrate(exec.stream(), &ctx).context("calibrating the spinning kernel")?;
+    let streams: Vec<Arc<CudaStream>> = plan.streams.iter().map(|_| drv(ctx.new_stream(), "creating a stream")).collect::<Result<_>>()?;
+    let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
+    let use_op = op.unwrap_or(ReduceOp::Sum);
+    if warmup {
+        run_pass(world, exec, mine, plan, &spin, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
+        exec.reset()?;
+    }
+    let times = run_pass(world, exec, mine, plan, &spin, &streams, &gate_stream, &mut gate, use_op, check, timeout).context("timed pass")?;
+    exec.async_error()?;
+    let mut records = Vec::with_capacity(mine.collectives.len());
+    for (i, c) in mine.collectives.iter().enumerate() {
+        let (start, end) = times.intervals[i];
+        let (n_compute, compute_ns) = plan.compute_before_ns(i);
+        // the device gap after the previous collective compares with the
+        // compute recorded between them where both ran on this stream
+        let (target, actual) = match i.checked_sub(1).map(|p| (p, &mine.collectives[p])) {
+            Some((p, prev)) if prev.stream == c.stream => {
+                let same_stream: u64 = compute_on_stream_before(plan, i, c.stream);
+                (Some(same_stream), start.saturating_sub(times.intervals[p].1))
+            }
+            Some((p, _)) => (None, start.saturating_sub(times.intervals[p].1)),
+            None => (None, start),
+        };
+        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
+        records.push(ExecRecord {
+            index: i as u32,
+            kind: c.kind,
+            group: c.group.clone(),
+            seq: c.seq,
+            dtype: c.dtype,
+            in_elems: c.in_elems,
+            out_elems: c.out_elems,
+            wire_bytes: exec.wire_bytes(i).unwrap_or(0),
+            op: reducing.then_some(use_op),
+            op_source: reducing.then(|| if op.is_some() { "--op" } else { "default" }.to_string()),
+            target_gap_ns: target,
+            actual_gap_ns: actual,
+            elapsed_ns: end.saturating_sub(start),
+            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
+            kernels: None,
+            compute_ops: Some(n_compute),
+            compute_recorded_ns: Some(compute_ns),
+            device_start_ns: Some(start),
+            device_end_ns: Some(end),
+        });
+    }
+    let (compute_ops, compute_recorded_ns) = plan.compute_total();
+    let report = WorkloadReport {
+        format_version: 1,
+        rank,
+        backend: "cuda".into(),
+        compute_model: format!(
+            "one launch per kernel of a kernel spinning on %globaltimer for the recorded duration less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
+            calibration.excess_ns, calibration.blocks, calibration.threads_per_block
+        ),
+        streams: plan.stream_names(),
+        dependencies_from_timeline: plan.timeline_complete,
+        cross_stream_waits: plan.cross_stream_waits(),
+        compute_ops,
+        compute_recorded_ns,
+        collectives: records.len() as u32,
+        gated: Some(true),
+        gate_lookahead_ops: Some(GATE_LOOKAHEAD_OPS as u32),
+        spin: Some(calibration),
+        pass_device_ns: Some(times.device_ns),
+        pass_host_ns: times.host_ns,
+        trace_span_ns: plan.trace_span_ns(),
+    };
+    Ok((records, report))
+}
+
+/// Recorded compute on `stream` planned between collective `index - 1` and `index`.
+fn compute_on_stream_before(plan: &WorkloadPlan, index: usize, stream: Option<u64>) -> u64 {
+    let key = stream.unwrap_or(crate::evidence::commtrace::workload_plan::NO_STREAM);
+    let end = plan.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(plan.ops.len());
+    let start = plan.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
+    plan.ops[start..end]
+        .iter()
+        .filter(|o| o.stream == key)
+        .map(|o| match o.work {
+            PlannedWork::Compute { duration_ns } => duration_ns,
+            PlannedWork::Collective { .. } => 0,
+        })
+        .sum()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_pass(
+    world: &SimpleCommunicator,
+    exec: &mut CudaTraceExec,
+    mine: &crate::evidence::commtrace::RankTrace,
+    plan: &WorkloadPlan,
+    spin: &Spin,
+    streams: &[Arc<CudaStream>],
+    gate_stream: &Arc<CudaStream>,
+    gate: &mut Gate,
+    op: ReduceOp,
+    check: bool,
+    timeout: Duration,
+) -> Result<PassTimes> {
+    let ctx = exec.context().clone();
+    let event = || drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
+    // every event of the pass exists before the first enqueue
+    let waited = plan.waited_on();
+    let opened_ev = event()?;
+    let after: Vec<Option<CudaEvent>> = waited.iter().map(|&w| if w { event().map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+    let coll_ev: Vec<(CudaEvent, CudaEvent)> = (0..mine.collectives.len()).map(|_| Ok((event()?, event()?))).collect::<Result<_>>()?;
+    let tails: Vec<CudaEvent> = streams.iter().map(|_| event()).collect::<Result<_>>()?;
+    let stream_of = |s: u64| -> usize { plan.streams.iter().position(|&x| x == s).expect("the plan lists every stream it uses") };
+
+    let value = gate.close(gate_stream)?;
+    drv(opened_ev.record(gate_stream), "cuEventRecord (gate)")?;
+    for s in streams {
+        drv(s.wait(&opened_ev), "cuStreamWaitEvent (gate)")?;
+    }
+    let mut opened: Option<Instant> = None;
+    let open_gate = |gate: &Gate| -> Instant {
+        // the ranks open their gates together
+        world.barrier();
+        gate.open(value);
+        Instant::now()
+    };
+    for (x, o) in plan.ops.iter().enumerate() {
+        let s = &streams[stream_of(o.stream)];
+        for &y in &o.waits_for {
+            let e = after[y].as_ref().expect("a waited-for operation records an event");
+            drv(s.wait(e), "cuStreamWaitEvent (cross-stream dependency)")?;
+        }
+        match o.work {
+            PlannedWork::Compute { duration_ns } => spin.launch_raw(s, spin.request(duration_ns))?,
+            PlannedWork::Collective { index } => {
+                let (a, b) = &coll_ev[index];
+                drv(a.record(s), "cuEventRecord (collective start)")?;
+                exec.enqueue_on(index, &mine.collectives[index], op, check, s).with_context(|| format!("collective {index}"))?;
+                drv(b.record(s), "cuEventRecord (collective end)")?;
+            }
+        }
+        if let Some(e) = after[x].as_ref() {
+            drv(e.record(s), "cuEventRecord (dependency)")?;
+        }
+        if x + 1 == GATE_LOOKAHEAD_OPS {
+            opened = Some(open_gate(gate));
+        }
+    }
+    let opened = match opened {
+        Some(t) => t,
+        None => open_gate(gate),
+    };
+    for (s, t) in streams.iter().zip(&tails) {
+        drv(t.record(s), "cuEventRecord (stream end)")?;
+    }
+    // wait with a deadline, polling NCCL's asynchronous error
+    for t in &tails {
+        loop {
+            // SAFETY: a live event of this context.
+            match unsafe { cudarc::driver::result::event::query(t.cu_event()) } {
+                Ok(()) => break,
+                Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {
+                    if opened.elapsed() > timeout {
+                        bail!("the workload pass did not finish within {} s (a peer stopped, or a collective hangs)", timeout.as_secs());
+                    }
+                    exec.async_error()?;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(e) => bail!("cuEventQuery (workload pass): CUDA error {e:?}"),
+            }
+        }
+    }
+    let host_ns = opened.elapsed().as_nanos() as u64;
+    let rel = |e: &CudaEvent| -> Result<u64> { Ok((drv(opened_ev.elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6).max(0.0).round() as u64) };
+    let intervals = coll_ev.iter().map(|(a, b)| Ok((rel(a)?, rel(b)?))).collect::<Result<Vec<_>>>()?;
+    let device_ns = tails.iter().map(&rel).collect::<Result<Vec<_>>>()?.into_iter().max().unwrap_or(0);
+    Ok(PassTimes { intervals, device_ns, host_ns })
+}

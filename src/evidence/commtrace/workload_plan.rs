@@ -1,0 +1,257 @@
+//! The `workload` pace's plan: one rank's trace as a list of device
+//! operations on streams, with the cross-stream waits that keep its order.
+//!
+//! Consumes one rank's collectives of a [`CommTrace`](super::CommTrace), each
+//! with the compute launched before it (and the compute after the last).
+//! Produces a [`WorkloadPlan`]: every compute kernel as an operation of its
+//! recorded duration on its recorded stream, every collective on its own
+//! stream, in launch order, and for each operation the operations of other
+//! streams it must wait for. Work on one stream runs in launch order (CUDA
+//! stream semantics); across streams an operation waits for the latest
+//! operation of each other stream that had *ended* on the recorded device
+//! timeline before it *started*, so that work the source ran concurrently
+//! stays concurrent and work it ran in sequence stays in sequence. Where a
+//! time is missing (an execution trace records none), the operation waits
+//! for the latest earlier operation of every other stream (launch order:
+//! the conservative choice, which can only remove concurrency). Pure: no I/O.
+//!
+//! Refuses a compute kernel with no recorded duration (an execution trace:
+//! import the profiler trace), naming the collective it precedes.
+use super::{ComputeOp, RankTrace};
+use anyhow::{bail, Result};
+
+/// Stream key of operations the source recorded without a stream.
+pub const NO_STREAM: u64 = u64::MAX;
+
+/// What one planned operation does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlannedWork {
+    /// Device work of this duration (a compute kernel of the source).
+    Compute {
+        /// Recorded duration.
+        duration_ns: u64,
+    },
+    /// Collective `index` of the rank's trace.
+    Collective {
+        /// Position in the rank's collectives.
+        index: usize,
+    },
+}
+
+/// One operation of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedOp {
+    /// What it does.
+    pub work: PlannedWork,
+    /// Recorded stream ([`NO_STREAM`] where none was recorded).
+    pub stream: u64,
+    /// Operations (indices into [`WorkloadPlan::ops`], all earlier, each on
+    /// another stream) that must end before this one starts.
+    pub waits_for: Vec<usize>,
+    /// Recorded device start, ns on the trace clock, where known.
+    pub recorded_start_ns: Option<u64>,
+    /// Recorded device end, where known.
+    pub recorded_end_ns: Option<u64>,
+}
+
+/// One rank's trace as device operations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadPlan {
+    /// In launch order.
+    pub ops: Vec<PlannedOp>,
+    /// The distinct streams, in first-use order.
+    pub streams: Vec<u64>,
+    /// Whether every operation had recorded device times (dependencies from
+    /// the timeline); otherwise some came from launch order.
+    pub timeline_complete: bool,
+}
+
+impl WorkloadPlan {
+    /// Operations some later operation waits for (those need a completion marker).
+    pub fn waited_on(&self) -> Vec<bool> {
+        let mut v = vec![false; self.ops.len()];
+        for op in &self.ops {
+            for &w in &op.waits_for {
+                v[w] = true;
+            }
+        }
+        v
+    }
+
+    /// Recorded start of the first operation to recorded end of the last, where every time is known.
+    pub fn trace_span_ns(&self) -> Option<u64> {
+        let starts: Option<Vec<u64>> = self.ops.iter().map(|o| o.recorded_start_ns).collect();
+        let ends: Option<Vec<u64>> = self.ops.iter().map(|o| o.recorded_end_ns).collect();
+        let (starts, ends) = (starts?, ends?);
+        Some(ends.iter().max()?.saturating_sub(*starts.iter().min()?))
+    }
+
+    /// Cross-stream waits in the plan.
+    pub fn cross_stream_waits(&self) -> u32 {
+        self.ops.iter().map(|o| o.waits_for.len() as u32).sum()
+    }
+
+    /// Compute operations and their recorded durations, summed.
+    pub fn compute_total(&self) -> (u32, u64) {
+        self.ops.iter().fold((0, 0), |(n, t), o| match o.work {
+            PlannedWork::Compute { duration_ns } => (n + 1, t + duration_ns),
+            PlannedWork::Collective { .. } => (n, t),
+        })
+    }
+
+    /// The streams as the report names them.
+    pub fn stream_names(&self) -> Vec<String> {
+        self.streams.iter().map(|&s| if s == NO_STREAM { "unrecorded".to_string() } else { s.to_string() }).collect()
+    }
+
+    /// Sum of the compute durations planned before collective `index` (after the previous one).
+    pub fn compute_before_ns(&self, index: usize) -> (u32, u64) {
+        let end = self.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(self.ops.len());
+        let start = self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
+        self.ops[start..end].iter().fold((0, 0), |(n, t), o| match o.work {
+            PlannedWork::Compute { duration_ns } => (n + 1, t + duration_ns),
+            PlannedWork::Collective { .. } => (n, t),
+        })
+    }
+}
+
+/// Plan one rank's trace.
+pub fn plan(rank: &RankTrace) -> Result<WorkloadPlan> {
+    let mut ops: Vec<PlannedOp> = Vec::new();
+    let compute = |c: &ComputeOp, before: &str| -> Result<PlannedOp> {
+        let Some(d) = c.duration_ns else {
+            bail!(
+                "rank {}: compute kernel {:?} before {before} has no recorded duration (an execution trace records none): import the profiler (Kineto) trace for the workload pace",
+                rank.rank,
+                c.name
+            )
+        };
+        Ok(PlannedOp {
+            work: PlannedWork::Compute { duration_ns: d },
+            stream: c.stream.unwrap_or(NO_STREAM),
+            waits_for: Vec::new(),
+            recorded_start_ns: c.device_start_ns,
+            recorded_end_ns: c.device_start_ns.map(|s| s.saturating_add(d)),
+        })
+    };
+    for (i, c) in rank.collectives.iter().enumerate() {
+        let name = format!("collective {i} ({} #{} on group {:?})", c.kind.name(), c.seq, c.group);
+        for k in &c.compute_before {
+            ops.push(compute(k, &name)?);
+        }
+        ops.push(PlannedOp {
+            work: PlannedWork::Collective { index: i },
+            stream: c.stream.unwrap_or(NO_STREAM),
+            waits_for: Vec::new(),
+            recorded_start_ns: c.device.as_ref().map(|d| d.start_ns),
+            recorded_end_ns: c.device.as_ref().map(|d| d.end_ns),
+        });
+    }
+    for k in &rank.trailing_compute {
+        ops.push(compute(k, "the end of the trace")?);
+    }
+    let mut streams: Vec<u64> = Vec::new();
+    let mut timeline_complete = true;
+    for x in 0..ops.len() {
+        let s = ops[x].stream;
+        if !streams.contains(&s) {
+            streams.push(s);
+        }
+        let mut waits = Vec::new();
+        for &t in streams.iter().filter(|&&t| t != s) {
+            let earlier = (0..x).rev().filter(|&y| ops[y].stream == t);
+            let chosen = match ops[x].recorded_start_ns {
+                Some(start) => {
+                    let mut found = None;
+                    for y in earlier {
+                        match ops[y].recorded_end_ns {
+                            Some(end) if end <= start => {
+                                found = Some(y);
+                                break;
+                            }
+                            Some(_) => continue,
+                            // an earlier operation of unknown end: keep launch order
+                            None => {
+                                timeline_complete = false;
+                                found = Some(y);
+                                break;
+                            }
+                        }
+                    }
+                    found
+                }
+                None => {
+                    timeline_complete = false;
+                    (0..x).rev().find(|&y| ops[y].stream == t)
+                }
+            };
+            if let Some(y) = chosen {
+                waits.push(y);
+            }
+        }
+        // a wait already implied by an earlier wait of this stream is kept: it is cheap and explicit
+        ops[x].waits_for = waits;
+    }
+    Ok(WorkloadPlan { ops, streams, timeline_complete })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::commtrace::{DeviceSpan, TraceCollective, TraceDtype, TraceKind};
+
+    fn k(stream: u64, start: u64, d: u64) -> ComputeOp {
+        ComputeOp { name: "k".into(), stream: Some(stream), device_start_ns: Some(start), duration_ns: Some(d) }
+    }
+
+    fn coll(stream: u64, start: u64, end: u64, before: Vec<ComputeOp>) -> TraceCollective {
+        let mut c = TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::F32, (4, 4), (None, None), (None, None));
+        c.stream = Some(stream);
+        c.device = Some(DeviceSpan { start_ns: start, end_ns: end, kernel: "ncclDevKernel_AllReduce_Sum_f32_RING_LL".into() });
+        c.compute_before = before;
+        c
+    }
+
+    #[test]
+    fn one_stream_needs_no_waits_and_sums_compute_per_collective() {
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10), k(7, 12, 15)]), coll(7, 60, 70, vec![k(7, 45, 5)])],
+            trailing_compute: vec![],
+        };
+        let p = plan(&r).unwrap();
+        assert_eq!(p.ops.len(), 5);
+        assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
+        assert_eq!(p.streams, vec![7]);
+        assert_eq!(p.compute_before_ns(0), (2, 25));
+        assert_eq!(p.compute_before_ns(1), (1, 5));
+        assert!(p.timeline_complete);
+    }
+
+    #[test]
+    fn concurrent_work_stays_concurrent_and_sequenced_work_waits() {
+        // compute on 7 [0,100); collective on 20 starts at 10 (overlaps the compute: no wait),
+        // ends at 50; the next compute on 7 starts at 120, after the collective ended: it waits for it
+        let r = RankTrace { rank: 0, collectives: vec![coll(20, 10, 50, vec![k(7, 0, 100)])], trailing_compute: vec![k(7, 120, 10)] };
+        let p = plan(&r).unwrap();
+        assert_eq!(p.ops[1].work, PlannedWork::Collective { index: 0 });
+        assert!(p.ops[1].waits_for.is_empty(), "the collective overlapped the compute in the source");
+        assert_eq!(p.ops[2].waits_for, vec![1]);
+        assert_eq!(p.waited_on(), vec![false, true, false]);
+        // the same collective starting after the compute ended waits for it
+        let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
+        assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
+    }
+
+    #[test]
+    fn missing_times_fall_back_to_launch_order_and_missing_durations_are_refused() {
+        let mut c = coll(20, 10, 50, vec![k(7, 0, 100)]);
+        c.device = None;
+        let p = plan(&RankTrace { rank: 0, collectives: vec![c.clone()], trailing_compute: vec![] }).unwrap();
+        assert_eq!(p.ops[1].waits_for, vec![0]);
+        assert!(!p.timeline_complete);
+        c.compute_before[0].duration_ns = None;
+        let e = plan(&RankTrace { rank: 3, collectives: vec![c], trailing_compute: vec![] }).unwrap_err().to_string();
+        assert!(e.contains("rank 3") && e.contains("collective 0") && e.contains("no recorded duration"), "{e}");
+    }
+}
