@@ -369,7 +369,7 @@ def run_job(job, a, work, nccl_lib, log):
                 xs += ["-x", k]
         cmd = ["timeout", str(a.child_timeout_s), "mpirun", "--bind-to", "none", *xs, "-n", str(a.nproc), a.commcanary, "rank", "-q", "--backend", "cuda",
                "--phases", "blocking", "--model", a.model, "--batch", str(a.batch), "--tokens", str(a.tokens), "--warmup-tokens", str(a.warmup),
-               "--check", "1", "--run-id", "run", "--out", d] + (["--graph"] if mode == "graph" else []) + (["--layers", str(a.layers)] if a.layers else []) \
+               "--check", "1", "--run-id", "run", "--out", d, "--comm-stream", a.comm_stream] + (["--graph"] if mode == "graph" else []) + (["--layers", str(a.layers)] if a.layers else []) \
             + (["--nccl-lib", nccl_lib] if nccl_lib else [])
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -412,6 +412,8 @@ def main():
     ap.add_argument("--configs", default=",".join(c for c, _ in CONFIGS))
     ap.add_argument("--seed", type=int, default=20261130)
     ap.add_argument("--commcanary", default=".stage/bin/commcanary")
+    ap.add_argument("--comm-stream", default="current", choices=["current", "separate"],
+                    help="CommCanary's blocking collectives on the compute stream (as PyTorch >= 2.8 runs async_op=False) or on their own")
     ap.add_argument("--out", default="out/validate-pytorch")
     ap.add_argument("--child-timeout-s", type=int, default=120)
     ap.add_argument("--est-pytorch-s", type=float, default=15.0, help="planning estimate per torchrun job")

@@ -25,7 +25,23 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
     let run = run_rank_with(
         1,
         d.path(),
-        &["--backend", "cuda", "--cupti", "--phases", "blocking,async,overlap", "--tokens", "8", "--model", "synthetic", "--layers", "8", "--check", "4"],
+        &[
+            "--backend",
+            "cuda",
+            "--cupti",
+            "--comm-stream",
+            "separate",
+            "--phases",
+            "blocking,async,overlap",
+            "--tokens",
+            "8",
+            "--model",
+            "synthetic",
+            "--layers",
+            "8",
+            "--check",
+            "4",
+        ],
     );
     let s = join_json(&run);
     assert_eq!(phase(&s, "blocking")["completion_source"], "device-events");
@@ -63,6 +79,39 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
             // the next GEMM waits on the collective's end: nothing can overlap it
             assert!(rep["overlap_us"].as_f64().unwrap() <= 0.01 * rep["comm_active_us"].as_f64().unwrap(), "{r}");
         }
+    }
+}
+
+/// `--comm-stream current` (the default): blocking collectives run on the
+/// compute stream, each with its device interval and no cross-stream wait
+/// (async keeps its own stream and its measured waits), eagerly and captured
+/// into a CUDA graph; the choice is recorded in the shard.
+#[test]
+fn cuda_blocking_on_the_compute_stream_eager_and_graph() {
+    if !gpu_or_skip() {
+        return;
+    }
+    for graph in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let mut args = vec!["--backend", "cuda", "--phases", "blocking,async", "--model-dims", "2048,8192,4", "--tokens", "8", "--check", "2"];
+        if graph {
+            args.push("--graph");
+        }
+        let run = run_rank_with(1, d.path(), &args);
+        let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+        assert_eq!(shard.header.workload.comm_stream, commcanary::core::workload::CommStream::Current);
+        let blocking: Vec<_> = shard.body.collectives.iter().filter(|e| e.phase == commcanary::core::workload::Phase::Blocking).collect();
+        if graph {
+            let pr = shard.header.phases.iter().find(|r| r.phase == commcanary::core::workload::Phase::Blocking).unwrap();
+            assert!(pr.graph.is_some() && blocking.is_empty(), "graph mode times tokens only");
+            assert_eq!(shard.body.tokens.iter().filter(|t| t.phase == commcanary::core::workload::Phase::Blocking && !t.warmup).count(), 8);
+        } else {
+            assert!(!blocking.is_empty() && blocking.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
+            let asynchronous = shard.body.collectives.iter().filter(|e| e.phase == commcanary::core::workload::Phase::Async).count();
+            assert_eq!(shard.body.device_waits.len(), asynchronous, "waits measured for async only");
+        }
+        let s = join_json(&run);
+        eprintln!("blocking on the compute stream, graph={graph}: token p50 {} us", phase(&s, "blocking")["token_median_us"]);
     }
 }
 

@@ -100,6 +100,13 @@ pub trait Backend {
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
     fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>>;
+    /// Issue the collectives that follow on the compute stream itself
+    /// (`true`) or on a stream of their own joined by events (`false`, the
+    /// default); see [`crate::core::workload::CommStream`]. A backend without
+    /// streams ignores it.
+    fn collectives_on_compute_stream(&mut self, _on: bool) -> BackendResult<()> {
+        Ok(())
+    }
     /// Whether the isolated phase can enqueue collectives back to back, with
     /// no host wait between them ([`Backend::allreduce_back_to_back`]); a
     /// backend whose every collective completes on the host says `false`.

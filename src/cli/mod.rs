@@ -172,6 +172,13 @@ pub struct RankArgs {
     /// into a CUDA graph and launch it per token; only token boundaries are timed.
     #[arg(long)]
     pub graph: bool,
+    /// Cuda backend: the stream of the blocking phase's collectives. `current`
+    /// (default): the compute stream, as PyTorch 2.8 and later run a
+    /// synchronous collective; `separate`: a stream of its own joined by
+    /// events both ways, as PyTorch runs `async_op=True` (and ran every
+    /// collective before 2.8). `async` and `overlap` always use their own.
+    #[arg(long, value_enum, default_value = "current")]
+    pub comm_stream: crate::core::workload::CommStream,
     /// Cuda backend: record every kernel through CUPTI (kernel timelines,
     /// `overlap` from kernels). Off by default: its per-launch cost would be
     /// mixed into every timing (`bench-overhead --cupti` measures it).
@@ -634,6 +641,7 @@ impl From<RankArgs> for crate::rank::RankOptions {
             collective_timeout_s: a.collective_timeout_s,
             gpu: a.gpu,
             graph: a.graph,
+            comm_stream: a.comm_stream,
             cupti: a.cupti,
             nccl_tuning: a.nccl_tuning,
             out: a.out,

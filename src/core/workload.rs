@@ -158,6 +158,24 @@ pub enum FillResidual {
     Drop,
 }
 
+/// Which stream a blocking collective runs on (cuda backend).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CommStream {
+    /// The compute stream itself: stream order alone makes the collective
+    /// wait for the tensor and the next GEMM wait for the result, with no
+    /// event or cross-stream dependency. What PyTorch's ProcessGroupNCCL does
+    /// for a synchronous collective (`async_op=False`) since PyTorch 2.8
+    /// (pytorch/pytorch pull request 150398).
+    Current,
+    /// A communication stream of its own, joined to the compute stream by
+    /// events both ways: what PyTorch does for `async_op=True`, and did for
+    /// every collective before 2.8. Records written before this field
+    /// existed ran this way.
+    #[default]
+    Separate,
+}
+
 /// Arrival-delay negative control: rank `rank` sleeps at least `delay_ns`
 /// before every collective whose per-group sequence number is a multiple of
 /// `every` (the achieved delay is recorded per event).
@@ -443,6 +461,12 @@ pub struct WorkloadSpec {
     /// in older records.
     #[serde(default)]
     pub graph: bool,
+    /// Stream of the blocking phase's collectives (cuda backend; `async`,
+    /// `overlap` and the traced phases always use a stream of their own, as
+    /// an asynchronous collective does). Absent in older records, which ran
+    /// on a separate stream.
+    #[serde(default)]
+    pub comm_stream: CommStream,
     /// Unit GEMM shape: the synthetic layer's product and the fill quantum.
     pub gemm: GemmShape,
     /// Timed iterations per size in `isolated`.
@@ -484,6 +508,7 @@ impl WorkloadSpec {
             sizes_bytes: vec![bytes],
             isolated_sizes_bytes: Vec::new(),
             graph: false,
+            comm_stream: CommStream::Separate,
             gemm,
             iters,
             warmup_iters: 0,

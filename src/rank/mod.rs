@@ -117,6 +117,8 @@ pub struct RankOptions {
     /// shapes: blocking and async capture one token's GEMMs and all-reduces
     /// into a CUDA graph and launch it per token; only token boundaries are timed.
     pub graph: bool,
+    /// Cuda backend: the stream of the blocking phase's collectives.
+    pub comm_stream: crate::core::workload::CommStream,
     /// Cuda backend: record every kernel through CUPTI (kernel timelines,
     /// `overlap` from kernels). Off by default: its per-launch cost would be
     /// mixed into every timing (`bench-overhead --cupti` measures it).
@@ -312,6 +314,7 @@ fn plan(args: &RankOptions) -> Result<Plan> {
             _ => Vec::new(),
         },
         graph: args.graph,
+        comm_stream: args.comm_stream,
         gemm,
         iters: args.iters,
         warmup_iters: args.warmup_iters,

@@ -231,6 +231,10 @@ impl<'a, B: Backend> Runner<'a, B> {
         }
         self.barrier("barrier before the phase", phase)?;
         self.current_phase = Some(phase);
+        // a blocking collective on the compute stream (PyTorch's synchronous
+        // collective) or on its own; every other phase issues asynchronously
+        let on_compute = phase == Phase::Blocking && self.spec.comm_stream == crate::core::workload::CommStream::Current;
+        self.backend.collectives_on_compute_stream(on_compute)?;
         let start_ns = self.clock.now_ns();
         let mut graph = None;
         match phase {

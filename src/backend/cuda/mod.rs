@@ -297,6 +297,8 @@ pub struct CudaBackend {
     /// device pointer); `None` where stream memory operations are unavailable.
     release: Option<(*mut u32, drv_sys::CUdeviceptr)>,
     release_count: u32,
+    /// Collectives run on the compute stream (blocking with `--comm-stream current`).
+    on_compute: bool,
     /// Granularity of the event timer, measured at start, ns.
     timer_granularity_ns: f64,
     timeout: std::time::Duration,
@@ -495,6 +497,7 @@ impl CudaBackend {
             release,
             release_count: 0,
             timer_granularity_ns: EVENT_RESOLUTION_NS,
+            on_compute: false,
             timeout,
             rank,
             uuid: uuid_str,
@@ -708,9 +711,14 @@ impl CudaBackend {
     /// Prologue of a collective on the comm stream: the pass's anchor, the
     /// collective consuming what the compute stream produced so far, and its
     /// start event (inside a capture the records are dependencies, never read).
+    /// On the compute stream, stream order is the dependency: only the start event.
     fn begin_collective(&mut self) -> Result<usize> {
         self.ensure_anchor()?;
         self.close_back_to_back()?;
+        if self.on_compute {
+            self.tail = [None, None];
+            return self.record(false, "cuEventRecord (start)");
+        }
         drv(self.produced.record(&self.compute), "cuEventRecord (produced)")?;
         drv(self.comm_stream.wait(&self.produced), "cuStreamWaitEvent (comm waits compute)")?;
         self.tail = [None, None];
@@ -719,7 +727,7 @@ impl CudaBackend {
 
     /// Epilogue: the end event, and the collective becomes the outstanding one.
     fn end_collective(&mut self, bytes: u64, start: usize) -> Result<()> {
-        let end = self.record(true, "cuEventRecord (end)")?;
+        let end = self.record(!self.on_compute, "cuEventRecord (end)")?;
         self.pending = Some((bytes, start, end));
         Ok(())
     }
@@ -729,7 +737,7 @@ impl CudaBackend {
         let n = usize::try_from(bytes)?.min(self.recv.len());
         let mut host = vec![0u8; n];
         self.close_back_to_back()?;
-        self.wait_stream(true, "waiting for the collective to check")?;
+        self.wait_stream(!self.on_compute, "waiting for the collective to check")?;
         // only the bytes checked come back, not the whole buffer
         let copy = self.comm_stream.memcpy_dtoh(&self.recv.slice(0..n), &mut host).and_then(|_| self.comm_stream.synchronize());
         copy.map_err(|e| anyhow::anyhow!("copying the {what} result back failed: {e:?}"))?;
@@ -794,6 +802,15 @@ impl CudaBackend {
         }
     }
 
+    /// The stream a started collective is enqueued on.
+    fn collective_stream(&self) -> drv_sys::CUstream {
+        if self.on_compute {
+            self.compute.cu_stream()
+        } else {
+            self.comm_stream.cu_stream()
+        }
+    }
+
     /// Close an open back-to-back run with its final boundary event.
     fn close_back_to_back(&mut self) -> Result<()> {
         if std::mem::take(&mut self.back_to_back_open) {
@@ -842,7 +859,7 @@ impl Backend for CudaBackend {
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
         // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
+        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
         Ok(self.end_collective(bytes, start)?)
     }
 
@@ -850,6 +867,13 @@ impl Backend for CudaBackend {
         let Some((_bytes, start, end)) = self.pending.take() else {
             return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
         };
+        if self.on_compute {
+            // same stream: the next GEMM follows the collective in stream order; no wait to time
+            if !self.capturing {
+                self.intervals.push((start, end));
+            }
+            return Ok(None);
+        }
         if self.capturing {
             // the compute stream joins the communication stream inside the graph; nothing is timed
             drv(self.compute.wait(&self.pass_events[end]), "cuStreamWaitEvent (compute waits collective, captured)")?;
@@ -867,6 +891,14 @@ impl Backend for CudaBackend {
 
     fn back_to_back(&self) -> bool {
         true
+    }
+
+    fn collectives_on_compute_stream(&mut self, on: bool) -> BackendResult<()> {
+        if self.pending.is_some() || self.capturing {
+            return Err(BackendError::Misuse("internal: the collective stream changed with a collective outstanding or inside a capture".into()));
+        }
+        self.on_compute = on;
+        Ok(())
     }
 
     fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
@@ -1112,7 +1144,7 @@ impl Backend for CudaBackend {
         let (sp, rp) = self.buffers();
         // SAFETY: send holds `count` and recv `count x world` (= bytes, checked against
         // the buffer length) elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_gather(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
+        unsafe { self.comm.all_gather(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
         Ok(self.end_collective(bytes, start)?)
     }
 
