@@ -7,6 +7,10 @@
 #   campaign   import the fixture, then examples/gpu-trace-tp2.toml end to end
 #   breakdown  per-token kernel tables at TP=2, graph mode: PyTorch (torchrun) and
 #              CommCanary (rank --graph --cupti, PyTorch's NCCL library)
+#   workload   replay-trace --pace workload of the fixture on 2 ranks, 3 runs, and
+#              a corrupted-result run that must fail
+#   streams    scripts/device-comm-stream-ab.sh at TP=2 (blocking on the compute
+#              stream vs its own, eager and graph, 3 rounds)
 #
 #   bash scripts/device-x2-session.sh OUT_DIR [STEP...]   (default: every step)
 #
@@ -14,7 +18,7 @@
 # STAGE_GPU_TESTS=1 scripts/device-stage.sh.
 set -uo pipefail
 OUTD=${1:?output directory}; shift
-steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests replay campaign breakdown)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests replay workload campaign breakdown streams)
 B=$PWD/.stage/bin/commcanary
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -37,6 +41,15 @@ for s in "${steps[@]}"; do
                "$B" join /tmp/kb/* > "$OUTD/cc-tp2-join.txt" 2>&1
                "$B" inspect /tmp/kb/*/rank-00000.shard > /tmp/kb-s0.json && python3 scripts/kernel_breakdown.py commcanary /tmp/kb-s0.json > "$OUTD/cc-tp2.txt" 2>&1
                grep -v Warning "$OUTD/torch-tp2.txt" | head -14; head -14 "$OUTD/cc-tp2.txt"; sed -n 3,4p "$OUTD/cc-tp2-join.txt" ;;
+    workload) mkdir -p out; F=tests/data/pytorch-2.11-tp2-h200
+              [ -f out/tp2.comm.json ] || "$B" import kineto $F/kineto.rank-0.json.gz $F/kineto.rank-1.json.gz -o out/tp2.comm.json
+              for r in 1 2 3; do
+                timeout 120 mpirun --bind-to none -n 2 -x NCCL_NVLS_ENABLE "$B" replay-trace out/tp2.comm.json --backend cuda --check --pace workload --out "$OUTD/workload-$r" > "$OUTD/workload-$r.out" 2>&1
+                echo "workload run $r: rc $?"; grep "rank 0" "$OUTD/workload-$r.out"
+              done
+              timeout 120 mpirun --bind-to none -n 2 -x NCCL_NVLS_ENABLE "$B" replay-trace out/tp2.comm.json --backend cuda --check --pace workload --corrupt-rank 1 --out "$OUTD/workload-corrupt" > "$OUTD/workload-corrupt.out" 2>&1
+              echo "workload corrupted (must fail): rc $?"; grep -m1 -- "--check" "$OUTD/workload-corrupt.out" ;;
+    streams) timeout 400 bash scripts/device-comm-stream-ab.sh "$OUTD/streams" 2 3 > "$OUTD/streams.log" 2>&1; echo "rc $?" >> "$OUTD/streams.log"; tail -4 "$OUTD/streams.log" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

@@ -18,8 +18,11 @@
 //!
 //! The pass is enqueued behind a gate (a `cuStreamWaitValue32` on a
 //! host-mapped word that every stream waits for): the host enqueues up to
-//! [`GATE_LOOKAHEAD_OPS`] operations, meets the other ranks at a barrier and
-//! opens the gate, then enqueues the rest while the device runs. The device
+//! [`GATE_LOOKAHEAD_OPS`] operations (at most [`GATE_LOOKAHEAD_COLLECTIVES`]
+//! collectives), meets the other ranks at a barrier and opens the gate, then
+//! enqueues the rest while the device runs. Before any gated pass every
+//! collective runs once synchronously, untimed, so that NCCL sets up its
+//! connections (on first use since NCCL 2.22) with the device free. The device
 //! therefore runs the trace back to back, as the source's device did under
 //! a CUDA graph or a host far ahead of it, instead of at the host's launch
 //! rate; a source that was itself host-bound had idle device time between
@@ -46,6 +49,11 @@ use std::time::{Duration, Instant};
 
 /// Operations enqueued behind the closed gate before it opens.
 pub const GATE_LOOKAHEAD_OPS: usize = 192;
+/// Collectives enqueued behind the closed gate before it opens: NCCL's host
+/// side waits for room in its work queue, which only running kernels free
+/// (NCCL_WORK_FIFO_BYTES, 1 MiB by default since NCCL 2.19), so it must not
+/// fill behind a gate.
+pub const GATE_LOOKAHEAD_COLLECTIVES: usize = 32;
 
 /// Threads per block of the spinning kernel.
 const SPIN_THREADS: u32 = 128;
@@ -179,6 +187,8 @@ struct PassTimes {
     intervals: Vec<(u64, u64)>,
     device_ns: u64,
     host_ns: u64,
+    /// Operations enqueued before the gate opened.
+    before_open: usize,
 }
 
 /// The workload pace on this GPU: calibrate, an optional warm-up pass, the
@@ -204,6 +214,10 @@ pub fn run(
     let streams: Vec<Arc<CudaStream>> = plan.streams.iter().map(|_| drv(ctx.new_stream(), "creating a stream")).collect::<Result<_>>()?;
     let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
     let use_op = op.unwrap_or(ReduceOp::Sum);
+    for (i, c) in mine.collectives.iter().enumerate() {
+        exec.run(i, c, use_op, false, &mut || {}).with_context(|| format!("connection pass, collective {i}"))?;
+    }
+    exec.reset()?;
     if warmup {
         run_pass(world, exec, mine, plan, &spin, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
         exec.reset()?;
@@ -263,7 +277,7 @@ pub fn run(
         compute_recorded_ns,
         collectives: records.len() as u32,
         gated: Some(true),
-        gate_lookahead_ops: Some(GATE_LOOKAHEAD_OPS as u32),
+        gate_lookahead_ops: Some(times.before_open as u32),
         spin: Some(calibration),
         pass_device_ns: Some(times.device_ns),
         pass_host_ns: times.host_ns,
@@ -317,6 +331,8 @@ fn run_pass(
         drv(s.wait(&opened_ev), "cuStreamWaitEvent (gate)")?;
     }
     let mut opened: Option<Instant> = None;
+    let mut before_open = plan.ops.len();
+    let mut collectives = 0usize;
     let open_gate = |gate: &Gate| -> Instant {
         // the ranks open their gates together
         world.barrier();
@@ -341,8 +357,12 @@ fn run_pass(
         if let Some(e) = after[x].as_ref() {
             drv(e.record(s), "cuEventRecord (dependency)")?;
         }
-        if x + 1 == GATE_LOOKAHEAD_OPS {
+        if matches!(o.work, PlannedWork::Collective { .. }) {
+            collectives += 1;
+        }
+        if opened.is_none() && (x + 1 == GATE_LOOKAHEAD_OPS || collectives == GATE_LOOKAHEAD_COLLECTIVES) {
             opened = Some(open_gate(gate));
+            before_open = x + 1;
         }
     }
     let opened = match opened {
@@ -373,5 +393,5 @@ fn run_pass(
     let rel = |e: &CudaEvent| -> Result<u64> { Ok((drv(opened_ev.elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6).max(0.0).round() as u64) };
     let intervals = coll_ev.iter().map(|(a, b)| Ok((rel(a)?, rel(b)?))).collect::<Result<Vec<_>>>()?;
     let device_ns = tails.iter().map(&rel).collect::<Result<Vec<_>>>()?.into_iter().max().unwrap_or(0);
-    Ok(PassTimes { intervals, device_ns, host_ns })
+    Ok(PassTimes { intervals, device_ns, host_ns, before_open })
 }

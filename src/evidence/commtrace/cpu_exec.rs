@@ -152,10 +152,11 @@ pub struct WorkloadReport {
     /// Collectives in the pass.
     pub collectives: u32,
     /// cuda: whether the pass was enqueued behind a gate the host opened
-    /// after enqueuing up to `gate_lookahead_ops` operations, so that the
-    /// device ran them back to back as the source's device did.
+    /// after enqueuing `gate_lookahead_ops` operations, so that the device
+    /// ran them back to back as the source's device did.
     pub gated: Option<bool>,
-    /// cuda: operations enqueued before the gate opened.
+    /// cuda: operations enqueued before the gate opened (at most 192, of
+    /// them at most 32 collectives; all of a shorter pass).
     pub gate_lookahead_ops: Option<u32>,
     /// cuda: calibration of the device work standing in for compute.
     pub spin: Option<SpinCalibration>,
