@@ -167,6 +167,7 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("rank", "--model"),
     ("rank", "--dtype"),
     ("rank", "--fill-residual"),
+    ("rank", "--comm-stream"),
     ("rank", "--trace"),
     ("rank", "--clock"),
     ("rank", "--nccl-lib"),

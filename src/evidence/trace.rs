@@ -12,9 +12,11 @@
 //! workload's own PyTorch trace): this rank's collectives, walked once per
 //! token (warm-up tokens first), each its position in the pass as its layer,
 //! the gap before it from the trace (device interval where recorded, else the
-//! host operator; the first of a pass 0) and the compute the trace ran in
-//! that gap (the sum of its kernels' durations, at most the gap), which
-//! `fill` and `overlap` re-create as calibrated compute. The phases issue sum all-reduces
+//! host operator) and the compute the trace ran in that gap (the sum of its
+//! kernels' durations, at most the gap), which `fill` and `overlap` re-create
+//! as calibrated compute. The first collective of a pass has no earlier one
+//! to measure a gap from: its gap and its compute are the compute the trace
+//! recorded before it (0 where none), so every pass re-creates all of it. The phases issue sum all-reduces
 //! on the world communicator, so it refuses what they cannot run as
 //! recorded: another kind (unless left out, counted, with
 //! `--trace-allreduce-only`), a group that is not the whole world in rank
@@ -228,9 +230,10 @@ pub fn comm_trace_entries(
                 warmup: pass < warmup_passes,
                 bytes: c.in_elems * dtype.size_bytes(),
                 dtype: *dtype,
-                gap_ns: *gap_ns,
-                // kernels may overlap one another: never more than the gap; the first of a pass has none
-                compute_ns: compute.map(|c| if i == 0 { 0 } else { c.min(*gap_ns) }),
+                // the first of a pass: the compute recorded before it stands for the gap
+                gap_ns: if i == 0 { compute.unwrap_or(0) } else { *gap_ns },
+                // kernels may overlap one another: never more than the gap
+                compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),
             });
         }
     }
