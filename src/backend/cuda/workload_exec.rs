@@ -232,7 +232,8 @@ pub fn run(
         // compute recorded between them where both ran on this stream
         let (target, actual) = match i.checked_sub(1).map(|p| (p, &mine.collectives[p])) {
             Some((p, prev)) if prev.stream == c.stream => {
-                let same_stream: u64 = compute_on_stream_before(plan, i, c.stream);
+                let key = c.stream.unwrap_or(crate::evidence::commtrace::workload_plan::NO_STREAM);
+                let (_, same_stream) = plan.compute_before_on(i, Some(key));
                 (Some(same_stream), start.saturating_sub(times.intervals[p].1))
             }
             Some((p, _)) => (None, start.saturating_sub(times.intervals[p].1)),
@@ -284,21 +285,6 @@ pub fn run(
         trace_span_ns: plan.trace_span_ns(),
     };
     Ok((records, report))
-}
-
-/// Recorded compute on `stream` planned between collective `index - 1` and `index`.
-fn compute_on_stream_before(plan: &WorkloadPlan, index: usize, stream: Option<u64>) -> u64 {
-    let key = stream.unwrap_or(crate::evidence::commtrace::workload_plan::NO_STREAM);
-    let end = plan.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(plan.ops.len());
-    let start = plan.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
-    plan.ops[start..end]
-        .iter()
-        .filter(|o| o.stream == key)
-        .map(|o| match o.work {
-            PlannedWork::Compute { duration_ns } => duration_ns,
-            PlannedWork::Collective { .. } => 0,
-        })
-        .sum()
 }
 
 #[allow(clippy::too_many_arguments)]

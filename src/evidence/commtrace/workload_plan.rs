@@ -104,11 +104,18 @@ impl WorkloadPlan {
         self.streams.iter().map(|&s| if s == NO_STREAM { "unrecorded".to_string() } else { s.to_string() }).collect()
     }
 
-    /// Sum of the compute durations planned before collective `index` (after the previous one).
+    /// Compute operations planned before collective `index` (after the
+    /// previous one), and their durations summed.
     pub fn compute_before_ns(&self, index: usize) -> (u32, u64) {
+        self.compute_before_on(index, None)
+    }
+
+    /// As [`Self::compute_before_ns`], counting only operations on `stream`
+    /// where one is given ([`NO_STREAM`] for unrecorded streams).
+    pub fn compute_before_on(&self, index: usize, stream: Option<u64>) -> (u32, u64) {
         let end = self.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(self.ops.len());
         let start = self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
-        self.ops[start..end].iter().fold((0, 0), |(n, t), o| match o.work {
+        self.ops[start..end].iter().filter(|o| stream.is_none_or(|s| o.stream == s)).fold((0, 0), |(n, t), o| match o.work {
             PlannedWork::Compute { duration_ns } => (n + 1, t + duration_ns),
             PlannedWork::Collective { .. } => (n, t),
         })
@@ -241,6 +248,10 @@ mod tests {
         // the same collective starting after the compute ended waits for it
         let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
         assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
+        // per stream: the compute on the collective's own stream only
+        let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], trailing_compute: vec![] };
+        let p = plan(&r).unwrap();
+        assert_eq!((p.compute_before_ns(0), p.compute_before_on(0, Some(20)), p.compute_before_on(0, Some(7))), ((2, 130), (1, 30), (1, 100)));
     }
 
     #[test]
