@@ -10,10 +10,8 @@ fn main() -> ExitCode {
         Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("validate") => {
             if commcanary::rank::is_lead_process() {
                 let _ = e.print();
-            } else {
-                // let the lead print before the launcher stops the job
-                std::thread::sleep(commcanary::rank::ERROR_GRACE);
             }
+            commcanary::rank::let_the_lead_print_first();
             return ExitCode::from(commcanary::validate::EXIT_COULD_NOT_RUN as u8);
         }
         Err(e) => e.exit(),

@@ -77,6 +77,21 @@ impl BackendPlan {
         Self { max_bytes: spec.max_bytes(), dtype: spec.dtype, gemms: spec.gemm_shapes(), weight_sets: spec.weight_sets(), membound_bytes: spec.membound_bytes }
     }
 
+    /// What `spec` needs when its traced phases walk `trace`, whose
+    /// collectives may be larger than the workload's own.
+    pub fn for_spec_and_trace(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> Self {
+        let mut p = Self::for_spec(spec);
+        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().map(|e| e.bytes).max()).unwrap_or(0));
+        p
+    }
+
+    /// Timing events one pass may record: the workload's own, or a trace
+    /// file's whole walk (up to 6 per collective, 2 per token, and margin),
+    /// whichever is more.
+    pub fn device_events_per_pass(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> usize {
+        spec.device_events_per_pass().max(trace.map_or(0, |t| t.entries.len() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
+    }
+
     /// Largest `m x k` (activations in) and `m x n` (activations out) over the GEMM shapes.
     pub fn activation_elems(&self) -> (usize, usize) {
         let ak = self.gemms.iter().map(|g| g.m as usize * g.k as usize).max().unwrap_or(0);

@@ -241,7 +241,7 @@ fn launcher_world_size() -> Option<u32> {
 /// and so does any rank once MPI has started: by then an error may be this
 /// rank's alone (a failed check, a lost peer), and it is tagged with the rank.
 /// An error before MPI starts is every rank's (a bad argument): another rank
-/// then waits [`ERROR_GRACE`] first, so that the lead prints it once and the
+/// then waits first ([`let_the_lead_print_first`]), so that the lead prints it once and the
 /// launcher, stopping the job when the lead exits, silences the copies; it
 /// still prints if the lead never did. Printing only on the lead lost
 /// messages both ways: the launcher could kill the lead before it printed,
@@ -251,7 +251,7 @@ pub fn print_fatal_error(message: &str) {
         None | Some(0) => write_line_stderr(&format!("commcanary: error: {message}")),
         Some(rank) => {
             if !mpi::environment::is_initialized() {
-                std::thread::sleep(ERROR_GRACE);
+                let_the_lead_print_first();
             }
             write_line_stderr(&format!("commcanary: error (rank {rank}): {message}"));
         }
@@ -259,7 +259,17 @@ pub fn print_fatal_error(message: &str) {
 }
 
 /// How long a non-lead rank waits before printing its fatal error.
-pub const ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// On an error every rank met before MPI started (a bad argument): a rank
+/// other than the lead waits [`ERROR_GRACE`], so that the lead prints the
+/// error once and the launcher, stopping the job when the lead exits,
+/// silences the copies. The lead returns at once.
+pub fn let_the_lead_print_first() {
+    if !is_lead_process() {
+        std::thread::sleep(ERROR_GRACE);
+    }
+}
 
 /// Whether this process should print job-wide messages.
 pub fn is_lead_process() -> bool {
@@ -596,9 +606,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     // the backend's communicator duplicate (MPI_Comm_dup) blocks: every rank must have arrived first
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before backend initialisation", phase: "start-up", peer: None })?;
     let t0 = clock.now_ns();
-    let mut bplan = crate::backend::BackendPlan::for_spec(&plan.spec);
-    // a trace file may hold larger collectives than this run's own workload
-    bplan.max_bytes = bplan.max_bytes.max(file_trace.as_ref().and_then(|t| t.entries.iter().map(|e| e.bytes).max()).unwrap_or(0));
+    let bplan = crate::backend::BackendPlan::for_spec_and_trace(&plan.spec, file_trace.as_ref());
     match plan.backend {
         BackendKind::Cpu => {
             let mut b = CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
@@ -611,10 +619,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
                 &args.nccl_lib,
                 &bplan,
                 clock.clone(),
-                // a trace file's pass may hold more collectives than the workload's own
-                plan.spec
-                    .device_events_per_pass()
-                    .max(file_trace.as_ref().map_or(0, |t| t.entries.len() * 6 + 2 * (plan.spec.tokens + plan.spec.warmup_tokens) as usize + 64)),
+                crate::backend::BackendPlan::device_events_per_pass(&plan.spec, file_trace.as_ref()),
                 std::time::Duration::from_secs_f64(args.collective_timeout_s),
                 args.gpu,
                 args.cupti,

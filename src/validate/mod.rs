@@ -336,10 +336,8 @@ pub fn command(a: ValidateArgs) -> i32 {
         Ok(p) => p,
         Err(e) => {
             say(&format!("could not run: {e:#}"));
-            if !crate::rank::is_lead_process() {
-                // every rank met the same error: let the lead print it before the launcher stops the job
-                std::thread::sleep(crate::rank::ERROR_GRACE);
-            }
+            // every rank met the same error
+            crate::rank::let_the_lead_print_first();
             return EXIT_COULD_NOT_RUN;
         }
     };
