@@ -422,3 +422,42 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
         }
     }
 }
+
+/// Two recorded streams on one GPU: a collective the source ran beside a
+/// long kernel on another stream runs beside it here too (no wait invented),
+/// and the kernel recorded after the collective ended waits for it.
+#[test]
+fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let one = fixture_trace(d.path(), 1);
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&one).unwrap()).unwrap();
+    let kernel = |stream: u64, start: u64, dur: u64| serde_json::json!({"name": "k", "stream": stream, "device_start_ns": start, "duration_ns": dur});
+    let colls = t["ranks"][0]["collectives"].as_array_mut().unwrap();
+    colls.truncate(2);
+    // stream 7: a 200 µs kernel from 0; stream 20: the collective at 10-50 µs, beside it
+    colls[0]["stream"] = 20.into();
+    colls[0]["device"]["start_ns"] = 10_000.into();
+    colls[0]["device"]["end_ns"] = 50_000.into();
+    colls[0]["compute_before"] = serde_json::json!([kernel(7, 0, 200_000)]);
+    // stream 7 again: a 20 µs kernel at 250 µs (after the collective ended), then the second collective
+    colls[1]["stream"] = 7.into();
+    colls[1]["device"]["start_ns"] = 300_000.into();
+    colls[1]["device"]["end_ns"] = 310_000.into();
+    colls[1]["compute_before"] = serde_json::json!([kernel(7, 250_000, 20_000)]);
+    let two = d.path().join("two-streams.json");
+    std::fs::write(&two, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = d.path().join("wl");
+    ok(&mpirun(1, &["replay-trace", two.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]));
+    let recs: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.workload.json")).unwrap()).unwrap();
+    assert_eq!(w["streams"], serde_json::json!(["7", "20"]), "{w}");
+    assert_eq!(w["cross_stream_waits"], 2, "the later kernel and collective wait for the first collective; nothing waits for the long kernel");
+    let start = |i: usize| recs[i]["device_start_ns"].as_u64().unwrap();
+    eprintln!("first collective starts {} ns after the gate, second {} ns; pass {} ns", start(0), start(1), w["pass_device_ns"]);
+    assert!(start(0) < 100_000, "the first collective ran beside the 200 µs kernel: {}", start(0));
+    assert!(start(1) >= 200_000, "the second collective followed the long kernel on its stream: {}", start(1));
+    assert!(recs.iter().all(|r| r["checked"] == true));
+}
