@@ -264,7 +264,7 @@ pub fn run(
     }
     let (compute_ops, compute_recorded_ns) = plan.compute_total();
     let report = WorkloadReport {
-        format_version: 1,
+        format_version: crate::evidence::commtrace::cpu_exec::WORKLOAD_REPORT_FORMAT_VERSION,
         rank,
         backend: "cuda".into(),
         compute_model: format!(

@@ -125,6 +125,9 @@ pub struct ExecRecord {
     pub device_end_ns: Option<u64>,
 }
 
+/// Format version of [`WorkloadReport`].
+pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 1;
+
 /// What one rank's workload pass (`--pace workload`) did as a whole,
 /// written beside its records as `replay-trace.rank-N.workload.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -641,7 +644,7 @@ pub fn replay(
             let plan = super::workload_plan::plan(trace.ranks.iter().find(|r| r.rank == rank).context("rank not in the trace")?)?;
             let (compute_ops, compute_recorded_ns) = plan.compute_total();
             Some(WorkloadReport {
-                format_version: 1,
+                format_version: WORKLOAD_REPORT_FORMAT_VERSION,
                 rank,
                 backend: "cpu".into(),
                 compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch order before the collective it preceded (one stream: kernels the source ran concurrently run in sequence)".into(),
