@@ -461,3 +461,69 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     assert!(start(1) >= 200_000, "the second collective followed the long kernel on its stream: {}", start(1));
     assert!(recs.iter().all(|r| r["checked"] == true));
 }
+
+/// `--graph` with fill and overlap: one token of an imported trace, its gaps
+/// as calibrated GEMM units, captured once and launched per token; checked.
+#[test]
+fn cuda_fill_and_overlap_run_as_graphs_from_a_trace() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let t = fixture_trace(d.path(), 1);
+    let run = run_rank_with(
+        1,
+        &d.path().join("g"),
+        &[
+            "--backend",
+            "cuda",
+            "--graph",
+            "--phases",
+            "fill,overlap",
+            "--trace",
+            t.to_str().unwrap(),
+            "--trace-allreduce-only",
+            "--dtype",
+            "bf16",
+            "--model-dims",
+            "1024,4096,2",
+            "--tokens",
+            "6",
+            "--warmup-tokens",
+            "1",
+            "--check",
+            "1",
+        ],
+    );
+    let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+    for p in [commcanary::core::workload::Phase::Fill, commcanary::core::workload::Phase::Overlap] {
+        let pr = shard.header.phases.iter().find(|r| r.phase == p).unwrap();
+        let g = pr.graph.as_ref().expect("graph mode is recorded per phase");
+        // the one-rank trace keeps rank 0's 32 all-reduces
+        assert_eq!((g.collectives_per_token, g.launches, g.checked), (32, 7, 1), "{p}: {g:?}");
+        assert!(g.gemms_per_token > 0 && g.timing.contains("token 1"), "{p}: {g:?}");
+        let toks: Vec<_> = shard.body.tokens.iter().filter(|t| t.phase == p && !t.warmup).collect();
+        assert_eq!(toks.len(), 6);
+        assert!(toks.iter().all(|t| t.end_ns > t.start_ns));
+    }
+    let s = join_json(&run);
+    eprintln!("graph fill token p50 {} us, overlap {} us", phase(&s, "fill")["token_median_us"], phase(&s, "overlap")["token_median_us"]);
+    // a trace phase that paces by host time is refused under --graph
+    let o = mpirun(
+        1,
+        &[
+            "rank",
+            "--backend",
+            "cuda",
+            "--graph",
+            "--phases",
+            "replay",
+            "--trace",
+            t.to_str().unwrap(),
+            "--trace-allreduce-only",
+            "--out",
+            d.path().join("r").to_str().unwrap(),
+        ],
+    );
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("paces collectives by host time"));
+}

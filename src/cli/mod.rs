@@ -169,7 +169,8 @@ pub struct RankArgs {
     /// once (as serving engines replay decode steps): no host work per
     /// collective; per-collective host times are then the launch's. Model
     /// shapes: blocking and async capture one token's GEMMs and all-reduces
-    /// into a CUDA graph and launch it per token; only token boundaries are timed.
+    /// into a CUDA graph and launch it per token; only token boundaries are
+    /// timed. fill, overlap and membound-fill capture a token of --trace FILE.
     #[arg(long)]
     pub graph: bool,
     /// Cuda backend: the stream of the blocking phase's collectives. `current`

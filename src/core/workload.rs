@@ -108,6 +108,11 @@ impl Phase {
         matches!(self, Phase::Replay | Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate | Phase::HostDelay | Phase::MemboundFill)
     }
 
+    /// Whether the phase runs as one captured token per launch under `--graph`.
+    pub fn runs_in_a_graph(self) -> bool {
+        matches!(self, Phase::Isolated | Phase::Blocking | Phase::Async | Phase::Fill | Phase::Overlap | Phase::MemboundFill)
+    }
+
     /// Whether the phase has tokens (per-token latency is meaningful).
     pub fn has_tokens(self) -> bool {
         self != Phase::Isolated
@@ -540,8 +545,9 @@ impl WorkloadSpec {
             bail!("internal: a workload without collective sizes");
         }
         if self.graph {
-            if let Some(p) = self.phases.iter().find(|p| p.needs_trace()) {
-                bail!("--graph: phase {p} replays per-collective gaps, which graph mode does not measure (run it without --graph)");
+            // fill, overlap and membound-fill capture a token of the trace's work; the others pace by host time
+            if let Some(p) = self.phases.iter().find(|p| p.needs_trace() && !p.runs_in_a_graph()) {
+                bail!("--graph: phase {p} paces collectives by host time, which a graph cannot hold (run it without --graph; fill, overlap and membound-fill run as graphs)");
             }
         }
         Ok(())
@@ -718,14 +724,16 @@ mod tests {
     }
 
     #[test]
-    fn graph_mode_refuses_the_trace_phases() {
+    fn graph_mode_refuses_the_phases_that_pace_by_host_time() {
         let mut s = model_spec(&request("tiny"), 2).unwrap();
         s.graph = true;
-        s.phases = vec![Phase::Blocking, Phase::Async];
+        s.phases = vec![Phase::Blocking, Phase::Async, Phase::Fill, Phase::Overlap, Phase::MemboundFill];
         assert!(s.validate().is_ok());
-        s.phases.push(Phase::Fill);
-        let e = s.validate().unwrap_err().to_string();
-        assert!(e.contains("--graph: phase fill"), "{e}");
+        for p in [Phase::Replay, Phase::HostDelay, Phase::AsyncWaitImmediate] {
+            s.phases = vec![Phase::Fill, p];
+            let e = s.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("--graph: phase {p}")) && e.contains("host time"), "{e}");
+        }
     }
 
     #[test]

@@ -269,7 +269,8 @@ pub struct PhaseRun {
 pub struct GraphRun {
     /// Collectives inside one token's graph (the phase records no per-collective events).
     pub collectives_per_token: u64,
-    /// GEMMs inside one token's graph.
+    /// Compute units inside one token's graph (GEMMs; memory-bound copies
+    /// for `membound-fill`).
     pub gemms_per_token: u64,
     /// Graph launches (warm-up tokens included).
     pub launches: u64,

@@ -254,17 +254,32 @@ pub fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
     std::fs::File::open(path).with_context(|| format!("reading trace {}", path.display()))?.take(4096).read_to_end(&mut head)?;
-    let text = String::from_utf8_lossy(&head);
-    // one document over many lines (the import writes pretty JSON), or compacted
-    // onto one line that starts with the trace's own fields; a joined trace has
-    // a whole collective on every line
-    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    Ok(first == "{" || (first.starts_with('{') && first.contains("\"world_size\"") && first.contains("\"groups\"")))
+    Ok(first_key_is_comm_trace(&String::from_utf8_lossy(&head)))
+}
+
+/// Whether a document's first object key is one of a communication trace's
+/// top-level fields (in any order, pretty or compact); a joined trace's
+/// every line is a collective, whose first key is `phase`.
+fn first_key_is_comm_trace(text: &str) -> bool {
+    const TOP_LEVEL: [&str; 7] = ["format_version", "source", "world_size", "clock", "unknown", "groups", "ranks"];
+    let Some(rest) = text.trim_start().strip_prefix('{') else { return false };
+    let Some(rest) = rest.trim_start().strip_prefix('"') else { return false };
+    rest.split_once('"').is_some_and(|(key, _)| TOP_LEVEL.contains(&key))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn comm_traces_are_told_from_joined_traces_by_their_first_key() {
+        assert!(first_key_is_comm_trace("{\n  \"format_version\": 1,"));
+        // compacted with sorted keys (serde_json::Value): the clock comes first
+        assert!(first_key_is_comm_trace("{\"clock\":{\"aligned_across_ranks\":false}"));
+        assert!(!first_key_is_comm_trace("{\"phase\":\"blocking\",\"kind\":\"all_reduce\"}\n{\"phase\":"));
+        assert!(!first_key_is_comm_trace(""));
+        assert!(!first_key_is_comm_trace("[1, 2]"));
+    }
+
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
         let e =

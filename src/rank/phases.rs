@@ -196,6 +196,12 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// Run every phase of the spec in order.
     pub fn run_all(&mut self) -> Result<()> {
         for &phase in &self.spec.phases.clone() {
+            if phase.needs_trace() && self.file_trace.is_none() && self.spec.graph {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadArgument,
+                    "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
+                );
+            }
             if phase.needs_trace() && self.file_trace.is_none() && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
                 crate::refuse!(
                     crate::core::refusal::Code::BadArgument,
@@ -240,6 +246,10 @@ impl<'a, B: Backend> Runner<'a, B> {
         match phase {
             Phase::Isolated => self.isolated()?,
             Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase)?),
+            Phase::Fill | Phase::Overlap | Phase::MemboundFill if self.spec.graph => {
+                let q = quantum_ns.expect("fill phases are calibrated");
+                graph = Some(self.graph_traced(phase, trace.as_ref().expect("trace phases have a trace"), q)?)
+            }
             Phase::Blocking => self.blocking()?,
             Phase::Async => self.async_phase()?,
             _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
@@ -686,18 +696,85 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// and GEMMs depend only on its position in the token). `--check`
     /// validates the last collective after the last launch.
     fn graph_phase(&mut self, phase: Phase) -> Result<crate::evidence::shard::GraphRun> {
-        self.token_work(phase)?;
+        let per_token = self.spec.collectives_per_token();
+        let gemms = (0..per_token).map(|i| self.spec.step(i).gemms.len() as u64).sum();
+        let dtype = self.spec.dtype;
+        let timing = "token boundaries: events on the compute stream before and after each graph launch".to_string();
+        self.captured_tokens(phase, per_token, gemms, timing, &mut |s: &mut Self| Ok((s.token_work(phase)?, dtype)))
+    }
+
+    /// Graph mode for fill, overlap and membound-fill: the source trace's
+    /// first timed token (all of it where the trace has no tokens), its gaps
+    /// quantized to compute units as [`Self::traced`] does, captured into one
+    /// graph and launched per token. Fill runs each gap's units and then the
+    /// collective; overlap issues the collective, runs the units beside it,
+    /// then waits.
+    fn graph_traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: u64) -> Result<crate::evidence::shard::GraphRun> {
+        let pick = trace.entries.iter().find(|e| !e.warmup).or(trace.entries.first()).map(|e| e.token);
+        let Some(pick) = pick else { bail!("the source trace has no collectives") };
+        let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
+        let mut residual_ns: i64 = 0;
+        let mut work = Vec::new();
+        for e in trace.entries.iter().filter(|e| e.token == pick) {
+            let want = e.compute_ns.unwrap_or(e.gap_ns) as i64 + residual_ns;
+            let units = if want <= 0 { 0 } else { (want as f64 / quantum_ns as f64).round() as u32 };
+            residual_ns = match self.spec.fill_residual {
+                FillResidual::Carry => want - units as i64 * quantum_ns as i64,
+                FillResidual::Drop => 0,
+            };
+            work.push((units, e.bytes, e.dtype));
+        }
+        let units_per_token: u64 = work.iter().map(|w| w.0 as u64).sum();
+        let timing = format!(
+            "token boundaries: events on the compute stream before and after each graph launch; the token is the source trace's {} ({} collectives, {units_per_token} compute units of {quantum_ns} ns)",
+            pick.map_or("whole pass".to_string(), |t| format!("token {t}")),
+            work.len()
+        );
+        let overlap = phase == Phase::Overlap;
+        let mut token = |s: &mut Self| -> Result<(u64, Dtype)> {
+            let mut last = (0, s.spec.dtype);
+            for &(units, bytes, dtype) in &work {
+                if !overlap && units > 0 {
+                    s.compute(Work::Unit(kind, units))?;
+                }
+                s.backend.issue_allreduce(bytes, dtype)?;
+                if overlap && units > 0 {
+                    s.compute(Work::Unit(kind, units))?;
+                }
+                s.backend.wait_allreduce()?;
+                last = (bytes, dtype);
+            }
+            Ok(last)
+        };
+        let n = work.len() as u64;
+        self.captured_tokens(phase, n, units_per_token, timing, &mut token)
+    }
+
+    /// The graph-mode pass shared by every phase that runs as a graph: one
+    /// eager warm-up of `token` (libraries set up outside the capture), one
+    /// capture, one launch per token with device marks at the token
+    /// boundaries, and `--check` on the last collective of the last launch
+    /// (`token` returns its size and dtype).
+    fn captured_tokens(
+        &mut self,
+        phase: Phase,
+        collectives_per_token: u64,
+        gemms_per_token: u64,
+        timing: String,
+        token: &mut dyn FnMut(&mut Self) -> Result<(u64, Dtype)>,
+    ) -> Result<crate::evidence::shard::GraphRun> {
+        token(self)?;
         self.backend.synchronize()?;
         // the warm-up token is no part of the pass
         let _ = self.backend.finish_pass()?;
         self.backend.begin_graph()?;
-        let captured = self.token_work(phase);
+        let captured = token(self);
         let ended = self.backend.end_graph();
-        let last_bytes = captured?;
+        let (last_bytes, dtype) = captured?;
         ended?;
         let mut launches = 0u64;
-        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
-            let open = self.begin_token(token, warmup)?;
+        for (t, warmup) in self.tokens().collect::<Vec<_>>() {
+            let open = self.begin_token(t, warmup)?;
             self.backend.launch_graph()?;
             launches += 1;
             let end = self.clock.now_ns();
@@ -709,7 +786,6 @@ impl<'a, B: Backend> Runner<'a, B> {
             if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
                 self.backend.corrupt_last_result();
             }
-            let dtype = self.spec.dtype;
             if let Some(why) = self.backend.check_last_allreduce(last_bytes, dtype)?.first_wrong {
                 bail!(
                     "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}",
@@ -719,14 +795,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             }
             checked = 1;
         }
-        let per_token = self.spec.collectives_per_token();
-        Ok(crate::evidence::shard::GraphRun {
-            collectives_per_token: per_token,
-            gemms_per_token: (0..per_token).map(|i| self.spec.step(i).gemms.len() as u64).sum(),
-            launches,
-            timing: "token boundaries: events on the compute stream before and after each graph launch".into(),
-            checked,
-        })
+        Ok(crate::evidence::shard::GraphRun { collectives_per_token, gemms_per_token, launches, timing, checked })
     }
 
     /// Replay, fill, overlap and the ablations: walk the source trace.
