@@ -523,6 +523,10 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
         ],
     );
     let summary = join_json(&run);
+    for p in ["replay", "fill", "overlap"] {
+        // the fixture's collectives carry their kernels' device intervals
+        assert_eq!(phase_of(&summary, p)["source_timeline"], "device", "{p}");
+    }
     for rank in 0..2usize {
         let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
         let recorded: Vec<&Value> = t["ranks"][rank]["collectives"].as_array().unwrap().iter().filter(|c| c["kind"] == "all_reduce").collect();

@@ -212,6 +212,10 @@ pub struct PhaseSummary {
     /// Timed collectives per NCCL tuner choice `ALGO/PROTO/channels` (empty when not captured).
     #[serde(default)]
     pub tuner_choices: BTreeMap<String, u64>,
+    /// Trace phases: the timeline their source gaps were measured on (rank
+    /// 0's record; absent without a trace or in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_timeline: Option<crate::evidence::shard::GapTimeline>,
 }
 
 /// One size of the isolated phase, in nccl-tests' terms (its
@@ -725,6 +729,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             skew_median_us: stats::median(&mut skews),
             device_wait_median_us: stats::median(&mut dwaits),
             tuner_choices,
+            source_timeline: j.shards[0].header.phases.iter().find(|r| r.phase == phase).and_then(|r| r.trace_timeline),
         });
     }
     let clocks = clock_reports(&j.shards);
@@ -905,6 +910,16 @@ pub fn render_summary(s: &JoinSummary) -> String {
     }
     for p in s.phases.iter().filter(|p| p.device_wait_median_us.is_some()) {
         let _ = writeln!(o, "compute stream stalled on a collective (p50) in {:<13} {} us", p.phase.name(), f(p.device_wait_median_us));
+    }
+    for p in s.phases.iter() {
+        if let Some(t) = p.source_timeline {
+            let what = match t {
+                crate::evidence::shard::GapTimeline::Device => "device timeline (collective intervals on the GPU)",
+                crate::evidence::shard::GapTimeline::Host => "host timeline (issue to the previous wait's return)",
+                crate::evidence::shard::GapTimeline::Mixed => "mixed: device intervals where measured, host times elsewhere",
+            };
+            let _ = writeln!(o, "source gaps of {:<13} {what}", p.phase.name());
+        }
     }
     for p in s.phases.iter().filter(|p| !p.tuner_choices.is_empty()) {
         let list: Vec<String> = p.tuner_choices.iter().map(|(k, v)| format!("{k} x{v}")).collect();

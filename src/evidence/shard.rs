@@ -241,6 +241,40 @@ pub enum TraceOrigin {
     },
 }
 
+/// Which timeline a phase's source gaps were measured on.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GapTimeline {
+    /// Every collective's device interval (GPU events, or the kernels an
+    /// imported profiler trace recorded): a gap is device time between
+    /// collectives, compute and idle, not host time.
+    Device,
+    /// Host times only (the CPU backend; an imported trace without kernel
+    /// times): issue to the previous collective's wait return.
+    Host,
+    /// Device intervals for some collectives, host times for the rest.
+    Mixed,
+}
+
+impl GapTimeline {
+    /// The timeline of gaps whose collectives had (`true`) or lacked a device interval.
+    pub fn of(has_device: impl Iterator<Item = bool>) -> Self {
+        let (mut dev, mut host) = (false, false);
+        for d in has_device {
+            if d {
+                dev = true;
+            } else {
+                host = true;
+            }
+        }
+        match (dev, host) {
+            (true, false) => GapTimeline::Device,
+            (true, true) => GapTimeline::Mixed,
+            _ => GapTimeline::Host,
+        }
+    }
+}
+
 /// Per-phase record: boundaries, calibration, trace source.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PhaseRun {
@@ -261,6 +295,10 @@ pub struct PhaseRun {
     /// Graph mode (`--graph`): how the phase ran; absent when it ran eagerly.
     #[serde(default)]
     pub graph: Option<GraphRun>,
+    /// Trace phases: the timeline the source's gaps were measured on. Absent
+    /// in older records and in phases without a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_timeline: Option<GapTimeline>,
 }
 
 /// A phase run as CUDA-graph replays: one token's device work captured once
@@ -653,6 +691,14 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gap_timeline_is_device_only_when_every_collective_had_an_interval() {
+        assert_eq!(GapTimeline::of([true, true].into_iter()), GapTimeline::Device);
+        assert_eq!(GapTimeline::of([true, false].into_iter()), GapTimeline::Mixed);
+        assert_eq!(GapTimeline::of([false, false].into_iter()), GapTimeline::Host);
+        assert_eq!(GapTimeline::of(std::iter::empty()), GapTimeline::Host);
+    }
 
     fn sample() -> Shard {
         let json = serde_json::json!({

@@ -26,7 +26,7 @@
 //! every kind on every group.
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
-use crate::evidence::shard::{CollectiveEvent, PhaseRun, TraceOrigin};
+use crate::evidence::shard::{CollectiveEvent, GapTimeline, PhaseRun, TraceOrigin};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -56,6 +56,8 @@ pub struct GapEntry {
 pub struct SourceTrace {
     /// Where it came from.
     pub origin: TraceOrigin,
+    /// The timeline its gaps were measured on.
+    pub timeline: GapTimeline,
     /// Entries in issue order.
     pub entries: Vec<GapEntry>,
 }
@@ -92,7 +94,8 @@ pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> Sourc
         let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
         (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None })
     });
-    SourceTrace { origin: TraceOrigin::ThisRunBlocking, entries: gaps_from(run.start_ns, it) }
+    let timeline = GapTimeline::of(events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
+    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it) }
 }
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
@@ -114,6 +117,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     let world = rows[0].ranks.len() as u32;
     let source_rank = rank % world.max(1);
     let mut times = Vec::with_capacity(rows.len());
+    let mut has_device = Vec::with_capacity(rows.len());
     for c in &rows {
         let t = c
             .ranks
@@ -121,6 +125,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
             .find(|t| t.rank == source_rank)
             .with_context(|| format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq))?;
         let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
+        has_device.push(t.device_start_ns.is_some() && t.device_end_ns.is_some());
         times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0, compute_ns: None }));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
@@ -137,7 +142,11 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
             MAX_REPLAY_GAP_NS
         );
     }
-    Ok(SourceTrace { origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank }, entries })
+    Ok(SourceTrace {
+        origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
+        timeline: GapTimeline::of(has_device.into_iter()),
+        entries,
+    })
 }
 
 /// Read and decode an imported communication trace: the trace and the file's SHA-256.
@@ -244,7 +253,7 @@ pub fn comm_trace_entries(
         collectives_per_pass: kept.len() as u32,
         left_out_per_pass: left_out,
     };
-    Ok(SourceTrace { origin, entries })
+    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries })
 }
 
 /// Whether `path` holds a communication trace written by `commcanary import`

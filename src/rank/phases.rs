@@ -265,6 +265,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             end_ns,
             device_anchor_error_ns: anchor_error_ns,
             quantum_ns,
+            trace_timeline: trace.as_ref().map(|t| t.timeline),
             trace: trace.map(|t| t.origin),
             collectives: n,
             graph,
