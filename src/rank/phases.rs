@@ -717,12 +717,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let mut residual_ns: i64 = 0;
         let mut work = Vec::new();
         for e in trace.entries.iter().filter(|e| e.token == pick) {
-            let want = e.compute_ns.unwrap_or(e.gap_ns) as i64 + residual_ns;
-            let units = if want <= 0 { 0 } else { (want as f64 / quantum_ns as f64).round() as u32 };
-            residual_ns = match self.spec.fill_residual {
-                FillResidual::Carry => want - units as i64 * quantum_ns as i64,
-                FillResidual::Drop => 0,
-            };
+            let (units, _) = quantize(e.compute_ns.unwrap_or(e.gap_ns), quantum_ns, &mut residual_ns, self.spec.fill_residual);
             work.push((units, e.bytes, e.dtype));
         }
         let units_per_token: u64 = work.iter().map(|w| w.0 as u64).sum();
@@ -834,13 +829,7 @@ impl<'a, B: Backend> Runner<'a, B> {
                     let q = quantum_ns.expect("calibrated");
                     // the source's own compute where it recorded it, else the whole gap
                     let gap_ns = compute_ns.unwrap_or(gap_ns);
-                    let want = gap_ns as i64 + residual_ns;
-                    let units = if want <= 0 { 0 } else { ((want as f64 / q as f64).round()) as u32 };
-                    let err = units as i64 * q as i64 - want;
-                    residual_ns = match self.spec.fill_residual {
-                        FillResidual::Carry => -err,
-                        FillResidual::Drop => 0,
-                    };
+                    let (units, err) = quantize(gap_ns, q, &mut residual_ns, self.spec.fill_residual);
                     fill = Some(FillRecord { gap_ns, units, quantum_ns: q, quantization_error_ns: err });
                     let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
                     if phase == Phase::Overlap {
@@ -865,4 +854,19 @@ impl<'a, B: Backend> Runner<'a, B> {
         }
         Ok(())
     }
+}
+
+/// A gap of `gap_ns` as whole compute units of `quantum_ns`, rounded to the
+/// nearest, with the rounding carried into the next gap (`Carry`, so errors
+/// do not accumulate) or dropped. Returns the units and this gap's
+/// quantization error (units' time minus the time wanted, carry included).
+fn quantize(gap_ns: u64, quantum_ns: u64, residual_ns: &mut i64, policy: FillResidual) -> (u32, i64) {
+    let want = gap_ns as i64 + *residual_ns;
+    let units = if want <= 0 { 0 } else { (want as f64 / quantum_ns as f64).round() as u32 };
+    let err = units as i64 * quantum_ns as i64 - want;
+    *residual_ns = match policy {
+        FillResidual::Carry => -err,
+        FillResidual::Drop => 0,
+    };
+    (units, err)
 }

@@ -297,53 +297,51 @@ impl CudaTraceExec {
         Ok(Slot { send, recv, recv_bytes, calls, wire, ran: None })
     }
 
-    /// Run prepared collective `i` (step 2): `before_issue` (the pacing
-    /// wait), the NCCL call(s), a stream synchronization. Returns the host
-    /// time, the input bytes and the completion instant.
-    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+    /// Prepared collective `i`'s communicator and its NCCL calls with reduction `op`.
+    fn calls(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(&NcclComm, Vec<TraceOp>)> {
         let comm =
             self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
         let slot = self.slots.get(i).context("collective not prepared")?;
-        let calls: Vec<TraceOp> = slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect();
-        let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
-        before_issue();
-        let t0 = Instant::now();
-        if calls.len() > 1 {
-            comm.group(true)?;
-        }
-        for call in &calls {
-            // SAFETY: every pointer comes from this slot's allocations (alive in `self.slots`), sized for its count in `slot`.
-            unsafe { comm.enqueue(call, stream) }?;
-        }
-        if calls.len() > 1 {
-            comm.group(false)?;
-        }
-        drv(self.stream.synchronize(), "cuStreamSynchronize (collective done)")?;
-        let done = Instant::now();
-        comm.async_error()?;
-        let wire = slot.wire;
-        self.slots[i].ran = Some((op, check));
-        Ok(((done - t0).as_nanos() as u64, wire, done))
+        Ok((comm, slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect()))
     }
 
-    /// Enqueue prepared collective `i` on `stream` without waiting for it
-    /// (the workload pace); the host returns once NCCL has enqueued it.
-    pub fn enqueue_on(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, stream: &CudaStream) -> Result<()> {
-        let comm =
-            self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
-        let slot = self.slots.get(i).context("collective not prepared")?;
-        let calls: Vec<TraceOp> = slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect();
+    /// Enqueue `calls` on `stream`, as one NCCL group where there are several.
+    fn enqueue(comm: &NcclComm, calls: &[TraceOp], stream: &CudaStream) -> Result<()> {
         let s = stream.cu_stream() as *mut std::ffi::c_void;
         if calls.len() > 1 {
             comm.group(true)?;
         }
-        for call in &calls {
-            // SAFETY: every pointer comes from this slot's allocations (alive in `self.slots`), sized for its count in `slot`.
+        for call in calls {
+            // SAFETY: every pointer comes from a slot's allocations (alive in `self.slots`), sized for its count there.
             unsafe { comm.enqueue(call, s) }?;
         }
         if calls.len() > 1 {
             comm.group(false)?;
         }
+        Ok(())
+    }
+
+    /// Run prepared collective `i` (step 2): `before_issue` (the pacing
+    /// wait), the NCCL call(s), a stream synchronization. Returns the host
+    /// time, the input bytes and the completion instant.
+    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        let (comm, calls) = self.calls(i, c, op)?;
+        before_issue();
+        let t0 = Instant::now();
+        Self::enqueue(comm, &calls, &self.stream)?;
+        drv(self.stream.synchronize(), "cuStreamSynchronize (collective done)")?;
+        let done = Instant::now();
+        comm.async_error()?;
+        let slot = &mut self.slots[i];
+        slot.ran = Some((op, check));
+        Ok(((done - t0).as_nanos() as u64, slot.wire, done))
+    }
+
+    /// Enqueue prepared collective `i` on `stream` without waiting for it
+    /// (the workload pace); the host returns once NCCL has enqueued it.
+    pub fn enqueue_on(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, stream: &CudaStream) -> Result<()> {
+        let (comm, calls) = self.calls(i, c, op)?;
+        Self::enqueue(comm, &calls, stream)?;
         self.slots[i].ran = Some((op, check));
         Ok(())
     }
@@ -555,7 +553,7 @@ pub fn replay(
                     self.exec.reset()
                 }
             }
-            let (records, _) = cpu_exec::replay_with(world, trace, op, pace, check, warmup, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
+            let (records, _) = cpu_exec::replay_with(world, trace, op, pace, check, warmup, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
             Ok((records, before))
         })
         .and_then(|(mut records, before)| {

@@ -39,7 +39,7 @@ use crate::backend::cuda::drv;
 use crate::backend::cuda::trace_exec::CudaTraceExec;
 use crate::evidence::commtrace::cpu_exec::{ExecRecord, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
 use crate::evidence::commtrace::workload_plan::{PlannedWork, WorkloadPlan};
-use crate::evidence::commtrace::{CommTrace, TraceKind};
+use crate::evidence::commtrace::CommTrace;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -239,27 +239,16 @@ pub fn run(
             Some((p, _)) => (None, start.saturating_sub(times.intervals[p].1)),
             None => (None, start),
         };
-        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
+        let source = if op.is_some() { "--op" } else { "default" };
         records.push(ExecRecord {
-            index: i as u32,
-            kind: c.kind,
-            group: c.group.clone(),
-            seq: c.seq,
-            dtype: c.dtype,
-            in_elems: c.in_elems,
-            out_elems: c.out_elems,
-            wire_bytes: exec.wire_bytes(i).unwrap_or(0),
-            op: reducing.then_some(use_op),
-            op_source: reducing.then(|| if op.is_some() { "--op" } else { "default" }.to_string()),
             target_gap_ns: target,
             actual_gap_ns: actual,
             elapsed_ns: end.saturating_sub(start),
-            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
-            kernels: None,
             compute_ops: Some(n_compute),
             compute_recorded_ns: Some(compute_ns),
             device_start_ns: Some(start),
             device_end_ns: Some(end),
+            ..ExecRecord::untimed(i, c, rank, (use_op, source), check, exec.wire_bytes(i).unwrap_or(0))
         });
     }
     let (compute_ops, compute_recorded_ns) = plan.compute_total();

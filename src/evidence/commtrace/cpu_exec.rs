@@ -125,6 +125,39 @@ pub struct ExecRecord {
     pub device_end_ns: Option<u64>,
 }
 
+impl ExecRecord {
+    /// Collective `i` of rank `rank` as run with reduction `op` (from
+    /// `op_source`; recorded for reducing kinds only), `check` asked for and
+    /// `wire_bytes` handed to the library; its timing left empty (0, absent)
+    /// for the executor to fill. A check covers every kind's result where it
+    /// lands: not a send's (its receiver checks), a barrier's, or a reduce's
+    /// off the root.
+    pub fn untimed(i: usize, c: &TraceCollective, rank: u32, (op, op_source): (ReduceOp, &str), check: bool, wire_bytes: u64) -> Self {
+        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
+        ExecRecord {
+            index: i as u32,
+            kind: c.kind,
+            group: c.group.clone(),
+            seq: c.seq,
+            dtype: c.dtype,
+            in_elems: c.in_elems,
+            out_elems: c.out_elems,
+            wire_bytes,
+            op: reducing.then_some(op),
+            op_source: reducing.then(|| op_source.to_string()),
+            target_gap_ns: None,
+            actual_gap_ns: 0,
+            elapsed_ns: 0,
+            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
+            kernels: None,
+            compute_ops: None,
+            compute_recorded_ns: None,
+            device_start_ns: None,
+            device_end_ns: None,
+        }
+    }
+}
+
 /// Format version of [`WorkloadReport`].
 pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 1;
 
@@ -622,7 +655,13 @@ pub fn replay(
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = corrupt_rank == Some(rank);
-    let mine = &trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?.collectives;
+    let mine_all = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let mine = &mine_all.collectives;
+    // refused before any buffer is made
+    let plan = match pace {
+        Pace::Workload => Some(super::workload_plan::plan(mine_all)?),
+        _ => None,
+    };
     exec.prepare(mine)?;
     struct Cpu<'e> {
         exec: &'e mut CpuTraceExec,
@@ -637,11 +676,10 @@ pub fn replay(
             Ok(())
         }
     }
-    let (records, pass_host_ns) = replay_with(world, trace, op, pace, check, warmup, &mut Cpu { exec: &mut exec, colls: mine })?;
+    let (records, pass_host_ns) = replay_with(world, trace, op, pace, check, warmup, plan.as_ref(), &mut Cpu { exec: &mut exec, colls: mine })?;
     exec.verify(mine)?;
-    let workload = match pace {
-        Pace::Workload => {
-            let plan = super::workload_plan::plan(trace.ranks.iter().find(|r| r.rank == rank).context("rank not in the trace")?)?;
+    let workload = match plan {
+        Some(plan) => {
             let (compute_ops, compute_recorded_ns) = plan.compute_total();
             Some(WorkloadReport {
                 format_version: WORKLOAD_REPORT_FORMAT_VERSION,
@@ -662,7 +700,7 @@ pub fn replay(
                 trace_span_ns: plan.trace_span_ns(),
             })
         }
-        _ => None,
+        None => None,
     };
     Ok(ReplayOutput { records, workload })
 }
@@ -679,7 +717,8 @@ pub trait TraceRunner {
 
 /// This rank's collectives of `trace` in order through `run` (a backend's
 /// executor), with the pacing, reduction choice and records shared by every
-/// backend; also returns the timed pass's host time. With `warmup`, one untimed pass of the whole trace, back to back
+/// backend (`plan`: the workload pace's, for it alone); also returns the
+/// timed pass's host time. With `warmup`, one untimed pass of the whole trace, back to back
 /// and unchecked, comes first: NCCL and MPI set up a connection or an
 /// algorithm's resources on first use (the first GPU replay spent 150-200 ms
 /// in the first all-gather and all-to-all), which is not what the trace
@@ -693,14 +732,14 @@ pub fn replay_with(
     pace: Pace,
     check: bool,
     warmup: bool,
+    plan: Option<&super::workload_plan::WorkloadPlan>,
     runner: &mut dyn TraceRunner,
 ) -> Result<(Vec<ExecRecord>, u64)> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
-    let plan = match pace {
-        Pace::Workload => Some(super::workload_plan::plan(mine)?),
-        _ => None,
-    };
+    if (pace == Pace::Workload) != plan.is_some() {
+        bail!("internal: the workload pace, and only it, comes with its plan");
+    }
     let compute: Option<Vec<(u32, u64)>> = plan.as_ref().map(|p| (0..mine.collectives.len()).map(|i| p.compute_before_ns(i)).collect());
     let gaps = match pace {
         Pace::None => None,
@@ -731,7 +770,6 @@ pub fn replay_with(
     let pass_start = Instant::now();
     let mut prev_end = pass_start;
     for (i, c) in mine.collectives.iter().enumerate() {
-        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
         let (use_op, source) = choose(c);
         let target = gaps.as_ref().map(|g| g[i]);
         let mut actual_gap_ns = 0;
@@ -746,25 +784,12 @@ pub fn replay_with(
         let (elapsed_ns, wire_bytes, done) = runner.run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
         prev_end = done;
         out.push(ExecRecord {
-            index: i as u32,
-            kind: c.kind,
-            group: c.group.clone(),
-            seq: c.seq,
-            dtype: c.dtype,
-            in_elems: c.in_elems,
-            out_elems: c.out_elems,
-            wire_bytes,
-            op: reducing.then_some(use_op),
-            op_source: reducing.then(|| source.to_string()),
             target_gap_ns: target,
             actual_gap_ns,
             elapsed_ns,
-            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
-            kernels: None,
             compute_ops: compute.as_ref().map(|v| v[i].0),
             compute_recorded_ns: compute.as_ref().map(|v| v[i].1),
-            device_start_ns: None,
-            device_end_ns: None,
+            ..ExecRecord::untimed(i, c, rank, (use_op, source), check, wire_bytes)
         });
     }
     let pass_ns = (prev_end - pass_start).as_nanos() as u64;
