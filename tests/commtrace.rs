@@ -442,6 +442,7 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
         let w: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
         assert_eq!((w["rank"].as_u64(), w["backend"].as_str()), (Some(rank as u64), Some("cpu")));
         assert_eq!((w["compute_ops"].as_u64(), w["compute_recorded_ns"].as_u64()), (Some(n_all), Some(ns_all)));
+        assert!(w["compute_launches"].is_null(), "the cpu pace launches nothing: {w}");
         assert_eq!(w["collectives"].as_u64(), Some(colls.len() as u64));
         assert!(w["pass_host_ns"].as_u64().unwrap() >= ns_all, "{w}");
         assert!(w["pass_device_ns"].is_null() && w["trace_span_ns"].as_u64().unwrap() > 0, "{w}");

@@ -6,7 +6,8 @@
 //! rank's [`WorkloadPlan`](crate::evidence::commtrace::workload_plan). Every
 //! recorded stream becomes one CUDA stream; the plan's cross-stream waits
 //! become `cuStreamWaitEvent`s on events recorded after the operations waited
-//! for. A compute kernel becomes one launch of a spinning kernel (every
+//! for. A compute operation (one kernel, or consecutive kernels of a stream
+//! merged by the plan) becomes one launch of a spinning kernel (every
 //! thread spins on the GPU's `%globaltimer`, PTX ISA "Special registers",
 //! until the requested nanoseconds have passed since it started; one block
 //! per multiprocessor): it holds the device for the kernel's recorded
@@ -257,7 +258,7 @@ pub fn run(
         rank,
         backend: "cuda".into(),
         compute_model: format!(
-            "one launch per kernel of a kernel spinning on %globaltimer for the recorded duration less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
+            "one launch per run of consecutive kernels of a stream (nothing waiting between them) of a kernel spinning on %globaltimer for their summed recorded duration less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
             calibration.excess_ns, calibration.blocks, calibration.threads_per_block
         ),
         streams: plan.stream_names(),
@@ -265,6 +266,7 @@ pub fn run(
         cross_stream_waits: plan.cross_stream_waits(),
         compute_ops,
         compute_recorded_ns,
+        compute_launches: Some(plan.compute_launches()),
         collectives: records.len() as u32,
         gated: Some(true),
         gate_lookahead_ops: Some(times.before_open as u32),
@@ -321,7 +323,7 @@ fn run_pass(
             drv(s.wait(e), "cuStreamWaitEvent (cross-stream dependency)")?;
         }
         match o.work {
-            PlannedWork::Compute { duration_ns } => spin.launch_raw(s, spin.request(duration_ns))?,
+            PlannedWork::Compute { duration_ns, .. } => spin.launch_raw(s, spin.request(duration_ns))?,
             PlannedWork::Collective { index } => {
                 let (a, b) = &coll_ev[index];
                 drv(a.record(s), "cuEventRecord (collective start)")?;

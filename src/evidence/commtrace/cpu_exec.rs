@@ -158,14 +158,14 @@ impl ExecRecord {
     }
 }
 
-/// Format version of [`WorkloadReport`].
-pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 1;
+/// Format version of [`WorkloadReport`] (2 added `compute_launches`).
+pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 2;
 
 /// What one rank's workload pass (`--pace workload`) did as a whole,
 /// written beside its records as `replay-trace.rank-N.workload.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkloadReport {
-    /// Format version of this record (1).
+    /// Format version of this record (2).
     pub format_version: u32,
     /// World rank.
     pub rank: u32,
@@ -185,6 +185,12 @@ pub struct WorkloadReport {
     pub compute_ops: u32,
     /// Their recorded durations, summed.
     pub compute_recorded_ns: u64,
+    /// cuda: launches standing for them (consecutive kernels of a stream
+    /// with nothing waiting between them are one launch of their summed
+    /// duration; a launch cannot be shorter than the spin's floor). Absent
+    /// on cpu and in format 1.
+    #[serde(default)]
+    pub compute_launches: Option<u32>,
     /// Collectives in the pass.
     pub collectives: u32,
     /// cuda: whether the pass was enqueued behind a gate the host opened
@@ -691,6 +697,7 @@ pub fn replay(
                 cross_stream_waits: plan.cross_stream_waits(),
                 compute_ops,
                 compute_recorded_ns,
+                compute_launches: None,
                 collectives: records.len() as u32,
                 gated: None,
                 gate_lookahead_ops: None,

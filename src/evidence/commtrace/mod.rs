@@ -842,9 +842,10 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
         if let Some(w) = &workload {
             let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
             println!(
-                "rank 0: workload pass: {} compute kernels ({} recorded) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
+                "rank 0: workload pass: {} compute kernels ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
                 w.compute_ops,
                 us(w.compute_recorded_ns),
+                w.compute_launches.map_or(String::new(), |n| format!(", {n} launches")),
                 w.collectives,
                 w.streams.len(),
                 w.cross_stream_waits,

@@ -13,7 +13,15 @@
 //! stays concurrent and work it ran in sequence stays in sequence. Where a
 //! time is missing (an execution trace records none), the operation waits
 //! for the latest earlier operation of every other stream (launch order:
-//! the conservative choice, which can only remove concurrency). Pure: no I/O.
+//! the conservative choice, which can only remove concurrency). Then
+//! consecutive compute kernels of one stream become one operation of their
+//! summed duration, where nothing waits between them: no collective was
+//! launched between them, the later one waits for nothing and the earlier
+//! one is waited on by nothing. A device re-creates each operation with one
+//! launch, whose own cost has a floor (a few µs on an H200) that a short
+//! kernel (PyTorch's elementwise kernels take 1-3 µs) would otherwise be
+//! rounded up to; the sum is kept and the count of source kernels each
+//! operation stands for is recorded. Pure: no I/O.
 //!
 //! Refuses a compute kernel with no recorded duration (an execution trace:
 //! import the profiler trace), naming the collective it precedes.
@@ -26,10 +34,12 @@ pub const NO_STREAM: u64 = u64::MAX;
 /// What one planned operation does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlannedWork {
-    /// Device work of this duration (a compute kernel of the source).
+    /// Device work of this duration (consecutive compute kernels of the source).
     Compute {
-        /// Recorded duration.
+        /// Recorded durations, summed.
         duration_ns: u64,
+        /// Source kernels it stands for (1 where none were merged).
+        kernels: u32,
     },
     /// Collective `index` of the rank's trace.
     Collective {
@@ -91,12 +101,17 @@ impl WorkloadPlan {
         self.ops.iter().map(|o| o.waits_for.len() as u32).sum()
     }
 
-    /// Compute operations and their recorded durations, summed.
+    /// Source compute kernels and their recorded durations, summed.
     pub fn compute_total(&self) -> (u32, u64) {
         self.ops.iter().fold((0, 0), |(n, t), o| match o.work {
-            PlannedWork::Compute { duration_ns } => (n + 1, t + duration_ns),
+            PlannedWork::Compute { duration_ns, kernels } => (n + kernels, t + duration_ns),
             PlannedWork::Collective { .. } => (n, t),
         })
+    }
+
+    /// Compute operations of the plan (launches on a device), after merging.
+    pub fn compute_launches(&self) -> u32 {
+        self.ops.iter().filter(|o| matches!(o.work, PlannedWork::Compute { .. })).count() as u32
     }
 
     /// The streams as the report names them.
@@ -104,7 +119,7 @@ impl WorkloadPlan {
         self.streams.iter().map(|&s| if s == NO_STREAM { "unrecorded".to_string() } else { s.to_string() }).collect()
     }
 
-    /// Compute operations planned before collective `index` (after the
+    /// Source compute kernels planned before collective `index` (after the
     /// previous one), and their durations summed.
     pub fn compute_before_ns(&self, index: usize) -> (u32, u64) {
         self.compute_before_on(index, None)
@@ -116,7 +131,7 @@ impl WorkloadPlan {
         let end = self.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(self.ops.len());
         let start = self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
         self.ops[start..end].iter().filter(|o| stream.is_none_or(|s| o.stream == s)).fold((0, 0), |(n, t), o| match o.work {
-            PlannedWork::Compute { duration_ns } => (n + 1, t + duration_ns),
+            PlannedWork::Compute { duration_ns, kernels } => (n + kernels, t + duration_ns),
             PlannedWork::Collective { .. } => (n, t),
         })
     }
@@ -134,7 +149,7 @@ pub fn plan(rank: &RankTrace) -> Result<WorkloadPlan> {
             )
         };
         Ok(PlannedOp {
-            work: PlannedWork::Compute { duration_ns: d },
+            work: PlannedWork::Compute { duration_ns: d, kernels: 1 },
             stream: c.stream.unwrap_or(NO_STREAM),
             waits_for: Vec::new(),
             recorded_start_ns: c.device_start_ns,
@@ -199,7 +214,53 @@ pub fn plan(rank: &RankTrace) -> Result<WorkloadPlan> {
         // a wait already implied by an earlier wait of this stream is kept: it is cheap and explicit
         ops[x].waits_for = waits;
     }
-    Ok(WorkloadPlan { ops, streams, timeline_complete })
+    Ok(WorkloadPlan { ops: merge_consecutive_compute(ops), streams, timeline_complete })
+}
+
+/// Consecutive compute kernels of one stream as one operation, where no
+/// collective was launched between them, the later one waits for nothing and
+/// the earlier ones are waited on by nothing (so no other stream's timing
+/// changes); the waits of what follows are renumbered.
+fn merge_consecutive_compute(ops: Vec<PlannedOp>) -> Vec<PlannedOp> {
+    let mut waited = vec![false; ops.len()];
+    for o in &ops {
+        for &w in &o.waits_for {
+            waited[w] = true;
+        }
+    }
+    let mut out: Vec<PlannedOp> = Vec::with_capacity(ops.len());
+    let mut out_waited: Vec<bool> = Vec::with_capacity(ops.len());
+    let mut new_index = vec![0usize; ops.len()];
+    // per stream, the output operation a compute kernel may extend
+    let mut open: Vec<(u64, usize)> = Vec::new();
+    for (x, mut o) in ops.into_iter().enumerate() {
+        o.waits_for = o.waits_for.iter().map(|&w| new_index[w]).collect();
+        match o.work {
+            PlannedWork::Collective { .. } => open.clear(),
+            PlannedWork::Compute { duration_ns, kernels } => {
+                let target = open.iter().find(|(s, _)| *s == o.stream).map(|&(_, i)| i);
+                if let Some(i) = target.filter(|&i| o.waits_for.is_empty() && !out_waited[i]) {
+                    let m = &mut out[i];
+                    if let PlannedWork::Compute { duration_ns: d, kernels: k } = &mut m.work {
+                        *d += duration_ns;
+                        *k += kernels;
+                    }
+                    m.recorded_end_ns = o.recorded_end_ns.filter(|_| m.recorded_end_ns.is_some());
+                    out_waited[i] |= waited[x];
+                    new_index[x] = i;
+                    continue;
+                }
+            }
+        }
+        new_index[x] = out.len();
+        if matches!(o.work, PlannedWork::Compute { .. }) {
+            open.retain(|(s, _)| *s != o.stream);
+            open.push((o.stream, out.len()));
+        }
+        out_waited.push(waited[x]);
+        out.push(o);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -227,12 +288,44 @@ mod tests {
             trailing_compute: vec![],
         };
         let p = plan(&r).unwrap();
-        assert_eq!(p.ops.len(), 5);
+        // the two kernels before the first collective are one launch of their sum
+        assert_eq!(p.ops.len(), 4);
+        assert_eq!(p.ops[0].work, PlannedWork::Compute { duration_ns: 25, kernels: 2 });
+        assert_eq!((p.ops[0].recorded_start_ns, p.ops[0].recorded_end_ns), (Some(0), Some(27)));
         assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
         assert_eq!(p.streams, vec![7]);
         assert_eq!(p.compute_before_ns(0), (2, 25));
         assert_eq!(p.compute_before_ns(1), (1, 5));
+        assert_eq!((p.compute_total(), p.compute_launches()), ((3, 30), 2));
         assert!(p.timeline_complete);
+    }
+
+    #[test]
+    fn kernels_merge_only_where_nothing_waits_between_them() {
+        // merged, and what waited for the second kernel now waits for the merged operation
+        let r = RankTrace { rank: 0, collectives: vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])], trailing_compute: vec![] };
+        let p = plan(&r).unwrap();
+        assert_eq!(p.ops.len(), 3);
+        assert_eq!(p.ops[0].work, PlannedWork::Compute { duration_ns: 4, kernels: 2 });
+        assert_eq!((p.ops[1].waits_for.clone(), p.ops[2].waits_for.clone()), (vec![0], vec![1]));
+        assert_eq!(p.compute_before_ns(0), (3, 5));
+        // the later kernel waits for another stream: kept apart
+        let r = RankTrace { rank: 0, collectives: vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])], trailing_compute: vec![] };
+        let p = plan(&r).unwrap();
+        assert_eq!(p.compute_launches(), 3);
+        assert_eq!(p.ops[2].waits_for, vec![1]);
+        // the earlier kernel is waited on by another stream: kept apart
+        let r = RankTrace { rank: 0, collectives: vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])], trailing_compute: vec![] };
+        let p = plan(&r).unwrap();
+        assert_eq!(p.ops[1].waits_for, vec![0]);
+        assert_eq!(p.compute_launches(), 3);
+        // a collective launched between them (on another stream, concurrent): kept apart, so
+        // that the compute before each collective stays what the source launched before it
+        let r = RankTrace { rank: 0, collectives: vec![coll(20, 1, 100, vec![k(7, 0, 5)])], trailing_compute: vec![k(7, 10, 5)] };
+        let p = plan(&r).unwrap();
+        assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
+        assert_eq!(p.compute_launches(), 2);
+        assert_eq!(p.compute_before_ns(0), (1, 5));
     }
 
     #[test]
