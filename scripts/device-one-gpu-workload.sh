@@ -3,8 +3,9 @@
 # here and a one-rank trace copied to .stage/one-rank-trace.json): the
 # workload pace of replay-trace (3 replicates, beside the gap pace and a
 # corrupted-result control that must fail), the anchor-method experiment
-# (scripts/anchor-methods.sh, built with the host's nvcc), and the GPU tests.
-# Usage: bash scripts/device-one-gpu-workload.sh OUT [workload] [anchor] [tests]
+# (scripts/anchor-methods.sh, built with the host's nvcc), the CUPTI clock
+# experiment (scripts/cupti-clock.sh) and the GPU tests.
+# Usage: bash scripts/device-one-gpu-workload.sh OUT [workload] [anchor] [cupti-clock] [tests]
 set -uo pipefail
 OUT=${1:?OUT directory}; shift
 steps=${*:-workload anchor tests}
@@ -26,6 +27,9 @@ workload)
 anchor)
   timeout 200 bash scripts/anchor-methods.sh "$OUT/anchor" > "$OUT/anchor.log" 2>&1
   echo "anchor experiment: exit $?" >> "$OUT/steps.txt" ;;
+cupti-clock)
+  timeout 150 bash scripts/cupti-clock.sh "$OUT/cupti-clock" > "$OUT/cupti-clock.log" 2>&1
+  echo "cupti clock experiment: exit $?" >> "$OUT/steps.txt" ;;
 tests)
   COMMCANARY_BIN=$B timeout 240 .stage/gpu_cuda --test-threads 1 --nocapture > "$OUT/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" >> "$OUT/steps.txt" ;;
