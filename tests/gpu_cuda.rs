@@ -69,6 +69,7 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
         // one rank: NCCL copies instead of launching a kernel; the GEMMs are kernels
         assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Compute), "GEMM kernels recorded");
         assert!(!shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "no NCCL kernel on one rank");
+        check_kernel_anchor(&shard);
     } else {
         eprintln!("note: CUPTI unavailable on this GPU host ({cupti}); kernel assertions not made");
     }
@@ -79,6 +80,42 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
             // the next GEMM waits on the collective's end: nothing can overlap it
             assert!(rep["overlap_us"].as_f64().unwrap() <= 0.01 * rep["comm_active_us"].as_f64().unwrap(), "{r}");
         }
+    }
+}
+
+/// With `--cupti`: every phase's kernel times are anchored through
+/// `%globaltimer` (error = the sum of its terms), the anchor's own kernels are
+/// not among the pass's, and every GEMM kernel lies inside a compute interval
+/// measured by events, within the two anchors' errors (two clocks anchored
+/// independently must agree).
+fn check_kernel_anchor(shard: &Shard) {
+    let name = |k: &commcanary::evidence::shard::KernelEvent| shard.body.kernel_names[k.name as usize].clone();
+    assert!(!shard.body.kernels.iter().any(|k| name(k).starts_with("commcanary_gt_")), "the anchor's kernels are not the pass's");
+    for p in &shard.header.phases {
+        let a = p.kernel_anchor.as_ref().unwrap_or_else(|| panic!("phase {} has a kernel anchor ({:?})", p.phase, shard.header.unmeasured));
+        let sum = a.globaltimer_bound_ns + a.cupti_offset_bound_ns + a.globaltimer_resolution_ns as f64;
+        assert_eq!(a.error_ns, sum.ceil() as u64, "{a:?}");
+        eprintln!(
+            "phase {}: kernel anchor error {} ns (globaltimer {:.0} ns over {} trips, best round trip {} ns; CUPTI offset {:.0} ns over {} stamps; step {} ns); CUPTI - globaltimer {:.0} ns; CUPTI's own conversion minus this {:?} ns; event anchor error {:?} ns",
+            p.phase, a.error_ns, a.globaltimer_bound_ns, a.round_trips, a.best_round_trip_ns, a.cupti_offset_bound_ns, a.stamp_kernels, a.globaltimer_resolution_ns, a.cupti_minus_globaltimer_ns, a.cupti_own_minus_anchored_ns, p.device_anchor_error_ns
+        );
+        // blocking and async time every GEMM they launch (fill and overlap calibrate theirs untimed first)
+        if !["blocking", "async"].contains(&p.phase.name()) {
+            continue;
+        }
+        let tol = a.error_ns + p.device_anchor_error_ns.unwrap_or(0);
+        let compute: Vec<(u64, u64)> = shard.body.compute.iter().filter(|c| c.phase == p.phase).map(|c| (c.start_ns.saturating_sub(tol), c.end_ns + tol)).collect();
+        if compute.is_empty() {
+            continue;
+        }
+        let gemms: Vec<&commcanary::evidence::shard::KernelEvent> =
+            shard.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == commcanary::evidence::shard::KernelKind::Compute).collect();
+        let outside: Vec<String> = gemms
+            .iter()
+            .filter(|k| !compute.iter().any(|&(s, e)| k.start_ns >= s && k.end_ns <= e))
+            .map(|k| format!("{} [{}, {}]", name(k), k.start_ns, k.end_ns))
+            .collect();
+        assert!(outside.is_empty(), "phase {}: {} of {} GEMM kernels outside every compute interval (±{tol} ns): {:?}", p.phase, outside.len(), gemms.len(), &outside[..outside.len().min(3)]);
     }
 }
 
@@ -149,6 +186,11 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
         return;
     }
     assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "NCCL kernels recorded");
+    // arrivals: every blocking collective's NCCL kernel start on both ranks, with the kernel anchors' bound
+    let s = join_json(&run);
+    let b = phase(&s, "blocking");
+    assert_eq!(b["arrivals_from_nccl_kernels"], b["collectives_per_rank"], "every collective pairs with its NCCL kernel: {b}");
+    eprintln!("blocking: skew p50 {} us, bound p50 {} us (NCCL kernel starts)", b["skew_median_us"], b["skew_bound_median_us"]);
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
     for r in v.as_array().unwrap() {
         assert_eq!(r["source"], "cupti-kernels", "{r}");

@@ -35,6 +35,8 @@ pub struct PassTimings {
     pub kernels: Vec<PassKernel>,
     /// Per collective of the pass, in order: the compute stream's stall on it, where measured.
     pub waits: Vec<Option<DeviceInterval>>,
+    /// How the kernels' times were placed on the host clock, where bounded.
+    pub kernel_anchor: Option<crate::evidence::shard::KernelAnchor>,
 }
 
 /// A kernel of a pass, on the host timeline.

@@ -166,6 +166,14 @@ pub enum ClockError {
         /// end window reference time
         end_ns: u64,
     },
+    /// Stamped kernels whose timer readings admit no common offset.
+    #[error("the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest upper bound {hi_ns} ns): not one timer shifted by a constant")]
+    NoCommonOffset {
+        /// greatest lower bound
+        lo_ns: i64,
+        /// least upper bound
+        hi_ns: i64,
+    },
 }
 
 /// SKaMPI estimate of one window: the minimum round trip sample's midpoint.
@@ -290,6 +298,51 @@ pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorE
     Ok(DeviceAnchorEstimate { host_ns: (lo + hi) / 2.0, bound_ns: (hi - lo).abs() / 2.0, best_rtt_ns: best, samples: trips.len() as u32 })
 }
 
+/// A kernel that stamped the device's timer as its first and last
+/// instruction, and the start and end a kernel timer (CUPTI's activity
+/// record) reported for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StampedKernel {
+    /// Kernel timer: start.
+    pub timer_start_ns: u64,
+    /// Kernel timer: end.
+    pub timer_end_ns: u64,
+    /// Device timer read by the kernel's first instruction.
+    pub stamp_entry_ns: u64,
+    /// Device timer read by its last.
+    pub stamp_exit_ns: u64,
+}
+
+/// Offset of a kernel timer from the device timer, `timer = device + offset`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimerOffset {
+    /// Midpoint of the feasible offsets, ns.
+    pub offset_ns: f64,
+    /// Half-width of the feasible offsets, ns.
+    pub bound_ns: f64,
+    /// Kernels intersected.
+    pub samples: u32,
+}
+
+/// Bracket a kernel timer's offset from the device timer. A kernel's reported
+/// start precedes its first instruction and its reported end follows its
+/// last, so with `timer = device + c` each stamped kernel gives
+/// `c in [start - entry, end - exit]`; every interval holds `c` and their
+/// intersection is the bound (the interval argument of
+/// [`estimate_device_anchor`]). An empty intersection means the timer is not
+/// the device timer shifted by a constant over the window: refused.
+pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, ClockError> {
+    if kernels.is_empty() {
+        return Err(ClockError::EmptyWindow);
+    }
+    let lo = kernels.iter().map(|k| k.timer_start_ns as i64 - k.stamp_entry_ns as i64).max().expect("non-empty");
+    let hi = kernels.iter().map(|k| k.timer_end_ns as i64 - k.stamp_exit_ns as i64).min().expect("non-empty");
+    if lo > hi {
+        return Err(ClockError::NoCommonOffset { lo_ns: lo, hi_ns: hi });
+    }
+    Ok(TimerOffset { offset_ns: (lo + hi) as f64 / 2.0, bound_ns: (hi - lo) as f64 / 2.0, samples: kernels.len() as u32 })
+}
+
 /// Affine map from device time (ns since the start window's first event) to
 /// the host clock, fitted from a window at the start and one at the end of a
 /// pass: the device timer and the host clock run at slightly different rates,
@@ -324,10 +377,102 @@ impl DeviceTimeMap {
     }
 }
 
+/// Map from a kernel timer (CUPTI's activity timestamps) to the host clock
+/// through the device timer: `timer = device + offset` bracketed per window
+/// by stamping kernels ([`bracket_timer_offset`]), and device timer to host
+/// by the windows' round trips ([`DeviceTimeMap`]). Between the windows the
+/// offset is interpolated linearly in timer time, as the host map is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelTimerMap {
+    device: DeviceTimeMap,
+    device0_ns: u64,
+    /// (timer time, offset) at the start window and, where measured, the end window.
+    offsets: [(f64, f64); 2],
+    /// Error bound of a mapped kernel time, ns: the host map's bound, the
+    /// larger offset bracket's half-width and the device timer's step.
+    pub bound_ns: f64,
+}
+
+/// One window of a kernel timer anchor: the host estimate of the device
+/// timer reading `device0_ns`, and the kernel timer's offset bracket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelTimerWindow {
+    /// Host time of `device0_ns`.
+    pub estimate: DeviceAnchorEstimate,
+    /// The window's first device timer reading.
+    pub device0_ns: u64,
+    /// The kernel timer's offset from the device timer in this window.
+    pub offset: TimerOffset,
+}
+
+impl KernelTimerMap {
+    /// Fit from a start window, an end window where measured, and the device timer's step.
+    pub fn fit(start: KernelTimerWindow, end: Option<KernelTimerWindow>, resolution_ns: u64) -> Self {
+        let span = end.map(|e| (e.estimate, e.device0_ns as f64 - start.device0_ns as f64));
+        let device = DeviceTimeMap::fit(start.estimate, span);
+        let at = |w: &KernelTimerWindow| (w.device0_ns as f64 + w.offset.offset_ns, w.offset.offset_ns);
+        let s = at(&start);
+        let e = end.as_ref().map_or(s, at);
+        let offset_bound = end.map_or(start.offset.bound_ns, |e| e.offset.bound_ns.max(start.offset.bound_ns));
+        Self { device, device0_ns: start.device0_ns, offsets: [s, e], bound_ns: device.bound_ns + offset_bound + resolution_ns as f64 }
+    }
+
+    /// Host time of a kernel timer reading.
+    pub fn to_host_ns(&self, timer_ns: u64) -> u64 {
+        let [(t0, c0), (t1, c1)] = self.offsets;
+        let t = timer_ns as f64;
+        let c = if t1 > t0 { c0 + (c1 - c0) * ((t - t0) / (t1 - t0)).clamp(0.0, 1.0) } else { c0 };
+        self.device.to_host_ns(t - c - self.device0_ns as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn timer_offset_is_bracketed_by_entry_and_exit_stamps() {
+        // timer = device - 205_000; each kernel starts 300 ns before its first instruction
+        // and ends 250..400 ns after its last
+        let k = |entry: u64, exit: u64, lag_end: u64| StampedKernel {
+            timer_start_ns: entry - 300 - 205_000,
+            timer_end_ns: exit + lag_end - 205_000,
+            stamp_entry_ns: entry,
+            stamp_exit_ns: exit,
+        };
+        let o = bracket_timer_offset(&[k(1_000_000, 1_001_000, 400), k(2_000_000, 2_005_000, 250)]).unwrap();
+        // feasible [-205_300, -204_750]
+        assert_eq!((o.offset_ns, o.bound_ns, o.samples), (-205_025.0, 275.0, 2));
+        assert!((o.offset_ns - -205_000.0).abs() <= o.bound_ns);
+        // a timer that moved between kernels admits no common offset
+        let mut moved = k(3_000_000, 3_001_000, 250);
+        moved.timer_start_ns += 5_000;
+        moved.timer_end_ns += 5_000;
+        assert!(matches!(bracket_timer_offset(&[k(1_000_000, 1_001_000, 400), moved]), Err(ClockError::NoCommonOffset { .. })));
+        assert!(matches!(bracket_timer_offset(&[]), Err(ClockError::EmptyWindow)));
+    }
+
+    #[test]
+    fn kernel_timer_map_recovers_host_time_within_its_bound() {
+        // device timer = host + 1_000_000 + 3 ppm drift; kernel timer = device - 205_000 + 40 ns over the pass
+        let host_of_dev = |d: f64| (d - 1_000_000.0) / (1.0 + 3e-6);
+        let win = |d0: u64, off: f64| KernelTimerWindow {
+            estimate: DeviceAnchorEstimate { host_ns: host_of_dev(d0 as f64) + 300.0, bound_ns: 900.0, best_rtt_ns: 1900, samples: 64 },
+            device0_ns: d0,
+            offset: TimerOffset { offset_ns: off + 100.0, bound_ns: 300.0, samples: 8 },
+        };
+        let m = KernelTimerMap::fit(win(50_000_000, -205_000.0), Some(win(1_050_000_000, -204_960.0)), 32);
+        assert_eq!(m.bound_ns, 900.0 + 300.0 + 32.0);
+        for d in [50_000_000.0_f64, 300_000_000.0, 1_050_000_000.0] {
+            let timer = d - 205_000.0 + 40.0 * (d - 50e6) / 1e9;
+            let got = m.to_host_ns(timer.round() as u64) as f64;
+            assert!((got - host_of_dev(d)).abs() <= m.bound_ns, "device {d}: {got} vs {}", host_of_dev(d));
+        }
+        // one window: the offset is held, the rate taken as 1
+        let m1 = KernelTimerMap::fit(win(50_000_000, -205_000.0), None, 32);
+        assert!((m1.to_host_ns(50_000_000 - 205_000) as f64 - host_of_dev(50e6)).abs() <= m1.bound_ns);
+    }
 
     /// Simulate exchanges between a reference clock and a local clock with
     /// `local = true + offset + drift (true - anchor)` and asymmetric jitter.

@@ -53,6 +53,11 @@ pub struct RankTimes {
     /// How long the compute stream stalled on this collective (GPU), where measured.
     #[serde(default)]
     pub device_wait_ns: Option<u64>,
+    /// Start of this collective's NCCL kernel (CUPTI, placed on the host clock
+    /// through the phase's `%globaltimer` kernel anchor), where the phase's
+    /// NCCL kernels and collectives pair one to one in launch order.
+    #[serde(default)]
+    pub kernel_start_ns: Option<u64>,
 }
 
 impl RankTimes {
@@ -85,6 +90,18 @@ pub enum CompletionSource {
     HostIssueToWaitReturn,
     /// Both kinds within one phase (should not happen within one backend).
     Mixed,
+}
+
+/// Which time a rank's arrival at a collective is.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArrivalSource {
+    /// Every member's NCCL kernel start (CUPTI through the `%globaltimer`
+    /// anchor; bound: clock calibration plus the kernel anchor's error).
+    NcclKernel,
+    /// The device event before the collective where measured (bound: clock
+    /// calibration plus the event anchor's error), else the host issue time.
+    DeviceEventOrHostIssue,
 }
 
 /// Whether arrival offsets could be computed.
@@ -136,6 +153,9 @@ pub struct JoinedCollective {
     pub arrival_bound_us: Option<f64>,
     /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
     pub skew_resolved: Option<bool>,
+    /// Which time the arrival figures use; absent where they are unknown.
+    #[serde(default)]
+    pub arrival_source: Option<ArrivalSource>,
     /// NCCL's tuner choice for this collective, where captured (`rank --nccl-tuning`).
     #[serde(default)]
     pub tuner: Option<crate::evidence::tuning::TunerChoice>,
@@ -206,6 +226,13 @@ pub struct PhaseSummary {
     pub token_p99_us: Option<f64>,
     /// Median arrival skew, µs (absent when uncalibrated).
     pub skew_median_us: Option<f64>,
+    /// Median error bound of the arrival skew, µs (absent when uncalibrated).
+    #[serde(default)]
+    pub skew_bound_median_us: Option<f64>,
+    /// Timed collectives whose arrival is every member's NCCL kernel start
+    /// (the rest use device events or host issue times).
+    #[serde(default)]
+    pub arrivals_from_nccl_kernels: u64,
     /// Median time the compute stream stalled on a collective, µs (GPU; absent when unmeasured).
     #[serde(default)]
     pub device_wait_median_us: Option<f64>,
@@ -503,6 +530,10 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
     // per rank and phase: the device anchor's error (GPU), added to arrival bounds
     let anchors: Vec<BTreeMap<Phase, u64>> =
         shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect()).collect();
+    // per rank and phase: the kernel anchor's error; per rank: NCCL kernel starts by (group, seq)
+    let kernel_anchors: Vec<BTreeMap<Phase, u64>> =
+        shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect()).collect();
+    let kernel_starts: Vec<BTreeMap<(u32, u64), u64>> = shards.iter().map(nccl_kernel_starts).collect();
     // index events per rank
     type Key = (u32, u64);
     let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
@@ -567,6 +598,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 fill_units: e.fill.map(|f| f.units),
                 fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
                 device_wait_ns: waits[r as usize].get(&(group, seq)).copied(),
+                kernel_start_ns: kernel_starts[r as usize].get(&(group, seq)).copied(),
             });
         }
         let mut jc = JoinedCollective {
@@ -587,29 +619,56 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            arrival_source: None,
             tuner: members.iter().find_map(|&r| tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0),
         };
-        attach_arrival(&mut jc, &models, &anchors);
+        attach_arrival(&mut jc, &models, &anchors, &kernel_anchors);
         out.push(jc);
     }
     Ok(out)
 }
 
+/// Per collective (group, seq) of a shard: its NCCL kernel's start, for the
+/// phases whose kernel times are anchored through `%globaltimer` and whose
+/// NCCL kernels (in CUPTI correlation order, i.e. launch order) are exactly
+/// as many as their collectives (one kernel per collective, as NCCL launches
+/// an ungrouped collective). Other phases pair nothing.
+fn nccl_kernel_starts(s: &Shard) -> BTreeMap<(u32, u64), u64> {
+    let mut out = BTreeMap::new();
+    for p in s.header.phases.iter().filter(|p| p.kernel_anchor.is_some()) {
+        let mut kernels: Vec<&crate::evidence::shard::KernelEvent> =
+            s.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == crate::evidence::shard::KernelKind::Nccl).collect();
+        kernels.sort_by_key(|k| k.correlation);
+        let collectives: Vec<&crate::evidence::shard::CollectiveEvent> = s.body.collectives.iter().filter(|c| c.phase == p.phase).collect();
+        if kernels.len() == collectives.len() {
+            for (c, k) in collectives.iter().zip(&kernels) {
+                out.insert((c.group, c.seq), k.start_ns);
+            }
+        }
+    }
+    out
+}
+
 /// Compute arrival offsets, skew and bound on rank 0's timebase; leave them
-/// unknown when any member lacks a clock model. The arrival is the device
-/// start where one was measured (GPU: the comm stream reached the
-/// collective; the host only enqueued it earlier), with the anchor's error
-/// added to the rank's bound; otherwise the host issue time.
-fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anchors: &[BTreeMap<Phase, u64>]) {
+/// unknown when any member lacks a clock model. The arrival is every
+/// member's NCCL kernel start where each has one with a kernel anchor (the
+/// anchor's error added to the rank's bound); otherwise, per rank, the
+/// device start where one was measured (GPU: the comm stream reached the
+/// collective; the host only enqueued it earlier), with the event anchor's
+/// error added; otherwise the host issue time.
+fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anchors: &[BTreeMap<Phase, u64>], kernel_anchors: &[BTreeMap<Phase, u64>]) {
+    let by_kernel = jc.ranks.iter().all(|t| t.kernel_start_ns.is_some() && kernel_anchors[t.rank as usize].contains_key(&jc.phase));
     let mut arrivals = Vec::with_capacity(jc.ranks.len());
     for t in &jc.ranks {
         let Some(m) = &models[t.rank as usize] else { return };
-        let (local, extra_ns) = match t.device_start_ns {
-            Some(d) => (d, anchors[t.rank as usize].get(&jc.phase).copied().unwrap_or(0) as f64),
-            None => (t.host_issue_ns, 0.0),
+        let (local, extra_ns) = match (by_kernel, t.kernel_start_ns, t.device_start_ns) {
+            (true, Some(k), _) => (k, kernel_anchors[t.rank as usize][&jc.phase] as f64),
+            (_, _, Some(d)) => (d, anchors[t.rank as usize].get(&jc.phase).copied().unwrap_or(0) as f64),
+            _ => (t.host_issue_ns, 0.0),
         };
         arrivals.push((m.to_reference(local), m.bound_ns + extra_ns));
     }
+    jc.arrival_source = Some(if by_kernel { ArrivalSource::NcclKernel } else { ArrivalSource::DeviceEventOrHostIssue });
     let (imin, min) = arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
     let (imax, max) = arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
     let skew_ns = max - min;
@@ -708,6 +767,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
             .collect();
         let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
+        let mut skew_bounds: Vec<f64> = timed.iter().filter_map(|c| c.arrival_bound_us).collect();
         let mut dwaits: Vec<f64> = timed.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.device_wait_ns)).map(|ns| ns as f64 / 1e3).collect();
         let mut tuner_choices = BTreeMap::new();
         for c in &timed {
@@ -727,6 +787,8 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
             token_median_us: stats::median(&mut tokens),
             token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
             skew_median_us: stats::median(&mut skews),
+            skew_bound_median_us: stats::median(&mut skew_bounds),
+            arrivals_from_nccl_kernels: timed.iter().filter(|c| c.arrival_source == Some(ArrivalSource::NcclKernel)).count() as u64,
             device_wait_median_us: stats::median(&mut dwaits),
             tuner_choices,
             source_timeline: j.shards[0].header.phases.iter().find(|r| r.phase == phase).and_then(|r| r.trace_timeline),
@@ -866,6 +928,16 @@ pub fn render_summary(s: &JoinSummary) -> String {
             f(p.skew_median_us)
         );
     }
+    for p in s.phases.iter().filter(|p| p.arrivals_from_nccl_kernels > 0) {
+        let _ = writeln!(
+            o,
+            "{}: arrival = NCCL kernel start (CUPTI through %globaltimer) on {} of {} collectives; skew bound p50 {} us",
+            p.phase.name(),
+            p.arrivals_from_nccl_kernels,
+            p.collectives_per_rank,
+            f(p.skew_bound_median_us)
+        );
+    }
     if !s.isolated_sizes.is_empty() {
         let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
         let _ = writeln!(
@@ -980,6 +1052,7 @@ mod tests {
             fill_units: None,
             fill_quantization_error_ns: None,
             device_wait_ns: None,
+            kernel_start_ns: None,
         }
     }
 
@@ -1002,6 +1075,7 @@ mod tests {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            arrival_source: None,
             tuner: None,
         }
     }
@@ -1012,21 +1086,43 @@ mod tests {
         let mut jc = collective(vec![times(0, 1_000_000, Some(5_000_000)), times(1, 2_000_000, Some(5_003_000))]);
         let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
         let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 1_000)].into(), [(Phase::Blocking, 2_000)].into()];
-        attach_arrival(&mut jc, &models, &anchors);
+        attach_arrival(&mut jc, &models, &anchors, &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_status, ArrivalStatus::Calibrated);
         assert_eq!(jc.arrival_skew_us, Some(3.0));
         assert_eq!(jc.arrival_bound_us, Some(3.0)); // 1 us + 2 us of anchor error, clocks exact
         assert_eq!(jc.skew_resolved, Some(false)); // 3 us is not more than its 3 us bound
+        assert_eq!(jc.arrival_source, Some(ArrivalSource::DeviceEventOrHostIssue));
+    }
+
+    #[test]
+    fn gpu_arrival_is_the_nccl_kernel_start_where_every_member_has_one_anchored() {
+        // events 3 us apart with 2 us anchors; NCCL kernels 2.5 us apart with 0.5 us kernel anchors
+        let mut r0 = times(0, 1_000_000, Some(5_000_000));
+        let mut r1 = times(1, 2_000_000, Some(5_003_000));
+        r0.kernel_start_ns = Some(5_001_000);
+        r1.kernel_start_ns = Some(5_003_500);
+        let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
+        let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 2_000)].into(), [(Phase::Blocking, 2_000)].into()];
+        let kernel: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 500)].into(), [(Phase::Blocking, 500)].into()];
+        let mut jc = collective(vec![r0.clone(), r1.clone()]);
+        attach_arrival(&mut jc, &models, &anchors, &kernel);
+        assert_eq!((jc.arrival_skew_us, jc.arrival_bound_us, jc.skew_resolved), (Some(2.5), Some(1.0), Some(true)));
+        assert_eq!(jc.arrival_source, Some(ArrivalSource::NcclKernel));
+        // one member without a kernel anchor for the phase: every member falls back to events
+        let mut jc = collective(vec![r0, r1]);
+        attach_arrival(&mut jc, &models, &anchors, &[kernel[0].clone(), BTreeMap::new()]);
+        assert_eq!((jc.arrival_skew_us, jc.arrival_bound_us), (Some(3.0), Some(4.0)));
+        assert_eq!(jc.arrival_source, Some(ArrivalSource::DeviceEventOrHostIssue));
     }
 
     #[test]
     fn cpu_arrival_is_the_host_issue_and_missing_clock_is_unknown() {
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
         let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
-        attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()]);
+        attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()], &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_skew_us, Some(4.0));
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
-        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()]);
+        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()], &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
         assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
     }

@@ -299,6 +299,43 @@ pub struct PhaseRun {
     /// in older records and in phases without a trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_timeline: Option<GapTimeline>,
+    /// GPU with `--cupti`: how the phase's kernel records were placed on the
+    /// host clock, through `%globaltimer`. Absent where kernel records were
+    /// not collected, in older records, and where the anchor could not run
+    /// (the shard's `cupti_kernel_anchor` fact says why); the kernel times then
+    /// rest on CUPTI's own conversion, whose error is not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_anchor: Option<KernelAnchor>,
+}
+
+/// How CUPTI kernel timestamps were placed on the host clock: CUPTI's
+/// kernel timer against the GPU's `%globaltimer` (stamping kernels), and
+/// `%globaltimer` against the host clock (release-and-acknowledge round
+/// trips), in a window at the start and one at the end of the phase.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KernelAnchor {
+    /// Error bound of a kernel time on the host clock, ns: the sum of the
+    /// three terms below, rounded up.
+    pub error_ns: u64,
+    /// `%globaltimer` on the host clock: the larger window half-width, ns.
+    pub globaltimer_bound_ns: f64,
+    /// CUPTI's kernel timer against `%globaltimer`: the larger bracket half-width, ns.
+    pub cupti_offset_bound_ns: f64,
+    /// The step of `%globaltimer` seen in the windows, ns.
+    pub globaltimer_resolution_ns: u64,
+    /// Narrowest release-and-acknowledge round trip, ns.
+    pub best_round_trip_ns: u64,
+    /// Round trips per window.
+    pub round_trips: u32,
+    /// Stamping kernels per window.
+    pub stamp_kernels: u32,
+    /// CUPTI's kernel timer minus `%globaltimer` (start window's bracket midpoint), ns.
+    pub cupti_minus_globaltimer_ns: f64,
+    /// CUPTI's own conversion (its timestamp against the host clock, read
+    /// back to back at the phase start) minus this anchor's placement, for
+    /// the start window's first stamping kernel, ns: how far the unbounded
+    /// conversion sat from the bounded one.
+    pub cupti_own_minus_anchored_ns: Option<f64>,
 }
 
 /// A phase run as CUDA-graph replays: one token's device work captured once

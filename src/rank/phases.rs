@@ -256,7 +256,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         }
         self.backend.synchronize()?;
         let end_ns = self.clock.now_ns();
-        let anchor_error_ns = self.resolve_device_times(before)?;
+        let (anchor_error_ns, kernel_anchor) = self.resolve_device_times(before)?;
         self.barrier("barrier after the phase", phase)?;
         let n = (self.body.collectives.len() - before) as u64;
         self.phase_runs.push(PhaseRun {
@@ -269,6 +269,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             trace: trace.map(|t| t.origin),
             collectives: n,
             graph,
+            kernel_anchor,
         });
         if self.progress && self.rank == 0 {
             eprintln!("commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)", (end_ns - start_ns) as f64 / 1e6);
@@ -276,8 +277,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(())
     }
 
-    /// Put the pass's device intervals and marks onto its events.
-    fn resolve_device_times(&mut self, first_collective: usize) -> Result<Option<u64>> {
+    /// Put the pass's device intervals and marks onto its events; returns the
+    /// pass's anchor error and how its kernel records were anchored.
+    fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<crate::evidence::shard::KernelAnchor>)> {
         let t = self.backend.finish_pass()?;
         let events = &mut self.body.collectives[first_collective..];
         if t.collectives.len() != events.len() {
@@ -328,7 +330,7 @@ impl<'a, B: Backend> Runner<'a, B> {
                 MarkTarget::TokenEnd(i) => self.body.tokens[i].end_ns = ns,
             }
         }
-        Ok(t.anchor_error_ns)
+        Ok((t.anchor_error_ns, t.kernel_anchor))
     }
 
     fn begin_token(&mut self, token: u32, warmup: bool) -> Result<OpenToken> {

@@ -34,6 +34,7 @@
 //! once per pass. cudarc's automatic cross-stream event tracking is disabled
 //! so that no dependency exists that the phase did not ask for.
 pub mod cupti;
+pub mod globaltimer;
 pub mod nccl;
 pub mod trace_exec;
 pub mod workload_exec;
@@ -228,7 +229,16 @@ struct Anchor {
     estimate: crate::core::clock::DeviceAnchorEstimate,
     /// CUPTI's clock against the host clock: (cupti ns, host ns, error ns).
     cupti: Option<(u64, u64, u64)>,
+    /// `%globaltimer` on the host clock at the pass start (with `--cupti`).
+    timer: Option<globaltimer::TimerWindow>,
 }
+
+/// Round trips per `%globaltimer` window: more than the event windows',
+/// since a trip costs one small launch and the intersection narrows with
+/// every trip whose two legs are short (24 gave 1.6 µs, 400 gave 0.9 µs on an H200).
+const TIMER_ROUND_TRIPS: usize = 96;
+/// Stamping kernels per `%globaltimer` window.
+const TIMER_STAMPS: usize = 8;
 
 /// Placeholder end of a back-to-back collective until the next boundary is recorded.
 const OPEN_END: usize = usize::MAX;
@@ -292,6 +302,10 @@ pub struct CudaBackend {
     corrupt_next_check: bool,
     cupti: Option<crate::backend::cuda::cupti::Cupti>,
     cupti_unavailable: Option<String>,
+    /// Passes whose kernel times could not be anchored through `%globaltimer`, and why.
+    kernel_anchor_failures: Vec<String>,
+    /// With `--cupti`: the `%globaltimer` anchor of kernel records, or why it is unavailable.
+    timer: std::result::Result<globaltimer::GlobalTimer, String>,
     fence: CudaEvent,
     /// Host-mapped word that releases the anchor's stream wait (host pointer,
     /// device pointer); `None` where stream memory operations are unavailable.
@@ -458,6 +472,18 @@ impl CudaBackend {
             },
         ));
         let release = release.ok();
+        let timer = match &cupti {
+            Some(_) => globaltimer::GlobalTimer::load(&ctx).map_err(|e| format!("{e:#}")),
+            None => Err("off: no kernel records (--cupti)".to_string()),
+        };
+        device.facts.push((
+            "cupti_kernel_anchor".into(),
+            match &timer {
+                Ok(_) => format!("{TIMER_ROUND_TRIPS} %globaltimer release-and-acknowledge round trips and {TIMER_STAMPS} stamping kernels per window, start and end of every pass"),
+                Err(why) if why.starts_with("off") => why.clone(),
+                Err(why) => format!("unavailable: {why}; kernel times rest on CUPTI's own conversion"),
+            },
+        ));
         let mut b = Self {
             comm,
             blas,
@@ -493,6 +519,8 @@ impl CudaBackend {
             corrupt_next_check: false,
             cupti,
             cupti_unavailable,
+            kernel_anchor_failures: Vec::new(),
+            timer,
             fence,
             release,
             release_count: 0,
@@ -642,8 +670,72 @@ impl CudaBackend {
             }
             None => None,
         };
-        self.anchor = Some(Anchor { event, estimate, cupti });
+        let timer = self.timer_window()?;
+        self.anchor = Some(Anchor { event, estimate, cupti, timer });
         Ok(())
+    }
+
+    /// A `%globaltimer` window on the idle compute stream, where the anchor is loaded.
+    fn timer_window(&mut self) -> Result<Option<globaltimer::TimerWindow>> {
+        let (Ok(t), Some(_)) = (&mut self.timer, &self.cupti) else {
+            return Ok(None);
+        };
+        let clock = &self.clock;
+        let w = t.window(&self.compute, &mut || clock.now_ns(), TIMER_ROUND_TRIPS, TIMER_STAMPS)?;
+        self.tail[0] = None;
+        Ok(Some(w))
+    }
+
+    /// The kernel timer map of a pass from its start and end `%globaltimer`
+    /// windows and the stamping kernels' CUPTI records (removed from `raw`);
+    /// `None` with the reason where they do not fit together.
+    fn kernel_timer_map(
+        start: &globaltimer::TimerWindow,
+        end: &globaltimer::TimerWindow,
+        raw: &mut Vec<crate::backend::cuda::cupti::RawKernel>,
+        cupti_own: Option<(u64, u64, u64)>,
+    ) -> std::result::Result<(crate::core::clock::KernelTimerMap, crate::evidence::shard::KernelAnchor), String> {
+        use crate::core::clock::{bracket_timer_offset, KernelTimerMap, KernelTimerWindow, StampedKernel};
+        let mut stamps: Vec<_> = raw.iter().filter(|k| k.name == globaltimer::STAMP_KERNEL_NAME).cloned().collect();
+        raw.retain(|k| k.name != globaltimer::STAMP_KERNEL_NAME);
+        // launch order
+        stamps.sort_by_key(|k| k.correlation);
+        let want = start.stamps.len() + end.stamps.len();
+        if stamps.len() != want {
+            return Err(format!("CUPTI recorded {} of the {want} stamping kernels", stamps.len()));
+        }
+        let pair = |w: &globaltimer::TimerWindow, recs: &[crate::backend::cuda::cupti::RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
+            let k: Vec<StampedKernel> = w
+                .stamps
+                .iter()
+                .zip(recs)
+                .map(|(&(entry, exit), r)| StampedKernel { timer_start_ns: r.start, timer_end_ns: r.end, stamp_entry_ns: entry, stamp_exit_ns: exit })
+                .collect();
+            let offset = bracket_timer_offset(&k).map_err(|e| e.to_string())?;
+            Ok(KernelTimerWindow { estimate: w.estimate, device0_ns: w.first_timer_ns, offset })
+        };
+        let (s, e) = (pair(start, &stamps[..start.stamps.len()])?, pair(end, &stamps[start.stamps.len()..])?);
+        if end.first_timer_ns <= start.first_timer_ns {
+            return Err("the end window's %globaltimer reading does not follow the start window's".into());
+        }
+        let resolution = start.resolution_ns.max(end.resolution_ns);
+        let map = KernelTimerMap::fit(s, Some(e), resolution);
+        let own = cupti_own.map(|(ts0, host0, _)| {
+            let first = &stamps[0];
+            (host0 as f64 + first.start as f64 - ts0 as f64) - map.to_host_ns(first.start) as f64
+        });
+        let anchor = crate::evidence::shard::KernelAnchor {
+            error_ns: map.bound_ns.ceil() as u64,
+            globaltimer_bound_ns: s.estimate.bound_ns.max(e.estimate.bound_ns),
+            cupti_offset_bound_ns: s.offset.bound_ns.max(e.offset.bound_ns),
+            globaltimer_resolution_ns: resolution,
+            best_round_trip_ns: s.estimate.best_rtt_ns.min(e.estimate.best_rtt_ns),
+            round_trips: s.estimate.samples,
+            stamp_kernels: start.stamps.len() as u32,
+            cupti_minus_globaltimer_ns: s.offset.offset_ns,
+            cupti_own_minus_anchored_ns: own,
+        };
+        Ok((map, anchor))
     }
 
     /// The anchor windows (start, end) of the last finished pass.
@@ -851,6 +943,20 @@ impl Backend for CudaBackend {
             field: "kernels".into(),
             reason: format!("no CUPTI kernel records: {why}"),
         }))
+        .chain(self.kernel_anchor_failures.first().map(|why| Unmeasured {
+            field: "phases[].kernel_anchor".into(),
+            reason: format!(
+                "in {} pass(es) the kernel times rest on CUPTI's own conversion (error unknown): the %globaltimer anchor did not fit, first because {why}",
+                self.kernel_anchor_failures.len()
+            ),
+        }))
+        .chain(match (&self.cupti, &self.timer) {
+            (Some(_), Err(why)) => Some(Unmeasured {
+                field: "phases[].kernel_anchor".into(),
+                reason: format!("the %globaltimer anchor could not load ({why}): kernel times rest on CUPTI's own conversion, whose error is not known"),
+            }),
+            _ => None,
+        })
         .collect()
     }
 
@@ -1081,11 +1187,34 @@ impl Backend for CudaBackend {
                 host_ns[i] = map.to_host_ns(ms * 1e6);
             }
         }
+        let end_timer = match anchor.timer {
+            Some(_) => self.timer_window()?,
+            None => None,
+        };
         let mut kernels = Vec::new();
+        let mut kernel_anchor = None;
         if let (Some(c), Some((ts0, host0, _err))) = (&self.cupti, anchor.cupti) {
-            let (raw, _malformed, _dropped) = c.drain()?;
+            let (mut raw, _malformed, _dropped) = c.drain()?;
+            let bounded = match (&anchor.timer, &end_timer) {
+                (Some(s), Some(e)) => match Self::kernel_timer_map(s, e, &mut raw, anchor.cupti) {
+                    Ok((m, a)) => {
+                        kernel_anchor = Some(a);
+                        Some(m)
+                    }
+                    Err(why) => {
+                        self.kernel_anchor_failures.push(why);
+                        None
+                    }
+                },
+                _ => None,
+            };
+            // the anchor's own kernels are the instrument's, not the pass's
+            raw.retain(|k| !k.name.starts_with(globaltimer::KERNEL_PREFIX));
             for k in raw {
-                let tmap = |t: u64| (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64;
+                let tmap = |t: u64| match &bounded {
+                    Some(m) => m.to_host_ns(t),
+                    None => (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64,
+                };
                 let kind = if k.name.to_ascii_lowercase().contains("nccl") {
                     crate::evidence::shard::KernelKind::Nccl
                 } else {
@@ -1110,14 +1239,16 @@ impl Backend for CudaBackend {
         // the float milliseconds that cuEventElapsedTime returns over the pass.
         let rounding_ns = (span_ms * 1e6).abs() * f64::from(f32::EPSILON) / 2.0;
         let mut error_ns = map.bound_ns + 2.0 * self.timer_granularity_ns + rounding_ns;
-        // the kernel anchor's error adds to the event anchor's where both are used
-        if let Some(c) = anchor.cupti {
+        // CUPTI's own conversion's error (unknown) is not the events'; where
+        // the kernel times rest on it, the events' error is at least its
+        // back-to-back read, as before the %globaltimer anchor existed
+        if let (Some(c), None) = (anchor.cupti, &kernel_anchor) {
             error_ns = error_ns.max(c.2 as f64);
         }
         self.free_events.append(&mut self.pass_events);
         self.tail = [None, None];
         self.graphs.clear();
-        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits })
+        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits, kernel_anchor })
     }
 
     fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {

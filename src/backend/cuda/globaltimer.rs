@@ -1,0 +1,223 @@
+//! The `%globaltimer` anchor: where the GPU's global nanosecond timer (PTX
+//! ISA, "Special registers: %globaltimer") lies on this rank's host clock,
+//! and the stamping kernels that place CUPTI's kernel timestamps on that timer.
+//!
+//! Consumes a CUDA context and an idle stream. Produces, per window, the host
+//! time of the window's first timer reading with its error bound, and the
+//! entry and exit timer readings of a few one-thread stamping kernels (for
+//! [`crate::core::clock::bracket_timer_offset`] against their CUPTI records).
+//!
+//! A round trip: a one-thread kernel is launched and announces that it is
+//! spinning on a host-mapped word; the host reads its clock, releases the
+//! word with a plain store and spins on an acknowledgement; the kernel reads
+//! `%globaltimer` as soon as it sees the release, writes the reading, fences
+//! (`membar.sys`) and acknowledges. The reading therefore lies between the
+//! host's two clock reads, and neither leg holds an API call or a stream
+//! operation (a multiprocessor polling host memory answers in about 1 µs,
+//! the front end's stream memory operations in about 2 µs on an H200). The
+//! window intersects the trips' feasible intervals
+//! ([`crate::core::clock::estimate_device_anchor`]).
+//!
+//! Refuses: a device whose driver cannot load the PTX module, mapped host
+//! memory that cannot be allocated, a kernel that does not announce or
+//! acknowledge within 10 s (the kernel itself gives up after 2 s).
+use crate::backend::cuda::drv;
+use anyhow::{bail, Result};
+use cudarc::driver::{sys as drv_sys, CudaContext, CudaStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Name of the stamping kernel, as CUPTI reports it.
+pub const STAMP_KERNEL_NAME: &str = "commcanary_gt_stamp";
+/// Prefix of both kernels' names.
+pub const KERNEL_PREFIX: &str = "commcanary_gt_";
+
+/// Byte offsets in the mapped page, each word on its own 128-byte line.
+const REL: usize = 0;
+const ACK: usize = 128;
+const START: usize = 256;
+const TS: usize = 384;
+const STAMPS: usize = 512;
+const PAGE_BYTES: usize = 4096;
+/// Stamping kernels per window at most (two u64 each after `STAMPS`).
+pub const MAX_STAMPS: usize = (PAGE_BYTES - STAMPS) / 16;
+
+/// PTX ISA 7.0 (sm_70 and later): the release kernel spins (volatile loads of
+/// the mapped word, 2 s timeout on `%globaltimer`), stamps, fences and
+/// acknowledges; the stamping kernel reads the timer as its first and last
+/// instructions.
+const PTX: &str = "
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry commcanary_gt_release(
+    .param .u64 commcanary_gt_release_param_0,
+    .param .u32 commcanary_gt_release_param_1
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [commcanary_gt_release_param_0];
+    ld.param.u32 %r1, [commcanary_gt_release_param_1];
+    st.volatile.global.u32 [%rd1+256], %r1;
+    mov.u64 %rd2, %globaltimer;
+$L_wait:
+    ld.volatile.global.u32 %r2, [%rd1];
+    setp.eq.u32 %p1, %r2, %r1;
+    @%p1 bra $L_go;
+    mov.u64 %rd3, %globaltimer;
+    sub.u64 %rd4, %rd3, %rd2;
+    setp.lt.u64 %p2, %rd4, 2000000000;
+    @%p2 bra $L_wait;
+    ret;
+$L_go:
+    mov.u64 %rd5, %globaltimer;
+    st.volatile.global.u64 [%rd1+384], %rd5;
+    membar.sys;
+    st.volatile.global.u32 [%rd1+128], %r1;
+    ret;
+}
+
+.visible .entry commcanary_gt_stamp(
+    .param .u64 commcanary_gt_stamp_param_0
+)
+{
+    .reg .b64 %rd<4>;
+    mov.u64 %rd2, %globaltimer;
+    ld.param.u64 %rd1, [commcanary_gt_stamp_param_0];
+    st.volatile.global.u64 [%rd1], %rd2;
+    mov.u64 %rd3, %globaltimer;
+    st.volatile.global.u64 [%rd1+8], %rd3;
+    ret;
+}
+";
+
+/// One window of the `%globaltimer` anchor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimerWindow {
+    /// Host time of `first_timer_ns`, with its bound.
+    pub estimate: crate::core::clock::DeviceAnchorEstimate,
+    /// The window's first timer reading.
+    pub first_timer_ns: u64,
+    /// Greatest common divisor of the readings' differences (the timer's step, at most 1 µs).
+    pub resolution_ns: u64,
+    /// Entry and exit readings of the stamping kernels, in launch order.
+    pub stamps: Vec<(u64, u64)>,
+}
+
+/// The loaded kernels and their mapped page.
+pub struct GlobalTimer {
+    _module: drv_sys::CUmodule,
+    release: drv_sys::CUfunction,
+    stamp: drv_sys::CUfunction,
+    host: *mut u8,
+    dev: drv_sys::CUdeviceptr,
+    seq: u32,
+}
+
+impl GlobalTimer {
+    /// Load the kernels and map the page (the context current on this thread).
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
+        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
+        let src = std::ffi::CString::new(PTX).expect("no NUL in the PTX");
+        // SAFETY: a NUL-terminated PTX image; the context is current.
+        let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, "cuModuleLoadData (%globaltimer kernels)")?;
+        // SAFETY: the module stays loaded as long as this value.
+        let release = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_gt_release".into()) }, "cuModuleGetFunction")?;
+        // SAFETY: as above.
+        let stamp = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_gt_stamp".into()) }, "cuModuleGetFunction")?;
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut dev: drv_sys::CUdeviceptr = 0;
+        // SAFETY: out-pointers to locals; the context is current; the page is zeroed before use.
+        unsafe {
+            drv(
+                drv_sys::cuMemHostAlloc(&mut p, PAGE_BYTES, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE).result(),
+                "cuMemHostAlloc (%globaltimer page)",
+            )?;
+            std::ptr::write_bytes(p as *mut u8, 0, PAGE_BYTES);
+            drv(drv_sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0).result(), "cuMemHostGetDevicePointer")?;
+        }
+        Ok(Self { _module: module, release, stamp, host: p as *mut u8, dev, seq: 0 })
+    }
+
+    fn word(&self, at: usize) -> *mut u32 {
+        // SAFETY: `at` is one of the page's fixed offsets, inside the page.
+        unsafe { self.host.add(at) as *mut u32 }
+    }
+
+    fn read_u64(&self, at: usize) -> u64 {
+        // SAFETY: an aligned u64 slot inside the page, written by the device.
+        unsafe { std::ptr::read_volatile(self.host.add(at) as *const u64) }
+    }
+
+    fn wait_word(&self, at: usize, v: u32, what: &str) -> Result<()> {
+        let t0 = Instant::now();
+        // SAFETY: a live, aligned word of the page.
+        while unsafe { std::ptr::read_volatile(self.word(at)) } != v {
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("%globaltimer anchor: the release kernel did not {what} within 10 s");
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// One window on an idle `stream`: `trips` round trips, then `stamps`
+    /// stamping kernels back to back; `now` reads the host clock.
+    pub fn window(&mut self, stream: &CudaStream, now: &mut dyn FnMut() -> u64, trips: usize, stamps: usize) -> Result<TimerWindow> {
+        if trips == 0 || stamps > MAX_STAMPS {
+            bail!("internal: %globaltimer window of {trips} trips and {stamps} stamping kernels");
+        }
+        let mut raw = Vec::with_capacity(trips);
+        for _ in 0..trips {
+            self.seq = self.seq.wrapping_add(1).max(1);
+            let v = self.seq;
+            let (mut a, mut b) = (self.dev, v);
+            let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
+            // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
+            drv(unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) }, "cuLaunchKernel (%globaltimer release)")?;
+            self.wait_word(START, v, "start")?;
+            let before = now();
+            // SAFETY: a live, aligned word; only this thread writes it.
+            unsafe { std::ptr::write_volatile(self.word(REL), v) };
+            self.wait_word(ACK, v, "acknowledge")?;
+            let after = now();
+            raw.push((before, after, self.read_u64(TS)));
+        }
+        for i in 0..stamps {
+            let mut a = self.dev + (STAMPS + 16 * i) as u64;
+            let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void];
+            // SAFETY: the kernel takes one u64 (a mapped slot of two u64 inside the page).
+            drv(unsafe { cudarc::driver::result::launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) }, "cuLaunchKernel (%globaltimer stamp)")?;
+        }
+        drv(stream.synchronize(), "synchronizing the %globaltimer window")?;
+        let first = raw[0].2;
+        let trips_dev: Vec<crate::core::clock::DeviceRoundTrip> = raw
+            .iter()
+            .map(|&(before, after, ts)| crate::core::clock::DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ts as f64 - first as f64 })
+            .collect();
+        let estimate = crate::core::clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
+        let resolution_ns = raw.iter().map(|r| r.2.abs_diff(first)).filter(|&d| d > 0).fold(0, gcd).clamp(1, 1000);
+        let stamps = (0..stamps).map(|i| (self.read_u64(STAMPS + 16 * i), self.read_u64(STAMPS + 16 * i + 8))).collect();
+        Ok(TimerWindow { estimate, first_timer_ns: first, resolution_ns, stamps })
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Drop for GlobalTimer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc in `load`; no kernel uses it after the last window synchronized.
+        unsafe {
+            let _ = drv_sys::cuMemFreeHost(self.host as *mut std::ffi::c_void);
+        }
+    }
+}
