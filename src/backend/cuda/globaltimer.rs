@@ -7,16 +7,21 @@
 //! entry and exit timer readings of a few one-thread stamping kernels (for
 //! [`crate::core::clock::bracket_timer_offset`] against their CUPTI records).
 //!
-//! A round trip: a one-thread kernel is launched and announces that it is
-//! spinning on a host-mapped word; the host reads its clock, releases the
-//! word with a plain store and spins on an acknowledgement; the kernel reads
-//! `%globaltimer` as soon as it sees the release, writes the reading, fences
-//! (`membar.sys`) and acknowledges. The reading therefore lies between the
-//! host's two clock reads, and neither leg holds an API call or a stream
-//! operation (a multiprocessor polling host memory answers in about 1 µs,
-//! the front end's stream memory operations in about 2 µs on an H200). The
-//! window intersects the trips' feasible intervals
-//! ([`crate::core::clock::estimate_device_anchor`]).
+//! A round trip: a kernel of [`POLLING_WARPS`] warps is launched and
+//! announces that it is spinning on a host-mapped word, one lane per warp
+//! polling it with the warps' first polls staggered across a load's latency;
+//! the host reads its clock, releases the word with a plain store and spins
+//! on the warps' reply slots; each warp reads `%globaltimer` as soon as it
+//! sees the release and writes the reading (non-zero) to its own slot, that
+//! one 8-byte store being the acknowledgement. The first reading the host
+//! sees therefore lies between its two clock reads, and neither leg holds an
+//! API call, a stream operation or a fence (a multiprocessor's load of host
+//! memory takes about 1 µs, the front end's stream memory operations about
+//! 2 µs on an H200; the staggered polls shorten the forward leg's wait for
+//! the next load). The window intersects the trips' feasible intervals
+//! ([`crate::core::clock::estimate_device_anchor`]). The host clears the
+//! slots only after every warp has replied, so no late reply of one trip can
+//! be read as the next trip's.
 //!
 //! Refuses: a device whose driver cannot load the PTX module, mapped host
 //! memory that cannot be allocated, a kernel that does not announce or
@@ -32,20 +37,25 @@ pub const STAMP_KERNEL_NAME: &str = "commcanary_gt_stamp";
 /// Prefix of both kernels' names.
 pub const KERNEL_PREFIX: &str = "commcanary_gt_";
 
-/// Byte offsets in the mapped page, each word on its own 128-byte line.
+/// Warps polling the release word, one lane each.
+pub const POLLING_WARPS: usize = 4;
+/// Byte offsets in the mapped page, each word on its own 128-byte line:
+/// the release word, the start announcement, the warps' reply slots (u64,
+/// 128 bytes apart) and the stamping kernels' readings.
 const REL: usize = 0;
-const ACK: usize = 128;
-const START: usize = 256;
-const TS: usize = 384;
-const STAMPS: usize = 512;
+const START: usize = 128;
+const REPLY: usize = 256;
+const STAMPS: usize = REPLY + 128 * POLLING_WARPS;
 const PAGE_BYTES: usize = 4096;
 /// Stamping kernels per window at most (two u64 each after `STAMPS`).
 pub const MAX_STAMPS: usize = (PAGE_BYTES - STAMPS) / 16;
 
-/// PTX ISA 7.0 (sm_70 and later): the release kernel spins (volatile loads of
-/// the mapped word, 2 s timeout on `%globaltimer`), stamps, fences and
-/// acknowledges; the stamping kernel reads the timer as its first and last
-/// instructions.
+/// PTX ISA 7.0 (sm_70 and later). The release kernel: lane 0 of each warp
+/// (warp 0 first announces the start) waits 256 ns times its warp index, then
+/// polls the release word with volatile loads (2 s timeout on
+/// `%globaltimer`), and on the release writes `%globaltimer` to its reply
+/// slot (REPLY + 128 * warp). The stamping kernel reads the timer as its
+/// first and last instructions.
 const PTX: &str = "
 .version 7.0
 .target sm_70
@@ -56,13 +66,28 @@ const PTX: &str = "
     .param .u32 commcanary_gt_release_param_1
 )
 {
-    .reg .pred %p<3>;
-    .reg .b32 %r<3>;
-    .reg .b64 %rd<6>;
+    .reg .pred %p<4>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<10>;
     ld.param.u64 %rd1, [commcanary_gt_release_param_0];
     ld.param.u32 %r1, [commcanary_gt_release_param_1];
-    st.volatile.global.u32 [%rd1+256], %r1;
+    mov.u32 %r3, %tid.x;
+    and.b32 %r4, %r3, 31;
+    setp.ne.u32 %p3, %r4, 0;
+    @%p3 bra $L_end;
+    shr.u32 %r5, %r3, 5;
+    mul.wide.u32 %rd6, %r5, 128;
+    add.u64 %rd7, %rd1, %rd6;
+    mul.wide.u32 %rd8, %r5, 256;
     mov.u64 %rd2, %globaltimer;
+    setp.ne.u32 %p3, %r5, 0;
+    @%p3 bra $L_stagger;
+    st.volatile.global.u32 [%rd1+128], %r1;
+$L_stagger:
+    mov.u64 %rd3, %globaltimer;
+    sub.u64 %rd4, %rd3, %rd2;
+    setp.lt.u64 %p2, %rd4, %rd8;
+    @%p2 bra $L_stagger;
 $L_wait:
     ld.volatile.global.u32 %r2, [%rd1];
     setp.eq.u32 %p1, %r2, %r1;
@@ -71,12 +96,11 @@ $L_wait:
     sub.u64 %rd4, %rd3, %rd2;
     setp.lt.u64 %p2, %rd4, 2000000000;
     @%p2 bra $L_wait;
-    ret;
+    bra $L_end;
 $L_go:
     mov.u64 %rd5, %globaltimer;
-    st.volatile.global.u64 [%rd1+384], %rd5;
-    membar.sys;
-    st.volatile.global.u32 [%rd1+128], %r1;
+    st.volatile.global.u64 [%rd7+256], %rd5;
+$L_end:
     ret;
 }
 
@@ -164,6 +188,17 @@ impl GlobalTimer {
         Ok(())
     }
 
+    fn reply(&self, w: usize) -> u64 {
+        self.read_u64(REPLY + 128 * w)
+    }
+
+    fn clear_replies(&self) {
+        for w in 0..POLLING_WARPS {
+            // SAFETY: an aligned u64 slot inside the page; every warp of the last trip has written it already.
+            unsafe { std::ptr::write_volatile(self.host.add(REPLY + 128 * w) as *mut u64, 0) };
+        }
+    }
+
     /// One window on an idle `stream`: `trips` round trips, then `stamps`
     /// stamping kernels back to back; `now` reads the host clock.
     pub fn window(&mut self, stream: &CudaStream, now: &mut dyn FnMut() -> u64, trips: usize, stamps: usize) -> Result<TimerWindow> {
@@ -171,20 +206,46 @@ impl GlobalTimer {
             bail!("internal: %globaltimer window of {trips} trips and {stamps} stamping kernels");
         }
         let mut raw = Vec::with_capacity(trips);
+        let threads = (32 * POLLING_WARPS) as u32;
         for _ in 0..trips {
             self.seq = self.seq.wrapping_add(1).max(1);
             let v = self.seq;
+            self.clear_replies();
             let (mut a, mut b) = (self.dev, v);
             let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
             // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
-            drv(unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) }, "cuLaunchKernel (%globaltimer release)")?;
+            drv(
+                unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) },
+                "cuLaunchKernel (%globaltimer release)",
+            )?;
             self.wait_word(START, v, "start")?;
+            // every warp past its stagger and polling
+            let settle = Instant::now();
+            while settle.elapsed() < Duration::from_micros(2) {
+                std::hint::spin_loop();
+            }
             let before = now();
             // SAFETY: a live, aligned word; only this thread writes it.
             unsafe { std::ptr::write_volatile(self.word(REL), v) };
-            self.wait_word(ACK, v, "acknowledge")?;
+            let t0 = Instant::now();
+            let ts = loop {
+                if let Some(ts) = (0..POLLING_WARPS).map(|w| self.reply(w)).filter(|&r| r != 0).min() {
+                    break ts;
+                }
+                if t0.elapsed() > Duration::from_secs(10) {
+                    bail!("%globaltimer anchor: the release kernel did not reply within 10 s");
+                }
+                std::hint::spin_loop();
+            };
             let after = now();
-            raw.push((before, after, self.read_u64(TS)));
+            raw.push((before, after, ts));
+            // the other warps reply too; wait for them before the slots are cleared
+            while (0..POLLING_WARPS).any(|w| self.reply(w) == 0) {
+                if t0.elapsed() > Duration::from_secs(10) {
+                    bail!("%globaltimer anchor: a warp of the release kernel did not reply within 10 s");
+                }
+                std::hint::spin_loop();
+            }
         }
         for i in 0..stamps {
             let mut a = self.dev + (STAMPS + 16 * i) as u64;

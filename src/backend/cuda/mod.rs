@@ -235,8 +235,9 @@ struct Anchor {
 
 /// Round trips per `%globaltimer` window: more than the event windows',
 /// since a trip costs one small launch and the intersection narrows with
-/// every trip whose two legs are short (24 gave 1.6 µs, 400 gave 0.9 µs on an H200).
-const TIMER_ROUND_TRIPS: usize = 96;
+/// every trip whose two legs are short (on one H200: 24 trips gave 1.6 µs,
+/// 96 gave 1.1-1.5 µs, 400 gave 0.9 µs; a trip takes about 8 µs).
+const TIMER_ROUND_TRIPS: usize = 256;
 /// Stamping kernels per `%globaltimer` window.
 const TIMER_STAMPS: usize = 8;
 
