@@ -9,6 +9,8 @@
 # From the repository root, with .stage/ made by scripts/device-stage.sh
 # (STAGE_GPU_TESTS=1 STAGE_NCCL_TESTS=DIR add the GPU test binary and all_reduce_perf).
 # STEPS picks steps (default "tests bench parity skew"); REPS, N, W, E, JOBS size them.
+# SKEW_CUPTI=1 runs the skew jobs with --cupti: arrivals are then the NCCL kernels'
+# starts, anchored through %globaltimer (phases[].kernel_anchor), where every member has one.
 set -uo pipefail
 RES=${1:?result dir}; mkdir -p "$RES"
 NP=${NP:-2}; STEPS=${STEPS:-tests bench parity skew}; JOBS=${JOBS:-5}
@@ -38,26 +40,27 @@ if has parity; then
   bash scripts/bench-vs-nccl-tests.sh "$RES/parity"
 fi
 if has skew; then
-  log "injected skew 20 us on rank 1 every 10th collective, $JOBS all-phase jobs of 256 x 32"
+  cupti_flag=""; [ "${SKEW_CUPTI:-0}" = 1 ] && cupti_flag="--cupti"
+  log "injected skew 20 us on rank 1 every 10th collective, $JOBS all-phase jobs of 256 x 32 ${cupti_flag:-(events)}"
   W=$(mktemp -d)
   for j in $(seq 1 "$JOBS"); do
     timeout 200 mpirun < /dev/null --bind-to none -n "$NP" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$CC" rank -q --backend cuda --phases all \
-      --tokens 256 --model synthetic --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
+      --tokens 256 --model synthetic --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 $cupti_flag --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
     "$CC" join "$W/skew-$j" --json > "$RES/skew-$j.join.json" && "$CC" join "$W/skew-$j" | tail -8
-    for r in 0 1; do "$CC" inspect --header-only "$W/skew-$j/rank-0000$r.shard" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("rank", h["rank"], "anchor error ns per phase:", {p["phase"]: p["device_anchor_error_ns"] for p in h["phases"]})'; done
+    for r in 0 1; do "$CC" inspect --header-only "$W/skew-$j/rank-0000$r.shard" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("rank", h["rank"], "anchor error ns per phase (events, kernels):", {p["phase"]: (p["device_anchor_error_ns"], (p.get("kernel_anchor") or {}).get("error_ns")) for p in h["phases"]})'; done
     rm -f "$W/e.jsonl"; "$CC" join "$W/skew-$j" --events-out "$W/e.jsonl" > /dev/null
     python3 - "$W/e.jsonl" <<'PY'
 import json, sys
 from collections import defaultdict
-n = defaultdict(lambda: [0, 0, 0])  # phase -> [skew > 3us, of those resolved, timed]
+n = defaultdict(lambda: [0, 0, 0, 0])  # phase -> [skew > 3us, of those resolved, timed, arrivals from NCCL kernels]
 for line in open(sys.argv[1]):
     c = json.loads(line)
     if c["warmup"] or c.get("arrival_skew_us") is None:
         continue
-    k = n[c["phase"]]; k[2] += 1
+    k = n[c["phase"]]; k[2] += 1; k[3] += c.get("arrival_source") == "nccl-kernel"
     if c["arrival_skew_us"] > 3.0:
         k[0] += 1; k[1] += bool(c["skew_resolved"])
-print("skew_resolved among collectives with skew > 3 us, per phase:", {p: f"{v[1]}/{v[0]} (of {v[2]} timed)" for p, v in n.items()})
+print("skew_resolved among collectives with skew > 3 us, per phase:", {p: f"{v[1]}/{v[0]} (of {v[2]} timed; {v[3]} arrivals from NCCL kernels)" for p, v in n.items()})
 PY
   done
   rm -rf "$W"

@@ -11,6 +11,9 @@
 #              a corrupted-result run that must fail
 #   streams    scripts/device-comm-stream-ab.sh at TP=2 (blocking on the compute
 #              stream vs its own, eager and graph, 3 rounds)
+#   skew       issue 11's 20 us injected-skew control, 5 all-phase jobs, twice:
+#              arrivals from device events, then with --cupti from NCCL kernel
+#              starts anchored through %globaltimer (not in the default list)
 #
 #   bash scripts/device-x2-session.sh OUT_DIR [STEP...]   (default: every step)
 #
@@ -49,6 +52,8 @@ for s in "${steps[@]}"; do
               done
               timeout 120 mpirun --bind-to none -n 2 -x NCCL_NVLS_ENABLE "$B" replay-trace out/tp2.comm.json --backend cuda --check --pace workload --corrupt-rank 1 --out "$OUTD/workload-corrupt" > "$OUTD/workload-corrupt.out" 2>&1
               echo "workload corrupted (must fail): rc $?"; grep -m1 -- "--check" "$OUTD/workload-corrupt.out" ;;
+    skew) STEPS=skew JOBS=${JOBS:-5} timeout 280 bash scripts/device-instrument.sh "$OUTD/skew-events" > /dev/null 2>&1; echo "events: rc $?"; grep -E "delay control|skew_resolved|anchor error" "$OUTD/skew-events/session.log" | head -20
+          STEPS=skew JOBS=${JOBS:-5} SKEW_CUPTI=1 timeout 300 bash scripts/device-instrument.sh "$OUTD/skew-cupti" > /dev/null 2>&1; echo "cupti: rc $?"; grep -E "delay control|skew_resolved|anchor error" "$OUTD/skew-cupti/session.log" | head -20 ;;
     streams) timeout 400 bash scripts/device-comm-stream-ab.sh "$OUTD/streams" 2 3 > "$OUTD/streams.log" 2>&1; echo "rc $?" >> "$OUTD/streams.log"; tail -4 "$OUTD/streams.log" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

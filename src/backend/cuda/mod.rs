@@ -9,7 +9,10 @@
 //! on an idle stream at the start and at the end of every pass, whose
 //! feasible intervals are intersected (the recorded anchor error is the
 //! larger window's half-width plus the event timer's resolution and the
-//! rounding of `cuEventElapsedTime`'s float milliseconds). Refuses, with a
+//! rounding of `cuEventElapsedTime`'s float milliseconds). With `--cupti`,
+//! kernel records are placed through `%globaltimer` instead
+//! ([`globaltimer`]: release-and-reply round trips and stamping kernels at
+//! the same two points), with their own recorded error. Refuses, with a
 //! one-line reason: no driver, no GPU, no cuBLAS, an NCCL library that is not
 //! the one asked for.
 //!
