@@ -163,6 +163,20 @@ fn cuda_bogus_nccl_path_is_one_clear_line_before_mpi() {
     assert!(err.contains("/nonexistent/libnccl.so.2: no such file") && err.trim().lines().count() == 1, "{err}");
 }
 
+/// `bench-overhead` failing once MPI is up (here: no such NCCL library)
+/// prints the rank's error and ends the job, as `rank` does, instead of
+/// returning it through MPI's finalization.
+#[test]
+fn cuda_bench_overhead_error_after_mpi_start_is_printed_and_ends_the_job() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let o = mpirun(1, &["bench-overhead", "--backend", "cuda", "--nccl-lib", "/nonexistent/libnccl.so.2", "--reps", "1", "--iters", "10"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bench-overhead rank 0: error") && err.contains("/nonexistent/libnccl.so.2"), "{err}");
+}
+
 #[test]
 fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
     if !gpu_or_skip() {

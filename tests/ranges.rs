@@ -70,6 +70,11 @@ fn rank_refuses_out_of_range_numbers_before_any_work() {
         assert!(!out.exists() || std::fs::read_dir(&out).unwrap().count() == 0, "{c:?}: nothing written");
     }
     refused_quickly(&["bench-overhead", "--size", "0"], "OUT_OF_RANGE");
+    // an existing --json-out is refused before the benchmark runs (not after, losing its results)
+    let existing = d.path().join("bench.json");
+    std::fs::write(&existing, b"[]").unwrap();
+    refused_quickly(&["bench-overhead", "--backend", "cpu", "--json-out", existing.to_str().unwrap()], "ALREADY_EXISTS");
+    assert_eq!(std::fs::read(&existing).unwrap(), b"[]", "the existing file is untouched");
 }
 
 #[test]

@@ -48,11 +48,31 @@ pub struct BenchOptions {
 /// Run the benchmark; rank 0 prints JSON lines.
 pub fn run(args: BenchOptions) -> Result<()> {
     let bytes = crate::core::units::parse_bytes(&args.size)?;
+    // refused before the run, not after it: the results would have nowhere to go
+    if let Some(p) = args.json_out.as_ref().filter(|p| p.exists()) {
+        crate::refuse!(crate::core::refusal::Code::AlreadyExists, "--json-out {} exists (results are never overwritten)", p.display());
+    }
     if args.backend == crate::backend::BackendChoice::Cuda {
         return run_cuda(&args);
     }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = universe.world();
+    or_abort(&world, || run_cpu(&args, bytes, &world))
+}
+
+/// Run `body` with MPI up: an error is printed by the rank that met it and
+/// ends the job (MPI_Abort), as `rank` does. Returning it instead would
+/// finalize MPI while a peer may sit in a collective, and the message
+/// might never appear.
+fn or_abort(world: &mpi::topology::SimpleCommunicator, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    if let Err(e) = body() {
+        crate::rank::write_line_stderr(&format!("commcanary bench-overhead rank {}: error: {e:#}", world.rank()));
+        world.abort(2);
+    }
+    Ok(())
+}
+
+fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommunicator) -> Result<()> {
     let gemm = GemmShape { m: 8, n: 8, k: 8 };
     let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
     let mut backend = CpuBackend::new(&world, &crate::backend::BackendPlan::for_spec(&spec))?;
@@ -143,7 +163,11 @@ fn run_cuda(args: &BenchOptions) -> Result<()> {
     }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = universe.world();
-    let local = mpi::topology::Communicator::split_shared(&world, world.rank());
+    or_abort(&world, || cuda_body(args, &sizes, &world))
+}
+
+fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCommunicator) -> Result<()> {
+    let local = mpi::topology::Communicator::split_shared(world, world.rank());
     let clock = RankClock::new(world.rank() as u32, &[]);
     let max = sizes.iter().copied().max().unwrap_or(4);
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
@@ -165,7 +189,7 @@ fn run_cuda(args: &BenchOptions) -> Result<()> {
         variants.push("instrumented+cupti");
     }
     let mut all = Vec::new();
-    for &bytes in &sizes {
+    for &bytes in sizes {
         let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
         let mut reps: Vec<std::collections::BTreeMap<&str, VariantRep>> = Vec::new();
         // one untimed round of each loop first: NCCL connects lazily at a size's first use
