@@ -266,7 +266,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
             "benchmark": "cuda-event-timer-and-anchor",
             "event_times_after_first_ns": probe_ns,
             "last_pass_anchor_windows": anchors.map(|(a, b)| serde_json::json!({"start": a, "end": b})),
-            "note": "64 events recorded back to back on an idle stream: their spacing shows the timer's granularity; anchor windows: intersection of 24 record-and-poll round trips",
+            "note": "64 events recorded back to back on an idle stream: their spacing shows the timer's granularity (and, where wider, the host cost of one cuEventRecord); anchor windows: intersection of the round trips the device_anchor fact describes",
         });
         println!("{probe}");
         all.push(probe);

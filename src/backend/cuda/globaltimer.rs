@@ -199,6 +199,42 @@ impl GlobalTimer {
         }
     }
 
+    /// Next release value, with the reply slots cleared (every warp of the
+    /// previous trip has replied: the window waited for it).
+    fn arm(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        self.clear_replies();
+        self.seq
+    }
+
+    /// Enqueue the release kernel for value `v`.
+    fn launch_release(&self, stream: &CudaStream, v: u32) -> Result<()> {
+        let threads = (32 * POLLING_WARPS) as u32;
+        let (mut a, mut b) = (self.dev, v);
+        let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
+        // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
+        drv(
+            unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) },
+            "cuLaunchKernel (%globaltimer release)",
+        )
+    }
+
+    /// Wait until the release kernel of `v` runs, and 2 µs more (every warp past its stagger and polling).
+    fn wait_polling(&self, v: u32) -> Result<()> {
+        self.wait_word(START, v, "start")?;
+        let settle = Instant::now();
+        while settle.elapsed() < Duration::from_micros(2) {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// Release the kernel waiting for `v` (a plain store to mapped memory).
+    fn release(&self, v: u32) {
+        // SAFETY: a live, aligned word; only this thread writes it.
+        unsafe { std::ptr::write_volatile(self.word(REL), v) };
+    }
+
     /// One window on an idle `stream`: `trips` round trips, then `stamps`
     /// stamping kernels back to back; `now` reads the host clock.
     pub fn window(&mut self, stream: &CudaStream, now: &mut dyn FnMut() -> u64, trips: usize, stamps: usize) -> Result<TimerWindow> {
@@ -206,27 +242,12 @@ impl GlobalTimer {
             bail!("internal: %globaltimer window of {trips} trips and {stamps} stamping kernels");
         }
         let mut raw = Vec::with_capacity(trips);
-        let threads = (32 * POLLING_WARPS) as u32;
         for _ in 0..trips {
-            self.seq = self.seq.wrapping_add(1).max(1);
-            let v = self.seq;
-            self.clear_replies();
-            let (mut a, mut b) = (self.dev, v);
-            let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
-            // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
-            drv(
-                unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) },
-                "cuLaunchKernel (%globaltimer release)",
-            )?;
-            self.wait_word(START, v, "start")?;
-            // every warp past its stagger and polling
-            let settle = Instant::now();
-            while settle.elapsed() < Duration::from_micros(2) {
-                std::hint::spin_loop();
-            }
+            let v = self.arm();
+            self.launch_release(stream, v)?;
+            self.wait_polling(v)?;
             let before = now();
-            // SAFETY: a live, aligned word; only this thread writes it.
-            unsafe { std::ptr::write_volatile(self.word(REL), v) };
+            self.release(v);
             let t0 = Instant::now();
             let ts = loop {
                 if let Some(ts) = (0..POLLING_WARPS).map(|w| self.reply(w)).filter(|&r| r != 0).min() {
