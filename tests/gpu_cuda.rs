@@ -104,7 +104,8 @@ fn check_kernel_anchor(shard: &Shard) {
             continue;
         }
         let tol = a.error_ns + p.device_anchor_error_ns.unwrap_or(0);
-        let compute: Vec<(u64, u64)> = shard.body.compute.iter().filter(|c| c.phase == p.phase).map(|c| (c.start_ns.saturating_sub(tol), c.end_ns + tol)).collect();
+        let compute: Vec<(u64, u64)> =
+            shard.body.compute.iter().filter(|c| c.phase == p.phase).map(|c| (c.start_ns.saturating_sub(tol), c.end_ns + tol)).collect();
         if compute.is_empty() {
             continue;
         }
@@ -115,7 +116,14 @@ fn check_kernel_anchor(shard: &Shard) {
             .filter(|k| !compute.iter().any(|&(s, e)| k.start_ns >= s && k.end_ns <= e))
             .map(|k| format!("{} [{}, {}]", name(k), k.start_ns, k.end_ns))
             .collect();
-        assert!(outside.is_empty(), "phase {}: {} of {} GEMM kernels outside every compute interval (±{tol} ns): {:?}", p.phase, outside.len(), gemms.len(), &outside[..outside.len().min(3)]);
+        assert!(
+            outside.is_empty(),
+            "phase {}: {} of {} GEMM kernels outside every compute interval (±{tol} ns): {:?}",
+            p.phase,
+            outside.len(),
+            gemms.len(),
+            &outside[..outside.len().min(3)]
+        );
     }
 }
 

@@ -75,7 +75,7 @@ fn or_abort(world: &mpi::topology::SimpleCommunicator, body: impl FnOnce() -> Re
 fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommunicator) -> Result<()> {
     let gemm = GemmShape { m: 8, n: 8, k: 8 };
     let spec = WorkloadSpec::isolated_only(bytes, args.iters, gemm);
-    let mut backend = CpuBackend::new(&world, &crate::backend::BackendPlan::for_spec(&spec))?;
+    let mut backend = CpuBackend::new(world, &crate::backend::BackendPlan::for_spec(&spec))?;
     let clock = RankClock::new(world.rank() as u32, &[]);
     let mut bare = Vec::new();
     let mut instrumented = Vec::new();
@@ -91,7 +91,7 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         let _ = backend.finish_pass()?;
         world.barrier();
         let t0 = monotonic_raw_ns();
-        let mut runner = Runner::new(&mut backend, &clock, &world, &spec, None, None, None, false);
+        let mut runner = Runner::new(&mut backend, &clock, world, &spec, None, None, None, false);
         runner.run_all()?;
         instrumented.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
         std::hint::black_box(runner.body);
@@ -172,7 +172,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
     let max = sizes.iter().copied().max().unwrap_or(4);
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
     let mut backend = crate::backend::cuda::CudaBackend::new(
-        &world,
+        world,
         local.rank() as u32,
         &args.nccl_lib,
         &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)),
@@ -195,7 +195,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         // one untimed round of each loop first: NCCL connects lazily at a size's first use
         world.barrier();
         backend.reference_loop(bytes, args.iters.min(50))?;
-        Runner::new(&mut backend, &clock, &world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), None, None, None, false).run_all()?;
+        Runner::new(&mut backend, &clock, world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), None, None, None, false).run_all()?;
         for rep in 0..args.reps as usize {
             let mut got = std::collections::BTreeMap::new();
             for k in 0..variants.len() {
@@ -213,7 +213,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                     }
                 } else {
                     let spec = WorkloadSpec { graph: v == "instrumented+graph", ..spec.clone() };
-                    let mut runner = Runner::new(&mut backend, &clock, &world, &spec, None, None, None, false);
+                    let mut runner = Runner::new(&mut backend, &clock, world, &spec, None, None, None, false);
                     runner.run_all()?;
                     let ev = &runner.body.collectives;
                     let stamps: Vec<u64> = if spec.graph {

@@ -213,10 +213,8 @@ impl GlobalTimer {
         let (mut a, mut b) = (self.dev, v);
         let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
         // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
-        drv(
-            unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) },
-            "cuLaunchKernel (%globaltimer release)",
-        )
+        let launched = unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) };
+        drv(launched, "cuLaunchKernel (%globaltimer release)")
     }
 
     /// Wait until the release kernel of `v` runs, and 2 µs more (every warp past its stagger and polling).
@@ -272,13 +270,18 @@ impl GlobalTimer {
             let mut a = self.dev + (STAMPS + 16 * i) as u64;
             let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void];
             // SAFETY: the kernel takes one u64 (a mapped slot of two u64 inside the page).
-            drv(unsafe { cudarc::driver::result::launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) }, "cuLaunchKernel (%globaltimer stamp)")?;
+            let launched = unsafe { cudarc::driver::result::launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) };
+            drv(launched, "cuLaunchKernel (%globaltimer stamp)")?;
         }
         drv(stream.synchronize(), "synchronizing the %globaltimer window")?;
         let first = raw[0].2;
         let trips_dev: Vec<crate::core::clock::DeviceRoundTrip> = raw
             .iter()
-            .map(|&(before, after, ts)| crate::core::clock::DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ts as f64 - first as f64 })
+            .map(|&(before, after, ts)| crate::core::clock::DeviceRoundTrip {
+                host_before_ns: before,
+                host_after_ns: after,
+                device_ns: ts as f64 - first as f64,
+            })
             .collect();
         let estimate = crate::core::clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
         let resolution_ns = raw.iter().map(|r| r.2.abs_diff(first)).filter(|&d| d > 0).fold(0, gcd).clamp(1, 1000);
