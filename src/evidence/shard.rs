@@ -310,7 +310,7 @@ pub struct PhaseRun {
 
 /// How CUPTI kernel timestamps were placed on the host clock: CUPTI's
 /// kernel timer against the GPU's `%globaltimer` (stamping kernels), and
-/// `%globaltimer` against the host clock (release-and-acknowledge round
+/// `%globaltimer` against the host clock (release-and-reply round
 /// trips), in a window at the start and one at the end of the phase.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct KernelAnchor {
@@ -323,7 +323,7 @@ pub struct KernelAnchor {
     pub cupti_offset_bound_ns: f64,
     /// The step of `%globaltimer` seen in the windows, ns.
     pub globaltimer_resolution_ns: u64,
-    /// Narrowest release-and-acknowledge round trip, ns.
+    /// Narrowest release-and-reply round trip, ns.
     pub best_round_trip_ns: u64,
     /// Round trips per window.
     pub round_trips: u32,

@@ -483,7 +483,7 @@ impl CudaBackend {
         device.facts.push((
             "cupti_kernel_anchor".into(),
             match &timer {
-                Ok(_) => format!("{TIMER_ROUND_TRIPS} %globaltimer release-and-acknowledge round trips and {TIMER_STAMPS} stamping kernels per window, start and end of every pass"),
+                Ok(_) => format!("{TIMER_ROUND_TRIPS} %globaltimer release-and-reply round trips and {TIMER_STAMPS} stamping kernels per window, start and end of every pass"),
                 Err(why) if why.starts_with("off") => why.clone(),
                 Err(why) => format!("unavailable: {why}; kernel times rest on CUPTI's own conversion"),
             },
