@@ -1115,6 +1115,54 @@ mod tests {
         assert_eq!(jc.arrival_source, Some(ArrivalSource::DeviceEventOrHostIssue));
     }
 
+    /// A one-rank shard whose phase `blocking` has `n` collectives, `k` NCCL
+    /// kernels (correlation ids descending, so that order comes from them)
+    /// and, if `anchored`, a kernel anchor.
+    fn shard_with_kernels(n: u64, k: u64, anchored: bool) -> Shard {
+        let anchor = serde_json::json!({"error_ns": 1200, "globaltimer_bound_ns": 800.0, "cupti_offset_bound_ns": 368.0,
+            "globaltimer_resolution_ns": 32, "best_round_trip_ns": 1700, "round_trips": 256, "stamp_kernels": 8,
+            "cupti_minus_globaltimer_ns": -205000.0, "cupti_own_minus_anchored_ns": null});
+        let phase = serde_json::json!({"phase": "blocking", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": 2300,
+            "quantum_ns": null, "trace": null, "collectives": n, "kernel_anchor": if anchored { anchor } else { serde_json::Value::Null }});
+        let collectives = (0..n)
+            .map(|seq| {
+                serde_json::from_value(serde_json::json!({"phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
+                    "dtype": "f32", "token": 0, "layer": seq, "iter": null, "warmup": false, "host_issue_ns": 10 * seq,
+                    "host_return_ns": 10 * seq + 1, "wait_start_ns": 10 * seq + 1, "wait_end_ns": 10 * seq + 2,
+                    "device_start_ns": 100 * seq, "device_end_ns": 100 * seq + 50, "injected_delay_ns": null, "replay": null,
+                    "fill": null, "checked": false}))
+                .unwrap()
+            })
+            .collect();
+        let kernels = (0..k)
+            .map(|i| crate::evidence::shard::KernelEvent {
+                phase: Phase::Blocking,
+                kind: crate::evidence::shard::KernelKind::Nccl,
+                name: 0,
+                start_ns: 100 * i + 7,
+                end_ns: 100 * i + 40,
+                stream: 1,
+                correlation: (1000 - i) as u32,
+            })
+            .collect();
+        let body = crate::evidence::shard::ShardBody {
+            collectives,
+            kernels,
+            kernel_names: vec!["ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()],
+            ..Default::default()
+        };
+        Shard { header: crate::evidence::shard::test_header("cuda", serde_json::json!([phase])), body }
+    }
+
+    #[test]
+    fn nccl_kernels_pair_with_collectives_in_launch_order_only_one_to_one_and_anchored() {
+        let got = nccl_kernel_starts(&shard_with_kernels(3, 3, true));
+        // correlation order is launch order: the kernel with the highest id was launched last
+        assert_eq!(got.into_iter().collect::<Vec<_>>(), vec![((0, 0), 207), ((0, 1), 107), ((0, 2), 7)]);
+        assert!(nccl_kernel_starts(&shard_with_kernels(3, 2, true)).is_empty(), "a missing kernel pairs nothing");
+        assert!(nccl_kernel_starts(&shard_with_kernels(3, 3, false)).is_empty(), "without a kernel anchor nothing pairs");
+    }
+
     #[test]
     fn cpu_arrival_is_the_host_issue_and_missing_clock_is_unknown() {
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);

@@ -725,6 +725,26 @@ impl Shard {
     }
 }
 
+/// A one-rank shard header of `backend` ("cpu" or "cuda") with these phase
+/// records (JSON), for tests of what reads shards.
+#[cfg(test)]
+pub(crate) fn test_header(backend: &str, phases: serde_json::Value) -> ShardHeader {
+    serde_json::from_value(serde_json::json!({
+        "format_version": SHARD_FORMAT_VERSION, "run_id": "r", "rank": 0, "world_size": 1, "host": "h",
+        "local_rank": 0, "local_size": 1, "backend": backend,
+        "device": {"backend": backend, "name": "x", "facts": []},
+        "identity": {"host": "h", "kernel": null, "cpu_model": null, "mpi_library": null, "mpi_standard": "3.1",
+            "world_rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "cpu_affinity": null,
+            "numa_mems": null, "env": [], "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
+        "identity_sha256": "d", "groups": [{"id": 0, "members": [0]}],
+        "workload": {"phases": ["blocking"], "tokens": 1, "warmup_tokens": 0, "layers": 1, "sizes_bytes": [4],
+            "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4},
+        "clock": null, "clock_injections": [], "clock_anchor_true_ns": 0, "delay_injection": null,
+        "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1}, "unmeasured": [], "phases": phases, "started_unix_ms": 0
+    }))
+    .expect("a valid test header")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -738,20 +758,7 @@ mod tests {
     }
 
     fn sample() -> Shard {
-        let json = serde_json::json!({
-            "format_version": SHARD_FORMAT_VERSION, "run_id": "r", "rank": 0, "world_size": 1, "host": "h",
-            "local_rank": 0, "local_size": 1, "backend": "cpu",
-            "device": {"backend": "cpu", "name": "x", "facts": []},
-            "identity": {"host": "h", "kernel": null, "cpu_model": null, "mpi_library": null, "mpi_standard": "3.1",
-                "world_rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "cpu_affinity": null,
-                "numa_mems": null, "env": [], "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
-            "identity_sha256": "d", "groups": [{"id": 0, "members": [0]}],
-            "workload": {"phases": ["blocking"], "tokens": 1, "warmup_tokens": 0, "layers": 1, "sizes_bytes": [4],
-                "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4},
-            "clock": null, "clock_injections": [], "clock_anchor_true_ns": 0, "delay_injection": null,
-            "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1}, "unmeasured": [], "phases": [], "started_unix_ms": 0
-        });
-        let header: ShardHeader = serde_json::from_value(json).unwrap();
+        let header = test_header("cpu", serde_json::json!([]));
         let tokens = vec![TokenEvent { phase: Phase::Blocking, token: 0, warmup: false, start_ns: 1, end_ns: 2 }];
         Shard { header, body: ShardBody { tokens, ..Default::default() } }
     }
