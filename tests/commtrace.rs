@@ -452,6 +452,10 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
     let refused = mpirun(2, &["replay-trace", s(&e), "--out", s(&d.path().join("et-wl")), "--pace", "workload"]);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && err.contains("no recorded duration"), "{err}");
+    // the device-paced gaps need a device
+    let refused = mpirun(2, &["replay-trace", s(&k), "--out", s(&d.path().join("dg")), "--pace", "device-gaps"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("--pace device-gaps needs --backend cuda"), "{err}");
 }
 
 /// Without a GPU, `replay-trace --backend cuda` says why in one line, before MPI starts.

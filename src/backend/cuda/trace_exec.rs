@@ -519,11 +519,11 @@ pub fn replay(
     timeout: Duration,
     cupti: bool,
 ) -> Result<ReplayOutput> {
-    if pace == Pace::Workload {
+    if matches!(pace, Pace::Workload | Pace::DeviceGaps) {
         if cupti {
-            bail!("--cupti is not built for --pace workload (its kernels are matched to host call windows, which this pace does not have)");
+            bail!("--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call windows, which these paces do not have)");
         }
-        return workload(world, nccl_path, trace, op, check, warmup, corrupt_rank, timeout);
+        return workload(world, nccl_path, trace, op, check, warmup, corrupt_rank, timeout, pace);
     }
     let cupti = if cupti { Some(Cupti::start().context("--cupti")?) } else { None };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
@@ -596,16 +596,24 @@ fn workload(
     warmup: bool,
     corrupt_rank: Option<u32>,
     timeout: Duration,
+    pace: Pace,
 ) -> Result<ReplayOutput> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     // refuse before any communicator exists
-    let plan = crate::evidence::commtrace::workload_plan::plan(mine)?;
+    let (plan, stands_for) = match pace {
+        Pace::DeviceGaps => {
+            let gaps = cpu_exec::gaps_ns(&mine.collectives)
+                .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?;
+            (crate::evidence::commtrace::workload_plan::plan_gaps(mine, &gaps)?, "gaps")
+        }
+        _ => (crate::evidence::commtrace::workload_plan::plan(mine)?, "compute"),
+    };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
     exec.corrupt = corrupt_rank == Some(rank);
     let result = exec.prepare(&mine.collectives).and_then(|_| {
-        let (records, report) = super::workload_exec::run(world, &mut exec, trace, &plan, op, check, warmup, timeout)?;
+        let (records, report) = super::workload_exec::run(world, &mut exec, trace, &plan, op, check, warmup, timeout, stands_for)?;
         exec.verify(&mine.collectives)?;
         Ok(ReplayOutput { records, workload: Some(report) })
     });

@@ -204,6 +204,7 @@ pub fn run(
     check: bool,
     warmup: bool,
     timeout: Duration,
+    stands_for: &str,
 ) -> Result<(Vec<ExecRecord>, WorkloadReport)> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
@@ -255,11 +256,16 @@ pub fn run(
     let (compute_ops, compute_recorded_ns) = plan.compute_total();
     let report = WorkloadReport {
         format_version: crate::evidence::commtrace::cpu_exec::WORKLOAD_REPORT_FORMAT_VERSION,
+        stands_for: stands_for.into(),
         rank,
         backend: "cuda".into(),
         compute_model: format!(
-            "one launch per run of consecutive kernels of a stream (nothing waiting between them) of a kernel spinning on %globaltimer for their summed recorded duration less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
-            calibration.excess_ns, calibration.blocks, calibration.threads_per_block
+            "one launch per {} of a kernel spinning on %globaltimer for {} less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
+            if stands_for == "gaps" { "recorded gap between collectives" } else { "run of consecutive kernels of a stream (nothing waiting between them)" },
+            if stands_for == "gaps" { "the gap" } else { "their summed recorded duration" },
+            calibration.excess_ns,
+            calibration.blocks,
+            calibration.threads_per_block
         ),
         streams: plan.stream_names(),
         dependencies_from_timeline: plan.timeline_complete,

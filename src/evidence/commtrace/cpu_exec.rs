@@ -69,6 +69,11 @@ pub enum Pace {
     /// `backend::cuda::workload_exec`; cpu: the compute is spun on the rank's
     /// one thread, in launch order, before each collective).
     Workload,
+    /// The trace's gaps (recorded device gaps where the trace has device
+    /// times) as device work before each collective, in the workload pace's
+    /// gated asynchronous pass: the host's scheduling no longer moves a gap
+    /// (cuda only).
+    DeviceGaps,
 }
 
 /// What one collective did on this rank.
@@ -158,15 +163,21 @@ impl ExecRecord {
     }
 }
 
-/// Format version of [`WorkloadReport`] (2 added `compute_launches`).
-pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 2;
+/// Format version of [`WorkloadReport`] (2 added `compute_launches`, 3 `stands_for`).
+pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 3;
 
 /// What one rank's workload pass (`--pace workload`) did as a whole,
 /// written beside its records as `replay-trace.rank-N.workload.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkloadReport {
-    /// Format version of this record (2).
+    /// Format version of this record (3).
     pub format_version: u32,
+    /// What the device work before each collective stands for: `compute`
+    /// (`--pace workload`: the recorded kernels) or `gaps` (`--pace
+    /// device-gaps`: the recorded gap between collectives). Format 1 and 2
+    /// records are `compute`.
+    #[serde(default = "stands_for_compute")]
+    pub stands_for: String,
     /// World rank.
     pub rank: u32,
     /// `cpu` or `cuda`.
@@ -213,6 +224,10 @@ pub struct WorkloadReport {
     /// recorded start to the last one's recorded end (this rank's trace
     /// clock). Absent where a time is missing.
     pub trace_span_ns: Option<u64>,
+}
+
+fn stands_for_compute() -> String {
+    "compute".into()
 }
 
 /// How a spinning kernel's duration was matched to recorded durations.
@@ -666,6 +681,7 @@ pub fn replay(
     // refused before any buffer is made
     let plan = match pace {
         Pace::Workload => Some(super::workload_plan::plan(mine_all)?),
+        Pace::DeviceGaps => bail!("--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same gaps on the host)"),
         _ => None,
     };
     exec.prepare(mine)?;
@@ -689,6 +705,7 @@ pub fn replay(
             let (compute_ops, compute_recorded_ns) = plan.compute_total();
             Some(WorkloadReport {
                 format_version: WORKLOAD_REPORT_FORMAT_VERSION,
+                stands_for: "compute".into(),
                 rank,
                 backend: "cpu".into(),
                 compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch order before the collective it preceded (one stream: kernels the source ran concurrently run in sequence)".into(),
@@ -756,6 +773,7 @@ pub fn replay_with(
         ),
         // one thread: the compute before a collective is spun in full before it
         Pace::Workload => compute.as_ref().map(|v| v.iter().map(|&(_, ns)| ns).collect()),
+        Pace::DeviceGaps => bail!("internal: the device-gaps pace runs as the cuda workload pass, not through replay_with"),
     };
     // The traces do not record the reduction, and NCCL's kernel names do not
     // show it: since NCCL 2.19 every reduction kernel is built as the `Sum`

@@ -833,6 +833,7 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
         if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
             let what = match &workload {
+                Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => "device gap after the previous collective vs the recorded gap (device-paced)",
                 Some(w) if w.backend == "cuda" => "device gap after the previous collective vs the compute recorded between them on its stream",
                 Some(_) => "host gap vs the compute recorded before the collective",
                 None => "replay gap",
@@ -842,8 +843,9 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
         if let Some(w) = &workload {
             let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
             println!(
-                "rank 0: workload pass: {} compute kernels ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
+                "rank 0: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
                 w.compute_ops,
+                if w.stands_for == "gaps" { "gaps" } else { "compute kernels" },
                 us(w.compute_recorded_ns),
                 w.compute_launches.map_or(String::new(), |n| format!(", {n} launches")),
                 w.collectives,

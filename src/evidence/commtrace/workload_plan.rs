@@ -137,6 +137,31 @@ impl WorkloadPlan {
     }
 }
 
+/// Plan one rank's collectives with the trace's gaps (`gaps_ns[i]` before
+/// collective `i`, as [`super::cpu_exec::gaps_ns`] measures them) as the
+/// device work between them, in place of the recorded compute: each gap is
+/// one operation on its collective's stream, recorded as starting where the
+/// previous collective ended, so cross-stream waits follow the recorded
+/// timeline as for compute.
+pub fn plan_gaps(rank: &RankTrace, gaps_ns: &[u64]) -> Result<WorkloadPlan> {
+    if gaps_ns.len() != rank.collectives.len() {
+        bail!("internal: {} gaps for {} collectives", gaps_ns.len(), rank.collectives.len());
+    }
+    let mut gapped = RankTrace { rank: rank.rank, collectives: rank.collectives.clone(), trailing_compute: Vec::new() };
+    for (c, &gap) in gapped.collectives.iter_mut().zip(gaps_ns) {
+        c.compute_before = match gap {
+            0 => Vec::new(),
+            _ => vec![ComputeOp {
+                name: "recorded gap".into(),
+                stream: c.stream,
+                device_start_ns: c.device.as_ref().map(|d| d.start_ns.saturating_sub(gap)),
+                duration_ns: Some(gap),
+            }],
+        };
+    }
+    plan(&gapped)
+}
+
 /// Plan one rank's trace.
 pub fn plan(rank: &RankTrace) -> Result<WorkloadPlan> {
     let mut ops: Vec<PlannedOp> = Vec::new();
@@ -298,6 +323,24 @@ mod tests {
         assert_eq!(p.compute_before_ns(1), (1, 5));
         assert_eq!((p.compute_total(), p.compute_launches()), ((3, 30), 2));
         assert!(p.timeline_complete);
+    }
+
+    #[test]
+    fn gaps_stand_in_for_compute_on_each_collectives_stream() {
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10)]), coll(7, 60, 70, vec![k(7, 45, 5)]), coll(20, 75, 90, vec![])],
+            trailing_compute: vec![k(7, 95, 3)],
+        };
+        let p = plan_gaps(&r, &[0, 20, 5]).unwrap();
+        // the recorded compute is gone; a gap before each later collective, on its stream
+        assert_eq!(p.compute_total(), (2, 25));
+        assert_eq!((p.compute_before_ns(0), p.compute_before_ns(1), p.compute_before_ns(2)), ((0, 0), (1, 20), (1, 5)));
+        // the gap on stream 20 starts where the collective on 7 ended (70): it waits for it
+        let gap20 = p.ops.iter().position(|o| o.stream == 20).unwrap();
+        assert_eq!(p.ops[gap20].work, PlannedWork::Compute { duration_ns: 5, kernels: 1 });
+        assert_eq!(p.ops[gap20].waits_for, vec![gap20 - 1]);
+        assert!(plan_gaps(&r, &[0, 1]).is_err());
     }
 
     #[test]
