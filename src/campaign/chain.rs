@@ -728,6 +728,24 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
 
+/// Where a phase that walks a trace walked another than the manifest froze
+/// (the frozen imported trace, by digest), or walked an imported trace where
+/// the manifest froze none: the first such phase, in words.
+fn walked_another_trace(shards: &[crate::evidence::shard::Shard], frozen_sha256: Option<&str>) -> Option<String> {
+    for sh in shards {
+        for p in &sh.header.phases {
+            let got = match &p.trace {
+                Some(crate::evidence::shard::TraceOrigin::Imported { sha256, .. }) => Some(sha256.as_str()),
+                _ => None,
+            };
+            if p.trace.is_some() && got != frozen_sha256 {
+                return Some(format!("rank {} phase {} walked trace {:?}; the manifest froze {:?}", sh.header.rank, p.phase, got, frozen_sha256));
+            }
+        }
+    }
+    None
+}
+
 /// A refusal as the text `verify` lists for a cell: `refused[CODE]: why`.
 fn coded(code: Code, message: String) -> String {
     crate::core::refusal::Refusal { code, message }.to_string()
@@ -791,20 +809,8 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
     if w.phases != want_phases {
         return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
     }
-    // phases that walk a trace walked the frozen one, and only where the manifest froze one
-    for sh in &joined.shards {
-        for p in sh.header.phases.iter() {
-            let got = match &p.trace {
-                Some(crate::evidence::shard::TraceOrigin::Imported { sha256, .. }) => Some(sha256),
-                _ => None,
-            };
-            if p.trace.is_some() && got != m.trace_sha256.as_ref() {
-                return Err(coded(
-                    Code::IdentityContradiction,
-                    format!("rank {} phase {} walked trace {:?}; the manifest froze {:?}", sh.header.rank, p.phase, got, m.trace_sha256),
-                ));
-            }
-        }
+    if let Some(why) = walked_another_trace(&joined.shards, m.trace_sha256.as_deref()) {
+        return Err(coded(Code::IdentityContradiction, why));
     }
     if joined.run.world_size != m.spec.ranks {
         return Err(coded(Code::IdentityContradiction, format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks)));
@@ -838,6 +844,29 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verify_refuses_a_phase_that_walked_another_trace_than_the_frozen_one() {
+        let phase = |trace: serde_json::Value| {
+            let h = crate::evidence::shard::test_header(
+                "cpu",
+                serde_json::json!([{"phase": "replay", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
+                    "quantum_ns": null, "trace": trace, "collectives": 1}]),
+            );
+            vec![crate::evidence::shard::Shard { header: h, body: Default::default() }]
+        };
+        let imported = |sha: &str| {
+            serde_json::json!({"Imported": {"path": "trace.json", "sha256": sha, "source_rank": 0,
+            "collectives_per_pass": 32, "left_out_per_pass": 0}})
+        };
+        assert_eq!(walked_another_trace(&phase(imported("aa")), Some("aa")), None);
+        let why = walked_another_trace(&phase(imported("bb")), Some("aa")).expect("another digest is refused");
+        assert!(why.contains("rank 0 phase replay walked trace Some(\"bb\")") && why.contains("froze Some(\"aa\")"), "{why}");
+        assert!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), Some("aa")).is_some(), "its own blocking phase instead of the frozen trace");
+        assert!(walked_another_trace(&phase(imported("aa")), None).is_some(), "an imported trace the manifest did not freeze");
+        assert_eq!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), None), None);
+        assert_eq!(walked_another_trace(&phase(serde_json::Value::Null), Some("aa")), None, "phases without a trace are not concerned");
+    }
 
     fn rec(id: &str) -> AttemptRecord {
         AttemptRecord {
