@@ -57,19 +57,7 @@ pub fn run(args: BenchOptions) -> Result<()> {
     }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = universe.world();
-    or_abort(&world, || run_cpu(&args, bytes, &world))
-}
-
-/// Run `body` with MPI up: an error is printed by the rank that met it and
-/// ends the job (MPI_Abort), as `rank` does. Returning it instead would
-/// finalize MPI while a peer may sit in a collective, and the message
-/// might never appear.
-fn or_abort(world: &mpi::topology::SimpleCommunicator, body: impl FnOnce() -> Result<()>) -> Result<()> {
-    if let Err(e) = body() {
-        crate::rank::write_line_stderr(&format!("commcanary bench-overhead rank {}: error: {e:#}", world.rank()));
-        world.abort(2);
-    }
-    Ok(())
+    crate::rank::end_job_on_error(&world, "commcanary bench-overhead", || run_cpu(&args, bytes, &world))
 }
 
 fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommunicator) -> Result<()> {
@@ -163,7 +151,7 @@ fn run_cuda(args: &BenchOptions) -> Result<()> {
     }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = universe.world();
-    or_abort(&world, || cuda_body(args, &sizes, &world))
+    crate::rank::end_job_on_error(&world, "commcanary bench-overhead", || cuda_body(args, &sizes, &world))
 }
 
 fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCommunicator) -> Result<()> {

@@ -449,9 +449,16 @@ pub fn run(args: RankOptions) -> Result<()> {
     let universe = mpi::initialize().context("MPI is already initialised or could not be initialised")?;
     let mpi_init_ns = crate::core::clock::monotonic_raw_ns() - t_before_init;
     let world = universe.world();
-    let rank = world.rank() as u32;
-    if let Err(e) = run_rank(&args, plan, &world, mpi_init_ns) {
-        write_line_stderr(&format!("commcanary rank {rank}: error: {e:#}"));
+    end_job_on_error(&world, "commcanary", || run_rank(&args, plan, &world, mpi_init_ns))
+}
+
+/// Run `body` with MPI up: an error is printed by the rank that met it, as
+/// `PREFIX rank N: error: …`, and ends the job (MPI_Abort, exit 2).
+/// Returning it instead would finalize MPI while a peer may sit in a
+/// collective, and the message might never appear.
+pub fn end_job_on_error(world: &SimpleCommunicator, prefix: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    if let Err(e) = body() {
+        write_line_stderr(&format!("{prefix} rank {}: error: {e:#}", world.rank()));
         world.abort(2);
     }
     Ok(())

@@ -144,26 +144,9 @@ pub struct GlobalTimer {
 impl GlobalTimer {
     /// Load the kernels and map the page (the context current on this thread).
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
-        let src = std::ffi::CString::new(PTX).expect("no NUL in the PTX");
-        // SAFETY: a NUL-terminated PTX image; the context is current.
-        let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, "cuModuleLoadData (%globaltimer kernels)")?;
-        // SAFETY: the module stays loaded as long as this value.
-        let release = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_gt_release".into()) }, "cuModuleGetFunction")?;
-        // SAFETY: as above.
-        let stamp = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_gt_stamp".into()) }, "cuModuleGetFunction")?;
-        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        let mut dev: drv_sys::CUdeviceptr = 0;
-        // SAFETY: out-pointers to locals; the context is current; the page is zeroed before use.
-        unsafe {
-            drv(
-                drv_sys::cuMemHostAlloc(&mut p, PAGE_BYTES, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE).result(),
-                "cuMemHostAlloc (%globaltimer page)",
-            )?;
-            std::ptr::write_bytes(p as *mut u8, 0, PAGE_BYTES);
-            drv(drv_sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0).result(), "cuMemHostGetDevicePointer")?;
-        }
-        Ok(Self { _module: module, release, stamp, host: p as *mut u8, dev, seq: 0 })
+        let (module, funcs) = super::load_ptx(ctx, PTX, "%globaltimer kernels", &[c"commcanary_gt_release", c"commcanary_gt_stamp"])?;
+        let (host, dev) = super::mapped_host_bytes(PAGE_BYTES).map_err(|e| anyhow::anyhow!("%globaltimer page: {e}"))?;
+        Ok(Self { _module: module, release: funcs[0], stamp: funcs[1], host, dev, seq: 0 })
     }
 
     fn word(&self, at: usize) -> *mut u32 {

@@ -204,24 +204,51 @@ const ANCHOR_ROUND_TRIPS: usize = 24;
 /// ("around 0.5 microseconds"); used where the measured granularity is inconclusive.
 pub const EVENT_RESOLUTION_NS: f64 = 500.0;
 
+/// `bytes` of zeroed host memory mapped into the device's address space
+/// (host pointer, device pointer), with the context current. The caller
+/// frees it with `cuMemFreeHost`, or keeps it for the process's life.
+pub(crate) fn mapped_host_bytes(bytes: usize) -> std::result::Result<(*mut u8, drv_sys::CUdeviceptr), String> {
+    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: out-pointers to locals; the context is current (callers bind it);
+    // the memory is zeroed before its device pointer is handed out.
+    unsafe {
+        drv_sys::cuMemHostAlloc(&mut p, bytes, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE)
+            .result()
+            .map_err(|e| format!("cuMemHostAlloc: {e:?}"))?;
+        std::ptr::write_bytes(p as *mut u8, 0, bytes);
+        let mut d: drv_sys::CUdeviceptr = 0;
+        if let Err(e) = drv_sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0).result() {
+            let _ = drv_sys::cuMemFreeHost(p);
+            return Err(format!("cuMemHostGetDevicePointer: {e:?}"));
+        }
+        Ok((p as *mut u8, d))
+    }
+}
+
 /// Two 4-byte host words mapped into the device's address space (host
 /// pointer, device pointer): the release word at offset 0, which the host
 /// writes and a `cuStreamWaitValue32` reads, and the acknowledgement at
 /// offset 4, which a `cuStreamWriteValue32` writes and the host polls. Never
 /// freed: one per process, released with the process.
 pub(crate) fn host_release_word() -> std::result::Result<(*mut u32, drv_sys::CUdeviceptr), String> {
-    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: out-pointers to locals; the context is current (constructor binds it).
-    unsafe {
-        drv_sys::cuMemHostAlloc(&mut p, 8, drv_sys::CU_MEMHOSTALLOC_DEVICEMAP | drv_sys::CU_MEMHOSTALLOC_PORTABLE)
-            .result()
-            .map_err(|e| format!("cuMemHostAlloc: {e:?}"))?;
-        std::ptr::write_volatile(p as *mut u32, 0);
-        std::ptr::write_volatile((p as *mut u32).add(1), 0);
-        let mut d: drv_sys::CUdeviceptr = 0;
-        drv_sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0).result().map_err(|e| format!("cuMemHostGetDevicePointer: {e:?}"))?;
-        Ok((p as *mut u32, d))
-    }
+    let (p, d) = mapped_host_bytes(8)?;
+    Ok((p as *mut u32, d))
+}
+
+/// Load a PTX image into `ctx` (the driver compiles it for the device) and
+/// look up its entry points, in the order named. The module is never
+/// unloaded: its functions stay valid for the process's life.
+pub(crate) fn load_ptx(ctx: &Arc<CudaContext>, ptx: &str, what: &str, entries: &[&std::ffi::CStr]) -> Result<(drv_sys::CUmodule, Vec<drv_sys::CUfunction>)> {
+    drv(ctx.bind_to_thread(), "binding the CUDA context")?;
+    let src = std::ffi::CString::new(ptx).expect("no NUL in the PTX");
+    // SAFETY: a NUL-terminated PTX image; the context is current.
+    let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, &format!("cuModuleLoadData ({what})"))?;
+    let funcs = entries
+        .iter()
+        // SAFETY: the module was just loaded and is never unloaded.
+        .map(|&name| drv(unsafe { cudarc::driver::result::module::get_function(module, name.into()) }, "cuModuleGetFunction"))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((module, funcs))
 }
 
 /// The start window of a pass: its first event (device time 0 of the pass)
@@ -691,17 +718,16 @@ impl CudaBackend {
     }
 
     /// The kernel timer map of a pass from its start and end `%globaltimer`
-    /// windows and the stamping kernels' CUPTI records (removed from `raw`);
-    /// `None` with the reason where they do not fit together.
+    /// windows and the stamping kernels' CUPTI records among `raw`; the
+    /// reason where they do not fit together.
     fn kernel_timer_map(
         start: &globaltimer::TimerWindow,
         end: &globaltimer::TimerWindow,
-        raw: &mut Vec<crate::backend::cuda::cupti::RawKernel>,
+        raw: &[crate::backend::cuda::cupti::RawKernel],
         cupti_own: Option<(u64, u64, u64)>,
     ) -> std::result::Result<(crate::core::clock::KernelTimerMap, crate::evidence::shard::KernelAnchor), String> {
         use crate::core::clock::{bracket_timer_offset, KernelTimerMap, KernelTimerWindow, StampedKernel};
         let mut stamps: Vec<_> = raw.iter().filter(|k| k.name == globaltimer::STAMP_KERNEL_NAME).cloned().collect();
-        raw.retain(|k| k.name != globaltimer::STAMP_KERNEL_NAME);
         // launch order
         stamps.sort_by_key(|k| k.correlation);
         let want = start.stamps.len() + end.stamps.len();
@@ -1200,7 +1226,7 @@ impl Backend for CudaBackend {
         if let (Some(c), Some((ts0, host0, _err))) = (&self.cupti, anchor.cupti) {
             let (mut raw, _malformed, _dropped) = c.drain()?;
             let bounded = match (&anchor.timer, &end_timer) {
-                (Some(s), Some(e)) => match Self::kernel_timer_map(s, e, &mut raw, anchor.cupti) {
+                (Some(s), Some(e)) => match Self::kernel_timer_map(s, e, &raw, anchor.cupti) {
                     Ok((m, a)) => {
                         kernel_anchor = Some(a);
                         Some(m)

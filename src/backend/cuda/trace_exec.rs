@@ -603,8 +603,7 @@ fn workload(
     // refuse before any communicator exists
     let (plan, stands_for) = match pace {
         Pace::DeviceGaps => {
-            let gaps = cpu_exec::gaps_ns(&mine.collectives)
-                .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?;
+            let gaps = cpu_exec::paced_gaps_ns(&mine.collectives)?;
             (crate::evidence::commtrace::workload_plan::plan_gaps(mine, &gaps)?, "gaps")
         }
         _ => (crate::evidence::commtrace::workload_plan::plan(mine)?, "compute"),

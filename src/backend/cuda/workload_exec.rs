@@ -94,12 +94,8 @@ struct Spin {
 
 impl Spin {
     fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        drv(ctx.bind_to_thread(), "binding the CUDA context")?;
-        let src = std::ffi::CString::new(SPIN_PTX).expect("no NUL in the PTX");
-        // SAFETY: a NUL-terminated PTX image; the context is current.
-        let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, "cuModuleLoadData (spinning kernel's PTX)")?;
-        // SAFETY: the module was just loaded and is never unloaded while the function is used.
-        let func = drv(unsafe { cudarc::driver::result::module::get_function(module, c"commcanary_spin_ns".into()) }, "cuModuleGetFunction")?;
+        let (module, funcs) = super::load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
+        let func = funcs[0];
         let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
         Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0 })
     }
@@ -254,15 +250,17 @@ pub fn run(
         });
     }
     let (compute_ops, compute_recorded_ns) = plan.compute_total();
+    let (unit, length) = match stands_for {
+        "gaps" => ("recorded gap between collectives", "the gap"),
+        _ => ("run of consecutive kernels of a stream (nothing waiting between them)", "their summed recorded duration"),
+    };
     let report = WorkloadReport {
         format_version: crate::evidence::commtrace::cpu_exec::WORKLOAD_REPORT_FORMAT_VERSION,
         stands_for: stands_for.into(),
         rank,
         backend: "cuda".into(),
         compute_model: format!(
-            "one launch per {} of a kernel spinning on %globaltimer for {} less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
-            if stands_for == "gaps" { "recorded gap between collectives" } else { "run of consecutive kernels of a stream (nothing waiting between them)" },
-            if stands_for == "gaps" { "the gap" } else { "their summed recorded duration" },
+            "one launch per {unit} of a kernel spinning on %globaltimer for {length} less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
             calibration.excess_ns,
             calibration.blocks,
             calibration.threads_per_block

@@ -663,6 +663,12 @@ pub fn gaps_ns(colls: &[TraceCollective]) -> Option<Vec<u64>> {
     Some(spans.iter().enumerate().map(|(i, s)| if i == 0 { 0 } else { s.0.saturating_sub(spans[i - 1].1) }).collect())
 }
 
+/// [`gaps_ns`] for a replay paced by them, refused (naming the way out)
+/// where the trace records no times.
+pub fn paced_gaps_ns(colls: &[TraceCollective]) -> Result<Vec<u64>> {
+    gaps_ns(colls).context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")
+}
+
 /// Run this rank's collectives of `trace` in order.
 pub fn replay(
     world: &SimpleCommunicator,
@@ -767,10 +773,7 @@ pub fn replay_with(
     let compute: Option<Vec<(u32, u64)>> = plan.as_ref().map(|p| (0..mine.collectives.len()).map(|i| p.compute_before_ns(i)).collect());
     let gaps = match pace {
         Pace::None => None,
-        Pace::Gaps => Some(
-            gaps_ns(&mine.collectives)
-                .context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")?,
-        ),
+        Pace::Gaps => Some(paced_gaps_ns(&mine.collectives)?),
         // one thread: the compute before a collective is spun in full before it
         Pace::Workload => compute.as_ref().map(|v| v.iter().map(|&(_, ns)| ns).collect()),
         Pace::DeviceGaps => bail!("internal: the device-gaps pace runs as the cuda workload pass, not through replay_with"),
