@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a one-GPU host (after `STAGE_GPU_TESTS=1 bash scripts/device-stage.sh`
 # here and a one-rank trace copied to .stage/one-rank-trace.json): the
-# workload pace of replay-trace (3 replicates, beside the gap pace and a
+# workload pace of replay-trace (3 replicates, beside the gap and device-gap
+# paces, one device-gap run without warm-up, and a
 # corrupted-result control that must fail), the anchor-method experiment
 # (scripts/anchor-methods.sh, built with the host's nvcc), the CUPTI clock
 # experiment (scripts/cupti-clock.sh) and the GPU tests.
@@ -21,7 +22,11 @@ workload)
     echo "workload run $r: exit $?" >> "$OUT/steps.txt"
     timeout 120 mpirun -n 1 "$B" replay-trace "$T" --backend cuda --check --pace gaps --out "$OUT/gaps-$r" > "$OUT/gaps-$r.out" 2> "$OUT/gaps-$r.err"
     echo "gaps run $r: exit $?" >> "$OUT/steps.txt"
+    timeout 120 mpirun -n 1 "$B" replay-trace "$T" --backend cuda --check --pace device-gaps --out "$OUT/device-gaps-$r" > "$OUT/device-gaps-$r.out" 2> "$OUT/device-gaps-$r.err"
+    echo "device-gaps run $r: exit $?" >> "$OUT/steps.txt"
   done
+  timeout 120 mpirun -n 1 "$B" replay-trace "$T" --backend cuda --check --pace device-gaps --no-warmup --out "$OUT/device-gaps-nowarmup" > "$OUT/device-gaps-nowarmup.out" 2> "$OUT/device-gaps-nowarmup.err"
+  echo "device-gaps without warm-up (transition not corrected): exit $?" >> "$OUT/steps.txt"
   timeout 120 mpirun -n 1 "$B" replay-trace "$T" --backend cuda --check --pace workload --corrupt-rank 0 --out "$OUT/workload-corrupt" > "$OUT/workload-corrupt.out" 2> "$OUT/workload-corrupt.err"
   echo "workload corrupt run (must fail): exit $?" >> "$OUT/steps.txt" ;;
 anchor)

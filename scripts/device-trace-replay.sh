@@ -10,6 +10,8 @@
 #
 #   bash scripts/device-trace-replay.sh OUT_DIR
 #
+# DEVICE_REPEATS=N runs the device-gaps replay N times (default 1).
+#
 # Run from the repository root with the binary staged by
 # scripts/device-stage.sh (B overrides it). Needs jq.
 set -uo pipefail
@@ -42,7 +44,12 @@ for r in 0 1; do
   n=$(jq length "$OUTD/kernels/replay-trace.rank-$r.json" 2>/dev/null)
   grep -q "matches the trace in $n of $n collectives (0 with no replay kernel)$" <<< "$line" || { echo "!! rank $r: kernel families differ from the trace"; fails=$((fails + 1)); }
 done
-step device 0 "$OUTD/kineto.json" --backend cuda --check --pace device-gaps --out "$OUTD/device"
+device_runs=""
+for k in $(seq 1 "${DEVICE_REPEATS:-1}"); do
+  d=device; [ "$k" -gt 1 ] && d=device$k
+  step "$d" 0 "$OUTD/kineto.json" --backend cuda --check --pace device-gaps --out "$OUTD/$d"
+  device_runs="$device_runs $d"
+done
 step avg 0 "$OUTD/kineto.json" --backend cuda --check --pace none --op avg --out "$OUTD/avg"
 step max 0 "$OUTD/kineto.json" --backend cuda --check --pace none --op max --out "$OUTD/max"
 step corrupt fail "$OUTD/kineto.json" --backend cuda --check --pace none --corrupt-rank 1 --out "$OUTD/corrupt"
@@ -53,10 +60,12 @@ for r in 0 1; do
   got=$(jq -c '[.[] | [.kind, .group, .dtype, .in_elems, .out_elems]]' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null)
   n=$(jq length <<< "$want")
   if [ "$want" = "$got" ]; then echo "rank $r: all $n collectives match the trace (kind, group, dtype, counts)"; else echo "!! rank $r: replay differs from the trace"; fails=$((fails + 1)); fi
-  for s in gaps kernels device; do
+  for s in gaps kernels $device_runs; do
     jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | "rank '$r' '$s' gap error (actual - target) ns: min \(.[0]) p50 \(.[length/2|floor]) p99 \(.[(length*0.99|ceil)-1]) max \(.[-1]) over \(length)"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
+    # where the largest error was, to tell a systematic gap from a stray one
+    jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | {index, kind, target_gap_ns, e: (.actual_gap_ns - .target_gap_ns)}] | max_by(.e | fabs) | "rank '$r' '$s' largest error: collective \(.index) (\(.kind)), target \(.target_gap_ns) ns, error \(.e) ns"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
   done
-  for s in gaps device; do
+  for s in gaps $device_runs; do
     jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns | fabs)] | sort | if .[(length*0.99|ceil)-1] > 5000 then "!! rank '$r' '$s': gap error p99 above 5 µs" else "rank '$r' '$s': gap error p99 within 5 µs" end' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
   done
 done

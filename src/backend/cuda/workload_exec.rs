@@ -15,7 +15,14 @@
 //! footprint. Its launch cost is calibrated first: 32 back-to-back launches
 //! per length on an idle stream, timed by CUDA events; the median excess of
 //! device time over the requested length is subtracted from every request,
-//! and the check after the correction is reported.
+//! and the check after the correction is reported. A gap between two
+//! collectives of a stream costs more than its spins: the end event of one
+//! collective, a launch after a collective kernel, the start event of the
+//! next (about 2-3 µs on an H200, which back-to-back spins do not show). With
+//! a warm-up pass (the default) that transition is measured there (median
+//! device gap less recorded compute) and taken off the compute of each such
+//! gap of the timed pass ([`WorkloadPlan::gap_trims_ns`]); the report says
+//! what was applied, and without a warm-up that nothing was.
 //!
 //! The pass is enqueued behind a gate (a `cuStreamWaitValue32` on a
 //! host-mapped word that every stream waits for): the host enqueues up to
@@ -38,8 +45,8 @@
 //! module (reason given), `--cupti` (not built for this pace).
 use crate::backend::cuda::drv;
 use crate::backend::cuda::trace_exec::CudaTraceExec;
-use crate::evidence::commtrace::cpu_exec::{ExecRecord, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
-use crate::evidence::commtrace::workload_plan::{PlannedWork, WorkloadPlan};
+use crate::evidence::commtrace::cpu_exec::{ExecRecord, GapTransition, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
+use crate::evidence::commtrace::workload_plan::{PlannedWork, WorkloadPlan, NO_STREAM};
 use crate::evidence::commtrace::CommTrace;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
@@ -178,6 +185,17 @@ impl Gate {
     }
 }
 
+/// The collective-to-compute transition of a warm-up pass: the median, over
+/// the gaps between consecutive collectives of one stream with recorded
+/// compute between them, of the device gap less that compute. `None` where
+/// no such gap exists.
+fn gap_transition(gaps: &[(usize, usize, u64)], intervals: &[(u64, u64)]) -> Option<GapTransition> {
+    let mut excess: Vec<f64> = gaps.iter().filter(|g| g.2 > 0).map(|&(p, i, rec)| intervals[i].0 as f64 - intervals[p].1 as f64 - rec as f64).collect();
+    let n = excess.len() as u32;
+    let median_ns = crate::core::stats::median(&mut excess)?;
+    Some(GapTransition { warmup_median_ns: median_ns, gaps: n, applied_ns: median_ns.max(0.0).round() as u64 })
+}
+
 /// One pass's device times.
 struct PassTimes {
     /// Per collective: (start, end), ns after the gate.
@@ -216,26 +234,32 @@ pub fn run(
         exec.run(i, c, use_op, false, &mut || {}).with_context(|| format!("connection pass, collective {i}"))?;
     }
     exec.reset()?;
+    // the device gap after a collective compares with the compute recorded
+    // between it and the next collective where both ran on one stream
+    let coll_streams: Vec<u64> = mine.collectives.iter().map(|c| c.stream.unwrap_or(NO_STREAM)).collect();
+    let gaps = plan.same_stream_gaps(&coll_streams);
+    let untrimmed = vec![0u64; plan.ops.len()];
+    let mut transition = None;
+    let mut trims = untrimmed.clone();
     if warmup {
-        run_pass(world, exec, mine, plan, &spin, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
+        let w = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
         exec.reset()?;
+        let t = gap_transition(&gaps, &w.intervals);
+        if let Some(t) = &t {
+            trims = plan.gap_trims_ns(t.applied_ns, |d| spin.request(d));
+        }
+        transition = t;
     }
-    let times = run_pass(world, exec, mine, plan, &spin, &streams, &gate_stream, &mut gate, use_op, check, timeout).context("timed pass")?;
+    let times = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, check, timeout).context("timed pass")?;
     exec.async_error()?;
     let mut records = Vec::with_capacity(mine.collectives.len());
     for (i, c) in mine.collectives.iter().enumerate() {
         let (start, end) = times.intervals[i];
         let (n_compute, compute_ns) = plan.compute_before_ns(i);
-        // the device gap after the previous collective compares with the
-        // compute recorded between them where both ran on this stream
-        let (target, actual) = match i.checked_sub(1).map(|p| (p, &mine.collectives[p])) {
-            Some((p, prev)) if prev.stream == c.stream => {
-                let key = c.stream.unwrap_or(crate::evidence::commtrace::workload_plan::NO_STREAM);
-                let (_, same_stream) = plan.compute_before_on(i, Some(key));
-                (Some(same_stream), start.saturating_sub(times.intervals[p].1))
-            }
-            Some((p, _)) => (None, start.saturating_sub(times.intervals[p].1)),
-            None => (None, start),
+        let target = gaps.iter().find(|g| g.1 == i).map(|g| g.2);
+        let actual = match i.checked_sub(1) {
+            Some(p) => start.saturating_sub(times.intervals[p].1),
+            None => start,
         };
         let source = if op.is_some() { "--op" } else { "default" };
         records.push(ExecRecord {
@@ -275,6 +299,7 @@ pub fn run(
         gated: Some(true),
         gate_lookahead_ops: Some(times.before_open as u32),
         spin: Some(calibration),
+        gap_transition: transition,
         pass_device_ns: Some(times.device_ns),
         pass_host_ns: times.host_ns,
         trace_span_ns: plan.trace_span_ns(),
@@ -289,6 +314,7 @@ fn run_pass(
     mine: &crate::evidence::commtrace::RankTrace,
     plan: &WorkloadPlan,
     spin: &Spin,
+    trims_ns: &[u64],
     streams: &[Arc<CudaStream>],
     gate_stream: &Arc<CudaStream>,
     gate: &mut Gate,
@@ -327,7 +353,7 @@ fn run_pass(
             drv(s.wait(e), "cuStreamWaitEvent (cross-stream dependency)")?;
         }
         match o.work {
-            PlannedWork::Compute { duration_ns, .. } => spin.launch_raw(s, spin.request(duration_ns))?,
+            PlannedWork::Compute { duration_ns, .. } => spin.launch_raw(s, spin.request(duration_ns).saturating_sub(trims_ns[x]))?,
             PlannedWork::Collective { index } => {
                 let (a, b) = &coll_ev[index];
                 drv(a.record(s), "cuEventRecord (collective start)")?;

@@ -164,13 +164,13 @@ impl ExecRecord {
 }
 
 /// Format version of [`WorkloadReport`] (2 added `compute_launches`, 3 `stands_for`).
-pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 3;
+pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 4;
 
 /// What one rank's workload pass (`--pace workload`) did as a whole,
 /// written beside its records as `replay-trace.rank-N.workload.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkloadReport {
-    /// Format version of this record (3).
+    /// Format version of this record (4).
     pub format_version: u32,
     /// What the device work before each collective stands for: `compute`
     /// (`--pace workload`: the recorded kernels) or `gaps` (`--pace
@@ -213,6 +213,12 @@ pub struct WorkloadReport {
     pub gate_lookahead_ops: Option<u32>,
     /// cuda: calibration of the device work standing in for compute.
     pub spin: Option<SpinCalibration>,
+    /// cuda: the collective-to-compute transition measured in the warm-up
+    /// pass and taken off each gap of the timed pass. Absent on cpu, in
+    /// formats 1 to 3, with `--no-warmup` (the gaps then carry it) and where
+    /// no two consecutive collectives of a stream have compute between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap_transition: Option<GapTransition>,
     /// cuda: device time from the gate opening to the end of the last
     /// stream's work (CUDA events). Absent on cpu.
     pub pass_device_ns: Option<u64>,
@@ -228,6 +234,24 @@ pub struct WorkloadReport {
 
 fn stands_for_compute() -> String {
     "compute".into()
+}
+
+/// What a device gap between two collectives costs beyond the compute in
+/// it: the previous collective's end event, the compute's launch after a
+/// collective kernel rather than after a spin (which the spin's own
+/// calibration does not see), the next collective's start event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GapTransition {
+    /// Median over the warm-up pass's gaps (consecutive collectives of one
+    /// stream, recorded compute between them) of the device gap less that
+    /// compute, ns; negative where the gaps came out short.
+    pub warmup_median_ns: f64,
+    /// Gaps it is the median of.
+    pub gaps: u32,
+    /// Taken off the compute of every such gap in the timed pass (the
+    /// median where positive, else 0), at most what the gap's launches can
+    /// lose: a gap shorter than the transition stays long.
+    pub applied_ns: u64,
 }
 
 /// How a spinning kernel's duration was matched to recorded durations.
@@ -725,6 +749,7 @@ pub fn replay(
                 gated: None,
                 gate_lookahead_ops: None,
                 spin: None,
+                gap_transition: None,
                 pass_device_ns: None,
                 pass_host_ns,
                 trace_span_ns: plan.trace_span_ns(),

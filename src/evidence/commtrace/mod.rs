@@ -843,7 +843,7 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
         if let Some(w) = &workload {
             let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
             println!(
-                "rank 0: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}; the source's device span {}",
+                "rank 0: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}{}; the source's device span {}",
                 w.compute_ops,
                 if w.stands_for == "gaps" { "gaps" } else { "compute kernels" },
                 us(w.compute_recorded_ns),
@@ -853,6 +853,11 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
                 w.cross_stream_waits,
                 w.pass_device_ns.map_or_else(|| format!("{} (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
                 w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor {:.0} ns", s.excess_ns, s.floor_ns)),
+                match (&w.gap_transition, &w.spin) {
+                    (Some(t), _) => format!(", gap transition {:.0} ns (warm-up median over {} gaps) taken off each gap", t.warmup_median_ns, t.gaps),
+                    (None, Some(_)) => ", gap transition not corrected (no warm-up pass, or no gap to measure it on)".to_string(),
+                    (None, None) => String::new(),
+                },
                 w.trace_span_ns.map_or("unknown (times missing)".to_string(), us)
             );
         }

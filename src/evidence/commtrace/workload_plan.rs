@@ -135,6 +135,54 @@ impl WorkloadPlan {
             PlannedWork::Collective { .. } => (n, t),
         })
     }
+    /// Per operation, the nanoseconds its device work is shortened by so that
+    /// the work between two consecutive collectives of one stream ends
+    /// `trim_ns` sooner: after each collective, the compute operations of its
+    /// stream that precede the stream's next collective give it up in launch
+    /// order, each at most `room(duration)` (what its launch can lose). Used
+    /// to take a measured collective-to-compute transition off each gap.
+    /// Compute before a stream's first collective or after its last is not
+    /// trimmed.
+    pub fn gap_trims_ns(&self, trim_ns: u64, room: impl Fn(u64) -> u64) -> Vec<u64> {
+        let mut trims = vec![0u64; self.ops.len()];
+        // whether a collective of the operation's stream follows it
+        let mut closes_a_gap = vec![false; self.ops.len()];
+        let mut seen: Vec<u64> = Vec::new();
+        for (x, o) in self.ops.iter().enumerate().rev() {
+            closes_a_gap[x] = seen.contains(&o.stream);
+            if matches!(o.work, PlannedWork::Collective { .. }) && !closes_a_gap[x] {
+                seen.push(o.stream);
+            }
+        }
+        // per stream: what is still to take off the current gap
+        let mut left: Vec<(u64, u64)> = Vec::new();
+        for (x, o) in self.ops.iter().enumerate() {
+            match o.work {
+                PlannedWork::Collective { .. } => match left.iter_mut().find(|(s, _)| *s == o.stream) {
+                    Some(e) => e.1 = trim_ns,
+                    None => left.push((o.stream, trim_ns)),
+                },
+                PlannedWork::Compute { duration_ns, .. } => {
+                    if let Some(e) = left.iter_mut().find(|(s, _)| *s == o.stream).filter(|_| closes_a_gap[x]) {
+                        let t = e.1.min(room(duration_ns));
+                        trims[x] = t;
+                        e.1 -= t;
+                    }
+                }
+            }
+        }
+        trims
+    }
+
+    /// Pairs of consecutive collectives of this rank on one stream, as
+    /// (earlier index, later index, recorded compute planned between them on
+    /// that stream): the gaps a device pass can compare with the recording.
+    pub fn same_stream_gaps(&self, collective_streams: &[u64]) -> Vec<(usize, usize, u64)> {
+        (1..collective_streams.len())
+            .filter(|&i| collective_streams[i - 1] == collective_streams[i])
+            .map(|i| (i - 1, i, self.compute_before_on(i, Some(collective_streams[i])).1))
+            .collect()
+    }
 }
 
 /// Plan one rank's collectives with the trace's gaps (`gaps_ns[i]` before
@@ -341,6 +389,34 @@ mod tests {
         assert_eq!(p.ops[gap20].work, PlannedWork::Compute { duration_ns: 5, kernels: 1 });
         assert_eq!(p.ops[gap20].waits_for, vec![gap20 - 1]);
         assert!(plan_gaps(&r, &[0, 1]).is_err());
+    }
+
+    #[test]
+    fn the_transition_comes_off_each_gap_between_collectives_of_a_stream() {
+        // stream 7: compute, C0, two kernels kept apart by a wait (3 then 8), C1, trailing compute;
+        // stream 20: compute waited for, then C2 (its first collective)
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10)]), coll(7, 60, 70, vec![k(7, 41, 3), k(20, 41, 2), k(7, 45, 8)]), coll(20, 75, 90, vec![])],
+            trailing_compute: vec![k(7, 95, 6)],
+        };
+        let p = plan(&r).unwrap();
+        let d = |x: usize| match p.ops[x].work {
+            PlannedWork::Compute { duration_ns, .. } => duration_ns,
+            PlannedWork::Collective { .. } => 0,
+        };
+        let trims = p.gap_trims_ns(5, |d| d);
+        // before the first collective and after the last nothing is taken; in the gap of
+        // stream 7 the 3 ns kernel gives all it has, the 8 ns one the remaining 2
+        let by_duration: Vec<(u64, u64)> = (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect();
+        assert_eq!(by_duration, vec![(10, 0), (3, 3), (2, 0), (8, 2), (6, 0)]);
+        // a launch's room limits what it gives up; the rest of the gap stays
+        let trims = p.gap_trims_ns(5, |d| d.saturating_sub(2));
+        let by_duration: Vec<(u64, u64)> = (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect();
+        assert_eq!(by_duration, vec![(10, 0), (3, 1), (2, 0), (8, 4), (6, 0)]);
+        assert!(p.gap_trims_ns(0, |d| d).iter().all(|&t| t == 0));
+        // only C0 -> C1 share a stream
+        assert_eq!(p.same_stream_gaps(&[7, 7, 20]), vec![(0, 1, 11)]);
     }
 
     #[test]
