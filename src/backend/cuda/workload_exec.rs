@@ -19,9 +19,11 @@
 //! collectives of a stream costs more than its spins: the end event of one
 //! collective, a launch after a collective kernel, the start event of the
 //! next (about 2-3 µs on an H200, which back-to-back spins do not show). With
-//! a warm-up pass (the default) that transition is measured there (median
-//! device gap less recorded compute) and taken off the compute of each such
-//! gap of the timed pass ([`WorkloadPlan::gap_trims_ns`]); the report says
+//! a warm-up pass (the default) that transition is measured there (median,
+//! over the gaps with compute and no cross-stream wait, of the device gap
+//! less what its spins take back to back, each at least the launch floor)
+//! and taken off the compute of each such gap of the timed pass, no launch
+//! going below the floor ([`WorkloadPlan::gap_trims_ns`]); the report says
 //! what was applied, and without a warm-up that nothing was.
 //!
 //! The pass is enqueued behind a gate (a `cuStreamWaitValue32` on a
@@ -46,7 +48,7 @@
 use crate::backend::cuda::drv;
 use crate::backend::cuda::trace_exec::CudaTraceExec;
 use crate::evidence::commtrace::cpu_exec::{ExecRecord, GapTransition, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
-use crate::evidence::commtrace::workload_plan::{PlannedWork, WorkloadPlan, NO_STREAM};
+use crate::evidence::commtrace::workload_plan::{transition_ns, PlannedWork, StreamGap, WorkloadPlan};
 use crate::evidence::commtrace::CommTrace;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
@@ -185,17 +187,6 @@ impl Gate {
     }
 }
 
-/// The collective-to-compute transition of a warm-up pass: the median, over
-/// the gaps between consecutive collectives of one stream with recorded
-/// compute between them, of the device gap less that compute. `None` where
-/// no such gap exists.
-fn gap_transition(gaps: &[(usize, usize, u64)], intervals: &[(u64, u64)]) -> Option<GapTransition> {
-    let mut excess: Vec<f64> = gaps.iter().filter(|g| g.2 > 0).map(|&(p, i, rec)| intervals[i].0 as f64 - intervals[p].1 as f64 - rec as f64).collect();
-    let n = excess.len() as u32;
-    let median_ns = crate::core::stats::median(&mut excess)?;
-    Some(GapTransition { warmup_median_ns: median_ns, gaps: n, applied_ns: median_ns.max(0.0).round() as u64 })
-}
-
 /// One pass's device times.
 struct PassTimes {
     /// Per collective: (start, end), ns after the gate.
@@ -236,19 +227,34 @@ pub fn run(
     exec.reset()?;
     // the device gap after a collective compares with the compute recorded
     // between it and the next collective where both ran on one stream
-    let coll_streams: Vec<u64> = mine.collectives.iter().map(|c| c.stream.unwrap_or(NO_STREAM)).collect();
-    let gaps = plan.same_stream_gaps(&coll_streams);
-    let untrimmed = vec![0u64; plan.ops.len()];
+    let gaps = plan.same_stream_gaps();
+    let mut target_of: Vec<Option<u64>> = vec![None; mine.collectives.len()];
+    for g in &gaps {
+        target_of[g.after] = Some(g.recorded_ns);
+    }
     let mut transition = None;
-    let mut trims = untrimmed.clone();
+    let mut trims = vec![0u64; plan.ops.len()];
     if warmup {
         let w = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
         exec.reset()?;
-        let t = gap_transition(&gaps, &w.intervals);
-        if let Some(t) = &t {
-            trims = plan.gap_trims_ns(t.applied_ns, |d| spin.request(d));
+        // what the gap's spins take back to back: each at least the launch floor
+        let spun = |d: u64| (spin.request(d) as f64 + spin.excess_ns).max(calibration.floor_ns);
+        let expected = |g: &StreamGap| -> f64 {
+            g.compute_ops
+                .iter()
+                .map(|&x| match plan.ops[x].work {
+                    PlannedWork::Compute { duration_ns, .. } => spun(duration_ns),
+                    PlannedWork::Collective { .. } => 0.0,
+                })
+                .sum()
+        };
+        if let Some((median_ns, n)) = transition_ns(&gaps, &w.intervals, expected) {
+            let applied_ns = median_ns.max(0.0).round() as u64;
+            // a launch cannot get shorter than the floor
+            let room = |d: u64| (spin.request(d) as f64 + spin.excess_ns - calibration.floor_ns).max(0.0) as u64;
+            trims = plan.gap_trims_ns(&gaps, applied_ns, room);
+            transition = Some(GapTransition { warmup_median_ns: median_ns, gaps: n, applied_ns });
         }
-        transition = t;
     }
     let times = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, check, timeout).context("timed pass")?;
     exec.async_error()?;
@@ -256,7 +262,7 @@ pub fn run(
     for (i, c) in mine.collectives.iter().enumerate() {
         let (start, end) = times.intervals[i];
         let (n_compute, compute_ns) = plan.compute_before_ns(i);
-        let target = gaps.iter().find(|g| g.1 == i).map(|g| g.2);
+        let target = target_of[i];
         let actual = match i.checked_sub(1) {
             Some(p) => start.saturating_sub(times.intervals[p].1),
             None => start,

@@ -170,7 +170,7 @@ pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 4;
 /// written beside its records as `replay-trace.rank-N.workload.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkloadReport {
-    /// Format version of this record (4).
+    /// Format version of this record (4; 4 added `gap_transition`).
     pub format_version: u32,
     /// What the device work before each collective stands for: `compute`
     /// (`--pace workload`: the recorded kernels) or `gaps` (`--pace
@@ -243,14 +243,15 @@ fn stands_for_compute() -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GapTransition {
     /// Median over the warm-up pass's gaps (consecutive collectives of one
-    /// stream, recorded compute between them) of the device gap less that
-    /// compute, ns; negative where the gaps came out short.
+    /// stream with compute between them and no cross-stream wait) of the
+    /// device gap less what its spins take back to back (calibrated, each
+    /// at least the launch floor), ns; negative where the gaps came out short.
     pub warmup_median_ns: f64,
     /// Gaps it is the median of.
     pub gaps: u32,
-    /// Taken off the compute of every such gap in the timed pass (the
-    /// median where positive, else 0), at most what the gap's launches can
-    /// lose: a gap shorter than the transition stays long.
+    /// Taken off the compute of every gap between consecutive collectives of
+    /// one stream in the timed pass (the median where positive, else 0), no
+    /// launch going below the floor: a gap too short to lose it all stays long.
     pub applied_ns: u64,
 }
 

@@ -854,7 +854,7 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
                 w.pass_device_ns.map_or_else(|| format!("{} (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
                 w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor {:.0} ns", s.excess_ns, s.floor_ns)),
                 match (&w.gap_transition, &w.spin) {
-                    (Some(t), _) => format!(", gap transition {:.0} ns (warm-up median over {} gaps) taken off each gap", t.warmup_median_ns, t.gaps),
+                    (Some(t), _) => format!(", gap transition {} ns taken off each gap (warm-up median {:.0} ns over {} gaps)", t.applied_ns, t.warmup_median_ns, t.gaps),
                     (None, Some(_)) => ", gap transition not corrected (no warm-up pass, or no gap to measure it on)".to_string(),
                     (None, None) => String::new(),
                 },

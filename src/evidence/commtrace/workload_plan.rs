@@ -135,54 +135,99 @@ impl WorkloadPlan {
             PlannedWork::Collective { .. } => (n, t),
         })
     }
-    /// Per operation, the nanoseconds its device work is shortened by so that
-    /// the work between two consecutive collectives of one stream ends
-    /// `trim_ns` sooner: after each collective, the compute operations of its
-    /// stream that precede the stream's next collective give it up in launch
-    /// order, each at most `room(duration)` (what its launch can lose). Used
-    /// to take a measured collective-to-compute transition off each gap.
-    /// Compute before a stream's first collective or after its last is not
-    /// trimmed.
-    pub fn gap_trims_ns(&self, trim_ns: u64, room: impl Fn(u64) -> u64) -> Vec<u64> {
-        let mut trims = vec![0u64; self.ops.len()];
-        // whether a collective of the operation's stream follows it
-        let mut closes_a_gap = vec![false; self.ops.len()];
-        let mut seen: Vec<u64> = Vec::new();
-        for (x, o) in self.ops.iter().enumerate().rev() {
-            closes_a_gap[x] = seen.contains(&o.stream);
-            if matches!(o.work, PlannedWork::Collective { .. }) && !closes_a_gap[x] {
-                seen.push(o.stream);
-            }
-        }
-        // per stream: what is still to take off the current gap
-        let mut left: Vec<(u64, u64)> = Vec::new();
+
+    /// The gaps a device pass can compare with the recording: each pair of
+    /// consecutive collectives of this rank (by index) on one stream, with
+    /// the compute operations planned between them on that stream.
+    pub fn same_stream_gaps(&self) -> Vec<StreamGap> {
+        let mut out: Vec<StreamGap> = Vec::new();
+        // per stream: the open gap (index into `out`) since its last collective
+        let mut open: Vec<(u64, usize)> = Vec::new();
+        let mut last: Option<(usize, u64)> = None;
         for (x, o) in self.ops.iter().enumerate() {
             match o.work {
-                PlannedWork::Collective { .. } => match left.iter_mut().find(|(s, _)| *s == o.stream) {
-                    Some(e) => e.1 = trim_ns,
-                    None => left.push((o.stream, trim_ns)),
-                },
-                PlannedWork::Compute { duration_ns, .. } => {
-                    if let Some(e) = left.iter_mut().find(|(s, _)| *s == o.stream).filter(|_| closes_a_gap[x]) {
-                        let t = e.1.min(room(duration_ns));
-                        trims[x] = t;
-                        e.1 -= t;
+                PlannedWork::Collective { index } => {
+                    if let Some(at) = open.iter().position(|(st, _)| *st == o.stream) {
+                        let (_, g) = open.remove(at);
+                        if last == Some((index.wrapping_sub(1), o.stream)) {
+                            let g = &mut out[g];
+                            g.after = index;
+                            g.waits |= !o.waits_for.is_empty();
+                        }
                     }
+                    open.retain(|(st, _)| *st != o.stream);
+                    out.push(StreamGap { before: index, after: usize::MAX, stream: o.stream, recorded_ns: 0, compute_ops: Vec::new(), waits: false });
+                    open.push((o.stream, out.len() - 1));
+                    last = Some((index, o.stream));
+                }
+                PlannedWork::Compute { duration_ns, .. } => {
+                    if let Some(&(_, g)) = open.iter().find(|(st, _)| *st == o.stream) {
+                        let g = &mut out[g];
+                        g.recorded_ns += duration_ns;
+                        g.compute_ops.push(x);
+                        g.waits |= !o.waits_for.is_empty();
+                    }
+                }
+            }
+        }
+        // only those closed by the next collective (by index) on the same stream
+        out.retain(|g| g.after != usize::MAX);
+        out
+    }
+
+    /// Per operation, the nanoseconds its device work is shortened by so that
+    /// each of `gaps` ends `trim_ns` sooner: the gap's compute operations
+    /// give it up in launch order, each at most `room(duration)` (what its
+    /// launch can lose). Operations in no gap are not trimmed. Used to take
+    /// a measured collective-to-compute transition off each gap.
+    pub fn gap_trims_ns(&self, gaps: &[StreamGap], trim_ns: u64, room: impl Fn(u64) -> u64) -> Vec<u64> {
+        let mut trims = vec![0u64; self.ops.len()];
+        for g in gaps {
+            let mut left = trim_ns;
+            for &x in &g.compute_ops {
+                if let PlannedWork::Compute { duration_ns, .. } = self.ops[x].work {
+                    let t = left.min(room(duration_ns));
+                    trims[x] = t;
+                    left -= t;
                 }
             }
         }
         trims
     }
+}
 
-    /// Pairs of consecutive collectives of this rank on one stream, as
-    /// (earlier index, later index, recorded compute planned between them on
-    /// that stream): the gaps a device pass can compare with the recording.
-    pub fn same_stream_gaps(&self, collective_streams: &[u64]) -> Vec<(usize, usize, u64)> {
-        (1..collective_streams.len())
-            .filter(|&i| collective_streams[i - 1] == collective_streams[i])
-            .map(|i| (i - 1, i, self.compute_before_on(i, Some(collective_streams[i])).1))
-            .collect()
-    }
+/// Two consecutive collectives of a rank on one stream and the compute
+/// planned between them there (see [`WorkloadPlan::same_stream_gaps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamGap {
+    /// Index of the earlier collective.
+    pub before: usize,
+    /// Index of the later one (`before + 1`).
+    pub after: usize,
+    /// Their stream.
+    pub stream: u64,
+    /// Recorded compute between them on that stream, summed.
+    pub recorded_ns: u64,
+    /// The compute operations (indices into [`WorkloadPlan::ops`]), in launch order.
+    pub compute_ops: Vec<usize>,
+    /// Whether one of them, or the later collective, waits for another stream.
+    pub waits: bool,
+}
+
+/// The collective-to-compute transition of a device pass: the median, over
+/// the gaps with compute and no cross-stream wait, of the device gap less
+/// what its launches take back to back (`expected_ns` of the gap, e.g. the
+/// spins' calibrated times, each at least the launch floor), with the number
+/// of gaps; `None` where there is no such gap. `intervals[i]` is collective
+/// `i`'s device (start, end), ns.
+pub fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: impl Fn(&StreamGap) -> f64) -> Option<(f64, u32)> {
+    let mut excess: Vec<f64> = gaps
+        .iter()
+        .filter(|g| !g.compute_ops.is_empty() && !g.waits)
+        .map(|g| intervals[g.after].0 as f64 - intervals[g.before].1 as f64 - expected_ns(g))
+        .collect();
+    let n = excess.len() as u32;
+    Some((crate::core::stats::median(&mut excess)?, n))
 }
 
 /// Plan one rank's collectives with the trace's gaps (`gaps_ns[i]` before
@@ -392,31 +437,67 @@ mod tests {
     }
 
     #[test]
-    fn the_transition_comes_off_each_gap_between_collectives_of_a_stream() {
-        // stream 7: compute, C0, two kernels kept apart by a wait (3 then 8), C1, trailing compute;
-        // stream 20: compute waited for, then C2 (its first collective)
+    fn the_transition_comes_off_each_measured_gap_and_nowhere_else() {
+        // stream 7: C0, gap (3 ns, a kernel of stream 20, 8 ns waiting for it), C1; then C2 on
+        // stream 20 between compute of stream 7 (A, B, A: no measured gap); C3, 9 ns, C4 on 7
         let r = RankTrace {
             rank: 0,
-            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10)]), coll(7, 60, 70, vec![k(7, 41, 3), k(20, 41, 2), k(7, 45, 8)]), coll(20, 75, 90, vec![])],
-            trailing_compute: vec![k(7, 95, 6)],
+            collectives: vec![
+                coll(7, 30, 40, vec![k(7, 0, 10)]),
+                coll(7, 60, 70, vec![k(7, 41, 3), k(20, 41, 2), k(7, 45, 8)]),
+                coll(20, 80, 90, vec![k(7, 71, 4)]),
+                coll(7, 100, 110, vec![k(7, 91, 5)]),
+                coll(7, 130, 140, vec![k(7, 111, 9)]),
+            ],
+            trailing_compute: vec![k(7, 145, 6)],
         };
         let p = plan(&r).unwrap();
+        let gaps = p.same_stream_gaps();
+        let summary: Vec<(usize, usize, u64, u64, usize)> = gaps.iter().map(|g| (g.before, g.after, g.stream, g.recorded_ns, g.compute_ops.len())).collect();
+        assert_eq!(summary, vec![(0, 1, 7, 11, 2), (3, 4, 7, 9, 1)]);
+        // the 8 ns kernel waits for stream 20; every operation of 7 after C2 waits for C2
+        assert!(gaps[0].waits && gaps[1].waits);
         let d = |x: usize| match p.ops[x].work {
             PlannedWork::Compute { duration_ns, .. } => duration_ns,
             PlannedWork::Collective { .. } => 0,
         };
-        let trims = p.gap_trims_ns(5, |d| d);
-        // before the first collective and after the last nothing is taken; in the gap of
-        // stream 7 the 3 ns kernel gives all it has, the 8 ns one the remaining 2
-        let by_duration: Vec<(u64, u64)> = (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect();
-        assert_eq!(by_duration, vec![(10, 0), (3, 3), (2, 0), (8, 2), (6, 0)]);
-        // a launch's room limits what it gives up; the rest of the gap stays
-        let trims = p.gap_trims_ns(5, |d| d.saturating_sub(2));
-        let by_duration: Vec<(u64, u64)> = (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect();
-        assert_eq!(by_duration, vec![(10, 0), (3, 1), (2, 0), (8, 4), (6, 0)]);
-        assert!(p.gap_trims_ns(0, |d| d).iter().all(|&t| t == 0));
-        // only C0 -> C1 share a stream
-        assert_eq!(p.same_stream_gaps(&[7, 7, 20]), vec![(0, 1, 11)]);
+        let by_duration = |trims: &[u64]| -> Vec<(u64, u64)> { (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect() };
+        // each gap loses 5 in launch order (3 then 2 of the 8; 5 of the 9): nothing before the
+        // first collective, after the last, on another stream or between C1 and C3
+        let trims = p.gap_trims_ns(&gaps, 5, |d| d);
+        assert_eq!(by_duration(&trims), vec![(10, 0), (3, 3), (2, 0), (8, 2), (4, 0), (5, 0), (9, 5), (6, 0)]);
+        // a launch's room limits what it gives up; the rest passes to the next launch of the gap
+        let trims = p.gap_trims_ns(&gaps, 5, |d| d.saturating_sub(2));
+        assert_eq!(by_duration(&trims), vec![(10, 0), (3, 1), (2, 0), (8, 4), (4, 0), (5, 0), (9, 5), (6, 0)]);
+        assert!(p.gap_trims_ns(&gaps, 0, |d| d).iter().all(|&t| t == 0));
+    }
+
+    #[test]
+    fn the_transition_is_the_median_excess_over_gaps_with_compute_and_no_wait() {
+        // one stream: C0, 20 ns, C1, nothing, C2, 30 ns, C3, 40 ns, C4
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![
+                coll(7, 0, 10, vec![]),
+                coll(7, 30, 40, vec![k(7, 10, 20)]),
+                coll(7, 40, 50, vec![]),
+                coll(7, 80, 90, vec![k(7, 50, 30)]),
+                coll(7, 130, 140, vec![k(7, 90, 40)]),
+            ],
+            trailing_compute: vec![],
+        };
+        let p = plan(&r).unwrap();
+        let gaps = p.same_stream_gaps();
+        assert_eq!(gaps.len(), 4);
+        assert!(gaps.iter().all(|g| !g.waits));
+        // device gaps 25, 2 (no compute: left out), 33, 47 against 20, 30, 40 expected
+        let intervals = [(0, 10), (35, 45), (47, 57), (90, 100), (147, 157)];
+        let (median, n) = transition_ns(&gaps, &intervals, |g| g.recorded_ns as f64).unwrap();
+        assert_eq!((median, n), (5.0, 3));
+        // what the launches take is the baseline, not the recording (a floor of 32 ns here)
+        let (median, _) = transition_ns(&gaps, &intervals, |g| (g.recorded_ns as f64).max(32.0)).unwrap();
+        assert_eq!(median, 1.0);
+        assert_eq!(transition_ns(&gaps[1..2], &intervals, |_| 0.0), None);
     }
 
     #[test]
