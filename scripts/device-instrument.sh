@@ -46,7 +46,7 @@ if has skew; then
   for j in $(seq 1 "$JOBS"); do
     timeout 200 mpirun < /dev/null --bind-to none -n "$NP" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "$CC" rank -q --backend cuda --phases all \
       --tokens 256 --model synthetic --layers 32 --iters 100 --inject-delay rank=1,every=10,us=20 $cupti_flag --out "$W" --run-id "skew-$j" >/dev/null || echo "job $j failed"
-    "$CC" join "$W/skew-$j" --json > "$RES/skew-$j.join.json" && "$CC" join "$W/skew-$j" | tail -8
+    "$CC" join "$W/skew-$j" --json > "$RES/skew-$j.join.json" && "$CC" join "$W/skew-$j" | sed -n "/delay control/,\$p"
     for r in 0 1; do "$CC" inspect --header-only "$W/skew-$j/rank-0000$r.shard" | python3 -c 'import json,sys; h=json.load(sys.stdin); print("rank", h["rank"], "anchor error ns per phase (events, kernels):", {p["phase"]: (p["device_anchor_error_ns"], (p.get("kernel_anchor") or {}).get("error_ns")) for p in h["phases"]})'; done
     rm -f "$W/e.jsonl"; "$CC" join "$W/skew-$j" --events-out "$W/e.jsonl" > /dev/null
     python3 - "$W/e.jsonl" <<'PY'

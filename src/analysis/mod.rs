@@ -110,12 +110,21 @@ pub struct DelayCounts {
     pub delay_us: f64,
     /// Delayed timed collectives.
     pub delayed: u64,
-    /// Of those, with skew >= delay − bound.
+    /// Of those, with skew >= delay − bound (skew beyond the replay's
+    /// design where `beyond_design`).
     pub detected: u64,
     /// Undelayed timed collectives.
     pub undelayed: u64,
     /// Of those, above the line (false alarms).
     pub false_alarms: u64,
+    /// Whether `detected` and `false_alarms` count skew beyond the replay's
+    /// design (arrival less paced gap, `join`'s `beyond_design`); false in
+    /// older reports, which counted the skew itself.
+    #[serde(default)]
+    pub beyond_design: bool,
+    /// The same two counts on the skew itself, where `beyond_design`.
+    #[serde(default)]
+    pub skew_counts: Option<(u64, u64)>,
 }
 
 /// What a claim has to name.
@@ -782,13 +791,17 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
             "no delayed collective in a judged phase (on GPUs only replay is judged: elsewhere the device queue may run ahead of the host)".into()
         } else {
             format!(
-                "{} of {} delayed detected ({:.1}%); {} of {} undelayed above the line ({:.2}%)",
+                "{} of {} delayed detected ({:.1}%); {} of {} undelayed above the line ({:.2}%){}",
                 d.detected,
                 d.delayed,
                 rate * 100.0,
                 d.false_alarms,
                 d.undelayed,
-                fa * 100.0
+                fa * 100.0,
+                match (d.beyond_design, d.skew_counts) {
+                    (true, Some((det, fals))) => format!(", on skew beyond the replay's design (on the skew itself: {det} and {fals})"),
+                    _ => String::new(),
+                }
             )
         },
         outcome: if d.delayed > 0 && rate >= 0.9 && (fa.is_nan() || fa <= 0.01) {

@@ -46,6 +46,11 @@ pub struct RankTimes {
     pub injected_delay_ns: Option<u64>,
     /// Replay error (actual minus target gap), where replayed.
     pub replay_error_ns: Option<i64>,
+    /// Gap this rank paced before the collective (replay): from when its
+    /// host saw the previous collective complete to its arrival, ns. The
+    /// replay's design: ranks arriving by different gaps are skewed by design.
+    #[serde(default)]
+    pub replay_gap_ns: Option<u64>,
     /// Fill units, where filled.
     pub fill_units: Option<u32>,
     /// Fill quantization error, where filled.
@@ -370,6 +375,44 @@ pub struct DelayControlReport {
     /// The same counts per phase, judged or not.
     #[serde(default)]
     pub per_phase: Vec<PhaseDelayControl>,
+    /// The judged collectives again, on the skew the run did not design:
+    /// in `replay` each rank arrives its paced gap after it saw the previous
+    /// collective complete, so ranks pacing different gaps (the source's
+    /// own per-rank gaps, or a host stall in the pacing) are skewed by
+    /// design; there the skew counted is that of arrival less paced gap
+    /// across ranks (see [`unexplained_skew_us`]). Elsewhere it is the skew.
+    /// Absent in older summaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beyond_design: Option<BeyondDesign>,
+}
+
+/// The delay control's counts on skew beyond the run's design (see
+/// [`DelayControlReport::beyond_design`]).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct BeyondDesign {
+    /// Judged collectives whose skew was taken beyond the design (replayed
+    /// on every rank); the others count their skew.
+    pub corrected: u64,
+    /// Delayed collectives with skew beyond design >= delay - bound.
+    pub delayed_detected: u64,
+    /// Undelayed ones above that line (false alarms).
+    pub undelayed_false_alarms: u64,
+    /// Median skew beyond design of the undelayed collectives, µs.
+    pub undelayed_skew_median_us: Option<f64>,
+}
+
+/// Skew a replayed collective shows beyond what the replay designed: each
+/// rank's arrival less the gap it paced (ending when it saw the previous
+/// collective complete), max minus min across ranks, µs. What remains is
+/// when each host saw the previous completion, its issue latency, an
+/// injected delay and the clocks' error. `None` unless every rank replayed
+/// the collective and its arrivals are calibrated.
+pub fn unexplained_skew_us(c: &JoinedCollective) -> Option<f64> {
+    let offsets = c.arrival_offsets_us.as_ref()?;
+    let residuals: Option<Vec<f64>> = offsets.iter().zip(&c.ranks).map(|(o, t)| Some(o - t.replay_gap_ns? as f64 / 1e3)).collect();
+    let r = residuals?;
+    let (lo, hi) = r.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    (!r.is_empty()).then_some(hi - lo)
 }
 
 /// One phase's delayed/undelayed counts (see [`DelayControlReport`]).
@@ -387,6 +430,13 @@ pub struct PhaseDelayControl {
     pub undelayed: u64,
     /// Of those, with skew >= delay - bound.
     pub undelayed_false_alarms: u64,
+    /// Delayed ones detected on skew beyond design (see
+    /// [`DelayControlReport::beyond_design`]). Absent in older summaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beyond_design_detected: Option<u64>,
+    /// Undelayed ones above the line on skew beyond design.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beyond_design_false_alarms: Option<u64>,
 }
 
 /// The `join --json` summary.
@@ -595,6 +645,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 device_end_ns: e.device_end_ns,
                 injected_delay_ns: e.injected_delay_ns,
                 replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
+                replay_gap_ns: e.replay.map(|t| t.actual_gap_ns),
                 fill_units: e.fill.map(|f| f.units),
                 fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
                 device_wait_ns: waits[r as usize].get(&(group, seq)).copied(),
@@ -863,6 +914,8 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let judged = |p: Phase| !gpu || p == Phase::Replay;
     let delay_us = d.delay_ns as f64 / 1e3;
     let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
+    let beyond = |c: &JoinedCollective| unexplained_skew_us(c).or(c.arrival_skew_us).unwrap_or(0.0);
+    let above_design = |c: &JoinedCollective| beyond(c) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
     let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
     let per_phase = j
         .run
@@ -878,12 +931,21 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
                 delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
                 undelayed: ud.len() as u64,
                 undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
+                beyond_design_detected: Some(dl.iter().filter(|c| above_design(c)).count() as u64),
+                beyond_design_false_alarms: Some(ud.iter().filter(|c| above_design(c)).count() as u64),
             }
         })
         .collect();
     let timed: Vec<&JoinedCollective> = all_timed.into_iter().filter(|c| judged(c.phase)).collect();
     let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
     let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
+    let mut ud_beyond: Vec<f64> = ud.iter().map(|c| beyond(c)).collect();
+    let beyond_design = BeyondDesign {
+        corrected: dl.iter().chain(&ud).filter(|c| unexplained_skew_us(c).is_some()).count() as u64,
+        delayed_detected: dl.iter().filter(|c| above_design(c)).count() as u64,
+        undelayed_false_alarms: ud.iter().filter(|c| above_design(c)).count() as u64,
+        undelayed_skew_median_us: stats::median(&mut ud_beyond),
+    };
     let mut achieved: Vec<f64> = dl.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.injected_delay_ns)).map(|ns| ns as f64 / 1e3).collect();
     Some(DelayControlReport {
         achieved_delay_median_us: stats::median(&mut achieved),
@@ -898,6 +960,7 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
         undelayed_skew_median_us: stats::median(&mut ud_skews),
         judged_phases: j.run.workload.phases.iter().copied().filter(|&p| judged(p)).collect(),
         per_phase,
+        beyond_design: Some(beyond_design),
     })
 }
 
@@ -1018,10 +1081,26 @@ pub fn render_summary(s: &JoinSummary) -> String {
             dc.rank, dc.delay_us, dc.every, f(dc.achieved_delay_median_us), dc.delayed_detected, dc.delayed,
             f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
         );
-        for p in &dc.per_phase {
+        if let Some(b) = &dc.beyond_design {
             let _ = writeln!(
                 o,
-                "  {:<21} {}: detected {}/{} delayed, false alarms {}/{} undelayed",
+                "  on skew beyond the replay's design (arrival less paced gap; {} of the judged collectives replayed): {}/{} delayed detected, {}/{} undelayed above the line (median {})",
+                b.corrected,
+                b.delayed_detected,
+                dc.delayed,
+                b.undelayed_false_alarms,
+                dc.undelayed,
+                f(b.undelayed_skew_median_us)
+            );
+        }
+        for p in &dc.per_phase {
+            let design = match (p.beyond_design_detected, p.beyond_design_false_alarms) {
+                (Some(d), Some(fa)) if p.phase == Phase::Replay => format!("; beyond design {d}/{} and {fa}/{}", p.delayed, p.undelayed),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "  {:<21} {}: detected {}/{} delayed, false alarms {}/{} undelayed{design}",
                 p.phase.name(),
                 if p.judged { "judged" } else { "not judged (device queue may run ahead of the host)" },
                 p.delayed_detected,
@@ -1049,6 +1128,7 @@ mod tests {
             device_end_ns: device_start_ns.map(|d| d + 5),
             injected_delay_ns: None,
             replay_error_ns: None,
+            replay_gap_ns: None,
             fill_units: None,
             fill_quantization_error_ns: None,
             device_wait_ns: None,
@@ -1161,6 +1241,30 @@ mod tests {
         assert_eq!(got.into_iter().collect::<Vec<_>>(), vec![((0, 0), 207), ((0, 1), 107), ((0, 2), 7)]);
         assert!(nccl_kernel_starts(&shard_with_kernels(3, 2, true)).is_empty(), "a missing kernel pairs nothing");
         assert!(nccl_kernel_starts(&shard_with_kernels(3, 3, false)).is_empty(), "without a kernel anchor nothing pairs");
+    }
+
+    #[test]
+    fn skew_beyond_the_replay_design_takes_each_ranks_paced_gap_off_its_arrival() {
+        // rank 1 was designed to arrive 30 us after rank 0 (its gap is 30 us longer) and did,
+        // 2 us more: 2 us beyond design; the skew itself is 32 us
+        let mut c = collective(vec![times(0, 0, None), times(1, 0, None)]);
+        c.phase = Phase::Replay;
+        c.arrival_offsets_us = Some(vec![0.0, 32.0]);
+        c.arrival_skew_us = Some(32.0);
+        c.ranks[0].replay_gap_ns = Some(40_000);
+        c.ranks[1].replay_gap_ns = Some(70_000);
+        let u = unexplained_skew_us(&c).unwrap();
+        assert!((u - 2.0).abs() < 1e-9, "{u}");
+        // the same gaps with rank 0 the later one by 5 us: 35 us beyond design
+        c.arrival_offsets_us = Some(vec![5.0, 0.0]);
+        let u = unexplained_skew_us(&c).unwrap();
+        assert!((u - 35.0).abs() < 1e-9, "{u}");
+        // one rank without a paced gap, or no calibrated arrivals: no such figure
+        c.ranks[1].replay_gap_ns = None;
+        assert_eq!(unexplained_skew_us(&c), None);
+        c.ranks[1].replay_gap_ns = Some(70_000);
+        c.arrival_offsets_us = None;
+        assert_eq!(unexplained_skew_us(&c), None);
     }
 
     #[test]

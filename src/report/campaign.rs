@@ -80,12 +80,25 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
         if let Some(d) = crate::evidence::join::delay_control(&j) {
             delays.entry(cell.label.clone()).or_default().push((
                 cell.round,
-                DelayCounts {
-                    delay_us: d.delay_us,
-                    delayed: d.delayed,
-                    detected: d.delayed_detected,
-                    undelayed: d.undelayed,
-                    false_alarms: d.undelayed_false_alarms,
+                match &d.beyond_design {
+                    Some(b) => DelayCounts {
+                        delay_us: d.delay_us,
+                        delayed: d.delayed,
+                        detected: b.delayed_detected,
+                        undelayed: d.undelayed,
+                        false_alarms: b.undelayed_false_alarms,
+                        beyond_design: true,
+                        skew_counts: Some((d.delayed_detected, d.undelayed_false_alarms)),
+                    },
+                    None => DelayCounts {
+                        delay_us: d.delay_us,
+                        delayed: d.delayed,
+                        detected: d.delayed_detected,
+                        undelayed: d.undelayed,
+                        false_alarms: d.undelayed_false_alarms,
+                        beyond_design: false,
+                        skew_counts: None,
+                    },
                 },
             ));
         }
