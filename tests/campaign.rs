@@ -376,3 +376,45 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     let o = cc_root(&["campaign", "exec", d2.to_str().unwrap()]);
     assert!(assert_refused(&o, "STALE").contains("the manifest froze"));
 }
+
+/// Configurations that name their own joined trace (`--trace` in their
+/// arguments, which the manifest does not freeze) must still walk one trace:
+/// `verify` refuses a cell whose trace file differs from the first cell's.
+#[test]
+fn cells_that_walked_different_trace_files_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let mut traces = Vec::new();
+    for name in ["a", "b"] {
+        let run = run_rank(2, &t.path().join(format!("src-{name}")), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
+        let f = t.path().join(format!("{name}.jsonl"));
+        ok(&cc(&["join", run.to_str().unwrap(), "--events-out", f.to_str().unwrap()]));
+        traces.push(f);
+    }
+    let config = |name: &str, env: u32, trace: &Path| {
+        format!(
+            "[[configs]]\nname = \"{name}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"{env}\" }}\nargs = [\"--trace\", \"{}\"]\n",
+            trace.display()
+        )
+    };
+    let write = |file: &str, second: &Path| {
+        let p = t.path().join(file);
+        let text = format!(
+            "name = \"files\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 3\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n\
+             [workload]\nphases = \"replay\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\n[analysis]\ntie_policy = \"interval\"\n{}{}",
+            config("ring", 1, &traces[0]),
+            config("binomial", 2, second)
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    // the same file for both: verified and analysed
+    let same = write("same.toml", &traces[0]);
+    let text = ok(&cc_root(&["campaign", "run", same.to_str().unwrap(), "-o", t.path().join("c-same").to_str().unwrap()]));
+    assert!(text.contains("== analyze"), "{text}");
+    // another file for the second configuration: verify stops the run
+    let differ = write("differ.toml", &traces[1]);
+    let o = cc_root(&["campaign", "run", differ.to_str().unwrap(), "-o", t.path().join("c-differ").to_str().unwrap()]);
+    assert_refused(&o, "INCOMPLETE");
+    let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(all.contains("compared on different workloads"), "{all}");
+}

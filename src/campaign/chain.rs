@@ -707,6 +707,7 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
         }
     }
     let mut ok = 0;
+    let mut first_file: Option<(String, String)> = None;
     for c in &m.schedule {
         let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
         let e = match picked.as_slice() {
@@ -721,7 +722,22 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
             }
         };
         match check_cell(dir, &m, &accepted, c, e, &attempts) {
-            Ok(()) => ok += 1,
+            // configurations ranked on one workload: every cell walked the same trace file
+            Ok(Some(d)) => match &first_file {
+                Some((first, cell)) if *first != d => refusals.push((
+                    c.cell_id.clone(),
+                    coded(
+                        Code::IdentityContradiction,
+                        format!("walked trace file {d}, cell {cell} walked {first}: the configurations would be compared on different workloads"),
+                    ),
+                )),
+                Some(_) => ok += 1,
+                None => {
+                    first_file = Some((d, c.cell_id.clone()));
+                    ok += 1;
+                }
+            },
+            Ok(None) => ok += 1,
             Err(why) => refusals.push((c.cell_id.clone(), why)),
         }
     }
@@ -751,8 +767,16 @@ fn coded(code: Code, message: String) -> String {
     crate::core::refusal::Refusal { code, message }.to_string()
 }
 
-/// One cell's refusal, if any, as `verify` lists it (`refused[CODE]: why`).
-fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
+/// One cell's refusal, if any; else the digest of the joined-trace file its
+/// phases walked (`rank --trace` in the arguments), if they walked one.
+fn check_cell(
+    dir: &Path,
+    m: &Manifest,
+    accepted: &[String],
+    c: &Cell,
+    e: &Selected,
+    attempts: &[AttemptRecord],
+) -> std::result::Result<Option<String>, String> {
     let a = attempts
         .iter()
         .find(|a| a.attempt_id == e.attempt_id)
@@ -812,6 +836,7 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
     if let Some(why) = walked_another_trace(&joined.shards, m.trace_sha256.as_deref()) {
         return Err(coded(Code::IdentityContradiction, why));
     }
+    let file_trace = file_trace_walked(&joined.shards).map_err(|why| coded(Code::IdentityContradiction, why))?;
     if joined.run.world_size != m.spec.ranks {
         return Err(coded(Code::IdentityContradiction, format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks)));
     }
@@ -838,7 +863,28 @@ fn check_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selec
             }
         }
     }
-    Ok(())
+    Ok(file_trace)
+}
+
+/// The digest of the joined-trace file (`rank --trace`, not frozen by the
+/// manifest) that a cell's phases walked, `None` where they walked none; a
+/// refusal, in words, where its ranks or phases walked different files.
+fn file_trace_walked(shards: &[crate::evidence::shard::Shard]) -> std::result::Result<Option<String>, String> {
+    let mut seen: Option<(&str, u32, crate::core::workload::Phase)> = None;
+    for sh in shards {
+        for p in &sh.header.phases {
+            if let Some(crate::evidence::shard::TraceOrigin::File { sha256, .. }) = &p.trace {
+                match seen {
+                    None => seen = Some((sha256, sh.header.rank, p.phase)),
+                    Some((first, r, ph)) if first != sha256 => {
+                        return Err(format!("rank {} phase {} walked trace file {sha256}, rank {r} phase {ph} walked {first}", sh.header.rank, p.phase));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    Ok(seen.map(|(d, _, _)| d.to_string()))
 }
 
 #[cfg(test)]
@@ -866,6 +912,30 @@ mod tests {
         assert!(walked_another_trace(&phase(imported("aa")), None).is_some(), "an imported trace the manifest did not freeze");
         assert_eq!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), None), None);
         assert_eq!(walked_another_trace(&phase(serde_json::Value::Null), Some("aa")), None, "phases without a trace are not concerned");
+    }
+
+    #[test]
+    fn a_cell_names_the_one_trace_file_its_phases_walked() {
+        let shard = |rank: u32, traces: &[serde_json::Value]| {
+            let phases: Vec<serde_json::Value> = traces
+                .iter()
+                .zip(["replay", "fill"])
+                .map(|(t, p)| {
+                    serde_json::json!({"phase": p, "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
+                        "quantum_ns": null, "trace": t, "collectives": 1})
+                })
+                .collect();
+            let mut h = crate::evidence::shard::test_header("cpu", serde_json::Value::Array(phases));
+            h.rank = rank;
+            crate::evidence::shard::Shard { header: h, body: Default::default() }
+        };
+        let file = |sha: &str| serde_json::json!({"File": {"path": "t.jsonl", "sha256": sha, "source_rank": 0}});
+        let blocking = serde_json::json!("ThisRunBlocking");
+        assert_eq!(file_trace_walked(&[shard(0, &[file("aa"), file("aa")]), shard(1, &[file("aa")])]), Ok(Some("aa".into())));
+        assert_eq!(file_trace_walked(&[shard(0, &[blocking.clone(), serde_json::Value::Null])]), Ok(None));
+        let why = file_trace_walked(&[shard(0, &[file("aa")]), shard(1, &[file("bb")])]).unwrap_err();
+        assert!(why.contains("rank 1 phase replay walked trace file bb") && why.contains("rank 0 phase replay walked aa"), "{why}");
+        assert!(file_trace_walked(&[shard(0, &[file("aa"), file("bb")])]).is_err(), "two phases of one rank");
     }
 
     fn rec(id: &str) -> AttemptRecord {
