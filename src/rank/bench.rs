@@ -172,7 +172,9 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
     )?;
     // the event timer's granularity and this rank's anchor windows, for the record
     let probe_ns = backend.event_timer_probe(64)?;
-    let mut variants: Vec<&str> = vec!["bare", "instrumented", "instrumented+graph"];
+    // bare+event: the bare loop with one timing event per call, to separate
+    // the timestamp's cost from the instrument's bookkeeping
+    let mut variants: Vec<&str> = vec!["bare", "bare+event", "instrumented", "instrumented+graph"];
     if args.cupti {
         variants.push("instrumented+cupti");
     }
@@ -192,8 +194,8 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                     backend.set_cupti(v == "instrumented+cupti")?;
                 }
                 world.barrier();
-                let r = if v == "bare" {
-                    let (stamps, device_ns) = backend.reference_loop(bytes, args.iters)?;
+                let r = if v == "bare" || v == "bare+event" {
+                    let (stamps, device_ns) = backend.reference_loop_marked(bytes, args.iters, v == "bare+event")?;
                     VariantRep {
                         host_iter_us: quantiles_us(&iteration_host_ns(&stamps)),
                         device_per_collective_us: device_ns / 1e3,
@@ -242,7 +244,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                 "nccl_tuning": args.nccl_tuning,
                 "summary": summary,
                 "per_rep": reps,
-                "method": "per repetition, in rotating order: bare ncclAllReduce loop vs the isolated phase as rank runs it; host overhead = per-iteration host-time quantile difference (instrumented - bare); device inflation = device time per collective, instrumented / bare",
+                "method": "per repetition, in rotating order: bare ncclAllReduce loop vs the isolated phase as rank runs it (instrumented), and vs the bare loop with one timing event recorded before each call (bare+event: the timestamp's own cost, apart from the instrument's bookkeeping); host overhead = per-iteration host-time quantile difference (variant - bare); device inflation = device time per collective, variant / bare",
             });
             println!("{}", serde_json::json!({"bytes": bytes, "summary": line["summary"]}));
             all.push(line);

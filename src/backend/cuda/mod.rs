@@ -875,6 +875,13 @@ impl CudaBackend {
     /// the first and one after the last. Returns the host clock reads (ns)
     /// and the device ns per collective.
     pub fn reference_loop(&mut self, bytes: u64, iters: u32) -> Result<(Vec<u64>, f64)> {
+        self.reference_loop_marked(bytes, iters, false)
+    }
+
+    /// [`Self::reference_loop`] with, where `events`, one pooled timing
+    /// event recorded before each call and nothing else: what the
+    /// instrument's timestamp costs in this loop, apart from its bookkeeping.
+    pub fn reference_loop_marked(&mut self, bytes: u64, iters: u32, events: bool) -> Result<(Vec<u64>, f64)> {
         let count = super::issue_count(self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
         self.synchronize()?;
         drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
@@ -885,8 +892,13 @@ impl CudaBackend {
         let mut host = Vec::with_capacity(iters as usize + 1);
         // SAFETY: live events and stream of this context.
         drv(unsafe { cudarc::driver::result::event::record(start.cu_event(), stream) }, "cuEventRecord")?;
-        for _ in 0..iters {
+        let marks: Vec<CudaEvent> = if events { (0..iters).map(|_| self.pooled_event()).collect::<Result<_>>()? } else { Vec::new() };
+        for i in 0..iters as usize {
             host.push(self.clock.now_ns());
+            if let Some(e) = marks.get(i) {
+                // SAFETY: a live event and stream of this context.
+                drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), stream) }, "cuEventRecord")?;
+            }
             // SAFETY: as in allreduce_back_to_back.
             unsafe { self.comm.all_reduce_sum(sp, rp, count, Dtype::F32, stream as *mut _) }?;
         }
@@ -897,6 +909,7 @@ impl CudaBackend {
         let ms = drv(start.elapsed_ms(&end), "cuEventElapsedTime")? as f64;
         self.free_events.push(start);
         self.free_events.push(end);
+        self.free_events.extend(marks);
         Ok((host, ms * 1e6 / iters.max(1) as f64))
     }
 
