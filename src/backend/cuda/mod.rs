@@ -1198,9 +1198,11 @@ impl Backend for CudaBackend {
 
     fn finish_pass(&mut self) -> BackendResult<PassTimings> {
         self.close_back_to_back()?;
-        let intervals = std::mem::take(&mut self.intervals);
-        let waits_ev = std::mem::take(&mut self.waits);
-        let marks = std::mem::take(&mut self.marks);
+        // drained, not taken: the next pass pushes into the capacity this one
+        // grew, with no reallocation on its hot path
+        let intervals: Vec<(usize, usize)> = self.intervals.drain(..).collect();
+        let waits_ev: Vec<(usize, usize)> = self.waits.drain(..).collect();
+        let marks: Vec<usize> = self.marks.drain(..).collect();
         let Some(anchor) = self.anchor.take() else {
             self.tail = [None, None];
             self.free_events.append(&mut self.pass_events);
