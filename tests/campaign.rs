@@ -411,10 +411,25 @@ fn cells_that_walked_different_trace_files_are_refused() {
     let same = write("same.toml", &traces[0]);
     let text = ok(&cc_root(&["campaign", "run", same.to_str().unwrap(), "-o", t.path().join("c-same").to_str().unwrap()]));
     assert!(text.contains("== analyze"), "{text}");
-    // another file for the second configuration: verify stops the run
+    // another file for the second configuration: verify stops the run, refusing the
+    // cells of one configuration (a tie: the one scheduled later)
     let differ = write("differ.toml", &traces[1]);
     let o = cc_root(&["campaign", "run", differ.to_str().unwrap(), "-o", t.path().join("c-differ").to_str().unwrap()]);
     assert_refused(&o, "INCOMPLETE");
     let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(all.contains("compared on different workloads"), "{all}");
+    let lines: Vec<&str> = all.lines().filter(|l| l.contains("compared on different workloads")).collect();
+    assert_eq!(lines.len(), 2, "{all}");
+    let one_config = ["ring", "binomial"].iter().any(|c| lines.iter().all(|l| l.contains(&format!("-{c}"))));
+    assert!(one_config, "{lines:?}");
+    // a configuration without --trace replays its own blocking phase: not the same workload either
+    let none = t.path().join("none.toml");
+    let text = std::fs::read_to_string(&same).unwrap();
+    let cut = text.rfind("args = [").unwrap();
+    std::fs::write(&none, format!("{}\n", &text[..cut])).unwrap();
+    let text = std::fs::read_to_string(&none).unwrap().replace("phases = \"replay\"", "phases = \"blocking,replay\"");
+    std::fs::write(&none, text).unwrap();
+    let o = cc_root(&["campaign", "run", none.to_str().unwrap(), "-o", t.path().join("c-none").to_str().unwrap()]);
+    assert_refused(&o, "INCOMPLETE");
+    let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(all.contains("no trace file") && all.contains("compared on different workloads"), "{all}");
 }

@@ -786,7 +786,12 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
         kind: "injected-skew".into(),
         subject: format!("{label} round {round}: {} µs arrival delay on one rank", d.delay_us),
         phase: None,
-        predicted: "arrival skew >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others".into(),
+        predicted: if d.beyond_design {
+            "arrival skew beyond the replay's design (the skew itself outside replay) >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others"
+        } else {
+            "arrival skew >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others"
+        }
+        .into(),
         observed: if d.delayed == 0 {
             "no delayed collective in a judged phase (on GPUs only replay is judged: elsewhere the device queue may run ahead of the host)".into()
         } else {

@@ -706,8 +706,7 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
             refusals.push((e.cell_id.clone(), coded(Code::UnexpectedCell, "unexpected: the manifest has no such cell".into())));
         }
     }
-    let mut ok = 0;
-    let mut first_file: Option<(String, String)> = None;
+    let mut passed: Vec<(String, String, Option<String>)> = Vec::new();
     for c in &m.schedule {
         let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
         let e = match picked.as_slice() {
@@ -722,24 +721,16 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
             }
         };
         match check_cell(dir, &m, &accepted, c, e, &attempts) {
-            // configurations ranked on one workload: every cell walked the same trace file
-            Ok(Some(d)) => match &first_file {
-                Some((first, cell)) if *first != d => refusals.push((
-                    c.cell_id.clone(),
-                    coded(
-                        Code::IdentityContradiction,
-                        format!("walked trace file {d}, cell {cell} walked {first}: the configurations would be compared on different workloads"),
-                    ),
-                )),
-                Some(_) => ok += 1,
-                None => {
-                    first_file = Some((d, c.cell_id.clone()));
-                    ok += 1;
-                }
-            },
-            Ok(None) => ok += 1,
+            Ok(walked) => passed.push((c.cell_id.clone(), c.label.clone(), walked)),
             Err(why) => refusals.push((c.cell_id.clone(), why)),
         }
+    }
+    // configurations are ranked on one workload: every cell walked the same
+    // unfrozen trace file, or every cell none
+    let refused = other_trace_files(&passed);
+    let ok = passed.len() - refused.len();
+    for (cell, why) in refused {
+        refusals.push((cell, coded(Code::IdentityContradiction, why)));
     }
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
@@ -866,6 +857,47 @@ fn check_cell(
     Ok(file_trace)
 }
 
+/// Of cells that passed, as (cell, configuration label, unfrozen trace file
+/// walked), those that walked another file (or none, or one) than most cells
+/// did (the first such group in order on a tie), each with the reason in
+/// words, naming what every configuration walked.
+fn other_trace_files(passed: &[(String, String, Option<String>)]) -> Vec<(String, String)> {
+    let name = |d: &Option<String>| d.as_deref().map_or("no trace file".to_string(), |d| format!("trace file {d}"));
+    let mut groups: Vec<(&Option<String>, usize)> = Vec::new();
+    for (_, _, d) in passed {
+        match groups.iter_mut().find(|(g, _)| *g == d) {
+            Some(g) => g.1 += 1,
+            None => groups.push((d, 1)),
+        }
+    }
+    if groups.len() < 2 {
+        return Vec::new();
+    }
+    let most = groups.iter().fold(groups[0], |best, g| if g.1 > best.1 { *g } else { best }).0;
+    let mut by_label: Vec<String> = Vec::new();
+    for (_, label, d) in passed {
+        let line = format!("{label}: {}", name(d));
+        if !by_label.contains(&line) {
+            by_label.push(line);
+        }
+    }
+    passed
+        .iter()
+        .filter(|(_, _, d)| d != most)
+        .map(|(cell, _, d)| {
+            (
+                cell.clone(),
+                format!(
+                    "walked {}, most cells walked {}: the configurations would be compared on different workloads ({})",
+                    name(d),
+                    name(most),
+                    by_label.join("; ")
+                ),
+            )
+        })
+        .collect()
+}
+
 /// The digest of the joined-trace file (`rank --trace`, not frozen by the
 /// manifest) that a cell's phases walked, `None` where they walked none; a
 /// refusal, in words, where its ranks or phases walked different files.
@@ -936,6 +968,28 @@ mod tests {
         let why = file_trace_walked(&[shard(0, &[file("aa")]), shard(1, &[file("bb")])]).unwrap_err();
         assert!(why.contains("rank 1 phase replay walked trace file bb") && why.contains("rank 0 phase replay walked aa"), "{why}");
         assert!(file_trace_walked(&[shard(0, &[file("aa"), file("bb")])]).is_err(), "two phases of one rank");
+    }
+
+    #[test]
+    fn cells_that_walked_another_trace_file_than_most_are_named() {
+        let cell = |id: &str, label: &str, d: Option<&str>| (id.to_string(), label.to_string(), d.map(String::from));
+        assert!(other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r1-b", "b", Some("x"))]).is_empty());
+        assert!(other_trace_files(&[cell("r1-a", "a", None), cell("r1-b", "b", None)]).is_empty());
+        let refused = other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r2-a", "a", Some("x")), cell("r1-b", "b", Some("y"))]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "r1-b");
+        assert!(
+            refused[0].1.contains("walked trace file y, most cells walked trace file x") && refused[0].1.contains("a: trace file x; b: trace file y"),
+            "{}",
+            refused[0].1
+        );
+        // a configuration replaying its own blocking phase against others walking a file
+        let refused = other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r1-c", "c", None), cell("r1-b", "b", Some("x"))]);
+        assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), vec!["r1-c"]);
+        assert!(refused[0].1.contains("walked no trace file"), "{}", refused[0].1);
+        // a tie: the first group stands
+        let refused = other_trace_files(&[cell("r1-b", "b", Some("y")), cell("r1-a", "a", Some("x"))]);
+        assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), vec!["r1-a"]);
     }
 
     fn rec(id: &str) -> AttemptRecord {

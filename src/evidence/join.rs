@@ -393,7 +393,10 @@ pub struct BeyondDesign {
     /// Judged collectives whose skew was taken beyond the design (replayed
     /// on every rank); the others count their skew.
     pub corrected: u64,
-    /// Delayed collectives with skew beyond design >= delay - bound.
+    /// Delayed collectives with skew beyond design >= delay - bound (the
+    /// collective's `arrival_bound_us`: with more than two ranks, the bound
+    /// of the two ranks whose arrivals were extreme, which need not be the
+    /// two whose arrivals less paced gaps are).
     pub delayed_detected: u64,
     /// Undelayed ones above that line (false alarms).
     pub undelayed_false_alarms: u64,

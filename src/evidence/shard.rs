@@ -69,7 +69,9 @@ pub struct ProcessGroup {
 pub struct ReplayTiming {
     /// Gap before this collective in the source trace.
     pub target_gap_ns: u64,
-    /// Gap actually achieved (issue minus previous completion).
+    /// Gap actually achieved: from when the host saw the previous collective
+    /// complete to the end of its pacing (read there, before any injected
+    /// delay and the issue).
     pub actual_gap_ns: u64,
 }
 

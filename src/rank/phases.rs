@@ -816,6 +816,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             }
             let pos = Position { token, layer, iter: None, warmup };
             let mut fill = None;
+            let mut paced_at = 0u64;
             let between = match phase {
                 Phase::Replay => {
                     // Pace from the moment the host knows the previous
@@ -824,6 +825,7 @@ impl<'a, B: Backend> Runner<'a, B> {
                     self.backend.synchronize()?;
                     prev_end = prev_end.max(self.clock.now_ns());
                     self.clock.sleep_until(prev_end + gap_ns);
+                    paced_at = self.clock.now_ns();
                     Between::Nothing
                 }
                 Phase::HostDelay => Between::HostSpin(gap_ns, token, layer),
@@ -846,8 +848,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             let ev = &mut self.body.collectives[idx];
             ev.fill = fill;
             if phase == Phase::Replay {
-                let arrival = ev.host_issue_ns - ev.injected_delay_ns.unwrap_or(0);
-                ev.replay = Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: arrival.saturating_sub(prev_end) });
+                // the gap ends where the pacing ended, read there: before any
+                // injected delay, whose arrival the control must see
+                ev.replay = Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: paced_at.saturating_sub(prev_end) });
             }
             prev_end = ev.wait_end_ns;
         }
