@@ -62,14 +62,14 @@ for line in open(sys.argv[1]):
         k[0] += 1; k[1] += bool(c["skew_resolved"])
 print("skew_resolved among collectives with skew > 3 us, per phase:", {p: f"{v[1]}/{v[0]} (of {v[2]} timed; {v[3]} arrivals from NCCL kernels)" for p, v in n.items()})
 PY
-    # blocking and replay collectives, the fields a skew detector needs, kept for analysis
+    # the replay collectives (the judged phase), the fields a skew detector needs, kept for analysis
     python3 - "$W/e.jsonl" "$RES/skew-$j.events.jsonl" <<'PY'
 import json, sys
-keep = ("host_issue_ns", "wait_end_ns", "device_start_ns", "kernel_start_ns", "injected_delay_ns", "replay_error_ns")
+keep = ("host_issue_ns", "wait_end_ns", "device_start_ns", "kernel_start_ns", "injected_delay_ns", "replay_error_ns", "replay_gap_ns")
 with open(sys.argv[2], "w") as out:
     for line in open(sys.argv[1]):
         c = json.loads(line)
-        if c["phase"] not in ("blocking", "replay"):
+        if c["phase"] != "replay":
             continue
         slim = {k: c.get(k) for k in ("phase", "seq", "token", "layer", "warmup", "arrival_skew_us", "arrival_bound_us", "arrival_offsets_us", "arrival_source")}
         slim["ranks"] = [{k: r.get(k) for k in ("rank",) + keep} for r in c["ranks"]]
