@@ -75,6 +75,7 @@ with open(sys.argv[2], "w") as out:
         slim["ranks"] = [{k: r.get(k) for k in ("rank",) + keep} for r in c["ranks"]]
         out.write(json.dumps(slim, separators=(",", ":")) + "\n")
 PY
+    python3 scripts/skew_sources.py "$RES/skew-$j.events.jsonl" --delay-us 20 --top 5 || echo "job $j: no replay skew to split"
   done
   rm -rf "$W"
   tar czf "$RES/skew-joins.tgz" -C "$RES" $(cd "$RES" && ls skew-*.join.json skew-*.events.jsonl) && rm -f "$RES"/skew-*.join.json "$RES"/skew-*.events.jsonl

@@ -52,8 +52,8 @@ for s in "${steps[@]}"; do
               done
               timeout 120 mpirun --bind-to none -n 2 -x NCCL_NVLS_ENABLE "$B" replay-trace out/tp2.comm.json --backend cuda --check --pace workload --corrupt-rank 1 --out "$OUTD/workload-corrupt" > "$OUTD/workload-corrupt.out" 2>&1
               echo "workload corrupted (must fail): rc $?"; grep -m1 -- "--check" "$OUTD/workload-corrupt.out" ;;
-    skew) STEPS=skew JOBS=${JOBS:-5} timeout 280 bash scripts/device-instrument.sh "$OUTD/skew-events" > /dev/null 2>&1; echo "events: rc $?"; grep -E "delay control|beyond the replay|skew_resolved|anchor error" "$OUTD/skew-events/session.log" | head -20
-          STEPS=skew JOBS=${JOBS:-5} SKEW_CUPTI=1 timeout 300 bash scripts/device-instrument.sh "$OUTD/skew-cupti" > /dev/null 2>&1; echo "cupti: rc $?"; grep -E "delay control|beyond the replay|skew_resolved|anchor error" "$OUTD/skew-cupti/session.log" | head -20 ;;
+    skew) STEPS=skew JOBS=${JOBS:-5} timeout 280 bash scripts/device-instrument.sh "$OUTD/skew-events" > /dev/null 2>&1; echo "events: rc $?"; grep -E "delay control|beyond the replay|skew_resolved|anchor error|above the line" "$OUTD/skew-events/session.log" | head -30
+          STEPS=skew JOBS=${JOBS:-5} SKEW_CUPTI=1 timeout 300 bash scripts/device-instrument.sh "$OUTD/skew-cupti" > /dev/null 2>&1; echo "cupti: rc $?"; grep -E "delay control|beyond the replay|skew_resolved|anchor error|above the line" "$OUTD/skew-cupti/session.log" | head -30 ;;
     streams) timeout 400 bash scripts/device-comm-stream-ab.sh "$OUTD/streams" 2 3 > "$OUTD/streams.log" 2>&1; echo "rc $?" >> "$OUTD/streams.log"; tail -4 "$OUTD/streams.log" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
