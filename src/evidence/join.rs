@@ -158,6 +158,11 @@ pub struct JoinedCollective {
     pub arrival_bound_us: Option<f64>,
     /// Whether the skew exceeds its bound (otherwise the data do not support a non-zero skew).
     pub skew_resolved: Option<bool>,
+    /// Each rank's arrival error bound, µs, in membership order (clock
+    /// calibration plus, on GPUs, the anchor's error): the skew between any
+    /// two ranks is bounded by the sum of theirs. Absent in older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_bounds_us: Option<Vec<f64>>,
     /// Which time the arrival figures use; absent where they are unknown.
     #[serde(default)]
     pub arrival_source: Option<ArrivalSource>,
@@ -394,9 +399,7 @@ pub struct BeyondDesign {
     /// on every rank); the others count their skew.
     pub corrected: u64,
     /// Delayed collectives with skew beyond design >= delay - bound (the
-    /// collective's `arrival_bound_us`: with more than two ranks, the bound
-    /// of the two ranks whose arrivals were extreme, which need not be the
-    /// two whose arrivals less paced gaps are).
+    /// sum of the bounds of the two ranks that set it).
     pub delayed_detected: u64,
     /// Undelayed ones above that line (false alarms).
     pub undelayed_false_alarms: u64,
@@ -411,11 +414,29 @@ pub struct BeyondDesign {
 /// injected delay and the clocks' error. `None` unless every rank replayed
 /// the collective and its arrivals are calibrated.
 pub fn unexplained_skew_us(c: &JoinedCollective) -> Option<f64> {
+    unexplained_skew_and_bound_us(c).map(|(skew, _)| skew)
+}
+
+/// [`unexplained_skew_us`] with its error bound, µs: the sum of the bounds
+/// of the two ranks that set it (the collective's bound where per-rank
+/// bounds were not kept).
+pub fn unexplained_skew_and_bound_us(c: &JoinedCollective) -> Option<(f64, f64)> {
     let offsets = c.arrival_offsets_us.as_ref()?;
     let residuals: Option<Vec<f64>> = offsets.iter().zip(&c.ranks).map(|(o, t)| Some(o - t.replay_gap_ns? as f64 / 1e3)).collect();
     let r = residuals?;
-    let (lo, hi) = r.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    (!r.is_empty()).then_some(hi - lo)
+    let lo = (0..r.len()).min_by(|&a, &b| r[a].total_cmp(&r[b]))?;
+    let hi = (0..r.len()).max_by(|&a, &b| r[a].total_cmp(&r[b]))?;
+    let bound = match &c.arrival_bounds_us {
+        Some(b) if b.len() == r.len() => {
+            if lo == hi {
+                0.0
+            } else {
+                b[lo] + b[hi]
+            }
+        }
+        _ => c.arrival_bound_us.unwrap_or(0.0),
+    };
+    Some((r[hi] - r[lo], bound))
 }
 
 /// One phase's delayed/undelayed counts (see [`DelayControlReport`]).
@@ -673,6 +694,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            arrival_bounds_us: None,
             arrival_source: None,
             tuner: members.iter().find_map(|&r| tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0),
         };
@@ -731,6 +753,7 @@ fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anch
     jc.arrival_offsets_us = Some(arrivals.iter().map(|a| (a.0 - min) / 1e3).collect());
     jc.arrival_skew_us = Some(skew_ns / 1e3);
     jc.arrival_bound_us = Some(bound_ns / 1e3);
+    jc.arrival_bounds_us = Some(arrivals.iter().map(|a| a.1 / 1e3).collect());
     jc.skew_resolved = Some(skew_ns > bound_ns);
 }
 
@@ -917,8 +940,13 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let judged = |p: Phase| !gpu || p == Phase::Replay;
     let delay_us = d.delay_ns as f64 / 1e3;
     let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
-    let beyond = |c: &JoinedCollective| unexplained_skew_us(c).or(c.arrival_skew_us).unwrap_or(0.0);
-    let above_design = |c: &JoinedCollective| beyond(c) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
+    let beyond_and_bound =
+        |c: &JoinedCollective| unexplained_skew_and_bound_us(c).unwrap_or((c.arrival_skew_us.unwrap_or(0.0), c.arrival_bound_us.unwrap_or(0.0)));
+    let beyond = |c: &JoinedCollective| beyond_and_bound(c).0;
+    let above_design = |c: &JoinedCollective| {
+        let (skew, bound) = beyond_and_bound(c);
+        skew >= delay_us - bound
+    };
     let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
     let per_phase = j
         .run
@@ -1158,6 +1186,7 @@ mod tests {
             arrival_skew_us: None,
             arrival_bound_us: None,
             skew_resolved: None,
+            arrival_bounds_us: None,
             arrival_source: None,
             tuner: None,
         }
@@ -1268,6 +1297,19 @@ mod tests {
         c.ranks[1].replay_gap_ns = Some(70_000);
         c.arrival_offsets_us = None;
         assert_eq!(unexplained_skew_us(&c), None);
+        // three ranks: the raw extremes are ranks 0 and 2 (bound 1 + 3), but beyond design
+        // ranks 0 and 1 set the spread, so its bound is theirs (1 + 2)
+        let mut c = collective(vec![times(0, 0, None), times(1, 0, None), times(2, 0, None)]);
+        c.arrival_offsets_us = Some(vec![0.0, 10.0, 50.0]);
+        c.arrival_bound_us = Some(4.0);
+        c.arrival_bounds_us = Some(vec![1.0, 2.0, 3.0]);
+        for (t, gap) in c.ranks.iter_mut().zip([100_000, 80_000, 145_000]) {
+            t.replay_gap_ns = Some(gap);
+        }
+        // residuals -100, -70, -95: spread 30 between ranks 0 and 1
+        assert_eq!(unexplained_skew_and_bound_us(&c), Some((30.0, 3.0)));
+        c.arrival_bounds_us = None;
+        assert_eq!(unexplained_skew_and_bound_us(&c), Some((30.0, 4.0)), "the collective's bound where per-rank ones were not kept");
     }
 
     #[test]
