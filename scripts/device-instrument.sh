@@ -71,7 +71,7 @@ with open(sys.argv[2], "w") as out:
         c = json.loads(line)
         if c["phase"] != "replay":
             continue
-        slim = {k: c.get(k) for k in ("phase", "seq", "token", "layer", "warmup", "arrival_skew_us", "arrival_bound_us", "arrival_offsets_us", "arrival_source")}
+        slim = {k: c.get(k) for k in ("phase", "seq", "token", "layer", "warmup", "arrival_skew_us", "arrival_bound_us", "arrival_bounds_us", "arrival_offsets_us", "arrival_source")}
         slim["ranks"] = [{k: r.get(k) for k in ("rank",) + keep} for r in c["ranks"]]
         out.write(json.dumps(slim, separators=(",", ":")) + "\n")
 PY

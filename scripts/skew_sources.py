@@ -41,19 +41,23 @@ def main():
         off = c["arrival_offsets_us"]
         res = [o - g / 1e3 for o, g in zip(off, gaps)]
         g_us = [g / 1e3 for g in gaps]
+        # the line's bound: the two ranks that set each spread (join's rule), where kept
+        per = c.get("arrival_bounds_us")
+        pair = lambda v: (v.index(max(v)), v.index(min(v)))
+        bound = lambda v: (per[pair(v)[0]] + per[pair(v)[1]] if pair(v)[0] != pair(v)[1] else 0.0) if per else (c.get("arrival_bound_us") or 0.0)
         rows.append({
             "seq": c["seq"],
             "delayed": any(r.get("injected_delay_ns") for r in c["ranks"]),
             "skew": c.get("arrival_skew_us") or (max(off) - min(off)),
             "designed": max(g_us) - min(g_us),
             "beyond": max(res) - min(res),
-            "bound": c.get("arrival_bound_us") or 0.0,
+            "bound": {"skew": bound(off), "beyond": bound(res)},
             "offsets": off,
             "gaps": g_us,
         })
     if not rows:
         raise SystemExit(f"{a.events}: no timed replay collective with paced gaps on every rank")
-    line = lambda r, k: r[k] >= a.delay_us - r["bound"]
+    line = lambda r, k: r[k] >= a.delay_us - r["bound"][k]
     for name, sel in (("delayed", True), ("undelayed", False)):
         rs = [r for r in rows if r["delayed"] == sel]
         print(f"{name}: skew {quantiles([r['skew'] for r in rs])}")

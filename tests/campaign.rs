@@ -379,7 +379,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
 
 /// Configurations that name their own joined trace (`--trace` in their
 /// arguments, which the manifest does not freeze) must still walk one trace:
-/// `verify` refuses a cell whose trace file differs from the first cell's.
+/// `verify` refuses the cells outside the largest group of cells that walked
+/// the same file (or none).
 #[test]
 fn cells_that_walked_different_trace_files_are_refused() {
     let t = tempfile::tempdir().unwrap();

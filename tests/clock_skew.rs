@@ -133,7 +133,7 @@ fn replayed_skew_is_judged_beyond_the_gaps_each_rank_paced() {
     let run = run_rank(
         2,
         d.path(),
-        &["--phases", "blocking,replay", "--tokens", "16", "--model", "synthetic", "--layers", "4", "--inject-delay", "rank=1,every=10,us=2000"],
+        &["--phases", "blocking,replay", "--tokens", "48", "--model", "synthetic", "--layers", "4", "--inject-delay", "rank=1,every=10,us=2000"],
     );
     let ev = d.path().join("events.jsonl");
     ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
@@ -175,9 +175,10 @@ fn replayed_skew_is_judged_beyond_the_gaps_each_rank_paced() {
 }
 
 /// A replay whose design skews the ranks: the source trace gives rank 1 a gap
-/// 500 µs longer than rank 0's before every collective, and rank 1 is also
-/// delayed 300 µs before every 10th. On the skew itself every collective is
-/// above the 300 µs line; beyond the design only the delayed ones are.
+/// 2 ms longer than rank 0's before every collective, and rank 1 is also
+/// delayed 1 ms before every 10th (at 1 ms a delay always sleeps, and a sleep
+/// only overshoots). On the skew itself every collective is above the 1 ms
+/// line; beyond the design only the delayed ones are.
 #[test]
 fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
     let d = tempfile::tempdir().unwrap();
@@ -185,14 +186,14 @@ fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
     let src = run_rank(2, &d.path().join("src"), &[&["--phases", "blocking"][..], &shape[..]].concat());
     let ev = d.path().join("src.jsonl");
     ok(&cc(&["join", src.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
-    // each rank's own timeline: rank 0 issues every 2.0 ms, rank 1 every 2.5 ms, each
-    // collective ending 20 µs after its issue, so rank 1's gaps are 500 µs longer
+    // each rank's own timeline: rank 0 issues every 2 ms, rank 1 every 4 ms, each
+    // collective ending 20 µs after its issue, so rank 1's gaps are 2 ms longer
     let mut rows: Vec<serde_json::Value> = std::fs::read_to_string(&ev).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     rows.retain(|r| r["phase"] == "blocking");
     rows.sort_by_key(|r| r["seq"].as_u64().unwrap());
     for (k, r) in rows.iter_mut().enumerate() {
         for t in r["ranks"].as_array_mut().unwrap() {
-            let period: u64 = if t["rank"] == 0 { 2_000_000 } else { 2_500_000 };
+            let period: u64 = if t["rank"] == 0 { 2_000_000 } else { 4_000_000 };
             let issue = 1_000_000_000 + (k as u64 + 1) * period;
             for (f, v) in [("host_issue_ns", issue), ("host_return_ns", issue + 1_000), ("wait_start_ns", issue + 1_000), ("wait_end_ns", issue + 20_000)] {
                 t[f] = v.into();
@@ -207,7 +208,7 @@ fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
     let run = run_rank(
         2,
         &d.path().join("out"),
-        &[&["--phases", "replay", "--trace", designed.to_str().unwrap(), "--inject-delay", "rank=1,every=10,us=300"][..], &shape[..]].concat(),
+        &[&["--phases", "replay", "--trace", designed.to_str().unwrap(), "--inject-delay", "rank=1,every=10,us=1000"][..], &shape[..]].concat(),
     );
     let s = join_json(&run);
     let replay = s["delay_control"]["per_phase"].as_array().unwrap().iter().find(|p| p["phase"] == "replay").unwrap().clone();

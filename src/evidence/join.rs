@@ -47,8 +47,9 @@ pub struct RankTimes {
     /// Replay error (actual minus target gap), where replayed.
     pub replay_error_ns: Option<i64>,
     /// Gap this rank paced before the collective (replay): from when its
-    /// host saw the previous collective complete to its arrival, ns. The
-    /// replay's design: ranks arriving by different gaps are skewed by design.
+    /// host saw the previous collective complete to the end of its pacing
+    /// (before any injected delay and the issue), ns. The replay's design:
+    /// ranks pacing different gaps are skewed by design.
     #[serde(default)]
     pub replay_gap_ns: Option<u64>,
     /// Fill units, where filled.

@@ -71,7 +71,9 @@ pub struct ReplayTiming {
     pub target_gap_ns: u64,
     /// Gap actually achieved: from when the host saw the previous collective
     /// complete to the end of its pacing (read there, before any injected
-    /// delay and the issue).
+    /// delay and the issue). Shards written before commit 8b60c49 (same
+    /// format) took it as the issue less the injected delay, which differs by
+    /// the bookkeeping between the pacing and the issue (well under 1 µs).
     pub actual_gap_ns: u64,
 }
 

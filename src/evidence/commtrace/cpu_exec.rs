@@ -163,7 +163,7 @@ impl ExecRecord {
     }
 }
 
-/// Format version of [`WorkloadReport`] (2 added `compute_launches`, 3 `stands_for`).
+/// Format version of [`WorkloadReport`] (2 added `compute_launches`, 3 `stands_for`, 4 `gap_transition`).
 pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 4;
 
 /// What one rank's workload pass (`--pace workload`) did as a whole,
