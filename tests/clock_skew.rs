@@ -54,9 +54,7 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
         d.path(),
         &["--phases", "blocking", "--tokens", "32", "--model", "synthetic", "--layers", "8", "--inject-delay", "rank=3,every=10,us=2000"],
     );
-    let ev = d.path().join("events.jsonl");
-    ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&ev).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows = joined_events(&run, &d.path().join("events.jsonl"));
     let mut delayed = Vec::new();
     let mut others = Vec::new();
     for r in rows.iter().filter(|r| r["phase"] == "blocking" && r["warmup"] == false) {
@@ -110,10 +108,7 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
 fn clock_none_makes_skew_unknown_not_zero() {
     let d = tempfile::tempdir().unwrap();
     let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--clock", "none"]);
-    let ev = d.path().join("events.jsonl");
-    ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
-    for l in std::fs::read_to_string(&ev).unwrap().lines() {
-        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+    for r in joined_events(&run, &d.path().join("events.jsonl")) {
         assert_eq!(r["arrival_status"], "unknown-uncalibrated");
         assert!(r["arrival_skew_us"].is_null() && r["arrival_bound_us"].is_null() && r["arrival_offsets_us"].is_null());
     }
@@ -135,9 +130,7 @@ fn replayed_skew_is_judged_beyond_the_gaps_each_rank_paced() {
         d.path(),
         &["--phases", "blocking,replay", "--tokens", "48", "--model", "synthetic", "--layers", "4", "--inject-delay", "rank=1,every=10,us=2000"],
     );
-    let ev = d.path().join("events.jsonl");
-    ok(&cc(&["join", run.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&ev).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows = joined_events(&run, &d.path().join("events.jsonl"));
     let (mut replayed, mut delayed_beyond, mut undelayed_beyond) = (0, Vec::new(), Vec::new());
     for r in rows.iter().filter(|r| r["warmup"] == false) {
         let gaps: Vec<Option<u64>> = r["ranks"].as_array().unwrap().iter().map(|t| t["replay_gap_ns"].as_u64()).collect();
@@ -184,11 +177,9 @@ fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
     let d = tempfile::tempdir().unwrap();
     let shape = ["--tokens", "24", "--model", "synthetic", "--layers", "4"];
     let src = run_rank(2, &d.path().join("src"), &[&["--phases", "blocking"][..], &shape[..]].concat());
-    let ev = d.path().join("src.jsonl");
-    ok(&cc(&["join", src.to_str().unwrap(), "--events-out", ev.to_str().unwrap()]));
     // each rank's own timeline: rank 0 issues every 2 ms, rank 1 every 4 ms, each
     // collective ending 20 µs after its issue, so rank 1's gaps are 2 ms longer
-    let mut rows: Vec<serde_json::Value> = std::fs::read_to_string(&ev).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut rows = joined_events(&src, &d.path().join("src.jsonl"));
     rows.retain(|r| r["phase"] == "blocking");
     rows.sort_by_key(|r| r["seq"].as_u64().unwrap());
     for (k, r) in rows.iter_mut().enumerate() {

@@ -92,6 +92,13 @@ pub fn join_json(run: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(&o)).expect("join --json prints JSON")
 }
 
+/// `join --events-out FILE`: one joined collective per line, written to
+/// `file` and returned parsed.
+pub fn joined_events(run: &Path, file: &Path) -> Vec<serde_json::Value> {
+    ok(&cc(&["join", run.to_str().unwrap(), "--events-out", file.to_str().unwrap()]));
+    std::fs::read_to_string(file).unwrap().lines().map(|l| serde_json::from_str(l).expect("a joined collective per line")).collect()
+}
+
 /// SHA-256 of every file in a directory, sorted by name.
 pub fn digests(dir: &Path) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(dir)

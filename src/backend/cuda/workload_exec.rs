@@ -99,6 +99,7 @@ struct Spin {
     func: drv_sys::CUfunction,
     blocks: u32,
     excess_ns: f64,
+    floor_ns: f64,
 }
 
 impl Spin {
@@ -106,7 +107,7 @@ impl Spin {
         let (module, funcs) = super::load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
         let func = funcs[0];
         let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
-        Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0 })
+        Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0, floor_ns: 0.0 })
     }
 
     fn launch_raw(&self, stream: &CudaStream, ns: u64) -> Result<()> {
@@ -122,6 +123,12 @@ impl Spin {
     /// The spin to request for a kernel of `recorded_ns`.
     fn request(&self, recorded_ns: u64) -> u64 {
         (recorded_ns as f64 - self.excess_ns).max(0.0).round() as u64
+    }
+
+    /// Device time the spin for a kernel of `recorded_ns` takes back to back:
+    /// the request plus the launch excess, never under the floor.
+    fn takes_ns(&self, recorded_ns: u64) -> f64 {
+        (self.request(recorded_ns) as f64 + self.excess_ns).max(self.floor_ns)
     }
 
     /// Device time per launch of `n` back-to-back spins of `ns` on `stream` (idle).
@@ -148,6 +155,7 @@ impl Spin {
         };
         let mut floors: Vec<f64> = (0..5).map(|_| self.per_launch_ns(stream, ctx, 0, N)).collect::<Result<_>>()?;
         let floor_ns = median(&mut floors);
+        self.floor_ns = floor_ns;
         let mut excess = Vec::new();
         for len in [5_000u64, 20_000, 50_000] {
             let mut v: Vec<f64> = (0..3).map(|_| self.per_launch_ns(stream, ctx, len, N)).collect::<Result<_>>()?;
@@ -238,12 +246,11 @@ pub fn run(
         let w = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
         exec.reset()?;
         // what the gap's spins take back to back: each at least the launch floor
-        let spun = |d: u64| (spin.request(d) as f64 + spin.excess_ns).max(calibration.floor_ns);
         let expected = |g: &StreamGap| -> f64 {
             g.compute_ops
                 .iter()
                 .map(|&x| match plan.ops[x].work {
-                    PlannedWork::Compute { duration_ns, .. } => spun(duration_ns),
+                    PlannedWork::Compute { duration_ns, .. } => spin.takes_ns(duration_ns),
                     PlannedWork::Collective { .. } => 0.0,
                 })
                 .sum()
@@ -251,7 +258,7 @@ pub fn run(
         if let Some((median_ns, n)) = transition_ns(&gaps, &w.intervals, expected) {
             let applied_ns = median_ns.max(0.0).round() as u64;
             // a launch cannot get shorter than the floor
-            let room = |d: u64| (spin.request(d) as f64 + spin.excess_ns - calibration.floor_ns).max(0.0) as u64;
+            let room = |d: u64| (spin.takes_ns(d) - spin.floor_ns) as u64;
             trims = plan.gap_trims_ns(&gaps, applied_ns, room);
             transition = Some(GapTransition { warmup_median_ns: median_ns, gaps: n, applied_ns });
         }

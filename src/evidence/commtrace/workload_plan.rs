@@ -122,15 +122,9 @@ impl WorkloadPlan {
     /// Source compute kernels planned before collective `index` (after the
     /// previous one), and their durations summed.
     pub fn compute_before_ns(&self, index: usize) -> (u32, u64) {
-        self.compute_before_on(index, None)
-    }
-
-    /// As [`Self::compute_before_ns`], counting only operations on `stream`
-    /// where one is given ([`NO_STREAM`] for unrecorded streams).
-    pub fn compute_before_on(&self, index: usize, stream: Option<u64>) -> (u32, u64) {
         let end = self.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(self.ops.len());
         let start = self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
-        self.ops[start..end].iter().filter(|o| stream.is_none_or(|s| o.stream == s)).fold((0, 0), |(n, t), o| match o.work {
+        self.ops[start..end].iter().fold((0, 0), |(n, t), o| match o.work {
             PlannedWork::Compute { duration_ns, kernels } => (n + kernels, t + duration_ns),
             PlannedWork::Collective { .. } => (n, t),
         })
@@ -155,7 +149,6 @@ impl WorkloadPlan {
                             g.waits |= !o.waits_for.is_empty();
                         }
                     }
-                    open.retain(|(st, _)| *st != o.stream);
                     out.push(StreamGap { before: index, after: usize::MAX, stream: o.stream, recorded_ns: 0, compute_ops: Vec::new(), waits: false });
                     open.push((o.stream, out.len() - 1));
                     last = Some((index, o.stream));
@@ -541,10 +534,12 @@ mod tests {
         // the same collective starting after the compute ended waits for it
         let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
         assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
-        // per stream: the compute on the collective's own stream only
+        // per stream: each kernel stays on its own stream
         let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], trailing_compute: vec![] };
         let p = plan(&r).unwrap();
-        assert_eq!((p.compute_before_ns(0), p.compute_before_on(0, Some(20)), p.compute_before_on(0, Some(7))), ((2, 130), (1, 30), (1, 100)));
+        let on = |s: u64| p.ops.iter().filter(|o| o.stream == s && matches!(o.work, PlannedWork::Compute { .. })).map(|o| o.work.clone()).collect::<Vec<_>>();
+        assert_eq!(p.compute_before_ns(0), (2, 130));
+        assert_eq!((on(20), on(7)), (vec![PlannedWork::Compute { duration_ns: 30, kernels: 1 }], vec![PlannedWork::Compute { duration_ns: 100, kernels: 1 }]));
     }
 
     #[test]
