@@ -29,21 +29,37 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     assert!((250.0..300.0).contains(&truth), "truth {truth}");
     assert!((est - truth).abs() <= r2["bound_us"].as_f64().unwrap() + 0.002, "{r2}");
     assert!((r2["drift_ppm"].as_f64().unwrap() - 50.0).abs() <= r2["drift_bound_ppm"].as_f64().unwrap() + 1e-3, "{r2}");
-    // the un-injected ranks of the node still agree with one clock
+    // the un-injected ranks of the node still agree with one clock, and
+    // read rank 0's exactly; the injected one is estimated
     assert_eq!(s["nodes"][0]["consistent"], true, "{}", s["nodes"]);
+    let shared: Vec<bool> = clocks(&s).iter().map(|c| c["shared_kernel_clock"] == true).collect();
+    assert_eq!(shared, [false, true, false, true]);
 }
 
 #[test]
-fn without_injection_every_offset_contains_zero() {
+fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
     let d = tempfile::tempdir().unwrap();
+    // one node, one kernel: the model is the shared clock, exactly
     let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
     let s = join_json(&run);
+    for c in clocks(&s).iter().skip(1) {
+        assert_eq!(c["shared_kernel_clock"], true, "{c}");
+        assert_eq!((c["offset_us"].as_f64(), c["bound_us"].as_f64(), c["drift_ppm"].as_f64()), (Some(0.0), Some(0.0), Some(0.0)), "{c}");
+        assert!(c["pingpong_bound_us"].as_f64().unwrap() > 0.0, "the ping-pong evidence is kept: {c}");
+    }
+    assert_eq!(clocks(&s)[0]["shared_kernel_clock"], false, "rank 0 is the reference itself");
+    // the estimator alone: every offset estimate contains zero
+    let d2 = tempfile::tempdir().unwrap();
+    let run = run_rank(4, d2.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4", "--clock", "pingpong-only"]);
+    let s = join_json(&run);
     for c in clocks(&s) {
+        assert_eq!(c["shared_kernel_clock"], false, "{c}");
         let off = c["offset_us"].as_f64().unwrap();
         let b = c["bound_us"].as_f64().unwrap();
         assert!(off.abs() <= b + 0.002, "rank {}: offset {off} outside ±{b}", c["rank"]);
         assert!(c["injected_offset_us"].is_null());
     }
+    assert!(clocks(&s)[1]["bound_us"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -20,8 +20,16 @@
 //! the slope between the two window midpoints. Between the windows the offset
 //! error is at most the larger window bound (a convex combination of two
 //! intervals); the slope's uncertainty is `(b_start + b_end) / span`.
-//! Ranks on one node read the same kernel clock, so their estimates must
-//! contain zero: that is the self-check the shards make visible.
+//!
+//! A rank that runs under the same kernel as rank 0 (the same boot id) reads
+//! the same `CLOCK_MONOTONIC`: one system-wide clock, kept consistent across
+//! CPUs by the kernel (clock_gettime(2); the TSC is used only when it is
+//! synchronized across CPUs). Its offset is then 0 by construction, not by
+//! estimate, and [`fit_rank_model`] records it so, with a bound of 0, but only
+//! when every ping-pong sample of both windows agrees: `t_send <= t_ref <=
+//! t_recv` on one clock. A time namespace that shifts one process's clock, or
+//! a synthetic injection, breaks that and the measured model is kept. The
+//! windows stay in the shard as the check's evidence.
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).
@@ -189,6 +197,25 @@ pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockEr
     })
 }
 
+/// Whether every sample is what one clock read by both sides gives: rank 0
+/// read its clock between this rank's send and receive reads.
+pub fn consistent_with_one_clock(samples: &[PingSample]) -> bool {
+    !samples.is_empty() && samples.iter().all(|s| s.t_send_local_ns <= s.t_ref_ns && s.t_ref_ns <= s.t_recv_local_ns)
+}
+
+/// A non-reference rank's model from its two windows. `same_kernel` says
+/// that this rank and rank 0 run under one kernel (equal boot ids) with no
+/// synthetic injection on either; the model is then the shared kernel
+/// clock's (offset, drift and bound 0) when both windows are consistent
+/// with one clock, and the ping-pong fit otherwise.
+pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], same_kernel: bool) -> Result<ClockModel, ClockError> {
+    let measured = ClockModel::fit(estimate_window(start)?, Some(estimate_window(end)?))?;
+    if same_kernel && consistent_with_one_clock(start) && consistent_with_one_clock(end) {
+        return Ok(ClockModel { drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: true, ..measured });
+    }
+    Ok(measured)
+}
+
 /// Affine clock model of one rank against rank 0.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 pub struct ClockModel {
@@ -202,19 +229,26 @@ pub struct ClockModel {
     pub drift_bound_ppm: Option<f64>,
     /// Error bound in ns for times between the two windows.
     pub bound_ns: f64,
+    /// This rank reads the same kernel clock as rank 0 (same boot id, no
+    /// synthetic injection on either, every ping-pong sample consistent with
+    /// a zero offset): offset, drift and bound are exactly 0, and `start`
+    /// and `end` are the ping-pong windows kept as the check's evidence.
+    /// False in shards written before this field.
+    #[serde(default)]
+    pub shared_kernel_clock: bool,
 }
 
 impl ClockModel {
     /// Identity model for the reference rank itself.
     pub fn reference() -> Self {
         let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Self { start: w, end: Some(w), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0 }
+        Self { start: w, end: Some(w), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: false }
     }
 
     /// Fit from a start window and, optionally, an end window.
     pub fn fit(start: WindowEstimate, end: Option<WindowEstimate>) -> Result<Self, ClockError> {
         match end {
-            None => Ok(Self { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: start.bound_ns }),
+            None => Ok(Self { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: start.bound_ns, shared_kernel_clock: false }),
             Some(e) => {
                 if e.ref_ns <= start.ref_ns {
                     return Err(ClockError::Unordered { start_ns: start.ref_ns, end_ns: e.ref_ns });
@@ -227,6 +261,7 @@ impl ClockModel {
                     drift_ppm: Some(slope * 1e6),
                     drift_bound_ppm: Some((start.bound_ns + e.bound_ns) / span * 1e6),
                     bound_ns: start.bound_ns.max(e.bound_ns),
+                    shared_kernel_clock: false,
                 })
             }
         }
@@ -238,11 +273,27 @@ impl ClockModel {
 
     /// Estimated offset (local - reference) at reference time `ref_ns`.
     pub fn offset_at_ref(&self, ref_ns: f64) -> f64 {
+        if self.shared_kernel_clock {
+            return 0.0;
+        }
         self.start.offset_ns + self.slope() * (ref_ns - self.start.ref_ns as f64)
+    }
+
+    /// Offset error bound at the start window: the start window's half-width,
+    /// or 0 on a shared kernel clock.
+    pub fn start_bound_ns(&self) -> f64 {
+        if self.shared_kernel_clock {
+            0.0
+        } else {
+            self.start.bound_ns
+        }
     }
 
     /// Map a local clock reading onto rank 0's timebase.
     pub fn to_reference(&self, local_ns: u64) -> f64 {
+        if self.shared_kernel_clock {
+            return local_ns as f64;
+        }
         // local = ref + o0 + k (ref - r0)  =>  ref = (local - o0 + k r0) / (1 + k)
         let k = self.slope();
         (local_ns as f64 - self.start.offset_ns + k * self.start.ref_ns as f64) / (1.0 + k)
@@ -497,6 +548,38 @@ mod tests {
     fn reference_model_is_identity() {
         let m = ClockModel::reference();
         assert_eq!(m.to_reference(123_456), 123_456.0);
+    }
+
+    #[test]
+    fn a_shared_kernel_clock_is_exact_only_when_every_sample_agrees() {
+        // one clock: rank 0 answers between our two reads
+        let one: Vec<PingSample> =
+            (0..8).map(|i| PingSample { t_send_local_ns: 1_000 + i * 100, t_ref_ns: 1_030 + i * 100, t_recv_local_ns: 1_070 + i * 100 }).collect();
+        let later: Vec<PingSample> = one
+            .iter()
+            .map(|s| PingSample {
+                t_send_local_ns: s.t_send_local_ns + 1_000_000,
+                t_ref_ns: s.t_ref_ns + 1_000_000,
+                t_recv_local_ns: s.t_recv_local_ns + 1_000_000,
+            })
+            .collect();
+        let m = fit_rank_model(&one, &later, true).unwrap();
+        assert!(m.shared_kernel_clock);
+        assert_eq!((m.bound_ns, m.start_bound_ns(), m.drift_ppm, m.drift_bound_ppm), (0.0, 0.0, Some(0.0), Some(0.0)));
+        assert_eq!(m.to_reference(123_456), 123_456.0);
+        assert_eq!(m.offset_at_ref(5e6), 0.0);
+        // the measured windows stay as evidence: midpoint 5 ns, half-width 35 ns
+        assert_eq!((m.start.offset_ns, m.start.bound_ns), (5.0, 35.0));
+        // other kernels, or a caller that knows of an injection: the measured fit
+        let measured = fit_rank_model(&one, &later, false).unwrap();
+        assert!(!measured.shared_kernel_clock);
+        assert_eq!(measured.bound_ns, 35.0);
+        // one sample outside (a time namespace's shift, say): the measured fit, even on one kernel
+        let mut shifted = later.clone();
+        shifted[3].t_ref_ns = shifted[3].t_recv_local_ns + 1;
+        assert!(!consistent_with_one_clock(&shifted));
+        assert!(!fit_rank_model(&one, &shifted, true).unwrap().shared_kernel_clock);
+        assert!(!consistent_with_one_clock(&[]));
     }
 
     #[test]

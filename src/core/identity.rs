@@ -84,6 +84,12 @@ pub fn hostname() -> String {
     }
 }
 
+/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): processes
+/// that read the same one run under one kernel and read one `CLOCK_MONOTONIC`.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
 fn proc_status_field(field: &str) -> Option<String> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     s.lines().find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':'))).map(|v| v.trim().to_string())

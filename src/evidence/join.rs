@@ -189,6 +189,18 @@ pub struct RankClockReport {
     pub bound_us: Option<f64>,
     /// Drift uncertainty, ppm.
     pub drift_bound_ppm: Option<f64>,
+    /// The rank reads rank 0's kernel clock (same boot id, every ping-pong
+    /// sample consistent with one clock): offset, drift and bound are 0 by
+    /// construction; the measured estimate is `pingpong_offset_us`.
+    #[serde(default)]
+    pub shared_kernel_clock: bool,
+    /// The ping-pong estimate at the start window and its half-width, µs,
+    /// whatever the model (on a shared kernel clock, the check's evidence).
+    #[serde(default)]
+    pub pingpong_offset_us: Option<f64>,
+    /// Half the best start-window round trip, µs.
+    #[serde(default)]
+    pub pingpong_bound_us: Option<f64>,
     /// Injected offset at the start window relative to rank 0 (truth), µs.
     pub injected_offset_us: Option<f64>,
     /// Injected drift relative to rank 0 (truth), ppm.
@@ -783,14 +795,17 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
                 rank: h.rank,
                 host: h.host.clone(),
                 calibrated: model.is_some(),
-                offset_us: model.map(|m| m.start.offset_ns / 1e3),
+                offset_us: model.map(|m| m.offset_at_ref(m.start.ref_ns as f64) / 1e3),
                 drift_ppm: model.and_then(|m| m.drift_ppm),
                 bound_us: model.map(|m| m.bound_ns / 1e3),
                 drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
+                shared_kernel_clock: model.is_some_and(|m| m.shared_kernel_clock),
+                pingpong_offset_us: model.filter(|_| h.rank != 0).map(|m| m.start.offset_ns / 1e3),
+                pingpong_bound_us: model.filter(|_| h.rank != 0).map(|m| m.start.bound_ns / 1e3),
                 injected_offset_us: inj_off.map(|o| o / 1e3),
                 injected_drift_ppm: inj_drift,
                 // small slack for the integer truncation of clock reads
-                offset_within_bound: model.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
+                offset_within_bound: model.map(|m| (m.offset_at_ref(m.start.ref_ns as f64) - truth_off).abs() <= m.start_bound_ns() + 2.0),
                 drift_within_bound: model.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
             }
         })
@@ -1049,11 +1064,15 @@ pub fn render_summary(s: &JoinSummary) -> String {
             );
         }
     }
-    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip):");
+    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock):");
     for c in &s.clocks {
         let inj = match (c.injected_offset_us, c.injected_drift_ppm) {
             (Some(o2), Some(d)) => format!("  injected {o2:.3} us, {d:.2} ppm"),
             _ => String::new(),
+        };
+        let inj = match (c.shared_kernel_clock, c.pingpong_offset_us, c.pingpong_bound_us) {
+            (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
+            _ => inj,
         };
         let _ = writeln!(
             o,

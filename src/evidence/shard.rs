@@ -368,6 +368,10 @@ pub struct ClockRecord {
     pub end_samples: Vec<PingSample>,
     /// Fitted model.
     pub model: ClockModel,
+    /// This rank's kernel boot id, the evidence for a shared kernel clock
+    /// (absent where unreadable, and in shards written before this field).
+    #[serde(default)]
+    pub boot_id: Option<String>,
 }
 
 /// A field this backend cannot measure, and why.

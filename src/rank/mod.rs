@@ -16,7 +16,7 @@ pub mod phases;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::mpi_deadline::Op;
 use crate::backend::Backend;
-use crate::core::clock::{estimate_window, ClockInjection, ClockModel, PingSample, RankClock};
+use crate::core::clock::{fit_rank_model, ClockInjection, ClockModel, PingSample, RankClock};
 use crate::core::workload::{parse_phases, DelayInjection, FillResidual, GemmShape, ModelRequest, ModelShape, WorkloadSpec};
 use crate::evidence::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{BackendKind, ClockRecord, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
@@ -30,8 +30,13 @@ const CLOCK_TAG: i32 = 7001;
 /// Clock calibration mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockMode {
-    /// Ping-pong with rank 0 before and after the phases.
+    /// Ping-pong with rank 0 before and after the phases; a rank under rank
+    /// 0's kernel (same boot id) whose every sample agrees with one clock
+    /// gets offset, drift and bound exactly 0.
     Pingpong,
+    /// Ping-pong, and the estimate is kept even under rank 0's kernel (to
+    /// see the method's own bound on one node).
+    PingpongOnly,
     /// No calibration: arrival skew is reported as unknown.
     None,
 }
@@ -504,6 +509,26 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
 
 /// One calibration window: every rank r > 0 exchanges `n` ping-pongs with
 /// rank 0, one rank at a time; every wait is bounded by `limit`.
+/// Rank 0's boot id, sent to every rank (`None` where rank 0 could not read one).
+fn broadcast_boot_id(world: &SimpleCommunicator, mine: Option<&str>, limit: std::time::Duration) -> Result<Option<String>> {
+    let mut buf = [0u8; 64];
+    if world.rank() == 0 {
+        if let Some(id) = mine {
+            let n = id.len().min(buf.len());
+            buf[..n].copy_from_slice(&id.as_bytes()[..n]);
+        }
+    }
+    crate::backend::mpi_deadline::broadcast(
+        world,
+        0,
+        &mut buf,
+        limit,
+        Op { what: "broadcast of rank 0's boot id", phase: "clock calibration", peer: Some(0) },
+    )?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok((end > 0).then(|| String::from_utf8_lossy(&buf[..end]).into_owned()))
+}
+
 fn clock_window(world: &SimpleCommunicator, clock: &RankClock, n: u32, limit: std::time::Duration, window: &str) -> Result<Vec<PingSample>> {
     let rank = world.rank() as u32;
     let size = world.size() as u32;
@@ -660,7 +685,7 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
 
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
     let start_samples = match args.clock {
-        ClockMode::Pingpong => clock_window(world, &clock, args.clock_samples, limit, "start")?,
+        ClockMode::Pingpong | ClockMode::PingpongOnly => clock_window(world, &clock, args.clock_samples, limit, "start")?,
         ClockMode::None => Vec::new(),
     };
 
@@ -678,16 +703,18 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
 
     let clock_record = match args.clock {
         ClockMode::None => None,
-        ClockMode::Pingpong => {
+        ClockMode::Pingpong | ClockMode::PingpongOnly => {
             let end_samples = clock_window(world, &clock, args.clock_samples, limit, "end")?;
+            let boot_id = crate::core::identity::boot_id();
+            let rank0_boot_id = broadcast_boot_id(world, boot_id.as_deref(), limit)?;
             let model = if rank == 0 {
                 ClockModel::reference()
             } else {
-                let a = estimate_window(&start_samples).context("start clock window")?;
-                let b = estimate_window(&end_samples).context("end clock window")?;
-                ClockModel::fit(a, Some(b)).context("fitting the clock model")?
+                let injected = plan.clock_injections.iter().any(|i| i.rank == 0 || i.rank == rank);
+                let same_kernel = args.clock == ClockMode::Pingpong && !injected && boot_id.is_some() && boot_id == rank0_boot_id;
+                fit_rank_model(&start_samples, &end_samples, same_kernel).context("fitting the clock model")?
             };
-            Some(ClockRecord { start_samples, end_samples, model })
+            Some(ClockRecord { start_samples, end_samples, model, boot_id })
         }
     };
 
