@@ -95,15 +95,21 @@ def kendall_tau_b(x, y):
     return tau_b_of_signs([(sign(x, i, j), sign(y, i, j)) for i in range(n) for j in range(i + 1, n)])
 
 
+# A pair counts as resolved only where complete separation could arise by chance with
+# probability at most this (two-sided): 3 rounds a side is the least that qualifies.
+RESOLVE_ALPHA = 0.1
+
+
 def separated_sign(a_rounds, b_rounds):
     """+1 when every round of a is above every round of b, -1 when below, 0 (a tie: not
-    resolved by the rounds) otherwise or with fewer than 2 rounds on either side. Complete
-    separation is Mann-Whitney's U = 0 (Mann and Whitney 1947, Ann. Math. Stat. 18(1)), whose
-    exact two-sided p-value under no difference is 2 / C(n + m, n): 0.1 for 3 rounds a side,
-    0.008 for 5."""
+    resolved by the rounds) otherwise. Complete separation is Mann-Whitney's U = 0 (Mann and
+    Whitney 1947, Ann. Math. Stat. 18(1)), whose exact two-sided p-value under no difference
+    (exchangeable rounds, no ties) is 2 / C(n + m, n): 0.1 for 3 rounds a side, 0.008 for 5.
+    Fewer rounds, where even complete separation has p > RESOLVE_ALPHA (2 against 2: 1/3),
+    resolve nothing."""
     a = [v for v in a_rounds if v is not None]
     b = [v for v in b_rounds if v is not None]
-    if len(a) < 2 or len(b) < 2:
+    if not a or not b or 2 / math.comb(len(a) + len(b), len(a)) > RESOLVE_ALPHA:
         return 0
     return 1 if min(a) > max(b) else -1 if max(a) < min(b) else 0
 
@@ -265,14 +271,16 @@ def self_test():
     assert part["commcanary_ranking"] == ["y"] and part["kendall_tau_b"] is None and part["configs_compared"] == 1
     assert ranking({"a": None, "b": 2.0, "c": 1.0}) == ["c", "b"]
     # resolution: overlapping rounds are a tie, complete separation a sign; too few rounds a tie
-    assert separated_sign([10, 11, 12], [13, 14, 15]) == -1 and separated_sign([13, 14], [10, 12]) == 1
-    assert separated_sign([10, 13], [12, 14]) == 0 and separated_sign([10], [20, 21]) == 0 and separated_sign([10, None, 11], [20, 21]) == -1
+    assert separated_sign([10, 11, 12], [13, 14, 15]) == -1 and separated_sign([13, 14, 16], [10, 12, 9]) == 1
+    assert separated_sign([10, 13, 11], [12, 14, 15]) == 0 and separated_sign([10], [20, 21]) == 0
+    # 2 rounds against 2 (p = 1/3) or 3 (p = 0.2) resolve nothing, 3 against 3 (p = 0.1) does
+    assert separated_sign([10, None, 11], [20, 21]) == 0 and separated_sign([10, 11], [20, 21, 22]) == 0 and separated_sign([10, 11, 12], [20, 21, 22]) == -1
     # pairs a tool does not resolve count as its ties, not as discordance
     xr = [[1, 2, 3], [1.5, 2.5, 3.5], [10, 11, 12]]   # x: first two overlap (tie), third above both
     yr = [[5, 6, 7], [1, 2, 3], [20, 21, 22]]         # y: second below first (resolved), third above both
     # pairs (0,1): x tie, y +1; (0,2): -1, -1; (1,2): -1, -1 -> conc 2, disc 0, tx 1, ty 0
     assert abs(kendall_tau_b_resolved(xr, yr) - 2 / math.sqrt(2 * 3)) < 1e-12
-    assert kendall_tau_b_resolved([[1, 2], [1, 2]], [[1, 2], [3, 4]]) is None
+    assert kendall_tau_b_resolved([[1, 2, 3], [1, 2, 3]], [[1, 2, 3], [4, 5, 6]]) is None
     print("self-test: ok")
 
 
@@ -530,6 +538,9 @@ def rescore(path):
         sys.exit(f"{path}: not a validate_pytorch results.json ({e})")
     modes = [m for m in MODES if m in per_round["pytorch"]]
     configs = [c for c, _ in CONFIGS if c in per_round["pytorch"][modes[0]]] if modes else []
+    dropped = sorted({f"{tool}/{m}/{c}" for tool in per_round for m in per_round[tool] for c in per_round[tool][m] if m not in modes or c not in configs})
+    if dropped:
+        print(f"rescore: left out (unknown mode or configuration, or absent from the first mode): {', '.join(dropped)}", file=sys.stderr)
     print(render(summarize(per_round["pytorch"], per_round["commcanary"], modes, configs), d.get("header", "") + " (rescored from results.json)"))
 
 
