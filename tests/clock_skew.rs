@@ -32,8 +32,11 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     // the un-injected ranks of the node still agree with one clock, and
     // read rank 0's exactly; the injected one is estimated
     assert_eq!(s["nodes"][0]["consistent"], true, "{}", s["nodes"]);
-    let shared: Vec<bool> = clocks(&s).iter().map(|c| c["shared_kernel_clock"] == true).collect();
-    assert_eq!(shared, [false, true, false, true]);
+    if commcanary::core::identity::kernel_clock_id().is_some() {
+        let shared: Vec<bool> = clocks(&s).iter().map(|c| c["shared_kernel_clock"] == true).collect();
+        assert_eq!(shared, [false, true, false, true]);
+        assert_eq!(clocks(&s)[2]["shared_kernel_clock_refused"], "a synthetic clock injection on this rank or rank 0");
+    }
 }
 
 #[test]
@@ -42,18 +45,29 @@ fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
     // one node, one kernel: the model is the shared clock, exactly
     let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
     let s = join_json(&run);
-    for c in clocks(&s).iter().skip(1) {
-        assert_eq!(c["shared_kernel_clock"], true, "{c}");
-        assert_eq!((c["offset_us"].as_f64(), c["bound_us"].as_f64(), c["drift_ppm"].as_f64()), (Some(0.0), Some(0.0), Some(0.0)), "{c}");
-        assert!(c["pingpong_bound_us"].as_f64().unwrap() > 0.0, "the ping-pong evidence is kept: {c}");
+    if commcanary::core::identity::kernel_clock_id().is_none() {
+        println!("SKIPPED (shared kernel clock part): this machine's boot id is unreadable");
+    } else {
+        for c in clocks(&s).iter().skip(1) {
+            assert_eq!(c["shared_kernel_clock"], true, "{c}");
+            assert!(c["shared_kernel_clock_refused"].is_null(), "{c}");
+            assert_eq!((c["offset_us"].as_f64(), c["bound_us"].as_f64(), c["drift_ppm"].as_f64()), (Some(0.0), Some(0.0), Some(0.0)), "{c}");
+            // the ping-pong fit is kept and judged as an estimator (truth 0)
+            assert!(c["pingpong_bound_us"].as_f64().unwrap() > 0.0, "{c}");
+            assert_eq!(c["offset_within_bound"], true, "{c}");
+        }
+        assert_eq!(clocks(&s)[0]["shared_kernel_clock"], false, "rank 0 is the reference itself");
+        assert_eq!(s["nodes"][0]["consistent"], true, "{}", s["nodes"]);
     }
-    assert_eq!(clocks(&s)[0]["shared_kernel_clock"], false, "rank 0 is the reference itself");
     // the estimator alone: every offset estimate contains zero
     let d2 = tempfile::tempdir().unwrap();
     let run = run_rank(4, d2.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4", "--clock", "pingpong-only"]);
     let s = join_json(&run);
     for c in clocks(&s) {
         assert_eq!(c["shared_kernel_clock"], false, "{c}");
+        if c["rank"] != 0 {
+            assert_eq!(c["shared_kernel_clock_refused"], "--clock pingpong-only", "{c}");
+        }
         let off = c["offset_us"].as_f64().unwrap();
         let b = c["bound_us"].as_f64().unwrap();
         assert!(off.abs() <= b + 0.002, "rank {}: offset {off} outside ±{b}", c["rank"]);

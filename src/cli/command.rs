@@ -555,7 +555,10 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
 fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
     let joined = crate::evidence::join::join_dir(&a.run_dir)?;
     if let Some(p) = &a.events_out {
-        let mut buf = Vec::new();
+        // sized approximately from the first line (lines differ by phase), so
+        // the buffer is seldom copied as it grows
+        let first = joined.collectives.first().map(|c| serde_json::to_vec(c).map(|v| v.len() + 1)).transpose()?.unwrap_or(0);
+        let mut buf = Vec::with_capacity(first.saturating_mul(joined.collectives.len()).saturating_add(first));
         for c in &joined.collectives {
             serde_json::to_writer(&mut buf, c)?;
             buf.push(b'\n');

@@ -21,15 +21,15 @@
 //! error is at most the larger window bound (a convex combination of two
 //! intervals); the slope's uncertainty is `(b_start + b_end) / span`.
 //!
-//! A rank that runs under the same kernel as rank 0 (the same boot id) reads
-//! the same `CLOCK_MONOTONIC`: one system-wide clock, kept consistent across
-//! CPUs by the kernel (clock_gettime(2); the TSC is used only when it is
-//! synchronized across CPUs). Its offset is then 0 by construction, not by
-//! estimate, and [`fit_rank_model`] records it so, with a bound of 0, but only
-//! when every ping-pong sample of both windows agrees: `t_send <= t_ref <=
-//! t_recv` on one clock. A time namespace that shifts one process's clock, or
-//! a synthetic injection, breaks that and the measured model is kept. The
-//! windows stay in the shard as the check's evidence.
+//! A rank that runs under the same kernel as rank 0 (the same boot id) and in
+//! the same time namespace (time_namespaces(7): the only per-process offset
+//! of `CLOCK_MONOTONIC`) reads the same clock: one system-wide clock, kept
+//! consistent across CPUs by the kernel (clock_gettime(2); the TSC is used
+//! only when it is synchronized across CPUs). Its offset is then 0 by
+//! construction, not by estimate, and [`fit_rank_model`] records it so, with
+//! a bound of 0, provided also that every ping-pong sample of both windows
+//! agrees with one clock (`t_send <= t_ref <= t_recv`); the ping-pong fit is
+//! kept beside it as evidence, and a refusal says why.
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).
@@ -197,23 +197,43 @@ pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockEr
     })
 }
 
-/// Whether every sample is what one clock read by both sides gives: rank 0
-/// read its clock between this rank's send and receive reads.
-pub fn consistent_with_one_clock(samples: &[PingSample]) -> bool {
-    !samples.is_empty() && samples.iter().all(|s| s.t_send_local_ns <= s.t_ref_ns && s.t_ref_ns <= s.t_recv_local_ns)
+/// The first sample that one clock read by both sides cannot give (rank 0's
+/// read outside this rank's send and receive reads), by index.
+pub fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize> {
+    samples.iter().position(|s| s.t_ref_ns < s.t_send_local_ns || s.t_ref_ns > s.t_recv_local_ns)
 }
 
-/// A non-reference rank's model from its two windows. `same_kernel` says
-/// that this rank and rank 0 run under one kernel (equal boot ids) with no
-/// synthetic injection on either; the model is then the shared kernel
-/// clock's (offset, drift and bound 0) when both windows are consistent
-/// with one clock, and the ping-pong fit otherwise.
-pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], same_kernel: bool) -> Result<ClockModel, ClockError> {
+/// A non-reference rank's clock: the model arrivals use and its evidence.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankClockFit {
+    /// The model: the ping-pong fit, or rank 0's kernel clock itself (exactly 0).
+    pub model: ClockModel,
+    /// The ping-pong fit, kept as evidence where `model` is the shared kernel clock.
+    pub pingpong: Option<ClockModel>,
+}
+
+/// A non-reference rank's model from its two windows. `not_same_kernel` is
+/// why this rank cannot read rank 0's clock (another boot id or time
+/// namespace, a synthetic injection, `--clock pingpong-only`), or `None`
+/// when it runs under rank 0's kernel in rank 0's time namespace. Then the
+/// model is that shared clock (offset, drift and bound exactly 0) provided
+/// every sample of both windows agrees with one clock; otherwise the
+/// ping-pong fit. The second value says why the shared clock was not used.
+pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel: Option<String>) -> Result<(RankClockFit, Option<String>), ClockError> {
     let measured = ClockModel::fit(estimate_window(start)?, Some(estimate_window(end)?))?;
-    if same_kernel && consistent_with_one_clock(start) && consistent_with_one_clock(end) {
-        return Ok(ClockModel { drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: true, ..measured });
+    let off_one_clock = [("start", start), ("end", end)].into_iter().find_map(|(w, v)| {
+        first_sample_off_one_clock(v).map(|i| {
+            let s = v[i];
+            format!(
+                "same kernel, but {w}-window sample {i} has rank 0's read {} ns outside this rank's [{}, {}]: not one clock",
+                s.t_ref_ns, s.t_send_local_ns, s.t_recv_local_ns
+            )
+        })
+    });
+    match not_same_kernel.or(off_one_clock) {
+        Some(why) => Ok((RankClockFit { model: measured, pingpong: None }, Some(why))),
+        None => Ok((RankClockFit { model: ClockModel::shared_kernel_clock(&measured), pingpong: Some(measured) }, None)),
     }
-    Ok(measured)
 }
 
 /// Affine clock model of one rank against rank 0.
@@ -229,11 +249,11 @@ pub struct ClockModel {
     pub drift_bound_ppm: Option<f64>,
     /// Error bound in ns for times between the two windows.
     pub bound_ns: f64,
-    /// This rank reads the same kernel clock as rank 0 (same boot id, no
-    /// synthetic injection on either, every ping-pong sample consistent with
-    /// a zero offset): offset, drift and bound are exactly 0, and `start`
-    /// and `end` are the ping-pong windows kept as the check's evidence.
-    /// False in shards written before this field.
+    /// This rank reads rank 0's kernel clock (same boot id and time
+    /// namespace, no synthetic injection on either, every ping-pong sample
+    /// consistent with one clock): offset, drift and bound are exactly 0 and
+    /// the ping-pong fit is kept beside the model as evidence
+    /// (`ClockRecord::pingpong_fit`). False in shards written before this field.
     #[serde(default)]
     pub shared_kernel_clock: bool,
 }
@@ -243,6 +263,21 @@ impl ClockModel {
     pub fn reference() -> Self {
         let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
         Self { start: w, end: Some(w), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: false }
+    }
+
+    /// Rank 0's own kernel clock, read by another rank: offset, drift and
+    /// bound exactly 0. The windows keep the measured reference times, round
+    /// trips and sample counts.
+    pub fn shared_kernel_clock(measured: &ClockModel) -> Self {
+        let zero = |w: WindowEstimate| WindowEstimate { offset_ns: 0.0, bound_ns: 0.0, ..w };
+        Self {
+            start: zero(measured.start),
+            end: measured.end.map(zero),
+            drift_ppm: Some(0.0),
+            drift_bound_ppm: Some(0.0),
+            bound_ns: 0.0,
+            shared_kernel_clock: true,
+        }
     }
 
     /// Fit from a start window and, optionally, an end window.
@@ -273,27 +308,11 @@ impl ClockModel {
 
     /// Estimated offset (local - reference) at reference time `ref_ns`.
     pub fn offset_at_ref(&self, ref_ns: f64) -> f64 {
-        if self.shared_kernel_clock {
-            return 0.0;
-        }
         self.start.offset_ns + self.slope() * (ref_ns - self.start.ref_ns as f64)
-    }
-
-    /// Offset error bound at the start window: the start window's half-width,
-    /// or 0 on a shared kernel clock.
-    pub fn start_bound_ns(&self) -> f64 {
-        if self.shared_kernel_clock {
-            0.0
-        } else {
-            self.start.bound_ns
-        }
     }
 
     /// Map a local clock reading onto rank 0's timebase.
     pub fn to_reference(&self, local_ns: u64) -> f64 {
-        if self.shared_kernel_clock {
-            return local_ns as f64;
-        }
         // local = ref + o0 + k (ref - r0)  =>  ref = (local - o0 + k r0) / (1 + k)
         let k = self.slope();
         (local_ns as f64 - self.start.offset_ns + k * self.start.ref_ns as f64) / (1.0 + k)
@@ -563,23 +582,28 @@ mod tests {
                 t_recv_local_ns: s.t_recv_local_ns + 1_000_000,
             })
             .collect();
-        let m = fit_rank_model(&one, &later, true).unwrap();
+        let (fit, why) = fit_rank_model(&one, &later, None).unwrap();
+        assert_eq!(why, None);
+        let m = fit.model;
         assert!(m.shared_kernel_clock);
-        assert_eq!((m.bound_ns, m.start_bound_ns(), m.drift_ppm, m.drift_bound_ppm), (0.0, 0.0, Some(0.0), Some(0.0)));
+        assert_eq!((m.bound_ns, m.start.offset_ns, m.start.bound_ns, m.drift_ppm, m.drift_bound_ppm), (0.0, 0.0, 0.0, Some(0.0), Some(0.0)));
         assert_eq!(m.to_reference(123_456), 123_456.0);
         assert_eq!(m.offset_at_ref(5e6), 0.0);
-        // the measured windows stay as evidence: midpoint 5 ns, half-width 35 ns
-        assert_eq!((m.start.offset_ns, m.start.bound_ns), (5.0, 35.0));
-        // other kernels, or a caller that knows of an injection: the measured fit
-        let measured = fit_rank_model(&one, &later, false).unwrap();
-        assert!(!measured.shared_kernel_clock);
-        assert_eq!(measured.bound_ns, 35.0);
-        // one sample outside (a time namespace's shift, say): the measured fit, even on one kernel
+        // the measured fit stays as evidence: midpoint 5 ns, half-width 35 ns
+        let p = fit.pingpong.unwrap();
+        assert_eq!((p.start.offset_ns, p.start.bound_ns, p.shared_kernel_clock), (5.0, 35.0, false));
+        assert_eq!((m.start.ref_ns, m.start.min_rtt_ns, m.start.samples), (p.start.ref_ns, 70, 8));
+        // another kernel, namespace, injection or mode: the measured fit, and why
+        let (fit, why) = fit_rank_model(&one, &later, Some("boot ids differ".into())).unwrap();
+        assert_eq!((fit.model.shared_kernel_clock, fit.model.bound_ns, fit.pingpong, why.as_deref()), (false, 35.0, None, Some("boot ids differ")));
+        // one sample outside one clock: the measured fit even on one kernel, naming the sample
         let mut shifted = later.clone();
         shifted[3].t_ref_ns = shifted[3].t_recv_local_ns + 1;
-        assert!(!consistent_with_one_clock(&shifted));
-        assert!(!fit_rank_model(&one, &shifted, true).unwrap().shared_kernel_clock);
-        assert!(!consistent_with_one_clock(&[]));
+        assert_eq!(first_sample_off_one_clock(&shifted), Some(3));
+        let (fit, why) = fit_rank_model(&one, &shifted, None).unwrap();
+        assert!(!fit.model.shared_kernel_clock);
+        assert!(why.unwrap().contains("end-window sample 3"));
+        assert_eq!(first_sample_off_one_clock(&one), None);
     }
 
     #[test]

@@ -84,10 +84,19 @@ pub fn hostname() -> String {
     }
 }
 
-/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): processes
-/// that read the same one run under one kernel and read one `CLOCK_MONOTONIC`.
-pub fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+/// Which `CLOCK_MONOTONIC` this process reads: the kernel's boot id
+/// (`/proc/sys/kernel/random/boot_id`) and the time namespace
+/// (`/proc/self/ns/time`, "none" on kernels before time namespaces). Two
+/// processes with the same id read one clock; `None` when the boot id is
+/// unreadable.
+pub fn kernel_clock_id() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())?;
+    let ns = match std::fs::read_link("/proc/self/ns/time") {
+        Ok(l) => l.to_string_lossy().into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none".into(),
+        Err(_) => return None,
+    };
+    Some(format!("{boot} {ns}"))
 }
 
 fn proc_status_field(field: &str) -> Option<String> {

@@ -25,7 +25,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// One rank's view of a joined collective (local clock, ns).
+/// One rank's view of a joined collective (local clock, ns). A field not
+/// recorded for this collective (not measured, not injected, not replayed)
+/// is absent, never 0, which keeps the joined trace small: most are phase-
+/// or backend-specific.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RankTimes {
     /// World rank.
@@ -39,30 +42,36 @@ pub struct RankTimes {
     /// Wait end.
     pub wait_end_ns: u64,
     /// Device interval start, where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_start_ns: Option<u64>,
     /// Device interval end, where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_end_ns: Option<u64>,
     /// Injected arrival delay, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injected_delay_ns: Option<u64>,
     /// Replay error (actual minus target gap), where replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_error_ns: Option<i64>,
     /// Gap this rank paced before the collective (replay): from when its
     /// host saw the previous collective complete to the end of its pacing
     /// (before any injected delay and the issue), ns. The replay's design:
     /// ranks pacing different gaps are skewed by design.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_gap_ns: Option<u64>,
     /// Fill units, where filled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fill_units: Option<u32>,
     /// Fill quantization error, where filled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fill_quantization_error_ns: Option<i64>,
     /// How long the compute stream stalled on this collective (GPU), where measured.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_wait_ns: Option<u64>,
     /// Start of this collective's NCCL kernel (CUPTI, placed on the host clock
     /// through the phase's `%globaltimer` kernel anchor), where the phase's
     /// NCCL kernels and collectives pair one to one in launch order.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_start_ns: Option<u64>,
 }
 
@@ -189,16 +198,19 @@ pub struct RankClockReport {
     pub bound_us: Option<f64>,
     /// Drift uncertainty, ppm.
     pub drift_bound_ppm: Option<f64>,
-    /// The rank reads rank 0's kernel clock (same boot id, every ping-pong
-    /// sample consistent with one clock): offset, drift and bound are 0 by
-    /// construction; the measured estimate is `pingpong_offset_us`.
+    /// The rank reads rank 0's kernel clock (same boot id and time
+    /// namespace, every ping-pong sample consistent with one clock): offset,
+    /// drift and bound are 0 by construction.
     #[serde(default)]
     pub shared_kernel_clock: bool,
-    /// The ping-pong estimate at the start window and its half-width, µs,
-    /// whatever the model (on a shared kernel clock, the check's evidence).
+    /// Why a rank other than 0 does not read rank 0's kernel clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_kernel_clock_refused: Option<String>,
+    /// The ping-pong estimate at the start window, µs, whatever the model
+    /// (on a shared kernel clock, the evidence kept beside it).
     #[serde(default)]
     pub pingpong_offset_us: Option<f64>,
-    /// Half the best start-window round trip, µs.
+    /// Half the best start-window round trip (the estimate's bound), µs.
     #[serde(default)]
     pub pingpong_bound_us: Option<f64>,
     /// Injected offset at the start window relative to rank 0 (truth), µs.
@@ -218,9 +230,11 @@ pub struct NodeClockReport {
     pub host: String,
     /// Ranks on it.
     pub ranks: Vec<u32>,
-    /// Whether every un-injected rank's [offset ± bound] intervals intersect.
+    /// Whether every un-injected rank's ping-pong [estimate ± bound]
+    /// intervals intersect (rank 0's is 0 ± 0), also where a rank's model is
+    /// the shared kernel clock.
     pub consistent: Option<bool>,
-    /// Widest bound on the node, µs.
+    /// Widest model bound on the node, µs.
     pub max_bound_us: Option<f64>,
 }
 
@@ -778,6 +792,8 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
         .map(|s| {
             let h = &s.header;
             let model = h.clock.as_ref().map(|c| c.model);
+            // the ping-pong estimate: the model itself unless that is the shared kernel clock
+            let estimate = h.clock.as_ref().filter(|_| h.rank != 0).map(|c| c.pingpong_fit.unwrap_or(c.model));
             // truth relative to rank 0 at the start window (true time ~ reference time)
             let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
                 (Some(m), a, b) if a.is_some() || b.is_some() => {
@@ -800,13 +816,15 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
                 bound_us: model.map(|m| m.bound_ns / 1e3),
                 drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
                 shared_kernel_clock: model.is_some_and(|m| m.shared_kernel_clock),
-                pingpong_offset_us: model.filter(|_| h.rank != 0).map(|m| m.start.offset_ns / 1e3),
-                pingpong_bound_us: model.filter(|_| h.rank != 0).map(|m| m.start.bound_ns / 1e3),
+                shared_kernel_clock_refused: h.clock.as_ref().and_then(|c| c.shared_kernel_clock_refused.clone()),
+                pingpong_offset_us: estimate.map(|m| m.start.offset_ns / 1e3),
+                pingpong_bound_us: estimate.map(|m| m.start.bound_ns / 1e3),
                 injected_offset_us: inj_off.map(|o| o / 1e3),
                 injected_drift_ppm: inj_drift,
-                // small slack for the integer truncation of clock reads
-                offset_within_bound: model.map(|m| (m.offset_at_ref(m.start.ref_ns as f64) - truth_off).abs() <= m.start_bound_ns() + 2.0),
-                drift_within_bound: model.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
+                // the estimator against the truth (on a shared kernel clock, its
+                // ping-pong fit); small slack for the integer truncation of clock reads
+                offset_within_bound: estimate.or(model).map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
+                drift_within_bound: estimate.or(model).and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
             }
         })
         .collect()
@@ -822,7 +840,15 @@ fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockRe
         .into_iter()
         .map(|(host, ranks)| {
             let cs: Vec<&RankClockReport> = ranks.iter().map(|&r| &clocks[r as usize]).filter(|c| !injected.contains(&c.rank)).collect();
-            let intervals: Option<Vec<(f64, f64)>> = cs.iter().map(|c| Some((c.offset_us? - c.bound_us?, c.offset_us? + c.bound_us?))).collect();
+            // the ping-pong estimates (rank 0: its model, 0 ± 0), also where a
+            // rank's model is the shared kernel clock: one clock must fit them all
+            let intervals: Option<Vec<(f64, f64)>> = cs
+                .iter()
+                .map(|c| {
+                    let (o, b) = (c.pingpong_offset_us.or(c.offset_us)?, c.pingpong_bound_us.or(c.bound_us)?);
+                    Some((o - b, o + b))
+                })
+                .collect();
             let consistent = intervals.as_ref().map(|iv| {
                 let lo = iv.iter().map(|x| x.0).fold(f64::NEG_INFINITY, f64::max);
                 let hi = iv.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
@@ -1072,7 +1098,11 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         let inj = match (c.shared_kernel_clock, c.pingpong_offset_us, c.pingpong_bound_us) {
             (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
-            _ => inj,
+            _ => match &c.shared_kernel_clock_refused {
+                // the alarming refusal: one kernel, yet a sample one clock cannot give
+                Some(why) if why.starts_with("same kernel") => format!("{inj}  NOT rank 0's clock: {why}"),
+                _ => inj,
+            },
         };
         let _ = writeln!(
             o,

@@ -368,10 +368,20 @@ pub struct ClockRecord {
     pub end_samples: Vec<PingSample>,
     /// Fitted model.
     pub model: ClockModel,
-    /// This rank's kernel boot id, the evidence for a shared kernel clock
-    /// (absent where unreadable, and in shards written before this field).
-    #[serde(default)]
-    pub boot_id: Option<String>,
+    /// Which kernel clock this rank reads: boot id and time namespace
+    /// (`identity::kernel_clock_id`). Absent where unreadable and in shards
+    /// written before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_clock_id: Option<String>,
+    /// Where `model` is rank 0's kernel clock: the ping-pong fit, kept as
+    /// the evidence that every sample agreed with one clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pingpong_fit: Option<ClockModel>,
+    /// Why a rank other than 0 does not read rank 0's kernel clock (another
+    /// kernel or time namespace, an injection, `--clock pingpong-only`, a
+    /// sample that one clock cannot give); absent where it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_kernel_clock_refused: Option<String>,
 }
 
 /// A field this backend cannot measure, and why.

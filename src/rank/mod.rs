@@ -507,11 +507,10 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
     Ok((text, dir))
 }
 
-/// One calibration window: every rank r > 0 exchanges `n` ping-pongs with
-/// rank 0, one rank at a time; every wait is bounded by `limit`.
-/// Rank 0's boot id, sent to every rank (`None` where rank 0 could not read one).
-fn broadcast_boot_id(world: &SimpleCommunicator, mine: Option<&str>, limit: std::time::Duration) -> Result<Option<String>> {
-    let mut buf = [0u8; 64];
+/// Rank 0's kernel clock id (`identity::kernel_clock_id`), sent to every
+/// rank (`None` where rank 0 could not read one).
+fn broadcast_kernel_clock_id(world: &SimpleCommunicator, mine: Option<&str>, limit: std::time::Duration) -> Result<Option<String>> {
+    let mut buf = [0u8; 128];
     if world.rank() == 0 {
         if let Some(id) = mine {
             let n = id.len().min(buf.len());
@@ -523,12 +522,14 @@ fn broadcast_boot_id(world: &SimpleCommunicator, mine: Option<&str>, limit: std:
         0,
         &mut buf,
         limit,
-        Op { what: "broadcast of rank 0's boot id", phase: "clock calibration", peer: Some(0) },
+        Op { what: "broadcast of rank 0's kernel clock id", phase: "clock calibration", peer: Some(0) },
     )?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok((end > 0).then(|| String::from_utf8_lossy(&buf[..end]).into_owned()))
 }
 
+/// One calibration window: every rank r > 0 exchanges `n` ping-pongs with
+/// rank 0, one rank at a time; every wait is bounded by `limit`.
 fn clock_window(world: &SimpleCommunicator, clock: &RankClock, n: u32, limit: std::time::Duration, window: &str) -> Result<Vec<PingSample>> {
     let rank = world.rank() as u32;
     let size = world.size() as u32;
@@ -705,16 +706,39 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         ClockMode::None => None,
         ClockMode::Pingpong | ClockMode::PingpongOnly => {
             let end_samples = clock_window(world, &clock, args.clock_samples, limit, "end")?;
-            let boot_id = crate::core::identity::boot_id();
-            let rank0_boot_id = broadcast_boot_id(world, boot_id.as_deref(), limit)?;
-            let model = if rank == 0 {
-                ClockModel::reference()
+            let kernel_clock_id = crate::core::identity::kernel_clock_id();
+            let rank0_clock_id = broadcast_kernel_clock_id(world, kernel_clock_id.as_deref(), limit)?;
+            if rank == 0 {
+                Some(ClockRecord {
+                    start_samples,
+                    end_samples,
+                    model: ClockModel::reference(),
+                    kernel_clock_id,
+                    pingpong_fit: None,
+                    shared_kernel_clock_refused: None,
+                })
             } else {
-                let injected = plan.clock_injections.iter().any(|i| i.rank == 0 || i.rank == rank);
-                let same_kernel = args.clock == ClockMode::Pingpong && !injected && boot_id.is_some() && boot_id == rank0_boot_id;
-                fit_rank_model(&start_samples, &end_samples, same_kernel).context("fitting the clock model")?
-            };
-            Some(ClockRecord { start_samples, end_samples, model, boot_id })
+                let not_same_kernel = if args.clock == ClockMode::PingpongOnly {
+                    Some("--clock pingpong-only".to_string())
+                } else if plan.clock_injections.iter().any(|i| i.rank == 0 || i.rank == rank) {
+                    Some("a synthetic clock injection on this rank or rank 0".to_string())
+                } else {
+                    match (&kernel_clock_id, &rank0_clock_id) {
+                        (Some(a), Some(b)) if a == b => None,
+                        (Some(a), Some(b)) => Some(format!("another kernel or time namespace ({a} against rank 0's {b})")),
+                        _ => Some("a boot id or time namespace that could not be read".to_string()),
+                    }
+                };
+                let (fit, refused) = fit_rank_model(&start_samples, &end_samples, not_same_kernel).context("fitting the clock model")?;
+                Some(ClockRecord {
+                    start_samples,
+                    end_samples,
+                    model: fit.model,
+                    kernel_clock_id,
+                    pingpong_fit: fit.pingpong,
+                    shared_kernel_clock_refused: refused,
+                })
+            }
         }
     };
 
