@@ -36,6 +36,7 @@
 //! is hidden as it is there. `synchronize` (device synchronization) happens
 //! once per pass. cudarc's automatic cross-stream event tracking is disabled
 //! so that no dependency exists that the phase did not ask for.
+pub mod buffers;
 pub mod cupti;
 pub mod globaltimer;
 pub mod nccl;
@@ -286,8 +287,8 @@ pub struct CudaBackend {
     compute: Arc<CudaStream>,
     comm_stream: Arc<CudaStream>,
     /// Collective buffers, `max_bytes` each, holding elements of `dtype`.
-    send: CudaSlice<u8>,
-    recv: CudaSlice<u8>,
+    send: buffers::DeviceBytes,
+    recv: buffers::DeviceBytes,
     dtype: Dtype,
     a: CudaSlice<u16>,
     /// bf16 weights per GEMM shape, one buffer per weight set.
@@ -423,8 +424,9 @@ impl CudaBackend {
             Dtype::F32 => (0..elems).flat_map(|i| contribution(Dtype::F32, rank, i).to_le_bytes()).collect(),
             Dtype::Bf16 => super::bf16_contributions(rank, elems).into_iter().flat_map(u16::to_le_bytes).collect(),
         };
-        let send = drv(compute.clone_htod(&host), "copying the send buffer")?;
-        let recv = drv(compute.alloc_zeros::<u8>(host.len()), "allocating the receive buffer")?;
+        // as nccl-tests and PyTorch hold theirs: cuMemAlloc, not the stream-ordered pool
+        let send = buffers::DeviceBytes::from_host(&compute, &host).context("the send buffer")?.used_by(&comm_stream);
+        let recv = buffers::DeviceBytes::zeros(&compute, host.len()).context("the receive buffer")?.used_by(&comm_stream);
         let (ak, cn) = plan.activation_elems();
         let a = drv(compute.clone_htod(&(0..ak).map(weight_bits).collect::<Vec<u16>>()), "copying A")?;
         let mut b = Vec::with_capacity(plan.gemms.len());
