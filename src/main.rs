@@ -6,13 +6,17 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = match commcanary::cli::Cli::try_parse() {
         Ok(c) => c,
-        // validate's exit codes 1 and 2 are verdicts: its argument errors exit 3
-        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("validate") => {
+        // An argument error, met by every rank of a job alike: the lead prints
+        // it once; the others wait for the launcher to stop the job and, where
+        // it does not (srun without --kill-on-bad-exit), end without a copy.
+        // validate's exit codes 1 and 2 are verdicts: its argument errors exit 3.
+        Err(e) if e.use_stderr() => {
             if commcanary::rank::is_lead_process() {
                 let _ = e.print();
             }
             commcanary::rank::let_the_lead_print_first();
-            return ExitCode::from(commcanary::validate::EXIT_COULD_NOT_RUN as u8);
+            let validate = std::env::args().nth(1).as_deref() == Some("validate");
+            return ExitCode::from(if validate { commcanary::validate::EXIT_COULD_NOT_RUN as u8 } else { 2 });
         }
         Err(e) => e.exit(),
     };

@@ -190,6 +190,15 @@ fn bad_arguments_are_refused_before_mpi() {
 }
 
 #[test]
+fn an_argument_error_under_mpirun_is_printed_once() {
+    // every rank meets it; the lead prints it, the others stay silent
+    let o = mpirun(2, &["rank", "--no-such-flag"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("unexpected argument '--no-such-flag'").count(), 1, "{err}");
+}
+
+#[test]
 fn existing_run_is_never_overwritten() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().to_str().unwrap();
