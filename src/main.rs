@@ -7,15 +7,18 @@ fn main() -> ExitCode {
     let cli = match commcanary::cli::Cli::try_parse() {
         Ok(c) => c,
         // An argument error, met by every rank of a job alike: the lead prints
-        // it once; the others wait for the launcher to stop the job and, where
-        // it does not (srun without --kill-on-bad-exit), end without a copy.
+        // it at once; another rank waits for the launcher to stop the job and
+        // prints it, tagged with its rank, only if it is still running (a lead
+        // that never printed, or an error this rank alone met).
         // validate's exit codes 1 and 2 are verdicts: its argument errors exit 3.
         Err(e) if e.use_stderr() => {
             if commcanary::rank::is_lead_process() {
                 let _ = e.print();
+            } else {
+                let text = e.render().to_string();
+                commcanary::rank::print_fatal_error(text.trim_start_matches("error: ").trim_end());
             }
-            commcanary::rank::let_the_lead_print_first();
-            let validate = std::env::args().nth(1).as_deref() == Some("validate");
+            let validate = std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("validate"));
             return ExitCode::from(if validate { commcanary::validate::EXIT_COULD_NOT_RUN as u8 } else { 2 });
         }
         Err(e) => e.exit(),

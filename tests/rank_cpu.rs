@@ -191,11 +191,14 @@ fn bad_arguments_are_refused_before_mpi() {
 
 #[test]
 fn an_argument_error_under_mpirun_is_printed_once() {
-    // every rank meets it; the lead prints it, the others stay silent
+    // every rank meets it; the lead prints it at once, another rank only
+    // after a grace the launcher ends (and then tagged with its rank)
     let o = mpirun(2, &["rank", "--no-such-flag"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.matches("unexpected argument '--no-such-flag'").count(), 1, "{err}");
+    assert_eq!(err.matches("error: unexpected argument '--no-such-flag'").count(), 1, "one untagged copy, the lead's: {err}");
+    let tagged = err.matches("(rank 1): unexpected argument").count();
+    assert_eq!(err.matches("unexpected argument '--no-such-flag'").count(), 1 + tagged, "{err}");
 }
 
 #[test]

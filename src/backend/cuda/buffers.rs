@@ -4,10 +4,13 @@
 //! cudarc's `CudaStream::alloc` takes where the device has one. Consumes a
 //! stream and bytes or a length; produces a [`DeviceBytes`] that derefs to a
 //! `CudaSlice<u8>`. `cuMemFree` waits for the whole device, so a buffer is
-//! freed on drop only when every stream that may use it has drained; while
+//! freed on drop only when every stream that may use it has drained, and
+//! the owner must name every such stream ([`DeviceBytes::used_by`]); while
 //! one still runs (a collective stuck on a dead peer, on the way to the
 //! job's end), the allocation is left to the process's exit instead of
-//! hanging it. Refuses nothing beyond what the driver refuses (out of
+//! hanging it. The CUDA backend's two buffers use it; the trace replay,
+//! whose collectives also run on streams made after its buffers, keeps
+//! cudarc's pool and its stream-ordered free. Refuses nothing beyond what the driver refuses (out of
 //! memory; a zero-length allocation keeps one byte instead).
 use anyhow::{Context, Result};
 use cudarc::driver::{result, sys, CudaSlice, CudaStream};
@@ -69,11 +72,14 @@ impl Drop for DeviceBytes {
     fn drop(&mut self) {
         if let Some(slice) = self.slice.take() {
             let stream = slice.stream().clone();
-            // SAFETY: cuStreamQuery only reads the state of live streams of this context.
-            let drained = std::iter::once(&stream).chain(&self.users).all(|s| unsafe { sys::cuStreamQuery(s.cu_stream()) } == sys::CUresult::CUDA_SUCCESS);
+            let bound = stream.context().bind_to_thread().is_ok();
+            // SAFETY: cuStreamQuery only reads the state of live streams of this (bound) context.
+            let drained =
+                bound && std::iter::once(&stream).chain(&self.users).all(|s| unsafe { sys::cuStreamQuery(s.cu_stream()) } == sys::CUresult::CUDA_SUCCESS);
             let ptr = slice.leak();
-            if drained && stream.context().bind_to_thread().is_ok() {
-                // SAFETY: `ptr` came from cuMemAlloc in this context and no queued work refers to it.
+            if drained {
+                // SAFETY: `ptr` came from cuMemAlloc in this context, and every
+                // stream named as a user has drained, so no queued work refers to it.
                 let _ = unsafe { result::free_sync(ptr) };
             }
         }

@@ -27,7 +27,6 @@
 //! communicators (`ncclCommAbort`: destroying them would wait for peers that
 //! are elsewhere). Refuses: a world size other than the trace's, a reduction
 //! of another dtype, an NCCL without the calls the trace needs (naming them).
-use super::buffers::DeviceBytes;
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
@@ -80,8 +79,8 @@ fn decode(d: TraceDtype, b: &[u8]) -> Vec<f32> {
 
 /// One collective's device buffers and calls, made before the replay.
 struct Slot {
-    send: DeviceBytes,
-    recv: DeviceBytes,
+    send: CudaSlice<u8>,
+    recv: CudaSlice<u8>,
     /// Bytes of `recv` that hold the result.
     recv_bytes: usize,
     /// The NCCL calls (more than one: grouped), reductions still to be set.
@@ -157,13 +156,16 @@ impl CudaTraceExec {
         let _ = self.world.abort();
     }
 
-    /// A send buffer (`cuMemAlloc`, as PyTorch's allocator; one byte where `b` is empty).
-    fn upload(&self, b: &[u8]) -> Result<DeviceBytes> {
-        DeviceBytes::from_host(&self.stream, b)
+    fn upload(&self, b: &[u8]) -> Result<CudaSlice<u8>> {
+        // a zero-length allocation is refused by the driver: keep one byte
+        if b.is_empty() {
+            return self.zeros(0);
+        }
+        drv(self.stream.clone_htod(b), "copying a send buffer to the device")
     }
 
-    fn zeros(&self, n: usize) -> Result<DeviceBytes> {
-        DeviceBytes::zeros(&self.stream, n)
+    fn zeros(&self, n: usize) -> Result<CudaSlice<u8>> {
+        drv(self.stream.alloc_zeros::<u8>(n.max(1)), "cuMemAlloc")
     }
 
     fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], usize)> {
@@ -374,7 +376,7 @@ impl CudaTraceExec {
     pub fn reset(&mut self) -> Result<()> {
         let stream = self.stream.clone();
         for slot in &mut self.slots {
-            drv(stream.memset_zeros(&mut *slot.recv), "clearing a result buffer")?;
+            drv(stream.memset_zeros(&mut slot.recv), "clearing a result buffer")?;
         }
         drv(stream.synchronize(), "cuStreamSynchronize (results cleared)")
     }
