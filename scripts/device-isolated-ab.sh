@@ -42,19 +42,13 @@ nt_run() { # name bind flags rep
   local d="$OUTD/nt-$1-$4"
   timeout 120 mpirun < /dev/null --bind-to "$2" -n "$NP" -x NCCL_NVLS_ENABLE "$NT" -b "$SIZE" -e "$SIZE" -g 1 -n "$N" -w "$W" -c 1 -I 1 $3 \
     -J "$d.json" > "$d.log" 2>&1 || { echo "$1 rep $4: nccl-tests failed"; return; }
-  python3 - "$d.json" "$1" "$4" <<'PY'
-import json, math, sys
-def rows(x):
-    if isinstance(x, dict):
-        if isinstance(x.get("out_of_place_per_iter"), dict):
-            yield x
-        for v in x.values():
-            yield from rows(v)
-    elif isinstance(x, list):
-        for v in x:
-            yield from rows(v)
-t = sorted(float(v) for v in next(rows(json.load(open(sys.argv[1]))))["out_of_place_per_iter"]["times_us"])
-print(f"nt {sys.argv[2]:<14} rep {sys.argv[3]}: p50 {t[len(t) // 2]:.2f} us  p99 {t[max(0, math.ceil(0.99 * len(t)) - 1)]:.2f} us")
+  # nccl-tests' rows and statistics as the parity script reads them
+  PYTHONPATH="$(dirname "$0")" python3 - "$d.json" "$1" "$4" <<'PY'
+import json, sys
+from nccl_tests_parity import nccl_tests_rows, stats
+_, t = next(nccl_tests_rows(json.load(open(sys.argv[1]))))
+p50, p99 = stats(t)
+print(f"nt {sys.argv[2]:<14} rep {sys.argv[3]}: p50 {p50:.2f} us  p99 {p99:.2f} us")
 PY
 }
 {

@@ -203,13 +203,15 @@ pub fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize> {
     samples.iter().position(|s| s.t_ref_ns < s.t_send_local_ns || s.t_ref_ns > s.t_recv_local_ns)
 }
 
-/// A non-reference rank's clock: the model arrivals use and its evidence.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A rank's clock: the model arrivals use and its evidence.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RankClockFit {
     /// The model: the ping-pong fit, or rank 0's kernel clock itself (exactly 0).
     pub model: ClockModel,
     /// The ping-pong fit, kept as evidence where `model` is the shared kernel clock.
     pub pingpong: Option<ClockModel>,
+    /// Why a rank other than 0 does not read rank 0's kernel clock.
+    pub refused: Option<String>,
 }
 
 /// A non-reference rank's model from its two windows. `not_same_kernel` is
@@ -218,8 +220,8 @@ pub struct RankClockFit {
 /// when it runs under rank 0's kernel in rank 0's time namespace. Then the
 /// model is that shared clock (offset, drift and bound exactly 0) provided
 /// every sample of both windows agrees with one clock; otherwise the
-/// ping-pong fit. The second value says why the shared clock was not used.
-pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel: Option<String>) -> Result<(RankClockFit, Option<String>), ClockError> {
+/// ping-pong fit, with why the shared clock was not used.
+pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel: Option<String>) -> Result<RankClockFit, ClockError> {
     let measured = ClockModel::fit(estimate_window(start)?, Some(estimate_window(end)?))?;
     let off_one_clock = [("start", start), ("end", end)].into_iter().find_map(|(w, v)| {
         first_sample_off_one_clock(v).map(|i| {
@@ -231,8 +233,8 @@ pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel:
         })
     });
     match not_same_kernel.or(off_one_clock) {
-        Some(why) => Ok((RankClockFit { model: measured, pingpong: None }, Some(why))),
-        None => Ok((RankClockFit { model: ClockModel::shared_kernel_clock(&measured), pingpong: Some(measured) }, None)),
+        Some(why) => Ok(RankClockFit { model: measured, pingpong: None, refused: Some(why) }),
+        None => Ok(RankClockFit { model: ClockModel::shared_kernel_clock(&measured), pingpong: Some(measured), refused: None }),
     }
 }
 
@@ -582,8 +584,8 @@ mod tests {
                 t_recv_local_ns: s.t_recv_local_ns + 1_000_000,
             })
             .collect();
-        let (fit, why) = fit_rank_model(&one, &later, None).unwrap();
-        assert_eq!(why, None);
+        let fit = fit_rank_model(&one, &later, None).unwrap();
+        assert_eq!(fit.refused, None);
         let m = fit.model;
         assert!(m.shared_kernel_clock);
         assert_eq!((m.bound_ns, m.start.offset_ns, m.start.bound_ns, m.drift_ppm, m.drift_bound_ppm), (0.0, 0.0, 0.0, Some(0.0), Some(0.0)));
@@ -594,15 +596,15 @@ mod tests {
         assert_eq!((p.start.offset_ns, p.start.bound_ns, p.shared_kernel_clock), (5.0, 35.0, false));
         assert_eq!((m.start.ref_ns, m.start.min_rtt_ns, m.start.samples), (p.start.ref_ns, 70, 8));
         // another kernel, namespace, injection or mode: the measured fit, and why
-        let (fit, why) = fit_rank_model(&one, &later, Some("boot ids differ".into())).unwrap();
-        assert_eq!((fit.model.shared_kernel_clock, fit.model.bound_ns, fit.pingpong, why.as_deref()), (false, 35.0, None, Some("boot ids differ")));
+        let fit = fit_rank_model(&one, &later, Some("boot ids differ".into())).unwrap();
+        assert_eq!((fit.model.shared_kernel_clock, fit.model.bound_ns, fit.pingpong, fit.refused.as_deref()), (false, 35.0, None, Some("boot ids differ")));
         // one sample outside one clock: the measured fit even on one kernel, naming the sample
         let mut shifted = later.clone();
         shifted[3].t_ref_ns = shifted[3].t_recv_local_ns + 1;
         assert_eq!(first_sample_off_one_clock(&shifted), Some(3));
-        let (fit, why) = fit_rank_model(&one, &shifted, None).unwrap();
+        let fit = fit_rank_model(&one, &shifted, None).unwrap();
         assert!(!fit.model.shared_kernel_clock);
-        assert!(why.unwrap().contains("end-window sample 3"));
+        assert!(fit.refused.unwrap().contains("end-window sample 3"));
         assert_eq!(first_sample_off_one_clock(&one), None);
     }
 

@@ -793,7 +793,7 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
             let h = &s.header;
             let model = h.clock.as_ref().map(|c| c.model);
             // the ping-pong estimate: the model itself unless that is the shared kernel clock
-            let estimate = h.clock.as_ref().filter(|_| h.rank != 0).map(|c| c.pingpong_fit.unwrap_or(c.model));
+            let estimate = h.clock.as_ref().map(|c| c.pingpong_fit.unwrap_or(c.model));
             // truth relative to rank 0 at the start window (true time ~ reference time)
             let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
                 (Some(m), a, b) if a.is_some() || b.is_some() => {
@@ -811,20 +811,20 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
                 rank: h.rank,
                 host: h.host.clone(),
                 calibrated: model.is_some(),
-                offset_us: model.map(|m| m.offset_at_ref(m.start.ref_ns as f64) / 1e3),
+                offset_us: model.map(|m| m.start.offset_ns / 1e3),
                 drift_ppm: model.and_then(|m| m.drift_ppm),
                 bound_us: model.map(|m| m.bound_ns / 1e3),
                 drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
                 shared_kernel_clock: model.is_some_and(|m| m.shared_kernel_clock),
                 shared_kernel_clock_refused: h.clock.as_ref().and_then(|c| c.shared_kernel_clock_refused.clone()),
-                pingpong_offset_us: estimate.map(|m| m.start.offset_ns / 1e3),
-                pingpong_bound_us: estimate.map(|m| m.start.bound_ns / 1e3),
+                pingpong_offset_us: estimate.filter(|_| h.rank != 0).map(|m| m.start.offset_ns / 1e3),
+                pingpong_bound_us: estimate.filter(|_| h.rank != 0).map(|m| m.start.bound_ns / 1e3),
                 injected_offset_us: inj_off.map(|o| o / 1e3),
                 injected_drift_ppm: inj_drift,
                 // the estimator against the truth (on a shared kernel clock, its
                 // ping-pong fit); small slack for the integer truncation of clock reads
-                offset_within_bound: estimate.or(model).map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
-                drift_within_bound: estimate.or(model).and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
+                offset_within_bound: estimate.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
+                drift_within_bound: estimate.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
             }
         })
         .collect()

@@ -16,7 +16,7 @@ pub mod phases;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::mpi_deadline::Op;
 use crate::backend::Backend;
-use crate::core::clock::{fit_rank_model, ClockInjection, ClockModel, PingSample, RankClock};
+use crate::core::clock::{fit_rank_model, ClockInjection, ClockModel, PingSample, RankClock, RankClockFit};
 use crate::core::workload::{parse_phases, DelayInjection, FillResidual, GemmShape, ModelRequest, ModelShape, WorkloadSpec};
 use crate::evidence::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{BackendKind, ClockRecord, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
@@ -470,7 +470,7 @@ pub fn end_job_on_error(world: &SimpleCommunicator, prefix: &str, body: impl FnO
 }
 
 fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(String, PathBuf)> {
-    let mut buf = [0u8; 256];
+    let mut mine = None;
     if world.rank() == 0 {
         let res: Result<String> = (|| {
             let id = args.run_id.clone().unwrap_or_else(crate::evidence::run::new_run_id);
@@ -484,46 +484,32 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
             }
             Ok(id)
         })();
-        match &res {
-            Ok(id) => {
-                buf[0] = 1;
-                buf[1..1 + id.len().min(254)].copy_from_slice(&id.as_bytes()[..id.len().min(254)]);
-            }
-            Err(e) => {
-                let msg = format!("{e:#}");
-                let n = msg.len().min(254);
-                buf[1..1 + n].copy_from_slice(&msg.as_bytes()[..n]);
-            }
-        }
+        // '+' and the run id, or '!' and why rank 0 could not make it
+        mine = Some(match res {
+            Ok(id) => format!("+{id}"),
+            Err(e) => format!("!{e:#}"),
+        });
     }
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
-    crate::backend::mpi_deadline::broadcast(world, 0, &mut buf[..], limit, Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) })?;
-    let end = buf[1..].iter().position(|&b| b == 0).map(|p| p + 1).unwrap_or(buf.len());
-    let text = String::from_utf8_lossy(&buf[1..end]).into_owned();
-    if buf[0] != 1 {
-        bail!("rank 0 could not prepare the output directory: {text}");
+    let text =
+        broadcast_text(world, mine.as_deref(), limit, Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) })?.unwrap_or_default();
+    match text.strip_prefix('+') {
+        Some(id) => Ok((id.to_string(), args.out.join(id))),
+        None => bail!("rank 0 could not prepare the output directory: {}", text.strip_prefix('!').unwrap_or(&text)),
     }
-    let dir = args.out.join(&text);
-    Ok((text, dir))
 }
 
-/// Rank 0's kernel clock id (`identity::kernel_clock_id`), sent to every
-/// rank (`None` where rank 0 could not read one).
-fn broadcast_kernel_clock_id(world: &SimpleCommunicator, mine: Option<&str>, limit: std::time::Duration) -> Result<Option<String>> {
-    let mut buf = [0u8; 128];
+/// Rank 0's `text` (cut to 255 bytes) on every rank, within `limit`; `None`
+/// where rank 0 passed none or an empty one.
+fn broadcast_text(world: &SimpleCommunicator, text: Option<&str>, limit: std::time::Duration, op: Op) -> Result<Option<String>> {
+    let mut buf = [0u8; 256];
     if world.rank() == 0 {
-        if let Some(id) = mine {
-            let n = id.len().min(buf.len());
-            buf[..n].copy_from_slice(&id.as_bytes()[..n]);
+        if let Some(t) = text {
+            let n = t.len().min(buf.len() - 1);
+            buf[..n].copy_from_slice(&t.as_bytes()[..n]);
         }
     }
-    crate::backend::mpi_deadline::broadcast(
-        world,
-        0,
-        &mut buf,
-        limit,
-        Op { what: "broadcast of rank 0's kernel clock id", phase: "clock calibration", peer: Some(0) },
-    )?;
+    crate::backend::mpi_deadline::broadcast(world, 0, &mut buf, limit, op)?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok((end > 0).then(|| String::from_utf8_lossy(&buf[..end]).into_owned()))
 }
@@ -707,16 +693,10 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         ClockMode::Pingpong | ClockMode::PingpongOnly => {
             let end_samples = clock_window(world, &clock, args.clock_samples, limit, "end")?;
             let kernel_clock_id = crate::core::identity::kernel_clock_id();
-            let rank0_clock_id = broadcast_kernel_clock_id(world, kernel_clock_id.as_deref(), limit)?;
-            if rank == 0 {
-                Some(ClockRecord {
-                    start_samples,
-                    end_samples,
-                    model: ClockModel::reference(),
-                    kernel_clock_id,
-                    pingpong_fit: None,
-                    shared_kernel_clock_refused: None,
-                })
+            let op = Op { what: "broadcast of rank 0's kernel clock id", phase: "clock calibration", peer: Some(0) };
+            let rank0_clock_id = broadcast_text(world, kernel_clock_id.as_deref(), limit, op)?;
+            let fit = if rank == 0 {
+                RankClockFit { model: ClockModel::reference(), pingpong: None, refused: None }
             } else {
                 let not_same_kernel = if args.clock == ClockMode::PingpongOnly {
                     Some("--clock pingpong-only".to_string())
@@ -729,16 +709,16 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
                         _ => Some("a boot id or time namespace that could not be read".to_string()),
                     }
                 };
-                let (fit, refused) = fit_rank_model(&start_samples, &end_samples, not_same_kernel).context("fitting the clock model")?;
-                Some(ClockRecord {
-                    start_samples,
-                    end_samples,
-                    model: fit.model,
-                    kernel_clock_id,
-                    pingpong_fit: fit.pingpong,
-                    shared_kernel_clock_refused: refused,
-                })
-            }
+                fit_rank_model(&start_samples, &end_samples, not_same_kernel).context("fitting the clock model")?
+            };
+            Some(ClockRecord {
+                start_samples,
+                end_samples,
+                model: fit.model,
+                kernel_clock_id,
+                pingpong_fit: fit.pingpong,
+                shared_kernel_clock_refused: fit.refused,
+            })
         }
     };
 

@@ -24,30 +24,34 @@ pub struct DeviceBytes {
 }
 
 impl DeviceBytes {
-    /// `len` bytes (at least one), zeroed in `stream`'s order.
-    pub fn zeros(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
+    /// `len` bytes (at least one), not yet written.
+    fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
         stream.context().bind_to_thread().context("binding the CUDA context")?;
         // SAFETY: a plain allocation of at least one byte in the current (bound) context.
         let ptr = unsafe { result::malloc_sync(len.max(1)) }.with_context(|| format!("cuMemAlloc of {} bytes", len.max(1)))?;
-        // SAFETY: `ptr` is a live allocation of `len.max(1)` bytes; it is zeroed below before any read.
-        let mut slice = unsafe { stream.upgrade_device_ptr::<u8>(ptr, len.max(1)) };
-        let zeroed = stream.memset_zeros(&mut slice);
-        let out = Self { slice: Some(slice), users: Vec::new() };
-        zeroed.context("cuMemsetD8Async (zeroing a collective buffer)")?;
+        // SAFETY: `ptr` is a live allocation of `len.max(1)` bytes; every
+        // constructor writes it (zeroes or a copy) before anything reads it.
+        let slice = unsafe { stream.upgrade_device_ptr::<u8>(ptr, len.max(1)) };
+        Ok(Self { slice: Some(slice), users: Vec::new() })
+    }
+
+    /// `len` bytes (at least one), zeroed in `stream`'s order.
+    pub fn zeros(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
+        let mut out = Self::alloc(stream, len)?;
+        stream.memset_zeros(&mut *out).context("cuMemsetD8Async (zeroing a collective buffer)")?;
         Ok(out)
     }
 
     /// A copy of `host` (one zero byte where `host` is empty).
     pub fn from_host(stream: &Arc<CudaStream>, host: &[u8]) -> Result<Self> {
-        let mut out = Self::zeros(stream, host.len())?;
-        if !host.is_empty() {
-            stream.memcpy_htod(host, &mut *out).context("copying a collective buffer to the device")?;
+        if host.is_empty() {
+            return Self::zeros(stream, 0);
         }
+        let mut out = Self::alloc(stream, host.len())?;
+        stream.memcpy_htod(host, &mut *out).context("copying a collective buffer to the device")?;
         Ok(out)
     }
-}
 
-impl DeviceBytes {
     /// Name another stream that works on this buffer (checked before it is freed).
     pub fn used_by(mut self, stream: &Arc<CudaStream>) -> Self {
         self.users.push(stream.clone());
