@@ -5,7 +5,7 @@
 //! One folder per stage, in dependency order; a module imports only from its
 //! own folder and the ones before it (checked by `tests/layering.rs`):
 //!
-//! Layers, in dependency order: core → evidence → backend → rank → analysis → campaign → report → validate → cli
+//! Layers, in dependency order: core → evidence → backend → rank → analysis → campaign → report → canary → validate → cli
 //!
 //! 1. [`core`]: units, `key=value` parsing, clock model, workload vocabulary,
 //!    identity, atomic files, descriptive statistics, limits, ranges, refusal codes.
@@ -17,13 +17,16 @@
 //!    summary, overlap, queue, capacity, the report model (no I/O).
 //! 6. [`campaign`]: spec, manifest, exec, attempts, select, verify, archive.
 //! 7. [`report`]: the campaign report and its plots, exports.
-//! 8. `validate`: node acceptance against a recorded reference (when present).
-//! 9. [`cli`]: clap definitions and the command layer the binary calls.
+//! 8. [`canary`]: compile a workload trace into a small replay, verify it
+//!    against its source on real replays, baselines, reduction, redaction.
+//! 9. `validate`: node acceptance against a recorded reference (when present).
+//! 10. [`cli`]: clap definitions and the command layer the binary calls.
 #![warn(missing_docs)]
 
 pub mod analysis;
 pub mod backend;
 pub mod campaign;
+pub mod canary;
 pub mod cli;
 pub mod core;
 pub mod evidence;

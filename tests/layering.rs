@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// Layers in dependency order.
-const LAYERS: &[&str] = &["core", "evidence", "backend", "rank", "analysis", "campaign", "report", "validate", "cli"];
+const LAYERS: &[&str] = &["core", "evidence", "backend", "rank", "analysis", "campaign", "report", "canary", "validate", "cli"];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {

@@ -32,6 +32,7 @@
 //! positive, a canary or control naming an unknown configuration, and a tie
 //! policy other than `interval` (a campaign's relations come from its
 //! printed intervals).
+pub mod agreement;
 pub mod bootstrap;
 pub mod calibration;
 pub mod capacity;

@@ -369,9 +369,10 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     let mut rank_args: Vec<String> = vec![exe];
     rank_args.extend(rank_arguments(&m.spec, cfg));
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
-    if let Some(want) = &m.trace_sha256 {
+    if let Some((file, want)) = m.frozen_trace(&cfg.name) {
         // the frozen copy, checked before every job: a changed trace is another workload
-        let trace = runs.parent().context("campaign directory")?.join(super::TRACE_FILE);
+        let want = &want;
+        let trace = runs.parent().context("campaign directory")?.join(file);
         match sha256_file(&trace) {
             Ok(d) if &d == want => {}
             Ok(d) => return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {d}, the manifest froze {want}", trace.display()))),
@@ -824,7 +825,7 @@ fn check_cell(
     if w.phases != want_phases {
         return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
     }
-    if let Some(why) = walked_another_trace(&joined.shards, m.trace_sha256.as_deref()) {
+    if let Some(why) = walked_another_trace(&joined.shards, m.frozen_trace(&cfg.name).map(|t| t.1).as_deref()) {
         return Err(coded(Code::IdentityContradiction, why));
     }
     let file_trace = file_trace_walked(&joined.shards).map_err(|why| coded(Code::IdentityContradiction, why))?;

@@ -30,12 +30,34 @@ pub const CAMPAIGN_STATE: &[&str] = &[
     "report",
     "sources",
     TRACE_FILE,
+    CONFIG_TRACES_DIR,
     chain::LOCK_FILE,
     chain::INFLIGHT_FILE,
 ];
 
 /// The campaign's frozen copy of `workload.trace`.
 pub const TRACE_FILE: &str = "trace.json";
+
+/// The folder of the configurations' own frozen traces (`traces/NAME.json`).
+pub const CONFIG_TRACES_DIR: &str = "traces";
+
+/// Read a spec's trace and refuse, once at plan time, what every job would
+/// refuse (the world size, the kinds, the groups): its bytes and SHA-256.
+fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: &str) -> Result<(Vec<u8>, String)> {
+    let src = spec_path.parent().unwrap_or(Path::new(".")).join(rel);
+    let bad_spec = |e: anyhow::Error| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field}: {e:#}"));
+    let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)
+        .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field} {}: {e:#}", src.display())))?;
+    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
+        crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field} {}: {e:#} (write one with commcanary import)", src.display()))
+    })?;
+    let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
+    let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    for rank in 0..spec.ranks {
+        crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
+    }
+    Ok((bytes, sha256))
+}
 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
 pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
@@ -53,34 +75,31 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
             state.join(", ")
         );
     }
-    // the workload's trace, read and checked before anything is written
+    // the workload's trace and the configurations' own, read and checked before anything is written
     let trace = match &spec.workload.trace {
         None => None,
-        Some(t) => {
-            let src = spec_path.parent().unwrap_or(Path::new(".")).join(t);
-            let bad_spec = |e: anyhow::Error| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace: {e:#}"));
-            let bytes = std::fs::read(&src)
-                .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("workload.trace {}: {e}", src.display())))?;
-            let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
-                crate::core::refusal::refuse(
-                    crate::core::refusal::Code::BadSpec,
-                    format!("workload.trace {}: {e:#} (write one with commcanary import)", src.display()),
-                )
-            })?;
-            // what every job would refuse, refused once here: the world size, the kinds, the groups
-            let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
-            let sha256 = crate::core::fsutil::sha256_hex(&bytes);
-            for rank in 0..spec.ranks {
-                crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
-            }
-            Some((bytes, sha256))
-        }
+        Some(t) => Some(checked_trace(&spec, spec_path, "workload.trace", t)?),
     };
+    let mut config_traces = Vec::new();
+    for c in &spec.configs {
+        if let Some(t) = &c.trace {
+            let (bytes, sha) = checked_trace(&spec, spec_path, &format!("configs.{}.trace", c.name), t)?;
+            config_traces.push((c.name.clone(), bytes, sha));
+        }
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut m, blinding) = spec::plan(spec);
     if let Some((bytes, sha256)) = trace {
         crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), &bytes)?;
         m.trace_sha256 = Some(sha256);
+    }
+    if !config_traces.is_empty() {
+        std::fs::create_dir_all(dir.join(CONFIG_TRACES_DIR)).with_context(|| format!("creating {}/{CONFIG_TRACES_DIR}", dir.display()))?;
+        for (name, bytes, sha) in config_traces {
+            crate::core::fsutil::write_new_atomic(&dir.join(CONFIG_TRACES_DIR).join(format!("{name}.json")), &bytes)?;
+            m.config_traces.insert(name, sha);
+        }
+        m.format_version = spec::MANIFEST_FORMAT_VERSION_CONFIG_TRACES;
     }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');

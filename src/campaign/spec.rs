@@ -15,8 +15,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Manifest format version (2 added the optional `workload.trace` and `trace_sha256`).
+/// Manifest format version (2 added the optional `workload.trace` and
+/// `trace_sha256`; 3 a configuration's own `trace` and `config_traces`, written
+/// only where a configuration names one, so other manifests stay version 2).
 pub const MANIFEST_FORMAT_VERSION: u32 = 2;
+/// The version of a manifest whose configurations walk their own traces.
+pub const MANIFEST_FORMAT_VERSION_CONFIG_TRACES: u32 = 3;
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -160,6 +164,12 @@ pub struct ConfigSpec {
     /// Further `rank` arguments for this configuration only.
     #[serde(default)]
     pub args: Vec<String>,
+    /// This configuration's own workload trace (`commcanary import`), relative
+    /// to the spec file, in place of `workload.trace`: `plan` freezes it as
+    /// `traces/NAME.json` with its SHA-256. `canary verify` uses it to run a
+    /// trace and its canary under every configuration in one campaign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// The campaign spec.
@@ -253,10 +263,11 @@ impl CampaignSpec {
         }
         let phases = crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
         use crate::core::workload::Phase;
-        if self.workload.trace.is_some() && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
+        let any_trace = self.workload.trace.is_some() || self.configs.iter().any(|c| c.trace.is_some());
+        if any_trace && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
             bail!("workload.trace is walked by replay, fill, overlap and the ablations; workload.phases {:?} has none of them", self.workload.phases);
         }
-        if self.workload.trace.is_some() && self.extra_args_name("--trace") {
+        if any_trace && self.extra_args_name("--trace") {
             bail!("workload.trace and a --trace in extra_args or a configuration's args: name the trace once, in workload.trace");
         }
         crate::core::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
@@ -427,6 +438,20 @@ pub struct Manifest {
     /// SHA-256 of the campaign's copy of `workload.trace` (`trace.json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_sha256: Option<String>,
+    /// Per configuration name, the SHA-256 of its own frozen trace (`traces/NAME.json`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config_traces: BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// The frozen trace a configuration's jobs walk: its file name in the
+    /// campaign directory and its SHA-256 (its own, else `workload.trace`'s).
+    pub fn frozen_trace(&self, config: &str) -> Option<(String, String)> {
+        match self.config_traces.get(config) {
+            Some(sha) => Some((format!("{}/{config}.json", super::CONFIG_TRACES_DIR), sha.clone())),
+            None => self.trace_sha256.as_ref().map(|sha| (super::TRACE_FILE.to_string(), sha.clone())),
+        }
+    }
 }
 
 /// The schedule for `labels` over `rounds`, drawn from `seed`.
@@ -469,6 +494,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         repository: RepoIdentity::current(),
         planned_unix_ms: crate::evidence::run::unix_ms(),
         trace_sha256: None,
+        config_traces: BTreeMap::new(),
     };
     (m, blinding)
 }

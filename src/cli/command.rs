@@ -45,7 +45,19 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         }
         Command::Export(crate::cli::ExportCommand::Param(a)) => export_trace(a, "param")?,
         Command::Export(crate::cli::ExportCommand::Et(a)) => export_trace(a, "et")?,
+        Command::Import(crate::cli::ImportCommand::Run(a)) => crate::cli::canary::import_run(a, out)?,
         Command::Import(c) => import(c, out)?,
+        Command::Synth(a) => crate::cli::canary::synth_cmd(a, out)?,
+        Command::Canary(c) => {
+            return crate::cli::canary::canary(c, out, &mut |spec: &std::path::Path, dir: &std::path::Path| {
+                // the campaign's own output goes to stderr: stdout keeps the verdict
+                let mut log = std::io::stderr();
+                campaign(
+                    crate::cli::CampaignCommand::Run { spec: spec.to_path_buf(), output: dir.to_path_buf(), retries: 1, cell_timeout_s: None, reveal: false },
+                    &mut log,
+                )
+            })
+        }
         Command::ReplayTrace(a) => {
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
@@ -93,6 +105,7 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     let (kind, a) = match c {
         ImportCommand::Kineto(a) => (SourceKind::Kineto, a),
         ImportCommand::Et(a) => (SourceKind::ExecutionTrace, a),
+        ImportCommand::Run(a) => return crate::cli::canary::import_run(a, out),
     };
     let t = import_files(kind, &a.files, &Limits::default()).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     crate::core::fsutil::write_json_new(&a.output, &t)?;

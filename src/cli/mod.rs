@@ -1,5 +1,6 @@
 //! Command-line definitions (clap derive). Parsing only; every command's work
 //! lives in its own module.
+pub mod canary;
 pub mod command;
 pub mod schema;
 use crate::backend::BackendChoice;
@@ -51,6 +52,11 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Validate this node against a reference: health, topology, sweep, workload (run under mpirun; exit 0 pass, 1 fail, 2 inconclusive, 3 could not run)
     Validate(crate::validate::ValidateArgs),
+    /// Canaries: compile a trace into a small replay, verify it against the trace on real replays, reduce, redact
+    #[command(subcommand)]
+    Canary(crate::cli::canary::CanaryCommand),
+    /// Write a deterministic synthetic communication trace (for tests and examples)
+    Synth(crate::cli::canary::SynthArgs),
     /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
     Schema(SchemaArgs),
     /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
@@ -369,6 +375,8 @@ pub enum ImportCommand {
     Kineto(ImportArgs),
     /// PyTorch execution trace (Chakra ET JSON), one file per rank, gzip accepted
     Et(ImportArgs),
+    /// A verified CommCanary run directory: one phase's collectives with their gaps and compute
+    Run(crate::cli::canary::ImportRunArgs),
 }
 
 /// `commcanary import kineto|et`.

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 20] = [
+pub const SCHEMAS: [(&str, &str); 23] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -27,6 +27,9 @@ pub const SCHEMAS: [(&str, &str); 20] = [
     ("validate-health", "validate-health.schema.json"),
     ("validate-topology", "validate-topology.schema.json"),
     ("validate-descriptor", "validate-descriptor.schema.json"),
+    ("canary", "canary.schema.json"),
+    ("canary-verify", "canary-verify.schema.json"),
+    ("canary-audit", "canary-audit.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -55,6 +58,9 @@ pub fn schema_json(name: &str) -> Result<String> {
         "validate-health" => schema_for!(crate::validate::health::HealthReport),
         "validate-topology" => schema_for!(crate::validate::topology::Topology),
         "validate-descriptor" => schema_for!(crate::validate::reference::ValidateDescriptor),
+        "canary" => schema_for!(crate::canary::artifact::Canary),
+        "canary-verify" => schema_for!(crate::canary::verify::VerifyReport),
+        "canary-audit" => schema_for!(crate::canary::redact::AuditLog),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

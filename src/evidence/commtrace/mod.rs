@@ -29,6 +29,7 @@
 //! execution-trace JSON of the communication nodes.
 pub mod cpu_exec;
 pub mod et;
+pub mod from_run;
 pub mod export;
 pub mod kineto;
 pub mod workload_plan;
@@ -50,6 +51,12 @@ pub enum SourceKind {
     Kineto,
     /// PyTorch execution trace (Chakra host ET JSON).
     ExecutionTrace,
+    /// A verified CommCanary run (`import run`): its joined collectives.
+    Run,
+    /// `commcanary synth`: a deterministic synthetic trace for tests.
+    Synthetic,
+    /// A canary artifact expanded for replay (`canary verify`).
+    Canary,
 }
 
 /// One source file.
@@ -781,16 +788,19 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
 
 /// Import one file per rank of `kind` and put them together.
 pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Limits) -> Result<CommTrace> {
+    if !matches!(kind, SourceKind::Kineto | SourceKind::ExecutionTrace) {
+        bail!("import_files reads profiler files (kineto, et); a run is imported with `import run`");
+    }
     let recs = paths
         .iter()
         .map(|p| match kind {
             SourceKind::Kineto => kineto::import_file(p, limits),
-            SourceKind::ExecutionTrace => et::import_file(p, limits),
+            _ => et::import_file(p, limits),
         })
         .collect::<Result<Vec<_>>>()?;
     let (clock, unknown) = match kind {
         SourceKind::Kineto => (kineto::clock(), kineto::unknown()),
-        SourceKind::ExecutionTrace => (et::clock(), et::unknown()),
+        _ => (et::clock(), et::unknown()),
     };
     assemble(kind, recs, clock, unknown)
 }

@@ -1,0 +1,366 @@
+//! The canary artifact (`canary.json`, format version 1): a compiled,
+//! folded form of a communication trace, bound to its source by digest.
+//!
+//! Consumes nothing (a data type and its one reading entry point, [`read`]).
+//! Produces the artifact written by `canary compile`, `canary reduce` and the
+//! baselines of `canary verify`. Refuses, naming the file: bytes that are not
+//! an artifact, another format version, and an artifact whose recorded
+//! `digest` is not the SHA-256 of its own canonical content (one changed byte
+//! anywhere in its meaning is refused as `DIGEST_MISMATCH`).
+use crate::canary::fold::Node;
+use crate::evidence::commtrace::{TraceDtype, TraceGroup, TraceKind, UnknownField};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Current on-disk version of the canary artifact.
+pub const CANARY_FORMAT_VERSION: u32 = 1;
+
+/// Largest artifact read (bytes).
+pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+
+/// How an artifact was made.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// `canary compile`: folded loops, bounded histograms, fewer iterations.
+    Compiled,
+    /// `canary compile --lossless`: folded loops with every recorded value, the source's full count.
+    Lossless,
+    /// Baseline: events drawn uniformly at random.
+    RandomSample,
+    /// Baseline: the most frequent operation identities, one event each.
+    FrequencySample,
+    /// Baseline: one representative per cluster of (size, gap).
+    ClusterSample,
+    /// Baseline: one event per stratum of the gap distribution.
+    StratifiedGapSample,
+    /// Baseline: the first N events.
+    HeadSample,
+    /// `canary reduce`: delta debugging on the ranking decision only.
+    Reduced,
+}
+
+impl Method {
+    /// The user-facing name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Compiled => "compiled",
+            Method::Lossless => "lossless",
+            Method::RandomSample => "random",
+            Method::FrequencySample => "frequency",
+            Method::ClusterSample => "cluster",
+            Method::StratifiedGapSample => "stratified-gap",
+            Method::HeadSample => "head",
+            Method::Reduced => "reduced",
+        }
+    }
+    /// Whether this is a deliberately simple sample a canary must beat.
+    pub fn is_baseline(self) -> bool {
+        matches!(self, Method::RandomSample | Method::FrequencySample | Method::ClusterSample | Method::StratifiedGapSample | Method::HeadSample)
+    }
+}
+
+/// The label every reduced artifact carries wherever it appears.
+pub const REDUCED_LABEL: &str = "decision-preserving, not source-verified";
+
+/// What the artifact was made from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SourceBinding {
+    /// Path as given to `compile`.
+    pub path: String,
+    /// SHA-256 of the source file's bytes.
+    pub file_sha256: String,
+    /// SHA-256 of the source's canonical JSON (keys sorted, no whitespace): the
+    /// same trace written differently hashes the same.
+    pub canonical_sha256: String,
+    /// Where the source itself came from (`kineto`, `execution-trace`, `run`, `synthetic`).
+    pub origin: String,
+    /// Ranks.
+    pub world_size: u32,
+    /// Collectives per rank, in rank order.
+    pub collectives_per_rank: Vec<u64>,
+    /// Collectives per kind, all ranks.
+    pub collectives_per_kind: BTreeMap<String, u64>,
+    /// Bytes of the source file.
+    pub file_bytes: u64,
+    /// Fields the source does not know, and why (carried over: the artifact knows no more).
+    pub unknown: Vec<UnknownField>,
+}
+
+/// One operation identity on one rank: phase, kind, bytes, dtype, group with
+/// its ordered members, root or peer, stream.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identity {
+    /// Phase of the source run, where the source is a CommCanary run.
+    pub phase: Option<String>,
+    /// Kind.
+    pub kind: TraceKind,
+    /// The name the source recorded.
+    pub source_name: String,
+    /// Element type.
+    pub dtype: TraceDtype,
+    /// Input elements.
+    pub in_elems: u64,
+    /// Output elements.
+    pub out_elems: u64,
+    /// All-to-all splits sent.
+    pub in_split_elems: Option<Vec<u64>>,
+    /// All-to-all splits received.
+    pub out_split_elems: Option<Vec<u64>>,
+    /// Group name (its ordered members are in the artifact's `groups`).
+    pub group: String,
+    /// Root's global rank.
+    pub root: Option<u32>,
+    /// Peer's global rank.
+    pub peer: Option<u32>,
+    /// Device stream.
+    pub stream: Option<u64>,
+}
+
+impl Identity {
+    /// Input bytes.
+    pub fn in_bytes(&self) -> u64 {
+        self.in_elems.saturating_mul(self.dtype.size_bytes())
+    }
+}
+
+/// A bounded histogram of one field: (representative value, count) per
+/// non-empty bucket of an HdrHistogram at `significant_digits` (Tene,
+/// HdrHistogram: every value within 10^-digits relative of its bucket's).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Histogram {
+    /// Buckets in increasing value order: (value ns, count).
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl Histogram {
+    /// Values recorded.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.1).sum()
+    }
+    /// The value at quantile `q` in [0, 1] (nearest rank on the bucket counts).
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for &(v, c) in &self.buckets {
+            seen += c;
+            if seen >= rank {
+                return Some(v);
+            }
+        }
+        self.buckets.last().map(|b| b.0)
+    }
+    /// Mean of the bucket values.
+    pub fn mean(&self) -> Option<f64> {
+        let n = self.count();
+        (n > 0).then(|| self.buckets.iter().map(|&(v, c)| v as f64 * c as f64).sum::<f64>() / n as f64)
+    }
+}
+
+/// A field's values in one slot on one rank: a histogram, or every value in order (lossless).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Values {
+    /// Bounded histogram under the declared error budget.
+    Histogram(Histogram),
+    /// Every recorded value, in occurrence order.
+    Exact(Vec<u64>),
+    /// The source does not know this field here.
+    Unknown,
+}
+
+impl Values {
+    /// How many values it stands for (`None` when unknown).
+    pub fn count(&self) -> Option<u64> {
+        match self {
+            Values::Histogram(h) => Some(h.count()),
+            Values::Exact(v) => Some(v.len() as u64),
+            Values::Unknown => None,
+        }
+    }
+}
+
+/// One rank's part of a slot.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RankSlot {
+    /// World rank.
+    pub rank: u32,
+    /// Index into the artifact's `identities`.
+    pub identity: u32,
+    /// Gap before the collective (previous collective's end to this one's start), ns.
+    pub gap_ns: Values,
+    /// Recorded compute in that gap (sum of kernel durations), ns.
+    pub compute_ns: Values,
+    /// The collective's own span (device interval where recorded, else host operator), ns.
+    pub span_ns: Values,
+}
+
+/// One leaf of the folded body: the same operation position on every rank.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Slot {
+    /// Source occurrences folded into this slot (per rank).
+    pub occurrences: u64,
+    /// Per rank, in rank order.
+    pub ranks: Vec<RankSlot>,
+}
+
+/// The declared error budget of each stored field.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ErrorBudget {
+    /// Significant decimal digits of every histogram (2: every value within 1% of its bucket).
+    pub significant_digits: u8,
+    /// The largest relative error of a stored gap, compute or span value, in parts per million
+    /// (integers only: the artifact's digest must survive a JSON round trip).
+    pub max_relative_error_ppm: u64,
+}
+
+impl ErrorBudget {
+    /// The largest relative error as a fraction.
+    pub fn max_relative_error(&self) -> f64 {
+        self.max_relative_error_ppm as f64 / 1e6
+    }
+}
+
+/// How many iterations the canary replays, and why.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ReplayPlan {
+    /// Iterations of the main loop replayed per pass.
+    pub iterations: u64,
+    /// Iterations of the main loop in the source.
+    pub source_iterations: u64,
+    /// The rule that set `iterations`, in words.
+    pub rule: String,
+    /// Collectives one replay pass issues per rank.
+    pub collectives_per_pass: Vec<u64>,
+    /// Seed of the stratified draws that expand the histograms.
+    pub seed: u64,
+}
+
+/// One approximation the artifact makes of its source.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Approximation {
+    /// What is approximated.
+    pub what: String,
+    /// How, and its bound where it has one.
+    pub detail: String,
+}
+
+/// Sizes (integers only: the artifact's digest must survive a JSON round trip;
+/// the ratios, each with its direction, are methods).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Sizes {
+    /// Collectives in the source, all ranks.
+    pub source_events: u64,
+    /// Operations the artifact stores (slots x ranks).
+    pub artifact_events: u64,
+    /// Collectives one canary replay pass issues, all ranks.
+    pub replayed_events: u64,
+}
+
+impl Sizes {
+    /// source_events / artifact_events.
+    pub fn events_source_per_artifact(&self) -> f64 {
+        self.source_events as f64 / self.artifact_events.max(1) as f64
+    }
+    /// source_events / replayed_events.
+    pub fn replayed_source_per_artifact(&self) -> f64 {
+        self.source_events as f64 / self.replayed_events.max(1) as f64
+    }
+}
+
+/// A compiled canary.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Canary {
+    /// On-disk format version ([`CANARY_FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// How it was made.
+    pub method: Method,
+    /// The label it carries (`decision-preserving, not source-verified` for reduced artifacts).
+    pub label: String,
+    /// The source it was made from.
+    pub source: SourceBinding,
+    /// Process groups, as in the source.
+    pub groups: Vec<TraceGroup>,
+    /// Operation identities.
+    pub identities: Vec<Identity>,
+    /// The folded body (leaves index `slots`).
+    pub body: Vec<Node>,
+    /// Index path of the main loop in `body` (the loop whose count the replay sets), if any.
+    pub main_loop: Option<Vec<u32>>,
+    /// Leaves.
+    pub slots: Vec<Slot>,
+    /// Error budget of the stored values.
+    pub budget: ErrorBudget,
+    /// Iterations replayed.
+    pub replay: ReplayPlan,
+    /// Every approximation made.
+    pub approximations: Vec<Approximation>,
+    /// Sizes and ratios.
+    pub sizes: Sizes,
+    /// SHA-256 of this document's canonical JSON with `digest` empty.
+    pub digest: String,
+}
+
+/// SHA-256 of a value's canonical JSON (object keys sorted, no whitespace).
+pub fn canonical_sha256<T: Serialize>(v: &T) -> Result<String> {
+    let value = serde_json::to_value(v).context("canonical form")?;
+    // serde_json's map is ordered by key (no preserve_order feature): to_vec is canonical
+    Ok(crate::core::fsutil::sha256_hex(&serde_json::to_vec(&value)?))
+}
+
+impl Canary {
+    /// The digest this artifact should carry.
+    pub fn compute_digest(&self) -> Result<String> {
+        let mut c = self.clone();
+        c.digest.clear();
+        canonical_sha256(&c)
+    }
+    /// Set `digest`.
+    pub fn seal(mut self) -> Result<Self> {
+        self.digest = self.compute_digest()?;
+        Ok(self)
+    }
+    /// Write it (atomically, never replacing).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(self)?;
+        crate::core::fsutil::write_new_atomic(path, &bytes)
+    }
+    /// Whether it was made by `reduce` (and must say so).
+    pub fn is_reduced(&self) -> bool {
+        self.method == Method::Reduced
+    }
+}
+
+/// Read an artifact and check its format and its own digest.
+pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
+    use crate::core::refusal::Code;
+    let bytes = crate::core::limits::read_bounded(path, MAX_ARTIFACT_BYTES).with_context(|| format!("reading canary {}", path.display()))?;
+    let c = from_slice(&bytes).map_err(|e| match crate::core::refusal::code_of(&e) {
+        Some(_) => e.context(format!("canary {}", path.display())),
+        None => crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary artifact: {e:#}", path.display())),
+    })?;
+    Ok((c, bytes))
+}
+
+/// Decode and check an artifact.
+pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
+    use crate::core::refusal::Code;
+    let v: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
+    match v.get("format_version").and_then(|x| x.as_u64()) {
+        Some(n) if n == CANARY_FORMAT_VERSION as u64 => {}
+        Some(n) => crate::refuse!(Code::UnsupportedVersion, "canary format version {n} (this build reads {CANARY_FORMAT_VERSION})"),
+        None => anyhow::bail!("no format_version"),
+    }
+    let c: Canary = serde_json::from_value(v)?;
+    let want = c.compute_digest()?;
+    if want != c.digest {
+        crate::refuse!(Code::DigestMismatch, "its content hashes to {want}, its recorded digest is {:?}: the artifact was changed after it was written", c.digest);
+    }
+    Ok(c)
+}

@@ -1,0 +1,524 @@
+//! One candidate (a canary, a baseline, a reduced trace) against its source:
+//! the checks, the assurance state, the decision cost (no I/O).
+//!
+//! Consumes the static facts of both traces ([`TraceFacts`]) and, per
+//! variant, configuration and round, the measures of one replay job
+//! ([`JobMeasure`]). Produces a [`CandidateVerdict`]: every check with its
+//! measured value, its tolerance and whether it held, the highest state
+//! whose checks all held, and the replay seconds each side needed to reach
+//! the decided relations.
+//!
+//! Tolerances are never tighter than the source's own job-to-job spread:
+//! for a statistic, the largest range of its log across the rounds of one
+//! configuration of the source (two jobs of one configuration differed by
+//! that much with nothing changed), or the declared floor, whichever is larger.
+//! Ranking: the pair intervals and relations of the campaign report
+//! ([`crate::analysis::agreement`]), Kendall τ-b with its interval from
+//! resampling rounds.
+use crate::analysis::agreement;
+use crate::analysis::policy::AnalysisPolicy;
+use crate::analysis::ranking::Relation;
+use crate::analysis::{JobData, PhaseInput, ProxyAgreement};
+use crate::canary::Assurance;
+use crate::core::workload::Phase;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Static facts of a trace (the source, or a candidate's expansion).
+#[derive(Clone, Debug, Default)]
+pub struct TraceFacts {
+    /// Collectives per identity key (`kind dtype bytes group`), all ranks.
+    pub identities: BTreeMap<String, u64>,
+    /// Collectives per kind, all ranks.
+    pub kinds: BTreeMap<String, u64>,
+    /// Every gap, all ranks, ns.
+    pub gaps_ns: Vec<u64>,
+}
+
+/// What one replay job measured.
+#[derive(Clone, Debug, Default)]
+pub struct JobMeasure {
+    /// Round.
+    pub round: u32,
+    /// Per-pass latency of the replay phase (warm-ups excluded), µs.
+    pub pass_us: Vec<f64>,
+    /// Per kind: each timed collective's latency (the slowest rank's issue to wait return), µs.
+    pub per_kind_us: BTreeMap<String, Vec<f64>>,
+    /// Wall time of the replay phase on rank 0, warm-ups included, s.
+    pub replay_s: f64,
+    /// Share of communication hidden under compute in the overlap phase (mean over ranks), where it ran.
+    pub hidden_share: Option<f64>,
+}
+
+/// One check.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Check {
+    /// Name (`coverage.identities`, `latency.all_reduce.p99`, `ranking`, ...).
+    pub name: String,
+    /// The state this check guards.
+    pub guards: Assurance,
+    /// Whether it held.
+    pub passed: bool,
+    /// What was measured, in words, with numbers.
+    pub measured: String,
+    /// The tolerance, in words.
+    pub tolerance: String,
+}
+
+/// The decision cost: replay seconds to reach the decided relations.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DecisionCost {
+    /// Rounds the source needed before its relations stopped changing.
+    pub source_rounds: Option<usize>,
+    /// Rounds the candidate needed to decide the same relations (absent when it never did).
+    pub candidate_rounds: Option<usize>,
+    /// Replay seconds of the source over those rounds, all configurations.
+    pub source_replay_s: Option<f64>,
+    /// Replay seconds of the candidate over its rounds, all configurations.
+    pub candidate_replay_s: Option<f64>,
+    /// source_replay_s / candidate_replay_s (how many times cheaper the candidate decides).
+    pub source_per_candidate: Option<f64>,
+    /// Mean replay seconds of one source job and one candidate job.
+    pub per_job_s: (f64, f64),
+}
+
+/// One candidate's verdict.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CandidateVerdict {
+    /// Variant name (`canary`, `random`, ...).
+    pub variant: String,
+    /// How it was made (`compiled`, `random`, `reduced`, ...).
+    pub method: String,
+    /// Its label (reduced: `decision-preserving, not source-verified`).
+    pub label: String,
+    /// The highest state whose checks all held.
+    pub state: Assurance,
+    /// Every check.
+    pub checks: Vec<Check>,
+    /// The ranking of configurations against the source's.
+    pub ranking: Option<ProxyAgreement>,
+    /// The decision cost.
+    pub cost: Option<DecisionCost>,
+    /// Events stored in the artifact, and the ratio source/artifact.
+    pub events: (u64, f64),
+    /// Collectives one replay pass issues, and the ratio source/candidate.
+    pub replayed: (u64, f64),
+    /// Artifact bytes, and the ratio source/artifact (below 1: the artifact is larger than its source).
+    pub bytes: (u64, f64),
+}
+
+fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
+}
+
+/// A statistic of a sample.
+#[derive(Clone, Copy, Debug)]
+pub enum Stat {
+    /// Median.
+    P50,
+    /// 95th percentile.
+    P95,
+    /// 99th percentile.
+    P99,
+    /// Maximum.
+    Max,
+    /// Mean.
+    Mean,
+}
+
+impl Stat {
+    fn name(self) -> &'static str {
+        match self {
+            Stat::P50 => "median",
+            Stat::P95 => "p95",
+            Stat::P99 => "p99",
+            Stat::Max => "max",
+            Stat::Mean => "mean",
+        }
+    }
+    fn of(self, v: &[f64]) -> Option<f64> {
+        let mut v = v.to_vec();
+        match self {
+            Stat::P50 => quantile(&mut v, 0.5),
+            Stat::P95 => quantile(&mut v, 0.95),
+            Stat::P99 => quantile(&mut v, 0.99),
+            Stat::Max => v.iter().copied().reduce(f64::max),
+            Stat::Mean => (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+        }
+    }
+    /// The declared floor of its tolerance (relative).
+    fn floor(self) -> f64 {
+        match self {
+            Stat::P50 | Stat::Mean => 0.10,
+            Stat::P95 => 0.15,
+            Stat::P99 => 0.25,
+            Stat::Max => 0.50,
+        }
+    }
+}
+
+/// Declared tolerances.
+pub const HIDDEN_SHARE_FLOOR: f64 = 0.05;
+/// Smallest tail-event recall that passes.
+pub const TAIL_RECALL_MIN: f64 = 0.5;
+/// Smallest share of source collectives whose identity the candidate has.
+pub const IDENTITY_COVERAGE_MIN: f64 = 0.99;
+/// Largest difference of one identity's share of collectives.
+pub const IDENTITY_SHARE_MAX: f64 = 0.05;
+/// Relative tolerance of the pooled gap quantiles (beyond the histogram budget).
+pub const GAP_QUANTILE_TOL: f64 = 0.10;
+
+/// Measures of the source and of one candidate, by configuration (same labels, same rounds).
+pub struct Paired<'a> {
+    /// Configuration labels.
+    pub configs: &'a [String],
+    /// `source[config]` jobs.
+    pub source: &'a [Vec<JobMeasure>],
+    /// `candidate[config]` jobs.
+    pub candidate: &'a [Vec<JobMeasure>],
+}
+
+fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f64>) -> f64 {
+    let ranges: Vec<f64> = jobs
+        .iter()
+        .filter_map(|js| {
+            let v: Vec<f64> = js.iter().filter_map(f).filter(|x| *x > 0.0).map(f64::ln).collect();
+            (v.len() >= 2).then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
+        })
+        .collect();
+    // the largest: a candidate is held to what the source itself varies by, no tighter
+    ranges.into_iter().fold(0.0, f64::max)
+}
+
+/// Median over (configuration, round) of log(candidate / source) of a job statistic.
+fn paired_log_ratio(p: &Paired, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
+    let mut d = Vec::new();
+    for (s, c) in p.source.iter().zip(p.candidate) {
+        for js in s {
+            if let Some(jc) = c.iter().find(|x| x.round == js.round) {
+                if let (Some(a), Some(b)) = (f(js), f(jc)) {
+                    if a > 0.0 && b > 0.0 {
+                        d.push((b / a).ln());
+                    }
+                }
+            }
+        }
+    }
+    quantile(&mut d, 0.5)
+}
+
+/// The static checks (state `source-verified`).
+pub fn static_checks(source: &TraceFacts, cand: &TraceFacts, budget_rel: f64) -> Vec<Check> {
+    let mut out = Vec::new();
+    let total: u64 = source.identities.values().sum();
+    let covered: u64 = source.identities.iter().filter(|(k, _)| cand.identities.contains_key(*k)).map(|(_, n)| n).sum();
+    let share = covered as f64 / total.max(1) as f64;
+    let missing: Vec<&String> = source.identities.keys().filter(|k| !cand.identities.contains_key(*k)).take(5).collect();
+    out.push(Check {
+        name: "coverage.identities".into(),
+        guards: Assurance::SourceVerified,
+        passed: share >= IDENTITY_COVERAGE_MIN,
+        measured: format!(
+            "{:.2}% of the source's collectives have an identity the candidate replays ({} of {} identities){}",
+            share * 100.0,
+            source.identities.keys().filter(|k| cand.identities.contains_key(*k)).count(),
+            source.identities.len(),
+            if missing.is_empty() { String::new() } else { format!("; missing e.g. {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")) }
+        ),
+        tolerance: format!("at least {:.0}%", IDENTITY_COVERAGE_MIN * 100.0),
+    });
+    let kinds_missing: Vec<&String> = source.kinds.keys().filter(|k| !cand.kinds.contains_key(*k)).collect();
+    out.push(Check {
+        name: "coverage.kinds".into(),
+        guards: Assurance::SourceVerified,
+        passed: kinds_missing.is_empty(),
+        measured: if kinds_missing.is_empty() {
+            format!("every kind of the source ({})", source.kinds.keys().cloned().collect::<Vec<_>>().join(", "))
+        } else {
+            format!("kinds missing: {}", kinds_missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+        },
+        tolerance: "every kind".into(),
+    });
+    let ctotal: u64 = cand.identities.values().sum();
+    let worst = source
+        .identities
+        .iter()
+        .map(|(k, n)| {
+            let a = *n as f64 / total.max(1) as f64;
+            let b = cand.identities.get(k).copied().unwrap_or(0) as f64 / ctotal.max(1) as f64;
+            (k, (a - b).abs())
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((k, d)) = worst {
+        out.push(Check {
+            name: "mix.identities".into(),
+            guards: Assurance::SourceVerified,
+            passed: d <= IDENTITY_SHARE_MAX,
+            measured: format!("largest difference of an identity's share of collectives: {:.1} points ({k})", d * 100.0),
+            tolerance: format!("at most {:.0} points", IDENTITY_SHARE_MAX * 100.0),
+        });
+    }
+    let to_f = |v: &[u64]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let (sg, cg) = (to_f(&source.gaps_ns), to_f(&cand.gaps_ns));
+    for (q, name) in [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")] {
+        let (a, b) = (quantile(&mut sg.clone(), q), quantile(&mut cg.clone(), q));
+        let tol = GAP_QUANTILE_TOL + budget_rel;
+        let (passed, measured) = match (a, b) {
+            (Some(a), Some(b)) => {
+                let rel = if a > 0.0 { (b - a).abs() / a } else if b == 0.0 { 0.0 } else { f64::INFINITY };
+                (rel <= tol, format!("source {:.1} µs, candidate {:.1} µs ({:+.1}%)", a / 1e3, b / 1e3, if a > 0.0 { (b / a - 1.0) * 100.0 } else { 0.0 }))
+            }
+            _ => (false, "a side records no gaps".into()),
+        };
+        out.push(Check { name: format!("gaps.{name}"), guards: Assurance::SourceVerified, passed, measured, tolerance: format!("within {:.0}%", tol * 100.0) });
+    }
+    out
+}
+
+/// The behavioural checks (state `behaviorally-verified`): kinds replayed,
+/// latency statistics per kind, hidden communication, tail recall.
+pub fn replay_checks(p: &Paired) -> Vec<Check> {
+    let mut out = Vec::new();
+    let kinds = |jobs: &[Vec<JobMeasure>]| -> BTreeSet<String> {
+        jobs.iter().flatten().flat_map(|j| j.per_kind_us.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k.clone())).collect()
+    };
+    let (ks, kc) = (kinds(p.source), kinds(p.candidate));
+    let missing: Vec<&String> = ks.difference(&kc).collect();
+    out.push(Check {
+        name: "replay.kinds".into(),
+        guards: Assurance::BehaviorallyVerified,
+        passed: missing.is_empty() && !ks.is_empty(),
+        measured: if missing.is_empty() {
+            format!("every kind the source's replay ran ({})", ks.iter().cloned().collect::<Vec<_>>().join(", "))
+        } else {
+            format!("kinds the source's replay ran and the candidate's did not: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+        },
+        tolerance: "every kind".into(),
+    });
+    for k in &ks {
+        for stat in [Stat::P50, Stat::P95, Stat::P99, Stat::Max, Stat::Mean] {
+            let f = |j: &JobMeasure| j.per_kind_us.get(k).and_then(|v| stat.of(v));
+            let noise = log_range_noise(p.source, &f);
+            let tol = stat.floor().ln_1p().max(noise);
+            let (passed, measured) = match paired_log_ratio(p, &f) {
+                Some(d) => (d.abs() <= tol, format!("candidate/source {:.3} (median over paired jobs)", d.exp())),
+                None => (false, "the candidate's replay has no such collectives".into()),
+            };
+            out.push(Check {
+                name: format!("latency.{k}.{}", stat.name()),
+                guards: Assurance::BehaviorallyVerified,
+                passed,
+                measured,
+                tolerance: format!("within ×{:.3} either way (the larger of the declared {:.0}% and the source's own job-to-job range)", tol.exp(), stat.floor() * 100.0),
+            });
+        }
+    }
+    // hidden communication
+    let f = |j: &JobMeasure| j.hidden_share;
+    let share = |jobs: &[Vec<JobMeasure>]| {
+        let mut v: Vec<f64> = jobs.iter().flatten().filter_map(f).collect();
+        quantile(&mut v, 0.5)
+    };
+    if let Some(a) = share(p.source) {
+        let noise = {
+            let r: Vec<f64> = p
+                .source
+                .iter()
+                .filter_map(|js| {
+                    let v: Vec<f64> = js.iter().filter_map(f).collect();
+                    (v.len() >= 2).then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
+                })
+                .collect();
+            r.into_iter().fold(0.0, f64::max)
+        };
+        let tol = HIDDEN_SHARE_FLOOR.max(noise);
+        let (passed, measured) = match share(p.candidate) {
+            Some(b) => ((a - b).abs() <= tol, format!("source {:.1}%, candidate {:.1}% of communication hidden under compute", a * 100.0, b * 100.0)),
+            None => (false, "the candidate's overlap phase did not run".into()),
+        };
+        out.push(Check {
+            name: "hidden-communication".into(),
+            guards: Assurance::BehaviorallyVerified,
+            passed,
+            measured,
+            tolerance: format!("within {:.1} points (the larger of {:.0} points and the source's job-to-job range)", tol * 100.0, HIDDEN_SHARE_FLOOR * 100.0),
+        });
+    }
+    // tail recall: how much of the source's tail mass the candidate's replay reaches
+    for k in &ks {
+        let pooled = |jobs: &[Vec<JobMeasure>]| -> Vec<f64> { jobs.iter().flatten().flat_map(|j| j.per_kind_us.get(k).cloned().unwrap_or_default()).collect() };
+        let (s, c) = (pooled(p.source), pooled(p.candidate));
+        let Some(t) = quantile(&mut s.clone(), 0.99) else { continue };
+        // above the p99 where anything is, else at it (a tail of ties)
+        let strict = s.iter().any(|&x| x > t);
+        let above = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().filter(|&&x| if strict { x > t } else { x >= t }).count() as f64 / v.len() as f64 };
+        let (fs, fc) = (above(&s), above(&c));
+        let recall = (fc / fs).min(1.0);
+        out.push(Check {
+            name: format!("tail-recall.{k}"),
+            guards: Assurance::BehaviorallyVerified,
+            passed: recall >= TAIL_RECALL_MIN,
+            measured: format!(
+                "{:.2}: {:.2}% of the candidate's collectives lie beyond the source's p99 ({:.1} µs), {:.2}% of the source's",
+                recall,
+                fc * 100.0,
+                t,
+                fs * 100.0
+            ),
+            tolerance: format!("recall at least {TAIL_RECALL_MIN}"),
+        });
+    }
+    out
+}
+
+/// The phase inputs of the replay's per-pass latency, by configuration.
+pub fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> PhaseInput {
+    PhaseInput {
+        phase: Phase::Replay,
+        labels: configs.to_vec(),
+        jobs: jobs.iter().map(|js| js.iter().map(|j| JobData { round: j.round, samples_us: j.pass_us.clone() }).collect()).collect(),
+    }
+}
+
+/// The ranking check and the decision cost.
+pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, DecisionCost)> {
+    let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
+    let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
+    let m = policy.min_effect_pct;
+    let mut contradictions = Vec::new();
+    let mut unmatched = Vec::new();
+    let mut marginal = 0;
+    for (a, b) in cand_rep.pairs.iter().zip(&src_rep.pairs) {
+        if a.relation == b.relation {
+            continue;
+        }
+        let name = format!("{} vs {}", a.a, a.b);
+        if a.relation != Relation::NotDistinguished && b.relation != Relation::NotDistinguished {
+            contradictions.push(name);
+            continue;
+        }
+        // decided on one side only: marginal when the deciding interval's edge nearest 0 is within twice the minimum effect
+        let decided = if a.relation != Relation::NotDistinguished { a } else { b };
+        let edge = decided.ci_low_pct.abs().min(decided.ci_high_pct.abs());
+        if edge <= 2.0 * m {
+            marginal += 1;
+        } else {
+            unmatched.push(format!("{name} ({} decides it, {:+.1}% [{:+.1}, {:+.1}])", if a.relation != Relation::NotDistinguished { "only the candidate" } else { "only the source" }, decided.diff_pct, decided.ci_low_pct, decided.ci_high_pct));
+        }
+    }
+    let c = &agreement.comparison;
+    // nothing decided on the source: there is no decision to preserve, and agreement would be vacuous
+    let source_decided = src_rep.pairs.iter().filter(|x| x.relation != Relation::NotDistinguished).count();
+    let passed = contradictions.is_empty() && unmatched.is_empty() && source_decided > 0;
+    let tau = |t: &crate::analysis::TauEstimate| match (t.tau_b, t.interval) {
+        (Some(v), Some((lo, hi))) => format!("{v:.2} [{lo:.2}, {hi:.2}]"),
+        (Some(v), None) => format!("{v:.2}"),
+        (None, _) => "undefined".into(),
+    };
+    let check = Check {
+        name: "ranking".into(),
+        guards: Assurance::BehaviorallyVerified,
+        passed,
+        measured: format!(
+            "{}{} of {} pairs agree ({:.0}%), τ-b {}; contradictions: {}; decided on one side only beyond twice the minimum effect: {}; marginal: {marginal}",
+            if source_decided == 0 { "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, would give one); " } else { "" },
+            c.pairs_agree,
+            c.pairs_total,
+            c.agreement_pct,
+            tau(&agreement.tau_policy),
+            if contradictions.is_empty() { "none".into() } else { contradictions.join(", ") },
+            if unmatched.is_empty() { "none".into() } else { unmatched.join("; ") }
+        ),
+        tolerance: format!("the source decides at least one pair; no contradiction; no pair decided on one side only unless its interval reaches within {:.0}% of a tie", 2.0 * m),
+    };
+    // decision cost
+    let target: Vec<Relation> = src_rep.pairs.iter().map(|x| x.relation).collect();
+    let sr = agreement::rounds_to_reach(&si, policy, &target)?;
+    let cr = agreement::rounds_to_reach(&ci, policy, &target)?;
+    let secs = |jobs: &[Vec<JobMeasure>], r: Option<usize>| -> Option<f64> {
+        let r = r?;
+        let mut rounds: Vec<u32> = jobs.first()?.iter().map(|j| j.round).collect();
+        rounds.sort_unstable();
+        let keep: BTreeSet<u32> = rounds.into_iter().take(r).collect();
+        Some(jobs.iter().flatten().filter(|j| keep.contains(&j.round)).map(|j| j.replay_s).sum())
+    };
+    let mean = |jobs: &[Vec<JobMeasure>]| {
+        let v: Vec<f64> = jobs.iter().flatten().map(|j| j.replay_s).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (ss, cs) = (secs(p.source, sr), secs(p.candidate, cr));
+    let cost = DecisionCost {
+        source_rounds: sr,
+        candidate_rounds: cr,
+        source_replay_s: ss,
+        candidate_replay_s: cs,
+        source_per_candidate: ss.zip(cs).filter(|(_, c)| *c > 0.0).map(|(s, c)| s / c),
+        per_job_s: (mean(p.source), mean(p.candidate)),
+    };
+    Ok((check, agreement, cost))
+}
+
+/// The highest state whose checks all held, given the checks and what the run could show.
+pub fn state_of(checks: &[Check], hardware_ok: bool) -> Assurance {
+    let all = |s: Assurance| checks.iter().filter(|c| c.guards == s).all(|c| c.passed);
+    let mut state = Assurance::IntegrityBound;
+    for s in [Assurance::SourceVerified, Assurance::BehaviorallyVerified] {
+        if all(s) && checks.iter().any(|c| c.guards == s) {
+            state = s;
+        } else {
+            return state;
+        }
+    }
+    if hardware_ok && all(Assurance::HardwareValidated) && checks.iter().any(|c| c.guards == Assurance::HardwareValidated) {
+        state = Assurance::HardwareValidated;
+    }
+    state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(round: u32, scale: f64) -> JobMeasure {
+        let mut per_kind = BTreeMap::new();
+        per_kind.insert("all_reduce".to_string(), (0..100).map(|i| scale * (10.0 + (i % 7) as f64 + if i == 50 { 500.0 } else { 0.0 })).collect());
+        JobMeasure { round, pass_us: vec![scale * 1000.0, scale * 1010.0], per_kind_us: per_kind, replay_s: 0.01, hidden_share: Some(0.5) }
+    }
+
+    #[test]
+    fn a_copy_passes_and_a_sample_without_the_tail_fails_named_checks() {
+        let configs = vec!["a".to_string(), "b".to_string()];
+        let src: Vec<Vec<JobMeasure>> = vec![(1..=3).map(|r| job(r, 1.0)).collect(), (1..=3).map(|r| job(r, 2.0)).collect()];
+        let p = Paired { configs: &configs, source: &src, candidate: &src };
+        assert!(replay_checks(&p).iter().all(|c| c.passed), "{:?}", replay_checks(&p));
+        // a candidate that lost the one slow collective
+        let mut cut = src.clone();
+        for j in cut.iter_mut().flatten() {
+            j.per_kind_us.get_mut("all_reduce").unwrap().retain(|&x| x < 400.0);
+        }
+        let p = Paired { configs: &configs, source: &src, candidate: &cut };
+        let failed: Vec<String> = replay_checks(&p).into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
+        assert!(failed.contains(&"latency.all_reduce.max".to_string()) && failed.contains(&"tail-recall.all_reduce".to_string()), "{failed:?}");
+    }
+
+    #[test]
+    fn the_state_stops_at_the_first_failed_level() {
+        let c = |g, passed| Check { name: "x".into(), guards: g, passed, measured: String::new(), tolerance: String::new() };
+        assert_eq!(state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true)], false), Assurance::BehaviorallyVerified);
+        assert_eq!(state_of(&[c(Assurance::SourceVerified, false), c(Assurance::BehaviorallyVerified, true)], true), Assurance::IntegrityBound);
+        assert_eq!(
+            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true), c(Assurance::HardwareValidated, true)], true),
+            Assurance::HardwareValidated
+        );
+        assert_eq!(
+            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true), c(Assurance::HardwareValidated, true)], false),
+            Assurance::BehaviorallyVerified
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! `canary reduce`: delta debugging on the ranking decision only.
+//!
+//! Consumes a source trace and an oracle built from a `canary verify` run of
+//! it: per configuration, the median measured latency of each operation
+//! identity in the source's replays (real measurements, not a model of the
+//! network). A subset of the source's positions is predicted to cost, under
+//! a configuration, the sum of its identities' medians; the *decision* is
+//! the order of the configurations by that cost, ties within the campaign's
+//! minimum effect. `ddmin` (Zeller & Hildebrandt, "Simplifying and isolating
+//! failure-inducing input", IEEE TSE 28(2), 2002) searches for a 1-minimal
+//! subset of positions whose decision equals the whole source's, within a
+//! budget of oracle calls. Produces an artifact of those positions (exact
+//! values), labelled `decision-preserving, not source-verified` wherever it
+//! appears: it preserves one decision under a measured cost model, and says
+//! nothing else about the workload; `verify` judges it like any candidate.
+use anyhow::Result;
+use std::collections::BTreeMap;
+
+/// What the search did.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema, PartialEq)]
+pub struct ReduceOutcome {
+    /// Positions kept, in trace order.
+    pub kept: Vec<usize>,
+    /// Oracle calls made.
+    pub oracle_calls: u32,
+    /// Whether the budget ran out before the subset was 1-minimal.
+    pub budget_exhausted: bool,
+    /// Whether the kept subset passes the oracle (it always does unless the whole source does not).
+    pub passes_oracle: bool,
+    /// The decision preserved: configurations fastest first, `=` between tied ones.
+    pub decision: String,
+}
+
+/// The measured cost model: per configuration, per identity key, the median latency (µs).
+pub struct Oracle {
+    /// Configuration names.
+    pub configs: Vec<String>,
+    /// `cost[config][identity]`.
+    pub cost_us: Vec<BTreeMap<String, f64>>,
+    /// Identity key of every source position.
+    pub keys: Vec<String>,
+    /// Ties: relative differences at or below this are equal.
+    pub min_effect_pct: f64,
+}
+
+impl Oracle {
+    /// The decision of a subset: configurations in order of predicted cost, with ties.
+    pub fn decision(&self, subset: &[usize]) -> Vec<Vec<usize>> {
+        let totals: Vec<f64> = self.cost_us.iter().map(|m| subset.iter().map(|&p| m.get(&self.keys[p]).copied().unwrap_or(0.0)).sum()).collect();
+        let mut order: Vec<usize> = (0..self.configs.len()).collect();
+        order.sort_by(|&a, &b| totals[a].total_cmp(&totals[b]).then(a.cmp(&b)));
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for c in order {
+            match groups.last_mut() {
+                Some(g) if totals[g[0]] > 0.0 && (totals[c] / totals[g[0]] - 1.0) * 100.0 <= self.min_effect_pct => g.push(c),
+                _ => groups.push(vec![c]),
+            }
+        }
+        for g in &mut groups {
+            g.sort_unstable();
+        }
+        groups
+    }
+    /// The decision in words.
+    pub fn words(&self, d: &[Vec<usize>]) -> String {
+        d.iter().map(|g| g.iter().map(|&c| self.configs[c].as_str()).collect::<Vec<_>>().join(" = ")).collect::<Vec<_>>().join(" < ")
+    }
+}
+
+/// ddmin over `n` positions against `oracle`, at most `budget` oracle calls.
+pub fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutcome> {
+    let all: Vec<usize> = (0..n).collect();
+    let target = oracle.decision(&all);
+    let mut calls = 0u32;
+    let mut test = |s: &[usize]| -> Option<bool> {
+        if calls >= budget {
+            return None;
+        }
+        calls += 1;
+        Some(!s.is_empty() && oracle.decision(s) == target)
+    };
+    let mut cur = all;
+    let mut parts = 2usize;
+    let mut exhausted = false;
+    'outer: while cur.len() >= 2 {
+        let chunk = cur.len().div_ceil(parts);
+        let subsets: Vec<Vec<usize>> = cur.chunks(chunk).map(|c| c.to_vec()).collect();
+        // reduce to a subset
+        for s in &subsets {
+            match test(s) {
+                None => {
+                    exhausted = true;
+                    break 'outer;
+                }
+                Some(true) => {
+                    cur = s.clone();
+                    parts = 2;
+                    continue 'outer;
+                }
+                Some(false) => {}
+            }
+        }
+        // reduce to a complement
+        if subsets.len() > 2 {
+            for i in 0..subsets.len() {
+                let comp: Vec<usize> = subsets.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, s)| s.iter().copied()).collect();
+                match test(&comp) {
+                    None => {
+                        exhausted = true;
+                        break 'outer;
+                    }
+                    Some(true) => {
+                        cur = comp;
+                        parts = (parts - 1).max(2);
+                        continue 'outer;
+                    }
+                    Some(false) => {}
+                }
+            }
+        }
+        if parts >= cur.len() {
+            break;
+        }
+        parts = (parts * 2).min(cur.len());
+    }
+    let passes = oracle.decision(&cur) == target;
+    Ok(ReduceOutcome { kept: cur, oracle_calls: calls, budget_exhausted: exhausted, passes_oracle: passes, decision: oracle.words(&target) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn ddmin_finds_the_one_event_that_decides() {
+        // config b is faster only on the 1 MiB identity; everything else ties
+        let keys: Vec<String> = (0..100).map(|i| if i == 37 { "big".into() } else { "small".into() }).collect();
+        let mk = |small: f64, big: f64| BTreeMap::from([("small".to_string(), small), ("big".to_string(), big)]);
+        let o = Oracle { configs: vec!["a".into(), "b".into()], cost_us: vec![mk(10.0, 1000.0), mk(10.0, 500.0)], keys, min_effect_pct: 2.0 };
+        let r = ddmin(100, &o, 200).unwrap();
+        assert_eq!(r.kept, vec![37]);
+        assert!(r.passes_oracle && !r.budget_exhausted);
+        assert_eq!(r.decision, "b < a");
+        // a budget too small stops early and says so
+        let r = ddmin(100, &o, 3).unwrap();
+        assert!(r.budget_exhausted && r.oracle_calls == 3);
+    }
+}

@@ -1,0 +1,559 @@
+//! `canary verify`: the source and its candidates replayed as one real
+//! campaign, and every candidate judged against the source.
+//!
+//! Consumes the source trace, the canary artifact (and any further artifacts,
+//! e.g. a reduced one), a campaign spec whose configurations, launcher,
+//! rounds, policy and controls are used (the rank count comes from the
+//! trace), and a function that runs a campaign spec into a directory (the
+//! command layer's `campaign run`: plan, exec, select, verify, analyze).
+//! Produces, in the output directory: `inputs/` (the source, each candidate's
+//! replay trace), `verify-spec.toml` (the campaign: one configuration per
+//! candidate and configuration, each walking its own frozen trace, rounds
+//! interleaved), `campaign/` (its whole chain of evidence) and
+//! `canary-verify.json` (format version 1, schema `canary-verify`).
+//!
+//! Refuses before anything runs: an artifact whose digest does not hold
+//! (`DIGEST_MISMATCH`, naming it), a source file other than the one the
+//! artifact was compiled from (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its
+//! shape says it is another trace), an output directory that exists.
+use crate::canary::artifact::{self, Canary, Method};
+use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
+use crate::canary::{baseline, compile, expand, Assurance};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
+use crate::core::refusal::Code;
+use crate::core::workload::Phase;
+use crate::evidence::commtrace::CommTrace;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Format version of `canary-verify.json`.
+pub const VERIFY_FORMAT_VERSION: u32 = 1;
+
+/// What to verify and how.
+#[derive(Clone, Debug)]
+pub struct VerifyOptions {
+    /// The source trace.
+    pub source: PathBuf,
+    /// The canary artifact.
+    pub canary: PathBuf,
+    /// Further artifacts judged the same way (a reduced one, another canary).
+    pub also: Vec<PathBuf>,
+    /// The campaign spec.
+    pub configs: PathBuf,
+    /// Backend, in place of the spec's.
+    pub backend: Option<String>,
+    /// Rounds, in place of the spec's repetitions.
+    pub rounds: Option<u32>,
+    /// Timed passes over each trace per job.
+    pub passes: u32,
+    /// Phases each job runs (`replay`, and `overlap` for the hidden-communication check).
+    pub phases: String,
+    /// Verify the baselines at equal size too.
+    pub baselines: bool,
+    /// Also verify the first N events as a sample.
+    pub head_sample: Option<usize>,
+    /// Output directory (must not exist).
+    pub out: PathBuf,
+}
+
+/// The controls as judged.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ControlsOutcome {
+    /// Whether the spec declares any control.
+    pub declared: bool,
+    /// Whether every control behaved (absent when none was declared).
+    pub behaved: Option<bool>,
+    /// Each control: variant, what, outcome.
+    pub details: Vec<String>,
+}
+
+/// `canary-verify.json`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct VerifyReport {
+    /// Format version ([`VERIFY_FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// Evidence class of the numbers.
+    pub evidence: String,
+    /// The source: path, file SHA-256, canonical SHA-256, collectives.
+    pub source: artifact::SourceBinding,
+    /// The spec used, with its SHA-256.
+    pub spec: (String, String),
+    /// Backend.
+    pub backend: String,
+    /// Rounds run.
+    pub rounds: u32,
+    /// Configurations ranked.
+    pub configs: Vec<String>,
+    /// The campaign directory and its manifest SHA-256.
+    pub campaign: (String, String),
+    /// The controls.
+    pub controls: ControlsOutcome,
+    /// Every candidate, the canary first.
+    pub candidates: Vec<CandidateVerdict>,
+    /// Whether the canary beat every baseline (absent without baselines).
+    pub canary_beats_baselines: Option<bool>,
+    /// The state never granted by the tool, and why.
+    pub never_granted: String,
+}
+
+/// Static facts of a trace.
+pub fn facts(t: &CommTrace) -> TraceFacts {
+    let mut f = TraceFacts::default();
+    let tm = compile::timings(t);
+    for r in &t.ranks {
+        for c in &r.collectives {
+            let key = format!("{} {} {}B group {}", c.kind.name(), c.dtype.pytorch_name(), c.in_bytes(), c.group);
+            *f.identities.entry(key).or_insert(0) += 1;
+            *f.kinds.entry(c.kind.name().to_string()).or_insert(0) += 1;
+        }
+    }
+    for g in &tm.gap_ns {
+        f.gaps_ns.extend(g.iter().skip(1).flatten());
+    }
+    f
+}
+
+/// Check the artifact against the source bytes: refused on any mismatch.
+pub fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<()> {
+    let sha = crate::core::fsutil::sha256_hex(src_bytes);
+    if sha == c.source.file_sha256 {
+        return Ok(());
+    }
+    let canonical = artifact::canonical_sha256(t)?;
+    let counts: Vec<u64> = t.ranks.iter().map(|r| r.collectives.len() as u64).collect();
+    if t.world_size != c.source.world_size || counts != c.source.collectives_per_rank {
+        crate::refuse!(
+            Code::IdentityMismatch,
+            "{} is another trace than the one {} was compiled from ({} ranks with {:?} collectives; the canary's source had {} ranks with {:?}, SHA-256 {})",
+            src_path.display(),
+            art_path.display(),
+            t.world_size,
+            counts,
+            c.source.world_size,
+            c.source.collectives_per_rank,
+            c.source.file_sha256
+        );
+    }
+    crate::refuse!(
+        Code::DigestMismatch,
+        "{}: SHA-256 {sha}, but {} was compiled from a file with SHA-256 {} ({}): the source changed since, or it is another trace",
+        src_path.display(),
+        art_path.display(),
+        c.source.file_sha256,
+        if canonical == c.source.canonical_sha256 { "the same content written differently" } else { "other content" }
+    );
+}
+
+fn variant_config(variant: &str, config: &str) -> String {
+    format!("{variant}.{config}")
+}
+
+struct Candidate {
+    variant: String,
+    artifact: Canary,
+    artifact_bytes: u64,
+    trace: CommTrace,
+}
+
+/// Run the verification; `run_campaign(spec, dir, out)` runs a spec into a campaign directory.
+pub fn verify(
+    o: &VerifyOptions,
+    parse_rank: RankArgvParser,
+    run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>,
+    log: &mut dyn std::io::Write,
+) -> Result<VerifyReport> {
+    // integrity first: nothing runs on a broken chain
+    let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading source {}", o.source.display()))?;
+    let t = CommTrace::from_slice(&src_bytes).map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
+    let mut arts: Vec<(String, Canary, u64)> = Vec::new();
+    for (i, p) in std::iter::once(&o.canary).chain(&o.also).enumerate() {
+        let (c, bytes) = artifact::read(p)?;
+        check_binding(&c, p, &t, &src_bytes, &o.source)?;
+        let name = if i == 0 { "canary".to_string() } else { format!("also{i}-{}", c.method.name()) };
+        arts.push((name, c, bytes.len() as u64));
+    }
+    if o.out.symlink_metadata().is_ok() {
+        crate::refuse!(Code::AlreadyExists, "{} exists; canary verify writes a new directory", o.out.display());
+    }
+    let spec_in = CampaignSpec::load(&o.configs, parse_rank)?;
+    // baselines at the canary's size
+    let (k, replayed, seed) = (arts[0].1.slots.len(), arts[0].1.replay.collectives_per_pass.first().copied().unwrap_or(0), arts[0].1.replay.seed);
+    let mut cands: Vec<Candidate> = Vec::new();
+    for (name, c, b) in arts {
+        let trace = expand::expand(&c).with_context(|| format!("expanding {name}"))?;
+        cands.push(Candidate { variant: name, artifact: c, artifact_bytes: b, trace });
+    }
+    let src_path = o.source.display().to_string();
+    let mut extra: Vec<(String, Method, usize)> = Vec::new();
+    if o.baselines {
+        extra.extend(baseline::METHODS.iter().map(|m| (m.name().to_string(), *m, k)));
+    }
+    if let Some(n) = o.head_sample {
+        extra.push((format!("head{n}"), Method::HeadSample, n));
+    }
+    for (name, m, kk) in extra {
+        let pos = baseline::positions(&t, m, kk, seed);
+        let c = baseline::from_positions(&t, &src_bytes, &src_path, &pos, m, replayed, seed)?;
+        let bytes = serde_json::to_vec_pretty(&c)?.len() as u64;
+        match expand::expand(&c) {
+            Ok(trace) => cands.push(Candidate { variant: name, artifact: c, artifact_bytes: bytes, trace }),
+            Err(e) => writeln!(log, "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out")?,
+        }
+    }
+    // inputs and the campaign spec
+    let inputs = o.out.join("inputs");
+    std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
+    crate::core::fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
+    for c in &cands {
+        crate::core::fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
+        c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
+    }
+    let variants: Vec<String> = std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
+    let needs_allreduce_only = t.ranks.iter().flat_map(|r| &r.collectives).any(|c| c.kind != crate::evidence::commtrace::TraceKind::AllReduce);
+    let mut spec = spec_in.clone();
+    spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
+    if let Some(b) = &o.backend {
+        spec.backend = b.clone();
+    }
+    spec.ranks = t.world_size;
+    if let Some(r) = o.rounds {
+        spec.repetitions = r;
+    }
+    spec.blind = false;
+    spec.canary = None;
+    spec.workload.phases = o.phases.clone();
+    spec.workload.tokens = o.passes;
+    spec.workload.trace = None;
+    spec.workload.extra_args.retain(|a| !a.starts_with("--trace"));
+    spec.workload.extra_args.extend(["--warmup-tokens".to_string(), "1".to_string()]);
+    if needs_allreduce_only {
+        spec.workload.extra_args.push("--trace-allreduce-only".into());
+    }
+    let mut configs = Vec::new();
+    for v in &variants {
+        for c in &spec_in.configs {
+            configs.push(ConfigSpec { name: variant_config(v, &c.name), trace: Some(format!("inputs/{v}.json")), ..c.clone() });
+        }
+    }
+    spec.configs = configs;
+    let mut bare_known_bad: Vec<String> = Vec::new();
+    spec.controls = spec_in.controls.as_ref().map(|c| {
+        let mut aa = Vec::new();
+        let mut kb = Vec::new();
+        for v in &variants {
+            for p in &c.aa {
+                aa.push([variant_config(v, &p[0]), variant_config(v, &p[1])]);
+            }
+            for k in &c.known_bad {
+                if let KnownBad::Graded(g) = k {
+                    let mut g = g.clone();
+                    g.config = variant_config(v, &g.config);
+                    g.reference = variant_config(v, &g.reference);
+                    kb.push(KnownBad::Graded(g));
+                }
+            }
+        }
+        bare_known_bad = c.known_bad.iter().filter_map(|k| matches!(k, KnownBad::Name(_)).then(|| k.config().to_string())).collect();
+        Controls { aa, known_bad: kb }
+    });
+    let spec_path = o.out.join("verify-spec.toml");
+    let text = format!(
+        "# canary verify: the source and each candidate under every configuration of {}, one campaign\n{}",
+        o.configs.display(),
+        toml::to_string(&spec).context("writing the verify spec")?
+    );
+    crate::core::fsutil::write_new_atomic(&spec_path, text.as_bytes())?;
+    let campaign_dir = o.out.join("campaign");
+    writeln!(log, "canary verify: {} variants x {} configurations x {} rounds = {} jobs", variants.len(), spec_in.configs.len(), spec.repetitions, variants.len() * spec_in.configs.len() * spec.repetitions as usize)?;
+    run_campaign(&spec_path, &campaign_dir)?;
+    // collect
+    let (m, manifest_sha) = crate::campaign::chain::load_manifest(&campaign_dir)?;
+    let sel_path = campaign_dir.join("selection.json");
+    let sel: crate::campaign::chain::Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
+        .with_context(|| format!("{}: not a selection", sel_path.display()))?;
+    let config_names: Vec<String> = spec_in.configs.iter().map(|c| c.name.clone()).collect();
+    let mut measures: BTreeMap<String, Vec<Vec<JobMeasure>>> = variants.iter().map(|v| (v.clone(), vec![Vec::new(); config_names.len()])).collect();
+    let mut backend = spec.backend.clone();
+    for e in &sel.entries {
+        let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}", e.cell_id))?;
+        let (v, cfg) = cell.label.split_once('.').with_context(|| format!("label {}", cell.label))?;
+        let ci = config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
+        let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        if let Some(s) = j.shards.first() {
+            backend = serde_json::to_value(s.header.backend)?.as_str().unwrap_or("").to_string();
+        }
+        measures.get_mut(v).with_context(|| format!("variant {v}"))?[ci].push(job_measure(&j, cell.round)?);
+    }
+    // controls: the campaign report's, and bare known-bads within each variant
+    let report_path = campaign_dir.join("report").join("report.json");
+    let mut details = Vec::new();
+    let mut behaved = Vec::new();
+    if let Ok(bytes) = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
+        let r: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a report", report_path.display()))?;
+        for c in r["controls"].as_array().into_iter().flatten() {
+            let ok = c["outcome"].as_str() == Some("behaved");
+            behaved.push(ok);
+            details.push(format!("{} {}: {}", c["kind"].as_str().unwrap_or("?"), c["subject"].as_str().unwrap_or("?"), c["outcome"].as_str().unwrap_or("?")));
+        }
+    }
+    let policy = &spec_in.analysis;
+    let src_jobs = measures.get("source").cloned().unwrap_or_default();
+    for kb in &bare_known_bad {
+        for v in &variants {
+            let jobs = &measures[v];
+            let p = compare::phase_input(&config_names, jobs);
+            let rels = crate::analysis::agreement::relations_in_first_rounds(&p, policy, jobs.first().map_or(0, |j| j.len()));
+            let ki = config_names.iter().position(|c| c == kb);
+            let ok = match (rels, ki) {
+                (Ok(rels), Some(ki)) => {
+                    let n = config_names.len();
+                    let mut idx = 0;
+                    let mut all = true;
+                    for a in 0..n {
+                        for b in a + 1..n {
+                            let r = rels[idx];
+                            idx += 1;
+                            if a == ki {
+                                all &= r == crate::analysis::ranking::Relation::BFaster;
+                            } else if b == ki {
+                                all &= r == crate::analysis::ranking::Relation::AFaster;
+                            }
+                        }
+                    }
+                    all
+                }
+                _ => false,
+            };
+            behaved.push(ok);
+            details.push(format!("known-bad {kb} in {v}: {}", if ok { "behaved (decided slower than every other configuration)" } else { "not decided slower than every other configuration" }));
+        }
+    }
+    let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details };
+    // judge every candidate
+    let sfacts = facts(&t);
+    let evidence = format!("measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved", launcher_name(&spec), spec.repetitions);
+    let mut verdicts = Vec::new();
+    for c in &cands {
+        let cf = facts(&c.trace);
+        let mut checks: Vec<Check> = compare::static_checks(&sfacts, &cf, c.artifact.budget.max_relative_error());
+        let jobs = measures.get(&c.variant).cloned().unwrap_or_default();
+        let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs };
+        checks.extend(compare::replay_checks(&p));
+        let (ranking, cost) = match compare::ranking_check(&p, policy, &evidence) {
+            Ok((chk, agreement, cost)) => {
+                checks.push(chk);
+                (Some(agreement), Some(cost))
+            }
+            Err(e) => {
+                checks.push(Check { name: "ranking".into(), guards: Assurance::BehaviorallyVerified, passed: false, measured: format!("could not be computed: {e:#}"), tolerance: "no contradiction".into() });
+                (None, None)
+            }
+        };
+        // the strongest state needs GPUs, controls that behaved, and a source that knows what the replay reproduces
+        checks.push(Check {
+            name: "hardware.backend".into(),
+            guards: Assurance::HardwareValidated,
+            passed: backend == "cuda",
+            measured: format!("backend {backend}"),
+            tolerance: "GPU replays (cuda)".into(),
+        });
+        checks.push(Check {
+            name: "hardware.controls".into(),
+            guards: Assurance::HardwareValidated,
+            passed: controls.behaved == Some(true),
+            measured: match controls.behaved {
+                None => "the spec declares no control".into(),
+                Some(_) => format!("{} of {} controls behaved", behaved.iter().filter(|b| **b).count(), behaved.len()),
+            },
+            tolerance: "declared controls, every one behaved".into(),
+        });
+        checks.push(Check {
+            name: "source.unknowns".into(),
+            guards: Assurance::HardwareValidated,
+            passed: t.unknown.is_empty(),
+            measured: if t.unknown.is_empty() { "the source knows every field".into() } else { format!("the source does not know: {}", t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", ")) },
+            tolerance: "an artifact built over unknowns can never be hardware-validated".into(),
+        });
+        let state = compare::state_of(&checks, true);
+        let a = &c.artifact;
+        let src_bytes_n = src_bytes.len() as f64;
+        verdicts.push(CandidateVerdict {
+            variant: c.variant.clone(),
+            method: a.method.name().into(),
+            label: if a.is_reduced() { artifact::REDUCED_LABEL.into() } else { a.label.clone() },
+            state,
+            checks,
+            ranking,
+            cost,
+            events: (a.sizes.artifact_events, a.sizes.events_source_per_artifact()),
+            replayed: (a.sizes.replayed_events, a.sizes.replayed_source_per_artifact()),
+            bytes: (c.artifact_bytes, src_bytes_n / c.artifact_bytes.max(1) as f64),
+        });
+    }
+    let canary_state = verdicts.first().map(|v| v.state);
+    let baselines: Vec<&CandidateVerdict> = verdicts.iter().filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline())).collect();
+    let failed_checks = |v: &CandidateVerdict| v.checks.iter().filter(|c| !c.passed).count();
+    let canary_beats_baselines = (!baselines.is_empty()).then(|| {
+        let cv = &verdicts[0];
+        baselines.iter().all(|b| canary_state > Some(b.state) || (canary_state == Some(b.state) && failed_checks(cv) < failed_checks(b)))
+    });
+    let report = VerifyReport {
+        format_version: VERIFY_FORMAT_VERSION,
+        evidence,
+        source: artifact::SourceBinding { path: o.source.display().to_string(), ..cands[0].artifact.source.clone() },
+        spec: (o.configs.display().to_string(), crate::core::fsutil::sha256_file(&o.configs)?),
+        backend,
+        rounds: spec.repetitions,
+        configs: config_names,
+        campaign: (campaign_dir.display().to_string(), manifest_sha),
+        controls,
+        candidates: verdicts,
+        canary_beats_baselines,
+        never_granted: "production-representative: only the workload's owner can know whether the traced run represents production".into(),
+    };
+    crate::core::fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
+    Ok(report)
+}
+
+fn launcher_name(s: &CampaignSpec) -> &'static str {
+    match s.launcher.kind {
+        crate::campaign::spec::LauncherKind::Mpirun => "mpirun",
+        crate::campaign::spec::LauncherKind::Srun => "srun",
+    }
+}
+
+/// What one verified run measured.
+pub fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<JobMeasure> {
+    let mut per_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
+        let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
+        let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);
+        per_kind.entry(kind).or_default().push(worst as f64 / 1e3);
+    }
+    let replay_s = j
+        .shards
+        .first()
+        .and_then(|s| s.header.phases.iter().find(|p| p.phase == Phase::Replay))
+        .map(|p| p.end_ns.saturating_sub(p.start_ns) as f64 / 1e9)
+        .unwrap_or(0.0);
+    let mut shares = Vec::new();
+    for s in &j.shards {
+        if s.header.workload.phases.contains(&Phase::Overlap) {
+            let (_, compute, comm) = crate::analysis::overlap::phase_intervals_ns(s, Phase::Overlap);
+            let us = |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
+            if let Some(x) = crate::analysis::overlap::overlap(&us(compute), &us(comm)).ok().and_then(|r| r.overlap_of_comm) {
+                shares.push(x);
+            }
+        }
+    }
+    Ok(JobMeasure {
+        round,
+        pass_us: crate::analysis::summary::job_samples_us(j, Phase::Replay),
+        per_kind_us: per_kind,
+        replay_s,
+        hidden_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
+    })
+}
+
+/// The report as text.
+pub fn render(r: &VerifyReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "canary verify: source {} ({} ranks, {} collectives, SHA-256 {})", r.source.path, r.source.world_size, r.source.collectives_per_rank.iter().sum::<u64>(), r.source.file_sha256);
+    let _ = writeln!(s, "  {} configurations x {} rounds on {}; campaign {} (manifest {})", r.configs.len(), r.rounds, r.backend, r.campaign.0, r.campaign.1);
+    let _ = writeln!(s, "  evidence: {}", r.evidence);
+    match r.controls.behaved {
+        None => {
+            let _ = writeln!(s, "  controls: none declared");
+        }
+        Some(b) => {
+            let _ = writeln!(s, "  controls: {}", if b { "every one behaved" } else { "NOT all behaved" });
+            for d in &r.controls.details {
+                let _ = writeln!(s, "    {d}");
+            }
+        }
+    }
+    for v in &r.candidates {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "{} [{}] — {}: {}", v.variant, v.method, v.label, v.state);
+        let _ = writeln!(
+            s,
+            "  size: {} events stored (source/artifact {:.1}x), {} collectives per pass (source/candidate {:.1}x), {} bytes (source/artifact {:.2}x{})",
+            v.events.0,
+            v.events.1,
+            v.replayed.0,
+            v.replayed.1,
+            v.bytes.0,
+            v.bytes.1,
+            if v.bytes.1 < 1.0 { ": the artifact is LARGER than its source" } else { "" }
+        );
+        if let Some(c) = &v.cost {
+            let _ = writeln!(
+                s,
+                "  decision cost: source {} in {} rounds, candidate {} in {} rounds: {}",
+                c.source_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
+                c.source_rounds.map_or("n/a".into(), |x| x.to_string()),
+                c.candidate_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
+                c.candidate_rounds.map_or("never".into(), |x| x.to_string()),
+                c.source_per_candidate.map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!("{x:.1}x cheaper (source/candidate)"))
+            );
+        }
+        let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
+        let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
+        for c in &failed {
+            let _ = writeln!(s, "    FAILED {} (guards {}): {} — tolerance {}", c.name, c.guards, c.measured, c.tolerance);
+        }
+        if let Some(c) = v.checks.iter().find(|c| c.name == "ranking") {
+            if c.passed {
+                let _ = writeln!(s, "    ranking: {}", c.measured);
+            }
+        }
+    }
+    if let Some(b) = r.canary_beats_baselines {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
+    }
+    let _ = writeln!(s, "never granted: {}", r.never_granted);
+    s
+}
+
+/// The oracle of `canary reduce`: the source replays of a `canary verify`
+/// directory of this trace (refused when the directory verified another trace).
+pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<crate::canary::reduce::Oracle> {
+    let rp = dir.join("canary-verify.json");
+    let bytes = crate::core::limits::read_bounded(&rp, crate::core::limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
+    let r: VerifyReport = serde_json::from_slice(&bytes).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
+    let sha = crate::core::fsutil::sha256_hex(src_bytes);
+    if r.source.file_sha256 != sha {
+        crate::refuse!(Code::DigestMismatch, "{} verified a source with SHA-256 {}; {} has {sha}", dir.display(), r.source.file_sha256, src_path.display());
+    }
+    let campaign_dir = dir.join("campaign");
+    let (m, _) = crate::campaign::chain::load_manifest(&campaign_dir)?;
+    let v = crate::campaign::chain::verify(&campaign_dir)?;
+    if !v.complete {
+        crate::refuse!(Code::Incomplete, "{}: the campaign does not verify ({} of {} cells)", campaign_dir.display(), v.cells_ok, v.cells_expected);
+    }
+    let sel: crate::campaign::chain::Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&campaign_dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
+    let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
+    for e in &sel.entries {
+        let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
+        let Some(cfg) = cell.label.strip_prefix("source.") else { continue };
+        let ci = r.configs.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
+        let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
+            let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
+            let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);
+            lat[ci].entry(format!("{kind} {}B", c.bytes)).or_default().push(worst as f64 / 1e3);
+        }
+    }
+    let cost_us = lat
+        .into_iter()
+        .map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect())
+        .collect();
+    let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
+    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml"), &|_| anyhow::bail!("unused")).ok();
+    let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
+    Ok(crate::canary::reduce::Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct })
+}

@@ -1,0 +1,338 @@
+//! `canary compile|verify|reduce|redact|inspect`, `synth` and `import run`:
+//! arguments and the command functions (the stages are in [`crate::canary`]).
+use crate::canary::artifact::{self, Method};
+use crate::canary::{baseline, compile, reduce, redact, synth, verify};
+use crate::core::refusal::Code;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// `commcanary canary ...`.
+#[derive(Subcommand, Debug)]
+pub enum CanaryCommand {
+    /// Compile a communication trace into a canary: folded loops, bounded histograms, fewer iterations
+    Compile(CompileArgs),
+    /// Replay a trace and its canary (and baselines) as one campaign; print the assurance state and the decision cost
+    Verify(VerifyArgs),
+    /// Delta debugging on the ranking decision only (decision-preserving, not source-verified)
+    Reduce(ReduceArgs),
+    /// Write a trace without host names, user names, job ids or absolute times, with an audit log
+    Redact(RedactArgs),
+    /// Print a canary artifact's summary (after checking its digest)
+    Inspect(InspectCanaryArgs),
+}
+
+/// `canary compile`.
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    /// Communication trace (`commcanary import` or `synth`).
+    pub trace: PathBuf,
+    /// Canary artifact to write (never overwritten).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+    /// Keep every recorded value and the source's full count (a lossless fold, no cheaper to replay).
+    #[arg(long)]
+    pub lossless: bool,
+    /// Iterations of the main loop to replay (default: what the declared median statistic needs).
+    #[arg(long)]
+    pub iterations: Option<u64>,
+    /// Significant digits of the histograms (error budget 10^-digits relative).
+    #[arg(long, default_value_t = 2)]
+    pub significant_digits: u8,
+    /// Seed of the stratified expansion.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `canary verify`.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The source trace.
+    pub trace: PathBuf,
+    /// The canary artifact.
+    pub artifact: PathBuf,
+    /// Campaign spec whose configurations, launcher, rounds, policy and controls are used (ranks come from the trace).
+    #[arg(long)]
+    pub configs: PathBuf,
+    /// Backend, in place of the spec's.
+    #[arg(long, value_parser = ["cpu", "cuda"])]
+    pub backend: Option<String>,
+    /// Rounds, in place of the spec's repetitions.
+    #[arg(long)]
+    pub rounds: Option<u32>,
+    /// Timed passes over each trace per job (one warm-up pass before them).
+    #[arg(long, default_value_t = 3)]
+    pub passes: u32,
+    /// Phases each job runs: replay, and overlap for the hidden-communication check.
+    #[arg(long, default_value = "replay,overlap")]
+    pub phases: String,
+    /// Verify the baselines at equal size too (random, frequency, cluster, stratified-gap).
+    #[arg(long)]
+    pub baselines: bool,
+    /// Also verify the first N events of the source as a sample.
+    #[arg(long)]
+    pub head_sample: Option<usize>,
+    /// Further artifacts judged the same way (e.g. a reduced one).
+    #[arg(long)]
+    pub also: Vec<PathBuf>,
+    /// Output directory (must not exist).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `canary reduce`.
+#[derive(Args, Debug)]
+pub struct ReduceArgs {
+    /// The source trace.
+    pub trace: PathBuf,
+    /// Reduced artifact to write.
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+    /// Oracle calls allowed.
+    #[arg(long, default_value_t = 200)]
+    pub budget: u32,
+    /// A `canary verify` directory of this trace: its source replays are the oracle's measurements.
+    #[arg(long = "from")]
+    pub from: PathBuf,
+}
+
+/// `canary redact`.
+#[derive(Args, Debug)]
+pub struct RedactArgs {
+    /// The trace to redact.
+    pub trace: PathBuf,
+    /// Redacted trace to write; the audit log is written beside it as OUT.audit.json.
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+    /// Quantize every time and duration to this many ns.
+    #[arg(long, default_value_t = 0)]
+    pub quantize_ns: u64,
+    /// Replace kernel and operator names by their kind.
+    #[arg(long)]
+    pub drop_names: bool,
+    /// Re-verify the ranking decision on the redacted trace under this campaign spec (runs a campaign).
+    #[arg(long)]
+    pub configs: Option<PathBuf>,
+}
+
+/// `canary inspect`.
+#[derive(Args, Debug)]
+pub struct InspectCanaryArgs {
+    /// A canary artifact.
+    pub artifact: PathBuf,
+}
+
+/// `synth`.
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Collectives per rank.
+    #[arg(long)]
+    pub events: usize,
+    /// Seed.
+    #[arg(long)]
+    pub seed: u64,
+    /// Ranks.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: u32,
+    /// Communication trace to write (never overwritten).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+}
+
+/// `import run`.
+#[derive(Args, Debug)]
+pub struct ImportRunArgs {
+    /// A run directory (`commcanary rank --out`), verified with join first.
+    pub run_dir: PathBuf,
+    /// The phase whose collectives become the trace.
+    #[arg(long, default_value = "blocking")]
+    pub phase: crate::core::workload::Phase,
+    /// Communication trace to write (never overwritten).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub out: PathBuf,
+}
+
+fn read_trace(p: &Path) -> Result<(crate::evidence::commtrace::CommTrace, Vec<u8>)> {
+    let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
+    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
+    Ok((t, bytes))
+}
+
+fn summary(c: &artifact::Canary) -> String {
+    let s = &c.sizes;
+    format!(
+        "{} ({}): {} slots x {} ranks = {} events stored (source/artifact {:.1}x); replays {} of the main loop's {} iterations: {} collectives per pass (source/canary {:.1}x); {} approximations; digest {}",
+        c.label,
+        c.method.name(),
+        c.slots.len(),
+        c.source.world_size,
+        s.artifact_events,
+        s.events_source_per_artifact(),
+        c.replay.iterations,
+        c.replay.source_iterations,
+        s.replayed_events,
+        s.replayed_source_per_artifact(),
+        c.approximations.len(),
+        c.digest
+    )
+}
+
+fn bytes_line(src: u64, art: u64) -> String {
+    let r = src as f64 / art.max(1) as f64;
+    format!("bytes: source {src}, artifact {art} (source/artifact {r:.2}x{})", if art > src { "; the artifact is LARGER than its source" } else { "" })
+}
+
+/// `canary ...`.
+pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>) -> Result<std::process::ExitCode> {
+    match c {
+        CanaryCommand::Compile(a) => {
+            let (t, bytes) = read_trace(&a.trace)?;
+            let opts = compile::CompileOptions { lossless: a.lossless, iterations: a.iterations, significant_digits: a.significant_digits, seed: a.seed, source_path: a.trace.display().to_string() };
+            let started = std::time::Instant::now();
+            let c = compile::compile(&t, &bytes, &opts)?;
+            let took = started.elapsed();
+            c.write(&a.out)?;
+            let art = std::fs::metadata(&a.out).map(|m| m.len()).unwrap_or(0);
+            writeln!(out, "{}", summary(&c))?;
+            writeln!(out, "{}", bytes_line(bytes.len() as u64, art))?;
+            writeln!(out, "iterations: {}", c.replay.rule)?;
+            for ap in &c.approximations {
+                writeln!(out, "approximation: {}: {}", ap.what, ap.detail)?;
+            }
+            eprintln!("wrote {} in {:.3} s", a.out.display(), took.as_secs_f64());
+        }
+        CanaryCommand::Inspect(a) => {
+            let (c, _) = artifact::read(&a.artifact)?;
+            writeln!(out, "{}", summary(&c))?;
+            writeln!(out, "source: {} ({}; SHA-256 {}, canonical {})", c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256)?;
+            if c.is_reduced() {
+                writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
+            }
+        }
+        CanaryCommand::Verify(a) => {
+            let o = verify::VerifyOptions {
+                source: a.trace,
+                canary: a.artifact,
+                also: a.also,
+                configs: a.configs,
+                backend: a.backend,
+                rounds: a.rounds,
+                passes: a.passes,
+                phases: a.phases,
+                baselines: a.baselines,
+                head_sample: a.head_sample,
+                out: a.out,
+            };
+            crate::core::ranges::int("--passes", o.passes, 1, 10_000)?;
+            if let Some(r) = o.rounds {
+                crate::core::ranges::int("--rounds", r, 2, 10_000)?;
+            }
+            let mut log = std::io::stderr();
+            let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
+            if a.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                write!(out, "{}", verify::render(&r))?;
+            }
+            eprintln!("wrote {}", o.out.join("canary-verify.json").display());
+        }
+        CanaryCommand::Reduce(a) => {
+            let (t, bytes) = read_trace(&a.trace)?;
+            let oracle = verify::oracle_from(&a.from, &t, &bytes, &a.trace)?;
+            let n = t.ranks.first().map_or(0, |r| r.collectives.len());
+            let r = reduce::ddmin(n, &oracle, a.budget)?;
+            let c = baseline::from_positions(&t, &bytes, &a.trace.display().to_string(), &r.kept, Method::Reduced, r.kept.len() as u64, 1)?;
+            let c = artifact::Canary { label: artifact::REDUCED_LABEL.into(), ..c }.seal()?;
+            c.write(&a.out)?;
+            writeln!(out, "reduce: {} of {} events kept in {} oracle calls (budget {}{}); passes its oracle: {}", r.kept.len(), n, r.oracle_calls, a.budget, if r.budget_exhausted { ", RAN OUT" } else { "" }, r.passes_oracle)?;
+            writeln!(out, "decision preserved (measured per-identity latencies of {}): {}", a.from.display(), r.decision)?;
+            writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
+            eprintln!("wrote {}", a.out.display());
+        }
+        CanaryCommand::Redact(a) => {
+            let (t, bytes) = read_trace(&a.trace)?;
+            let (r, transforms) = redact::redact(&t, &redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: a.drop_names })?;
+            let rbytes = serde_json::to_vec_pretty(&r)?;
+            let audit_path = PathBuf::from(format!("{}.audit.json", a.out.display()));
+            if audit_path.exists() {
+                crate::refuse!(Code::AlreadyExists, "{} exists", audit_path.display());
+            }
+            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
+            let mut audit = redact::AuditLog {
+                format_version: 1,
+                input_sha256: crate::core::fsutil::sha256_hex(&bytes),
+                output_sha256: crate::core::fsutil::sha256_hex(&rbytes),
+                transforms,
+                decision_survives: None,
+            };
+            if let Some(spec) = &a.configs {
+                // the redacted trace, compiled losslessly and bound to the original: does the ranking survive?
+                let opts = compile::CompileOptions { lossless: true, source_path: a.trace.display().to_string(), ..Default::default() };
+                let mut c = compile::compile(&r, &rbytes, &opts)?;
+                c.source = compile::bind_source(&t, &bytes, &a.trace.display().to_string())?;
+                c.label = "redacted (lossless)".into();
+                let c = c.seal()?;
+                let art = PathBuf::from(format!("{}.canary.json", a.out.display()));
+                c.write(&art)?;
+                let vdir = PathBuf::from(format!("{}.verify", a.out.display()));
+                let o = verify::VerifyOptions {
+                    source: a.trace.clone(),
+                    canary: art,
+                    also: Vec::new(),
+                    configs: spec.clone(),
+                    backend: None,
+                    rounds: None,
+                    passes: 3,
+                    phases: "replay".into(),
+                    baselines: false,
+                    head_sample: None,
+                    out: vdir.clone(),
+                };
+                let v = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut std::io::stderr())?;
+                let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
+                audit.decision_survives = Some(match rk {
+                    Some(c) => format!("{}: {} ({})", if c.passed { "yes" } else { "NO" }, c.measured, vdir.display()),
+                    None => "not re-verified".into(),
+                });
+            }
+            crate::core::fsutil::write_json_new(&audit_path, &audit)?;
+            for tr in &audit.transforms {
+                writeln!(out, "{}: {} ({} values)", tr.field, tr.action, tr.count)?;
+            }
+            writeln!(out, "ranking decision survives: {}", audit.decision_survives.as_deref().unwrap_or("not re-verified (pass --configs SPEC to re-verify)"))?;
+            eprintln!("wrote {} and {}", a.out.display(), audit_path.display());
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `synth`.
+pub fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
+    let t = synth::synth(a.events, a.ranks, a.seed)?;
+    crate::core::fsutil::write_json_new(&a.out, &t)?;
+    let specials = synth::specials(a.events, a.ranks, a.seed);
+    writeln!(
+        out,
+        "synth: {} collectives on each of {} ranks (seed {}), {} special (skew or overlap) at positions {:?}",
+        a.events,
+        a.ranks,
+        a.seed,
+        specials.iter().filter(|s| **s != synth::Special::None).count(),
+        specials.iter().enumerate().filter(|(_, s)| **s != synth::Special::None).map(|(i, _)| i).collect::<Vec<_>>()
+    )?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// `import run`.
+pub fn import_run(a: ImportRunArgs, out: &mut dyn Write) -> Result<()> {
+    let t = crate::evidence::commtrace::from_run::import_run(&a.run_dir, a.phase)?;
+    crate::core::fsutil::write_json_new(&a.out, &t)?;
+    write!(out, "{}", crate::evidence::commtrace::render_counts(&t))?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
