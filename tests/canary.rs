@@ -66,7 +66,8 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     assert_eq!(a["label"], "decision-preserving, not source-verified");
     assert_eq!(a["method"], "reduced");
     let v2 = d.join("verify-reduced");
-    let r: serde_json::Value = serde_json::from_str(&ok(&cc_root(&["canary", "verify", s(&trace), s(&red), "--configs", &spec(), "--rounds", "2", "-o", s(&v2), "--json"]))).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&ok(&cc_root(&["canary", "verify", s(&trace), s(&red), "--configs", &spec(), "--rounds", "2", "-o", s(&v2), "--json"]))).unwrap();
     let (st, failed) = state(&r, "canary");
     assert!(BELOW_BEHAVIOURAL.contains(&st.as_str()), "a reduced trace is never promoted past what it checks: {st} {failed:?}");
     assert_eq!(r["candidates"][0]["label"], "decision-preserving, not source-verified");
@@ -162,7 +163,8 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
 #[test]
 fn a_verified_run_imports_and_compiles_to_a_folded_canary() {
     let d = tmp("run");
-    let run = run_rank(2, &d.join("runs"), &["--phases", "blocking", "--model", "synthetic", "--tokens", "24", "--layers", "8", "--sizes", "64KiB,128KiB,256KiB"]);
+    let run =
+        run_rank(2, &d.join("runs"), &["--phases", "blocking", "--model", "synthetic", "--tokens", "24", "--layers", "8", "--sizes", "64KiB,128KiB,256KiB"]);
     let trace = d.join("run.comm.json");
     ok(&cc(&["import", "run", s(&run), "-o", s(&trace)]));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();

@@ -14,7 +14,12 @@ use crate::analysis::ranking::{self, Relation};
 use anyhow::{bail, Result};
 
 /// Both sides' phase reports and their agreement.
-pub fn proxy_against_truth(proxy: &PhaseInput, truth: &PhaseInput, policy: &AnalysisPolicy, evidence: &str) -> Result<(PhaseReport, PhaseReport, ProxyAgreement)> {
+pub fn proxy_against_truth(
+    proxy: &PhaseInput,
+    truth: &PhaseInput,
+    policy: &AnalysisPolicy,
+    evidence: &str,
+) -> Result<(PhaseReport, PhaseReport, ProxyAgreement)> {
     if proxy.labels != truth.labels {
         bail!("the proxy ranks {:?}, the truth {:?}: the same configurations in the same order are needed", proxy.labels, truth.labels);
     }

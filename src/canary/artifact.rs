@@ -5,8 +5,9 @@
 //! Produces the artifact written by `canary compile`, `canary reduce` and the
 //! baselines of `canary verify`. Refuses, naming the file: bytes that are not
 //! an artifact, another format version, and an artifact whose recorded
-//! `digest` is not the SHA-256 of its own canonical content (one changed byte
-//! anywhere in its meaning is refused as `DIGEST_MISMATCH`).
+//! `digest` is not the SHA-256 of its own canonical content, or whose bytes
+//! are not exactly those the writer produces (one changed byte anywhere is
+//! refused as `DIGEST_MISMATCH`).
 use crate::canary::fold::Node;
 use crate::evidence::commtrace::{TraceDtype, TraceGroup, TraceKind, UnknownField};
 use anyhow::{Context, Result};
@@ -72,7 +73,7 @@ pub struct SourceBinding {
     pub path: String,
     /// SHA-256 of the source file's bytes.
     pub file_sha256: String,
-    /// SHA-256 of the source's canonical JSON (keys sorted, no whitespace): the
+    /// SHA-256 of the source's canonical JSON ([`canonical_sha256`]): the
     /// same trace written differently hashes the same.
     pub canonical_sha256: String,
     /// Where the source itself came from (`kineto`, `execution-trace`, `run`, `synthetic`).
@@ -307,11 +308,25 @@ pub struct Canary {
     pub digest: String,
 }
 
-/// SHA-256 of a value's canonical JSON (object keys sorted, no whitespace).
+/// SHA-256 of a value's canonical JSON: compact, fields in the type's
+/// declaration order, maps in key order (every map here is a `BTreeMap`), so
+/// the same content written with other whitespace or key order hashes the same
+/// once read back into the type.
 pub fn canonical_sha256<T: Serialize>(v: &T) -> Result<String> {
-    let value = serde_json::to_value(v).context("canonical form")?;
-    // serde_json's map is ordered by key (no preserve_order feature): to_vec is canonical
-    Ok(crate::core::fsutil::sha256_hex(&serde_json::to_vec(&value)?))
+    use sha2::Digest;
+    struct Hasher(sha2::Sha256);
+    impl std::io::Write for Hasher {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.update(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = Hasher(sha2::Sha256::new());
+    serde_json::to_writer(&mut h, v).context("canonical form")?;
+    Ok(hex::encode(h.0.finalize()))
 }
 
 impl Canary {
@@ -360,7 +375,15 @@ pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
     let c: Canary = serde_json::from_value(v)?;
     let want = c.compute_digest()?;
     if want != c.digest {
-        crate::refuse!(Code::DigestMismatch, "its content hashes to {want}, its recorded digest is {:?}: the artifact was changed after it was written", c.digest);
+        crate::refuse!(
+            Code::DigestMismatch,
+            "its content hashes to {want}, its recorded digest is {:?}: the artifact was changed after it was written",
+            c.digest
+        );
+    }
+    // every byte as the writer wrote it: a change that leaves the content alone (whitespace) is a change too
+    if serde_json::to_vec_pretty(&c)? != bytes {
+        crate::refuse!(Code::DigestMismatch, "its content matches its digest, but its bytes are not the ones `canary` wrote: the file was edited");
     }
     Ok(c)
 }

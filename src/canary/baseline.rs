@@ -105,8 +105,7 @@ pub fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> Vec<usiz
         }
         Method::ClusterSample => {
             let g = max_gaps(t);
-            let feat: Vec<(f64, f64)> =
-                (0..n).map(|i| ((t.ranks[0].collectives[i].in_bytes() as f64 + 1.0).log2(), (g[i] as f64 + 1.0).log2())).collect();
+            let feat: Vec<(f64, f64)> = (0..n).map(|i| ((t.ranks[0].collectives[i].in_bytes() as f64 + 1.0).log2(), (g[i] as f64 + 1.0).log2())).collect();
             kmeans_representatives(&feat, k, &mut rng)
         }
         _ => (0..k).collect(),
@@ -153,9 +152,8 @@ fn kmeans_representatives(x: &[(f64, f64)], k: usize, rng: &mut rand_chacha::Cha
             }
         }
     }
-    let mut reps: Vec<usize> = (0..centres.len())
-        .filter_map(|c| (0..n).filter(|&i| assign[i] == c).min_by(|&a, &b| d2(x[a], centres[c]).total_cmp(&d2(x[b], centres[c]))))
-        .collect();
+    let mut reps: Vec<usize> =
+        (0..centres.len()).filter_map(|c| (0..n).filter(|&i| assign[i] == c).min_by(|&a, &b| d2(x[a], centres[c]).total_cmp(&d2(x[b], centres[c])))).collect();
     // empty clusters: fill with the points farthest from their centre
     let mut rest: Vec<usize> = (0..n).filter(|i| !reps.contains(i)).collect();
     rest.sort_by(|&a, &b| d2(x[b], centres[assign[b]]).total_cmp(&d2(x[a], centres[assign[a]])));
@@ -195,7 +193,13 @@ pub fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], me
                 }
             } as u32;
             let one = |v: Option<u64>| v.map_or(Values::Unknown, |x| Values::Exact(vec![x]));
-            ranks.push(RankSlot { rank: r.rank, identity: idx, gap_ns: one(tm.gap_ns[ri][p]), compute_ns: one(tm.compute_ns[ri][p]), span_ns: one(tm.span_ns[ri][p]) });
+            ranks.push(RankSlot {
+                rank: r.rank,
+                identity: idx,
+                gap_ns: one(tm.gap_ns[ri][p]),
+                compute_ns: one(tm.compute_ns[ri][p]),
+                span_ns: one(tm.span_ns[ri][p]),
+            });
         }
         slots.push(Slot { occurrences: 1, ranks });
     }
@@ -222,12 +226,11 @@ pub fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], me
             collectives_per_pass: vec![iterations * k; t.ranks.len()],
             seed,
         },
-        approximations: vec![Approximation { what: "everything but the sampled events".into(), detail: format!("{} of the source's positions kept, by {} sampling", pos.len(), method.name()) }],
-        sizes: Sizes {
-            source_events,
-            artifact_events: k * world,
-            replayed_events: iterations * k * world,
-        },
+        approximations: vec![Approximation {
+            what: "everything but the sampled events".into(),
+            detail: format!("{} of the source's positions kept, by {} sampling", pos.len(), method.name()),
+        }],
+        sizes: Sizes { source_events, artifact_events: k * world, replayed_events: iterations * k * world },
         digest: String::new(),
     };
     c.seal()

@@ -87,7 +87,9 @@ fn source_origin(t: &CommTrace) -> String {
     .to_string()
 }
 
-fn identity_of(c: &TraceCollective, phase: Option<String>) -> Identity {
+/// The operation identity of a collective (the phase from a `PHASE:kind` source name).
+pub fn identity_of(c: &TraceCollective) -> Identity {
+    let phase = phase_of(c);
     Identity {
         phase,
         kind: c.kind,
@@ -147,9 +149,8 @@ pub fn timings(t: &CommTrace) -> Timings {
     for r in &t.ranks {
         let gaps = cpu_exec::gaps_ns(&r.collectives);
         out.gap_ns.push((0..r.collectives.len()).map(|i| gaps.as_ref().map(|g| g[i])).collect());
-        out.compute_ns.push(
-            r.collectives.iter().map(|c| c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))).collect(),
-        );
+        out.compute_ns
+            .push(r.collectives.iter().map(|c| c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))).collect());
         out.span_ns.push(
             r.collectives
                 .iter()
@@ -239,7 +240,7 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     for r in &t.ranks {
         let mut ids = Vec::with_capacity(n);
         for c in &r.collectives {
-            let ident = identity_of(c, phase_of(c));
+            let ident = identity_of(c);
             let next = identities.len() as u32;
             let id = *id_of.entry(ident.clone()).or_insert_with(|| {
                 identities.push(ident);
@@ -296,13 +297,16 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
             }
             (k, format!("--iterations {k}, as asked"))
         }
-        (false, None, Some(_)) => {
+        (false, None, Some((mi, _))) => {
             let k = iterations_for_median(MEDIAN_CONFIDENCE, MEDIAN_BAND.0).min(source_iterations);
+            // and enough that what runs once per pass (a prologue, an epilogue) keeps every identity's share
+            let k = (k..=source_iterations).find(|&k| mix_within(&body, mi, k, n as u64, &per_rank_ids, MIX_SHARE_MAX / 2.0)).unwrap_or(source_iterations);
             (
                 k,
                 format!(
-                    "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time lies within the quartiles (order statistics, Conover 1999 §3.2), at most the source's {source_iterations}",
-                    MEDIAN_CONFIDENCE * 100.0
+                    "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time lies within the quartiles (order statistics, Conover 1999 §3.2), and that keep every identity's share of a pass within {:.1} points of the source's, at most the source's {source_iterations}",
+                    MEDIAN_CONFIDENCE * 100.0,
+                    MIX_SHARE_MAX / 2.0 * 100.0
                 ),
             )
         }
@@ -339,7 +343,8 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     });
     approximations.push(Approximation {
         what: "times".into(),
-        detail: "absolute times are rebuilt from gaps and spans (host times from 0 per rank); device intervals of the source are kept as span durations only".into(),
+        detail: "absolute times are rebuilt from gaps and spans (host times from 0 per rank); device intervals of the source are kept as span durations only"
+            .into(),
     });
     let c = Canary {
         format_version: CANARY_FORMAT_VERSION,
@@ -357,14 +362,67 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
         },
         replay: ReplayPlan { iterations, source_iterations, rule, collectives_per_pass: vec![collectives_per_pass; t.ranks.len()], seed: opts.seed },
         approximations,
-        sizes: Sizes {
-            source_events,
-            artifact_events,
-            replayed_events,
-        },
+        sizes: Sizes { source_events, artifact_events, replayed_events },
         digest: String::new(),
     };
     c.seal()
+}
+
+/// The largest identity-share difference `verify` accepts (its `mix.identities` check).
+pub const MIX_SHARE_MAX: f64 = 0.05;
+
+/// Whether a pass with the main loop (top-level node `main`) at `k`
+/// iterations keeps every identity's share of rank 0's collectives within
+/// `tol` of the source's.
+fn mix_within(body: &[Node], main: usize, k: u64, n: u64, ids: &[Vec<u32>], tol: f64) -> bool {
+    // counts per identity over one pass: positions of leaves weighted by their repetitions
+    fn count(nodes: &[Node], weight: u64, top: Option<(usize, u64)>, out: &mut std::collections::HashMap<u32, u64>) {
+        for (i, nd) in nodes.iter().enumerate() {
+            match nd {
+                Node::Op(s) => *out.entry(*s).or_insert(0) += weight,
+                Node::Loop { count: c, body } => {
+                    let c = match top {
+                        Some((m, k)) if m == i => k,
+                        _ => *c,
+                    };
+                    count(body, weight * c, None, out);
+                }
+            }
+        }
+    }
+    let Some(rank0) = ids.first() else { return true };
+    let mut per_slot = std::collections::HashMap::new();
+    count(body, 1, Some((main, k)), &mut per_slot);
+    let mut src_slot = std::collections::HashMap::new();
+    count(body, 1, None, &mut src_slot);
+    // slot -> identity on rank 0: the first position of each slot in source order
+    let mut first = std::collections::HashMap::new();
+    fn firsts(nodes: &[Node], pos: &mut u64, first: &mut std::collections::HashMap<u32, u64>) {
+        for nd in nodes {
+            match nd {
+                Node::Op(s) => {
+                    first.entry(*s).or_insert(*pos);
+                    *pos += 1;
+                }
+                Node::Loop { count, body } => {
+                    let before = *pos;
+                    firsts(body, pos, first);
+                    let one = *pos - before;
+                    *pos = before + one * count;
+                }
+            }
+        }
+    }
+    firsts(body, &mut 0, &mut first);
+    let total: u64 = per_slot.values().sum();
+    let mut share_c: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
+    let mut share_s: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
+    for (s, c) in &per_slot {
+        let id = rank0[first[s] as usize];
+        *share_c.entry(id).or_insert(0.0) += *c as f64 / total.max(1) as f64;
+        *share_s.entry(id).or_insert(0.0) += src_slot[s] as f64 / n.max(1) as f64;
+    }
+    share_s.iter().all(|(id, a)| (a - share_c.get(id).copied().unwrap_or(0.0)).abs() <= tol)
 }
 
 /// Collectives one pass issues per rank, with the main loop at `iterations`.

@@ -99,7 +99,12 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
                     tc.host_start_ns = Some(start);
                     tc.host_duration_ns = Some(d);
                     if let Some(k) = compute.filter(|&k| k > 0) {
-                        tc.compute_before.push(ComputeOp { name: "canary-compute".into(), stream: None, device_start_ns: Some(start.saturating_sub(k)), duration_ns: Some(k) });
+                        tc.compute_before.push(ComputeOp {
+                            name: "canary-compute".into(),
+                            stream: None,
+                            device_start_ns: Some(start.saturating_sub(k)),
+                            duration_ns: Some(k),
+                        });
                     }
                     t = start.saturating_add(d);
                 }
@@ -108,7 +113,11 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
             colls.push(tc);
         }
         commtrace::number_sequences(&mut colls);
-        ranks.push(RankTrace { rank: c.slots.first().and_then(|s| s.ranks.get(ri)).map_or(ri as u32, |r| r.rank), collectives: colls, trailing_compute: Vec::new() });
+        ranks.push(RankTrace {
+            rank: c.slots.first().and_then(|s| s.ranks.get(ri)).map_or(ri as u32, |r| r.rank),
+            collectives: colls,
+            trailing_compute: Vec::new(),
+        });
     }
     if !timed {
         for r in &mut ranks {
@@ -120,7 +129,10 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
         }
     }
     let mut unknown: Vec<UnknownField> = c.source.unknown.clone();
-    unknown.push(UnknownField { field: "device".into(), reason: "a canary replay trace carries host spans rebuilt from the artifact, no device intervals".into() });
+    unknown.push(UnknownField {
+        field: "device".into(),
+        reason: "a canary replay trace carries host spans rebuilt from the artifact, no device intervals".into(),
+    });
     let t = CommTrace {
         format_version: commtrace::COMM_TRACE_FORMAT_VERSION,
         source: TraceSource {

@@ -98,7 +98,12 @@ pub fn synth(events: usize, ranks: u32, seed: u64) -> Result<CommTrace> {
             let start = t + gap;
             c.host_start_ns = Some(start);
             c.host_duration_ns = Some(span);
-            c.compute_before.push(ComputeOp { name: "synthetic_gemm".into(), stream: Some(7), device_start_ns: Some(start - compute), duration_ns: Some(compute) });
+            c.compute_before.push(ComputeOp {
+                name: "synthetic_gemm".into(),
+                stream: Some(7),
+                device_start_ns: Some(start - compute),
+                duration_ns: Some(compute),
+            });
             t = start + span;
             colls.push(c);
         }

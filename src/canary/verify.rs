@@ -16,10 +16,10 @@
 //! (`DIGEST_MISMATCH`, naming it), a source file other than the one the
 //! artifact was compiled from (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its
 //! shape says it is another trace), an output directory that exists.
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
 use crate::canary::{baseline, compile, expand, Assurance};
-use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
 use crate::core::refusal::Code;
 use crate::core::workload::Phase;
 use crate::evidence::commtrace::CommTrace;
@@ -165,7 +165,8 @@ pub fn verify(
     log: &mut dyn std::io::Write,
 ) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
-    let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading source {}", o.source.display()))?;
+    let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES)
+        .with_context(|| format!("reading source {}", o.source.display()))?;
     let t = CommTrace::from_slice(&src_bytes).map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
     let mut arts: Vec<(String, Canary, u64)> = Vec::new();
     for (i, p) in std::iter::once(&o.canary).chain(&o.also).enumerate() {
@@ -255,7 +256,7 @@ pub fn verify(
                 }
             }
         }
-        bare_known_bad = c.known_bad.iter().filter_map(|k| matches!(k, KnownBad::Name(_)).then(|| k.config().to_string())).collect();
+        bare_known_bad = c.known_bad.iter().filter(|&k| matches!(k, KnownBad::Name(_))).map(|k| k.config().to_string()).collect();
         Controls { aa, known_bad: kb }
     });
     let spec_path = o.out.join("verify-spec.toml");
@@ -266,7 +267,14 @@ pub fn verify(
     );
     crate::core::fsutil::write_new_atomic(&spec_path, text.as_bytes())?;
     let campaign_dir = o.out.join("campaign");
-    writeln!(log, "canary verify: {} variants x {} configurations x {} rounds = {} jobs", variants.len(), spec_in.configs.len(), spec.repetitions, variants.len() * spec_in.configs.len() * spec.repetitions as usize)?;
+    writeln!(
+        log,
+        "canary verify: {} variants x {} configurations x {} rounds = {} jobs",
+        variants.len(),
+        spec_in.configs.len(),
+        spec.repetitions,
+        variants.len() * spec_in.configs.len() * spec.repetitions as usize
+    )?;
     run_campaign(&spec_path, &campaign_dir)?;
     // collect
     let (m, manifest_sha) = crate::campaign::chain::load_manifest(&campaign_dir)?;
@@ -327,17 +335,22 @@ pub fn verify(
                 _ => false,
             };
             behaved.push(ok);
-            details.push(format!("known-bad {kb} in {v}: {}", if ok { "behaved (decided slower than every other configuration)" } else { "not decided slower than every other configuration" }));
+            details.push(format!(
+                "known-bad {kb} in {v}: {}",
+                if ok { "behaved (decided slower than every other configuration)" } else { "not decided slower than every other configuration" }
+            ));
         }
     }
     let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details };
     // judge every candidate
     let sfacts = facts(&t);
-    let evidence = format!("measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved", launcher_name(&spec), spec.repetitions);
+    let evidence =
+        format!("measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved", launcher_name(&spec), spec.repetitions);
     let mut verdicts = Vec::new();
     for c in &cands {
         let cf = facts(&c.trace);
-        let mut checks: Vec<Check> = compare::static_checks(&sfacts, &cf, c.artifact.budget.max_relative_error());
+        let mut checks: Vec<Check> = compare::static_checks(&sfacts, &cf);
+        checks.extend(structure_checks(&t, &c.artifact));
         let jobs = measures.get(&c.variant).cloned().unwrap_or_default();
         let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs };
         checks.extend(compare::replay_checks(&p));
@@ -347,7 +360,13 @@ pub fn verify(
                 (Some(agreement), Some(cost))
             }
             Err(e) => {
-                checks.push(Check { name: "ranking".into(), guards: Assurance::BehaviorallyVerified, passed: false, measured: format!("could not be computed: {e:#}"), tolerance: "no contradiction".into() });
+                checks.push(Check {
+                    name: "ranking".into(),
+                    guards: Assurance::BehaviorallyVerified,
+                    passed: false,
+                    measured: format!("could not be computed: {e:#}"),
+                    tolerance: "no contradiction".into(),
+                });
                 (None, None)
             }
         };
@@ -373,7 +392,11 @@ pub fn verify(
             name: "source.unknowns".into(),
             guards: Assurance::HardwareValidated,
             passed: t.unknown.is_empty(),
-            measured: if t.unknown.is_empty() { "the source knows every field".into() } else { format!("the source does not know: {}", t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", ")) },
+            measured: if t.unknown.is_empty() {
+                "the source knows every field".into()
+            } else {
+                format!("the source does not know: {}", t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "))
+            },
             tolerance: "an artifact built over unknowns can never be hardware-validated".into(),
         });
         let state = compare::state_of(&checks, true);
@@ -393,7 +416,8 @@ pub fn verify(
         });
     }
     let canary_state = verdicts.first().map(|v| v.state);
-    let baselines: Vec<&CandidateVerdict> = verdicts.iter().filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline())).collect();
+    let baselines: Vec<&CandidateVerdict> =
+        verdicts.iter().filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline())).collect();
     let failed_checks = |v: &CandidateVerdict| v.checks.iter().filter(|c| !c.passed).count();
     let canary_beats_baselines = (!baselines.is_empty()).then(|| {
         let cv = &verdicts[0];
@@ -415,6 +439,109 @@ pub fn verify(
     };
     crate::core::fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
     Ok(report)
+}
+
+/// Per rank, the slot of every position when the body is walked at the source's counts.
+fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
+    fn go(nodes: &[crate::canary::fold::Node], out: &mut Vec<u32>) {
+        for n in nodes {
+            match n {
+                crate::canary::fold::Node::Op(s) => out.push(*s),
+                crate::canary::fold::Node::Loop { count, body } => {
+                    for _ in 0..*count {
+                        go(body, out);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(&c.body, &mut out);
+    out
+}
+
+/// `structure.lossless`: the body at the source's counts is the source's
+/// identity sequence on every rank; `values.budget`: every stored value is
+/// within the declared budget of the source's values at its positions.
+pub fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
+    let seq = walk_at_source_counts(c);
+    let tm = compile::timings(t);
+    let mut why = None;
+    for (ri, r) in t.ranks.iter().enumerate() {
+        if seq.len() != r.collectives.len() {
+            why = Some(format!("the body at its counts has {} collectives, rank {} of the source {}", seq.len(), r.rank, r.collectives.len()));
+            break;
+        }
+        if let Some(p) = seq.iter().zip(&r.collectives).position(|(s, col)| {
+            c.slots.get(*s as usize).and_then(|sl| sl.ranks.get(ri)).and_then(|rs| c.identities.get(rs.identity as usize)) != Some(&compile::identity_of(col))
+        }) {
+            why = Some(format!("rank {} position {p}: the body's operation is not the source's", r.rank));
+            break;
+        }
+    }
+    let mut out = vec![Check {
+        name: "structure.lossless".into(),
+        guards: Assurance::SourceVerified,
+        passed: why.is_none(),
+        measured: why
+            .clone()
+            .unwrap_or_else(|| format!("the folded body at the source's counts is the source's operation sequence on all {} ranks", t.ranks.len())),
+        tolerance: "exactly the source's sequence".into(),
+    }];
+    if why.is_some() {
+        return out;
+    }
+    let budget = c.budget.max_relative_error();
+    let mut positions: Vec<Vec<usize>> = vec![Vec::new(); c.slots.len()];
+    for (p, s) in seq.iter().enumerate() {
+        positions[*s as usize].push(p);
+    }
+    let mut worst = (0.0f64, String::new());
+    for (si, slot) in c.slots.iter().enumerate() {
+        for (ri, rs) in slot.ranks.iter().enumerate() {
+            for (field, stored, src) in
+                [("gap_ns", &rs.gap_ns, &tm.gap_ns[ri]), ("compute_ns", &rs.compute_ns, &tm.compute_ns[ri]), ("span_ns", &rs.span_ns, &tm.span_ns[ri])]
+            {
+                let mut vals: Vec<u64> = positions[si].iter().filter_map(|&p| src[p]).collect();
+                vals.sort_unstable();
+                let err = match stored {
+                    artifact::Values::Unknown => 0.0,
+                    artifact::Values::Exact(x) => {
+                        let mut x = x.clone();
+                        x.sort_unstable();
+                        if x == vals {
+                            0.0
+                        } else {
+                            f64::INFINITY
+                        }
+                    }
+                    artifact::Values::Histogram(h) => [0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99]
+                        .iter()
+                        .filter_map(|&q| {
+                            let want = *vals.get(((q * vals.len() as f64).ceil() as usize).clamp(1, vals.len().max(1)) - 1)? as f64;
+                            let got = h.quantile(q)? as f64;
+                            Some((got - want).abs() / want.max(1.0))
+                        })
+                        .fold(0.0, f64::max),
+                };
+                if err > worst.0 {
+                    worst = (err, format!("slot {si} rank {} {field}", rs.rank));
+                }
+            }
+        }
+    }
+    out.push(Check {
+        name: "values.budget".into(),
+        guards: Assurance::SourceVerified,
+        passed: worst.0 <= budget + 1e-9,
+        measured: if worst.0 == 0.0 {
+            "every stored value is the source's".into()
+        } else {
+            format!("largest relative error of a stored quantile: {:.3}% ({})", worst.0 * 100.0, worst.1)
+        },
+        tolerance: format!("within the declared budget ({:.3}%)", budget * 100.0),
+    });
+    out
 }
 
 fn launcher_name(s: &CampaignSpec) -> &'static str {
@@ -461,7 +588,14 @@ pub fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<J
 pub fn render(r: &VerifyReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "canary verify: source {} ({} ranks, {} collectives, SHA-256 {})", r.source.path, r.source.world_size, r.source.collectives_per_rank.iter().sum::<u64>(), r.source.file_sha256);
+    let _ = writeln!(
+        s,
+        "canary verify: source {} ({} ranks, {} collectives, SHA-256 {})",
+        r.source.path,
+        r.source.world_size,
+        r.source.collectives_per_rank.iter().sum::<u64>(),
+        r.source.file_sha256
+    );
     let _ = writeln!(s, "  {} configurations x {} rounds on {}; campaign {} (manifest {})", r.configs.len(), r.rounds, r.backend, r.campaign.0, r.campaign.1);
     let _ = writeln!(s, "  evidence: {}", r.evidence);
     match r.controls.behaved {
@@ -497,7 +631,8 @@ pub fn render(r: &VerifyReport) -> String {
                 c.source_rounds.map_or("n/a".into(), |x| x.to_string()),
                 c.candidate_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
                 c.candidate_rounds.map_or("never".into(), |x| x.to_string()),
-                c.source_per_candidate.map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!("{x:.1}x cheaper (source/candidate)"))
+                c.source_per_candidate
+                    .map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!("{x:.1}x cheaper (source/candidate)"))
             );
         }
         let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
@@ -524,7 +659,8 @@ pub fn render(r: &VerifyReport) -> String {
 pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<crate::canary::reduce::Oracle> {
     let rp = dir.join("canary-verify.json");
     let bytes = crate::core::limits::read_bounded(&rp, crate::core::limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
-    let r: VerifyReport = serde_json::from_slice(&bytes).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
+    let r: VerifyReport = serde_json::from_slice(&bytes)
+        .map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
     let sha = crate::core::fsutil::sha256_hex(src_bytes);
     if r.source.file_sha256 != sha {
         crate::refuse!(Code::DigestMismatch, "{} verified a source with SHA-256 {}; {} has {sha}", dir.display(), r.source.file_sha256, src_path.display());
@@ -535,7 +671,8 @@ pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path)
     if !v.complete {
         crate::refuse!(Code::Incomplete, "{}: the campaign does not verify ({} of {} cells)", campaign_dir.display(), v.cells_ok, v.cells_expected);
     }
-    let sel: crate::campaign::chain::Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&campaign_dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
+    let sel: crate::campaign::chain::Selection =
+        serde_json::from_slice(&crate::core::limits::read_bounded(&campaign_dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
     let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
     for e in &sel.entries {
         let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
@@ -548,10 +685,7 @@ pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path)
             lat[ci].entry(format!("{kind} {}B", c.bytes)).or_default().push(worst as f64 / 1e3);
         }
     }
-    let cost_us = lat
-        .into_iter()
-        .map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect())
-        .collect();
+    let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
     let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
     let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml"), &|_| anyhow::bail!("unused")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);

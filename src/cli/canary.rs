@@ -1,7 +1,7 @@
 //! `canary compile|verify|reduce|redact|inspect`, `synth` and `import run`:
 //! arguments and the command functions (the stages are in [`crate::canary`]).
 use crate::canary::artifact::{self, Method};
-use crate::canary::{baseline, compile, reduce, redact, synth, verify};
+use crate::canary::{baseline, compile, redact, reduce, synth, verify};
 use crate::core::refusal::Code;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -158,7 +158,8 @@ pub struct ImportRunArgs {
 
 fn read_trace(p: &Path) -> Result<(crate::evidence::commtrace::CommTrace, Vec<u8>)> {
     let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
-    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
+    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes)
+        .map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
     Ok((t, bytes))
 }
 
@@ -191,7 +192,13 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
     match c {
         CanaryCommand::Compile(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
-            let opts = compile::CompileOptions { lossless: a.lossless, iterations: a.iterations, significant_digits: a.significant_digits, seed: a.seed, source_path: a.trace.display().to_string() };
+            let opts = compile::CompileOptions {
+                lossless: a.lossless,
+                iterations: a.iterations,
+                significant_digits: a.significant_digits,
+                seed: a.seed,
+                source_path: a.trace.display().to_string(),
+            };
             let started = std::time::Instant::now();
             let c = compile::compile(&t, &bytes, &opts)?;
             let took = started.elapsed();
@@ -248,7 +255,16 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             let c = baseline::from_positions(&t, &bytes, &a.trace.display().to_string(), &r.kept, Method::Reduced, r.kept.len() as u64, 1)?;
             let c = artifact::Canary { label: artifact::REDUCED_LABEL.into(), ..c }.seal()?;
             c.write(&a.out)?;
-            writeln!(out, "reduce: {} of {} events kept in {} oracle calls (budget {}{}); passes its oracle: {}", r.kept.len(), n, r.oracle_calls, a.budget, if r.budget_exhausted { ", RAN OUT" } else { "" }, r.passes_oracle)?;
+            writeln!(
+                out,
+                "reduce: {} of {} events kept in {} oracle calls (budget {}{}); passes its oracle: {}",
+                r.kept.len(),
+                n,
+                r.oracle_calls,
+                a.budget,
+                if r.budget_exhausted { ", RAN OUT" } else { "" },
+                r.passes_oracle
+            )?;
             writeln!(out, "decision preserved (measured per-identity latencies of {}): {}", a.from.display(), r.decision)?;
             writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
             eprintln!("wrote {}", a.out.display());

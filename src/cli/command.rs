@@ -56,7 +56,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
                     crate::cli::CampaignCommand::Run { spec: spec.to_path_buf(), output: dir.to_path_buf(), retries: 1, cell_timeout_s: None, reveal: false },
                     &mut log,
                 )
-            })
+            });
         }
         Command::ReplayTrace(a) => {
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;

@@ -11,7 +11,10 @@
 //! rank timed between the previous collective's completion and this issue.
 //! Source names are `PHASE:NAME` so the canary's operation identity keeps
 //! the phase. Refuses a run that does not verify and a phase it did not run.
-use super::{ClockDomain, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup, TraceKind, TraceSource, UnknownField};
+use super::{
+    ClockDomain, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup, TraceKind,
+    TraceSource, UnknownField,
+};
 use crate::core::workload::{Dtype, Phase};
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -24,7 +27,16 @@ pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
         crate::refuse!(Code::BadInput, "{}: the run ran phases {:?}, not {phase}", dir.display(), j.run.workload.phases);
     }
     let first = j.shards.first().context("a verified run has shards")?;
-    let groups: Vec<TraceGroup> = first.header.groups.iter().map(|g| TraceGroup { name: g.id.to_string(), desc: Some(if g.id == 0 { "world".into() } else { format!("group {}", g.id) }), members: g.members.clone() }).collect();
+    let groups: Vec<TraceGroup> = first
+        .header
+        .groups
+        .iter()
+        .map(|g| TraceGroup {
+            name: g.id.to_string(),
+            desc: Some(if g.id == 0 { "world".into() } else { format!("group {}", g.id) }),
+            members: g.members.clone(),
+        })
+        .collect();
     let mut device_seen = false;
     let mut ranks = Vec::with_capacity(j.shards.len());
     for s in &j.shards {
@@ -35,13 +47,22 @@ pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
         let mut colls = Vec::new();
         for e in s.body.collectives.iter().filter(|e| e.phase == phase) {
             let kind_name = serde_json::to_value(e.kind)?.as_str().unwrap_or("all_reduce").to_string();
-            let kind: TraceKind = serde_json::from_value(serde_json::Value::String(kind_name.clone())).with_context(|| format!("collective kind {kind_name}"))?;
+            let kind: TraceKind =
+                serde_json::from_value(serde_json::Value::String(kind_name.clone())).with_context(|| format!("collective kind {kind_name}"))?;
             let dtype = match e.dtype {
                 Dtype::F32 => TraceDtype::F32,
                 Dtype::Bf16 => TraceDtype::Bf16,
             };
             let elems = e.bytes / dtype.size_bytes();
-            let mut c = TraceCollective::new(kind, &format!("{phase}:{}", kind.pytorch_name()), &e.group.to_string(), dtype, (elems, elems), (None, None), (None, None));
+            let mut c = TraceCollective::new(
+                kind,
+                &format!("{phase}:{}", kind.pytorch_name()),
+                &e.group.to_string(),
+                dtype,
+                (elems, elems),
+                (None, None),
+                (None, None),
+            );
             let issue = e.host_issue_ns.saturating_sub(e.injected_delay_ns.unwrap_or(0));
             c.host_start_ns = Some(issue);
             c.host_duration_ns = Some(e.wait_end_ns.saturating_sub(issue));
@@ -74,17 +95,16 @@ pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
     if !device_seen {
         unknown.push(UnknownField { field: "device".into(), reason: "the run measured no device intervals (CPU backend)".into() });
     }
-    let files = j
-        .run
-        .shards
-        .iter()
-        .map(|r| SourceFile { path: dir.join(&r.file).display().to_string(), sha256: r.sha256.clone(), rank: r.rank })
-        .collect();
+    let files = j.run.shards.iter().map(|r| SourceFile { path: dir.join(&r.file).display().to_string(), sha256: r.sha256.clone(), rank: r.rank }).collect();
     let t = CommTrace {
         format_version: super::COMM_TRACE_FORMAT_VERSION,
         source: TraceSource { kind: SourceKind::Run, schema: Some(format!("commcanary run {} phase {phase}", j.run.run_id)), nccl_version: None, files },
         world_size: j.run.world_size,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: "each rank's CLOCK_MONOTONIC as its shard recorded it".into() },
+        clock: TraceClock {
+            domain: ClockDomain::HostPerRank,
+            aligned_across_ranks: false,
+            note: "each rank's CLOCK_MONOTONIC as its shard recorded it".into(),
+        },
         unknown,
         groups,
         ranks,

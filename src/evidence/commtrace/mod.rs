@@ -29,8 +29,8 @@
 //! execution-trace JSON of the communication nodes.
 pub mod cpu_exec;
 pub mod et;
-pub mod from_run;
 pub mod export;
+pub mod from_run;
 pub mod kineto;
 pub mod workload_plan;
 
