@@ -183,6 +183,26 @@ pub trait Backend {
         let _ = (bytes, dtype);
         Err(BackendError::Unsupported("this backend has no all-gather".into()))
     }
+    /// Make the communicators of every group of `trace` and prepare the
+    /// buffers of `colls` (this rank's collectives of an imported trace that
+    /// are not world all-reduces, one pass), so that [`Backend::run_trace_op`]
+    /// can run any of them. Collective over the world: every rank calls it
+    /// at the same point. A backend without a trace executor refuses.
+    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
+        let _ = (trace, colls);
+        Err(BackendError::Unsupported(
+            "this backend runs only the world all-reduces of an imported trace in rank's phases: pass --trace-allreduce-only (the other kinds are then left out and counted), or run every kind with replay-trace".into(),
+        ))
+    }
+    /// Run prepared trace collective `i` (`c`, any kind, on its group) to
+    /// completion on the host: the host returns when its result is in place.
+    /// With `check`, validate it afterwards (the reduction is a sum): `Some`
+    /// names the first wrong element (with `corrupt`, the negative control
+    /// spoils the result first, so the check must fail).
+    fn run_trace_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, check: bool, corrupt: bool) -> BackendResult<Option<String>> {
+        let _ = (i, c, check, corrupt);
+        Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
+    }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
     /// into one graph instead of running it. While capturing, no timing is
     /// recorded and nothing executes.
