@@ -695,10 +695,10 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&key]];
             refuse!(
                 Code::UnmatchedEvent,
-                "unmatched event: group {group} seq {seq}{what} ({} {}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?}",
+                "unmatched event: group {group} seq {seq}{what} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
                 any.phase,
-                any.kind.name(),
-                any.bytes
+                any.bytes,
+                any.kind.name()
             );
         }
         let first_rank = members[0];
