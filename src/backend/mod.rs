@@ -80,10 +80,11 @@ impl BackendPlan {
     }
 
     /// What `spec` needs when its traced phases walk `trace`, whose
-    /// collectives may be larger than the workload's own.
+    /// all-reduces may be larger than the workload's own (its other
+    /// collectives have their own buffers, [`Backend::prepare_trace_ops`]).
     pub fn for_spec_and_trace(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> Self {
         let mut p = Self::for_spec(spec);
-        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().map(|e| e.bytes).max()).unwrap_or(0));
+        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
         p
     }
 

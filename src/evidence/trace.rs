@@ -16,14 +16,20 @@
 //! kernels' durations, at most the gap), which `fill` and `overlap` re-create
 //! as calibrated compute. The first collective of a pass has no earlier one
 //! to measure a gap from: its gap and its compute are the compute the trace
-//! recorded before it (0 where none), so every pass re-creates all of it. The phases issue sum all-reduces
-//! on the world communicator, so it refuses what they cannot run as
-//! recorded: another kind (unless left out, counted, with
-//! `--trace-allreduce-only`), a group that is not the whole world in rank
-//! order, another world size, another dtype than f32/bf16, a trace without
-//! times (an execution trace). The trace does not record the reduction (nor
-//! do NCCL's kernel names show it): the phases run sums. `replay-trace` runs
-//! every kind on every group.
+//! recorded before it (0 where none), so every pass re-creates all of it.
+//! Every kind runs on the group the trace names: an all-reduce of a group
+//! that is the whole world in rank order through the backend's world
+//! all-reduce (shard group 0), every other collective as a [`TraceOp`] for
+//! the backend's trace executor, on shard group `1 + the trace group's
+//! position` with its ordered members, root and peer ([`TraceOps`]). With
+//! `--trace-allreduce-only` only the all-reduces run (each on the whole world
+//! in rank order), the other kinds left out and counted. Refuses what the
+//! phases cannot run as recorded: another world size, another dtype than
+//! f32/bf16, a trace without times (an execution trace), and with
+//! `--trace-allreduce-only` an all-reduce of a sub-group. The trace does not
+//! record the reduction (nor do NCCL's kernel names show it): the phases run
+//! sums. The phase record's origin counts, per kind, what ran and what was
+//! left out per pass, with dtypes and sizes.
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
 use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin};

@@ -6,6 +6,10 @@
 //! Refuses: a trace-consuming phase without a source trace, and any collective
 //! whose validated result is wrong (the error names rank, phase and sequence:
 //! a fast configuration that computes the wrong answer must never be ranked).
+//! An imported trace's collectives other than world all-reduces (every kind,
+//! on the trace's groups) run through [`Backend::run_trace_op`], prepared
+//! once before the first trace phase; a backend without a trace executor
+//! refuses, and graph mode refuses them.
 //!
 //! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
 //! *stream dependency* (later device work cannot pass an event), *device
@@ -896,7 +900,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(crate::evidence::shard::GraphRun { collectives_per_token, gemms_per_token, launches, timing, checked })
     }
 
-    /// Replay, fill, overlap and the ablations: walk the source trace.
+    /// Replay, fill, overlap and the ablations: walk the source trace (an
+    /// entry with a [`TraceOp`] through [`Self::trace_op`], its overlap
+    /// compute or host-delay spin before it).
     fn traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: Option<u64>) -> Result<()> {
         let mut residual_ns: i64 = 0;
         let mut prev_end = self.clock.now_ns();
