@@ -638,6 +638,13 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
         assert!(mine.iter().filter(|c| c["kind"] == "send").all(|c| c["members"] == serde_json::json!([0, 1]) && c["ranks"].as_array().unwrap().len() == 2));
         assert!(mine.iter().filter(|c| c["kind"] == "broadcast").all(|c| c["root"] == 0));
     }
+    // the Perfetto export names each kind, with its group and root or peer
+    let chrome = d.path().join("chrome.json");
+    ok(&cc(&["export", "chrome", s(&run), "-o", s(&chrome)]));
+    let exported = std::fs::read_to_string(&chrome).unwrap();
+    for name in ["\"allreduce 65536B", "\"all_gather 2097152B", "\"reduce_scatter 8388608B", "\"broadcast 2097152B", "\"send 8192B", "\"recv 8192B"] {
+        assert!(exported.contains(name), "{name} not in the export");
+    }
     // join refuses a kind that differs between the members, and a receive that became a send
     let tampered = |name: &str, change: &dyn Fn(&mut commcanary::evidence::shard::CollectiveEvent) -> bool| -> PathBuf {
         let to = d.path().join(name);
