@@ -694,3 +694,37 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
     let err = assert_refused(&cc(&["join", s(&r)]), "IDENTITY_MISMATCH");
     assert!(err.contains("broadcast root 0") && err.contains("broadcast root 1"), "{err}");
 }
+
+/// Negative control: a spoiled result of a kind other than the world
+/// all-reduce (`--fault wrong-sum`, here on the first checked all-gather of
+/// a copy of the fixture without its all-reduces) fails the job, naming the
+/// rank, phase, group and kind; without the fault the same run passes.
+#[test]
+fn a_wrong_result_of_another_kind_fails_the_rank_phases() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    let mut t = import_ok("kineto", &[&files[0], &files[1]], &k);
+    for r in t["ranks"].as_array_mut().unwrap() {
+        r["collectives"].as_array_mut().unwrap().retain(|c| c["kind"] != "all_reduce");
+    }
+    let no_allreduce = write(d.path(), "no-allreduce.json", &t);
+    let args = |out: &Path, fault: bool| -> Vec<String> {
+        let mut a: Vec<String> = ["rank", "-q", "--backend", "cpu", "--phases", "replay", "--trace", s(&no_allreduce), "--tokens", "1", "--warmup-tokens", "0"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        a.extend(["--check", "5", "--out", s(out)].map(String::from));
+        if fault {
+            a.extend(["--fault", "wrong-sum:1"].map(String::from));
+        }
+        a
+    };
+    let good = args(&d.path().join("good"), false);
+    ok(&mpirun(2, &good.iter().map(String::as_str).collect::<Vec<_>>()));
+    let bad = args(&d.path().join("bad"), true);
+    let o = mpirun(2, &bad.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("result check failed on rank 1, phase replay, group 1 seq 0 (all_gather"), "{err}");
+}
