@@ -380,6 +380,89 @@ mod tests {
         assert!(!first_key_is_comm_trace("[1, 2]"));
     }
 
+    /// A 4-rank trace: tensor-parallel groups of 2 and the world. Rank 0
+    /// records an all-reduce on its TP group, one on the world and a
+    /// broadcast from rank 0 on the world, each 1 µs after the previous.
+    fn four_rank_trace() -> crate::evidence::commtrace::CommTrace {
+        use crate::evidence::commtrace::*;
+        let groups = vec![
+            TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members: vec![0, 1, 2, 3] },
+            TraceGroup { name: "tp0".into(), desc: None, members: vec![0, 1] },
+            TraceGroup { name: "tp1".into(), desc: None, members: vec![2, 3] },
+        ];
+        let ranks = (0..4u32)
+            .map(|r| {
+                let tp = if r < 2 { "tp0" } else { "tp1" };
+                let mut colls = vec![
+                    TraceCollective::new(TraceKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, (8, 8), (None, None), (None, None)),
+                    TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (4, 4), (None, None), (None, None)),
+                    TraceCollective::new(TraceKind::Broadcast, "broadcast", "0", TraceDtype::F32, (16, 16), (None, None), (Some(0), None)),
+                ];
+                for (i, c) in colls.iter_mut().enumerate() {
+                    c.host_start_ns = Some(1_000 * (i as u64 + 1));
+                    c.host_duration_ns = Some(100);
+                }
+                RankTrace { rank: r, collectives: colls, trailing_compute: vec![] }
+            })
+            .collect();
+        CommTrace {
+            format_version: COMM_TRACE_FORMAT_VERSION,
+            source: TraceSource { kind: SourceKind::Kineto, schema: None, nccl_version: None, files: vec![] },
+            world_size: 4,
+            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
+            unknown: vec![],
+            groups,
+            ranks,
+        }
+    }
+
+    #[test]
+    fn every_kind_runs_on_its_group_and_world_allreduces_stay_on_group_0() {
+        let t = four_rank_trace();
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 2, 4, (1, 2), false).unwrap();
+        // 3 passes of 3 collectives
+        assert_eq!(st.entries.len(), 9);
+        let e = &st.entries[..3];
+        // the TP all-reduce on the trace's group "tp1" (position 2: shard group 3), the world one through the backend
+        assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
+        assert_eq!(e[1].op, None);
+        assert_eq!((e[1].bytes, e[1].dtype), (8, crate::evidence::shard::Dtype::Bf16));
+        assert_eq!(e[2].op.map(|o| (o.kind, o.group, o.root, o.index)), Some((CollectiveKind::Broadcast, 1, Some(0), 1)));
+        assert_eq!((e[2].bytes, e[2].dtype), (64, crate::evidence::shard::Dtype::F32));
+        assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
+        let ops = st.ops.as_ref().unwrap();
+        assert_eq!(ops.colls.len(), 2);
+        let groups: Vec<(u32, Vec<u32>, Option<String>)> = ops.groups.iter().map(|g| (g.id, g.members.clone(), g.name.clone())).collect();
+        assert_eq!(groups, vec![(1, vec![0, 1, 2, 3], Some("0".into())), (3, vec![2, 3], Some("tp1".into()))]);
+        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!("{:?}", st.origin) };
+        assert_eq!((*collectives_per_pass, *left_out_per_pass), (3, 0));
+        let counts: Vec<(CollectiveKind, u32, u32, Vec<u64>)> =
+            kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass, k.sizes_bytes.clone())).collect();
+        assert_eq!(counts, vec![(CollectiveKind::AllReduce, 2, 0, vec![8, 16]), (CollectiveKind::Broadcast, 1, 0, vec![64])]);
+    }
+
+    #[test]
+    fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
+        let mut t = four_rank_trace();
+        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
+        for r in &mut t.ranks {
+            r.collectives.remove(0);
+        }
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
+        assert!(st.ops.is_none() && st.entries.iter().all(|e| e.op.is_none()));
+        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!() };
+        assert_eq!((*collectives_per_pass, *left_out_per_pass), (1, 1));
+        assert_eq!(
+            kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass)).collect::<Vec<_>>(),
+            vec![(CollectiveKind::AllReduce, 1, 0), (CollectiveKind::Broadcast, 0, 1)]
+        );
+        // another dtype than f32/bf16 is refused with every kind too
+        t.ranks[0].collectives[1].dtype = crate::evidence::commtrace::TraceDtype::F16;
+        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap_err().to_string();
+        assert!(e.contains("broadcast #0") && e.contains("F16"), "{e}");
+    }
+
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
         let e = |t| GapEntry {
