@@ -269,10 +269,11 @@ pub fn comm_trace_entries(
             TraceDtype::Bf16 => Dtype::Bf16,
             other => {
                 return refuse(format!(
-                    "{} #{} on group {:?} is {other:?}; the phases run f32 or bf16 collectives (replay-trace runs every dtype)",
+                    "{} #{} on group {:?} is {}; the phases run f32 or bf16 collectives (replay-trace runs every dtype)",
                     c.kind.name(),
                     c.seq,
-                    c.group
+                    c.group,
+                    other.name()
                 ))
             }
         };
@@ -460,7 +461,7 @@ mod tests {
         // another dtype than f32/bf16 is refused with every kind too
         t.ranks[0].collectives[1].dtype = crate::evidence::commtrace::TraceDtype::F16;
         let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap_err().to_string();
-        assert!(e.contains("broadcast #0") && e.contains("F16"), "{e}");
+        assert!(e.contains("broadcast #0") && e.contains("is f16"), "{e}");
     }
 
     #[test]
