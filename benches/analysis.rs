@@ -49,6 +49,7 @@ fn input(tie: TiePolicy) -> AnalysisInput {
             workload: "synthetic".into(),
             replay_semantics: "synthetic".into(),
             not_represented: vec![],
+            trace: None,
         },
     }
 }

@@ -346,6 +346,25 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
         }
     }
     assert_eq!(shards, 2 * 2 * 2, "2 configurations x 2 rounds x 2 ranks");
+    // the report says what ran: the trace, its digest, the all-reduces run and the kinds left out, not the synthetic sizes
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("report/report.json")).unwrap()).unwrap();
+    let c = &r["context"];
+    assert_eq!((c["trace"]["file"].as_str(), c["trace"]["sha256"].as_str()), (Some("tp2.comm.json"), Some(frozen.as_str())), "{c}");
+    let kinds = c["trace"]["kinds"].as_array().unwrap();
+    let kind = |k: &str| kinds.iter().find(|x| x["kind"] == k).unwrap_or_else(|| panic!("{k} missing from {kinds:?}"));
+    assert_eq!((&kind("all_reduce")["run_per_pass_by_rank"], &kind("all_reduce")["dtypes"]), (&serde_json::json!([32, 32]), &serde_json::json!(["bf16"])));
+    assert_eq!(kind("all_reduce")["sizes_bytes"], serde_json::json!([65536]));
+    // 2 configurations x 2 rounds x 2 phases x 2 timed passes x 32
+    assert_eq!(kind("all_reduce")["joined_operations"], 512);
+    for k in ["all_gather", "reduce_scatter", "broadcast", "all_to_all"] {
+        assert_eq!((&kind(k)["run_per_pass_by_rank"], &kind(k)["left_out_per_pass_by_rank"]), (&serde_json::json!([0, 0]), &serde_json::json!([1, 1])), "{k}");
+    }
+    assert_eq!(kind("send")["left_out_per_pass_by_rank"], serde_json::json!([1, 0]));
+    let workload = c["workload"].as_str().unwrap();
+    assert!(workload.contains("tp2.comm.json") && workload.contains(frozen.as_str()) && !workload.contains("all-reduce sizes"), "{workload}");
+    let not_represented: Vec<&str> = c["not_represented"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(not_represented.iter().any(|x| x.contains("left out") && x.contains("all_gather 1")), "{not_represented:?}");
+    assert!(!not_represented.iter().any(|x| x.contains("float32") || x.contains("message sizes outside")), "{not_represented:?}");
     // a missing trace is refused at plan, naming the file
     let bad = t.path().join("bad.toml");
     std::fs::write(&bad, std::fs::read_to_string(&sp).unwrap().replace("tp2.comm.json", "missing.json")).unwrap();
@@ -356,8 +375,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     for (i, (from, to, needle)) in [
         ("phases = \"replay,fill\"", "phases = \"isolated\"", "has none of them"),
         ("extra_args = [", "extra_args = [\"--trace\", \"x.jsonl\", ", "name the trace once"),
-        // what every job would refuse is refused at plan: the fixture's other kinds
-        ("\"--trace-allreduce-only\", ", "", "--trace-allreduce-only"),
+        // what every job would refuse is refused at plan: the fixture's other kinds on the cuda backend
+        ("backend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 5\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n[workload]\nphases = \"replay,fill\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\ntrace = \"tp2.comm.json\"\nextra_args = [\"--trace-allreduce-only\", ", "backend = \"cuda\"\nranks = 2\nrepetitions = 2\nseed = 5\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n[workload]\nphases = \"replay,fill\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\ntrace = \"tp2.comm.json\"\nextra_args = [", "--trace-allreduce-only"),
     ]
     .into_iter()
     .enumerate()
@@ -433,4 +452,73 @@ fn cells_that_walked_different_trace_files_are_refused() {
     assert_refused(&o, "INCOMPLETE");
     let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(all.contains("no trace file") && all.contains("compared on different workloads"), "{all}");
+}
+
+/// `examples/cpu-trace-tp2.toml`, shortened: a CPU campaign over the
+/// imported PyTorch fixture under `mpirun -n 2` ranks its configurations on
+/// every collective kind of the trace, and its report names the trace, its
+/// SHA-256 and every kind run.
+#[test]
+fn example_cpu_trace_campaign_ranks_every_kind() {
+    let t = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let fixture = |r: u32| format!("{root}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz");
+    let k = t.path().join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", k.to_str().unwrap()]));
+    let example = std::fs::read_to_string(format!("{root}/examples/cpu-trace-tp2.toml")).unwrap();
+    let short = example
+        .replace("trace = \"../out/tp2.comm.json\"", "trace = \"tp2.comm.json\"")
+        .replace("repetitions = 3", "repetitions = 2")
+        .replace("tokens = 4", "tokens = 2");
+    assert_ne!(short, example);
+    assert!(short.contains("trace = \"tp2.comm.json\"") && short.contains("repetitions = 2") && short.contains("tokens = 2"));
+    let sp = t.path().join("cpu-trace-tp2.toml");
+    std::fs::write(&sp, short).unwrap();
+    let d = t.path().join("c");
+    let text = ok(&cc_root(&["campaign", "run", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
+    assert!(text.contains("== analyze"), "{text}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("report/report.json")).unwrap()).unwrap();
+    // every configuration ranked in every trace phase
+    for phase in ["replay", "fill", "overlap"] {
+        let p = r["phases"].as_array().unwrap().iter().find(|p| p["phase"] == phase).unwrap_or_else(|| panic!("no {phase}"));
+        let mut ranks: Vec<u64> = p["rows"].as_array().unwrap().iter().map(|x| x["rank"].as_u64().unwrap()).collect();
+        ranks.sort_unstable();
+        assert_eq!(ranks, vec![1, 2, 3], "{phase}");
+    }
+    let sha = commcanary::core::fsutil::sha256_file(&k).unwrap();
+    let c = &r["context"]["trace"];
+    assert_eq!((c["file"].as_str(), c["sha256"].as_str(), c["passes"].as_u64()), (Some("tp2.comm.json"), Some(sha.as_str()), Some(2)), "{c}");
+    let kinds = c["kinds"].as_array().unwrap();
+    let expect = [
+        ("all_reduce", [32, 32]),
+        ("all_gather", [1, 1]),
+        ("reduce_scatter", [1, 1]),
+        ("broadcast", [1, 1]),
+        ("all_to_all", [1, 1]),
+        ("send", [1, 0]),
+        ("recv", [0, 1]),
+    ];
+    assert_eq!(kinds.len(), expect.len(), "{kinds:?}");
+    for (kind, per_rank) in expect {
+        let x = kinds.iter().find(|x| x["kind"] == kind).unwrap_or_else(|| panic!("{kind} missing from {kinds:?}"));
+        assert_eq!((&x["run_per_pass_by_rank"], &x["left_out_per_pass_by_rank"]), (&serde_json::json!(per_rank), &serde_json::json!([0, 0])), "{kind}");
+        // 3 configurations x 2 rounds x 3 phases x 2 timed passes, each operation once (a receive joined with its send)
+        let joined = if kind == "recv" { 0 } else { per_rank.iter().max().unwrap() * 3 * 2 * 3 * 2 };
+        assert_eq!(x["joined_operations"], joined, "{kind}");
+    }
+    assert_eq!(kinds.iter().find(|x| x["kind"] == "reduce_scatter").unwrap()["dtypes"], serde_json::json!(["f32"]));
+    let workload = r["context"]["workload"].as_str().unwrap();
+    assert!(workload.contains(&sha) && workload.contains("left out per pass: none"), "{workload}");
+    for kind in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send"] {
+        assert!(workload.contains(kind), "{kind}: {workload}");
+    }
+    // and every shard holds events of every kind of its rank
+    for run in std::fs::read_dir(d.join("runs")).unwrap().map(|e| e.unwrap().path()) {
+        for rank in 0..2u32 {
+            let s = commcanary::evidence::shard::Shard::read(&run.join(format!("rank-0000{rank}.shard"))).unwrap();
+            let got: std::collections::BTreeSet<&str> = s.body.collectives.iter().map(|e| e.kind.name()).collect();
+            let want: std::collections::BTreeSet<&str> = expect.iter().filter(|(_, n)| n[rank as usize] > 0).map(|(k, _)| *k).collect();
+            assert_eq!(got, want, "{}", run.display());
+        }
+    }
 }

@@ -488,26 +488,16 @@ fn replay_with_cupti_on_the_cpu_backend_is_refused() {
     assert!(!d.path().join("r").exists());
 }
 
-/// `rank --trace` on an imported trace: the phases walk each rank's own
-/// all-reduces once per token, paced by the recorded gaps (replay) or with
-/// the recorded compute re-created (fill, overlap); other kinds are refused
-/// unless left out, and then counted in the shard.
+/// `rank --trace` on an imported trace with `--trace-allreduce-only`: the
+/// phases walk each rank's own all-reduces once per token, paced by the
+/// recorded gaps (replay) or with the recorded compute re-created (fill,
+/// overlap); the other kinds are left out and counted in the shard.
 #[test]
 fn imported_trace_drives_the_rank_phases_on_cpu() {
     let d = tempfile::tempdir().unwrap();
     let files = fixture_files("kineto");
     let k = d.path().join("k.json");
     let t = import_ok("kineto", &[&files[0], &files[1]], &k);
-    let base =
-        ["rank", "-q", "--backend", "cpu", "--phases", "replay,fill,overlap", "--trace", s(&k), "--dtype", "bf16", "--tokens", "2", "--warmup-tokens", "1"];
-    // the fixture's FSDP step has kinds the phases do not issue
-    let refused_dir = d.path().join("refused");
-    let mut args = base.to_vec();
-    args.extend(["--out", s(&refused_dir)]);
-    let err = assert_refused(&mpirun(2, &args), "BAD_INPUT");
-    assert!(err.contains("1 all_gather") && err.contains("1 all_to_all") && err.contains("--trace-allreduce-only"), "{err}");
-    // refused before any run directory was made
-    assert!(std::fs::read_dir(&refused_dir).map_or(true, |mut d| d.next().is_none()), "a refused run left files in {}", refused_dir.display());
     let run = run_rank_with(
         2,
         &d.path().join("ok"),
@@ -577,4 +567,164 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
 
 fn phase_of<'a>(summary: &'a Value, name: &str) -> &'a Value {
     phase(summary, name)
+}
+
+/// Without `--trace-allreduce-only` the phases run every collective of the
+/// imported trace: the fixture's 32 all-reduces on the world and its FSDP
+/// step (all-gather, f32 reduce-scatter, broadcast from rank 0, all-to-all,
+/// a send from rank 0 to rank 1) on the trace's group "0", each recorded
+/// with its kind, group, root or peer, checked where `--check` asks, and
+/// joined across ranks (a send with its receive); `join` refuses a shard
+/// whose kind or pairing disagrees.
+#[test]
+fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    let t = import_ok("kineto", &[&files[0], &files[1]], &k);
+    let run = run_rank_with(
+        2,
+        &d.path().join("ok"),
+        &["--backend", "cpu", "--phases", "replay,fill,overlap", "--trace", s(&k), "--dtype", "bf16", "--tokens", "2", "--warmup-tokens", "1", "--check", "40"],
+    );
+    let kinds = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"];
+    for rank in 0..2usize {
+        let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
+        assert_eq!(shard["header"]["format_version"], 6);
+        let groups = shard["header"]["groups"].as_array().unwrap();
+        assert!(groups.iter().any(|g| g["id"] == 1 && g["name"] == "0" && g["members"] == serde_json::json!([0, 1])), "{groups:?}");
+        let recorded = t["ranks"][rank]["collectives"].as_array().unwrap();
+        assert_eq!(recorded.len(), 37);
+        for p in shard["header"]["phases"].as_array().unwrap() {
+            let o = &p["trace"]["Imported"];
+            assert_eq!((o["collectives_per_pass"].as_u64(), o["left_out_per_pass"].as_u64()), (Some(37), Some(0)), "{p}");
+            for c in o["kinds"].as_array().unwrap() {
+                let n = recorded.iter().filter(|r| r["kind"] == c["kind"]).count() as u64;
+                assert_eq!((c["run_per_pass"].as_u64(), c["left_out_per_pass"].as_u64()), (Some(n), Some(0)), "{c}");
+            }
+        }
+        let colls = shard["body"]["collectives"].as_array().unwrap();
+        for phase in ["replay", "fill", "overlap"] {
+            let mine: Vec<&Value> = colls.iter().filter(|c| c["phase"] == phase).collect();
+            // 1 warm-up + 2 timed passes of the rank's 37 collectives, in the trace's order
+            assert_eq!(mine.len(), 3 * 37, "{phase}");
+            for (i, c) in mine.iter().enumerate() {
+                let r = &recorded[i % 37];
+                assert_eq!(c["kind"], r["kind"], "{phase} #{i}");
+                assert_eq!(c["group"].as_u64(), Some(if r["kind"] == "all_reduce" { 0 } else { 1 }), "{phase} #{i}");
+                assert_eq!((&c["root"], &c["peer"]), (&r["root"], &r["peer"]), "{phase} #{i}");
+            }
+            for kind in kinds {
+                let n = recorded.iter().filter(|r| r["kind"] == kind).count();
+                assert_eq!(mine.iter().filter(|c| c["kind"] == kind).count(), 3 * n, "{phase} {kind}");
+            }
+            // --check 40: the first 40 timed collectives with a result on this rank (a send's is its receiver's), so all of the first timed pass's
+            let checked: Vec<&&Value> = mine.iter().filter(|c| c["checked"] == true).collect();
+            assert_eq!(checked.len(), 40, "{phase}");
+            assert!(checked.iter().all(|c| c["warmup"] == false && c["kind"] != "send"), "{phase}");
+            assert!(mine.iter().filter(|c| c["token"] == 1 && c["kind"] != "send").all(|c| c["checked"] == true), "{phase}");
+        }
+        assert!(shard["header"]["checks"].as_array().unwrap().iter().all(|c| c["wrong_elements"] == 0));
+    }
+    // joined: each kind once per operation, the send with its receive
+    let events = d.path().join("events.jsonl");
+    ok(&cc(&["join", s(&run), "--events-out", s(&events)]));
+    let joined: Vec<Value> = std::fs::read_to_string(&events).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for phase in ["replay", "fill", "overlap"] {
+        let mine: Vec<&Value> = joined.iter().filter(|c| c["phase"] == phase && c["warmup"] == false).collect();
+        for (kind, n) in [("all_reduce", 64), ("all_gather", 2), ("reduce_scatter", 2), ("broadcast", 2), ("all_to_all", 2), ("send", 2), ("recv", 0)] {
+            assert_eq!(mine.iter().filter(|c| c["kind"] == kind).count(), n, "{phase} {kind}");
+        }
+        assert!(mine.iter().filter(|c| c["kind"] == "send").all(|c| c["members"] == serde_json::json!([0, 1]) && c["ranks"].as_array().unwrap().len() == 2));
+        assert!(mine.iter().filter(|c| c["kind"] == "broadcast").all(|c| c["root"] == 0));
+    }
+    // the Perfetto export names each kind, with its group and root or peer
+    let chrome = d.path().join("chrome.json");
+    ok(&cc(&["export", "chrome", s(&run), "-o", s(&chrome)]));
+    let exported = std::fs::read_to_string(&chrome).unwrap();
+    for name in ["\"allreduce 65536B", "\"all_gather 2097152B", "\"reduce_scatter 8388608B", "\"broadcast 2097152B", "\"send 8192B", "\"recv 8192B"] {
+        assert!(exported.contains(name), "{name} not in the export");
+    }
+    // join refuses a kind that differs between the members, and a receive that became a send
+    let tampered = |name: &str, change: &dyn Fn(&mut commcanary::evidence::shard::CollectiveEvent) -> bool| -> PathBuf {
+        let to = d.path().join(name);
+        std::fs::create_dir(&to).unwrap();
+        for e in std::fs::read_dir(&run).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+        let p = to.join("rank-00001.shard");
+        let mut sh = commcanary::evidence::shard::Shard::read(&p).unwrap();
+        // the first event that `change` changes
+        assert!(sh.body.collectives.iter_mut().any(change), "an event to change");
+        let bytes = sh.encode().unwrap();
+        std::fs::write(&p, &bytes).unwrap();
+        let rp = to.join("run.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&rp).unwrap()).unwrap();
+        v["shards"][1]["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+        std::fs::write(&rp, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        to
+    };
+    use commcanary::evidence::shard::CollectiveKind as K;
+    let r = tampered("kind", &|e| {
+        let hit = e.kind == K::AllGather;
+        if hit {
+            e.kind = K::AllToAll;
+        }
+        hit
+    });
+    let err = assert_refused(&cc(&["join", s(&r)]), "IDENTITY_MISMATCH");
+    assert!(err.contains("group 1 seq 0") && err.contains("all_gather") && err.contains("all_to_all"), "{err}");
+    let r = tampered("p2p", &|e| {
+        let hit = e.kind == K::Recv;
+        if hit {
+            e.kind = K::Send;
+        }
+        hit
+    });
+    let err = assert_refused(&cc(&["join", s(&r)]), "UNMATCHED_EVENT");
+    assert!(err.contains("(rank 0 to rank 1)") || err.contains("(rank 1 to rank 0)"), "{err}");
+    let r = tampered("root", &|e| {
+        let hit = e.kind == K::Broadcast;
+        if hit {
+            e.root = Some(1);
+        }
+        hit
+    });
+    let err = assert_refused(&cc(&["join", s(&r)]), "IDENTITY_MISMATCH");
+    assert!(err.contains("broadcast root 0") && err.contains("broadcast root 1"), "{err}");
+}
+
+/// Negative control: a spoiled result of a kind other than the world
+/// all-reduce (`--fault wrong-sum`, here on the first checked all-gather of
+/// a copy of the fixture without its all-reduces) fails the job, naming the
+/// rank, phase, group and kind; without the fault the same run passes.
+#[test]
+fn a_wrong_result_of_another_kind_fails_the_rank_phases() {
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let k = d.path().join("k.json");
+    let mut t = import_ok("kineto", &[&files[0], &files[1]], &k);
+    for r in t["ranks"].as_array_mut().unwrap() {
+        r["collectives"].as_array_mut().unwrap().retain(|c| c["kind"] != "all_reduce");
+    }
+    let no_allreduce = write(d.path(), "no-allreduce.json", &t);
+    let args = |out: &Path, fault: bool| -> Vec<String> {
+        let mut a: Vec<String> = ["rank", "-q", "--backend", "cpu", "--phases", "replay", "--trace", s(&no_allreduce), "--tokens", "1", "--warmup-tokens", "0"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        a.extend(["--check", "5", "--out", s(out)].map(String::from));
+        if fault {
+            a.extend(["--fault", "wrong-sum:1"].map(String::from));
+        }
+        a
+    };
+    let good = args(&d.path().join("good"), false);
+    ok(&mpirun(2, &good.iter().map(String::as_str).collect::<Vec<_>>()));
+    let bad = args(&d.path().join("bad"), true);
+    let o = mpirun(2, &bad.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("result check failed on rank 1, phase replay, group 1 seq 0 (all_gather"), "{err}");
 }

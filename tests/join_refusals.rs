@@ -121,3 +121,24 @@ fn inspect_prints_shards_and_records_and_refuses_garbage() {
     let o = cc(&["inspect", g.to_str().unwrap()]);
     assert!(assert_refused(&o, "BAD_FORMAT").contains("neither a CommCanary shard nor a JSON record"));
 }
+
+/// A run written before shard format 6 (format 5: all-reduces only, no
+/// root, peer or per-kind counts) still verifies, joins and inspects.
+#[test]
+fn a_format_5_run_still_joins() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/shard-v5");
+    let text = ok(&cc(&["join", run.to_str().unwrap()]));
+    assert!(text.contains("2 ranks, 32 joined collectives, every shard hash verified"), "{text}");
+    for r in 0..2 {
+        let s = Shard::read(&run.join(format!("rank-0000{r}.shard"))).unwrap();
+        assert_eq!(s.header.format_version, 5);
+        assert_eq!(s.body.collectives.len(), 32);
+        assert!(s.body.collectives.iter().all(|e| e.kind == commcanary::evidence::shard::CollectiveKind::AllReduce && e.root.is_none() && e.peer.is_none()));
+        match &s.header.phases[0].trace {
+            Some(commcanary::evidence::shard::TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
+                assert_eq!((*collectives_per_pass, *left_out_per_pass, kinds.len()), (32, 5, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

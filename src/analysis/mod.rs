@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 /// 3: P(best)/P(worst) share ties within the minimum effect, half-Cauchy prior on the spread;
 /// 4: a phase's pair intervals are simultaneous, Bonferroni–Dunn over its pairs, and the controls read them;
 /// P(best)/P(worst) put prior mass 1/2 on "all configurations the same").
-pub const REPORT_FORMAT_VERSION: u32 = 4;
+pub const REPORT_FORMAT_VERSION: u32 = 5;
 
 pub use crate::analysis::inference::COVERAGE;
 
@@ -143,6 +143,49 @@ pub struct ClaimContext {
     pub replay_semantics: String,
     /// Dimensions the campaign did not vary or represent.
     pub not_represented: Vec<String>,
+    /// A campaign whose phases walked an imported trace: which trace, and
+    /// what of it ran, from the selected jobs' shards (format 5; absent for
+    /// other campaigns and in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceClaim>,
+}
+
+/// What a trace campaign ran of its imported trace, from its shards.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TraceClaim {
+    /// The trace file as the spec names it (`workload.trace`).
+    pub file: String,
+    /// SHA-256 of the trace every selected job's phases walked (their shards' record).
+    pub sha256: String,
+    /// Timed passes (tokens) per job.
+    pub passes: u32,
+    /// Warm-up passes per job, excluded from every statistic.
+    pub warmup_passes: u32,
+    /// Phases that walked it.
+    pub phases: Vec<crate::core::workload::Phase>,
+    /// The trace's collectives left out per pass, by rank (`--trace-allreduce-only`).
+    pub left_out_per_pass_by_rank: Vec<u32>,
+    /// Per collective kind of the trace.
+    pub kinds: Vec<TraceKindClaim>,
+}
+
+/// One collective kind of a trace campaign's trace.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TraceKindClaim {
+    /// Kind.
+    pub kind: crate::evidence::shard::CollectiveKind,
+    /// Collectives of this kind each rank ran per pass, by rank.
+    pub run_per_pass_by_rank: Vec<u32>,
+    /// Collectives of this kind each rank left out per pass, by rank.
+    pub left_out_per_pass_by_rank: Vec<u32>,
+    /// Element types the trace records for it.
+    pub dtypes: Vec<crate::evidence::commtrace::TraceDtype>,
+    /// Input sizes the trace records for it, bytes, ascending.
+    pub sizes_bytes: Vec<u64>,
+    /// Operations of this kind joined across ranks in the selected jobs'
+    /// trace phases, timed passes only, summed over jobs (a send and its
+    /// receive are one operation).
+    pub joined_operations: u64,
 }
 
 /// The whole input.
@@ -1293,6 +1336,7 @@ mod tests {
                 workload: "w".into(),
                 replay_semantics: "r".into(),
                 not_represented: vec!["x".into()],
+                trace: None,
             },
         }
     }

@@ -46,6 +46,9 @@ pub struct CpuBackend {
     mem_dst: Vec<u8>,
     /// A wait longer than this fails the job (a stopped or dead peer), if set.
     timeout: Option<std::time::Duration>,
+    /// An imported trace's collectives other than world all-reduces, on
+    /// sub-communicators of `comm` (`replay-trace`'s executor).
+    trace_exec: Option<crate::evidence::commtrace::cpu_exec::CpuTraceExec>,
 }
 
 impl Drop for CpuBackend {
@@ -112,6 +115,7 @@ impl CpuBackend {
             mem_src: vec![1u8; mb],
             mem_dst: vec![0u8; mb],
             timeout: None,
+            trace_exec: None,
         })
     }
 
@@ -287,6 +291,30 @@ impl Backend for CpuBackend {
                 super::verify_sum(&widened, dtype, self.world_size)
             }
         })
+    }
+
+    /// The groups become sub-communicators of this backend's duplicate of
+    /// the world (`MPI_Comm_split`, members in the trace's order), the kinds
+    /// `replay-trace`'s MPI calls (blocking: they are complete when
+    /// [`Backend::run_trace_op`] returns; no `--collective-timeout-s` applies to them).
+    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
+        let mut exec = crate::evidence::commtrace::cpu_exec::CpuTraceExec::new(&self.comm, trace)?;
+        exec.prepare(colls)?;
+        self.trace_exec = Some(exec);
+        Ok(())
+    }
+
+    fn run_trace_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, check: bool, corrupt: bool) -> BackendResult<Option<String>> {
+        use crate::evidence::commtrace::cpu_exec::ReduceOp;
+        let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+        exec.run(i, c, ReduceOp::Sum, check, &mut || {})?;
+        if !check {
+            return Ok(None);
+        }
+        exec.corrupt = corrupt;
+        let found = exec.check_one(i, c, ReduceOp::Sum);
+        exec.corrupt = false;
+        Ok(found.err().map(|e| e.to_string()))
     }
 
     fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {

@@ -80,10 +80,11 @@ impl BackendPlan {
     }
 
     /// What `spec` needs when its traced phases walk `trace`, whose
-    /// collectives may be larger than the workload's own.
+    /// all-reduces may be larger than the workload's own (its other
+    /// collectives have their own buffers, [`Backend::prepare_trace_ops`]).
     pub fn for_spec_and_trace(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> Self {
         let mut p = Self::for_spec(spec);
-        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().map(|e| e.bytes).max()).unwrap_or(0));
+        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
         p
     }
 
@@ -182,6 +183,26 @@ pub trait Backend {
     fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome> {
         let _ = (bytes, dtype);
         Err(BackendError::Unsupported("this backend has no all-gather".into()))
+    }
+    /// Make the communicators of every group of `trace` and prepare the
+    /// buffers of `colls` (this rank's collectives of an imported trace that
+    /// are not world all-reduces, one pass), so that [`Backend::run_trace_op`]
+    /// can run any of them. Collective over the world: every rank calls it
+    /// at the same point. A backend without a trace executor refuses.
+    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
+        let _ = (trace, colls);
+        Err(BackendError::Unsupported(
+            "this backend runs only the world all-reduces of an imported trace in rank's phases: pass --trace-allreduce-only (the other kinds are then left out and counted), or run every kind with replay-trace".into(),
+        ))
+    }
+    /// Run prepared trace collective `i` (`c`, any kind, on its group) to
+    /// completion on the host: the host returns when its result is in place.
+    /// With `check`, validate it afterwards (the reduction is a sum): `Some`
+    /// names the first wrong element (with `corrupt`, the negative control
+    /// spoils the result first, so the check must fail).
+    fn run_trace_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, check: bool, corrupt: bool) -> BackendResult<Option<String>> {
+        let _ = (i, c, check, corrupt);
+        Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
     }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
     /// into one graph instead of running it. While capturing, no timing is

@@ -143,7 +143,7 @@ pub struct RankArgs {
     /// (`join --events-out`), or a workload's trace from `commcanary import` (walked once per token).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// With an imported --trace: run only its all-reduces; the other kinds are left out and counted in the shard.
+    /// With an imported --trace: run only its all-reduces (on the whole world); the other kinds are left out and counted in the shard. Without it every kind runs on the trace's groups (cpu backend).
     #[arg(long)]
     pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.

@@ -11,8 +11,14 @@
 //! never matched by closeness in time. Nothing on disk is modified.
 //!
 //! Operation identity (docs/ARCHITECTURE.md §6.3) = (process group, ordered membership,
-//! collective kind, bytes, per-group sequence number, phase). The group id and
-//! sequence number locate the operation; every other component must agree.
+//! collective kind, bytes, per-group sequence number, phase; for broadcast
+//! and reduce the root). The group id and sequence number locate the
+//! operation; every other component must agree. A send and its receive
+//! (shard format 6) are one operation located by (group, sender, receiver,
+//! sequence number of that pair): the sender's event must be a send to the
+//! receiver and the receiver's a receive from the sender, of the same bytes,
+//! dtype and phase; the joined operation is of kind `send`, its members
+//! `[sender, receiver]`.
 use crate::core::clock::ClockModel;
 use crate::core::refusal::Code;
 use crate::core::stats;
@@ -140,12 +146,15 @@ pub struct JoinedCollective {
     pub group: u32,
     /// Ordered membership.
     pub members: Vec<u32>,
-    /// Per-group sequence number.
+    /// Per-group sequence number (a send/recv pair: per sender and receiver on the group).
     pub seq: u64,
     /// Logical bytes.
     pub bytes: u64,
     /// Element type.
     pub dtype: Dtype,
+    /// Broadcast and reduce: the root's world rank; absent for other kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<u32>,
     /// Token.
     pub token: Option<u32>,
     /// Layer.
@@ -635,54 +644,87 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
     let kernel_anchors: Vec<BTreeMap<Phase, u64>> =
         shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect()).collect();
     let kernel_starts: Vec<BTreeMap<(u32, u64), u64>> = shards.iter().map(nccl_kernel_starts).collect();
-    // index events per rank
-    type Key = (u32, u64);
+    // index events per rank: (group, seq, (sender, receiver) of a point-to-point pair)
+    type Key = (u32, u64, Option<(u32, u32)>);
     let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
     for s in shards {
         let mut m = BTreeMap::new();
+        let rank = s.header.rank;
         for (i, e) in s.body.collectives.iter().enumerate() {
-            let members =
-                groups.get(&e.group).with_context(|| format!("rank {}: event group {} seq {} names an undeclared group", s.header.rank, e.group, e.seq))?;
-            if !members.contains(&s.header.rank) {
-                refuse!(Code::GroupMismatch, "rank {} recorded group {} seq {} but is not a member of group {}", s.header.rank, e.group, e.seq, e.group);
+            let members = groups.get(&e.group).with_context(|| format!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq))?;
+            if !members.contains(&rank) {
+                refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
             }
-            if m.insert((e.group, e.seq), i).is_some() {
-                refuse!(Code::DuplicateEvent, "rank {}: group {} seq {} is recorded twice", s.header.rank, e.group, e.seq);
+            let pair = match (e.kind, e.peer) {
+                (CollectiveKind::Send | CollectiveKind::Recv, None) => {
+                    refuse!(Code::BadStructure, "rank {rank}: {} on group {} seq {} names no peer", e.kind.name(), e.group, e.seq)
+                }
+                (CollectiveKind::Send | CollectiveKind::Recv, Some(p)) if p == rank || !members.contains(&p) => {
+                    refuse!(
+                        Code::GroupMismatch,
+                        "rank {rank}: {} on group {} seq {} names peer {p}, not another member of the group",
+                        e.kind.name(),
+                        e.group,
+                        e.seq
+                    )
+                }
+                (CollectiveKind::Send, Some(p)) => Some((rank, p)),
+                (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
+                _ => None,
+            };
+            if m.insert((e.group, e.seq, pair), i).is_some() {
+                let with = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
+                refuse!(Code::DuplicateEvent, "rank {rank}: group {} seq {}{with} is recorded twice", e.group, e.seq);
             }
         }
         per_rank.push(m);
     }
     let keys: BTreeSet<Key> = per_rank.iter().flat_map(|m| m.keys().copied()).collect();
     let mut out = Vec::with_capacity(keys.len());
-    for (group, seq) in keys {
-        let members = &groups[&group];
-        let present: Vec<u32> = members.iter().copied().filter(|&r| per_rank[r as usize].contains_key(&(group, seq))).collect();
+    for key in keys {
+        let (group, seq, pair) = key;
+        let members = match pair {
+            Some((a, b)) => vec![a, b],
+            None => groups[&group].clone(),
+        };
+        let members = &members;
+        let what = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
+        let present: Vec<u32> = members.iter().copied().filter(|&r| per_rank[r as usize].contains_key(&key)).collect();
         if present.len() != members.len() {
             let missing: Vec<u32> = members.iter().copied().filter(|r| !present.contains(r)).collect();
-            let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&(group, seq)]];
+            let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&key]];
             refuse!(
                 Code::UnmatchedEvent,
-                "unmatched event: group {group} seq {seq} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?}",
+                "unmatched event: group {group} seq {seq}{what} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
                 any.phase,
-                any.bytes
+                any.bytes,
+                any.kind.name()
             );
         }
         let first_rank = members[0];
-        let first = &shards[first_rank as usize].body.collectives[per_rank[first_rank as usize][&(group, seq)]];
+        let first = &shards[first_rank as usize].body.collectives[per_rank[first_rank as usize][&key]];
         let mut ranks = Vec::with_capacity(members.len());
-        for &r in members {
-            let e = &shards[r as usize].body.collectives[per_rank[r as usize][&(group, seq)]];
-            if e.kind != first.kind || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase {
+        for (k, &r) in members.iter().enumerate() {
+            let e = &shards[r as usize].body.collectives[per_rank[r as usize][&key]];
+            // a pair: the sender's send to the receiver and the receiver's receive from the sender
+            let kind_agrees = match pair {
+                Some(_) => e.kind == if k == 0 { CollectiveKind::Send } else { CollectiveKind::Recv },
+                None => e.kind == first.kind,
+            };
+            if !kind_agrees || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase || e.root != first.root {
+                let root = |x: Option<u32>| x.map(|r| format!(" root {r}")).unwrap_or_default();
                 refuse!(
                     Code::IdentityMismatch,
-                    "identity mismatch at group {group} seq {seq}: rank {first_rank} has {:?} {} bytes {:?} in {}, rank {r} has {:?} {} bytes {:?} in {}",
-                    first.kind,
+                    "identity mismatch at group {group} seq {seq}{what}: rank {first_rank} has {}{} {} bytes {} in {}, rank {r} has {}{} {} bytes {} in {}",
+                    first.kind.name(),
+                    root(first.root),
                     first.bytes,
-                    first.dtype,
+                    first.dtype.name(),
                     first.phase,
-                    e.kind,
+                    e.kind.name(),
+                    root(e.root),
                     e.bytes,
-                    e.dtype,
+                    e.dtype.name(),
                     e.phase
                 );
             }
@@ -699,8 +741,8 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 replay_gap_ns: e.replay.map(|t| t.actual_gap_ns),
                 fill_units: e.fill.map(|f| f.units),
                 fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
-                device_wait_ns: waits[r as usize].get(&(group, seq)).copied(),
-                kernel_start_ns: kernel_starts[r as usize].get(&(group, seq)).copied(),
+                device_wait_ns: waits[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
+                kernel_start_ns: kernel_starts[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
             });
         }
         let mut jc = JoinedCollective {
@@ -711,6 +753,7 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             seq,
             bytes: first.bytes,
             dtype: first.dtype,
+            root: first.root,
             token: first.token,
             layer: first.layer,
             iter: first.iter,
@@ -1226,6 +1269,7 @@ mod tests {
             seq: 0,
             bytes: 4,
             dtype: Dtype::F32,
+            root: None,
             token: None,
             layer: None,
             iter: None,

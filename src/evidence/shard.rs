@@ -23,10 +23,13 @@ use std::path::Path;
 /// Current on-disk shard format version. 2 added kernel records to the body,
 /// 3 the compute stream's measured waits, 4 the workload's model shape,
 /// all-reduce and GEMM element types (header) and bf16 collectives (body),
-/// 5 phases that walk an imported trace (their origin, the compute they fill);
-/// versions 1 to 4 are still read (without those records; their collectives
-/// are f32).
-pub const SHARD_FORMAT_VERSION: u32 = 5;
+/// 5 phases that walk an imported trace (their origin, the compute they fill),
+/// 6 every collective kind of an imported trace (the kinds appended to
+/// [`CollectiveKind`], a collective's root and peer in the body, named
+/// process groups and per-kind counts in the header); versions 1 to 5 are
+/// still read (without those records; their collectives are all-reduces, f32
+/// before 4).
+pub const SHARD_FORMAT_VERSION: u32 = 6;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -45,12 +48,72 @@ pub enum BackendKind {
     Cuda,
 }
 
-/// Collective operation kind.
+/// Collective operation kind. Variants are only ever appended (the body is
+/// bincode, which numbers them in order): a format-5 shard still decodes.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum CollectiveKind {
     /// Sum all-reduce.
     AllReduce,
+    /// All-gather (format 6; imported traces): `bytes` is one member's input.
+    AllGather,
+    /// Reduce-scatter (format 6): `bytes` is one member's whole input.
+    ReduceScatter,
+    /// Broadcast from `root` (format 6).
+    Broadcast,
+    /// Reduce to `root` (format 6).
+    Reduce,
+    /// All-to-all(v) (format 6): `bytes` is one member's whole input.
+    AllToAll,
+    /// Barrier (format 6): 0 bytes.
+    Barrier,
+    /// Point-to-point send to `peer` (format 6).
+    Send,
+    /// Point-to-point receive from `peer` (format 6).
+    Recv,
+}
+
+impl CollectiveKind {
+    /// Snake-case name as serialized (`all_reduce`, `send`, ...).
+    pub fn name(self) -> &'static str {
+        self.trace_kind().name()
+    }
+    /// Point-to-point: matched by `join` per (group, sender, receiver), not per group.
+    pub fn is_p2p(self) -> bool {
+        matches!(self, CollectiveKind::Send | CollectiveKind::Recv)
+    }
+    /// The imported-trace kind of the same name.
+    pub fn trace_kind(self) -> crate::evidence::commtrace::TraceKind {
+        use crate::evidence::commtrace::TraceKind as T;
+        match self {
+            CollectiveKind::AllReduce => T::AllReduce,
+            CollectiveKind::AllGather => T::AllGather,
+            CollectiveKind::ReduceScatter => T::ReduceScatter,
+            CollectiveKind::Broadcast => T::Broadcast,
+            CollectiveKind::Reduce => T::Reduce,
+            CollectiveKind::AllToAll => T::AllToAll,
+            CollectiveKind::Barrier => T::Barrier,
+            CollectiveKind::Send => T::Send,
+            CollectiveKind::Recv => T::Recv,
+        }
+    }
+}
+
+impl From<crate::evidence::commtrace::TraceKind> for CollectiveKind {
+    fn from(k: crate::evidence::commtrace::TraceKind) -> Self {
+        use crate::evidence::commtrace::TraceKind as T;
+        match k {
+            T::AllReduce => CollectiveKind::AllReduce,
+            T::AllGather => CollectiveKind::AllGather,
+            T::ReduceScatter => CollectiveKind::ReduceScatter,
+            T::Broadcast => CollectiveKind::Broadcast,
+            T::Reduce => CollectiveKind::Reduce,
+            T::AllToAll => CollectiveKind::AllToAll,
+            T::Barrier => CollectiveKind::Barrier,
+            T::Send => CollectiveKind::Send,
+            T::Recv => CollectiveKind::Recv,
+        }
+    }
 }
 
 pub use crate::core::workload::Dtype;
@@ -62,6 +125,10 @@ pub struct ProcessGroup {
     pub id: u32,
     /// Ordered world ranks of the members.
     pub members: Vec<u32>,
+    /// The imported trace's name of the group (PyTorch's `pg_name`) whose
+    /// collectives run on it; absent for group 0 and in older shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Replay timing of one event against its source trace.
@@ -135,6 +202,64 @@ pub struct CollectiveEvent {
     pub fill: Option<FillRecord>,
     /// Whether the reduced result was validated.
     pub checked: bool,
+    /// Broadcast and reduce: the root's world rank (format 6; absent before).
+    pub root: Option<u32>,
+    /// Send and receive: the peer's world rank (format 6; absent before).
+    pub peer: Option<u32>,
+}
+
+/// A collective event as formats 1 to 5 encoded it (no root, no peer).
+#[derive(Serialize, Deserialize)]
+struct CollectiveEventV5 {
+    phase: Phase,
+    kind: CollectiveKind,
+    group: u32,
+    seq: u64,
+    bytes: u64,
+    dtype: Dtype,
+    token: Option<u32>,
+    layer: Option<u32>,
+    iter: Option<u32>,
+    warmup: bool,
+    host_issue_ns: u64,
+    host_return_ns: u64,
+    wait_start_ns: u64,
+    wait_end_ns: u64,
+    device_start_ns: Option<u64>,
+    device_end_ns: Option<u64>,
+    injected_delay_ns: Option<u64>,
+    replay: Option<ReplayTiming>,
+    fill: Option<FillRecord>,
+    checked: bool,
+}
+
+impl From<CollectiveEventV5> for CollectiveEvent {
+    fn from(e: CollectiveEventV5) -> Self {
+        CollectiveEvent {
+            phase: e.phase,
+            kind: e.kind,
+            group: e.group,
+            seq: e.seq,
+            bytes: e.bytes,
+            dtype: e.dtype,
+            token: e.token,
+            layer: e.layer,
+            iter: e.iter,
+            warmup: e.warmup,
+            host_issue_ns: e.host_issue_ns,
+            host_return_ns: e.host_return_ns,
+            wait_start_ns: e.wait_start_ns,
+            wait_end_ns: e.wait_end_ns,
+            device_start_ns: e.device_start_ns,
+            device_end_ns: e.device_end_ns,
+            injected_delay_ns: e.injected_delay_ns,
+            replay: e.replay,
+            fill: e.fill,
+            checked: e.checked,
+            root: None,
+            peer: None,
+        }
+    }
 }
 
 /// A validated collective and what the check found (nccl-tests' `#wrong`).
@@ -239,10 +364,29 @@ pub enum TraceOrigin {
         source_rank: u32,
         /// The trace's collectives this rank runs per pass (token).
         collectives_per_pass: u32,
-        /// The trace's collectives of this rank left out, per pass (kinds the
-        /// phases do not issue, with `--trace-allreduce-only`); never hidden.
+        /// The trace's collectives of this rank left out, per pass (the kinds
+        /// other than all-reduce, with `--trace-allreduce-only`); never hidden.
         left_out_per_pass: u32,
+        /// Per kind: what this rank ran and left out per pass, with the
+        /// element types and sizes of each (format 6; absent before).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kinds: Vec<TraceKindCount>,
     },
+}
+
+/// One collective kind of an imported trace on one rank, per pass.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceKindCount {
+    /// Kind.
+    pub kind: CollectiveKind,
+    /// Collectives of this kind the phases ran per pass.
+    pub run_per_pass: u32,
+    /// Collectives of this kind left out per pass (`--trace-allreduce-only`).
+    pub left_out_per_pass: u32,
+    /// Element types recorded, distinct, sorted.
+    pub dtypes: Vec<crate::evidence::commtrace::TraceDtype>,
+    /// Input sizes recorded (elements x dtype size), distinct, ascending.
+    pub sizes_bytes: Vec<u64>,
 }
 
 /// Which timeline a phase's source gaps were measured on.
@@ -528,10 +672,21 @@ pub struct DeviceWait {
     pub end_ns: u64,
 }
 
+/// Format-3 to 5 body, read for compatibility.
+#[derive(Serialize, Deserialize)]
+struct ShardBodyV5 {
+    collectives: Vec<CollectiveEventV5>,
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
+    kernels: Vec<KernelEvent>,
+    kernel_names: Vec<String>,
+    device_waits: Vec<DeviceWait>,
+}
+
 /// Format-2 body, read for compatibility.
 #[derive(Serialize, Deserialize)]
 struct ShardBodyV2 {
-    collectives: Vec<CollectiveEvent>,
+    collectives: Vec<CollectiveEventV5>,
     compute: Vec<ComputeEvent>,
     tokens: Vec<TokenEvent>,
     kernels: Vec<KernelEvent>,
@@ -541,7 +696,7 @@ struct ShardBodyV2 {
 /// Format-1 body, read for compatibility.
 #[derive(Serialize, Deserialize)]
 struct ShardBodyV1 {
-    collectives: Vec<CollectiveEvent>,
+    collectives: Vec<CollectiveEventV5>,
     compute: Vec<ComputeEvent>,
     tokens: Vec<TokenEvent>,
 }
@@ -594,17 +749,29 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
     Ok(match version {
         1 => {
             let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
-            (ShardBody { collectives: b.collectives, compute: b.compute, tokens: b.tokens, ..Default::default() }, used)
+            (ShardBody { collectives: b.collectives.into_iter().map(Into::into).collect(), compute: b.compute, tokens: b.tokens, ..Default::default() }, used)
         }
         2 => {
             let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
             let body = ShardBody {
-                collectives: b.collectives,
+                collectives: b.collectives.into_iter().map(Into::into).collect(),
                 compute: b.compute,
                 tokens: b.tokens,
                 kernels: b.kernels,
                 kernel_names: b.kernel_names,
                 ..Default::default()
+            };
+            (body, used)
+        }
+        3..=5 => {
+            let (b, used): (ShardBodyV5, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            let body = ShardBody {
+                collectives: b.collectives.into_iter().map(Into::into).collect(),
+                compute: b.compute,
+                tokens: b.tokens,
+                kernels: b.kernels,
+                kernel_names: b.kernel_names,
+                device_waits: b.device_waits,
             };
             (body, used)
         }
@@ -783,8 +950,43 @@ mod tests {
 
     #[test]
     fn current_format_round_trips() {
-        let s = sample();
+        let mut s = sample();
         assert_eq!(Shard::decode(&s.encode().unwrap(), "t").unwrap(), s);
+        // every kind, with its root or peer, survives the body
+        for (i, kind) in [CollectiveKind::AllGather, CollectiveKind::Broadcast, CollectiveKind::Recv].into_iter().enumerate() {
+            let (root, peer) = match kind {
+                CollectiveKind::Broadcast => (Some(0), None),
+                CollectiveKind::Recv => (None, Some(0)),
+                _ => (None, None),
+            };
+            s.body.collectives.push(CollectiveEvent {
+                phase: Phase::Replay,
+                kind,
+                group: 1,
+                seq: i as u64,
+                bytes: 8,
+                dtype: Dtype::F32,
+                token: Some(0),
+                layer: Some(i as u32),
+                iter: None,
+                warmup: false,
+                host_issue_ns: 1,
+                host_return_ns: 2,
+                wait_start_ns: 2,
+                wait_end_ns: 2,
+                device_start_ns: None,
+                device_end_ns: None,
+                injected_delay_ns: None,
+                replay: None,
+                fill: None,
+                checked: false,
+                root,
+                peer,
+            });
+        }
+        let d = Shard::decode(&s.encode().unwrap(), "t").unwrap();
+        assert_eq!(d, s);
+        assert_eq!(d.body.collectives[2].peer, Some(0));
     }
 
     #[test]
@@ -813,6 +1015,40 @@ mod tests {
             assert_eq!(d.body.tokens, s.body.tokens);
             assert!(d.body.kernels.is_empty() && d.body.device_waits.is_empty());
         }
+        // a format-5 body with an all-reduce decodes into today's event, without root or peer
+        let v5 = CollectiveEventV5 {
+            phase: Phase::Replay,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq: 7,
+            bytes: 64,
+            dtype: Dtype::Bf16,
+            token: Some(1),
+            layer: Some(2),
+            iter: None,
+            warmup: false,
+            host_issue_ns: 10,
+            host_return_ns: 11,
+            wait_start_ns: 12,
+            wait_end_ns: 13,
+            device_start_ns: None,
+            device_end_ns: None,
+            injected_delay_ns: None,
+            replay: None,
+            fill: None,
+            checked: true,
+        };
+        let body =
+            ShardBodyV5 { collectives: vec![v5], compute: vec![], tokens: s.body.tokens.clone(), kernels: vec![], kernel_names: vec![], device_waits: vec![] };
+        s.header.format_version = 5;
+        let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
+        bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
+        let n = bytes.len() - 40;
+        let digest = Sha256::digest(&bytes[..n]);
+        bytes[n + 8..].copy_from_slice(&digest);
+        let d = Shard::decode(&bytes, "v5").unwrap();
+        let e = &d.body.collectives[0];
+        assert_eq!((e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked), (CollectiveKind::AllReduce, 7, 64, Dtype::Bf16, None, None, true));
         s.header.format_version = 99;
         let mut bytes = s.encode().unwrap();
         bytes[8..12].copy_from_slice(&99u32.to_le_bytes());

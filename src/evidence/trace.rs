@@ -16,17 +16,23 @@
 //! kernels' durations, at most the gap), which `fill` and `overlap` re-create
 //! as calibrated compute. The first collective of a pass has no earlier one
 //! to measure a gap from: its gap and its compute are the compute the trace
-//! recorded before it (0 where none), so every pass re-creates all of it. The phases issue sum all-reduces
-//! on the world communicator, so it refuses what they cannot run as
-//! recorded: another kind (unless left out, counted, with
-//! `--trace-allreduce-only`), a group that is not the whole world in rank
-//! order, another world size, another dtype than f32/bf16, a trace without
-//! times (an execution trace). The trace does not record the reduction (nor
-//! do NCCL's kernel names show it): the phases run sums. `replay-trace` runs
-//! every kind on every group.
+//! recorded before it (0 where none), so every pass re-creates all of it.
+//! Every kind runs on the group the trace names: an all-reduce of a group
+//! that is the whole world in rank order through the backend's world
+//! all-reduce (shard group 0), every other collective as a [`TraceOp`] for
+//! the backend's trace executor, on shard group `1 + the trace group's
+//! position` with its ordered members, root and peer ([`TraceOps`]). With
+//! `--trace-allreduce-only` only the all-reduces run (each on the whole world
+//! in rank order), the other kinds left out and counted. Refuses what the
+//! phases cannot run as recorded: another world size, another dtype than
+//! f32/bf16, a trace without times (an execution trace), and with
+//! `--trace-allreduce-only` an all-reduce of a sub-group. The trace does not
+//! record the reduction (nor do NCCL's kernel names show it): the phases run
+//! sums. The phase record's origin counts, per kind, what ran and what was
+//! left out per pass, with dtypes and sizes.
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
-use crate::evidence::shard::{CollectiveEvent, GapTimeline, PhaseRun, TraceOrigin};
+use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -49,6 +55,37 @@ pub struct GapEntry {
     /// trace: its kernels' durations, at most the gap); `fill` and `overlap`
     /// then place this much calibrated compute instead of the whole gap.
     pub compute_ns: Option<u64>,
+    /// An imported trace's collective that is not a world all-reduce: run
+    /// through the backend's trace executor on its own group. `None`: the
+    /// backend's all-reduce on the world communicator (group 0).
+    pub op: Option<TraceOp>,
+}
+
+/// A collective of an imported trace run by the backend's trace executor
+/// (every kind, on the trace's own groups) rather than its world all-reduce.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceOp {
+    /// Index into [`TraceOps::colls`].
+    pub index: usize,
+    /// Kind.
+    pub kind: CollectiveKind,
+    /// Shard group id: 1 + the trace group's position in the trace's groups.
+    pub group: u32,
+    /// Broadcast and reduce: the root's world rank.
+    pub root: Option<u32>,
+    /// Send and receive: the peer's world rank.
+    pub peer: Option<u32>,
+}
+
+/// What a backend's trace executor needs for a source trace's [`TraceOp`]s.
+#[derive(Clone, Debug)]
+pub struct TraceOps {
+    /// The whole imported trace (every rank makes every group's communicator).
+    pub trace: std::sync::Arc<crate::evidence::commtrace::CommTrace>,
+    /// This rank's collectives run by the executor, one pass, in order.
+    pub colls: Vec<crate::evidence::commtrace::TraceCollective>,
+    /// The shard groups they run on (ids from 1), for the shard header.
+    pub groups: Vec<ProcessGroup>,
 }
 
 /// A source trace with its provenance.
@@ -60,6 +97,8 @@ pub struct SourceTrace {
     pub timeline: GapTimeline,
     /// Entries in issue order.
     pub entries: Vec<GapEntry>,
+    /// The trace executor's collectives, where some entries have an `op`.
+    pub ops: Option<TraceOps>,
 }
 
 /// Longest gap a trace file may ask to replay: 60 s.
@@ -92,10 +131,10 @@ fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_n
 pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
         let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
-        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None })
+        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None, op: None })
     });
     let timeline = GapTimeline::of(events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
-    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it) }
+    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it), ops: None }
 }
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
@@ -126,7 +165,11 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
             .with_context(|| format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq))?;
         let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
         has_device.push(t.device_start_ns.is_some() && t.device_end_ns.is_some());
-        times.push((issue, end, GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0, compute_ns: None }));
+        times.push((
+            issue,
+            end,
+            GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0, compute_ns: None, op: None },
+        ));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
     let start = times[0].0;
@@ -146,6 +189,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
         origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
         timeline: GapTimeline::of(has_device.into_iter()),
         entries,
+        ops: None,
     })
 }
 
@@ -164,7 +208,13 @@ pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u3
     comm_trace_entries(&t, path, sha256, rank, world_size, passes, allreduce_only)
 }
 
-/// [`from_comm_trace`] on a trace already read from `path`.
+/// [`from_comm_trace`] on a trace already read from `path`. With
+/// `allreduce_only`, only the all-reduces run (each on the whole world in
+/// rank order, f32 or bf16), the other kinds left out and counted; else
+/// every collective runs: the all-reduces of f32 or bf16 on a group of the
+/// whole world in rank order through the backend's world all-reduce (shard
+/// group 0, as before format 6), every other one as a [`TraceOp`] on its
+/// own group (shard group `1 + its position in the trace's groups`).
 pub fn comm_trace_entries(
     t: &crate::evidence::commtrace::CommTrace,
     path: &Path,
@@ -175,74 +225,101 @@ pub fn comm_trace_entries(
     allreduce_only: bool,
 ) -> Result<SourceTrace> {
     use crate::evidence::commtrace::{cpu_exec, TraceDtype, TraceKind};
+    use crate::evidence::shard::{CollectiveKind, Dtype, TraceKindCount};
     let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
     }
     let mine = &t.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("--trace {}: no rank {rank}", path.display()))?.collectives;
     let world: Vec<u32> = (0..world_size).collect();
-    let mut other_kinds: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    let mut counts: std::collections::BTreeMap<CollectiveKind, TraceKindCount> = std::collections::BTreeMap::new();
     let mut kept = Vec::new();
+    let mut op_colls = Vec::new();
+    let mut groups: std::collections::BTreeMap<u32, ProcessGroup> = std::collections::BTreeMap::new();
     // recorded compute since the previous kept collective (None once a kernel lacks a duration)
     let mut compute: Option<u64> = Some(0);
     for c in mine {
         for k in &c.compute_before {
             compute = compute.zip(k.duration_ns).and_then(|(a, b)| a.checked_add(b));
         }
-        if c.kind != TraceKind::AllReduce {
-            *other_kinds.entry(c.kind.name()).or_insert(0) += 1;
-            continue;
+        let kind = CollectiveKind::from(c.kind);
+        let count = counts.entry(kind).or_insert_with(|| TraceKindCount { kind, run_per_pass: 0, left_out_per_pass: 0, dtypes: vec![], sizes_bytes: vec![] });
+        if !count.dtypes.contains(&c.dtype) {
+            count.dtypes.push(c.dtype);
+            count.dtypes.sort();
+        }
+        let size = event_bytes(c);
+        if !count.sizes_bytes.contains(&size) {
+            count.sizes_bytes.push(size);
+            count.sizes_bytes.sort_unstable();
         }
         let members = t.group(&c.group).map(|g| g.members.clone()).unwrap_or_default();
-        if members != world {
+        if allreduce_only && c.kind != TraceKind::AllReduce {
+            count.left_out_per_pass += 1;
+            continue;
+        }
+        if allreduce_only && members != world {
             return refuse(format!(
-                "all-reduce #{} runs on group {:?} of ranks {members:?}; the phases run on the whole world in rank order (replay-trace runs sub-groups)",
+                "all-reduce #{} runs on group {:?} of ranks {members:?}; with --trace-allreduce-only the phases run all-reduces on the whole world in rank order (without it, every group)",
                 c.seq, c.group
             ));
         }
         let dtype = match c.dtype {
-            TraceDtype::F32 => crate::evidence::shard::Dtype::F32,
-            TraceDtype::Bf16 => crate::evidence::shard::Dtype::Bf16,
-            other => return refuse(format!("all-reduce #{} is {other:?}; the phases reduce f32 or bf16", c.seq)),
+            TraceDtype::F32 => Dtype::F32,
+            TraceDtype::Bf16 => Dtype::Bf16,
+            other => {
+                return refuse(format!(
+                    "{} #{} on group {:?} is {}; the phases run f32 or bf16 collectives (replay-trace runs every dtype)",
+                    c.kind.name(),
+                    c.seq,
+                    c.group,
+                    other.name()
+                ))
+            }
         };
-        kept.push((c, dtype, compute.replace(0)));
+        count.run_per_pass += 1;
+        let op = if c.kind == TraceKind::AllReduce && members == world {
+            None
+        } else {
+            let gi =
+                t.groups.iter().position(|g| g.name == c.group).with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
+            let group = gi as u32 + 1;
+            groups.entry(group).or_insert_with(|| ProcessGroup { id: group, members: members.clone(), name: Some(c.group.clone()) });
+            op_colls.push(c.clone());
+            Some(TraceOp { index: op_colls.len() - 1, kind, group, root: c.root, peer: c.peer })
+        };
+        kept.push((c, dtype, compute.replace(0), op));
     }
-    let left_out: u32 = other_kinds.values().sum();
-    if left_out > 0 && !allreduce_only {
-        let list: Vec<String> = other_kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        return refuse(format!(
-            "rank {rank} has collectives the phases cannot issue ({}); pass --trace-allreduce-only to run only its all-reduces (the left-out count is recorded), or run them all with replay-trace",
-            list.join(", ")
-        ));
-    }
+    let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
     if kept.is_empty() {
-        return refuse(format!("rank {rank} has no all-reduce to run"));
+        return refuse(format!("rank {rank} has no {} to run", if allreduce_only { "all-reduce" } else { "collective" }));
     }
-    let colls: Vec<_> = kept.iter().map(|(c, _, _)| (*c).clone()).collect();
+    let colls: Vec<_> = kept.iter().map(|(c, _, _, _)| (*c).clone()).collect();
     let gaps = cpu_exec::gaps_ns(&colls).with_context(|| {
         format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
     })?;
     if let Some((i, g)) = gaps.iter().enumerate().find(|(_, g)| **g > MAX_REPLAY_GAP_NS) {
-        return refuse(format!("all-reduce {} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", i + 1));
+        return refuse(format!("collective {} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", i + 1));
     }
-    for (c, dtype, _) in &kept {
-        if c.in_elems.checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
-            return refuse(format!("all-reduce #{} on group {:?} records {} elements: too many bytes", c.seq, c.group, c.in_elems));
+    for (c, dtype, _, _) in &kept {
+        if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
+            return refuse(format!("{} #{} on group {:?} records {} elements: too many bytes", c.kind.name(), c.seq, c.group, c.in_elems.max(c.out_elems)));
         }
     }
     let mut entries = Vec::with_capacity(kept.len() * (warmup_passes + passes) as usize);
     for pass in 0..warmup_passes + passes {
-        for (i, ((c, dtype, compute), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
+        for (i, ((c, dtype, compute, op), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
             entries.push(GapEntry {
                 token: Some(pass),
                 layer: Some(i as u32),
                 warmup: pass < warmup_passes,
-                bytes: c.in_elems * dtype.size_bytes(),
+                bytes: event_bytes(c),
                 dtype: *dtype,
                 // the first of a pass: the compute recorded before it stands for the gap
                 gap_ns: if i == 0 { compute.unwrap_or(0) } else { *gap_ns },
                 // kernels may overlap one another: never more than the gap
                 compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),
+                op: *op,
             });
         }
     }
@@ -252,8 +329,23 @@ pub fn comm_trace_entries(
         source_rank: rank,
         collectives_per_pass: kept.len() as u32,
         left_out_per_pass: left_out,
+        kinds: counts.into_values().collect(),
     };
-    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries })
+    let ops = (!op_colls.is_empty()).then(|| TraceOps { trace: std::sync::Arc::new(t.clone()), colls: op_colls, groups: groups.into_values().collect() });
+    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops })
+}
+
+/// Logical bytes of an imported collective as a shard records it: its input
+/// (elements x dtype size); a point-to-point operation's message (the larger
+/// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
+pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
+    use crate::evidence::commtrace::TraceKind;
+    let elems = match c.kind {
+        TraceKind::Barrier => 0,
+        TraceKind::Send | TraceKind::Recv => c.in_elems.max(c.out_elems),
+        _ => c.in_elems,
+    };
+    elems.saturating_mul(c.dtype.size_bytes())
 }
 
 /// Whether `path` holds a communication trace written by `commcanary import`
@@ -289,10 +381,101 @@ mod tests {
         assert!(!first_key_is_comm_trace("[1, 2]"));
     }
 
+    /// A 4-rank trace: tensor-parallel groups of 2 and the world. Rank 0
+    /// records an all-reduce on its TP group, one on the world and a
+    /// broadcast from rank 0 on the world, each 1 µs after the previous.
+    fn four_rank_trace() -> crate::evidence::commtrace::CommTrace {
+        use crate::evidence::commtrace::*;
+        let groups = vec![
+            TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members: vec![0, 1, 2, 3] },
+            TraceGroup { name: "tp0".into(), desc: None, members: vec![0, 1] },
+            TraceGroup { name: "tp1".into(), desc: None, members: vec![2, 3] },
+        ];
+        let ranks = (0..4u32)
+            .map(|r| {
+                let tp = if r < 2 { "tp0" } else { "tp1" };
+                let mut colls = vec![
+                    TraceCollective::new(TraceKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, (8, 8), (None, None), (None, None)),
+                    TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (4, 4), (None, None), (None, None)),
+                    TraceCollective::new(TraceKind::Broadcast, "broadcast", "0", TraceDtype::F32, (16, 16), (None, None), (Some(0), None)),
+                ];
+                for (i, c) in colls.iter_mut().enumerate() {
+                    c.host_start_ns = Some(1_000 * (i as u64 + 1));
+                    c.host_duration_ns = Some(100);
+                }
+                RankTrace { rank: r, collectives: colls, trailing_compute: vec![] }
+            })
+            .collect();
+        CommTrace {
+            format_version: COMM_TRACE_FORMAT_VERSION,
+            source: TraceSource { kind: SourceKind::Kineto, schema: None, nccl_version: None, files: vec![] },
+            world_size: 4,
+            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
+            unknown: vec![],
+            groups,
+            ranks,
+        }
+    }
+
+    #[test]
+    fn every_kind_runs_on_its_group_and_world_allreduces_stay_on_group_0() {
+        let t = four_rank_trace();
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 2, 4, (1, 2), false).unwrap();
+        // 3 passes of 3 collectives
+        assert_eq!(st.entries.len(), 9);
+        let e = &st.entries[..3];
+        // the TP all-reduce on the trace's group "tp1" (position 2: shard group 3), the world one through the backend
+        assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
+        assert_eq!(e[1].op, None);
+        assert_eq!((e[1].bytes, e[1].dtype), (8, crate::evidence::shard::Dtype::Bf16));
+        assert_eq!(e[2].op.map(|o| (o.kind, o.group, o.root, o.index)), Some((CollectiveKind::Broadcast, 1, Some(0), 1)));
+        assert_eq!((e[2].bytes, e[2].dtype), (64, crate::evidence::shard::Dtype::F32));
+        assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
+        let ops = st.ops.as_ref().unwrap();
+        assert_eq!(ops.colls.len(), 2);
+        let groups: Vec<(u32, Vec<u32>, Option<String>)> = ops.groups.iter().map(|g| (g.id, g.members.clone(), g.name.clone())).collect();
+        assert_eq!(groups, vec![(1, vec![0, 1, 2, 3], Some("0".into())), (3, vec![2, 3], Some("tp1".into()))]);
+        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!("{:?}", st.origin) };
+        assert_eq!((*collectives_per_pass, *left_out_per_pass), (3, 0));
+        let counts: Vec<(CollectiveKind, u32, u32, Vec<u64>)> =
+            kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass, k.sizes_bytes.clone())).collect();
+        assert_eq!(counts, vec![(CollectiveKind::AllReduce, 2, 0, vec![8, 16]), (CollectiveKind::Broadcast, 1, 0, vec![64])]);
+    }
+
+    #[test]
+    fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
+        let mut t = four_rank_trace();
+        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
+        for r in &mut t.ranks {
+            r.collectives.remove(0);
+        }
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
+        assert!(st.ops.is_none() && st.entries.iter().all(|e| e.op.is_none()));
+        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!() };
+        assert_eq!((*collectives_per_pass, *left_out_per_pass), (1, 1));
+        assert_eq!(
+            kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass)).collect::<Vec<_>>(),
+            vec![(CollectiveKind::AllReduce, 1, 0), (CollectiveKind::Broadcast, 0, 1)]
+        );
+        // another dtype than f32/bf16 is refused with every kind too
+        t.ranks[0].collectives[1].dtype = crate::evidence::commtrace::TraceDtype::F16;
+        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap_err().to_string();
+        assert!(e.contains("broadcast #0") && e.contains("is f16"), "{e}");
+    }
+
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
-        let e =
-            |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: crate::evidence::shard::Dtype::F32, gap_ns: 0, compute_ns: None };
+        let e = |t| GapEntry {
+            token: Some(t),
+            layer: Some(0),
+            warmup: false,
+            bytes: 4,
+            dtype: crate::evidence::shard::Dtype::F32,
+            gap_ns: 0,
+            compute_ns: None,
+            op: None,
+        };
         let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
         let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
         assert_eq!(gaps, vec![50, 60, 0]);

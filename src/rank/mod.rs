@@ -96,7 +96,9 @@ pub struct RankOptions {
     pub membound_bytes: String,
     /// Joined trace file (from `join --events-out`) to replay instead of this run's blocking phase.
     pub trace: Option<PathBuf>,
-    /// With an imported `--trace`: run only its all-reduces, leaving out (and counting) the other kinds.
+    /// With an imported `--trace`: run only its all-reduces, leaving out (and
+    /// counting) the other kinds. Without it every kind runs on the trace's
+    /// groups (a backend with a trace executor: cpu).
     pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     pub inject_delay: Option<String>,
@@ -597,13 +599,25 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         }
     };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
-        if let Some(e) = t.entries.iter().find(|e| e.dtype != plan.spec.dtype) {
+        // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are of their own)
+        if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype) {
             bail!(
                 "--trace {}: its collectives are {}, this run's are {} (pass --dtype {})",
                 p.display(),
                 e.dtype.name(),
                 plan.spec.dtype.name(),
                 e.dtype.name()
+            );
+        }
+    }
+    if plan.backend == BackendKind::Cuda {
+        if let (Some(ops), Some(p)) = (file_trace.as_ref().and_then(|t| t.ops.as_ref()), &args.trace) {
+            let kinds: std::collections::BTreeSet<&str> = ops.colls.iter().map(|c| c.kind.name()).collect();
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "--trace {}: rank {rank} has collectives other than world all-reduces ({}); the cuda backend runs only those in rank's phases: pass --trace-allreduce-only (the others are left out and counted), or run every kind with replay-trace --backend cuda",
+                p.display(),
+                kinds.into_iter().collect::<Vec<_>>().join(", ")
             );
         }
     }
@@ -676,6 +690,9 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         ClockMode::None => Vec::new(),
     };
 
+    // group 0 is the world; an imported trace's other collectives run on its own groups
+    let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
+    groups.extend(file_trace.as_ref().and_then(|t| t.ops.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
     let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet).with_barrier_timeout(limit);
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
@@ -734,7 +751,7 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         device: backend.device(),
         identity,
         identity_sha256: identity_sha256.clone(),
-        groups: vec![ProcessGroup { id: 0, members: (0..size).collect() }],
+        groups,
         workload: plan.spec.clone(),
         clock: clock_record,
         clock_injections: plan.clock_injections.clone(),

@@ -6,6 +6,10 @@
 //! Refuses: a trace-consuming phase without a source trace, and any collective
 //! whose validated result is wrong (the error names rank, phase and sequence:
 //! a fast configuration that computes the wrong answer must never be ranked).
+//! An imported trace's collectives other than world all-reduces (every kind,
+//! on the trace's groups) run through [`Backend::run_trace_op`], prepared
+//! once before the first trace phase; a backend without a trace executor
+//! refuses, and graph mode refuses them.
 //!
 //! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
 //! *stream dependency* (later device work cannot pass an event), *device
@@ -18,7 +22,7 @@ use crate::core::workload::{DelayInjection, FillResidual, Phase, WorkloadSpec};
 use crate::evidence::shard::{
     CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype, FillRecord, PhaseRun, ReplayTiming, ShardBody, TokenEvent,
 };
-use crate::evidence::trace::{GapEntry, SourceTrace};
+use crate::evidence::trace::{GapEntry, SourceTrace, TraceOp};
 use anyhow::{bail, Context, Result};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -125,6 +129,11 @@ pub struct Runner<'a, B: Backend> {
     spin_short_delays: bool,
     /// Barriers give up after this long (`--collective-timeout-s`), if set.
     barrier_timeout: Option<std::time::Duration>,
+    /// Sequence numbers of the trace executor's groups: per group for
+    /// collectives (`None`), per (sender, receiver) for point-to-point.
+    op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
+    /// Whether the backend has prepared the source trace's [`TraceOp`]s.
+    ops_prepared: bool,
 }
 
 /// Whether this node has a core for every local rank (the launcher's local
@@ -169,6 +178,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             progress,
             spin_short_delays: node_has_core_per_rank(world.size() as u32),
             barrier_timeout: None,
+            op_seq: std::collections::BTreeMap::new(),
+            ops_prepared: false,
         }
     }
 
@@ -232,6 +243,19 @@ impl<'a, B: Backend> Runner<'a, B> {
             Phase::Replay | Phase::HostDelay => (None, Some(self.source_trace())),
             _ => (None, None),
         };
+        if let Some(ops) = trace.as_ref().and_then(|t| t.ops.as_ref()) {
+            if self.spec.graph {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadArgument,
+                    "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave out --graph to run every kind of the trace"
+                );
+            }
+            if !self.ops_prepared {
+                // collective over the world (communicator splits): every rank is here, before its first trace phase
+                self.backend.prepare_trace_ops(&ops.trace, &ops.colls)?;
+                self.ops_prepared = true;
+            }
+        }
         if self.phase_runs.is_empty() {
             crate::backend::mpi_deadline::test_stop_point("phase", self.rank);
         }
@@ -281,7 +305,8 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// pass's anchor error and how its kernel records were anchored.
     fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<crate::evidence::shard::KernelAnchor>)> {
         let t = self.backend.finish_pass()?;
-        let events = &mut self.body.collectives[first_collective..];
+        // the backend times what it issued: group 0's collectives (the trace executor's run to completion on the host)
+        let mut events: Vec<&mut CollectiveEvent> = self.body.collectives[first_collective..].iter_mut().filter(|e| e.group == 0).collect();
         if t.collectives.len() != events.len() {
             bail!("internal: backend reported {} device intervals for {} collectives", t.collectives.len(), events.len());
         }
@@ -417,16 +442,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         let host_issue_ns = self.clock.now_ns();
         self.backend.issue_allreduce(bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
-        match between {
-            Between::Nothing => {}
-            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
-            Between::HostSpin(ns, token, layer) => {
-                let s = self.clock.now_ns();
-                self.clock.spin_until(s + ns);
-                let e = self.clock.now_ns();
-                self.body.compute.push(ComputeEvent { phase, kind: ComputeKind::HostDelay, token, layer, units: 1, start_ns: s, end_ns: e });
-            }
-        }
+        self.between(phase, between)?;
         let wait_start_ns = self.clock.now_ns();
         let device = self.backend.wait_allreduce()?;
         let wait_end_ns = self.clock.now_ns();
@@ -456,6 +472,89 @@ impl<'a, B: Backend> Runner<'a, B> {
             replay: None,
             fill: None,
             checked,
+            root: None,
+            peer: None,
+        });
+        Ok(self.body.collectives.len() - 1)
+    }
+
+    /// Run what lies between a collective's issue and its wait.
+    fn between(&mut self, phase: Phase, between: Between) -> Result<()> {
+        match between {
+            Between::Nothing => {}
+            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
+            Between::HostSpin(ns, token, layer) => {
+                let s = self.clock.now_ns();
+                self.clock.spin_until(s + ns);
+                let e = self.clock.now_ns();
+                self.body.compute.push(ComputeEvent { phase, kind: ComputeKind::HostDelay, token, layer, units: 1, start_ns: s, end_ns: e });
+            }
+        }
+        Ok(())
+    }
+
+    /// An imported trace's collective other than a world all-reduce: `before`
+    /// (the work `between` would place inside it: the backend runs it to
+    /// completion on the host, so overlap's compute and host-delay's spin run
+    /// before it, as fill's does), then the collective on its group through
+    /// the backend's trace executor, validated where `--check` still asks.
+    /// The negative controls that act on arrivals (`--inject-delay`, `--fault
+    /// hang`) act on group 0's collectives only; `--fault wrong-sum` spoils
+    /// a checked result here too.
+    fn trace_op(&mut self, phase: Phase, op: TraceOp, (bytes, dtype): (u64, Dtype), pos: Position, before: Between) -> Result<usize> {
+        self.between(phase, before)?;
+        let (kind, rank) = (op.kind, self.rank);
+        let pair = match (kind, op.peer) {
+            (CollectiveKind::Send, Some(p)) => Some((rank, p)),
+            (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
+            (CollectiveKind::Send | CollectiveKind::Recv, None) => bail!("internal: {} without a peer", kind.name()),
+            _ => None,
+        };
+        let counter = self.op_seq.entry((op.group, pair)).or_insert(0);
+        let seq = *counter;
+        *counter += 1;
+        // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the root
+        let has_result = match kind {
+            CollectiveKind::Send | CollectiveKind::Barrier => false,
+            CollectiveKind::Reduce => op.root == Some(rank),
+            _ => true,
+        };
+        let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
+        let corrupt = self.fault == Some(Fault::WrongSum { rank });
+        let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
+        let host_issue_ns = self.clock.now_ns();
+        let wrong = self.backend.run_trace_op(op.index, c, checked, corrupt)?;
+        let wait_end_ns = self.clock.now_ns();
+        if checked {
+            self.checked_in_phase += 1;
+            if let Some(why) = wrong {
+                bail!("result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): {why}", op.group, kind.name());
+            }
+            self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
+        }
+        self.body.collectives.push(CollectiveEvent {
+            phase,
+            kind,
+            group: op.group,
+            seq,
+            bytes,
+            dtype,
+            token: pos.token,
+            layer: pos.layer,
+            iter: pos.iter,
+            warmup: pos.warmup,
+            host_issue_ns,
+            host_return_ns: wait_end_ns,
+            wait_start_ns: wait_end_ns,
+            wait_end_ns,
+            device_start_ns: None,
+            device_end_ns: None,
+            injected_delay_ns: None,
+            replay: None,
+            fill: None,
+            checked,
+            root: op.root,
+            peer: op.peer,
         });
         Ok(self.body.collectives.len() - 1)
     }
@@ -608,6 +707,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             replay: None,
             fill: None,
             checked: false,
+            root: None,
+            peer: None,
         });
     }
 
@@ -713,6 +814,9 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// collective; overlap issues the collective, runs the units beside it,
     /// then waits.
     fn graph_traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: u64) -> Result<crate::evidence::shard::GraphRun> {
+        if trace.ops.is_some() {
+            bail!("internal: graph mode with trace collectives other than world all-reduces");
+        }
         let pick = trace.entries.iter().find(|e| !e.warmup).or(trace.entries.first()).map(|e| e.token);
         let Some(pick) = pick else { bail!("the source trace has no collectives") };
         let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
@@ -796,13 +900,15 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(crate::evidence::shard::GraphRun { collectives_per_token, gemms_per_token, launches, timing, checked })
     }
 
-    /// Replay, fill, overlap and the ablations: walk the source trace.
+    /// Replay, fill, overlap and the ablations: walk the source trace (an
+    /// entry with a [`TraceOp`] through [`Self::trace_op`], its overlap
+    /// compute or host-delay spin before it).
     fn traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: Option<u64>) -> Result<()> {
         let mut residual_ns: i64 = 0;
         let mut prev_end = self.clock.now_ns();
         let mut open_token: Option<OpenToken> = None;
         for e in &trace.entries {
-            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns, compute_ns } = *e;
+            let GapEntry { token, layer, warmup, bytes, dtype, gap_ns, compute_ns, op } = *e;
             if let Some(t) = token {
                 match open_token {
                     Some(cur) if cur.token == t => {}
@@ -844,7 +950,10 @@ impl<'a, B: Backend> Runner<'a, B> {
                     }
                 }
             };
-            let idx = self.collective(phase, bytes, dtype, pos, between)?;
+            let idx = match op {
+                Some(op) => self.trace_op(phase, op, (bytes, dtype), pos, between)?,
+                None => self.collective(phase, bytes, dtype, pos, between)?,
+            };
             let ev = &mut self.body.collectives[idx];
             ev.fill = fill;
             if phase == Phase::Replay {

@@ -6,13 +6,18 @@
 //! naming it). Produces an [`AnalysisInput`] (per phase, every label's jobs
 //! with their rounds and events; the injected-delay counts `join` saw; the
 //! canary and controls translated to labels; the claim context from what the
-//! ranks recorded) and an overlap excerpt of one GPU job. The statistics are
+//! ranks recorded: hardware, element types, and for a campaign whose phases
+//! walked an imported trace the trace's name, its SHA-256 and per kind what
+//! ran and what was left out, never the synthetic sizes that did not run)
+//! and an overlap excerpt of one GPU job. The statistics are
 //! in [`crate::analysis`]; the plots in [`crate::report::plots`].
 //!
 //! Writing never replaces: a report directory that already holds a file of
 //! the same name with other bytes is refused; the same bytes (a re-run of a
 //! seeded analysis) are accepted as they are.
-use crate::analysis::{AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt};
+use crate::analysis::{
+    AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt, TraceClaim, TraceKindClaim,
+};
 use crate::campaign::chain::{load_manifest, Selection};
 use crate::core::workload::Phase;
 use anyhow::{bail, Context, Result};
@@ -68,6 +73,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut excerpt_out = None;
     let mut backend = String::new();
+    let mut ran = TraceRan::default();
     for e in &sel.entries {
         let cell =
             m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
@@ -102,6 +108,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
                 },
             ));
         }
+        ran.add(&j);
         for s in &j.shards {
             hosts.insert(s.header.host.clone());
             backend = format!("{:?}", s.header.backend).to_lowercase();
@@ -149,19 +156,51 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
         format!("{} rank(s) per job on {} host(s), CPU backend: {}; {}", m.spec.ranks, hosts.len(), join(&cpus), join(&mpis))
     };
     let w = &m.spec.workload;
-    let workload = format!(
-        "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per size ({} backend)",
-        w.tokens, w.layers, w.sizes, w.phases, w.iters, m.spec.backend
-    );
-    let replay_semantics = "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host gap counted from the moment the host observes the previous collective's completion; fill replaces each gap by calibrated compute units (quantization residual carried); per-token latency is measured on every rank".to_string();
+    let trace = ran.claim(w.trace.as_deref());
+    let (workload, replay_semantics, what_ran) = match &trace {
+        Some(t) => (
+            format!(
+                "imported trace {} (SHA-256 {}): per pass, {}; left out per pass: {}; {} timed passes (+{} warm-up) per job, phases {} ({} backend)",
+                t.file,
+                t.sha256,
+                t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0)).map(kind_words).collect::<Vec<_>>().join(", "),
+                left_out_words(t),
+                t.passes,
+                t.warmup_passes,
+                w.phases,
+                m.spec.backend
+            ),
+            "each trace phase walks every rank's collectives of the imported trace once per token (pass) on the trace's own process groups, with their recorded kinds, sizes, element types, roots and peers (reductions are sums: the trace does not record the operation); replay paces each collective to the gap the trace recorded before it (device interval where recorded, else host), counted from the moment the host observes the previous collective's completion; fill runs the compute the trace recorded in each gap as calibrated units before the collective (quantization residual carried); overlap issues each world all-reduce, runs that compute, then waits, while a kind the backend runs to completion on the host (every other kind on the cpu backend) runs after its gap's compute, as in fill; per-token (per-pass) latency is measured on every rank".to_string(),
+            format!(
+                "collectives other than the trace's ({}), at other sizes or element types than it records",
+                t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0)).map(|k| k.kind.name()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        None => (
+            format!(
+                "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per size ({} backend)",
+                w.tokens, w.layers, w.sizes, w.phases, w.iters, m.spec.backend
+            ),
+            "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host gap counted from the moment the host observes the previous collective's completion; fill replaces each gap by calibrated compute units (quantization residual carried); per-token latency is measured on every rank".to_string(),
+            format!("message sizes outside {}", w.sizes),
+        ),
+    };
     let mut not_represented = vec![
         if hosts.len() <= 1 { "more than one host (no inter-node network)".to_string() } else { format!("more than {} hosts", hosts.len()) },
         format!("rank counts other than {}", m.spec.ranks),
-        format!("message sizes outside {}", w.sizes),
-        "collectives other than all-reduce (float32 sum)".to_string(),
+        what_ran,
+    ];
+    match &trace {
+        Some(t) if t.left_out_per_pass_by_rank.iter().any(|&n| n > 0) => {
+            not_represented.push(format!("the trace's collectives left out of every pass ({})", left_out_words(t)))
+        }
+        Some(_) => {}
+        None => not_represented.push(format!("collectives other than all-reduce ({} sum)", ran.dtype_words())),
+    }
+    not_represented.extend([
         "contention from other jobs or tenants".to_string(),
         format!("time: {} rounds in one campaign (no thermal, firmware or driver drift across days)", m.spec.repetitions),
-    ];
+    ]);
     if backend == "cuda" {
         not_represented.push(format!("GPU models other than {}", join(&gpus)));
         not_represented.push(format!("NCCL versions other than {}", join(&nccl)));
@@ -198,9 +237,123 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
         policy: m.spec.analysis.clone(),
         canary,
         controls,
-        context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented },
+        context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented, trace },
     };
     Ok((input, excerpt_out))
+}
+
+/// What the selected jobs ran, gathered from their shards and joined events.
+#[derive(Default)]
+struct TraceRan {
+    /// The imported trace's SHA-256 and the phases that walked it.
+    sha256: Option<String>,
+    phases: BTreeSet<Phase>,
+    /// (timed, warm-up) passes.
+    passes: (u32, u32),
+    /// Per kind: per rank (run, left out) per pass, dtypes, sizes.
+    kinds: BTreeMap<crate::evidence::shard::CollectiveKind, KindRan>,
+    /// Per rank: left out per pass.
+    left_out: BTreeMap<u32, u32>,
+    /// Element types of the ranks' all-reduces.
+    dtypes: BTreeSet<&'static str>,
+}
+
+#[derive(Default)]
+struct KindRan {
+    per_rank: BTreeMap<u32, (u32, u32)>,
+    dtypes: BTreeSet<crate::evidence::commtrace::TraceDtype>,
+    sizes: BTreeSet<u64>,
+    joined: u64,
+}
+
+impl TraceRan {
+    fn add(&mut self, j: &crate::evidence::join::JoinedRun) {
+        // the element type the ranks ran their all-reduces in (graph mode records no per-collective events)
+        for s in &j.shards {
+            self.dtypes.insert(match s.header.workload.dtype {
+                crate::evidence::shard::Dtype::F32 => "float32",
+                crate::evidence::shard::Dtype::Bf16 => "bfloat16",
+            });
+        }
+        let mut imported = BTreeSet::new();
+        for s in &j.shards {
+            for p in &s.header.phases {
+                let Some(crate::evidence::shard::TraceOrigin::Imported { sha256, left_out_per_pass, kinds, .. }) = &p.trace else { continue };
+                imported.insert(p.phase);
+                self.phases.insert(p.phase);
+                self.sha256.get_or_insert_with(|| sha256.clone());
+                self.passes = (s.header.workload.tokens, s.header.workload.warmup_tokens);
+                self.left_out.insert(s.header.rank, *left_out_per_pass);
+                for k in kinds {
+                    let e = self.kinds.entry(k.kind).or_default();
+                    e.per_rank.insert(s.header.rank, (k.run_per_pass, k.left_out_per_pass));
+                    e.dtypes.extend(k.dtypes.iter().copied());
+                    e.sizes.extend(k.sizes_bytes.iter().copied());
+                }
+            }
+        }
+        for c in j.collectives.iter().filter(|c| imported.contains(&c.phase) && !c.warmup) {
+            self.kinds.entry(c.kind).or_default().joined += 1;
+        }
+    }
+
+    /// The claim, where some phase walked an imported trace (`file`: the spec's name of it).
+    fn claim(&self, file: Option<&str>) -> Option<TraceClaim> {
+        let sha256 = self.sha256.clone()?;
+        let ranks: Vec<u32> = self.left_out.keys().copied().collect();
+        Some(TraceClaim {
+            file: file.unwrap_or("(not named in the spec)").to_string(),
+            sha256,
+            passes: self.passes.0,
+            warmup_passes: self.passes.1,
+            phases: self.phases.iter().copied().collect(),
+            left_out_per_pass_by_rank: self.left_out.values().copied().collect(),
+            kinds: self
+                .kinds
+                .iter()
+                .map(|(kind, k)| TraceKindClaim {
+                    kind: *kind,
+                    run_per_pass_by_rank: ranks.iter().map(|r| k.per_rank.get(r).map_or(0, |x| x.0)).collect(),
+                    left_out_per_pass_by_rank: ranks.iter().map(|r| k.per_rank.get(r).map_or(0, |x| x.1)).collect(),
+                    dtypes: k.dtypes.iter().copied().collect(),
+                    sizes_bytes: k.sizes.iter().copied().collect(),
+                    joined_operations: k.joined,
+                })
+                .collect(),
+        })
+    }
+
+    fn dtype_words(&self) -> String {
+        self.dtypes.iter().copied().collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// A per-rank count: one number where every rank has it, else each rank's.
+fn by_rank(v: &[u32]) -> String {
+    match v.first() {
+        Some(&n) if v.iter().all(|&x| x == n) => n.to_string(),
+        _ => format!("{} by rank", v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("/")),
+    }
+}
+
+fn kind_words(k: &TraceKindClaim) -> String {
+    let dtypes: Vec<&str> = k.dtypes.iter().map(|d| d.name()).collect();
+    let sizes: Vec<String> = k.sizes_bytes.iter().map(|b| format!("{b} B")).collect();
+    format!("{} {} ({}; {})", k.kind.name(), by_rank(&k.run_per_pass_by_rank), dtypes.join(", "), sizes.join(", "))
+}
+
+fn left_out_words(t: &TraceClaim) -> String {
+    let out: Vec<String> = t
+        .kinds
+        .iter()
+        .filter(|k| k.left_out_per_pass_by_rank.iter().any(|&n| n > 0))
+        .map(|k| format!("{} {}", k.kind.name(), by_rank(&k.left_out_per_pass_by_rank)))
+        .collect();
+    match (out.is_empty(), t.left_out_per_pass_by_rank.iter().any(|&n| n > 0)) {
+        (true, false) => "none".into(),
+        (true, true) => format!("{} (kinds not recorded by this shard format)", by_rank(&t.left_out_per_pass_by_rank)),
+        (false, _) => out.join(", "),
+    }
 }
 
 fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {

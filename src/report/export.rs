@@ -32,11 +32,24 @@ pub fn chrome_trace(j: &JoinedRun) -> Value {
             spans.push((r, 1, format!("token {}", t.token), to_ref(t.start_ns), to_ref(t.end_ns), json!({"phase": t.phase, "warmup": t.warmup})));
         }
         for e in &s.body.collectives {
-            let args = json!({"phase": e.phase, "seq": e.seq, "bytes": e.bytes, "warmup": e.warmup});
-            spans.push((r, 2, "allreduce issue".into(), to_ref(e.host_issue_ns), to_ref(e.host_return_ns), args.clone()));
-            spans.push((r, 2, "allreduce wait".into(), to_ref(e.wait_start_ns), to_ref(e.wait_end_ns), args.clone()));
+            let mut args = json!({"phase": e.phase, "seq": e.seq, "bytes": e.bytes, "warmup": e.warmup});
+            // an imported trace's other kinds (shard format 6) run on their own groups, with a root or peer
+            if e.group != 0 {
+                args["group"] = json!(e.group);
+            }
+            for (k, v) in [("root", e.root), ("peer", e.peer)] {
+                if let Some(v) = v {
+                    args[k] = json!(v);
+                }
+            }
+            let kind = match e.kind {
+                crate::evidence::shard::CollectiveKind::AllReduce => "allreduce",
+                k => k.name(),
+            };
+            spans.push((r, 2, format!("{kind} issue"), to_ref(e.host_issue_ns), to_ref(e.host_return_ns), args.clone()));
+            spans.push((r, 2, format!("{kind} wait"), to_ref(e.wait_start_ns), to_ref(e.wait_end_ns), args.clone()));
             let (a, b, device) = e.execution_interval_ns();
-            let name = if device { format!("allreduce {}B", e.bytes) } else { format!("allreduce {}B (issue..wait return)", e.bytes) };
+            let name = if device { format!("{kind} {}B", e.bytes) } else { format!("{kind} {}B (issue..wait return)", e.bytes) };
             spans.push((r, 4, name, to_ref(a), to_ref(b), args));
         }
         for k in &s.body.kernels {

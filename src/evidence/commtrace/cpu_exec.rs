@@ -544,6 +544,15 @@ impl CpuTraceExec {
         Ok(())
     }
 
+    /// Validate prepared collective `i` (`c`) right after it ran with `op`:
+    /// `Err` names the first wrong element or byte. Used by `rank`'s trace
+    /// phases, which check each collective as it completes (its buffers are
+    /// reused by the next pass).
+    pub fn check_one(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<()> {
+        let slot = self.slots.get(i).context("collective not prepared")?;
+        self.verify_one(c, slot, op)
+    }
+
     fn verify_one(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> Result<()> {
         let (members, comm) = self.group_of(c)?;
         let (n, me) = (members.len(), comm.rank() as usize);

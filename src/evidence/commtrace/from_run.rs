@@ -61,7 +61,7 @@ pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
                 dtype,
                 (elems, elems),
                 (None, None),
-                (None, None),
+                (e.root, e.peer),
             );
             let issue = e.host_issue_ns.saturating_sub(e.injected_delay_ns.unwrap_or(0));
             c.host_start_ns = Some(issue);

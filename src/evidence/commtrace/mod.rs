@@ -285,6 +285,20 @@ impl TraceDtype {
             }
         }
     }
+    /// Lowercase name as serialized (`bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceDtype::F32 => "f32",
+            TraceDtype::Bf16 => "bf16",
+            TraceDtype::F16 => "f16",
+            TraceDtype::F64 => "f64",
+            TraceDtype::I8 => "i8",
+            TraceDtype::U8 => "u8",
+            TraceDtype::I32 => "i32",
+            TraceDtype::I64 => "i64",
+            TraceDtype::Bool => "bool",
+        }
+    }
     /// The PyTorch scalar-type name.
     pub fn pytorch_name(self) -> &'static str {
         DTYPE_NAMES.iter().find(|(_, d)| *d == self).map(|(n, _)| *n).unwrap_or("Byte")
