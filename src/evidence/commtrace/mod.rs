@@ -284,6 +284,23 @@ impl TraceDtype {
     }
 }
 
+/// The user-facing name, as the trace's JSON spells it (`bf16`, `f32`).
+impl std::fmt::Display for TraceDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TraceDtype::F32 => "f32",
+            TraceDtype::Bf16 => "bf16",
+            TraceDtype::F16 => "f16",
+            TraceDtype::F64 => "f64",
+            TraceDtype::I8 => "i8",
+            TraceDtype::U8 => "u8",
+            TraceDtype::I32 => "i32",
+            TraceDtype::I64 => "i64",
+            TraceDtype::Bool => "bool",
+        })
+    }
+}
+
 /// A device interval on the rank's clock.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DeviceSpan {
@@ -828,7 +845,7 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
             e.1 += r.checked as u64;
         }
         for ((k, g, d), (n, checked)) in &by {
-            println!("rank 0: {n} x {} {d:?} on {g:?}, {checked} checked", k.name());
+            println!("rank 0: {n} x {} {d} on {g:?}, {checked} checked", k.name());
         }
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
         if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
@@ -948,7 +965,7 @@ pub fn render_counts(t: &CommTrace) -> String {
         for c in &r.collectives {
             *by.entry((c.kind, c.group.clone(), c.dtype, c.in_elems)).or_insert(0) += 1;
         }
-        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d:?} on {g:?}", k.name())).collect();
+        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d} on {g:?}", k.name())).collect();
         s += &format!("rank {}: {}\n", r.rank, parts.join(", "));
     }
     s
