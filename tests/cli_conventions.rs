@@ -1,0 +1,138 @@
+//! A newcomer's first hour (issue 29, items 1, 6, 8, 9): outputs land where
+//! `-o` says even in a fresh checkout, with the mode the umask gives; every
+//! output flag is spelled `-o/--out`; help cannot go stale; user-facing names
+//! in output; a campaign that cannot run here is refused before any cell.
+mod common;
+use common::{assert_refused, cc, ok};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-2.11-tp2-h200");
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// Item 1 and 9: `import kineto … -o out/tp2.comm.json` with no `out/`
+/// (the README's first GPU command failed so); the file's mode is the
+/// umask's, as the directory's is.
+#[test]
+fn import_creates_missing_directories_and_its_file_follows_the_umask() {
+    let t = tempfile::tempdir().unwrap();
+    let dest = t.path().join("out/deeper/tp2.comm.json");
+    let o = cc(&["import", "kineto", &format!("{FIXTURE}/kineto.rank-0.json.gz"), &format!("{FIXTURE}/kineto.rank-1.json.gz"), "-o", dest.to_str().unwrap()]);
+    ok(&o);
+    assert!(dest.is_file());
+    let (dir_mode, file_mode) = (mode(&t.path().join("out/deeper")), mode(&dest));
+    assert_eq!(file_mode, dir_mode & 0o666, "file {file_mode:o} against directory {dir_mode:o}: files follow the umask as directories do");
+    // Item 8: the printed counts use the trace's own dtype names, not Rust's.
+    let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert!(err.contains("32768 bf16 on \"1\""), "{err}");
+    assert!(!err.contains("Bf16") && !err.contains("F32"), "{err}");
+}
+
+/// Item 8: one spelling per output flag. Every option that names where
+/// output goes (`--out`, `--output`) is `-o/--out`; the old `--output`
+/// still parses (a hidden alias), so scripts keep working.
+#[test]
+fn every_output_flag_is_spelled_o_out() {
+    fn walk(cmd: &clap::Command, path: &str, bad: &mut Vec<String>, seen: &mut usize) {
+        for a in cmd.get_arguments() {
+            let id = a.get_id().as_str();
+            if id == "out" || id == "output" {
+                *seen += 1;
+                if a.get_short() != Some('o') || a.get_long() != Some("out") {
+                    bad.push(format!("{path}: {id} is -{:?}/--{:?}", a.get_short(), a.get_long()));
+                }
+            }
+        }
+        for s in cmd.get_subcommands() {
+            walk(s, &format!("{path} {}", s.get_name()), bad, seen);
+        }
+    }
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    walk(&<commcanary::cli::Cli as clap::CommandFactory>::command(), "commcanary", &mut bad, &mut seen);
+    assert!(seen >= 12, "only {seen} output options found");
+    assert!(bad.is_empty(), "output flags not spelled -o/--out:\n{}", bad.join("\n"));
+    use clap::Parser;
+    for argv in [
+        &["commcanary", "import", "kineto", "a.json", "--output", "x.json"][..],
+        &["commcanary", "campaign", "plan", "s.toml", "--output", "d"],
+        &["commcanary", "rank", "-o", "d"],
+        &["commcanary", "replay-trace", "t.json", "-o", "d"],
+    ] {
+        commcanary::cli::Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    }
+}
+
+/// Item 8: `validate` takes `rank`'s sweep flags, and both give up on a hung
+/// collective after the same default time.
+#[test]
+fn validate_takes_ranks_sweep_flags_and_the_same_timeout_default() {
+    use clap::Parser;
+    let argv = ["commcanary", "validate", "--record-reference", "-b", "8", "-e", "1MiB", "-f", "4", "-n", "5", "-w", "1"];
+    match commcanary::cli::Cli::try_parse_from(argv).unwrap().command {
+        commcanary::cli::Command::Validate(a) => {
+            assert_eq!(
+                (a.min_bytes.as_deref(), a.max_bytes.as_deref(), a.step_factor, a.iters, a.warmup_iters),
+                (Some("8"), Some("1MiB"), Some(4), Some(5), Some(1))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let cmd = <commcanary::cli::Cli as clap::CommandFactory>::command();
+    let default = |sub: &str| -> String {
+        let s = cmd.find_subcommand(sub).unwrap();
+        let a = s.get_arguments().find(|a| a.get_long() == Some("collective-timeout-s")).unwrap();
+        a.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect()
+    };
+    assert_eq!(default("rank"), default("validate"));
+    // nccl-tests' -c
+    commcanary::cli::Cli::try_parse_from(["commcanary", "rank", "-c", "1"]).unwrap();
+}
+
+/// Item 8: help that cannot go stale: the top level names every campaign
+/// verb, and `schema --help` every schema.
+#[test]
+fn help_names_every_campaign_verb_and_every_schema() {
+    let top = ok(&cc(&["--help"]));
+    let line = top.lines().find(|l| l.trim_start().starts_with("campaign ")).expect("a campaign line in --help");
+    let cmd = <commcanary::cli::Cli as clap::CommandFactory>::command();
+    let campaign = cmd.find_subcommand("campaign").unwrap();
+    let verbs: Vec<&str> = campaign.get_subcommands().map(|s| s.get_name()).collect();
+    assert!(verbs.len() >= 11, "{verbs:?}");
+    for v in &verbs {
+        let listed = line.split(|c: char| c == ',' || c == ':' || c.is_whitespace()).any(|w| w == *v);
+        assert!(listed, "`commcanary --help` does not name campaign verb {v}: {line}");
+    }
+    let schema = ok(&cc(&["schema", "--help"]));
+    for (name, _) in commcanary::cli::schema::SCHEMAS {
+        assert!(schema.contains(name), "`schema --help` does not name {name}:\n{schema}");
+    }
+}
+
+/// Item 6: a `cuda` campaign launched by mpirun on a host without a usable GPU
+/// is refused before any cell runs: `run` before it plans, `exec` before it
+/// launches a job (it launched all 20 cells, each refused the same way).
+#[test]
+fn a_campaign_that_cannot_run_here_is_refused_before_any_cell() {
+    if commcanary::backend::cuda::unavailable_reason().is_none() {
+        eprintln!("skipped: a GPU is usable here, so a cuda campaign can run (the refusal needs a host without one)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let spec = t.path().join("cuda.toml");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpu-controls.toml")).unwrap();
+    std::fs::write(&spec, text).unwrap();
+    let dir = t.path().join("c");
+    let o = cc(&["campaign", "run", spec.to_str().unwrap(), "-o", dir.to_str().unwrap()]);
+    let text = assert_refused(&o, "BAD_ARGUMENT");
+    assert!(text.contains("backend cuda cannot run on this host") && text.contains("no cell was launched"), "{text}");
+    assert!(!dir.exists(), "nothing is planned for a campaign that cannot run here");
+    // plan alone freezes the manifest (it may be executed on another host); exec here refuses
+    ok(&cc(&["campaign", "plan", spec.to_str().unwrap(), "-o", dir.to_str().unwrap()]));
+    let o = cc(&["campaign", "exec", dir.to_str().unwrap()]);
+    assert_refused(&o, "BAD_ARGUMENT");
+    let attempts = std::fs::read_to_string(dir.join("attempts.jsonl")).unwrap_or_default();
+    assert!(attempts.trim().is_empty(), "no attempt was made:\n{attempts}");
+}
