@@ -136,3 +136,38 @@ fn a_campaign_that_cannot_run_here_is_refused_before_any_cell() {
     let attempts = std::fs::read_to_string(dir.join("attempts.jsonl")).unwrap_or_default();
     assert!(attempts.trim().is_empty(), "no attempt was made:\n{attempts}");
 }
+
+/// Item 7: `rank --phases isolated -b … -e … -f 4 -c 1` ends with an
+/// nccl-tests-like table: units in the header, count/type/redop/root
+/// columns, every size checked (the CPU path checked only the first size,
+/// `#wrong n/a` for the rest), and the "Avg bus bandwidth" footer.
+#[test]
+fn rank_isolated_ends_with_an_nccl_tests_table_every_size_checked() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("runs");
+    let o = common::mpirun(
+        2,
+        &["rank", "--backend", "cpu", "--phases", "isolated", "-b", "8", "-e", "2KiB", "-f", "4", "-n", "5", "-w", "1", "-c", "1", "-o", out.to_str().unwrap()],
+    );
+    let stdout = ok(&o);
+    let header = stdout.lines().find(|l| l.contains("size(B)")).unwrap_or_else(|| panic!("no per-size table:\n{stdout}"));
+    for col in ["count(elts)", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"] {
+        assert!(header.contains(col), "{col} missing from {header}");
+    }
+    let rows: Vec<&str> = stdout.lines().skip_while(|l| !l.contains("size(B)")).skip(1).take_while(|l| !l.starts_with('#')).collect();
+    let sizes: Vec<&str> = rows.iter().map(|r| r.split_whitespace().next().unwrap()).collect();
+    assert_eq!(sizes, ["8", "32", "128", "512", "2048"], "{stdout}");
+    for r in &rows {
+        let w: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!((w[3], w[4]), ("sum", "-1"), "{r}");
+        assert_eq!(w[9], "0", "every size is checked and right: {r}");
+    }
+    assert!(stdout.contains("# Avg bus bandwidth    : "), "{stdout}");
+    let run = std::fs::read_dir(&out).unwrap().next().unwrap().unwrap().path();
+    let j = common::join_json(&run);
+    for r in j["isolated_sizes"].as_array().unwrap() {
+        assert_eq!(r["wrong_elements"], 0, "{r}");
+        assert_eq!(r["count"].as_u64().unwrap() * 2, r["bytes"].as_u64().unwrap(), "bf16 elements: {r}");
+        assert_eq!(r["dtype"], "bf16");
+    }
+}

@@ -124,7 +124,7 @@ pub struct RankArgs {
     /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
     #[arg(long, short = 'w', default_value_t = 5)]
     pub warmup_iters: u32,
-    /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
+    /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as nccl-tests -c).
     #[arg(long, short = 'c', default_value_t = 1)]
     pub check: u32,
     /// Fill residual handling: carry rounding errors to the next gap, or drop them.

@@ -306,6 +306,16 @@ pub struct IsolatedSizeRow {
     pub p99_us: f64,
     /// What the times measure.
     pub source: CompletionSource,
+    /// Elements per rank (bytes / element size): nccl-tests' `count`
+    /// (absent in summaries written before it was added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Element type: nccl-tests' `type`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+    /// Reduction: nccl-tests' `redop` (the isolated all-reduce is a sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redop: Option<String>,
 }
 
 /// The isolated phase of a joined run, per size.
@@ -345,6 +355,9 @@ pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
                 p50_us: iter_max[len / 2],
                 p99_us: iter_max[p99_idx],
                 source,
+                count: Some(bytes / cs[0].dtype.size_bytes()),
+                dtype: Some(cs[0].dtype),
+                redop: Some("sum".into()),
             }
         })
         .collect()
@@ -1037,6 +1050,49 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     })
 }
 
+/// The isolated phase's per-size table, as nccl-tests prints its own: size,
+/// count, type, redop and root columns (root -1: an all-reduce has none),
+/// units in the header, and the "Avg bus bandwidth" footer, the arithmetic
+/// mean of busbw over the sizes (nccl-tests' `src/common.cu` sums busbw over
+/// the sizes and divides by their number). Empty when no size was run.
+pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    if rows.is_empty() {
+        return o;
+    }
+    let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+    let _ = writeln!(
+        o,
+        "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10} {:>12} {:>12} {:>7} {:>10} {:>10}",
+        "size(B)", "count(elts)", "type", "redop", "root", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "p50(us)", "p99(us)"
+    );
+    for r in rows {
+        let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
+        let count = r.count.map(|c| c.to_string()).unwrap_or_else(|| "?".into());
+        let dtype = r.dtype.map(|d| d.name().to_string()).unwrap_or_else(|| "?".into());
+        let _ = writeln!(
+            o,
+            "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10.2} {:>12.2} {:>12.2} {:>7} {:>10.2} {:>10.2}",
+            r.bytes,
+            count,
+            dtype,
+            r.redop.as_deref().unwrap_or("?"),
+            -1,
+            r.iterations,
+            r.time_us,
+            r.algbw_gbps,
+            r.busbw_gbps,
+            wrong,
+            r.p50_us,
+            r.p99_us
+        );
+    }
+    let avg = rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64;
+    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s (arithmetic mean over {} sizes, as nccl-tests prints it)", rows.len());
+    o
+}
+
 /// Human-readable rendering of a summary.
 pub fn render_summary(s: &JoinSummary) -> String {
     use std::fmt::Write;
@@ -1074,22 +1130,7 @@ pub fn render_summary(s: &JoinSummary) -> String {
             f(p.skew_bound_median_us)
         );
     }
-    if !s.isolated_sizes.is_empty() {
-        let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
-        let _ = writeln!(
-            o,
-            "{:>12} {:>7} {:>10} {:>9} {:>9} {:>7} {:>10} {:>10}",
-            "size(B)", "iters", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)"
-        );
-        for r in &s.isolated_sizes {
-            let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
-            let _ = writeln!(
-                o,
-                "{:>12} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>7} {:>10.2} {:>10.2}",
-                r.bytes, r.iterations, r.time_us, r.algbw_gbps, r.busbw_gbps, wrong, r.p50_us, r.p99_us
-            );
-        }
-    }
+    o.push_str(&render_isolated(&s.isolated_sizes));
     let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock):");
     for c in &s.clocks {
         let inj = match (c.injected_offset_us, c.injected_drift_ppm) {
