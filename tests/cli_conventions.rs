@@ -171,3 +171,15 @@ fn rank_isolated_ends_with_an_nccl_tests_table_every_size_checked() {
         assert_eq!(r["dtype"], "bf16");
     }
 }
+
+/// Item 12: `join` pointed at an `--out` root names the runs it holds
+/// instead of calling the run incomplete.
+#[test]
+fn join_on_an_out_root_lists_its_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("runs");
+    let run = common::run_rank(2, &out, &["--phases", "isolated", "-b", "1KiB", "-e", "4KiB", "-n", "2", "-w", "0"]);
+    let o = cc(&["join", out.to_str().unwrap()]);
+    let text = assert_refused(&o, "NO_SUCH_INPUT");
+    assert!(text.contains("is not a run but holds 1 run(s)") && text.contains(run.to_str().unwrap()), "{text}");
+}

@@ -547,6 +547,21 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     }
     let run_path = dir.join(RUN_FILE);
     if !run_path.exists() {
+        // an --out root (rank --out DIR writes DIR/<run-id>/): name the runs in it
+        let mut runs: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join(RUN_FILE).is_file()).map(|p| p.display().to_string()).collect())
+            .unwrap_or_default();
+        let has_shards = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "shard"))));
+        if !runs.is_empty() && !has_shards {
+            runs.sort();
+            refuse!(
+                Code::NoSuchInput,
+                "{} is not a run but holds {} run(s) (rank --out writes OUT/<run-id>/); join one of them: {}",
+                dir.display(),
+                runs.len(),
+                runs.join(", ")
+            );
+        }
         refuse!(Code::NoSuchInput, "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
     }
     let run = crate::evidence::run::read_run_record(&run_path)?;

@@ -753,7 +753,11 @@ pub fn render(r: &ValidationReport) -> String {
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;
     }
-    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured", "reference", "interval (node/ref)");
+    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured (median)", "reference (median)", "ratio [interval] (paired)");
+    let _ = writeln!(
+        s,
+        "(measured and reference: the median over each side's rounds; the ratio: the geometric mean of the node/reference ratios of paired rounds, with its interval, so it need not equal the ratio of the two medians)"
+    );
     for c in &r.checks {
         let cut = |x: &str, n: usize| if x.chars().count() > n { format!("{}…", x.chars().take(n - 1).collect::<String>()) } else { x.to_string() };
         let _ = writeln!(
