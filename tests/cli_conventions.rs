@@ -183,3 +183,21 @@ fn join_on_an_out_root_lists_its_runs() {
     let text = assert_refused(&o, "NO_SUCH_INPUT");
     assert!(text.contains("is not a run but holds 1 run(s)") && text.contains(run.to_str().unwrap()), "{text}");
 }
+
+/// Item 11: `replay-trace` prints every rank's summary (rank 1's gaps were
+/// unseen), with a per-kind time p50/p99; output goes to `-o`.
+#[test]
+fn replay_trace_prints_every_ranks_summary_with_per_kind_times() {
+    let t = tempfile::tempdir().unwrap();
+    let trace = t.path().join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &format!("{FIXTURE}/kineto.rank-0.json.gz"), &format!("{FIXTURE}/kineto.rank-1.json.gz"), "-o", trace.to_str().unwrap()]));
+    let out = t.path().join("replay");
+    let o = common::mpirun(2, &["replay-trace", trace.to_str().unwrap(), "-o", out.to_str().unwrap(), "--check", "--pace", "none"]);
+    let stdout = ok(&o);
+    for rank in 0..2 {
+        let kind = if rank == 0 { "send" } else { "recv" };
+        assert!(stdout.lines().any(|l| l.starts_with(&format!("rank {rank}: 32 x all_reduce bf16 on \"1\", 32 checked; time p50 "))), "rank {rank}:\n{stdout}");
+        assert!(stdout.lines().any(|l| l.starts_with(&format!("rank {rank}: 1 x {kind} bf16"))), "rank {rank}:\n{stdout}");
+        assert!(out.join(format!("replay-trace.rank-{rank}.json")).is_file());
+    }
+}
