@@ -5,14 +5,27 @@
 #   bash scripts/validate-partition.sh PARTITION REF_DIR [SBATCH_OPTION ...] [-- VALIDATE_ARG ...]
 #   e.g. bash scripts/validate-partition.sh h200 /shared/ref-h200 --ntasks-per-node=8 --gpus-per-node=8 -- --site site.toml
 #
-# The nodes come from `sinfo -N -p PARTITION`. The issue asked for a job
-# array; Slurm applies sbatch options such as --nodelist to every task of an
-# array, so an array cannot put task i on node i. This script therefore
-# submits one single-node job per node, all at once
-# (`sbatch --nodelist=NODE slurm/validate-node.sbatch`), and
+# The nodes come from `sinfo -N -p PARTITION`. Slurm applies sbatch options
+# such as --nodelist to every task of an array, so an array cannot put task
+# i on node i. This script therefore submits one single-node job per node,
+# all at once (`sbatch --nodelist=NODE slurm/validate-node.sbatch`), and
 # waits for them; the jobs share the job name commcanary-validate and one
 # output directory. Exit code: 0 when every node passed, 1 when any failed,
 # 2 when none failed but some were inconclusive, 3 when some could not run.
+#
+# Drained nodes: a job sent to a drained (or draining, down) node pends for
+# ever, so such nodes are listed as skipped unless a reservation is given.
+# To validate repaired nodes that are drained, put them in a maintenance
+# reservation and pass it through:
+#   scontrol create reservation reservationname=validate users=$USER \
+#            nodes=gpu[017-018] starttime=now duration=02:00:00 flags=maint,ignore_jobs
+#   bash scripts/validate-partition.sh h200 /shared/ref-h200 --reservation=validate ...
+# Every job is waited for at most VALIDATE_TIMEOUT_S seconds (default 7200,
+# queueing included); a job still pending or running then is cancelled and
+# its node reported as could-not-run. Nodes that passed are not resumed by
+# this script: the table prints the `scontrol update ... state=resume` line
+# for them, to run once the rest of the site's checks (`dcgmi diag`, which
+# this validation complements) have passed too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:?partition}; REF=${2:?reference directory}; shift 2
@@ -23,17 +36,36 @@ while [ $# -gt 0 ]; do
 done
 OUT=${VALIDATE_OUT:-$PWD/out/validate-$PART-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
-mapfile -t NODES < <(sinfo -N -h -p "$PART" -o %N | sort -u)
-[ "${#NODES[@]}" -gt 0 ] || { echo "validate-partition: partition $PART has no nodes" >&2; exit 3; }
-echo "validate-partition: ${#NODES[@]} nodes of $PART against $REF; evidence under $OUT"
+TIMEOUT_S=${VALIDATE_TIMEOUT_S:-7200}
+RESERVED=0
+for o in "${SB[@]}"; do case "$o" in --reservation*) RESERVED=1 ;; esac; done
+NODES=(); SKIPPED=()
+while read -r n state; do
+  case "$state" in
+    drain*|drng*|down*|fail*|maint*) [ "$RESERVED" = 1 ] && NODES+=("$n") || SKIPPED+=("$n $state") ;;
+    *) NODES+=("$n") ;;
+  esac
+done < <(sinfo -N -h -p "$PART" -o '%N %t' | sort -u)
+[ "${#NODES[@]}" -gt 0 ] || [ "${#SKIPPED[@]}" -gt 0 ] || { echo "validate-partition: partition $PART has no nodes" >&2; exit 3; }
+echo "validate-partition: ${#NODES[@]} nodes of $PART against $REF (each waited for at most ${TIMEOUT_S} s); evidence under $OUT"
+for s in "${SKIPPED[@]}"; do
+  echo "validate-partition: skipped ${s%% *} (${s#* }): a job would pend for ever; pass --reservation=NAME of a maintenance reservation on it" >&2
+done
 pids=()
 for n in "${NODES[@]}"; do
-  VALIDATE_OUT=$OUT sbatch --wait --nodelist="$n" --chdir="$PWD" --output="$OUT/$n-%j.out" "${SB[@]}" \
-    slurm/validate-node.sbatch --reference "$REF" "${VA[@]}" > "$OUT/$n.sbatch.log" 2>&1 &
+  (
+    VALIDATE_OUT=$OUT timeout "$TIMEOUT_S" sbatch --wait --nodelist="$n" --chdir="$PWD" --output="$OUT/$n-%j.out" "${SB[@]}" \
+      slurm/validate-node.sbatch --reference "$REF" "${VA[@]}" > "$OUT/$n.sbatch.log" 2>&1
+    if [ $? -eq 124 ]; then
+      job=$(grep -o 'Submitted batch job [0-9]*' "$OUT/$n.sbatch.log" | grep -o '[0-9]*$')
+      [ -n "$job" ] && scancel "$job"
+      echo "validate-partition: $n: no verdict within ${TIMEOUT_S} s; job ${job:-?} cancelled" >> "$OUT/$n.sbatch.log"
+    fi
+  ) &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-worst=0
+worst=0; PASSED=()
 printf '%-20s %-14s %s\n' node verdict "failing checks"
 for n in "${NODES[@]}"; do
   ex=$(ls "$OUT"/"$n"-*.exit 2>/dev/null | head -1)
@@ -49,8 +81,9 @@ print(r["verdict"], ", ".join(bad) or ("(inconclusive: " + ", ".join(unsure) + "
 PY
 )
   else
-    line="could-not-run see $(ls "$OUT"/"$n"-*.out 2>/dev/null | head -1)"
+    line="could-not-run see $(ls "$OUT"/"$n"-*.out 2>/dev/null | head -1) $OUT/$n.sbatch.log"
   fi
+  [ "$code" = 0 ] && PASSED+=("$n")
   printf '%-20s %-14s %s\n' "$n" "${line%% *}" "${line#* }"
   # fleet exit code: 3 (could not run) > 1 (fail) > 2 (inconclusive) > 0
   case "$code" in
@@ -59,4 +92,12 @@ PY
     2) [ "$worst" = 0 ] && worst=2 ;;
   esac
 done
+for s in "${SKIPPED[@]}"; do
+  printf '%-20s %-14s %s\n' "${s%% *}" skipped "node is ${s#* }: no job can start there without a reservation"
+  worst=3
+done
+if [ "${#PASSED[@]}" -gt 0 ]; then
+  echo "passed: once the site's other checks pass too, return them to service with:"
+  echo "  scontrol update nodename=$(IFS=,; echo "${PASSED[*]}") state=resume"
+fi
 exit "$worst"

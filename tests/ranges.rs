@@ -182,15 +182,15 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("join", "--events-out"),
     ("inspect", "<file>"),
     ("export chrome", "<run_dir>"),
-    ("export chrome", "--output"),
+    ("export chrome", "--out"),
     ("export param", "<trace>"),
-    ("export param", "--output"),
+    ("export param", "--out"),
     ("export et", "<trace>"),
-    ("export et", "--output"),
+    ("export et", "--out"),
     ("import kineto", "<files>"),
-    ("import kineto", "--output"),
+    ("import kineto", "--out"),
     ("import et", "<files>"),
-    ("import et", "--output"),
+    ("import et", "--out"),
     ("replay-trace", "<trace>"),
     ("replay-trace", "--out"),
     ("replay-trace", "--op"),
@@ -201,9 +201,9 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("compare", "--truth"),
     ("compare", "--tie-policy"),
     ("campaign plan", "<spec>"),
-    ("campaign plan", "--output"),
+    ("campaign plan", "--out"),
     ("campaign run", "<spec>"),
-    ("campaign run", "--output"),
+    ("campaign run", "--out"),
     ("campaign exec", "<dir>"),
     ("campaign select", "<dir>"),
     ("campaign select", "--policy"),
@@ -211,11 +211,11 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("campaign analyze", "<dir>"),
     ("campaign analyze", "--report-dir"),
     ("campaign archive", "<dir>"),
-    ("campaign archive", "--output"),
+    ("campaign archive", "--out"),
     ("campaign archive", "--descriptor"),
     ("campaign join", "<a>"),
     ("campaign join", "<b>"),
-    ("campaign join", "--output"),
+    ("campaign join", "--out"),
     ("campaign power", "<dir>"),
     ("campaign power", "--phase"),
     ("campaign replicate", "<a>"),
@@ -335,7 +335,7 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
 
 /// Item 8: every option that takes a value is either in the range table or
 /// named non-numeric here; every row names a real option, is printed in
-/// README.md, and its out-of-range example is refused with OUT_OF_RANGE
+/// docs/REFERENCE.md, and its out-of-range example is refused with OUT_OF_RANGE
 /// before any work (nothing written, no MPI).
 #[test]
 fn every_numeric_option_has_a_documented_range_that_is_enforced() {
@@ -351,13 +351,13 @@ fn every_numeric_option_has_a_documented_range_that_is_enforced() {
         assert!(options.iter().any(|(c2, o2)| c2 == c && o2 == o), "NON_NUMERIC names {c} {o}, which is no option");
         assert!(!RANGES.iter().any(|r| r.command == *c && r.option == *o), "{c} {o} is both non-numeric and in the range table");
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md")).unwrap();
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
     for r in RANGES {
         assert!(options.iter().any(|(c, o)| c == r.command && o == r.option), "range row {} {} names no option", r.command, r.option);
         let row = format!("| `{} {}` | {} |", r.command, r.option, r.range);
-        assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+        assert!(readme.contains(&row), "docs/REFERENCE.md lacks the row\n{row}");
         if let Some(args) = out_of_range_example(r.command, r.option, out.to_str().unwrap()) {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             refused_quickly(&args, "OUT_OF_RANGE");

@@ -396,6 +396,33 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     Ok((prog, args, env))
 }
 
+/// Refuses, before any cell is launched, a campaign that cannot run on this
+/// host: with the `mpirun` launcher every job runs here, so a `cuda` backend
+/// without a usable GPU, or no `mpirun` on `PATH`, would fail every cell
+/// with the same error (`srun` jobs run on the allocation's nodes, which
+/// this host cannot check). `what` names the campaign or spec in the message.
+pub fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Result<()> {
+    if spec.launcher.kind != LauncherKind::Mpirun {
+        return Ok(());
+    }
+    let on_path = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpirun").is_file()));
+    if !on_path {
+        crate::refuse!(
+            Code::BadArgument,
+            "{what}: the launcher is mpirun, and no mpirun is on PATH; no cell was launched (install OpenMPI 4.x or load its module)"
+        );
+    }
+    if spec.backend == "cuda" {
+        if let Some(why) = crate::backend::cuda::unavailable_reason() {
+            crate::refuse!(
+                Code::BadArgument,
+                "{what}: backend cuda cannot run on this host ({why}); no cell was launched. With the mpirun launcher every job runs here: run it on a host with GPUs, or use the srun launcher inside an allocation"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Run every cell without a successful attempt, in schedule order (or only
 /// the cell at 1-based position `only`); each failure is retried up to
 /// `retries` times. Returns (succeeded, failed attempts). Records are single
@@ -403,6 +430,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
 /// file system do not interleave them.
 pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<std::time::Duration>) -> Result<(usize, usize)> {
     let (m, manifest_sha) = load_manifest(dir)?;
+    preflight(&m.spec, &format!("campaign {}", dir.display()))?;
     if let Some(n) = only {
         if n == 0 || n > m.schedule.len() {
             bail!("--cell {n}: the schedule has cells 1 to {}", m.schedule.len());

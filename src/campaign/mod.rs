@@ -267,7 +267,18 @@ fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
 fn resolved(path: &Path) -> Result<std::path::PathBuf> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
     let name = path.file_name().with_context(|| format!("{} has no file name", path.display()))?;
-    Ok(std::fs::canonicalize(parent).with_context(|| format!("{}: its directory does not exist", path.display()))?.join(name))
+    match std::fs::canonicalize(parent) {
+        Ok(p) => Ok(p.join(name)),
+        // created here, the directory could land inside the campaign before that check refuses it
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "{}: its directory {} does not exist; create it first (mkdir -p {}) or write the archive elsewhere",
+            path.display(),
+            parent.display(),
+            parent.display()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("resolving the directory of {}", path.display()))),
+    }
 }
 
 /// Append one regular file, opened without following links, to the archive.

@@ -440,6 +440,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 }
                 writeln!(out, "== plan: {} exists with this spec's manifest; resuming", output.display())?;
             } else {
+                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
+                chain::preflight(&planned, &spec.display().to_string())?;
                 writeln!(out, "== plan")?;
                 campaign(C::Plan { spec, output: output.clone() }, out)?;
             }

@@ -32,12 +32,12 @@ pub enum Command {
     /// Import a workload's PyTorch traces (one file per rank) as a communication trace
     #[command(subcommand)]
     Import(ImportCommand),
-    /// Run an imported trace's collectives on MPI sub-communicators (cpu; run under mpirun)
+    /// Run an imported trace's collectives on per-group sub-communicators: MPI (cpu) or NCCL (cuda); run under mpirun
     #[command(name = "replay-trace")]
     ReplayTrace(ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
-    /// Campaigns: plan, exec, select, verify, analyze, archive, check-archive
+    /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate
     #[command(subcommand)]
     Campaign(CampaignCommand),
     /// Request-level queueing over measured service times: open or closed load, Little's law, SLO attainment
@@ -57,7 +57,7 @@ pub enum Command {
     Canary(crate::cli::canary::CanaryCommand),
     /// Write a deterministic synthetic communication trace (for tests and examples)
     Synth(crate::cli::canary::SynthArgs),
-    /// Print the JSON Schema of a format (shard, run, joined-collective, join-summary, summary)
+    /// Print the JSON Schema of a format (its name: see `schema --help`)
     Schema(SchemaArgs),
     /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
     #[command(name = "bench-overhead")]
@@ -130,8 +130,8 @@ pub struct RankArgs {
     /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
     #[arg(long, short = 'w', default_value_t = 5)]
     pub warmup_iters: u32,
-    /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
-    #[arg(long, default_value_t = 1)]
+    /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as nccl-tests -c).
+    #[arg(long, short = 'c', default_value_t = 1)]
     pub check: u32,
     /// Fill residual handling: carry rounding errors to the next gap, or drop them.
     #[arg(long, value_enum, default_value = "carry")]
@@ -165,7 +165,7 @@ pub struct RankArgs {
     /// Seconds without completion after which a collective is declared hung and
     /// the job fails with a message (cuda: the NCCL communicator is aborted;
     /// cpu: the wait on MPI_Iallreduce gives up). 0 < value <= 86400.
-    #[arg(long, alias = "collective-timeout", default_value_t = 300.0)]
+    #[arg(long, alias = "collective-timeout", default_value_t = crate::core::limits::DEFAULT_COLLECTIVE_TIMEOUT_S)]
     pub collective_timeout_s: f64,
     /// Cuda backend: use this GPU ordinal instead of local_rank % device_count.
     #[arg(long)]
@@ -197,7 +197,7 @@ pub struct RankArgs {
     #[arg(long)]
     pub nccl_tuning: bool,
     /// Output directory; the run goes to OUT/<run-id>/.
-    #[arg(long, default_value = "out")]
+    #[arg(short = 'o', long, default_value = "out")]
     pub out: PathBuf,
     /// Run id (default: UTC time plus random hex, chosen by rank 0).
     #[arg(long)]
@@ -282,7 +282,8 @@ pub struct SummarizeArgs {
 /// `commcanary schema`.
 #[derive(Args, Debug)]
 pub struct SchemaArgs {
-    /// Schema name.
+    /// Schema name (the list is `cli::schema::SCHEMAS`, so help cannot go stale).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(schema::SCHEMAS.map(|s| s.0)))]
     pub name: String,
 }
 
@@ -328,7 +329,7 @@ pub struct ExportTraceArgs {
     /// Communication trace written by `commcanary import`.
     pub trace: PathBuf,
     /// Output directory (created if missing; existing files are never replaced).
-    #[arg(short, long)]
+    #[arg(short = 'o', long = "out", alias = "output")]
     pub output: PathBuf,
 }
 
@@ -338,7 +339,7 @@ pub struct ReplayTraceArgs {
     /// Communication trace written by `commcanary import`.
     pub trace: PathBuf,
     /// Directory for replay-trace.rank-N.json (created if missing; never overwritten).
-    #[arg(long, default_value = "out")]
+    #[arg(short = 'o', long, default_value = "out")]
     pub out: PathBuf,
     /// Validate every collective's result.
     #[arg(long)]
@@ -386,7 +387,7 @@ pub struct ImportArgs {
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Communication trace to write (never overwritten).
-    #[arg(short, long)]
+    #[arg(short = 'o', long = "out", alias = "output")]
     pub output: PathBuf,
     /// Print the trace's per-rank collective counts as JSON instead of text.
     #[arg(long)]
@@ -399,7 +400,7 @@ pub struct ExportChromeArgs {
     /// Run directory (verified with join first).
     pub run_dir: PathBuf,
     /// Output file (never overwritten).
-    #[arg(short, long)]
+    #[arg(short = 'o', long = "out", alias = "output")]
     pub output: PathBuf,
 }
 
@@ -411,7 +412,7 @@ pub enum CampaignCommand {
         /// Campaign spec (TOML).
         spec: PathBuf,
         /// Campaign directory to create.
-        #[arg(short, long)]
+        #[arg(short = 'o', long = "out", alias = "output")]
         output: PathBuf,
     },
     /// Plan, exec, select, verify and analyze in one go, stopping at the first refusal with its reason
@@ -419,7 +420,7 @@ pub enum CampaignCommand {
         /// Campaign spec (TOML).
         spec: PathBuf,
         /// Campaign directory to create (an existing one is resumed from exec when its manifest is this spec's).
-        #[arg(short, long)]
+        #[arg(short = 'o', long = "out", alias = "output")]
         output: PathBuf,
         /// Retries per failing cell.
         #[arg(long, default_value_t = 0)]
@@ -486,7 +487,7 @@ pub enum CampaignCommand {
         /// Campaign directory.
         dir: PathBuf,
         /// Archive file (.tar), never overwritten.
-        #[arg(short, long)]
+        #[arg(short = 'o', long = "out", alias = "output")]
         output: PathBuf,
         /// Descriptor file (default: ARCHIVE.descriptor.json).
         #[arg(long)]
@@ -499,7 +500,7 @@ pub enum CampaignCommand {
         /// Second campaign directory.
         b: PathBuf,
         /// Joined campaign directory (new).
-        #[arg(short, long)]
+        #[arg(short = 'o', long = "out", alias = "output")]
         output: PathBuf,
     },
     /// Rounds needed: from a pilot campaign's own noise, the power to decide 1, 2, 5, 10% differences at 3..50 rounds

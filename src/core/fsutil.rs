@@ -5,6 +5,10 @@
 //! then `persist_noclobber`, which links it into place only if the destination
 //! does not exist, then the directory is fsynced). Refuses to replace an
 //! existing file (`refused[ALREADY_EXISTS]`): records are appended, never replaced.
+//! A missing destination directory is created (as `mkdir -p` would: `-o
+//! out/x.json` works on a fresh checkout), and the file gets the mode a
+//! plain `open` gives, 0666 less the umask, as directories do: a record
+//! written to a shared path is readable by the accounts the umask allows.
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -39,11 +43,16 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating the directory {} of {}", dir.display(), dest.display()))?;
+    }
     // a full disk (ENOSPC) or any other failure leaves no temporary file
-    // behind: the temporary is removed when it is dropped unpersisted
+    // behind: the temporary is removed when it is dropped unpersisted.
+    // tempfile's own mode is 0600; 0666 is masked by the umask at open(2).
     let mut tmp = tempfile::Builder::new()
         .prefix(".commcanary-")
         .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     tmp.write_all(bytes).with_context(|| format!("writing {}", tmp.path().display()))?;
@@ -83,6 +92,21 @@ mod tests {
         // no temp files left behind
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    /// Issue 29 items 1 and 9: `-o out/x.json` on a fresh checkout creates
+    /// `out/`, and the file's mode is what the umask gives a plain file, as a
+    /// directory's is what it gives a directory (tempfile alone made 0600).
+    #[test]
+    fn creates_missing_directories_and_follows_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("out/deeper/a.json");
+        write_new_atomic(&p, b"x").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        let dir_mode = std::fs::metadata(d.path().join("out")).unwrap().permissions().mode() & 0o777;
+        let file_mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(file_mode, dir_mode & 0o666, "file {file_mode:o}, directory {dir_mode:o}");
     }
 
     /// A write that fails part-way (here EFBIG under a 16-byte RLIMIT_FSIZE,

@@ -13,6 +13,10 @@ use anyhow::{Context, Result};
 use std::io::Read;
 use std::path::Path;
 
+/// Default of `--collective-timeout-s` on every command that runs collectives
+/// (`rank`, `validate`): one value, so a node validated and a run ranked give
+/// up on a hung peer after the same time.
+pub const DEFAULT_COLLECTIVE_TIMEOUT_S: f64 = 300.0;
 /// A shard file (header + body + trailer).
 pub const MAX_SHARD_BYTES: u64 = 512 << 20;
 /// A shard's JSON header.

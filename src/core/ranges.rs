@@ -6,10 +6,10 @@
 //! values still fit a 139 GiB GPU and a few GiB of host memory per rank).
 //!
 //! [`RANGES`] is the table: one row per option that takes a number (or a
-//! value made of numbers), as README.md's "Ranges of numbers" prints it.
+//! value made of numbers), as docs/REFERENCE.md's "Ranges of numbers" prints it.
 //! `tests/ranges.rs` walks clap's command tree and fails when an option that
 //! takes a value is neither in [`RANGES`] nor on its list of non-numeric
-//! options, when a row names no option, when README.md lacks a row, and when
+//! options, when a row names no option, when docs/REFERENCE.md lacks a row, and when
 //! a row's out-of-range example is not refused with `OUT_OF_RANGE`.
 //! The checks live beside the options they check: the command layer's
 //! `check_command_ranges` checks every command's numbers right after parsing,

@@ -4,7 +4,7 @@
 //! scripts and people can tell one refusal from another without parsing
 //! prose, and tests can assert the code rather than a sentence. Codes are
 //! part of the command-line contract: a code is added, never renamed. The
-//! README's table lists every code with its meaning and an example; a test
+//! table of docs/REFERENCE.md ("Refusals") lists every code with its meaning and an example; a test
 //! keeps the table and [`Code::ALL`] in step.
 use std::fmt;
 
@@ -96,7 +96,7 @@ pub enum Code {
 }
 
 impl Code {
-    /// Every code, in the order of the README's table.
+    /// Every code, in the order of docs/REFERENCE.md's table.
     pub const ALL: &'static [Code] = &[
         Code::CampaignState,
         Code::StaleManifest,
@@ -234,10 +234,10 @@ mod tests {
     use super::*;
     #[test]
     fn every_code_is_in_the_readme_table_once() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md")).expect("docs/REFERENCE.md");
         for c in Code::ALL {
             let row = format!("| `{}` |", c.as_str());
-            assert_eq!(readme.matches(&row).count(), 1, "README.md: one table row starting {row}");
+            assert_eq!(readme.matches(&row).count(), 1, "docs/REFERENCE.md: one table row starting {row}");
         }
         let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
         names.sort_unstable();

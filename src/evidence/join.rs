@@ -315,6 +315,16 @@ pub struct IsolatedSizeRow {
     pub p99_us: f64,
     /// What the times measure.
     pub source: CompletionSource,
+    /// Elements per rank (bytes / element size): nccl-tests' `count`
+    /// (absent in summaries written before it was added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Element type: nccl-tests' `type`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+    /// Reduction: nccl-tests' `redop` (the isolated all-reduce is a sum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redop: Option<String>,
 }
 
 /// The isolated phase of a joined run, per size.
@@ -354,6 +364,9 @@ pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
                 p50_us: iter_max[len / 2],
                 p99_us: iter_max[p99_idx],
                 source,
+                count: Some(bytes / cs[0].dtype.size_bytes()),
+                dtype: Some(cs[0].dtype),
+                redop: Some("sum".into()),
             }
         })
         .collect()
@@ -543,6 +556,21 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     }
     let run_path = dir.join(RUN_FILE);
     if !run_path.exists() {
+        // an --out root (rank --out DIR writes DIR/<run-id>/): name the runs in it
+        let mut runs: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join(RUN_FILE).is_file()).map(|p| p.display().to_string()).collect())
+            .unwrap_or_default();
+        let has_shards = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "shard"))));
+        if !runs.is_empty() && !has_shards {
+            runs.sort();
+            refuse!(
+                Code::NoSuchInput,
+                "{} is not a run but holds {} run(s) (rank --out writes OUT/<run-id>/); join one of them: {}",
+                dir.display(),
+                runs.len(),
+                runs.join(", ")
+            );
+        }
         refuse!(Code::NoSuchInput, "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
     }
     let run = crate::evidence::run::read_run_record(&run_path)?;
@@ -1080,6 +1108,49 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     })
 }
 
+/// The isolated phase's per-size table, as nccl-tests prints its own: size,
+/// count, type, redop and root columns (root -1: an all-reduce has none),
+/// units in the header, and the "Avg bus bandwidth" footer, the arithmetic
+/// mean of busbw over the sizes (nccl-tests' `src/common.cu` sums busbw over
+/// the sizes and divides by their number). Empty when no size was run.
+pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    if rows.is_empty() {
+        return o;
+    }
+    let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+    let _ = writeln!(
+        o,
+        "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10} {:>12} {:>12} {:>7} {:>10} {:>10}",
+        "size(B)", "count(elts)", "type", "redop", "root", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "p50(us)", "p99(us)"
+    );
+    for r in rows {
+        let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
+        let count = r.count.map(|c| c.to_string()).unwrap_or_else(|| "?".into());
+        let dtype = r.dtype.map(|d| d.name().to_string()).unwrap_or_else(|| "?".into());
+        let _ = writeln!(
+            o,
+            "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10.2} {:>12.2} {:>12.2} {:>7} {:>10.2} {:>10.2}",
+            r.bytes,
+            count,
+            dtype,
+            r.redop.as_deref().unwrap_or("?"),
+            -1,
+            r.iterations,
+            r.time_us,
+            r.algbw_gbps,
+            r.busbw_gbps,
+            wrong,
+            r.p50_us,
+            r.p99_us
+        );
+    }
+    let avg = rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64;
+    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s (arithmetic mean over {} sizes, as nccl-tests prints it)", rows.len());
+    o
+}
+
 /// Human-readable rendering of a summary.
 pub fn render_summary(s: &JoinSummary) -> String {
     use std::fmt::Write;
@@ -1117,22 +1188,7 @@ pub fn render_summary(s: &JoinSummary) -> String {
             f(p.skew_bound_median_us)
         );
     }
-    if !s.isolated_sizes.is_empty() {
-        let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
-        let _ = writeln!(
-            o,
-            "{:>12} {:>7} {:>10} {:>9} {:>9} {:>7} {:>10} {:>10}",
-            "size(B)", "iters", "time(us)", "algbw", "busbw", "#wrong", "p50(us)", "p99(us)"
-        );
-        for r in &s.isolated_sizes {
-            let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
-            let _ = writeln!(
-                o,
-                "{:>12} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>7} {:>10.2} {:>10.2}",
-                r.bytes, r.iterations, r.time_us, r.algbw_gbps, r.busbw_gbps, wrong, r.p50_us, r.p99_us
-            );
-        }
-    }
+    o.push_str(&render_isolated(&s.isolated_sizes));
     let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock):");
     for c in &s.clocks {
         let inj = match (c.injected_offset_us, c.injected_drift_ppm) {

@@ -823,6 +823,14 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
     // A wrong result recorded by the isolated phase fails the rank only now,
     // once rank 0 has written run.json, so the evidence is complete on disk.
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "final barrier", phase: "after run.json is written", peer: None })?;
+    // As nccl-tests ends with its table: the isolated phase's per size, from
+    // the verified run (a join refusal is printed, and the run kept as it is).
+    if rank == 0 && !args.quiet && plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) {
+        match crate::evidence::join::join_dir(&dir) {
+            Ok(j) => print!("{}", crate::evidence::join::render_isolated(&crate::evidence::join::isolated_sizes(&j))),
+            Err(e) => eprintln!("commcanary: no per-size table: join {}: {e:#}", dir.display()),
+        }
+    }
     if let Some(c) = shard.header.checks.iter().find(|c| c.wrong_elements > 0) {
         bail!(
             "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; the run is kept in {} and must not be ranked",

@@ -616,6 +616,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             return self.isolated_back_to_back();
         }
         for &bytes in spec.isolated_sizes() {
+            // --check N checks N timed iterations of every size, as nccl-tests
+            // -c checks every size (the back-to-back path checks each size once)
+            self.checked_in_phase = 0;
             for i in 0..spec.warmup_iters + spec.iters {
                 let warmup = i < spec.warmup_iters;
                 let iter = if warmup { i } else { i - spec.warmup_iters };

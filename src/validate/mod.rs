@@ -73,19 +73,19 @@ pub struct ValidateArgs {
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub rounds: u32,
     /// Reference only: smallest sweep size (default 8).
-    #[arg(long)]
+    #[arg(long, short = 'b')]
     pub min_bytes: Option<String>,
     /// Reference only: largest sweep size (default 1GiB on cuda, 16MiB on cpu).
-    #[arg(long)]
+    #[arg(long, short = 'e')]
     pub max_bytes: Option<String>,
     /// Reference only: sweep step factor (default 4).
-    #[arg(long)]
+    #[arg(long, short = 'f')]
     pub step_factor: Option<u64>,
     /// Reference only: timed iterations per size (default 20).
-    #[arg(long)]
+    #[arg(long, short = 'n')]
     pub iters: Option<u32>,
     /// Reference only: warm-up iterations per size (default 5).
-    #[arg(long)]
+    #[arg(long, short = 'w')]
     pub warmup_iters: Option<u32>,
     /// Reference only: workload model preset (default llama3-8b on cuda, tiny on cpu).
     #[arg(long)]
@@ -106,7 +106,7 @@ pub struct ValidateArgs {
     #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
     /// Seconds without completion after which a collective is declared hung (0 < value <= 86400).
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = crate::core::limits::DEFAULT_COLLECTIVE_TIMEOUT_S)]
     pub collective_timeout_s: f64,
     /// Test and control knob: rank=R,every=K,us=D delays rank R before every
     /// K-th collective of the workload (not the sweep); recorded in the manifest.
@@ -269,10 +269,10 @@ fn plan(a: &ValidateArgs) -> Result<Plan> {
         let (ev, sha) = reference::read(dir)?;
         if ev.manifest.node.backend != backend {
             bail!(
-                "{}: the reference ran the {:?} backend and this validation would run {:?}; pass --backend to match",
+                "{}: the reference ran the {} backend and this validation would run {}; pass --backend to match",
                 dir.display(),
-                ev.manifest.node.backend,
-                backend
+                reference::backend_name(ev.manifest.node.backend),
+                reference::backend_name(backend)
             );
         }
         let settings = ev.manifest.settings.clone();
@@ -744,7 +744,7 @@ fn topo_summary(t: &topology::Topology) -> String {
 pub fn render(r: &ValidationReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "node {} ({:?}, {} ranks, {}); {} rounds", r.node.host, r.node.backend, r.node.ranks, r.node.sku, r.rounds);
+    let _ = writeln!(s, "node {} ({}, {} ranks, {}); {} rounds", r.node.host, reference::backend_name(r.node.backend), r.node.ranks, r.node.sku, r.rounds);
     if r.checks.is_empty() {
         let _ = writeln!(s, "{:<11} {:>12} {:>14} {:>12}", "collective", "size", "busbw GB/s", "time us");
         for z in &r.sizes {
@@ -753,7 +753,11 @@ pub fn render(r: &ValidationReport) -> String {
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;
     }
-    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured", "reference", "interval (node/ref)");
+    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured (median)", "reference (median)", "ratio [interval] (paired)");
+    let _ = writeln!(
+        s,
+        "(measured and reference: the median over each side's rounds; the ratio: the geometric mean of the node/reference ratios of paired rounds, with its interval, so it need not equal the ratio of the two medians)"
+    );
     for c in &r.checks {
         let cut = |x: &str, n: usize| if x.chars().count() > n { format!("{}…", x.chars().take(n - 1).collect::<String>()) } else { x.to_string() };
         let _ = writeln!(

@@ -322,13 +322,18 @@ fn driver_major(v: &str) -> &str {
     v.split('.').next().unwrap_or(v)
 }
 
+/// A backend as the user spells it (`cpu`, `cuda`: the serde name), not its Rust name.
+pub fn backend_name(b: crate::evidence::shard::BackendKind) -> String {
+    format!("{b:?}").to_lowercase()
+}
+
 /// Why `reference` does not describe `node`, each contradiction named; the
 /// site's `allow` list lets the listed changes through. The backend must always match.
 pub fn contradictions(node: &NodeFacts, reference: &NodeFacts, site: &Site) -> Vec<String> {
     let allowed = |k: &str| site.allow.iter().any(|a| a == k);
     let mut v = Vec::new();
     if node.backend != reference.backend {
-        v.push(format!("backend {:?}, the reference's {:?}", node.backend, reference.backend));
+        v.push(format!("backend {}, the reference's {}", backend_name(node.backend), backend_name(reference.backend)));
         return v;
     }
     if node.ranks != reference.ranks && !allowed("ranks") {

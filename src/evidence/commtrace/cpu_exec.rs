@@ -65,9 +65,9 @@ pub enum Pace {
     None,
     /// Re-create the trace's compute kernels as device work of their
     /// recorded durations on their recorded streams, with the collectives
-    /// between them (cuda: one gated asynchronous pass, see
-    /// `backend::cuda::workload_exec`; cpu: the compute is spun on the rank's
-    /// one thread, in launch order, before each collective).
+    /// between them (cuda: one gated asynchronous pass, docs/WORKLOADS.md;
+    /// cpu: the compute is spun on the rank's one thread, in launch order,
+    /// before each collective).
     Workload,
     /// The trace's gaps (recorded device gaps where the trace has device
     /// times) as device work before each collective, in the workload pace's
@@ -398,7 +398,7 @@ impl CpuTraceExec {
                 let elems = usize::try_from(c.in_elems)?;
                 bytes(c.in_elems)?;
                 if !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
-                    bail!("{} of {:?} is not supported on the cpu backend (f32, bf16, f16)", c.kind.name(), c.dtype);
+                    bail!("{} of {} is not supported on the cpu backend (f32, bf16, f16)", c.kind.name(), c.dtype);
                 }
                 // contributions rounded to the dtype, so the check is exact
                 let send: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
@@ -556,7 +556,7 @@ impl CpuTraceExec {
     fn verify_one(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> Result<()> {
         let (members, comm) = self.group_of(c)?;
         let (n, me) = (members.len(), comm.rank() as usize);
-        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
         let spoil = |mut v: Vec<u8>| {
             if self.corrupt {
                 if let Some(b) = v.first_mut() {

@@ -305,6 +305,23 @@ impl TraceDtype {
     }
 }
 
+/// The user-facing name, as the trace's JSON spells it (`bf16`, `f32`).
+impl std::fmt::Display for TraceDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TraceDtype::F32 => "f32",
+            TraceDtype::Bf16 => "bf16",
+            TraceDtype::F16 => "f16",
+            TraceDtype::F64 => "f64",
+            TraceDtype::I8 => "i8",
+            TraceDtype::U8 => "u8",
+            TraceDtype::I32 => "i32",
+            TraceDtype::I64 => "i64",
+            TraceDtype::Bool => "bool",
+        })
+    }
+}
+
 /// A device interval on the rank's clock.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DeviceSpan {
@@ -822,13 +839,29 @@ pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Lim
 /// Executor of a whole trace on one rank (a backend's `replay`).
 pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<cpu_exec::ReplayOutput> + 'a;
 
+/// Involuntary context switches of this process so far (`getrusage`'s
+/// `ru_nivcsw`): the times the kernel took the core away from it.
+fn involuntary_switches() -> Option<i64> {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid pointer to that struct.
+    (unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0).then_some(u.ru_nivcsw)
+}
+
+/// A gap this far off its target is a scheduling event, not pacing error.
+const GAP_OFF_NS: u64 = 1_000_000;
+
 /// `replay-trace`: run this rank's collectives of an imported trace through
-/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; rank 0 prints a summary.
+/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; every rank
+/// prints its summary (per kind: count, checks, time p50/p99; the pacing
+/// error; the gaps more than 1 ms off and the involuntary context switches
+/// during the replay, which say the host took the core away).
 pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<()> {
     let trace = CommTrace::read(trace)?;
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
+    let switches_before = involuntary_switches();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
     let (records, workload) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -844,17 +877,35 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
             mpi::topology::Communicator::abort(&world, 2)
         }
     };
-    if rank == 0 {
-        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, u64)> = BTreeMap::new();
+    let switches = switches_before.zip(involuntary_switches()).map(|(a, b)| b - a);
+    {
+        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, Vec<f64>)> = BTreeMap::new();
         for r in &records {
-            let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, 0));
-            e.0 += 1;
-            e.1 += r.checked as u64;
+            let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, Vec::new()));
+            e.0 += r.checked as u64;
+            e.1.push(r.elapsed_ns as f64 / 1e3);
         }
-        for ((k, g, d), (n, checked)) in &by {
-            println!("rank 0: {n} x {} {d:?} on {g:?}, {checked} checked", k.name());
+        for ((k, g, d), (checked, times)) in &mut by {
+            let n = times.len();
+            let p50 = crate::core::stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
+            let p99 = crate::core::stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
+            println!("rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs", k.name());
         }
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
+        let off = err.iter().filter(|e| **e > GAP_OFF_NS as f64).count();
+        if off > 0 {
+            eprintln!(
+                "commcanary replay-trace rank {rank}: warning: {off} of {} gaps were more than {} ms off their target; the kernel took the core from this process {} times during the run (involuntary context switches){}",
+                err.len(),
+                GAP_OFF_NS / 1_000_000,
+                switches.map_or("an unknown number of".to_string(), |n| n.to_string()),
+                if switches.is_some_and(|n| n > 0) {
+                    ": the host was descheduling it (other load on its cores), and a descheduled wait overshoots its gap; on GPUs --pace device-gaps is immune"
+                } else {
+                    ""
+                }
+            );
+        }
         if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
             let what = match &workload {
                 Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => "device gap after the previous collective vs the recorded gap (device-paced)",
@@ -862,12 +913,12 @@ pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<(
                 Some(_) => "host gap vs the compute recorded before the collective",
                 None => "replay gap",
             };
-            println!("rank 0: {what}: error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+            println!("rank {rank}: {what}: error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
         }
         if let Some(w) = &workload {
             let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
             println!(
-                "rank 0: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}{}; the source's device span {}",
+                "rank {rank}: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}{}; the source's device span {}",
                 w.compute_ops,
                 if w.stands_for == "gaps" { "gaps" } else { "compute kernels" },
                 us(w.compute_recorded_ns),
@@ -972,7 +1023,7 @@ pub fn render_counts(t: &CommTrace) -> String {
         for c in &r.collectives {
             *by.entry((c.kind, c.group.clone(), c.dtype, c.in_elems)).or_insert(0) += 1;
         }
-        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d:?} on {g:?}", k.name())).collect();
+        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d} on {g:?}", k.name())).collect();
         s += &format!("rank {}: {}\n", r.rank, parts.join(", "));
     }
     s
