@@ -120,7 +120,7 @@ fn per_job(j: &crate::evidence::join::JoinedRun, phase: crate::core::workload::P
 /// Results over the selected runs (the caller has verified completeness).
 pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let (m, _) = load_manifest(dir)?;
-    let sel: Selection = serde_json::from_slice(&std::fs::read(dir.join("selection.json"))?)?;
+    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
     let mut per: std::collections::BTreeMap<(crate::core::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
         let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();

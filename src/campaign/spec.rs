@@ -212,7 +212,8 @@ impl CampaignSpec {
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading campaign spec {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
+            .with_context(|| format!("reading campaign spec {}", path.display()))?;
         let spec: CampaignSpec =
             toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
         spec.validate(parse_rank).map_err(|e| {

@@ -120,7 +120,7 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
 fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
     use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
     if let Some(f) = &a.intervals {
-        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let bytes = crate::core::limits::read_bounded(f, crate::core::limits::MAX_JSON_BYTES)?;
         let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
         let iv: IntervalFile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))
@@ -216,7 +216,8 @@ fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::
         let relations = pr.pairs.iter().map(|p| p.relation).collect();
         return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
     }
-    let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+    let text = crate::core::limits::read_text_bounded(std::path::Path::new(spec), crate::core::limits::MAX_TEXT_TABLE_BYTES)
+        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
     let rows = crate::analysis::ranking::parse_csv(&text, spec).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     Ok(Side {
         rows,
@@ -244,7 +245,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     };
     // (label, service times ms)
     let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
-        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = crate::core::limits::read_text_bounded(f, crate::core::limits::MAX_TEXT_TABLE_BYTES)?;
         (
             vec![(
                 f.display().to_string(),

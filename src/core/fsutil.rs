@@ -18,7 +18,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Hex SHA-256 of a file's bytes, streamed (a file of any size in constant memory).
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    // a FIFO or device is refused rather than read (or waited on) for ever
+    let (mut f, _) = crate::core::limits::open_regular(path)?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
     Ok(hex::encode(h.finalize()))

@@ -262,7 +262,8 @@ pub fn comm_trace_entries(
 pub fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
-    std::fs::File::open(path).with_context(|| format!("reading trace {}", path.display()))?.take(4096).read_to_end(&mut head)?;
+    // a FIFO or device is refused, never opened for a blocking read
+    crate::core::limits::open_regular(path).with_context(|| format!("reading trace {}", path.display()))?.0.take(4096).read_to_end(&mut head)?;
     Ok(first_key_is_comm_trace(&String::from_utf8_lossy(&head)))
 }
 

@@ -206,7 +206,7 @@ fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -
 /// Returns the evidence and the manifest's SHA-256.
 pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let dpath = dir.join(DESCRIPTOR);
-    let dbytes = std::fs::read(&dpath)
+    let dbytes = crate::core::limits::read_bounded(&dpath, crate::core::limits::MAX_JSON_BYTES)
         .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
     if desc.format_version != VALIDATE_FORMAT_VERSION {
@@ -215,7 +215,7 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let get = |name: &str| -> Result<Vec<u8>> {
         let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
         let p = dir.join(name);
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_SHARD_BYTES)?;
         let sha = crate::core::fsutil::sha256_hex(&bytes);
         if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
             bail!(
@@ -313,7 +313,8 @@ impl Site {
 
     /// Read `path`.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading site file {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
+            .with_context(|| format!("reading site file {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 }

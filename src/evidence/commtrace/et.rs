@@ -37,10 +37,47 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-#[derive(Deserialize)]
+/// An execution-trace file: its schema and its nodes, counted as they are read.
 struct EtFile {
     schema: Option<String>,
     nodes: Vec<Node>,
+}
+
+/// Decodes an execution-trace file, counting `nodes` as they are read ([`super::CountedSeq`]).
+struct FileSeed<'a> {
+    max_nodes: usize,
+    over: &'a std::cell::Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = EtFile;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<EtFile, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = EtFile;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with nodes")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<EtFile, A::Error> {
+        let (mut schema, mut nodes) = (None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "schema" => schema = map.next_value()?,
+                "nodes" => {
+                    let seed = super::CountedSeq::<Node> { max: self.max_nodes, over: self.over, keep: |_| true };
+                    nodes = Some(map.next_value_seed(seed)?.into_iter().map(|(_, n)| n).collect());
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let nodes = nodes.ok_or_else(|| serde::de::Error::missing_field("nodes"))?;
+        Ok(EtFile { schema, nodes })
+    }
 }
 
 #[derive(Deserialize)]
@@ -103,10 +140,17 @@ fn need<'a>(n: &'a Node, key: &str) -> Result<&'a Value> {
 
 /// Parse one rank's execution-trace JSON (the decoder the fuzz target drives).
 pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
-    let file: EtFile = serde_json::from_slice(json).context("not a PyTorch execution trace: expected an object with nodes")?;
-    if file.nodes.len() > limits.max_events {
-        bail!("{} nodes, over the limit of {}", file.nodes.len(), limits.max_events);
+    use serde::de::DeserializeSeed;
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let file = FileSeed { max_nodes: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    if over.get() {
+        return Err(crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!("more than {} nodes, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+        ));
     }
+    let file = file.context("not a PyTorch execution trace: expected an object with nodes")?;
     let mut nodes: Vec<&Node> = file.nodes.iter().collect();
     nodes.sort_by_key(|n| n.id);
     if let Some(w) = nodes.windows(2).find(|w| w[0].id == w[1].id) {

@@ -35,14 +35,60 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Deserialize)]
+/// The fields of a Kineto file that are used; `trace_events` holds only the
+/// events [`used`] keeps, each with its position in `traceEvents`.
 struct KinetoFile {
-    #[serde(rename = "schemaVersion")]
     schema_version: Option<Value>,
-    #[serde(rename = "distributedInfo")]
     distributed_info: Option<Value>,
-    #[serde(rename = "traceEvents")]
-    trace_events: Vec<Event>,
+    trace_events: Vec<(usize, Event)>,
+}
+
+/// Decodes a Kineto file, counting `traceEvents` as they are read ([`super::CountedSeq`]).
+struct FileSeed<'a> {
+    max_events: usize,
+    over: &'a std::cell::Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = KinetoFile;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<KinetoFile, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = KinetoFile;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with traceEvents")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<KinetoFile, A::Error> {
+        let (mut schema_version, mut distributed_info, mut trace_events) = (None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "schemaVersion" => schema_version = map.next_value()?,
+                "distributedInfo" => distributed_info = map.next_value()?,
+                "traceEvents" => {
+                    trace_events = Some(map.next_value_seed(super::CountedSeq { max: self.max_events, over: self.over, keep: used })?);
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let trace_events = trace_events.ok_or_else(|| serde::de::Error::missing_field("traceEvents"))?;
+        Ok(KinetoFile { schema_version, distributed_info, trace_events })
+    }
+}
+
+/// Whether the import reads this event: complete (`X`) events of the
+/// categories it uses. Others are counted against the limit and dropped.
+fn used(e: &Event) -> bool {
+    e.ph.as_deref() == Some("X")
+        && match (e.cat.as_deref(), e.name.as_deref()) {
+            (Some("cuda_runtime" | "cuda_driver" | "kernel" | "gpu_memcpy" | "gpu_memset"), Some(_)) => true,
+            (Some("cpu_op"), Some(n)) => n == "record_param_comms",
+            _ => false,
+        }
 }
 
 #[derive(Deserialize)]
@@ -87,10 +133,17 @@ fn arg<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a Value> {
 
 /// Parse one rank's Kineto JSON (the decoder the fuzz target drives).
 pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
-    let file: KinetoFile = serde_json::from_slice(json).context("not a PyTorch profiler (Kineto) trace: expected an object with traceEvents")?;
-    if file.trace_events.len() > limits.max_events {
-        bail!("{} events, over the limit of {}", file.trace_events.len(), limits.max_events);
+    use serde::de::DeserializeSeed;
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let file = FileSeed { max_events: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    if over.get() {
+        return Err(crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!("more than {} events in traceEvents, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+        ));
     }
+    let file = file.context("not a PyTorch profiler (Kineto) trace: expected an object with traceEvents")?;
     let info = file
         .distributed_info
         .context("no distributedInfo: not a trace of a distributed PyTorch run (the profiler writes it when torch.distributed is initialized)")?;
@@ -140,8 +193,10 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     type Kernels = Vec<(u64, u64, String, Option<u64>)>;
     let mut nccl: BTreeMap<u64, Kernels> = BTreeMap::new();
     let mut compute: Vec<(u64, ComputeOp)> = Vec::new();
-    let mut comms: Vec<(u64, &Map<String, Value>, u64)> = Vec::new();
-    for (i, e) in file.trace_events.iter().enumerate() {
+    // (host start, args, position in traceEvents, position among the kept events)
+    let mut comms: Vec<(u64, &Map<String, Value>, u64, usize)> = Vec::new();
+    for (k, (i, e)) in file.trace_events.iter().enumerate() {
+        let i = *i;
         if e.ph.as_deref() != Some("X") {
             continue;
         }
@@ -173,14 +228,14 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             "cpu_op" if name == "record_param_comms" => {
                 let args = e.args.as_ref().with_context(|| format!("{}: no args", ctx()))?;
                 let ts = us_to_ns(e.ts.as_ref().unwrap_or(&Value::Null), &format!("{}.ts", ctx()))?;
-                comms.push((ts, args, i as u64));
+                comms.push((ts, args, i as u64, k));
             }
             _ => {}
         }
     }
-    comms.sort_by_key(|&(ts, _, i)| (ts, i));
+    comms.sort_by_key(|&(ts, _, i, _)| (ts, i));
     let mut collectives: Vec<TraceCollective> = Vec::new();
-    for &(ts, args, i) in &comms {
+    for &(ts, args, i, k) in &comms {
         let ctx = || format!("traceEvents[{i}] (record_param_comms)");
         let cname = str_of(arg(args, "Collective name")?, "Collective name", limits.max_name_bytes)?;
         let Some(kind) = classify_name(cname).with_context(ctx)? else { continue };
@@ -196,7 +251,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             kernel: ks[0].2.clone(),
         });
         let stream = kernels.and_then(|ks| ks[0].3);
-        let dur = args_dur(&file.trace_events, i)?;
+        let dur = args_dur(&file.trace_events[k].1, i)?;
         collectives.push(TraceCollective { device, stream, host_duration_ns: dur, ..c });
     }
     // Compute goes before the first collective whose host start follows its launch.
@@ -222,8 +277,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     })
 }
 
-fn args_dur(events: &[Event], i: u64) -> Result<Option<u64>> {
-    let e = &events[i as usize];
+fn args_dur(e: &Event, i: u64) -> Result<Option<u64>> {
     e.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()
 }
 

@@ -424,7 +424,7 @@ impl CommTrace {
 
     /// Read and check a trace written by `commcanary import`.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let bytes = crate::core::limits::read_bounded(path, Limits::default().max_json_bytes)?;
         Self::from_slice(&bytes).with_context(|| path.display().to_string())
     }
 
@@ -478,11 +478,8 @@ impl Default for Limits {
 /// Read a file, decompressing gzip (detected by its magic bytes, RFC 1952),
 /// within `limits`. Returns the JSON bytes and the SHA-256 of the stored bytes.
 pub fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
-    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    if meta.len() > limits.max_file_bytes {
-        bail!("{}: {} bytes, over the {}-byte limit on a trace file", path.display(), meta.len(), limits.max_file_bytes);
-    }
-    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    // a FIFO or device is refused, and the read stops at the limit whatever the size said
+    let raw = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
     let sha = crate::core::fsutil::sha256_hex(&raw);
     let json = decompress(&raw, limits).with_context(|| path.display().to_string())?;
     Ok((json, sha))
@@ -954,6 +951,58 @@ pub fn render_counts(t: &CommTrace) -> String {
     s
 }
 
+/// A JSON list decoded element by element with a count limit: each element is
+/// counted as the parser reaches it and the list is refused at the first one
+/// past `max`, before it is built, so a small compressed file of a hundred
+/// million tiny events stops at the limit instead of building every event
+/// first (serde's `DeserializeSeed`, serde.rs "Stateful deserialization").
+/// Only the elements `keep` accepts are stored, with their position in the list.
+pub(crate) struct CountedSeq<'a, T> {
+    /// Elements allowed.
+    pub max: usize,
+    /// Set when the list had more than `max` elements.
+    pub over: &'a std::cell::Cell<bool>,
+    /// Which elements are kept.
+    pub keep: fn(&T) -> bool,
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::DeserializeSeed<'de> for CountedSeq<'_, T> {
+    type Value = Vec<(usize, T)>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for CountedSeq<'_, T> {
+    type Value = Vec<(usize, T)>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a list of at most {} elements", self.max)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        let mut i = 0usize;
+        loop {
+            if i == self.max {
+                // one more element (skipped, not built) is one too many
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    self.over.set(true);
+                    return Err(serde::de::Error::custom(format!("more than {} elements, over the limit", self.max)));
+                }
+                return Ok(out);
+            }
+            match seq.next_element::<T>()? {
+                Some(e) => {
+                    if (self.keep)(&e) {
+                        out.push((i, e));
+                    }
+                    i += 1;
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
 /// Helpers shared by the JSON decoders.
 pub(crate) mod json {
     use anyhow::{bail, Context, Result};
@@ -1096,5 +1145,47 @@ mod tests {
         assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
         assert!(check_record_counts(&c(TraceKind::AllReduce, 8, 4), 2).is_err());
         assert!(check_record_counts(&c(TraceKind::AllToAll, 9, 9), 2).is_err());
+    }
+}
+
+#[cfg(test)]
+mod counted_tests {
+    use super::*;
+    use crate::core::refusal::{code_of, Code};
+
+    /// `n` tiny elements, then `tail` (after the limit the decoder must not read on).
+    fn doc(key: &str, elem: &str, n: usize, tail: &str) -> Vec<u8> {
+        let mut s = format!("{{\"{key}\":[");
+        for i in 0..n {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(elem);
+        }
+        s.push_str(tail);
+        s.into_bytes()
+    }
+
+    #[test]
+    fn kineto_events_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
+        let limits = Limits { max_events: 100, ..Limits::default() };
+        // 101 events, then garbage: refused at event 101, never reading the garbage
+        let e = kineto::parse(&doc("traceEvents", "{}", 101, ",[[[ not json"), "k", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
+        assert!(format!("{e:#}").contains("more than 100 events"), "{e:#}");
+        // exactly the limit is read (and then refused for what it lacks, not for its size)
+        let e = kineto::parse(&doc("traceEvents", "{}", 100, "]}"), "k", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), None, "{e:#}");
+        assert!(format!("{e:#}").contains("distributedInfo"), "{e:#}");
+    }
+
+    #[test]
+    fn et_nodes_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
+        let limits = Limits { max_events: 100, ..Limits::default() };
+        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 101, ",[[[ not json"), "e", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
+        assert!(format!("{e:#}").contains("more than 100 nodes"), "{e:#}");
+        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 100, "]}"), "e", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), None, "{e:#}");
     }
 }

@@ -1,0 +1,178 @@
+//! Regressions of issue 31's adversarial probe: inputs that are FIFOs,
+//! devices or directories are refused with a named code instead of hanging
+//! or reading for ever, a small compressed trace of very many events stops at
+//! the event limit, and the other defects each get a case. Every command here
+//! runs under a watchdog: a hang fails the test instead of the suite.
+mod common;
+use common::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Run `commcanary ARGS` (allowed to launch mpirun as root), killed and
+/// failed if it has not ended within `secs`: a hang is the defect.
+fn within(secs: u64, args: &[&str]) -> Output {
+    within_cmd(secs, Command::new(bin()).args(args))
+}
+
+fn within_cmd(secs: u64, cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("binary runs");
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(secs) {
+            // SAFETY: signalling the process group this test created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let o = child.wait_with_output().unwrap();
+            panic!("{:?} hung past {secs} s\nstderr:\n{}", cmd.get_args().collect::<Vec<_>>(), String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+use std::os::unix::process::CommandExt;
+
+fn mkfifo(p: &Path) -> PathBuf {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    p.to_path_buf()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Refused with `code`, naming `file`, and no panic.
+fn refused_naming(o: &Output, code: &str, file: &str) {
+    let err = assert_refused(o, code);
+    assert!(err.contains(file), "the refusal names {file}:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Defects 2 and 3: every reader of a user-named file refuses a FIFO, a
+/// character device (also behind a symbolic link) and a directory, naming it,
+/// instead of blocking for ever or reading until memory runs out.
+#[test]
+fn fifos_devices_and_directories_are_refused_by_every_reader() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = mkfifo(&d.path().join("rank-0.json"));
+    let link = d.path().join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    let dir = d.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let out = d.path().join("out");
+    for bad in [fifo.as_path(), Path::new("/dev/zero"), link.as_path(), dir.as_path()] {
+        let b = s(bad);
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["import", "kineto", b, "-o", s(&out)],
+            vec!["import", "et", b, "-o", s(&out)],
+            vec!["export", "param", b, "-o", s(&out)],
+            vec!["campaign", "plan", b, "-o", s(&out)],
+            vec!["queue", "--service-times", b, "--mode", "closed", "--clients", "2"],
+            vec!["compare", "--proxy", b, "--truth", b],
+            vec!["overlap", "--intervals", b],
+            vec!["inspect", b],
+            vec!["validate", "--backend", "cpu", "--record-reference", "--out", s(&out), "--site", b],
+        ];
+        for args in cases {
+            let o = within(60, &args);
+            let err = assert_refused(&o, "NOT_REGULAR_FILE");
+            assert!(err.contains(b), "{args:?}: the refusal names {b}:\n{err}");
+            assert!(!out.exists(), "{args:?}: a refused command wrote {}", out.display());
+        }
+    }
+}
+
+/// Defect 1: a gzip of a few hundred kB holding one event more than the
+/// 50 M-event limit is refused at the limit (`OVER_LIMIT`), under a 3 GiB
+/// address-space limit: the events before it are counted, not built (built,
+/// they take about 8 GB and the import aborts on a failed allocation).
+#[test]
+fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("many.json.gz");
+    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::fast());
+    gz.write_all(b"{\"traceEvents\":[").unwrap();
+    let chunk = "{},".repeat(1 << 20);
+    let limit = commcanary::evidence::commtrace::Limits::default().max_events;
+    let mut n = 0;
+    while n + (1 << 20) <= limit {
+        gz.write_all(chunk.as_bytes()).unwrap();
+        n += 1 << 20;
+    }
+    for _ in n..limit {
+        gz.write_all(b"{},").unwrap();
+    }
+    gz.write_all(b"{}]}").unwrap();
+    gz.finish().unwrap();
+    assert!(std::fs::metadata(&p).unwrap().len() < 4 << 20, "a small file");
+    let out = d.path().join("t.json");
+    let o = within_cmd(300, Command::new("sh").args(["-c", "ulimit -v 3145728 && exec \"$0\" \"$@\"", &bin(), "import", "kineto", s(&p), "-o", s(&out)]));
+    let err = assert_refused(&o, "OVER_LIMIT");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("more than {limit} events")), "{err}");
+    assert!(!out.exists());
+}
+
+/// Defect 3: `campaign exec` whose frozen trace was replaced by a FIFO, or by
+/// a symbolic link to a device, refuses instead of hashing it for ever.
+#[test]
+fn exec_refuses_a_frozen_trace_replaced_by_a_fifo_or_a_device() {
+    let t = tempfile::tempdir().unwrap();
+    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = t.path().join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
+    let sp = t.path().join("trace.toml");
+    std::fs::write(
+        &sp,
+        r#"
+name = "trace"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = 5
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "replay"
+tokens = 2
+layers = 2
+model = "synthetic"
+trace = "tp2.comm.json"
+extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
+[[configs]]
+name = "binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
+"#,
+    )
+    .unwrap();
+    for (i, what) in ["fifo", "device"].into_iter().enumerate() {
+        let c = t.path().join(format!("c{i}"));
+        ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));
+        let frozen = c.join("trace.json");
+        std::fs::remove_file(&frozen).unwrap();
+        if what == "fifo" {
+            mkfifo(&frozen);
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &frozen).unwrap();
+        }
+        let o = within(60, &["campaign", "exec", s(&c), "--cell-timeout-s", "30"]);
+        refused_naming(&o, "NOT_REGULAR_FILE", "trace.json");
+    }
+}
