@@ -176,3 +176,59 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
         refused_naming(&o, "NOT_REGULAR_FILE", "trace.json");
     }
 }
+
+/// The fixture's two ranks imported into `dir/tp2.comm.json`.
+fn imported_fixture(dir: &Path) -> PathBuf {
+    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = dir.join("tp2.comm.json");
+    if !k.exists() {
+        ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
+    }
+    k
+}
+
+/// `mpirun -n N commcanary ARGS` under the watchdog.
+fn mpirun_within(secs: u64, n: u32, args: &[&str]) -> Output {
+    within_cmd(secs, Command::new("mpirun").args(["--oversubscribe", "-n", &n.to_string(), &bin()]).args(args).env("OMPI_MCA_rmaps_base_oversubscribe", "1"))
+}
+
+/// Defect 6: `replay-trace` refuses a recorded gap over the one replay bound
+/// (60 s, `MAX_REPLAY_GAP_NS`) before MPI starts, as `rank --trace` does,
+/// instead of sleeping through it; back to back (`--pace none`) it is no wait.
+/// Smaller item: a trace of another rank count is refused with a code.
+#[test]
+fn replay_trace_refuses_a_gap_over_the_bound_before_mpi_starts() {
+    let d = tempfile::tempdir().unwrap();
+    let k = imported_fixture(d.path());
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    // 1000 s before every rank's second collective
+    for r in t["ranks"].as_array_mut().unwrap() {
+        for c in r["collectives"].as_array_mut().unwrap().iter_mut().skip(1) {
+            for f in ["host_start_ns"] {
+                if let Some(v) = c[f].as_u64() {
+                    c[f] = (v + 1_000_000_000_000).into();
+                }
+            }
+            if c["device"].is_object() {
+                for f in ["start_ns", "end_ns"] {
+                    c["device"][f] = (c["device"][f].as_u64().unwrap() + 1_000_000_000_000).into();
+                }
+            }
+        }
+    }
+    let gap = d.path().join("gap.comm.json");
+    std::fs::write(&gap, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = d.path().join("out");
+    let o = mpirun_within(120, 2, &["replay-trace", s(&gap), "--out", s(&out)]);
+    let err = assert_refused(&o, "OUT_OF_RANGE");
+    assert!(err.contains("gap of 1000") && err.contains("gap.comm.json"), "{err}");
+    assert!(!out.exists(), "refused before MPI started: nothing written");
+    // the same bound as rank --trace
+    let o = mpirun_within(120, 2, &["rank", "-q", "--backend", "cpu", "--trace", s(&gap), "--phases", "replay", "--trace-allreduce-only", "--out", s(&out)]);
+    assert_refused(&o, "OUT_OF_RANGE");
+    // unpaced, the gap is not waited: the replay runs
+    ok(&mpirun_within(300, 2, &["replay-trace", s(&gap), "--pace", "none", "--no-warmup", "--out", s(&out)]));
+    // one rank for a two-rank trace: a coded refusal
+    let o = within(120, &["replay-trace", s(&k), "--pace", "none", "--out", s(&d.path().join("one"))]);
+    assert_refused(&o, "BAD_ARGUMENT");
+}

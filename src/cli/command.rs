@@ -53,7 +53,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             if cupti && !cuda {
                 anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
             }
-            crate::evidence::commtrace::replay_command(&a.trace, &a.out, &mut |world, trace| {
+            let paced = pace != crate::evidence::commtrace::cpu_exec::Pace::None;
+            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, &mut |world, trace| {
                 if cuda {
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout, cupti)

@@ -796,9 +796,23 @@ pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Lim
 pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<cpu_exec::ReplayOutput> + 'a;
 
 /// `replay-trace`: run this rank's collectives of an imported trace through
-/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; rank 0 prints a summary.
-pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<()> {
+/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; rank 0 prints a
+/// summary. A replay `paced` by the trace (gaps, device gaps or the recorded
+/// workload) is refused before MPI starts when a rank's gap passes the one
+/// bound of every replay ([`crate::evidence::trace::check_replay_gaps`]).
+pub fn replay_command(trace: &Path, out: &Path, paced: bool, run: &mut ReplayRun) -> Result<()> {
+    let path = trace;
     let trace = CommTrace::read(trace)?;
+    if paced {
+        for r in &trace.ranks {
+            if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
+                crate::evidence::trace::check_replay_gaps(gaps, &|i| {
+                    let c = &r.collectives[i];
+                    format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)
+                })?;
+            }
+        }
+    }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
