@@ -232,3 +232,105 @@ fn replay_trace_refuses_a_gap_over_the_bound_before_mpi_starts() {
     let o = within(120, &["replay-trace", s(&k), "--pace", "none", "--out", s(&d.path().join("one"))]);
     assert_refused(&o, "BAD_ARGUMENT");
 }
+
+/// The fixture's file of `kind` for `rank`, decompressed and parsed.
+fn fixture_json(kind: &str, rank: u32) -> serde_json::Value {
+    use std::io::Read;
+    let p = format!("{}/tests/data/pytorch-2.11-tp2-h200/{kind}.rank-{rank}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(p).unwrap()).read_to_end(&mut json).unwrap();
+    serde_json::from_slice(&json).unwrap()
+}
+
+/// Kineto `record_param_comms` events of a parsed file.
+fn comms(v: &mut serde_json::Value) -> Vec<&mut serde_json::Value> {
+    v["traceEvents"].as_array_mut().unwrap().iter_mut().filter(|e| e["name"] == "record_param_comms").collect()
+}
+
+/// Import the two (edited) Kineto files; refused with BAD_INPUT naming `want`, nothing written.
+fn kineto_refused(d: &Path, tag: &str, files: [serde_json::Value; 2], want: &str) {
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            let p = d.join(format!("{tag}.rank-{r}.json"));
+            std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
+            p
+        })
+        .collect();
+    let out = d.join(format!("{tag}.comm.json"));
+    let o = within(60, &["import", "kineto", s(&paths[0]), s(&paths[1]), "-o", s(&out)]);
+    let err = assert_refused(&o, "BAD_INPUT");
+    assert!(err.contains(want), "{tag}: expected {want:?} in\n{err}");
+    assert!(!err.contains("out of range integral type conversion"), "{err}");
+    assert!(!out.exists(), "{tag}: a refused import wrote {}", out.display());
+}
+
+/// Defect 10: import refuses a group with a duplicate member, a count whose
+/// bytes overflow, a record whose rank contradicts the file's, and rank
+/// files of two runs of the same shape; a crafted communication trace with a
+/// duplicate or outside member is refused where it is read.
+#[test]
+fn import_refuses_impossible_groups_counts_ranks_and_mixed_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let base = || [fixture_json("kineto", 0), fixture_json("kineto", 1)];
+
+    // group "1" as [0, 1, 1]: rank 1 twice
+    let mut f = base();
+    for v in f.iter_mut() {
+        for pg in v["distributedInfo"]["pg_config"].as_array_mut().unwrap() {
+            if pg["pg_name"] == "1" {
+                pg["ranks"] = serde_json::json!([0, 1, 1]);
+                pg["pg_size"] = 3.into();
+            }
+        }
+        for e in comms(v) {
+            if e["args"]["Process Group Name"] == "1" {
+                e["args"]["Process Group Ranks"] = "[0, 1, 1]".into();
+                e["args"]["Group size"] = 3.into();
+            }
+        }
+    }
+    kineto_refused(d.path(), "dup", f, "lists rank 1 twice");
+
+    // 2^64 - 1 elements
+    let mut f = base();
+    for v in f.iter_mut() {
+        let e = comms(v).into_iter().next().unwrap();
+        e["args"]["In msg nelems"] = u64::MAX.into();
+        e["args"]["Out msg nelems"] = u64::MAX.into();
+    }
+    kineto_refused(d.path(), "huge", f, "more than any collective's buffer holds");
+
+    // rank 1's file says one of its all-reduces was recorded by rank 0
+    let mut f = base();
+    let e = comms(&mut f[1]).into_iter().next().unwrap();
+    e["args"]["Rank"] = 0.into();
+    kineto_refused(d.path(), "rank", f, "says it was recorded by rank 0");
+
+    // rank 1 from a run of the same shape an hour later
+    let mut f = base();
+    let b = f[1]["baseTimeNanoseconds"].as_u64().unwrap();
+    f[1]["baseTimeNanoseconds"] = (b + 3_600_000_000_000).into();
+    kineto_refused(d.path(), "runs", f, "come from different runs");
+
+    // the same for execution traces: their start times an hour apart
+    let mut e1 = fixture_json("et", 1);
+    e1["time"] = "2026-11-30 16:18:23".into();
+    let (p0, p1) = (d.path().join("et.rank-0.json"), d.path().join("et.rank-1.json"));
+    std::fs::write(&p0, serde_json::to_vec(&fixture_json("et", 0)).unwrap()).unwrap();
+    std::fs::write(&p1, serde_json::to_vec(&e1).unwrap()).unwrap();
+    let o = within(60, &["import", "et", s(&p0), s(&p1), "-o", s(&d.path().join("et.comm.json"))]);
+    assert!(assert_refused(&o, "BAD_INPUT").contains("come from different runs"));
+
+    // a crafted communication trace: a duplicate member, a member outside the world
+    let k = imported_fixture(d.path());
+    for (tag, members, want) in [("dupm", serde_json::json!([0, 1, 1]), "twice"), ("outm", serde_json::json!([0, 1, 7]), "outside the world")] {
+        let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+        t["groups"][1]["members"] = members;
+        let p = d.path().join(format!("{tag}.comm.json"));
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let o = within(60, &["export", "param", s(&p), "-o", s(&d.path().join(tag))]);
+        assert!(assert_refused(&o, "BAD_INPUT").contains(want), "{tag}");
+    }
+}

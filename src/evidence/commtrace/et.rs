@@ -26,7 +26,7 @@
 //! absent and listed as unknown. It records no rank either: the rank of a
 //! file is the global rank behind the group-local rank of its collectives
 //! that are neither rooted nor point-to-point, and must be the same for all.
-use super::json::{i64_of, str_of, u64_of};
+use super::json::{i64_of, str_of, u32_of, u64_of};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceKind, UnknownField,
@@ -40,6 +40,7 @@ use std::path::Path;
 /// An execution-trace file: its schema and its nodes, counted as they are read.
 struct EtFile {
     schema: Option<String>,
+    time: Option<String>,
     nodes: Vec<Node>,
 }
 
@@ -62,10 +63,11 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
         f.write_str("an object with nodes")
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<EtFile, A::Error> {
-        let (mut schema, mut nodes) = (None, None);
+        let (mut schema, mut nodes, mut time) = (None, None, None);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "schema" => schema = map.next_value()?,
+                "time" => time = map.next_value::<Option<Value>>()?.and_then(|v| v.as_str().map(str::to_string)),
                 "nodes" => {
                     let seed = super::CountedSeq::<Node> { max: self.max_nodes, over: self.over, keep: |_| true };
                     nodes = Some(map.next_value_seed(seed)?.into_iter().map(|(_, n)| n).collect());
@@ -76,7 +78,7 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
             }
         }
         let nodes = nodes.ok_or_else(|| serde::de::Error::missing_field("nodes"))?;
-        Ok(EtFile { schema, nodes })
+        Ok(EtFile { schema, time, nodes })
     }
 }
 
@@ -191,7 +193,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             if listed.len() as u64 != size {
                 bail!("{} lists {} ranks but group_size is {size}", what("ranks"), listed.len());
             }
-            listed.iter().map(|r| u64_of(r, &what("ranks")).and_then(|x| Ok(u32::try_from(x)?))).collect::<Result<_>>()?
+            listed.iter().map(|r| u32_of(r, &what("ranks"))).collect::<Result<_>>()?
         };
         groups.push(TraceGroup { name, desc, members });
     }
@@ -264,7 +266,9 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     number_sequences(&mut collectives);
     let mut facts = vec![("process groups".to_string(), serde_json::to_string(&groups)?)];
     facts.push(("ET schema".to_string(), file.schema.clone().unwrap_or_default()));
+    let wall_span_ns = file.time.as_deref().and_then(wall_time_ns).map(|t| (t, t));
     Ok(RankRecord {
+        wall_span_ns,
         file: SourceFile { path: label.to_string(), sha256, rank },
         world_size: world,
         run_facts: facts,
@@ -274,6 +278,30 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         schema: file.schema,
         nccl_version: None,
     })
+}
+
+/// The observer's start time, `YYYY-MM-DD HH:MM:SS` (as PyTorch's
+/// `ExecutionTraceObserver` writes `time`), as ns since the Unix epoch on the
+/// civil calendar (days from civil: H. Hinnant, "chrono-Compatible Low-Level
+/// Date Algorithms"); `None` if it is not in that form.
+fn wall_time_ns(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() != 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b' ' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    let (y, m, d, hh, mm, ss) = (n(0..4)?, n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    u64::try_from(secs).ok().map(|s| s * 1_000_000_000)
 }
 
 /// `rank-3`, `rank3`, `rank_3` in a file name.
@@ -348,5 +376,15 @@ mod tests {
         assert_eq!(super::rank_from_file_name("dir/et.rank-12.json.gz"), Some(12));
         assert_eq!(super::rank_from_file_name("rank3.json"), Some(3));
         assert_eq!(super::rank_from_file_name("trace.json"), None);
+    }
+
+    #[test]
+    fn start_times_on_the_civil_calendar() {
+        // values from Python's calendar.timegm
+        assert_eq!(super::wall_time_ns("1970-01-01 00:00:00"), Some(0));
+        assert_eq!(super::wall_time_ns("2026-11-30 15:18:23"), Some(1_796_051_903_000_000_000));
+        assert_eq!(super::wall_time_ns("2000-02-29 23:59:59"), Some(951_868_799_000_000_000));
+        assert_eq!(super::wall_time_ns("2026-13-01 00:00:00"), None);
+        assert_eq!(super::wall_time_ns("yesterday"), None);
     }
 }

@@ -24,7 +24,7 @@
 //! Times are rounded to whole ns. Each rank's times are its own host's
 //! profiler clock: nothing in the files aligns one rank's clock with another's,
 //! so the trace says `aligned_across_ranks: false`.
-use super::json::{i64_of, int_list_in_string, splits, str_of, u64_of, us_to_ns};
+use super::json::{i64_of, int_list_in_string, splits, str_of, u32_of, u64_of, us_to_ns};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype,
     TraceGroup, TraceKind, UnknownField,
@@ -39,6 +39,7 @@ use std::path::Path;
 /// events [`used`] keeps, each with its position in `traceEvents`.
 struct KinetoFile {
     schema_version: Option<Value>,
+    base_time_ns: Option<u64>,
     distributed_info: Option<Value>,
     trace_events: Vec<(usize, Event)>,
 }
@@ -62,11 +63,13 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
         f.write_str("an object with traceEvents")
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<KinetoFile, A::Error> {
-        let (mut schema_version, mut distributed_info, mut trace_events) = (None, None, None);
+        let (mut schema_version, mut distributed_info, mut trace_events, mut base_time_ns) = (None, None, None, None);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "schemaVersion" => schema_version = map.next_value()?,
                 "distributedInfo" => distributed_info = map.next_value()?,
+                // where `ts` counts from (absent in older traces, whose `ts` count from the epoch)
+                "baseTimeNanoseconds" => base_time_ns = map.next_value::<Option<Value>>()?.and_then(|v| v.as_u64()),
                 "traceEvents" => {
                     trace_events = Some(map.next_value_seed(super::CountedSeq { max: self.max_events, over: self.over, keep: used })?);
                 }
@@ -76,7 +79,7 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
             }
         }
         let trace_events = trace_events.ok_or_else(|| serde::de::Error::missing_field("traceEvents"))?;
-        Ok(KinetoFile { schema_version, distributed_info, trace_events })
+        Ok(KinetoFile { schema_version, base_time_ns, distributed_info, trace_events })
     }
 }
 
@@ -147,8 +150,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     let info = file
         .distributed_info
         .context("no distributedInfo: not a trace of a distributed PyTorch run (the profiler writes it when torch.distributed is initialized)")?;
-    let rank = u32::try_from(u64_of(info.get("rank").unwrap_or(&Value::Null), "distributedInfo.rank")?)?;
-    let world = u32::try_from(u64_of(info.get("world_size").unwrap_or(&Value::Null), "distributedInfo.world_size")?)?;
+    let rank = u32_of(info.get("rank").unwrap_or(&Value::Null), "distributedInfo.rank")?;
+    let world = u32_of(info.get("world_size").unwrap_or(&Value::Null), "distributedInfo.world_size")?;
     if world == 0 || world > limits.max_ranks {
         bail!("distributedInfo.world_size is {world}, outside 1..={}", limits.max_ranks);
     }
@@ -168,7 +171,10 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         if ranks.len() > limits.max_ranks as usize {
             bail!("{} has {} entries, over the limit of {}", what("ranks"), ranks.len(), limits.max_ranks);
         }
-        let mut members = ranks.iter().map(|r| u64_of(r, &what("ranks")).and_then(|x| Ok(u32::try_from(x)?))).collect::<Result<Vec<u32>>>()?;
+        let mut members = ranks.iter().map(|r| u32_of(r, &what("ranks"))).collect::<Result<Vec<u32>>>()?;
+        if size.is_some_and(|s| s > limits.max_ranks as u64) {
+            bail!("{} is {}, over the limit of {}", what("pg_size"), size.unwrap_or(0), limits.max_ranks);
+        }
         // An empty list means every rank of the world (PyTorch's pg_config_info convention).
         if members.is_empty() {
             members = (0..size.map(|s| s as u32).unwrap_or(world)).collect();
@@ -265,7 +271,11 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         }
     }
     number_sequences(&mut collectives);
+    let base = file.base_time_ns.unwrap_or(0);
+    let starts = || collectives.iter().filter_map(|c| c.host_start_ns);
+    let wall_span_ns = starts().min().zip(starts().max()).map(|(a, b)| (base.saturating_add(a), base.saturating_add(b)));
     Ok(RankRecord {
+        wall_span_ns,
         file: SourceFile { path: label.to_string(), sha256, rank },
         world_size: world,
         run_facts,
@@ -297,6 +307,16 @@ fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &
     }
     if !group.members.contains(&rank) {
         bail!("{cname} on group {gname:?} recorded by rank {rank}, which is not a member ({:?})", group.members);
+    }
+    // `Rank` of a collective that is neither rooted nor point-to-point is the
+    // recording process's own rank in the group: it must be this file's rank
+    if !kind.is_rooted() && !kind.is_p2p() && kind != TraceKind::Barrier {
+        if let Some(v) = args.get("Rank") {
+            let me = global_rank(group, i64_of(v, "Rank")?, "Rank")?;
+            if me != rank {
+                bail!("{cname} on group {gname:?} says it was recorded by rank {me}, but distributedInfo.rank says this file is rank {rank}: one file holds one rank");
+            }
+        }
     }
     let dtype = TraceDtype::from_pytorch(str_of(arg(args, "dtype")?, "dtype", 64)?)?;
     let in_elems = u64_of(arg(args, "In msg nelems")?, "In msg nelems")?;

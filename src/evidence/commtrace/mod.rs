@@ -21,7 +21,11 @@
 //! collective of a group must have the same kind, dtype, root and counts on
 //! every member, after Thakur, Rabenseifner & Gropp, "Optimization of
 //! Collective Communication Operations in MPICH", IJHPCA 2005, for each
-//! operation's buffer relations), and sends and receives that do not pair up.
+//! operation's buffer relations), and sends and receives that do not pair up;
+//! a group that lists a rank twice or one outside the world, a count whose
+//! bytes pass [`MAX_COLLECTIVE_BYTES`], a record whose own rank contradicts
+//! its file's rank, and files whose recordings lie more than
+//! [`SAME_RUN_SLACK_NS`] apart (two runs of one shape).
 //! Decoders stop at the explicit [`Limits`] (file and decompressed sizes,
 //! events, collectives, group size) rather than exhaust memory.
 //!
@@ -437,6 +441,7 @@ impl CommTrace {
         let names: Vec<String> = t.source.files.iter().map(|f| f.path.clone()).collect();
         let per_rank: Vec<RankTrace> = t.ranks.clone();
         check_ranks(t.world_size, &per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
+        check_groups(&t.groups, t.world_size)?;
         check_consistency(&t.groups, &per_rank, &names)?;
         Ok(t)
     }
@@ -524,6 +529,36 @@ pub struct RankRecord {
     pub schema: Option<String>,
     /// NCCL version, where declared.
     pub nccl_version: Option<String>,
+    /// Wall-clock interval the file's recording covers, ns since the Unix
+    /// epoch (Kineto: its first and last collective; an execution trace: its
+    /// start time, to the second); `None` where the file records none.
+    pub wall_span_ns: Option<(u64, u64)>,
+}
+
+/// How far apart (ns) the wall-clock spans of two files of one run may lie:
+/// the ranks of one job record at the same time, on clocks that agree far
+/// better than this; files whose spans lie further apart come from
+/// different runs, even of the same shape.
+pub const SAME_RUN_SLACK_NS: u64 = 60_000_000_000;
+
+/// Largest buffer one collective record may describe, in bytes: MPI's
+/// `MPI_Count` is a signed 64-bit integer (MPI 4.0, §2.5.8 "Counts") and
+/// NCCL's `count` a `size_t`; a count whose bytes pass `i64::MAX` is no
+/// buffer any collective holds.
+pub const MAX_COLLECTIVE_BYTES: u64 = i64::MAX as u64;
+
+/// Every group's members distinct and inside the world of `world` ranks.
+fn check_groups(groups: &[TraceGroup], world: u32) -> Result<()> {
+    for g in groups {
+        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
+            bail!("group {:?} names rank {m}, outside the world of {world} ranks", g.name);
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(&m) = g.members.iter().find(|&&m| !seen.insert(m)) {
+            bail!("group {:?} lists rank {m} twice (members {:?}): a process group holds each rank once", g.name, g.members);
+        }
+    }
+    Ok(())
 }
 
 /// Fill each collective's `seq`: per group for collectives, per (group, peer,
@@ -550,6 +585,17 @@ pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
 /// kind must have on one rank of a group of `n`).
 pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     let (i, o) = (c.in_elems, c.out_elems);
+    for (what, e) in [("in", i), ("out", o)] {
+        if e.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > MAX_COLLECTIVE_BYTES) {
+            bail!(
+                "{} on group {:?} (#{}) records {e} {:?} elements {what}: over {MAX_COLLECTIVE_BYTES} bytes, more than any collective's buffer holds",
+                c.source_name,
+                c.group,
+                c.seq,
+                c.dtype
+            );
+        }
+    }
     let ok = match c.kind {
         TraceKind::AllReduce | TraceKind::Broadcast | TraceKind::Reduce => i == o,
         TraceKind::AllGather => Some(o) == i.checked_mul(n),
@@ -728,6 +774,20 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
             bail!("{} and {first_path} come from different runs or rank sets: world size {} vs {world}", r.file.path, r.world_size);
         }
     }
+    // one run's ranks record at the same time: spans further apart are two runs of one shape
+    let spans: Vec<(&str, (u64, u64))> = recs.iter().filter_map(|r| r.wall_span_ns.map(|s| (r.file.path.as_str(), s))).collect();
+    if let (Some(late), Some(early)) = (spans.iter().max_by_key(|s| s.1 .0), spans.iter().min_by_key(|s| s.1 .1)) {
+        if late.1 .0 > early.1 .1.saturating_add(SAME_RUN_SLACK_NS) {
+            bail!(
+                "{} and {} come from different runs: {} starts recording {:.0} s after {} stopped (the ranks of one run record at the same time)",
+                late.0,
+                early.0,
+                late.0,
+                (late.1 .0 - early.1 .1) as f64 / 1e9,
+                early.0
+            );
+        }
+    }
     recs.sort_by_key(|r| r.file.rank);
     let names: Vec<String> = recs.iter().map(|r| r.file.path.clone()).collect();
     check_ranks(world, &recs.iter().map(|r| r.file.rank).collect::<Vec<_>>(), &names)?;
@@ -748,11 +808,7 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
             }
         }
     }
-    for g in &groups {
-        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
-            bail!("group {:?} names rank {m}, outside the world of {world}", g.name);
-        }
-    }
+    check_groups(&groups, world)?;
     let ranks: Vec<RankTrace> =
         recs.iter().map(|r| RankTrace { rank: r.file.rank, collectives: r.collectives.clone(), trailing_compute: r.trailing_compute.clone() }).collect();
     check_consistency(&groups, &ranks, &names)?;
@@ -1031,6 +1087,13 @@ pub(crate) mod json {
             Some(f) if (0.0..1.8e19).contains(&f) && f.fract() == 0.0 => Ok(f as u64),
             _ => bail!("{what} is {v}, expected a non-negative integer"),
         }
+    }
+
+    /// A rank or rank count: a non-negative integer that fits 32 bits (named
+    /// in the error, never Rust's own conversion text).
+    pub fn u32_of(v: &Value, what: &str) -> Result<u32> {
+        let n = u64_of(v, what)?;
+        u32::try_from(n).ok().with_context(|| format!("{what} is {n}, over the largest rank number {}", u32::MAX))
     }
 
     /// An integer field, possibly negative.
