@@ -334,3 +334,74 @@ fn import_refuses_impossible_groups_counts_ranks_and_mixed_runs() {
         assert!(assert_refused(&o, "BAD_INPUT").contains(want), "{tag}");
     }
 }
+
+/// A small two-configuration CPU spec (`extra` appended).
+fn small_spec(dir: &Path, tag: &str, seed: u64, extra: &str) -> PathBuf {
+    let p = dir.join(format!("{tag}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+name = "t"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = {seed}
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "blocking"
+tokens = 2
+layers = 2
+iters = 3
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }}
+[[configs]]
+name = "binomial"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }}
+{extra}
+"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Defect 8: a `campaign join` refused half-way (a duplicate attempt id,
+/// found after copying the first run) leaves no half-written output, so the
+/// rerun after the fix is not blocked by `ALREADY_EXISTS`.
+#[test]
+fn a_refused_campaign_join_leaves_no_output_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "a", 1, "")), "-o", s(&a)]));
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "b", 2, "")), "-o", s(&b)]));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(b.join("manifest.json")).unwrap()).unwrap();
+    let cell = &m["schedule"][0];
+    let id = format!("{}-a1", cell["cell_id"].as_str().unwrap());
+    std::fs::create_dir_all(b.join("runs").join(&id)).unwrap();
+    std::fs::write(b.join("runs").join(&id).join("run.json"), b"{}").unwrap();
+    let rec = serde_json::json!({
+        "attempt_id": id, "cell_id": cell["cell_id"], "label": cell["label"], "round": cell["round"],
+        "manifest_sha256": std::fs::read_to_string(b.join("manifest.sha256")).unwrap().trim(),
+        "status": "failed", "exit_code": 1, "failure": "exit code 1", "argv": ["mpirun"],
+        "started_unix_ms": 1, "finished_unix_ms": 2, "stdout_sha256": "", "stderr_sha256": "",
+        "run_dir": format!("runs/{id}"), "run_json_sha256": null, "shards": [], "identity_sha256": null, "host": "h"
+    })
+    .to_string();
+    std::fs::write(b.join("attempts.jsonl"), format!("{rec}\n{rec}\n")).unwrap();
+    let j = d.path().join("joined");
+    let o = within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]);
+    assert_refused(&o, "DUPLICATE_ATTEMPT");
+    assert!(!j.exists(), "a refused join left {}", j.display());
+    let left: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!left.iter().any(|n| n.contains("joined")), "a temporary was left: {left:?}");
+    // the cause fixed, the same command runs
+    std::fs::write(b.join("attempts.jsonl"), format!("{rec}\n")).unwrap();
+    ok(&within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]));
+    assert!(j.join("manifest.json").exists() && j.join("runs").exists());
+}

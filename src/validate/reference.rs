@@ -176,12 +176,14 @@ pub struct Evidence {
     pub topology: Topology,
 }
 
-/// Write `ev` (and `report`, if any) into the new directory `dir`, the descriptor last.
+/// Write `ev` (and `report`, if any) into the new directory `dir`, the
+/// descriptor last; built in a temporary sibling and renamed whole, so a full
+/// disk half-way leaves no manifest-only directory behind.
 pub fn write(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::create_dir(dir).with_context(|| format!("creating {} (evidence is never written over an existing directory)", dir.display()))?;
+    crate::core::fsutil::build_dir_new(dir, |stage| write_into(stage, ev, report))
+}
+
+fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
     let mut files = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
         crate::core::fsutil::write_new_atomic(&dir.join(name), &bytes)?;
