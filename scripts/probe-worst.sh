@@ -40,7 +40,7 @@ tokens = $2
 layers = $3
 iters = 3
 [analysis]
-tie_policy = "iqr"
+tie_policy = "interval"
 [[configs]]
 name = "ring"
 env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }

@@ -405,3 +405,52 @@ fn a_refused_campaign_join_leaves_no_output_directory() {
     ok(&within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]));
     assert!(j.join("manifest.json").exists() && j.join("runs").exists());
 }
+
+/// Defect 9: what is known at plan time is refused at plan time
+/// (`BAD_SPEC`, naming the field), not after every cell ran; smaller item: a
+/// rank outside the world in `--inject-delay`/`--inject-clock` is refused with
+/// a code before MPI starts.
+#[test]
+fn plan_refuses_specs_no_cell_can_run_or_analyze() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = |args: &str, env: &str| format!("[[configs]]\nname = \"third\"\nargs = [{args}]\nenv = {{ {env} }}\n");
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        ("strict", String::new(), "tie_policy = \"interval\"", "analysis.tie_policy"),
+        ("iqr", String::new(), "tie_policy = \"iqr\"", "analysis.tie_policy"),
+        ("delay9", cfg("\"--inject-delay\", \"rank=9,every=2,us=100\"", ""), "", "--inject-delay names rank 9"),
+        ("clock9", cfg("\"--inject-clock\", \"rank=9,offset_us=5\"", ""), "", "rank 9"),
+        ("nul", cfg("", "X = \"a\\u0000b\""), "", "NUL byte"),
+        ("envname", cfg("", "\"1BAD\" = \"x\""), "", "not an environment variable name"),
+        ("launcher-n", String::new(), "args = [\"--oversubscribe\", \"-n\", \"1\"]", "launcher.args"),
+        ("cuda", cfg("\"--backend\", \"cuda\"", ""), "", "backend"),
+    ];
+    for (tag, extra, replace, needle) in cases {
+        let p = small_spec(d.path(), tag, 1, &extra);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = match tag {
+            "strict" => text.replace(replace, "tie_policy = \"strict\""),
+            "iqr" => text.replace("tie_policy = \"interval\"", replace),
+            "launcher-n" => text.replace("args = [\"--oversubscribe\"]", replace),
+            _ => text,
+        };
+        std::fs::write(&p, text).unwrap();
+        let c = d.path().join(format!("c-{tag}"));
+        let o = within(60, &["campaign", "plan", s(&p), "-o", s(&c)]);
+        let err = assert_refused(&o, "BAD_SPEC");
+        assert!(err.contains(needle) && err.contains(&format!("{tag}.toml")), "{tag}: expected {needle:?} in\n{err}");
+        assert!(!c.join("manifest.json").exists(), "{tag}: nothing planned");
+    }
+    // the spec the cases started from plans
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "fine", 1, "")), "-o", s(&d.path().join("fine"))]));
+    // rank: a delayed or skewed rank outside the world, refused before MPI starts
+    for flag in [["--inject-delay", "rank=9,every=2,us=100"], ["--inject-clock", "rank=9,offset_us=5"]] {
+        let out = d.path().join("r");
+        let o = mpirun_within(
+            120,
+            2,
+            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", flag[0], flag[1], "--out", s(&out)],
+        );
+        assert!(assert_refused(&o, "OUT_OF_RANGE").contains("rank 9"));
+        assert!(!out.exists());
+    }
+}

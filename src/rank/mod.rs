@@ -356,6 +356,17 @@ fn plan(args: &RankOptions) -> Result<Plan> {
     }
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     let clock_injections: Vec<ClockInjection> = args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
+    if let Some(world) = launcher_world_size() {
+        // a rank outside the job is refused before MPI starts, with a code
+        let named = delay.iter().map(|d| ("--inject-delay", d.rank)).chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
+        if let Some((flag, r)) = named.into_iter().find(|(_, r)| *r >= world) {
+            crate::refuse!(
+                crate::core::refusal::Code::OutOfRange,
+                "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})",
+                world.saturating_sub(1)
+            );
+        }
+    }
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
