@@ -454,3 +454,32 @@ fn plan_refuses_specs_no_cell_can_run_or_analyze() {
         assert!(!out.exists());
     }
 }
+
+/// Smaller items: `campaign exec` exits non-zero, naming the cells, when a
+/// cell is left without a successful attempt; `--run-id .` and `..` are
+/// refused; `PATH` (and `LD_PRELOAD` when set) is in the recorded identity.
+#[test]
+fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
+    let d = tempfile::tempdir().unwrap();
+    let sp = small_spec(d.path(), "broken", 3, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n");
+    let c = d.path().join("c");
+    ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));
+    let o = within(300, &["campaign", "exec", s(&c)]);
+    let err = assert_refused(&o, "FAILED_ATTEMPT");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("r01-") && err.contains("broken"), "{err}");
+    for id in [".", ".."] {
+        let out = d.path().join("runs");
+        let o = mpirun_within(
+            120,
+            2,
+            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", "--run-id", id, "--out", s(&out)],
+        );
+        assert!(assert_refused(&o, "BAD_ARGUMENT").contains("--run-id"));
+        assert!(!out.exists());
+    }
+    let run = run_rank(2, &d.path().join("r"), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
+    let shard: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join("rank-00000.shard"))]))).unwrap();
+    let env = shard["header"]["identity"]["env"].as_array().unwrap();
+    assert!(env.iter().any(|kv| kv[0] == "PATH" && !kv[1].as_str().unwrap().is_empty()), "{env:?}");
+}

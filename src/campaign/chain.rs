@@ -409,6 +409,22 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     Ok((prog, args, env))
 }
 
+/// The scheduled cells (or only the one at 1-based position `only`) with no
+/// successful attempt under this campaign's accepted manifests, in schedule order.
+pub fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+    let (m, sha) = load_manifest(dir)?;
+    let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
+    Ok(m.schedule
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
+        .map(|(_, c)| c)
+        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
+        .map(|c| c.cell_id.clone())
+        .collect())
+}
+
 /// Run every cell without a successful attempt, in schedule order (or only
 /// the cell at 1-based position `only`); each failure is retried up to
 /// `retries` times. Returns (succeeded, failed attempts). Records are single

@@ -376,7 +376,11 @@ fn plan(args: &RankOptions) -> Result<Plan> {
     }
     if let Some(id) = &args.run_id {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+        }
+        // `.` and `..` name the output directory itself or its parent, not a new run directory
+        if id.chars().all(|c| c == '.') {
+            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
         }
     }
     Ok(Plan { spec, model, delay, clock_injections, fault, backend, backend_note })

@@ -21,7 +21,7 @@ use super::health::HealthReport;
 use super::sweep::SizeResult;
 use super::topology::Topology;
 use crate::evidence::shard::{BackendKind, Dtype};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -212,7 +212,12 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
         .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
     if desc.format_version != VALIDATE_FORMAT_VERSION {
-        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dpath.display(), desc.format_version);
+        crate::refuse!(
+            crate::core::refusal::Code::UnsupportedVersion,
+            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            dpath.display(),
+            desc.format_version
+        );
     }
     let get = |name: &str| -> Result<Vec<u8>> {
         let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
@@ -220,7 +225,8 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
         let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_SHARD_BYTES)?;
         let sha = crate::core::fsutil::sha256_hex(&bytes);
         if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
-            bail!(
+            crate::refuse!(
+                crate::core::refusal::Code::DigestMismatch,
                 "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was changed after it was recorded",
                 p.display(),
                 bytes.len(),
@@ -236,10 +242,15 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let health: HealthReport = parse(dir, HEALTH, &get(HEALTH)?)?;
     let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
     if manifest.format_version != VALIDATE_FORMAT_VERSION || rounds.format_version != VALIDATE_FORMAT_VERSION {
-        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dir.join(MANIFEST).display(), manifest.format_version);
+        crate::refuse!(
+            crate::core::refusal::Code::UnsupportedVersion,
+            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            dir.join(MANIFEST).display(),
+            manifest.format_version
+        );
     }
     if rounds.rounds.len() < 2 {
-        bail!("{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
+        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
     }
     Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
 }
@@ -301,14 +312,14 @@ impl Site {
             toml::from_str(text).with_context(|| format!("{origin}: not a site file (keys: busbw_min_ratio, token_latency_max_ratio, coverage, allow)"))?;
         for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
             if !(v.is_finite() && v > 0.0) {
-                bail!("{origin}: {k} = {v} must be a positive number");
+                crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: {k} = {v} must be a positive number");
             }
         }
         if !(s.coverage > 0.0 && s.coverage < 1.0) {
-            bail!("{origin}: coverage = {} must be in (0, 1)", s.coverage);
+            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: coverage = {} must be in (0, 1)", s.coverage);
         }
         if let Some(a) = s.allow.iter().find(|a| !ALLOWABLE.contains(&a.as_str())) {
-            bail!("{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
+            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
         }
         Ok(s)
     }
