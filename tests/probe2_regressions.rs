@@ -483,3 +483,52 @@ fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
     let env = shard["header"]["identity"]["env"].as_array().unwrap();
     assert!(env.iter().any(|kv| kv[0] == "PATH" && !kv[1].as_str().unwrap().is_empty()), "{env:?}");
 }
+
+/// Defect 7 (part): a resealed reference whose settings ask for zero
+/// iterations, whose rounds hold different sizes, or which records wrong
+/// results is refused (`OUT_OF_RANGE`, `BAD_INPUT`) before anything runs.
+#[test]
+fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path().join("ref");
+    let args = ["validate", "-q", "--backend", "cpu", "--record-reference", "-o", s(&r), "--max-bytes", "64KiB", "--iters", "3"];
+    let rest = ["--warmup-iters", "1", "--tokens", "4", "--warmup-tokens", "1", "--rounds", "2"];
+    ok(&mpirun_within(300, 2, &[&args[..], &rest[..]].concat()));
+    let reseal = |tag: &str, file: &str, edit: &dyn Fn(&mut serde_json::Value)| -> PathBuf {
+        let c = d.path().join(tag);
+        std::fs::create_dir(&c).unwrap();
+        for e in std::fs::read_dir(&r).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), c.join(e.file_name())).unwrap();
+        }
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(c.join(file)).unwrap()).unwrap();
+        edit(&mut v);
+        let bytes = serde_json::to_vec_pretty(&v).unwrap();
+        std::fs::write(c.join(file), &bytes).unwrap();
+        let mut desc: serde_json::Value = serde_json::from_slice(&std::fs::read(c.join("descriptor.json")).unwrap()).unwrap();
+        for f in desc["files"].as_array_mut().unwrap() {
+            if f["name"] == file {
+                f["size_bytes"] = bytes.len().into();
+                f["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+            }
+        }
+        std::fs::write(c.join("descriptor.json"), serde_json::to_vec_pretty(&desc).unwrap()).unwrap();
+        c
+    };
+    let cases: Vec<(PathBuf, &str, &str)> = vec![
+        (reseal("iters0", "manifest.json", &|v| v["settings"]["iters"] = 0.into()), "OUT_OF_RANGE", "settings.iters"),
+        (
+            reseal("fewer", "rounds.json", &|v| {
+                v["rounds"][1]["all_reduce"].as_array_mut().unwrap().pop();
+            }),
+            "BAD_INPUT",
+            "the same sizes",
+        ),
+        (reseal("wrong", "rounds.json", &|v| v["rounds"][0]["all_reduce"][0]["wrong_elements"] = 3.into()), "BAD_INPUT", "wrong elements"),
+    ];
+    for (c, code, needle) in cases {
+        let o = within(60, &["validate", "--backend", "cpu", "--reference", s(&c), "-o", s(&d.path().join("v"))]);
+        assert!(assert_refused(&o, code).contains(needle), "{}", c.display());
+        assert!(!d.path().join("v").exists());
+    }
+}

@@ -252,7 +252,49 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     if rounds.rounds.len() < 2 {
         crate::refuse!(crate::core::refusal::Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
     }
+    check_recorded(&manifest.settings, &rounds, dir)?;
     Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
+}
+
+/// What a resealed reference could claim and no recording writes: settings
+/// outside the ranges `validate` itself accepts (zero iterations would time
+/// nothing), rounds whose sweeps do not hold the same sizes (averages over
+/// different size sets), and wrong results (a reference computes right).
+fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Result<()> {
+    let at = |name: &str| dir.join(name).display().to_string();
+    crate::core::ranges::int("settings.iters", settings.iters, 1, 1_000_000).with_context(|| at(MANIFEST))?;
+    crate::core::ranges::int("settings.warmup_iters", settings.warmup_iters, 0, 100_000).with_context(|| at(MANIFEST))?;
+    if settings.sizes_bytes.is_empty() {
+        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: settings.sizes_bytes is empty: a reference sweeps at least one size", at(MANIFEST));
+    }
+    let sizes = |v: &[super::sweep::SizeResult]| v.iter().map(|r| r.bytes).collect::<Vec<u64>>();
+    let first = &rounds.rounds[0];
+    for r in &rounds.rounds {
+        for (kind, got, want) in [("all_reduce", &r.all_reduce, &first.all_reduce), ("all_gather", &r.all_gather, &first.all_gather)] {
+            if got.is_empty() || sizes(got) != sizes(want) {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadInput,
+                    "{}: round {} holds {kind} sizes {:?}, round {} {:?}: every round holds exactly the same sizes",
+                    at(ROUNDS),
+                    r.round,
+                    sizes(got),
+                    first.round,
+                    sizes(want)
+                );
+            }
+            if let Some(w) = got.iter().find(|x| x.wrong_elements.is_some_and(|w| w > 0)) {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadInput,
+                    "{}: round {} records {} wrong elements in its {kind} of {} bytes: a reference computed wrong results",
+                    at(ROUNDS),
+                    r.round,
+                    w.wrong_elements.unwrap_or(0),
+                    w.bytes
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Changes a site may allow between the reference and the node.
