@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Re-run the adversarial probe's worst cases (issue 13 items 1, 2, 7 and 9)
+# Re-run the adversarial probes' worst cases (issue 13 items 1, 2, 7 and 9;
+# issue 31's bounded inputs, gaps, impossible groups and plan-time checks)
 # against a built binary: each must be refused with a named code
 # (refused[CODE]), exit 1, leave every file it was handed unchanged, and not crash.
 # Usage: scripts/probe-worst.sh [BINARY]   (default target/release/commcanary)
@@ -40,7 +41,7 @@ tokens = $2
 layers = $3
 iters = 3
 [analysis]
-tie_policy = "iqr"
+tie_policy = "interval"
 [[configs]]
 name = "ring"
 env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
@@ -147,5 +148,48 @@ PY
     mkdir -p "$W/evil"; cp "$W/evil.tar" "$W/evil.json" "$W/evil/"
     expect ARCHIVE_MEMBER "$W/evil" "$BIN" campaign check-archive "$W/evil/evil.tar" "$W/evil/evil.json"
 done
+echo "== issue 31: FIFOs, devices and directories as inputs (each under a 60 s timeout: a hang fails)"
+K="$W/keep31"; mkdir -p "$K"; mkfifo "$K/fifo.json"; ln -s /dev/zero "$K/zero.json"; mkdir "$K/dir.json"
+for bad in "$K/fifo.json" /dev/zero "$K/zero.json" "$K/dir.json"; do
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" import kineto "$bad" -o "$W/imp.json"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" import et "$bad" -o "$W/imp.json"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" export param "$bad" -o "$W/exp"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" campaign plan "$bad" -o "$W/p31"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" queue --service-times "$bad" --mode closed --clients 2
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" compare --proxy "$bad" --truth "$bad"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" overlap --intervals "$bad"
+    expect NOT_REGULAR_FILE "$K" timeout 60 "$BIN" inspect "$bad"
+done
+echo "== issue 31: a small gzip of more events than the limit, under a 3 GiB address-space limit"
+python3 - "$K/many.json.gz" <<'PY'
+import gzip, sys
+with gzip.open(sys.argv[1], "wb", compresslevel=1) as f:
+    f.write(b'{"traceEvents":[')
+    chunk = b"{}," * (1 << 20)
+    for _ in range(50_000_000 // (1 << 20)): f.write(chunk)
+    f.write(b"{}," * (50_000_000 % (1 << 20)) + b"{}]}")
+PY
+expect OVER_LIMIT "$K" timeout 300 bash -c 'ulimit -v 3145728 && exec "$0" "$@"' "$BIN" import kineto "$K/many.json.gz" -o "$W/many.json"
+echo "== issue 31: impossible groups, gaps and specs"
+FIX=tests/data/pytorch-2.11-tp2-h200
+"$BIN" import kineto $FIX/kineto.rank-0.json.gz $FIX/kineto.rank-1.json.gz -o "$K/tp2.comm.json" >/dev/null 2>&1
+python3 - "$K/tp2.comm.json" "$K" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1])); d = sys.argv[2]
+g = json.loads(json.dumps(t)); g["groups"][1]["members"] = [0, 1, 1]; json.dump(g, open(d + "/dup.comm.json", "w"))
+g = json.loads(json.dumps(t))
+for r in g["ranks"]:
+    for c in r["collectives"][1:]:
+        if c.get("host_start_ns") is not None: c["host_start_ns"] += 10**12
+        if c.get("device"): c["device"]["start_ns"] += 10**12; c["device"]["end_ns"] += 10**12
+json.dump(g, open(d + "/gap.comm.json", "w"))
+PY
+expect BAD_INPUT "$K" timeout 60 "$BIN" export param "$K/dup.comm.json" -o "$W/dup"
+expect OUT_OF_RANGE "$K" timeout 120 mpirun --oversubscribe -n 2 "$BIN" replay-trace "$K/gap.comm.json" --out "$W/gap"
+for edit in 's/tie_policy = "interval"/tie_policy = "strict"/' 's/args = \["--oversubscribe"\]/args = ["--oversubscribe", "-n", "1"]/'; do
+    sed "$edit" "$(spec s31 4 2 2)" >"$K/s31.toml"
+    expect BAD_SPEC "$K" timeout 60 "$BIN" campaign plan "$K/s31.toml" -o "$W/s31"
+done
+
 [ $fail -eq 0 ] && echo "all worst cases refused with a named code; nothing changed; no crash" || echo "SOME CASES FAILED"
 exit $fail

@@ -234,7 +234,7 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("same manifest"));
     // another analysis policy
     let sp2 = t.path().join("strict.toml");
-    std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"strict\"")).unwrap();
+    std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"interval\"\nmin_effect_pct = 7.5")).unwrap();
     let s = t.path().join("s");
     ok(&cc(&["campaign", "plan", sp2.to_str().unwrap(), "-o", s.to_str().unwrap()]));
     let o = cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);

@@ -166,7 +166,7 @@ tokens = {tokens}
 layers = {layers}
 iters = 3
 [analysis]
-tie_policy = "iqr"
+tie_policy = "interval"
 [[configs]]
 name = "ring"
 env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }}

@@ -85,7 +85,7 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
         std::fs::write(
             &p,
             format!(
-                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 1\nseed = 1\n[launcher]\nkind = \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \"iqr\"\n{analysis}\n[[configs]]\n{config}\n"
+                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 1\nseed = 1\n[launcher]\nkind = \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \"interval\"\n{analysis}\n[[configs]]\n{config}\n"
             ),
         )
         .unwrap();

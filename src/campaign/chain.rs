@@ -316,7 +316,8 @@ pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
     let bytes = crate::core::limits::read_bounded(&mp, crate::core::limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);
-    let recorded = std::fs::read_to_string(dir.join("manifest.sha256")).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
+    let recorded =
+        crate::core::limits::read_text_bounded(&dir.join("manifest.sha256"), 4096).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
     if recorded.trim() != actual {
         crate::refuse!(
             crate::core::refusal::Code::DigestMismatch,
@@ -360,6 +361,23 @@ pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::Confi
     a
 }
 
+/// Check a frozen trace against the digest the manifest froze: a missing file
+/// is `NO_SUCH_INPUT`, a FIFO, device or directory (also behind a symbolic
+/// link) is refused without being opened for a blocking read, and at most
+/// the import limit is hashed, so the check can neither hang nor read for
+/// ever before the job starts.
+fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
+    if std::fs::metadata(trace).is_err() {
+        return Err(crate::core::refusal::refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display())));
+    }
+    let got = crate::core::limits::sha256_bounded(trace, crate::evidence::commtrace::Limits::default().max_json_bytes)
+        .with_context(|| format!("the frozen trace {}", trace.display()))?;
+    if got != want {
+        return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display())));
+    }
+    Ok(())
+}
+
 /// A job's program, its arguments and its environment.
 type JobCommand = (String, Vec<String>, Vec<(String, String)>);
 
@@ -371,13 +389,8 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
     if let Some((file, want)) = m.frozen_trace(&cfg.name) {
         // the frozen copy, checked before every job: a changed trace is another workload
-        let want = &want;
         let trace = runs.parent().context("campaign directory")?.join(file);
-        match sha256_file(&trace) {
-            Ok(d) if &d == want => {}
-            Ok(d) => return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {d}, the manifest froze {want}", trace.display()))),
-            Err(_) => return Err(crate::core::refusal::refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display()))),
-        }
+        check_frozen_trace(&trace, &want)?;
         rank_args.extend(["--trace".into(), trace.display().to_string()]);
     }
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -423,6 +436,22 @@ pub fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Resu
     Ok(())
 }
 
+/// The scheduled cells (or only the one at 1-based position `only`) with no
+/// successful attempt under this campaign's accepted manifests, in schedule order.
+pub fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+    let (m, sha) = load_manifest(dir)?;
+    let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
+    Ok(m.schedule
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
+        .map(|(_, c)| c)
+        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
+        .map(|c| c.cell_id.clone())
+        .collect())
+}
+
 /// Run every cell without a successful attempt, in schedule order (or only
 /// the cell at 1-based position `only`); each failure is retried up to
 /// `retries` times. Returns (succeeded, failed attempts). Records are single
@@ -465,12 +494,14 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
         for _try in 0..=retries {
             // attempt numbers count records and any directory an interrupted attempt left
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
+            // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
+            let cell_started = std::time::Instant::now();
             bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
             let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
             let started = crate::evidence::run::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
-            let out = run_job(&prog, &args, &env, cell_timeout, |pgid| {
+            let out = run_job(&prog, &args, &env, cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed())), |pgid| {
                 let note = InFlight {
                     attempt_id: attempt_id.clone(),
                     cell_id: cell.cell_id.clone(),

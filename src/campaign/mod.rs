@@ -148,7 +148,7 @@ fn per_job(j: &crate::evidence::join::JoinedRun, phase: crate::core::workload::P
 /// Results over the selected runs (the caller has verified completeness).
 pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let (m, _) = load_manifest(dir)?;
-    let sel: Selection = serde_json::from_slice(&std::fs::read(dir.join("selection.json"))?)?;
+    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
     let mut per: std::collections::BTreeMap<(crate::core::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
         let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();
@@ -464,63 +464,81 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
         c2.round = c.round + offset;
         m.schedule.push(c2);
     }
-    std::fs::create_dir_all(out.join("runs"))?;
-    std::fs::create_dir_all(out.join("attempts"))?;
-    std::fs::create_dir_all(out.join("sources"))?;
-    let copy_tree = |from: &Path, to: &Path| -> Result<()> {
-        for f in files_sorted(from)? {
-            let dest = to.join(f.strip_prefix(from).expect("under from"));
-            std::fs::create_dir_all(dest.parent().expect("has parent"))?;
-            std::fs::copy(&f, &dest).with_context(|| format!("copying {}", f.display()))?;
-        }
-        Ok(())
-    };
-    let mut lines = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for (src, atts, renamed) in [(a, &att_a, false), (b, &att_b, true)] {
-        for at in atts.iter() {
-            let mut at = at.clone();
-            if renamed {
-                let new_cell = rename(&at.cell_id, at.round);
-                let suffix = at.attempt_id.rsplit_once("-a").map(|x| x.1.to_string()).unwrap_or_default();
-                let new_id = format!("{new_cell}-a{suffix}");
-                copy_tree(&src.join(&at.run_dir), &out.join("runs").join(&new_id))?;
-                for ext in ["stdout", "stderr"] {
-                    let _ = std::fs::copy(src.join("attempts").join(format!("{}.{ext}", at.attempt_id)), out.join("attempts").join(format!("{new_id}.{ext}")));
-                }
-                at.round += offset;
-                at.cell_id = new_cell;
-                at.attempt_id = new_id.clone();
-                at.run_dir = format!("runs/{new_id}");
-            } else {
-                copy_tree(&src.join(&at.run_dir), &out.join(&at.run_dir))?;
-                for ext in ["stdout", "stderr"] {
-                    let _ = std::fs::copy(
-                        src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
-                        out.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+    // built in a temporary sibling and renamed at the end: a refusal half-way
+    // (a duplicate attempt, a full disk) leaves no half-written campaign behind
+    crate::core::fsutil::build_dir_new(out, |stage| {
+        std::fs::create_dir_all(stage.join("runs"))?;
+        std::fs::create_dir_all(stage.join("attempts"))?;
+        std::fs::create_dir_all(stage.join("sources"))?;
+        let copy_tree = |from: &Path, to: &Path| -> Result<()> {
+            for f in files_sorted(from)? {
+                let dest = to.join(f.strip_prefix(from).expect("under from"));
+                std::fs::create_dir_all(dest.parent().expect("has parent"))?;
+                std::fs::copy(&f, &dest).with_context(|| format!("copying {}", f.display()))?;
+            }
+            Ok(())
+        };
+        let mut lines = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (src, atts, renamed) in [(a, &att_a, false), (b, &att_b, true)] {
+            for at in atts.iter() {
+                let mut at = at.clone();
+                // a run directory is a plain path inside its campaign: no `..`, no absolute path
+                if at.run_dir.is_empty() || !Path::new(&at.run_dir).components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+                    crate::refuse!(
+                        Code::BadStructure,
+                        "{}: attempt {} names run directory {:?}, not a path inside the campaign",
+                        src.display(),
+                        at.attempt_id,
+                        at.run_dir
                     );
                 }
+                if renamed {
+                    let new_cell = rename(&at.cell_id, at.round);
+                    let suffix = at.attempt_id.rsplit_once("-a").map(|x| x.1.to_string()).unwrap_or_default();
+                    let new_id = format!("{new_cell}-a{suffix}");
+                    copy_tree(&src.join(&at.run_dir), &stage.join("runs").join(&new_id))?;
+                    for ext in ["stdout", "stderr"] {
+                        let _ = std::fs::copy(
+                            src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                            stage.join("attempts").join(format!("{new_id}.{ext}")),
+                        );
+                    }
+                    at.round += offset;
+                    at.cell_id = new_cell;
+                    at.attempt_id = new_id.clone();
+                    at.run_dir = format!("runs/{new_id}");
+                } else {
+                    copy_tree(&src.join(&at.run_dir), &stage.join(&at.run_dir))?;
+                    for ext in ["stdout", "stderr"] {
+                        let _ = std::fs::copy(
+                            src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                            stage.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                        );
+                    }
+                }
+                if !seen.insert(at.attempt_id.clone()) {
+                    crate::refuse!(Code::DuplicateAttempt, "attempt id {} appears twice", at.attempt_id);
+                }
+                lines.push(serde_json::to_string(&at)?);
             }
-            if !seen.insert(at.attempt_id.clone()) {
-                crate::refuse!(Code::DuplicateAttempt, "attempt id {} appears twice", at.attempt_id);
-            }
-            lines.push(serde_json::to_string(&at)?);
         }
-    }
-    // the runs keep their original run ids inside their shards; verify checks bytes, not names
-    std::fs::copy(a.join("manifest.json"), out.join("sources").join("a.manifest.json"))?;
-    std::fs::copy(b.join("manifest.json"), out.join("sources").join("b.manifest.json"))?;
-    if ma.trace_sha256.is_some() {
-        // the one trace both froze (same digest): the joined campaign's jobs and checks read it
-        std::fs::copy(a.join(TRACE_FILE), out.join(TRACE_FILE)).with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
-    }
-    let mut bytes = serde_json::to_vec_pretty(&m)?;
-    bytes.push(b'\n');
-    crate::core::fsutil::write_new_atomic(&out.join("manifest.json"), &bytes)?;
-    let sha = crate::core::fsutil::sha256_hex(&bytes);
-    crate::core::fsutil::write_new_atomic(&out.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
-    // attempt records were made under the source manifests; they say so
-    let joined: Vec<String> = lines;
-    crate::core::fsutil::write_new_atomic(&out.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+        // the runs keep their original run ids inside their shards; verify checks bytes, not names
+        std::fs::copy(a.join("manifest.json"), stage.join("sources").join("a.manifest.json"))?;
+        std::fs::copy(b.join("manifest.json"), stage.join("sources").join("b.manifest.json"))?;
+        if ma.trace_sha256.is_some() {
+            // the one trace both froze (same digest): the joined campaign's jobs and checks read it
+            std::fs::copy(a.join(TRACE_FILE), stage.join(TRACE_FILE)).with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
+        }
+        let mut bytes = serde_json::to_vec_pretty(&m)?;
+        bytes.push(b'\n');
+        crate::core::fsutil::write_new_atomic(&stage.join("manifest.json"), &bytes)?;
+        let sha = crate::core::fsutil::sha256_hex(&bytes);
+        crate::core::fsutil::write_new_atomic(&stage.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
+        // attempt records were made under the source manifests; they say so
+        let joined: Vec<String> = lines;
+        crate::core::fsutil::write_new_atomic(&stage.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+        Ok(())
+    })?;
     Ok(m)
 }

@@ -222,7 +222,8 @@ impl CampaignSpec {
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading campaign spec {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
+            .with_context(|| format!("reading campaign spec {}", path.display()))?;
         let spec: CampaignSpec =
             toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
         spec.validate(parse_rank).map_err(|e| {
@@ -259,6 +260,18 @@ impl CampaignSpec {
             }
             if c.env.keys().any(|k| k.is_empty() || k.contains('=')) {
                 bail!("configs.{}: environment variable names must be non-empty and contain no '='", c.name);
+            }
+            // POSIX.1-2017 §8.1: names of letters, digits and '_', not starting with a digit;
+            // a value is a C string, so a NUL byte would cut it (exec fails for every cell)
+            if let Some(k) = c
+                .env
+                .keys()
+                .find(|k| !k.starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_') || !k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_'))
+            {
+                bail!("configs.{}.env: {k:?} is not an environment variable name (letters, digits and '_', not starting with a digit)", c.name);
+            }
+            if let Some(k) = c.env.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k) {
+                bail!("configs.{}.env.{k}: the value holds a NUL byte, which no environment can carry", c.name);
             }
         }
         let phases = crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
@@ -319,6 +332,34 @@ impl CampaignSpec {
         if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {
             bail!("analysis.min_effect_pct and delta_pct must be non-negative");
         }
+        // what `analyze` would refuse after every cell ran (analysis::analyze)
+        if self.analysis.tie_policy != crate::analysis::ranking::TiePolicy::Interval {
+            bail!(
+                "analysis.tie_policy = {:?}: a campaign's relations come from its intervals over rounds; plan it with tie_policy = \"interval\" (strict and iqr are for `compare` on summary tables)",
+                format!("{:?}", self.analysis.tie_policy).to_lowercase()
+            );
+        }
+        // the launcher's rank count is `ranks`, which exec passes itself
+        let own_count = |a: &str| match self.launcher.kind {
+            LauncherKind::Mpirun => {
+                matches!(a, "-n" | "-np" | "--np" | "--n" | "-c")
+                    || a.starts_with("--np=")
+                    || a.starts_with("--n=")
+                    || a.strip_prefix("-n").is_some_and(|r| !r.is_empty() && r.chars().all(|ch| ch.is_ascii_digit()))
+            }
+            LauncherKind::Srun => {
+                matches!(a, "-n" | "--ntasks")
+                    || a.starts_with("--ntasks=")
+                    || a.strip_prefix("-n").is_some_and(|r| !r.is_empty() && r.chars().all(|ch| ch.is_ascii_digit()))
+            }
+        };
+        if let Some(a) = self.launcher.args.iter().find(|a| own_count(a)) {
+            bail!(
+                "launcher.args: {a:?} sets the launcher's rank count, which exec sets from ranks = {} (-n {}); remove it and set ranks",
+                self.ranks,
+                self.ranks
+            );
+        }
         self.validate_ranges(parse_rank)
     }
 
@@ -357,6 +398,35 @@ impl CampaignSpec {
                 )
             })?;
             crate::rank::check_ranges(&parsed).map_err(|e| crate::core::refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
+            let backend = match parsed.backend {
+                crate::backend::BackendChoice::Cpu => "cpu",
+                crate::backend::BackendChoice::Cuda => "cuda",
+                crate::backend::BackendChoice::Auto => "auto",
+            };
+            if backend != self.backend {
+                crate::refuse!(
+                    Code::BadSpec,
+                    "configs.{}: its arguments select --backend {backend} in a spec of backend = {:?}; set backend once, at the top",
+                    c.name,
+                    self.backend
+                );
+            }
+            // a rank outside the job would be refused by every cell
+            let delayed = parsed.inject_delay.as_deref().map(crate::core::workload::DelayInjection::parse).transpose()?.map(|d| ("--inject-delay", d.rank));
+            let skewed = parsed
+                .inject_clock
+                .iter()
+                .map(|s| crate::core::clock::ClockInjection::parse(s).map(|c| ("--inject-clock", c.rank)))
+                .collect::<Result<Vec<_>>>()?;
+            if let Some((flag, r)) = delayed.into_iter().chain(skewed).find(|(_, r)| *r >= self.ranks) {
+                crate::refuse!(
+                    Code::BadSpec,
+                    "configs.{}: {flag} names rank {r}, outside the job's ranks 0 to {} (ranks = {})",
+                    c.name,
+                    self.ranks - 1,
+                    self.ranks
+                );
+            }
         }
         Ok(())
     }

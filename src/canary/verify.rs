@@ -212,7 +212,8 @@ pub fn verify(
         c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
     }
     let variants: Vec<String> = std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
-    let needs_allreduce_only = o.backend.as_deref().unwrap_or(spec_in.backend.as_str()) == "cuda" && t.ranks.iter().flat_map(|r| &r.collectives).any(|c| c.kind != crate::evidence::commtrace::TraceKind::AllReduce);
+    let needs_allreduce_only = o.backend.as_deref().unwrap_or(spec_in.backend.as_str()) == "cuda"
+        && t.ranks.iter().flat_map(|r| &r.collectives).any(|c| c.kind != crate::evidence::commtrace::TraceKind::AllReduce);
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
     if let Some(b) = &o.backend {

@@ -65,7 +65,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             if cupti && !cuda {
                 anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
             }
-            crate::evidence::commtrace::replay_command(&a.trace, &a.out, &mut |world, trace| {
+            let paced = pace != crate::evidence::commtrace::cpu_exec::Pace::None;
+            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, &mut |world, trace| {
                 if cuda {
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout, cupti)
@@ -133,7 +134,7 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
 fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
     use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
     if let Some(f) = &a.intervals {
-        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let bytes = crate::core::limits::read_bounded(f, crate::core::limits::MAX_JSON_BYTES)?;
         let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
         let iv: IntervalFile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))
@@ -229,7 +230,8 @@ fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::
         let relations = pr.pairs.iter().map(|p| p.relation).collect();
         return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
     }
-    let text = std::fs::read_to_string(spec).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+    let text = crate::core::limits::read_text_bounded(std::path::Path::new(spec), crate::core::limits::MAX_TEXT_TABLE_BYTES)
+        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
     let rows = crate::analysis::ranking::parse_csv(&text, spec).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     Ok(Side {
         rows,
@@ -257,7 +259,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     };
     // (label, service times ms)
     let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
-        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = crate::core::limits::read_text_bounded(f, crate::core::limits::MAX_TEXT_TABLE_BYTES)?;
         (
             vec![(
                 f.display().to_string(),
@@ -446,7 +448,9 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 campaign(C::Plan { spec, output: output.clone() }, out)?;
             }
             writeln!(out, "== exec")?;
-            campaign(C::Exec { dir: output.clone(), retries, resume, cell: None, cell_timeout_s }, out)?;
+            // a failed cell does not stop the run here: verify names every missing cell
+            let (ok, failed) = chain::exec(&output, retries, None, cell_timeout_s.map(std::time::Duration::from_secs))?;
+            writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
             writeln!(out, "== select")?;
             campaign(C::Select { dir: output.clone(), policy: chain::SelectPolicy::FirstSuccess }, out)?;
             writeln!(out, "== verify")?;
@@ -457,8 +461,16 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
             writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
-            if failed > 0 && ok == 0 {
-                anyhow::bail!("no cell succeeded");
+            // a cell left without a successful attempt is a failed exec (exit 1), naming the cells
+            let left = chain::cells_without_success(&dir, cell)?;
+            if !left.is_empty() {
+                crate::refuse!(
+                    crate::core::refusal::Code::FailedAttempt,
+                    "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in attempts.jsonl; exec again to retry them)",
+                    dir.display(),
+                    left.len(),
+                    left.join(", ")
+                );
             }
         }
         C::Select { dir, policy } => {

@@ -22,7 +22,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Hex SHA-256 of a file's bytes, streamed (a file of any size in constant memory).
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    // a FIFO or device is refused rather than read (or waited on) for ever
+    let (mut f, _) = crate::core::limits::open_regular(path)?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
     Ok(hex::encode(h.finalize()))
@@ -70,6 +71,63 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Build the new directory `dest` whole or not at all: `build` fills a
+/// temporary sibling (`.NAME.partial-XXXX`, in `dest`'s parent, created if
+/// missing), which is renamed to `dest` only when `build` succeeded. A
+/// refusal or a full disk half-way leaves nothing behind (the temporary is
+/// removed), so a rerun is not blocked by a half-written output. Refuses an
+/// existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
+/// (`renameat2(RENAME_NOREPLACE)`, rename(2); where the file system lacks it,
+/// the check just before a plain rename).
+pub fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let exists = || {
+        crate::core::refusal::refuse(
+            crate::core::refusal::Code::AlreadyExists,
+            format!("{} already exists; an output directory is written fresh, never into or over an existing one", dest.display()),
+        )
+    };
+    if dest.symlink_metadata().is_ok() {
+        return Err(exists());
+    }
+    let name = dest.file_name().with_context(|| format!("{} has no file name", dest.display()))?;
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.partial-", name.to_string_lossy()))
+        .tempdir_in(parent)
+        .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
+    build(tmp.path())?;
+    if let Ok(d) = File::open(tmp.path()) {
+        let _ = d.sync_all();
+    }
+    let (from, to) = (path_c(tmp.path())?, path_c(dest)?);
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EEXIST) => return Err(exists()),
+            Some(libc::EINVAL | libc::ENOSYS) => {
+                if dest.symlink_metadata().is_ok() {
+                    return Err(exists());
+                }
+                std::fs::rename(tmp.path(), dest).with_context(|| format!("publishing {}", dest.display()))?;
+            }
+            _ => return Err(anyhow::Error::new(e).context(format!("publishing {} (nothing was replaced)", dest.display()))),
+        }
+    }
+    // renamed: nothing left for the guard to remove
+    let _ = tmp.keep();
+    if let Ok(d) = File::open(parent) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn path_c(p: &Path) -> Result<std::ffi::CString> {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).with_context(|| format!("{}: a path with a NUL byte", p.display()))
+}
+
 /// Serialize `value` as pretty JSON and write it with [`write_new_atomic`].
 pub fn write_json_new<T: serde::Serialize>(dest: &Path, value: &T) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(value)?;
@@ -80,6 +138,26 @@ pub fn write_json_new<T: serde::Serialize>(dest: &Path, value: &T) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_build_leaves_no_directory_and_a_built_one_is_never_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("out");
+        let e = build_dir_new(&dest, |t| {
+            write_new_atomic(&t.join("manifest.json"), b"{}")?;
+            anyhow::bail!("refused half-way")
+        })
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("half-way"));
+        assert!(!dest.exists(), "nothing at the destination");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "no temporary left behind");
+        build_dir_new(&dest, |t| write_new_atomic(&t.join("a"), b"1")).unwrap();
+        assert_eq!(std::fs::read(dest.join("a")).unwrap(), b"1");
+        let e = build_dir_new(&dest, |t| write_new_atomic(&t.join("a"), b"2")).unwrap_err();
+        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::AlreadyExists));
+        assert_eq!(std::fs::read(dest.join("a")).unwrap(), b"1");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "no temporary left behind");
+    }
 
     #[test]
     fn refuses_to_overwrite_and_keeps_original() {

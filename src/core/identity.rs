@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// Environment variable prefixes that change collective behaviour and are recorded.
 pub const RECORDED_ENV_PREFIXES: [&str; 5] = ["NCCL_", "OMPI_MCA_", "CUDA_", "UCX_", "COMMCANARY_"];
 
+/// Whole names also recorded when set: what decides which libraries (an
+/// NCCL, an MPI, an interposer) and which programs a job loads.
+pub const RECORDED_ENV_NAMES: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "PATH"];
+
 /// The tool that produced a record.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ToolIdentity {
@@ -118,7 +122,8 @@ pub fn mpi_library() -> Option<String> {
 
 /// Recorded environment variables, sorted.
 pub fn recorded_env() -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))).collect();
+    let mut v: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || RECORDED_ENV_NAMES.contains(&k.as_str())).collect();
     v.sort();
     v
 }

@@ -2,7 +2,10 @@
 //!
 //! Consumes a path (or bytes) and a limit; produces the bytes, or a
 //! `refused[OVER_LIMIT]` error naming the file, its size and the limit, before
-//! anything is allocated for the content. Each limit is far above what a
+//! anything is allocated for the content, or `refused[NOT_REGULAR_FILE]` for a
+//! FIFO, device, socket or directory (the one opener every reader of a
+//! user-named file goes through, [`open_regular`]; the read itself is bounded
+//! whatever the file's size said). Each limit is far above what a
 //! real run writes (a 4096-rank, million-token run stays below them) and far
 //! below what would exhaust a node's memory. bincode's own limit
 //! (`config::standard().with_limit::<N>()`, bincode 2 docs, "Configuration")
@@ -41,10 +44,53 @@ pub const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
 /// Ranks in one run.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 
-/// Read `path` whole, refusing a file larger than `max_bytes` before reading it.
+/// Open `path` for reading only if it names a regular file (after following
+/// symbolic links), and return it with its size. A FIFO, socket, character or
+/// block device or directory is refused with `refused[NOT_REGULAR_FILE]`
+/// naming the file, before anything is read from it: a FIFO would block the
+/// reader for ever and a device such as `/dev/zero` never ends, while
+/// `metadata().len()` is 0 for both. The file is opened with `O_NONBLOCK`
+/// (which does not change how a regular file reads, open(2)) and checked
+/// again through the opened descriptor, so a path swapped for a FIFO between
+/// the check and the open cannot block the open either.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    refuse_unless_regular(path, &meta)?;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).with_context(|| format!("reading {}", path.display()))?;
+    let meta = f.metadata().with_context(|| format!("reading {}", path.display()))?;
+    refuse_unless_regular(path, &meta)?;
+    Ok((f, meta.len()))
+}
+
+fn refuse_unless_regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    let what = if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(refuse(Code::NotRegularFile, format!("{} is {what}; only a regular file is read as input (a pipe or device could block or never end)", path.display())))
+}
+
+/// Read `path` whole, refusing a file that is not regular ([`open_regular`])
+/// or is larger than `max_bytes`, before reading it; the read itself stops at
+/// `max_bytes + 1` whatever the size said, so a file growing while it is read
+/// is bounded too.
 pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
-    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let len = f.metadata().with_context(|| format!("reading {}", path.display()))?.len();
+    let (f, len) = open_regular(path)?;
     if len > max_bytes {
         return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
     }
@@ -57,8 +103,61 @@ pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// SHA-256 of `path`'s bytes, refusing a file that is not regular
+/// ([`open_regular`]) or holds more than `max_bytes`; at most `max_bytes + 1`
+/// bytes are read whatever the size said.
+pub fn sha256_bounded(path: &Path, max_bytes: u64) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let (f, len) = open_regular(path)?;
+    if len > max_bytes {
+        return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
+    }
+    let mut h = Sha256::new();
+    let n = std::io::copy(&mut f.take(max_bytes + 1), &mut h).with_context(|| format!("reading {}", path.display()))?;
+    if n > max_bytes {
+        return Err(refuse(Code::OverLimit, format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display())));
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 /// [`read_bounded`] as UTF-8 text.
 pub fn read_text_bounded(path: &Path, max_bytes: u64) -> Result<String> {
     let b = read_bounded(path, max_bytes)?;
     String::from_utf8(b).with_context(|| format!("{}: not UTF-8 text", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::refusal::code_of;
+
+    fn mkfifo(p: &Path) {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    }
+
+    #[test]
+    fn refuses_a_fifo_a_device_and_a_directory_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("trace.json");
+        mkfifo(&fifo);
+        let link = d.path().join("zero-link.json");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        for p in [fifo.as_path(), Path::new("/dev/zero"), Path::new("/dev/null"), link.as_path(), d.path()] {
+            let e = read_bounded(p, 1 << 20).expect_err("refused");
+            assert_eq!(code_of(&e), Some(Code::NotRegularFile), "{}: {e:#}", p.display());
+            assert!(format!("{e:#}").contains(&p.display().to_string()), "names the file: {e:#}");
+            assert!(read_text_bounded(p, 1 << 20).is_err());
+        }
+    }
+
+    #[test]
+    fn reads_a_regular_file_and_refuses_one_over_the_limit() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.json");
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&p, 10).unwrap(), b"0123456789");
+        assert_eq!(code_of(&read_bounded(&p, 9).unwrap_err()), Some(Code::OverLimit));
+    }
 }

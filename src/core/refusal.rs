@@ -93,6 +93,8 @@ pub enum Code {
     BadInput,
     /// A collective or other MPI operation of a run did not complete within `--collective-timeout-s`.
     CollectiveTimeout,
+    /// An input path names a FIFO, device, socket or directory where a regular file is read.
+    NotRegularFile,
 }
 
 impl Code {
@@ -139,6 +141,7 @@ impl Code {
         Code::BadArgument,
         Code::BadInput,
         Code::CollectiveTimeout,
+        Code::NotRegularFile,
     ];
 
     /// The code as printed.
@@ -185,6 +188,7 @@ impl Code {
             Code::BadArgument => "BAD_ARGUMENT",
             Code::BadInput => "BAD_INPUT",
             Code::CollectiveTimeout => "COLLECTIVE_TIMEOUT",
+            Code::NotRegularFile => "NOT_REGULAR_FILE",
         }
     }
 }

@@ -104,6 +104,22 @@ pub struct SourceTrace {
 /// Longest gap a trace file may ask to replay: 60 s.
 pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
 
+/// The one gap bound of every replay (`rank --trace`, `replay-trace`): the
+/// first gap over [`MAX_REPLAY_GAP_NS`] is refused with
+/// `refused[OUT_OF_RANGE]`, `what(i)` naming the collective before which it
+/// lies, before anything is replayed (a replayed gap is slept, spun or filled:
+/// no workload waits for minutes between two collectives).
+pub fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
+    if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
+        crate::refuse!(
+            crate::core::refusal::Code::OutOfRange,
+            "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)",
+            what(i)
+        );
+    }
+    Ok(())
+}
+
 fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntry)>) -> Vec<GapEntry> {
     let mut prev_end = phase_start_ns;
     times
@@ -175,16 +191,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     let start = times[0].0;
     let entries = gaps_from(start, times.into_iter());
     // a replayed gap is slept or filled: refuse one no workload has, rather than sleep for days
-    if let Some((i, e)) = entries.iter().enumerate().find(|(_, e)| e.gap_ns > MAX_REPLAY_GAP_NS) {
-        crate::refuse!(
-            crate::core::refusal::Code::OutOfRange,
-            "{}: blocking collective {} has a gap of {} ns before it; replayed gaps are at most {} ns (60 s)",
-            path.display(),
-            i + 1,
-            e.gap_ns,
-            MAX_REPLAY_GAP_NS
-        );
-    }
+    check_replay_gaps(entries.iter().map(|e| e.gap_ns), &|i| format!("{}: blocking collective {}", path.display(), i + 1))?;
     Ok(SourceTrace {
         origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
         timeline: GapTimeline::of(has_device.into_iter()),
@@ -298,9 +305,7 @@ pub fn comm_trace_entries(
     let gaps = cpu_exec::gaps_ns(&colls).with_context(|| {
         format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
     })?;
-    if let Some((i, g)) = gaps.iter().enumerate().find(|(_, g)| **g > MAX_REPLAY_GAP_NS) {
-        return refuse(format!("collective {} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", i + 1));
-    }
+    check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
     for (c, dtype, _, _) in &kept {
         if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
             return refuse(format!("{} #{} on group {:?} records {} elements: too many bytes", c.kind.name(), c.seq, c.group, c.in_elems.max(c.out_elems)));
@@ -354,7 +359,8 @@ pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
 pub fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
-    std::fs::File::open(path).with_context(|| format!("reading trace {}", path.display()))?.take(4096).read_to_end(&mut head)?;
+    // a FIFO or device is refused, never opened for a blocking read
+    crate::core::limits::open_regular(path).with_context(|| format!("reading trace {}", path.display()))?.0.take(4096).read_to_end(&mut head)?;
     Ok(first_key_is_comm_trace(&String::from_utf8_lossy(&head)))
 }
 

@@ -358,6 +358,17 @@ fn plan(args: &RankOptions) -> Result<Plan> {
     }
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     let clock_injections: Vec<ClockInjection> = args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
+    if let Some(world) = launcher_world_size() {
+        // a rank outside the job is refused before MPI starts, with a code
+        let named = delay.iter().map(|d| ("--inject-delay", d.rank)).chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
+        if let Some((flag, r)) = named.into_iter().find(|(_, r)| *r >= world) {
+            crate::refuse!(
+                crate::core::refusal::Code::OutOfRange,
+                "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})",
+                world.saturating_sub(1)
+            );
+        }
+    }
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
@@ -367,7 +378,11 @@ fn plan(args: &RankOptions) -> Result<Plan> {
     }
     if let Some(id) = &args.run_id {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+        }
+        // `.` and `..` name the output directory itself or its parent, not a new run directory
+        if id.chars().all(|c| c == '.') {
+            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
         }
     }
     Ok(Plan { spec, model, delay, clock_injections, fault, backend, backend_note })

@@ -62,7 +62,7 @@ fn excerpt(j: &crate::evidence::join::JoinedRun, run_id: &str, label: &str) -> O
 pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     let (m, sha) = load_manifest(dir)?;
     let sel_path = dir.join("selection.json");
-    let sel: Selection = serde_json::from_slice(&std::fs::read(&sel_path).with_context(|| format!("reading {}", sel_path.display()))?)
+    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
     let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
     let lab =

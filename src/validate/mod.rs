@@ -245,7 +245,7 @@ fn plan(a: &ValidateArgs) -> Result<Plan> {
     let delay = a.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     if let Some(out) = &a.out {
         if out.exists() {
-            bail!("--out {}: already exists (evidence is never written over)", out.display());
+            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
         }
     }
     let given: Vec<&str> = [
@@ -264,11 +264,17 @@ fn plan(a: &ValidateArgs) -> Result<Plan> {
     .collect();
     if let Some(dir) = &a.reference {
         if !given.is_empty() {
-            bail!("{}: a validation runs the reference's own settings; drop {}", dir.display(), given.join(", "));
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "{}: a validation runs the reference's own settings; drop {}",
+                dir.display(),
+                given.join(", ")
+            );
         }
         let (ev, sha) = reference::read(dir)?;
         if ev.manifest.node.backend != backend {
-            bail!(
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
                 "{}: the reference ran the {} backend and this validation would run {}; pass --backend to match",
                 dir.display(),
                 reference::backend_name(ev.manifest.node.backend),
@@ -369,14 +375,21 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let ranks = world.size() as u32;
     let local = world.split_shared(world.rank());
     if local.size() as u32 != ranks {
-        bail!("validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it with --nodelist/-N 1", local.size());
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it with --nodelist/-N 1",
+            local.size()
+        );
     }
     if ranks < 2 {
-        bail!("validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing");
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing"
+        );
     }
     if let Some(d) = plan.delay {
         if d.rank >= ranks {
-            bail!("--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
+            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
         }
     }
     let started_unix_ms = crate::evidence::run::unix_ms();

@@ -21,7 +21,7 @@ use super::health::HealthReport;
 use super::sweep::SizeResult;
 use super::topology::Topology;
 use crate::evidence::shard::{BackendKind, Dtype};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -176,12 +176,14 @@ pub struct Evidence {
     pub topology: Topology,
 }
 
-/// Write `ev` (and `report`, if any) into the new directory `dir`, the descriptor last.
+/// Write `ev` (and `report`, if any) into the new directory `dir`, the
+/// descriptor last; built in a temporary sibling and renamed whole, so a full
+/// disk half-way leaves no manifest-only directory behind.
 pub fn write(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::create_dir(dir).with_context(|| format!("creating {} (evidence is never written over an existing directory)", dir.display()))?;
+    crate::core::fsutil::build_dir_new(dir, |stage| write_into(stage, ev, report))
+}
+
+fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
     let mut files = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
         crate::core::fsutil::write_new_atomic(&dir.join(name), &bytes)?;
@@ -206,19 +208,25 @@ fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -
 /// Returns the evidence and the manifest's SHA-256.
 pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let dpath = dir.join(DESCRIPTOR);
-    let dbytes = std::fs::read(&dpath)
+    let dbytes = crate::core::limits::read_bounded(&dpath, crate::core::limits::MAX_JSON_BYTES)
         .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
     if desc.format_version != VALIDATE_FORMAT_VERSION {
-        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dpath.display(), desc.format_version);
+        crate::refuse!(
+            crate::core::refusal::Code::UnsupportedVersion,
+            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            dpath.display(),
+            desc.format_version
+        );
     }
     let get = |name: &str| -> Result<Vec<u8>> {
         let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
         let p = dir.join(name);
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_SHARD_BYTES)?;
         let sha = crate::core::fsutil::sha256_hex(&bytes);
         if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
-            bail!(
+            crate::refuse!(
+                crate::core::refusal::Code::DigestMismatch,
                 "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was changed after it was recorded",
                 p.display(),
                 bytes.len(),
@@ -234,12 +242,59 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let health: HealthReport = parse(dir, HEALTH, &get(HEALTH)?)?;
     let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
     if manifest.format_version != VALIDATE_FORMAT_VERSION || rounds.format_version != VALIDATE_FORMAT_VERSION {
-        bail!("{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})", dir.join(MANIFEST).display(), manifest.format_version);
+        crate::refuse!(
+            crate::core::refusal::Code::UnsupportedVersion,
+            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            dir.join(MANIFEST).display(),
+            manifest.format_version
+        );
     }
     if rounds.rounds.len() < 2 {
-        bail!("{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
+        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
     }
+    check_recorded(&manifest.settings, &rounds, dir)?;
     Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
+}
+
+/// What a resealed reference could claim and no recording writes: settings
+/// outside the ranges `validate` itself accepts (zero iterations would time
+/// nothing), rounds whose sweeps do not hold the same sizes (averages over
+/// different size sets), and wrong results (a reference computes right).
+fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Result<()> {
+    let at = |name: &str| dir.join(name).display().to_string();
+    crate::core::ranges::int("settings.iters", settings.iters, 1, 1_000_000).with_context(|| at(MANIFEST))?;
+    crate::core::ranges::int("settings.warmup_iters", settings.warmup_iters, 0, 100_000).with_context(|| at(MANIFEST))?;
+    if settings.sizes_bytes.is_empty() {
+        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: settings.sizes_bytes is empty: a reference sweeps at least one size", at(MANIFEST));
+    }
+    let sizes = |v: &[super::sweep::SizeResult]| v.iter().map(|r| r.bytes).collect::<Vec<u64>>();
+    let first = &rounds.rounds[0];
+    for r in &rounds.rounds {
+        for (kind, got, want) in [("all_reduce", &r.all_reduce, &first.all_reduce), ("all_gather", &r.all_gather, &first.all_gather)] {
+            if got.is_empty() || sizes(got) != sizes(want) {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadInput,
+                    "{}: round {} holds {kind} sizes {:?}, round {} {:?}: every round holds exactly the same sizes",
+                    at(ROUNDS),
+                    r.round,
+                    sizes(got),
+                    first.round,
+                    sizes(want)
+                );
+            }
+            if let Some(w) = got.iter().find(|x| x.wrong_elements.is_some_and(|w| w > 0)) {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadInput,
+                    "{}: round {} records {} wrong elements in its {kind} of {} bytes: a reference computed wrong results",
+                    at(ROUNDS),
+                    r.round,
+                    w.wrong_elements.unwrap_or(0),
+                    w.bytes
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Changes a site may allow between the reference and the node.
@@ -299,21 +354,22 @@ impl Site {
             toml::from_str(text).with_context(|| format!("{origin}: not a site file (keys: busbw_min_ratio, token_latency_max_ratio, coverage, allow)"))?;
         for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
             if !(v.is_finite() && v > 0.0) {
-                bail!("{origin}: {k} = {v} must be a positive number");
+                crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: {k} = {v} must be a positive number");
             }
         }
         if !(s.coverage > 0.0 && s.coverage < 1.0) {
-            bail!("{origin}: coverage = {} must be in (0, 1)", s.coverage);
+            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: coverage = {} must be in (0, 1)", s.coverage);
         }
         if let Some(a) = s.allow.iter().find(|a| !ALLOWABLE.contains(&a.as_str())) {
-            bail!("{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
+            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
         }
         Ok(s)
     }
 
     /// Read `path`.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading site file {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
+            .with_context(|| format!("reading site file {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 }

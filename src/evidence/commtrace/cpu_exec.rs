@@ -343,7 +343,13 @@ impl CpuTraceExec {
     pub fn new(world: &SimpleCommunicator, trace: &CommTrace) -> Result<Self> {
         let rank = world.rank() as u32;
         if world.size() as u32 != trace.world_size {
-            bail!("the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}", trace.world_size, world.size(), trace.world_size);
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}",
+                trace.world_size,
+                world.size(),
+                trace.world_size
+            );
         }
         let mut comms = BTreeMap::new();
         for g in &trace.groups {
@@ -372,7 +378,8 @@ impl CpuTraceExec {
             total += (c.in_elems as u128 + c.out_elems as u128) * wide;
         }
         if total > MAX_PREPARED_BYTES as u128 {
-            bail!(
+            crate::refuse!(
+                crate::core::refusal::Code::OverLimit,
                 "rank {}: the trace's buffers need {total} bytes at once, over the cpu backend's {MAX_PREPARED_BYTES}-byte budget (every buffer is made before the replay, so that only the pacing wait lies between collectives); replay a shorter trace",
                 self.rank
             );

@@ -26,7 +26,7 @@
 //! absent and listed as unknown. It records no rank either: the rank of a
 //! file is the global rank behind the group-local rank of its collectives
 //! that are neither rooted nor point-to-point, and must be the same for all.
-use super::json::{i64_of, str_of, u64_of};
+use super::json::{i64_of, str_of, u32_of, u64_of};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceKind, UnknownField,
@@ -37,10 +37,49 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-#[derive(Deserialize)]
+/// An execution-trace file: its schema and its nodes, counted as they are read.
 struct EtFile {
     schema: Option<String>,
+    time: Option<String>,
     nodes: Vec<Node>,
+}
+
+/// Decodes an execution-trace file, counting `nodes` as they are read ([`super::CountedSeq`]).
+struct FileSeed<'a> {
+    max_nodes: usize,
+    over: &'a std::cell::Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = EtFile;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<EtFile, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = EtFile;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with nodes")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<EtFile, A::Error> {
+        let (mut schema, mut nodes, mut time) = (None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "schema" => schema = map.next_value()?,
+                "time" => time = map.next_value::<Option<Value>>()?.and_then(|v| v.as_str().map(str::to_string)),
+                "nodes" => {
+                    let seed = super::CountedSeq::<Node> { max: self.max_nodes, over: self.over, keep: |_| true };
+                    nodes = Some(map.next_value_seed(seed)?.into_iter().map(|(_, n)| n).collect());
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let nodes = nodes.ok_or_else(|| serde::de::Error::missing_field("nodes"))?;
+        Ok(EtFile { schema, time, nodes })
+    }
 }
 
 #[derive(Deserialize)]
@@ -103,10 +142,17 @@ fn need<'a>(n: &'a Node, key: &str) -> Result<&'a Value> {
 
 /// Parse one rank's execution-trace JSON (the decoder the fuzz target drives).
 pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
-    let file: EtFile = serde_json::from_slice(json).context("not a PyTorch execution trace: expected an object with nodes")?;
-    if file.nodes.len() > limits.max_events {
-        bail!("{} nodes, over the limit of {}", file.nodes.len(), limits.max_events);
+    use serde::de::DeserializeSeed;
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let file = FileSeed { max_nodes: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    if over.get() {
+        return Err(crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!("more than {} nodes, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+        ));
     }
+    let file = file.context("not a PyTorch execution trace: expected an object with nodes")?;
     let mut nodes: Vec<&Node> = file.nodes.iter().collect();
     nodes.sort_by_key(|n| n.id);
     if let Some(w) = nodes.windows(2).find(|w| w[0].id == w[1].id) {
@@ -147,7 +193,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             if listed.len() as u64 != size {
                 bail!("{} lists {} ranks but group_size is {size}", what("ranks"), listed.len());
             }
-            listed.iter().map(|r| u64_of(r, &what("ranks")).and_then(|x| Ok(u32::try_from(x)?))).collect::<Result<_>>()?
+            listed.iter().map(|r| u32_of(r, &what("ranks"))).collect::<Result<_>>()?
         };
         groups.push(TraceGroup { name, desc, members });
     }
@@ -220,7 +266,9 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     number_sequences(&mut collectives);
     let mut facts = vec![("process groups".to_string(), serde_json::to_string(&groups)?)];
     facts.push(("ET schema".to_string(), file.schema.clone().unwrap_or_default()));
+    let wall_span_ns = file.time.as_deref().and_then(wall_time_ns).map(|t| (t, t));
     Ok(RankRecord {
+        wall_span_ns,
         file: SourceFile { path: label.to_string(), sha256, rank },
         world_size: world,
         run_facts: facts,
@@ -230,6 +278,30 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         schema: file.schema,
         nccl_version: None,
     })
+}
+
+/// The observer's start time, `YYYY-MM-DD HH:MM:SS` (as PyTorch's
+/// `ExecutionTraceObserver` writes `time`), as ns since the Unix epoch on the
+/// civil calendar (days from civil: H. Hinnant, "chrono-Compatible Low-Level
+/// Date Algorithms"); `None` if it is not in that form.
+fn wall_time_ns(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() != 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b' ' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    let (y, m, d, hh, mm, ss) = (n(0..4)?, n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    u64::try_from(secs).ok().map(|s| s * 1_000_000_000)
 }
 
 /// `rank-3`, `rank3`, `rank_3` in a file name.
@@ -304,5 +376,15 @@ mod tests {
         assert_eq!(super::rank_from_file_name("dir/et.rank-12.json.gz"), Some(12));
         assert_eq!(super::rank_from_file_name("rank3.json"), Some(3));
         assert_eq!(super::rank_from_file_name("trace.json"), None);
+    }
+
+    #[test]
+    fn start_times_on_the_civil_calendar() {
+        // values from Python's calendar.timegm
+        assert_eq!(super::wall_time_ns("1970-01-01 00:00:00"), Some(0));
+        assert_eq!(super::wall_time_ns("2026-11-30 15:18:23"), Some(1_796_051_903_000_000_000));
+        assert_eq!(super::wall_time_ns("2000-02-29 23:59:59"), Some(951_868_799_000_000_000));
+        assert_eq!(super::wall_time_ns("2026-13-01 00:00:00"), None);
+        assert_eq!(super::wall_time_ns("yesterday"), None);
     }
 }

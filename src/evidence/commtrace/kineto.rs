@@ -24,7 +24,7 @@
 //! Times are rounded to whole ns. Each rank's times are its own host's
 //! profiler clock: nothing in the files aligns one rank's clock with another's,
 //! so the trace says `aligned_across_ranks: false`.
-use super::json::{i64_of, int_list_in_string, splits, str_of, u64_of, us_to_ns};
+use super::json::{i64_of, int_list_in_string, splits, str_of, u32_of, u64_of, us_to_ns};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype,
     TraceGroup, TraceKind, UnknownField,
@@ -35,14 +35,63 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Deserialize)]
+/// The fields of a Kineto file that are used; `trace_events` holds only the
+/// events [`used`] keeps, each with its position in `traceEvents`.
 struct KinetoFile {
-    #[serde(rename = "schemaVersion")]
     schema_version: Option<Value>,
-    #[serde(rename = "distributedInfo")]
+    base_time_ns: Option<u64>,
     distributed_info: Option<Value>,
-    #[serde(rename = "traceEvents")]
-    trace_events: Vec<Event>,
+    trace_events: Vec<(usize, Event)>,
+}
+
+/// Decodes a Kineto file, counting `traceEvents` as they are read ([`super::CountedSeq`]).
+struct FileSeed<'a> {
+    max_events: usize,
+    over: &'a std::cell::Cell<bool>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
+    type Value = KinetoFile;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<KinetoFile, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
+    type Value = KinetoFile;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with traceEvents")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<KinetoFile, A::Error> {
+        let (mut schema_version, mut distributed_info, mut trace_events, mut base_time_ns) = (None, None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "schemaVersion" => schema_version = map.next_value()?,
+                "distributedInfo" => distributed_info = map.next_value()?,
+                // where `ts` counts from (absent in older traces, whose `ts` count from the epoch)
+                "baseTimeNanoseconds" => base_time_ns = map.next_value::<Option<Value>>()?.and_then(|v| v.as_u64()),
+                "traceEvents" => {
+                    trace_events = Some(map.next_value_seed(super::CountedSeq { max: self.max_events, over: self.over, keep: used })?);
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let trace_events = trace_events.ok_or_else(|| serde::de::Error::missing_field("traceEvents"))?;
+        Ok(KinetoFile { schema_version, base_time_ns, distributed_info, trace_events })
+    }
+}
+
+/// Whether the import reads this event: complete (`X`) events of the
+/// categories it uses. Others are counted against the limit and dropped.
+fn used(e: &Event) -> bool {
+    e.ph.as_deref() == Some("X")
+        && match (e.cat.as_deref(), e.name.as_deref()) {
+            (Some("cuda_runtime" | "cuda_driver" | "kernel" | "gpu_memcpy" | "gpu_memset"), Some(_)) => true,
+            (Some("cpu_op"), Some(n)) => n == "record_param_comms",
+            _ => false,
+        }
 }
 
 #[derive(Deserialize)]
@@ -87,15 +136,22 @@ fn arg<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a Value> {
 
 /// Parse one rank's Kineto JSON (the decoder the fuzz target drives).
 pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
-    let file: KinetoFile = serde_json::from_slice(json).context("not a PyTorch profiler (Kineto) trace: expected an object with traceEvents")?;
-    if file.trace_events.len() > limits.max_events {
-        bail!("{} events, over the limit of {}", file.trace_events.len(), limits.max_events);
+    use serde::de::DeserializeSeed;
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let file = FileSeed { max_events: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    if over.get() {
+        return Err(crate::core::refusal::refuse(
+            crate::core::refusal::Code::OverLimit,
+            format!("more than {} events in traceEvents, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+        ));
     }
+    let file = file.context("not a PyTorch profiler (Kineto) trace: expected an object with traceEvents")?;
     let info = file
         .distributed_info
         .context("no distributedInfo: not a trace of a distributed PyTorch run (the profiler writes it when torch.distributed is initialized)")?;
-    let rank = u32::try_from(u64_of(info.get("rank").unwrap_or(&Value::Null), "distributedInfo.rank")?)?;
-    let world = u32::try_from(u64_of(info.get("world_size").unwrap_or(&Value::Null), "distributedInfo.world_size")?)?;
+    let rank = u32_of(info.get("rank").unwrap_or(&Value::Null), "distributedInfo.rank")?;
+    let world = u32_of(info.get("world_size").unwrap_or(&Value::Null), "distributedInfo.world_size")?;
     if world == 0 || world > limits.max_ranks {
         bail!("distributedInfo.world_size is {world}, outside 1..={}", limits.max_ranks);
     }
@@ -115,7 +171,10 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         if ranks.len() > limits.max_ranks as usize {
             bail!("{} has {} entries, over the limit of {}", what("ranks"), ranks.len(), limits.max_ranks);
         }
-        let mut members = ranks.iter().map(|r| u64_of(r, &what("ranks")).and_then(|x| Ok(u32::try_from(x)?))).collect::<Result<Vec<u32>>>()?;
+        let mut members = ranks.iter().map(|r| u32_of(r, &what("ranks"))).collect::<Result<Vec<u32>>>()?;
+        if size.is_some_and(|s| s > limits.max_ranks as u64) {
+            bail!("{} is {}, over the limit of {}", what("pg_size"), size.unwrap_or(0), limits.max_ranks);
+        }
         // An empty list means every rank of the world (PyTorch's pg_config_info convention).
         if members.is_empty() {
             members = (0..size.map(|s| s as u32).unwrap_or(world)).collect();
@@ -140,8 +199,10 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     type Kernels = Vec<(u64, u64, String, Option<u64>)>;
     let mut nccl: BTreeMap<u64, Kernels> = BTreeMap::new();
     let mut compute: Vec<(u64, ComputeOp)> = Vec::new();
-    let mut comms: Vec<(u64, &Map<String, Value>, u64)> = Vec::new();
-    for (i, e) in file.trace_events.iter().enumerate() {
+    // (host start, args, position in traceEvents, position among the kept events)
+    let mut comms: Vec<(u64, &Map<String, Value>, u64, usize)> = Vec::new();
+    for (k, (i, e)) in file.trace_events.iter().enumerate() {
+        let i = *i;
         if e.ph.as_deref() != Some("X") {
             continue;
         }
@@ -173,14 +234,14 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             "cpu_op" if name == "record_param_comms" => {
                 let args = e.args.as_ref().with_context(|| format!("{}: no args", ctx()))?;
                 let ts = us_to_ns(e.ts.as_ref().unwrap_or(&Value::Null), &format!("{}.ts", ctx()))?;
-                comms.push((ts, args, i as u64));
+                comms.push((ts, args, i as u64, k));
             }
             _ => {}
         }
     }
-    comms.sort_by_key(|&(ts, _, i)| (ts, i));
+    comms.sort_by_key(|&(ts, _, i, _)| (ts, i));
     let mut collectives: Vec<TraceCollective> = Vec::new();
-    for &(ts, args, i) in &comms {
+    for &(ts, args, i, k) in &comms {
         let ctx = || format!("traceEvents[{i}] (record_param_comms)");
         let cname = str_of(arg(args, "Collective name")?, "Collective name", limits.max_name_bytes)?;
         let Some(kind) = classify_name(cname).with_context(ctx)? else { continue };
@@ -196,7 +257,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             kernel: ks[0].2.clone(),
         });
         let stream = kernels.and_then(|ks| ks[0].3);
-        let dur = args_dur(&file.trace_events, i)?;
+        let dur = args_dur(&file.trace_events[k].1, i)?;
         collectives.push(TraceCollective { device, stream, host_duration_ns: dur, ..c });
     }
     // Compute goes before the first collective whose host start follows its launch.
@@ -210,7 +271,11 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         }
     }
     number_sequences(&mut collectives);
+    let base = file.base_time_ns.unwrap_or(0);
+    let starts = || collectives.iter().filter_map(|c| c.host_start_ns);
+    let wall_span_ns = starts().min().zip(starts().max()).map(|(a, b)| (base.saturating_add(a), base.saturating_add(b)));
     Ok(RankRecord {
+        wall_span_ns,
         file: SourceFile { path: label.to_string(), sha256, rank },
         world_size: world,
         run_facts,
@@ -222,8 +287,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     })
 }
 
-fn args_dur(events: &[Event], i: u64) -> Result<Option<u64>> {
-    let e = &events[i as usize];
+fn args_dur(e: &Event, i: u64) -> Result<Option<u64>> {
     e.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()
 }
 
@@ -243,6 +307,16 @@ fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &
     }
     if !group.members.contains(&rank) {
         bail!("{cname} on group {gname:?} recorded by rank {rank}, which is not a member ({:?})", group.members);
+    }
+    // `Rank` of a collective that is neither rooted nor point-to-point is the
+    // recording process's own rank in the group: it must be this file's rank
+    if !kind.is_rooted() && !kind.is_p2p() && kind != TraceKind::Barrier {
+        if let Some(v) = args.get("Rank") {
+            let me = global_rank(group, i64_of(v, "Rank")?, "Rank")?;
+            if me != rank {
+                bail!("{cname} on group {gname:?} says it was recorded by rank {me}, but distributedInfo.rank says this file is rank {rank}: one file holds one rank");
+            }
+        }
     }
     let dtype = TraceDtype::from_pytorch(str_of(arg(args, "dtype")?, "dtype", 64)?)?;
     let in_elems = u64_of(arg(args, "In msg nelems")?, "In msg nelems")?;

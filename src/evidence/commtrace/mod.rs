@@ -21,7 +21,11 @@
 //! collective of a group must have the same kind, dtype, root and counts on
 //! every member, after Thakur, Rabenseifner & Gropp, "Optimization of
 //! Collective Communication Operations in MPICH", IJHPCA 2005, for each
-//! operation's buffer relations), and sends and receives that do not pair up.
+//! operation's buffer relations), and sends and receives that do not pair up;
+//! a group that lists a rank twice or one outside the world, a count whose
+//! bytes pass [`MAX_COLLECTIVE_BYTES`], a record whose own rank contradicts
+//! its file's rank, and files whose recordings lie more than
+//! [`SAME_RUN_SLACK_NS`] apart (two runs of one shape).
 //! Decoders stop at the explicit [`Limits`] (file and decompressed sizes,
 //! events, collectives, group size) rather than exhaust memory.
 //!
@@ -462,7 +466,7 @@ impl CommTrace {
 
     /// Read and check a trace written by `commcanary import`.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let bytes = crate::core::limits::read_bounded(path, Limits::default().max_json_bytes)?;
         Self::from_slice(&bytes).with_context(|| path.display().to_string())
     }
 
@@ -475,6 +479,7 @@ impl CommTrace {
         let names: Vec<String> = t.source.files.iter().map(|f| f.path.clone()).collect();
         let per_rank: Vec<RankTrace> = t.ranks.clone();
         check_ranks(t.world_size, &per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
+        check_groups(&t.groups, t.world_size)?;
         check_consistency(&t.groups, &per_rank, &names)?;
         Ok(t)
     }
@@ -516,11 +521,8 @@ impl Default for Limits {
 /// Read a file, decompressing gzip (detected by its magic bytes, RFC 1952),
 /// within `limits`. Returns the JSON bytes and the SHA-256 of the stored bytes.
 pub fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
-    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    if meta.len() > limits.max_file_bytes {
-        bail!("{}: {} bytes, over the {}-byte limit on a trace file", path.display(), meta.len(), limits.max_file_bytes);
-    }
-    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    // a FIFO or device is refused, and the read stops at the limit whatever the size said
+    let raw = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
     let sha = crate::core::fsutil::sha256_hex(&raw);
     let json = decompress(&raw, limits).with_context(|| path.display().to_string())?;
     Ok((json, sha))
@@ -565,6 +567,36 @@ pub struct RankRecord {
     pub schema: Option<String>,
     /// NCCL version, where declared.
     pub nccl_version: Option<String>,
+    /// Wall-clock interval the file's recording covers, ns since the Unix
+    /// epoch (Kineto: its first and last collective; an execution trace: its
+    /// start time, to the second); `None` where the file records none.
+    pub wall_span_ns: Option<(u64, u64)>,
+}
+
+/// How far apart (ns) the wall-clock spans of two files of one run may lie:
+/// the ranks of one job record at the same time, on clocks that agree far
+/// better than this; files whose spans lie further apart come from
+/// different runs, even of the same shape.
+pub const SAME_RUN_SLACK_NS: u64 = 60_000_000_000;
+
+/// Largest buffer one collective record may describe, in bytes: MPI's
+/// `MPI_Count` is a signed 64-bit integer (MPI 4.0, §2.5.8 "Counts") and
+/// NCCL's `count` a `size_t`; a count whose bytes pass `i64::MAX` is no
+/// buffer any collective holds.
+pub const MAX_COLLECTIVE_BYTES: u64 = i64::MAX as u64;
+
+/// Every group's members distinct and inside the world of `world` ranks.
+fn check_groups(groups: &[TraceGroup], world: u32) -> Result<()> {
+    for g in groups {
+        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
+            bail!("group {:?} names rank {m}, outside the world of {world} ranks", g.name);
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(&m) = g.members.iter().find(|&&m| !seen.insert(m)) {
+            bail!("group {:?} lists rank {m} twice (members {:?}): a process group holds each rank once", g.name, g.members);
+        }
+    }
+    Ok(())
 }
 
 /// Fill each collective's `seq`: per group for collectives, per (group, peer,
@@ -591,6 +623,17 @@ pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
 /// kind must have on one rank of a group of `n`).
 pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     let (i, o) = (c.in_elems, c.out_elems);
+    for (what, e) in [("in", i), ("out", o)] {
+        if e.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > MAX_COLLECTIVE_BYTES) {
+            bail!(
+                "{} on group {:?} (#{}) records {e} {:?} elements {what}: over {MAX_COLLECTIVE_BYTES} bytes, more than any collective's buffer holds",
+                c.source_name,
+                c.group,
+                c.seq,
+                c.dtype
+            );
+        }
+    }
     let ok = match c.kind {
         TraceKind::AllReduce | TraceKind::Broadcast | TraceKind::Reduce => i == o,
         TraceKind::AllGather => Some(o) == i.checked_mul(n),
@@ -769,6 +812,20 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
             bail!("{} and {first_path} come from different runs or rank sets: world size {} vs {world}", r.file.path, r.world_size);
         }
     }
+    // one run's ranks record at the same time: spans further apart are two runs of one shape
+    let spans: Vec<(&str, (u64, u64))> = recs.iter().filter_map(|r| r.wall_span_ns.map(|s| (r.file.path.as_str(), s))).collect();
+    if let (Some(late), Some(early)) = (spans.iter().max_by_key(|s| s.1 .0), spans.iter().min_by_key(|s| s.1 .1)) {
+        if late.1 .0 > early.1 .1.saturating_add(SAME_RUN_SLACK_NS) {
+            bail!(
+                "{} and {} come from different runs: {} starts recording {:.0} s after {} stopped (the ranks of one run record at the same time)",
+                late.0,
+                early.0,
+                late.0,
+                (late.1 .0 - early.1 .1) as f64 / 1e9,
+                early.0
+            );
+        }
+    }
     recs.sort_by_key(|r| r.file.rank);
     let names: Vec<String> = recs.iter().map(|r| r.file.path.clone()).collect();
     check_ranks(world, &recs.iter().map(|r| r.file.rank).collect::<Vec<_>>(), &names)?;
@@ -789,11 +846,7 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
             }
         }
     }
-    for g in &groups {
-        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
-            bail!("group {:?} names rank {m}, outside the world of {world}", g.name);
-        }
-    }
+    check_groups(&groups, world)?;
     let ranks: Vec<RankTrace> =
         recs.iter().map(|r| RankTrace { rank: r.file.rank, collectives: r.collectives.clone(), trailing_compute: r.trailing_compute.clone() }).collect();
     check_consistency(&groups, &ranks, &names)?;
@@ -855,9 +908,23 @@ const GAP_OFF_NS: u64 = 1_000_000;
 /// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; every rank
 /// prints its summary (per kind: count, checks, time p50/p99; the pacing
 /// error; the gaps more than 1 ms off and the involuntary context switches
-/// during the replay, which say the host took the core away).
-pub fn replay_command(trace: &Path, out: &Path, run: &mut ReplayRun) -> Result<()> {
+/// during the replay, which say the host took the core away). A replay
+/// `paced` by the trace (gaps, device gaps or the recorded workload) is
+/// refused before MPI starts when a rank's gap passes the one bound of every
+/// replay ([`crate::evidence::trace::check_replay_gaps`]).
+pub fn replay_command(trace: &Path, out: &Path, paced: bool, run: &mut ReplayRun) -> Result<()> {
+    let path = trace;
     let trace = CommTrace::read(trace)?;
+    if paced {
+        for r in &trace.ranks {
+            if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
+                crate::evidence::trace::check_replay_gaps(gaps, &|i| {
+                    let c = &r.collectives[i];
+                    format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)
+                })?;
+            }
+        }
+    }
     let universe = mpi::initialize().context("MPI could not be initialised")?;
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
@@ -1029,6 +1096,58 @@ pub fn render_counts(t: &CommTrace) -> String {
     s
 }
 
+/// A JSON list decoded element by element with a count limit: each element is
+/// counted as the parser reaches it and the list is refused at the first one
+/// past `max`, before it is built, so a small compressed file of a hundred
+/// million tiny events stops at the limit instead of building every event
+/// first (serde's `DeserializeSeed`, serde.rs "Stateful deserialization").
+/// Only the elements `keep` accepts are stored, with their position in the list.
+pub(crate) struct CountedSeq<'a, T> {
+    /// Elements allowed.
+    pub max: usize,
+    /// Set when the list had more than `max` elements.
+    pub over: &'a std::cell::Cell<bool>,
+    /// Which elements are kept.
+    pub keep: fn(&T) -> bool,
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::DeserializeSeed<'de> for CountedSeq<'_, T> {
+    type Value = Vec<(usize, T)>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for CountedSeq<'_, T> {
+    type Value = Vec<(usize, T)>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a list of at most {} elements", self.max)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        let mut i = 0usize;
+        loop {
+            if i == self.max {
+                // one more element (skipped, not built) is one too many
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    self.over.set(true);
+                    return Err(serde::de::Error::custom(format!("more than {} elements, over the limit", self.max)));
+                }
+                return Ok(out);
+            }
+            match seq.next_element::<T>()? {
+                Some(e) => {
+                    if (self.keep)(&e) {
+                        out.push((i, e));
+                    }
+                    i += 1;
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
 /// Helpers shared by the JSON decoders.
 pub(crate) mod json {
     use anyhow::{bail, Context, Result};
@@ -1043,6 +1162,13 @@ pub(crate) mod json {
             Some(f) if (0.0..1.8e19).contains(&f) && f.fract() == 0.0 => Ok(f as u64),
             _ => bail!("{what} is {v}, expected a non-negative integer"),
         }
+    }
+
+    /// A rank or rank count: a non-negative integer that fits 32 bits (named
+    /// in the error, never Rust's own conversion text).
+    pub fn u32_of(v: &Value, what: &str) -> Result<u32> {
+        let n = u64_of(v, what)?;
+        u32::try_from(n).ok().with_context(|| format!("{what} is {n}, over the largest rank number {}", u32::MAX))
     }
 
     /// An integer field, possibly negative.
@@ -1171,5 +1297,47 @@ mod tests {
         assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
         assert!(check_record_counts(&c(TraceKind::AllReduce, 8, 4), 2).is_err());
         assert!(check_record_counts(&c(TraceKind::AllToAll, 9, 9), 2).is_err());
+    }
+}
+
+#[cfg(test)]
+mod counted_tests {
+    use super::*;
+    use crate::core::refusal::{code_of, Code};
+
+    /// `n` tiny elements, then `tail` (after the limit the decoder must not read on).
+    fn doc(key: &str, elem: &str, n: usize, tail: &str) -> Vec<u8> {
+        let mut s = format!("{{\"{key}\":[");
+        for i in 0..n {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(elem);
+        }
+        s.push_str(tail);
+        s.into_bytes()
+    }
+
+    #[test]
+    fn kineto_events_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
+        let limits = Limits { max_events: 100, ..Limits::default() };
+        // 101 events, then garbage: refused at event 101, never reading the garbage
+        let e = kineto::parse(&doc("traceEvents", "{}", 101, ",[[[ not json"), "k", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
+        assert!(format!("{e:#}").contains("more than 100 events"), "{e:#}");
+        // exactly the limit is read (and then refused for what it lacks, not for its size)
+        let e = kineto::parse(&doc("traceEvents", "{}", 100, "]}"), "k", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), None, "{e:#}");
+        assert!(format!("{e:#}").contains("distributedInfo"), "{e:#}");
+    }
+
+    #[test]
+    fn et_nodes_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
+        let limits = Limits { max_events: 100, ..Limits::default() };
+        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 101, ",[[[ not json"), "e", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
+        assert!(format!("{e:#}").contains("more than 100 nodes"), "{e:#}");
+        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 100, "]}"), "e", String::new(), &limits).unwrap_err();
+        assert_eq!(code_of(&e), None, "{e:#}");
     }
 }

@@ -1,0 +1,534 @@
+//! Regressions of issue 31's adversarial probe: inputs that are FIFOs,
+//! devices or directories are refused with a named code instead of hanging
+//! or reading for ever, a small compressed trace of very many events stops at
+//! the event limit, and the other defects each get a case. Every command here
+//! runs under a watchdog: a hang fails the test instead of the suite.
+mod common;
+use common::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Run `commcanary ARGS` (allowed to launch mpirun as root), killed and
+/// failed if it has not ended within `secs`: a hang is the defect.
+fn within(secs: u64, args: &[&str]) -> Output {
+    within_cmd(secs, Command::new(bin()).args(args))
+}
+
+fn within_cmd(secs: u64, cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("binary runs");
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(secs) {
+            // SAFETY: signalling the process group this test created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let o = child.wait_with_output().unwrap();
+            panic!("{:?} hung past {secs} s\nstderr:\n{}", cmd.get_args().collect::<Vec<_>>(), String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+use std::os::unix::process::CommandExt;
+
+fn mkfifo(p: &Path) -> PathBuf {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    p.to_path_buf()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Refused with `code`, naming `file`, and no panic.
+fn refused_naming(o: &Output, code: &str, file: &str) {
+    let err = assert_refused(o, code);
+    assert!(err.contains(file), "the refusal names {file}:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Defects 2 and 3: every reader of a user-named file refuses a FIFO, a
+/// character device (also behind a symbolic link) and a directory, naming it,
+/// instead of blocking for ever or reading until memory runs out.
+#[test]
+fn fifos_devices_and_directories_are_refused_by_every_reader() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = mkfifo(&d.path().join("rank-0.json"));
+    let link = d.path().join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    let dir = d.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let out = d.path().join("out");
+    for bad in [fifo.as_path(), Path::new("/dev/zero"), link.as_path(), dir.as_path()] {
+        let b = s(bad);
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["import", "kineto", b, "-o", s(&out)],
+            vec!["import", "et", b, "-o", s(&out)],
+            vec!["export", "param", b, "-o", s(&out)],
+            vec!["campaign", "plan", b, "-o", s(&out)],
+            vec!["queue", "--service-times", b, "--mode", "closed", "--clients", "2"],
+            vec!["compare", "--proxy", b, "--truth", b],
+            vec!["overlap", "--intervals", b],
+            vec!["inspect", b],
+            vec!["validate", "--backend", "cpu", "--record-reference", "--out", s(&out), "--site", b],
+        ];
+        for args in cases {
+            let o = within(60, &args);
+            let err = assert_refused(&o, "NOT_REGULAR_FILE");
+            assert!(err.contains(b), "{args:?}: the refusal names {b}:\n{err}");
+            assert!(!out.exists(), "{args:?}: a refused command wrote {}", out.display());
+        }
+    }
+}
+
+/// Defect 1: a gzip of a few hundred kB holding one event more than the
+/// 50 M-event limit is refused at the limit (`OVER_LIMIT`), under a 3 GiB
+/// address-space limit: the events before it are counted, not built (built,
+/// they take about 8 GB and the import aborts on a failed allocation).
+#[test]
+fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("many.json.gz");
+    let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::fast());
+    gz.write_all(b"{\"traceEvents\":[").unwrap();
+    let chunk = "{},".repeat(1 << 20);
+    let limit = commcanary::evidence::commtrace::Limits::default().max_events;
+    let mut n = 0;
+    while n + (1 << 20) <= limit {
+        gz.write_all(chunk.as_bytes()).unwrap();
+        n += 1 << 20;
+    }
+    for _ in n..limit {
+        gz.write_all(b"{},").unwrap();
+    }
+    gz.write_all(b"{}]}").unwrap();
+    gz.finish().unwrap();
+    assert!(std::fs::metadata(&p).unwrap().len() < 4 << 20, "a small file");
+    let out = d.path().join("t.json");
+    let o = within_cmd(300, Command::new("sh").args(["-c", "ulimit -v 3145728 && exec \"$0\" \"$@\"", &bin(), "import", "kineto", s(&p), "-o", s(&out)]));
+    let err = assert_refused(&o, "OVER_LIMIT");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("more than {limit} events")), "{err}");
+    assert!(!out.exists());
+}
+
+/// Defect 3: `campaign exec` whose frozen trace was replaced by a FIFO, or by
+/// a symbolic link to a device, refuses instead of hashing it for ever.
+#[test]
+fn exec_refuses_a_frozen_trace_replaced_by_a_fifo_or_a_device() {
+    let t = tempfile::tempdir().unwrap();
+    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = t.path().join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
+    let sp = t.path().join("trace.toml");
+    std::fs::write(
+        &sp,
+        r#"
+name = "trace"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = 5
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "replay"
+tokens = 2
+layers = 2
+model = "synthetic"
+trace = "tp2.comm.json"
+extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
+[[configs]]
+name = "binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
+"#,
+    )
+    .unwrap();
+    for (i, what) in ["fifo", "device"].into_iter().enumerate() {
+        let c = t.path().join(format!("c{i}"));
+        ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));
+        let frozen = c.join("trace.json");
+        std::fs::remove_file(&frozen).unwrap();
+        if what == "fifo" {
+            mkfifo(&frozen);
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &frozen).unwrap();
+        }
+        let o = within(60, &["campaign", "exec", s(&c), "--cell-timeout-s", "30"]);
+        refused_naming(&o, "NOT_REGULAR_FILE", "trace.json");
+    }
+}
+
+/// The fixture's two ranks imported into `dir/tp2.comm.json`.
+fn imported_fixture(dir: &Path) -> PathBuf {
+    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = dir.join("tp2.comm.json");
+    if !k.exists() {
+        ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
+    }
+    k
+}
+
+/// `mpirun -n N commcanary ARGS` under the watchdog.
+fn mpirun_within(secs: u64, n: u32, args: &[&str]) -> Output {
+    within_cmd(secs, Command::new("mpirun").args(["--oversubscribe", "-n", &n.to_string(), &bin()]).args(args).env("OMPI_MCA_rmaps_base_oversubscribe", "1"))
+}
+
+/// Defect 6: `replay-trace` refuses a recorded gap over the one replay bound
+/// (60 s, `MAX_REPLAY_GAP_NS`) before MPI starts, as `rank --trace` does,
+/// instead of sleeping through it; back to back (`--pace none`) it is no wait.
+/// Smaller item: a trace of another rank count is refused with a code.
+#[test]
+fn replay_trace_refuses_a_gap_over_the_bound_before_mpi_starts() {
+    let d = tempfile::tempdir().unwrap();
+    let k = imported_fixture(d.path());
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    // 1000 s before every rank's second collective
+    for r in t["ranks"].as_array_mut().unwrap() {
+        for c in r["collectives"].as_array_mut().unwrap().iter_mut().skip(1) {
+            for f in ["host_start_ns"] {
+                if let Some(v) = c[f].as_u64() {
+                    c[f] = (v + 1_000_000_000_000).into();
+                }
+            }
+            if c["device"].is_object() {
+                for f in ["start_ns", "end_ns"] {
+                    c["device"][f] = (c["device"][f].as_u64().unwrap() + 1_000_000_000_000).into();
+                }
+            }
+        }
+    }
+    let gap = d.path().join("gap.comm.json");
+    std::fs::write(&gap, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = d.path().join("out");
+    let o = mpirun_within(120, 2, &["replay-trace", s(&gap), "--out", s(&out)]);
+    let err = assert_refused(&o, "OUT_OF_RANGE");
+    assert!(err.contains("gap of 1000") && err.contains("gap.comm.json"), "{err}");
+    assert!(!out.exists(), "refused before MPI started: nothing written");
+    // the same bound as rank --trace
+    let o = mpirun_within(120, 2, &["rank", "-q", "--backend", "cpu", "--trace", s(&gap), "--phases", "replay", "--trace-allreduce-only", "--out", s(&out)]);
+    assert_refused(&o, "OUT_OF_RANGE");
+    // unpaced, the gap is not waited: the replay runs
+    ok(&mpirun_within(300, 2, &["replay-trace", s(&gap), "--pace", "none", "--no-warmup", "--out", s(&out)]));
+    // one rank for a two-rank trace: a coded refusal
+    let o = within(120, &["replay-trace", s(&k), "--pace", "none", "--out", s(&d.path().join("one"))]);
+    assert_refused(&o, "BAD_ARGUMENT");
+}
+
+/// The fixture's file of `kind` for `rank`, decompressed and parsed.
+fn fixture_json(kind: &str, rank: u32) -> serde_json::Value {
+    use std::io::Read;
+    let p = format!("{}/tests/data/pytorch-2.11-tp2-h200/{kind}.rank-{rank}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(p).unwrap()).read_to_end(&mut json).unwrap();
+    serde_json::from_slice(&json).unwrap()
+}
+
+/// Kineto `record_param_comms` events of a parsed file.
+fn comms(v: &mut serde_json::Value) -> Vec<&mut serde_json::Value> {
+    v["traceEvents"].as_array_mut().unwrap().iter_mut().filter(|e| e["name"] == "record_param_comms").collect()
+}
+
+/// Import the two (edited) Kineto files; refused with BAD_INPUT naming `want`, nothing written.
+fn kineto_refused(d: &Path, tag: &str, files: [serde_json::Value; 2], want: &str) {
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            let p = d.join(format!("{tag}.rank-{r}.json"));
+            std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
+            p
+        })
+        .collect();
+    let out = d.join(format!("{tag}.comm.json"));
+    let o = within(60, &["import", "kineto", s(&paths[0]), s(&paths[1]), "-o", s(&out)]);
+    let err = assert_refused(&o, "BAD_INPUT");
+    assert!(err.contains(want), "{tag}: expected {want:?} in\n{err}");
+    assert!(!err.contains("out of range integral type conversion"), "{err}");
+    assert!(!out.exists(), "{tag}: a refused import wrote {}", out.display());
+}
+
+/// Defect 10: import refuses a group with a duplicate member, a count whose
+/// bytes overflow, a record whose rank contradicts the file's, and rank
+/// files of two runs of the same shape; a crafted communication trace with a
+/// duplicate or outside member is refused where it is read.
+#[test]
+fn import_refuses_impossible_groups_counts_ranks_and_mixed_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let base = || [fixture_json("kineto", 0), fixture_json("kineto", 1)];
+
+    // group "1" as [0, 1, 1]: rank 1 twice
+    let mut f = base();
+    for v in f.iter_mut() {
+        for pg in v["distributedInfo"]["pg_config"].as_array_mut().unwrap() {
+            if pg["pg_name"] == "1" {
+                pg["ranks"] = serde_json::json!([0, 1, 1]);
+                pg["pg_size"] = 3.into();
+            }
+        }
+        for e in comms(v) {
+            if e["args"]["Process Group Name"] == "1" {
+                e["args"]["Process Group Ranks"] = "[0, 1, 1]".into();
+                e["args"]["Group size"] = 3.into();
+            }
+        }
+    }
+    kineto_refused(d.path(), "dup", f, "lists rank 1 twice");
+
+    // 2^64 - 1 elements
+    let mut f = base();
+    for v in f.iter_mut() {
+        let e = comms(v).into_iter().next().unwrap();
+        e["args"]["In msg nelems"] = u64::MAX.into();
+        e["args"]["Out msg nelems"] = u64::MAX.into();
+    }
+    kineto_refused(d.path(), "huge", f, "more than any collective's buffer holds");
+
+    // rank 1's file says one of its all-reduces was recorded by rank 0
+    let mut f = base();
+    let e = comms(&mut f[1]).into_iter().next().unwrap();
+    e["args"]["Rank"] = 0.into();
+    kineto_refused(d.path(), "rank", f, "says it was recorded by rank 0");
+
+    // rank 1 from a run of the same shape an hour later
+    let mut f = base();
+    let b = f[1]["baseTimeNanoseconds"].as_u64().unwrap();
+    f[1]["baseTimeNanoseconds"] = (b + 3_600_000_000_000).into();
+    kineto_refused(d.path(), "runs", f, "come from different runs");
+
+    // the same for execution traces: their start times an hour apart
+    let mut e1 = fixture_json("et", 1);
+    e1["time"] = "2026-11-30 16:18:23".into();
+    let (p0, p1) = (d.path().join("et.rank-0.json"), d.path().join("et.rank-1.json"));
+    std::fs::write(&p0, serde_json::to_vec(&fixture_json("et", 0)).unwrap()).unwrap();
+    std::fs::write(&p1, serde_json::to_vec(&e1).unwrap()).unwrap();
+    let o = within(60, &["import", "et", s(&p0), s(&p1), "-o", s(&d.path().join("et.comm.json"))]);
+    assert!(assert_refused(&o, "BAD_INPUT").contains("come from different runs"));
+
+    // a crafted communication trace: a duplicate member, a member outside the world
+    let k = imported_fixture(d.path());
+    for (tag, members, want) in [("dupm", serde_json::json!([0, 1, 1]), "twice"), ("outm", serde_json::json!([0, 1, 7]), "outside the world")] {
+        let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+        t["groups"][1]["members"] = members;
+        let p = d.path().join(format!("{tag}.comm.json"));
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let o = within(60, &["export", "param", s(&p), "-o", s(&d.path().join(tag))]);
+        assert!(assert_refused(&o, "BAD_INPUT").contains(want), "{tag}");
+    }
+}
+
+/// A small two-configuration CPU spec (`extra` appended).
+fn small_spec(dir: &Path, tag: &str, seed: u64, extra: &str) -> PathBuf {
+    let p = dir.join(format!("{tag}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+name = "t"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = {seed}
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "blocking"
+tokens = 2
+layers = 2
+iters = 3
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }}
+[[configs]]
+name = "binomial"
+env = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }}
+{extra}
+"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Defect 8: a `campaign join` refused half-way (a duplicate attempt id,
+/// found after copying the first run) leaves no half-written output, so the
+/// rerun after the fix is not blocked by `ALREADY_EXISTS`.
+#[test]
+fn a_refused_campaign_join_leaves_no_output_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "a", 1, "")), "-o", s(&a)]));
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "b", 2, "")), "-o", s(&b)]));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(b.join("manifest.json")).unwrap()).unwrap();
+    let cell = &m["schedule"][0];
+    let id = format!("{}-a1", cell["cell_id"].as_str().unwrap());
+    std::fs::create_dir_all(b.join("runs").join(&id)).unwrap();
+    std::fs::write(b.join("runs").join(&id).join("run.json"), b"{}").unwrap();
+    let rec = serde_json::json!({
+        "attempt_id": id, "cell_id": cell["cell_id"], "label": cell["label"], "round": cell["round"],
+        "manifest_sha256": std::fs::read_to_string(b.join("manifest.sha256")).unwrap().trim(),
+        "status": "failed", "exit_code": 1, "failure": "exit code 1", "argv": ["mpirun"],
+        "started_unix_ms": 1, "finished_unix_ms": 2, "stdout_sha256": "", "stderr_sha256": "",
+        "run_dir": format!("runs/{id}"), "run_json_sha256": null, "shards": [], "identity_sha256": null, "host": "h"
+    })
+    .to_string();
+    std::fs::write(b.join("attempts.jsonl"), format!("{rec}\n{rec}\n")).unwrap();
+    let j = d.path().join("joined");
+    let o = within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]);
+    assert_refused(&o, "DUPLICATE_ATTEMPT");
+    assert!(!j.exists(), "a refused join left {}", j.display());
+    let left: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!left.iter().any(|n| n.contains("joined")), "a temporary was left: {left:?}");
+    // the cause fixed, the same command runs
+    std::fs::write(b.join("attempts.jsonl"), format!("{rec}\n")).unwrap();
+    ok(&within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]));
+    assert!(j.join("manifest.json").exists() && j.join("runs").exists());
+}
+
+/// Defect 9: what is known at plan time is refused at plan time
+/// (`BAD_SPEC`, naming the field), not after every cell ran; smaller item: a
+/// rank outside the world in `--inject-delay`/`--inject-clock` is refused with
+/// a code before MPI starts.
+#[test]
+fn plan_refuses_specs_no_cell_can_run_or_analyze() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = |args: &str, env: &str| format!("[[configs]]\nname = \"third\"\nargs = [{args}]\nenv = {{ {env} }}\n");
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        ("strict", String::new(), "tie_policy = \"interval\"", "analysis.tie_policy"),
+        ("iqr", String::new(), "tie_policy = \"iqr\"", "analysis.tie_policy"),
+        ("delay9", cfg("\"--inject-delay\", \"rank=9,every=2,us=100\"", ""), "", "--inject-delay names rank 9"),
+        ("clock9", cfg("\"--inject-clock\", \"rank=9,offset_us=5\"", ""), "", "rank 9"),
+        ("nul", cfg("", "X = \"a\\u0000b\""), "", "NUL byte"),
+        ("envname", cfg("", "\"1BAD\" = \"x\""), "", "not an environment variable name"),
+        ("launcher-n", String::new(), "args = [\"--oversubscribe\", \"-n\", \"1\"]", "launcher.args"),
+        ("cuda", cfg("\"--backend\", \"cuda\"", ""), "", "backend"),
+    ];
+    for (tag, extra, replace, needle) in cases {
+        let p = small_spec(d.path(), tag, 1, &extra);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = match tag {
+            "strict" => text.replace(replace, "tie_policy = \"strict\""),
+            "iqr" => text.replace("tie_policy = \"interval\"", replace),
+            "launcher-n" => text.replace("args = [\"--oversubscribe\"]", replace),
+            _ => text,
+        };
+        std::fs::write(&p, text).unwrap();
+        let c = d.path().join(format!("c-{tag}"));
+        let o = within(60, &["campaign", "plan", s(&p), "-o", s(&c)]);
+        let err = assert_refused(&o, "BAD_SPEC");
+        assert!(err.contains(needle) && err.contains(&format!("{tag}.toml")), "{tag}: expected {needle:?} in\n{err}");
+        assert!(!c.join("manifest.json").exists(), "{tag}: nothing planned");
+    }
+    // the spec the cases started from plans
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "fine", 1, "")), "-o", s(&d.path().join("fine"))]));
+    // rank: a delayed or skewed rank outside the world, refused before MPI starts
+    for flag in [["--inject-delay", "rank=9,every=2,us=100"], ["--inject-clock", "rank=9,offset_us=5"]] {
+        let out = d.path().join("r");
+        let o = mpirun_within(
+            120,
+            2,
+            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", flag[0], flag[1], "--out", s(&out)],
+        );
+        assert!(assert_refused(&o, "OUT_OF_RANGE").contains("rank 9"));
+        assert!(!out.exists());
+    }
+}
+
+/// Smaller items: `campaign exec` exits non-zero, naming the cells, when a
+/// cell is left without a successful attempt; `--run-id .` and `..` are
+/// refused; `PATH` (and `LD_PRELOAD` when set) is in the recorded identity.
+#[test]
+fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
+    let d = tempfile::tempdir().unwrap();
+    let sp = small_spec(d.path(), "broken", 3, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n");
+    let c = d.path().join("c");
+    ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));
+    let o = within(300, &["campaign", "exec", s(&c)]);
+    let err = assert_refused(&o, "FAILED_ATTEMPT");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("r01-") && err.contains("broken"), "{err}");
+    for id in [".", ".."] {
+        let out = d.path().join("runs");
+        let o = mpirun_within(
+            120,
+            2,
+            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", "--run-id", id, "--out", s(&out)],
+        );
+        assert!(assert_refused(&o, "BAD_ARGUMENT").contains("--run-id"));
+        assert!(!out.exists());
+    }
+    let run = run_rank(2, &d.path().join("r"), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
+    let shard: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join("rank-00000.shard"))]))).unwrap();
+    let env = shard["header"]["identity"]["env"].as_array().unwrap();
+    assert!(env.iter().any(|kv| kv[0] == "PATH" && !kv[1].as_str().unwrap().is_empty()), "{env:?}");
+}
+
+/// Defect 7 (part): a resealed reference whose settings ask for zero
+/// iterations, whose rounds hold different sizes, or which records wrong
+/// results is refused (`OUT_OF_RANGE`, `BAD_INPUT`) before anything runs.
+#[test]
+fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path().join("ref");
+    let args = ["validate", "-q", "--backend", "cpu", "--record-reference", "-o", s(&r), "--max-bytes", "64KiB", "--iters", "3"];
+    let rest = ["--warmup-iters", "1", "--tokens", "4", "--warmup-tokens", "1", "--rounds", "2"];
+    ok(&mpirun_within(300, 2, &[&args[..], &rest[..]].concat()));
+    let reseal = |tag: &str, file: &str, edit: &dyn Fn(&mut serde_json::Value)| -> PathBuf {
+        let c = d.path().join(tag);
+        std::fs::create_dir(&c).unwrap();
+        for e in std::fs::read_dir(&r).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), c.join(e.file_name())).unwrap();
+        }
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(c.join(file)).unwrap()).unwrap();
+        edit(&mut v);
+        let bytes = serde_json::to_vec_pretty(&v).unwrap();
+        std::fs::write(c.join(file), &bytes).unwrap();
+        let mut desc: serde_json::Value = serde_json::from_slice(&std::fs::read(c.join("descriptor.json")).unwrap()).unwrap();
+        for f in desc["files"].as_array_mut().unwrap() {
+            if f["name"] == file {
+                f["size_bytes"] = bytes.len().into();
+                f["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+            }
+        }
+        std::fs::write(c.join("descriptor.json"), serde_json::to_vec_pretty(&desc).unwrap()).unwrap();
+        c
+    };
+    let cases: Vec<(PathBuf, &str, &str)> = vec![
+        (reseal("iters0", "manifest.json", &|v| v["settings"]["iters"] = 0.into()), "OUT_OF_RANGE", "settings.iters"),
+        (
+            reseal("fewer", "rounds.json", &|v| {
+                v["rounds"][1]["all_reduce"].as_array_mut().unwrap().pop();
+            }),
+            "BAD_INPUT",
+            "the same sizes",
+        ),
+        (reseal("wrong", "rounds.json", &|v| v["rounds"][0]["all_reduce"][0]["wrong_elements"] = 3.into()), "BAD_INPUT", "wrong elements"),
+    ];
+    for (c, code, needle) in cases {
+        let o = within(60, &["validate", "--backend", "cpu", "--reference", s(&c), "-o", s(&d.path().join("v"))]);
+        assert!(assert_refused(&o, code).contains(needle), "{}", c.display());
+        assert!(!d.path().join("v").exists());
+    }
+}
