@@ -333,12 +333,12 @@ pub fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
     let specials = synth::specials(a.events, a.ranks, a.seed);
     writeln!(
         out,
-        "synth: {} collectives on each of {} ranks (seed {}), {} special (skew or overlap) at positions {:?}",
+        "synth: {} collectives on each of {} ranks (seed {}), {} special (skew or overlap), the first at positions {:?}",
         a.events,
         a.ranks,
         a.seed,
         specials.iter().filter(|s| **s != synth::Special::None).count(),
-        specials.iter().enumerate().filter(|(_, s)| **s != synth::Special::None).map(|(i, _)| i).collect::<Vec<_>>()
+        specials.iter().enumerate().filter(|(_, s)| **s != synth::Special::None).map(|(i, _)| i).take(20).collect::<Vec<_>>()
     )?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
