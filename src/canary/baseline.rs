@@ -170,21 +170,7 @@ pub fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], me
     for &p in pos {
         let mut ranks = Vec::new();
         for (ri, r) in t.ranks.iter().enumerate() {
-            let c = &r.collectives[p];
-            let id = Identity {
-                phase: c.source_name.split_once(':').map(|(a, _)| a.to_string()),
-                kind: c.kind,
-                source_name: c.source_name.clone(),
-                dtype: c.dtype,
-                in_elems: c.in_elems,
-                out_elems: c.out_elems,
-                in_split_elems: c.in_split_elems.clone(),
-                out_split_elems: c.out_split_elems.clone(),
-                group: c.group.clone(),
-                root: c.root,
-                peer: c.peer,
-                stream: c.stream,
-            };
+            let id = crate::canary::compile::identity_of(&r.collectives[p]);
             let idx = match identities.iter().position(|x| *x == id) {
                 Some(i) => i,
                 None => {
