@@ -167,6 +167,26 @@ fn a_trace_gap_of_days_is_refused_not_slept() {
 /// `commcanary::core::ranges::RANGES` (issue 13 item 8: a future flag cannot be
 /// forgotten).
 const NON_NUMERIC: &[(&str, &str)] = &[
+    ("import run", "<run_dir>"),
+    ("import run", "--phase"),
+    ("import run", "--out"),
+    ("canary compile", "<trace>"),
+    ("canary compile", "--out"),
+    ("canary verify", "<trace>"),
+    ("canary verify", "<artifact>"),
+    ("canary verify", "--configs"),
+    ("canary verify", "--backend"),
+    ("canary verify", "--phases"),
+    ("canary verify", "--also"),
+    ("canary verify", "--out"),
+    ("canary reduce", "<trace>"),
+    ("canary reduce", "--out"),
+    ("canary reduce", "--from"),
+    ("canary redact", "<trace>"),
+    ("canary redact", "--out"),
+    ("canary redact", "--configs"),
+    ("canary inspect", "<artifact>"),
+    ("synth", "--out"),
     ("rank", "--backend"),
     ("rank", "--phases"),
     ("rank", "--model"),
@@ -329,6 +349,23 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         ("bench-overhead", "--sizes") => v(&["bench-overhead", "--sizes", "3"]),
         ("bench-overhead", "--iters") => v(&["bench-overhead", "--iters", "0"]),
         ("bench-overhead", "--reps") => v(&["bench-overhead", "--reps", "0"]),
+        ("canary compile", "--iterations") => v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--iterations", "0"]),
+        ("canary compile", "--significant-digits") => v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--significant-digits", "6"]),
+        ("canary compile", "--seed") => return None,
+        ("canary verify", "--rounds") => {
+            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--rounds", "1"])
+        }
+        ("canary verify", "--passes") => {
+            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--passes", "0"])
+        }
+        ("canary verify", "--head-sample") => {
+            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--head-sample", "0"])
+        }
+        ("canary reduce", "--budget") => v(&["canary", "reduce", "/nonexistent/t.json", "-o", out, "--from", "/nonexistent/v", "--budget", "0"]),
+        ("canary redact", "--quantize-ns") => v(&["canary", "redact", "/nonexistent/t.json", "-o", out, "--quantize-ns", "60000000001"]),
+        ("synth", "--events") => v(&["synth", "--events", "0", "--seed", "1", "-o", out]),
+        ("synth", "--seed") => return None,
+        ("synth", "--ranks") => v(&["synth", "--events", "1", "--seed", "1", "--ranks", "0", "-o", out]),
         _ => panic!("{command} {option}: a row of the range table without an out-of-range example here; add one"),
     })
 }

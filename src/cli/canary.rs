@@ -156,6 +156,32 @@ pub struct ImportRunArgs {
     pub out: PathBuf,
 }
 
+/// The numbers of a `canary` command, before it does anything (ranges: [`crate::core::ranges`]).
+pub fn check_ranges(c: &CanaryCommand) -> Result<()> {
+    use crate::core::ranges::int;
+    match c {
+        CanaryCommand::Compile(a) => {
+            if let Some(k) = a.iterations {
+                int("--iterations", k, 1, u64::MAX)?;
+            }
+            int("--significant-digits", a.significant_digits, 1, 5)
+        }
+        CanaryCommand::Verify(a) => {
+            int("--passes", a.passes, 1, 10_000)?;
+            if let Some(r) = a.rounds {
+                int("--rounds", r, 2, 10_000)?;
+            }
+            if let Some(n) = a.head_sample {
+                int("--head-sample", n, 1, 10_000_000)?;
+            }
+            Ok(())
+        }
+        CanaryCommand::Reduce(a) => int("--budget", a.budget, 1, 1_000_000),
+        CanaryCommand::Redact(a) => int("--quantize-ns", a.quantize_ns, 0, 60_000_000_000),
+        CanaryCommand::Inspect(_) => Ok(()),
+    }
+}
+
 fn read_trace(p: &Path) -> Result<(crate::evidence::commtrace::CommTrace, Vec<u8>)> {
     let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
     let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes)
@@ -234,10 +260,6 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 head_sample: a.head_sample,
                 out: a.out,
             };
-            crate::core::ranges::int("--passes", o.passes, 1, 10_000)?;
-            if let Some(r) = o.rounds {
-                crate::core::ranges::int("--rounds", r, 2, 10_000)?;
-            }
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
             if a.json {

@@ -645,6 +645,11 @@ pub fn check_command_ranges(c: &Command) -> Result<()> {
         // validate checks its own before any work (validate::check_ranges), refusing with its could-not-run code
         Command::Validate(_) => Ok(()),
         Command::BenchOverhead(a) => bench_args(a),
+        Command::Synth(a) => {
+            int("--events", a.events, 1, 10_000_000)?;
+            int("--ranks", a.ranks, 1, 4096)
+        }
+        Command::Canary(c) => crate::cli::canary::check_ranges(c),
         Command::Queue(a) => queue_args(a),
         Command::Capacity(a) => capacity_args(a),
         Command::ReplayTrace(a) => match a.corrupt_rank {

@@ -92,6 +92,17 @@ pub const RANGES: &[Range] = &[
     r("bench-overhead", "--sizes", "1 to 64 sizes, each a whole number of f32 from 4 B to 1 GiB"),
     r("bench-overhead", "--iters", "1 to 10 000 000"),
     r("bench-overhead", "--reps", "1 to 10 000"),
+    r("canary compile", "--iterations", "1 to the main loop's count in the source"),
+    r("canary compile", "--significant-digits", "1 to 5"),
+    r("canary compile", "--seed", "any 64-bit unsigned integer"),
+    r("canary verify", "--rounds", "2 to 10 000"),
+    r("canary verify", "--passes", "1 to 10 000"),
+    r("canary verify", "--head-sample", "1 to 10 000 000"),
+    r("canary reduce", "--budget", "1 to 1 000 000"),
+    r("canary redact", "--quantize-ns", "0 to 60 000 000 000 (0: no quantization)"),
+    r("synth", "--events", "1 to 10 000 000"),
+    r("synth", "--seed", "any 64-bit unsigned integer"),
+    r("synth", "--ranks", "1 to 4 096"),
 ];
 
 /// Largest message: 1 GiB.
