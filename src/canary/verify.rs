@@ -233,6 +233,18 @@ pub fn verify(
     if needs_allreduce_only {
         spec.workload.extra_args.push("--trace-allreduce-only".into());
     }
+    // the phases' world all-reduces run in the trace's element type
+    let world: Vec<u32> = (0..t.world_size).collect();
+    let ar_dtype = t
+        .ranks
+        .iter()
+        .flat_map(|r| &r.collectives)
+        .find(|c| c.kind == crate::evidence::commtrace::TraceKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world));
+    match ar_dtype.map(|c| c.dtype) {
+        Some(crate::evidence::commtrace::TraceDtype::Bf16) => spec.workload.extra_args.extend(["--dtype".to_string(), "bf16".to_string()]),
+        Some(crate::evidence::commtrace::TraceDtype::F32) => spec.workload.extra_args.extend(["--dtype".to_string(), "f32".to_string()]),
+        _ => {}
+    }
     let mut configs = Vec::new();
     for v in &variants {
         for c in &spec_in.configs {
