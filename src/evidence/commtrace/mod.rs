@@ -312,17 +312,7 @@ impl TraceDtype {
 /// The user-facing name, as the trace's JSON spells it (`bf16`, `f32`).
 impl std::fmt::Display for TraceDtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            TraceDtype::F32 => "f32",
-            TraceDtype::Bf16 => "bf16",
-            TraceDtype::F16 => "f16",
-            TraceDtype::F64 => "f64",
-            TraceDtype::I8 => "i8",
-            TraceDtype::U8 => "u8",
-            TraceDtype::I32 => "i32",
-            TraceDtype::I64 => "i64",
-            TraceDtype::Bool => "bool",
-        })
+        f.write_str(self.name())
     }
 }
 
