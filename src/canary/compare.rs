@@ -8,7 +8,9 @@
 //! whose checks all held, and the replay seconds each side needed to reach
 //! the decided relations.
 //!
-//! Tolerances are never tighter than the source's own job-to-job spread:
+//! A maximum is compared at the candidate's own count of collectives (the
+//! source's block maxima, [`max_check`]), since the largest of n draws grows
+//! with n. Tolerances are never tighter than the source's own job-to-job spread:
 //! for a statistic, the largest range of its log across the rounds of one
 //! configuration of the source (two jobs of one configuration differed by
 //! that much with nothing changed), or the declared floor, whichever is larger.
@@ -118,7 +120,7 @@ fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
 }
 
 /// A statistic of a sample.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stat {
     /// Median.
     P50,
@@ -194,13 +196,14 @@ fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f
     ranges.into_iter().fold(0.0, f64::max)
 }
 
-/// Median over (configuration, round) of log(candidate / source) of a job statistic.
-fn paired_log_ratio(p: &Paired, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
+/// Median over (configuration, round) of log(candidate / source) of a job
+/// statistic (`fs` of the source's job, `fc` of the candidate's).
+fn paired_log_ratio(p: &Paired, fs: &dyn Fn(&JobMeasure) -> Option<f64>, fc: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
     let mut d = Vec::new();
     for (s, c) in p.source.iter().zip(p.candidate) {
         for js in s {
             if let Some(jc) = c.iter().find(|x| x.round == js.round) {
-                if let (Some(a), Some(b)) = (f(js), f(jc)) {
+                if let (Some(a), Some(b)) = (fs(js), fc(jc)) {
                     if a > 0.0 && b > 0.0 {
                         d.push((b / a).ln());
                     }
@@ -209,6 +212,81 @@ fn paired_log_ratio(p: &Paired, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Optio
         }
     }
     quantile(&mut d, 0.5)
+}
+
+/// The maxima of consecutive blocks of `n` values (a shorter series: its own maximum).
+fn block_maxima(v: &[f64], n: usize) -> Vec<f64> {
+    if n == 0 || v.is_empty() {
+        return Vec::new();
+    }
+    if v.len() <= n {
+        return vec![v.iter().copied().fold(f64::MIN, f64::max)];
+    }
+    v.chunks_exact(n).map(|b| b.iter().copied().fold(f64::MIN, f64::max)).collect()
+}
+
+/// `latency.KIND.max`, like with like: the largest of n draws grows with n,
+/// so a candidate replaying fewer collectives than its source is held to the
+/// source's maximum over blocks of the candidate's own count (the block-maxima
+/// approach of extreme-value statistics: Gumbel, *Statistics of Extremes*,
+/// 1958; Coles, *An Introduction to Statistical Modeling of Extreme Values*,
+/// 2001, ch. 3): the median block maximum of each source job, its tolerance
+/// widened by the 10–90% spread of those block maxima (one draw of a block
+/// maximum varies that much) as well as by the job-to-job range.
+fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Check {
+    let mut counts: Vec<f64> = p.candidate.iter().flatten().filter_map(|j| j.per_kind_us.get(k)).map(|v| v.len() as f64).filter(|n| *n > 0.0).collect();
+    let name = format!("latency.{k}.max");
+    let Some(n) = quantile(&mut counts, 0.5).map(|n| n.round().max(1.0) as usize) else {
+        return Check {
+            name,
+            guards: Assurance::BehaviorallyVerified,
+            passed: false,
+            measured: "the candidate's replay has no such collectives".into(),
+            tolerance: "a maximum to compare".into(),
+        };
+    };
+    let fs = |j: &JobMeasure| -> Option<f64> { j.per_kind_us.get(k).and_then(|v| quantile(&mut block_maxima(v, n), 0.5)) };
+    let mut spread: f64 = 0.0;
+    let mut largest_source = 0usize;
+    for j in p.source.iter().flatten() {
+        if let Some(v) = j.per_kind_us.get(k) {
+            largest_source = largest_source.max(v.len());
+            let mut b = block_maxima(v, n);
+            if let (Some(lo), Some(mid), Some(hi)) = (quantile(&mut b, 0.1), quantile(&mut b, 0.5), quantile(&mut b, 0.9)) {
+                if lo > 0.0 && mid > 0.0 {
+                    spread = spread.max((mid / lo).ln()).max((hi / mid).ln());
+                }
+            }
+        }
+    }
+    let noise = log_range_noise(p.source, &fs);
+    let tol = Stat::Max.floor().ln_1p().max(noise).max(spread);
+    let blocks = n < largest_source;
+    let (passed, measured) = match paired_log_ratio(p, &fs, f) {
+        Some(d) => (
+            d.abs() <= tol,
+            if blocks {
+                format!(
+                    "candidate/source {:.3} (the source's median maximum over blocks of {n} collectives, the candidate's count per job; median over paired jobs)",
+                    d.exp()
+                )
+            } else {
+                format!("candidate/source {:.3} (median over paired jobs)", d.exp())
+            },
+        ),
+        None => (false, "the candidate's replay has no such collectives".into()),
+    };
+    Check {
+        name,
+        guards: Assurance::BehaviorallyVerified,
+        passed,
+        measured,
+        tolerance: format!(
+            "within ×{:.3} either way (the largest of the declared {:.0}%, the source's job-to-job range and the 10–90% spread of its block maxima)",
+            tol.exp(),
+            Stat::Max.floor() * 100.0
+        ),
+    }
 }
 
 /// The static checks (state `source-verified`).
@@ -288,9 +366,13 @@ pub fn replay_checks(p: &Paired) -> Vec<Check> {
     for k in &ks {
         for stat in [Stat::P50, Stat::P95, Stat::P99, Stat::Max, Stat::Mean] {
             let f = |j: &JobMeasure| j.per_kind_us.get(k).and_then(|v| stat.of(v));
+            if stat == Stat::Max {
+                out.push(max_check(p, k, &f));
+                continue;
+            }
             let noise = log_range_noise(p.source, &f);
             let tol = stat.floor().ln_1p().max(noise);
-            let (passed, measured) = match paired_log_ratio(p, &f) {
+            let (passed, measured) = match paired_log_ratio(p, &f, &f) {
                 Some(d) => (d.abs() <= tol, format!("candidate/source {:.3} (median over paired jobs)", d.exp())),
                 None => (false, "the candidate's replay has no such collectives".into()),
             };
@@ -508,6 +590,37 @@ mod tests {
         let p = Paired { configs: &configs, source: &src, candidate: &cut };
         let failed: Vec<String> = replay_checks(&p).into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
         assert!(failed.contains(&"latency.all_reduce.max".to_string()) && failed.contains(&"tail-recall.all_reduce".to_string()), "{failed:?}");
+    }
+
+    /// A canary replaying 100 collectives is not held to the maximum of its
+    /// source's 10,000 (a rare spike it cannot be expected to draw), but to the
+    /// maximum of the source's blocks of 100; a slower canary still fails.
+    #[test]
+    fn the_maximum_is_compared_at_the_candidate_s_count() {
+        let configs = vec!["a".to_string()];
+        let series = |n: usize, scale: f64, spikes: bool| -> Vec<f64> {
+            (0..n).map(|i| scale * (10.0 + (i % 13) as f64 + if spikes && i % 2_000 == 1_000 { 2_000.0 } else { 0.0 })).collect()
+        };
+        let job = |round, v: Vec<f64>| JobMeasure {
+            round,
+            pass_us: vec![1.0],
+            per_kind_us: BTreeMap::from([("all_reduce".to_string(), v)]),
+            replay_s: 0.0,
+            hidden_share: None,
+        };
+        let src = vec![(1..=3).map(|r| job(r, series(10_000, 1.0, true))).collect::<Vec<_>>()];
+        let max = |cand: &[Vec<JobMeasure>]| {
+            max_check(&Paired { configs: &configs, source: &src, candidate: cand }, "all_reduce", &|j| {
+                j.per_kind_us.get("all_reduce").and_then(|v| Stat::Max.of(v))
+            })
+        };
+        let alike = vec![(1..=3).map(|r| job(r, series(100, 1.0, false))).collect::<Vec<_>>()];
+        let c = max(&alike);
+        assert!(c.passed && c.measured.contains("blocks of 100"), "{c:?}");
+        let slower = vec![(1..=3).map(|r| job(r, series(100, 10.0, false))).collect::<Vec<_>>()];
+        assert!(!max(&slower).passed);
+        assert_eq!(block_maxima(&[1.0, 5.0, 2.0, 3.0, 9.0], 2), vec![5.0, 3.0]);
+        assert_eq!(block_maxima(&[1.0, 5.0], 4), vec![5.0]);
     }
 
     #[test]
