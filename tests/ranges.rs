@@ -363,6 +363,8 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         }
         ("canary reduce", "--budget") => v(&["canary", "reduce", "/nonexistent/t.json", "-o", out, "--from", "/nonexistent/v", "--budget", "0"]),
         ("canary redact", "--quantize-ns") => v(&["canary", "redact", "/nonexistent/t.json", "-o", out, "--quantize-ns", "60000000001"]),
+        ("export param", "--quantize-ns") => v(&["export", "param", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"]),
+        ("export et", "--quantize-ns") => v(&["export", "et", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"]),
         ("synth", "--events") => v(&["synth", "--events", "0", "--seed", "1", "-o", out]),
         ("synth", "--seed") => return None,
         ("synth", "--ranks") => v(&["synth", "--events", "1", "--seed", "1", "--ranks", "0", "-o", out]),

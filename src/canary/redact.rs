@@ -9,6 +9,7 @@
 //! `quantize_ns`; kernel and operator names kept unless `drop_names`. Every
 //! transform is recorded in an [`AuditLog`] written beside the output. The
 //! redacted trace is checked like any imported trace before it is returned.
+//! `export param|et --redact` applies the same transforms before exporting.
 use crate::evidence::commtrace::{CommTrace, SourceFile};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -32,7 +33,9 @@ pub struct AuditLog {
     pub format_version: u32,
     /// SHA-256 of the input file's bytes (the link back, kept by the site that redacted).
     pub input_sha256: String,
-    /// SHA-256 of the redacted output's bytes.
+    /// SHA-256 of the redacted output: the file's bytes for `canary redact`, the
+    /// redacted trace's canonical JSON for `export param|et --redact` (whose
+    /// output is one file per rank).
     pub output_sha256: String,
     /// Every transform, in order.
     pub transforms: Vec<Transform>,

@@ -121,13 +121,36 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
 
 fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     use crate::evidence::commtrace::{export, CommTrace};
-    let t = CommTrace::read(&a.trace).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
-    let docs = if to == "param" { export::param(&t) } else { export::et(&t) }.map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
+    let t = CommTrace::read(&a.trace).map_err(&bad_input)?;
+    let mut audit = None;
+    let t = if a.redact {
+        let (r, transforms) = crate::canary::redact::redact(&t, &crate::canary::redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: false })?;
+        let input = crate::core::fsutil::sha256_file(&a.trace)?;
+        let output = crate::canary::artifact::canonical_sha256(&r)?;
+        audit = Some(crate::canary::redact::AuditLog {
+            format_version: 1,
+            input_sha256: input,
+            output_sha256: output,
+            transforms,
+            decision_survives: Some(format!(
+                "not re-verified by export; `commcanary canary redact {} -o FILE --configs SPEC` re-verifies the ranking on replays",
+                a.trace.display()
+            )),
+        });
+        r
+    } else {
+        t
+    };
+    let docs = if to == "param" { export::param(&t) } else { export::et(&t) }.map_err(&bad_input)?;
     std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
+    if let Some(audit) = &audit {
+        crate::core::fsutil::write_json_new(&a.output.join("redaction.audit.json"), audit)?;
+    }
     for (rank, doc) in &docs {
         crate::core::fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
     }
-    eprintln!("wrote {} files to {}", docs.len(), a.output.display());
+    eprintln!("wrote {} files to {}{}", docs.len(), a.output.display(), if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" });
     Ok(())
 }
 
@@ -650,6 +673,7 @@ pub fn check_command_ranges(c: &Command) -> Result<()> {
             int("--ranks", a.ranks, 1, 4096)
         }
         Command::Canary(c) => crate::cli::canary::check_ranges(c),
+        Command::Export(crate::cli::ExportCommand::Param(a) | crate::cli::ExportCommand::Et(a)) => int("--quantize-ns", a.quantize_ns, 0, 60_000_000_000),
         Command::Queue(a) => queue_args(a),
         Command::Capacity(a) => capacity_args(a),
         Command::ReplayTrace(a) => match a.corrupt_rank {

@@ -331,6 +331,13 @@ pub struct ExportTraceArgs {
     /// Output directory (created if missing; existing files are never replaced).
     #[arg(short = 'o', long = "out", alias = "output")]
     pub output: PathBuf,
+    /// Redact before exporting, as `canary redact` does (local rank indices, no paths, hosts or job ids,
+    /// rebased times); the audit log is written as DIR/redaction.audit.json.
+    #[arg(long)]
+    pub redact: bool,
+    /// With --redact: quantize every time and duration to this many ns.
+    #[arg(long, requires = "redact", default_value_t = 0)]
+    pub quantize_ns: u64,
 }
 
 /// `commcanary replay-trace`.

@@ -100,6 +100,8 @@ pub const RANGES: &[Range] = &[
     r("canary verify", "--head-sample", "1 to 10 000 000"),
     r("canary reduce", "--budget", "1 to 1 000 000"),
     r("canary redact", "--quantize-ns", "0 to 60 000 000 000 (0: no quantization)"),
+    r("export param", "--quantize-ns", "0 to 60 000 000 000 (0: no quantization; with --redact)"),
+    r("export et", "--quantize-ns", "0 to 60 000 000 000 (0: no quantization; with --redact)"),
     r("synth", "--events", "1 to 10 000 000"),
     r("synth", "--seed", "any 64-bit unsigned integer"),
     r("synth", "--ranks", "1 to 4 096"),
