@@ -55,6 +55,19 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     assert_eq!(r["canary_beats_baselines"], true);
     // the evidence is a verified campaign
     ok(&cc(&["campaign", "verify", s(&v.join("campaign"))]));
+    // whose own report ranks every variant against the source, as verify did
+    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(v.join("campaign/report/report.json")).unwrap()).unwrap();
+    let tr = &rep["canary"]["trace"];
+    assert_eq!(tr["source"], "source", "{tr}");
+    assert_eq!(tr["phase"], "replay");
+    for c in r["candidates"].as_array().unwrap() {
+        let name = c["variant"].as_str().unwrap();
+        let in_report = tr["variants"].as_array().unwrap().iter().find(|x| x["variant"] == name).unwrap_or_else(|| panic!("{name} in {tr}"));
+        assert_eq!(
+            in_report["agreement"]["comparison"]["relations"], c["ranking"]["comparison"]["relations"],
+            "{name}: the campaign report and canary verify agree on the ranking"
+        );
+    }
 
     // reduce on the ranking decision only, with the source replays as its oracle
     let red = d.join("reduced.json");
@@ -155,6 +168,23 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
     assert_eq!(audit["output_sha256"], commcanary::core::fsutil::sha256_file(&out).unwrap());
     // still a trace: it compiles
     ok(&cc(&["canary", "compile", s(&out), "-o", s(&d.join("redacted.canary.json"))]));
+    // the exports shared outside the site redact the same way, with their audit log beside them
+    for fmt in ["param", "et"] {
+        let dir = d.join(format!("export-{fmt}"));
+        ok(&cc(&["export", fmt, s(&trace), "-o", s(&dir), "--redact", "--quantize-ns", "1000"]));
+        let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("redaction.audit.json")).unwrap()).unwrap();
+        assert!(audit["transforms"].as_array().unwrap().len() >= 5, "{audit}");
+        assert!(audit["decision_survives"].as_str().unwrap().contains("not re-verified"), "{audit}");
+        for rank in 0..2 {
+            let text = std::fs::read_to_string(dir.join(format!("rank-{rank}.json"))).unwrap();
+            for word in ["alice-cc", "4242917", "gpu-node-17x", "home/", &d.display().to_string()] {
+                assert!(!text.contains(word), "export {fmt} --redact still contains {word:?}");
+            }
+            for a in &absolute {
+                assert!(!text.contains(a.as_str()), "export {fmt} --redact: absolute time {a} survived");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

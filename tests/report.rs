@@ -30,7 +30,7 @@ fn the_demo_campaign_report_and_its_plots() {
     let rep = d.join("report");
     let bytes = std::fs::read(rep.join("report.json")).unwrap();
     let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(r["format_version"], 5);
+    assert_eq!(r["format_version"], 6);
     // not a trace campaign: no trace claim, and the element type the all-reduces ran in
     assert!(r["context"].get("trace").is_none(), "{}", r["context"]);
     assert!(r["context"]["not_represented"].as_array().unwrap().iter().any(|x| x == "collectives other than all-reduce (float32 sum)"), "{}", r["context"]);

@@ -54,8 +54,9 @@ use serde::{Deserialize, Serialize};
 /// Report format version (2: Student-t intervals over rounds, hierarchical P(best), three-outcome controls;
 /// 3: P(best)/P(worst) share ties within the minimum effect, half-Cauchy prior on the spread;
 /// 4: a phase's pair intervals are simultaneous, Bonferroni–Dunn over its pairs, and the controls read them;
-/// P(best)/P(worst) put prior mass 1/2 on "all configurations the same").
-pub const REPORT_FORMAT_VERSION: u32 = 5;
+/// P(best)/P(worst) put prior mass 1/2 on "all configurations the same"; 5: `context.trace`;
+/// 6: `canary` is a section holding the verdict's fields and, under `trace`, trace canaries against their source).
+pub const REPORT_FORMAT_VERSION: u32 = 6;
 
 pub use crate::analysis::inference::COVERAGE;
 
@@ -197,10 +198,26 @@ pub struct AnalysisInput {
     pub policy: AnalysisPolicy,
     /// Canary (candidate label, baseline label, phase).
     pub canary: Option<(String, String, Phase)>,
+    /// Trace variants ranked against a source variant (`canary verify`'s campaign).
+    pub trace_canary: Option<TraceCanaryInput>,
     /// Controls.
     pub controls: ControlsInput,
     /// Claim context.
     pub context: ClaimContext,
+}
+
+/// Trace variants of one campaign, each ranked against the source variant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceCanaryInput {
+    /// Phase ranked.
+    pub phase: Phase,
+    /// The configurations ranked within every variant.
+    pub configs: Vec<String>,
+    /// The source variant: name, its frozen trace's SHA-256, and per
+    /// configuration its label in the campaign's phase inputs.
+    pub source: (String, Option<String>, Vec<String>),
+    /// The other variants, the same way.
+    pub variants: Vec<(String, Option<String>, Vec<String>)>,
 }
 
 /// Pooled event quantiles (nearest-rank), µs.
@@ -387,6 +404,50 @@ pub struct CanaryClaim {
     pub statement: String,
 }
 
+/// One trace variant's ranking against the source variant's.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TraceVariantAgreement {
+    /// Variant name (`canary`, a baseline, a sample).
+    pub variant: String,
+    /// SHA-256 of the frozen trace its jobs walked.
+    pub trace_sha256: Option<String>,
+    /// Its ranking (proxy) against the source's (truth), pairs simultaneous within each.
+    pub agreement: ProxyAgreement,
+}
+
+/// Trace canaries against their source, in one campaign: every variant's
+/// configurations ranked on their own and compared with the source's ranking.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TraceCanaryReport {
+    /// Phase ranked.
+    pub phase: Phase,
+    /// The configurations ranked within every variant.
+    pub configs: Vec<String>,
+    /// The source variant.
+    pub source: String,
+    /// SHA-256 of the source's frozen trace.
+    pub source_trace_sha256: Option<String>,
+    /// The source's own ranking (phase report over its configurations).
+    pub source_ranking: PhaseReport,
+    /// Every other variant against the source.
+    pub variants: Vec<TraceVariantAgreement>,
+    /// What this section does not check (the rest is `canary verify`'s).
+    pub scope: String,
+}
+
+/// The report's `canary` section: the verdict of a spec's `[canary]`
+/// (candidate against baseline, its fields at the top), and the trace
+/// canaries of a spec's `[trace_canary]` under `trace`.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct CanarySection {
+    /// The candidate-against-baseline verdict.
+    #[serde(flatten)]
+    pub verdict: Option<CanaryClaim>,
+    /// Trace variants against their source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceCanaryReport>,
+}
+
 /// `report.json`.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 pub struct Report {
@@ -410,8 +471,8 @@ pub struct Report {
     pub phases: Vec<PhaseReport>,
     /// Each proxy phase against `blocking`.
     pub proxy_vs_blocking: Vec<ProxyAgreement>,
-    /// Canary.
-    pub canary: Option<CanaryClaim>,
+    /// Canary: the candidate-against-baseline verdict and trace canaries against their source.
+    pub canary: Option<CanarySection>,
     /// Controls.
     pub controls: Vec<ControlResult>,
     /// Warnings (multiple comparisons, few rounds).
@@ -864,6 +925,48 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
     }
 }
 
+/// Each trace variant's ranking against the source variant's, from the
+/// phase's jobs (the same computation as [`agreement::proxy_against_truth`]).
+fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &str) -> Result<TraceCanaryReport> {
+    let pin = input.phases.iter().find(|p| p.phase == tc.phase).with_context(|| format!("the trace canary phase {} was not run", tc.phase))?;
+    let sub = |labels: &[String]| -> Result<PhaseInput> {
+        if labels.len() != tc.configs.len() {
+            bail!("a trace variant names {} labels for {} configurations", labels.len(), tc.configs.len());
+        }
+        let mut jobs = Vec::new();
+        for l in labels {
+            let i =
+                pin.labels.iter().position(|x| x == l).with_context(|| format!("trace_canary names {l:?}, which is not a configuration of the campaign"))?;
+            jobs.push(pin.jobs[i].clone());
+        }
+        Ok(PhaseInput { phase: tc.phase, labels: tc.configs.clone(), jobs })
+    };
+    let truth = sub(&tc.source.2)?;
+    let mut variants = Vec::new();
+    let mut source_ranking = None;
+    for (v, sha, labels) in &tc.variants {
+        let ev = format!("{evidence}; variant {v} (proxy) against {} (truth) in phase {}", tc.source.0, tc.phase);
+        let (_, tr, a) = agreement::proxy_against_truth(&sub(labels)?, &truth, &input.policy, &ev)?;
+        source_ranking.get_or_insert(tr);
+        variants.push(TraceVariantAgreement { variant: v.clone(), trace_sha256: sha.clone(), agreement: a });
+    }
+    let source_ranking = match source_ranking {
+        Some(r) => r,
+        None => analyze_phase(&truth, &input.policy)?.0,
+    };
+    Ok(TraceCanaryReport {
+        phase: tc.phase,
+        configs: tc.configs.clone(),
+        source: tc.source.0.clone(),
+        source_trace_sha256: tc.source.1.clone(),
+        source_ranking,
+        variants,
+        scope: "the ranking only; coverage, latency quantiles per kind, hidden communication, tail recall, structure, decision cost \
+                and the assurance state are canary verify's (canary-verify.json beside the campaign)"
+            .into(),
+    })
+}
+
 /// Analyze. `completeness` is the verify verdict the caller obtained (the
 /// caller refuses to analyze an incomplete campaign).
 pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Verdict, evidence: &str) -> Result<Report> {
@@ -996,6 +1099,11 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
     for kb in &input.controls.known_bad {
         known(&kb.label)?;
     }
+    let trace = match &input.trace_canary {
+        Some(tc) => Some(trace_canary_report(input, tc, evidence)?),
+        None => None,
+    };
+    let canary = (canary.is_some() || trace.is_some()).then_some(CanarySection { verdict: canary, trace });
     let mut warnings = Vec::new();
     let families = phases.iter().filter(|p| p.family_pairs > 1).count() * 2;
     if families > 1 {
@@ -1139,8 +1247,33 @@ pub fn render(r: &Report) -> String {
             c.predicted
         );
     }
-    if let Some(c) = &r.canary {
+    if let Some(c) = r.canary.as_ref().and_then(|c| c.verdict.as_ref()) {
         let _ = writeln!(o, "canary {}: {}", c.result.verdict.word(), c.statement);
+    }
+    if let Some(t) = r.canary.as_ref().and_then(|c| c.trace.as_ref()) {
+        let decided = t.source_ranking.pairs.iter().filter(|p| p.relation != Relation::NotDistinguished).count();
+        let _ = writeln!(
+            o,
+            "trace canary: {} configurations ranked in phase {} within every variant; the source {} decides {decided} of {} pairs",
+            t.configs.len(),
+            t.phase.name(),
+            t.source,
+            t.source_ranking.pairs.len()
+        );
+        for v in &t.variants {
+            let c = &v.agreement.comparison;
+            let _ = writeln!(
+                o,
+                "trace canary {:<14} vs {}: agree on {}/{} pairs ({:.1}%); Kendall tau-b under the interval policy {}, on plain medians {}",
+                v.variant,
+                t.source,
+                c.pairs_agree,
+                c.pairs_total,
+                c.agreement_pct,
+                tau(&v.agreement.tau_policy),
+                tau(&v.agreement.tau_plain)
+            );
+        }
     }
     for w in &r.warnings {
         let _ = writeln!(o, "warning: {w}");
@@ -1324,6 +1457,7 @@ mod tests {
             phases,
             policy: policy(),
             canary: Some(("c1".into(), "c0".into(), Phase::Blocking)),
+            trace_canary: None,
             controls: ControlsInput {
                 aa_pairs: vec![("c0".into(), "c2".into())],
                 known_bad: vec![KnownBadInput { label: "c3".into(), graded: None }],
@@ -1357,7 +1491,7 @@ mod tests {
         assert!(aa.iter().all(|c| c.outcome == ControlOutcome::Behaved), "{aa:?}");
         let kb = r.controls.iter().find(|c| c.kind == "known-bad").unwrap();
         assert_eq!(kb.outcome, ControlOutcome::Behaved, "{kb:?}");
-        let c = r.canary.as_ref().unwrap();
+        let c = r.canary.as_ref().unwrap().verdict.as_ref().unwrap();
         assert_eq!(c.result.verdict, Verdict::Fail, "c1 is 50% slower than c0");
         assert_eq!(c.controls_behaved, Some(true));
         assert!(c.statement.contains("Dimensions not represented: x"));
@@ -1401,7 +1535,7 @@ mod tests {
         i.controls.known_bad = vec![KnownBadInput { label: "c0".into(), graded: None }];
         let r = analyze(&i, verdict(), "synthetic").unwrap();
         assert_eq!(r.controls.iter().find(|c| c.kind == "known-bad").unwrap().outcome, ControlOutcome::Misbehaved);
-        assert_eq!(r.canary.unwrap().controls_behaved, Some(false));
+        assert_eq!(r.canary.unwrap().verdict.unwrap().controls_behaved, Some(false));
         let mut i = input(&[100.0, 150.0, 100.0, 300.0], 5, 0.002);
         i.controls.known_bad = vec![KnownBadInput { label: "c2".into(), graded: Some(("c0".into(), 10.0, "test".into())) }];
         let r = analyze(&i, verdict(), "synthetic").unwrap();

@@ -110,6 +110,9 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
         }
         m.format_version = spec::MANIFEST_FORMAT_VERSION_CONFIG_TRACES;
     }
+    if m.spec.trace_canary.is_some() {
+        m.format_version = spec::MANIFEST_FORMAT_VERSION_TRACE_CANARY;
+    }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
     crate::core::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;

@@ -17,10 +17,13 @@ use std::path::Path;
 
 /// Manifest format version (2 added the optional `workload.trace` and
 /// `trace_sha256`; 3 a configuration's own `trace` and `config_traces`, written
-/// only where a configuration names one, so other manifests stay version 2).
+/// only where a configuration names one, so other manifests stay version 2;
+/// 4 the spec's `trace_canary`, written only where it is declared).
 pub const MANIFEST_FORMAT_VERSION: u32 = 2;
 /// The version of a manifest whose configurations walk their own traces.
 pub const MANIFEST_FORMAT_VERSION_CONFIG_TRACES: u32 = 3;
+/// The version of a manifest whose spec declares `trace_canary`.
+pub const MANIFEST_FORMAT_VERSION_TRACE_CANARY: u32 = 4;
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -97,6 +100,35 @@ pub struct Canary {
     /// Phase the verdict is judged on (default `blocking`, the workload truth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<crate::core::workload::Phase>,
+}
+
+/// Trace variants compared with a source trace (what `canary verify` plans):
+/// configuration `VARIANT.CONFIG` walks variant VARIANT's frozen trace under
+/// configuration CONFIG, and the report ranks CONFIG within every variant and
+/// sets each variant's ranking against the source variant's.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceCanary {
+    /// The variant whose ranking is the truth (the whole trace).
+    pub source: String,
+    /// The other variants (the canary, baselines, samples), in report order.
+    pub variants: Vec<String>,
+    /// The configurations ranked within every variant.
+    pub configs: Vec<String>,
+    /// The phase ranked (default `replay`, the phase that walks each trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::core::workload::Phase>,
+}
+
+impl TraceCanary {
+    /// The configuration name of `config` under `variant`.
+    pub fn config_name(variant: &str, config: &str) -> String {
+        format!("{variant}.{config}")
+    }
+    /// The phase ranked.
+    pub fn phase(&self) -> crate::core::workload::Phase {
+        self.phase.unwrap_or(crate::core::workload::Phase::Replay)
+    }
 }
 
 /// Controls declared before anything runs (docs/ARCHITECTURE.md §9, §12): what the analysis must
@@ -198,6 +230,9 @@ pub struct CampaignSpec {
     /// Optional canary pair.
     #[serde(default)]
     pub canary: Option<Canary>,
+    /// Optional trace variants compared with a source (`canary verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_canary: Option<TraceCanary>,
     /// Optional controls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controls: Option<Controls>,
@@ -291,6 +326,29 @@ impl CampaignSpec {
             for n in [&c.candidate, &c.baseline] {
                 if !self.configs.iter().any(|x| &x.name == n) {
                     bail!("canary names {n:?}, which is not a configuration");
+                }
+            }
+        }
+        if let Some(tc) = &self.trace_canary {
+            let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
+            if !phases.contains(&tc.phase()) {
+                bail!("trace_canary.phase {} is not among workload.phases", tc.phase());
+            }
+            if tc.configs.len() < 2 {
+                bail!("trace_canary.configs has {} configuration(s); a ranking needs at least 2", tc.configs.len());
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for v in std::iter::once(&tc.source).chain(&tc.variants) {
+                if !seen.insert(v) {
+                    bail!("trace_canary names variant {v:?} twice");
+                }
+                for c in &tc.configs {
+                    let n = TraceCanary::config_name(v, c);
+                    match self.configs.iter().find(|x| x.name == n) {
+                        None => bail!("trace_canary: variant {v:?} under {c:?} needs a configuration named {n:?}"),
+                        Some(x) if x.trace.is_none() => bail!("trace_canary: configuration {n:?} names no trace of its own"),
+                        Some(_) => {}
+                    }
                 }
             }
         }

@@ -147,7 +147,7 @@ pub fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8
 }
 
 fn variant_config(variant: &str, config: &str) -> String {
-    format!("{variant}.{config}")
+    crate::campaign::spec::TraceCanary::config_name(variant, config)
 }
 
 struct Candidate {
@@ -252,6 +252,12 @@ pub fn verify(
         }
     }
     spec.configs = configs;
+    spec.trace_canary = Some(crate::campaign::spec::TraceCanary {
+        source: variants[0].clone(),
+        variants: variants[1..].to_vec(),
+        configs: spec_in.configs.iter().map(|c| c.name.clone()).collect(),
+        phase: Some(Phase::Replay),
+    });
     let mut bare_known_bad: Vec<String> = Vec::new();
     spec.controls = spec_in.controls.as_ref().map(|c| {
         let mut aa = Vec::new();

@@ -232,10 +232,27 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
             (l, v)
         })
         .collect();
+    let trace_canary = match &m.spec.trace_canary {
+        None => None,
+        Some(tc) => {
+            let variant = |v: &str| -> Result<(String, Option<String>, Vec<String>)> {
+                let names: Vec<String> = tc.configs.iter().map(|c| crate::campaign::spec::TraceCanary::config_name(v, c)).collect();
+                let sha = names.first().and_then(|n| m.frozen_trace(n)).map(|(_, sha)| sha);
+                Ok((v.to_string(), sha, names.iter().map(|n| lab(n)).collect::<Result<_>>()?))
+            };
+            Some(crate::analysis::TraceCanaryInput {
+                phase: tc.phase(),
+                configs: tc.configs.clone(),
+                source: variant(&tc.source)?,
+                variants: tc.variants.iter().map(|v| variant(v)).collect::<Result<_>>()?,
+            })
+        }
+    };
     let input = AnalysisInput {
         phases,
         policy: m.spec.analysis.clone(),
         canary,
+        trace_canary,
         controls,
         context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented, trace },
     };
