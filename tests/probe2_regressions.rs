@@ -532,3 +532,58 @@ fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
         assert!(!d.path().join("v").exists());
     }
 }
+
+/// Defect 4: an archive whose member differs from what the campaign's
+/// records say (a shard replaced after verify, sealed into a descriptor that
+/// matches the tar's own digest) is refused by `check-archive`, naming the
+/// member; `archive` runs the same member check on what it wrote before
+/// publishing it.
+#[test]
+fn check_archive_checks_every_member_against_the_campaign_records() {
+    let d = tempfile::tempdir().unwrap();
+    let c = d.path().join("c");
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "arc", 4, "")), "-o", s(&c)]));
+    ok(&within(300, &["campaign", "exec", s(&c)]));
+    ok(&cc(&["campaign", "select", s(&c)]));
+    let tar_path = d.path().join("c.tar");
+    ok(&cc(&["campaign", "archive", s(&c), "-o", s(&tar_path)]));
+    let desc = d.path().join("c.tar.descriptor.json");
+    ok(&cc(&["campaign", "check-archive", s(&tar_path), s(&desc)]));
+    // the same archive with one shard's last byte changed, and with the selection removed
+    for (tag, what) in [("shard", "rank-00001.shard"), ("selection", "selection.json")] {
+        let mut a = tar::Archive::new(std::fs::File::open(&tar_path).unwrap());
+        let mut b = tar::Builder::new(Vec::new());
+        let mut touched = None;
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().display().to_string();
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut bytes).unwrap();
+            if touched.is_none() && name.ends_with(what) {
+                touched = Some(name.clone());
+                if tag == "selection" {
+                    continue;
+                }
+                let last = bytes.len() - 1;
+                bytes[last] ^= 1;
+            }
+            let mut h = e.header().clone();
+            h.set_size(bytes.len() as u64);
+            h.set_cksum();
+            b.append(&h, bytes.as_slice()).unwrap();
+        }
+        let bytes = b.into_inner().unwrap();
+        let touched = touched.expect("the member is in the archive");
+        let evil = d.path().join(format!("{tag}.tar"));
+        std::fs::write(&evil, &bytes).unwrap();
+        let mut dj: serde_json::Value = serde_json::from_slice(&std::fs::read(&desc).unwrap()).unwrap();
+        dj["archive_size_bytes"] = bytes.len().into();
+        dj["archive_sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+        let ed = d.path().join(format!("{tag}.json"));
+        std::fs::write(&ed, serde_json::to_vec(&dj).unwrap()).unwrap();
+        let o = cc(&["campaign", "check-archive", s(&evil), s(&ed)]);
+        let err = assert_refused(&o, "DIGEST_MISMATCH");
+        let rel = touched.split_once('/').unwrap().1;
+        assert!(err.contains(rel), "{tag}: the refusal names the member {rel}: {err}");
+    }
+}

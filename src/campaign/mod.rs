@@ -318,7 +318,12 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     }
     let _lock = chain::lock_campaign(dir, None, &format!("archive {}", dir.display()))?;
     let files = files_sorted(&root)?;
+    let selection_sha = || sha256_file(&dir.join("selection.json")).ok();
+    let selection_before = selection_sha();
     let verdict = chain::verify(dir)?;
+    if selection_sha() != selection_before {
+        crate::refuse!(Code::DigestMismatch, "{}: selection.json changed while it was being verified; archive again", dir.display());
+    }
     let tmp = out.with_extension(format!("tmp.{}", std::process::id()));
     let written = (|| -> Result<()> {
         let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
@@ -331,6 +336,10 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
         }
         let f = b.into_inner()?;
         f.sync_all()?;
+        // what went in is what was verified: a file replaced after verify is caught here, before anything is published
+        let written = std::fs::File::open(&tmp).with_context(|| format!("reading {}", tmp.display()))?;
+        let members = inspect_members(std::io::BufReader::new(written), &tmp.display().to_string())?;
+        members_match(&members, &sha, selection_before.as_deref(), &format!("the archive being written of {}", dir.display()))?;
         std::fs::hard_link(&tmp, out).with_context(|| format!("publishing {}", out.display()))
     })();
     let _ = std::fs::remove_file(&tmp);
@@ -344,7 +353,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
         archive_sha256: sha256_file(out)?,
         campaign_id: m.campaign_id.clone(),
         manifest_sha256: sha,
-        selection_sha256: sha256_file(&dir.join("selection.json")).ok(),
+        selection_sha256: selection_before,
         run_ids: sel.map(|s| s.entries.iter().map(|e| e.attempt_id.clone()).collect()).unwrap_or_default(),
         planned_at: m.repository.clone(),
         archived_at: spec::RepoIdentity::current(),
@@ -370,20 +379,87 @@ pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescrip
         crate::refuse!(Code::DigestMismatch, "{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
     }
     let f = std::fs::File::open(archive).with_context(|| format!("reading {}", archive.display()))?;
-    inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
+    let members = inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
+    members_match(&members, &d.manifest_sha256, d.selection_sha256.as_deref(), &archive.display().to_string())?;
     Ok(d)
+}
+
+/// What a tar stream holds: every member's SHA-256 by its name inside the
+/// campaign directory, and the bytes of the members that name the others'
+/// digests (manifest, its digest, the selection).
+#[derive(Clone, Debug, Default)]
+pub struct Members {
+    /// SHA-256 per member, named relative to the campaign directory.
+    pub sha256: std::collections::BTreeMap<String, String>,
+    /// `manifest.json`, `manifest.sha256` and `selection.json`, where present.
+    pub documents: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+const DIGEST_DOCUMENTS: [&str; 3] = ["manifest.json", "manifest.sha256", "selection.json"];
+
+/// The archived campaign is the one its digests describe: the manifest
+/// matches its recorded digest and `manifest_sha256`; the selection matches
+/// `selection_sha256` (absent only when none is expected) and names that
+/// manifest; every selected run's `run.json` and shards, and every frozen
+/// trace the manifest names, are members with exactly the recorded digests.
+/// `name` is for messages. Refuses with `DIGEST_MISMATCH` naming the member.
+pub fn members_match(m: &Members, manifest_sha256: &str, selection_sha256: Option<&str>, name: &str) -> Result<()> {
+    use crate::core::refusal::Code;
+    let member = |rel: &str| m.sha256.get(rel).map(String::as_str);
+    let want = |rel: &str, sha: &str| -> Result<()> {
+        match member(rel) {
+            Some(got) if got == sha => Ok(()),
+            Some(got) => crate::refuse!(Code::DigestMismatch, "{name}: member {rel} has SHA-256 {got}, the campaign's records say {sha}"),
+            None => crate::refuse!(Code::DigestMismatch, "{name}: member {rel} is missing; the campaign's records name it with SHA-256 {sha}"),
+        }
+    };
+    want("manifest.json", manifest_sha256)?;
+    let recorded = m.documents.get("manifest.sha256").map(|b| String::from_utf8_lossy(b).trim().to_string());
+    if recorded.as_deref() != Some(manifest_sha256) {
+        crate::refuse!(Code::DigestMismatch, "{name}: manifest.sha256 is {recorded:?}, the manifest's digest is {manifest_sha256}");
+    }
+    let manifest: spec::Manifest = serde_json::from_slice(m.documents.get("manifest.json").map(Vec::as_slice).unwrap_or_default())
+        .map_err(|e| crate::core::refusal::refuse(Code::DigestMismatch, format!("{name}: member manifest.json is not a manifest: {e}")))?;
+    if let Some(sha) = &manifest.trace_sha256 {
+        want(TRACE_FILE, sha)?;
+    }
+    for (config, sha) in &manifest.config_traces {
+        want(&format!("{CONFIG_TRACES_DIR}/{config}.json"), sha)?;
+    }
+    match (selection_sha256, m.documents.get("selection.json")) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => crate::refuse!(Code::DigestMismatch, "{name}: holds a selection.json that its descriptor does not name"),
+        (Some(sha), _) => {
+            want("selection.json", sha)?;
+            let sel: Selection = serde_json::from_slice(&m.documents["selection.json"])
+                .map_err(|e| crate::core::refusal::refuse(Code::DigestMismatch, format!("{name}: member selection.json is not a selection: {e}")))?;
+            if sel.manifest_sha256 != manifest_sha256 {
+                crate::refuse!(Code::DigestMismatch, "{name}: selection.json selects for manifest {}, the archive's is {manifest_sha256}", sel.manifest_sha256);
+            }
+            for e in &sel.entries {
+                want(&format!("{}/run.json", e.run_dir), &e.run_json_sha256)?;
+                for sh in &e.shards {
+                    want(&format!("{}/{}", e.run_dir, sh.file), &sh.sha256)?;
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Inspect every member of a tar stream (`name` for messages): each must be a
 /// regular file named relative to one top directory, with no `..`, root or
-/// repeated name. Returns the number of members. Reads the stream once.
-pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize> {
+/// repeated name. Returns every member's digest. Reads the stream once.
+pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Members> {
     use crate::core::refusal::Code;
+    use sha2::Digest;
+    use std::io::Read;
     let mut t = tar::Archive::new(reader);
     let mut top: Option<std::ffi::OsString> = None;
     let mut seen = std::collections::BTreeSet::new();
+    let mut out = Members::default();
     for e in t.entries().with_context(|| format!("{name}: not a tar archive"))? {
-        let e = e.with_context(|| format!("{name}: damaged tar entry"))?;
+        let mut e = e.with_context(|| format!("{name}: damaged tar entry"))?;
         let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
         if e.header().entry_type() != tar::EntryType::Regular {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is a {:?}, not a regular file", e.header().entry_type());
@@ -406,8 +482,30 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<usize>
         if !seen.insert(raw.clone()) {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
         }
+        let rel = p.components().skip(1).map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
+        let keep = DIGEST_DOCUMENTS.contains(&rel.as_str());
+        if keep && e.header().size().unwrap_or(u64::MAX) > crate::core::limits::MAX_JSON_BYTES {
+            crate::refuse!(Code::OverLimit, "{name}: member {raw:?} is larger than {} bytes", crate::core::limits::MAX_JSON_BYTES);
+        }
+        let mut h = sha2::Sha256::new();
+        let mut doc = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = e.read(&mut buf).with_context(|| format!("{name}: reading member {raw:?}"))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            if keep {
+                doc.extend_from_slice(&buf[..n]);
+            }
+        }
+        out.sha256.insert(rel.clone(), hex::encode(h.finalize()));
+        if keep {
+            out.documents.insert(rel, doc);
+        }
     }
-    Ok(seen.len())
+    Ok(out)
 }
 
 /// `campaign join A B -o C`: one campaign from two executed ones, only when
