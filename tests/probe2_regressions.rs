@@ -587,3 +587,57 @@ fn check_archive_checks_every_member_against_the_campaign_records() {
         assert!(err.contains(rel), "{tag}: the refusal names the member {rel}: {err}");
     }
 }
+
+fn attempts_of(c: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(c.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Defect 5: two `exec --cell` at once on one host run one after the other
+/// (the second waits for the host's lock), so nothing overlaps; and a
+/// campaign that already holds an overlapped success is repaired: `exec`
+/// runs that cell again, `select` takes the clean attempt, `verify` passes.
+#[test]
+fn cells_on_one_host_never_overlap_and_an_overlapped_cell_is_run_again() {
+    let d = tempfile::tempdir().unwrap();
+    let c = d.path().join("c");
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "host", 5, "")), "-o", s(&c)]));
+    let spawn = |cell: &str| {
+        Command::new(bin())
+            .args(["campaign", "exec", s(&c), "--cell", cell])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("1"), spawn("2"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    ok(&a);
+    ok(&b);
+    let att = attempts_of(&c);
+    assert_eq!(att.len(), 2, "{att:?}");
+    let span = |x: &serde_json::Value| (x["started_unix_ms"].as_u64().unwrap(), x["finished_unix_ms"].as_u64().unwrap());
+    let ((s0, e0), (s1, e1)) = (span(&att[0]), span(&att[1]));
+    assert!(e0 <= s1 || e1 <= s0, "two cells on one host ran at once: {att:?}");
+    ok(&within(300, &["campaign", "exec", s(&c)]));
+    // an attempt that ran beside cell 1's success on its host (what two unlocked execs left)
+    let first = attempts_of(&c).into_iter().find(|x| x["cell_id"].as_str().unwrap().starts_with("r01-") && x["status"] == "succeeded").unwrap();
+    let mut other = first.clone();
+    other["attempt_id"] = format!("{}-a9", first["cell_id"].as_str().unwrap()).into();
+    other["status"] = "failed".into();
+    other["failure"] = "ran beside another cell".into();
+    other["exit_code"] = 1.into();
+    let mut f = std::fs::OpenOptions::new().append(true).open(c.join("attempts.jsonl")).unwrap();
+    writeln!(f, "{}", serde_json::to_string(&other).unwrap()).unwrap();
+    drop(f);
+    ok(&cc(&["campaign", "select", s(&c)]));
+    assert_refused(&cc(&["campaign", "verify", s(&c)]), "OVERLAPPING_ATTEMPTS");
+    // the repair: exec runs the overlapped cell again, select takes the clean attempt
+    ok(&within(300, &["campaign", "exec", s(&c)]));
+    let again: Vec<serde_json::Value> = attempts_of(&c).into_iter().filter(|x| x["cell_id"] == first["cell_id"] && x["status"] == "succeeded").collect();
+    assert_eq!(again.len(), 2, "the overlapped cell ran once more: {again:?}");
+    std::fs::remove_file(c.join("selection.json")).unwrap();
+    ok(&cc(&["campaign", "select", s(&c)]));
+    ok(&cc(&["campaign", "verify", s(&c)]));
+}

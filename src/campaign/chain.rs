@@ -8,7 +8,9 @@
 //! cell: a missing, duplicated, failed, stale (bytes changed since the
 //! attempt was recorded) or unexpected cell, a shard that does not join, and
 //! identity contradictions with the manifest (backend, world size, a
-//! configuration's environment or NCCL library).
+//! configuration's environment or NCCL library). A success that overlapped
+//! another attempt on its host is refused by `verify`, passed over by
+//! `select` when the cell has a clean one, and run again by `exec`.
 use super::spec::{Cell, LauncherKind, Manifest};
 use crate::core::fsutil::{sha256_file, sha256_hex, write_new_atomic};
 use crate::core::refusal::Code;
@@ -179,14 +181,57 @@ fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
 /// tasks of different cells run side by side but never one cell twice).
 /// flock(2) semantics: advisory, released by the kernel when the process
 /// dies; on NFS it needs a lock manager (Linux maps flock to POSIX locks there).
+///
+/// `exec --cell` then waits for an exclusive lock of its host
+/// (`inflight/host-HOSTNAME.lock`): two cells on one host would contaminate
+/// each other's timings (`verify` refuses such attempts as
+/// `OVERLAPPING_ATTEMPTS`), so array tasks that land on one node run one
+/// after the other, and tasks on different nodes side by side.
 pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<CampaignLock> {
     let mut files = vec![flock(&dir.join(LOCK_FILE), cell.is_none(), what)?];
     if let Some(c) = cell {
         let d = dir.join(INFLIGHT_FILE);
         std::fs::create_dir_all(&d)?;
         files.push(flock(&d.join(format!("{c}.lock")), true, what)?);
+        let host: String =
+            crate::core::identity::hostname().chars().map(|ch| if ch.is_ascii_alphanumeric() || "._-".contains(ch) { ch } else { '_' }).collect();
+        files.push(flock_wait(&d.join(format!("host-{host}.lock")), what)?);
     }
     Ok(CampaignLock { _files: files })
+}
+
+/// An exclusive lock, waited for (saying so) when another process holds it.
+fn flock_wait(path: &Path, what: &str) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening lock {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own; no memory is passed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(f);
+    }
+    eprintln!("{what}: another cell of this campaign runs on this host; waiting for it ({})", path.display());
+    loop {
+        // SAFETY: as above.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+}
+
+/// Another attempt that ran on `a`'s host while `a` ran: their timings contaminate each other.
+fn overlapping<'a>(a: &AttemptRecord, attempts: &'a [AttemptRecord]) -> Option<&'a AttemptRecord> {
+    attempts
+        .iter()
+        .find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms)
 }
 
 /// What `exec` writes before it starts a job, so a later `exec` can tell an
@@ -482,7 +527,12 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
         .enumerate()
         .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
         .map(|(_, c)| c)
-        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
+        // a success that overlapped another attempt on its host is no evidence: the cell runs again
+        .filter(|c| {
+            !attempts.iter().any(|a| {
+                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256) && overlapping(a, &attempts).is_none()
+            })
+        })
         .collect();
     let bar = indicatif::ProgressBar::new(todo.len() as u64);
     bar.set_style(
@@ -725,10 +775,14 @@ pub fn select(dir: &Path, policy: SelectPolicy) -> Result<(Selection, Vec<String
     let mut missing = Vec::new();
     for c in &m.schedule {
         // an attempt made under another manifest is never this campaign's evidence
-        let mut ok = attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256));
+        let ok: Vec<&AttemptRecord> =
+            attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)).collect();
+        // one that overlapped another attempt on its host only when there is no other (verify then says why it is refused)
+        let clean: Vec<&AttemptRecord> = ok.iter().copied().filter(|a| overlapping(a, &attempts).is_none()).collect();
+        let from = if clean.is_empty() { &ok } else { &clean };
         let pick = match policy {
-            SelectPolicy::FirstSuccess => ok.next(),
-            SelectPolicy::LastSuccess => ok.next_back(),
+            SelectPolicy::FirstSuccess => from.first().copied(),
+            SelectPolicy::LastSuccess => from.last().copied(),
         };
         match pick {
             Some(a) => entries.push(Selected {
@@ -839,10 +893,7 @@ fn check_cell(
     if a.status != AttemptStatus::Succeeded {
         return Err(coded(Code::FailedAttempt, format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default())));
     }
-    if let Some(b) = attempts
-        .iter()
-        .find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms)
-    {
+    if let Some(b) = overlapping(a, attempts) {
         return Err(coded(
             Code::OverlappingAttempts,
             format!(
