@@ -41,7 +41,7 @@ step kernels 0 "$OUTD/kineto.json" --backend cuda --check --cupti --out "$OUTD/k
 for r in 0 1; do
   line=$(grep "^rank $r: CUPTI kernel family" "$OUTD/kernels.out")
   echo "$line"
-  n=$(jq length "$OUTD/kernels/replay-trace.rank-$r.json" 2>/dev/null)
+  n=$(jq '.records | length' "$OUTD/kernels/replay-trace.rank-$r.json" 2>/dev/null)
   grep -q "matches the trace in $n of $n collectives (0 with no replay kernel)$" <<< "$line" || { echo "!! rank $r: kernel families differ from the trace"; fails=$((fails + 1)); }
 done
 device_runs=""
@@ -57,16 +57,16 @@ grep -q -- "--check:" "$OUTD/corrupt.err" || { echo "!! corrupt: no --check fail
 # what ran against what the trace recorded, per rank and collective
 for r in 0 1; do
   want=$(jq -c "[.ranks[$r].collectives[] | [.kind, .group, .dtype, .in_elems, .out_elems]]" "$OUTD/kineto.json")
-  got=$(jq -c '[.[] | [.kind, .group, .dtype, .in_elems, .out_elems]]' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null)
+  got=$(jq -c '[.records[] | [.kind, .group, .dtype, .in_elems, .out_elems]]' "$OUTD/gaps/replay-trace.rank-$r.json" 2>/dev/null)
   n=$(jq length <<< "$want")
   if [ "$want" = "$got" ]; then echo "rank $r: all $n collectives match the trace (kind, group, dtype, counts)"; else echo "!! rank $r: replay differs from the trace"; fails=$((fails + 1)); fi
   for s in gaps kernels $device_runs; do
-    jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | "rank '$r' '$s' gap error (actual - target) ns: min \(.[0]) p50 \(.[length/2|floor]) p99 \(.[(length*0.99|ceil)-1]) max \(.[-1]) over \(length)"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
+    jq -r '[.records[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns)] | sort | "rank '$r' '$s' gap error (actual - target) ns: min \(.[0]) p50 \(.[length/2|floor]) p99 \(.[(length*0.99|ceil)-1]) max \(.[-1]) over \(length)"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
     # where the largest error was, to tell a systematic gap from a stray one
-    jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | {index, kind, target_gap_ns, e: (.actual_gap_ns - .target_gap_ns)}] | max_by(.e | fabs) | "rank '$r' '$s' largest error: collective \(.index) (\(.kind)), target \(.target_gap_ns) ns, error \(.e) ns"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
+    jq -r '[.records[] | select(.index > 0 and .target_gap_ns != null) | {index, kind, target_gap_ns, e: (.actual_gap_ns - .target_gap_ns)}] | max_by(.e | fabs) | "rank '$r' '$s' largest error: collective \(.index) (\(.kind)), target \(.target_gap_ns) ns, error \(.e) ns"' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
   done
   for s in gaps $device_runs; do
-    jq -r '[.[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns | fabs)] | sort | if .[(length*0.99|ceil)-1] > 5000 then "!! rank '$r' '$s': gap error p99 above 5 µs" else "rank '$r' '$s': gap error p99 within 5 µs" end' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
+    jq -r '[.records[] | select(.index > 0 and .target_gap_ns != null) | (.actual_gap_ns - .target_gap_ns | fabs)] | sort | if .[(length*0.99|ceil)-1] > 5000 then "!! rank '$r' '$s': gap error p99 above 5 µs" else "rank '$r' '$s': gap error p99 within 5 µs" end' "$OUTD/$s/replay-trace.rank-$r.json" 2>/dev/null
   done
 done
 echo "failures: $fails"

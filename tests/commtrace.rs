@@ -381,8 +381,24 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
     let out = d.path().join("replay");
     ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check"]));
     let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    // rank 0's index names every rank's file with its digest, and each file's header binds it to the trace
+    let index: Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.json")).unwrap()).unwrap();
+    let trace_sha = commcanary::core::fsutil::sha256_file(&k).unwrap();
+    assert_eq!((index["trace_sha256"].as_str(), index["world_size"].as_u64()), (Some(trace_sha.as_str()), Some(2)), "{index}");
+    for (rank, r) in index["ranks"].as_array().unwrap().iter().enumerate() {
+        let files = r["files"].as_array().unwrap();
+        assert_eq!(files.len(), 1, "{r}");
+        let (name, sha) = (files[0][0].as_str().unwrap(), files[0][1].as_str().unwrap());
+        assert_eq!(name, format!("replay-trace.rank-{rank}.json"));
+        assert_eq!(commcanary::core::fsutil::sha256_file(&out.join(name)).unwrap(), sha);
+    }
     for rank in 0..2usize {
-        let recs: Vec<Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let h = &file["header"];
+        assert_eq!((file["format_version"].as_u64(), h["rank"].as_u64(), h["world_size"].as_u64()), (Some(2), Some(rank as u64), Some(2)), "{h}");
+        assert_eq!((h["trace_sha256"].as_str(), h["backend"].as_str()), (Some(trace_sha.as_str()), Some("cpu")), "{h}");
+        assert!(h["settings"].as_array().unwrap().iter().any(|x| x == "--check") && h["tool"].as_str().unwrap().starts_with("commcanary "), "{h}");
+        let recs = file["records"].as_array().unwrap();
         let want = shape(&t, rank);
         assert_eq!(recs.len(), want.len());
         for (r, w) in recs.iter().zip(&want) {
@@ -395,6 +411,11 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
         let ar = recs.iter().find(|r| r["kind"] == "all_reduce").unwrap();
         assert_eq!((ar["op"].as_str(), ar["op_source"].as_str()), (Some("sum"), Some("default")));
     }
+    // the same directory again: refused before MPI starts, nothing changed
+    let before = std::fs::read(out.join("replay-trace.rank-0.json")).unwrap();
+    let again = cc(&["replay-trace", s(&k), "--out", s(&out), "--check"]);
+    assert!(assert_refused(&again, "ALREADY_EXISTS").contains("replay-trace"));
+    assert_eq!(std::fs::read(out.join("replay-trace.rank-0.json")).unwrap(), before);
     for op in ["avg", "max"] {
         let o = d.path().join(format!("replay-{op}"));
         ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&o), "--check", "--pace", "none", "--op", op]));
@@ -424,7 +445,8 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
     ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check", "--pace", "workload"]));
     let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
     for rank in 0..2usize {
-        let recs: Vec<Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let recs = file["records"].as_array().unwrap();
         let colls = t["ranks"][rank]["collectives"].as_array().unwrap();
         assert_eq!(recs.len(), colls.len());
         let (mut n_all, mut ns_all) = (0u64, 0u64);

@@ -462,7 +462,8 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
     let o = mpirun(ranks, &["replay-trace", t.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]);
     eprintln!("{}", ok(&o));
     for rank in 0..ranks {
-        let recs: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
         let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
         assert_eq!(w["backend"], "cuda");
         let spin = &w["spin"];
@@ -517,7 +518,8 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     std::fs::write(&two, serde_json::to_vec(&t).unwrap()).unwrap();
     let out = d.path().join("wl");
     ok(&mpirun(1, &["replay-trace", two.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]));
-    let recs: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
     let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.workload.json")).unwrap()).unwrap();
     assert_eq!(w["streams"], serde_json::json!(["7", "20"]), "{w}");
     assert_eq!(w["cross_stream_waits"], 2, "the later kernel and collective wait for the first collective; nothing waits for the long kernel");

@@ -66,7 +66,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
                 anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
             }
             let paced = pace != crate::evidence::commtrace::cpu_exec::Pace::None;
-            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, &mut |world, trace| {
+            let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
+            let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
+            settings.push(match op {
+                Some(o) => format!("--op {}", word(clap::ValueEnum::to_possible_value(&o))),
+                None => "--op sum (default)".into(),
+            });
+            settings.extend(check.then(|| "--check".to_string()));
+            settings.extend((!warmup).then(|| "--no-warmup".to_string()));
+            settings.extend(cupti.then(|| "--cupti".to_string()));
+            settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
+            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout, cupti)

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 23] = [
+pub const SCHEMAS: [(&str, &str); 24] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -21,6 +21,7 @@ pub const SCHEMAS: [(&str, &str); 23] = [
     ("comm-trace", "comm-trace.schema.json"),
     ("replay-trace", "replay-trace.schema.json"),
     ("replay-workload", "replay-workload.schema.json"),
+    ("replay-trace-index", "replay-trace-index.schema.json"),
     ("validate-report", "validate-report.schema.json"),
     ("validate-manifest", "validate-manifest.schema.json"),
     ("validate-rounds", "validate-rounds.schema.json"),
@@ -48,8 +49,10 @@ pub fn schema_json(name: &str) -> Result<String> {
         "campaign-archive-descriptor" => schema_for!(crate::campaign::ArchiveDescriptor),
         "comparison" => schema_for!(crate::analysis::ranking::Comparison),
         "comm-trace" => schema_for!(crate::evidence::commtrace::CommTrace),
-        // replay-trace.rank-N.json: what each collective did on that rank
-        "replay-trace" => schema_for!(Vec<crate::evidence::commtrace::cpu_exec::ExecRecord>),
+        // replay-trace.rank-N.json: what each collective did on that rank, under a header
+        "replay-trace" => schema_for!(crate::evidence::commtrace::ReplayFile),
+        // replay-trace.json: rank 0's index of every rank's files and digests
+        "replay-trace-index" => schema_for!(crate::evidence::commtrace::ReplayIndex),
         // replay-trace.rank-N.workload.json: the workload pace's pass as a whole
         "replay-workload" => schema_for!(crate::evidence::commtrace::cpu_exec::WorkloadReport),
         "validate-report" => schema_for!(crate::validate::ValidationReport),

@@ -894,17 +894,131 @@ fn involuntary_switches() -> Option<i64> {
 /// A gap this far off its target is a scheduling event, not pacing error.
 const GAP_OFF_NS: u64 = 1_000_000;
 
+/// Format version of `replay-trace.rank-N.json` (1: a bare array of records;
+/// 2: a header that binds the records to the trace, rank and settings).
+pub const REPLAY_FORMAT_VERSION: u32 = 2;
+/// Rank 0's index of a replay's files with their digests.
+pub const REPLAY_INDEX_FILE: &str = "replay-trace.json";
+
+/// What a replay's records are of.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayHeader {
+    /// The tool that wrote it (version, commit, dirty state).
+    pub tool: String,
+    /// The trace as named on the command line.
+    pub trace_path: String,
+    /// SHA-256 of the trace file's bytes.
+    pub trace_sha256: String,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// Host name.
+    pub host: String,
+    /// `cpu` (MPI) or `cuda` (NCCL).
+    pub backend: String,
+    /// How the replay was paced and checked (`--pace`, `--op`, `--check`, ...).
+    pub settings: Vec<String>,
+    /// Wall-clock start and end of this rank's replay (Unix ms).
+    pub started_unix_ms: u64,
+    /// See `started_unix_ms`.
+    pub finished_unix_ms: u64,
+}
+
+/// `replay-trace.rank-N.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayFile {
+    /// [`REPLAY_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// What the records are of.
+    pub header: ReplayHeader,
+    /// One record per collective of the timed pass.
+    pub records: Vec<cpu_exec::ExecRecord>,
+}
+
+/// One rank's files in [`ReplayIndex`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayIndexRank {
+    /// Rank.
+    pub rank: u32,
+    /// Host name.
+    pub host: String,
+    /// File name and SHA-256 of every file the rank wrote.
+    pub files: Vec<(String, String)>,
+}
+
+/// `replay-trace.json`: rank 0's index of every rank's files and digests, so
+/// a replay directory is verified like a run (`commcanary inspect` reads it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayIndex {
+    /// Format version (1).
+    pub format_version: u32,
+    /// SHA-256 of the trace file replayed.
+    pub trace_sha256: String,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// Every rank.
+    pub ranks: Vec<ReplayIndexRank>,
+}
+
+/// Refuse, before MPI starts, an output directory that already holds a replay's files.
+fn refuse_existing_replay(out: &Path, world_size: u32) -> Result<()> {
+    let names = std::iter::once(REPLAY_INDEX_FILE.to_string())
+        .chain((0..world_size).flat_map(|r| [format!("replay-trace.rank-{r}.json"), format!("replay-trace.rank-{r}.workload.json")]));
+    for n in names {
+        let p = out.join(n);
+        if p.symlink_metadata().is_ok() {
+            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "{} exists; replay-trace never overwrites a replay: choose another --out", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// Gather every rank's (host, file digests) at rank 0 and write the index there.
+fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, trace_sha256: &str, files: &[(String, String)]) -> Result<()> {
+    use mpi::traits::*;
+    const SLOT: usize = 4096;
+    let host = crate::core::identity::hostname();
+    let mine = serde_json::to_vec(&(host, files))?;
+    if mine.len() > SLOT {
+        bail!("a rank's file list is {} bytes, more than the {SLOT} of its slot", mine.len());
+    }
+    let mut send = vec![0u8; SLOT];
+    send[..mine.len()].copy_from_slice(&mine);
+    let n = world.size() as usize;
+    let root = world.process_at_rank(0);
+    if world.rank() != 0 {
+        root.gather_into(&send[..]);
+        return Ok(());
+    }
+    let mut all = vec![0u8; SLOT * n];
+    root.gather_into_root(&send[..], &mut all[..]);
+    let mut ranks = Vec::new();
+    for (r, slot) in all.chunks(SLOT).enumerate() {
+        let end = slot.iter().position(|b| *b == 0).unwrap_or(SLOT);
+        let (host, files): (String, Vec<(String, String)>) = serde_json::from_slice(&slot[..end]).with_context(|| format!("rank {r}'s file list"))?;
+        ranks.push(ReplayIndexRank { rank: r as u32, host, files });
+    }
+    let index = ReplayIndex { format_version: 1, trace_sha256: trace_sha256.to_string(), world_size: n as u32, ranks };
+    crate::core::fsutil::write_json_new(&out.join(REPLAY_INDEX_FILE), &index)
+}
+
 /// `replay-trace`: run this rank's collectives of an imported trace through
-/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json`; every rank
+/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json` (a header binding
+/// the records to the trace's SHA-256, the rank and the settings; rank 0 then
+/// writes `OUT/replay-trace.json`, every rank's files with their digests;
+/// an `OUT` that already holds a replay is refused before MPI starts); every rank
 /// prints its summary (per kind: count, checks, time p50/p99; the pacing
 /// error; the gaps more than 1 ms off and the involuntary context switches
 /// during the replay, which say the host took the core away). A replay
 /// `paced` by the trace (gaps, device gaps or the recorded workload) is
 /// refused before MPI starts when a rank's gap passes the one bound of every
 /// replay ([`crate::evidence::trace::check_replay_gaps`]).
-pub fn replay_command(trace: &Path, out: &Path, paced: bool, run: &mut ReplayRun) -> Result<()> {
+pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
     let path = trace;
     let trace = CommTrace::read(trace)?;
+    let trace_sha256 = crate::core::fsutil::sha256_file(path)?;
+    refuse_existing_replay(out, trace.world_size)?;
     if paced {
         for r in &trace.ranks {
             if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
@@ -919,14 +1033,34 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, run: &mut ReplayRun
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
     let switches_before = involuntary_switches();
+    let started_unix_ms = crate::evidence::run::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
     let (records, workload) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.json")), &r.records)?;
+        let header = ReplayHeader {
+            tool: format!("commcanary {}", crate::core::identity::VERSION_LONG),
+            trace_path: path.display().to_string(),
+            trace_sha256: trace_sha256.clone(),
+            rank,
+            world_size: mpi::topology::Communicator::size(&world) as u32,
+            host: crate::core::identity::hostname(),
+            backend: backend.to_string(),
+            settings: settings.clone(),
+            started_unix_ms,
+            finished_unix_ms: crate::evidence::run::unix_ms(),
+        };
+        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records };
+        let mut files = Vec::new();
+        let name = format!("replay-trace.rank-{rank}.json");
+        crate::core::fsutil::write_json_new(&out.join(&name), &file)?;
+        files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
         if let Some(w) = &r.workload {
-            crate::core::fsutil::write_json_new(&out.join(format!("replay-trace.rank-{rank}.workload.json")), w)?;
+            let name = format!("replay-trace.rank-{rank}.workload.json");
+            crate::core::fsutil::write_json_new(&out.join(&name), w)?;
+            files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
         }
-        Ok((r.records, r.workload))
+        write_replay_index(&world, out, &trace_sha256, &files)?;
+        Ok((file.records, r.workload))
     }) {
         Ok(r) => r,
         Err(e) => {
