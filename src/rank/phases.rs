@@ -523,11 +523,11 @@ impl<'a, B: Backend> Runner<'a, B> {
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
         let host_issue_ns = self.clock.now_ns();
-        let wrong = self.backend.run_trace_op(op.index, c, checked, corrupt)?;
+        let found = self.backend.run_trace_op(op.index, c, crate::evidence::commtrace::cpu_exec::ReduceOp::Sum, checked, corrupt)?;
         let wait_end_ns = self.clock.now_ns();
         if checked {
             self.checked_in_phase += 1;
-            if let Some(why) = wrong {
+            if let Some(why) = found.and_then(|f| f.first_wrong) {
                 bail!("result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): {why}", op.group, kind.name());
             }
             self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
