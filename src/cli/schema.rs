@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 23] = [
+pub const SCHEMAS: [(&str, &str); 24] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -30,6 +30,7 @@ pub const SCHEMAS: [(&str, &str); 23] = [
     ("canary", "canary.schema.json"),
     ("canary-verify", "canary-verify.schema.json"),
     ("canary-audit", "canary-audit.schema.json"),
+    ("rank-sweep", "rank-sweep.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -61,6 +62,8 @@ pub fn schema_json(name: &str) -> Result<String> {
         "canary" => schema_for!(crate::canary::artifact::Canary),
         "canary-verify" => schema_for!(crate::canary::verify::VerifyReport),
         "canary-audit" => schema_for!(crate::canary::redact::AuditLog),
+        // rank -J FILE: the isolated sweep's table
+        "rank-sweep" => schema_for!(crate::rank::sweep::SweepReport),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -44,34 +44,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Reduction applied by reducing collectives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ReduceOp {
-    /// Sum.
-    Sum,
-    /// Average (sum, then divided by the group size).
-    Avg,
-    /// Maximum.
-    Max,
-    /// Product (`MPI_PROD`, `ncclProd`).
-    Prod,
-    /// Minimum (`MPI_MIN`, `ncclMin`).
-    Min,
-}
-
-impl ReduceOp {
-    /// The name as spelled on the command line and in nccl-tests' `redop` column.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Avg => "avg",
-            ReduceOp::Max => "max",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Min => "min",
-        }
-    }
-}
+pub use crate::core::workload::ReduceOp;
 
 /// How collectives are paced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
