@@ -304,17 +304,24 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn run_trace_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, check: bool, corrupt: bool) -> BackendResult<Option<String>> {
-        use crate::evidence::commtrace::cpu_exec::ReduceOp;
+    fn run_trace_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        check: bool,
+        corrupt: bool,
+    ) -> BackendResult<Option<super::CheckOutcome>> {
         let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-        exec.run(i, c, ReduceOp::Sum, check, &mut || {})?;
+        exec.run(i, c, op, check, &mut || {})?;
         if !check {
             return Ok(None);
         }
         exec.corrupt = corrupt;
-        let found = exec.check_one(i, c, ReduceOp::Sum);
+        let found = exec.count_wrong(i, c, op);
         exec.corrupt = false;
-        Ok(found.err().map(|e| e.to_string()))
+        let (wrong_elements, first_wrong) = found?;
+        Ok(Some(super::CheckOutcome { wrong_elements, first_wrong }))
     }
 
     fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {

@@ -196,12 +196,20 @@ pub trait Backend {
         ))
     }
     /// Run prepared trace collective `i` (`c`, any kind, on its group) to
-    /// completion on the host: the host returns when its result is in place.
-    /// With `check`, validate it afterwards (the reduction is a sum): `Some`
-    /// names the first wrong element (with `corrupt`, the negative control
-    /// spoils the result first, so the check must fail).
-    fn run_trace_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, check: bool, corrupt: bool) -> BackendResult<Option<String>> {
-        let _ = (i, c, check, corrupt);
+    /// completion on the host, reducing with `op`: the host returns when its
+    /// result is in place. With `check`, validate it afterwards: `Some` counts
+    /// the wrong elements (bytes for data movement) and names the first (with
+    /// `corrupt`, the negative control spoils the result first, so the check
+    /// must fail); `None` when not checked.
+    fn run_trace_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        check: bool,
+        corrupt: bool,
+    ) -> BackendResult<Option<CheckOutcome>> {
+        let _ = (i, c, op, check, corrupt);
         Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
     }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]

@@ -101,8 +101,8 @@ pub struct RankArgs {
     /// sequence (GEMMs' m and all-reduces of batch x tokens x hidden) instead of a decode step.
     #[arg(long)]
     pub prefill_tokens: Option<u32>,
-    /// Element type of the all-reduces (default bf16 for model shapes, f32 for synthetic).
-    #[arg(long, value_enum)]
+    /// Element type of the all-reduces and of the isolated sweep (as nccl-tests -d; default bf16 for model shapes, f32 for synthetic).
+    #[arg(long, short = 'd', value_enum)]
     pub dtype: Option<crate::evidence::shard::Dtype>,
     /// Layers per token (default: the model's own; 32 for synthetic).
     #[arg(long)]
@@ -133,6 +133,17 @@ pub struct RankArgs {
     /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as nccl-tests -c).
     #[arg(long, short = 'c', default_value_t = 1)]
     pub check: u32,
+    /// The collective the isolated phase sweeps, as nccl-tests' *_perf programs:
+    /// all_reduce, all_gather, reduce_scatter, broadcast (root 0), reduce (root 0), all_to_all.
+    #[arg(long, value_enum, default_value = "all_reduce")]
+    pub collective: crate::core::workload::SweepKind,
+    /// The isolated sweep's reduction, for all_reduce, reduce_scatter and reduce (as nccl-tests -o;
+    /// -o is --out here): sum, prod, min, max, or avg (cuda only: MPI has no average). Default sum.
+    #[arg(long, value_enum)]
+    pub op: Option<crate::core::workload::ReduceOp>,
+    /// Write the isolated sweep's table as JSON to FILE (as nccl-tests -J; schema `rank-sweep`), from rank 0.
+    #[arg(long = "json", short = 'J', value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Fill residual handling: carry rounding errors to the next gap, or drop them.
     #[arg(long, value_enum, default_value = "carry")]
     pub fill_residual: FillResidual,
@@ -648,6 +659,9 @@ impl From<RankArgs> for crate::rank::RankOptions {
             iters: a.iters,
             warmup_iters: a.warmup_iters,
             check: a.check,
+            collective: a.collective,
+            op: a.op,
+            json: a.json,
             fill_residual: a.fill_residual,
             membound_bytes: a.membound_bytes,
             trace: a.trace,

@@ -31,6 +31,7 @@ pub const SCHEMAS: [(&str, &str); 24] = [
     ("canary", "canary.schema.json"),
     ("canary-verify", "canary-verify.schema.json"),
     ("canary-audit", "canary-audit.schema.json"),
+    ("rank-sweep", "rank-sweep.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -64,6 +65,8 @@ pub fn schema_json(name: &str) -> Result<String> {
         "canary" => schema_for!(crate::canary::artifact::Canary),
         "canary-verify" => schema_for!(crate::canary::verify::VerifyReport),
         "canary-audit" => schema_for!(crate::canary::redact::AuditLog),
+        // rank -J FILE: the isolated sweep's table
+        "rank-sweep" => schema_for!(crate::rank::sweep::SweepReport),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -50,6 +50,137 @@ impl Dtype {
     }
 }
 
+/// Reduction applied by reducing collectives (all-reduce, reduce,
+/// reduce-scatter): `replay-trace --op` and the isolated sweep's `--op`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Average (sum, then divided by the group size).
+    Avg,
+    /// Maximum.
+    Max,
+    /// Product (`MPI_PROD`, `ncclProd`).
+    Prod,
+    /// Minimum (`MPI_MIN`, `ncclMin`).
+    Min,
+}
+
+impl ReduceOp {
+    /// The name as spelled on the command line and in nccl-tests' `redop` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Max => "max",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+        }
+    }
+}
+
+/// The collective the isolated phase sweeps (`rank --collective`), as
+/// nccl-tests' `*_perf` programs do, one kind per run.
+///
+/// Size convention, as nccl-tests prints its `size` column (its
+/// `doc/PERFORMANCE.md`, "Bus bandwidth"): all-reduce, broadcast and reduce:
+/// the buffer (send = receive); all-gather: the gathered receive buffer,
+/// every rank's part (`sendcount x n`); reduce-scatter: the whole send buffer
+/// (`recvcount x n`); all-to-all: one rank's send buffer (= its receive
+/// buffer). The shard's events keep their own convention
+/// ([`crate::evidence::shard::CollectiveKind`]: an all-gather's `bytes` is one
+/// member's input), and [`SweepKind::size_bytes`] converts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum SweepKind {
+    /// All-reduce (`all_reduce_perf`).
+    #[default]
+    AllReduce,
+    /// All-gather (`all_gather_perf`).
+    AllGather,
+    /// Reduce-scatter (`reduce_scatter_perf`).
+    ReduceScatter,
+    /// Broadcast from rank 0 (`broadcast_perf -r 0`).
+    Broadcast,
+    /// Reduce to rank 0 (`reduce_perf -r 0`).
+    Reduce,
+    /// All-to-all, an even split (`alltoall_perf`).
+    AllToAll,
+}
+
+impl SweepKind {
+    /// Snake-case name, as on the command line and in the shard's events.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepKind::AllReduce => "all_reduce",
+            SweepKind::AllGather => "all_gather",
+            SweepKind::ReduceScatter => "reduce_scatter",
+            SweepKind::Broadcast => "broadcast",
+            SweepKind::Reduce => "reduce",
+            SweepKind::AllToAll => "all_to_all",
+        }
+    }
+
+    /// Whether it reduces (and so has a `redop`).
+    pub fn reduces(self) -> bool {
+        matches!(self, SweepKind::AllReduce | SweepKind::ReduceScatter | SweepKind::Reduce)
+    }
+
+    /// The root, for the rooted kinds (nccl-tests' default `-r 0`).
+    pub fn root(self) -> Option<u32> {
+        matches!(self, SweepKind::Broadcast | SweepKind::Reduce).then_some(0)
+    }
+
+    /// Whether a size is split evenly over the ranks (nccl-tests rounds its
+    /// element count down to a multiple of the rank count).
+    pub fn splits(self) -> bool {
+        matches!(self, SweepKind::AllGather | SweepKind::ReduceScatter | SweepKind::AllToAll)
+    }
+
+    /// Bus-bandwidth factor over `n` ranks: busbw = algbw x factor
+    /// (nccl-tests' `doc/PERFORMANCE.md`, "Summary": all-reduce 2(n-1)/n;
+    /// reduce-scatter, all-gather and all-to-all (n-1)/n; broadcast and
+    /// reduce 1). One rank: 1 for every kind, as nccl-tests' own `*_perf`
+    /// programs then report busbw = algbw.
+    pub fn busbw_factor(self, n: u32) -> f64 {
+        if n <= 1 {
+            return 1.0;
+        }
+        let n = n as f64;
+        match self {
+            SweepKind::AllReduce => 2.0 * (n - 1.0) / n,
+            SweepKind::AllGather | SweepKind::ReduceScatter | SweepKind::AllToAll => (n - 1.0) / n,
+            SweepKind::Broadcast | SweepKind::Reduce => 1.0,
+        }
+    }
+
+    /// nccl-tests' size (bytes) of an event of this kind whose shard `bytes`
+    /// (one member's input) is `event_bytes`, over `n` ranks.
+    pub fn size_bytes(self, event_bytes: u64, n: u32) -> u64 {
+        match self {
+            SweepKind::AllGather => event_bytes * n as u64,
+            _ => event_bytes,
+        }
+    }
+
+    /// The size a sweep step of `size_bytes` runs as over `n` ranks, in
+    /// elements of `elem_bytes`: nccl-tests' count (split kinds rounded down
+    /// to a multiple of `n`). `None` when no whole element is left per rank.
+    pub fn count(self, size_bytes: u64, elem_bytes: u64, n: u32) -> Option<u64> {
+        let count = size_bytes / elem_bytes;
+        let count = if self.splits() { count / n as u64 * n as u64 } else { count };
+        (count > 0).then_some(count)
+    }
+}
+
+impl fmt::Display for SweepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A phase: one way of executing the collectives (docs/ARCHITECTURE.md §4).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
@@ -484,6 +615,12 @@ pub struct WorkloadSpec {
     pub fill_residual: FillResidual,
     /// Bytes moved by one memory-bound fill unit.
     pub membound_bytes: u64,
+    /// The collective the isolated phase sweeps (`--collective`); absent: all-reduce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_collective: Option<SweepKind>,
+    /// The isolated sweep's reduction (`--op`), for a reducing kind; absent: sum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_op: Option<ReduceOp>,
     /// Element type of the all-reduces (f32 in shards before format 4).
     #[serde(default = "dtype_f32")]
     pub dtype: Dtype,
@@ -520,6 +657,8 @@ impl WorkloadSpec {
             check: 0,
             fill_residual: FillResidual::Carry,
             membound_bytes: 4096,
+            isolated_collective: None,
+            isolated_op: None,
             dtype: Dtype::F32,
             gemm_dtype: None,
             gemm_accumulate_dtype: None,
@@ -609,6 +748,22 @@ impl WorkloadSpec {
         workload.max(isolated) + 64
     }
 
+    /// The collective the isolated phase sweeps.
+    pub fn sweep_kind(&self) -> SweepKind {
+        self.isolated_collective.unwrap_or_default()
+    }
+
+    /// The reduction of the isolated sweep (sum unless `--op` said otherwise).
+    pub fn sweep_op(&self) -> ReduceOp {
+        self.isolated_op.unwrap_or(ReduceOp::Sum)
+    }
+
+    /// Whether the isolated phase runs through the trace executor (every
+    /// sweep but the sum all-reduce, which the backend's own path runs).
+    pub fn sweep_uses_executor(&self) -> bool {
+        self.sweep_kind() != SweepKind::AllReduce || self.sweep_op() != ReduceOp::Sum
+    }
+
     /// The sizes the isolated phase runs.
     pub fn isolated_sizes(&self) -> &[u64] {
         if self.isolated_sizes_bytes.is_empty() {
@@ -627,6 +782,36 @@ impl WorkloadSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// nccl-tests' `doc/PERFORMANCE.md` "Summary" factors, and its size and
+    /// count conventions (split kinds rounded down to a multiple of n).
+    #[test]
+    fn bus_bandwidth_factors_and_sizes_follow_nccl_tests() {
+        use SweepKind::*;
+        for (kind, n, want) in [
+            (AllReduce, 2, 1.0),
+            (AllReduce, 8, 1.75),
+            (AllGather, 2, 0.5),
+            (AllGather, 8, 0.875),
+            (ReduceScatter, 4, 0.75),
+            (AllToAll, 8, 0.875),
+            (Broadcast, 8, 1.0),
+            (Reduce, 8, 1.0),
+            (AllReduce, 1, 1.0),
+            (AllGather, 1, 1.0),
+        ] {
+            assert_eq!(kind.busbw_factor(n), want, "{kind} over {n}");
+        }
+        assert_eq!(AllGather.size_bytes(16, 4), 64);
+        assert_eq!(ReduceScatter.size_bytes(64, 4), 64);
+        assert_eq!(AllGather.count(8, 4, 2), Some(2));
+        assert_eq!(AllGather.count(8, 4, 3), None);
+        assert_eq!(AllToAll.count(40, 4, 3), Some(9));
+        assert_eq!(Broadcast.count(8, 4, 3), Some(2));
+        assert_eq!(Reduce.root(), Some(0));
+        assert_eq!(AllGather.root(), None);
+        assert!(ReduceScatter.reduces() && !AllToAll.reduces());
+    }
+
     #[test]
     fn sweep_follows_nccl_tests() {
         assert_eq!(size_sweep(8, 64, 2).unwrap(), vec![8, 16, 32, 64]);

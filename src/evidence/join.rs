@@ -294,7 +294,10 @@ pub struct PhaseSummary {
 /// One size of the isolated phase, in nccl-tests' terms (its
 /// `doc/PERFORMANCE.md` and per-iteration timing, `-I 1`): an iteration's
 /// time is the largest over ranks; `time` is the mean per iteration, and
-/// bus bandwidth scales algorithm bandwidth by `2(n-1)/n` for all-reduce.
+/// bus bandwidth scales algorithm bandwidth by the swept kind's factor
+/// ([`crate::core::workload::SweepKind::busbw_factor`]: `2(n-1)/n` for
+/// all-reduce). `bytes` is nccl-tests' size of the kind
+/// ([`crate::core::workload::SweepKind`]: an all-gather's is the gathered buffer).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct IsolatedSizeRow {
     /// Message size.
@@ -305,7 +308,7 @@ pub struct IsolatedSizeRow {
     pub time_us: f64,
     /// Algorithm bandwidth, bytes / time, GB/s.
     pub algbw_gbps: f64,
-    /// Bus bandwidth, algbw × 2(n−1)/n, GB/s.
+    /// Bus bandwidth, algbw × the kind's factor (all-reduce 2(n−1)/n), GB/s.
     pub busbw_gbps: f64,
     /// Wrong elements found by the result checks of this size; absent when none was checked.
     pub wrong_elements: Option<u64>,
@@ -322,21 +325,31 @@ pub struct IsolatedSizeRow {
     /// Element type: nccl-tests' `type`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
-    /// Reduction: nccl-tests' `redop` (the isolated all-reduce is a sum).
+    /// Reduction: nccl-tests' `redop` (`none` for a kind without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redop: Option<String>,
+    /// The collective swept (absent in summaries written before other kinds
+    /// could be swept: all-reduce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<crate::core::workload::SweepKind>,
+    /// Root rank of a broadcast or reduce; absent for the other kinds (nccl-tests' root -1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<u32>,
 }
 
-/// The isolated phase of a joined run, per size.
+/// The isolated phase of a joined run, per size, for the kind it swept
+/// (`--collective`, recorded in the workload; the events carry it too).
 pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
-    let n = j.run.world_size as f64;
+    let kind = j.run.workload.sweep_kind();
+    let n = j.run.world_size;
     let mut by_size: BTreeMap<u64, Vec<&JoinedCollective>> = BTreeMap::new();
-    for c in j.collectives.iter().filter(|c| c.phase == Phase::Isolated && !c.warmup) {
+    for c in j.collectives.iter().filter(|c| c.phase == Phase::Isolated && !c.warmup && c.kind.name() == kind.name()) {
         by_size.entry(c.bytes).or_default().push(c);
     }
     by_size
         .into_iter()
-        .map(|(bytes, cs)| {
+        .map(|(event_bytes, cs)| {
+            let bytes = kind.size_bytes(event_bytes, n);
             let mut iter_max: Vec<f64> = cs.iter().map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64).fold(0.0, f64::max) / 1e3).collect();
             let ranks = cs[0].ranks.len();
             let time_us =
@@ -346,7 +359,7 @@ pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
                 .shards
                 .iter()
                 .flat_map(|s| s.header.checks.iter())
-                .filter(|k| k.phase == Phase::Isolated && k.bytes == bytes)
+                .filter(|k| k.phase == Phase::Isolated && k.bytes == event_bytes)
                 .map(|k| k.wrong_elements)
                 .collect();
             let source = cs[0].ranks[0].completion_source();
@@ -359,14 +372,16 @@ pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
                 iterations: len as u64,
                 time_us,
                 algbw_gbps,
-                busbw_gbps: if n > 1.0 { algbw_gbps * 2.0 * (n - 1.0) / n } else { algbw_gbps },
+                busbw_gbps: algbw_gbps * kind.busbw_factor(n),
                 wrong_elements: (!checks.is_empty()).then(|| checks.iter().sum()),
                 p50_us: iter_max[len / 2],
                 p99_us: iter_max[p99_idx],
                 source,
                 count: Some(bytes / cs[0].dtype.size_bytes()),
                 dtype: Some(cs[0].dtype),
-                redop: Some("sum".into()),
+                redop: Some(if kind.reduces() { j.run.workload.sweep_op().name() } else { "none" }.into()),
+                collective: Some(kind),
+                root: cs[0].root,
             }
         })
         .collect()
@@ -1109,17 +1124,25 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
 }
 
 /// The isolated phase's per-size table, as nccl-tests prints its own: size,
-/// count, type, redop and root columns (root -1: an all-reduce has none),
-/// units in the header, and the "Avg bus bandwidth" footer, the arithmetic
-/// mean of busbw over the sizes (nccl-tests' `src/common.cu` sums busbw over
-/// the sizes and divides by their number). Empty when no size was run.
+/// count, type, redop and root columns (redop `none` for a kind without a
+/// reduction, root -1 for a kind without a root), units in the header, and
+/// the "Avg bus bandwidth" footer, the arithmetic mean of busbw over the
+/// sizes (nccl-tests' `src/common.cu` sums busbw over the sizes and divides
+/// by their number). Empty when no size was run.
 pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     if rows.is_empty() {
         return o;
     }
-    let _ = writeln!(o, "isolated, per size (an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+    let kind = rows[0].collective.unwrap_or_default();
+    let size_is = match kind {
+        crate::core::workload::SweepKind::AllGather => "the gathered receive buffer",
+        crate::core::workload::SweepKind::ReduceScatter => "the whole send buffer",
+        crate::core::workload::SweepKind::AllToAll => "one rank's send buffer",
+        _ => "the buffer",
+    };
+    let _ = writeln!(o, "isolated {kind}, per size (size is {size_is}, as nccl-tests; an iteration's time is the largest over ranks, as nccl-tests -I 1):");
     let _ = writeln!(
         o,
         "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10} {:>12} {:>12} {:>7} {:>10} {:>10}",
@@ -1136,7 +1159,7 @@ pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
             count,
             dtype,
             r.redop.as_deref().unwrap_or("?"),
-            -1,
+            r.root.map_or(-1, i64::from),
             r.iterations,
             r.time_us,
             r.algbw_gbps,

@@ -13,6 +13,7 @@
 pub mod bench;
 pub mod doctor;
 pub mod phases;
+pub mod sweep;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::mpi_deadline::Op;
 use crate::backend::Backend;
@@ -90,6 +91,12 @@ pub struct RankOptions {
     pub warmup_iters: u32,
     /// Validate the all-reduce result on this many collectives per phase (as nccl-tests -c).
     pub check: u32,
+    /// The collective the isolated phase sweeps (as nccl-tests' `*_perf` programs).
+    pub collective: crate::core::workload::SweepKind,
+    /// The isolated sweep's reduction (as nccl-tests -o); default sum.
+    pub op: Option<crate::core::workload::ReduceOp>,
+    /// Write the isolated sweep's table as JSON to this file (as nccl-tests -J), from rank 0.
+    pub json: Option<PathBuf>,
     /// Fill residual handling: carry rounding errors to the next gap, or drop them.
     pub fill_residual: FillResidual,
     /// Bytes copied by one memory-bound fill unit.
@@ -338,12 +345,27 @@ fn plan(args: &RankOptions) -> Result<Plan> {
         check: args.check,
         fill_residual: args.fill_residual,
         membound_bytes: crate::core::units::parse_bytes(&args.membound_bytes)?,
+        isolated_collective: (args.collective != crate::core::workload::SweepKind::AllReduce).then_some(args.collective),
+        isolated_op: args.op,
         dtype: args.dtype.unwrap_or(if shape.is_some() { Dtype::Bf16 } else { Dtype::F32 }),
         gemm_dtype: Some(gemm_dtype),
         gemm_accumulate_dtype: Some(gemm_accumulate_dtype),
         model: None,
     };
     spec.validate()?;
+    sweep::check_options(&spec, backend, args.op.is_some())?;
+    if let Some(j) = &args.json {
+        if !spec.phases.contains(&crate::core::workload::Phase::Isolated) {
+            crate::refuse!(crate::core::refusal::Code::BadArgument, "-J/--json writes the isolated sweep's table: add isolated to --phases");
+        }
+        if j.exists() {
+            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "-J {}: the file already exists; CommCanary never overwrites a record", j.display());
+        }
+    }
+    if let Some(world) = launcher_world_size() {
+        // refuse a sweep that cannot run over this many ranks before MPI starts
+        sweep::check_world(&spec, world)?;
+    }
     let model = shape.map(|shape| ModelRequest {
         shape,
         batch: args.batch,
@@ -572,6 +594,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         // tensor-parallel degree = the rank count
         plan.spec.bind_model(req, size)?;
     }
+    sweep::check_world(&plan.spec, size)?;
     if plan.spec.dtype == Dtype::Bf16 && plan.spec.check > 0 && size > crate::backend::BF16_EXACT_MAX_WORLD {
         bail!(
             "--check with bf16 all-reduces: the check's sums are exact in bf16 up to {} ranks and this job has {size}; pass --check 0 or --dtype f32",
@@ -708,7 +731,16 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
     // group 0 is the world; an imported trace's other collectives run on its own groups
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
     groups.extend(file_trace.as_ref().and_then(|t| t.ops.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
+    // the isolated sweep of another kind runs on a world group of its own (the trace executor's)
+    let sweep_group = (plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) && plan.spec.sweep_uses_executor()).then(|| {
+        let id = groups.iter().map(|g| g.id).max().unwrap_or(0) + 1;
+        groups.push(ProcessGroup { id, members: (0..size).collect(), name: Some(sweep::SWEEP_GROUP_NAME.into()) });
+        id
+    });
     let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet).with_barrier_timeout(limit);
+    if let Some(id) = sweep_group {
+        runner = runner.with_sweep_group(id);
+    }
     runner.run_all()?;
     let body = std::mem::take(&mut runner.body);
     let phase_runs = std::mem::take(&mut runner.phase_runs);
@@ -773,10 +805,15 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         clock_anchor_true_ns: clock.anchor_true_ns(),
         delay_injection: plan.delay,
         cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
-        unmeasured: backend.unmeasured().into_iter().chain(plan.spec.graph.then(|| crate::evidence::shard::Unmeasured {
-            field: "collectives (graph mode)".into(),
-            reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
-        })).collect(),
+        unmeasured: backend
+            .unmeasured()
+            .into_iter()
+            .chain(plan.spec.graph.then(|| crate::evidence::shard::Unmeasured {
+                field: "collectives (graph mode)".into(),
+                reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
+            }))
+            .chain(sweep_unmeasured(&plan.spec, backend.kind()))
+            .collect(),
         phases: phase_runs,
         started_unix_ms,
         tuning,
@@ -840,9 +877,21 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "final barrier", phase: "after run.json is written", peer: None })?;
     // As nccl-tests ends with its table: the isolated phase's per size, from
     // the verified run (a join refusal is printed, and the run kept as it is).
-    if rank == 0 && !args.quiet && plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) {
+    if rank == 0 && plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) && (!args.quiet || args.json.is_some()) {
         match crate::evidence::join::join_dir(&dir) {
-            Ok(j) => print!("{}", crate::evidence::join::render_isolated(&crate::evidence::join::isolated_sizes(&j))),
+            Ok(j) => {
+                let rows = crate::evidence::join::isolated_sizes(&j);
+                if !args.quiet {
+                    print!("{}", crate::evidence::join::render_isolated(&rows));
+                }
+                if let Some(path) = &args.json {
+                    crate::core::fsutil::write_json_new(path, &sweep::report(&j, &rows))?;
+                    if !args.quiet {
+                        println!("# Writing JSON output to {}", path.display());
+                    }
+                }
+            }
+            Err(e) if args.json.is_some() => return Err(e.context(format!("-J: joining {} for the sweep's table", dir.display()))),
             Err(e) => eprintln!("commcanary: no per-size table: join {}: {e:#}", dir.display()),
         }
     }
@@ -853,4 +902,30 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         );
     }
     Ok(())
+}
+
+/// What the isolated sweep of another kind does not measure, where it runs:
+/// device intervals on GPUs (each iteration is timed on the host, the NCCL
+/// call to the end of a stream synchronization), and bf16 reductions on the
+/// cpu backend, which MPI reduces in f32 (twice the bytes on the wire).
+fn sweep_unmeasured(spec: &crate::core::workload::WorkloadSpec, backend: BackendKind) -> Vec<crate::evidence::shard::Unmeasured> {
+    let mut v = Vec::new();
+    if !spec.phases.contains(&crate::core::workload::Phase::Isolated) || !spec.sweep_uses_executor() {
+        return v;
+    }
+    let kind = spec.sweep_kind();
+    if backend == BackendKind::Cuda {
+        v.push(crate::evidence::shard::Unmeasured {
+            field: format!("isolated {kind}: device_start_ns, device_end_ns"),
+            reason: "the sweep runs through replay-trace's NCCL executor: each iteration is timed on the host from the NCCL call to the end of a stream synchronization, not by device events between back-to-back launches as nccl-tests times its loop".into(),
+        });
+    }
+    if backend == BackendKind::Cpu && kind.reduces() && spec.dtype == Dtype::Bf16 {
+        v.push(crate::evidence::shard::Unmeasured {
+            field: format!("isolated {kind}: bf16 wire bytes"),
+            reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and rounds back; sizes and bandwidths are bf16's"
+                .into(),
+        });
+    }
+    v
 }

@@ -134,6 +134,9 @@ pub struct Runner<'a, B: Backend> {
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
     /// Whether the backend has prepared the source trace's [`TraceOp`]s.
     ops_prepared: bool,
+    /// The group id of the isolated sweep of another kind than the sum
+    /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.
+    sweep_group: Option<u32>,
 }
 
 /// Whether this node has a core for every local rank (the launcher's local
@@ -180,7 +183,15 @@ impl<'a, B: Backend> Runner<'a, B> {
             barrier_timeout: None,
             op_seq: std::collections::BTreeMap::new(),
             ops_prepared: false,
+            sweep_group: None,
         }
+    }
+
+    /// Run the isolated sweep of another kind than the sum all-reduce on
+    /// group `id` (every rank; the caller declares it in the shard header).
+    pub fn with_sweep_group(mut self, id: u32) -> Self {
+        self.sweep_group = Some(id);
+        self
     }
 
     /// Bound every barrier by `t` (a stopped peer then fails the job with
@@ -523,11 +534,11 @@ impl<'a, B: Backend> Runner<'a, B> {
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
         let host_issue_ns = self.clock.now_ns();
-        let wrong = self.backend.run_trace_op(op.index, c, checked, corrupt)?;
+        let found = self.backend.run_trace_op(op.index, c, crate::evidence::commtrace::cpu_exec::ReduceOp::Sum, checked, corrupt)?;
         let wait_end_ns = self.clock.now_ns();
         if checked {
             self.checked_in_phase += 1;
-            if let Some(why) = wrong {
+            if let Some(why) = found.and_then(|f| f.first_wrong) {
                 bail!("result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): {why}", op.group, kind.name());
             }
             self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
@@ -612,6 +623,9 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     fn isolated(&mut self) -> Result<()> {
         let spec = self.spec;
+        if spec.sweep_uses_executor() {
+            return self.isolated_executor();
+        }
         if self.backend.back_to_back() {
             return self.isolated_back_to_back();
         }
@@ -624,6 +638,82 @@ impl<'a, B: Backend> Runner<'a, B> {
                 let iter = if warmup { i } else { i - spec.warmup_iters };
                 let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
                 self.collective(Phase::Isolated, bytes, spec.dtype, pos, Between::Nothing)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The isolated sweep of another kind (or reduction) than the sum
+    /// all-reduce, through the backend's trace executor
+    /// ([`crate::rank::sweep`]): per size, the warm-ups, then the timed
+    /// iterations, each run to completion on the host and recorded with its
+    /// host times on the sweep's group; `--check N` checks N timed
+    /// iterations of every size, counting every wrong element, and a wrong
+    /// result fails the rank after its shard is written, as in [`Self::check`].
+    /// A reduce's result lands on its root only: the other ranks check nothing.
+    fn isolated_executor(&mut self) -> Result<()> {
+        let spec = self.spec;
+        let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
+        let group = self.sweep_group.context("internal: an isolated sweep without its group")?;
+        let (trace, colls) = crate::rank::sweep::sweep_collectives(spec, self.world.size() as u32)?;
+        // collective over the world (communicator splits): every rank is here
+        self.backend.prepare_trace_ops(&trace, &colls)?;
+        // an imported trace's collectives, if any, are prepared again before its first phase
+        self.ops_prepared = false;
+        let rank = self.rank;
+        let has_result = kind.root().is_none_or(|r| kind != crate::core::workload::SweepKind::Reduce || r == rank);
+        let corrupt = self.fault == Some(Fault::WrongSum { rank });
+        let collective_kind = match kind {
+            crate::core::workload::SweepKind::AllReduce => CollectiveKind::AllReduce,
+            crate::core::workload::SweepKind::AllGather => CollectiveKind::AllGather,
+            crate::core::workload::SweepKind::ReduceScatter => CollectiveKind::ReduceScatter,
+            crate::core::workload::SweepKind::Broadcast => CollectiveKind::Broadcast,
+            crate::core::workload::SweepKind::Reduce => CollectiveKind::Reduce,
+            crate::core::workload::SweepKind::AllToAll => CollectiveKind::AllToAll,
+        };
+        self.body.collectives.reserve(colls.len() * (spec.warmup_iters + spec.iters) as usize);
+        for (i, c) in colls.iter().enumerate() {
+            // the shard's convention: one member's input
+            let bytes = c.in_elems * spec.dtype.size_bytes();
+            self.checked_in_phase = 0;
+            for it in 0..spec.warmup_iters + spec.iters {
+                let warmup = it < spec.warmup_iters;
+                let iter = if warmup { it } else { it - spec.warmup_iters };
+                let checked = has_result && !warmup && self.checked_in_phase < spec.check;
+                let counter = self.op_seq.entry((group, None)).or_insert(0);
+                let seq = *counter;
+                *counter += 1;
+                let host_issue_ns = self.clock.now_ns();
+                let found = self.backend.run_trace_op(i, c, op, checked, corrupt && checked)?;
+                let end_ns = self.clock.now_ns();
+                if let Some(f) = found {
+                    self.checked_in_phase += 1;
+                    self.checks.push(CheckRecord { phase: Phase::Isolated, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong: f.first_wrong });
+                }
+                self.body.collectives.push(CollectiveEvent {
+                    phase: Phase::Isolated,
+                    kind: collective_kind,
+                    group,
+                    seq,
+                    bytes,
+                    dtype: spec.dtype,
+                    token: None,
+                    layer: None,
+                    iter: Some(iter),
+                    warmup,
+                    host_issue_ns,
+                    host_return_ns: end_ns,
+                    wait_start_ns: end_ns,
+                    wait_end_ns: end_ns,
+                    device_start_ns: None,
+                    device_end_ns: None,
+                    injected_delay_ns: None,
+                    replay: None,
+                    fill: None,
+                    checked,
+                    root: kind.root(),
+                    peer: None,
+                });
             }
         }
         Ok(())

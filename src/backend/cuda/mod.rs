@@ -277,9 +277,19 @@ const OPEN_END: usize = usize::MAX;
 
 /// CUDA backend state of one rank.
 pub struct CudaBackend {
-    // Fields drop in order: the graph (whose nodes use NCCL's and cuBLAS's
+    // Fields drop in order: the trace executor (its own NCCL communicators,
+    // buffers and stream) and the graph (whose nodes use NCCL's and cuBLAS's
     // resources) before NCCL (which keeps its library loaded) and cuBLAS,
     // and all of them before the context.
+    /// `rank`'s collectives of other kinds (an isolated sweep of
+    /// `--collective`): `replay-trace --backend cuda`'s executor, made by
+    /// [`Backend::prepare_trace_ops`] on communicators of its own.
+    trace_exec: Option<trace_exec::CudaTraceExec>,
+    /// What the trace executor is made from: a duplicate of the world (for
+    /// NCCL's unique id), the NCCL library asked for, and this rank's GPU.
+    exec_world: SimpleCommunicator,
+    exec_nccl_path: std::path::PathBuf,
+    exec_ordinal: u32,
     /// Graph mode: the captured token, launched on the compute stream.
     graph: Option<cudarc::driver::CudaGraph>,
     comm: NcclComm,
@@ -518,6 +528,10 @@ impl CudaBackend {
             },
         ));
         let mut b = Self {
+            trace_exec: None,
+            exec_world: world.duplicate(),
+            exec_nccl_path: nccl_path.to_path_buf(),
+            exec_ordinal: ordinal as u32,
             comm,
             blas,
             compute,
@@ -1330,6 +1344,44 @@ impl Backend for CudaBackend {
         let count = super::allgather_count(bytes, dtype, self.world_size)?;
         let values = self.read_result(bytes, dtype, "all-gather")?;
         Ok(super::verify_gather(&values, dtype, count))
+    }
+
+    /// `replay-trace --backend cuda`'s executor on this rank's GPU: its own
+    /// NCCL world communicator (bootstrapped over a duplicate of the MPI
+    /// world) split into every group of `trace`, and its own stream. Its
+    /// collectives complete on the host ([`Backend::run_trace_op`]: the NCCL
+    /// call, then a stream synchronization) and record no device interval.
+    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
+        // a second preparation replaces the first: end its communicators first
+        if let Some(mut old) = self.trace_exec.take() {
+            old.abort();
+        }
+        let mut exec = trace_exec::CudaTraceExec::new(&self.exec_world, self.exec_ordinal, &self.exec_nccl_path, trace, self.timeout)?;
+        exec.prepare(colls)?;
+        self.trace_exec = Some(exec);
+        // the executor bound its context to this thread: it is the primary context of the same GPU, as ours is
+        drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
+        Ok(())
+    }
+
+    fn run_trace_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        check: bool,
+        corrupt: bool,
+    ) -> BackendResult<Option<super::CheckOutcome>> {
+        let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+        exec.run(i, c, op, check, &mut || {})?;
+        if !check {
+            return Ok(None);
+        }
+        exec.corrupt = corrupt;
+        let found = exec.count_wrong(i, c, op);
+        exec.corrupt = false;
+        let (wrong_elements, first_wrong) = found?;
+        Ok(Some(super::CheckOutcome { wrong_elements, first_wrong }))
     }
 
     fn begin_graph(&mut self) -> BackendResult<()> {

@@ -58,8 +58,12 @@ pub mod sys {
     pub const NCCL_UINT8: c_int = 1;
     /// `ncclFloat16`.
     pub const NCCL_FLOAT16: c_int = 6;
+    /// `ncclProd` (nccl.h's `ncclRedOp_t`).
+    pub const NCCL_PROD: c_int = 1;
     /// `ncclMax`.
     pub const NCCL_MAX: c_int = 2;
+    /// `ncclMin`.
+    pub const NCCL_MIN: c_int = 3;
     /// `ncclAvg` (NCCL 2.10 and later).
     pub const NCCL_AVG: c_int = 4;
     /// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.

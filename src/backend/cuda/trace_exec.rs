@@ -14,7 +14,7 @@
 //!
 //! Reductions run in the trace's own dtype (f32, bf16, f16: NCCL reduces
 //! them natively, so the kernels are the ones the trace recorded, e.g.
-//! `ncclDevKernel_AllReduce_Sum_bf16_*`); sum, avg (`ncclAvg`) and max.
+//! `ncclDevKernel_AllReduce_Sum_bf16_*`); sum, avg (`ncclAvg`), max, min and prod.
 //! Data movement moves the recorded bytes as `ncclUint8`.
 //!
 //! Three steps, so that nothing but the pacing wait lies between two
@@ -56,6 +56,8 @@ fn nccl_op(op: ReduceOp) -> c_int {
         ReduceOp::Sum => sys::NCCL_SUM,
         ReduceOp::Avg => sys::NCCL_AVG,
         ReduceOp::Max => sys::NCCL_MAX,
+        ReduceOp::Prod => sys::NCCL_PROD,
+        ReduceOp::Min => sys::NCCL_MIN,
     }
 }
 
@@ -411,22 +413,36 @@ impl CudaTraceExec {
         Ok(host)
     }
 
+    /// Read back prepared collective `i` (`c`, run with `op`) and count what
+    /// is wrong, as [`cpu_exec::CpuTraceExec::count_wrong`] does.
+    pub fn count_wrong(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(u64, Option<String>)> {
+        let slot = self.slots.get(i).context("collective not prepared")?;
+        self.wrong_in(c, slot, op)
+    }
+
     fn verify_one(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<()> {
+        match self.wrong_in(c, slot, op)? {
+            (0, _) => Ok(()),
+            (_, first) => bail!("--check: {} #{} on group {:?} ({:?}): {}", c.kind.name(), c.seq, c.group, c.dtype, first.unwrap_or_default()),
+        }
+    }
+
+    fn wrong_in(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<(u64, Option<String>)> {
         let (members, me) = self.group_of(c)?;
         let n = members.len();
-        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({:?}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        let mut tally = cpu_exec::Tally::default();
         match c.kind {
             TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
                 if c.kind == TraceKind::Reduce && root_local != Some(me) {
-                    return Ok(());
+                    return Ok((0, None));
                 }
                 let out = decode(c.dtype, &self.download(slot)?);
                 let offset = if c.kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
                 for (i, &got) in out.iter().enumerate() {
                     let want = cpu_exec::expected_reduction(c.dtype, members, offset + i, op);
                     if got != want {
-                        return fail(format!("element {i} is {got}, expected {want}"));
+                        tally.add(|| format!("element {i} is {got}, expected {want}"));
                     }
                 }
             }
@@ -434,35 +450,35 @@ impl CudaTraceExec {
                 let out = self.download(slot)?;
                 let b = out.len() / n;
                 for (j, &src) in members.iter().enumerate() {
-                    if let Some(i) = (0..b).find(|&i| out[j * b + i] != cpu_exec::payload(src, u32::MAX, i)) {
-                        return fail(format!("byte {i} of rank {src}'s block is wrong"));
+                    for i in (0..b).filter(|&i| out[j * b + i] != cpu_exec::payload(src, u32::MAX, i)) {
+                        tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
                     }
                 }
             }
             TraceKind::Broadcast => {
                 let root = c.root.context("broadcast without a root")?;
                 let out = self.download(slot)?;
-                if let Some(i) = (0..out.len()).find(|&i| out[i] != cpu_exec::payload(root, u32::MAX, i)) {
-                    return fail(format!("byte {i} differs from root {root}'s"));
+                for i in (0..out.len()).filter(|&i| out[i] != cpu_exec::payload(root, u32::MAX, i)) {
+                    tally.add(|| format!("byte {i} differs from root {root}'s"));
                 }
             }
             TraceKind::AllToAll => {
                 let out = self.download(slot)?;
-                if let Some((i, src)) = AllToAllLayout::of(c, n)?.first_wrong(&out, self.rank, members) {
-                    return fail(format!("byte {i} from rank {src} is wrong"));
+                for (i, src) in AllToAllLayout::of(c, n)?.wrong(&out, self.rank, members) {
+                    tally.add(|| format!("byte {i} from rank {src} is wrong"));
                 }
             }
             TraceKind::Recv => {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let out = self.download(slot)?;
-                if let Some(i) = (0..out.len()).find(|&i| out[i] != cpu_exec::payload(peer, self.rank, i)) {
-                    return fail(format!("byte {i} from rank {peer} is wrong"));
+                for i in (0..out.len()).filter(|&i| out[i] != cpu_exec::payload(peer, self.rank, i)) {
+                    tally.add(|| format!("byte {i} from rank {peer} is wrong"));
                 }
             }
             // a send's result is checked at its receiver; a barrier has none
             TraceKind::Send | TraceKind::Barrier => {}
         }
-        Ok(())
+        Ok((tally.wrong, tally.first))
     }
 }
 

@@ -44,17 +44,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Reduction applied by reducing collectives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ReduceOp {
-    /// Sum.
-    Sum,
-    /// Average (sum, then divided by the group size).
-    Avg,
-    /// Maximum.
-    Max,
-}
+pub use crate::core::workload::ReduceOp;
 
 /// How collectives are paced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -470,7 +460,13 @@ impl CpuTraceExec {
         let t0;
         match (&mut slot.bufs, c.kind) {
             (Bufs::Reduce { send, out }, kind) => {
-                let mpi_op = if op == ReduceOp::Max { SystemOperation::max() } else { SystemOperation::sum() };
+                // avg has no MPI operation: it runs as a sum, divided by the group size when checked
+                let mpi_op = match op {
+                    ReduceOp::Max => SystemOperation::max(),
+                    ReduceOp::Min => SystemOperation::min(),
+                    ReduceOp::Prod => SystemOperation::product(),
+                    ReduceOp::Sum | ReduceOp::Avg => SystemOperation::sum(),
+                };
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
                 before_issue();
                 t0 = Instant::now();
@@ -560,10 +556,27 @@ impl CpuTraceExec {
         self.verify_one(c, slot, op)
     }
 
+    /// Validate prepared collective `i` (`c`) right after it ran with `op`
+    /// and count what is wrong, as nccl-tests' `#wrong` does: the elements
+    /// (reductions) or bytes (data movement) that differ, and the first of
+    /// them described; `(0, None)` where the result is right or lands
+    /// elsewhere (a send's, a barrier's, a reduce's off the root).
+    pub fn count_wrong(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(u64, Option<String>)> {
+        let slot = self.slots.get(i).context("collective not prepared")?;
+        self.wrong_in(c, slot, op)
+    }
+
     fn verify_one(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> Result<()> {
+        match self.wrong_in(c, slot, op)? {
+            (0, _) => Ok(()),
+            (_, first) => bail!("--check: {} #{} on group {:?} ({}): {}", c.kind.name(), c.seq, c.group, c.dtype, first.unwrap_or_default()),
+        }
+    }
+
+    fn wrong_in(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> Result<(u64, Option<String>)> {
         let (members, comm) = self.group_of(c)?;
         let (n, me) = (members.len(), comm.rank() as usize);
-        let fail = |what: String| -> Result<()> { bail!("--check: {} #{} on group {:?} ({}): {what}", c.kind.name(), c.seq, c.group, c.dtype) };
+        let mut tally = Tally::default();
         let spoil = |mut v: Vec<u8>| {
             if self.corrupt {
                 if let Some(b) = v.first_mut() {
@@ -576,7 +589,7 @@ impl CpuTraceExec {
             (Bufs::Reduce { out, .. }, kind) => {
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
                 if kind == TraceKind::Reduce && root_local != Some(me) {
-                    return Ok(());
+                    return Ok((0, None));
                 }
                 // what the library would hand back in the dtype: the mean for avg, rounded
                 let mut got: Vec<f32> = out.iter().map(|&x| round_to(c.dtype, if op == ReduceOp::Avg { x / n as f32 } else { x })).collect();
@@ -587,7 +600,7 @@ impl CpuTraceExec {
                 for (i, &g) in got.iter().enumerate() {
                     let want = expected_reduction(c.dtype, members, offset + i, op);
                     if g != want {
-                        return fail(format!("element {i} is {g}, expected {want}"));
+                        tally.add(|| format!("element {i} is {g}, expected {want}"));
                     }
                 }
             }
@@ -595,35 +608,54 @@ impl CpuTraceExec {
                 let out = spoil(out.clone());
                 let b = out.len() / n.max(1);
                 for (j, &src) in members.iter().enumerate() {
-                    if let Some(i) = (0..b).find(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
-                        return fail(format!("byte {i} of rank {src}'s block is wrong"));
+                    for i in (0..b).filter(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
+                        tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
                     }
                 }
             }
             (Bufs::Bytes { out, .. }, TraceKind::Broadcast) => {
                 let root = c.root.context("broadcast without a root")?;
                 let out = spoil(out.clone());
-                if let Some(i) = (0..out.len()).find(|&i| out[i] != payload(root, u32::MAX, i)) {
-                    return fail(format!("byte {i} differs from root {root}'s"));
+                for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
+                    tally.add(|| format!("byte {i} differs from root {root}'s"));
                 }
             }
             (Bufs::Bytes { out, .. }, TraceKind::Recv) => {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let out = spoil(out.clone());
-                if let Some(i) = (0..out.len()).find(|&i| out[i] != payload(peer, self.rank, i)) {
-                    return fail(format!("byte {i} from rank {peer} is wrong"));
+                for i in (0..out.len()).filter(|&i| out[i] != payload(peer, self.rank, i)) {
+                    tally.add(|| format!("byte {i} from rank {peer} is wrong"));
                 }
             }
             (Bufs::AllToAll { out, layout, .. }, _) => {
                 let out = spoil(out.clone());
-                if let Some((i, src)) = layout.first_wrong(&out, self.rank, members) {
-                    return fail(format!("byte {i} from rank {src} is wrong"));
+                for (i, src) in layout.wrong(&out, self.rank, members) {
+                    tally.add(|| format!("byte {i} from rank {src} is wrong"));
                 }
             }
             // a send's result is checked at its receiver; a barrier has none
             _ => {}
         }
-        Ok(())
+        Ok((tally.wrong, tally.first))
+    }
+}
+
+/// Wrong elements found by a check, and the first of them described.
+#[derive(Default)]
+pub struct Tally {
+    /// How many.
+    pub wrong: u64,
+    /// The first, described.
+    pub first: Option<String>,
+}
+
+impl Tally {
+    /// Count one more; describe it if it is the first.
+    pub fn add(&mut self, describe: impl FnOnce() -> String) {
+        self.wrong += 1;
+        if self.first.is_none() {
+            self.first = Some(describe());
+        }
     }
 }
 
@@ -665,7 +697,15 @@ impl AllToAllLayout {
 
     /// The first byte `rank` received wrong: (byte within its block, source member).
     pub fn first_wrong(&self, out: &[u8], rank: u32, members: &[u32]) -> Option<(usize, u32)> {
-        members.iter().enumerate().find_map(|(j, &src)| (0..self.recv_bytes[j]).find(|&i| out[self.recv_at[j] + i] != payload(src, rank, i)).map(|i| (i, src)))
+        self.wrong(out, rank, members).next()
+    }
+
+    /// Every byte `rank` received wrong, in order: (byte within its block, source member).
+    pub fn wrong<'a>(&'a self, out: &'a [u8], rank: u32, members: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
+        members
+            .iter()
+            .enumerate()
+            .flat_map(move |(j, &src)| (0..self.recv_bytes[j]).filter(move |&i| out[self.recv_at[j] + i] != payload(src, rank, i)).map(move |i| (i, src)))
     }
 }
 
@@ -676,6 +716,8 @@ pub fn expected_reduction(dtype: TraceDtype, members: &[u32], i: usize, op: Redu
         ReduceOp::Sum => vals.sum::<f32>(),
         ReduceOp::Avg => vals.sum::<f32>() / members.len() as f32,
         ReduceOp::Max => vals.fold(f32::MIN, f32::max),
+        ReduceOp::Min => vals.fold(f32::MAX, f32::min),
+        ReduceOp::Prod => vals.product::<f32>(),
     };
     round_to(dtype, want)
 }

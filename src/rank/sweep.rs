@@ -1,0 +1,362 @@
+//! The isolated phase's sweep of one collective kind, as nccl-tests'
+//! `*_perf` programs run it (`rank --phases isolated --collective KIND`).
+//!
+//! The sum all-reduce runs on the backend's own path
+//! ([`crate::rank::phases`]: back to back on GPUs, as `all_reduce_perf`).
+//! Every other kind, and an all-reduce with another `--op`, runs through
+//! `replay-trace`'s executors ([`crate::evidence::commtrace::cpu_exec`] on
+//! MPI, [`crate::backend::cuda::trace_exec`] on NCCL): one in-memory trace
+//! of one collective per size on a world group of its own, each iteration
+//! timed on the host from the call until its result is in place (a blocking
+//! MPI call; the NCCL call and a stream synchronization), so per-iteration
+//! times on GPUs include one launch and one synchronization that
+//! nccl-tests' loop of `-n` back-to-back launches spreads over the loop.
+//! Sizes follow nccl-tests ([`SweepKind`]: all-gather's size is the
+//! gathered buffer; split kinds round down to a multiple of the rank
+//! count); results are checked as `replay-trace --check` checks them, and
+//! every wrong element is counted (nccl-tests' `#wrong`).
+//!
+//! Refuses, before any collective: `--collective` or `--op` without the
+//! isolated phase; a reduction on a kind that has none; `avg` on the cpu
+//! backend (MPI has no average: an MPI "avg" would be a sum); `--graph`;
+//! a size with no whole element per rank; and a `--check` whose expected
+//! values would not be exact in the element type for this many ranks (so
+//! `#wrong` can only count real faults).
+//!
+//! `-J FILE` writes the table as JSON in the spirit of nccl-tests' `-J`
+//! (its `src/util.cu`: config, one result per size with size, count, type,
+//! redop, root, time, algbw, busbw, #wrong, and the average bus bandwidth),
+//! with units in the field names ([`SweepReport`], schema `rank-sweep`).
+use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
+use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype, TraceKind};
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+/// Name of the process group the executor's sweep runs on (every rank).
+pub const SWEEP_GROUP_NAME: &str = "isolated-sweep";
+
+/// Version of [`SweepReport`].
+pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 1;
+
+fn bad(msg: String) -> anyhow::Error {
+    crate::core::refusal::refuse(crate::core::refusal::Code::BadArgument, msg)
+}
+
+/// The sweep's own refusals that need no world size: a kind or reduction
+/// without the isolated phase, a reduction on a kind without one, `avg` on
+/// the cpu backend, graph mode on the executor's path.
+pub fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard::BackendKind, op_given: bool) -> Result<()> {
+    let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
+    if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::AllReduce || op_given) {
+        return Err(bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()));
+    }
+    if op_given && !kind.reduces() {
+        return Err(bad(format!("--op: {kind} has no reduction (nccl-tests prints redop none for it); leave out --op")));
+    }
+    if op == ReduceOp::Avg && backend == crate::evidence::shard::BackendKind::Cpu {
+        return Err(bad(
+            "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on the cuda backend (ncclAvg, NCCL 2.10 or later)".into(),
+        ));
+    }
+    if spec.graph && spec.phases.contains(&Phase::Isolated) && spec.sweep_uses_executor() {
+        return Err(bad(format!("--graph captures the sum all-reduce only; the {kind} sweep ({} reduction) runs without it", op.name())));
+    }
+    Ok(())
+}
+
+/// Largest integer every value of `dtype` up to which is exact (2^24 for
+/// f32, 2^8 for bf16: their significands' bits).
+fn exact_integers(dtype: Dtype) -> u128 {
+    match dtype {
+        Dtype::F32 => 1 << 24,
+        Dtype::Bf16 => 1 << 8,
+    }
+}
+
+/// The refusals that need the world size `n`: a size with no whole element
+/// per rank (naming the smallest `-b` that has one), and a `--check` whose
+/// expected values are not exact in the element type whatever order the
+/// library reduces in. The executors' contributions are `(r + 1) + (i mod
+/// 3)`, at most `r + 3` on rank r; a sum's partial sums are at most
+/// `sum(r + 3)` and a product's at most `prod(r + 3)`; both are integers, exact
+/// while they stay within [`exact_integers`]. An average is exact where `1/n`
+/// is (n a power of two: NCCL may scale each input before summing). Min and
+/// max are exact.
+pub fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
+    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
+        return Ok(());
+    }
+    let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
+    let e = dtype.size_bytes();
+    for &b in spec.isolated_sizes() {
+        if kind.count(b, e, n).is_none() {
+            let least = if kind.splits() { e * n as u64 } else { e };
+            return Err(bad(format!(
+                "--collective {kind} over {n} ranks: a size of {b} bytes leaves no whole {} element per rank (nccl-tests rounds the count down to a multiple of the ranks); pass -b {least} or more",
+                dtype.name()
+            )));
+        }
+    }
+    if spec.check == 0 || !kind.reduces() {
+        return Ok(());
+    }
+    let limit = exact_integers(dtype);
+    let largest = (0..n as u128).map(|r| r + 3);
+    let sum = largest.clone().fold(0u128, u128::saturating_add);
+    let product = largest.fold(1u128, u128::saturating_mul);
+    let (exact, why) = match op {
+        ReduceOp::Sum => (sum <= limit, "its sums"),
+        ReduceOp::Prod => (product <= limit, "its products"),
+        ReduceOp::Avg => (n.is_power_of_two() && sum <= limit, "its averages"),
+        ReduceOp::Min | ReduceOp::Max => (true, ""),
+    };
+    if !exact {
+        return Err(bad(format!(
+            "--check with --collective {kind} --op {} over {n} ranks in {}: {why} of the check's values are not exact in {} whatever order the library reduces in, so #wrong could count rounding; pass --check 0, fewer ranks{}",
+            op.name(),
+            dtype.name(),
+            dtype.name(),
+            if dtype == Dtype::Bf16 { ", or --dtype f32" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
+fn trace_kind(kind: SweepKind) -> TraceKind {
+    match kind {
+        SweepKind::AllReduce => TraceKind::AllReduce,
+        SweepKind::AllGather => TraceKind::AllGather,
+        SweepKind::ReduceScatter => TraceKind::ReduceScatter,
+        SweepKind::Broadcast => TraceKind::Broadcast,
+        SweepKind::Reduce => TraceKind::Reduce,
+        SweepKind::AllToAll => TraceKind::AllToAll,
+    }
+}
+
+/// The executor's trace of the sweep over `n` ranks (never written: the
+/// executors read only its world size and groups) and one collective per
+/// size, in size order, with nccl-tests' counts ([`SweepKind::count`]).
+pub fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<TraceCollective>)> {
+    check_world(spec, n)?;
+    let kind = spec.sweep_kind();
+    let dtype = match spec.dtype {
+        Dtype::F32 => TraceDtype::F32,
+        Dtype::Bf16 => TraceDtype::Bf16,
+    };
+    let e = spec.dtype.size_bytes();
+    let mut colls = Vec::with_capacity(spec.isolated_sizes().len());
+    for (i, &b) in spec.isolated_sizes().iter().enumerate() {
+        let count = kind.count(b, e, n).expect("check_world refused sizes without a whole element per rank");
+        let per = count / n as u64;
+        let elems = match kind {
+            SweepKind::AllGather => (per, count),
+            SweepKind::ReduceScatter => (count, per),
+            _ => (count, count),
+        };
+        let mut c = TraceCollective::new(trace_kind(kind), kind.name(), SWEEP_GROUP_NAME, dtype, elems, (None, None), (kind.root(), None));
+        c.seq = i as u64;
+        colls.push(c);
+    }
+    let trace = CommTrace {
+        format_version: commtrace::COMM_TRACE_FORMAT_VERSION,
+        source: commtrace::TraceSource {
+            kind: commtrace::SourceKind::Synthetic,
+            schema: Some(format!("rank --phases isolated --collective {kind}")),
+            nccl_version: None,
+            files: Vec::new(),
+        },
+        world_size: n,
+        clock: commtrace::TraceClock {
+            domain: commtrace::ClockDomain::HostPerRank,
+            aligned_across_ranks: false,
+            note: "an isolated sweep: no recorded times".into(),
+        },
+        unknown: Vec::new(),
+        groups: vec![commtrace::TraceGroup { name: SWEEP_GROUP_NAME.into(), desc: Some("every rank, in rank order".into()), members: (0..n).collect() }],
+        ranks: Vec::new(),
+    };
+    Ok((trace, colls))
+}
+
+/// `rank -J FILE`: the isolated sweep's table as JSON, in the spirit of
+/// nccl-tests' `-J` output (one object; its `config`, `results` and
+/// `average_bus_bandwidth`), with units in the names.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepReport {
+    /// [`SWEEP_REPORT_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// The run the table comes from (verify it with `commcanary join RUN_DIR`).
+    pub run_id: String,
+    /// The collective swept.
+    pub collective: SweepKind,
+    /// Backend.
+    pub backend: crate::evidence::shard::BackendKind,
+    /// Ranks.
+    pub world_size: u32,
+    /// The command line of rank 0.
+    pub args: Vec<String>,
+    /// What was asked.
+    pub config: SweepConfig,
+    /// One row per size, in size order.
+    pub results: Vec<SweepRow>,
+    /// Wrong elements over every checked size and rank (nccl-tests' "Out of
+    /// bounds values"); absent when no size was checked.
+    pub wrong_elements_total: Option<u64>,
+    /// Arithmetic mean of `bus_bw_gbps` over the sizes, GB/s (nccl-tests' "Avg bus bandwidth").
+    pub average_bus_bandwidth_gbps: f64,
+    /// Run start and end, Unix ms (rank 0's clock).
+    pub started_unix_ms: u64,
+    /// End of the run.
+    pub finished_unix_ms: u64,
+}
+
+/// The sweep's settings (nccl-tests' `config`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepConfig {
+    /// Sizes run, bytes, in order.
+    pub sizes_bytes: Vec<u64>,
+    /// Warm-up iterations per size.
+    pub warmup_iters: u32,
+    /// Timed iterations per size.
+    pub iterations: u32,
+    /// Checked iterations per size (`-c`).
+    pub validation: u32,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Reduction of a reducing kind; absent for the others (nccl-tests' redop `none`).
+    pub redop: Option<ReduceOp>,
+    /// What the times measure: `device-events` (the sum all-reduce on GPUs)
+    /// or `host-issue-to-wait-return`.
+    pub time_source: crate::evidence::join::CompletionSource,
+}
+
+/// One size (nccl-tests' result line).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepRow {
+    /// nccl-tests' size, bytes ([`SweepKind`]'s convention).
+    pub size_bytes: u64,
+    /// Elements of that size.
+    pub count: u64,
+    /// Element type.
+    #[serde(rename = "type")]
+    pub dtype: Dtype,
+    /// Reduction, or `none`.
+    pub redop: String,
+    /// Root rank, or -1 for kinds without one.
+    pub root: i64,
+    /// Mean time per iteration (mean over ranks of each rank's mean), µs.
+    pub time_us: f64,
+    /// size / time, GB/s.
+    pub alg_bw_gbps: f64,
+    /// alg_bw x the kind's factor, GB/s.
+    pub bus_bw_gbps: f64,
+    /// The factor ([`SweepKind::busbw_factor`]).
+    pub bus_bw_factor: f64,
+    /// Wrong elements found by this size's checks over every rank; absent when unchecked.
+    pub nwrong: Option<u64>,
+    /// Timed iterations.
+    pub actual_iterations: u64,
+    /// Median per-iteration time (largest over ranks), µs.
+    pub p50_us: f64,
+    /// 99th percentile (nearest rank) of the same, µs.
+    pub p99_us: f64,
+}
+
+/// The report of joined run `j`, from its isolated rows.
+pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::join::IsolatedSizeRow]) -> SweepReport {
+    let spec = &j.run.workload;
+    let kind = spec.sweep_kind();
+    let results: Vec<SweepRow> = rows
+        .iter()
+        .map(|r| SweepRow {
+            size_bytes: r.bytes,
+            count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
+            dtype: r.dtype.unwrap_or(spec.dtype),
+            redop: r.redop.clone().unwrap_or_else(|| "none".into()),
+            root: r.root.map_or(-1, i64::from),
+            time_us: r.time_us,
+            alg_bw_gbps: r.algbw_gbps,
+            bus_bw_gbps: r.busbw_gbps,
+            bus_bw_factor: kind.busbw_factor(j.run.world_size),
+            nwrong: r.wrong_elements,
+            actual_iterations: r.iterations,
+            p50_us: r.p50_us,
+            p99_us: r.p99_us,
+        })
+        .collect();
+    let checked: Vec<u64> = results.iter().filter_map(|r| r.nwrong).collect();
+    SweepReport {
+        format_version: SWEEP_REPORT_FORMAT_VERSION,
+        run_id: j.run.run_id.clone(),
+        collective: kind,
+        backend: j.run.backend,
+        world_size: j.run.world_size,
+        args: j.run.argv.clone(),
+        config: SweepConfig {
+            sizes_bytes: results.iter().map(|r| r.size_bytes).collect(),
+            warmup_iters: spec.warmup_iters,
+            iterations: spec.iters,
+            validation: spec.check,
+            dtype: spec.dtype,
+            redop: kind.reduces().then(|| spec.sweep_op()),
+            time_source: rows.first().map_or(crate::evidence::join::CompletionSource::HostIssueToWaitReturn, |r| r.source),
+        },
+        average_bus_bandwidth_gbps: if results.is_empty() { 0.0 } else { results.iter().map(|r| r.bus_bw_gbps).sum::<f64>() / results.len() as f64 },
+        wrong_elements_total: (!checked.is_empty()).then(|| checked.iter().sum()),
+        results,
+        started_unix_ms: j.run.started_unix_ms,
+        finished_unix_ms: j.run.finished_unix_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: SweepKind, op: ReduceOp, dtype: Dtype, sizes: Vec<u64>) -> WorkloadSpec {
+        let mut s = WorkloadSpec::isolated_only(8, 1, crate::core::workload::GemmShape { m: 1, n: 1, k: 1 });
+        s.isolated_sizes_bytes = sizes;
+        s.isolated_collective = Some(kind);
+        s.isolated_op = Some(op);
+        s.dtype = dtype;
+        s.check = 1;
+        s
+    }
+
+    #[test]
+    fn collectives_follow_nccl_tests_counts() {
+        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8, 32, 40]);
+        let (t, c) = sweep_collectives(&s, 2).unwrap();
+        assert_eq!(t.groups[0].members, vec![0, 1]);
+        // all-gather: the size is the gathered buffer; each rank sends half
+        assert_eq!(c.iter().map(|c| (c.in_elems, c.out_elems)).collect::<Vec<_>>(), vec![(1, 2), (4, 8), (5, 10)]);
+        let s = spec(SweepKind::ReduceScatter, ReduceOp::Max, Dtype::F32, vec![40]);
+        let (_, c) = sweep_collectives(&s, 4).unwrap();
+        // 10 elements round down to 8 over 4 ranks: 2 per rank
+        assert_eq!((c[0].in_elems, c[0].out_elems), (8, 2));
+        let s = spec(SweepKind::Broadcast, ReduceOp::Sum, Dtype::F32, vec![8]);
+        assert_eq!(sweep_collectives(&s, 3).unwrap().1[0].root, Some(0));
+    }
+
+    #[test]
+    fn refusals_name_the_fix() {
+        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8]);
+        let e = check_world(&s, 3).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_ARGUMENT]") && e.contains("pass -b 12 or more"), "{e}");
+        // products of up to 4 ranks' contributions: 3 x 4 x 5 x 6 = 360 > 256 in bf16
+        let s = spec(SweepKind::AllReduce, ReduceOp::Prod, Dtype::Bf16, vec![8]);
+        assert!(check_world(&s, 3).is_ok());
+        let e = check_world(&s, 4).unwrap_err().to_string();
+        assert!(e.contains("--dtype f32"), "{e}");
+        let s = spec(SweepKind::AllReduce, ReduceOp::Avg, Dtype::F32, vec![8]);
+        assert!(check_world(&s, 4).is_ok() && check_world(&s, 3).is_err());
+        let s = spec(SweepKind::Reduce, ReduceOp::Min, Dtype::Bf16, vec![8]);
+        assert!(check_world(&s, 1000).is_ok());
+        let s = spec(SweepKind::AllReduce, ReduceOp::Avg, Dtype::F32, vec![8]);
+        let e = check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string();
+        assert!(e.contains("MPI has no average"), "{e}");
+        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8]);
+        assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string().contains("has no reduction"));
+        assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, false).is_ok());
+    }
+}
