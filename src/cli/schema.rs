@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 24] = [
+pub const SCHEMAS: [(&str, &str); 25] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
