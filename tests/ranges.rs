@@ -167,6 +167,9 @@ fn a_trace_gap_of_days_is_refused_not_slept() {
 /// `commcanary::core::ranges::RANGES` (issue 13 item 8: a future flag cannot be
 /// forgotten).
 const NON_NUMERIC: &[(&str, &str)] = &[
+    ("rank", "--collective"),
+    ("rank", "--op"),
+    ("rank", "--json"),
     ("import run", "<run_dir>"),
     ("import run", "--phase"),
     ("import run", "--out"),
