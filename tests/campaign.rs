@@ -375,8 +375,6 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     for (i, (from, to, needle)) in [
         ("phases = \"replay,fill\"", "phases = \"isolated\"", "has none of them"),
         ("extra_args = [", "extra_args = [\"--trace\", \"x.jsonl\", ", "name the trace once"),
-        // what every job would refuse is refused at plan: the fixture's other kinds on the cuda backend
-        ("backend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 5\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n[workload]\nphases = \"replay,fill\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\ntrace = \"tp2.comm.json\"\nextra_args = [\"--trace-allreduce-only\", ", "backend = \"cuda\"\nranks = 2\nrepetitions = 2\nseed = 5\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n[workload]\nphases = \"replay,fill\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\ntrace = \"tp2.comm.json\"\nextra_args = [", "--trace-allreduce-only"),
     ]
     .into_iter()
     .enumerate()

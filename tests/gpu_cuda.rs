@@ -595,3 +595,49 @@ fn cuda_fill_and_overlap_run_as_graphs_from_a_trace() {
     );
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("paces collectives by host time"));
 }
+
+/// Trace phases on the GPU walk every kind of the trace (issue 29 item 3):
+/// without `--trace-allreduce-only` the one-rank fixture's broadcast runs
+/// through the NCCL trace executor beside the 32 all-reduces, is checked, and
+/// nothing is left out of a pass.
+#[test]
+fn cuda_trace_phases_run_every_kind_of_the_trace() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let t = fixture_trace(d.path(), 1);
+    let run = run_rank_with(
+        1,
+        &d.path().join("k"),
+        &[
+            "--backend",
+            "cuda",
+            "--phases",
+            "replay",
+            "--trace",
+            t.to_str().unwrap(),
+            "--dtype",
+            "bf16",
+            "--tokens",
+            "3",
+            "--warmup-tokens",
+            "1",
+            "--check",
+            "1",
+        ],
+    );
+    let s = join_json(&run);
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains("broadcast"), "the broadcast ran and was joined: {text}");
+    let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+    let pr = shard.header.phases.iter().find(|r| r.phase == commcanary::core::workload::Phase::Replay).unwrap();
+    match pr.trace.as_ref() {
+        Some(commcanary::evidence::shard::TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
+            assert_eq!((*collectives_per_pass, *left_out_per_pass), (33, 0), "32 all-reduces and the broadcast, nothing left out");
+            let b = kinds.iter().find(|k| serde_json::to_value(k.kind).unwrap() == "broadcast").expect("the broadcast is counted");
+            assert_eq!((b.run_per_pass, b.left_out_per_pass), (1, 0));
+        }
+        other => panic!("the replay phase walked the imported trace: {other:?}"),
+    }
+}

@@ -212,8 +212,6 @@ pub fn verify(
         c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
     }
     let variants: Vec<String> = std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
-    let needs_allreduce_only = o.backend.as_deref().unwrap_or(spec_in.backend.as_str()) == "cuda"
-        && t.ranks.iter().flat_map(|r| &r.collectives).any(|c| c.kind != crate::evidence::commtrace::TraceKind::AllReduce);
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
     if let Some(b) = &o.backend {
@@ -230,9 +228,6 @@ pub fn verify(
     spec.workload.trace = None;
     spec.workload.extra_args.retain(|a| !a.starts_with("--trace"));
     spec.workload.extra_args.extend(["--warmup-tokens".to_string(), "1".to_string()]);
-    if needs_allreduce_only {
-        spec.workload.extra_args.push("--trace-allreduce-only".into());
-    }
     // the phases' world all-reduces run in the trace's element type
     let world: Vec<u32> = (0..t.world_size).collect();
     let ar_dtype = t

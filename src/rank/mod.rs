@@ -648,17 +648,6 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
             );
         }
     }
-    if plan.backend == BackendKind::Cuda {
-        if let (Some(ops), Some(p)) = (file_trace.as_ref().and_then(|t| t.ops.as_ref()), &args.trace) {
-            let kinds: std::collections::BTreeSet<&str> = ops.colls.iter().map(|c| c.kind.name()).collect();
-            crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
-                "--trace {}: rank {rank} has collectives other than world all-reduces ({}); the cuda backend runs only those in rank's phases: pass --trace-allreduce-only (the others are left out and counted), or run every kind with replay-trace --backend cuda",
-                p.display(),
-                kinds.into_iter().collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
     // the run directory is made only once the trace is known good: a refusal leaves nothing behind
     let (run_id, dir) = broadcast_run_dir(world, args)?;
     let cx = RankContext {
