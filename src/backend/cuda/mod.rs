@@ -530,7 +530,8 @@ impl CudaBackend {
         let mut b = Self {
             trace_exec: None,
             exec_world: world.duplicate(),
-            exec_nccl_path: nccl_path.to_path_buf(),
+            // the file this process mapped, not the name asked for: a bare name is resolved once, here
+            exec_nccl_path: std::path::PathBuf::from(&obs.canonical_path),
             exec_ordinal: ordinal as u32,
             comm,
             blas,
