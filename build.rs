@@ -19,9 +19,15 @@ fn main() {
     };
     println!("cargo:rustc-env=COMMCANARY_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=COMMCANARY_GIT_DIRTY={dirty}");
-    for p in [".git/HEAD", ".git/index", ".git/refs/heads"] {
-        if std::path::Path::new(p).exists() {
-            println!("cargo:rerun-if-changed={p}");
+    // Where git keeps them: in a linked worktree (`git worktree add`) `.git` is a
+    // file, HEAD and index live under the main repository's .git/worktrees/NAME
+    // and the refs in its common directory; `.git/HEAD` would not exist there,
+    // and the commit stamped at the first build would never be refreshed.
+    for p in ["HEAD", "index", "refs/heads", "packed-refs"] {
+        if let Some(path) = git(&["rev-parse", "--git-path", p]) {
+            if std::path::Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
         }
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -249,6 +249,17 @@ fn replanned_campaigns_and_torn_appends() {
     std::fs::write(t3.join("attempts.jsonl"), recs.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
     let o = cc(&["campaign", "verify", t3.to_str().unwrap()]);
     assert_refused(&o, "OVERLAPPING_ATTEMPTS");
+    // issue 27: under srun, exec's host is not where the ranks ran (exec --resume on a
+    // login node, an array task's exec on the allocation's first node): two execs on
+    // different hosts whose ranks ran on one node at once still overlap there
+    recs[0]["host"] = "login-node".into();
+    recs[1]["host"] = "compute-node-1".into();
+    std::fs::write(t3.join("attempts.jsonl"), recs.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+    let o = cc(&["campaign", "verify", t3.to_str().unwrap()]);
+    assert_refused(&o, "OVERLAPPING_ATTEMPTS");
+    let rank_host = recs[0]["shards"][0]["host"].as_str().unwrap().to_string();
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr_of(&o));
+    assert!(said.contains(&format!("on the same host ({rank_host})")), "names the ranks' host: {said}");
 }
 
 /// Item 2: a second exec on a locked campaign is refused by name; select and archive too.

@@ -227,13 +227,6 @@ fn flock_wait(path: &Path, what: &str) -> Result<std::fs::File> {
     }
 }
 
-/// Another attempt that ran on `a`'s host while `a` ran: their timings contaminate each other.
-fn overlapping<'a>(a: &AttemptRecord, attempts: &'a [AttemptRecord]) -> Option<&'a AttemptRecord> {
-    attempts
-        .iter()
-        .find(|b| b.attempt_id != a.attempt_id && b.host == a.host && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms)
-}
-
 /// What `exec` writes before it starts a job, so a later `exec` can tell an
 /// interrupted attempt (and a job that outlived its `exec`).
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -893,11 +886,11 @@ fn check_cell(
     if a.status != AttemptStatus::Succeeded {
         return Err(coded(Code::FailedAttempt, format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default())));
     }
-    if let Some(b) = overlapping(a, attempts) {
+    if let Some((b, host)) = overlapping(a, attempts) {
         return Err(coded(
             Code::OverlappingAttempts,
             format!(
-                "attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host: their timings contaminate each other",
+                "attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host ({host}): their timings contaminate each other",
                 a.attempt_id, a.started_unix_ms, a.finished_unix_ms, b.attempt_id, b.started_unix_ms, b.finished_unix_ms
             ),
         ));
@@ -966,6 +959,28 @@ fn check_cell(
         }
     }
     Ok(file_trace)
+}
+
+/// The hosts an attempt used: the one its `exec` ran on and, where its
+/// shards were recorded, every one a rank ran on. With the `srun` launcher
+/// these differ (exec runs on a login node or the allocation's first node,
+/// the ranks on the allocation's nodes), so two attempts started by execs on
+/// different hosts can still have measured on the same nodes at once.
+fn attempt_hosts(a: &AttemptRecord) -> std::collections::BTreeSet<&str> {
+    a.host.iter().map(String::as_str).chain(a.shards.iter().map(|s| s.host.as_str())).collect()
+}
+
+/// Another attempt that overlapped `a` in time on a host both used (see
+/// [`attempt_hosts`]; two records without an exec host count as one host,
+/// as records written before it was kept), with that host.
+fn overlapping<'a>(a: &AttemptRecord, attempts: &'a [AttemptRecord]) -> Option<(&'a AttemptRecord, String)> {
+    let mine = attempt_hosts(a);
+    attempts.iter().filter(|b| b.attempt_id != a.attempt_id && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms).find_map(|b| {
+        if a.host.is_none() && b.host.is_none() {
+            return Some((b, "unrecorded".to_string()));
+        }
+        attempt_hosts(b).intersection(&mine).next().map(|h| (b, h.to_string()))
+    })
 }
 
 /// Of cells that passed, as (cell, configuration label, unfrozen trace file
@@ -1124,6 +1139,39 @@ mod tests {
             identity_sha256: None,
             host: None,
         }
+    }
+
+    /// Issue 27: with the srun launcher exec's host is not where the ranks
+    /// ran; attempts overlapping in time on a node their ranks shared are
+    /// refused even when their execs ran on different hosts.
+    #[test]
+    fn attempts_overlapping_on_a_rank_host_are_found_across_exec_hosts() {
+        let shard =
+            |rank: u32, host: &str| crate::evidence::run::ShardRef { rank, file: String::new(), sha256: String::new(), size_bytes: 0, host: host.into() };
+        let at = |id: &str, exec: Option<&str>, ranks: &[&str], t: (u64, u64)| AttemptRecord {
+            host: exec.map(String::from),
+            shards: ranks.iter().enumerate().map(|(r, h)| shard(r as u32, h)).collect(),
+            started_unix_ms: t.0,
+            finished_unix_ms: t.1,
+            ..rec(id)
+        };
+        // exec --resume on the login node while an array task's exec (on sim-n1) ran a cell on sim-n1..2
+        let on_login = at("r01-x-a2", Some("login"), &["sim-n1", "sim-n1", "sim-n2", "sim-n2"], (100, 200));
+        let in_array = at("r01-x-a1", Some("sim-n1"), &["sim-n1", "sim-n1", "sim-n2", "sim-n2"], (150, 250));
+        let elsewhere = at("r02-y-a1", Some("sim-n3"), &["sim-n3", "sim-n4"], (100, 250));
+        let later = at("r03-z-a1", Some("login"), &["sim-n1", "sim-n2"], (250, 300));
+        let all = [on_login.clone(), in_array.clone(), elsewhere.clone(), later.clone()];
+        let (b, host) = overlapping(&on_login, &all).expect("shared sim-n1 at 150..200 ms");
+        assert_eq!((b.attempt_id.as_str(), host.as_str()), ("r01-x-a1", "sim-n1"));
+        assert_eq!(overlapping(&in_array, &all).map(|x| x.0.attempt_id.clone()), Some("r01-x-a2".into()));
+        assert!(overlapping(&elsewhere, &all).is_none(), "other nodes, other exec hosts");
+        assert!(overlapping(&later, &all).is_none(), "touching ends do not overlap");
+        // a failed attempt without shards still counts by its exec host, as before
+        let failed = at("r04-w-a1", Some("sim-n3"), &[], (120, 130));
+        assert_eq!(overlapping(&failed, &[failed.clone(), elsewhere.clone()]).map(|x| x.1), Some("sim-n3".into()));
+        // records without an exec host (older campaigns) count as one host
+        let (old_a, old_b) = (at("r05-v-a1", None, &[], (0, 10)), at("r05-v-a2", None, &[], (5, 15)));
+        assert!(overlapping(&old_a, &[old_a.clone(), old_b]).is_some());
     }
 
     /// Item 6 of issue 13: `r01-nbc-ring-again-a1` is not an attempt of `r01-nbc-ring`.
