@@ -628,8 +628,9 @@ fn cuda_trace_phases_run_every_kind_of_the_trace() {
         ],
     );
     let s = join_json(&run);
-    let text = serde_json::to_string(&s).unwrap();
-    assert!(text.contains("broadcast"), "the broadcast ran and was joined: {text}");
+    // 33 collectives a token over 3 tokens, the broadcast's 2 MiB among them
+    let p = phase(&s, "replay");
+    assert_eq!((p["collectives_per_rank"].as_u64(), p["sizes_bytes"]["2097152"].as_u64()), (Some(99), Some(3)), "{p}");
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let pr = shard.header.phases.iter().find(|r| r.phase == commcanary::core::workload::Phase::Replay).unwrap();
     match pr.trace.as_ref() {

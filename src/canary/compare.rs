@@ -8,6 +8,8 @@
 //! whose checks all held, and the replay seconds each side needed to reach
 //! the decided relations.
 //!
+//! Tail recall is judged per kind only where both sides hold enough events
+//! for a p99 tail ([`TAIL_MIN_SOURCE_EVENTS`]); below that it is left out.
 //! A maximum is compared at the candidate's own count of collectives (the
 //! source's block maxima, [`max_check`]), since the largest of n draws grows
 //! with n. Tolerances are never tighter than the source's own job-to-job spread:
@@ -169,6 +171,11 @@ impl Stat {
 pub const HIDDEN_SHARE_FLOOR: f64 = 0.05;
 /// Smallest tail-event recall that passes.
 pub const TAIL_RECALL_MIN: f64 = 0.5;
+/// Fewest events of a kind in the source's replays for its tail to be judged
+/// (and half as many in the candidate's): each half of the source's rounds,
+/// and the candidate, then expect at least one event beyond the p99. Below
+/// that the check is left out (unmeasured), not passed or failed on noise.
+pub const TAIL_MIN_SOURCE_EVENTS: usize = 200;
 /// Smallest share of source collectives whose identity the candidate has.
 pub const IDENTITY_COVERAGE_MIN: f64 = 0.99;
 /// Largest difference of one identity's share of collectives.
@@ -427,6 +434,10 @@ pub fn replay_checks(p: &Paired) -> Vec<Check> {
             jobs.iter().flatten().filter(|j| keep(j.round)).flat_map(|j| j.per_kind_us.get(k).cloned().unwrap_or_default()).collect()
         };
         let (s, c) = (pooled(p.source, &|_| true), pooled(p.candidate, &|_| true));
+        // a tail beyond p99 needs events to exist: judged only where each side expects at least one in it
+        if s.len() < TAIL_MIN_SOURCE_EVENTS || c.len() < TAIL_MIN_SOURCE_EVENTS / 2 {
+            continue;
+        }
         let recall_of = |base: &[f64], other: &[f64]| -> Option<f64> {
             let t = quantile(&mut base.to_vec(), 0.99)?;
             // above the p99 where anything is, else at it (a tail of ties)
