@@ -310,18 +310,25 @@ impl Backend for CpuBackend {
         c: &crate::evidence::commtrace::TraceCollective,
         op: crate::evidence::commtrace::cpu_exec::ReduceOp,
         check: bool,
-        corrupt: bool,
-    ) -> BackendResult<Option<super::CheckOutcome>> {
+    ) -> BackendResult<()> {
         let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
         exec.run(i, c, op, check, &mut || {})?;
-        if !check {
-            return Ok(None);
-        }
+        Ok(())
+    }
+
+    fn check_trace_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        corrupt: bool,
+    ) -> BackendResult<super::CheckOutcome> {
+        let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
         exec.corrupt = corrupt;
         let found = exec.count_wrong(i, c, op);
         exec.corrupt = false;
         let (wrong_elements, first_wrong) = found?;
-        Ok(Some(super::CheckOutcome { wrong_elements, first_wrong }))
+        Ok(super::CheckOutcome { wrong_elements, first_wrong })
     }
 
     fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {

@@ -197,19 +197,31 @@ pub trait Backend {
     }
     /// Run prepared trace collective `i` (`c`, any kind, on its group) to
     /// completion on the host, reducing with `op`: the host returns when its
-    /// result is in place. With `check`, validate it afterwards: `Some` counts
-    /// the wrong elements (bytes for data movement) and names the first (with
-    /// `corrupt`, the negative control spoils the result first, so the check
-    /// must fail); `None` when not checked.
+    /// result is in place, so the caller's clock read right after is its end.
+    /// `check` says the result will be checked ([`Backend::check_trace_op`]),
+    /// which is never inside the timed call.
     fn run_trace_op(
         &mut self,
         i: usize,
         c: &crate::evidence::commtrace::TraceCollective,
         op: crate::evidence::commtrace::cpu_exec::ReduceOp,
         check: bool,
+    ) -> BackendResult<()> {
+        let _ = (i, c, op, check);
+        Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
+    }
+    /// Validate the result of trace collective `i` that [`Backend::run_trace_op`]
+    /// just ran with `check`: counts the wrong elements (bytes for data
+    /// movement) and names the first (with `corrupt`, the negative control
+    /// spoils the result first, so the check must fail).
+    fn check_trace_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
         corrupt: bool,
-    ) -> BackendResult<Option<CheckOutcome>> {
-        let _ = (i, c, op, check, corrupt);
+    ) -> BackendResult<CheckOutcome> {
+        let _ = (i, c, op, corrupt);
         Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
     }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
