@@ -103,6 +103,61 @@ impl BackendPlan {
     }
 }
 
+/// `replay-trace`'s executor of one backend (MPI's or NCCL's), as `rank`'s
+/// phases drive it: run a prepared collective to completion, then count the
+/// wrong elements of its result.
+pub trait TraceExecutor {
+    /// Run prepared collective `i` to completion on the host.
+    fn run_op(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        check: bool,
+    ) -> anyhow::Result<()>;
+    /// The wrong elements of its result and the first named (with `corrupt`,
+    /// the result spoiled first: the negative control).
+    fn wrong_after(
+        &mut self,
+        i: usize,
+        c: &crate::evidence::commtrace::TraceCollective,
+        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        corrupt: bool,
+    ) -> anyhow::Result<(u64, Option<String>)>;
+}
+
+/// [`TraceExecutor`] for an executor type with the inherent `run`,
+/// `count_wrong` and `corrupt` of `replay-trace`'s executors (MPI's and NCCL's).
+macro_rules! trace_executor_impl {
+    ($t:ty) => {
+        impl $crate::backend::TraceExecutor for $t {
+            fn run_op(
+                &mut self,
+                i: usize,
+                c: &$crate::evidence::commtrace::TraceCollective,
+                op: $crate::evidence::commtrace::cpu_exec::ReduceOp,
+                check: bool,
+            ) -> anyhow::Result<()> {
+                self.run(i, c, op, check, &mut || {}).map(|_| ())
+            }
+
+            fn wrong_after(
+                &mut self,
+                i: usize,
+                c: &$crate::evidence::commtrace::TraceCollective,
+                op: $crate::evidence::commtrace::cpu_exec::ReduceOp,
+                corrupt: bool,
+            ) -> anyhow::Result<(u64, Option<String>)> {
+                self.corrupt = corrupt;
+                let found = self.count_wrong(i, c, op);
+                self.corrupt = false;
+                found
+            }
+        }
+    };
+}
+pub(crate) use trace_executor_impl;
+
 /// What a backend offers the phase runner.
 pub trait Backend {
     /// Which backend this is.
@@ -195,6 +250,10 @@ pub trait Backend {
             "this backend runs only the world all-reduces of an imported trace in rank's phases: pass --trace-allreduce-only (the other kinds are then left out and counted), or run every kind with replay-trace".into(),
         ))
     }
+    /// The trace executor [`Backend::prepare_trace_ops`] made, if any.
+    fn trace_executor(&mut self) -> Option<&mut dyn TraceExecutor> {
+        None
+    }
     /// Run prepared trace collective `i` (`c`, any kind, on its group) to
     /// completion on the host, reducing with `op`: the host returns when its
     /// result is in place, so the caller's clock read right after is its end.
@@ -207,8 +266,9 @@ pub trait Backend {
         op: crate::evidence::commtrace::cpu_exec::ReduceOp,
         check: bool,
     ) -> BackendResult<()> {
-        let _ = (i, c, op, check);
-        Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
+        let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+        exec.run_op(i, c, op, check)?;
+        Ok(())
     }
     /// Validate the result of trace collective `i` that [`Backend::run_trace_op`]
     /// just ran with `check`: counts the wrong elements (bytes for data
@@ -221,8 +281,9 @@ pub trait Backend {
         op: crate::evidence::commtrace::cpu_exec::ReduceOp,
         corrupt: bool,
     ) -> BackendResult<CheckOutcome> {
-        let _ = (i, c, op, corrupt);
-        Err(BackendError::Misuse("internal: no trace collectives were prepared".into()))
+        let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+        let (wrong_elements, first_wrong) = exec.wrong_after(i, c, op, corrupt)?;
+        Ok(CheckOutcome { wrong_elements, first_wrong })
     }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
     /// into one graph instead of running it. While capturing, no timing is

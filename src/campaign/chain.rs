@@ -151,15 +151,14 @@ pub struct CampaignLock {
     _files: Vec<std::fs::File>,
 }
 
+/// A lock file, created if missing, never truncated.
+fn open_lock(path: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))
+}
+
 fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))?;
+    let f = open_lock(path)?;
     let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
     // SAFETY: flock on a file descriptor we own; no memory is passed.
     if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
@@ -203,13 +202,7 @@ pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<Campa
 /// An exclusive lock, waited for (saying so) when another process holds it.
 fn flock_wait(path: &Path, what: &str) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))?;
+    let f = open_lock(path)?;
     // SAFETY: flock on a file descriptor we own; no memory is passed.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         return Ok(f);

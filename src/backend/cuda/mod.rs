@@ -1365,31 +1365,8 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn run_trace_op(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
-        check: bool,
-    ) -> BackendResult<()> {
-        let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-        exec.run(i, c, op, check, &mut || {})?;
-        Ok(())
-    }
-
-    fn check_trace_op(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
-        corrupt: bool,
-    ) -> BackendResult<super::CheckOutcome> {
-        let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-        exec.corrupt = corrupt;
-        let found = exec.count_wrong(i, c, op);
-        exec.corrupt = false;
-        let (wrong_elements, first_wrong) = found?;
-        Ok(super::CheckOutcome { wrong_elements, first_wrong })
+    fn trace_executor(&mut self) -> Option<&mut dyn super::TraceExecutor> {
+        self.trace_exec.as_mut().map(|e| e as &mut dyn super::TraceExecutor)
     }
 
     fn begin_graph(&mut self) -> BackendResult<()> {
@@ -1444,3 +1421,5 @@ impl Backend for CudaBackend {
         Ok(drv(g.launch(), "cuGraphLaunch")?)
     }
 }
+
+super::trace_executor_impl!(trace_exec::CudaTraceExec);
