@@ -132,16 +132,14 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
 fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     use crate::evidence::commtrace::{export, CommTrace};
     let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
-    let t = CommTrace::read(&a.trace).map_err(&bad_input)?;
+    let (t, input_sha256) = CommTrace::read_with_sha256(&a.trace).map_err(&bad_input)?;
     let mut audit = None;
     let t = if a.redact {
         let (r, transforms) = crate::canary::redact::redact(&t, &crate::canary::redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: false })?;
-        let input = crate::core::fsutil::sha256_file(&a.trace)?;
-        let output = crate::canary::artifact::canonical_sha256(&r)?;
         audit = Some(crate::canary::redact::AuditLog {
             format_version: 1,
-            input_sha256: input,
-            output_sha256: output,
+            input_sha256,
+            output_sha256: crate::canary::artifact::canonical_sha256(&r)?,
             transforms,
             decision_survives: Some(format!(
                 "not re-verified by export; `commcanary canary redact {} -o FILE --configs SPEC` re-verifies the ranking on replays",

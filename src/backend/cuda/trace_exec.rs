@@ -125,15 +125,7 @@ impl CudaTraceExec {
             bail!("{why}");
         }
         let rank = world.rank() as u32;
-        if world.size() as u32 != trace.world_size {
-            crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
-                "the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}",
-                trace.world_size,
-                world.size(),
-                trace.world_size
-            );
-        }
+        trace.check_world_size(world.size() as u32)?;
         let count = drv(CudaContext::device_count(), "cuDeviceGetCount")? as u32;
         let ctx = drv(CudaContext::new((local_rank % count) as usize), "creating the CUDA context")?;
         // SAFETY: one stream; every operation is ordered on it.

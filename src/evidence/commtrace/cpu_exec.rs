@@ -332,15 +332,7 @@ impl CpuTraceExec {
     /// Split `world` into every group of the trace (collective over `world`: every rank calls this).
     pub fn new(world: &SimpleCommunicator, trace: &CommTrace) -> Result<Self> {
         let rank = world.rank() as u32;
-        if world.size() as u32 != trace.world_size {
-            crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
-                "the trace was recorded on {} ranks; this job has {}: run it under mpirun -n {}",
-                trace.world_size,
-                world.size(),
-                trace.world_size
-            );
-        }
+        trace.check_world_size(world.size() as u32)?;
         let mut comms = BTreeMap::new();
         for g in &trace.groups {
             let pos = g.members.iter().position(|&m| m == rank);

@@ -456,8 +456,27 @@ impl CommTrace {
 
     /// Read and check a trace written by `commcanary import`.
     pub fn read(path: &Path) -> Result<Self> {
+        Ok(Self::read_with_sha256(path)?.0)
+    }
+
+    /// [`CommTrace::read`], with the SHA-256 of exactly the bytes decoded.
+    pub fn read_with_sha256(path: &Path) -> Result<(Self, String)> {
         let bytes = crate::core::limits::read_bounded(path, Limits::default().max_json_bytes)?;
-        Self::from_slice(&bytes).with_context(|| path.display().to_string())
+        let t = Self::from_slice(&bytes).with_context(|| path.display().to_string())?;
+        Ok((t, crate::core::fsutil::sha256_hex(&bytes)))
+    }
+
+    /// Refuse a job of another size than the trace was recorded on (`BAD_ARGUMENT`).
+    pub fn check_world_size(&self, world_size: u32) -> Result<()> {
+        if world_size != self.world_size {
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "the trace was recorded on {} ranks; this job has {world_size}: run it under mpirun -n {}",
+                self.world_size,
+                self.world_size
+            );
+        }
+        Ok(())
     }
 
     /// Decode and check.
@@ -1016,8 +1035,8 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
 /// replay ([`crate::evidence::trace::check_replay_gaps`]).
 pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
     let path = trace;
-    let trace = CommTrace::read(trace)?;
-    let trace_sha256 = crate::core::fsutil::sha256_file(path)?;
+    // the header's digest is of exactly the bytes replayed
+    let (trace, trace_sha256) = CommTrace::read_with_sha256(trace)?;
     refuse_existing_replay(out, trace.world_size)?;
     if paced {
         for r in &trace.ranks {
