@@ -48,12 +48,15 @@ pub fn relations_in_first_rounds(p: &PhaseInput, policy: &AnalysisPolicy, rounds
 }
 
 /// The fewest leading rounds (at least 2) from which on `p` decides, at every
-/// later count, the relations `target` names (`None` when even all rounds do not).
-pub fn rounds_to_reach(p: &PhaseInput, policy: &AnalysisPolicy, target: &[Relation]) -> Result<Option<usize>> {
+/// later count, each pair that `target` decides as `target` decides it; a pair
+/// `target` leaves undistinguished constrains nothing (`None` when even all
+/// rounds do not decide them).
+pub fn rounds_to_decide(p: &PhaseInput, policy: &AnalysisPolicy, target: &[Relation]) -> Result<Option<usize>> {
     let n = tables(p)?.table.len();
     let mut first: Option<usize> = None;
     for r in 2..=n {
-        if relations_in_first_rounds(p, policy, r)? == target {
+        let rel = relations_in_first_rounds(p, policy, r)?;
+        if rel.len() == target.len() && rel.iter().zip(target).all(|(a, t)| *t == Relation::NotDistinguished || a == t) {
             first.get_or_insert(r);
         } else {
             first = None;

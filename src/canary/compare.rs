@@ -8,8 +8,12 @@
 //! whose checks all held, and the replay seconds each side needed to reach
 //! the decided relations.
 //!
-//! Tail recall is judged per kind only where both sides hold enough events
-//! for a p99 tail ([`TAIL_MIN_SOURCE_EVENTS`]); below that it is left out.
+//! Tail recall is about the workload's tail, not the machine's: a position of
+//! the pass is slow when its median over the job's passes is (one-off stalls
+//! of a loaded machine drop out), and the tail is what lies beyond Tukey's far
+//! fence of the source's positions ([`tail_recall_check`]). It is judged
+//! only where the source's tail recurs (at least one position per source job
+//! on average); below that it is left out, not passed or failed on noise.
 //! A maximum is compared at the candidate's own count of collectives (the
 //! source's block maxima, [`max_check`]), since the largest of n draws grows
 //! with n. Tolerances are never tighter than the source's own job-to-job spread:
@@ -49,6 +53,9 @@ pub struct JobMeasure {
     pub pass_us: Vec<f64>,
     /// Per kind: each timed collective's latency (the slowest rank's issue to wait return), µs.
     pub per_kind_us: BTreeMap<String, Vec<f64>>,
+    /// Per kind: each position of a pass, the median of its latency over the
+    /// job's timed passes, µs ([`recurring_by_position`]).
+    pub per_kind_recurring_us: BTreeMap<String, Vec<f64>>,
     /// Wall time of the replay phase on rank 0, warm-ups included, s.
     pub replay_s: f64,
     /// Share of communication hidden under compute in the overlap phase (mean over ranks), where it ran.
@@ -70,12 +77,22 @@ pub struct Check {
     pub tolerance: String,
 }
 
+/// A check left out, and why: what the data could not support (never
+/// counted as held or failed; printed beside the checks).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Unjudged {
+    /// Name of the check left out.
+    pub name: String,
+    /// Why, with numbers.
+    pub reason: String,
+}
+
 /// The decision cost: replay seconds to reach the decided relations.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DecisionCost {
-    /// Rounds the source needed before its relations stopped changing.
+    /// Rounds from which on the source decides every pair it decides with all its rounds.
     pub source_rounds: Option<usize>,
-    /// Rounds the candidate needed to decide the same relations (absent when it never did).
+    /// Rounds from which on the candidate decides those pairs as the source does (absent when it never did); pairs the source leaves undecided do not count.
     pub candidate_rounds: Option<usize>,
     /// Replay seconds of the source over those rounds, all configurations.
     pub source_replay_s: Option<f64>,
@@ -100,6 +117,9 @@ pub struct CandidateVerdict {
     pub state: Assurance,
     /// Every check.
     pub checks: Vec<Check>,
+    /// Checks left out, and why.
+    #[serde(default)]
+    pub unjudged: Vec<Unjudged>,
     /// The ranking of configurations against the source's.
     pub ranking: Option<ProxyAgreement>,
     /// The decision cost.
@@ -171,11 +191,9 @@ impl Stat {
 pub const HIDDEN_SHARE_FLOOR: f64 = 0.05;
 /// Smallest tail-event recall that passes.
 pub const TAIL_RECALL_MIN: f64 = 0.5;
-/// Fewest events of a kind in the source's replays for its tail to be judged
-/// (and half as many in the candidate's): each half of the source's rounds,
-/// and the candidate, then expect at least one event beyond the p99. Below
-/// that the check is left out (unmeasured), not passed or failed on noise.
-pub const TAIL_MIN_SOURCE_EVENTS: usize = 200;
+/// Tukey's far-out fence: beyond the third quartile by this many
+/// interquartile ranges (Tukey, *Exploratory Data Analysis*, 1977, ch. 2).
+pub const TAIL_FENCE_IQR: f64 = 3.0;
 /// Smallest share of source collectives whose identity the candidate has.
 pub const IDENTITY_COVERAGE_MIN: f64 = 0.99;
 /// Largest difference of one identity's share of collectives.
@@ -189,6 +207,10 @@ pub struct Paired<'a> {
     pub source: &'a [Vec<JobMeasure>],
     /// `candidate[config]` jobs.
     pub candidate: &'a [Vec<JobMeasure>],
+    /// `controls[config]`: a control that adds latency of its own (a
+    /// known-bad, an injected delay or clock offset), left out of the tail
+    /// recall, which is about the workload's tail. Empty: none.
+    pub controls: &'a [bool],
 }
 
 fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f64>) -> f64 {
@@ -352,8 +374,9 @@ pub fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check> {
 
 /// The behavioural checks (state `behaviorally-verified`): kinds replayed,
 /// latency statistics per kind, hidden communication, tail recall.
-pub fn replay_checks(p: &Paired) -> Vec<Check> {
+pub fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
     let mut out = Vec::new();
+    let mut unjudged = Vec::new();
     let kinds = |jobs: &[Vec<JobMeasure>]| -> BTreeSet<String> {
         jobs.iter().flatten().flat_map(|j| j.per_kind_us.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k.clone())).collect()
     };
@@ -427,37 +450,120 @@ pub fn replay_checks(p: &Paired) -> Vec<Check> {
             tolerance: format!("within {:.1} points (the larger of {:.0} points and the source's job-to-job range)", tol * 100.0, HIDDEN_SHARE_FLOOR * 100.0),
         });
     }
-    // tail recall: how much of the source's tail mass the candidate's replay reaches,
-    // against how much the source's own odd rounds reach of its even rounds' tail
+    // tail recall: the source's recurring tail (positions slow in their pass's median,
+    // beyond Tukey's far fence), and how much of it the candidate reaches
     for k in &ks {
-        let pooled = |jobs: &[Vec<JobMeasure>], keep: &dyn Fn(u32) -> bool| -> Vec<f64> {
-            jobs.iter().flatten().filter(|j| keep(j.round)).flat_map(|j| j.per_kind_us.get(k).cloned().unwrap_or_default()).collect()
-        };
-        let (s, c) = (pooled(p.source, &|_| true), pooled(p.candidate, &|_| true));
-        // a tail beyond p99 needs events to exist: judged only where each side expects at least one in it
-        if s.len() < TAIL_MIN_SOURCE_EVENTS || c.len() < TAIL_MIN_SOURCE_EVENTS / 2 {
-            continue;
+        match tail_recall_check(p, k) {
+            Ok(c) => out.push(c),
+            Err(u) => unjudged.push(u),
         }
-        let recall_of = |base: &[f64], other: &[f64]| -> Option<f64> {
-            let t = quantile(&mut base.to_vec(), 0.99)?;
-            // above the p99 where anything is, else at it (a tail of ties)
-            let strict = base.iter().any(|&x| x > t);
-            let above = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().filter(|&&x| if strict { x > t } else { x >= t }).count() as f64 / v.len() as f64 };
-            Some((above(other) / above(base)).min(1.0))
-        };
-        let Some(recall) = recall_of(&s, &c) else { continue };
-        let t = quantile(&mut s.clone(), 0.99).unwrap_or(0.0);
-        let own = recall_of(&pooled(p.source, &|r| r % 2 == 0), &pooled(p.source, &|r| r % 2 == 1)).unwrap_or(1.0);
-        let min = TAIL_RECALL_MIN * own.min(1.0);
-        out.push(Check {
-            name: format!("tail-recall.{k}"),
-            guards: Assurance::BehaviorallyVerified,
-            passed: recall >= min,
-            measured: format!("{recall:.2} of the source's tail mass beyond its p99 ({t:.1} µs) reached by the candidate; the source's odd rounds reach {own:.2} of its even rounds'"),
-            tolerance: format!("at least {TAIL_RECALL_MIN} of what the source reaches against itself ({min:.2})"),
-        });
+    }
+    (out, unjudged)
+}
+
+/// Per kind, each position of a pass (its index in the pass, in sequence
+/// order), the median of that position's latency over the passes given
+/// (`passes[t]`: pass t's collectives as (seq, kind, µs), in sequence order).
+/// What recurs at one point of the trace stays; a stall that hit one pass
+/// at one point (the machine's, not the workload's) drops out once there are
+/// three passes or more.
+pub fn recurring_by_position(passes: &[Vec<(u64, String, f64)>]) -> BTreeMap<String, Vec<f64>> {
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let n = passes.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..n {
+        let Some(kind) = passes.iter().find_map(|p| p.get(i)).map(|x| x.1.clone()) else { continue };
+        let mut v: Vec<f64> = passes.iter().filter_map(|p| p.get(i)).filter(|x| x.1 == kind).map(|x| x.2).collect();
+        if let Some(m) = crate::core::stats::median(&mut v) {
+            out.entry(kind).or_default().push(m);
+        }
     }
     out
+}
+
+/// Tukey's far fence of a sample: Q3 + [`TAIL_FENCE_IQR`] × (Q3 − Q1).
+fn far_fence(v: &[f64]) -> Option<f64> {
+    let (q1, q3) = (quantile(&mut v.to_vec(), 0.25)?, quantile(&mut v.to_vec(), 0.75)?);
+    Some(q3 + TAIL_FENCE_IQR * (q3 - q1))
+}
+
+/// `tail-recall.KIND`: the share of the candidate's recurring latencies
+/// (per position, [`recurring_by_position`], each over its job's median)
+/// beyond the source's far fence,
+/// over the source's own share, capped at 1; held to [`TAIL_RECALL_MIN`] of
+/// what the source's odd rounds reach of its even rounds' tail (the same
+/// measure with nothing changed). Configurations marked as controls are left
+/// out: an injected delay recurs by count, not at a point of the trace, and
+/// is the control's latency, not the workload's (the ranking judges it).
+/// Left out ([`Unjudged`]) where the source's tail holds fewer positions
+/// than the source has jobs (a tail that does not recur in every job is the
+/// machine's), or is rarer than one position of the candidate's pass (a
+/// candidate that short cannot hold it at the source's rate: the same reason
+/// a p99 is not asked of fewer than 100 draws).
+pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
+    fn workload<'j>(jobs: &'j [Vec<JobMeasure>], controls: &[bool]) -> Vec<&'j JobMeasure> {
+        jobs.iter().enumerate().filter(|(i, _)| !controls.get(*i).copied().unwrap_or(false)).flat_map(|(_, js)| js).collect()
+    }
+    let (src_jobs, cand_jobs) = (workload(p.source, p.controls), workload(p.candidate, p.controls));
+    // each job's recurring latencies over that job's median: a job slower as a
+    // whole (a busier machine, another clock speed) moves no position into the tail
+    let pooled = |jobs: &[&JobMeasure], keep: &dyn Fn(u32) -> bool| -> Vec<f64> {
+        jobs.iter()
+            .filter(|j| keep(j.round))
+            .flat_map(|j| {
+                let v = j.per_kind_recurring_us.get(k).cloned().unwrap_or_default();
+                let m = crate::core::stats::median(&mut v.clone()).filter(|m| *m > 0.0);
+                v.into_iter().filter_map(move |x| m.map(|m| x / m))
+            })
+            .collect()
+    };
+    let share_beyond = |v: &[f64], fence: f64| -> f64 {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().filter(|&&x| x > fence).count() as f64 / v.len() as f64
+        }
+    };
+    let name = format!("tail-recall.{k}");
+    let left_out = |reason: String| Unjudged { name: name.clone(), reason };
+    let (s, c) = (pooled(&src_jobs, &|_| true), pooled(&cand_jobs, &|_| true));
+    let Some(fence) = far_fence(&s) else { return Err(left_out("the source's workload configurations ran no such collective".into())) };
+    let beyond = s.iter().filter(|&&x| x > fence).count();
+    let source_jobs = src_jobs.iter().filter(|j| j.per_kind_recurring_us.contains_key(k)).count();
+    if beyond == 0 || beyond < source_jobs {
+        return Err(left_out(format!(
+            "the source has no recurring tail: {beyond} positions beyond its far fence ({fence:.2}x its job's median) over {source_jobs} jobs, fewer than one per job"
+        )));
+    }
+    let ss = share_beyond(&s, fence);
+    // a tail rarer than one position of the candidate's pass cannot be held at the source's rate
+    let mut per_pass: Vec<f64> = cand_jobs.iter().filter_map(|j| j.per_kind_recurring_us.get(k)).map(|v| v.len() as f64).collect();
+    let cand_positions = quantile(&mut per_pass, 0.5).unwrap_or(0.0);
+    if ss * cand_positions < 1.0 {
+        return Err(left_out(format!(
+            "the source's recurring tail is {:.3}% of its positions (beyond its far fence, {fence:.2}x its job's median): fewer than one of the candidate's {cand_positions:.0} positions per pass at that rate, so a candidate this short cannot hold it; the tail is one of the candidate's approximations",
+            ss * 100.0
+        )));
+    }
+    let recall = (share_beyond(&c, fence) / ss).min(1.0);
+    let own = {
+        let (even, odd) = (pooled(&src_jobs, &|r| r % 2 == 0), pooled(&src_jobs, &|r| r % 2 == 1));
+        match far_fence(&even) {
+            Some(f) if share_beyond(&even, f) > 0.0 => (share_beyond(&odd, f) / share_beyond(&even, f)).min(1.0),
+            _ => 1.0,
+        }
+    };
+    let min = TAIL_RECALL_MIN * own;
+    Ok(Check {
+        name,
+        guards: Assurance::BehaviorallyVerified,
+        passed: recall >= min,
+        measured: format!(
+            "{recall:.2} of the source's recurring tail reached by the candidate ({:.2}% of the source's positions beyond its far fence, {fence:.2}x its job's median, {:.2}% of the candidate's); the source's odd rounds reach {own:.2} of its even rounds'",
+            ss * 100.0,
+            share_beyond(&c, fence) * 100.0
+        ),
+        tolerance: format!("at least {TAIL_RECALL_MIN} of what the source reaches against itself ({min:.2})"),
+    })
 }
 
 /// The phase inputs of the replay's per-pass latency, by configuration.
@@ -476,6 +582,8 @@ pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Res
     let m = policy.min_effect_pct;
     let mut contradictions = Vec::new();
     let mut unmatched = Vec::new();
+    let mut unconfirmed = Vec::new();
+    let mut not_reached = Vec::new();
     let mut marginal = 0;
     for (a, b) in cand_rep.pairs.iter().zip(&src_rep.pairs) {
         if a.relation == b.relation {
@@ -486,25 +594,41 @@ pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Res
             contradictions.push(name);
             continue;
         }
+        let only_candidate = a.relation != Relation::NotDistinguished;
         // decided on one side only: marginal when the deciding interval's edge nearest 0 is within twice the minimum effect
-        let decided = if a.relation != Relation::NotDistinguished { a } else { b };
+        let (decided, other) = if only_candidate { (a, b) } else { (b, a) };
         let edge = decided.ci_low_pct.abs().min(decided.ci_high_pct.abs());
+        let what = format!(
+            "{name} ({} {:+.1}% [{:+.1}, {:+.1}], {} {:+.1}% [{:+.1}, {:+.1}])",
+            if only_candidate { "the candidate decides" } else { "the source decides" },
+            decided.diff_pct,
+            decided.ci_low_pct,
+            decided.ci_high_pct,
+            if only_candidate { "the source cannot tell:" } else { "the candidate cannot tell:" },
+            other.diff_pct,
+            other.ci_low_pct,
+            other.ci_high_pct
+        );
         if edge <= 2.0 * m {
             marginal += 1;
+        } else if other.ci_low_pct <= decided.diff_pct && decided.diff_pct <= other.ci_high_pct {
+            // the undecided side's interval holds what the deciding side measured: one side
+            // is noisier in these rounds (a long source on a busy machine, or the same
+            // trace twice), not a different ranking; listed, never counted as agreement
+            if only_candidate {
+                unconfirmed.push(what);
+            } else {
+                not_reached.push(what);
+            }
         } else {
-            unmatched.push(format!(
-                "{name} ({} decides it, {:+.1}% [{:+.1}, {:+.1}])",
-                if a.relation != Relation::NotDistinguished { "only the candidate" } else { "only the source" },
-                decided.diff_pct,
-                decided.ci_low_pct,
-                decided.ci_high_pct
-            ));
+            unmatched.push(what);
         }
     }
+    let shared = cand_rep.pairs.iter().zip(&src_rep.pairs).filter(|(a, b)| a.relation == b.relation && b.relation != Relation::NotDistinguished).count();
     let c = &agreement.comparison;
     // nothing decided on the source: there is no decision to preserve, and agreement would be vacuous
     let source_decided = src_rep.pairs.iter().filter(|x| x.relation != Relation::NotDistinguished).count();
-    let passed = contradictions.is_empty() && unmatched.is_empty() && source_decided > 0;
+    let passed = contradictions.is_empty() && unmatched.is_empty() && source_decided > 0 && shared > 0;
     let tau = |t: &crate::analysis::TauEstimate| match (t.tau_b, t.interval) {
         (Some(v), Some((lo, hi))) => format!("{v:.2} [{lo:.2}, {hi:.2}]"),
         (Some(v), None) => format!("{v:.2}"),
@@ -515,7 +639,7 @@ pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Res
         guards: Assurance::BehaviorallyVerified,
         passed,
         measured: format!(
-            "{}{} of {} pairs agree ({:.0}%), τ-b {}; contradictions: {}; decided on one side only beyond twice the minimum effect: {}; marginal: {marginal}",
+            "{}{} of {} pairs agree ({:.0}%), {shared} decided alike, τ-b {}; contradictions: {}; decided on one side only, outside the other side's interval: {}; decided by the candidate alone, within the source's interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not reached in these rounds): {}; marginal: {marginal}",
             if source_decided == 0 {
                 "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, would give one); "
             } else {
@@ -526,17 +650,19 @@ pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Res
             c.agreement_pct,
             tau(&agreement.tau_policy),
             if contradictions.is_empty() { "none".into() } else { contradictions.join(", ") },
-            if unmatched.is_empty() { "none".into() } else { unmatched.join("; ") }
+            if unmatched.is_empty() { "none".into() } else { unmatched.join("; ") },
+            if unconfirmed.is_empty() { "none".into() } else { unconfirmed.join("; ") },
+            if not_reached.is_empty() { "none".into() } else { not_reached.join("; ") }
         ),
         tolerance: format!(
-            "the source decides at least one pair; no contradiction; no pair decided on one side only unless its interval reaches within {:.0}% of a tie",
+            "the source decides at least one pair and the candidate decides at least one of those alike; no contradiction; a pair decided on one side only lies within the other side's interval, or its deciding interval reaches within {:.0}% of a tie",
             2.0 * m
         ),
     };
     // decision cost
     let target: Vec<Relation> = src_rep.pairs.iter().map(|x| x.relation).collect();
-    let sr = agreement::rounds_to_reach(&si, policy, &target)?;
-    let cr = agreement::rounds_to_reach(&ci, policy, &target)?;
+    let sr = agreement::rounds_to_decide(&si, policy, &target)?;
+    let cr = agreement::rounds_to_decide(&ci, policy, &target)?;
     let secs = |jobs: &[Vec<JobMeasure>], r: Option<usize>| -> Option<f64> {
         let r = r?;
         let mut rounds: Vec<u32> = jobs.first()?.iter().map(|j| j.round).collect();
@@ -583,23 +709,152 @@ mod tests {
 
     fn job(round: u32, scale: f64) -> JobMeasure {
         let mut per_kind = BTreeMap::new();
-        per_kind.insert("all_reduce".to_string(), (0..100).map(|i| scale * (10.0 + (i % 7) as f64 + if i == 50 { 500.0 } else { 0.0 })).collect());
-        JobMeasure { round, pass_us: vec![scale * 1000.0, scale * 1010.0], per_kind_us: per_kind, replay_s: 0.01, hidden_share: Some(0.5) }
+        per_kind.insert("all_reduce".to_string(), (0..200).map(|i| scale * (10.0 + (i % 7) as f64 + if i % 100 == 50 { 500.0 } else { 0.0 })).collect());
+        JobMeasure {
+            round,
+            pass_us: vec![scale * 1000.0, scale * 1010.0],
+            per_kind_recurring_us: per_kind.clone(),
+            per_kind_us: per_kind,
+            replay_s: 0.01,
+            hidden_share: Some(0.5),
+        }
+    }
+
+    fn pass_jobs(medians_us: &[f64]) -> Vec<JobMeasure> {
+        medians_us
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| JobMeasure { round: i as u32 + 1, pass_us: vec![m * 0.99, m, m * 1.01], replay_s: m / 1e6 * 3.0, ..Default::default() })
+            .collect()
+    }
+
+    fn policy() -> AnalysisPolicy {
+        AnalysisPolicy {
+            tie_policy: crate::analysis::policy::TiePolicy::Interval,
+            min_effect_pct: 2.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 2000,
+            bootstrap_seed: 1,
+        }
+    }
+
+    /// A pair the source is too noisy to decide, decided by a quieter
+    /// candidate inside the source's interval, is unconfirmed, not failed;
+    /// one decided outside the source's (narrow, undecided) interval fails.
+    #[test]
+    fn a_pair_only_the_candidate_decides_must_lie_within_the_source_s_interval() {
+        let configs: Vec<String> = ["a", "b", "bad"].iter().map(|s| s.to_string()).collect();
+        let noisy_a = [617.0, 600.0, 664.0, 1049.0, 1069.0, 641.0];
+        let noisy_b = [749.0, 743.0, 1153.0, 1292.0, 810.0, 792.0];
+        let bad: Vec<f64> = noisy_b.iter().map(|x| x * 4.0).collect();
+        let src = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
+        let quiet =
+            |a: f64| vec![pass_jobs(&[a, a * 1.01, a * 0.99, a * 1.02, a, a * 0.98]), pass_jobs(&[2.9, 2.93, 2.88, 2.9, 2.95, 2.87]), pass_jobs(&[11.6; 6])];
+        let cand = quiet(2.54);
+        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
+        assert!(cost.candidate_rounds.is_some(), "the candidate reaches the source's decided pairs: {cost:?}");
+        // a tight source that cannot separate a from b, and a candidate that puts a 20% ahead
+        let tight_a = [700.0, 702.0, 698.0, 701.0, 699.0, 700.5];
+        let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
+        let src = vec![pass_jobs(&tight_a), pass_jobs(&tight_b), pass_jobs(&[2800.0; 6])];
+        let cand = quiet(2.32);
+        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(!chk.passed && chk.measured.contains("outside the other side's interval: a vs b"), "{chk:?}");
+        // the other way round: a source that decides a ahead, a noisier candidate that cannot tell
+        // (the same trace on a busier machine): not reached in these rounds, not failed
+        let src = vec![pass_jobs(&[700.0, 702.0, 698.0, 701.0, 699.0, 700.5]), pass_jobs(&[800.0, 801.0, 799.0, 802.0, 800.0, 798.0]), pass_jobs(&[3200.0; 6])];
+        let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
+        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
+        assert_eq!(cost.candidate_rounds, None, "the candidate never decides every pair the source decides: {cost:?}");
+        // but one that decides none of the source's pairs alike fails
+        let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
+        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] }, &policy(), "test").unwrap();
+        assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
+    }
+
+    /// A stall that hit one pass at one point drops out of the recurring
+    /// latencies; a slow point of every pass stays.
+    #[test]
+    fn one_off_stalls_drop_out_of_the_recurring_tail() {
+        let pass = |stall_at: Option<usize>| -> Vec<(u64, String, f64)> {
+            (0..8)
+                .map(|i| {
+                    (
+                        i as u64,
+                        "all_reduce".to_string(),
+                        if i == 5 {
+                            900.0
+                        } else if Some(i) == stall_at {
+                            4000.0
+                        } else {
+                            50.0 + i as f64
+                        },
+                    )
+                })
+                .collect()
+        };
+        let r = recurring_by_position(&[pass(Some(2)), pass(None), pass(Some(7))]);
+        let v = &r["all_reduce"];
+        assert_eq!(v.len(), 8);
+        assert_eq!(v[5], 900.0);
+        assert!(v.iter().enumerate().all(|(i, &x)| i == 5 || x < 100.0), "{v:?}");
+        // a source whose only tail is one-off stalls has no recurring tail to judge
+        let configs = vec!["a".to_string()];
+        let job = |round| JobMeasure {
+            round,
+            per_kind_recurring_us: recurring_by_position(&[pass(Some(1)), pass(None), pass(Some(3))])
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().filter(|x| *x < 500.0).collect()))
+                .collect(),
+            ..Default::default()
+        };
+        let src = vec![(1..=4).map(job).collect::<Vec<_>>()];
+        let u = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &src, controls: &[] }, "all_reduce").unwrap_err();
+        assert!(u.reason.contains("no recurring tail"), "{u:?}");
+        // a recurring tail of 1 position in 1,000, against a candidate of 100 positions a pass: left out, not failed
+        let long = |round| JobMeasure {
+            round,
+            per_kind_recurring_us: BTreeMap::from([(
+                "all_reduce".to_string(),
+                (0..1000).map(|i| if i == 500 { 900.0 } else { 50.0 + (i % 9) as f64 }).collect(),
+            )]),
+            ..Default::default()
+        };
+        let short = |round| JobMeasure {
+            round,
+            per_kind_recurring_us: BTreeMap::from([("all_reduce".to_string(), (0..100).map(|i| 50.0 + (i % 9) as f64).collect())]),
+            ..Default::default()
+        };
+        let (src, cand) = (vec![(1..=4).map(long).collect::<Vec<_>>()], vec![(1..=4).map(short).collect::<Vec<_>>()]);
+        let u = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, "all_reduce").unwrap_err();
+        assert!(u.reason.contains("cannot hold it"), "{u:?}");
+        // the same tail against a candidate of 1,000 positions without it: judged, and failed
+        let flat = |round| JobMeasure {
+            round,
+            per_kind_recurring_us: BTreeMap::from([("all_reduce".to_string(), (0..1000).map(|i| 50.0 + (i % 9) as f64).collect())]),
+            ..Default::default()
+        };
+        let cand = vec![(1..=4).map(flat).collect::<Vec<_>>()];
+        let c = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, "all_reduce").unwrap();
+        assert!(!c.passed, "{c:?}");
     }
 
     #[test]
     fn a_copy_passes_and_a_sample_without_the_tail_fails_named_checks() {
         let configs = vec!["a".to_string(), "b".to_string()];
         let src: Vec<Vec<JobMeasure>> = vec![(1..=3).map(|r| job(r, 1.0)).collect(), (1..=3).map(|r| job(r, 2.0)).collect()];
-        let p = Paired { configs: &configs, source: &src, candidate: &src };
-        assert!(replay_checks(&p).iter().all(|c| c.passed), "{:?}", replay_checks(&p));
+        let p = Paired { configs: &configs, source: &src, candidate: &src, controls: &[] };
+        assert!(replay_checks(&p).0.iter().all(|c| c.passed), "{:?}", replay_checks(&p));
         // a candidate that lost the one slow collective
         let mut cut = src.clone();
         for j in cut.iter_mut().flatten() {
             j.per_kind_us.get_mut("all_reduce").unwrap().retain(|&x| x < 400.0);
+            j.per_kind_recurring_us.get_mut("all_reduce").unwrap().retain(|&x| x < 400.0);
         }
-        let p = Paired { configs: &configs, source: &src, candidate: &cut };
-        let failed: Vec<String> = replay_checks(&p).into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
+        let p = Paired { configs: &configs, source: &src, candidate: &cut, controls: &[] };
+        let failed: Vec<String> = replay_checks(&p).0.into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
         assert!(failed.contains(&"latency.all_reduce.max".to_string()) && failed.contains(&"tail-recall.all_reduce".to_string()), "{failed:?}");
     }
 
@@ -612,16 +867,11 @@ mod tests {
         let series = |n: usize, scale: f64, spikes: bool| -> Vec<f64> {
             (0..n).map(|i| scale * (10.0 + (i % 13) as f64 + if spikes && i % 2_000 == 1_000 { 2_000.0 } else { 0.0 })).collect()
         };
-        let job = |round, v: Vec<f64>| JobMeasure {
-            round,
-            pass_us: vec![1.0],
-            per_kind_us: BTreeMap::from([("all_reduce".to_string(), v)]),
-            replay_s: 0.0,
-            hidden_share: None,
-        };
+        let job =
+            |round, v: Vec<f64>| JobMeasure { round, pass_us: vec![1.0], per_kind_us: BTreeMap::from([("all_reduce".to_string(), v)]), ..Default::default() };
         let src = vec![(1..=3).map(|r| job(r, series(10_000, 1.0, true))).collect::<Vec<_>>()];
         let max = |cand: &[Vec<JobMeasure>]| {
-            max_check(&Paired { configs: &configs, source: &src, candidate: cand }, "all_reduce", &|j| {
+            max_check(&Paired { configs: &configs, source: &src, candidate: cand, controls: &[] }, "all_reduce", &|j| {
                 j.per_kind_us.get("all_reduce").and_then(|v| Stat::Max.of(v))
             })
         };

@@ -334,7 +334,11 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     if iterations < source_iterations {
         approximations.push(Approximation {
             what: "iterations".into(),
-            detail: format!("the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule})"),
+            detail: format!(
+                "the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule}); its stratified draws reach each distribution's {:.1}% quantile at most, so what the source did rarer than once in {} iterations (a rare stall or arrival skew) is not replayed",
+                100.0 * (iterations as f64 - 0.5) / iterations as f64,
+                2 * iterations
+            ),
         });
     }
     approximations.push(Approximation {

@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Format version of `canary-verify.json`.
-pub const VERIFY_FORMAT_VERSION: u32 = 1;
+/// Format version of `canary-verify.json` (2 added `unjudged`; a version 1
+/// report reads with none).
+pub const VERIFY_FORMAT_VERSION: u32 = 2;
 
 /// What to verify and how.
 #[derive(Clone, Debug)]
@@ -356,6 +357,14 @@ pub fn verify(
         }
     }
     let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details };
+    // configurations that add latency of their own: the tail recall leaves them out
+    let control_configs: Vec<bool> = spec_in
+        .configs
+        .iter()
+        .map(|c| {
+            c.args.iter().any(|a| a.starts_with("--inject-")) || spec_in.controls.as_ref().is_some_and(|ctl| ctl.known_bad.iter().any(|k| k.config() == c.name))
+        })
+        .collect();
     // judge every candidate
     let sfacts = facts(&t);
     let evidence =
@@ -366,8 +375,9 @@ pub fn verify(
         let mut checks: Vec<Check> = compare::static_checks(&sfacts, &cf);
         checks.extend(structure_checks(&t, &c.artifact));
         let jobs = measures.get(&c.variant).cloned().unwrap_or_default();
-        let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs };
-        checks.extend(compare::replay_checks(&p));
+        let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs, controls: &control_configs };
+        let (replay, unjudged) = compare::replay_checks(&p);
+        checks.extend(replay);
         let (ranking, cost) = match compare::ranking_check(&p, policy, &evidence) {
             Ok((chk, agreement, cost)) => {
                 checks.push(chk);
@@ -422,6 +432,7 @@ pub fn verify(
             label: if a.is_reduced() { artifact::REDUCED_LABEL.into() } else { a.label.clone() },
             state,
             checks,
+            unjudged,
             ranking,
             cost,
             events: (a.sizes.artifact_events, a.sizes.events_source_per_artifact()),
@@ -568,11 +579,23 @@ fn launcher_name(s: &CampaignSpec) -> &'static str {
 /// What one verified run measured.
 pub fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<JobMeasure> {
     let mut per_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // per pass (token), its collectives in sequence order: (seq, kind, latency)
+    let mut passes: BTreeMap<Option<u32>, Vec<(u64, String, f64)>> = BTreeMap::new();
     for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
         let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
         let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);
-        per_kind.entry(kind).or_default().push(worst as f64 / 1e3);
+        let us = worst as f64 / 1e3;
+        per_kind.entry(kind.clone()).or_default().push(us);
+        passes.entry(c.token).or_default().push((c.seq, kind, us));
     }
+    let passes: Vec<Vec<(u64, String, f64)>> = passes
+        .into_values()
+        .map(|mut v| {
+            v.sort_by_key(|x| x.0);
+            v
+        })
+        .collect();
+    let per_kind_recurring_us = compare::recurring_by_position(&passes);
     let replay_s = j
         .shards
         .first()
@@ -593,6 +616,7 @@ pub fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<J
         round,
         pass_us: crate::analysis::summary::job_samples_us(j, Phase::Replay),
         per_kind_us: per_kind,
+        per_kind_recurring_us,
         replay_s,
         hidden_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
     })
@@ -653,6 +677,9 @@ pub fn render(r: &VerifyReport) -> String {
         let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
         for c in &failed {
             let _ = writeln!(s, "    FAILED {} (guards {}): {} — tolerance {}", c.name, c.guards, c.measured, c.tolerance);
+        }
+        for u in &v.unjudged {
+            let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);
         }
         if let Some(c) = v.checks.iter().find(|c| c.name == "ranking") {
             if c.passed {

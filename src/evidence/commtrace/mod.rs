@@ -486,10 +486,9 @@ impl CommTrace {
             bail!("communication trace format version {} (this build reads {COMM_TRACE_FORMAT_VERSION})", t.format_version);
         }
         let names: Vec<String> = t.source.files.iter().map(|f| f.path.clone()).collect();
-        let per_rank: Vec<RankTrace> = t.ranks.clone();
-        check_ranks(t.world_size, &per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
+        check_ranks(t.world_size, &t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
         check_groups(&t.groups, t.world_size)?;
-        check_consistency(&t.groups, &per_rank, &names)?;
+        check_consistency(&t.groups, &t.ranks, &names)?;
         Ok(t)
     }
 }
