@@ -49,5 +49,6 @@ if c:
     print(f"canary {c['candidate']} vs {c['baseline']}: {c['result']['verdict']} (rule on its interval: {want})")
 for ctl in r["controls"]:
     if ctl["kind"] != "injected-skew":
-        print(f"control {ctl['kind']} [{ctl.get('phase')}] {ctl['outcome']}: {ctl['observed']}")
+        level = f" at {ctl['level'] * 100:.3f}%" if ctl.get("level") is not None else ""
+        print(f"control {ctl['kind']} [{ctl.get('phase')}]{level} {ctl['outcome']}: {ctl['observed']}")
 sys.exit(1 if failed or aa_decided else 0)

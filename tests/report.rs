@@ -30,7 +30,7 @@ fn the_demo_campaign_report_and_its_plots() {
     let rep = d.join("report");
     let bytes = std::fs::read(rep.join("report.json")).unwrap();
     let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(r["format_version"], 6);
+    assert_eq!(r["format_version"], 7);
     // not a trace campaign: no trace claim, and the element type the all-reduces ran in
     assert!(r["context"].get("trace").is_none(), "{}", r["context"]);
     assert!(r["context"]["not_represented"].as_array().unwrap().iter().any(|x| x == "collectives other than all-reduce (float32 sum)"), "{}", r["context"]);
@@ -69,9 +69,19 @@ fn the_demo_campaign_report_and_its_plots() {
         assert!(kinds.contains(&k), "control {k} reported: {kinds:?}");
     }
     assert_eq!(kinds.iter().filter(|k| **k == "a-a").count(), 6, "A/A judged in every phase");
+    // the six A/A controls are one family at 95%: each at 1 - 0.05/6, or at the phase's pair level (99.5%) when higher
+    assert_eq!(r["aa_family"]["controls"], 6, "{}", r["aa_family"]);
+    assert!((r["aa_family"]["level"].as_f64().unwrap() - (1.0 - 0.05 / 6.0)).abs() < 1e-12, "{}", r["aa_family"]);
+    assert!(text.contains("A/A family: the 6 A/A controls"), "{text}");
     for c in r["controls"].as_array().unwrap().iter().filter(|c| c["kind"] == "a-a") {
         // an A/A may be inconclusive on a loaded machine, never decided
         assert_ne!(c["outcome"], "misbehaved", "{c}");
+        assert!((c["level"].as_f64().unwrap() - 0.995).abs() < 1e-12, "{c}");
+        assert!(c["observed"].as_str().unwrap().contains("one of 6 A/A controls judged together at 95%"), "{c}");
+    }
+    for c in r["controls"].as_array().unwrap() {
+        // every control says the level it was judged at; the skew detector reads no interval
+        assert_eq!(c["level"].is_null(), c["kind"] == "injected-skew", "{c}");
     }
     let claim = r["canary"]["statement"].as_str().unwrap();
     for needle in ["Under manifest", "candidate nbc-ring vs baseline nbc-binomial", "Student-t interval", "Controls:", "Dimensions not represented:"] {
@@ -101,7 +111,7 @@ fn the_demo_campaign_report_and_its_plots() {
     // power from the campaign's own noise, and a campaign replicates itself
     let power = ok(&cc(&["campaign", "power", ds]));
     assert!(power.contains("to resolve δ = 2% with 80% power you need") && power.contains("residual job noise"), "{power}");
-    assert!(power.contains("in the pair table and the controls (10 pairs, each interval at 99.500%"), "{power}");
+    assert!(power.contains("in the pair table and the known-bad controls (10 pairs, each interval at 99.500%"), "{power}");
     let repl = ok(&cc(&["campaign", "replicate", ds, ds]));
     assert!(repl.contains(" 0 contradicted, 0 not confirmed") && !repl.contains("FLAG"), "{repl}");
     // --report-dir writes elsewhere

@@ -137,3 +137,35 @@ fn argument_errors_exit_3() {
     let o = cc(&["validate", "--backend", "cpu", "--record-reference", "--rounds", "1"]);
     assert_eq!(o.status.code(), Some(3));
 }
+
+/// Issue 31, defect 7: every fault of a site file is refused with
+/// `BAD_INPUT`, naming the file and the key, before any reference is read or
+/// anything runs (exit 3); one case per refusal.
+#[test]
+fn bad_site_files_are_refused_naming_the_file_and_the_key() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str, &str); 11] = [
+        ("not-toml", "coverage = 0.9\nbusbw_min_ratio = \n", ".toml:2: not a site file (not TOML)"),
+        ("wrong-type", "busbw_min_ratio = \"high\"\n", "busbw_min_ratio = \"high\""),
+        ("unknown-key", "busbw_min = 0.9\n", "unknown key \"busbw_min\""),
+        ("inverted-busbw", "busbw_min_ratio = 1.2\n", "busbw_min_ratio = 1.2 is inverted"),
+        ("inverted-latency", "token_latency_max_ratio = 0.8\n", "token_latency_max_ratio = 0.8 is inverted"),
+        ("inverted-both", "busbw_min_ratio = 1.5\ntoken_latency_max_ratio = 0.5\n", "busbw_min_ratio = 1.5 is inverted"),
+        ("negative-ratio", "token_latency_max_ratio = -1\n", "token_latency_max_ratio = -1"),
+        ("negative-crc", "nvlink_crc_errors_max = -1\n", "nvlink_crc_errors_max = -1"),
+        ("fractional-crc", "nvlink_crc_errors_max = 2.5\n", "nvlink_crc_errors_max = 2.5"),
+        ("coverage", "coverage = 1.5\n", "coverage = 1.5"),
+        ("allow", "allow = [\"kernel\"]\n", "allow = \"kernel\""),
+    ];
+    for (tag, text, needle) in cases {
+        let site = d.path().join(format!("{tag}.toml"));
+        std::fs::write(&site, text).unwrap();
+        let out = d.path().join(format!("v-{tag}"));
+        let o = cc(&["validate", "--backend", "cpu", "--reference", "/nonexistent/ref", "--site", site.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(3), "{tag}: {}", String::from_utf8_lossy(&o.stderr));
+        let err = assert_refused(&o, "BAD_INPUT");
+        assert!(err.contains(site.to_str().unwrap()) && err.contains(needle), "{tag}: the refusal names the file and {needle:?}:\n{err}");
+        assert!(!err.contains("/nonexistent/ref"), "{tag}: the site is refused before the reference is read:\n{err}");
+        assert!(!out.exists(), "{tag}");
+    }
+}

@@ -24,7 +24,21 @@
 //!   proxy and truth are resampled together);
 //! - the canary verdict with its claim, and the controls (A/A in every
 //!   phase, known-bad, injected skew per job), each `behaved`, `misbehaved`
-//!   or `inconclusive` with the rounds that would resolve it;
+//!   or `inconclusive` with the rounds that would resolve it, and the level
+//!   of the interval it was judged on;
+//! - the campaign's A/A controls (every declared A/A pair in every phase)
+//!   judged as one family ([`aa_level`]): with K of them, each interval is
+//!   made at level 1 − α/K (α = 1 − [`COVERAGE`]), or at its phase's pair
+//!   level when that is higher, so that a campaign whose A/A labels are truly
+//!   one configuration shows a misbehaved A/A control with probability at
+//!   most α whatever the dependence between phases (the Bonferroni
+//!   inequality: Dunn, "Multiple comparisons among means", JASA 56, 1961).
+//!   Holm's step-down procedure (Holm, "A simple sequentially rejective
+//!   multiple test procedure", Scand. J. Statist. 6, 1979) flags at least one
+//!   control exactly when this does, so it gives the same per-campaign rate;
+//!   it was not used because it would make one control's level depend on the
+//!   other controls' data. The floor at the phase's pair level keeps every
+//!   misbehaved A/A control a decided pair of its phase's table;
 //! - warnings (multiple comparisons, few rounds).
 //!
 //! Refuses: a phase whose configurations ran in different rounds (pairing
@@ -55,14 +69,16 @@ use serde::{Deserialize, Serialize};
 /// 3: P(best)/P(worst) share ties within the minimum effect, half-Cauchy prior on the spread;
 /// 4: a phase's pair intervals are simultaneous, Bonferroni–Dunn over its pairs, and the controls read them;
 /// P(best)/P(worst) put prior mass 1/2 on "all configurations the same"; 5: `context.trace`;
-/// 6: `canary` is a section holding the verdict's fields and, under `trace`, trace canaries against their source).
-pub const REPORT_FORMAT_VERSION: u32 = 6;
+/// 6: `canary` is a section holding the verdict's fields and, under `trace`, trace canaries against their source;
+/// 7: the A/A controls are one family (`aa_family`), and every control says the `level` it was judged at).
+pub const REPORT_FORMAT_VERSION: u32 = 7;
 
 pub use crate::analysis::inference::COVERAGE;
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
-     the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
+     the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K A/A controls one family at 95% \
+     (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
      is in results/2026-11-30-calibration-simultaneous/ (lowest cell 94.9%); with 2 rounds only the Gaussian case is exact";
 
 /// One job's events in one phase.
@@ -369,6 +385,22 @@ pub struct ControlResult {
     pub outcome: ControlOutcome,
     /// When inconclusive: rounds that would resolve it with 80% power at the noise observed (absent: more than the tool suggests, or never).
     pub rounds_to_resolve: Option<u32>,
+    /// Two-sided level of the interval the control was judged on (A/A: [`AaFamily`]'s rule;
+    /// known-bad: its phase's pair level; absent for the injected-skew detector, which reads no interval).
+    pub level: Option<f64>,
+}
+
+/// The campaign's A/A controls, judged as one family (see the module documentation).
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct AaFamily {
+    /// A/A controls in the family: declared A/A pairs × phases.
+    pub controls: u32,
+    /// Probability, at least, that no control of the family misbehaves when every A/A pair is truly one configuration.
+    pub family_coverage: f64,
+    /// 1 − (1 − family_coverage)/controls; each control is judged at the larger of this and its phase's pair level.
+    pub level: f64,
+    /// The rule in words.
+    pub method: String,
 }
 
 /// Candidate against baseline.
@@ -475,6 +507,8 @@ pub struct Report {
     pub canary: Option<CanarySection>,
     /// Controls.
     pub controls: Vec<ControlResult>,
+    /// The A/A controls as one family (absent when the spec declares no A/A pair).
+    pub aa_family: Option<AaFamily>,
     /// Warnings (multiple comparisons, few rounds).
     pub warnings: Vec<String>,
     /// An excerpt of one job's overlap timeline (GPU runs with device intervals).
@@ -784,29 +818,61 @@ fn resolve_words_bounded(n: Option<u32>) -> String {
     }
 }
 
-/// An A/A pair in one phase, read off the phase's pair interval (level `coverage`).
+/// Level of each A/A control's interval in a campaign of `family` A/A
+/// controls (declared pairs × phases), for a control whose phase makes its
+/// pair intervals at `pair_coverage`: 1 − (1 − [`COVERAGE`])/family
+/// (Bonferroni–Dunn over the campaign's A/A controls), or `pair_coverage`
+/// when that is higher. See the module documentation.
+pub fn aa_level(family: usize, pair_coverage: f64) -> f64 {
+    inference::simultaneous_coverage(COVERAGE, family).max(pair_coverage)
+}
+
+/// An A/A control's outcome from the verdict of its interval (at [`aa_level`])
+/// under the minimum effect `min_effect_pct`: decided (`pass`/`fail`) is
+/// misbehaved; `tied` behaved; otherwise behaved when m = 0 (equivalence
+/// cannot be shown, not different is all one can ask), else inconclusive.
+pub fn aa_outcome(verdict: Verdict, min_effect_pct: f64) -> ControlOutcome {
+    match verdict {
+        Verdict::Pass | Verdict::Fail => ControlOutcome::Misbehaved,
+        Verdict::Tied => ControlOutcome::Behaved,
+        Verdict::InsufficientEvidence if min_effect_pct == 0.0 => ControlOutcome::Behaved,
+        Verdict::InsufficientEvidence => ControlOutcome::Inconclusive,
+    }
+}
+
+/// An A/A pair in one phase, judged on its own interval at `level` ([`aa_level`]).
 #[allow(clippy::too_many_arguments)]
-fn aa_control(a: &str, b: &str, phase: Phase, t: &[Vec<f64>], ca: usize, cb: usize, policy: &AnalysisPolicy, coverage: f64) -> Result<ControlResult> {
-    let r = canary_result(t, cb, ca, policy, coverage)?;
+fn aa_control(
+    a: &str,
+    b: &str,
+    phase: Phase,
+    t: &[Vec<f64>],
+    ca: usize,
+    cb: usize,
+    policy: &AnalysisPolicy,
+    level: f64,
+    family: usize,
+) -> Result<ControlResult> {
+    let r = canary_result(t, cb, ca, policy, level)?;
     let m = policy.min_effect_pct;
-    let (outcome, rounds_to_resolve) = match r.verdict {
-        Verdict::Pass | Verdict::Fail => (ControlOutcome::Misbehaved, None),
-        Verdict::Tied => (ControlOutcome::Behaved, None),
-        // with no minimum effect, equivalence cannot be shown: not different is all one can ask
-        Verdict::InsufficientEvidence if m == 0.0 => (ControlOutcome::Behaved, None),
-        Verdict::InsufficientEvidence => {
-            (ControlOutcome::Inconclusive, inference::rounds_to_show_equivalence(r.interval.sd_log, m, coverage, inference::POWER))
-        }
-    };
+    let outcome = aa_outcome(r.verdict, m);
+    let rounds_to_resolve =
+        if outcome == ControlOutcome::Inconclusive { inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER) } else { None };
     let tail = if outcome == ControlOutcome::Inconclusive { resolve_words_bounded(rounds_to_resolve) } else { String::new() };
     Ok(ControlResult {
         kind: "a-a".into(),
         subject: format!("{b} vs {a} (one configuration, two labels)"),
         phase: Some(phase),
         predicted: format!("never pass, fail or a decided relation; tied (interval within ±{m}%) once the rounds suffice"),
-        observed: format!("{} → {}{tail}", interval_words(&r.interval), r.verdict.word()),
+        observed: format!(
+            "{} (one of {family} A/A controls judged together at {:.0}%) → {}{tail}",
+            interval_words(&r.interval),
+            COVERAGE * 100.0,
+            r.verdict.word()
+        ),
         outcome,
         rounds_to_resolve,
+        level: Some(level),
     })
 }
 
@@ -845,6 +911,7 @@ fn known_bad_control(
             observed: format!("{} vs {reference}: {} → {}{tail}", kb.label, interval_words(i), r.verdict.word()),
             outcome,
             rounds_to_resolve: rounds,
+            level: Some(coverage),
         });
     }
     let others: Vec<usize> = (0..pin.labels.len()).filter(|&c| c != bad && !all_bad.contains(&pin.labels[c])).collect();
@@ -880,6 +947,7 @@ fn known_bad_control(
         observed: format!("decided slower than {slower} of {}{tail}", others.len()),
         outcome,
         rounds_to_resolve: rounds,
+        level: Some(coverage),
     })
 }
 
@@ -922,6 +990,7 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
             ControlOutcome::Misbehaved
         },
         rounds_to_resolve: None,
+        level: None,
     }
 }
 
@@ -1015,14 +1084,31 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
     }
     // controls: A/A in every phase; known-bad in the judged phase; skew per job
     let mut controls = Vec::new();
+    let aa_count = input.controls.aa_pairs.len() * tabs.len();
     for (a, b) in &input.controls.aa_pairs {
         known(a)?;
         known(b)?;
         for ((pin, t), pr) in tabs.iter().zip(&phases) {
             let col = |l: &str| pin.labels.iter().position(|x| x == l).expect("known");
-            controls.push(aa_control(a, b, pin.phase, &t.table, col(a), col(b), policy, pr.pair_coverage)?);
+            controls.push(aa_control(a, b, pin.phase, &t.table, col(a), col(b), policy, aa_level(aa_count, pr.pair_coverage), aa_count)?);
         }
     }
+    let aa_family = (aa_count > 0).then(|| {
+        let level = inference::simultaneous_coverage(COVERAGE, aa_count);
+        AaFamily {
+            controls: aa_count as u32,
+            family_coverage: COVERAGE,
+            level,
+            method: format!(
+                "the {aa_count} A/A controls (declared A/A pairs x phases) are one family: each is judged on its own Student-t interval at {:.3}% \
+                 (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level when that is higher, so that an instrument that cannot tell \
+                 a configuration from itself shows a misbehaved A/A control in at most {:.0}% of campaigns; simulated per-control and per-campaign \
+                 rates are in results/2026-12-02-calibration-aa-family/",
+                level * 100.0,
+                (1.0 - COVERAGE) * 100.0
+            ),
+        }
+    });
     let judge_phase = input
         .canary
         .as_ref()
@@ -1139,6 +1225,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         proxy_vs_blocking,
         canary,
         controls,
+        aa_family,
         warnings,
         overlap_excerpt: None,
         plots: Vec::new(),
@@ -1236,13 +1323,17 @@ pub fn render(r: &Report) -> String {
             }
         );
     }
+    if let Some(f) = &r.aa_family {
+        let _ = writeln!(o, "A/A family: {}", f.method);
+    }
     for c in &r.controls {
         let _ = writeln!(
             o,
-            "control {} {}{}: {} (predicted: {})",
+            "control {} {}{}{}: {} (predicted: {})",
             c.kind,
             c.outcome.word(),
             c.phase.map(|p| format!(" [{}]", p.name())).unwrap_or_default(),
+            c.level.map(|l| format!(" at {:.3}%", l * 100.0)).unwrap_or_default(),
             c.observed,
             c.predicted
         );
@@ -1509,11 +1600,52 @@ mod tests {
         let want = inference::paired(&column(&tb.table, 2), &column(&tb.table, 0), b.pair_coverage).unwrap();
         let blocking_aa = aa.iter().find(|c| c.phase == Some(Phase::Blocking)).unwrap();
         assert!(blocking_aa.observed.starts_with(&interval_words(&want)), "{blocking_aa:?} vs {want:?}");
+        // two A/A controls: the family level 1 - 0.05/2 is below the pair level, so the pair level holds
+        assert_eq!(blocking_aa.level, Some(b.pair_coverage));
+        let fam = r.aa_family.as_ref().unwrap();
+        assert_eq!((fam.controls, fam.family_coverage), (2, COVERAGE));
+        assert!((fam.level - 0.975).abs() < 1e-12, "{fam:?}");
+        assert_eq!(kb.level, Some(b.pair_coverage));
         let narrower = inference::paired(&column(&tb.table, 2), &column(&tb.table, 0), COVERAGE).unwrap();
         assert!(narrower.ci_high_pct - narrower.ci_low_pct < want.ci_high_pct - want.ci_low_pct);
         let t = &r.proxy_vs_blocking[0];
         assert!(t.tau_plain.tau_b.is_some() && t.tau_plain.interval.is_some(), "{t:?}");
         assert!(render(&r).contains("Kendall tau-b under the interval policy"));
+    }
+
+    #[test]
+    fn a_campaigns_aa_controls_are_judged_as_one_family() {
+        // 3 configurations (3 pairs, each at 1 - 0.05/3) and 2 A/A pairs in 2 phases: 4 A/A controls,
+        // so each is judged at 1 - 0.05/4, above the pair level, on its own interval at that level
+        let mut i = input(&[100.0, 100.0, 100.0], 5, 0.01);
+        i.controls.aa_pairs = vec![("c0".into(), "c1".into()), ("c0".into(), "c2".into())];
+        i.controls.known_bad.clear();
+        i.canary = None;
+        let r = analyze(&i, verdict(), "synthetic").unwrap();
+        let want = 1.0 - 0.05 / 4.0;
+        assert!((aa_level(4, 1.0 - 0.05 / 3.0) - want).abs() < 1e-12);
+        assert!((aa_level(4, 0.995) - 0.995).abs() < 1e-12, "never below the phase's pair level");
+        let aa: Vec<&ControlResult> = r.controls.iter().filter(|c| c.kind == "a-a").collect();
+        assert_eq!(aa.len(), 4);
+        let fam = r.aa_family.as_ref().unwrap();
+        assert_eq!(fam.controls, 4);
+        assert!((fam.level - want).abs() < 1e-12, "{fam:?}");
+        let tb = tables(i.phases.iter().find(|p| p.phase == Phase::Blocking).unwrap()).unwrap();
+        let at = inference::paired(&column(&tb.table, 1), &column(&tb.table, 0), want).unwrap();
+        let c = aa.iter().find(|c| c.phase == Some(Phase::Blocking) && c.subject.starts_with("c1 vs c0")).unwrap();
+        assert_eq!(c.level, Some(want), "{c:?}");
+        assert!(c.observed.starts_with(&interval_words(&at)) && c.observed.contains("one of 4 A/A controls"), "{c:?} vs {at:?}");
+        let text = render(&r);
+        assert!(text.contains("A/A family: the 4 A/A controls") && text.contains(&format!("[blocking] at {:.3}%", want * 100.0)), "{text}");
+        // the outcome rule: decided misbehaves; tied behaves; undecided behaves only with no minimum effect
+        assert_eq!(aa_outcome(Verdict::Pass, 2.0), ControlOutcome::Misbehaved);
+        assert_eq!(aa_outcome(Verdict::Fail, 0.0), ControlOutcome::Misbehaved);
+        assert_eq!(aa_outcome(Verdict::Tied, 2.0), ControlOutcome::Behaved);
+        assert_eq!(aa_outcome(Verdict::InsufficientEvidence, 0.0), ControlOutcome::Behaved);
+        assert_eq!(aa_outcome(Verdict::InsufficientEvidence, 2.0), ControlOutcome::Inconclusive);
+        // no A/A pair declared: no family
+        i.controls.aa_pairs.clear();
+        assert!(analyze(&i, verdict(), "synthetic").unwrap().aa_family.is_none());
     }
 
     #[test]

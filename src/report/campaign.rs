@@ -497,7 +497,8 @@ pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> R
     }
     let family = p.labels.len() * (p.labels.len() - 1) / 2;
     if family > 1 {
-        // the pair table and the controls read simultaneous intervals: a pair there needs more rounds than the canary
+        // the pair table and the known-bad controls read simultaneous intervals: a pair there needs more rounds than the canary
+        // (the A/A controls are judged at their own family's level, never below this one)
         let level = crate::analysis::inference::simultaneous_coverage(COVERAGE, family);
         let need: Vec<String> = [1.0, 2.0, 5.0, 10.0]
             .into_iter()
@@ -506,7 +507,7 @@ pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> R
             .collect();
         let _ = writeln!(
             o,
-            "in the pair table and the controls ({family} pairs, each interval at {:.3}% so that all hold together at {:.0}%), {:.0}% power needs: {}",
+            "in the pair table and the known-bad controls ({family} pairs, each interval at {:.3}% so that all hold together at {:.0}%), {:.0}% power needs: {}",
             level * 100.0,
             COVERAGE * 100.0,
             POWER * 100.0,

@@ -347,21 +347,63 @@ impl Default for Site {
     }
 }
 
+/// Every key a site file may hold, in the order the documentation lists them.
+pub const SITE_KEYS: [&str; 5] = ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
+
 impl Site {
-    /// Parse and check a site TOML; `origin` names it in errors.
+    /// Parse and check a site TOML; `origin` names it in errors. Every fault
+    /// is refused with `BAD_INPUT` naming `origin` and the key: a file that
+    /// is not TOML, an unknown key, a value of the wrong type or out of
+    /// range, and an inverted threshold. The thresholds bound the node's
+    /// ratio to the reference, so the reference validated against itself
+    /// (ratio 1) must be able to pass them: a minimum ratio above 1 or a
+    /// maximum ratio below 1 cannot hold together with that, and is refused.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let s: Site =
-            toml::from_str(text).with_context(|| format!("{origin}: not a site file (keys: busbw_min_ratio, token_latency_max_ratio, coverage, allow)"))?;
-        for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
-            if !(v.is_finite() && v > 0.0) {
-                crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: {k} = {v} must be a positive number");
+        use crate::core::refusal::{refuse, Code::BadInput};
+        let table: toml::Table = match toml::from_str(text) {
+            Ok(t) => t,
+            Err(e) => {
+                let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1).unwrap_or(1);
+                crate::refuse!(BadInput, "{origin}:{line}: not a site file (not TOML): {}", e.message().replace('\n', " "))
+            }
+        };
+        if let Some(k) = table.keys().find(|k| !SITE_KEYS.contains(&k.as_str())) {
+            crate::refuse!(BadInput, "{origin}: unknown key {k:?} (a site file holds only {})", SITE_KEYS.join(", "));
+        }
+        // one key at a time, so that a wrong type names its key
+        for (k, v) in &table {
+            let one = toml::Table::from_iter([(k.clone(), v.clone())]);
+            if let Err(e) = toml::Value::Table(one).try_into::<Site>() {
+                crate::refuse!(BadInput, "{origin}: {k} = {v}: {}", e.message());
             }
         }
+        let s: Site = toml::Value::Table(table).try_into().map_err(|e| refuse(BadInput, format!("{origin}: not a site file: {}", e.message())))?;
+        for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
+            if !(v.is_finite() && v > 0.0) {
+                crate::refuse!(BadInput, "{origin}: {k} = {v} must be a positive number");
+            }
+        }
+        if s.busbw_min_ratio > 1.0 {
+            crate::refuse!(
+                BadInput,
+                "{origin}: busbw_min_ratio = {} is inverted: a minimum busbw ratio above 1 fails a node as fast as the reference, \
+                 and the reference itself; it must be at most 1",
+                s.busbw_min_ratio
+            );
+        }
+        if s.token_latency_max_ratio < 1.0 {
+            crate::refuse!(
+                BadInput,
+                "{origin}: token_latency_max_ratio = {} is inverted: a maximum latency ratio below 1 fails a node as fast as the reference, \
+                 and the reference itself; it must be at least 1",
+                s.token_latency_max_ratio
+            );
+        }
         if !(s.coverage > 0.0 && s.coverage < 1.0) {
-            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: coverage = {} must be in (0, 1)", s.coverage);
+            crate::refuse!(BadInput, "{origin}: coverage = {} must be in (0, 1)", s.coverage);
         }
         if let Some(a) = s.allow.iter().find(|a| !ALLOWABLE.contains(&a.as_str())) {
-            crate::refuse!(crate::core::refusal::Code::BadInput, "{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
+            crate::refuse!(BadInput, "{origin}: allow = {a:?} is not one of {}", ALLOWABLE.join(", "));
         }
         Ok(s)
     }
@@ -450,9 +492,41 @@ mod tests {
     fn site_files_are_checked() {
         let s = Site::parse("busbw_min_ratio = 0.9\nallow = [\"nccl\"]\n", "site.toml").unwrap();
         assert_eq!((s.busbw_min_ratio, s.token_latency_max_ratio), (0.9, 1.05));
-        let e = Site::parse("busbw_min = 0.9\n", "site.toml").unwrap_err();
-        assert!(format!("{e:#}").contains("site.toml"), "{e:#}");
-        assert!(Site::parse("token_latency_max_ratio = -1\n", "s").is_err());
-        assert!(format!("{:#}", Site::parse("allow = [\"kernel\"]\n", "s").unwrap_err()).contains("kernel"));
+        let all = Site::parse("busbw_min_ratio = 1\ntoken_latency_max_ratio = 1\ncoverage = 0.9\nnvlink_crc_errors_max = 0\nallow = []\n", "s").unwrap();
+        assert_eq!((all.busbw_min_ratio, all.token_latency_max_ratio, all.nvlink_crc_errors_max), (1.0, 1.0, Some(0)), "parity is allowed");
+        // every fault is BAD_INPUT, naming the file and the key
+        for (text, key) in [
+            ("busbw_min = 0.9\n", "busbw_min"),
+            ("token_latency_max_ratio = -1\n", "token_latency_max_ratio"),
+            ("allow = [\"kernel\"]\n", "kernel"),
+            ("busbw_min_ratio = 1.2\n", "busbw_min_ratio"),
+            ("token_latency_max_ratio = 0.9\n", "token_latency_max_ratio"),
+            ("nvlink_crc_errors_max = -1\n", "nvlink_crc_errors_max"),
+            ("nvlink_crc_errors_max = \"many\"\n", "nvlink_crc_errors_max"),
+            ("coverage = 1.5\n", "coverage"),
+            ("[busbw_min_ratio]\n", "busbw_min_ratio"),
+            ("coverage = 0.9\nbusbw_min_ratio = \n", "site.toml:2"),
+        ] {
+            let e = Site::parse(text, "site.toml").unwrap_err();
+            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadInput), "{text}: {e:#}");
+            let msg = format!("{e:#}");
+            assert!(msg.contains("site.toml") && msg.contains(key), "{text}: {msg}");
+        }
+        let e = format!("{:#}", Site::parse("busbw_min_ratio = 1.2\n", "s").unwrap_err());
+        assert!(e.contains("inverted"), "{e}");
+    }
+
+    #[test]
+    fn the_committed_site_file_parses() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/slurm/site-h200-vm.toml")).unwrap();
+        assert_eq!(Site::parse(&text, "slurm/site-h200-vm.toml").unwrap().busbw_min_ratio, 0.90);
+    }
+
+    #[test]
+    fn every_site_key_is_documented_with_its_meaning() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/VALIDATION.md")).unwrap();
+        for k in SITE_KEYS {
+            assert!(doc.contains(&format!("| `{k}` |")), "docs/VALIDATION.md: a row of the site-key table for {k}");
+        }
     }
 }
