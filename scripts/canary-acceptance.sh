@@ -17,6 +17,8 @@ cargo build --release --locked >&2 || exit 1
 B=$PWD/target/release/commcanary
 { date -u; git rev-parse HEAD; git status --porcelain | head -5; nproc; uptime; mpirun --version | head -1; } > "$OUT/env.txt" 2>&1
 step() { echo "== $*" | tee -a "$OUT/steps.txt"; }
+# a verify's states, sizes, costs and what failed or was not judged (the hardware checks aside)
+shown() { grep -E "^[a-z0-9-]+ \[|size:|decision cost|FAILED|not judged|    ranking:" "$1" | grep -v "hardware\.\|source.unknowns" | tee -a "$OUT/steps.txt"; }
 for s in $steps; do case $s in
 synth)
   d=$OUT/synth; mkdir -p "$d"
@@ -43,7 +45,7 @@ run256)
   /usr/bin/time -v $B canary verify "$d/run.comm.json" "$d/run.canary.json" --configs examples/canary-cpu-long.toml \
       -o "$d/verify" > "$d/verify.out" 2> "$d/verify.err"
   echo "verify exit $?" | tee -a "$OUT/steps.txt"
-  grep -E "^[a-z0-9-]+ \[|size:|decision cost|FAILED" "$d/verify.out" | grep -v "hardware\.\|source.unknowns" | tee -a "$OUT/steps.txt" ;;
+  shown "$d/verify.out" ;;
 fixture)
   d=$OUT/fixture; mkdir -p "$d"
   step "fixture: the PyTorch TP2 fixture, imported, compiled, verified (mpirun -n 2)"
@@ -53,7 +55,7 @@ fixture)
   $B canary verify "$d/tp2.comm.json" "$d/tp2.canary.json" --configs examples/canary-cpu.toml --baselines \
       -o "$d/verify" > "$d/verify.out" 2> "$d/verify.err"
   echo "verify exit $?" | tee -a "$OUT/steps.txt"
-  grep -E "^[a-z0-9-]+ \[|size:|decision cost|FAILED" "$d/verify.out" | grep -v "hardware\.\|source.unknowns" | tee -a "$OUT/steps.txt" ;;
+  shown "$d/verify.out" ;;
 compile)
   d=$OUT/compile; mkdir -p "$d"
   step "compile: 1,000,000 collectives (2 ranks x 500,000), release build"
