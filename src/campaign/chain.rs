@@ -789,6 +789,14 @@ pub use crate::analysis::policy::Verdict;
 
 /// Verify completeness of the selection against the manifest.
 pub fn verify(dir: &Path) -> Result<Verdict> {
+    verify_visiting(dir, &mut |_, _, _| {})
+}
+
+/// [`verify`], handing each cell that passed its own checks to `visit` with
+/// its selection entry and the run `verify` joined (before the checks across
+/// cells, so the verdict still decides whether the campaign is complete): a
+/// reader that needs the runs (the analysis) joins each one once.
+pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crate::evidence::join::JoinedRun)) -> Result<Verdict> {
     let (m, sha) = load_manifest(dir)?;
     let sp = dir.join("selection.json");
     if !sp.exists() {
@@ -823,7 +831,8 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
             }
         };
         match check_cell(dir, &m, &accepted, c, e, &attempts) {
-            Ok((walked, hw)) => {
+            Ok((walked, hw, joined)) => {
+                visit(c, e, &joined);
                 passed.push((c.cell_id.clone(), c.label.clone(), walked));
                 hardware.push((c.cell_id.clone(), c.label.clone(), hw));
             }
@@ -866,8 +875,8 @@ fn coded(code: Code, message: String) -> String {
 }
 
 /// One cell's refusal, if any; else the digest of the joined-trace file its
-/// phases walked (`rank --trace` in the arguments), if they walked one, and
-/// what it recorded on the hardware contract's fields.
+/// phases walked (`rank --trace` in the arguments), if they walked one,
+/// what it recorded on the hardware contract's fields, and its joined run.
 fn check_cell(
     dir: &Path,
     m: &Manifest,
@@ -875,7 +884,7 @@ fn check_cell(
     c: &Cell,
     e: &Selected,
     attempts: &[AttemptRecord],
-) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware), String> {
+) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware, crate::evidence::join::JoinedRun), String> {
     let a = attempts
         .iter()
         .find(|a| a.attempt_id == e.attempt_id)
@@ -961,7 +970,7 @@ fn check_cell(
     }
     let headers: Vec<&crate::evidence::shard::ShardHeader> = joined.shards.iter().map(|s| &s.header).collect();
     let hw = m.hardware.check_cell(&headers).map_err(|why| coded(Code::HardwareContract, why))?;
-    Ok((file_trace, hw))
+    Ok((file_trace, hw, joined))
 }
 
 /// The hosts an attempt used: the one its `exec` ran on and, where its
