@@ -598,7 +598,7 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
     for f in files {
         let bytes = crate::core::limits::read_bounded(&f, crate::core::limits::MAX_SHARD_BYTES)?;
-        let shard = Shard::decode(&bytes, &f.display().to_string())?;
+        let (shard, digest) = Shard::decode_with_digest(&bytes, &f.display().to_string())?;
         let h = &shard.header;
         if h.run_id != run.run_id {
             refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
@@ -606,7 +606,6 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
         if h.world_size != run.world_size || h.rank >= run.world_size {
             refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
         }
-        let digest = crate::core::fsutil::sha256_hex(&bytes);
         let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
             refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
         };
