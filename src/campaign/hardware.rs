@@ -175,12 +175,15 @@ impl Default for HardwareContract {
     }
 }
 
+/// A field and the value a cell recorded for it (`None`: nothing recorded).
+pub type FieldValue = (HardwareField, Option<String>);
+
 /// What one cell recorded on the contract's `same` fields (its ranks agreeing).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellHardware {
     /// Per field of `same`, in contract order: the value every rank recorded
     /// (for `host`, the cell's hosts, sorted and comma-separated).
-    pub values: Vec<(HardwareField, Option<String>)>,
+    pub values: Vec<FieldValue>,
     /// Rank 0's host, for messages.
     pub host: String,
 }
@@ -295,10 +298,9 @@ impl HardwareContract {
     /// The cells among `of` whose values of the (per-configuration or
     /// campaign-wide) fields differ from the most common, with the reason.
     fn minority(cells: &[(String, String, CellHardware)], of: &[usize], per_configuration: bool, label: Option<&str>) -> Vec<(String, String)> {
-        let key = |i: usize| -> Vec<&(HardwareField, Option<String>)> {
-            cells[i].2.values.iter().filter(|(f, _)| f.per_configuration() == per_configuration).collect()
-        };
-        let mut groups: Vec<(Vec<&(HardwareField, Option<String>)>, usize, usize)> = Vec::new(); // key, count, first cell
+        let key = |i: usize| -> Vec<&FieldValue> { cells[i].2.values.iter().filter(|(f, _)| f.per_configuration() == per_configuration).collect() };
+        // (the fields' values, how many cells recorded them, the first such cell)
+        let mut groups: Vec<(Vec<&FieldValue>, usize, usize)> = Vec::new();
         for &i in of {
             let k = key(i);
             match groups.iter_mut().find(|g| g.0 == k) {
