@@ -59,7 +59,14 @@ TOML
   "$MAKER" campaign select "$C" > /dev/null
   echo "campaign made by $("$MAKER" --version) in $(($(date +%s) - t0)) s"
 fi
-echo "campaign: $C ($(du -sh "$C/runs" | cut -f1) of runs, $(ls "$C/runs" | wc -l) jobs, ${TOKENS} tokens x ${LAYERS} layers, ${ITERS} isolated iterations)"
+# the workload as the campaign's manifest froze it (a reused WORK may hold another size than the defaults)
+size=$(python3 - "$C/manifest.json" <<'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))["spec"]["workload"]
+print(f"{w['tokens']} tokens x {w['layers']} layers, {w['iters']} isolated iterations, phases {w['phases']}")
+PY
+)
+echo "campaign: $C ($(du -sh "$C/runs" | cut -f1) of runs, $(ls "$C/runs" | wc -l) jobs, $size)"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -n "$BEFORE" ] && echo "before: $BEFORE: $("$BEFORE" --version)"
 echo "after:  $AFTER: $("$AFTER" --version)"
