@@ -371,6 +371,7 @@ pub fn rank_probabilities(table: &[Vec<f64>], draws: u32, seed: u64, equivalence
     let (mut best, mut worst) = (vec![0.0f64; k], vec![0.0f64; k]);
     let mut taus = Vec::with_capacity(draws as usize);
     let mut logp = vec![0.0f64; TAU_GRID];
+    let mut weight = vec![0.0f64; TAU_GRID];
     let mut mu = vec![0.0f64; k];
     for _ in 0..draws {
         // σ² | residuals ~ scaled inverse-χ²
@@ -413,14 +414,18 @@ pub fn rank_probabilities(table: &[Vec<f64>], draws: u32, seed: u64, equivalence
             // spike at τ = 0 (only with a proper slab: a uniform τ has no Bayes factor)
             let spike = if prior_scale.is_finite() { SPIKE_PRIOR.ln() + lik(0.0) } else { f64::NEG_INFINITY };
             let top = logp.iter().copied().fold(spike, f64::max);
-            let total: f64 = logp.iter().map(|l| (l - top).exp()).sum::<f64>() + (spike - top).exp();
+            // each cell's weight once, summed and then walked (the same values in the same order)
+            for (wt, l) in weight.iter_mut().zip(&logp) {
+                *wt = (l - top).exp();
+            }
+            let total: f64 = weight.iter().copied().sum::<f64>() + (spike - top).exp();
             let mut u: f64 = rng.gen::<f64>() * total - (spike - top).exp();
             if u < 0.0 {
                 0.0
             } else {
                 let mut g = TAU_GRID - 1;
-                for (i, l) in logp.iter().enumerate() {
-                    u -= (l - top).exp();
+                for (i, wt) in weight.iter().enumerate() {
+                    u -= wt;
                     if u <= 0.0 {
                         g = i;
                         break;

@@ -719,20 +719,106 @@ fn flip(r: Relation) -> Relation {
     }
 }
 
+/// `f` over `items` on up to `std::thread::available_parallelism` threads,
+/// the results in `items`' order: the same values as a plain map, since each
+/// item is computed alone and deterministically (the analysis seeds its own
+/// draws per item). A panic in `f` is resumed here.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        mine.push((i, f(item)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for w in workers {
+            for (i, r) in w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter().map(|r| r.expect("every item was computed")).collect()
+}
+
 /// Relations of every pair over resampled rounds `idx` of a log table (`logt[round][config]`).
 fn relations_over(logt: &[Vec<f64>], idx: &[usize], tq: f64, min_effect_pct: f64) -> Vec<Relation> {
     let k = logt.first().map_or(0, Vec::len);
     let n = idx.len() as f64;
     let mut out = Vec::with_capacity(k * k.saturating_sub(1) / 2);
+    let rel = LogRelation::new(min_effect_pct);
     for i in 0..k {
         for j in i + 1..k {
             let mean = idx.iter().map(|&r| logt[r][i] - logt[r][j]).sum::<f64>() / n;
             let sd = (idx.iter().map(|&r| (logt[r][i] - logt[r][j] - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
             let h = tq * sd / n.sqrt();
-            out.push(ranking::relation_from_interval((mean - h).exp_m1() * 100.0, (mean + h).exp_m1() * 100.0, min_effect_pct));
+            out.push(rel.of(mean - h, mean + h));
         }
     }
     out
+}
+
+/// [`ranking::relation_from_interval`] of an interval given by its ends on
+/// the log scale, `(lo.exp_m1() * 100, hi.exp_m1() * 100)`, with the same
+/// result bit for bit and, away from the thresholds, without the two
+/// `exp_m1` (the τ-b resampling reads thousands of intervals): an end
+/// farther than `SLACK` from the log of a threshold is on the same side of
+/// it as its percentage is of the threshold (`exp_m1` is increasing and off
+/// by a few units in the last place at most); an end closer, any value that
+/// is not finite, and a minimum effect above 50% (where `exp_m1`'s slope at
+/// the lower threshold, 1 − m/100, shrinks the margin toward the rounding)
+/// are decided exactly as before.
+struct LogRelation {
+    min_effect_pct: f64,
+    /// Whether the thresholds on the log scale are used (0 ≤ m ≤ 50).
+    fast: bool,
+    /// ln(1 − m/100) and ln(1 + m/100): where `hi_pct < −m` and `lo_pct > m` change.
+    below: f64,
+    above: f64,
+}
+
+impl LogRelation {
+    /// Far more than the rounding of `exp_m1`, `* 100` and `ln_1p` together (a few 1e-16).
+    const SLACK: f64 = 1e-9;
+
+    fn new(min_effect_pct: f64) -> Self {
+        Self { min_effect_pct, fast: (0.0..=50.0).contains(&min_effect_pct), below: (-min_effect_pct / 100.0).ln_1p(), above: (min_effect_pct / 100.0).ln_1p() }
+    }
+
+    fn of(&self, lo: f64, hi: f64) -> Relation {
+        let exact = || ranking::relation_from_interval(lo.exp_m1() * 100.0, hi.exp_m1() * 100.0, self.min_effect_pct);
+        if !(self.fast && lo.is_finite() && hi.is_finite()) {
+            return exact();
+        }
+        let slack = |t: f64| Self::SLACK * t.abs().max(1.0);
+        // hi_pct < -m (a faster)?
+        if hi < self.below - slack(self.below) {
+            return Relation::AFaster;
+        }
+        if hi <= self.below + slack(self.below) {
+            return exact();
+        }
+        // lo_pct > m (b faster)?
+        if lo > self.above + slack(self.above) {
+            return Relation::BFaster;
+        }
+        if lo >= self.above - slack(self.above) {
+            return exact();
+        }
+        Relation::NotDistinguished
+    }
 }
 
 fn medians_over(t: &[Vec<f64>], idx: &[usize]) -> Vec<f64> {
@@ -1055,8 +1141,9 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
     };
     let mut phases = Vec::new();
     let mut tabs = Vec::new();
-    for p in &input.phases {
-        let (r, t) = analyze_phase(p, policy)?;
+    // the phases are independent (each its own seeded draws): computed side by side, kept in order
+    for (p, done) in input.phases.iter().zip(parallel_map(&input.phases, |p| analyze_phase(p, policy))) {
+        let (r, t) = done?;
         phases.push(r);
         tabs.push((p, t));
     }
@@ -1066,13 +1153,13 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         let labels = input.phases[bi].labels.clone();
         let summaries = phases[bi].summaries(&labels);
         let tr: Vec<Relation> = phases[bi].pairs.iter().map(|p| p.relation).collect();
-        for (pi, p) in phases.iter().enumerate().filter(|(_, p)| p.phase != Phase::Blocking) {
-            if input.phases[pi].labels != labels {
-                continue;
-            }
+        let proxies: Vec<usize> = (0..phases.len()).filter(|&pi| phases[pi].phase != Phase::Blocking && input.phases[pi].labels == labels).collect();
+        // each proxy's resampled τ-b is independent of the others' (each its own seeded draws)
+        let taus = parallel_map(&proxies, |&pi| tau_estimates(&tabs[pi].1.table, &tabs[bi].1.table, policy, phases[pi].pair_coverage));
+        for (&pi, (tau_policy, tau_plain)) in proxies.iter().zip(taus) {
+            let p = &phases[pi];
             let pr: Vec<Relation> = p.pairs.iter().map(|x| x.relation).collect();
             let ev = format!("{evidence}; proxy phase {}, truth phase blocking", p.phase);
-            let (tau_policy, tau_plain) = tau_estimates(&tabs[pi].1.table, &tabs[bi].1.table, policy, p.pair_coverage);
             proxy_vs_blocking.push(ProxyAgreement {
                 proxy: p.phase,
                 truth: Phase::Blocking,
@@ -1517,6 +1604,40 @@ pub fn render_replication(r: &Replication) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The log-scale shortcut decides every interval as the percentage rule does.
+    #[test]
+    fn log_relations_match_the_percentage_rule() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(27);
+        for m in [0.0, 0.5, 2.0, 5.0, 49.0, 50.0, 60.0, 99.0, 100.0, 150.0] {
+            let rel = LogRelation::new(m);
+            let (below, above) = ((-m / 100.0f64).ln_1p(), (m / 100.0f64).ln_1p());
+            let mut ends: Vec<f64> = vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-300, -1e-300, 700.0, 710.0, -800.0];
+            for t in [below, above] {
+                if t.is_finite() {
+                    // the thresholds themselves and their neighbours, a few units in the last place away
+                    // (the bit patterns one by one on either side; 0 has its neighbours among the subnormals)
+                    for k in 1..=8u64 {
+                        ends.push(f64::from_bits(t.to_bits() + k));
+                        match t.to_bits().checked_sub(k) {
+                            Some(b) => ends.push(f64::from_bits(b)),
+                            None => ends.push(-f64::from_bits(k)),
+                        }
+                    }
+                    ends.extend([t, t + 1e-10, t - 1e-10, t + 1e-8, t - 1e-8]);
+                }
+            }
+            for _ in 0..20_000 {
+                ends.push(rng.gen_range(-0.3..0.3));
+            }
+            for (i, &lo) in ends.iter().enumerate() {
+                for &hi in ends.iter().skip(i % 7).step_by(97) {
+                    let want = ranking::relation_from_interval(lo.exp_m1() * 100.0, hi.exp_m1() * 100.0, m);
+                    assert_eq!(rel.of(lo, hi), want, "m {m}, interval ({lo:e}, {hi:e})");
+                }
+            }
+        }
+    }
     use rand::{Rng, SeedableRng};
 
     fn policy() -> AnalysisPolicy {

@@ -8,7 +8,8 @@
 //! cell: a missing, duplicated, failed, stale (bytes changed since the
 //! attempt was recorded) or unexpected cell, a shard that does not join, and
 //! identity contradictions with the manifest (backend, world size, a
-//! configuration's environment or NCCL library). A success that overlapped
+//! configuration's environment or NCCL library), and hardware that breaks the
+//! manifest's hardware contract (`campaign::hardware`). A success that overlapped
 //! another attempt on its host is refused by `verify`, passed over by
 //! `select` when the cell has a clean one, and run again by `exec`.
 use super::spec::{Cell, LauncherKind, Manifest};
@@ -788,6 +789,14 @@ pub use crate::analysis::policy::Verdict;
 
 /// Verify completeness of the selection against the manifest.
 pub fn verify(dir: &Path) -> Result<Verdict> {
+    verify_visiting(dir, &mut |_, _, _| {})
+}
+
+/// [`verify`], handing each cell that passed its own checks to `visit` with
+/// its selection entry and the run `verify` joined (before the checks across
+/// cells, so the verdict still decides whether the campaign is complete): a
+/// reader that needs the runs (the analysis) joins each one once.
+pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crate::evidence::join::JoinedRun)) -> Result<Verdict> {
     let (m, sha) = load_manifest(dir)?;
     let sp = dir.join("selection.json");
     if !sp.exists() {
@@ -807,6 +816,7 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
         }
     }
     let mut passed: Vec<(String, String, Option<String>)> = Vec::new();
+    let mut hardware: Vec<(String, String, crate::campaign::hardware::CellHardware)> = Vec::new();
     for c in &m.schedule {
         let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
         let e = match picked.as_slice() {
@@ -821,17 +831,23 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
             }
         };
         match check_cell(dir, &m, &accepted, c, e, &attempts) {
-            Ok(walked) => passed.push((c.cell_id.clone(), c.label.clone(), walked)),
+            Ok((walked, hw, joined)) => {
+                visit(c, e, &joined);
+                passed.push((c.cell_id.clone(), c.label.clone(), walked));
+                hardware.push((c.cell_id.clone(), c.label.clone(), hw));
+            }
             Err(why) => refusals.push((c.cell_id.clone(), why)),
         }
     }
     // configurations are ranked on one workload: every cell walked the same
     // unfrozen trace file, or every cell none
-    let refused = other_trace_files(&passed);
-    let ok = passed.len() - refused.len();
-    for (cell, why) in refused {
-        refusals.push((cell, coded(Code::IdentityContradiction, why)));
-    }
+    let mut refused: Vec<(String, String)> =
+        other_trace_files(&passed).into_iter().map(|(cell, why)| (cell, coded(Code::IdentityContradiction, why))).collect();
+    // and on one kind of hardware: every cell recorded what most cells did on the contract's fields
+    refused.extend(m.hardware.disagreeing(&hardware).into_iter().map(|(cell, why)| (cell, coded(Code::HardwareContract, why))));
+    let refused_cells: std::collections::BTreeSet<&str> = refused.iter().map(|(c, _)| c.as_str()).collect();
+    let ok = passed.len() - refused_cells.len();
+    refusals.extend(refused);
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
 
@@ -859,7 +875,8 @@ fn coded(code: Code, message: String) -> String {
 }
 
 /// One cell's refusal, if any; else the digest of the joined-trace file its
-/// phases walked (`rank --trace` in the arguments), if they walked one.
+/// phases walked (`rank --trace` in the arguments), if they walked one,
+/// what it recorded on the hardware contract's fields, and its joined run.
 fn check_cell(
     dir: &Path,
     m: &Manifest,
@@ -867,7 +884,7 @@ fn check_cell(
     c: &Cell,
     e: &Selected,
     attempts: &[AttemptRecord],
-) -> std::result::Result<Option<String>, String> {
+) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware, crate::evidence::join::JoinedRun), String> {
     let a = attempts
         .iter()
         .find(|a| a.attempt_id == e.attempt_id)
@@ -951,7 +968,9 @@ fn check_cell(
             }
         }
     }
-    Ok(file_trace)
+    let headers: Vec<&crate::evidence::shard::ShardHeader> = joined.shards.iter().map(|s| &s.header).collect();
+    let hw = m.hardware.check_cell(&headers).map_err(|why| coded(Code::HardwareContract, why))?;
+    Ok((file_trace, hw, joined))
 }
 
 /// The hosts an attempt used: the one its `exec` ran on and, where its

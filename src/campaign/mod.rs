@@ -8,6 +8,7 @@
 //! record), `selection.json`. Each command consumes what the previous one
 //! wrote and refuses to go on when the chain is broken.
 pub mod chain;
+pub mod hardware;
 pub mod spec;
 
 use crate::core::fsutil::{sha256_file, write_json_new};
@@ -99,10 +100,6 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
             crate::core::fsutil::write_new_atomic(&dir.join(CONFIG_TRACES_DIR).join(format!("{name}.json")), &bytes)?;
             m.config_traces.insert(name, sha);
         }
-        m.format_version = spec::MANIFEST_FORMAT_VERSION_CONFIG_TRACES;
-    }
-    if m.spec.trace_canary.is_some() {
-        m.format_version = spec::MANIFEST_FORMAT_VERSION_TRACE_CANARY;
     }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
@@ -530,6 +527,9 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
     same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
     same("frozen trace (trace_sha256)", serde_json::to_value(&ma.trace_sha256)?, serde_json::to_value(&mb.trace_sha256)?)?;
+    // the joined campaign's cells are held to one contract; verify then holds
+    // B's cells to the identity A's recorded (and the other way round)
+    same("hardware contract", serde_json::to_value(&ma.hardware)?, serde_json::to_value(&mb.hardware)?)?;
     same(
         "backend, ranks and launcher",
         serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]),

@@ -17,13 +17,18 @@ use std::path::Path;
 
 /// Manifest format version (2 added the optional `workload.trace` and
 /// `trace_sha256`; 3 a configuration's own `trace` and `config_traces`, written
-/// only where a configuration names one, so other manifests stay version 2;
-/// 4 the spec's `trace_canary`, written only where it is declared).
-pub const MANIFEST_FORMAT_VERSION: u32 = 2;
-/// The version of a manifest whose configurations walk their own traces.
+/// only where a configuration names one, so other manifests stayed version 2;
+/// 4 the spec's `trace_canary`, written only where it was declared; 5 the
+/// hardware contract `hardware`, written in every manifest, so every new
+/// manifest is version 5). Versions 1 to 4 are read; their cells are held to
+/// the default contract ([`HardwareContract::default`]).
+pub const MANIFEST_FORMAT_VERSION: u32 = 5;
+/// The version a manifest whose configurations walk their own traces had before format 5.
 pub const MANIFEST_FORMAT_VERSION_CONFIG_TRACES: u32 = 3;
-/// The version of a manifest whose spec declares `trace_canary`.
+/// The version a manifest whose spec declares `trace_canary` had before format 5.
 pub const MANIFEST_FORMAT_VERSION_TRACE_CANARY: u32 = 4;
+
+pub use super::hardware::{HardwareContract, HardwareField, HardwareSpec};
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -236,6 +241,10 @@ pub struct CampaignSpec {
     /// Optional controls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controls: Option<Controls>,
+    /// What every cell's hardware must share (absent: the default contract,
+    /// every recorded identity field but the host alike across cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<HardwareSpec>,
     /// Configurations.
     pub configs: Vec<ConfigSpec>,
 }
@@ -380,6 +389,9 @@ impl CampaignSpec {
             if let Some(p) = c.aa.iter().find(|p| p[0] == p[1]) {
                 bail!("controls.aa pairs {:?} with itself; an A/A pair is two names for one configuration", p[0]);
             }
+        }
+        if let Some(h) = &self.hardware {
+            h.validate()?;
         }
         if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
             let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
@@ -569,6 +581,10 @@ pub struct Manifest {
     /// Per configuration name, the SHA-256 of its own frozen trace (`traces/NAME.json`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config_traces: BTreeMap<String, String>,
+    /// The hardware contract `verify` holds every cell to (format 5; a
+    /// manifest before it is held to the default contract).
+    #[serde(default)]
+    pub hardware: HardwareContract,
 }
 
 impl Manifest {
@@ -613,6 +629,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
     let labels: Vec<String> = configs.iter().map(|c| c.label.clone()).collect();
     let schedule = schedule(&labels, spec.repetitions, spec.seed);
     let campaign_id = format!("{}-{}", spec.name, crate::evidence::run::new_run_id());
+    let spec_hardware = spec.hardware.clone();
     let m = Manifest {
         format_version: MANIFEST_FORMAT_VERSION,
         campaign_id,
@@ -623,6 +640,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         planned_unix_ms: crate::evidence::run::unix_ms(),
         trace_sha256: None,
         config_traces: BTreeMap::new(),
+        hardware: HardwareContract::resolve(spec_hardware.as_ref()),
     };
     (m, blinding)
 }

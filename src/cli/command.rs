@@ -230,8 +230,8 @@ struct Side {
 
 /// A campaign's analysis input, only once `verify` passes.
 fn verified_input(dir: &std::path::Path) -> Result<(crate::campaign::chain::Verdict, crate::analysis::AnalysisInput)> {
-    let v = crate::report::campaign::verified(dir)?;
-    Ok((v, crate::report::campaign::collect(dir)?.0))
+    let (v, read) = crate::report::campaign::verified(dir)?;
+    Ok((v, crate::report::campaign::collect_read(dir, read)?.0))
 }
 
 /// One side of a comparison. A campaign is analyzed once however many
@@ -533,7 +533,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             }
         }
         C::Analyze { dir, json, diagnostics, reveal, report_dir } => {
-            let v = chain::verify(&dir)?;
+            // verify reads each job for the analysis as it joins it: every run is joined once
+            let (v, read) = crate::report::campaign::verify_reading(&dir)?;
             if !v.complete {
                 writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
                 for (cell, why) in &v.refusals {
@@ -548,7 +549,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 crate::refuse!(crate::core::refusal::Code::Incomplete, "analysis withheld: the campaign is incomplete");
             }
             let out_dir = report_dir.unwrap_or_else(|| dir.join("report"));
-            let report = crate::report::campaign::analyze_and_write(&dir, v, &out_dir)?;
+            let report = crate::report::campaign::analyze_and_write(&dir, v, read, &out_dir)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {

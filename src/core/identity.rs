@@ -108,8 +108,26 @@ fn proc_status_field(field: &str) -> Option<String> {
     s.lines().find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':'))).map(|v| v.trim().to_string())
 }
 
-/// CPU model from `/proc/cpuinfo`.
+/// Test hook (harmless unless its variable is set): the value of a
+/// `COMMCANARY_TEST_*` variable that stands in for a recorded fact, so the
+/// tests can make one job record another host or CPU and check that
+/// `campaign verify` refuses it. The variable is itself recorded with the
+/// rest of the identity (prefix `COMMCANARY_`), so such a shard says so.
+fn test_override(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// The host name a rank records: [`hostname`], or `COMMCANARY_TEST_HOST`
+/// where the tests set it.
+pub fn recorded_host() -> String {
+    test_override("COMMCANARY_TEST_HOST").unwrap_or_else(hostname)
+}
+
+/// CPU model from `/proc/cpuinfo` (`COMMCANARY_TEST_CPU_MODEL` where the tests set it).
 pub fn cpu_model() -> Option<String> {
+    if let Some(v) = test_override("COMMCANARY_TEST_CPU_MODEL") {
+        return Some(v);
+    }
     let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
 }
@@ -132,7 +150,7 @@ pub fn recorded_env() -> Vec<(String, String)> {
 pub fn capture(world_rank: u32, world_size: u32, local_rank: u32, local_size: u32) -> EnvIdentity {
     let (maj, min) = mpi::environment::version();
     EnvIdentity {
-        host: hostname(),
+        host: recorded_host(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
         cpu_model: cpu_model(),
         mpi_library: mpi_library(),

@@ -95,6 +95,8 @@ pub enum Code {
     CollectiveTimeout,
     /// An input path names a FIFO, device, socket or directory where a regular file is read.
     NotRegularFile,
+    /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology) than the campaign's hardware contract allows.
+    HardwareContract,
 }
 
 impl Code {
@@ -142,6 +144,7 @@ impl Code {
         Code::BadInput,
         Code::CollectiveTimeout,
         Code::NotRegularFile,
+        Code::HardwareContract,
     ];
 
     /// The code as printed.
@@ -189,6 +192,7 @@ impl Code {
             Code::BadInput => "BAD_INPUT",
             Code::CollectiveTimeout => "COLLECTIVE_TIMEOUT",
             Code::NotRegularFile => "NOT_REGULAR_FILE",
+            Code::HardwareContract => "HARDWARE_CONTRACT",
         }
     }
 }

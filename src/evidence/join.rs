@@ -598,7 +598,7 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
     for f in files {
         let bytes = crate::core::limits::read_bounded(&f, crate::core::limits::MAX_SHARD_BYTES)?;
-        let shard = Shard::decode(&bytes, &f.display().to_string())?;
+        let (shard, digest) = Shard::decode_with_digest(&bytes, &f.display().to_string())?;
         let h = &shard.header;
         if h.run_id != run.run_id {
             refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
@@ -606,7 +606,6 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
         if h.world_size != run.world_size || h.rank >= run.world_size {
             refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
         }
-        let digest = crate::core::fsutil::sha256_hex(&bytes);
         let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
             refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
         };
@@ -687,22 +686,42 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
     let kernel_anchors: Vec<BTreeMap<Phase, u64>> =
         shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect()).collect();
     let kernel_starts: Vec<BTreeMap<(u32, u64), u64>> = shards.iter().map(nccl_kernel_starts).collect();
-    // index events per rank: (group, seq, (sender, receiver) of a point-to-point pair)
+    // index events per rank: (group, seq, (sender, receiver) of a point-to-point pair),
+    // each rank's index sorted by key (a sorted list walked once, not a tree
+    // searched per member and operation; the refusals are the same, in the same order)
     type Key = (u32, u64, Option<(u32, u32)>);
-    let mut per_rank: Vec<BTreeMap<Key, usize>> = Vec::with_capacity(shards.len());
+    let mut per_rank: Vec<Vec<(Key, usize)>> = Vec::with_capacity(shards.len());
     for s in shards {
-        let mut m = BTreeMap::new();
+        let mut m: Vec<(Key, usize)> = Vec::with_capacity(s.body.collectives.len());
         let rank = s.header.rank;
+        // the first event whose key an earlier event of this rank recorded: refused
+        // before any fault of a later event, as the events are read in order
+        let twice = |m: &mut Vec<(Key, usize)>| -> Result<()> {
+            m.sort_unstable();
+            if let Some(i) = m.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min() {
+                let e = &s.body.collectives[i];
+                let (_, _, pair) = m.iter().find(|x| x.1 == i).expect("indexed").0;
+                let with = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
+                refuse!(Code::DuplicateEvent, "rank {rank}: group {} seq {}{with} is recorded twice", e.group, e.seq);
+            }
+            Ok(())
+        };
         for (i, e) in s.body.collectives.iter().enumerate() {
-            let members = groups.get(&e.group).with_context(|| format!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq))?;
+            let Some(members) = groups.get(&e.group) else {
+                twice(&mut m)?;
+                anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
+            };
             if !members.contains(&rank) {
+                twice(&mut m)?;
                 refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
             }
             let pair = match (e.kind, e.peer) {
                 (CollectiveKind::Send | CollectiveKind::Recv, None) => {
+                    twice(&mut m)?;
                     refuse!(Code::BadStructure, "rank {rank}: {} on group {} seq {} names no peer", e.kind.name(), e.group, e.seq)
                 }
                 (CollectiveKind::Send | CollectiveKind::Recv, Some(p)) if p == rank || !members.contains(&p) => {
+                    twice(&mut m)?;
                     refuse!(
                         Code::GroupMismatch,
                         "rank {rank}: {} on group {} seq {} names peer {p}, not another member of the group",
@@ -715,14 +734,23 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
                 _ => None,
             };
-            if m.insert((e.group, e.seq, pair), i).is_some() {
-                let with = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
-                refuse!(Code::DuplicateEvent, "rank {rank}: group {} seq {}{with} is recorded twice", e.group, e.seq);
-            }
+            m.push(((e.group, e.seq, pair), i));
         }
+        twice(&mut m)?;
         per_rank.push(m);
     }
-    let keys: BTreeSet<Key> = per_rank.iter().flat_map(|m| m.keys().copied()).collect();
+    let mut keys: Vec<Key> = per_rank.iter().flat_map(|m| m.iter().map(|x| x.0)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    // per rank: how far its sorted index has been walked (keys come in ascending order)
+    let mut cursor = vec![0usize; shards.len()];
+    let mut find = |r: u32, key: &Key| -> Option<usize> {
+        let (m, c) = (&per_rank[r as usize], &mut cursor[r as usize]);
+        while *c < m.len() && m[*c].0 < *key {
+            *c += 1;
+        }
+        m.get(*c).filter(|x| x.0 == *key).map(|x| x.1)
+    };
     let mut out = Vec::with_capacity(keys.len());
     for key in keys {
         let (group, seq, pair) = key;
@@ -732,10 +760,11 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
         };
         let members = &members;
         let what = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
-        let present: Vec<u32> = members.iter().copied().filter(|&r| per_rank[r as usize].contains_key(&key)).collect();
+        let at: Vec<Option<usize>> = members.iter().map(|&r| find(r, &key)).collect();
+        let present: Vec<u32> = members.iter().zip(&at).filter(|(_, i)| i.is_some()).map(|(&r, _)| r).collect();
         if present.len() != members.len() {
             let missing: Vec<u32> = members.iter().copied().filter(|r| !present.contains(r)).collect();
-            let any = &shards[present[0] as usize].body.collectives[per_rank[present[0] as usize][&key]];
+            let any = &shards[present[0] as usize].body.collectives[at.iter().flatten().copied().next().expect("present")];
             refuse!(
                 Code::UnmatchedEvent,
                 "unmatched event: group {group} seq {seq}{what} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
@@ -744,11 +773,12 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
                 any.kind.name()
             );
         }
+        let at: Vec<usize> = at.into_iter().flatten().collect();
         let first_rank = members[0];
-        let first = &shards[first_rank as usize].body.collectives[per_rank[first_rank as usize][&key]];
+        let first = &shards[first_rank as usize].body.collectives[at[0]];
         let mut ranks = Vec::with_capacity(members.len());
         for (k, &r) in members.iter().enumerate() {
-            let e = &shards[r as usize].body.collectives[per_rank[r as usize][&key]];
+            let e = &shards[r as usize].body.collectives[at[k]];
             // a pair: the sender's send to the receiver and the receiver's receive from the sender
             let kind_agrees = match pair {
                 Some(_) => e.kind == if k == 0 { CollectiveKind::Send } else { CollectiveKind::Recv },
@@ -1437,6 +1467,37 @@ mod tests {
             ..Default::default()
         };
         Shard { header: crate::evidence::shard::test_header("cuda", serde_json::json!([phase])), body }
+    }
+
+    /// The sorted per-rank index refuses what the per-event reading did, first fault first.
+    #[test]
+    fn events_are_matched_in_key_order_and_the_first_fault_in_recording_order_is_refused() {
+        let joined = match_events(&[shard_with_kernels(6, 0, false)]).unwrap();
+        assert_eq!(joined.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+        let refused = |edit: &dyn Fn(&mut Shard)| {
+            let mut s = shard_with_kernels(6, 0, false);
+            edit(&mut s);
+            format!("{:#}", match_events(&[s]).unwrap_err())
+        };
+        let e = refused(&|s| s.body.collectives[3].seq = 1);
+        assert!(e.starts_with("refused[DUPLICATE_EVENT]: rank 0: group 0 seq 1 is recorded twice"), "{e}");
+        // seq 1 repeats at the 4th event, seq 0 only at the 6th: seq 1 is named
+        let e = refused(&|s| {
+            s.body.collectives[3].seq = 1;
+            s.body.collectives[5].seq = 0;
+        });
+        assert!(e.contains("group 0 seq 1 is recorded twice"), "{e}");
+        // a repeat before an undeclared group is refused as the repeat, and after it as the group
+        let e = refused(&|s| {
+            s.body.collectives[2].seq = 0;
+            s.body.collectives[4].group = 9;
+        });
+        assert!(e.contains("group 0 seq 0 is recorded twice"), "{e}");
+        let e = refused(&|s| {
+            s.body.collectives[1].group = 9;
+            s.body.collectives[3].seq = 0;
+        });
+        assert!(e.contains("event group 9 seq 1 names an undeclared group"), "{e}");
     }
 
     #[test]

@@ -817,6 +817,13 @@ impl Shard {
 
     /// Decode and verify bytes; `name` is used in error messages.
     pub fn decode(bytes: &[u8], name: &str) -> Result<Self> {
+        Self::decode_with_digest(bytes, name).map(|(s, _)| s)
+    }
+
+    /// [`decode`](Self::decode), and the SHA-256 (hex) of all of `bytes`,
+    /// the digest `run.json` records: one pass of the hash gives both it and
+    /// the trailer's digest of everything before the trailer.
+    pub fn decode_with_digest(bytes: &[u8], name: &str) -> Result<(Self, String)> {
         use crate::core::refusal::Code;
         let fault = |code: Code, what: String| crate::core::refusal::refuse(code, format!("{name}: {what}"));
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
@@ -878,7 +885,9 @@ impl Shard {
             return Err(fault(Code::BadFormat, "trailer marker is damaged".into()));
         }
         let stored = &rest[8..];
-        let actual = Sha256::digest(&bytes[..pos]);
+        let mut hasher = Sha256::new();
+        hasher.update(&bytes[..pos]);
+        let actual = hasher.clone().finalize();
         if stored != actual.as_slice() {
             return Err(fault(
                 Code::DigestMismatch,
@@ -894,7 +903,8 @@ impl Shard {
             return Err(fault(Code::BadFormat, "header format_version disagrees with the preamble".into()));
         }
         let body = decode_shard_body(version, body_bytes, name)?;
-        Ok(Shard { header, body })
+        hasher.update(rest);
+        Ok((Shard { header, body }, hex::encode(hasher.finalize())))
     }
 
     /// Read and verify a shard file.

@@ -58,8 +58,68 @@ fn excerpt(j: &crate::evidence::join::JoinedRun, run_id: &str, label: &str) -> O
     })
 }
 
+/// What the analysis takes from one selected job, read from its joined run
+/// (which is then dropped: a campaign's runs are never all held at once).
+pub struct JobRead {
+    /// The phases the job ran, with the job's samples in each
+    /// ([`crate::analysis::summary::job_samples_us`]).
+    samples_us: Vec<(Phase, Vec<f64>)>,
+    /// The injected-delay control `join` saw.
+    delay: Option<crate::evidence::join::DelayControlReport>,
+    /// Every rank's shard header.
+    headers: Vec<crate::evidence::shard::ShardHeader>,
+    /// Timed joined operations per kind in the phases that walked an imported trace.
+    imported_joined: BTreeMap<crate::evidence::shard::CollectiveKind, u64>,
+    /// The job's overlap excerpt, if it has one.
+    excerpt: Option<TimelineExcerpt>,
+}
+
+impl JobRead {
+    fn of(j: &crate::evidence::join::JoinedRun, attempt_id: &str, label: &str) -> Self {
+        let imported: BTreeSet<Phase> = j
+            .shards
+            .iter()
+            .flat_map(|s| &s.header.phases)
+            .filter(|p| matches!(p.trace, Some(crate::evidence::shard::TraceOrigin::Imported { .. })))
+            .map(|p| p.phase)
+            .collect();
+        let mut imported_joined = BTreeMap::new();
+        for c in j.collectives.iter().filter(|c| imported.contains(&c.phase) && !c.warmup) {
+            *imported_joined.entry(c.kind).or_default() += 1;
+        }
+        Self {
+            samples_us: j.run.workload.phases.iter().map(|&p| (p, crate::analysis::summary::job_samples_us(j, p))).collect(),
+            delay: crate::evidence::join::delay_control(j),
+            headers: j.shards.iter().map(|s| s.header.clone()).collect(),
+            imported_joined,
+            excerpt: excerpt(j, attempt_id, label),
+        }
+    }
+}
+
+/// The selected jobs `verify` joined, read once, by (attempt, run directory).
+#[derive(Default)]
+pub struct JobsRead(BTreeMap<(String, String), JobRead>);
+
+/// `verify`, reading every selected job it joins for the analysis
+/// ([`crate::campaign::chain::verify_visiting`]): `analyze` then joins each
+/// run once, not once to verify and again to analyze.
+pub fn verify_reading(dir: &Path) -> Result<(crate::campaign::chain::Verdict, JobsRead)> {
+    let mut read = JobsRead::default();
+    let v = crate::campaign::chain::verify_visiting(dir, &mut |c, e, j| {
+        read.0.insert((e.attempt_id.clone(), e.run_dir.clone()), JobRead::of(j, &e.attempt_id, &c.label));
+    })?;
+    Ok((v, read))
+}
+
 /// Gather the analysis input of a verified campaign, and one overlap excerpt.
 pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
+    collect_read(dir, JobsRead::default())
+}
+
+/// [`collect`], taking each job from `read` where `verify` read it (a job
+/// not there is joined here).
+pub fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     let (m, sha) = load_manifest(dir)?;
     let sel_path = dir.join("selection.json");
     let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
@@ -77,13 +137,18 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     for e in &sel.entries {
         let cell =
             m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
-        let run_dir = dir.join(&e.run_dir);
-        let j = crate::evidence::join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
-        for &p in &j.run.workload.phases {
-            let samples_us = crate::analysis::summary::job_samples_us(&j, p);
+        let j = match read.0.remove(&(e.attempt_id.clone(), e.run_dir.clone())) {
+            Some(j) => j,
+            None => {
+                let run_dir = dir.join(&e.run_dir);
+                let joined = crate::evidence::join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
+                JobRead::of(&joined, &e.attempt_id, &cell.label)
+            }
+        };
+        for (p, samples_us) in j.samples_us {
             per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
         }
-        if let Some(d) = crate::evidence::join::delay_control(&j) {
+        if let Some(d) = &j.delay {
             delays.entry(cell.label.clone()).or_default().push((
                 cell.round,
                 match &d.beyond_design {
@@ -108,13 +173,13 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
                 },
             ));
         }
-        ran.add(&j);
-        for s in &j.shards {
-            hosts.insert(s.header.host.clone());
-            backend = format!("{:?}", s.header.backend).to_lowercase();
-            let fact = |k: &str| s.header.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            if s.header.backend == crate::evidence::shard::BackendKind::Cuda {
-                gpus.insert(s.header.device.name.clone());
+        ran.add(&j.headers, &j.imported_joined);
+        for h in &j.headers {
+            hosts.insert(h.host.clone());
+            backend = format!("{:?}", h.backend).to_lowercase();
+            let fact = |k: &str| h.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if h.backend == crate::evidence::shard::BackendKind::Cuda {
+                gpus.insert(h.device.name.clone());
                 if let Some(v) = fact("nccl_version") {
                     nccl.insert(v);
                 }
@@ -122,16 +187,16 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
                     drivers.insert(v);
                 }
             } else {
-                if let Some(c) = &s.header.identity.cpu_model {
+                if let Some(c) = &h.identity.cpu_model {
                     cpus.insert(c.clone());
                 }
-                if let Some(v) = &s.header.identity.mpi_library {
+                if let Some(v) = &h.identity.mpi_library {
                     mpis.insert(v.split([',', '\n']).next().unwrap_or("").trim().to_string());
                 }
             }
         }
         if excerpt_out.is_none() {
-            excerpt_out = excerpt(&j, &e.attempt_id, &cell.label);
+            excerpt_out = j.excerpt;
         }
     }
     let labels: Vec<String> = m.configs.iter().map(|c| c.label.clone()).collect();
@@ -284,33 +349,33 @@ struct KindRan {
 }
 
 impl TraceRan {
-    fn add(&mut self, j: &crate::evidence::join::JoinedRun) {
+    /// One job: its ranks' headers and its timed joined operations per kind
+    /// in the phases that walked an imported trace.
+    fn add(&mut self, headers: &[crate::evidence::shard::ShardHeader], imported_joined: &BTreeMap<crate::evidence::shard::CollectiveKind, u64>) {
         // the element type the ranks ran their all-reduces in (graph mode records no per-collective events)
-        for s in &j.shards {
-            self.dtypes.insert(match s.header.workload.dtype {
+        for h in headers {
+            self.dtypes.insert(match h.workload.dtype {
                 crate::evidence::shard::Dtype::F32 => "float32",
                 crate::evidence::shard::Dtype::Bf16 => "bfloat16",
             });
         }
-        let mut imported = BTreeSet::new();
-        for s in &j.shards {
-            for p in &s.header.phases {
+        for h in headers {
+            for p in &h.phases {
                 let Some(crate::evidence::shard::TraceOrigin::Imported { sha256, left_out_per_pass, kinds, .. }) = &p.trace else { continue };
-                imported.insert(p.phase);
                 self.phases.insert(p.phase);
                 self.sha256.get_or_insert_with(|| sha256.clone());
-                self.passes = (s.header.workload.tokens, s.header.workload.warmup_tokens);
-                self.left_out.insert(s.header.rank, *left_out_per_pass);
+                self.passes = (h.workload.tokens, h.workload.warmup_tokens);
+                self.left_out.insert(h.rank, *left_out_per_pass);
                 for k in kinds {
                     let e = self.kinds.entry(k.kind).or_default();
-                    e.per_rank.insert(s.header.rank, (k.run_per_pass, k.left_out_per_pass));
+                    e.per_rank.insert(h.rank, (k.run_per_pass, k.left_out_per_pass));
                     e.dtypes.extend(k.dtypes.iter().copied());
                     e.sizes.extend(k.sizes_bytes.iter().copied());
                 }
             }
         }
-        for c in j.collectives.iter().filter(|c| imported.contains(&c.phase) && !c.warmup) {
-            self.kinds.entry(c.kind).or_default().joined += 1;
+        for (&kind, &n) in imported_joined {
+            self.kinds.entry(kind).or_default().joined += n;
         }
     }
 
@@ -396,8 +461,8 @@ fn existing_producer(path: &Path) -> Option<(u32, String)> {
 }
 
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
-pub fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, out_dir: &Path) -> Result<Report> {
-    let (input, excerpt) = collect(dir)?;
+pub fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
+    let (input, excerpt) = collect_read(dir, read)?;
     let evidence = format!(
         "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards; the job is the unit of replication",
         input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
@@ -427,9 +492,10 @@ pub fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, o
     Ok(report)
 }
 
-/// The verdict of `verify`, refused with `INCOMPLETE` unless the campaign is complete.
-pub fn verified(dir: &Path) -> Result<crate::campaign::chain::Verdict> {
-    let v = crate::campaign::chain::verify(dir)?;
+/// The verdict of `verify`, refused with `INCOMPLETE` unless the campaign
+/// is complete, and the jobs it read ([`verify_reading`]).
+pub fn verified(dir: &Path) -> Result<(crate::campaign::chain::Verdict, JobsRead)> {
+    let (v, read) = verify_reading(dir)?;
     if !v.complete {
         crate::refuse!(
             crate::core::refusal::Code::Incomplete,
@@ -438,14 +504,14 @@ pub fn verified(dir: &Path) -> Result<crate::campaign::chain::Verdict> {
             v.refusals.len()
         );
     }
-    Ok(v)
+    Ok((v, read))
 }
 
 /// A verified campaign's report (not written) and its label → configuration name map.
 pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
-    let v = verified(dir)?;
+    let (v, read) = verified(dir)?;
     let (m, _) = load_manifest(dir)?;
-    let (input, _) = collect(dir)?;
+    let (input, _) = collect_read(dir, read)?;
     let ev = format!("measured: verified campaign {}", input.context.campaign_id);
     let r = crate::analysis::analyze(&input, v, &ev)?;
     Ok((r, m.configs.iter().map(|c| (c.label.clone(), c.config.name.clone())).collect()))

@@ -1,0 +1,453 @@
+//! The hardware contract: one experiment, one kind of hardware
+//! (docs/CAMPAIGNS.md, "One kind of hardware").
+//!
+//! A campaign ranks configurations by comparing their cells. A cell that ran
+//! on another GPU model, driver, CPU, MPI library, kernel or NCCL build than
+//! the others carries that difference into every comparison it is part of,
+//! and a Slurm array spreads cells over whatever nodes it is given. The
+//! spec's `[hardware]` table declares what the cells must share; `plan`
+//! freezes the contract in the manifest (format 5, the default contract
+//! where the spec declares none) and `verify` refuses a cell that breaks it
+//! with `refused[HARDWARE_CONTRACT]`, naming the field, the expected value
+//! and the recorded one.
+//!
+//! Consumes the headers of a cell's shards (what each rank recorded,
+//! docs/ARCHITECTURE.md §8); produces refusals in words. No I/O.
+use crate::evidence::shard::ShardHeader;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A recorded identity field a hardware contract can hold, as a rank's shard header records it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum HardwareField {
+    /// Host name. Held by `hosts`; in `same`, a cell's set of hosts must equal the other cells'.
+    Host,
+    /// CPU model (`/proc/cpuinfo`).
+    CpuModel,
+    /// The device's name: the GPU model (SKU) on `cuda`, the CPU model on `cpu`.
+    DeviceName,
+    /// NVIDIA driver version (NVML, read at start; `cuda` only).
+    GpuDriver,
+    /// CUDA version the driver supports (NVML, read at start; `cuda` only).
+    CudaDriver,
+    /// NCCL version as the loaded library reports it (`cuda` only; compared within each configuration).
+    NcclVersion,
+    /// SHA-256 of the NCCL library mapped: the build (`cuda` only; compared within each configuration).
+    NcclSha256,
+    /// MPI library version string (`MPI_Get_library_version`).
+    MpiLibrary,
+    /// Kernel release (`uname -r`).
+    Kernel,
+    /// The node's GPU topology (`nvidia-smi topo -m`; `cuda` only).
+    Topology,
+    /// Ranks on the rank's node (the job's placement).
+    RanksPerNode,
+}
+
+impl HardwareField {
+    /// Every field, in the order refusals check them.
+    pub const ALL: [HardwareField; 11] = [
+        HardwareField::Host,
+        HardwareField::CpuModel,
+        HardwareField::DeviceName,
+        HardwareField::GpuDriver,
+        HardwareField::CudaDriver,
+        HardwareField::NcclVersion,
+        HardwareField::NcclSha256,
+        HardwareField::MpiLibrary,
+        HardwareField::Kernel,
+        HardwareField::Topology,
+        HardwareField::RanksPerNode,
+    ];
+
+    /// The field's name in the spec and in refusals.
+    pub fn name(self) -> &'static str {
+        match self {
+            HardwareField::Host => "host",
+            HardwareField::CpuModel => "cpu_model",
+            HardwareField::DeviceName => "device_name",
+            HardwareField::GpuDriver => "gpu_driver",
+            HardwareField::CudaDriver => "cuda_driver",
+            HardwareField::NcclVersion => "nccl_version",
+            HardwareField::NcclSha256 => "nccl_sha256",
+            HardwareField::MpiLibrary => "mpi_library",
+            HardwareField::Kernel => "kernel",
+            HardwareField::Topology => "topology",
+            HardwareField::RanksPerNode => "ranks_per_node",
+        }
+    }
+
+    /// Whether the field is compared within each configuration rather than
+    /// across the campaign: configurations may name different NCCL libraries
+    /// on purpose (a version against another), never one library whose build
+    /// changes between rounds.
+    pub fn per_configuration(self) -> bool {
+        matches!(self, HardwareField::NcclVersion | HardwareField::NcclSha256)
+    }
+
+    /// What one rank recorded for this field; `None` where it recorded nothing
+    /// (a `cpu` rank has no GPU driver).
+    pub fn recorded(self, h: &ShardHeader) -> Option<String> {
+        let fact = |k: &str| h.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        match self {
+            HardwareField::Host => Some(h.host.clone()),
+            HardwareField::CpuModel => h.identity.cpu_model.clone(),
+            HardwareField::DeviceName => Some(h.device.name.clone()),
+            HardwareField::GpuDriver => fact("driver_version_start"),
+            HardwareField::CudaDriver => fact("cuda_driver_version_start"),
+            HardwareField::NcclVersion => fact("nccl_version"),
+            HardwareField::NcclSha256 => fact("nccl_sha256"),
+            HardwareField::MpiLibrary => h.identity.mpi_library.clone(),
+            HardwareField::Kernel => h.identity.kernel.clone(),
+            HardwareField::Topology => fact("topology"),
+            HardwareField::RanksPerNode => Some(h.local_size.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for HardwareField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The spec's `[hardware]` table: what every cell of the campaign must share.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareSpec {
+    /// Host names every rank must run on (absent: any host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+    /// Fields every cell must record alike (absent: every field but `host`;
+    /// `[]`: none, the cells may differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same: Option<Vec<HardwareField>>,
+    /// Values every rank must record, by field (hosts are named with `hosts`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expect: BTreeMap<HardwareField, String>,
+}
+
+impl HardwareSpec {
+    /// What `plan` refuses in the table, in words.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(hosts) = &self.hosts {
+            if hosts.is_empty() {
+                anyhow::bail!("hardware.hosts is empty, so no cell could verify; name the hosts, or leave hosts out for any host");
+            }
+            if let Some(h) = hosts.iter().find(|h| h.trim().is_empty() || h.trim() != h.as_str()) {
+                anyhow::bail!("hardware.hosts: {h:?} is not a host name");
+            }
+        }
+        if self.expect.contains_key(&HardwareField::Host) {
+            anyhow::bail!("hardware.expect.host: name the hosts with hardware.hosts = [...]");
+        }
+        if let Some(same) = &self.same {
+            let mut seen = BTreeSet::new();
+            if let Some(f) = same.iter().find(|f| !seen.insert(**f)) {
+                anyhow::bail!("hardware.same names {f} twice");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The contract frozen in the manifest: what `verify` holds every cell to.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareContract {
+    /// Whether the spec declared `[hardware]`; otherwise this is the default contract.
+    pub declared: bool,
+    /// Host names every rank ran on; empty: any host.
+    pub hosts: Vec<String>,
+    /// Fields every cell recorded alike: the per-configuration ones (`nccl_version`,
+    /// `nccl_sha256`) among each configuration's cells, the others across the campaign.
+    pub same: Vec<HardwareField>,
+    /// Values every rank recorded.
+    pub expect: BTreeMap<HardwareField, String>,
+}
+
+impl Default for HardwareContract {
+    /// The contract of a spec without `[hardware]`, and of manifests written
+    /// before format 5: any host, every other field alike.
+    fn default() -> Self {
+        Self { declared: false, hosts: Vec::new(), same: Self::default_fields(), expect: BTreeMap::new() }
+    }
+}
+
+/// A field and the value a cell recorded for it (`None`: nothing recorded).
+pub type FieldValue = (HardwareField, Option<String>);
+
+/// What one cell recorded on the contract's `same` fields (its ranks agreeing).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellHardware {
+    /// Per field of `same`, in contract order: the value every rank recorded
+    /// (for `host`, the cell's hosts, sorted and comma-separated).
+    pub values: Vec<FieldValue>,
+    /// Rank 0's host, for messages.
+    pub host: String,
+}
+
+/// A recorded value in a refusal: quoted, long values (a topology matrix) cut.
+fn shown(v: Option<&str>) -> String {
+    match v {
+        None => "nothing".to_string(),
+        Some(s) if s.chars().count() > 100 => {
+            let head: String = s.chars().take(60).collect();
+            format!("{head:?}… ({} characters, SHA-256 {})", s.chars().count(), &crate::core::fsutil::sha256_hex(s.as_bytes())[..12])
+        }
+        Some(s) => format!("{s:?}"),
+    }
+}
+
+impl HardwareContract {
+    /// Every field but `host`: the cells share one kind of hardware, on any nodes.
+    pub fn default_fields() -> Vec<HardwareField> {
+        HardwareField::ALL.into_iter().filter(|f| *f != HardwareField::Host).collect()
+    }
+
+    /// The contract a spec's `[hardware]` table (or its absence) declares.
+    pub fn resolve(spec: Option<&HardwareSpec>) -> Self {
+        let Some(s) = spec else { return Self::default() };
+        let same = match &s.same {
+            None => Self::default_fields(),
+            Some(fields) => HardwareField::ALL.into_iter().filter(|f| fields.contains(f)).collect(),
+        };
+        Self { declared: true, hosts: s.hosts.clone().unwrap_or_default(), same, expect: s.expect.clone() }
+    }
+
+    /// One cell, its ranks' headers in rank order: every rank on a named
+    /// host, every expected value recorded, every rank recording the same
+    /// value of each `same` field. The refusal in words, or what the cell
+    /// recorded for [`disagreeing`](Self::disagreeing).
+    pub fn check_cell(&self, headers: &[&ShardHeader]) -> Result<CellHardware, String> {
+        let first = headers.first().ok_or_else(|| "hardware contract: the cell has no shards".to_string())?;
+        if !self.hosts.is_empty() {
+            if let Some(h) = headers.iter().find(|h| !self.hosts.contains(&h.host)) {
+                return Err(format!("hardware contract: host: rank {} ran on {:?}, which is not among hardware.hosts {:?}", h.rank, h.host, self.hosts));
+            }
+        }
+        for (f, want) in &self.expect {
+            for h in headers {
+                let got = f.recorded(h);
+                if got.as_deref() != Some(want.as_str()) {
+                    return Err(format!(
+                        "hardware contract: {f}: expected {} (hardware.expect), rank {} on host {} recorded {}",
+                        shown(Some(want)),
+                        h.rank,
+                        h.host,
+                        shown(got.as_deref())
+                    ));
+                }
+            }
+        }
+        let mut values = Vec::with_capacity(self.same.len());
+        for &f in &self.same {
+            if f == HardwareField::Host {
+                let hosts: BTreeSet<&str> = headers.iter().map(|h| h.host.as_str()).collect();
+                values.push((f, Some(hosts.into_iter().collect::<Vec<_>>().join(","))));
+                continue;
+            }
+            let v0 = f.recorded(first);
+            if let Some(h) = headers.iter().find(|h| f.recorded(h) != v0) {
+                return Err(format!(
+                    "hardware contract: {f}: rank {} on host {} recorded {}, rank {} on host {} recorded {}: one job on two kinds of hardware",
+                    h.rank,
+                    h.host,
+                    shown(f.recorded(h).as_deref()),
+                    first.rank,
+                    first.host,
+                    shown(v0.as_deref())
+                ));
+            }
+            values.push((f, v0));
+        }
+        Ok(CellHardware { values, host: first.host.clone() })
+    }
+
+    /// Of cells that passed every other check, as (cell, configuration
+    /// label, what it recorded) in schedule order, those that recorded
+    /// another value of a `same` field than most cells did (the first such
+    /// group in schedule order on a tie), each with the reason: the
+    /// campaign-wide fields across every cell, the per-configuration ones
+    /// among the cells of its configuration.
+    pub fn disagreeing(&self, cells: &[(String, String, CellHardware)]) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let campaign: Vec<usize> = (0..cells.len()).collect();
+        out.extend(Self::minority(cells, &campaign, false, None));
+        let mut labels: Vec<&str> = Vec::new();
+        for (_, l, _) in cells {
+            if !labels.contains(&l.as_str()) {
+                labels.push(l);
+            }
+        }
+        for l in labels {
+            let of: Vec<usize> = (0..cells.len()).filter(|&i| cells[i].1 == l).collect();
+            for (cell, why) in Self::minority(cells, &of, true, Some(l)) {
+                // one reason per cell: the campaign-wide one stands
+                if !out.iter().any(|(c, _)| *c == cell) {
+                    out.push((cell, why));
+                }
+            }
+        }
+        // schedule order
+        out.sort_by_key(|(c, _)| cells.iter().position(|x| x.0 == *c));
+        out
+    }
+
+    /// The cells among `of` whose values of the (per-configuration or
+    /// campaign-wide) fields differ from the most common, with the reason.
+    fn minority(cells: &[(String, String, CellHardware)], of: &[usize], per_configuration: bool, label: Option<&str>) -> Vec<(String, String)> {
+        let key = |i: usize| -> Vec<&FieldValue> { cells[i].2.values.iter().filter(|(f, _)| f.per_configuration() == per_configuration).collect() };
+        // (the fields' values, how many cells recorded them, the first such cell)
+        let mut groups: Vec<(Vec<&FieldValue>, usize, usize)> = Vec::new();
+        for &i in of {
+            let k = key(i);
+            match groups.iter_mut().find(|g| g.0 == k) {
+                Some(g) => g.1 += 1,
+                None => groups.push((k, 1, i)),
+            }
+        }
+        if groups.len() < 2 {
+            return Vec::new();
+        }
+        let most = groups.iter().fold(&groups[0], |best, g| if g.1 > best.1 { g } else { best });
+        let whose = match label {
+            Some(l) => format!("cells of configuration {l}"),
+            None => "cells".to_string(),
+        };
+        let mut out = Vec::new();
+        for &i in of {
+            let k = key(i);
+            if k == most.0 {
+                continue;
+            }
+            let Some(((f, got), (_, want))) = k.iter().zip(most.0.iter()).map(|(a, b)| (*a, *b)).find(|(a, b)| a.1 != b.1) else { continue };
+            out.push((
+                cells[i].0.clone(),
+                format!(
+                    "hardware contract: {f}: expected {} (as {} of {} {whose} recorded, first {}), this cell recorded {} (rank 0 on host {})",
+                    shown(want.as_deref()),
+                    most.1,
+                    of.len(),
+                    cells[most.2].0,
+                    shown(got.as_deref()),
+                    cells[i].2.host
+                ),
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(rank: u32, host: &str, cpu: &str, nccl: Option<&str>) -> ShardHeader {
+        let mut h = crate::evidence::shard::test_header("cpu", serde_json::json!([]));
+        h.rank = rank;
+        h.host = host.into();
+        h.identity.host = host.into();
+        h.identity.cpu_model = Some(cpu.into());
+        h.device.name = cpu.into();
+        if let Some(sha) = nccl {
+            h.device.facts.push(("nccl_sha256".into(), sha.into()));
+        }
+        h
+    }
+
+    fn cell(c: &HardwareContract, id: &str, label: &str, hs: &[ShardHeader]) -> (String, String, CellHardware) {
+        let refs: Vec<&ShardHeader> = hs.iter().collect();
+        (id.into(), label.into(), c.check_cell(&refs).expect("the cell itself is consistent"))
+    }
+
+    #[test]
+    fn the_default_contract_holds_every_field_but_the_host() {
+        let c = HardwareContract::resolve(None);
+        assert!(!c.declared && c.hosts.is_empty() && c.expect.is_empty());
+        assert!(!c.same.contains(&HardwareField::Host) && c.same.len() == HardwareField::ALL.len() - 1);
+        let relaxed = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![]), ..Default::default() }));
+        assert!(relaxed.declared && relaxed.same.is_empty());
+        // fields keep the contract's order whatever the spec's
+        let two = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![HardwareField::Kernel, HardwareField::CpuModel]), ..Default::default() }));
+        assert_eq!(two.same, vec![HardwareField::CpuModel, HardwareField::Kernel]);
+    }
+
+    #[test]
+    fn a_cell_on_another_host_or_with_another_value_is_refused_naming_the_field() {
+        let spec = HardwareSpec { hosts: Some(vec!["n1".into(), "n2".into()]), ..Default::default() };
+        let c = HardwareContract::resolve(Some(&spec));
+        let hs = [header(0, "n1", "Xeon", None), header(1, "n3", "Xeon", None)];
+        let why = c.check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
+        assert!(why.contains("host: rank 1 ran on \"n3\", which is not among hardware.hosts [\"n1\", \"n2\"]"), "{why}");
+        let mut spec = HardwareSpec::default();
+        spec.expect.insert(HardwareField::DeviceName, "NVIDIA H200".into());
+        let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
+        assert!(why.contains("device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host n1 recorded \"Xeon\""), "{why}");
+        spec.expect.clear();
+        spec.expect.insert(HardwareField::GpuDriver, "570.1".into());
+        let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
+        assert!(why.contains("gpu_driver: expected \"570.1\" (hardware.expect), rank 0 on host n1 recorded nothing"), "{why}");
+        // one job over two kinds of CPU
+        let hs = [header(0, "n1", "Xeon", None), header(1, "n2", "EPYC", None)];
+        let why = HardwareContract::default().check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
+        assert!(why.contains("cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one job on two kinds"), "{why}");
+        assert!(spec.validate().is_ok());
+        for bad in [
+            HardwareSpec { hosts: Some(vec![]), ..Default::default() },
+            HardwareSpec { hosts: Some(vec![" n1".into()]), ..Default::default() },
+            HardwareSpec { same: Some(vec![HardwareField::Kernel, HardwareField::Kernel]), ..Default::default() },
+            HardwareSpec { expect: [(HardwareField::Host, "n1".to_string())].into(), ..Default::default() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cells_that_recorded_another_identity_than_most_are_named() {
+        let c = HardwareContract::default();
+        let cells = vec![
+            cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", Some("s1")), header(1, "n1", "Xeon", Some("s1"))]),
+            cell(&c, "r01-b", "b", &[header(0, "n2", "Xeon", Some("s2"))]),
+            cell(&c, "r02-a", "a", &[header(0, "n3", "EPYC", Some("s1"))]),
+            cell(&c, "r02-b", "b", &[header(0, "n2", "Xeon", Some("s2"))]),
+            cell(&c, "r03-b", "b", &[header(0, "n2", "Xeon", Some("s3"))]),
+        ];
+        let refused = c.disagreeing(&cells);
+        assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r02-a", "r03-b"], "{refused:?}");
+        assert!(
+            refused[0].1.contains("cpu_model: expected \"Xeon\" (as 4 of 5 cells recorded, first r01-a), this cell recorded \"EPYC\" (rank 0 on host n3)"),
+            "{}",
+            refused[0].1
+        );
+        // configurations may differ in NCCL build; one configuration's cells may not
+        assert!(
+            refused[1].1.contains("nccl_sha256: expected \"s2\" (as 2 of 3 cells of configuration b recorded, first r01-b), this cell recorded \"s3\""),
+            "{}",
+            refused[1].1
+        );
+        // hosts are not held by default; with host in `same` the cells' host sets are
+        assert!(c.disagreeing(&cells[..2]).is_empty());
+        let h = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![HardwareField::Host]), ..Default::default() }));
+        let cells = vec![
+            cell(&h, "r01-a", "a", &[header(0, "n1", "Xeon", None), header(1, "n2", "Xeon", None)]),
+            cell(&h, "r01-b", "b", &[header(0, "n2", "Xeon", None), header(1, "n1", "Xeon", None)]),
+            cell(&h, "r02-a", "a", &[header(0, "n1", "Xeon", None), header(1, "n3", "Xeon", None)]),
+        ];
+        let refused = h.disagreeing(&cells);
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].1.contains("host: expected \"n1,n2\" (as 2 of 3 cells recorded, first r01-a), this cell recorded \"n1,n3\""), "{}", refused[0].1);
+        // a tie: the first group in schedule order stands
+        let c = HardwareContract::default();
+        let tie = vec![cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", None)]), cell(&c, "r01-b", "b", &[header(0, "n2", "EPYC", None)])];
+        assert_eq!(c.disagreeing(&tie).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r01-b"]);
+    }
+
+    #[test]
+    fn long_values_are_cut_in_messages() {
+        let topo = "GPU0\tGPU1\tCPU Affinity\n".repeat(20);
+        let s = shown(Some(&topo));
+        assert!(s.len() < 140 && s.contains("characters, SHA-256"), "{s}");
+    }
+}
