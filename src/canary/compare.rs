@@ -28,6 +28,7 @@ use crate::analysis::policy::AnalysisPolicy;
 use crate::analysis::ranking::Relation;
 use crate::analysis::{JobData, PhaseInput, ProxyAgreement};
 use crate::canary::Assurance;
+use crate::core::stats::percentile_nearest_rank as pct;
 use crate::core::workload::Phase;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -132,15 +133,6 @@ pub struct CandidateVerdict {
     pub bytes: (u64, f64),
 }
 
-fn quantile(v: &mut [f64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    Some(v[rank - 1])
-}
-
 /// A statistic of a sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stat {
@@ -169,9 +161,9 @@ impl Stat {
     fn of(self, v: &[f64]) -> Option<f64> {
         let mut v = v.to_vec();
         match self {
-            Stat::P50 => quantile(&mut v, 0.5),
-            Stat::P95 => quantile(&mut v, 0.95),
-            Stat::P99 => quantile(&mut v, 0.99),
+            Stat::P50 => pct(&mut v, 50.0),
+            Stat::P95 => pct(&mut v, 95.0),
+            Stat::P99 => pct(&mut v, 99.0),
             Stat::Max => v.iter().copied().reduce(f64::max),
             Stat::Mean => (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
         }
@@ -240,7 +232,7 @@ fn paired_log_ratio(p: &Paired, fs: &dyn Fn(&JobMeasure) -> Option<f64>, fc: &dy
             }
         }
     }
-    quantile(&mut d, 0.5)
+    pct(&mut d, 50.0)
 }
 
 /// The maxima of consecutive blocks of `n` values (a shorter series: its own maximum).
@@ -265,7 +257,7 @@ fn block_maxima(v: &[f64], n: usize) -> Vec<f64> {
 fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Check {
     let mut counts: Vec<f64> = p.candidate.iter().flatten().filter_map(|j| j.per_kind_us.get(k)).map(|v| v.len() as f64).filter(|n| *n > 0.0).collect();
     let name = format!("latency.{k}.max");
-    let Some(n) = quantile(&mut counts, 0.5).map(|n| n.round().max(1.0) as usize) else {
+    let Some(n) = pct(&mut counts, 50.0).map(|n| n.round().max(1.0) as usize) else {
         return Check {
             name,
             guards: Assurance::BehaviorallyVerified,
@@ -274,14 +266,14 @@ fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Che
             tolerance: "a maximum to compare".into(),
         };
     };
-    let fs = |j: &JobMeasure| -> Option<f64> { j.per_kind_us.get(k).and_then(|v| quantile(&mut block_maxima(v, n), 0.5)) };
+    let fs = |j: &JobMeasure| -> Option<f64> { j.per_kind_us.get(k).and_then(|v| pct(&mut block_maxima(v, n), 50.0)) };
     let mut spread: f64 = 0.0;
     let mut largest_source = 0usize;
     for j in p.source.iter().flatten() {
         if let Some(v) = j.per_kind_us.get(k) {
             largest_source = largest_source.max(v.len());
             let mut b = block_maxima(v, n);
-            if let (Some(lo), Some(mid), Some(hi)) = (quantile(&mut b, 0.1), quantile(&mut b, 0.5), quantile(&mut b, 0.9)) {
+            if let (Some(lo), Some(mid), Some(hi)) = (pct(&mut b, 10.0), pct(&mut b, 50.0), pct(&mut b, 90.0)) {
                 if lo > 0.0 && mid > 0.0 {
                     spread = spread.max((mid / lo).ln()).max((hi / mid).ln());
                 }
@@ -423,7 +415,7 @@ pub fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
     let f = |j: &JobMeasure| j.hidden_share;
     let share = |jobs: &[Vec<JobMeasure>]| {
         let mut v: Vec<f64> = jobs.iter().flatten().filter_map(f).collect();
-        quantile(&mut v, 0.5)
+        pct(&mut v, 50.0)
     };
     if let Some(a) = share(p.source) {
         let noise = {
@@ -482,7 +474,7 @@ pub fn recurring_by_position(passes: &[Vec<(u64, String, f64)>]) -> BTreeMap<Str
 
 /// Tukey's far fence of a sample: Q3 + [`TAIL_FENCE_IQR`] × (Q3 − Q1).
 fn far_fence(v: &[f64]) -> Option<f64> {
-    let (q1, q3) = (quantile(&mut v.to_vec(), 0.25)?, quantile(&mut v.to_vec(), 0.75)?);
+    let (q1, q3) = (pct(&mut v.to_vec(), 25.0)?, pct(&mut v.to_vec(), 75.0)?);
     Some(q3 + TAIL_FENCE_IQR * (q3 - q1))
 }
 
@@ -537,7 +529,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
     let ss = share_beyond(&s, fence);
     // a tail rarer than one position of the candidate's pass cannot be held at the source's rate
     let mut per_pass: Vec<f64> = cand_jobs.iter().filter_map(|j| j.per_kind_recurring_us.get(k)).map(|v| v.len() as f64).collect();
-    let cand_positions = quantile(&mut per_pass, 0.5).unwrap_or(0.0);
+    let cand_positions = pct(&mut per_pass, 50.0).unwrap_or(0.0);
     if ss * cand_positions < 1.0 {
         return Err(left_out(format!(
             "the source's recurring tail is {:.3}% of its positions (beyond its far fence, {fence:.2}x its job's median): fewer than one of the candidate's {cand_positions:.0} positions per pass at that rate, so a candidate this short cannot hold it; the tail is one of the candidate's approximations",
