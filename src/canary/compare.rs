@@ -474,7 +474,9 @@ pub fn recurring_by_position(passes: &[Vec<(u64, String, f64)>]) -> BTreeMap<Str
 
 /// Tukey's far fence of a sample: Q3 + [`TAIL_FENCE_IQR`] × (Q3 − Q1).
 fn far_fence(v: &[f64]) -> Option<f64> {
-    let (q1, q3) = (pct(&mut v.to_vec(), 25.0)?, pct(&mut v.to_vec(), 75.0)?);
+    let mut w = v.to_vec();
+    // the second call sorts what the first sorted
+    let (q1, q3) = (pct(&mut w, 25.0)?, pct(&mut w, 75.0)?);
     Some(q3 + TAIL_FENCE_IQR * (q3 - q1))
 }
 
@@ -502,9 +504,9 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
         jobs.iter()
             .filter(|j| keep(j.round))
             .flat_map(|j| {
-                let v = j.per_kind_recurring_us.get(k).cloned().unwrap_or_default();
-                let m = crate::core::stats::median(&mut v.clone()).filter(|m| *m > 0.0);
-                v.into_iter().filter_map(move |x| m.map(|m| x / m))
+                let v = j.per_kind_recurring_us.get(k).map_or(&[][..], Vec::as_slice);
+                let m = crate::core::stats::median(&mut v.to_vec()).filter(|m| *m > 0.0);
+                v.iter().filter_map(move |x| m.map(|m| x / m))
             })
             .collect()
     };
@@ -526,7 +528,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
             "the source has no recurring tail: {beyond} positions beyond its far fence ({fence:.2}x its job's median) over {source_jobs} jobs, fewer than one per job"
         )));
     }
-    let ss = share_beyond(&s, fence);
+    let ss = beyond as f64 / s.len() as f64;
     // a tail rarer than one position of the candidate's pass cannot be held at the source's rate
     let mut per_pass: Vec<f64> = cand_jobs.iter().filter_map(|j| j.per_kind_recurring_us.get(k)).map(|v| v.len() as f64).collect();
     let cand_positions = pct(&mut per_pass, 50.0).unwrap_or(0.0);
@@ -536,12 +538,16 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
             ss * 100.0
         )));
     }
-    let recall = (share_beyond(&c, fence) / ss).min(1.0);
+    let cs = share_beyond(&c, fence);
+    let recall = (cs / ss).min(1.0);
     let own = {
         let (even, odd) = (pooled(&src_jobs, &|r| r % 2 == 0), pooled(&src_jobs, &|r| r % 2 == 1));
         match far_fence(&even) {
-            Some(f) if share_beyond(&even, f) > 0.0 => (share_beyond(&odd, f) / share_beyond(&even, f)).min(1.0),
-            _ => 1.0,
+            Some(f) => match share_beyond(&even, f) {
+                e if e > 0.0 => (share_beyond(&odd, f) / e).min(1.0),
+                _ => 1.0,
+            },
+            None => 1.0,
         }
     };
     let min = TAIL_RECALL_MIN * own;
@@ -552,7 +558,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
         measured: format!(
             "{recall:.2} of the source's recurring tail reached by the candidate ({:.2}% of the source's positions beyond its far fence, {fence:.2}x its job's median, {:.2}% of the candidate's); the source's odd rounds reach {own:.2} of its even rounds'",
             ss * 100.0,
-            share_beyond(&c, fence) * 100.0
+            cs * 100.0
         ),
         tolerance: format!("at least {TAIL_RECALL_MIN} of what the source reaches against itself ({min:.2})"),
     })
