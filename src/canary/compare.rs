@@ -235,6 +235,22 @@ fn paired_log_ratio(p: &Paired, fs: &dyn Fn(&JobMeasure) -> Option<f64>, fc: &dy
     pct(&mut d, 50.0)
 }
 
+/// Median over (configuration, round) of candidate − source of a job
+/// statistic on a linear scale (a share, where a ratio would blow up near 0).
+fn paired_difference(p: &Paired, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
+    let mut d = Vec::new();
+    for (s, c) in p.source.iter().zip(p.candidate) {
+        for js in s {
+            if let Some(jc) = c.iter().find(|x| x.round == js.round) {
+                if let (Some(a), Some(b)) = (f(js), f(jc)) {
+                    d.push(b - a);
+                }
+            }
+        }
+    }
+    pct(&mut d, 50.0)
+}
+
 /// The maxima of consecutive blocks of `n` values (a shorter series: its own maximum).
 fn block_maxima(v: &[f64], n: usize) -> Vec<f64> {
     if n == 0 || v.is_empty() {
@@ -411,7 +427,9 @@ pub fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
             });
         }
     }
-    // hidden communication
+    // hidden communication: paired like the latencies, configuration by
+    // configuration and round by round, so that configurations hiding
+    // different shares do not move a pooled median between two modes
     let f = |j: &JobMeasure| j.hidden_share;
     let share = |jobs: &[Vec<JobMeasure>]| {
         let mut v: Vec<f64> = jobs.iter().flatten().filter_map(f).collect();
@@ -430,9 +448,18 @@ pub fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
             r.into_iter().fold(0.0, f64::max)
         };
         let tol = HIDDEN_SHARE_FLOOR.max(noise);
-        let (passed, measured) = match share(p.candidate) {
-            Some(b) => ((a - b).abs() <= tol, format!("source {:.1}%, candidate {:.1}% of communication hidden under compute", a * 100.0, b * 100.0)),
-            None => (false, "the candidate's overlap phase did not run".into()),
+        let (passed, measured) = match (share(p.candidate), paired_difference(p, &f)) {
+            (Some(b), Some(d)) => (
+                d.abs() <= tol,
+                format!(
+                    "candidate − source {:+.1} points (median over paired jobs); source {:.1}%, candidate {:.1}% of communication hidden under compute",
+                    d * 100.0,
+                    a * 100.0,
+                    b * 100.0
+                ),
+            ),
+            (Some(_), None) => (false, "no job of the candidate's overlap phase pairs with one of the source's (same configuration and round)".into()),
+            (None, _) => (false, "the candidate's overlap phase did not run".into()),
         };
         out.push(Check {
             name: "hidden-communication".into(),
@@ -859,6 +886,26 @@ mod tests {
     /// A canary replaying 100 collectives is not held to the maximum of its
     /// source's 10,000 (a rare spike it cannot be expected to draw), but to the
     /// maximum of the source's blocks of 100; a slower canary still fails.
+    /// Two configurations hiding 20% and 40%: a candidate with one job
+    /// fewer in the first moves the pooled median from one mode to the
+    /// other (20 points), while every paired job agrees exactly.
+    #[test]
+    fn hidden_share_is_compared_job_by_job_not_pooled() {
+        let configs: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let jobs =
+            |share: f64, rounds: &[u32]| -> Vec<JobMeasure> { rounds.iter().map(|&r| JobMeasure { hidden_share: Some(share), ..job(r, 1.0) }).collect() };
+        let src = vec![jobs(0.2, &[1, 2, 3]), jobs(0.4, &[1, 2, 3])];
+        let cand = vec![jobs(0.2, &[1, 2]), jobs(0.4, &[1, 2, 3])];
+        let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] });
+        let c = checks.iter().find(|c| c.name == "hidden-communication").unwrap();
+        assert!(c.passed && c.measured.contains("+0.0 points"), "{c:?}");
+        // a real shift, 10 points in every paired job, still fails
+        let cand = vec![jobs(0.3, &[1, 2, 3]), jobs(0.5, &[1, 2, 3])];
+        let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] });
+        let c = checks.iter().find(|c| c.name == "hidden-communication").unwrap();
+        assert!(!c.passed && c.measured.contains("+10.0 points"), "{c:?}");
+    }
+
     #[test]
     fn the_maximum_is_compared_at_the_candidate_s_count() {
         let configs = vec!["a".to_string()];
