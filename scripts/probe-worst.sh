@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Re-run the adversarial probes' worst cases (issue 13 items 1, 2, 7 and 9;
-# issue 31's bounded inputs, gaps, impossible groups and plan-time checks)
-# against a built binary: each must be refused with a named code
-# (refused[CODE]), exit 1, leave every file it was handed unchanged, and not crash.
+# issue 31's bounded inputs, gaps, impossible groups, plan-time checks, site
+# files, resealed references, refused joins and tampered archives) against a
+# built binary: each must be refused with a named code (refused[CODE]), exit 1
+# (validate's "could not run": 3), leave every file it was handed unchanged, and not crash.
 # Usage: scripts/probe-worst.sh [BINARY]   (default target/release/commcanary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,14 +13,14 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 fail=0
 snapshot() { (cd "$1" && find . -type f ! -name campaign.lock -print0 | sort -z | xargs -0 sha256sum) ; }
-# expect CODE DIR-TO-KEEP-UNCHANGED COMMAND...
+# expect CODE DIR-TO-KEEP-UNCHANGED COMMAND...   (exit code 1, or WANT_RC: validate's "could not run" is 3)
 expect() {
     local code="$1" keep="$2"; shift 2
     local before after rc
     before=$(snapshot "$keep")
     "$@" >"$W/out" 2>"$W/err"; rc=$?
     after=$(snapshot "$keep")
-    if [ $rc -eq 1 ] && grep -q "refused\[$code\]" "$W/err" "$W/out" && ! grep -qi "panicked" "$W/err" && [ "$before" = "$after" ]; then
+    if [ $rc -eq "${WANT_RC:-1}" ] && grep -q "refused\[$code\]" "$W/err" "$W/out" && ! grep -qi "panicked" "$W/err" && [ "$before" = "$after" ]; then
         echo "ok   $code: $(grep -h -o "refused\[$code\].*" "$W/err" "$W/out" | head -1 | cut -c1-150)"
     else
         echo "FAIL $code (exit $rc, files unchanged: $([ "$before" = "$after" ] && echo yes || echo NO)): $*"; sed 's/^/     /' "$W/err" | head -5; fail=1
@@ -190,6 +191,78 @@ for edit in 's/tie_policy = "interval"/tie_policy = "strict"/' 's/args = \["--ov
     sed "$edit" "$(spec s31 4 2 2)" >"$K/s31.toml"
     expect BAD_SPEC "$K" timeout 60 "$BIN" campaign plan "$K/s31.toml" -o "$W/s31"
 done
+
+echo "== issue 31: site files and resealed validation references"
+printf 'busbw_min_ratio = 1.5\n' >"$K/inverted.toml"
+printf 'token_latency_max_ratio = 0.5\n' >"$K/inverted2.toml"
+printf 'nvlink_crc_errors_max = -1\n' >"$K/negative.toml"
+for f in inverted inverted2 negative; do
+    WANT_RC=3 expect BAD_INPUT "$K" timeout 60 "$BIN" validate --backend cpu --reference /nonexistent/ref --site "$K/$f.toml" -o "$W/v-$f"
+done
+R="$W/ref"
+timeout 300 mpirun --oversubscribe -n 2 "$BIN" validate -q --backend cpu --record-reference -o "$R" --max-bytes 64KiB --iters 3 \
+    --warmup-iters 1 --tokens 4 --warmup-tokens 1 --rounds 2 >/dev/null 2>&1 || { echo "FAIL recording a reference"; fail=1; }
+# reseal TAG FILE PYTHON-EDIT: a copy of the reference with FILE edited and its descriptor entry resealed
+reseal() {
+    local c="$K/ref-$1"; cp -r "$R" "$c"
+    python3 - "$c" "$2" "$3" <<'PY'
+import hashlib, json, sys
+d, name, edit = sys.argv[1], sys.argv[2], sys.argv[3]
+v = json.load(open(f"{d}/{name}")); exec(edit)
+b = json.dumps(v, indent=2).encode(); open(f"{d}/{name}", "wb").write(b)
+desc = json.load(open(f"{d}/descriptor.json"))
+for f in desc["files"]:
+    if f["name"] == name: f["size_bytes"] = len(b); f["sha256"] = hashlib.sha256(b).hexdigest()
+json.dump(desc, open(f"{d}/descriptor.json", "w"), indent=2)
+PY
+    echo "$c"
+}
+if [ -d "$R" ]; then
+    WANT_RC=3 expect OUT_OF_RANGE "$K" timeout 60 "$BIN" validate --backend cpu --reference "$(reseal iters0 manifest.json 'v["settings"]["iters"] = 0')" -o "$W/v1"
+    WANT_RC=3 expect BAD_INPUT "$K" timeout 60 "$BIN" validate --backend cpu --reference "$(reseal fewer rounds.json 'v["rounds"][1]["all_reduce"].pop()')" -o "$W/v2"
+    WANT_RC=3 expect BAD_INPUT "$K" timeout 60 "$BIN" validate --backend cpu --reference "$(reseal wrong rounds.json 'v["rounds"][0]["all_reduce"][0]["wrong_elements"] = 3')" -o "$W/v3"
+    [ ! -e "$W/v1" ] && [ ! -e "$W/v2" ] && [ ! -e "$W/v3" ] && echo "ok   no validation directory was left by a refused reference" || { echo "FAIL a refused validation left a directory"; fail=1; }
+fi
+echo "== issue 31: a refused campaign join writes nothing; a tampered archive member is named"
+J1="$W/j1"; J2="$W/j2"
+"$BIN" campaign plan "$(spec ja 4 2 2)" -o "$J1" >/dev/null && "$BIN" campaign plan "$(sed 's/^seed = 1/seed = 2/' "$(spec jb 4 2 2)" >"$W/jb2.toml"; echo "$W/jb2.toml")" -o "$J2" >/dev/null \
+    || { echo "FAIL planning the join inputs"; fail=1; }
+python3 - "$J2" <<'PY'
+import json, sys
+c = sys.argv[1]; m = json.load(open(f"{c}/manifest.json")); cell = m["schedule"][0]
+aid = cell["cell_id"] + "-a1"
+import os; os.makedirs(f"{c}/runs/{aid}"); open(f"{c}/runs/{aid}/run.json", "w").write("{}")
+rec = {"attempt_id": aid, "cell_id": cell["cell_id"], "label": cell["label"], "round": cell["round"],
+       "manifest_sha256": open(f"{c}/manifest.sha256").read().strip(), "status": "failed", "exit_code": 1,
+       "failure": "exit code 1", "argv": ["mpirun"], "started_unix_ms": 1, "finished_unix_ms": 2, "stdout_sha256": "",
+       "stderr_sha256": "", "run_dir": f"runs/{aid}", "run_json_sha256": None, "shards": [], "identity_sha256": None, "host": "h"}
+open(f"{c}/attempts.jsonl", "w").write((json.dumps(rec) + "\n") * 2)
+PY
+expect DUPLICATE_ATTEMPT "$J2" timeout 60 "$BIN" campaign join "$J1" "$J2" -o "$W/joined"
+[ ! -e "$W/joined" ] && ! ls "$W" | grep -q 'joined.' && echo "ok   the refused join left no output or temporary" || { echo "FAIL the refused join left $(ls "$W" | grep joined)"; fail=1; }
+if "$BIN" campaign exec "$J1" >/dev/null 2>&1 && "$BIN" campaign select "$J1" >/dev/null && "$BIN" campaign archive "$J1" -o "$W/j1.tar" >/dev/null; then
+    mkdir -p "$W/tamper"
+    python3 - "$W/j1.tar" "$W/j1.tar.descriptor.json" "$W/tamper" <<'PY'
+import hashlib, io, json, sys, tarfile
+src, desc, out = sys.argv[1:]
+a = tarfile.open(src); b = io.BytesIO(); t = tarfile.open(fileobj=b, mode="w", format=tarfile.GNU_FORMAT); done = False
+for m in a.getmembers():
+    data = a.extractfile(m).read() if m.isfile() else None
+    if data is not None and not done and m.name.endswith(".shard"):
+        data = data[:-1] + bytes([data[-1] ^ 1]); done = True
+    t.addfile(m, io.BytesIO(data) if data is not None else None)
+t.close(); raw = b.getvalue(); open(f"{out}/t.tar", "wb").write(raw)
+d = json.load(open(desc)); d["archive_size_bytes"] = len(raw); d["archive_sha256"] = hashlib.sha256(raw).hexdigest()
+json.dump(d, open(f"{out}/t.json", "w"))
+PY
+    expect DIGEST_MISMATCH "$W/tamper" timeout 60 "$BIN" campaign check-archive "$W/tamper/t.tar" "$W/tamper/t.json"
+else
+    echo "FAIL running the campaign to archive"; fail=1
+fi
+echo "== issue 31: plan-time checks (a delay on a rank outside the world, a NUL in an environment value)"
+{ cat "$(spec s31b 4 2 2)"; printf '[[configs]]\nname = "third"\nargs = ["--inject-delay", "rank=9,every=2,us=100"]\n'; } >"$K/s31b.toml"
+{ cat "$(spec s31c 4 2 2)"; printf '[[configs]]\nname = "third"\nenv = { X = "a\\u0000b" }\n'; } >"$K/s31c.toml"
+for f in s31b s31c; do expect BAD_SPEC "$K" timeout 60 "$BIN" campaign plan "$K/$f.toml" -o "$W/$f"; done
 
 [ $fail -eq 0 ] && echo "all worst cases refused with a named code; nothing changed; no crash" || echo "SOME CASES FAILED"
 exit $fail

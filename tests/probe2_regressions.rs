@@ -641,3 +641,70 @@ fn cells_on_one_host_never_overlap_and_an_overlapped_cell_is_run_again() {
     ok(&cc(&["campaign", "select", s(&c)]));
     ok(&cc(&["campaign", "verify", s(&c)]));
 }
+
+/// Smaller item: `campaign archive` of a campaign this process cannot write
+/// (published results, another user's directory) works: the lock file is
+/// opened read-only, or skipped where none can be opened. As root, whom
+/// file modes do not stop, the archive runs as user `nobody` (setpriv(1)).
+#[test]
+fn archive_works_on_a_campaign_it_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = d.path().join("c");
+    ok(&cc(&["campaign", "plan", s(&small_spec(d.path(), "ro", 6, "")), "-o", s(&c)]));
+    ok(&within(300, &["campaign", "exec", s(&c)]));
+    ok(&cc(&["campaign", "select", s(&c)]));
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // every directory of the campaign read-only and reachable, every file readable
+    let mut dirs = vec![c.clone()];
+    while let Some(x) = dirs.pop() {
+        for e in std::fs::read_dir(&x).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+            }
+        }
+        std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let tar = out.join("c.tar");
+    // SAFETY: geteuid reads the process's effective user id; it cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let archive_as_reader = |tar: &Path| {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", &bin()]);
+            c
+        } else {
+            Command::new(bin())
+        };
+        cmd.args(["campaign", "archive", s(&c), "-o", s(tar)]);
+        ok(&within_cmd(120, &mut cmd));
+    };
+    archive_as_reader(&tar);
+    assert!(tar.exists() && out.join("c.tar.descriptor.json").exists());
+    ok(&cc(&["campaign", "check-archive", s(&tar), s(&out.join("c.tar.descriptor.json"))]));
+    // and removing the lock file too (a campaign copied without it) still archives
+    let mut perm = std::fs::metadata(&c).unwrap().permissions();
+    perm.set_mode(0o755);
+    std::fs::set_permissions(&c, perm.clone()).unwrap();
+    std::fs::remove_file(c.join("campaign.lock")).unwrap();
+    perm.set_mode(0o555);
+    std::fs::set_permissions(&c, perm).unwrap();
+    archive_as_reader(&out.join("c2.tar"));
+    // leave the temporary directory removable
+    let mut dirs = vec![c.clone()];
+    while let Some(x) = dirs.pop() {
+        std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for e in std::fs::read_dir(&x).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            }
+        }
+    }
+}

@@ -200,6 +200,37 @@ pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<Campa
     Ok(CampaignLock { _files: files })
 }
 
+/// The lock `archive` takes: [`lock_campaign`]'s exclusive lock where the
+/// campaign can be written; on a campaign this process cannot write (a
+/// read-only mount, another user's published results) the existing lock file
+/// opened read-only (flock(2) needs no write access), or no lock at all where
+/// there is no lock file to open: then no command of ours can be changing
+/// it, and `archive` checks every member it wrote against the campaign's
+/// records anyway.
+pub fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option<CampaignLock>> {
+    let path = dir.join(LOCK_FILE);
+    match open_lock(&path) {
+        Ok(_) => lock_campaign(dir, None, what).map(Some),
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM))) => {
+            use std::os::fd::AsRawFd;
+            let Ok(f) = std::fs::File::open(&path) else {
+                eprintln!("{what}: {} cannot be written and holds no lock file; reading it unlocked", dir.display());
+                return Ok(None);
+            };
+            // SAFETY: flock on a file descriptor we own; no memory is passed.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                crate::refuse!(
+                    crate::core::refusal::Code::Locked,
+                    "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
+                    path.display()
+                );
+            }
+            Ok(Some(CampaignLock { _files: vec![f] }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// An exclusive lock, waited for (saying so) when another process holds it.
 fn flock_wait(path: &Path, what: &str) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;

@@ -304,7 +304,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     if out.exists() || descriptor.exists() {
         crate::refuse!(Code::AlreadyExists, "{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
     }
-    let _lock = chain::lock_campaign(dir, None, &format!("archive {}", dir.display()))?;
+    let _lock = chain::lock_campaign_for_reading(dir, &format!("archive {}", dir.display()))?;
     let files = files_sorted(&root)?;
     let selection_sha = || sha256_file(&dir.join("selection.json")).ok();
     let selection_before = selection_sha();
