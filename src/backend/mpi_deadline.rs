@@ -176,9 +176,10 @@ pub fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, 
 /// process's id to `COMMCANARY_TEST_STOP_PID_FILE` (if set) and stop it with
 /// SIGSTOP, as a debugger or an operator's Ctrl-Z would. Points: `clock`
 /// (inside the first clock calibration window, before the first ping),
-/// `phase` (before the first phase's barrier), `gather` (after this rank's
-/// shard is written, before the digests are gathered). Does nothing when
-/// the variable is unset.
+/// `phase` (before the first phase's barrier), `mid-blocking` (halfway
+/// through the blocking phase, between two collectives), `gather` (after
+/// this rank's shard is written, before the digests are gathered). Does
+/// nothing when the variable is unset.
 pub fn test_stop_point(point: &str, rank: u32) {
     let Ok(at) = std::env::var("COMMCANARY_TEST_STOP_AT") else { return };
     let who = std::env::var("COMMCANARY_TEST_STOP_RANK").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);

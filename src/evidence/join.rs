@@ -552,6 +552,11 @@ pub struct JoinSummary {
     pub isolated_sizes: Vec<IsolatedSizeRow>,
     /// Verified shard digests.
     pub shards: Vec<crate::evidence::run::ShardRef>,
+    /// Stretches in which a rank made no progress far beyond its phase's
+    /// typical interval (a stopped or descheduled rank), per rank; empty
+    /// where none was found (summaries written before this field: absent).
+    #[serde(default)]
+    pub stalls: Vec<crate::evidence::stalls::Stall>,
 }
 
 /// A verified, joined run.
@@ -1052,6 +1057,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         clocks,
         nodes,
         shards: j.run.shards.clone(),
+        stalls: j.shards.iter().flat_map(crate::evidence::stalls::of_shard).collect(),
     }
 }
 
@@ -1242,6 +1248,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
         );
     }
     o.push_str(&render_isolated(&s.isolated_sizes));
+    for line in crate::evidence::stalls::render(&s.stalls) {
+        let _ = writeln!(o, "{line}");
+    }
     let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock):");
     for c in &s.clocks {
         let inj = match (c.injected_offset_us, c.injected_drift_ppm) {

@@ -820,9 +820,14 @@ impl<'a, B: Backend> Runner<'a, B> {
         let per_token = self.spec.collectives_per_token();
         let dtype = self.spec.dtype;
         let mut index = 0u64;
-        for (token, warmup) in self.tokens().collect::<Vec<_>>() {
+        let tokens = self.tokens().collect::<Vec<_>>();
+        let halfway = tokens.len() as u64 * per_token / 2;
+        for (token, warmup) in tokens {
             let open = self.begin_token(token, warmup)?;
             for _ in 0..per_token {
+                if index == halfway {
+                    crate::backend::mpi_deadline::test_stop_point("mid-blocking", self.rank);
+                }
                 let s = self.spec.step(index);
                 index += 1;
                 self.timed_compute(Phase::Blocking, Work::Layer(s.gemms, s.layer), Some(token), Some(s.layer))?;
