@@ -7,16 +7,17 @@
 #
 #   bash scripts/demo-under-load.sh OUT_DIR [RUNS=5]
 #
-# HOG=0 runs without the hog (another load may already be there). BIN names
-# the binary (default target/release/commcanary, which scripts/demo.sh
-# builds); it is copied into OUT_DIR first, so a rebuild during the runs
-# cannot change it. Needs jq.
+# SPEC names the spec (default examples/cpu-demo.toml). HOG=0 runs without
+# the hog (another load may already be there). BIN names the binary
+# (default target/demo/commcanary, which scripts/demo.sh builds); it is
+# copied into OUT_DIR first, so a rebuild during the runs cannot change it.
+# Needs jq.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?output directory}; RUNS=${2:-5}
+OUT=${1:?output directory}; RUNS=${2:-5}; SPEC=${SPEC:-examples/cpu-demo.toml}
 . scripts/env.sh
-SRC_BIN=${BIN:-target/release/commcanary}
-[ -x "$SRC_BIN" ] || { echo "no $SRC_BIN: run scripts/demo.sh (or cargo build --release) first" >&2; exit 1; }
+SRC_BIN=${BIN:-target/demo/commcanary}
+[ -x "$SRC_BIN" ] || { echo "no $SRC_BIN: run scripts/demo.sh (or cargo build --profile demo) first" >&2; exit 1; }
 command -v jq >/dev/null || { echo "jq is needed for the summary (apt-get install jq)" >&2; exit 1; }
 mkdir -p "$OUT"
 cp "$SRC_BIN" "$OUT/commcanary"
@@ -32,7 +33,7 @@ for i in $(seq "$RUNS"); do
   C="$OUT/run$i"
   load=$(cut -d' ' -f1 /proc/loadavg)
   t0=$(date +%s)
-  "$BIN" campaign plan examples/cpu-demo.toml -o "$C" >/dev/null
+  "$BIN" campaign plan "$SPEC" -o "$C" >/dev/null
   "$BIN" campaign exec "$C" > "$OUT/run$i.exec.log" 2>&1
   "$BIN" campaign select "$C" >/dev/null
   "$BIN" campaign verify "$C" >/dev/null

@@ -3,15 +3,15 @@
 #
 # examples/cpu-demo.toml: three settings of OpenMPI's non-blocking all-reduce
 # (libnbc: ring, binomial, recursive doubling; MPI_Iallreduce is served by
-# libnbc, not coll_tuned) x 3 rounds in seeded shuffled order, one fresh
+# libnbc, not coll_tuned) and the two controls x 6 rounds in seeded shuffled order, one fresh
 # mpirun job per cell, all six phases. The chain: plan (frozen manifest),
 # exec (append-only attempts), select, verify (completeness), analyze.
 # Environment: OUT (out/demo-<time>), SPEC (examples/cpu-demo.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 . scripts/env.sh
-BIN=target/release/commcanary
+BIN=target/demo/commcanary
 SPEC=${SPEC:-examples/cpu-demo.toml}
 OUT=${OUT:-out/demo-$(date -u +%Y%m%dT%H%M%SZ)}
 "$BIN" campaign plan "$SPEC" -o "$OUT"

@@ -32,6 +32,7 @@ name = "$1"
 backend = "cpu"
 ranks = 2
 repetitions = $4
+$( [ "$4" -lt 2 ] && echo "join_part = true  # one round: plan refuses it unless declared a part for campaign join" )
 seed = 1
 [launcher]
 kind = "mpirun"

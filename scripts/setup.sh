@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install what CommCanary needs on Debian/Ubuntu (as root, or with sudo) and build it.
-# Idempotent: installs only what is missing. Usage: bash scripts/setup.sh [--debug]
+# Idempotent: installs only what is missing.
+# Usage: bash scripts/setup.sh [--no-build | --demo]
+#   (default: cargo build --release; --demo: cargo build --profile demo, the
+#   README demo's binary target/demo/commcanary, see [profile.demo] in Cargo.toml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +34,8 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
-if [ "${1:-}" != "--no-build" ]; then
-  cargo build --release --locked >&2
-fi
+case "${1:-}" in
+  --no-build) ;;
+  --demo) cargo build --profile demo --locked >&2 ;;
+  *) cargo build --release --locked >&2 ;;
+esac

@@ -170,8 +170,8 @@ fn a_failing_cell_is_recorded_and_retries_append() {
     let d = t.path().join("c");
     // arguments that parse (plan checks that) but fail when the job runs
     let sp = spec(t.path(), 3, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n");
-    // keep it short: one round
-    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1");
+    // keep it short: one round (never analyzed here, so declared a join part: plan refuses one round otherwise)
+    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1\njoin_part = true");
     std::fs::write(&sp, text).unwrap();
     ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
     let ds = d.to_str().unwrap();
@@ -218,7 +218,8 @@ fn malformed_specs_are_refused_naming_the_file_and_fault() {
 fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     let t = tempfile::tempdir().unwrap();
     let sp = spec(t.path(), 5, "");
-    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1");
+    // one-round parts: each alone cannot be analyzed, so each declares itself a join part
+    let text = std::fs::read_to_string(&sp).unwrap().replace("repetitions = 3", "repetitions = 1\njoin_part = true");
     std::fs::write(&sp, &text).unwrap();
     let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
     for d in [&a, &b] {
@@ -229,6 +230,9 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     ok(&cc(&["campaign", "select", c.to_str().unwrap()]));
     let out = ok(&cc(&["campaign", "verify", c.to_str().unwrap()]));
     assert!(out.contains("complete: 6/6"), "{out}");
+    // the joined campaign has the two rounds that analyze needs
+    let out = ok(&cc(&["campaign", "analyze", c.to_str().unwrap()]));
+    assert!(out.contains("2 rounds"), "{out}");
     // the same campaign twice
     let o = cc(&["campaign", "join", a.to_str().unwrap(), a.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("same manifest"));

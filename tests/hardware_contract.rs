@@ -10,7 +10,9 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 
-/// A one-round, two-rank spec with the given configurations and `[hardware]` table.
+/// A one-round, two-rank spec with the given configurations and `[hardware]`
+/// table; never analyzed here, so declared a `join_part` (plan refuses one
+/// round otherwise).
 fn spec(dir: &Path, name: &str, configs: &[(&str, &str)], hardware: &str) -> PathBuf {
     let mut text = format!(
         r#"
@@ -18,6 +20,7 @@ name = "{name}"
 backend = "cpu"
 ranks = 2
 repetitions = 1
+join_part = true
 seed = 3
 [launcher]
 kind = "mpirun"

@@ -455,6 +455,48 @@ fn plan_refuses_specs_no_cell_can_run_or_analyze() {
     }
 }
 
+/// Defect 9, remaining part: `repetitions = 1` can run but never be analyzed
+/// (every interval is over rounds, with rounds - 1 degrees of freedom), so
+/// `plan` refuses it with `BAD_SPEC` naming the field, before any cell runs.
+/// A part meant only for `campaign join` declares `join_part = true` and
+/// plans; `campaign run`, which ends with analyze, refuses such a part.
+#[test]
+fn plan_refuses_one_round_unless_the_spec_is_a_join_part() {
+    let d = tempfile::tempdir().unwrap();
+    let one = |tag: &str, extra: &str| {
+        let p = small_spec(d.path(), tag, 1, "");
+        let text = std::fs::read_to_string(&p).unwrap().replace("repetitions = 2", &format!("repetitions = 1{extra}"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let c = d.path().join("c-one");
+    let o = within(60, &["campaign", "plan", s(&one("one", "")), "-o", s(&c)]);
+    let err = assert_refused(&o, "BAD_SPEC");
+    assert!(err.contains("one.toml") && err.contains("repetitions = 1") && err.contains("join_part"), "{err}");
+    assert!(!c.join("manifest.json").exists(), "nothing planned");
+    // the same refusal through `campaign run`, before any cell runs
+    let r = d.path().join("r-one");
+    let o = within(60, &["campaign", "run", s(&one("one-run", "")), "-o", s(&r)]);
+    assert!(assert_refused(&o, "BAD_SPEC").contains("repetitions = 1"));
+    assert!(!r.join("attempts.jsonl").exists() && !r.join("manifest.json").exists(), "no cell ran");
+    // a declared join part plans, and its manifest records the declaration
+    let part = one("part", "\njoin_part = true");
+    let p = d.path().join("c-part");
+    ok(&within(60, &["campaign", "plan", s(&part), "-o", s(&p)]));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(p.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["spec"]["join_part"], true);
+    // ... but `campaign run` of it is refused: it would end in an analyze that cannot be
+    let r = d.path().join("r-part");
+    let o = within(60, &["campaign", "run", s(&part), "-o", s(&r)]);
+    assert!(assert_refused(&o, "BAD_SPEC").contains("campaign join"));
+    assert!(!r.join("manifest.json").exists(), "no cell ran");
+    // two rounds plan without the declaration, and their manifest does not carry it
+    let two = d.path().join("c-two");
+    ok(&within(60, &["campaign", "plan", s(&small_spec(d.path(), "two", 1, "")), "-o", s(&two)]));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(two.join("manifest.json")).unwrap()).unwrap();
+    assert!(m["spec"].get("join_part").is_none(), "{}", m["spec"]);
+}
+
 /// Smaller items: `campaign exec` exits non-zero, naming the cells, when a
 /// cell is left without a successful attempt; `--run-id .` and `..` are
 /// refused; `PATH` (and `LD_PRELOAD` when set) is in the recorded identity.

@@ -146,8 +146,11 @@ fn crafted_shards_and_run_records_are_refused_not_crashed_on() {
     assert!(assert_refused(&o, "NO_SUCH_INPUT").contains("no such run directory"));
 }
 
+/// A two-configuration spec; a one-round one (never analyzed in these tests)
+/// is declared a `join_part`, which plan requires of a single round.
 fn spec(dir: &Path, name: &str, tokens: u32, layers: u32, reps: u32) -> PathBuf {
     let p = dir.join(format!("{name}.toml"));
+    let part = reps < 2;
     std::fs::write(
         &p,
         format!(
@@ -156,6 +159,7 @@ name = "{name}"
 backend = "cpu"
 ranks = 2
 repetitions = {reps}
+join_part = {part}
 seed = 1
 [launcher]
 kind = "mpirun"

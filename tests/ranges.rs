@@ -85,7 +85,7 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
         std::fs::write(
             &p,
             format!(
-                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 1\nseed = 1\n[launcher]\nkind = \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \"interval\"\n{analysis}\n[[configs]]\n{config}\n"
+                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 1\n[launcher]\nkind = \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \"interval\"\n{analysis}\n[[configs]]\n{config}\n"
             ),
         )
         .unwrap();
@@ -111,7 +111,7 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
         assert!(!dir.join("manifest.json").exists(), "{name}: nothing planned");
     }
     let big = d.path().join("reps.toml");
-    std::fs::write(&big, std::fs::read_to_string(spec("ok", "", "name = \"a\"")).unwrap().replace("repetitions = 1", "repetitions = 4294967295")).unwrap();
+    std::fs::write(&big, std::fs::read_to_string(spec("ok", "", "name = \"a\"")).unwrap().replace("repetitions = 2", "repetitions = 4294967295")).unwrap();
     refused_quickly(&["campaign", "plan", big.to_str().unwrap(), "-o", d.path().join("c-reps").to_str().unwrap()], "OUT_OF_RANGE");
     ok(&cc(&["campaign", "plan", spec("ok2", "", "name = \"a\"").to_str().unwrap(), "-o", d.path().join("c-ok").to_str().unwrap()]));
 }

@@ -6,8 +6,10 @@
 //! order drawn from the recorded seed (ChaCha8), never one configuration's
 //! repetitions back to back. The manifest's SHA-256 is the campaign's identity.
 //! Refuses: unknown fields, empty or repeated configuration names, names
-//! outside `[A-Za-z0-9._-]`, zero ranks or repetitions, unknown phases or
-//! sizes, a canary naming an unknown configuration, an existing manifest.
+//! outside `[A-Za-z0-9._-]`, zero ranks or repetitions, one repetition
+//! (never analyzable) unless the spec declares `join_part = true` (a part
+//! for `campaign join`), unknown phases or sizes, a canary naming an unknown
+//! configuration, an existing manifest.
 use anyhow::{bail, Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -29,6 +31,11 @@ pub const MANIFEST_FORMAT_VERSION_CONFIG_TRACES: u32 = 3;
 pub const MANIFEST_FORMAT_VERSION_TRACE_CANARY: u32 = 4;
 
 pub use super::hardware::{HardwareContract, HardwareField, HardwareSpec};
+
+/// The fewest rounds `analyze` accepts: its intervals over rounds have
+/// rounds - 1 degrees of freedom. `plan` refuses fewer unless the spec is a
+/// declared `join_part`.
+pub const MIN_ANALYZED_ROUNDS: u32 = 2;
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -226,6 +233,12 @@ pub struct CampaignSpec {
     /// Analysis sees `config-NN` labels; the mapping is stored apart.
     #[serde(default)]
     pub blind: bool,
+    /// This campaign is one part of a later `campaign join`, not analyzed on
+    /// its own: only then may `repetitions` be 1 (one round gives no interval
+    /// over rounds; the joined campaign's rounds are the parts' together).
+    /// Written in the manifest only where declared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join_part: bool,
     /// Launcher.
     pub launcher: Launcher,
     /// Workload.
@@ -439,6 +452,18 @@ impl CampaignSpec {
         use crate::core::refusal::Code;
         let r = crate::core::ranges::int;
         r("repetitions", self.repetitions, 1, 10_000)?;
+        // every interval of the analysis is over rounds (Student-t with
+        // rounds - 1 degrees of freedom, analysis::inference): one round alone
+        // can never be analyzed, only joined with other rounds
+        if self.repetitions < MIN_ANALYZED_ROUNDS && !self.join_part {
+            crate::refuse!(
+                Code::BadSpec,
+                "repetitions = {}: analyze needs at least {MIN_ANALYZED_ROUNDS} rounds (every interval is over rounds, with rounds - 1 degrees of freedom), \
+                 so this campaign could run but never be analyzed; plan repetitions >= {MIN_ANALYZED_ROUNDS}, or declare join_part = true for a \
+                 part meant only for `campaign join`",
+                self.repetitions
+            );
+        }
         r("ranks", self.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
         crate::core::ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
         // a name becomes part of file names (CELL-aN.stdout): keep it well under NAME_MAX

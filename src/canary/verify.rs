@@ -223,6 +223,9 @@ pub fn verify(
         spec.repetitions = r;
     }
     spec.blind = false;
+    // verify analyzes its campaign itself: never a part for `campaign join`
+    // (plan then refuses a single round)
+    spec.join_part = false;
     spec.canary = None;
     spec.workload.phases = o.phases.clone();
     spec.workload.tokens = o.passes;

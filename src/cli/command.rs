@@ -474,6 +474,17 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 writeln!(out, "== plan: {} exists with this spec's manifest; resuming", output.display())?;
             } else {
                 let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
+                // run ends with analyze: a one-round join part would run every cell and then be refused
+                if planned.repetitions < cp::spec::MIN_ANALYZED_ROUNDS {
+                    crate::refuse!(
+                        crate::core::refusal::Code::BadSpec,
+                        "{}: repetitions = {} with join_part = true: campaign run analyzes, which needs at least {} rounds; \
+                         plan, exec and select a join part step by step, then `campaign join` it with another",
+                        spec.display(),
+                        planned.repetitions,
+                        cp::spec::MIN_ANALYZED_ROUNDS
+                    );
+                }
                 chain::preflight(&planned, &spec.display().to_string())?;
                 writeln!(out, "== plan")?;
                 campaign(C::Plan { spec, output: output.clone() }, out)?;
