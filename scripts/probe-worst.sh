@@ -56,10 +56,10 @@ TOML
 
 echo "== item 1: a re-planned directory publishes old runs under a new manifest"
 C="$W/c1"
-"$BIN" campaign plan "$(spec small 16 4 1)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null || { echo "setup failed"; exit 1; }
+"$BIN" campaign plan "$(spec small 16 4 2)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null || { echo "setup failed"; exit 1; }
 cp "$C/selection.json" "$W/old-selection.json"
 rm "$C/manifest.json" "$C/manifest.sha256" "$C/selection.json"
-expect CAMPAIGN_STATE "$C" "$BIN" campaign plan "$(spec big 64 12 1)" -o "$C"
+expect CAMPAIGN_STATE "$C" "$BIN" campaign plan "$(spec big 64 12 2)" -o "$C"
 "$BIN" campaign plan "$W/big.toml" -o "$W/fresh" >/dev/null
 cp "$W/fresh/manifest.json" "$W/fresh/manifest.sha256" "$C/"
 python3 - "$W/old-selection.json" "$C" <<'PY'
@@ -126,7 +126,7 @@ D=$(craft world0 world0); for cmd in join overlap; do expect BAD_STRUCTURE "$D" 
 expect BAD_STRUCTURE "$D" "$BIN" summarize "a=$D"; expect BAD_STRUCTURE "$D" "$BIN" export chrome "$D" -o "$W/t.json"
 
 echo "== item 9: archive of itself, through links and loops; hostile member names"
-C="$W/c1b"; "$BIN" campaign plan "$(spec arc 4 2 1)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null
+C="$W/c1b"; "$BIN" campaign plan "$(spec arc 4 2 2)" -o "$C" >/dev/null && "$BIN" campaign exec "$C" >/dev/null 2>&1 && "$BIN" campaign select "$C" >/dev/null
 expect ARCHIVE_OUTPUT_INSIDE "$C" "$BIN" campaign archive "$C" -o "$C/self.tar"
 echo secret >"$W/secret.txt"; ln -s "$W/secret.txt" "$C/notes.txt"
 expect ARCHIVE_LINK "$C" "$BIN" campaign archive "$C" -o "$W/a.tar"; rm "$C/notes.txt"
