@@ -5,6 +5,7 @@
 #   bash scripts/validate-false-fail.sh [--bin PATH] [--pairs N] [--jobs K] [--ranks R]
 #        [--cpus LIST] [--load-procs P] [--conditions idle,load] [--site FILE]
 #        [--out DIR] [-- REFERENCE_ARG ...]
+#   bash scripts/validate-false-fail.sh --table OUT/pairs.tsv   # the table of a run (an interrupted one too)
 #
 # Each pair: K reference jobs (`validate --record-reference -o PAIR/ref/job-k`,
 # K = --jobs, default 3; K = 1 records the old single-job reference), then one
@@ -28,21 +29,47 @@
 # load average before and after, seconds) are in OUT/pairs.tsv; the evidence of
 # every job stays under OUT.
 set -uo pipefail
+CALLER_PWD=$PWD
 cd "$(dirname "$0")/.."
 [ -f scripts/env.sh ] && . scripts/env.sh
+table() {
+  awk -F'\t' '
+    # Clopper-Pearson: binomial tail by summing terms in log space, bisection on p
+    function lchoose(n, k,   i, s) { s = 0; for (i = 1; i <= k; i++) s += log(n - k + i) - log(i); return s }
+    function cdf(x, n, p,   k, s) { if (p <= 0) return 1; if (p >= 1) return (x >= n) ? 1 : 0; s = 0; for (k = 0; k <= x; k++) s += exp(lchoose(n, k) + k * log(p) + (n - k) * log(1 - p)); return s }
+    function upper(x, n,   lo, hi, mid, i) { if (x >= n) return 1; lo = 0; hi = 1; for (i = 0; i < 60; i++) { mid = (lo + hi) / 2; if (cdf(x, n, mid) > 0.025) lo = mid; else hi = mid }; return lo }
+    function lower(x, n,   lo, hi, mid, i) { if (x <= 0) return 0; lo = 0; hi = 1; for (i = 0; i < 60; i++) { mid = (lo + hi) / 2; if (1 - cdf(x - 1, n, mid) < 0.025) lo = mid; else hi = mid }; return hi }
+    /^#/ || $1 == "condition" { next }
+    { n[$1]++; c[$1, $3]++; if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 } }
+    END {
+      printf "%-10s %6s %5s %13s %5s %14s %16s %22s\n", "condition", "pairs", "PASS", "INCONCLUSIVE", "FAIL", "could-not-run", "false-FAIL rate", "Clopper-Pearson 95%"
+      for (j = 1; j <= m; j++) {
+        k = order[j]; f = c[k, 1] + 0; runs = n[k] - c[k, 3]
+        if (runs > 0) printf "%-10s %6d %5d %13d %5d %14d %16s %22s\n", k, n[k], c[k, 0], c[k, 2], f, c[k, 3], sprintf("%d/%d = %.3f", f, runs, f / runs), sprintf("[%.3f, %.3f]", lower(f, runs), upper(f, runs))
+        else printf "%-10s %6d %5d %13d %5d %14d %16s %22s\n", k, n[k], 0, 0, 0, c[k, 3], "-", "-"
+      }
+    }' "$1"
+}
+if [ "${1:-}" = --table ]; then
+  case "${2:-}" in /*) ;; ?*) set -- "$1" "$CALLER_PWD/$2" ;; esac
+  [ -f "${2:-}" ] || { echo "validate-false-fail: --table needs a pairs.tsv file, got '${2:-}'" >&2; exit 3; }
+  table "$2"; exit 0
+fi
+# paths given on the command line are relative to the caller's directory
+abs() { case "$1" in /*|'') printf '%s' "$1" ;; *) printf '%s/%s' "$CALLER_PWD" "$1" ;; esac; }
 BIN=""; PAIRS=20; JOBS=3; RANKS=4; CPUS=""; LOADP=""; CONDS="idle,load"; SITE=""; OUT=""
 REFARGS=(--max-bytes 256KiB --iters 5 --warmup-iters 2 --tokens 12 --warmup-tokens 2 --rounds 6)
 while [ $# -gt 0 ]; do
   case "$1" in
-    --bin) BIN=$2; shift 2 ;;
+    --bin) BIN=$(abs "$2"); shift 2 ;;
     --pairs) PAIRS=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --ranks) RANKS=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
     --load-procs) LOADP=$2; shift 2 ;;
     --conditions) CONDS=$2; shift 2 ;;
-    --site) SITE=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
+    --site) SITE=$(abs "$2"); shift 2 ;;
+    --out) OUT=$(abs "$2"); shift 2 ;;
     --) shift; REFARGS=("$@"); break ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "validate-false-fail: unknown argument $1 (see --help)" >&2; exit 3 ;;
@@ -74,7 +101,8 @@ mpi() { "${PIN[@]}" mpirun --oversubscribe "${MPIPIN[@]}" -n "$RANKS" "$BIN" val
 LOADPIDS=()
 start_load() { for _ in $(seq 1 "$LOADP"); do "${PIN[@]}" yes > /dev/null & LOADPIDS+=($!); done; }
 stop_load() { for p in "${LOADPIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; LOADPIDS=(); }
-trap 'stop_load' EXIT INT TERM
+trap 'stop_load' EXIT
+trap 'stop_load; exit 130' INT TERM
 la() { cut -d' ' -f1-4 /proc/loadavg 2>/dev/null || echo unmeasured; }
 {
   echo "# validate-false-fail: $(date -u +%FT%TZ) host $(hostname) nproc $(nproc) cpus ${CPUS:-all} ($NCPU) ranks $RANKS jobs $JOBS pairs $PAIRS load-procs $LOADP"
@@ -111,20 +139,5 @@ for cond in ${CONDS//,/ }; do
     echo "validate-false-fail: $cond pair $i/$PAIRS: exit $code in ${secs} s (loadavg $before -> $after)" >&2
   done
 done
-awk -F'\t' '
-  # Clopper-Pearson: binomial tail by summing terms in log space, bisection on p
-  function lchoose(n, k,   i, s) { s = 0; for (i = 1; i <= k; i++) s += log(n - k + i) - log(i); return s }
-  function cdf(x, n, p,   k, s) { if (p <= 0) return 1; if (p >= 1) return (x >= n) ? 1 : 0; s = 0; for (k = 0; k <= x; k++) s += exp(lchoose(n, k) + k * log(p) + (n - k) * log(1 - p)); return s }
-  function upper(x, n,   lo, hi, mid, i) { if (x >= n) return 1; lo = 0; hi = 1; for (i = 0; i < 60; i++) { mid = (lo + hi) / 2; if (cdf(x, n, mid) > 0.025) lo = mid; else hi = mid }; return lo }
-  function lower(x, n,   lo, hi, mid, i) { if (x <= 0) return 0; lo = 0; hi = 1; for (i = 0; i < 60; i++) { mid = (lo + hi) / 2; if (1 - cdf(x - 1, n, mid) < 0.025) lo = mid; else hi = mid }; return hi }
-  /^#/ || $1 == "condition" { next }
-  { n[$1]++; c[$1, $3]++; if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 } }
-  END {
-    printf "%-10s %6s %5s %13s %5s %14s %16s %22s\n", "condition", "pairs", "PASS", "INCONCLUSIVE", "FAIL", "could-not-run", "false-FAIL rate", "Clopper-Pearson 95%"
-    for (j = 1; j <= m; j++) {
-      k = order[j]; f = c[k, 1] + 0; runs = n[k] - c[k, 3]
-      if (runs > 0) printf "%-10s %6d %5d %13d %5d %14d %16s %22s\n", k, n[k], c[k, 0], c[k, 2], f, c[k, 3], sprintf("%d/%d = %.3f", f, runs, f / runs), sprintf("[%.3f, %.3f]", lower(f, runs), upper(f, runs))
-      else printf "%-10s %6d %5d %13d %5d %14d %16s %22s\n", k, n[k], 0, 0, 0, c[k, 3], "-", "-"
-    }
-  }' "$OUT/pairs.tsv" | tee "$OUT/table.txt"
+table "$OUT/pairs.tsv" | tee "$OUT/table.txt"
 echo "(the rate is over pairs that ran; could-not-run pairs are excluded and counted; per-pair lines: $OUT/pairs.tsv)"

@@ -21,8 +21,14 @@
 //! and `all-gather busbw` (per round, the geometric mean of busbw over the
 //! sweep's sizes, [`sweep`]), `workload token latency` (per round, the
 //! slowest rank's median per-token latency of the `blocking` phase of
-//! [`crate::rank::phases`] on a model preset), each ratio judged by
-//! [`verdict::ratio_check`] against the site's thresholds.
+//! [`crate::rank::phases`] on a model preset), each ratio judged against the
+//! site's thresholds by [`verdict::job_check`] (a reference of several jobs:
+//! the prediction interval of a new job, carrying job-to-job variation) or
+//! [`verdict::single_job_check`] (one job: paired rounds, flagged, a FAIL
+//! capped to INCONCLUSIVE). Rank 0 also reads the node's CPU load from
+//! `/proc` right before and after the rounds ([`load`]); it is reported in
+//! the health section and named as the likely cause of a failing ratio
+//! check when the job's CPUs were busy with something else.
 pub mod health;
 pub mod load;
 pub mod reference;
@@ -589,11 +595,7 @@ fn measure<B: Backend>(
         rounds: a.rounds,
         seed: a.seed,
         reference: plan.reference.as_ref().map(|set| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), set.digest.clone())),
-        reference_jobs: plan
-            .reference
-            .as_ref()
-            .map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect())
-            .unwrap_or_default(),
+        reference_jobs: plan.reference.as_ref().map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect()).unwrap_or_default(),
         inject_delay: a.inject_delay.clone(),
         argv: std::env::args().collect(),
         env: crate::core::identity::recorded_env(),
@@ -765,7 +767,16 @@ fn likely_cause_of(checks: &[CheckRow], ev: &Evidence, set: &reference::Referenc
 }
 
 #[allow(clippy::too_many_arguments)]
-fn ratio_row(name: &str, here: &[f64], there: &[Vec<f64>], threshold: f64, dir: verdict::Direction, coverage: f64, unit: &str, digits: usize) -> Result<CheckRow> {
+fn ratio_row(
+    name: &str,
+    here: &[f64],
+    there: &[Vec<f64>],
+    threshold: f64,
+    dir: verdict::Direction,
+    coverage: f64,
+    unit: &str,
+    digits: usize,
+) -> Result<CheckRow> {
     let r = match there {
         [one] => verdict::single_job_check(here, one, threshold, dir, coverage),
         jobs => verdict::job_check(here, jobs, threshold, dir, coverage),
@@ -808,7 +819,9 @@ fn ratio_row(name: &str, here: &[f64], there: &[Vec<f64>], threshold: f64, dir: 
             } else if r.verdict == CheckVerdict::Inconclusive {
                 findings.push(match r.rounds_to_resolve {
                     Some(n) => format!("inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"),
-                    None => format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", crate::analysis::inference::MAX_ROUNDS),
+                    None => {
+                        format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", crate::analysis::inference::MAX_ROUNDS)
+                    }
                 });
             }
         }

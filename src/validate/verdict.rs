@@ -56,7 +56,7 @@
 //! Geisser, "Predictive Inference", 1993, §2.1.1):
 //! y − m̄ ± t_{1−α/2, K−1} · s_J · √(1 + 1/K), reported as a ratio exp(·),
 //! and judged by the rule above. An unchanged node lands inside it with
-//! probability `coverage`, so each of FAIL (for a threshold at or beyond 1)
+//! probability `coverage`, so for a threshold at or beyond ratio 1 a FAIL
 //! has probability at most (1 − coverage)/2 whatever σ_b is. More reference
 //! jobs narrow it only down to z_{1−α/2} · s_J: job-to-job spread is not
 //! averaged away by rounds. An inconclusive check says how many reference
@@ -404,7 +404,7 @@ mod tests {
         use rand_distr::{Distribution, Normal};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
         let (b, e) = (Normal::new(0.0, 0.3).unwrap(), Normal::new(0.0, 0.05).unwrap());
-        let mut job = |rng: &mut rand_chacha::ChaCha8Rng| {
+        let job = |rng: &mut rand_chacha::ChaCha8Rng| {
             let bj: f64 = b.sample(rng);
             (0..6).map(|_| (bj + e.sample(rng)).exp() * 100.0).collect::<Vec<f64>>()
         };
