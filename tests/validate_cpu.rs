@@ -1,6 +1,8 @@
 //! `validate` on the CPU backend under real `mpirun -n 4`: record a
-//! reference, validate against it (pass), with an injected delay (fail,
-//! naming the workload check), and with another rank count (refused).
+//! reference, validate against it (pass), with an injected delay (a
+//! single-job reference: inconclusive, the FAIL capped; a reference of
+//! several jobs: fail, naming the workload check), and with another rank
+//! count (refused).
 //!
 //! The machine these run on is small and shared (2 cores, 4 oversubscribed
 //! ranks), so the site file used here is loose: busbw at least 0.2 of the
@@ -19,7 +21,10 @@ fn site(dir: &Path) -> String {
 }
 
 fn record(dir: &Path) -> String {
-    let r = dir.join("ref");
+    record_into(&dir.join("ref"))
+}
+
+fn record_into(r: &Path) -> String {
     let o = mpirun(
         4,
         &[
@@ -73,21 +78,31 @@ fn record_validate_delay_and_refusal() {
     );
     assert!(code == 0 || code == 2, "a fresh validation must pass (or be inconclusive under noise), got {code}\n{out}\n{err}");
     assert_eq!(report["exit_code"], code);
-    assert_eq!(report["format_version"], 1);
+    assert_eq!(report["format_version"], 2);
     let health = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
     assert!(health["measured"].as_str().unwrap().contains("no GPU: NVML checks not applicable"), "{health}");
+    // a single-job reference: every ratio check is flagged as carrying no job-to-job variation
+    for c in report["checks"].as_array().unwrap().iter().filter(|c| c["ratio"].is_object()) {
+        assert_eq!(c["ratio"]["method"], "paired-rounds", "{c}");
+        assert_eq!(c["ratio"]["job_variation"], false, "{c}");
+        assert!(c["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("one job")), "{c}");
+    }
     assert!(d.path().join("v-pass").join("report.json").exists() && d.path().join("v-pass").join("descriptor.json").exists());
 
-    // one rank delayed 50 ms before every 8th workload collective: fail, naming the workload check
-    let (code, out, err) = validate(4, &reference, &site, &d.path().join("v-delay"), &["--inject-delay", "rank=3,every=8,us=50000"]);
-    assert_eq!(code, 1, "an injected delay must fail the validation\n{out}\n{err}");
+    // one rank delayed 300 ms before every 8th workload collective (one per token of the tiny model):
+    // against one reference job a round interval beyond the threshold is capped to INCONCLUSIVE (issue 31)
+    let (code, out, err) = validate(4, &reference, &site, &d.path().join("v-delay"), &["--inject-delay", "rank=3,every=8,us=300000"]);
+    assert_eq!(code, 2, "a single-job reference cannot fail a ratio check\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let workload = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
-    assert_eq!(workload["verdict"], "fail", "{workload}");
+    assert_eq!(workload["verdict"], "inconclusive", "{workload}");
+    // capped exactly when the round interval alone would have failed
+    let beyond = workload["ratio"]["ratio_low"].as_f64().unwrap() > 2.0;
+    assert_eq!(workload["ratio"]["capped_from"] == "fail", beyond, "{workload}");
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["inject_delay"], "rank=3,every=8,us=50000");
+    assert_eq!(manifest["inject_delay"], "rank=3,every=8,us=300000");
 
-    // the table names the failing check
+    // the table says why
     let o = mpirun(
         4,
         &[
@@ -104,18 +119,43 @@ fn record_validate_delay_and_refusal() {
             "--rounds",
             "8",
             "--inject-delay",
-            "rank=3,every=8,us=50000",
+            "rank=3,every=8,us=300000",
         ],
     );
     let table = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(1), "{table}");
-    assert!(table.contains("failing: workload token latency"), "{table}");
+    assert_eq!(o.status.code(), Some(2), "{table}");
+    assert!(table.contains("the reference is one job: its interval carries round-to-round variation only"), "{table}");
+    assert!(!table.contains("verdict: FAIL"), "{table}");
 
     // another rank count: refused, naming it, exit 3, nothing written
     let (code, out, err) = validate(2, &reference, &site, &d.path().join("v-two"), &[]);
     assert_eq!(code, 3, "a reference from 4 ranks must be refused on 2\n{out}\n{err}");
     assert!(err.contains("rank count 2 (the reference ran 4 ranks)"), "{err}");
     assert!(!d.path().join("v-two").exists());
+
+    // a reference of format 1 (before the load section) is still read; its load is unmeasured, not 0
+    let v1 = d.path().join("ref-v1");
+    std::fs::create_dir(&v1).unwrap();
+    let mut files = Vec::new();
+    for name in ["manifest.json", "rounds.json", "health.json", "topology.json"] {
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(Path::new(&reference).join(name)).unwrap()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        if o.contains_key("format_version") {
+            o.insert("format_version".into(), 1.into());
+        }
+        o.remove("load");
+        o.remove("reference_jobs");
+        let bytes = serde_json::to_vec_pretty(&v).unwrap();
+        std::fs::write(v1.join(name), &bytes).unwrap();
+        files.push(serde_json::json!({"name": name, "size_bytes": bytes.len(), "sha256": commcanary::core::fsutil::sha256_hex(&bytes)}));
+    }
+    std::fs::write(v1.join("descriptor.json"), serde_json::to_vec_pretty(&serde_json::json!({"format_version": 1, "files": files})).unwrap()).unwrap();
+    let (code, out, err) = validate(4, v1.to_str().unwrap(), &site, &d.path().join("v-from-v1"), &[]);
+    assert!(code == 0 || code == 2, "a format-1 reference is read\n{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let health = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
+    assert!(health["reference"].as_str().unwrap().contains("CPU load unmeasured"), "{health}");
+    assert!(health["measured"].as_str().unwrap().contains("other processes"), "{health}");
 
     // a tampered reference is refused, naming the file
     let rounds = Path::new(&reference).join("rounds.json");
@@ -125,6 +165,91 @@ fn record_validate_delay_and_refusal() {
     let (code, _, err) = validate(4, &reference, &site, &d.path().join("v-tampered"), &[]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("rounds.json") && err.contains("descriptor"), "{err}");
+}
+
+/// Issue 31: a reference recorded over several jobs records each job's
+/// rounds and the comparison judges the node against the job-to-job spread
+/// (a prediction interval of a new job); an injected slowdown still fails;
+/// the health section carries the CPU load, measured, never 0 for unmeasured.
+#[test]
+fn a_reference_of_several_jobs_carries_the_job_spread_and_a_delay_still_fails() {
+    let d = tempfile::tempdir().unwrap();
+    let set = d.path().join("ref");
+    for k in 1..=4 {
+        record_into(&set.join(format!("job-{k}")));
+    }
+    // a stray file beside the jobs is ignored; a partial directory is hidden
+    std::fs::write(set.join("README"), "reference of 4 jobs\n").unwrap();
+    let site = site(d.path());
+    // the prediction interval over jobs carries the job spread itself, so the default latency threshold is used
+    let strict = d.path().join("strict.toml");
+    std::fs::write(&strict, "token_latency_max_ratio = 1.05\n").unwrap();
+    let set_s = set.to_str().unwrap();
+
+    // an injected slowdown of one rank (500 ms before every 8th workload collective: one per token
+    // of the tiny model, 4 layers x 2 all-reduces): fail, naming the check
+    let (code, out, err) = validate(4, set_s, strict.to_str().unwrap(), &d.path().join("v-delay"), &["--inject-delay", "rank=3,every=8,us=500000"]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let workload = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
+    assert_eq!(code, 1, "an injected delay must fail against a reference of several jobs\n{workload}\n{err}");
+    assert_eq!(workload["verdict"], "fail", "{workload}");
+    let r = &workload["ratio"];
+    assert_eq!((r["method"].as_str(), r["reference_jobs"].as_u64(), r["job_variation"].as_bool()), (Some("job-prediction"), Some(4), Some(true)), "{r}");
+    assert!(r["sd_log"].as_f64().unwrap() >= 0.0 && r["sd_log_within_jobs"].as_f64().unwrap() > 0.0, "the job spread and the round spread are recorded: {r}");
+    assert!(workload["findings"][0].as_str().unwrap().contains("4 reference jobs"), "{workload}");
+
+    // the manifest names the jobs with their digests
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format_version"], 2);
+    let jobs: Vec<&str> = manifest["reference_jobs"].as_array().unwrap().iter().map(|j| j[0].as_str().unwrap()).collect();
+    assert_eq!(jobs, ["job-1", "job-2", "job-3", "job-4"]);
+
+    // the health section carries the load at both ends and the shares of the window
+    let health: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/health.json")).unwrap()).unwrap();
+    let load = &health["load"];
+    for k in ["start", "end", "window_s", "busy_share", "job_share", "other_share", "steal_share"] {
+        assert!(!load[k].is_null(), "health.load.{k} measured on Linux: {load}");
+    }
+    assert!(load["start"]["load_1m"].as_f64().is_some() && load["start"]["runnable_tasks"].as_u64().unwrap() >= 1, "{load}");
+    assert_eq!(load["job_pids"].as_array().unwrap().len(), 4, "{load}");
+    assert!(load["job_share"].as_f64().unwrap() > 0.0, "the job's own ranks used CPU: {load}");
+    let hrow = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
+    assert!(hrow["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("CPU load: loadavg 1 min")), "{hrow}");
+    // a FAIL names a busy node as its likely cause exactly when the node was busy elsewhere
+    let busy = load["other_share"].as_f64().unwrap() + load["steal_share"].as_f64().unwrap() >= 0.10;
+    assert_eq!(report["likely_cause"].is_string(), busy, "{}", report["likely_cause"]);
+
+    // jobs that disagree on settings are refused, naming the job
+    let bad = d.path().join("ref-mixed");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::rename(set.join("job-1"), bad.join("job-1")).unwrap();
+    let o = mpirun(
+        4,
+        &[
+            "validate",
+            "-q",
+            "--backend",
+            "cpu",
+            "--record-reference",
+            "-o",
+            bad.join("job-2").to_str().unwrap(),
+            "--max-bytes",
+            "64KiB",
+            "--rounds",
+            "2",
+            "--tokens",
+            "2",
+        ],
+    );
+    ok(&o);
+    let (code, _, err) = validate(4, bad.to_str().unwrap(), &site, &d.path().join("v-mixed"), &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("refused[BAD_INPUT]") && err.contains("job-2") && err.contains("settings"), "{err}");
+    // a subdirectory that is not a job is refused
+    std::fs::create_dir(set.join("notes")).unwrap();
+    let (code, _, err) = validate(4, set_s, &site, &d.path().join("v-notes"), &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("notes") && err.contains("not a validation directory"), "{err}");
 }
 
 #[test]

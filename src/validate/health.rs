@@ -169,6 +169,10 @@ pub struct HealthReport {
     pub samples: Vec<HealthSample>,
     /// How the readings were taken.
     pub method: String,
+    /// The node's CPU load during the rounds ([`super::load`]); absent in
+    /// evidence of format 1, which did not measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<super::load::LoadReport>,
 }
 
 /// NVML's handle on this node, held for the validation's duration.
@@ -372,9 +376,17 @@ pub const FAILING_THROTTLE_REASONS: [&str; 4] = ["HW_SLOWDOWN", "HW_THERMAL_SLOW
 /// XID watching on some GPU, or an ECC reading unavailable while ECC is the
 /// point. Reported only: power, temperature, persistence mode, PCIe generation
 /// below maximum (links train down when idle, so an end-of-run reading can be low).
+///
+/// CPU load ([`super::load`]) is reported, not judged: when the job's CPUs
+/// were busy with something else the findings say so first among the notes,
+/// and the report names it as the likely cause of a failing ratio check.
 pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckVerdict, Vec<String>) {
+    let load_notes: Vec<String> = match &h.load {
+        Some(l) => super::load::busy_elsewhere(l).into_iter().chain([super::load::summary(l)]).collect(),
+        None => vec!["CPU load unmeasured (evidence of format 1)".into()],
+    };
     if let Some(why) = &h.not_applicable {
-        return (CheckVerdict::Pass, vec![why.clone()]);
+        return (CheckVerdict::Pass, std::iter::once(why.clone()).chain(load_notes).collect());
     }
     let mut fail = Vec::new();
     let mut unsure = Vec::new();
@@ -483,7 +495,7 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
     } else {
         CheckVerdict::Pass
     };
-    (verdict, fail.into_iter().chain(unsure).chain(notes).collect())
+    (verdict, fail.into_iter().chain(unsure).chain(notes).chain(load_notes).collect())
 }
 
 #[cfg(test)]

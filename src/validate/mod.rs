@@ -21,9 +21,16 @@
 //! and `all-gather busbw` (per round, the geometric mean of busbw over the
 //! sweep's sizes, [`sweep`]), `workload token latency` (per round, the
 //! slowest rank's median per-token latency of the `blocking` phase of
-//! [`crate::rank::phases`] on a model preset), each ratio judged by
-//! [`verdict::ratio_check`] against the site's thresholds.
+//! [`crate::rank::phases`] on a model preset), each ratio judged against the
+//! site's thresholds by [`verdict::job_check`] (a reference of several jobs:
+//! the prediction interval of a new job, carrying job-to-job variation) or
+//! [`verdict::single_job_check`] (one job: paired rounds, flagged, a FAIL
+//! capped to INCONCLUSIVE). Rank 0 also reads the node's CPU load from
+//! `/proc` right before and after the rounds ([`load`]); it is reported in
+//! the health section and named as the likely cause of a failing ratio
+//! check when the job's CPUs were busy with something else.
 pub mod health;
+pub mod load;
 pub mod reference;
 pub mod sweep;
 pub mod topology;
@@ -48,7 +55,8 @@ use verdict::CheckVerdict;
 pub const EXIT_COULD_NOT_RUN: i32 = 3;
 
 /// Format version of the printed report (`--json`, `report.json`).
-pub const REPORT_FORMAT_VERSION: u32 = 1;
+/// 2: ratio checks carry their interval method and reference jobs; `likely_cause`.
+pub const REPORT_FORMAT_VERSION: u32 = 2;
 
 /// `commcanary validate`.
 #[derive(clap::Args, Debug)]
@@ -183,13 +191,17 @@ pub struct ValidationReport {
     pub evidence_dir: String,
     /// How the comparison is made and what it assumes.
     pub method: String,
+    /// When a ratio check fails while the CPUs of this node (or of a reference
+    /// job) were busy with something else: that, named as the likely cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub likely_cause: Option<String>,
 }
 
 /// What is fixed before MPI starts.
 struct Plan {
     backend: BackendKind,
     settings: Settings,
-    reference: Option<(Evidence, String)>,
+    reference: Option<reference::ReferenceSet>,
     site: Site,
     delay: Option<DelayInjection>,
 }
@@ -272,7 +284,8 @@ fn plan(a: &ValidateArgs) -> Result<Plan> {
                 given.join(", ")
             );
         }
-        let (ev, sha) = reference::read(dir)?;
+        let set = reference::read_set(dir)?;
+        let ev = set.first();
         if ev.manifest.node.backend != backend {
             crate::refuse!(
                 crate::core::refusal::Code::BadArgument,
@@ -283,7 +296,7 @@ fn plan(a: &ValidateArgs) -> Result<Plan> {
             );
         }
         let settings = ev.manifest.settings.clone();
-        return Ok(Plan { backend, settings, reference: Some((ev, sha)), site, delay });
+        return Ok(Plan { backend, settings, reference: Some(set), site, delay });
     }
     let cpu = backend == BackendKind::Cpu;
     let min = crate::core::units::parse_bytes(a.min_bytes.as_deref().unwrap_or("8"))?;
@@ -469,8 +482,8 @@ fn measure<B: Backend>(
     // refusal of a reference that does not describe this node: rank 0 decides, every rank exits 3
     let refused = if rank == 0 {
         match &plan.reference {
-            Some((ev, _)) => {
-                let c = reference::contradictions(&node, &ev.manifest.node, &plan.site);
+            Some(set) => {
+                let c = reference::contradictions(&node, &set.first().manifest.node, &plan.site);
                 for why in &c {
                     crate::rank::write_line_stderr(&format!(
                         "commcanary validate: refused: reference {} is not this node's kind: {why}",
@@ -488,6 +501,10 @@ fn measure<B: Backend>(
         return Ok(EXIT_COULD_NOT_RUN);
     }
     let s = &plan.settings;
+    // the job's process ids, so rank 0 can tell this job's CPU time from everything else's
+    let mut job_pids = vec![0u32; ranks as usize];
+    world.all_gather_into(&std::process::id(), &mut job_pids[..]);
+    let load_start = (rank == 0).then(load::snapshot);
     // rank 0 samples every GPU through NVML on a thread while the rounds run
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (rounds, samples) = std::thread::scope(|scope| -> Result<(Vec<RoundRecord>, Vec<health::HealthSample>)> {
@@ -538,9 +555,11 @@ fn measure<B: Backend>(
         let samples = sampler.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
         Ok((run?, samples))
     })?;
+    let load_end = (rank == 0).then(load::snapshot);
     if rank != 0 {
         return Ok(agree(world, 0));
     }
+    let load = load_start.zip(load_end).map(|(a, b)| load::report(&a, &b, &job_pids));
     let (xid_events, xid_unwatched) = xids.map(|x| x.drain()).unwrap_or_default();
     let health = match (watch, plan.backend) {
         (_, BackendKind::Cpu) => {
@@ -555,10 +574,12 @@ fn measure<B: Backend>(
             xid_unwatched,
             samples,
             method: health_method(),
+            load: None,
         },
         (Some(Err(why)), _) => health::HealthReport { not_applicable: Some(why.clone()), method: health_method(), ..Default::default() },
         (None, _) => health::HealthReport { not_applicable: Some("internal: NVML not opened".into()), method: health_method(), ..Default::default() },
     };
+    let health = health::HealthReport { load, ..health };
     let topo = match w {
         Some(w) => topology::read(w.nvml(), ranks),
         None => topology::cpu(ranks),
@@ -573,7 +594,8 @@ fn measure<B: Backend>(
         settings: s.clone(),
         rounds: a.rounds,
         seed: a.seed,
-        reference: plan.reference.as_ref().map(|(_, sha)| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), sha.clone())),
+        reference: plan.reference.as_ref().map(|set| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), set.digest.clone())),
+        reference_jobs: plan.reference.as_ref().map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect()).unwrap_or_default(),
         inject_delay: a.inject_delay.clone(),
         argv: std::env::args().collect(),
         env: crate::core::identity::recorded_env(),
@@ -623,7 +645,9 @@ fn median_of(v: impl Iterator<Item = f64>) -> f64 {
 /// The verdicts (I/O free): this node's evidence against the reference's.
 fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<ValidationReport> {
     let site = &plan.site;
-    let refr = plan.reference.as_ref().map(|(r, _)| r);
+    let refr = plan.reference.as_ref();
+    // every round of every reference job, for the informative medians
+    let ref_rounds: Vec<&RoundRecord> = refr.map(|set| set.jobs.iter().flat_map(|j| j.evidence.rounds.rounds.iter()).collect()).unwrap_or_default();
     let mut sizes = Vec::new();
     for kind in [Collective::AllReduce, Collective::AllGather] {
         let pick = |r: &RoundRecord| -> Vec<sweep::SizeResult> {
@@ -636,12 +660,14 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
         for (i, row) in first.iter().enumerate() {
             let here = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps)));
             let time = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.time_us)));
-            let there = refr.map(|rf| median_of(rf.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps))));
+            let there = refr.map(|_| median_of(ref_rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps))));
             sizes.push(SizeRow { collective: kind, bytes: row.bytes, busbw_gbps: here, reference_busbw_gbps: there, time_us: time });
         }
     }
     let mut checks = Vec::new();
-    if let Some(rf) = refr {
+    let mut likely_cause = None;
+    if let Some(set) = refr {
+        let rf = set.first();
         let (hv, hf) = health::evaluate(&ev.health, site.nvlink_crc_errors_max);
         checks.push(CheckRow {
             check: "health".into(),
@@ -662,6 +688,9 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
             ratio: None,
             findings: td,
         });
+        let per_job = |stat: &dyn Fn(&RoundRecord) -> f64| -> (Vec<f64>, Vec<Vec<f64>>) {
+            (ev.rounds.rounds.iter().map(stat).collect(), set.jobs.iter().map(|j| j.evidence.rounds.rounds.iter().map(stat).collect()).collect())
+        };
         for kind in [Collective::AllReduce, Collective::AllGather] {
             let stat = |r: &RoundRecord| {
                 match kind {
@@ -670,8 +699,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
                 }
                 .unwrap_or(f64::NAN)
             };
-            let here: Vec<f64> = ev.rounds.rounds.iter().map(stat).collect();
-            let there: Vec<f64> = rf.rounds.rounds.iter().map(stat).collect();
+            let (here, there) = per_job(&stat);
             checks.push(ratio_row(
                 &format!("{} busbw", kind.name()),
                 &here,
@@ -683,8 +711,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
                 3,
             )?);
         }
-        let here: Vec<f64> = ev.rounds.rounds.iter().map(RoundRecord::token_latency_us).collect();
-        let there: Vec<f64> = rf.rounds.rounds.iter().map(RoundRecord::token_latency_us).collect();
+        let (here, there) = per_job(&RoundRecord::token_latency_us);
         checks.push(ratio_row(
             "workload token latency",
             &here,
@@ -695,6 +722,12 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
             "us per token",
             1,
         )?);
+        likely_cause = likely_cause_of(&checks, ev, set);
+        if let Some(cause) = &likely_cause {
+            for c in checks.iter_mut().filter(|c| c.ratio.is_some() && c.verdict == CheckVerdict::Fail) {
+                c.findings.push(format!("likely cause: {cause}"));
+            }
+        }
     }
     let overall = refr.map(|_| verdict::overall(checks.iter().map(|c| c.verdict)));
     Ok(ValidationReport {
@@ -709,29 +742,94 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
         verdict: overall,
         exit_code: overall.map(CheckVerdict::exit_code).unwrap_or(0),
         evidence_dir: out.display().to_string(),
-        method: "per check, round i of this node is paired with round i of the reference and the Student-t interval of the mean per-round log-ratio is formed (n-1 degrees of freedom); it assumes rounds are exchangeable within each node, since the reference node was measured elsewhere and earlier; busbw checks: the geometric mean of busbw over the sweep sizes, ratio >= busbw_min_ratio; workload: the slowest rank's median per-token latency, ratio <= token_latency_max_ratio".into(),
+        method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. A reference of K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom times s_J sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7): it carries job-to-job variation. A reference of one job: round i of this node paired with round i of the reference, the Student-t interval of the mean per-round log-ratio; it carries round-to-round variation only, so a FAIL is reported INCONCLUSIVE".into(),
+        likely_cause,
     })
 }
 
+/// A failing ratio check on a node (or against a reference job) whose CPUs
+/// were busy with something else names that as its likely cause.
+fn likely_cause_of(checks: &[CheckRow], ev: &Evidence, set: &reference::ReferenceSet) -> Option<String> {
+    if !checks.iter().any(|c| c.ratio.is_some() && c.verdict == CheckVerdict::Fail) {
+        return None;
+    }
+    let here = ev.health.load.as_ref().and_then(load::busy_elsewhere);
+    let there: Vec<String> = set
+        .jobs
+        .iter()
+        .filter_map(|j| j.evidence.health.load.as_ref().and_then(load::busy_elsewhere).map(|why| format!("reference job {}: {why}", j.name)))
+        .collect();
+    match (here, there.is_empty()) {
+        (None, true) => None,
+        (Some(h), true) => Some(format!("this node: {h}")),
+        (h, false) => Some(h.map(|h| format!("this node: {h}; ")).unwrap_or_default() + &there.join("; ")),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
-fn ratio_row(name: &str, here: &[f64], there: &[f64], threshold: f64, dir: verdict::Direction, coverage: f64, unit: &str, digits: usize) -> Result<CheckRow> {
-    let r = verdict::ratio_check(here, there, threshold, dir, coverage).with_context(|| format!("check {name}"))?;
+fn ratio_row(
+    name: &str,
+    here: &[f64],
+    there: &[Vec<f64>],
+    threshold: f64,
+    dir: verdict::Direction,
+    coverage: f64,
+    unit: &str,
+    digits: usize,
+) -> Result<CheckRow> {
+    let r = match there {
+        [one] => verdict::single_job_check(here, one, threshold, dir, coverage),
+        jobs => verdict::job_check(here, jobs, threshold, dir, coverage),
+    }
+    .with_context(|| format!("check {name}"))?;
     let med = |v: &[f64]| median_of(v.iter().copied());
+    let all_there: Vec<f64> = there.iter().flatten().copied().collect();
     let op = match dir {
         verdict::Direction::AtLeast => ">=",
         verdict::Direction::AtMost => "<=",
     };
-    let mut findings = vec![format!("{} pairs of rounds; ratio {:.3}, threshold {op} {threshold}", r.pairs, r.ratio)];
-    if r.verdict == CheckVerdict::Inconclusive {
-        findings.push(match r.rounds_to_resolve {
-            Some(n) => format!("inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"),
-            None => format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", crate::analysis::inference::MAX_ROUNDS),
-        });
+    let mut findings = Vec::new();
+    match r.method {
+        verdict::IntervalMethod::JobPrediction => {
+            findings.push(format!(
+                "{} reference jobs, each mean over {} rounds; job-to-job sd {:.3}, within-job round sd {} (log scale); ratio {:.3}, threshold {op} {threshold}",
+                r.reference_jobs,
+                r.pairs,
+                r.sd_log,
+                r.sd_log_within_jobs.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+                r.ratio
+            ));
+            if r.verdict == CheckVerdict::Inconclusive {
+                findings.push(match r.jobs_to_resolve {
+                    Some(k) => format!("inconclusive: about {k} reference jobs would resolve it if the mean and job spread stay as measured"),
+                    None => format!(
+                        "inconclusive: no number of reference jobs up to {} resolves it at this job spread; more rounds per job narrow the spread only by its within-job part",
+                        verdict::MAX_JOBS
+                    ),
+                });
+            }
+        }
+        verdict::IntervalMethod::PairedRounds => {
+            findings.push(format!("{} pairs of rounds; ratio {:.3}, threshold {op} {threshold}", r.pairs, r.ratio));
+            findings.push(
+                "the reference is one job: its interval carries round-to-round variation only, not job-to-job (record 3 or more reference jobs; docs/VALIDATION.md)".into(),
+            );
+            if r.capped_from == Some(CheckVerdict::Fail) {
+                findings.push("inconclusive: the round interval lies beyond the threshold, but one reference job cannot tell that from job-to-job variation: a FAIL is reported INCONCLUSIVE".into());
+            } else if r.verdict == CheckVerdict::Inconclusive {
+                findings.push(match r.rounds_to_resolve {
+                    Some(n) => format!("inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"),
+                    None => {
+                        format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", crate::analysis::inference::MAX_ROUNDS)
+                    }
+                });
+            }
+        }
     }
     Ok(CheckRow {
         check: name.into(),
         measured: format!("{:.*} {unit}", digits, med(here)),
-        reference: format!("{:.*} {unit}", digits, med(there)),
+        reference: format!("{:.*} {unit}", digits, med(&all_there)),
         interval: format!("x{:.3} [{:.3}, {:.3}] {op} {threshold}", r.ratio, r.ratio_low, r.ratio_high),
         verdict: r.verdict,
         ratio: Some(r),
@@ -740,10 +838,12 @@ fn ratio_row(name: &str, here: &[f64], there: &[f64], threshold: f64, dir: verdi
 }
 
 fn health_summary(h: &health::HealthReport) -> String {
-    match &h.not_applicable {
+    let base = match &h.not_applicable {
         Some(why) => why.clone(),
         None => format!("{} GPUs read, {} XID events", h.end.len(), h.xid_events.len()),
-    }
+    };
+    let other = h.load.as_ref().and_then(|l| l.other_share).map(|o| format!("other processes {:.0}% of the job's CPUs", o * 100.0));
+    format!("{base}; {}", other.unwrap_or_else(|| "CPU load unmeasured".into()))
 }
 
 fn topo_summary(t: &topology::Topology) -> String {
@@ -767,10 +867,10 @@ pub fn render(r: &ValidationReport) -> String {
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;
     }
-    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured (median)", "reference (median)", "ratio [interval] (paired)");
+    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured (median)", "reference (median)", "ratio [interval]");
     let _ = writeln!(
         s,
-        "(measured and reference: the median over each side's rounds; the ratio: the geometric mean of the node/reference ratios of paired rounds, with its interval, so it need not equal the ratio of the two medians)"
+        "(measured and reference: the median over each side's rounds; the ratio: this job's geometric mean over the reference's (over its jobs' means when it has several, with the prediction interval of a new job; else over paired rounds), so it need not equal the ratio of the two medians)"
     );
     for c in &r.checks {
         let cut = |x: &str, n: usize| if x.chars().count() > n { format!("{}…", x.chars().take(n - 1).collect::<String>()) } else { x.to_string() };
@@ -797,5 +897,8 @@ pub fn render(r: &ValidationReport) -> String {
         if failing.is_empty() { String::new() } else { format!("; failing: {}", failing.join(", ")) },
         r.evidence_dir
     );
+    if let Some(cause) = &r.likely_cause {
+        let _ = writeln!(s, "likely cause: {cause}");
+    }
     s
 }

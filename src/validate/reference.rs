@@ -10,6 +10,18 @@
 //! archive's descriptor does for its tarball. Every file is written with
 //! [`crate::core::fsutil::write_json_new`] (atomic, never over an existing file).
 //!
+//! A reference may be recorded over several jobs ([`read_set`]): a
+//! directory whose subdirectories are validation directories, one per job
+//! (`validate --record-reference -o REF/job-1`, then `-o REF/job-2`, ...).
+//! Adding a job adds a directory; nothing recorded is rewritten. The jobs
+//! must agree on settings and node kind. The comparison then carries the
+//! job-to-job variation ([`super::verdict::job_check`]). A directory that is
+//! itself a validation directory is a reference of one job.
+//!
+//! Format versions: 2 adds the CPU load section to `health.json` and the
+//! reference jobs to `manifest.json`; version 1 directories are still read
+//! (their load is absent: unmeasured).
+//!
 //! Consumes a reference directory and, optionally, a site TOML. Refuses,
 //! naming the file and the fault: a file missing or whose size or SHA-256
 //! differs from the descriptor; an unknown format version; a site TOML with
@@ -26,7 +38,10 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Format version of every file of a validation directory.
-pub const VALIDATE_FORMAT_VERSION: u32 = 1;
+pub const VALIDATE_FORMAT_VERSION: u32 = 2;
+
+/// Format versions this tool reads.
+pub const READABLE_FORMAT_VERSIONS: [u32; 2] = [1, 2];
 
 /// Files of a validation directory, in writing order (the descriptor last).
 pub const MANIFEST: &str = "manifest.json";
@@ -102,8 +117,13 @@ pub struct ValidateManifest {
     pub rounds: u32,
     /// Seed of the per-round order.
     pub seed: u64,
-    /// The reference compared with, as given, and its manifest's SHA-256.
+    /// The reference compared with, as given, and its digest: its manifest's
+    /// SHA-256 for a reference of one job; for a reference of several jobs,
+    /// the SHA-256 of the lines "NAME SHA256\n" of its jobs in name order.
     pub reference: Option<(String, String)>,
+    /// The reference's jobs: each job directory's name and its manifest's SHA-256 (format 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reference_jobs: Vec<(String, String)>,
     /// Injected delay (a test and control knob), if any.
     pub inject_delay: Option<String>,
     /// Command line of rank 0.
@@ -201,7 +221,8 @@ fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport
 }
 
 fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).with_context(|| format!("{}: not a validation {name} of format {VALIDATE_FORMAT_VERSION}", dir.join(name).display()))
+    serde_json::from_slice(bytes)
+        .with_context(|| format!("{}: not a validation {name} of a format this tool reads ({READABLE_FORMAT_VERSIONS:?})", dir.join(name).display()))
 }
 
 /// Read a validation directory, verifying every file against the descriptor.
@@ -211,10 +232,10 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let dbytes = crate::core::limits::read_bounded(&dpath, crate::core::limits::MAX_JSON_BYTES)
         .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
-    if desc.format_version != VALIDATE_FORMAT_VERSION {
+    if !READABLE_FORMAT_VERSIONS.contains(&desc.format_version) {
         crate::refuse!(
             crate::core::refusal::Code::UnsupportedVersion,
-            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            "{}: format version {} (this tool reads {READABLE_FORMAT_VERSIONS:?})",
             dpath.display(),
             desc.format_version
         );
@@ -241,12 +262,13 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let rounds: RoundsFile = parse(dir, ROUNDS, &get(ROUNDS)?)?;
     let health: HealthReport = parse(dir, HEALTH, &get(HEALTH)?)?;
     let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
-    if manifest.format_version != VALIDATE_FORMAT_VERSION || rounds.format_version != VALIDATE_FORMAT_VERSION {
+    if !READABLE_FORMAT_VERSIONS.contains(&manifest.format_version) || rounds.format_version != manifest.format_version {
         crate::refuse!(
             crate::core::refusal::Code::UnsupportedVersion,
-            "{}: format version {} (this tool reads {VALIDATE_FORMAT_VERSION})",
+            "{}: format version {} with rounds.json of version {} (this tool reads {READABLE_FORMAT_VERSIONS:?}, one version per directory)",
             dir.join(MANIFEST).display(),
-            manifest.format_version
+            manifest.format_version,
+            rounds.format_version
         );
     }
     if rounds.rounds.len() < 2 {
@@ -254,6 +276,95 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     }
     check_recorded(&manifest.settings, &rounds, dir)?;
     Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
+}
+
+/// One job of a reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReferenceJob {
+    /// The job directory's name in the set ("." for a reference of one job).
+    pub name: String,
+    /// Its evidence.
+    pub evidence: Evidence,
+    /// Its manifest's SHA-256.
+    pub manifest_sha: String,
+}
+
+/// A reference: one job, or several recorded on the trusted node(s).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReferenceSet {
+    /// The jobs, in name order.
+    pub jobs: Vec<ReferenceJob>,
+    /// The digest recorded in a validation's manifest (see [`ValidateManifest::reference`]).
+    pub digest: String,
+}
+
+impl ReferenceSet {
+    /// The first job (every job agrees on the settings and the node kind).
+    pub fn first(&self) -> &Evidence {
+        &self.jobs[0].evidence
+    }
+}
+
+/// Read a reference: `dir` itself a validation directory (one job), or a
+/// directory of them (several jobs, subdirectories whose names do not start
+/// with '.'; files beside them are ignored). Refuses, naming the directory:
+/// a subdirectory that is not a validation directory, a set with no job, and
+/// jobs that differ in settings or node kind (backend, ranks, SKU, GPU count,
+/// driver major version, NCCL version).
+pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
+    if dir.join(DESCRIPTOR).exists() || !dir.is_dir() {
+        let (evidence, sha) = read(dir)?;
+        return Ok(ReferenceSet { jobs: vec![ReferenceJob { name: ".".into(), evidence, manifest_sha: sha.clone() }], digest: sha });
+    }
+    let mut names: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e.with_context(|| format!("reading {}", dir.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !e.path().is_dir() {
+            continue;
+        }
+        if !e.path().join(DESCRIPTOR).exists() {
+            crate::refuse!(
+                crate::core::refusal::Code::BadInput,
+                "{}: not a validation directory (no {DESCRIPTOR}); a reference of several jobs holds only job directories written by `validate --record-reference -o {}/JOB`",
+                e.path().display(),
+                dir.display()
+            );
+        }
+        names.push(name);
+    }
+    names.sort();
+    if names.is_empty() {
+        crate::refuse!(
+            crate::core::refusal::Code::BadInput,
+            "{}: neither a reference directory (no {DESCRIPTOR}) nor a directory of reference jobs (no subdirectory holds one); a reference is written by `validate --record-reference -o DIR`",
+            dir.display()
+        );
+    }
+    let mut jobs = Vec::new();
+    for name in names {
+        let (evidence, manifest_sha) = read(&dir.join(&name))?;
+        jobs.push(ReferenceJob { name, evidence, manifest_sha });
+    }
+    let (first, rest) = jobs.split_first().expect("at least one job");
+    for j in rest {
+        let mut why = contradictions(&j.evidence.manifest.node, &first.evidence.manifest.node, &Site::default());
+        if j.evidence.manifest.settings != first.evidence.manifest.settings {
+            why.push(format!("settings {:?}, job {}'s {:?}", j.evidence.manifest.settings, first.name, first.evidence.manifest.settings));
+        }
+        if !why.is_empty() {
+            crate::refuse!(
+                crate::core::refusal::Code::BadInput,
+                "{}: the jobs of one reference must agree; this job differs from {}: {}",
+                dir.join(&j.name).display(),
+                dir.join(&first.name).display(),
+                why.join("; ")
+            );
+        }
+    }
+    let lines: String = jobs.iter().map(|j| format!("{} {}\n", j.name, j.manifest_sha)).collect();
+    let digest = crate::core::fsutil::sha256_hex(lines.as_bytes());
+    Ok(ReferenceSet { jobs, digest })
 }
 
 /// What a resealed reference could claim and no recording writes: settings

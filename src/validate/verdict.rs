@@ -36,6 +36,36 @@
 //! distance to the threshold: the smallest n ≥ 2 with
 //! t_{1−α/2, n−1} · s / √n < |mean − ln t| (the precision-based sample size
 //! of e.g. Julious, "Sample Sizes for Clinical Trials", 2010, §3.2).
+//!
+//! Job-to-job variation ([`job_check`]). Rounds of one job share that job's
+//! conditions: its process placement, memory layout, the other work on the
+//! node while it ran. Two jobs on an unchanged node can differ by more than
+//! their rounds spread, so an interval from rounds alone is too narrow for a
+//! comparison of two jobs and cries wolf (issue 31: a FAIL at ×0.57 between
+//! two jobs minutes apart on one node). The model on the log scale is
+//! ln x_jr = μ + b_j + e_jr, a job effect b_j ~ N(0, σ_b²) and a round effect
+//! e_jr ~ N(0, σ_w²) (the one-way random-effects model; Searle, Casella and
+//! McCulloch, "Variance Components", 1992, §3). A reference recorded over K
+//! jobs gives K job means m_j (each the mean log of the job's first n
+//! rounds, n the fewest rounds of any job compared, the node's included) with
+//! sample mean m̄ and standard deviation s_J (K − 1 degrees of freedom); s_J²
+//! estimates σ_b² + σ_w²/n, the variance of one job's mean, and so carries
+//! both. The node's job mean y is one more draw. The interval of
+//! y − μ_ref is the prediction interval for one new observation from a
+//! normal sample of K (Hahn and Meeker, "Statistical Intervals", 1991, §4.7;
+//! Geisser, "Predictive Inference", 1993, §2.1.1):
+//! y − m̄ ± t_{1−α/2, K−1} · s_J · √(1 + 1/K), reported as a ratio exp(·),
+//! and judged by the rule above. An unchanged node lands inside it with
+//! probability `coverage`, so for a threshold at or beyond ratio 1 a FAIL
+//! has probability at most (1 − coverage)/2 whatever σ_b is. More reference
+//! jobs narrow it only down to z_{1−α/2} · s_J: job-to-job spread is not
+//! averaged away by rounds. An inconclusive check says how many reference
+//! jobs would resolve it at the measured spread (`jobs_to_resolve`).
+//!
+//! A reference of a single job cannot measure σ_b: its checks use the
+//! paired round interval above, flagged `job_variation: false`, and a FAIL
+//! is reported as INCONCLUSIVE (`capped_from: fail`): the difference could be
+//! the job-to-job variation the interval does not carry. A PASS stands, flagged.
 use crate::analysis::inference::{interval_of_logs, log_ratios, t_quantile, MAX_ROUNDS};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -87,10 +117,26 @@ pub enum Direction {
     AtMost,
 }
 
+/// How a ratio check's interval was formed.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntervalMethod {
+    /// Student-t interval of the mean per-round log-ratio (a reference of one job): round-to-round variation only.
+    PairedRounds,
+    /// Prediction interval of a new job's mean from the reference's K job means: job-to-job variation included.
+    JobPrediction,
+}
+
 /// The ratio node/reference of one check, its interval and verdict.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RatioCheck {
-    /// Rounds paired (the smaller of the two round counts).
+    /// How the interval was formed.
+    pub method: IntervalMethod,
+    /// Jobs in the reference.
+    pub reference_jobs: usize,
+    /// Whether the interval carries job-to-job variation (false for a reference of one job).
+    pub job_variation: bool,
+    /// Rounds compared per job: paired rounds (one job), or the rounds each job mean is taken over.
     pub pairs: usize,
     /// exp(mean per-round log-ratio): the typical ratio node/reference.
     pub ratio: f64,
@@ -100,8 +146,13 @@ pub struct RatioCheck {
     pub ratio_high: f64,
     /// Nominal two-sided coverage of the interval.
     pub coverage: f64,
-    /// Sample standard deviation of the per-round log-ratios.
+    /// Paired rounds: sample standard deviation of the per-round log-ratios;
+    /// job prediction: of the reference's job means (log scale), s_J.
     pub sd_log: f64,
+    /// Job prediction: pooled standard deviation of the log statistic between
+    /// rounds within the reference's jobs (σ_w), to compare with `sd_log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sd_log_within_jobs: Option<f64>,
     /// The site's threshold ratio.
     pub threshold: f64,
     /// Which side of the threshold passes.
@@ -112,9 +163,95 @@ pub struct RatioCheck {
     /// spread; `None` when the mean sits on the threshold or more than the
     /// largest count the tool suggests would be needed.
     pub rounds_to_resolve: Option<u32>,
+    /// Job prediction, inconclusive only: reference jobs that would resolve it at
+    /// the measured mean and spread; `None` when no number of jobs would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs_to_resolve: Option<u32>,
+    /// The verdict before the cap of a single-job reference (a FAIL reported INCONCLUSIVE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capped_from: Option<CheckVerdict>,
 }
 
-/// Compare `node` rounds with `reference` rounds (see the module documentation).
+fn judge(lo: f64, hi: f64, threshold: f64, direction: Direction) -> CheckVerdict {
+    match direction {
+        Direction::AtLeast if lo >= threshold => CheckVerdict::Pass,
+        Direction::AtLeast if hi < threshold => CheckVerdict::Fail,
+        Direction::AtMost if hi <= threshold => CheckVerdict::Pass,
+        Direction::AtMost if lo > threshold => CheckVerdict::Fail,
+        _ => CheckVerdict::Inconclusive,
+    }
+}
+
+/// Largest reference job count [`jobs_to_resolve`] suggests.
+pub const MAX_JOBS: u32 = 100;
+
+/// Compare one job of `node` rounds with a reference of several jobs, each a
+/// list of its rounds' statistics, by the prediction interval of a new job
+/// (see the module documentation). Refuses fewer than 2 reference jobs,
+/// fewer than 2 rounds in some job, and values that are not finite and positive.
+pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
+    if !(threshold.is_finite() && threshold > 0.0) {
+        anyhow::bail!("threshold ratio {threshold} is not a positive number");
+    }
+    if !(0.0 < coverage && coverage < 1.0) {
+        anyhow::bail!("coverage {coverage} is not in (0, 1)");
+    }
+    let k = reference_jobs.len();
+    if k < 2 {
+        anyhow::bail!("a prediction interval over jobs needs at least 2 reference jobs, got {k}");
+    }
+    let n = reference_jobs.iter().map(Vec::len).chain([node.len()]).min().unwrap_or(0);
+    if n < 2 {
+        anyhow::bail!("every job compared needs at least 2 rounds, one has {n}");
+    }
+    let logs = |v: &[f64]| -> Result<Vec<f64>> {
+        v[..n].iter().map(|x| if x.is_finite() && *x > 0.0 { Ok(x.ln()) } else { anyhow::bail!("value {x} is not finite and positive") }).collect()
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let y = mean(&logs(node)?);
+    let mut job_means = Vec::with_capacity(k);
+    let (mut within_ss, mut within_df) = (0.0, 0usize);
+    for j in reference_jobs {
+        let l = logs(j)?;
+        let m = mean(&l);
+        within_ss += l.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+        within_df += l.len() - 1;
+        job_means.push(m);
+    }
+    let mbar = mean(&job_means);
+    let s_j = (job_means.iter().map(|m| (m - mbar).powi(2)).sum::<f64>() / (k - 1) as f64).sqrt();
+    let q = 1.0 - (1.0 - coverage) / 2.0;
+    let half = t_quantile(q, (k - 1) as f64) * s_j * (1.0 + 1.0 / k as f64).sqrt();
+    let d = y - mbar;
+    let (lo, hi) = ((d - half).exp(), (d + half).exp());
+    let verdict = judge(lo, hi, threshold, direction);
+    let gap = (d - threshold.ln()).abs();
+    let jobs_to_resolve = (verdict == CheckVerdict::Inconclusive && gap > 0.0 && gap.is_finite())
+        .then(|| ((k as u32 + 1)..=MAX_JOBS).find(|&kk| t_quantile(q, f64::from(kk - 1)) * s_j * (1.0 + 1.0 / f64::from(kk)).sqrt() < gap))
+        .flatten();
+    Ok(RatioCheck {
+        method: IntervalMethod::JobPrediction,
+        reference_jobs: k,
+        job_variation: true,
+        pairs: n,
+        ratio: d.exp(),
+        ratio_low: lo,
+        ratio_high: hi,
+        coverage,
+        sd_log: s_j,
+        sd_log_within_jobs: (within_df > 0).then(|| (within_ss / within_df as f64).sqrt()),
+        threshold,
+        direction,
+        verdict,
+        rounds_to_resolve: None,
+        jobs_to_resolve,
+        capped_from: None,
+    })
+}
+
+/// Compare `node` rounds with `reference` rounds of one job (see the module
+/// documentation): the paired round interval, without the single-job cap
+/// ([`single_job_check`] applies it).
 pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
     if !(threshold.is_finite() && threshold > 0.0) {
         anyhow::bail!("threshold ratio {threshold} is not a positive number");
@@ -123,26 +260,37 @@ pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: D
     let d = log_ratios(&node[..n], &reference[..n])?;
     let iv = interval_of_logs(&d, coverage)?;
     let (lo, hi) = (1.0 + iv.ci_low_pct / 100.0, 1.0 + iv.ci_high_pct / 100.0);
-    let verdict = match direction {
-        Direction::AtLeast if lo >= threshold => CheckVerdict::Pass,
-        Direction::AtLeast if hi < threshold => CheckVerdict::Fail,
-        Direction::AtMost if hi <= threshold => CheckVerdict::Pass,
-        Direction::AtMost if lo > threshold => CheckVerdict::Fail,
-        _ => CheckVerdict::Inconclusive,
-    };
+    let verdict = judge(lo, hi, threshold, direction);
     let rounds_to_resolve = (verdict == CheckVerdict::Inconclusive).then(|| rounds_to_resolve(iv.mean_log(), iv.sd_log, threshold, coverage)).flatten();
     Ok(RatioCheck {
+        method: IntervalMethod::PairedRounds,
+        reference_jobs: 1,
+        job_variation: false,
         pairs: n,
         ratio: 1.0 + iv.diff_pct / 100.0,
         ratio_low: lo,
         ratio_high: hi,
         coverage,
         sd_log: iv.sd_log,
+        sd_log_within_jobs: None,
         threshold,
         direction,
         verdict,
         rounds_to_resolve,
+        jobs_to_resolve: None,
+        capped_from: None,
     })
+}
+
+/// [`ratio_check`] for a reference of a single job: a FAIL is reported as
+/// INCONCLUSIVE (`capped_from`), since the interval cannot carry job-to-job variation.
+pub fn single_job_check(node: &[f64], reference: &[f64], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
+    let mut c = ratio_check(node, reference, threshold, direction, coverage)?;
+    if c.verdict == CheckVerdict::Fail {
+        c.capped_from = Some(CheckVerdict::Fail);
+        c.verdict = CheckVerdict::Inconclusive;
+    }
+    Ok(c)
 }
 
 /// Smallest n ≥ 2 whose interval half-width at spread `sd_log` is below the
@@ -210,6 +358,72 @@ mod tests {
         assert!(ratio_check(&[1.0], &[1.0], 0.95, Direction::AtLeast, 0.95).is_err());
         assert!(ratio_check(&[1.0, 0.0], &[1.0, 1.0], 0.95, Direction::AtLeast, 0.95).is_err());
         assert!(ratio_check(&[1.0, 1.0], &[1.0, 1.0], 0.0, Direction::AtLeast, 0.95).is_err());
+    }
+
+    #[test]
+    fn job_prediction_interval_carries_the_job_spread() {
+        // three reference jobs whose rounds agree tightly but whose means differ by ~20%
+        let jobs = vec![vec![100.0, 101.0, 99.0, 100.0], vec![120.0, 121.0, 119.0, 120.0], vec![85.0, 86.0, 84.0, 85.0]];
+        // a node job at 0.8 of the middle: the round interval alone would call it a FAIL
+        let node = [80.0, 81.0, 79.0, 80.0];
+        let paired = ratio_check(&node, &jobs[0], 0.95, Direction::AtLeast, 0.95).unwrap();
+        assert_eq!(paired.verdict, CheckVerdict::Fail, "{paired:?}");
+        let c = job_check(&node, &jobs, 0.95, Direction::AtLeast, 0.95).unwrap();
+        assert_eq!(c.verdict, CheckVerdict::Inconclusive, "{c:?}");
+        assert_eq!((c.method, c.reference_jobs, c.pairs, c.job_variation), (IntervalMethod::JobPrediction, 3, 4, true));
+        assert!(c.sd_log > 5.0 * c.sd_log_within_jobs.unwrap(), "{c:?}");
+        // the half-width is t_{0.975,2} s_J sqrt(1 + 1/3)
+        let half = t_quantile(0.975, 2.0) * c.sd_log * (4.0f64 / 3.0).sqrt();
+        assert!((c.ratio_high.ln() - c.ratio.ln() - half).abs() < 1e-12);
+        // a node far below every job fails; one inside passes a loose threshold
+        let slow = [20.0, 20.5, 19.5, 20.0];
+        assert_eq!(job_check(&slow, &jobs, 0.95, Direction::AtLeast, 0.95).unwrap().verdict, CheckVerdict::Fail);
+        assert_eq!(job_check(&[100.0, 100.0, 101.0], &jobs, 0.2, Direction::AtLeast, 0.95).unwrap().verdict, CheckVerdict::Pass);
+        // each job mean is over the fewest rounds any job compared has (3 here)
+        assert_eq!(job_check(&[100.0, 100.0, 101.0], &jobs, 0.2, Direction::AtLeast, 0.95).unwrap().pairs, 3);
+        assert!(c.jobs_to_resolve.is_none() || c.jobs_to_resolve.unwrap() > 3);
+        assert!(job_check(&node, &jobs[..1], 0.95, Direction::AtLeast, 0.95).is_err(), "one job has no job spread");
+        assert!(job_check(&[1.0], &jobs, 0.95, Direction::AtLeast, 0.95).is_err());
+    }
+
+    #[test]
+    fn a_single_job_reference_never_fails_a_ratio() {
+        let reference = [100.0, 102.0, 98.0, 101.0, 99.0];
+        let slow = [50.0, 51.0, 49.0, 50.5, 49.5];
+        let c = single_job_check(&slow, &reference, 0.95, Direction::AtLeast, 0.95).unwrap();
+        assert_eq!((c.verdict, c.capped_from, c.job_variation), (CheckVerdict::Inconclusive, Some(CheckVerdict::Fail), false));
+        let same = [99.0, 101.0, 100.0, 98.5, 101.5];
+        let c = single_job_check(&same, &reference, 0.95, Direction::AtLeast, 0.95).unwrap();
+        assert_eq!((c.verdict, c.capped_from), (CheckVerdict::Pass, None));
+    }
+
+    #[test]
+    fn job_prediction_false_fail_rate_is_at_most_half_the_miss() {
+        // simulated unchanged node: job effect sd 0.3, round sd 0.05 (log scale), 3 reference jobs of 6 rounds
+        use rand::SeedableRng;
+        use rand_distr::{Distribution, Normal};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let (b, e) = (Normal::new(0.0, 0.3).unwrap(), Normal::new(0.0, 0.05).unwrap());
+        let job = |rng: &mut rand_chacha::ChaCha8Rng| {
+            let bj: f64 = b.sample(rng);
+            (0..6).map(|_| (bj + e.sample(rng)).exp() * 100.0).collect::<Vec<f64>>()
+        };
+        let trials = 4000;
+        let (mut fails_job, mut fails_round) = (0, 0);
+        for _ in 0..trials {
+            let reference: Vec<Vec<f64>> = (0..3).map(|_| job(&mut rng)).collect();
+            let node = job(&mut rng);
+            if job_check(&node, &reference, 1.0, Direction::AtLeast, 0.95).unwrap().verdict == CheckVerdict::Fail {
+                fails_job += 1;
+            }
+            if ratio_check(&node, &reference[0], 1.0, Direction::AtLeast, 0.95).unwrap().verdict == CheckVerdict::Fail {
+                fails_round += 1;
+            }
+        }
+        let (fj, fr) = (fails_job as f64 / trials as f64, fails_round as f64 / trials as f64);
+        // nominal (1 - 0.95)/2 = 2.5% for the job interval; the round interval cries wolf about half the time
+        assert!(fj < 0.035, "job prediction false-fail rate {fj}");
+        assert!(fr > 0.3, "paired round interval false-fail rate {fr}");
     }
 
     #[test]
