@@ -63,7 +63,8 @@ mkdir -p "$RUNS"
 run() {
   local id=$1 nodes=$2 ppn=$3 sync=$4 clock=$5
   shift 5
-  timeout 300 srun --overcommit --mpi=pmix --kill-on-bad-exit=1 -N "$nodes" --ntasks-per-node="$ppn" \
+  # -n with block distribution: --ntasks-per-node above a simulated node's 2 CPUs is refused even with --overcommit
+  timeout 300 srun --overcommit --mpi=pmix --kill-on-bad-exit=1 -N "$nodes" -n $((nodes * ppn)) -m block \
     "$BIN" rank -q --backend cpu --phases blocking --tokens 2 --model synthetic --layers 2 --sizes 4KiB \
     --clock "$clock" --clock-sync "$sync" --clock-samples "$SAMPLES" --run-id "$id" --out "$RUNS" "$@" >/dev/null \
     || die "run $id failed"
@@ -74,6 +75,8 @@ s = json.load(open(sys.argv[1]))
 id_, nodes, ppn, clock = sys.argv[2:]
 hosts = {c["host"] for c in s["clocks"]}
 assert len(hosts) == int(nodes), f"{id_}: {len(hosts)} hosts, not {nodes}"
+per = [sum(c["host"] == h for c in s["clocks"]) for h in hosts]
+assert per == [int(ppn)] * int(nodes), f"{id_}: ranks per host {per}, not {ppn}"
 paths = sorted({c.get("path") for c in s["clocks"]})
 print("\t".join(str(x) for x in [id_, nodes, ppn, s["world_size"], clock, s["clock_sync"], f'{s["calibration_wall_ns"] / 1e6:.3f}',
       f'{max(c["bound_us"] for c in s["clocks"]):.3f}', ",".join(paths)]))

@@ -47,11 +47,14 @@ pub fn mpirun_spawn(n: u32, args: &[&str], env: &[(&str, &str)], stdout: &Path, 
     (guard, child)
 }
 
+/// One application context of [`mpirun_contexts`]: ranks, environment, arguments.
+pub type AppContext<'a> = (u32, &'a [(&'a str, &'a str)], &'a [&'a str]);
+
 /// One mpirun job of several application contexts (MPMD, `A : B`): each
 /// `(ranks, env, args)` runs `env VAR=VALUE… commcanary ARGS` on that many
 /// ranks, numbered in order, so that ranks of one job can record different
 /// test-hook facts (`COMMCANARY_TEST_HOST`: two "nodes" on one host).
-pub fn mpirun_contexts(contexts: &[(u32, &[(&str, &str)], &[&str])]) -> Output {
+pub fn mpirun_contexts(contexts: &[AppContext<'_>]) -> Output {
     let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("mpirun");
     cmd.arg("--oversubscribe");
