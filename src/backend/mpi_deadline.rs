@@ -171,6 +171,44 @@ pub fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, 
     Ok(*owned)
 }
 
+/// Send `bytes` to `dest` within `limit`: its length (one `u64`), then the bytes, both on `tag`.
+pub fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: &[u8], limit: Duration, op: Op) -> Result<()> {
+    send_u64(comm, dest, tag, bytes.len() as u64, limit, op)?;
+    let owned = bytes.to_vec();
+    let count = c_int::try_from(owned.len())?;
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `owned` outlives the request (leaked if it does not complete).
+    let rc = unsafe { ffi::MPI_Isend(owned.as_ptr() as *const c_void, count, ffi::RSMPI_UINT8_T, dest as c_int, tag, comm.as_raw(), &mut req) };
+    started(rc, "MPI_Isend", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(owned);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Receive what [`send_bytes`] sent from `src` within `limit`; a length
+/// over `max_len` is refused before anything is allocated.
+pub fn recv_bytes(comm: &SimpleCommunicator, src: u32, tag: i32, max_len: usize, limit: Duration, op: Op) -> Result<Vec<u8>> {
+    let len = recv_u64(comm, src, tag, limit, op)?;
+    if len > max_len as u64 {
+        bail!("the {} ({}) from rank {src} announced {len} bytes, over the limit of {max_len}", op.what, op.phase);
+    }
+    let mut owned = vec![0u8; len as usize];
+    let count = c_int::try_from(owned.len())?;
+    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `owned` outlives the request (leaked if it does not complete) and holds `count` bytes.
+    let rc = unsafe { ffi::MPI_Irecv(owned.as_mut_ptr() as *mut c_void, count, ffi::RSMPI_UINT8_T, src as c_int, tag, comm.as_raw(), &mut req) };
+    started(rc, "MPI_Irecv", &op)?;
+    if let Err(e) = poll(&mut req, limit, &op) {
+        std::mem::forget(owned);
+        return Err(e);
+    }
+    Ok(owned)
+}
+
 /// Test hook: when `COMMCANARY_TEST_STOP_AT` equals `point` and
 /// `COMMCANARY_TEST_STOP_RANK` (default 1) equals `rank`, write this
 /// process's id to `COMMCANARY_TEST_STOP_PID_FILE` (if set) and stop it with

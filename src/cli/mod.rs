@@ -64,7 +64,7 @@ pub enum Command {
     BenchOverhead(BenchOverheadArgs),
 }
 
-pub use crate::rank::ClockMode;
+pub use crate::rank::{ClockMode, ClockSyncChoice};
 
 /// `commcanary rank`. A later value of an option overrides an earlier one, so
 /// a campaign configuration's own arguments override the campaign-wide ones.
@@ -166,6 +166,9 @@ pub struct RankArgs {
     /// Clock calibration against rank 0.
     #[arg(long, value_enum, default_value = "pingpong")]
     pub clock: ClockMode,
+    /// Which ranks calibrate against which: `hierarchical` (node leaders, the lowest rank of each host name, against rank 0 one at a time, then every other rank against its leader, the nodes side by side; a rank's model is the two composed, its bound the sum of theirs), `flat` (every rank against rank 0, one at a time), or `auto` (hierarchical where the ranks record more than one host name, else flat).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub clock_sync: ClockSyncChoice,
     /// Ping-pong exchanges per calibration window and rank.
     #[arg(long, default_value_t = 200)]
     pub clock_samples: u32,
@@ -669,6 +672,7 @@ impl From<RankArgs> for crate::rank::RankOptions {
             inject_delay: a.inject_delay,
             inject_clock: a.inject_clock,
             clock: a.clock,
+            clock_sync: a.clock_sync,
             clock_samples: a.clock_samples,
             nccl_lib: a.nccl_lib,
             collective_timeout_s: a.collective_timeout_s,

@@ -30,6 +30,24 @@
 //! a bound of 0, provided also that every ping-pong sample of both windows
 //! agrees with one clock (`t_send <= t_ref <= t_recv`); the ping-pong fit is
 //! kept beside it as evidence, and a refusal says why.
+//!
+//! Hierarchical calibration (Hunold and Carpen-Amarie, "Hierarchical clock
+//! synchronization in MPI", IEEE Cluster 2018; the HCA of their "On the
+//! Impact of Synchronizing Clocks and Processes on Benchmarking MPI
+//! Collectives", EuroMPI 2015): ranks are grouped by node (host name), each
+//! node's lowest rank (its leader) is calibrated against rank 0, and every
+//! other rank against its leader, the nodes side by side, so that the cost
+//! grows with the number of nodes rather than ranks. [`compose`] chains the
+//! two affine models: with the leader's `local_L = t + o_L(t)` (t on rank
+//! 0's clock) and the rank's `local_r = u + o_R(u)` (u on the leader's clock),
+//! `o(t) = o_L(t) + o_R(t + o_L(t))`, again affine, with rate `(1 + k_L)(1 +
+//! k_R)`. Its error bound is the sum of the two legs' bounds plus the second
+//! order term `|k_R| B_L` (o_R evaluated at the leader time estimated, not the
+//! true one): `B = B_L + B_R + |k_R| B_L`, valid where both legs' models are
+//! (between the later of the two start windows and the earlier of the two end
+//! windows, which is where the phases run). The drift's uncertainty composes
+//! as that of a product of rates: `δk = δk_L + δk_R + |k_L| δk_R + |k_R| δk_L
+//! + δk_L δk_R`.
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).
@@ -204,7 +222,7 @@ pub fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize> {
 }
 
 /// A rank's clock: the model arrivals use and its evidence.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct RankClockFit {
     /// The model: the ping-pong fit, or rank 0's kernel clock itself (exactly 0).
     pub model: ClockModel,
@@ -236,6 +254,100 @@ pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel:
         Some(why) => Ok(RankClockFit { model: measured, pingpong: None, refused: Some(why) }),
         None => Ok(RankClockFit { model: ClockModel::shared_kernel_clock(&measured), pingpong: Some(measured), refused: None }),
     }
+}
+
+/// Which ranks calibrate against which.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockSync {
+    /// Every rank other than 0 ping-pongs rank 0, one rank at a time.
+    Flat,
+    /// Node leaders (the lowest rank of each host) ping-pong rank 0 one at a
+    /// time, then every other rank its leader, the nodes side by side; a
+    /// rank's model is its model against its leader composed with its
+    /// leader's against rank 0 ([`compose`]).
+    Hierarchical,
+}
+
+impl ClockSync {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockSync::Flat => "flat",
+            ClockSync::Hierarchical => "hierarchical",
+        }
+    }
+}
+
+/// How a rank's model against rank 0 was obtained.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockPath {
+    /// Rank 0 itself.
+    Reference,
+    /// Ping-pong against rank 0 (flat calibration, node leaders, and the
+    /// ranks on rank 0's node).
+    Direct,
+    /// Its model against its node leader composed with the leader's against rank 0.
+    ViaLeader,
+}
+
+/// Every rank's node leader: the lowest rank that records the same host
+/// name (`hosts` in rank order). Nodes are told apart by host name, never by
+/// kernel: simulated nodes share one kernel, and one kernel clock is what
+/// [`fit_rank_model`] checks, not what a node is.
+pub fn node_leaders<S: AsRef<str>>(hosts: &[S]) -> Vec<u32> {
+    let mut first: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    hosts.iter().enumerate().map(|(r, h)| *first.entry(h.as_ref()).or_insert(r as u32)).collect()
+}
+
+/// Compose a rank's model against its node leader (`local`, on the
+/// leader's clock) with the leader's model against rank 0 (`leader`): the
+/// rank's model against rank 0 (the composition and its bound in the module
+/// documentation). The result's windows lie where both models hold: the
+/// later of the two start windows and the earlier of the two end windows,
+/// in rank 0's time; their round trips and sample counts are the two legs'
+/// sums. Where either model has one window, the composition has one (at the
+/// later start window) and no drift. Shared kernel clock only where both
+/// legs are.
+pub fn compose(local: &ClockModel, leader: &ClockModel) -> Result<ClockModel, ClockError> {
+    // a time on the leader's clock, on rank 0's
+    let leader_to_ref = |u: u64| leader.to_reference(u);
+    let o = |t: f64| {
+        let ol = leader.offset_at_ref(t);
+        ol + local.offset_at_ref(t + ol)
+    };
+    let k_l = leader.slope();
+    let k_r = local.slope();
+    let bound = leader.bound_ns + local.bound_ns + k_r.abs() * leader.bound_ns;
+    let window = |t: f64, a: &WindowEstimate, b: &WindowEstimate| WindowEstimate {
+        ref_ns: t.round().max(0.0) as u64,
+        offset_ns: o(t.round().max(0.0)),
+        bound_ns: bound,
+        min_rtt_ns: a.min_rtt_ns + b.min_rtt_ns,
+        samples: a.samples + b.samples,
+    };
+    let t1 = (leader.start.ref_ns as f64).max(leader_to_ref(local.start.ref_ns));
+    let start = window(t1, &local.start, &leader.start);
+    let shared_kernel_clock = local.shared_kernel_clock && leader.shared_kernel_clock;
+    let (Some(le), Some(re), Some(dl), Some(dr)) = (leader.end, local.end, leader.drift_bound_ppm, local.drift_bound_ppm) else {
+        return Ok(ClockModel { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: bound, shared_kernel_clock });
+    };
+    let t2 = (le.ref_ns as f64).min(leader_to_ref(re.ref_ns));
+    if t2 <= t1 {
+        return Err(ClockError::Unordered { start_ns: t1 as u64, end_ns: t2.max(0.0) as u64 });
+    }
+    let end = window(t2, &re, &le);
+    let (dl, dr) = (dl * 1e-6, dr * 1e-6);
+    let drift_bound = dl + dr + k_l.abs() * dr + k_r.abs() * dl + dl * dr;
+    Ok(ClockModel {
+        start,
+        end: Some(end),
+        drift_ppm: Some((k_l + k_r + k_l * k_r) * 1e6),
+        drift_bound_ppm: Some(drift_bound * 1e6),
+        bound_ns: bound,
+        shared_kernel_clock,
+    })
 }
 
 /// Affine clock model of one rank against rank 0.
@@ -606,6 +718,98 @@ mod tests {
         assert!(!fit.model.shared_kernel_clock);
         assert!(fit.refused.unwrap().contains("end-window sample 3"));
         assert_eq!(first_sample_off_one_clock(&one), None);
+    }
+
+    /// Ping-pong samples of a clock `local(true)` against a reference
+    /// clock `reference(true)`, with forward and backward delays from `jitter`.
+    fn exchange(start_true: f64, n: usize, local: impl Fn(f64) -> f64, reference: impl Fn(f64) -> f64, jitter: &[u64]) -> Vec<PingSample> {
+        (0..n)
+            .map(|i| {
+                let t0 = start_true + i as f64 * 10_000.0;
+                let fwd = 500.0 + jitter[i % jitter.len()] as f64;
+                let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
+                PingSample { t_send_local_ns: local(t0) as u64, t_ref_ns: reference(t0 + fwd) as u64, t_recv_local_ns: local(t0 + fwd + back) as u64 }
+            })
+            .collect()
+    }
+
+    fn fit2(a: &[PingSample], b: &[PingSample]) -> ClockModel {
+        ClockModel::fit(estimate_window(a).unwrap(), Some(estimate_window(b).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn node_leaders_are_the_lowest_rank_of_each_host() {
+        assert_eq!(node_leaders(&["a", "a", "b", "b", "a", "c"]), vec![0, 0, 2, 2, 0, 5]);
+        assert_eq!(node_leaders(&["x", "y", "x"]), vec![0, 1, 0]);
+        assert!(node_leaders::<&str>(&[]).is_empty());
+    }
+
+    #[test]
+    fn composed_bound_is_the_sum_of_the_legs_without_drift() {
+        // leader 1 ms ahead of rank 0, the rank 3 us behind its leader; no drift
+        let leader = |t: f64| t + 1_000_000.0;
+        let rank = |t: f64| leader(t) - 3_000.0;
+        let id = |t: f64| t;
+        let l = fit2(&exchange(1e9, 20, leader, id, &[0, 400]), &exchange(3e9, 20, leader, id, &[0, 400]));
+        let r = fit2(&exchange(1.1e9, 20, rank, leader, &[0, 100]), &exchange(3.1e9, 20, rank, leader, &[0, 100]));
+        let c = compose(&r, &l).unwrap();
+        // no drift: the sum, up to the second-order terms of an estimated slope near 0
+        assert!((c.bound_ns - (l.bound_ns + r.bound_ns)).abs() < 1e-6, "{} vs {} + {}", c.bound_ns, l.bound_ns, r.bound_ns);
+        assert!(c.drift_ppm.unwrap().abs() < 1e-3, "{:?}", c.drift_ppm);
+        assert!((c.drift_bound_ppm.unwrap() - (l.drift_bound_ppm.unwrap() + r.drift_bound_ppm.unwrap())).abs() < 1e-6);
+        // windows where both hold: the rank's later start, the leader's earlier end
+        assert!((c.start.ref_ns as f64 - 1.1e9).abs() < 2_000.0, "{}", c.start.ref_ns);
+        assert!((c.end.unwrap().ref_ns as f64 - 3e9).abs() < 2_000.0, "{}", c.end.unwrap().ref_ns);
+        assert_eq!(c.start.samples, 40);
+        assert_eq!(c.start.min_rtt_ns, l.start.min_rtt_ns + r.start.min_rtt_ns);
+        assert!((c.start.offset_ns - 997_000.0).abs() <= c.bound_ns, "{}", c.start.offset_ns);
+        assert!(!c.shared_kernel_clock);
+        // both legs the shared kernel clock: exactly that
+        let (sl, sr) = (ClockModel::shared_kernel_clock(&l), ClockModel::shared_kernel_clock(&r));
+        let s = compose(&sr, &sl).unwrap();
+        assert!(s.shared_kernel_clock);
+        assert_eq!((s.bound_ns, s.start.offset_ns, s.drift_ppm, s.drift_bound_ppm), (0.0, 0.0, Some(0.0), Some(0.0)));
+        // one leg shared: the other leg's model, bound and all
+        let h = compose(&sr, &l).unwrap();
+        assert!(!h.shared_kernel_clock);
+        assert_eq!(h.bound_ns, l.bound_ns);
+        // one window on either leg: one window, drift unmeasured
+        let one = ClockModel::fit(r.start, None).unwrap();
+        let c1 = compose(&one, &l).unwrap();
+        assert_eq!((c1.end, c1.drift_ppm, c1.drift_bound_ppm, c1.bound_ns), (None, None, None, l.bound_ns + r.start.bound_ns));
+        // legs whose windows do not overlap in time are refused
+        let early = fit2(&exchange(1e8, 5, rank, leader, &[0]), &exchange(2e8, 5, rank, leader, &[0]));
+        assert!(matches!(compose(&early, &l), Err(ClockError::Unordered { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn composed_model_recovers_the_rank_within_its_bound(
+            leader_off_us in -5_000.0f64..5_000.0,
+            leader_ppm in -200.0f64..200.0,
+            rank_off_us in -5_000.0f64..5_000.0,
+            rank_ppm in -200.0f64..200.0,
+            jl in proptest::collection::vec(0u64..20_000, 1..16),
+            jr in proptest::collection::vec(0u64..20_000, 1..16),
+        ) {
+            // true time t; leader = t + a + p t; rank = leader + b + q leader
+            let leader = move |t: f64| t + leader_off_us * 1e3 + leader_ppm * 1e-6 * t;
+            let rank = move |t: f64| { let u = leader(t); u + rank_off_us * 1e3 + rank_ppm * 1e-6 * u };
+            let id = |t: f64| t;
+            let l = fit2(&exchange(1e9, 40, leader, id, &jl), &exchange(3e9, 40, leader, id, &jl));
+            let r = fit2(&exchange(1.002e9, 40, rank, leader, &jr), &exchange(3.002e9, 40, rank, leader, &jr));
+            let c = compose(&r, &l).unwrap();
+            // integer truncation of the simulated reads: at most 2 ns per leg
+            for t in [c.start.ref_ns as f64, 2e9, c.end.unwrap().ref_ns as f64] {
+                let truth = rank(t) - t;
+                prop_assert!((c.offset_at_ref(t) - truth).abs() <= c.bound_ns + 4.0, "t {} offset {} truth {} bound {}", t, c.offset_at_ref(t), truth, c.bound_ns);
+                prop_assert!((c.to_reference(rank(t) as u64) - t).abs() <= c.bound_ns * (1.0 + 1e-3) + 6.0);
+            }
+            let truth_ppm = ((1.0 + leader_ppm * 1e-6) * (1.0 + rank_ppm * 1e-6) - 1.0) * 1e6;
+            prop_assert!((c.drift_ppm.unwrap() - truth_ppm).abs() <= c.drift_bound_ppm.unwrap() + 1e-3,
+                "drift {} truth {} bound {}", c.drift_ppm.unwrap(), truth_ppm, c.drift_bound_ppm.unwrap());
+            prop_assert!(c.bound_ns >= l.bound_ns + r.bound_ns);
+        }
     }
 
     #[test]

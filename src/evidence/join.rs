@@ -230,6 +230,25 @@ pub struct RankClockReport {
     pub offset_within_bound: Option<bool>,
     /// |drift estimate - truth| within the drift bound.
     pub drift_within_bound: Option<bool>,
+    /// How the model was obtained: `reference` (rank 0), `direct` (against
+    /// rank 0), `via_leader` (against `leader`, composed with the leader's
+    /// model). Absent where uncalibrated; `direct` for shards before format 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<crate::core::clock::ClockPath>,
+    /// This rank's node leader under hierarchical calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u32>,
+    /// `via_leader`: the bound of this rank's model against its leader, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_leg_bound_us: Option<f64>,
+    /// `via_leader`: the bound of the leader's model against rank 0, µs
+    /// (`bound_us` is the two legs' sum plus the drift's second-order term).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_bound_us: Option<f64>,
+    /// Wall time of this rank's two calibration windows together, ns;
+    /// absent where unmeasured (uncalibrated, shards before format 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_wall_ns: Option<u64>,
 }
 
 /// Per-node clock consistency: ranks on one node share a clock in truth.
@@ -245,6 +264,13 @@ pub struct NodeClockReport {
     pub consistent: Option<bool>,
     /// Widest model bound on the node, µs.
     pub max_bound_us: Option<f64>,
+    /// The node's leader under hierarchical calibration (its lowest rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u32>,
+    /// The leader's bound against rank 0, µs (0 on rank 0's node): every
+    /// other rank's bound on the node includes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_bound_us: Option<f64>,
 }
 
 /// Per-phase summary.
@@ -542,6 +568,14 @@ pub struct JoinSummary {
     pub clocks: Vec<RankClockReport>,
     /// Per node clock consistency.
     pub nodes: Vec<NodeClockReport>,
+    /// Which ranks calibrated against which (`flat`, `hierarchical`);
+    /// absent where uncalibrated or in shards before format 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_sync: Option<crate::core::clock::ClockSync>,
+    /// Calibration wall time of the run: the largest over the ranks of their
+    /// two windows' wall time, ns; absent where any rank's is unmeasured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_wall_ns: Option<u64>,
     /// Arrival-delay control, when one was injected and clocks were calibrated.
     pub delay_control: Option<DelayControlReport>,
     /// Tuner choices of each proxy phase against `blocking`, where captured.
@@ -946,6 +980,14 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
                 // ping-pong fit); small slack for the integer truncation of clock reads
                 offset_within_bound: estimate.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
                 drift_within_bound: estimate.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
+                path: h
+                    .clock
+                    .as_ref()
+                    .map(|c| c.path.unwrap_or(if h.rank == 0 { crate::core::clock::ClockPath::Reference } else { crate::core::clock::ClockPath::Direct })),
+                leader: h.clock.as_ref().and_then(|c| c.leader),
+                leader_leg_bound_us: h.clock.as_ref().and_then(|c| c.leader_fit).map(|m| m.bound_ns / 1e3),
+                leader_bound_us: h.clock.as_ref().and_then(|c| c.leader_model).map(|m| m.bound_ns / 1e3),
+                calibration_wall_ns: h.clock.as_ref().and_then(|c| Some(c.start_window_wall_ns? + c.end_window_wall_ns?)),
             }
         })
         .collect()
@@ -976,7 +1018,9 @@ fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockRe
                 iv.is_empty() || lo <= hi + 0.002
             });
             let max_bound_us = cs.iter().filter_map(|c| c.bound_us).reduce(f64::max);
-            NodeClockReport { host, ranks, consistent, max_bound_us }
+            let leader = clocks[ranks[0] as usize].leader;
+            let leader_bound_us = leader.and_then(|l| clocks.get(l as usize)).and_then(|c| c.bound_us);
+            NodeClockReport { host, ranks, consistent, max_bound_us, leader, leader_bound_us }
         })
         .collect()
 }
@@ -1054,6 +1098,8 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
         world_size: j.run.world_size,
         collectives: j.collectives.len() as u64,
         phases,
+        clock_sync: j.shards.iter().find_map(|s| s.header.clock.as_ref()?.sync),
+        calibration_wall_ns: clocks.iter().map(|c| c.calibration_wall_ns).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()),
         clocks,
         nodes,
         shards: j.run.shards.clone(),
@@ -1251,7 +1297,11 @@ pub fn render_summary(s: &JoinSummary) -> String {
     for line in crate::evidence::stalls::render(&s.stalls) {
         let _ = writeln!(o, "{line}");
     }
-    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock):");
+    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock; via a leader, the two legs' bounds summed):");
+    if let Some(sync) = s.clock_sync {
+        let wall = s.calibration_wall_ns.map(|n| format!("{:.3} ms", n as f64 / 1e6)).unwrap_or_else(|| "unmeasured".into());
+        let _ = writeln!(o, "  calibration {}: {wall} wall (both windows, slowest rank)", sync.name());
+    }
     for c in &s.clocks {
         let inj = match (c.injected_offset_us, c.injected_drift_ppm) {
             (Some(o2), Some(d)) => format!("  injected {o2:.3} us, {d:.2} ppm"),
@@ -1261,9 +1311,18 @@ pub fn render_summary(s: &JoinSummary) -> String {
             (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
             _ => match &c.shared_kernel_clock_refused {
                 // the alarming refusal: one kernel, yet a sample one clock cannot give
-                Some(why) if why.starts_with("same kernel") => format!("{inj}  NOT rank 0's clock: {why}"),
+                Some(why) if why.contains("same kernel, but") => format!("{inj}  NOT rank 0's clock: {why}"),
                 _ => inj,
             },
+        };
+        // after the columns other scripts read (rank, host, offset, bound): how the model was obtained
+        let inj = match (c.path, c.leader, c.leader_leg_bound_us, c.leader_bound_us) {
+            (Some(crate::core::clock::ClockPath::ViaLeader), Some(l), Some(a), Some(b)) => format!("{inj}  via leader {l} (± {a:.3} + ± {b:.3} us)"),
+            _ => inj,
+        };
+        let inj = match c.calibration_wall_ns {
+            Some(n) => format!("{inj}  calib {:.3} ms", n as f64 / 1e6),
+            None => inj,
         };
         let _ = writeln!(
             o,
@@ -1283,7 +1342,11 @@ pub fn render_summary(s: &JoinSummary) -> String {
             Some(false) => "INCONSISTENT: estimates exclude a shared clock",
             None => "unknown (uncalibrated)",
         };
-        let _ = writeln!(o, "  node {} ranks {:?}: {verdict}", n.host, n.ranks);
+        let lead = match (n.leader, n.leader_bound_us) {
+            (Some(l), Some(b)) => format!("; leader rank {l} ± {b:.3} us against rank 0"),
+            _ => String::new(),
+        };
+        let _ = writeln!(o, "  node {} ranks {:?}: {verdict}{lead}", n.host, n.ranks);
     }
     for p in s.phases.iter().filter(|p| p.device_wait_median_us.is_some()) {
         let _ = writeln!(o, "compute stream stalled on a collective (p50) in {:<13} {} us", p.phase.name(), f(p.device_wait_median_us));

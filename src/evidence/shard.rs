@@ -12,7 +12,7 @@
 //! name and the fault: a wrong magic, an unknown format version, a truncated
 //! file, trailing bytes, a hash mismatch, an undecodable body. Shards are
 //! written once ([`crate::core::fsutil::write_new_atomic`]) and only read after.
-use crate::core::clock::{ClockInjection, ClockModel, PingSample};
+use crate::core::clock::{ClockInjection, ClockModel, ClockPath, ClockSync, PingSample};
 use crate::core::identity::EnvIdentity;
 use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
 use anyhow::{Context, Result};
@@ -26,10 +26,13 @@ use std::path::Path;
 /// 5 phases that walk an imported trace (their origin, the compute they fill),
 /// 6 every collective kind of an imported trace (the kinds appended to
 /// [`CollectiveKind`], a collective's root and peer in the body, named
-/// process groups and per-kind counts in the header); versions 1 to 5 are
-/// still read (without those records; their collectives are all-reduces, f32
-/// before 4).
-pub const SHARD_FORMAT_VERSION: u32 = 6;
+/// process groups and per-kind counts in the header), 7 hierarchical clock
+/// calibration in the header's clock record (the calibration's topology, the
+/// rank's path to rank 0, its leader and the two legs composed, the wall time
+/// of each window; the body is format 6's); versions 1 to 6 are still read
+/// (without those records; their collectives are all-reduces, f32 before 4;
+/// their clocks flat, the wall time unmeasured).
+pub const SHARD_FORMAT_VERSION: u32 = 7;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 
@@ -506,9 +509,10 @@ pub struct GraphRun {
 /// Clock calibration of this rank against rank 0.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClockRecord {
-    /// Raw start-window samples.
+    /// Raw start-window samples (against rank 0, or against `leader` where
+    /// `path` is `via_leader`: `t_ref_ns` is then the leader's clock).
     pub start_samples: Vec<PingSample>,
-    /// Raw end-window samples (empty when not measured).
+    /// Raw end-window samples (empty when not measured), against the same rank.
     pub end_samples: Vec<PingSample>,
     /// Fitted model.
     pub model: ClockModel,
@@ -526,6 +530,35 @@ pub struct ClockRecord {
     /// sample that one clock cannot give); absent where it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_kernel_clock_refused: Option<String>,
+    /// Which ranks calibrated against which (format 7; absent before: flat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<ClockSync>,
+    /// How `model` was obtained (format 7; absent before: rank 0 the
+    /// reference, every other rank direct).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<ClockPath>,
+    /// This rank's node leader under hierarchical calibration: the lowest
+    /// rank recording this rank's host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u32>,
+    /// `via_leader`: this rank's model against its leader (the leader's
+    /// kernel clock where they share it, else the ping-pong fit of the samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_fit: Option<ClockModel>,
+    /// `via_leader`: the leader's model against rank 0, as the leader sent it;
+    /// `model` is `leader_fit` composed with it (`clock::compose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_model: Option<ClockModel>,
+    /// Wall time of the start window on this rank, ns of `CLOCK_MONOTONIC`
+    /// (never the injected clock): from the end of the barrier that opens it
+    /// to the end of the barrier that closes it. Absent before format 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_window_wall_ns: Option<u64>,
+    /// Wall time of the end window, ns, measured the same way; under
+    /// hierarchical calibration it includes the leaders' hand-off of their
+    /// models to their ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_window_wall_ns: Option<u64>,
 }
 
 /// A field this backend cannot measure, and why.

@@ -47,6 +47,32 @@ pub fn mpirun_spawn(n: u32, args: &[&str], env: &[(&str, &str)], stdout: &Path, 
     (guard, child)
 }
 
+/// One application context of [`mpirun_contexts`]: ranks, environment, arguments.
+pub type AppContext<'a> = (u32, &'a [(&'a str, &'a str)], &'a [&'a str]);
+
+/// One mpirun job of several application contexts (MPMD, `A : B`): each
+/// `(ranks, env, args)` runs `env VAR=VALUE… commcanary ARGS` on that many
+/// ranks, numbered in order, so that ranks of one job can record different
+/// test-hook facts (`COMMCANARY_TEST_HOST`: two "nodes" on one host).
+pub fn mpirun_contexts(contexts: &[AppContext<'_>]) -> Output {
+    let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new("mpirun");
+    cmd.arg("--oversubscribe");
+    for (i, (n, env, args)) in contexts.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", &n.to_string(), "env"]);
+        cmd.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+        cmd.arg(bin()).args(args.iter());
+    }
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .output()
+        .expect("mpirun must be installed (scripts/setup.sh installs it)")
+}
+
 /// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
 pub fn cc_root(args: &[&str]) -> Output {
     Command::new(bin()).args(args).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").output().expect("binary runs")
