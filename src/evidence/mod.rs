@@ -9,5 +9,6 @@ pub mod inspect;
 pub mod join;
 pub mod run;
 pub mod shard;
+pub mod synth_shards;
 pub mod trace;
 pub mod tuning;
