@@ -1046,6 +1046,9 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
     Ok(out)
 }
 
+/// A rank's decoded events and their sorted index.
+type DecodedRank = (Vec<CollectiveEvent>, Vec<(Key, usize)>);
+
 /// What the first pass of the streaming join keeps of one shard.
 struct Scanned {
     path: PathBuf,
@@ -1058,7 +1061,7 @@ struct Scanned {
     events: u64,
     /// Its events' faults, or how the merge reads them: `None` streams them
     /// from the file (recorded in key order), else they are kept decoded.
-    order: Result<Option<(Vec<CollectiveEvent>, Vec<(Key, usize)>)>>,
+    order: Result<Option<DecodedRank>>,
 }
 
 /// Run `f` on every item on up to `threads` threads, results in item order.
