@@ -190,6 +190,7 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("canary redact", "--configs"),
     ("canary inspect", "<artifact>"),
     ("synth", "--out"),
+    ("synth-shards", "--out"),
     ("rank", "--backend"),
     ("rank", "--phases"),
     ("rank", "--model"),
@@ -371,6 +372,12 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         ("synth", "--events") => v(&["synth", "--events", "0", "--seed", "1", "-o", out]),
         ("synth", "--seed") => return None,
         ("synth", "--ranks") => v(&["synth", "--events", "1", "--seed", "1", "--ranks", "0", "-o", out]),
+        ("synth-shards", "--ranks") => v(&["synth-shards", "--ranks", "0", "--collectives", "1", "-o", out]),
+        ("synth-shards", "--collectives") => v(&["synth-shards", "--ranks", "1", "--collectives", "0", "-o", out]),
+        ("synth-shards", "--threads") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--threads", "0", "-o", out]),
+        ("synth-shards", "--format-version") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--format-version", "5", "-o", out]),
+        ("synth-shards", "--seed") => return None,
+        ("join", "--threads") => v(&["join", "--threads", "0", "/nonexistent-run"]),
         _ => panic!("{command} {option}: a row of the range table without an out-of-range example here; add one"),
     })
 }

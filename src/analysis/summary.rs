@@ -78,6 +78,7 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for (label, dir) in runs {
         let j = join_dir(dir).with_context(|| format!("run {} ({label}) does not verify", dir.display()))?;
+        j.refuse_synthetic("summarize")?;
         let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
         for key in [format!("dir:{}", real.display()), format!("id:{}", j.run.run_id)] {
             if let Some(prev) = seen.insert(key, dir.clone()) {

@@ -955,6 +955,8 @@ fn check_cell(
         }
     }
     let joined = crate::evidence::join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
+    // generated shards are not measurements: the refusal's own code, not NOT_JOINABLE
+    joined.refuse_synthetic("campaign verify").map_err(|e| format!("{e:#}"))?;
     // identity contradictions
     let want_backend = &m.spec.backend;
     let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;

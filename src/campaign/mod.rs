@@ -144,6 +144,7 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     for e in &sel.entries {
         let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();
         let j = crate::evidence::join::join_dir(&dir.join(&e.run_dir))?;
+        j.refuse_synthetic("campaign results")?;
         for &p in &j.run.workload.phases {
             if let Some((med, p99)) = per_job(&j, p) {
                 let slot = per.entry((p, label.clone())).or_default();

@@ -307,6 +307,7 @@ pub fn verify(
         let (v, cfg) = cell.label.split_once('.').with_context(|| format!("label {}", cell.label))?;
         let ci = config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
         let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        j.refuse_synthetic("canary verify")?;
         if let Some(s) = j.shards.first() {
             backend = serde_json::to_value(s.header.backend)?.as_str().unwrap_or("").to_string();
         }
@@ -723,6 +724,7 @@ pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path)
         let Some(cfg) = cell.label.strip_prefix("source.") else { continue };
         let ci = r.configs.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
         let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        j.refuse_synthetic("canary verify")?;
         for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
             let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
             let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);

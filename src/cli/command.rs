@@ -97,6 +97,19 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             }
         }
         Command::Schema(a) => write!(out, "{}", crate::cli::schema::schema_json(&a.name)?)?,
+        Command::SynthShards(a) => {
+            let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let r = crate::evidence::synth_shards::write_run(&a.out, a.ranks, a.collectives, a.seed, threads, a.format_version)?;
+            let bytes: u64 = r.shards.iter().map(|s| s.size_bytes).sum();
+            writeln!(
+                out,
+                "run {}: {} SYNTHETIC shards ({} collectives each, {bytes} shard bytes) and run.json written to {}",
+                r.run_id,
+                r.shards.len(),
+                a.collectives,
+                a.out.display()
+            )?;
+        }
         Command::Summarize(a) => {
             let runs = a.runs.iter().map(|s| crate::analysis::summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
             let s = crate::analysis::summary::summarize(&runs)?;
@@ -623,19 +636,24 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
 }
 
 fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
-    let joined = crate::evidence::join::join_dir(&a.run_dir)?;
-    if let Some(p) = &a.events_out {
-        // sized approximately from the first line (lines differ by phase), so
-        // the buffer is seldom copied as it grows
-        let first = joined.collectives.first().map(|c| serde_json::to_vec(c).map(|v| v.len() + 1)).transpose()?.unwrap_or(0);
-        let mut buf = Vec::with_capacity(first.saturating_mul(joined.collectives.len()).saturating_add(first));
-        for c in &joined.collectives {
-            serde_json::to_writer(&mut buf, c)?;
-            buf.push(b'\n');
+    // the streaming join: the run is never held in memory whole (join.rs's module doc)
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let summary = match &a.events_out {
+        Some(p) => {
+            let (mut summary, mut joined_ok) = (None, true);
+            crate::core::fsutil::write_new_atomic_with(p, &mut |w| {
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
+                let s = crate::evidence::join::join_summary_streaming(&a.run_dir, threads, Some(&mut w)).inspect_err(|_| joined_ok = false)?;
+                w.flush()?;
+                summary = Some(s);
+                Ok(())
+            })
+            // a refusal of the join is the join's; a fault of the file names it
+            .map_err(|e| if joined_ok { e.context(format!("writing joined trace {}", p.display())) } else { e })?;
+            summary.expect("written only after the join")
         }
-        crate::core::fsutil::write_new_atomic(p, &buf).with_context(|| format!("writing joined trace {}", p.display()))?;
-    }
-    let summary = crate::evidence::join::summarize(&joined);
+        None => crate::evidence::join::join_summary_streaming(&a.run_dir, threads, None)?,
+    };
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
@@ -688,6 +706,13 @@ pub fn check_command_ranges(c: &Command) -> Result<()> {
         // validate checks its own before any work (validate::check_ranges), refusing with its could-not-run code
         Command::Validate(_) => Ok(()),
         Command::BenchOverhead(a) => bench_args(a),
+        Command::SynthShards(a) => {
+            int("--ranks", a.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
+            int("--collectives", a.collectives, 1, u64::from(u32::MAX))?;
+            int("--format-version", a.format_version, 6, crate::evidence::shard::SHARD_FORMAT_VERSION)?;
+            int("--threads", a.threads.unwrap_or(1), 1, 1024)
+        }
+        Command::Join(a) => int("--threads", a.threads.unwrap_or(1), 1, 1024),
         Command::Synth(a) => {
             int("--events", a.events, 1, 10_000_000)?;
             int("--ranks", a.ranks, 1, 4096)

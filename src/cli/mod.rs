@@ -57,6 +57,9 @@ pub enum Command {
     Canary(crate::cli::canary::CanaryCommand),
     /// Write a deterministic synthetic communication trace (for tests and examples)
     Synth(crate::cli::canary::SynthArgs),
+    /// Write a run of GENERATED shards (marked synthetic in every header) to benchmark `join`; verify, analyze and summarize refuse them
+    #[command(name = "synth-shards")]
+    SynthShards(SynthShardsArgs),
     /// Print the JSON Schema of a format (its name: see `schema --help`)
     Schema(SchemaArgs),
     /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
@@ -236,6 +239,34 @@ pub struct JoinArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Threads reading and verifying shards (default: the available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `commcanary synth-shards`.
+#[derive(Args, Debug)]
+pub struct SynthShardsArgs {
+    /// Ranks (one shard each).
+    #[arg(long)]
+    pub ranks: u32,
+    /// Collectives per rank.
+    #[arg(long)]
+    pub collectives: u64,
+    /// The run directory to write (new, or empty).
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+    /// Seed of the generated times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Writer threads (default: the available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Shard format to write: 7 (current), or 6 for a binary that predates
+    /// format 7 (a before/after benchmark). The synthetic mark is in every
+    /// header either way; a format-6 reader ignores it, this build refuses it.
+    #[arg(long, default_value_t = crate::evidence::shard::SHARD_FORMAT_VERSION)]
+    pub format_version: u32,
 }
 
 /// `commcanary inspect`.

@@ -31,7 +31,6 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 
 /// Write `bytes` to `dest` atomically; fails if `dest` already exists.
 pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
     let exists = || {
         crate::core::refusal::refuse(
             crate::core::refusal::Code::AlreadyExists,
@@ -41,6 +40,23 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     if dest.symlink_metadata().is_ok() {
         return Err(exists());
     }
+    if dest.file_name().is_none() {
+        anyhow::bail!("{} has no file name", dest.display());
+    }
+    write_new_atomic_with(dest, &mut |w| w.write_all(bytes).with_context(|| format!("writing a temporary file for {}", dest.display())))
+}
+
+/// [`write_new_atomic`] of what `fill` writes (streamed: the content need
+/// not be in memory). The destination is checked only when the file is
+/// published, so a refusal of `fill` comes first; fails if `dest` exists then.
+pub fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+    let exists = || {
+        crate::core::refusal::refuse(
+            crate::core::refusal::Code::AlreadyExists,
+            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
+        )
+    };
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
@@ -56,7 +72,8 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    tmp.write_all(bytes).with_context(|| format!("writing {}", tmp.path().display()))?;
+    // a refusal of `fill` is returned as it is (its message is the record's)
+    fill(tmp.as_file_mut())?;
     tmp.as_file().sync_all().with_context(|| format!("fsync {}", tmp.path().display()))?;
     tmp.persist_noclobber(dest).map_err(|e| {
         if e.error.kind() == std::io::ErrorKind::AlreadyExists {

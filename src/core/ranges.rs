@@ -105,6 +105,12 @@ pub const RANGES: &[Range] = &[
     r("synth", "--events", "1 to 10 000 000"),
     r("synth", "--seed", "any 64-bit unsigned integer"),
     r("synth", "--ranks", "1 to 4 096"),
+    r("synth-shards", "--ranks", "1 to 1 048 576"),
+    r("synth-shards", "--collectives", "1 to 4 294 967 295"),
+    r("synth-shards", "--threads", "1 to 1 024"),
+    r("synth-shards", "--format-version", "6 to 7 (6: for a reader that predates format 7; the mark is in the header either way)"),
+    r("synth-shards", "--seed", "any 64-bit unsigned integer"),
+    r("join", "--threads", "1 to 1 024"),
 ];
 
 /// Largest message: 1 GiB.

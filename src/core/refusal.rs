@@ -97,6 +97,8 @@ pub enum Code {
     NotRegularFile,
     /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology) than the campaign's hardware contract allows.
     HardwareContract,
+    /// Generated (`synth-shards`) shards where measurements are required: verify, analyze, summarize, canary verify.
+    Synthetic,
 }
 
 impl Code {
@@ -145,6 +147,7 @@ impl Code {
         Code::CollectiveTimeout,
         Code::NotRegularFile,
         Code::HardwareContract,
+        Code::Synthetic,
     ];
 
     /// The code as printed.
@@ -193,6 +196,7 @@ impl Code {
             Code::CollectiveTimeout => "COLLECTIVE_TIMEOUT",
             Code::NotRegularFile => "NOT_REGULAR_FILE",
             Code::HardwareContract => "HARDWARE_CONTRACT",
+            Code::Synthetic => "SYNTHETIC",
         }
     }
 }

@@ -8,7 +8,25 @@
 //! differs from `run.json`, a shard from another run, inconsistent group
 //! membership, a duplicated event, an event present on some ranks only, and
 //! an identity mismatch (kind, size, dtype, phase) between ranks. Events are
-//! never matched by closeness in time. Nothing on disk is modified.
+//! never matched by closeness in time. Nothing on disk is modified. Shards
+//! marked synthetic (`synth-shards`) are joined like any other; the stages
+//! that take measurements refuse them ([`refuse_synthetic`]).
+//!
+//! Two ways to run it, one matching engine (per rank an index sorted by key,
+//! a k-way merge of the ranks by key, the same refusals in the same order):
+//! [`join_dir`] holds every shard and every joined collective in memory (the
+//! library's consumers: analyze, export, overlap); the `join` command uses
+//! [`join_summary_streaming`], which holds neither. Its pass 1 reads,
+//! verifies and decodes the shards on several threads, one shard per thread
+//! at a time, and keeps per rank only its header, its tokens and where its
+//! events start in the file; pass 2 reads each shard again through a 32 KiB
+//! buffer, one event at a time, in key order (a rank whose events were not
+//! recorded in key order, several groups interleaved, is kept decoded
+//! instead), re-hashing it to the digest pass 1 verified; the joined
+//! collectives stream to the summary and the `--events-out` file (written
+//! atomically) and are dropped. Peak memory: about one decoded shard per
+//! thread, plus per rank a header and a buffer, plus the summary's per-phase
+//! completion times (8 bytes per timed rank-event, for exact medians).
 //!
 //! Operation identity (docs/ARCHITECTURE.md §6.3) = (process group, ordered membership,
 //! collective kind, bytes, per-group sequence number, phase; for broadcast
@@ -24,7 +42,7 @@ use crate::core::refusal::Code;
 use crate::core::stats;
 use crate::core::workload::Phase;
 use crate::evidence::run::{RunRecord, RUN_FILE};
-use crate::evidence::shard::{CollectiveKind, Dtype, Shard};
+use crate::evidence::shard::{CollectiveEvent, CollectiveKind, Dtype, Shard, ShardHeader};
 use crate::refuse;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -363,56 +381,6 @@ pub struct IsolatedSizeRow {
     pub root: Option<u32>,
 }
 
-/// The isolated phase of a joined run, per size, for the kind it swept
-/// (`--collective`, recorded in the workload; the events carry it too).
-pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
-    let kind = j.run.workload.sweep_kind();
-    let n = j.run.world_size;
-    let mut by_size: BTreeMap<u64, Vec<&JoinedCollective>> = BTreeMap::new();
-    for c in j.collectives.iter().filter(|c| c.phase == Phase::Isolated && !c.warmup && c.kind.name() == kind.name()) {
-        by_size.entry(c.bytes).or_default().push(c);
-    }
-    by_size
-        .into_iter()
-        .map(|(event_bytes, cs)| {
-            let bytes = kind.size_bytes(event_bytes, n);
-            let mut iter_max: Vec<f64> = cs.iter().map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64).fold(0.0, f64::max) / 1e3).collect();
-            let ranks = cs[0].ranks.len();
-            let time_us =
-                (0..ranks).map(|r| cs.iter().map(|c| c.ranks[r].completion_ns() as f64 / 1e3).sum::<f64>() / cs.len() as f64).sum::<f64>() / ranks as f64;
-            let algbw_gbps = bytes as f64 / (time_us * 1e3);
-            let checks: Vec<u64> = j
-                .shards
-                .iter()
-                .flat_map(|s| s.header.checks.iter())
-                .filter(|k| k.phase == Phase::Isolated && k.bytes == event_bytes)
-                .map(|k| k.wrong_elements)
-                .collect();
-            let source = cs[0].ranks[0].completion_source();
-            // nccl-tests' nearest-rank indices: p50 = sorted[n/2], p99 = sorted[ceil(0.99 n) - 1]
-            iter_max.sort_by(f64::total_cmp);
-            let len = iter_max.len();
-            let p99_idx = ((len * 99).div_ceil(100)).saturating_sub(1).min(len - 1);
-            IsolatedSizeRow {
-                bytes,
-                iterations: len as u64,
-                time_us,
-                algbw_gbps,
-                busbw_gbps: algbw_gbps * kind.busbw_factor(n),
-                wrong_elements: (!checks.is_empty()).then(|| checks.iter().sum()),
-                p50_us: iter_max[len / 2],
-                p99_us: iter_max[p99_idx],
-                source,
-                count: Some(bytes / cs[0].dtype.size_bytes()),
-                dtype: Some(cs[0].dtype),
-                redop: Some(if kind.reduces() { j.run.workload.sweep_op().name() } else { "none" }.into()),
-                collective: Some(kind),
-                root: cs[0].root,
-            }
-        })
-        .collect()
-}
-
 /// Event-by-event comparison of tuner choices between a workload phase and a
 /// proxy that replays it (the k-th collective of each, warm-ups included;
 /// sizes must agree pairwise or the comparison is refused).
@@ -603,8 +571,9 @@ pub struct JoinedRun {
     pub collectives: Vec<JoinedCollective>,
 }
 
-/// Load and verify every shard of `dir`, then join.
-pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
+/// The run record of `dir` and its shard files, sorted (refusing a missing
+/// directory or `run.json`).
+fn run_and_files(dir: &Path) -> Result<(RunRecord, Vec<PathBuf>)> {
     if !dir.is_dir() {
         refuse!(Code::NoSuchInput, "{}: no such run directory", dir.display());
     }
@@ -634,30 +603,18 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
         .filter(|p| p.extension().is_some_and(|x| x == "shard"))
         .collect();
     files.sort();
+    Ok((run, files))
+}
+
+/// Load and verify every shard of `dir`, then join.
+pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
+    let (run, files) = run_and_files(dir)?;
     let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
     for f in files {
         let bytes = crate::core::limits::read_bounded(&f, crate::core::limits::MAX_SHARD_BYTES)?;
         let (shard, digest) = Shard::decode_with_digest(&bytes, &f.display().to_string())?;
+        check_against_run(&f, &shard, &digest, &run)?;
         let h = &shard.header;
-        if h.run_id != run.run_id {
-            refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
-        }
-        if h.world_size != run.world_size || h.rank >= run.world_size {
-            refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
-        }
-        let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
-            refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
-        };
-        if want.sha256 != digest {
-            refuse!(
-                Code::Stale,
-                "{}: rank {} shard differs from the one run.json recorded (sha256 {} vs {}): stale or replaced",
-                f.display(),
-                h.rank,
-                digest,
-                want.sha256
-            );
-        }
         if let Some((prev, _)) = by_rank.get(&h.rank) {
             refuse!(Code::DuplicateRank, "duplicate shards for rank {}: {} and {}", h.rank, prev.display(), f.display());
         }
@@ -673,37 +630,35 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     Ok(JoinedRun { run, shards, collectives })
 }
 
-/// Match collective events across shards by operation identity.
-pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
-    // group membership must agree, name ranks of this run once each, and
-    // every shard must be its own rank (indexing below relies on it)
+/// An event's place in the join: (group, sequence number, (sender, receiver)
+/// of a point-to-point pair).
+type Key = (u32, u64, Option<(u32, u32)>);
+
+/// Process group membership from every rank's header, in rank order: each
+/// header is its own rank, every group has members, names ranks of this run
+/// once each, and ranks agree on it.
+fn check_groups(headers: &[&ShardHeader]) -> Result<BTreeMap<u32, Vec<u32>>> {
     let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for (i, s) in shards.iter().enumerate() {
-        if s.header.rank as usize != i {
-            refuse!(Code::BadStructure, "shard {i} says it is rank {}: shards must be ranks 0 to {} in order", s.header.rank, shards.len().saturating_sub(1));
+    for (i, h) in headers.iter().enumerate() {
+        if h.rank as usize != i {
+            refuse!(Code::BadStructure, "shard {i} says it is rank {}: shards must be ranks 0 to {} in order", h.rank, headers.len().saturating_sub(1));
         }
-        for g in &s.header.groups {
+        for g in &h.groups {
             let mut seen = std::collections::BTreeSet::new();
             if g.members.is_empty() {
-                refuse!(Code::BadStructure, "rank {}: group {} has no members", s.header.rank, g.id);
+                refuse!(Code::BadStructure, "rank {}: group {} has no members", h.rank, g.id);
             }
             for &m in &g.members {
-                if m as usize >= shards.len() {
-                    refuse!(Code::BadStructure, "rank {}: group {} names rank {m}, outside a world of {} ranks", s.header.rank, g.id, shards.len());
+                if m as usize >= headers.len() {
+                    refuse!(Code::BadStructure, "rank {}: group {} names rank {m}, outside a world of {} ranks", h.rank, g.id, headers.len());
                 }
                 if !seen.insert(m) {
-                    refuse!(
-                        Code::BadStructure,
-                        "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once",
-                        s.header.rank,
-                        g.id,
-                        g.members
-                    );
+                    refuse!(Code::BadStructure, "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once", h.rank, g.id, g.members);
                 }
             }
             match groups.get(&g.id) {
                 Some(m) if *m != g.members => {
-                    refuse!(Code::GroupMismatch, "group {} membership differs: rank {} says {:?}, another rank says {:?}", g.id, s.header.rank, g.members, m)
+                    refuse!(Code::GroupMismatch, "group {} membership differs: rank {} says {:?}, another rank says {:?}", g.id, h.rank, g.members, m)
                 }
                 _ => {
                     groups.insert(g.id, g.members.clone());
@@ -711,179 +666,662 @@ pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
             }
         }
     }
-    let models: Vec<Option<ClockModel>> = shards.iter().map(|s| s.header.clock.as_ref().map(|c| c.model)).collect();
-    // per rank: the compute stream's measured stalls by (group, seq)
-    let waits: Vec<BTreeMap<(u32, u64), u64>> =
-        shards.iter().map(|s| s.body.device_waits.iter().map(|w| ((w.group, w.seq), w.end_ns.saturating_sub(w.start_ns))).collect()).collect();
-    // per rank: captured tuner choices by group-0 sequence number
-    let tuners: Vec<BTreeMap<u64, crate::evidence::tuning::TunerChoice>> =
-        shards.iter().map(|s| s.header.tuning.as_ref().map(|t| t.choices.iter().cloned().collect()).unwrap_or_default()).collect();
-    // per rank and phase: the device anchor's error (GPU), added to arrival bounds
-    let anchors: Vec<BTreeMap<Phase, u64>> =
-        shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect()).collect();
-    // per rank and phase: the kernel anchor's error; per rank: NCCL kernel starts by (group, seq)
-    let kernel_anchors: Vec<BTreeMap<Phase, u64>> =
-        shards.iter().map(|s| s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect()).collect();
-    let kernel_starts: Vec<BTreeMap<(u32, u64), u64>> = shards.iter().map(nccl_kernel_starts).collect();
-    // index events per rank: (group, seq, (sender, receiver) of a point-to-point pair),
-    // each rank's index sorted by key (a sorted list walked once, not a tree
-    // searched per member and operation; the refusals are the same, in the same order)
-    type Key = (u32, u64, Option<(u32, u32)>);
-    let mut per_rank: Vec<Vec<(Key, usize)>> = Vec::with_capacity(shards.len());
-    for s in shards {
-        let mut m: Vec<(Key, usize)> = Vec::with_capacity(s.body.collectives.len());
-        let rank = s.header.rank;
-        // the first event whose key an earlier event of this rank recorded: refused
-        // before any fault of a later event, as the events are read in order
-        let twice = |m: &mut Vec<(Key, usize)>| -> Result<()> {
-            m.sort_unstable();
-            if let Some(i) = m.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min() {
-                let e = &s.body.collectives[i];
-                let (_, _, pair) = m.iter().find(|x| x.1 == i).expect("indexed").0;
-                let with = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
-                refuse!(Code::DuplicateEvent, "rank {rank}: group {} seq {}{with} is recorded twice", e.group, e.seq);
-            }
-            Ok(())
-        };
-        for (i, e) in s.body.collectives.iter().enumerate() {
-            let Some(members) = groups.get(&e.group) else {
-                twice(&mut m)?;
-                anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
-            };
-            if !members.contains(&rank) {
-                twice(&mut m)?;
-                refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
-            }
-            let pair = match (e.kind, e.peer) {
-                (CollectiveKind::Send | CollectiveKind::Recv, None) => {
-                    twice(&mut m)?;
-                    refuse!(Code::BadStructure, "rank {rank}: {} on group {} seq {} names no peer", e.kind.name(), e.group, e.seq)
-                }
-                (CollectiveKind::Send | CollectiveKind::Recv, Some(p)) if p == rank || !members.contains(&p) => {
-                    twice(&mut m)?;
-                    refuse!(
-                        Code::GroupMismatch,
-                        "rank {rank}: {} on group {} seq {} names peer {p}, not another member of the group",
-                        e.kind.name(),
-                        e.group,
-                        e.seq
-                    )
-                }
-                (CollectiveKind::Send, Some(p)) => Some((rank, p)),
-                (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
-                _ => None,
-            };
-            m.push(((e.group, e.seq, pair), i));
+    Ok(groups)
+}
+
+/// One rank's events indexed by key, sorted (a sorted list walked once by
+/// the merge). Refuses, the first fault in recording order first: an event
+/// of an undeclared group or of a group the rank is not in, a send or
+/// receive without a peer or with a peer outside its group, and a key
+/// recorded twice (before any fault of a later event).
+fn index_rank(rank: u32, events: &[CollectiveEvent], groups: &BTreeMap<u32, Vec<u32>>) -> Result<Vec<(Key, usize)>> {
+    let mut m: Vec<(Key, usize)> = Vec::with_capacity(events.len());
+    let twice = |m: &mut Vec<(Key, usize)>| -> Result<()> {
+        m.sort_unstable();
+        if let Some(i) = m.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).min() {
+            let e = &events[i];
+            let (_, _, pair) = m.iter().find(|x| x.1 == i).expect("indexed").0;
+            let with = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
+            refuse!(Code::DuplicateEvent, "rank {rank}: group {} seq {}{with} is recorded twice", e.group, e.seq);
         }
-        twice(&mut m)?;
-        per_rank.push(m);
-    }
-    let mut keys: Vec<Key> = per_rank.iter().flat_map(|m| m.iter().map(|x| x.0)).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    // per rank: how far its sorted index has been walked (keys come in ascending order)
-    let mut cursor = vec![0usize; shards.len()];
-    let mut find = |r: u32, key: &Key| -> Option<usize> {
-        let (m, c) = (&per_rank[r as usize], &mut cursor[r as usize]);
-        while *c < m.len() && m[*c].0 < *key {
-            *c += 1;
-        }
-        m.get(*c).filter(|x| x.0 == *key).map(|x| x.1)
+        Ok(())
     };
-    let mut out = Vec::with_capacity(keys.len());
-    for key in keys {
-        let (group, seq, pair) = key;
-        let members = match pair {
-            Some((a, b)) => vec![a, b],
-            None => groups[&group].clone(),
+    for (i, e) in events.iter().enumerate() {
+        let Some(members) = groups.get(&e.group) else {
+            twice(&mut m)?;
+            anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
         };
-        let members = &members;
-        let what = pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
-        let at: Vec<Option<usize>> = members.iter().map(|&r| find(r, &key)).collect();
-        let present: Vec<u32> = members.iter().zip(&at).filter(|(_, i)| i.is_some()).map(|(&r, _)| r).collect();
-        if present.len() != members.len() {
-            let missing: Vec<u32> = members.iter().copied().filter(|r| !present.contains(r)).collect();
-            let any = &shards[present[0] as usize].body.collectives[at.iter().flatten().copied().next().expect("present")];
+        if !members.contains(&rank) {
+            twice(&mut m)?;
+            refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
+        }
+        match (e.kind, e.peer) {
+            (CollectiveKind::Send | CollectiveKind::Recv, None) => {
+                twice(&mut m)?;
+                refuse!(Code::BadStructure, "rank {rank}: {} on group {} seq {} names no peer", e.kind.name(), e.group, e.seq)
+            }
+            (CollectiveKind::Send | CollectiveKind::Recv, Some(p)) if p == rank || !members.contains(&p) => {
+                twice(&mut m)?;
+                refuse!(
+                    Code::GroupMismatch,
+                    "rank {rank}: {} on group {} seq {} names peer {p}, not another member of the group",
+                    e.kind.name(),
+                    e.group,
+                    e.seq
+                )
+            }
+            _ => {}
+        }
+        m.push((key_of(rank, e), i));
+    }
+    twice(&mut m)?;
+    Ok(m)
+}
+
+/// The key of an event of `rank` (whose peer, for a send or receive, [`index_rank`] checked).
+fn key_of(rank: u32, e: &CollectiveEvent) -> Key {
+    let pair = match (e.kind, e.peer) {
+        (CollectiveKind::Send, Some(p)) => Some((rank, p)),
+        (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
+        _ => None,
+    };
+    (e.group, e.seq, pair)
+}
+
+/// What the join takes from each rank besides its events.
+struct RankCtx {
+    models: Vec<Option<ClockModel>>,
+    /// The compute stream's measured stalls by (group, seq).
+    waits: Vec<BTreeMap<(u32, u64), u64>>,
+    /// Captured tuner choices by group-0 sequence number.
+    tuners: Vec<BTreeMap<u64, crate::evidence::tuning::TunerChoice>>,
+    /// The device anchor's error per phase (GPU), added to arrival bounds.
+    anchors: Vec<BTreeMap<Phase, u64>>,
+    /// The kernel anchor's error per phase.
+    kernel_anchors: Vec<BTreeMap<Phase, u64>>,
+    /// NCCL kernel starts by (group, seq).
+    kernel_starts: Vec<BTreeMap<(u32, u64), u64>>,
+}
+
+impl RankCtx {
+    fn with_capacity(n: usize) -> Self {
+        RankCtx {
+            models: Vec::with_capacity(n),
+            waits: Vec::with_capacity(n),
+            tuners: Vec::with_capacity(n),
+            anchors: Vec::with_capacity(n),
+            kernel_anchors: Vec::with_capacity(n),
+            kernel_starts: Vec::with_capacity(n),
+        }
+    }
+    fn push(&mut self, r: RankExtract) {
+        self.models.push(r.model);
+        self.waits.push(r.waits);
+        self.tuners.push(r.tuners);
+        self.anchors.push(r.anchors);
+        self.kernel_anchors.push(r.kernel_anchors);
+        self.kernel_starts.push(r.kernel_starts);
+    }
+}
+
+/// One rank's part of [`RankCtx`].
+struct RankExtract {
+    model: Option<ClockModel>,
+    waits: BTreeMap<(u32, u64), u64>,
+    tuners: BTreeMap<u64, crate::evidence::tuning::TunerChoice>,
+    anchors: BTreeMap<Phase, u64>,
+    kernel_anchors: BTreeMap<Phase, u64>,
+    kernel_starts: BTreeMap<(u32, u64), u64>,
+}
+
+fn rank_extract(s: &Shard) -> RankExtract {
+    RankExtract {
+        model: s.header.clock.as_ref().map(|c| c.model),
+        waits: s.body.device_waits.iter().map(|w| ((w.group, w.seq), w.end_ns.saturating_sub(w.start_ns))).collect(),
+        tuners: s.header.tuning.as_ref().map(|t| t.choices.iter().cloned().collect()).unwrap_or_default(),
+        anchors: s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect(),
+        kernel_anchors: s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect(),
+        kernel_starts: nccl_kernel_starts(s),
+    }
+}
+
+/// Where the merge reads one rank's events, in key order.
+enum Cursor<'a> {
+    /// Decoded events and their sorted index.
+    Indexed { events: std::borrow::Cow<'a, [CollectiveEvent]>, index: Vec<(Key, usize)>, pos: usize },
+    /// The shard file, read again one event at a time: its events were
+    /// recorded in key order.
+    Stream(Box<StreamReader>),
+}
+
+impl Cursor<'_> {
+    fn head(&self) -> Option<(Key, &CollectiveEvent)> {
+        match self {
+            Cursor::Indexed { events, index, pos } => index.get(*pos).map(|&(k, i)| (k, &events[i])),
+            Cursor::Stream(s) => s.head.as_ref().map(|(k, e)| (*k, e)),
+        }
+    }
+    fn advance(&mut self) -> Result<()> {
+        match self {
+            Cursor::Indexed { pos, .. } => {
+                *pos += 1;
+                Ok(())
+            }
+            Cursor::Stream(s) => s.advance(),
+        }
+    }
+}
+
+/// A verified shard read again from its first byte to its last, decoding
+/// its collective events one at a time into a small buffer and hashing
+/// every byte: at the end the digest must be the one the first pass
+/// verified (and run.json recorded), or the shard changed while it was
+/// being joined (`refused[STALE]`).
+struct StreamReader {
+    name: String,
+    rank: u32,
+    version: u32,
+    file: std::fs::File,
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    eof: bool,
+    hasher: sha2::Sha256,
+    remaining: u64,
+    digest: String,
+    head: Option<(Key, CollectiveEvent)>,
+}
+
+/// Buffer of each streamed shard.
+const STREAM_BUF: usize = 32 << 10;
+
+impl StreamReader {
+    fn open(path: &Path, rank: u32, version: u32, events_at: usize, events: u64, digest: String) -> Result<Self> {
+        let file = std::fs::File::open(path).with_context(|| format!("reopening {}", path.display()))?;
+        let mut r = StreamReader {
+            name: path.display().to_string(),
+            rank,
+            version,
+            file,
+            buf: vec![0; STREAM_BUF],
+            lo: 0,
+            hi: 0,
+            eof: false,
+            hasher: sha2::Sha256::default(),
+            remaining: events,
+            digest,
+            head: None,
+        };
+        let mut skip = events_at;
+        while skip > 0 {
+            if r.lo == r.hi && !r.fill()? {
+                return Err(r.changed());
+            }
+            let n = skip.min(r.hi - r.lo);
+            r.lo += n;
+            skip -= n;
+        }
+        r.advance()?;
+        Ok(r)
+    }
+
+    /// Read more of the file (hashing it); false at its end.
+    fn fill(&mut self) -> Result<bool> {
+        use sha2::Digest;
+        use std::io::Read;
+        if self.eof {
+            return Ok(false);
+        }
+        if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        if self.hi == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        let n = self.file.read(&mut self.buf[self.hi..]).with_context(|| format!("reading {}", self.name))?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(false);
+        }
+        self.hasher.update(&self.buf[self.hi..self.hi + n]);
+        self.hi += n;
+        Ok(true)
+    }
+
+    fn changed(&self) -> anyhow::Error {
+        crate::core::refusal::refuse(
+            Code::Stale,
+            format!("{}: rank {} shard changed while join read it (it no longer reads as it verified)", self.name, self.rank),
+        )
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        use sha2::Digest;
+        if self.remaining == 0 {
+            self.head = None;
+            // the rest of the file, hashed, then the digest checked
+            self.lo = self.hi;
+            while self.fill()? {
+                self.lo = self.hi;
+            }
+            let got = hex::encode(std::mem::take(&mut self.hasher).finalize());
+            if got != self.digest {
+                return Err(self.changed());
+            }
+            self.buf = Vec::new();
+            return Ok(());
+        }
+        loop {
+            match crate::evidence::shard::decode_collective_event(self.version, &self.buf[self.lo..self.hi]) {
+                Ok((e, used)) => {
+                    self.lo += used;
+                    self.remaining -= 1;
+                    self.head = Some((key_of(self.rank, &e), e));
+                    return Ok(());
+                }
+                Err(bincode::error::DecodeError::UnexpectedEnd { .. }) if !self.eof => {
+                    if !self.fill()? {
+                        return Err(self.changed());
+                    }
+                }
+                Err(_) => return Err(self.changed()),
+            }
+        }
+    }
+}
+
+/// Walk every rank's events in key order, joining each operation across
+/// its members (identity checked, times gathered, arrival attached) and
+/// handing it to `emit` in ascending key order. The keys come from a map of
+/// the ranks' next keys, so memory is one event per rank beyond the cursors.
+fn merge(cursors: &mut [Cursor<'_>], groups: &BTreeMap<u32, Vec<u32>>, ctx: &RankCtx, emit: &mut dyn FnMut(JoinedCollective) -> Result<()>) -> Result<()> {
+    let mut pending: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+    for (r, c) in cursors.iter().enumerate() {
+        if let Some((k, _)) = c.head() {
+            pending.entry(k).or_default().push(r as u32);
+        }
+    }
+    let mut here = vec![false; cursors.len()];
+    let mut spare: Vec<Vec<u32>> = Vec::new();
+    while let Some((key, ranks)) = pending.pop_first() {
+        for &r in &ranks {
+            here[r as usize] = true;
+        }
+        let jc = join_key(key, cursors, &here, groups, ctx);
+        for &r in &ranks {
+            here[r as usize] = false;
+        }
+        emit(jc?)?;
+        for &r in &ranks {
+            let c = &mut cursors[r as usize];
+            c.advance()?;
+            if let Some((k, _)) = c.head() {
+                pending.entry(k).or_insert_with(|| spare.pop().unwrap_or_default()).push(r);
+            }
+        }
+        let mut ranks = ranks;
+        ranks.clear();
+        spare.push(ranks);
+    }
+    Ok(())
+}
+
+/// Join the operation `key` from the heads of the cursors of the ranks
+/// marked `here` (exactly those whose next event has this key).
+fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u32, Vec<u32>>, ctx: &RankCtx) -> Result<JoinedCollective> {
+    let (group, seq, pair) = key;
+    let members = match pair {
+        Some((a, b)) => vec![a, b],
+        None => groups[&group].clone(),
+    };
+    let what = || pair.map(|(a, b)| format!(" (rank {a} to rank {b})")).unwrap_or_default();
+    let event = |r: u32| cursors[r as usize].head().expect("a rank marked here has a head").1;
+    if members.iter().any(|&r| !here[r as usize]) {
+        let present: Vec<u32> = members.iter().copied().filter(|&r| here[r as usize]).collect();
+        let missing: Vec<u32> = members.iter().copied().filter(|&r| !here[r as usize]).collect();
+        let any = event(present[0]);
+        refuse!(
+            Code::UnmatchedEvent,
+            "unmatched event: group {group} seq {seq}{} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
+            what(),
+            any.phase,
+            any.bytes,
+            any.kind.name()
+        );
+    }
+    let first_rank = members[0];
+    let first = event(first_rank);
+    let mut ranks = Vec::with_capacity(members.len());
+    for (k, &r) in members.iter().enumerate() {
+        let e = event(r);
+        // a pair: the sender's send to the receiver and the receiver's receive from the sender
+        let kind_agrees = match pair {
+            Some(_) => e.kind == if k == 0 { CollectiveKind::Send } else { CollectiveKind::Recv },
+            None => e.kind == first.kind,
+        };
+        if !kind_agrees || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase || e.root != first.root {
+            let root = |x: Option<u32>| x.map(|r| format!(" root {r}")).unwrap_or_default();
             refuse!(
-                Code::UnmatchedEvent,
-                "unmatched event: group {group} seq {seq}{what} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
-                any.phase,
-                any.bytes,
-                any.kind.name()
+                Code::IdentityMismatch,
+                "identity mismatch at group {group} seq {seq}{}: rank {first_rank} has {}{} {} bytes {} in {}, rank {r} has {}{} {} bytes {} in {}",
+                what(),
+                first.kind.name(),
+                root(first.root),
+                first.bytes,
+                first.dtype.name(),
+                first.phase,
+                e.kind.name(),
+                root(e.root),
+                e.bytes,
+                e.dtype.name(),
+                e.phase
             );
         }
-        let at: Vec<usize> = at.into_iter().flatten().collect();
-        let first_rank = members[0];
-        let first = &shards[first_rank as usize].body.collectives[at[0]];
-        let mut ranks = Vec::with_capacity(members.len());
-        for (k, &r) in members.iter().enumerate() {
-            let e = &shards[r as usize].body.collectives[at[k]];
-            // a pair: the sender's send to the receiver and the receiver's receive from the sender
-            let kind_agrees = match pair {
-                Some(_) => e.kind == if k == 0 { CollectiveKind::Send } else { CollectiveKind::Recv },
-                None => e.kind == first.kind,
-            };
-            if !kind_agrees || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase || e.root != first.root {
-                let root = |x: Option<u32>| x.map(|r| format!(" root {r}")).unwrap_or_default();
-                refuse!(
-                    Code::IdentityMismatch,
-                    "identity mismatch at group {group} seq {seq}{what}: rank {first_rank} has {}{} {} bytes {} in {}, rank {r} has {}{} {} bytes {} in {}",
-                    first.kind.name(),
-                    root(first.root),
-                    first.bytes,
-                    first.dtype.name(),
-                    first.phase,
-                    e.kind.name(),
-                    root(e.root),
-                    e.bytes,
-                    e.dtype.name(),
-                    e.phase
-                );
-            }
-            ranks.push(RankTimes {
-                rank: r,
-                host_issue_ns: e.host_issue_ns,
-                host_return_ns: e.host_return_ns,
-                wait_start_ns: e.wait_start_ns,
-                wait_end_ns: e.wait_end_ns,
-                device_start_ns: e.device_start_ns,
-                device_end_ns: e.device_end_ns,
-                injected_delay_ns: e.injected_delay_ns,
-                replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
-                replay_gap_ns: e.replay.map(|t| t.actual_gap_ns),
-                fill_units: e.fill.map(|f| f.units),
-                fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
-                device_wait_ns: waits[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
-                kernel_start_ns: kernel_starts[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
-            });
-        }
-        let mut jc = JoinedCollective {
-            phase: first.phase,
-            kind: first.kind,
-            group,
-            members: members.clone(),
-            seq,
-            bytes: first.bytes,
-            dtype: first.dtype,
-            root: first.root,
-            token: first.token,
-            layer: first.layer,
-            iter: first.iter,
-            warmup: first.warmup,
-            ranks,
-            arrival_status: ArrivalStatus::UnknownUncalibrated,
-            arrival_offsets_us: None,
-            arrival_skew_us: None,
-            arrival_bound_us: None,
-            skew_resolved: None,
-            arrival_bounds_us: None,
-            arrival_source: None,
-            tuner: members.iter().find_map(|&r| tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0),
-        };
-        attach_arrival(&mut jc, &models, &anchors, &kernel_anchors);
-        out.push(jc);
+        ranks.push(RankTimes {
+            rank: r,
+            host_issue_ns: e.host_issue_ns,
+            host_return_ns: e.host_return_ns,
+            wait_start_ns: e.wait_start_ns,
+            wait_end_ns: e.wait_end_ns,
+            device_start_ns: e.device_start_ns,
+            device_end_ns: e.device_end_ns,
+            injected_delay_ns: e.injected_delay_ns,
+            replay_error_ns: e.replay.map(|t| t.actual_gap_ns as i64 - t.target_gap_ns as i64),
+            replay_gap_ns: e.replay.map(|t| t.actual_gap_ns),
+            fill_units: e.fill.map(|f| f.units),
+            fill_quantization_error_ns: e.fill.map(|f| f.quantization_error_ns),
+            device_wait_ns: ctx.waits[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
+            kernel_start_ns: ctx.kernel_starts[r as usize].get(&(group, seq)).copied().filter(|_| pair.is_none()),
+        });
     }
+    let tuner = members.iter().find_map(|&r| ctx.tuners[r as usize].get(&seq).cloned()).filter(|_| group == 0);
+    let mut jc = JoinedCollective {
+        phase: first.phase,
+        kind: first.kind,
+        group,
+        members,
+        seq,
+        bytes: first.bytes,
+        dtype: first.dtype,
+        root: first.root,
+        token: first.token,
+        layer: first.layer,
+        iter: first.iter,
+        warmup: first.warmup,
+        ranks,
+        arrival_status: ArrivalStatus::UnknownUncalibrated,
+        arrival_offsets_us: None,
+        arrival_skew_us: None,
+        arrival_bound_us: None,
+        skew_resolved: None,
+        arrival_bounds_us: None,
+        arrival_source: None,
+        tuner,
+    };
+    attach_arrival(&mut jc, &ctx.models, &ctx.anchors, &ctx.kernel_anchors);
+    Ok(jc)
+}
+
+/// Match collective events across shards by operation identity (in memory).
+pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
+    let headers: Vec<&ShardHeader> = shards.iter().map(|s| &s.header).collect();
+    let groups = check_groups(&headers)?;
+    let mut ctx = RankCtx::with_capacity(shards.len());
+    for s in shards {
+        ctx.push(rank_extract(s));
+    }
+    let mut cursors = Vec::with_capacity(shards.len());
+    for s in shards {
+        let index = index_rank(s.header.rank, &s.body.collectives, &groups)?;
+        cursors.push(Cursor::Indexed { events: std::borrow::Cow::Borrowed(&s.body.collectives[..]), index, pos: 0 });
+    }
+    let mut out = Vec::new();
+    merge(&mut cursors, &groups, &ctx, &mut |c| {
+        out.push(c);
+        Ok(())
+    })?;
     Ok(out)
+}
+
+/// A rank's decoded events and their sorted index.
+type DecodedRank = (Vec<CollectiveEvent>, Vec<(Key, usize)>);
+
+/// What the first pass of the streaming join keeps of one shard.
+struct Scanned {
+    path: PathBuf,
+    header: ShardHeader,
+    digest: String,
+    tokens: Vec<crate::evidence::shard::TokenEvent>,
+    stalls: Vec<crate::evidence::stalls::Stall>,
+    extract: RankExtract,
+    version: u32,
+    events_at: usize,
+    events: u64,
+    /// Its events' faults, or how the merge reads them: `None` streams them
+    /// from the file (recorded in key order), else they are kept decoded.
+    order: Result<Option<DecodedRank>>,
+}
+
+/// Run `f` on every item on up to `threads` threads, results in item order.
+fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R + Sync)) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = threads.clamp(1, items.len().max(1));
+    let mut got: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { return out };
+                        out.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a join thread panicked")).collect()
+    });
+    got.sort_by_key(|g| g.0);
+    got.into_iter().map(|g| g.1).collect()
+}
+
+/// A run joined by [`join_dir_streaming`]: the record and every rank's header and tokens.
+pub struct StreamedRun {
+    /// The run record.
+    pub run: RunRecord,
+    /// Headers by rank.
+    pub headers: Vec<ShardHeader>,
+    /// Token events by rank.
+    pub tokens: Vec<Vec<crate::evidence::shard::TokenEvent>>,
+    /// Stalls by rank ([`crate::evidence::stalls`]).
+    pub stalls: Vec<Vec<crate::evidence::stalls::Stall>>,
+}
+
+/// What the merge of the streaming join works on.
+struct Engine {
+    groups: BTreeMap<u32, Vec<u32>>,
+    ctx: RankCtx,
+    cursors: Vec<Cursor<'static>>,
+}
+
+/// [`join_dir`] without holding the run in memory: the same checks and
+/// refusals (in the same order), the same joined collectives handed to
+/// `emit` in the same order.
+///
+/// Pass 1 reads, verifies and decodes each shard on up to `threads` threads
+/// (one shard per thread at a time) and keeps its header, its tokens, and,
+/// only where its events are not recorded in key order, its decoded events.
+/// Pass 2 merges the ranks' events in key order, reading each shard file
+/// again through a 32 KiB buffer and checking its digest again at its end.
+/// Memory: about `threads` decoded shards at once in pass 1, then per rank
+/// its header, tokens, buffer and next event, plus whatever `emit` keeps.
+pub fn join_dir_streaming(dir: &Path, threads: usize, emit: &mut dyn FnMut(JoinedCollective) -> Result<()>) -> Result<StreamedRun> {
+    let (run, mut e) = prepare_streaming(dir, threads)?;
+    merge(&mut e.cursors, &e.groups, &e.ctx, emit)?;
+    Ok(run)
+}
+
+/// Pass 1 of [`join_dir_streaming`], and the cursors of pass 2.
+fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)> {
+    let (run, files) = run_and_files(dir)?;
+    // the groups as the headers declare them, read ahead of the checks (a hint
+    // to index events against while each shard is decoded; checked below)
+    let peeked: Vec<Option<ShardHeader>> = par_map(&files, threads, &|f: &PathBuf| crate::evidence::shard::peek_header(f));
+    let mut hint: Vec<&ShardHeader> = peeked.iter().flatten().collect();
+    hint.sort_by_key(|h| h.rank);
+    let hint_groups = check_groups(&hint).ok();
+    drop(peeked);
+    let scanned: Vec<Result<Scanned>> = par_map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
+    let mut by_rank: BTreeMap<u32, Scanned> = BTreeMap::new();
+    for s in scanned {
+        let s = s?;
+        if let Some(prev) = by_rank.get(&s.header.rank) {
+            refuse!(Code::DuplicateRank, "duplicate shards for rank {}: {} and {}", s.header.rank, prev.path.display(), s.path.display());
+        }
+        by_rank.insert(s.header.rank, s);
+    }
+    for r in 0..run.world_size {
+        if !by_rank.contains_key(&r) {
+            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", crate::evidence::shard::shard_file_name(r), dir.display());
+        }
+    }
+    let scanned: Vec<Scanned> = by_rank.into_values().collect();
+    let headers: Vec<&ShardHeader> = scanned.iter().map(|s| &s.header).collect();
+    let groups = check_groups(&headers)?;
+    if hint_groups.as_ref() != Some(&groups) {
+        refuse!(Code::Stale, "{}: a shard's header changed while join read it (its process groups read differently twice)", dir.display());
+    }
+    let mut ctx = RankCtx::with_capacity(scanned.len());
+    let mut cursors: Vec<Option<Cursor<'static>>> = Vec::with_capacity(scanned.len());
+    let mut heads = Vec::with_capacity(scanned.len());
+    let mut tokens = Vec::with_capacity(scanned.len());
+    let mut stalls = Vec::with_capacity(scanned.len());
+    let mut streamed: Vec<(PathBuf, u32, u32, usize, u64, String)> = Vec::new();
+    for s in scanned {
+        let rank = s.header.rank;
+        match s.order? {
+            Some((events, index)) => cursors.push(Some(Cursor::Indexed { events: std::borrow::Cow::Owned(events), index, pos: 0 })),
+            None => {
+                cursors.push(None);
+                streamed.push((s.path, rank, s.version, s.events_at, s.events, s.digest));
+            }
+        }
+        ctx.push(s.extract);
+        heads.push(s.header);
+        tokens.push(s.tokens);
+        stalls.push(s.stalls);
+    }
+    // the streamed shards, opened again (each reads its first buffer)
+    let opened = par_map(&streamed, threads, &|(p, rank, version, at, n, digest)| StreamReader::open(p, *rank, *version, *at, *n, digest.clone()));
+    for ((_, rank, ..), s) in streamed.iter().zip(opened) {
+        cursors[*rank as usize] = Some(Cursor::Stream(Box::new(s?)));
+    }
+    let cursors = cursors.into_iter().map(|c| c.expect("every rank has a cursor")).collect();
+    Ok((StreamedRun { run, headers: heads, tokens, stalls }, Engine { groups, ctx, cursors }))
+}
+
+/// Pass 1 of the streaming join on one shard file: read, verify and decode
+/// it, check it against the run record, and index its events against the
+/// process groups the headers declared (`hint`).
+fn scan_shard(f: &Path, run: &RunRecord, hint: Option<&BTreeMap<u32, Vec<u32>>>) -> Result<Scanned> {
+    let bytes = crate::core::limits::read_bounded(f, crate::core::limits::MAX_SHARD_BYTES)?;
+    let name = f.display().to_string();
+    let (shard, digest) = Shard::decode_with_digest(&bytes, &name)?;
+    check_against_run(f, &shard, &digest, run)?;
+    let (events_at, events) = crate::evidence::shard::collectives_region(&bytes, &name)?;
+    drop(bytes);
+    let extract = rank_extract(&shard);
+    let Shard { header, body } = shard;
+    let stalls = crate::evidence::stalls::of_rank(header.rank, &body.collectives);
+    let order = match hint {
+        None => Err(anyhow::anyhow!("process groups unknown")), // the group check refuses first
+        Some(groups) => index_rank(header.rank, &body.collectives, groups).map(|index| {
+            let in_order = index.iter().enumerate().all(|(i, x)| x.1 == i);
+            (!in_order).then_some((body.collectives, index))
+        }),
+    };
+    Ok(Scanned { path: f.to_path_buf(), version: header.format_version, header, digest, tokens: body.tokens, stalls, extract, events_at, events, order })
+}
+
+/// A verified shard against the run record: same run, a rank that fits,
+/// listed, and the bytes run.json recorded.
+fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> Result<()> {
+    let h = &shard.header;
+    if h.run_id != run.run_id {
+        refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
+    }
+    if h.world_size != run.world_size || h.rank >= run.world_size {
+        refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
+    }
+    let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
+        refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
+    };
+    if want.sha256 != digest {
+        refuse!(
+            Code::Stale,
+            "{}: rank {} shard differs from the one run.json recorded (sha256 {} vs {}): stale or replaced",
+            f.display(),
+            h.rank,
+            digest,
+            want.sha256
+        );
+    }
+    Ok(())
+}
+
+/// The streaming join of `dir` and its summary; each joined collective is
+/// also written to `events_out` (one JSON line each, as [`join_dir`]'s
+/// caller writes them) where given. The merge runs on its own thread, the
+/// summary and the joined trace on this one.
+pub fn join_summary_streaming(dir: &Path, threads: usize, events_out: Option<&mut dyn std::io::Write>) -> Result<JoinSummary> {
+    let (run, mut engine) = prepare_streaming(dir, threads)?;
+    let mut b = SummaryBuilder::new(&run.run, run.headers.iter().collect());
+    for t in &run.tokens {
+        b.add_tokens(t);
+    }
+    for st in &run.stalls {
+        b.add_stalls(st);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<JoinedCollective>>(16);
+    let mut out = events_out;
+    std::thread::scope(|s| -> Result<()> {
+        let merger = s.spawn(move || -> Result<()> {
+            let e = &mut engine;
+            let mut batch = Vec::with_capacity(8);
+            merge(&mut e.cursors, &e.groups, &e.ctx, &mut |c| {
+                batch.push(c);
+                if batch.len() == 8 {
+                    tx.send(std::mem::replace(&mut batch, Vec::with_capacity(8))).map_err(|_| anyhow::anyhow!("the summary stopped"))?;
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                tx.send(batch).map_err(|_| anyhow::anyhow!("the summary stopped"))?;
+            }
+            Ok(())
+        });
+        let mut fault = None;
+        'recv: for batch in rx.iter() {
+            for c in batch {
+                if let Some(w) = out.as_deref_mut() {
+                    if let Err(e) = serde_json::to_writer(&mut *w, &c).map_err(anyhow::Error::from).and_then(|()| w.write_all(b"\n").map_err(Into::into)) {
+                        fault = Some(e);
+                        break 'recv;
+                    }
+                }
+                b.add(&c);
+            }
+        }
+        drop(rx);
+        let merged = merger.join().expect("the join thread panicked");
+        match fault {
+            Some(e) => Err(e),
+            None => merged,
+        }
+    })?;
+    Ok(b.finish())
 }
 
 /// Per collective (group, seq) of a shard: its NCCL kernel's start, for the
@@ -939,13 +1377,12 @@ fn attach_arrival(jc: &mut JoinedCollective, models: &[Option<ClockModel>], anch
     jc.skew_resolved = Some(skew_ns > bound_ns);
 }
 
-fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
-    let rank0 = &shards[0].header;
+fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
+    let rank0 = headers[0];
     let inj_of = |rank: u32| rank0.clock_injections.iter().find(|i| i.rank == rank).copied();
-    shards
+    headers
         .iter()
-        .map(|s| {
-            let h = &s.header;
+        .map(|h| {
             let model = h.clock.as_ref().map(|c| c.model);
             // the ping-pong estimate: the model itself unless that is the shared kernel clock
             let estimate = h.clock.as_ref().map(|c| c.pingpong_fit.unwrap_or(c.model));
@@ -993,12 +1430,12 @@ fn clock_reports(shards: &[Shard]) -> Vec<RankClockReport> {
         .collect()
 }
 
-fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockReport> {
+fn node_reports(headers: &[&ShardHeader], clocks: &[RankClockReport]) -> Vec<NodeClockReport> {
     let mut nodes: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for s in shards {
-        nodes.entry(s.header.host.clone()).or_default().push(s.header.rank);
+    for h in headers {
+        nodes.entry(h.host.clone()).or_default().push(h.rank);
     }
-    let injected: BTreeSet<u32> = shards[0].header.clock_injections.iter().map(|i| i.rank).collect();
+    let injected: BTreeSet<u32> = headers[0].clock_injections.iter().map(|i| i.rank).collect();
     nodes
         .into_iter()
         .map(|(host, ranks)| {
@@ -1025,86 +1462,313 @@ fn node_reports(shards: &[Shard], clocks: &[RankClockReport]) -> Vec<NodeClockRe
         .collect()
 }
 
-/// Summarize a joined run.
-pub fn summarize(j: &JoinedRun) -> JoinSummary {
-    let phases_in_order: Vec<Phase> = j.run.workload.phases.clone();
-    let mut phases = Vec::new();
-    for phase in phases_in_order {
-        let cs: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| c.phase == phase).collect();
-        let timed: Vec<&&JoinedCollective> = cs.iter().filter(|c| !c.warmup).collect();
-        let mut sizes = BTreeMap::new();
-        for c in &timed {
-            *sizes.entry(c.bytes).or_insert(0u64) += 1;
+/// One phase's figures, gathered collective by collective.
+#[derive(Default)]
+struct PhaseAcc {
+    all: u64,
+    timed: u64,
+    sizes: BTreeMap<u64, u64>,
+    first_sizes: Vec<u64>,
+    completion: Vec<f64>,
+    device_source: bool,
+    host_source: bool,
+    first_source: Option<CompletionSource>,
+    tokens: Vec<f64>,
+    skews: Vec<f64>,
+    skew_bounds: Vec<f64>,
+    device_waits: Vec<f64>,
+    tuner_choices: BTreeMap<String, u64>,
+    from_kernels: u64,
+}
+
+/// What the delay control needs of one timed collective.
+struct DelayRec {
+    phase: Phase,
+    delayed: bool,
+    skew: Option<f64>,
+    bound: Option<f64>,
+    beyond: Option<(f64, f64)>,
+    injected_us: Vec<f64>,
+}
+
+impl DelayRec {
+    fn of(c: &JoinedCollective) -> Self {
+        let delayed = c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
+        DelayRec {
+            phase: c.phase,
+            delayed,
+            skew: c.arrival_skew_us,
+            bound: c.arrival_bound_us,
+            beyond: unexplained_skew_and_bound_us(c),
+            injected_us: if delayed { c.ranks.iter().filter_map(|t| t.injected_delay_ns).map(|ns| ns as f64 / 1e3).collect() } else { Vec::new() },
         }
-        let mut completion: Vec<f64> = timed.iter().flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect();
-        let sources: BTreeSet<String> = timed.iter().flat_map(|c| c.ranks.iter().map(|t| format!("{:?}", t.completion_source()))).collect();
-        let completion_source = match sources.len() {
-            0 => None,
-            1 => timed.first().map(|c| c.ranks[0].completion_source()),
-            _ => Some(CompletionSource::Mixed),
-        };
-        let mut tokens: Vec<f64> = j
-            .shards
-            .iter()
-            .flat_map(|s| s.body.tokens.iter())
-            .filter(|t| t.phase == phase && !t.warmup)
-            .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
-            .collect();
-        let mut skews: Vec<f64> = timed.iter().filter_map(|c| c.arrival_skew_us).collect();
-        let mut skew_bounds: Vec<f64> = timed.iter().filter_map(|c| c.arrival_bound_us).collect();
-        let mut dwaits: Vec<f64> = timed.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.device_wait_ns)).map(|ns| ns as f64 / 1e3).collect();
-        let mut tuner_choices = BTreeMap::new();
-        for c in &timed {
-            if let Some(t) = &c.tuner {
-                *tuner_choices.entry(tuner_label(t)).or_insert(0u64) += 1;
+    }
+}
+
+/// What the tuning comparison needs of one collective.
+struct TuneRec {
+    phase: Phase,
+    bytes: u64,
+    tuner: Option<crate::evidence::tuning::TunerChoice>,
+}
+
+/// One size of the isolated phase: each collective's per-rank completion times.
+struct IsoSize {
+    completions: Vec<Vec<u64>>,
+    dtype: Dtype,
+    root: Option<u32>,
+    source: CompletionSource,
+}
+
+/// The isolated phase's collectives of the swept kind, per size, as they come.
+#[derive(Default)]
+struct IsolatedAcc {
+    by_size: BTreeMap<u64, IsoSize>,
+}
+
+impl IsolatedAcc {
+    fn add(&mut self, c: &JoinedCollective, kind: &str) {
+        if c.phase == Phase::Isolated && !c.warmup && c.kind.name() == kind {
+            let s = self.by_size.entry(c.bytes).or_insert_with(|| IsoSize {
+                completions: Vec::new(),
+                dtype: c.dtype,
+                root: c.root,
+                source: c.ranks[0].completion_source(),
+            });
+            s.completions.push(c.ranks.iter().map(|t| t.completion_ns()).collect());
+        }
+    }
+
+    fn rows(self, run: &RunRecord, headers: &[&ShardHeader]) -> Vec<IsolatedSizeRow> {
+        let kind = run.workload.sweep_kind();
+        let n = run.world_size;
+        self.by_size
+            .into_iter()
+            .map(|(event_bytes, cs)| {
+                let bytes = kind.size_bytes(event_bytes, n);
+                let mut iter_max: Vec<f64> = cs.completions.iter().map(|c| c.iter().map(|&t| t as f64).fold(0.0, f64::max) / 1e3).collect();
+                let ranks = cs.completions[0].len();
+                let len_cs = cs.completions.len();
+                let time_us = (0..ranks).map(|r| cs.completions.iter().map(|c| c[r] as f64 / 1e3).sum::<f64>() / len_cs as f64).sum::<f64>() / ranks as f64;
+                let algbw_gbps = bytes as f64 / (time_us * 1e3);
+                let checks: Vec<u64> = headers
+                    .iter()
+                    .flat_map(|h| h.checks.iter())
+                    .filter(|k| k.phase == Phase::Isolated && k.bytes == event_bytes)
+                    .map(|k| k.wrong_elements)
+                    .collect();
+                // nccl-tests' nearest-rank indices: p50 = sorted[n/2], p99 = sorted[ceil(0.99 n) - 1]
+                iter_max.sort_by(f64::total_cmp);
+                let len = iter_max.len();
+                let p99_idx = ((len * 99).div_ceil(100)).saturating_sub(1).min(len - 1);
+                IsolatedSizeRow {
+                    bytes,
+                    iterations: len as u64,
+                    time_us,
+                    algbw_gbps,
+                    busbw_gbps: algbw_gbps * kind.busbw_factor(n),
+                    wrong_elements: (!checks.is_empty()).then(|| checks.iter().sum()),
+                    p50_us: iter_max[len / 2],
+                    p99_us: iter_max[p99_idx],
+                    source: cs.source,
+                    count: Some(bytes / cs.dtype.size_bytes()),
+                    dtype: Some(cs.dtype),
+                    redop: Some(if kind.reduces() { run.workload.sweep_op().name() } else { "none" }.into()),
+                    collective: Some(kind),
+                    root: cs.root,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The isolated phase of a joined run, per size, for the kind it swept
+/// (`--collective`, recorded in the workload; the events carry it too).
+pub fn isolated_sizes(j: &JoinedRun) -> Vec<IsolatedSizeRow> {
+    let kind = j.run.workload.sweep_kind();
+    let mut acc = IsolatedAcc::default();
+    for c in &j.collectives {
+        acc.add(c, kind.name());
+    }
+    let headers: Vec<&ShardHeader> = j.shards.iter().map(|s| &s.header).collect();
+    acc.rows(&j.run, &headers)
+}
+
+/// A [`JoinSummary`] built one joined collective at a time, in join order
+/// (what [`summarize`] computes from a joined run in memory, and the
+/// streaming join from collectives it does not keep). Keeps per phase each
+/// timed rank-event's completion time (8 bytes), and small records per
+/// collective.
+pub struct SummaryBuilder<'a> {
+    run: &'a RunRecord,
+    headers: Vec<&'a ShardHeader>,
+    phases: BTreeMap<Phase, PhaseAcc>,
+    collectives: u64,
+    delay_recs: Option<Vec<DelayRec>>,
+    tunes: Vec<TuneRec>,
+    any_tuner: bool,
+    iso: IsolatedAcc,
+    iso_kind: &'static str,
+    stalls: Vec<crate::evidence::stalls::Stall>,
+}
+
+impl<'a> SummaryBuilder<'a> {
+    /// A builder for a run and its headers by rank.
+    pub fn new(run: &'a RunRecord, headers: Vec<&'a ShardHeader>) -> Self {
+        let delay_recs = headers.first().and_then(|h| h.delay_injection).map(|_| Vec::new());
+        SummaryBuilder {
+            run,
+            phases: run.workload.phases.iter().map(|&p| (p, PhaseAcc::default())).collect(),
+            headers,
+            collectives: 0,
+            delay_recs,
+            tunes: Vec::new(),
+            any_tuner: false,
+            iso: IsolatedAcc::default(),
+            iso_kind: run.workload.sweep_kind().name(),
+            stalls: Vec::new(),
+        }
+    }
+
+    /// A rank's stalls ([`crate::evidence::stalls::of_rank`]).
+    pub fn add_stalls(&mut self, stalls: &[crate::evidence::stalls::Stall]) {
+        self.stalls.extend_from_slice(stalls);
+    }
+
+    /// A rank's token events.
+    pub fn add_tokens(&mut self, tokens: &[crate::evidence::shard::TokenEvent]) {
+        for t in tokens.iter().filter(|t| !t.warmup) {
+            if let Some(acc) = self.phases.get_mut(&t.phase) {
+                acc.tokens.push((t.end_ns - t.start_ns) as f64 / 1e3);
             }
         }
-        phases.push(PhaseSummary {
-            phase,
-            collectives_per_rank: timed.len() as u64,
-            warmup_collectives_per_rank: (cs.len() - timed.len()) as u64,
-            sizes_bytes: sizes,
-            first_sizes_bytes: timed.iter().take(6).map(|c| c.bytes).collect(),
-            completion_source,
-            completion_median_us: stats::median(&mut completion),
-            completion_p99_us: stats::percentile_nearest_rank(&mut completion, 99.0),
-            token_median_us: stats::median(&mut tokens),
-            token_p99_us: stats::percentile_nearest_rank(&mut tokens, 99.0),
-            skew_median_us: stats::median(&mut skews),
-            skew_bound_median_us: stats::median(&mut skew_bounds),
-            arrivals_from_nccl_kernels: timed.iter().filter(|c| c.arrival_source == Some(ArrivalSource::NcclKernel)).count() as u64,
-            device_wait_median_us: stats::median(&mut dwaits),
-            tuner_choices,
-            source_timeline: j.shards[0].header.phases.iter().find(|r| r.phase == phase).and_then(|r| r.trace_timeline),
-        });
     }
-    let clocks = clock_reports(&j.shards);
-    let nodes = node_reports(&j.shards, &clocks);
-    let delay_control = delay_control(j);
-    let tuning_comparisons = if j.collectives.iter().any(|c| c.tuner.is_some()) {
-        [Phase::Replay, Phase::Fill, Phase::Overlap]
-            .into_iter()
-            .filter(|p| j.run.workload.phases.contains(p) && j.run.workload.phases.contains(&Phase::Blocking))
-            .map(|p| compare_tuning(&j.collectives, Phase::Blocking, p))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    JoinSummary {
-        isolated_sizes: isolated_sizes(j),
-        tuning_comparisons,
-        delay_control,
-        run_id: j.run.run_id.clone(),
-        world_size: j.run.world_size,
-        collectives: j.collectives.len() as u64,
-        phases,
-        clock_sync: j.shards.iter().find_map(|s| s.header.clock.as_ref()?.sync),
-        calibration_wall_ns: clocks.iter().map(|c| c.calibration_wall_ns).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()),
-        clocks,
-        nodes,
-        shards: j.run.shards.clone(),
-        stalls: j.shards.iter().flat_map(crate::evidence::stalls::of_shard).collect(),
+
+    /// The next joined collective.
+    pub fn add(&mut self, c: &JoinedCollective) {
+        self.collectives += 1;
+        if let Some(acc) = self.phases.get_mut(&c.phase) {
+            acc.all += 1;
+            if !c.warmup {
+                acc.timed += 1;
+                *acc.sizes.entry(c.bytes).or_insert(0) += 1;
+                if acc.first_sizes.len() < 6 {
+                    acc.first_sizes.push(c.bytes);
+                }
+                if acc.first_source.is_none() {
+                    acc.first_source = Some(c.ranks[0].completion_source());
+                }
+                for t in &c.ranks {
+                    acc.completion.push(t.completion_ns() as f64 / 1e3);
+                    match t.completion_source() {
+                        CompletionSource::DeviceEvents => acc.device_source = true,
+                        _ => acc.host_source = true,
+                    }
+                    if let Some(ns) = t.device_wait_ns {
+                        acc.device_waits.push(ns as f64 / 1e3);
+                    }
+                }
+                acc.skews.extend(c.arrival_skew_us);
+                acc.skew_bounds.extend(c.arrival_bound_us);
+                if let Some(t) = &c.tuner {
+                    *acc.tuner_choices.entry(tuner_label(t)).or_insert(0) += 1;
+                }
+                if c.arrival_source == Some(ArrivalSource::NcclKernel) {
+                    acc.from_kernels += 1;
+                }
+            }
+        }
+        if !c.warmup {
+            if let Some(recs) = &mut self.delay_recs {
+                recs.push(DelayRec::of(c));
+            }
+        }
+        self.any_tuner |= c.tuner.is_some();
+        self.tunes.push(TuneRec { phase: c.phase, bytes: c.bytes, tuner: c.tuner.clone() });
+        self.iso.add(c, self.iso_kind);
     }
+
+    /// The summary.
+    pub fn finish(mut self) -> JoinSummary {
+        let mut done: BTreeMap<Phase, PhaseSummary> = BTreeMap::new();
+        let mut phases = Vec::new();
+        for &phase in &self.run.workload.phases {
+            if let Some(p) = done.get(&phase) {
+                phases.push(p.clone());
+                continue;
+            }
+            let a = self.phases.get_mut(&phase).expect("every workload phase has an accumulator");
+            let completion_source = match (a.device_source, a.host_source) {
+                (false, false) => None,
+                (true, true) => Some(CompletionSource::Mixed),
+                _ => a.first_source,
+            };
+            let p = PhaseSummary {
+                phase,
+                collectives_per_rank: a.timed,
+                warmup_collectives_per_rank: a.all - a.timed,
+                sizes_bytes: std::mem::take(&mut a.sizes),
+                first_sizes_bytes: std::mem::take(&mut a.first_sizes),
+                completion_source,
+                completion_median_us: stats::median(&mut a.completion),
+                completion_p99_us: stats::percentile_nearest_rank(&mut a.completion, 99.0),
+                token_median_us: stats::median(&mut a.tokens),
+                token_p99_us: stats::percentile_nearest_rank(&mut a.tokens, 99.0),
+                skew_median_us: stats::median(&mut a.skews),
+                skew_bound_median_us: stats::median(&mut a.skew_bounds),
+                arrivals_from_nccl_kernels: a.from_kernels,
+                device_wait_median_us: stats::median(&mut a.device_waits),
+                tuner_choices: std::mem::take(&mut a.tuner_choices),
+                source_timeline: self.headers[0].phases.iter().find(|r| r.phase == phase).and_then(|r| r.trace_timeline),
+            };
+            done.insert(phase, p.clone());
+            phases.push(p);
+        }
+        let clocks = clock_reports(&self.headers);
+        let nodes = node_reports(&self.headers, &clocks);
+        let delay_control = match (&self.delay_recs, self.headers[0].delay_injection) {
+            (Some(recs), Some(d)) => delay_control_of(recs, d, self.headers[0].backend, &self.run.workload.phases),
+            _ => None,
+        };
+        let tuning_comparisons = if self.any_tuner {
+            [Phase::Replay, Phase::Fill, Phase::Overlap]
+                .into_iter()
+                .filter(|p| self.run.workload.phases.contains(p) && self.run.workload.phases.contains(&Phase::Blocking))
+                .map(|p| compare_tuning_of(&self.tunes, Phase::Blocking, p))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let iso = std::mem::take(&mut self.iso);
+        JoinSummary {
+            isolated_sizes: iso.rows(self.run, &self.headers),
+            tuning_comparisons,
+            delay_control,
+            run_id: self.run.run_id.clone(),
+            world_size: self.run.world_size,
+            collectives: self.collectives,
+            phases,
+            clock_sync: self.headers.iter().find_map(|h| h.clock.as_ref()?.sync),
+            calibration_wall_ns: clocks.iter().map(|c| c.calibration_wall_ns).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()),
+            clocks,
+            nodes,
+            shards: self.run.shards.clone(),
+            stalls: std::mem::take(&mut self.stalls),
+        }
+    }
+}
+
+/// Summarize a joined run.
+pub fn summarize(j: &JoinedRun) -> JoinSummary {
+    let mut b = SummaryBuilder::new(&j.run, j.shards.iter().map(|s| &s.header).collect());
+    for s in &j.shards {
+        b.add_tokens(&s.body.tokens);
+        b.add_stalls(&crate::evidence::stalls::of_shard(s));
+    }
+    for c in &j.collectives {
+        b.add(c);
+    }
+    b.finish()
 }
 
 fn tuner_label(t: &crate::evidence::tuning::TunerChoice) -> String {
@@ -1113,8 +1777,13 @@ fn tuner_label(t: &crate::evidence::tuning::TunerChoice) -> String {
 
 /// Compare the k-th collectives of two phases.
 pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -> TuningComparison {
-    let a: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == workload).collect();
-    let b: Vec<&JoinedCollective> = all.iter().filter(|c| c.phase == proxy).collect();
+    let recs: Vec<TuneRec> = all.iter().map(|c| TuneRec { phase: c.phase, bytes: c.bytes, tuner: c.tuner.clone() }).collect();
+    compare_tuning_of(&recs, workload, proxy)
+}
+
+fn compare_tuning_of(all: &[TuneRec], workload: Phase, proxy: Phase) -> TuningComparison {
+    let a: Vec<&TuneRec> = all.iter().filter(|c| c.phase == workload).collect();
+    let b: Vec<&TuneRec> = all.iter().filter(|c| c.phase == proxy).collect();
     let mut out = TuningComparison { workload, proxy, compared: 0, same: 0, first_differences: Vec::new(), refused: None };
     if a.len() != b.len() {
         out.refused = Some(format!("{workload} has {} collectives and {proxy} has {}", a.len(), b.len()));
@@ -1142,29 +1811,34 @@ pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -
 /// The arrival-delay control of a run, when one was injected and clocks were calibrated.
 pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
     let d = j.shards[0].header.delay_injection?;
-    let all_timed: Vec<&JoinedCollective> = j.collectives.iter().filter(|c| !c.warmup).collect();
-    if all_timed.iter().any(|c| c.arrival_skew_us.is_none()) {
+    let recs: Vec<DelayRec> = j.collectives.iter().filter(|c| !c.warmup).map(DelayRec::of).collect();
+    delay_control_of(&recs, d, j.shards[0].header.backend, &j.run.workload.phases)
+}
+
+/// [`delay_control`] from the records of the timed collectives.
+fn delay_control_of(
+    all_timed: &[DelayRec],
+    d: crate::core::workload::DelayInjection,
+    backend: crate::evidence::shard::BackendKind,
+    phases: &[Phase],
+) -> Option<DelayControlReport> {
+    if all_timed.iter().any(|c| c.skew.is_none()) {
         return None;
     }
-    let gpu = j.shards[0].header.backend == crate::evidence::shard::BackendKind::Cuda;
+    let gpu = backend == crate::evidence::shard::BackendKind::Cuda;
     let judged = |p: Phase| !gpu || p == Phase::Replay;
     let delay_us = d.delay_ns as f64 / 1e3;
-    let above = |c: &JoinedCollective| c.arrival_skew_us.unwrap_or(0.0) >= delay_us - c.arrival_bound_us.unwrap_or(0.0);
-    let beyond_and_bound =
-        |c: &JoinedCollective| unexplained_skew_and_bound_us(c).unwrap_or((c.arrival_skew_us.unwrap_or(0.0), c.arrival_bound_us.unwrap_or(0.0)));
-    let beyond = |c: &JoinedCollective| beyond_and_bound(c).0;
-    let above_design = |c: &JoinedCollective| {
+    let above = |c: &DelayRec| c.skew.unwrap_or(0.0) >= delay_us - c.bound.unwrap_or(0.0);
+    let beyond_and_bound = |c: &DelayRec| c.beyond.unwrap_or((c.skew.unwrap_or(0.0), c.bound.unwrap_or(0.0)));
+    let beyond = |c: &DelayRec| beyond_and_bound(c).0;
+    let above_design = |c: &DelayRec| {
         let (skew, bound) = beyond_and_bound(c);
         skew >= delay_us - bound
     };
-    let was_delayed = |c: &JoinedCollective| c.ranks.iter().any(|t| t.injected_delay_ns.is_some());
-    let per_phase = j
-        .run
-        .workload
-        .phases
+    let per_phase = phases
         .iter()
         .map(|&phase| {
-            let (dl, ud): (Vec<&&JoinedCollective>, Vec<&&JoinedCollective>) = all_timed.iter().filter(|c| c.phase == phase).partition(|c| was_delayed(c));
+            let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) = all_timed.iter().filter(|c| c.phase == phase).partition(|c| c.delayed);
             PhaseDelayControl {
                 phase,
                 judged: judged(phase),
@@ -1177,17 +1851,16 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
             }
         })
         .collect();
-    let timed: Vec<&JoinedCollective> = all_timed.into_iter().filter(|c| judged(c.phase)).collect();
-    let (dl, ud): (Vec<&JoinedCollective>, Vec<&JoinedCollective>) = timed.into_iter().partition(|c| was_delayed(c));
-    let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.arrival_skew_us).collect();
+    let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) = all_timed.iter().filter(|c| judged(c.phase)).partition(|c| c.delayed);
+    let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.skew).collect();
     let mut ud_beyond: Vec<f64> = ud.iter().map(|c| beyond(c)).collect();
     let beyond_design = BeyondDesign {
-        corrected: dl.iter().chain(&ud).filter(|c| unexplained_skew_us(c).is_some()).count() as u64,
+        corrected: dl.iter().chain(&ud).filter(|c| c.beyond.is_some()).count() as u64,
         delayed_detected: dl.iter().filter(|c| above_design(c)).count() as u64,
         undelayed_false_alarms: ud.iter().filter(|c| above_design(c)).count() as u64,
         undelayed_skew_median_us: stats::median(&mut ud_beyond),
     };
-    let mut achieved: Vec<f64> = dl.iter().flat_map(|c| c.ranks.iter().filter_map(|t| t.injected_delay_ns)).map(|ns| ns as f64 / 1e3).collect();
+    let mut achieved: Vec<f64> = dl.iter().flat_map(|c| c.injected_us.iter().copied()).collect();
     Some(DelayControlReport {
         achieved_delay_median_us: stats::median(&mut achieved),
         rank: d.rank,
@@ -1195,14 +1868,38 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
         delay_us,
         delayed: dl.len() as u64,
         delayed_detected: dl.iter().filter(|c| above(c)).count() as u64,
-        delayed_skew_min_us: dl.iter().filter_map(|c| c.arrival_skew_us).reduce(f64::min),
+        delayed_skew_min_us: dl.iter().filter_map(|c| c.skew).reduce(f64::min),
         undelayed: ud.len() as u64,
         undelayed_false_alarms: ud.iter().filter(|c| above(c)).count() as u64,
         undelayed_skew_median_us: stats::median(&mut ud_skews),
-        judged_phases: j.run.workload.phases.iter().copied().filter(|&p| judged(p)).collect(),
+        judged_phases: phases.iter().copied().filter(|&p| judged(p)).collect(),
         per_phase,
         beyond_design: Some(beyond_design),
     })
+}
+
+/// Refuse a joined run whose shards are synthetic (`synth-shards`) where a
+/// measurement is required; `what` names the stage.
+pub fn refuse_synthetic(headers: &[&ShardHeader], run_id: &str, what: &str) -> Result<()> {
+    if let Some(h) = headers.iter().find(|h| h.synthetic.is_some()) {
+        let m = h.synthetic.as_ref().expect("found");
+        refuse!(
+            Code::Synthetic,
+            "run {run_id}: rank {} shard is synthetic (generated by {}, seed {}), not a measurement; {what} takes measured runs only",
+            h.rank,
+            m.generator,
+            m.seed
+        );
+    }
+    Ok(())
+}
+
+impl JoinedRun {
+    /// [`refuse_synthetic`] of this run.
+    pub fn refuse_synthetic(&self, what: &str) -> Result<()> {
+        let headers: Vec<&ShardHeader> = self.shards.iter().map(|s| &s.header).collect();
+        refuse_synthetic(&headers, &self.run.run_id, what)
+    }
 }
 
 /// The isolated phase's per-size table, as nccl-tests prints its own: size,

@@ -10,5 +10,6 @@ pub mod join;
 pub mod run;
 pub mod shard;
 pub mod stalls;
+pub mod synth_shards;
 pub mod trace;
 pub mod tuning;

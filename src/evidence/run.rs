@@ -91,6 +91,12 @@ pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
     Ok(run)
 }
 
+/// The run record writer: `dir/run.json`, atomically, never replacing one
+/// (written by rank 0 after every shard, and by `synth-shards`).
+pub fn write_run_record(dir: &std::path::Path, record: &RunRecord) -> anyhow::Result<()> {
+    crate::core::fsutil::write_json_new(&dir.join(RUN_FILE), record)
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)

@@ -26,12 +26,14 @@ use std::path::Path;
 /// 5 phases that walk an imported trace (their origin, the compute they fill),
 /// 6 every collective kind of an imported trace (the kinds appended to
 /// [`CollectiveKind`], a collective's root and peer in the body, named
-/// process groups and per-kind counts in the header), 7 hierarchical clock
-/// calibration in the header's clock record (the calibration's topology, the
-/// rank's path to rank 0, its leader and the two legs composed, the wall time
-/// of each window; the body is format 6's); versions 1 to 6 are still read
-/// (without those records; their collectives are all-reduces, f32 before 4;
-/// their clocks flat, the wall time unmeasured).
+/// process groups and per-kind counts in the header), 7 two header records
+/// (the body is format 6's): hierarchical clock calibration in the clock
+/// record (the calibration's topology, the rank's path to rank 0, its leader
+/// and the two legs composed, the wall time of each window) and the
+/// [`SyntheticMark`] of generated shards (never measurements); versions 1 to
+/// 6 are still read (without those records; their collectives are
+/// all-reduces, f32 before 4; their clocks flat, the wall time unmeasured;
+/// none is synthetic).
 pub const SHARD_FORMAT_VERSION: u32 = 7;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
@@ -641,6 +643,24 @@ pub struct ShardHeader {
     /// Every result check (`--check`) and the wrong elements it found; absent in older shards.
     #[serde(default)]
     pub checks: Vec<CheckRecord>,
+    /// Present only in shards written by `commcanary synth-shards` (format
+    /// 7): their events were generated, not measured. `join` reads them (to
+    /// benchmark the join); every stage that takes measurements (campaign
+    /// verify and analyze, summarize, canary verify) refuses them
+    /// (`refused[SYNTHETIC]`). Absent in measured and older shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic: Option<SyntheticMark>,
+}
+
+/// The mark of a generated (synthetic) shard: what generated it, from which seed.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SyntheticMark {
+    /// The generator (`commcanary synth-shards` and its version).
+    pub generator: String,
+    /// Seed of its random timestamps.
+    pub seed: u64,
+    /// Always this sentence, for a person reading the header.
+    pub note: String,
 }
 
 /// What a GPU kernel was, by CommCanary's classification of its name.
@@ -812,6 +832,49 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
     })
 }
 
+/// One collective event of a format-`version` body, from the front of
+/// `bytes` (the streaming join reads a shard's events one at a time, after
+/// the whole shard verified): the event and the bytes it took.
+pub fn decode_collective_event(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
+    if version >= 6 {
+        bincode::serde::decode_from_slice(bytes, bincode_cfg())
+    } else {
+        bincode::serde::decode_from_slice::<CollectiveEventV5, _>(bytes, bincode_cfg()).map(|(e, n)| (e.into(), n))
+    }
+}
+
+/// Where a verified shard's collective events start (a byte offset into the
+/// file) and how many there are: every body version begins with them (a
+/// varint count, then the events).
+pub fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
+    let bad = || crate::core::refusal::refuse(crate::core::refusal::Code::BadFormat, format!("{name}: body does not start with its collectives"));
+    let hlen = bytes.get(12..20).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(bad)?;
+    let body = usize::try_from(hlen).ok().and_then(|h| h.checked_add(28)).filter(|&b| b <= bytes.len()).ok_or_else(bad)?;
+    let (count, used): (u64, usize) = bincode::decode_from_slice(&bytes[body..], bincode_cfg()).map_err(|_| bad())?;
+    Ok((body + used, count))
+}
+
+/// The header of the shard at `path`, read from the front of the file
+/// without its body or any check of the trailer; `None` where it does not
+/// parse. Only a hint (the streaming join learns the process groups from it
+/// before the shards verify); nothing read this way is trusted.
+pub fn peek_header(path: &Path) -> Option<ShardHeader> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut pre = [0u8; 20];
+    f.read_exact(&mut pre).ok()?;
+    if &pre[..8] != MAGIC {
+        return None;
+    }
+    let hlen = usize::try_from(u64::from_le_bytes(pre[12..20].try_into().expect("8 bytes"))).ok()?;
+    if hlen > crate::core::limits::MAX_SHARD_HEADER_BYTES {
+        return None;
+    }
+    let mut h = vec![0u8; hlen];
+    f.read_exact(&mut h).ok()?;
+    serde_json::from_slice(&h).ok()
+}
+
 /// A body decode error: a length over the limit (or past the end of the body) is a named refusal.
 fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
     match e {
@@ -826,7 +889,27 @@ fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
     }
 }
 
+/// Where [`Shard::write_new`] put a shard: its file name, size and SHA-256
+/// (the digest `run.json` records).
+pub struct WrittenShard {
+    /// File name inside the run directory.
+    pub file: String,
+    /// File size.
+    pub size_bytes: u64,
+    /// SHA-256 (hex) of the whole file.
+    pub sha256: String,
+}
+
 impl Shard {
+    /// The shard writer: encode and write `dir/rank-NNNNN.shard` atomically,
+    /// never replacing a file (the `rank` command and `synth-shards` both write through it).
+    pub fn write_new(&self, dir: &Path) -> Result<WrittenShard> {
+        let bytes = self.encode()?;
+        let file = shard_file_name(self.header.rank);
+        crate::core::fsutil::write_new_atomic(&dir.join(&file), &bytes)?;
+        Ok(WrittenShard { file, size_bytes: bytes.len() as u64, sha256: crate::core::fsutil::sha256_hex(&bytes) })
+    }
+
     /// Encode to bytes (header, body, trailer).
     pub fn encode(&self) -> Result<Vec<u8>> {
         let body = bincode::serde::encode_to_vec(&self.body, bincode_cfg()).context("encoding shard body")?;
@@ -1030,6 +1113,24 @@ mod tests {
         let d = Shard::decode(&s.encode().unwrap(), "t").unwrap();
         assert_eq!(d, s);
         assert_eq!(d.body.collectives[2].peer, Some(0));
+    }
+
+    #[test]
+    fn the_synthetic_mark_round_trips_and_older_headers_have_none() {
+        let mut s = sample();
+        s.header.synthetic = Some(SyntheticMark { generator: "g".into(), seed: 3, note: "n".into() });
+        assert_eq!(Shard::decode(&s.encode().unwrap(), "t").unwrap().header.synthetic, s.header.synthetic);
+        // a format-6 header (no mark) reads as unmarked, and its JSON has no such field
+        let mut s = sample();
+        s.header.format_version = 6;
+        let bytes = s.encode().unwrap();
+        let d = Shard::decode(&bytes, "v6").unwrap();
+        assert_eq!((d.header.format_version, d.header.synthetic.is_none()), (6, true));
+        assert!(!String::from_utf8_lossy(&bytes).contains("synthetic"));
+        // the events' region, as the streaming join reads it
+        let (at, n) = collectives_region(&bytes, "v6").unwrap();
+        assert_eq!(n, 0);
+        assert!(at > 20 && at < bytes.len());
     }
 
     #[test]

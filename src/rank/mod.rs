@@ -19,7 +19,7 @@ use crate::backend::mpi_deadline::Op;
 use crate::backend::Backend;
 use crate::core::clock::{compose, fit_rank_model, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit};
 use crate::core::workload::{parse_phases, DelayInjection, FillResidual, GemmShape, ModelRequest, ModelShape, WorkloadSpec};
-use crate::evidence::run::{RunRecord, ShardRef, RUN_FILE, RUN_FORMAT_VERSION};
+use crate::evidence::run::{RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{BackendKind, ClockRecord, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
 use crate::rank::phases::{Fault, Runner};
 use anyhow::{bail, Context, Result};
@@ -1030,17 +1030,16 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         started_unix_ms,
         tuning,
         checks,
+        synthetic: None,
     };
     let shard = Shard { header, body };
-    let bytes = shard.encode()?;
-    let file = crate::evidence::shard::shard_file_name(rank);
-    crate::core::fsutil::write_new_atomic(&dir.join(&file), &bytes)?;
-    let digest = crate::core::fsutil::sha256_hex(&bytes);
+    let written = shard.write_new(&dir)?;
+    let digest = written.sha256;
 
     // gather digests and hosts on rank 0
     let mut mine = [0u8; 32 + 8 + 128];
     mine[..32].copy_from_slice(&hex::decode(&digest).expect("hex"));
-    mine[32..40].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    mine[32..40].copy_from_slice(&written.size_bytes.to_le_bytes());
     let host = shard.header.host.as_bytes();
     mine[40..40 + host.len().min(127)].copy_from_slice(&host[..host.len().min(127)]);
     crate::backend::mpi_deadline::test_stop_point("gather", rank);
@@ -1078,7 +1077,7 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
             started_unix_ms,
             finished_unix_ms: crate::evidence::run::unix_ms(),
         };
-        crate::core::fsutil::write_json_new(&dir.join(RUN_FILE), &record)?;
+        crate::evidence::run::write_run_record(&dir, &record)?;
         println!("run {run_id}: {size} shards and run.json written to {}", dir.display());
         if !args.quiet {
             eprintln!("commcanary: verify and summarize with: commcanary join {}", dir.display());
