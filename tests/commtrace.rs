@@ -612,7 +612,7 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
     let kinds = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"];
     for rank in 0..2usize {
         let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
-        assert_eq!(shard["header"]["format_version"], 6);
+        assert_eq!(shard["header"]["format_version"], commcanary::evidence::shard::SHARD_FORMAT_VERSION);
         let groups = shard["header"]["groups"].as_array().unwrap();
         assert!(groups.iter().any(|g| g["id"] == 1 && g["name"] == "0" && g["members"] == serde_json::json!([0, 1])), "{groups:?}");
         let recorded = t["ranks"][rank]["collectives"].as_array().unwrap();
