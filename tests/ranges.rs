@@ -199,6 +199,7 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("rank", "--comm-stream"),
     ("rank", "--trace"),
     ("rank", "--clock"),
+    ("rank", "--clock-sync"),
     ("rank", "--nccl-lib"),
     ("rank", "--out"),
     ("rank", "--run-id"),

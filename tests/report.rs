@@ -35,6 +35,8 @@ fn the_demo_campaign_report_and_its_plots() {
     assert!(r["context"].get("trace").is_none(), "{}", r["context"]);
     assert!(r["context"]["not_represented"].as_array().unwrap().iter().any(|x| x == "collectives other than all-reduce (float32 sum)"), "{}", r["context"]);
     assert!(r["producer"].as_str().unwrap().starts_with("commcanary "));
+    // one job per configuration and round: the spec's repetitions
+    let rounds = toml::from_str::<toml::Value>(&std::fs::read_to_string(spec).unwrap()).unwrap()["repetitions"].as_integer().unwrap();
     let phases = r["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 6, "all six phases");
     for p in phases {
@@ -49,7 +51,7 @@ fn the_demo_campaign_report_and_its_plots() {
             let sum: f64 = rows.iter().map(|x| x[key].as_f64().unwrap()).sum();
             assert!((sum - 1.0).abs() < 1e-9, "{key} sums to {sum}");
         }
-        assert!(rows.iter().all(|x| x["jobs"] == 3 && x["median_us"].as_f64().unwrap() > 0.0));
+        assert!(rows.iter().all(|x| x["jobs"] == rounds && x["median_us"].as_f64().unwrap() > 0.0), "one job per round ({rounds}): {rows:?}");
         // one decision rule: a decided relation lies beyond the minimum effect (2%) on its own interval
         for pr in p["pairs"].as_array().unwrap().iter().chain(p["pairs_p99"].as_array().unwrap()) {
             let (lo, hi) = (pr["ci_low_pct"].as_f64().unwrap(), pr["ci_high_pct"].as_f64().unwrap());
