@@ -8,197 +8,120 @@
 //! keeps the table and [`Code::ALL`] in step.
 use std::fmt;
 
-/// Stable refusal codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Code {
-    /// `plan` into a directory that already holds campaign state.
-    CampaignState,
-    /// An attempt or run made under another manifest or workload.
-    StaleManifest,
-    /// Another process holds the campaign (or cell) lock.
-    Locked,
-    /// A job of an interrupted `exec` is still running.
-    OrphanJob,
-    /// Two attempts ran at the same time on one host.
-    OverlappingAttempts,
-    /// An input exceeds a documented size or count limit.
-    OverLimit,
-    /// A run record or shard whose structure is impossible (world size, membership).
-    BadStructure,
-    /// The same run given twice.
-    DuplicateRun,
-    /// `archive`: a symbolic link or special file inside the campaign.
-    ArchiveLink,
-    /// `archive`: the output lies inside the campaign directory.
-    ArchiveOutputInside,
-    /// `check-archive`: a member name or type that could escape or was never hashed.
-    ArchiveMember,
-    /// A number outside its documented range.
-    OutOfRange,
-    /// A campaign spec that can never run or analyze.
-    BadSpec,
-    /// A named file or directory of evidence does not exist (run directory, run.json, selection, a shard in verify).
-    NoSuchInput,
-    /// A file is not what it claims to be: bad magic, damaged trailer marker, undecodable header or body, trailing bytes.
-    BadFormat,
-    /// A format version this build does not read.
-    UnsupportedVersion,
-    /// A file ends before its declared lengths or its trailer.
-    Truncated,
-    /// Content does not hash (or size) to the digest recorded for it: a shard's trailer, a manifest, an archive.
-    DigestMismatch,
-    /// A file changed after it was recorded: a shard or run.json no longer matches the digest in run.json or the selection.
-    Stale,
-    /// A shard in a run directory belongs to another run, or its rank or world size does not fit the run.
-    ForeignShard,
-    /// A rank of the run has no shard.
-    MissingRank,
-    /// Two shards claim the same rank.
-    DuplicateRank,
-    /// A shard's rank is not listed in run.json.
-    UnlistedRank,
-    /// Ranks disagree on a process group's membership, or a rank records a collective of a group it is not in.
-    GroupMismatch,
-    /// A rank records the same (group, sequence) twice.
-    DuplicateEvent,
-    /// A collective is present on some members of its group and missing on others.
-    UnmatchedEvent,
-    /// Ranks disagree on one operation's identity (kind, bytes, dtype, phase).
-    IdentityMismatch,
-    /// A run's recorded identity (ranks, backend, environment, NCCL library) contradicts the manifest's configuration.
-    IdentityContradiction,
-    /// A scheduled cell has no selected attempt.
-    MissingCell,
-    /// A cell has more than one selected attempt.
-    DuplicateCell,
-    /// The selection names a cell the manifest does not schedule.
-    UnexpectedCell,
-    /// The selected attempt of a cell did not succeed.
-    FailedAttempt,
-    /// A selection entry disagrees with the attempt record it names.
-    SelectionMismatch,
-    /// An attempt id appears twice.
-    DuplicateAttempt,
-    /// A run of a cell does not join (its join refusal follows).
-    NotJoinable,
-    /// A campaign that `verify` does not pass as complete: no ranking, comparison or queue is computed from it.
-    Incomplete,
-    /// Two campaigns that cannot be joined (same manifest, same id, different definitions).
-    CampaignMismatch,
-    /// An output that already exists: archives, reports and joined campaigns are never overwritten.
-    AlreadyExists,
-    /// An argument, or a combination of arguments, that cannot run (named in the message).
-    BadArgument,
-    /// A user-given input file with a malformed value (intervals, service times, a CSV table, an imported trace).
-    BadInput,
-    /// A collective or other MPI operation of a run did not complete within `--collective-timeout-s`.
-    CollectiveTimeout,
-    /// An input path names a FIFO, device, socket or directory where a regular file is read.
-    NotRegularFile,
-    /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology) than the campaign's hardware contract allows.
-    HardwareContract,
-    /// Generated (`synth-shards`) shards where measurements are required: verify, analyze, summarize, canary verify.
-    Synthetic,
+/// One list makes the enum, [`Code::ALL`] (in the list's order, which is
+/// docs/REFERENCE.md's) and [`Code::as_str`]: a code cannot be added to one and
+/// forgotten in another.
+macro_rules! refusal_codes {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)+) => {
+        /// Stable refusal codes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Code {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl Code {
+            /// Every code, in the order of docs/REFERENCE.md's table.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)+];
+
+            /// The code as printed.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $name,)+
+                }
+            }
+        }
+    };
 }
 
-impl Code {
-    /// Every code, in the order of docs/REFERENCE.md's table.
-    pub const ALL: &'static [Code] = &[
-        Code::CampaignState,
-        Code::StaleManifest,
-        Code::Locked,
-        Code::OrphanJob,
-        Code::OverlappingAttempts,
-        Code::OverLimit,
-        Code::BadStructure,
-        Code::DuplicateRun,
-        Code::ArchiveLink,
-        Code::ArchiveOutputInside,
-        Code::ArchiveMember,
-        Code::OutOfRange,
-        Code::BadSpec,
-        Code::NoSuchInput,
-        Code::BadFormat,
-        Code::UnsupportedVersion,
-        Code::Truncated,
-        Code::DigestMismatch,
-        Code::Stale,
-        Code::ForeignShard,
-        Code::MissingRank,
-        Code::DuplicateRank,
-        Code::UnlistedRank,
-        Code::GroupMismatch,
-        Code::DuplicateEvent,
-        Code::UnmatchedEvent,
-        Code::IdentityMismatch,
-        Code::IdentityContradiction,
-        Code::MissingCell,
-        Code::DuplicateCell,
-        Code::UnexpectedCell,
-        Code::FailedAttempt,
-        Code::SelectionMismatch,
-        Code::DuplicateAttempt,
-        Code::NotJoinable,
-        Code::Incomplete,
-        Code::CampaignMismatch,
-        Code::AlreadyExists,
-        Code::BadArgument,
-        Code::BadInput,
-        Code::CollectiveTimeout,
-        Code::NotRegularFile,
-        Code::HardwareContract,
-        Code::Synthetic,
-    ];
-
-    /// The code as printed.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::CampaignState => "CAMPAIGN_STATE",
-            Code::StaleManifest => "STALE_MANIFEST",
-            Code::Locked => "LOCKED",
-            Code::OrphanJob => "ORPHAN_JOB",
-            Code::OverlappingAttempts => "OVERLAPPING_ATTEMPTS",
-            Code::OverLimit => "OVER_LIMIT",
-            Code::BadStructure => "BAD_STRUCTURE",
-            Code::DuplicateRun => "DUPLICATE_RUN",
-            Code::ArchiveLink => "ARCHIVE_LINK",
-            Code::ArchiveOutputInside => "ARCHIVE_OUTPUT_INSIDE",
-            Code::ArchiveMember => "ARCHIVE_MEMBER",
-            Code::OutOfRange => "OUT_OF_RANGE",
-            Code::BadSpec => "BAD_SPEC",
-            Code::NoSuchInput => "NO_SUCH_INPUT",
-            Code::BadFormat => "BAD_FORMAT",
-            Code::UnsupportedVersion => "UNSUPPORTED_VERSION",
-            Code::Truncated => "TRUNCATED",
-            Code::DigestMismatch => "DIGEST_MISMATCH",
-            Code::Stale => "STALE",
-            Code::ForeignShard => "FOREIGN_SHARD",
-            Code::MissingRank => "MISSING_RANK",
-            Code::DuplicateRank => "DUPLICATE_RANK",
-            Code::UnlistedRank => "UNLISTED_RANK",
-            Code::GroupMismatch => "GROUP_MISMATCH",
-            Code::DuplicateEvent => "DUPLICATE_EVENT",
-            Code::UnmatchedEvent => "UNMATCHED_EVENT",
-            Code::IdentityMismatch => "IDENTITY_MISMATCH",
-            Code::IdentityContradiction => "IDENTITY_CONTRADICTION",
-            Code::MissingCell => "MISSING_CELL",
-            Code::DuplicateCell => "DUPLICATE_CELL",
-            Code::UnexpectedCell => "UNEXPECTED_CELL",
-            Code::FailedAttempt => "FAILED_ATTEMPT",
-            Code::SelectionMismatch => "SELECTION_MISMATCH",
-            Code::DuplicateAttempt => "DUPLICATE_ATTEMPT",
-            Code::NotJoinable => "NOT_JOINABLE",
-            Code::Incomplete => "INCOMPLETE",
-            Code::CampaignMismatch => "CAMPAIGN_MISMATCH",
-            Code::AlreadyExists => "ALREADY_EXISTS",
-            Code::BadArgument => "BAD_ARGUMENT",
-            Code::BadInput => "BAD_INPUT",
-            Code::CollectiveTimeout => "COLLECTIVE_TIMEOUT",
-            Code::NotRegularFile => "NOT_REGULAR_FILE",
-            Code::HardwareContract => "HARDWARE_CONTRACT",
-            Code::Synthetic => "SYNTHETIC",
-        }
-    }
+refusal_codes! {
+    /// `plan` into a directory that already holds campaign state.
+    CampaignState => "CAMPAIGN_STATE",
+    /// An attempt or run made under another manifest or workload.
+    StaleManifest => "STALE_MANIFEST",
+    /// Another process holds the campaign (or cell) lock.
+    Locked => "LOCKED",
+    /// A job of an interrupted `exec` is still running.
+    OrphanJob => "ORPHAN_JOB",
+    /// Two attempts ran at the same time on one host.
+    OverlappingAttempts => "OVERLAPPING_ATTEMPTS",
+    /// An input exceeds a documented size or count limit.
+    OverLimit => "OVER_LIMIT",
+    /// A run record or shard whose structure is impossible (world size, membership).
+    BadStructure => "BAD_STRUCTURE",
+    /// The same run given twice.
+    DuplicateRun => "DUPLICATE_RUN",
+    /// `archive`: a symbolic link or special file inside the campaign.
+    ArchiveLink => "ARCHIVE_LINK",
+    /// `archive`: the output lies inside the campaign directory.
+    ArchiveOutputInside => "ARCHIVE_OUTPUT_INSIDE",
+    /// `check-archive`: a member name or type that could escape or was never hashed.
+    ArchiveMember => "ARCHIVE_MEMBER",
+    /// A number outside its documented range.
+    OutOfRange => "OUT_OF_RANGE",
+    /// A campaign spec that can never run or analyze.
+    BadSpec => "BAD_SPEC",
+    /// A named file or directory of evidence does not exist (run directory, run.json, selection, a shard in verify).
+    NoSuchInput => "NO_SUCH_INPUT",
+    /// A file is not what it claims to be: bad magic, damaged trailer marker, undecodable header or body, trailing bytes.
+    BadFormat => "BAD_FORMAT",
+    /// A format version this build does not read.
+    UnsupportedVersion => "UNSUPPORTED_VERSION",
+    /// A file ends before its declared lengths or its trailer.
+    Truncated => "TRUNCATED",
+    /// Content does not hash (or size) to the digest recorded for it: a shard's trailer, a manifest, an archive.
+    DigestMismatch => "DIGEST_MISMATCH",
+    /// A file changed after it was recorded: a shard or run.json no longer matches the digest in run.json or the selection.
+    Stale => "STALE",
+    /// A shard in a run directory belongs to another run, or its rank or world size does not fit the run.
+    ForeignShard => "FOREIGN_SHARD",
+    /// A rank of the run has no shard.
+    MissingRank => "MISSING_RANK",
+    /// Two shards claim the same rank.
+    DuplicateRank => "DUPLICATE_RANK",
+    /// A shard's rank is not listed in run.json.
+    UnlistedRank => "UNLISTED_RANK",
+    /// Ranks disagree on a process group's membership, or a rank records a collective of a group it is not in.
+    GroupMismatch => "GROUP_MISMATCH",
+    /// A rank records the same (group, sequence) twice.
+    DuplicateEvent => "DUPLICATE_EVENT",
+    /// A collective is present on some members of its group and missing on others.
+    UnmatchedEvent => "UNMATCHED_EVENT",
+    /// Ranks disagree on one operation's identity (kind, bytes, dtype, phase).
+    IdentityMismatch => "IDENTITY_MISMATCH",
+    /// A run's recorded identity (ranks, backend, environment, NCCL library) contradicts the manifest's configuration.
+    IdentityContradiction => "IDENTITY_CONTRADICTION",
+    /// A scheduled cell has no selected attempt.
+    MissingCell => "MISSING_CELL",
+    /// A cell has more than one selected attempt.
+    DuplicateCell => "DUPLICATE_CELL",
+    /// The selection names a cell the manifest does not schedule.
+    UnexpectedCell => "UNEXPECTED_CELL",
+    /// The selected attempt of a cell did not succeed.
+    FailedAttempt => "FAILED_ATTEMPT",
+    /// A selection entry disagrees with the attempt record it names.
+    SelectionMismatch => "SELECTION_MISMATCH",
+    /// An attempt id appears twice.
+    DuplicateAttempt => "DUPLICATE_ATTEMPT",
+    /// A run of a cell does not join (its join refusal follows).
+    NotJoinable => "NOT_JOINABLE",
+    /// A campaign that `verify` does not pass as complete: no ranking, comparison or queue is computed from it.
+    Incomplete => "INCOMPLETE",
+    /// Two campaigns that cannot be joined (same manifest, same id, different definitions).
+    CampaignMismatch => "CAMPAIGN_MISMATCH",
+    /// An output that already exists: archives, reports and joined campaigns are never overwritten.
+    AlreadyExists => "ALREADY_EXISTS",
+    /// An argument, or a combination of arguments, that cannot run (named in the message).
+    BadArgument => "BAD_ARGUMENT",
+    /// A user-given input file with a malformed value (intervals, service times, a CSV table, an imported trace).
+    BadInput => "BAD_INPUT",
+    /// A collective or other MPI operation of a run did not complete within `--collective-timeout-s`.
+    CollectiveTimeout => "COLLECTIVE_TIMEOUT",
+    /// An input path names a FIFO, device, socket or directory where a regular file is read.
+    NotRegularFile => "NOT_REGULAR_FILE",
+    /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology) than the campaign's hardware contract allows.
+    HardwareContract => "HARDWARE_CONTRACT",
+    /// Generated (`synth-shards`) shards where measurements are required: verify, analyze, summarize, canary verify.
+    Synthetic => "SYNTHETIC",
 }
 
 /// A refusal: code plus what was refused and why.
@@ -255,6 +178,23 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Code::ALL.len(), "codes are distinct");
+        // and the table names no code this build lacks
+        let rows = readme.lines().filter(|l| l.starts_with("| `") && l[3..].split('`').next().is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')));
+        assert_eq!(rows.count(), Code::ALL.len(), "docs/REFERENCE.md: one refusal row per code, no more");
+    }
+
+    #[test]
+    fn every_printed_code_is_its_variant_name_in_screaming_snake_case() {
+        for c in Code::ALL {
+            let mut want = String::new();
+            for (i, ch) in format!("{c:?}").chars().enumerate() {
+                if ch.is_ascii_uppercase() && i > 0 {
+                    want.push('_');
+                }
+                want.push(ch.to_ascii_uppercase());
+            }
+            assert_eq!(c.as_str(), want, "{c:?}");
+        }
     }
 
     #[test]
