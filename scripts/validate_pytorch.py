@@ -51,7 +51,7 @@ CONFIGS = [
 ]
 # Kept in every child's environment: no NVLink SHARP / multicast paths (see the issue and KINDS.md).
 FIXED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-# Same presets as src/workload.rs (hidden, ffn, layers, q_dim, kv_dim); Llama 3 values from the
+# Same presets as src/core/workload.rs (hidden, ffn, layers, q_dim, kv_dim); Llama 3 values from the
 # models' config.json (hidden_size, intermediate_size, num_hidden_layers, heads x 128, kv heads x 128).
 MODELS = {
     "llama3-8b": (4096, 14336, 32, 4096, 1024),
@@ -64,7 +64,7 @@ MODES = ("eager", "graph")
 # ---------------------------------------------------------------- pure functions (self-tested)
 
 def tp_gemms(model, tp, m):
-    """Per-rank (name, m, n, k) of one layer, as src/workload.rs splits them."""
+    """Per-rank (name, m, n, k) of one layer, as src/core/workload.rs splits them."""
     h, f, _layers, q, kv = MODELS[model]
     for what, v in (("query width", q), ("key/value width", kv), ("FFN size", f)):
         if v % tp:
