@@ -58,6 +58,10 @@ pub const EXIT_COULD_NOT_RUN: i32 = 3;
 /// 2: ratio checks carry their interval method and reference jobs; `likely_cause`.
 pub const REPORT_FORMAT_VERSION: u32 = 2;
 
+/// Ratio checks judged as one family: all-reduce busbw, all-gather busbw,
+/// workload token latency.
+const RATIO_CHECKS: usize = 3;
+
 /// `commcanary validate`.
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["record_reference", "reference"])))]
@@ -691,6 +695,8 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
         let per_job = |stat: &dyn Fn(&RoundRecord) -> f64| -> (Vec<f64>, Vec<Vec<f64>>) {
             (ev.rounds.rounds.iter().map(stat).collect(), set.jobs.iter().map(|j| j.evidence.rounds.rounds.iter().map(stat).collect()).collect())
         };
+        // the ratio checks below are one family (any FAIL fails the node)
+        let per_check = verdict::check_coverage(site.coverage, RATIO_CHECKS);
         for kind in [Collective::AllReduce, Collective::AllGather] {
             let stat = |r: &RoundRecord| {
                 match kind {
@@ -706,7 +712,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
                 &there,
                 site.busbw_min_ratio,
                 verdict::Direction::AtLeast,
-                site.coverage,
+                per_check,
                 "GB/s geomean over sizes",
                 3,
             )?);
@@ -718,7 +724,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
             &there,
             site.token_latency_max_ratio,
             verdict::Direction::AtMost,
-            site.coverage,
+            per_check,
             "us per token",
             1,
         )?);
@@ -742,7 +748,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
         verdict: overall,
         exit_code: overall.map(CheckVerdict::exit_code).unwrap_or(0),
         evidence_dir: out.display().to_string(),
-        method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. A reference of K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom times s_J sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7): it carries job-to-job variation. A reference of one job: round i of this node paired with round i of the reference, the Student-t interval of the mean per-round log-ratio; it carries round-to-round variation only, so a FAIL is reported INCONCLUSIVE".into(),
+        method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. The three ratio checks are one family: each interval has coverage 1 - (1 - coverage)/3 (Bonferroni), so that an unchanged node fails some check with probability at most (1 - coverage)/2. A reference of K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom times s sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7), s = max(s_J, s_w/sqrt(n)) with s_w the pooled within-job round sd (the job variance component truncated at zero, Searle, Casella and McCulloch 1992, 3.5): it carries job-to-job variation. A reference of one job: round i of this node paired with round i of the reference, the Student-t interval of the mean per-round log-ratio; it carries round-to-round variation only, so a FAIL is reported INCONCLUSIVE".into(),
         likely_cause,
     })
 }

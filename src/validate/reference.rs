@@ -423,7 +423,8 @@ pub struct Site {
     /// reference's (default 1.05).
     #[serde(default = "default_token_latency_max_ratio")]
     pub token_latency_max_ratio: f64,
-    /// Two-sided coverage of every interval (default 0.95).
+    /// Two-sided coverage of the ratio checks as one family (default 0.95):
+    /// each interval at 1 − (1 − coverage)/3 (see [`super::verdict::check_coverage`]).
     #[serde(default = "default_coverage")]
     pub coverage: f64,
     /// Largest growth of one NVLink's CRC (flit + data) error counters during a

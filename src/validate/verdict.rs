@@ -54,8 +54,17 @@
 //! y − μ_ref is the prediction interval for one new observation from a
 //! normal sample of K (Hahn and Meeker, "Statistical Intervals", 1991, §4.7;
 //! Geisser, "Predictive Inference", 1993, §2.1.1):
-//! y − m̄ ± t_{1−α/2, K−1} · s_J · √(1 + 1/K), reported as a ratio exp(·),
-//! and judged by the rule above. An unchanged node lands inside it with
+//! y − m̄ ± t_{1−α/2, K−1} · s · √(1 + 1/K), reported as a ratio exp(·),
+//! and judged by the rule above. Here s = max(s_J, s_w/√n), s_w the pooled
+//! standard deviation of rounds within the reference's jobs (K(n − 1)
+//! degrees of freedom): the variance of a job mean is σ_b² + σ_w²/n, and
+//! with the job component estimated by s_J² − s_w²/n truncated at zero (the
+//! ANOVA estimator, never negative; Searle, Casella and McCulloch 1992,
+//! §3.5) its estimate is never below what the rounds alone imply. With 2 or
+//! 3 reference jobs s_J alone is, by chance, often far below σ: measured
+//! on unchanged nodes it let back-to-back reference jobs that happened to
+//! agree make the interval too narrow for the next job (results/
+//! 2026-12-02-validate-false-fail-20/). An unchanged node lands inside it with
 //! probability `coverage`, so for a threshold at or beyond ratio 1 a FAIL
 //! has probability at most (1 − coverage)/2 whatever σ_b is. More reference
 //! jobs narrow it only down to z_{1−α/2} · s_J: job-to-job spread is not
@@ -153,6 +162,11 @@ pub struct RatioCheck {
     /// rounds within the reference's jobs (σ_w), to compare with `sd_log`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sd_log_within_jobs: Option<f64>,
+    /// Job prediction: the standard deviation of one job's mean the interval
+    /// used, max(s_J, σ_w/√n) (see the module documentation). Absent for
+    /// paired rounds and in reports before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sd_log_job_mean: Option<f64>,
     /// The site's threshold ratio.
     pub threshold: f64,
     /// Which side of the threshold passes.
@@ -180,6 +194,15 @@ fn judge(lo: f64, hi: f64, threshold: f64, direction: Direction) -> CheckVerdict
         Direction::AtMost if lo > threshold => CheckVerdict::Fail,
         _ => CheckVerdict::Inconclusive,
     }
+}
+
+/// Coverage of each of `checks` ratio checks judged as one family: a
+/// validation FAILs when any check fails, so each is held at
+/// 1 − (1 − `family`)/`checks` (Bonferroni), and an unchanged node FAILs
+/// some check with probability at most (1 − `family`)/2 under the model
+/// (each FAIL is one-sided).
+pub fn check_coverage(family: f64, checks: usize) -> f64 {
+    1.0 - (1.0 - family) / checks.max(1) as f64
 }
 
 /// Largest reference job count [`jobs_to_resolve`] suggests.
@@ -220,14 +243,18 @@ pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, dire
     }
     let mbar = mean(&job_means);
     let s_j = (job_means.iter().map(|m| (m - mbar).powi(2)).sum::<f64>() / (k - 1) as f64).sqrt();
+    let s_w = (within_df > 0).then(|| (within_ss / within_df as f64).sqrt());
+    // the variance of one job's mean, σ_b² + σ_w²/n, with σ_b² estimated
+    // truncated at zero: never below what the rounds alone imply
+    let s_mean = s_j.max(s_w.map_or(0.0, |w| w / (n as f64).sqrt()));
     let q = 1.0 - (1.0 - coverage) / 2.0;
-    let half = t_quantile(q, (k - 1) as f64) * s_j * (1.0 + 1.0 / k as f64).sqrt();
+    let half = t_quantile(q, (k - 1) as f64) * s_mean * (1.0 + 1.0 / k as f64).sqrt();
     let d = y - mbar;
     let (lo, hi) = ((d - half).exp(), (d + half).exp());
     let verdict = judge(lo, hi, threshold, direction);
     let gap = (d - threshold.ln()).abs();
     let jobs_to_resolve = (verdict == CheckVerdict::Inconclusive && gap > 0.0 && gap.is_finite())
-        .then(|| ((k as u32 + 1)..=MAX_JOBS).find(|&kk| t_quantile(q, f64::from(kk - 1)) * s_j * (1.0 + 1.0 / f64::from(kk)).sqrt() < gap))
+        .then(|| ((k as u32 + 1)..=MAX_JOBS).find(|&kk| t_quantile(q, f64::from(kk - 1)) * s_mean * (1.0 + 1.0 / f64::from(kk)).sqrt() < gap))
         .flatten();
     Ok(RatioCheck {
         method: IntervalMethod::JobPrediction,
@@ -239,7 +266,8 @@ pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, dire
         ratio_high: hi,
         coverage,
         sd_log: s_j,
-        sd_log_within_jobs: (within_df > 0).then(|| (within_ss / within_df as f64).sqrt()),
+        sd_log_within_jobs: s_w,
+        sd_log_job_mean: Some(s_mean),
         threshold,
         direction,
         verdict,
@@ -273,6 +301,7 @@ pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: D
         coverage,
         sd_log: iv.sd_log,
         sd_log_within_jobs: None,
+        sd_log_job_mean: None,
         threshold,
         direction,
         verdict,
@@ -372,7 +401,8 @@ mod tests {
         assert_eq!(c.verdict, CheckVerdict::Inconclusive, "{c:?}");
         assert_eq!((c.method, c.reference_jobs, c.pairs, c.job_variation), (IntervalMethod::JobPrediction, 3, 4, true));
         assert!(c.sd_log > 5.0 * c.sd_log_within_jobs.unwrap(), "{c:?}");
-        // the half-width is t_{0.975,2} s_J sqrt(1 + 1/3)
+        // the half-width is t_{0.975,2} s_J sqrt(1 + 1/3): the job spread is above the rounds' floor
+        assert_eq!(c.sd_log_job_mean, Some(c.sd_log));
         let half = t_quantile(0.975, 2.0) * c.sd_log * (4.0f64 / 3.0).sqrt();
         assert!((c.ratio_high.ln() - c.ratio.ln() - half).abs() < 1e-12);
         // a node far below every job fails; one inside passes a loose threshold
@@ -384,6 +414,49 @@ mod tests {
         assert!(c.jobs_to_resolve.is_none() || c.jobs_to_resolve.unwrap() > 3);
         assert!(job_check(&node, &jobs[..1], 0.95, Direction::AtLeast, 0.95).is_err(), "one job has no job spread");
         assert!(job_check(&[1.0], &jobs, 0.95, Direction::AtLeast, 0.95).is_err());
+    }
+
+    #[test]
+    fn job_means_that_agree_by_chance_do_not_narrow_the_interval_below_the_rounds() {
+        // three jobs whose means agree closely while their rounds spread by ~10%
+        let jobs = vec![vec![90.0, 110.0, 100.0, 100.0], vec![110.0, 90.0, 100.0, 100.5], vec![100.0, 100.0, 90.5, 110.0]];
+        let c = job_check(&[100.0, 95.0, 105.0, 100.0], &jobs, 0.95, Direction::AtLeast, 0.95).unwrap();
+        let w = c.sd_log_within_jobs.unwrap();
+        assert!(c.sd_log < w / 2.0 / 2.0, "the job means agree far better than the rounds imply: {c:?}");
+        // the interval uses s_w / sqrt(n), n = 4 rounds
+        assert_eq!(c.sd_log_job_mean, Some(w / 2.0));
+        let half = t_quantile(0.975, 2.0) * (w / 2.0) * (4.0f64 / 3.0).sqrt();
+        assert!((c.ratio_high.ln() - c.ratio.ln() - half).abs() < 1e-12, "{c:?}");
+    }
+
+    #[test]
+    fn the_three_checks_share_one_family_level() {
+        assert!((check_coverage(0.95, 3) - (1.0 - 0.05 / 3.0)).abs() < 1e-15);
+        assert_eq!(check_coverage(0.9, 1), 0.9);
+        // simulated unchanged node, three independent checks per validation, a
+        // small job effect (sd 0.02) under round noise (sd 0.1), 3 reference jobs
+        // of 6 rounds: s_J alone often falls far below the job mean's spread
+        use rand::SeedableRng;
+        use rand_distr::{Distribution, Normal};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (b, e) = (Normal::new(0.0, 0.02).unwrap(), Normal::new(0.0, 0.1).unwrap());
+        let job = |rng: &mut rand_chacha::ChaCha8Rng| {
+            let bj: f64 = b.sample(rng);
+            (0..6).map(|_| (bj + e.sample(rng)).exp() * 100.0).collect::<Vec<f64>>()
+        };
+        let trials = 3000;
+        let mut fails = 0;
+        for _ in 0..trials {
+            let failed = (0..3).any(|_| {
+                let reference: Vec<Vec<f64>> = (0..3).map(|_| job(&mut rng)).collect();
+                let node = job(&mut rng);
+                job_check(&node, &reference, 1.0, Direction::AtLeast, check_coverage(0.95, 3)).unwrap().verdict == CheckVerdict::Fail
+            });
+            fails += usize::from(failed);
+        }
+        let rate = fails as f64 / trials as f64;
+        // nominal at most (1 - 0.95)/2 = 2.5% per validation
+        assert!(rate < 0.035, "validation false-fail rate {rate}");
     }
 
     #[test]
