@@ -103,7 +103,6 @@ pub fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
 /// before it and who waited inside it.
 pub fn render(stalls: &[Stall]) -> Vec<String> {
     let mut keys: Vec<(Phase, u32, u64)> = stalls.iter().map(|s| (s.phase, s.group, s.seq)).collect();
-    keys.dedup();
     keys.sort_by_key(|k| (k.0 as u32, k.1, k.2));
     keys.dedup();
     keys.into_iter()
