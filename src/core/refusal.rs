@@ -179,7 +179,9 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), Code::ALL.len(), "codes are distinct");
         // and the table names no code this build lacks
-        let rows = readme.lines().filter(|l| l.starts_with("| `") && l[3..].split('`').next().is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')));
+        let rows = readme.lines().filter(|l| {
+            l.starts_with("| `") && l[3..].split('`').next().is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'))
+        });
         assert_eq!(rows.count(), Code::ALL.len(), "docs/REFERENCE.md: one refusal row per code, no more");
     }
 
