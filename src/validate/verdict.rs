@@ -67,7 +67,7 @@
 //! 2026-12-02-validate-false-fail-20/). An unchanged node lands inside it with
 //! probability `coverage`, so for a threshold at or beyond ratio 1 a FAIL
 //! has probability at most (1 − coverage)/2 whatever σ_b is. More reference
-//! jobs narrow it only down to z_{1−α/2} · s_J: job-to-job spread is not
+//! jobs narrow it only down to z_{1−α/2} · s: job-to-job spread is not
 //! averaged away by rounds. An inconclusive check says how many reference
 //! jobs would resolve it at the measured spread (`jobs_to_resolve`).
 //!
