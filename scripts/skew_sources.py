@@ -7,7 +7,7 @@ the part the replay designed (difference of the ranks' paced gaps, each from
 when its host saw the previous collective complete to the end of its pacing)
 and what is left beyond it (arrival less paced gap, max minus min). Prints
 the distributions for delayed and undelayed collectives, the count of each
-above the control's line (skew >= delay - bound), and the undelayed
+above the control's line (skew >= delay/2 - bound), and the undelayed
 collectives with the largest skew, split into the two parts.
 
 Usage: python3 scripts/skew_sources.py EVENTS.jsonl [--delay-us 20] [--top 8]
@@ -57,7 +57,7 @@ def main():
         })
     if not rows:
         raise SystemExit(f"{a.events}: no timed replay collective with paced gaps on every rank")
-    line = lambda r, k: r[k] >= a.delay_us - r["bound"][k]
+    line = lambda r, k: r[k] >= a.delay_us / 2 - r["bound"][k]
     for name, sel in (("delayed", True), ("undelayed", False)):
         rs = [r for r in rows if r["delayed"] == sel]
         print(f"{name}: skew {quantiles([r['skew'] for r in rs])}")

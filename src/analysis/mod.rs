@@ -128,7 +128,7 @@ pub struct DelayCounts {
     pub delay_us: f64,
     /// Delayed timed collectives.
     pub delayed: u64,
-    /// Of those, with skew >= delay − bound (skew beyond the replay's
+    /// Of those, with skew >= delay/2 − bound (skew beyond the replay's
     /// design where `beyond_design`).
     pub detected: u64,
     /// Undelayed timed collectives.
@@ -1046,9 +1046,9 @@ fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlResult {
         subject: format!("{label} round {round}: {} µs arrival delay on one rank", d.delay_us),
         phase: None,
         predicted: if d.beyond_design {
-            "arrival skew beyond the replay's design (the skew itself outside replay) >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others"
+            "arrival skew beyond the replay's design (the skew itself outside replay) >= delay/2 − bound on at least 90% of delayed collectives, on at most 1% of the others"
         } else {
-            "arrival skew >= delay − bound on at least 90% of delayed collectives, on at most 1% of the others"
+            "arrival skew >= delay/2 − bound on at least 90% of delayed collectives, on at most 1% of the others"
         }
         .into(),
         observed: if d.delayed == 0 {
