@@ -423,6 +423,8 @@ fn plan_refuses_specs_no_cell_can_run_or_analyze() {
         ("envname", cfg("", "\"1BAD\" = \"x\""), "", "not an environment variable name"),
         ("launcher-n", String::new(), "args = [\"--oversubscribe\", \"-n\", \"1\"]", "launcher.args"),
         ("cuda", cfg("\"--backend\", \"cuda\"", ""), "", "backend"),
+        ("repeat0", cfg("\"--inject-repeat\", \"0\"", ""), "", "--inject-repeat 0 is outside its range"),
+        ("repeat-cuda", cfg("\"--inject-repeat\", \"2\"", ""), "", "--inject-repeat needs backend = \"cpu\""),
     ];
     for (tag, extra, replace, needle) in cases {
         let p = small_spec(d.path(), tag, 1, &extra);
@@ -431,6 +433,7 @@ fn plan_refuses_specs_no_cell_can_run_or_analyze() {
             "strict" => text.replace(replace, "tie_policy = \"strict\""),
             "iqr" => text.replace("tie_policy = \"interval\"", replace),
             "launcher-n" => text.replace("args = [\"--oversubscribe\"]", replace),
+            "repeat-cuda" => text.replace("backend = \"cpu\"", "backend = \"cuda\""),
             _ => text,
         };
         std::fs::write(&p, text).unwrap();

@@ -182,6 +182,7 @@ fn bad_arguments_are_refused_before_mpi() {
         (vec!["rank", "--model", "synthetic", "--sizes", "3B"], "OUT_OF_RANGE", "whole number of f32"),
         (vec!["rank", "--inject-delay", "rank=1,every=0,us=5"], "OUT_OF_RANGE", "every must be at least 1"),
         (vec!["rank", "--inject-clock", "rank=1,offset_ms=5"], "BAD_ARGUMENT", "unknown key"),
+        (vec!["rank", "--inject-repeat", "0"], "OUT_OF_RANGE", "--inject-repeat 0 is outside its range (1 to 64)"),
     ] {
         let o = cc(&args);
         let err = assert_refused(&o, code);
@@ -212,4 +213,46 @@ fn existing_run_is_never_overwritten() {
     let o = mpirun(2, &args);
     assert!(assert_refused(&o, "ALREADY_EXISTS").contains("never overwritten"));
     assert_eq!(digests(&d.path().join("fixed")), before);
+}
+
+/// `--inject-repeat N` (the known-bad control whose cost grows with the
+/// machine's load) runs every group-0 all-reduce N times inside one recorded
+/// collective, in every phase. Counted by Open MPI's own collective monitoring
+/// (`coll/monitoring`: all-to-all operations per communicator), not by the
+/// tool: N times the operations on the backend's communicator, the same
+/// recorded events, the results still checked, and the header says so.
+#[test]
+fn inject_repeat_runs_every_world_all_reduce_n_times_counted_by_mpi() {
+    let d = tempfile::tempdir().unwrap();
+    let phases = "isolated,blocking,async,replay,fill,overlap";
+    let shape = ["--backend", "cpu", "--phases", phases, "--tokens", "4", "--model", "synthetic", "--layers", "2", "--iters", "3", "--check", "2"];
+    let mut ops = Vec::new();
+    let mut recorded = Vec::new();
+    for n in ["1", "3"] {
+        let (out, prof) = (d.path().join(format!("out{n}")), d.path().join(format!("mon{n}")));
+        let env = [
+            ("OMPI_MCA_pml_monitoring_enable", "1"),
+            ("OMPI_MCA_pml_monitoring_enable_output", "3"),
+            ("OMPI_MCA_pml_monitoring_filename", prof.to_str().unwrap()),
+        ];
+        let args = [&["rank", "-q", "--out", out.to_str().unwrap(), "--inject-repeat", n][..], &shape[..]].concat();
+        ok(&mpirun_contexts(&[(2, &env[..], &args[..])]));
+        let run = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
+        let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+        assert_eq!(shard.header.repeat_injection, (n != "1").then_some(3), "the header records the control");
+        assert!(!shard.header.checks.is_empty() && shard.header.checks.iter().all(|c| c.wrong_elements == 0), "every checked result is right");
+        recorded.push(shard.body.collectives.iter().filter(|e| e.group == 0).count());
+        // rank 0's profile: the all-to-all operations on the communicator the backend duplicated from the world
+        let text = std::fs::read_to_string(format!("{}.0.prof", prof.display())).expect("coll/monitoring wrote rank 0's profile");
+        let block = text
+            .split("\nD\t")
+            .find(|b| b.starts_with("MPI COMMUNICATOR") && b.contains("DUP FROM 0"))
+            .unwrap_or_else(|| panic!("no duplicated world in {text}"));
+        let a2a = block.lines().find(|l| l.starts_with("A2A")).unwrap();
+        let msgs: usize = a2a.split('\t').nth(3).and_then(|f| f.strip_suffix(" msgs sent")).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("{a2a}"));
+        ops.push(msgs);
+    }
+    assert_eq!(recorded[0], recorded[1], "the repeats are not recorded events");
+    assert_eq!(ops[0], recorded[0], "without the control MPI saw one all-reduce per recorded collective: {ops:?} {recorded:?}");
+    assert_eq!(ops[1], 3 * recorded[1], "with it, three: {ops:?} {recorded:?}");
 }

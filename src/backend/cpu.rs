@@ -206,6 +206,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn extra_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        self.issue_allreduce(bytes, dtype)?;
+        self.wait_allreduce()?;
+        // not one of the pass's recorded collectives
+        self.issued_in_pass -= 1;
+        Ok(())
+    }
+
     fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>> {
         let Some((mut req, bytes)) = self.pending.take() else {
             return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));

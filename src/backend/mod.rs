@@ -173,6 +173,13 @@ pub trait Backend {
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
     fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>>;
+    /// Run the all-reduce [`Backend::issue_allreduce`] would start once more,
+    /// complete when this returns and outside the pass's timings: the negative
+    /// control `--inject-repeat` (a recorded collective that does N times the
+    /// work). A backend that times each call on device events has none.
+    fn extra_allreduce(&mut self, _bytes: u64, _dtype: Dtype) -> BackendResult<()> {
+        Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into()))
+    }
     /// Issue the collectives that follow on the compute stream itself
     /// (`true`) or on a stream of their own joined by events (`false`, the
     /// default); see [`crate::core::workload::CommStream`]. A backend without

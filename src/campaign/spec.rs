@@ -506,6 +506,13 @@ impl CampaignSpec {
                     self.backend
                 );
             }
+            if parsed.inject_repeat.is_some_and(|n| n > 1) && self.backend != "cpu" {
+                crate::refuse!(
+                    Code::BadSpec,
+                    "configs.{}: --inject-repeat needs backend = \"cpu\" (the cuda backend times one NCCL call per recorded collective)",
+                    c.name
+                );
+            }
             // a rank outside the job would be refused by every cell
             let delayed = parsed.inject_delay.as_deref().map(crate::core::workload::DelayInjection::parse).transpose()?.map(|d| ("--inject-delay", d.rank));
             let skewed = parsed

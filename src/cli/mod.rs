@@ -163,6 +163,9 @@ pub struct RankArgs {
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     #[arg(long)]
     pub inject_delay: Option<String>,
+    /// Negative control (a known-bad configuration whose cost grows with the machine's load, as a real one's does): every all-reduce on the world (group 0) runs N times back to back, the recorded collective spanning all N; every rank must be given the same N.
+    #[arg(long)]
+    pub inject_repeat: Option<u32>,
     /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
     #[arg(long)]
     pub inject_clock: Vec<String>,
@@ -701,6 +704,7 @@ impl From<RankArgs> for crate::rank::RankOptions {
             trace: a.trace,
             trace_allreduce_only: a.trace_allreduce_only,
             inject_delay: a.inject_delay,
+            inject_repeat: a.inject_repeat,
             inject_clock: a.inject_clock,
             clock: a.clock,
             clock_sync: a.clock_sync,

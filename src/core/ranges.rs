@@ -54,6 +54,7 @@ pub const RANGES: &[Range] = &[
     r("rank", "--check", "0 to 1 000 000"),
     r("rank", "--membound-bytes", "4 B to 1 GiB"),
     r("rank", "--inject-delay", "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 000"),
+    r("rank", "--inject-repeat", "1 to 64 (cpu backend)"),
     r("rank", "--inject-clock", "rank 0 to 1 048 575 (and below the world size), offset_us and drift_ppm finite, below 1e9 and 1e5 in magnitude"),
     r("rank", "--clock-samples", "1 to 100 000"),
     r("rank", "--collective-timeout-s", "finite, above 0, at most 86 400 (one day)"),
@@ -129,6 +130,8 @@ pub const MAX_REQUESTS: usize = 10_000_000;
 pub const MAX_CLIENTS: u32 = 1_000_000;
 /// Most GPUs `capacity` will count.
 pub const MAX_GPUS: f64 = 1e12;
+/// Most runs of one all-reduce under `--inject-repeat`.
+pub const MAX_INJECT_REPEAT: u32 = 64;
 /// Largest rank a test-fixture or injection option may name.
 pub const MAX_RANK: u32 = crate::core::limits::MAX_WORLD_SIZE - 1;
 

@@ -629,6 +629,11 @@ pub struct ShardHeader {
     pub clock_anchor_true_ns: u64,
     /// Arrival-delay injection in force (negative control).
     pub delay_injection: Option<DelayInjection>,
+    /// Repeat injection in force (negative control, `--inject-repeat N`): every
+    /// group-0 all-reduce ran N times inside its recorded span; absent when
+    /// none (and in older shards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_injection: Option<u32>,
     /// Cold-start figures.
     pub cold_start: ColdStart,
     /// Fields this backend does not measure.

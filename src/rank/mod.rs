@@ -137,6 +137,8 @@ pub struct RankOptions {
     pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     pub inject_delay: Option<String>,
+    /// Negative control: every group-0 all-reduce runs N times back to back, inside one recorded collective.
+    pub inject_repeat: Option<u32>,
     /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
     pub inject_clock: Vec<String>,
     /// Clock calibration against rank 0.
@@ -185,7 +187,9 @@ pub struct RankOptions {
 /// Every number of `rank`'s options, against the ranges documented in
 /// [`crate::core::ranges`].
 pub fn check_ranges(a: &RankOptions) -> Result<()> {
-    use crate::core::ranges::{int, out, positive, size, sizes, MAX_GEMM_DIM, MAX_MESSAGE_BYTES, MAX_PHASE_COLLECTIVES, MAX_RANK, MAX_TOKENS_IN_FLIGHT};
+    use crate::core::ranges::{
+        int, out, positive, size, sizes, MAX_GEMM_DIM, MAX_INJECT_REPEAT, MAX_MESSAGE_BYTES, MAX_PHASE_COLLECTIVES, MAX_RANK, MAX_TOKENS_IN_FLIGHT,
+    };
     int("--tokens", a.tokens, 1, 1_000_000)?;
     int("--warmup-tokens", a.warmup_tokens, 0, 100_000)?;
     if let Some(l) = a.layers {
@@ -238,6 +242,9 @@ pub fn check_ranges(a: &RankOptions) -> Result<()> {
         let d = crate::core::workload::DelayInjection::parse(d)?;
         int("--inject-delay rank", d.rank, 0, MAX_RANK)?;
     }
+    if let Some(n) = a.inject_repeat {
+        int("--inject-repeat", n, 1, MAX_INJECT_REPEAT)?;
+    }
     for c in &a.inject_clock {
         int("--inject-clock rank", crate::core::clock::ClockInjection::parse(c)?.rank, 0, MAX_RANK)?;
     }
@@ -253,6 +260,8 @@ struct Plan {
     spec: WorkloadSpec,
     model: Option<ModelRequest>,
     delay: Option<DelayInjection>,
+    /// `--inject-repeat`: runs of every group-0 all-reduce (absent: one).
+    repeat: Option<u32>,
     clock_injections: Vec<ClockInjection>,
     fault: Option<Fault>,
     backend: BackendKind,
@@ -422,6 +431,13 @@ fn plan(args: &RankOptions) -> Result<Plan> {
         }
     }
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
+    if args.inject_repeat.is_some_and(|n| n > 1) && backend != BackendKind::Cpu {
+        // the cuda backend times each NCCL call on device events, one per recorded collective
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "--inject-repeat: the cpu backend only (the cuda backend times one NCCL call per recorded collective)"
+        );
+    }
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
     }
@@ -437,7 +453,7 @@ fn plan(args: &RankOptions) -> Result<Plan> {
             crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
         }
     }
-    Ok(Plan { spec, model, delay, clock_injections, fault, backend, backend_note })
+    Ok(Plan { spec, model, delay, repeat: args.inject_repeat.filter(|&n| n > 1), clock_injections, fault, backend, backend_note })
 }
 
 /// Directory (under `--out`) where NCCL writes per-process debug logs before they are kept.
@@ -919,7 +935,9 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         groups.push(ProcessGroup { id, members: (0..size).collect(), name: Some(sweep::SWEEP_GROUP_NAME.into()) });
         id
     });
-    let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet).with_barrier_timeout(limit);
+    let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet)
+        .with_barrier_timeout(limit)
+        .with_repeat(plan.repeat.unwrap_or(1));
     if let Some(id) = sweep_group {
         runner = runner.with_sweep_group(id);
     }
@@ -1016,6 +1034,7 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
         clock_injections: plan.clock_injections.clone(),
         clock_anchor_true_ns: clock.anchor_true_ns(),
         delay_injection: plan.delay,
+        repeat_injection: plan.repeat,
         cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
         unmeasured: backend
             .unmeasured()

@@ -113,6 +113,8 @@ pub struct Runner<'a, B: Backend> {
     rank: u32,
     spec: &'a WorkloadSpec,
     delay: Option<DelayInjection>,
+    /// Runs of every group-0 all-reduce (`--inject-repeat`; 1 without it).
+    repeat: u32,
     fault: Option<Fault>,
     file_trace: Option<SourceTrace>,
     seq: u64,
@@ -169,6 +171,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             world,
             spec,
             delay,
+            repeat: 1,
             fault,
             file_trace,
             seq: 0,
@@ -191,6 +194,19 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// group `id` (every rank; the caller declares it in the shard header).
     pub fn with_sweep_group(mut self, id: u32) -> Self {
         self.sweep_group = Some(id);
+        self
+    }
+
+    /// Run every group-0 all-reduce `n` times back to back (the negative
+    /// control `--inject-repeat`): the `n - 1` extra runs
+    /// ([`Backend::extra_allreduce`]) complete inside the recorded collective,
+    /// between its issue time and the real issue, so the event spans all `n`,
+    /// and `--check` validates the last (the all-reduce is out of place: a
+    /// repeat leaves the result as one run does). Trace collectives other
+    /// than the world's all-reduce run once; `rank` accepts `--inject-repeat`
+    /// on the cpu backend only.
+    pub fn with_repeat(mut self, n: u32) -> Self {
+        self.repeat = n.max(1);
         self
     }
 
@@ -451,6 +467,9 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
         let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
+        for _ in 1..self.repeat {
+            self.backend.extra_allreduce(bytes, dtype)?;
+        }
         self.backend.issue_allreduce(bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
         self.between(phase, between)?;
