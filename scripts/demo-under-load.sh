@@ -11,14 +11,15 @@
 # the hog (another load may already be there). BIN names the binary
 # (default target/demo/commcanary, which scripts/demo.sh builds); it is
 # copied into OUT_DIR first, so a rebuild during the runs cannot change it.
-# Needs jq.
+# The summary line needs jq; without it the runs' files are kept and the
+# summary is left to a machine that has it (rerun the jq filter there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?output directory}; RUNS=${2:-5}; SPEC=${SPEC:-examples/cpu-demo.toml}
 . scripts/env.sh
 SRC_BIN=${BIN:-target/demo/commcanary}
 [ -x "$SRC_BIN" ] || { echo "no $SRC_BIN: run scripts/demo.sh (or cargo build --profile demo) first" >&2; exit 1; }
-command -v jq >/dev/null || { echo "jq is needed for the summary (apt-get install jq)" >&2; exit 1; }
+have_jq=1; command -v jq >/dev/null || { have_jq=0; echo "no jq: summary lines skipped (apt-get install jq)" >&2; }
 mkdir -p "$OUT"
 cp "$SRC_BIN" "$OUT/commcanary"
 BIN=$OUT/commcanary
@@ -39,6 +40,8 @@ for i in $(seq "$RUNS"); do
   "$BIN" campaign verify "$C" >/dev/null
   "$BIN" campaign analyze "$C" > "$OUT/run$i.analyze.txt"
   cp "$C/report/report.json" "$OUT/run$i.report.json"
+  echo "run $i: $(( $(date +%s) - t0 )) s, load at start $load" >> "$OUT/times.txt"
+  [ "$have_jq" = 1 ] || { rm -rf "$C"; continue; }
   jq -r --arg run "$i" --arg load "$load" --arg secs "$(( $(date +%s) - t0 ))" '
     . as $r
     | ([.controls[] | select(.kind == "a-a") | .outcome] | group_by(.) | map("\(length) \(.[0])") | join(", ")) as $aa
