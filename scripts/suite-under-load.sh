@@ -10,7 +10,8 @@
 #       on a host with OpenMPI 4.x and 2 x COPIES CPUs (no cargo needed), from
 #       the repository root: start COPIES copies in the background (setsid),
 #       copy k pinned to CPUs 2k and 2k+1 with LOOPS busy loops (default 1)
-#       pinned to the same two; each copy runs every staged binary in turn.
+#       pinned to the same two; each copy runs every staged binary in turn
+#       (SKIP="a b": leave out the binaries so named).
 #   bash scripts/suite-under-load.sh status OUT
 #       one line per copy and binary: exit status and wall seconds, then a
 #       summary. A copy is done when its `done` file exists.
@@ -70,6 +71,7 @@ start)
       echo "cpus $cpus, $loops busy loop(s), started $(date -u +%FT%TZ)" >"$d/info"
       for t in .stage/suite/*; do
         n=$(basename "$t"); case "$n" in *.bin|MANIFEST_DIR|COMMIT) continue;; esac
+        case " ${SKIP:-} " in *" $n "*) continue;; esac
         s=$(date +%s.%N)
         rc=0
         taskset -c "$cpus" env CUDA_VISIBLE_DEVICES= OMPI_MCA_hwloc_base_binding_policy=none \

@@ -314,6 +314,7 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         ("rank", "--check") => rank(&["--check", "1000001"]),
         ("rank", "--membound-bytes") => rank(&["--membound-bytes", "100GiB"]),
         ("rank", "--inject-delay") => rank(&["--inject-delay", "rank=0,every=0,us=1"]),
+        ("rank", "--inject-repeat") => rank(&["--inject-repeat", "65"]),
         ("rank", "--inject-clock") => rank(&["--inject-clock", "rank=4294967295,offset_us=1"]),
         ("rank", "--clock-samples") => rank(&["--clock-samples", "0"]),
         ("rank", "--collective-timeout-s") => rank(&["--collective-timeout-s", "NaN"]),
