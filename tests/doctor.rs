@@ -8,7 +8,10 @@ fn doctor_reports_without_gpu_and_refuses_a_bogus_explicit_library() {
     assert!(v["mpi_library"].as_str().unwrap_or("").contains("Open MPI"), "{v}");
     assert!(!v["mpi_library"].as_str().unwrap().contains('\0'));
     if v["cuda"].is_null() {
-        assert!(v["cuda_unavailable"].as_str().unwrap().contains("libcuda"), "{v}");
+        // no driver library, or a driver with no device this process may use
+        // (a GPU node with CUDA_VISIBLE_DEVICES empty): either is named
+        let why = v["cuda_unavailable"].as_str().unwrap();
+        assert!(why.contains("libcuda") || why.contains("cuInit"), "{v}");
     }
     let o = cc(&["doctor", "--nccl-lib", "/nonexistent/libnccl.so.2"]);
     assert!(!o.status.success());

@@ -697,6 +697,7 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
         };
         // the ratio checks below are one family (any FAIL fails the node)
         let per_check = verdict::check_coverage(site.coverage, RATIO_CHECKS);
+        let rows_before_family = checks.len();
         for kind in [Collective::AllReduce, Collective::AllGather] {
             let stat = |r: &RoundRecord| {
                 match kind {
@@ -728,6 +729,8 @@ fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) -> Result<Val
             "us per token",
             1,
         )?);
+        // the family's size sets each check's level: it must be the rows pushed
+        debug_assert_eq!(checks.len() - rows_before_family, RATIO_CHECKS, "RATIO_CHECKS must count the ratio checks");
         likely_cause = likely_cause_of(&checks, ev, set);
         if let Some(cause) = &likely_cause {
             for c in checks.iter_mut().filter(|c| c.ratio.is_some() && c.verdict == CheckVerdict::Fail) {
