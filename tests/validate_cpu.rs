@@ -215,9 +215,12 @@ fn a_reference_of_several_jobs_carries_the_job_spread_and_a_delay_still_fails() 
     assert!(load["job_share"].as_f64().unwrap() > 0.0, "the job's own ranks used CPU: {load}");
     let hrow = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
     assert!(hrow["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("CPU load: loadavg 1 min")), "{hrow}");
-    // a FAIL names a busy node as its likely cause exactly when the node was busy elsewhere
+    // a FAIL names this node as a likely cause exactly when it was busy
+    // elsewhere (a reference job whose CPUs were busy, e.g. stolen by the
+    // hypervisor, is named as well, on its own record)
     let busy = load["other_share"].as_f64().unwrap() + load["steal_share"].as_f64().unwrap() >= 0.10;
-    assert_eq!(report["likely_cause"].is_string(), busy, "{}", report["likely_cause"]);
+    let cause = report["likely_cause"].as_str().unwrap_or("");
+    assert_eq!(cause.contains("this node:"), busy, "{}", report["likely_cause"]);
 
     // jobs that disagree on settings are refused, naming the job
     let bad = d.path().join("ref-mixed");
