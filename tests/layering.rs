@@ -1,8 +1,10 @@
 //! The crate's layering rule: a file under `src/LAYER/` imports only from its
 //! own layer and the layers before it (docs/ARCHITECTURE.md §2). The order is
 //! declared here and in `src/lib.rs`'s docs; the test checks both agree, then
-//! parses every `crate::` path outside `#[cfg(test)]` code. Also: no source
-//! file cites a design document outside the repository.
+//! parses every `crate::` path outside `#[cfg(test)]` code. Inside a folder the
+//! order is free, but its modules form no cycle: two siblings that need each
+//! other are one module, or share a third. Also: no source file cites a design
+//! document outside the repository.
 use std::path::{Path, PathBuf};
 
 /// Layers in dependency order.
@@ -83,6 +85,173 @@ fn crate_roots(code: &str) -> Vec<String> {
     roots
 }
 
+/// A file's module path under `src/` (`backend/cuda/mod.rs` → `backend::cuda`).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut m: Vec<String> = rel.with_extension("").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    if m.last().is_some_and(|l| l == "mod") {
+        m.pop();
+    }
+    m
+}
+
+/// Parse one use tree after a path prefix (`a::b::{c, d::e}`) into full paths.
+fn use_tree(s: &[char], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    let mut path = prefix.to_vec();
+    loop {
+        while *i < s.len() && s[*i].is_whitespace() {
+            *i += 1;
+        }
+        if *i < s.len() && s[*i] == '{' {
+            *i += 1;
+            loop {
+                use_tree(s, i, &path, out);
+                while *i < s.len() && s[*i].is_whitespace() {
+                    *i += 1;
+                }
+                match s.get(*i) {
+                    Some(',') => *i += 1,
+                    Some('}') => {
+                        *i += 1;
+                        return;
+                    }
+                    _ => return,
+                }
+                while *i < s.len() && s[*i].is_whitespace() {
+                    *i += 1;
+                }
+                if s.get(*i) == Some(&'}') {
+                    *i += 1;
+                    return;
+                }
+            }
+        }
+        let start = *i;
+        while *i < s.len() && (s[*i].is_alphanumeric() || s[*i] == '_') {
+            *i += 1;
+        }
+        if *i == start {
+            break;
+        }
+        path.push(s[start..*i].iter().collect());
+        if s.get(*i) == Some(&':') && s.get(*i + 1) == Some(&':') {
+            *i += 2;
+        } else {
+            break;
+        }
+    }
+    out.push(path);
+}
+
+/// Every module path a file's code names through `crate::`, `super::` or
+/// `self::`, resolved against the module each line sits in (inline `mod x {`
+/// blocks included).
+fn referenced_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
+    // the module of every line: the file's, plus the inline modules open there
+    let mut line_module = Vec::new();
+    let mut stack: Vec<(String, i64)> = Vec::new();
+    let mut depth: i64 = 0;
+    for line in code.lines() {
+        let t = line.trim_start();
+        let decl = t.strip_prefix("pub(crate) ").or_else(|| t.strip_prefix("pub ")).unwrap_or(t);
+        let opened = decl.strip_prefix("mod ").and_then(|r| r.trim_end().strip_suffix('{')).map(|n| n.trim().to_string());
+        if let Some(name) = opened {
+            stack.push((name, depth));
+        }
+        let mut m = module.to_vec();
+        m.extend(stack.iter().map(|(n, _)| n.clone()));
+        line_module.push(m);
+        depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+        while stack.last().is_some_and(|(_, d)| depth <= *d) {
+            stack.pop();
+        }
+    }
+    let mut out = Vec::new();
+    let chars: Vec<char> = code.chars().collect();
+    let mut line = 0;
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == '\n' {
+            line += 1;
+            i += 1;
+            continue;
+        }
+        let at_word_start = i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == '$' || chars[i - 1] == ':');
+        let here = &line_module[line.min(line_module.len() - 1)];
+        let rest: String = chars[i..(i + 7).min(chars.len())].iter().collect();
+        let mut base: Option<(Vec<String>, usize)> = None;
+        if at_word_start && rest.starts_with("crate::") {
+            base = Some((Vec::new(), 7));
+        } else if at_word_start && rest.starts_with("self::") {
+            base = Some((here.clone(), 6));
+        } else if at_word_start && rest.starts_with("super::") {
+            let mut m = here.clone();
+            let mut j = i;
+            while chars[j..].starts_with(&['s', 'u', 'p', 'e', 'r', ':', ':']) {
+                m.pop();
+                j += 7;
+            }
+            base = Some((m, j - i));
+        }
+        match base {
+            Some((prefix, skip)) => {
+                i += skip;
+                use_tree(&chars, &mut i, &prefix, &mut out);
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+/// Cycles among the modules of one folder: for every folder P, an edge a → b
+/// between two of its child modules when code in a's subtree names a path
+/// under P::b. Returns each cycle as `P: a → b → … → a`.
+fn folder_cycles(files: &[(Vec<String>, String)]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    // child modules of every folder, from the files and their inline modules
+    let mut children: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut edges: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut refs = Vec::new();
+    for (module, code) in files {
+        for k in 1..module.len() {
+            children.entry(module[..k].to_vec()).or_default().insert(module[k].clone());
+        }
+        for r in referenced_paths(module, code) {
+            refs.push((module.clone(), r));
+        }
+    }
+    for (from, to) in &refs {
+        // the deepest common folder P (at least one level deep: the layers themselves are ordered)
+        let common = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+        if common == 0 || common >= from.len() || common >= to.len() {
+            continue;
+        }
+        let p = from[..common].to_vec();
+        if children.get(&p).is_some_and(|c| c.contains(&to[common])) {
+            edges.entry(p).or_default().entry(from[common].clone()).or_default().insert(to[common].clone());
+        }
+    }
+    let mut cycles = Vec::new();
+    for (p, g) in &edges {
+        // a depth-first search from every node finds each cycle through its smallest node
+        for start in g.keys() {
+            let mut stack = vec![(start.clone(), vec![start.clone()])];
+            while let Some((node, path)) = stack.pop() {
+                for next in g.get(&node).into_iter().flatten() {
+                    if next == start {
+                        cycles.push(format!("{}: {} → {start}", p.join("::"), path.join(" → ")));
+                    } else if next > start && !path.contains(next) {
+                        let mut longer = path.clone();
+                        longer.push(next.clone());
+                        stack.push((next.clone(), longer));
+                    }
+                }
+            }
+        }
+    }
+    cycles
+}
+
 #[test]
 fn lib_docs_declare_the_same_order() {
     let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
@@ -126,6 +295,51 @@ fn no_file_imports_from_a_later_layer() {
 fn the_checker_sees_imports_and_skips_tests() {
     let code = non_test_code("use crate::core::units;\nfn f() { crate::{cli::run, rank::x}; }\n#[cfg(test)]\nmod tests {\n    use crate::cli;\n}\nmacro_rules! m { () => { $crate::core::x } }\n");
     assert_eq!(crate_roots(&code), ["core", "cli", "rank"]);
+}
+
+/// The `src/` files as (module path, code without comments and tests).
+fn src_modules() -> Vec<(Vec<String>, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rs_files(&src, &mut files);
+    files
+        .iter()
+        .map(|f| (module_of(f.strip_prefix(&src).unwrap()), non_test_code(&std::fs::read_to_string(f).unwrap())))
+        .filter(|(m, _)| !m.is_empty() && m[0] != "lib" && m[0] != "main")
+        .collect()
+}
+
+#[test]
+fn no_folder_has_an_import_cycle() {
+    let files = src_modules();
+    assert!(files.len() > 30, "only {} files read", files.len());
+    let cycles = folder_cycles(&files);
+    assert!(cycles.is_empty(), "import cycles inside a folder (move the shared item to one side, or to a module both import):\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_cycle_check_sees_a_cycle_and_nothing_else() {
+    let f = |m: &str, code: &str| (m.split("::").map(String::from).collect::<Vec<_>>(), non_test_code(code));
+    let tree = [
+        f("campaign", "pub mod chain;\npub mod spec;\npub struct Policy;\n"),
+        // spec ↔ chain, one side through a nested use group, the other through super::
+        // spec ↔ chain, one side through a nested use group, the other through super::
+        f("campaign::chain", "use crate::campaign::{Policy, spec::{CampaignSpec, ConfigSpec}};\nuse super::other::Thing;\n"),
+        f("campaign::spec", "fn argv() { super::chain::rank_arguments(); }\n"),
+        // parent items, an inline module's super:: (other::chain, not campaign::chain) and a
+        // test module are no edges; read wrongly, either would close other ↔ chain
+        f("campaign::other", "use super::Policy;\npub mod json {\n    use super::chain::Z;\n}\n#[cfg(test)]\nmod tests {\n    use crate::campaign::chain::x;\n}\npub struct Thing;\n"),
+        // a three-module cycle in a deeper folder
+        f("backend::cuda::a", "use crate::backend::cuda::b::X;\n"),
+        f("backend::cuda::b", "use super::c::{self, Y};\n"),
+        f("backend::cuda::c", "fn g() { crate::backend::cuda::a::h(); crate::core::units::x(); }\n"),
+    ];
+    let mut cycles = folder_cycles(&tree);
+    cycles.sort();
+    assert_eq!(cycles, ["backend::cuda: a → b → c → a", "campaign: chain → spec → chain"]);
+    // and without the back edge, none
+    let acyclic: Vec<_> = tree.iter().filter(|(m, _)| m.last().unwrap() != "spec" && m.last().unwrap() != "c").cloned().collect();
+    assert!(folder_cycles(&acyclic).is_empty());
 }
 
 #[test]

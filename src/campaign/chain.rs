@@ -319,7 +319,7 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 ),
                 argv: n.argv.clone(),
                 started_unix_ms: n.started_unix_ms,
-                finished_unix_ms: crate::evidence::run::unix_ms(),
+                finished_unix_ms: crate::core::clock::unix_ms(),
                 stdout_sha256: sha256_hex(b""),
                 stderr_sha256: sha256_hex(b""),
                 run_dir: format!("runs/{}", n.attempt_id),
@@ -393,37 +393,6 @@ pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     Ok((m, actual))
 }
 
-/// `rank` and its arguments for one configuration of a spec (without the
-/// executable, run id and output directory): what `exec` runs and what `plan`
-/// test-parses.
-pub fn rank_arguments(spec: &super::spec::CampaignSpec, cfg: &super::spec::ConfigSpec) -> Vec<String> {
-    let w = &spec.workload;
-    let mut a: Vec<String> = vec![
-        "rank".into(),
-        "-q".into(),
-        "--backend".into(),
-        spec.backend.clone(),
-        "--phases".into(),
-        w.phases.clone(),
-        "--tokens".into(),
-        w.tokens.to_string(),
-        "--layers".into(),
-        w.layers.to_string(),
-        "--iters".into(),
-        w.iters.to_string(),
-    ];
-    match &w.model {
-        Some(model) => a.extend(["--model".into(), model.clone()]),
-        None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
-    }
-    a.extend(w.extra_args.iter().cloned());
-    if let Some(lib) = &cfg.nccl_lib {
-        a.extend(["--nccl-lib".into(), lib.clone()]);
-    }
-    a.extend(cfg.args.iter().cloned());
-    a
-}
-
 /// Check a frozen trace against the digest the manifest froze: a missing file
 /// is `NO_SUCH_INPUT`, a FIFO, device or directory (also behind a symbolic
 /// link) is refused without being opened for a blocking read, and at most
@@ -448,7 +417,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
     let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
     let mut rank_args: Vec<String> = vec![exe];
-    rank_args.extend(rank_arguments(&m.spec, cfg));
+    rank_args.extend(m.spec.rank_arguments(cfg));
     rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
     if let Some((file, want)) = m.frozen_trace(&cfg.name) {
         // the frozen copy, checked before every job: a changed trace is another workload
@@ -566,7 +535,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             let cell_started = std::time::Instant::now();
             bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
             let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
-            let started = crate::evidence::run::unix_ms();
+            let started = crate::core::clock::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
             let out = run_job(&prog, &args, &env, cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed())), |pgid| {
@@ -583,7 +552,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 };
                 crate::core::fsutil::write_json_new(&note_path, &note)
             });
-            let finished = crate::evidence::run::unix_ms();
+            let finished = crate::core::clock::unix_ms();
             let (code, stdout, stderr, spawn_err) = match out {
                 Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
                 Ok((o, true)) => (

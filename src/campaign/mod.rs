@@ -550,7 +550,7 @@ pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> 
     let mut m = ma.clone();
     m.campaign_id = format!("{}+{}", ma.campaign_id, mb.campaign_id);
     m.spec.repetitions = ma.spec.repetitions + mb.spec.repetitions;
-    m.planned_unix_ms = crate::evidence::run::unix_ms();
+    m.planned_unix_ms = crate::core::clock::unix_ms();
     for c in &mb.schedule {
         let mut c2 = c.clone();
         c2.cell_id = rename(&c.cell_id, c.round);

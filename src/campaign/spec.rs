@@ -272,6 +272,37 @@ fn valid_name(s: &str) -> bool {
 pub type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
 
 impl CampaignSpec {
+    /// `rank` and its arguments for one configuration of a spec (without the
+    /// executable, run id and output directory): what `exec` runs and what `plan`
+    /// test-parses.
+    pub fn rank_arguments(&self, cfg: &ConfigSpec) -> Vec<String> {
+        let w = &self.workload;
+        let mut a: Vec<String> = vec![
+            "rank".into(),
+            "-q".into(),
+            "--backend".into(),
+            self.backend.clone(),
+            "--phases".into(),
+            w.phases.clone(),
+            "--tokens".into(),
+            w.tokens.to_string(),
+            "--layers".into(),
+            w.layers.to_string(),
+            "--iters".into(),
+            w.iters.to_string(),
+        ];
+        match &w.model {
+            Some(model) => a.extend(["--model".into(), model.clone()]),
+            None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
+        }
+        a.extend(w.extra_args.iter().cloned());
+        if let Some(lib) = &cfg.nccl_lib {
+            a.extend(["--nccl-lib".into(), lib.clone()]);
+        }
+        a.extend(cfg.args.iter().cloned());
+        a
+    }
+
     /// Whether `flag` appears in `workload.extra_args` or any configuration's `args`.
     fn extra_args_name(&self, flag: &str) -> bool {
         self.workload.extra_args.iter().chain(self.configs.iter().flat_map(|c| c.args.iter())).any(|a| a == flag || a.starts_with(&format!("{flag}=")))
@@ -484,7 +515,7 @@ impl CampaignSpec {
         }
         r("analysis.bootstrap_resamples", self.analysis.bootstrap_resamples, 1, 10_000_000)?;
         for c in &self.configs {
-            let argv = std::iter::once("commcanary".to_string()).chain(super::chain::rank_arguments(self, c));
+            let argv = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c));
             let argv: Vec<String> = argv.collect();
             let parsed = parse_rank(&argv).map_err(|e| {
                 crate::core::refusal::refuse(
@@ -669,7 +700,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         configs,
         schedule,
         repository: RepoIdentity::current(),
-        planned_unix_ms: crate::evidence::run::unix_ms(),
+        planned_unix_ms: crate::core::clock::unix_ms(),
         trace_sha256: None,
         config_traces: BTreeMap::new(),
         hardware: HardwareContract::resolve(spec_hardware.as_ref()),

@@ -610,6 +610,12 @@ impl KernelTimerMap {
     }
 }
 
+/// Wall-clock milliseconds since the Unix epoch (0 before it): the dates of
+/// records (`started_unix_ms`, `planned_unix_ms`), never an interval.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,6 +126,25 @@ pub fn read_text_bounded(path: &Path, max_bytes: u64) -> Result<String> {
     String::from_utf8(b).with_context(|| format!("{}: not UTF-8 text", path.display()))
 }
 
+/// Longest gap a trace file may ask to replay: 60 s.
+pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
+
+/// The one gap bound of every replay (`rank --trace`, `replay-trace`): the
+/// first gap over [`MAX_REPLAY_GAP_NS`] is refused with
+/// `refused[OUT_OF_RANGE]`, `what(i)` naming the collective before which it
+/// lies, before anything is replayed (a replayed gap is slept, spun or filled:
+/// no workload waits for minutes between two collectives).
+pub fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
+    if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
+        crate::refuse!(
+            crate::core::refusal::Code::OutOfRange,
+            "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)",
+            what(i)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@
 //! before any file is read or MPI starts; `rank` checks its own first thing
 //! (`rank::check_ranges`, which `campaign plan` also runs on every configuration).
 //! A model shape's derived sizes are checked when it is bound to the world
-//! size ([`model_workload`]): before MPI starts under a launcher that sets the
+//! size ([`crate::core::workload::WorkloadSpec::bind_model`]): before MPI starts under a launcher that sets the
 //! world size (mpirun, srun), otherwise right after MPI_Init.
 use crate::core::refusal::{refuse, Code};
 use anyhow::Result;
@@ -180,29 +180,6 @@ pub fn sizes(what: &str, s: &str) -> Result<Vec<u64>> {
         size(what, b)?;
     }
     Ok(v)
-}
-
-/// A model shape's sizes once bound to the world size (`spec.model` set):
-/// tokens in flight, the all-reduce, every per-rank GEMM matrix and the
-/// collectives of one phase.
-pub fn model_workload(spec: &crate::core::workload::WorkloadSpec) -> Result<()> {
-    let Some(m) = &spec.model else { return Ok(()) };
-    int("--batch x --prefill-tokens", m.tokens_in_flight(), 1, MAX_TOKENS_IN_FLIGHT)?;
-    let bytes = m.allreduce_bytes(spec.dtype);
-    if bytes > MAX_MESSAGE_BYTES {
-        return Err(out(&format!("model {} all-reduce of tokens x hidden (bytes)", m.shape.name), bytes, "at most 1 GiB"));
-    }
-    for g in &m.gemms {
-        let s = g.shape;
-        for (what, elems) in [("m x k", s.m as u64 * s.k as u64), ("k x n", s.k as u64 * s.n as u64), ("m x n", s.m as u64 * s.n as u64)] {
-            if elems > MAX_MATRIX_ELEMS {
-                return Err(out(&format!("model {} per-rank GEMM {} {what} (elements)", m.shape.name, g.name), elems, "at most 2^28"));
-            }
-        }
-    }
-    int("layers", spec.layers, 1, 10_000)?;
-    let per_phase = (spec.tokens as u64 + spec.warmup_tokens as u64) * spec.layers as u64 * spec.collectives_per_layer();
-    int("(--tokens + --warmup-tokens) x layers x collectives per layer", per_phase, 1, MAX_PHASE_COLLECTIVES)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! core, norms and activation functions are not run: only the GEMMs and the
 //! collectives are. The *synthetic* shape is the earlier loop: one square
 //! GEMM and one all-reduce per layer, sizes cycling through `--sizes`.
+use crate::core::ranges;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -531,8 +532,32 @@ impl WorkloadSpec {
         self.layers = layers;
         self.sizes_bytes = vec![mw.allreduce_bytes(self.dtype)];
         self.model = Some(mw);
-        crate::core::ranges::model_workload(self)?;
+        self.check_model_ranges()?;
         self.validate()
+    }
+
+    /// A model shape's sizes once bound to the world size (`spec.model` set):
+    /// tokens in flight, the all-reduce, every per-rank GEMM matrix and the
+    /// collectives of one phase.
+    fn check_model_ranges(&self) -> Result<()> {
+        let spec = self;
+        let Some(m) = &spec.model else { return Ok(()) };
+        ranges::int("--batch x --prefill-tokens", m.tokens_in_flight(), 1, ranges::MAX_TOKENS_IN_FLIGHT)?;
+        let bytes = m.allreduce_bytes(spec.dtype);
+        if bytes > ranges::MAX_MESSAGE_BYTES {
+            return Err(ranges::out(&format!("model {} all-reduce of tokens x hidden (bytes)", m.shape.name), bytes, "at most 1 GiB"));
+        }
+        for g in &m.gemms {
+            let s = g.shape;
+            for (what, elems) in [("m x k", s.m as u64 * s.k as u64), ("k x n", s.k as u64 * s.n as u64), ("m x n", s.m as u64 * s.n as u64)] {
+                if elems > ranges::MAX_MATRIX_ELEMS {
+                    return Err(ranges::out(&format!("model {} per-rank GEMM {} {what} (elements)", m.shape.name, g.name), elems, "at most 2^28"));
+                }
+            }
+        }
+        ranges::int("layers", spec.layers, 1, 10_000)?;
+        let per_phase = (spec.tokens as u64 + spec.warmup_tokens as u64) * spec.layers as u64 * spec.collectives_per_layer();
+        ranges::int("(--tokens + --warmup-tokens) x layers x collectives per layer", per_phase, 1, ranges::MAX_PHASE_COLLECTIVES)
     }
 }
 

@@ -97,14 +97,9 @@ pub fn write_run_record(dir: &std::path::Path, record: &RunRecord) -> anyhow::Re
     crate::core::fsutil::write_json_new(&dir.join(RUN_FILE), record)
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 /// A fresh run id: UTC date-time plus 8 random hex digits.
 pub fn new_run_id() -> String {
-    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_ms() / 1000);
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(crate::core::clock::unix_ms() / 1000);
     let r: u32 = rand::random();
     run_id_at(now, r)
 }

@@ -88,8 +88,8 @@ impl CollectiveKind {
         matches!(self, CollectiveKind::Send | CollectiveKind::Recv)
     }
     /// The imported-trace kind of the same name.
-    pub fn trace_kind(self) -> crate::evidence::commtrace::TraceKind {
-        use crate::evidence::commtrace::TraceKind as T;
+    pub fn trace_kind(self) -> crate::core::collective::TraceKind {
+        use crate::core::collective::TraceKind as T;
         match self {
             CollectiveKind::AllReduce => T::AllReduce,
             CollectiveKind::AllGather => T::AllGather,
@@ -104,9 +104,9 @@ impl CollectiveKind {
     }
 }
 
-impl From<crate::evidence::commtrace::TraceKind> for CollectiveKind {
-    fn from(k: crate::evidence::commtrace::TraceKind) -> Self {
-        use crate::evidence::commtrace::TraceKind as T;
+impl From<crate::core::collective::TraceKind> for CollectiveKind {
+    fn from(k: crate::core::collective::TraceKind) -> Self {
+        use crate::core::collective::TraceKind as T;
         match k {
             T::AllReduce => CollectiveKind::AllReduce,
             T::AllGather => CollectiveKind::AllGather,
@@ -389,7 +389,7 @@ pub struct TraceKindCount {
     /// Collectives of this kind left out per pass (`--trace-allreduce-only`).
     pub left_out_per_pass: u32,
     /// Element types recorded, distinct, sorted.
-    pub dtypes: Vec<crate::evidence::commtrace::TraceDtype>,
+    pub dtypes: Vec<crate::core::collective::TraceDtype>,
     /// Input sizes recorded (elements x dtype size), distinct, ascending.
     pub sizes_bytes: Vec<u64>,
 }

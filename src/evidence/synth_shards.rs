@@ -73,7 +73,7 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4
     }))
     .context("the generated workload")?;
-    let started_unix_ms = crate::evidence::run::unix_ms();
+    let started_unix_ms = crate::core::clock::unix_ms();
     let threads = threads.clamp(1, ranks as usize);
     let next = std::sync::atomic::AtomicU32::new(0);
     let mut written: Vec<(u32, Result<crate::evidence::shard::WrittenShard>)> = std::thread::scope(|s| {
@@ -111,7 +111,7 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         rank0_identity_sha256: identity(0, ranks).digest(),
         shards: shards.clone(),
         started_unix_ms,
-        finished_unix_ms: crate::evidence::run::unix_ms(),
+        finished_unix_ms: crate::core::clock::unix_ms(),
     };
     crate::evidence::run::write_run_record(dir, &record)?;
     Ok(SynthRun { run_id, shards })

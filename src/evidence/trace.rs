@@ -30,6 +30,7 @@
 //! record the reduction (nor do NCCL's kernel names show it): the phases run
 //! sums. The phase record's origin counts, per kind, what ran and what was
 //! left out per pass, with dtypes and sizes.
+use crate::core::limits::check_replay_gaps;
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
 use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin};
@@ -99,25 +100,6 @@ pub struct SourceTrace {
     pub entries: Vec<GapEntry>,
     /// The trace executor's collectives, where some entries have an `op`.
     pub ops: Option<TraceOps>,
-}
-
-/// Longest gap a trace file may ask to replay: 60 s.
-pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
-
-/// The one gap bound of every replay (`rank --trace`, `replay-trace`): the
-/// first gap over [`MAX_REPLAY_GAP_NS`] is refused with
-/// `refused[OUT_OF_RANGE]`, `what(i)` naming the collective before which it
-/// lies, before anything is replayed (a replayed gap is slept, spun or filled:
-/// no workload waits for minutes between two collectives).
-pub fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
-    if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
-        crate::refuse!(
-            crate::core::refusal::Code::OutOfRange,
-            "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)",
-            what(i)
-        );
-    }
-    Ok(())
 }
 
 fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntry)>) -> Vec<GapEntry> {

@@ -195,7 +195,7 @@ pub fn check_ranges(a: &RankOptions) -> Result<()> {
     if let Some(l) = a.layers {
         int("--layers", l, 1, 10_000)?;
     }
-    // a model's own layer count (when --layers is not given) is checked by model_workload
+    // a model's own layer count (when --layers is not given) is checked when the model is bound (WorkloadSpec::bind_model)
     let per_phase = (a.tokens as u64 + a.warmup_tokens as u64) * a.layers.unwrap_or(1) as u64;
     int("(--tokens + --warmup-tokens) x --layers", per_phase, 1, MAX_PHASE_COLLECTIVES)?;
     if let Some(d) = &a.model_dims {
@@ -805,7 +805,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before the node split", phase: "start-up", peer: None })?;
     let local = world.split_shared(world.rank());
     let (local_rank, local_size) = (local.rank() as u32, local.size() as u32);
-    let started_unix_ms = crate::evidence::run::unix_ms();
+    let started_unix_ms = crate::core::clock::unix_ms();
     if rank == 0 && !args.quiet {
         if let Some(note) = &plan.backend_note {
             eprintln!("commcanary: {note}");
@@ -1094,7 +1094,7 @@ fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<crate::eviden
             rank0_identity_sha256: identity_sha256,
             shards,
             started_unix_ms,
-            finished_unix_ms: crate::evidence::run::unix_ms(),
+            finished_unix_ms: crate::core::clock::unix_ms(),
         };
         crate::evidence::run::write_run_record(&dir, &record)?;
         println!("run {run_id}: {size} shards and run.json written to {}", dir.display());

@@ -187,15 +187,11 @@ fn cpus_allowed(pid: u32) -> Option<String> {
     s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 /// Take a snapshot of the counters now.
 pub fn snapshot() -> Snapshot {
     let mut s = Snapshot { at: Some(std::time::Instant::now()), ..Default::default() };
     match std::fs::read_to_string("/proc/loadavg") {
-        Ok(t) => match parse_loadavg(&t, unix_ms()) {
+        Ok(t) => match parse_loadavg(&t, crate::core::clock::unix_ms()) {
             Some(l) => s.loadavg = Some(l),
             None => s.unavailable.push(format!("/proc/loadavg: not the expected format: {:?}", t.trim())),
         },

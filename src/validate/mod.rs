@@ -410,7 +410,7 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
             crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
         }
     }
-    let started_unix_ms = crate::evidence::run::unix_ms();
+    let started_unix_ms = crate::core::clock::unix_ms();
     let spec = workload_spec(&plan.settings, plan.backend, ranks)?;
     let clock = RankClock::new(rank, &[]);
     let progress = |msg: &str| {

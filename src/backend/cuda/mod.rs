@@ -41,7 +41,6 @@ pub mod cupti;
 pub mod globaltimer;
 pub mod nccl;
 pub mod trace_exec;
-pub mod workload_exec;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
 use crate::backend::cuda::nccl::{NcclComm, NcclLibrary};
 use crate::core::clock::RankClock;

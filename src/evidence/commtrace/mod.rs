@@ -38,6 +38,7 @@ pub mod from_run;
 pub mod kineto;
 pub mod workload_plan;
 
+pub use crate::core::collective::{classify_name, TraceDtype, TraceKind, KNOWN_COLLECTIVES, SKIPPED_RECORDS};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,193 +128,6 @@ pub struct TraceGroup {
     pub desc: Option<String>,
     /// Global ranks of the members, in group-rank order.
     pub members: Vec<u32>,
-}
-
-/// Collective kind of an imported collective.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum TraceKind {
-    /// All-reduce.
-    AllReduce,
-    /// All-gather (input on every member, concatenated output).
-    AllGather,
-    /// Reduce-scatter (reduced input, one block per member).
-    ReduceScatter,
-    /// Broadcast from `root`.
-    Broadcast,
-    /// Reduce to `root`.
-    Reduce,
-    /// All-to-all, equal or explicit (`*_split_elems`) splits.
-    AllToAll,
-    /// Barrier.
-    Barrier,
-    /// Point-to-point send to `peer`.
-    Send,
-    /// Point-to-point receive from `peer`.
-    Recv,
-}
-
-impl TraceKind {
-    /// Point-to-point (matched per peer pair, not per group).
-    pub fn is_p2p(self) -> bool {
-        matches!(self, TraceKind::Send | TraceKind::Recv)
-    }
-    /// Has a root rank.
-    pub fn is_rooted(self) -> bool {
-        matches!(self, TraceKind::Broadcast | TraceKind::Reduce)
-    }
-    /// The name PyTorch records for it (what the exports write when the
-    /// source name is not one of this kind's).
-    pub fn pytorch_name(self) -> &'static str {
-        match self {
-            TraceKind::AllReduce => "allreduce",
-            TraceKind::AllGather => "_allgather_base",
-            TraceKind::ReduceScatter => "_reduce_scatter_base",
-            TraceKind::Broadcast => "broadcast",
-            TraceKind::Reduce => "reduce",
-            TraceKind::AllToAll => "all_to_allv",
-            TraceKind::Barrier => "barrier",
-            TraceKind::Send => "send",
-            TraceKind::Recv => "recv",
-        }
-    }
-    /// Snake-case name as serialized.
-    pub fn name(self) -> &'static str {
-        match self {
-            TraceKind::AllReduce => "all_reduce",
-            TraceKind::AllGather => "all_gather",
-            TraceKind::ReduceScatter => "reduce_scatter",
-            TraceKind::Broadcast => "broadcast",
-            TraceKind::Reduce => "reduce",
-            TraceKind::AllToAll => "all_to_all",
-            TraceKind::Barrier => "barrier",
-            TraceKind::Send => "send",
-            TraceKind::Recv => "recv",
-        }
-    }
-}
-
-/// Collective names PyTorch's `record_param_comms` writes, and their kinds.
-/// `wait` and `init` are bookkeeping records, not communication, and are skipped.
-pub const KNOWN_COLLECTIVES: [(&str, TraceKind); 17] = [
-    ("allreduce", TraceKind::AllReduce),
-    ("all_reduce", TraceKind::AllReduce),
-    ("allgather", TraceKind::AllGather),
-    ("all_gather", TraceKind::AllGather),
-    ("_allgather_base", TraceKind::AllGather),
-    ("all_gather_into_tensor", TraceKind::AllGather),
-    ("reduce_scatter", TraceKind::ReduceScatter),
-    ("_reduce_scatter_base", TraceKind::ReduceScatter),
-    ("reduce_scatter_tensor", TraceKind::ReduceScatter),
-    ("broadcast", TraceKind::Broadcast),
-    ("reduce", TraceKind::Reduce),
-    ("all_to_all", TraceKind::AllToAll),
-    ("all_to_allv", TraceKind::AllToAll),
-    ("alltoall_base", TraceKind::AllToAll),
-    ("barrier", TraceKind::Barrier),
-    ("send", TraceKind::Send),
-    ("recv", TraceKind::Recv),
-];
-
-/// Bookkeeping records of `record_param_comms` that carry no communication.
-pub const SKIPPED_RECORDS: [&str; 2] = ["wait", "init"];
-
-/// What a recorded collective name means: a kind, a record to skip, or a refusal listing the known names.
-pub fn classify_name(name: &str) -> Result<Option<TraceKind>> {
-    if SKIPPED_RECORDS.contains(&name) {
-        return Ok(None);
-    }
-    match KNOWN_COLLECTIVES.iter().find(|(n, _)| *n == name) {
-        Some((_, k)) => Ok(Some(*k)),
-        None => {
-            let known: Vec<&str> = KNOWN_COLLECTIVES.iter().map(|(n, _)| *n).collect();
-            bail!("unknown collective name {name:?} (known: {}; skipped as bookkeeping: {})", known.join(", "), SKIPPED_RECORDS.join(", "))
-        }
-    }
-}
-
-/// Element type of a collective buffer.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum TraceDtype {
-    /// 32-bit float (PyTorch `Float`).
-    F32,
-    /// bfloat16 (PyTorch `BFloat16`).
-    Bf16,
-    /// IEEE half (PyTorch `Half`).
-    F16,
-    /// 64-bit float (PyTorch `Double`).
-    F64,
-    /// Signed 8-bit (PyTorch `Char`).
-    I8,
-    /// Unsigned 8-bit (PyTorch `Byte`).
-    U8,
-    /// Signed 32-bit (PyTorch `Int`).
-    I32,
-    /// Signed 64-bit (PyTorch `Long`).
-    I64,
-    /// Boolean, one byte (PyTorch `Bool`).
-    Bool,
-}
-
-/// PyTorch `c10::ScalarType` names and their dtypes.
-const DTYPE_NAMES: [(&str, TraceDtype); 9] = [
-    ("Float", TraceDtype::F32),
-    ("BFloat16", TraceDtype::Bf16),
-    ("Half", TraceDtype::F16),
-    ("Double", TraceDtype::F64),
-    ("Char", TraceDtype::I8),
-    ("Byte", TraceDtype::U8),
-    ("Int", TraceDtype::I32),
-    ("Long", TraceDtype::I64),
-    ("Bool", TraceDtype::Bool),
-];
-
-impl TraceDtype {
-    /// Bytes per element.
-    pub fn size_bytes(self) -> u64 {
-        match self {
-            TraceDtype::I8 | TraceDtype::U8 | TraceDtype::Bool => 1,
-            TraceDtype::Bf16 | TraceDtype::F16 => 2,
-            TraceDtype::F32 | TraceDtype::I32 => 4,
-            TraceDtype::F64 | TraceDtype::I64 => 8,
-        }
-    }
-    /// From a PyTorch scalar-type name (`BFloat16`); refuses others, listing the known ones.
-    pub fn from_pytorch(name: &str) -> Result<Self> {
-        match DTYPE_NAMES.iter().find(|(n, _)| *n == name) {
-            Some((_, d)) => Ok(*d),
-            None => {
-                let known: Vec<&str> = DTYPE_NAMES.iter().map(|(n, _)| *n).collect();
-                bail!("unknown dtype {name:?} (known: {})", known.join(", "))
-            }
-        }
-    }
-    /// Lowercase name as serialized (`bf16`).
-    pub fn name(self) -> &'static str {
-        match self {
-            TraceDtype::F32 => "f32",
-            TraceDtype::Bf16 => "bf16",
-            TraceDtype::F16 => "f16",
-            TraceDtype::F64 => "f64",
-            TraceDtype::I8 => "i8",
-            TraceDtype::U8 => "u8",
-            TraceDtype::I32 => "i32",
-            TraceDtype::I64 => "i64",
-            TraceDtype::Bool => "bool",
-        }
-    }
-    /// The PyTorch scalar-type name.
-    pub fn pytorch_name(self) -> &'static str {
-        DTYPE_NAMES.iter().find(|(_, d)| *d == self).map(|(n, _)| *n).unwrap_or("Byte")
-    }
-}
-
-/// The user-facing name, as the trace's JSON spells it (`bf16`, `f32`).
-impl std::fmt::Display for TraceDtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// A device interval on the rank's clock.
@@ -1031,7 +845,7 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
 /// during the replay, which say the host took the core away). A replay
 /// `paced` by the trace (gaps, device gaps or the recorded workload) is
 /// refused before MPI starts when a rank's gap passes the one bound of every
-/// replay ([`crate::evidence::trace::check_replay_gaps`]).
+/// replay ([`crate::core::limits::check_replay_gaps`]).
 pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
     let path = trace;
     // the header's digest is of exactly the bytes replayed
@@ -1040,7 +854,7 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, sett
     if paced {
         for r in &trace.ranks {
             if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
-                crate::evidence::trace::check_replay_gaps(gaps, &|i| {
+                crate::core::limits::check_replay_gaps(gaps, &|i| {
                     let c = &r.collectives[i];
                     format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)
                 })?;
@@ -1051,7 +865,7 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, sett
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
     let switches_before = involuntary_switches();
-    let started_unix_ms = crate::evidence::run::unix_ms();
+    let started_unix_ms = crate::core::clock::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
     let (records, workload) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -1065,7 +879,7 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, sett
             backend: backend.to_string(),
             settings: settings.clone(),
             started_unix_ms,
-            finished_unix_ms: crate::evidence::run::unix_ms(),
+            finished_unix_ms: crate::core::clock::unix_ms(),
         };
         let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records };
         let mut files = Vec::new();

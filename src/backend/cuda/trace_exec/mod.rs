@@ -27,6 +27,8 @@
 //! communicators (`ncclCommAbort`: destroying them would wait for peers that
 //! are elsewhere). Refuses: a world size other than the trace's, a reduction
 //! of another dtype, an NCCL without the calls the trace needs (naming them).
+pub mod workload;
+
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
@@ -599,7 +601,7 @@ pub fn replay(
     result.map(|records| ReplayOutput { records, workload: None })
 }
 
-/// The workload pace (see [`super::workload_exec`]).
+/// The workload pace (see [`workload`]).
 #[allow(clippy::too_many_arguments)]
 fn workload(
     world: &SimpleCommunicator,
@@ -626,7 +628,7 @@ fn workload(
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
     exec.corrupt = corrupt_rank == Some(rank);
     let result = exec.prepare(&mine.collectives).and_then(|_| {
-        let (records, report) = super::workload_exec::run(world, &mut exec, trace, &plan, op, check, warmup, timeout, stands_for)?;
+        let (records, report) = workload::run(world, &mut exec, trace, &plan, op, check, warmup, timeout, stands_for)?;
         exec.verify(&mine.collectives)?;
         Ok(ReplayOutput { records, workload: Some(report) })
     });

@@ -45,8 +45,8 @@
 //! Refuses: a trace without recorded compute durations (the plan's
 //! refusal), a device without stream memory operations or without the PTX
 //! module (reason given), `--cupti` (not built for this pace).
+use super::CudaTraceExec;
 use crate::backend::cuda::drv;
-use crate::backend::cuda::trace_exec::CudaTraceExec;
 use crate::evidence::commtrace::cpu_exec::{ExecRecord, GapTransition, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
 use crate::evidence::commtrace::workload_plan::{transition_ns, PlannedWork, StreamGap, WorkloadPlan};
 use crate::evidence::commtrace::CommTrace;
@@ -104,7 +104,7 @@ struct Spin {
 
 impl Spin {
     fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let (module, funcs) = super::load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
+        let (module, funcs) = crate::backend::cuda::load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
         let func = funcs[0];
         let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
         Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0, floor_ns: 0.0 })
@@ -222,7 +222,8 @@ pub fn run(
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let ctx = exec.context().clone();
-    let (host, dev) = super::host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
+    let (host, dev) =
+        crate::backend::cuda::host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
     let mut gate = Gate { host, dev, count: 0 };
     let mut spin = Spin::load(&ctx)?;
     let calibration = spin.calibrate(exec.stream(), &ctx).context("calibrating the spinning kernel")?;
