@@ -429,6 +429,16 @@ mod tests {
         assert!((c.ratio_high.ln() - c.ratio.ln() - half).abs() < 1e-12, "{c:?}");
     }
 
+    /// One simulated job of an unchanged node, 6 rounds around 100 on the log
+    /// scale: a job effect N(0, sd_job) shared by its rounds, plus round noise
+    /// N(0, sd_round) each.
+    fn simulated_job(rng: &mut rand_chacha::ChaCha8Rng, sd_job: f64, sd_round: f64) -> Vec<f64> {
+        use rand_distr::{Distribution, Normal};
+        let job: f64 = Normal::new(0.0, sd_job).unwrap().sample(rng);
+        let round = Normal::new(0.0, sd_round).unwrap();
+        (0..6).map(|_| (job + round.sample(rng)).exp() * 100.0).collect()
+    }
+
     #[test]
     fn the_three_checks_share_one_family_level() {
         assert!((check_coverage(0.95, 3) - (1.0 - 0.05 / 3.0)).abs() < 1e-15);
@@ -437,13 +447,8 @@ mod tests {
         // small job effect (sd 0.02) under round noise (sd 0.1), 3 reference jobs
         // of 6 rounds: s_J alone often falls far below the job mean's spread
         use rand::SeedableRng;
-        use rand_distr::{Distribution, Normal};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let (b, e) = (Normal::new(0.0, 0.02).unwrap(), Normal::new(0.0, 0.1).unwrap());
-        let job = |rng: &mut rand_chacha::ChaCha8Rng| {
-            let bj: f64 = b.sample(rng);
-            (0..6).map(|_| (bj + e.sample(rng)).exp() * 100.0).collect::<Vec<f64>>()
-        };
+        let job = |rng: &mut rand_chacha::ChaCha8Rng| simulated_job(rng, 0.02, 0.1);
         let trials = 3000;
         let mut fails = 0;
         for _ in 0..trials {
@@ -474,13 +479,8 @@ mod tests {
     fn job_prediction_false_fail_rate_is_at_most_half_the_miss() {
         // simulated unchanged node: job effect sd 0.3, round sd 0.05 (log scale), 3 reference jobs of 6 rounds
         use rand::SeedableRng;
-        use rand_distr::{Distribution, Normal};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
-        let (b, e) = (Normal::new(0.0, 0.3).unwrap(), Normal::new(0.0, 0.05).unwrap());
-        let job = |rng: &mut rand_chacha::ChaCha8Rng| {
-            let bj: f64 = b.sample(rng);
-            (0..6).map(|_| (bj + e.sample(rng)).exp() * 100.0).collect::<Vec<f64>>()
-        };
+        let job = |rng: &mut rand_chacha::ChaCha8Rng| simulated_job(rng, 0.3, 0.05);
         let trials = 4000;
         let (mut fails_job, mut fails_round) = (0, 0);
         for _ in 0..trials {
