@@ -34,43 +34,214 @@ pub enum TraceKind {
     Recv,
 }
 
+/// nccl-tests' bus-bandwidth factor for `n` ranks: what turns a kind's
+/// algorithm bandwidth (bytes / time) into the per-link traffic of an
+/// optimal ring, comparable across kinds (nccl-tests, doc/PERFORMANCE.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusBw {
+    /// 2(n − 1)/n: all-reduce (a reduce-scatter then an all-gather).
+    TwiceShare,
+    /// (n − 1)/n: all-gather, reduce-scatter, all-to-all.
+    Share,
+    /// 1: broadcast and reduce (each byte crosses each link once).
+    One,
+}
+
+impl BusBw {
+    /// The factor for `n` ranks (0 for the shared kinds at one rank, as nccl-tests prints).
+    pub fn factor(self, n: u32) -> f64 {
+        let n = f64::from(n);
+        match self {
+            BusBw::TwiceShare => 2.0 * (n - 1.0) / n,
+            BusBw::Share => (n - 1.0) / n,
+            BusBw::One => 1.0,
+        }
+    }
+}
+
+/// How one rank's input and output element counts relate, on a group of n.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffers {
+    /// In equals out (all-reduce, broadcast, reduce).
+    Same,
+    /// Out is n times in (all-gather).
+    OutIsNTimesIn,
+    /// In is n times out (reduce-scatter).
+    InIsNTimesOut,
+    /// Per-member splits summing to in and out, or without splits an even
+    /// split with in equal to out (all-to-all).
+    Splits,
+    /// No relation (barrier, send, receive).
+    Free,
+}
+
+/// One row of the kind table: everything a layer needs to know of a kind
+/// besides how a backend runs it.
+#[derive(Clone, Copy, Debug)]
+pub struct KindRow {
+    /// The kind.
+    pub kind: TraceKind,
+    /// Our name, as serialized (`all_reduce`).
+    pub name: &'static str,
+    /// The name PyTorch records, written by the exports when the source name
+    /// is not one of this kind's.
+    pub pytorch: &'static str,
+    /// PARAM's name (its `paramToCommName` vocabulary).
+    pub param: &'static str,
+    /// Has a root rank.
+    pub rooted: bool,
+    /// Point-to-point (matched per peer pair, not per group).
+    pub p2p: bool,
+    /// Reduces (has a reduction operator).
+    pub reduces: bool,
+    /// The element counts one rank's record must have.
+    pub buffers: Buffers,
+    /// The bus-bandwidth factor, for the kinds a size sweep runs (a send
+    /// needs its receive, a barrier moves nothing: neither is swept).
+    pub bus_bw: Option<BusBw>,
+}
+
+/// The kind table, in [`TraceKind`]'s order. Adding a kind is a variant, a
+/// row here, and an arm in each backend's trace executor.
+pub const KINDS: [KindRow; 9] = [
+    KindRow {
+        kind: TraceKind::AllReduce,
+        name: "all_reduce",
+        pytorch: "allreduce",
+        param: "all_reduce",
+        rooted: false,
+        p2p: false,
+        reduces: true,
+        buffers: Buffers::Same,
+        bus_bw: Some(BusBw::TwiceShare),
+    },
+    KindRow {
+        kind: TraceKind::AllGather,
+        name: "all_gather",
+        pytorch: "_allgather_base",
+        param: "all_gather_base",
+        rooted: false,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::OutIsNTimesIn,
+        bus_bw: Some(BusBw::Share),
+    },
+    KindRow {
+        kind: TraceKind::ReduceScatter,
+        name: "reduce_scatter",
+        pytorch: "_reduce_scatter_base",
+        param: "reduce_scatter_base",
+        rooted: false,
+        p2p: false,
+        reduces: true,
+        buffers: Buffers::InIsNTimesOut,
+        bus_bw: Some(BusBw::Share),
+    },
+    KindRow {
+        kind: TraceKind::Broadcast,
+        name: "broadcast",
+        pytorch: "broadcast",
+        param: "broadcast",
+        rooted: true,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::Same,
+        bus_bw: Some(BusBw::One),
+    },
+    KindRow {
+        kind: TraceKind::Reduce,
+        name: "reduce",
+        pytorch: "reduce",
+        param: "reduce",
+        rooted: true,
+        p2p: false,
+        reduces: true,
+        buffers: Buffers::Same,
+        bus_bw: Some(BusBw::One),
+    },
+    KindRow {
+        kind: TraceKind::AllToAll,
+        name: "all_to_all",
+        pytorch: "all_to_allv",
+        param: "all_to_allv",
+        rooted: false,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::Splits,
+        bus_bw: Some(BusBw::Share),
+    },
+    KindRow {
+        kind: TraceKind::Barrier,
+        name: "barrier",
+        pytorch: "barrier",
+        param: "barrier",
+        rooted: false,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::Free,
+        bus_bw: None,
+    },
+    KindRow {
+        kind: TraceKind::Send,
+        name: "send",
+        pytorch: "send",
+        param: "send",
+        rooted: false,
+        p2p: true,
+        reduces: false,
+        buffers: Buffers::Free,
+        bus_bw: None,
+    },
+    KindRow {
+        kind: TraceKind::Recv,
+        name: "recv",
+        pytorch: "recv",
+        param: "recv",
+        rooted: false,
+        p2p: true,
+        reduces: false,
+        buffers: Buffers::Free,
+        bus_bw: None,
+    },
+];
+
 impl TraceKind {
+    /// Every kind, in order.
+    pub const ALL: [TraceKind; 9] = [
+        TraceKind::AllReduce,
+        TraceKind::AllGather,
+        TraceKind::ReduceScatter,
+        TraceKind::Broadcast,
+        TraceKind::Reduce,
+        TraceKind::AllToAll,
+        TraceKind::Barrier,
+        TraceKind::Send,
+        TraceKind::Recv,
+    ];
+    /// This kind's row of [`KINDS`].
+    pub fn row(self) -> &'static KindRow {
+        &KINDS[self as usize]
+    }
     /// Point-to-point (matched per peer pair, not per group).
     pub fn is_p2p(self) -> bool {
-        matches!(self, TraceKind::Send | TraceKind::Recv)
+        self.row().p2p
     }
     /// Has a root rank.
     pub fn is_rooted(self) -> bool {
-        matches!(self, TraceKind::Broadcast | TraceKind::Reduce)
+        self.row().rooted
     }
     /// The name PyTorch records for it (what the exports write when the
     /// source name is not one of this kind's).
     pub fn pytorch_name(self) -> &'static str {
-        match self {
-            TraceKind::AllReduce => "allreduce",
-            TraceKind::AllGather => "_allgather_base",
-            TraceKind::ReduceScatter => "_reduce_scatter_base",
-            TraceKind::Broadcast => "broadcast",
-            TraceKind::Reduce => "reduce",
-            TraceKind::AllToAll => "all_to_allv",
-            TraceKind::Barrier => "barrier",
-            TraceKind::Send => "send",
-            TraceKind::Recv => "recv",
-        }
+        self.row().pytorch
+    }
+    /// PARAM's name for it.
+    pub fn param_name(self) -> &'static str {
+        self.row().param
     }
     /// Snake-case name as serialized.
     pub fn name(self) -> &'static str {
-        match self {
-            TraceKind::AllReduce => "all_reduce",
-            TraceKind::AllGather => "all_gather",
-            TraceKind::ReduceScatter => "reduce_scatter",
-            TraceKind::Broadcast => "broadcast",
-            TraceKind::Reduce => "reduce",
-            TraceKind::AllToAll => "all_to_all",
-            TraceKind::Barrier => "barrier",
-            TraceKind::Send => "send",
-            TraceKind::Recv => "recv",
-        }
+        self.row().name
     }
 }
 
@@ -194,5 +365,33 @@ impl TraceDtype {
 impl std::fmt::Display for TraceDtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_kind_order_and_names_as_serde_and_the_import_do() {
+        for (i, k) in TraceKind::ALL.iter().enumerate() {
+            assert_eq!(KINDS[i].kind, *k, "row {i}");
+            assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{}\"", k.name()));
+            // the name the exports write is one the import reads back as this kind
+            assert_eq!(classify_name(k.pytorch_name()).unwrap(), Some(*k));
+            assert!(!(k.is_p2p() && k.is_rooted()));
+        }
+        // every variant the schema knows has a row (schemars writes documented unit variants as oneOf consts)
+        let schema = serde_json::to_value(schemars::schema_for!(TraceKind)).unwrap();
+        let variants = schema["enum"].as_array().or(schema["oneOf"].as_array()).map_or(0, Vec::len);
+        assert_eq!(variants, KINDS.len(), "a variant without a row: {schema}");
+    }
+
+    #[test]
+    fn bus_bandwidth_factors_are_nccl_tests() {
+        assert_eq!(TraceKind::AllReduce.row().bus_bw.unwrap().factor(4), 1.5);
+        assert_eq!(TraceKind::AllGather.row().bus_bw.unwrap().factor(4), 0.75);
+        assert_eq!(TraceKind::Broadcast.row().bus_bw.unwrap().factor(8), 1.0);
+        assert!(TraceKind::Send.row().bus_bw.is_none() && TraceKind::Barrier.row().bus_bw.is_none());
     }
 }

@@ -112,26 +112,32 @@ pub enum SweepKind {
 }
 
 impl SweepKind {
+    /// The collective kind it sweeps.
+    pub fn kind(self) -> crate::core::collective::TraceKind {
+        use crate::core::collective::TraceKind as T;
+        match self {
+            SweepKind::AllReduce => T::AllReduce,
+            SweepKind::AllGather => T::AllGather,
+            SweepKind::ReduceScatter => T::ReduceScatter,
+            SweepKind::Broadcast => T::Broadcast,
+            SweepKind::Reduce => T::Reduce,
+            SweepKind::AllToAll => T::AllToAll,
+        }
+    }
+
     /// Snake-case name, as on the command line and in the shard's events.
     pub fn name(self) -> &'static str {
-        match self {
-            SweepKind::AllReduce => "all_reduce",
-            SweepKind::AllGather => "all_gather",
-            SweepKind::ReduceScatter => "reduce_scatter",
-            SweepKind::Broadcast => "broadcast",
-            SweepKind::Reduce => "reduce",
-            SweepKind::AllToAll => "all_to_all",
-        }
+        self.kind().name()
     }
 
     /// Whether it reduces (and so has a `redop`).
     pub fn reduces(self) -> bool {
-        matches!(self, SweepKind::AllReduce | SweepKind::ReduceScatter | SweepKind::Reduce)
+        self.kind().row().reduces
     }
 
     /// The root, for the rooted kinds (nccl-tests' default `-r 0`).
     pub fn root(self) -> Option<u32> {
-        matches!(self, SweepKind::Broadcast | SweepKind::Reduce).then_some(0)
+        self.kind().is_rooted().then_some(0)
     }
 
     /// Whether a size is split evenly over the ranks (nccl-tests rounds its
@@ -149,12 +155,7 @@ impl SweepKind {
         if n <= 1 {
             return 1.0;
         }
-        let n = n as f64;
-        match self {
-            SweepKind::AllReduce => 2.0 * (n - 1.0) / n,
-            SweepKind::AllGather | SweepKind::ReduceScatter | SweepKind::AllToAll => (n - 1.0) / n,
-            SweepKind::Broadcast | SweepKind::Reduce => 1.0,
-        }
+        self.kind().row().bus_bw.map_or(1.0, |b| b.factor(n))
     }
 
     /// nccl-tests' size (bytes) of an event of this kind whose shard `bytes`
@@ -807,6 +808,18 @@ impl WorkloadSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sweep runs exactly the kinds whose bus-bandwidth factor the kind table defines.
+    #[test]
+    fn the_sweep_runs_every_kind_with_a_bus_bandwidth_factor() {
+        use clap::ValueEnum;
+        let swept: std::collections::BTreeSet<_> = SweepKind::value_variants().iter().map(|k| k.kind()).collect();
+        let defined: std::collections::BTreeSet<_> = crate::core::collective::KINDS.iter().filter(|r| r.bus_bw.is_some()).map(|r| r.kind).collect();
+        assert_eq!(swept, defined);
+        for k in SweepKind::value_variants() {
+            assert_eq!(k.to_possible_value().unwrap().get_name(), k.name(), "the command line spells the kind as the table does");
+        }
+    }
     /// nccl-tests' `doc/PERFORMANCE.md` "Summary" factors, and its size and
     /// count conventions (split kinds rounded down to a multiple of n).
     #[test]

@@ -28,7 +28,7 @@
 //! redop, root, time, algbw, busbw, #wrong, and the average bus bandwidth),
 //! with units in the field names ([`SweepReport`], schema `rank-sweep`).
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
-use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype, TraceKind};
+use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -122,17 +122,6 @@ pub fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
     Ok(())
 }
 
-fn trace_kind(kind: SweepKind) -> TraceKind {
-    match kind {
-        SweepKind::AllReduce => TraceKind::AllReduce,
-        SweepKind::AllGather => TraceKind::AllGather,
-        SweepKind::ReduceScatter => TraceKind::ReduceScatter,
-        SweepKind::Broadcast => TraceKind::Broadcast,
-        SweepKind::Reduce => TraceKind::Reduce,
-        SweepKind::AllToAll => TraceKind::AllToAll,
-    }
-}
-
 /// The executor's trace of the sweep over `n` ranks (never written: the
 /// executors read only its world size and groups) and one collective per
 /// size, in size order, with nccl-tests' counts ([`SweepKind::count`]).
@@ -153,7 +142,7 @@ pub fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<
             SweepKind::ReduceScatter => (count, per),
             _ => (count, count),
         };
-        let mut c = TraceCollective::new(trace_kind(kind), kind.name(), SWEEP_GROUP_NAME, dtype, elems, (None, None), (kind.root(), None));
+        let mut c = TraceCollective::new(kind.kind(), kind.name(), SWEEP_GROUP_NAME, dtype, elems, (None, None), (kind.root(), None));
         c.seq = i as u64;
         colls.push(c);
     }

@@ -47,11 +47,11 @@ impl Collective {
 
     /// nccl-tests' bus-bandwidth factor for `n` ranks.
     pub fn busbw_factor(self, n: u32) -> f64 {
-        let n = f64::from(n);
-        match self {
-            Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::AllGather => (n - 1.0) / n,
-        }
+        let kind = match self {
+            Collective::AllReduce => crate::core::collective::TraceKind::AllReduce,
+            Collective::AllGather => crate::core::collective::TraceKind::AllGather,
+        };
+        kind.row().bus_bw.map_or(1.0, |b| b.factor(n))
     }
 
     /// The size actually run for a requested `bytes` (see the module documentation).

@@ -64,21 +64,6 @@ fn param_dtype(d: TraceDtype) -> &'static str {
     }
 }
 
-/// PARAM's collective name (its `paramToCommName` vocabulary).
-fn param_name(c: &TraceCollective) -> &'static str {
-    match c.kind {
-        TraceKind::AllReduce => "all_reduce",
-        TraceKind::AllGather => "all_gather_base",
-        TraceKind::ReduceScatter => "reduce_scatter_base",
-        TraceKind::Broadcast => "broadcast",
-        TraceKind::Reduce => "reduce",
-        TraceKind::AllToAll => "all_to_allv",
-        TraceKind::Barrier => "barrier",
-        TraceKind::Send => "send",
-        TraceKind::Recv => "recv",
-    }
-}
-
 fn group_of<'a>(t: &'a CommTrace, c: &TraceCollective) -> Result<&'a TraceGroup> {
     t.group(&c.group).with_context(|| format!("internal: group {:?} not described", c.group))
 }
@@ -111,7 +96,7 @@ pub fn param(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
         for c in &r.collectives {
             let g = group_of(t, c)?;
             let mut e = json!({
-                "comms": param_name(c),
+                "comms": c.kind.param_name(),
                 "req": c.seq,
                 "pg_id": ids[&g.name],
                 "global_ranks": g.members,

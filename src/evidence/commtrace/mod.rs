@@ -456,16 +456,17 @@ pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
             );
         }
     }
-    let ok = match c.kind {
-        TraceKind::AllReduce | TraceKind::Broadcast | TraceKind::Reduce => i == o,
-        TraceKind::AllGather => Some(o) == i.checked_mul(n),
-        TraceKind::ReduceScatter => Some(i) == o.checked_mul(n),
-        TraceKind::AllToAll => match (&c.in_split_elems, &c.out_split_elems) {
+    use crate::core::collective::Buffers;
+    let ok = match c.kind.row().buffers {
+        Buffers::Same => i == o,
+        Buffers::OutIsNTimesIn => Some(o) == i.checked_mul(n),
+        Buffers::InIsNTimesOut => Some(i) == o.checked_mul(n),
+        Buffers::Splits => match (&c.in_split_elems, &c.out_split_elems) {
             (Some(a), Some(b)) => a.len() as u64 == n && b.len() as u64 == n && a.iter().sum::<u64>() == i && b.iter().sum::<u64>() == o,
             (None, None) => i == o && n > 0 && i % n == 0,
             _ => false,
         },
-        TraceKind::Barrier | TraceKind::Send | TraceKind::Recv => true,
+        Buffers::Free => true,
     };
     if !ok {
         bail!(
