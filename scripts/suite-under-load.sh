@@ -11,7 +11,14 @@
 #       the repository root: start COPIES copies in the background (setsid),
 #       copy k pinned to CPUs 2k and 2k+1 with LOOPS busy loops (default 1)
 #       pinned to the same two; each copy runs every staged binary in turn
-#       (SKIP="a b": leave out the binaries so named).
+#       (SKIP="a b": leave out the binaries so named; ONLY="a b": run only
+#       those).
+#   bash scripts/suite-under-load.sh run OUT COPIES [LOOPS]
+#       `start`, then wait in the foreground until every copy is done or
+#       BUDGET_S seconds (default 540) have passed, then `status`. For a
+#       runner whose machine is given back soon after a command returns (the
+#       copies would die with it): one self-contained command per group of
+#       binaries, e.g. ONLY=canary, then SKIP=canary.
 #   bash scripts/suite-under-load.sh status OUT
 #       one line per copy and binary: exit status and wall seconds, then a
 #       summary. A copy is done when its `done` file exists.
@@ -72,6 +79,7 @@ start)
       for t in .stage/suite/*; do
         n=$(basename "$t"); case "$n" in *.bin|MANIFEST_DIR|COMMIT) continue;; esac
         case " ${SKIP:-} " in *" $n "*) continue;; esac
+        [ -z "${ONLY:-}" ] || case " $ONLY " in *" $n "*) ;; *) continue;; esac
         s=$(date +%s.%N)
         rc=0
         taskset -c "$cpus" env CUDA_VISIBLE_DEVICES= OMPI_MCA_hwloc_base_binding_policy=none \
@@ -87,6 +95,15 @@ start)
   done
   echo "started $copies copies in $out" >&2
   ;;
+run)
+  out=${2:?OUT}
+  copies=${3:?COPIES}
+  bash "$0" start "$out" "$copies" "${4:-1}"
+  end=$(($(date +%s) + ${BUDGET_S:-540}))
+  while [ "$(ls "$out"/copy*/done 2>/dev/null | wc -l)" -lt "$copies" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  bash "$0" status "$out"
+  [ "$(ls "$out"/copy*/done 2>/dev/null | wc -l)" -eq "$copies" ] || { echo "not every copy finished within BUDGET_S=${BUDGET_S:-540}" >&2; exit 3; }
+  ;;
 status)
   out=${2:?OUT}
   for d in "$out"/copy*; do
@@ -97,7 +114,7 @@ status)
   cat "$out"/copy*/results 2>/dev/null | grep -v " rc=0 " || echo none
   ;;
 *)
-  echo "usage: $0 stage | start OUT COPIES [LOOPS] | status OUT" >&2
+  echo "usage: $0 stage | start OUT COPIES [LOOPS] | run OUT COPIES [LOOPS] | status OUT" >&2
   exit 2
   ;;
 esac
