@@ -253,7 +253,11 @@ fn every_kind_of_the_table_imports_exports_and_replays_checked_on_cpu() {
         let ran: Vec<&Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
         assert!(!ran.is_empty(), "{} did not run", row.name);
         let moves_data = row.p2p || row.buffers != commcanary::core::collective::Buffers::Free;
-        assert!(!moves_data || ran.iter().any(|r| r["checked"] == true) || row.kind == commcanary::core::collective::TraceKind::Send, "{} ran unchecked: {ran:?}", row.name);
+        assert!(
+            !moves_data || ran.iter().any(|r| r["checked"] == true) || row.kind == commcanary::core::collective::TraceKind::Send,
+            "{} ran unchecked: {ran:?}",
+            row.name
+        );
     }
 }
 
