@@ -534,7 +534,7 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
 #[test]
 fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
     if commcanary::backend::cuda::unavailable_reason().is_none() {
-        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device-trace-replay.sh)");
+        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device/device-trace-replay.sh)");
         return;
     }
     let d = tempfile::tempdir().unwrap();
