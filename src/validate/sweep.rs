@@ -27,9 +27,10 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 
-/// A swept collective, as `validate` names it in its checks, tables and
-/// reports (kebab case, a format of its own); what it runs, its size rule and
-/// bus-bandwidth factor come from the kind table through [`Collective::kind`].
+// validate's own names (kebab case, in its checks, tables and reports);
+// what it runs, its size rule and bus-bandwidth factor come from the kind
+// table through `Collective::kind`.
+/// A swept collective.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Collective {
