@@ -19,6 +19,12 @@
 #       runner whose machine is given back soon after a command returns (the
 #       copies would die with it): one self-contained command per group of
 #       binaries, e.g. ONLY=canary, then SKIP=canary.
+#   bash scripts/dev/suite-under-load.sh pool --out OUT [--copies 5]
+#         [--slots 8] [--parts 2 --part K] [--budget-s 540]
+#       the copies as one pool of jobs over 2-CPU slots, each slot with its
+#       own busy loop, the slow binaries split one job per test, dealt into
+#       parts that each fit one command (scripts/dev/suite_pool.py says how).
+#       Estimates: IDLE_S below, seconds per binary on an idle 2-core VM.
 #   bash scripts/dev/suite-under-load.sh status OUT
 #       one line per copy and binary: exit status and wall seconds, then a
 #       summary. A copy is done when its `done` file exists.
@@ -30,7 +36,22 @@
 # the copy's two CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Seconds per test binary in one fresh-clone `.ci/run` on the 2-core VM (idle).
+IDLE_S=${IDLE_S:-'{"lib":5.1,"campaign":18.3,"canary":257,"cli_conventions":1.4,"clock_hier":1.4,"clock_skew":11.7,"commtrace":8.1,"doctor":1.1,"hardware_contract":2.6,"join_refusals":1.0,"model_cpu":2.5,"probe2_regressions":18.2,"probe_regressions":30.1,"ranges":2.2,"rank_cpu":5.2,"readme":76.6,"report":51.4,"sweep_kinds":2.6,"validate_cpu":144.4}'}
 cmd=${1:?stage, start or status}
+# The test binaries find the checkout they were built in, and the binary
+# under test in its target/debug.
+prepare() {
+  built=$(cat .stage/suite/MANIFEST_DIR)
+  if [ "$built" != "$PWD" ]; then
+    if [ -e "$built" ]; then
+      [ "$(readlink -f "$built")" = "$PWD" ] || { echo "$built exists and is not this checkout" >&2; exit 1; }
+    else
+      mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"
+    fi
+  fi
+  mkdir -p target/debug && cp .stage/suite/commcanary.bin target/debug/commcanary
+}
 case "$cmd" in
 stage)
   . scripts/env.sh
@@ -58,15 +79,7 @@ start)
   out=${2:?OUT}
   copies=${3:?COPIES}
   loops=${4:-1}
-  built=$(cat .stage/suite/MANIFEST_DIR)
-  if [ "$built" != "$PWD" ]; then
-    if [ -e "$built" ]; then
-      [ "$(readlink -f "$built")" = "$PWD" ] || { echo "$built exists and is not this checkout" >&2; exit 1; }
-    else
-      mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"
-    fi
-  fi
-  mkdir -p target/debug && cp .stage/suite/commcanary.bin target/debug/commcanary
+  prepare
   mkdir -p "$out"
   for k in $(seq 0 $((copies - 1))); do
     cpus="$((2 * k)),$((2 * k + 1))"
@@ -104,6 +117,11 @@ run)
   bash "$0" status "$out"
   [ "$(ls "$out"/copy*/done 2>/dev/null | wc -l)" -eq "$copies" ] || { echo "not every copy finished within BUDGET_S=${BUDGET_S:-540}" >&2; exit 3; }
   ;;
+pool)
+  prepare
+  shift
+  exec python3 scripts/dev/suite_pool.py --estimates "$IDLE_S" "$@"
+  ;;
 status)
   out=${2:?OUT}
   for d in "$out"/copy*; do
@@ -114,7 +132,7 @@ status)
   cat "$out"/copy*/results 2>/dev/null | grep -v " rc=0 " || echo none
   ;;
 *)
-  echo "usage: $0 stage | start OUT COPIES [LOOPS] | run OUT COPIES [LOOPS] | status OUT" >&2
+  echo "usage: $0 stage | start OUT COPIES [LOOPS] | run OUT COPIES [LOOPS] | pool --out OUT ... | status OUT" >&2
   exit 2
   ;;
 esac
