@@ -2,7 +2,7 @@
 //! at full campaign size, from synthetic jobs: 8 configurations x 5 rounds x
 //! all six phases, 1024 events per job in the token phases (256 tokens x 4
 //! ranks) and 1200 in `isolated` (100 iterations x 3 sizes x 4 ranks);
-//! 10,000 resamples. Joining the shards is timed by scripts/bench-analysis.sh
+//! 10,000 resamples. Joining the shards is timed by scripts/bench/bench-analysis.sh
 //! on real runs. Run: `cargo bench --bench analysis`.
 use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, KnownBadInput, PhaseInput};
 use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};

@@ -19,7 +19,7 @@ if [ "${STAGE_GPU_TESTS:-0}" = 1 ]; then
       | sed -n 's/.*"executable":"\([^"]*gpu_cuda[^"]*\)".*/\1/p' | tail -1)
   [ -n "$t" ] && cp "$t" .stage/gpu_cuda && strip --strip-debug .stage/gpu_cuda && echo "staged: .stage/gpu_cuda" >&2
 fi
-# STAGE_NCCL_TESTS=DIR: a prebuilt nccl-tests all_reduce_perf (with its license) for scripts/bench-vs-nccl-tests.sh
+# STAGE_NCCL_TESTS=DIR: a prebuilt nccl-tests all_reduce_perf (with its license) for scripts/device/bench-vs-nccl-tests.sh
 if [ -n "${STAGE_NCCL_TESTS:-}" ]; then
   cp "$STAGE_NCCL_TESTS/all_reduce_perf" "$STAGE_NCCL_TESTS/LICENSE.txt" .stage/ && echo "staged: .stage/all_reduce_perf" >&2
 fi

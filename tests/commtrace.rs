@@ -211,6 +211,56 @@ fn et_export_round_trips_every_communication_field() {
     assert_eq!(comm_fields(&vback), comm_fields(&v));
 }
 
+/// Adding a collective kind is one row of the kind table and one arm per
+/// backend: every row is read by the import under its PyTorch name, leaves
+/// through both exports and reads back, and replays checked on the CPU
+/// backend (`tests/gpu_cuda.rs` walks the table on the CUDA backend; the
+/// size sweep's kinds are the rows with a bus-bandwidth factor, checked in
+/// `core::workload`'s tests).
+#[test]
+fn every_kind_of_the_table_imports_exports_and_replays_checked_on_cpu() {
+    use commcanary::core::collective::{classify_name, KINDS};
+    for row in &KINDS {
+        assert_eq!(classify_name(row.pytorch).unwrap(), Some(row.kind), "the import reads {} as {}", row.pytorch, row.name);
+    }
+    let d = tempfile::tempdir().unwrap();
+    let files = fixture_files("kineto");
+    let t = import_ok("kineto", &[&files[0], &files[1]], &d.path().join("k.json"));
+    let (v, rows) = with_every_kind(&t, true);
+    assert_eq!(rows.len(), KINDS.len());
+    let k = write(d.path(), "every-kind.json", &v);
+    // the ET export reads back field for field; the PARAM export names every kind PARAM's way
+    let et = d.path().join("et");
+    ok(&cc(&["export", "et", s(&k), "-o", s(&et)]));
+    let back = import_ok("et", &[&et.join("rank-0.json"), &et.join("rank-1.json")], &d.path().join("back.json"));
+    assert_eq!(comm_fields(&back), comm_fields(&v));
+    let param = d.path().join("param");
+    ok(&cc(&["export", "param", s(&k), "-o", s(&param)]));
+    let p0 = std::fs::read_to_string(param.join("rank-0.json")).unwrap();
+    for row in &KINDS {
+        assert!(p0.contains(&format!("\"{}\"", row.param)), "PARAM export lacks {}", row.param);
+    }
+    // every kind replays on MPI with its result checked where it lands
+    let out = d.path().join("replay");
+    ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check", "--pace", "none"]));
+    let recs: Vec<Value> = (0..2)
+        .flat_map(|r| {
+            let f: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+            f["records"].as_array().unwrap().clone()
+        })
+        .collect();
+    for row in &KINDS {
+        let ran: Vec<&Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
+        assert!(!ran.is_empty(), "{} did not run", row.name);
+        let moves_data = row.p2p || row.buffers != commcanary::core::collective::Buffers::Free;
+        assert!(
+            !moves_data || ran.iter().any(|r| r["checked"] == true) || row.kind == commcanary::core::collective::TraceKind::Send,
+            "{} ran unchecked: {ran:?}",
+            row.name
+        );
+    }
+}
+
 #[test]
 fn param_export_declares_every_group_before_use() {
     let d = tempfile::tempdir().unwrap();
@@ -484,7 +534,7 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
 #[test]
 fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
     if commcanary::backend::cuda::unavailable_reason().is_none() {
-        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device-trace-replay.sh)");
+        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device/device-trace-replay.sh)");
         return;
     }
     let d = tempfile::tempdir().unwrap();

@@ -642,3 +642,33 @@ fn cuda_trace_phases_run_every_kind_of_the_trace() {
         other => panic!("the replay phase walked the imported trace: {other:?}"),
     }
 }
+
+/// The kind table walked on the NCCL trace executor (the CPU side is
+/// `tests/commtrace.rs`): every row but the point-to-point ones runs on a
+/// one-rank communicator with its result checked; sends and receives need a
+/// peer on a second GPU and are named as not run.
+#[test]
+fn cuda_replay_runs_every_kind_of_the_table_checked() {
+    if !gpu_or_skip() {
+        return;
+    }
+    use commcanary::core::collective::{Buffers, KINDS};
+    let d = tempfile::tempdir().unwrap();
+    let one: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture_trace(d.path(), 1)).unwrap()).unwrap();
+    let (v, rows) = with_every_kind(&one, false);
+    let left_out: Vec<&str> = KINDS.iter().filter(|r| !rows.contains(&r.name)).map(|r| r.name).collect();
+    eprintln!("NOT RUN here: {left_out:?} (point-to-point: needs two GPUs)");
+    let t = d.path().join("every-kind.json");
+    std::fs::write(&t, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = d.path().join("replay");
+    ok(&mpirun(1, &["replay-trace", t.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "none", "--out", out.to_str().unwrap()]));
+    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    let recs = f["records"].as_array().unwrap();
+    for row in KINDS.iter().filter(|r| !r.p2p) {
+        let ran: Vec<&serde_json::Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
+        assert!(!ran.is_empty(), "{} did not run on NCCL", row.name);
+        if row.buffers != Buffers::Free {
+            assert!(ran.iter().all(|r| r["checked"] == true), "{} ran unchecked: {ran:?}", row.name);
+        }
+    }
+}

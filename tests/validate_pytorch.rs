@@ -4,7 +4,7 @@ use std::process::Command;
 
 #[test]
 fn validate_pytorch_self_test_passes() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/validate_pytorch.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/device/validate_pytorch.py");
     let out = match Command::new("python3").args([script, "--self-test"]).output() {
         Ok(o) => o,
         Err(e) => {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The false-FAIL table of `validate` in one device call: S independent streams
-# of scripts/validate-false-fail.sh, each pinned to its own two CPUs (an
+# of scripts/dev/validate-false-fail.sh, each pinned to its own two CPUs (an
 # emulated 2-CPU node; the load condition's busy loops share those two CPUs),
 # some idle, the others loaded, then one table over every completed pair.
 #
@@ -26,7 +26,7 @@ for s in $(seq 0 $((S - 1))); do
   cond=idle; [ "$s" -ge "$I" ] && cond=load
   cpus="${ORDER[$((2 * s))]},${ORDER[$((2 * s + 1))]}"
   echo "stream $s: $cond on CPUs $cpus" >> "$OUT/host.txt"
-  timeout -s TERM "$T" bash scripts/validate-false-fail.sh --bin "$BIN" --pairs "$P" --cpus "$cpus" \
+  timeout -s TERM "$T" bash scripts/dev/validate-false-fail.sh --bin "$BIN" --pairs "$P" --cpus "$cpus" \
     --conditions "$cond" --out "$OUT/stream-$s-$cond" > "$OUT/stream-$s.log" 2>&1 &
   pids+=($!)
 done
@@ -35,4 +35,4 @@ for p in "${pids[@]}"; do wait "$p"; done
 pkill -f "$BIN validate" 2>/dev/null; pkill -x yes 2>/dev/null; sleep 1
 # one table over every stream's completed pairs (the header once)
 { grep -h '^condition' "$OUT"/stream-*/pairs.tsv | head -1; for f in "$OUT"/stream-*/pairs.tsv; do grep -v '^#\|^condition' "$f"; done; } > "$OUT/pairs-all.tsv"
-bash scripts/validate-false-fail.sh --table "$OUT/pairs-all.tsv" | tee "$OUT/table.txt"
+bash scripts/dev/validate-false-fail.sh --table "$OUT/pairs-all.tsv" | tee "$OUT/table.txt"

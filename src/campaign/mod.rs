@@ -7,9 +7,14 @@
 //! with `attempts/ATTEMPT.{stdout,stderr}`, `runs/ATTEMPT/` (shards and run
 //! record), `selection.json`. Each command consumes what the previous one
 //! wrote and refuses to go on when the chain is broken.
+mod attempts;
 pub mod chain;
+mod exec;
 pub mod hardware;
+mod lock;
+mod select;
 pub mod spec;
+mod verify;
 
 use crate::core::fsutil::{sha256_file, write_json_new};
 use crate::core::refusal::Code;

@@ -636,7 +636,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
 }
 
 fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
-    // the streaming join: the run is never held in memory whole (join.rs's module doc)
+    // the streaming join: the run is never held in memory whole (evidence::join's module doc)
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let summary = match &a.events_out {
         Some(p) => {

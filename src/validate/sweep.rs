@@ -20,12 +20,16 @@
 //! element per rank); the size used is recorded.
 use crate::backend::Backend;
 use crate::core::clock::RankClock;
+use crate::core::workload::SweepKind;
 use crate::evidence::shard::Dtype;
 use anyhow::Result;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 
+// validate's own names (kebab case, in its checks, tables and reports);
+// what it runs, its size rule and bus-bandwidth factor come from the kind
+// table through `Collective::kind`.
 /// A swept collective.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -37,6 +41,14 @@ pub enum Collective {
 }
 
 impl Collective {
+    /// The kind it sweeps.
+    pub fn kind(self) -> SweepKind {
+        match self {
+            Collective::AllReduce => SweepKind::AllReduce,
+            Collective::AllGather => SweepKind::AllGather,
+        }
+    }
+
     /// Name used in check names and tables.
     pub fn name(self) -> &'static str {
         match self {
@@ -45,24 +57,17 @@ impl Collective {
         }
     }
 
-    /// nccl-tests' bus-bandwidth factor for `n` ranks.
+    /// nccl-tests' bus-bandwidth factor for `n` ranks (the table's, also at one rank).
     pub fn busbw_factor(self, n: u32) -> f64 {
-        let kind = match self {
-            Collective::AllReduce => crate::core::collective::TraceKind::AllReduce,
-            Collective::AllGather => crate::core::collective::TraceKind::AllGather,
-        };
-        kind.row().bus_bw.map_or(1.0, |b| b.factor(n))
+        self.kind().kind().row().bus_bw.map_or(1.0, |b| b.factor(n))
     }
 
-    /// The size actually run for a requested `bytes` (see the module documentation).
+    /// The size actually run for a requested `bytes`: the sweep's element
+    /// count ([`SweepKind::count`]), at least one element per rank.
     pub fn bytes_for(self, bytes: u64, dtype: Dtype, n: u32) -> u64 {
-        match self {
-            Collective::AllReduce => (bytes / dtype.size_bytes()).max(1) * dtype.size_bytes(),
-            Collective::AllGather => {
-                let unit = dtype.size_bytes() * u64::from(n.max(1));
-                (bytes / unit).max(1) * unit
-            }
-        }
+        let k = self.kind();
+        let least = if k.splits() { u64::from(n.max(1)) } else { 1 };
+        k.count(bytes, dtype.size_bytes(), n.max(1)).unwrap_or(least) * dtype.size_bytes()
     }
 }
 
@@ -155,5 +160,16 @@ mod tests {
         assert_eq!(Collective::AllGather.bytes_for(8, Dtype::Bf16, 8), 16);
         assert_eq!(Collective::AllGather.bytes_for(100, Dtype::F32, 3), 96);
         assert_eq!(Collective::AllReduce.bytes_for(8, Dtype::Bf16, 8), 8);
+        // the sweep's count rule: whole elements, split kinds a multiple of n, never empty
+        for n in 1..=9u32 {
+            for bytes in 0..300u64 {
+                for dtype in [Dtype::Bf16, Dtype::F32] {
+                    let e = dtype.size_bytes();
+                    assert_eq!(Collective::AllReduce.bytes_for(bytes, dtype, n), (bytes / e).max(1) * e);
+                    let unit = e * u64::from(n);
+                    assert_eq!(Collective::AllGather.bytes_for(bytes, dtype, n), (bytes / unit).max(1) * unit, "{bytes} B over {n}");
+                }
+            }
+        }
     }
 }

@@ -151,3 +151,76 @@ pub fn assert_refused(o: &Output, code: &str) -> String {
     assert!(text.contains(&format!("refused[{code}]")), "expected refused[{code}] in:\n{text}");
     text
 }
+
+/// `t` (an imported trace, as JSON) with one collective of every row of the
+/// kind table appended on every rank of its first group, so that a test
+/// walking the table reaches every kind: element counts follow the row's
+/// buffer rule on the group's size, rooted kinds take the group's first
+/// member as root, and a point-to-point row runs between the first two
+/// members (the first runs the row's kind, the second the other
+/// point-to-point kind, its counterpart). With `p2p` false the
+/// point-to-point rows are left out (a one-rank world has no peer); the
+/// rows appended are returned by name. Trailing compute is dropped, so the
+/// appended collectives are each rank's last events.
+pub fn with_every_kind(t: &serde_json::Value, p2p: bool) -> (serde_json::Value, Vec<&'static str>) {
+    use commcanary::core::collective::{Buffers, KINDS};
+    let mut v = t.clone();
+    let g = v["groups"][0].clone();
+    let name = g["name"].as_str().unwrap().to_string();
+    let members: Vec<u64> = g["members"].as_array().unwrap().iter().map(|m| m.as_u64().unwrap()).collect();
+    let n = members.len() as u64;
+    let rows: Vec<_> = KINDS.iter().filter(|r| p2p || !r.p2p).collect();
+    assert!(!p2p || n >= 2, "point-to-point rows need two members");
+    for rank in v["ranks"].as_array_mut().unwrap() {
+        let me = rank["rank"].as_u64().unwrap();
+        let Some(local) = members.iter().position(|&m| m == me) else { continue };
+        rank["trailing_compute"] = serde_json::json!([]);
+        let colls = rank["collectives"].as_array_mut().unwrap();
+        let template = colls.iter().rev().find(|c| c["group"] == name.as_str()).expect("a collective of the first group to copy").clone();
+        let end = |c: &serde_json::Value| c["host_start_ns"].as_u64().unwrap() + c["host_duration_ns"].as_u64().unwrap();
+        let mut at = colls.iter().map(end).max().unwrap() + 10_000;
+        // a group's collectives count one sequence; point-to-point ones one per peer and direction
+        let next_seq = |colls: &[serde_json::Value], kind: &str, peer: Option<u64>| {
+            colls
+                .iter()
+                .filter(|c| c["group"] == name.as_str() && c["peer"].as_u64() == peer && (peer.is_none() || c["kind"] == kind))
+                .map(|c| c["seq"].as_u64().unwrap() + 1)
+                .max()
+                .unwrap_or(0)
+        };
+        for row in &rows {
+            let (kind, peer) = if row.p2p {
+                if local > 1 {
+                    continue;
+                }
+                let other = KINDS.iter().find(|r| r.p2p && r.kind != row.kind).expect("a point-to-point counterpart");
+                (if local == 0 { row } else { other }, Some(members[1 - local]))
+            } else {
+                (*row, None)
+            };
+            let e = 256u64;
+            let (ins, outs) = match kind.buffers {
+                Buffers::Same => (e, e),
+                Buffers::OutIsNTimesIn => (e, n * e),
+                Buffers::InIsNTimesOut => (n * e, e),
+                Buffers::Splits => (n * e, n * e),
+                Buffers::Free if kind.p2p => (e, e),
+                Buffers::Free => (0, 0),
+            };
+            let mut c = template.clone();
+            c["kind"] = kind.name.into();
+            c["source_name"] = kind.pytorch.into();
+            c["seq"] = next_seq(colls, kind.name, peer).into();
+            (c["in_elems"], c["out_elems"]) = (ins.into(), outs.into());
+            (c["in_split_elems"], c["out_split_elems"]) = (serde_json::Value::Null, serde_json::Value::Null);
+            c["root"] = if kind.rooted { members[0].into() } else { serde_json::Value::Null };
+            c["peer"] = peer.map_or(serde_json::Value::Null, Into::into);
+            (c["host_start_ns"], c["host_duration_ns"]) = (at.into(), 1_000.into());
+            c["device"] = serde_json::Value::Null;
+            c["compute_before"] = serde_json::json!([]);
+            at += 10_000;
+            colls.push(c);
+        }
+    }
+    (v, rows.iter().map(|r| r.name).collect())
+}

@@ -36,170 +36,28 @@
 //! is hidden as it is there. `synchronize` (device synchronization) happens
 //! once per pass. cudarc's automatic cross-stream event tracking is disabled
 //! so that no dependency exists that the phase did not ask for.
+mod anchor;
 pub mod buffers;
 pub mod cupti;
 pub mod globaltimer;
 pub mod nccl;
+mod probe;
 pub mod trace_exec;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
 use crate::backend::cuda::nccl::{NcclComm, NcclLibrary};
 use crate::core::clock::RankClock;
 use crate::core::workload::GemmShape;
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
+use anchor::{Anchor, ANCHOR_ROUND_TRIPS, TIMER_ROUND_TRIPS, TIMER_STAMPS};
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use libloading::Library;
 use mpi::topology::{Communicator, SimpleCommunicator};
+pub use probe::{driver_report, probe_devices, unavailable_reason, DriverReport};
+use probe::{nvml_facts, probe_cublas, topology};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Why the CUDA backend cannot run here, or `None` when it can be tried.
-pub fn unavailable_reason() -> Option<String> {
-    match probe_devices() {
-        Err(why) => Some(why),
-        Ok(0) => Some("the CUDA driver reports no GPU on this machine".into()),
-        Ok(_) => None,
-    }
-}
-
-/// What the CUDA driver reports.
-#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
-pub struct DriverReport {
-    /// `cuDriverGetVersion`, e.g. 13000.
-    pub driver_version: i32,
-    /// Device names in ordinal order.
-    pub devices: Vec<String>,
-}
-
-/// Query the driver for its version and device names (our own dlopen, so a
-/// missing driver is an error, not a panic).
-pub fn driver_report() -> Result<DriverReport, String> {
-    let n = probe_devices()?;
-    let lib = libcuda()?;
-    // SAFETY: signatures per the CUDA driver API; the library stays loaded for the process.
-    unsafe {
-        type Ver = unsafe extern "C" fn(*mut i32) -> i32;
-        type Get = unsafe extern "C" fn(*mut i32, i32) -> i32;
-        type Name = unsafe extern "C" fn(*mut std::os::raw::c_char, i32, i32) -> i32;
-        let ver: libloading::Symbol<Ver> = lib.get(b"cuDriverGetVersion\0").map_err(|e| e.to_string())?;
-        let get: libloading::Symbol<Get> = lib.get(b"cuDeviceGet\0").map_err(|e| e.to_string())?;
-        let name: libloading::Symbol<Name> = lib.get(b"cuDeviceGetName\0").map_err(|e| e.to_string())?;
-        let mut v = 0;
-        if ver(&mut v) != 0 {
-            return Err("cuDriverGetVersion failed".into());
-        }
-        let mut devices = Vec::new();
-        for i in 0..n as i32 {
-            let mut dev = 0;
-            if get(&mut dev, i) != 0 {
-                return Err(format!("cuDeviceGet({i}) failed"));
-            }
-            let mut buf = [0 as std::os::raw::c_char; 256];
-            if name(buf.as_mut_ptr(), 256, dev) != 0 {
-                return Err(format!("cuDeviceGetName({i}) failed"));
-            }
-            devices.push(std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned());
-        }
-        Ok(DriverReport { driver_version: v, devices })
-    }
-}
-
-/// The CUDA driver library, loaded once per process and never unloaded (the
-/// driver keeps process-wide state; cudarc loads the same file for its calls).
-fn libcuda() -> Result<&'static Library, String> {
-    static LIBCUDA: std::sync::OnceLock<Result<Library, String>> = std::sync::OnceLock::new();
-    LIBCUDA
-        .get_or_init(|| {
-            // SAFETY: loading the CUDA driver runs its initialisers; it is the documented way to use it.
-            unsafe { Library::new("libcuda.so.1") }.map_err(|e| format!("no CUDA driver: libcuda.so.1 could not be loaded ({e})"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-/// Count CUDA devices through the driver API, loaded dynamically.
-pub fn probe_devices() -> Result<u32, String> {
-    let lib = libcuda()?;
-    type CuInit = unsafe extern "C" fn(u32) -> i32;
-    type CuCount = unsafe extern "C" fn(*mut i32) -> i32;
-    // SAFETY: symbol types match the CUDA driver API (cuInit(unsigned), cuDeviceGetCount(int*)).
-    unsafe {
-        let init: libloading::Symbol<CuInit> = lib.get(b"cuInit\0").map_err(|e| format!("libcuda.so.1 lacks cuInit ({e})"))?;
-        let count: libloading::Symbol<CuCount> = lib.get(b"cuDeviceGetCount\0").map_err(|e| format!("libcuda.so.1 lacks cuDeviceGetCount ({e})"))?;
-        let rc = init(0);
-        if rc != 0 {
-            return Err(format!("cuInit failed with CUDA error {rc}"));
-        }
-        let mut n = 0i32;
-        let rc = count(&mut n);
-        if rc != 0 {
-            return Err(format!("cuDeviceGetCount failed with CUDA error {rc}"));
-        }
-        Ok(n.max(0) as u32)
-    }
-}
-
-/// cudarc panics when it cannot find a library; find cuBLAS ourselves first.
-fn probe_cublas() -> Result<String> {
-    let names = cudarc::get_lib_name_candidates("cublas");
-    for n in &names {
-        // SAFETY: probing a library by name; it is closed again at once.
-        if unsafe { Library::new(n) }.is_ok() {
-            return Ok(n.clone());
-        }
-    }
-    bail!("cuBLAS not found (tried {}); add its directory to LD_LIBRARY_PATH", names.join(", "))
-}
-
-/// NVML facts about one GPU, keys suffixed `_start` or `_end` (driver, PCIe
-/// bus and power limit only at start). A fact that cannot be read is reported
-/// with the reason, never guessed.
-fn nvml_facts(uuid: &str, suffix: &str) -> Vec<(String, String)> {
-    let nvml = match nvml_wrapper::Nvml::init() {
-        Ok(n) => n,
-        Err(e) => return vec![(format!("nvml{suffix}"), format!("unavailable: {e}"))],
-    };
-    let mut v = Vec::new();
-    let dev = match nvml.device_by_uuid(uuid) {
-        Ok(d) => d,
-        Err(e) => return vec![(format!("nvml{suffix}"), format!("device {uuid} not found: {e}"))],
-    };
-    let mut put = |k: &str, r: Result<String, nvml_wrapper::error::NvmlError>| {
-        v.push((format!("{k}{suffix}"), r.unwrap_or_else(|e| format!("unreadable: {e}"))));
-    };
-    use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
-    if suffix == "_start" {
-        put("driver_version", nvml.sys_driver_version());
-        put("cuda_driver_version", nvml.sys_cuda_driver_version().map(|c| format!("{}.{}", c / 1000, (c % 1000) / 10)));
-        put("pci_bus_id", dev.pci_info().map(|p| p.bus_id));
-        put("power_limit_w", dev.power_management_limit().map(|mw| format!("{:.1}", mw as f64 / 1000.0)));
-    }
-    put("sm_clock_mhz", dev.clock_info(Clock::SM).map(|c| c.to_string()));
-    put("mem_clock_mhz", dev.clock_info(Clock::Memory).map(|c| c.to_string()));
-    put("temperature_c", dev.temperature(TemperatureSensor::Gpu).map(|t| t.to_string()));
-    put(
-        "compute_processes",
-        dev.running_compute_processes().map(|ps| {
-            let me = std::process::id();
-            let others: Vec<String> = ps.iter().filter(|p| p.pid != me).map(|p| p.pid.to_string()).collect();
-            format!("{} total, other pids [{}]", ps.len(), others.join(","))
-        }),
-    );
-    v
-}
-
-/// `nvidia-smi topo -m`, where the tool exists.
-fn topology() -> String {
-    match std::process::Command::new("nvidia-smi").args(["topo", "-m"]).output() {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join("\n"),
-        Ok(o) => format!("unavailable: nvidia-smi topo -m exited {:?}", o.status.code()),
-        Err(e) => format!("unavailable: nvidia-smi: {e}"),
-    }
-}
-
-/// Round trips per anchor window (start and end of every pass).
-const ANCHOR_ROUND_TRIPS: usize = 24;
 /// Resolution of CUDA event timestamps as documented for `cuEventElapsedTime`
 /// ("around 0.5 microseconds"); used where the measured granularity is inconclusive.
 pub const EVENT_RESOLUTION_NS: f64 = 500.0;
@@ -250,26 +108,6 @@ pub(crate) fn load_ptx(ctx: &Arc<CudaContext>, ptx: &str, what: &str, entries: &
         .collect::<Result<Vec<_>>>()?;
     Ok((module, funcs))
 }
-
-/// The start window of a pass: its first event (device time 0 of the pass)
-/// and where that event lies on the host clock.
-struct Anchor {
-    /// Index into the pass's events of the window's first event.
-    event: usize,
-    estimate: crate::core::clock::DeviceAnchorEstimate,
-    /// CUPTI's clock against the host clock: (cupti ns, host ns, error ns).
-    cupti: Option<(u64, u64, u64)>,
-    /// `%globaltimer` on the host clock at the pass start (with `--cupti`).
-    timer: Option<globaltimer::TimerWindow>,
-}
-
-/// Round trips per `%globaltimer` window: more than the event windows',
-/// since a trip costs one small launch and the intersection narrows with
-/// every trip whose two legs are short (on one H200: 24 trips gave 1.6 µs,
-/// 96 gave 1.1-1.5 µs, 400 gave 0.9 µs; a trip takes about 8 µs).
-const TIMER_ROUND_TRIPS: usize = 256;
-/// Stamping kernels per `%globaltimer` window.
-const TIMER_STAMPS: usize = 8;
 
 /// Placeholder end of a back-to-back collective until the next boundary is recorded.
 const OPEN_END: usize = usize::MAX;
@@ -583,33 +421,6 @@ impl CudaBackend {
         Ok(b)
     }
 
-    /// Measure the event timer's granularity (the greatest common divisor of
-    /// the device times of events recorded back to back, in whole ns) and
-    /// record it among the device facts; the documented 0.5 µs stays where the
-    /// measurement is inconclusive.
-    fn measure_timer_granularity(&mut self) -> Result<()> {
-        let times = self.event_timer_probe(32)?;
-        let gcd = |mut a: u64, mut b: u64| {
-            while b != 0 {
-                (a, b) = (b, a % b);
-            }
-            a
-        };
-        let g = times.iter().map(|t| t.round() as u64).filter(|&t| t > 0).fold(0, gcd);
-        if (1..=(EVENT_RESOLUTION_NS as u64)).contains(&g) {
-            self.timer_granularity_ns = g as f64;
-        }
-        self.device.facts.push((
-            "event_timer_granularity_ns".into(),
-            format!(
-                "{} (gcd of {} back-to-back event times; the CUDA documentation's figure is {EVENT_RESOLUTION_NS})",
-                self.timer_granularity_ns,
-                times.len()
-            ),
-        ));
-        Ok(())
-    }
-
     fn pooled_event(&mut self) -> Result<CudaEvent> {
         match self.free_events.pop() {
             Some(e) => Ok(e),
@@ -627,166 +438,6 @@ impl CudaBackend {
         // an event recorded inside a capture is a graph node, never a stream's tail
         self.tail[comm_stream as usize] = (!self.capturing).then(|| self.pass_events.len() - 1);
         Ok(self.pass_events.len() - 1)
-    }
-
-    /// One anchor window on the idle compute stream: `ANCHOR_ROUND_TRIPS`
-    /// round trips. Where stream memory operations exist, each trip enqueues
-    /// a wait on a host-mapped word, the event, and a write of an
-    /// acknowledgement word behind it; then reads the host clock, releases the
-    /// wait with a plain store, and spins on the acknowledgement: the event
-    /// cannot be written before that read nor after the acknowledgement is
-    /// seen, and neither leg includes an API call (cuEventRecord and
-    /// cuEventQuery take microseconds in a virtual machine). Elsewhere a trip
-    /// is host clock, record, poll the event, host clock. Returns the
-    /// window's first event (kept among the pass's events) and the
-    /// intersection of the trips' feasible intervals.
-    fn anchor_window(&mut self) -> Result<(usize, crate::core::clock::DeviceAnchorEstimate)> {
-        let mut trips = [(0u64, 0u64); ANCHOR_ROUND_TRIPS];
-        let mut events = Vec::with_capacity(ANCHOR_ROUND_TRIPS);
-        for trip in trips.iter_mut() {
-            let e = self.pooled_event()?;
-            if let Some((host, dev)) = self.release {
-                self.release_count = self.release_count.wrapping_add(1).max(1);
-                let want = self.release_count;
-                let stream = self.compute.cu_stream();
-                // SAFETY: `dev` maps two live 4-byte host words of this context; the stream is this context's.
-                unsafe {
-                    drv(
-                        drv_sys::cuStreamWaitValue32_v2(stream, dev, want, drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32).result(),
-                        "cuStreamWaitValue32 (anchor)",
-                    )?;
-                    drv(cudarc::driver::result::event::record(e.cu_event(), stream), "cuEventRecord (anchor)")?;
-                    drv(drv_sys::cuStreamWriteValue32_v2(stream, dev + 4, want, 0).result(), "cuStreamWriteValue32 (anchor)")?;
-                }
-                let before = self.clock.now_ns();
-                // SAFETY: live, aligned host words; only this thread writes the first, the device the second.
-                unsafe { std::ptr::write_volatile(host, want) };
-                let t0 = std::time::Instant::now();
-                // SAFETY: as above.
-                while unsafe { std::ptr::read_volatile(host.add(1)) } != want {
-                    if t0.elapsed() > std::time::Duration::from_secs(10) {
-                        bail!("anchor: the device did not acknowledge a released wait within 10 s");
-                    }
-                    std::hint::spin_loop();
-                }
-                *trip = (before, self.clock.now_ns());
-                events.push(e);
-                continue;
-            }
-            let before = self.clock.now_ns();
-            drv(e.record(&self.compute), "cuEventRecord (anchor)")?;
-            loop {
-                // SAFETY: a live event of this context.
-                match unsafe { cudarc::driver::result::event::query(e.cu_event()) } {
-                    Ok(()) => break,
-                    Err(err) if err.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => std::hint::spin_loop(),
-                    Err(err) => bail!("cuEventQuery (anchor): CUDA error {err:?}"),
-                }
-            }
-            *trip = (before, self.clock.now_ns());
-            events.push(e);
-        }
-        let mut rt = Vec::with_capacity(ANCHOR_ROUND_TRIPS);
-        for (e, &(before, after)) in events.iter().zip(&trips) {
-            let ms = drv(events[0].elapsed_ms(e), "cuEventElapsedTime (anchor)")? as f64;
-            rt.push(crate::core::clock::DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ms * 1e6 });
-        }
-        let est = crate::core::clock::estimate_device_anchor(&rt).map_err(|e| anyhow::anyhow!("anchor window: {e}"))?;
-        self.tail[0] = None;
-        let mut events = events.into_iter();
-        let first = events.next().expect("ANCHOR_ROUND_TRIPS > 0");
-        self.free_events.extend(events);
-        self.pass_events.push(first);
-        Ok((self.pass_events.len() - 1, est))
-    }
-
-    /// At the first device operation of a pass (streams idle), anchor the device timeline.
-    fn ensure_anchor(&mut self) -> Result<()> {
-        if self.anchor.is_some() {
-            return Ok(());
-        }
-        let (event, estimate) = self.anchor_window()?;
-        let cupti = match &self.cupti {
-            Some(c) => {
-                // start from an empty collection: earlier kernels belong to no pass
-                let _ = c.drain()?;
-                let h1 = self.clock.now_ns();
-                let ts = c.timestamp()?;
-                let h2 = self.clock.now_ns();
-                Some((ts, h1 + (h2 - h1) / 2, (h2 - h1).div_ceil(2)))
-            }
-            None => None,
-        };
-        let timer = self.timer_window()?;
-        self.anchor = Some(Anchor { event, estimate, cupti, timer });
-        Ok(())
-    }
-
-    /// A `%globaltimer` window on the idle compute stream, where the anchor is loaded.
-    fn timer_window(&mut self) -> Result<Option<globaltimer::TimerWindow>> {
-        let (Ok(t), Some(_)) = (&mut self.timer, &self.cupti) else {
-            return Ok(None);
-        };
-        let clock = &self.clock;
-        let w = t.window(&self.compute, &mut || clock.now_ns(), TIMER_ROUND_TRIPS, TIMER_STAMPS)?;
-        self.tail[0] = None;
-        Ok(Some(w))
-    }
-
-    /// The kernel timer map of a pass from its start and end `%globaltimer`
-    /// windows and the stamping kernels' CUPTI records among `raw`; the
-    /// reason where they do not fit together.
-    fn kernel_timer_map(
-        start: &globaltimer::TimerWindow,
-        end: &globaltimer::TimerWindow,
-        raw: &[crate::backend::cuda::cupti::RawKernel],
-        cupti_own: Option<(u64, u64, u64)>,
-    ) -> std::result::Result<(crate::core::clock::KernelTimerMap, crate::evidence::shard::KernelAnchor), String> {
-        use crate::core::clock::{bracket_timer_offset, KernelTimerMap, KernelTimerWindow, StampedKernel};
-        let mut stamps: Vec<_> = raw.iter().filter(|k| k.name == globaltimer::STAMP_KERNEL_NAME).cloned().collect();
-        // launch order
-        stamps.sort_by_key(|k| k.correlation);
-        let want = start.stamps.len() + end.stamps.len();
-        if stamps.len() != want {
-            return Err(format!("CUPTI recorded {} of the {want} stamping kernels", stamps.len()));
-        }
-        let pair = |w: &globaltimer::TimerWindow, recs: &[crate::backend::cuda::cupti::RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
-            let k: Vec<StampedKernel> = w
-                .stamps
-                .iter()
-                .zip(recs)
-                .map(|(&(entry, exit), r)| StampedKernel { timer_start_ns: r.start, timer_end_ns: r.end, stamp_entry_ns: entry, stamp_exit_ns: exit })
-                .collect();
-            let offset = bracket_timer_offset(&k).map_err(|e| e.to_string())?;
-            Ok(KernelTimerWindow { estimate: w.estimate, device0_ns: w.first_timer_ns, offset })
-        };
-        let (s, e) = (pair(start, &stamps[..start.stamps.len()])?, pair(end, &stamps[start.stamps.len()..])?);
-        if end.first_timer_ns <= start.first_timer_ns {
-            return Err("the end window's %globaltimer reading does not follow the start window's".into());
-        }
-        let resolution = start.resolution_ns.max(end.resolution_ns);
-        let map = KernelTimerMap::fit(s, Some(e), resolution);
-        let own = cupti_own.map(|(ts0, host0, _)| {
-            let first = &stamps[0];
-            (host0 as f64 + first.start as f64 - ts0 as f64) - map.to_host_ns(first.start) as f64
-        });
-        let anchor = crate::evidence::shard::KernelAnchor {
-            error_ns: map.bound_ns.ceil() as u64,
-            globaltimer_bound_ns: s.estimate.bound_ns.max(e.estimate.bound_ns),
-            cupti_offset_bound_ns: s.offset.bound_ns.max(e.offset.bound_ns),
-            globaltimer_resolution_ns: resolution,
-            best_round_trip_ns: s.estimate.best_rtt_ns.min(e.estimate.best_rtt_ns),
-            round_trips: s.estimate.samples,
-            stamp_kernels: start.stamps.len() as u32,
-            cupti_minus_globaltimer_ns: s.offset.offset_ns,
-            cupti_own_minus_anchored_ns: own,
-        };
-        Ok((map, anchor))
-    }
-
-    /// The anchor windows (start, end) of the last finished pass.
-    pub fn last_anchor_windows(&self) -> Option<(crate::core::clock::DeviceAnchorEstimate, crate::core::clock::DeviceAnchorEstimate)> {
-        self.last_anchor_windows
     }
 
     /// Wait for everything enqueued on `stream` so far, polling NCCL's

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Behaviour check for refactors: the same evidence, read by two binaries, must
+# give byte-identical reports.
+#
+#   bash scripts/dev/check-byte-identical.sh BEFORE_BIN AFTER_BIN [WORK_DIR]
+#
+# No campaign shards are committed (results/ holds reports only), so the input
+# is made here, once, with BEFORE_BIN: a small seeded CPU campaign (the README
+# demo's five configurations x 3 rounds, 4 ranks under mpirun, all six phases,
+# at 16 tokens x 4 layers) planned, executed, selected. Both binaries then read
+# that one campaign and its runs; every output below goes to WORK/before/ or
+# WORK/after/ and the two trees are compared with `diff -r` (any difference is
+# printed and the script exits 1):
+#   join (text, --json, --events-out), inspect (a shard, run.json),
+#   export chrome, overlap (text, --json), summarize (text, --json),
+#   campaign verify --json, campaign analyze (text, --json, report.json and
+#   every SVG plot), campaign power, compare (campaign proxy vs truth, text and
+#   --json), queue (closed loop over the campaign), capacity, and every schema.
+# Exit codes are recorded too (WORK/*/exit-codes). One field is masked before
+# the comparison because it names the binary itself, not the evidence: the
+# report's "producer" (tool version and commit); the count of masked lines is
+# printed. Needs OpenMPI (see scripts/env.sh).
+set -euo pipefail
+BEFORE=$(realpath "${1:?BEFORE_BIN}")
+AFTER=$(realpath "${2:?AFTER_BIN}")
+WORK=${3:-$(mktemp -d /tmp/byte-identical.XXXXXX)}
+cd "$(dirname "$0")/../.."
+. scripts/env.sh
+mkdir -p "$WORK"
+C="$WORK/campaign"
+if [ ! -f "$C/selection.json" ]; then
+  rm -rf "$C"
+  sed -e 's/^tokens = .*/tokens = 16/' -e 's/^layers = .*/layers = 4/' -e 's/^iters = .*/iters = 10/' \
+    examples/cpu-demo.toml > "$WORK/spec.toml"
+  "$BEFORE" campaign plan "$WORK/spec.toml" -o "$C" > /dev/null
+  "$BEFORE" campaign exec "$C" > /dev/null
+  "$BEFORE" campaign select "$C" > /dev/null
+fi
+RUN="$C/runs/$(ls "$C/runs" | head -1)"
+SHARD=$(ls "$RUN"/*.shard* 2>/dev/null | head -1 || true)
+[ -n "$SHARD" ] || SHARD="$RUN/$(ls "$RUN" | grep -v '^run.json$' | head -1)"
+RUNS=(); for r in $(ls "$C/runs" | head -3); do RUNS+=("job-$r=$C/runs/$r"); done
+
+outputs() { # BIN DIR: every output is written under one fixed path (paths appear in some outputs), then moved to DIR
+  local B=$1 O="$WORK/out"
+  rm -rf "$O" "$2"; mkdir -p "$O"
+  # run NAME ARGS...: stdout to NAME.out, exit code to exit-codes (stderr names temp paths: not compared)
+  run() { local n=$1; shift; local rc=0; "$B" "$@" > "$O/$n.out" 2> "$O/$n.err" || rc=$?; echo "$n $rc" >> "$O/exit-codes"; }
+  run join join "$RUN"
+  run join-json join --json "$RUN" --events-out "$O/joined.jsonl"
+  run inspect-shard inspect "$SHARD"
+  run inspect-run inspect "$RUN/run.json"
+  run export-chrome export chrome "$RUN" -o "$O/chrome.json"
+  run overlap overlap "$RUN"
+  run overlap-json overlap --json "$RUN"
+  run summarize summarize "${RUNS[@]}"
+  run summarize-json summarize --json "${RUNS[@]}"
+  run verify campaign verify --json "$C"
+  run analyze campaign analyze "$C" --report-dir "$O/report-text"
+  run analyze-json campaign analyze --json "$C" --report-dir "$O/report"
+  run power campaign power "$C"
+  run compare compare --proxy "$C:isolated" --truth "$C:blocking"
+  run compare-json compare --json --proxy "$C:isolated" --truth "$C:blocking"
+  run queue queue --campaign "$C" --phase blocking --mode closed --clients 4 --think-ms 1
+  run capacity capacity --demand 1000 --throughput-per-gpu 37.5 --gpu-hour-cost 2.5
+  for s in shard run joined-collective join-summary summary campaign-manifest campaign-attempt \
+           campaign-selection campaign-report campaign-archive-descriptor comparison comm-trace; do
+    run "schema-$s" schema "$s"
+  done
+  rm -f "$O"/*.err
+  # the producer names the binary (version, commit): mask it, count it
+  grep -rlE '"producer": "[^"]*"' "$O" | while read -r f; do
+    sed -i -E 's/"producer": "[^"]*"/"producer": "<masked>"/' "$f"; echo "$f" >> "$O.masked"
+  done
+  mv "$O" "$2"
+}
+rm -f "$WORK/out.masked"
+outputs "$BEFORE" "$WORK/before"
+outputs "$AFTER" "$WORK/after"
+echo "masked the producer field in $(sort -u "$WORK/out.masked" 2>/dev/null | wc -l) file(s) per binary"
+echo "inputs: $C ($(ls "$C/runs" | wc -l) runs); outputs: $WORK/before, $WORK/after"
+echo "before: $BEFORE ($(sha256sum < "$BEFORE" | cut -c1-12)); after: $AFTER ($(sha256sum < "$AFTER" | cut -c1-12))"
+if diff -r "$WORK/before" "$WORK/after"; then
+  echo "byte-identical: $(find "$WORK/before" -type f | wc -l) files ($(cat "$WORK/before"/exit-codes | awk '$2!=0' | wc -l) commands exited non-zero in both, identically)"
+else
+  echo "DIFFERENT (see above)"; exit 1
+fi

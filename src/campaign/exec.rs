@@ -1,0 +1,421 @@
+//! `exec`: consumes the frozen manifest and the attempt log, runs one fresh job per cell without
+//! a clean success (retrying failures) and appends one terminal record per attempt, its stdout and
+//! stderr kept under `attempts/`. An in-flight note under `inflight/` names each running job, so the
+//! next `exec` records an interrupted one as failed and refuses one still alive. Refuses before any
+//! launch a host that cannot run the jobs (`preflight`) and, before each job, a changed frozen trace.
+use super::attempts::{accepted_manifests, append_attempt, load_manifest, next_attempt_number, overlapping, read_attempts, AttemptRecord, AttemptStatus};
+use super::lock::{lock_campaign, INFLIGHT_FILE};
+use super::spec::{Cell, LauncherKind, Manifest};
+use crate::core::fsutil::{sha256_file, sha256_hex, write_new_atomic};
+use crate::core::refusal::Code;
+use crate::evidence::run::RunRecord;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What `exec` writes before it starts a job, so a later `exec` can tell an
+/// interrupted attempt (and a job that outlived its `exec`).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct InFlight {
+    attempt_id: String,
+    cell_id: String,
+    label: String,
+    round: u32,
+    manifest_sha256: String,
+    argv: Vec<String>,
+    started_unix_ms: u64,
+    host: String,
+    /// Process group of the launcher (its own group; the ranks it starts locally inherit it).
+    pgid: i32,
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the group exists and may be signalled.
+    pgid > 1 && (unsafe { libc::kill(-pgid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Settle attempts an interrupted `exec` left in flight (only `cell`'s when
+/// given): a job still running after a grace period is refused by name; a
+/// finished one gets a failed record ending now, so nothing later may overlap it unseen.
+fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRecord>) -> Result<()> {
+    let d = dir.join(INFLIGHT_FILE);
+    let Ok(rd) = std::fs::read_dir(&d) else { return Ok(()) };
+    let mut notes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    notes.sort();
+    for p in notes {
+        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
+        let Ok(n) = serde_json::from_slice::<InFlight>(&bytes) else {
+            eprintln!("campaign: {}: unreadable in-flight note (torn write) left in place", p.display());
+            continue;
+        };
+        if cell.is_some_and(|c| c != n.cell_id) {
+            continue;
+        }
+        if !attempts.iter().any(|a| a.attempt_id == n.attempt_id) {
+            if n.host == crate::core::identity::hostname() {
+                let t0 = std::time::Instant::now();
+                while group_alive(n.pgid) && t0.elapsed() < std::time::Duration::from_secs(15) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                if group_alive(n.pgid) {
+                    crate::refuse!(
+                        crate::core::refusal::Code::OrphanJob,
+                        "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- -{}); a new attempt would overlap it",
+                        n.attempt_id,
+                        n.pgid,
+                        n.pgid
+                    );
+                }
+            }
+            let rec = AttemptRecord {
+                attempt_id: n.attempt_id.clone(),
+                cell_id: n.cell_id.clone(),
+                label: n.label.clone(),
+                round: n.round,
+                manifest_sha256: n.manifest_sha256.clone(),
+                status: AttemptStatus::Failed,
+                exit_code: None,
+                failure: Some(
+                    "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time is when that was noticed)".into(),
+                ),
+                argv: n.argv.clone(),
+                started_unix_ms: n.started_unix_ms,
+                finished_unix_ms: crate::core::clock::unix_ms(),
+                stdout_sha256: sha256_hex(b""),
+                stderr_sha256: sha256_hex(b""),
+                run_dir: format!("runs/{}", n.attempt_id),
+                run_json_sha256: None,
+                shards: Vec::new(),
+                identity_sha256: None,
+                host: Some(n.host.clone()),
+            };
+            append_attempt(dir, &rec)?;
+            eprintln!("campaign: {}: recorded as interrupted", n.attempt_id);
+            attempts.push(rec);
+        }
+        std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Check a frozen trace against the digest the manifest froze: a missing file
+/// is `NO_SUCH_INPUT`, a FIFO, device or directory (also behind a symbolic
+/// link) is refused without being opened for a blocking read, and at most
+/// the import limit is hashed, so the check can neither hang nor read for
+/// ever before the job starts.
+fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
+    if std::fs::metadata(trace).is_err() {
+        return Err(crate::core::refusal::refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display())));
+    }
+    let got = crate::core::limits::sha256_bounded(trace, crate::evidence::commtrace::Limits::default().max_json_bytes)
+        .with_context(|| format!("the frozen trace {}", trace.display()))?;
+    if got != want {
+        return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display())));
+    }
+    Ok(())
+}
+
+/// A job's program, its arguments and its environment.
+type JobCommand = (String, Vec<String>, Vec<(String, String)>);
+
+fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
+    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
+    let mut rank_args: Vec<String> = vec![exe];
+    rank_args.extend(m.spec.rank_arguments(cfg));
+    rank_args.extend(["--run-id".into(), attempt_id.into(), "--out".into(), runs.display().to_string()]);
+    if let Some((file, want)) = m.frozen_trace(&cfg.name) {
+        // the frozen copy, checked before every job: a changed trace is another workload
+        let trace = runs.parent().context("campaign directory")?.join(file);
+        check_frozen_trace(&trace, &want)?;
+        rank_args.extend(["--trace".into(), trace.display().to_string()]);
+    }
+    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (prog, mut args) = match m.spec.launcher.kind {
+        LauncherKind::Mpirun => {
+            let mut a = vec!["-n".to_string(), m.spec.ranks.to_string()];
+            for (k, _) in &env {
+                a.extend(["-x".into(), k.clone()]);
+            }
+            ("mpirun".to_string(), a)
+        }
+        LauncherKind::Srun => ("srun".to_string(), vec!["-n".to_string(), m.spec.ranks.to_string()]),
+    };
+    args.extend(m.spec.launcher.args.iter().cloned());
+    args.extend(rank_args);
+    Ok((prog, args, env))
+}
+
+/// Refuses, before any cell is launched, a campaign that cannot run on this
+/// host: with the `mpirun` launcher every job runs here, so a `cuda` backend
+/// without a usable GPU, or no `mpirun` on `PATH`, would fail every cell
+/// with the same error (`srun` jobs run on the allocation's nodes, which
+/// this host cannot check). `what` names the campaign or spec in the message.
+pub fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Result<()> {
+    if spec.launcher.kind != LauncherKind::Mpirun {
+        return Ok(());
+    }
+    let on_path = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpirun").is_file()));
+    if !on_path {
+        crate::refuse!(
+            Code::BadArgument,
+            "{what}: the launcher is mpirun, and no mpirun is on PATH; no cell was launched (install OpenMPI 4.x or load its module)"
+        );
+    }
+    if spec.backend == "cuda" {
+        if let Some(why) = crate::backend::cuda::unavailable_reason() {
+            crate::refuse!(
+                Code::BadArgument,
+                "{what}: backend cuda cannot run on this host ({why}); no cell was launched. With the mpirun launcher every job runs here: run it on a host with GPUs, or use the srun launcher inside an allocation"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The scheduled cells (or only the one at 1-based position `only`) with no
+/// successful attempt under this campaign's accepted manifests, in schedule order.
+pub fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+    let (m, sha) = load_manifest(dir)?;
+    let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
+    Ok(m.schedule
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
+        .map(|(_, c)| c)
+        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
+        .map(|c| c.cell_id.clone())
+        .collect())
+}
+
+/// Run every cell without a successful attempt, in schedule order (or only
+/// the cell at 1-based position `only`); each failure is retried up to
+/// `retries` times. Returns (succeeded, failed attempts). Records are single
+/// `O_APPEND` lines, so concurrent array tasks on a local or POSIX-append
+/// file system do not interleave them.
+pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<std::time::Duration>) -> Result<(usize, usize)> {
+    let (m, manifest_sha) = load_manifest(dir)?;
+    preflight(&m.spec, &format!("campaign {}", dir.display()))?;
+    if let Some(n) = only {
+        if n == 0 || n > m.schedule.len() {
+            bail!("--cell {n}: the schedule has cells 1 to {}", m.schedule.len());
+        }
+    }
+    let only_cell = only.map(|n| m.schedule[n - 1].cell_id.clone());
+    let _lock = lock_campaign(dir, only_cell.as_deref(), &format!("exec {}", dir.display()))?;
+    let runs = dir.join("runs");
+    let logs = dir.join("attempts");
+    std::fs::create_dir_all(&runs)?;
+    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all(dir.join(INFLIGHT_FILE))?;
+    let mut attempts = read_attempts(dir)?;
+    settle_inflight(dir, only_cell.as_deref(), &mut attempts)?;
+    let accepted = accepted_manifests(dir, &m, &manifest_sha)?;
+    let host = crate::core::identity::hostname();
+    let todo: Vec<&Cell> = m
+        .schedule
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
+        .map(|(_, c)| c)
+        // a success that overlapped another attempt on its host is no evidence: the cell runs again
+        .filter(|c| {
+            !attempts.iter().any(|a| {
+                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256) && overlapping(a, &attempts).is_none()
+            })
+        })
+        .collect();
+    let bar = indicatif::ProgressBar::new(todo.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}").expect("valid template").progress_chars("=> "),
+    );
+    bar.set_prefix(m.campaign_id.clone());
+    let (mut ok, mut failed) = (0, 0);
+    for cell in todo {
+        for _try in 0..=retries {
+            // attempt numbers count records and any directory an interrupted attempt left
+            let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
+            // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
+            let cell_started = std::time::Instant::now();
+            bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
+            let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
+            let started = crate::core::clock::unix_ms();
+            let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
+            let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
+            let out = run_job(&prog, &args, &env, cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed())), |pgid| {
+                let note = InFlight {
+                    attempt_id: attempt_id.clone(),
+                    cell_id: cell.cell_id.clone(),
+                    label: cell.label.clone(),
+                    round: cell.round,
+                    manifest_sha256: manifest_sha.clone(),
+                    argv: argv.clone(),
+                    started_unix_ms: started,
+                    host: host.clone(),
+                    pgid,
+                };
+                crate::core::fsutil::write_json_new(&note_path, &note)
+            });
+            let finished = crate::core::clock::unix_ms();
+            let (code, stdout, stderr, spawn_err) = match out {
+                Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
+                Ok((o, true)) => (
+                    o.status.code(),
+                    o.stdout,
+                    o.stderr,
+                    Some(format!(
+                        "cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped",
+                        cell_timeout.map_or(0.0, |t| t.as_secs_f64())
+                    )),
+                ),
+                Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
+            };
+            write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
+            write_new_atomic(&logs.join(format!("{attempt_id}.stderr")), &stderr)?;
+            let run_dir = runs.join(&attempt_id);
+            let run_json = run_dir.join(crate::evidence::run::RUN_FILE);
+            let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            let failure = match (&spawn_err, code, &record) {
+                (Some(e), _, _) => Some(e.clone()),
+                (None, Some(0), Some(_)) => None,
+                (None, Some(0), None) => Some("exit 0 but no run.json was written".into()),
+                (None, c, _) => Some(format!("launcher exited {}; {}", c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()), failure_line(&stderr))),
+            };
+            let rec = AttemptRecord {
+                attempt_id: attempt_id.clone(),
+                cell_id: cell.cell_id.clone(),
+                label: cell.label.clone(),
+                round: cell.round,
+                manifest_sha256: manifest_sha.clone(),
+                status: if failure.is_none() { AttemptStatus::Succeeded } else { AttemptStatus::Failed },
+                exit_code: code,
+                failure,
+                argv,
+                started_unix_ms: started,
+                finished_unix_ms: finished,
+                stdout_sha256: sha256_hex(&stdout),
+                stderr_sha256: sha256_hex(&stderr),
+                run_dir: format!("runs/{attempt_id}"),
+                run_json_sha256: sha256_file(&run_json).ok(),
+                shards: record.as_ref().map(|r| r.shards.clone()).unwrap_or_default(),
+                identity_sha256: record.as_ref().map(|r| r.rank0_identity_sha256.clone()),
+                host: Some(host.clone()),
+            };
+            append_attempt(dir, &rec)?;
+            let _ = std::fs::remove_file(&note_path);
+            let succeeded = rec.status == AttemptStatus::Succeeded;
+            let line = match &rec.failure {
+                None => format!("{attempt_id}: succeeded in {:.1} s", (finished - started) as f64 / 1e3),
+                Some(f) => format!("{attempt_id}: failed: {f}"),
+            };
+            if bar.is_hidden() {
+                eprintln!("campaign: {line}");
+            } else if !succeeded {
+                bar.println(line);
+            }
+            if !succeeded {
+                failed += 1;
+            }
+            attempts.push(rec);
+            if succeeded {
+                ok += 1;
+                break;
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((ok, failed))
+}
+
+/// Run the launcher in its own process group, asked to die with its parent
+/// (`PR_SET_PDEATHSIG`, prctl(2)) so that a killed `exec` takes its job with
+/// it; `started(pgid)` records the job before it is waited for. A job running
+/// longer than `timeout` has its group sent SIGTERM, then SIGKILL after 10 s.
+/// Returns its output and whether it timed out.
+fn run_job(
+    prog: &str,
+    args: &[String],
+    env: &[(String, String)],
+    timeout: Option<std::time::Duration>,
+    started: impl FnOnce(i32) -> Result<()>,
+) -> std::io::Result<(std::process::Output, bool)> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
+        .envs(env.iter().cloned())
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pgid = child.id() as i32;
+    // SAFETY: signalling the process group this function created.
+    let signal_group = |sig| unsafe { libc::kill(-pgid, sig) };
+    if let Err(e) = started(pgid) {
+        signal_group(libc::SIGTERM);
+        let _ = child.wait_with_output();
+        return Err(std::io::Error::other(format!("{e:#}")));
+    }
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let t0 = std::time::Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if !timed_out && timeout.is_some_and(|t| t0.elapsed() > t) {
+            // the whole job: the launcher and the ranks it started in its group
+            timed_out = true;
+            signal_group(libc::SIGTERM);
+            let grace = std::time::Instant::now();
+            while child.try_wait()?.is_none() && grace.elapsed() < std::time::Duration::from_secs(10) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            signal_group(libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    Ok((std::process::Output { status, stdout, stderr }, timed_out))
+}
+
+/// The most telling stderr line: CommCanary's own error if there is one,
+/// else the last line that is not a launcher's banner rule.
+fn failure_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    // a line that says what went wrong: an "error:" with words after it
+    let telling = |l: &&str| l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric()));
+    let ours = text.lines().find(telling);
+    let last = text.lines().rev().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("---"));
+    match ours.or(last) {
+        Some(l) => format!("stderr: {}", l.trim()),
+        None => "no stderr".into(),
+    }
+}

@@ -1,0 +1,193 @@
+//! The ranking check and the decision cost: the candidate's pair relations
+//! of configurations against the source's, from the replay's per-pass latency
+//! ([`phase_input`]), and the replay seconds each side needs to decide them.
+//! Fails on a contradiction, on a pair decided outside the other side's
+//! interval, or when the source decides nothing. Use [`ranking_check`].
+use super::{Check, DecisionCost, JobMeasure, Paired};
+use crate::analysis::agreement;
+use crate::analysis::policy::AnalysisPolicy;
+use crate::analysis::ranking::Relation;
+use crate::analysis::{JobData, PhaseInput, ProxyAgreement};
+use crate::canary::Assurance;
+use crate::core::workload::Phase;
+use anyhow::Result;
+use std::collections::BTreeSet;
+
+/// The phase inputs of the replay's per-pass latency, by configuration.
+pub fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> PhaseInput {
+    PhaseInput {
+        phase: Phase::Replay,
+        labels: configs.to_vec(),
+        jobs: jobs.iter().map(|js| js.iter().map(|j| JobData { round: j.round, samples_us: j.pass_us.clone() }).collect()).collect(),
+    }
+}
+
+/// The ranking check and the decision cost.
+pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, DecisionCost)> {
+    let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
+    let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
+    let m = policy.min_effect_pct;
+    let mut contradictions = Vec::new();
+    let mut unmatched = Vec::new();
+    let mut unconfirmed = Vec::new();
+    let mut not_reached = Vec::new();
+    let mut marginal = 0;
+    for (a, b) in cand_rep.pairs.iter().zip(&src_rep.pairs) {
+        if a.relation == b.relation {
+            continue;
+        }
+        let name = format!("{} vs {}", a.a, a.b);
+        if a.relation != Relation::NotDistinguished && b.relation != Relation::NotDistinguished {
+            contradictions.push(name);
+            continue;
+        }
+        let only_candidate = a.relation != Relation::NotDistinguished;
+        // decided on one side only: marginal when the deciding interval's edge nearest 0 is within twice the minimum effect
+        let (decided, other) = if only_candidate { (a, b) } else { (b, a) };
+        let edge = decided.ci_low_pct.abs().min(decided.ci_high_pct.abs());
+        let what = format!(
+            "{name} ({} {:+.1}% [{:+.1}, {:+.1}], {} {:+.1}% [{:+.1}, {:+.1}])",
+            if only_candidate { "the candidate decides" } else { "the source decides" },
+            decided.diff_pct,
+            decided.ci_low_pct,
+            decided.ci_high_pct,
+            if only_candidate { "the source cannot tell:" } else { "the candidate cannot tell:" },
+            other.diff_pct,
+            other.ci_low_pct,
+            other.ci_high_pct
+        );
+        if edge <= 2.0 * m {
+            marginal += 1;
+        } else if other.ci_low_pct <= decided.diff_pct && decided.diff_pct <= other.ci_high_pct {
+            // the undecided side's interval holds what the deciding side measured: one side
+            // is noisier in these rounds (a long source on a busy machine, or the same
+            // trace twice), not a different ranking; listed, never counted as agreement
+            if only_candidate {
+                unconfirmed.push(what);
+            } else {
+                not_reached.push(what);
+            }
+        } else {
+            unmatched.push(what);
+        }
+    }
+    let shared = cand_rep.pairs.iter().zip(&src_rep.pairs).filter(|(a, b)| a.relation == b.relation && b.relation != Relation::NotDistinguished).count();
+    let c = &agreement.comparison;
+    // nothing decided on the source: there is no decision to preserve, and agreement would be vacuous
+    let source_decided = src_rep.pairs.iter().filter(|x| x.relation != Relation::NotDistinguished).count();
+    let passed = contradictions.is_empty() && unmatched.is_empty() && source_decided > 0 && shared > 0;
+    let tau = |t: &crate::analysis::TauEstimate| match (t.tau_b, t.interval) {
+        (Some(v), Some((lo, hi))) => format!("{v:.2} [{lo:.2}, {hi:.2}]"),
+        (Some(v), None) => format!("{v:.2}"),
+        (None, _) => "undefined".into(),
+    };
+    let check = Check {
+        name: "ranking".into(),
+        guards: Assurance::BehaviorallyVerified,
+        passed,
+        measured: format!(
+            "{}{} of {} pairs agree ({:.0}%), {shared} decided alike, τ-b {}; contradictions: {}; decided on one side only, outside the other side's interval: {}; decided by the candidate alone, within the source's interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not reached in these rounds): {}; marginal: {marginal}",
+            if source_decided == 0 {
+                "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, would give one); "
+            } else {
+                ""
+            },
+            c.pairs_agree,
+            c.pairs_total,
+            c.agreement_pct,
+            tau(&agreement.tau_policy),
+            if contradictions.is_empty() { "none".into() } else { contradictions.join(", ") },
+            if unmatched.is_empty() { "none".into() } else { unmatched.join("; ") },
+            if unconfirmed.is_empty() { "none".into() } else { unconfirmed.join("; ") },
+            if not_reached.is_empty() { "none".into() } else { not_reached.join("; ") }
+        ),
+        tolerance: format!(
+            "the source decides at least one pair and the candidate decides at least one of those alike; no contradiction; a pair decided on one side only lies within the other side's interval, or its deciding interval reaches within {:.0}% of a tie",
+            2.0 * m
+        ),
+    };
+    // decision cost
+    let target: Vec<Relation> = src_rep.pairs.iter().map(|x| x.relation).collect();
+    let sr = agreement::rounds_to_decide(&si, policy, &target)?;
+    let cr = agreement::rounds_to_decide(&ci, policy, &target)?;
+    let secs = |jobs: &[Vec<JobMeasure>], r: Option<usize>| -> Option<f64> {
+        let r = r?;
+        let mut rounds: Vec<u32> = jobs.first()?.iter().map(|j| j.round).collect();
+        rounds.sort_unstable();
+        let keep: BTreeSet<u32> = rounds.into_iter().take(r).collect();
+        Some(jobs.iter().flatten().filter(|j| keep.contains(&j.round)).map(|j| j.replay_s).sum())
+    };
+    let mean = |jobs: &[Vec<JobMeasure>]| {
+        let v: Vec<f64> = jobs.iter().flatten().map(|j| j.replay_s).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (ss, cs) = (secs(p.source, sr), secs(p.candidate, cr));
+    let cost = DecisionCost {
+        source_rounds: sr,
+        candidate_rounds: cr,
+        source_replay_s: ss,
+        candidate_replay_s: cs,
+        source_per_candidate: ss.zip(cs).filter(|(_, c)| *c > 0.0).map(|(s, c)| s / c),
+        per_job_s: (mean(p.source), mean(p.candidate)),
+    };
+    Ok((check, agreement, cost))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass_jobs(medians_us: &[f64]) -> Vec<JobMeasure> {
+        medians_us
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| JobMeasure { round: i as u32 + 1, pass_us: vec![m * 0.99, m, m * 1.01], replay_s: m / 1e6 * 3.0, ..Default::default() })
+            .collect()
+    }
+
+    fn policy() -> AnalysisPolicy {
+        AnalysisPolicy {
+            tie_policy: crate::analysis::policy::TiePolicy::Interval,
+            min_effect_pct: 2.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 2000,
+            bootstrap_seed: 1,
+        }
+    }
+
+    /// A pair the source is too noisy to decide, decided by a quieter
+    /// candidate inside the source's interval, is unconfirmed, not failed;
+    /// one decided outside the source's (narrow, undecided) interval fails.
+    #[test]
+    fn a_pair_only_the_candidate_decides_must_lie_within_the_source_s_interval() {
+        let configs: Vec<String> = ["a", "b", "bad"].iter().map(|s| s.to_string()).collect();
+        let noisy_a = [617.0, 600.0, 664.0, 1049.0, 1069.0, 641.0];
+        let noisy_b = [749.0, 743.0, 1153.0, 1292.0, 810.0, 792.0];
+        let bad: Vec<f64> = noisy_b.iter().map(|x| x * 4.0).collect();
+        let src = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
+        let quiet =
+            |a: f64| vec![pass_jobs(&[a, a * 1.01, a * 0.99, a * 1.02, a, a * 0.98]), pass_jobs(&[2.9, 2.93, 2.88, 2.9, 2.95, 2.87]), pass_jobs(&[11.6; 6])];
+        let cand = quiet(2.54);
+        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
+        assert!(cost.candidate_rounds.is_some(), "the candidate reaches the source's decided pairs: {cost:?}");
+        // a tight source that cannot separate a from b, and a candidate that puts a 20% ahead
+        let tight_a = [700.0, 702.0, 698.0, 701.0, 699.0, 700.5];
+        let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
+        let src = vec![pass_jobs(&tight_a), pass_jobs(&tight_b), pass_jobs(&[2800.0; 6])];
+        let cand = quiet(2.32);
+        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(!chk.passed && chk.measured.contains("outside the other side's interval: a vs b"), "{chk:?}");
+        // the other way round: a source that decides a ahead, a noisier candidate that cannot tell
+        // (the same trace on a busier machine): not reached in these rounds, not failed
+        let src = vec![pass_jobs(&[700.0, 702.0, 698.0, 701.0, 699.0, 700.5]), pass_jobs(&[800.0, 801.0, 799.0, 802.0, 800.0, 798.0]), pass_jobs(&[3200.0; 6])];
+        let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
+        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
+        assert_eq!(cost.candidate_rounds, None, "the candidate never decides every pair the source decides: {cost:?}");
+        // but one that decides none of the source's pairs alike fails
+        let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
+        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] }, &policy(), "test").unwrap();
+        assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
+    }
+}

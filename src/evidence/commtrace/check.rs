@@ -1,0 +1,244 @@
+//! The rules a trace's records obey: every rank present once, groups that
+//! hold each rank of the world once, counts that fit the operation on one
+//! rank and agree across a group's members, sends and receives that pair up.
+//! Consumes decoded groups and collectives; produces nothing but the refusal
+//! that names the file and the fault. The decoders number sequences and
+//! resolve ranks here; `load` runs the checks on a whole trace.
+use super::{RankTrace, TraceCollective, TraceGroup, TraceKind};
+use anyhow::{bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Largest buffer one collective record may describe, in bytes: MPI's
+/// `MPI_Count` is a signed 64-bit integer (MPI 4.0, §2.5.8 "Counts") and
+/// NCCL's `count` a `size_t`; a count whose bytes pass `i64::MAX` is no
+/// buffer any collective holds.
+pub const MAX_COLLECTIVE_BYTES: u64 = i64::MAX as u64;
+
+/// Every group's members distinct and inside the world of `world` ranks.
+pub(super) fn check_groups(groups: &[TraceGroup], world: u32) -> Result<()> {
+    for g in groups {
+        if let Some(&m) = g.members.iter().find(|&&m| m >= world) {
+            bail!("group {:?} names rank {m}, outside the world of {world} ranks", g.name);
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(&m) = g.members.iter().find(|&&m| !seen.insert(m)) {
+            bail!("group {:?} lists rank {m} twice (members {:?}): a process group holds each rank once", g.name, g.members);
+        }
+    }
+    Ok(())
+}
+
+/// Fill each collective's `seq`: per group for collectives, per (group, peer,
+/// direction) for point-to-point.
+pub fn number_sequences(colls: &mut [TraceCollective]) {
+    let mut next: BTreeMap<(String, Option<(TraceKind, u32)>), u64> = BTreeMap::new();
+    for c in colls.iter_mut() {
+        let key = (c.group.clone(), if c.kind.is_p2p() { c.peer.map(|p| (c.kind, p)) } else { None });
+        let n = next.entry(key).or_insert(0);
+        c.seq = *n;
+        *n += 1;
+    }
+}
+
+/// Members of a group after resolving a group-local rank; refuses one outside the group.
+pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
+    usize::try_from(local)
+        .ok()
+        .and_then(|i| group.members.get(i).copied())
+        .with_context(|| format!("{what} {local} is not a rank of group {:?} (members {:?})", group.name, group.members))
+}
+
+/// Check one record's own buffer relations (the counts a collective of this
+/// kind must have on one rank of a group of `n`).
+pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
+    let (i, o) = (c.in_elems, c.out_elems);
+    for (what, e) in [("in", i), ("out", o)] {
+        if e.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > MAX_COLLECTIVE_BYTES) {
+            bail!(
+                "{} on group {:?} (#{}) records {e} {:?} elements {what}: over {MAX_COLLECTIVE_BYTES} bytes, more than any collective's buffer holds",
+                c.source_name,
+                c.group,
+                c.seq,
+                c.dtype
+            );
+        }
+    }
+    use crate::core::collective::Buffers;
+    let ok = match c.kind.row().buffers {
+        Buffers::Same => i == o,
+        Buffers::OutIsNTimesIn => Some(o) == i.checked_mul(n),
+        Buffers::InIsNTimesOut => Some(i) == o.checked_mul(n),
+        Buffers::Splits => match (&c.in_split_elems, &c.out_split_elems) {
+            (Some(a), Some(b)) => a.len() as u64 == n && b.len() as u64 == n && a.iter().sum::<u64>() == i && b.iter().sum::<u64>() == o,
+            (None, None) => i == o && n > 0 && i % n == 0,
+            _ => false,
+        },
+        Buffers::Free => true,
+    };
+    if !ok {
+        bail!(
+            "{} on group {:?} (#{}) records {i} elements in and {o} out{} on a group of {n}: counts disagree with the operation",
+            c.source_name,
+            c.group,
+            c.seq,
+            match (&c.in_split_elems, &c.out_split_elems) {
+                (None, None) => String::new(),
+                (a, b) => format!(" with splits {a:?}/{b:?}"),
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Every rank of `0..world` present once.
+pub(super) fn check_ranks(world: u32, ranks: &[u32], names: &[String]) -> Result<()> {
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, &r) in ranks.iter().enumerate() {
+        if r >= world {
+            bail!("{}: rank {r} is outside the world of {world} ranks: files from different runs or rank sets", name_of(names, i));
+        }
+        if let Some(j) = seen.insert(r, i) {
+            bail!("{} and {} both record rank {r}: files from different runs or rank sets", name_of(names, j), name_of(names, i));
+        }
+    }
+    if let Some(missing) = (0..world).find(|r| !seen.contains_key(r)) {
+        let given: Vec<u32> = seen.keys().copied().collect();
+        bail!("rank {missing} missing: the trace's world has {world} ranks and the files given record ranks {given:?} (give one file per rank)");
+    }
+    Ok(())
+}
+
+fn name_of(names: &[String], i: usize) -> &str {
+    names.get(i).map(|s| s.as_str()).unwrap_or("?")
+}
+
+/// Cross-rank checks: groups described, members agree per collective, point-to-point pairs.
+pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], names: &[String]) -> Result<()> {
+    let file_of = |rank: u32| -> &str { ranks.iter().position(|r| r.rank == rank).map(|i| name_of(names, i)).unwrap_or("?") };
+    let by_name: BTreeMap<&str, &TraceGroup> = groups.iter().map(|g| (g.name.as_str(), g)).collect();
+    // (group, member) -> that member's non-p2p collectives on the group.
+    let mut per_member: BTreeMap<(&str, u32), Vec<&TraceCollective>> = BTreeMap::new();
+    // (src, dst, group) -> sends / recvs.
+    let mut sends: BTreeMap<(u32, u32, &str), Vec<&TraceCollective>> = BTreeMap::new();
+    let mut recvs: BTreeMap<(u32, u32, &str), Vec<&TraceCollective>> = BTreeMap::new();
+    for r in ranks {
+        for c in &r.collectives {
+            let g = by_name.get(c.group.as_str()).with_context(|| {
+                let described: Vec<&str> = by_name.keys().copied().collect();
+                format!("{}: rank {} uses process group {:?}, which no file describes (described: {described:?})", file_of(r.rank), r.rank, c.group)
+            })?;
+            if !g.members.contains(&r.rank) {
+                bail!("{}: rank {} issues {} on group {:?} whose members are {:?}", file_of(r.rank), r.rank, c.source_name, g.name, g.members);
+            }
+            check_record_counts(c, g.members.len() as u64).with_context(|| format!("{}: rank {}", file_of(r.rank), r.rank))?;
+            match c.kind {
+                TraceKind::Send => {
+                    let p = c.peer.with_context(|| format!("{}: send #{} has no peer", file_of(r.rank), c.seq))?;
+                    sends.entry((r.rank, p, &c.group)).or_default().push(c);
+                }
+                TraceKind::Recv => {
+                    let p = c.peer.with_context(|| format!("{}: recv #{} has no peer", file_of(r.rank), c.seq))?;
+                    recvs.entry((p, r.rank, &c.group)).or_default().push(c);
+                }
+                _ => per_member.entry((g.name.as_str(), r.rank)).or_default().push(c),
+            }
+        }
+    }
+    for g in groups {
+        let lists: Vec<(u32, &[&TraceCollective])> =
+            g.members.iter().map(|&m| (m, per_member.get(&(g.name.as_str(), m)).map(|v| v.as_slice()).unwrap_or(&[]))).collect();
+        let Some(&(first_rank, first)) = lists.first() else { continue };
+        for &(m, list) in &lists[1..] {
+            if list.len() != first.len() {
+                bail!(
+                    "group {:?}: rank {first_rank} ({}) issues {} collectives on it, rank {m} ({}) issues {}: counts disagree across the group's members",
+                    g.name,
+                    file_of(first_rank),
+                    first.len(),
+                    file_of(m),
+                    list.len()
+                );
+            }
+            for (k, (a, b)) in first.iter().zip(list.iter()).enumerate() {
+                let same = a.kind == b.kind
+                    && a.dtype == b.dtype
+                    && a.root == b.root
+                    && (a.kind == TraceKind::AllToAll && a.in_split_elems.is_some() || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
+                if !same {
+                    bail!(
+                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}; rank {m} ({}) records {} of {} {:?} in, {} out{}: counts disagree across the group's members",
+                        g.name,
+                        file_of(first_rank),
+                        a.kind.name(), a.in_elems, a.dtype, a.out_elems, root_text(a.root),
+                        file_of(m),
+                        b.kind.name(), b.in_elems, b.dtype, b.out_elems, root_text(b.root),
+                    );
+                }
+            }
+        }
+        // All-to-all with explicit splits: what i sends to j is what j receives from i.
+        for k in 0..first.len() {
+            if first[k].kind != TraceKind::AllToAll {
+                continue;
+            }
+            for (i, &(ri, li)) in lists.iter().enumerate() {
+                for (j, &(rj, lj)) in lists.iter().enumerate() {
+                    let send = li[k].in_split_elems.as_ref().map(|s| s[j]).unwrap_or(li[k].in_elems / g.members.len() as u64);
+                    let recv = lj[k].out_split_elems.as_ref().map(|s| s[i]).unwrap_or(lj[k].out_elems / g.members.len() as u64);
+                    if send != recv {
+                        bail!(
+                            "group {:?} all-to-all #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} from it: counts disagree across the group's members",
+                            g.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let pairs: BTreeSet<(u32, u32, &str)> = sends.keys().chain(recvs.keys()).copied().collect();
+    for key in pairs {
+        let (s, r) = (sends.get(&key).map(|v| v.as_slice()).unwrap_or(&[]), recvs.get(&key).map(|v| v.as_slice()).unwrap_or(&[]));
+        let (src, dst, g) = key;
+        if s.len() != r.len() {
+            bail!(
+                "group {g:?}: rank {src} ({}) sends {} times to rank {dst}, which ({}) receives {} times from it: point-to-point operations do not pair up",
+                file_of(src),
+                s.len(),
+                file_of(dst),
+                r.len()
+            );
+        }
+        for (k, (a, b)) in s.iter().zip(r.iter()).enumerate() {
+            if a.in_elems != b.out_elems || a.dtype != b.dtype {
+                bail!(
+                    "group {g:?}: send #{k} from rank {src} carries {} {:?} elements, the matching recv on rank {dst} expects {} {:?}: counts disagree",
+                    a.in_elems,
+                    a.dtype,
+                    b.out_elems,
+                    b.dtype
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn root_text(root: Option<u32>) -> String {
+    root.map(|r| format!(" (root {r})")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::commtrace::TraceDtype;
+
+    #[test]
+    fn record_counts_follow_the_operation() {
+        let c = |kind: TraceKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
+        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 8), 2).is_ok());
+        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 4), 2).is_err());
+        assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
+        assert!(check_record_counts(&c(TraceKind::AllReduce, 8, 4), 2).is_err());
+        assert!(check_record_counts(&c(TraceKind::AllToAll, 9, 9), 2).is_err());
+    }
+}

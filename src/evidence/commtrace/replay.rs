@@ -1,0 +1,278 @@
+//! `replay-trace`: consumes an imported trace and a backend's executor
+//! ([`ReplayRun`]), runs this rank's collectives under MPI and produces
+//! `replay-trace.rank-N.json` ([`ReplayFile`]), rank 0's index
+//! `replay-trace.json` ([`ReplayIndex`]) and each rank's printed summary.
+//! Refuses, before MPI starts, an output directory that holds a replay and a
+//! paced replay whose gaps pass the replay bound. Call [`replay_command`].
+use super::cpu_exec;
+use super::summary::compare_kernels;
+use super::{CommTrace, TraceDtype, TraceKind};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Executor of a whole trace on one rank (a backend's `replay`).
+pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<cpu_exec::ReplayOutput> + 'a;
+
+/// Involuntary context switches of this process so far (`getrusage`'s
+/// `ru_nivcsw`): the times the kernel took the core away from it.
+fn involuntary_switches() -> Option<i64> {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid pointer to that struct.
+    (unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0).then_some(u.ru_nivcsw)
+}
+
+/// A gap this far off its target is a scheduling event, not pacing error.
+const GAP_OFF_NS: u64 = 1_000_000;
+
+/// Format version of `replay-trace.rank-N.json` (1: a bare array of records;
+/// 2: a header that binds the records to the trace, rank and settings).
+pub const REPLAY_FORMAT_VERSION: u32 = 2;
+/// Rank 0's index of a replay's files with their digests.
+pub const REPLAY_INDEX_FILE: &str = "replay-trace.json";
+
+/// What a replay's records are of.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayHeader {
+    /// The tool that wrote it (version, commit, dirty state).
+    pub tool: String,
+    /// The trace as named on the command line.
+    pub trace_path: String,
+    /// SHA-256 of the trace file's bytes.
+    pub trace_sha256: String,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// Host name.
+    pub host: String,
+    /// `cpu` (MPI) or `cuda` (NCCL).
+    pub backend: String,
+    /// How the replay was paced and checked (`--pace`, `--op`, `--check`, ...).
+    pub settings: Vec<String>,
+    /// Wall-clock start and end of this rank's replay (Unix ms).
+    pub started_unix_ms: u64,
+    /// See `started_unix_ms`.
+    pub finished_unix_ms: u64,
+}
+
+/// `replay-trace.rank-N.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayFile {
+    /// [`REPLAY_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// What the records are of.
+    pub header: ReplayHeader,
+    /// One record per collective of the timed pass.
+    pub records: Vec<cpu_exec::ExecRecord>,
+}
+
+/// One rank's files in [`ReplayIndex`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayIndexRank {
+    /// Rank.
+    pub rank: u32,
+    /// Host name.
+    pub host: String,
+    /// File name and SHA-256 of every file the rank wrote.
+    pub files: Vec<(String, String)>,
+}
+
+/// `replay-trace.json`: rank 0's index of every rank's files and digests, so
+/// a replay directory is verified like a run (`commcanary inspect` reads it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplayIndex {
+    /// Format version (1).
+    pub format_version: u32,
+    /// SHA-256 of the trace file replayed.
+    pub trace_sha256: String,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// Every rank.
+    pub ranks: Vec<ReplayIndexRank>,
+}
+
+/// Refuse, before MPI starts, an output directory that already holds a replay's files.
+fn refuse_existing_replay(out: &Path, world_size: u32) -> Result<()> {
+    let names = std::iter::once(REPLAY_INDEX_FILE.to_string())
+        .chain((0..world_size).flat_map(|r| [format!("replay-trace.rank-{r}.json"), format!("replay-trace.rank-{r}.workload.json")]));
+    for n in names {
+        let p = out.join(n);
+        if p.symlink_metadata().is_ok() {
+            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "{} exists; replay-trace never overwrites a replay: choose another --out", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// Gather every rank's (host, file digests) at rank 0 and write the index there.
+fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, trace_sha256: &str, files: &[(String, String)]) -> Result<()> {
+    use mpi::traits::*;
+    const SLOT: usize = 4096;
+    let host = crate::core::identity::hostname();
+    let mine = serde_json::to_vec(&(host, files))?;
+    if mine.len() > SLOT {
+        bail!("a rank's file list is {} bytes, more than the {SLOT} of its slot", mine.len());
+    }
+    let mut send = vec![0u8; SLOT];
+    send[..mine.len()].copy_from_slice(&mine);
+    let n = world.size() as usize;
+    let root = world.process_at_rank(0);
+    if world.rank() != 0 {
+        root.gather_into(&send[..]);
+        return Ok(());
+    }
+    let mut all = vec![0u8; SLOT * n];
+    root.gather_into_root(&send[..], &mut all[..]);
+    let mut ranks = Vec::new();
+    for (r, slot) in all.chunks(SLOT).enumerate() {
+        let end = slot.iter().position(|b| *b == 0).unwrap_or(SLOT);
+        let (host, files): (String, Vec<(String, String)>) = serde_json::from_slice(&slot[..end]).with_context(|| format!("rank {r}'s file list"))?;
+        ranks.push(ReplayIndexRank { rank: r as u32, host, files });
+    }
+    let index = ReplayIndex { format_version: 1, trace_sha256: trace_sha256.to_string(), world_size: n as u32, ranks };
+    crate::core::fsutil::write_json_new(&out.join(REPLAY_INDEX_FILE), &index)
+}
+
+/// `replay-trace`: run this rank's collectives of an imported trace through
+/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json` (a header binding
+/// the records to the trace's SHA-256, the rank and the settings; rank 0 then
+/// writes `OUT/replay-trace.json`, every rank's files with their digests;
+/// an `OUT` that already holds a replay is refused before MPI starts); every rank
+/// prints its summary (per kind: count, checks, time p50/p99; the pacing
+/// error; the gaps more than 1 ms off and the involuntary context switches
+/// during the replay, which say the host took the core away). A replay
+/// `paced` by the trace (gaps, device gaps or the recorded workload) is
+/// refused before MPI starts when a rank's gap passes the one bound of every
+/// replay ([`crate::core::limits::check_replay_gaps`]).
+pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
+    let path = trace;
+    // the header's digest is of exactly the bytes replayed
+    let (trace, trace_sha256) = CommTrace::read_with_sha256(trace)?;
+    refuse_existing_replay(out, trace.world_size)?;
+    if paced {
+        for r in &trace.ranks {
+            if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
+                crate::core::limits::check_replay_gaps(gaps, &|i| {
+                    let c = &r.collectives[i];
+                    format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)
+                })?;
+            }
+        }
+    }
+    let universe = mpi::initialize().context("MPI could not be initialised")?;
+    let world = mpi::topology::Communicator::duplicate(&universe.world());
+    let rank = mpi::topology::Communicator::rank(&world) as u32;
+    let switches_before = involuntary_switches();
+    let started_unix_ms = crate::core::clock::unix_ms();
+    // A failing rank aborts the whole job (its peers may be blocked in a collective).
+    let (records, workload) = match run(&world, &trace).and_then(|r| {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let header = ReplayHeader {
+            tool: format!("commcanary {}", crate::core::identity::VERSION_LONG),
+            trace_path: path.display().to_string(),
+            trace_sha256: trace_sha256.clone(),
+            rank,
+            world_size: mpi::topology::Communicator::size(&world) as u32,
+            host: crate::core::identity::hostname(),
+            backend: backend.to_string(),
+            settings: settings.clone(),
+            started_unix_ms,
+            finished_unix_ms: crate::core::clock::unix_ms(),
+        };
+        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records };
+        let mut files = Vec::new();
+        let name = format!("replay-trace.rank-{rank}.json");
+        crate::core::fsutil::write_json_new(&out.join(&name), &file)?;
+        files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
+        if let Some(w) = &r.workload {
+            let name = format!("replay-trace.rank-{rank}.workload.json");
+            crate::core::fsutil::write_json_new(&out.join(&name), w)?;
+            files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
+        }
+        write_replay_index(&world, out, &trace_sha256, &files)?;
+        Ok((file.records, r.workload))
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("commcanary replay-trace rank {rank}: error: {e:#}");
+            mpi::topology::Communicator::abort(&world, 2)
+        }
+    };
+    let switches = switches_before.zip(involuntary_switches()).map(|(a, b)| b - a);
+    {
+        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, Vec<f64>)> = BTreeMap::new();
+        for r in &records {
+            let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, Vec::new()));
+            e.0 += r.checked as u64;
+            e.1.push(r.elapsed_ns as f64 / 1e3);
+        }
+        for ((k, g, d), (checked, times)) in &mut by {
+            let n = times.len();
+            let p50 = crate::core::stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
+            let p99 = crate::core::stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
+            println!("rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs", k.name());
+        }
+        let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
+        let off = err.iter().filter(|e| **e > GAP_OFF_NS as f64).count();
+        if off > 0 {
+            eprintln!(
+                "commcanary replay-trace rank {rank}: warning: {off} of {} gaps were more than {} ms off their target; the kernel took the core from this process {} times during the run (involuntary context switches){}",
+                err.len(),
+                GAP_OFF_NS / 1_000_000,
+                switches.map_or("an unknown number of".to_string(), |n| n.to_string()),
+                if switches.is_some_and(|n| n > 0) {
+                    ": the host was descheduling it (other load on its cores), and a descheduled wait overshoots its gap; on GPUs --pace device-gaps is immune"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
+            let what = match &workload {
+                Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => "device gap after the previous collective vs the recorded gap (device-paced)",
+                Some(w) if w.backend == "cuda" => "device gap after the previous collective vs the compute recorded between them on its stream",
+                Some(_) => "host gap vs the compute recorded before the collective",
+                None => "replay gap",
+            };
+            println!("rank {rank}: {what}: error |actual - target| p99 {:.1} µs over {} gaps", p99 / 1e3, err.len());
+        }
+        if let Some(w) = &workload {
+            let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
+            println!(
+                "rank {rank}: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}{}; the source's device span {}",
+                w.compute_ops,
+                if w.stands_for == "gaps" { "gaps" } else { "compute kernels" },
+                us(w.compute_recorded_ns),
+                w.compute_launches.map_or(String::new(), |n| format!(", {n} launches")),
+                w.collectives,
+                w.streams.len(),
+                w.cross_stream_waits,
+                w.pass_device_ns.map_or_else(|| format!("{} (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
+                w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor {:.0} ns", s.excess_ns, s.floor_ns)),
+                match (&w.gap_transition, &w.spin) {
+                    (Some(t), _) => format!(", gap transition {} ns taken off each gap (warm-up median {:.0} ns over {} gaps)", t.applied_ns, t.warmup_median_ns, t.gaps),
+                    (None, Some(_)) => ", gap transition not corrected (no warm-up pass, or no gap to measure it on)".to_string(),
+                    (None, None) => String::new(),
+                },
+                w.trace_span_ns.map_or("unknown (times missing)".to_string(), us)
+            );
+        }
+    }
+    if let Some(mine) = trace.ranks.iter().find(|r| r.rank == rank) {
+        if let Some(k) = compare_kernels(&mine.collectives, &records) {
+            let diff: Vec<String> = k.differing.iter().map(|(i, want, got)| format!("#{i}: trace {want}, replay {got}")).collect();
+            println!(
+                "rank {rank}: CUPTI kernel family matches the trace in {} of {} collectives ({} with no replay kernel){}{}",
+                k.same_family,
+                k.compared,
+                k.missing_in_replay,
+                if diff.is_empty() { "" } else { "; differing: " },
+                diff.join("; ")
+            );
+        }
+    }
+    Ok(())
+}

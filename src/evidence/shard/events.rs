@@ -1,0 +1,276 @@
+//! The shard body's event records: collectives, compute intervals, tokens,
+//! CUPTI kernels and the compute stream's waits, each on the rank's local
+//! clock, gathered in [`ShardBody`]. Plain serde data, the body's bincode,
+//! which numbers enum variants in order (kinds are only ever appended); it
+//! refuses nothing itself. A rank pushes events as it records them; readers
+//! take them from [`super::Shard::body`].
+use super::Dtype;
+use crate::core::workload::Phase;
+use serde::{Deserialize, Serialize};
+
+/// Collective operation kind. Variants are only ever appended (the body is
+/// bincode, which numbers them in order): a format-5 shard still decodes.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    /// Sum all-reduce.
+    AllReduce,
+    /// All-gather (format 6; imported traces): `bytes` is one member's input.
+    AllGather,
+    /// Reduce-scatter (format 6): `bytes` is one member's whole input.
+    ReduceScatter,
+    /// Broadcast from `root` (format 6).
+    Broadcast,
+    /// Reduce to `root` (format 6).
+    Reduce,
+    /// All-to-all(v) (format 6): `bytes` is one member's whole input.
+    AllToAll,
+    /// Barrier (format 6): 0 bytes.
+    Barrier,
+    /// Point-to-point send to `peer` (format 6).
+    Send,
+    /// Point-to-point receive from `peer` (format 6).
+    Recv,
+}
+
+impl CollectiveKind {
+    /// Snake-case name as serialized (`all_reduce`, `send`, ...).
+    pub fn name(self) -> &'static str {
+        self.trace_kind().name()
+    }
+    /// Point-to-point: matched by `join` per (group, sender, receiver), not per group.
+    pub fn is_p2p(self) -> bool {
+        matches!(self, CollectiveKind::Send | CollectiveKind::Recv)
+    }
+    /// The imported-trace kind of the same name.
+    pub fn trace_kind(self) -> crate::core::collective::TraceKind {
+        use crate::core::collective::TraceKind as T;
+        match self {
+            CollectiveKind::AllReduce => T::AllReduce,
+            CollectiveKind::AllGather => T::AllGather,
+            CollectiveKind::ReduceScatter => T::ReduceScatter,
+            CollectiveKind::Broadcast => T::Broadcast,
+            CollectiveKind::Reduce => T::Reduce,
+            CollectiveKind::AllToAll => T::AllToAll,
+            CollectiveKind::Barrier => T::Barrier,
+            CollectiveKind::Send => T::Send,
+            CollectiveKind::Recv => T::Recv,
+        }
+    }
+}
+
+impl From<crate::core::collective::TraceKind> for CollectiveKind {
+    fn from(k: crate::core::collective::TraceKind) -> Self {
+        use crate::core::collective::TraceKind as T;
+        match k {
+            T::AllReduce => CollectiveKind::AllReduce,
+            T::AllGather => CollectiveKind::AllGather,
+            T::ReduceScatter => CollectiveKind::ReduceScatter,
+            T::Broadcast => CollectiveKind::Broadcast,
+            T::Reduce => CollectiveKind::Reduce,
+            T::AllToAll => CollectiveKind::AllToAll,
+            T::Barrier => CollectiveKind::Barrier,
+            T::Send => CollectiveKind::Send,
+            T::Recv => CollectiveKind::Recv,
+        }
+    }
+}
+
+/// Replay timing of one event against its source trace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct ReplayTiming {
+    /// Gap before this collective in the source trace.
+    pub target_gap_ns: u64,
+    /// Gap actually achieved: from when the host saw the previous collective
+    /// complete to the end of its pacing (read there, before any injected
+    /// delay and the issue). Shards written before commit 8b60c49 (same
+    /// format) took it as the issue less the injected delay, which differs by
+    /// the bookkeeping between the pacing and the issue (well under 1 µs).
+    pub actual_gap_ns: u64,
+}
+
+/// Quantized compute fill placed for one gap.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct FillRecord {
+    /// Time to fill from the source trace: the gap, or the compute the source
+    /// recorded in it where it did (an imported trace).
+    pub gap_ns: u64,
+    /// Units of work (GEMMs or memory-bound kernels) placed.
+    pub units: u32,
+    /// Calibrated duration of one unit.
+    pub quantum_ns: u64,
+    /// `units * quantum - (gap + carried residual)`: signed quantization error.
+    pub quantization_error_ns: i64,
+}
+
+/// One collective as one rank saw it. Times are this rank's local clock in ns.
+/// `None` means "not measured on this backend", never zero.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CollectiveEvent {
+    /// Phase that issued it.
+    pub phase: Phase,
+    /// Operation kind.
+    pub kind: CollectiveKind,
+    /// Process group id (see the header's `groups`).
+    pub group: u32,
+    /// Per-group sequence number (counts every collective on the group, warm-ups included).
+    pub seq: u64,
+    /// Logical tensor bytes (elements x dtype size).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Token index (workload phases).
+    pub token: Option<u32>,
+    /// Layer index (workload phases).
+    pub layer: Option<u32>,
+    /// Iteration index within its size (isolated phase).
+    pub iter: Option<u32>,
+    /// Warm-up events are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Host clock just before the issue call (after any injected delay): the arrival.
+    pub host_issue_ns: u64,
+    /// Host clock when the issue call returned.
+    pub host_return_ns: u64,
+    /// Host clock when the wait began.
+    pub wait_start_ns: u64,
+    /// Host clock when the wait returned (completion known to the host).
+    pub wait_end_ns: u64,
+    /// Device interval start on the host timeline (GPU events); `None` on CPU.
+    pub device_start_ns: Option<u64>,
+    /// Device interval end on the host timeline; `None` on CPU.
+    pub device_end_ns: Option<u64>,
+    /// Injected arrival delay before this collective (negative control).
+    pub injected_delay_ns: Option<u64>,
+    /// Replay timing against the source trace.
+    pub replay: Option<ReplayTiming>,
+    /// Fill placed before (fill) or inside (overlap) this collective.
+    pub fill: Option<FillRecord>,
+    /// Whether the reduced result was validated.
+    pub checked: bool,
+    /// Broadcast and reduce: the root's world rank (format 6; absent before).
+    pub root: Option<u32>,
+    /// Send and receive: the peer's world rank (format 6; absent before).
+    pub peer: Option<u32>,
+}
+
+impl CollectiveEvent {
+    /// When the collective was executing: its device interval where the
+    /// backend measured one (`true`), else issue to wait return on the host
+    /// (`false`), an upper bound on when the library could have been working.
+    pub fn execution_interval_ns(&self) -> (u64, u64, bool) {
+        match (self.device_start_ns, self.device_end_ns) {
+            (Some(a), Some(b)) => (a, b, true),
+            _ => (self.host_issue_ns, self.wait_end_ns, false),
+        }
+    }
+}
+
+/// What kind of work a compute interval is.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComputeKind {
+    /// Matrix product.
+    Gemm,
+    /// Memory-bandwidth-bound kernel (copy).
+    Membound,
+    /// Host-only busy work (no compute engine).
+    HostDelay,
+}
+
+/// A compute interval (one or more units of the same kind back to back): host
+/// clock on CPU; on GPU, device events on the compute stream mapped onto the
+/// host timeline through the phase's anchor.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ComputeEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Kind of work.
+    pub kind: ComputeKind,
+    /// Token index, where the phase has tokens.
+    pub token: Option<u32>,
+    /// Layer index.
+    pub layer: Option<u32>,
+    /// Units of work.
+    pub units: u32,
+    /// Local clock at start.
+    pub start_ns: u64,
+    /// Local clock at end.
+    pub end_ns: u64,
+}
+
+/// Per-token latency for workload phases (device-ordered marks on GPU).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// Phase.
+    pub phase: Phase,
+    /// Token index.
+    pub token: u32,
+    /// Warm-up tokens are kept but excluded from statistics.
+    pub warmup: bool,
+    /// Local clock at token start.
+    pub start_ns: u64,
+    /// Local clock when the token's last collective completed.
+    pub end_ns: u64,
+}
+
+/// What a GPU kernel was, by CommCanary's classification of its name.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelKind {
+    /// An NCCL kernel (name contains `nccl`).
+    Nccl,
+    /// Any other kernel: on CommCanary's compute stream, the GEMM.
+    Compute,
+}
+
+/// A kernel execution from CUPTI, on this rank's host timeline.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KernelEvent {
+    /// Phase during which it ran.
+    pub phase: Phase,
+    /// Classification.
+    pub kind: KernelKind,
+    /// Index into the body's `kernel_names`.
+    pub name: u32,
+    /// Start, host ns (through the phase's CUPTI anchor).
+    pub start_ns: u64,
+    /// End, host ns.
+    pub end_ns: u64,
+    /// CUPTI stream id.
+    pub stream: u32,
+    /// CUPTI correlation id.
+    pub correlation: u32,
+}
+
+/// Shard body: the events.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ShardBody {
+    /// Collective events in issue order.
+    pub collectives: Vec<CollectiveEvent>,
+    /// Compute intervals in order.
+    pub compute: Vec<ComputeEvent>,
+    /// Token latencies.
+    pub tokens: Vec<TokenEvent>,
+    /// CUPTI kernel records (format 2; empty when not collected).
+    pub kernels: Vec<KernelEvent>,
+    /// Distinct kernel names, indexed by `KernelEvent::name`.
+    pub kernel_names: Vec<String>,
+    /// How long the compute stream stalled on each collective (GPU; format 3).
+    pub device_waits: Vec<DeviceWait>,
+}
+
+/// The compute stream's stall on one collective: events recorded on the
+/// compute stream just before and just after its wait on the collective's
+/// end event, on the host timeline. Zero when the collective had already
+/// finished; the exposed communication time otherwise.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DeviceWait {
+    /// Group.
+    pub group: u32,
+    /// Per-group sequence number of the collective waited on.
+    pub seq: u64,
+    /// Before the wait, host ns.
+    pub start_ns: u64,
+    /// After the wait, host ns.
+    pub end_ns: u64,
+}

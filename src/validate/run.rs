@@ -1,0 +1,308 @@
+//! The MPI side of `validate` ([`command`]): refuses a job spanning more than
+//! one node, fewer than 2 ranks, or a reference that does not describe this
+//! node; runs the shuffled rounds (both sweeps and the workload) while rank 0
+//! watches health and CPU load; then rank 0 writes the evidence directory and
+//! prints the report, and every rank returns the exit code rank 0 decided.
+use super::plan::{plan, workload_spec, Plan};
+use super::reference::{self, Evidence, NodeFacts, RoundRecord};
+use super::report::{build_report, geo_busbw, render};
+use super::sweep::{self, Collective};
+use super::{health, load, topology, ValidateArgs, EXIT_COULD_NOT_RUN};
+use crate::backend::{Backend, BackendPlan};
+use crate::core::clock::RankClock;
+use crate::core::workload::{DelayInjection, WorkloadSpec};
+use crate::evidence::shard::BackendKind;
+use anyhow::{bail, Context, Result};
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::path::PathBuf;
+
+/// Entry point: the process's exit code.
+pub fn command(a: ValidateArgs) -> i32 {
+    let say = |msg: &str| {
+        if crate::rank::is_lead_process() {
+            crate::rank::write_line_stderr(&format!("commcanary validate: {msg}"));
+        }
+    };
+    let plan = match plan(&a) {
+        Ok(p) => p,
+        Err(e) => {
+            say(&format!("could not run: {e:#}"));
+            // every rank met the same error
+            crate::rank::let_the_lead_print_first();
+            return EXIT_COULD_NOT_RUN;
+        }
+    };
+    let Some(universe) = mpi::initialize() else {
+        say("could not run: MPI is already initialised or could not be initialised");
+        return EXIT_COULD_NOT_RUN;
+    };
+    let world = universe.world();
+    let code = match run_world(&a, &plan, &world) {
+        Ok(c) => c,
+        Err(e) => {
+            crate::rank::write_line_stderr(&format!("commcanary validate rank {}: could not run: {e:#}", world.rank()));
+            world.abort(EXIT_COULD_NOT_RUN);
+        }
+    };
+    drop(universe);
+    code
+}
+
+/// Broadcast rank 0's exit code and message to every rank.
+fn agree(world: &SimpleCommunicator, code: i32) -> i32 {
+    let mut c = code;
+    world.process_at_rank(0).broadcast_into(&mut c);
+    c
+}
+
+fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Result<i32> {
+    let rank = world.rank() as u32;
+    let ranks = world.size() as u32;
+    let local = world.split_shared(world.rank());
+    if local.size() as u32 != ranks {
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it with --nodelist/-N 1",
+            local.size()
+        );
+    }
+    if ranks < 2 {
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing"
+        );
+    }
+    if let Some(d) = plan.delay {
+        if d.rank >= ranks {
+            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
+        }
+    }
+    let started_unix_ms = crate::core::clock::unix_ms();
+    let spec = workload_spec(&plan.settings, plan.backend, ranks)?;
+    let clock = RankClock::new(rank, &[]);
+    let progress = |msg: &str| {
+        if rank == 0 && !a.quiet {
+            crate::rank::write_line_stderr(&format!("validate: {msg}"));
+        }
+    };
+    // NVML on rank 0 only: it sees every GPU of the node
+    let watch = (rank == 0 && plan.backend == BackendKind::Cuda).then(health::Watch::init);
+    let start_health = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.snapshot());
+    let xids = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.watch_xids());
+    let max_sweep = plan.settings.sizes_bytes.iter().map(|&b| Collective::AllGather.bytes_for(b, plan.settings.dtype, ranks).max(b)).max().unwrap_or(0);
+    let mut bplan = BackendPlan::for_spec(&spec);
+    bplan.max_bytes = bplan.max_bytes.max(max_sweep);
+    let per_size_events = 4 * (plan.settings.iters + plan.settings.warmup_iters) as usize + 64;
+    match plan.backend {
+        BackendKind::Cpu => {
+            let mut b = crate::backend::cpu::CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
+            measure(a, plan, world, &clock, &spec, &mut b, &watch, start_health, xids, started_unix_ms, &progress)
+        }
+        BackendKind::Cuda => {
+            let local_rank = local.rank() as u32;
+            let mut b = crate::backend::cuda::CudaBackend::new(
+                world,
+                local_rank,
+                &a.nccl_lib,
+                &bplan,
+                clock.clone(),
+                spec.device_events_per_pass().max(per_size_events),
+                std::time::Duration::from_secs_f64(a.collective_timeout_s),
+                None,
+                false,
+            )?;
+            measure(a, plan, world, &clock, &spec, &mut b, &watch, start_health, xids, started_unix_ms, &progress)
+        }
+    }
+}
+
+/// The node's facts (rank 0's view).
+fn node_facts<B: Backend>(b: &B, ranks: u32, watch: Option<&health::Watch>) -> NodeFacts {
+    let dev = b.device();
+    let fact = |k: &str| dev.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    NodeFacts {
+        host: crate::core::identity::hostname(),
+        backend: b.kind(),
+        ranks,
+        sku: dev.name.clone(),
+        gpu_count: watch.and_then(|w| w.nvml().device_count().ok()),
+        driver_version: watch.and_then(|w| w.driver_version().value),
+        nccl_version: fact("nccl_version"),
+        mpi_library: crate::core::identity::mpi_library(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure<B: Backend>(
+    a: &ValidateArgs,
+    plan: &Plan,
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    spec: &WorkloadSpec,
+    backend: &mut B,
+    watch: &Option<std::result::Result<health::Watch, String>>,
+    start_health: Option<Vec<health::GpuHealth>>,
+    xids: Option<health::XidSets<'_>>,
+    started_unix_ms: u64,
+    progress: &dyn Fn(&str),
+) -> Result<i32> {
+    let rank = world.rank() as u32;
+    let ranks = world.size() as u32;
+    let w = watch.as_ref().and_then(|w| w.as_ref().ok());
+    let node = node_facts(backend, ranks, w);
+    // refusal of a reference that does not describe this node: rank 0 decides, every rank exits 3
+    let refused = if rank == 0 {
+        match &plan.reference {
+            Some(set) => {
+                let c = reference::contradictions(&node, &set.first().manifest.node, &plan.site);
+                for why in &c {
+                    crate::rank::write_line_stderr(&format!(
+                        "commcanary validate: refused: reference {} is not this node's kind: {why}",
+                        a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                    ));
+                }
+                !c.is_empty()
+            }
+            None => false,
+        }
+    } else {
+        false
+    };
+    if agree(world, refused as i32) != 0 {
+        return Ok(EXIT_COULD_NOT_RUN);
+    }
+    let s = &plan.settings;
+    // the job's process ids, so rank 0 can tell this job's CPU time from everything else's
+    let mut job_pids = vec![0u32; ranks as usize];
+    world.all_gather_into(&std::process::id(), &mut job_pids[..]);
+    let load_start = (rank == 0).then(load::snapshot);
+    // rank 0 samples every GPU through NVML on a thread while the rounds run
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (rounds, samples) = std::thread::scope(|scope| -> Result<(Vec<RoundRecord>, Vec<health::HealthSample>)> {
+        let sampler = w.map(|w| scope.spawn(|| w.sample_until(&stop, std::time::Duration::from_secs(1))));
+        let run = (|| -> Result<Vec<RoundRecord>> {
+            let mut rounds = Vec::new();
+            for round in 0..a.rounds {
+                let mut order = ["all-reduce", "all-gather", "workload"];
+                order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(a.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(round))));
+                let mut rec = RoundRecord {
+                    round,
+                    order: order.iter().map(|s| s.to_string()).collect(),
+                    all_reduce: Vec::new(),
+                    all_gather: Vec::new(),
+                    token_latency_median_us_per_rank: Vec::new(),
+                };
+                for what in order {
+                    match what {
+                        "all-reduce" => {
+                            rec.all_reduce =
+                                sweep::sweep(backend, world, clock, Collective::AllReduce, &s.sizes_bytes, s.dtype, s.iters, s.warmup_iters, round == 0)?
+                        }
+                        "all-gather" => {
+                            rec.all_gather =
+                                sweep::sweep(backend, world, clock, Collective::AllGather, &s.sizes_bytes, s.dtype, s.iters, s.warmup_iters, round == 0)?
+                        }
+                        _ => rec.token_latency_median_us_per_rank = workload_round(backend, world, clock, spec, plan.delay)?,
+                    }
+                }
+                for (kind, rows) in [("all-reduce", &rec.all_reduce), ("all-gather", &rec.all_gather)] {
+                    if let Some((r, w)) = rows.iter().find_map(|r| r.wrong_elements.filter(|w| *w > 0).map(|w| (r, w))) {
+                        bail!("round {round}: {kind} of {} bytes returned {w} wrong elements (summed over ranks): the node computes wrong results", r.bytes);
+                    }
+                }
+                progress(&format!(
+                    "round {}/{}: all-reduce geomean busbw {:.3} GB/s, all-gather {:.3} GB/s, token latency {:.1} us",
+                    round + 1,
+                    a.rounds,
+                    geo_busbw(&rec.all_reduce).unwrap_or(f64::NAN),
+                    geo_busbw(&rec.all_gather).unwrap_or(f64::NAN),
+                    rec.token_latency_us()
+                ));
+                rounds.push(rec);
+            }
+            Ok(rounds)
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = sampler.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Ok((run?, samples))
+    })?;
+    let load_end = (rank == 0).then(load::snapshot);
+    if rank != 0 {
+        return Ok(agree(world, 0));
+    }
+    let load = load_start.zip(load_end).map(|(a, b)| load::report(&a, &b, &job_pids));
+    let (xid_events, xid_unwatched) = xids.map(|x| x.drain()).unwrap_or_default();
+    let health = match (watch, plan.backend) {
+        (_, BackendKind::Cpu) => {
+            health::HealthReport { not_applicable: Some("no GPU: NVML checks not applicable".into()), method: health_method(), ..Default::default() }
+        }
+        (Some(Ok(w)), _) => health::HealthReport {
+            not_applicable: None,
+            driver_version: Some(w.driver_version()),
+            start: start_health.unwrap_or_default(),
+            end: w.snapshot(),
+            xid_events,
+            xid_unwatched,
+            samples,
+            method: health_method(),
+            load: None,
+        },
+        (Some(Err(why)), _) => health::HealthReport { not_applicable: Some(why.clone()), method: health_method(), ..Default::default() },
+        (None, _) => health::HealthReport { not_applicable: Some("internal: NVML not opened".into()), method: health_method(), ..Default::default() },
+    };
+    let health = health::HealthReport { load, ..health };
+    let topo = match w {
+        Some(w) => topology::read(w.nvml(), ranks),
+        None => topology::cpu(ranks),
+    };
+    let kind = if plan.reference.is_some() { "validation" } else { "reference" };
+    let manifest = reference::ValidateManifest {
+        format_version: reference::VALIDATE_FORMAT_VERSION,
+        kind: kind.into(),
+        started_unix_ms,
+        tool: crate::core::identity::ToolIdentity::current(),
+        node: node.clone(),
+        settings: s.clone(),
+        rounds: a.rounds,
+        seed: a.seed,
+        reference: plan.reference.as_ref().map(|set| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), set.digest.clone())),
+        reference_jobs: plan.reference.as_ref().map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect()).unwrap_or_default(),
+        inject_delay: a.inject_delay.clone(),
+        argv: std::env::args().collect(),
+        env: crate::core::identity::recorded_env(),
+    };
+    let ev = Evidence { manifest, rounds: reference::RoundsFile { format_version: reference::VALIDATE_FORMAT_VERSION, rounds }, health, topology: topo };
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("validate-{}-{}", node.host, started_unix_ms)));
+    let report = build_report(plan, &ev, &out)?;
+    reference::write(&out, &ev, plan.reference.as_ref().map(|_| &report))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(agree(world, report.exit_code))
+}
+
+fn health_method() -> String {
+    "NVML snapshots at start and end (rank 0, every GPU NVML enumerates); temperature, power and throttle reasons sampled every second on a thread of rank 0 during the rounds; critical XID events through one NVML event set per GPU, drained at the end".into()
+}
+
+/// One round of the workload: per rank, the median per-token latency of the timed tokens, µs, gathered on every rank.
+fn workload_round<B: Backend>(
+    backend: &mut B,
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    spec: &WorkloadSpec,
+    delay: Option<DelayInjection>,
+) -> Result<Vec<f64>> {
+    let mut runner = crate::rank::phases::Runner::new(backend, clock, world, spec, delay, None, None, false);
+    runner.run_all()?;
+    let mut lat: Vec<f64> = runner.body.tokens.iter().filter(|t| !t.warmup).map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3).collect();
+    let mine = crate::core::stats::median(&mut lat).context("the workload recorded no timed token")?;
+    let mut all = vec![0f64; world.size() as usize];
+    world.all_gather_into(&mine, &mut all[..]);
+    Ok(all)
+}
