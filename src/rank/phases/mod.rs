@@ -137,7 +137,7 @@ pub struct Runner<'a, B: Backend> {
     /// Sequence numbers of the trace executor's groups: per group for
     /// collectives (`None`), per (sender, receiver) for point-to-point.
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
-    /// Whether the backend has prepared the source trace's [`TraceOp`]s.
+    /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
     ops_prepared: bool,
     /// The group id of the isolated sweep of another kind than the sum
     /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.

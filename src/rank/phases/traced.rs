@@ -12,7 +12,7 @@ use anyhow::Result;
 
 impl<B: Backend> Runner<'_, B> {
     /// Replay, fill, overlap and the ablations: walk the source trace (an
-    /// entry with a [`TraceOp`] through [`Self::trace_op`], its overlap
+    /// entry with a [`TraceOp`](crate::evidence::trace::TraceOp) through [`Self::trace_op`], its overlap
     /// compute or host-delay spin before it).
     pub(super) fn traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: Option<u64>) -> Result<()> {
         let mut residual_ns: i64 = 0;
