@@ -1,0 +1,253 @@
+//! The runner's primitives, shared by every phase: calibrate a compute unit,
+//! run a timed compute interval, and issue one collective (a world all-reduce,
+//! or an imported trace's collective on its group) with whatever runs between
+//! issue and wait, then validate and record it. Applies the negative controls
+//! (`--inject-delay`, `--inject-repeat`, `--fault`) at each arrival; a wrong
+//! result fails the phase at once, except in the isolated phase (recorded).
+use super::{Between, Fault, MarkTarget, Position, Runner, Work};
+use crate::backend::Backend;
+use crate::core::workload::Phase;
+use crate::evidence::shard::{CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
+use crate::evidence::trace::TraceOp;
+use anyhow::{bail, Context, Result};
+
+impl<B: Backend> Runner<'_, B> {
+    /// Median duration of one unit of `kind`, after warm-up.
+    pub(super) fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
+        // Each sample times a batch of 1 and a batch of 1 + BATCH units, each
+        // fenced by device synchronization (so that an asynchronous backend
+        // is timed on execution, not on enqueue), and takes the difference
+        // over BATCH: the fence's fixed cost (tens of µs on a GPU, more than
+        // a small GEMM) cancels. The median of 9 samples after 2 warm-ups.
+        const BATCH: u32 = 8;
+        let mut v = Vec::with_capacity(9);
+        self.backend.synchronize()?;
+        for i in 0..11 {
+            let mut timed = |units: u32| -> Result<u64> {
+                let t0 = self.clock.now_ns();
+                self.compute(Work::Unit(kind, units))?;
+                self.backend.synchronize()?;
+                Ok(self.clock.now_ns().saturating_sub(t0))
+            };
+            let one = timed(1)?;
+            let many = timed(1 + BATCH)?;
+            if i >= 2 {
+                v.push((many.saturating_sub(one) / BATCH as u64).max(1));
+            }
+        }
+        // calibration work is not part of the pass
+        let _ = self.backend.finish_pass()?;
+        v.sort_unstable();
+        Ok(v[v.len() / 2].max(1))
+    }
+
+    pub(super) fn compute(&mut self, work: Work) -> Result<()> {
+        match work {
+            Work::Unit(ComputeKind::Gemm, units) => Ok(self.backend.gemm(0, 0, units)?),
+            Work::Unit(ComputeKind::Membound, units) => Ok(self.backend.membound(units)?),
+            Work::Unit(ComputeKind::HostDelay, _) => bail!("internal: host delay is not a compute kernel"),
+            Work::Layer(gemms, layer) => Ok(gemms.iter().try_for_each(|&g| self.backend.gemm(g, layer, 1))?),
+        }
+    }
+
+    pub(super) fn timed_compute(&mut self, phase: Phase, work: Work, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+        let (kind, units) = match work {
+            Work::Unit(kind, units) => (kind, units),
+            Work::Layer(gemms, _) => (ComputeKind::Gemm, gemms.len() as u32),
+        };
+        if units == 0 {
+            return Ok(());
+        }
+        let m0 = self.backend.mark()?;
+        let start_ns = self.clock.now_ns();
+        self.compute(work)?;
+        let end_ns = self.clock.now_ns();
+        let m1 = self.backend.mark()?;
+        let idx = self.body.compute.len();
+        self.body.compute.push(ComputeEvent { phase, kind, token, layer, units, start_ns, end_ns });
+        if let (Some(a), Some(b)) = (m0, m1) {
+            self.pending_marks.push((MarkTarget::ComputeStart(idx), a));
+            self.pending_marks.push((MarkTarget::ComputeEnd(idx), b));
+        }
+        Ok(())
+    }
+
+    /// Issue, do `between`, wait, validate, record.
+    pub(super) fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
+        let (seq, injected) = self.next_arrival();
+        let host_issue_ns = self.clock.now_ns();
+        for _ in 1..self.repeat {
+            self.backend.extra_allreduce(bytes, dtype)?;
+        }
+        self.backend.issue_allreduce(bytes, dtype)?;
+        let host_return_ns = self.clock.now_ns();
+        self.between(phase, between)?;
+        let wait_start_ns = self.clock.now_ns();
+        let device = self.backend.wait_allreduce()?;
+        let wait_end_ns = self.clock.now_ns();
+        let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
+        if checked {
+            self.checked_in_phase += 1;
+            self.check(phase, seq, bytes, dtype)?;
+        }
+        self.body.collectives.push(CollectiveEvent {
+            phase,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq,
+            bytes,
+            dtype,
+            token: pos.token,
+            layer: pos.layer,
+            iter: pos.iter,
+            warmup: pos.warmup,
+            host_issue_ns,
+            host_return_ns,
+            wait_start_ns,
+            wait_end_ns,
+            device_start_ns: device.map(|d| d.start_ns),
+            device_end_ns: device.map(|d| d.end_ns),
+            injected_delay_ns: injected,
+            replay: None,
+            fill: None,
+            checked,
+            root: None,
+            peer: None,
+        });
+        Ok(self.body.collectives.len() - 1)
+    }
+
+    /// Run what lies between a collective's issue and its wait.
+    fn between(&mut self, phase: Phase, between: Between) -> Result<()> {
+        match between {
+            Between::Nothing => {}
+            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
+            Between::HostSpin(ns, token, layer) => {
+                let s = self.clock.now_ns();
+                self.clock.spin_until(s + ns);
+                let e = self.clock.now_ns();
+                self.body.compute.push(ComputeEvent { phase, kind: ComputeKind::HostDelay, token, layer, units: 1, start_ns: s, end_ns: e });
+            }
+        }
+        Ok(())
+    }
+
+    /// An imported trace's collective other than a world all-reduce: `before`
+    /// (the work `between` would place inside it: the backend runs it to
+    /// completion on the host, so overlap's compute and host-delay's spin run
+    /// before it, as fill's does), then the collective on its group through
+    /// the backend's trace executor, validated where `--check` still asks.
+    /// The negative controls that act on arrivals (`--inject-delay`, `--fault
+    /// hang`) act on group 0's collectives only; `--fault wrong-sum` spoils
+    /// a checked result here too.
+    pub(super) fn trace_op(&mut self, phase: Phase, op: TraceOp, (bytes, dtype): (u64, Dtype), pos: Position, before: Between) -> Result<usize> {
+        self.between(phase, before)?;
+        let (kind, rank) = (op.kind, self.rank);
+        let pair = match (kind, op.peer) {
+            (CollectiveKind::Send, Some(p)) => Some((rank, p)),
+            (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
+            (CollectiveKind::Send | CollectiveKind::Recv, None) => bail!("internal: {} without a peer", kind.name()),
+            _ => None,
+        };
+        let counter = self.op_seq.entry((op.group, pair)).or_insert(0);
+        let seq = *counter;
+        *counter += 1;
+        // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the root
+        let has_result = match kind {
+            CollectiveKind::Send | CollectiveKind::Barrier => false,
+            CollectiveKind::Reduce => op.root == Some(rank),
+            _ => true,
+        };
+        let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
+        let corrupt = self.fault == Some(Fault::WrongSum { rank });
+        let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
+        let host_issue_ns = self.clock.now_ns();
+        self.backend.run_trace_op(op.index, c, crate::evidence::commtrace::cpu_exec::ReduceOp::Sum, checked)?;
+        let wait_end_ns = self.clock.now_ns();
+        // the check reads the result back after the timed call, never inside it
+        let found = if checked { Some(self.backend.check_trace_op(op.index, c, crate::evidence::commtrace::cpu_exec::ReduceOp::Sum, corrupt)?) } else { None };
+        if checked {
+            self.checked_in_phase += 1;
+            if let Some(why) = found.and_then(|f| f.first_wrong) {
+                bail!("result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): {why}", op.group, kind.name());
+            }
+            self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
+        }
+        self.body.collectives.push(CollectiveEvent {
+            phase,
+            kind,
+            group: op.group,
+            seq,
+            bytes,
+            dtype,
+            token: pos.token,
+            layer: pos.layer,
+            iter: pos.iter,
+            warmup: pos.warmup,
+            host_issue_ns,
+            host_return_ns: wait_end_ns,
+            wait_start_ns: wait_end_ns,
+            wait_end_ns,
+            device_start_ns: None,
+            device_end_ns: None,
+            injected_delay_ns: None,
+            replay: None,
+            fill: None,
+            checked,
+            root: op.root,
+            peer: op.peer,
+        });
+        Ok(self.body.collectives.len() - 1)
+    }
+
+    /// The next collective's sequence number, after the negative controls
+    /// that act before an arrival (a hang fault, an injected delay); returns
+    /// the sequence number and the delay achieved, if any.
+    pub(super) fn next_arrival(&mut self) -> (u64, Option<u64>) {
+        let seq = self.seq;
+        self.seq += 1;
+        if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
+            eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
+            std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
+        }
+        (seq, self.inject_delay(seq))
+    }
+
+    /// The negative control's delay before collective `seq`, if any; returns
+    /// the delay actually achieved. A delay shorter than 1 ms spins where the
+    /// node has a core for every local rank (a sleep of 20 µs lasts ~80 µs
+    /// under Linux timer slack, so a sleeping control would be four times the
+    /// declared size); elsewhere, and for longer delays, it sleeps, since a
+    /// spinning rank on an oversubscribed node would delay a co-scheduled rank
+    /// too and confound the control. Sleep only overshoots, and the achieved
+    /// delay is what is recorded.
+    fn inject_delay(&self, seq: u64) -> Option<u64> {
+        let d = self.delay.and_then(|d| d.delay_for(self.rank, seq))?;
+        let t = self.clock.now_ns();
+        if d < 1_000_000 && self.spin_short_delays {
+            self.clock.spin_until(t + d);
+        } else {
+            std::thread::sleep(std::time::Duration::from_nanos(d));
+        }
+        Some(self.clock.now_ns() - t)
+    }
+
+    /// Validate the last all-reduce of `bytes` and record what was found. A
+    /// wrong result fails the job at once in the workload phases; the isolated
+    /// phase records it (nccl-tests' `#wrong`) and goes on, and the rank
+    /// fails after its shard is written (see `rank`), so the evidence of the
+    /// fault is kept and no wrong run is ever ranked.
+    pub(super) fn check(&mut self, phase: Phase, seq: u64, bytes: u64, dtype: Dtype) -> Result<()> {
+        if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
+            self.backend.corrupt_last_result();
+        }
+        let outcome = self.backend.check_last_allreduce(bytes, dtype)?;
+        self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
+        if let Some(why) = outcome.first_wrong {
+            if phase != Phase::Isolated {
+                bail!("result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}", self.rank, dtype.name());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,413 @@
+//! The phase runner: executes the phases of docs/ARCHITECTURE.md §4 over any [`Backend`].
+//!
+//! Consumes a validated [`WorkloadSpec`], a backend, this rank's clock and the
+//! world communicator (for phase barriers only). Produces the shard body
+//! (collective, compute and token events) and one [`PhaseRun`] per phase.
+//! Refuses: a trace-consuming phase without a source trace, and any collective
+//! whose validated result is wrong (the error names rank, phase and sequence:
+//! a fast configuration that computes the wrong answer must never be ranked).
+//! An imported trace's collectives other than world all-reduces (every kind,
+//! on the trace's groups) run through [`Backend::run_trace_op`], prepared
+//! once before the first trace phase; a backend without a trace executor
+//! refuses, and graph mode refuses them.
+//!
+//! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
+//! *stream dependency* (later device work cannot pass an event), *device
+//! synchronization* (the host waits for all earlier work). `wait_allreduce` is
+//! a stream dependency on GPUs and a host wait on CPU; `synchronize` is only
+//! called at the end of a pass.
+mod graph;
+mod isolated;
+mod issue;
+mod traced;
+mod workload;
+use crate::backend::Backend;
+use crate::core::clock::RankClock;
+use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
+use crate::evidence::shard::{CheckRecord, CollectiveEvent, ComputeKind, PhaseRun, ShardBody, TokenEvent};
+use crate::evidence::trace::SourceTrace;
+use anyhow::{bail, Context, Result};
+use mpi::collective::CommunicatorCollectives;
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+/// Negative-control faults (hidden `--fault`), for tests of the failure paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Corrupt this rank's reduced results so that `--check` must catch it.
+    WrongSum {
+        /// Rank.
+        rank: u32,
+    },
+    /// This rank stops (sleeps) before issuing the collective with this
+    /// sequence number, so its peers' collectives never complete.
+    Hang {
+        /// Rank.
+        rank: u32,
+        /// Sequence number.
+        seq: u64,
+    },
+}
+
+impl Fault {
+    /// Parse `wrong-sum:R` or `hang:R:SEQ`.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let num = |x: &str| x.parse::<u64>().map_err(|_| anyhow::anyhow!("--fault {s:?}: {x:?} is not a number"));
+        let rank = |x: &str| -> anyhow::Result<u32> {
+            let r = num(x)?;
+            crate::core::ranges::int("--fault rank", r, 0, crate::core::ranges::MAX_RANK as u64)?;
+            Ok(r as u32)
+        };
+        match parts.as_slice() {
+            ["wrong-sum", r] => Ok(Fault::WrongSum { rank: rank(r)? }),
+            ["hang", r, q] => Ok(Fault::Hang { rank: rank(r)?, seq: num(q)? }),
+            _ => bail!("--fault {s:?}: expected wrong-sum:RANK or hang:RANK:SEQ"),
+        }
+    }
+}
+
+/// Device work of one compute interval.
+#[derive(Clone, Copy)]
+enum Work {
+    /// `units` unit GEMMs (`--gemm`) or memory-bound copies: the synthetic
+    /// layer's product and the fill quantum.
+    Unit(ComputeKind, u32),
+    /// One step's GEMMs (indices into the workload's shapes) with `layer`'s weights.
+    Layer(&'static [usize], u32),
+}
+
+/// What happens between issue and wait.
+enum Between {
+    Nothing,
+    Compute(Work, Option<u32>, Option<u32>),
+    HostSpin(u64, Option<u32>, Option<u32>),
+}
+
+/// Where a device mark's time goes once the pass is resolved.
+#[derive(Clone, Copy)]
+enum MarkTarget {
+    ComputeStart(usize),
+    ComputeEnd(usize),
+    TokenStart(usize),
+    TokenEnd(usize),
+}
+
+/// A token being executed: host start time and device mark, if any.
+#[derive(Clone, Copy)]
+struct OpenToken {
+    token: u32,
+    warmup: bool,
+    start_ns: u64,
+    start_mark: Option<usize>,
+}
+
+struct Position {
+    token: Option<u32>,
+    layer: Option<u32>,
+    iter: Option<u32>,
+    warmup: bool,
+}
+
+/// Runs phases on one rank.
+pub struct Runner<'a, B: Backend> {
+    backend: &'a mut B,
+    clock: &'a RankClock,
+    world: &'a SimpleCommunicator,
+    rank: u32,
+    spec: &'a WorkloadSpec,
+    delay: Option<DelayInjection>,
+    /// Runs of every group-0 all-reduce (`--inject-repeat`; 1 without it).
+    repeat: u32,
+    fault: Option<Fault>,
+    file_trace: Option<SourceTrace>,
+    seq: u64,
+    checked_in_phase: u32,
+    pending_marks: Vec<(MarkTarget, usize)>,
+    current_phase: Option<Phase>,
+    /// Recorded events.
+    pub body: ShardBody,
+    /// Per-phase records.
+    pub phase_runs: Vec<PhaseRun>,
+    /// Every result check and what it found.
+    pub checks: Vec<CheckRecord>,
+    progress: bool,
+    spin_short_delays: bool,
+    /// Barriers give up after this long (`--collective-timeout-s`), if set.
+    barrier_timeout: Option<std::time::Duration>,
+    /// Sequence numbers of the trace executor's groups: per group for
+    /// collectives (`None`), per (sender, receiver) for point-to-point.
+    op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
+    /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
+    ops_prepared: bool,
+    /// The group id of the isolated sweep of another kind than the sum
+    /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.
+    sweep_group: Option<u32>,
+}
+
+/// Whether this node has a core for every local rank (the launcher's local
+/// size, else the world size, against the cores this process may use).
+fn node_has_core_per_rank(world_size: u32) -> bool {
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+        .unwrap_or(world_size as usize);
+    std::thread::available_parallelism().map(|c| c.get() >= local).unwrap_or(false)
+}
+
+impl<'a, B: Backend> Runner<'a, B> {
+    /// New runner. `file_trace` is the shared source trace (`--trace`), if any.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        backend: &'a mut B,
+        clock: &'a RankClock,
+        world: &'a SimpleCommunicator,
+        spec: &'a WorkloadSpec,
+        delay: Option<DelayInjection>,
+        fault: Option<Fault>,
+        file_trace: Option<SourceTrace>,
+        progress: bool,
+    ) -> Self {
+        Self {
+            rank: world.rank() as u32,
+            backend,
+            clock,
+            world,
+            spec,
+            delay,
+            repeat: 1,
+            fault,
+            file_trace,
+            seq: 0,
+            checked_in_phase: 0,
+            pending_marks: Vec::new(),
+            current_phase: None,
+            body: ShardBody::default(),
+            phase_runs: Vec::new(),
+            checks: Vec::new(),
+            progress,
+            spin_short_delays: node_has_core_per_rank(world.size() as u32),
+            barrier_timeout: None,
+            op_seq: std::collections::BTreeMap::new(),
+            ops_prepared: false,
+            sweep_group: None,
+        }
+    }
+
+    /// Run the isolated sweep of another kind than the sum all-reduce on
+    /// group `id` (every rank; the caller declares it in the shard header).
+    pub fn with_sweep_group(mut self, id: u32) -> Self {
+        self.sweep_group = Some(id);
+        self
+    }
+
+    /// Run every group-0 all-reduce `n` times back to back (the negative
+    /// control `--inject-repeat`): the `n - 1` extra runs
+    /// ([`Backend::extra_allreduce`]) complete inside the recorded collective,
+    /// between its issue time and the real issue, so the event spans all `n`,
+    /// and `--check` validates the last (the all-reduce is out of place: a
+    /// repeat leaves the result as one run does). Trace collectives other
+    /// than the world's all-reduce run once; `rank` accepts `--inject-repeat`
+    /// on the cpu backend only.
+    pub fn with_repeat(mut self, n: u32) -> Self {
+        self.repeat = n.max(1);
+        self
+    }
+
+    /// Bound every barrier by `t` (a stopped peer then fails the job with
+    /// `refused[COLLECTIVE_TIMEOUT]` instead of blocking it forever).
+    pub fn with_barrier_timeout(mut self, t: std::time::Duration) -> Self {
+        self.barrier_timeout = Some(t);
+        self
+    }
+
+    /// A barrier on the world, bounded when a timeout is set.
+    fn barrier(&self, what: &str, phase: Phase) -> Result<()> {
+        match self.barrier_timeout {
+            Some(limit) => {
+                let phase = format!("phase {phase}");
+                crate::backend::mpi_deadline::barrier(self.world, limit, crate::backend::mpi_deadline::Op { what, phase: &phase, peer: None })
+            }
+            None => {
+                self.world.barrier();
+                Ok(())
+            }
+        }
+    }
+
+    /// Run every phase of the spec in order.
+    pub fn run_all(&mut self) -> Result<()> {
+        for &phase in &self.spec.phases.clone() {
+            if phase.needs_trace() && self.file_trace.is_none() && self.spec.graph {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadArgument,
+                    "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
+                );
+            }
+            if phase.needs_trace() && self.file_trace.is_none() && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadArgument,
+                    "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
+                );
+            }
+            self.run_phase(phase).with_context(|| format!("phase {phase}"))?;
+        }
+        Ok(())
+    }
+
+    fn source_trace(&self) -> SourceTrace {
+        match &self.file_trace {
+            Some(t) => t.clone(),
+            None => {
+                let run = self.phase_runs.iter().find(|p| p.phase == Phase::Blocking).expect("checked in run_all");
+                crate::evidence::trace::from_blocking_events(run, &self.body.collectives)
+            }
+        }
+    }
+
+    fn run_phase(&mut self, phase: Phase) -> Result<()> {
+        let before = self.body.collectives.len();
+        self.checked_in_phase = 0;
+        let (quantum_ns, trace) = match phase {
+            Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate => (Some(self.calibrate(ComputeKind::Gemm)?), Some(self.source_trace())),
+            Phase::MemboundFill => (Some(self.calibrate(ComputeKind::Membound)?), Some(self.source_trace())),
+            Phase::Replay | Phase::HostDelay => (None, Some(self.source_trace())),
+            _ => (None, None),
+        };
+        if let Some(ops) = trace.as_ref().and_then(|t| t.ops.as_ref()) {
+            if self.spec.graph {
+                crate::refuse!(
+                    crate::core::refusal::Code::BadArgument,
+                    "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave out --graph to run every kind of the trace"
+                );
+            }
+            if !self.ops_prepared {
+                // collective over the world (communicator splits): every rank is here, before its first trace phase
+                self.backend.prepare_trace_ops(&ops.trace, &ops.colls)?;
+                self.ops_prepared = true;
+            }
+        }
+        if self.phase_runs.is_empty() {
+            crate::backend::mpi_deadline::test_stop_point("phase", self.rank);
+        }
+        self.barrier("barrier before the phase", phase)?;
+        self.current_phase = Some(phase);
+        // a blocking collective on the compute stream (PyTorch's synchronous
+        // collective) or on its own; every other phase issues asynchronously
+        let on_compute = phase == Phase::Blocking && self.spec.comm_stream == crate::core::workload::CommStream::Current;
+        self.backend.collectives_on_compute_stream(on_compute)?;
+        let start_ns = self.clock.now_ns();
+        let mut graph = None;
+        match phase {
+            Phase::Isolated => self.isolated()?,
+            Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase)?),
+            Phase::Fill | Phase::Overlap | Phase::MemboundFill if self.spec.graph => {
+                let q = quantum_ns.expect("fill phases are calibrated");
+                graph = Some(self.graph_traced(phase, trace.as_ref().expect("trace phases have a trace"), q)?)
+            }
+            Phase::Blocking => self.blocking()?,
+            Phase::Async => self.async_phase()?,
+            _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
+        }
+        self.backend.synchronize()?;
+        let end_ns = self.clock.now_ns();
+        let (anchor_error_ns, kernel_anchor) = self.resolve_device_times(before)?;
+        self.barrier("barrier after the phase", phase)?;
+        let n = (self.body.collectives.len() - before) as u64;
+        self.phase_runs.push(PhaseRun {
+            phase,
+            start_ns,
+            end_ns,
+            device_anchor_error_ns: anchor_error_ns,
+            quantum_ns,
+            trace_timeline: trace.as_ref().map(|t| t.timeline),
+            trace: trace.map(|t| t.origin),
+            collectives: n,
+            graph,
+            kernel_anchor,
+        });
+        if self.progress && self.rank == 0 {
+            eprintln!("commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)", (end_ns - start_ns) as f64 / 1e6);
+        }
+        Ok(())
+    }
+
+    /// Put the pass's device intervals and marks onto its events; returns the
+    /// pass's anchor error and how its kernel records were anchored.
+    fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<crate::evidence::shard::KernelAnchor>)> {
+        let t = self.backend.finish_pass()?;
+        // the backend times what it issued: group 0's collectives (the trace executor's run to completion on the host)
+        let mut events: Vec<&mut CollectiveEvent> = self.body.collectives[first_collective..].iter_mut().filter(|e| e.group == 0).collect();
+        if t.collectives.len() != events.len() {
+            bail!("internal: backend reported {} device intervals for {} collectives", t.collectives.len(), events.len());
+        }
+        for (e, iv) in events.iter_mut().zip(&t.collectives) {
+            e.device_start_ns = iv.map(|d| d.start_ns);
+            e.device_end_ns = iv.map(|d| d.end_ns);
+        }
+        if !t.waits.is_empty() {
+            if t.waits.len() != events.len() {
+                bail!("internal: backend reported {} device waits for {} collectives", t.waits.len(), events.len());
+            }
+            let waits: Vec<crate::evidence::shard::DeviceWait> = events
+                .iter()
+                .zip(&t.waits)
+                .filter_map(|(e, w)| w.map(|w| crate::evidence::shard::DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns }))
+                .collect();
+            self.body.device_waits.extend(waits);
+        }
+        let phase = self.current_phase;
+        for k in t.kernels {
+            let name = match self.body.kernel_names.iter().position(|n| *n == k.name) {
+                Some(i) => i as u32,
+                None => {
+                    self.body.kernel_names.push(k.name);
+                    (self.body.kernel_names.len() - 1) as u32
+                }
+            };
+            if let Some(phase) = phase {
+                self.body.kernels.push(crate::evidence::shard::KernelEvent {
+                    phase,
+                    kind: k.kind,
+                    name,
+                    start_ns: k.start_ns,
+                    end_ns: k.end_ns,
+                    stream: k.stream,
+                    correlation: k.correlation,
+                });
+            }
+        }
+        for (target, id) in std::mem::take(&mut self.pending_marks) {
+            let ns = *t.marks_ns.get(id).ok_or_else(|| anyhow::anyhow!("internal: mark {id} was not resolved"))?;
+            match target {
+                MarkTarget::ComputeStart(i) => self.body.compute[i].start_ns = ns,
+                MarkTarget::ComputeEnd(i) => self.body.compute[i].end_ns = ns,
+                MarkTarget::TokenStart(i) => self.body.tokens[i].start_ns = ns,
+                MarkTarget::TokenEnd(i) => self.body.tokens[i].end_ns = ns,
+            }
+        }
+        Ok((t.anchor_error_ns, t.kernel_anchor))
+    }
+
+    fn begin_token(&mut self, token: u32, warmup: bool) -> Result<OpenToken> {
+        let start_mark = self.backend.mark()?;
+        Ok(OpenToken { token, warmup, start_ns: self.clock.now_ns(), start_mark })
+    }
+
+    /// Close a token. `host_end_ns` is the host-side end (the last completion
+    /// known to the host); a device mark replaces both ends where the backend has one.
+    fn end_token(&mut self, phase: Phase, t: OpenToken, host_end_ns: u64) -> Result<()> {
+        let end_mark = self.backend.mark()?;
+        let idx = self.body.tokens.len();
+        self.body.tokens.push(TokenEvent { phase, token: t.token, warmup: t.warmup, start_ns: t.start_ns, end_ns: host_end_ns });
+        if let (Some(s), Some(e)) = (t.start_mark, end_mark) {
+            self.pending_marks.push((MarkTarget::TokenStart(idx), s));
+            self.pending_marks.push((MarkTarget::TokenEnd(idx), e));
+        }
+        Ok(())
+    }
+
+    fn tokens(&self) -> impl Iterator<Item = (u32, bool)> {
+        let w = self.spec.warmup_tokens;
+        (0..w + self.spec.tokens).map(move |t| (t, t < w))
+    }
+}
