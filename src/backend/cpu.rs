@@ -15,7 +15,7 @@
 //! count are a bf16 all-reduce's, the reduction arithmetic is integer
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
-use crate::core::workload::GemmShape;
+use crate::core::workload::{GemmShape, SweepKind};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use anyhow::{bail, Result};
 use mpi::ffi;
@@ -184,37 +184,23 @@ impl Backend for CpuBackend {
         v
     }
 
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let (send, recv, mpi_type) = match dtype {
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
-        };
-        // SAFETY: the buffers of `dtype` hold at least `count` elements
-        // (issue_count checked the capacity) and stay alive and untouched
-        // until MPI_Wait in wait_allreduce (pending guards reuse).
-        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
-        if rc != 0 {
-            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
+    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        match kind {
+            SweepKind::AllReduce => self.issue_allreduce(bytes, dtype),
+            SweepKind::AllGather => self.issue_allgather(bytes, dtype),
+            k => Err(super::own_path_refusal(k)),
         }
-        self.pending = Some((req, bytes));
-        self.issued_in_pass += 1;
-        Ok(())
     }
 
     fn extra_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        self.issue_allreduce(bytes, dtype)?;
-        self.wait_allreduce()?;
+        self.issue(SweepKind::AllReduce, bytes, dtype)?;
+        self.wait()?;
         // not one of the pass's recorded collectives
         self.issued_in_pass -= 1;
         Ok(())
     }
 
-    fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>> {
+    fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
         let Some((mut req, bytes)) = self.pending.take() else {
             return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
         };
@@ -276,7 +262,7 @@ impl Backend for CpuBackend {
 
     fn synchronize(&mut self) -> BackendResult<()> {
         if self.pending.is_some() {
-            self.wait_allreduce()?;
+            self.wait()?;
         }
         Ok(())
     }
@@ -290,15 +276,15 @@ impl Backend for CpuBackend {
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
-        let count = (bytes / dtype.size_bytes()) as usize;
-        Ok(match dtype {
-            Dtype::F32 => super::verify_sum(&self.recv[..count], dtype, self.world_size),
+    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
+        let n = super::result_elems(kind, bytes, dtype, self.world_size)?;
+        match dtype {
+            Dtype::F32 => super::verify_result(kind, &self.recv[..n], bytes, dtype, self.world_size),
             Dtype::Bf16 => {
-                let widened: Vec<f32> = self.recv16[..count].iter().map(|&x| x as f32).collect();
-                super::verify_sum(&widened, dtype, self.world_size)
+                let widened: Vec<f32> = self.recv16[..n].iter().map(|&x| x as f32).collect();
+                super::verify_result(kind, &widened, bytes, dtype, self.world_size)
             }
-        })
+        }
     }
 
     /// The groups become sub-communicators of this backend's duplicate of
@@ -316,6 +302,43 @@ impl Backend for CpuBackend {
         self.trace_exec.as_mut().map(|e| e as &mut dyn super::TraceExecutor)
     }
 
+    fn corrupt_last_result(&mut self) {
+        if let Some(x) = self.recv.first_mut() {
+            *x += 1.0;
+        }
+        if let Some(x) = self.recv16.first_mut() {
+            *x += 1;
+        }
+    }
+}
+
+impl CpuBackend {
+    /// [`Backend::issue`]'s all-reduce: `MPI_Iallreduce` of the send buffer.
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let (send, recv, mpi_type) = match dtype {
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+        };
+        // SAFETY: the buffers of `dtype` hold at least `count` elements
+        // (issue_count checked the capacity) and stay alive and untouched
+        // until MPI_Wait in wait (pending guards reuse).
+        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
+        if rc != 0 {
+            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
+        }
+        self.pending = Some((req, bytes));
+        self.issued_in_pass += 1;
+        Ok(())
+    }
+
+    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
+    /// (nccl-tests' size convention): each rank sends
+    /// [`super::allgather_count`] elements of `dtype` from its send buffer.
     fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
         super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
         let count = super::allgather_count(bytes, dtype, self.world_size)?;
@@ -329,7 +352,7 @@ impl Backend for CpuBackend {
         };
         // SAFETY: the send buffer holds `count` elements and the receive buffer
         // `count x world` (= bytes, within the capacity issue_count checked);
-        // both stay untouched until MPI_Wait in wait_allreduce.
+        // both stay untouched until MPI_Wait in wait.
         let rc = unsafe { ffi::MPI_Iallgather(send, count as c_int, mpi_type, recv, count as c_int, mpi_type, self.comm.as_raw(), &mut req) };
         if rc != 0 {
             return Err(BackendError::Mpi { call: format!("MPI_Iallgather of {bytes} bytes"), code: rc });
@@ -337,27 +360,6 @@ impl Backend for CpuBackend {
         self.pending = Some((req, bytes));
         self.issued_in_pass += 1;
         Ok(())
-    }
-
-    fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
-        let count = super::allgather_count(bytes, dtype, self.world_size)?;
-        let total = count * self.world_size as usize;
-        Ok(match dtype {
-            Dtype::F32 => super::verify_gather(&self.recv[..total], dtype, count),
-            Dtype::Bf16 => {
-                let widened: Vec<f32> = self.recv16[..total].iter().map(|&x| x as f32).collect();
-                super::verify_gather(&widened, dtype, count)
-            }
-        })
-    }
-
-    fn corrupt_last_result(&mut self) {
-        if let Some(x) = self.recv.first_mut() {
-            *x += 1.0;
-        }
-        if let Some(x) = self.recv16.first_mut() {
-            *x += 1;
-        }
     }
 }
 

@@ -10,7 +10,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod mpi_deadline;
 
-use crate::core::workload::GemmShape;
+use crate::core::workload::{GemmShape, SweepKind};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 
 /// Device-side interval of a collective, mapped onto the host timeline.
@@ -166,14 +166,20 @@ pub trait Backend {
     fn device(&self) -> DeviceIdentity;
     /// Fields this backend does not measure, with reasons.
     fn unmeasured(&self) -> Vec<Unmeasured>;
-    /// Start a sum all-reduce of `bytes` of `dtype` elements on the world communicator.
-    /// Returns when the host may continue; the collective may still be running.
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()>;
-    /// Make everything that follows wait for the outstanding all-reduce
+    /// Start a collective of `kind` on the world communicator, of `bytes` in
+    /// nccl-tests' size convention ([`SweepKind`]: an all-gather's `bytes` is
+    /// the gathered buffer): a sum for the reducing kinds. Returns when the
+    /// host may continue; the collective may still be running. A backend's
+    /// own path runs the kinds its buffers hold (all-reduce and all-gather on
+    /// both backends) and refuses the others with [`own_path_refusal`]: every
+    /// kind, on any group and with any reduction, runs through its trace
+    /// executor ([`Backend::prepare_trace_ops`]).
+    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()>;
+    /// Make everything that follows wait for the outstanding collective
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
-    fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>>;
-    /// Run the all-reduce [`Backend::issue_allreduce`] would start once more,
+    fn wait(&mut self) -> BackendResult<Option<DeviceInterval>>;
+    /// Run the all-reduce [`Backend::issue`] would start once more,
     /// complete when this returns and outside the pass's timings: the negative
     /// control `--inject-repeat` (a recorded collective that does N times the
     /// work). A backend that times each call on device events has none.
@@ -227,25 +233,12 @@ pub trait Backend {
     fn mark(&mut self) -> BackendResult<Option<usize>>;
     /// After `synchronize`: device intervals and marks of the pass on the host timeline.
     fn finish_pass(&mut self) -> BackendResult<PassTimings>;
-    /// Validate the last completed all-reduce of `bytes` of `dtype` (waiting for it
-    /// first where it may still run); `Err` when the result could not be read.
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
+    /// Validate the last completed collective of `kind` and `bytes` of
+    /// `dtype` (waiting for it first where it may still run) with
+    /// [`verify_result`]; `Err` when the result could not be read.
+    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
-    /// Start an all-gather whose gathered result is `bytes` (nccl-tests' size
-    /// convention): each rank sends [`allgather_count`] elements of `dtype`
-    /// from its send buffer. Completed by [`Backend::wait_allreduce`], which
-    /// waits for the outstanding collective whatever its kind.
-    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let _ = (bytes, dtype);
-        Err(BackendError::Unsupported("this backend has no all-gather".into()))
-    }
-    /// Validate the last completed all-gather of `bytes`: block r of the
-    /// result must be rank r's [`contribution`]s.
-    fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome> {
-        let _ = (bytes, dtype);
-        Err(BackendError::Unsupported("this backend has no all-gather".into()))
-    }
     /// Make the communicators of every group of `trace` and prepare the
     /// buffers of `colls` (this rank's collectives of an imported trace that
     /// are not world all-reduces, one pass), so that [`Backend::run_trace_op`]
@@ -448,6 +441,38 @@ pub fn verify_sum(values: &[f32], dtype: Dtype, world_size: u32) -> CheckOutcome
         }
     }
     out
+}
+
+/// The refusal of a kind a backend's own path ([`Backend::issue`]) does not
+/// run: it runs through the backend's trace executor instead.
+pub fn own_path_refusal(kind: SweepKind) -> BackendError {
+    BackendError::Unsupported(format!(
+        "internal: {kind} is not on the backend's own path; it runs through the trace executor (rank --collective, replay-trace)"
+    ))
+}
+
+/// Elements of the result of a collective of `kind` whose size is `bytes`
+/// ([`Backend::issue`]'s convention) over `world_size` ranks: the
+/// all-reduce's buffer, the all-gather's gathered blocks.
+pub fn result_elems(kind: SweepKind, bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<usize> {
+    match kind {
+        SweepKind::AllReduce => Ok((bytes / dtype.size_bytes()) as usize),
+        SweepKind::AllGather => Ok(allgather_count(bytes, dtype, world_size)? * world_size as usize),
+        k => Err(own_path_refusal(k)),
+    }
+}
+
+/// Check the result `values` (widened to f32) of a collective of `kind`
+/// and `bytes` whose every rank contributed [`contribution`]s: the
+/// all-reduce's sums ([`verify_sum`]), the all-gather's blocks
+/// ([`verify_gather`]). One arm per kind of [`Backend::issue`]; both
+/// backends read their result back and call this.
+pub fn verify_result(kind: SweepKind, values: &[f32], bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<CheckOutcome> {
+    match kind {
+        SweepKind::AllReduce => Ok(verify_sum(values, dtype, world_size)),
+        SweepKind::AllGather => Ok(verify_gather(values, dtype, allgather_count(bytes, dtype, world_size)?)),
+        k => Err(own_path_refusal(k)),
+    }
 }
 
 /// Elements each rank sends in an all-gather whose gathered result is

@@ -105,20 +105,16 @@ pub fn sweep<B: Backend>(
     let mut rows = Vec::with_capacity(sizes.len());
     for &requested in sizes {
         let bytes = kind.bytes_for(requested, dtype, n);
-        let issue = |b: &mut B| match kind {
-            Collective::AllReduce => b.issue_allreduce(bytes, dtype),
-            Collective::AllGather => b.issue_allgather(bytes, dtype),
-        };
         for _ in 0..warmup_iters {
-            issue(backend)?;
-            backend.wait_allreduce()?;
+            backend.issue(kind.kind(), bytes, dtype)?;
+            backend.wait()?;
         }
         backend.synchronize()?;
         world.barrier();
         let t0 = clock.now_ns();
         for _ in 0..iters {
-            issue(backend)?;
-            backend.wait_allreduce()?;
+            backend.issue(kind.kind(), bytes, dtype)?;
+            backend.wait()?;
         }
         backend.synchronize()?;
         let elapsed_ns = clock.now_ns().saturating_sub(t0);
@@ -126,10 +122,7 @@ pub fn sweep<B: Backend>(
         let mut slowest_ns = 0u64;
         world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
         let wrong = if check {
-            let outcome = match kind {
-                Collective::AllReduce => backend.check_last_allreduce(bytes, dtype)?,
-                Collective::AllGather => backend.check_last_allgather(bytes, dtype)?,
-            };
+            let outcome = backend.check_last(kind.kind(), bytes, dtype)?;
             let mut wrong = 0u64;
             world.all_reduce_into(&outcome.wrong_elements, &mut wrong, SystemOperation::sum());
             Some(wrong)

@@ -5,6 +5,7 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
+use crate::core::workload::SweepKind;
 
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
@@ -51,16 +52,15 @@ impl Backend for CudaBackend {
         .collect()
     }
 
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let start = self.begin_collective()?;
-        let (sp, rp) = self.buffers();
-        // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
-        Ok(self.end_collective(bytes, start)?)
+    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        match kind {
+            SweepKind::AllReduce => self.issue_allreduce(bytes, dtype),
+            SweepKind::AllGather => self.issue_allgather(bytes, dtype),
+            k => Err(crate::backend::own_path_refusal(k)),
+        }
     }
 
-    fn wait_allreduce(&mut self) -> BackendResult<Option<DeviceInterval>> {
+    fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
         let Some((_bytes, start, end)) = self.pending.take() else {
             return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
         };
@@ -344,38 +344,20 @@ impl Backend for CudaBackend {
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits, kernel_anchor })
     }
 
-    fn check_last_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
-        let mut values = self.read_result(bytes, dtype, "all-reduce")?;
-        if std::mem::take(&mut self.corrupt_next_check) {
+    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
+        crate::backend::result_elems(kind, bytes, dtype, self.world_size)?;
+        let mut values = self.read_result(bytes, dtype, if kind == SweepKind::AllGather { "all-gather" } else { "all-reduce" })?;
+        // the negative control spoils an all-reduce's result only, as it always has
+        if kind == SweepKind::AllReduce && std::mem::take(&mut self.corrupt_next_check) {
             if let Some(v) = values.first_mut() {
                 *v += 1.0;
             }
         }
-        Ok(crate::backend::verify_sum(&values, dtype, self.world_size))
+        crate::backend::verify_result(kind, &values, bytes, dtype, self.world_size)
     }
 
     fn corrupt_last_result(&mut self) {
         self.corrupt_next_check = true;
-    }
-
-    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let count = crate::backend::allgather_count(bytes, dtype, self.world_size)?;
-        if self.capturing {
-            return Err(BackendError::Misuse("internal: an all-gather inside a graph capture".into()));
-        }
-        let start = self.begin_collective()?;
-        let (sp, rp) = self.buffers();
-        // SAFETY: send holds `count` and recv `count x world` (= bytes, checked against
-        // the buffer length) elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_gather(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
-        Ok(self.end_collective(bytes, start)?)
-    }
-
-    fn check_last_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
-        let count = crate::backend::allgather_count(bytes, dtype, self.world_size)?;
-        let values = self.read_result(bytes, dtype, "all-gather")?;
-        Ok(crate::backend::verify_gather(&values, dtype, count))
     }
 
     /// `replay-trace --backend cuda`'s executor on this rank's GPU: its own
@@ -450,5 +432,34 @@ impl Backend for CudaBackend {
         };
         self.tail = [None, None];
         Ok(drv(g.launch(), "cuGraphLaunch")?)
+    }
+}
+
+impl CudaBackend {
+    /// [`Backend::issue`]'s all-reduce: `ncclAllReduce` (sum) on the collective stream.
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        let count = crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let start = self.begin_collective()?;
+        let (sp, rp) = self.buffers();
+        // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
+        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
+        Ok(self.end_collective(bytes, start)?)
+    }
+
+    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
+    /// (nccl-tests' size convention): `ncclAllGather` of
+    /// [`crate::backend::allgather_count`] elements per rank.
+    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let count = crate::backend::allgather_count(bytes, dtype, self.world_size)?;
+        if self.capturing {
+            return Err(BackendError::Misuse("internal: an all-gather inside a graph capture".into()));
+        }
+        let start = self.begin_collective()?;
+        let (sp, rp) = self.buffers();
+        // SAFETY: send holds `count` and recv `count x world` (= bytes, checked against
+        // the buffer length) elements of `dtype` on this context's device; the stream belongs to it.
+        unsafe { self.comm.all_gather(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
+        Ok(self.end_collective(bytes, start)?)
     }
 }

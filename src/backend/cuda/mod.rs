@@ -23,10 +23,10 @@
 //! syscall, log line or synchronization. CUPTI kernel records are off unless
 //! asked for (`--cupti`), since their cost would be mixed into every result.
 //!
-//! Stream semantics: `issue_allreduce` makes the communication stream wait
+//! Stream semantics: `issue` makes the communication stream wait
 //! for the compute stream's work so far (the tensor was produced there, as in
 //! PyTorch), records a start event, enqueues `ncclAllReduce`, and records an
-//! end event; the host returns at once. `wait_allreduce` is a *stream
+//! end event; the host returns at once. `wait` is a *stream
 //! dependency*: the compute stream waits on the end event; the host does not
 //! block. `allreduce_back_to_back` (isolated phase) enqueues on the
 //! communication stream alone, one boundary event before each collective, as

@@ -13,7 +13,7 @@
 //!
 //! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
 //! *stream dependency* (later device work cannot pass an event), *device
-//! synchronization* (the host waits for all earlier work). `wait_allreduce` is
+//! synchronization* (the host waits for all earlier work). `wait` is
 //! a stream dependency on GPUs and a host wait on CPU; `synchronize` is only
 //! called at the end of a pass.
 mod graph;
