@@ -189,3 +189,27 @@ fn sweeps_that_cannot_run_are_refused_before_mpi() {
     assert!(assert_refused(&o, "BAD_ARGUMENT").contains("pass -b 12 or more"));
     assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none(), "a refusal leaves no run behind");
 }
+
+/// The kind table walked for the sweep: every kind with a bus-bandwidth
+/// factor has a `--collective` that sweeps it, checked (#wrong 0 on every
+/// size) with its events named as the row names them; the kinds without
+/// one (barrier, send, receive) have none.
+#[test]
+fn every_kind_with_a_bus_bandwidth_factor_sweeps_checked() {
+    use clap::ValueEnum;
+    use commcanary::core::{collective::KINDS, workload::SweepKind};
+    let t = tempfile::tempdir().unwrap();
+    for row in &KINDS {
+        let sweep_kind = SweepKind::value_variants().iter().find(|k| k.kind() == row.kind);
+        assert_eq!(sweep_kind.is_some(), row.bus_bw.is_some(), "{}: a sweep exactly where a bus-bandwidth factor is defined", row.name);
+        let Some(k) = sweep_kind else { continue };
+        let (stdout, run) = sweep(&t.path().join(row.name), row.name, &[]);
+        let rows = table_rows(&stdout);
+        assert_eq!(rows.len(), 5, "{stdout}");
+        assert!(rows.iter().all(|r| r[9] == "0"), "{}: #wrong on some size\n{stdout}", row.name);
+        let events = shard(&run, 0)["body"]["collectives"].as_array().unwrap().clone();
+        assert!(!events.is_empty() && events.iter().all(|e| e["kind"] == row.name), "{}", row.name);
+        assert!(events.iter().any(|e| e["checked"] == true), "{}: nothing checked on rank 0 (every root is 0)", row.name);
+        assert_eq!(k.name(), row.name);
+    }
+}

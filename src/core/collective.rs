@@ -75,6 +75,21 @@ pub enum Buffers {
     Free,
 }
 
+/// Where a kind's result lands, and so which ranks check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lands {
+    /// On every member (all-reduce, all-gather, reduce-scatter, broadcast, all-to-all).
+    Everywhere,
+    /// On the root only (reduce).
+    OnRoot,
+    /// At the peer: a send's data is checked by the receive it matches.
+    AtPeer,
+    /// Here, from the peer (receive).
+    Here,
+    /// Nowhere: nothing moves (barrier).
+    Nowhere,
+}
+
 /// One row of the kind table: everything a layer needs to know of a kind
 /// besides how a backend runs it.
 #[derive(Clone, Copy, Debug)]
@@ -99,6 +114,8 @@ pub struct KindRow {
     /// The bus-bandwidth factor, for the kinds a size sweep runs (a send
     /// needs its receive, a barrier moves nothing: neither is swept).
     pub bus_bw: Option<BusBw>,
+    /// Where its result lands and is checked.
+    pub lands: Lands,
 }
 
 /// The kind table, in [`TraceKind`]'s order. Adding a kind is a variant, a
@@ -114,6 +131,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::TwiceShare),
+        lands: Lands::Everywhere,
     },
     KindRow {
         kind: TraceKind::AllGather,
@@ -125,6 +143,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::OutIsNTimesIn,
         bus_bw: Some(BusBw::Share),
+        lands: Lands::Everywhere,
     },
     KindRow {
         kind: TraceKind::ReduceScatter,
@@ -136,6 +155,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::InIsNTimesOut,
         bus_bw: Some(BusBw::Share),
+        lands: Lands::Everywhere,
     },
     KindRow {
         kind: TraceKind::Broadcast,
@@ -147,6 +167,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::One),
+        lands: Lands::Everywhere,
     },
     KindRow {
         kind: TraceKind::Reduce,
@@ -158,6 +179,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::One),
+        lands: Lands::OnRoot,
     },
     KindRow {
         kind: TraceKind::AllToAll,
@@ -169,6 +191,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Splits,
         bus_bw: Some(BusBw::Share),
+        lands: Lands::Everywhere,
     },
     KindRow {
         kind: TraceKind::Barrier,
@@ -180,6 +203,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        lands: Lands::Nowhere,
     },
     KindRow {
         kind: TraceKind::Send,
@@ -191,6 +215,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        lands: Lands::AtPeer,
     },
     KindRow {
         kind: TraceKind::Recv,
@@ -202,6 +227,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        lands: Lands::Here,
     },
 ];
 

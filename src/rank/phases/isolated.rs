@@ -52,7 +52,8 @@ impl<B: Backend> Runner<'_, B> {
         // an imported trace's collectives, if any, are prepared again before its first phase
         self.ops_prepared = false;
         let rank = self.rank;
-        let has_result = kind.root().is_none_or(|r| kind != crate::core::workload::SweepKind::Reduce || r == rank);
+        // a reduce's result lands on its root only: the other ranks check nothing
+        let has_result = kind.kind().row().lands != crate::core::collective::Lands::OnRoot || kind.root() == Some(rank);
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let collective_kind = match kind {
             crate::core::workload::SweepKind::AllReduce => CollectiveKind::AllReduce,
