@@ -9,7 +9,7 @@
 //! simulated campaign). The same seeds give the same tables.
 //! CALIBRATION_ONLY=aa-family writes only the table of a campaign's A/A
 //! controls judged as one family (per control and per campaign).
-use commcanary::analysis::calibration::{aa_family_false, coverage, family_false_different, null_p_best, verdict_rates, Noise};
+use commcanary::analysis::calibration::{aa_family_false, coverage, family_false_different, null_p_best, verdict_rates, Noise, SimulationSetup};
 use commcanary::analysis::inference;
 use std::fmt::Write;
 
@@ -79,8 +79,9 @@ fn main() -> anyhow::Result<()> {
             let row: Vec<String> = ROUNDS
                 .iter()
                 .map(|&r| -> anyhow::Result<String> {
-                    let adj = family_false_different(noise, r, k, 0.0, SCALE, true, sims, 600 + i as u64)?;
-                    let raw = family_false_different(noise, r, k, 0.0, SCALE, false, sims, 600 + i as u64)?;
+                    let setup = SimulationSetup { noise, rounds: r, k, min_effect_pct: 0.0, scale: SCALE, sims, seed: 600 + i as u64 };
+                    let adj = family_false_different(&setup, true)?;
+                    let raw = family_false_different(&setup, false)?;
                     Ok(format!("{:.2}% / {:.1}%", adj * 100.0, raw * 100.0))
                 })
                 .collect::<anyhow::Result<_>>()?;
@@ -102,11 +103,13 @@ fn main() -> anyhow::Result<()> {
             let row: Vec<String> = ROUNDS
                 .iter()
                 .map(|&r| {
-                    null_p_best(noise, r, k, SCALE, m, psims, draws, 300 + i as u64).map(|(mean, high, top)| {
-                        let lo = mean.iter().copied().fold(1.0, f64::min);
-                        let hi = mean.iter().copied().fold(0.0, f64::max);
-                        format!("{lo:.3}–{hi:.3}; {:.1}%; {top:.2}", high * 100.0)
-                    })
+                    null_p_best(&SimulationSetup { noise, rounds: r, k, min_effect_pct: m, scale: SCALE, sims: psims, seed: 300 + i as u64 }, draws).map(
+                        |(mean, high, top)| {
+                            let lo = mean.iter().copied().fold(1.0, f64::min);
+                            let hi = mean.iter().copied().fold(0.0, f64::max);
+                            format!("{lo:.3}–{hi:.3}; {:.1}%; {top:.2}", high * 100.0)
+                        },
+                    )
                 })
                 .collect::<anyhow::Result<_>>()?;
             let _ = writeln!(md, "| {} | {} |", noise.name(), row.join(" | "));
@@ -160,8 +163,9 @@ fn aa_family_tables(md: &mut String, sims: u32, hdr: &dyn Fn(&mut String, &str))
                     .iter()
                     .map(|&r| -> anyhow::Result<String> {
                         let seed = 700 + 10 * k as u64 + i as u64;
-                        let (each, fw) = aa_family_false(noise, r, k, m, SCALE, true, sims, seed)?;
-                        let (_, raw) = aa_family_false(noise, r, k, m, SCALE, false, sims, seed)?;
+                        let setup = SimulationSetup { noise, rounds: r, k, min_effect_pct: m, scale: SCALE, sims, seed };
+                        let (each, fw) = aa_family_false(&setup, true)?;
+                        let (_, raw) = aa_family_false(&setup, false)?;
                         Ok(format!("{:.2}% / {:.2}% / {:.1}%", each * 100.0, fw * 100.0, raw * 100.0))
                     })
                     .collect::<anyhow::Result<_>>()?;

@@ -90,7 +90,7 @@ fn two_ranks_every_phase_and_ablation() {
             .all(|c| !of(Phase::Fill).any(|e| e.host_issue_ns < c.start_ns && c.end_ns < e.wait_end_ns));
         assert!(fill_outside, "fill GEMMs run before the collective, never inside it");
         // tokens for every workload phase
-        for p in Phase::ALL.iter().filter(|p| p.has_tokens()) {
+        for p in Phase::all().iter().filter(|p| p.has_tokens()) {
             assert_eq!(shard.body.tokens.iter().filter(|t| t.phase == *p && !t.warmup).count(), 6, "{p}");
         }
     }

@@ -63,6 +63,27 @@ impl Noise {
 
 use rand::Rng;
 
+/// The simulated campaigns of [`family_false_different`], [`aa_family_false`]
+/// and [`null_p_best`]: `sims` campaigns of `k` configurations (or A/A
+/// controls) over `rounds` rounds, drawn from one seed.
+#[derive(Clone, Copy, Debug)]
+pub struct SimulationSetup {
+    /// Job noise model.
+    pub noise: Noise,
+    /// Rounds per campaign.
+    pub rounds: usize,
+    /// Configurations per campaign ([`aa_family_false`]: A/A controls per campaign).
+    pub k: usize,
+    /// The campaign's minimum effect, percent.
+    pub min_effect_pct: f64,
+    /// Job noise scale: the log-scale standard deviation of a job.
+    pub scale: f64,
+    /// Campaigns simulated.
+    pub sims: u32,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
 /// One simulated campaign: `table[round][config]` for true `means`.
 pub fn campaign(rng: &mut ChaCha8Rng, noise: Noise, rounds: usize, means: &[f64], scale: f64) -> Vec<Vec<f64>> {
     (0..rounds)
@@ -113,8 +134,8 @@ pub fn verdict_rates(noise: Noise, rounds: usize, effect_pct: f64, min_effect_pc
 /// family-wise false "different" rate of a phase's pair table. With
 /// `simultaneous`, each interval is at the report's per-pair level
 /// ([`inference::simultaneous_coverage`]); without, at the nominal 95%.
-#[allow(clippy::too_many_arguments)]
-pub fn family_false_different(noise: Noise, rounds: usize, k: usize, min_effect_pct: f64, scale: f64, simultaneous: bool, sims: u32, seed: u64) -> Result<f64> {
+pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Result<f64> {
+    let SimulationSetup { noise, rounds, k, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let level = if simultaneous { inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2) } else { inference::COVERAGE };
     let mut any = 0u32;
@@ -146,17 +167,8 @@ pub fn family_false_different(noise: Noise, rounds: usize, k: usize, min_effect_
 /// [`crate::analysis::aa_level`] over the `controls`; without, at the nominal
 /// 95% each (report formats before 7 in such a phase).
 /// Returns (share of controls that misbehaved, share of campaigns with at least one).
-#[allow(clippy::too_many_arguments)]
-pub fn aa_family_false(
-    noise: Noise,
-    rounds: usize,
-    controls: usize,
-    min_effect_pct: f64,
-    scale: f64,
-    family: bool,
-    sims: u32,
-    seed: u64,
-) -> Result<(f64, f64)> {
+pub fn aa_family_false(setup: &SimulationSetup, family: bool) -> Result<(f64, f64)> {
+    let SimulationSetup { noise, rounds, k: controls, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let level = if family { crate::analysis::aa_level(controls, inference::COVERAGE) } else { inference::COVERAGE };
     let (mut bad, mut any) = (0u64, 0u32);
@@ -180,8 +192,8 @@ pub fn aa_family_false(
 /// Null P(best) over `sims` campaigns of `k` identical configurations, ties
 /// within `min_effect_pct` shared (the campaign's minimum effect):
 /// (mean P(best) of each position, share of campaigns whose top P(best) ≥ 0.9, largest top P(best) seen).
-#[allow(clippy::too_many_arguments)]
-pub fn null_p_best(noise: Noise, rounds: usize, k: usize, scale: f64, min_effect_pct: f64, sims: u32, draws: u32, seed: u64) -> Result<(Vec<f64>, f64, f64)> {
+pub fn null_p_best(setup: &SimulationSetup, draws: u32) -> Result<(Vec<f64>, f64, f64)> {
+    let SimulationSetup { noise, rounds, k, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut mean = vec![0.0; k];
     let (mut high, mut top_max) = (0u32, 0.0f64);
@@ -231,12 +243,16 @@ mod tests {
     fn simultaneous_pair_tables_rarely_decide_a_pair_among_identical_configurations() {
         for noise in Noise::ALL {
             for (k, rounds) in [(4, 3), (4, 10), (7, 5), (7, 20)] {
-                let fw = family_false_different(noise, rounds, k, 0.0, 0.03, true, 2000, 17).unwrap();
+                let fw = family_false_different(&SimulationSetup { noise, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 }, true).unwrap();
                 assert!(fw <= 0.05 + 0.015, "{} k={k} {rounds} rounds: {fw}", noise.name());
             }
         }
         // the simulation can fail: unadjusted 95% intervals decide some pair far more often
-        let raw = family_false_different(Noise::Gaussian, 10, 4, 0.0, 0.03, false, 2000, 17).unwrap();
+        let raw = family_false_different(
+            &SimulationSetup { noise: Noise::Gaussian, rounds: 10, k: 4, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 },
+            false,
+        )
+        .unwrap();
         assert!(raw > 0.12, "unadjusted family-wise rate {raw}");
     }
 
@@ -245,13 +261,16 @@ mod tests {
         // six phases, one A/A pair: 2500 campaigns a cell, Monte Carlo standard error about 0.44 points at 5%
         for noise in Noise::ALL {
             for rounds in [3, 5, 10] {
-                let (each, fw) = aa_family_false(noise, rounds, 6, 0.0, 0.03, true, 2500, 23).unwrap();
+                let (each, fw) =
+                    aa_family_false(&SimulationSetup { noise, rounds, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 }, true).unwrap();
                 assert!(fw <= 0.05 + 0.013, "{} at {rounds} rounds: per campaign {fw}, per control {each}", noise.name());
                 assert!(each <= 0.05 / 6.0 + 0.004, "{} at {rounds} rounds: per control {each}", noise.name());
             }
         }
         // the simulation can fail: six controls each at 95% show a false A/A verdict in about one campaign in four
-        let (each, fw) = aa_family_false(Noise::Gaussian, 5, 6, 0.0, 0.03, false, 2500, 23).unwrap();
+        let (each, fw) =
+            aa_family_false(&SimulationSetup { noise: Noise::Gaussian, rounds: 5, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 }, false)
+                .unwrap();
         assert!(fw > 0.18 && each <= 0.05 + 0.01, "unadjusted: per campaign {fw}, per control {each}");
     }
 
@@ -259,7 +278,8 @@ mod tests {
     fn two_identical_configurations_rarely_look_best_with_a_minimum_effect() {
         // the case a uniform spread prior and strict "best" failed: k = 2 reached 0.9 in 12-16%
         for rounds in [3, 5] {
-            let (mean, high, _) = null_p_best(Noise::Gaussian, rounds, 2, 0.03, 2.0, 400, 300, 5).unwrap();
+            let (mean, high, _) =
+                null_p_best(&SimulationSetup { noise: Noise::Gaussian, rounds, k: 2, min_effect_pct: 2.0, scale: 0.03, sims: 400, seed: 5 }, 300).unwrap();
             assert!(high <= 0.05, "{rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 0.5).abs() < 0.05), "{mean:?}");
         }
@@ -268,7 +288,8 @@ mod tests {
     #[test]
     fn identical_configurations_share_p_best() {
         for (k, rounds) in [(4, 3), (6, 5), (4, 10)] {
-            let (mean, high, _) = null_p_best(Noise::Gaussian, rounds, k, 0.03, 0.0, 150, 300, 3).unwrap();
+            let (mean, high, _) =
+                null_p_best(&SimulationSetup { noise: Noise::Gaussian, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 150, seed: 3 }, 300).unwrap();
             assert!(high <= 0.05, "k={k}, {rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 1.0 / k as f64).abs() < 0.08), "k={k}: {mean:?}");
         }

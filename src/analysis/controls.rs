@@ -75,19 +75,22 @@ pub fn aa_outcome(verdict: Verdict, min_effect_pct: f64) -> ControlOutcome {
     }
 }
 
-/// An A/A pair in one phase, judged on its own interval at `level` ([`aa_level`]).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn aa_control(
-    a: &str,
-    b: &str,
-    phase: Phase,
-    t: &[Vec<f64>],
-    ca: usize,
-    cb: usize,
-    policy: &AnalysisPolicy,
-    level: f64,
-    family: usize,
-) -> Result<ControlResult> {
+/// An A/A pair as one phase's table holds it: two labels of one configuration and their columns.
+pub(super) struct AaPair<'a> {
+    /// The first label (the baseline).
+    pub(super) a: &'a str,
+    /// The second label (the candidate).
+    pub(super) b: &'a str,
+    /// Column of `a` in the table.
+    pub(super) ca: usize,
+    /// Column of `b` in the table.
+    pub(super) cb: usize,
+}
+
+/// An A/A pair in one phase, judged on its own interval at `level` ([`aa_level`]),
+/// one of the `family` A/A controls of the campaign.
+pub(super) fn aa_control(pair: &AaPair<'_>, phase: Phase, t: &[Vec<f64>], policy: &AnalysisPolicy, level: f64, family: usize) -> Result<ControlResult> {
+    let AaPair { a, b, ca, cb } = *pair;
     let r = canary_result(t, cb, ca, policy, level)?;
     let m = policy.min_effect_pct;
     let outcome = aa_outcome(r.verdict, m);

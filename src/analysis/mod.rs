@@ -62,7 +62,7 @@ mod replicate;
 pub mod summary;
 mod tau;
 mod text;
-use crate::analysis::controls::{aa_control, canary_result, interval_words, known_bad_control, skew_control};
+use crate::analysis::controls::{aa_control, canary_result, interval_words, known_bad_control, skew_control, AaPair};
 use crate::analysis::inference::Verdict;
 use crate::analysis::phase::{analyze_phase, pair_rows, tables};
 use crate::analysis::ranking::{Relation, TiePolicy};
@@ -217,7 +217,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         known(b)?;
         for ((pin, t), pr) in tabs.iter().zip(&phases) {
             let col = |l: &str| pin.labels.iter().position(|x| x == l).expect("known");
-            controls.push(aa_control(a, b, pin.phase, &t.table, col(a), col(b), policy, aa_level(aa_count, pr.pair_coverage), aa_count)?);
+            controls.push(aa_control(&AaPair { a, b, ca: col(a), cb: col(b) }, pin.phase, &t.table, policy, aa_level(aa_count, pr.pair_coverage), aa_count)?);
         }
     }
     let aa_family = (aa_count > 0).then(|| {

@@ -149,7 +149,8 @@ pub struct ImportRunArgs {
     /// A run directory (`commcanary rank --out`), verified with join first.
     pub run_dir: PathBuf,
     /// The phase whose collectives become the trace.
-    #[arg(long, default_value = "blocking")]
+    // parsed by `FromStr`, not `ValueEnum`: help lists no values and an unknown phase names the known ones
+    #[arg(long, default_value = "blocking", value_parser = <crate::core::workload::Phase as std::str::FromStr>::from_str)]
     pub phase: crate::core::workload::Phase,
     /// Communication trace to write (never overwritten).
     #[arg(short = 'o', long = "out", alias = "output")]

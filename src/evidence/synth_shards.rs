@@ -74,6 +74,7 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
     }))
     .context("the generated workload")?;
     let started_unix_ms = crate::core::clock::unix_ms();
+    let plan = RunPlan { run_id: &run_id, ranks, collectives, layers, seed, workload: &workload, started_unix_ms };
     let threads = threads.clamp(1, ranks as usize);
     let next = std::sync::atomic::AtomicU32::new(0);
     let mut written: Vec<(u32, Result<crate::evidence::shard::WrittenShard>)> = std::thread::scope(|s| {
@@ -86,7 +87,7 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
                         if r >= ranks {
                             return out;
                         }
-                        let mut shard = rank_shard(&run_id, r, ranks, collectives, layers, seed, &workload, started_unix_ms);
+                        let mut shard = rank_shard(&plan, r);
                         shard.header.format_version = format_version;
                         out.push((r, shard.write_new(dir)));
                     }
@@ -139,9 +140,27 @@ fn identity(rank: u32, ranks: u32) -> crate::core::identity::EnvIdentity {
     }
 }
 
+/// What every generated shard of one run shares.
+struct RunPlan<'a> {
+    /// Run id.
+    run_id: &'a str,
+    /// Ranks in the run.
+    ranks: u32,
+    /// Collectives per rank.
+    collectives: u64,
+    /// Collectives per token.
+    layers: u32,
+    /// Seed of the generator (one stream per rank).
+    seed: u64,
+    /// The workload every header records.
+    workload: &'a WorkloadSpec,
+    /// When the run started, ms since the Unix epoch.
+    started_unix_ms: u64,
+}
+
 /// One rank's generated shard.
-#[allow(clippy::too_many_arguments)]
-fn rank_shard(run_id: &str, rank: u32, ranks: u32, collectives: u64, layers: u32, seed: u64, workload: &WorkloadSpec, started_unix_ms: u64) -> Shard {
+fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
+    let RunPlan { run_id, ranks, collectives, layers, seed, workload, started_unix_ms } = *plan;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(u64::from(rank));
     // this rank's clock: local = reference + offset (+ drift); rank 0 is the reference

@@ -157,28 +157,26 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
                 .unwrap_or(f64::NAN)
             };
             let (here, there) = per_job(&stat);
-            checks.push(ratio_row(
-                &format!("{} busbw", kind.name()),
-                &here,
-                &there,
-                site.busbw_min_ratio,
-                verdict::Direction::AtLeast,
-                per_check,
-                "GB/s geomean over sizes",
-                3,
-            )?);
+            let check = RatioCheck {
+                name: &format!("{} busbw", kind.name()),
+                threshold: site.busbw_min_ratio,
+                dir: verdict::Direction::AtLeast,
+                coverage: per_check,
+                unit: "GB/s geomean over sizes",
+                digits: 3,
+            };
+            checks.push(ratio_row(&check, &here, &there)?);
         }
         let (here, there) = per_job(&RoundRecord::token_latency_us);
-        checks.push(ratio_row(
-            "workload token latency",
-            &here,
-            &there,
-            site.token_latency_max_ratio,
-            verdict::Direction::AtMost,
-            per_check,
-            "us per token",
-            1,
-        )?);
+        let check = RatioCheck {
+            name: "workload token latency",
+            threshold: site.token_latency_max_ratio,
+            dir: verdict::Direction::AtMost,
+            coverage: per_check,
+            unit: "us per token",
+            digits: 1,
+        };
+        checks.push(ratio_row(&check, &here, &there)?);
         // the family's size sets each check's level: it must be the rows pushed
         debug_assert_eq!(checks.len() - rows_before_family, RATIO_CHECKS, "RATIO_CHECKS must count the ratio checks");
         likely_cause = likely_cause_of(&checks, ev, set);
@@ -225,17 +223,26 @@ fn likely_cause_of(checks: &[CheckRow], ev: &Evidence, set: &reference::Referenc
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn ratio_row(
-    name: &str,
-    here: &[f64],
-    there: &[Vec<f64>],
+/// One ratio check: its name, its rule and how its row prints the measured values.
+#[derive(Clone, Copy)]
+struct RatioCheck<'a> {
+    /// The check's name in the report.
+    name: &'a str,
+    /// The ratio's threshold.
     threshold: f64,
+    /// Which side of the threshold passes.
     dir: verdict::Direction,
+    /// Coverage of the check's interval (its share of the family's).
     coverage: f64,
-    unit: &str,
+    /// Unit of the measured and reference values.
+    unit: &'a str,
+    /// Decimals of the measured and reference values.
     digits: usize,
-) -> Result<CheckRow> {
+}
+
+/// The row of one ratio check: this node's per-round values `here` against each reference job's `there`.
+fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result<CheckRow> {
+    let RatioCheck { name, threshold, dir, coverage, unit, digits } = *check;
     let r = match there {
         [one] => verdict::single_job_check(here, one, threshold, dir, coverage),
         jobs => verdict::job_check(here, jobs, threshold, dir, coverage),

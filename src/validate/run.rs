@@ -96,10 +96,11 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let mut bplan = BackendPlan::for_spec(&spec);
     bplan.max_bytes = bplan.max_bytes.max(max_sweep);
     let per_size_events = 4 * (plan.settings.iters + plan.settings.warmup_iters) as usize + 64;
+    let m = Measurement { a, plan, world, clock: &clock, spec: &spec, watch: &watch, start_health, xids, started_unix_ms, progress: &progress };
     match plan.backend {
         BackendKind::Cpu => {
             let mut b = crate::backend::cpu::CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
-            measure(a, plan, world, &clock, &spec, &mut b, &watch, start_health, xids, started_unix_ms, &progress)
+            measure(m, &mut b)
         }
         BackendKind::Cuda => {
             let local_rank = local.rank() as u32;
@@ -114,7 +115,7 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
                 None,
                 false,
             )?;
-            measure(a, plan, world, &clock, &spec, &mut b, &watch, start_health, xids, started_unix_ms, &progress)
+            measure(m, &mut b)
         }
     }
 }
@@ -135,20 +136,34 @@ fn node_facts<B: Backend>(b: &B, ranks: u32, watch: Option<&health::Watch>) -> N
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn measure<B: Backend>(
-    a: &ValidateArgs,
-    plan: &Plan,
-    world: &SimpleCommunicator,
-    clock: &RankClock,
-    spec: &WorkloadSpec,
-    backend: &mut B,
-    watch: &Option<std::result::Result<health::Watch, String>>,
+/// What one node's measurement runs with besides its backend: the job, its
+/// plan, and rank 0's GPU watch (`None` on the other ranks and on CPU).
+struct Measurement<'a> {
+    /// The command line.
+    a: &'a ValidateArgs,
+    /// The plan made from it.
+    plan: &'a Plan,
+    /// The job's ranks.
+    world: &'a SimpleCommunicator,
+    /// This rank's clock.
+    clock: &'a RankClock,
+    /// The workload each round runs.
+    spec: &'a WorkloadSpec,
+    /// NVML on rank 0 of a GPU node, or why it could not be opened.
+    watch: &'a Option<std::result::Result<health::Watch, String>>,
+    /// Every GPU's health before the rounds.
     start_health: Option<Vec<health::GpuHealth>>,
-    xids: Option<health::XidSets<'_>>,
+    /// The XID event sets watched during the rounds.
+    xids: Option<health::XidSets<'a>>,
+    /// When the job started, ms since the Unix epoch.
     started_unix_ms: u64,
-    progress: &dyn Fn(&str),
-) -> Result<i32> {
+    /// Prints a progress line (rank 0, unless quiet).
+    progress: &'a dyn Fn(&str),
+}
+
+/// Runs the shuffled rounds on `backend`; rank 0 then writes the evidence and prints the report.
+fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
+    let Measurement { a, plan, world, clock, spec, watch, start_health, xids, started_unix_ms, progress } = m;
     let rank = world.rank() as u32;
     let ranks = world.size() as u32;
     let w = watch.as_ref().and_then(|w| w.as_ref().ok());

@@ -3,13 +3,16 @@
 //! and [`parse_phases`] for `--phases`. Refuses unknown and repeated phases
 //! and an empty list.
 use anyhow::{bail, Result};
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::LazyLock;
 
 /// A phase: one way of executing the collectives (docs/ARCHITECTURE.md §4).
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
 #[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
 pub enum Phase {
     /// All-reduce alone per size: the microbenchmark proxy.
     Isolated,
@@ -32,32 +35,16 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in the canonical order.
-    pub const ALL: [Phase; 9] = [
-        Phase::Isolated,
-        Phase::Blocking,
-        Phase::Async,
-        Phase::Replay,
-        Phase::Fill,
-        Phase::Overlap,
-        Phase::AsyncWaitImmediate,
-        Phase::HostDelay,
-        Phase::MemboundFill,
-    ];
+    /// Every phase, in the canonical order (the declaration's).
+    pub fn all() -> &'static [Phase] {
+        Phase::value_variants()
+    }
 
     /// Name as used on the command line and in files.
     pub fn name(self) -> &'static str {
-        match self {
-            Phase::Isolated => "isolated",
-            Phase::Blocking => "blocking",
-            Phase::Async => "async",
-            Phase::Replay => "replay",
-            Phase::Fill => "fill",
-            Phase::Overlap => "overlap",
-            Phase::AsyncWaitImmediate => "async-wait-immediate",
-            Phase::HostDelay => "host-delay",
-            Phase::MemboundFill => "membound-fill",
-        }
+        static NAMES: LazyLock<Vec<String>> =
+            LazyLock::new(|| Phase::all().iter().map(|p| p.to_possible_value().expect("no phase is skipped").get_name().to_owned()).collect());
+        &NAMES[self as usize]
     }
 
     /// Whether the phase consumes a source trace of gaps.
@@ -85,8 +72,8 @@ impl fmt::Display for Phase {
 impl FromStr for Phase {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        Phase::ALL.into_iter().find(|p| p.name() == s.trim()).ok_or_else(|| {
-            let names: Vec<_> = Phase::ALL.iter().map(|p| p.name()).collect();
+        Phase::all().iter().copied().find(|p| p.name() == s.trim()).ok_or_else(|| {
+            let names: Vec<_> = Phase::all().iter().map(|p| p.name()).collect();
             anyhow::anyhow!("unknown phase {s:?} (known: {})", names.join(", "))
         })
     }
@@ -96,7 +83,7 @@ impl FromStr for Phase {
 pub fn parse_phases(s: &str) -> Result<Vec<Phase>> {
     let mut out: Vec<Phase> = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let add: Vec<Phase> = if part == "all" { Phase::ALL[..6].to_vec() } else { vec![part.parse()?] };
+        let add: Vec<Phase> = if part == "all" { Phase::all()[..6].to_vec() } else { vec![part.parse()?] };
         for p in add {
             if out.contains(&p) {
                 bail!("--phases: {p} is listed twice");
@@ -121,5 +108,17 @@ mod tests {
         assert!(parse_phases("blocking,blocking").is_err());
         let e = parse_phases("warp").unwrap_err().to_string();
         assert!(e.contains("unknown phase") && e.contains("membound-fill"), "{e}");
+    }
+
+    #[test]
+    fn value_enum_serde_and_name_agree() {
+        let names: Vec<&str> = Phase::all().iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["isolated", "blocking", "async", "replay", "fill", "overlap", "async-wait-immediate", "host-delay", "membound-fill"]);
+        for &p in Phase::all() {
+            assert_eq!(p.to_possible_value().expect("listed").get_name(), p.name());
+            assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(p.name()));
+            assert_eq!(serde_json::from_value::<Phase>(serde_json::json!(p.name())).unwrap(), p);
+            assert_eq!(p.to_string().parse::<Phase>().unwrap(), p);
+        }
     }
 }

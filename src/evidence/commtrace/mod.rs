@@ -204,7 +204,6 @@ pub struct TraceCollective {
 impl TraceCollective {
     /// A record of its communication fields (`seq` 0 until [`number_sequences`]);
     /// stream, times, device and compute empty for the importer to fill from what its source has.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         kind: TraceKind,
         source_name: &str,
