@@ -18,6 +18,7 @@
 //! checked in the first round (copying a large result back takes long). Sizes that do not split into whole
 //! elements per rank are rounded down to the nearest that do (at least one
 //! element per rank); the size used is recorded.
+use super::reference::Settings;
 use crate::backend::Backend;
 use crate::core::clock::RankClock;
 use crate::core::workload::SweepKind;
@@ -87,20 +88,19 @@ pub struct SizeResult {
     pub wrong_elements: Option<u64>,
 }
 
-/// Sweep `sizes` of `kind` once; every rank calls this in step. Returns the
-/// rows on every rank (the maxima and sums are all-reduced).
-#[allow(clippy::too_many_arguments)]
+/// Sweep the sizes of `s` (with its iterations and element type) of `kind`
+/// once, checking the last iteration of every size when `check`; every rank
+/// calls this in step. Returns the rows on every rank (the maxima and sums
+/// are all-reduced).
 pub fn sweep<B: Backend>(
     backend: &mut B,
     world: &SimpleCommunicator,
     clock: &RankClock,
     kind: Collective,
-    sizes: &[u64],
-    dtype: Dtype,
-    iters: u32,
-    warmup_iters: u32,
+    s: &Settings,
     check: bool,
 ) -> Result<Vec<SizeResult>> {
+    let (sizes, dtype, iters, warmup_iters) = (&s.sizes_bytes, s.dtype, s.iters, s.warmup_iters);
     let n = world.size() as u32;
     let mut rows = Vec::with_capacity(sizes.len());
     for &requested in sizes {
