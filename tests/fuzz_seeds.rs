@@ -38,7 +38,7 @@ fn decode(target: &str, data: &[u8]) -> bool {
         }
         "comm_trace" => commcanary::evidence::commtrace::CommTrace::from_slice(data).is_ok_and(|t| {
             let _ = commcanary::evidence::commtrace::export::param(&t);
-            t.ranks.iter().all(|r| commcanary::evidence::commtrace::cpu_exec::gaps_ns(&r.collectives).is_some())
+            t.ranks.iter().all(|r| commcanary::evidence::commtrace::exec::gaps_ns(&r.collectives).is_some())
         }),
         "site" => std::str::from_utf8(data).is_ok_and(|t| commcanary::validate::reference::Site::parse(t, "seed").is_ok()),
         other => panic!("fuzz/seeds/{other}: no decoder of that name"),

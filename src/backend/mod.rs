@@ -9,6 +9,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod mpi_deadline;
+pub mod replay;
 
 use crate::core::workload::{GemmShape, SweepKind};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
@@ -108,20 +109,14 @@ impl BackendPlan {
 /// wrong elements of its result.
 pub trait TraceExecutor {
     /// Run prepared collective `i` to completion on the host.
-    fn run_op(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
-        check: bool,
-    ) -> anyhow::Result<()>;
+    fn run_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, op: crate::core::workload::ReduceOp, check: bool) -> anyhow::Result<()>;
     /// The wrong elements of its result and the first named (with `corrupt`,
     /// the result spoiled first: the negative control).
     fn wrong_after(
         &mut self,
         i: usize,
         c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        op: crate::core::workload::ReduceOp,
         corrupt: bool,
     ) -> anyhow::Result<(u64, Option<String>)>;
 }
@@ -135,7 +130,7 @@ macro_rules! trace_executor_impl {
                 &mut self,
                 i: usize,
                 c: &$crate::evidence::commtrace::TraceCollective,
-                op: $crate::evidence::commtrace::cpu_exec::ReduceOp,
+                op: $crate::core::workload::ReduceOp,
                 check: bool,
             ) -> anyhow::Result<()> {
                 self.run(i, c, op, check, &mut || {}).map(|_| ())
@@ -145,7 +140,7 @@ macro_rules! trace_executor_impl {
                 &mut self,
                 i: usize,
                 c: &$crate::evidence::commtrace::TraceCollective,
-                op: $crate::evidence::commtrace::cpu_exec::ReduceOp,
+                op: $crate::core::workload::ReduceOp,
                 corrupt: bool,
             ) -> anyhow::Result<(u64, Option<String>)> {
                 self.corrupt = corrupt;
@@ -263,7 +258,7 @@ pub trait Backend {
         &mut self,
         i: usize,
         c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        op: crate::core::workload::ReduceOp,
         check: bool,
     ) -> BackendResult<()> {
         let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
@@ -278,7 +273,7 @@ pub trait Backend {
         &mut self,
         i: usize,
         c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::evidence::commtrace::cpu_exec::ReduceOp,
+        op: crate::core::workload::ReduceOp,
         corrupt: bool,
     ) -> BackendResult<CheckOutcome> {
         let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;

@@ -16,7 +16,7 @@
 //! (positions are folded across ranks) and a trace with no collective.
 use crate::canary::artifact::*;
 use crate::canary::fold::{self, FoldNode, Node};
-use crate::evidence::commtrace::{cpu_exec, CommTrace, SourceKind, TraceCollective};
+use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
 
@@ -147,7 +147,7 @@ pub struct Timings {
 pub fn timings(t: &CommTrace) -> Timings {
     let mut out = Timings { gap_ns: Vec::new(), compute_ns: Vec::new(), span_ns: Vec::new() };
     for r in &t.ranks {
-        let gaps = cpu_exec::gaps_ns(&r.collectives);
+        let gaps = exec::gaps_ns(&r.collectives);
         out.gap_ns.push((0..r.collectives.len()).map(|i| gaps.as_ref().map(|g| g[i])).collect());
         out.compute_ns
             .push(r.collectives.iter().map(|c| c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))).collect());

@@ -65,7 +65,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             if cupti && !cuda {
                 anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
             }
-            let paced = pace != crate::evidence::commtrace::cpu_exec::Pace::None;
+            let paced = pace != crate::evidence::commtrace::exec::Pace::None;
             let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
             let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
             settings.push(match op {
@@ -76,12 +76,13 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             settings.extend((!warmup).then(|| "--no-warmup".to_string()));
             settings.extend(cupti.then(|| "--cupti".to_string()));
             settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
+            let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
                     let timeout = std::time::Duration::from_secs(300);
-                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, op, pace, check, warmup, corrupt, timeout, cupti)
+                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
-                    crate::evidence::commtrace::cpu_exec::replay(world, trace, op, pace, check, warmup, corrupt)
+                    crate::backend::cpu::trace_exec::replay(world, trace, &opts)
                 }
             })?
         }

@@ -401,12 +401,12 @@ pub struct ReplayTraceArgs {
     pub check: bool,
     /// Reduction of all-reduce, reduce and reduce-scatter (default sum: the traces do not record it).
     #[arg(long, value_enum)]
-    pub op: Option<crate::evidence::commtrace::cpu_exec::ReduceOp>,
+    pub op: Option<crate::core::workload::ReduceOp>,
     /// Pace by the trace's gaps waited on the host (`gaps`), back to back
     /// (`none`), by the recorded compute re-created on the device
     /// (`workload`, cuda), or by the gaps spun on the device (`device-gaps`, cuda).
     #[arg(long, value_enum, default_value = "gaps")]
-    pub pace: crate::evidence::commtrace::cpu_exec::Pace,
+    pub pace: crate::evidence::commtrace::exec::Pace,
     /// Negative control: corrupt every result on this rank (--check must fail).
     #[arg(long, hide = true)]
     pub corrupt_rank: Option<u32>,

@@ -55,7 +55,7 @@ pub fn schema_json(name: &str) -> Result<String> {
         // replay-trace.json: rank 0's index of every rank's files and digests
         "replay-trace-index" => schema_for!(crate::evidence::commtrace::ReplayIndex),
         // replay-trace.rank-N.workload.json: the workload pace's pass as a whole
-        "replay-workload" => schema_for!(crate::evidence::commtrace::cpu_exec::WorkloadReport),
+        "replay-workload" => schema_for!(crate::evidence::commtrace::exec::WorkloadReport),
         "validate-report" => schema_for!(crate::validate::ValidationReport),
         "validate-manifest" => schema_for!(crate::validate::reference::ValidateManifest),
         "validate-rounds" => schema_for!(crate::validate::reference::RoundsFile),

@@ -213,7 +213,7 @@ pub fn comm_trace_entries(
     (warmup_passes, passes): (u32, u32),
     allreduce_only: bool,
 ) -> Result<SourceTrace> {
-    use crate::evidence::commtrace::{cpu_exec, TraceDtype, TraceKind};
+    use crate::evidence::commtrace::{exec, TraceDtype, TraceKind};
     use crate::evidence::shard::{CollectiveKind, Dtype, TraceKindCount};
     let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
@@ -284,7 +284,7 @@ pub fn comm_trace_entries(
         return refuse(format!("rank {rank} has no {} to run", if allreduce_only { "all-reduce" } else { "collective" }));
     }
     let colls: Vec<_> = kept.iter().map(|(c, _, _, _)| (*c).clone()).collect();
-    let gaps = cpu_exec::gaps_ns(&colls).with_context(|| {
+    let gaps = exec::gaps_ns(&colls).with_context(|| {
         format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
     })?;
     check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;

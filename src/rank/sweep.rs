@@ -4,7 +4,7 @@
 //! The sum all-reduce runs on the backend's own path
 //! ([`crate::rank::phases`]: back to back on GPUs, as `all_reduce_perf`).
 //! Every other kind, and an all-reduce with another `--op`, runs through
-//! `replay-trace`'s executors ([`crate::evidence::commtrace::cpu_exec`] on
+//! `replay-trace`'s executors ([`crate::backend::cpu::trace_exec`] on
 //! MPI, [`crate::backend::cuda::trace_exec`] on NCCL): one in-memory trace
 //! of one collective per size on a world group of its own, each iteration
 //! timed on the host from the call until its result is in place (a blocking

@@ -32,8 +32,8 @@
 //! Export ([`export`]) writes PARAM comms-replay JSON and Chakra-style
 //! execution-trace JSON of the communication nodes.
 mod check;
-pub mod cpu_exec;
 pub mod et;
+pub mod exec;
 pub mod export;
 pub mod from_run;
 pub(crate) mod json;

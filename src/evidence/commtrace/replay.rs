@@ -4,7 +4,7 @@
 //! `replay-trace.json` ([`ReplayIndex`]) and each rank's printed summary.
 //! Refuses, before MPI starts, an output directory that holds a replay and a
 //! paced replay whose gaps pass the replay bound. Call [`replay_command`].
-use super::cpu_exec;
+use super::exec;
 use super::summary::compare_kernels;
 use super::{CommTrace, TraceDtype, TraceKind};
 use anyhow::{bail, Context, Result};
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Executor of a whole trace on one rank (a backend's `replay`).
-pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<cpu_exec::ReplayOutput> + 'a;
+pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<exec::ReplayOutput> + 'a;
 
 /// Involuntary context switches of this process so far (`getrusage`'s
 /// `ru_nivcsw`): the times the kernel took the core away from it.
@@ -66,7 +66,7 @@ pub struct ReplayFile {
     /// What the records are of.
     pub header: ReplayHeader,
     /// One record per collective of the timed pass.
-    pub records: Vec<cpu_exec::ExecRecord>,
+    pub records: Vec<exec::ExecRecord>,
 }
 
 /// One rank's files in [`ReplayIndex`].
@@ -154,7 +154,7 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, sett
     refuse_existing_replay(out, trace.world_size)?;
     if paced {
         for r in &trace.ranks {
-            if let Some(gaps) = cpu_exec::gaps_ns(&r.collectives) {
+            if let Some(gaps) = exec::gaps_ns(&r.collectives) {
                 crate::core::limits::check_replay_gaps(gaps, &|i| {
                     let c = &r.collectives[i];
                     format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)

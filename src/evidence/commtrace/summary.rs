@@ -3,7 +3,7 @@
 //! counts ([`render_counts`]) and the comparison of the NCCL kernel family a
 //! replay ran with the one the trace recorded ([`compare_kernels`],
 //! [`kernel_family`]). Refuses nothing; what is missing is counted.
-use super::cpu_exec;
+use super::exec;
 use super::{CommTrace, TraceCollective, TraceDtype, TraceKind};
 use std::collections::BTreeMap;
 
@@ -46,7 +46,7 @@ pub struct KernelComparison {
 /// Compare, collective by collective, the family of the first kernel the
 /// replay recorded with the family of the kernel the trace recorded.
 /// `None` when the replay recorded no kernels at all.
-pub fn compare_kernels(colls: &[TraceCollective], records: &[cpu_exec::ExecRecord]) -> Option<KernelComparison> {
+pub fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRecord]) -> Option<KernelComparison> {
     if records.iter().all(|r| r.kernels.is_none()) {
         return None;
     }
@@ -106,7 +106,7 @@ mod tests {
         let mut c = TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (8, 8), (None, None), (None, None));
         c.device = Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];
-        let rec = |i: u32, k: Option<Vec<&str>>| cpu_exec::ExecRecord {
+        let rec = |i: u32, k: Option<Vec<&str>>| exec::ExecRecord {
             index: i,
             kind: TraceKind::AllReduce,
             group: "0".into(),

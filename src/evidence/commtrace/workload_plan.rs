@@ -224,7 +224,7 @@ pub fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: 
 }
 
 /// Plan one rank's collectives with the trace's gaps (`gaps_ns[i]` before
-/// collective `i`, as [`super::cpu_exec::gaps_ns`] measures them) as the
+/// collective `i`, as [`super::exec::gaps_ns`] measures them) as the
 /// device work between them, in place of the recorded compute: each gap is
 /// one operation on its collective's stream, recorded as starting where the
 /// previous collective ended, so cross-stream waits follow the recorded

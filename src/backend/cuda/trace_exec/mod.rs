@@ -2,7 +2,7 @@
 //!
 //! Consumes a [`CommTrace`], this process's MPI world (for NCCL's unique id
 //! only) and an NCCL library. Produces the same per-collective records as
-//! the CPU executor ([`crate::evidence::commtrace::cpu_exec`]). Every
+//! the CPU executor ([`crate::backend::cpu::trace_exec`]). Every
 //! process group becomes an NCCL sub-communicator with `ncclCommSplit`
 //! (NCCL 2.18 or later; key = group rank, so member order is the trace's),
 //! created in name order on every rank. Kinds map onto NCCL's calls (NCCL
@@ -32,7 +32,9 @@ pub mod workload;
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
-use crate::evidence::commtrace::cpu_exec::{self, AllToAllLayout, Pace, ReduceOp, ReplayOutput};
+use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
+use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::{contribution, expected_reduction, paced_gaps_ns, payload, round_to, AllToAllLayout, Pace, ReplayOutput, Tally};
 use crate::evidence::commtrace::{CommTrace, TraceCollective, TraceDtype, TraceKind};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -213,7 +215,7 @@ impl CudaTraceExec {
             TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
                 let dt = nccl_float(c.dtype, c.kind)?;
                 let elems = usize::try_from(c.in_elems)?;
-                let contrib: Vec<f32> = (0..elems).map(|i| cpu_exec::round_to(c.dtype, cpu_exec::contribution(self.rank, i))).collect();
+                let contrib: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
                 send = self.upload(&encode(c.dtype, &contrib))?;
                 recv_bytes = bytes(c.out_elems)?;
                 recv = self.zeros(recv_bytes)?;
@@ -234,7 +236,7 @@ impl CudaTraceExec {
             }
             TraceKind::AllGather => {
                 let b = bytes(c.in_elems)?;
-                send = self.upload(&(0..b).map(|i| cpu_exec::payload(self.rank, u32::MAX, i)).collect::<Vec<u8>>())?;
+                send = self.upload(&(0..b).map(|i| payload(self.rank, u32::MAX, i)).collect::<Vec<u8>>())?;
                 recv_bytes = b * n;
                 recv = self.zeros(recv_bytes)?;
                 let (sp, rp) = ptrs(&send, &mut recv);
@@ -243,7 +245,7 @@ impl CudaTraceExec {
             TraceKind::Broadcast => {
                 let b = bytes(c.in_elems)?;
                 let root = c.root.context("broadcast without a root")?;
-                let host: Vec<u8> = if self.rank == root { (0..b).map(|i| cpu_exec::payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
+                let host: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
                 send = self.upload(&host)?;
                 recv_bytes = b;
                 recv = self.zeros(b)?;
@@ -278,7 +280,7 @@ impl CudaTraceExec {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let peer_local = local(peer).context("peer not in the group")?;
                 if c.kind == TraceKind::Send {
-                    send = self.upload(&(0..b).map(|i| cpu_exec::payload(self.rank, peer, i)).collect::<Vec<u8>>())?;
+                    send = self.upload(&(0..b).map(|i| payload(self.rank, peer, i)).collect::<Vec<u8>>())?;
                     recv_bytes = 0;
                     recv = self.zeros(0)?;
                     let (sp, _) = ptrs(&send, &mut recv);
@@ -408,7 +410,7 @@ impl CudaTraceExec {
     }
 
     /// Read back prepared collective `i` (`c`, run with `op`) and count what
-    /// is wrong, as [`cpu_exec::CpuTraceExec::count_wrong`] does.
+    /// is wrong, as [`crate::backend::cpu::trace_exec::CpuTraceExec::count_wrong`] does.
     pub fn count_wrong(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(u64, Option<String>)> {
         let slot = self.slots.get(i).context("collective not prepared")?;
         self.wrong_in(c, slot, op)
@@ -424,7 +426,7 @@ impl CudaTraceExec {
     fn wrong_in(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<(u64, Option<String>)> {
         let (members, me) = self.group_of(c)?;
         let n = members.len();
-        let mut tally = cpu_exec::Tally::default();
+        let mut tally = Tally::default();
         match c.kind {
             TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
@@ -434,7 +436,7 @@ impl CudaTraceExec {
                 let out = decode(c.dtype, &self.download(slot)?);
                 let offset = if c.kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
                 for (i, &got) in out.iter().enumerate() {
-                    let want = cpu_exec::expected_reduction(c.dtype, members, offset + i, op);
+                    let want = expected_reduction(c.dtype, members, offset + i, op);
                     if got != want {
                         tally.add(|| format!("element {i} is {got}, expected {want}"));
                     }
@@ -444,7 +446,7 @@ impl CudaTraceExec {
                 let out = self.download(slot)?;
                 let b = out.len() / n;
                 for (j, &src) in members.iter().enumerate() {
-                    for i in (0..b).filter(|&i| out[j * b + i] != cpu_exec::payload(src, u32::MAX, i)) {
+                    for i in (0..b).filter(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
                         tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
                     }
                 }
@@ -452,7 +454,7 @@ impl CudaTraceExec {
             TraceKind::Broadcast => {
                 let root = c.root.context("broadcast without a root")?;
                 let out = self.download(slot)?;
-                for i in (0..out.len()).filter(|&i| out[i] != cpu_exec::payload(root, u32::MAX, i)) {
+                for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
                     tally.add(|| format!("byte {i} differs from root {root}'s"));
                 }
             }
@@ -465,7 +467,7 @@ impl CudaTraceExec {
             TraceKind::Recv => {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let out = self.download(slot)?;
-                for i in (0..out.len()).filter(|&i| out[i] != cpu_exec::payload(peer, self.rank, i)) {
+                for i in (0..out.len()).filter(|&i| out[i] != payload(peer, self.rank, i)) {
                     tally.add(|| format!("byte {i} from rank {peer} is wrong"));
                 }
             }
@@ -518,34 +520,22 @@ fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &
 }
 
 /// Run this rank's collectives of `trace` in order on the GPU (the CUDA
-/// counterpart of [`cpu_exec::replay`]). With `cupti`, CUPTI records the
+/// counterpart of [`crate::backend::cpu::trace_exec::replay`]). With `cupti`, CUPTI records the
 /// kernels (started before the CUDA context, so it sees every launch), and
 /// each timed collective's record lists the kernels that started within its
 /// call; CUPTI's per-launch cost then lands in `elapsed_ns`, not in the gaps.
-#[allow(clippy::too_many_arguments)]
-pub fn replay(
-    world: &SimpleCommunicator,
-    nccl_path: &Path,
-    trace: &CommTrace,
-    op: Option<ReduceOp>,
-    pace: Pace,
-    check: bool,
-    warmup: bool,
-    corrupt_rank: Option<u32>,
-    timeout: Duration,
-    cupti: bool,
-) -> Result<ReplayOutput> {
-    if matches!(pace, Pace::Workload | Pace::DeviceGaps) {
+pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: &ReplayOptions, timeout: Duration, cupti: bool) -> Result<ReplayOutput> {
+    if matches!(o.pace, Pace::Workload | Pace::DeviceGaps) {
         if cupti {
             bail!("--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call windows, which these paces do not have)");
         }
-        return workload(world, nccl_path, trace, op, check, warmup, corrupt_rank, timeout, pace);
+        return workload(world, nccl_path, trace, o, timeout);
     }
     let cupti = if cupti { Some(Cupti::start().context("--cupti")?) } else { None };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
     let rank = world.rank() as u32;
-    exec.corrupt = corrupt_rank == Some(rank);
+    exec.corrupt = o.corrupt_rank == Some(rank);
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let base = Instant::now();
     let mut windows: Vec<(u64, u64)> = Vec::with_capacity(2 * mine.collectives.len());
@@ -558,7 +548,7 @@ pub fn replay(
                 windows: &'e mut Vec<(u64, u64)>,
                 base: Instant,
             }
-            impl cpu_exec::TraceRunner for Gpu<'_> {
+            impl TraceRunner for Gpu<'_> {
                 fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, wait: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
                     let (elapsed, wire, done) = self.exec.run(i, c, op, check, wait)?;
                     let end = (done - self.base).as_nanos() as u64;
@@ -569,7 +559,7 @@ pub fn replay(
                     self.exec.reset()
                 }
             }
-            let (records, _) = cpu_exec::replay_with(world, trace, op, pace, check, warmup, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
+            let (records, _) = replay_with(world, trace, o, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
             Ok((records, before))
         })
         .and_then(|(mut records, before)| {
@@ -602,33 +592,22 @@ pub fn replay(
 }
 
 /// The workload pace (see [`workload`]).
-#[allow(clippy::too_many_arguments)]
-fn workload(
-    world: &SimpleCommunicator,
-    nccl_path: &Path,
-    trace: &CommTrace,
-    op: Option<ReduceOp>,
-    check: bool,
-    warmup: bool,
-    corrupt_rank: Option<u32>,
-    timeout: Duration,
-    pace: Pace,
-) -> Result<ReplayOutput> {
+fn workload(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: &ReplayOptions, timeout: Duration) -> Result<ReplayOutput> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     // refuse before any communicator exists
-    let (plan, stands_for) = match pace {
+    let (plan, stands_for) = match o.pace {
         Pace::DeviceGaps => {
-            let gaps = cpu_exec::paced_gaps_ns(&mine.collectives)?;
+            let gaps = paced_gaps_ns(&mine.collectives)?;
             (crate::evidence::commtrace::workload_plan::plan_gaps(mine, &gaps)?, "gaps")
         }
         _ => (crate::evidence::commtrace::workload_plan::plan(mine)?, "compute"),
     };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
-    exec.corrupt = corrupt_rank == Some(rank);
+    exec.corrupt = o.corrupt_rank == Some(rank);
     let result = exec.prepare(&mine.collectives).and_then(|_| {
-        let (records, report) = workload::run(world, &mut exec, trace, &plan, op, check, warmup, timeout, stands_for)?;
+        let (records, report) = workload::run(world, &mut exec, trace, &plan, o, timeout, stands_for)?;
         exec.verify(&mine.collectives)?;
         Ok(ReplayOutput { records, workload: Some(report) })
     });

@@ -47,7 +47,9 @@
 //! module (reason given), `--cupti` (not built for this pace).
 use super::CudaTraceExec;
 use crate::backend::cuda::drv;
-use crate::evidence::commtrace::cpu_exec::{ExecRecord, GapTransition, ReduceOp, SpinCalibration, SpinPoint, WorkloadReport};
+use crate::backend::replay::ReplayOptions;
+use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::{ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION};
 use crate::evidence::commtrace::workload_plan::{transition_ns, PlannedWork, StreamGap, WorkloadPlan};
 use crate::evidence::commtrace::CommTrace;
 use anyhow::{bail, Context, Result};
@@ -207,18 +209,16 @@ struct PassTimes {
 
 /// The workload pace on this GPU: calibrate, an optional warm-up pass, the
 /// timed pass; returns its records and report (`exec` prepared).
-#[allow(clippy::too_many_arguments)]
 pub fn run(
     world: &SimpleCommunicator,
     exec: &mut CudaTraceExec,
     trace: &CommTrace,
     plan: &WorkloadPlan,
-    op: Option<ReduceOp>,
-    check: bool,
-    warmup: bool,
+    o: &ReplayOptions,
     timeout: Duration,
     stands_for: &str,
 ) -> Result<(Vec<ExecRecord>, WorkloadReport)> {
+    let ReplayOptions { op, check, warmup, .. } = *o;
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let ctx = exec.context().clone();
@@ -293,7 +293,7 @@ pub fn run(
         _ => ("run of consecutive kernels of a stream (nothing waiting between them)", "their summed recorded duration"),
     };
     let report = WorkloadReport {
-        format_version: crate::evidence::commtrace::cpu_exec::WORKLOAD_REPORT_FORMAT_VERSION,
+        format_version: WORKLOAD_REPORT_FORMAT_VERSION,
         stands_for: stands_for.into(),
         rank,
         backend: "cuda".into(),

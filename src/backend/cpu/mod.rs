@@ -14,6 +14,8 @@
 //! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
 //! count are a bf16 all-reduce's, the reduction arithmetic is integer
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
+pub mod trace_exec;
+
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
 use crate::core::workload::{GemmShape, SweepKind};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
@@ -48,7 +50,7 @@ pub struct CpuBackend {
     timeout: Option<std::time::Duration>,
     /// An imported trace's collectives other than world all-reduces, on
     /// sub-communicators of `comm` (`replay-trace`'s executor).
-    trace_exec: Option<crate::evidence::commtrace::cpu_exec::CpuTraceExec>,
+    trace_exec: Option<trace_exec::CpuTraceExec>,
 }
 
 impl Drop for CpuBackend {
@@ -292,7 +294,7 @@ impl Backend for CpuBackend {
     /// `replay-trace`'s MPI calls (blocking: they are complete when
     /// [`Backend::run_trace_op`] returns; no `--collective-timeout-s` applies to them).
     fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
-        let mut exec = crate::evidence::commtrace::cpu_exec::CpuTraceExec::new(&self.comm, trace)?;
+        let mut exec = trace_exec::CpuTraceExec::new(&self.comm, trace)?;
         exec.prepare(colls)?;
         self.trace_exec = Some(exec);
         Ok(())
@@ -363,4 +365,4 @@ impl CpuBackend {
     }
 }
 
-super::trace_executor_impl!(crate::evidence::commtrace::cpu_exec::CpuTraceExec);
+super::trace_executor_impl!(trace_exec::CpuTraceExec);
