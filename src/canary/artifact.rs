@@ -9,7 +9,7 @@
 //! are not exactly those the writer produces (one changed byte anywhere is
 //! refused as `DIGEST_MISMATCH`).
 use crate::canary::fold::Node;
-use crate::evidence::commtrace::{TraceDtype, TraceGroup, TraceKind, UnknownField};
+use crate::evidence::commtrace::{CollectiveKind, TraceDtype, TraceGroup, UnknownField};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -97,7 +97,7 @@ pub struct Identity {
     /// Phase of the source run, where the source is a CommCanary run.
     pub phase: Option<String>,
     /// Kind.
-    pub kind: TraceKind,
+    pub kind: CollectiveKind,
     /// The name the source recorded.
     pub source_name: String,
     /// Element type.

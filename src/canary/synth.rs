@@ -10,8 +10,8 @@
 //! 3 ms gap (work a workload overlaps with the collective). A sample of a few
 //! ordinary events visibly loses both. The same seed gives the same bytes.
 use crate::evidence::commtrace::{
-    self, ClockDomain, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup, TraceKind, TraceSource,
-    UnknownField,
+    self, ClockDomain, CollectiveKind, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
+    TraceSource, UnknownField,
 };
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
@@ -93,7 +93,7 @@ pub fn synth(events: usize, ranks: u32, seed: u64) -> Result<CommTrace> {
             let (gap, compute, span) = row[r as usize];
             let bytes = PATTERN_BYTES[i % PATTERN_BYTES.len()];
             let elems = bytes / 4;
-            let mut c = TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::F32, (elems, elems), (None, None), (None, None));
+            let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::F32, (elems, elems), (None, None), (None, None));
             c.stream = Some(13);
             let start = t + gap;
             c.host_start_ns = Some(start);

@@ -238,7 +238,7 @@ pub fn verify(
         .ranks
         .iter()
         .flat_map(|r| &r.collectives)
-        .find(|c| c.kind == crate::evidence::commtrace::TraceKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world));
+        .find(|c| c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world));
     match ar_dtype.map(|c| c.dtype) {
         Some(crate::evidence::commtrace::TraceDtype::Bf16) => spec.workload.extra_args.extend(["--dtype".to_string(), "bf16".to_string()]),
         Some(crate::evidence::commtrace::TraceDtype::F32) => spec.workload.extra_args.extend(["--dtype".to_string(), "f32".to_string()]),

@@ -1,6 +1,8 @@
-//! The collective vocabulary every layer shares: the kinds of collective a
-//! workload's trace records ([`TraceKind`], with PyTorch's names for them) and
-//! the element types of their buffers ([`TraceDtype`]).
+//! The collective vocabulary every layer shares: the kinds of collective
+//! ([`CollectiveKind`]) with one row each in [`KINDS`] (our, PyTorch's and
+//! PARAM's names, root, peer, reduction, buffer rule, bus-bandwidth factor,
+//! where the result lands), and the element types of a trace's buffers
+//! ([`TraceDtype`]).
 //!
 //! Consumes names as PyTorch's `record_param_comms` writes them (`allreduce`,
 //! `_allgather_base`, `BFloat16`); produces the kind or dtype, or refuses an
@@ -10,10 +12,14 @@
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-/// Collective kind of an imported collective.
+/// The kind of a collective, in shards, imported traces, sweeps and
+/// reports alike. Variants are only ever appended: a shard's body is
+/// bincode, which numbers them in order. A shard event's `bytes` is one
+/// member's input (an all-gather's block, a reduce-scatter's or an
+/// all-to-all's whole input).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
-pub enum TraceKind {
+pub enum CollectiveKind {
     /// All-reduce.
     AllReduce,
     /// All-gather (input on every member, concatenated output).
@@ -95,7 +101,7 @@ pub enum Lands {
 #[derive(Clone, Copy, Debug)]
 pub struct KindRow {
     /// The kind.
-    pub kind: TraceKind,
+    pub kind: CollectiveKind,
     /// Our name, as serialized (`all_reduce`).
     pub name: &'static str,
     /// The name PyTorch records, written by the exports when the source name
@@ -118,11 +124,11 @@ pub struct KindRow {
     pub lands: Lands,
 }
 
-/// The kind table, in [`TraceKind`]'s order. Adding a kind is a variant, a
+/// The kind table, in [`CollectiveKind`]'s order. Adding a kind is a variant, a
 /// row here, and an arm in each backend's trace executor.
 pub const KINDS: [KindRow; 9] = [
     KindRow {
-        kind: TraceKind::AllReduce,
+        kind: CollectiveKind::AllReduce,
         name: "all_reduce",
         pytorch: "allreduce",
         param: "all_reduce",
@@ -134,7 +140,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Everywhere,
     },
     KindRow {
-        kind: TraceKind::AllGather,
+        kind: CollectiveKind::AllGather,
         name: "all_gather",
         pytorch: "_allgather_base",
         param: "all_gather_base",
@@ -146,7 +152,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Everywhere,
     },
     KindRow {
-        kind: TraceKind::ReduceScatter,
+        kind: CollectiveKind::ReduceScatter,
         name: "reduce_scatter",
         pytorch: "_reduce_scatter_base",
         param: "reduce_scatter_base",
@@ -158,7 +164,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Everywhere,
     },
     KindRow {
-        kind: TraceKind::Broadcast,
+        kind: CollectiveKind::Broadcast,
         name: "broadcast",
         pytorch: "broadcast",
         param: "broadcast",
@@ -170,7 +176,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Everywhere,
     },
     KindRow {
-        kind: TraceKind::Reduce,
+        kind: CollectiveKind::Reduce,
         name: "reduce",
         pytorch: "reduce",
         param: "reduce",
@@ -182,7 +188,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::OnRoot,
     },
     KindRow {
-        kind: TraceKind::AllToAll,
+        kind: CollectiveKind::AllToAll,
         name: "all_to_all",
         pytorch: "all_to_allv",
         param: "all_to_allv",
@@ -194,7 +200,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Everywhere,
     },
     KindRow {
-        kind: TraceKind::Barrier,
+        kind: CollectiveKind::Barrier,
         name: "barrier",
         pytorch: "barrier",
         param: "barrier",
@@ -206,7 +212,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::Nowhere,
     },
     KindRow {
-        kind: TraceKind::Send,
+        kind: CollectiveKind::Send,
         name: "send",
         pytorch: "send",
         param: "send",
@@ -218,7 +224,7 @@ pub const KINDS: [KindRow; 9] = [
         lands: Lands::AtPeer,
     },
     KindRow {
-        kind: TraceKind::Recv,
+        kind: CollectiveKind::Recv,
         name: "recv",
         pytorch: "recv",
         param: "recv",
@@ -231,7 +237,7 @@ pub const KINDS: [KindRow; 9] = [
     },
 ];
 
-impl TraceKind {
+impl CollectiveKind {
     /// This kind's row of [`KINDS`].
     pub fn row(self) -> &'static KindRow {
         &KINDS[self as usize]
@@ -261,31 +267,31 @@ impl TraceKind {
 
 /// Collective names PyTorch's `record_param_comms` writes, and their kinds.
 /// `wait` and `init` are bookkeeping records, not communication, and are skipped.
-pub const KNOWN_COLLECTIVES: [(&str, TraceKind); 17] = [
-    ("allreduce", TraceKind::AllReduce),
-    ("all_reduce", TraceKind::AllReduce),
-    ("allgather", TraceKind::AllGather),
-    ("all_gather", TraceKind::AllGather),
-    ("_allgather_base", TraceKind::AllGather),
-    ("all_gather_into_tensor", TraceKind::AllGather),
-    ("reduce_scatter", TraceKind::ReduceScatter),
-    ("_reduce_scatter_base", TraceKind::ReduceScatter),
-    ("reduce_scatter_tensor", TraceKind::ReduceScatter),
-    ("broadcast", TraceKind::Broadcast),
-    ("reduce", TraceKind::Reduce),
-    ("all_to_all", TraceKind::AllToAll),
-    ("all_to_allv", TraceKind::AllToAll),
-    ("alltoall_base", TraceKind::AllToAll),
-    ("barrier", TraceKind::Barrier),
-    ("send", TraceKind::Send),
-    ("recv", TraceKind::Recv),
+pub const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
+    ("allreduce", CollectiveKind::AllReduce),
+    ("all_reduce", CollectiveKind::AllReduce),
+    ("allgather", CollectiveKind::AllGather),
+    ("all_gather", CollectiveKind::AllGather),
+    ("_allgather_base", CollectiveKind::AllGather),
+    ("all_gather_into_tensor", CollectiveKind::AllGather),
+    ("reduce_scatter", CollectiveKind::ReduceScatter),
+    ("_reduce_scatter_base", CollectiveKind::ReduceScatter),
+    ("reduce_scatter_tensor", CollectiveKind::ReduceScatter),
+    ("broadcast", CollectiveKind::Broadcast),
+    ("reduce", CollectiveKind::Reduce),
+    ("all_to_all", CollectiveKind::AllToAll),
+    ("all_to_allv", CollectiveKind::AllToAll),
+    ("alltoall_base", CollectiveKind::AllToAll),
+    ("barrier", CollectiveKind::Barrier),
+    ("send", CollectiveKind::Send),
+    ("recv", CollectiveKind::Recv),
 ];
 
 /// Bookkeeping records of `record_param_comms` that carry no communication.
 pub const SKIPPED_RECORDS: [&str; 2] = ["wait", "init"];
 
 /// What a recorded collective name means: a kind, a record to skip, or a refusal listing the known names.
-pub fn classify_name(name: &str) -> Result<Option<TraceKind>> {
+pub fn classify_name(name: &str) -> Result<Option<CollectiveKind>> {
     if SKIPPED_RECORDS.contains(&name) {
         return Ok(None);
     }
@@ -397,16 +403,16 @@ mod tests {
             assert!(!(k.is_p2p() && k.is_rooted()));
         }
         // every variant the schema knows has a row (schemars writes documented unit variants as oneOf consts)
-        let schema = serde_json::to_value(schemars::schema_for!(TraceKind)).unwrap();
+        let schema = serde_json::to_value(schemars::schema_for!(CollectiveKind)).unwrap();
         let variants = schema["enum"].as_array().or(schema["oneOf"].as_array()).map_or(0, Vec::len);
         assert_eq!(variants, KINDS.len(), "a variant without a row: {schema}");
     }
 
     #[test]
     fn bus_bandwidth_factors_are_nccl_tests() {
-        assert_eq!(TraceKind::AllReduce.row().bus_bw.unwrap().factor(4), 1.5);
-        assert_eq!(TraceKind::AllGather.row().bus_bw.unwrap().factor(4), 0.75);
-        assert_eq!(TraceKind::Broadcast.row().bus_bw.unwrap().factor(8), 1.0);
-        assert!(TraceKind::Send.row().bus_bw.is_none() && TraceKind::Barrier.row().bus_bw.is_none());
+        assert_eq!(CollectiveKind::AllReduce.row().bus_bw.unwrap().factor(4), 1.5);
+        assert_eq!(CollectiveKind::AllGather.row().bus_bw.unwrap().factor(4), 0.75);
+        assert_eq!(CollectiveKind::Broadcast.row().bus_bw.unwrap().factor(8), 1.0);
+        assert!(CollectiveKind::Send.row().bus_bw.is_none() && CollectiveKind::Barrier.row().bus_bw.is_none());
     }
 }

@@ -213,8 +213,8 @@ pub fn comm_trace_entries(
     (warmup_passes, passes): (u32, u32),
     allreduce_only: bool,
 ) -> Result<SourceTrace> {
-    use crate::evidence::commtrace::{exec, TraceDtype, TraceKind};
-    use crate::evidence::shard::{CollectiveKind, Dtype, TraceKindCount};
+    use crate::evidence::commtrace::{exec, CollectiveKind, TraceDtype};
+    use crate::evidence::shard::{Dtype, TraceKindCount};
     let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
@@ -231,7 +231,7 @@ pub fn comm_trace_entries(
         for k in &c.compute_before {
             compute = compute.zip(k.duration_ns).and_then(|(a, b)| a.checked_add(b));
         }
-        let kind = CollectiveKind::from(c.kind);
+        let kind = c.kind;
         let count = counts.entry(kind).or_insert_with(|| TraceKindCount { kind, run_per_pass: 0, left_out_per_pass: 0, dtypes: vec![], sizes_bytes: vec![] });
         if !count.dtypes.contains(&c.dtype) {
             count.dtypes.push(c.dtype);
@@ -243,7 +243,7 @@ pub fn comm_trace_entries(
             count.sizes_bytes.sort_unstable();
         }
         let members = t.group(&c.group).map(|g| g.members.clone()).unwrap_or_default();
-        if allreduce_only && c.kind != TraceKind::AllReduce {
+        if allreduce_only && c.kind != CollectiveKind::AllReduce {
             count.left_out_per_pass += 1;
             continue;
         }
@@ -267,7 +267,7 @@ pub fn comm_trace_entries(
             }
         };
         count.run_per_pass += 1;
-        let op = if c.kind == TraceKind::AllReduce && members == world {
+        let op = if c.kind == CollectiveKind::AllReduce && members == world {
             None
         } else {
             let gi =
@@ -326,10 +326,10 @@ pub fn comm_trace_entries(
 /// (elements x dtype size); a point-to-point operation's message (the larger
 /// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
 pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
-    use crate::evidence::commtrace::TraceKind;
+    use crate::evidence::commtrace::CollectiveKind;
     let elems = match c.kind {
-        TraceKind::Barrier => 0,
-        TraceKind::Send | TraceKind::Recv => c.in_elems.max(c.out_elems),
+        CollectiveKind::Barrier => 0,
+        CollectiveKind::Send | CollectiveKind::Recv => c.in_elems.max(c.out_elems),
         _ => c.in_elems,
     };
     elems.saturating_mul(c.dtype.size_bytes())
@@ -383,9 +383,9 @@ mod tests {
             .map(|r| {
                 let tp = if r < 2 { "tp0" } else { "tp1" };
                 let mut colls = vec![
-                    TraceCollective::new(TraceKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, (8, 8), (None, None), (None, None)),
-                    TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (4, 4), (None, None), (None, None)),
-                    TraceCollective::new(TraceKind::Broadcast, "broadcast", "0", TraceDtype::F32, (16, 16), (None, None), (Some(0), None)),
+                    TraceCollective::new(CollectiveKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, (8, 8), (None, None), (None, None)),
+                    TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (4, 4), (None, None), (None, None)),
+                    TraceCollective::new(CollectiveKind::Broadcast, "broadcast", "0", TraceDtype::F32, (16, 16), (None, None), (Some(0), None)),
                 ];
                 for (i, c) in colls.iter_mut().enumerate() {
                     c.host_start_ns = Some(1_000 * (i as u64 + 1));

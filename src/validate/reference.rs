@@ -98,6 +98,13 @@ pub struct Settings {
     pub warmup_tokens: u32,
 }
 
+impl Settings {
+    /// The sweep these settings run, checking every size when `check`.
+    pub fn sweep_loop(&self, check: bool) -> super::sweep::SweepLoop<'_> {
+        super::sweep::SweepLoop { sizes_bytes: &self.sizes_bytes, dtype: self.dtype, iters: self.iters, warmup_iters: self.warmup_iters, check }
+    }
+}
+
 /// `manifest.json`.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ValidateManifest {

@@ -212,8 +212,8 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                 };
                 for what in order {
                     match what {
-                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, Collective::AllReduce, s, round == 0)?,
-                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, Collective::AllGather, s, round == 0)?,
+                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, Collective::AllReduce, &s.sweep_loop(round == 0))?,
+                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, Collective::AllGather, &s.sweep_loop(round == 0))?,
                         _ => rec.token_latency_median_us_per_rank = workload_round(backend, world, clock, spec, plan.delay)?,
                     }
                 }

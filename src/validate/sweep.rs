@@ -18,7 +18,6 @@
 //! checked in the first round (copying a large result back takes long). Sizes that do not split into whole
 //! elements per rank are rounded down to the nearest that do (at least one
 //! element per rank); the size used is recorded.
-use super::reference::Settings;
 use crate::backend::Backend;
 use crate::core::clock::RankClock;
 use crate::core::workload::SweepKind;
@@ -88,19 +87,26 @@ pub struct SizeResult {
     pub wrong_elements: Option<u64>,
 }
 
-/// Sweep the sizes of `s` (with its iterations and element type) of `kind`
-/// once, checking the last iteration of every size when `check`; every rank
-/// calls this in step. Returns the rows on every rank (the maxima and sums
-/// are all-reduced).
-pub fn sweep<B: Backend>(
-    backend: &mut B,
-    world: &SimpleCommunicator,
-    clock: &RankClock,
-    kind: Collective,
-    s: &Settings,
-    check: bool,
-) -> Result<Vec<SizeResult>> {
-    let (sizes, dtype, iters, warmup_iters) = (&s.sizes_bytes, s.dtype, s.iters, s.warmup_iters);
+/// What one sweep runs: the sizes, their element type and iteration counts
+/// (a reference's settings), and whether the last iteration of every size
+/// is checked.
+pub struct SweepLoop<'a> {
+    /// Requested sizes, bytes.
+    pub sizes_bytes: &'a [u64],
+    /// Element type.
+    pub dtype: Dtype,
+    /// Timed iterations per size.
+    pub iters: u32,
+    /// Warm-up iterations per size.
+    pub warmup_iters: u32,
+    /// Check the last iteration of every size.
+    pub check: bool,
+}
+
+/// Sweep the sizes of `l` of `kind` once; every rank calls this in step.
+/// Returns the rows on every rank (the maxima and sums are all-reduced).
+pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &RankClock, kind: Collective, l: &SweepLoop) -> Result<Vec<SizeResult>> {
+    let (sizes, dtype, iters, warmup_iters, check) = (l.sizes_bytes, l.dtype, l.iters, l.warmup_iters, l.check);
     let n = world.size() as u32;
     let mut rows = Vec::with_capacity(sizes.len());
     for &requested in sizes {

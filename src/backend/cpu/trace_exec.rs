@@ -9,7 +9,7 @@ use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{
     contribution, expected_reduction, payload, round_to, AllToAllLayout, Pace, ReplayOutput, Tally, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
 };
-use crate::evidence::commtrace::{CommTrace, TraceCollective, TraceDtype, TraceKind};
+use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
@@ -93,7 +93,7 @@ impl CpuTraceExec {
         let mut total: u128 = 0;
         for c in colls {
             let e = c.dtype.size_bytes() as u128;
-            let wide = if matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter) { 4 } else { e };
+            let wide = if matches!(c.kind, CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter) { 4 } else { e };
             total += (c.in_elems as u128 + c.out_elems as u128) * wide;
         }
         if total > MAX_PREPARED_BYTES as u128 {
@@ -120,7 +120,7 @@ impl CpuTraceExec {
             Ok(b)
         };
         Ok(match c.kind {
-            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+            CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter => {
                 let elems = usize::try_from(c.in_elems)?;
                 bytes(c.in_elems)?;
                 if !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
@@ -131,19 +131,19 @@ impl CpuTraceExec {
                 let out = vec![0f32; usize::try_from(c.out_elems)?];
                 CpuSlot { bufs: Bufs::Reduce { send, out }, wire: (elems * 4) as u64, ran: None }
             }
-            TraceKind::AllGather => {
+            CollectiveKind::AllGather => {
                 let b = bytes(c.in_elems)?;
                 let send: Vec<u8> = (0..b).map(|i| payload(self.rank, u32::MAX, i)).collect();
                 CpuSlot { bufs: Bufs::Bytes { send, out: vec![0u8; b * n] }, wire: b as u64, ran: None }
             }
-            TraceKind::Broadcast => {
+            CollectiveKind::Broadcast => {
                 let b = bytes(c.in_elems)?;
                 let root = c.root.context("broadcast without a root")?;
                 members.iter().position(|&m| m == root).context("root not in the group")?;
                 let out: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
                 CpuSlot { bufs: Bufs::Bytes { send: Vec::new(), out }, wire: b as u64, ran: None }
             }
-            TraceKind::AllToAll => {
+            CollectiveKind::AllToAll => {
                 let layout = AllToAllLayout::of(c, n)?;
                 let int = |v: &[usize], what: &str| -> Result<Vec<i32>> {
                     v.iter()
@@ -162,12 +162,12 @@ impl CpuTraceExec {
                 let wire = send.len() as u64;
                 CpuSlot { bufs: Bufs::AllToAll { send, out, counts, layout }, wire, ran: None }
             }
-            TraceKind::Barrier => CpuSlot { bufs: Bufs::Nothing, wire: 0, ran: None },
-            TraceKind::Send | TraceKind::Recv => {
+            CollectiveKind::Barrier => CpuSlot { bufs: Bufs::Nothing, wire: 0, ran: None },
+            CollectiveKind::Send | CollectiveKind::Recv => {
                 let b = bytes(c.in_elems.max(c.out_elems))?;
                 let peer = c.peer.context("point-to-point without a peer")?;
                 members.iter().position(|&m| m == peer).context("peer not in the group")?;
-                if c.kind == TraceKind::Send {
+                if c.kind == CollectiveKind::Send {
                     CpuSlot { bufs: Bufs::Bytes { send: (0..b).map(|i| payload(self.rank, peer, i)).collect(), out: Vec::new() }, wire: b as u64, ran: None }
                 } else {
                     CpuSlot { bufs: Bufs::Bytes { send: Vec::new(), out: vec![0u8; b] }, wire: 0, ran: None }
@@ -200,8 +200,8 @@ impl CpuTraceExec {
                 before_issue();
                 t0 = Instant::now();
                 match kind {
-                    TraceKind::AllReduce => comm.all_reduce_into(&send[..], &mut out[..], mpi_op),
-                    TraceKind::ReduceScatter => comm.reduce_scatter_block_into(&send[..], &mut out[..], mpi_op),
+                    CollectiveKind::AllReduce => comm.all_reduce_into(&send[..], &mut out[..], mpi_op),
+                    CollectiveKind::ReduceScatter => comm.reduce_scatter_block_into(&send[..], &mut out[..], mpi_op),
                     _ => {
                         let root = comm.process_at_rank(root_local.context("reduce without a root in the group")? as i32);
                         if Some(me) == root_local {
@@ -212,22 +212,22 @@ impl CpuTraceExec {
                     }
                 }
             }
-            (Bufs::Bytes { send, out }, TraceKind::AllGather) => {
+            (Bufs::Bytes { send, out }, CollectiveKind::AllGather) => {
                 before_issue();
                 t0 = Instant::now();
                 comm.all_gather_into(&send[..], &mut out[..]);
             }
-            (Bufs::Bytes { out, .. }, TraceKind::Broadcast) => {
+            (Bufs::Bytes { out, .. }, CollectiveKind::Broadcast) => {
                 let root = c.root.and_then(|r| members.iter().position(|&m| m == r)).context("root not in the group")?;
                 before_issue();
                 t0 = Instant::now();
                 comm.process_at_rank(root as i32).broadcast_into(&mut out[..]);
             }
-            (Bufs::Bytes { send, out }, TraceKind::Send | TraceKind::Recv) => {
+            (Bufs::Bytes { send, out }, CollectiveKind::Send | CollectiveKind::Recv) => {
                 let peer = c.peer.and_then(|p| members.iter().position(|&m| m == p)).context("peer not in the group")? as i32;
                 before_issue();
                 t0 = Instant::now();
-                if c.kind == TraceKind::Send {
+                if c.kind == CollectiveKind::Send {
                     comm.process_at_rank(peer).send(&send[..]);
                 } else {
                     comm.process_at_rank(peer).receive_into(&mut out[..]);
@@ -259,7 +259,7 @@ impl CpuTraceExec {
         for (c, slot) in colls.iter().zip(&mut self.slots) {
             match &mut slot.bufs {
                 Bufs::Reduce { out, .. } => out.iter_mut().for_each(|x| *x = 0.0),
-                Bufs::Bytes { out, .. } if !(c.kind == TraceKind::Broadcast && c.root == Some(self.rank)) => out.iter_mut().for_each(|b| *b = 0),
+                Bufs::Bytes { out, .. } if !(c.kind == CollectiveKind::Broadcast && c.root == Some(self.rank)) => out.iter_mut().for_each(|b| *b = 0),
                 Bufs::AllToAll { out, .. } => out.iter_mut().for_each(|b| *b = 0),
                 _ => {}
             }
@@ -317,7 +317,7 @@ impl CpuTraceExec {
         match (&slot.bufs, c.kind) {
             (Bufs::Reduce { out, .. }, kind) => {
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
-                if kind == TraceKind::Reduce && root_local != Some(me) {
+                if kind == CollectiveKind::Reduce && root_local != Some(me) {
                     return Ok((0, None));
                 }
                 // what the library would hand back in the dtype: the mean for avg, rounded
@@ -325,7 +325,7 @@ impl CpuTraceExec {
                 if self.corrupt {
                     got.iter_mut().take(1).for_each(|x| *x += 1.0);
                 }
-                let offset = if kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
+                let offset = if kind == CollectiveKind::ReduceScatter { me * out.len() } else { 0 };
                 for (i, &g) in got.iter().enumerate() {
                     let want = expected_reduction(c.dtype, members, offset + i, op);
                     if g != want {
@@ -333,7 +333,7 @@ impl CpuTraceExec {
                     }
                 }
             }
-            (Bufs::Bytes { out, .. }, TraceKind::AllGather) => {
+            (Bufs::Bytes { out, .. }, CollectiveKind::AllGather) => {
                 let out = spoil(out.clone());
                 let b = out.len() / n.max(1);
                 for (j, &src) in members.iter().enumerate() {
@@ -342,14 +342,14 @@ impl CpuTraceExec {
                     }
                 }
             }
-            (Bufs::Bytes { out, .. }, TraceKind::Broadcast) => {
+            (Bufs::Bytes { out, .. }, CollectiveKind::Broadcast) => {
                 let root = c.root.context("broadcast without a root")?;
                 let out = spoil(out.clone());
                 for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
                     tally.add(|| format!("byte {i} differs from root {root}'s"));
                 }
             }
-            (Bufs::Bytes { out, .. }, TraceKind::Recv) => {
+            (Bufs::Bytes { out, .. }, CollectiveKind::Recv) => {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let out = spoil(out.clone());
                 for i in (0..out.len()).filter(|&i| out[i] != payload(peer, self.rank, i)) {

@@ -39,8 +39,8 @@ pub enum SweepKind {
 
 impl SweepKind {
     /// The collective kind it sweeps.
-    pub fn kind(self) -> crate::core::collective::TraceKind {
-        use crate::core::collective::TraceKind as T;
+    pub fn kind(self) -> crate::core::collective::CollectiveKind {
+        use crate::core::collective::CollectiveKind as T;
         match self {
             SweepKind::AllReduce => T::AllReduce,
             SweepKind::AllGather => T::AllGather,

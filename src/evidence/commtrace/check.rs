@@ -4,7 +4,7 @@
 //! Consumes decoded groups and collectives; produces nothing but the refusal
 //! that names the file and the fault. The decoders number sequences and
 //! resolve ranks here; `load` runs the checks on a whole trace.
-use super::{RankTrace, TraceCollective, TraceGroup, TraceKind};
+use super::{CollectiveKind, RankTrace, TraceCollective, TraceGroup};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +31,7 @@ pub(super) fn check_groups(groups: &[TraceGroup], world: u32) -> Result<()> {
 /// Fill each collective's `seq`: per group for collectives, per (group, peer,
 /// direction) for point-to-point.
 pub fn number_sequences(colls: &mut [TraceCollective]) {
-    let mut next: BTreeMap<(String, Option<(TraceKind, u32)>), u64> = BTreeMap::new();
+    let mut next: BTreeMap<(String, Option<(CollectiveKind, u32)>), u64> = BTreeMap::new();
     for c in colls.iter_mut() {
         let key = (c.group.clone(), if c.kind.is_p2p() { c.peer.map(|p| (c.kind, p)) } else { None });
         let n = next.entry(key).or_insert(0);
@@ -132,11 +132,11 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
             }
             check_record_counts(c, g.members.len() as u64).with_context(|| format!("{}: rank {}", file_of(r.rank), r.rank))?;
             match c.kind {
-                TraceKind::Send => {
+                CollectiveKind::Send => {
                     let p = c.peer.with_context(|| format!("{}: send #{} has no peer", file_of(r.rank), c.seq))?;
                     sends.entry((r.rank, p, &c.group)).or_default().push(c);
                 }
-                TraceKind::Recv => {
+                CollectiveKind::Recv => {
                     let p = c.peer.with_context(|| format!("{}: recv #{} has no peer", file_of(r.rank), c.seq))?;
                     recvs.entry((p, r.rank, &c.group)).or_default().push(c);
                 }
@@ -163,7 +163,7 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
                 let same = a.kind == b.kind
                     && a.dtype == b.dtype
                     && a.root == b.root
-                    && (a.kind == TraceKind::AllToAll && a.in_split_elems.is_some() || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
+                    && (a.kind == CollectiveKind::AllToAll && a.in_split_elems.is_some() || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
                 if !same {
                     bail!(
                         "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}; rank {m} ({}) records {} of {} {:?} in, {} out{}: counts disagree across the group's members",
@@ -178,7 +178,7 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
         }
         // All-to-all with explicit splits: what i sends to j is what j receives from i.
         for k in 0..first.len() {
-            if first[k].kind != TraceKind::AllToAll {
+            if first[k].kind != CollectiveKind::AllToAll {
                 continue;
             }
             for (i, &(ri, li)) in lists.iter().enumerate() {
@@ -234,11 +234,11 @@ mod tests {
 
     #[test]
     fn record_counts_follow_the_operation() {
-        let c = |kind: TraceKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
-        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 8), 2).is_ok());
-        assert!(check_record_counts(&c(TraceKind::AllGather, 4, 4), 2).is_err());
-        assert!(check_record_counts(&c(TraceKind::ReduceScatter, 8, 4), 2).is_ok());
-        assert!(check_record_counts(&c(TraceKind::AllReduce, 8, 4), 2).is_err());
-        assert!(check_record_counts(&c(TraceKind::AllToAll, 9, 9), 2).is_err());
+        let c = |kind: CollectiveKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
+        assert!(check_record_counts(&c(CollectiveKind::AllGather, 4, 8), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::AllGather, 4, 4), 2).is_err());
+        assert!(check_record_counts(&c(CollectiveKind::ReduceScatter, 8, 4), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::AllReduce, 8, 4), 2).is_err());
+        assert!(check_record_counts(&c(CollectiveKind::AllToAll, 9, 9), 2).is_err());
     }
 }

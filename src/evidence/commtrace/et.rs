@@ -28,8 +28,8 @@
 //! that are neither rooted nor point-to-point, and must be the same for all.
 use super::json::{i64_of, str_of, u32_of, u64_of};
 use super::{
-    classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup,
-    TraceKind, UnknownField,
+    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective,
+    TraceDtype, TraceGroup, UnknownField,
 };
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -232,7 +232,7 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
                 bail!("more than {} collectives in one file", limits.max_collectives);
             }
             let (mut c, local) = collective(n, kind, cname, &groups).with_context(ctx)?;
-            if !kind.is_p2p() && !kind.is_rooted() && kind != TraceKind::Barrier {
+            if !kind.is_p2p() && !kind.is_rooted() && kind != CollectiveKind::Barrier {
                 let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
                 let me = global_rank(g, local, "recorded rank").with_context(ctx)?;
                 match own {
@@ -324,7 +324,7 @@ fn rank_input(values: &[Value]) -> Result<&Value> {
     values.get(base + 2).context("inputs end before the recorded rank")
 }
 
-fn collective(n: &Node, kind: TraceKind, cname: &str, groups: &[TraceGroup]) -> Result<(TraceCollective, i64)> {
+fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]) -> Result<(TraceCollective, i64)> {
     let gname = str_of(need(n, "pg_name")?, "pg_name", 1 << 16)?;
     let group = groups.iter().find(|g| g.name == gname).with_context(|| {
         let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
@@ -353,7 +353,7 @@ fn collective(n: &Node, kind: TraceKind, cname: &str, groups: &[TraceGroup]) -> 
     let out_elems = u64_of(need(n, "out_msg_nelems")?, "out_msg_nelems")?;
     let split = |key: &str| -> Result<Option<Vec<u64>>> {
         match attr(n, key) {
-            Some(v) if kind == TraceKind::AllToAll => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
+            Some(v) if kind == CollectiveKind::AllToAll => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
             _ => Ok(None),
         }
     };
@@ -361,8 +361,8 @@ fn collective(n: &Node, kind: TraceKind, cname: &str, groups: &[TraceGroup]) -> 
     let values = n.inputs.as_ref().map(|i| i.values.as_slice()).unwrap_or(&[]);
     let local = i64_of(rank_input(values)?, "recorded rank")?;
     let (root, peer) = match kind {
-        TraceKind::Broadcast | TraceKind::Reduce => (Some(global_rank(group, local, "root")?), None),
-        TraceKind::Send | TraceKind::Recv => (None, Some(global_rank(group, local, "peer")?)),
+        CollectiveKind::Broadcast | CollectiveKind::Reduce => (Some(global_rank(group, local, "root")?), None),
+        CollectiveKind::Send | CollectiveKind::Recv => (None, Some(global_rank(group, local, "peer")?)),
         _ => (None, None),
     };
     let stream = attr(n, "stream").map(|v| u64_of(v, "stream")).transpose()?;

@@ -4,7 +4,7 @@
 //! [`ReplayOutput`]), the target gaps ([`gaps_ns`]) and the check's patterns
 //! ([`contribution`], [`payload`]) with what a result must hold. Refuses
 //! pacing by a trace without times ([`paced_gaps_ns`]). Runs nothing.
-use super::{TraceCollective, TraceDtype, TraceKind};
+use super::{CollectiveKind, TraceCollective, TraceDtype};
 use crate::core::workload::ReduceOp;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,7 @@ pub struct ExecRecord {
     /// Position in this rank's trace order.
     pub index: u32,
     /// Kind.
-    pub kind: TraceKind,
+    pub kind: CollectiveKind,
     /// Group name.
     pub group: String,
     /// Sequence number from the trace.
@@ -91,7 +91,7 @@ impl ExecRecord {
     /// lands: not a send's (its receiver checks), a barrier's, or a reduce's
     /// off the root.
     pub fn untimed(i: usize, c: &TraceCollective, rank: u32, (op, op_source): (ReduceOp, &str), check: bool, wire_bytes: u64) -> Self {
-        let reducing = matches!(c.kind, TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter);
+        let reducing = matches!(c.kind, CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter);
         ExecRecord {
             index: i as u32,
             kind: c.kind,
@@ -106,7 +106,10 @@ impl ExecRecord {
             target_gap_ns: None,
             actual_gap_ns: 0,
             elapsed_ns: 0,
-            checked: check && !(c.kind == TraceKind::Reduce && c.root != Some(rank)) && c.kind != TraceKind::Barrier && c.kind != TraceKind::Send,
+            checked: check
+                && !(c.kind == CollectiveKind::Reduce && c.root != Some(rank))
+                && c.kind != CollectiveKind::Barrier
+                && c.kind != CollectiveKind::Send,
             kernels: None,
             compute_ops: None,
             compute_recorded_ns: None,

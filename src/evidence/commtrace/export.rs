@@ -26,7 +26,7 @@
 //!
 //! Refuses nothing a [`CommTrace`] can hold; compute is not exported (PARAM's
 //! compute entries need operator shapes a kernel list does not give).
-use super::{CommTrace, TraceCollective, TraceDtype, TraceGroup, TraceKind};
+use super::{CollectiveKind, CommTrace, TraceCollective, TraceDtype, TraceGroup};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -107,7 +107,7 @@ pub fn param(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
                 "markers": [c.source_name],
             });
             let m = e.as_object_mut().context("internal: not an object")?;
-            if c.kind == TraceKind::AllToAll {
+            if c.kind == CollectiveKind::AllToAll {
                 let n = g.members.len();
                 m.insert("in_split".into(), json!(c.in_split_elems.clone().unwrap_or_else(|| even(c.in_elems, n))));
                 m.insert("out_split".into(), json!(c.out_split_elems.clone().unwrap_or_else(|| even(c.out_elems, n))));
@@ -116,7 +116,7 @@ pub fn param(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
                 m.insert("root".into(), json!(root));
             }
             if let Some(p) = c.peer {
-                let (src, dst) = if c.kind == TraceKind::Send { (r.rank, p) } else { (p, r.rank) };
+                let (src, dst) = if c.kind == CollectiveKind::Send { (r.rank, p) } else { (p, r.rank) };
                 m.insert("src_rank".into(), json!(src));
                 m.insert("dst_rank".into(), json!(dst));
                 m.insert("use_batch".into(), json!(false));

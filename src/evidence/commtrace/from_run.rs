@@ -12,7 +12,7 @@
 //! Source names are `PHASE:NAME` so the canary's operation identity keeps
 //! the phase. Refuses a run that does not verify and a phase it did not run.
 use super::{
-    ClockDomain, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup, TraceKind,
+    ClockDomain, CollectiveKind, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceSource, UnknownField,
 };
 use crate::core::workload::{Dtype, Phase};
@@ -47,7 +47,7 @@ pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
         let mut colls = Vec::new();
         for e in s.body.collectives.iter().filter(|e| e.phase == phase) {
             let kind_name = serde_json::to_value(e.kind)?.as_str().unwrap_or("all_reduce").to_string();
-            let kind: TraceKind =
+            let kind: CollectiveKind =
                 serde_json::from_value(serde_json::Value::String(kind_name.clone())).with_context(|| format!("collective kind {kind_name}"))?;
             let dtype = match e.dtype {
                 Dtype::F32 => TraceDtype::F32,

@@ -26,8 +26,8 @@
 //! so the trace says `aligned_across_ranks: false`.
 use super::json::{i64_of, int_list_in_string, splits, str_of, u32_of, u64_of, us_to_ns};
 use super::{
-    classify_name, global_rank, number_sequences, ClockDomain, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype,
-    TraceGroup, TraceKind, UnknownField,
+    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock,
+    TraceCollective, TraceDtype, TraceGroup, UnknownField,
 };
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -291,7 +291,7 @@ fn args_dur(e: &Event, i: u64) -> Result<Option<u64>> {
     e.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()
 }
 
-fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &[TraceGroup], rank: u32, ts_ns: u64) -> Result<TraceCollective> {
+fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, groups: &[TraceGroup], rank: u32, ts_ns: u64) -> Result<TraceCollective> {
     let gname = str_of(arg(args, "Process Group Name")?, "Process Group Name", 1 << 16)?;
     let group = groups.iter().find(|g| g.name == gname).with_context(|| {
         let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
@@ -310,7 +310,7 @@ fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &
     }
     // `Rank` of a collective that is neither rooted nor point-to-point is the
     // recording process's own rank in the group: it must be this file's rank
-    if !kind.is_rooted() && !kind.is_p2p() && kind != TraceKind::Barrier {
+    if !kind.is_rooted() && !kind.is_p2p() && kind != CollectiveKind::Barrier {
         if let Some(v) = args.get("Rank") {
             let me = global_rank(group, i64_of(v, "Rank")?, "Rank")?;
             if me != rank {
@@ -322,7 +322,7 @@ fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &
     let in_elems = u64_of(arg(args, "In msg nelems")?, "In msg nelems")?;
     let out_elems = u64_of(arg(args, "Out msg nelems")?, "Out msg nelems")?;
     let n = group.members.len();
-    let (in_split, out_split) = if kind == TraceKind::AllToAll {
+    let (in_split, out_split) = if kind == CollectiveKind::AllToAll {
         (
             splits(args.get("In split size").map(|v| int_list_in_string(v, "In split size", n)).transpose()?.unwrap_or_default(), "In split size")?,
             splits(args.get("Out split size").map(|v| int_list_in_string(v, "Out split size", n)).transpose()?.unwrap_or_default(), "Out split size")?,
@@ -332,12 +332,12 @@ fn collective(kind: TraceKind, cname: &str, args: &Map<String, Value>, groups: &
     };
     let recorded_rank = || args.get("Rank").map(|v| i64_of(v, "Rank")).transpose();
     let (root, peer) = match kind {
-        TraceKind::Broadcast | TraceKind::Reduce => {
+        CollectiveKind::Broadcast | CollectiveKind::Reduce => {
             let r = recorded_rank()?.context("rooted collective without a Rank (root) argument")?;
             (Some(global_rank(group, r, "root")?), None)
         }
-        TraceKind::Send | TraceKind::Recv => {
-            let key = if kind == TraceKind::Send { "Dst Rank" } else { "Src Rank" };
+        CollectiveKind::Send | CollectiveKind::Recv => {
+            let key = if kind == CollectiveKind::Send { "Dst Rank" } else { "Src Rank" };
             let p = match args.get(key) {
                 Some(v) => i64_of(v, key)?,
                 None => recorded_rank()?.with_context(|| format!("{cname} without {key:?} or Rank"))?,

@@ -44,7 +44,7 @@ mod source;
 mod summary;
 pub mod workload_plan;
 
-pub use crate::core::collective::{classify_name, TraceDtype, TraceKind, KNOWN_COLLECTIVES, SKIPPED_RECORDS};
+pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype, KNOWN_COLLECTIVES, SKIPPED_RECORDS};
 pub use check::{check_record_counts, global_rank, number_sequences, MAX_COLLECTIVE_BYTES};
 pub use load::{assemble, import_files, SAME_RUN_SLACK_NS};
 pub use replay::{replay_command, ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, ReplayRun, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE};
@@ -166,7 +166,7 @@ pub struct ComputeOp {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct TraceCollective {
     /// Kind.
-    pub kind: TraceKind,
+    pub kind: CollectiveKind,
     /// The name the source recorded (`allreduce`, `_allgather_base`, ...).
     pub source_name: String,
     /// Process group name (see [`CommTrace::groups`]).
@@ -205,7 +205,7 @@ impl TraceCollective {
     /// A record of its communication fields (`seq` 0 until [`number_sequences`]);
     /// stream, times, device and compute empty for the importer to fill from what its source has.
     pub fn new(
-        kind: TraceKind,
+        kind: CollectiveKind,
         source_name: &str,
         group: &str,
         dtype: TraceDtype,
@@ -310,7 +310,7 @@ mod tests {
         let e = classify_name("allreduce_fancy").unwrap_err().to_string();
         assert!(e.contains("allreduce_fancy") && e.contains("_allgather_base") && e.contains("all_to_allv"), "{e}");
         assert_eq!(classify_name("wait").unwrap(), None);
-        assert_eq!(classify_name("_reduce_scatter_base").unwrap(), Some(TraceKind::ReduceScatter));
+        assert_eq!(classify_name("_reduce_scatter_base").unwrap(), Some(CollectiveKind::ReduceScatter));
     }
 }
 

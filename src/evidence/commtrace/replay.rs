@@ -6,7 +6,7 @@
 //! paced replay whose gaps pass the replay bound. Call [`replay_command`].
 use super::exec;
 use super::summary::compare_kernels;
-use super::{CommTrace, TraceDtype, TraceKind};
+use super::{CollectiveKind, CommTrace, TraceDtype};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -203,7 +203,7 @@ pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, sett
     };
     let switches = switches_before.zip(involuntary_switches()).map(|(a, b)| b - a);
     {
-        let mut by: BTreeMap<(TraceKind, String, TraceDtype), (u64, Vec<f64>)> = BTreeMap::new();
+        let mut by: BTreeMap<(CollectiveKind, String, TraceDtype), (u64, Vec<f64>)> = BTreeMap::new();
         for r in &records {
             let e = by.entry((r.kind, r.group.clone(), r.dtype)).or_insert((0, Vec::new()));
             e.0 += r.checked as u64;

@@ -4,7 +4,7 @@
 //! replay ran with the one the trace recorded ([`compare_kernels`],
 //! [`kernel_family`]). Refuses nothing; what is missing is counted.
 use super::exec;
-use super::{CommTrace, TraceCollective, TraceDtype, TraceKind};
+use super::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use std::collections::BTreeMap;
 
 /// Tokens of an NCCL kernel name that name the algorithm or protocol NCCL
@@ -73,7 +73,7 @@ pub fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRecord]) 
 pub fn render_counts(t: &CommTrace) -> String {
     let mut s = String::new();
     for r in &t.ranks {
-        let mut by: BTreeMap<(TraceKind, String, TraceDtype, u64), u64> = BTreeMap::new();
+        let mut by: BTreeMap<(CollectiveKind, String, TraceDtype, u64), u64> = BTreeMap::new();
         for c in &r.collectives {
             *by.entry((c.kind, c.group.clone(), c.dtype, c.in_elems)).or_insert(0) += 1;
         }
@@ -103,12 +103,12 @@ mod tests {
 
     #[test]
     fn kernel_comparison_counts_matches_differences_and_missing_kernels() {
-        let mut c = TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (8, 8), (None, None), (None, None));
+        let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (8, 8), (None, None), (None, None));
         c.device = Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];
         let rec = |i: u32, k: Option<Vec<&str>>| exec::ExecRecord {
             index: i,
-            kind: TraceKind::AllReduce,
+            kind: CollectiveKind::AllReduce,
             group: "0".into(),
             seq: i as u64,
             dtype: TraceDtype::Bf16,

@@ -377,14 +377,14 @@ fn merge_consecutive_compute(ops: Vec<PlannedOp>) -> Vec<PlannedOp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::commtrace::{DeviceSpan, TraceCollective, TraceDtype, TraceKind};
+    use crate::evidence::commtrace::{CollectiveKind, DeviceSpan, TraceCollective, TraceDtype};
 
     fn k(stream: u64, start: u64, d: u64) -> ComputeOp {
         ComputeOp { name: "k".into(), stream: Some(stream), device_start_ns: Some(start), duration_ns: Some(d) }
     }
 
     fn coll(stream: u64, start: u64, end: u64, before: Vec<ComputeOp>) -> TraceCollective {
-        let mut c = TraceCollective::new(TraceKind::AllReduce, "allreduce", "0", TraceDtype::F32, (4, 4), (None, None), (None, None));
+        let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::F32, (4, 4), (None, None), (None, None));
         c.stream = Some(stream);
         c.device = Some(DeviceSpan { start_ns: start, end_ns: end, kernel: "ncclDevKernel_AllReduce_Sum_f32_RING_LL".into() });
         c.compute_before = before;

@@ -8,73 +8,10 @@ use super::Dtype;
 use crate::core::workload::Phase;
 use serde::{Deserialize, Serialize};
 
-/// Collective operation kind. Variants are only ever appended (the body is
-/// bincode, which numbers them in order): a format-5 shard still decodes.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum CollectiveKind {
-    /// Sum all-reduce.
-    AllReduce,
-    /// All-gather (format 6; imported traces): `bytes` is one member's input.
-    AllGather,
-    /// Reduce-scatter (format 6): `bytes` is one member's whole input.
-    ReduceScatter,
-    /// Broadcast from `root` (format 6).
-    Broadcast,
-    /// Reduce to `root` (format 6).
-    Reduce,
-    /// All-to-all(v) (format 6): `bytes` is one member's whole input.
-    AllToAll,
-    /// Barrier (format 6): 0 bytes.
-    Barrier,
-    /// Point-to-point send to `peer` (format 6).
-    Send,
-    /// Point-to-point receive from `peer` (format 6).
-    Recv,
-}
-
-impl CollectiveKind {
-    /// Snake-case name as serialized (`all_reduce`, `send`, ...).
-    pub fn name(self) -> &'static str {
-        self.trace_kind().name()
-    }
-    /// Point-to-point: matched by `join` per (group, sender, receiver), not per group.
-    pub fn is_p2p(self) -> bool {
-        matches!(self, CollectiveKind::Send | CollectiveKind::Recv)
-    }
-    /// The imported-trace kind of the same name.
-    pub fn trace_kind(self) -> crate::core::collective::TraceKind {
-        use crate::core::collective::TraceKind as T;
-        match self {
-            CollectiveKind::AllReduce => T::AllReduce,
-            CollectiveKind::AllGather => T::AllGather,
-            CollectiveKind::ReduceScatter => T::ReduceScatter,
-            CollectiveKind::Broadcast => T::Broadcast,
-            CollectiveKind::Reduce => T::Reduce,
-            CollectiveKind::AllToAll => T::AllToAll,
-            CollectiveKind::Barrier => T::Barrier,
-            CollectiveKind::Send => T::Send,
-            CollectiveKind::Recv => T::Recv,
-        }
-    }
-}
-
-impl From<crate::core::collective::TraceKind> for CollectiveKind {
-    fn from(k: crate::core::collective::TraceKind) -> Self {
-        use crate::core::collective::TraceKind as T;
-        match k {
-            T::AllReduce => CollectiveKind::AllReduce,
-            T::AllGather => CollectiveKind::AllGather,
-            T::ReduceScatter => CollectiveKind::ReduceScatter,
-            T::Broadcast => CollectiveKind::Broadcast,
-            T::Reduce => CollectiveKind::Reduce,
-            T::AllToAll => CollectiveKind::AllToAll,
-            T::Barrier => CollectiveKind::Barrier,
-            T::Send => CollectiveKind::Send,
-            T::Recv => CollectiveKind::Recv,
-        }
-    }
-}
+/// The collective kind of an event: the one kind vocabulary
+/// ([`crate::core::collective::CollectiveKind`]), whose variants are only
+/// ever appended, so that the body's bincode keeps decoding older shards.
+pub use crate::core::collective::CollectiveKind;
 
 /// Replay timing of one event against its source trace.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]

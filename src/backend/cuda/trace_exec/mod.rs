@@ -35,7 +35,7 @@ use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{contribution, expected_reduction, paced_gaps_ns, payload, round_to, AllToAllLayout, Pace, ReplayOutput, Tally};
-use crate::evidence::commtrace::{CommTrace, TraceCollective, TraceDtype, TraceKind};
+use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The NCCL dtype of a reduction over `d`, or a refusal.
-fn nccl_float(d: TraceDtype, kind: TraceKind) -> Result<c_int> {
+fn nccl_float(d: TraceDtype, kind: CollectiveKind) -> Result<c_int> {
     Ok(match d {
         TraceDtype::F32 => sys::NCCL_FLOAT32,
         TraceDtype::Bf16 => sys::NCCL_BFLOAT16,
@@ -212,7 +212,7 @@ impl CudaTraceExec {
         let (send, mut recv, recv_bytes);
         let calls: Vec<TraceOp>;
         match c.kind {
-            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+            CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter => {
                 let dt = nccl_float(c.dtype, c.kind)?;
                 let elems = usize::try_from(c.in_elems)?;
                 let contrib: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
@@ -222,8 +222,8 @@ impl CudaTraceExec {
                 let (sp, rp) = ptrs(&send, &mut recv);
                 let o = sys::NCCL_SUM;
                 calls = vec![match c.kind {
-                    TraceKind::AllReduce => TraceOp::AllReduce { send: sp, recv: rp, count: elems, dtype: dt, op: o },
-                    TraceKind::ReduceScatter => TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: usize::try_from(c.out_elems)?, dtype: dt, op: o },
+                    CollectiveKind::AllReduce => TraceOp::AllReduce { send: sp, recv: rp, count: elems, dtype: dt, op: o },
+                    CollectiveKind::ReduceScatter => TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: usize::try_from(c.out_elems)?, dtype: dt, op: o },
                     _ => TraceOp::Reduce {
                         send: sp,
                         recv: rp,
@@ -234,7 +234,7 @@ impl CudaTraceExec {
                     },
                 }];
             }
-            TraceKind::AllGather => {
+            CollectiveKind::AllGather => {
                 let b = bytes(c.in_elems)?;
                 send = self.upload(&(0..b).map(|i| payload(self.rank, u32::MAX, i)).collect::<Vec<u8>>())?;
                 recv_bytes = b * n;
@@ -242,7 +242,7 @@ impl CudaTraceExec {
                 let (sp, rp) = ptrs(&send, &mut recv);
                 calls = vec![TraceOp::AllGather { send: sp, recv: rp, count: b, dtype: u8t }];
             }
-            TraceKind::Broadcast => {
+            CollectiveKind::Broadcast => {
                 let b = bytes(c.in_elems)?;
                 let root = c.root.context("broadcast without a root")?;
                 let host: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
@@ -252,7 +252,7 @@ impl CudaTraceExec {
                 let (sp, rp) = ptrs(&send, &mut recv);
                 calls = vec![TraceOp::Broadcast { send: sp, recv: rp, count: b, dtype: u8t, root: local(root).context("root not in the group")? }];
             }
-            TraceKind::AllToAll => {
+            CollectiveKind::AllToAll => {
                 let layout = AllToAllLayout::of(c, n)?;
                 send = self.upload(&layout.send_buffer(self.rank, members))?;
                 let AllToAllLayout { send_bytes: sc, recv_bytes: rc, send_at: sd, recv_at: rd } = layout;
@@ -268,18 +268,18 @@ impl CudaTraceExec {
                     })
                     .collect();
             }
-            TraceKind::Barrier => {
+            CollectiveKind::Barrier => {
                 send = self.upload(&[0u8; 4])?;
                 recv_bytes = 0;
                 recv = self.zeros(4)?;
                 let (sp, rp) = ptrs(&send, &mut recv);
                 calls = vec![TraceOp::AllReduce { send: sp, recv: rp, count: 1, dtype: sys::NCCL_FLOAT32, op: sys::NCCL_SUM }];
             }
-            TraceKind::Send | TraceKind::Recv => {
+            CollectiveKind::Send | CollectiveKind::Recv => {
                 let b = bytes(c.in_elems.max(c.out_elems))?;
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let peer_local = local(peer).context("peer not in the group")?;
-                if c.kind == TraceKind::Send {
+                if c.kind == CollectiveKind::Send {
                     send = self.upload(&(0..b).map(|i| payload(self.rank, peer, i)).collect::<Vec<u8>>())?;
                     recv_bytes = 0;
                     recv = self.zeros(0)?;
@@ -295,7 +295,7 @@ impl CudaTraceExec {
             }
         }
         let wire = match c.kind {
-            TraceKind::Barrier | TraceKind::Recv => 0,
+            CollectiveKind::Barrier | CollectiveKind::Recv => 0,
             _ => send.len() as u64,
         };
         Ok(Slot { send, recv, recv_bytes, calls, wire, ran: None })
@@ -428,13 +428,13 @@ impl CudaTraceExec {
         let n = members.len();
         let mut tally = Tally::default();
         match c.kind {
-            TraceKind::AllReduce | TraceKind::Reduce | TraceKind::ReduceScatter => {
+            CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter => {
                 let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
-                if c.kind == TraceKind::Reduce && root_local != Some(me) {
+                if c.kind == CollectiveKind::Reduce && root_local != Some(me) {
                     return Ok((0, None));
                 }
                 let out = decode(c.dtype, &self.download(slot)?);
-                let offset = if c.kind == TraceKind::ReduceScatter { me * out.len() } else { 0 };
+                let offset = if c.kind == CollectiveKind::ReduceScatter { me * out.len() } else { 0 };
                 for (i, &got) in out.iter().enumerate() {
                     let want = expected_reduction(c.dtype, members, offset + i, op);
                     if got != want {
@@ -442,7 +442,7 @@ impl CudaTraceExec {
                     }
                 }
             }
-            TraceKind::AllGather => {
+            CollectiveKind::AllGather => {
                 let out = self.download(slot)?;
                 let b = out.len() / n;
                 for (j, &src) in members.iter().enumerate() {
@@ -451,20 +451,20 @@ impl CudaTraceExec {
                     }
                 }
             }
-            TraceKind::Broadcast => {
+            CollectiveKind::Broadcast => {
                 let root = c.root.context("broadcast without a root")?;
                 let out = self.download(slot)?;
                 for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
                     tally.add(|| format!("byte {i} differs from root {root}'s"));
                 }
             }
-            TraceKind::AllToAll => {
+            CollectiveKind::AllToAll => {
                 let out = self.download(slot)?;
                 for (i, src) in AllToAllLayout::of(c, n)?.wrong(&out, self.rank, members) {
                     tally.add(|| format!("byte {i} from rank {src} is wrong"));
                 }
             }
-            TraceKind::Recv => {
+            CollectiveKind::Recv => {
                 let peer = c.peer.context("point-to-point without a peer")?;
                 let out = self.download(slot)?;
                 for i in (0..out.len()).filter(|&i| out[i] != payload(peer, self.rank, i)) {
@@ -472,7 +472,7 @@ impl CudaTraceExec {
                 }
             }
             // a send's result is checked at its receiver; a barrier has none
-            TraceKind::Send | TraceKind::Barrier => {}
+            CollectiveKind::Send | CollectiveKind::Barrier => {}
         }
         Ok((tally.wrong, tally.first))
     }
