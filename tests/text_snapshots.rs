@@ -40,3 +40,13 @@ fn isolated_sweep_table() {
     .unwrap();
     insta::assert_snapshot!(join::render_isolated(&rows));
 }
+
+/// The campaign report's text (`campaign analyze`), rendered from a
+/// committed report (the README demo under load, `results/2026-12-03-demo-build-and-load/`):
+/// decisions, intervals, controls and the levels they were judged at.
+#[test]
+fn campaign_report_text_of_a_committed_report() {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/2026-12-03-demo-build-and-load/loaded-run1.report.json");
+    let r: commcanary::analysis::Report = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    insta::assert_snapshot!(commcanary::analysis::render(&r));
+}
