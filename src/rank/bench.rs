@@ -14,7 +14,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::core::clock::{monotonic_raw_ns, RankClock};
 use crate::core::workload::{GemmShape, WorkloadSpec};
-use crate::rank::phases::Runner;
+use crate::rank::phases::{Runner, RunnerControls};
 use anyhow::{Context, Result};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::Communicator;
@@ -79,7 +79,7 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         let _ = backend.finish_pass()?;
         world.barrier();
         let t0 = monotonic_raw_ns();
-        let mut runner = Runner::new(&mut backend, &clock, world, &spec, None, None, None, false);
+        let mut runner = Runner::new(&mut backend, &clock, world, &spec, RunnerControls::default());
         runner.run_all()?;
         instrumented.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
         std::hint::black_box(runner.body);
@@ -159,16 +159,19 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
     let clock = RankClock::new(world.rank() as u32, &[]);
     let max = sizes.iter().copied().max().unwrap_or(4);
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
+    let o = crate::backend::cuda::CudaOptions {
+        local_rank: local.rank() as u32,
+        nccl_path: &args.nccl_lib,
+        events_hint: (args.iters as usize) * 2 + 64,
+        timeout: std::time::Duration::from_secs(300),
+        gpu: None,
+        cupti: args.cupti,
+    };
     let mut backend = crate::backend::cuda::CudaBackend::new(
         world,
-        local.rank() as u32,
-        &args.nccl_lib,
         &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)),
         clock.clone(),
-        (args.iters as usize) * 2 + 64,
-        std::time::Duration::from_secs(300),
-        None,
-        args.cupti,
+        o,
     )?;
     // the event timer's granularity and this rank's anchor windows, for the record
     let probe_ns = backend.event_timer_probe(64)?;
@@ -185,7 +188,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         // one untimed round of each loop first: NCCL connects lazily at a size's first use
         world.barrier();
         backend.reference_loop(bytes, args.iters.min(50))?;
-        Runner::new(&mut backend, &clock, world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), None, None, None, false).run_all()?;
+        Runner::new(&mut backend, &clock, world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), RunnerControls::default()).run_all()?;
         for rep in 0..args.reps as usize {
             let mut got = std::collections::BTreeMap::new();
             for k in 0..variants.len() {
@@ -203,7 +206,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                     }
                 } else {
                     let spec = WorkloadSpec { graph: v == "instrumented+graph", ..spec.clone() };
-                    let mut runner = Runner::new(&mut backend, &clock, world, &spec, None, None, None, false);
+                    let mut runner = Runner::new(&mut backend, &clock, world, &spec, RunnerControls::default());
                     runner.run_all()?;
                     let ev = &runner.body.collectives;
                     let stamps: Vec<u64> = if spec.graph {

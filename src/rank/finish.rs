@@ -4,7 +4,7 @@
 //! isolated sweep's table printed (or written with `-J`). A wrong result found
 //! by `--check` fails the rank only after its evidence is on disk.
 use super::calibration::{self, clock_window};
-use super::phases::Runner;
+use super::phases::{Runner, RunnerControls};
 use super::plan::Plan;
 use super::tuning::collect_tuning;
 use super::{sweep, RankOptions};
@@ -60,9 +60,8 @@ pub(super) fn finish_rank<B: Backend>(
         groups.push(ProcessGroup { id, members: (0..size).collect(), name: Some(sweep::SWEEP_GROUP_NAME.into()) });
         id
     });
-    let mut runner = Runner::new(backend, &clock, world, &plan.spec, plan.delay, plan.fault, file_trace, !args.quiet)
-        .with_barrier_timeout(limit)
-        .with_repeat(plan.repeat.unwrap_or(1));
+    let controls = RunnerControls { delay: plan.delay, fault: plan.fault, file_trace, progress: !args.quiet };
+    let mut runner = Runner::new(backend, &clock, world, &plan.spec, controls).with_barrier_timeout(limit).with_repeat(plan.repeat.unwrap_or(1));
     if let Some(id) = sweep_group {
         runner = runner.with_sweep_group(id);
     }

@@ -164,17 +164,15 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {
-            let mut b = crate::backend::cuda::CudaBackend::new(
-                world,
+            let o = crate::backend::cuda::CudaOptions {
                 local_rank,
-                &args.nccl_lib,
-                &bplan,
-                clock.clone(),
-                crate::backend::BackendPlan::device_events_per_pass(&plan.spec, file_trace.as_ref()),
-                std::time::Duration::from_secs_f64(args.collective_timeout_s),
-                args.gpu,
-                args.cupti,
-            )?;
+                nccl_path: &args.nccl_lib,
+                events_hint: crate::backend::BackendPlan::device_events_per_pass(&plan.spec, file_trace.as_ref()),
+                timeout: std::time::Duration::from_secs_f64(args.collective_timeout_s),
+                gpu: args.gpu,
+                cupti: args.cupti,
+            };
+            let mut b = crate::backend::cuda::CudaBackend::new(world, &bplan, clock.clone(), o)?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
     }

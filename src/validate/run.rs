@@ -104,17 +104,15 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
         }
         BackendKind::Cuda => {
             let local_rank = local.rank() as u32;
-            let mut b = crate::backend::cuda::CudaBackend::new(
-                world,
+            let o = crate::backend::cuda::CudaOptions {
                 local_rank,
-                &a.nccl_lib,
-                &bplan,
-                clock.clone(),
-                spec.device_events_per_pass().max(per_size_events),
-                std::time::Duration::from_secs_f64(a.collective_timeout_s),
-                None,
-                false,
-            )?;
+                nccl_path: &a.nccl_lib,
+                events_hint: spec.device_events_per_pass().max(per_size_events),
+                timeout: std::time::Duration::from_secs_f64(a.collective_timeout_s),
+                gpu: None,
+                cupti: false,
+            };
+            let mut b = crate::backend::cuda::CudaBackend::new(world, &bplan, clock.clone(), o)?;
             measure(m, &mut b)
         }
     }
@@ -307,7 +305,7 @@ fn workload_round<B: Backend>(
     spec: &WorkloadSpec,
     delay: Option<DelayInjection>,
 ) -> Result<Vec<f64>> {
-    let mut runner = crate::rank::phases::Runner::new(backend, clock, world, spec, delay, None, None, false);
+    let mut runner = crate::rank::phases::Runner::new(backend, clock, world, spec, crate::rank::phases::RunnerControls { delay, ..Default::default() });
     runner.run_all()?;
     let mut lat: Vec<f64> = runner.body.tokens.iter().filter(|t| !t.warmup).map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3).collect();
     let mine = crate::core::stats::median(&mut lat).context("the workload recorded no timed token")?;

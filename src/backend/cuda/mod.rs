@@ -59,6 +59,7 @@ use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaSlice, CudaStre
 use mpi::topology::{Communicator, SimpleCommunicator};
 pub use probe::{driver_report, probe_devices, unavailable_reason, DriverReport};
 use probe::{nvml_facts, probe_cublas, topology};
+pub use setup::CudaOptions;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -20,21 +20,29 @@ fn weight_bits(i: usize) -> u16 {
     half::bf16::from_f32(v).to_bits()
 }
 
+/// How [`CudaBackend::new`] opens this rank's device: which GPU, which NCCL,
+/// how many timing events to prewarm, how long a collective may take, and
+/// whether CUPTI kernel records are on.
+pub struct CudaOptions<'a> {
+    /// Node-local rank: the GPU is `local_rank % device_count` unless `gpu` is set.
+    pub local_rank: u32,
+    /// The NCCL library to load (`--nccl-lib`).
+    pub nccl_path: &'a Path,
+    /// Timing events to prewarm for one pass (cold start, not on the hot path).
+    pub events_hint: usize,
+    /// The NCCL bootstrap and every wait for the device give up after this long (`--collective-timeout-s`).
+    pub timeout: std::time::Duration,
+    /// The GPU ordinal to open (`--gpu`), if any.
+    pub gpu: Option<u32>,
+    /// Record CUPTI kernel activity (`--cupti`).
+    pub cupti: bool,
+}
+
 impl CudaBackend {
-    /// Open GPU `gpu` or else `local_rank % device_count`, load NCCL from `nccl_path`, create
-    /// the communicator, and prewarm `events_hint` timing events (cold start).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        world: &SimpleCommunicator,
-        local_rank: u32,
-        nccl_path: &Path,
-        plan: &BackendPlan,
-        clock: RankClock,
-        events_hint: usize,
-        timeout: std::time::Duration,
-        gpu: Option<u32>,
-        cupti: bool,
-    ) -> Result<Self> {
+    /// Open GPU `o.gpu` or else `o.local_rank % device_count`, load NCCL from `o.nccl_path`, create
+    /// the communicator, and prewarm `o.events_hint` timing events (cold start).
+    pub fn new(world: &SimpleCommunicator, plan: &BackendPlan, clock: RankClock, o: CudaOptions<'_>) -> Result<Self> {
+        let CudaOptions { local_rank, nccl_path, events_hint, timeout, gpu, cupti } = o;
         if let Some(why) = unavailable_reason() {
             bail!("{why}");
         }

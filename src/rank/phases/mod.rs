@@ -108,6 +108,22 @@ struct Position {
     warmup: bool,
 }
 
+/// What a [`Runner`] runs with besides its backend, clock, world and spec:
+/// the negative controls, the source trace and progress output. The default
+/// is a plain run: no injection, no fault, no file trace, quiet.
+#[derive(Default)]
+pub struct RunnerControls {
+    /// Delay injected on one rank (`--inject-delay`), if any.
+    pub delay: Option<DelayInjection>,
+    /// Negative-control fault (hidden `--fault`), if any.
+    pub fault: Option<Fault>,
+    /// The shared source trace (`--trace`), if any; else the trace-consuming
+    /// phases use this run's blocking phase.
+    pub file_trace: Option<SourceTrace>,
+    /// Print one line per phase on stderr (rank 0 only).
+    pub progress: bool,
+}
+
 /// Runs phases on one rank.
 pub struct Runner<'a, B: Backend> {
     backend: &'a mut B,
@@ -155,18 +171,10 @@ fn node_has_core_per_rank(world_size: u32) -> bool {
 }
 
 impl<'a, B: Backend> Runner<'a, B> {
-    /// New runner. `file_trace` is the shared source trace (`--trace`), if any.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        backend: &'a mut B,
-        clock: &'a RankClock,
-        world: &'a SimpleCommunicator,
-        spec: &'a WorkloadSpec,
-        delay: Option<DelayInjection>,
-        fault: Option<Fault>,
-        file_trace: Option<SourceTrace>,
-        progress: bool,
-    ) -> Self {
+    /// New runner; `controls` are the injections, the shared source trace
+    /// and the progress flag ([`RunnerControls::default`]: none of them).
+    pub fn new(backend: &'a mut B, clock: &'a RankClock, world: &'a SimpleCommunicator, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
+        let RunnerControls { delay, fault, file_trace, progress } = controls;
         Self {
             rank: world.rank() as u32,
             backend,

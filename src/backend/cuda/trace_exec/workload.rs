@@ -197,6 +197,30 @@ impl Gate {
     }
 }
 
+/// What every pass of one run shares: the rank's trace and plan, the
+/// calibrated spinning kernel, the plan's streams and the gate's stream, the
+/// reduction and the deadline. A pass changes only the gate, the trims and
+/// whether results are checked; [`run_pass`] takes those apart.
+#[derive(Clone, Copy)]
+struct PassSetup<'a> {
+    /// The world, whose barrier opens the ranks' gates together.
+    world: &'a SimpleCommunicator,
+    /// This rank's part of the trace.
+    mine: &'a crate::evidence::commtrace::RankTrace,
+    /// This rank's workload plan.
+    plan: &'a WorkloadPlan,
+    /// The calibrated spinning kernel.
+    spin: &'a Spin,
+    /// One CUDA stream per stream of the plan, in its order.
+    streams: &'a [Arc<CudaStream>],
+    /// The stream that waits on the gate word.
+    gate_stream: &'a Arc<CudaStream>,
+    /// The reduction of every collective.
+    op: ReduceOp,
+    /// The pass fails when the device has not finished this long after the gate opened.
+    timeout: Duration,
+}
+
 /// One pass's device times.
 struct PassTimes {
     /// Per collective: (start, end), ns after the gate.
@@ -243,8 +267,9 @@ pub fn run(
     }
     let mut transition = None;
     let mut trims = vec![0u64; plan.ops.len()];
+    let setup = PassSetup { world, mine, plan, spin: &spin, streams: &streams, gate_stream: &gate_stream, op: use_op, timeout };
     if warmup {
-        let w = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, false, timeout).context("warm-up pass")?;
+        let w = run_pass(setup, exec, &mut gate, &trims, false).context("warm-up pass")?;
         exec.reset()?;
         // what the gap's spins take back to back: each at least the launch floor
         let expected = |g: &StreamGap| -> f64 {
@@ -264,7 +289,7 @@ pub fn run(
             transition = Some(GapTransition { warmup_median_ns: median_ns, gaps: n, applied_ns });
         }
     }
-    let times = run_pass(world, exec, mine, plan, &spin, &trims, &streams, &gate_stream, &mut gate, use_op, check, timeout).context("timed pass")?;
+    let times = run_pass(setup, exec, &mut gate, &trims, check).context("timed pass")?;
     exec.async_error()?;
     let mut records = Vec::with_capacity(mine.collectives.len());
     for (i, c) in mine.collectives.iter().enumerate() {
@@ -321,21 +346,10 @@ pub fn run(
     Ok((records, report))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_pass(
-    world: &SimpleCommunicator,
-    exec: &mut CudaTraceExec,
-    mine: &crate::evidence::commtrace::RankTrace,
-    plan: &WorkloadPlan,
-    spin: &Spin,
-    trims_ns: &[u64],
-    streams: &[Arc<CudaStream>],
-    gate_stream: &Arc<CudaStream>,
-    gate: &mut Gate,
-    op: ReduceOp,
-    check: bool,
-    timeout: Duration,
-) -> Result<PassTimes> {
+/// One gated pass of the plan with `trims_ns` taken off its compute launches,
+/// collectives checked if `check`; returns its device times.
+fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_ns: &[u64], check: bool) -> Result<PassTimes> {
+    let PassSetup { world, mine, plan, spin, streams, gate_stream, op, timeout } = setup;
     let ctx = exec.context().clone();
     let event = || drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
     // every event of the pass exists before the first enqueue
