@@ -148,6 +148,55 @@ impl CpuBackend {
         }
         std::hint::black_box(&self.c);
     }
+
+    /// [`Backend::issue`]'s all-reduce: `MPI_Iallreduce` of the send buffer.
+    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let (send, recv, mpi_type) = match dtype {
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+        };
+        // SAFETY: the buffers of `dtype` hold at least `count` elements
+        // (issue_count checked the capacity) and stay alive and untouched
+        // until MPI_Wait in wait (pending guards reuse).
+        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
+        if rc != 0 {
+            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
+        }
+        self.pending = Some((req, bytes));
+        self.issued_in_pass += 1;
+        Ok(())
+    }
+
+    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
+    /// (nccl-tests' size convention): each rank sends
+    /// [`super::allgather_count`] elements of `dtype` from its send buffer.
+    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        let count = super::allgather_count(bytes, dtype, self.world_size)?;
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let (send, recv, mpi_type) = match dtype {
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            // SAFETY: as above, an immutable datatype handle constant.
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+        };
+        // SAFETY: the send buffer holds `count` elements and the receive buffer
+        // `count x world` (= bytes, within the capacity issue_count checked);
+        // both stay untouched until MPI_Wait in wait.
+        let rc = unsafe { ffi::MPI_Iallgather(send, count as c_int, mpi_type, recv, count as c_int, mpi_type, self.comm.as_raw(), &mut req) };
+        if rc != 0 {
+            return Err(BackendError::Mpi { call: format!("MPI_Iallgather of {bytes} bytes"), code: rc });
+        }
+        self.pending = Some((req, bytes));
+        self.issued_in_pass += 1;
+        Ok(())
+    }
 }
 
 impl Backend for CpuBackend {
@@ -311,57 +360,6 @@ impl Backend for CpuBackend {
         if let Some(x) = self.recv16.first_mut() {
             *x += 1;
         }
-    }
-}
-
-impl CpuBackend {
-    /// [`Backend::issue`]'s all-reduce: `MPI_Iallreduce` of the send buffer.
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let (send, recv, mpi_type) = match dtype {
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
-        };
-        // SAFETY: the buffers of `dtype` hold at least `count` elements
-        // (issue_count checked the capacity) and stay alive and untouched
-        // until MPI_Wait in wait (pending guards reuse).
-        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
-        if rc != 0 {
-            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
-        }
-        self.pending = Some((req, bytes));
-        self.issued_in_pass += 1;
-        Ok(())
-    }
-
-    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
-    /// (nccl-tests' size convention): each rank sends
-    /// [`super::allgather_count`] elements of `dtype` from its send buffer.
-    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
-        let count = super::allgather_count(bytes, dtype, self.world_size)?;
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let (send, recv, mpi_type) = match dtype {
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
-        };
-        // SAFETY: the send buffer holds `count` elements and the receive buffer
-        // `count x world` (= bytes, within the capacity issue_count checked);
-        // both stay untouched until MPI_Wait in wait.
-        let rc = unsafe { ffi::MPI_Iallgather(send, count as c_int, mpi_type, recv, count as c_int, mpi_type, self.comm.as_raw(), &mut req) };
-        if rc != 0 {
-            return Err(BackendError::Mpi { call: format!("MPI_Iallgather of {bytes} bytes"), code: rc });
-        }
-        self.pending = Some((req, bytes));
-        self.issued_in_pass += 1;
-        Ok(())
     }
 }
 

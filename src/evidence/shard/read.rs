@@ -251,32 +251,22 @@ impl Shard {
             usize::try_from(u64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .map_err(|_| fault(Code::BadFormat, "length field does not fit in memory".into()))
         };
-        let hlen = take_len(&mut pos)?;
-        let hend = pos
-            .checked_add(hlen)
-            .filter(|e| *e <= bytes.len())
-            .ok_or_else(|| fault(Code::Truncated, format!("truncated: header of {hlen} bytes runs past the end of the file")))?;
-        let header_bytes = &bytes[pos..hend];
-        if hlen > crate::core::limits::MAX_SHARD_HEADER_BYTES {
-            return Err(crate::core::refusal::refuse(
-                crate::core::refusal::Code::OverLimit,
-                format!("{name}: header of {hlen} bytes is over the limit of {} bytes", crate::core::limits::MAX_SHARD_HEADER_BYTES),
-            ));
-        }
-        pos = hend;
-        let blen = take_len(&mut pos)?;
-        let bend = pos
-            .checked_add(blen)
-            .filter(|e| *e <= bytes.len())
-            .ok_or_else(|| fault(Code::Truncated, format!("truncated: body of {blen} bytes runs past the end of the file")))?;
-        let body_bytes = &bytes[pos..bend];
-        if blen > crate::core::limits::MAX_SHARD_BODY_BYTES {
-            return Err(crate::core::refusal::refuse(
-                crate::core::refusal::Code::OverLimit,
-                format!("{name}: body of {blen} bytes is over the limit of {} bytes", crate::core::limits::MAX_SHARD_BODY_BYTES),
-            ));
-        }
-        pos = bend;
+        // one length-prefixed section (the header, then the body): inside the file, under its limit
+        let mut take_section = |what: &str, limit: usize| -> Result<std::ops::Range<usize>> {
+            let len = take_len(&mut pos)?;
+            let end = pos
+                .checked_add(len)
+                .filter(|e| *e <= bytes.len())
+                .ok_or_else(|| fault(Code::Truncated, format!("truncated: {what} of {len} bytes runs past the end of the file")))?;
+            if len > limit {
+                return Err(fault(Code::OverLimit, format!("{what} of {len} bytes is over the limit of {limit} bytes")));
+            }
+            let section = pos..end;
+            pos = end;
+            Ok(section)
+        };
+        let header_bytes = &bytes[take_section("header", crate::core::limits::MAX_SHARD_HEADER_BYTES)?];
+        let body_bytes = &bytes[take_section("body", crate::core::limits::MAX_SHARD_BODY_BYTES)?];
         let rest = &bytes[pos..];
         if rest.len() < trailer_len {
             return Err(fault(Code::Truncated, "truncated: the SHA-256 trailer is missing".into()));

@@ -12,15 +12,23 @@ use crate::evidence::trace::TraceOp;
 use anyhow::{bail, Context, Result};
 
 impl<B: Backend> Runner<'_, B> {
-    /// Median duration of one unit of `kind`, after warm-up.
+    /// Duration of one unit of `kind`, after warm-up.
     pub(super) fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
         // Each sample times a batch of 1 and a batch of 1 + BATCH units, each
         // fenced by device synchronization (so that an asynchronous backend
-        // is timed on execution, not on enqueue), and takes the difference
-        // over BATCH: the fence's fixed cost (tens of µs on a GPU, more than
-        // a small GEMM) cancels. The median of 9 samples after 2 warm-ups.
+        // is timed on execution, not on enqueue). The unit is the difference
+        // of the two batches' fastest times over BATCH: the fence's fixed cost
+        // (tens of µs on a GPU, more than a small GEMM) cancels, and the
+        // minimum of 9 timings after 2 warm-ups discards what preemption adds
+        // (the minimum as the estimator of fixed work under additive noise:
+        // Chen & Revels, "Robust benchmarking in noisy environments", 2016).
+        // A per-sample difference would not: on ranks that share cores, a
+        // preempted batch of 1 outlasts its batch of 9 and the unit would
+        // collapse to 1 ns, turning each gap into millions of units. Where the
+        // two minima still cross, the batch of 9's own time per unit (an upper
+        // bound: it includes the fence) stands in.
         const BATCH: u32 = 8;
-        let mut v = Vec::with_capacity(9);
+        let (mut one_min, mut many_min) = (u64::MAX, u64::MAX);
         self.backend.synchronize()?;
         for i in 0..11 {
             let mut timed = |units: u32| -> Result<u64> {
@@ -32,13 +40,13 @@ impl<B: Backend> Runner<'_, B> {
             let one = timed(1)?;
             let many = timed(1 + BATCH)?;
             if i >= 2 {
-                v.push((many.saturating_sub(one) / BATCH as u64).max(1));
+                one_min = one_min.min(one);
+                many_min = many_min.min(many);
             }
         }
         // calibration work is not part of the pass
         let _ = self.backend.finish_pass()?;
-        v.sort_unstable();
-        Ok(v[v.len() / 2].max(1))
+        Ok(unit_from_minima(one_min, many_min, BATCH))
     }
 
     pub(super) fn compute(&mut self, work: Work) -> Result<()> {
@@ -249,5 +257,31 @@ impl<B: Backend> Runner<'_, B> {
             }
         }
         Ok(())
+    }
+}
+
+/// One unit's time from the fastest batch of 1 (`one_ns`) and the fastest
+/// batch of 1 + `batch` (`many_ns`): their difference over `batch`, or, where
+/// noise makes it vanish, the larger batch's time per unit; never 0.
+fn unit_from_minima(one_ns: u64, many_ns: u64, batch: u32) -> u64 {
+    let diff = many_ns.saturating_sub(one_ns) / u64::from(batch);
+    if diff > 0 {
+        diff
+    } else {
+        (many_ns / u64::from(batch + 1)).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_from_minima;
+
+    #[test]
+    fn the_unit_is_the_difference_of_the_minima_and_never_collapses() {
+        // fence 40 µs, unit 10 µs: 1 unit 50 µs, 9 units 130 µs
+        assert_eq!(unit_from_minima(50_000, 130_000, 8), 10_000);
+        // minima that cross (a batch of 1 never ran unpreempted): the batch of 9 per unit, not 1 ns
+        assert_eq!(unit_from_minima(4_000_000, 130_000, 8), 130_000 / 9);
+        assert_eq!(unit_from_minima(0, 0, 8), 1);
     }
 }
