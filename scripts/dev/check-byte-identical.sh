@@ -20,6 +20,10 @@
 # the comparison because it names the binary itself, not the evidence: the
 # report's "producer" (tool version and commit); the count of masked lines is
 # printed. Needs OpenMPI (see scripts/env.sh).
+# What it does not check: the campaign is run by BEFORE_BIN only, so a change
+# in what `rank` itself does (its phases, timings, a hang) is not compared
+# here; the integration tests that run the rank program under mpirun are
+# what cover that.
 set -euo pipefail
 BEFORE=$(realpath "${1:?BEFORE_BIN}")
 AFTER=$(realpath "${2:?AFTER_BIN}")
