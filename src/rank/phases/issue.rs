@@ -16,19 +16,18 @@ impl<B: Backend> Runner<'_, B> {
     pub(super) fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
         // Each sample times a batch of 1 and a batch of 1 + BATCH units, each
         // fenced by device synchronization (so that an asynchronous backend
-        // is timed on execution, not on enqueue). The unit is the difference
-        // of the two batches' fastest times over BATCH: the fence's fixed cost
-        // (tens of µs on a GPU, more than a small GEMM) cancels, and the
-        // minimum of 9 timings after 2 warm-ups discards what preemption adds
-        // (the minimum as the estimator of fixed work under additive noise:
-        // Chen & Revels, "Robust benchmarking in noisy environments", 2016).
-        // A per-sample difference would not: on ranks that share cores, a
-        // preempted batch of 1 outlasts its batch of 9 and the unit would
-        // collapse to 1 ns, turning each gap into millions of units. Where the
-        // two minima still cross, the batch of 9's own time per unit (an upper
-        // bound: it includes the fence) stands in.
+        // is timed on execution, not on enqueue), and takes the difference
+        // over BATCH: the fence's fixed cost (tens of µs on a GPU, more than
+        // a small GEMM) cancels. The median of 9 samples after 2 warm-ups: on
+        // ranks that share cores that is the unit's typical wall time there,
+        // which is what a gap is filled with. A preempted batch of 1 can
+        // outlast its batch of 9, and where most samples are such the median
+        // difference collapses toward 1 ns, turning each gap into millions of
+        // units (a CI job hung so); the unit is therefore never below an
+        // eighth of the batch of 9's median time per unit (which includes
+        // the fence, so it binds only on a collapse).
         const BATCH: u32 = 8;
-        let (mut one_min, mut many_min) = (u64::MAX, u64::MAX);
+        let (mut diffs, mut manys) = (Vec::with_capacity(9), Vec::with_capacity(9));
         self.backend.synchronize()?;
         for i in 0..11 {
             let mut timed = |units: u32| -> Result<u64> {
@@ -40,13 +39,13 @@ impl<B: Backend> Runner<'_, B> {
             let one = timed(1)?;
             let many = timed(1 + BATCH)?;
             if i >= 2 {
-                one_min = one_min.min(one);
-                many_min = many_min.min(many);
+                diffs.push((many.saturating_sub(one) / BATCH as u64).max(1));
+                manys.push(many);
             }
         }
         // calibration work is not part of the pass
         let _ = self.backend.finish_pass()?;
-        Ok(unit_from_minima(one_min, many_min, BATCH))
+        Ok(unit_from_samples(&mut diffs, &mut manys, BATCH))
     }
 
     pub(super) fn compute(&mut self, work: Work) -> Result<()> {
@@ -260,28 +259,31 @@ impl<B: Backend> Runner<'_, B> {
     }
 }
 
-/// One unit's time from the fastest batch of 1 (`one_ns`) and the fastest
-/// batch of 1 + `batch` (`many_ns`): their difference over `batch`, or, where
-/// noise makes it vanish, the larger batch's time per unit; never 0.
-fn unit_from_minima(one_ns: u64, many_ns: u64, batch: u32) -> u64 {
-    let diff = many_ns.saturating_sub(one_ns) / u64::from(batch);
-    if diff > 0 {
-        diff
-    } else {
-        (many_ns / u64::from(batch + 1)).max(1)
-    }
+/// One unit's time from per-sample differences over `batch` (`diffs`) and
+/// the batch of 1 + `batch` units' times (`manys`): the median difference,
+/// never below an eighth of the larger batch's median time per unit; never 0.
+fn unit_from_samples(diffs: &mut [u64], manys: &mut [u64], batch: u32) -> u64 {
+    let median = |v: &mut [u64]| {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    let floor = median(manys) / u64::from(batch + 1) / 8;
+    median(diffs).max(floor).max(1)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::unit_from_minima;
+    use super::unit_from_samples;
 
     #[test]
-    fn the_unit_is_the_difference_of_the_minima_and_never_collapses() {
-        // fence 40 µs, unit 10 µs: 1 unit 50 µs, 9 units 130 µs
-        assert_eq!(unit_from_minima(50_000, 130_000, 8), 10_000);
-        // minima that cross (a batch of 1 never ran unpreempted): the batch of 9 per unit, not 1 ns
-        assert_eq!(unit_from_minima(4_000_000, 130_000, 8), 130_000 / 9);
-        assert_eq!(unit_from_minima(0, 0, 8), 1);
+    fn the_unit_is_the_median_difference_and_never_collapses() {
+        // fence 40 µs, unit 10 µs: 1 unit 50 µs, 9 units 130 µs; one noisy sample
+        let (mut d, mut m) = (vec![10_000, 10_000, 9_000, 11_000, 10_000, 1, 10_000, 10_500, 9_500], vec![130_000; 9]);
+        assert_eq!(unit_from_samples(&mut d, &mut m, 8), 10_000);
+        // most batches of 1 preempted past their batch of 9: the differences collapse to 1 ns,
+        // the unit stays within 8x of the batch of 9's time per unit
+        let (mut d, mut m) = (vec![1, 1, 1, 1, 1, 10_000, 10_000, 10_000, 10_000], vec![130_000; 9]);
+        assert_eq!(unit_from_samples(&mut d, &mut m, 8), 130_000 / 9 / 8);
+        assert_eq!(unit_from_samples(&mut [], &mut [], 8), 1);
     }
 }
