@@ -25,6 +25,13 @@
 #       own busy loop, the slow binaries split one job per test, dealt into
 #       parts that each fit one command (scripts/dev/suite_pool.py says how).
 #       Estimates: IDLE_S below, seconds per binary on an idle 2-core VM.
+#   bash scripts/dev/suite-under-load.sh pool-start OUT [pool options]
+#   bash scripts/dev/suite-under-load.sh pool-wait OUT SECONDS
+#       the pool in the background (setsid), so that one run can outlast one
+#       command of a runner that keeps the machine while commands follow each
+#       other closely: `pool-start` returns at once, `pool-wait` waits until
+#       the pool has written OUT/summary.txt or SECONDS have passed, printing
+#       the jobs done, those not passed and the load; exit 0 only when done.
 #   bash scripts/dev/suite-under-load.sh status OUT
 #       one line per copy and binary: exit status and wall seconds, then a
 #       summary. A copy is done when its `done` file exists.
@@ -37,7 +44,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Seconds per test binary in one fresh-clone `.ci/run` on the 2-core VM (idle).
-IDLE_S=${IDLE_S:-'{"lib":5.1,"campaign":18.3,"canary":257,"cli_conventions":1.4,"clock_hier":1.4,"clock_skew":11.7,"commtrace":8.1,"doctor":1.1,"hardware_contract":2.6,"join_refusals":1.0,"model_cpu":2.5,"probe2_regressions":18.2,"probe_regressions":30.1,"ranges":2.2,"rank_cpu":5.2,"readme":76.6,"report":51.4,"sweep_kinds":2.6,"validate_cpu":144.4}'}
+IDLE_S=${IDLE_S:-'{"lib":5.1,"campaign":18.3,"canary":257,"cli_conventions":1.4,"clock_hier":1.4,"clock_skew":11.7,"commtrace":8.1,"doctor":1.1,"hardware_contract":2.6,"join_refusals":1.0,"model_cpu":2.5,"probe2_regressions":18.2,"probe_regressions":30.1,"ranges":2.2,"rank_cpu":5.2,"readme":76.6,"report":51.4,"sweep_kinds":2.6,"validate_cpu":144.4,"canary.a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not":253,"report.the_demo_campaign_report_and_its_plots":51}'}
 cmd=${1:?stage, start or status}
 # The test binaries find the checkout they were built in, and the binary
 # under test in its target/debug.
@@ -122,6 +129,23 @@ pool)
   shift
   exec python3 scripts/dev/suite_pool.py --estimates "$IDLE_S" "$@"
   ;;
+pool-start)
+  out=${2:?OUT}
+  shift 2
+  prepare
+  mkdir -p "$out"
+  setsid nohup python3 scripts/dev/suite_pool.py --estimates "$IDLE_S" --out "$out" "$@" </dev/null >"$out/pool.log" 2>&1 &
+  echo "pool started in $out (pid $!)" >&2
+  ;;
+pool-wait)
+  out=${2:?OUT}
+  end=$(($(date +%s) + ${3:?SECONDS}))
+  while [ ! -e "$out/summary.txt" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  head -1 "$out/pool.log" 2>/dev/null || true
+  echo "$(wc -l <"$out/results.tsv" 2>/dev/null || echo 0) jobs done, load $(cut -d" " -f1-3 /proc/loadavg)"
+  awk -F'\t' '$4 != "0"' "$out/results.tsv" 2>/dev/null | sed 's/^/NOT PASSED /' || true
+  [ -e "$out/summary.txt" ] && cat "$out/summary.txt"
+  ;;
 status)
   out=${2:?OUT}
   for d in "$out"/copy*; do
@@ -132,7 +156,7 @@ status)
   cat "$out"/copy*/results 2>/dev/null | grep -v " rc=0 " || echo none
   ;;
 *)
-  echo "usage: $0 stage | start OUT COPIES [LOOPS] | run OUT COPIES [LOOPS] | pool --out OUT ... | status OUT" >&2
+  echo "usage: $0 stage | start OUT COPIES [LOOPS] | run OUT COPIES [LOOPS] | pool --out OUT ... | pool-start OUT ... | pool-wait OUT SECONDS | status OUT" >&2
   exit 2
   ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The staged test suite, COPIES times, as a pool of jobs over 2-CPU slots,
-each slot shared with its own busy loop(s) for the whole run: the
+"""The staged test suite, COPIES times, as a pool of jobs over slots of a
+few CPUs each, each slot shared with its own busy loop(s) for the whole run: the
 "whole suite N times beside a background CPU load" of issue 31 on a host
 with many CPUs and a short command limit.
 
@@ -11,14 +11,15 @@ which become one job per test (`BIN --exact NAME`): one test at a time on the
 slot's two CPUs, as the binaries' own tests would otherwise queue behind
 their one-mpirun-job-at-a-time lock. Jobs are dealt into --parts parts of
 equal estimated time (longest first, from --estimates: seconds per binary on
-an idle 2-core machine), so that each part fits one command; --part K runs
+an idle 2-core machine, or per test as "binary.test"), so that each part fits one command; --part K runs
 part K only. Or, with --done FILE (an earlier command's results.tsv), the
 jobs it does not list run, longest first, as many as --budget-s allows: a job
 starts only while the time left exceeds its estimate times the slowdown seen
 so far (1.5 x the median of wall / estimate over the finished jobs, 4 before
 any).
-Within a part, --slots workers, worker w pinned to CPUs 2w and 2w+1 with
---loops busy loops pinned there, take the longest job left.
+Within a part, --slots workers, worker w pinned to its own --slot-cpus CPUs
+(w*N .. w*N+N-1, default N = 2) with --loops busy loops pinned there, take
+the longest job left.
 
 Writes OUT/results.tsv (copy, binary, test, rc, wall_s, load average at the
 end), one log per job under OUT/copyC/, and OUT/summary.txt. A job still
@@ -50,6 +51,7 @@ def main():
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--loops", type=int, default=1)
+    ap.add_argument("--slot-cpus", type=int, default=2, help="CPUs per slot, shared by its jobs and its busy loops")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--parts", type=int, default=1)
     ap.add_argument("--part", type=int, default=0)
@@ -69,7 +71,7 @@ def main():
             names = tests_of(str(stage / b))
             for n in names:
                 for c in range(a.copies):
-                    jobs.append((t / max(1, len(names)), c, b, n))
+                    jobs.append((float(est.get(f"{b}.{n}", t / max(1, len(names)))), c, b, n))
         else:
             for c in range(a.copies):
                 jobs.append((t, c, b, None))
@@ -89,7 +91,7 @@ def main():
             if len(r) >= 4 and r[3] != "killed":
                 done.add((int(r[0]), r[1], None if r[2] == "-" else r[2]))
         mine = [j for j in jobs if (j[1], j[2], j[3]) not in done]
-    print(f"{len(jobs)} jobs in {a.parts} part(s), estimated idle s per part {[round(l) for l in loads]}; part {a.part}: {len(mine)} jobs on {a.slots} slots", flush=True)
+    print(f"{len(jobs)} jobs in {a.parts} part(s), estimated idle s per part {[round(l) for l in loads]}; part {a.part}: {len(mine)} jobs on {a.slots} slots of {a.slot_cpus} CPUs, {a.loops} busy loop(s) each", flush=True)
     if a.dry_run:
         for j in mine:
             print(j)
@@ -102,13 +104,18 @@ def main():
     running = {}
     ratios = []
     hogs = []
+    def cpus_of(w):
+        return ",".join(str(a.slot_cpus * w + i) for i in range(a.slot_cpus))
+
+    if a.slots * a.slot_cpus > os.cpu_count():
+        sys.exit(f"{a.slots} slots of {a.slot_cpus} CPUs need {a.slots * a.slot_cpus} CPUs; this host has {os.cpu_count()}")
     for w in range(a.slots):
-        cpus = f"{2 * w},{2 * w + 1}"
+        cpus = cpus_of(w)
         for _ in range(a.loops):
             hogs.append(subprocess.Popen(["taskset", "-c", cpus, "bash", "-c", "while :; do :; done"], start_new_session=True))
 
     def worker(w):
-        cpus = f"{2 * w},{2 * w + 1}"
+        cpus = cpus_of(w)
         while True:
             with lock:
                 slow = 1.5 * sorted(ratios)[len(ratios) // 2] if ratios else 4.0
