@@ -28,7 +28,7 @@ fn state(r: &serde_json::Value, variant: &str) -> (String, Vec<String>) {
 
 const BELOW_BEHAVIOURAL: [&str; 3] = ["schema-valid", "integrity-bound", "source-verified"];
 
-/// The acceptance run on 4 ranks: a lossless canary of `synth --events 100
+/// The acceptance run on 2 ranks: a lossless canary of `synth --events 100
 /// --seed 7` verifies behaviourally; the 2-event sample and the baselines at
 /// equal size fail named checks; `reduce` keeps a handful of events within its
 /// budget, passes its oracle, says what it is, and does not verify behaviourally.
@@ -36,13 +36,17 @@ const BELOW_BEHAVIOURAL: [&str; 3] = ["schema-valid", "integrity-bound", "source
 fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     let d = tmp("synth");
     let (trace, art) = (d.join("synth.json"), d.join("synth.canary.json"));
-    ok(&cc(&["synth", "--events", "100", "--seed", "7", "-o", s(&trace)]));
+    // two ranks, fewer than the cores of a 2-core CI machine: oversubscribed
+    // ranks that spin in MPI's progress loop while the rank they wait for is
+    // descheduled make a round's time the scheduler's, and under a
+    // background load one such round left the source undecided
+    ok(&cc(&["synth", "--events", "100", "--seed", "7", "--ranks", "2", "-o", s(&trace)]));
     let out = ok(&cc(&["canary", "compile", s(&trace), "--lossless", "-o", s(&art)]));
     assert!(out.contains("lossless"), "{out}");
     let v = d.join("verify");
     let o = cc_root(&["canary", "verify", s(&trace), s(&art), "--configs", &spec(), "--baselines", "--head-sample", "2", "-o", s(&v), "--json"]);
     let r: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
-    assert_eq!(r["source"]["world_size"], 4, "the rank count comes from the trace");
+    assert_eq!(r["source"]["world_size"], 2, "the rank count comes from the trace");
     let (st, failed) = state(&r, "canary");
     assert_eq!(st, "behaviorally-verified", "the lossless canary failed {failed:?}\n{}", serde_json::to_string_pretty(&r).unwrap());
     for b in ["head2", "random", "frequency", "cluster", "stratified-gap"] {

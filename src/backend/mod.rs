@@ -9,9 +9,11 @@
 pub mod cpu;
 pub mod cuda;
 pub mod mpi_deadline;
+pub mod own;
 pub mod replay;
 
-use crate::core::workload::{GemmShape, SweepKind};
+use crate::core::collective::CollectiveKind;
+use crate::core::workload::GemmShape;
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 
 /// Device-side interval of a collective, mapped onto the host timeline.
@@ -162,14 +164,15 @@ pub trait Backend {
     /// Fields this backend does not measure, with reasons.
     fn unmeasured(&self) -> Vec<Unmeasured>;
     /// Start a collective of `kind` on the world communicator, of `bytes` in
-    /// nccl-tests' size convention ([`SweepKind`]: an all-gather's `bytes` is
-    /// the gathered buffer): a sum for the reducing kinds. Returns when the
-    /// host may continue; the collective may still be running. A backend's
-    /// own path runs the kinds its buffers hold (all-reduce and all-gather on
-    /// both backends) and refuses the others with [`own_path_refusal`]: every
-    /// kind, on any group and with any reduction, runs through its trace
-    /// executor ([`Backend::prepare_trace_ops`]).
-    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()>;
+    /// nccl-tests' size convention ([`own::OwnOp`]: an all-gather's `bytes` is
+    /// the gathered buffer), a sum for the reducing kinds, rooted at rank 0, a
+    /// point-to-point kind as a ring (send to the next rank, receive from the
+    /// previous). Returns when the host may continue; the collective may
+    /// still be running. Every kind of the table: the size, the root and the
+    /// check come from its row ([`own::OwnOp`]), the library call from one
+    /// arm per kind in each backend. Other groups and reductions run through
+    /// the trace executor ([`Backend::prepare_trace_ops`]).
+    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()>;
     /// Make everything that follows wait for the outstanding collective
     /// (a host wait on CPU; a stream dependency on GPU). Returns the device
     /// interval when the backend can measure it.
@@ -230,8 +233,8 @@ pub trait Backend {
     fn finish_pass(&mut self) -> BackendResult<PassTimings>;
     /// Validate the last completed collective of `kind` and `bytes` of
     /// `dtype` (waiting for it first where it may still run) with
-    /// [`verify_result`]; `Err` when the result could not be read.
-    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
+    /// [`own::OwnOp::verify`]; `Err` when the result could not be read.
+    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
     /// Test-only negative control: corrupt the last result so that a check must fail.
     fn corrupt_last_result(&mut self);
     /// Make the communicators of every group of `trace` and prepare the
@@ -392,24 +395,26 @@ pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
     }
 }
 
-/// Preconditions of an issue, shared by the backends: nothing outstanding,
-/// `bytes` whole elements of `dtype`, and within the `capacity_bytes`
-/// allocated for the run's element type `allocated`. Returns the element count.
-pub fn issue_count(outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
+/// Preconditions of an issue of `kind`, shared by the backends: nothing
+/// outstanding, `bytes` whole elements of `dtype`, and within the
+/// `capacity_bytes` allocated for the run's element type `allocated` (which
+/// bounds both buffers of every kind: neither exceeds nccl-tests' size).
+/// Returns the element count.
+pub fn issue_count(kind: CollectiveKind, outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
+    let what = kind.name().replace('_', "-");
     if outstanding {
-        return Err(BackendError::Misuse("internal: an all-reduce is already outstanding".into()));
+        return Err(BackendError::Misuse("internal: a collective is already outstanding".into()));
     }
     if dtype != allocated {
-        return Err(BackendError::Misuse(format!("an all-reduce of {} was asked of buffers prepared for {}", dtype.name(), allocated.name())));
+        return Err(BackendError::Misuse(format!("{what} of {} asked of buffers prepared for {}", dtype.name(), allocated.name())));
     }
     if bytes % dtype.size_bytes() != 0 {
-        return Err(BackendError::Misuse(format!("all-reduce of {bytes} bytes is not a whole number of {} elements", dtype.name())));
+        return Err(BackendError::Misuse(format!("{what} of {bytes} bytes is not a whole number of {} elements", dtype.name())));
     }
     if bytes > capacity_bytes {
-        return Err(BackendError::Misuse(format!("all-reduce of {bytes} bytes exceeds the {capacity_bytes} bytes allocated")));
+        return Err(BackendError::Misuse(format!("{what} of {bytes} bytes exceeds the {capacity_bytes} bytes allocated")));
     }
-    usize::try_from(bytes / dtype.size_bytes())
-        .map_err(|_| BackendError::Misuse(format!("all-reduce of {bytes} bytes: the element count does not fit in memory")))
+    usize::try_from(bytes / dtype.size_bytes()).map_err(|_| BackendError::Misuse(format!("{what} of {bytes} bytes: the element count does not fit in memory")))
 }
 
 /// What a result check found.
@@ -436,38 +441,6 @@ pub fn verify_sum(values: &[f32], dtype: Dtype, world_size: u32) -> CheckOutcome
         }
     }
     out
-}
-
-/// The refusal of a kind a backend's own path ([`Backend::issue`]) does not
-/// run: it runs through the backend's trace executor instead.
-pub fn own_path_refusal(kind: SweepKind) -> BackendError {
-    BackendError::Unsupported(format!(
-        "internal: {kind} is not on the backend's own path; it runs through the trace executor (rank --collective, replay-trace)"
-    ))
-}
-
-/// Elements of the result of a collective of `kind` whose size is `bytes`
-/// ([`Backend::issue`]'s convention) over `world_size` ranks: the
-/// all-reduce's buffer, the all-gather's gathered blocks.
-pub fn result_elems(kind: SweepKind, bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<usize> {
-    match kind {
-        SweepKind::AllReduce => Ok((bytes / dtype.size_bytes()) as usize),
-        SweepKind::AllGather => Ok(allgather_count(bytes, dtype, world_size)? * world_size as usize),
-        k => Err(own_path_refusal(k)),
-    }
-}
-
-/// Check the result `values` (widened to f32) of a collective of `kind`
-/// and `bytes` whose every rank contributed [`contribution`]s: the
-/// all-reduce's sums ([`verify_sum`]), the all-gather's blocks
-/// ([`verify_gather`]). One arm per kind of [`Backend::issue`]; both
-/// backends read their result back and call this.
-pub fn verify_result(kind: SweepKind, values: &[f32], bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<CheckOutcome> {
-    match kind {
-        SweepKind::AllReduce => Ok(verify_sum(values, dtype, world_size)),
-        SweepKind::AllGather => Ok(verify_gather(values, dtype, allgather_count(bytes, dtype, world_size)?)),
-        k => Err(own_path_refusal(k)),
-    }
 }
 
 /// Elements each rank sends in an all-gather whose gathered result is
@@ -562,12 +535,12 @@ mod tests {
 
     #[test]
     fn issue_preconditions() {
-        assert_eq!(issue_count(false, 64, Dtype::Bf16, Dtype::Bf16, 64).unwrap(), 32);
+        assert_eq!(issue_count(CollectiveKind::AllReduce, false, 64, Dtype::Bf16, Dtype::Bf16, 64).unwrap(), 32);
         for bad in [
-            issue_count(false, 66, Dtype::F32, Dtype::F32, 128),
-            issue_count(false, 64, Dtype::F32, Dtype::Bf16, 128),
-            issue_count(false, 256, Dtype::F32, Dtype::F32, 128),
-            issue_count(true, 4, Dtype::F32, Dtype::F32, 128),
+            issue_count(CollectiveKind::AllReduce, false, 66, Dtype::F32, Dtype::F32, 128),
+            issue_count(CollectiveKind::AllReduce, false, 64, Dtype::F32, Dtype::Bf16, 128),
+            issue_count(CollectiveKind::AllReduce, false, 256, Dtype::F32, Dtype::F32, 128),
+            issue_count(CollectiveKind::AllReduce, true, 4, Dtype::F32, Dtype::F32, 128),
         ] {
             assert!(matches!(bad, Err(BackendError::Misuse(_))), "{bad:?}");
         }

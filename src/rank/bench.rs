@@ -71,7 +71,7 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         world.barrier();
         let t0 = monotonic_raw_ns();
         for _ in 0..args.iters {
-            backend.issue(crate::core::workload::SweepKind::AllReduce, bytes, crate::evidence::shard::Dtype::F32)?;
+            backend.issue(crate::core::collective::CollectiveKind::AllReduce, bytes, crate::evidence::shard::Dtype::F32)?;
             backend.wait()?;
         }
         bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);

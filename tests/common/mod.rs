@@ -224,3 +224,77 @@ pub fn with_every_kind(t: &serde_json::Value, p2p: bool) -> (serde_json::Value, 
     }
     (v, rows.iter().map(|r| r.name).collect())
 }
+
+/// Environment variable that turns a test binary's own-path walk on: the
+/// outer test runs the binary under mpirun with it set.
+pub const OWN_PATH_INNER: &str = "COMMCANARY_OWN_PATH_INNER";
+
+/// Sizes the own-path walk issues a kind at over `n` ranks, bytes of `dtype`:
+/// one element per rank and a thousand (whole per rank, so that every kind
+/// splits), none for a barrier.
+pub fn own_path_sizes(row: &commcanary::core::collective::KindRow, n: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<u64> {
+    if row.kind == commcanary::core::collective::CollectiveKind::Barrier {
+        return vec![0];
+    }
+    [1u64, 1000].iter().map(|k| k * u64::from(n) * dtype.size_bytes()).collect()
+}
+
+/// One rank's walk of the kind table through a backend's own path:
+/// every row issued (`Backend::issue`), waited for, synchronized and checked
+/// (`Backend::check_last`) at [`own_path_sizes`]; then an all-reduce whose
+/// result is spoiled (`corrupt_last_result`) must fail its check. Returns one
+/// line per issue, `kind=… dtype=… bytes=… checked=… wrong=…`, and the
+/// negative control's line, `negative wrong=…`, for the outer test to read.
+pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<String> {
+    use commcanary::backend::own::OwnOp;
+    use commcanary::core::collective::{CollectiveKind, KINDS};
+    let mut lines = Vec::new();
+    for row in KINDS {
+        for bytes in own_path_sizes(&row, n, dtype) {
+            b.issue(row.kind, bytes, dtype).unwrap_or_else(|e| panic!("issue {} of {bytes} B: {e}", row.name));
+            b.wait().unwrap();
+            b.synchronize().unwrap();
+            let out = b.check_last(row.kind, bytes, dtype).unwrap_or_else(|e| panic!("check {} of {bytes} B: {e}", row.name));
+            let checked = OwnOp::new(row.kind, bytes, dtype, n, rank).unwrap().recv_elems;
+            lines.push(format!(
+                "kind={} dtype={} bytes={bytes} checked={checked} wrong={} first={:?}",
+                row.name,
+                dtype.name(),
+                out.wrong_elements,
+                out.first_wrong
+            ));
+        }
+    }
+    let bytes = 4 * u64::from(n) * dtype.size_bytes();
+    b.issue(CollectiveKind::AllReduce, bytes, dtype).unwrap();
+    b.wait().unwrap();
+    b.synchronize().unwrap();
+    b.corrupt_last_result();
+    lines.push(format!("negative wrong={}", b.check_last(CollectiveKind::AllReduce, bytes, dtype).unwrap().wrong_elements));
+    b.finish_pass().unwrap();
+    lines
+}
+
+/// The outer side of [`own_path_walk`]: every rank of `n` printed a line for
+/// every kind, dtype and size with no wrong element, each kind's result was
+/// checked somewhere (a barrier's nowhere), and every rank's negative control failed.
+pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[commcanary::evidence::shard::Dtype]) {
+    use commcanary::core::collective::{CollectiveKind, KINDS};
+    // the harness's own words ("test own_path_rank ... ") may share a line with a rank's first
+    let lines: Vec<&str> = stdout.lines().flat_map(|l| l.split("own-path ").skip(1)).map(str::trim_end).collect();
+    for dtype in dtypes {
+        for row in KINDS {
+            for bytes in own_path_sizes(&row, n, *dtype) {
+                let key = format!("kind={} dtype={} bytes={bytes} ", row.name, dtype.name());
+                let found: Vec<&&str> = lines.iter().filter(|l| l.contains(&key)).collect();
+                assert_eq!(found.len(), n as usize, "{key}: one line per rank in\n{stdout}");
+                assert!(found.iter().all(|l| l.contains(" wrong=0 ")), "{key}: a wrong result: {found:?}");
+                let checked: u64 = found.iter().map(|l| l.split(" checked=").nth(1).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+                assert_eq!(checked > 0, row.kind != CollectiveKind::Barrier, "{key}: elements checked over the ranks: {checked}");
+            }
+        }
+    }
+    let negatives: Vec<&&str> = lines.iter().filter(|l| l.contains(" negative ")).collect();
+    assert_eq!(negatives.len(), n as usize * dtypes.len(), "{stdout}");
+    assert!(negatives.iter().all(|l| !l.ends_with("wrong=0")), "a spoiled result must fail its check: {negatives:?}");
+}

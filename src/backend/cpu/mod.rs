@@ -1,7 +1,9 @@
-//! CPU backend: MPI all-reduce of host buffers, CPU matrix products,
+//! CPU backend: MPI collectives of host buffers, CPU matrix products,
 //! `CLOCK_MONOTONIC` timings (docs/ARCHITECTURE.md §3).
 //!
-//! The collective is `MPI_Iallreduce` followed by `MPI_Wait`, called through
+//! A collective is a nonblocking MPI call (`MPI_Iallreduce` for the phases'
+//! all-reduce, every kind of the table through [`Backend::issue`]: sizes,
+//! root and ring from [`OwnOp`]) followed by `MPI_Waitall`, called through
 //! rsmpi's raw FFI so the request can outlive the issuing call: issue and wait
 //! placement in the phases is therefore real. Whether the reduction progresses
 //! while the host computes depends on the MPI library (OpenMPI progresses
@@ -16,8 +18,10 @@
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
 pub mod trace_exec;
 
+use super::own::OwnOp;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
-use crate::core::workload::{GemmShape, SweepKind};
+use crate::core::collective::CollectiveKind;
+use crate::core::workload::GemmShape;
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use anyhow::{bail, Result};
 use mpi::ffi;
@@ -37,7 +41,10 @@ pub struct CpuBackend {
     send16: Vec<u16>,
     recv16: Vec<u16>,
     capacity_bytes: u64,
-    pending: Option<(ffi::MPI_Request, u64)>,
+    rank: u32,
+    /// The outstanding issue: its requests (two for a ring's receive and
+    /// send) and what it is, for messages.
+    pending: Option<Pending>,
     issued_in_pass: usize,
     gemms: Vec<GemmShape>,
     a: Vec<f32>,
@@ -53,19 +60,40 @@ pub struct CpuBackend {
     trace_exec: Option<trace_exec::CpuTraceExec>,
 }
 
+/// The requests of one issue, not yet completed.
+struct Pending {
+    reqs: [ffi::MPI_Request; 2],
+    n: usize,
+    /// "all-reduce of 1024 bytes".
+    what: String,
+}
+
+impl Pending {
+    /// `MPI_Testall` over the requests: whether all are complete.
+    fn test(&mut self) -> Result<bool, c_int> {
+        let mut done: c_int = 0;
+        // SAFETY: the first n requests came from this issue's MPI calls and were never completed.
+        let rc = unsafe { ffi::MPI_Testall(self.n as c_int, self.reqs.as_mut_ptr(), &mut done, ffi::RSMPI_STATUSES_IGNORE) };
+        if rc != 0 {
+            return Err(rc);
+        }
+        Ok(done != 0)
+    }
+}
+
 impl Drop for CpuBackend {
-    /// An early return between `MPI_Iallreduce` and its wait leaves MPI free
-    /// to write `recv` (and read `send`) later: if one last `MPI_Test` does
-    /// not complete the request, the two buffers are leaked rather than freed
-    /// under MPI (the process is ending on an error anyway).
+    /// An early return between an issue and its wait leaves MPI free to
+    /// write the receive buffers (and read the send buffers) later: if one
+    /// last `MPI_Testall` does not complete the requests, the buffers are
+    /// leaked rather than freed under MPI (the process is ending on an error
+    /// anyway).
     fn drop(&mut self) {
-        if let Some((mut req, _)) = self.pending.take() {
-            let mut done: c_int = 0;
-            // SAFETY: req came from MPI_Iallreduce and was never completed.
-            let rc = unsafe { ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
-            if rc != 0 || done == 0 {
+        if let Some(mut p) = self.pending.take() {
+            if !matches!(p.test(), Ok(true)) {
                 std::mem::forget(std::mem::take(&mut self.send));
                 std::mem::forget(std::mem::take(&mut self.recv));
+                std::mem::forget(std::mem::take(&mut self.send16));
+                std::mem::forget(std::mem::take(&mut self.recv16));
             }
         }
     }
@@ -108,6 +136,7 @@ impl CpuBackend {
             send16,
             recv16: vec![0; u16_elems],
             capacity_bytes: plan.max_bytes,
+            rank,
             pending: None,
             issued_in_pass: 0,
             gemms: plan.gemms.clone(),
@@ -149,55 +178,69 @@ impl CpuBackend {
         std::hint::black_box(&self.c);
     }
 
-    /// [`Backend::issue`]'s all-reduce: `MPI_Iallreduce` of the send buffer.
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    /// [`Backend::issue`]: the nonblocking MPI call of `kind`, one arm per
+    /// kind, on this backend's duplicate of the world, its size, root and
+    /// ring from [`OwnOp`]. MPI has no bf16: a bf16 run moves 16-bit
+    /// integers (and sums them as integers).
+    fn start(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        super::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Broadcast && op.root == Some(self.rank) {
+            // MPI broadcasts in place: the root's data goes into its receive
+            // buffer first, as NCCL's out-of-place broadcast copies it there
+            match dtype {
+                Dtype::F32 => self.recv[..op.send_elems].copy_from_slice(&self.send[..op.send_elems]),
+                Dtype::Bf16 => self.recv16[..op.send_elems].copy_from_slice(&self.send16[..op.send_elems]),
+            }
+        }
+        // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
+        let (null, sum) = unsafe { (ffi::RSMPI_REQUEST_NULL, ffi::RSMPI_SUM) };
+        let mut reqs = [null; 2];
         let (send, recv, mpi_type) = match dtype {
             // SAFETY: as above, an immutable datatype handle constant.
             Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
             // SAFETY: as above, an immutable datatype handle constant.
             Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
         };
-        // SAFETY: the buffers of `dtype` hold at least `count` elements
-        // (issue_count checked the capacity) and stay alive and untouched
-        // until MPI_Wait in wait (pending guards reuse).
-        let rc = unsafe { ffi::MPI_Iallreduce(send, recv, count as c_int, mpi_type, ffi::RSMPI_SUM, self.comm.as_raw(), &mut req) };
-        if rc != 0 {
-            return Err(BackendError::Mpi { call: format!("MPI_Iallreduce of {bytes} bytes"), code: rc });
-        }
-        self.pending = Some((req, bytes));
-        self.issued_in_pass += 1;
-        Ok(())
-    }
-
-    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
-    /// (nccl-tests' size convention): each rank sends
-    /// [`super::allgather_count`] elements of `dtype` from its send buffer.
-    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        super::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
-        let count = super::allgather_count(bytes, dtype, self.world_size)?;
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        let (send, recv, mpi_type) = match dtype {
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+        let comm = self.comm.as_raw();
+        let (sn, rn, bn) = (op.send_elems as c_int, op.recv_elems as c_int, op.block_elems as c_int);
+        let root = op.root.unwrap_or(0) as c_int;
+        let r = reqs.as_mut_ptr();
+        let ring = op.ring.unwrap_or((self.rank, self.rank));
+        // SAFETY: both buffers of `dtype` hold at least `bytes` (issue_count
+        // checked the capacity), which bounds every count OwnOp gives and the
+        // two requests `r` points to; the buffers stay alive and untouched
+        // until the wait completes the requests (`pending` guards reuse, Drop
+        // leaks them if it cannot).
+        let (call, rc, n) = unsafe {
+            match kind {
+                CollectiveKind::AllReduce => ("MPI_Iallreduce", ffi::MPI_Iallreduce(send, recv, sn, mpi_type, sum, comm, r), 1),
+                CollectiveKind::AllGather => ("MPI_Iallgather", ffi::MPI_Iallgather(send, sn, mpi_type, recv, bn, mpi_type, comm, r), 1),
+                CollectiveKind::ReduceScatter => ("MPI_Ireduce_scatter_block", ffi::MPI_Ireduce_scatter_block(send, recv, bn, mpi_type, sum, comm, r), 1),
+                CollectiveKind::Broadcast => ("MPI_Ibcast", ffi::MPI_Ibcast(recv, sn, mpi_type, root, comm, r), 1),
+                CollectiveKind::Reduce => ("MPI_Ireduce", ffi::MPI_Ireduce(send, recv, sn, mpi_type, sum, root, comm, r), 1),
+                CollectiveKind::AllToAll => ("MPI_Ialltoall", ffi::MPI_Ialltoall(send, bn, mpi_type, recv, bn, mpi_type, comm, r), 1),
+                CollectiveKind::Barrier => ("MPI_Ibarrier", ffi::MPI_Ibarrier(comm, r), 1),
+                CollectiveKind::Send | CollectiveKind::Recv => {
+                    let rc = ffi::MPI_Irecv(recv, rn, mpi_type, ring.1 as c_int, RING_TAG, comm, r);
+                    let rc = if rc == 0 { ffi::MPI_Isend(send, sn, mpi_type, ring.0 as c_int, RING_TAG, comm, r.add(1)) } else { rc };
+                    ("MPI_Irecv + MPI_Isend", rc, 2)
+                }
+            }
         };
-        // SAFETY: the send buffer holds `count` elements and the receive buffer
-        // `count x world` (= bytes, within the capacity issue_count checked);
-        // both stay untouched until MPI_Wait in wait.
-        let rc = unsafe { ffi::MPI_Iallgather(send, count as c_int, mpi_type, recv, count as c_int, mpi_type, self.comm.as_raw(), &mut req) };
+        let what = format!("{} of {bytes} bytes", kind.name().replace('_', "-"));
         if rc != 0 {
-            return Err(BackendError::Mpi { call: format!("MPI_Iallgather of {bytes} bytes"), code: rc });
+            return Err(BackendError::Mpi { call: format!("{call}: {what}"), code: rc });
         }
-        self.pending = Some((req, bytes));
+        self.pending = Some(Pending { reqs, n, what });
         self.issued_in_pass += 1;
         Ok(())
     }
 }
+
+/// The tag of the ring's point-to-point messages (on this backend's own
+/// duplicate of the world, where nothing else sends).
+const RING_TAG: c_int = 0x7c0;
 
 impl Backend for CpuBackend {
     fn kind(&self) -> BackendKind {
@@ -235,16 +278,12 @@ impl Backend for CpuBackend {
         v
     }
 
-    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        match kind {
-            SweepKind::AllReduce => self.issue_allreduce(bytes, dtype),
-            SweepKind::AllGather => self.issue_allgather(bytes, dtype),
-            k => Err(super::own_path_refusal(k)),
-        }
+    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        self.start(kind, bytes, dtype)
     }
 
     fn extra_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        self.issue(SweepKind::AllReduce, bytes, dtype)?;
+        self.issue(CollectiveKind::AllReduce, bytes, dtype)?;
         self.wait()?;
         // not one of the pass's recorded collectives
         self.issued_in_pass -= 1;
@@ -252,36 +291,32 @@ impl Backend for CpuBackend {
     }
 
     fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
-        let Some((mut req, bytes)) = self.pending.take() else {
-            return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
+        let Some(mut p) = self.pending.take() else {
+            return Err(BackendError::Misuse("internal: wait without an outstanding collective".into()));
         };
         let Some(limit) = self.timeout else {
-            // SAFETY: req came from MPI_Iallreduce and is waited on exactly once.
-            let rc = unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
+            // SAFETY: the first n requests came from this issue and are waited on exactly once.
+            let rc = unsafe { ffi::MPI_Waitall(p.n as c_int, p.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
             if rc != 0 {
-                return Err(BackendError::Mpi { call: format!("MPI_Wait on an all-reduce of {bytes} bytes"), code: rc });
+                return Err(BackendError::Mpi { call: format!("MPI_Wait on the {}", p.what), code: rc });
             }
             return Ok(None);
         };
-        // MPI_Test drives progress like MPI_Wait's own loop; a test that finds
-        // it not done yields the core (as Open MPI's MPI_Wait does when
+        // MPI_Testall drives progress like MPI_Wait's own loop; a test that
+        // finds it not done yields the core (as Open MPI's MPI_Wait does when
         // oversubscribed), so the peer this rank waits for can run
         let t0 = std::time::Instant::now();
         loop {
-            let mut done: c_int = 0;
-            // SAFETY: req came from MPI_Iallreduce and is not yet complete.
-            let rc = unsafe { ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE) };
-            if rc != 0 {
-                return Err(BackendError::Mpi { call: format!("MPI_Test on an all-reduce of {bytes} bytes"), code: rc });
-            }
-            if done != 0 {
-                return Ok(None);
+            match p.test() {
+                Err(rc) => return Err(BackendError::Mpi { call: format!("MPI_Test on the {}", p.what), code: rc }),
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
             }
             std::thread::yield_now();
             if t0.elapsed() > limit {
-                // keep the request pending so Drop keeps its buffers away from MPI
-                self.pending = Some((req, bytes));
-                let what = format!("all-reduce of {bytes} bytes");
+                let what = p.what.clone();
+                // keep the requests pending so Drop keeps their buffers away from MPI
+                self.pending = Some(p);
                 return Err(BackendError::Timeout(
                     crate::backend::mpi_deadline::timeout_error(
                         &crate::backend::mpi_deadline::Op { what: &what, phase: "a phase's collective", peer: None },
@@ -327,15 +362,13 @@ impl Backend for CpuBackend {
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
-        let n = super::result_elems(kind, bytes, dtype, self.world_size)?;
-        match dtype {
-            Dtype::F32 => super::verify_result(kind, &self.recv[..n], bytes, dtype, self.world_size),
-            Dtype::Bf16 => {
-                let widened: Vec<f32> = self.recv16[..n].iter().map(|&x| x as f32).collect();
-                super::verify_result(kind, &widened, bytes, dtype, self.world_size)
-            }
-        }
+    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        let n = op.recv_elems;
+        Ok(match dtype {
+            Dtype::F32 => op.verify(&self.recv[..n], dtype),
+            Dtype::Bf16 => op.verify(&self.recv16[..n].iter().map(|&x| f32::from(x)).collect::<Vec<f32>>(), dtype),
+        })
     }
 
     /// The groups become sub-communicators of this backend's duplicate of

@@ -5,7 +5,9 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
-use crate::core::workload::SweepKind;
+use crate::backend::cuda::nccl::{sys, TraceOp};
+use crate::backend::own::OwnOp;
+use crate::core::collective::CollectiveKind;
 
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
@@ -52,17 +54,13 @@ impl Backend for CudaBackend {
         .collect()
     }
 
-    fn issue(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        match kind {
-            SweepKind::AllReduce => self.issue_allreduce(bytes, dtype),
-            SweepKind::AllGather => self.issue_allgather(bytes, dtype),
-            k => Err(crate::backend::own_path_refusal(k)),
-        }
+    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        self.start(kind, bytes, dtype)
     }
 
     fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
         let Some((_bytes, start, end)) = self.pending.take() else {
-            return Err(BackendError::Misuse("internal: wait without an outstanding all-reduce".into()));
+            return Err(BackendError::Misuse("internal: wait without an outstanding collective".into()));
         };
         if self.on_compute {
             // same stream: the next GEMM follows the collective in stream order; no wait to time
@@ -99,7 +97,7 @@ impl Backend for CudaBackend {
     }
 
     fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         if self.anchor.is_none() {
             self.ensure_anchor()?;
             drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
@@ -132,7 +130,7 @@ impl Backend for CudaBackend {
 
     fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
         self.graph_used = true;
-        let count = crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
@@ -344,16 +342,17 @@ impl Backend for CudaBackend {
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits, kernel_anchor })
     }
 
-    fn check_last(&mut self, kind: SweepKind, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
-        crate::backend::result_elems(kind, bytes, dtype, self.world_size)?;
-        let mut values = self.read_result(bytes, dtype, if kind == SweepKind::AllGather { "all-gather" } else { "all-reduce" })?;
+    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        let what = kind.name().replace('_', "-");
+        let mut values = self.read_result(op.recv_elems as u64 * dtype.size_bytes(), dtype, &what)?;
         // the negative control spoils an all-reduce's result only, as it always has
-        if kind == SweepKind::AllReduce && std::mem::take(&mut self.corrupt_next_check) {
+        if kind == CollectiveKind::AllReduce && std::mem::take(&mut self.corrupt_next_check) {
             if let Some(v) = values.first_mut() {
                 *v += 1.0;
             }
         }
-        crate::backend::verify_result(kind, &values, bytes, dtype, self.world_size)
+        Ok(op.verify(&values, dtype))
     }
 
     fn corrupt_last_result(&mut self) {
@@ -436,30 +435,64 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
-    /// [`Backend::issue`]'s all-reduce: `ncclAllReduce` (sum) on the collective stream.
-    fn issue_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let start = self.begin_collective()?;
-        let (sp, rp) = self.buffers();
-        // SAFETY: buffers hold `count` elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
-        Ok(self.end_collective(bytes, start)?)
-    }
-
-    /// [`Backend::issue`]'s all-gather, whose gathered result is `bytes`
-    /// (nccl-tests' size convention): `ncclAllGather` of
-    /// [`crate::backend::allgather_count`] elements per rank.
-    fn issue_allgather(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        crate::backend::issue_count(self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let count = crate::backend::allgather_count(bytes, dtype, self.world_size)?;
-        if self.capturing {
-            return Err(BackendError::Misuse("internal: an all-gather inside a graph capture".into()));
+    /// [`Backend::issue`]: the NCCL calls of `kind`, one arm per kind, on
+    /// the world communicator and the collective stream, between the
+    /// collective's start and end events; its size, root and ring from
+    /// [`OwnOp`]. Several calls (an all-to-all's sends and receives, a ring's
+    /// pair) are one NCCL group. A barrier is a one-element all-reduce, as
+    /// PyTorch's `barrier()` is on NCCL, which has none.
+    fn start(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if self.capturing && kind != CollectiveKind::AllReduce {
+            return Err(BackendError::Misuse(format!("internal: a {} inside a graph capture", kind.name())));
         }
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
-        // SAFETY: send holds `count` and recv `count x world` (= bytes, checked against
-        // the buffer length) elements of `dtype` on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_gather(sp, rp, count, dtype, self.collective_stream() as *mut _) }?;
+        let t = crate::backend::cuda::nccl::nccl_type(dtype);
+        let root = op.root.unwrap_or(0) as std::os::raw::c_int;
+        let sum = sys::NCCL_SUM;
+        let block_bytes = (op.block_elems as u64) * dtype.size_bytes();
+        let calls: Vec<TraceOp> = match kind {
+            CollectiveKind::AllReduce => vec![TraceOp::AllReduce { send: sp, recv: rp, count: op.send_elems, dtype: t, op: sum }],
+            CollectiveKind::AllGather => vec![TraceOp::AllGather { send: sp, recv: rp, count: op.block_elems, dtype: t }],
+            CollectiveKind::ReduceScatter => vec![TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: op.block_elems, dtype: t, op: sum }],
+            CollectiveKind::Broadcast => vec![TraceOp::Broadcast { send: sp, recv: rp, count: op.send_elems, dtype: t, root }],
+            CollectiveKind::Reduce => vec![TraceOp::Reduce { send: sp, recv: rp, count: op.send_elems, dtype: t, op: sum, root }],
+            CollectiveKind::AllToAll => (0..self.world_size)
+                .flat_map(|j| {
+                    let at = u64::from(j) * block_bytes;
+                    let peer = j as std::os::raw::c_int;
+                    [
+                        TraceOp::Send { buf: sp + at, count: op.block_elems, dtype: t, peer },
+                        TraceOp::Recv { buf: rp + at, count: op.block_elems, dtype: t, peer },
+                    ]
+                })
+                .collect(),
+            CollectiveKind::Barrier => vec![TraceOp::AllReduce { send: sp, recv: rp, count: 1, dtype: t, op: sum }],
+            CollectiveKind::Send | CollectiveKind::Recv => {
+                let (to, from) = op.ring.unwrap_or((self.rank, self.rank));
+                vec![
+                    TraceOp::Send { buf: sp, count: op.send_elems, dtype: t, peer: to as std::os::raw::c_int },
+                    TraceOp::Recv { buf: rp, count: op.recv_elems, dtype: t, peer: from as std::os::raw::c_int },
+                ]
+            }
+        };
+        let stream = self.collective_stream() as *mut std::ffi::c_void;
+        let grouped = calls.len() > 1;
+        if grouped {
+            self.comm.group(true)?;
+        }
+        for c in &calls {
+            // SAFETY: every pointer lies in this rank's send or receive
+            // buffer, each `bytes` or more long (issue_count), which bounds
+            // every count and offset OwnOp gives; the stream belongs to this
+            // context.
+            unsafe { self.comm.enqueue(c, stream) }?;
+        }
+        if grouped {
+            self.comm.group(false)?;
+        }
         Ok(self.end_collective(bytes, start)?)
     }
 }

@@ -20,7 +20,14 @@ impl CudaBackend {
     /// event recorded before each call and nothing else: what the
     /// instrument's timestamp costs in this loop, apart from its bookkeeping.
     pub fn reference_loop_marked(&mut self, bytes: u64, iters: u32, events: bool) -> Result<(Vec<u64>, f64)> {
-        let count = crate::backend::issue_count(self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
+        let count = crate::backend::issue_count(
+            crate::core::collective::CollectiveKind::AllReduce,
+            self.pending.is_some(),
+            bytes,
+            Dtype::F32,
+            self.dtype,
+            self.send.len() as u64,
+        )?;
         self.synchronize()?;
         drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
         let start = self.pooled_event()?;

@@ -111,6 +111,10 @@ impl CudaBackend {
         let mut host = vec![0u8; n];
         self.close_back_to_back()?;
         self.wait_stream(!self.on_compute, "waiting for the collective to check")?;
+        if n == 0 {
+            // nothing lands here (a reduce off its root, a barrier)
+            return Ok(Vec::new());
+        }
         // only the bytes checked come back, not the whole buffer
         let copy = self.comm_stream.memcpy_dtoh(&self.recv.slice(0..n), &mut host).and_then(|_| self.comm_stream.synchronize());
         copy.map_err(|e| anyhow::anyhow!("copying the {what} result back failed: {e:?}"))?;

@@ -317,6 +317,14 @@ pub enum TraceOp {
     Recv { buf: u64, count: usize, dtype: c_int, peer: c_int },
 }
 
+/// NCCL's data type of a run's element type.
+pub fn nccl_type(dtype: crate::evidence::shard::Dtype) -> c_int {
+    match dtype {
+        crate::evidence::shard::Dtype::F32 => sys::NCCL_FLOAT32,
+        crate::evidence::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
+    }
+}
+
 /// A communicator; destroyed on drop (aborted when [`NcclComm::abort`] was asked for).
 pub struct NcclComm {
     lib: std::sync::Arc<NcclLibrary>,
@@ -372,31 +380,12 @@ impl NcclComm {
     /// `send`/`recv` must be device pointers valid for `count` elements of
     /// `dtype` on this communicator's device, and `stream` a stream of its context.
     pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: crate::evidence::shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
-        let nccl_type = match dtype {
-            crate::evidence::shard::Dtype::F32 => sys::NCCL_FLOAT32,
-            crate::evidence::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
-        };
+        let nccl_type = nccl_type(dtype);
         // SAFETY: the caller guarantees the pointers and stream (see # Safety); `self.comm` is a live communicator.
         let rc = unsafe {
             (self.lib.all_reduce)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, count, nccl_type, sys::NCCL_SUM, self.comm, stream)
         };
         self.lib.check("ncclAllReduce", rc)
-    }
-
-    /// Enqueue an all-gather of `sendcount` elements of `dtype` per rank on `stream`.
-    ///
-    /// # Safety
-    /// `send` must be valid for `sendcount` elements and `recv` for
-    /// `sendcount x nranks` elements of `dtype` on this communicator's device,
-    /// and `stream` a stream of its context.
-    pub unsafe fn all_gather(&self, send: u64, recv: u64, sendcount: usize, dtype: crate::evidence::shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
-        let nccl_type = match dtype {
-            crate::evidence::shard::Dtype::F32 => sys::NCCL_FLOAT32,
-            crate::evidence::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
-        };
-        // SAFETY: the caller guarantees the pointers and stream (see # Safety); `self.comm` is a live communicator.
-        let rc = unsafe { (self.lib.all_gather)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, sendcount, nccl_type, self.comm, stream) };
-        self.lib.check("ncclAllGather", rc)
     }
 
     /// `ncclCommSplit(color, key)`: the new communicator of this rank's

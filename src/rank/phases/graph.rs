@@ -6,8 +6,8 @@
 use super::traced::quantize;
 use super::{Fault, Runner, Work};
 use crate::backend::Backend;
-use crate::core::workload::{Phase, SweepKind};
-use crate::evidence::shard::{ComputeKind, Dtype};
+use crate::core::workload::Phase;
+use crate::evidence::shard::{CollectiveKind, ComputeKind, Dtype};
 use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Result};
 
@@ -28,7 +28,7 @@ impl<B: Backend> Runner<'_, B> {
             if phase == Phase::Blocking {
                 self.compute(Work::Layer(s.gemms, s.layer))?;
             }
-            self.backend.issue(SweepKind::AllReduce, s.bytes, dtype)?;
+            self.backend.issue(CollectiveKind::AllReduce, s.bytes, dtype)?;
             if phase == Phase::Async && i + 1 < per_token {
                 let next = self.spec.step(i + 1);
                 self.compute(Work::Layer(next.gemms, next.layer))?;
@@ -85,7 +85,7 @@ impl<B: Backend> Runner<'_, B> {
                 if !overlap && units > 0 {
                     s.compute(Work::Unit(kind, units))?;
                 }
-                s.backend.issue(SweepKind::AllReduce, bytes, dtype)?;
+                s.backend.issue(CollectiveKind::AllReduce, bytes, dtype)?;
                 if overlap && units > 0 {
                     s.compute(Work::Unit(kind, units))?;
                 }
@@ -134,7 +134,7 @@ impl<B: Backend> Runner<'_, B> {
             if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
                 self.backend.corrupt_last_result();
             }
-            if let Some(why) = self.backend.check_last(SweepKind::AllReduce, last_bytes, dtype)?.first_wrong {
+            if let Some(why) = self.backend.check_last(CollectiveKind::AllReduce, last_bytes, dtype)?.first_wrong {
                 bail!(
                     "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}",
                     self.rank,

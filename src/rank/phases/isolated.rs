@@ -55,14 +55,7 @@ impl<B: Backend> Runner<'_, B> {
         // a reduce's result lands on its root only: the other ranks check nothing
         let has_result = kind.kind().row().lands != crate::core::collective::Lands::OnRoot || kind.root() == Some(rank);
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
-        let collective_kind = match kind {
-            crate::core::workload::SweepKind::AllReduce => CollectiveKind::AllReduce,
-            crate::core::workload::SweepKind::AllGather => CollectiveKind::AllGather,
-            crate::core::workload::SweepKind::ReduceScatter => CollectiveKind::ReduceScatter,
-            crate::core::workload::SweepKind::Broadcast => CollectiveKind::Broadcast,
-            crate::core::workload::SweepKind::Reduce => CollectiveKind::Reduce,
-            crate::core::workload::SweepKind::AllToAll => CollectiveKind::AllToAll,
-        };
+        let collective_kind = kind.kind();
         self.body.collectives.reserve(colls.len() * (spec.warmup_iters + spec.iters) as usize);
         for (i, c) in colls.iter().enumerate() {
             // the shard's convention: one member's input

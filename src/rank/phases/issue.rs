@@ -6,7 +6,7 @@
 //! result fails the phase at once, except in the isolated phase (recorded).
 use super::{Between, Fault, MarkTarget, Position, Runner, Work};
 use crate::backend::Backend;
-use crate::core::workload::{Phase, SweepKind};
+use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
 use crate::evidence::trace::TraceOp;
 use anyhow::{bail, Context, Result};
@@ -86,7 +86,7 @@ impl<B: Backend> Runner<'_, B> {
         for _ in 1..self.repeat {
             self.backend.extra_allreduce(bytes, dtype)?;
         }
-        self.backend.issue(SweepKind::AllReduce, bytes, dtype)?;
+        self.backend.issue(CollectiveKind::AllReduce, bytes, dtype)?;
         let host_return_ns = self.clock.now_ns();
         self.between(phase, between)?;
         let wait_start_ns = self.clock.now_ns();
@@ -248,7 +248,7 @@ impl<B: Backend> Runner<'_, B> {
         if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
             self.backend.corrupt_last_result();
         }
-        let outcome = self.backend.check_last(SweepKind::AllReduce, bytes, dtype)?;
+        let outcome = self.backend.check_last(CollectiveKind::AllReduce, bytes, dtype)?;
         self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
         if let Some(why) = outcome.first_wrong {
             if phase != Phase::Isolated {
