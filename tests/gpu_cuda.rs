@@ -679,17 +679,10 @@ fn cuda_replay_runs_every_kind_of_the_table_checked() {
 #[test]
 #[ignore = "one rank's side: the outer test runs it under mpirun"]
 fn cuda_own_path_rank() {
-    use commcanary::backend::{cuda::CudaBackend, cuda::CudaOptions, BackendPlan};
-    use commcanary::evidence::shard::Dtype;
+    use commcanary::backend::cuda::{CudaBackend, CudaOptions};
     use mpi::topology::Communicator;
-    if std::env::var(OWN_PATH_INNER).is_err() {
-        return;
-    }
-    let universe = mpi::initialize().expect("MPI initialises once");
-    let world = universe.world();
-    let (n, rank) = (world.size() as u32, world.rank() as u32);
-    for dtype in [Dtype::F32, Dtype::Bf16] {
-        let plan = BackendPlan { max_bytes: 1 << 16, dtype, gemms: vec![], weight_sets: 1, membound_bytes: 0 };
+    own_path_inner(|world, plan| {
+        let rank = world.rank() as u32;
         let o = CudaOptions {
             local_rank: rank,
             nccl_path: std::path::Path::new("libnccl.so.2"),
@@ -698,11 +691,8 @@ fn cuda_own_path_rank() {
             gpu: None,
             cupti: false,
         };
-        let mut b = CudaBackend::new(&world, &plan, commcanary::core::clock::RankClock::new(rank, &[]), o).unwrap();
-        for l in own_path_walk(&mut b, n, rank, dtype) {
-            println!("own-path rank={rank} {l}");
-        }
-    }
+        CudaBackend::new(world, &plan, commcanary::core::clock::RankClock::new(rank, &[]), o).unwrap()
+    });
 }
 
 /// The kind table walked on the CUDA backend's own path (`Backend::issue`,
@@ -714,18 +704,5 @@ fn cuda_own_path_runs_every_kind_of_the_table_checked() {
     if !gpu_or_skip() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let o = std::process::Command::new("mpirun")
-        .args(["--oversubscribe", "-n", "1"])
-        .arg(&exe)
-        .args(["--exact", "cuda_own_path_rank", "--ignored", "--nocapture", "--test-threads", "1"])
-        .env(OWN_PATH_INNER, "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("mpirun must be installed (scripts/setup.sh installs it)");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    eprintln!("{stdout}");
-    assert_own_path_walks(&stdout, 1, &[commcanary::evidence::shard::Dtype::F32, commcanary::evidence::shard::Dtype::Bf16]);
+    own_path_mpirun("cuda_own_path_rank", 1);
 }

@@ -32,6 +32,9 @@
 #       other closely: `pool-start` returns at once, `pool-wait` waits until
 #       the pool has written OUT/summary.txt or SECONDS have passed, printing
 #       the jobs done, those not passed and the load; exit 0 only when done.
+#   bash scripts/dev/suite-under-load.sh pool-collect OUT DEST
+#       copy the pool's results and the logs of the jobs that did not pass
+#       into DEST (a runner's $OUT), as each command ends.
 #   bash scripts/dev/suite-under-load.sh status OUT
 #       one line per copy and binary: exit status and wall seconds, then a
 #       summary. A copy is done when its `done` file exists.
@@ -145,6 +148,15 @@ pool-wait)
   echo "$(wc -l <"$out/results.tsv" 2>/dev/null || echo 0) jobs done, load $(cut -d" " -f1-3 /proc/loadavg)"
   awk -F'\t' '$4 != "0"' "$out/results.tsv" 2>/dev/null | sed 's/^/NOT PASSED /' || true
   [ -e "$out/summary.txt" ] && cat "$out/summary.txt"
+  ;;
+pool-collect)
+  out=${2:?OUT}
+  dest=${3:?DEST}
+  mkdir -p "$dest"
+  cp "$out"/results.tsv "$out"/pool.log "$out"/summary.txt "$dest/" 2>/dev/null || true
+  awk -F'\t' '$4 != "0" { n = $2; if ($3 != "-") n = n "." $3; print "copy" $1 "/" n ".log" }' "$out/results.tsv" 2>/dev/null |
+    while read -r f; do mkdir -p "$dest/$(dirname "$f")" && cp "$out/$f" "$dest/$f" 2>/dev/null || true; done
+  uptime >"$dest/uptime.txt"
   ;;
 status)
   out=${2:?OUT}

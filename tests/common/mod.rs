@@ -298,3 +298,47 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[commcanary::evidenc
     assert_eq!(negatives.len(), n as usize * dtypes.len(), "{stdout}");
     assert!(negatives.iter().all(|l| !l.ends_with("wrong=0")), "a spoiled result must fail its check: {negatives:?}");
 }
+
+/// One rank's side of an own-path test, under the mpirun of
+/// [`own_path_mpirun`] (a no-op when the test binary runs alone): MPI up,
+/// then for f32 and bf16 a backend from `make` walks the table
+/// ([`own_path_walk`]) and prints its lines.
+pub fn own_path_inner<B: commcanary::backend::Backend>(mut make: impl FnMut(&mpi::topology::SimpleCommunicator, commcanary::backend::BackendPlan) -> B) {
+    use mpi::topology::Communicator;
+    if std::env::var(OWN_PATH_INNER).is_err() {
+        return;
+    }
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let world = universe.world();
+    let (n, rank) = (world.size() as u32, world.rank() as u32);
+    for dtype in OWN_PATH_DTYPES {
+        let plan = commcanary::backend::BackendPlan { max_bytes: 1 << 16, dtype, gemms: vec![], weight_sets: 1, membound_bytes: 0 };
+        let mut b = make(&world, plan);
+        for l in own_path_walk(&mut b, n, rank, dtype) {
+            println!("own-path rank={rank} {l}");
+        }
+    }
+}
+
+/// The element types an own-path walk runs.
+pub const OWN_PATH_DTYPES: [commcanary::evidence::shard::Dtype; 2] = [commcanary::evidence::shard::Dtype::F32, commcanary::evidence::shard::Dtype::Bf16];
+
+/// Run this test binary's ignored test `inner` ([`own_path_inner`]) under
+/// `mpirun -n N` and check what every rank printed ([`assert_own_path_walks`]).
+pub fn own_path_mpirun(inner: &str, n: u32) {
+    let exe = std::env::current_exe().unwrap();
+    let o = Command::new("mpirun")
+        .args(["--oversubscribe", "-n", &n.to_string()])
+        .arg(&exe)
+        .args(["--exact", inner, "--ignored", "--nocapture", "--test-threads", "1"])
+        .env(OWN_PATH_INNER, "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .output()
+        .expect("mpirun must be installed (scripts/setup.sh installs it)");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    eprintln!("{} own-path lines from {n} rank(s)", stdout.matches("own-path ").count());
+    assert_own_path_walks(&stdout, n, &OWN_PATH_DTYPES);
+}
