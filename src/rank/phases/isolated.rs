@@ -4,10 +4,10 @@
 //! back to back on a GPU (optionally one CUDA graph per size), or another
 //! kind or reduction through the backend's trace executor on the sweep's
 //! group. Wrong results are recorded here and fail the rank after its shard.
-use super::{Between, Fault, Position, Runner};
+use super::{Between, EventExtra, Fault, HostTimes, Position, Recorded, Runner};
 use crate::backend::Backend;
 use crate::core::workload::Phase;
-use crate::evidence::shard::{CheckRecord, CollectiveEvent, CollectiveKind};
+use crate::evidence::shard::{CheckRecord, CollectiveKind};
 use anyhow::{Context, Result};
 use mpi::topology::Communicator;
 
@@ -77,30 +77,9 @@ impl<B: Backend> Runner<'_, B> {
                     self.checked_in_phase += 1;
                     self.checks.push(CheckRecord { phase: Phase::Isolated, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong: f.first_wrong });
                 }
-                self.body.collectives.push(CollectiveEvent {
-                    phase: Phase::Isolated,
-                    kind: collective_kind,
-                    group,
-                    seq,
-                    bytes,
-                    dtype: spec.dtype,
-                    token: None,
-                    layer: None,
-                    iter: Some(iter),
-                    warmup,
-                    host_issue_ns,
-                    host_return_ns: end_ns,
-                    wait_start_ns: end_ns,
-                    wait_end_ns: end_ns,
-                    device_start_ns: None,
-                    device_end_ns: None,
-                    injected_delay_ns: None,
-                    replay: None,
-                    fill: None,
-                    checked,
-                    root: kind.root(),
-                    peer: None,
-                });
+                let r = Recorded { phase: Phase::Isolated, kind: collective_kind, group, seq, bytes, dtype: spec.dtype, root: kind.root(), peer: None };
+                let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
+                self.push_event(r, pos, HostTimes::blocking(host_issue_ns, end_ns), EventExtra { checked, ..Default::default() });
             }
         }
         Ok(())
@@ -166,29 +145,9 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     fn push_isolated(&mut self, bytes: u64, seq: u64, iter: u32, warmup: bool, (host_issue_ns, host_return_ns): (u64, u64), injected: Option<u64>) {
-        self.body.collectives.push(CollectiveEvent {
-            phase: Phase::Isolated,
-            kind: CollectiveKind::AllReduce,
-            group: 0,
-            seq,
-            bytes,
-            dtype: self.spec.dtype,
-            token: None,
-            layer: None,
-            iter: Some(iter),
-            warmup,
-            host_issue_ns,
-            host_return_ns,
-            wait_start_ns: host_return_ns,
-            wait_end_ns: host_return_ns,
-            device_start_ns: None,
-            device_end_ns: None,
-            injected_delay_ns: injected,
-            replay: None,
-            fill: None,
-            checked: false,
-            root: None,
-            peer: None,
-        });
+        let r = Recorded { phase: Phase::Isolated, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: self.spec.dtype, root: None, peer: None };
+        let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
+        let t = HostTimes::blocking(host_issue_ns, host_return_ns);
+        self.push_event(r, pos, t, EventExtra { injected_ns: injected, ..Default::default() });
     }
 }

@@ -4,10 +4,10 @@
 //! issue and wait, then validate and record it. Applies the negative controls
 //! (`--inject-delay`, `--inject-repeat`, `--fault`) at each arrival; a wrong
 //! result fails the phase at once, except in the isolated phase (recorded).
-use super::{Between, Fault, MarkTarget, Position, Runner, Work};
+use super::{Between, EventExtra, Fault, HostTimes, MarkTarget, Position, Recorded, Runner, Work};
 use crate::backend::Backend;
 use crate::core::workload::Phase;
-use crate::evidence::shard::{CheckRecord, CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
+use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
 use crate::evidence::trace::TraceOp;
 use anyhow::{bail, Context, Result};
 
@@ -97,31 +97,9 @@ impl<B: Backend> Runner<'_, B> {
             self.checked_in_phase += 1;
             self.check(phase, seq, bytes, dtype)?;
         }
-        self.body.collectives.push(CollectiveEvent {
-            phase,
-            kind: CollectiveKind::AllReduce,
-            group: 0,
-            seq,
-            bytes,
-            dtype,
-            token: pos.token,
-            layer: pos.layer,
-            iter: pos.iter,
-            warmup: pos.warmup,
-            host_issue_ns,
-            host_return_ns,
-            wait_start_ns,
-            wait_end_ns,
-            device_start_ns: device.map(|d| d.start_ns),
-            device_end_ns: device.map(|d| d.end_ns),
-            injected_delay_ns: injected,
-            replay: None,
-            fill: None,
-            checked,
-            root: None,
-            peer: None,
-        });
-        Ok(self.body.collectives.len() - 1)
+        let r = Recorded { phase, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype, root: None, peer: None };
+        let t = HostTimes { issue_ns: host_issue_ns, return_ns: host_return_ns, wait_start_ns, wait_end_ns };
+        Ok(self.push_event(r, pos, t, EventExtra { device, injected_ns: injected, checked }))
     }
 
     /// Run what lies between a collective's issue and its wait.
@@ -180,31 +158,8 @@ impl<B: Backend> Runner<'_, B> {
             }
             self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
         }
-        self.body.collectives.push(CollectiveEvent {
-            phase,
-            kind,
-            group: op.group,
-            seq,
-            bytes,
-            dtype,
-            token: pos.token,
-            layer: pos.layer,
-            iter: pos.iter,
-            warmup: pos.warmup,
-            host_issue_ns,
-            host_return_ns: wait_end_ns,
-            wait_start_ns: wait_end_ns,
-            wait_end_ns,
-            device_start_ns: None,
-            device_end_ns: None,
-            injected_delay_ns: None,
-            replay: None,
-            fill: None,
-            checked,
-            root: op.root,
-            peer: op.peer,
-        });
-        Ok(self.body.collectives.len() - 1)
+        let r = Recorded { phase, kind, group: op.group, seq, bytes, dtype, root: op.root, peer: op.peer };
+        Ok(self.push_event(r, pos, HostTimes::blocking(host_issue_ns, wait_end_ns), EventExtra { checked, ..Default::default() }))
     }
 
     /// The next collective's sequence number, after the negative controls

@@ -108,6 +108,45 @@ struct Position {
     warmup: bool,
 }
 
+/// What a recorded collective is: its kind on its group, in that group's
+/// order, and what it moved.
+#[derive(Clone, Copy)]
+struct Recorded {
+    phase: Phase,
+    kind: crate::evidence::shard::CollectiveKind,
+    group: u32,
+    seq: u64,
+    bytes: u64,
+    dtype: crate::evidence::shard::Dtype,
+    root: Option<u32>,
+    peer: Option<u32>,
+}
+
+/// A recorded collective's host times: issued, returned, waited from and to.
+#[derive(Clone, Copy)]
+struct HostTimes {
+    issue_ns: u64,
+    return_ns: u64,
+    wait_start_ns: u64,
+    wait_end_ns: u64,
+}
+
+/// What a phase measured of a collective beyond its host times.
+#[derive(Clone, Copy, Default)]
+struct EventExtra {
+    device: Option<crate::backend::DeviceInterval>,
+    injected_ns: Option<u64>,
+    checked: bool,
+}
+
+impl HostTimes {
+    /// A collective the host ran to completion in one call: it returned
+    /// done, so its wait is empty at its return.
+    fn blocking(issue_ns: u64, end_ns: u64) -> Self {
+        HostTimes { issue_ns, return_ns: end_ns, wait_start_ns: end_ns, wait_end_ns: end_ns }
+    }
+}
+
 /// What a [`Runner`] runs with besides its backend, clock, world and spec:
 /// the negative controls, the source trace and progress output. The default
 /// is a plain run: no injection, no fault, no file trace, quiet.
@@ -171,6 +210,38 @@ fn node_has_core_per_rank(world_size: u32) -> bool {
 }
 
 impl<'a, B: Backend> Runner<'a, B> {
+    /// Record one collective at `pos` in the shard's body; returns its index.
+    /// What the phase measured beyond the host times (a device interval, an
+    /// injected delay, a result check) comes as `extra`; the replay and fill
+    /// annotations are set afterwards by the phases that have them.
+    fn push_event(&mut self, r: Recorded, pos: Position, t: HostTimes, extra: EventExtra) -> usize {
+        self.body.collectives.push(CollectiveEvent {
+            phase: r.phase,
+            kind: r.kind,
+            group: r.group,
+            seq: r.seq,
+            bytes: r.bytes,
+            dtype: r.dtype,
+            token: pos.token,
+            layer: pos.layer,
+            iter: pos.iter,
+            warmup: pos.warmup,
+            host_issue_ns: t.issue_ns,
+            host_return_ns: t.return_ns,
+            wait_start_ns: t.wait_start_ns,
+            wait_end_ns: t.wait_end_ns,
+            device_start_ns: extra.device.map(|d| d.start_ns),
+            device_end_ns: extra.device.map(|d| d.end_ns),
+            injected_delay_ns: extra.injected_ns,
+            replay: None,
+            fill: None,
+            checked: extra.checked,
+            root: r.root,
+            peer: r.peer,
+        });
+        self.body.collectives.len() - 1
+    }
+
     /// New runner; `controls` are the injections, the shared source trace
     /// and the progress flag ([`RunnerControls::default`]: none of them).
     pub fn new(backend: &'a mut B, clock: &'a RankClock, world: &'a SimpleCommunicator, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
