@@ -426,53 +426,6 @@ pub struct CheckOutcome {
     pub first_wrong: Option<String>,
 }
 
-/// Compare a reduced buffer (widened to f32) with [`expected_sum`]: how
-/// many elements are wrong, and the first of them. bf16 sums are exact up to
-/// [`BF16_EXACT_MAX_WORLD`] ranks; larger worlds are refused before a run.
-pub fn verify_sum(values: &[f32], dtype: Dtype, world_size: u32) -> CheckOutcome {
-    let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
-    for (i, &got) in values.iter().enumerate() {
-        let want = expected_sum(dtype, world_size, i);
-        if got != want {
-            out.wrong_elements += 1;
-            if out.first_wrong.is_none() {
-                out.first_wrong = Some(format!("element {i} is {got}, expected {want} ({})", dtype.name()));
-            }
-        }
-    }
-    out
-}
-
-/// Elements each rank sends in an all-gather whose gathered result is
-/// `bytes` over `world_size` ranks; refuses sizes that give no whole element.
-pub fn allgather_count(bytes: u64, dtype: Dtype, world_size: u32) -> BackendResult<usize> {
-    let per_rank = bytes / (dtype.size_bytes() * u64::from(world_size.max(1)));
-    if per_rank == 0 || per_rank * dtype.size_bytes() * u64::from(world_size) != bytes {
-        return Err(BackendError::Misuse(format!(
-            "an all-gather of {bytes} bytes is not a whole number of {} elements per rank over {world_size} ranks",
-            dtype.name()
-        )));
-    }
-    usize::try_from(per_rank).map_err(|_| BackendError::Misuse(format!("an all-gather of {bytes} bytes: the element count does not fit in memory")))
-}
-
-/// Compare a gathered buffer (widened to f32) with every rank's
-/// [`contribution`]: element `r * count + i` must be rank r's element i.
-pub fn verify_gather(values: &[f32], dtype: Dtype, count: usize) -> CheckOutcome {
-    let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
-    for (j, &got) in values.iter().enumerate() {
-        let (r, i) = (j / count.max(1), j % count.max(1));
-        let want = contribution(dtype, r as u32, i);
-        if got != want {
-            out.wrong_elements += 1;
-            if out.first_wrong.is_none() {
-                out.first_wrong = Some(format!("element {i} of rank {r}'s block is {got}, expected {want} ({})", dtype.name()));
-            }
-        }
-    }
-    out
-}
-
 /// bf16 bit patterns of [`contribution`] for elements `0..count`.
 pub fn bf16_contributions(rank: u32, count: usize) -> Vec<u16> {
     (0..count).map(|i| half::bf16::from_f32(contribution(Dtype::Bf16, rank, i)).to_bits()).collect()
@@ -510,10 +463,11 @@ mod tests {
     fn a_result_from_the_wrong_element_fails_the_check() {
         let world = 4;
         let good: Vec<f32> = (0..9).map(|i| expected_sum(Dtype::Bf16, world, i)).collect();
-        assert_eq!(verify_sum(&good, Dtype::Bf16, world).wrong_elements, 0);
+        let op = own::OwnOp::new(CollectiveKind::AllReduce, 9 * 2, Dtype::Bf16, world, 0).unwrap();
+        assert_eq!(op.verify(&good, Dtype::Bf16).wrong_elements, 0);
         let mut shifted = good.clone();
         shifted.rotate_left(1);
-        let out = verify_sum(&shifted, Dtype::Bf16, world);
+        let out = op.verify(&shifted, Dtype::Bf16);
         assert!(out.wrong_elements > 0 && out.first_wrong.as_deref().unwrap_or("").contains("element 0"), "{out:?}");
         let bits = bf16_contributions(1, 4);
         assert_eq!(bf16_to_f32(&bits), vec![1.0, 1.0, 2.0, 1.0]);
@@ -523,14 +477,16 @@ mod tests {
     fn gathered_blocks_are_checked_per_rank() {
         let count = 5;
         let good: Vec<f32> = (0..3 * count).map(|j| contribution(Dtype::F32, (j / count) as u32, j % count)).collect();
-        assert_eq!(verify_gather(&good, Dtype::F32, count).wrong_elements, 0);
+        let gather = |bytes: u64, n: u32| own::OwnOp::new(CollectiveKind::AllGather, bytes, Dtype::F32, n, 0);
+        let op = gather(3 * count as u64 * 4, 3).unwrap();
+        assert_eq!(op.verify(&good, Dtype::F32).wrong_elements, 0);
         let mut swapped = good.clone();
         swapped.swap(0, count);
-        let out = verify_gather(&swapped, Dtype::F32, count);
+        let out = op.verify(&swapped, Dtype::F32);
         assert_eq!(out.wrong_elements, 2, "{out:?}");
-        assert_eq!(allgather_count(64, Dtype::F32, 4).unwrap(), 4);
-        assert!(allgather_count(8, Dtype::F32, 4).is_err());
-        assert!(allgather_count(24, Dtype::F32, 4).is_err());
+        assert_eq!(gather(64, 4).unwrap().block_elems, 4);
+        assert!(gather(8, 4).is_err());
+        assert!(gather(24, 4).is_err());
     }
 
     #[test]

@@ -131,7 +131,9 @@ impl OwnOp {
     }
 
     /// Compare this rank's result `values` (widened to f32, `recv_elems` of
-    /// them) with what every rank's [`contribution`]s make of it.
+    /// them) with what every rank's [`contribution`]s make of it: how many
+    /// elements are wrong, and the first of them. bf16 sums are exact up to
+    /// [`super::BF16_EXACT_MAX_WORLD`] ranks; larger worlds are refused before a run.
     pub fn verify(&self, values: &[f32], dtype: Dtype) -> CheckOutcome {
         let mut out = CheckOutcome { wrong_elements: 0, first_wrong: None };
         for (j, &got) in values.iter().enumerate() {
