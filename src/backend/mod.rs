@@ -401,7 +401,7 @@ pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
 /// bounds both buffers of every kind: neither exceeds nccl-tests' size).
 /// Returns the element count.
 pub fn issue_count(kind: CollectiveKind, outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
-    let what = kind.name().replace('_', "-");
+    let what = kind.label();
     if outstanding {
         return Err(BackendError::Misuse("internal: a collective is already outstanding".into()));
     }

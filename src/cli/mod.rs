@@ -136,8 +136,8 @@ pub struct RankArgs {
     /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as nccl-tests -c).
     #[arg(long, short = 'c', default_value_t = 1)]
     pub check: u32,
-    /// The collective the isolated phase sweeps, as nccl-tests' *_perf programs:
-    /// all_reduce, all_gather, reduce_scatter, broadcast (root 0), reduce (root 0), all_to_all.
+    /// The collective the isolated phase sweeps, as nccl-tests' *_perf programs: every kind
+    /// with a bus-bandwidth factor (rooted kinds from rank 0).
     #[arg(long, value_enum, default_value = "all_reduce")]
     pub collective: crate::core::workload::SweepKind,
     /// The isolated sweep's reduction, for all_reduce, reduce_scatter and reduce (as nccl-tests -o;

@@ -120,6 +120,9 @@ pub struct KindRow {
     /// The bus-bandwidth factor, for the kinds a size sweep runs (a send
     /// needs its receive, a barrier moves nothing: neither is swept).
     pub bus_bw: Option<BusBw>,
+    /// How `rank --collective` describes the kind: the nccl-tests program
+    /// that sweeps it; set exactly where `bus_bw` is.
+    pub sweep_help: Option<&'static str>,
     /// Where its result lands and is checked.
     pub lands: Lands,
 }
@@ -137,6 +140,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::TwiceShare),
+        sweep_help: Some("All-reduce (`all_reduce_perf`)"),
         lands: Lands::Everywhere,
     },
     KindRow {
@@ -149,6 +153,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::OutIsNTimesIn,
         bus_bw: Some(BusBw::Share),
+        sweep_help: Some("All-gather (`all_gather_perf`)"),
         lands: Lands::Everywhere,
     },
     KindRow {
@@ -161,6 +166,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::InIsNTimesOut,
         bus_bw: Some(BusBw::Share),
+        sweep_help: Some("Reduce-scatter (`reduce_scatter_perf`)"),
         lands: Lands::Everywhere,
     },
     KindRow {
@@ -173,6 +179,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::One),
+        sweep_help: Some("Broadcast from rank 0 (`broadcast_perf -r 0`)"),
         lands: Lands::Everywhere,
     },
     KindRow {
@@ -185,6 +192,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: true,
         buffers: Buffers::Same,
         bus_bw: Some(BusBw::One),
+        sweep_help: Some("Reduce to rank 0 (`reduce_perf -r 0`)"),
         lands: Lands::OnRoot,
     },
     KindRow {
@@ -197,6 +205,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Splits,
         bus_bw: Some(BusBw::Share),
+        sweep_help: Some("All-to-all, an even split (`alltoall_perf`)"),
         lands: Lands::Everywhere,
     },
     KindRow {
@@ -209,6 +218,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        sweep_help: None,
         lands: Lands::Nowhere,
     },
     KindRow {
@@ -221,6 +231,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        sweep_help: None,
         lands: Lands::AtPeer,
     },
     KindRow {
@@ -233,6 +244,7 @@ pub const KINDS: [KindRow; 9] = [
         reduces: false,
         buffers: Buffers::Free,
         bus_bw: None,
+        sweep_help: None,
         lands: Lands::Here,
     },
 ];
@@ -262,6 +274,10 @@ impl CollectiveKind {
     /// Snake-case name as serialized.
     pub fn name(self) -> &'static str {
         self.row().name
+    }
+    /// The name as prose writes it (`all-reduce`), for messages.
+    pub fn label(self) -> String {
+        self.name().replace('_', "-")
     }
 }
 

@@ -150,7 +150,7 @@ pub(super) fn plan(args: &RankOptions) -> Result<Plan> {
         check: args.check,
         fill_residual: args.fill_residual,
         membound_bytes: crate::core::units::parse_bytes(&args.membound_bytes)?,
-        isolated_collective: (args.collective != crate::core::workload::SweepKind::AllReduce).then_some(args.collective),
+        isolated_collective: (args.collective != crate::core::workload::SweepKind::default()).then_some(args.collective),
         isolated_op: args.op,
         dtype: args.dtype.unwrap_or(if shape.is_some() { Dtype::Bf16 } else { Dtype::F32 }),
         gemm_dtype: Some(gemm_dtype),

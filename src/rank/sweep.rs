@@ -47,7 +47,7 @@ fn bad(msg: String) -> anyhow::Error {
 /// the cpu backend, graph mode on the executor's path.
 pub fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard::BackendKind, op_given: bool) -> Result<()> {
     let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
-    if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::AllReduce || op_given) {
+    if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::default() || op_given) {
         return Err(bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()));
     }
     if op_given && !kind.reduces() {
@@ -136,12 +136,7 @@ pub fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<
     let mut colls = Vec::with_capacity(spec.isolated_sizes().len());
     for (i, &b) in spec.isolated_sizes().iter().enumerate() {
         let count = kind.count(b, e, n).expect("check_world refused sizes without a whole element per rank");
-        let per = count / n as u64;
-        let elems = match kind {
-            SweepKind::AllGather => (per, count),
-            SweepKind::ReduceScatter => (count, per),
-            _ => (count, count),
-        };
+        let elems = kind.elements(count, n);
         let mut c = TraceCollective::new(kind.kind(), kind.name(), SWEEP_GROUP_NAME, dtype, elems, (None, None), (kind.root(), None));
         c.seq = i as u64;
         colls.push(c);
@@ -301,6 +296,11 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::collective::CollectiveKind;
+
+    fn sk(kind: CollectiveKind) -> SweepKind {
+        SweepKind::of(kind).unwrap()
+    }
 
     fn spec(kind: SweepKind, op: ReduceOp, dtype: Dtype, sizes: Vec<u64>) -> WorkloadSpec {
         let mut s = WorkloadSpec::isolated_only(8, 1, crate::core::workload::GemmShape { m: 1, n: 1, k: 1 });
@@ -314,37 +314,37 @@ mod tests {
 
     #[test]
     fn collectives_follow_nccl_tests_counts() {
-        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8, 32, 40]);
+        let s = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![8, 32, 40]);
         let (t, c) = sweep_collectives(&s, 2).unwrap();
         assert_eq!(t.groups[0].members, vec![0, 1]);
         // all-gather: the size is the gathered buffer; each rank sends half
         assert_eq!(c.iter().map(|c| (c.in_elems, c.out_elems)).collect::<Vec<_>>(), vec![(1, 2), (4, 8), (5, 10)]);
-        let s = spec(SweepKind::ReduceScatter, ReduceOp::Max, Dtype::F32, vec![40]);
+        let s = spec(sk(CollectiveKind::ReduceScatter), ReduceOp::Max, Dtype::F32, vec![40]);
         let (_, c) = sweep_collectives(&s, 4).unwrap();
         // 10 elements round down to 8 over 4 ranks: 2 per rank
         assert_eq!((c[0].in_elems, c[0].out_elems), (8, 2));
-        let s = spec(SweepKind::Broadcast, ReduceOp::Sum, Dtype::F32, vec![8]);
+        let s = spec(sk(CollectiveKind::Broadcast), ReduceOp::Sum, Dtype::F32, vec![8]);
         assert_eq!(sweep_collectives(&s, 3).unwrap().1[0].root, Some(0));
     }
 
     #[test]
     fn refusals_name_the_fix() {
-        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8]);
+        let s = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![8]);
         let e = check_world(&s, 3).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_ARGUMENT]") && e.contains("pass -b 12 or more"), "{e}");
         // products of up to 4 ranks' contributions: 3 x 4 x 5 x 6 = 360 > 256 in bf16
-        let s = spec(SweepKind::AllReduce, ReduceOp::Prod, Dtype::Bf16, vec![8]);
+        let s = spec(sk(CollectiveKind::AllReduce), ReduceOp::Prod, Dtype::Bf16, vec![8]);
         assert!(check_world(&s, 3).is_ok());
         let e = check_world(&s, 4).unwrap_err().to_string();
         assert!(e.contains("--dtype f32"), "{e}");
-        let s = spec(SweepKind::AllReduce, ReduceOp::Avg, Dtype::F32, vec![8]);
+        let s = spec(sk(CollectiveKind::AllReduce), ReduceOp::Avg, Dtype::F32, vec![8]);
         assert!(check_world(&s, 4).is_ok() && check_world(&s, 3).is_err());
-        let s = spec(SweepKind::Reduce, ReduceOp::Min, Dtype::Bf16, vec![8]);
+        let s = spec(sk(CollectiveKind::Reduce), ReduceOp::Min, Dtype::Bf16, vec![8]);
         assert!(check_world(&s, 1000).is_ok());
-        let s = spec(SweepKind::AllReduce, ReduceOp::Avg, Dtype::F32, vec![8]);
+        let s = spec(sk(CollectiveKind::AllReduce), ReduceOp::Avg, Dtype::F32, vec![8]);
         let e = check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string();
         assert!(e.contains("MPI has no average"), "{e}");
-        let s = spec(SweepKind::AllGather, ReduceOp::Sum, Dtype::F32, vec![8]);
+        let s = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![8]);
         assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string().contains("has no reduction"));
         assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, false).is_ok());
     }

@@ -20,6 +20,7 @@
 //! element per rank); the size used is recorded.
 use crate::backend::Backend;
 use crate::core::clock::RankClock;
+use crate::core::collective::CollectiveKind;
 use crate::core::workload::SweepKind;
 use crate::evidence::shard::Dtype;
 use anyhow::Result;
@@ -44,8 +45,8 @@ impl Collective {
     /// The kind it sweeps.
     pub fn kind(self) -> SweepKind {
         match self {
-            Collective::AllReduce => SweepKind::AllReduce,
-            Collective::AllGather => SweepKind::AllGather,
+            Collective::AllReduce => SweepKind::default(),
+            Collective::AllGather => SweepKind::of(CollectiveKind::AllGather).expect("all-gather has a bus-bandwidth factor"),
         }
     }
 

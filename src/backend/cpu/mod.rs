@@ -228,7 +228,7 @@ impl CpuBackend {
                 }
             }
         };
-        let what = format!("{} of {bytes} bytes", kind.name().replace('_', "-"));
+        let what = format!("{} of {bytes} bytes", kind.label());
         if rc != 0 {
             return Err(BackendError::Mpi { call: format!("{call}: {what}"), code: rc });
         }

@@ -344,7 +344,7 @@ impl Backend for CudaBackend {
 
     fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
         let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
-        let what = kind.name().replace('_', "-");
+        let what = kind.label();
         let mut values = self.read_result(op.recv_elems as u64 * dtype.size_bytes(), dtype, &what)?;
         // the negative control spoils an all-reduce's result only, as it always has
         if kind == CollectiveKind::AllReduce && std::mem::take(&mut self.corrupt_next_check) {

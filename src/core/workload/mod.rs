@@ -230,7 +230,7 @@ impl WorkloadSpec {
     /// Whether the isolated phase runs through the trace executor (every
     /// sweep but the sum all-reduce, which the backend's own path runs).
     pub fn sweep_uses_executor(&self) -> bool {
-        self.sweep_kind() != SweepKind::AllReduce || self.sweep_op() != ReduceOp::Sum
+        self.sweep_kind() != SweepKind::default() || self.sweep_op() != ReduceOp::Sum
     }
 
     /// The sizes the isolated phase runs.

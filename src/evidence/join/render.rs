@@ -22,12 +22,7 @@ pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
         return o;
     }
     let kind = rows[0].collective.unwrap_or_default();
-    let size_is = match kind {
-        crate::core::workload::SweepKind::AllGather => "the gathered receive buffer",
-        crate::core::workload::SweepKind::ReduceScatter => "the whole send buffer",
-        crate::core::workload::SweepKind::AllToAll => "one rank's send buffer",
-        _ => "the buffer",
-    };
+    let size_is = kind.size_is();
     let _ = writeln!(o, "isolated {kind}, per size (size is {size_is}, as nccl-tests; an iteration's time is the largest over ranks, as nccl-tests -I 1):");
     let _ = writeln!(
         o,
