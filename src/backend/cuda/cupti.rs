@@ -1,7 +1,9 @@
 //! CUPTI kernel activity records: what ran on the GPU, when, on which stream.
 //!
-//! Consumes `libcupti` (loaded at run time by our own dlopen, like NCCL; a
-//! missing library is a reason recorded in the shard, never a panic).
+//! Consumes `libcupti`, found here (the usual sonames, then the CUDA
+//! toolkit's own directories) and called through cudarc's CUPTI activity API,
+//! which is checked to resolve to the same loaded file; a missing library is a
+//! reason recorded in the shard, never a panic.
 //! Produces, per pass, the kernels that executed (concurrent-kernel activity
 //! records: start, end, stream, correlation id, name), with CUPTI timestamps
 //! mapped onto this rank's host clock through an anchor read back to back
@@ -11,13 +13,17 @@
 //! time to equal those of the newest record of the targeted CUDA), and a record that fails the sanity checks (end before start, no name)
 //! is counted as malformed, not used.
 use anyhow::{bail, Context, Result};
+use cudarc::cupti::result::{self as cupti, activity};
+use cudarc::cupti::sys::CUpti_ActivityKind;
 use libloading::Library;
 use std::sync::Mutex;
 
-/// `CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`.
-const KIND_CONCURRENT_KERNEL: u32 = 10;
-/// `CUPTI_ACTIVITY_KIND_KERNEL` (also accepted when read back).
-const KIND_KERNEL: u32 = 3;
+/// The kind enabled: concurrent-kernel records.
+const KIND: CUpti_ActivityKind = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+/// The record kinds read back (a record's leading `u32`, read as a number,
+/// never as the enum: CUPTI may write kinds the bindings do not know).
+const KIND_CONCURRENT_KERNEL: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32;
+const KIND_KERNEL: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_KERNEL as u32;
 const BUFFER_BYTES: usize = 8 << 20;
 
 /// One kernel as CUPTI reported it (CUPTI timestamps, ns).
@@ -43,7 +49,7 @@ struct Collected {
 
 static COLLECTED: Mutex<Collected> = Mutex::new(Collected { kernels: Vec::new(), malformed: 0, dropped: 0 });
 
-extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     // SAFETY: CUPTI passes valid out-pointers; the buffer is freed in buffer_completed.
     unsafe {
         let p = libc::aligned_alloc(8, BUFFER_BYTES) as *mut u8;
@@ -52,9 +58,6 @@ extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_recor
         *max_records = 0;
     }
 }
-
-type GetNextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32;
-static GET_NEXT: Mutex<Option<GetNextRecord>> = Mutex::new(None);
 
 /// The kernel record whose layout is read: the oldest one CUPTI may still
 /// deliver for `CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`. Newer records only
@@ -102,33 +105,40 @@ unsafe fn read_kernel(rec: *const u8) -> Option<RawKernel> {
     Some(RawKernel { start, end, stream: rd_u32(OFF_STREAM), correlation: rd_u32(OFF_CORRELATION), name })
 }
 
-extern "C" fn buffer_completed(_ctx: *mut std::ffi::c_void, _stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
+unsafe extern "C" fn buffer_completed(ctx: cudarc::driver::sys::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     if buffer.is_null() {
         return;
     }
-    let next = *GET_NEXT.lock().unwrap_or_else(|e| e.into_inner());
     let mut got = Vec::new();
     let mut malformed = 0;
-    if let Some(next) = next {
-        let mut rec: *mut u8 = std::ptr::null_mut();
-        // SAFETY: buffer/valid come from CUPTI; records are read only through CUPTI's iterator.
-        unsafe {
-            while next(buffer, valid, &mut rec) == 0 && !rec.is_null() {
-                let kind = std::ptr::read_unaligned(rec as *const u32);
-                if kind == KIND_CONCURRENT_KERNEL || kind == KIND_KERNEL {
-                    match read_kernel(rec) {
-                        Some(k) => got.push(k),
-                        None => malformed += 1,
-                    }
+    let mut rec: *mut cudarc::cupti::sys::CUpti_Activity = std::ptr::null_mut();
+    // SAFETY: buffer/valid come from CUPTI; records are read only through CUPTI's iterator.
+    unsafe {
+        while activity::get_next_record(buffer, valid, &mut rec).is_ok() && !rec.is_null() {
+            let kind = std::ptr::read_unaligned(rec as *const u32);
+            if kind == KIND_CONCURRENT_KERNEL || kind == KIND_KERNEL {
+                match read_kernel(rec as *const u8) {
+                    Some(k) => got.push(k),
+                    None => malformed += 1,
                 }
             }
         }
     }
+    // Records CUPTI could not store for want of buffer space (its documented
+    // check in the completion callback): counted, so that a pass that lost
+    // kernels says so.
+    let mut dropped = 0usize;
+    // SAFETY: ctx and stream are the ones CUPTI passed; writes one usize.
+    let dropped = match unsafe { activity::get_num_dropped_records(ctx, stream, &mut dropped) } {
+        Ok(()) => dropped as u64,
+        Err(_) => 0,
+    };
     // SAFETY: allocated by aligned_alloc in buffer_requested.
     unsafe { libc::free(buffer as *mut libc::c_void) };
     let mut c = COLLECTED.lock().unwrap_or_else(|e| e.into_inner());
     c.kernels.extend(got);
     c.malformed += malformed;
+    c.dropped += dropped;
 }
 
 /// An enabled CUPTI kernel-activity session. The library is never unloaded:
@@ -136,10 +146,6 @@ extern "C" fn buffer_completed(_ctx: *mut std::ffi::c_void, _stream: u32, buffer
 /// process exits made ranks crash at exit on the H200s.
 pub struct Cupti {
     _lib: std::mem::ManuallyDrop<Library>,
-    flush_all: unsafe extern "C" fn(u32) -> i32,
-    get_timestamp: unsafe extern "C" fn(*mut u64) -> i32,
-    disable: unsafe extern "C" fn(u32) -> i32,
-    enable: unsafe extern "C" fn(u32) -> i32,
     /// Library file that was loaded.
     pub path: String,
 }
@@ -168,64 +174,49 @@ impl Cupti {
     }
 
     fn enable(lib: Library, path: String) -> Result<Self> {
-        type Register =
-            unsafe extern "C" fn(extern "C" fn(*mut *mut u8, *mut usize, *mut usize), extern "C" fn(*mut std::ffi::c_void, u32, *mut u8, usize, usize)) -> i32;
-        // SAFETY: signatures per cupti_activity.h.
-        unsafe {
-            let register: libloading::Symbol<Register> = lib.get(b"cuptiActivityRegisterCallbacks\0").context("cuptiActivityRegisterCallbacks")?;
-            let enable: libloading::Symbol<unsafe extern "C" fn(u32) -> i32> = lib.get(b"cuptiActivityEnable\0").context("cuptiActivityEnable")?;
-            let next: libloading::Symbol<GetNextRecord> = lib.get(b"cuptiActivityGetNextRecord\0").context("cuptiActivityGetNextRecord")?;
-            let flush_all = *lib.get::<unsafe extern "C" fn(u32) -> i32>(b"cuptiActivityFlushAll\0").context("cuptiActivityFlushAll")?;
-            let get_timestamp = *lib.get::<unsafe extern "C" fn(*mut u64) -> i32>(b"cuptiGetTimestamp\0").context("cuptiGetTimestamp")?;
-            let disable = *lib.get::<unsafe extern "C" fn(u32) -> i32>(b"cuptiActivityDisable\0").context("cuptiActivityDisable")?;
-            *GET_NEXT.lock().unwrap_or_else(|e| e.into_inner()) = Some(*next);
-            let rc = register(buffer_requested, buffer_completed);
-            if rc != 0 {
-                bail!("cuptiActivityRegisterCallbacks failed with CUPTI error {rc}");
-            }
-            let rc = enable(KIND_CONCURRENT_KERNEL);
-            if rc != 0 {
-                bail!("cuptiActivityEnable(CONCURRENT_KERNEL) failed with CUPTI error {rc} (profiling may be restricted on this machine)");
-            }
-            let enable = *enable;
-            Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), flush_all, get_timestamp, disable, enable, path })
+        // cudarc loads CUPTI by soname; it must find the file loaded here (an
+        // already-loaded soname resolves to it), not panic or take another.
+        // SAFETY: probing library names with dlopen; nothing is called.
+        if !unsafe { cudarc::cupti::sys::is_culib_present() } {
+            bail!(
+                "CUPTI was loaded from {path}, but cudarc finds no CUPTI by its sonames (tried {}); add its directory to LD_LIBRARY_PATH",
+                super::probe::lib_names("cupti")
+            );
         }
+        // SAFETY: looking up a symbol's address in two handles; nothing is called.
+        let same = unsafe {
+            let ours = lib.get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
+            let theirs = cudarc::cupti::sys::culib().get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
+            ours == theirs
+        };
+        if !same {
+            bail!("CUPTI was loaded from {path}, but cudarc resolved another CUPTI library; put {path}'s directory first in LD_LIBRARY_PATH");
+        }
+        activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
+            .map_err(|e| anyhow::anyhow!("cuptiActivityRegisterCallbacks failed: {e}"))?;
+        activity::enable(KIND)
+            .map_err(|e| anyhow::anyhow!("cuptiActivityEnable(CONCURRENT_KERNEL) failed: {e} (profiling may be restricted on this machine)"))?;
+        Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), path })
     }
 
     /// Turn kernel records on or off for the kernels launched from now on.
     pub fn set_enabled(&self, on: bool) -> Result<()> {
-        // SAFETY: plain CUPTI calls on a kind this module enabled before.
-        let rc = unsafe {
-            if on {
-                (self.enable)(KIND_CONCURRENT_KERNEL)
-            } else {
-                (self.disable)(KIND_CONCURRENT_KERNEL)
-            }
-        };
-        if rc != 0 {
-            bail!("cuptiActivity{}(CONCURRENT_KERNEL) failed with CUPTI error {rc}", if on { "Enable" } else { "Disable" });
-        }
-        Ok(())
+        let r = if on { activity::enable(KIND) } else { activity::disable(KIND) };
+        r.map_err(|e| anyhow::anyhow!("cuptiActivity{}(CONCURRENT_KERNEL) failed: {e}", if on { "Enable" } else { "Disable" }))
     }
 
     /// CUPTI's clock now, ns.
     pub fn timestamp(&self) -> Result<u64> {
         let mut t = 0u64;
         // SAFETY: writes one u64.
-        let rc = unsafe { (self.get_timestamp)(&mut t) };
-        if rc != 0 {
-            bail!("cuptiGetTimestamp failed with CUPTI error {rc}");
-        }
+        unsafe { cupti::get_timestamp(&mut t) }.map_err(|e| anyhow::anyhow!("cuptiGetTimestamp failed: {e}"))?;
         Ok(t)
     }
 
     /// Flush and take every kernel recorded so far, with the malformed and dropped counts.
     pub fn drain(&self) -> Result<(Vec<RawKernel>, u64, u64)> {
-        // SAFETY: forced flush of all buffers; callbacks run before it returns.
-        let rc = unsafe { (self.flush_all)(1) };
-        if rc != 0 {
-            bail!("cuptiActivityFlushAll failed with CUPTI error {rc}");
-        }
+        // A forced flush of all buffers; the completion callbacks run before it returns.
+        activity::flush_all(1).map_err(|e| anyhow::anyhow!("cuptiActivityFlushAll failed: {e}"))?;
         let mut c = COLLECTED.lock().unwrap_or_else(|e| e.into_inner());
         let k = std::mem::take(&mut c.kernels);
         let (m, d) = (std::mem::take(&mut c.malformed), std::mem::take(&mut c.dropped));
@@ -235,13 +226,11 @@ impl Cupti {
 
 impl Drop for Cupti {
     fn drop(&mut self) {
-        // SAFETY: disabling a kind that was enabled.
-        let _ = unsafe { (self.disable)(KIND_CONCURRENT_KERNEL) };
-        // SAFETY: final flush so CUPTI returns its buffers before the library goes.
-        let _ = unsafe { (self.flush_all)(1) };
+        let _ = activity::disable(KIND);
+        // A final flush, so that CUPTI returns its buffers.
+        let _ = activity::flush_all(1);
     }
 }
-
 #[cfg(test)]
 mod tests {
     #[test]

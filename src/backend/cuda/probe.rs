@@ -25,72 +25,52 @@ pub struct DriverReport {
     pub devices: Vec<String>,
 }
 
-/// Query the driver for its version and device names (our own dlopen, so a
-/// missing driver is an error, not a panic).
+/// Query the driver for its version and device names (through cudarc, once
+/// [`probe_devices`] has found the driver, so that a missing driver is an
+/// error, not a panic).
 pub fn driver_report() -> Result<DriverReport, String> {
+    use cudarc::driver::result::device;
     let n = probe_devices()?;
-    let lib = libcuda()?;
-    // SAFETY: signatures per the CUDA driver API; the library stays loaded for the process.
-    unsafe {
-        type Ver = unsafe extern "C" fn(*mut i32) -> i32;
-        type Get = unsafe extern "C" fn(*mut i32, i32) -> i32;
-        type Name = unsafe extern "C" fn(*mut std::os::raw::c_char, i32, i32) -> i32;
-        let ver: libloading::Symbol<Ver> = lib.get(b"cuDriverGetVersion\0").map_err(|e| e.to_string())?;
-        let get: libloading::Symbol<Get> = lib.get(b"cuDeviceGet\0").map_err(|e| e.to_string())?;
-        let name: libloading::Symbol<Name> = lib.get(b"cuDeviceGetName\0").map_err(|e| e.to_string())?;
-        let mut v = 0;
-        if ver(&mut v) != 0 {
-            return Err("cuDriverGetVersion failed".into());
-        }
-        let mut devices = Vec::new();
-        for i in 0..n as i32 {
-            let mut dev = 0;
-            if get(&mut dev, i) != 0 {
-                return Err(format!("cuDeviceGet({i}) failed"));
-            }
-            let mut buf = [0 as std::os::raw::c_char; 256];
-            if name(buf.as_mut_ptr(), 256, dev) != 0 {
-                return Err(format!("cuDeviceGetName({i}) failed"));
-            }
-            devices.push(std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned());
-        }
-        Ok(DriverReport { driver_version: v, devices })
+    let mut v = 0;
+    // SAFETY: cuDriverGetVersion writes one int; the driver is present (probe_devices).
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+    let mut devices = Vec::new();
+    for i in 0..n as i32 {
+        let dev = device::get(i).map_err(|e| format!("cuDeviceGet({i}) failed: {e}"))?;
+        devices.push(device::get_name(dev).map_err(|e| format!("cuDeviceGetName({i}) failed: {e}"))?);
+    }
+    Ok(DriverReport { driver_version: v, devices })
+}
+
+/// Whether cudarc finds the CUDA driver library. cudarc panics on its first
+/// call when it cannot, so every driver call here comes after this check.
+fn driver_present() -> Result<(), String> {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: probing library names with dlopen; nothing is called.
+    if *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() }) {
+        Ok(())
+    } else {
+        Err(format!("no CUDA driver: libcuda could not be loaded (tried {})", lib_names("cuda")))
     }
 }
 
-/// The CUDA driver library, loaded once per process and never unloaded (the
-/// driver keeps process-wide state; cudarc loads the same file for its calls).
-fn libcuda() -> Result<&'static Library, String> {
-    static LIBCUDA: std::sync::OnceLock<Result<Library, String>> = std::sync::OnceLock::new();
-    LIBCUDA
-        .get_or_init(|| {
-            // SAFETY: loading the CUDA driver runs its initialisers; it is the documented way to use it.
-            unsafe { Library::new("libcuda.so.1") }.map_err(|e| format!("no CUDA driver: libcuda.so.1 could not be loaded ({e})"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+/// The file names cudarc tries for library `name`, once each, in its order.
+pub(super) fn lib_names(name: &str) -> String {
+    let mut seen = Vec::new();
+    for n in cudarc::get_lib_name_candidates(name) {
+        if !seen.contains(&n) {
+            seen.push(n);
+        }
+    }
+    seen.join(", ")
 }
 
-/// Count CUDA devices through the driver API, loaded dynamically.
+/// Count CUDA devices through the driver API (cudarc, loaded at run time).
 pub fn probe_devices() -> Result<u32, String> {
-    let lib = libcuda()?;
-    type CuInit = unsafe extern "C" fn(u32) -> i32;
-    type CuCount = unsafe extern "C" fn(*mut i32) -> i32;
-    // SAFETY: symbol types match the CUDA driver API (cuInit(unsigned), cuDeviceGetCount(int*)).
-    unsafe {
-        let init: libloading::Symbol<CuInit> = lib.get(b"cuInit\0").map_err(|e| format!("libcuda.so.1 lacks cuInit ({e})"))?;
-        let count: libloading::Symbol<CuCount> = lib.get(b"cuDeviceGetCount\0").map_err(|e| format!("libcuda.so.1 lacks cuDeviceGetCount ({e})"))?;
-        let rc = init(0);
-        if rc != 0 {
-            return Err(format!("cuInit failed with CUDA error {rc}"));
-        }
-        let mut n = 0i32;
-        let rc = count(&mut n);
-        if rc != 0 {
-            return Err(format!("cuDeviceGetCount failed with CUDA error {rc}"));
-        }
-        Ok(n.max(0) as u32)
-    }
+    driver_present()?;
+    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e}"))?;
+    let n = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    Ok(n.max(0) as u32)
 }
 
 /// cudarc panics when it cannot find a library; find cuBLAS ourselves first.
