@@ -15,7 +15,7 @@
 //! only where the source's tail recurs (at least one position per source job
 //! on average); below that it is left out, not passed or failed on noise.
 //! A maximum is compared at the candidate's own count of collectives (the
-//! source's block maxima, [`replay::max_check`]), since the largest of n draws grows
+//! source's block maxima, `replay::max_check`), since the largest of n draws grows
 //! with n. Tolerances are never tighter than the source's own job-to-job spread:
 //! for a statistic, the largest range of its log across the rounds of one
 //! configuration of the source (two jobs of one configuration differed by
