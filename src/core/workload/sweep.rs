@@ -20,7 +20,7 @@ the buffer (send = receive); all-gather: the gathered receive buffer,
 every rank's part (`sendcount x n`); reduce-scatter: the whole send buffer
 (`recvcount x n`); all-to-all: one rank's send buffer (= its receive
 buffer). The shard's events keep their own convention
-([`crate::evidence::shard::CollectiveKind`]: an all-gather's `bytes` is one
+([`crate::core::collective::CollectiveKind`]: an all-gather's `bytes` is one
 member's input), and [`SweepKind::size_bytes`] converts."
     };
 }
