@@ -14,7 +14,7 @@ use crate::analysis::ranking::{self, Relation};
 use anyhow::{bail, Result};
 
 /// Both sides' phase reports and their agreement.
-pub fn proxy_against_truth(
+pub(crate) fn proxy_against_truth(
     proxy: &PhaseInput,
     truth: &PhaseInput,
     policy: &AnalysisPolicy,
@@ -37,7 +37,7 @@ pub fn proxy_against_truth(
 }
 
 /// The relations of every pair using only the first `rounds` rounds (in round order), at the phase's simultaneous coverage.
-pub fn relations_in_first_rounds(p: &PhaseInput, policy: &AnalysisPolicy, rounds: usize) -> Result<Vec<Relation>> {
+pub(crate) fn relations_in_first_rounds(p: &PhaseInput, policy: &AnalysisPolicy, rounds: usize) -> Result<Vec<Relation>> {
     let t = tables(p)?;
     if rounds < 2 || rounds > t.table.len() {
         bail!("{rounds} rounds asked of {}", t.table.len());

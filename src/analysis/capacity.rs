@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 /// Hours in a (non-leap) year.
-pub const HOURS_PER_YEAR: f64 = 8760.0;
+pub(crate) const HOURS_PER_YEAR: f64 = 8760.0;
 
 /// One configuration's need.
 #[derive(Serialize, schemars::JsonSchema, Clone, Debug, PartialEq)]

@@ -134,7 +134,7 @@ pub fn decide(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Verdict {
 }
 
 /// Student-t quantile with `df` degrees of freedom.
-pub fn t_quantile(p: f64, df: f64) -> f64 {
+pub(crate) fn t_quantile(p: f64, df: f64) -> f64 {
     match StudentsT::new(0.0, 1.0, df) {
         Ok(t) => t.inverse_cdf(p),
         Err(_) => f64::NAN,
@@ -187,7 +187,7 @@ impl PairedInterval {
 }
 
 /// Per-round log-ratios ln(a_r / b_r).
-pub fn log_ratios(a: &[f64], b: &[f64]) -> Result<Vec<f64>> {
+pub(crate) fn log_ratios(a: &[f64], b: &[f64]) -> Result<Vec<f64>> {
     if a.len() != b.len() {
         bail!("paired rounds differ in number ({} and {})", a.len(), b.len());
     }
@@ -246,7 +246,7 @@ pub fn rounds_to_decide(sd_log: f64, effect_pct: f64, min_effect_pct: f64, cover
 /// Approximate probability that `rounds` rounds decide a true difference of
 /// `effect_pct` beyond ± `min_effect_pct` (the same approximation as
 /// [`rounds_to_decide`]: the t distribution shifted by the standardized gap).
-pub fn approx_power(sd_log: f64, effect_pct: f64, min_effect_pct: f64, coverage: f64, rounds: u32) -> f64 {
+pub(crate) fn approx_power(sd_log: f64, effect_pct: f64, min_effect_pct: f64, coverage: f64, rounds: u32) -> f64 {
     let e = pct_to_log(effect_pct);
     let thr = if effect_pct >= 0.0 { pct_to_log(min_effect_pct) } else { pct_to_log(-min_effect_pct) };
     if effect_pct.abs() <= min_effect_pct || rounds < 2 {
@@ -276,7 +276,7 @@ pub fn rounds_to_show_equivalence(sd_log: f64, min_effect_pct: f64, coverage: f6
 }
 
 /// Words for a suggested round count.
-pub fn rounds_words(n: Option<u32>) -> String {
+pub(crate) fn rounds_words(n: Option<u32>) -> String {
     match n {
         Some(n) => format!("{n} rounds"),
         None => format!("more than {MAX_ROUNDS} rounds (or never, for an effect within the minimum effect)"),
@@ -308,7 +308,7 @@ pub struct RankProbabilities {
 }
 
 /// Two-way decomposition of `ln table[r][c]`: (config means, residual SS, df).
-pub fn two_way(table: &[Vec<f64>]) -> Result<(Vec<f64>, f64, u32)> {
+pub(crate) fn two_way(table: &[Vec<f64>]) -> Result<(Vec<f64>, f64, u32)> {
     let n = table.len();
     if n < 2 {
         bail!("rank probabilities need at least 2 rounds, got {n}");

@@ -70,18 +70,22 @@ use crate::analysis::tau::tau_estimates;
 use crate::core::workload::Phase;
 use anyhow::{bail, Context, Result};
 
-pub use crate::analysis::controls::{aa_level, aa_outcome};
+pub use crate::analysis::controls::aa_level;
+pub(crate) use crate::analysis::controls::aa_outcome;
 pub use crate::analysis::inference::COVERAGE;
 pub use crate::analysis::model::{
-    AaFamily, AnalysisInput, CanaryClaim, CanaryResult, CanarySection, ClaimContext, ConfigRow, ControlOutcome, ControlResult, ControlsInput, DelayCounts,
-    JobData, KnownBadInput, PairRow, PhaseInput, PhaseReport, ProxyAgreement, Quantiles, RankModel, Report, TauEstimate, TimelineExcerpt, TraceCanaryInput,
-    TraceCanaryReport, TraceClaim, TraceKindClaim, TraceVariantAgreement, REPORT_FORMAT_VERSION,
+    AaFamily, CanarySection, ControlResult, DelayCounts, PhaseReport, ProxyAgreement, TimelineExcerpt, TraceCanaryInput, TraceClaim,
 };
-pub use crate::analysis::replicate::{render_replication, replicate, PairReplication, Replication, ReplicationOutcome};
+pub use crate::analysis::model::{
+    AnalysisInput, CanaryClaim, CanaryResult, ClaimContext, ConfigRow, ControlOutcome, ControlsInput, JobData, KnownBadInput, PairRow, PhaseInput, Quantiles,
+    RankModel, Report, TauEstimate, TraceCanaryReport, TraceKindClaim, TraceVariantAgreement, REPORT_FORMAT_VERSION,
+};
+pub(crate) use crate::analysis::replicate::render_replication;
+pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
 pub use crate::analysis::text::render;
 
 /// How every interval of the report is made, and what its coverage was measured to be.
-pub const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
+pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
      the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K A/A controls one family at 95% \
      (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
      is in results/2026-11-30-calibration-simultaneous/ (lowest cell 94.9%); with 2 rounds only the Gaussian case is exact";

@@ -29,7 +29,7 @@ pub struct OverlapReport {
 }
 
 /// Sorted, disjoint union of intervals.
-pub fn union(intervals: &[(f64, f64)]) -> Result<Vec<(f64, f64)>> {
+pub(crate) fn union(intervals: &[(f64, f64)]) -> Result<Vec<(f64, f64)>> {
     let mut v: Vec<(f64, f64)> = Vec::with_capacity(intervals.len());
     for &(s, e) in intervals {
         if !s.is_finite() || !e.is_finite() {
@@ -56,7 +56,7 @@ fn length(u: &[(f64, f64)]) -> f64 {
 }
 
 /// Length of the intersection of two disjoint, sorted unions.
-pub fn intersection_length(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
+pub(crate) fn intersection_length(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
     let (mut i, mut j, mut t) = (0, 0, 0.0);
     while i < a.len() && j < b.len() {
         let s = a[i].0.max(b[j].0);
@@ -197,7 +197,7 @@ pub fn phase_intervals_ns(s: &crate::evidence::shard::Shard, phase: crate::core:
 }
 
 /// Half-open `[start, end)` intervals in ns.
-pub type IntervalsNs = Vec<(u64, u64)>;
+pub(crate) type IntervalsNs = Vec<(u64, u64)>;
 
 /// Overlap per phase and rank from verified shards ([`phase_intervals_ns`]).
 pub fn per_phase(shards: &[crate::evidence::shard::Shard]) -> Result<Vec<PhaseOverlap>> {

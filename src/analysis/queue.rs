@@ -38,7 +38,7 @@ pub enum Arrival {
 /// The load model.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq)]
 #[serde(rename_all = "kebab-case", tag = "mode")]
-pub enum Load {
+pub(crate) enum Load {
     /// Requests arrive on their own schedule.
     Open {
         /// Arrival process.
@@ -59,7 +59,7 @@ pub enum Load {
 
 /// Nearest-rank percentiles, ms.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     /// 50th.
     pub p50: f64,
     /// 95th.
@@ -70,7 +70,7 @@ pub struct Percentiles {
 
 /// One simulation's outcome.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
-pub struct QueueResult {
+pub(crate) struct QueueResult {
     /// The load model.
     pub load: Load,
     /// Requests simulated.
@@ -164,7 +164,7 @@ fn schedule(service_ms: &[f64], load: Load, requests: usize) -> Vec<(f64, f64, f
 }
 
 /// Simulate `requests` requests over `service_ms` under `load`.
-pub fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: Option<f64>, co_correct_ms: Option<f64>) -> Result<QueueResult> {
+pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: Option<f64>, co_correct_ms: Option<f64>) -> Result<QueueResult> {
     if service_ms.is_empty() {
         bail!("no service times");
     }

@@ -207,7 +207,7 @@ pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_
 /// The interval policy's relation from the interval [lo, hi] of (a − b) in
 /// percent of b: the verdict of [`crate::analysis::inference::decide`] (a faster =
 /// `pass`, b faster = `fail`, anything else not distinguished).
-pub fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Relation {
+pub(crate) fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Relation {
     match crate::analysis::inference::decide(lo_pct, hi_pct, min_effect_pct) {
         crate::analysis::inference::Verdict::Pass => Relation::AFaster,
         crate::analysis::inference::Verdict::Fail => Relation::BFaster,

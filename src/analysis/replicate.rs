@@ -127,7 +127,7 @@ pub fn replicate(a: &Report, b: &Report, name_a: &dyn Fn(&str) -> String, name_b
 }
 
 /// Terminal text of a replication.
-pub fn render_replication(r: &Replication) -> String {
+pub(crate) fn render_replication(r: &Replication) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "replication of {} by {}: pairs either campaign decides (interval beyond the minimum effect)", r.campaigns.0, r.campaigns.1);

@@ -49,7 +49,7 @@ pub struct Summary {
 /// One job's sample of the phase's metric, µs: per-token latencies for
 /// workload phases, per-collective completion times (every rank) for
 /// `isolated`; warm-ups excluded.
-pub fn job_samples_us(j: &JoinedRun, phase: Phase) -> Vec<f64> {
+pub(crate) fn job_samples_us(j: &JoinedRun, phase: Phase) -> Vec<f64> {
     if phase.has_tokens() {
         j.shards.iter().flat_map(|s| s.body.tokens.iter()).filter(|t| t.phase == phase && !t.warmup).map(|t| (t.end_ns - t.start_ns) as f64 / 1e3).collect()
     } else {
@@ -58,12 +58,12 @@ pub fn job_samples_us(j: &JoinedRun, phase: Phase) -> Vec<f64> {
 }
 
 /// Per-job median of the phase's metric.
-pub fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
+pub(crate) fn job_median(j: &JoinedRun, phase: Phase) -> Option<f64> {
     median(&mut job_samples_us(j, phase))
 }
 
 /// Parse `LABEL=DIR`.
-pub fn parse_labelled(s: &str) -> Result<(String, PathBuf)> {
+pub(crate) fn parse_labelled(s: &str) -> Result<(String, PathBuf)> {
     let (l, d) = s.split_once('=').with_context(|| format!("{s:?}: expected LABEL=RUN_DIR"))?;
     if l.is_empty() {
         bail!("{s:?}: empty label");

@@ -330,7 +330,7 @@ pub enum BackendError {
 }
 
 /// The result of a backend call.
-pub type BackendResult<T> = std::result::Result<T, BackendError>;
+pub(crate) type BackendResult<T> = std::result::Result<T, BackendError>;
 
 /// Requested backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -359,7 +359,7 @@ impl BackendChoice {
 }
 
 /// `MxNxK` of each GEMM shape, comma-separated (device facts).
-pub fn describe_gemms(gemms: &[GemmShape]) -> String {
+pub(crate) fn describe_gemms(gemms: &[GemmShape]) -> String {
     gemms.iter().map(|g| format!("{}x{}x{}", g.m, g.n, g.k)).collect::<Vec<_>>().join(",")
 }
 
@@ -400,7 +400,7 @@ pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
 /// `capacity_bytes` allocated for the run's element type `allocated` (which
 /// bounds both buffers of every kind: neither exceeds nccl-tests' size).
 /// Returns the element count.
-pub fn issue_count(kind: CollectiveKind, outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
+pub(crate) fn issue_count(kind: CollectiveKind, outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
     let what = kind.label();
     if outstanding {
         return Err(BackendError::Misuse("internal: a collective is already outstanding".into()));
@@ -427,12 +427,12 @@ pub struct CheckOutcome {
 }
 
 /// bf16 bit patterns of [`contribution`] for elements `0..count`.
-pub fn bf16_contributions(rank: u32, count: usize) -> Vec<u16> {
+pub(crate) fn bf16_contributions(rank: u32, count: usize) -> Vec<u16> {
     (0..count).map(|i| half::bf16::from_f32(contribution(Dtype::Bf16, rank, i)).to_bits()).collect()
 }
 
 /// Widen bf16 bit patterns to f32 (exact).
-pub fn bf16_to_f32(bits: &[u16]) -> Vec<f32> {
+pub(crate) fn bf16_to_f32(bits: &[u16]) -> Vec<f32> {
     bits.iter().map(|b| half::bf16::from_bits(*b).to_f32()).collect()
 }
 

@@ -43,7 +43,7 @@ pub struct Op<'a> {
 }
 
 /// The refusal of an operation that outlived `limit`.
-pub fn timeout_error(op: &Op, limit: Duration) -> anyhow::Error {
+pub(crate) fn timeout_error(op: &Op, limit: Duration) -> anyhow::Error {
     let who = match op.peer {
         Some(p) => format!("rank {p} is stopped, dead or far behind"),
         None => "a peer rank is stopped, dead or far behind (a collective does not say which)".to_string(),
@@ -142,7 +142,7 @@ pub fn gather(comm: &SimpleCommunicator, root: u32, mine: &[u8], limit: Duration
 }
 
 /// Send one `u64` to `dest` within `limit`.
-pub fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, limit: Duration, op: Op) -> Result<()> {
+pub(crate) fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, limit: Duration, op: Op) -> Result<()> {
     let owned = Box::new(v);
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
@@ -157,7 +157,7 @@ pub fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, limit: D
 }
 
 /// Receive one `u64` from `src` within `limit`.
-pub fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op) -> Result<u64> {
+pub(crate) fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op) -> Result<u64> {
     let mut owned = Box::new(0u64);
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
@@ -172,7 +172,7 @@ pub fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, 
 }
 
 /// Send `bytes` to `dest` within `limit`: its length (one `u64`), then the bytes, both on `tag`.
-pub fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: &[u8], limit: Duration, op: Op) -> Result<()> {
+pub(crate) fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: &[u8], limit: Duration, op: Op) -> Result<()> {
     send_u64(comm, dest, tag, bytes.len() as u64, limit, op)?;
     let owned = bytes.to_vec();
     let count = c_int::try_from(owned.len())?;
@@ -190,7 +190,7 @@ pub fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: &[u8], 
 
 /// Receive what [`send_bytes`] sent from `src` within `limit`; a length
 /// over `max_len` is refused before anything is allocated.
-pub fn recv_bytes(comm: &SimpleCommunicator, src: u32, tag: i32, max_len: usize, limit: Duration, op: Op) -> Result<Vec<u8>> {
+pub(crate) fn recv_bytes(comm: &SimpleCommunicator, src: u32, tag: i32, max_len: usize, limit: Duration, op: Op) -> Result<Vec<u8>> {
     let len = recv_u64(comm, src, tag, limit, op)?;
     if len > max_len as u64 {
         bail!("the {} ({}) from rank {src} announced {len} bytes, over the limit of {max_len}", op.what, op.phase);

@@ -65,7 +65,7 @@ pub struct AttemptRecord {
 }
 
 /// Attempts file name.
-pub const ATTEMPTS: &str = "attempts.jsonl";
+pub(crate) const ATTEMPTS: &str = "attempts.jsonl";
 
 /// Read every attempt record. A line that ends before its record does (an
 /// append torn by a full disk or a crash: the JSON ends early) is reported on
@@ -80,10 +80,10 @@ pub fn read_attempts(dir: &Path) -> Result<Vec<AttemptRecord>> {
 }
 
 /// (line, bytes) of each torn line of the attempts log that was skipped.
-pub type TornLines = Vec<(usize, usize)>;
+pub(crate) type TornLines = Vec<(usize, usize)>;
 
 /// [`read_attempts`] without printing: the records, and (line, bytes) of each torn line skipped.
-pub fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>, TornLines)> {
+pub(crate) fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>, TornLines)> {
     let p = dir.join(ATTEMPTS);
     if !p.exists() {
         return Ok((Vec::new(), Vec::new()));
@@ -149,7 +149,7 @@ pub(super) fn next_attempt_number(cell: &str, attempts: &[AttemptRecord], runs: 
 /// Manifest identities whose attempts count for this campaign: its own, and
 /// for a joined campaign (`campaign join`) those of its two sources kept in
 /// `sources/`, only when the joined manifest's id names exactly those sources.
-pub fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<String>> {
+pub(crate) fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<String>> {
     let mut out = vec![sha.to_string()];
     let src = dir.join("sources");
     let (a, b) = (src.join("a.manifest.json"), src.join("b.manifest.json"));
@@ -170,7 +170,7 @@ pub fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<Vec<Str
 }
 
 /// Load the manifest and check it against its recorded digest.
-pub fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
+pub(crate) fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
     let bytes = crate::core::limits::read_bounded(&mp, crate::core::limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);

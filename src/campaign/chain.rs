@@ -16,10 +16,10 @@
 //! The stages live in sibling modules and are reached through this one:
 //! `attempts` (the log and the manifest it is held to), `lock`, `exec`,
 //! `select` and `verify`.
-pub use super::attempts::{
-    accepted_manifests, load_manifest, parse_attempts, read_attempts, read_attempts_with_torn, AttemptRecord, AttemptStatus, TornLines, ATTEMPTS,
-};
-pub use super::exec::{cells_without_success, exec, preflight};
-pub use super::lock::{lock_campaign, lock_campaign_for_reading, CampaignLock, INFLIGHT_FILE, LOCK_FILE};
+pub(crate) use super::attempts::{load_manifest, ATTEMPTS};
+pub use super::attempts::{parse_attempts, read_attempts, AttemptRecord, AttemptStatus};
+pub use super::exec::exec;
+pub(crate) use super::exec::{cells_without_success, preflight};
+pub(crate) use super::lock::{lock_campaign, lock_campaign_for_reading, INFLIGHT_FILE, LOCK_FILE};
 pub use super::select::{select, SelectPolicy, Selected, Selection};
 pub use super::verify::{verify, verify_visiting, Verdict};

@@ -151,7 +151,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
 /// without a usable GPU, or no `mpirun` on `PATH`, would fail every cell
 /// with the same error (`srun` jobs run on the allocation's nodes, which
 /// this host cannot check). `what` names the campaign or spec in the message.
-pub fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Result<()> {
+pub(crate) fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Result<()> {
     if spec.launcher.kind != LauncherKind::Mpirun {
         return Ok(());
     }
@@ -175,7 +175,7 @@ pub fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Resu
 
 /// The scheduled cells (or only the one at 1-based position `only`) with no
 /// successful attempt under this campaign's accepted manifests, in schedule order.
-pub fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+pub(crate) fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
     let (m, sha) = load_manifest(dir)?;
     let attempts = read_attempts(dir)?;
     let accepted = accepted_manifests(dir, &m, &sha)?;

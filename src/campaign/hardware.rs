@@ -176,7 +176,7 @@ impl Default for HardwareContract {
 }
 
 /// A field and the value a cell recorded for it (`None`: nothing recorded).
-pub type FieldValue = (HardwareField, Option<String>);
+pub(crate) type FieldValue = (HardwareField, Option<String>);
 
 /// What one cell recorded on the contract's `same` fields (its ranks agreeing).
 #[derive(Clone, Debug, PartialEq)]

@@ -7,12 +7,12 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 /// Lock file of a campaign directory (advisory `flock`).
-pub const LOCK_FILE: &str = "campaign.lock";
+pub(crate) const LOCK_FILE: &str = "campaign.lock";
 /// Directory of in-flight attempt notes (one per running job, removed once its record is appended).
-pub const INFLIGHT_FILE: &str = "inflight";
+pub(crate) const INFLIGHT_FILE: &str = "inflight";
 
 /// A held advisory lock; released when dropped (or when the process dies).
-pub struct CampaignLock {
+pub(crate) struct CampaignLock {
     _files: Vec<std::fs::File>,
 }
 
@@ -51,7 +51,7 @@ fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
 /// each other's timings (`verify` refuses such attempts as
 /// `OVERLAPPING_ATTEMPTS`), so array tasks that land on one node run one
 /// after the other, and tasks on different nodes side by side.
-pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<CampaignLock> {
+pub(crate) fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<CampaignLock> {
     let mut files = vec![flock(&dir.join(LOCK_FILE), cell.is_none(), what)?];
     if let Some(c) = cell {
         let d = dir.join(INFLIGHT_FILE);
@@ -71,7 +71,7 @@ pub fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<Campa
 /// there is no lock file to open: then no command of ours can be changing
 /// it, and `archive` checks every member it wrote against the campaign's
 /// records anyway.
-pub fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option<CampaignLock>> {
+pub(crate) fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option<CampaignLock>> {
     let path = dir.join(LOCK_FILE);
     match open_lock(&path) {
         Ok(_) => lock_campaign(dir, None, what).map(Some),

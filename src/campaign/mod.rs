@@ -42,10 +42,10 @@ pub const CAMPAIGN_STATE: &[&str] = &[
 ];
 
 /// The campaign's frozen copy of `workload.trace`.
-pub const TRACE_FILE: &str = "trace.json";
+pub(crate) const TRACE_FILE: &str = "trace.json";
 
 /// The folder of the configurations' own frozen traces (`traces/NAME.json`).
-pub const CONFIG_TRACES_DIR: &str = "traces";
+pub(crate) const CONFIG_TRACES_DIR: &str = "traces";
 
 /// Read a spec's trace and refuse, once at plan time, what every job would
 /// refuse (the world size, the kinds, the groups): its bytes and SHA-256.
@@ -188,7 +188,7 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
 }
 
 /// Human table of results.
-pub fn render_results(rows: &[ConfigPhaseResult]) -> String {
+pub(crate) fn render_results(rows: &[ConfigPhaseResult]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "{:<21} {:>4}  {:<24} {:>5} {:>12} {:>10} {:>12}", "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us");
@@ -361,7 +361,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
 /// every member is a regular file under one relative top directory (no
 /// absolute names, no `..`, no links or devices, no name twice). Streams the
 /// archive; nothing is extracted.
-pub fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
+pub(crate) fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
     let d: ArchiveDescriptor = serde_json::from_slice(&crate::core::limits::read_bounded(descriptor, crate::core::limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
@@ -397,7 +397,7 @@ const DIGEST_DOCUMENTS: [&str; 3] = ["manifest.json", "manifest.sha256", "select
 /// manifest; every selected run's `run.json` and shards, and every frozen
 /// trace the manifest names, are members with exactly the recorded digests.
 /// `name` is for messages. Refuses with `DIGEST_MISMATCH` naming the member.
-pub fn members_match(m: &Members, manifest_sha256: &str, selection_sha256: Option<&str>, name: &str) -> Result<()> {
+pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256: Option<&str>, name: &str) -> Result<()> {
     use crate::core::refusal::Code;
     let member = |rel: &str| m.sha256.get(rel).map(String::as_str);
     let want = |rel: &str, sha: &str| -> Result<()> {
@@ -509,7 +509,7 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
 /// attempt id. C holds both manifests (as `sources/`), the attempts of both
 /// with their runs, and a manifest whose schedule is A's rounds followed by
 /// B's (renumbered), so select/verify/analyze work on C unchanged.
-pub fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> {
+pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Manifest> {
     let (ma, sa) = load_manifest(a)?;
     let (mb, sb) = load_manifest(b)?;
     if sa == sb {

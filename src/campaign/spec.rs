@@ -24,18 +24,14 @@ use std::path::Path;
 /// hardware contract `hardware`, written in every manifest, so every new
 /// manifest is version 5). Versions 1 to 4 are read; their cells are held to
 /// the default contract ([`HardwareContract::default`]).
-pub const MANIFEST_FORMAT_VERSION: u32 = 5;
-/// The version a manifest whose configurations walk their own traces had before format 5.
-pub const MANIFEST_FORMAT_VERSION_CONFIG_TRACES: u32 = 3;
-/// The version a manifest whose spec declares `trace_canary` had before format 5.
-pub const MANIFEST_FORMAT_VERSION_TRACE_CANARY: u32 = 4;
+pub(crate) const MANIFEST_FORMAT_VERSION: u32 = 5;
 
 pub use super::hardware::{HardwareContract, HardwareField, HardwareSpec};
 
 /// The fewest rounds `analyze` accepts: its intervals over rounds have
 /// rounds - 1 degrees of freedom. `plan` refuses fewer unless the spec is a
 /// declared `join_part`.
-pub const MIN_ANALYZED_ROUNDS: u32 = 2;
+pub(crate) const MIN_ANALYZED_ROUNDS: u32 = 2;
 
 /// How each job is launched.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -269,7 +265,7 @@ fn valid_name(s: &str) -> bool {
 /// Parses one configuration's `rank` argument vector (program name first)
 /// into the options `rank` would run with. The command-line layer owns that
 /// grammar and supplies the parser (`crate::cli::parse_rank_argv`).
-pub type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
+pub(crate) type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
 
 impl CampaignSpec {
     /// `rank` and its arguments for one configuration of a spec (without the

@@ -19,7 +19,7 @@ use std::path::Path;
 pub const CANARY_FORMAT_VERSION: u32 = 1;
 
 /// Largest artifact read (bytes).
-pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 
 /// How an artifact was made.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,7 +64,7 @@ impl Method {
 }
 
 /// The label every reduced artifact carries wherever it appears.
-pub const REDUCED_LABEL: &str = "decision-preserving, not source-verified";
+pub(crate) const REDUCED_LABEL: &str = "decision-preserving, not source-verified";
 
 /// What the artifact was made from.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
 /// The baseline methods, in report order.
-pub const METHODS: [Method; 4] = [Method::RandomSample, Method::FrequencySample, Method::ClusterSample, Method::StratifiedGapSample];
+pub(crate) const METHODS: [Method; 4] = [Method::RandomSample, Method::FrequencySample, Method::ClusterSample, Method::StratifiedGapSample];
 
 /// Per position: the largest gap over ranks (ns; 0 when unknown).
 fn max_gaps(t: &CommTrace) -> Vec<u64> {
@@ -52,7 +52,7 @@ fn symbols(t: &CommTrace) -> Vec<u64> {
 }
 
 /// The k positions a method keeps, in trace order.
-pub fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> Vec<usize> {
+pub(crate) fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> Vec<usize> {
     let n = t.ranks.first().map_or(0, |r| r.collectives.len());
     let k = k.clamp(1, n.max(1));
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -162,7 +162,7 @@ fn kmeans_representatives(x: &[(f64, f64)], k: usize, rng: &mut rand_chacha::Cha
 }
 
 /// An artifact of the events at `pos` (the same on every rank), repeated to `replayed` collectives per pass.
-pub fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], method: Method, replayed: u64, seed: u64) -> Result<Canary> {
+pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], method: Method, replayed: u64, seed: u64) -> Result<Canary> {
     let source = bind_source(t, bytes, path)?;
     let tm = timings(t);
     let mut identities: Vec<Identity> = Vec::new();

@@ -42,9 +42,9 @@ impl Default for CompileOptions {
 }
 
 /// Confidence of the per-job median interval the default iteration count is sized for.
-pub const MEDIAN_CONFIDENCE: f64 = 0.90;
+pub(crate) const MEDIAN_CONFIDENCE: f64 = 0.90;
 /// The interval must lie within these quantiles of the per-iteration distribution.
-pub const MEDIAN_BAND: (f64, f64) = (0.25, 0.75);
+pub(crate) const MEDIAN_BAND: (f64, f64) = (0.25, 0.75);
 
 /// The smallest number of iterations `n` whose distribution-free interval
 /// for the median (order statistics `X(l) .. X(n+1-l)`, coverage from the
@@ -88,7 +88,7 @@ fn source_origin(t: &CommTrace) -> String {
 }
 
 /// The operation identity of a collective (the phase from a `PHASE:kind` source name).
-pub fn identity_of(c: &TraceCollective) -> Identity {
+pub(crate) fn identity_of(c: &TraceCollective) -> Identity {
     let phase = phase_of(c);
     Identity {
         phase,
@@ -113,7 +113,7 @@ fn phase_of(c: &TraceCollective) -> Option<String> {
 }
 
 /// The binding of an artifact to the trace it was made from.
-pub fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<SourceBinding> {
+pub(crate) fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<SourceBinding> {
     let mut per_kind: BTreeMap<String, u64> = BTreeMap::new();
     for r in &t.ranks {
         for c in &r.collectives {
@@ -134,7 +134,7 @@ pub fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<SourceBind
 }
 
 /// Per rank: gap, compute and span of every collective (`None` where unknown).
-pub struct Timings {
+pub(crate) struct Timings {
     /// Per rank, per collective.
     pub gap_ns: Vec<Vec<Option<u64>>>,
     /// Per rank, per collective.
@@ -144,7 +144,7 @@ pub struct Timings {
 }
 
 /// The timings of a trace, as the replay reads them.
-pub fn timings(t: &CommTrace) -> Timings {
+pub(crate) fn timings(t: &CommTrace) -> Timings {
     let mut out = Timings { gap_ns: Vec::new(), compute_ns: Vec::new(), span_ns: Vec::new() };
     for r in &t.ranks {
         let gaps = exec::gaps_ns(&r.collectives);
@@ -165,7 +165,7 @@ pub fn timings(t: &CommTrace) -> Timings {
 }
 
 /// Bucket values under `digits` significant digits.
-pub fn histogram(values: &[u64], digits: u8) -> Result<Histogram> {
+pub(crate) fn histogram(values: &[u64], digits: u8) -> Result<Histogram> {
     let mut h = hdrhistogram::Histogram::<u64>::new(digits).context("histogram")?;
     for &v in values {
         h.record(v).context("recording a value")?;
@@ -373,7 +373,7 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
 }
 
 /// The largest identity-share difference `verify` accepts (its `mix.identities` check).
-pub const MIX_SHARE_MAX: f64 = 0.05;
+pub(crate) const MIX_SHARE_MAX: f64 = 0.05;
 
 /// Whether a pass with the main loop (top-level node `main`) at `k`
 /// iterations keeps every identity's share of rank 0's collectives within
@@ -430,7 +430,7 @@ fn mix_within(body: &[Node], main: usize, k: u64, n: u64, ids: &[Vec<u32>], tol:
 }
 
 /// Collectives one pass issues per rank, with the main loop at `iterations`.
-pub fn expanded_len(body: &[Node], main_loop: Option<&[u32]>, iterations: u64) -> u64 {
+pub(crate) fn expanded_len(body: &[Node], main_loop: Option<&[u32]>, iterations: u64) -> u64 {
     body.iter()
         .enumerate()
         .map(|(i, n)| match (n, main_loop) {

@@ -19,7 +19,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 /// Slot visits of one pass, in order.
-pub fn visits(c: &Canary) -> Vec<u32> {
+pub(crate) fn visits(c: &Canary) -> Vec<u32> {
     fn go(nodes: &[Node], top: bool, main: Option<&[u32]>, iterations: u64, out: &mut Vec<u32>) {
         for (i, n) in nodes.iter().enumerate() {
             match n {
@@ -51,7 +51,7 @@ fn value_at(v: &Values, j: usize, pos: usize, m: usize) -> Option<u64> {
 }
 
 /// Expand an artifact into the trace its replay walks.
-pub fn expand(c: &Canary) -> Result<CommTrace> {
+pub(crate) fn expand(c: &Canary) -> Result<CommTrace> {
     let order = visits(c);
     let nslots = c.slots.len();
     let mut m = vec![0usize; nslots];

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub const MAX_CANDIDATES: usize = 64;
 
 /// Longest block searched for repetition (symbols).
-pub const MAX_PERIOD: usize = 1 << 16;
+pub(crate) const MAX_PERIOD: usize = 1 << 16;
 
 /// One node of a folded sequence.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 /// What the search did.
 #[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema, PartialEq)]
-pub struct ReduceOutcome {
+pub(crate) struct ReduceOutcome {
     /// Positions kept, in trace order.
     pub kept: Vec<usize>,
     /// Oracle calls made.
@@ -32,7 +32,7 @@ pub struct ReduceOutcome {
 }
 
 /// The measured cost model: per configuration, per identity key, the median latency (µs).
-pub struct Oracle {
+pub(crate) struct Oracle {
     /// Configuration names.
     pub configs: Vec<String>,
     /// `cost[config][identity]`.
@@ -68,7 +68,7 @@ impl Oracle {
 }
 
 /// ddmin over `n` positions against `oracle`, at most `budget` oracle calls.
-pub fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutcome> {
+pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutcome> {
     let all: Vec<usize> = (0..n).collect();
     let target = oracle.decision(&all);
     let mut calls = 0u32;

@@ -17,15 +17,15 @@ use anyhow::Result;
 use rand::{Rng, SeedableRng};
 
 /// Sizes of the repeated pattern, bytes.
-pub const PATTERN_BYTES: [u64; 5] = [64 << 10, 256 << 10, 64 << 10, 1 << 20, 16 << 10];
+pub(crate) const PATTERN_BYTES: [u64; 5] = [64 << 10, 256 << 10, 64 << 10, 1 << 20, 16 << 10];
 /// Extra gap of the late rank at a skew event.
-pub const SKEW_NS: u64 = 6_000_000;
+pub(crate) const SKEW_NS: u64 = 6_000_000;
 /// Gap and compute of an overlap event.
-pub const OVERLAP_NS: u64 = 3_000_000;
+pub(crate) const OVERLAP_NS: u64 = 3_000_000;
 
 /// What kind of event a position is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Special {
+pub(crate) enum Special {
     /// An ordinary event.
     None,
     /// One rank is late by [`SKEW_NS`].
@@ -38,7 +38,7 @@ pub enum Special {
 }
 
 /// The special events of a synthetic trace, by position.
-pub fn specials(events: usize, ranks: u32, seed: u64) -> Vec<Special> {
+pub(crate) fn specials(events: usize, ranks: u32, seed: u64) -> Vec<Special> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
     let mut out = vec![Special::None; events];
     if events <= 5 {

@@ -117,7 +117,7 @@ pub fn facts(t: &CommTrace) -> TraceFacts {
 }
 
 /// Check the artifact against the source bytes: refused on any mismatch.
-pub fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<()> {
+pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<()> {
     let sha = crate::core::fsutil::sha256_hex(src_bytes);
     if sha == c.source.file_sha256 {
         return Ok(());
@@ -492,7 +492,7 @@ fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
 /// `structure.lossless`: the body at the source's counts is the source's
 /// identity sequence on every rank; `values.budget`: every stored value is
 /// within the declared budget of the source's values at its positions.
-pub fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
+pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
     let seq = walk_at_source_counts(c);
     let tm = compile::timings(t);
     let mut why = None;
@@ -581,7 +581,7 @@ fn launcher_name(s: &CampaignSpec) -> &'static str {
 }
 
 /// What one verified run measured.
-pub fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<JobMeasure> {
+pub(crate) fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<JobMeasure> {
     let mut per_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // per pass (token), its collectives in sequence order: (seq, kind, latency)
     let mut passes: BTreeMap<Option<u32>, Vec<(u64, String, f64)>> = BTreeMap::new();
@@ -701,7 +701,7 @@ pub fn render(r: &VerifyReport) -> String {
 
 /// The oracle of `canary reduce`: the source replays of a `canary verify`
 /// directory of this trace (refused when the directory verified another trace).
-pub fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<crate::canary::reduce::Oracle> {
+pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<crate::canary::reduce::Oracle> {
     let rp = dir.join("canary-verify.json");
     let bytes = crate::core::limits::read_bounded(&rp, crate::core::limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
     let r: VerifyReport = serde_json::from_slice(&bytes)

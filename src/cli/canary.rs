@@ -158,7 +158,7 @@ pub struct ImportRunArgs {
 }
 
 /// The numbers of a `canary` command, before it does anything (ranges: [`crate::core::ranges`]).
-pub fn check_ranges(c: &CanaryCommand) -> Result<()> {
+pub(crate) fn check_ranges(c: &CanaryCommand) -> Result<()> {
     use crate::core::ranges::int;
     match c {
         CanaryCommand::Compile(a) => {
@@ -350,7 +350,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
 }
 
 /// `synth`.
-pub fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
     let t = synth::synth(a.events, a.ranks, a.seed)?;
     crate::core::fsutil::write_json_new(&a.out, &t)?;
     let specials = synth::specials(a.events, a.ranks, a.seed);
@@ -368,7 +368,7 @@ pub fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 /// `import run`.
-pub fn import_run(a: ImportRunArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn import_run(a: ImportRunArgs, out: &mut dyn Write) -> Result<()> {
     let t = crate::evidence::commtrace::from_run::import_run(&a.run_dir, a.phase)?;
     crate::core::fsutil::write_json_new(&a.out, &t)?;
     write!(out, "{}", crate::evidence::commtrace::render_counts(&t))?;

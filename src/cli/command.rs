@@ -701,7 +701,7 @@ fn bench_args(a: &crate::cli::BenchOverheadArgs) -> Result<()> {
 /// The numbers of any command but `rank` (which [`crate::rank::run`] checks
 /// first thing with [`crate::rank::check_ranges`]), before the command does anything
 /// (ranges: [`crate::core::ranges`]).
-pub fn check_command_ranges(c: &Command) -> Result<()> {
+pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
     match c {
         Command::Rank(_) => Ok(()),
         // validate checks its own before any work (validate::check_ranges), refusing with its could-not-run code

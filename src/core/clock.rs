@@ -85,7 +85,7 @@ impl ClockInjection {
 }
 
 /// Raw `CLOCK_MONOTONIC` in ns.
-pub fn monotonic_raw_ns() -> u64 {
+pub(crate) fn monotonic_raw_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the provided timespec; CLOCK_MONOTONIC always exists on Linux.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -203,7 +203,7 @@ pub enum ClockError {
 }
 
 /// SKaMPI estimate of one window: the minimum round trip sample's midpoint.
-pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockError> {
+pub(crate) fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockError> {
     let best = samples.iter().min_by_key(|s| s.rtt_ns()).ok_or(ClockError::EmptyWindow)?;
     let mid = (best.t_send_local_ns as f64 + best.t_recv_local_ns as f64) / 2.0;
     Ok(WindowEstimate {
@@ -217,7 +217,7 @@ pub fn estimate_window(samples: &[PingSample]) -> Result<WindowEstimate, ClockEr
 
 /// The first sample that one clock read by both sides cannot give (rank 0's
 /// read outside this rank's send and receive reads), by index.
-pub fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize> {
+pub(crate) fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize> {
     samples.iter().position(|s| s.t_ref_ns < s.t_send_local_ns || s.t_ref_ns > s.t_recv_local_ns)
 }
 
@@ -296,7 +296,7 @@ pub enum ClockPath {
 /// name (`hosts` in rank order). Nodes are told apart by host name, never by
 /// kernel: simulated nodes share one kernel, and one kernel clock is what
 /// [`fit_rank_model`] checks, not what a node is.
-pub fn node_leaders<S: AsRef<str>>(hosts: &[S]) -> Vec<u32> {
+pub(crate) fn node_leaders<S: AsRef<str>>(hosts: &[S]) -> Vec<u32> {
     let mut first: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     hosts.iter().enumerate().map(|(r, h)| *first.entry(h.as_ref()).or_insert(r as u32)).collect()
 }
@@ -612,7 +612,7 @@ impl KernelTimerMap {
 
 /// Wall-clock milliseconds since the Unix epoch (0 before it): the dates of
 /// records (`started_unix_ms`, `planned_unix_ms`), never an interval.
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 

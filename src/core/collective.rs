@@ -283,7 +283,7 @@ impl CollectiveKind {
 
 /// Collective names PyTorch's `record_param_comms` writes, and their kinds.
 /// `wait` and `init` are bookkeeping records, not communication, and are skipped.
-pub const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
+pub(crate) const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
     ("allreduce", CollectiveKind::AllReduce),
     ("all_reduce", CollectiveKind::AllReduce),
     ("allgather", CollectiveKind::AllGather),
@@ -304,7 +304,7 @@ pub const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
 ];
 
 /// Bookkeeping records of `record_param_comms` that carry no communication.
-pub const SKIPPED_RECORDS: [&str; 2] = ["wait", "init"];
+pub(crate) const SKIPPED_RECORDS: [&str; 2] = ["wait", "init"];
 
 /// What a recorded collective name means: a kind, a record to skip, or a refusal listing the known names.
 pub fn classify_name(name: &str) -> Result<Option<CollectiveKind>> {

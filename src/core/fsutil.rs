@@ -49,7 +49,7 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
 /// [`write_new_atomic`] of what `fill` writes (streamed: the content need
 /// not be in memory). The destination is checked only when the file is
 /// published, so a refusal of `fill` comes first; fails if `dest` exists then.
-pub fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
     let exists = || {
         crate::core::refusal::refuse(
@@ -96,7 +96,7 @@ pub fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -
 /// existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
 /// (`renameat2(RENAME_NOREPLACE)`, rename(2); where the file system lacks it,
 /// the check just before a plain rename).
-pub fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let exists = || {
         crate::core::refusal::refuse(
             crate::core::refusal::Code::AlreadyExists,

@@ -7,11 +7,11 @@ use crate::core::fsutil::sha256_hex;
 use serde::{Deserialize, Serialize};
 
 /// Environment variable prefixes that change collective behaviour and are recorded.
-pub const RECORDED_ENV_PREFIXES: [&str; 5] = ["NCCL_", "OMPI_MCA_", "CUDA_", "UCX_", "COMMCANARY_"];
+pub(crate) const RECORDED_ENV_PREFIXES: [&str; 5] = ["NCCL_", "OMPI_MCA_", "CUDA_", "UCX_", "COMMCANARY_"];
 
 /// Whole names also recorded when set: what decides which libraries (an
 /// NCCL, an MPI, an interposer) and which programs a job loads.
-pub const RECORDED_ENV_NAMES: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "PATH"];
+pub(crate) const RECORDED_ENV_NAMES: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "PATH"];
 
 /// The tool that produced a record.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -119,7 +119,7 @@ fn test_override(var: &str) -> Option<String> {
 
 /// The host name a rank records: [`hostname`], or `COMMCANARY_TEST_HOST`
 /// where the tests set it.
-pub fn recorded_host() -> String {
+pub(crate) fn recorded_host() -> String {
     test_override("COMMCANARY_TEST_HOST").unwrap_or_else(hostname)
 }
 
@@ -139,7 +139,7 @@ pub fn mpi_library() -> Option<String> {
 }
 
 /// Recorded environment variables, sorted.
-pub fn recorded_env() -> Vec<(String, String)> {
+pub(crate) fn recorded_env() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> =
         std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || RECORDED_ENV_NAMES.contains(&k.as_str())).collect();
     v.sort();
@@ -147,7 +147,7 @@ pub fn recorded_env() -> Vec<(String, String)> {
 }
 
 /// Capture the identity of this rank. `mpi` facts are passed in by the caller.
-pub fn capture(world_rank: u32, world_size: u32, local_rank: u32, local_size: u32) -> EnvIdentity {
+pub(crate) fn capture(world_rank: u32, world_size: u32, local_rank: u32, local_size: u32) -> EnvIdentity {
     let (maj, min) = mpi::environment::version();
     EnvIdentity {
         host: recorded_host(),

@@ -19,11 +19,11 @@ use std::path::Path;
 /// Default of `--collective-timeout-s` on every command that runs collectives
 /// (`rank`, `validate`): one value, so a node validated and a run ranked give
 /// up on a hung peer after the same time.
-pub const DEFAULT_COLLECTIVE_TIMEOUT_S: f64 = 300.0;
+pub(crate) const DEFAULT_COLLECTIVE_TIMEOUT_S: f64 = 300.0;
 /// A shard file (header + body + trailer).
-pub const MAX_SHARD_BYTES: u64 = 512 << 20;
+pub(crate) const MAX_SHARD_BYTES: u64 = 512 << 20;
 /// A shard's JSON header.
-pub const MAX_SHARD_HEADER_BYTES: usize = 64 << 20;
+pub(crate) const MAX_SHARD_HEADER_BYTES: usize = 64 << 20;
 /// A shard's bincode body.
 pub const MAX_SHARD_BODY_BYTES: usize = 256 << 20;
 /// bincode's decode limit for the largest bodies: the in-memory size it may
@@ -32,15 +32,15 @@ pub const MAX_SHARD_BODY_BYTES: usize = 256 << 20;
 /// decodes to at most 8 bytes per byte read.
 pub const MAX_SHARD_BODY_DECODE_BYTES: usize = 4 << 30;
 /// A JSON record: run record, manifest, selection, descriptor, interval file.
-pub const MAX_JSON_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_JSON_BYTES: u64 = 256 << 20;
 /// A campaign spec (TOML).
-pub const MAX_SPEC_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_SPEC_BYTES: u64 = 1 << 20;
 /// The attempts log.
-pub const MAX_ATTEMPTS_LOG_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_ATTEMPTS_LOG_BYTES: u64 = 1 << 30;
 /// A CSV table or service-time file.
-pub const MAX_TEXT_TABLE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_TEXT_TABLE_BYTES: u64 = 1 << 30;
 /// Members of a campaign archive.
-pub const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
+pub(crate) const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
 /// Ranks in one run.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 
@@ -134,7 +134,7 @@ pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
 /// `refused[OUT_OF_RANGE]`, `what(i)` naming the collective before which it
 /// lies, before anything is replayed (a replayed gap is slept, spun or filled:
 /// no workload waits for minutes between two collectives).
-pub fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
+pub(crate) fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
     if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
         crate::refuse!(
             crate::core::refusal::Code::OutOfRange,

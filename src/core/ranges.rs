@@ -115,25 +115,25 @@ pub const RANGES: &[Range] = &[
 ];
 
 /// Largest message: 1 GiB.
-pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_MESSAGE_BYTES: u64 = 1 << 30;
 /// Largest GEMM dimension.
-pub const MAX_GEMM_DIM: u32 = 16_384;
+pub(crate) const MAX_GEMM_DIM: u32 = 16_384;
 /// Most elements of one per-rank matrix of a model's GEMM (as `--gemm 16384`).
-pub const MAX_MATRIX_ELEMS: u64 = 1 << 28;
+pub(crate) const MAX_MATRIX_ELEMS: u64 = 1 << 28;
 /// Most tokens in flight (`--batch` x `--prefill-tokens`).
-pub const MAX_TOKENS_IN_FLIGHT: u64 = 1 << 20;
+pub(crate) const MAX_TOKENS_IN_FLIGHT: u64 = 1 << 20;
 /// Most collectives one workload phase may record per rank.
-pub const MAX_PHASE_COLLECTIVES: u64 = 10_000_000;
+pub(crate) const MAX_PHASE_COLLECTIVES: u64 = 10_000_000;
 /// Most simulated requests in `queue`.
-pub const MAX_REQUESTS: usize = 10_000_000;
+pub(crate) const MAX_REQUESTS: usize = 10_000_000;
 /// Most closed-loop clients in `queue`.
-pub const MAX_CLIENTS: u32 = 1_000_000;
+pub(crate) const MAX_CLIENTS: u32 = 1_000_000;
 /// Most GPUs `capacity` will count.
-pub const MAX_GPUS: f64 = 1e12;
+pub(crate) const MAX_GPUS: f64 = 1e12;
 /// Most runs of one all-reduce under `--inject-repeat`.
-pub const MAX_INJECT_REPEAT: u32 = 64;
+pub(crate) const MAX_INJECT_REPEAT: u32 = 64;
 /// Largest rank a test-fixture or injection option may name.
-pub const MAX_RANK: u32 = crate::core::limits::MAX_WORLD_SIZE - 1;
+pub(crate) const MAX_RANK: u32 = crate::core::limits::MAX_WORLD_SIZE - 1;
 
 /// A `refused[OUT_OF_RANGE]` error naming the option, its value and its range.
 pub fn out(what: &str, v: impl std::fmt::Display, range: &str) -> anyhow::Error {
@@ -141,7 +141,7 @@ pub fn out(what: &str, v: impl std::fmt::Display, range: &str) -> anyhow::Error 
 }
 
 /// Check an integer option against `lo..=hi`.
-pub fn int<T: PartialOrd + std::fmt::Display + Copy>(what: &str, v: T, lo: T, hi: T) -> Result<()> {
+pub(crate) fn int<T: PartialOrd + std::fmt::Display + Copy>(what: &str, v: T, lo: T, hi: T) -> Result<()> {
     if v < lo || v > hi {
         return Err(out(what, v, &format!("{lo} to {hi}")));
     }
@@ -149,7 +149,7 @@ pub fn int<T: PartialOrd + std::fmt::Display + Copy>(what: &str, v: T, lo: T, hi
 }
 
 /// Check a real option: finite, above 0, at most `hi`.
-pub fn positive(what: &str, v: f64, hi: f64) -> Result<()> {
+pub(crate) fn positive(what: &str, v: f64, hi: f64) -> Result<()> {
     if !(v.is_finite() && v > 0.0 && v <= hi) {
         return Err(out(what, v, &format!("finite, above 0, at most {hi}")));
     }
@@ -157,7 +157,7 @@ pub fn positive(what: &str, v: f64, hi: f64) -> Result<()> {
 }
 
 /// Check a real option: finite, 0 or above, at most `hi`.
-pub fn non_negative(what: &str, v: f64, hi: f64) -> Result<()> {
+pub(crate) fn non_negative(what: &str, v: f64, hi: f64) -> Result<()> {
     if !(v.is_finite() && v >= 0.0 && v <= hi) {
         return Err(out(what, v, &format!("finite, 0 or above, at most {hi}")));
     }

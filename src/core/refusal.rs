@@ -126,7 +126,7 @@ refusal_codes! {
 
 /// A refusal: code plus what was refused and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// Stable code.
     pub code: Code,
     /// What was refused, naming the file or argument and the fault.
@@ -152,7 +152,7 @@ pub fn code_of(e: &anyhow::Error) -> Option<Code> {
 /// For a stage boundary where every fault is of one kind: an error that
 /// carries no code gets `code` (its whole chain becomes the message); a coded
 /// one keeps its own. Use as `.map_err(or_code(Code::BadInput))`.
-pub fn or_code(code: Code) -> impl Fn(anyhow::Error) -> anyhow::Error {
+pub(crate) fn or_code(code: Code) -> impl Fn(anyhow::Error) -> anyhow::Error {
     move |e| if code_of(&e).is_some() { e } else { refuse(code, format!("{e:#}")) }
 }
 

@@ -21,7 +21,7 @@ pub fn median(v: &mut [f64]) -> Option<f64> {
 }
 
 /// Nearest-rank percentile `p` in (0, 100], or `None` for an empty sample.
-pub fn percentile_nearest_rank(v: &mut [f64], p: f64) -> Option<f64> {
+pub(crate) fn percentile_nearest_rank(v: &mut [f64], p: f64) -> Option<f64> {
     if v.is_empty() || !(p > 0.0 && p <= 100.0) {
         return None;
     }

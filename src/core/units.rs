@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 
 /// Parse `64KiB`, `1MiB`, `4096`, `2k` (k/K = KiB for message sizes) into bytes.
-pub fn parse_bytes(s: &str) -> Result<u64> {
+pub(crate) fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -22,7 +22,7 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
 }
 
 /// Parse a comma-separated list of sizes.
-pub fn parse_size_list(s: &str) -> Result<Vec<u64>> {
+pub(crate) fn parse_size_list(s: &str) -> Result<Vec<u64>> {
     let v: Vec<u64> = s.split(',').filter(|x| !x.trim().is_empty()).map(parse_bytes).collect::<Result<_>>()?;
     if v.is_empty() {
         bail!("--sizes: at least one size is required");
@@ -31,7 +31,7 @@ pub fn parse_size_list(s: &str) -> Result<Vec<u64>> {
 }
 
 /// Human form of a byte count, exact when it is a whole number of KiB/MiB.
-pub fn fmt_bytes(b: u64) -> String {
+pub(crate) fn fmt_bytes(b: u64) -> String {
     if b >= 1 << 30 && b % (1 << 30) == 0 {
         format!("{}GiB", b >> 30)
     } else if b >= 1 << 20 && b % (1 << 20) == 0 {
@@ -41,11 +41,6 @@ pub fn fmt_bytes(b: u64) -> String {
     } else {
         format!("{b}B")
     }
-}
-
-/// Nanoseconds to microseconds as f64.
-pub fn ns_to_us(ns: f64) -> f64 {
-    ns / 1_000.0
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 /// Current run record format version. 2 added the workload's model shape and
 /// element types (absent fields read as the synthetic f32 workload of version 1,
 /// which is still read).
-pub const RUN_FORMAT_VERSION: u32 = 2;
+pub(crate) const RUN_FORMAT_VERSION: u32 = 2;
 /// File name of the run record inside a run directory.
-pub const RUN_FILE: &str = "run.json";
+pub(crate) const RUN_FILE: &str = "run.json";
 
 /// One rank's shard as recorded by rank 0.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -98,7 +98,7 @@ pub fn write_run_record(dir: &std::path::Path, record: &RunRecord) -> anyhow::Re
 }
 
 /// A fresh run id: UTC date-time plus 8 random hex digits.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(crate::core::clock::unix_ms() / 1000);
     let r: u32 = rand::random();
     run_id_at(now, r)

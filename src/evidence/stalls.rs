@@ -63,12 +63,12 @@ pub struct Stall {
 }
 
 /// The stalls of one rank's shard.
-pub fn of_shard(shard: &Shard) -> Vec<Stall> {
+pub(crate) fn of_shard(shard: &Shard) -> Vec<Stall> {
     of_rank(shard.header.rank, &shard.body.collectives)
 }
 
 /// The stalls in one rank's collective events (its issue order), by phase, group and sequence.
-pub fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
+pub(crate) fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < ev.len() {

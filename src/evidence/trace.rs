@@ -126,7 +126,7 @@ fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_n
 }
 
 /// Gaps of this rank's own `blocking` phase.
-pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
+pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
         let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
         (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None, op: None })
@@ -136,7 +136,7 @@ pub fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> Sourc
 }
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
-pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
+pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     let bytes =
         crate::core::limits::read_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let sha256 = crate::core::fsutil::sha256_hex(&bytes);
@@ -183,7 +183,7 @@ pub fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
 }
 
 /// Read and decode an imported communication trace: the trace and the file's SHA-256.
-pub fn read_comm_trace(path: &Path) -> Result<(crate::evidence::commtrace::CommTrace, String)> {
+pub(crate) fn read_comm_trace(path: &Path) -> Result<(crate::evidence::commtrace::CommTrace, String)> {
     let bytes =
         crate::core::limits::read_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
@@ -192,7 +192,7 @@ pub fn read_comm_trace(path: &Path) -> Result<(crate::evidence::commtrace::CommT
 
 /// This rank's collectives of an imported communication trace, as gap entries
 /// walked `warmup_passes + passes` times (see the module doc).
-pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
+pub(crate) fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
     let (t, sha256) = read_comm_trace(path)?;
     comm_trace_entries(&t, path, sha256, rank, world_size, passes, allreduce_only)
 }
@@ -204,7 +204,7 @@ pub fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u3
 /// whole world in rank order through the backend's world all-reduce (shard
 /// group 0, as before format 6), every other one as a [`TraceOp`] on its
 /// own group (shard group `1 + its position in the trace's groups`).
-pub fn comm_trace_entries(
+pub(crate) fn comm_trace_entries(
     t: &crate::evidence::commtrace::CommTrace,
     path: &Path,
     sha256: String,
@@ -325,7 +325,7 @@ pub fn comm_trace_entries(
 /// Logical bytes of an imported collective as a shard records it: its input
 /// (elements x dtype size); a point-to-point operation's message (the larger
 /// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
-pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
+pub(crate) fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
     use crate::evidence::commtrace::CollectiveKind;
     let elems = match c.kind {
         CollectiveKind::Barrier => 0,
@@ -338,7 +338,7 @@ pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
 /// Whether `path` holds a communication trace written by `commcanary import`
 /// (one JSON document with its format version and groups) rather than a
 /// joined trace (one collective per line).
-pub fn is_comm_trace(path: &Path) -> Result<bool> {
+pub(crate) fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
     // a FIFO or device is refused, never opened for a blocking read

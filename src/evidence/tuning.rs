@@ -25,7 +25,7 @@ pub struct TunerChoice {
 
 /// A parsed log line.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TuningLine {
+pub(crate) struct TuningLine {
     /// Collective name as NCCL prints it (`AllReduce`).
     pub collective: String,
     /// Bytes NCCL reports.
@@ -35,7 +35,7 @@ pub struct TuningLine {
 }
 
 /// Parse one line; `None` when it is not a per-collective tuning line.
-pub fn parse_line(line: &str) -> Option<TuningLine> {
+pub(crate) fn parse_line(line: &str) -> Option<TuningLine> {
     let rest = &line[line.find(" NCCL INFO ")? + " NCCL INFO ".len()..];
     let (collective, rest) = rest.split_once(": ")?;
     if collective.is_empty() || !collective.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -60,7 +60,7 @@ pub fn parse_line(line: &str) -> Option<TuningLine> {
 
 /// Parse a whole log: the tuning lines, and how many lines mentioned
 /// `Bytes ->` but could not be parsed (a format this parser does not know).
-pub fn parse_log(text: &str) -> (Vec<TuningLine>, usize) {
+pub(crate) fn parse_log(text: &str) -> (Vec<TuningLine>, usize) {
     let mut lines = Vec::new();
     let mut unrecognised = 0;
     for l in text.lines() {
@@ -74,7 +74,7 @@ pub fn parse_log(text: &str) -> (Vec<TuningLine>, usize) {
 }
 
 /// Match parsed lines to a rank's collectives (`(seq, bytes)` in issue order).
-pub fn attach(lines: &[TuningLine], events: &[(u64, u64)]) -> Result<Vec<(u64, TunerChoice)>, String> {
+pub(crate) fn attach(lines: &[TuningLine], events: &[(u64, u64)]) -> Result<Vec<(u64, TunerChoice)>, String> {
     if lines.len() != events.len() {
         return Err(format!("{} tuning lines for {} collectives: not attached", lines.len(), events.len()));
     }

@@ -15,7 +15,7 @@ fn launcher_rank() -> Option<u32> {
 /// Write one whole line to stderr in a single `write`: ranks and the launcher
 /// share the pipe, and a line written in pieces gets another process's output
 /// spliced into it (seen: mpirun's banner inside a rank's error line).
-pub fn write_line_stderr(line: &str) {
+pub(crate) fn write_line_stderr(line: &str) {
     use std::io::Write;
     let mut buf = String::with_capacity(line.len() + 1);
     buf.push_str(line);
@@ -71,7 +71,7 @@ pub fn is_lead_process() -> bool {
 /// `PREFIX rank N: error: …`, and ends the job (MPI_Abort, exit 2).
 /// Returning it instead would finalize MPI while a peer may sit in a
 /// collective, and the message might never appear.
-pub fn end_job_on_error(world: &SimpleCommunicator, prefix: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
+pub(crate) fn end_job_on_error(world: &SimpleCommunicator, prefix: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
     if let Err(e) = body() {
         write_line_stderr(&format!("{prefix} rank {}: error: {e:#}", world.rank()));
         world.abort(2);

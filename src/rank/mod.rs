@@ -23,11 +23,12 @@ mod tuning;
 use crate::core::clock::ClockSync;
 use crate::core::workload::FillResidual;
 use crate::evidence::shard::Dtype;
-pub use fatal::{end_job_on_error, is_lead_process, let_the_lead_print_first, print_fatal_error, write_line_stderr};
-pub use plan::check_ranges;
+pub(crate) use fatal::{end_job_on_error, write_line_stderr};
+pub use fatal::{is_lead_process, let_the_lead_print_first, print_fatal_error};
+pub(crate) use plan::check_ranges;
 pub use start::run;
 use std::path::PathBuf;
-pub use tuning::request_nccl_tuning_log;
+pub(crate) use tuning::request_nccl_tuning_log;
 
 /// Clock calibration mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

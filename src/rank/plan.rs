@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 
 /// Every number of `rank`'s options, against the ranges documented in
 /// [`crate::core::ranges`].
-pub fn check_ranges(a: &RankOptions) -> Result<()> {
+pub(crate) fn check_ranges(a: &RankOptions) -> Result<()> {
     use crate::core::ranges::{
         int, out, positive, size, sizes, MAX_GEMM_DIM, MAX_INJECT_REPEAT, MAX_MESSAGE_BYTES, MAX_PHASE_COLLECTIVES, MAX_RANK, MAX_TOKENS_IN_FLIGHT,
     };

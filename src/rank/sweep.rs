@@ -33,7 +33,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 /// Name of the process group the executor's sweep runs on (every rank).
-pub const SWEEP_GROUP_NAME: &str = "isolated-sweep";
+pub(crate) const SWEEP_GROUP_NAME: &str = "isolated-sweep";
 
 /// Version of [`SweepReport`].
 pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 1;
@@ -45,7 +45,7 @@ fn bad(msg: String) -> anyhow::Error {
 /// The sweep's own refusals that need no world size: a kind or reduction
 /// without the isolated phase, a reduction on a kind without one, `avg` on
 /// the cpu backend, graph mode on the executor's path.
-pub fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard::BackendKind, op_given: bool) -> Result<()> {
+pub(crate) fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard::BackendKind, op_given: bool) -> Result<()> {
     let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
     if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::default() || op_given) {
         return Err(bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()));
@@ -82,7 +82,7 @@ fn exact_integers(dtype: Dtype) -> u128 {
 /// while they stay within [`exact_integers`]. An average is exact where `1/n`
 /// is (n a power of two: NCCL may scale each input before summing). Min and
 /// max are exact.
-pub fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
+pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
     if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
         return Ok(());
     }
@@ -125,7 +125,7 @@ pub fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
 /// The executor's trace of the sweep over `n` ranks (never written: the
 /// executors read only its world size and groups) and one collective per
 /// size, in size order, with nccl-tests' counts ([`SweepKind::count`]).
-pub fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<TraceCollective>)> {
+pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<TraceCollective>)> {
     check_world(spec, n)?;
     let kind = spec.sweep_kind();
     let dtype = match spec.dtype {

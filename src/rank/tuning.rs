@@ -13,7 +13,7 @@ fn nccl_debug_dir(out: &std::path::Path) -> PathBuf {
 
 /// Ask NCCL for its tuning log. Runs before MPI_Init, while this process is
 /// still single-threaded, so changing the environment is safe.
-pub fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
+pub(crate) fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
     let dir = nccl_debug_dir(out);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::fs::canonicalize(&dir)?;

@@ -60,7 +60,7 @@ fn excerpt(j: &crate::evidence::join::JoinedRun, run_id: &str, label: &str) -> O
 
 /// What the analysis takes from one selected job, read from its joined run
 /// (which is then dropped: a campaign's runs are never all held at once).
-pub struct JobRead {
+pub(crate) struct JobRead {
     /// The phases the job ran, with the job's samples in each
     /// ([`crate::analysis::summary::job_samples_us`]).
     samples_us: Vec<(Phase, Vec<f64>)>,
@@ -119,7 +119,7 @@ pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
 
 /// [`collect`], taking each job from `read` where `verify` read it (a job
 /// not there is joined here).
-pub fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
+pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
     let (m, sha) = load_manifest(dir)?;
     let sel_path = dir.join("selection.json");
     let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
@@ -461,7 +461,7 @@ fn existing_producer(path: &Path) -> Option<(u32, String)> {
 }
 
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
-pub fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
+pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect_read(dir, read)?;
     let evidence = format!(
         "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards; the job is the unit of replication",
@@ -508,7 +508,7 @@ pub fn verified(dir: &Path) -> Result<(crate::campaign::chain::Verdict, JobsRead
 }
 
 /// A verified campaign's report (not written) and its label → configuration name map.
-pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
+pub(crate) fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
     let (v, read) = verified(dir)?;
     let (m, _) = load_manifest(dir)?;
     let (input, _) = collect_read(dir, read)?;
@@ -518,7 +518,7 @@ pub fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, S
 }
 
 /// `campaign power`: the power table from a pilot campaign's own noise in `phase`.
-pub fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
+pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
     use crate::analysis::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
     use std::fmt::Write;
     let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("the pilot campaign has no phase {phase}"))?;

@@ -16,7 +16,7 @@ const ROWS: [(u32, &str); 7] =
     [(0, "phases"), (1, "tokens"), (2, "host calls"), (3, "compute stream"), (4, "comm stream"), (5, "GEMM kernels (CUPTI)"), (6, "NCCL kernels (CUPTI)")];
 
 /// Build the trace JSON for a joined run.
-pub fn chrome_trace(j: &JoinedRun) -> Value {
+pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
     // (rank, row, name, start_ns on the reference timebase, end_ns, args)
     let mut spans: Vec<(u32, u32, String, f64, f64, Value)> = Vec::new();
     let mut calibrated = true;

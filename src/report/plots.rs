@@ -167,7 +167,7 @@ pub fn p_best(r: &Report) -> Result<String> {
 }
 
 /// One rank's compute and communication intervals in a window.
-pub fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
+pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
     let end = x.compute_us.iter().chain(x.comm_us.iter()).map(|i| i.1).fold(0.0f64, f64::max).max(1.0);
     let mut s = String::new();
     {

@@ -360,7 +360,7 @@ fn remapped_rows(nvml: &nvml_wrapper::Nvml, d: &nvml_wrapper::Device<'_>) -> Res
 /// Throttle reasons that fail a node: hardware slowdowns and thermal limits
 /// (NVML's `nvmlClocksThrottleReasons`). Idle, application clocks, the
 /// software power cap and sync boost are reported, not judged.
-pub const FAILING_THROTTLE_REASONS: [&str; 4] = ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
+pub(crate) const FAILING_THROTTLE_REASONS: [&str; 4] = ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
 
 /// Findings and verdict of the health check. Fail: uncorrected volatile ECC
 /// errors, any ECC count that grew during the run, pages pending retirement,

@@ -119,7 +119,7 @@ pub struct Snapshot {
 }
 
 /// Parse `/proc/loadavg` ("0.50 0.40 0.30 3/456 12345").
-pub fn parse_loadavg(text: &str, t_unix_ms: u64) -> Option<LoadAvg> {
+pub(crate) fn parse_loadavg(text: &str, t_unix_ms: u64) -> Option<LoadAvg> {
     let f: Vec<&str> = text.split_whitespace().collect();
     let (run, total) = f.get(3)?.split_once('/')?;
     Some(LoadAvg {
@@ -133,7 +133,7 @@ pub fn parse_loadavg(text: &str, t_unix_ms: u64) -> Option<LoadAvg> {
 }
 
 /// Parse the per-CPU lines of `/proc/stat`: CPU → (busy, steal, all) ticks.
-pub fn parse_stat(text: &str) -> BTreeMap<u32, (u64, u64, u64)> {
+pub(crate) fn parse_stat(text: &str) -> BTreeMap<u32, (u64, u64, u64)> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let mut f = line.split_whitespace();
@@ -151,7 +151,7 @@ pub fn parse_stat(text: &str) -> BTreeMap<u32, (u64, u64, u64)> {
 }
 
 /// Parse `/proc/PID/stat`: (comm, utime + stime, starttime), all in ticks.
-pub fn parse_pid_stat(text: &str) -> Option<(String, u64, u64)> {
+pub(crate) fn parse_pid_stat(text: &str) -> Option<(String, u64, u64)> {
     // comm is in parentheses and may hold spaces and parentheses: it ends at the last ')'
     let open = text.find('(')?;
     let close = text.rfind(')')?;
@@ -163,7 +163,7 @@ pub fn parse_pid_stat(text: &str) -> Option<(String, u64, u64)> {
 }
 
 /// Parse a CPU list ("0-3,8,10-11").
-pub fn parse_cpu_list(s: &str) -> Option<BTreeSet<u32>> {
+pub(crate) fn parse_cpu_list(s: &str) -> Option<BTreeSet<u32>> {
     let mut out = BTreeSet::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -188,7 +188,7 @@ fn cpus_allowed(pid: u32) -> Option<String> {
 }
 
 /// Take a snapshot of the counters now.
-pub fn snapshot() -> Snapshot {
+pub(crate) fn snapshot() -> Snapshot {
     let mut s = Snapshot { at: Some(std::time::Instant::now()), ..Default::default() };
     match std::fs::read_to_string("/proc/loadavg") {
         Ok(t) => match parse_loadavg(&t, crate::core::clock::unix_ms()) {

@@ -39,7 +39,6 @@ pub mod sweep;
 pub mod topology;
 pub mod verdict;
 
-pub use plan::check_ranges;
 pub use report::{render, CheckRow, SizeRow, ValidationReport, REPORT_FORMAT_VERSION};
 pub use run::command;
 

@@ -20,7 +20,7 @@ pub(super) struct Plan {
 
 /// `validate`'s numbers, checked before any work (its sweep and workload settings are rank's, with the
 /// same ranges); the rows are in [`crate::core::ranges::RANGES`].
-pub fn check_ranges(a: &ValidateArgs) -> Result<()> {
+pub(crate) fn check_ranges(a: &ValidateArgs) -> Result<()> {
     use crate::core::ranges::{int, out as out_of_range, positive, size, MAX_RANK};
     int("--rounds", a.rounds, 2, 1000)?;
     let lo = a.min_bytes.as_deref().map(crate::core::units::parse_bytes).transpose()?;

@@ -41,20 +41,20 @@ use std::path::Path;
 pub const VALIDATE_FORMAT_VERSION: u32 = 2;
 
 /// Format versions this tool reads.
-pub const READABLE_FORMAT_VERSIONS: [u32; 2] = [1, 2];
+pub(crate) const READABLE_FORMAT_VERSIONS: [u32; 2] = [1, 2];
 
 /// Files of a validation directory, in writing order (the descriptor last).
-pub const MANIFEST: &str = "manifest.json";
+pub(crate) const MANIFEST: &str = "manifest.json";
 /// Per-round measurements.
 pub const ROUNDS: &str = "rounds.json";
 /// Health snapshots.
-pub const HEALTH: &str = "health.json";
+pub(crate) const HEALTH: &str = "health.json";
 /// Topology.
-pub const TOPOLOGY: &str = "topology.json";
+pub(crate) const TOPOLOGY: &str = "topology.json";
 /// The verdicts (validations against a reference).
-pub const REPORT: &str = "report.json";
+pub(crate) const REPORT: &str = "report.json";
 /// Sizes and digests of the others.
-pub const DESCRIPTOR: &str = "descriptor.json";
+pub(crate) const DESCRIPTOR: &str = "descriptor.json";
 
 /// What the node is, as far as a reference must match it.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -172,7 +172,7 @@ pub struct RoundsFile {
 
 /// One file in the descriptor.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct DescribedFile {
+pub(crate) struct DescribedFile {
     /// File name in the directory.
     pub name: String,
     /// Size, bytes.
@@ -183,7 +183,7 @@ pub struct DescribedFile {
 
 /// `descriptor.json`.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct ValidateDescriptor {
+pub(crate) struct ValidateDescriptor {
     /// [`VALIDATE_FORMAT_VERSION`].
     pub format_version: u32,
     /// The files, each with its digest.
@@ -416,7 +416,7 @@ fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Resul
 }
 
 /// Changes a site may allow between the reference and the node.
-pub const ALLOWABLE: [&str; 5] = ["sku", "gpu_count", "ranks", "driver", "nccl"];
+pub(crate) const ALLOWABLE: [&str; 5] = ["sku", "gpu_count", "ranks", "driver", "nccl"];
 
 /// The site's thresholds and allowed changes (`--site FILE`, TOML).
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -467,7 +467,7 @@ impl Default for Site {
 }
 
 /// Every key a site file may hold, in the order the documentation lists them.
-pub const SITE_KEYS: [&str; 5] = ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
+pub(crate) const SITE_KEYS: [&str; 5] = ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
 
 impl Site {
     /// Parse and check a site TOML; `origin` names it in errors. Every fault
@@ -540,7 +540,7 @@ fn driver_major(v: &str) -> &str {
 }
 
 /// A backend as the user spells it (`cpu`, `cuda`: the serde name), not its Rust name.
-pub fn backend_name(b: crate::evidence::shard::BackendKind) -> String {
+pub(crate) fn backend_name(b: crate::evidence::shard::BackendKind) -> String {
     format!("{b:?}").to_lowercase()
 }
 

@@ -112,7 +112,7 @@ impl CheckVerdict {
 }
 
 /// The overall verdict: any fail fails, else any inconclusive, else pass.
-pub fn overall(verdicts: impl IntoIterator<Item = CheckVerdict>) -> CheckVerdict {
+pub(crate) fn overall(verdicts: impl IntoIterator<Item = CheckVerdict>) -> CheckVerdict {
     verdicts.into_iter().max().unwrap_or(CheckVerdict::Inconclusive)
 }
 
@@ -206,7 +206,7 @@ pub fn check_coverage(family: f64, checks: usize) -> f64 {
 }
 
 /// Largest reference job count [`jobs_to_resolve`] suggests.
-pub const MAX_JOBS: u32 = 100;
+pub(crate) const MAX_JOBS: u32 = 100;
 
 /// Compare one job of `node` rounds with a reference of several jobs, each a
 /// list of its rounds' statistics, by the prediction interval of a new job
@@ -324,7 +324,7 @@ pub fn single_job_check(node: &[f64], reference: &[f64], threshold: f64, directi
 
 /// Smallest n ≥ 2 whose interval half-width at spread `sd_log` is below the
 /// distance from `mean_log` to ln `threshold`.
-pub fn rounds_to_resolve(mean_log: f64, sd_log: f64, threshold: f64, coverage: f64) -> Option<u32> {
+pub(crate) fn rounds_to_resolve(mean_log: f64, sd_log: f64, threshold: f64, coverage: f64) -> Option<u32> {
     let gap = (mean_log - threshold.ln()).abs();
     if gap == 0.0 || !sd_log.is_finite() || !gap.is_finite() {
         return None;
@@ -336,7 +336,7 @@ pub fn rounds_to_resolve(mean_log: f64, sd_log: f64, threshold: f64, coverage: f
 }
 
 /// Geometric mean of positive values; `None` for an empty slice or a value that is not finite and positive.
-pub fn geometric_mean(v: &[f64]) -> Option<f64> {
+pub(crate) fn geometric_mean(v: &[f64]) -> Option<f64> {
     if v.is_empty() || v.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
         return None;
     }

@@ -276,15 +276,6 @@ impl CpuTraceExec {
         Ok(())
     }
 
-    /// Validate prepared collective `i` (`c`) right after it ran with `op`:
-    /// `Err` names the first wrong element or byte. Used by `rank`'s trace
-    /// phases, which check each collective as it completes (its buffers are
-    /// reused by the next pass).
-    pub fn check_one(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<()> {
-        let slot = self.slots.get(i).context("collective not prepared")?;
-        self.verify_one(c, slot, op)
-    }
-
     /// Validate prepared collective `i` (`c`) right after it ran with `op`
     /// and count what is wrong, as nccl-tests' `#wrong` does: the elements
     /// (reductions) or bytes (data movement) that differ, and the first of

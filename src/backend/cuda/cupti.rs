@@ -28,7 +28,7 @@ const BUFFER_BYTES: usize = 8 << 20;
 
 /// One kernel as CUPTI reported it (CUPTI timestamps, ns).
 #[derive(Clone, Debug, PartialEq)]
-pub struct RawKernel {
+pub(crate) struct RawKernel {
     /// Start.
     pub start: u64,
     /// End.
@@ -144,7 +144,7 @@ unsafe extern "C" fn buffer_completed(ctx: cudarc::driver::sys::CUcontext, strea
 /// An enabled CUPTI kernel-activity session. The library is never unloaded:
 /// CUPTI registers exit-time work of its own, and unloading it before the
 /// process exits made ranks crash at exit on the H200s.
-pub struct Cupti {
+pub(crate) struct Cupti {
     _lib: std::mem::ManuallyDrop<Library>,
     /// Library file that was loaded.
     pub path: String,

@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Name of the stamping kernel, as CUPTI reports it.
-pub const STAMP_KERNEL_NAME: &str = "commcanary_gt_stamp";
+pub(crate) const STAMP_KERNEL_NAME: &str = "commcanary_gt_stamp";
 /// Prefix of both kernels' names.
-pub const KERNEL_PREFIX: &str = "commcanary_gt_";
+pub(crate) const KERNEL_PREFIX: &str = "commcanary_gt_";
 
 /// Warps polling the release word, one lane each.
 pub const POLLING_WARPS: usize = 4;
@@ -48,7 +48,7 @@ const REPLY: usize = 256;
 const STAMPS: usize = REPLY + 128 * POLLING_WARPS;
 const PAGE_BYTES: usize = 4096;
 /// Stamping kernels per window at most (two u64 each after `STAMPS`).
-pub const MAX_STAMPS: usize = (PAGE_BYTES - STAMPS) / 16;
+pub(crate) const MAX_STAMPS: usize = (PAGE_BYTES - STAMPS) / 16;
 
 /// PTX ISA 7.0 (sm_70 and later). The release kernel: lane 0 of each warp
 /// (warp 0 first announces the start) waits 256 ns times its warp index, then
@@ -120,7 +120,7 @@ $L_end:
 
 /// One window of the `%globaltimer` anchor.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TimerWindow {
+pub(crate) struct TimerWindow {
     /// Host time of `first_timer_ns`, with its bound.
     pub estimate: crate::core::clock::DeviceAnchorEstimate,
     /// The window's first timer reading.
@@ -132,7 +132,7 @@ pub struct TimerWindow {
 }
 
 /// The loaded kernels and their mapped page.
-pub struct GlobalTimer {
+pub(crate) struct GlobalTimer {
     _module: drv_sys::CUmodule,
     release: drv_sys::CUfunction,
     stamp: drv_sys::CUfunction,

@@ -57,15 +57,16 @@ use anyhow::{bail, Context, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
-pub use probe::{driver_report, probe_devices, unavailable_reason, DriverReport};
+pub(crate) use probe::driver_report;
 use probe::{nvml_facts, probe_cublas, topology};
+pub use probe::{probe_devices, unavailable_reason, DriverReport};
 pub use setup::CudaOptions;
 use std::path::Path;
 use std::sync::Arc;
 
 /// Resolution of CUDA event timestamps as documented for `cuEventElapsedTime`
 /// ("around 0.5 microseconds"); used where the measured granularity is inconclusive.
-pub const EVENT_RESOLUTION_NS: f64 = 500.0;
+pub(crate) const EVENT_RESOLUTION_NS: f64 = 500.0;
 
 /// `bytes` of zeroed host memory mapped into the device's address space
 /// (host pointer, device pointer), with the context current. The caller

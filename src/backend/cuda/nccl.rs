@@ -20,61 +20,61 @@ use std::path::{Path, PathBuf};
 pub mod sys {
     use std::os::raw::{c_char, c_int};
     /// `ncclResult_t`.
-    pub type NcclResult = c_int;
+    pub(crate) type NcclResult = c_int;
     /// `ncclSuccess`.
-    pub const NCCL_SUCCESS: NcclResult = 0;
+    pub(crate) const NCCL_SUCCESS: NcclResult = 0;
     /// `ncclGetVersion(int*)`.
-    pub type GetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
+    pub(crate) type GetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
     /// `ncclGetErrorString(ncclResult_t)`.
-    pub type GetErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
+    pub(crate) type GetErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
     /// `ncclComm_t`.
-    pub type Comm = *mut std::ffi::c_void;
+    pub(crate) type Comm = *mut std::ffi::c_void;
     /// `ncclUniqueId`: 128 opaque bytes, passed by value to `ncclCommInitRank`.
     #[repr(C)]
     #[derive(Clone, Copy)]
-    pub struct UniqueId {
+    pub(crate) struct UniqueId {
         /// Opaque bytes.
         pub internal: [c_char; 128],
     }
     /// `ncclFloat32`.
-    pub const NCCL_FLOAT32: c_int = 7;
+    pub(crate) const NCCL_FLOAT32: c_int = 7;
     /// `ncclBfloat16` (NCCL 2.10 and later).
-    pub const NCCL_BFLOAT16: c_int = 9;
+    pub(crate) const NCCL_BFLOAT16: c_int = 9;
     /// `ncclSum`.
-    pub const NCCL_SUM: c_int = 0;
+    pub(crate) const NCCL_SUM: c_int = 0;
     /// `ncclGetUniqueId(ncclUniqueId*)`.
-    pub type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
+    pub(crate) type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
     /// `ncclCommInitRank(ncclComm_t*, int nranks, ncclUniqueId, int rank)`.
-    pub type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
+    pub(crate) type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
     /// `ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
     pub type AllReduce = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclAllGather(const void*, void*, size_t sendcount, ncclDataType_t, ncclComm_t, cudaStream_t)`.
     pub type AllGather = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclCommDestroy(ncclComm_t)` and `ncclCommAbort(ncclComm_t)`.
-    pub type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
+    pub(crate) type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
     /// `ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)`.
-    pub type CommGetAsyncError = unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult;
+    pub(crate) type CommGetAsyncError = unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult;
     /// `ncclUint8`.
-    pub const NCCL_UINT8: c_int = 1;
+    pub(crate) const NCCL_UINT8: c_int = 1;
     /// `ncclFloat16`.
-    pub const NCCL_FLOAT16: c_int = 6;
+    pub(crate) const NCCL_FLOAT16: c_int = 6;
     /// `ncclProd` (nccl.h's `ncclRedOp_t`).
-    pub const NCCL_PROD: c_int = 1;
+    pub(crate) const NCCL_PROD: c_int = 1;
     /// `ncclMax`.
-    pub const NCCL_MAX: c_int = 2;
+    pub(crate) const NCCL_MAX: c_int = 2;
     /// `ncclMin`.
-    pub const NCCL_MIN: c_int = 3;
+    pub(crate) const NCCL_MIN: c_int = 3;
     /// `ncclAvg` (NCCL 2.10 and later).
-    pub const NCCL_AVG: c_int = 4;
+    pub(crate) const NCCL_AVG: c_int = 4;
     /// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.
-    pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+    pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
     /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
-    pub type ReduceScatter =
+    pub(crate) type ReduceScatter =
         unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t)`.
     pub type Broadcast = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int root, ncclComm_t, cudaStream_t)`.
-    pub type Reduce =
+    pub(crate) type Reduce =
         unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclSend(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
     pub type Send = unsafe extern "C" fn(*const std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
@@ -83,13 +83,13 @@ pub mod sys {
     /// `ncclGroupStart()` and `ncclGroupEnd()`.
     pub type Group = unsafe extern "C" fn() -> NcclResult;
     /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null config inherits the parent's).
-    pub type CommSplit = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub(crate) type CommSplit = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
 }
 
 /// The symbols of every other collective, point-to-point and `ncclCommSplit`:
 /// resolved at load where present, and required only by what uses them
 /// (imported traces), so an older NCCL still runs the all-reduce workload.
-pub struct TraceSymbols {
+pub(crate) struct TraceSymbols {
     reduce_scatter: Option<Symbol<sys::ReduceScatter>>,
     broadcast: Option<Symbol<sys::Broadcast>>,
     reduce: Option<Symbol<sys::Reduce>>,
@@ -107,7 +107,7 @@ fn need<'a, T>(s: &'a Option<Symbol<T>>, name: &str, lib: &NcclObservation) -> R
 
 /// Symbols every supported NCCL must export (resolved eagerly so a wrong
 /// library fails at load, not mid-run).
-pub const REQUIRED_SYMBOLS: [&str; 9] = [
+pub(crate) const REQUIRED_SYMBOLS: [&str; 9] = [
     "ncclGetVersion",
     "ncclGetErrorString",
     "ncclGetUniqueId",
@@ -139,7 +139,6 @@ pub struct NcclObservation {
 /// A loaded NCCL library.
 pub struct NcclLibrary {
     _lib: Library,
-    get_version: Symbol<sys::GetVersion>,
     get_error_string: Symbol<sys::GetErrorString>,
     get_unique_id: Symbol<sys::GetUniqueId>,
     comm_init_rank: Symbol<sys::CommInitRank>,
@@ -153,7 +152,7 @@ pub struct NcclLibrary {
 }
 
 /// Decode an `ncclGetVersion` code (2.9+: `major*10000 + minor*100 + patch`; older: `*1000 + *100`).
-pub fn decode_version(code: i32) -> String {
+pub(crate) fn decode_version(code: i32) -> String {
     if code >= 20900 {
         format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
     } else {
@@ -162,7 +161,7 @@ pub fn decode_version(code: i32) -> String {
 }
 
 /// NCCL files currently mapped into this process.
-pub fn mapped_nccl_paths() -> Vec<String> {
+pub(crate) fn mapped_nccl_paths() -> Vec<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut v: Vec<String> = maps
         .lines()
@@ -250,7 +249,6 @@ impl NcclLibrary {
         let sha256 = crate::core::fsutil::sha256_file(&canonical)?;
         Ok(Self {
             _lib: lib,
-            get_version,
             get_error_string,
             get_unique_id,
             comm_init_rank,
@@ -276,15 +274,6 @@ impl NcclLibrary {
         &self.observation
     }
 
-    /// Version code as reported now.
-    pub fn version_code(&self) -> Result<i32> {
-        let mut code: c_int = 0;
-        // SAFETY: as in load.
-        let rc = unsafe { (self.get_version)(&mut code) };
-        self.check("ncclGetVersion", rc)?;
-        Ok(code)
-    }
-
     /// Turn an NCCL result into an error naming the call, the code and NCCL's message.
     pub fn check(&self, call: &str, rc: sys::NcclResult) -> Result<()> {
         if rc == sys::NCCL_SUCCESS {
@@ -307,7 +296,7 @@ impl NcclLibrary {
 /// peer as ranks of the communicator.
 #[derive(Clone, Copy, Debug)]
 #[allow(missing_docs)]
-pub enum TraceOp {
+pub(crate) enum TraceOp {
     AllReduce { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int },
     AllGather { send: u64, recv: u64, count: usize, dtype: c_int },
     ReduceScatter { send: u64, recv: u64, recv_count: usize, dtype: c_int, op: c_int },
@@ -318,7 +307,7 @@ pub enum TraceOp {
 }
 
 /// NCCL's data type of a run's element type.
-pub fn nccl_type(dtype: crate::evidence::shard::Dtype) -> c_int {
+pub(crate) fn nccl_type(dtype: crate::evidence::shard::Dtype) -> c_int {
     match dtype {
         crate::evidence::shard::Dtype::F32 => sys::NCCL_FLOAT32,
         crate::evidence::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
@@ -326,7 +315,7 @@ pub fn nccl_type(dtype: crate::evidence::shard::Dtype) -> c_int {
 }
 
 /// A communicator; destroyed on drop (aborted when [`NcclComm::abort`] was asked for).
-pub struct NcclComm {
+pub(crate) struct NcclComm {
     lib: std::sync::Arc<NcclLibrary>,
     comm: sys::Comm,
 }
@@ -498,7 +487,7 @@ impl Drop for NcclComm {
 
 /// Candidate NCCL libraries on this machine: the loader cache, the usual
 /// directories and Python wheels (`nvidia/nccl/lib`).
-pub fn find_candidates() -> Vec<PathBuf> {
+pub(crate) fn find_candidates() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> =
         ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/local/lib", "/usr/lib"].iter().map(PathBuf::from).collect();
     if let Ok(p) = std::env::var("LD_LIBRARY_PATH") {

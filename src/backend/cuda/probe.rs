@@ -28,7 +28,7 @@ pub struct DriverReport {
 /// Query the driver for its version and device names (through cudarc, once
 /// [`probe_devices`] has found the driver, so that a missing driver is an
 /// error, not a panic).
-pub fn driver_report() -> Result<DriverReport, String> {
+pub(crate) fn driver_report() -> Result<DriverReport, String> {
     use cudarc::driver::result::device;
     let n = probe_devices()?;
     let mut v = 0;

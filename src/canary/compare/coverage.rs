@@ -19,7 +19,7 @@ pub struct TraceFacts {
 }
 
 /// The static checks (state `source-verified`).
-pub fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check> {
+pub(crate) fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check> {
     let mut out = Vec::new();
     let total: u64 = source.identities.values().sum();
     let covered: u64 = source.identities.iter().filter(|(k, _)| cand.identities.contains_key(*k)).map(|(_, n)| n).sum();

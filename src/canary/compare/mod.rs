@@ -28,9 +28,10 @@ mod ranking;
 mod replay;
 mod tail;
 
-pub use coverage::{static_checks, TraceFacts};
-pub use ranking::{phase_input, ranking_check};
-pub use replay::{replay_checks, Stat};
+pub(crate) use coverage::static_checks;
+pub use coverage::TraceFacts;
+pub(crate) use ranking::{phase_input, ranking_check};
+pub(crate) use replay::replay_checks;
 pub use tail::{recurring_by_position, tail_recall_check};
 
 use crate::analysis::ProxyAgreement;
@@ -127,16 +128,16 @@ pub struct CandidateVerdict {
 }
 
 /// Declared tolerances.
-pub const HIDDEN_SHARE_FLOOR: f64 = 0.05;
+pub(crate) const HIDDEN_SHARE_FLOOR: f64 = 0.05;
 /// Smallest tail-event recall that passes.
 pub const TAIL_RECALL_MIN: f64 = 0.5;
 /// Tukey's far-out fence: beyond the third quartile by this many
 /// interquartile ranges (Tukey, *Exploratory Data Analysis*, 1977, ch. 2).
-pub const TAIL_FENCE_IQR: f64 = 3.0;
+pub(crate) const TAIL_FENCE_IQR: f64 = 3.0;
 /// Smallest share of source collectives whose identity the candidate has.
-pub const IDENTITY_COVERAGE_MIN: f64 = 0.99;
+pub(crate) const IDENTITY_COVERAGE_MIN: f64 = 0.99;
 /// Largest difference of one identity's share of collectives.
-pub const IDENTITY_SHARE_MAX: f64 = crate::canary::compile::MIX_SHARE_MAX;
+pub(crate) const IDENTITY_SHARE_MAX: f64 = crate::canary::compile::MIX_SHARE_MAX;
 
 /// Measures of the source and of one candidate, by configuration (same labels, same rounds).
 pub struct Paired<'a> {
@@ -153,7 +154,7 @@ pub struct Paired<'a> {
 }
 
 /// The highest state whose checks all held, given the checks and what the run could show.
-pub fn state_of(checks: &[Check], hardware_ok: bool) -> Assurance {
+pub(crate) fn state_of(checks: &[Check], hardware_ok: bool) -> Assurance {
     let all = |s: Assurance| checks.iter().filter(|c| c.guards == s).all(|c| c.passed);
     let mut state = Assurance::IntegrityBound;
     for s in [Assurance::SourceVerified, Assurance::BehaviorallyVerified] {

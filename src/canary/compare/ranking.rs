@@ -14,7 +14,7 @@ use anyhow::Result;
 use std::collections::BTreeSet;
 
 /// The phase inputs of the replay's per-pass latency, by configuration.
-pub fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> PhaseInput {
+pub(crate) fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> PhaseInput {
     PhaseInput {
         phase: Phase::Replay,
         labels: configs.to_vec(),
@@ -23,7 +23,7 @@ pub fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> PhaseInput {
 }
 
 /// The ranking check and the decision cost.
-pub fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, DecisionCost)> {
+pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, DecisionCost)> {
     let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
     let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
     let m = policy.min_effect_pct;

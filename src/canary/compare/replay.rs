@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 /// A statistic of a sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stat {
+pub(crate) enum Stat {
     /// Median.
     P50,
     /// 95th percentile.
@@ -178,7 +178,7 @@ fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Che
 
 /// The behavioural checks (state `behaviorally-verified`): kinds replayed,
 /// latency statistics per kind, hidden communication, tail recall.
-pub fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
+pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
     let mut out = Vec::new();
     let mut unjudged = Vec::new();
     let kinds = |jobs: &[Vec<JobMeasure>]| -> BTreeSet<String> {

@@ -25,9 +25,11 @@ mod sweep;
 
 pub use elements::{Dtype, ReduceOp};
 pub use knobs::{CommStream, DelayInjection, FillResidual, GemmShape};
-pub use model::{ModelGemm, ModelRequest, ModelShape, ModelWorkload, MODEL_PRESETS};
-pub use phase::{parse_phases, Phase};
-pub use sweep::{size_sweep, SweepKind};
+pub use model::{ModelGemm, ModelRequest, ModelShape, ModelWorkload};
+pub(crate) use phase::parse_phases;
+pub use phase::Phase;
+pub(crate) use sweep::size_sweep;
+pub use sweep::SweepKind;
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};

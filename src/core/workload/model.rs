@@ -38,7 +38,7 @@ pub struct ModelShape {
 /// Meta-Llama-3-70B): `hidden_size`, `intermediate_size`,
 /// `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`; head
 /// dimension = hidden / heads = 128.
-pub const MODEL_PRESETS: [&str; 3] = ["llama3-8b", "llama3-70b", "tiny"];
+pub(crate) const MODEL_PRESETS: [&str; 3] = ["llama3-8b", "llama3-70b", "tiny"];
 
 impl ModelShape {
     /// A preset by name.

@@ -80,7 +80,7 @@ impl FromStr for Phase {
 }
 
 /// Parse a comma-separated phase list; `all` expands to the six main phases.
-pub fn parse_phases(s: &str) -> Result<Vec<Phase>> {
+pub(crate) fn parse_phases(s: &str) -> Result<Vec<Phase>> {
     let mut out: Vec<Phase> = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let add: Vec<Phase> = if part == "all" { Phase::all()[..6].to_vec() } else { vec![part.parse()?] };

@@ -210,7 +210,7 @@ impl schemars::JsonSchema for SweepKind {
 
 /// The sizes nccl-tests sweeps for `-b MIN -e MAX -f FACTOR`: MIN, then
 /// multiplied by FACTOR while it stays at most MAX.
-pub fn size_sweep(min_bytes: u64, max_bytes: u64, factor: u64) -> Result<Vec<u64>> {
+pub(crate) fn size_sweep(min_bytes: u64, max_bytes: u64, factor: u64) -> Result<Vec<u64>> {
     if factor < 2 {
         bail!("--step-factor {factor}: must be at least 2");
     }

@@ -41,7 +41,7 @@ pub fn number_sequences(colls: &mut [TraceCollective]) {
 }
 
 /// Members of a group after resolving a group-local rank; refuses one outside the group.
-pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
+pub(crate) fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
     usize::try_from(local)
         .ok()
         .and_then(|i| group.members.get(i).copied())
@@ -50,7 +50,7 @@ pub fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
 
 /// Check one record's own buffer relations (the counts a collective of this
 /// kind must have on one rank of a group of `n`).
-pub fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
+pub(crate) fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     let (i, o) = (c.in_elems, c.out_elems);
     for (what, e) in [("in", i), ("out", o)] {
         if e.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > MAX_COLLECTIVE_BYTES) {

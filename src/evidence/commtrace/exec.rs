@@ -120,7 +120,7 @@ impl ExecRecord {
 }
 
 /// Format version of [`WorkloadReport`] (2 added `compute_launches`, 3 `stands_for`, 4 `gap_transition`).
-pub const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 4;
+pub(crate) const WORKLOAD_REPORT_FORMAT_VERSION: u32 = 4;
 
 /// What one rank's workload pass (`--pace workload`) did as a whole,
 /// written beside its records as `replay-trace.rank-N.workload.json`.
@@ -262,7 +262,7 @@ pub fn payload(src: u32, dst: u32, i: usize) -> u8 {
 
 /// Wrong elements found by a check, and the first of them described.
 #[derive(Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// How many.
     pub wrong: u64,
     /// The first, described.
@@ -281,7 +281,7 @@ impl Tally {
 
 /// Byte counts and offsets of an all-to-all(v), per member of the group (in
 /// group order), from the recorded split sizes, else an even split.
-pub struct AllToAllLayout {
+pub(crate) struct AllToAllLayout {
     /// Bytes sent to each member.
     pub send_bytes: Vec<usize>,
     /// Bytes received from each member.
@@ -315,11 +315,6 @@ impl AllToAllLayout {
         buf
     }
 
-    /// The first byte `rank` received wrong: (byte within its block, source member).
-    pub fn first_wrong(&self, out: &[u8], rank: u32, members: &[u32]) -> Option<(usize, u32)> {
-        self.wrong(out, rank, members).next()
-    }
-
     /// Every byte `rank` received wrong, in order: (byte within its block, source member).
     pub fn wrong<'a>(&'a self, out: &'a [u8], rank: u32, members: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
         members
@@ -330,7 +325,7 @@ impl AllToAllLayout {
 }
 
 /// What element `i` of a reduction over `members`' contributions must be, in `dtype`.
-pub fn expected_reduction(dtype: TraceDtype, members: &[u32], i: usize, op: ReduceOp) -> f32 {
+pub(crate) fn expected_reduction(dtype: TraceDtype, members: &[u32], i: usize, op: ReduceOp) -> f32 {
     let vals = members.iter().map(|&r| round_to(dtype, contribution(r, i)));
     let want = match op {
         ReduceOp::Sum => vals.sum::<f32>(),
@@ -343,7 +338,7 @@ pub fn expected_reduction(dtype: TraceDtype, members: &[u32], i: usize, op: Redu
 }
 
 /// Round an f32 to the nearest value of `dtype` (identity for f32).
-pub fn round_to(dtype: TraceDtype, x: f32) -> f32 {
+pub(crate) fn round_to(dtype: TraceDtype, x: f32) -> f32 {
     match dtype {
         TraceDtype::Bf16 => half::bf16::from_f32(x).to_f32(),
         TraceDtype::F16 => half::f16::from_f32(x).to_f32(),

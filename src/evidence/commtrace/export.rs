@@ -132,7 +132,7 @@ pub fn param(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
 }
 
 /// Chakra ET schema written.
-pub const ET_SCHEMA: &str = "1.1.1-chakra.0.0.4";
+pub(crate) const ET_SCHEMA: &str = "1.1.1-chakra.0.0.4";
 
 fn node(id: u64, name: &str, parent: u64, values: Vec<Value>, types: Vec<&str>, attrs: Vec<Value>) -> Value {
     let shapes: Vec<Value> = types.iter().map(|t| if t.starts_with("Tuple") { json!([[], []]) } else { json!([]) }).collect();

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 /// The trace of `phase` in the verified run at `dir`.
-pub fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
+pub(crate) fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
     use crate::core::refusal::Code;
     let j = crate::evidence::join::join_dir(dir).with_context(|| format!("import run {}", dir.display()))?;
     if !j.run.workload.phases.contains(&phase) {

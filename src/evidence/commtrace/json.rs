@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 /// A non-negative integer field.
-pub fn u64_of(v: &Value, what: &str) -> Result<u64> {
+pub(crate) fn u64_of(v: &Value, what: &str) -> Result<u64> {
     if let Some(n) = v.as_u64() {
         return Ok(n);
     }
@@ -19,18 +19,18 @@ pub fn u64_of(v: &Value, what: &str) -> Result<u64> {
 
 /// A rank or rank count: a non-negative integer that fits 32 bits (named
 /// in the error, never Rust's own conversion text).
-pub fn u32_of(v: &Value, what: &str) -> Result<u32> {
+pub(crate) fn u32_of(v: &Value, what: &str) -> Result<u32> {
     let n = u64_of(v, what)?;
     u32::try_from(n).ok().with_context(|| format!("{what} is {n}, over the largest rank number {}", u32::MAX))
 }
 
 /// An integer field, possibly negative.
-pub fn i64_of(v: &Value, what: &str) -> Result<i64> {
+pub(crate) fn i64_of(v: &Value, what: &str) -> Result<i64> {
     v.as_i64().with_context(|| format!("{what} is {v}, expected an integer"))
 }
 
 /// A string field, bounded.
-pub fn str_of<'a>(v: &'a Value, what: &str, max: usize) -> Result<&'a str> {
+pub(crate) fn str_of<'a>(v: &'a Value, what: &str, max: usize) -> Result<&'a str> {
     let s = v.as_str().with_context(|| format!("{what} is {v}, expected a string"))?;
     if s.len() > max {
         bail!("{what} is {} bytes long, over the {max}-byte limit", s.len());
@@ -39,7 +39,7 @@ pub fn str_of<'a>(v: &'a Value, what: &str, max: usize) -> Result<&'a str> {
 }
 
 /// A JSON list of integers written as a string (`"[0, 1]"`), as PyTorch records ranks and splits.
-pub fn int_list_in_string(v: &Value, what: &str, max_len: usize) -> Result<Vec<i64>> {
+pub(crate) fn int_list_in_string(v: &Value, what: &str, max_len: usize) -> Result<Vec<i64>> {
     let s = v.as_str().with_context(|| format!("{what} is {v}, expected a string holding a list"))?;
     let parsed: Vec<i64> = serde_json::from_str(s).with_context(|| format!("{what} is {s:?}, expected a list of integers"))?;
     if parsed.len() > max_len {
@@ -49,7 +49,7 @@ pub fn int_list_in_string(v: &Value, what: &str, max_len: usize) -> Result<Vec<i
 }
 
 /// Microseconds with a fraction (Chrome trace `ts`/`dur`) to whole ns.
-pub fn us_to_ns(v: &Value, what: &str) -> Result<u64> {
+pub(crate) fn us_to_ns(v: &Value, what: &str) -> Result<u64> {
     match v.as_f64() {
         Some(f) if (0.0..1.8e16).contains(&f) => Ok((f * 1000.0).round() as u64),
         _ => bail!("{what} is {v}, expected a non-negative time in µs"),

@@ -125,7 +125,7 @@ pub fn unknown() -> Vec<UnknownField> {
 }
 
 /// Import one rank's file.
-pub fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
+pub(crate) fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
     let (json, sha256) = super::read_source(path, limits)?;
     parse(&json, &path.display().to_string(), sha256, limits).with_context(|| path.display().to_string())
 }

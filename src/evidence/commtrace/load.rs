@@ -58,7 +58,7 @@ pub const SAME_RUN_SLACK_NS: u64 = 60_000_000_000;
 
 /// Put per-file records together: same run, one file per rank, every rank
 /// present, groups described alike, counts agreeing across members.
-pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, unknown: Vec<UnknownField>) -> Result<CommTrace> {
+pub(crate) fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, unknown: Vec<UnknownField>) -> Result<CommTrace> {
     let Some(first) = recs.first() else { bail!("no trace files given") };
     let (first_path, first_facts, world) = (first.file.path.clone(), first.run_facts.clone(), first.world_size);
     for r in &recs[1..] {
@@ -130,7 +130,7 @@ pub fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, 
 }
 
 /// Import one file per rank of `kind` and put them together.
-pub fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Limits) -> Result<CommTrace> {
+pub(crate) fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limits: &Limits) -> Result<CommTrace> {
     if !matches!(kind, SourceKind::Kineto | SourceKind::ExecutionTrace) {
         bail!("import_files reads profiler files (kineto, et); a run is imported with `import run`");
     }

@@ -44,14 +44,16 @@ mod source;
 mod summary;
 pub mod workload_plan;
 
-pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype, KNOWN_COLLECTIVES, SKIPPED_RECORDS};
-pub use check::{check_record_counts, global_rank, number_sequences, MAX_COLLECTIVE_BYTES};
-pub use load::{assemble, import_files, SAME_RUN_SLACK_NS};
-pub use replay::{replay_command, ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, ReplayRun, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE};
+pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype};
+pub(crate) use check::global_rank;
+pub use check::{number_sequences, MAX_COLLECTIVE_BYTES};
+pub(crate) use load::import_files;
+pub use load::SAME_RUN_SLACK_NS;
+pub(crate) use replay::{replay_command, ReplayFile, ReplayIndex};
 use serde::{Deserialize, Serialize};
-pub(crate) use source::CountedSeq;
-pub use source::{decompress, read_source, Limits};
-pub use summary::{compare_kernels, kernel_family, render_counts, KernelComparison};
+pub use source::{decompress, Limits};
+pub(crate) use source::{read_source, CountedSeq};
+pub(crate) use summary::render_counts;
 
 /// Current on-disk version of the communication-trace format.
 pub const COMM_TRACE_FORMAT_VERSION: u32 = 1;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Executor of a whole trace on one rank (a backend's `replay`).
-pub type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<exec::ReplayOutput> + 'a;
+pub(crate) type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<exec::ReplayOutput> + 'a;
 
 /// Involuntary context switches of this process so far (`getrusage`'s
 /// `ru_nivcsw`): the times the kernel took the core away from it.
@@ -29,13 +29,13 @@ const GAP_OFF_NS: u64 = 1_000_000;
 
 /// Format version of `replay-trace.rank-N.json` (1: a bare array of records;
 /// 2: a header that binds the records to the trace, rank and settings).
-pub const REPLAY_FORMAT_VERSION: u32 = 2;
+pub(crate) const REPLAY_FORMAT_VERSION: u32 = 2;
 /// Rank 0's index of a replay's files with their digests.
-pub const REPLAY_INDEX_FILE: &str = "replay-trace.json";
+pub(crate) const REPLAY_INDEX_FILE: &str = "replay-trace.json";
 
 /// What a replay's records are of.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplayHeader {
+pub(crate) struct ReplayHeader {
     /// The tool that wrote it (version, commit, dirty state).
     pub tool: String,
     /// The trace as named on the command line.
@@ -60,7 +60,7 @@ pub struct ReplayHeader {
 
 /// `replay-trace.rank-N.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplayFile {
+pub(crate) struct ReplayFile {
     /// [`REPLAY_FORMAT_VERSION`].
     pub format_version: u32,
     /// What the records are of.
@@ -71,7 +71,7 @@ pub struct ReplayFile {
 
 /// One rank's files in [`ReplayIndex`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplayIndexRank {
+pub(crate) struct ReplayIndexRank {
     /// Rank.
     pub rank: u32,
     /// Host name.
@@ -83,7 +83,7 @@ pub struct ReplayIndexRank {
 /// `replay-trace.json`: rank 0's index of every rank's files and digests, so
 /// a replay directory is verified like a run (`commcanary inspect` reads it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplayIndex {
+pub(crate) struct ReplayIndex {
     /// Format version (1).
     pub format_version: u32,
     /// SHA-256 of the trace file replayed.
@@ -147,7 +147,7 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
 /// `paced` by the trace (gaps, device gaps or the recorded workload) is
 /// refused before MPI starts when a rank's gap passes the one bound of every
 /// replay ([`crate::core::limits::check_replay_gaps`]).
-pub fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
+pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
     let path = trace;
     // the header's digest is of exactly the bytes replayed
     let (trace, trace_sha256) = CommTrace::read_with_sha256(trace)?;

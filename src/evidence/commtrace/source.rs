@@ -44,7 +44,7 @@ impl Default for Limits {
 
 /// Read a file, decompressing gzip (detected by its magic bytes, RFC 1952),
 /// within `limits`. Returns the JSON bytes and the SHA-256 of the stored bytes.
-pub fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
+pub(crate) fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
     // a FIFO or device is refused, and the read stops at the limit whatever the size said
     let raw = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
     let sha = crate::core::fsutil::sha256_hex(&raw);

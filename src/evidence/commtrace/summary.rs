@@ -20,7 +20,7 @@ const ALGO_PROTO_TOKENS: [&str; 10] = ["RING", "TREE", "COLLNET", "DIRECT", "CHA
 /// (`ncclDevKernel_AllReduce_Sum_bf16`). The identifier of a mangled name is
 /// read as the Itanium C++ ABI writes a plain function name: `_Z`, its length
 /// in decimal, the identifier.
-pub fn kernel_family(name: &str) -> String {
+pub(crate) fn kernel_family(name: &str) -> String {
     let mangled = name.strip_prefix("_Z").and_then(|rest| {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         let len: usize = rest[..digits].parse().ok()?;
@@ -32,7 +32,7 @@ pub fn kernel_family(name: &str) -> String {
 
 /// How the kernels a replay ran compare with the kernels the trace recorded.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct KernelComparison {
+pub(crate) struct KernelComparison {
     /// Collectives with a kernel both in the trace and in the replay.
     pub compared: usize,
     /// Of those, the ones whose first kernels have the same family.
@@ -46,7 +46,7 @@ pub struct KernelComparison {
 /// Compare, collective by collective, the family of the first kernel the
 /// replay recorded with the family of the kernel the trace recorded.
 /// `None` when the replay recorded no kernels at all.
-pub fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRecord]) -> Option<KernelComparison> {
+pub(crate) fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRecord]) -> Option<KernelComparison> {
     if records.iter().all(|r| r.kernels.is_none()) {
         return None;
     }
@@ -70,7 +70,7 @@ pub fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRecord]) 
 }
 
 /// Collectives per kind on each rank, one line per rank (for the import's report).
-pub fn render_counts(t: &CommTrace) -> String {
+pub(crate) fn render_counts(t: &CommTrace) -> String {
     let mut s = String::new();
     for r in &t.ranks {
         let mut by: BTreeMap<(CollectiveKind, String, TraceDtype, u64), u64> = BTreeMap::new();

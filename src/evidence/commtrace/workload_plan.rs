@@ -213,7 +213,7 @@ pub struct StreamGap {
 /// spins' calibrated times, each at least the launch floor), with the number
 /// of gaps; `None` where there is no such gap. `intervals[i]` is collective
 /// `i`'s device (start, end), ns.
-pub fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: impl Fn(&StreamGap) -> f64) -> Option<(f64, u32)> {
+pub(crate) fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: impl Fn(&StreamGap) -> f64) -> Option<(f64, u32)> {
     let mut excess: Vec<f64> = gaps
         .iter()
         .filter(|g| !g.compute_ops.is_empty() && !g.waits)
@@ -229,7 +229,7 @@ pub fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: 
 /// one operation on its collective's stream, recorded as starting where the
 /// previous collective ended, so cross-stream waits follow the recorded
 /// timeline as for compute.
-pub fn plan_gaps(rank: &RankTrace, gaps_ns: &[u64]) -> Result<WorkloadPlan> {
+pub(crate) fn plan_gaps(rank: &RankTrace, gaps_ns: &[u64]) -> Result<WorkloadPlan> {
     if gaps_ns.len() != rank.collectives.len() {
         bail!("internal: {} gaps for {} collectives", gaps_ns.len(), rank.collectives.len());
     }

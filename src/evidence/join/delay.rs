@@ -88,7 +88,7 @@ pub fn unexplained_skew_us(c: &JoinedCollective) -> Option<f64> {
 /// [`unexplained_skew_us`] with its error bound, µs: the sum of the bounds
 /// of the two ranks that set it (the collective's bound where per-rank
 /// bounds were not kept).
-pub fn unexplained_skew_and_bound_us(c: &JoinedCollective) -> Option<(f64, f64)> {
+pub(crate) fn unexplained_skew_and_bound_us(c: &JoinedCollective) -> Option<(f64, f64)> {
     let offsets = c.arrival_offsets_us.as_ref()?;
     let residuals: Option<Vec<f64>> = offsets.iter().zip(&c.ranks).map(|(o, t)| Some(o - t.replay_gap_ns? as f64 / 1e3)).collect();
     let r = residuals?;

@@ -294,7 +294,7 @@ fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u
 }
 
 /// Match collective events across shards by operation identity (in memory).
-pub fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
+pub(crate) fn match_events(shards: &[Shard]) -> Result<Vec<JoinedCollective>> {
     let headers: Vec<&ShardHeader> = shards.iter().map(|s| &s.header).collect();
     let groups = check_groups(&headers)?;
     let mut ctx = RankCtx::with_capacity(shards.len());

@@ -54,12 +54,11 @@ mod summary;
 mod tuning;
 
 pub use clocks::{NodeClockReport, RankClockReport};
-pub use delay::{delay_control, detection_line_us, unexplained_skew_and_bound_us, unexplained_skew_us, BeyondDesign, DelayControlReport, PhaseDelayControl};
+pub use delay::{delay_control, detection_line_us, unexplained_skew_us, BeyondDesign, DelayControlReport, PhaseDelayControl};
 pub use isolated::{isolated_sizes, IsolatedSizeRow};
 pub use load::{join_dir, join_dir_streaming, join_summary_streaming, refuse_synthetic, StreamedRun};
-pub use matching::match_events;
 pub use render::{render_isolated, render_summary};
-pub use summary::{summarize, JoinSummary, PhaseSummary, SummaryBuilder};
+pub use summary::{summarize, JoinSummary, PhaseSummary};
 pub use tuning::{compare_tuning, TuningComparison};
 
 use crate::core::workload::Phase;

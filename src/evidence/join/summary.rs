@@ -124,7 +124,7 @@ struct PhaseAcc {
 /// streaming join from collectives it does not keep). Keeps per phase each
 /// timed rank-event's completion time (8 bytes), and small records per
 /// collective.
-pub struct SummaryBuilder<'a> {
+pub(crate) struct SummaryBuilder<'a> {
     run: &'a RunRecord,
     headers: Vec<&'a ShardHeader>,
     phases: BTreeMap<Phase, PhaseAcc>,

@@ -25,7 +25,8 @@ pub use header::{
     BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor, PhaseRun, ProcessGroup, ShardHeader, SyntheticMark,
     TraceKindCount, TraceOrigin, Unmeasured,
 };
-pub use read::{collectives_region, decode_collective_event, decode_shard_body, peek_header};
+pub use read::decode_shard_body;
+pub(crate) use read::{collectives_region, decode_collective_event, peek_header};
 use serde::{Deserialize, Serialize};
 pub use write::WrittenShard;
 

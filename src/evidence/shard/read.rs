@@ -163,7 +163,7 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
 /// One collective event of a format-`version` body, from the front of
 /// `bytes` (the streaming join reads a shard's events one at a time, after
 /// the whole shard verified): the event and the bytes it took.
-pub fn decode_collective_event(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
+pub(crate) fn decode_collective_event(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
     if version >= 6 {
         bincode::serde::decode_from_slice(bytes, bincode_cfg())
     } else {
@@ -174,7 +174,7 @@ pub fn decode_collective_event(version: u32, bytes: &[u8]) -> std::result::Resul
 /// Where a verified shard's collective events start (a byte offset into the
 /// file) and how many there are: every body version begins with them (a
 /// varint count, then the events).
-pub fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
+pub(crate) fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
     let bad = || crate::core::refusal::refuse(crate::core::refusal::Code::BadFormat, format!("{name}: body does not start with its collectives"));
     let hlen = bytes.get(12..20).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(bad)?;
     let body = usize::try_from(hlen).ok().and_then(|h| h.checked_add(28)).filter(|&b| b <= bytes.len()).ok_or_else(bad)?;
@@ -186,7 +186,7 @@ pub fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
 /// without its body or any check of the trailer; `None` where it does not
 /// parse. Only a hint (the streaming join learns the process groups from it
 /// before the shards verify); nothing read this way is trusted.
-pub fn peek_header(path: &Path) -> Option<ShardHeader> {
+pub(crate) fn peek_header(path: &Path) -> Option<ShardHeader> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).ok()?;
     let mut pre = [0u8; 20];

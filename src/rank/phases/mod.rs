@@ -32,7 +32,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Corrupt this rank's reduced results so that `--check` must catch it.
     WrongSum {
         /// Rank.
@@ -151,7 +151,7 @@ impl HostTimes {
 /// the negative controls, the source trace and progress output. The default
 /// is a plain run: no injection, no fault, no file trace, quiet.
 #[derive(Default)]
-pub struct RunnerControls {
+pub(crate) struct RunnerControls {
     /// Delay injected on one rank (`--inject-delay`), if any.
     pub delay: Option<DelayInjection>,
     /// Negative-control fault (hidden `--fault`), if any.
@@ -164,7 +164,7 @@ pub struct RunnerControls {
 }
 
 /// Runs phases on one rank.
-pub struct Runner<'a, B: Backend> {
+pub(crate) struct Runner<'a, B: Backend> {
     backend: &'a mut B,
     clock: &'a RankClock,
     world: &'a SimpleCommunicator,
