@@ -37,6 +37,16 @@ impl Backend for CudaBackend {
             field: "kernels".into(),
             reason: format!("no CUPTI kernel records: {why}"),
         }))
+        .chain(self.cupti_lost.any().then(|| {
+            let l = self.cupti_lost;
+            Unmeasured {
+                field: "kernels".into(),
+                reason: format!(
+                    "incomplete: CUPTI dropped {} kernel record(s) for want of buffer space ({} buffer(s) whose dropped count could not be read), and {} record(s) were malformed and left out",
+                    l.dropped, l.dropped_unread, l.malformed
+                ),
+            }
+        }))
         .chain(self.kernel_anchor_failures.first().map(|why| Unmeasured {
             field: "phases[].kernel_anchor".into(),
             reason: format!(
@@ -285,7 +295,8 @@ impl Backend for CudaBackend {
         let mut kernels = Vec::new();
         let mut kernel_anchor = None;
         if let (Some(c), Some((ts0, host0, _err))) = (&self.cupti, anchor.cupti) {
-            let (mut raw, _malformed, _dropped) = c.drain()?;
+            let (mut raw, lost) = c.drain()?;
+            self.cupti_lost.add(lost);
             let bounded = match (&anchor.timer, &end_timer) {
                 (Some(s), Some(e)) => match Self::kernel_timer_map(s, e, &raw, anchor.cupti) {
                     Ok((m, a)) => {

@@ -41,13 +41,37 @@ pub(crate) struct RawKernel {
     pub name: String,
 }
 
-struct Collected {
-    kernels: Vec<RawKernel>,
-    malformed: u64,
-    dropped: u64,
+/// Kernel records that did not become kernels: counts over the buffers CUPTI returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostRecords {
+    /// Records that failed the sanity checks (end before start, no name).
+    pub malformed: u64,
+    /// Records CUPTI could not store for want of buffer space.
+    pub dropped: u64,
+    /// Buffers whose dropped count CUPTI would not give (their losses are unknown).
+    pub dropped_unread: u64,
 }
 
-static COLLECTED: Mutex<Collected> = Mutex::new(Collected { kernels: Vec::new(), malformed: 0, dropped: 0 });
+impl LostRecords {
+    /// Add another drain's counts.
+    pub fn add(&mut self, o: LostRecords) {
+        self.malformed += o.malformed;
+        self.dropped += o.dropped;
+        self.dropped_unread += o.dropped_unread;
+    }
+
+    /// Whether anything was lost, or may have been.
+    pub fn any(&self) -> bool {
+        *self != LostRecords::default()
+    }
+}
+
+struct Collected {
+    kernels: Vec<RawKernel>,
+    lost: LostRecords,
+}
+
+static COLLECTED: Mutex<Collected> = Mutex::new(Collected { kernels: Vec::new(), lost: LostRecords { malformed: 0, dropped: 0, dropped_unread: 0 } });
 
 unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     // SAFETY: CUPTI passes valid out-pointers; the buffer is freed in buffer_completed.
@@ -125,20 +149,16 @@ unsafe extern "C" fn buffer_completed(ctx: cudarc::driver::sys::CUcontext, strea
         }
     }
     // Records CUPTI could not store for want of buffer space (its documented
-    // check in the completion callback): counted, so that a pass that lost
-    // kernels says so.
+    // check in the completion callback; the count resets when read): counted,
+    // so that a run that lost kernels says so.
     let mut dropped = 0usize;
     // SAFETY: ctx and stream are the ones CUPTI passed; writes one usize.
-    let dropped = match unsafe { activity::get_num_dropped_records(ctx, stream, &mut dropped) } {
-        Ok(()) => dropped as u64,
-        Err(_) => 0,
-    };
+    let read = unsafe { activity::get_num_dropped_records(ctx, stream, &mut dropped) }.is_ok();
     // SAFETY: allocated by aligned_alloc in buffer_requested.
     unsafe { libc::free(buffer as *mut libc::c_void) };
     let mut c = COLLECTED.lock().unwrap_or_else(|e| e.into_inner());
     c.kernels.extend(got);
-    c.malformed += malformed;
-    c.dropped += dropped;
+    c.lost.add(LostRecords { malformed, dropped: if read { dropped as u64 } else { 0 }, dropped_unread: u64::from(!read) });
 }
 
 /// An enabled CUPTI kernel-activity session. The library is never unloaded:
@@ -213,14 +233,13 @@ impl Cupti {
         Ok(t)
     }
 
-    /// Flush and take every kernel recorded so far, with the malformed and dropped counts.
-    pub fn drain(&self) -> Result<(Vec<RawKernel>, u64, u64)> {
+    /// Flush and take every kernel recorded so far, with the records lost since the last drain.
+    pub fn drain(&self) -> Result<(Vec<RawKernel>, LostRecords)> {
         // A forced flush of all buffers; the completion callbacks run before it returns.
         activity::flush_all(1).map_err(|e| anyhow::anyhow!("cuptiActivityFlushAll failed: {e}"))?;
         let mut c = COLLECTED.lock().unwrap_or_else(|e| e.into_inner());
         let k = std::mem::take(&mut c.kernels);
-        let (m, d) = (std::mem::take(&mut c.malformed), std::mem::take(&mut c.dropped));
-        Ok((k, m, d))
+        Ok((k, std::mem::take(&mut c.lost)))
     }
 }
 
@@ -233,6 +252,17 @@ impl Drop for Cupti {
 }
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lost_records_add_up_and_an_unread_count_is_a_loss() {
+        let mut l = super::LostRecords::default();
+        assert!(!l.any());
+        l.add(super::LostRecords { malformed: 1, dropped: 2, dropped_unread: 0 });
+        l.add(super::LostRecords { malformed: 0, dropped: 3, dropped_unread: 0 });
+        assert_eq!((l.malformed, l.dropped, l.dropped_unread), (1, 5, 0));
+        let unread = super::LostRecords { dropped_unread: 1, ..Default::default() };
+        assert!(unread.any(), "a buffer whose dropped count could not be read is not a clean pass");
+    }
+
     #[test]
     fn reads_the_leading_fields_at_their_offsets() {
         let name = std::ffi::CString::new("ncclDevKernel_AllReduce_Sum_f32_RING_LL").unwrap();

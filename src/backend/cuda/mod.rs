@@ -187,6 +187,8 @@ pub struct CudaBackend {
     corrupt_next_check: bool,
     cupti: Option<crate::backend::cuda::cupti::Cupti>,
     cupti_unavailable: Option<String>,
+    /// Kernel records CUPTI dropped or that were malformed, over every pass.
+    cupti_lost: crate::backend::cuda::cupti::LostRecords,
     /// Passes whose kernel times could not be anchored through `%globaltimer`, and why.
     kernel_anchor_failures: Vec<String>,
     /// With `--cupti`: the `%globaltimer` anchor of kernel records, or why it is unavailable.

@@ -217,6 +217,7 @@ impl CudaBackend {
             corrupt_next_check: false,
             cupti,
             cupti_unavailable,
+            cupti_lost: Default::default(),
             kernel_anchor_failures: Vec::new(),
             timer,
             fence,

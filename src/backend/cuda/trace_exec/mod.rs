@@ -566,16 +566,17 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
             exec.verify(&mine.collectives)?;
             if let (Some(c), Some(before)) = (&cupti, before) {
                 let after = cupti_anchor(c, base)?;
-                let (kernels, malformed, dropped) = c.drain()?;
+                let (kernels, lost) = c.drain()?;
                 // the timed pass is the last records.len() calls (a warm-up pass comes first)
                 let timed = &windows[windows.len().saturating_sub(records.len())..];
                 let by = kernels_by_window(&kernels, [before, after], timed, 2_000.0);
                 let within: usize = by.iter().map(Vec::len).sum();
                 eprintln!(
-                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped), {within} within the {} timed calls",
+                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped, {} buffer(s) with an unreadable dropped count), {within} within the {} timed calls",
                     kernels.len(),
-                    malformed,
-                    dropped,
+                    lost.malformed,
+                    lost.dropped,
+                    lost.dropped_unread,
                     timed.len()
                 );
                 for (r, k) in records.iter_mut().zip(by) {
