@@ -6,11 +6,13 @@
 //! (buffer sizes, GEMM shape). Produces: device intervals where it can measure
 //! them and a list of the fields it cannot. Refuses: a second outstanding
 //! collective, a wait without an issue, sizes larger than its buffers.
+pub mod call;
 pub mod cpu;
 pub mod cuda;
 pub mod mpi_deadline;
 pub mod own;
 pub mod replay;
+pub mod trace_share;
 
 use crate::core::collective::CollectiveKind;
 use crate::core::workload::GemmShape;

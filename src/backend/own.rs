@@ -21,6 +21,7 @@
 //! previous rank's elements.
 //!
 //! [`SweepKind::count`]: crate::core::workload::SweepKind::count
+use super::call::Call;
 use super::{contribution, expected_sum, BackendError, BackendResult, CheckOutcome};
 use crate::core::collective::{Buffers, CollectiveKind, Lands};
 use crate::evidence::shard::Dtype;
@@ -99,6 +100,21 @@ impl OwnOp {
         };
         let recv_elems = if lands_here { recv_elems } else { 0 };
         Ok(OwnOp { kind, bytes, send_elems, recv_elems, block_elems, root, ring, rank, world_size: n })
+    }
+
+    /// The library call: this share's counts, root and ring, even all-to-all splits.
+    pub fn call(&self) -> Call<'static> {
+        Call {
+            kind: self.kind,
+            send_elems: self.send_elems,
+            recv_elems: self.recv_elems,
+            block_elems: self.block_elems,
+            root: self.root,
+            send_to: self.ring.map(|r| r.0),
+            recv_from: self.ring.map(|r| r.1),
+            splits: None,
+            group_size: self.world_size,
+        }
     }
 
     /// The larger of the two buffers, in elements: what must be allocated.

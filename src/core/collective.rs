@@ -128,7 +128,8 @@ pub struct KindRow {
 }
 
 /// The kind table, in [`CollectiveKind`]'s order. Adding a kind is a variant, a
-/// row here, and an arm in each backend's trace executor.
+/// row here, and one arm in each backend's library call (the cpu backend's
+/// `mpi_call`, the cuda backend's `nccl_calls`).
 pub const KINDS: [KindRow; 9] = [
     KindRow {
         kind: CollectiveKind::AllReduce,

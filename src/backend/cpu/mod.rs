@@ -16,6 +16,7 @@
 //! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
 //! count are a bf16 all-reduce's, the reduction arithmetic is integer
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
+pub(crate) mod mpi_call;
 pub mod trace_exec;
 
 use super::own::OwnOp;
@@ -27,6 +28,7 @@ use anyhow::{bail, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use std::os::raw::{c_int, c_void};
 
 /// CPU backend state of one rank.
@@ -178,9 +180,9 @@ impl CpuBackend {
         std::hint::black_box(&self.c);
     }
 
-    /// [`Backend::issue`]: the nonblocking MPI call of `kind`, one arm per
-    /// kind, on this backend's duplicate of the world, its size, root and
-    /// ring from [`OwnOp`]. MPI has no bf16: a bf16 run moves 16-bit
+    /// [`Backend::issue`]: the nonblocking MPI call of `kind` (its arm in
+    /// [`mpi_call`]) on this backend's duplicate of the world, its size, root
+    /// and ring from [`OwnOp`]. MPI has no bf16: a bf16 run moves 16-bit
     /// integers (and sums them as integers).
     fn start(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
         super::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.capacity_bytes)?;
@@ -202,32 +204,13 @@ impl CpuBackend {
             // SAFETY: as above, an immutable datatype handle constant.
             Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
         };
-        let comm = self.comm.as_raw();
-        let (sn, rn, bn) = (op.send_elems as c_int, op.recv_elems as c_int, op.block_elems as c_int);
-        let root = op.root.unwrap_or(0) as c_int;
-        let r = reqs.as_mut_ptr();
-        let ring = op.ring.unwrap_or((self.rank, self.rank));
+        let counts = MpiCounts::of(&op.call()).map_err(BackendError::Misuse)?;
+        let args = MpiArgs { send, recv, dtype: mpi_type, op: sum, comm: self.comm.as_raw() };
         // SAFETY: both buffers of `dtype` hold at least `bytes` (issue_count
-        // checked the capacity), which bounds every count OwnOp gives and the
-        // two requests `r` points to; the buffers stay alive and untouched
-        // until the wait completes the requests (`pending` guards reuse, Drop
-        // leaks them if it cannot).
-        let (call, rc, n) = unsafe {
-            match kind {
-                CollectiveKind::AllReduce => ("MPI_Iallreduce", ffi::MPI_Iallreduce(send, recv, sn, mpi_type, sum, comm, r), 1),
-                CollectiveKind::AllGather => ("MPI_Iallgather", ffi::MPI_Iallgather(send, sn, mpi_type, recv, bn, mpi_type, comm, r), 1),
-                CollectiveKind::ReduceScatter => ("MPI_Ireduce_scatter_block", ffi::MPI_Ireduce_scatter_block(send, recv, bn, mpi_type, sum, comm, r), 1),
-                CollectiveKind::Broadcast => ("MPI_Ibcast", ffi::MPI_Ibcast(recv, sn, mpi_type, root, comm, r), 1),
-                CollectiveKind::Reduce => ("MPI_Ireduce", ffi::MPI_Ireduce(send, recv, sn, mpi_type, sum, root, comm, r), 1),
-                CollectiveKind::AllToAll => ("MPI_Ialltoall", ffi::MPI_Ialltoall(send, bn, mpi_type, recv, bn, mpi_type, comm, r), 1),
-                CollectiveKind::Barrier => ("MPI_Ibarrier", ffi::MPI_Ibarrier(comm, r), 1),
-                CollectiveKind::Send | CollectiveKind::Recv => {
-                    let rc = ffi::MPI_Irecv(recv, rn, mpi_type, ring.1 as c_int, RING_TAG, comm, r);
-                    let rc = if rc == 0 { ffi::MPI_Isend(send, sn, mpi_type, ring.0 as c_int, RING_TAG, comm, r.add(1)) } else { rc };
-                    ("MPI_Irecv + MPI_Isend", rc, 2)
-                }
-            }
-        };
+        // checked the capacity), which bounds every count OwnOp gives; the
+        // buffers stay alive and untouched until the wait completes the
+        // requests (`pending` guards reuse, Drop leaks them if it cannot).
+        let (call, rc, n) = unsafe { mpi_call(&counts, &args, Mode::Nonblocking(&mut reqs)) };
         let what = format!("{} of {bytes} bytes", kind.label());
         if rc != 0 {
             return Err(BackendError::Mpi { call: format!("{call}: {what}"), code: rc });
@@ -237,10 +220,6 @@ impl CpuBackend {
         Ok(())
     }
 }
-
-/// The tag of the ring's point-to-point messages (on this backend's own
-/// duplicate of the world, where nothing else sends).
-const RING_TAG: c_int = 0x7c0;
 
 impl Backend for CpuBackend {
     fn kind(&self) -> BackendKind {

@@ -5,7 +5,7 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
-use crate::backend::cuda::nccl::{sys, TraceOp};
+use crate::backend::cuda::nccl::sys;
 use crate::backend::own::OwnOp;
 use crate::core::collective::CollectiveKind;
 
@@ -446,49 +446,24 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
-    /// [`Backend::issue`]: the NCCL calls of `kind`, one arm per kind, on
-    /// the world communicator and the collective stream, between the
-    /// collective's start and end events; its size, root and ring from
-    /// [`OwnOp`]. Several calls (an all-to-all's sends and receives, a ring's
-    /// pair) are one NCCL group. A barrier is a one-element all-reduce, as
-    /// PyTorch's `barrier()` is on NCCL, which has none.
+    /// [`Backend::issue`]: the NCCL calls of `kind` (its arm in
+    /// `nccl_calls`) on the world communicator and the collective stream,
+    /// between the collective's start and end events; its size, root and ring
+    /// from [`OwnOp`]. Several calls (an all-to-all's sends and receives, a
+    /// ring's pair) are one NCCL group.
     fn start(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
         crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
         if self.capturing && kind != CollectiveKind::AllReduce {
             return Err(BackendError::Misuse(format!("internal: a {} inside a graph capture", kind.name())));
         }
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+        }
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
         let t = crate::backend::cuda::nccl::nccl_type(dtype);
-        let root = op.root.unwrap_or(0) as std::os::raw::c_int;
-        let sum = sys::NCCL_SUM;
-        let block_bytes = (op.block_elems as u64) * dtype.size_bytes();
-        let calls: Vec<TraceOp> = match kind {
-            CollectiveKind::AllReduce => vec![TraceOp::AllReduce { send: sp, recv: rp, count: op.send_elems, dtype: t, op: sum }],
-            CollectiveKind::AllGather => vec![TraceOp::AllGather { send: sp, recv: rp, count: op.block_elems, dtype: t }],
-            CollectiveKind::ReduceScatter => vec![TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: op.block_elems, dtype: t, op: sum }],
-            CollectiveKind::Broadcast => vec![TraceOp::Broadcast { send: sp, recv: rp, count: op.send_elems, dtype: t, root }],
-            CollectiveKind::Reduce => vec![TraceOp::Reduce { send: sp, recv: rp, count: op.send_elems, dtype: t, op: sum, root }],
-            CollectiveKind::AllToAll => (0..self.world_size)
-                .flat_map(|j| {
-                    let at = u64::from(j) * block_bytes;
-                    let peer = j as std::os::raw::c_int;
-                    [
-                        TraceOp::Send { buf: sp + at, count: op.block_elems, dtype: t, peer },
-                        TraceOp::Recv { buf: rp + at, count: op.block_elems, dtype: t, peer },
-                    ]
-                })
-                .collect(),
-            CollectiveKind::Barrier => vec![TraceOp::AllReduce { send: sp, recv: rp, count: 1, dtype: t, op: sum }],
-            CollectiveKind::Send | CollectiveKind::Recv => {
-                let (to, from) = op.ring.unwrap_or((self.rank, self.rank));
-                vec![
-                    TraceOp::Send { buf: sp, count: op.send_elems, dtype: t, peer: to as std::os::raw::c_int },
-                    TraceOp::Recv { buf: rp, count: op.recv_elems, dtype: t, peer: from as std::os::raw::c_int },
-                ]
-            }
-        };
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, t, dtype.size_bytes(), sys::NCCL_SUM);
         let stream = self.collective_stream() as *mut std::ffi::c_void;
         let grouped = calls.len() > 1;
         if grouped {
@@ -496,9 +471,9 @@ impl CudaBackend {
         }
         for c in &calls {
             // SAFETY: every pointer lies in this rank's send or receive
-            // buffer, each `bytes` or more long (issue_count), which bounds
-            // every count and offset OwnOp gives; the stream belongs to this
-            // context.
+            // buffer, each `bytes` (issue_count) and 4 (above) or more long,
+            // which bounds every count and offset OwnOp gives; the stream
+            // belongs to this context.
             unsafe { self.comm.enqueue(c, stream) }?;
         }
         if grouped {

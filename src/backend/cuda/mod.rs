@@ -44,6 +44,7 @@ pub mod cupti;
 mod events;
 pub mod globaltimer;
 pub mod nccl;
+mod nccl_call;
 mod probe;
 mod setup;
 pub mod trace_exec;

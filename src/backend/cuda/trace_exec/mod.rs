@@ -32,9 +32,11 @@ pub mod workload;
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
+use crate::backend::cuda::nccl_call::nccl_calls;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
+use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{contribution, expected_reduction, paced_gaps_ns, payload, round_to, AllToAllLayout, Pace, ReplayOutput, Tally};
+use crate::evidence::commtrace::exec::{paced_gaps_ns, Pace, ReplayOutput};
 use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -85,6 +87,7 @@ fn decode(d: TraceDtype, b: &[u8]) -> Vec<f32> {
 
 /// One collective's device buffers and calls, made before the replay.
 struct Slot {
+    share: TraceShare,
     send: CudaSlice<u8>,
     recv: CudaSlice<u8>,
     /// Bytes of `recv` that hold the result.
@@ -161,7 +164,7 @@ impl CudaTraceExec {
     }
 
     fn upload(&self, b: &[u8]) -> Result<CudaSlice<u8>> {
-        // a zero-length allocation is refused by the driver: keep one byte
+        // a zero-length allocation is refused by the driver: keep 4 bytes (a barrier's one f32)
         if b.is_empty() {
             return self.zeros(0);
         }
@@ -169,7 +172,7 @@ impl CudaTraceExec {
     }
 
     fn zeros(&self, n: usize) -> Result<CudaSlice<u8>> {
-        drv(self.stream.alloc_zeros::<u8>(n.max(1)), "cuMemAlloc")
+        drv(self.stream.alloc_zeros::<u8>(n.max(4)), "cuMemAlloc")
     }
 
     fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], usize)> {
@@ -199,106 +202,24 @@ impl CudaTraceExec {
 
     fn slot(&self, c: &TraceCollective) -> Result<Slot> {
         let (members, _) = self.group_of(c)?;
-        let n = members.len();
-        let esize = c.dtype.size_bytes() as usize;
-        let bytes = |elems: u64| -> Result<usize> { usize::try_from(elems)?.checked_mul(esize).context("message size overflows") };
-        let local = |r: u32| members.iter().position(|&m| m == r).map(|p| p as c_int);
-        let u8t = sys::NCCL_UINT8;
-        let ptrs = |send: &CudaSlice<u8>, recv: &mut CudaSlice<u8>| {
+        let share = TraceShare::new(c, self.rank, members)?;
+        // reductions in the trace's own dtype; data movement as bytes
+        let (dtype, width) = if share.reduces() { (nccl_float(c.dtype, c.kind)?, c.dtype.size_bytes()) } else { (sys::NCCL_UINT8, 1) };
+        let send = match share.input() {
+            Input::Values(v) => self.upload(&encode(c.dtype, &v))?,
+            Input::Bytes(b) => self.upload(&b)?,
+            Input::Nothing => self.zeros(0)?,
+        };
+        let recv_bytes = share.out_len() * width as usize;
+        let mut recv = self.zeros(recv_bytes)?;
+        let (sp, rp) = {
             let (sp, _s) = send.device_ptr(&self.stream);
             let (rp, _r) = recv.device_ptr_mut(&self.stream);
             (sp, rp)
         };
-        let (send, mut recv, recv_bytes);
-        let calls: Vec<TraceOp>;
-        match c.kind {
-            CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter => {
-                let dt = nccl_float(c.dtype, c.kind)?;
-                let elems = usize::try_from(c.in_elems)?;
-                let contrib: Vec<f32> = (0..elems).map(|i| round_to(c.dtype, contribution(self.rank, i))).collect();
-                send = self.upload(&encode(c.dtype, &contrib))?;
-                recv_bytes = bytes(c.out_elems)?;
-                recv = self.zeros(recv_bytes)?;
-                let (sp, rp) = ptrs(&send, &mut recv);
-                let o = sys::NCCL_SUM;
-                calls = vec![match c.kind {
-                    CollectiveKind::AllReduce => TraceOp::AllReduce { send: sp, recv: rp, count: elems, dtype: dt, op: o },
-                    CollectiveKind::ReduceScatter => TraceOp::ReduceScatter { send: sp, recv: rp, recv_count: usize::try_from(c.out_elems)?, dtype: dt, op: o },
-                    _ => TraceOp::Reduce {
-                        send: sp,
-                        recv: rp,
-                        count: elems,
-                        dtype: dt,
-                        op: o,
-                        root: c.root.and_then(local).context("reduce without a root in the group")?,
-                    },
-                }];
-            }
-            CollectiveKind::AllGather => {
-                let b = bytes(c.in_elems)?;
-                send = self.upload(&(0..b).map(|i| payload(self.rank, u32::MAX, i)).collect::<Vec<u8>>())?;
-                recv_bytes = b * n;
-                recv = self.zeros(recv_bytes)?;
-                let (sp, rp) = ptrs(&send, &mut recv);
-                calls = vec![TraceOp::AllGather { send: sp, recv: rp, count: b, dtype: u8t }];
-            }
-            CollectiveKind::Broadcast => {
-                let b = bytes(c.in_elems)?;
-                let root = c.root.context("broadcast without a root")?;
-                let host: Vec<u8> = if self.rank == root { (0..b).map(|i| payload(root, u32::MAX, i)).collect() } else { vec![0; b] };
-                send = self.upload(&host)?;
-                recv_bytes = b;
-                recv = self.zeros(b)?;
-                let (sp, rp) = ptrs(&send, &mut recv);
-                calls = vec![TraceOp::Broadcast { send: sp, recv: rp, count: b, dtype: u8t, root: local(root).context("root not in the group")? }];
-            }
-            CollectiveKind::AllToAll => {
-                let layout = AllToAllLayout::of(c, n)?;
-                send = self.upload(&layout.send_buffer(self.rank, members))?;
-                let AllToAllLayout { send_bytes: sc, recv_bytes: rc, send_at: sd, recv_at: rd } = layout;
-                recv_bytes = rc.iter().sum();
-                recv = self.zeros(recv_bytes)?;
-                let (sp, rp) = ptrs(&send, &mut recv);
-                calls = (0..n)
-                    .flat_map(|j| {
-                        [
-                            TraceOp::Send { buf: sp + sd[j] as u64, count: sc[j], dtype: u8t, peer: j as c_int },
-                            TraceOp::Recv { buf: rp + rd[j] as u64, count: rc[j], dtype: u8t, peer: j as c_int },
-                        ]
-                    })
-                    .collect();
-            }
-            CollectiveKind::Barrier => {
-                send = self.upload(&[0u8; 4])?;
-                recv_bytes = 0;
-                recv = self.zeros(4)?;
-                let (sp, rp) = ptrs(&send, &mut recv);
-                calls = vec![TraceOp::AllReduce { send: sp, recv: rp, count: 1, dtype: sys::NCCL_FLOAT32, op: sys::NCCL_SUM }];
-            }
-            CollectiveKind::Send | CollectiveKind::Recv => {
-                let b = bytes(c.in_elems.max(c.out_elems))?;
-                let peer = c.peer.context("point-to-point without a peer")?;
-                let peer_local = local(peer).context("peer not in the group")?;
-                if c.kind == CollectiveKind::Send {
-                    send = self.upload(&(0..b).map(|i| payload(self.rank, peer, i)).collect::<Vec<u8>>())?;
-                    recv_bytes = 0;
-                    recv = self.zeros(0)?;
-                    let (sp, _) = ptrs(&send, &mut recv);
-                    calls = vec![TraceOp::Send { buf: sp, count: b, dtype: u8t, peer: peer_local }];
-                } else {
-                    send = self.zeros(0)?;
-                    recv_bytes = b;
-                    recv = self.zeros(b)?;
-                    let (_, rp) = ptrs(&send, &mut recv);
-                    calls = vec![TraceOp::Recv { buf: rp, count: b, dtype: u8t, peer: peer_local }];
-                }
-            }
-        }
-        let wire = match c.kind {
-            CollectiveKind::Barrier | CollectiveKind::Recv => 0,
-            _ => send.len() as u64,
-        };
-        Ok(Slot { send, recv, recv_bytes, calls, wire, ran: None })
+        let calls = nccl_calls(&share.call(), sp, rp, dtype, width, sys::NCCL_SUM);
+        let wire = share.input_len() as u64 * width;
+        Ok(Slot { share, send, recv, recv_bytes, calls, wire, ran: None })
     }
 
     /// Prepared collective `i`'s communicator and its NCCL calls with reduction `op`.
@@ -424,57 +345,14 @@ impl CudaTraceExec {
     }
 
     fn wrong_in(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<(u64, Option<String>)> {
-        let (members, me) = self.group_of(c)?;
-        let n = members.len();
-        let mut tally = Tally::default();
-        match c.kind {
-            CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter => {
-                let root_local = c.root.and_then(|r| members.iter().position(|&m| m == r));
-                if c.kind == CollectiveKind::Reduce && root_local != Some(me) {
-                    return Ok((0, None));
-                }
-                let out = decode(c.dtype, &self.download(slot)?);
-                let offset = if c.kind == CollectiveKind::ReduceScatter { me * out.len() } else { 0 };
-                for (i, &got) in out.iter().enumerate() {
-                    let want = expected_reduction(c.dtype, members, offset + i, op);
-                    if got != want {
-                        tally.add(|| format!("element {i} is {got}, expected {want}"));
-                    }
-                }
-            }
-            CollectiveKind::AllGather => {
-                let out = self.download(slot)?;
-                let b = out.len() / n;
-                for (j, &src) in members.iter().enumerate() {
-                    for i in (0..b).filter(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
-                        tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
-                    }
-                }
-            }
-            CollectiveKind::Broadcast => {
-                let root = c.root.context("broadcast without a root")?;
-                let out = self.download(slot)?;
-                for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
-                    tally.add(|| format!("byte {i} differs from root {root}'s"));
-                }
-            }
-            CollectiveKind::AllToAll => {
-                let out = self.download(slot)?;
-                for (i, src) in AllToAllLayout::of(c, n)?.wrong(&out, self.rank, members) {
-                    tally.add(|| format!("byte {i} from rank {src} is wrong"));
-                }
-            }
-            CollectiveKind::Recv => {
-                let peer = c.peer.context("point-to-point without a peer")?;
-                let out = self.download(slot)?;
-                for i in (0..out.len()).filter(|&i| out[i] != payload(peer, self.rank, i)) {
-                    tally.add(|| format!("byte {i} from rank {peer} is wrong"));
-                }
-            }
-            // a send's result is checked at its receiver; a barrier has none
-            CollectiveKind::Send | CollectiveKind::Barrier => {}
+        if !slot.share.lands_here() {
+            return Ok((0, None));
         }
-        Ok((tally.wrong, tally.first))
+        let out = self.download(slot)?;
+        Ok(match slot.share.reduces() {
+            true => slot.share.wrong(Landed::Values(&decode(c.dtype, &out)), op),
+            false => slot.share.wrong(Landed::Bytes(&out), op),
+        })
     }
 }
 

@@ -1,0 +1,382 @@
+//! One rank's part of one recorded collective ([`TraceShare`]), for every
+//! backend's trace executor: what it sends, how long its result is, its
+//! library call ([`Call`]) and the check of what landed, all read from the
+//! kind table's row (reduces, buffer rule, root, point-to-point, where the
+//! result lands), so that an executor adds only how its library holds
+//! buffers and the one arm per kind of its library call.
+//!
+//! Consumes a [`TraceCollective`], this rank and its group's members (in
+//! group order). Produces a reduction's input as [`contribution`]s rounded to
+//! the dtype, counted in elements; data movement's as [`payload`] bytes,
+//! counted in bytes (any dtype); an all-to-all's recorded splits, else an
+//! even split ([`AllToAllLayout`]). Refuses a root or peer outside the
+//! group, a size that overflows. The check counts what is wrong as
+//! nccl-tests' `#wrong` does: the elements (reductions) or bytes (data
+//! movement) that differ, and the first of them described.
+use super::call::{Call, Splits};
+use crate::core::collective::{Buffers, KindRow, Lands};
+use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::{contribution, expected_reduction, payload, round_to, AllToAllLayout, Tally};
+use crate::evidence::commtrace::TraceCollective;
+use anyhow::{Context, Result};
+
+/// What a rank sends.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// A reduction's contributions, rounded to the dtype.
+    Values(Vec<f32>),
+    /// Data movement's bytes (a broadcast's on its root, zeros elsewhere).
+    Bytes(Vec<u8>),
+    /// Nothing (a barrier, a receive).
+    Nothing,
+}
+
+/// A result as it landed, read back from the library's buffer.
+pub enum Landed<'a> {
+    /// A reduction's elements, as the library hands them back in the dtype.
+    Values(&'a [f32]),
+    /// Data movement's bytes.
+    Bytes(&'a [u8]),
+}
+
+/// One rank's part of one recorded collective.
+pub struct TraceShare {
+    row: &'static KindRow,
+    dtype: crate::evidence::commtrace::TraceDtype,
+    rank: u32,
+    members: Vec<u32>,
+    /// This rank's position in the group.
+    me: usize,
+    /// Counts of the call, in elements (reductions) or bytes.
+    send: usize,
+    recv: usize,
+    block: usize,
+    /// Root and peer as global ranks (the check's patterns) and group ranks (the call).
+    root: Option<(u32, u32)>,
+    peer: Option<(u32, u32)>,
+    layout: Option<(AllToAllLayout, Splits)>,
+    /// Length of the result: elements (reductions) or bytes.
+    out_len: usize,
+}
+
+impl TraceShare {
+    /// `rank`'s part of `c` on a group of `members`.
+    pub fn new(c: &TraceCollective, rank: u32, members: &[u32]) -> Result<Self> {
+        let row = c.kind.row();
+        let n = members.len();
+        let me = members.iter().position(|&m| m == rank).context("rank not in its group")?;
+        let local = |r: u32| members.iter().position(|&m| m == r).map(|p| (r, p as u32));
+        let root = match (row.rooted, c.root) {
+            (false, _) => None,
+            (true, None) => anyhow::bail!("{} without a root", c.kind.name()),
+            (true, Some(r)) => Some(local(r).context("root not in the group")?),
+        };
+        let peer = match (row.p2p, c.peer) {
+            (false, _) => None,
+            (true, None) => anyhow::bail!("point-to-point without a peer"),
+            (true, Some(p)) => Some(local(p).context("peer not in the group")?),
+        };
+        let esize = c.dtype.size_bytes() as usize;
+        let bytes = |elems: u64| -> Result<usize> { usize::try_from(elems)?.checked_mul(esize).context("message size overflows") };
+        let elems = |e: u64| -> Result<usize> { Ok(usize::try_from(e)?) };
+        let mut layout = None;
+        // (send, recv, block, result length)
+        let (send, recv, block, out_len) = if row.reduces {
+            let (i, o) = (elems(c.in_elems)?, elems(c.out_elems)?);
+            (i, o, if row.buffers == Buffers::InIsNTimesOut { o } else { i }, o)
+        } else {
+            match row.buffers {
+                Buffers::OutIsNTimesIn => {
+                    let b = bytes(c.in_elems)?;
+                    (b, b * n, b, b * n)
+                }
+                Buffers::Splits => {
+                    let l = AllToAllLayout::of(c, n)?;
+                    let (s, r) = (l.send_bytes.iter().sum(), l.recv_bytes.iter().sum());
+                    let splits =
+                        Splits { send_counts: l.send_bytes.clone(), send_at: l.send_at.clone(), recv_counts: l.recv_bytes.clone(), recv_at: l.recv_at.clone() };
+                    layout = Some((l, splits));
+                    (s, r, 0, r)
+                }
+                _ if row.p2p => {
+                    let b = bytes(c.in_elems.max(c.out_elems))?;
+                    match row.lands {
+                        Lands::Here => (0, b, 0, b),
+                        _ => (b, 0, 0, 0),
+                    }
+                }
+                Buffers::Free => (0, 0, 0, 0),
+                _ => {
+                    let b = bytes(c.in_elems)?;
+                    (b, b, b, b)
+                }
+            }
+        };
+        Ok(TraceShare { row, dtype: c.dtype, rank, members: members.to_vec(), me, send, recv, block, root, peer, layout, out_len })
+    }
+
+    /// The library call, counted in elements (reductions) or bytes.
+    pub fn call(&self) -> Call<'_> {
+        let peer = self.peer.map(|p| p.1);
+        Call {
+            kind: self.row.kind,
+            send_elems: self.send,
+            recv_elems: self.recv,
+            block_elems: self.block,
+            root: self.root.map(|r| r.1),
+            send_to: peer.filter(|_| self.row.lands == Lands::AtPeer),
+            recv_from: peer.filter(|_| self.row.lands == Lands::Here),
+            splits: self.layout.as_ref().map(|l| &l.1),
+            group_size: self.members.len() as u32,
+        }
+    }
+
+    /// Whether the kind reduces (its buffers are values of the dtype, else bytes).
+    pub fn reduces(&self) -> bool {
+        self.row.reduces
+    }
+
+    /// Members of the group.
+    pub fn group_size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Elements (reductions) or bytes of the result buffer.
+    pub fn out_len(&self) -> usize {
+        self.out_len
+    }
+
+    /// Elements or bytes this rank hands to the library as input (0 for a
+    /// barrier and a receive), to be multiplied by the width it sends them in.
+    pub fn input_len(&self) -> usize {
+        match self.row.lands {
+            Lands::Nowhere | Lands::Here => 0,
+            _ if self.row.buffers == Buffers::OutIsNTimesIn => self.block,
+            _ => self.send,
+        }
+    }
+
+    /// What this rank sends (a broadcast's root its bytes, the others zeros
+    /// of the same length, for a backend whose broadcast has a send buffer).
+    pub fn input(&self) -> Input {
+        let rank = self.rank;
+        if self.row.reduces {
+            return Input::Values((0..self.send).map(|i| round_to(self.dtype, contribution(rank, i))).collect());
+        }
+        if let Some((l, _)) = &self.layout {
+            return Input::Bytes(l.send_buffer(rank, &self.members));
+        }
+        match (self.root, self.peer) {
+            (Some((root, _)), _) if root == rank => Input::Bytes((0..self.send).map(|i| payload(root, u32::MAX, i)).collect()),
+            (Some(_), _) => Input::Bytes(vec![0; self.send]),
+            (_, Some((peer, _))) if self.send > 0 => Input::Bytes((0..self.send).map(|i| payload(rank, peer, i)).collect()),
+            (None, None) if self.send > 0 => Input::Bytes((0..self.send).map(|i| payload(rank, u32::MAX, i)).collect()),
+            _ => Input::Nothing,
+        }
+    }
+
+    /// Whether a result lands on this rank to be checked (not a reduce's off
+    /// its root, a send's, a barrier's).
+    pub fn lands_here(&self) -> bool {
+        match self.row.lands {
+            Lands::Everywhere | Lands::Here => true,
+            Lands::OnRoot => self.root.map(|r| r.1 as usize) == Some(self.me),
+            Lands::AtPeer | Lands::Nowhere => false,
+        }
+    }
+
+    /// Count what is wrong in `landed`, the result of a run with `op`:
+    /// `(0, None)` where it is right or lands elsewhere.
+    pub fn wrong(&self, landed: Landed, op: ReduceOp) -> (u64, Option<String>) {
+        let mut tally = Tally::default();
+        if !self.lands_here() {
+            return (0, None);
+        }
+        let (members, rank) = (&self.members[..], self.rank);
+        match landed {
+            Landed::Values(got) => {
+                // a reduce-scatter's block is this rank's share of the reduced whole
+                let offset = if self.row.buffers == Buffers::InIsNTimesOut { self.me * got.len() } else { 0 };
+                for (i, &g) in got.iter().enumerate() {
+                    let want = expected_reduction(self.dtype, members, offset + i, op);
+                    if g != want {
+                        tally.add(|| format!("element {i} is {g}, expected {want}"));
+                    }
+                }
+            }
+            Landed::Bytes(out) => match (&self.layout, self.row.buffers, self.root, self.peer) {
+                (Some((l, _)), ..) => {
+                    for (i, src) in l.wrong(out, rank, members) {
+                        tally.add(|| format!("byte {i} from rank {src} is wrong"));
+                    }
+                }
+                (_, Buffers::OutIsNTimesIn, ..) => {
+                    let b = out.len() / members.len().max(1);
+                    for (j, &src) in members.iter().enumerate() {
+                        for i in (0..b).filter(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
+                            tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
+                        }
+                    }
+                }
+                (_, _, Some((root, _)), _) => {
+                    for i in (0..out.len()).filter(|&i| out[i] != payload(root, u32::MAX, i)) {
+                        tally.add(|| format!("byte {i} differs from root {root}'s"));
+                    }
+                }
+                (_, _, _, Some((peer, _))) => {
+                    for i in (0..out.len()).filter(|&i| out[i] != payload(peer, rank, i)) {
+                        tally.add(|| format!("byte {i} from rank {peer} is wrong"));
+                    }
+                }
+                _ => {}
+            },
+        }
+        (tally.wrong, tally.first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::collective::{CollectiveKind, KINDS};
+    use crate::evidence::commtrace::TraceDtype;
+
+    fn record(kind: CollectiveKind, dtype: TraceDtype, e: u64, members: &[u32], splits: Option<(Vec<u64>, Vec<u64>)>, peer: Option<u32>) -> TraceCollective {
+        let row = kind.row();
+        let n = members.len() as u64;
+        let (ins, outs) = match (row.buffers, &splits) {
+            (Buffers::Splits, Some((i, o))) => (i.iter().sum(), o.iter().sum()),
+            (Buffers::Same, _) => (e, e),
+            (Buffers::OutIsNTimesIn, _) => (e, n * e),
+            (Buffers::InIsNTimesOut, _) => (n * e, e),
+            (Buffers::Splits, None) => (n * e, n * e),
+            (Buffers::Free, _) if row.p2p => (e, e),
+            (Buffers::Free, _) => (0, 0),
+        };
+        let (si, so) = splits.map_or((None, None), |(i, o)| (Some(i), Some(o)));
+        TraceCollective::new(kind, row.pytorch, "g", dtype, (ins, outs), (si, so), (row.rooted.then_some(members[1 % members.len()]), peer))
+    }
+
+    /// What lands on member `me` by the collective's definition, computed
+    /// from every member's input and call: the oracle the check must agree with.
+    fn landed(shares: &[TraceShare], me: usize) -> Option<Result<Vec<f32>, Vec<u8>>> {
+        let s = &shares[me];
+        if !s.lands_here() {
+            return None;
+        }
+        let inputs: Vec<Input> = shares.iter().map(TraceShare::input).collect();
+        let call = s.call();
+        let values = |i: &Input| match i {
+            Input::Values(v) => v.clone(),
+            other => panic!("{other:?}"),
+        };
+        let bytes = |i: &Input| match i {
+            Input::Bytes(v) => v.clone(),
+            Input::Nothing => Vec::new(),
+            other => panic!("{other:?}"),
+        };
+        if s.reduces() {
+            let sum: Vec<f32> = (0..call.send_elems).map(|i| inputs.iter().map(|x| values(x)[i]).sum()).collect();
+            let b = call.block_elems;
+            return Some(Ok(if s.row.buffers == Buffers::InIsNTimesOut { sum[me * b..(me + 1) * b].to_vec() } else { sum }));
+        }
+        Some(Err(match (s.row.kind, call.splits) {
+            (CollectiveKind::AllGather, _) => inputs.iter().flat_map(bytes).collect(),
+            (CollectiveKind::Broadcast, _) => bytes(&inputs[call.root.unwrap() as usize]),
+            (CollectiveKind::AllToAll, Some(mine)) => {
+                let mut out = vec![0u8; s.out_len()];
+                for (j, src) in shares.iter().enumerate() {
+                    let theirs = src.call().splits.unwrap().clone();
+                    let sent = &bytes(&inputs[j])[theirs.send_at[me]..theirs.send_at[me] + theirs.send_counts[me]];
+                    assert_eq!(sent.len(), mine.recv_counts[j], "splits agree");
+                    out[mine.recv_at[j]..mine.recv_at[j] + sent.len()].copy_from_slice(sent);
+                }
+                out
+            }
+            (CollectiveKind::Recv, _) => {
+                let from = call.recv_from.unwrap() as usize;
+                assert_eq!(shares[from].call().send_to, Some(me as u32));
+                bytes(&inputs[from])
+            }
+            (k, _) => panic!("{k:?} lands nothing"),
+        }))
+    }
+
+    /// Every kind of the table, on groups of 1 to 4 whose global ranks are
+    /// not their positions, f32 and bf16, even and uneven all-to-all: what
+    /// the definition delivers passes the check, one changed element or byte
+    /// fails it, and the call's counts fit the buffers made for it.
+    #[test]
+    fn every_kind_checks_what_its_definition_delivers_and_fails_one_change() {
+        for members in [vec![3u32], vec![4, 1], vec![2, 5, 0], vec![6, 3, 1, 0]] {
+            let n = members.len();
+            for row in KINDS {
+                for dtype in [TraceDtype::F32, TraceDtype::Bf16] {
+                    let uneven = (row.buffers == Buffers::Splits).then(|| {
+                        // member j sends j + k + 1 elements to member k
+                        let to = |j: usize| (0..n).map(|k| (j + k + 1) as u64).collect::<Vec<_>>();
+                        to
+                    });
+                    for splits in [false, uneven.is_some()] {
+                        if row.p2p && n < 2 {
+                            continue;
+                        }
+                        let shares: Vec<TraceShare> = members
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &rank)| {
+                                let (kind, peer) = match (row.p2p, j) {
+                                    (false, _) => (row.kind, None),
+                                    (true, 0) => (CollectiveKind::Send, Some(members[1])),
+                                    (true, 1) => (CollectiveKind::Recv, Some(members[0])),
+                                    // a third member sends to nobody: a barrier stands in
+                                    (true, _) => (CollectiveKind::Barrier, None),
+                                };
+                                let sp = (splits && kind == row.kind).then(|| {
+                                    let to = uneven.as_ref().unwrap();
+                                    (to(j), (0..n).map(|src| to(src)[j]).collect())
+                                });
+                                TraceShare::new(&record(kind, dtype, 6 * n as u64, &members, sp, peer), rank, &members).unwrap()
+                            })
+                            .collect();
+                        for (me, s) in shares.iter().enumerate() {
+                            let what = format!("{} on {members:?}, member {me}, {dtype:?}, splits {splits}", s.row.name);
+                            match s.input() {
+                                Input::Values(v) => assert_eq!(v.len(), s.call().send_elems, "{what}"),
+                                Input::Bytes(b) => assert!(b.len() >= s.call().send_elems, "{what}"),
+                                Input::Nothing => assert_eq!(s.call().send_elems, 0, "{what}"),
+                            }
+                            match landed(&shares, me) {
+                                None => assert_eq!(s.wrong(Landed::Bytes(&[]), ReduceOp::Sum), (0, None), "{what}"),
+                                Some(Ok(mut v)) => {
+                                    assert_eq!(v.len(), s.out_len(), "{what}");
+                                    assert_eq!(s.wrong(Landed::Values(&v), ReduceOp::Sum), (0, None), "{what}");
+                                    v[0] += 1.0;
+                                    let (wrong, first) = s.wrong(Landed::Values(&v), ReduceOp::Sum);
+                                    assert_eq!(wrong, 1, "{what}");
+                                    assert!(first.unwrap().starts_with("element 0"), "{what}");
+                                }
+                                Some(Err(mut b)) => {
+                                    assert_eq!(b.len(), s.out_len(), "{what}");
+                                    assert_eq!(s.wrong(Landed::Bytes(&b), ReduceOp::Sum), (0, None), "{what}");
+                                    let last = b.len() - 1;
+                                    b[last] = b[last].wrapping_add(1);
+                                    assert_eq!(s.wrong(Landed::Bytes(&b), ReduceOp::Sum).0, 1, "{what}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_root_or_peer_outside_the_group_is_refused() {
+        let members = [0u32, 1];
+        let b = record(CollectiveKind::Broadcast, TraceDtype::F32, 4, &[0, 9], None, None);
+        assert!(TraceShare::new(&b, 0, &members).map(|_| ()).unwrap_err().to_string().contains("root not in the group"));
+        let s = record(CollectiveKind::Send, TraceDtype::F32, 4, &members, None, Some(7));
+        assert!(TraceShare::new(&s, 0, &members).map(|_| ()).unwrap_err().to_string().contains("peer not in the group"));
+    }
+}
