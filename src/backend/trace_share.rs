@@ -312,11 +312,8 @@ mod tests {
             let n = members.len();
             for row in KINDS {
                 for dtype in [TraceDtype::F32, TraceDtype::Bf16] {
-                    let uneven = (row.buffers == Buffers::Splits).then(|| {
-                        // member j sends j + k + 1 elements to member k
-                        let to = |j: usize| (0..n).map(|k| (j + k + 1) as u64).collect::<Vec<_>>();
-                        to
-                    });
+                    // member j sends j + k + 1 elements to member k
+                    let uneven = (row.buffers == Buffers::Splits).then_some(|j: usize| (0..n).map(|k| (j + k + 1) as u64).collect::<Vec<_>>());
                     for splits in [false, uneven.is_some()] {
                         if row.p2p && n < 2 {
                             continue;

@@ -99,7 +99,8 @@ pub(crate) enum Mode<'r> {
 pub(crate) unsafe fn mpi_call(c: &MpiCounts, a: &MpiArgs, mode: Mode) -> (&'static str, c_int, usize) {
     let MpiArgs { send, recv, dtype: t, op, comm } = *a;
     let (sn, rn, bn, root) = (c.send, c.recv, c.block, c.root);
-    // SAFETY (every arm): the caller's contract above.
+    // SAFETY: every arm passes `a`'s buffers and handles with `c`'s counts,
+    // which the caller's contract above makes valid for MPI.
     unsafe {
         match (c.kind, mode) {
             (CollectiveKind::AllReduce, Mode::Blocking) => ("MPI_Allreduce", ffi::MPI_Allreduce(send, recv, sn, t, op, comm), 0),
