@@ -9,7 +9,7 @@
 //! group order). Produces a reduction's input as [`contribution`]s rounded to
 //! the dtype, counted in elements; data movement's as [`payload`] bytes,
 //! counted in bytes (any dtype); an all-to-all's recorded splits, else an
-//! even split ([`AllToAllLayout`]). Refuses a root or peer outside the
+//! even split (`AllToAllLayout`). Refuses a root or peer outside the
 //! group, a size that overflows. The check counts what is wrong as
 //! nccl-tests' `#wrong` does: the elements (reductions) or bytes (data
 //! movement) that differ, and the first of them described.

@@ -6,7 +6,7 @@
 //! written through the real run record writer
 //! ([`crate::evidence::run::write_run_record`]), so `join` reads it exactly as
 //! it reads a measured run. Every shard's header carries a
-//! [`SyntheticMark`](crate::evidence::shard::SyntheticMark) (shard format 7):
+//! [`crate::evidence::shard::SyntheticMark`] (shard format 7):
 //! its events were generated, not measured. `join` reads such a run (that is
 //! what it is for); every stage that takes measurements refuses it with
 //! `refused[SYNTHETIC]` (see [`crate::evidence::join::refuse_synthetic`]).

@@ -53,7 +53,7 @@ pub fn print_fatal_error(message: &str) {
 const ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// On an error every rank met before MPI started (a bad argument): a rank
-/// other than the lead waits [`ERROR_GRACE`], so that the lead prints the
+/// other than the lead waits `ERROR_GRACE`, so that the lead prints the
 /// error once and the launcher, stopping the job when the lead exits,
 /// silences the copies. The lead returns at once.
 pub fn let_the_lead_print_first() {

@@ -11,7 +11,7 @@
 //! this node ([`reference::contradictions`]), then `rounds` rounds: each runs
 //! the all-reduce sweep, the all-gather sweep and the workload in an order
 //! shuffled per round (ChaCha8 seeded by `--seed` and the round), then the
-//! end snapshot. Rank 0 writes the evidence directory ([`reference`]),
+//! end snapshot. Rank 0 writes the evidence directory ([`reference`](mod@reference)),
 //! prints the table (or `--json`) and every rank exits with the verdict's
 //! code: 0 pass, 1 fail, 2 inconclusive, 3 could not run (argument errors,
 //! refusals, run failures; a rank's failure aborts the job with code 3).

@@ -47,7 +47,7 @@ struct CpuSlot {
 /// becomes a sub-communicator (`MPI_Comm_split`, key = group rank, so member
 /// order is the trace's), created in name order on every rank. Each kind is
 /// its blocking MPI call (MPI-3.1 standard, chapter 5; the arm per kind is
-/// [`mpi_call`]'s): all-reduce `MPI_Allreduce`, all-gather `MPI_Allgather`,
+/// `mpi_call`'s): all-reduce `MPI_Allreduce`, all-gather `MPI_Allgather`,
 /// reduce-scatter `MPI_Reduce_scatter_block`, broadcast `MPI_Bcast`, reduce
 /// `MPI_Reduce`, all-to-all(v) `MPI_Alltoallv`, barrier `MPI_Barrier`,
 /// send/recv `MPI_Send`/`MPI_Recv`.

@@ -75,14 +75,13 @@ pub fn probe_devices() -> Result<u32, String> {
 
 /// cudarc panics when it cannot find a library; find cuBLAS ourselves first.
 pub(super) fn probe_cublas() -> Result<String> {
-    let names = cudarc::get_lib_name_candidates("cublas");
-    for n in &names {
+    for n in cudarc::get_lib_name_candidates("cublas") {
         // SAFETY: probing a library by name; it is closed again at once.
-        if unsafe { Library::new(n) }.is_ok() {
-            return Ok(n.clone());
+        if unsafe { Library::new(&n) }.is_ok() {
+            return Ok(n);
         }
     }
-    bail!("cuBLAS not found (tried {}); add its directory to LD_LIBRARY_PATH", names.join(", "))
+    bail!("cuBLAS not found (tried {}); add its directory to LD_LIBRARY_PATH", lib_names("cublas"))
 }
 
 /// NVML facts about one GPU, keys suffixed `_start` or `_end` (driver, PCIe
