@@ -326,10 +326,10 @@ pub(crate) fn comm_trace_entries(
 /// (elements x dtype size); a point-to-point operation's message (the larger
 /// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
 pub(crate) fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
-    use crate::evidence::commtrace::CollectiveKind;
-    let elems = match c.kind {
-        CollectiveKind::Barrier => 0,
-        CollectiveKind::Send | CollectiveKind::Recv => c.in_elems.max(c.out_elems),
+    let row = c.kind.row();
+    let elems = match row.buffers {
+        crate::core::collective::Buffers::Free if !row.p2p => 0,
+        _ if row.p2p => c.in_elems.max(c.out_elems),
         _ => c.in_elems,
     };
     elems.saturating_mul(c.dtype.size_bytes())

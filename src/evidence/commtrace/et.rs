@@ -31,6 +31,7 @@ use super::{
     classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective,
     TraceDtype, TraceGroup, UnknownField,
 };
+use crate::core::collective::Buffers;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
@@ -353,16 +354,16 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
     let out_elems = u64_of(need(n, "out_msg_nelems")?, "out_msg_nelems")?;
     let split = |key: &str| -> Result<Option<Vec<u64>>> {
         match attr(n, key) {
-            Some(v) if kind == CollectiveKind::AllToAll => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
+            Some(v) if kind.row().buffers == Buffers::Splits => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
             _ => Ok(None),
         }
     };
     let (in_split, out_split) = (split("in_split_size")?, split("out_split_size")?);
     let values = n.inputs.as_ref().map(|i| i.values.as_slice()).unwrap_or(&[]);
     let local = i64_of(rank_input(values)?, "recorded rank")?;
-    let (root, peer) = match kind {
-        CollectiveKind::Broadcast | CollectiveKind::Reduce => (Some(global_rank(group, local, "root")?), None),
-        CollectiveKind::Send | CollectiveKind::Recv => (None, Some(global_rank(group, local, "peer")?)),
+    let (root, peer) = match (kind.is_rooted(), kind.is_p2p()) {
+        (true, _) => (Some(global_rank(group, local, "root")?), None),
+        (_, true) => (None, Some(global_rank(group, local, "peer")?)),
         _ => (None, None),
     };
     let stream = attr(n, "stream").map(|v| u64_of(v, "stream")).transpose()?;

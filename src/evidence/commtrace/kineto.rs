@@ -29,6 +29,7 @@ use super::{
     classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock,
     TraceCollective, TraceDtype, TraceGroup, UnknownField,
 };
+use crate::core::collective::{Buffers, Lands};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -322,7 +323,7 @@ fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, grou
     let in_elems = u64_of(arg(args, "In msg nelems")?, "In msg nelems")?;
     let out_elems = u64_of(arg(args, "Out msg nelems")?, "Out msg nelems")?;
     let n = group.members.len();
-    let (in_split, out_split) = if kind == CollectiveKind::AllToAll {
+    let (in_split, out_split) = if kind.row().buffers == Buffers::Splits {
         (
             splits(args.get("In split size").map(|v| int_list_in_string(v, "In split size", n)).transpose()?.unwrap_or_default(), "In split size")?,
             splits(args.get("Out split size").map(|v| int_list_in_string(v, "Out split size", n)).transpose()?.unwrap_or_default(), "Out split size")?,
@@ -331,13 +332,14 @@ fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, grou
         (None, None)
     };
     let recorded_rank = || args.get("Rank").map(|v| i64_of(v, "Rank")).transpose();
-    let (root, peer) = match kind {
-        CollectiveKind::Broadcast | CollectiveKind::Reduce => {
+    let (root, peer) = match (kind.is_rooted(), kind.is_p2p()) {
+        (true, _) => {
             let r = recorded_rank()?.context("rooted collective without a Rank (root) argument")?;
             (Some(global_rank(group, r, "root")?), None)
         }
-        CollectiveKind::Send | CollectiveKind::Recv => {
-            let key = if kind == CollectiveKind::Send { "Dst Rank" } else { "Src Rank" };
+        (_, true) => {
+            // a send records where it goes, a receive where it comes from
+            let key = if kind.row().lands == Lands::AtPeer { "Dst Rank" } else { "Src Rank" };
             let p = match args.get(key) {
                 Some(v) => i64_of(v, key)?,
                 None => recorded_rank()?.with_context(|| format!("{cname} without {key:?} or Rank"))?,

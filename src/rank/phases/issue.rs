@@ -6,6 +6,7 @@
 //! result fails the phase at once, except in the isolated phase (recorded).
 use super::{Between, EventExtra, Fault, HostTimes, MarkTarget, Position, Recorded, Runner, Work};
 use crate::backend::Backend;
+use crate::core::collective::Lands;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
 use crate::evidence::trace::TraceOp;
@@ -128,20 +129,21 @@ impl<B: Backend> Runner<'_, B> {
     pub(super) fn trace_op(&mut self, phase: Phase, op: TraceOp, (bytes, dtype): (u64, Dtype), pos: Position, before: Between) -> Result<usize> {
         self.between(phase, before)?;
         let (kind, rank) = (op.kind, self.rank);
-        let pair = match (kind, op.peer) {
-            (CollectiveKind::Send, Some(p)) => Some((rank, p)),
-            (CollectiveKind::Recv, Some(p)) => Some((p, rank)),
-            (CollectiveKind::Send | CollectiveKind::Recv, None) => bail!("internal: {} without a peer", kind.name()),
+        // a point-to-point pair is keyed (sender, receiver)
+        let pair = match (kind.row().lands, op.peer) {
+            (Lands::AtPeer, Some(p)) => Some((rank, p)),
+            (Lands::Here, Some(p)) => Some((p, rank)),
+            _ if kind.is_p2p() => bail!("internal: {} without a peer", kind.name()),
             _ => None,
         };
         let counter = self.op_seq.entry((op.group, pair)).or_insert(0);
         let seq = *counter;
         *counter += 1;
         // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the root
-        let has_result = match kind {
-            CollectiveKind::Send | CollectiveKind::Barrier => false,
-            CollectiveKind::Reduce => op.root == Some(rank),
-            _ => true,
+        let has_result = match kind.row().lands {
+            Lands::AtPeer | Lands::Nowhere => false,
+            Lands::OnRoot => op.root == Some(rank),
+            Lands::Everywhere | Lands::Here => true,
         };
         let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
