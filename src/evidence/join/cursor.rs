@@ -36,7 +36,7 @@ impl Cursor<'_> {
     pub(super) fn head(&self) -> Option<(Key, &CollectiveEvent)> {
         match self {
             Cursor::Indexed { events, index, pos } => index.get(*pos).map(|&(k, i)| (k, &events[i])),
-            Cursor::Stream(s) => s.head.as_ref().map(|(k, e)| (*k, e)),
+            Cursor::Stream(s) => s.has_head.then_some((s.key, &s.head)),
         }
     }
     pub(super) fn advance(&mut self) -> Result<()> {
@@ -67,7 +67,10 @@ pub(super) struct StreamReader {
     hasher: sha2::Sha256,
     remaining: u64,
     digest: String,
-    head: Option<(Key, CollectiveEvent)>,
+    /// Whether `key` and `head` hold the next event (decoded in place, never moved).
+    has_head: bool,
+    key: Key,
+    head: CollectiveEvent,
 }
 
 /// Buffer of each streamed shard.
@@ -88,7 +91,9 @@ impl StreamReader {
             hasher: sha2::Sha256::default(),
             remaining: events,
             digest,
-            head: None,
+            has_head: false,
+            key: (0, 0, None),
+            head: crate::evidence::shard::BLANK_EVENT,
         };
         let mut skip = events_at;
         while skip > 0 {
@@ -138,7 +143,7 @@ impl StreamReader {
     fn advance(&mut self) -> Result<()> {
         use sha2::Digest;
         if self.remaining == 0 {
-            self.head = None;
+            self.has_head = false;
             // the rest of the file, hashed, then the digest checked
             self.lo = self.hi;
             while self.fill()? {
@@ -152,11 +157,13 @@ impl StreamReader {
             return Ok(());
         }
         loop {
-            match crate::evidence::shard::decode_collective_event(self.version, &self.buf[self.lo..self.hi]) {
-                Ok((e, used)) => {
+            self.has_head = false;
+            match crate::evidence::shard::decode_collective_event(self.version, &self.buf[self.lo..self.hi], &mut self.head) {
+                Ok(used) => {
                     self.lo += used;
                     self.remaining -= 1;
-                    self.head = Some((key_of(self.rank, &e), e));
+                    self.key = key_of(self.rank, &self.head);
+                    self.has_head = true;
                     return Ok(());
                 }
                 Err(bincode::error::DecodeError::UnexpectedEnd { .. }) if !self.eof => {
@@ -169,3 +176,4 @@ impl StreamReader {
         }
     }
 }
+
