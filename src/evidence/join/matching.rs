@@ -67,12 +67,23 @@ pub(super) fn index_rank(rank: u32, events: &[CollectiveEvent], groups: &BTreeMa
         }
         Ok(())
     };
+    // the last group looked up, and whether this rank is in it: a rank's
+    // events name few groups, a group may have thousands of members
+    let mut last: Option<(u32, &Vec<u32>, bool)> = None;
     for (i, e) in events.iter().enumerate() {
-        let Some(members) = groups.get(&e.group) else {
-            twice(&mut m)?;
-            anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
+        let (members, member) = match last {
+            Some((g, members, member)) if g == e.group => (members, member),
+            _ => {
+                let Some(members) = groups.get(&e.group) else {
+                    twice(&mut m)?;
+                    anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
+                };
+                let member = members.contains(&rank);
+                last = Some((e.group, members, member));
+                (members, member)
+            }
         };
-        if !members.contains(&rank) {
+        if !member {
             twice(&mut m)?;
             refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
         }
