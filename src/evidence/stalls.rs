@@ -85,7 +85,7 @@ pub(crate) fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
         let before: Vec<u64> = run.windows(2).map(|w| w[1].host_issue_ns.saturating_sub(w[0].wait_end_ns).saturating_sub(design(&w[1]))).collect();
         for (at, values, offset) in [(StallAt::Inside, &inside, 0), (StallAt::Before, &before, 1)] {
             let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-            let Some(median) = crate::core::stats::median(&mut v) else { continue };
+            let Some(median) = crate::core::stats::median_unsorted(&mut v) else { continue };
             for (i, &x) in values.iter().enumerate() {
                 if x >= STALL_MIN_NS && x as f64 >= STALL_MEDIAN_FACTOR * median {
                     let e = &run[i + offset];

@@ -67,12 +67,23 @@ pub(super) fn index_rank(rank: u32, events: &[CollectiveEvent], groups: &BTreeMa
         }
         Ok(())
     };
+    // the last group looked up, and whether this rank is in it: a rank's
+    // events name few groups, a group may have thousands of members
+    let mut last: Option<(u32, &Vec<u32>, bool)> = None;
     for (i, e) in events.iter().enumerate() {
-        let Some(members) = groups.get(&e.group) else {
-            twice(&mut m)?;
-            anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
+        let (members, member) = match last {
+            Some((g, members, member)) if g == e.group => (members, member),
+            _ => {
+                let Some(members) = groups.get(&e.group) else {
+                    twice(&mut m)?;
+                    anyhow::bail!("rank {rank}: event group {} seq {} names an undeclared group", e.group, e.seq);
+                };
+                let member = members.contains(&rank);
+                last = Some((e.group, members, member));
+                (members, member)
+            }
         };
-        if !members.contains(&rank) {
+        if !member {
             twice(&mut m)?;
             refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
         }
@@ -156,6 +167,11 @@ pub(super) fn rank_extract(s: &Shard) -> RankExtract {
     }
 }
 
+/// How many ranks ahead the merge asks for a reader's state and next bytes
+/// ([`Cursor::prefetch_head`], [`Cursor::prefetch_next`]): far enough for a
+/// memory access to complete while the ranks in between are handled.
+const PREFETCH_AHEAD: usize = 8;
+
 /// Walk every rank's events in key order, joining each operation across
 /// its members (identity checked, times gathered, arrival attached) and
 /// handing it to `emit` in ascending key order. The keys come from a map of
@@ -183,7 +199,10 @@ pub(super) fn merge(
             here[r as usize] = false;
         }
         emit(jc?)?;
-        for &r in &ranks {
+        for (i, &r) in ranks.iter().enumerate() {
+            if let Some(&ahead) = ranks.get(i + PREFETCH_AHEAD) {
+                cursors[ahead as usize].prefetch_next();
+            }
             let c = &mut cursors[r as usize];
             c.advance()?;
             if let Some((k, _)) = c.head() {
@@ -224,6 +243,9 @@ fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u
     let first = event(first_rank);
     let mut ranks = Vec::with_capacity(members.len());
     for (k, &r) in members.iter().enumerate() {
+        if let Some(&ahead) = members.get(k + PREFETCH_AHEAD) {
+            cursors[ahead as usize].prefetch_head();
+        }
         let e = event(r);
         // a pair: the sender's send to the receiver and the receiver's receive from the sender
         let kind_agrees = match pair {

@@ -13,6 +13,7 @@
 //! file, trailing bytes, a hash mismatch, an undecodable body. Shards are
 //! written once ([`crate::core::fsutil::write_new_atomic`]) and only read after.
 mod events;
+mod fast;
 mod header;
 mod read;
 mod write;
@@ -21,6 +22,7 @@ pub use crate::core::workload::Dtype;
 pub use events::{
     CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, DeviceWait, FillRecord, KernelEvent, KernelKind, ReplayTiming, ShardBody, TokenEvent,
 };
+pub(crate) use fast::BLANK as BLANK_EVENT;
 pub use header::{
     BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor, PhaseRun, ProcessGroup, ShardHeader, SyntheticMark,
     TraceKindCount, TraceOrigin, Unmeasured,

@@ -4,6 +4,8 @@
 //! truncation, trailing bytes, a digest mismatch, lengths over `core::limits`
 //! and an undecodable body. Use [`Shard::read`] or [`Shard::decode`]; the
 //! streaming join walks the events with [`collectives_region`] and [`decode_collective_event`].
+//! Collective events are read by hand (`super::fast`) and by serde only
+//! where the hand reader is unsure, so results and errors are bincode's.
 use super::{bincode_cfg, Shard, MAGIC, SHARD_FORMAT_VERSION, TRAILER};
 use super::{CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, Dtype, FillRecord, KernelEvent, ReplayTiming, ShardBody, ShardHeader, TokenEvent};
 use crate::core::workload::Phase;
@@ -77,6 +79,18 @@ struct ShardBodyV5 {
     device_waits: Vec<DeviceWait>,
 }
 
+/// What follows the collectives in a body of format 3 or later (whose
+/// collectives contain no string or sequence, so bincode's decode limit
+/// counts the same claims whether they are decoded with the rest or not).
+#[derive(Deserialize)]
+struct BodyRest {
+    compute: Vec<ComputeEvent>,
+    tokens: Vec<TokenEvent>,
+    kernels: Vec<KernelEvent>,
+    kernel_names: Vec<String>,
+    device_waits: Vec<DeviceWait>,
+}
+
 /// Format-2 body, read for compatibility.
 #[derive(Serialize, Deserialize)]
 struct ShardBodyV2 {
@@ -127,6 +141,16 @@ pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<
 
 /// Decode a body of `version` under `cfg` (whose limit bounds every allocation).
 fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg: C, name: &str) -> Result<(ShardBody, usize)> {
+    // formats 3 on: the collectives read by hand, the rest by serde; where
+    // either is unsure, the whole body by serde (its result or its error)
+    if version >= 3 {
+        if let Some((collectives, at)) = super::fast::collectives(version, body_bytes) {
+            if let Ok((rest, used)) = bincode::serde::decode_from_slice::<BodyRest, _>(&body_bytes[at..], cfg) {
+                let BodyRest { compute, tokens, kernels, kernel_names, device_waits } = rest;
+                return Ok((ShardBody { collectives, compute, tokens, kernels, kernel_names, device_waits }, at + used));
+            }
+        }
+    }
     Ok(match version {
         1 => {
             let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
@@ -163,7 +187,20 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
 /// One collective event of a format-`version` body, from the front of
 /// `bytes` (the streaming join reads a shard's events one at a time, after
 /// the whole shard verified): the event and the bytes it took.
-pub(crate) fn decode_collective_event(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
+/// The event is written into `e` (whatever it held; on an error, `e` holds
+/// nothing meaningful).
+pub(crate) fn decode_collective_event(version: u32, bytes: &[u8], e: &mut CollectiveEvent) -> std::result::Result<usize, bincode::error::DecodeError> {
+    match super::fast::collective_event_into(version, bytes, e) {
+        Some(used) => Ok(used),
+        None => decode_collective_event_serde(version, bytes).map(|(got, used)| {
+            *e = got;
+            used
+        }),
+    }
+}
+
+/// [`decode_collective_event`] through serde alone.
+pub(super) fn decode_collective_event_serde(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
     if version >= 6 {
         bincode::serde::decode_from_slice(bytes, bincode_cfg())
     } else {
