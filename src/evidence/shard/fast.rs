@@ -86,10 +86,9 @@ impl Bytes<'_> {
     }
 
     fn kind(&mut self) -> Option<CollectiveKind> {
-        use CollectiveKind::*;
-        // the serde variant indices: declaration order (checked by the tests against serde)
-        const KINDS: [CollectiveKind; 9] = [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Barrier, Send, Recv];
-        KINDS.get(usize::try_from(self.u32()?).ok()?).copied()
+        // the serde variant index is the declaration order, which the kind
+        // table keeps (checked by the tests against serde)
+        crate::core::collective::KINDS.get(usize::try_from(self.u32()?).ok()?).map(|r| r.kind)
     }
 
     fn dtype(&mut self) -> Option<Dtype> {
