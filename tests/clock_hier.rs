@@ -151,3 +151,53 @@ fn flat_calibration_stays_available_and_is_recorded_as_such() {
     }
     assert_eq!(join_json(&run)["clock_sync"], "flat");
 }
+
+#[test]
+fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
+    if commcanary::core::identity::kernel_clock_id().is_none() {
+        eprintln!("SKIPPED: this host's boot id or time namespace cannot be read, so no rank may take a shared kernel clock");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // default --clock pingpong: one kernel, no injection
+    let run = two_nodes(d.path(), &["--clock-samples", "50"]);
+    let sh = shards(&run);
+    let c: Vec<_> = sh.iter().map(|s| s.header.clock.clone().unwrap()).collect();
+    // the leaders ping-pong rank 0; the other ranks of each node read its clock
+    assert_eq!(c[2].start_samples.len(), 50, "leader rank 2 ping-pongs rank 0");
+    assert_eq!(c[2].end_samples.len(), 50);
+    assert!(c[2].model.shared_kernel_clock && c[2].pingpong_fit.is_some(), "{:?}", c[2]);
+    for r in [1, 3] {
+        assert!(c[r].start_samples.is_empty() && c[r].end_samples.is_empty(), "rank {r} ran no ping-pong");
+        assert!(c[r].model.shared_kernel_clock && c[r].model.bound_ns == 0.0 && c[r].model.start.offset_ns == 0.0, "rank {r}: {:?}", c[r].model);
+        assert_eq!(c[r].shared_kernel_clock_refused, None, "rank {r}");
+    }
+    // rank 1 is on rank 0's node: rank 0's clock directly, no samples and no ping-pong fit
+    assert_eq!(serde_json::to_value(c[1].path).unwrap(), "direct");
+    assert_eq!((c[1].model.start.samples, c[1].pingpong_fit), (0, None));
+    // rank 3 composes its exact leg with its leader's model
+    assert_eq!(serde_json::to_value(c[3].path).unwrap(), "via_leader");
+    let leg = c[3].leader_fit.unwrap();
+    assert!(leg.shared_kernel_clock && leg.bound_ns == 0.0 && leg.start.samples == 0, "{leg:?}");
+    assert!(leg.end.unwrap().ref_ns > leg.start.ref_ns);
+    assert_models_equal(&c[3].leader_model.unwrap(), &c[2].model, "the leader's model as the leader fitted it");
+    // the evidence rank 3 keeps is its leader's ping-pong, through the exact leg
+    let measured = c[3].pingpong_fit.expect("the leader's ping-pong fit, composed");
+    assert_eq!(measured.start.samples, 50);
+    let s = join_json(&run);
+    for c in s["clocks"].as_array().unwrap() {
+        assert_eq!(c["offset_within_bound"], true, "{c}");
+    }
+    assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["consistent"] != false), "{}", s["nodes"]);
+}
+
+#[test]
+fn pingpong_only_still_ping_pongs_every_rank_against_its_leader() {
+    let d = tempfile::tempdir().unwrap();
+    let run = two_nodes(d.path(), &["--clock", "pingpong-only", "--clock-samples", "20"]);
+    for s in shards(&run).iter().skip(1) {
+        let c = s.header.clock.as_ref().unwrap();
+        assert_eq!((c.start_samples.len(), c.end_samples.len()), (20, 20), "rank {}", s.header.rank);
+        assert!(!c.model.shared_kernel_clock);
+    }
+}

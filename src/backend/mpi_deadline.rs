@@ -15,6 +15,13 @@
 //! as Open MPI's own waits do when a node is oversubscribed
 //! (`mpi_yield_when_idle`, Open MPI FAQ "Running MPI jobs", oversubscription):
 //! a pure spin would take the core from the very peer it waits for.
+//! The `_idle` forms are for waits that are long by design (a rank waiting
+//! for its turn in the clock calibration, or for the others to finish
+//! theirs): after a short run of yielding tests they sleep between tests,
+//! [`IDLE_FIRST_SLEEP`] doubling up to [`IDLE_MAX_SLEEP`], so that on an
+//! oversubscribed host the ranks at work get the cores. The sleep adds at
+//! most [`IDLE_MAX_SLEEP`] (plus the kernel's timer slack) to the moment
+//! such a wait ends; no latency-bound wait uses them.
 //!
 //! A request that times out is left pending and its buffer is leaked, never
 //! freed under MPI; the caller ends the job (`MPI_Abort`) right after.
@@ -54,10 +61,32 @@ pub(crate) fn timeout_error(op: &Op, limit: Duration) -> anyhow::Error {
     )
 }
 
-/// Complete `req` by polling MPI_Test, yielding between tests, until `limit`.
-/// On timeout the request stays pending (its buffers must not be freed).
+/// Yielding tests before an idle wait starts to sleep between tests.
+pub const IDLE_SPIN: Duration = Duration::from_micros(50);
+/// An idle wait's first sleep between two tests; each next one doubles.
+pub const IDLE_FIRST_SLEEP: Duration = Duration::from_micros(20);
+/// An idle wait's longest sleep between two tests.
+pub const IDLE_MAX_SLEEP: Duration = Duration::from_micros(250);
+
+/// How a wait spends the time between two tests of its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Patience {
+    /// Yield the core after every test (a reply expected within a round trip).
+    Yield,
+    /// Yield for [`IDLE_SPIN`], then sleep with a doubling backoff (a long wait).
+    Idle,
+}
+
+/// Complete `req` by polling MPI_Test until `limit`, spending the time
+/// between tests as `patience` says. On timeout the request stays pending
+/// (its buffers must not be freed).
 fn poll(req: &mut ffi::MPI_Request, limit: Duration, op: &Op) -> Result<()> {
+    poll_with(req, limit, op, Patience::Yield)
+}
+
+fn poll_with(req: &mut ffi::MPI_Request, limit: Duration, op: &Op, patience: Patience) -> Result<()> {
     let t0 = Instant::now();
+    let mut nap = IDLE_FIRST_SLEEP;
     loop {
         let mut done: c_int = 0;
         // SAFETY: req is an active request started by the caller.
@@ -68,9 +97,15 @@ fn poll(req: &mut ffi::MPI_Request, limit: Duration, op: &Op) -> Result<()> {
         if done != 0 {
             return Ok(());
         }
-        std::thread::yield_now();
-        if t0.elapsed() > limit {
+        let waited = t0.elapsed();
+        if waited > limit {
             return Err(timeout_error(op, limit));
+        }
+        if patience == Patience::Idle && waited > IDLE_SPIN {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(IDLE_MAX_SLEEP);
+        } else {
+            std::thread::yield_now();
         }
     }
 }
@@ -84,11 +119,20 @@ fn started(rc: c_int, call: &str, op: &Op) -> Result<()> {
 
 /// Barrier on `comm` within `limit`.
 pub fn barrier(comm: &SimpleCommunicator, limit: Duration, op: Op) -> Result<()> {
+    barrier_with(comm, limit, op, Patience::Yield)
+}
+
+/// [`barrier`] for a wait that is long by design: sleeps between tests (module doc).
+pub(crate) fn barrier_idle(comm: &SimpleCommunicator, limit: Duration, op: Op) -> Result<()> {
+    barrier_with(comm, limit, op, Patience::Idle)
+}
+
+fn barrier_with(comm: &SimpleCommunicator, limit: Duration, op: Op, patience: Patience) -> Result<()> {
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: no buffers; req is polled to completion or left pending.
     started(unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut req) }, "MPI_Ibarrier", &op)?;
-    poll(&mut req, limit, &op)
+    poll_with(&mut req, limit, &op, patience)
 }
 
 /// Broadcast `buf` from `root` within `limit`.
@@ -158,13 +202,22 @@ pub(crate) fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, l
 
 /// Receive one `u64` from `src` within `limit`.
 pub(crate) fn recv_u64(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op) -> Result<u64> {
+    recv_u64_with(comm, src, tag, limit, op, Patience::Yield)
+}
+
+/// [`recv_u64`] for a wait that is long by design: sleeps between tests (module doc).
+pub(crate) fn recv_u64_idle(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op) -> Result<u64> {
+    recv_u64_with(comm, src, tag, limit, op, Patience::Idle)
+}
+
+fn recv_u64_with(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op, patience: Patience) -> Result<u64> {
     let mut owned = Box::new(0u64);
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: the box outlives the request (leaked if it does not complete).
     let rc = unsafe { ffi::MPI_Irecv(&mut *owned as *mut u64 as *mut c_void, 1, ffi::RSMPI_UINT64_T, src as c_int, tag, comm.as_raw(), &mut req) };
     started(rc, "MPI_Irecv", &op)?;
-    if let Err(e) = poll(&mut req, limit, &op) {
+    if let Err(e) = poll_with(&mut req, limit, &op, patience) {
         std::mem::forget(owned);
         return Err(e);
     }

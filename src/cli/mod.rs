@@ -172,7 +172,7 @@ pub struct RankArgs {
     /// Clock calibration against rank 0.
     #[arg(long, value_enum, default_value = "pingpong")]
     pub clock: ClockMode,
-    /// Which ranks calibrate against which: `hierarchical` (node leaders, the lowest rank of each host name, against rank 0 one at a time, then every other rank against its leader, the nodes side by side; a rank's model is the two composed, its bound the sum of theirs), `flat` (every rank against rank 0, one at a time), or `auto` (hierarchical where the ranks record more than one host name, else flat).
+    /// Which ranks calibrate against which: `hierarchical` (node leaders, the lowest rank of each host name, against rank 0 one at a time, then every other rank against its leader, the nodes side by side, except that a rank that may take its leader's kernel clock (same boot id and time namespace, no injection, not `--clock pingpong-only`) takes it exactly without a ping-pong; a rank's model is the two composed, its bound the sum of theirs), `flat` (every rank against rank 0, one at a time), or `auto` (hierarchical where the ranks record more than one host name, else flat).
     #[arg(long, value_enum, default_value = "auto")]
     pub clock_sync: ClockSyncChoice,
     /// Ping-pong exchanges per calibration window and rank.

@@ -36,8 +36,10 @@
 //! Impact of Synchronizing Clocks and Processes on Benchmarking MPI
 //! Collectives", EuroMPI 2015): ranks are grouped by node (host name), each
 //! node's lowest rank (its leader) is calibrated against rank 0, and every
-//! other rank against its leader, the nodes side by side, so that the cost
-//! grows with the number of nodes rather than ranks. [`compose`] chains the
+//! other rank against its leader, the nodes side by side; a rank that shares
+//! its leader's kernel clock takes it without a ping-pong
+//! ([`ClockModel::shared_kernel_clock_unmeasured`]), so that the cost grows
+//! with the number of nodes rather than ranks. [`compose`] chains the
 //! two affine models: with the leader's `local_L = t + o_L(t)` (t on rank
 //! 0's clock) and the rank's `local_r = u + o_R(u)` (u on the leader's clock),
 //! `o(t) = o_L(t) + o_R(t + o_L(t))`, again affine, with rate `(1 + k_L)(1 +
@@ -226,7 +228,8 @@ pub(crate) fn first_sample_off_one_clock(samples: &[PingSample]) -> Option<usize
 pub struct RankClockFit {
     /// The model: the ping-pong fit, or rank 0's kernel clock itself (exactly 0).
     pub model: ClockModel,
-    /// The ping-pong fit, kept as evidence where `model` is the shared kernel clock.
+    /// The ping-pong fit, kept as evidence where `model` is the shared kernel
+    /// clock and a ping-pong ran (none where the clock was taken without one).
     pub pingpong: Option<ClockModel>,
     /// Why a rank other than 0 does not read rank 0's kernel clock.
     pub refused: Option<String>,
@@ -263,7 +266,8 @@ pub enum ClockSync {
     /// Every rank other than 0 ping-pongs rank 0, one rank at a time.
     Flat,
     /// Node leaders (the lowest rank of each host) ping-pong rank 0 one at a
-    /// time, then every other rank its leader, the nodes side by side; a
+    /// time, then every other rank its leader, the nodes side by side (or
+    /// takes the leader's kernel clock without a ping-pong where it may); a
     /// rank's model is its model against its leader composed with its
     /// leader's against rank 0 ([`compose`]).
     Hierarchical,
@@ -366,7 +370,7 @@ pub struct ClockModel {
     /// This rank reads rank 0's kernel clock (same boot id and time
     /// namespace, no synthetic injection on either, every ping-pong sample
     /// consistent with one clock): offset, drift and bound are exactly 0 and
-    /// the ping-pong fit is kept beside the model as evidence
+    /// the ping-pong fit, where one ran, is kept beside the model as evidence
     /// (`ClockRecord::pingpong_fit`). False in shards written before this field.
     #[serde(default)]
     pub shared_kernel_clock: bool,
@@ -392,6 +396,19 @@ impl ClockModel {
             bound_ns: 0.0,
             shared_kernel_clock: true,
         }
+    }
+
+    /// A kernel clock this rank shares with its peer, taken without a
+    /// ping-pong (a rank on its leader's node under hierarchical
+    /// calibration): offset, drift and bound exactly 0, windows at this
+    /// rank's (= the peer's) clock times `start_ns` and `end_ns`, no round
+    /// trip and no samples (`samples` 0 says the `min_rtt_ns` of 0 is unmeasured).
+    pub fn shared_kernel_clock_unmeasured(start_ns: u64, end_ns: u64) -> Result<Self, ClockError> {
+        if end_ns <= start_ns {
+            return Err(ClockError::Unordered { start_ns, end_ns });
+        }
+        let w = |ref_ns| WindowEstimate { ref_ns, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
+        Ok(Self { start: w(start_ns), end: Some(w(end_ns)), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: true })
     }
 
     /// Fit from a start window and, optionally, an end window.

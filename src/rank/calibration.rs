@@ -4,6 +4,21 @@
 //! with the leaders' hand-off ([`end_record`], the shard's [`ClockRecord`]).
 //! A shared kernel clock is taken only where boot id and time namespace match,
 //! no clock is injected and `--clock pingpong-only` is off; else the fit says why.
+//!
+//! Under hierarchical calibration a rank that may take its leader's kernel
+//! clock (its own node, so the same kernel) does not ping-pong at all: its
+//! leg is that clock, exactly, with no samples (Hunold & Carpen-Amarie,
+//! "Hierarchical Clock Synchronization in MPI", IEEE Cluster 2018, skip the
+//! intra-node stage where the cores of a node share one clock). Only the
+//! leaders ping-pong rank 0, so the calibration's serial chain grows with
+//! the nodes, not the ranks per node. Under flat calibration, and for the
+//! leaders, the ping-pong still runs against a shared kernel clock and is
+//! kept as the evidence that every sample agrees with one clock.
+//!
+//! A rank waits for its turn to ping-pong (a token from the rank it
+//! ping-pongs) and for the others at the window's closing barrier with the
+//! idle waits of `mpi_deadline`, which sleep: on an oversubscribed host the
+//! two ranks at work then get the cores.
 use super::{ClockMode, RankOptions};
 use crate::backend::mpi_deadline::Op;
 use crate::core::clock::{compose, fit_rank_model, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit};
@@ -16,6 +31,8 @@ const CLOCK_TAG: i32 = 7001;
 const CLOCK_TAG_LOCAL: i32 = 7002;
 /// A node leader's model, handed to the ranks of its node.
 const CLOCK_TAG_HANDOFF: i32 = 7003;
+/// The token a rank is sent when its turn to ping-pong comes.
+const TURN_TOKEN: u64 = u64::MAX;
 
 /// Who calibrates against whom, from every rank's host name and kernel
 /// clock id (gathered once, before the start window).
@@ -25,6 +42,9 @@ pub(super) struct ClockTopology {
     leader_of: Vec<u32>,
     /// Every rank's kernel clock id (`identity::kernel_clock_id`).
     kernel_ids: Vec<Option<String>>,
+    /// Why each rank may not take its peer's kernel clock ([`not_same_kernel`];
+    /// `None`: it may, and under hierarchical calibration it skips the ping-pong).
+    refused: Vec<Option<String>>,
 }
 
 impl ClockTopology {
@@ -36,9 +56,18 @@ impl ClockTopology {
             _ => 0,
         }
     }
-    /// The ranks that ping-pong `rank` in a window, in order.
+    /// The ranks that get `rank`'s model or ping-pong it, in order.
     fn served_by(&self, rank: u32) -> Vec<u32> {
         (1..self.leader_of.len() as u32).filter(|&r| r != rank && self.peer_of(r) == rank).collect()
+    }
+    /// Whether `rank` takes its leader's kernel clock without a ping-pong:
+    /// hierarchical, not a leader, and nothing refuses the shared clock.
+    fn reads_leader_clock(&self, rank: u32) -> bool {
+        self.sync == ClockSync::Hierarchical && self.leader_of[rank as usize] != rank && self.refused[rank as usize].is_none()
+    }
+    /// Whether `rank` ping-pongs its peer in a window.
+    fn pings(&self, rank: u32) -> bool {
+        rank != 0 && !self.reads_leader_clock(rank)
     }
     fn path_of(&self, rank: u32) -> ClockPath {
         match self.peer_of(rank) {
@@ -79,9 +108,15 @@ fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&st
         .collect())
 }
 
-/// Exchange `n` ping-pongs with `peer` on `tag`: the samples, on this rank's clock.
+/// Wait (idle) for `peer`'s turn token on `tag`, then exchange `n`
+/// ping-pongs with it: the samples, on this rank's clock.
 fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<Vec<PingSample>> {
     let op = Op { what: "ping-pong", phase, peer: Some(peer) };
+    let turn =
+        crate::backend::mpi_deadline::recv_u64_idle(world, peer, tag, limit, Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) })?;
+    if turn != TURN_TOKEN {
+        anyhow::bail!("clock calibration ({phase}): rank {peer} sent {turn} where the turn token was due");
+    }
     let mut samples = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let t_send = clock.now_ns();
@@ -93,10 +128,12 @@ fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u
     Ok(samples)
 }
 
-/// Answer `n` ping-pongs of each of `ranks` on `tag`, one rank at a time.
+/// Answer `n` ping-pongs of each of `ranks` on `tag`, one rank at a time,
+/// each after sending it the turn token.
 fn answer(world: &SimpleCommunicator, clock: &RankClock, ranks: &[u32], tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<()> {
     for &r in ranks {
         let op = Op { what: "ping-pong", phase, peer: Some(r) };
+        crate::backend::mpi_deadline::send_u64(world, r, tag, TURN_TOKEN, limit, Op { what: "send of the turn token", phase, peer: Some(r) })?;
         for _ in 0..n {
             let _ping = crate::backend::mpi_deadline::recv_u64(world, r, tag, limit, op)?;
             let t = clock.now_ns();
@@ -106,14 +143,25 @@ fn answer(world: &SimpleCommunicator, clock: &RankClock, ranks: &[u32], tag: i32
     Ok(())
 }
 
+/// What one calibration window gave this rank.
+pub(super) struct Window {
+    /// Samples against its peer ([`ClockTopology::peer_of`]); none on rank 0
+    /// and on a rank that reads its leader's kernel clock.
+    pub samples: Vec<PingSample>,
+    /// The window's wall time on this rank (`CLOCK_MONOTONIC`, ns) from the
+    /// end of the opening barrier to the end of the closing one.
+    pub wall_ns: u64,
+    /// This rank's clock at the end of the closing barrier (the reference
+    /// time of a leg taken from a shared kernel clock without samples).
+    pub closed_ns: u64,
+}
+
 /// One calibration window, every wait bounded by `limit`. Flat: every rank
 /// r > 0 exchanges `n` ping-pongs with rank 0, one rank at a time.
 /// Hierarchical: first the node leaders with rank 0, one leader at a time;
-/// then, on every node at once, each other rank with its leader, one rank at
-/// a time (rank 0's node: with rank 0). Returns this rank's samples against
-/// its peer ([`ClockTopology::peer_of`]; none on rank 0) and the window's
-/// wall time on this rank (`CLOCK_MONOTONIC`, ns) from the end of the
-/// opening barrier to the end of the closing one.
+/// then, on every node at once, each other rank that does not read its
+/// leader's kernel clock with its leader, one rank at a time (rank 0's
+/// node: with rank 0).
 pub(super) fn clock_window(
     world: &SimpleCommunicator,
     clock: &RankClock,
@@ -121,7 +169,7 @@ pub(super) fn clock_window(
     limit: std::time::Duration,
     window: &str,
     topo: &ClockTopology,
-) -> Result<(Vec<PingSample>, u64)> {
+) -> Result<Window> {
     let rank = world.rank() as u32;
     let phase = format!("clock calibration, {window} window");
     crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before the ping-pongs", phase: &phase, peer: None })?;
@@ -150,15 +198,16 @@ pub(super) fn clock_window(
             }
             // stage 2: every other rank against its leader, the nodes side by side
             if leader {
-                let locals: Vec<u32> = (1..topo.leader_of.len() as u32).filter(|&r| r != rank && topo.leader_of[r as usize] == rank).collect();
+                let locals: Vec<u32> = (1..topo.leader_of.len() as u32).filter(|&r| r != rank && topo.leader_of[r as usize] == rank && topo.pings(r)).collect();
                 answer(world, clock, &locals, CLOCK_TAG_LOCAL, n, limit, &phase)?;
-            } else {
+            } else if topo.pings(rank) {
                 samples = ping(world, clock, peer, CLOCK_TAG_LOCAL, n, limit, &phase)?;
             }
         }
     }
-    crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier after the ping-pongs", phase: &phase, peer: None })?;
-    Ok((samples, crate::core::clock::monotonic_raw_ns() - t0))
+    crate::backend::mpi_deadline::barrier_idle(world, limit, Op { what: "barrier after the ping-pongs", phase: &phase, peer: None })?;
+    let closed_ns = clock.now_ns();
+    Ok(Window { samples, wall_ns: crate::core::clock::monotonic_raw_ns() - t0, closed_ns })
 }
 
 /// Why this rank cannot take `peer`'s kernel clock for its own (another boot
@@ -206,14 +255,24 @@ fn compose_via_leader(own: &RankClockFit, lead: &RankClockFit, leader: u32) -> R
 
 /// Who calibrates against whom under `--clock` (`None`: no calibration):
 /// every rank's host name and kernel clock id, exchanged once, before the start window.
-pub(super) fn topology(world: &SimpleCommunicator, args: &RankOptions, host: &str, limit: std::time::Duration) -> Result<Option<ClockTopology>> {
+pub(super) fn topology(
+    world: &SimpleCommunicator,
+    args: &RankOptions,
+    injections: &[ClockInjection],
+    host: &str,
+    limit: std::time::Duration,
+) -> Result<Option<ClockTopology>> {
     Ok(match args.clock {
         ClockMode::Pingpong | ClockMode::PingpongOnly => {
             let ids = exchange_clock_ids(world, host, crate::core::identity::kernel_clock_id().as_deref(), limit)?;
             let hosts: Vec<&str> = ids.iter().map(|(h, _)| h.as_str()).collect();
             let leader_of = node_leaders(&hosts);
             let nodes = leader_of.iter().enumerate().filter(|(r, l)| **l as usize == *r).count();
-            Some(ClockTopology { sync: args.clock_sync.resolve(nodes), leader_of, kernel_ids: ids.into_iter().map(|(_, k)| k).collect() })
+            let mut topo =
+                ClockTopology { sync: args.clock_sync.resolve(nodes), leader_of, kernel_ids: ids.into_iter().map(|(_, k)| k).collect(), refused: Vec::new() };
+            let refused = (0..topo.leader_of.len() as u32).map(|r| not_same_kernel(args.clock, injections, r, topo.peer_of(r), &topo)).collect();
+            topo.refused = refused;
+            Some(topo)
         }
         ClockMode::None => None,
     })
@@ -226,13 +285,12 @@ pub(super) fn end_record(
     world: &SimpleCommunicator,
     clock: &RankClock,
     args: &RankOptions,
-    injections: &[ClockInjection],
     limit: std::time::Duration,
     topo: &ClockTopology,
-    (start_samples, start_wall_ns): (Vec<PingSample>, u64),
+    start: Window,
 ) -> Result<ClockRecord> {
     let rank = world.rank() as u32;
-    let (end_samples, end_wall_ns) = clock_window(world, clock, args.clock_samples, limit, "end", topo)?;
+    let end = clock_window(world, clock, args.clock_samples, limit, "end", topo)?;
     let t_fit = crate::core::clock::monotonic_raw_ns();
     let kernel_clock_id = topo.kernel_ids[rank as usize].clone();
     let peer = topo.peer_of(rank);
@@ -242,8 +300,10 @@ pub(super) fn end_record(
     // against the peer: rank 0 (direct) or the leader (via_leader)
     let own = if rank == 0 {
         RankClockFit { model: ClockModel::reference(), pingpong: None, refused: None }
+    } else if topo.reads_leader_clock(rank) {
+        RankClockFit { model: ClockModel::shared_kernel_clock_unmeasured(start.closed_ns, end.closed_ns)?, pingpong: None, refused: None }
     } else {
-        fit_rank_model(&start_samples, &end_samples, not_same_kernel(args.clock, injections, rank, peer, topo)).context("fitting the clock model")?
+        fit_rank_model(&start.samples, &end.samples, topo.refused[rank as usize].clone()).context("fitting the clock model")?
     };
     // a leader other than rank 0 hands its model to the ranks of its node
     if hierarchical && rank != 0 && topo.leader_of[rank as usize] == rank {
@@ -275,8 +335,8 @@ pub(super) fn end_record(
     };
     let handoff_ns = crate::core::clock::monotonic_raw_ns() - t_fit;
     Ok(ClockRecord {
-        start_samples,
-        end_samples,
+        start_samples: start.samples,
+        end_samples: end.samples,
         model: fit.model,
         kernel_clock_id,
         pingpong_fit: fit.pingpong,
@@ -286,7 +346,7 @@ pub(super) fn end_record(
         leader: hierarchical.then_some(topo.leader_of[rank as usize]),
         leader_fit,
         leader_model,
-        start_window_wall_ns: Some(start_wall_ns),
-        end_window_wall_ns: Some(end_wall_ns + if hierarchical { handoff_ns } else { 0 }),
+        start_window_wall_ns: Some(start.wall_ns),
+        end_window_wall_ns: Some(end.wall_ns + if hierarchical { handoff_ns } else { 0 }),
     })
 }

@@ -45,10 +45,10 @@ pub(super) fn finish_rank<B: Backend>(
     let identity_sha256 = identity.digest();
 
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
-    let topo = calibration::topology(world, args, &identity.host, limit)?;
-    let (start_samples, start_wall_ns) = match &topo {
-        Some(t) => clock_window(world, &clock, args.clock_samples, limit, "start", t)?,
-        None => (Vec::new(), 0),
+    let topo = calibration::topology(world, args, &plan.clock_injections, &identity.host, limit)?;
+    let start_window = match &topo {
+        Some(t) => Some(clock_window(world, &clock, args.clock_samples, limit, "start", t)?),
+        None => None,
     };
 
     // group 0 is the world; an imported trace's other collectives run on its own groups
@@ -76,9 +76,9 @@ pub(super) fn finish_rank<B: Backend>(
         None
     };
 
-    let clock_record = match &topo {
-        None => None,
-        Some(topo) => Some(calibration::end_record(world, &clock, args, &plan.clock_injections, limit, topo, (start_samples, start_wall_ns))?),
+    let clock_record = match (&topo, start_window) {
+        (Some(topo), Some(start)) => Some(calibration::end_record(world, &clock, args, limit, topo, start)?),
+        _ => None,
     };
 
     let header = ShardHeader {

@@ -218,7 +218,9 @@ pub struct GraphRun {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ClockRecord {
     /// Raw start-window samples (against rank 0, or against `leader` where
-    /// `path` is `via_leader`: `t_ref_ns` is then the leader's clock).
+    /// `path` is `via_leader`: `t_ref_ns` is then the leader's clock). Empty
+    /// where this rank took its leader's kernel clock without a ping-pong
+    /// (hierarchical; `model.start.samples` is then 0).
     pub start_samples: Vec<PingSample>,
     /// Raw end-window samples (empty when not measured), against the same rank.
     pub end_samples: Vec<PingSample>,
@@ -230,7 +232,8 @@ pub struct ClockRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_clock_id: Option<String>,
     /// Where `model` is rank 0's kernel clock: the ping-pong fit, kept as
-    /// the evidence that every sample agreed with one clock.
+    /// the evidence that every sample agreed with one clock (absent where no
+    /// ping-pong ran on any leg).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pingpong_fit: Option<ClockModel>,
     /// Why a rank other than 0 does not read rank 0's kernel clock (another
