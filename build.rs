@@ -31,4 +31,10 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+    // An edit to the source changes the dirty state without touching git's
+    // index, so the stamp is refreshed whenever the sources the crate is built
+    // from change (cargo compares the newest mtime under a directory).
+    for p in ["src", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={p}");
+    }
 }
