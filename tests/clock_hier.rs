@@ -189,6 +189,11 @@ fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
         assert_eq!(c["offset_within_bound"], true, "{c}");
     }
     assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["consistent"] != false), "{}", s["nodes"]);
+    // no ping-pong ran for rank 1: join shows no ping-pong estimate and says so
+    assert!(s["clocks"][1]["pingpong_offset_us"].is_null(), "{}", s["clocks"][1]);
+    assert!(s["clocks"][3]["pingpong_offset_us"].is_number(), "rank 3 keeps its leader's ping-pong: {}", s["clocks"][3]);
+    let text = ok(&cc(&["join", run.to_str().unwrap()]));
+    assert!(text.lines().any(|l| l.contains("rank   1 node-a") && l.contains("taken without a ping-pong")), "{text}");
 }
 
 #[test]

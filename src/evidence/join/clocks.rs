@@ -37,7 +37,8 @@ pub struct RankClockReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_kernel_clock_refused: Option<String>,
     /// The ping-pong estimate at the start window, µs, whatever the model
-    /// (on a shared kernel clock, the evidence kept beside it).
+    /// (on a shared kernel clock, the evidence kept beside it; absent where
+    /// the rank took its leader's kernel clock without a ping-pong on any leg).
     #[serde(default)]
     pub pingpong_offset_us: Option<f64>,
     /// Half the best start-window round trip (the estimate's bound), µs.
@@ -159,8 +160,11 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
         .iter()
         .map(|h| {
             let model = h.clock.as_ref().map(|c| c.model);
-            // the ping-pong estimate: the model itself unless that is the shared kernel clock
-            let estimate = h.clock.as_ref().map(|c| c.pingpong_fit.unwrap_or(c.model));
+            // the ping-pong estimate: the model itself unless that is the shared
+            // kernel clock; none where that clock was taken without a ping-pong
+            let pingpong = h.clock.as_ref().and_then(|c| c.pingpong_fit.or((!c.model.shared_kernel_clock).then_some(c.model)));
+            // what is checked against the truth: the ping-pong estimate, else the model
+            let estimate = pingpong.or(model);
             // truth relative to rank 0 at the start window (true time ~ reference time)
             let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
                 (Some(m), a, b) if a.is_some() || b.is_some() => {
@@ -184,8 +188,8 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
                 drift_bound_ppm: model.and_then(|m| m.drift_bound_ppm),
                 shared_kernel_clock: model.is_some_and(|m| m.shared_kernel_clock),
                 shared_kernel_clock_refused: h.clock.as_ref().and_then(|c| c.shared_kernel_clock_refused.clone()),
-                pingpong_offset_us: estimate.filter(|_| h.rank != 0).map(|m| m.start.offset_ns / 1e3),
-                pingpong_bound_us: estimate.filter(|_| h.rank != 0).map(|m| m.start.bound_ns / 1e3),
+                pingpong_offset_us: pingpong.filter(|_| h.rank != 0).map(|m| m.start.offset_ns / 1e3),
+                pingpong_bound_us: pingpong.filter(|_| h.rank != 0).map(|m| m.start.bound_ns / 1e3),
                 injected_offset_us: inj_off.map(|o| o / 1e3),
                 injected_drift_ppm: inj_drift,
                 // the estimator against the truth (on a shared kernel clock, its

@@ -108,6 +108,7 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         let inj = match (c.shared_kernel_clock, c.pingpong_offset_us, c.pingpong_bound_us) {
             (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
+            (true, None, _) if c.rank != 0 => format!("{inj}  rank 0's kernel clock (its leader's, taken without a ping-pong)"),
             _ => match &c.shared_kernel_clock_refused {
                 // the alarming refusal: one kernel, yet a sample one clock cannot give
                 Some(why) if why.contains("same kernel, but") => format!("{inj}  NOT rank 0's clock: {why}"),
