@@ -103,6 +103,71 @@ pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// What says a file is the one that was read: device, inode, size, and the
+/// modification and status-change times (ns), from `fstat` of the open file.
+/// Any write changes the status-change time, which no call can set back
+/// (stat(2), inode(7)): the same stamp later means the same bytes, but for a
+/// write within one tick of the file system's clock, which [`FileStamp::racy`] covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+/// How close to the read a file's times must be for its stamp to prove
+/// nothing (git's "racy" entries, Documentation/technical/racy-git.txt):
+/// more than the coarsest timestamp granularity expected (the kernel's tick,
+/// a file system's 1 or 2 s) and the clock difference to a file server.
+pub const RACY_WINDOW_NS: i128 = 3_000_000_000;
+
+impl FileStamp {
+    /// The stamp of an open file.
+    pub fn of(f: &std::fs::File) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = f.metadata()?;
+        Ok(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        })
+    }
+
+    /// Whether a later write could leave this stamp as it is: the file's
+    /// times are within [`RACY_WINDOW_NS`] of `read_at_ns` (wall clock, ns
+    /// since the epoch, taken before the read) or after it.
+    pub fn racy(&self, read_at_ns: i128) -> bool {
+        self.mtime_ns.max(self.ctime_ns) >= read_at_ns - RACY_WINDOW_NS
+    }
+}
+
+/// The wall clock in ns since the epoch (for [`FileStamp::racy`]).
+pub fn wall_now_ns() -> i128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
+}
+
+/// [`read_bounded`], with the file's stamp and whether it proves nothing
+/// ([`FileStamp::racy`], or the stamp changed while the file was read).
+pub fn read_bounded_stamped(path: &Path, max_bytes: u64) -> Result<(Vec<u8>, FileStamp, bool)> {
+    let read_at = wall_now_ns();
+    let (mut f, len) = open_regular(path)?;
+    if len > max_bytes {
+        return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
+    }
+    let before = FileStamp::of(&f).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::with_capacity(len as usize);
+    (&mut f).take(max_bytes + 1).read_to_end(&mut out).with_context(|| format!("reading {}", path.display()))?;
+    if out.len() as u64 > max_bytes {
+        return Err(refuse(Code::OverLimit, format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display())));
+    }
+    let after = FileStamp::of(&f).with_context(|| format!("reading {}", path.display()))?;
+    Ok((out, after, before != after || after.racy(read_at)))
+}
+
 /// SHA-256 of `path`'s bytes, refusing a file that is not regular
 /// ([`open_regular`]) or holds more than `max_bytes`; at most `max_bytes + 1`
 /// bytes are read whatever the size said.

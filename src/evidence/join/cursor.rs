@@ -1,9 +1,15 @@
 //! Where the merge reads one rank's events, in key order. Each event has a
 //! [`Key`] ([`key_of`]); a [`Cursor`] walks either decoded events through
 //! their sorted index or the shard file itself, re-read one event at a time
-//! through a 32 KiB buffer and hashed: a file that no longer hashes to the
-//! digest the first pass verified is refused (`refused[STALE]`). Use
-//! [`Cursor::head`] for the next event and [`Cursor::advance`] past it.
+//! through a 32 KiB buffer. The re-read file must be the one the first pass
+//! verified, or it is refused (`refused[STALE]`): its stamp (device, inode,
+//! size, modification and status-change times: `core::limits::FileStamp`)
+//! must be the first pass's when it is opened and again after its last
+//! byte, as `make` and git take an unchanged stamp for unchanged bytes.
+//! Where the stamp proves nothing (times within a few seconds of the first
+//! read: git's "racy" case), every byte is hashed again and the digest must
+//! be the verified one. Use [`Cursor::head`] for the next event and
+//! [`Cursor::advance`] past it.
 use crate::core::refusal::Code;
 use crate::evidence::shard::{CollectiveEvent, CollectiveKind};
 use anyhow::{Context, Result};
@@ -68,11 +74,21 @@ impl Cursor<'_> {
     }
 }
 
+/// What the first pass verified of a shard file.
+#[derive(Clone, Debug)]
+pub(super) struct Verified {
+    /// Its SHA-256 (the one run.json recorded).
+    pub digest: String,
+    /// Its stamp when it was read.
+    pub stamp: crate::core::limits::FileStamp,
+    /// Whether that stamp proves nothing, so the bytes are hashed again.
+    pub racy: bool,
+}
+
 /// A verified shard read again from its first byte to its last, decoding
-/// its collective events one at a time into a small buffer and hashing
-/// every byte: at the end the digest must be the one the first pass
-/// verified (and run.json recorded), or the shard changed while it was
-/// being joined (`refused[STALE]`).
+/// its collective events one at a time into a small buffer. At its end the
+/// file must still be the one the first pass verified (the module doc), or
+/// it changed while it was being joined (`refused[STALE]`).
 pub(super) struct StreamReader {
     name: String,
     rank: u32,
@@ -82,9 +98,10 @@ pub(super) struct StreamReader {
     lo: usize,
     hi: usize,
     eof: bool,
-    hasher: sha2::Sha256,
+    /// Every byte hashed, where the stamp proves nothing.
+    hasher: Option<sha2::Sha256>,
     remaining: u64,
-    digest: String,
+    verified: Verified,
     /// Whether `key` and `head` hold the next event (decoded in place, never moved).
     has_head: bool,
     key: Key,
@@ -95,8 +112,9 @@ pub(super) struct StreamReader {
 const STREAM_BUF: usize = 32 << 10;
 
 impl StreamReader {
-    pub(super) fn open(path: &Path, rank: u32, version: u32, events_at: usize, events: u64, digest: String) -> Result<Self> {
+    pub(super) fn open(path: &Path, rank: u32, version: u32, events_at: usize, events: u64, verified: Verified) -> Result<Self> {
         let file = std::fs::File::open(path).with_context(|| format!("reopening {}", path.display()))?;
+        let hasher = verified.racy.then(sha2::Sha256::default);
         let mut r = StreamReader {
             name: path.display().to_string(),
             rank,
@@ -106,13 +124,14 @@ impl StreamReader {
             lo: 0,
             hi: 0,
             eof: false,
-            hasher: sha2::Sha256::default(),
+            hasher,
             remaining: events,
-            digest,
+            verified,
             has_head: false,
             key: (0, 0, None),
             head: crate::evidence::shard::BLANK_EVENT,
         };
+        r.check_stamp()?;
         let mut skip = events_at;
         while skip > 0 {
             if r.lo == r.hi && !r.fill()? {
@@ -146,9 +165,27 @@ impl StreamReader {
             self.eof = true;
             return Ok(false);
         }
-        self.hasher.update(&self.buf[self.hi..self.hi + n]);
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(&self.buf[self.hi..self.hi + n]);
+        }
         self.hi += n;
         Ok(true)
+    }
+
+    /// Refuse the file unless its stamp is the verified one (a racy stamp
+    /// is left to the digest).
+    fn check_stamp(&self) -> Result<()> {
+        if self.hasher.is_some() {
+            return Ok(());
+        }
+        let now = crate::core::limits::FileStamp::of(&self.file).with_context(|| format!("reading {}", self.name))?;
+        if now != self.verified.stamp {
+            return Err(crate::core::refusal::refuse(
+                Code::Stale,
+                format!("{}: rank {} shard changed while join read it (its inode, size or times are not those it had when verified)", self.name, self.rank),
+            ));
+        }
+        Ok(())
     }
 
     fn changed(&self) -> anyhow::Error {
@@ -167,9 +204,13 @@ impl StreamReader {
             while self.fill()? {
                 self.lo = self.hi;
             }
-            let got = hex::encode(std::mem::take(&mut self.hasher).finalize());
-            if got != self.digest {
-                return Err(self.changed());
+            match self.hasher.take() {
+                Some(h) => {
+                    if hex::encode(h.finalize()) != self.verified.digest {
+                        return Err(self.changed());
+                    }
+                }
+                None => self.check_stamp()?,
             }
             self.buf = Vec::new();
             return Ok(());
@@ -211,4 +252,64 @@ fn prefetch(p: *const u8, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::limits::{read_bounded_stamped, FileStamp};
+
+    /// A "shard" of `bytes` with no events: the reader skips nothing, reads to
+    /// the end and checks the file.
+    fn reread(path: &Path, verified: Verified) -> Result<()> {
+        StreamReader::open(path, 0, 7, 0, 0, verified).map(|_| ())
+    }
+
+    fn verified_now(path: &Path) -> Verified {
+        let (bytes, stamp, racy) = read_bounded_stamped(path, 1 << 20).unwrap();
+        Verified { digest: crate::core::fsutil::sha256_hex(&bytes), stamp, racy }
+    }
+
+    fn stale(r: Result<()>) -> String {
+        let e = format!("{:#}", r.expect_err("the changed file must be refused"));
+        assert!(e.contains("STALE") && e.contains("changed while join read it"), "{e}");
+        e
+    }
+
+    #[test]
+    fn a_fresh_file_is_racy_and_its_bytes_are_hashed_again() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("rank-00000.shard");
+        std::fs::write(&p, b"the verified bytes").unwrap();
+        let v = verified_now(&p);
+        assert!(v.racy, "a file written just now proves nothing by its stamp");
+        reread(&p, v.clone()).unwrap();
+        // same length, other bytes, within the racy window: the digest catches it
+        std::fs::write(&p, b"the modified bytes").unwrap();
+        stale(reread(&p, v));
+    }
+
+    #[test]
+    fn an_old_file_is_checked_by_its_stamp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("rank-00000.shard");
+        std::fs::write(&p, b"the verified bytes").unwrap();
+        // as if it had been written long ago: a stamp outside the racy window
+        let f = std::fs::File::open(&p).unwrap();
+        let stamp = FileStamp::of(&f).unwrap();
+        assert!(!stamp.racy(crate::core::limits::wall_now_ns() + 2 * crate::core::limits::RACY_WINDOW_NS));
+        let v = Verified { digest: "not hashed again".into(), stamp, racy: false };
+        reread(&p, v.clone()).unwrap();
+        // rewritten in place after a clock tick: another status-change time
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::write(&p, b"the modified bytes").unwrap();
+        stale(reread(&p, v.clone()));
+        // replaced by another file (atomic rename): another inode
+        std::fs::write(&p, b"the verified bytes").unwrap();
+        let v = Verified { stamp: FileStamp::of(&std::fs::File::open(&p).unwrap()).unwrap(), ..v };
+        let q = d.path().join("other");
+        std::fs::write(&q, b"the verified bytes").unwrap();
+        std::fs::rename(&q, &p).unwrap();
+        stale(reread(&p, v));
+    }
 }

@@ -89,6 +89,8 @@ struct Scanned {
     version: u32,
     events_at: usize,
     events: u64,
+    /// The file as pass 1 verified it, and whether that stamp proves nothing.
+    stamp: (crate::core::limits::FileStamp, bool),
     /// Its events' faults, or how the merge reads them: `None` streams them
     /// from the file (recorded in key order), else they are kept decoded.
     order: Result<Option<DecodedRank>>,
@@ -144,7 +146,9 @@ struct Engine {
 /// (one shard per thread at a time) and keeps its header, its tokens, and,
 /// only where its events are not recorded in key order, its decoded events.
 /// Pass 2 merges the ranks' events in key order, reading each shard file
-/// again through a 32 KiB buffer and checking its digest again at its end.
+/// again through a 32 KiB buffer; each must be the file pass 1 verified
+/// ([`super::cursor`]: the same stamp, or the same digest where the stamp
+/// proves nothing).
 /// Memory: about `threads` decoded shards at once in pass 1, then per rank
 /// its header, tokens, buffer and next event, plus whatever `emit` keeps.
 pub fn join_dir_streaming(dir: &Path, threads: usize, emit: &mut dyn FnMut(JoinedCollective) -> Result<()>) -> Result<StreamedRun> {
@@ -188,14 +192,15 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     let mut heads = Vec::with_capacity(scanned.len());
     let mut tokens = Vec::with_capacity(scanned.len());
     let mut stalls = Vec::with_capacity(scanned.len());
-    let mut streamed: Vec<(PathBuf, u32, u32, usize, u64, String)> = Vec::new();
+    let mut streamed: Vec<(PathBuf, u32, u32, usize, u64, super::cursor::Verified)> = Vec::new();
     for s in scanned {
         let rank = s.header.rank;
         match s.order? {
             Some((events, index)) => cursors.push(Some(Cursor::Indexed { events: std::borrow::Cow::Owned(events), index, pos: 0 })),
             None => {
                 cursors.push(None);
-                streamed.push((s.path, rank, s.version, s.events_at, s.events, s.digest));
+                let verified = super::cursor::Verified { digest: s.digest, stamp: s.stamp.0, racy: s.stamp.1 };
+                streamed.push((s.path, rank, s.version, s.events_at, s.events, verified));
             }
         }
         ctx.push(s.extract);
@@ -204,7 +209,7 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
         stalls.push(s.stalls);
     }
     // the streamed shards, opened again (each reads its first buffer)
-    let opened = par_map(&streamed, threads, &|(p, rank, version, at, n, digest)| StreamReader::open(p, *rank, *version, *at, *n, digest.clone()));
+    let opened = par_map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
     for ((_, rank, ..), s) in streamed.iter().zip(opened) {
         cursors[*rank as usize] = Some(Cursor::Stream(Box::new(s?)));
     }
@@ -216,7 +221,7 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
 /// it, check it against the run record, and index its events against the
 /// process groups the headers declared (`hint`).
 fn scan_shard(f: &Path, run: &RunRecord, hint: Option<&BTreeMap<u32, Vec<u32>>>) -> Result<Scanned> {
-    let bytes = crate::core::limits::read_bounded(f, crate::core::limits::MAX_SHARD_BYTES)?;
+    let (bytes, stamp, racy) = crate::core::limits::read_bounded_stamped(f, crate::core::limits::MAX_SHARD_BYTES)?;
     let name = f.display().to_string();
     let (shard, digest) = Shard::decode_with_digest(&bytes, &name)?;
     check_against_run(f, &shard, &digest, run)?;
@@ -232,7 +237,19 @@ fn scan_shard(f: &Path, run: &RunRecord, hint: Option<&BTreeMap<u32, Vec<u32>>>)
             (!in_order).then_some((body.collectives, index))
         }),
     };
-    Ok(Scanned { path: f.to_path_buf(), version: header.format_version, header, digest, tokens: body.tokens, stalls, extract, events_at, events, order })
+    Ok(Scanned {
+        path: f.to_path_buf(),
+        version: header.format_version,
+        header,
+        digest,
+        tokens: body.tokens,
+        stalls,
+        extract,
+        events_at,
+        events,
+        stamp: (stamp, racy),
+        order,
+    })
 }
 
 /// A verified shard against the run record: same run, a rank that fits,
