@@ -190,6 +190,10 @@ pub(super) fn merge(
     }
     let mut here = vec![false; cursors.len()];
     let mut spare: Vec<Vec<u32>> = Vec::new();
+    // the ranks whose next key is `staged.0`, gathered outside the map: the
+    // ranks of one operation mostly move on to one same next key, and one
+    // map lookup per run of them replaces one per rank
+    let mut staged: Option<(Key, Vec<u32>)> = None;
     while let Some((key, ranks)) = pending.pop_first() {
         for &r in &ranks {
             here[r as usize] = true;
@@ -206,14 +210,38 @@ pub(super) fn merge(
             let c = &mut cursors[r as usize];
             c.advance()?;
             if let Some((k, _)) = c.head() {
-                pending.entry(k).or_insert_with(|| spare.pop().unwrap_or_default()).push(r);
+                match &mut staged {
+                    Some((sk, v)) if *sk == k => v.push(r),
+                    _ => {
+                        if let Some((sk, v)) = staged.replace((k, spare.pop().unwrap_or_default())) {
+                            unstage(&mut pending, &mut spare, sk, v);
+                        }
+                        staged.as_mut().expect("just staged").1.push(r);
+                    }
+                }
             }
+        }
+        if let Some((sk, v)) = staged.take() {
+            unstage(&mut pending, &mut spare, sk, v);
         }
         let mut ranks = ranks;
         ranks.clear();
         spare.push(ranks);
     }
     Ok(())
+}
+
+/// Add the staged ranks `v` of `key` to `pending` (after those already there).
+fn unstage(pending: &mut BTreeMap<Key, Vec<u32>>, spare: &mut Vec<Vec<u32>>, key: Key, mut v: Vec<u32>) {
+    match pending.entry(key) {
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(v);
+        }
+        std::collections::btree_map::Entry::Occupied(mut e) => {
+            e.get_mut().append(&mut v);
+            spare.push(v);
+        }
+    }
 }
 
 /// Join the operation `key` from the heads of the cursors of the ranks
