@@ -280,8 +280,11 @@ fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> 
 
 /// The streaming join of `dir` and its summary; each joined collective is
 /// also written to `events_out` (one JSON line each, as [`join_dir`]'s
-/// caller writes them) where given. The merge runs on its own thread, the
-/// summary and the joined trace on this one.
+/// caller writes them) where given. Each joined collective is summarised
+/// (and written) on this thread as soon as the merge makes it, while its
+/// per-rank times are still in this core's cache: handing them to another
+/// thread cost more CPU time than it saved wall time
+/// (`results/2026-12-04-join-five-million/`).
 pub fn join_summary_streaming(dir: &Path, threads: usize, events_out: Option<&mut dyn std::io::Write>) -> Result<JoinSummary> {
     let (run, mut engine) = prepare_streaming(dir, threads)?;
     let mut b = SummaryBuilder::new(&run.run, run.headers.iter().collect());
@@ -291,42 +294,15 @@ pub fn join_summary_streaming(dir: &Path, threads: usize, events_out: Option<&mu
     for st in &run.stalls {
         b.add_stalls(st);
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<JoinedCollective>>(16);
     let mut out = events_out;
-    std::thread::scope(|s| -> Result<()> {
-        let merger = s.spawn(move || -> Result<()> {
-            let e = &mut engine;
-            let mut batch = Vec::with_capacity(8);
-            merge(&mut e.cursors, &e.groups, &e.ctx, &mut |c| {
-                batch.push(c);
-                if batch.len() == 8 {
-                    tx.send(std::mem::replace(&mut batch, Vec::with_capacity(8))).map_err(|_| anyhow::anyhow!("the summary stopped"))?;
-                }
-                Ok(())
-            })?;
-            if !batch.is_empty() {
-                tx.send(batch).map_err(|_| anyhow::anyhow!("the summary stopped"))?;
-            }
-            Ok(())
-        });
-        let mut fault = None;
-        'recv: for batch in rx.iter() {
-            for c in batch {
-                if let Some(w) = out.as_deref_mut() {
-                    if let Err(e) = serde_json::to_writer(&mut *w, &c).map_err(anyhow::Error::from).and_then(|()| w.write_all(b"\n").map_err(Into::into)) {
-                        fault = Some(e);
-                        break 'recv;
-                    }
-                }
-                b.add(&c);
-            }
+    let e = &mut engine;
+    merge(&mut e.cursors, &e.groups, &e.ctx, &mut |c| {
+        if let Some(w) = out.as_deref_mut() {
+            serde_json::to_writer(&mut *w, &c)?;
+            w.write_all(b"\n")?;
         }
-        drop(rx);
-        let merged = merger.join().expect("the join thread panicked");
-        match fault {
-            Some(e) => Err(e),
-            None => merged,
-        }
+        b.add(&c);
+        Ok(())
     })?;
     Ok(b.finish())
 }
