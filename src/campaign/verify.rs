@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 pub use crate::analysis::policy::Verdict;
 
+/// The most cells checked side by side: each holds its joined run in memory.
+const MAX_CELLS_AT_ONCE: usize = 4;
+
 /// Verify completeness of the selection against the manifest.
 pub fn verify(dir: &Path) -> Result<Verdict> {
     verify_visiting(dir, &mut |_, _, _| {})
@@ -43,26 +46,36 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
     }
     let mut passed: Vec<(String, String, Option<String>)> = Vec::new();
     let mut hardware: Vec<(String, String, crate::campaign::hardware::CellHardware)> = Vec::new();
-    for c in &m.schedule {
-        let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
-        let e = match picked.as_slice() {
-            [] => {
-                refusals.push((c.cell_id.clone(), coded(Code::MissingCell, "missing: no selected attempt".into())));
-                continue;
+    // each cell's selected entry, or why it has none
+    let picked: Vec<(&Cell, std::result::Result<&Selected, String>)> = m
+        .schedule
+        .iter()
+        .map(|c| {
+            let picked: Vec<&Selected> = sel.entries.iter().filter(|e| e.cell_id == c.cell_id).collect();
+            let e = match picked.as_slice() {
+                [] => Err(coded(Code::MissingCell, "missing: no selected attempt".into())),
+                [one] => Ok(*one),
+                many => Err(coded(Code::DuplicateCell, format!("duplicate: {} attempts selected", many.len()))),
+            };
+            (c, e)
+        })
+        .collect();
+    // the cells are checked (hashed, joined) a few at a time side by side,
+    // then visited and recorded in schedule order: the same verdict and
+    // visits as one at a time, with as many joined runs in memory as threads
+    let threads = crate::core::par::available().min(MAX_CELLS_AT_ONCE);
+    for chunk in picked.chunks(threads) {
+        let checked =
+            crate::core::par::map(chunk, threads, &|(c, e)| e.as_ref().map_err(Clone::clone).and_then(|e| check_cell(dir, &m, &accepted, c, e, &attempts)));
+        for ((c, e), result) in chunk.iter().zip(checked) {
+            match result {
+                Ok((walked, hw, joined)) => {
+                    visit(c, e.as_ref().expect("checked only where selected"), &joined);
+                    passed.push((c.cell_id.clone(), c.label.clone(), walked));
+                    hardware.push((c.cell_id.clone(), c.label.clone(), hw));
+                }
+                Err(why) => refusals.push((c.cell_id.clone(), why)),
             }
-            [one] => *one,
-            many => {
-                refusals.push((c.cell_id.clone(), coded(Code::DuplicateCell, format!("duplicate: {} attempts selected", many.len()))));
-                continue;
-            }
-        };
-        match check_cell(dir, &m, &accepted, c, e, &attempts) {
-            Ok((walked, hw, joined)) => {
-                visit(c, e, &joined);
-                passed.push((c.cell_id.clone(), c.label.clone(), walked));
-                hardware.push((c.cell_id.clone(), c.label.clone(), hw));
-            }
-            Err(why) => refusals.push((c.cell_id.clone(), why)),
         }
     }
     // configurations are ranked on one workload: every cell walked the same

@@ -99,7 +99,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         }
         Command::Schema(a) => write!(out, "{}", crate::cli::schema::schema_json(&a.name)?)?,
         Command::SynthShards(a) => {
-            let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let threads = a.threads.unwrap_or_else(crate::core::par::available);
             let r = crate::evidence::synth_shards::write_run(&a.out, a.ranks, a.collectives, a.seed, threads, a.format_version)?;
             let bytes: u64 = r.shards.iter().map(|s| s.size_bytes).sum();
             writeln!(
@@ -638,7 +638,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
 
 fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
     // the streaming join: the run is never held in memory whole (evidence::join's module doc)
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = a.threads.unwrap_or_else(crate::core::par::available);
     let summary = match &a.events_out {
         Some(p) => {
             let (mut summary, mut joined_ok) = (None, true);

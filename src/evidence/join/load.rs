@@ -96,29 +96,6 @@ struct Scanned {
     order: Result<Option<DecodedRank>>,
 }
 
-/// Run `f` on every item on up to `threads` threads, results in item order.
-fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R + Sync)) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = threads.clamp(1, items.len().max(1));
-    let mut got: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { return out };
-                        out.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().expect("a join thread panicked")).collect()
-    });
-    got.sort_by_key(|g| g.0);
-    got.into_iter().map(|g| g.1).collect()
-}
-
 /// A run joined by [`join_dir_streaming`]: the record and every rank's header and tokens.
 pub struct StreamedRun {
     /// The run record.
@@ -162,12 +139,12 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     let (run, files) = run_and_files(dir)?;
     // the groups as the headers declare them, read ahead of the checks (a hint
     // to index events against while each shard is decoded; checked below)
-    let peeked: Vec<Option<ShardHeader>> = par_map(&files, threads, &|f: &PathBuf| crate::evidence::shard::peek_header(f));
+    let peeked: Vec<Option<ShardHeader>> = crate::core::par::map(&files, threads, &|f: &PathBuf| crate::evidence::shard::peek_header(f));
     let mut hint: Vec<&ShardHeader> = peeked.iter().flatten().collect();
     hint.sort_by_key(|h| h.rank);
     let hint_groups = check_groups(&hint).ok();
     drop(peeked);
-    let scanned: Vec<Result<Scanned>> = par_map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
+    let scanned: Vec<Result<Scanned>> = crate::core::par::map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
     let mut by_rank: BTreeMap<u32, Scanned> = BTreeMap::new();
     for s in scanned {
         let s = s?;
@@ -209,7 +186,8 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
         stalls.push(s.stalls);
     }
     // the streamed shards, opened again (each reads its first buffer)
-    let opened = par_map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
+    let opened =
+        crate::core::par::map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
     for ((_, rank, ..), s) in streamed.iter().zip(opened) {
         cursors[*rank as usize] = Some(Cursor::Stream(Box::new(s?)));
     }
