@@ -90,38 +90,12 @@ pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of fre
      (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
      is in results/2026-11-30-calibration-simultaneous/ (lowest cell 94.9%); with 2 rounds only the Gaussian case is exact";
 
-/// `f` over `items` on up to `std::thread::available_parallelism` threads,
-/// the results in `items`' order: the same values as a plain map, since each
-/// item is computed alone and deterministically (the analysis seeds its own
-/// draws per item). A panic in `f` is resumed here.
+/// `f` over `items` on up to `std::thread::available_parallelism` threads
+/// (`core::par`), the results in `items`' order: the same values as a plain
+/// map, since each item is computed alone and deterministically (the
+/// analysis seeds its own draws per item). A panic in `f` is resumed here.
 fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
-    if threads <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        mine.push((i, f(item)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        for w in workers {
-            for (i, r) in w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
-                out[i] = Some(r);
-            }
-        }
-    });
-    out.into_iter().map(|r| r.expect("every item was computed")).collect()
+    crate::core::par::map(items, crate::core::par::available(), &f)
 }
 
 /// Each trace variant's ranking against the source variant's, from the

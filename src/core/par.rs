@@ -1,12 +1,16 @@
 //! Work over items on a few threads. Consumes a slice and a function;
 //! produces the function's results in the items' order, whatever thread ran
-//! each. Refuses nothing; a panicking item panics the caller.
+//! each. Refuses nothing; a panic in the function is resumed in the caller.
 
 /// Run `f` on every item on up to `threads` threads (each takes the next
-/// item not yet taken), results in item order.
+/// item not yet taken), results in item order; on this thread where one
+/// thread would do.
 pub fn map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R + Sync)) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let mut got: Vec<(usize, R)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
@@ -20,7 +24,7 @@ pub fn map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R +
                 })
             })
             .collect();
-        workers.into_iter().flat_map(|w| w.join().expect("a worker thread panicked")).collect()
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
     got.sort_by_key(|g| g.0);
     got.into_iter().map(|g| g.1).collect()

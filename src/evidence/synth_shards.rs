@@ -75,28 +75,12 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
     .context("the generated workload")?;
     let started_unix_ms = crate::core::clock::unix_ms();
     let plan = RunPlan { run_id: &run_id, ranks, collectives, layers, seed, workload: &workload, started_unix_ms };
-    let threads = threads.clamp(1, ranks as usize);
-    let next = std::sync::atomic::AtomicU32::new(0);
-    let mut written: Vec<(u32, Result<crate::evidence::shard::WrittenShard>)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if r >= ranks {
-                            return out;
-                        }
-                        let mut shard = rank_shard(&plan, r);
-                        shard.header.format_version = format_version;
-                        out.push((r, shard.write_new(dir)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().expect("a writer thread panicked")).collect()
+    let rank_ids: Vec<u32> = (0..ranks).collect();
+    let written: Vec<(u32, Result<crate::evidence::shard::WrittenShard>)> = crate::core::par::map(&rank_ids, threads, &|&r| {
+        let mut shard = rank_shard(&plan, r);
+        shard.header.format_version = format_version;
+        (r, shard.write_new(dir))
     });
-    written.sort_by_key(|w| w.0);
     let mut shards = Vec::with_capacity(ranks as usize);
     for (rank, w) in written {
         let w = w.with_context(|| format!("writing rank {rank}'s shard"))?;
