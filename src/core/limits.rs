@@ -90,7 +90,13 @@ fn refuse_unless_regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
 /// `max_bytes + 1` whatever the size said, so a file growing while it is read
 /// is bounded too.
 pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
-    let (f, len) = open_regular(path)?;
+    let (mut f, len) = open_regular(path)?;
+    read_opened(path, &mut f, len, max_bytes)
+}
+
+/// The read of [`read_bounded`] on the file `f` opened from `path`, `len`
+/// bytes long when opened.
+fn read_opened(path: &Path, f: &mut std::fs::File, len: u64, max_bytes: u64) -> Result<Vec<u8>> {
     if len > max_bytes {
         return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
     }
@@ -155,15 +161,8 @@ pub fn wall_now_ns() -> i128 {
 pub fn read_bounded_stamped(path: &Path, max_bytes: u64) -> Result<(Vec<u8>, FileStamp, bool)> {
     let read_at = wall_now_ns();
     let (mut f, len) = open_regular(path)?;
-    if len > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
-    }
     let before = FileStamp::of(&f).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::with_capacity(len as usize);
-    (&mut f).take(max_bytes + 1).read_to_end(&mut out).with_context(|| format!("reading {}", path.display()))?;
-    if out.len() as u64 > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display())));
-    }
+    let out = read_opened(path, &mut f, len, max_bytes)?;
     let after = FileStamp::of(&f).with_context(|| format!("reading {}", path.display()))?;
     Ok((out, after, before != after || after.racy(read_at)))
 }

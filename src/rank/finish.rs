@@ -46,10 +46,7 @@ pub(super) fn finish_rank<B: Backend>(
 
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
     let topo = calibration::topology(world, args, &plan.clock_injections, &identity.host, limit)?;
-    let start_window = match &topo {
-        Some(t) => Some(clock_window(world, &clock, args.clock_samples, limit, "start", t)?),
-        None => None,
-    };
+    let start_window = topo.as_ref().map(|t| clock_window(world, &clock, args.clock_samples, limit, "start", t)).transpose()?;
 
     // group 0 is the world; an imported trace's other collectives run on its own groups
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
