@@ -38,6 +38,7 @@ fn input(tie: TiePolicy) -> AnalysisInput {
         policy: AnalysisPolicy { tie_policy: tie, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 10_000, bootstrap_seed: 1 },
         canary: Some(("config-02".into(), "config-01".into(), Phase::Blocking)),
         trace_canary: None,
+        truth: None,
         controls: ControlsInput {
             aa_pairs: vec![("config-01".into(), "config-03".into())],
             known_bad: vec![KnownBadInput { label: "config-08".into(), graded: None }],

@@ -112,6 +112,48 @@ pub fn coverage(noise: Noise, rounds: usize, effect_pct: f64, scale: f64, sims: 
     Ok(hit as f64 / sims as f64)
 }
 
+/// A regret scenario of the calibration: true means of the configurations and the pick.
+#[derive(Clone, Copy, Debug)]
+pub struct RegretScenario {
+    /// Name in the tables.
+    pub name: &'static str,
+    /// True means (multiplicative, the best at 1).
+    pub means: &'static [f64],
+    /// The picked configuration (chosen before the truth's data, as a proxy's pick is).
+    pub pick: usize,
+}
+
+/// The scenarios of the regret table: ties, a pick behind the best, a pick
+/// tied with the best beside slower ones, a near tie, a far-off pick.
+pub const REGRET_SCENARIOS: [RegretScenario; 5] = [
+    RegretScenario { name: "4 tied, regret 0", means: &[1.0, 1.0, 1.0, 1.0], pick: 0 },
+    RegretScenario { name: "pick 5% behind the best of 4", means: &[1.0, 1.05, 1.05, 1.10], pick: 1 },
+    RegretScenario { name: "pick tied with the best, 2 slower", means: &[1.0, 1.0, 1.03, 1.2], pick: 1 },
+    RegretScenario { name: "pick 1% behind, 3 configurations", means: &[1.0, 1.01, 1.01], pick: 2 },
+    RegretScenario { name: "pick the worst of 5, 20% behind", means: &[1.0, 1.02, 1.04, 1.1, 1.2], pick: 4 },
+];
+
+/// Share of `sims` campaigns whose regret interval for `sc.pick`
+/// ([`crate::analysis::truth::regret_of`], at the report's simultaneous pair
+/// level) contains the true regret, max(0, max over c of m_pick / m_c − 1).
+pub fn regret_coverage(sc: &RegretScenario, noise: Noise, rounds: usize, scale: f64, sims: u32, seed: u64) -> Result<f64> {
+    let k = sc.means.len();
+    let labels: Vec<String> = (0..k).map(|i| format!("c{i}")).collect();
+    let level = inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2);
+    let truth = sc.means.iter().map(|m| 100.0 * (sc.means[sc.pick] / m - 1.0)).fold(0.0, f64::max);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut hit = 0u32;
+    for _ in 0..sims {
+        let t = campaign(&mut rng, noise, rounds, sc.means, scale);
+        let r = crate::analysis::truth::regret_of(&t, &labels, sc.pick, level, 0.0)?;
+        // the bounds are exact at 0 (no regret): compare with a rounding slack
+        if r.low_pct <= truth + 1e-9 && truth <= r.high_pct + 1e-9 {
+            hit += 1;
+        }
+    }
+    Ok(hit as f64 / sims as f64)
+}
+
 /// Verdict rates over `sims` campaigns with a true effect (0 for A/A): (pass, fail, tied, insufficient).
 pub fn verdict_rates(noise: Noise, rounds: usize, effect_pct: f64, min_effect_pct: f64, scale: f64, sims: u32, seed: u64) -> Result<[f64; 4]> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -217,6 +259,16 @@ mod tests {
     use super::*;
 
     // Small seeded versions of the committed tables: the claims hold in CI too.
+    #[test]
+    fn regret_intervals_cover_at_their_level_in_a_small_run() {
+        for sc in &REGRET_SCENARIOS {
+            for noise in [Noise::Gaussian, Noise::RoundDrift] {
+                let c = regret_coverage(sc, noise, 5, 0.03, 400, 11).unwrap();
+                assert!(c >= 0.92, "{} {:?}: {c}", sc.name, noise);
+            }
+        }
+    }
+
     #[test]
     fn coverage_is_at_least_93_percent_at_every_round_count() {
         for noise in Noise::ALL {

@@ -62,6 +62,7 @@ mod replicate;
 pub mod summary;
 mod tau;
 mod text;
+pub mod truth;
 use crate::analysis::controls::{aa_control, canary_result, interval_words, known_bad_control, skew_control, AaPair};
 use crate::analysis::inference::Verdict;
 use crate::analysis::phase::{analyze_phase, pair_rows, tables};
@@ -295,6 +296,15 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         None => None,
     };
     let canary = (canary.is_some() || trace.is_some()).then_some(CanarySection { verdict: canary, trace });
+    // the real job judges every proxy phase whose configurations it ran
+    let truth = match &input.truth {
+        None => None,
+        Some(t) => {
+            let proxies: Vec<(String, &PhaseInput, &PhaseReport)> =
+                input.phases.iter().zip(&phases).map(|(pin, rep)| (format!("phase {}", pin.phase), pin, rep)).collect();
+            Some(truth::truth_report(t, &proxies, &input.controls, policy, evidence)?)
+        }
+    };
     let mut warnings = Vec::new();
     let families = phases.iter().filter(|p| p.family_pairs > 1).count() * 2;
     if families > 1 {
@@ -334,6 +344,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         warnings,
         overlap_excerpt: None,
         plots: Vec::new(),
+        truth,
     })
 }
 
@@ -374,6 +385,7 @@ mod tests {
             policy: policy(),
             canary: Some(("c1".into(), "c0".into(), Phase::Blocking)),
             trace_canary: None,
+            truth: None,
             controls: ControlsInput {
                 aa_pairs: vec![("c0".into(), "c2".into())],
                 known_bad: vec![KnownBadInput { label: "c3".into(), graded: None }],

@@ -152,6 +152,8 @@ pub struct AnalysisInput {
     pub canary: Option<(String, String, Phase)>,
     /// Trace variants ranked against a source variant (`canary verify`'s campaign).
     pub trace_canary: Option<TraceCanaryInput>,
+    /// The user's real job under every configuration (the campaign's truth cells).
+    pub truth: Option<crate::analysis::truth::TruthInput>,
     /// Controls.
     pub controls: ControlsInput,
     /// Claim context.
@@ -451,6 +453,9 @@ pub struct Report {
     pub overlap_excerpt: Option<TimelineExcerpt>,
     /// Plot files written beside the report.
     pub plots: Vec<String>,
+    /// The real job's ranking and every proxy's pick judged on it (campaigns with `[truth]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<crate::analysis::truth::TruthReport>,
 }
 
 /// Kendall tau-b with its interval.

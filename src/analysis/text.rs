@@ -139,9 +139,117 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    if let Some(t) = &r.truth {
+        o.push_str(&render_truth(t, &tau));
+    }
     for w in &r.warnings {
         let _ = writeln!(o, "warning: {w}");
     }
     let _ = writeln!(o, "evidence: {}", r.evidence);
+    o
+}
+
+/// A regret in words: point, interval and whether the pick is among the best.
+pub(crate) fn regret_words(g: &crate::analysis::truth::Regret) -> String {
+    let interval = format!("{:.1}% [{:.1}, {:.1}] at {:.3}%", g.regret_pct, g.low_pct, g.high_pct, g.level * 100.0);
+    if g.within_best_set {
+        format!("regret {interval}: within the best set")
+    } else {
+        format!("regret {interval}: decided slower than the best (trails {})", g.trails.as_deref().unwrap_or("?"))
+    }
+}
+
+/// The truth section: the real job's ranking, every proxy's pick judged on it, its controls.
+fn render_truth(t: &crate::analysis::truth::TruthReport, tau: &dyn Fn(&TauEstimate) -> String) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "truth: the real job, metric {} ({}, {} is better), {} rounds; pair intervals each at {:.3}%",
+        t.metric,
+        t.unit,
+        t.better,
+        t.rounds,
+        t.pair_coverage * 100.0
+    );
+    let _ = writeln!(
+        o,
+        "{:>4}  {:<24} {:>4} {:>12} {:>10} {:>7} {:>7}  decided better than",
+        "rank",
+        "config",
+        "jobs",
+        format!("median {}", t.unit),
+        "IQR",
+        "P(best)",
+        "P(wrst)"
+    );
+    for row in &t.rows {
+        let better: Vec<&str> = t
+            .pairs
+            .iter()
+            .filter_map(|p| match p.relation {
+                Relation::AFaster if p.a == row.label => Some(p.b.as_str()),
+                Relation::BFaster if p.b == row.label => Some(p.a.as_str()),
+                _ => None,
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:>4}  {:<24} {:>4} {:>12.4} {:>10.4} {:>7.2} {:>7.2}  {}",
+            row.rank,
+            row.label,
+            row.jobs,
+            row.median,
+            row.iqr,
+            row.p_best,
+            row.p_worst,
+            if better.is_empty() { "-".to_string() } else { better.join(",") }
+        );
+    }
+    let _ = writeln!(o, "truth best set (no configuration decided better): {}", t.best_set.join(", "));
+    for p in &t.proxies {
+        let c = &p.comparison;
+        let cost = &p.decision_cost;
+        let cost_words = if cost.truth_decided_pairs == 0 {
+            "no decision cost: the truth decides no pair".to_string()
+        } else {
+            let rounds = |r: Option<usize>| r.map_or("not in these rounds".to_string(), |r| format!("{r} rounds"));
+            let secs = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{s:.1} s"));
+            format!(
+                "decision cost: truth {} in {}, proxy {} in {}{}",
+                secs(cost.truth_s),
+                rounds(cost.truth_rounds),
+                secs(cost.proxy_s),
+                rounds(cost.proxy_rounds),
+                cost.truth_per_proxy.map(|x| format!(" ({x:.1}x cheaper)")).unwrap_or_default()
+            )
+        };
+        let _ = writeln!(
+            o,
+            "truth judges {:<16} pick {}: {}; agree on {}/{} pairs ({:.1}%), tau-b {}; {}",
+            p.proxy,
+            p.pick,
+            regret_words(&p.regret),
+            c.pairs_agree,
+            c.pairs_total,
+            c.agreement_pct,
+            tau(&p.tau_policy),
+            cost_words
+        );
+    }
+    for c in &t.controls {
+        let _ = writeln!(
+            o,
+            "control {} {} [truth]{}: {} (predicted: {})",
+            c.kind,
+            c.outcome.word(),
+            c.level.map(|l| format!(" at {:.3}%", l * 100.0)).unwrap_or_default(),
+            c.observed,
+            c.predicted
+        );
+    }
+    for n in &t.notes {
+        let _ = writeln!(o, "truth note: {n}");
+    }
     o
 }

@@ -118,6 +118,41 @@ fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
 /// A job's program, its arguments and its environment.
 type JobCommand = (String, Vec<String>, Vec<(String, String)>);
 
+/// The launcher's program and arguments for `ranks` ranks with `env` forwarded.
+fn launcher_prefix(m: &Manifest, env: &[(String, String)]) -> (String, Vec<String>) {
+    let (prog, mut args) = match m.spec.launcher.kind {
+        LauncherKind::Mpirun => {
+            let mut a = vec!["-n".to_string(), m.spec.ranks.to_string()];
+            for (k, _) in env {
+                a.extend(["-x".into(), k.clone()]);
+            }
+            ("mpirun".to_string(), a)
+        }
+        LauncherKind::Srun => ("srun".to_string(), vec!["-n".to_string(), m.spec.ranks.to_string()]),
+    };
+    args.extend(m.spec.launcher.args.iter().cloned());
+    (prog, args)
+}
+
+/// A truth cell's job: the spec's command under the campaign's launcher (or
+/// as it is, for `launch = "self"`) with the configuration's environment.
+fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'m super::truth::TruthSpec)> {
+    let t = m.spec.truth.as_ref().with_context(|| format!("cell {} is a truth cell, and the manifest has no [truth]", cell.cell_id))?;
+    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if m.spec.launcher.kind == LauncherKind::Mpirun || t.launch == super::truth::TruthLaunch::OwnLauncher {
+        super::truth::program_present(t)?;
+    }
+    Ok(match t.launch {
+        super::truth::TruthLaunch::Campaign => {
+            let (prog, mut args) = launcher_prefix(m, &env);
+            args.extend(t.command.iter().cloned());
+            ((prog, args, env), t)
+        }
+        super::truth::TruthLaunch::OwnLauncher => ((t.command[0].clone(), t.command[1..].to_vec(), env), t),
+    })
+}
+
 fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
     let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
@@ -131,17 +166,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         rank_args.extend(["--trace".into(), trace.display().to_string()]);
     }
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let (prog, mut args) = match m.spec.launcher.kind {
-        LauncherKind::Mpirun => {
-            let mut a = vec!["-n".to_string(), m.spec.ranks.to_string()];
-            for (k, _) in &env {
-                a.extend(["-x".into(), k.clone()]);
-            }
-            ("mpirun".to_string(), a)
-        }
-        LauncherKind::Srun => ("srun".to_string(), vec!["-n".to_string(), m.spec.ranks.to_string()]),
-    };
-    args.extend(m.spec.launcher.args.iter().cloned());
+    let (prog, mut args) = launcher_prefix(m, &env);
     args.extend(rank_args);
     Ok((prog, args, env))
 }
@@ -238,12 +263,25 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
             let cell_started = std::time::Instant::now();
-            bar.set_message(format!("round {} {} ({attempt_id})", cell.round, cell.label));
-            let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
+            bar.set_message(format!("round {} {} ({attempt_id}{})", cell.round, cell.label, if cell.truth { ", truth" } else { "" }));
+            let run_dir = runs.join(&attempt_id);
+            let remaining = cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed()));
+            let (prog, args, env, truth, timeout, cwd) = if cell.truth {
+                let ((prog, args, env), t) = truth_command_for(&m, cell)?;
+                // the job runs in its own folder, holding the frozen inputs
+                std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+                let inputs = super::truth::place_inputs(dir, &m.truth_inputs, &run_dir)?;
+                let own = std::time::Duration::from_secs(t.timeout_s);
+                (prog, args, env, Some((t, inputs)), Some(remaining.map_or(own, |r| r.min(own))), Some(run_dir.clone()))
+            } else {
+                let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
+                (prog, args, env, None, remaining, None)
+            };
             let started = crate::core::clock::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
-            let out = run_job(&prog, &args, &env, cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed())), |pgid| {
+            let wall = std::time::Instant::now();
+            let out = run_job(&prog, &args, &env, cwd.as_deref(), timeout, |pgid| {
                 let note = InFlight {
                     attempt_id: attempt_id.clone(),
                     cell_id: cell.cell_id.clone(),
@@ -257,7 +295,9 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 };
                 crate::core::fsutil::write_json_new(&note_path, &note)
             });
+            let wall_s = wall.elapsed().as_secs_f64();
             let finished = crate::core::clock::unix_ms();
+            let timed_out = matches!(out, Ok((_, true)));
             let (code, stdout, stderr, spawn_err) = match out {
                 Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
                 Ok((o, true)) => (
@@ -265,22 +305,69 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                     o.stdout,
                     o.stderr,
                     Some(format!(
-                        "cell timeout: the job ran longer than {:.0} s (--cell-timeout-s) and was stopped",
-                        cell_timeout.map_or(0.0, |t| t.as_secs_f64())
+                        "cell timeout: the job ran longer than {:.0} s ({}) and was stopped",
+                        timeout.map_or(0.0, |t| t.as_secs_f64()),
+                        if truth.is_some() { "truth.timeout_s or --cell-timeout-s" } else { "--cell-timeout-s" }
                     )),
                 ),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
             write_new_atomic(&logs.join(format!("{attempt_id}.stderr")), &stderr)?;
-            let run_dir = runs.join(&attempt_id);
-            let run_json = run_dir.join(crate::evidence::run::RUN_FILE);
-            let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
-            let failure = match (&spawn_err, code, &record) {
-                (Some(e), _, _) => Some(e.clone()),
-                (None, Some(0), Some(_)) => None,
-                (None, Some(0), None) => Some("exit 0 but no run.json was written".into()),
-                (None, c, _) => Some(format!("launcher exited {}; {}", c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()), failure_line(&stderr))),
+            let launch_failure =
+                |c: Option<i32>| format!("launcher exited {}; {}", c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()), failure_line(&stderr));
+            let (record_path, record, failure): (PathBuf, Option<RunRecord>, Option<String>) = match truth {
+                Some((t, inputs)) => {
+                    let metric = super::truth::read_metric(&t.metric, wall_s, &stdout, &stderr, &run_dir);
+                    let failure = match (&spawn_err, code, &metric) {
+                        (Some(e), _, _) => Some(e.clone()),
+                        (None, Some(0), Ok(_)) => None,
+                        (None, Some(0), Err(why)) => Some(why.clone()),
+                        (None, c, _) => Some(launch_failure(c)),
+                    };
+                    let (reading, metric_files) = match metric {
+                        Ok((r, f)) => (Some(r), f),
+                        Err(_) => (None, Vec::new()),
+                    };
+                    let cfg = &m.configs.iter().find(|c| c.label == cell.label).context("labelled")?.config;
+                    let rec = super::truth::TruthRecord {
+                        format_version: super::truth::TRUTH_RECORD_FORMAT_VERSION,
+                        attempt_id: attempt_id.clone(),
+                        cell_id: cell.cell_id.clone(),
+                        label: cell.label.clone(),
+                        round: cell.round,
+                        argv: argv.clone(),
+                        config_env: cfg.env.clone(),
+                        env: super::truth::recorded_env(&cfg.env),
+                        cwd: format!("runs/{attempt_id}"),
+                        inputs,
+                        exit_code: code,
+                        timed_out,
+                        wall_s,
+                        started_unix_ms: started,
+                        finished_unix_ms: finished,
+                        host: host.clone(),
+                        stdout_sha256: sha256_hex(&stdout),
+                        stderr_sha256: sha256_hex(&stderr),
+                        metric_files,
+                        metric: reading,
+                        failure: failure.clone(),
+                    };
+                    let p = run_dir.join(super::truth::TRUTH_FILE);
+                    crate::core::fsutil::write_json_new(&p, &rec)?;
+                    (p, None, failure)
+                }
+                None => {
+                    let run_json = run_dir.join(crate::evidence::run::RUN_FILE);
+                    let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                    let failure = match (&spawn_err, code, &record) {
+                        (Some(e), _, _) => Some(e.clone()),
+                        (None, Some(0), Some(_)) => None,
+                        (None, Some(0), None) => Some("exit 0 but no run.json was written".into()),
+                        (None, c, _) => Some(launch_failure(c)),
+                    };
+                    (run_json, record, failure)
+                }
             };
             let rec = AttemptRecord {
                 attempt_id: attempt_id.clone(),
@@ -297,7 +384,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 stdout_sha256: sha256_hex(&stdout),
                 stderr_sha256: sha256_hex(&stderr),
                 run_dir: format!("runs/{attempt_id}"),
-                run_json_sha256: sha256_file(&run_json).ok(),
+                run_json_sha256: sha256_file(&record_path).ok(),
                 shards: record.as_ref().map(|r| r.shards.clone()).unwrap_or_default(),
                 identity_sha256: record.as_ref().map(|r| r.rank0_identity_sha256.clone()),
                 host: Some(host.clone()),
@@ -338,6 +425,7 @@ fn run_job(
     prog: &str,
     args: &[String],
     env: &[(String, String)],
+    cwd: Option<&Path>,
     timeout: Option<std::time::Duration>,
     started: impl FnOnce(i32) -> Result<()>,
 ) -> std::io::Result<(std::process::Output, bool)> {
@@ -348,6 +436,7 @@ fn run_job(
     cmd.args(args)
         .envs(env.iter().cloned())
         .process_group(0)
+        .current_dir(cwd.unwrap_or(Path::new(".")))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -12,8 +12,10 @@ pub mod chain;
 mod exec;
 pub mod hardware;
 mod lock;
+pub mod pick;
 mod select;
 pub mod spec;
+pub mod truth;
 mod verify;
 
 use crate::core::fsutil::{sha256_file, write_json_new};
@@ -37,6 +39,7 @@ pub const CAMPAIGN_STATE: &[&str] = &[
     "sources",
     TRACE_FILE,
     CONFIG_TRACES_DIR,
+    truth::TRUTH_INPUTS_DIR,
     chain::LOCK_FILE,
     chain::INFLIGHT_FILE,
 ];
@@ -93,8 +96,20 @@ pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> R
             config_traces.push((c.name.clone(), bytes, sha));
         }
     }
+    let spec_dir = spec_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let truth_inputs = match &spec.truth {
+        Some(t) => truth::read_inputs(t, spec_dir)?,
+        None => Vec::new(),
+    };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut m, blinding) = spec::plan(spec);
+    if !truth_inputs.is_empty() {
+        std::fs::create_dir_all(dir.join(truth::TRUTH_INPUTS_DIR)).with_context(|| format!("creating {}/{}", dir.display(), truth::TRUTH_INPUTS_DIR))?;
+        for (name, bytes, sha) in truth_inputs {
+            crate::core::fsutil::write_new_atomic(&dir.join(truth::TRUTH_INPUTS_DIR).join(&name), &bytes)?;
+            m.truth_inputs.insert(name, sha);
+        }
+    }
     if let Some((bytes, sha256)) = trace {
         crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), &bytes)?;
         m.trace_sha256 = Some(sha256);
@@ -147,7 +162,11 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
     let mut per: std::collections::BTreeMap<(crate::core::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
-        let label = m.schedule.iter().find(|c| c.cell_id == e.cell_id).map(|c| c.label.clone()).unwrap_or_default();
+        let Some(cell) = m.schedule.iter().find(|c| c.cell_id == e.cell_id) else { continue };
+        if cell.truth {
+            continue; // a truth cell has no shards; its metric is the truth section's
+        }
+        let label = cell.label.clone();
         let j = crate::evidence::join::join_dir(&dir.join(&e.run_dir))?;
         j.refuse_synthetic("campaign results")?;
         for &p in &j.run.workload.phases {
@@ -430,8 +449,13 @@ pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256
             if sel.manifest_sha256 != manifest_sha256 {
                 crate::refuse!(Code::DigestMismatch, "{name}: selection.json selects for manifest {}, the archive's is {manifest_sha256}", sel.manifest_sha256);
             }
+            for (name, sha) in &manifest.truth_inputs {
+                want(&format!("{}/{name}", truth::TRUTH_INPUTS_DIR), sha)?;
+            }
             for e in &sel.entries {
-                want(&format!("{}/run.json", e.run_dir), &e.run_json_sha256)?;
+                let is_truth = manifest.schedule.iter().any(|c| c.cell_id == e.cell_id && c.truth);
+                let record = if is_truth { truth::TRUTH_FILE } else { crate::evidence::run::RUN_FILE };
+                want(&format!("{}/{record}", e.run_dir), &e.run_json_sha256)?;
                 for sh in &e.shards {
                     want(&format!("{}/{}", e.run_dir, sh.file), &sh.sha256)?;
                 }
@@ -533,6 +557,11 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
     same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
     same("frozen trace (trace_sha256)", serde_json::to_value(&ma.trace_sha256)?, serde_json::to_value(&mb.trace_sha256)?)?;
+    same(
+        "truth (the job, its metric and its frozen inputs)",
+        serde_json::json!([ma.spec.truth, ma.truth_inputs]),
+        serde_json::json!([mb.spec.truth, mb.truth_inputs]),
+    )?;
     // the joined campaign's cells are held to one contract; verify then holds
     // B's cells to the identity A's recorded (and the other way round)
     same("hardware contract", serde_json::to_value(&ma.hardware)?, serde_json::to_value(&mb.hardware)?)?;
@@ -627,6 +656,10 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
         if ma.trace_sha256.is_some() {
             // the one trace both froze (same digest): the joined campaign's jobs and checks read it
             std::fs::copy(a.join(TRACE_FILE), stage.join(TRACE_FILE)).with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
+        }
+        if !ma.truth_inputs.is_empty() {
+            // the same frozen inputs in both (same digests): the joined campaign's archive names them
+            copy_tree(&a.join(truth::TRUTH_INPUTS_DIR), &stage.join(truth::TRUTH_INPUTS_DIR))?;
         }
         let mut bytes = serde_json::to_vec_pretty(&m)?;
         bytes.push(b'\n');

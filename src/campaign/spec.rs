@@ -22,9 +22,11 @@ use std::path::Path;
 /// only where a configuration names one, so other manifests stayed version 2;
 /// 4 the spec's `trace_canary`, written only where it was declared; 5 the
 /// hardware contract `hardware`, written in every manifest, so every new
-/// manifest is version 5). Versions 1 to 4 are read; their cells are held to
-/// the default contract ([`HardwareContract::default`]).
-pub(crate) const MANIFEST_FORMAT_VERSION: u32 = 5;
+/// manifest is version 5; 6 the spec's `truth` with truth cells and
+/// `truth_inputs`, written only where truth is declared, so other manifests
+/// stay version 5). Versions 1 to 5 are read; cells of versions 1 to 4 are
+/// held to the default contract ([`HardwareContract::default`]).
+pub(crate) const MANIFEST_FORMAT_VERSION: u32 = 6;
 
 pub use super::hardware::{HardwareContract, HardwareField, HardwareSpec};
 
@@ -254,6 +256,11 @@ pub struct CampaignSpec {
     /// every recorded identity field but the host alike across cells).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<HardwareSpec>,
+    /// The user's own job, run as truth cells under every configuration in
+    /// the same rounds (`campaign::truth`); absent: proxies only. Written in
+    /// the manifest only where declared (manifest format 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<super::truth::TruthSpec>,
     /// Configurations.
     pub configs: Vec<ConfigSpec>,
 }
@@ -310,6 +317,10 @@ impl CampaignSpec {
             .with_context(|| format!("reading campaign spec {}", path.display()))?;
         let spec: CampaignSpec =
             toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
+        let spec_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if let Some(t) = &spec.truth {
+            t.validate(spec_dir, spec.launcher.kind == LauncherKind::Mpirun).map_err(|e| e.context(format!("{}: invalid campaign spec", path.display())))?;
+        }
         spec.validate(parse_rank).map_err(|e| {
             if crate::core::refusal::code_of(&e).is_some() {
                 e.context(format!("{}: invalid campaign spec", path.display()))
@@ -432,6 +443,14 @@ impl CampaignSpec {
         }
         if let Some(h) = &self.hardware {
             h.validate()?;
+        }
+        if let Some(names) = self.truth.as_ref().and_then(|t| t.configs.as_ref()) {
+            if names.len() < 2 {
+                bail!("truth.configs names {} configuration(s); the truth ranks at least 2", names.len());
+            }
+            if let Some(n) = names.iter().find(|n| !self.configs.iter().any(|c| &c.name == *n)) {
+                bail!("truth.configs names {n:?}, which is not a configuration");
+            }
         }
         if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
             let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
@@ -564,7 +583,7 @@ impl CampaignSpec {
 /// One cell of the schedule: a configuration in a round.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
-    /// `rNN-LABEL`.
+    /// `rNN-LABEL` (a truth cell: `rNN-LABEL@truth`).
     pub cell_id: String,
     /// Round (1-based).
     pub round: u32,
@@ -572,6 +591,9 @@ pub struct Cell {
     pub position: u32,
     /// Configuration label (blinded or the name).
     pub label: String,
+    /// A truth cell: the spec's `[truth]` command under this configuration (written only when true).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truth: bool,
 }
 
 /// A labelled configuration in the manifest.
@@ -644,6 +666,9 @@ pub struct Manifest {
     /// manifest before it is held to the default contract).
     #[serde(default)]
     pub hardware: HardwareContract,
+    /// Per truth input file name, the SHA-256 of its frozen copy (`truth-inputs/NAME`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub truth_inputs: BTreeMap<String, String>,
 }
 
 impl Manifest {
@@ -659,13 +684,22 @@ impl Manifest {
 
 /// The schedule for `labels` over `rounds`, drawn from `seed`.
 pub fn schedule(labels: &[String], rounds: u32, seed: u64) -> Vec<Cell> {
+    let items: Vec<(String, bool)> = labels.iter().map(|l| (l.clone(), false)).collect();
+    schedule_items(&items, rounds, seed)
+}
+
+/// The schedule of (label, truth cell) items: every round runs every item
+/// once, in an order drawn from `seed` (proxy-only item lists draw the same
+/// orders as [`schedule`] always did).
+pub fn schedule_items(items: &[(String, bool)], rounds: u32, seed: u64) -> Vec<Cell> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = Vec::new();
     for round in 1..=rounds {
-        let mut order: Vec<&String> = labels.iter().collect();
+        let mut order: Vec<&(String, bool)> = items.iter().collect();
         order.shuffle(&mut rng);
-        for (i, l) in order.into_iter().enumerate() {
-            out.push(Cell { cell_id: format!("r{round:02}-{l}"), round, position: i as u32 + 1, label: l.clone() });
+        for (i, (l, truth)) in order.into_iter().enumerate() {
+            let suffix = if *truth { super::truth::TRUTH_CELL_SUFFIX } else { "" };
+            out.push(Cell { cell_id: format!("r{round:02}-{l}{suffix}"), round, position: i as u32 + 1, label: l.clone(), truth: *truth });
         }
     }
     out
@@ -686,11 +720,20 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
     };
     let configs: Vec<LabelledConfig> = spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
     let labels: Vec<String> = configs.iter().map(|c| c.label.clone()).collect();
-    let schedule = schedule(&labels, spec.repetitions, spec.seed);
+    // truth cells share the rounds and the shuffle with the proxy cells
+    let proxies = !spec.truth.as_ref().is_some_and(|t| t.only);
+    let items: Vec<(String, bool)> = labels
+        .iter()
+        .filter(|_| proxies)
+        .map(|l| (l.clone(), false))
+        .chain(configs.iter().filter(|c| spec.truth.as_ref().is_some_and(|t| t.runs_under(&c.config.name))).map(|c| (c.label.clone(), true)))
+        .collect();
+    let schedule = schedule_items(&items, spec.repetitions, spec.seed);
     let campaign_id = format!("{}-{}", spec.name, crate::evidence::run::new_run_id());
     let spec_hardware = spec.hardware.clone();
     let m = Manifest {
-        format_version: MANIFEST_FORMAT_VERSION,
+        // a manifest without truth cells is read by builds before truth cells as it always was
+        format_version: if spec.truth.is_some() { MANIFEST_FORMAT_VERSION } else { 5 },
         campaign_id,
         spec,
         configs,
@@ -700,6 +743,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         trace_sha256: None,
         config_traces: BTreeMap::new(),
         hardware: HardwareContract::resolve(spec_hardware.as_ref()),
+        truth_inputs: BTreeMap::new(),
     };
     (m, blinding)
 }

@@ -63,6 +63,15 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
     // the cells are checked (hashed, joined) a few at a time side by side,
     // then visited and recorded in schedule order: the same verdict and
     // visits as one at a time, with as many joined runs in memory as threads
+    // truth cells hold a record, not shards: checked one by one (small files)
+    let mut truth_ok = 0;
+    for (c, e) in picked.iter().filter(|(c, _)| c.truth) {
+        match e.as_ref().map_err(Clone::clone).and_then(|e| check_truth_cell(dir, &m, &accepted, c, e, &attempts)) {
+            Ok(()) => truth_ok += 1,
+            Err(why) => refusals.push((c.cell_id.clone(), why)),
+        }
+    }
+    let picked: Vec<_> = picked.into_iter().filter(|(c, _)| !c.truth).collect();
     let threads = crate::core::par::available().min(MAX_CELLS_AT_ONCE);
     for chunk in picked.chunks(threads) {
         let checked =
@@ -85,7 +94,7 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
     // and on one kind of hardware: every cell recorded what most cells did on the contract's fields
     refused.extend(m.hardware.disagreeing(&hardware).into_iter().map(|(cell, why)| (cell, coded(Code::HardwareContract, why))));
     let refused_cells: std::collections::BTreeSet<&str> = refused.iter().map(|(c, _)| c.as_str()).collect();
-    let ok = passed.len() - refused_cells.len();
+    let ok = passed.len() - refused_cells.len() + truth_ok;
     refusals.extend(refused);
     Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
 }
@@ -116,14 +125,10 @@ fn coded(code: Code, message: String) -> String {
 /// One cell's refusal, if any; else the digest of the joined-trace file its
 /// phases walked (`rank --trace` in the arguments), if they walked one,
 /// what it recorded on the hardware contract's fields, and its joined run.
-fn check_cell(
-    dir: &Path,
-    m: &Manifest,
-    accepted: &[String],
-    c: &Cell,
-    e: &Selected,
-    attempts: &[AttemptRecord],
-) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware, crate::evidence::join::JoinedRun), String> {
+/// The checks every selected attempt passes, a proxy's or a truth cell's: it
+/// is recorded, under an accepted manifest, succeeded, overlapped nothing,
+/// and the selection entry is its record's.
+fn check_attempt<'a>(accepted: &[String], c: &Cell, e: &Selected, attempts: &'a [AttemptRecord]) -> std::result::Result<&'a AttemptRecord, String> {
     let a = attempts
         .iter()
         .find(|a| a.attempt_id == e.attempt_id)
@@ -147,6 +152,34 @@ fn check_cell(
     if a.cell_id != c.cell_id || a.run_dir != e.run_dir || a.shards != e.shards || a.run_json_sha256.as_deref() != Some(e.run_json_sha256.as_str()) {
         return Err(coded(Code::SelectionMismatch, format!("selection entry disagrees with attempt record {}", a.attempt_id)));
     }
+    Ok(a)
+}
+
+/// A truth cell: its attempt, and its record read again against what the job
+/// printed and the manifest's truth command and configuration.
+fn check_truth_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
+    let a = check_attempt(accepted, c, e, attempts)?;
+    let t = m.spec.truth.as_ref().ok_or_else(|| coded(Code::UnexpectedCell, "a truth cell in a manifest without [truth]".into()))?;
+    let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;
+    if !e.shards.is_empty() {
+        return Err(coded(Code::IdentityContradiction, format!("truth attempt {} lists {} shard(s); a truth cell writes none", a.attempt_id, e.shards.len())));
+    }
+    super::truth::check_record(dir, &e.run_dir, &e.run_json_sha256, a, t, &cfg.env).map(|_| ()).map_err(|(code, why)| coded(code, why))
+}
+
+/// One cell's refusal, if any; else the digest of the joined-trace file its
+/// phases walked (`rank --trace` in the arguments), if they walked one,
+/// what it recorded on the hardware contract's fields, and its joined run.
+fn check_cell(
+    dir: &Path,
+    m: &Manifest,
+    accepted: &[String],
+    c: &Cell,
+    e: &Selected,
+    attempts: &[AttemptRecord],
+) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware, crate::evidence::join::JoinedRun), String> {
+    check_attempt(accepted, c, e, attempts)?;
+    let stale = |what: String| coded(Code::StaleManifest, what);
     let run: PathBuf = dir.join(&e.run_dir);
     let rj = run.join(crate::evidence::run::RUN_FILE);
     match sha256_file(&rj) {

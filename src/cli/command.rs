@@ -628,6 +628,38 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 write!(out, "{}", crate::analysis::render_replication(&r))?;
             }
         }
+        C::ExportPick { dir, output, by } => {
+            let p = cp::pick::pick(&dir, by.as_deref())?;
+            crate::core::fsutil::write_new_atomic(&output, cp::pick::env_file(&p).as_bytes())?;
+            writeln!(out, "wrote {}: configuration {} ({} variable(s)); picked by {}", output.display(), p.name, p.env.len(), p.why)?;
+            writeln!(
+                out,
+                "source it before the job (. {}), or confirm it: commcanary campaign confirm {} --pick {} --rounds 5 -o DIR",
+                output.display(),
+                dir.display(),
+                output.display()
+            )?;
+        }
+        C::Confirm { dir, pick, rounds, output } => {
+            let c = cp::pick::confirm(&dir, &pick, rounds, &output, &crate::cli::parse_rank_argv)?;
+            let t = c.report.truth.as_ref().context("truth section")?;
+            for row in &t.rows {
+                writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
+            }
+            writeln!(
+                out,
+                "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t interval over {} paired rounds, cost(default)/cost(pick) - 1)",
+                c.gain_pct, c.low_pct, c.high_pct, c.rounds
+            )?;
+            let verdict = if !c.recommended {
+                format!("NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)", c.min_effect_pct, c.low_pct)
+            } else if c.low_pct > c.min_effect_pct {
+                format!("recommended: decided faster than the default by more than the minimum effect of {}%", c.min_effect_pct)
+            } else {
+                format!("recommended: no loss beyond the minimum effect of {}%, and no gain decided either", c.min_effect_pct)
+            };
+            writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
+        }
         C::CheckArchive { archive, descriptor } => {
             let d = cp::check_archive(&archive, &descriptor)?;
             writeln!(out, "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})", archive.display(), d.campaign_id, d.manifest_sha256)?;

@@ -579,6 +579,31 @@ pub enum CampaignCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write the winning configuration as a sourceable env file (the real job's best where the campaign ran [truth])
+    ExportPick {
+        /// Analyzed campaign directory.
+        dir: PathBuf,
+        /// Env file to write (never overwritten).
+        #[arg(short = 'o', long = "out", alias = "output")]
+        output: PathBuf,
+        /// Pick by `truth` (default where the campaign ran its job) or by a phase's rank 1 (default: blocking).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Run the [truth] job with an exported pick against the default in N new interleaved rounds; state the gain
+    Confirm {
+        /// Campaign directory whose [truth] job is run.
+        dir: PathBuf,
+        /// Env file written by export-pick.
+        #[arg(long)]
+        pick: PathBuf,
+        /// New rounds (2 to 10000).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Directory of the confirming campaign (new).
+        #[arg(short = 'o', long = "out", alias = "output")]
+        output: PathBuf,
+    },
     /// Re-verify an archive against its descriptor
     CheckArchive {
         /// Archive file.

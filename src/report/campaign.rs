@@ -134,9 +134,26 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let mut excerpt_out = None;
     let mut backend = String::new();
     let mut ran = TraceRan::default();
+    // the truth cells' metric and every selected job's wall seconds (for the decision cost)
+    let attempts = crate::campaign::chain::read_attempts(dir)?;
+    let wall_s =
+        |attempt_id: &str| attempts.iter().find(|a| a.attempt_id == attempt_id).map(|a| a.finished_unix_ms.saturating_sub(a.started_unix_ms) as f64 / 1e3);
+    let mut truth_values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    let mut truth_seconds: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    let mut proxy_seconds: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     for e in &sel.entries {
         let cell =
             m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
+        if cell.truth {
+            let r = read_truth_record(dir, e)?;
+            let metric = r.metric.with_context(|| format!("{}: a selected truth attempt without a metric", e.run_dir))?;
+            truth_values.entry(cell.label.clone()).or_default().push((cell.round, metric.value));
+            truth_seconds.entry(cell.label.clone()).or_default().push((cell.round, r.wall_s));
+            continue;
+        }
+        if let Some(s) = wall_s(&e.attempt_id) {
+            proxy_seconds.entry(cell.label.clone()).or_default().push((cell.round, s));
+        }
         let j = match read.0.remove(&(e.attempt_id.clone(), e.run_dir.clone())) {
             Some(j) => j,
             None => {
@@ -313,15 +330,48 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             })
         }
     };
+    let truth = match &m.spec.truth {
+        None => None,
+        Some(t) => {
+            let (metric, unit, better) = crate::campaign::truth::metric_words(&t.metric);
+            let labels: Vec<String> = m.configs.iter().filter(|c| t.runs_under(&c.config.name)).map(|c| c.label.clone()).collect();
+            if let Some(l) = labels.iter().find(|l| !truth_values.contains_key(*l)) {
+                bail!("truth: configuration {l} has no selected truth job");
+            }
+            let per =
+                |mut map: BTreeMap<String, Vec<(u32, f64)>>| -> Vec<Vec<(u32, f64)>> { labels.iter().map(|l| map.remove(l).unwrap_or_default()).collect() };
+            Some(crate::analysis::truth::TruthInput {
+                metric,
+                unit,
+                higher_is_better: better == crate::campaign::truth::Better::Higher,
+                labels: labels.clone(),
+                values: per(truth_values),
+                seconds: per(truth_seconds),
+                proxy_seconds: per(proxy_seconds),
+            })
+        }
+    };
     let input = AnalysisInput {
         phases,
         policy: m.spec.analysis.clone(),
         canary,
         trace_canary,
+        truth,
         controls,
         context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented, trace },
     };
     Ok((input, excerpt_out))
+}
+
+/// A selected truth attempt's record, read again against the selection's digest.
+fn read_truth_record(dir: &Path, e: &crate::campaign::chain::Selected) -> Result<crate::campaign::truth::TruthRecord> {
+    let p = dir.join(&e.run_dir).join(crate::campaign::truth::TRUTH_FILE);
+    let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
+    let got = crate::core::fsutil::sha256_hex(&bytes);
+    if got != e.run_json_sha256 {
+        crate::refuse!(crate::core::refusal::Code::Stale, "stale: {} hashes to {got}, the selection binds {}", p.display(), e.run_json_sha256);
+    }
+    serde_json::from_slice(&bytes).with_context(|| format!("{}: not a truth record", p.display()))
 }
 
 /// What the selected jobs ran, gathered from their shards and joined events.
@@ -464,8 +514,11 @@ fn existing_producer(path: &Path) -> Option<(u32, String)> {
 pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect_read(dir, read)?;
     let evidence = format!(
-        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards; the job is the unit of replication",
-        input.context.campaign_id, verdict.cells_ok, verdict.cells_expected
+        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards{}; the job is the unit of replication",
+        input.context.campaign_id,
+        verdict.cells_ok,
+        verdict.cells_expected,
+        if input.truth.is_some() { " and the truth cells' records (the metric read again from each job's kept output)" } else { "" }
     );
     let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
     if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {

@@ -1,0 +1,348 @@
+//! The truth section: the user's real job ranks the configurations, and every
+//! proxy's pick is judged by what it costs that job (free of I/O).
+//!
+//! Consumes the truth cells' costs per configuration and round (the metric,
+//! or its reciprocal when higher is better), their wall seconds, the proxy
+//! jobs' wall seconds, and the proxy phases' own inputs and reports. Produces
+//! the [`TruthReport`]: the truth's ranking with the campaign's statistics;
+//! per proxy its agreement and τ-b against the truth, the regret of its pick
+//! with an interval, and the decision cost; the controls judged on the truth.
+//! Refuses: truth jobs in other rounds than the proxies', fewer than two
+//! rounds, a non-positive cost. Method: docs/CAMPAIGNS.md ("Regret").
+use super::inference::{self, PairedInterval};
+use super::model::{ControlResult, JobData, PairRow, PhaseInput, PhaseReport, RankModel, TauEstimate};
+use super::phase::{analyze_phase, column, tables};
+use super::policy::AnalysisPolicy;
+use super::ranking::{self, Comparison, Relation};
+use crate::core::workload::Phase;
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+/// The truth cells of a campaign.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TruthInput {
+    /// What the metric is (`wall time`, `/regex/ on stdout`, `field in file`).
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// Higher values are better (the cost is the reciprocal).
+    pub higher_is_better: bool,
+    /// Labels, in the campaign's order.
+    pub labels: Vec<String>,
+    /// Per label, per job: the round and the metric's value.
+    pub values: Vec<Vec<(u32, f64)>>,
+    /// Per label, per truth job: the round and its wall seconds.
+    pub seconds: Vec<Vec<(u32, f64)>>,
+    /// Per label, per proxy job: the round and its wall seconds (absent in a truth-only campaign).
+    pub proxy_seconds: Vec<Vec<(u32, f64)>>,
+}
+
+impl TruthInput {
+    /// The cost of one value: lower is better.
+    pub fn cost(&self, v: f64) -> f64 {
+        if self.higher_is_better {
+            1.0 / v
+        } else {
+            v
+        }
+    }
+
+    /// The truth as a phase input of costs (one event per job).
+    fn phase_input(&self) -> PhaseInput {
+        PhaseInput {
+            // the placeholder phase never reaches the report: the truth section has its own types
+            phase: Phase::Blocking,
+            labels: self.labels.clone(),
+            jobs: self.values.iter().map(|js| js.iter().map(|&(round, v)| JobData { round, samples_us: vec![self.cost(v)] }).collect()).collect(),
+        }
+    }
+}
+
+/// One configuration in the truth's ranking.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthRow {
+    /// Label.
+    pub label: String,
+    /// Jobs.
+    pub jobs: usize,
+    /// Median of the metric over jobs, in the metric's unit.
+    pub median: f64,
+    /// Interquartile range of the metric over jobs (nearest-rank quartiles).
+    pub iqr: f64,
+    /// Rank by median cost (1 = best).
+    pub rank: usize,
+    /// P(best) from the campaign's hierarchical posterior.
+    pub p_best: f64,
+    /// P(worst).
+    pub p_worst: f64,
+}
+
+/// The regret of a pick: how much more the real job costs on it than on the best configuration.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct Regret {
+    /// The picked label.
+    pub pick: String,
+    /// max(0, max over the others of the pick's cost over theirs − 1), percent: point estimate.
+    pub regret_pct: f64,
+    /// Lower end of its interval, percent.
+    pub low_pct: f64,
+    /// Upper end, percent.
+    pub high_pct: f64,
+    /// Level of the pair intervals it is read from (the truth's simultaneous pair level).
+    pub level: f64,
+    /// No configuration is decided faster than the pick in the truth.
+    pub within_best_set: bool,
+    /// The configuration the pick trails most (point estimate), when it trails one.
+    pub trails: Option<String>,
+}
+
+/// Proxy and truth seconds to reach the truth's decided relations.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthDecisionCost {
+    /// Pairs the truth decides (none: no decision to preserve, every other field absent).
+    pub truth_decided_pairs: usize,
+    /// Leading rounds from which on the truth decides every pair it decides with all its rounds.
+    pub truth_rounds: Option<usize>,
+    /// Leading rounds from which on the proxy decides those pairs as the truth does (absent: never in these rounds).
+    pub proxy_rounds: Option<usize>,
+    /// Truth jobs' wall seconds over those rounds, every configuration.
+    pub truth_s: Option<f64>,
+    /// Proxy jobs' wall seconds over its rounds, every configuration (a whole job: its phases run in one launch).
+    pub proxy_s: Option<f64>,
+    /// truth_s / proxy_s: how many times cheaper the proxy reached the truth's decisions.
+    pub truth_per_proxy: Option<f64>,
+}
+
+/// One proxy judged by the truth.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct ProxyJudged {
+    /// What the proxy is: `phase NAME` or `trace variant NAME`.
+    pub proxy: String,
+    /// Its pick: the label it ranks first by median.
+    pub pick: String,
+    /// Its relations against the truth's (interval policy).
+    pub comparison: Comparison,
+    /// τ-b under the interval policy, with its round-resampling interval.
+    pub tau_policy: TauEstimate,
+    /// τ-b on plain medians.
+    pub tau_plain: TauEstimate,
+    /// The regret of its pick on the real job.
+    pub regret: Regret,
+    /// What it cost to reach the truth's decisions.
+    pub decision_cost: TruthDecisionCost,
+}
+
+/// The truth section of the report.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthReport {
+    /// The metric in words.
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// `lower` or `higher` is better.
+    pub better: String,
+    /// Rounds.
+    pub rounds: usize,
+    /// The truth's ranking.
+    pub rows: Vec<TruthRow>,
+    /// Every pair's interval of the per-round log-ratio of costs, simultaneous at the report's coverage.
+    pub pairs: Vec<PairRow>,
+    /// Level of each pair interval.
+    pub pair_coverage: f64,
+    /// The rank model behind P(best).
+    pub rank_model: RankModel,
+    /// The best set: labels no other configuration is decided faster than.
+    pub best_set: Vec<String>,
+    /// Each proxy against the truth.
+    pub proxies: Vec<ProxyJudged>,
+    /// The truth's own decision: leading rounds and seconds to decide what it decides.
+    pub truth_rounds_to_decide: Option<usize>,
+    /// Truth seconds over all its rounds, every configuration.
+    pub truth_total_s: f64,
+    /// Controls judged on the truth (A/A and known-bad).
+    pub controls: Vec<ControlResult>,
+    /// What the truth could not tell (no decided pair, few rounds).
+    pub notes: Vec<String>,
+}
+
+/// The regret of `pick` (a column of `table[round][config]` of costs), read
+/// off the pair intervals at `coverage`: with every interval of the pick
+/// against another covering at once, max(0, max of the lower ends) and
+/// max(0, max of the upper ends) bound the true regret (the maximum is
+/// monotone in each argument).
+pub fn regret_of(table: &[Vec<f64>], labels: &[String], pick: usize, coverage: f64, min_effect_pct: f64) -> Result<Regret> {
+    let mut out = Regret { pick: labels[pick].clone(), regret_pct: 0.0, low_pct: 0.0, high_pct: 0.0, level: coverage, within_best_set: true, trails: None };
+    for c in (0..labels.len()).filter(|&c| c != pick) {
+        let i: PairedInterval = inference::paired(&column(table, pick), &column(table, c), coverage)?;
+        if i.diff_pct > out.regret_pct {
+            out.regret_pct = i.diff_pct;
+            out.trails = Some(labels[c].clone());
+        }
+        out.low_pct = out.low_pct.max(i.ci_low_pct);
+        out.high_pct = out.high_pct.max(i.ci_high_pct);
+        if ranking::relation_from_interval(i.ci_low_pct, i.ci_high_pct, min_effect_pct) == Relation::BFaster {
+            out.within_best_set = false;
+        }
+    }
+    Ok(out)
+}
+
+/// Seconds of the first `rounds` rounds (in round order) over every label.
+fn seconds_over(per_label: &[Vec<(u32, f64)>], rounds: usize) -> Option<f64> {
+    let mut all: Vec<u32> = per_label.iter().flatten().map(|x| x.0).collect();
+    all.sort_unstable();
+    all.dedup();
+    let keep: Vec<u32> = all.into_iter().take(rounds).collect();
+    let s: f64 = per_label.iter().flatten().filter(|x| keep.contains(&x.0)).map(|x| x.1).sum();
+    (!per_label.iter().all(Vec::is_empty)).then_some(s)
+}
+
+/// The truth section. `proxies` are the campaign's proxies over the truth's
+/// labels: a name, its input and its report.
+pub(super) fn truth_report(
+    t: &TruthInput,
+    proxies: &[(String, &PhaseInput, &PhaseReport)],
+    controls: &crate::analysis::model::ControlsInput,
+    policy: &AnalysisPolicy,
+    evidence: &str,
+) -> Result<TruthReport> {
+    if t.labels.len() < 2 {
+        bail!("truth: {} configuration(s); a ranking needs at least 2", t.labels.len());
+    }
+    let pin = t.phase_input();
+    let (rep, tab) = analyze_phase(&pin, policy)?;
+    let m = policy.min_effect_pct;
+    let truth_rel: Vec<Relation> = rep.pairs.iter().map(|p| p.relation).collect();
+    let decided = truth_rel.iter().filter(|r| **r != Relation::NotDistinguished).count();
+    let value_of = |label: &str| -> (f64, f64) {
+        let i = t.labels.iter().position(|l| l == label).expect("label");
+        let mut v: Vec<f64> = t.values[i].iter().map(|x| x.1).collect();
+        let med = crate::core::stats::median(&mut v).unwrap_or(f64::NAN);
+        let mut q = |p| crate::core::stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN);
+        (med, q(75.0) - q(25.0))
+    };
+    let rows: Vec<TruthRow> = rep
+        .rows
+        .iter()
+        .map(|r| {
+            let (median, iqr) = value_of(&r.label);
+            TruthRow { label: r.label.clone(), jobs: r.jobs, median, iqr, rank: r.rank, p_best: r.p_best, p_worst: r.p_worst }
+        })
+        .collect();
+    let best_set: Vec<String> = t
+        .labels
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| {
+            rep.pairs.iter().all(|p| !((p.a == t.labels[i] && p.relation == Relation::BFaster) || (p.b == t.labels[i] && p.relation == Relation::AFaster)))
+        })
+        .map(|(_, l)| l.clone())
+        .collect();
+    let truth_rounds = if decided > 0 { super::agreement::rounds_to_decide(&pin, policy, &truth_rel)? } else { None };
+    let summaries = rep.summaries(&t.labels);
+    let mut judged = Vec::new();
+    for (name, ppin, prep) in proxies {
+        if ppin.labels != t.labels {
+            continue;
+        }
+        let ptab = tables(ppin)?;
+        if ptab.table.len() != tab.table.len() {
+            bail!("truth: {} rounds, proxy {name} {} rounds; they run in the same rounds", tab.table.len(), ptab.table.len());
+        }
+        let pick_label = prep.rows.iter().find(|r| r.rank == 1).map(|r| r.label.clone()).unwrap_or_default();
+        let pick = t.labels.iter().position(|l| *l == pick_label).expect("same labels");
+        let prel: Vec<Relation> = prep.pairs.iter().map(|p| p.relation).collect();
+        let comparison = ranking::compare_relations(&summaries, &prel, &truth_rel, policy.tie_policy, &format!("{evidence}; proxy {name} against the truth"))?;
+        let (tau_policy, tau_plain) = super::tau::tau_estimates(&ptab.table, &tab.table, policy, prep.pair_coverage);
+        let regret = regret_of(&tab.table, &t.labels, pick, rep.pair_coverage, m)?;
+        let decision_cost = if decided == 0 {
+            TruthDecisionCost { truth_decided_pairs: 0, truth_rounds: None, proxy_rounds: None, truth_s: None, proxy_s: None, truth_per_proxy: None }
+        } else {
+            let proxy_rounds = super::agreement::rounds_to_decide(ppin, policy, &truth_rel)?;
+            let truth_s = truth_rounds.and_then(|r| seconds_over(&t.seconds, r));
+            let proxy_s = proxy_rounds.and_then(|r| seconds_over(&t.proxy_seconds, r));
+            TruthDecisionCost {
+                truth_decided_pairs: decided,
+                truth_rounds,
+                proxy_rounds,
+                truth_s,
+                proxy_s,
+                truth_per_proxy: truth_s.zip(proxy_s).filter(|(_, p)| *p > 0.0).map(|(a, b)| a / b),
+            }
+        };
+        judged.push(ProxyJudged { proxy: name.clone(), pick: pick_label, comparison, tau_policy, tau_plain, regret, decision_cost });
+    }
+    // the controls, read on the truth's own pair intervals
+    let mut ctl = Vec::new();
+    let col = |l: &str| t.labels.iter().position(|x| x == l);
+    let family = controls.aa_pairs.len();
+    for (a, b) in &controls.aa_pairs {
+        let (Some(ca), Some(cb)) = (col(a), col(b)) else { continue };
+        let level = super::controls::aa_level(family, rep.pair_coverage);
+        let mut c =
+            super::controls::aa_control(&super::controls::AaPair { a: a.as_str(), b: b.as_str(), ca, cb }, pin.phase, &tab.table, policy, level, family)?;
+        c.phase = None;
+        ctl.push(c);
+    }
+    let all_bad: Vec<String> = controls.known_bad.iter().map(|k| k.label.clone()).collect();
+    for kb in controls.known_bad.iter().filter(|k| col(&k.label).is_some()) {
+        let mut c = super::controls::known_bad_control(kb, &pin, &tab.table, &all_bad, policy, rep.pair_coverage)?;
+        c.phase = None;
+        ctl.push(c);
+    }
+    let mut notes = Vec::new();
+    if decided == 0 {
+        notes.push(format!(
+            "the truth decides no pair of configurations in {} rounds (every pair interval reaches within ±{m}% or across 0): there is no decision to preserve, so no decision cost; the regret intervals say how close the picks are",
+            rep.rounds
+        ));
+    }
+    let benign_decided = rep.pairs.iter().filter(|p| p.relation != Relation::NotDistinguished && !all_bad.contains(&p.a) && !all_bad.contains(&p.b)).count();
+    if decided > 0 && benign_decided == 0 && !all_bad.is_empty() {
+        notes.push("the truth decides only pairs with a known-bad control: no two benign configurations are told apart on this machine".into());
+    }
+    let truth_total_s = t.seconds.iter().flatten().map(|x| x.1).sum();
+    Ok(TruthReport {
+        metric: t.metric.clone(),
+        unit: t.unit.clone(),
+        better: if t.higher_is_better { "higher" } else { "lower" }.into(),
+        rounds: rep.rounds,
+        rows,
+        pairs: rep.pairs,
+        pair_coverage: rep.pair_coverage,
+        rank_model: rep.rank_model,
+        best_set,
+        proxies: judged,
+        truth_rounds_to_decide: truth_rounds,
+        truth_total_s,
+        controls: ctl,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("c{i}")).collect()
+    }
+
+    #[test]
+    fn regret_is_zero_for_the_best_and_bounded_for_the_rest() {
+        // c0 best, c1 10% slower, c2 tied with c0; 6 rounds with a little noise
+        let table: Vec<Vec<f64>> = (0..6)
+            .map(|r| {
+                let e = 1.0 + 0.002 * (r as f64 - 2.5);
+                vec![100.0 * e, 110.0 * e * (1.0 + 0.001 * r as f64), 100.0 * e * (1.0 - 0.001 * (r % 2) as f64)]
+            })
+            .collect();
+        let l = labels(3);
+        let best = regret_of(&table, &l, 0, 0.983, 1.0).unwrap();
+        assert!(best.within_best_set && best.low_pct == 0.0 && best.high_pct < 1.0, "{best:?}");
+        let slow = regret_of(&table, &l, 1, 0.983, 1.0).unwrap();
+        assert!(!slow.within_best_set, "{slow:?}");
+        assert!(slow.low_pct > 8.0 && slow.high_pct < 12.5 && (slow.regret_pct - 10.2).abs() < 0.6, "{slow:?}");
+        assert!(slow.trails.is_some());
+    }
+}
