@@ -83,6 +83,7 @@ pub use crate::analysis::model::{
 };
 pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
+pub(crate) use crate::analysis::text::regret_words;
 pub use crate::analysis::text::render;
 
 /// How every interval of the report is made, and what its coverage was measured to be.

@@ -157,6 +157,8 @@ pub struct TruthReport {
     pub proxies: Vec<ProxyJudged>,
     /// The truth's own decision: leading rounds and seconds to decide what it decides.
     pub truth_rounds_to_decide: Option<usize>,
+    /// Truth seconds over those rounds, every configuration.
+    pub truth_decide_s: Option<f64>,
     /// Truth seconds over all its rounds, every configuration.
     pub truth_total_s: f64,
     /// Controls judged on the truth (A/A and known-bad).
@@ -171,20 +173,49 @@ pub struct TruthReport {
 /// max(0, max of the upper ends) bound the true regret (the maximum is
 /// monotone in each argument).
 pub fn regret_of(table: &[Vec<f64>], labels: &[String], pick: usize, coverage: f64, min_effect_pct: f64) -> Result<Regret> {
-    let mut out = Regret { pick: labels[pick].clone(), regret_pct: 0.0, low_pct: 0.0, high_pct: 0.0, level: coverage, within_best_set: true, trails: None };
+    let mut against = Vec::new();
     for c in (0..labels.len()).filter(|&c| c != pick) {
         let i: PairedInterval = inference::paired(&column(table, pick), &column(table, c), coverage)?;
-        if i.diff_pct > out.regret_pct {
-            out.regret_pct = i.diff_pct;
-            out.trails = Some(labels[c].clone());
+        against.push((labels[c].clone(), i.diff_pct, i.ci_low_pct, i.ci_high_pct));
+    }
+    Ok(combine(&labels[pick], &against, coverage, min_effect_pct))
+}
+
+/// [`regret_of`] from a report's pair rows (`pick` against every other label
+/// of `pairs`; a row the other way round is turned: on the log scale the
+/// interval is symmetric, so its ends swap and change sign).
+pub fn regret_from_pairs(pairs: &[PairRow], pick: &str, level: f64, min_effect_pct: f64) -> Option<Regret> {
+    let turn = |x: f64| 100.0 * (1.0 / (1.0 + x / 100.0) - 1.0);
+    let against: Vec<(String, f64, f64, f64)> = pairs
+        .iter()
+        .filter_map(|p| {
+            if p.a == pick {
+                Some((p.b.clone(), p.diff_pct, p.ci_low_pct, p.ci_high_pct))
+            } else if p.b == pick {
+                Some((p.a.clone(), turn(p.diff_pct), turn(p.ci_high_pct), turn(p.ci_low_pct)))
+            } else {
+                None
+            }
+        })
+        .collect();
+    (!against.is_empty()).then(|| combine(pick, &against, level, min_effect_pct))
+}
+
+/// The regret from the pick's intervals against each other configuration: (label, diff, low, high) in percent.
+fn combine(pick: &str, against: &[(String, f64, f64, f64)], level: f64, min_effect_pct: f64) -> Regret {
+    let mut out = Regret { pick: pick.to_string(), regret_pct: 0.0, low_pct: 0.0, high_pct: 0.0, level, within_best_set: true, trails: None };
+    for (label, diff, lo, hi) in against {
+        if *diff > out.regret_pct {
+            out.regret_pct = *diff;
+            out.trails = Some(label.clone());
         }
-        out.low_pct = out.low_pct.max(i.ci_low_pct);
-        out.high_pct = out.high_pct.max(i.ci_high_pct);
-        if ranking::relation_from_interval(i.ci_low_pct, i.ci_high_pct, min_effect_pct) == Relation::BFaster {
+        out.low_pct = out.low_pct.max(*lo);
+        out.high_pct = out.high_pct.max(*hi);
+        if ranking::relation_from_interval(*lo, *hi, min_effect_pct) == Relation::BFaster {
             out.within_best_set = false;
         }
     }
-    Ok(out)
+    out
 }
 
 /// Seconds of the first `rounds` rounds (in round order) over every label.
@@ -314,6 +345,7 @@ pub(super) fn truth_report(
         best_set,
         proxies: judged,
         truth_rounds_to_decide: truth_rounds,
+        truth_decide_s: truth_rounds.and_then(|r| seconds_over(&t.seconds, r)),
         truth_total_s,
         controls: ctl,
         notes,
@@ -344,5 +376,21 @@ mod tests {
         assert!(!slow.within_best_set, "{slow:?}");
         assert!(slow.low_pct > 8.0 && slow.high_pct < 12.5 && (slow.regret_pct - 10.2).abs() < 0.6, "{slow:?}");
         assert!(slow.trails.is_some());
+        // the same regret from the report's pair rows, whichever way round a row is
+        let policy = crate::analysis::policy::AnalysisPolicy {
+            tie_policy: crate::analysis::ranking::TiePolicy::Interval,
+            min_effect_pct: 1.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 100,
+            bootstrap_seed: 1,
+        };
+        let pairs = super::super::phase::pair_rows(&l, &table, &policy, 0.983).unwrap();
+        for (i, want) in [(0, &best), (1, &slow)] {
+            let got = regret_from_pairs(&pairs, &l[i], 0.983, 1.0).unwrap();
+            assert_eq!(got.within_best_set, want.within_best_set);
+            for (a, b) in [(got.regret_pct, want.regret_pct), (got.low_pct, want.low_pct), (got.high_pct, want.high_pct)] {
+                assert!((a - b).abs() < 1e-9, "{got:?} vs {want:?}");
+            }
+        }
     }
 }

@@ -32,6 +32,7 @@ pub mod fold;
 pub mod redact;
 pub mod reduce;
 pub mod synth;
+pub mod truth;
 pub mod verify;
 
 use serde::{Deserialize, Serialize};

@@ -95,6 +95,9 @@ pub struct VerifyReport {
     pub candidates: Vec<CandidateVerdict>,
     /// Whether the canary beat every baseline (absent without baselines).
     pub canary_beats_baselines: Option<bool>,
+    /// The real job's ranking and the source's pick judged on it (specs with `[truth]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<super::truth::VerifyTruth>,
     /// The state never granted by the tool, and why.
     pub never_granted: String,
 }
@@ -257,6 +260,18 @@ pub fn verify(
         configs: spec_in.configs.iter().map(|c| c.name.clone()).collect(),
         phase: Some(Phase::Replay),
     });
+    // the real job, where the spec names one: run once per configuration, under the source variant
+    spec.truth = match &spec_in.truth {
+        None => None,
+        Some(t) => {
+            let spec_dir = o.configs.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let mut t = t.clone();
+            t.only = false;
+            t.configs = Some(spec_in.configs.iter().filter(|c| t.runs_under(&c.name)).map(|c| variant_config(&variants[0], &c.name)).collect());
+            t.inputs = t.inputs.iter().map(|i| std::path::absolute(spec_dir.join(i)).map(|p| p.display().to_string())).collect::<std::io::Result<_>>()?;
+            Some(t)
+        }
+    };
     let mut bare_known_bad: Vec<String> = Vec::new();
     spec.controls = spec_in.controls.as_ref().map(|c| {
         let mut aa = Vec::new();
@@ -327,6 +342,19 @@ pub fn verify(
     }
     let policy = &spec_in.analysis;
     let src_jobs = measures.get("source").cloned().unwrap_or_default();
+    // the real job's ranking, from the campaign report's truth section
+    let truth_section: Option<crate::analysis::truth::TruthReport> = match &spec.truth {
+        None => None,
+        Some(_) => {
+            let bytes = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES)?;
+            let r: crate::analysis::Report = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?;
+            r.truth
+        }
+    };
+    let truth = match &truth_section {
+        Some(t) => super::truth::verify_truth(t, &config_names, &src_jobs, policy)?,
+        None => None,
+    };
     for kb in &bare_known_bad {
         for v in &variants {
             let jobs = &measures[v];
@@ -430,7 +458,12 @@ pub fn verify(
         let state = compare::state_of(&checks, true);
         let a = &c.artifact;
         let src_bytes_n = src_bytes.len() as f64;
+        let truth_judged = match &truth_section {
+            Some(t) => super::truth::judge(t, &config_names, &jobs, policy)?,
+            None => None,
+        };
         verdicts.push(CandidateVerdict {
+            truth: truth_judged,
             variant: c.variant.clone(),
             method: a.method.name().into(),
             label: if a.is_reduced() { artifact::REDUCED_LABEL.into() } else { a.label.clone() },
@@ -464,6 +497,7 @@ pub fn verify(
         controls,
         candidates: verdicts,
         canary_beats_baselines,
+        truth,
         never_granted: "production-representative: only the workload's owner can know whether the traced run represents production".into(),
     };
     crate::core::fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
@@ -651,9 +685,24 @@ pub fn render(r: &VerifyReport) -> String {
             }
         }
     }
+    if let Some(t) = &r.truth {
+        let _ = writeln!(
+            s,
+            "  the real job: {} ({}, {} is better) decides {} pair(s); best set {}; the source's {}",
+            t.metric,
+            t.unit,
+            t.better,
+            t.decided_pairs,
+            t.best_set.join(", "),
+            super::truth::words(&t.source)
+        );
+    }
     for v in &r.candidates {
         let _ = writeln!(s);
         let _ = writeln!(s, "{} [{}] — {}: {}", v.variant, v.method, v.label, v.state);
+        if let Some(j) = &v.truth {
+            let _ = writeln!(s, "  {}", super::truth::words(j));
+        }
         let _ = writeln!(
             s,
             "  size: {} events stored (source/artifact {:.1}x), {} collectives per pass (source/candidate {:.1}x), {} bytes (source/artifact {:.2}x{})",

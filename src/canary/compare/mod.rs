@@ -119,6 +119,9 @@ pub struct CandidateVerdict {
     pub ranking: Option<ProxyAgreement>,
     /// The decision cost.
     pub cost: Option<DecisionCost>,
+    /// `truth.regret`: its pick judged on the real job (specs with `[truth]`; never changes `state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<crate::canary::truth::TruthJudgement>,
     /// Events stored in the artifact, and the ratio source/artifact.
     pub events: (u64, f64),
     /// Collectives one replay pass issues, and the ratio source/candidate.
