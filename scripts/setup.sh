@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config)
+# lammps: the real application of examples/lammps-truth.toml (the README's truth example, run in CI)
+pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config lammps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

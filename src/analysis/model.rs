@@ -5,7 +5,7 @@
 //! pair rows ([`PhaseReport::relation`]). Build the inputs, analyze, then read or serialize.
 use crate::analysis::inference::{PairedInterval, Verdict};
 use crate::analysis::policy::AnalysisPolicy;
-use crate::analysis::ranking::{self, ConfigSummary, Relation};
+use crate::analysis::ranking::{self, Comparison, ConfigSummary, Relation};
 use crate::core::workload::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +153,7 @@ pub struct AnalysisInput {
     /// Trace variants ranked against a source variant (`canary verify`'s campaign).
     pub trace_canary: Option<TraceCanaryInput>,
     /// The user's real job under every configuration (the campaign's truth cells).
-    pub truth: Option<crate::analysis::truth::TruthInput>,
+    pub truth: Option<TruthInput>,
     /// Controls.
     pub controls: ControlsInput,
     /// Claim context.
@@ -455,7 +455,7 @@ pub struct Report {
     pub plots: Vec<String>,
     /// The real job's ranking and every proxy's pick judged on it (campaigns with `[truth]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub truth: Option<crate::analysis::truth::TruthReport>,
+    pub truth: Option<TruthReport>,
 }
 
 /// Kendall tau-b with its interval.
@@ -535,4 +535,153 @@ pub(super) fn flip(r: Relation) -> Relation {
         Relation::BFaster => Relation::AFaster,
         Relation::NotDistinguished => Relation::NotDistinguished,
     }
+}
+
+/// The truth cells of a campaign.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TruthInput {
+    /// What the metric is (`wall time`, `/regex/ on stdout`, `field in file`).
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// Higher values are better (the cost is the reciprocal).
+    pub higher_is_better: bool,
+    /// Labels, in the campaign's order.
+    pub labels: Vec<String>,
+    /// Per label, per job: the round and the metric's value.
+    pub values: Vec<Vec<(u32, f64)>>,
+    /// Per label, per truth job: the round and its wall seconds.
+    pub seconds: Vec<Vec<(u32, f64)>>,
+    /// Per label, per proxy job: the round and its wall seconds (absent in a truth-only campaign).
+    pub proxy_seconds: Vec<Vec<(u32, f64)>>,
+}
+
+impl TruthInput {
+    /// The cost of one value: lower is better.
+    pub fn cost(&self, v: f64) -> f64 {
+        if self.higher_is_better {
+            1.0 / v
+        } else {
+            v
+        }
+    }
+
+    /// The truth as a phase input of costs (one event per job).
+    pub(super) fn phase_input(&self) -> PhaseInput {
+        PhaseInput {
+            // the placeholder phase never reaches the report: the truth section has its own types
+            phase: crate::core::workload::Phase::Blocking,
+            labels: self.labels.clone(),
+            jobs: self.values.iter().map(|js| js.iter().map(|&(round, v)| JobData { round, samples_us: vec![self.cost(v)] }).collect()).collect(),
+        }
+    }
+}
+
+/// One configuration in the truth's ranking.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthRow {
+    /// Label.
+    pub label: String,
+    /// Jobs.
+    pub jobs: usize,
+    /// Median of the metric over jobs, in the metric's unit.
+    pub median: f64,
+    /// Interquartile range of the metric over jobs (nearest-rank quartiles).
+    pub iqr: f64,
+    /// Rank by median cost (1 = best).
+    pub rank: usize,
+    /// P(best) from the campaign's hierarchical posterior.
+    pub p_best: f64,
+    /// P(worst).
+    pub p_worst: f64,
+}
+
+/// The regret of a pick: how much more the real job costs on it than on the best configuration.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct Regret {
+    /// The picked label.
+    pub pick: String,
+    /// max(0, max over the others of the pick's cost over theirs − 1), percent: point estimate.
+    pub regret_pct: f64,
+    /// Lower end of its interval, percent.
+    pub low_pct: f64,
+    /// Upper end, percent.
+    pub high_pct: f64,
+    /// Level of the pair intervals it is read from (the truth's simultaneous pair level).
+    pub level: f64,
+    /// No configuration is decided faster than the pick in the truth.
+    pub within_best_set: bool,
+    /// The configuration the pick trails most (point estimate), when it trails one.
+    pub trails: Option<String>,
+}
+
+/// Proxy and truth seconds to reach the truth's decided relations.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthDecisionCost {
+    /// Pairs the truth decides (none: no decision to preserve, every other field absent).
+    pub truth_decided_pairs: usize,
+    /// Leading rounds from which on the truth decides every pair it decides with all its rounds.
+    pub truth_rounds: Option<usize>,
+    /// Leading rounds from which on the proxy decides those pairs as the truth does (absent: never in these rounds).
+    pub proxy_rounds: Option<usize>,
+    /// Truth jobs' wall seconds over those rounds, every configuration.
+    pub truth_s: Option<f64>,
+    /// Proxy jobs' wall seconds over its rounds, every configuration (a whole job: its phases run in one launch).
+    pub proxy_s: Option<f64>,
+    /// truth_s / proxy_s: how many times cheaper the proxy reached the truth's decisions.
+    pub truth_per_proxy: Option<f64>,
+}
+
+/// One proxy judged by the truth.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct ProxyJudged {
+    /// What the proxy is: `phase NAME` or `trace variant NAME`.
+    pub proxy: String,
+    /// Its pick: the label it ranks first by median.
+    pub pick: String,
+    /// Its relations against the truth's (interval policy).
+    pub comparison: Comparison,
+    /// τ-b under the interval policy, with its round-resampling interval.
+    pub tau_policy: TauEstimate,
+    /// τ-b on plain medians.
+    pub tau_plain: TauEstimate,
+    /// The regret of its pick on the real job.
+    pub regret: Regret,
+    /// What it cost to reach the truth's decisions.
+    pub decision_cost: TruthDecisionCost,
+}
+
+/// The truth section of the report.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct TruthReport {
+    /// The metric in words.
+    pub metric: String,
+    /// Its unit.
+    pub unit: String,
+    /// `lower` or `higher` is better.
+    pub better: String,
+    /// Rounds.
+    pub rounds: usize,
+    /// The truth's ranking.
+    pub rows: Vec<TruthRow>,
+    /// Every pair's interval of the per-round log-ratio of costs, simultaneous at the report's coverage.
+    pub pairs: Vec<PairRow>,
+    /// Level of each pair interval.
+    pub pair_coverage: f64,
+    /// The rank model behind P(best).
+    pub rank_model: RankModel,
+    /// The best set: labels no other configuration is decided faster than.
+    pub best_set: Vec<String>,
+    /// Each proxy against the truth.
+    pub proxies: Vec<ProxyJudged>,
+    /// The truth's own decision: leading rounds and seconds to decide what it decides.
+    pub truth_rounds_to_decide: Option<usize>,
+    /// Truth seconds over those rounds, every configuration.
+    pub truth_decide_s: Option<f64>,
+    /// Truth seconds over all its rounds, every configuration.
+    pub truth_total_s: f64,
+    /// Controls judged on the truth (A/A and known-bad).
+    pub controls: Vec<ControlResult>,
+    /// What the truth could not tell (no decided pair, few rounds).
+    pub notes: Vec<String>,
 }

@@ -12,7 +12,6 @@ pub mod chain;
 mod exec;
 pub mod hardware;
 mod lock;
-pub mod pick;
 mod select;
 pub mod spec;
 pub mod truth;

@@ -783,4 +783,24 @@ mod tests {
         let differs = (0..20).any(|seed| schedule(&labels, 3, seed) != s1);
         assert!(differs, "another seed gives another schedule");
     }
+
+    #[test]
+    fn truth_cells_share_the_rounds_and_the_shuffle() {
+        let items: Vec<(String, bool)> = ["a", "b"].iter().flat_map(|l| [(l.to_string(), false), (l.to_string(), true)]).collect();
+        let s = schedule_items(&items, 4, 9);
+        assert_eq!(s.len(), 16);
+        for r in 1..=4 {
+            let mut round: Vec<&str> = s.iter().filter(|c| c.round == r).map(|c| c.cell_id.split_once('-').unwrap().1).collect();
+            round.sort();
+            assert_eq!(round, ["a", "a@truth", "b", "b@truth"], "every round runs every proxy and truth cell once");
+        }
+        // the truth cells are not all at one end of every round
+        let first: Vec<bool> = (1..=4).map(|r| s.iter().find(|c| c.round == r).unwrap().truth).collect();
+        assert!(first.contains(&true) || s.iter().filter(|c| c.position == 2).any(|c| c.truth), "{s:?}");
+        // a proxy-only item list draws what `schedule` always drew
+        let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let plain: Vec<(String, bool)> = labels.iter().map(|l| (l.clone(), false)).collect();
+        assert_eq!(schedule_items(&plain, 3, 42), schedule(&labels, 3, 42));
+        assert!(serde_json::to_string(&schedule(&labels, 1, 1)).unwrap().find("truth").is_none(), "no truth key in a proxy cell");
+    }
 }

@@ -485,11 +485,25 @@ pub(crate) fn place_inputs(campaign: &Path, frozen: &BTreeMap<String, String>, c
 /// its digest, its cell, stdout and stderr as stored, the metric read again
 /// from them (or from the files it names), the configuration's environment.
 /// Returns the record.
+/// What the attempt log says of a truth attempt, as `verify` checks its record against it.
+pub(crate) struct AttemptFacts<'a> {
+    /// Attempt id (its stdout and stderr are `attempts/ID.stdout|stderr`).
+    pub(crate) attempt_id: &'a str,
+    /// Label.
+    pub(crate) label: &'a str,
+    /// Command line launched.
+    pub(crate) argv: &'a [String],
+    /// Digest of stdout.
+    pub(crate) stdout_sha256: &'a str,
+    /// Digest of stderr.
+    pub(crate) stderr_sha256: &'a str,
+}
+
 pub(crate) fn check_record(
     campaign: &Path,
     run_dir: &str,
     want_sha256: &str,
-    attempt: &super::attempts::AttemptRecord,
+    attempt: &AttemptFacts<'_>,
     truth: &TruthSpec,
     config_env: &BTreeMap<String, String>,
 ) -> std::result::Result<TruthRecord, (Code, String)> {

@@ -164,7 +164,14 @@ fn check_truth_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: 
     if !e.shards.is_empty() {
         return Err(coded(Code::IdentityContradiction, format!("truth attempt {} lists {} shard(s); a truth cell writes none", a.attempt_id, e.shards.len())));
     }
-    super::truth::check_record(dir, &e.run_dir, &e.run_json_sha256, a, t, &cfg.env).map(|_| ()).map_err(|(code, why)| coded(code, why))
+    let facts = super::truth::AttemptFacts {
+        attempt_id: &a.attempt_id,
+        label: &a.label,
+        argv: &a.argv,
+        stdout_sha256: &a.stdout_sha256,
+        stderr_sha256: &a.stderr_sha256,
+    };
+    super::truth::check_record(dir, &e.run_dir, &e.run_json_sha256, &facts, t, &cfg.env).map(|_| ()).map_err(|(code, why)| coded(code, why))
 }
 
 /// One cell's refusal, if any; else the digest of the joined-trace file its

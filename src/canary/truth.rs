@@ -8,26 +8,12 @@
 //! replay seconds it took to decide what the job decides. Judges; never
 //! changes a candidate's assurance state (the ladder keeps its meaning).
 use super::compare::JobMeasure;
+pub use super::compare::TruthJudgement;
 use crate::analysis::policy::AnalysisPolicy;
 use crate::analysis::ranking::Relation;
-use crate::analysis::truth::{regret_from_pairs, Regret, TruthReport};
+use crate::analysis::truth::{regret_from_pairs, TruthReport};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-
-/// One variant's pick judged on the real job.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct TruthJudgement {
-    /// The configuration the variant's replays rank first (lowest median of job medians).
-    pub pick: String,
-    /// Its regret on the real job (labels are configuration names).
-    pub regret: Regret,
-    /// Leading rounds from which on the variant decides every pair the job decides, as the job does (absent: not in these rounds).
-    pub rounds_to_truth: Option<usize>,
-    /// The variant's replay seconds over those rounds, every configuration.
-    pub replay_s_to_truth: Option<f64>,
-    /// The job's seconds to decide what it decides over the variant's seconds (how many times cheaper the variant decided).
-    pub truth_per_variant: Option<f64>,
-}
 
 /// The real job's side of `canary verify`.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

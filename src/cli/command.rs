@@ -629,8 +629,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             }
         }
         C::ExportPick { dir, output, by } => {
-            let p = cp::pick::pick(&dir, by.as_deref())?;
-            crate::core::fsutil::write_new_atomic(&output, cp::pick::env_file(&p).as_bytes())?;
+            let p = crate::report::pick::pick(&dir, by.as_deref())?;
+            crate::core::fsutil::write_new_atomic(&output, crate::report::pick::env_file(&p).as_bytes())?;
             writeln!(out, "wrote {}: configuration {} ({} variable(s)); picked by {}", output.display(), p.name, p.env.len(), p.why)?;
             writeln!(
                 out,
@@ -641,7 +641,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = cp::pick::confirm(&dir, &pick, rounds, &output, &crate::cli::parse_rank_argv)?;
+            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output, &crate::cli::parse_rank_argv)?;
             let t = c.report.truth.as_ref().context("truth section")?;
             for row in &t.rows {
                 writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;

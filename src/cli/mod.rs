@@ -37,7 +37,7 @@ pub enum Command {
     ReplayTrace(ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
-    /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate
+    /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate, export-pick, confirm
     #[command(subcommand)]
     Campaign(CampaignCommand),
     /// Request-level queueing over measured service times: open or closed load, Little's law, SLO attainment

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use schemars::schema_for;
 
 /// Names of the schemas and the files they live in.
-pub const SCHEMAS: [(&str, &str); 25] = [
+pub const SCHEMAS: [(&str, &str); 26] = [
     ("shard", "shard.schema.json"),
     ("run", "run.schema.json"),
     ("joined-collective", "joined-collective.schema.json"),
@@ -32,6 +32,7 @@ pub const SCHEMAS: [(&str, &str); 25] = [
     ("canary-verify", "canary-verify.schema.json"),
     ("canary-audit", "canary-audit.schema.json"),
     ("rank-sweep", "rank-sweep.schema.json"),
+    ("truth-record", "truth-record.schema.json"),
 ];
 
 /// Pretty JSON Schema by name.
@@ -67,6 +68,8 @@ pub fn schema_json(name: &str) -> Result<String> {
         "canary-audit" => schema_for!(crate::canary::redact::AuditLog),
         // rank -J FILE: the isolated sweep's table
         "rank-sweep" => schema_for!(crate::rank::sweep::SweepReport),
+        // runs/ATTEMPT/truth.json: one truth cell's job, its metric and digests
+        "truth-record" => schema_for!(crate::campaign::truth::TruthRecord),
         other => {
             let names: Vec<&str> = SCHEMAS.iter().map(|s| s.0).collect();
             bail!("unknown schema {other:?} (known: {})", names.join(", "))

@@ -8,7 +8,9 @@
 //!   jobs: 5–95% whisker, 25–75% box, median bar, p99 dot (nearest-rank);
 //! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::analysis::inference`]);
 //! - `overlap-timeline.svg`: compute and communication intervals of one
-//!   rank's window (GPU runs, from CUPTI kernels or CUDA events).
+//!   rank's window (GPU runs, from CUPTI kernels or CUDA events);
+//! - `truth-regret.svg`: each proxy's pick with its regret on the real job,
+//!   point and interval (campaigns with `[truth]`).
 use crate::analysis::{Report, TimelineExcerpt};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -203,9 +205,48 @@ pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
     Ok(s)
 }
 
+/// Each proxy's pick and its regret on the real job: point and interval.
+pub fn truth_regret(t: &crate::analysis::truth::TruthReport) -> Result<String> {
+    let n = t.proxies.len().max(1);
+    let hi = t.proxies.iter().map(|p| p.regret.high_pct).filter(|x| x.is_finite()).fold(1.0f64, f64::max);
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, 120 + 60 * n as u32)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let names: Vec<String> = t.proxies.iter().map(|p| format!("{} → {}", p.proxy, p.pick)).collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("Regret on the real job ({}): each proxy's pick, {:.1}% intervals", t.metric, t.pair_coverage * 100.0), ("sans-serif", 16))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(260)
+            .build_cartesian_2d(0f64..hi * 1.1, -0.6f64..(n as f64 - 0.4))
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n + 1)
+            .y_label_formatter(&|y| category(*y, &names))
+            .x_desc("% slower than the best configuration (0: within the best set)")
+            .draw()
+            .map_err(e)?;
+        for (i, p) in t.proxies.iter().enumerate() {
+            let y = i as f64;
+            let g = &p.regret;
+            let c = if g.within_best_set { palette(2) } else { palette(3) };
+            chart.draw_series(std::iter::once(PathElement::new(vec![(g.low_pct, y), (g.high_pct.min(hi * 1.1), y)], c.stroke_width(3)))).map_err(e)?;
+            chart.draw_series(std::iter::once(Circle::new((g.regret_pct, y), 5, c.filled()))).map_err(e)?;
+        }
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
 /// Every plot of a report: (file name, SVG).
 pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
     let mut out = vec![("ranks-slopegraph.svg".to_string(), slopegraph(r)?), ("p-best.svg".to_string(), p_best(r)?)];
+    if let Some(t) = r.truth.as_ref().filter(|t| !t.proxies.is_empty()) {
+        out.push(("truth-regret.svg".to_string(), truth_regret(t)?));
+    }
     for (i, p) in r.phases.iter().enumerate() {
         out.push((format!("distribution-{}.svg", p.phase.name()), distribution(r, i)?));
     }

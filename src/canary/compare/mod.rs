@@ -99,6 +99,21 @@ pub struct DecisionCost {
     pub per_job_s: (f64, f64),
 }
 
+/// One variant's pick judged on the real job.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TruthJudgement {
+    /// The configuration the variant's replays rank first (lowest median of job medians).
+    pub pick: String,
+    /// Its regret on the real job (labels are configuration names).
+    pub regret: crate::analysis::truth::Regret,
+    /// Leading rounds from which on the variant decides every pair the job decides, as the job does (absent: not in these rounds).
+    pub rounds_to_truth: Option<usize>,
+    /// The variant's replay seconds over those rounds, every configuration.
+    pub replay_s_to_truth: Option<f64>,
+    /// The job's seconds to decide what it decides over the variant's seconds (how many times cheaper the variant decided).
+    pub truth_per_variant: Option<f64>,
+}
+
 /// One candidate's verdict.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CandidateVerdict {
@@ -121,7 +136,7 @@ pub struct CandidateVerdict {
     pub cost: Option<DecisionCost>,
     /// `truth.regret`: its pick judged on the real job (specs with `[truth]`; never changes `state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub truth: Option<crate::canary::truth::TruthJudgement>,
+    pub truth: Option<TruthJudgement>,
     /// Events stored in the artifact, and the ratio source/artifact.
     pub events: (u64, f64),
     /// Collectives one replay pass issues, and the ratio source/candidate.

@@ -10,8 +10,9 @@
 //! the gain with its interval. Refuses: a campaign never analyzed, a phase it
 //! did not run, a file line that is not `export NAME='VALUE'`, a campaign
 //! without `[truth]` to confirm with, fewer than 2 rounds.
-use super::spec::{CampaignSpec, ConfigSpec};
 use crate::analysis::Report;
+use crate::campaign::spec::{CampaignSpec, ConfigSpec};
+use crate::campaign::{chain, truth};
 use crate::core::refusal::Code;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -47,7 +48,7 @@ pub struct Picked {
 
 /// The winner: the truth's rank 1 (`by` = None or `truth`), or a phase's rank 1.
 pub fn pick(dir: &Path, by: Option<&str>) -> Result<Picked> {
-    let (m, sha) = super::chain::load_manifest(dir)?;
+    let (m, sha) = chain::load_manifest(dir)?;
     let r = read_report(dir)?;
     if r.context.manifest_sha256 != sha {
         crate::refuse!(Code::StaleManifest, "{}/report/report.json was made for manifest {}, not {sha}", dir.display(), r.context.manifest_sha256);
@@ -148,12 +149,12 @@ pub struct Confirmation {
 }
 
 /// Plan, run and analyze the confirmation campaign in `out` (new).
-pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank: super::spec::RankArgvParser) -> Result<Confirmation> {
-    let (m, _) = super::chain::load_manifest(dir)?;
+pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank: crate::campaign::spec::RankArgvParser) -> Result<Confirmation> {
+    let (m, _) = chain::load_manifest(dir)?;
     let Some(truth) = m.spec.truth.clone() else {
         crate::refuse!(Code::BadSpec, "campaign {} has no [truth]: confirm runs the job it names against the default", dir.display());
     };
-    crate::core::ranges::int("--rounds", rounds, super::spec::MIN_ANALYZED_ROUNDS, 10_000)?;
+    crate::core::ranges::int("--rounds", rounds, crate::campaign::spec::MIN_ANALYZED_ROUNDS, 10_000)?;
     let (name, env) = parse_env_file(pick_file)?;
     if out.exists() {
         crate::refuse!(Code::AlreadyExists, "{} already exists; a confirmation is a new campaign", out.display());
@@ -174,7 +175,7 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank
     t.only = true;
     t.inputs = Vec::new();
     for (input, sha) in &m.truth_inputs {
-        let src = dir.join(super::truth::TRUTH_INPUTS_DIR).join(input);
+        let src = dir.join(truth::TRUTH_INPUTS_DIR).join(input);
         let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)?;
         if &crate::core::fsutil::sha256_hex(&bytes) != sha {
             crate::refuse!(Code::Stale, "stale: {} no longer hashes to the {sha} its manifest froze", src.display());
@@ -195,11 +196,11 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank
     let spec_path = spec_dir.join("confirm.toml");
     crate::core::fsutil::write_new_atomic(&spec_path, toml::to_string(&spec).context("writing the confirmation spec")?.as_bytes())?;
     let cdir = out.join("campaign");
-    super::plan(&spec_path, &cdir, parse_rank)?;
-    super::chain::exec(&cdir, 1, None, None)?;
+    crate::campaign::plan(&spec_path, &cdir, parse_rank)?;
+    chain::exec(&cdir, 1, None, None)?;
     {
-        let _lock = super::chain::lock_campaign(&cdir, None, &format!("select {}", cdir.display()))?;
-        let (sel, _) = super::chain::select(&cdir, super::chain::SelectPolicy::FirstSuccess)?;
+        let _lock = chain::lock_campaign(&cdir, None, &format!("select {}", cdir.display()))?;
+        let (sel, _) = chain::select(&cdir, chain::SelectPolicy::FirstSuccess)?;
         crate::core::fsutil::write_json_new(&cdir.join("selection.json"), &sel)?;
     }
     let (v, read) = crate::report::campaign::verify_reading(&cdir)?;
