@@ -41,6 +41,11 @@ fn label(config: &str) -> String {
     format!("source.{config}")
 }
 
+/// A configuration's name from the job's label.
+fn unlabel(s: &str) -> String {
+    s.strip_prefix("source.").unwrap_or(s).to_string()
+}
+
 /// Judge one variant's jobs (`jobs[config]`, configurations in `configs` order) on the job.
 pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>], policy: &AnalysisPolicy) -> Result<Option<TruthJudgement>> {
     let med = |v: &[f64]| {
@@ -52,7 +57,6 @@ pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>
         return Ok(None);
     };
     let Some(mut regret) = regret_from_pairs(&t.pairs, &label(&configs[pick]), t.pair_coverage, policy.min_effect_pct) else { return Ok(None) };
-    let unlabel = |s: &str| s.strip_prefix("source.").unwrap_or(s).to_string();
     regret.pick = unlabel(&regret.pick);
     regret.trails = regret.trails.as_deref().map(unlabel);
     // the job's relations in configuration order (its labels are the source variant's, in that order)
@@ -83,7 +87,7 @@ pub(crate) fn verify_truth(t: &TruthReport, configs: &[String], source_jobs: &[V
         metric: t.metric.clone(),
         unit: t.unit.clone(),
         better: t.better.clone(),
-        best_set: t.best_set.iter().map(|l| l.strip_prefix("source.").unwrap_or(l).to_string()).collect(),
+        best_set: t.best_set.iter().map(|l| unlabel(l)).collect(),
         decided_pairs: t.pairs.iter().filter(|p| p.relation != Relation::NotDistinguished).count(),
         truth_rounds: t.truth_rounds_to_decide,
         truth_s: t.truth_decide_s,
