@@ -217,3 +217,69 @@ timeout_s = 120"#;
     assert_eq!(cr["truth"]["rows"].as_array().unwrap().len(), 2);
     assert!(cr["phases"].as_array().unwrap().is_empty(), "a confirmation runs only the job");
 }
+
+#[test]
+fn canary_verify_judges_the_source_and_the_canary_pick_on_the_job() {
+    let t = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (trace, art) = (t.path().join("synth.json"), t.path().join("synth.canary.json"));
+    ok(&cc(&["synth", "--events", "60", "--seed", "7", "--ranks", "2", "-o", &s(&trace)]));
+    ok(&cc(&["canary", "compile", &s(&trace), "--lossless", "-o", &s(&art)]));
+    let spec = t.path().join("verify.toml");
+    std::fs::write(
+        &spec,
+        r#"
+name = "canary-truth"
+backend = "cpu"
+ranks = 2
+repetitions = 3
+seed = 11
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "replay"
+tokens = 3
+layers = 1
+iters = 1
+[analysis]
+tie_policy = "interval"
+min_effect_pct = 2.0
+[truth]
+command = ["sh", "-c", "sleep ${TRUTH_SLEEP_S:-0.05}"]
+metric = "wall"
+timeout_s = 60
+[controls]
+known_bad = ["nbc-ring-delayed"]
+[[configs]]
+name = "nbc-ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1", TRUTH_SLEEP_S = "0.05" }
+[[configs]]
+name = "nbc-binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2", TRUTH_SLEEP_S = "0.05" }
+[[configs]]
+name = "nbc-ring-delayed"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1", TRUTH_SLEEP_S = "1.5" }
+args = ["--inject-repeat", "4", "--inject-delay", "rank=1,every=2,us=10000"]
+"#,
+    )
+    .unwrap();
+    let v = t.path().join("verify");
+    let o = cc_root(&["canary", "verify", &s(&trace), &s(&art), "--configs", &s(&spec), "-o", &s(&v)]);
+    let text = ok(&o);
+    assert!(text.contains("the real job: wall time") && text.contains("truth.regret: pick"), "{text}");
+    let r = json(&v.join("canary-verify.json"));
+    let tr = &r["truth"];
+    assert!(tr["source"]["regret"]["high_pct"].as_f64().unwrap() >= tr["source"]["regret"]["low_pct"].as_f64().unwrap(), "{tr:#}");
+    assert!(!tr["best_set"].as_array().unwrap().iter().any(|c| c == "nbc-ring-delayed"), "the job decides its known bad: {tr:#}");
+    let canary = r["candidates"].as_array().unwrap().iter().find(|c| c["variant"] == "canary").unwrap();
+    let j = &canary["truth"];
+    assert!(["nbc-ring", "nbc-binomial", "nbc-ring-delayed"].contains(&j["pick"].as_str().unwrap()), "{j:#}");
+    assert_eq!(j["regret"]["pick"], j["pick"]);
+    // the job ran once per configuration and round, under the source variant
+    let m = json(&v.join("campaign/manifest.json"));
+    let truth_cells: Vec<&str> =
+        m["schedule"].as_array().unwrap().iter().filter(|c| c["truth"] == true).map(|c| c["label"].as_str().unwrap()).collect();
+    assert_eq!(truth_cells.len(), 9, "{truth_cells:?}");
+    assert!(truth_cells.iter().all(|l| l.starts_with("source.")), "{truth_cells:?}");
+}
