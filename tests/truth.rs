@@ -278,8 +278,7 @@ args = ["--inject-repeat", "4", "--inject-delay", "rank=1,every=2,us=10000"]
     assert_eq!(j["regret"]["pick"], j["pick"]);
     // the job ran once per configuration and round, under the source variant
     let m = json(&v.join("campaign/manifest.json"));
-    let truth_cells: Vec<&str> =
-        m["schedule"].as_array().unwrap().iter().filter(|c| c["truth"] == true).map(|c| c["label"].as_str().unwrap()).collect();
+    let truth_cells: Vec<&str> = m["schedule"].as_array().unwrap().iter().filter(|c| c["truth"] == true).map(|c| c["label"].as_str().unwrap()).collect();
     assert_eq!(truth_cells.len(), 9, "{truth_cells:?}");
     assert!(truth_cells.iter().all(|l| l.starts_with("source.")), "{truth_cells:?}");
 }

@@ -319,6 +319,9 @@ pub fn verify(
     let mut backend = spec.backend.clone();
     for e in &sel.entries {
         let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}", e.cell_id))?;
+        if cell.truth {
+            continue; // the job's cells: read through the campaign report's truth section
+        }
         let (v, cfg) = cell.label.split_once('.').with_context(|| format!("label {}", cell.label))?;
         let ci = config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
         let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
@@ -770,7 +773,7 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
     let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
     for e in &sel.entries {
         let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
-        let Some(cfg) = cell.label.strip_prefix("source.") else { continue };
+        let Some(cfg) = cell.label.strip_prefix("source.").filter(|_| !cell.truth) else { continue };
         let ci = r.configs.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
         let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
         j.refuse_synthetic("canary verify")?;
