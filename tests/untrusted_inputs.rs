@@ -1,0 +1,129 @@
+//! Source traces that lie about their own size: an execution trace whose
+//! nodes are tiny but very many, or whose one node is huge, is bounded by its
+//! structure (nodes counted before they are kept, only what import needs
+//! kept), not only by its byte size. Every command runs under an
+//! address-space limit, so a decoder that keeps what the input says
+//! aborts instead of taking the machine's memory.
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-2.11-tp2-h200");
+
+/// `commcanary ARGS` under an address-space limit of `kib` KiB (`ulimit -v`).
+fn cc_limited(kib: u64, args: &[&str]) -> Output {
+    Command::new("bash").arg("-c").arg(format!("ulimit -v {kib}; exec \"$0\" \"$@\"")).arg(bin()).args(args).output().expect("bash runs")
+}
+
+fn fixture_json(rank: u32) -> String {
+    let gz = std::fs::read(format!("{FIXTURE}/et.rank-{rank}.json.gz")).unwrap();
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut s).unwrap();
+    s
+}
+
+/// Rank 0's fixture with `n` nodes made by `node(i)` put in front of its own
+/// nodes, written (gzip when `gz`) to `dir/name`.
+fn with_extra_nodes(dir: &Path, name: &str, n: u64, gz: bool, node: &dyn Fn(u64) -> String) -> PathBuf {
+    let json = fixture_json(0);
+    let at = json.find("\"nodes\"").unwrap();
+    let open = at + json[at..].find('[').unwrap() + 1;
+    let p = dir.join(name);
+    let f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+    let mut w: Box<dyn Write> = if gz { Box::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast())) } else { Box::new(f) };
+    w.write_all(json[..open].as_bytes()).unwrap();
+    for i in 0..n {
+        w.write_all(node(i).as_bytes()).unwrap();
+        w.write_all(b",").unwrap();
+    }
+    w.write_all(json[open..].as_bytes()).unwrap();
+    w.flush().unwrap();
+    drop(w);
+    p
+}
+
+fn rank1(dir: &Path) -> PathBuf {
+    let p = dir.join("et.rank-1.json");
+    std::fs::write(&p, fixture_json(1)).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Nine million nodes, under the node limit: imported in a fraction of what
+/// keeping every node whole took (the tip kept ~104 bytes per node and
+/// aborted under this limit); ten million and one, in several node shapes,
+/// are refused OVER_LIMIT before they are kept.
+#[test]
+fn an_execution_trace_of_very_many_tiny_nodes_is_bounded_by_its_node_count() {
+    let t = tempfile::tempdir().unwrap();
+    let r1 = rank1(t.path());
+    // the clean import, for comparison
+    let clean = t.path().join("et.rank-0.json");
+    std::fs::write(&clean, fixture_json(0)).unwrap();
+    let want = ok(&cc(&["import", "et", s(&clean), s(&r1), "-o", s(&t.path().join("clean.json"))]));
+    // ids far past the fixture's, no parent: not compute, not communication
+    let base = 1u64 << 40;
+    let tiny = move |i: u64| format!("{{\"id\":{},\"name\":\"x\"}}", base + i);
+    let p = with_extra_nodes(t.path(), "many.rank-0.json.gz", 9_000_000, true, &tiny);
+    let o = cc_limited(1_400_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join("many.json"))]);
+    let got = ok(&o);
+    assert_eq!(got, want, "the extra nodes change nothing the import keeps");
+
+    // past the limit, in three shapes: tiny, with attributes and inputs, chained under one another
+    let shapes: [(&str, Box<dyn Fn(u64) -> String>); 3] = [
+        ("tiny", Box::new(tiny)),
+        (
+            "attrs",
+            Box::new(move |i| {
+                format!("{{\"id\":{},\"name\":\"y\",\"attrs\":[{{\"name\":\"a\",\"value\":{}}}],\"inputs\":{{\"values\":[[]]}}}}", base + i, i % 10)
+            }),
+        ),
+        ("chain", Box::new(move |i| format!("{{\"id\":{},\"name\":\"n\",\"ctrl_deps\":{}}}", base + i + 1, base + i))),
+    ];
+    for (name, node) in shapes.iter() {
+        let p = with_extra_nodes(t.path(), &format!("{name}.rank-0.json"), 10_000_001, false, node.as_ref());
+        // the text is in memory once, plus 32 bytes a node up to the limit
+        let o = cc_limited(1_800_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("{name}.json")))]);
+        let err = assert_refused(&o, "OVER_LIMIT");
+        assert!(err.contains("more than 10000000 nodes"), "{name}: {err}");
+        assert!(err.contains(s(&p)), "{name}: names the file: {err}");
+        assert!(!t.path().join(format!("{name}.json")).exists(), "{name}: nothing written");
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
+/// One node whose inputs list millions of empty values: its text is over
+/// the per-node limit and it is refused, naming the limit; a node just under
+/// it that import never uses is skipped without being decoded into values.
+#[test]
+fn an_execution_trace_node_too_large_to_decode_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let r1 = rank1(t.path());
+    for (values, refused) in [(23_000_000u64, true), (20_000_000, false)] {
+        let big = move |_| {
+            let mut s = String::with_capacity(values as usize * 3 + 64);
+            s.push_str("{\"id\":1099511627776,\"name\":\"aten::cat\",\"inputs\":{\"values\":[");
+            for k in 0..values {
+                if k > 0 {
+                    s.push(',');
+                }
+                s.push_str("[]");
+            }
+            s.push_str("]}}");
+            s
+        };
+        let p = with_extra_nodes(t.path(), &format!("big{values}.rank-0.json"), 1, false, &big);
+        let o = cc_limited(1_400_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("big{values}.json")))]);
+        if refused {
+            let err = assert_refused(&o, "OVER_LIMIT");
+            assert!(err.contains("over the limit of 67108864 bytes for one node"), "{err}");
+        } else {
+            ok(&o);
+        }
+    }
+}
