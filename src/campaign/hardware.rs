@@ -221,7 +221,22 @@ impl HardwareContract {
     /// value of each `same` field. The refusal in words, or what the cell
     /// recorded for [`disagreeing`](Self::disagreeing).
     pub fn check_cell(&self, headers: &[&ShardHeader]) -> Result<CellHardware, String> {
+        self.check_cell_hooks(headers, crate::core::identity::FACT_HOOKS_HONOURED)
+    }
+
+    /// [`check_cell`](Self::check_cell), where `hooks_honoured` says whether
+    /// a record that set a test hook standing in for a fact may be judged
+    /// at all (a test build); a release build refuses it, naming the hook.
+    pub fn check_cell_hooks(&self, headers: &[&ShardHeader], hooks_honoured: bool) -> Result<CellHardware, String> {
         let first = headers.first().ok_or_else(|| "hardware contract: the cell has no shards".to_string())?;
+        if !hooks_honoured {
+            if let Some((h, (k, v))) = headers.iter().find_map(|h| crate::core::identity::hook_used(&h.identity).map(|kv| (h, kv))) {
+                return Err(format!(
+                    "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: its host or CPU is not known to be measured (a test build's record; this build honours no hook)",
+                    h.rank
+                ));
+            }
+        }
         if !self.hosts.is_empty() {
             if let Some(h) = headers.iter().find(|h| !self.hosts.contains(&h.host)) {
                 return Err(format!("hardware contract: host: rank {} ran on {:?}, which is not among hardware.hosts {:?}", h.rank, h.host, self.hosts));
@@ -442,6 +457,27 @@ mod tests {
         let c = HardwareContract::default();
         let tie = vec![cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", None)]), cell(&c, "r01-b", "b", &[header(0, "n2", "EPYC", None)])];
         assert_eq!(c.disagreeing(&tie).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r01-b"]);
+    }
+
+    #[test]
+    fn a_record_that_set_a_fact_hook_is_refused_where_hooks_are_not_honoured() {
+        let c = HardwareContract::resolve(None);
+        for (var, val) in [("COMMCANARY_TEST_HOST", "gpu017"), ("COMMCANARY_TEST_CPU_MODEL", "AMD EPYC 9654"), ("COMMCANARY_TEST_HOST", "n1")] {
+            for hooked_rank in [0usize, 1] {
+                let mut hs = vec![header(0, "n1", "Xeon", None), header(1, "n1", "Xeon", None)];
+                hs[hooked_rank].identity.env.push((var.into(), val.into()));
+                let refs: Vec<&ShardHeader> = hs.iter().collect();
+                let why = c.check_cell_hooks(&refs, false).expect_err("refused");
+                assert!(why.contains(&format!("rank {hooked_rank} recorded the test hook {var}={val:?}")), "{why}");
+                // a test build judges the record as usual
+                assert!(c.check_cell_hooks(&refs, true).is_ok());
+            }
+        }
+        // an empty value sets nothing, and other COMMCANARY_ variables are not hooks
+        let mut hs = vec![header(0, "n1", "Xeon", None)];
+        hs[0].identity.env.push(("COMMCANARY_TEST_HOST".into(), String::new()));
+        hs[0].identity.env.push(("COMMCANARY_THREADS".into(), "4".into()));
+        assert!(c.check_cell_hooks(&hs.iter().collect::<Vec<_>>(), false).is_ok());
     }
 
     #[test]
