@@ -127,3 +127,43 @@ fn an_execution_trace_node_too_large_to_decode_is_refused() {
         }
     }
 }
+
+/// Generated shards (`synth-shards`, several sizes) stay generated through
+/// `import run`: the trace is of source kind `synthetic` with an unknown
+/// `measurement`, and a canary compiled from it says its origin is
+/// synthetic, never a measured run.
+#[test]
+fn a_run_of_generated_shards_imports_as_synthetic() {
+    let t = tempfile::tempdir().unwrap();
+    for (ranks, collectives, seed) in [(2u32, 100u32, 1u32), (4, 10, 7), (3, 257, 3)] {
+        let run = t.path().join(format!("fake-{ranks}-{collectives}"));
+        ok(&cc(&[
+            "synth-shards",
+            "--ranks",
+            &ranks.to_string(),
+            "--collectives",
+            &collectives.to_string(),
+            "--seed",
+            &seed.to_string(),
+            "--threads",
+            "1",
+            "-o",
+            s(&run),
+        ]));
+        let trace = t.path().join(format!("fake-{ranks}-{collectives}.json"));
+        let o = cc(&["import", "run", s(&run), "-o", s(&trace)]);
+        if !o.status.success() {
+            // refusing generated shards outright is as good as marking them
+            assert_refused(&o, "SYNTHETIC");
+            continue;
+        }
+        let tr: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+        assert_eq!(tr["source"]["kind"], "synthetic", "{ranks}x{collectives}: {}", tr["source"]);
+        assert!(tr["source"]["schema"].as_str().unwrap().contains("synthetic"), "{}", tr["source"]);
+        assert!(tr["unknown"].as_array().unwrap().iter().any(|u| u["field"] == "measurement"), "{}", tr["unknown"]);
+        let art = t.path().join(format!("fake-{ranks}-{collectives}.canary.json"));
+        ok(&cc(&["canary", "compile", s(&trace), "-o", s(&art)]));
+        let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&art).unwrap()).unwrap();
+        assert_eq!(c["source"]["origin"], "synthetic", "{}", c["source"]);
+    }
+}
