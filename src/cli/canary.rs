@@ -302,11 +302,13 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             let (t, bytes) = read_trace(&a.trace)?;
             let (r, transforms) = redact::redact(&t, &redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: a.drop_names })?;
             let rbytes = serde_json::to_vec_pretty(&r)?;
+            // every check before anything is written: a refused redaction leaves nothing
             let audit_path = PathBuf::from(format!("{}.audit.json", a.out.display()));
-            if audit_path.exists() {
-                crate::refuse!(Code::AlreadyExists, "{} exists", audit_path.display());
+            for p in [&a.out, &audit_path] {
+                if p.symlink_metadata().is_ok() {
+                    crate::refuse!(Code::AlreadyExists, "{} exists", p.display());
+                }
             }
-            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
             let mut audit = redact::AuditLog {
                 format_version: 1,
                 input_sha256: crate::core::fsutil::sha256_hex(&bytes),
@@ -316,14 +318,17 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             };
             if let Some(spec) = &a.configs {
                 // the redacted trace, compiled losslessly and bound to the original: does the ranking survive?
+                // The verification holds the unredacted source (its inputs, the artifact's binding): it is
+                // made in a private temporary directory, never beside the redacted output, and removed.
+                let private = tempfile::Builder::new().prefix("commcanary-redact-verify-").tempdir().context("a private directory for the re-verification")?;
                 let opts = compile::CompileOptions { lossless: true, source_path: a.trace.display().to_string(), ..Default::default() };
                 let mut c = compile::compile(&r, &rbytes, &opts)?;
                 c.source = compile::bind_source(&t, &bytes, &a.trace.display().to_string())?;
                 c.label = "redacted (lossless)".into();
                 let c = c.seal()?;
-                let art = PathBuf::from(format!("{}.canary.json", a.out.display()));
+                let art = private.path().join("redacted.canary.json");
                 c.write(&art)?;
-                let vdir = PathBuf::from(format!("{}.verify", a.out.display()));
+                let vdir = private.path().join("verify");
                 let o = verify::VerifyOptions {
                     source: a.trace.clone(),
                     canary: art,
@@ -341,11 +346,20 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 let v = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut std::io::stderr())?;
                 let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
                 audit.decision_survives = Some(match rk {
-                    Some(c) => format!("{}: {} ({})", if c.passed { "yes" } else { "NO" }, c.measured, vdir.display()),
+                    Some(c) => format!(
+                        "{}: {} (re-verified in a private temporary directory, removed: it held the unredacted source)",
+                        if c.passed { "yes" } else { "NO" },
+                        c.measured
+                    ),
                     None => "not re-verified".into(),
                 });
             }
-            crate::core::fsutil::write_json_new(&audit_path, &audit)?;
+            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
+            if let Err(e) = crate::core::fsutil::write_json_new(&audit_path, &audit) {
+                // the output without its audit log is not a redaction
+                let _ = std::fs::remove_file(&a.out);
+                return Err(e);
+            }
             for tr in &audit.transforms {
                 writeln!(out, "{}: {} ({} values)", tr.field, tr.action, tr.count)?;
             }
