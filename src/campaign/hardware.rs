@@ -130,6 +130,22 @@ pub struct HardwareSpec {
 
 impl HardwareSpec {
     /// What `plan` refuses in the table, in words.
+    /// [`validate`](Self::validate), and that every expected field is one
+    /// the campaign's `backend` records: the CPU backend records no GPU
+    /// driver, CUDA driver, NCCL build or GPU topology, so a contract that
+    /// expects one could never hold and is refused before anything runs.
+    pub fn validate_for(&self, backend: &str) -> anyhow::Result<()> {
+        self.validate()?;
+        const CUDA_ONLY: [HardwareField; 5] =
+            [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology];
+        if backend != "cuda" {
+            if let Some(f) = self.expect.keys().find(|f| CUDA_ONLY.contains(f)) {
+                anyhow::bail!("hardware.expect.{f}: the {backend} backend never records {f} (only cuda does), so no cell could verify");
+            }
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(hosts) = &self.hosts {
             if hosts.is_empty() {
@@ -141,6 +157,10 @@ impl HardwareSpec {
         }
         if self.expect.contains_key(&HardwareField::Host) {
             anyhow::bail!("hardware.expect.host: name the hosts with hardware.hosts = [...]");
+        }
+        // a value no cell ever records: every cell would be refused after it ran
+        if let Some((f, v)) = self.expect.iter().find(|(_, v)| v.trim().is_empty() || v.trim() != v.as_str()) {
+            anyhow::bail!("hardware.expect.{f} = {v:?}: no cell records {f} as an empty or space-padded value, so no cell could verify");
         }
         if let Some(same) = &self.same {
             let mut seen = BTreeSet::new();
@@ -478,6 +498,24 @@ mod tests {
         hs[0].identity.env.push(("COMMCANARY_TEST_HOST".into(), String::new()));
         hs[0].identity.env.push(("COMMCANARY_THREADS".into(), "4".into()));
         assert!(c.check_cell_hooks(&hs.iter().collect::<Vec<_>>(), false).is_ok());
+    }
+
+    #[test]
+    fn a_contract_no_cell_of_its_backend_can_meet_is_refused() {
+        let spec = |f: HardwareField, v: &str| HardwareSpec { expect: BTreeMap::from([(f, v.to_string())]), ..Default::default() };
+        for f in [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology] {
+            let e = spec(f, "570.124.06").validate_for("cpu").unwrap_err().to_string();
+            assert!(e.contains(&format!("hardware.expect.{f}")) && e.contains("never records"), "{e}");
+            spec(f, "570.124.06").validate_for("cuda").unwrap();
+        }
+        for f in [HardwareField::Kernel, HardwareField::CpuModel, HardwareField::MpiLibrary, HardwareField::GpuDriver] {
+            for v in ["", " ", "6.1.0 "] {
+                for backend in ["cpu", "cuda"] {
+                    assert!(spec(f, v).validate_for(backend).is_err(), "{f} = {v:?} on {backend}");
+                }
+            }
+        }
+        spec(HardwareField::Kernel, "6.1.0-18-amd64").validate_for("cpu").unwrap();
     }
 
     #[test]

@@ -431,7 +431,7 @@ impl CampaignSpec {
             }
         }
         if let Some(h) = &self.hardware {
-            h.validate()?;
+            h.validate_for(&self.backend)?;
         }
         if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
             let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
