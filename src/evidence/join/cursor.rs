@@ -330,7 +330,9 @@ mod tests {
             let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
             // SAFETY: a fresh shared read-write mapping of the whole file
             // (2 pages, its length), unmapped below before the file is dropped.
-            let m = unsafe { libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&f), 0) };
+            let m = unsafe {
+                libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&f), 0)
+            };
             assert_ne!(m, libc::MAP_FAILED);
             let m = m.cast::<u8>();
             // SAFETY: `at` and `at - at % page` lie within the 2-page mapping.
