@@ -30,6 +30,7 @@ fn alive(pid: u32) -> bool {
 /// format: `down` refuses, kills nothing and removes nothing.
 #[test]
 fn sim_cluster_down_leaves_a_directory_up_did_not_make() {
+    // SAFETY: geteuid takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("sim-cluster.sh needs root; skipped");
         return;
@@ -70,6 +71,7 @@ fn sim_cluster_down_leaves_a_directory_up_did_not_make() {
 /// runs, not a later one with its pid (a wrong start time), nor a pid alone.
 #[test]
 fn sim_cluster_judges_a_recorded_daemon_by_pid_and_start_time() {
+    // SAFETY: geteuid takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("sim-cluster.sh needs root; skipped");
         return;

@@ -72,6 +72,9 @@ fn verify_args<'a>(trace: &'a str, art: &'a str, spec: &'a str, out: &'a str, ba
     v
 }
 
+/// An edit of an artifact.
+type Edit = dyn Fn(&mut Canary);
+
 fn main_loop_index(c: &Canary) -> usize {
     c.main_loop.as_ref().expect("the synthetic trace folds to a main loop")[0] as usize
 }
@@ -134,7 +137,7 @@ fn an_artifact_whose_counts_or_claims_contradict_its_body_is_refused_before_anyt
             "BAD_STRUCTURE",
         ));
     }
-    let sizes: [(&str, &dyn Fn(&mut Canary)); 4] = [
+    let sizes: [(&str, &Edit); 4] = [
         ("replayed_events 1", &|c| c.sizes.replayed_events = 1),
         ("artifact_events 1", &|c| c.sizes.artifact_events = 1),
         ("source_events + 1", &|c| c.sizes.source_events += 1),
@@ -147,7 +150,7 @@ fn an_artifact_whose_counts_or_claims_contradict_its_body_is_refused_before_anyt
         cases.push((what.to_string(), crafted(d, &format!("sizes{i}"), &base, *edit), "BAD_STRUCTURE"));
     }
     let n = base.slots.len() as u32;
-    let shapes: [(&str, &dyn Fn(&mut Canary)); 5] = [
+    let shapes: [(&str, &Edit); 5] = [
         ("main_loop names no loop", &|c| c.main_loop = Some(vec![5])),
         ("main_loop two deep", &|c| c.main_loop = Some(vec![0, 0])),
         ("body names a missing slot", &move |c| c.body.push(Node::Op(n + 7))),

@@ -33,16 +33,19 @@ fn with_extra_nodes(dir: &Path, name: &str, n: u64, gz: bool, node: &dyn Fn(u64)
     let p = dir.join(name);
     let f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
     let mut w: Box<dyn Write> = if gz { Box::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast())) } else { Box::new(f) };
-    w.write_all(json[..open].as_bytes()).unwrap();
+    w.write_all(&json.as_bytes()[..open]).unwrap();
     for i in 0..n {
         w.write_all(node(i).as_bytes()).unwrap();
         w.write_all(b",").unwrap();
     }
-    w.write_all(json[open..].as_bytes()).unwrap();
+    w.write_all(&json.as_bytes()[open..]).unwrap();
     w.flush().unwrap();
     drop(w);
     p
 }
+
+/// The text of the i-th extra node.
+type NodeText = dyn Fn(u64) -> String;
 
 fn rank1(dir: &Path) -> PathBuf {
     let p = dir.join("et.rank-1.json");
@@ -75,7 +78,7 @@ fn an_execution_trace_of_very_many_tiny_nodes_is_bounded_by_its_node_count() {
     assert_eq!(got, want, "the extra nodes change nothing the import keeps");
 
     // past the limit, in three shapes: tiny, with attributes and inputs, chained under one another
-    let shapes: [(&str, Box<dyn Fn(u64) -> String>); 3] = [
+    let shapes: [(&str, Box<NodeText>); 3] = [
         ("tiny", Box::new(tiny)),
         (
             "attrs",

@@ -129,7 +129,6 @@ pub struct HardwareSpec {
 }
 
 impl HardwareSpec {
-    /// What `plan` refuses in the table, in words.
     /// [`validate`](Self::validate), and that every expected field is one
     /// the campaign's `backend` records: the CPU backend records no GPU
     /// driver, CUDA driver, NCCL build or GPU topology, so a contract that
@@ -146,6 +145,7 @@ impl HardwareSpec {
         Ok(())
     }
 
+    /// What `plan` refuses in the table, in words.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(hosts) = &self.hosts {
             if hosts.is_empty() {
@@ -484,7 +484,7 @@ mod tests {
         let c = HardwareContract::resolve(None);
         for (var, val) in [("COMMCANARY_TEST_HOST", "gpu017"), ("COMMCANARY_TEST_CPU_MODEL", "AMD EPYC 9654"), ("COMMCANARY_TEST_HOST", "n1")] {
             for hooked_rank in [0usize, 1] {
-                let mut hs = vec![header(0, "n1", "Xeon", None), header(1, "n1", "Xeon", None)];
+                let mut hs = [header(0, "n1", "Xeon", None), header(1, "n1", "Xeon", None)];
                 hs[hooked_rank].identity.env.push((var.into(), val.into()));
                 let refs: Vec<&ShardHeader> = hs.iter().collect();
                 let why = c.check_cell_hooks(&refs, false).expect_err("refused");
@@ -494,7 +494,7 @@ mod tests {
             }
         }
         // an empty value sets nothing, and other COMMCANARY_ variables are not hooks
-        let mut hs = vec![header(0, "n1", "Xeon", None)];
+        let mut hs = [header(0, "n1", "Xeon", None)];
         hs[0].identity.env.push(("COMMCANARY_TEST_HOST".into(), String::new()));
         hs[0].identity.env.push(("COMMCANARY_THREADS".into(), "4".into()));
         assert!(c.check_cell_hooks(&hs.iter().collect::<Vec<_>>(), false).is_ok());
