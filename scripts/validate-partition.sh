@@ -38,7 +38,8 @@ OUT=${VALIDATE_OUT:-$PWD/out/validate-$PART-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 TIMEOUT_S=${VALIDATE_TIMEOUT_S:-7200}
 RESERVED=0
-for o in "${SB[@]}"; do case "$o" in --reservation*) RESERVED=1 ;; esac; done
+# "${A[@]+"${A[@]}"}": an empty array under `set -u` on bash before 4.4
+for o in ${SB[@]+"${SB[@]}"}; do case "$o" in --reservation*) RESERVED=1 ;; esac; done
 NODES=(); SKIPPED=()
 while read -r n state; do
   case "$state" in
@@ -48,14 +49,14 @@ while read -r n state; do
 done < <(sinfo -N -h -p "$PART" -o '%N %t' | sort -u)
 [ "${#NODES[@]}" -gt 0 ] || [ "${#SKIPPED[@]}" -gt 0 ] || { echo "validate-partition: partition $PART has no nodes" >&2; exit 3; }
 echo "validate-partition: ${#NODES[@]} nodes of $PART against $REF (each waited for at most ${TIMEOUT_S} s); evidence under $OUT"
-for s in "${SKIPPED[@]}"; do
+for s in ${SKIPPED[@]+"${SKIPPED[@]}"}; do
   echo "validate-partition: skipped ${s%% *} (${s#* }): a job would pend for ever; pass --reservation=NAME of a maintenance reservation on it" >&2
 done
 pids=()
-for n in "${NODES[@]}"; do
+for n in ${NODES[@]+"${NODES[@]}"}; do
   (
-    VALIDATE_OUT=$OUT timeout "$TIMEOUT_S" sbatch --wait --nodelist="$n" --chdir="$PWD" --output="$OUT/$n-%j.out" "${SB[@]}" \
-      slurm/validate-node.sbatch --reference "$REF" "${VA[@]}" > "$OUT/$n.sbatch.log" 2>&1
+    VALIDATE_OUT=$OUT timeout "$TIMEOUT_S" sbatch --wait --nodelist="$n" --chdir="$PWD" --output="$OUT/$n-%j.out" ${SB[@]+"${SB[@]}"} \
+      slurm/validate-node.sbatch --reference "$REF" ${VA[@]+"${VA[@]}"} > "$OUT/$n.sbatch.log" 2>&1
     if [ $? -eq 124 ]; then
       job=$(grep -o 'Submitted batch job [0-9]*' "$OUT/$n.sbatch.log" | grep -o '[0-9]*$')
       [ -n "$job" ] && scancel "$job"
@@ -64,11 +65,30 @@ for n in "${NODES[@]}"; do
   ) &
   pids+=($!)
 done
-for p in "${pids[@]}"; do wait "$p"; done
+for p in ${pids[@]+"${pids[@]}"}; do wait "$p"; done
+# The result file (exit or out) of node $1's own job: $OUT/NODE-JOBID.EXT,
+# where JOBID is the job sbatch submitted for that node, or a file named
+# NODE-DIGITS.EXT (never NODE-OTHER-DIGITS.EXT); nothing when there is none.
+node_result() {
+  local n=$1 ext=$2 job f rest
+  job=$(grep -o 'Submitted batch job [0-9]*' "$OUT/$n.sbatch.log" 2>/dev/null | grep -o '[0-9]*$' | tail -1)
+  if [ -n "$job" ]; then
+    [ -f "$OUT/$n-$job.$ext" ] && echo "$OUT/$n-$job.$ext"
+    return 0
+  fi
+  for f in "$OUT/$n"-*."$ext"; do
+    [ -f "$f" ] || continue
+    rest=${f#"$OUT/$n-"}
+    if [[ $rest =~ ^[0-9]+\.$ext$ ]]; then echo "$f"; return 0; fi
+  done
+  return 0
+}
 worst=0; PASSED=()
 printf '%-20s %-14s %s\n' node verdict "failing checks"
-for n in "${NODES[@]}"; do
-  ex=$(ls "$OUT"/"$n"-*.exit 2>/dev/null | head -1)
+for n in ${NODES[@]+"${NODES[@]}"}; do
+  # this node's own job, by exact name: NODE-JOBID.exit of the job submitted
+  # for NODE (a glob NODE-*.exit would also take node NODE-2's result)
+  ex=$(node_result "$n" exit)
   dir=${ex%.exit}
   code=$( [ -n "$ex" ] && cat "$ex" || echo 3)
   if [ -f "$dir/report.json" ]; then
@@ -81,7 +101,7 @@ print(r["verdict"], ", ".join(bad) or ("(inconclusive: " + ", ".join(unsure) + "
 PY
 )
   else
-    line="could-not-run see $(ls "$OUT"/"$n"-*.out 2>/dev/null | head -1) $OUT/$n.sbatch.log"
+    line="could-not-run see $(node_result "$n" out) $OUT/$n.sbatch.log"
   fi
   [ "$code" = 0 ] && PASSED+=("$n")
   printf '%-20s %-14s %s\n' "$n" "${line%% *}" "${line#* }"
@@ -92,7 +112,7 @@ PY
     2) [ "$worst" = 0 ] && worst=2 ;;
   esac
 done
-for s in "${SKIPPED[@]}"; do
+for s in ${SKIPPED[@]+"${SKIPPED[@]}"}; do
   printf '%-20s %-14s %s\n' "${s%% *}" skipped "node is ${s#* }: no job can start there without a reservation"
   worst=3
 done

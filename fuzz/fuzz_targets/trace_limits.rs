@@ -13,6 +13,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         max_file_bytes: 1 << 20,
         max_json_bytes: 64 + (data[0] as u64) * 256,
         max_events: 1 + data[1] as usize % 64,
+        max_nodes: 1 + data[1] as usize % 64,
         max_collectives: 1 + data[2] as usize % 32,
         max_ranks: 1 + data[3] as u32 % 16,
         max_groups: 1 + data[4] as usize % 8,

@@ -35,6 +35,21 @@ BR=ccsim-br
 P=ccsim # prefix of every namespace and link this script makes
 
 die() { echo "sim-cluster: $*" >&2; exit 1; }
+# The mark `up` leaves in the state directory it made: `down` removes (and
+# kills what is recorded in) only a directory that holds it.
+MARK=.sim-cluster-state
+MAGIC="commcanary sim-cluster state v1"
+owned_state() { [ -d "$STATE" ] && [ ! -L "$STATE" ] && [ -f "$STATE/$MARK" ] && [ ! -L "$STATE/$MARK" ] && head -1 "$STATE/$MARK" | grep -qxF "$MAGIC"; }
+# The start time of process $1 (/proc/PID/stat field 22, in clock ticks since
+# boot): with its pid, what tells the process `up` started from a later one
+# that reused the pid.
+proc_start() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  s=${s##*) }
+  set -- $s
+  echo "${20:-}"
+}
 say() { echo "sim-cluster: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, a bridge, system daemons)"
 
@@ -69,7 +84,7 @@ start_daemon() {
   else
     setsid bash "$ROOT/scripts/dev/sim-cluster.sh" exec-raw "$node" "$@" </dev/null >"$STATE/log/$name.out" 2>&1 &
   fi
-  echo $! >"$STATE/pids/$name"
+  echo "$! $(proc_start $!)" >"$STATE/pids/$name"
 }
 
 need_packages() {
@@ -196,6 +211,7 @@ cmd_up() {
   need_packages
   local t0=$SECONDS
   mkdir -p "$STATE"/{etc,munge,log,pids,run,spool,ctld,ssh,uts,bin}
+  printf '%s\nmade by sim-cluster.sh up %s at %s\n' "$MAGIC" "$n" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$STATE/$MARK"
   # Ledger of what existed before, so that down removes only what up made.
   { [ -d /run/netns ] && echo "had /run/netns"; mountpoint -q /run/netns && echo "had /run/netns mount"
     [ -d /run/sshd ] && echo "had /run/sshd"; } >"$STATE/ledger" || true
@@ -291,7 +307,13 @@ smoke() {
   say "smoke: srun on $n hosts; srun --mpi=pmix and mpirun (ssh) ran $((2 * n)) MPI ranks over TCP on $n hosts"
 }
 
-pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# A recorded daemon ("PID STARTTIME", as start_daemon wrote it) is alive
+# when that pid runs and is still the process started then.
+pid_alive() {
+  local pid start
+  read -r pid start <<<"${1:-}"
+  [[ ${pid:-} =~ ^[0-9]+$ ]] && [ -n "${start:-}" ] && kill -0 "$pid" 2>/dev/null && [ "$(proc_start "$pid")" = "$start" ]
+}
 
 cmd_status() {
   [ -d "$STATE" ] || { echo "sim-cluster: down (no $STATE)"; return 1; }
@@ -304,7 +326,7 @@ cmd_status() {
   done
   for f in "$STATE"/pids/*; do
     [ -e "$f" ] || continue
-    printf '%-14s pid %-7s %s\n' "$(basename "$f")" "$(cat "$f")" "$(pid_alive "$(cat "$f")" && echo running || echo gone)"
+    printf '%-14s pid %-7s %s\n' "$(basename "$f")" "$(cut -d' ' -f1 "$f")" "$(pid_alive "$(cat "$f")" && echo running || echo gone)"
   done
   SLURM_CONF=$STATE/etc/slurm.conf sinfo -N 2>&1 || true
 }
@@ -320,6 +342,10 @@ cmd_exec() {
 # processes it started (recorded pids) or that live in its namespaces.
 cmd_down() {
   local t0=$SECONDS
+  # only a state directory that up made and marked: SIM_STATE naming anything else (a home, a typo) is left alone
+  if [ -e "$STATE" ] || [ -L "$STATE" ]; then
+    owned_state || die "$STATE is not a state directory that 'sim-cluster.sh up' made (no $MARK in it): nothing killed, unmounted or removed"
+  fi
   if [ -f "$STATE/etc/slurm.conf" ] && [ -f "$STATE/pids/slurmctld" ] && pid_alive "$(cat "$STATE/pids/slurmctld")"; then
     SLURM_CONF=$STATE/etc/slurm.conf scancel --quiet --full --signal=KILL --user=root 2>/dev/null || true
   fi
@@ -335,7 +361,7 @@ cmd_down() {
     done
   fi
   # daemons by recorded pid (TERM, then KILL)
-  daemon_pids() { local g; for g in "$STATE"/pids/*; do if [ -e "$g" ] && pid_alive "$(cat "$g")"; then cat "$g"; fi; done; }
+  daemon_pids() { local g; for g in "$STATE"/pids/*; do if [ -e "$g" ] && pid_alive "$(cat "$g")"; then cut -d' ' -f1 "$g"; fi; done; }
   for pid in $(daemon_pids); do kill -TERM "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 50); do
     [ -z "$(daemon_pids)" ] && break
@@ -363,7 +389,7 @@ cmd_down() {
       grep -q "had /run/netns" <<<"$ledger" || rmdir /run/netns 2>/dev/null || true
     fi
   fi
-  rm -rf "$STATE"
+  if owned_state; then rm -rf "$STATE"; fi
   check_clean
   say "down in $((SECONDS - t0)) s: no namespace, link, mount, process or state of the cluster left"
 }

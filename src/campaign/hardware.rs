@@ -129,6 +129,22 @@ pub struct HardwareSpec {
 }
 
 impl HardwareSpec {
+    /// [`validate`](Self::validate), and that every expected field is one
+    /// the campaign's `backend` records: the CPU backend records no GPU
+    /// driver, CUDA driver, NCCL build or GPU topology, so a contract that
+    /// expects one could never hold and is refused before anything runs.
+    pub fn validate_for(&self, backend: &str) -> anyhow::Result<()> {
+        self.validate()?;
+        const CUDA_ONLY: [HardwareField; 5] =
+            [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology];
+        if backend != "cuda" {
+            if let Some(f) = self.expect.keys().find(|f| CUDA_ONLY.contains(f)) {
+                anyhow::bail!("hardware.expect.{f}: the {backend} backend never records {f} (only cuda does), so no cell could verify");
+            }
+        }
+        Ok(())
+    }
+
     /// What `plan` refuses in the table, in words.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(hosts) = &self.hosts {
@@ -141,6 +157,10 @@ impl HardwareSpec {
         }
         if self.expect.contains_key(&HardwareField::Host) {
             anyhow::bail!("hardware.expect.host: name the hosts with hardware.hosts = [...]");
+        }
+        // a value no cell ever records: every cell would be refused after it ran
+        if let Some((f, v)) = self.expect.iter().find(|(_, v)| v.trim().is_empty() || v.trim() != v.as_str()) {
+            anyhow::bail!("hardware.expect.{f} = {v:?}: no cell records {f} as an empty or space-padded value, so no cell could verify");
         }
         if let Some(same) = &self.same {
             let mut seen = BTreeSet::new();
@@ -221,7 +241,22 @@ impl HardwareContract {
     /// value of each `same` field. The refusal in words, or what the cell
     /// recorded for [`disagreeing`](Self::disagreeing).
     pub fn check_cell(&self, headers: &[&ShardHeader]) -> Result<CellHardware, String> {
+        self.check_cell_hooks(headers, crate::core::identity::FACT_HOOKS_HONOURED)
+    }
+
+    /// [`check_cell`](Self::check_cell), where `hooks_honoured` says whether
+    /// a record that set a test hook standing in for a fact may be judged
+    /// at all (a test build); a release build refuses it, naming the hook.
+    pub fn check_cell_hooks(&self, headers: &[&ShardHeader], hooks_honoured: bool) -> Result<CellHardware, String> {
         let first = headers.first().ok_or_else(|| "hardware contract: the cell has no shards".to_string())?;
+        if !hooks_honoured {
+            if let Some((h, (k, v))) = headers.iter().find_map(|h| crate::core::identity::hook_used(&h.identity).map(|kv| (h, kv))) {
+                return Err(format!(
+                    "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: its host or CPU is not known to be measured (a test build's record; this build honours no hook)",
+                    h.rank
+                ));
+            }
+        }
         if !self.hosts.is_empty() {
             if let Some(h) = headers.iter().find(|h| !self.hosts.contains(&h.host)) {
                 return Err(format!("hardware contract: host: rank {} ran on {:?}, which is not among hardware.hosts {:?}", h.rank, h.host, self.hosts));
@@ -442,6 +477,45 @@ mod tests {
         let c = HardwareContract::default();
         let tie = vec![cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", None)]), cell(&c, "r01-b", "b", &[header(0, "n2", "EPYC", None)])];
         assert_eq!(c.disagreeing(&tie).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r01-b"]);
+    }
+
+    #[test]
+    fn a_record_that_set_a_fact_hook_is_refused_where_hooks_are_not_honoured() {
+        let c = HardwareContract::resolve(None);
+        for (var, val) in [("COMMCANARY_TEST_HOST", "gpu017"), ("COMMCANARY_TEST_CPU_MODEL", "AMD EPYC 9654"), ("COMMCANARY_TEST_HOST", "n1")] {
+            for hooked_rank in [0usize, 1] {
+                let mut hs = [header(0, "n1", "Xeon", None), header(1, "n1", "Xeon", None)];
+                hs[hooked_rank].identity.env.push((var.into(), val.into()));
+                let refs: Vec<&ShardHeader> = hs.iter().collect();
+                let why = c.check_cell_hooks(&refs, false).expect_err("refused");
+                assert!(why.contains(&format!("rank {hooked_rank} recorded the test hook {var}={val:?}")), "{why}");
+                // a test build judges the record as usual
+                assert!(c.check_cell_hooks(&refs, true).is_ok());
+            }
+        }
+        // an empty value sets nothing, and other COMMCANARY_ variables are not hooks
+        let mut hs = [header(0, "n1", "Xeon", None)];
+        hs[0].identity.env.push(("COMMCANARY_TEST_HOST".into(), String::new()));
+        hs[0].identity.env.push(("COMMCANARY_THREADS".into(), "4".into()));
+        assert!(c.check_cell_hooks(&hs.iter().collect::<Vec<_>>(), false).is_ok());
+    }
+
+    #[test]
+    fn a_contract_no_cell_of_its_backend_can_meet_is_refused() {
+        let spec = |f: HardwareField, v: &str| HardwareSpec { expect: BTreeMap::from([(f, v.to_string())]), ..Default::default() };
+        for f in [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology] {
+            let e = spec(f, "570.124.06").validate_for("cpu").unwrap_err().to_string();
+            assert!(e.contains(&format!("hardware.expect.{f}")) && e.contains("never records"), "{e}");
+            spec(f, "570.124.06").validate_for("cuda").unwrap();
+        }
+        for f in [HardwareField::Kernel, HardwareField::CpuModel, HardwareField::MpiLibrary, HardwareField::GpuDriver] {
+            for v in ["", " ", "6.1.0 "] {
+                for backend in ["cpu", "cuda"] {
+                    assert!(spec(f, v).validate_for(backend).is_err(), "{f} = {v:?} on {backend}");
+                }
+            }
+        }
+        spec(HardwareField::Kernel, "6.1.0-18-amd64").validate_for("cpu").unwrap();
     }
 
     #[test]

@@ -442,7 +442,7 @@ impl CampaignSpec {
             }
         }
         if let Some(h) = &self.hardware {
-            h.validate()?;
+            h.validate_for(&self.backend)?;
         }
         if let Some(names) = self.truth.as_ref().and_then(|t| t.configs.as_ref()) {
             if names.len() < 2 {

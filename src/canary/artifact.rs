@@ -21,6 +21,16 @@ pub const CANARY_FORMAT_VERSION: u32 = 1;
 /// Largest artifact read (bytes).
 pub(crate) const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 
+/// The most collectives one replay pass of an artifact may issue on one rank
+/// (the bound of `rank`'s own phases), and the most its body may expand to at
+/// the source's counts: an artifact past either is refused before anything
+/// is expanded.
+pub const MAX_PASS_COLLECTIVES: u64 = 10_000_000;
+
+/// The most collectives one replay pass may issue over all ranks (what the
+/// expansion holds in memory at once).
+pub const MAX_PASS_EVENTS: u64 = 50_000_000;
+
 /// How an artifact was made.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "kebab-case")]
@@ -352,6 +362,196 @@ impl Canary {
     }
 }
 
+/// What an artifact's body expands to, computed from the body itself (never
+/// from what the artifact says of itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Ranks.
+    pub world: u64,
+    /// Collectives one replay pass issues per rank (main loop at `replay.iterations`).
+    pub per_pass: u64,
+    /// Collectives the body expands to per rank at its stored counts.
+    pub at_counts: u64,
+    /// Slots stored.
+    pub slots: u64,
+}
+
+impl Shape {
+    /// Operations stored, all ranks.
+    pub fn artifact_events(&self) -> u64 {
+        self.slots * self.world
+    }
+    /// Collectives one pass replays, all ranks.
+    pub fn replayed_events(&self) -> u64 {
+        self.per_pass * self.world
+    }
+}
+
+/// Collectives `nodes` expand to, `None` past `max` (or on overflow); loops
+/// nested deeper than `depth_left` are refused the same way.
+fn expanded_checked(nodes: &[Node], main: Option<(usize, u64)>, nslots: usize, max: u64, depth_left: u32) -> Result<Option<u64>> {
+    let mut total = 0u64;
+    for (i, n) in nodes.iter().enumerate() {
+        let add = match n {
+            Node::Op(s) => {
+                if *s as usize >= nslots {
+                    crate::refuse!(crate::core::refusal::Code::BadStructure, "the body names slot {s}; the artifact has {nslots} slots");
+                }
+                1
+            }
+            Node::Loop { count, body } => {
+                if depth_left == 0 {
+                    crate::refuse!(crate::core::refusal::Code::OverLimit, "loops nested more than 64 deep");
+                }
+                let k = match main {
+                    Some((m, it)) if m == i => it,
+                    _ => *count,
+                };
+                let Some(inner) = expanded_checked(body, None, nslots, max, depth_left - 1)? else { return Ok(None) };
+                match k.checked_mul(inner) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
+        };
+        total = match total.checked_add(add) {
+            Some(t) if t <= max => t,
+            _ => return Ok(None),
+        };
+    }
+    Ok(Some(total))
+}
+
+/// Check an artifact's own consistency before anything is expanded or run:
+/// every slot and identity it names exists, each slot holds every rank, the
+/// main loop names a loop, its counts multiply without overflow to at most
+/// [`MAX_PASS_COLLECTIVES`] per rank, and what it says of itself (replay
+/// plan, sizes, budget) is what its body and source binding give. Refused
+/// with `BAD_STRUCTURE` (or `OVER_LIMIT` for an expansion past the bound).
+pub fn check_consistency(c: &Canary) -> Result<Shape> {
+    use crate::core::refusal::Code;
+    let world = c.source.world_size as u64;
+    if world == 0 || world > crate::core::limits::MAX_WORLD_SIZE as u64 {
+        crate::refuse!(Code::BadStructure, "source.world_size is {world}, outside 1..={}", crate::core::limits::MAX_WORLD_SIZE);
+    }
+    if c.source.collectives_per_rank.len() as u64 != world {
+        crate::refuse!(Code::BadStructure, "source.collectives_per_rank lists {} ranks, source.world_size is {world}", c.source.collectives_per_rank.len());
+    }
+    let source_events = c.source.collectives_per_rank.iter().try_fold(0u64, |a, &b| a.checked_add(b));
+    if source_events != Some(c.sizes.source_events) {
+        crate::refuse!(
+            Code::BadStructure,
+            "sizes.source_events is {}, but source.collectives_per_rank sums to {}",
+            c.sizes.source_events,
+            source_events.map_or("more than 2^64".to_string(), |v| v.to_string())
+        );
+    }
+    let ranks0: Vec<u32> = c.slots.first().map(|s| s.ranks.iter().map(|r| r.rank).collect()).unwrap_or_default();
+    for (si, slot) in c.slots.iter().enumerate() {
+        if slot.ranks.len() as u64 != world {
+            crate::refuse!(Code::BadStructure, "slot {si} holds {} ranks; the source has {world}", slot.ranks.len());
+        }
+        for (ri, rs) in slot.ranks.iter().enumerate() {
+            if rs.rank != ranks0[ri] {
+                crate::refuse!(Code::BadStructure, "slot {si} place {ri} is rank {}, slot 0 has rank {} there", rs.rank, ranks0[ri]);
+            }
+            if rs.identity as usize >= c.identities.len() {
+                crate::refuse!(Code::BadStructure, "slot {si} rank {} names identity {}; the artifact has {}", rs.rank, rs.identity, c.identities.len());
+            }
+            for (field, v) in [("gap_ns", &rs.gap_ns), ("compute_ns", &rs.compute_ns), ("span_ns", &rs.span_ns)] {
+                if let Values::Histogram(h) = v {
+                    let n = h.buckets.iter().try_fold(0u64, |a, b| a.checked_add(b.1));
+                    if n.is_none() || h.buckets.windows(2).any(|w| w[0].0 >= w[1].0) {
+                        crate::refuse!(Code::BadStructure, "slot {si} rank {} {field}: histogram buckets out of order or counts past 2^64", rs.rank);
+                    }
+                }
+            }
+        }
+    }
+    // the main loop: one top-level loop, replayed 1 to its own count times
+    let main = match c.main_loop.as_deref() {
+        None => {
+            if c.replay.iterations != 1 || c.replay.source_iterations != 1 {
+                crate::refuse!(
+                    Code::BadStructure,
+                    "no main loop, yet replay.iterations is {} and replay.source_iterations {} (both must be 1)",
+                    c.replay.iterations,
+                    c.replay.source_iterations
+                );
+            }
+            None
+        }
+        Some([m]) => match c.body.get(*m as usize) {
+            Some(Node::Loop { count, .. }) => {
+                if c.replay.source_iterations != *count {
+                    crate::refuse!(Code::BadStructure, "replay.source_iterations is {}, but the main loop's count is {count}", c.replay.source_iterations);
+                }
+                if c.replay.iterations == 0 || c.replay.iterations > *count {
+                    crate::refuse!(Code::BadStructure, "replay.iterations is {}; the main loop runs 1 to {count} times", c.replay.iterations);
+                }
+                Some((*m as usize, c.replay.iterations))
+            }
+            _ => crate::refuse!(Code::BadStructure, "main_loop {:?} names no top-level loop of the body", c.main_loop),
+        },
+        Some(p) => crate::refuse!(Code::BadStructure, "main_loop {p:?} names no top-level loop of the body"),
+    };
+    let over = |what: &str| {
+        crate::core::refusal::refuse(
+            Code::OverLimit,
+            format!("the body expands to more than {MAX_PASS_COLLECTIVES} collectives per rank {what} (its loop counts multiply past the bound)"),
+        )
+    };
+    let per_pass = expanded_checked(&c.body, main, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?.ok_or_else(|| over("per replay pass"))?;
+    let at_counts = expanded_checked(&c.body, None, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?.ok_or_else(|| over("at its stored counts"))?;
+    if per_pass.saturating_mul(world) > MAX_PASS_EVENTS {
+        crate::refuse!(Code::OverLimit, "one replay pass issues {per_pass} collectives on each of {world} ranks, over the limit of {MAX_PASS_EVENTS} in all");
+    }
+    if c.replay.collectives_per_pass.len() as u64 != world || c.replay.collectives_per_pass.iter().any(|&n| n != per_pass) {
+        crate::refuse!(Code::BadStructure, "replay.collectives_per_pass is {:?}, but the body replays {per_pass} per rank", c.replay.collectives_per_pass);
+    }
+    let shape = Shape { world, per_pass, at_counts, slots: c.slots.len() as u64 };
+    if c.sizes.artifact_events != shape.artifact_events() || c.sizes.replayed_events != shape.replayed_events() {
+        crate::refuse!(
+            Code::BadStructure,
+            "sizes say {} events stored and {} replayed per pass; the body has {} and replays {}",
+            c.sizes.artifact_events,
+            c.sizes.replayed_events,
+            shape.artifact_events(),
+            shape.replayed_events()
+        );
+    }
+    // a compiled artifact is its source folded: at its counts, the source's length
+    if matches!(c.method, Method::Compiled | Method::Lossless) && c.source.collectives_per_rank.iter().any(|&n| n != at_counts) {
+        crate::refuse!(Code::BadStructure, "the body at its counts has {at_counts} collectives per rank; its source had {:?}", c.source.collectives_per_rank);
+    }
+    let b = &c.budget;
+    let want_ppm = budget_ppm(c.method, b.significant_digits)?;
+    if b.max_relative_error_ppm != want_ppm {
+        crate::refuse!(
+            Code::BadStructure,
+            "budget.max_relative_error_ppm is {}; a {} artifact at {} significant digits has {want_ppm}",
+            b.max_relative_error_ppm,
+            c.method.name(),
+            b.significant_digits
+        );
+    }
+    Ok(shape)
+}
+
+/// The error budget the tool's policy gives a method at `digits` significant
+/// digits (ppm): `canary compile`'s histograms keep every value within
+/// 10^-digits, for 1 to 5 digits; every other method stores exact values.
+pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
+    match (m, digits) {
+        (Method::Compiled, 1..=5) => Ok(10u64.pow(6 - digits as u32)),
+        (Method::Compiled, d) => {
+            crate::refuse!(crate::core::refusal::Code::BadStructure, "a compiled artifact at {d} significant digits: `canary compile` makes 1 to 5")
+        }
+        (_, 0) => Ok(0),
+        (m, d) => crate::refuse!(crate::core::refusal::Code::BadStructure, "a {} artifact at {d} significant digits: it stores exact values (0)", m.name()),
+    }
+}
+
 /// Read an artifact and check its format and its own digest.
 pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
     use crate::core::refusal::Code;
@@ -385,5 +585,7 @@ pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
     if serde_json::to_vec_pretty(&c)? != bytes {
         crate::refuse!(Code::DigestMismatch, "its content matches its digest, but its bytes are not the ones `canary` wrote: the file was edited");
     }
+    // a digest only says the bytes are the writer's: what they say must hold too
+    check_consistency(&c)?;
     Ok(c)
 }

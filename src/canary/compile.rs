@@ -218,6 +218,10 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     if !(1..=5).contains(&opts.significant_digits) {
         crate::refuse!(Code::OutOfRange, "--significant-digits {}: expected 1 to 5", opts.significant_digits);
     }
+    if let (true, Some(k)) = (opts.lossless, opts.iterations) {
+        // lossless keeps the source's full count: an iteration count would be silently ignored
+        crate::refuse!(Code::BadArgument, "--lossless --iterations {k}: a lossless canary replays the source's full count; drop one of the two");
+    }
     let n = t.ranks.first().map_or(0, |r| r.collectives.len());
     if n == 0 {
         crate::refuse!(Code::BadInput, "{}: the trace has no collective to compile", opts.source_path);
@@ -443,6 +447,17 @@ pub(crate) fn expanded_len(body: &[Node], main_loop: Option<&[u32]>, iterations:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lossless_with_an_iteration_count_is_refused_not_ignored() {
+        let t = crate::canary::synth::synth(60, 2, 1).unwrap();
+        let bytes = serde_json::to_vec(&t).unwrap();
+        for k in [1u64, 2, 1000] {
+            let e = compile(&t, &bytes, &CompileOptions { lossless: true, iterations: Some(k), ..Default::default() }).unwrap_err();
+            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadArgument), "{e:#}");
+        }
+        compile(&t, &bytes, &CompileOptions { lossless: true, ..Default::default() }).unwrap();
+    }
 
     #[test]
     fn the_median_rule_needs_about_a_dozen_iterations() {

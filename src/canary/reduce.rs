@@ -31,7 +31,9 @@ pub(crate) struct ReduceOutcome {
     pub decision: String,
 }
 
-/// The measured cost model: per configuration, per identity key, the median latency (µs).
+/// The measured cost model: per configuration, per identity key, the median
+/// latency (µs); and the pairs the campaign decided, the only order there is
+/// to preserve.
 pub(crate) struct Oracle {
     /// Configuration names.
     pub configs: Vec<String>,
@@ -41,43 +43,45 @@ pub(crate) struct Oracle {
     pub keys: Vec<String>,
     /// Ties: relative differences at or below this are equal.
     pub min_effect_pct: f64,
+    /// The pairs the source's replays decided: (faster, slower) configuration indices.
+    pub decided: Vec<(usize, usize)>,
 }
 
 impl Oracle {
-    /// The decision of a subset: configurations in order of predicted cost, with ties.
-    pub fn decision(&self, subset: &[usize]) -> Vec<Vec<usize>> {
+    /// The decision of a subset: of each pair the campaign decided, whether
+    /// the subset's predicted costs order it the same way (by more than the
+    /// minimum effect). Pairs the campaign did not decide have no order to keep.
+    pub fn decision(&self, subset: &[usize]) -> Vec<bool> {
         let totals: Vec<f64> = self.cost_us.iter().map(|m| subset.iter().map(|&p| m.get(&self.keys[p]).copied().unwrap_or(0.0)).sum()).collect();
-        let mut order: Vec<usize> = (0..self.configs.len()).collect();
-        order.sort_by(|&a, &b| totals[a].total_cmp(&totals[b]).then(a.cmp(&b)));
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for c in order {
-            match groups.last_mut() {
-                Some(g) if totals[g[0]] > 0.0 && (totals[c] / totals[g[0]] - 1.0) * 100.0 <= self.min_effect_pct => g.push(c),
-                _ => groups.push(vec![c]),
-            }
-        }
-        for g in &mut groups {
-            g.sort_unstable();
-        }
-        groups
+        self.decided.iter().map(|&(fast, slow)| totals[fast] > 0.0 && (totals[slow] / totals[fast] - 1.0) * 100.0 > self.min_effect_pct).collect()
     }
-    /// The decision in words.
-    pub fn words(&self, d: &[Vec<usize>]) -> String {
-        d.iter().map(|g| g.iter().map(|&c| self.configs[c].as_str()).collect::<Vec<_>>().join(" = ")).collect::<Vec<_>>().join(" < ")
+    /// Whether a subset keeps every decided pair.
+    pub fn preserves(&self, subset: &[usize]) -> bool {
+        !subset.is_empty() && self.decision(subset).iter().all(|k| *k)
+    }
+    /// The decided pairs in words.
+    pub fn words(&self) -> String {
+        self.decided.iter().map(|&(f, s)| format!("{} < {}", self.configs[f], self.configs[s])).collect::<Vec<_>>().join(", ")
     }
 }
 
 /// ddmin over `n` positions against `oracle`, at most `budget` oracle calls.
 pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutcome> {
+    if oracle.decided.is_empty() {
+        crate::refuse!(
+            crate::core::refusal::Code::NoDecision,
+            "the campaign decided no pair of configurations ({}), so there is no decision to preserve: run more rounds, or configurations that differ",
+            oracle.configs.join(", ")
+        );
+    }
     let all: Vec<usize> = (0..n).collect();
-    let target = oracle.decision(&all);
     let mut calls = 0u32;
     let mut test = |s: &[usize]| -> Option<bool> {
         if calls >= budget {
             return None;
         }
         calls += 1;
-        Some(!s.is_empty() && oracle.decision(s) == target)
+        Some(oracle.preserves(s))
     };
     let mut cur = all;
     let mut parts = 2usize;
@@ -123,8 +127,8 @@ pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutc
         }
         parts = (parts * 2).min(cur.len());
     }
-    let passes = oracle.decision(&cur) == target;
-    Ok(ReduceOutcome { kept: cur, oracle_calls: calls, budget_exhausted: exhausted, passes_oracle: passes, decision: oracle.words(&target) })
+    let passes = oracle.preserves(&cur);
+    Ok(ReduceOutcome { kept: cur, oracle_calls: calls, budget_exhausted: exhausted, passes_oracle: passes, decision: oracle.words() })
 }
 
 #[cfg(test)]
@@ -135,7 +139,13 @@ mod tests {
         // config b is faster only on the 1 MiB identity; everything else ties
         let keys: Vec<String> = (0..100).map(|i| if i == 37 { "big".into() } else { "small".into() }).collect();
         let mk = |small: f64, big: f64| BTreeMap::from([("small".to_string(), small), ("big".to_string(), big)]);
-        let o = Oracle { configs: vec!["a".into(), "b".into()], cost_us: vec![mk(10.0, 1000.0), mk(10.0, 500.0)], keys, min_effect_pct: 2.0 };
+        let o = Oracle {
+            configs: vec!["a".into(), "b".into()],
+            cost_us: vec![mk(10.0, 1000.0), mk(10.0, 500.0)],
+            keys,
+            min_effect_pct: 2.0,
+            decided: vec![(1, 0)],
+        };
         let r = ddmin(100, &o, 200).unwrap();
         assert_eq!(r.kept, vec![37]);
         assert!(r.passes_oracle && !r.budget_exhausted);
@@ -143,5 +153,30 @@ mod tests {
         // a budget too small stops early and says so
         let r = ddmin(100, &o, 3).unwrap();
         assert!(r.budget_exhausted && r.oracle_calls == 3);
+    }
+
+    /// Costs that differ (or tie, or are identical) with no pair decided by
+    /// the campaign: refused, whatever the cost model would order; with
+    /// three configurations and one decided pair only that pair is kept.
+    #[test]
+    fn only_decided_pairs_are_preserved_and_none_is_refused() {
+        let keys: Vec<String> = (0..50).map(|i| format!("k{}", i % 5)).collect();
+        let flat = |v: f64| (0..5).map(|i| (format!("k{i}"), v)).collect::<BTreeMap<_, _>>();
+        for costs in [vec![flat(10.0), flat(10.0)], vec![flat(10.0), flat(12.0)], vec![flat(10.0), flat(10.0), flat(30.0)]] {
+            let configs: Vec<String> = (0..costs.len()).map(|i| format!("c{i}")).collect();
+            let o = Oracle { configs, cost_us: costs, keys: keys.clone(), min_effect_pct: 2.0, decided: Vec::new() };
+            let e = ddmin(50, &o, 200).unwrap_err();
+            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::NoDecision), "{e:#}");
+        }
+        let o = Oracle {
+            configs: vec!["c0".into(), "c1".into(), "c2".into()],
+            cost_us: vec![flat(10.0), flat(10.0), flat(30.0)],
+            keys,
+            min_effect_pct: 2.0,
+            decided: vec![(0, 2)],
+        };
+        let r = ddmin(50, &o, 200).unwrap();
+        assert_eq!(r.decision, "c0 < c2", "the undecided c0 vs c1 is not claimed");
+        assert!(r.passes_oracle);
     }
 }

@@ -13,9 +13,16 @@
 //! `canary-verify.json` (format version 1, schema `canary-verify`).
 //!
 //! Refuses before anything runs: an artifact whose digest does not hold
-//! (`DIGEST_MISMATCH`, naming it), a source file other than the one the
-//! artifact was compiled from (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its
-//! shape says it is another trace), an output directory that exists.
+//! (`DIGEST_MISMATCH`, naming it), or whose content contradicts itself
+//! (`BAD_STRUCTURE`, `OVER_LIMIT`: [`artifact::check_consistency`]), a source
+//! file other than the one the artifact was compiled from
+//! (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its shape says it is another
+//! trace), an output directory that exists, and a canary (or a further
+//! compiled artifact) that a check needing no measurement (coverage, mix,
+//! structure, values) already fails (`STATIC_CHECK`, unless
+//! `--replay-failed` asks for the replay anyway): every such check runs
+//! before the campaign, every printed size is recomputed from the
+//! expansion replayed.
 use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
@@ -57,6 +64,9 @@ pub struct VerifyOptions {
     pub head_sample: Option<usize>,
     /// Output directory (must not exist).
     pub out: PathBuf,
+    /// Replay a canary (or a further compiled artifact) even when a check
+    /// that needs no measurement already fails it.
+    pub replay_failed: bool,
 }
 
 /// The controls as judged.
@@ -207,14 +217,29 @@ pub fn verify(
             Err(e) => writeln!(log, "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out")?,
         }
     }
-    // inputs and the campaign spec
-    let inputs = o.out.join("inputs");
-    std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
-    crate::core::fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
+    // every check that needs no measurement, before anything runs
+    let sfacts = facts(&t);
+    let mut statics: Vec<Vec<Check>> = Vec::new();
     for c in &cands {
-        crate::core::fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
-        c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
+        let mut checks: Vec<Check> = compare::static_checks(&sfacts, &facts(&c.trace));
+        checks.extend(structure_checks(&t, &c.artifact));
+        let failed: Vec<String> = checks.iter().filter(|k| !k.passed).map(|k| format!("{}: {} (tolerance {})", k.name, k.measured, k.tolerance)).collect();
+        // a baseline or a reduced artifact is a sample by design; a compiled one claims to be its source folded
+        if !failed.is_empty() && matches!(c.artifact.method, Method::Compiled | Method::Lossless) && !o.replay_failed {
+            crate::refuse!(
+                Code::StaticCheck,
+                "{} ({}) fails checks that need no replay, so no replay can verify it: {}; nothing was run (--replay-failed replays it anyway)",
+                c.variant,
+                if c.variant == "canary" { o.canary.display().to_string() } else { c.artifact.source.path.clone() },
+                failed.join("; ")
+            );
+        }
+        if !failed.is_empty() {
+            writeln!(log, "canary verify: {} fails {} static check(s) before any replay: {}", c.variant, failed.len(), failed.join("; "))?;
+        }
+        statics.push(checks);
     }
+    // the campaign spec (checked whole before anything is written), then the inputs
     let variants: Vec<String> = std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
@@ -292,6 +317,18 @@ pub fn verify(
         bare_known_bad = c.known_bad.iter().filter(|&k| matches!(k, KnownBad::Name(_))).map(|k| k.config().to_string()).collect();
         Controls { aa, known_bad: kb }
     });
+    // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
+    spec.validate(parse_rank).map_err(|e| match crate::core::refusal::code_of(&e) {
+        Some(_) => e,
+        None => crate::core::refusal::refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
+    })?;
+    let inputs = o.out.join("inputs");
+    std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
+    crate::core::fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
+    for c in &cands {
+        crate::core::fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
+        c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
+    }
     let spec_path = o.out.join("verify-spec.toml");
     let text = format!(
         "# canary verify: the source and each candidate under every configuration of {}, one campaign\n{}",
@@ -401,14 +438,11 @@ pub fn verify(
         })
         .collect();
     // judge every candidate
-    let sfacts = facts(&t);
     let evidence =
         format!("measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved", launcher_name(&spec), spec.repetitions);
     let mut verdicts = Vec::new();
-    for c in &cands {
-        let cf = facts(&c.trace);
-        let mut checks: Vec<Check> = compare::static_checks(&sfacts, &cf);
-        checks.extend(structure_checks(&t, &c.artifact));
+    let src_events: u64 = t.ranks.iter().map(|r| r.collectives.len() as u64).sum();
+    for (c, mut checks) in cands.iter().zip(statics) {
         let jobs = measures.get(&c.variant).cloned().unwrap_or_default();
         let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs, controls: &control_configs };
         let (replay, unjudged) = compare::replay_checks(&p);
@@ -416,7 +450,8 @@ pub fn verify(
         let (ranking, cost) = match compare::ranking_check(&p, policy, &evidence) {
             Ok((chk, agreement, cost)) => {
                 checks.push(chk);
-                (Some(agreement), Some(cost))
+                // no decision on the source: no cost of reaching it
+                (Some(agreement), cost)
             }
             Err(e) => {
                 checks.push(Check {
@@ -465,6 +500,8 @@ pub fn verify(
             Some(t) => super::truth::judge(t, &config_names, &jobs, policy)?,
             None => None,
         };
+        let stored = a.slots.len() as u64 * c.trace.ranks.len() as u64;
+        let replayed: u64 = c.trace.ranks.iter().map(|r| r.collectives.len() as u64).sum();
         verdicts.push(CandidateVerdict {
             truth: truth_judged,
             variant: c.variant.clone(),
@@ -475,8 +512,9 @@ pub fn verify(
             unjudged,
             ranking,
             cost,
-            events: (a.sizes.artifact_events, a.sizes.events_source_per_artifact()),
-            replayed: (a.sizes.replayed_events, a.sizes.replayed_source_per_artifact()),
+            // recomputed: what the artifact stores and what its expansion replays, against the source read
+            events: (stored, src_events as f64 / stored.max(1) as f64),
+            replayed: (replayed, src_events as f64 / replayed.max(1) as f64),
             bytes: (c.artifact_bytes, src_bytes_n / c.artifact_bytes.max(1) as f64),
         });
     }
@@ -484,7 +522,9 @@ pub fn verify(
     let baselines: Vec<&CandidateVerdict> =
         verdicts.iter().filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline())).collect();
     let failed_checks = |v: &CandidateVerdict| v.checks.iter().filter(|c| !c.passed).count();
-    let canary_beats_baselines = (!baselines.is_empty()).then(|| {
+    // beating the baselines means deciding what the source decided: with no decision, there is no comparison
+    let source_decided = verdicts.first().is_some_and(|v| v.cost.is_some());
+    let canary_beats_baselines = (!baselines.is_empty() && source_decided).then(|| {
         let cv = &verdicts[0];
         baselines.iter().all(|b| canary_state > Some(b.state) || (canary_state == Some(b.state) && failed_checks(cv) < failed_checks(b)))
     });
@@ -530,10 +570,21 @@ fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
 /// identity sequence on every rank; `values.budget`: every stored value is
 /// within the declared budget of the source's values at its positions.
 pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
-    let seq = walk_at_source_counts(c);
+    // the length at the stored counts first, from the body itself: nothing longer than the source is walked
+    let mut why = match artifact::check_consistency(c) {
+        Err(e) => Some(format!("the artifact contradicts itself: {e:#}")),
+        Ok(shape) => t
+            .ranks
+            .iter()
+            .find(|r| r.collectives.len() as u64 != shape.at_counts)
+            .map(|r| format!("the body at its counts has {} collectives, rank {} of the source {}", shape.at_counts, r.rank, r.collectives.len())),
+    };
+    let seq = if why.is_none() { walk_at_source_counts(c) } else { Vec::new() };
     let tm = compile::timings(t);
-    let mut why = None;
     for (ri, r) in t.ranks.iter().enumerate() {
+        if why.is_some() {
+            break;
+        }
         if seq.len() != r.collectives.len() {
             why = Some(format!("the body at its counts has {} collectives, rank {} of the source {}", seq.len(), r.rank, r.collectives.len()));
             break;
@@ -557,7 +608,20 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
     if why.is_some() {
         return out;
     }
-    let budget = c.budget.max_relative_error();
+    // the tolerance is the tool's policy for this kind of artifact, never the budget it declares
+    let budget = match artifact::budget_ppm(c.method, c.budget.significant_digits) {
+        Ok(ppm) => ppm as f64 / 1e6,
+        Err(e) => {
+            out.push(Check {
+                name: "values.budget".into(),
+                guards: Assurance::SourceVerified,
+                passed: false,
+                measured: format!("{e:#}"),
+                tolerance: "the tool's budget for the artifact's method".into(),
+            });
+            return out;
+        }
+    };
     let mut positions: Vec<Vec<usize>> = vec![Vec::new(); c.slots.len()];
     for (p, s) in seq.iter().enumerate() {
         positions[*s as usize].push(p);
@@ -605,7 +669,12 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
         } else {
             format!("largest relative error of a stored quantile: {:.3}% ({})", worst.0 * 100.0, worst.1)
         },
-        tolerance: format!("within the declared budget ({:.3}%)", budget * 100.0),
+        tolerance: format!(
+            "within the tool's budget for a {} artifact at {} significant digits ({:.3}%)",
+            c.method.name(),
+            c.budget.significant_digits,
+            budget * 100.0
+        ),
     });
     out
 }
@@ -717,6 +786,9 @@ pub fn render(r: &VerifyReport) -> String {
             v.bytes.1,
             if v.bytes.1 < 1.0 { ": the artifact is LARGER than its source" } else { "" }
         );
+        if v.cost.is_none() && v.ranking.is_some() {
+            let _ = writeln!(s, "  decision cost: none: the source decided no pair of configurations, so there is no decision to preserve");
+        }
         if let Some(c) = &v.cost {
             let _ = writeln!(
                 s,
@@ -746,6 +818,9 @@ pub fn render(r: &VerifyReport) -> String {
     if let Some(b) = r.canary_beats_baselines {
         let _ = writeln!(s);
         let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
+    } else if r.candidates.iter().skip(1).any(|c| matches!(c.method.as_str(), "random" | "frequency" | "cluster" | "stratified-gap" | "head")) {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "canary and baselines: no comparison (the source decided no pair of configurations)");
     }
     let _ = writeln!(s, "never granted: {}", r.never_granted);
     s
@@ -787,5 +862,22 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
     let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
     let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml"), &|_| anyhow::bail!("unused")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
-    Ok(crate::canary::reduce::Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct })
+    // the order to preserve is what the source's replays decided, pair by pair, and nothing else
+    let ranking =
+        r.candidates.first().and_then(|c| c.ranking.as_ref()).ok_or_else(|| {
+            crate::core::refusal::refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display()))
+        })?;
+    let idx = |n: &str| r.configs.iter().position(|c| c == n);
+    let mut decided = Vec::new();
+    for p in &ranking.comparison.relations {
+        let (Some(a), Some(b)) = (idx(&p.a), idx(&p.b)) else {
+            crate::refuse!(Code::BadFormat, "{}: its ranking names a configuration it does not list ({} vs {})", rp.display(), p.a, p.b);
+        };
+        match p.truth {
+            crate::analysis::ranking::Relation::AFaster => decided.push((a, b)),
+            crate::analysis::ranking::Relation::BFaster => decided.push((b, a)),
+            crate::analysis::ranking::Relation::NotDistinguished => {}
+        }
+    }
+    Ok(crate::canary::reduce::Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct, decided })
 }

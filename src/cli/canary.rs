@@ -82,6 +82,9 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Replay a canary even when a check that needs no replay (coverage, mix, structure, values) already fails it.
+    #[arg(long)]
+    pub replay_failed: bool,
 }
 
 /// `canary reduce`.
@@ -190,23 +193,25 @@ fn read_trace(p: &Path) -> Result<(crate::evidence::commtrace::CommTrace, Vec<u8
     Ok((t, bytes))
 }
 
-fn summary(c: &artifact::Canary) -> String {
-    let s = &c.sizes;
-    format!(
+fn summary(c: &artifact::Canary) -> Result<String> {
+    // every size and ratio from the body itself; the source's count from its binding (checked against the trace where one is read)
+    let shape = artifact::check_consistency(c)?;
+    let src = c.source.collectives_per_rank.iter().sum::<u64>() as f64;
+    Ok(format!(
         "{} ({}): {} slots x {} ranks = {} events stored (source/artifact {:.1}x); replays {} of the main loop's {} iterations: {} collectives per pass (source/canary {:.1}x); {} approximations; digest {}",
         c.label,
         c.method.name(),
         c.slots.len(),
         c.source.world_size,
-        s.artifact_events,
-        s.events_source_per_artifact(),
+        shape.artifact_events(),
+        src / shape.artifact_events().max(1) as f64,
         c.replay.iterations,
         c.replay.source_iterations,
-        s.replayed_events,
-        s.replayed_source_per_artifact(),
+        shape.replayed_events(),
+        src / shape.replayed_events().max(1) as f64,
         c.approximations.len(),
         c.digest
-    )
+    ))
 }
 
 fn bytes_line(src: u64, art: u64) -> String {
@@ -231,7 +236,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             let took = started.elapsed();
             c.write(&a.out)?;
             let art = std::fs::metadata(&a.out).map(|m| m.len()).unwrap_or(0);
-            writeln!(out, "{}", summary(&c))?;
+            writeln!(out, "{}", summary(&c)?)?;
             writeln!(out, "{}", bytes_line(bytes.len() as u64, art))?;
             writeln!(out, "iterations: {}", c.replay.rule)?;
             for ap in &c.approximations {
@@ -241,7 +246,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
         }
         CanaryCommand::Inspect(a) => {
             let (c, _) = artifact::read(&a.artifact)?;
-            writeln!(out, "{}", summary(&c))?;
+            writeln!(out, "{}", summary(&c)?)?;
             writeln!(out, "source: {} ({}; SHA-256 {}, canonical {})", c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256)?;
             if c.is_reduced() {
                 writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
@@ -260,6 +265,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 baselines: a.baselines,
                 head_sample: a.head_sample,
                 out: a.out,
+                replay_failed: a.replay_failed,
             };
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
@@ -296,11 +302,13 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             let (t, bytes) = read_trace(&a.trace)?;
             let (r, transforms) = redact::redact(&t, &redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: a.drop_names })?;
             let rbytes = serde_json::to_vec_pretty(&r)?;
+            // every check before anything is written: a refused redaction leaves nothing
             let audit_path = PathBuf::from(format!("{}.audit.json", a.out.display()));
-            if audit_path.exists() {
-                crate::refuse!(Code::AlreadyExists, "{} exists", audit_path.display());
+            for p in [&a.out, &audit_path] {
+                if p.symlink_metadata().is_ok() {
+                    crate::refuse!(Code::AlreadyExists, "{} exists", p.display());
+                }
             }
-            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
             let mut audit = redact::AuditLog {
                 format_version: 1,
                 input_sha256: crate::core::fsutil::sha256_hex(&bytes),
@@ -310,14 +318,17 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             };
             if let Some(spec) = &a.configs {
                 // the redacted trace, compiled losslessly and bound to the original: does the ranking survive?
+                // The verification holds the unredacted source (its inputs, the artifact's binding): it is
+                // made in a private temporary directory, never beside the redacted output, and removed.
+                let private = tempfile::Builder::new().prefix("commcanary-redact-verify-").tempdir().context("a private directory for the re-verification")?;
                 let opts = compile::CompileOptions { lossless: true, source_path: a.trace.display().to_string(), ..Default::default() };
                 let mut c = compile::compile(&r, &rbytes, &opts)?;
                 c.source = compile::bind_source(&t, &bytes, &a.trace.display().to_string())?;
                 c.label = "redacted (lossless)".into();
                 let c = c.seal()?;
-                let art = PathBuf::from(format!("{}.canary.json", a.out.display()));
+                let art = private.path().join("redacted.canary.json");
                 c.write(&art)?;
-                let vdir = PathBuf::from(format!("{}.verify", a.out.display()));
+                let vdir = private.path().join("verify");
                 let o = verify::VerifyOptions {
                     source: a.trace.clone(),
                     canary: art,
@@ -330,15 +341,25 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                     baselines: false,
                     head_sample: None,
                     out: vdir.clone(),
+                    replay_failed: false,
                 };
                 let v = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut std::io::stderr())?;
                 let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
                 audit.decision_survives = Some(match rk {
-                    Some(c) => format!("{}: {} ({})", if c.passed { "yes" } else { "NO" }, c.measured, vdir.display()),
+                    Some(c) => format!(
+                        "{}: {} (re-verified in a private temporary directory, removed: it held the unredacted source)",
+                        if c.passed { "yes" } else { "NO" },
+                        c.measured
+                    ),
                     None => "not re-verified".into(),
                 });
             }
-            crate::core::fsutil::write_json_new(&audit_path, &audit)?;
+            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
+            if let Err(e) = crate::core::fsutil::write_json_new(&audit_path, &audit) {
+                // the output without its audit log is not a redaction
+                let _ = std::fs::remove_file(&a.out);
+                return Err(e);
+            }
             for tr in &audit.transforms {
                 writeln!(out, "{}: {} ({} values)", tr.field, tr.action, tr.count)?;
             }

@@ -108,13 +108,32 @@ fn proc_status_field(field: &str) -> Option<String> {
     s.lines().find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':'))).map(|v| v.trim().to_string())
 }
 
-/// Test hook (harmless unless its variable is set): the value of a
-/// `COMMCANARY_TEST_*` variable that stands in for a recorded fact, so the
-/// tests can make one job record another host or CPU and check that
-/// `campaign verify` refuses it. The variable is itself recorded with the
-/// rest of the identity (prefix `COMMCANARY_`), so such a shard says so.
+/// The variables that stand in for a recorded hardware fact in test builds.
+pub const FACT_HOOKS: [&str; 2] = ["COMMCANARY_TEST_HOST", "COMMCANARY_TEST_CPU_MODEL"];
+
+/// Whether this build honours the test hooks of [`FACT_HOOKS`]: only a build
+/// with debug assertions (what `cargo test` runs); a release build records
+/// the real host and CPU whatever the environment says, and its
+/// `campaign verify` refuses a record that used a hook ([`hook_used`]).
+pub const FACT_HOOKS_HONOURED: bool = cfg!(debug_assertions);
+
+/// Test hook (harmless unless its variable is set, and ignored by release
+/// builds): the value of a `COMMCANARY_TEST_*` variable that stands in for a
+/// recorded fact, so the tests can make one job record another host or CPU
+/// and check that `campaign verify` refuses it. The variable is itself
+/// recorded with the rest of the identity (prefix `COMMCANARY_`), so such a
+/// shard says so.
 fn test_override(var: &str) -> Option<String> {
+    if !FACT_HOOKS_HONOURED {
+        return None;
+    }
     std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// The first fact hook a rank's recorded environment set (name and value):
+/// its host or CPU model may be the hook's, not the hardware's.
+pub fn hook_used(id: &EnvIdentity) -> Option<(&str, &str)> {
+    id.env.iter().find(|(k, v)| FACT_HOOKS.contains(&k.as_str()) && !v.is_empty()).map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
 /// The host name a rank records: [`hostname`], or `COMMCANARY_TEST_HOST`

@@ -122,6 +122,10 @@ refusal_codes! {
     HardwareContract => "HARDWARE_CONTRACT",
     /// Generated (`synth-shards`) shards where measurements are required: verify, analyze, summarize, canary verify.
     Synthetic => "SYNTHETIC",
+    /// `canary verify`: a canary that a check needing no measurement (coverage, mix, structure, values) already fails, refused before any replay.
+    StaticCheck => "STATIC_CHECK",
+    /// `canary reduce`: the campaign it reads decided no pair of configurations, so there is no order to preserve.
+    NoDecision => "NO_DECISION",
 }
 
 /// A refusal: code plus what was refused and why.

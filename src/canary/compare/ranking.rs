@@ -23,7 +23,7 @@ pub(crate) fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> Phase
 }
 
 /// The ranking check and the decision cost.
-pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, DecisionCost)> {
+pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, Option<DecisionCost>)> {
     let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
     let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
     let m = policy.min_effect_pct;
@@ -106,7 +106,10 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
             2.0 * m
         ),
     };
-    // decision cost
+    // decision cost: none where the source decided nothing (there is no decision to reach)
+    if source_decided == 0 {
+        return Ok((check, agreement, None));
+    }
     let target: Vec<Relation> = src_rep.pairs.iter().map(|x| x.relation).collect();
     let sr = agreement::rounds_to_decide(&si, policy, &target)?;
     let cr = agreement::rounds_to_decide(&ci, policy, &target)?;
@@ -130,7 +133,7 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
         source_per_candidate: ss.zip(cs).filter(|(_, c)| *c > 0.0).map(|(s, c)| s / c),
         per_job_s: (mean(p.source), mean(p.candidate)),
     };
-    Ok((check, agreement, cost))
+    Ok((check, agreement, Some(cost)))
 }
 
 #[cfg(test)]
@@ -170,7 +173,7 @@ mod tests {
         let cand = quiet(2.54);
         let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
         assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
-        assert!(cost.candidate_rounds.is_some(), "the candidate reaches the source's decided pairs: {cost:?}");
+        assert!(cost.unwrap().candidate_rounds.is_some(), "the candidate reaches the source's decided pairs");
         // a tight source that cannot separate a from b, and a candidate that puts a 20% ahead
         let tight_a = [700.0, 702.0, 698.0, 701.0, 699.0, 700.5];
         let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
@@ -184,10 +187,27 @@ mod tests {
         let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
         let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
         assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
-        assert_eq!(cost.candidate_rounds, None, "the candidate never decides every pair the source decides: {cost:?}");
+        assert_eq!(cost.unwrap().candidate_rounds, None, "the candidate never decides every pair the source decides");
         // but one that decides none of the source's pairs alike fails
         let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
         let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] }, &policy(), "test").unwrap();
         assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
+    }
+
+    /// A source that decides no pair (identical configurations, two or
+    /// three of them, quiet or noisy) has no decision and no decision cost,
+    /// whatever the candidate decides.
+    #[test]
+    fn no_decision_on_the_source_has_no_cost() {
+        let noisy = [617.0, 600.0, 664.0, 1049.0, 1069.0, 641.0];
+        let quiet = [700.0, 702.0, 698.0, 701.0, 699.0, 700.5];
+        for (n, base) in [(2usize, &noisy), (3, &noisy), (2, &quiet), (3, &quiet)] {
+            let configs: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+            let src: Vec<Vec<JobMeasure>> = (0..n).map(|_| pass_jobs(base)).collect();
+            let cand: Vec<Vec<JobMeasure>> = (0..n).map(|i| pass_jobs(&[2.0 + i as f64; 6])).collect();
+            let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+            assert!(!chk.passed && chk.measured.contains("no decision to preserve"), "{chk:?}");
+            assert!(cost.is_none(), "{n} configurations: no decision, no cost: {cost:?}");
+        }
     }
 }

@@ -32,23 +32,67 @@ use super::{
     TraceDtype, TraceGroup, UnknownField,
 };
 use crate::core::collective::Buffers;
+use crate::core::refusal::{refuse, Code};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
 use std::path::Path;
 
-/// An execution-trace file: its schema and its nodes, counted as they are read.
+/// The most bytes one node may span in the file. A node is decoded whole
+/// only when import uses it (a communication record, the process-group
+/// node, a top-level operator's name), one at a time, so this bounds the
+/// memory of that decode; the process-group description of a 4096-rank
+/// run with thousands of groups is a few MiB.
+pub const MAX_NODE_BYTES: usize = 64 << 20;
+
+/// An execution-trace file: its schema and what import keeps of its nodes.
 struct EtFile {
     schema: Option<String>,
     time: Option<String>,
-    nodes: Vec<Node>,
+    nodes: Vec<Slim>,
 }
 
-/// Decodes an execution-trace file, counting `nodes` as they are read ([`super::CountedSeq`]).
+/// What import keeps of one node whatever the node holds (32 bytes): its
+/// id, its parent, what kind of node it is, and where its text lies in the
+/// file, to decode it again when import uses it. The memory of an import is
+/// thus bounded by the node count ([`Limits::max_nodes`]), not by what the
+/// nodes say about themselves.
+#[derive(Clone, Copy)]
+struct Slim {
+    id: u64,
+    parent: u64,
+    off: u64,
+    len: u32,
+    kind: u8,
+}
+
+const HAS_PARENT: u8 = 1;
+const COMM: u8 = 2;
+const PG: u8 = 4;
+const THREAD: u8 = 8;
+const MARKER: u8 = 16;
+
+impl Slim {
+    fn parent(&self) -> Option<u64> {
+        (self.kind & HAS_PARENT != 0).then_some(self.parent)
+    }
+}
+
+/// Why the decode stopped at a node, when it was a limit.
+#[derive(Default)]
+struct Over {
+    nodes: std::cell::Cell<bool>,
+    node_bytes: std::cell::Cell<Option<usize>>,
+}
+
+/// Decodes an execution-trace file, counting `nodes` as they are read.
 struct FileSeed<'a> {
+    base: usize,
+    len: usize,
     max_nodes: usize,
-    over: &'a std::cell::Cell<bool>,
+    over: &'a Over,
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for FileSeed<'_> {
@@ -65,14 +109,11 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<EtFile, A::Error> {
         let (mut schema, mut nodes, mut time) = (None, None, None);
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
                 "schema" => schema = map.next_value()?,
                 "time" => time = map.next_value::<Option<Value>>()?.and_then(|v| v.as_str().map(str::to_string)),
-                "nodes" => {
-                    let seed = super::CountedSeq::<Node> { max: self.max_nodes, over: self.over, keep: |_| true };
-                    nodes = Some(map.next_value_seed(seed)?.into_iter().map(|(_, n)| n).collect());
-                }
+                "nodes" => nodes = Some(map.next_value_seed(NodesSeed { base: self.base, len: self.len, max: self.max_nodes, over: self.over })?),
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -83,28 +124,103 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
     }
 }
 
+/// The `nodes` list: each node is counted as the parser reaches it and the
+/// list is refused at the first one past the limit, before it is kept; of
+/// each node only its [`Slim`] is kept.
+struct NodesSeed<'a> {
+    base: usize,
+    len: usize,
+    max: usize,
+    over: &'a Over,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for NodesSeed<'_> {
+    type Value = Vec<Slim>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NodesSeed<'_> {
+    type Value = Vec<Slim>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a list of at most {} nodes", self.max)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        // room for as many nodes as the text can hold (the smallest node,
+        // `{"id":0,"name":""},`, is 19 bytes), at most the limit: kept once, never regrown
+        let mut out = Vec::with_capacity(self.max.min(self.len / 19 + 1));
+        loop {
+            if out.len() == self.max {
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    self.over.nodes.set(true);
+                    return Err(A::Error::custom(format!("more than {} nodes, over the limit", self.max)));
+                }
+                return Ok(out);
+            }
+            let Some(raw) = seq.next_element::<&'de RawValue>()? else { return Ok(out) };
+            let text = raw.get();
+            if text.len() > MAX_NODE_BYTES {
+                self.over.node_bytes.set(Some(text.len()));
+                return Err(A::Error::custom("a node over the size limit"));
+            }
+            let head: Head = serde_json::from_str(text).map_err(|e| A::Error::custom(format!("node {}: {e}", out.len())))?;
+            let name = head.name.as_ref();
+            let mut kind = if head.ctrl_deps.is_some() { HAS_PARENT } else { 0 };
+            if name == "record_param_comms" {
+                kind |= COMM;
+            }
+            if name.contains(PG_INIT) {
+                kind |= PG;
+            }
+            if name == THREAD_NODE {
+                kind |= THREAD;
+            }
+            if name.starts_with("## ") {
+                kind |= MARKER;
+            }
+            let off = (text.as_ptr() as usize).wrapping_sub(self.base) as u64;
+            out.push(Slim { id: head.id, parent: head.ctrl_deps.unwrap_or(0), off, len: text.len() as u32, kind });
+        }
+    }
+}
+
+/// What the first pass reads of a node.
 #[derive(Deserialize)]
-struct Node {
+struct Head<'a> {
     id: u64,
-    name: String,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(default)]
     ctrl_deps: Option<u64>,
-    #[serde(default)]
-    inputs: Option<Inputs>,
-    #[serde(default)]
-    attrs: Vec<Attr>,
+}
+
+/// A node decoded whole (only the ones import uses, one at a time); values
+/// stay as their text until read.
+#[derive(Deserialize)]
+struct Node<'a> {
+    id: u64,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, borrow)]
+    inputs: Option<Inputs<'a>>,
+    #[serde(default, borrow)]
+    attrs: Vec<Attr<'a>>,
 }
 
 #[derive(Deserialize)]
-struct Inputs {
-    #[serde(default)]
-    values: Vec<Value>,
+struct Inputs<'a> {
+    #[serde(default, borrow)]
+    values: Vec<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct Attr {
-    name: String,
-    value: Value,
+struct Attr<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    value: &'a RawValue,
 }
 
 const THREAD_NODE: &str = "[pytorch|profiler|execution_trace|thread]";
@@ -133,41 +249,58 @@ pub(crate) fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
     parse(&json, &path.display().to_string(), sha256, limits).with_context(|| path.display().to_string())
 }
 
-fn attr<'a>(n: &'a Node, key: &str) -> Option<&'a Value> {
-    n.attrs.iter().find(|a| a.name == key).map(|a| &a.value)
+fn attr(n: &Node, key: &str) -> Result<Option<Value>> {
+    match n.attrs.iter().find(|a| a.name == key) {
+        Some(a) => Ok(Some(serde_json::from_str(a.value.get()).with_context(|| format!("node {} attr {key:?} is not JSON", n.id))?)),
+        None => Ok(None),
+    }
 }
 
-fn need<'a>(n: &'a Node, key: &str) -> Result<&'a Value> {
-    attr(n, key).with_context(|| format!("node {} ({}) has no {key:?} attr", n.id, n.name))
+fn need(n: &Node, key: &str) -> Result<Value> {
+    attr(n, key)?.with_context(|| format!("node {} ({}) has no {key:?} attr", n.id, n.name))
+}
+
+/// Decode the node `s` whole from the file's text.
+fn whole<'a>(json: &'a [u8], s: &Slim) -> Result<Node<'a>> {
+    let text = usize::try_from(s.off).ok().and_then(|o| json.get(o..o.checked_add(s.len as usize)?)).context("internal: node outside the file")?;
+    serde_json::from_slice(text).with_context(|| format!("node {}: not an execution-trace node", s.id))
 }
 
 /// Parse one rank's execution-trace JSON (the decoder the fuzz target drives).
 pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Result<RankRecord> {
     use serde::de::DeserializeSeed;
-    let over = std::cell::Cell::new(false);
+    let over = Over::default();
     let mut de = serde_json::Deserializer::from_slice(json);
-    let file = FileSeed { max_nodes: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
-    if over.get() {
-        return Err(crate::core::refusal::refuse(
-            crate::core::refusal::Code::OverLimit,
-            format!("more than {} nodes, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+    let seed = FileSeed { base: json.as_ptr() as usize, len: json.len(), max_nodes: limits.max_nodes, over: &over };
+    let file = seed.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    if over.nodes.get() {
+        return Err(refuse(
+            Code::OverLimit,
+            format!("more than {} nodes, over the limit (refused at the first one past it, before it was kept)", limits.max_nodes),
         ));
     }
+    if let Some(n) = over.node_bytes.get() {
+        return Err(refuse(Code::OverLimit, format!("a node of {n} bytes, over the limit of {MAX_NODE_BYTES} bytes for one node")));
+    }
     let file = file.context("not a PyTorch execution trace: expected an object with nodes")?;
-    let mut nodes: Vec<&Node> = file.nodes.iter().collect();
-    nodes.sort_by_key(|n| n.id);
+    let mut nodes = file.nodes;
+    nodes.sort_unstable_by_key(|n| n.id);
     if let Some(w) = nodes.windows(2).find(|w| w[0].id == w[1].id) {
         bail!("node id {} appears twice", w[0].id);
     }
+    let index_of = |id: u64| nodes.binary_search_by_key(&id, |n| n.id).ok();
     // Process groups.
     let init = nodes
         .iter()
-        .find(|n| n.name.contains(PG_INIT))
+        .find(|n| n.kind & PG != 0)
         .context("no `## process_group:init ##` node: the trace describes no process group (record it after init_process_group)")?;
-    let desc_text = init
-        .inputs
+    let init = whole(json, init)?;
+    let desc_value: Option<Value> = match init.inputs.as_ref().and_then(|i| i.values.first()) {
+        Some(v) => serde_json::from_str(v.get()).ok(),
+        None => None,
+    };
+    let desc_text = desc_value
         .as_ref()
-        .and_then(|i| i.values.first())
         .and_then(|v| v.as_str())
         .with_context(|| format!("node {} ({}): first input is not the process-group JSON string", init.id, init.name))?;
     if desc_text.len() as u64 > limits.max_json_bytes {
@@ -198,41 +331,44 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         };
         groups.push(TraceGroup { name, desc, members });
     }
+    drop(pgs);
     let world = groups.iter().flat_map(|g| g.members.iter().map(|&m| m + 1).chain([g.members.len() as u32])).max().unwrap_or(0);
     if world == 0 || world > limits.max_ranks {
         bail!("the process groups give a world of {world} ranks, outside 1..={}", limits.max_ranks);
     }
 
-    // Which nodes contain a communication record (they are not compute).
-    let parent: BTreeMap<u64, u64> = nodes.iter().filter_map(|n| n.ctrl_deps.map(|p| (n.id, p))).collect();
-    let threads: BTreeSet<u64> = nodes.iter().filter(|n| n.name == THREAD_NODE).map(|n| n.id).collect();
-    let mut holds_comm: BTreeSet<u64> = BTreeSet::new();
-    for n in nodes.iter().filter(|n| n.name == "record_param_comms") {
-        let mut at = n.id;
-        // Bounded walk up the parent chain (a cycle in a damaged file stops at the node count).
+    // Which nodes contain a communication record (they are not compute): one
+    // flag per node, by its place in id order.
+    let mut holds_comm = vec![false; nodes.len()];
+    for i in (0..nodes.len()).filter(|&i| nodes[i].kind & COMM != 0) {
+        let mut at = i;
+        // Bounded walk up the parent chain (a cycle in a damaged file stops at a node already marked).
         for _ in 0..nodes.len() {
-            if !holds_comm.insert(at) {
+            if std::mem::replace(&mut holds_comm[at], true) {
                 break;
             }
-            match parent.get(&at) {
-                Some(&p) if p != at => at = p,
-                _ => break,
+            match nodes[at].parent().filter(|&p| p != nodes[at].id).and_then(index_of) {
+                Some(p) => at = p,
+                None => break,
             }
         }
     }
+    let is_thread = |id: u64| index_of(id).is_some_and(|i| nodes[i].kind & THREAD != 0);
 
     let mut collectives: Vec<TraceCollective> = Vec::new();
     let mut pending: Vec<ComputeOp> = Vec::new();
     let mut own: Option<(u32, u64)> = None;
-    for n in &nodes {
-        if n.name == "record_param_comms" {
+    for (i, s) in nodes.iter().enumerate() {
+        if s.kind & COMM != 0 {
+            let n = whole(json, s)?;
             let ctx = || format!("node {} (record_param_comms)", n.id);
-            let cname = str_of(need(n, "collective_name")?, "collective_name", limits.max_name_bytes)?;
+            let cname_v = need(&n, "collective_name")?;
+            let cname = str_of(&cname_v, "collective_name", limits.max_name_bytes)?;
             let Some(kind) = classify_name(cname).with_context(ctx)? else { continue };
             if collectives.len() >= limits.max_collectives {
-                bail!("more than {} collectives in one file", limits.max_collectives);
+                return Err(refuse(Code::OverLimit, format!("{label}: more than {} collectives in one file", limits.max_collectives)));
             }
-            let (mut c, local) = collective(n, kind, cname, &groups).with_context(ctx)?;
+            let (mut c, local) = collective(&n, kind, cname, &groups).with_context(ctx)?;
             if !kind.is_p2p() && !kind.is_rooted() && kind != CollectiveKind::Barrier {
                 let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
                 let me = global_rank(g, local, "recorded rank").with_context(ctx)?;
@@ -244,13 +380,15 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             }
             c.compute_before = std::mem::take(&mut pending);
             collectives.push(c);
-        } else if n.ctrl_deps.is_some_and(|p| threads.contains(&p)) && !holds_comm.contains(&n.id) && !n.name.starts_with("## ") {
+        } else if s.parent().is_some_and(is_thread) && !holds_comm[i] && s.kind & MARKER == 0 {
+            let n = whole(json, s)?;
             if n.name.len() > limits.max_name_bytes {
                 bail!("node {}: name over the {}-byte limit", n.id, limits.max_name_bytes);
             }
-            pending.push(ComputeOp { name: n.name.clone(), stream: None, device_start_ns: None, duration_ns: None });
+            pending.push(ComputeOp { name: n.name.into_owned(), stream: None, device_start_ns: None, duration_ns: None });
         }
     }
+    drop(nodes);
     let rank = match own {
         Some((r, _)) => r,
         None => rank_from_file_name(label)
@@ -314,33 +452,35 @@ fn rank_from_file_name(label: &str) -> Option<u32> {
 }
 
 /// Index of the group-local rank among a record's inputs.
-fn rank_input(values: &[Value]) -> Result<&Value> {
+fn rank_input(values: &[&RawValue]) -> Result<Value> {
     // (seq, is_p2p) pair, or a bare int seq: no leading tensor list.
-    let is_seq = |v: &Value| v.is_i64() || v.as_array().is_some_and(|a| a.len() == 2 && a[0].is_i64() && a[1].is_boolean());
+    let is_seq = |v: &RawValue| serde_json::from_str::<i64>(v.get()).is_ok() || serde_json::from_str::<(i64, bool)>(v.get()).is_ok();
     let base = match values.first() {
         Some(v) if is_seq(v) => 0,
         Some(_) => 1,
         None => bail!("no inputs"),
     };
-    values.get(base + 2).context("inputs end before the recorded rank")
+    let v = values.get(base + 2).context("inputs end before the recorded rank")?;
+    serde_json::from_str(v.get()).context("the recorded rank is not JSON")
 }
 
 fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]) -> Result<(TraceCollective, i64)> {
-    let gname = str_of(need(n, "pg_name")?, "pg_name", 1 << 16)?;
+    let gname_v = need(n, "pg_name")?;
+    let gname = str_of(&gname_v, "pg_name", 1 << 16)?;
     let group = groups.iter().find(|g| g.name == gname).with_context(|| {
         let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         format!("{cname} uses process group {gname:?}, which the process_group:init node never describes (described: {described:?})")
     })?;
     let size = group.members.len();
-    if let Some(v) = attr(n, "pg_size") {
-        let s = u64_of(v, "pg_size")?;
+    if let Some(v) = attr(n, "pg_size")? {
+        let s = u64_of(&v, "pg_size")?;
         if s != size as u64 {
             bail!("{cname} on group {gname:?} records pg_size {s}, but the group is described with {size} members");
         }
     }
     // Strided membership, where recorded, must be the described one (stride -1: not strided).
-    if let (Some(start), Some(stride)) = (attr(n, "global_rank_start"), attr(n, "global_rank_stride")) {
-        let (start, stride) = (i64_of(start, "global_rank_start")?, i64_of(stride, "global_rank_stride")?);
+    if let (Some(start), Some(stride)) = (attr(n, "global_rank_start")?, attr(n, "global_rank_stride")?) {
+        let (start, stride) = (i64_of(&start, "global_rank_start")?, i64_of(&stride, "global_rank_stride")?);
         if stride >= 0 {
             let strided: Vec<i64> = (0..size as i64).map(|i| start + i * stride).collect();
             let described: Vec<i64> = group.members.iter().map(|&m| m as i64).collect();
@@ -349,24 +489,24 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
             }
         }
     }
-    let dtype = TraceDtype::from_pytorch(str_of(need(n, "dtype")?, "dtype", 64)?)?;
-    let in_elems = u64_of(need(n, "in_msg_nelems")?, "in_msg_nelems")?;
-    let out_elems = u64_of(need(n, "out_msg_nelems")?, "out_msg_nelems")?;
+    let dtype = TraceDtype::from_pytorch(str_of(&need(n, "dtype")?, "dtype", 64)?)?;
+    let in_elems = u64_of(&need(n, "in_msg_nelems")?, "in_msg_nelems")?;
+    let out_elems = u64_of(&need(n, "out_msg_nelems")?, "out_msg_nelems")?;
     let split = |key: &str| -> Result<Option<Vec<u64>>> {
-        match attr(n, key) {
-            Some(v) if kind.row().buffers == Buffers::Splits => super::json::splits(super::json::int_list_in_string(v, key, size)?, key),
+        match attr(n, key)? {
+            Some(v) if kind.row().buffers == Buffers::Splits => super::json::splits(super::json::int_list_in_string(&v, key, size)?, key),
             _ => Ok(None),
         }
     };
     let (in_split, out_split) = (split("in_split_size")?, split("out_split_size")?);
     let values = n.inputs.as_ref().map(|i| i.values.as_slice()).unwrap_or(&[]);
-    let local = i64_of(rank_input(values)?, "recorded rank")?;
+    let local = i64_of(&rank_input(values)?, "recorded rank")?;
     let (root, peer) = match (kind.is_rooted(), kind.is_p2p()) {
         (true, _) => (Some(global_rank(group, local, "root")?), None),
         (_, true) => (None, Some(global_rank(group, local, "peer")?)),
         _ => (None, None),
     };
-    let stream = attr(n, "stream").map(|v| u64_of(v, "stream")).transpose()?;
+    let stream = attr(n, "stream")?.map(|v| u64_of(&v, "stream")).transpose()?;
     Ok((TraceCollective { stream, ..TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer)) }, local))
 }
 

@@ -349,7 +349,7 @@ mod counted_tests {
 
     #[test]
     fn et_nodes_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
-        let limits = Limits { max_events: 100, ..Limits::default() };
+        let limits = Limits { max_nodes: 100, ..Limits::default() };
         let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 101, ",[[[ not json"), "e", String::new(), &limits).unwrap_err();
         assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
         assert!(format!("{e:#}").contains("more than 100 nodes"), "{e:#}");

@@ -16,8 +16,14 @@ pub struct Limits {
     pub max_file_bytes: u64,
     /// Bytes of JSON after decompression.
     pub max_json_bytes: u64,
-    /// Events (Kineto) or nodes (ET) in one file.
+    /// Events in one Kineto file.
     pub max_events: usize,
+    /// Nodes in one execution-trace file. Counted in a first pass over the
+    /// file before any node is kept; import then keeps 32 bytes per node
+    /// (its id, parent, kind and where it lies in the file), so the memory of
+    /// an import is the decompressed JSON plus 32 bytes per node, plus what
+    /// it produces (collectives, and one compute operator per top-level node).
+    pub max_nodes: usize,
     /// Collectives on one rank.
     pub max_collectives: usize,
     /// World size, and members of one group.
@@ -34,6 +40,7 @@ impl Default for Limits {
             max_file_bytes: 2 << 30,
             max_json_bytes: 2 << 30,
             max_events: 50_000_000,
+            max_nodes: 10_000_000,
             max_collectives: 10_000_000,
             max_ranks: 1 << 20,
             max_groups: 100_000,
@@ -48,6 +55,13 @@ pub(crate) fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, Stri
     // a FIFO or device is refused, and the read stops at the limit whatever the size said
     let raw = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
     let sha = crate::core::fsutil::sha256_hex(&raw);
+    // plain JSON is used as read, never copied: a file near the limit is in memory once
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        if raw.len() as u64 > limits.max_json_bytes {
+            bail!("{}: {} bytes of JSON, over the {}-byte limit", path.display(), raw.len(), limits.max_json_bytes);
+        }
+        return Ok((raw, sha));
+    }
     let json = decompress(&raw, limits).with_context(|| path.display().to_string())?;
     Ok((json, sha))
 }

@@ -2,13 +2,15 @@
 //! [`Key`] ([`key_of`]); a [`Cursor`] walks either decoded events through
 //! their sorted index or the shard file itself, re-read one event at a time
 //! through a 32 KiB buffer. The re-read file must be the one the first pass
-//! verified, or it is refused (`refused[STALE]`): its stamp (device, inode,
-//! size, modification and status-change times: `core::limits::FileStamp`)
-//! must be the first pass's when it is opened and again after its last
-//! byte, as `make` and git take an unchanged stamp for unchanged bytes.
-//! Where the stamp proves nothing (times within a few seconds of the first
-//! read: git's "racy" case), every byte is hashed again and the digest must
-//! be the verified one. Use [`Cursor::head`] for the next event and
+//! verified, or it is refused (`refused[STALE]`): every byte it reads is
+//! hashed again and the digest must be the verified one. A stamp (device,
+//! inode, size, modification and status-change times:
+//! `core::limits::FileStamp`) proves no more: bytes written through a
+//! shared mapping that was already dirty change no time at all (mmap(2),
+//! msync(2)), so a file whose stamp held was joined with bytes the first
+//! pass never hashed. The stamp is still compared when the file is opened
+//! and after its last byte (where it is not racy), to refuse early a file
+//! replaced or rewritten. Use [`Cursor::head`] for the next event and
 //! [`Cursor::advance`] past it.
 use crate::core::refusal::Code;
 use crate::evidence::shard::{CollectiveEvent, CollectiveKind};
@@ -81,7 +83,7 @@ pub(super) struct Verified {
     pub digest: String,
     /// Its stamp when it was read.
     pub stamp: crate::core::limits::FileStamp,
-    /// Whether that stamp proves nothing, so the bytes are hashed again.
+    /// Whether that stamp proves nothing (it is then not compared).
     pub racy: bool,
 }
 
@@ -98,7 +100,7 @@ pub(super) struct StreamReader {
     lo: usize,
     hi: usize,
     eof: bool,
-    /// Every byte hashed, where the stamp proves nothing.
+    /// Every byte read, hashed (until the end is checked).
     hasher: Option<sha2::Sha256>,
     remaining: u64,
     verified: Verified,
@@ -114,7 +116,8 @@ const STREAM_BUF: usize = 32 << 10;
 impl StreamReader {
     pub(super) fn open(path: &Path, rank: u32, version: u32, events_at: usize, events: u64, verified: Verified) -> Result<Self> {
         let file = std::fs::File::open(path).with_context(|| format!("reopening {}", path.display()))?;
-        let hasher = verified.racy.then(sha2::Sha256::default);
+        // whatever is decoded here is hashed: only the verified bytes can be joined
+        let hasher = Some(sha2::Sha256::default());
         let mut r = StreamReader {
             name: path.display().to_string(),
             rank,
@@ -175,7 +178,7 @@ impl StreamReader {
     /// Refuse the file unless its stamp is the verified one (a racy stamp
     /// is left to the digest).
     fn check_stamp(&self) -> Result<()> {
-        if self.hasher.is_some() {
+        if self.verified.racy {
             return Ok(());
         }
         let now = crate::core::limits::FileStamp::of(&self.file).with_context(|| format!("reading {}", self.name))?;
@@ -204,14 +207,11 @@ impl StreamReader {
             while self.fill()? {
                 self.lo = self.hi;
             }
-            match self.hasher.take() {
-                Some(h) => {
-                    if hex::encode(h.finalize()) != self.verified.digest {
-                        return Err(self.changed());
-                    }
-                }
-                None => self.check_stamp()?,
+            let h = self.hasher.take().context("internal: the shard was checked twice")?;
+            if hex::encode(h.finalize()) != self.verified.digest {
+                return Err(self.changed());
             }
+            self.check_stamp()?;
             self.buf = Vec::new();
             return Ok(());
         }
@@ -298,8 +298,10 @@ mod tests {
         let f = std::fs::File::open(&p).unwrap();
         let stamp = FileStamp::of(&f).unwrap();
         assert!(!stamp.racy(crate::core::limits::wall_now_ns() + 2 * crate::core::limits::RACY_WINDOW_NS));
-        let v = Verified { digest: "not hashed again".into(), stamp, racy: false };
+        let v = Verified { digest: crate::core::fsutil::sha256_hex(b"the verified bytes"), stamp, racy: false };
         reread(&p, v.clone()).unwrap();
+        // the stamp alone proves nothing: another digest with the same stamp is refused
+        stale(reread(&p, Verified { digest: crate::core::fsutil::sha256_hex(b"other bytes"), ..v.clone() }));
         // rewritten in place after a clock tick: another status-change time
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(&p, b"the modified bytes").unwrap();
@@ -311,5 +313,40 @@ mod tests {
         std::fs::write(&q, b"the verified bytes").unwrap();
         std::fs::rename(&q, &p).unwrap();
         stale(reread(&p, v));
+    }
+
+    /// Bytes changed through a shared mapping whose page is already dirty
+    /// change no time: the stamp holds, and only the re-hash refuses them.
+    /// Variants: the changed byte at the start, middle and end of a page, and
+    /// on the second page of the file.
+    #[test]
+    fn bytes_changed_through_a_dirty_shared_mapping_are_refused_though_the_stamp_holds() {
+        let page = 4096usize;
+        for at in [0usize, 1000, page - 1, page + 17] {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("rank-00000.shard");
+            let bytes: Vec<u8> = (0..2 * page).map(|i| (i * 7 % 251) as u8).collect();
+            std::fs::write(&p, &bytes).unwrap();
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+            // SAFETY: a fresh shared read-write mapping of the whole file
+            // (2 pages, its length), unmapped below before the file is dropped.
+            let m = unsafe {
+                libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&f), 0)
+            };
+            assert_ne!(m, libc::MAP_FAILED);
+            let m = m.cast::<u8>();
+            // SAFETY: `at` and `at - at % page` lie within the 2-page mapping.
+            unsafe { *m.add(at - at % page) = bytes[at - at % page] };
+            // the page is now writable and dirty; the bytes are the verified ones
+            let v = Verified { digest: crate::core::fsutil::sha256_hex(&bytes), stamp: FileStamp::of(&f).unwrap(), racy: false };
+            reread(&p, v.clone()).unwrap();
+            // SAFETY: as above.
+            unsafe { *m.add(at) ^= 1 };
+            assert_eq!(FileStamp::of(&f).unwrap(), v.stamp, "premise: a store into a dirty shared page changes no time");
+            let e = stale(reread(&p, v));
+            assert!(e.contains("rank-00000.shard"), "{e}");
+            // SAFETY: the mapping made above, of that length, used no more.
+            assert_eq!(unsafe { libc::munmap(m.cast(), 2 * page) }, 0);
+        }
     }
 }

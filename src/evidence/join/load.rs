@@ -124,8 +124,8 @@ struct Engine {
 /// only where its events are not recorded in key order, its decoded events.
 /// Pass 2 merges the ranks' events in key order, reading each shard file
 /// again through a 32 KiB buffer; each must be the file pass 1 verified
-/// ([`super::cursor`]: the same stamp, or the same digest where the stamp
-/// proves nothing).
+/// ([`super::cursor`]: every byte read again hashes to the digest pass 1
+/// verified, and a stamp that proves anything is unchanged).
 /// Memory: about `threads` decoded shards at once in pass 1, then per rank
 /// its header, tokens, buffer and next event, plus whatever `emit` keeps.
 pub fn join_dir_streaming(dir: &Path, threads: usize, emit: &mut dyn FnMut(JoinedCollective) -> Result<()>) -> Result<StreamedRun> {
