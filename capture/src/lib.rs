@@ -1,0 +1,116 @@
+//! `commcanary-capture`: the LD_PRELOAD library of `commcanary capture`.
+//!
+//! Consumes an MPI application's calls, unchanged: it defines the MPI
+//! functions (C `MPI_Allreduce`, Fortran `mpi_allreduce_` and its spellings,
+//! and Open MPI's `ompi_allreduce_f` that `use mpi_f08` reaches), records
+//! each call and forwards it to the library's profiling entry point
+//! (`PMPI_*` for C; for Fortran the library's own Fortran routine, which
+//! calls `PMPI_*`, so a Fortran call is recorded once). Produces, when
+//! `COMMCANARY_CAPTURE_DIR` names a folder, one file per rank
+//! (`rank-NNNNN.mpicap`, [`format`]) streamed in digested blocks, with a
+//! trailer at `MPI_Finalize`; without it the library only forwards.
+//! Refuses (prints, and records nothing) a rank file that already exists:
+//! a capture never overwrites one.
+// The entry points have MPI's signatures and contracts (the MPI standard is their safety doc).
+#![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+pub mod format;
+mod fortran;
+mod mpi_c;
+mod state;
+
+use mpi_sys as ffi;
+use std::os::raw::c_int;
+
+/// The environment variable naming the capture folder.
+pub const DIR_ENV: &str = "COMMCANARY_CAPTURE_DIR";
+
+/// After `PMPI_Init*` returned: agree on a run id (rank 0's, broadcast on a
+/// private duplicate of the world) and open this rank's file.
+pub(crate) fn start() {
+    let Some(dir) = std::env::var_os(DIR_ENV) else { return };
+    let Ok(g) = state::STATE.lock() else { return };
+    if g.is_some() {
+        return;
+    }
+    drop(g);
+    let (mut rank, mut size): (c_int, c_int) = (0, 0);
+    let mut private = ffi::MPI_Comm(std::ptr::null_mut());
+    // SAFETY: MPI is initialized (called after PMPI_Init returned); outputs are valid locals.
+    unsafe {
+        ffi::PMPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank);
+        ffi::PMPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size);
+        ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut private);
+    }
+    let realtime_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let host = hostname();
+    let mut id = [0u8; 64];
+    let own = format!("{realtime_ns:x}-{}-{}", std::process::id(), host);
+    let n = own.len().min(64);
+    id[..n].copy_from_slice(&own.as_bytes()[..n]);
+    // SAFETY: every rank passes a 64-byte buffer; the private communicator was made above.
+    unsafe {
+        ffi::PMPI_Bcast(id.as_mut_ptr().cast(), 64, ffi::RSMPI_UINT8_T, 0, private);
+        ffi::PMPI_Comm_free(&mut private);
+    }
+    let run_id = String::from_utf8_lossy(&id).trim_end_matches('\0').to_string();
+    let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
+        .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        .unwrap_or_default();
+    let header = serde_json::json!({
+        "format_version": format::FORMAT_VERSION,
+        "tool": concat!("commcanary-capture ", env!("CARGO_PKG_VERSION")),
+        "run_id": run_id,
+        "world_rank": rank,
+        "world_size": size,
+        "host": host,
+        "pid": std::process::id(),
+        "argv": argv,
+        "clock": "CLOCK_MONOTONIC",
+        "init_monotonic_ns": state::now_ns(),
+        "init_realtime_ns": realtime_ns,
+        "block_bytes": format::BLOCK_BYTES,
+        "calls": format::CALLS,
+    });
+    let path = std::path::Path::new(&dir).join(format!("rank-{rank:05}.mpicap"));
+    match state::Capture::create(&path, header.to_string().as_bytes()) {
+        Ok(c) => {
+            if let Ok(mut g) = state::STATE.lock() {
+                *g = Some(c);
+            }
+            // SAFETY: registering a plain extern "C" function with no arguments.
+            unsafe { libc::atexit(flush_at_exit) };
+        }
+        Err(e) => eprintln!("commcanary-capture: refused: cannot create {} ({e}); rank {rank} runs uncaptured", path.display()),
+    }
+}
+
+/// An exit without `MPI_Finalize` keeps what was recorded (no trailer: incomplete).
+extern "C" fn flush_at_exit() {
+    state::with(|c| c.flush_block());
+}
+
+/// Before `PMPI_Finalize`: the last block and the trailer.
+pub(crate) fn finish() {
+    if let Ok(mut g) = state::STATE.lock() {
+        if let Some(mut c) = g.take() {
+            c.finish();
+        }
+    }
+}
+
+/// Before `PMPI_Abort`: the abort record and the last block, no trailer.
+pub(crate) fn abort(code: c_int) {
+    state::with(|c| c.abort(code));
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into the local buffer.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return String::from("unknown");
+    }
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
