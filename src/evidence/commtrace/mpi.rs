@@ -1,0 +1,644 @@
+//! `import mpi`: an MPI application's calls as `commcanary capture` recorded them.
+//!
+//! Consumes a capture folder: one `rank-NNNNN.mpicap` per rank, written by
+//! the capture library (`capture/src/format.rs` is the writer and documents
+//! the layout; the numbers below are kept in step with it, and the header
+//! names every call kind, so kinds are mapped by name). Every block's
+//! SHA-256, the block sequence, the trailer's block and record counts and
+//! its digest over the blocks are recomputed, never taken from the file.
+//! Produces per rank the calls per kind ([`MpiCapture::calls_by_kind`]) and
+//! a [`CommTrace`] of the collectives the trace format can replay
+//! (all-reduce, reduce, broadcast, all-gather, reduce-scatter-block,
+//! all-to-all, barrier, blocking and nonblocking alike, at their post, with
+//! the time to their completion); every other call (point-to-point, the
+//! v-variants, gather, scatter, scans, waits) is counted per rank and kind in
+//! [`MpiSummary::left_out`], with the reason.
+//!
+//! Refuses with a code: no capture file at all (`NOT_MPI`: the program never
+//! initialized MPI), a rank missing (`MISSING_RANK`), two files for a rank
+//! (`DUPLICATE_RANK`), files of two runs (`FOREIGN_SHARD`), a rank without
+//! trailer (`INCOMPLETE_CAPTURE`, unless allowed: the trace is then marked
+//! incomplete), bad magic or layout (`BAD_FORMAT`), another format version
+//! (`UNSUPPORTED_VERSION`), a digest that does not match (`DIGEST_MISMATCH`).
+use super::{
+    number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
+    TraceSource, UnknownField,
+};
+use crate::core::refusal::Code;
+use crate::refuse;
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Capture file layout version this build reads.
+pub const CAPTURE_FORMAT_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"CCMPICAP";
+const BLOCK_MAGIC: &[u8; 8] = b"CCBLOCK\0";
+const TRAILER_MAGIC: &[u8; 8] = b"CCTRAIL\0";
+/// Largest header and block payload read (the writer uses 64 KiB blocks; a
+/// larger declared length is refused before it is read).
+const MAX_HEADER_BYTES: u32 = 1 << 20;
+const MAX_BLOCK_BYTES: u32 = 16 << 20;
+const REC_CALL: u8 = 1;
+const REC_DONE: u8 = 2;
+const REC_DTYPE: u8 = 3;
+const REC_OP: u8 = 4;
+const REC_COMM: u8 = 5;
+const REC_COMM_FREE: u8 = 6;
+const REC_ABORT: u8 = 7;
+const CALL_LEN: usize = 80;
+const NONE: i32 = i32::MIN;
+
+/// The header a rank's capture file starts with.
+#[derive(serde::Deserialize, Clone, Debug)]
+pub struct CaptureHeader {
+    /// Layout version.
+    pub format_version: u32,
+    /// Library name and version.
+    pub tool: String,
+    /// Shared by every rank of one run (rank 0's, broadcast at `MPI_Init`).
+    pub run_id: String,
+    /// World rank.
+    pub world_rank: u32,
+    /// World size.
+    pub world_size: u32,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Command line of the process.
+    pub argv: Vec<String>,
+    /// Clock of every time (`CLOCK_MONOTONIC`).
+    pub clock: String,
+    /// That clock at `MPI_Init`.
+    pub init_monotonic_ns: u64,
+    /// The wall clock at `MPI_Init`, ns since the Unix epoch.
+    pub init_realtime_ns: u64,
+    /// Call kind names, by number.
+    pub calls: Vec<String>,
+}
+
+/// One recorded call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallRecord {
+    /// Index into the header's `calls`.
+    pub kind: u16,
+    /// Bit 0: Fortran caller; bit 1: the library returned an error.
+    pub flags: u16,
+    /// Communicator id (0: none).
+    pub comm: u32,
+    /// Entry time, ns (`CLOCK_MONOTONIC`).
+    pub t_issue_ns: u64,
+    /// Return time, ns.
+    pub t_done_ns: u64,
+    /// Elements sent.
+    pub count_send: u64,
+    /// Elements received.
+    pub count_recv: u64,
+    /// Send datatype id.
+    pub dt_send: u16,
+    /// Receive datatype id.
+    pub dt_recv: u16,
+    /// Op id.
+    pub op: u16,
+    /// Root or peer (world rank, or MPI's negative value); `None` if the call has none.
+    pub peer: Option<i32>,
+    /// Tag.
+    pub tag: Option<i32>,
+    /// Request created, or waited on.
+    pub request: u64,
+    /// Return value.
+    pub ret: i32,
+    /// Array length (wait and test families).
+    pub n: u32,
+    /// Matched source (receive side).
+    pub peer2: Option<i32>,
+    /// Matched tag.
+    pub tag2: Option<i32>,
+}
+
+/// One request's completion.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DoneRecord {
+    /// Request id.
+    pub request: u64,
+    /// Time of the completing call's return.
+    pub t_ns: u64,
+    /// Source (world rank), where known.
+    pub source: Option<i32>,
+    /// Tag, where known.
+    pub tag: Option<i32>,
+}
+
+/// One rank's decoded capture.
+#[derive(Clone, Debug)]
+pub struct RankCapture {
+    /// The file.
+    pub file: SourceFile,
+    /// Its header.
+    pub header: CaptureHeader,
+    /// Calls in order.
+    pub calls: Vec<CallRecord>,
+    /// Completions, by request id.
+    pub done: BTreeMap<u64, DoneRecord>,
+    /// Datatypes: id → (size in bytes, name).
+    pub dtypes: BTreeMap<u16, (i32, String)>,
+    /// Ops: id → name.
+    pub ops: BTreeMap<u16, String>,
+    /// Communicators: id → (members as world ranks, ordinal among those with these members).
+    pub comms: BTreeMap<u32, (Vec<u32>, u32)>,
+    /// Why the capture is incomplete (no trailer, torn block, `MPI_Abort`), if it is.
+    pub incomplete: Option<String>,
+}
+
+/// A whole capture folder, checked.
+#[derive(Clone, Debug)]
+pub struct MpiCapture {
+    /// Ranks in rank order.
+    pub ranks: Vec<RankCapture>,
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default())
+}
+fn i32_at(b: &[u8], o: usize) -> i32 {
+    u32_at(b, o) as i32
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default())
+}
+fn opt(v: i32) -> Option<i32> {
+    (v != NONE).then_some(v)
+}
+
+/// Only the header of a capture file (checked against its digest).
+pub fn read_header(path: &Path) -> Result<CaptureHeader> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+    let mut head = [0u8; 16];
+    f.read_exact(&mut head).with_context(|| path.display().to_string())?;
+    if &head[..8] != MAGIC || u32_at(&head, 8) != CAPTURE_FORMAT_VERSION || u32_at(&head, 12) > MAX_HEADER_BYTES {
+        refuse!(Code::BadFormat, "{}: not a capture file of format {CAPTURE_FORMAT_VERSION}", path.display());
+    }
+    let mut rest = vec![0u8; u32_at(&head, 12) as usize + 32];
+    f.read_exact(&mut rest).with_context(|| path.display().to_string())?;
+    let (json, digest) = rest.split_at(rest.len() - 32);
+    if Sha256::digest(json).as_slice() != digest {
+        refuse!(Code::DigestMismatch, "{}: the header does not hash to its recorded SHA-256", path.display());
+    }
+    serde_json::from_slice(json).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: header: {e}", path.display())))
+}
+
+/// Decode and check one rank's file. A file that ends without its trailer,
+/// or inside a block, is returned marked incomplete (every whole block kept).
+pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
+    let bytes = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
+    let name = path.display().to_string();
+    if bytes.len() < 16 || &bytes[..8] != MAGIC {
+        refuse!(Code::BadFormat, "{name}: not a CommCanary MPI capture file (no CCMPICAP magic)");
+    }
+    let version = u32_at(&bytes, 8);
+    if version != CAPTURE_FORMAT_VERSION {
+        refuse!(Code::UnsupportedVersion, "{name}: capture format version {version} (this build reads {CAPTURE_FORMAT_VERSION})");
+    }
+    let hlen = u32_at(&bytes, 12);
+    if hlen > MAX_HEADER_BYTES {
+        refuse!(Code::OverLimit, "{name}: header of {hlen} bytes, over the {MAX_HEADER_BYTES}-byte limit");
+    }
+    let hend = 16 + hlen as usize;
+    if bytes.len() < hend + 32 {
+        refuse!(Code::Truncated, "{name}: truncated inside its header ({} bytes, header declares {hlen})", bytes.len());
+    }
+    let hjson = &bytes[16..hend];
+    if Sha256::digest(hjson).as_slice() != &bytes[hend..hend + 32] {
+        refuse!(Code::DigestMismatch, "{name}: the header does not hash to the SHA-256 recorded after it");
+    }
+    let header: CaptureHeader = serde_json::from_slice(hjson).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{name}: header: {e}")))?;
+    if header.world_size == 0 || header.world_size > limits.max_ranks || header.world_rank >= header.world_size {
+        refuse!(Code::BadStructure, "{name}: rank {} of a world of {} ranks", header.world_rank, header.world_size);
+    }
+    let mut r = RankCapture {
+        file: SourceFile { path: name.clone(), sha256: crate::core::fsutil::sha256_hex(&bytes), rank: header.world_rank },
+        header,
+        calls: Vec::new(),
+        done: BTreeMap::new(),
+        dtypes: BTreeMap::new(),
+        ops: BTreeMap::new(),
+        comms: BTreeMap::new(),
+        incomplete: None,
+    };
+    let mut pos = hend + 32;
+    let (mut blocks, mut records) = (0u64, 0u64);
+    let mut chain = Sha256::new();
+    loop {
+        if pos == bytes.len() {
+            r.incomplete.get_or_insert_with(|| format!("{name}: ends after {blocks} blocks without a trailer: the rank did not reach MPI_Finalize"));
+            break;
+        }
+        if bytes.len() - pos < 8 {
+            r.incomplete = Some(format!("{name}: torn after {blocks} blocks ({} stray bytes): the rank stopped while writing", bytes.len() - pos));
+            break;
+        }
+        let magic = &bytes[pos..pos + 8];
+        if magic == TRAILER_MAGIC {
+            if bytes.len() - pos != 56 {
+                if bytes.len() - pos < 56 {
+                    r.incomplete = Some(format!("{name}: torn trailer: the rank stopped while finishing"));
+                    break;
+                }
+                refuse!(Code::BadFormat, "{name}: {} bytes after the trailer", bytes.len() - pos - 56);
+            }
+            let (tb, tr) = (u64_at(&bytes, pos + 8), u64_at(&bytes, pos + 16));
+            if tb != blocks || tr != records || chain.clone().finalize().as_slice() != &bytes[pos + 24..pos + 56] {
+                refuse!(
+                    Code::DigestMismatch,
+                    "{name}: the trailer records {tb} blocks and {tr} records, the file holds {blocks} and {records}, or its digest over the blocks differs"
+                );
+            }
+            break;
+        }
+        if magic != BLOCK_MAGIC {
+            refuse!(Code::BadFormat, "{name}: byte {pos}: neither a block nor the trailer");
+        }
+        if bytes.len() - pos < 24 {
+            r.incomplete = Some(format!("{name}: torn block header after {blocks} blocks"));
+            break;
+        }
+        let (seq, nrec, plen) = (u64_at(&bytes, pos + 8), u32_at(&bytes, pos + 16), u32_at(&bytes, pos + 20));
+        if seq != blocks {
+            refuse!(Code::BadFormat, "{name}: block {seq} where block {blocks} belongs (a block lost or repeated)");
+        }
+        if plen > MAX_BLOCK_BYTES {
+            refuse!(Code::OverLimit, "{name}: block {seq} declares {plen} bytes, over the {MAX_BLOCK_BYTES}-byte limit");
+        }
+        let end = pos + 24 + plen as usize;
+        if bytes.len() < end + 32 {
+            r.incomplete = Some(format!("{name}: block {seq} torn (the rank stopped while writing it); {blocks} whole blocks kept"));
+            break;
+        }
+        let mut d = Sha256::new();
+        d.update(&bytes[pos + 8..pos + 24]);
+        d.update(&bytes[pos + 24..end]);
+        let digest = d.finalize();
+        if digest.as_slice() != &bytes[end..end + 32] {
+            refuse!(Code::DigestMismatch, "{name}: block {seq} does not hash to its recorded SHA-256");
+        }
+        chain.update(digest);
+        let got = decode_block(&mut r, &bytes[pos + 24..end], limits).with_context(|| format!("{name}: block {seq}"))?;
+        if got != nrec {
+            refuse!(Code::BadFormat, "{name}: block {seq} declares {nrec} records and holds {got}");
+        }
+        records += u64::from(nrec);
+        blocks += 1;
+        pos = end + 32;
+    }
+    Ok(r)
+}
+
+fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u32> {
+    let mut n = 0u32;
+    while !p.is_empty() {
+        if p.len() < 4 {
+            refuse!(Code::BadFormat, "a record header runs past the block");
+        }
+        let (ty, len) = (p[0], u16_at(p, 2) as usize);
+        if p.len() < 4 + len {
+            refuse!(Code::BadFormat, "a record of {len} bytes runs past the block");
+        }
+        let b = &p[4..4 + len];
+        match ty {
+            REC_CALL => {
+                if len != CALL_LEN {
+                    refuse!(Code::BadFormat, "a call record of {len} bytes (expected {CALL_LEN})");
+                }
+                if r.calls.len() >= limits.max_events {
+                    refuse!(Code::OverLimit, "more than {} calls on one rank", limits.max_events);
+                }
+                let kind = u16_at(b, 0);
+                if kind as usize >= r.header.calls.len() {
+                    refuse!(Code::BadFormat, "call kind {kind}, but the header names {} kinds", r.header.calls.len());
+                }
+                r.calls.push(CallRecord {
+                    kind,
+                    flags: u16_at(b, 2),
+                    comm: u32_at(b, 4),
+                    t_issue_ns: u64_at(b, 8),
+                    t_done_ns: u64_at(b, 16),
+                    count_send: u64_at(b, 24),
+                    count_recv: u64_at(b, 32),
+                    dt_send: u16_at(b, 40),
+                    dt_recv: u16_at(b, 42),
+                    op: u16_at(b, 44),
+                    peer: opt(i32_at(b, 48)),
+                    tag: opt(i32_at(b, 52)),
+                    request: u64_at(b, 56),
+                    ret: i32_at(b, 64),
+                    n: u32_at(b, 68),
+                    peer2: opt(i32_at(b, 72)),
+                    tag2: opt(i32_at(b, 76)),
+                });
+            }
+            REC_DONE if len == 32 => {
+                let flags = u32_at(b, 28);
+                let known = flags & 1 == 0;
+                let d = DoneRecord {
+                    request: u64_at(b, 0),
+                    t_ns: u64_at(b, 8),
+                    source: if known { opt(i32_at(b, 16)) } else { None },
+                    tag: if known { opt(i32_at(b, 20)) } else { None },
+                };
+                if d.request != 0 {
+                    r.done.insert(d.request, d);
+                }
+            }
+            REC_DTYPE if len >= 6 => {
+                r.dtypes.insert(u16_at(b, 0), (i32_at(b, 2), String::from_utf8_lossy(&b[6..]).into_owned()));
+            }
+            REC_OP if len >= 2 => {
+                r.ops.insert(u16_at(b, 0), String::from_utf8_lossy(&b[2..]).into_owned());
+            }
+            REC_COMM if len >= 9 && (len - 9) % 4 == 0 => {
+                let members: Vec<u32> = b[9..].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                if members.len() > limits.max_ranks as usize {
+                    refuse!(Code::OverLimit, "a communicator of {} members", members.len());
+                }
+                if r.comms.len() >= limits.max_groups {
+                    refuse!(Code::OverLimit, "more than {} communicators on one rank", limits.max_groups);
+                }
+                r.comms.insert(u32_at(b, 0), (members, u32_at(b, 5)));
+            }
+            REC_COMM_FREE if len == 12 => {}
+            REC_ABORT if len == 12 => {
+                r.incomplete = Some(format!("{}: the application called MPI_Abort (error code {})", r.file.path, i32_at(b, 0)));
+            }
+            REC_DONE..=REC_ABORT => refuse!(Code::BadFormat, "a record of type {ty} with {len} bytes"),
+            _ => refuse!(Code::BadFormat, "unknown record type {ty}"),
+        }
+        n += 1;
+        p = &p[4 + len..];
+    }
+    Ok(n)
+}
+
+/// Read every rank of a capture folder and check that they make one whole run.
+/// With `allow_incomplete`, ranks without a trailer are kept (and said so).
+pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<MpiCapture> {
+    let entries = std::fs::read_dir(dir).map_err(|e| crate::core::refusal::refuse(Code::NoSuchInput, format!("{}: {e}", dir.display())))?;
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for e in entries {
+        let p = e.with_context(|| dir.display().to_string())?.path();
+        if p.extension().is_some_and(|x| x == "mpicap") {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    if paths.is_empty() {
+        refuse!(
+            Code::NotMpi,
+            "{}: no rank wrote a capture file (rank-NNNNN.mpicap): the program never initialized MPI (not an MPI program?), or it did not run under `commcanary capture`",
+            dir.display()
+        );
+    }
+    let ranks = paths.iter().map(|p| read_rank(p, limits)).collect::<Result<Vec<_>>>()?;
+    let first = &ranks[0];
+    for r in &ranks[1..] {
+        if r.header.run_id != first.header.run_id || r.header.world_size != first.header.world_size {
+            refuse!(
+                Code::ForeignShard,
+                "{} and {} come from two runs: run {} of {} ranks and run {} of {} ranks; capture each run into its own folder",
+                r.file.path,
+                first.file.path,
+                r.header.run_id,
+                r.header.world_size,
+                first.header.run_id,
+                first.header.world_size
+            );
+        }
+    }
+    let world = first.header.world_size;
+    let mut by_rank: BTreeMap<u32, RankCapture> = BTreeMap::new();
+    for r in ranks {
+        let rank = r.header.world_rank;
+        if let Some(o) = by_rank.get(&rank) {
+            refuse!(Code::DuplicateRank, "{} and {} both hold rank {rank}", o.file.path, r.file.path);
+        }
+        by_rank.insert(rank, r);
+    }
+    if let Some(missing) = (0..world).find(|k| !by_rank.contains_key(k)) {
+        refuse!(
+            Code::MissingRank,
+            "{}: rank {missing} of the run's {world} has no capture file (expected rank-{missing:05}.mpicap; {} of {world} present)",
+            dir.display(),
+            by_rank.len()
+        );
+    }
+    let ranks: Vec<RankCapture> = by_rank.into_values().collect();
+    if !allow_incomplete {
+        if let Some(r) = ranks.iter().find(|r| r.incomplete.is_some()) {
+            refuse!(
+                Code::IncompleteCapture,
+                "{} (and {} ranks in all): the capture is incomplete; `import mpi --allow-incomplete` keeps what was recorded and marks the trace incomplete",
+                r.incomplete.as_deref().unwrap_or_default(),
+                ranks.iter().filter(|r| r.incomplete.is_some()).count()
+            );
+        }
+    }
+    Ok(MpiCapture { ranks })
+}
+
+impl RankCapture {
+    /// Calls per kind name (every call, as the application made it).
+    pub fn calls_by_kind(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for c in &self.calls {
+            *m.entry(self.header.calls[c.kind as usize].clone()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    fn kind_name(&self, c: &CallRecord) -> &str {
+        &self.header.calls[c.kind as usize]
+    }
+}
+
+/// What `import mpi` adds to a trace (format version 2): every call as
+/// captured, and what the trace leaves out.
+#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct MpiSummary {
+    /// Run id the ranks share.
+    pub run_id: String,
+    /// Per rank (in rank order): every call the application made, by MPI name without `MPI_`.
+    pub calls: Vec<BTreeMap<String, u64>>,
+    /// Per rank: calls the trace does not hold, by name.
+    pub left_out: Vec<BTreeMap<String, u64>>,
+    /// Why those kinds are left out.
+    pub left_out_reasons: BTreeMap<String, String>,
+    /// Why the capture is incomplete (per rank that is), where imported with `--allow-incomplete`.
+    pub incomplete: Vec<String>,
+}
+
+/// The trace's element type of an MPI datatype, by its name (`MPI_DOUBLE`,
+/// Fortran's `MPI_DOUBLE_PRECISION`) and checked against its size.
+fn trace_dtype(name: &str, size: i32) -> Option<TraceDtype> {
+    let d = match name {
+        "MPI_DOUBLE" | "MPI_DOUBLE_PRECISION" | "MPI_REAL8" => TraceDtype::F64,
+        "MPI_FLOAT" | "MPI_REAL" | "MPI_REAL4" => TraceDtype::F32,
+        "MPI_INT" | "MPI_INTEGER" | "MPI_INT32_T" | "MPI_INTEGER4" => TraceDtype::I32,
+        "MPI_LONG" | "MPI_LONG_LONG" | "MPI_LONG_LONG_INT" | "MPI_INT64_T" | "MPI_INTEGER8" => TraceDtype::I64,
+        "MPI_CHAR" | "MPI_SIGNED_CHAR" | "MPI_INT8_T" => TraceDtype::I8,
+        "MPI_BYTE" | "MPI_UNSIGNED_CHAR" | "MPI_UINT8_T" | "MPI_CHARACTER" | "MPI_PACKED" => TraceDtype::U8,
+        "MPI_C_BOOL" => TraceDtype::Bool,
+        _ => return None,
+    };
+    (i64::from(size) == d.size_bytes() as i64).then_some(d)
+}
+
+/// The trace's name of a communicator: the same on every member (its members
+/// and how many communicators with those members each member saw before).
+fn group_name(members: &[u32], ordinal: u32) -> String {
+    let mut h = Sha256::new();
+    for m in members {
+        h.update(m.to_le_bytes());
+    }
+    format!("mpi-{}-n{}-{ordinal}", &hex::encode(h.finalize())[..12], members.len())
+}
+
+/// Build the trace: the collectives it can hold, per rank in call order.
+pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
+    let world = cap.ranks[0].header.world_size;
+    let mut groups: BTreeMap<String, TraceGroup> = BTreeMap::new();
+    let mut ranks = Vec::new();
+    let mut summary = MpiSummary {
+        run_id: cap.ranks[0].header.run_id.clone(),
+        calls: Vec::new(),
+        left_out: Vec::new(),
+        left_out_reasons: BTreeMap::new(),
+        incomplete: cap.ranks.iter().filter_map(|r| r.incomplete.clone()).collect(),
+    };
+    for r in &cap.ranks {
+        let mut colls = Vec::new();
+        let mut left: BTreeMap<String, u64> = BTreeMap::new();
+        for c in &r.calls {
+            let name = r.kind_name(c).to_string();
+            match collective_of(r, c, &mut groups)? {
+                Ok(t) => colls.push(t),
+                Err(reason) => {
+                    *left.entry(name.clone()).or_insert(0) += 1;
+                    summary.left_out_reasons.entry(name).or_insert(reason);
+                }
+            }
+        }
+        number_sequences(&mut colls);
+        summary.calls.push(r.calls_by_kind());
+        summary.left_out.push(left);
+        ranks.push(RankTrace { rank: r.header.world_rank, collectives: colls, trailing_compute: Vec::new() });
+    }
+    let mut groups: Vec<TraceGroup> = groups.into_values().collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<String> = cap.ranks.iter().map(|r| r.file.path.clone()).collect();
+    super::check::check_ranks(world, &ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
+    super::check::check_groups(&groups, world)?;
+    super::check::check_consistency(&groups, &ranks, &names)?;
+    Ok(CommTrace {
+        format_version: super::COMM_TRACE_MPI_FORMAT_VERSION,
+        source: TraceSource {
+            kind: SourceKind::MpiCapture,
+            schema: Some(format!("mpicap {CAPTURE_FORMAT_VERSION} ({})", cap.ranks[0].header.tool)),
+            nccl_version: None,
+            files: cap.ranks.iter().map(|r| r.file.clone()).collect(),
+        },
+        world_size: world,
+        clock: TraceClock {
+            domain: ClockDomain::HostPerRank,
+            aligned_across_ranks: false,
+            note: "each rank's CLOCK_MONOTONIC in ns, as the capture library read it on entry to each call; not yet calibrated across ranks".into(),
+        },
+        unknown: vec![
+            UnknownField { field: "device".into(), reason: "an MPI capture records host calls only".into() },
+            UnknownField { field: "stream".into(), reason: "an MPI capture records host calls only".into() },
+            UnknownField {
+                field: "compute_before".into(),
+                reason: "the capture records no compute operations; the gap between calls is the host time between them".into(),
+            },
+        ],
+        groups,
+        ranks,
+        mpi: Some(summary),
+    })
+}
+
+/// The trace collective of one call, or why it has none.
+fn collective_of(r: &RankCapture, c: &CallRecord, groups: &mut BTreeMap<String, TraceGroup>) -> Result<std::result::Result<TraceCollective, String>> {
+    let name = r.kind_name(c);
+    // a nonblocking form (`Iallreduce`) is its blocking kind (`Allreduce`) posted early
+    let blocking = name.strip_prefix('I').and_then(|b| Some(format!("{}{}", b.get(..1)?.to_uppercase(), b.get(1..)?)));
+    let base = match &blocking {
+        Some(b) if r.header.calls.iter().any(|k| k == b) => b.as_str(),
+        _ => name,
+    };
+    let kind = match base {
+        "Allreduce" => CollectiveKind::AllReduce,
+        "Reduce" => CollectiveKind::Reduce,
+        "Bcast" => CollectiveKind::Broadcast,
+        "Allgather" => CollectiveKind::AllGather,
+        "Reduce_scatter_block" => CollectiveKind::ReduceScatter,
+        "Alltoall" => CollectiveKind::AllToAll,
+        "Barrier" => CollectiveKind::Barrier,
+        "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" | "Probe" | "Iprobe" => {
+            return Ok(Err("point-to-point: the trace format's send and receive are blocking and paired in order, which would deadlock a nonblocking exchange; kept in the capture".into()))
+        }
+        "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {
+            return Ok(Err("completion call: a nonblocking collective's completion time is its record's host duration".into()))
+        }
+        "Comm_split" | "Comm_split_type" | "Comm_dup" | "Comm_create" | "Comm_free" => {
+            return Ok(Err("communicator management: the trace holds the communicators as groups".into()))
+        }
+        _ => return Ok(Err(format!("MPI_{base} has no kind in the trace format yet"))),
+    };
+    if c.flags & 2 != 0 {
+        return Ok(Err("the library returned an error for this call".into()));
+    }
+    let Some((members, ordinal)) = r.comms.get(&c.comm) else {
+        return Ok(Err("on a communicator the capture never described".into()));
+    };
+    let gname = group_name(members, *ordinal);
+    groups.entry(gname.clone()).or_insert_with(|| TraceGroup {
+        name: gname.clone(),
+        desc: Some(format!("MPI communicator of {} ranks", members.len())),
+        members: members.clone(),
+    });
+    let dtype = if kind == CollectiveKind::Barrier {
+        TraceDtype::U8
+    } else {
+        if c.dt_send != c.dt_recv && c.count_send > 0 && c.count_recv > 0 {
+            return Ok(Err("different send and receive datatypes".into()));
+        }
+        let dt = if c.count_send > 0 { c.dt_send } else { c.dt_recv };
+        let Some((size, dname)) = r.dtypes.get(&dt) else { return Ok(Err("a datatype the capture never described".into())) };
+        match trace_dtype(dname, *size) {
+            Some(d) => d,
+            None => return Ok(Err(format!("datatype {dname:?} ({size} bytes) has no element type in the trace format"))),
+        }
+    };
+    if kind.row().reduces && r.ops.get(&c.op).map(String::as_str) != Some("sum") {
+        return Ok(Err(format!("reduction {:?}: the trace's reductions are sums", r.ops.get(&c.op).map(String::as_str).unwrap_or("unknown"))));
+    }
+    let root = if kind.is_rooted() {
+        match c.peer {
+            Some(p) if p >= 0 => Some(p as u32),
+            _ => return Ok(Err("a rooted call without a root rank".into())),
+        }
+    } else {
+        None
+    };
+    let (ins, outs) = if kind == CollectiveKind::Barrier { (0, 0) } else { (c.count_send, c.count_recv) };
+    let mut t = TraceCollective::new(kind, &format!("MPI_{name}"), &gname, dtype, (ins, outs), (None, None), (root, None));
+    t.host_start_ns = Some(c.t_issue_ns);
+    let end = if c.request != 0 { r.done.get(&c.request).map(|d| d.t_ns) } else { Some(c.t_done_ns) };
+    t.host_duration_ns = end.map(|e| e.saturating_sub(c.t_issue_ns));
+    Ok(Ok(t))
+}
