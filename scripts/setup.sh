@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Install what CommCanary needs on Debian/Ubuntu (as root, or with sudo) and build it.
 # Idempotent: installs only what is missing.
-# Usage: bash scripts/setup.sh [--no-build | --demo]
+# Usage: [COMMCANARY_SETUP_LAMMPS=1] bash scripts/setup.sh [--no-build | --demo]
 #   (default: cargo build --release; --demo: cargo build --profile demo, the
 #   README demo's binary target/demo/commcanary, see [profile.demo] in Cargo.toml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config)
+# gfortran: the MPI capture tests build a Fortran twin with mpifort (tests/mpi_capture.rs).
+pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config gfortran)
+# LAMMPS (about 150 MB with its examples) only on request: tests/mpi_capture.rs
+# captures its `melt` example where `lmp` is installed, and says SKIPPED otherwise.
+if [ "${COMMCANARY_SETUP_LAMMPS:-0}" = 1 ]; then pkgs+=(lammps lammps-examples); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -80,6 +80,7 @@ pub(crate) fn start() {
             }
             // SAFETY: registering a plain extern "C" function with no arguments.
             unsafe { libc::atexit(flush_at_exit) };
+            flush_on_termination();
         }
         Err(e) => eprintln!("commcanary-capture: refused: cannot create {} ({e}); rank {rank} runs uncaptured", path.display()),
     }
@@ -88,6 +89,43 @@ pub(crate) fn start() {
 /// An exit without `MPI_Finalize` keeps what was recorded (no trailer: incomplete).
 extern "C" fn flush_at_exit() {
     state::with(|c| c.flush_block());
+}
+
+/// A rank the launcher terminates (SIGTERM, SIGINT, SIGHUP, as `mpirun`
+/// does when another rank aborts) keeps its last block: for each of these
+/// signals whose disposition is still the default, a handler writes the
+/// block being filled (if no thread holds the capture at that instant),
+/// then restores the default and raises the signal again.
+fn flush_on_termination() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: sigaction with valid local structs; the handler is installed
+        // only where the application left the default disposition.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
+                continue;
+            }
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The handler of [`flush_on_termination`]: only a non-blocking lock, no allocation.
+extern "C" fn on_signal(sig: c_int) {
+    state::IN_SIGNAL.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(mut g) = state::STATE.try_lock() {
+        if let Some(c) = g.as_mut() {
+            c.flush_block();
+        }
+    }
+    // SAFETY: restoring the default disposition and re-raising are async-signal-safe.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
 }
 
 /// Before `PMPI_Finalize`: the last block and the trailer.

@@ -18,6 +18,9 @@ use std::sync::Mutex;
 /// The capture of this process, once `MPI_Init` has opened it.
 pub(crate) static STATE: Mutex<Option<Capture>> = Mutex::new(None);
 
+/// Set while a signal handler flushes: nothing may allocate or print then.
+pub(crate) static IN_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// CLOCK_MONOTONIC in ns.
 #[inline]
 pub(crate) fn now_ns() -> u64 {
@@ -114,7 +117,7 @@ impl Capture {
     }
 
     fn fail(&mut self, what: &str, e: std::io::Error) {
-        if !self.failed {
+        if !self.failed && !IN_SIGNAL.load(std::sync::atomic::Ordering::Relaxed) {
             eprintln!("commcanary-capture: {what}: {e}; this rank's capture stops here (its file keeps the blocks written)");
         }
         self.failed = true;
@@ -142,11 +145,12 @@ impl Capture {
         if self.failed || self.nrec == 0 {
             return;
         }
-        let mut head = Vec::with_capacity(24);
-        head.extend_from_slice(BLOCK_MAGIC);
-        head.extend_from_slice(&self.blocks.to_le_bytes());
-        head.extend_from_slice(&self.nrec.to_le_bytes());
-        head.extend_from_slice(&(self.buf.len() as u32).to_le_bytes());
+        // no allocation here: a signal handler may call this (`crate::on_signal`)
+        let mut head = [0u8; 24];
+        head[..8].copy_from_slice(BLOCK_MAGIC);
+        head[8..16].copy_from_slice(&self.blocks.to_le_bytes());
+        head[16..20].copy_from_slice(&self.nrec.to_le_bytes());
+        head[20..24].copy_from_slice(&(self.buf.len() as u32).to_le_bytes());
         let mut d = Sha256::new();
         d.update(&head[8..]);
         d.update(&self.buf);

@@ -70,13 +70,23 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
         }
         None => lib.clone().into_os_string(),
     };
-    let mut child = std::process::Command::new(prog)
-        .args(args)
-        .env("LD_PRELOAD", &preload)
-        .env(DIR_ENV, &dir)
-        .spawn()
-        .with_context(|| format!("starting {}", Path::new(prog).display()))?;
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args).env("LD_PRELOAD", &preload).env(DIR_ENV, &dir);
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls prctl, which is async-signal-safe: the application gets
+        // SIGTERM if this process dies (a launcher's SIGKILL), never outlives it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            })
+        };
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", Path::new(prog).display()))?;
     let pid = child.id();
+    forward_termination(pid);
     let status = child.wait().with_context(|| format!("waiting for {}", Path::new(prog).display()))?;
     let wrote = own_capture(&dir, pid);
     let code = match status.code() {
@@ -101,6 +111,33 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
         None => eprintln!("capture: {} ended with status {code} before initializing MPI; nothing was captured", Path::new(prog).display()),
     }
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// The application's pid, for [`forward`].
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// SIGTERM, SIGINT and SIGHUP sent to this process (a launcher ending the
+/// job) go to the application, whose capture library then keeps its last
+/// block; this process goes on waiting for it and reports its status.
+fn forward_termination(pid: u32) {
+    CHILD.store(pid as i32, std::sync::atomic::Ordering::SeqCst);
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: installing a handler that only calls kill(2), which is async-signal-safe.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = forward as *const () as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) on the application's pid, async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
 }
 
 /// The capture file the process `pid` wrote in `dir`, if any.

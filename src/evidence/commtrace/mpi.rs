@@ -539,6 +539,9 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
     }
     let mut groups: Vec<TraceGroup> = groups.into_values().collect();
     groups.sort_by(|a, b| a.name.cmp(&b.name));
+    if !summary.incomplete.is_empty() {
+        cut_to_common_prefix(&groups, &mut ranks, &mut summary);
+    }
     let names: Vec<String> = cap.ranks.iter().map(|r| r.file.path.clone()).collect();
     super::check::check_ranks(world, &ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
     super::check::check_groups(&groups, world)?;
@@ -569,6 +572,35 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         ranks,
         mpi: Some(summary),
     })
+}
+
+/// An incomplete capture: ranks stopped at different points, so each
+/// group keeps the collectives every member recorded (the first k on each,
+/// k the fewest any member has); what is cut is said in `incomplete`.
+fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary: &mut MpiSummary) {
+    for g in groups {
+        let have = |r: &RankTrace| r.collectives.iter().filter(|c| c.group == g.name).count();
+        let keep = ranks.iter().filter(|r| g.members.contains(&r.rank)).map(have).min().unwrap_or(0);
+        for r in ranks.iter_mut().filter(|r| g.members.contains(&r.rank)) {
+            let had = have(r);
+            if had > keep {
+                let mut seen = 0usize;
+                r.collectives.retain(|c| {
+                    if c.group != g.name {
+                        return true;
+                    }
+                    seen += 1;
+                    seen <= keep
+                });
+                summary.incomplete.push(format!(
+                    "rank {}: the last {} collectives on group {:?} are cut (another member recorded only {keep})",
+                    r.rank,
+                    had - keep,
+                    g.name
+                ));
+            }
+        }
+    }
 }
 
 /// The trace collective of one call, or why it has none.
