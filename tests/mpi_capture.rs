@@ -1,4 +1,5 @@
 //! `commcanary capture` and `import mpi` on real MPI programs under mpirun:
+//! the imported trace replays (`replay-trace --check`), and
 //! every rank's calls per kind, as imported, equal what an independent
 //! counter (tests/data/mpi_capture/counter.c, a PMPI-style interposer
 //! preloaded before the capture library, sharing no code with it) counted in
@@ -135,6 +136,11 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         let all: u64 = calls[r].values().sum();
         assert_eq!(rt.collectives.len() as u64, all - left, "rank {r}: the trace holds every call not left out");
     }
+    // and it replays on MPI, every result checked
+    let replay = d.path().join("replay");
+    let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", replay.to_str().unwrap()]);
+    ok(&o);
+    assert!(replay.join("replay-trace.json").is_file());
     calls
 }
 
