@@ -674,3 +674,160 @@ fn collective_of(r: &RankCapture, c: &CallRecord, groups: &mut BTreeMap<String, 
     t.host_duration_ns = end.map(|e| e.saturating_sub(c.t_issue_ns));
     Ok(Ok(t))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::refusal::code_of;
+
+    /// A capture file as the library writes it (layout: capture/src/format.rs), from records.
+    fn file(rank: u32, world: u32, run: &str, blocks: &[Vec<(u8, Vec<u8>)>], trailer: bool) -> Vec<u8> {
+        let calls: Vec<&str> = vec!["Allreduce", "Iallreduce", "Wait"];
+        let h = serde_json::json!({"format_version": 1, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world, "host": "h", "pid": 1,
+            "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0, "calls": calls})
+        .to_string();
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        b.extend_from_slice(&Sha256::digest(h.as_bytes()));
+        let (mut chain, mut records) = (Sha256::new(), 0u64);
+        for (seq, recs) in blocks.iter().enumerate() {
+            let mut payload = Vec::new();
+            for (ty, p) in recs {
+                payload.push(*ty);
+                payload.push(0);
+                payload.extend_from_slice(&(p.len() as u16).to_le_bytes());
+                payload.extend_from_slice(p);
+            }
+            let mut head = Vec::new();
+            head.extend_from_slice(&(seq as u64).to_le_bytes());
+            head.extend_from_slice(&(recs.len() as u32).to_le_bytes());
+            head.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            let digest = Sha256::new().chain_update(&head).chain_update(&payload).finalize();
+            chain.update(digest);
+            records += recs.len() as u64;
+            b.extend_from_slice(BLOCK_MAGIC);
+            b.extend_from_slice(&head);
+            b.extend_from_slice(&payload);
+            b.extend_from_slice(&digest);
+        }
+        if trailer {
+            b.extend_from_slice(TRAILER_MAGIC);
+            b.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
+            b.extend_from_slice(&records.to_le_bytes());
+            b.extend_from_slice(&chain.finalize());
+        }
+        b
+    }
+
+    /// An all-reduce of 4 doubles on communicator 1 (the world of 2), as the library writes it.
+    fn allreduce_block(kind: u16, request: u64) -> Vec<(u8, Vec<u8>)> {
+        let mut comm = Vec::new();
+        comm.extend_from_slice(&1u32.to_le_bytes());
+        comm.push(0);
+        comm.extend_from_slice(&0u32.to_le_bytes());
+        comm.extend_from_slice(&0u32.to_le_bytes());
+        comm.extend_from_slice(&1u32.to_le_bytes());
+        let mut dt = 1u16.to_le_bytes().to_vec();
+        dt.extend_from_slice(&8i32.to_le_bytes());
+        dt.extend_from_slice(b"MPI_DOUBLE");
+        let mut op = 1u16.to_le_bytes().to_vec();
+        op.extend_from_slice(b"sum");
+        let mut c = vec![0u8; CALL_LEN];
+        c[0..2].copy_from_slice(&kind.to_le_bytes());
+        c[4..8].copy_from_slice(&1u32.to_le_bytes());
+        c[8..16].copy_from_slice(&100u64.to_le_bytes());
+        c[16..24].copy_from_slice(&150u64.to_le_bytes());
+        c[24..32].copy_from_slice(&4u64.to_le_bytes());
+        c[32..40].copy_from_slice(&4u64.to_le_bytes());
+        c[40..42].copy_from_slice(&1u16.to_le_bytes());
+        c[42..44].copy_from_slice(&1u16.to_le_bytes());
+        c[44..46].copy_from_slice(&1u16.to_le_bytes());
+        for o in [48, 52, 72, 76] {
+            c[o..o + 4].copy_from_slice(&NONE.to_le_bytes());
+        }
+        c[56..64].copy_from_slice(&request.to_le_bytes());
+        vec![(REC_COMM, comm), (REC_DTYPE, dt), (REC_OP, op), (REC_CALL, c)]
+    }
+
+    fn write_dir(files: &[(u32, Vec<u8>)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (r, b) in files {
+            std::fs::write(d.path().join(format!("rank-{r:05}.mpicap")), b).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn a_whole_capture_imports_with_its_times_and_a_nonblocking_completion() {
+        let mut blk = allreduce_block(1, 7);
+        let mut done = vec![0u8; 32];
+        done[0..8].copy_from_slice(&7u64.to_le_bytes());
+        done[8..16].copy_from_slice(&400u64.to_le_bytes());
+        blk.push((REC_DONE, done));
+        let d = write_dir(&[(0, file(0, 2, "r", std::slice::from_ref(&blk), true)), (1, file(1, 2, "r", &[blk], true))]);
+        let cap = read_dir(d.path(), false, &Limits::default()).unwrap();
+        let t = to_trace(&cap).unwrap();
+        let c = &t.ranks[1].collectives[0];
+        assert_eq!((c.kind, c.dtype, c.in_elems, c.source_name.as_str()), (CollectiveKind::AllReduce, TraceDtype::F64, 4, "MPI_Iallreduce"));
+        // posted at 100, completed by the wait that returned at 400
+        assert_eq!((c.host_start_ns, c.host_duration_ns), (Some(100), Some(300)));
+        assert_eq!(t.mpi.as_ref().unwrap().calls[0]["Iallreduce"], 1);
+        // the written trace reads back (format version 2)
+        let back = CommTrace::from_slice(&serde_json::to_vec(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn damaged_files_are_refused_with_their_codes() {
+        let good = file(0, 1, "r", &[allreduce_block(0, 0)], true);
+        let code = |b: &[u8]| {
+            let d = write_dir(&[(0, b.to_vec())]);
+            code_of(&read_dir(d.path(), false, &Limits::default()).unwrap_err())
+        };
+        let mut bad = good.clone();
+        bad[0] = b'X';
+        assert_eq!(code(&bad), Some(Code::BadFormat));
+        let mut bad = good.clone();
+        bad[8] = 9;
+        assert_eq!(code(&bad), Some(Code::UnsupportedVersion));
+        let mut bad = good.clone();
+        bad[20] ^= 1; // inside the header JSON
+        assert_eq!(code(&bad), Some(Code::DigestMismatch));
+        let mut bad = good.clone();
+        let k = bad.len() - 56 - 32 - 10; // inside the block's last record
+        bad[k] ^= 1;
+        assert_eq!(code(&bad), Some(Code::DigestMismatch));
+        // a block cut short, and a file without trailer: incomplete, the whole blocks kept when allowed
+        assert_eq!(code(&good[..good.len() - 60]), Some(Code::IncompleteCapture));
+        let open = file(0, 1, "r", &[allreduce_block(0, 0)], false);
+        assert_eq!(code(&open), Some(Code::IncompleteCapture));
+        let d = write_dir(&[(0, open)]);
+        let cap = read_dir(d.path(), true, &Limits::default()).unwrap();
+        assert_eq!(cap.ranks[0].calls.len(), 1);
+        assert!(cap.ranks[0].incomplete.as_deref().unwrap().contains("without a trailer"));
+        // a call kind past the header's list
+        let mut blk = allreduce_block(0, 0);
+        blk[3].1[0..2].copy_from_slice(&9u16.to_le_bytes());
+        assert_eq!(code(&file(0, 1, "r", &[blk], true)), Some(Code::BadFormat));
+        // bytes after the trailer
+        let mut bad = good.clone();
+        bad.push(0);
+        assert_eq!(code(&bad), Some(Code::BadFormat));
+    }
+
+    #[test]
+    fn a_folder_of_two_runs_a_missing_rank_or_no_file_is_refused() {
+        let b = allreduce_block(0, 0);
+        let two = write_dir(&[(0, file(0, 2, "a", std::slice::from_ref(&b), true)), (1, file(1, 2, "b", std::slice::from_ref(&b), true))]);
+        assert_eq!(code_of(&read_dir(two.path(), false, &Limits::default()).unwrap_err()), Some(Code::ForeignShard));
+        let missing = write_dir(&[(0, file(0, 3, "a", std::slice::from_ref(&b), true)), (2, file(2, 3, "a", &[b], true))]);
+        let e = read_dir(missing.path(), false, &Limits::default()).unwrap_err();
+        assert_eq!(code_of(&e), Some(Code::MissingRank), "{e:#}");
+        assert!(format!("{e:#}").contains("rank 1"), "{e:#}");
+        let none = write_dir(&[]);
+        assert_eq!(code_of(&read_dir(none.path(), false, &Limits::default()).unwrap_err()), Some(Code::NotMpi));
+    }
+}
