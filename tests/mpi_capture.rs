@@ -21,6 +21,7 @@ struct Tools {
     counter: PathBuf,
     app: PathBuf,
     app_f: Result<PathBuf, String>,
+    more_f: Result<PathBuf, String>,
     _dir: tempfile::TempDir,
 }
 
@@ -59,7 +60,9 @@ fn tools() -> Result<&'static Tools, String> {
         run_ok(Command::new("mpicc").args(["-O1", "-o"]).arg(&app).arg(data("app.c"))).map_err(|e| format!("mpicc: {e}"))?;
         let app_f = dir.path().join("app_f");
         let app_f = run_ok(Command::new("mpifort").args(["-O1", "-o"]).arg(&app_f).arg(data("app.f90"))).map(|_| app_f);
-        Ok(Tools { counter, app, app_f, _dir: dir })
+        let more_f = dir.path().join("more_f");
+        let more_f = run_ok(Command::new("mpifort").args(["-O1", "-o"]).arg(&more_f).arg(data("more.f90"))).map(|_| more_f);
+        Ok(Tools { counter, app, app_f, more_f, _dir: dir })
     })
     .as_ref()
     .map_err(Clone::clone)
@@ -168,6 +171,20 @@ fn fortran_twin_is_captured_with_the_c_programs_counts() {
     let fortran = counts_agree(t, 2, &[app_f, "20"]);
     let c = counts_agree(t, 2, &[t.app.to_str().unwrap(), "20"]);
     assert_eq!(fortran, c, "Fortran (left) and C (right) make the same calls");
+}
+
+#[test]
+fn fortran_nonblocking_collectives_v_variants_and_waitsome_match_the_counter() {
+    let t = tools_or_skip!();
+    let more = match &t.more_f {
+        Ok(p) => p.to_str().unwrap(),
+        Err(why) => {
+            eprintln!("SKIPPED: mpifort cannot build more.f90 (install gfortran: bash scripts/setup.sh): {why}");
+            return;
+        }
+    };
+    let calls = counts_agree(t, 2, &[more]);
+    assert_eq!((calls[0]["Ibcast"], calls[0]["Gatherv"], calls[0]["Waitsome"], calls[0]["Comm_split_type"]), (5, 5, 5, 1), "{calls:?}");
 }
 
 #[test]

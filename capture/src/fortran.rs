@@ -174,6 +174,103 @@ fwrap!(scatter, "scatter", "SCATTER", "Scatter", (sb: Buf, sc: F, sd: F, rb: Buf
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { n(sc) * m } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
 });
 
+fwrap!(ibcast, "ibcast", "IBCAST", "Ibcast", (b: Buf, count: F, d: F, root: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+fwrap!(ireduce, "ireduce", "IREDUCE", "Ireduce", (sb: Buf, rb: Buf, count: F, d: F, o: F, root: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+fwrap!(iscan, "iscan", "ISCAN", "Iscan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+    c.new_request = Some(req(r));
+});
+fwrap!(iexscan, "iexscan", "IEXSCAN", "Iexscan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+    c.new_request = Some(req(r));
+});
+fwrap!(ireduce_scatter_block, "ireduce_scatter_block", "IREDUCE_SCATTER_BLOCK", "Ireduce_scatter_block", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
+    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count) * m, n(count), dt(d), dt(d), op(o));
+    c.new_request = Some(req(r));
+});
+fwrap!(reduce_scatter, "reduce_scatter", "REDUCE_SCATTER", "Reduce_scatter", (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F), |c, ierr| {} {
+    let k = comm(cm);
+    let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
+    // SAFETY: MPI requires one count per member at `rcs`; this rank's is at its rank.
+    let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+});
+fwrap!(ireduce_scatter, "ireduce_scatter", "IREDUCE_SCATTER", "Ireduce_scatter", (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
+    let k = comm(cm);
+    let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
+    // SAFETY: as in reduce_scatter.
+    let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+    c.new_request = Some(req(r));
+});
+fwrap!(ibarrier, "ibarrier", "IBARRIER", "Ibarrier", (cm: F, r: F), |c, ierr| {} {
+    c.comm = comm(cm);
+    c.new_request = Some(req(r));
+});
+fwrap!(iallgather, "iallgather", "IALLGATHER", "Iallgather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F), |c, ierr| {} {
+    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc) * m, dt(sd), dt(rd));
+    c.new_request = Some(req(r));
+});
+fwrap!(iallgatherv, "iallgatherv", "IALLGATHERV", "Iallgatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F, r: F), |c, ierr| {} {
+    let m = comm(cm).map(comm_size).unwrap_or(0);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
+    c.new_request = Some(req(r));
+});
+fwrap!(ialltoall, "ialltoall", "IALLTOALL", "Ialltoall", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F), |c, ierr| {} {
+    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc) * m, n(rc) * m, dt(sd), dt(rd));
+    c.new_request = Some(req(r));
+});
+fwrap!(ialltoallv, "ialltoallv", "IALLTOALLV", "Ialltoallv", (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F, r: F), |c, ierr| {} {
+    let m = comm(cm).map(comm_size).unwrap_or(0);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
+    c.new_request = Some(req(r));
+});
+
+/// Rooted calls: (communicator, whether this rank is the root, members).
+fn rooted(cm: F, root: F) -> (Option<ffi::MPI_Comm>, bool, c_int) {
+    let k = comm(cm);
+    let at_root = k.map(|k| comm_rank(k) == int(root)).unwrap_or(false);
+    (k, at_root, k.map(comm_size).unwrap_or(0))
+}
+
+fwrap!(igather, "igather", "IGATHER", "Igather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { n(rc) * m.max(0) as u64 } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+fwrap!(iscatter, "iscatter", "ISCATTER", "Iscatter", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { n(sc) * m.max(0) as u64 } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+fwrap!(gatherv, "gatherv", "GATHERV", "Gatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+});
+fwrap!(igatherv, "igatherv", "IGATHERV", "Igatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+fwrap!(scatterv, "scatterv", "SCATTERV", "Scatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+});
+fwrap!(iscatterv, "iscatterv", "ISCATTERV", "Iscatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
+    let (k, at_root, m) = rooted(cm, root);
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+    c.new_request = Some(req(r));
+});
+
 macro_rules! fsend {
     ($m:ident, $lc:literal, $uc:literal, $kind:literal) => {
         fwrap!($m, $lc, $uc, $kind, (b: Buf, count: F, d: F, dest: F, tag: F, cm: F), |c, ierr| {} {
@@ -192,6 +289,29 @@ fwrap!(isend, "isend", "ISEND", "Isend", (b: Buf, count: F, d: F, dest: F, tag: 
 fwrap!(issend, "issend", "ISSEND", "Issend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
     (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
     c.new_request = Some(req(r));
+});
+fwrap!(ibsend, "ibsend", "IBSEND", "Ibsend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+    c.new_request = Some(req(r));
+});
+fwrap!(irsend, "irsend", "IRSEND", "Irsend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
+    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+    c.new_request = Some(req(r));
+});
+fwrap!(sendrecv_replace, "sendrecv_replace", "SENDRECV_REPLACE", "Sendrecv_replace", (b: Buf, count: F, d: F, dest: F, stag: F, src: F, rtag: F, cm: F, st: FM), |c, ierr| {} {
+    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(count), n(count), dt(d), dt(d));
+    (c.peer, c.tag, c.peer2, c.tag2) = (Some(int(dest)), Some(int(stag)), Some(int(src)), Some(int(rtag)));
+});
+fwrap!(iprobe, "iprobe", "IPROBE", "Iprobe", (src: F, tag: F, cm: F, flag: FM, st: FM), |c, ierr| {} {
+    (c.comm, c.peer, c.tag, c.n) = (comm(cm), Some(int(src)), Some(int(tag)), (int(flag) != 0) as u32);
+});
+fwrap!(comm_split_type, "comm_split_type", "COMM_SPLIT_TYPE", "Comm_split_type", (cm: F, ty: F, key: F, info: F, out: FM), |c, ierr| {} {
+    (c.comm, c.peer, c.tag) = (comm(cm), Some(int(ty)), Some(int(key)));
+    note_new(out);
+});
+fwrap!(comm_create, "comm_create", "COMM_CREATE", "Comm_create", (cm: F, group: F, out: FM), |c, ierr| {} {
+    c.comm = comm(cm);
+    note_new(out);
 });
 fwrap!(irecv, "irecv", "IRECV", "Irecv", (b: Buf, count: F, d: F, src: F, tag: F, cm: F, r: F), |c, ierr| {} {
     (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(src)), Some(int(tag)));
@@ -238,6 +358,16 @@ fn freqs(r: F, count: c_int) -> (Vec<ffi::MPI_Request>, Vec<(u64, u32)>) {
     let mut ids = vec![(0, 0); hs.len()];
     state::with(|s| ids = hs.iter().map(|&q| s.request(q)).collect());
     (hs, ids)
+}
+
+/// The requests a Fortran waitsome/testsome completed (indices count from 1).
+fn some_done(outcount: F, indices: F) -> Vec<usize> {
+    let k = int(outcount);
+    if k <= 0 || indices.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the library wrote `outcount` indices into the caller's array.
+    unsafe { std::slice::from_raw_parts(indices, k as usize) }.iter().filter(|&&i| i >= 1).map(|&i| (i - 1) as usize).collect()
 }
 
 /// Defines a Fortran wait/test routine; `$done` gives the completed indices after the call.
@@ -294,6 +424,16 @@ fwait!(waitany, "waitany", "WAITANY", "Waitany", (count: F, r: FM, idx: FM, st: 
     // Fortran indices count from 1; MPI_UNDEFINED: none
     let i = int(idx);
     if i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
+});
+fwait!(testany, "testany", "TESTANY", "Testany", (count: F, r: FM, idx: FM, flag: FM, st: FM), r, int(count), |before| {
+    let i = int(idx);
+    if int(flag) != 0 && i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
+});
+fwait!(waitsome, "waitsome", "WAITSOME", "Waitsome", (count: F, r: FM, outcount: FM, indices: FM, st: FM), r, int(count), |before| {
+    some_done(outcount, indices)
+});
+fwait!(testsome, "testsome", "TESTSOME", "Testsome", (count: F, r: FM, outcount: FM, indices: FM, st: FM), r, int(count), |before| {
+    some_done(outcount, indices)
 });
 fwait!(test, "test", "TEST", "Test", (r: FM, flag: FM, st: FM), r, 1, |before| if int(flag) != 0 { vec![0] } else { Vec::new() });
 fwait!(testall, "testall", "TESTALL", "Testall", (count: F, r: FM, flag: FM, st: FM), r, int(count), |before| if int(flag) != 0 { (0..before.len()).collect() } else { Vec::new() });
