@@ -134,6 +134,9 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
     // the written trace reads back through the trace reader and holds what the summary says
     let t = commcanary::evidence::commtrace::CommTrace::read(&trace).unwrap();
     assert_eq!(t.format_version, 2);
+    // every rank's clock fitted against rank 0's from the two windows: times on one timebase
+    let m = t.mpi.as_ref().unwrap();
+    assert!(t.clock.aligned_across_ranks && m.clock_models.iter().all(Option::is_some), "{:?} {:?}", t.clock, m.clock_unaligned);
     for (r, rt) in t.ranks.iter().enumerate() {
         let left: u64 = v["ranks"][r]["left_out"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
         let all: u64 = calls[r].values().sum();
@@ -241,6 +244,8 @@ fn an_aborted_run_is_incomplete_refused_or_imported_marked() {
     // rank 0 recorded its 5 iterations before the abort (what it wrote is kept)
     assert_eq!(calls[0].get("Allreduce"), Some(&5), "{calls:?}");
     let tr = commcanary::evidence::commtrace::CommTrace::read(&out).unwrap();
+    // no MPI_Finalize, so no second clock window: the times stay per rank, and the trace says why
+    assert!(!tr.clock.aligned_across_ranks && tr.clock.note.contains("clock window"), "{:?}", tr.clock);
     assert!(!tr.mpi.unwrap().incomplete.is_empty());
 }
 

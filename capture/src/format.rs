@@ -16,7 +16,7 @@
 //! [`REC_CALL`] (fixed [`CALL_LEN`] bytes, offsets in [`call_off`]),
 //! [`REC_DONE`] (a request's completion), [`REC_DTYPE`], [`REC_OP`] and
 //! [`REC_COMM`] (a handle's first sight: name, size or members),
-//! [`REC_COMM_FREE`] and [`REC_ABORT`].
+//! [`REC_COMM_FREE`], [`REC_ABORT`] and [`REC_CLOCK`].
 
 /// Version of this layout (the header's `format_version` and the u32 after the magic).
 pub const FORMAT_VERSION: u32 = 1;
@@ -46,6 +46,12 @@ pub const REC_COMM: u8 = 5;
 pub const REC_COMM_FREE: u8 = 6;
 /// `MPI_Abort` called: error code i32, time ns u64.
 pub const REC_ABORT: u8 = 7;
+/// A clock window against rank 0 (0 at `MPI_Init`, 1 at `MPI_Finalize`):
+/// window u8, then per ping-pong exchange this rank's send time u64, rank
+/// 0's time when it answered u64, this rank's receive time u64 (none on rank 0).
+pub const REC_CLOCK: u8 = 8;
+/// Ping-pong exchanges per window and rank.
+pub const CLOCK_SAMPLES: usize = 16;
 
 /// Bytes of a [`REC_CALL`] payload.
 pub const CALL_LEN: usize = 80;

@@ -21,6 +21,7 @@ mod state;
 
 use mpi_sys as ffi;
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable naming the capture folder.
 pub const DIR_ENV: &str = "COMMCANARY_CAPTURE_DIR";
@@ -49,10 +50,8 @@ pub(crate) fn start() {
     let n = own.len().min(64);
     id[..n].copy_from_slice(&own.as_bytes()[..n]);
     // SAFETY: every rank passes a 64-byte buffer; the private communicator was made above.
-    unsafe {
-        ffi::PMPI_Bcast(id.as_mut_ptr().cast(), 64, ffi::RSMPI_UINT8_T, 0, private);
-        ffi::PMPI_Comm_free(&mut private);
-    }
+    unsafe { ffi::PMPI_Bcast(id.as_mut_ptr().cast(), 64, ffi::RSMPI_UINT8_T, 0, private) };
+    PRIVATE.store(private.0 as usize, Ordering::SeqCst);
     let run_id = String::from_utf8_lossy(&id).trim_end_matches('\0').to_string();
     let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
         .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
@@ -69,6 +68,7 @@ pub(crate) fn start() {
         "clock": "CLOCK_MONOTONIC",
         "init_monotonic_ns": state::now_ns(),
         "init_realtime_ns": realtime_ns,
+        "kernel_clock": kernel_clock(),
         "block_bytes": format::BLOCK_BYTES,
         "calls": format::CALLS,
     });
@@ -84,6 +84,49 @@ pub(crate) fn start() {
         }
         Err(e) => eprintln!("commcanary-capture: refused: cannot create {} ({e}); rank {rank} runs uncaptured", path.display()),
     }
+    // every rank takes part (a rank without a file too: the others wait for it)
+    let samples = pingpong(private, rank, size);
+    state::with(|c| c.clock_window(0, &samples));
+}
+
+/// The capture's own duplicate of the world (0: none), for the clock windows.
+static PRIVATE: AtomicUsize = AtomicUsize::new(0);
+
+/// One clock window: every rank but 0, in turn, exchanges
+/// [`format::CLOCK_SAMPLES`] ping-pongs with rank 0 on the private
+/// communicator; `import mpi` fits each rank's clock against rank 0's from
+/// the two windows (the way `rank` calibrates). Returns this rank's samples.
+fn pingpong(private: ffi::MPI_Comm, rank: c_int, size: c_int) -> Vec<[u64; 3]> {
+    let mut out = Vec::new();
+    for r in 1..size {
+        for _ in 0..format::CLOCK_SAMPLES {
+            let mut t: u64 = 0;
+            // SAFETY: one u64 each way between rank 0 and rank r on the private
+            // communicator (tags 1 and 2); statuses ignored.
+            unsafe {
+                if rank == 0 {
+                    ffi::PMPI_Recv((&mut t as *mut u64).cast(), 1, ffi::RSMPI_UINT64_T, r, 1, private, ffi::RSMPI_STATUS_IGNORE);
+                    t = state::now_ns();
+                    ffi::PMPI_Send((&t as *const u64).cast(), 1, ffi::RSMPI_UINT64_T, r, 2, private);
+                } else if rank == r {
+                    let t1 = state::now_ns();
+                    ffi::PMPI_Send((&t1 as *const u64).cast(), 1, ffi::RSMPI_UINT64_T, 0, 1, private);
+                    ffi::PMPI_Recv((&mut t as *mut u64).cast(), 1, ffi::RSMPI_UINT64_T, 0, 2, private, ffi::RSMPI_STATUS_IGNORE);
+                    out.push([t1, t, state::now_ns()]);
+                }
+            }
+        }
+    }
+    // SAFETY: every rank of the private communicator calls it.
+    unsafe { ffi::PMPI_Barrier(private) };
+    out
+}
+
+/// Which CLOCK_MONOTONIC this process reads: boot id and time namespace.
+fn kernel_clock() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().to_string();
+    let ns = std::fs::read_link("/proc/self/ns/time").map(|l| l.to_string_lossy().into_owned()).unwrap_or_else(|_| "none".into());
+    Some(format!("{boot} {ns}"))
 }
 
 /// An exit without `MPI_Finalize` keeps what was recorded (no trailer: incomplete).
@@ -130,8 +173,23 @@ extern "C" fn on_signal(sig: c_int) {
 
 /// Before `PMPI_Finalize`: the last block and the trailer.
 pub(crate) fn finish() {
+    let p = PRIVATE.swap(0, Ordering::SeqCst);
+    if p == 0 {
+        return; // not capturing, or finished already
+    }
+    let mut private = ffi::MPI_Comm(p as *mut _);
+    let (mut rank, mut size): (c_int, c_int) = (0, 0);
+    // SAFETY: MPI is still initialized (called before PMPI_Finalize); outputs are locals.
+    unsafe {
+        ffi::PMPI_Comm_rank(private, &mut rank);
+        ffi::PMPI_Comm_size(private, &mut size);
+    }
+    let samples = pingpong(private, rank, size);
+    // SAFETY: the private communicator is freed once, here.
+    unsafe { ffi::PMPI_Comm_free(&mut private) };
     if let Ok(mut g) = state::STATE.lock() {
         if let Some(mut c) = g.take() {
+            c.clock_window(1, &samples);
             c.finish();
         }
     }

@@ -182,6 +182,18 @@ impl Capture {
         self.failed = true; // nothing after the trailer
     }
 
+    /// A clock window's samples (see `crate::pingpong`).
+    pub(crate) fn clock_window(&mut self, window: u8, samples: &[[u64; 3]]) {
+        let mut p = Vec::with_capacity(1 + 24 * samples.len());
+        p.push(window);
+        for s in samples {
+            for t in s {
+                p.extend_from_slice(&t.to_le_bytes());
+            }
+        }
+        self.record(REC_CLOCK, &p);
+    }
+
     pub(crate) fn abort(&mut self, code: c_int) {
         let mut p = Vec::with_capacity(12);
         p.extend_from_slice(&code.to_le_bytes());

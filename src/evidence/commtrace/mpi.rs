@@ -24,6 +24,7 @@ use super::{
     number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceSource, UnknownField,
 };
+use crate::core::clock::{ClockModel, PingSample};
 use crate::core::refusal::Code;
 use crate::refuse;
 use anyhow::{Context, Result};
@@ -47,6 +48,7 @@ const REC_OP: u8 = 4;
 const REC_COMM: u8 = 5;
 const REC_COMM_FREE: u8 = 6;
 const REC_ABORT: u8 = 7;
+const REC_CLOCK: u8 = 8;
 const CALL_LEN: usize = 80;
 const NONE: i32 = i32::MIN;
 
@@ -77,6 +79,9 @@ pub struct CaptureHeader {
     pub init_realtime_ns: u64,
     /// Call kind names, by number.
     pub calls: Vec<String>,
+    /// Which `CLOCK_MONOTONIC` the process read (boot id and time namespace), where readable.
+    #[serde(default)]
+    pub kernel_clock: Option<String>,
 }
 
 /// One recorded call.
@@ -150,6 +155,8 @@ pub struct RankCapture {
     pub comms: BTreeMap<u32, (Vec<u32>, u32)>,
     /// Why the capture is incomplete (no trailer, torn block, `MPI_Abort`), if it is.
     pub incomplete: Option<String>,
+    /// Ping-pong samples against rank 0 at `MPI_Init` and at `MPI_Finalize` (empty on rank 0).
+    pub clock_windows: [Vec<PingSample>; 2],
 }
 
 /// A whole capture folder, checked.
@@ -230,6 +237,7 @@ pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
         ops: BTreeMap::new(),
         comms: BTreeMap::new(),
         incomplete: None,
+        clock_windows: [Vec::new(), Vec::new()],
     };
     let mut pos = hend + 32;
     let (mut blocks, mut records) = (0u64, 0u64);
@@ -372,10 +380,20 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                 r.comms.insert(u32_at(b, 0), (members, u32_at(b, 5)));
             }
             REC_COMM_FREE if len == 12 => {}
+            REC_CLOCK if len >= 1 && (len - 1) % 24 == 0 && b[0] < 2 => {
+                let w = &mut r.clock_windows[b[0] as usize];
+                if !w.is_empty() {
+                    refuse!(Code::BadFormat, "clock window {} recorded twice", b[0]);
+                }
+                *w = b[1..]
+                    .chunks_exact(24)
+                    .map(|c| PingSample { t_send_local_ns: u64_at(c, 0), t_ref_ns: u64_at(c, 8), t_recv_local_ns: u64_at(c, 16) })
+                    .collect();
+            }
             REC_ABORT if len == 12 => {
                 r.incomplete = Some(format!("{}: the application called MPI_Abort (error code {})", r.file.path, i32_at(b, 0)));
             }
-            REC_DONE..=REC_ABORT => refuse!(Code::BadFormat, "a record of type {ty} with {len} bytes"),
+            REC_DONE..=REC_CLOCK => refuse!(Code::BadFormat, "a record of type {ty} with {len} bytes"),
             _ => refuse!(Code::BadFormat, "unknown record type {ty}"),
         }
         n += 1;
@@ -479,6 +497,12 @@ pub struct MpiSummary {
     pub left_out_reasons: BTreeMap<String, String>,
     /// Why the capture is incomplete (per rank that is), where imported with `--allow-incomplete`.
     pub incomplete: Vec<String>,
+    /// Per rank, its clock against rank 0's, fitted from the ping-pong
+    /// windows the capture recorded at `MPI_Init` and `MPI_Finalize` (rank 0:
+    /// the reference); absent where a window is missing (an incomplete rank).
+    pub clock_models: Vec<Option<ClockModel>>,
+    /// Why the times are not on rank 0's clock, where they are not.
+    pub clock_unaligned: Option<String>,
 }
 
 /// The trace's element type of an MPI datatype, by its name (`MPI_DOUBLE`,
@@ -518,13 +542,40 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         left_out: Vec::new(),
         left_out_reasons: BTreeMap::new(),
         incomplete: cap.ranks.iter().filter_map(|r| r.incomplete.clone()).collect(),
+        clock_models: Vec::new(),
+        clock_unaligned: None,
     };
+    let reference = &cap.ranks[0].header.kernel_clock;
     for r in &cap.ranks {
+        let m = if r.header.world_rank == 0 {
+            Ok(ClockModel::reference())
+        } else if r.clock_windows.iter().any(Vec::is_empty) {
+            Err(format!("rank {} recorded no {} clock window", r.header.world_rank, if r.clock_windows[0].is_empty() { "MPI_Init" } else { "MPI_Finalize" }))
+        } else {
+            let not_same = match (&r.header.kernel_clock, reference) {
+                (Some(a), Some(b)) if a == b => None,
+                _ => Some(format!("rank {} does not read rank 0's kernel clock (boot id and time namespace differ or are unknown)", r.header.world_rank)),
+            };
+            crate::core::clock::fit_rank_model(&r.clock_windows[0], &r.clock_windows[1], not_same)
+                .map(|f| f.model)
+                .map_err(|e| format!("rank {}: clock fit: {e}", r.header.world_rank))
+        };
+        match m {
+            Ok(m) => summary.clock_models.push(Some(m)),
+            Err(why) => {
+                summary.clock_models.push(None);
+                summary.clock_unaligned.get_or_insert(why);
+            }
+        }
+    }
+    let models: Option<Vec<ClockModel>> = summary.clock_models.iter().copied().collect();
+    for (k, r) in cap.ranks.iter().enumerate() {
+        let model = models.as_ref().map(|m| &m[k]);
         let mut colls = Vec::new();
         let mut left: BTreeMap<String, u64> = BTreeMap::new();
         for c in &r.calls {
             let name = r.kind_name(c).to_string();
-            match collective_of(r, c, &mut groups)? {
+            match collective_of(r, c, model, &mut groups)? {
                 Ok(t) => colls.push(t),
                 Err(reason) => {
                     *left.entry(name.clone()).or_insert(0) += 1;
@@ -557,8 +608,17 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         world_size: world,
         clock: TraceClock {
             domain: ClockDomain::HostPerRank,
-            aligned_across_ranks: false,
-            note: "each rank's CLOCK_MONOTONIC in ns, as the capture library read it on entry to each call; not yet calibrated across ranks".into(),
+            aligned_across_ranks: models.is_some(),
+            note: match &models {
+                Some(m) => format!(
+                    "CLOCK_MONOTONIC in ns as the capture library read it on entry to each call, mapped onto rank 0's clock by each rank's model fitted from ping-pong windows at MPI_Init and MPI_Finalize (mpi.clock_models); largest error bound {:.0} ns",
+                    m.iter().map(|m| m.bound_ns).fold(0.0, f64::max)
+                ),
+                None => format!(
+                    "each rank's own CLOCK_MONOTONIC in ns, as the capture library read it on entry to each call; not aligned across ranks: {}",
+                    summary.clock_unaligned.as_deref().unwrap_or("no clock model")
+                ),
+            },
         },
         unknown: vec![
             UnknownField { field: "device".into(), reason: "an MPI capture records host calls only".into() },
@@ -604,7 +664,12 @@ fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary:
 }
 
 /// The trace collective of one call, or why it has none.
-fn collective_of(r: &RankCapture, c: &CallRecord, groups: &mut BTreeMap<String, TraceGroup>) -> Result<std::result::Result<TraceCollective, String>> {
+fn collective_of(
+    r: &RankCapture,
+    c: &CallRecord,
+    model: Option<&ClockModel>,
+    groups: &mut BTreeMap<String, TraceGroup>,
+) -> Result<std::result::Result<TraceCollective, String>> {
     let name = r.kind_name(c);
     // a nonblocking form (`Iallreduce`) is its blocking kind (`Allreduce`) posted early
     let blocking = name.strip_prefix('I').and_then(|b| Some(format!("{}{}", b.get(..1)?.to_uppercase(), b.get(1..)?)));
@@ -669,9 +734,11 @@ fn collective_of(r: &RankCapture, c: &CallRecord, groups: &mut BTreeMap<String, 
     };
     let (ins, outs) = if kind == CollectiveKind::Barrier { (0, 0) } else { (c.count_send, c.count_recv) };
     let mut t = TraceCollective::new(kind, &format!("MPI_{name}"), &gname, dtype, (ins, outs), (None, None), (root, None));
-    t.host_start_ns = Some(c.t_issue_ns);
+    // on rank 0's clock where every rank's was fitted
+    let on_ref = |ns: u64| model.map_or(ns, |m| m.to_reference(ns).max(0.0).round() as u64);
+    t.host_start_ns = Some(on_ref(c.t_issue_ns));
     let end = if c.request != 0 { r.done.get(&c.request).map(|d| d.t_ns) } else { Some(c.t_done_ns) };
-    t.host_duration_ns = end.map(|e| e.saturating_sub(c.t_issue_ns));
+    t.host_duration_ns = end.map(|e| on_ref(e).saturating_sub(on_ref(c.t_issue_ns)));
     Ok(Ok(t))
 }
 
