@@ -439,3 +439,55 @@ pub(crate) fn with<F: FnOnce(&mut Capture)>(f: F) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u64_at(b: &[u8], o: usize) -> u64 {
+        u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+    }
+
+    /// Many calls make several blocks, each digested, in sequence, and a trailer that counts them.
+    #[test]
+    fn records_stream_in_digested_blocks_and_a_trailer_counts_them() {
+        let d = std::env::temp_dir().join(format!("ccap-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&d);
+        let mut c = Capture::create(&d, b"{}").unwrap();
+        let n = 3 * BLOCK_BYTES / (CALL_LEN + 4) + 7;
+        for i in 0..n {
+            c.call(&Call { kind: (i % 3) as u16, t_issue: i as u64, t_done: i as u64 + 1, ..Default::default() });
+        }
+        c.finish();
+        // a second capture of the same file is refused, never overwritten
+        assert!(Capture::create(&d, b"{}").is_err());
+        let b = std::fs::read(&d).unwrap();
+        std::fs::remove_file(&d).unwrap();
+        assert_eq!(&b[..8], MAGIC);
+        let mut pos = 16 + 2 + 32;
+        let (mut blocks, mut records, mut chain) = (0u64, 0u64, Sha256::new());
+        while &b[pos..pos + 8] == BLOCK_MAGIC {
+            assert_eq!(u64_at(&b, pos + 8), blocks, "blocks in sequence");
+            let (nrec, len) =
+                (u32::from_le_bytes(b[pos + 16..pos + 20].try_into().unwrap()), u32::from_le_bytes(b[pos + 20..pos + 24].try_into().unwrap()) as usize);
+            assert!(len <= BLOCK_BYTES);
+            let digest = Sha256::new().chain_update(&b[pos + 8..pos + 24 + len]).finalize();
+            assert_eq!(&b[pos + 24 + len..pos + 56 + len], digest.as_slice());
+            chain.update(digest);
+            records += u64::from(nrec);
+            blocks += 1;
+            pos += 56 + len;
+        }
+        assert!(blocks >= 3, "{blocks} blocks for {n} calls");
+        assert_eq!(&b[pos..pos + 8], TRAILER_MAGIC);
+        assert_eq!((u64_at(&b, pos + 8), u64_at(&b, pos + 16), records), (blocks, n as u64, n as u64));
+        assert_eq!(&b[pos + 24..], chain.finalize().as_slice());
+    }
+
+    #[test]
+    fn every_kind_name_has_its_number() {
+        for (i, k) in CALLS.iter().enumerate() {
+            assert_eq!(kind(k) as usize, i);
+        }
+    }
+}
