@@ -142,6 +142,18 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         let all: u64 = calls[r].values().sum();
         assert_eq!(rt.collectives.len() as u64, all - left, "rank {r}: the trace holds every call not left out");
     }
+    // every point-to-point operation is in mpi.p2p, a nonblocking one with the call that completed it
+    for (r, ops) in m.p2p.iter().enumerate() {
+        let c = |k: &str| calls[r].get(k).copied().unwrap_or(0);
+        let sends = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend"].iter().map(|k| c(k)).sum::<u64>();
+        let recvs = c("Recv") + c("Irecv");
+        let pairs = c("Sendrecv") + c("Sendrecv_replace");
+        assert_eq!(ops.len() as u64, sends + recvs + 2 * pairs, "rank {r}: p2p entries");
+        for o in ops.iter().filter(|o| o.request.is_some()) {
+            assert!(o.completed_by_call.is_some_and(|k| k > o.call) && o.complete_ns.is_some_and(|t| t >= o.post_ns), "rank {r}: {o:?}");
+        }
+        assert_eq!(m.collective_calls[r].len(), t.ranks[r].collectives.len());
+    }
     // and it replays on MPI, every result checked
     let replay = d.path().join("replay");
     let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", replay.to_str().unwrap()]);

@@ -134,6 +134,8 @@ pub struct DoneRecord {
     pub source: Option<i32>,
     /// Tag, where known.
     pub tag: Option<i32>,
+    /// Index (among the rank's calls) of the wait or test call that completed it.
+    pub call: u64,
 }
 
 /// One rank's decoded capture.
@@ -358,6 +360,8 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                     t_ns: u64_at(b, 8),
                     source: if known { opt(i32_at(b, 16)) } else { None },
                     tag: if known { opt(i32_at(b, 20)) } else { None },
+                    // the completion follows the record of the call that found it
+                    call: r.calls.len().saturating_sub(1) as u64,
                 };
                 if d.request != 0 {
                     r.done.insert(d.request, d);
@@ -503,6 +507,46 @@ pub struct MpiSummary {
     pub clock_models: Vec<Option<ClockModel>>,
     /// Why the times are not on rank 0's clock, where they are not.
     pub clock_unaligned: Option<String>,
+    /// Per rank: the index among its captured calls of each record of
+    /// `ranks[].collectives`, in order (orders them against `p2p`).
+    pub collective_calls: Vec<Vec<u64>>,
+    /// Per rank: every point-to-point operation, in call order (a
+    /// `Sendrecv` is a send and a receive of one call). Not replayed yet:
+    /// `replay-trace` runs the collectives only.
+    pub p2p: Vec<Vec<MpiP2p>>,
+}
+
+/// One point-to-point operation as captured (format version 2, `mpi.p2p`).
+#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct MpiP2p {
+    /// Index among the rank's captured calls.
+    pub call: u64,
+    /// The MPI name without `MPI_` (`Isend`, `Recv`, `Sendrecv`, ...).
+    pub name: String,
+    /// `send` or `recv`.
+    pub direction: String,
+    /// The communicator, as a trace group name (see `groups`), where described.
+    pub group: Option<String>,
+    /// The peer as posted: a world rank, or MPI's negative value (-1 any source, -2 no process).
+    pub peer: i32,
+    /// The tag as posted (-1: any tag).
+    pub tag: i32,
+    /// A receive's matched source (world rank) and tag, where the status was read (C callers).
+    pub matched: Option<(i32, i32)>,
+    /// Elements, and the datatype's name and size in bytes.
+    pub elems: u64,
+    /// Datatype name.
+    pub dtype: String,
+    /// Datatype size in bytes, as the library reported it.
+    pub dtype_bytes: i32,
+    /// The request of a nonblocking operation.
+    pub request: Option<u64>,
+    /// The call's entry, ns (on rank 0's clock where `clock.aligned_across_ranks`).
+    pub post_ns: u64,
+    /// When it completed: the call's return (blocking) or the completing wait or test's, where seen.
+    pub complete_ns: Option<u64>,
+    /// Index of the call that completed a nonblocking operation, where seen.
+    pub completed_by_call: Option<u64>,
 }
 
 /// The trace's element type of an MPI datatype, by its name (`MPI_DOUBLE`,
@@ -544,6 +588,8 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         incomplete: cap.ranks.iter().filter_map(|r| r.incomplete.clone()).collect(),
         clock_models: Vec::new(),
         clock_unaligned: None,
+        collective_calls: Vec::new(),
+        p2p: Vec::new(),
     };
     let reference = &cap.ranks[0].header.kernel_clock;
     for r in &cap.ranks {
@@ -572,11 +618,17 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
     for (k, r) in cap.ranks.iter().enumerate() {
         let model = models.as_ref().map(|m| &m[k]);
         let mut colls = Vec::new();
+        let mut coll_calls = Vec::new();
+        let mut p2p = Vec::new();
         let mut left: BTreeMap<String, u64> = BTreeMap::new();
-        for c in &r.calls {
+        for (i, c) in r.calls.iter().enumerate() {
             let name = r.kind_name(c).to_string();
+            p2p.extend(p2p_of(r, i as u64, c, model));
             match collective_of(r, c, model, &mut groups)? {
-                Ok(t) => colls.push(t),
+                Ok(t) => {
+                    colls.push(t);
+                    coll_calls.push(i as u64);
+                }
                 Err(reason) => {
                     *left.entry(name.clone()).or_insert(0) += 1;
                     summary.left_out_reasons.entry(name).or_insert(reason);
@@ -584,6 +636,8 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
             }
         }
         number_sequences(&mut colls);
+        summary.collective_calls.push(coll_calls);
+        summary.p2p.push(p2p);
         summary.calls.push(r.calls_by_kind());
         summary.left_out.push(left);
         ranks.push(RankTrace { rank: r.header.world_rank, collectives: colls, trailing_compute: Vec::new() });
@@ -641,17 +695,25 @@ fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary:
     for g in groups {
         let have = |r: &RankTrace| r.collectives.iter().filter(|c| c.group == g.name).count();
         let keep = ranks.iter().filter(|r| g.members.contains(&r.rank)).map(have).min().unwrap_or(0);
-        for r in ranks.iter_mut().filter(|r| g.members.contains(&r.rank)) {
+        for (k, r) in ranks.iter_mut().enumerate().filter(|(_, r)| g.members.contains(&r.rank)) {
             let had = have(r);
             if had > keep {
                 let mut seen = 0usize;
-                r.collectives.retain(|c| {
-                    if c.group != g.name {
-                        return true;
-                    }
-                    seen += 1;
-                    seen <= keep
-                });
+                let mask: Vec<bool> = r
+                    .collectives
+                    .iter()
+                    .map(|c| {
+                        if c.group != g.name {
+                            return true;
+                        }
+                        seen += 1;
+                        seen <= keep
+                    })
+                    .collect();
+                let mut m = mask.iter();
+                r.collectives.retain(|_| *m.next().unwrap_or(&true));
+                let mut m = mask.iter();
+                summary.collective_calls[k].retain(|_| *m.next().unwrap_or(&true));
                 summary.incomplete.push(format!(
                     "rank {}: the last {} collectives on group {:?} are cut (another member recorded only {keep})",
                     r.rank,
@@ -660,6 +722,48 @@ fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary:
                 ));
             }
         }
+    }
+}
+
+/// The point-to-point operations of one call (none for other calls).
+fn p2p_of(r: &RankCapture, i: u64, c: &CallRecord, model: Option<&ClockModel>) -> Vec<MpiP2p> {
+    let name = r.kind_name(c);
+    let on_ref = |ns: u64| model.map_or(ns, |m| m.to_reference(ns).max(0.0).round() as u64);
+    let group = r.comms.get(&c.comm).map(|(m, o)| group_name(m, *o));
+    let dt = |id: u16| r.dtypes.get(&id).cloned().unwrap_or((-1, String::new()));
+    let done = |req: u64| r.done.get(&req);
+    let op = |direction: &str, peer: Option<i32>, tag: Option<i32>, elems: u64, dtype: u16, matched: Option<(i32, i32)>| {
+        let (dtype_bytes, dtype) = dt(dtype);
+        let nonblocking = c.request != 0;
+        MpiP2p {
+            call: i,
+            name: name.to_string(),
+            direction: direction.into(),
+            group: group.clone(),
+            peer: peer.unwrap_or(NONE),
+            tag: tag.unwrap_or(NONE),
+            matched,
+            elems,
+            dtype,
+            dtype_bytes,
+            request: nonblocking.then_some(c.request),
+            post_ns: on_ref(c.t_issue_ns),
+            complete_ns: if nonblocking { done(c.request).map(|d| on_ref(d.t_ns)) } else { Some(on_ref(c.t_done_ns)) },
+            completed_by_call: if nonblocking { done(c.request).map(|d| d.call) } else { None },
+        }
+    };
+    let both = |a: Option<i32>, b: Option<i32>| a.zip(b);
+    match name {
+        "Send" | "Ssend" | "Bsend" | "Rsend" | "Isend" | "Issend" | "Ibsend" | "Irsend" => vec![op("send", c.peer, c.tag, c.count_send, c.dt_send, None)],
+        "Recv" => vec![op("recv", c.peer, c.tag, c.count_recv, c.dt_recv, both(c.peer2, c.tag2))],
+        "Irecv" => {
+            let m = done(c.request).and_then(|d| both(d.source, d.tag));
+            vec![op("recv", c.peer, c.tag, c.count_recv, c.dt_recv, m)]
+        }
+        "Sendrecv" | "Sendrecv_replace" => {
+            vec![op("send", c.peer, c.tag, c.count_send, c.dt_send, None), op("recv", c.peer2, c.tag2, c.count_recv, c.dt_recv, both(c.peer2, c.tag2))]
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -686,7 +790,7 @@ fn collective_of(
         "Alltoall" => CollectiveKind::AllToAll,
         "Barrier" => CollectiveKind::Barrier,
         "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" | "Probe" | "Iprobe" => {
-            return Ok(Err("point-to-point: the trace format's send and receive are blocking and paired in order, which would deadlock a nonblocking exchange; kept in the capture".into()))
+            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; not replayed yet (the trace format's send and receive are blocking and paired in order, which would deadlock a nonblocking exchange)".into()))
         }
         "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {
             return Ok(Err("completion call: a nonblocking collective's completion time is its record's host duration".into()))
