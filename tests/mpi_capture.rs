@@ -219,8 +219,13 @@ fn lammps_melt_every_rank_has_exactly_the_counted_calls() {
 
 #[test]
 fn a_program_that_never_initializes_mpi_is_refused_not_mpi() {
-    let _ = tools_or_skip!();
+    let t = tools_or_skip!();
     let d = tempfile::tempdir().unwrap();
+    // the contrast: an MPI program behind a wrapper script (a child of the shell, not the capture's own child) is captured
+    let wrapped = d.path().join("wrapped");
+    let o = mpirun(2, &["capture", "-o", wrapped.to_str().unwrap(), "--", "sh", "-c", "\"$0\" \"$@\"; exit $?", t.app.to_str().unwrap(), "3"]);
+    ok(&o);
+    assert!(wrapped.join("rank-00001.mpicap").is_file());
     let cap = d.path().join("cap");
     let o = mpirun(1, &["capture", "-o", cap.to_str().unwrap(), "--", "true"]);
     assert!(!o.status.success(), "capture of a non-MPI program must fail");

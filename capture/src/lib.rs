@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable naming the capture folder.
 pub const DIR_ENV: &str = "COMMCANARY_CAPTURE_DIR";
+/// The environment variable `commcanary capture` sets to its own pid.
+pub const CAPTURE_PID_ENV: &str = "COMMCANARY_CAPTURE_PID";
 
 /// After `PMPI_Init*` returned: agree on a run id (rank 0's, broadcast on a
 /// private duplicate of the world) and open this rank's file.
@@ -64,6 +66,8 @@ pub(crate) fn start() {
         "world_size": size,
         "host": host,
         "pid": std::process::id(),
+        // the `commcanary capture` process this one descends from (through any wrapper script)
+        "capture_pid": std::env::var(CAPTURE_PID_ENV).ok().and_then(|v| v.parse::<u32>().ok()),
         "argv": argv,
         "clock": "CLOCK_MONOTONIC",
         "init_monotonic_ns": state::now_ns(),

@@ -3,10 +3,12 @@
 //!
 //! Consumes the application's command line and the capture library
 //! (`--lib`, else `$COMMCANARY_CAPTURE_LIB`, else `libcommcanary_capture.so`
-//! next to this executable). Runs the application with exactly two changes
+//! next to this executable). Runs the application with exactly three changes
 //! to its environment: `LD_PRELOAD` gains the library (after any library
-//! already preloaded, so a tool the user preloads sees each call first) and
-//! `COMMCANARY_CAPTURE_DIR` names the folder, absolute. Produces what the
+//! already preloaded, so a tool the user preloads sees each call first),
+//! `COMMCANARY_CAPTURE_DIR` names the folder, absolute, and
+//! `COMMCANARY_CAPTURE_PID` this process (recorded, so that an application
+//! started through a wrapper script is found as this capture's). Produces what the
 //! library writes (`DIR/rank-NNNNN.mpicap`) and the application's own exit
 //! status. Refuses a missing library (`NO_SUCH_INPUT`) and, after the
 //! application ended, a process that wrote no capture file of its own
@@ -24,6 +26,9 @@ pub const LIB_NAME: &str = "libcommcanary_capture.so";
 pub const LIB_ENV: &str = "COMMCANARY_CAPTURE_LIB";
 /// The variable the library reads for the capture folder.
 pub const DIR_ENV: &str = "COMMCANARY_CAPTURE_DIR";
+/// The variable naming this process to the library (recorded in the header),
+/// so that a rank started through a wrapper script is still found as ours.
+pub const CAPTURE_PID_ENV: &str = "COMMCANARY_CAPTURE_PID";
 
 /// What `capture` runs.
 #[derive(Clone, Debug)]
@@ -71,7 +76,7 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
         None => lib.clone().into_os_string(),
     };
     let mut cmd = std::process::Command::new(prog);
-    cmd.args(args).env("LD_PRELOAD", &preload).env(DIR_ENV, &dir);
+    cmd.args(args).env("LD_PRELOAD", &preload).env(DIR_ENV, &dir).env(CAPTURE_PID_ENV, std::process::id().to_string());
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure runs in the forked child before exec and only
@@ -88,7 +93,7 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
     let pid = child.id();
     forward_termination(pid);
     let status = child.wait().with_context(|| format!("waiting for {}", Path::new(prog).display()))?;
-    let wrote = own_capture(&dir, pid);
+    let wrote = own_capture(&dir, pid, std::process::id());
     let code = match status.code() {
         Some(c) => c,
         None => {
@@ -140,11 +145,12 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-/// The capture file the process `pid` wrote in `dir`, if any.
-fn own_capture(dir: &Path, pid: u32) -> Option<PathBuf> {
+/// The capture file in `dir` written by the application `pid` or by a
+/// process under this `capture` (`me`: a wrapper script's child), if any.
+fn own_capture(dir: &Path, pid: u32, me: u32) -> Option<PathBuf> {
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "mpicap"))
-        .find(|p| crate::evidence::commtrace::mpi::read_header(p).is_ok_and(|h| h.pid == pid))
+        .find(|p| crate::evidence::commtrace::mpi::read_header(p).is_ok_and(|h| h.pid == pid || h.capture_pid == Some(me)))
 }

@@ -69,6 +69,9 @@ pub struct CaptureHeader {
     pub host: String,
     /// Process id.
     pub pid: u32,
+    /// The `commcanary capture` process it ran under (absent when started otherwise).
+    #[serde(default)]
+    pub capture_pid: Option<u32>,
     /// Command line of the process.
     pub argv: Vec<String>,
     /// Clock of every time (`CLOCK_MONOTONIC`).
