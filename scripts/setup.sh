@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# lammps: the real application of examples/lammps-truth.toml (the README's truth example, run in CI)
-pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config lammps)
+# lammps, lammps-examples: the real application of examples/lammps-truth.toml (the
+# README's truth example, run in CI) and the `melt` example tests/mpi_capture.rs
+# captures; gfortran: the MPI capture tests build a Fortran twin with mpifort.
+pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config gfortran lammps lammps-examples)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

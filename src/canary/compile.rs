@@ -83,6 +83,7 @@ fn source_origin(t: &CommTrace) -> String {
         SourceKind::Run => "run",
         SourceKind::Synthetic => "synthetic",
         SourceKind::Canary => "canary",
+        SourceKind::MpiCapture => "mpi-capture",
     }
     .to_string()
 }

@@ -152,6 +152,7 @@ pub(crate) fn expand(c: &Canary) -> Result<CommTrace> {
         unknown,
         groups: c.groups.clone(),
         ranks,
+        mpi: None,
     };
     // the same checks as an imported trace
     let bytes = serde_json::to_vec(&t)?;

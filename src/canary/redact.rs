@@ -84,7 +84,7 @@ fn plain_name(s: &str) -> bool {
 /// to the trace format fails to compile here until it is placed in one of
 /// the two.
 pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transform>)> {
-    let CommTrace { format_version, source, world_size, clock, unknown, groups, ranks } = t;
+    let CommTrace { format_version, source, world_size, clock, unknown, groups, ranks, mpi } = t;
     let TraceSource { kind, schema, nccl_version, files } = source;
     let TraceClock { domain, aligned_across_ranks, note: _ } = clock;
     let mut log = Vec::new();
@@ -239,6 +239,10 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
         push("kernel and operator names", "kept as recorded (--drop-names replaces them)", kept_names);
     }
     push("clock.note", "replaced", 1);
+    if mpi.is_some() {
+        // a capture's point-to-point log and per-call counts carry times, peers and tags: not redacted field by field
+        push("mpi (an MPI capture's point-to-point operations and call counts)", "dropped", 1);
+    }
     let out = CommTrace {
         format_version: *format_version,
         source: TraceSource { kind: *kind, schema: None, nccl_version: out_nccl, files: out_files },
@@ -247,6 +251,7 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
         unknown: out_unknown,
         groups: out_groups,
         ranks: out_ranks,
+        mpi: None,
     };
     let checked = CommTrace::from_slice(&serde_json::to_vec(&out)?).context("the redacted trace is not consistent")?;
     Ok((checked, log))

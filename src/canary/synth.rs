@@ -123,6 +123,7 @@ pub fn synth(events: usize, ranks: u32, seed: u64) -> Result<CommTrace> {
         unknown: vec![UnknownField { field: "device".into(), reason: "a synthetic trace has host times only".into() }],
         groups: vec![TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members }],
         ranks: rank_traces,
+        mpi: None,
     })
 }
 

@@ -46,6 +46,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Export(crate::cli::ExportCommand::Param(a)) => export_trace(a, "param")?,
         Command::Export(crate::cli::ExportCommand::Et(a)) => export_trace(a, "et")?,
         Command::Import(crate::cli::ImportCommand::Run(a)) => crate::cli::canary::import_run(a, out)?,
+        Command::Import(crate::cli::ImportCommand::Mpi(a)) => import_mpi(a, out)?,
+        Command::Capture(a) => return crate::rank::capture::run(&crate::rank::capture::CaptureOptions { dir: a.output, lib: a.lib, app: a.app }),
         Command::Import(c) => import(c, out)?,
         Command::Synth(a) => crate::cli::canary::synth_cmd(a, out)?,
         Command::Canary(c) => {
@@ -131,6 +133,7 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
         ImportCommand::Kineto(a) => (SourceKind::Kineto, a),
         ImportCommand::Et(a) => (SourceKind::ExecutionTrace, a),
         ImportCommand::Run(a) => return crate::cli::canary::import_run(a, out),
+        ImportCommand::Mpi(a) => return import_mpi(a, out),
     };
     let t = import_files(kind, &a.files, &Limits::default()).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     crate::core::fsutil::write_json_new(&a.output, &t)?;
@@ -140,6 +143,43 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
         write!(out, "{}", render_counts(&t))?;
     }
     eprintln!("wrote {} ({} ranks; unknown: {})", a.output.display(), t.ranks.len(), t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "));
+    Ok(())
+}
+
+fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
+    use crate::evidence::commtrace::{mpi, render_counts, Limits};
+    let cap = mpi::read_dir(&a.dir, a.allow_incomplete, &Limits::default())?;
+    let t = mpi::to_trace(&cap).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    crate::core::fsutil::write_json_new(&a.output, &t)?;
+    let m = t.mpi.as_ref().context("import mpi wrote no mpi section")?;
+    if a.json {
+        let per_rank: Vec<serde_json::Value> = (0..m.calls.len())
+            .map(|k| serde_json::json!({"rank": k, "calls": m.calls[k], "left_out": m.left_out[k], "collectives": t.ranks[k].collectives.len()}))
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete}))?
+        )?;
+    } else {
+        write!(out, "{}", render_counts(&t))?;
+        for (k, calls) in m.calls.iter().enumerate() {
+            let all: u64 = calls.values().sum();
+            let left: u64 = m.left_out[k].values().sum();
+            writeln!(
+                out,
+                "rank {k}: {all} MPI calls captured, {left} not in the trace ({})",
+                m.left_out[k].iter().map(|(n, c)| format!("{n} {c}")).collect::<Vec<_>>().join(", ")
+            )?;
+        }
+        for (n, why) in &m.left_out_reasons {
+            writeln!(out, "left out: MPI_{n}: {why}")?;
+        }
+    }
+    for i in &m.incomplete {
+        eprintln!("incomplete: {i}");
+    }
+    eprintln!("wrote {} ({} ranks{})", a.output.display(), t.ranks.len(), if m.incomplete.is_empty() { "" } else { "; marked incomplete" });
     Ok(())
 }
 

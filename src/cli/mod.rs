@@ -32,6 +32,8 @@ pub enum Command {
     /// Import a workload's PyTorch traces (one file per rank) as a communication trace
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Record an MPI application's calls unchanged (run under mpirun/srun): `capture -o DIR -- APP ARGS`
+    Capture(CaptureArgs),
     /// Run an imported trace's collectives on per-group sub-communicators: MPI (cpu) or NCCL (cuda); run under mpirun
     #[command(name = "replay-trace")]
     ReplayTrace(ReplayTraceArgs),
@@ -433,6 +435,38 @@ pub enum ImportCommand {
     Et(ImportArgs),
     /// A verified CommCanary run directory: one phase's collectives with their gaps and compute
     Run(crate::cli::canary::ImportRunArgs),
+    /// An MPI application's capture folder (`commcanary capture -o DIR`), one file per rank
+    Mpi(ImportMpiArgs),
+}
+
+/// `commcanary import mpi`.
+#[derive(Args, Debug)]
+pub struct ImportMpiArgs {
+    /// Capture folder (`commcanary capture -o DIR`).
+    pub dir: PathBuf,
+    /// Communication trace to write (never overwritten).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub output: PathBuf,
+    /// Import a capture a rank did not finish (no trailer: it died or aborted), marking the trace incomplete.
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Print every rank's calls per kind (and those the trace leaves out) as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `commcanary capture`.
+#[derive(Args, Debug)]
+pub struct CaptureArgs {
+    /// Folder for the per-rank capture files (created if missing; a rank's file is never overwritten).
+    #[arg(short = 'o', long = "out", alias = "output")]
+    pub output: PathBuf,
+    /// The capture library (default: $COMMCANARY_CAPTURE_LIB, else libcommcanary_capture.so next to this executable).
+    #[arg(long)]
+    pub lib: Option<PathBuf>,
+    /// The application and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub app: Vec<std::ffi::OsString>,
 }
 
 /// `commcanary import kineto|et`.

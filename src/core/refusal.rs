@@ -72,7 +72,7 @@ refusal_codes! {
     DigestMismatch => "DIGEST_MISMATCH",
     /// A file changed after it was recorded: a shard or run.json no longer matches the digest in run.json or the selection.
     Stale => "STALE",
-    /// A shard in a run directory belongs to another run, or its rank or world size does not fit the run.
+    /// A shard in a run directory (or an MPI capture file) belongs to another run, or its rank or world size does not fit the run.
     ForeignShard => "FOREIGN_SHARD",
     /// A rank of the run has no shard.
     MissingRank => "MISSING_RANK",
@@ -126,6 +126,10 @@ refusal_codes! {
     StaticCheck => "STATIC_CHECK",
     /// `canary reduce`: the campaign it reads decided no pair of configurations, so there is no order to preserve.
     NoDecision => "NO_DECISION",
+    /// `capture`/`import mpi`: the program wrote no capture file: it never initialized MPI.
+    NotMpi => "NOT_MPI",
+    /// `import mpi`: a rank's capture has no trailer (the rank ended without `MPI_Finalize`, or aborted); `--allow-incomplete` imports it marked incomplete.
+    IncompleteCapture => "INCOMPLETE_CAPTURE",
 }
 
 /// A refusal: code plus what was refused and why.

@@ -402,6 +402,7 @@ mod tests {
             unknown: vec![],
             groups,
             ranks,
+            mpi: None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! blocking the others.
 pub mod bench;
 mod calibration;
+pub mod capture;
 pub mod doctor;
 mod fatal;
 mod finish;

@@ -158,6 +158,7 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
         unknown: Vec::new(),
         groups: vec![commtrace::TraceGroup { name: SWEEP_GROUP_NAME.into(), desc: Some("every rank, in rank order".into()), members: (0..n).collect() }],
         ranks: Vec::new(),
+        mpi: None,
     };
     Ok((trace, colls))
 }

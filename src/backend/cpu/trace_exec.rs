@@ -3,7 +3,8 @@
 //! collective as its MPI call on a sub-communicator ([`CpuTraceExec`]) and
 //! produces this rank's [`ReplayOutput`] ([`replay`]). Refuses a world size
 //! other than the trace's, buffers past [`MAX_PREPARED_BYTES`], a message past
-//! MPI's `int` count, an unsupported reduction dtype, `--pace device-gaps`.
+//! MPI's `int` count, a reduction dtype other than f32, bf16, f16, f64, i32
+//! and i64, `--pace device-gaps`.
 use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
@@ -25,6 +26,10 @@ enum Bufs {
     /// Reductions: this rank's contributions (rounded to the dtype, sent as
     /// f32) and the f32 result.
     Values { send: Vec<f32>, out: Vec<f32> },
+    /// Reductions of f64, i32 and i64 (an MPI application's): the
+    /// contributions in the dtype's own width, native-endian bytes, reduced
+    /// by MPI in that type (`MPI_DOUBLE`, `MPI_INT32_T`, `MPI_INT64_T`).
+    Native { send: Vec<u8>, out: Vec<u8> },
     /// Data movement: bytes sent and bytes received (a broadcast's one
     /// buffer is `out`, which the root fills before the replay; a barrier's
     /// are empty).
@@ -56,7 +61,9 @@ struct CpuSlot {
 /// recorded bytes (`MPI_BYTE`, any dtype). Reductions of f32 use `MPI_FLOAT`;
 /// bf16 and f16 have no MPI type, so they are reduced in f32 on the upcast
 /// values (twice the bytes on the wire; recorded per collective as
-/// `wire_bytes`) and rounded back. Other dtypes are refused for reductions.
+/// `wire_bytes`) and rounded back. f64, i32 and i64 (an MPI application's
+/// reductions) are reduced in their own type (`MPI_DOUBLE`, `MPI_INT32_T`,
+/// `MPI_INT64_T`). Other dtypes are refused for reductions.
 pub struct CpuTraceExec {
     rank: u32,
     /// Negative control: corrupt every result on this rank before its check.
@@ -93,7 +100,7 @@ impl CpuTraceExec {
         let mut total: u128 = 0;
         for c in colls {
             let e = c.dtype.size_bytes() as u128;
-            let wide = if c.kind.row().reduces { 4 } else { e };
+            let wide = if c.kind.row().reduces { e.max(4) } else { e };
             total += (c.in_elems as u128 + c.out_elems as u128) * wide;
         }
         if total > MAX_PREPARED_BYTES as u128 {
@@ -111,20 +118,32 @@ impl CpuTraceExec {
     fn slot(&self, c: &TraceCollective) -> Result<CpuSlot> {
         let (members, _) = self.group_of(c)?;
         let share = TraceShare::new(c, self.rank, members)?;
-        if share.reduces() && !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
-            bail!("{} of {} is not supported on the cpu backend (f32, bf16, f16)", c.kind.name(), c.dtype);
+        let native = share.reduces() && matches!(c.dtype, TraceDtype::F64 | TraceDtype::I32 | TraceDtype::I64);
+        if share.reduces() && !native && !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
+            bail!("{} of {} is not supported on the cpu backend (f32, bf16, f16, f64, i32, i64)", c.kind.name(), c.dtype);
         }
         let counts = MpiCounts::of(&share.call()).map_err(anyhow::Error::msg)?;
         let out_len = share.out_len();
         let bufs = match share.input() {
+            Input::Values(send) if native => {
+                let width = c.dtype.size_bytes() as usize;
+                Bufs::Native { send: send.iter().flat_map(|&v| encode(c.dtype, v)).collect(), out: vec![0u8; out_len * width] }
+            }
             Input::Values(send) => Bufs::Values { send, out: vec![0f32; out_len] },
             // MPI broadcasts in place: the root's data starts in the receive buffer
             Input::Bytes(b) if c.kind == CollectiveKind::Broadcast => Bufs::Bytes { send: Vec::new(), out: b },
             Input::Bytes(send) => Bufs::Bytes { send, out: vec![0u8; out_len] },
             Input::Nothing => Bufs::Bytes { send: Vec::new(), out: vec![0u8; out_len] },
         };
-        // reductions go on the wire as f32
-        let wire = share.input_len() as u64 * if share.reduces() { 4 } else { 1 };
+        // reductions go on the wire as f32 (bf16 and f16 upcast), or in their own width
+        let wire = share.input_len() as u64
+            * if native {
+                c.dtype.size_bytes()
+            } else if share.reduces() {
+                4
+            } else {
+                1
+            };
         Ok(CpuSlot { share, bufs, counts, wire, ran: None })
     }
 
@@ -135,10 +154,15 @@ impl CpuTraceExec {
         let comm = self.group_of(c)?.1.as_raw();
         let slot = self.slots.get_mut(i).context("collective not prepared")?;
         // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
-        let (float, byte, mpi_op) = unsafe {
+        let (float, byte, native, mpi_op) = unsafe {
             (
                 ffi::RSMPI_FLOAT,
                 ffi::RSMPI_UINT8_T,
+                match c.dtype {
+                    TraceDtype::F64 => ffi::RSMPI_DOUBLE,
+                    TraceDtype::I32 => ffi::RSMPI_INT32_T,
+                    _ => ffi::RSMPI_INT64_T,
+                },
                 // avg has no MPI operation: it runs as a sum, divided by the group size when checked
                 match op {
                     ReduceOp::Max => ffi::RSMPI_MAX,
@@ -150,6 +174,7 @@ impl CpuTraceExec {
         };
         let args = match &mut slot.bufs {
             Bufs::Values { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: float, op: mpi_op, comm },
+            Bufs::Native { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm },
             Bufs::Bytes { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm },
         };
         before_issue();
@@ -173,6 +198,7 @@ impl CpuTraceExec {
         for (c, slot) in colls.iter().zip(&mut self.slots) {
             match &mut slot.bufs {
                 Bufs::Values { out, .. } => out.iter_mut().for_each(|x| *x = 0.0),
+                Bufs::Native { out, .. } => out.iter_mut().for_each(|b| *b = 0),
                 Bufs::Bytes { out, .. } if !(c.kind == CollectiveKind::Broadcast && c.root == Some(self.rank)) => out.iter_mut().for_each(|b| *b = 0),
                 _ => {}
             }
@@ -204,6 +230,14 @@ impl CpuTraceExec {
             return (0, None);
         }
         match &slot.bufs {
+            Bufs::Native { out, .. } => {
+                let n = slot.share.group_size() as f32;
+                let mut got: Vec<f32> = decode(c.dtype, out).into_iter().map(|x| if op == ReduceOp::Avg { x / n } else { x }).collect();
+                if self.corrupt {
+                    got.iter_mut().take(1).for_each(|x| *x += 1.0);
+                }
+                slot.share.wrong(Landed::Values(&got), op)
+            }
             Bufs::Values { out, .. } => {
                 let n = slot.share.group_size() as f32;
                 // what the library would hand back in the dtype: the mean for avg, rounded
@@ -223,6 +257,24 @@ impl CpuTraceExec {
                 slot.share.wrong(Landed::Bytes(&out), op)
             }
         }
+    }
+}
+
+/// A contribution (a small integer, exact in every dtype here) in the native width of `dtype`.
+fn encode(dtype: TraceDtype, v: f32) -> Vec<u8> {
+    match dtype {
+        TraceDtype::F64 => f64::from(v).to_ne_bytes().to_vec(),
+        TraceDtype::I32 => (v as i32).to_ne_bytes().to_vec(),
+        _ => (v as i64).to_ne_bytes().to_vec(),
+    }
+}
+
+/// A native result read back as f32 values for the check.
+fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
+    match dtype {
+        TraceDtype::F64 => b.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
+        TraceDtype::I32 => b.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
+        _ => b.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
     }
 }
 

@@ -122,6 +122,7 @@ pub(crate) fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
         unknown,
         groups,
         ranks,
+        mpi: None,
     };
     // the checks every imported trace passes
     CommTrace::from_slice(&serde_json::to_vec(&t)?).with_context(|| format!("{}: the run's collectives do not form a consistent trace", dir.display()))

@@ -39,8 +39,19 @@ impl CommTrace {
     /// Decode and check.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let t: CommTrace = serde_json::from_slice(bytes).context("not a CommCanary communication trace")?;
-        if t.format_version != COMM_TRACE_FORMAT_VERSION {
-            bail!("communication trace format version {} (this build reads {COMM_TRACE_FORMAT_VERSION})", t.format_version);
+        if !(COMM_TRACE_FORMAT_VERSION..=super::COMM_TRACE_MPI_FORMAT_VERSION).contains(&t.format_version) {
+            bail!(
+                "communication trace format version {} (this build reads {COMM_TRACE_FORMAT_VERSION} to {})",
+                t.format_version,
+                super::COMM_TRACE_MPI_FORMAT_VERSION
+            );
+        }
+        if (t.format_version >= super::COMM_TRACE_MPI_FORMAT_VERSION) != (t.source.kind == SourceKind::MpiCapture && t.mpi.is_some()) {
+            bail!(
+                "communication trace format version {} with source {:?}: version 2 is an `import mpi` trace with its `mpi` section, and only that",
+                t.format_version,
+                t.source.kind
+            );
         }
         let names: Vec<String> = t.source.files.iter().map(|f| f.path.clone()).collect();
         check_ranks(t.world_size, &t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
@@ -126,6 +137,7 @@ pub(crate) fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: Trace
         unknown,
         groups,
         ranks,
+        mpi: None,
     })
 }
 

@@ -39,6 +39,7 @@ pub mod from_run;
 pub(crate) mod json;
 pub mod kineto;
 mod load;
+pub mod mpi;
 mod replay;
 mod source;
 mod summary;
@@ -55,8 +56,12 @@ pub use source::{decompress, Limits};
 pub(crate) use source::{read_source, CountedSeq};
 pub(crate) use summary::render_counts;
 
-/// Current on-disk version of the communication-trace format.
+/// On-disk version of the communication-trace format that every importer
+/// but `import mpi` writes.
 pub const COMM_TRACE_FORMAT_VERSION: u32 = 1;
+/// The version `import mpi` writes: version 1 plus the source kind
+/// `mpi-capture` and the `mpi` section ([`mpi::MpiSummary`]). Readers read 1 and 2.
+pub const COMM_TRACE_MPI_FORMAT_VERSION: u32 = 2;
 
 /// Which tool wrote the source files.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +77,8 @@ pub enum SourceKind {
     Synthetic,
     /// A canary artifact expanded for replay (`canary verify`).
     Canary,
+    /// An MPI application's calls as `commcanary capture` recorded them (`import mpi`, format version 2).
+    MpiCapture,
 }
 
 /// One source file.
@@ -269,6 +276,10 @@ pub struct CommTrace {
     pub groups: Vec<TraceGroup>,
     /// Per rank, in rank order.
     pub ranks: Vec<RankTrace>,
+    /// `import mpi` only (format version 2): every call as captured, what
+    /// the trace leaves out, and whether the capture was incomplete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<mpi::MpiSummary>,
 }
 
 impl CommTrace {
