@@ -5,6 +5,15 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 
+/// One campaign at a time in this binary: the tests' threads would otherwise
+/// put several oversubscribed campaigns on two cores, and the job's wall time
+/// would measure the scheduler.
+static ONE_CAMPAIGN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CAMPAIGN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A spec with `[truth]` (TRUTH is the table's body) and three configurations;
 /// `slow` makes the job sleep longer (a known bad for the job).
 fn spec(dir: &Path, name: &str, truth: &str, rounds: u32) -> PathBuf {
@@ -108,6 +117,7 @@ inputs = ["missing.in"]"#,
 
 #[test]
 fn a_truth_cell_whose_metric_is_missing_fails_and_is_retried() {
+    let _serial = one_at_a_time();
     let t = tempfile::tempdir().unwrap();
     // the job prints its metric only from its second run on (a flag file outside the campaign)
     let flag = t.path().join("ran-once");
@@ -158,6 +168,7 @@ timeout_s = 60"#,
 
 #[test]
 fn the_job_ranks_the_configurations_judges_each_proxy_and_confirms_the_pick() {
+    let _serial = one_at_a_time();
     let t = tempfile::tempdir().unwrap();
     let truth = r#"command = ["sh", "-c", "sleep ${TRUTH_SLEEP_S:-0.05}"]
 metric = "wall"
@@ -220,6 +231,7 @@ timeout_s = 120"#;
 
 #[test]
 fn canary_verify_judges_the_source_and_the_canary_pick_on_the_job() {
+    let _serial = one_at_a_time();
     let t = tempfile::tempdir().unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let (trace, art) = (t.path().join("synth.json"), t.path().join("synth.canary.json"));
