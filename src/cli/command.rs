@@ -805,6 +805,7 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
             }
             Ok(())
         }
+        Command::Campaign(crate::cli::CampaignCommand::Confirm { rounds, .. }) => int("--rounds", *rounds, 2, 10_000),
         Command::Campaign(crate::cli::CampaignCommand::Exec { retries, cell, cell_timeout_s, .. }) => {
             int("--retries", *retries, 0, 100)?;
             if let Some(c) = cell {

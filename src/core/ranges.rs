@@ -78,6 +78,7 @@ pub const RANGES: &[Range] = &[
     r("campaign exec", "--retries", "0 to 100"),
     r("campaign exec", "--cell", "1 to 1 000 000 (and at most the schedule's cells)"),
     r("campaign exec", "--cell-timeout-s", "1 to 604 800 (one week)"),
+    r("campaign confirm", "--rounds", "2 to 10 000"),
     r("campaign power", "--min-effect-pct", "finite, above 0, at most 100"),
     r("queue", "--requests", "1 to 10 000 000"),
     r("queue", "--clients", "1 to 1 000 000"),
