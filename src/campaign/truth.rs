@@ -452,15 +452,9 @@ pub fn read_metric(
 /// The environment a truth job runs under, as recorded: the recorded
 /// prefixes and names of this process's environment with the configuration's over them.
 pub(crate) fn recorded_env(config_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    use crate::core::identity::{RECORDED_ENV_NAMES, RECORDED_ENV_PREFIXES};
-    let mut env: BTreeMap<String, String> =
-        std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || RECORDED_ENV_NAMES.contains(&k.as_str())).collect();
-    env.extend(
-        config_env
-            .iter()
-            .filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || RECORDED_ENV_NAMES.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
+    use crate::core::identity::is_recorded;
+    let mut env: BTreeMap<String, String> = crate::core::identity::recorded_env().into_iter().collect();
+    env.extend(config_env.iter().filter(|(k, _)| is_recorded(k)).map(|(k, v)| (k.clone(), v.clone())));
     env.into_iter().collect()
 }
 

@@ -157,10 +157,14 @@ pub fn mpi_library() -> Option<String> {
     mpi::environment::library_version().ok().map(|s| s.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
 }
 
+/// Whether a variable of this name is recorded (a recorded prefix, or a recorded whole name).
+pub(crate) fn is_recorded(name: &str) -> bool {
+    RECORDED_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) || RECORDED_ENV_NAMES.contains(&name)
+}
+
 /// Recorded environment variables, sorted.
 pub(crate) fn recorded_env() -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> =
-        std::env::vars().filter(|(k, _)| RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || RECORDED_ENV_NAMES.contains(&k.as_str())).collect();
+    let mut v: Vec<(String, String)> = std::env::vars().filter(|(k, _)| is_recorded(k)).collect();
     v.sort();
     v
 }
