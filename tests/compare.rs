@@ -66,3 +66,66 @@ fn eight_configs_28_relations_hand_computed() {
     assert!(human.contains("under the declared Iqr rule the proxy and the truth agreed on"), "{human}");
     assert!(!human.contains("statistically identical"));
 }
+
+/// nccl-tests' outputs as a proxy: a folder of one run per configuration,
+/// the printed table (with and without `-I 1` columns) and a `-J` file of
+/// JSON version 3 (fixtures written from nccl-tests 2.19.6's printf and
+/// JSON writer formats), ranked at one size or by the geometric mean.
+#[test]
+fn a_folder_of_nccl_tests_outputs_is_a_proxy() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests");
+    let sweep = format!("{data}/sweep");
+    let truth = format!("{data}/truth.csv");
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut a = vec!["compare", "--proxy", &sweep, "--truth", &truth, "--json"];
+        a.extend_from_slice(extra);
+        serde_json::from_str(&ok(&cc(&a))).unwrap()
+    };
+    // at 1 MiB the proxy orders ring-simple < ring-ll < tree-ll, as the truth does
+    let v = run(&["--size", "1MiB"]);
+    assert_eq!((v["pairs_total"].as_u64(), v["pairs_agree"].as_u64()), (Some(3), Some(3)), "{v}");
+    assert!(v["evidence_class"].as_str().unwrap().contains("3 nccl-tests outputs") && v["evidence_class"].as_str().unwrap().contains("1048576 bytes"), "{v}");
+    // at 8 B the order is reversed (tree-ll < ring-ll < ring-simple): every pair disagrees
+    let v = run(&["--size", "8"]);
+    assert_eq!(v["pairs_agree"].as_u64(), Some(0), "{v}");
+    // by default the geometric mean over the 4 common sizes: 20.45 < 21.34 < 22.45 µs
+    let v = run(&[]);
+    assert_eq!(v["pairs_agree"].as_u64(), Some(3), "{v}");
+    assert!(v["evidence_class"].as_str().unwrap().contains("over the 4 sizes"), "{v}");
+    // --csv: one row per pair, the same relations as --json
+    let csv = ok(&cc(&["compare", "--proxy", &sweep, "--truth", &truth, "--size", "8", "--csv"]));
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("a,b,proxy,truth,agree"), "{csv}");
+    assert_eq!(lines.filter(|l| l.ends_with(",false")).count(), 3, "{csv}");
+}
+
+#[test]
+fn nccl_tests_folders_are_refused_naming_the_file_and_the_fault() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests");
+    let truth = format!("{data}/truth.csv");
+    let t = tempfile::tempdir().unwrap();
+    for f in ["ring-ll.txt", "ring-simple.txt", "tree-ll.json"] {
+        std::fs::copy(format!("{data}/sweep/{f}"), t.path().join(f)).unwrap();
+    }
+    let dir = t.path().display().to_string();
+    // a size one file did not time
+    let o = cc(&["compare", "--proxy", &dir, "--truth", &truth, "--size", "2MiB"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ring-ll: no timed result of 2097152 bytes"), "{}", String::from_utf8_lossy(&o.stderr));
+    // a damaged line in one file: its name, its line, the fault, and BAD_INPUT
+    let text = std::fs::read_to_string(t.path().join("ring-ll.txt")).unwrap().replace("22.40", "22.4x");
+    std::fs::write(t.path().join("ring-ll.txt"), text).unwrap();
+    let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("BAD_INPUT") && err.contains("ring-ll.txt: line ") && err.contains("\"22.4x\""), "{err}");
+    // two outputs of one configuration
+    std::fs::copy(format!("{data}/sweep/ring-ll.txt"), t.path().join("ring-ll.txt")).unwrap();
+    std::fs::copy(format!("{data}/sweep/tree-ll.json"), t.path().join("ring-ll.json")).unwrap();
+    let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("two files are named \"ring-ll\""), "{}", String::from_utf8_lossy(&o.stderr));
+    // a JSON file that is not nccl-tests' (no results list)
+    std::fs::remove_file(t.path().join("ring-ll.json")).unwrap();
+    std::fs::write(t.path().join("tree-ll.json"), "{\"version\": 3}").unwrap();
+    let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tree-ll.json: no `results` list"), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -277,6 +277,7 @@ const NON_NUMERIC: &[(&str, &str)] = &[
     ("validate", "--out"),
     ("validate", "--model"),
     ("validate", "--nccl-lib"),
+    ("validate", "--prometheus"),
 ];
 
 /// Every option of every subcommand that takes a value: (command path, `--long` or `<id>`).
@@ -391,6 +392,7 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         ("synth-shards", "--threads") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--threads", "0", "-o", out]),
         ("synth-shards", "--format-version") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--format-version", "5", "-o", out]),
         ("synth-shards", "--seed") => return None,
+        ("compare", "--size") => v(&["compare", "--proxy", "/nonexistent/p", "--truth", "/nonexistent/t", "--size", "0"]),
         ("join", "--threads") => v(&["join", "--threads", "0", "/nonexistent-run"]),
         _ => panic!("{command} {option}: a row of the range table without an out-of-range example here; add one"),
     })

@@ -72,22 +72,35 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
         assert!(checks.iter().all(|c| c["wrong_elements"] == 0));
     }
 
-    // -J: nccl-tests' fields with units, the all-gather factor (n-1)/n = 0.5
+    // -J: nccl-tests' own fields, the all-gather factor (n-1)/n = 0.5
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let schema: serde_json::Value = serde_json::from_str(&commcanary::cli::schema::schema_json("rank-sweep").unwrap()).unwrap();
     for k in schema["required"].as_array().unwrap() {
         assert!(j.get(k.as_str().unwrap()).is_some(), "{k} missing from {j}");
     }
-    assert_eq!((j["collective"].as_str(), j["world_size"].as_u64(), j["wrong_elements_total"].as_u64()), (Some("all_gather"), Some(2), Some(0)));
+    let ours = &j["commcanary"];
+    assert_eq!((ours["collective"].as_str(), ours["world_size"].as_u64(), ours["bus_bw_factor"].as_f64()), (Some("all_gather"), Some(2), Some(0.5)));
+    assert_eq!((j["version"].as_u64(), j["out_of_bounds"]["count"].as_u64(), j["out_of_bounds"]["okay"].as_bool()), (Some(3), Some(0), Some(true)));
     let results = j["results"].as_array().unwrap();
     assert_eq!(results.len(), 5);
     for r in results {
-        assert_eq!((r["bus_bw_factor"].as_f64(), r["nwrong"].as_u64(), r["root"].as_i64(), r["redop"].as_str()), (Some(0.5), Some(0), Some(-1), Some("none")));
-        let (alg, bus) = (r["alg_bw_gbps"].as_f64().unwrap(), r["bus_bw_gbps"].as_f64().unwrap());
+        let o = &r["out_of_place"];
+        assert_eq!((o["nwrong"].as_u64(), r["root"].as_i64(), r["redop"].as_str(), r["type"].as_str()), (Some(0), Some(-1), Some("none"), Some("float")));
+        let (alg, bus) = (o["alg_bw"].as_f64().unwrap(), o["bus_bw"].as_f64().unwrap());
         assert!((bus - alg * 0.5).abs() <= 1e-12 * alg.max(1.0), "{r}");
+        assert!(r["in_place"].is_null(), "{r}");
     }
-    let mean = results.iter().map(|r| r["bus_bw_gbps"].as_f64().unwrap()).sum::<f64>() / 5.0;
-    assert!((j["average_bus_bandwidth_gbps"].as_f64().unwrap() - mean).abs() <= 1e-12 * mean.max(1.0));
+    let mean = results.iter().map(|r| r["out_of_place"]["bus_bw"].as_f64().unwrap()).sum::<f64>() / 5.0;
+    assert!((j["average_bus_bandwidth"]["bandwidth"].as_f64().unwrap() - mean).abs() <= 1e-12 * mean.max(1.0));
+    // the parser that reads nccl-tests' own -J files reads ours back, row for row
+    let text = std::fs::read_to_string(&json).unwrap();
+    let t = commcanary::evidence::nccl_tests::parse(&text, &json.display().to_string()).unwrap();
+    assert_eq!(t.rows.len(), 5);
+    for (row, r) in t.rows.iter().zip(results) {
+        assert_eq!(row.size_bytes, r["size"].as_u64().unwrap());
+        assert_eq!(row.time_us(), r["out_of_place"]["time"].as_f64());
+        assert_eq!(row.out_of_place.as_ref().unwrap().nwrong, Some(0));
+    }
     // join prints the same table from the verified shards
     let summary = join_json(&run);
     assert!(summary["isolated_sizes"].as_array().unwrap().iter().all(|r| r["collective"] == "all_gather" && r["wrong_elements"] == 0));

@@ -55,7 +55,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
                 // the campaign's own output goes to stderr: stdout keeps the verdict
                 let mut log = std::io::stderr();
                 campaign(
-                    crate::cli::CampaignCommand::Run { spec: spec.to_path_buf(), output: dir.to_path_buf(), retries: 1, cell_timeout_s: None, reveal: false },
+                    crate::cli::CampaignCommand::Run {
+                        spec: spec.to_path_buf(),
+                        output: dir.to_path_buf(),
+                        retries: 1,
+                        cell_timeout_s: None,
+                        reveal: false,
+                        verbose: false,
+                    },
                     &mut log,
                 )
             });
@@ -290,7 +297,25 @@ fn verified_input(dir: &std::path::Path) -> Result<(crate::campaign::chain::Verd
 
 /// One side of a comparison. A campaign is analyzed once however many
 /// sides name it (`analyzed` holds the last one).
-fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>) -> Result<Side> {
+/// A folder of nccl-tests outputs as one side of `compare`.
+fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
+    use crate::evidence::nccl_tests::{self as nt, NcclTestsMetric};
+    let tables = nt::read_dir(dir)?;
+    let metric = size.map_or(NcclTestsMetric::GeoMeanCommon, NcclTestsMetric::Size);
+    let (times, sizes) = nt::times_us(&tables, metric)?;
+    let how = match metric {
+        NcclTestsMetric::Size(s) => format!("out-of-place time at {s} bytes"),
+        NcclTestsMetric::GeoMeanCommon => format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len()),
+    };
+    Ok(Side {
+        rows: times.into_iter().map(|(config, median_us)| crate::analysis::ranking::ConfigSummary { config, median_us, iqr_us: None }).collect(),
+        evidence: format!("reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval", tables.len(), dir.display()),
+        rule: None,
+        relations: None,
+    })
+}
+
+fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>) -> Result<Side> {
     if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
         let dir = std::path::Path::new(dir);
         let phase: crate::core::workload::Phase = phase.parse()?;
@@ -315,7 +340,11 @@ fn side(spec: &str, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::
         let relations = pr.pairs.iter().map(|p| p.relation).collect();
         return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
     }
-    let text = crate::core::limits::read_text_bounded(std::path::Path::new(spec), crate::core::limits::MAX_TEXT_TABLE_BYTES)
+    let path = std::path::Path::new(spec);
+    if path.is_dir() && !path.join("manifest.json").exists() {
+        return nccl_tests_side(path, size);
+    }
+    let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
     let rows = crate::analysis::ranking::parse_csv(&text, spec).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     Ok(Side {
@@ -442,8 +471,9 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
 
 fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
     let mut analyzed = None;
-    let p = side(&a.proxy, &mut analyzed)?;
-    let t = side(&a.truth, &mut analyzed)?;
+    let size = a.size.as_deref().map(crate::core::units::parse_bytes).transpose().context("--size")?;
+    let p = side(&a.proxy, size, &mut analyzed)?;
+    let t = side(&a.truth, size, &mut analyzed)?;
     if let (Some(x), Some(y)) = (p.rule, t.rule) {
         if x != y {
             anyhow::bail!("the two campaigns declare different tie policies");
@@ -464,6 +494,14 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
         return Ok(());
     }
+    if a.csv {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for r in &c.relations {
+            w.serialize(r)?;
+        }
+        out.write_all(&w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
+        return Ok(());
+    }
     writeln!(out, "{} configurations, {} pairs, tie rule {:?}", p.len(), c.pairs_total, c.tie_policy)?;
     writeln!(
         out,
@@ -481,6 +519,29 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "note: {} pairs invite false discoveries; read the whole matrix (--json), not a list of inversions", c.pairs_total)?;
     }
     writeln!(out, "evidence: {}", c.evidence_class)?;
+    Ok(())
+}
+
+/// Refused cells grouped by cause, in order of first appearance: a cause of
+/// one cell as `CELL: WHY`, of several as one line with the count and the
+/// first cells (the JSON lists every cell).
+fn write_refusals(out: &mut dyn Write, refusals: &[(String, String)]) -> Result<()> {
+    let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (cell, why) in refusals {
+        match causes.iter_mut().find(|(w, _)| *w == why.as_str()) {
+            Some((_, cells)) => cells.push(cell),
+            None => causes.push((why, vec![cell])),
+        }
+    }
+    for (why, cells) in causes {
+        if let [cell] = cells.as_slice() {
+            writeln!(out, "  {cell}: {why}")?;
+            continue;
+        }
+        let first: Vec<&str> = cells.iter().take(3).copied().collect();
+        let more = if cells.len() > 3 { format!(", and {} more", cells.len() - 3) } else { String::new() };
+        writeln!(out, "  {} cells: {why} (first {}{more})", cells.len(), first.join(", "))?;
+    }
     Ok(())
 }
 
@@ -504,7 +565,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
             }
         }
-        C::Run { spec, output, retries, cell_timeout_s, reveal } => {
+        C::Run { spec, output, retries, cell_timeout_s, reveal, verbose } => {
             // each step exactly as its own command; the first refusal ends the run with its reason
             let resume = output.join("manifest.json").exists();
             if resume {
@@ -541,7 +602,20 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 }
                 chain::preflight(&planned, &spec.display().to_string())?;
                 writeln!(out, "== plan")?;
-                campaign(C::Plan { spec, output: output.clone() }, out)?;
+                if verbose {
+                    campaign(C::Plan { spec, output: output.clone() }, out)?;
+                } else {
+                    let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
+                    let n = m.schedule.len();
+                    writeln!(
+                        out,
+                        "planned {} in {}: {} configurations x {} rounds = {n} cells",
+                        m.campaign_id,
+                        output.display(),
+                        m.configs.len(),
+                        m.spec.repetitions
+                    )?;
+                }
             }
             writeln!(out, "== exec")?;
             // a failed cell does not stop the run here: verify names every missing cell
@@ -552,7 +626,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "== verify")?;
             campaign(C::Verify { dir: output.clone(), json: false }, out)?;
             writeln!(out, "== analyze")?;
-            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None }, out)?;
+            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None, verbose }, out)?;
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
@@ -589,22 +663,18 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
             } else {
                 writeln!(out, "{}: {}/{} cells verified", if v.complete { "complete" } else { "INCOMPLETE" }, v.cells_ok, v.cells_expected)?;
-                for (cell, why) in &v.refusals {
-                    writeln!(out, "  {cell}: {why}")?;
-                }
+                write_refusals(out, &v.refusals)?;
             }
             if !v.complete {
                 crate::refuse!(crate::core::refusal::Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
             }
         }
-        C::Analyze { dir, json, diagnostics, reveal, report_dir } => {
+        C::Analyze { dir, json, diagnostics, reveal, report_dir, verbose } => {
             // verify reads each job for the analysis as it joins it: every run is joined once
             let (v, read) = crate::report::campaign::verify_reading(&dir)?;
             if !v.complete {
                 writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
-                for (cell, why) in &v.refusals {
-                    writeln!(out, "  {cell}: {why}")?;
-                }
+                write_refusals(out, &v.refusals)?;
                 if diagnostics {
                     writeln!(out, "DIAGNOSTICS ONLY - UNFIT TO PUBLISH (incomplete evidence):")?;
                     if let Ok(r) = cp::results(&dir) {
@@ -618,8 +688,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             } else {
-                write!(out, "{}", crate::analysis::render(&report))?;
-                writeln!(out, "wrote report.json and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
+                write!(out, "{}", if verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) })?;
+                writeln!(out, "wrote report.json, report.html and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
             }
             if reveal {
                 match std::fs::read(dir.join("blinding.json")) {
@@ -779,6 +849,10 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
         // validate checks its own before any work (validate::check_ranges), refusing with its could-not-run code
         Command::Validate(_) => Ok(()),
         Command::BenchOverhead(a) => bench_args(a),
+        Command::Compare(a) => match &a.size {
+            Some(s) => int("--size", crate::core::units::parse_bytes(s)?, 1, 1 << 40),
+            None => Ok(()),
+        },
         Command::SynthShards(a) => {
             int("--ranks", a.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
             int("--collectives", a.collectives, 1, u64::from(u32::MAX))?;

@@ -520,6 +520,9 @@ pub enum CampaignCommand {
         /// After the results, reveal the blinded labels' configuration names.
         #[arg(long)]
         reveal: bool,
+        /// Print every step and the whole report (default: the short answer; the JSON is always whole).
+        #[arg(short = 'v', long)]
+        verbose: bool,
     },
     /// Run every cell without a successful attempt, one fresh job per cell; append a record per attempt
     Exec {
@@ -570,6 +573,9 @@ pub enum CampaignCommand {
         /// Where report.json and the SVG plots go (default DIR/report; never replaced).
         #[arg(long)]
         report_dir: Option<PathBuf>,
+        /// Print the whole report: every phase's table, every control, the warnings (default: the short answer).
+        #[arg(short = 'v', long)]
+        verbose: bool,
     },
     /// Tar the campaign and write a descriptor binding size, SHA-256, manifest, selection, verdict
     Archive {
@@ -720,12 +726,20 @@ pub struct CapacityArgs {
 /// `commcanary compare`.
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Proxy: a summary CSV (config,median_us[,iqr_us]) or CAMPAIGN_DIR:PHASE.
+    /// Proxy: a summary CSV (config,median_us[,iqr_us]), CAMPAIGN_DIR:PHASE, or a folder of
+    /// nccl-tests outputs (text or -J JSON, ours or nccl-tests', one file per configuration).
     #[arg(long)]
     pub proxy: String,
-    /// Truth: a summary CSV or CAMPAIGN_DIR:PHASE.
+    /// Truth: the same forms as --proxy.
     #[arg(long)]
     pub truth: String,
+    /// For nccl-tests outputs: rank by the out-of-place time at this size (nccl-tests' size
+    /// column, e.g. 1MiB); default, the geometric mean over the sizes every file timed.
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Print the agreement as CSV (one row per pair of configurations).
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
     /// Tie rule (a campaign's manifest declares its own; this applies to tables).
     #[arg(long, value_enum, default_value = "strict")]
     pub tie_policy: crate::analysis::ranking::TiePolicy,

@@ -39,6 +39,10 @@ pub(crate) const MAX_SPEC_BYTES: u64 = 1 << 20;
 pub(crate) const MAX_ATTEMPTS_LOG_BYTES: u64 = 1 << 30;
 /// A CSV table or service-time file.
 pub(crate) const MAX_TEXT_TABLE_BYTES: u64 = 1 << 30;
+/// One nccl-tests output file (text or `-J` JSON with per-iteration times).
+pub(crate) const MAX_NCCL_TESTS_FILE_BYTES: u64 = 64 << 20;
+/// Files in a folder of nccl-tests outputs (one per configuration).
+pub(crate) const MAX_NCCL_TESTS_FILES: usize = 1024;
 /// Members of a campaign archive.
 pub(crate) const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
 /// Ranks in one run.

@@ -91,6 +91,7 @@ pub const RANGES: &[Range] = &[
     r("capacity", "--throughput-per-gpu", "finite, above 0, at most 1e15 requests/s; once or twice; demand / throughput at most 1e12 GPUs"),
     r("capacity", "--gpu-hour-cost", "finite, 0 or above, at most 1e9"),
     r("bench-overhead", "--size", "4 B to 1 GiB"),
+    r("compare", "--size", "1 B to 1 TiB"),
     r("bench-overhead", "--sizes", "1 to 64 sizes, each a whole number of f32 from 4 B to 1 GiB"),
     r("bench-overhead", "--iters", "1 to 10 000 000"),
     r("bench-overhead", "--reps", "1 to 10 000"),

@@ -7,6 +7,7 @@
 pub mod commtrace;
 pub mod inspect;
 pub mod join;
+pub mod nccl_tests;
 pub mod run;
 pub mod shard;
 pub mod stalls;

@@ -23,10 +23,9 @@
 //! values would not be exact in the element type for this many ranks (so
 //! `#wrong` can only count real faults).
 //!
-//! `-J FILE` writes the table as JSON in the spirit of nccl-tests' `-J`
-//! (its `src/util.cu`: config, one result per size with size, count, type,
-//! redop, root, time, algbw, busbw, #wrong, and the average bus bandwidth),
-//! with units in the field names ([`SweepReport`], schema `rank-sweep`).
+//! `-J FILE` writes the table as JSON with nccl-tests' own `-J` fields
+//! ([`SweepReport`], schema `rank-sweep`), read back by the same parser
+//! as nccl-tests' files ([`crate::evidence::nccl_tests`]).
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
 use anyhow::Result;
@@ -36,7 +35,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) const SWEEP_GROUP_NAME: &str = "isolated-sweep";
 
 /// Version of [`SweepReport`].
-pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 1;
+pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 2;
 
 fn bad(msg: String) -> anyhow::Error {
     crate::core::refusal::refuse(crate::core::refusal::Code::BadArgument, msg)
@@ -163,11 +162,39 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
     Ok((trace, colls))
 }
 
-/// `rank -J FILE`: the isolated sweep's table as JSON, in the spirit of
-/// nccl-tests' `-J` output (one object; its `config`, `results` and
-/// `average_bus_bandwidth`), with units in the names.
+/// `rank -J FILE`: the isolated sweep's table as JSON with nccl-tests'
+/// own fields (its `-J` file, JSON file version 3: `config`, `results` with
+/// `out_of_place` `{time, alg_bw, bus_bw, nwrong}` per size,
+/// `out_of_bounds`, `average_bus_bandwidth`), so one parser
+/// ([`crate::evidence::nccl_tests`]) reads both; what only this tool has
+/// (the run, per-iteration percentiles, what the times measure) is in
+/// `commcanary` and in each result's `out_of_place_per_iter`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 pub struct SweepReport {
+    /// nccl-tests' JSON file version this file follows ([`NCCL_TESTS_JSON_VERSION`]).
+    pub version: u32,
+    /// The command line of rank 0.
+    pub args: Vec<String>,
+    /// The settings (nccl-tests' `config`).
+    pub config: SweepConfig,
+    /// One row per size, in size order.
+    pub results: Vec<SweepRow>,
+    /// Wrong elements over every checked size and rank (nccl-tests' "Out of
+    /// bounds values"); absent when no size was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_bounds: Option<OutOfBounds>,
+    /// nccl-tests' "Avg bus bandwidth": the arithmetic mean of `bus_bw` over the sizes.
+    pub average_bus_bandwidth: AverageBusBandwidth,
+    /// What nccl-tests' file has no field for.
+    pub commcanary: SweepRun,
+}
+
+/// nccl-tests' JSON file version whose fields [`SweepReport`] carries.
+pub const NCCL_TESTS_JSON_VERSION: u32 = 3;
+
+/// The run behind a [`SweepReport`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepRun {
     /// [`SWEEP_REPORT_FORMAT_VERSION`].
     pub format_version: u32,
     /// The run the table comes from (verify it with `commcanary join RUN_DIR`).
@@ -178,73 +205,121 @@ pub struct SweepReport {
     pub backend: crate::evidence::shard::BackendKind,
     /// Ranks.
     pub world_size: u32,
-    /// The command line of rank 0.
-    pub args: Vec<String>,
-    /// What was asked.
-    pub config: SweepConfig,
-    /// One row per size, in size order.
-    pub results: Vec<SweepRow>,
-    /// Wrong elements over every checked size and rank (nccl-tests' "Out of
-    /// bounds values"); absent when no size was checked.
-    pub wrong_elements_total: Option<u64>,
-    /// Arithmetic mean of `bus_bw_gbps` over the sizes, GB/s (nccl-tests' "Avg bus bandwidth").
-    pub average_bus_bandwidth_gbps: f64,
-    /// Run start and end, Unix ms (rank 0's clock).
-    pub started_unix_ms: u64,
-    /// End of the run.
-    pub finished_unix_ms: u64,
-}
-
-/// The sweep's settings (nccl-tests' `config`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
-pub struct SweepConfig {
-    /// Sizes run, bytes, in order.
-    pub sizes_bytes: Vec<u64>,
-    /// Warm-up iterations per size.
-    pub warmup_iters: u32,
-    /// Timed iterations per size.
-    pub iterations: u32,
-    /// Checked iterations per size (`-c`).
-    pub validation: u32,
-    /// Element type.
+    /// Element type in this tool's words (nccl-tests' `type` is in each result).
     pub dtype: Dtype,
     /// Reduction of a reducing kind; absent for the others (nccl-tests' redop `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redop: Option<ReduceOp>,
     /// What the times measure: `device-events` (the sum all-reduce on GPUs)
     /// or `host-issue-to-wait-return`.
     pub time_source: crate::evidence::join::CompletionSource,
+    /// The bus-bandwidth factor of the kind at this rank count ([`SweepKind::busbw_factor`]).
+    pub bus_bw_factor: f64,
+    /// Run start, Unix ms (rank 0's clock).
+    pub started_unix_ms: u64,
+    /// Run end, Unix ms.
+    pub finished_unix_ms: u64,
 }
 
-/// One size (nccl-tests' result line).
+/// The sweep's settings, as nccl-tests' `config` names them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepConfig {
+    /// Threads per process (always 1 here).
+    pub nthreads: u32,
+    /// GPUs (or CPU ranks) per process (always 1 here).
+    pub ngpus: u32,
+    /// Smallest size, bytes.
+    pub minimum_bytes: u64,
+    /// Largest size, bytes.
+    pub maximum_bytes: u64,
+    /// Warm-up iterations per size.
+    pub warmup_iters: u32,
+    /// Timed iterations per size.
+    pub iterations: u32,
+    /// Collectives per timed iteration (always 1 here).
+    pub aggregated_iterations: u32,
+    /// Checked iterations per size (`-c`).
+    pub validation: u32,
+    /// CUDA-graph launches (0: none).
+    pub graph: u32,
+    /// Whether per-iteration times are reported (always: `out_of_place_per_iter`).
+    pub per_iter_timing: bool,
+    /// Every size run, bytes, in order (nccl-tests gives only the bounds and step).
+    pub sizes_bytes: Vec<u64>,
+}
+
+/// One size (nccl-tests' result object).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 pub struct SweepRow {
     /// nccl-tests' size, bytes ([`SweepKind`]'s convention).
-    pub size_bytes: u64,
+    pub size: u64,
     /// Elements of that size.
     pub count: u64,
-    /// Element type.
+    /// Element type in nccl-tests' words (`float`, `bfloat16`).
     #[serde(rename = "type")]
-    pub dtype: Dtype,
+    pub dtype: String,
     /// Reduction, or `none`.
     pub redop: String,
     /// Root rank, or -1 for kinds without one.
     pub root: i64,
-    /// Mean time per iteration (mean over ranks of each rank's mean), µs.
-    pub time_us: f64,
-    /// size / time, GB/s.
-    pub alg_bw_gbps: f64,
-    /// alg_bw x the kind's factor, GB/s.
-    pub bus_bw_gbps: f64,
-    /// The factor ([`SweepKind::busbw_factor`]).
-    pub bus_bw_factor: f64,
-    /// Wrong elements found by this size's checks over every rank; absent when unchecked.
-    pub nwrong: Option<u64>,
+    /// The timing (the sweep runs out of place only).
+    pub out_of_place: SweepTiming,
+    /// Always null: the sweep has no in-place run (nccl-tests' trace-replay rows have none either).
+    pub in_place: Option<SweepTiming>,
+    /// Per-iteration percentiles (nccl-tests' `-I 1` object, the fields measured here).
+    pub out_of_place_per_iter: SweepPerIter,
     /// Timed iterations.
     pub actual_iterations: u64,
+    /// nccl-tests' experiment name (empty, as its sweeps write it).
+    pub experiment_name: String,
+}
+
+/// nccl-tests' `{time, alg_bw, bus_bw, nwrong}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepTiming {
+    /// Mean time per iteration (mean over ranks of each rank's mean), µs.
+    pub time: f64,
+    /// size / time, GB/s.
+    pub alg_bw: f64,
+    /// alg_bw × the kind's factor, GB/s.
+    pub bus_bw: f64,
+    /// Wrong elements found by this size's checks over every rank; null when unchecked.
+    pub nwrong: Option<u64>,
+}
+
+/// The per-iteration statistics measured here (a subset of nccl-tests' `-I 1` object).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct SweepPerIter {
     /// Median per-iteration time (largest over ranks), µs.
     pub p50_us: f64,
     /// 99th percentile (nearest rank) of the same, µs.
     pub p99_us: f64,
+}
+
+/// nccl-tests' `out_of_bounds`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct OutOfBounds {
+    /// Wrong elements over every checked size and rank.
+    pub count: u64,
+    /// No wrong element.
+    pub okay: bool,
+}
+
+/// nccl-tests' `average_bus_bandwidth` (no threshold is checked: `okay` is "unchecked").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+pub struct AverageBusBandwidth {
+    /// Mean bus bandwidth over the sizes, GB/s; absent with no size.
+    pub bandwidth: Option<f64>,
+    /// Always "unchecked" (nccl-tests' value without `-a`'s threshold).
+    pub okay: String,
+}
+
+/// nccl-tests' name of an element type.
+fn nccl_tests_type(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 => "float",
+        Dtype::Bf16 => "bfloat16",
+    }
 }
 
 /// The report of joined run `j`, from its isolated rows.
@@ -254,43 +329,58 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
     let results: Vec<SweepRow> = rows
         .iter()
         .map(|r| SweepRow {
-            size_bytes: r.bytes,
+            size: r.bytes,
             count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
-            dtype: r.dtype.unwrap_or(spec.dtype),
+            dtype: nccl_tests_type(r.dtype.unwrap_or(spec.dtype)).into(),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
-            time_us: r.time_us,
-            alg_bw_gbps: r.algbw_gbps,
-            bus_bw_gbps: r.busbw_gbps,
-            bus_bw_factor: kind.busbw_factor(j.run.world_size),
-            nwrong: r.wrong_elements,
+            out_of_place: SweepTiming { time: r.time_us, alg_bw: r.algbw_gbps, bus_bw: r.busbw_gbps, nwrong: r.wrong_elements },
+            in_place: None,
+            out_of_place_per_iter: SweepPerIter { p50_us: r.p50_us, p99_us: r.p99_us },
             actual_iterations: r.iterations,
-            p50_us: r.p50_us,
-            p99_us: r.p99_us,
+            experiment_name: String::new(),
         })
         .collect();
-    let checked: Vec<u64> = results.iter().filter_map(|r| r.nwrong).collect();
+    let checked: Vec<u64> = results.iter().filter_map(|r| r.out_of_place.nwrong).collect();
+    let sizes: Vec<u64> = results.iter().map(|r| r.size).collect();
     SweepReport {
-        format_version: SWEEP_REPORT_FORMAT_VERSION,
-        run_id: j.run.run_id.clone(),
-        collective: kind,
-        backend: j.run.backend,
-        world_size: j.run.world_size,
+        version: NCCL_TESTS_JSON_VERSION,
         args: j.run.argv.clone(),
         config: SweepConfig {
-            sizes_bytes: results.iter().map(|r| r.size_bytes).collect(),
+            nthreads: 1,
+            ngpus: 1,
+            minimum_bytes: sizes.iter().copied().min().unwrap_or(0),
+            maximum_bytes: sizes.iter().copied().max().unwrap_or(0),
             warmup_iters: spec.warmup_iters,
             iterations: spec.iters,
+            aggregated_iterations: 1,
             validation: spec.check,
+            graph: u32::from(spec.graph),
+            per_iter_timing: true,
+            sizes_bytes: sizes,
+        },
+        average_bus_bandwidth: AverageBusBandwidth {
+            bandwidth: (!results.is_empty()).then(|| results.iter().map(|r| r.out_of_place.bus_bw).sum::<f64>() / results.len() as f64),
+            okay: "unchecked".into(),
+        },
+        out_of_bounds: (!checked.is_empty()).then(|| {
+            let count = checked.iter().sum();
+            OutOfBounds { count, okay: count == 0 }
+        }),
+        results,
+        commcanary: SweepRun {
+            format_version: SWEEP_REPORT_FORMAT_VERSION,
+            run_id: j.run.run_id.clone(),
+            collective: kind,
+            backend: j.run.backend,
+            world_size: j.run.world_size,
             dtype: spec.dtype,
             redop: kind.reduces().then(|| spec.sweep_op()),
             time_source: rows.first().map_or(crate::evidence::join::CompletionSource::HostIssueToWaitReturn, |r| r.source),
+            bus_bw_factor: kind.busbw_factor(j.run.world_size),
+            started_unix_ms: j.run.started_unix_ms,
+            finished_unix_ms: j.run.finished_unix_ms,
         },
-        average_bus_bandwidth_gbps: if results.is_empty() { 0.0 } else { results.iter().map(|r| r.bus_bw_gbps).sum::<f64>() / results.len() as f64 },
-        wrong_elements_total: (!checked.is_empty()).then(|| checked.iter().sum()),
-        results,
-        started_unix_ms: j.run.started_unix_ms,
-        finished_unix_ms: j.run.finished_unix_ms,
     }
 }
 
