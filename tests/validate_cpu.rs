@@ -96,11 +96,32 @@ fn record_validate_delay_and_refusal() {
 
     // one rank delayed 300 ms before every 8th workload collective (one per token of the tiny model):
     // against one reference job a round interval beyond the threshold is capped to INCONCLUSIVE (issue 31)
-    let (code, out, err) = validate(RANKS, &reference, &site, &d.path().join("v-delay"), &["--inject-delay", "rank=1,every=8,us=300000"]);
+    let prom = d.path().join("node.prom");
+    std::fs::write(&prom, "stale content of an earlier run\n").unwrap();
+    let (code, out, err) =
+        validate(RANKS, &reference, &site, &d.path().join("v-delay"), &["--inject-delay", "rank=1,every=8,us=300000", "--prometheus", prom.to_str().unwrap()]);
     assert_eq!(code, 2, "a single-job reference cannot fail a ratio check\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     let workload = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
     assert_eq!(workload["verdict"], "inconclusive", "{workload}");
+    // the Prometheus text file replaces the old one and says the same as the JSON
+    let text = std::fs::read_to_string(&prom).unwrap();
+    assert!(!text.contains("stale"), "{text}");
+    let host = report["node"]["host"].as_str().unwrap();
+    let sample = |name: &str, labels: &str| -> Option<f64> {
+        let head = format!("{name}{{node=\"{host}\",{labels}}} ");
+        text.lines().find_map(|l| l.strip_prefix(&head)).map(|v| v.parse().unwrap())
+    };
+    assert_eq!(sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"inconclusive\""), Some(1.0), "{text}");
+    assert_eq!(sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"pass\""), Some(0.0), "{text}");
+    assert_eq!(sample("commcanary_validate_verdict", "verdict=\"inconclusive\""), Some(1.0), "{text}");
+    assert_eq!(sample("commcanary_validate_ratio", "check=\"workload token latency\",bound=\"low\""), workload["ratio"]["ratio_low"].as_f64(), "{text}");
+    for c in report["checks"].as_array().unwrap() {
+        let n =
+            text.lines().filter(|l| l.starts_with("commcanary_validate_check{") && l.contains(&format!("check=\"{}\"", c["check"].as_str().unwrap()))).count();
+        assert_eq!(n, 3, "one sample per verdict for {c}\n{text}");
+    }
+    assert!(text.lines().all(|l| l.starts_with('#') || l.rsplit_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok())), "{text}");
     // capped exactly when the round interval alone would have failed
     let beyond = workload["ratio"]["ratio_low"].as_f64().unwrap() > 2.0;
     assert_eq!(workload["ratio"]["capped_from"] == "fail", beyond, "{workload}");

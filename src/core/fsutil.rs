@@ -29,6 +29,17 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// Replace `dest` with `bytes` atomically (a temporary file beside it, then a
+/// rename): for exports that another tool reads and every run replaces, such
+/// as a Prometheus text file. Records never go through this: they are new files.
+pub fn replace_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+    let mut t = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temporary file in {} for {}", dir.display(), dest.display()))?;
+    t.write_all(bytes).and_then(|()| t.as_file().sync_all()).with_context(|| format!("writing a temporary file for {}", dest.display()))?;
+    t.persist(dest).map_err(|e| anyhow::anyhow!("replacing {}: {}", dest.display(), e.error))?;
+    Ok(())
+}
+
 /// Write `bytes` to `dest` atomically; fails if `dest` already exists.
 pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     let exists = || {

@@ -114,6 +114,10 @@ pub struct ValidateArgs {
     /// Print the report as JSON (format `validate-report`).
     #[arg(long)]
     pub json: bool,
+    /// Also write the verdicts in Prometheus' text format to FILE, replaced atomically (for a
+    /// node exporter's textfile collector): per check its verdict and ratio, and the overall verdict.
+    #[arg(long, value_name = "FILE")]
+    pub prometheus: Option<PathBuf>,
     /// No progress lines on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -87,6 +87,55 @@ pub struct ValidationReport {
     pub likely_cause: Option<String>,
 }
 
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The report in Prometheus' text exposition format, for a node exporter's
+/// textfile collector: per check one `commcanary_validate_check` sample per
+/// verdict (1 for the one given), the ratio with its interval's bounds and
+/// the site's threshold for ratio checks, the overall verdict, and when it
+/// was judged (`unix_s`). A reference recording has no verdicts: only the
+/// timestamp and `kind` are written. Unmeasured ratios are left out, never 0.
+pub fn prometheus(r: &ValidationReport, unix_s: u64) -> String {
+    use std::fmt::Write as _;
+    let node = label(&r.node.host);
+    let verdicts = [CheckVerdict::Pass, CheckVerdict::Inconclusive, CheckVerdict::Fail];
+    let mut o = String::new();
+    let family = |o: &mut String, name: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+    };
+    family(&mut o, "commcanary_validate_check", "1 for the verdict a check was given, 0 for the others.");
+    for c in &r.checks {
+        for v in verdicts {
+            let _ =
+                writeln!(o, "commcanary_validate_check{{node=\"{node}\",check=\"{}\",verdict=\"{}\"}} {}", label(&c.check), v.word(), u8::from(c.verdict == v));
+        }
+    }
+    family(&mut o, "commcanary_validate_ratio", "Node over reference for a ratio check: the typical ratio and its interval's bounds.");
+    for (c, x) in r.checks.iter().filter_map(|c| c.ratio.as_ref().map(|x| (c, x))) {
+        for (bound, v) in [("point", x.ratio), ("low", x.ratio_low), ("high", x.ratio_high)] {
+            if v.is_finite() {
+                let _ = writeln!(o, "commcanary_validate_ratio{{node=\"{node}\",check=\"{}\",bound=\"{bound}\"}} {v}", label(&c.check));
+            }
+        }
+    }
+    family(&mut o, "commcanary_validate_threshold", "The site's threshold ratio of a ratio check.");
+    for (c, x) in r.checks.iter().filter_map(|c| c.ratio.as_ref().map(|x| (c, x))) {
+        let _ = writeln!(o, "commcanary_validate_threshold{{node=\"{node}\",check=\"{}\"}} {}", label(&c.check), x.threshold);
+    }
+    family(&mut o, "commcanary_validate_verdict", "1 for the node's overall verdict, 0 for the others (none when a reference was recorded).");
+    if let Some(overall) = r.verdict {
+        for v in verdicts {
+            let _ = writeln!(o, "commcanary_validate_verdict{{node=\"{node}\",verdict=\"{}\"}} {}", v.word(), u8::from(overall == v));
+        }
+    }
+    family(&mut o, "commcanary_validate_timestamp_seconds", "When this node was judged (or its reference recorded), Unix seconds.");
+    let _ = writeln!(o, "commcanary_validate_timestamp_seconds{{node=\"{node}\",kind=\"{}\"}} {unix_s}", label(&r.kind));
+    o
+}
+
 pub(super) fn geo_busbw(rows: &[sweep::SizeResult]) -> Option<f64> {
     verdict::geometric_mean(&rows.iter().map(|r| r.busbw_gbps).collect::<Vec<_>>())
 }

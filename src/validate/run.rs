@@ -285,6 +285,10 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
     let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("validate-{}-{}", node.host, started_unix_ms)));
     let report = build_report(plan, &ev, &out)?;
     reference::write(&out, &ev, plan.reference.as_ref().map(|_| &report))?;
+    if let Some(path) = &a.prometheus {
+        let text = super::report::prometheus(&report, crate::core::clock::unix_ms() / 1000);
+        crate::core::fsutil::replace_atomic(path, text.as_bytes()).with_context(|| format!("--prometheus {}", path.display()))?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
