@@ -57,6 +57,19 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     let (_, head) = state(&r, "head2");
     assert!(head.iter().any(|f| f.starts_with("coverage.") || f.starts_with("tail-recall.") || f.starts_with("gaps.")), "{head:?}");
     assert_eq!(r["canary_beats_baselines"], true);
+    // the default text is the short answer: one line per candidate (a canary, a head sample and four
+    // baselines here) within 30 lines, each naming its state and what stops it; -v prints every check
+    let report: commcanary::canary::verify::VerifyReport = serde_json::from_value(r.clone()).unwrap();
+    let short = commcanary::canary::verify::render_short(&report);
+    assert!(short.lines().count() <= 30, "{short}");
+    for c in r["candidates"].as_array().unwrap() {
+        let line = short.lines().find(|l| l.starts_with(&format!("{} [", c["variant"].as_str().unwrap()))).unwrap_or_else(|| panic!("{c}: {short}"));
+        assert!(line.contains(c["state"].as_str().unwrap()), "{line}");
+        let failed = c["checks"].as_array().unwrap().iter().any(|k| k["passed"] == false);
+        assert_eq!(line.contains("stopped by "), failed, "{line}");
+    }
+    assert!(short.contains("canary beats every baseline at equal size"), "{short}");
+    assert!(commcanary::canary::verify::render(&report).lines().count() > short.lines().count());
     // the evidence is a verified campaign
     ok(&cc(&["campaign", "verify", s(&v.join("campaign"))]));
     // whose own report ranks every variant against the source, as verify did

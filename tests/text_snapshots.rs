@@ -41,12 +41,24 @@ fn isolated_sweep_table() {
     insta::assert_snapshot!(join::render_isolated(&rows));
 }
 
-/// The campaign report's text (`campaign analyze`), rendered from a
-/// committed report (the README demo under load, `results/2026-12-03-demo-build-and-load/`):
+fn demo_report() -> commcanary::analysis::Report {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reports/demo-loaded.report.json");
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+/// The campaign report's whole text (`campaign analyze -v`), rendered from a
+/// committed report (the README demo on a loaded machine, `tests/data/reports/`):
 /// decisions, intervals, controls and the levels they were judged at.
 #[test]
 fn campaign_report_text_of_a_committed_report() {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/2026-12-03-demo-build-and-load/loaded-run1.report.json");
-    let r: commcanary::analysis::Report = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    insta::assert_snapshot!(commcanary::analysis::render(&r));
+    insta::assert_snapshot!(commcanary::analysis::render(&demo_report()));
+}
+
+/// The short answer of the same report (`campaign analyze`): the pick, each
+/// phase's order, the proxies, the controls counted per kind, the canary.
+#[test]
+fn campaign_report_short_answer_of_a_committed_report() {
+    let text = commcanary::analysis::render_short(&demo_report());
+    assert!(text.lines().count() <= 15, "the short answer is at most 15 lines:\n{text}");
+    insta::assert_snapshot!(text);
 }

@@ -84,13 +84,13 @@ pub use crate::analysis::model::{
 pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
 pub(crate) use crate::analysis::text::regret_words;
-pub use crate::analysis::text::render;
+pub use crate::analysis::text::{control_counts, render, render_short};
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
      the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K A/A controls one family at 95% \
      (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
-     is in results/2026-11-30-calibration-simultaneous/ (lowest cell 94.9%); with 2 rounds only the Gaussian case is exact";
+     was at least 94.9% in every cell (docs/CAMPAIGNS.md, \"Calibration\"; rerun with `cargo bench --bench calibration`); with 2 rounds only the Gaussian case is exact";
 
 /// `f` over `items` on up to `std::thread::available_parallelism` threads
 /// (`core::par`), the results in `items`' order: the same values as a plain
@@ -210,7 +210,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
                 "the {aa_count} A/A controls (declared A/A pairs x phases) are one family: each is judged on its own Student-t interval at {:.3}% \
                  (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level when that is higher, so that an instrument that cannot tell \
                  a configuration from itself shows a misbehaved A/A control in at most {:.0}% of campaigns; simulated per-control and per-campaign \
-                 rates are in results/2026-12-02-calibration-aa-family/",
+                 rates are in docs/CAMPAIGNS.md (rerun with `cargo bench --bench calibration`)",
                 level * 100.0,
                 (1.0 - COVERAGE) * 100.0
             ),

@@ -2,7 +2,7 @@
 //! medians, IQR, p99, ranks, P(best)/P(worst) and whom each is decided faster than, then
 //! the proxies against blocking, the A/A family, the controls, the canary, the warnings
 //! and the evidence. Reads the report only and refuses nothing; the JSON is the record.
-use crate::analysis::model::{Report, TauEstimate};
+use crate::analysis::model::{ControlOutcome, Report, TauEstimate};
 use crate::analysis::ranking::Relation;
 
 /// Terminal table: configs × phases with medians, IQR, p99, ranks, P(best),
@@ -251,5 +251,148 @@ fn render_truth(t: &crate::analysis::truth::TruthReport, tau: &dyn Fn(&TauEstima
     for n in &t.notes {
         let _ = writeln!(o, "truth note: {n}");
     }
+    o
+}
+
+/// Controls counted per kind, one line: "a-a: 0 of 6 behaved (6
+/// inconclusive); known-bad: 1 of 1 behaved". `outcomes` are (kind,
+/// outcome) in report order; kinds keep their first appearance's order.
+pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOutcome)>) -> String {
+    let mut kinds: Vec<(&str, [usize; 3])> = Vec::new();
+    for (kind, o) in outcomes {
+        let i = match kinds.iter().position(|(k, _)| *k == kind) {
+            Some(i) => i,
+            None => {
+                kinds.push((kind, [0; 3]));
+                kinds.len() - 1
+            }
+        };
+        let slot = match o {
+            ControlOutcome::Behaved => 0,
+            ControlOutcome::Misbehaved => 1,
+            ControlOutcome::Inconclusive => 2,
+        };
+        kinds[i].1[slot] += 1;
+    }
+    kinds
+        .iter()
+        .map(|(k, [ok, bad, open])| {
+            let mut rest = Vec::new();
+            if *bad > 0 {
+                rest.push(format!("{bad} MISBEHAVED"));
+            }
+            if *open > 0 {
+                rest.push(format!("{open} inconclusive"));
+            }
+            let rest = if rest.is_empty() { String::new() } else { format!(" ({})", rest.join(", ")) };
+            format!("{k}: {ok} of {} behaved{rest}", ok + bad + open)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One phase's ranking, best first: `<` where the interval decides the
+/// neighbours, `~` where it does not.
+fn chain(p: &crate::analysis::model::PhaseReport) -> String {
+    let mut s = String::new();
+    for (i, row) in p.rows.iter().enumerate() {
+        if i > 0 {
+            let prev = &p.rows[i - 1].label;
+            s.push_str(if p.relation(prev, &row.label) == Some(Relation::AFaster) { " < " } else { " ~ " });
+        }
+        s.push_str(&row.label);
+    }
+    s
+}
+
+/// The short answer of `campaign analyze` and `campaign run` (at most about
+/// 15 lines): the pick, each phase's order, the proxies, the controls counted
+/// per kind, the canary and the real job. [`render`] (`-v`) and the JSON hold the rest.
+pub fn render_short(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "campaign {} (manifest {}): {} of {} cells verified; decided only beyond ±{}%, each phase's pairs together at {:.0}%",
+        r.context.campaign_id,
+        &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
+        r.completeness.cells_ok,
+        r.completeness.cells_expected,
+        r.policy.min_effect_pct,
+        r.coverage * 100.0
+    );
+    let workload = r.phases.iter().find(|p| p.phase == crate::core::workload::Phase::Blocking).or(r.phases.first());
+    if let Some(t) = &r.truth {
+        let _ = writeln!(o, "pick for the real job ({}, {} is better): best set {}", t.metric, t.better, t.best_set.join(", "));
+    } else if let Some(p) = workload {
+        if let Some(top) = p.rows.first() {
+            let beaten = p.rows.iter().filter(|x| p.relation(&top.label, &x.label) == Some(Relation::AFaster)).count();
+            let ties: Vec<&str> =
+                p.rows.iter().skip(1).filter(|x| p.relation(&top.label, &x.label) != Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+            if beaten == 0 && p.rows.len() > 1 {
+                let _ = writeln!(
+                    o,
+                    "no pick ({}): the lowest median, {}, is decided faster than none of the {} others; P(best) {:.2}",
+                    p.phase.name(),
+                    top.label,
+                    p.rows.len() - 1,
+                    top.p_best
+                );
+            } else {
+                let _ = writeln!(
+                    o,
+                    "pick ({}): {}, decided faster than {beaten} of {}; P(best) {:.2}{}",
+                    p.phase.name(),
+                    top.label,
+                    p.rows.len() - 1,
+                    top.p_best,
+                    if ties.is_empty() { String::new() } else { format!("; not decided against {}", ties.join(", ")) }
+                );
+            }
+        }
+    }
+    let _ = writeln!(o, "order per phase, best first ('<' decided, '~' not decided):");
+    for p in &r.phases {
+        let _ = writeln!(o, "  {:<9} {}", p.phase.name(), chain(p));
+    }
+    if !r.proxy_vs_blocking.is_empty() {
+        let each: Vec<String> = r
+            .proxy_vs_blocking
+            .iter()
+            .map(|a| {
+                let tau = a.tau_policy.tau_b.map_or("undefined".to_string(), |v| format!("{v:+.2}"));
+                format!("{} {}/{} (tau-b {tau})", a.proxy.name(), a.comparison.pairs_agree, a.comparison.pairs_total)
+            })
+            .collect();
+        let _ = writeln!(o, "proxies against blocking, pairs agreeing: {}", each.join(", "));
+    }
+    if r.controls.is_empty() {
+        let _ = writeln!(o, "controls: none declared");
+    } else {
+        let _ = writeln!(o, "controls: {}", control_counts(r.controls.iter().map(|c| (c.kind.as_str(), c.outcome))));
+    }
+    if let Some(c) = r.canary.as_ref().and_then(|c| c.verdict.as_ref()) {
+        let i = &c.result.interval;
+        let _ = writeln!(
+            o,
+            "canary {}: {} against {} in {}: {:+.2}% [{:+.2}, {:+.2}]",
+            c.result.verdict.word(),
+            c.candidate,
+            c.baseline,
+            c.phase.name(),
+            i.diff_pct,
+            i.ci_low_pct,
+            i.ci_high_pct
+        );
+    }
+    if let Some(t) = &r.truth {
+        for p in &t.proxies {
+            let _ = writeln!(o, "truth judges the {} pick {}: {}", p.proxy, p.pick, regret_words(&p.regret));
+        }
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o, "{} warning(s); -v prints them", r.warnings.len());
+    }
+    let _ = writeln!(o, "evidence: {}", r.evidence.split(',').next().unwrap_or(&r.evidence));
     o
 }

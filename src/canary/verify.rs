@@ -78,6 +78,9 @@ pub struct ControlsOutcome {
     pub behaved: Option<bool>,
     /// Each control: variant, what, outcome.
     pub details: Vec<String>,
+    /// The controls counted per kind ("injected-skew: 24 of 24 behaved; …"); empty when none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub summary: String,
 }
 
 /// `canary-verify.json`.
@@ -372,11 +375,14 @@ pub fn verify(
     let report_path = campaign_dir.join("report").join("report.json");
     let mut details = Vec::new();
     let mut behaved = Vec::new();
+    let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
     if let Ok(bytes) = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
         let r: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a report", report_path.display()))?;
         for c in r["controls"].as_array().into_iter().flatten() {
             let ok = c["outcome"].as_str() == Some("behaved");
             behaved.push(ok);
+            let outcome = serde_json::from_value(c["outcome"].clone()).unwrap_or(crate::analysis::ControlOutcome::Misbehaved);
+            tally.push((c["kind"].as_str().unwrap_or("?").to_string(), outcome));
             details.push(format!("{} {}: {}", c["kind"].as_str().unwrap_or("?"), c["subject"].as_str().unwrap_or("?"), c["outcome"].as_str().unwrap_or("?")));
         }
     }
@@ -422,13 +428,16 @@ pub fn verify(
                 _ => false,
             };
             behaved.push(ok);
+            use crate::analysis::ControlOutcome::{Behaved, Misbehaved};
+            tally.push(("known-bad".into(), if ok { Behaved } else { Misbehaved }));
             details.push(format!(
                 "known-bad {kb} in {v}: {}",
                 if ok { "behaved (decided slower than every other configuration)" } else { "not decided slower than every other configuration" }
             ));
         }
     }
-    let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details };
+    let summary = crate::analysis::control_counts(tally.iter().map(|(k, o)| (k.as_str(), *o)));
+    let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details, summary };
     // configurations that add latency of their own: the tail recall leaves them out
     let control_configs: Vec<bool> = spec_in
         .configs
@@ -823,6 +832,63 @@ pub fn render(r: &VerifyReport) -> String {
         let _ = writeln!(s, "canary and baselines: no comparison (the source decided no pair of configurations)");
     }
     let _ = writeln!(s, "never granted: {}", r.never_granted);
+    s
+}
+
+/// The short answer (`canary verify` without `-v`): the source, the controls
+/// counted per kind, the real job, then one line per candidate with its
+/// state, the check that stops it from the next state, its ranking against
+/// the source and its decision cost; [`render`] and the JSON hold every check.
+pub fn render_short(r: &VerifyReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "canary verify: source {} ({} ranks, {} collectives); {} configurations x {} rounds on {}",
+        r.source.path,
+        r.source.world_size,
+        r.source.collectives_per_rank.iter().sum::<u64>(),
+        r.configs.len(),
+        r.rounds,
+        r.backend
+    );
+    let _ = match r.controls.behaved {
+        None => writeln!(s, "controls: none declared"),
+        Some(b) => writeln!(s, "controls: {}{}", r.controls.summary, if b { "" } else { " (NOT all behaved)" }),
+    };
+    if let Some(t) = &r.truth {
+        let _ = writeln!(
+            s,
+            "the real job: {} decides {} pair(s), best set {}; the source's {}",
+            t.metric,
+            t.decided_pairs,
+            t.best_set.join(", "),
+            super::truth::words(&t.source)
+        );
+    }
+    for v in &r.candidates {
+        let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
+        let stop = match failed.iter().min_by_key(|c| c.guards) {
+            None => "every check held".to_string(),
+            Some(c) => {
+                let more = if failed.len() > 1 { format!(" (and {} more failed checks)", failed.len() - 1) } else { String::new() };
+                format!("stopped by {}: {}{more}", c.name, c.measured)
+            }
+        };
+        let ranking = v.ranking.as_ref().map(|a| {
+            let c = &a.comparison;
+            format!("; ranking {}/{} pairs agree", c.pairs_agree, c.pairs_total)
+        });
+        let cost = v.cost.as_ref().and_then(|c| c.source_per_candidate).map(|x| format!("; {x:.1}x cheaper to decide")).unwrap_or_default();
+        let _ = writeln!(s, "{} [{}]: {}; {stop}{}{cost}", v.variant, v.method, v.state, ranking.unwrap_or_default());
+        if let Some(j) = &v.truth {
+            let _ = writeln!(s, "  {}", super::truth::words(j));
+        }
+    }
+    if let Some(b) = r.canary_beats_baselines {
+        let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
+    }
+    let _ = writeln!(s, "-v prints every check and control; canary-verify.json has everything");
     s
 }
 

@@ -85,6 +85,9 @@ pub struct VerifyArgs {
     /// Replay a canary even when a check that needs no replay (coverage, mix, structure, values) already fails it.
     #[arg(long)]
     pub replay_failed: bool,
+    /// Print every check, control and size (default: one line per candidate; the JSON is always whole).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 }
 
 /// `canary reduce`.
@@ -272,7 +275,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
-                write!(out, "{}", verify::render(&r))?;
+                write!(out, "{}", if a.verbose { verify::render(&r) } else { verify::render_short(&r) })?;
             }
             eprintln!("wrote {}", o.out.join("canary-verify.json").display());
         }
