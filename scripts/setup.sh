@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what CommCanary needs on Debian/Ubuntu (as root, or with sudo) and build it.
 # Idempotent: installs only what is missing.
-# Usage: bash scripts/setup.sh [--no-build | --demo]
+# Usage: bash scripts/setup.sh [--no-build | --demo | --tests]
 #   (default: cargo build --release; --demo: cargo build --profile demo, the
-#   README demo's binary target/demo/commcanary, see [profile.demo] in Cargo.toml)
+#   README demo's binary target/demo/commcanary, see [profile.demo] in Cargo.toml;
+#   --tests: no build, and also chromium, which tests/report_html.rs renders report.html in)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ cd "$(dirname "$0")/.."
 # README's truth example, run in CI) and the `melt` example tests/mpi_capture.rs
 # captures; gfortran: the MPI capture tests build a Fortran twin with mpifort.
 pkgs=(libopenmpi-dev openmpi-bin libclang-dev clang pkg-config gfortran lammps lammps-examples)
+if [ "${1:-}" = --tests ]; then pkgs+=(chromium); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,7 +40,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 case "${1:-}" in
-  --no-build) ;;
+  --no-build | --tests) ;;
   --demo) cargo build --profile demo --locked >&2 ;;
   *) cargo build --release --locked >&2 ;;
 esac

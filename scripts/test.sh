@@ -3,7 +3,7 @@
 # suite (unit, property, integration under real mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --no-build
+bash scripts/setup.sh --tests
 . scripts/env.sh
 # rustup's minimal profile has neither rustfmt nor clippy
 for c in rustfmt clippy; do

@@ -542,6 +542,9 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Ver
     let mut bytes = serde_json::to_vec_pretty(&report)?;
     bytes.push(b'\n');
     write_same_or_new(&out_dir.join("report.json"), &bytes)?;
+    let evidence =
+        if out_dir.parent() == Some(dir) { crate::report::html::evidence_links() } else { vec![("report.json".into(), "this report as JSON".into())] };
+    write_same_or_new(&out_dir.join("report.html"), crate::report::html::page(&report, &plots, &evidence).as_bytes())?;
     Ok(report)
 }
 
@@ -633,6 +636,6 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
             need.join("; ")
         );
     }
-    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: results/2026-11-30-calibration-simultaneous/)");
+    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: docs/CAMPAIGNS.md, \"Calibration\")");
     Ok(o)
 }

@@ -1,10 +1,11 @@
 //! Layer 7: files made from an analysis.
 //!
 //! The campaign report (collect the verified campaign, analyze, write
-//! `report.json` and the SVG plots), exports of verified runs
+//! `report.json`, the SVG plots and `report.html`), exports of verified runs
 //! (Chrome/Perfetto trace JSON), and the pick in the form the user deploys
 //! with its confirmation on new rounds (docs/ARCHITECTURE.md §7, §9, §11).
 pub mod campaign;
 pub mod export;
+pub mod html;
 pub mod pick;
 pub mod plots;
