@@ -79,12 +79,12 @@ pub use crate::analysis::model::{
 };
 pub use crate::analysis::model::{
     AnalysisInput, CanaryClaim, CanaryResult, ClaimContext, ConfigRow, ControlOutcome, ControlsInput, JobData, KnownBadInput, PairRow, PhaseInput, Quantiles,
-    RankModel, Report, TauEstimate, TraceCanaryReport, TraceKindClaim, TraceVariantAgreement, REPORT_FORMAT_VERSION,
+    RankModel, Report, TauEstimate, TraceCanaryReport, TraceKindClaim, TraceVariantAgreement, ECDF_STEP_PCT, REPORT_FORMAT_VERSION,
 };
 pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
 pub(crate) use crate::analysis::text::regret_words;
-pub use crate::analysis::text::{control_counts, render, render_short};
+pub use crate::analysis::text::{control_counts, ranking_csv, render, render_short};
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \

@@ -195,7 +195,14 @@ pub struct Quantiles {
     pub p99: f64,
     /// Largest.
     pub max: f64,
+    /// The empirical distribution: the nearest-rank percentiles 0, 5, …, 100
+    /// ([`ECDF_STEP_PCT`] apart), µs; empty in reports written before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ecdf_us: Vec<f64>,
 }
+
+/// Spacing of [`Quantiles::ecdf_us`], percent.
+pub const ECDF_STEP_PCT: f64 = 5.0;
 
 /// One configuration in one phase.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]

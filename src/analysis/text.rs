@@ -291,6 +291,32 @@ pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOu
         .join("; ")
 }
 
+/// Every phase's ranking table as CSV: phase, rank, config, jobs, median,
+/// IQR and p99 in µs, P(best), P(worst), and whom it is decided faster than
+/// (`;`-separated), one row per phase and configuration.
+pub fn ranking_csv(r: &Report) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(["phase", "rank", "config", "jobs", "median_us", "iqr_us", "p99_us", "p_best", "p_worst", "decided_faster_than"])?;
+    for p in &r.phases {
+        for row in &p.rows {
+            let faster: Vec<&str> = p.rows.iter().filter(|x| p.relation(&row.label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+            w.write_record([
+                p.phase.name().to_string(),
+                row.rank.to_string(),
+                row.label.clone(),
+                row.jobs.to_string(),
+                row.median_us.to_string(),
+                row.iqr_us.to_string(),
+                row.p99_us.to_string(),
+                row.p_best.to_string(),
+                row.p_worst.to_string(),
+                faster.join(";"),
+            ])?;
+        }
+    }
+    String::from_utf8(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?).map_err(Into::into)
+}
+
 /// One phase's ranking, best first: `<` where the interval decides the
 /// neighbours, `~` where it does not.
 fn chain(p: &crate::analysis::model::PhaseReport) -> String {

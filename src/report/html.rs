@@ -42,8 +42,20 @@ t.querySelectorAll('th').forEach(function(h){h.classList.remove('sorted-asc','so
 rows.sort(function(x,y){var a=x.cells[col].dataset.v||x.cells[col].textContent,c=y.cells[col].dataset.v||y.cells[col].textContent,\
 p=parseFloat(a),q=parseFloat(c),r=(isNaN(p)||isNaN(q))?a.localeCompare(c):p-q;return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})});";
 
+/// One cell of a [`table`]: its text, and a number to sort by where it has one.
+pub type Cell = (String, Option<f64>);
+
+/// A whole page: `title` and the body's HTML, with the style and the sort script.
+pub fn document(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
+         <title>{0}</title><style>{STYLE}</style></head><body>\n<h1>{0}</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+        escape(title)
+    )
+}
+
 /// A sortable table: `head` names, `rows` of (text, numeric sort key) cells.
-fn table(o: &mut String, id: &str, head: &[&str], rows: &[Vec<(String, Option<f64>)>]) {
+pub fn table(o: &mut String, id: &str, head: &[&str], rows: &[Vec<Cell>]) {
     let _ = write!(o, "<table class=\"sortable\" id=\"{}\"><thead><tr>", escape(id));
     for h in head {
         let _ = write!(o, "<th>{}</th>", escape(h));
@@ -66,11 +78,13 @@ fn table(o: &mut String, id: &str, head: &[&str], rows: &[Vec<(String, Option<f6
     o.push_str("</tbody></table>\n");
 }
 
-fn num(v: f64, digits: usize) -> (String, Option<f64>) {
+/// A number cell, sorted by its value (non-finite: by its text).
+pub fn num(v: f64, digits: usize) -> Cell {
     (format!("{v:.digits$}"), v.is_finite().then_some(v))
 }
 
-fn txt(s: impl Into<String>) -> (String, Option<f64>) {
+/// A text cell.
+pub fn txt(s: impl Into<String>) -> Cell {
     (s.into(), None)
 }
 
@@ -87,16 +101,7 @@ fn inline_svg(svg: &str) -> &str {
 pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)]) -> String {
     let mut o = String::new();
     let title = format!("CommCanary campaign {}", r.context.campaign_id);
-    let _ = write!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n<p class=\"small\">manifest {} · {} · {}</p>\n",
-        escape(&title),
-        escape(&title),
-        escape(&r.context.manifest_sha256),
-        escape(&r.producer),
-        escape(&r.evidence)
-    );
+    let _ = writeln!(o, "<p class=\"small\">manifest {} · {} · {}</p>", escape(&r.context.manifest_sha256), escape(&r.producer), escape(&r.evidence));
     let _ = write!(o, "<h2 id=\"answer\">The answer</h2>\n<pre>{}</pre>\n", escape(&crate::analysis::render_short(r)));
     for p in &r.phases {
         let _ = write!(
@@ -109,7 +114,7 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
             r.coverage * 100.0,
             r.policy.min_effect_pct
         );
-        let rows: Vec<Vec<(String, Option<f64>)>> = p
+        let rows: Vec<Vec<Cell>> = p
             .rows
             .iter()
             .map(|row| {
@@ -225,8 +230,8 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
     for (href, what) in evidence {
         let _ = write!(o, "<li><a href=\"{0}\">{0}</a>: {1}</li>", escape(href), escape(what));
     }
-    let _ = write!(o, "</ul>\n<p class=\"small\">{}</p>\n<script>{SORT_SCRIPT}</script>\n</body></html>\n", escape(&r.interval_method));
-    o
+    let _ = writeln!(o, "</ul>\n<p class=\"small\">{}</p>", escape(&r.interval_method));
+    document(&title, &o)
 }
 
 /// The campaign's own files the page links to, relative to a report folder

@@ -6,6 +6,12 @@
 //!   proxy's ranking errors);
 //! - `distribution-PHASE.svg`: per configuration, the pooled events of all
 //!   jobs: 5–95% whisker, 25–75% box, median bar, p99 dot (nearest-rank);
+//! - `ecdf-PHASE.svg`: per configuration the empirical distribution of the
+//!   pooled events (every 5th percentile), with the median of its job
+//!   medians (the ranked statistic) and their interquartile range marked;
+//! - `proxy-vs-truth.svg`: per configuration each proxy phase's median
+//!   against the truth's (the real job's, or blocking's without `[truth]`),
+//!   both over the best, each proxy's pick ringed;
 //! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::analysis::inference`]);
 //! - `overlap-timeline.svg`: compute and communication intervals of one
 //!   rank's window (GPU runs, from CUPTI kernels or CUDA events);
@@ -241,14 +247,133 @@ pub fn truth_regret(t: &crate::analysis::truth::TruthReport) -> Result<String> {
     Ok(s)
 }
 
+/// Per configuration, the empirical distribution of one phase's pooled events.
+pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
+    let p = r.phases.get(phase_index).ok_or_else(|| anyhow!("no phase {phase_index}"))?;
+    let step = crate::analysis::ECDF_STEP_PCT / 100.0;
+    let all = p.rows.iter().flat_map(|x| x.distribution.ecdf_us.iter().chain([&x.median_us])).copied().filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) = if lo.is_finite() && hi > lo { (lo / 1.2, hi * 1.2) } else { (1.0, 10.0) };
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)", p.phase.name(), p.metric),
+                ("sans-serif", 15),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(55)
+            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("µs (log scale)").y_desc("fraction of events at or below").draw().map_err(e)?;
+        for (i, row) in p.rows.iter().enumerate() {
+            let c = palette(i);
+            let q = &row.distribution.ecdf_us;
+            let mut pts = Vec::with_capacity(2 * q.len());
+            for (k, &v) in q.iter().enumerate() {
+                let y = (k as f64 * step).min(1.0);
+                if let Some(&(_, prev)) = pts.last() {
+                    pts.push((v, prev));
+                }
+                pts.push((v, y));
+            }
+            chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(e)?
+                .label(row.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            let y = 0.5 - 0.04 * (i as f64 - (p.rows.len() as f64 - 1.0) / 2.0);
+            let (a, b) = ((row.median_us - row.iqr_us / 2.0).max(lo), row.median_us + row.iqr_us / 2.0);
+            chart.draw_series(std::iter::once(PathElement::new(vec![(a, y), (b.min(hi), y)], c.stroke_width(2)))).map_err(e)?;
+            chart.draw_series(std::iter::once(Circle::new((row.median_us, y), 4, c.filled()))).map_err(e)?;
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// Each proxy phase's median against the truth's, per configuration, both
+/// as a ratio over the best: the real job's metric where the campaign has
+/// `[truth]`, otherwise blocking's; each proxy's pick (its rank 1) ringed.
+/// `None` when there is nothing to set against the truth.
+pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
+    use crate::core::workload::Phase;
+    // (label, truth value), lower is better
+    let (truth_name, truth): (String, Vec<(String, f64)>) = match &r.truth {
+        Some(t) => {
+            let sign = if t.better == "higher" { -1.0 } else { 1.0 };
+            (format!("the real job ({})", t.metric), t.rows.iter().map(|x| (x.label.clone(), if sign < 0.0 { 1.0 / x.median } else { x.median })).collect())
+        }
+        None => match r.phases.iter().find(|p| p.phase == Phase::Blocking) {
+            Some(b) => ("blocking".to_string(), b.rows.iter().map(|x| (x.label.clone(), x.median_us)).collect()),
+            None => return Ok(None),
+        },
+    };
+    let proxies: Vec<_> = r.phases.iter().filter(|p| r.truth.is_some() || p.phase != Phase::Blocking).collect();
+    let best_truth = truth.iter().map(|x| x.1).filter(|v| v.is_finite() && *v > 0.0).fold(f64::INFINITY, f64::min);
+    if proxies.is_empty() || !best_truth.is_finite() {
+        return Ok(None);
+    }
+    let mut series = Vec::new();
+    let mut top: f64 = 1.1;
+    for p in &proxies {
+        let best = p.rows.iter().map(|x| x.median_us).filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        let pts: Vec<(f64, f64, bool)> = p
+            .rows
+            .iter()
+            .filter_map(|x| truth.iter().find(|t| t.0 == x.label).map(|t| (x.median_us / best, t.1 / best_truth, x.rank == 1)))
+            .filter(|(a, b, _)| a.is_finite() && b.is_finite())
+            .collect();
+        top = pts.iter().fold(top, |m, (a, b, _)| m.max(*a).max(*b));
+        series.push((p.phase.name(), pts));
+    }
+    let top = top * 1.1;
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("Each proxy against {truth_name}: median over the best, per configuration (ringed: the proxy's pick)"), ("sans-serif", 15))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d((0.9f64..top).log_scale(), (0.9f64..top).log_scale())
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("proxy: median / best median").y_desc(format!("{truth_name}: over the best")).draw().map_err(e)?;
+        chart.draw_series(std::iter::once(PathElement::new(vec![(0.9, 0.9), (top, top)], BLACK.mix(0.3).stroke_width(1)))).map_err(e)?;
+        for (i, (name, pts)) in series.into_iter().enumerate() {
+            let c = palette(i);
+            chart
+                .draw_series(pts.iter().map(|&(x, y, _)| Circle::new((x, y), 4, c.filled())))
+                .map_err(e)?
+                .label(name)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
+            chart.draw_series(pts.iter().filter(|p| p.2).map(|&(x, y, _)| Circle::new((x, y), 9, c.stroke_width(2)))).map_err(e)?;
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(Some(s))
+}
+
 /// Every plot of a report: (file name, SVG).
 pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
     let mut out = vec![("ranks-slopegraph.svg".to_string(), slopegraph(r)?), ("p-best.svg".to_string(), p_best(r)?)];
     if let Some(t) = r.truth.as_ref().filter(|t| !t.proxies.is_empty()) {
         out.push(("truth-regret.svg".to_string(), truth_regret(t)?));
     }
+    if let Some(svg) = proxy_vs_truth(r)? {
+        out.push(("proxy-vs-truth.svg".to_string(), svg));
+    }
     for (i, p) in r.phases.iter().enumerate() {
         out.push((format!("distribution-{}.svg", p.phase.name()), distribution(r, i)?));
+        if p.rows.iter().all(|x| !x.distribution.ecdf_us.is_empty()) {
+            out.push((format!("ecdf-{}.svg", p.phase.name()), ecdf(r, i)?));
+        }
     }
     if let Some(x) = &r.overlap_excerpt {
         out.push(("overlap-timeline.svg".to_string(), overlap_timeline(x)?));
