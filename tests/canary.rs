@@ -70,6 +70,12 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     }
     assert!(short.contains("canary beats every baseline at equal size"), "{short}");
     assert!(commcanary::canary::verify::render(&report).lines().count() > short.lines().count());
+    // the web page beside the JSON: every candidate, every check, nothing fetched from the network
+    let html = std::fs::read_to_string(v.join("report.html")).unwrap();
+    for c in r["candidates"].as_array().unwrap() {
+        assert!(html.contains(&format!("<td>{}</td>", c["variant"].as_str().unwrap())), "{c}");
+    }
+    assert!(html.contains("id=\"checks-table\"") && !html.contains("src=\"http") && !html.contains("href=\"http"));
     // the evidence is a verified campaign
     ok(&cc(&["campaign", "verify", s(&v.join("campaign"))]));
     // whose own report ranks every variant against the source, as verify did

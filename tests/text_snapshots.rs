@@ -62,3 +62,16 @@ fn campaign_report_short_answer_of_a_committed_report() {
     assert!(text.lines().count() <= 15, "the short answer is at most 15 lines:\n{text}");
     insta::assert_snapshot!(text);
 }
+
+/// `campaign analyze --csv`: one row per phase and configuration, the same numbers as the table.
+#[test]
+fn campaign_report_ranking_as_csv() {
+    let r = demo_report();
+    let csv = commcanary::analysis::ranking_csv(&r).unwrap();
+    let mut rd = csv::Reader::from_reader(csv.as_bytes());
+    let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), r.phases.iter().map(|p| p.rows.len()).sum::<usize>());
+    let blocking_first = rows.iter().find(|x| &x[0] == "blocking" && &x[1] == "1").unwrap();
+    assert_eq!(&blocking_first[2], "nbc-binomial");
+    assert_eq!(&blocking_first[9], "nbc-ring-again;nbc-ring;nbc-ring-delayed");
+}

@@ -34,6 +34,7 @@ pub mod reduce;
 pub mod synth;
 pub mod truth;
 pub mod verify;
+pub mod verify_page;
 
 use serde::{Deserialize, Serialize};
 

@@ -272,6 +272,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             };
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
+            crate::core::fsutil::write_new_atomic(&o.out.join("report.html"), crate::canary::verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {

@@ -626,7 +626,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "== verify")?;
             campaign(C::Verify { dir: output.clone(), json: false }, out)?;
             writeln!(out, "== analyze")?;
-            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None, verbose }, out)?;
+            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None, verbose, csv: false }, out)?;
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
@@ -669,7 +669,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 crate::refuse!(crate::core::refusal::Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
             }
         }
-        C::Analyze { dir, json, diagnostics, reveal, report_dir, verbose } => {
+        C::Analyze { dir, json, diagnostics, reveal, report_dir, verbose, csv } => {
             // verify reads each job for the analysis as it joins it: every run is joined once
             let (v, read) = crate::report::campaign::verify_reading(&dir)?;
             if !v.complete {
@@ -687,6 +687,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             let report = crate::report::campaign::analyze_and_write(&dir, v, read, &out_dir)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else if csv {
+                out.write_all(crate::analysis::ranking_csv(&report)?.as_bytes())?;
             } else {
                 write!(out, "{}", if verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) })?;
                 writeln!(out, "wrote report.json, report.html and {} plot(s) into {}", report.plots.len(), out_dir.display())?;

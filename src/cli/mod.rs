@@ -576,6 +576,9 @@ pub enum CampaignCommand {
         /// Print the whole report: every phase's table, every control, the warnings (default: the short answer).
         #[arg(short = 'v', long)]
         verbose: bool,
+        /// Print every phase's ranking table as CSV (one row per phase and configuration).
+        #[arg(long, conflicts_with_all = ["json", "verbose"])]
+        csv: bool,
     },
     /// Tar the campaign and write a descriptor binding size, SHA-256, manifest, selection, verdict
     Archive {
