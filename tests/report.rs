@@ -26,7 +26,10 @@ fn the_demo_campaign_report_and_its_plots() {
     ok(&cc(&["campaign", "select", ds]));
     ok(&cc(&["campaign", "verify", ds]));
     let text = ok(&cc(&["campaign", "analyze", ds]));
-    assert!(text.contains("P(best)") && text.contains("canary ") && text.contains("control a-a"), "{text}");
+    // the short answer by default (at most 15 lines and the line naming what was written), the whole text with -v
+    assert!(text.lines().count() <= 16 && text.contains("P(best)") && text.contains("canary ") && text.contains("controls: a-a: "), "{text}");
+    let whole = ok(&cc(&["campaign", "analyze", "-v", ds]));
+    assert!(whole.contains("P(best)") && whole.contains("canary ") && whole.contains("control a-a"), "{whole}");
     let rep = d.join("report");
     let bytes = std::fs::read(rep.join("report.json")).unwrap();
     let r: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -74,7 +77,7 @@ fn the_demo_campaign_report_and_its_plots() {
     // the six A/A controls are one family at 95%: each at 1 - 0.05/6, or at the phase's pair level (99.5%) when higher
     assert_eq!(r["aa_family"]["controls"], 6, "{}", r["aa_family"]);
     assert!((r["aa_family"]["level"].as_f64().unwrap() - (1.0 - 0.05 / 6.0)).abs() < 1e-12, "{}", r["aa_family"]);
-    assert!(text.contains("A/A family: the 6 A/A controls"), "{text}");
+    assert!(whole.contains("A/A family: the 6 A/A controls"), "{whole}");
     for c in r["controls"].as_array().unwrap().iter().filter(|c| c["kind"] == "a-a") {
         // an A/A may be inconclusive on a loaded machine, never decided
         assert_ne!(c["outcome"], "misbehaved", "{c}");
@@ -92,7 +95,11 @@ fn the_demo_campaign_report_and_its_plots() {
     assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")), "120 intervals warrant the warning");
     // every plot parses and renders to a picture, and names what it shows
     let plots: Vec<String> = r["plots"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
-    assert_eq!(plots.len(), 2 + 6, "slopegraph, P(best), one distribution per phase (no GPU timeline on CPU)");
+    assert_eq!(
+        plots.len(),
+        2 + 1 + 1 + 6 + 6,
+        "slopegraph, P(best), proxy-vs-truth, clock offsets, one distribution and one ECDF per phase (no GPU timeline on CPU): {plots:?}"
+    );
     for p in &plots {
         let svg = std::fs::read_to_string(rep.join(p)).unwrap();
         let share = painted_share(&svg);

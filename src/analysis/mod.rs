@@ -75,7 +75,8 @@ pub use crate::analysis::controls::aa_level;
 pub(crate) use crate::analysis::controls::aa_outcome;
 pub use crate::analysis::inference::COVERAGE;
 pub use crate::analysis::model::{
-    AaFamily, CanarySection, ControlResult, DelayCounts, PhaseReport, ProxyAgreement, TimelineExcerpt, TraceCanaryInput, TraceClaim,
+    AaFamily, CanarySection, ClockExcerpt, ClockRankWindows, ControlResult, DelayCounts, PhaseReport, ProxyAgreement, TimelineExcerpt, TraceCanaryInput,
+    TraceClaim,
 };
 pub use crate::analysis::model::{
     AnalysisInput, CanaryClaim, CanaryResult, ClaimContext, ConfigRow, ControlOutcome, ControlsInput, JobData, KnownBadInput, PairRow, PhaseInput, Quantiles,
@@ -344,6 +345,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
         aa_family,
         warnings,
         overlap_excerpt: None,
+        clock_excerpt: None,
         plots: Vec::new(),
         truth,
     })

@@ -458,6 +458,9 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// An excerpt of one job's overlap timeline (GPU runs with device intervals).
     pub overlap_excerpt: Option<TimelineExcerpt>,
+    /// One job's clock offsets against rank 0 with their bounds (absent in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_excerpt: Option<ClockExcerpt>,
     /// Plot files written beside the report.
     pub plots: Vec<String>,
     /// The real job's ranking and every proxy's pick judged on it (campaigns with `[truth]`).
@@ -489,6 +492,31 @@ pub struct ProxyAgreement {
     pub tau_policy: TauEstimate,
     /// Tau-b on plain medians (every difference counts), with its interval.
     pub tau_plain: TauEstimate,
+}
+
+/// One job's clock model per rank: the offset against rank 0 and its bound
+/// at the start and end calibration windows, on rank 0's time axis.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct ClockExcerpt {
+    /// The job's run id.
+    pub run_id: String,
+    /// Its configuration's label.
+    pub label: String,
+    /// One entry per rank that measured its clock against rank 0, in rank order.
+    pub ranks: Vec<ClockRankWindows>,
+}
+
+/// One rank's calibration windows ([`ClockExcerpt`]).
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+pub struct ClockRankWindows {
+    /// Rank.
+    pub rank: u32,
+    /// Start window: seconds after the job's first window, offset and its bound, µs.
+    pub start: (f64, f64, f64),
+    /// End window, the same; absent when only one window was measured.
+    pub end: Option<(f64, f64, f64)>,
+    /// The rank reads rank 0's own kernel clock (offset and bound exactly 0).
+    pub shared_kernel_clock: bool,
 }
 
 /// A window of one rank's compute and communication intervals.

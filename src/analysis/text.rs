@@ -339,11 +339,12 @@ pub fn render_short(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "campaign {} (manifest {}): {} of {} cells verified; decided only beyond ±{}%, each phase's pairs together at {:.0}%",
+        "campaign {} (manifest {}): {} of {} cells verified, {} rounds; decided only beyond ±{}%, each phase's pairs together at {:.0}%",
         r.context.campaign_id,
         &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
         r.completeness.cells_ok,
         r.completeness.cells_expected,
+        r.phases.iter().map(|p| p.rounds).max().unwrap_or(0),
         r.policy.min_effect_pct,
         r.coverage * 100.0
     );

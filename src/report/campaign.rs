@@ -72,6 +72,38 @@ pub(crate) struct JobRead {
     imported_joined: BTreeMap<crate::evidence::shard::CollectiveKind, u64>,
     /// The job's overlap excerpt, if it has one.
     excerpt: Option<TimelineExcerpt>,
+    /// The job's clock offsets per rank, if any rank recorded a model.
+    clock: Option<crate::analysis::ClockExcerpt>,
+}
+
+/// The clock model of every rank of `j` that measured one against rank 0, on
+/// rank 0's axis (rank 0 itself, the reference, has no windows of its own).
+fn clock_excerpt(j: &crate::evidence::join::JoinedRun, label: &str) -> Option<crate::analysis::ClockExcerpt> {
+    let reference = crate::core::clock::ClockModel::reference();
+    let models: Vec<(u32, &crate::core::clock::ClockModel)> =
+        j.shards.iter().filter_map(|s| s.header.clock.as_ref().map(|c| (s.header.rank, &c.model))).filter(|(_, m)| **m != reference).collect();
+    let t0 = models.iter().map(|(_, m)| m.start.ref_ns).min()?;
+    let at = |w: &crate::core::clock::WindowEstimate| (w.ref_ns.saturating_sub(t0) as f64 / 1e9, w.offset_ns / 1e3, w.bound_ns / 1e3);
+    let mut ranks: Vec<crate::analysis::ClockRankWindows> = models
+        .iter()
+        .map(|(rank, m)| crate::analysis::ClockRankWindows {
+            rank: *rank,
+            start: at(&m.start),
+            end: m.end.as_ref().map(at),
+            shared_kernel_clock: m.shared_kernel_clock,
+        })
+        .collect();
+    ranks.sort_by_key(|r| r.rank);
+    Some(crate::analysis::ClockExcerpt { run_id: j.run.run_id.clone(), label: label.to_string(), ranks })
+}
+
+/// One job's excerpts for the report's plots.
+#[derive(Default)]
+pub(crate) struct Excerpts {
+    /// Overlap timeline.
+    pub(crate) overlap: Option<TimelineExcerpt>,
+    /// Clock offsets.
+    pub(crate) clock: Option<crate::analysis::ClockExcerpt>,
 }
 
 impl JobRead {
@@ -93,6 +125,7 @@ impl JobRead {
             headers: j.shards.iter().map(|s| s.header.clone()).collect(),
             imported_joined,
             excerpt: excerpt(j, attempt_id, label),
+            clock: clock_excerpt(j, label),
         }
     }
 }
@@ -112,14 +145,10 @@ pub fn verify_reading(dir: &Path) -> Result<(crate::campaign::chain::Verdict, Jo
     Ok((v, read))
 }
 
-/// Gather the analysis input of a verified campaign, and one overlap excerpt.
-pub fn collect(dir: &Path) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
-    collect_read(dir, JobsRead::default())
-}
-
-/// [`collect`], taking each job from `read` where `verify` read it (a job
-/// not there is joined here).
-pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Option<TimelineExcerpt>)> {
+/// Gather the analysis input of a verified campaign and one job's excerpts,
+/// taking each job from `read` where `verify` read it (a job not there is
+/// joined here).
+pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Excerpts)> {
     let (m, sha) = load_manifest(dir)?;
     let sel_path = dir.join("selection.json");
     let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
@@ -132,6 +161,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) =
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut excerpt_out = None;
+    let mut clock_out = None;
     let mut backend = String::new();
     let mut ran = TraceRan::default();
     // the truth cells' metric and every selected job's wall seconds (for the decision cost)
@@ -214,6 +244,9 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         }
         if excerpt_out.is_none() {
             excerpt_out = j.excerpt;
+        }
+        if clock_out.is_none() {
+            clock_out = j.clock;
         }
     }
     let labels: Vec<String> = m.configs.iter().map(|c| c.label.clone()).collect();
@@ -360,7 +393,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         controls,
         context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented, trace },
     };
-    Ok((input, excerpt_out))
+    Ok((input, Excerpts { overlap: excerpt_out, clock: clock_out }))
 }
 
 /// A selected truth attempt's record, read again against the selection's digest.
@@ -532,7 +565,8 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Ver
             );
         }
     }
-    report.overlap_excerpt = excerpt;
+    report.overlap_excerpt = excerpt.overlap;
+    report.clock_excerpt = excerpt.clock;
     let plots = crate::report::plots::all(&report)?;
     report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;

@@ -12,6 +12,8 @@
 //! - `proxy-vs-truth.svg`: per configuration each proxy phase's median
 //!   against the truth's (the real job's, or blocking's without `[truth]`),
 //!   both over the best, each proxy's pick ringed;
+//! - `clock-offsets.svg`: one job's clock offset of every rank against
+//!   rank 0 at its calibration windows, with the bounds;
 //! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::analysis::inference`]);
 //! - `overlap-timeline.svg`: compute and communication intervals of one
 //!   rank's window (GPU runs, from CUPTI kernels or CUDA events);
@@ -360,6 +362,48 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
     Ok(Some(s))
 }
 
+/// One job's clock offsets against rank 0 at the start and end windows, with their bounds.
+pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
+    let pts = x.ranks.iter().flat_map(|r| std::iter::once(r.start).chain(r.end));
+    let (mut t1, mut lo, mut hi) = (0.0f64, 0.0f64, 0.0f64);
+    for (t, o, b) in pts {
+        t1 = t1.max(t);
+        lo = lo.min(o - b);
+        hi = hi.max(o + b);
+    }
+    let (t1, pad) = (t1.max(1e-3) * 1.1, ((hi - lo) * 0.1).max(1.0));
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label), ("sans-serif", 15))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(70)
+            .build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad))
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("s after the job's first calibration window").y_desc("offset µs").draw().map_err(e)?;
+        chart.draw_series(std::iter::once(PathElement::new(vec![(-t1 * 0.05, 0.0), (t1, 0.0)], BLACK.mix(0.4).stroke_width(1)))).map_err(e)?;
+        for (i, r) in x.ranks.iter().enumerate() {
+            let c = palette(i);
+            let windows: Vec<(f64, f64, f64)> = std::iter::once(r.start).chain(r.end).collect();
+            chart
+                .draw_series(LineSeries::new(windows.iter().map(|w| (w.0, w.1)), c.stroke_width(2)))
+                .map_err(e)?
+                .label(format!("rank {}{}", r.rank, if r.shared_kernel_clock { " (rank 0's clock)" } else { "" }))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            for w in windows {
+                chart.draw_series(std::iter::once(PathElement::new(vec![(w.0, w.1 - w.2), (w.0, w.1 + w.2)], c.stroke_width(2)))).map_err(e)?;
+                chart.draw_series(std::iter::once(Circle::new((w.0, w.1), 4, c.filled()))).map_err(e)?;
+            }
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
 /// Every plot of a report: (file name, SVG).
 pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
     let mut out = vec![("ranks-slopegraph.svg".to_string(), slopegraph(r)?), ("p-best.svg".to_string(), p_best(r)?)];
@@ -375,6 +419,9 @@ pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
             out.push((format!("ecdf-{}.svg", p.phase.name()), ecdf(r, i)?));
         }
     }
+    if let Some(x) = r.clock_excerpt.as_ref().filter(|x| !x.ranks.is_empty()) {
+        out.push(("clock-offsets.svg".to_string(), clock_offsets(x)?));
+    }
     if let Some(x) = &r.overlap_excerpt {
         out.push(("overlap-timeline.svg".to_string(), overlap_timeline(x)?));
     }
@@ -384,6 +431,22 @@ pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_offsets_draw_every_rank_and_render() {
+        let x = crate::analysis::ClockExcerpt {
+            run_id: "r".into(),
+            label: "c".into(),
+            ranks: vec![
+                crate::analysis::ClockRankWindows { rank: 1, start: (0.0, 120.0, 3.0), end: Some((2.0, 124.0, 3.5)), shared_kernel_clock: false },
+                crate::analysis::ClockRankWindows { rank: 2, start: (0.001, -40.0, 2.0), end: None, shared_kernel_clock: false },
+            ],
+        };
+        let svg = clock_offsets(&x).unwrap();
+        assert!(svg.contains("rank 1") && svg.contains("rank 2"), "a legend entry per rank");
+        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
+        assert!(tree.size().width() > 0.0);
+    }
 
     #[test]
     fn the_timeline_names_its_rows_and_renders() {
