@@ -562,6 +562,11 @@ impl PhaseReport {
             }
         })
     }
+
+    /// The labels `label` is decided faster than, in row order.
+    pub fn decided_faster_than(&self, label: &str) -> Vec<&str> {
+        self.rows.iter().filter(|x| self.relation(label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect()
+    }
 }
 
 pub(super) fn flip(r: Relation) -> Relation {

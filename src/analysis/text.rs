@@ -28,7 +28,7 @@ pub fn render(r: &Report) -> String {
     );
     for p in &r.phases {
         for row in &p.rows {
-            let faster: Vec<&str> = p.rows.iter().filter(|x| p.relation(&row.label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+            let faster = p.decided_faster_than(&row.label);
             let _ = writeln!(
                 o,
                 "{:<10} {:>4}  {:<24} {:>4} {:>11.1} {:>9.1} {:>11.1} {:>7.2} {:>7.2}  {}",
@@ -299,7 +299,7 @@ pub fn ranking_csv(r: &Report) -> anyhow::Result<String> {
     w.write_record(["phase", "rank", "config", "jobs", "median_us", "iqr_us", "p99_us", "p_best", "p_worst", "decided_faster_than"])?;
     for p in &r.phases {
         for row in &p.rows {
-            let faster: Vec<&str> = p.rows.iter().filter(|x| p.relation(&row.label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+            let faster = p.decided_faster_than(&row.label);
             w.write_record([
                 p.phase.name().to_string(),
                 row.rank.to_string(),
@@ -353,9 +353,9 @@ pub fn render_short(r: &Report) -> String {
         let _ = writeln!(o, "pick for the real job ({}, {} is better): best set {}", t.metric, t.better, t.best_set.join(", "));
     } else if let Some(p) = workload {
         if let Some(top) = p.rows.first() {
-            let beaten = p.rows.iter().filter(|x| p.relation(&top.label, &x.label) == Some(Relation::AFaster)).count();
-            let ties: Vec<&str> =
-                p.rows.iter().skip(1).filter(|x| p.relation(&top.label, &x.label) != Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+            let faster = p.decided_faster_than(&top.label);
+            let beaten = faster.len();
+            let ties: Vec<&str> = p.rows.iter().skip(1).map(|x| x.label.as_str()).filter(|l| !faster.contains(l)).collect();
             if beaten == 0 && p.rows.len() > 1 {
                 let _ = writeln!(
                     o,

@@ -8,7 +8,6 @@
 //! controls, the canary, the real job, the plots, the whole text, and the
 //! evidence chain as links to the campaign's own files. Every value is
 //! HTML-escaped; nothing is computed here that the report does not hold.
-use crate::analysis::ranking::Relation;
 use crate::analysis::Report;
 use std::fmt::Write;
 
@@ -118,8 +117,7 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
             .rows
             .iter()
             .map(|row| {
-                let faster: Vec<&str> =
-                    p.rows.iter().filter(|x| p.relation(&row.label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect();
+                let faster = p.decided_faster_than(&row.label);
                 vec![
                     num(row.rank as f64, 0),
                     txt(row.label.clone()),
