@@ -307,3 +307,77 @@ fn a_missing_rank_two_runs_and_a_damaged_block_are_refused_with_their_codes() {
     // the intact captures are untouched and import
     ok(&import(&a, &out("a.json")));
 }
+
+/// LAMMPS (`lmp`) and the repository's scaled melt input, or why not.
+fn lammps_or_skip() -> Option<PathBuf> {
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lammps/in.lj-melt");
+    if Command::new("lmp").arg("-h").output().is_err() {
+        eprintln!("SKIPPED: LAMMPS (lmp) is not installed: bash scripts/setup.sh installs it");
+        return None;
+    }
+    Some(input)
+}
+
+/// A small LAMMPS melt (4 x 6^3 atoms, `steps` steps) captured on `n` ranks and imported into `d/trace.json`.
+fn lammps_trace(d: &Path, n: u32, steps: &str) -> PathBuf {
+    let input = lammps_or_skip().expect("checked by the caller");
+    let cap = d.join("cap");
+    let o = mpirun(
+        n,
+        &[
+            "capture",
+            "-o",
+            cap.to_str().unwrap(),
+            "--",
+            "lmp",
+            "-in",
+            input.to_str().unwrap(),
+            "-log",
+            "none",
+            "-screen",
+            "none",
+            "-var",
+            "n",
+            "6",
+            "-var",
+            "steps",
+            steps,
+        ],
+    );
+    ok(&o);
+    let trace = d.join("trace.json");
+    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap()]));
+    trace
+}
+
+#[test]
+fn lammps_f64_i32_i64_collectives_run_in_the_phases_in_their_own_dtypes() {
+    if lammps_or_skip().is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let trace = lammps_trace(d.path(), 2, "100");
+    let t = commcanary::evidence::commtrace::CommTrace::read(&trace).unwrap();
+    use commcanary::evidence::shard::{CollectiveKind, TraceDtype};
+    let recorded: std::collections::BTreeSet<(CollectiveKind, TraceDtype)> = t.ranks[0].collectives.iter().map(|c| (c.kind, c.dtype)).collect();
+    for want in [(CollectiveKind::AllReduce, TraceDtype::F64), (CollectiveKind::AllReduce, TraceDtype::I32), (CollectiveKind::Broadcast, TraceDtype::I8)] {
+        assert!(recorded.contains(&want), "LAMMPS records {want:?}: {recorded:?}");
+    }
+    // the replay phase walks every recorded collective in its recorded dtype, each checked
+    let run = run_rank(2, &d.path().join("runs"), &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1", "--check", "1000000"]);
+    for r in 0..2u32 {
+        let s = commcanary::evidence::shard::Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
+        assert_eq!(s.header.format_version, commcanary::evidence::shard::SHARD_FORMAT_VERSION);
+        let ran: Vec<(CollectiveKind, TraceDtype, u64)> = s.body.collectives.iter().filter(|e| !e.warmup).map(|e| (e.kind, e.dtype, e.bytes)).collect();
+        let want: Vec<(CollectiveKind, TraceDtype, u64)> =
+            t.ranks[r as usize].collectives.iter().map(|c| (c.kind, c.dtype, commcanary::evidence::trace::event_bytes(c))).collect();
+        assert_eq!(ran, want, "rank {r}: the phase ran the trace's collectives as recorded");
+        assert!(
+            s.body.collectives.iter().filter(|e| !e.warmup && e.kind == CollectiveKind::AllReduce).all(|e| e.checked),
+            "rank {r}: every all-reduce checked"
+        );
+    }
+    // and the run joins (every rank ran the same operations in the same dtypes): one timed pass of the trace
+    let j = join_json(&run);
+    assert_eq!(j["phases"][0]["collectives_per_rank"].as_u64(), Some(t.ranks[0].collectives.len() as u64), "{j}");
+}

@@ -256,7 +256,8 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
         .map(|r| SweepRow {
             size_bytes: r.bytes,
             count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
-            dtype: r.dtype.unwrap_or(spec.dtype),
+            // the isolated phase runs the run's own dtype (f32 or bf16)
+            dtype: r.dtype.and_then(crate::core::collective::TraceDtype::workload).unwrap_or(spec.dtype),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
             time_us: r.time_us,
