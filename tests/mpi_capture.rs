@@ -154,11 +154,35 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         }
         assert_eq!(m.collective_calls[r].len(), t.ranks[r].collectives.len());
     }
-    // and it replays on MPI, every result checked
+    // and it replays on MPI, every result checked: the collectives, and every
+    // point-to-point operation in recorded call order, each receive against the send MPI matched it with
     let replay = d.path().join("replay");
     let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", replay.to_str().unwrap()]);
     ok(&o);
     assert!(replay.join("replay-trace.json").is_file());
+    for (r, ops) in m.p2p.iter().enumerate() {
+        let f: serde_json::Value = serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+        if ops.is_empty() {
+            assert!(f.get("p2p").is_none(), "rank {r}: {f}");
+            continue;
+        }
+        let p = &f["p2p"];
+        let recvs = ops.iter().filter(|o| o.direction == "recv").count() as u64;
+        assert_eq!(p["operations"].as_u64(), Some(ops.len() as u64), "rank {r}: {p}");
+        assert_eq!(p["nonblocking"].as_u64(), Some(ops.iter().filter(|o| o.request.is_some()).count() as u64), "rank {r}: {p}");
+        assert_eq!(
+            p["receives_checked"].as_u64().unwrap() + p["receives_unmatched"].as_u64().unwrap(),
+            recvs,
+            "rank {r}: every receive checked or named unmatched: {p}"
+        );
+    }
+    if m.p2p.iter().any(|ops| !ops.is_empty()) {
+        // the negative control: rank 1's received bytes spoiled, the check must say which receive
+        let bad = d.path().join("replay-bad");
+        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--corrupt-rank", "1", "--backend", "cpu", "-o", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("rank 1, point-to-point receive") && err.contains("its matching send"), "{err}");
+    }
     calls
 }
 
