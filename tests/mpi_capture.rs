@@ -405,3 +405,40 @@ fn lammps_f64_i32_i64_collectives_run_in_the_phases_in_their_own_dtypes() {
     let j = join_json(&run);
     assert_eq!(j["phases"][0]["collectives_per_rank"].as_u64(), Some(t.ranks[0].collectives.len() as u64), "{j}");
 }
+
+#[test]
+fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
+    if lammps_or_skip().is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let trace = lammps_trace(d.path(), 2, "100");
+    let art = d.path().join("canary.json");
+    ok(&cc(&["canary", "compile", trace.to_str().unwrap(), "-o", art.to_str().unwrap()]));
+    // the spec beside the input its [truth] freezes
+    let spec = d.path().join("spec.toml");
+    std::fs::copy(data("lammps-canary-truth.toml"), &spec).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lammps/in.lj-melt"), d.path().join("in.lj-melt")).unwrap();
+    let out = d.path().join("verify");
+    let (t_s, a_s, c_s, o_s) = (trace.to_str().unwrap(), art.to_str().unwrap(), spec.to_str().unwrap(), out.to_str().unwrap());
+    let o = {
+        let _one_at_a_time = mpirun_lock();
+        cc_root(&["canary", "verify", t_s, a_s, "--configs", c_s, "--passes", "1", "-o", o_s])
+    };
+    let text = ok(&o);
+    // an assurance state is reached, and every check that stops a higher one is named
+    assert!(text.contains("canary [compiled] — canary: "), "{text}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("canary-verify.json")).unwrap()).unwrap();
+    // LAMMPS ran as the truth under both configurations: the full capture's pick and the canary's, each judged by its regret on LAMMPS
+    let t = &v["truth"];
+    assert!(t["metric"].as_str().is_some_and(|m| m.contains("Loop time of")), "{t}");
+    let configs = ["shared-memory", "tcp-2k-buffers"];
+    assert!(configs.contains(&t["source"]["pick"].as_str().unwrap()), "{t}");
+    assert!(t["source"]["regret"].is_object(), "{t}");
+    assert!(text.contains("truth.regret: pick "), "the regret is printed: {text}");
+    let cands = v["candidates"].as_array().expect("every candidate's verdict");
+    let judged: Vec<&serde_json::Value> = cands.iter().filter_map(|c| c.get("truth").filter(|t| !t.is_null())).collect();
+    assert!(!judged.is_empty() && judged.iter().all(|j| configs.contains(&j["pick"].as_str().unwrap()) && j["regret"].is_object()), "{v}");
+    // LAMMPS with 2 KiB TCP buffers is the known bad: the truth decides it, so the decision cost is printed (rounds and replay seconds) or said unreached
+    assert!(t["decided_pairs"].as_u64().is_some(), "{t}");
+}
