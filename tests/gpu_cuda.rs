@@ -286,7 +286,7 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
     let m = shard.header.workload.model.as_ref().unwrap();
     assert_eq!((m.shape.name.as_str(), m.tensor_parallel, m.weight_sets), ("llama3-8b", 2, 32));
     assert_eq!(shard.header.workload.gemm_dtype, Some(commcanary::evidence::shard::Dtype::Bf16));
-    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::evidence::shard::Dtype::Bf16 && e.bytes == 8192));
+    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::evidence::shard::TraceDtype::Bf16 && e.bytes == 8192));
     assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == commcanary::core::workload::Phase::Blocking).count(), 8);
     let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone()).unwrap_or_default();
     assert!(fact("collective").contains("bf16"), "{}", fact("collective"));

@@ -84,7 +84,7 @@ fn the_streaming_join_equals_the_in_memory_join_even_for_a_rank_out_of_key_order
 #[test]
 fn generated_runs_join_and_are_refused_where_measurements_are_required() {
     let d = tempfile::tempdir().unwrap();
-    for (name, version) in [("v7", "7"), ("v6", "6")] {
+    for (name, version) in [("v8", "8"), ("v7", "7"), ("v6", "6")] {
         let run = d.path().join(name);
         let o = ok(&cc(&["synth-shards", "--ranks", "5", "--collectives", "30", "--format-version", version, "-o", run.to_str().unwrap()]));
         assert!(o.contains("5 SYNTHETIC shards"), "{o}");

@@ -2,7 +2,7 @@
 //! GEMM shapes, bf16 (emulated) all-reduces with checked sums, prefill and batch.
 mod common;
 use commcanary::core::workload::{GemmShape, Phase};
-use commcanary::evidence::shard::{ComputeKind, Dtype, Shard};
+use commcanary::evidence::shard::{ComputeKind, Dtype, Shard, TraceDtype};
 use common::*;
 
 #[test]
@@ -31,7 +31,7 @@ fn four_ranks_run_the_default_model_shape_in_bf16() {
         );
         assert_eq!((w.dtype, w.gemm_dtype, w.gemm_accumulate_dtype), (Dtype::Bf16, Some(Dtype::F32), Some(Dtype::F32)));
         for e in &shard.body.collectives {
-            assert_eq!((e.bytes, e.dtype), (512 * 2, Dtype::Bf16));
+            assert_eq!((e.bytes, e.dtype), (512 * 2, TraceDtype::Bf16));
         }
         let blocking: Vec<_> = shard.body.collectives.iter().filter(|e| e.phase == Phase::Blocking).collect();
         assert_eq!(blocking.iter().filter(|e| e.checked).count(), 4, "--check validates bf16 sums");
@@ -56,7 +56,7 @@ fn prefill_batch_and_custom_dims_set_the_sizes() {
     let m = shard.header.workload.model.as_ref().unwrap();
     assert_eq!((m.shape.name.as_str(), m.prefill_tokens), ("custom", Some(8)));
     assert_eq!(m.gemms[0].shape, GemmShape { m: 16, n: (256 + 2 * 64) / 2, k: 256 });
-    assert!(shard.body.collectives.iter().all(|e| e.bytes == 16 * 256 * 4 && e.dtype == Dtype::F32));
+    assert!(shard.body.collectives.iter().all(|e| e.bytes == 16 * 256 * 4 && e.dtype == TraceDtype::F32));
     assert_eq!(shard.body.collectives.iter().filter(|e| !e.warmup).count(), 2 * 2 * 2);
 }
 

@@ -38,6 +38,12 @@ pub trait TraceRunner {
     /// Between the warm-up and the timed pass: clear the results, so that a
     /// check after the timed pass sees only what that pass delivered.
     fn between_passes(&mut self) -> Result<()>;
+    /// After a pass's last collective, before the ranks meet: what of the
+    /// pass is left (the cpu backend's point-to-point operations after it);
+    /// returns when that ended, if there was any.
+    fn end_of_pass(&mut self) -> Result<Option<Instant>> {
+        Ok(None)
+    }
 }
 
 /// This rank's collectives of `trace` in order through `run` (a backend's
@@ -87,6 +93,7 @@ pub fn replay_with(
         for (i, c) in mine.collectives.iter().enumerate() {
             runner.run(i, c, choose(c).0, false, &mut || {}).with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
         }
+        runner.end_of_pass().with_context(|| format!("rank {rank}, warm-up pass"))?;
         runner.between_passes().with_context(|| format!("rank {rank}, clearing the warm-up pass's results"))?;
     }
     world.barrier();
@@ -115,6 +122,9 @@ pub fn replay_with(
             compute_recorded_ns: compute.as_ref().map(|v| v[i].1),
             ..ExecRecord::untimed(i, c, rank, (use_op, source), check, wire_bytes)
         });
+    }
+    if let Some(end) = runner.end_of_pass().with_context(|| format!("rank {rank}, timed pass"))? {
+        prev_end = prev_end.max(end);
     }
     let pass_ns = (prev_end - pass_start).as_nanos() as u64;
     world.barrier();

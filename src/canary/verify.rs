@@ -263,13 +263,12 @@ pub fn verify(
     spec.workload.trace = None;
     spec.workload.extra_args.retain(|a| !a.starts_with("--trace"));
     spec.workload.extra_args.extend(["--warmup-tokens".to_string(), "1".to_string()]);
-    // the phases' world all-reduces run in the trace's element type
+    // the phases' world all-reduces run in the trace's element type (those of
+    // another than f32/bf16 run through the trace executor, in their own)
     let world: Vec<u32> = (0..t.world_size).collect();
-    let ar_dtype = t
-        .ranks
-        .iter()
-        .flat_map(|r| &r.collectives)
-        .find(|c| c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world));
+    let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find(|c| {
+        c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && c.dtype.workload().is_some() && t.group(&c.group).is_some_and(|g| g.members == world)
+    });
     match ar_dtype.map(|c| c.dtype) {
         Some(crate::evidence::commtrace::TraceDtype::Bf16) => spec.workload.extra_args.extend(["--dtype".to_string(), "bf16".to_string()]),
         Some(crate::evidence::commtrace::TraceDtype::F32) => spec.workload.extra_args.extend(["--dtype".to_string(), "f32".to_string()]),

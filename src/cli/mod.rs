@@ -267,9 +267,10 @@ pub struct SynthShardsArgs {
     /// Writer threads (default: the available cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Shard format to write: 7 (current), or 6 for a binary that predates
-    /// format 7 (a before/after benchmark). The synthetic mark is in every
-    /// header either way; a format-6 reader ignores it, this build refuses it.
+    /// Shard format to write: 8 (current), or 6 or 7 for a binary that
+    /// predates format 7 or 8 (a before/after benchmark; the f32 body is the
+    /// same). The synthetic mark is in every header either way; a format-6
+    /// reader ignores it, this build refuses it.
     #[arg(long, default_value_t = crate::evidence::shard::SHARD_FORMAT_VERSION)]
     pub format_version: u32,
 }

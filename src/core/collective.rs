@@ -398,6 +398,21 @@ impl TraceDtype {
     }
 }
 
+impl TraceDtype {
+    /// Every element type, in serde's variant order (a shard body numbers them so).
+    pub const ALL: [TraceDtype; 9] = [
+        TraceDtype::F32,
+        TraceDtype::Bf16,
+        TraceDtype::F16,
+        TraceDtype::F64,
+        TraceDtype::I8,
+        TraceDtype::U8,
+        TraceDtype::I32,
+        TraceDtype::I64,
+        TraceDtype::Bool,
+    ];
+}
+
 /// The user-facing name, as the trace's JSON spells it (`bf16`, `f32`).
 impl std::fmt::Display for TraceDtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -423,6 +438,15 @@ mod tests {
         let schema = serde_json::to_value(schemars::schema_for!(CollectiveKind)).unwrap();
         let variants = schema["enum"].as_array().or(schema["oneOf"].as_array()).map_or(0, Vec::len);
         assert_eq!(variants, KINDS.len(), "a variant without a row: {schema}");
+    }
+
+    #[test]
+    fn dtypes_are_listed_in_variant_order() {
+        // a shard body (bincode) numbers a dtype by its variant index: ALL is that order
+        for (i, d) in TraceDtype::ALL.iter().enumerate() {
+            assert_eq!(*d as usize, i, "{d:?}");
+            assert_eq!(serde_json::to_string(d).unwrap(), format!("\"{}\"", d.name()));
+        }
     }
 
     #[test]

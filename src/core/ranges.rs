@@ -111,7 +111,7 @@ pub const RANGES: &[Range] = &[
     r("synth-shards", "--ranks", "1 to 1 048 576"),
     r("synth-shards", "--collectives", "1 to 4 294 967 295"),
     r("synth-shards", "--threads", "1 to 1 024"),
-    r("synth-shards", "--format-version", "6 to 7 (6: for a reader that predates format 7; the mark is in the header either way)"),
+    r("synth-shards", "--format-version", "6 to 8 (6 or 7: for a reader that predates format 7 or 8; the mark is in the header either way)"),
     r("synth-shards", "--seed", "any 64-bit unsigned integer"),
     r("join", "--threads", "1 to 1 024"),
 ];

@@ -21,7 +21,7 @@
 //! [`crate::core::limits::MAX_WORLD_SIZE`], an output directory that exists
 //! and is not empty.
 use crate::core::clock::{ClockModel, WindowEstimate};
-use crate::core::workload::{Dtype, Phase, WorkloadSpec};
+use crate::core::workload::{Phase, WorkloadSpec};
 use crate::evidence::run::{RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{
     BackendKind, ClockRecord, ColdStart, CollectiveEvent, CollectiveKind, DeviceIdentity, PhaseRun, ProcessGroup, Shard, ShardBody, ShardHeader, SyntheticMark,
@@ -47,9 +47,9 @@ pub struct SynthRun {
 }
 
 /// Write a synthetic run of `ranks` x `collectives` into `dir` with `threads` writers.
-/// `format_version` is 7, or 6 for a reader that predates format 7 (the
-/// body is the same; the mark stays in the header, where a format-6 reader
-/// ignores it as an unknown field).
+/// `format_version` is 8, or 7 or 6 for a reader that predates format 8 or
+/// 7 (the body, f32 events only, is the same; the mark stays in the header,
+/// where a format-6 reader ignores it as an unknown field).
 pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: usize, format_version: u32) -> Result<SynthRun> {
     use crate::core::refusal::Code;
     if ranks == 0 || ranks > crate::core::limits::MAX_WORLD_SIZE {
@@ -171,7 +171,7 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
             group: 0,
             seq: i,
             bytes: SIZES[layer as usize % SIZES.len()],
-            dtype: Dtype::F32,
+            dtype: crate::core::collective::TraceDtype::F32,
             token: Some((i / u64::from(layers)) as u32),
             layer: Some(layer),
             iter: None,

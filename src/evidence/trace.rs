@@ -17,16 +17,17 @@
 //! as calibrated compute. The first collective of a pass has no earlier one
 //! to measure a gap from: its gap and its compute are the compute the trace
 //! recorded before it (0 where none), so every pass re-creates all of it.
-//! Every kind runs on the group the trace names: an all-reduce of a group
-//! that is the whole world in rank order through the backend's world
-//! all-reduce (shard group 0), every other collective as a [`TraceOp`] for
+//! Every kind runs on the group the trace names: an f32 or bf16 all-reduce
+//! of a group that is the whole world in rank order through the backend's
+//! world all-reduce (shard group 0), every other collective (any dtype: f64,
+//! i32, i64, … as recorded) as a [`TraceOp`] for
 //! the backend's trace executor, on shard group `1 + the trace group's
 //! position` with its ordered members, root and peer ([`TraceOps`]). With
 //! `--trace-allreduce-only` only the all-reduces run (each on the whole world
 //! in rank order), the other kinds left out and counted. Refuses what the
-//! phases cannot run as recorded: another world size, another dtype than
-//! f32/bf16, a trace without times (an execution trace), and with
-//! `--trace-allreduce-only` an all-reduce of a sub-group. The trace does not
+//! phases cannot run as recorded: another world size, a trace without times
+//! (an execution trace), and with `--trace-allreduce-only` an all-reduce of
+//! a sub-group or of another dtype than f32/bf16. The trace does not
 //! record the reduction (nor do NCCL's kernel names show it): the phases run
 //! sums. The phase record's origin counts, per kind, what ran and what was
 //! left out per pass, with dtypes and sizes.
@@ -48,8 +49,8 @@ pub struct GapEntry {
     pub warmup: bool,
     /// Message size.
     pub bytes: u64,
-    /// Element type.
-    pub dtype: crate::evidence::shard::Dtype,
+    /// Element type (a world all-reduce's, `op` `None`, is f32 or bf16).
+    pub dtype: crate::core::collective::TraceDtype,
     /// Gap before issue.
     pub gap_ns: u64,
     /// Compute the source ran in that gap, where it recorded it (an imported
@@ -202,8 +203,9 @@ pub(crate) fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (
 /// rank order, f32 or bf16), the other kinds left out and counted; else
 /// every collective runs: the all-reduces of f32 or bf16 on a group of the
 /// whole world in rank order through the backend's world all-reduce (shard
-/// group 0, as before format 6), every other one as a [`TraceOp`] on its
-/// own group (shard group `1 + its position in the trace's groups`).
+/// group 0, as before format 6), every other one (any kind, any dtype) as a
+/// [`TraceOp`] on its own group (shard group `1 + its position in the
+/// trace's groups`).
 pub(crate) fn comm_trace_entries(
     t: &crate::evidence::commtrace::CommTrace,
     path: &Path,
@@ -213,8 +215,8 @@ pub(crate) fn comm_trace_entries(
     (warmup_passes, passes): (u32, u32),
     allreduce_only: bool,
 ) -> Result<SourceTrace> {
-    use crate::evidence::commtrace::{exec, CollectiveKind, TraceDtype};
-    use crate::evidence::shard::{Dtype, TraceKindCount};
+    use crate::evidence::commtrace::{exec, CollectiveKind};
+    use crate::evidence::shard::TraceKindCount;
     let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
@@ -253,21 +255,15 @@ pub(crate) fn comm_trace_entries(
                 c.seq, c.group
             ));
         }
-        let dtype = match c.dtype {
-            TraceDtype::F32 => Dtype::F32,
-            TraceDtype::Bf16 => Dtype::Bf16,
-            other => {
-                return refuse(format!(
-                    "{} #{} on group {:?} is {}; the phases run f32 or bf16 collectives (replay-trace runs every dtype)",
-                    c.kind.name(),
-                    c.seq,
-                    c.group,
-                    other.name()
-                ))
-            }
-        };
+        let dtype = c.dtype;
+        if allreduce_only && dtype.workload().is_none() {
+            return refuse(format!(
+                "all-reduce #{} on group {:?} is {dtype}; with --trace-allreduce-only the phases run f32 or bf16 world all-reduces (without it, every dtype)",
+                c.seq, c.group
+            ));
+        }
         count.run_per_pass += 1;
-        let op = if c.kind == CollectiveKind::AllReduce && members == world {
+        let op = if c.kind == CollectiveKind::AllReduce && members == world && dtype.workload().is_some() {
             None
         } else {
             let gi =
@@ -325,7 +321,7 @@ pub(crate) fn comm_trace_entries(
 /// Logical bytes of an imported collective as a shard records it: its input
 /// (elements x dtype size); a point-to-point operation's message (the larger
 /// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
-pub(crate) fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
+pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
     let row = c.kind.row();
     let elems = match row.buffers {
         crate::core::collective::Buffers::Free if !row.p2p => 0,
@@ -416,9 +412,9 @@ mod tests {
         // the TP all-reduce on the trace's group "tp1" (position 2: shard group 3), the world one through the backend
         assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
         assert_eq!(e[1].op, None);
-        assert_eq!((e[1].bytes, e[1].dtype), (8, crate::evidence::shard::Dtype::Bf16));
+        assert_eq!((e[1].bytes, e[1].dtype), (8, crate::evidence::shard::TraceDtype::Bf16));
         assert_eq!(e[2].op.map(|o| (o.kind, o.group, o.root, o.index)), Some((CollectiveKind::Broadcast, 1, Some(0), 1)));
-        assert_eq!((e[2].bytes, e[2].dtype), (64, crate::evidence::shard::Dtype::F32));
+        assert_eq!((e[2].bytes, e[2].dtype), (64, crate::evidence::shard::TraceDtype::F32));
         assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
         let ops = st.ops.as_ref().unwrap();
         assert_eq!(ops.colls.len(), 2);
@@ -447,10 +443,16 @@ mod tests {
             kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass)).collect::<Vec<_>>(),
             vec![(CollectiveKind::AllReduce, 1, 0), (CollectiveKind::Broadcast, 0, 1)]
         );
-        // another dtype than f32/bf16 is refused with every kind too
-        t.ranks[0].collectives[1].dtype = crate::evidence::commtrace::TraceDtype::F16;
-        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap_err().to_string();
-        assert!(e.contains("broadcast #0") && e.contains("is f16"), "{e}");
+        // a world all-reduce of another dtype than f32/bf16: refused with --trace-allreduce-only ...
+        use crate::evidence::commtrace::TraceDtype;
+        t.ranks[0].collectives[0].dtype = TraceDtype::F64;
+        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("is f64"), "{e}");
+        // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
+        t.ranks[0].collectives[1].dtype = TraceDtype::I8;
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
+        let got: Vec<_> = st.entries.iter().map(|e| (e.op.map(|o| (o.kind, o.group)), e.dtype, e.bytes)).collect();
+        assert_eq!(got, vec![(Some((CollectiveKind::AllReduce, 1)), TraceDtype::F64, 32), (Some((CollectiveKind::Broadcast, 1)), TraceDtype::I8, 16)]);
     }
 
     #[test]
@@ -460,7 +462,7 @@ mod tests {
             layer: Some(0),
             warmup: false,
             bytes: 4,
-            dtype: crate::evidence::shard::Dtype::F32,
+            dtype: crate::evidence::shard::TraceDtype::F32,
             gap_ns: 0,
             compute_ns: None,
             op: None,

@@ -129,7 +129,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
         // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are of their own)
-        if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype) {
+        if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype.into()) {
             bail!(
                 "--trace {}: its collectives are {}, this run's are {} (pass --dtype {})",
                 p.display(),

@@ -73,6 +73,11 @@ pub fn mpirun_contexts(contexts: &[AppContext<'_>]) -> Output {
         .expect("mpirun must be installed (scripts/setup.sh installs it)")
 }
 
+/// Hold the one-job lock while a command that starts mpirun jobs itself (a campaign) runs.
+pub fn mpirun_lock() -> std::sync::MutexGuard<'static, ()> {
+    MPIRUN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
 pub fn cc_root(args: &[&str]) -> Output {
     Command::new(bin()).args(args).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").output().expect("binary runs")

@@ -17,6 +17,7 @@
 //! count are a bf16 all-reduce's, the reduction arithmetic is integer
 //! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
 pub(crate) mod mpi_call;
+pub mod p2p;
 pub mod trace_exec;
 
 use super::own::OwnOp;

@@ -6,6 +6,7 @@
 //! MPI's `int` count, a reduction dtype other than f32, bf16, f16, f64, i32
 //! and i64, `--pace device-gaps`.
 use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
+use crate::backend::cpu::p2p::CpuP2p;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::workload::ReduceOp;
@@ -85,6 +86,12 @@ impl CpuTraceExec {
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
         Ok(Self { rank, comms, corrupt: false, slots: Vec::new() })
+    }
+
+    /// The communicator of trace group `name` on this rank (for the point-to-point replay).
+    pub(crate) fn raw_comm(&self, name: &str) -> Result<ffi::MPI_Comm> {
+        let (_, comm) = self.comms.get(name).with_context(|| format!("group {name:?} not in the trace"))?;
+        Ok(comm.as_ref().with_context(|| format!("rank {} is not a member of group {name:?}", self.rank))?.as_raw())
     }
 
     fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], &SimpleCommunicator)> {
@@ -292,20 +299,48 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         _ => None,
     };
     exec.prepare(mine)?;
+    // an MPI capture's point-to-point operations, in call order between the collectives
+    let mut p2p = match &trace.mpi {
+        Some(m) if m.p2p.iter().any(|r| !r.is_empty()) => {
+            let plan = crate::evidence::commtrace::p2p::plans(trace)?.swap_remove(rank as usize);
+            let calls = m.collective_calls.get(rank as usize).cloned().unwrap_or_default();
+            if calls.len() != mine.len() {
+                bail!("rank {rank}: mpi.collective_calls has {} entries for {} collectives", calls.len(), mine.len());
+            }
+            let mut p = CpuP2p::new(rank, plan, &|g| exec.raw_comm(g))?;
+            p.corrupt = exec.corrupt;
+            Some((p, calls))
+        }
+        _ => None,
+    };
     struct Cpu<'e> {
         exec: &'e mut CpuTraceExec,
         colls: &'e [TraceCollective],
+        p2p: Option<&'e mut (CpuP2p, Vec<u64>)>,
     }
     impl TraceRunner for Cpu<'_> {
         fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+            if let Some((p, calls)) = self.p2p.as_deref_mut() {
+                p.run_before(calls[i])?;
+            }
             self.exec.run(i, c, op, check, before_issue)
         }
         fn between_passes(&mut self) -> Result<()> {
             self.exec.reset(self.colls);
+            if let Some((p, _)) = self.p2p.as_deref_mut() {
+                p.reset();
+            }
             Ok(())
         }
+        fn end_of_pass(&mut self) -> Result<Option<Instant>> {
+            match self.p2p.as_deref_mut() {
+                Some((p, _)) => p.finish_pass().map(|_| Some(Instant::now())),
+                None => Ok(None),
+            }
+        }
     }
-    let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), &mut Cpu { exec: &mut exec, colls: mine })?;
+    let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), &mut Cpu { exec: &mut exec, colls: mine, p2p: p2p.as_mut() })?;
+    let p2p = p2p.map(|(p, _)| p.report(o.check)).transpose()?;
     exec.verify(mine)?;
     let workload = match plan {
         Some(plan) => {
@@ -334,5 +369,5 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         }
         None => None,
     };
-    Ok(ReplayOutput { records, workload })
+    Ok(ReplayOutput { records, workload, p2p })
 }

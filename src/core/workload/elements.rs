@@ -32,6 +32,29 @@ impl Dtype {
     }
 }
 
+/// A run's element type is one of a trace's: shards record every
+/// collective's element type in the trace's vocabulary (format 8).
+impl From<Dtype> for crate::core::collective::TraceDtype {
+    fn from(d: Dtype) -> Self {
+        match d {
+            Dtype::F32 => crate::core::collective::TraceDtype::F32,
+            Dtype::Bf16 => crate::core::collective::TraceDtype::Bf16,
+        }
+    }
+}
+
+impl crate::core::collective::TraceDtype {
+    /// The run's element type (`--dtype`: f32 or bf16) this is, if any: the
+    /// backend's own buffers and world all-reduce hold only those.
+    pub fn workload(self) -> Option<Dtype> {
+        match self {
+            crate::core::collective::TraceDtype::F32 => Some(Dtype::F32),
+            crate::core::collective::TraceDtype::Bf16 => Some(Dtype::Bf16),
+            _ => None,
+        }
+    }
+}
+
 /// Reduction applied by reducing collectives (all-reduce, reduce,
 /// reduce-scatter): `replay-trace --op` and the isolated sweep's `--op`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
@@ -59,5 +82,21 @@ impl ReduceOp {
             ReduceOp::Prod => "prod",
             ReduceOp::Min => "min",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dtype;
+    use crate::core::collective::TraceDtype;
+
+    #[test]
+    fn a_run_dtype_is_the_trace_dtype_of_the_same_variant_index() {
+        // formats 1 to 7 wrote the run's Dtype into a shard body: F32 = 0 and Bf16 = 1 decode unchanged as TraceDtype
+        for w in [Dtype::F32, Dtype::Bf16] {
+            assert_eq!(TraceDtype::from(w) as usize, w as usize);
+            assert_eq!(TraceDtype::from(w).workload(), Some(w));
+        }
+        assert_eq!(TraceDtype::F64.workload(), None);
     }
 }

@@ -247,6 +247,33 @@ pub struct ReplayOutput {
     pub records: Vec<ExecRecord>,
     /// The workload pace's pass as a whole.
     pub workload: Option<WorkloadReport>,
+    /// The point-to-point operations of an MPI capture (`mpi.p2p`), where replayed.
+    pub p2p: Option<P2pReport>,
+}
+
+/// One rank's replay of its point-to-point operations (`mpi.p2p`) in the timed pass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct P2pReport {
+    /// Operations replayed (a `Sendrecv` is two).
+    pub operations: u64,
+    /// Sends among them.
+    pub sends: u64,
+    /// Receives among them.
+    pub receives: u64,
+    /// Nonblocking operations among them.
+    pub nonblocking: u64,
+    /// Waits issued (one per completing call of the capture, `MPI_Waitall` on its operations).
+    pub waits: u64,
+    /// Nonblocking operations the capture never saw complete: waited for at the end of the pass.
+    pub never_completed: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Receives whose length and bytes were checked against their matching send (`--check`); absent without it.
+    pub receives_checked: Option<u64>,
+    /// Receives not checked: a wildcard whose match the capture did not read (Fortran callers), and every later receive of the rank.
+    pub receives_unmatched: u64,
+    /// Host time inside the point-to-point calls, ns.
+    pub host_ns: u64,
 }
 
 /// Value rank `r` contributes at element `i` of a reducing collective: small

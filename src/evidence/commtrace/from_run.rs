@@ -15,10 +15,10 @@
 //! `synthetic`, with an unknown `measurement`: the mark is carried, never
 //! dropped.
 use super::{
-    ClockDomain, CollectiveKind, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
-    TraceSource, UnknownField,
+    ClockDomain, CollectiveKind, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceGroup, TraceSource,
+    UnknownField,
 };
-use crate::core::workload::{Dtype, Phase};
+use crate::core::workload::Phase;
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -52,10 +52,7 @@ pub(crate) fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
             let kind_name = serde_json::to_value(e.kind)?.as_str().unwrap_or("all_reduce").to_string();
             let kind: CollectiveKind =
                 serde_json::from_value(serde_json::Value::String(kind_name.clone())).with_context(|| format!("collective kind {kind_name}"))?;
-            let dtype = match e.dtype {
-                Dtype::F32 => TraceDtype::F32,
-                Dtype::Bf16 => TraceDtype::Bf16,
-            };
+            let dtype = e.dtype;
             let elems = e.bytes / dtype.size_bytes();
             let mut c = TraceCollective::new(
                 kind,

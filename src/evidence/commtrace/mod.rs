@@ -40,6 +40,7 @@ pub(crate) mod json;
 pub mod kineto;
 mod load;
 pub mod mpi;
+pub mod p2p;
 mod replay;
 mod source;
 mod summary;

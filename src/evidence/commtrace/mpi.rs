@@ -514,8 +514,9 @@ pub struct MpiSummary {
     /// `ranks[].collectives`, in order (orders them against `p2p`).
     pub collective_calls: Vec<Vec<u64>>,
     /// Per rank: every point-to-point operation, in call order (a
-    /// `Sendrecv` is a send and a receive of one call). Not replayed yet:
-    /// `replay-trace` runs the collectives only.
+    /// `Sendrecv` is a send and a receive of one call). `replay-trace`
+    /// (cpu backend) replays them between the collectives in call order;
+    /// the phases do not run them yet.
     pub p2p: Vec<Vec<MpiP2p>>,
 }
 
@@ -792,9 +793,10 @@ fn collective_of(
         "Reduce_scatter_block" => CollectiveKind::ReduceScatter,
         "Alltoall" => CollectiveKind::AllToAll,
         "Barrier" => CollectiveKind::Barrier,
-        "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" | "Probe" | "Iprobe" => {
-            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; not replayed yet (the trace format's send and receive are blocking and paired in order, which would deadlock a nonblocking exchange)".into()))
+        "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" => {
+            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace (cpu backend) replays it in recorded call order, so MPI matches it as it matched the application's; the phases (rank --trace, campaigns, canary verify) do not run it yet".into()))
         }
+        "Probe" | "Iprobe" => return Ok(Err("a probe moves no data: not replayed".into())),
         "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {
             return Ok(Err("completion call: a nonblocking collective's completion time is its record's host duration".into()))
         }

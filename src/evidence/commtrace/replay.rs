@@ -67,6 +67,9 @@ pub(crate) struct ReplayFile {
     pub header: ReplayHeader,
     /// One record per collective of the timed pass.
     pub records: Vec<exec::ExecRecord>,
+    /// The timed pass's point-to-point operations (an MPI capture's `mpi.p2p`, on the cpu backend); absent where none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<exec::P2pReport>,
 }
 
 /// One rank's files in [`ReplayIndex`].
@@ -168,7 +171,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
     let switches_before = involuntary_switches();
     let started_unix_ms = crate::core::clock::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
-    let (records, workload) = match run(&world, &trace).and_then(|r| {
+    let (records, workload, p2p) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let header = ReplayHeader {
             tool: format!("commcanary {}", crate::core::identity::VERSION_LONG),
@@ -182,7 +185,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             started_unix_ms,
             finished_unix_ms: crate::core::clock::unix_ms(),
         };
-        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records };
+        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records, p2p: r.p2p };
         let mut files = Vec::new();
         let name = format!("replay-trace.rank-{rank}.json");
         crate::core::fsutil::write_json_new(&out.join(&name), &file)?;
@@ -193,7 +196,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
         }
         write_replay_index(&world, out, &trace_sha256, &files)?;
-        Ok((file.records, r.workload))
+        Ok((file.records, r.workload, file.p2p))
     }) {
         Ok(r) => r,
         Err(e) => {
@@ -214,6 +217,22 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             let p50 = crate::core::stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
             let p99 = crate::core::stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
             println!("rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs", k.name());
+        }
+        if let Some(p) = &p2p {
+            println!(
+                "rank {rank}: {} point-to-point operations ({} sends, {} receives; {} nonblocking, {} waits) in recorded call order, {} bytes sent; {}; time in the calls {:.1} µs",
+                p.operations,
+                p.sends,
+                p.receives,
+                p.nonblocking,
+                p.waits,
+                p.bytes_sent,
+                match p.receives_checked {
+                    Some(n) => format!("{n} receives checked against their matching sends"),
+                    None => "receives not checked (--check)".into(),
+                },
+                p.host_ns as f64 / 1e3
+            );
         }
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
         let off = err.iter().filter(|e| **e > GAP_OFF_NS as f64).count();

@@ -7,7 +7,7 @@
 use super::{CompletionSource, JoinedCollective, JoinedRun};
 use crate::core::workload::Phase;
 use crate::evidence::run::RunRecord;
-use crate::evidence::shard::{Dtype, ShardHeader};
+use crate::evidence::shard::ShardHeader;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -44,7 +44,7 @@ pub struct IsolatedSizeRow {
     pub count: Option<u64>,
     /// Element type: nccl-tests' `type`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<Dtype>,
+    pub dtype: Option<crate::core::collective::TraceDtype>,
     /// Reduction: nccl-tests' `redop` (`none` for a kind without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redop: Option<String>,
@@ -60,7 +60,7 @@ pub struct IsolatedSizeRow {
 /// One size of the isolated phase: each collective's per-rank completion times.
 struct IsoSize {
     completions: Vec<Vec<u64>>,
-    dtype: Dtype,
+    dtype: crate::core::collective::TraceDtype,
     root: Option<u32>,
     source: CompletionSource,
 }

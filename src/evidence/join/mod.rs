@@ -63,7 +63,7 @@ pub use tuning::{compare_tuning, TuningComparison};
 
 use crate::core::workload::Phase;
 use crate::evidence::run::RunRecord;
-use crate::evidence::shard::{CollectiveKind, Dtype, Shard};
+use crate::evidence::shard::{CollectiveKind, Shard};
 use serde::{Deserialize, Serialize};
 
 /// One rank's view of a joined collective (local clock, ns). A field not
@@ -186,7 +186,7 @@ pub struct JoinedCollective {
     /// Logical bytes.
     pub bytes: u64,
     /// Element type.
-    pub dtype: Dtype,
+    pub dtype: crate::core::collective::TraceDtype,
     /// Broadcast and reduce: the root's world rank; absent for other kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<u32>,
@@ -267,7 +267,7 @@ mod fixtures {
             members: ranks.iter().map(|t| t.rank).collect(),
             seq: 0,
             bytes: 4,
-            dtype: Dtype::F32,
+            dtype: crate::core::collective::TraceDtype::F32,
             root: None,
             token: None,
             layer: None,

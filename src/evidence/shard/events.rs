@@ -4,7 +4,7 @@
 //! which numbers enum variants in order (kinds are only ever appended); it
 //! refuses nothing itself. A rank pushes events as it records them; readers
 //! take them from [`super::Shard::body`].
-use super::Dtype;
+use crate::core::collective::TraceDtype;
 use crate::core::workload::Phase;
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +54,8 @@ pub struct CollectiveEvent {
     pub seq: u64,
     /// Logical tensor bytes (elements x dtype size).
     pub bytes: u64,
-    /// Element type.
-    pub dtype: Dtype,
+    /// Element type (format 8: every type of an imported trace; before, f32 or bf16).
+    pub dtype: TraceDtype,
     /// Token index (workload phases).
     pub token: Option<u32>,
     /// Layer index (workload phases).

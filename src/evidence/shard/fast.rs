@@ -8,7 +8,7 @@
 //! tag, varint marker or variant it does not know); the caller then decodes
 //! with serde, which gives the same event or bincode's own error. So it
 //! refuses nothing itself, and every error message stays bincode's.
-use super::{CollectiveEvent, CollectiveKind, Dtype, FillRecord, ReplayTiming};
+use super::{CollectiveEvent, CollectiveKind, FillRecord, ReplayTiming, TraceDtype};
 use crate::core::workload::Phase;
 
 /// A cursor over bytes; every read is `None` at the end or on a form bincode
@@ -91,12 +91,9 @@ impl Bytes<'_> {
         crate::core::collective::KINDS.get(usize::try_from(self.u32()?).ok()?).map(|r| r.kind)
     }
 
-    fn dtype(&mut self) -> Option<Dtype> {
-        match self.u32()? {
-            0 => Some(Dtype::F32),
-            1 => Some(Dtype::Bf16),
-            _ => None,
-        }
+    fn dtype(&mut self) -> Option<TraceDtype> {
+        // serde's variant order (formats 1 to 7 wrote only f32 = 0 and bf16 = 1)
+        TraceDtype::ALL.get(usize::try_from(self.u32()?).ok()?).copied()
     }
 }
 
@@ -107,7 +104,7 @@ pub(crate) const BLANK: CollectiveEvent = CollectiveEvent {
     group: 0,
     seq: 0,
     bytes: 0,
-    dtype: Dtype::F32,
+    dtype: TraceDtype::F32,
     token: None,
     layer: None,
     iter: None,
@@ -216,7 +213,7 @@ mod tests {
             group: big(rng) as u32,
             seq: big(rng),
             bytes: big(rng),
-            dtype: if rng.gen_bool(0.5) { Dtype::F32 } else { Dtype::Bf16 },
+            dtype: TraceDtype::ALL[rng.gen_range(0..TraceDtype::ALL.len())],
             token: opt(rng).map(|v| v as u32),
             layer: opt(rng).map(|v| v as u32),
             iter: opt(rng).map(|v| v as u32),
@@ -249,10 +246,13 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(27);
         let mut read = 0;
         for i in 0..4000 {
-            let version = if i % 4 == 0 { 5 } else { 6 };
+            let version = [5, 6, 8][i % 3];
             let mut e = event(&mut rng);
             if version < 6 {
                 (e.root, e.peer) = (None, None);
+            }
+            if version < 8 {
+                e.dtype = [TraceDtype::F32, TraceDtype::Bf16][i % 2];
             }
             let bytes = if version >= 6 {
                 bincode::serde::encode_to_vec(&e, bincode_cfg()).unwrap()
@@ -291,8 +291,8 @@ mod tests {
             for i in 0..=20u8 {
                 let mut b = base.clone();
                 b[at] = i;
-                let serde = serde_event(6, &b).ok();
-                match collective_event(6, &b) {
+                let serde = serde_event(8, &b).ok();
+                match collective_event(8, &b) {
                     Some(got) => assert_eq!(Some(got), serde, "byte {at} index {i}"),
                     None => assert!(serde.is_none(), "byte {at} index {i}: serde reads what the hand reader left"),
                 }

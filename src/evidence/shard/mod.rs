@@ -18,6 +18,7 @@ mod header;
 mod read;
 mod write;
 
+pub use crate::core::collective::TraceDtype;
 pub use crate::core::workload::Dtype;
 pub use events::{
     CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, DeviceWait, FillRecord, KernelEvent, KernelKind, ReplayTiming, ShardBody, TokenEvent,
@@ -42,11 +43,14 @@ pub use write::WrittenShard;
 /// (the body is format 6's): hierarchical clock calibration in the clock
 /// record (the calibration's topology, the rank's path to rank 0, its leader
 /// and the two legs composed, the wall time of each window) and the
-/// [`SyntheticMark`] of generated shards (never measurements); versions 1 to
-/// 6 are still read (without those records; their collectives are
-/// all-reduces, f32 before 4; their clocks flat, the wall time unmeasured;
-/// none is synthetic).
-pub const SHARD_FORMAT_VERSION: u32 = 7;
+/// [`SyntheticMark`] of generated shards (never measurements), 8 every
+/// element type of an imported trace in a collective's `dtype` (f64, i32,
+/// i64, …: [`crate::core::collective::TraceDtype`], whose first two variants
+/// are f32 and bf16 as before, so older bodies decode unchanged); versions 1
+/// to 7 are still read (without those records; their collectives are
+/// all-reduces, f32 before 4, f32 or bf16 before 8; their clocks flat, the
+/// wall time unmeasured; none is synthetic).
+pub const SHARD_FORMAT_VERSION: u32 = 8;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 

@@ -7,7 +7,7 @@
 //! Collective events are read by hand (`super::fast`) and by serde only
 //! where the hand reader is unsure, so results and errors are bincode's.
 use super::{bincode_cfg, Shard, MAGIC, SHARD_FORMAT_VERSION, TRAILER};
-use super::{CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, Dtype, FillRecord, KernelEvent, ReplayTiming, ShardBody, ShardHeader, TokenEvent};
+use super::{CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, FillRecord, KernelEvent, ReplayTiming, ShardBody, ShardHeader, TokenEvent, TraceDtype};
 use crate::core::workload::Phase;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ struct CollectiveEventV5 {
     group: u32,
     seq: u64,
     bytes: u64,
-    dtype: Dtype,
+    dtype: TraceDtype,
     token: Option<u32>,
     layer: Option<u32>,
     iter: Option<u32>,
@@ -378,7 +378,7 @@ mod tests {
                 group: 1,
                 seq: i as u64,
                 bytes: 8,
-                dtype: Dtype::F32,
+                dtype: TraceDtype::F32,
                 token: Some(0),
                 layer: Some(i as u32),
                 iter: None,
@@ -453,7 +453,7 @@ mod tests {
             group: 0,
             seq: 7,
             bytes: 64,
-            dtype: Dtype::Bf16,
+            dtype: TraceDtype::Bf16,
             token: Some(1),
             layer: Some(2),
             iter: None,
@@ -479,7 +479,7 @@ mod tests {
         bytes[n + 8..].copy_from_slice(&digest);
         let d = Shard::decode(&bytes, "v5").unwrap();
         let e = &d.body.collectives[0];
-        assert_eq!((e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked), (CollectiveKind::AllReduce, 7, 64, Dtype::Bf16, None, None, true));
+        assert_eq!((e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked), (CollectiveKind::AllReduce, 7, 64, TraceDtype::Bf16, None, None, true));
         s.header.format_version = 99;
         let mut bytes = s.encode().unwrap();
         bytes[8..12].copy_from_slice(&99u32.to_le_bytes());

@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CollectiveKind, ComputeKind, Dtype};
 use crate::evidence::trace::SourceTrace;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 impl<B: Backend> Runner<'_, B> {
     /// One token's device work as [`Self::blocking`] or [`Self::async_phase`]
@@ -70,7 +70,8 @@ impl<B: Backend> Runner<'_, B> {
         let mut work = Vec::new();
         for e in trace.entries.iter().filter(|e| e.token == pick) {
             let (units, _) = quantize(e.compute_ns.unwrap_or(e.gap_ns), quantum_ns, &mut residual_ns, self.spec.fill_residual);
-            work.push((units, e.bytes, e.dtype));
+            let dtype = e.dtype.workload().with_context(|| format!("internal: graph mode with a world all-reduce of {}", e.dtype))?;
+            work.push((units, e.bytes, dtype));
         }
         let units_per_token: u64 = work.iter().map(|w| w.0 as u64).sum();
         let timing = format!(

@@ -77,7 +77,7 @@ impl<B: Backend> Runner<'_, B> {
                     self.checked_in_phase += 1;
                     self.checks.push(CheckRecord { phase: Phase::Isolated, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong: f.first_wrong });
                 }
-                let r = Recorded { phase: Phase::Isolated, kind: collective_kind, group, seq, bytes, dtype: spec.dtype, root: kind.root(), peer: None };
+                let r = Recorded { phase: Phase::Isolated, kind: collective_kind, group, seq, bytes, dtype: spec.dtype.into(), root: kind.root(), peer: None };
                 let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
                 self.push_event(r, pos, HostTimes::blocking(host_issue_ns, end_ns), EventExtra { checked, ..Default::default() });
             }
@@ -145,7 +145,8 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     fn push_isolated(&mut self, bytes: u64, seq: u64, iter: u32, warmup: bool, (host_issue_ns, host_return_ns): (u64, u64), injected: Option<u64>) {
-        let r = Recorded { phase: Phase::Isolated, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: self.spec.dtype, root: None, peer: None };
+        let r =
+            Recorded { phase: Phase::Isolated, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: self.spec.dtype.into(), root: None, peer: None };
         let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
         let t = HostTimes::blocking(host_issue_ns, host_return_ns);
         self.push_event(r, pos, t, EventExtra { injected_ns: injected, ..Default::default() });

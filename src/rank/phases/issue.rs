@@ -98,7 +98,7 @@ impl<B: Backend> Runner<'_, B> {
             self.checked_in_phase += 1;
             self.check(phase, seq, bytes, dtype)?;
         }
-        let r = Recorded { phase, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype, root: None, peer: None };
+        let r = Recorded { phase, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: dtype.into(), root: None, peer: None };
         let t = HostTimes { issue_ns: host_issue_ns, return_ns: host_return_ns, wait_start_ns, wait_end_ns };
         Ok(self.push_event(r, pos, t, EventExtra { device, injected_ns: injected, checked }))
     }
@@ -126,7 +126,14 @@ impl<B: Backend> Runner<'_, B> {
     /// The negative controls that act on arrivals (`--inject-delay`, `--fault
     /// hang`) act on group 0's collectives only; `--fault wrong-sum` spoils
     /// a checked result here too.
-    pub(super) fn trace_op(&mut self, phase: Phase, op: TraceOp, (bytes, dtype): (u64, Dtype), pos: Position, before: Between) -> Result<usize> {
+    pub(super) fn trace_op(
+        &mut self,
+        phase: Phase,
+        op: TraceOp,
+        (bytes, dtype): (u64, crate::core::collective::TraceDtype),
+        pos: Position,
+        before: Between,
+    ) -> Result<usize> {
         self.between(phase, before)?;
         let (kind, rank) = (op.kind, self.rank);
         // a point-to-point pair is keyed (sender, receiver)

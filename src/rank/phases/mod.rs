@@ -117,7 +117,7 @@ struct Recorded {
     group: u32,
     seq: u64,
     bytes: u64,
-    dtype: crate::evidence::shard::Dtype,
+    dtype: crate::core::collective::TraceDtype,
     root: Option<u32>,
     peer: Option<u32>,
 }

@@ -8,7 +8,7 @@ use crate::backend::Backend;
 use crate::core::workload::{FillResidual, Phase};
 use crate::evidence::shard::{ComputeKind, FillRecord, ReplayTiming};
 use crate::evidence::trace::{GapEntry, SourceTrace};
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 impl<B: Backend> Runner<'_, B> {
     /// Replay, fill, overlap and the ablations: walk the source trace (an
@@ -63,7 +63,10 @@ impl<B: Backend> Runner<'_, B> {
             };
             let idx = match op {
                 Some(op) => self.trace_op(phase, op, (bytes, dtype), pos, between)?,
-                None => self.collective(phase, bytes, dtype, pos, between)?,
+                None => {
+                    let dtype = dtype.workload().with_context(|| format!("internal: a world all-reduce of {dtype} outside the trace executor"))?;
+                    self.collective(phase, bytes, dtype, pos, between)?
+                }
             };
             let ev = &mut self.body.collectives[idx];
             ev.fill = fill;

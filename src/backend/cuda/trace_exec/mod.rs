@@ -467,7 +467,7 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
         // peers may be inside a collective or past the end: destroying would wait for them
         exec.abort();
     }
-    result.map(|records| ReplayOutput { records, workload: None })
+    result.map(|records| ReplayOutput { records, workload: None, p2p: None })
 }
 
 /// The workload pace (see [`workload`]).
@@ -488,7 +488,7 @@ fn workload(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: 
     let result = exec.prepare(&mine.collectives).and_then(|_| {
         let (records, report) = workload::run(world, &mut exec, trace, &plan, o, timeout, stands_for)?;
         exec.verify(&mine.collectives)?;
-        Ok(ReplayOutput { records, workload: Some(report) })
+        Ok(ReplayOutput { records, workload: Some(report), p2p: None })
     });
     if result.is_err() {
         exec.abort();
