@@ -580,6 +580,42 @@ impl CampaignSpec {
     }
 }
 
+impl CampaignSpec {
+    /// Each configuration's rank arguments through `rank`'s own checks before
+    /// MPI starts (the phases against the trace a job gets, the sweep and the
+    /// model against `ranks`), so that a spec whose cells `rank` would all
+    /// refuse is refused before anything runs, naming the configuration.
+    /// Separate from [`CampaignSpec::validate`]: `canary verify` loads a spec
+    /// as a template whose configurations get their traces afterwards.
+    pub fn check_rank_plans(&self, parse_rank: RankArgvParser) -> Result<()> {
+        use crate::core::refusal::Code;
+        let backend = match self.backend.as_str() {
+            "cuda" => crate::evidence::shard::BackendKind::Cuda,
+            _ => crate::evidence::shard::BackendKind::Cpu,
+        };
+        for c in &self.configs {
+            let mut argv: Vec<String> = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
+            if let Some(t) = c.trace.as_ref().or(self.workload.trace.as_ref()) {
+                // exec passes the frozen copy; only its presence matters before the launch
+                argv.extend(["--trace".into(), t.clone()]);
+            }
+            let parsed = parse_rank(&argv).map_err(|e| {
+                crate::core::refusal::refuse(
+                    Code::BadSpec,
+                    format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
+                )
+            })?;
+            crate::rank::check_before_launch(&parsed, backend, self.ranks).map_err(|e| {
+                crate::core::refusal::refuse(
+                    Code::BadSpec,
+                    format!("configs.{}: rank would refuse every cell of this configuration before MPI starts: {e:#}; nothing was run", c.name),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// One cell of the schedule: a configuration in a round.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
