@@ -86,3 +86,79 @@ fn canary_verify_refuses_what_rank_would_refuse_before_writing() {
         assert!(!out.exists(), "{bad}: nothing written");
     }
 }
+
+/// A fake `mpirun` first on PATH: prints an Open MPI-like banner (its first
+/// explanatory line from `first_line`, a shell expression over the job's
+/// `-x` variable values) and exits 1 without starting a rank.
+fn fake_launcher(dir: &Path, first_line: &str) -> PathBuf {
+    let bin = dir.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\nvals=\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -x ]; then eval \"vals=\\\"$vals \\${{$2}}\\\"\"; shift; fi; shift; done\n\
+         {{ echo '--------------------------------------------------------------------------'\n\
+           echo \"{first_line}\"\n echo\n echo 'Some advice on what to change, over several lines.'\n\
+           echo 'We reiterate our advice against doing so - please proceed at your own risk.'\n\
+           echo '--------------------------------------------------------------------------'; }} >&2\nexit 1\n"
+    );
+    let p = bin.join("mpirun");
+    std::fs::write(&p, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn exec_with_path(fakebin: &Path, dir: &Path) -> std::process::Output {
+    let path = format!("{}:{}", fakebin.display(), std::env::var("PATH").unwrap_or_default());
+    std::process::Command::new(bin()).args(["campaign", "exec", s(dir), "--retries", "1"]).env("PATH", path).output().unwrap()
+}
+
+fn attempts(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A launcher that refuses to start (as mpirun does as root without the two
+/// variables, or without enough slots) is named by its banner's first
+/// explanatory line, never its closing advice; once it failed the same way
+/// for every configuration of a round, exec stops with LAUNCHER_FAILED and
+/// runs none of the cells left, keeping every attempt. A launcher failing
+/// differently per configuration is no such stop: every cell is tried.
+#[test]
+fn a_launcher_that_fails_every_configuration_stops_the_campaign() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let configs: &[(&str, &str)] = &[("a", "env = { ALG = \"1\" }"), ("b", "env = { ALG = \"2\" }"), ("c", "env = { ALG = \"3\" }")];
+    for (i, first) in
+        ["mpirun has detected an attempt to run as root.", "There are not enough slots available in the system to satisfy the 2"].iter().enumerate()
+    {
+        let sp = spec_with(d, &format!("l{i}.toml"), 2, "blocking", MPIRUN, configs);
+        let dir = d.join(format!("c{i}"));
+        ok(&cc(&["campaign", "plan", "--out", s(&dir), s(&sp)]));
+        let fake = fake_launcher(&d.join(format!("f{i}")), first);
+        let o = exec_with_path(&fake, &dir);
+        let text = assert_refused(&o, "LAUNCHER_FAILED");
+        assert!(text.contains(first) && !text.contains("reiterate"), "{text}");
+        assert!(text.contains("the 3 cell(s) left"), "{text}");
+        // two configurations tried twice (--retries 1), the third once: then every
+        // configuration had failed the same way; nothing of round 2 ran
+        let recs = attempts(&dir);
+        assert_eq!(recs.len(), 5, "{recs:?}");
+        for r in &recs {
+            assert_eq!(r["round"], 1);
+            let f = r["failure"].as_str().unwrap();
+            assert!(f.contains(first) && !f.contains("reiterate"), "{f}");
+        }
+        // a retry adds to the log, never replaces it
+        let _ = exec_with_path(&fake, &dir);
+        assert_eq!(attempts(&dir).len(), 10);
+    }
+    // a failure that names each configuration's own setting is no launcher-wide failure
+    let sp = spec_with(d, "differ.toml", 2, "blocking", MPIRUN, configs);
+    let dir = d.join("differ");
+    ok(&cc(&["campaign", "plan", "--out", s(&dir), s(&sp)]));
+    let fake = fake_launcher(&d.join("fdiffer"), "cannot use the setting$vals");
+    let o = exec_with_path(&fake, &dir);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    assert!(!text.contains("LAUNCHER_FAILED"), "{text}");
+    assert_eq!(attempts(&dir).len(), 12, "every cell of both rounds tried twice");
+    assert!(attempts(&dir).iter().any(|r| r["failure"].as_str().unwrap().contains("cannot use the setting 2")));
+}
