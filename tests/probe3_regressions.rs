@@ -162,3 +162,75 @@ fn a_launcher_that_fails_every_configuration_stops_the_campaign() {
     assert_eq!(attempts(&dir).len(), 12, "every cell of both rounds tried twice");
     assert!(attempts(&dir).iter().any(|r| r["failure"].as_str().unwrap().contains("cannot use the setting 2")));
 }
+
+/// A verified two-configuration campaign (blocking, isolated and async
+/// phases, so the report has several plots) of seed `seed` in `dir`.
+fn small_campaign(d: &Path, name: &str, seed: u32) -> PathBuf {
+    let configs: &[(&str, &str)] =
+        &[("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"), ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }")];
+    let sp = spec_with(d, &format!("{name}.toml"), 2, "isolated,blocking,async", MPIRUN, configs);
+    let text = std::fs::read_to_string(&sp).unwrap().replace("seed = 7", &format!("seed = {seed}"));
+    std::fs::write(&sp, text).unwrap();
+    let dir = d.join(name);
+    ok(&cc_root(&["campaign", "run", s(&sp), "-o", s(&dir)]));
+    dir
+}
+
+fn folder(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap() != "report.lock")
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Two `campaign analyze` of different campaigns into one report folder:
+/// while one writes, the other is refused with LOCKED and writes nothing;
+/// started together, the folder ends as exactly one of them wrote it alone
+/// (never plots of one and the report of the other), and the other is
+/// refused (LOCKED, or ALREADY_EXISTS once the first has finished).
+#[test]
+fn two_analyses_into_one_report_folder_never_interleave() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let (a, b) = (small_campaign(d, "ca", 11), small_campaign(d, "cb", 12));
+    let alone: Vec<Vec<(String, Vec<u8>)>> = [&a, &b].iter().map(|c| folder(&c.join("report"))).collect();
+    assert_ne!(alone[0], alone[1], "the two campaigns' reports differ");
+    // a writer holding the folder's lock: refused, nothing written
+    let held = d.join("held");
+    std::fs::create_dir_all(&held).unwrap();
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(held.join("report.lock")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor this test owns; no memory is passed.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let text = assert_refused(&cc(&["campaign", "analyze", s(&a), "--report-dir", s(&held)]), "LOCKED");
+    assert!(text.contains("another analyze"), "{text}");
+    assert!(folder(&held).is_empty(), "nothing written while locked");
+    drop(lock);
+    ok(&cc(&["campaign", "analyze", s(&a), "--report-dir", s(&held)]));
+    assert_eq!(folder(&held), alone[0]);
+    // started together, several times
+    for i in 0..6 {
+        let rep = d.join(format!("shared{i}"));
+        let spawn = |c: &Path| {
+            std::process::Command::new(bin())
+                .args(["campaign", "analyze", s(c), "--report-dir", s(&rep)])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (pa, pb) = (spawn(&a), spawn(&b));
+        let (oa, ob) = (pa.wait_with_output().unwrap(), pb.wait_with_output().unwrap());
+        let won: Vec<usize> = [&oa, &ob].iter().enumerate().filter(|(_, o)| o.status.success()).map(|(k, _)| k).collect();
+        assert_eq!(won.len(), 1, "exactly one writes the folder (round {i})");
+        let lost = if won[0] == 0 { &ob } else { &oa };
+        let text = String::from_utf8_lossy(&lost.stderr);
+        assert!(text.contains("refused[LOCKED]") || text.contains("refused[ALREADY_EXISTS]"), "{text}");
+        assert_eq!(folder(&rep), alone[won[0]], "round {i}: the folder is the winner's alone");
+    }
+}
+

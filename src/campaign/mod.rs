@@ -12,6 +12,7 @@ pub mod chain;
 mod exec;
 pub mod hardware;
 mod lock;
+pub(crate) use lock::lock_report_dir;
 mod select;
 pub mod spec;
 pub mod truth;
