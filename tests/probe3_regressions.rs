@@ -234,3 +234,63 @@ fn two_analyses_into_one_report_folder_never_interleave() {
     }
 }
 
+/// Every way an artifact argument can be wrong (no such file, a directory,
+/// empty, cut short, not JSON, another version, a trace where an artifact
+/// belongs, past the size limit) is a refusal with a code that names the
+/// file and gives advice about artifacts, never about traces; an artifact
+/// where a trace belongs says so.
+#[test]
+fn every_artifact_error_has_a_code_and_artifact_advice() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let trace = d.join("syn.json");
+    let art = d.join("syn.canary.json");
+    ok(&cc(&["synth", "--events", "60", "--seed", "3", "--ranks", "2", "-o", s(&trace)]));
+    ok(&cc(&["canary", "compile", s(&trace), "-o", s(&art)]));
+    let bytes = std::fs::read(&art).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v["format_version"] = serde_json::json!(99);
+    let write = |name: &str, b: &[u8]| {
+        let p = d.join(name);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+    let big = d.join("big.canary.json");
+    std::fs::File::create(&big).unwrap().set_len((1 << 30) + 1).unwrap();
+    let dir = d.join("adir.canary.json");
+    std::fs::create_dir(&dir).unwrap();
+    let cases: Vec<(PathBuf, &str, &str)> = vec![
+        (d.join("missing.canary.json"), "NO_SUCH_INPUT", "canary compile"),
+        (dir, "NOT_REGULAR_FILE", "regular file"),
+        (write("empty.canary.json", b""), "BAD_FORMAT", "canary compile"),
+        (write("cut.canary.json", &bytes[..bytes.len() / 2]), "BAD_FORMAT", "canary compile"),
+        (write("text.canary.json", b"not json at all\n"), "BAD_FORMAT", "canary compile"),
+        (write("obj.canary.json", b"{\"hello\": 1}\n"), "BAD_FORMAT", "canary compile"),
+        (write("v99.canary.json", &serde_json::to_vec_pretty(&v).unwrap()), "UNSUPPORTED_VERSION", "compile it again"),
+        (trace.clone(), "BAD_FORMAT", "a communication trace, not a canary artifact"),
+        (big, "OVER_LIMIT", "big.canary.json"),
+    ];
+    let sp = spec_with(d, "spec.toml", 2, "replay", MPIRUN, &[("a", ""), ("b", "")]);
+    for (p, code, advice) in &cases {
+        for (how, o) in [
+            ("inspect", cc(&["canary", "inspect", s(p)])),
+            ("verify", cc(&["canary", "verify", s(&trace), s(p), "--configs", s(&sp), "-o", s(&d.join("never"))])),
+        ] {
+            let text = assert_refused(&o, code);
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(text.contains(name) && text.contains(advice), "{how} {name}: {text}");
+            assert!(!text.contains("commcanary import"), "{how} {name}: advice meant for traces: {text}");
+        }
+    }
+    assert!(!d.join("never").exists());
+    // the other way round: an artifact where the source trace belongs
+    for o in [
+        cc(&["canary", "verify", s(&art), s(&art), "--configs", s(&sp), "-o", s(&d.join("never"))]),
+        cc(&["canary", "redact", s(&art), "-o", s(&d.join("r.json"))]),
+        cc(&["canary", "compile", s(&art), "-o", s(&d.join("c.json"))]),
+    ] {
+        let text = assert_refused(&o, "BAD_INPUT");
+        assert!(text.contains("a canary artifact") && text.contains("not a communication trace"), "{text}");
+    }
+}
+
