@@ -294,3 +294,75 @@ fn every_artifact_error_has_a_code_and_artifact_advice() {
     }
 }
 
+fn leftovers(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("commcanary-redact-verify-"))
+        .collect()
+}
+
+/// `canary redact --configs` for real: the re-verification runs a campaign
+/// (the redacted trace against the source under every configuration) in a
+/// private temporary directory that is removed afterwards; beside the output
+/// there is the redacted trace and its audit log and nothing else (no
+/// unredacted copy, no campaign). A refused export (a spec whose campaign
+/// cannot run, a launcher that fails every configuration) leaves nothing:
+/// no output, no audit log, no temporary directory.
+#[test]
+fn redact_with_configs_reverifies_privately_and_a_refusal_leaves_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let trace = d.join("syn.json");
+    ok(&cc(&["synth", "--events", "40", "--seed", "5", "--ranks", "2", "-o", s(&trace)]));
+    let configs: &[(&str, &str)] =
+        &[("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"), ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }")];
+    let sp = spec_with(d, "spec.toml", 2, "replay", MPIRUN, configs);
+    let redact = |out: &Path, spec: &Path, path: Option<&str>| {
+        let mut c = std::process::Command::new(bin());
+        c.args(["canary", "redact", s(&trace), "-o", s(out), "--quantize-ns", "1000", "--configs", s(spec)])
+            .env("TMPDIR", &tmp)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
+        c.output().unwrap()
+    };
+    let out_dir = d.join("export");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("red.json");
+    let text = ok(&redact(&out, &sp, None));
+    assert!(text.contains("ranking decision survives: "), "{text}");
+    let mut names: Vec<String> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["red.json", "red.json.audit.json"], "nothing beside the output");
+    let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(out_dir.join("red.json.audit.json")).unwrap()).unwrap();
+    let survives = audit["decision_survives"].as_str().unwrap();
+    assert!(survives.contains("re-verified in a private temporary directory"), "{survives}");
+    assert!(leftovers(&tmp).is_empty(), "the private directory is removed: {:?}", leftovers(&tmp));
+    // the redacted trace holds none of the source's run id
+    let src: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let red = std::fs::read_to_string(&out).unwrap();
+    if let Some(schema) = src["source"]["schema"].as_str().filter(|s| s.len() > 3) {
+        assert!(!red.contains(schema), "the source's schema field is redacted");
+    }
+    // refused exports: nothing written, nothing left
+    let bad = spec_with(d, "bad.toml", 2, "replay", MPIRUN, &[("ring", ""), ("g", "args = [\"--graph\"]")]);
+    let fake = fake_launcher(&d.join("fake"), "mpirun has detected an attempt to run as root.");
+    let fake_path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap_or_default());
+    for (i, (spec, path, code)) in
+        [(&bad, None, "BAD_SPEC"), (&d.join("no-such-spec.toml"), None, "NO_SUCH_INPUT"), (&sp, Some(fake_path.as_str()), "LAUNCHER_FAILED")].iter().enumerate()
+    {
+        let dir = d.join(format!("refused{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let o = redact(&dir.join("red.json"), spec, *path);
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+        assert!(!o.status.success() && text.contains("refused["), "{i}: {text}");
+        assert!(text.contains(&format!("refused[{code}]")), "{i}: {text}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{i}: a refused export leaves nothing");
+        assert!(leftovers(&tmp).is_empty(), "{i}: no private directory left");
+    }
+}

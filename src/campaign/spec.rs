@@ -313,8 +313,14 @@ impl CampaignSpec {
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
-        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
-            .with_context(|| format!("reading campaign spec {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES).map_err(|e| {
+            let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+            if missing {
+                crate::core::refusal::refuse(crate::core::refusal::Code::NoSuchInput, format!("campaign spec {}: no such file", path.display()))
+            } else {
+                crate::core::refusal::or_code(crate::core::refusal::Code::BadSpec)(e.context(format!("reading campaign spec {}", path.display())))
+            }
+        })?;
         let spec: CampaignSpec =
             toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
         let spec_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
