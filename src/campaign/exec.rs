@@ -401,7 +401,8 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 && !timed_out
                 && rec.failure.is_some()
                 && (spawn_err.is_some() || (!run_dir.exists() && telling_line(&String::from_utf8_lossy(&stderr)).is_none()));
-            let every_config = streak.note(cell.round, &cell.label, rec.failure.as_deref().filter(|_| launcher_failed), configs);
+            // a truth cell runs the spec's own command: its failures neither count nor break the streak
+            let every_config = !cell.truth && streak.note(cell.round, &cell.label, rec.failure.as_deref().filter(|_| launcher_failed), configs);
             let line = match &rec.failure {
                 None => format!("{attempt_id}: succeeded in {:.1} s", (finished - started) as f64 / 1e3),
                 Some(f) => format!("{attempt_id}: failed: {f}"),
