@@ -257,7 +257,10 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
     );
     bar.set_prefix(m.campaign_id.clone());
     let (mut ok, mut failed) = (0, 0);
-    for cell in todo {
+    let configs = m.configs.len();
+    let mut streak = LauncherStreak::default();
+    let total = todo.len();
+    for (done, cell) in todo.into_iter().enumerate() {
         for _try in 0..=retries {
             // attempt numbers count records and any directory an interrupted attempt left
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
@@ -392,6 +395,14 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             append_attempt(dir, &rec)?;
             let _ = std::fs::remove_file(&note_path);
             let succeeded = rec.status == AttemptStatus::Succeeded;
+            // the job never reached rank 0's run directory and left no error of a program it started:
+            // the launcher itself failed (or could not be started)
+            let launcher_failed = !cell.truth
+                && !timed_out
+                && rec.failure.is_some()
+                && (spawn_err.is_some() || (!run_dir.exists() && telling_line(&String::from_utf8_lossy(&stderr)).is_none()));
+            // a truth cell runs the spec's own command: its failures neither count nor break the streak
+            let every_config = !cell.truth && streak.note(cell.round, &cell.label, rec.failure.as_deref().filter(|_| launcher_failed), configs);
             let line = match &rec.failure {
                 None => format!("{attempt_id}: succeeded in {:.1} s", (finished - started) as f64 / 1e3),
                 Some(f) => format!("{attempt_id}: failed: {f}"),
@@ -405,6 +416,19 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 failed += 1;
             }
             attempts.push(rec);
+            if every_config {
+                bar.finish_and_clear();
+                crate::refuse!(
+                    Code::LauncherFailed,
+                    "campaign {}: stopped in round {}: the launcher failed the same way for every configuration ({}); \
+                     the {} cell(s) left would fail the same way and were not run. Every attempt so far is recorded in attempts.jsonl; \
+                     fix the launcher and run exec again",
+                    dir.display(),
+                    cell.round,
+                    streak.failure,
+                    total - done - 1
+                );
+            }
             if succeeded {
                 ok += 1;
                 break;
@@ -495,16 +519,77 @@ fn run_job(
     Ok((std::process::Output { status, stdout, stderr }, timed_out))
 }
 
+/// Whether stderr holds an error line of a program the launcher started (an
+/// "error:" with words after it): CommCanary's own, or srun's.
+fn telling_line(text: &str) -> Option<&str> {
+    text.lines().find(|l| l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric())))
+}
+
 /// The most telling stderr line: CommCanary's own error if there is one,
-/// else the last line that is not a launcher's banner rule.
+/// else the first line that explains (a launcher's banner opens with what
+/// went wrong and ends with advice; its rules of dashes say nothing).
 fn failure_line(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    // a line that says what went wrong: an "error:" with words after it
-    let telling = |l: &&str| l.split_once("error:").is_some_and(|(_, rest)| rest.chars().any(|c| c.is_alphanumeric()));
-    let ours = text.lines().find(telling);
-    let last = text.lines().rev().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with("---"));
-    match ours.or(last) {
+    let rule = |l: &str| {
+        let t = l.trim();
+        t.is_empty() || t.chars().all(|c| "-=*_#".contains(c))
+    };
+    let first = text.lines().find(|l| !rule(l));
+    match telling_line(&text).or(first) {
         Some(l) => format!("stderr: {}", l.trim()),
         None => "no stderr".into(),
+    }
+}
+
+/// Consecutive launcher failures of one round: the failure text and the
+/// configurations it hit. When it has hit every configuration, the launcher
+/// (not a configuration) is what fails, and every later cell would too.
+#[derive(Default)]
+struct LauncherStreak {
+    round: u32,
+    failure: String,
+    labels: std::collections::BTreeSet<String>,
+}
+
+impl LauncherStreak {
+    /// Note one attempt; true when `failure` has now hit every one of `configs` in this round.
+    fn note(&mut self, round: u32, label: &str, launcher_failure: Option<&str>, configs: usize) -> bool {
+        match launcher_failure {
+            Some(f) if self.round == round && self.failure == f => {
+                self.labels.insert(label.to_string());
+            }
+            Some(f) => {
+                *self = LauncherStreak { round, failure: f.to_string(), labels: std::iter::once(label.to_string()).collect() };
+            }
+            None => *self = LauncherStreak::default(),
+        }
+        configs > 0 && self.labels.len() >= configs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_line_is_the_first_explanatory_line_of_a_banner() {
+        let banner = b"--------------------------------------------------------------------------\nmpirun has detected an attempt to run as root.\n\nRunning as root is *strongly* discouraged.\nWe reiterate our advice against doing so - please proceed at your own risk.\n--------------------------------------------------------------------------\n";
+        assert_eq!(failure_line(banner), "stderr: mpirun has detected an attempt to run as root.");
+        assert_eq!(failure_line(b"noise\ncommcanary: error: refused[BAD_ARGUMENT]: x\n"), "stderr: commcanary: error: refused[BAD_ARGUMENT]: x");
+        assert_eq!(failure_line(b"\n====\n\n"), "no stderr");
+    }
+
+    #[test]
+    fn a_streak_stops_only_when_every_configuration_of_a_round_failed_the_same_way() {
+        let mut s = LauncherStreak::default();
+        assert!(!s.note(1, "a", Some("x"), 3));
+        assert!(!s.note(1, "a", Some("x"), 3)); // a retry of the same cell adds nothing
+        assert!(!s.note(1, "b", Some("x"), 3));
+        assert!(s.note(1, "c", Some("x"), 3));
+        // another failure text, a success, or a new round starts over
+        let mut s = LauncherStreak::default();
+        for (round, label, f) in [(1, "a", Some("x")), (1, "b", Some("y")), (1, "c", Some("y")), (2, "a", Some("y")), (2, "b", None), (2, "c", Some("y"))] {
+            assert!(!s.note(round, label, f, 3), "{round} {label}");
+        }
     }
 }

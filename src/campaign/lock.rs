@@ -1,6 +1,6 @@
 //! The campaign lock: advisory flock(2) on `campaign.lock`, exclusive for a whole `exec`,
 //! `select` or `archive`; shared, plus a lock of the cell and one of the host under `inflight/`,
-//! for `exec --cell`. Produces a `CampaignLock` held until dropped; refuses (`LOCKED`) when another
+//! for `exec --cell`; exclusive on a report folder's `report.lock` for `analyze`. Produces a `CampaignLock` held until dropped; refuses (`LOCKED`) when another
 //! command holds it. Take it before reading what you will write: `lock_campaign`, or
 //! `lock_campaign_for_reading` for a campaign this process may not be able to write.
 use anyhow::{Context, Result};
@@ -93,6 +93,34 @@ pub(crate) fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option
         }
         Err(e) => Err(e),
     }
+}
+
+/// Lock file of a report folder: one `analyze` writes it at a time.
+pub(crate) const REPORT_LOCK_FILE: &str = "report.lock";
+
+/// An exclusive lock of a report folder (`analyze`, created if missing),
+/// held from reading what the folder holds until its last file is written, so
+/// two `analyze` into one folder never interleave their plots and reports: the
+/// second is refused with `LOCKED` while the first writes.
+pub(crate) fn lock_report_dir(out_dir: &Path, what: &str) -> Result<CampaignLock> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let path = out_dir.join(REPORT_LOCK_FILE);
+    let f = open_lock(&path)?;
+    // SAFETY: flock on a file descriptor we own; no memory is passed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            crate::refuse!(
+                crate::core::refusal::Code::Locked,
+                "{what}: another analyze is writing the report folder {} (it holds {}); nothing was written by this one: run it again once that one has finished",
+                out_dir.display(),
+                path.display()
+            );
+        }
+        return Err(e).with_context(|| format!("locking {}", path.display()));
+    }
+    Ok(CampaignLock { _files: vec![f] })
 }
 
 /// An exclusive lock, waited for (saying so) when another process holds it.

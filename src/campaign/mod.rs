@@ -12,6 +12,7 @@ pub mod chain;
 mod exec;
 pub mod hardware;
 mod lock;
+pub(crate) use lock::lock_report_dir;
 mod select;
 pub mod spec;
 pub mod truth;
@@ -70,6 +71,7 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
 pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
     let spec = spec::CampaignSpec::load(spec_path, parse_rank)?;
+    spec.check_rank_plans(parse_rank).map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
     if dir.join("manifest.json").exists() {
         crate::refuse!(crate::core::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
     }

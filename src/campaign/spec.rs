@@ -313,8 +313,14 @@ impl CampaignSpec {
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
-        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
-            .with_context(|| format!("reading campaign spec {}", path.display()))?;
+        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES).map_err(|e| {
+            let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+            if missing {
+                crate::core::refusal::refuse(crate::core::refusal::Code::NoSuchInput, format!("campaign spec {}: no such file", path.display()))
+            } else {
+                crate::core::refusal::or_code(crate::core::refusal::Code::BadSpec)(e.context(format!("reading campaign spec {}", path.display())))
+            }
+        })?;
         let spec: CampaignSpec =
             toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
         let spec_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -575,6 +581,42 @@ impl CampaignSpec {
                     self.ranks
                 );
             }
+        }
+        Ok(())
+    }
+}
+
+impl CampaignSpec {
+    /// Each configuration's rank arguments through `rank`'s own checks before
+    /// MPI starts (the phases against the trace a job gets, the sweep and the
+    /// model against `ranks`), so that a spec whose cells `rank` would all
+    /// refuse is refused before anything runs, naming the configuration.
+    /// Separate from [`CampaignSpec::validate`]: `canary verify` loads a spec
+    /// as a template whose configurations get their traces afterwards.
+    pub fn check_rank_plans(&self, parse_rank: RankArgvParser) -> Result<()> {
+        use crate::core::refusal::Code;
+        let backend = match self.backend.as_str() {
+            "cuda" => crate::evidence::shard::BackendKind::Cuda,
+            _ => crate::evidence::shard::BackendKind::Cpu,
+        };
+        for c in &self.configs {
+            let mut argv: Vec<String> = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
+            if let Some(t) = c.trace.as_ref().or(self.workload.trace.as_ref()) {
+                // exec passes the frozen copy; only its presence matters before the launch
+                argv.extend(["--trace".into(), t.clone()]);
+            }
+            let parsed = parse_rank(&argv).map_err(|e| {
+                crate::core::refusal::refuse(
+                    Code::BadSpec,
+                    format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
+                )
+            })?;
+            crate::rank::check_before_launch(&parsed, backend, self.ranks).map_err(|e| {
+                crate::core::refusal::refuse(
+                    Code::BadSpec,
+                    format!("configs.{}: rank would refuse every cell of this configuration before MPI starts: {e:#}; nothing was run", c.name),
+                )
+            })?;
         }
         Ok(())
     }

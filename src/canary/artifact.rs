@@ -555,10 +555,29 @@ pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
 /// Read an artifact and check its format and its own digest.
 pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
     use crate::core::refusal::Code;
-    let bytes = crate::core::limits::read_bounded(path, MAX_ARTIFACT_BYTES).with_context(|| format!("reading canary {}", path.display()))?;
+    const WRITES: &str = "a canary artifact is the file `commcanary canary compile TRACE -o FILE` (or `canary reduce`) writes";
+    let bytes = crate::core::limits::read_bounded(path, MAX_ARTIFACT_BYTES).map_err(|e| {
+        let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+        match crate::core::refusal::code_of(&e) {
+            _ if missing => crate::core::refusal::refuse(Code::NoSuchInput, format!("canary artifact {}: no such file; {WRITES}", path.display())),
+            Some(_) => e.context(format!("reading canary artifact {}", path.display())),
+            None => crate::core::refusal::refuse(Code::BadInput, format!("reading canary artifact {}: {e:#}", path.display())),
+        }
+    })?;
     let c = from_slice(&bytes).map_err(|e| match crate::core::refusal::code_of(&e) {
-        Some(_) => e.context(format!("canary {}", path.display())),
-        None => crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary artifact: {e:#}", path.display())),
+        Some(Code::UnsupportedVersion) => {
+            e.context(format!("canary artifact {}: compile it again from its source trace with this build (`commcanary canary compile`)", path.display()))
+        }
+        Some(_) => e.context(format!("canary artifact {}", path.display())),
+        None if crate::evidence::commtrace::json_shape(&bytes) == Some(crate::evidence::commtrace::JsonShape::CommTrace) => crate::core::refusal::refuse(
+            Code::BadFormat,
+            format!(
+                "{}: a communication trace, not a canary artifact: compile it first (`commcanary canary compile {} -o OUT.canary.json`)",
+                path.display(),
+                path.display()
+            ),
+        ),
+        None => crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary artifact: {e:#}; {WRITES}", path.display())),
     })?;
     Ok((c, bytes))
 }

@@ -51,7 +51,7 @@ fn value_at(v: &Values, j: usize, pos: usize, m: usize) -> Option<u64> {
 }
 
 /// Expand an artifact into the trace its replay walks.
-pub(crate) fn expand(c: &Canary) -> Result<CommTrace> {
+pub fn expand(c: &Canary) -> Result<CommTrace> {
     // what the expansion will hold, from the body's own counts, bounded before anything is built
     crate::canary::artifact::check_consistency(c)?;
     let order = visits(c);

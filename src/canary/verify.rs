@@ -320,8 +320,8 @@ pub fn verify(
         Controls { aa, known_bad: kb }
     });
     // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
-    spec.validate(parse_rank).map_err(|e| match crate::core::refusal::code_of(&e) {
-        Some(_) => e,
+    spec.validate(parse_rank).and_then(|()| spec.check_rank_plans(parse_rank)).map_err(|e| match crate::core::refusal::code_of(&e) {
+        Some(_) => e.context(format!("{} with these options makes an invalid campaign", o.configs.display())),
         None => crate::core::refusal::refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
     })?;
     let inputs = o.out.join("inputs");

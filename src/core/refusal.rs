@@ -130,6 +130,8 @@ refusal_codes! {
     NotMpi => "NOT_MPI",
     /// `import mpi`: a rank's capture has no trailer (the rank ended without `MPI_Finalize`, or aborted); `--allow-incomplete` imports it marked incomplete.
     IncompleteCapture => "INCOMPLETE_CAPTURE",
+    /// `campaign exec`/`run`: the launcher failed the same way (before any rank ran) for every configuration of a round; the cells left were not run.
+    LauncherFailed => "LAUNCHER_FAILED",
 }
 
 /// A refusal: code plus what was refused and why.

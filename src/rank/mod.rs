@@ -26,7 +26,7 @@ use crate::core::workload::FillResidual;
 use crate::evidence::shard::Dtype;
 pub(crate) use fatal::{end_job_on_error, write_line_stderr};
 pub use fatal::{is_lead_process, let_the_lead_print_first, print_fatal_error};
-pub(crate) use plan::check_ranges;
+pub(crate) use plan::{check_before_launch, check_ranges};
 pub use start::run;
 use std::path::PathBuf;
 pub(crate) use tuning::request_nccl_tuning_log;

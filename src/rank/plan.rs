@@ -97,6 +97,53 @@ pub(super) struct Plan {
 
 pub(super) fn plan(args: &RankOptions) -> Result<Plan> {
     let (backend, backend_note) = args.backend.resolve()?;
+    plan_for(args, backend, backend_note, launcher_world_size(), Where::Here)
+}
+
+/// Everything `rank` refuses before MPI starts, for a job of `world` ranks on
+/// `backend`, judged where the job is planned rather than where it runs (no
+/// device probe, no look at files on the compute host): the check `campaign
+/// plan` runs each configuration's rank arguments through.
+pub(crate) fn check_before_launch(args: &RankOptions, backend: BackendKind, world: u32) -> Result<()> {
+    check_ranges(args)?;
+    plan_for(args, backend, None, Some(world), Where::Planned).map(|_| ())
+}
+
+/// Whether the host-local facts (an existing `-J` file, an `--nccl-lib` path)
+/// are the run's own host, or one the job is only planned from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Here,
+    Planned,
+}
+
+/// A phase that walks a source trace, with neither `--trace` nor a blocking
+/// phase before it (or under `--graph`, which records no per-collective gaps).
+fn check_trace_phases(spec: &WorkloadSpec, has_trace: bool) -> Result<()> {
+    if has_trace {
+        return Ok(());
+    }
+    for (i, &phase) in spec.phases.iter().enumerate() {
+        if !phase.needs_trace() {
+            continue;
+        }
+        if spec.graph {
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
+            );
+        }
+        if !spec.phases[..i].contains(&crate::core::workload::Phase::Blocking) {
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<String>, world: Option<u32>, at: Where) -> Result<Plan> {
     let gemm: GemmShape = match &args.gemm {
         Some(g) => g.parse()?,
         None => match backend {
@@ -158,16 +205,17 @@ pub(super) fn plan(args: &RankOptions) -> Result<Plan> {
         model: None,
     };
     spec.validate()?;
+    check_trace_phases(&spec, args.trace.is_some())?;
     sweep::check_options(&spec, backend, args.op.is_some())?;
     if let Some(j) = &args.json {
         if !spec.phases.contains(&crate::core::workload::Phase::Isolated) {
             crate::refuse!(crate::core::refusal::Code::BadArgument, "-J/--json writes the isolated sweep's table: add isolated to --phases");
         }
-        if j.exists() {
+        if at == Where::Here && j.exists() {
             crate::refuse!(crate::core::refusal::Code::AlreadyExists, "-J {}: the file already exists; CommCanary never overwrites a record", j.display());
         }
     }
-    if let Some(world) = launcher_world_size() {
+    if let Some(world) = world {
         // refuse a sweep that cannot run over this many ranks before MPI starts
         sweep::check_world(&spec, world)?;
     }
@@ -179,13 +227,13 @@ pub(super) fn plan(args: &RankOptions) -> Result<Plan> {
         // the device holds every layer's weights, as a real model does; the host reuses one set
         per_layer_weights: backend == BackendKind::Cuda,
     });
-    if let (Some(req), Some(world)) = (&model, launcher_world_size()) {
+    if let (Some(req), Some(world)) = (&model, world) {
         // refuse a shape that does not split over the ranks before MPI starts
         spec.clone().bind_model(req, world)?;
     }
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     let clock_injections: Vec<ClockInjection> = args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
-    if let Some(world) = launcher_world_size() {
+    if let Some(world) = world {
         // a rank outside the job is refused before MPI starts, with a code
         let named = delay.iter().map(|d| ("--inject-delay", d.rank)).chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
         if let Some((flag, r)) = named.into_iter().find(|(_, r)| *r >= world) {
@@ -207,7 +255,7 @@ pub(super) fn plan(args: &RankOptions) -> Result<Plan> {
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
     }
-    if backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
+    if at == Where::Here && backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
     if let Some(id) = &args.run_id {

@@ -554,6 +554,8 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Ver
         if input.truth.is_some() { " and the truth cells' records (the metric read again from each job's kept output)" } else { "" }
     );
     let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
+    // from reading what the folder holds to its last file: one analyze at a time
+    let _lock = crate::campaign::lock_report_dir(out_dir, &format!("analyze {}", dir.display()))?;
     if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {
         if format != report.format_version || producer != report.producer {
             bail!(

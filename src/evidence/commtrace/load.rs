@@ -38,7 +38,15 @@ impl CommTrace {
 
     /// Decode and check.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let t: CommTrace = serde_json::from_slice(bytes).context("not a CommCanary communication trace")?;
+        let t: CommTrace = serde_json::from_slice(bytes).map_err(|e| {
+            if json_shape(bytes) == Some(JsonShape::CanaryArtifact) {
+                anyhow::anyhow!(
+                    "a canary artifact (what `canary compile` or `canary reduce` writes), not a communication trace: pass the trace it was compiled from (its source.path)"
+                )
+            } else {
+                anyhow::Error::new(e).context("not a CommCanary communication trace")
+            }
+        })?;
         if !(COMM_TRACE_FORMAT_VERSION..=super::COMM_TRACE_MPI_FORMAT_VERSION).contains(&t.format_version) {
             bail!(
                 "communication trace format version {} (this build reads {COMM_TRACE_FORMAT_VERSION} to {})",
@@ -158,4 +166,28 @@ pub(crate) fn import_files(kind: SourceKind, paths: &[std::path::PathBuf], limit
         _ => (et::clock(), et::unknown()),
     };
     assemble(kind, recs, clock, unknown)
+}
+
+/// What a JSON document holds, judged by its top-level fields only: for the
+/// advice of an error when one kind of input is given where another is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonShape {
+    /// A communication trace (`ranks`, `groups`, `world_size`).
+    CommTrace,
+    /// A canary artifact (`slots`, `body`, `replay`, `digest`).
+    CanaryArtifact,
+}
+
+/// The shape of `bytes` where they are a JSON object with a shape's telling fields.
+pub fn json_shape(bytes: &[u8]) -> Option<JsonShape> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let o = v.as_object()?;
+    let has = |keys: &[&str]| keys.iter().all(|k| o.contains_key(*k));
+    if has(&["slots", "body", "replay"]) {
+        Some(JsonShape::CanaryArtifact)
+    } else if has(&["ranks", "groups", "world_size"]) {
+        Some(JsonShape::CommTrace)
+    } else {
+        None
+    }
 }

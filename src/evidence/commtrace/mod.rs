@@ -50,7 +50,7 @@ pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype};
 pub(crate) use check::global_rank;
 pub use check::{number_sequences, MAX_COLLECTIVE_BYTES};
 pub(crate) use load::import_files;
-pub use load::SAME_RUN_SLACK_NS;
+pub use load::{json_shape, JsonShape, SAME_RUN_SLACK_NS};
 pub(crate) use replay::{replay_command, ReplayFile, ReplayIndex};
 use serde::{Deserialize, Serialize};
 pub use source::{decompress, Limits};

@@ -209,15 +209,21 @@ pub fn read_header(path: &Path) -> Result<CaptureHeader> {
 /// or inside a block, is returned marked incomplete (every whole block kept).
 pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
     let bytes = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
-    let name = path.display().to_string();
+    parse_rank(&bytes, &path.display().to_string(), limits)
+}
+
+/// [`read_rank`] on bytes already read (`name` names them in messages): the
+/// per-rank decoder of `import mpi`, which the fuzz target drives.
+pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCapture> {
+    let name = name.to_string();
     if bytes.len() < 16 || &bytes[..8] != MAGIC {
         refuse!(Code::BadFormat, "{name}: not a CommCanary MPI capture file (no CCMPICAP magic)");
     }
-    let version = u32_at(&bytes, 8);
+    let version = u32_at(bytes, 8);
     if version != CAPTURE_FORMAT_VERSION {
         refuse!(Code::UnsupportedVersion, "{name}: capture format version {version} (this build reads {CAPTURE_FORMAT_VERSION})");
     }
-    let hlen = u32_at(&bytes, 12);
+    let hlen = u32_at(bytes, 12);
     if hlen > MAX_HEADER_BYTES {
         refuse!(Code::OverLimit, "{name}: header of {hlen} bytes, over the {MAX_HEADER_BYTES}-byte limit");
     }
@@ -234,7 +240,7 @@ pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
         refuse!(Code::BadStructure, "{name}: rank {} of a world of {} ranks", header.world_rank, header.world_size);
     }
     let mut r = RankCapture {
-        file: SourceFile { path: name.clone(), sha256: crate::core::fsutil::sha256_hex(&bytes), rank: header.world_rank },
+        file: SourceFile { path: name.clone(), sha256: crate::core::fsutil::sha256_hex(bytes), rank: header.world_rank },
         header,
         calls: Vec::new(),
         done: BTreeMap::new(),
@@ -265,7 +271,7 @@ pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
                 }
                 refuse!(Code::BadFormat, "{name}: {} bytes after the trailer", bytes.len() - pos - 56);
             }
-            let (tb, tr) = (u64_at(&bytes, pos + 8), u64_at(&bytes, pos + 16));
+            let (tb, tr) = (u64_at(bytes, pos + 8), u64_at(bytes, pos + 16));
             if tb != blocks || tr != records || chain.clone().finalize().as_slice() != &bytes[pos + 24..pos + 56] {
                 refuse!(
                     Code::DigestMismatch,
@@ -281,7 +287,7 @@ pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
             r.incomplete = Some(format!("{name}: torn block header after {blocks} blocks"));
             break;
         }
-        let (seq, nrec, plen) = (u64_at(&bytes, pos + 8), u32_at(&bytes, pos + 16), u32_at(&bytes, pos + 20));
+        let (seq, nrec, plen) = (u64_at(bytes, pos + 8), u32_at(bytes, pos + 16), u32_at(bytes, pos + 20));
         if seq != blocks {
             refuse!(Code::BadFormat, "{name}: block {seq} where block {blocks} belongs (a block lost or repeated)");
         }
@@ -310,6 +316,41 @@ pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
         pos = end + 32;
     }
     Ok(r)
+}
+
+/// A capture file around `header` (its JSON) and `blocks` (each block's
+/// declared record count and payload), the trailer last where `trailer`: the
+/// framing the capture library writes (magic, lengths, each block's SHA-256
+/// and the chain over them), for tests and the fuzz target to reach the
+/// record decoder behind the digests.
+pub fn frame_capture(header: &[u8], blocks: &[(u32, &[u8])], trailer: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&CAPTURE_FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    b.extend_from_slice(header);
+    b.extend_from_slice(&Sha256::digest(header));
+    let (mut chain, mut records) = (Sha256::new(), 0u64);
+    for (seq, (nrec, payload)) in blocks.iter().enumerate() {
+        let mut head = Vec::new();
+        head.extend_from_slice(&(seq as u64).to_le_bytes());
+        head.extend_from_slice(&nrec.to_le_bytes());
+        head.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let digest = Sha256::new().chain_update(&head).chain_update(payload).finalize();
+        chain.update(digest);
+        records += u64::from(*nrec);
+        b.extend_from_slice(BLOCK_MAGIC);
+        b.extend_from_slice(&head);
+        b.extend_from_slice(payload);
+        b.extend_from_slice(&digest);
+    }
+    if trailer {
+        b.extend_from_slice(TRAILER_MAGIC);
+        b.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
+        b.extend_from_slice(&records.to_le_bytes());
+        b.extend_from_slice(&chain.finalize());
+    }
+    b
 }
 
 fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u32> {
