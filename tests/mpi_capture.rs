@@ -427,7 +427,7 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     };
     let text = ok(&o);
     // an assurance state is reached, and every check that stops a higher one is named
-    assert!(text.contains("canary [compiled] — canary: "), "{text}");
+    assert!(text.contains("canary [compiled]: "), "{text}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("canary-verify.json")).unwrap()).unwrap();
     // LAMMPS ran as the truth under both configurations: the full capture's pick and the canary's, each judged by its regret on LAMMPS
     let t = &v["truth"];
