@@ -175,9 +175,9 @@ metric = "wall"
 timeout_s = 120"#;
     let s = spec(t.path(), "job", truth, 4);
     let dir = t.path().join("c");
-    let o = cc_root(&["campaign", "run", s.to_str().unwrap(), "-o", dir.to_str().unwrap(), "--retries", "1"]);
+    let o = cc_root(&["campaign", "run", s.to_str().unwrap(), "-o", dir.to_str().unwrap(), "--retries", "1", "-v"]);
     let text = ok(&o);
-    // the text: the truth's ranking, each proxy judged by regret, the controls on the truth
+    // the whole text (-v): the truth's ranking, each proxy judged by regret, the controls on the truth
     assert!(text.contains("truth: the real job, metric wall time (s, lower is better), 4 rounds"), "{text}");
     for phase in ["isolated", "blocking"] {
         assert!(text.contains(&format!("truth judges phase {phase}")), "{text}");

@@ -278,7 +278,10 @@ fn printed_sizes_are_the_expansions() {
     let (trace, art, base) = honest(d, 200, 1);
     let sp = spec(d, &[("nbc-ring", "1"), ("nbc-binomial", "2")]);
     let out = d.join("v");
-    let text = ok(&cc_root(&verify_args(s(&trace), s(&art), s(&sp), s(&out), false)));
+    // -v: the whole text, with each candidate's size line
+    let mut args = verify_args(s(&trace), s(&art), s(&sp), s(&out), false);
+    args.push("-v");
+    let text = ok(&cc_root(&args));
     let replay: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("inputs/canary.json")).unwrap()).unwrap();
     let replayed: usize = replay["ranks"].as_array().unwrap().iter().map(|r| r["collectives"].as_array().unwrap().len()).sum();
     let stored = base.slots.len() * 2;
