@@ -224,7 +224,7 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
         "<h2 id=\"text\">The whole text</h2>\n<details><summary>campaign analyze -v</summary><pre>{}</pre></details>\n",
         escape(&crate::analysis::render(r))
     );
-    o.push_str("<h2 id=\"evidence\">Evidence chain</h2>\n<ul>");
+    o.push_str("<h2 id=\"evidence\">Evidence chain</h2>\n<p class=\"small\">Links are relative to the campaign's own report folder (DIR/report).</p>\n<ul>");
     for (href, what) in evidence {
         let _ = write!(o, "<li><a href=\"{0}\">{0}</a>: {1}</li>", escape(href), escape(what));
     }
@@ -232,8 +232,9 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
     document(&title, &o)
 }
 
-/// The campaign's own files the page links to, relative to a report folder
-/// inside the campaign directory.
+/// The campaign's own files the page links to, relative to the default
+/// report folder (`DIR/report`); from a `--report-dir` elsewhere they are
+/// the same names under the campaign directory.
 pub fn evidence_links() -> Vec<(String, String)> {
     [
         ("report.json", "this report as JSON (the record; the page is drawn from it)"),
