@@ -1,4 +1,4 @@
-//! The capture file one rank writes (`rank-NNNNN.mpicap`, format version 1),
+//! The capture file one rank writes (`rank-NNNNN.mpicap`, format version 2),
 //! little-endian throughout. `commcanary import mpi` reads it
 //! (`src/evidence/commtrace/mpi.rs` in the main package keeps the reader
 //! and these numbers in step; the header names the call kinds, so a reader
@@ -16,10 +16,11 @@
 //! [`REC_CALL`] (fixed [`CALL_LEN`] bytes, offsets in [`call_off`]),
 //! [`REC_DONE`] (a request's completion), [`REC_DTYPE`], [`REC_OP`] and
 //! [`REC_COMM`] (a handle's first sight: name, size or members),
-//! [`REC_COMM_FREE`], [`REC_ABORT`] and [`REC_CLOCK`].
+//! [`REC_COMM_FREE`], [`REC_ABORT`] and [`REC_CLOCK`]; version 2 added
+//! [`REC_COUNTS`] (a v-call's per-member counts, after its call record).
 
 /// Version of this layout (the header's `format_version` and the u32 after the magic).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// First bytes of the file.
 pub const MAGIC: &[u8; 8] = b"CCMPICAP";
 /// First bytes of a block.
@@ -50,6 +51,16 @@ pub const REC_ABORT: u8 = 7;
 /// window u8, then per ping-pong exchange this rank's send time u64, rank
 /// 0's time when it answered u64, this rank's receive time u64 (none on rank 0).
 pub const REC_CLOCK: u8 = 8;
+/// A v-call's per-member counts (version 2), right after its [`REC_CALL`]:
+/// side u8 (0 send, 1 receive), then one u32 count per member of the
+/// communicator in rank order. Only where the array is significant (a
+/// gather-v's receive counts at its root, a scatter-v's send counts at its
+/// root); none for a communicator too large for one record.
+pub const REC_COUNTS: u8 = 9;
+/// [`REC_COUNTS`] side: send counts.
+pub const COUNTS_SEND: u8 = 0;
+/// [`REC_COUNTS`] side: receive counts.
+pub const COUNTS_RECV: u8 = 1;
 /// Ping-pong exchanges per window and rank.
 pub const CLOCK_SAMPLES: usize = 16;
 

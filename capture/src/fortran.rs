@@ -51,6 +51,9 @@ fn n(p: F) -> u64 {
 fn sum(p: F, k: c_int) -> u64 {
     crate::mpi_c::sum(p, k)
 }
+fn per_member(p: F, k: c_int) -> Option<Vec<u32>> {
+    crate::mpi_c::per_member(p, k)
+}
 
 /// The library's routine `name`, looked up once.
 fn real(slot: &std::sync::atomic::AtomicUsize, name: &std::ffi::CStr) -> usize {
@@ -152,6 +155,7 @@ fwrap!(allgather, "allgather", "ALLGATHER", "Allgather", (sb: Buf, sc: F, sd: F,
 fwrap!(allgatherv, "allgatherv", "ALLGATHERV", "Allgatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F), |c, ierr| {} {
     let m = comm(cm).map(comm_size).unwrap_or(0);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
+    c.recv_counts = per_member(rcs, m);
 });
 fwrap!(alltoall, "alltoall", "ALLTOALL", "Alltoall", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F), |c, ierr| {} {
     let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
@@ -160,6 +164,7 @@ fwrap!(alltoall, "alltoall", "ALLTOALL", "Alltoall", (sb: Buf, sc: F, sd: F, rb:
 fwrap!(alltoallv, "alltoallv", "ALLTOALLV", "Alltoallv", (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F), |c, ierr| {} {
     let m = comm(cm).map(comm_size).unwrap_or(0);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
+    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
 });
 fwrap!(gather, "gather", "GATHER", "Gather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
     let k = comm(cm);
@@ -201,6 +206,7 @@ fwrap!(reduce_scatter, "reduce_scatter", "REDUCE_SCATTER", "Reduce_scatter", (sb
     // SAFETY: MPI requires one count per member at `rcs`; this rank's is at its rank.
     let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+    c.recv_counts = per_member(rcs, m);
 });
 fwrap!(ireduce_scatter, "ireduce_scatter", "IREDUCE_SCATTER", "Ireduce_scatter", (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
     let k = comm(cm);
@@ -208,6 +214,7 @@ fwrap!(ireduce_scatter, "ireduce_scatter", "IREDUCE_SCATTER", "Ireduce_scatter",
     // SAFETY: as in reduce_scatter.
     let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+    c.recv_counts = per_member(rcs, m);
     c.new_request = Some(req(r));
 });
 fwrap!(ibarrier, "ibarrier", "IBARRIER", "Ibarrier", (cm: F, r: F), |c, ierr| {} {
@@ -222,6 +229,7 @@ fwrap!(iallgather, "iallgather", "IALLGATHER", "Iallgather", (sb: Buf, sc: F, sd
 fwrap!(iallgatherv, "iallgatherv", "IALLGATHERV", "Iallgatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F, r: F), |c, ierr| {} {
     let m = comm(cm).map(comm_size).unwrap_or(0);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
+    c.recv_counts = per_member(rcs, m);
     c.new_request = Some(req(r));
 });
 fwrap!(ialltoall, "ialltoall", "IALLTOALL", "Ialltoall", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F), |c, ierr| {} {
@@ -232,6 +240,7 @@ fwrap!(ialltoall, "ialltoall", "IALLTOALL", "Ialltoall", (sb: Buf, sc: F, sd: F,
 fwrap!(ialltoallv, "ialltoallv", "IALLTOALLV", "Ialltoallv", (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F, r: F), |c, ierr| {} {
     let m = comm(cm).map(comm_size).unwrap_or(0);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
+    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
     c.new_request = Some(req(r));
 });
 
@@ -255,19 +264,23 @@ fwrap!(iscatter, "iscatter", "ISCATTER", "Iscatter", (sb: Buf, sc: F, sd: F, rb:
 fwrap!(gatherv, "gatherv", "GATHERV", "Gatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F), |c, ierr| {} {
     let (k, at_root, m) = rooted(cm, root);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+    c.recv_counts = if at_root { per_member(rcs, m) } else { None };
 });
 fwrap!(igatherv, "igatherv", "IGATHERV", "Igatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
     let (k, at_root, m) = rooted(cm, root);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+    c.recv_counts = if at_root { per_member(rcs, m) } else { None };
     c.new_request = Some(req(r));
 });
 fwrap!(scatterv, "scatterv", "SCATTERV", "Scatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
     let (k, at_root, m) = rooted(cm, root);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+    c.send_counts = if at_root { per_member(scs, m) } else { None };
 });
 fwrap!(iscatterv, "iscatterv", "ISCATTERV", "Iscatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
     let (k, at_root, m) = rooted(cm, root);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+    c.send_counts = if at_root { per_member(scs, m) } else { None };
     c.new_request = Some(req(r));
 });
 

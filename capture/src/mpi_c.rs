@@ -44,6 +44,16 @@ pub(crate) fn sum(counts: Ints, n: c_int) -> u64 {
     s.iter().map(|&c| c.max(0) as u64).sum()
 }
 
+/// `n` per-member counts as recorded (negative ones as 0); `None` for a null array (not significant here).
+pub(crate) fn per_member(counts: Ints, n: c_int) -> Option<Vec<u32>> {
+    if counts.is_null() || n <= 0 {
+        return None;
+    }
+    // SAFETY: as in `sum`.
+    let s = unsafe { std::slice::from_raw_parts(counts, n as usize) };
+    Some(s.iter().map(|&c| c.max(0) as u32).collect())
+}
+
 fn n(c: c_int) -> u64 {
     c.max(0) as u64
 }
@@ -115,6 +125,7 @@ wrap!(MPI_Reduce_scatter => PMPI_Reduce_scatter, "Reduce_scatter", (sb: Buf, rb:
         n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
     };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
+    c.recv_counts = per_member(counts, comm_size(comm));
 });
 wrap!(MPI_Ireduce_scatter => PMPI_Ireduce_scatter, "Ireduce_scatter", (sb: Buf, rb: MBuf, counts: Ints, dt: Dt, op: Op, comm: Comm, req: *mut Req), |c| {
     let own = if counts.is_null() { 0 } else {
@@ -122,6 +133,7 @@ wrap!(MPI_Ireduce_scatter => PMPI_Ireduce_scatter, "Ireduce_scatter", (sb: Buf, 
         n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
     };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
+    c.recv_counts = per_member(counts, comm_size(comm));
     c.new_request = Some(read_req(req));
 });
 wrap!(MPI_Bcast => PMPI_Bcast, "Bcast", (buf: MBuf, count: c_int, dt: Dt, root: c_int, comm: Comm), |c| {
@@ -160,18 +172,22 @@ two_sided!(MPI_Ialltoall => PMPI_Ialltoall, "Ialltoall", |comm| n(comm_size(comm
 
 wrap!(MPI_Allgatherv => PMPI_Allgatherv, "Allgatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm), |c| {
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
+    c.recv_counts = per_member(rcs, comm_size(comm));
 });
 wrap!(MPI_Iallgatherv => PMPI_Iallgatherv, "Iallgatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm, req: *mut Req), |c| {
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
+    c.recv_counts = per_member(rcs, comm_size(comm));
     c.new_request = Some(read_req(req));
 });
 wrap!(MPI_Alltoallv => PMPI_Alltoallv, "Alltoallv", (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm), |c| {
     let m = comm_size(comm);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
+    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
 });
 wrap!(MPI_Ialltoallv => PMPI_Ialltoallv, "Ialltoallv", (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm, req: *mut Req), |c| {
     let m = comm_size(comm);
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
+    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
     c.new_request = Some(read_req(req));
 });
 
@@ -194,10 +210,12 @@ wrap!(MPI_Igather => PMPI_Igather, "Igather", (sb: Buf, sc: c_int, sdt: Dt, rb: 
 wrap!(MPI_Gatherv => PMPI_Gatherv, "Gatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm), |c| {
     let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
+    c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
 });
 wrap!(MPI_Igatherv => PMPI_Igatherv, "Igatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
     let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
+    c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
     c.new_request = Some(read_req(req));
 });
 wrap!(MPI_Scatter => PMPI_Scatter, "Scatter", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm), |c| {
@@ -210,10 +228,12 @@ wrap!(MPI_Iscatter => PMPI_Iscatter, "Iscatter", (sb: Buf, sc: c_int, sdt: Dt, r
 wrap!(MPI_Scatterv => PMPI_Scatterv, "Scatterv", (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm), |c| {
     let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
+    c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
 });
 wrap!(MPI_Iscatterv => PMPI_Iscatterv, "Iscatterv", (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
     let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
     (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
+    c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
     c.new_request = Some(read_req(req));
 });
 

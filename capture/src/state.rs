@@ -54,6 +54,10 @@ pub(crate) struct Call {
     pub request_id: u64,
     pub ret: c_int,
     pub n: u32,
+    /// A v-call's per-member send counts, where significant.
+    pub send_counts: Option<Vec<u32>>,
+    /// A v-call's per-member receive counts, where significant.
+    pub recv_counts: Option<Vec<u32>>,
 }
 
 /// A completion, found by a wait or test call.
@@ -355,6 +359,19 @@ impl Capture {
         put(&mut p, call_off::PEER2, &peer2.to_le_bytes());
         put(&mut p, call_off::TAG2, &c.tag2.unwrap_or(NONE).to_le_bytes());
         self.record(REC_CALL, &p);
+        for (side, counts) in [(COUNTS_SEND, &c.send_counts), (COUNTS_RECV, &c.recv_counts)] {
+            let Some(counts) = counts else { continue };
+            // a communicator too large for one record leaves the call without its counts (the reader says so)
+            if 1 + 4 * counts.len() > BLOCK_BYTES - 4 {
+                continue;
+            }
+            let mut q = Vec::with_capacity(1 + 4 * counts.len());
+            q.push(side);
+            for k in counts {
+                q.extend_from_slice(&k.to_le_bytes());
+            }
+            self.record(REC_COUNTS, &q);
+        }
     }
 
     /// A completion found by the call just recorded: `comm_id` (the request's, from
