@@ -55,30 +55,14 @@ fn decode(target: &str, data: &[u8]) -> bool {
             artifact::from_slice(&bytes).is_ok_and(|c| expand::expand(&c).is_ok())
         }),
         // a mode byte, then a whole capture file (even) or block payloads framed with a header (odd)
-        "mpicap" => data.split_first().is_some_and(|(mode, rest)| {
+        "mpicap" => {
             use commcanary::evidence::commtrace::{mpi, Limits};
-            let file = if mode % 2 == 0 {
-                rest.to_vec()
-            } else if rest.len() >= 5 {
-                let (counts, body) = rest.split_at(5);
-                let world = 1 + u32::from(counts[4] % 2);
-                let header = format!(
-                    "{{\"format_version\":1,\"tool\":\"fuzz\",\"run_id\":\"r\",\"world_rank\":0,\"world_size\":{world},\"host\":\"h\",\"pid\":1,\"argv\":[],\
-                     \"clock\":\"CLOCK_MONOTONIC\",\"init_monotonic_ns\":0,\"init_realtime_ns\":0,\
-                     \"calls\":[\"MPI_Allreduce\",\"MPI_Iallreduce\",\"MPI_Wait\",\"MPI_Bcast\",\"MPI_Send\",\"MPI_Recv\",\"MPI_Barrier\",\"MPI_Waitall\"]}}"
-                );
-                let cut1 = (usize::from(counts[3]) * body.len() / 255).min(body.len());
-                let (a, b) = body.split_at(cut1);
-                let (b, c) = b.split_at(b.len() / 2);
-                mpi::frame_capture(header.as_bytes(), &[(u32::from(counts[0]), a), (u32::from(counts[1]), b), (u32::from(counts[2]), c)], mode % 4 == 1)
-            } else {
-                return false;
-            };
+            let Some(file) = mpi::capture_from_fuzz_input(data) else { return false };
             mpi::parse_rank(&file, "seed", &Limits::default()).is_ok_and(|r| {
                 let _ = r.calls_by_kind();
                 r.header.world_size != 1 || mpi::to_trace(&mpi::MpiCapture { ranks: vec![r.clone()] }).is_ok()
             })
-        }),
+        }
         other => panic!("fuzz/seeds/{other}: no decoder of that name"),
     }
 }

@@ -59,6 +59,10 @@ impl OwnOp {
         let n = world_size.max(1);
         let name = row.name;
         let misuse = |why: String| BackendError::Misuse(format!("{name} of {bytes} bytes: {why}"));
+        // the own path runs what a sweep or a phase runs on the world: not the kinds only a trace replay runs
+        if matches!(row.buffers, Buffers::GatherToRoot | Buffers::ScatterFromRoot) || matches!(kind, CollectiveKind::Scan | CollectiveKind::Exscan) {
+            return Err(misuse("the own path (sweeps and phases) does not run this kind; replay-trace --backend cpu replays it from a trace".into()));
+        }
         if bytes % dtype.size_bytes() != 0 {
             return Err(misuse(format!("not a whole number of {} elements", dtype.name())));
         }
@@ -90,6 +94,7 @@ impl OwnOp {
                 (count, per, per)
             }
             Buffers::Splits => (count, count, split(count)?),
+            Buffers::GatherToRoot | Buffers::ScatterFromRoot => return Err(misuse("not run by the own path".into())),
         };
         let lands_here = match row.lands {
             Lands::Everywhere => true,
@@ -178,6 +183,11 @@ mod tests {
         for n in [1u32, 2, 3, 4] {
             for row in KINDS {
                 let bytes = if row.kind == CollectiveKind::Barrier { 0 } else { 4 * 12 };
+                // gather, scatter and the scans run only in a trace replay: the own path refuses them
+                if matches!(row.kind, CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan) {
+                    assert!(OwnOp::new(row.kind, bytes, Dtype::F32, n, 0).is_err(), "{}", row.name);
+                    continue;
+                }
                 for rank in 0..n {
                     let op = OwnOp::new(row.kind, bytes, Dtype::F32, n, rank).unwrap_or_else(|e| panic!("{} on {n}: {e}", row.name));
                     let count = bytes as usize / 4;
@@ -193,6 +203,7 @@ mod tests {
                         CollectiveKind::Broadcast => (0..op.recv_elems).map(|i| mine(0, i)).collect(),
                         CollectiveKind::Send | CollectiveKind::Recv => (0..count).map(|i| mine((rank + n - 1) % n, i)).collect(),
                         CollectiveKind::Barrier => vec![],
+                        CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan => unreachable!("refused above"),
                     };
                     assert_eq!(result.len(), op.recv_elems, "{} rank {rank} of {n}", row.name);
                     assert_eq!(op.verify(&result, Dtype::F32).wrong_elements, 0, "{} rank {rank} of {n}", row.name);

@@ -58,7 +58,9 @@ pub trait TraceRunner {
 /// the trace's gap from the previous collective's completion (device interval
 /// where recorded, else host operator) by spinning on the monotonic clock; an
 /// execution trace has no times and is refused for pacing. The reduction is
-/// `--op`, else sum, and each record names which one applied and its source.
+/// the recorded one (an MPI capture's; logical and bitwise ones are refused
+/// before the first collective), else `--op`, else sum, and each record names
+/// which one applied and its source.
 pub fn replay_with(
     world: &SimpleCommunicator,
     trace: &CommTrace,
@@ -84,9 +86,22 @@ pub fn replay_with(
     // show it: since NCCL 2.19 every reduction kernel is built as the `Sum`
     // specialisation and dispatches the operation inside (NCCL's
     // src/device/generate.py, `best_kernel`).
-    let choose = |_c: &TraceCollective| match op {
-        Some(o) => (o, "--op"),
-        None => (ReduceOp::Sum, "default"),
+    // An MPI capture records each reduction (`op`, absent for sums): that one runs.
+    for (i, c) in mine.collectives.iter().enumerate() {
+        if let Some(o) = c.op.filter(|&o| crate::evidence::commtrace::exec::replay_op(o).is_none()) {
+            crate::refuse!(
+                crate::core::refusal::Code::UnsupportedOperation,
+                "rank {rank}, collective {i} ({} on group {:?}): reduction {} is not replayed (sum, prod, max and min are)",
+                c.source_name,
+                c.group,
+                o.name()
+            );
+        }
+    }
+    let choose = |c: &TraceCollective| match (c.op.and_then(crate::evidence::commtrace::exec::replay_op), op) {
+        (Some(o), _) => (o, "trace"),
+        (None, Some(o)) => (o, "--op"),
+        (None, None) => (ReduceOp::Sum, "default"),
     };
     if warmup {
         world.barrier();

@@ -55,6 +55,11 @@ pub struct TraceShare {
     root: Option<(u32, u32)>,
     peer: Option<(u32, u32)>,
     layout: Option<(AllToAllLayout, Splits)>,
+    /// A v-call's per-member counts and displacements (all-gather-v,
+    /// reduce-scatter with counts, gather-v and scatter-v; elements for a
+    /// reduction, else bytes); a gather's or a scatter's even blocks on its
+    /// root are `blocks`' answer without them.
+    v: Option<Splits>,
     /// Length of the result: elements (reductions) or bytes.
     out_len: usize,
 }
@@ -80,15 +85,58 @@ impl TraceShare {
         let bytes = |elems: u64| -> Result<usize> { usize::try_from(elems)?.checked_mul(esize).context("message size overflows") };
         let elems = |e: u64| -> Result<usize> { Ok(usize::try_from(e)?) };
         let mut layout = None;
+        let mut v = None;
+        let offsets = |v: &[usize]| v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>();
+        let counted = |split: &[u64], f: &dyn Fn(u64) -> Result<usize>| split.iter().map(|&e| f(e)).collect::<Result<Vec<usize>>>();
+        let sum = |v: &[usize]| v.iter().try_fold(0usize, |a, &x| a.checked_add(x)).context("message size overflows");
+        let at_root = root.is_some_and(|r| r.1 as usize == me);
+        // a gather or scatter is a v-call where it has counts, or where the source named its v form (off the root it has none)
+        let v_named = c.source_name.ends_with('v') || c.in_split_elems.is_some() || c.out_split_elems.is_some();
         // (send, recv, block, result length)
         let (send, recv, block, out_len) = if row.reduces {
             let (i, o) = (elems(c.in_elems)?, elems(c.out_elems)?);
+            if let (Buffers::InIsNTimesOut, Some(split)) = (row.buffers, &c.in_split_elems) {
+                let counts = counted(split, &elems)?;
+                v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+            }
             (i, o, if row.buffers == Buffers::InIsNTimesOut { o } else { i }, o)
         } else {
             match row.buffers {
+                Buffers::OutIsNTimesIn if c.out_split_elems.is_some() => {
+                    let counts = counted(c.out_split_elems.as_deref().unwrap_or_default(), &bytes)?;
+                    let (b, total) = (bytes(c.in_elems)?, sum(&counts)?);
+                    v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+                    (b, total, b, total)
+                }
                 Buffers::OutIsNTimesIn => {
                     let b = bytes(c.in_elems)?;
                     (b, b * n, b, b * n)
+                }
+                Buffers::GatherToRoot => {
+                    let b = bytes(c.in_elems)?;
+                    let counts = match (&c.out_split_elems, at_root) {
+                        (Some(split), _) => counted(split, &bytes)?,
+                        (None, true) => vec![bytes(c.out_elems)? / n.max(1); n],
+                        (None, false) => Vec::new(),
+                    };
+                    let total = sum(&counts)?;
+                    if v_named {
+                        v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+                    }
+                    (b, total, if at_root { bytes(c.out_elems)? / n.max(1) } else { b }, total)
+                }
+                Buffers::ScatterFromRoot => {
+                    let o = bytes(c.out_elems)?;
+                    let counts = match (&c.in_split_elems, at_root) {
+                        (Some(split), _) => counted(split, &bytes)?,
+                        (None, true) => vec![o; n],
+                        (None, false) => Vec::new(),
+                    };
+                    let total = sum(&counts)?;
+                    if v_named {
+                        v = Some(Splits { send_at: offsets(&counts), send_counts: counts, recv_counts: Vec::new(), recv_at: Vec::new() });
+                    }
+                    (total, o, o, o)
                 }
                 Buffers::Splits => {
                     let l = AllToAllLayout::of(c, n)?;
@@ -112,7 +160,7 @@ impl TraceShare {
                 }
             }
         };
-        Ok(TraceShare { row, dtype: c.dtype, rank, members: members.to_vec(), me, send, recv, block, root, peer, layout, out_len })
+        Ok(TraceShare { row, dtype: c.dtype, rank, members: members.to_vec(), me, send, recv, block, root, peer, layout, v, out_len })
     }
 
     /// The library call, counted in elements (reductions) or bytes.
@@ -126,7 +174,7 @@ impl TraceShare {
             root: self.root.map(|r| r.1),
             send_to: peer.filter(|_| self.row.lands == Lands::AtPeer),
             recv_from: peer.filter(|_| self.row.lands == Lands::Here),
-            splits: self.layout.as_ref().map(|l| &l.1),
+            splits: self.layout.as_ref().map(|l| &l.1).or(self.v.as_ref()),
             group_size: self.members.len() as u32,
         }
     }
@@ -166,6 +214,23 @@ impl TraceShare {
         if let Some((l, _)) = &self.layout {
             return Input::Bytes(l.send_buffer(rank, &self.members));
         }
+        match self.row.buffers {
+            // every member sends its own block to the root
+            Buffers::GatherToRoot => return Input::Bytes((0..self.send).map(|i| payload(rank, u32::MAX, i)).collect()),
+            // the root sends member j its block j, addressed to it
+            Buffers::ScatterFromRoot if self.send > 0 => {
+                let (counts, at) = self.blocks(false);
+                let mut buf = vec![0u8; self.send];
+                for (j, &dst) in self.members.iter().enumerate() {
+                    for i in 0..counts[j] {
+                        buf[at[j] + i] = payload(rank, dst, i);
+                    }
+                }
+                return Input::Bytes(buf);
+            }
+            Buffers::ScatterFromRoot => return Input::Nothing,
+            _ => {}
+        }
         match (self.root, self.peer) {
             (Some((root, _)), _) if root == rank => Input::Bytes((0..self.send).map(|i| payload(root, u32::MAX, i)).collect()),
             (Some(_), _) => Input::Bytes(vec![0; self.send]),
@@ -178,10 +243,26 @@ impl TraceShare {
     /// Whether a result lands on this rank to be checked (not a reduce's off
     /// its root, a send's, a barrier's).
     pub fn lands_here(&self) -> bool {
+        // an exclusive scan leaves the first member's result undefined
+        if self.row.kind == crate::core::collective::CollectiveKind::Exscan && self.me == 0 {
+            return false;
+        }
         match self.row.lands {
             Lands::Everywhere | Lands::Here => true,
             Lands::OnRoot => self.root.map(|r| r.1 as usize) == Some(self.me),
             Lands::AtPeer | Lands::Nowhere => false,
+        }
+    }
+
+    /// Per-member block lengths and offsets of the received (`recv`) or sent
+    /// side of a v-call, else even blocks of `block` (a gather's or a scatter's
+    /// root), else of the result over the members.
+    fn blocks(&self, recv: bool) -> (Vec<usize>, Vec<usize>) {
+        let n = self.members.len();
+        match &self.v {
+            Some(v) if recv && v.recv_counts.len() == n => (v.recv_counts.clone(), v.recv_at.clone()),
+            Some(v) if !recv && v.send_counts.len() == n => (v.send_counts.clone(), v.send_at.clone()),
+            _ => (vec![self.block; n], (0..n).map(|j| j * self.block).collect()),
         }
     }
 
@@ -195,10 +276,20 @@ impl TraceShare {
         let (members, rank) = (&self.members[..], self.rank);
         match landed {
             Landed::Values(got) => {
-                // a reduce-scatter's block is this rank's share of the reduced whole
-                let offset = if self.row.buffers == Buffers::InIsNTimesOut { self.me * got.len() } else { 0 };
+                // a reduce-scatter's block is this rank's share of the reduced whole (at its counts' offset)
+                let offset = match (&self.v, self.row.buffers) {
+                    (Some(v), _) => v.recv_at.get(self.me).copied().unwrap_or(0),
+                    (None, Buffers::InIsNTimesOut) => self.me * got.len(),
+                    _ => 0,
+                };
+                // a scan reduces the members up to this one (inclusive) or before it (exclusive)
+                let over = match self.row.kind {
+                    crate::core::collective::CollectiveKind::Scan => &members[..=self.me],
+                    crate::core::collective::CollectiveKind::Exscan => &members[..self.me],
+                    _ => members,
+                };
                 for (i, &g) in got.iter().enumerate() {
-                    let want = expected_reduction(self.dtype, members, offset + i, op);
+                    let want = expected_reduction(self.dtype, over, offset + i, op);
                     if g != want {
                         tally.add(|| format!("element {i} is {g}, expected {want}"));
                     }
@@ -210,12 +301,17 @@ impl TraceShare {
                         tally.add(|| format!("byte {i} from rank {src} is wrong"));
                     }
                 }
-                (_, Buffers::OutIsNTimesIn, ..) => {
-                    let b = out.len() / members.len().max(1);
+                (_, Buffers::OutIsNTimesIn | Buffers::GatherToRoot, ..) => {
+                    let (counts, at) = self.blocks(true);
                     for (j, &src) in members.iter().enumerate() {
-                        for i in (0..b).filter(|&i| out[j * b + i] != payload(src, u32::MAX, i)) {
+                        for i in (0..counts[j]).filter(|&i| out.get(at[j] + i) != Some(&payload(src, u32::MAX, i))) {
                             tally.add(|| format!("byte {i} of rank {src}'s block is wrong"));
                         }
+                    }
+                }
+                (_, Buffers::ScatterFromRoot, Some((root, _)), _) => {
+                    for i in (0..out.len()).filter(|&i| out[i] != payload(root, rank, i)) {
+                        tally.add(|| format!("byte {i} of the block root {root} sent is wrong"));
                     }
                 }
                 (_, _, Some((root, _)), _) => {
@@ -242,8 +338,22 @@ mod tests {
     use crate::evidence::commtrace::TraceDtype;
 
     fn record(kind: CollectiveKind, dtype: TraceDtype, e: u64, members: &[u32], splits: Option<(Vec<u64>, Vec<u64>)>, peer: Option<u32>) -> TraceCollective {
+        record_of(kind, dtype, e, members, splits, peer, 1 % members.len())
+    }
+
+    /// [`record`] as member `me` records it (a gather's and a scatter's counts differ on the root, `members[1 % n]`).
+    fn record_of(
+        kind: CollectiveKind,
+        dtype: TraceDtype,
+        e: u64,
+        members: &[u32],
+        splits: Option<(Vec<u64>, Vec<u64>)>,
+        peer: Option<u32>,
+        me: usize,
+    ) -> TraceCollective {
         let row = kind.row();
         let n = members.len() as u64;
+        let at_root = me == 1 % members.len();
         let (ins, outs) = match (row.buffers, &splits) {
             (Buffers::Splits, Some((i, o))) => (i.iter().sum(), o.iter().sum()),
             (Buffers::Same, _) => (e, e),
@@ -252,6 +362,8 @@ mod tests {
             (Buffers::Splits, None) => (n * e, n * e),
             (Buffers::Free, _) if row.p2p => (e, e),
             (Buffers::Free, _) => (0, 0),
+            (Buffers::GatherToRoot, _) => (e, if at_root { n * e } else { 0 }),
+            (Buffers::ScatterFromRoot, _) => (if at_root { n * e } else { 0 }, e),
         };
         let (si, so) = splits.map_or((None, None), |(i, o)| (Some(i), Some(o)));
         TraceCollective::new(kind, row.pytorch, "g", dtype, (ins, outs), (si, so), (row.rooted.then_some(members[1 % members.len()]), peer))
@@ -276,12 +388,22 @@ mod tests {
             other => panic!("{other:?}"),
         };
         if s.reduces() {
-            let sum: Vec<f32> = (0..call.send_elems).map(|i| inputs.iter().map(|x| values(x)[i]).sum()).collect();
+            // a scan reduces the members up to this one (inclusive) or before it (exclusive)
+            let over = match s.row.kind {
+                CollectiveKind::Scan => &inputs[..=me],
+                CollectiveKind::Exscan => &inputs[..me],
+                _ => &inputs[..],
+            };
+            let sum: Vec<f32> = (0..call.send_elems).map(|i| over.iter().map(|x| values(x)[i]).sum()).collect();
             let b = call.block_elems;
             return Some(Ok(if s.row.buffers == Buffers::InIsNTimesOut { sum[me * b..(me + 1) * b].to_vec() } else { sum }));
         }
         Some(Err(match (s.row.kind, call.splits) {
-            (CollectiveKind::AllGather, _) => inputs.iter().flat_map(bytes).collect(),
+            (CollectiveKind::AllGather | CollectiveKind::Gather, _) => inputs.iter().flat_map(bytes).collect(),
+            (CollectiveKind::Scatter, _) => {
+                let b = s.out_len();
+                bytes(&inputs[call.root.unwrap() as usize])[me * b..(me + 1) * b].to_vec()
+            }
             (CollectiveKind::Broadcast, _) => bytes(&inputs[call.root.unwrap() as usize]),
             (CollectiveKind::AllToAll, Some(mine)) => {
                 let mut out = vec![0u8; s.out_len()];
@@ -333,7 +455,7 @@ mod tests {
                                     let to = uneven.as_ref().unwrap();
                                     (to(j), (0..n).map(|src| to(src)[j]).collect())
                                 });
-                                TraceShare::new(&record(kind, dtype, 6 * n as u64, &members, sp, peer), rank, &members).unwrap()
+                                TraceShare::new(&record_of(kind, dtype, 6 * n as u64, &members, sp, peer, j), rank, &members).unwrap()
                             })
                             .collect();
                         for (me, s) in shares.iter().enumerate() {

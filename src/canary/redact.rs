@@ -186,6 +186,7 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
                 host_duration_ns,
                 device,
                 compute_before,
+                op: reduce_op,
             } = c;
             let source_name = if plain_name(source_name) {
                 source_name.clone()
@@ -223,6 +224,7 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
                 host_duration_ns: host_duration_ns.map(|d| q(d, o.quantize_ns)),
                 device,
                 compute_before: compute_before.iter().map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names)).collect(),
+                op: *reduce_op,
             });
         }
         let trailing = trailing_compute.iter().map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names)).collect();

@@ -38,6 +38,17 @@ pub enum CollectiveKind {
     Send,
     /// Point-to-point receive from `peer`.
     Recv,
+    /// Gather to `root` (every member's input, concatenated on the root;
+    /// explicit `out_split_elems` on the root for a gather-v).
+    Gather,
+    /// Scatter from `root` (one block of the root's input per member;
+    /// explicit `in_split_elems` on the root for a scatter-v).
+    Scatter,
+    /// Inclusive prefix reduction (`MPI_Scan`): member k gets members 0..=k reduced.
+    Scan,
+    /// Exclusive prefix reduction (`MPI_Exscan`): member k gets members 0..k
+    /// reduced (member 0's result is undefined).
+    Exscan,
 }
 
 /// nccl-tests' bus-bandwidth factor for `n` ranks: what turns a kind's
@@ -79,6 +90,12 @@ pub enum Buffers {
     Splits,
     /// No relation (barrier, send, receive).
     Free,
+    /// On the root, out is n times in (or the sum of the root's
+    /// `out_split_elems`); elsewhere out is 0 (gather).
+    GatherToRoot,
+    /// On the root, in is n times out (or the sum of the root's
+    /// `in_split_elems`); elsewhere in is 0 (scatter).
+    ScatterFromRoot,
 }
 
 /// Where a kind's result lands, and so which ranks check it.
@@ -130,7 +147,7 @@ pub struct KindRow {
 /// The kind table, in [`CollectiveKind`]'s order. Adding a kind is a variant, a
 /// row here, and one arm in each backend's library call (the cpu backend's
 /// `mpi_call`, the cuda backend's `nccl_calls`).
-pub const KINDS: [KindRow; 9] = [
+pub const KINDS: [KindRow; 13] = [
     KindRow {
         kind: CollectiveKind::AllReduce,
         name: "all_reduce",
@@ -248,6 +265,58 @@ pub const KINDS: [KindRow; 9] = [
         sweep_help: None,
         lands: Lands::Here,
     },
+    KindRow {
+        kind: CollectiveKind::Gather,
+        name: "gather",
+        pytorch: "gather",
+        param: "gather",
+        rooted: true,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::GatherToRoot,
+        bus_bw: None,
+        sweep_help: None,
+        lands: Lands::OnRoot,
+    },
+    KindRow {
+        kind: CollectiveKind::Scatter,
+        name: "scatter",
+        pytorch: "scatter",
+        param: "scatter",
+        rooted: true,
+        p2p: false,
+        reduces: false,
+        buffers: Buffers::ScatterFromRoot,
+        bus_bw: None,
+        sweep_help: None,
+        lands: Lands::Everywhere,
+    },
+    KindRow {
+        kind: CollectiveKind::Scan,
+        name: "scan",
+        pytorch: "scan",
+        param: "scan",
+        rooted: false,
+        p2p: false,
+        reduces: true,
+        buffers: Buffers::Same,
+        bus_bw: None,
+        sweep_help: None,
+        lands: Lands::Everywhere,
+    },
+    KindRow {
+        kind: CollectiveKind::Exscan,
+        name: "exscan",
+        pytorch: "exscan",
+        param: "exscan",
+        rooted: false,
+        p2p: false,
+        reduces: true,
+        buffers: Buffers::Same,
+        bus_bw: None,
+        sweep_help: None,
+        lands: Lands::Everywhere,
+    },
 ];
 
 impl CollectiveKind {
@@ -284,7 +353,7 @@ impl CollectiveKind {
 
 /// Collective names PyTorch's `record_param_comms` writes, and their kinds.
 /// `wait` and `init` are bookkeeping records, not communication, and are skipped.
-pub(crate) const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
+pub(crate) const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 21] = [
     ("allreduce", CollectiveKind::AllReduce),
     ("all_reduce", CollectiveKind::AllReduce),
     ("allgather", CollectiveKind::AllGather),
@@ -302,6 +371,11 @@ pub(crate) const KNOWN_COLLECTIVES: [(&str, CollectiveKind); 17] = [
     ("barrier", CollectiveKind::Barrier),
     ("send", CollectiveKind::Send),
     ("recv", CollectiveKind::Recv),
+    ("gather", CollectiveKind::Gather),
+    ("scatter", CollectiveKind::Scatter),
+    // PyTorch has no scans: the names our exports write for an MPI capture's
+    ("scan", CollectiveKind::Scan),
+    ("exscan", CollectiveKind::Exscan),
 ];
 
 /// Bookkeeping records of `record_param_comms` that carry no communication.
@@ -318,6 +392,74 @@ pub fn classify_name(name: &str) -> Result<Option<CollectiveKind>> {
             let known: Vec<&str> = KNOWN_COLLECTIVES.iter().map(|(n, _)| *n).collect();
             bail!("unknown collective name {name:?} (known: {}; skipped as bookkeeping: {})", known.join(", "), SKIPPED_RECORDS.join(", "))
         }
+    }
+}
+
+/// The reduction a trace records for one collective (`import mpi`: the
+/// application's `MPI_Op`); absent in a trace means sum. MPI's predefined
+/// operations that reduce element by element; `MPI_MAXLOC`/`MPI_MINLOC`
+/// (pair types) and user-defined operations have none and are left out at import.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceReduceOp {
+    /// `MPI_SUM`.
+    Sum,
+    /// `MPI_PROD`.
+    Prod,
+    /// `MPI_MAX`.
+    Max,
+    /// `MPI_MIN`.
+    Min,
+    /// `MPI_LAND`: logical and (non-zero is true, the result 0 or 1).
+    Land,
+    /// `MPI_LOR`: logical or.
+    Lor,
+    /// `MPI_LXOR`: logical exclusive or.
+    Lxor,
+    /// `MPI_BAND`: bitwise and (integer types).
+    Band,
+    /// `MPI_BOR`: bitwise or (integer types).
+    Bor,
+    /// `MPI_BXOR`: bitwise exclusive or (integer types).
+    Bxor,
+}
+
+impl TraceReduceOp {
+    /// Every operation, in variant order.
+    pub const ALL: [TraceReduceOp; 10] = [
+        TraceReduceOp::Sum,
+        TraceReduceOp::Prod,
+        TraceReduceOp::Max,
+        TraceReduceOp::Min,
+        TraceReduceOp::Land,
+        TraceReduceOp::Lor,
+        TraceReduceOp::Lxor,
+        TraceReduceOp::Band,
+        TraceReduceOp::Bor,
+        TraceReduceOp::Bxor,
+    ];
+    /// The name as serialized (`max`), which is also the capture library's name of the `MPI_Op`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceReduceOp::Sum => "sum",
+            TraceReduceOp::Prod => "prod",
+            TraceReduceOp::Max => "max",
+            TraceReduceOp::Min => "min",
+            TraceReduceOp::Land => "land",
+            TraceReduceOp::Lor => "lor",
+            TraceReduceOp::Lxor => "lxor",
+            TraceReduceOp::Band => "band",
+            TraceReduceOp::Bor => "bor",
+            TraceReduceOp::Bxor => "bxor",
+        }
+    }
+    /// From its name; `None` for any other.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+    /// Whether NCCL has it (`ncclSum`, `ncclProd`, `ncclMax`, `ncclMin`).
+    pub fn in_nccl(self) -> bool {
+        matches!(self, TraceReduceOp::Sum | TraceReduceOp::Prod | TraceReduceOp::Max | TraceReduceOp::Min)
     }
 }
 
@@ -455,5 +597,15 @@ mod tests {
         assert_eq!(CollectiveKind::AllGather.row().bus_bw.unwrap().factor(4), 0.75);
         assert_eq!(CollectiveKind::Broadcast.row().bus_bw.unwrap().factor(8), 1.0);
         assert!(CollectiveKind::Send.row().bus_bw.is_none() && CollectiveKind::Barrier.row().bus_bw.is_none());
+    }
+
+    #[test]
+    fn reduce_ops_name_as_serde_does_and_read_back() {
+        for o in TraceReduceOp::ALL {
+            assert_eq!(serde_json::to_string(&o).unwrap(), format!("\"{}\"", o.name()));
+            assert_eq!(TraceReduceOp::from_name(o.name()), Some(o));
+        }
+        assert_eq!(TraceReduceOp::from_name("maxloc"), None);
+        assert!(TraceReduceOp::Max.in_nccl() && !TraceReduceOp::Band.in_nccl());
     }
 }

@@ -132,6 +132,8 @@ refusal_codes! {
     IncompleteCapture => "INCOMPLETE_CAPTURE",
     /// `campaign exec`/`run`: the launcher failed the same way (before any rank ran) for every configuration of a round; the cells left were not run.
     LauncherFailed => "LAUNCHER_FAILED",
+    /// A trace's collective (kind, per-member counts or reduction) that the chosen backend or phase cannot run, refused before launch.
+    UnsupportedOperation => "UNSUPPORTED_OPERATION",
 }
 
 /// A refusal: code plus what was refused and why.

@@ -222,6 +222,21 @@ pub(crate) fn comm_trace_entries(
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
     }
     let mine = &t.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("--trace {}: no rank {rank}", path.display()))?.collectives;
+    // what the phases cannot run as recorded, refused on every rank alike before any collective
+    for r in &t.ranks {
+        for (i, c) in r.collectives.iter().enumerate() {
+            if let Some(why) = phases_cannot_run(c, allreduce_only) {
+                crate::refuse!(
+                    crate::core::refusal::Code::UnsupportedOperation,
+                    "--trace {}: rank {}, collective {i} ({} on group {:?}): {why}; `replay-trace --backend cpu` replays it",
+                    path.display(),
+                    r.rank,
+                    c.source_name,
+                    c.group
+                );
+            }
+        }
+    }
     let world: Vec<u32> = (0..world_size).collect();
     let mut counts: std::collections::BTreeMap<CollectiveKind, TraceKindCount> = std::collections::BTreeMap::new();
     let mut kept = Vec::new();
@@ -316,6 +331,26 @@ pub(crate) fn comm_trace_entries(
     };
     let ops = (!op_colls.is_empty()).then(|| TraceOps { trace: std::sync::Arc::new(t.clone()), colls: op_colls, groups: groups.into_values().collect() });
     Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops })
+}
+
+/// Why the phases (`rank --trace`, campaigns, `canary verify`) cannot run
+/// `c` as recorded, or `None`: they run the kinds a shard records (not
+/// gather, scatter, scan or exscan), all-gathers and reduce-scatters of
+/// equal blocks (not their v-variants), and sums (the shard records no
+/// reduction). With `allreduce_only` only the all-reduces run: only their reduction matters.
+pub fn phases_cannot_run(c: &crate::evidence::commtrace::TraceCollective, allreduce_only: bool) -> Option<String> {
+    use crate::evidence::commtrace::CollectiveKind as K;
+    if allreduce_only && c.kind != K::AllReduce {
+        return None;
+    }
+    let phases = "the phases (rank --trace, campaigns, canary verify) cannot run it";
+    match c.kind {
+        K::Gather | K::Scatter | K::Scan | K::Exscan => Some(format!("{} is not a kind a shard records: {phases}", c.kind.label())),
+        K::AllGather | K::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
+            Some(format!("{} with per-member counts (a v-variant): {phases}", c.kind.label()))
+        }
+        _ => c.op.map(|o| format!("{} with reduction {}: the phases run sums (a shard records no reduction), so {phases}", c.kind.label(), o.name())),
+    }
 }
 
 /// Logical bytes of an imported collective as a shard records it: its input

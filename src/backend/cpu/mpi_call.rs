@@ -30,7 +30,8 @@ pub(crate) struct MpiCounts {
     root: c_int,
     send_to: Option<c_int>,
     recv_from: Option<c_int>,
-    /// `MPI_Alltoallv`'s send counts, send displacements, receive counts, receive displacements.
+    /// A v-call's send counts, send displacements, receive counts, receive
+    /// displacements (`MPI_Alltoallv`; the others use their side's two).
     v: Option<[Vec<c_int>; 4]>,
 }
 
@@ -105,12 +106,43 @@ pub(crate) unsafe fn mpi_call(c: &MpiCounts, a: &MpiArgs, mode: Mode) -> (&'stat
         match (c.kind, mode) {
             (CollectiveKind::AllReduce, Mode::Blocking) => ("MPI_Allreduce", ffi::MPI_Allreduce(send, recv, sn, t, op, comm), 0),
             (CollectiveKind::AllReduce, Mode::Nonblocking(r)) => ("MPI_Iallreduce", ffi::MPI_Iallreduce(send, recv, sn, t, op, comm, &mut r[0]), 1),
-            (CollectiveKind::AllGather, Mode::Blocking) => ("MPI_Allgather", ffi::MPI_Allgather(send, bn, t, recv, bn, t, comm), 0),
-            (CollectiveKind::AllGather, Mode::Nonblocking(r)) => ("MPI_Iallgather", ffi::MPI_Iallgather(send, bn, t, recv, bn, t, comm, &mut r[0]), 1),
-            (CollectiveKind::ReduceScatter, Mode::Blocking) => ("MPI_Reduce_scatter_block", ffi::MPI_Reduce_scatter_block(send, recv, bn, t, op, comm), 0),
-            (CollectiveKind::ReduceScatter, Mode::Nonblocking(r)) => {
-                ("MPI_Ireduce_scatter_block", ffi::MPI_Ireduce_scatter_block(send, recv, bn, t, op, comm, &mut r[0]), 1)
-            }
+            (CollectiveKind::AllGather, mode) => match (&c.v, mode) {
+                (None, Mode::Blocking) => ("MPI_Allgather", ffi::MPI_Allgather(send, bn, t, recv, bn, t, comm), 0),
+                (None, Mode::Nonblocking(r)) => ("MPI_Iallgather", ffi::MPI_Iallgather(send, bn, t, recv, bn, t, comm, &mut r[0]), 1),
+                (Some([_, _, rc, rd]), Mode::Blocking) => ("MPI_Allgatherv", ffi::MPI_Allgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm), 0),
+                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => {
+                    ("MPI_Iallgatherv", ffi::MPI_Iallgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm, &mut r[0]), 1)
+                }
+            },
+            (CollectiveKind::ReduceScatter, mode) => match (&c.v, mode) {
+                (None, Mode::Blocking) => ("MPI_Reduce_scatter_block", ffi::MPI_Reduce_scatter_block(send, recv, bn, t, op, comm), 0),
+                (None, Mode::Nonblocking(r)) => ("MPI_Ireduce_scatter_block", ffi::MPI_Ireduce_scatter_block(send, recv, bn, t, op, comm, &mut r[0]), 1),
+                (Some([_, _, rc, _]), Mode::Blocking) => ("MPI_Reduce_scatter", ffi::MPI_Reduce_scatter(send, recv, rc.as_ptr(), t, op, comm), 0),
+                (Some([_, _, rc, _]), Mode::Nonblocking(r)) => {
+                    ("MPI_Ireduce_scatter", ffi::MPI_Ireduce_scatter(send, recv, rc.as_ptr(), t, op, comm, &mut r[0]), 1)
+                }
+            },
+            // off the root a gather-v's counts are not significant (empty here)
+            (CollectiveKind::Gather, mode) => match (&c.v, mode) {
+                (None, Mode::Blocking) => ("MPI_Gather", ffi::MPI_Gather(send, sn, t, recv, bn, t, root, comm), 0),
+                (None, Mode::Nonblocking(r)) => ("MPI_Igather", ffi::MPI_Igather(send, sn, t, recv, bn, t, root, comm, &mut r[0]), 1),
+                (Some([_, _, rc, rd]), Mode::Blocking) => ("MPI_Gatherv", ffi::MPI_Gatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm), 0),
+                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => {
+                    ("MPI_Igatherv", ffi::MPI_Igatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm, &mut r[0]), 1)
+                }
+            },
+            (CollectiveKind::Scatter, mode) => match (&c.v, mode) {
+                (None, Mode::Blocking) => ("MPI_Scatter", ffi::MPI_Scatter(send, bn, t, recv, rn, t, root, comm), 0),
+                (None, Mode::Nonblocking(r)) => ("MPI_Iscatter", ffi::MPI_Iscatter(send, bn, t, recv, rn, t, root, comm, &mut r[0]), 1),
+                (Some([sc, sd, _, _]), Mode::Blocking) => ("MPI_Scatterv", ffi::MPI_Scatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm), 0),
+                (Some([sc, sd, _, _]), Mode::Nonblocking(r)) => {
+                    ("MPI_Iscatterv", ffi::MPI_Iscatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm, &mut r[0]), 1)
+                }
+            },
+            (CollectiveKind::Scan, Mode::Blocking) => ("MPI_Scan", ffi::MPI_Scan(send, recv, sn, t, op, comm), 0),
+            (CollectiveKind::Scan, Mode::Nonblocking(r)) => ("MPI_Iscan", ffi::MPI_Iscan(send, recv, sn, t, op, comm, &mut r[0]), 1),
+            (CollectiveKind::Exscan, Mode::Blocking) => ("MPI_Exscan", ffi::MPI_Exscan(send, recv, sn, t, op, comm), 0),
+            (CollectiveKind::Exscan, Mode::Nonblocking(r)) => ("MPI_Iexscan", ffi::MPI_Iexscan(send, recv, sn, t, op, comm, &mut r[0]), 1),
             // in place: the root's data is in the receive buffer
             (CollectiveKind::Broadcast, Mode::Blocking) => ("MPI_Bcast", ffi::MPI_Bcast(recv, sn, t, root, comm), 0),
             (CollectiveKind::Broadcast, Mode::Nonblocking(r)) => ("MPI_Ibcast", ffi::MPI_Ibcast(recv, sn, t, root, comm, &mut r[0]), 1),

@@ -47,6 +47,10 @@ struct CpuSlot {
     wire: u64,
     /// Set when run: the reduction used and whether to check.
     ran: Option<(ReduceOp, bool)>,
+    /// The requests of its nonblocking post, until completed ([`CpuTraceExec::complete`]).
+    reqs: [ffi::MPI_Request; 2],
+    /// How many of `reqs` are outstanding.
+    pending: usize,
 }
 
 /// Runs trace collectives on MPI sub-communicators. Every process group
@@ -151,13 +155,48 @@ impl CpuTraceExec {
             } else {
                 1
             };
-        Ok(CpuSlot { share, bufs, counts, wire, ran: None })
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
+        Ok(CpuSlot { share, bufs, counts, wire, ran: None, reqs: [null; 2], pending: 0 })
     }
 
     /// Run prepared collective `i` (step 2, blocking): `before_issue` (the
     /// pacing wait), then the MPI call. Returns the call's host time, the
     /// input bytes handed to MPI and when the call returned.
     pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        self.issue(i, c, op, check, before_issue, false)
+    }
+
+    /// Post prepared collective `i` with its nonblocking call (`MPI_Iallreduce`,
+    /// ...), as [`Self::run`] does the blocking one; [`Self::complete`] waits for it.
+    pub fn post(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        self.issue(i, c, op, check, before_issue, true)
+    }
+
+    /// Wait for posted collective `i` (`MPI_Waitall` on its requests).
+    pub fn complete(&mut self, i: usize) -> Result<()> {
+        let slot = self.slots.get_mut(i).context("collective not prepared")?;
+        if slot.pending == 0 {
+            return Ok(());
+        }
+        // SAFETY: the requests were started by `post` on this slot's buffers, which stay untouched until this wait returns.
+        let rc = unsafe { ffi::MPI_Waitall(slot.pending as i32, slot.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
+        slot.pending = 0;
+        if rc != 0 {
+            bail!("collective {i}: MPI_Waitall on its nonblocking post failed (MPI error {rc})");
+        }
+        Ok(())
+    }
+
+    fn issue(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        before_issue: &mut dyn FnMut(),
+        nonblocking: bool,
+    ) -> Result<(u64, u64, Instant)> {
         let comm = self.group_of(c)?.1.as_raw();
         let slot = self.slots.get_mut(i).context("collective not prepared")?;
         // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
@@ -184,12 +223,24 @@ impl CpuTraceExec {
             Bufs::Native { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm },
             Bufs::Bytes { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm },
         };
+        if slot.pending > 0 {
+            bail!("collective {i}: posted again before its previous post completed");
+        }
         before_issue();
         let t0 = Instant::now();
         // SAFETY: the slot's buffers were made from the share its counts
-        // come from (send and result lengths, splits), and the call is
-        // blocking: MPI is done with them when it returns.
-        let (call, rc, _) = unsafe { mpi_call(&slot.counts, &args, Mode::Blocking) };
+        // come from (send and result lengths, splits); a blocking call is
+        // done with them when it returns, a nonblocking one when `complete`
+        // waits for its requests, and nothing touches them in between (the
+        // slot lives until the pass ends, which completes every post).
+        let (call, rc, started) = unsafe {
+            if nonblocking {
+                mpi_call(&slot.counts, &args, Mode::Nonblocking(&mut slot.reqs))
+            } else {
+                mpi_call(&slot.counts, &args, Mode::Blocking)
+            }
+        };
+        slot.pending = started;
         let done = Instant::now();
         if rc != 0 {
             bail!("collective {i}: {call} on group {:?} failed (MPI error {rc})", c.group);
@@ -287,6 +338,12 @@ fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
 
 /// Run this rank's collectives of `trace` in order.
 pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) -> Result<ReplayOutput> {
+    // what the cpu replay cannot run or check is refused on every rank before any communicator is made
+    let cannot = |c: &TraceCollective| {
+        c.op.filter(|&o| crate::evidence::commtrace::exec::replay_op(o).is_none())
+            .map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()))
+    };
+    crate::evidence::commtrace::exec::refuse_unsupported(trace, "cpu", &cannot)?;
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = o.corrupt_rank == Some(rank);
@@ -300,47 +357,130 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
     };
     exec.prepare(mine)?;
     // an MPI capture's point-to-point operations, in call order between the collectives
+    let calls = trace.mpi.as_ref().and_then(|m| m.collective_calls.get(rank as usize).cloned());
+    if let Some(calls) = &calls {
+        if calls.len() != mine.len() {
+            bail!("rank {rank}: mpi.collective_calls has {} entries for {} collectives", calls.len(), mine.len());
+        }
+    }
     let mut p2p = match &trace.mpi {
         Some(m) if m.p2p.iter().any(|r| !r.is_empty()) => {
             let plan = crate::evidence::commtrace::p2p::plans(trace)?.swap_remove(rank as usize);
-            let calls = m.collective_calls.get(rank as usize).cloned().unwrap_or_default();
-            if calls.len() != mine.len() {
-                bail!("rank {rank}: mpi.collective_calls has {} entries for {} collectives", calls.len(), mine.len());
-            }
             let mut p = CpuP2p::new(rank, plan, &|g| exec.raw_comm(g))?;
             p.corrupt = exec.corrupt;
-            Some((p, calls))
+            Some(p)
         }
         _ => None,
     };
+    // an MPI capture's nonblocking collectives: posted at their call, completed at the recorded completing call
+    let nonblocking = match (&trace.mpi, &calls) {
+        (Some(m), Some(calls)) if m.collective_nonblocking.get(rank as usize).is_some_and(|v| v.iter().any(|&b| b)) => {
+            let flags = &m.collective_nonblocking[rank as usize];
+            let done = m.collective_completions.get(rank as usize).cloned().unwrap_or_default();
+            if flags.len() != mine.len() || done.len() != mine.len() {
+                bail!("rank {rank}: mpi.collective_nonblocking and collective_completions do not have one entry per collective ({})", mine.len());
+            }
+            for (i, d) in done.iter().enumerate() {
+                if d.is_some_and(|d| d <= calls[i]) {
+                    bail!("rank {rank}: collective {i} (call {}) is completed by call {:?}, not a later one", calls[i], d);
+                }
+            }
+            Some(Nonblocking { flags: flags.clone(), done, pending: Vec::new(), waits: 0 })
+        }
+        _ => None,
+    };
+    /// The nonblocking collectives' schedule: which were posted so, where each completes, and what is outstanding.
+    struct Nonblocking {
+        flags: Vec<bool>,
+        done: Vec<Option<u64>>,
+        /// (completing call, or `u64::MAX` where never seen; collective)
+        pending: Vec<(u64, usize)>,
+        waits: u64,
+    }
     struct Cpu<'e> {
         exec: &'e mut CpuTraceExec,
         colls: &'e [TraceCollective],
-        p2p: Option<&'e mut (CpuP2p, Vec<u64>)>,
+        calls: Option<Vec<u64>>,
+        p2p: Option<&'e mut CpuP2p>,
+        nb: Option<&'e mut Nonblocking>,
+    }
+    impl Cpu<'_> {
+        /// Everything recorded before call `x`: point-to-point steps and the
+        /// waits of nonblocking collectives, in recorded call order.
+        fn settle(&mut self, x: u64) -> Result<()> {
+            if let Some(nb) = self.nb.as_deref_mut() {
+                while let Some(d) = nb.pending.iter().map(|&(d, _)| d).filter(|&d| d < x).min() {
+                    if let Some(p) = self.p2p.as_deref_mut() {
+                        p.run_before(d + 1)?;
+                    }
+                    let now: Vec<usize> = nb.pending.iter().filter(|&&(e, _)| e == d).map(|&(_, i)| i).collect();
+                    nb.pending.retain(|&(e, _)| e != d);
+                    for i in now {
+                        self.exec.complete(i)?;
+                    }
+                    nb.waits += 1;
+                }
+            }
+            if let Some(p) = self.p2p.as_deref_mut() {
+                p.run_before(x)?;
+            }
+            Ok(())
+        }
     }
     impl TraceRunner for Cpu<'_> {
         fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
-            if let Some((p, calls)) = self.p2p.as_deref_mut() {
-                p.run_before(calls[i])?;
+            if let Some(x) = self.calls.as_ref().map(|v| v[i]) {
+                self.settle(x)?;
             }
-            self.exec.run(i, c, op, check, before_issue)
+            match self.nb.as_deref_mut() {
+                Some(nb) if nb.flags[i] => {
+                    let r = self.exec.post(i, c, op, check, before_issue)?;
+                    nb.pending.push((nb.done[i].unwrap_or(u64::MAX), i));
+                    Ok(r)
+                }
+                _ => self.exec.run(i, c, op, check, before_issue),
+            }
         }
         fn between_passes(&mut self) -> Result<()> {
             self.exec.reset(self.colls);
-            if let Some((p, _)) = self.p2p.as_deref_mut() {
+            if let Some(p) = self.p2p.as_deref_mut() {
                 p.reset();
+            }
+            if let Some(nb) = self.nb.as_deref_mut() {
+                nb.waits = 0;
             }
             Ok(())
         }
         fn end_of_pass(&mut self) -> Result<Option<Instant>> {
-            match self.p2p.as_deref_mut() {
-                Some((p, _)) => p.finish_pass().map(|_| Some(Instant::now())),
-                None => Ok(None),
+            if self.p2p.is_none() && self.nb.is_none() {
+                return Ok(None);
             }
+            // what follows the last collective, then what the capture never saw complete
+            self.settle(u64::MAX)?;
+            if let Some(p) = self.p2p.as_deref_mut() {
+                p.finish_pass()?;
+            }
+            if let Some(nb) = self.nb.as_deref_mut() {
+                let left: Vec<usize> = nb.pending.drain(..).map(|(_, i)| i).collect();
+                if !left.is_empty() {
+                    nb.waits += 1;
+                }
+                for i in left {
+                    self.exec.complete(i)?;
+                }
+            }
+            Ok(Some(Instant::now()))
         }
     }
-    let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), &mut Cpu { exec: &mut exec, colls: mine, p2p: p2p.as_mut() })?;
-    let p2p = p2p.map(|(p, _)| p.report(o.check)).transpose()?;
+    let mut nb = nonblocking;
+    let runner = &mut Cpu { exec: &mut exec, colls: mine, calls, p2p: p2p.as_mut(), nb: nb.as_mut() };
+    let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), runner)?;
+    let p2p = p2p.map(|p| p.report(o.check)).transpose()?;
+    let nonblocking = nb.map(|n| crate::evidence::commtrace::exec::NonblockingReport {
+        posted: n.flags.iter().filter(|&&b| b).count() as u64,
+        waits: n.waits,
+        never_completed: n.flags.iter().zip(&n.done).filter(|(&b, d)| b && d.is_none()).count() as u64,
+    });
     exec.verify(mine)?;
     let workload = match plan {
         Some(plan) => {
@@ -369,5 +509,5 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         }
         None => None,
     };
-    Ok(ReplayOutput { records, workload, p2p })
+    Ok(ReplayOutput { records, workload, p2p, nonblocking })
 }

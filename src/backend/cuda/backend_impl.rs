@@ -463,7 +463,7 @@ impl CudaBackend {
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
         let t = crate::backend::cuda::nccl::nccl_type(dtype);
-        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, t, dtype.size_bytes(), sys::NCCL_SUM);
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, t, dtype.size_bytes(), sys::NCCL_SUM).map_err(BackendError::Misuse)?;
         let stream = self.collective_stream() as *mut std::ffi::c_void;
         let grouped = calls.len() > 1;
         if grouped {

@@ -14,11 +14,19 @@ use crate::core::collective::CollectiveKind;
 use std::os::raw::c_int;
 
 /// `c` as NCCL calls on buffers at `send` and `recv` of `dtype`, whose
-/// elements are `elem_bytes` wide, reducing with `op`.
-pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: c_int, elem_bytes: u64, op: c_int) -> Vec<TraceOp> {
+/// elements are `elem_bytes` wide, reducing with `op`; or why NCCL has none
+/// (gather, scatter, the scans, an all-gather's or reduce-scatter's
+/// per-member counts: the trace executor refuses those before launch).
+pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: c_int, elem_bytes: u64, op: c_int) -> Result<Vec<TraceOp>, String> {
     let at = |base: u64, elems: usize| base + elems as u64 * elem_bytes;
     let root = c.root_or_0() as c_int;
-    match c.kind {
+    Ok(match c.kind {
+        CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan => {
+            return Err(format!("{} has no NCCL operation", c.kind.label()))
+        }
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter if c.splits.is_some() => {
+            return Err(format!("{} with per-member counts has no NCCL operation", c.kind.label()))
+        }
         CollectiveKind::AllReduce => vec![TraceOp::AllReduce { send, recv, count: c.send_elems, dtype, op }],
         CollectiveKind::AllGather => vec![TraceOp::AllGather { send, recv, count: c.block_elems, dtype }],
         CollectiveKind::ReduceScatter => vec![TraceOp::ReduceScatter { send, recv, recv_count: c.block_elems, dtype, op }],
@@ -42,7 +50,7 @@ pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: c_int, elem_byte
             .into_iter()
             .chain(c.recv_from.map(|from| TraceOp::Recv { buf: recv, count: c.recv_elems, dtype, peer: from as c_int }))
             .collect(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -88,10 +96,16 @@ mod tests {
     fn every_kind_calls_stay_inside_their_buffers() {
         for n in 1u32..=4 {
             for row in KINDS {
+                // the kinds NCCL has no operation for: refused, never an empty call
+                if row.bus_bw.is_none() && !row.p2p && row.kind != CollectiveKind::Barrier {
+                    let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::F32, (4, 4), (None, None), (row.rooted.then_some(0), None));
+                    assert!(crate::evidence::commtrace::exec::nccl_cannot_run(&c).is_some(), "{}", row.name);
+                    continue;
+                }
                 for rank in 0..n {
                     let bytes = if row.kind == CollectiveKind::Barrier { 0 } else { 4 * 12 };
                     let op = OwnOp::new(row.kind, bytes, Dtype::F32, n, rank).unwrap();
-                    let calls = nccl_calls(&op.call(), SEND, RECV, sys::NCCL_FLOAT32, 4, sys::NCCL_SUM);
+                    let calls = nccl_calls(&op.call(), SEND, RECV, sys::NCCL_FLOAT32, 4, sys::NCCL_SUM).unwrap();
                     assert!(!calls.is_empty(), "{}", row.name);
                     // the own path's buffers hold the size asked for, and 4 bytes at least
                     let len = bytes.max(4);
@@ -117,7 +131,7 @@ mod tests {
                     let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::Bf16, (ins, outs), (si, so), (row.rooted.then_some(members[0]), peer));
                     let share = TraceShare::new(&c, members[0], &members).unwrap();
                     let (dtype, width) = if share.reduces() { (sys::NCCL_BFLOAT16, 2) } else { (sys::NCCL_UINT8, 1) };
-                    let calls = nccl_calls(&share.call(), SEND, RECV, dtype, width, sys::NCCL_SUM);
+                    let calls = nccl_calls(&share.call(), SEND, RECV, dtype, width, sys::NCCL_SUM).unwrap();
                     assert!(!calls.is_empty(), "{}", row.name);
                     let send_len = match share.input() {
                         Input::Values(v) => v.len() as u64 * width,

@@ -137,6 +137,9 @@ impl SweepKind {
             Buffers::InIsNTimesOut => "the whole send buffer",
             Buffers::Splits => "one rank's send buffer",
             Buffers::Same | Buffers::Free => "the buffer",
+            // never swept (no bus-bandwidth factor): named for completeness
+            Buffers::GatherToRoot => "the root's gathered receive buffer",
+            Buffers::ScatterFromRoot => "the root's send buffer",
         }
     }
 

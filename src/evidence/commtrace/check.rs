@@ -64,16 +64,25 @@ pub(crate) fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
         }
     }
     use crate::core::collective::Buffers;
-    let ok = match c.kind.row().buffers {
-        Buffers::Same => i == o,
-        Buffers::OutIsNTimesIn => Some(o) == i.checked_mul(n),
-        Buffers::InIsNTimesOut => Some(i) == o.checked_mul(n),
-        Buffers::Splits => match (&c.in_split_elems, &c.out_split_elems) {
-            (Some(a), Some(b)) => a.len() as u64 == n && b.len() as u64 == n && a.iter().sum::<u64>() == i && b.iter().sum::<u64>() == o,
-            (None, None) => i == o && n > 0 && i % n == 0,
-            _ => false,
-        },
-        Buffers::Free => true,
+    // a per-member list: one count per member, summing to `total` (no overflow)
+    let fits = |v: &[u64], total: u64| v.len() as u64 == n && v.iter().try_fold(0u64, |a, &x| a.checked_add(x)) == Some(total);
+    let ok = match (c.kind.row().buffers, &c.in_split_elems, &c.out_split_elems) {
+        (Buffers::Free, ..) => true,
+        (Buffers::Same, None, None) => i == o,
+        (Buffers::OutIsNTimesIn, None, None) => Some(o) == i.checked_mul(n),
+        // all-gather-v: every member's block
+        (Buffers::OutIsNTimesIn, None, Some(b)) => fits(b, o),
+        (Buffers::InIsNTimesOut, None, None) => Some(i) == o.checked_mul(n),
+        // reduce-scatter with per-member counts: this member's block is one of them
+        (Buffers::InIsNTimesOut, Some(a), None) => fits(a, i) && a.contains(&o),
+        (Buffers::Splits, Some(a), Some(b)) => fits(a, i) && fits(b, o),
+        (Buffers::Splits, None, None) => i == o && n > 0 && i % n == 0,
+        // off the root nothing lands (gather) or is sent (scatter)
+        (Buffers::GatherToRoot, None, None) => o == 0 || Some(o) == i.checked_mul(n),
+        (Buffers::GatherToRoot, None, Some(b)) => fits(b, o),
+        (Buffers::ScatterFromRoot, None, None) => i == 0 || Some(i) == o.checked_mul(n),
+        (Buffers::ScatterFromRoot, Some(a), None) => fits(a, i),
+        _ => false,
     };
     if !ok {
         bail!(
@@ -160,35 +169,63 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
                 );
             }
             for (k, (a, b)) in first.iter().zip(list.iter()).enumerate() {
+                // counts that differ by member by definition are checked below, per pair of members
+                let varies = [a, b].iter().any(|c| c.in_split_elems.is_some() || c.out_split_elems.is_some())
+                    || matches!(a.kind, CollectiveKind::Gather | CollectiveKind::Scatter);
                 let same = a.kind == b.kind
                     && a.dtype == b.dtype
                     && a.root == b.root
-                    && (a.kind == CollectiveKind::AllToAll && a.in_split_elems.is_some() || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
+                    && a.op == b.op
+                    && (varies || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
                 if !same {
                     bail!(
-                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}; rank {m} ({}) records {} of {} {:?} in, {} out{}: counts disagree across the group's members",
+                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}{}; rank {m} ({}) records {} of {} {:?} in, {} out{}{}: counts disagree across the group's members",
                         g.name,
                         file_of(first_rank),
-                        a.kind.name(), a.in_elems, a.dtype, a.out_elems, root_text(a.root),
+                        a.kind.name(), a.in_elems, a.dtype, a.out_elems, root_text(a.root), op_text(a),
                         file_of(m),
-                        b.kind.name(), b.in_elems, b.dtype, b.out_elems, root_text(b.root),
+                        b.kind.name(), b.in_elems, b.dtype, b.out_elems, root_text(b.root), op_text(b),
                     );
                 }
             }
         }
-        // All-to-all with explicit splits: what i sends to j is what j receives from i.
+        // What member i sends to member j is what j receives from i: all-to-all(v),
+        // all-gather(v), gather(v) to its root, scatter(v) from its root, and a
+        // reduce-scatter's per-member blocks (the same list on every member).
+        let n = g.members.len() as u64;
         for k in 0..first.len() {
-            if first[k].kind != CollectiveKind::AllToAll {
-                continue;
-            }
+            let kind = first[k].kind;
+            let root = first[k].root.and_then(|r| g.members.iter().position(|&m| m == r));
             for (i, &(ri, li)) in lists.iter().enumerate() {
+                let a = li[k];
+                let off_root = root.is_some_and(|r| r != i);
+                if kind == CollectiveKind::Gather && off_root && (a.out_elems != 0 || a.out_split_elems.is_some()) {
+                    bail!("group {:?} gather #{k}: rank {ri}, not the root, records {} elements out: only the root receives", g.name, a.out_elems);
+                }
+                if kind == CollectiveKind::Scatter && off_root && (a.in_elems != 0 || a.in_split_elems.is_some()) {
+                    bail!("group {:?} scatter #{k}: rank {ri}, not the root, records {} elements in: only the root sends", g.name, a.in_elems);
+                }
                 for (j, &(rj, lj)) in lists.iter().enumerate() {
-                    let send = li[k].in_split_elems.as_ref().map(|s| s[j]).unwrap_or(li[k].in_elems / g.members.len() as u64);
-                    let recv = lj[k].out_split_elems.as_ref().map(|s| s[i]).unwrap_or(lj[k].out_elems / g.members.len() as u64);
-                    if send != recv {
+                    let b = lj[k];
+                    let split = |v: &Option<Vec<u64>>, at: usize, total: u64| v.as_ref().map(|s| s[at]).unwrap_or(total / n);
+                    let flow = match kind {
+                        CollectiveKind::AllToAll => Some((split(&a.in_split_elems, j, a.in_elems), split(&b.out_split_elems, i, b.out_elems))),
+                        CollectiveKind::AllGather => Some((a.in_elems, split(&b.out_split_elems, i, b.out_elems))),
+                        CollectiveKind::Gather if root == Some(j) => Some((a.in_elems, split(&b.out_split_elems, i, b.out_elems))),
+                        CollectiveKind::Scatter if root == Some(i) => Some((split(&a.in_split_elems, j, a.in_elems), b.out_elems)),
+                        CollectiveKind::ReduceScatter if a.in_split_elems.is_some() || b.in_split_elems.is_some() => {
+                            if a.in_split_elems != b.in_split_elems {
+                                bail!("group {:?} reduce-scatter #{k}: ranks {ri} and {rj} record different per-member counts: counts disagree across the group's members", g.name);
+                            }
+                            Some((split(&a.in_split_elems, j, a.in_elems), b.out_elems))
+                        }
+                        _ => None,
+                    };
+                    if let Some((send, recv)) = flow.filter(|(s, r)| s != r) {
                         bail!(
-                            "group {:?} all-to-all #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} from it: counts disagree across the group's members",
-                            g.name
+                            "group {:?} {} #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} from it: counts disagree across the group's members",
+                            g.name,
+                            kind.label()
                         );
                     }
                 }
@@ -223,6 +260,10 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
     Ok(())
 }
 
+fn op_text(c: &TraceCollective) -> String {
+    c.op.map(|o| format!(" ({})", o.name())).unwrap_or_default()
+}
+
 fn root_text(root: Option<u32>) -> String {
     root.map(|r| format!(" (root {r})")).unwrap_or_default()
 }
@@ -240,5 +281,67 @@ mod tests {
         assert!(check_record_counts(&c(CollectiveKind::ReduceScatter, 8, 4), 2).is_ok());
         assert!(check_record_counts(&c(CollectiveKind::AllReduce, 8, 4), 2).is_err());
         assert!(check_record_counts(&c(CollectiveKind::AllToAll, 9, 9), 2).is_err());
+        // gather: n blocks on the root, nothing elsewhere; scatter the other way
+        assert!(check_record_counts(&c(CollectiveKind::Gather, 3, 6), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::Gather, 3, 0), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::Gather, 3, 5), 2).is_err());
+        assert!(check_record_counts(&c(CollectiveKind::Scatter, 6, 3), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::Scatter, 0, 3), 2).is_ok());
+        assert!(check_record_counts(&c(CollectiveKind::Scatter, 5, 3), 2).is_err());
+        assert!(check_record_counts(&c(CollectiveKind::Scan, 4, 4), 2).is_ok() && check_record_counts(&c(CollectiveKind::Exscan, 4, 3), 2).is_err());
+        // v-variants: one count per member, summing to the buffer
+        let v = |kind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
+            TraceCollective::new(kind, "v", "0", TraceDtype::F64, (i, o), splits, (Some(0).filter(|_| kind.is_rooted()), None))
+        };
+        assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 3), (None, Some(vec![1, 2]))), 2).is_ok());
+        assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 4), (None, Some(vec![1, 2]))), 2).is_err());
+        assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 3), (None, Some(vec![1, 1, 1]))), 2).is_err());
+        assert!(check_record_counts(&v(CollectiveKind::ReduceScatter, (3, 2), (Some(vec![1, 2]), None)), 2).is_ok());
+        assert!(check_record_counts(&v(CollectiveKind::ReduceScatter, (3, 3), (Some(vec![1, 2]), None)), 2).is_err());
+        assert!(check_record_counts(&v(CollectiveKind::Gather, (2, 3), (None, Some(vec![1, 2]))), 2).is_ok());
+        assert!(check_record_counts(&v(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), 2).is_ok());
+        // a count list that overflows when summed is refused, never wrapped
+        assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 0), (None, Some(vec![u64::MAX, 1]))), 2).is_err());
+        // splits on a kind that has none are refused
+        assert!(check_record_counts(&v(CollectiveKind::Broadcast, (2, 2), (Some(vec![1, 1]), None)), 2).is_err());
+    }
+
+    fn group(members: &[u32]) -> Vec<TraceGroup> {
+        vec![TraceGroup { name: "g".into(), desc: None, members: members.to_vec() }]
+    }
+
+    fn ranks(per_rank: Vec<TraceCollective>) -> Vec<RankTrace> {
+        per_rank.into_iter().enumerate().map(|(r, c)| RankTrace { rank: r as u32, collectives: vec![c], trailing_compute: vec![] }).collect()
+    }
+
+    #[test]
+    fn members_agree_on_what_each_sends_and_receives() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let c = |kind: CollectiveKind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
+            TraceCollective::new(kind, "x", "g", TraceDtype::F64, (i, o), splits, (Some(0).filter(|_| kind.is_rooted()), None))
+        };
+        let ok = |v: Vec<TraceCollective>| check_consistency(&group(&[0, 1]), &ranks(v), &names);
+        // gather-v: the root's counts are what each member sends
+        assert!(ok(vec![c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))), c(CollectiveKind::Gather, (2, 0), (None, None))]).is_ok());
+        let e = ok(vec![c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))), c(CollectiveKind::Gather, (1, 0), (None, None))]).unwrap_err();
+        assert!(e.to_string().contains("rank 1 sends 1 elements to rank 0, which expects 2"), "{e}");
+        // off the root a gather receives nothing
+        assert!(ok(vec![c(CollectiveKind::Gather, (1, 2), (None, None)), c(CollectiveKind::Gather, (1, 2), (None, None))]).is_err());
+        // scatter-v
+        assert!(ok(vec![c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), c(CollectiveKind::Scatter, (0, 2), (None, None))]).is_ok());
+        assert!(ok(vec![c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), c(CollectiveKind::Scatter, (0, 1), (None, None))]).is_err());
+        // all-gather-v: every member's list names every member's block
+        let ag = |me: u64, list: Vec<u64>| c(CollectiveKind::AllGather, (me, list.iter().sum()), (None, Some(list)));
+        assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![1, 2])]).is_ok());
+        assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![2, 1])]).is_err());
+        // reduce-scatter with counts: the same list everywhere, each member its block
+        let rs = |me: u64, list: Vec<u64>| c(CollectiveKind::ReduceScatter, (list.iter().sum(), me), (Some(list), None));
+        assert!(ok(vec![rs(1, vec![1, 2]), rs(2, vec![1, 2])]).is_ok());
+        assert!(ok(vec![rs(1, vec![1, 2]), rs(1, vec![1, 1])]).is_err());
+        // the reduction must agree
+        let mut a = c(CollectiveKind::Scan, (2, 2), (None, None));
+        let b = a.clone();
+        a.op = Some(crate::core::collective::TraceReduceOp::Max);
+        assert!(ok(vec![a, b]).unwrap_err().to_string().contains("(max)"));
     }
 }

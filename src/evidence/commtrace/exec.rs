@@ -50,7 +50,7 @@ pub struct ExecRecord {
     pub wire_bytes: u64,
     /// Reduction, for reducing kinds.
     pub op: Option<ReduceOp>,
-    /// Where the reduction came from (`--op`, or `default`: sum, the trace not recording it).
+    /// Where the reduction came from (`trace`: recorded, `--op`, or `default`: sum, the trace not recording it).
     pub op_source: Option<String>,
     /// Gap the trace asks for, where paced.
     pub target_gap_ns: Option<u64>,
@@ -91,7 +91,13 @@ impl ExecRecord {
     /// lands: not a send's (its receiver checks), a barrier's, or a reduce's
     /// off the root.
     pub fn untimed(i: usize, c: &TraceCollective, rank: u32, (op, op_source): (ReduceOp, &str), check: bool, wire_bytes: u64) -> Self {
-        let reducing = matches!(c.kind, CollectiveKind::AllReduce | CollectiveKind::Reduce | CollectiveKind::ReduceScatter);
+        let reducing = c.kind.row().reduces;
+        use crate::core::collective::Lands;
+        let lands = match c.kind.row().lands {
+            Lands::OnRoot => c.root == Some(rank),
+            Lands::AtPeer | Lands::Nowhere => false,
+            Lands::Everywhere | Lands::Here => true,
+        };
         ExecRecord {
             index: i as u32,
             kind: c.kind,
@@ -106,10 +112,7 @@ impl ExecRecord {
             target_gap_ns: None,
             actual_gap_ns: 0,
             elapsed_ns: 0,
-            checked: check
-                && !(c.kind == CollectiveKind::Reduce && c.root != Some(rank))
-                && c.kind != CollectiveKind::Barrier
-                && c.kind != CollectiveKind::Send,
+            checked: check && lands,
             kernels: None,
             compute_ops: None,
             compute_recorded_ns: None,
@@ -249,6 +252,70 @@ pub struct ReplayOutput {
     pub workload: Option<WorkloadReport>,
     /// The point-to-point operations of an MPI capture (`mpi.p2p`), where replayed.
     pub p2p: Option<P2pReport>,
+    /// The collectives an MPI capture posted nonblocking, where any were replayed so.
+    pub nonblocking: Option<NonblockingReport>,
+}
+
+/// One rank's nonblocking collectives (`MPI_Iallreduce`, ...) in the timed
+/// pass: each posted with its `MPI_I*` call at its post and completed with
+/// `MPI_Waitall` at the call that completed it in the capture, in recorded
+/// call order with the point-to-point program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NonblockingReport {
+    /// Collectives posted nonblocking.
+    pub posted: u64,
+    /// Waits issued (one per completing call of the capture).
+    pub waits: u64,
+    /// Posted ones the capture never saw complete: waited for at the end of the pass.
+    pub never_completed: u64,
+}
+
+/// Why NCCL cannot run `c` (the cuda backend), or `None`: NCCL has no
+/// gather, scatter, scan or exclusive scan, no all-gather or reduce-scatter
+/// with per-member counts, and reduces with sum, prod, max, min and avg only.
+pub fn nccl_cannot_run(c: &TraceCollective) -> Option<String> {
+    match c.kind {
+        CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan => {
+            Some(format!("{} has no NCCL operation", c.kind.label()))
+        }
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
+            Some(format!("{} with per-member counts ({}) has no NCCL operation", c.kind.label(), c.source_name))
+        }
+        _ => c.op.filter(|o| !o.in_nccl()).map(|o| format!("reduction {} has no NCCL operation (sum, prod, max, min, avg)", o.name())),
+    }
+}
+
+/// The replay's reduction of a recorded one: sum, prod, max and min run as
+/// themselves; the logical and bitwise ones have none (`None`).
+pub fn replay_op(o: super::TraceReduceOp) -> Option<ReduceOp> {
+    use super::TraceReduceOp as T;
+    match o {
+        T::Sum => Some(ReduceOp::Sum),
+        T::Prod => Some(ReduceOp::Prod),
+        T::Max => Some(ReduceOp::Max),
+        T::Min => Some(ReduceOp::Min),
+        T::Land | T::Lor | T::Lxor | T::Band | T::Bor | T::Bxor => None,
+    }
+}
+
+/// Refuse (`UNSUPPORTED_OPERATION`, before launch) the first collective of
+/// any rank of `trace` that `cannot` says the `backend` cannot run; every
+/// rank checks the whole trace, so all refuse alike and none waits in a collective.
+pub fn refuse_unsupported(trace: &super::CommTrace, backend: &str, cannot: &dyn Fn(&TraceCollective) -> Option<String>) -> Result<()> {
+    for r in &trace.ranks {
+        for (i, c) in r.collectives.iter().enumerate() {
+            if let Some(why) = cannot(c) {
+                crate::refuse!(
+                    crate::core::refusal::Code::UnsupportedOperation,
+                    "rank {}, collective {i} ({} on group {:?}): {why}: the {backend} backend cannot replay it",
+                    r.rank,
+                    c.source_name,
+                    c.group
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One rank's replay of its point-to-point operations (`mpi.p2p`) in the timed pass.

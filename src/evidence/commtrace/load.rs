@@ -54,9 +54,9 @@ impl CommTrace {
                 super::COMM_TRACE_MPI_FORMAT_VERSION
             );
         }
-        if (t.format_version >= super::COMM_TRACE_MPI_FORMAT_VERSION) != (t.source.kind == SourceKind::MpiCapture && t.mpi.is_some()) {
+        if (t.format_version >= 2) != (t.source.kind == SourceKind::MpiCapture && t.mpi.is_some()) {
             bail!(
-                "communication trace format version {} with source {:?}: version 2 is an `import mpi` trace with its `mpi` section, and only that",
+                "communication trace format version {} with source {:?}: versions 2 and 3 are `import mpi` traces with their `mpi` section, and only those",
                 t.format_version,
                 t.source.kind
             );

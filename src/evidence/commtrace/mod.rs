@@ -46,7 +46,7 @@ mod source;
 mod summary;
 pub mod workload_plan;
 
-pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype};
+pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype, TraceReduceOp};
 pub(crate) use check::global_rank;
 pub use check::{number_sequences, MAX_COLLECTIVE_BYTES};
 pub(crate) use load::import_files;
@@ -61,8 +61,11 @@ pub(crate) use summary::render_counts;
 /// but `import mpi` writes.
 pub const COMM_TRACE_FORMAT_VERSION: u32 = 1;
 /// The version `import mpi` writes: version 1 plus the source kind
-/// `mpi-capture` and the `mpi` section ([`mpi::MpiSummary`]). Readers read 1 and 2.
-pub const COMM_TRACE_MPI_FORMAT_VERSION: u32 = 2;
+/// `mpi-capture` and the `mpi` section ([`mpi::MpiSummary`]) (2); version 3
+/// added the kinds gather, scatter, scan and exscan, the v-variants' splits,
+/// a collective's recorded reduction (`op`) and `mpi.collective_completions`.
+/// Readers read 1 to 3.
+pub const COMM_TRACE_MPI_FORMAT_VERSION: u32 = 3;
 
 /// Which tool wrote the source files.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,12 +193,15 @@ pub struct TraceCollective {
     pub in_elems: u64,
     /// Elements in the output buffer on this rank.
     pub out_elems: u64,
-    /// All-to-all: elements sent to each member, in group-rank order; `None`
-    /// where the source recorded no split sizes (PyTorch then splits evenly).
+    /// Elements of the input per member, in group-rank order: all-to-all
+    /// (sent to each), reduce-scatter with per-member counts (each member's
+    /// block, the same list on every member), scatter-v (on the root, each
+    /// member's block); `None` where the source recorded none (an even split).
     pub in_split_elems: Option<Vec<u64>>,
-    /// All-to-all: elements received from each member; `None` as above.
+    /// Elements of the output per member: all-to-all (received from each),
+    /// all-gather-v (every member's block), gather-v (on the root); `None` as above.
     pub out_split_elems: Option<Vec<u64>>,
-    /// Broadcast and reduce: the root's global rank.
+    /// Broadcast, reduce, gather and scatter: the root's global rank.
     pub root: Option<u32>,
     /// Send and receive: the peer's global rank.
     pub peer: Option<u32>,
@@ -209,6 +215,10 @@ pub struct TraceCollective {
     pub device: Option<DeviceSpan>,
     /// Compute launched after the previous collective and before this one, in launch order.
     pub compute_before: Vec<ComputeOp>,
+    /// The reduction of a reducing kind, where the source recorded it
+    /// (`import mpi`, format version 3); absent: a sum (or not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<TraceReduceOp>,
 }
 
 impl TraceCollective {
@@ -240,6 +250,7 @@ impl TraceCollective {
             host_duration_ns: None,
             device: None,
             compute_before: Vec::new(),
+            op: None,
         }
     }
 

@@ -7,12 +7,15 @@
 //! SHA-256, the block sequence, the trailer's block and record counts and
 //! its digest over the blocks are recomputed, never taken from the file.
 //! Produces per rank the calls per kind ([`MpiCapture::calls_by_kind`]) and
-//! a [`CommTrace`] of the collectives the trace format can replay
-//! (all-reduce, reduce, broadcast, all-gather, reduce-scatter-block,
-//! all-to-all, barrier, blocking and nonblocking alike, at their post, with
-//! the time to their completion); every other call (point-to-point, the
-//! v-variants, gather, scatter, scans, waits) is counted per rank and kind in
-//! [`MpiSummary::left_out`], with the reason.
+//! a [`CommTrace`] of every collective (all-reduce, reduce, broadcast,
+//! all-gather(v), gather(v), scatter(v), all-to-all(v), reduce-scatter(_block),
+//! barrier, scan, exscan; blocking and nonblocking alike, at their post, with
+//! the call that completed them), a v-call with its per-member counts
+//! (capture format 2; a format-1 capture's v-calls are left out) and a
+//! reduction other than a sum with its op; every other call
+//! (point-to-point, kept in `mpi.p2p`; probes, waits and tests,
+//! communicator management; a user-defined reduction, a datatype without
+//! an element type) is counted per rank and kind in [`MpiSummary::left_out`], with the reason.
 //!
 //! Refuses with a code: no capture file at all (`NOT_MPI`: the program never
 //! initialized MPI), a rank missing (`MISSING_RANK`), two files for a rank
@@ -32,8 +35,10 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Capture file layout version this build reads.
-pub const CAPTURE_FORMAT_VERSION: u32 = 1;
+/// Capture file layout version this build writes (in [`frame_capture`]) and reads, with every earlier one.
+pub const CAPTURE_FORMAT_VERSION: u32 = 2;
+/// The oldest capture layout this build reads (version 1 has no per-member counts of v-calls).
+pub const MIN_CAPTURE_FORMAT_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"CCMPICAP";
 const BLOCK_MAGIC: &[u8; 8] = b"CCBLOCK\0";
 const TRAILER_MAGIC: &[u8; 8] = b"CCTRAIL\0";
@@ -49,6 +54,8 @@ const REC_COMM: u8 = 5;
 const REC_COMM_FREE: u8 = 6;
 const REC_ABORT: u8 = 7;
 const REC_CLOCK: u8 = 8;
+/// Version 2: a v-call's per-member counts, after its call record (side u8, then u32 each).
+const REC_COUNTS: u8 = 9;
 const CALL_LEN: usize = 80;
 const NONE: i32 = i32::MIN;
 
@@ -124,6 +131,10 @@ pub struct CallRecord {
     pub peer2: Option<i32>,
     /// Matched tag.
     pub tag2: Option<i32>,
+    /// A v-call's per-member send counts, where significant and recorded (capture version 2).
+    pub send_counts: Option<Vec<u64>>,
+    /// A v-call's per-member receive counts, as above.
+    pub recv_counts: Option<Vec<u64>>,
 }
 
 /// One request's completion.
@@ -146,6 +157,8 @@ pub struct DoneRecord {
 pub struct RankCapture {
     /// The file.
     pub file: SourceFile,
+    /// Its layout version ([`MIN_CAPTURE_FORMAT_VERSION`]..=[`CAPTURE_FORMAT_VERSION`]).
+    pub version: u32,
     /// Its header.
     pub header: CaptureHeader,
     /// Calls in order.
@@ -193,8 +206,9 @@ pub fn read_header(path: &Path) -> Result<CaptureHeader> {
     let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
     let mut head = [0u8; 16];
     f.read_exact(&mut head).with_context(|| path.display().to_string())?;
-    if &head[..8] != MAGIC || u32_at(&head, 8) != CAPTURE_FORMAT_VERSION || u32_at(&head, 12) > MAX_HEADER_BYTES {
-        refuse!(Code::BadFormat, "{}: not a capture file of format {CAPTURE_FORMAT_VERSION}", path.display());
+    let known = MIN_CAPTURE_FORMAT_VERSION..=CAPTURE_FORMAT_VERSION;
+    if &head[..8] != MAGIC || !known.contains(&u32_at(&head, 8)) || u32_at(&head, 12) > MAX_HEADER_BYTES {
+        refuse!(Code::BadFormat, "{}: not a capture file of format {MIN_CAPTURE_FORMAT_VERSION} to {CAPTURE_FORMAT_VERSION}", path.display());
     }
     let mut rest = vec![0u8; u32_at(&head, 12) as usize + 32];
     f.read_exact(&mut rest).with_context(|| path.display().to_string())?;
@@ -220,8 +234,11 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
         refuse!(Code::BadFormat, "{name}: not a CommCanary MPI capture file (no CCMPICAP magic)");
     }
     let version = u32_at(bytes, 8);
-    if version != CAPTURE_FORMAT_VERSION {
-        refuse!(Code::UnsupportedVersion, "{name}: capture format version {version} (this build reads {CAPTURE_FORMAT_VERSION})");
+    if !(MIN_CAPTURE_FORMAT_VERSION..=CAPTURE_FORMAT_VERSION).contains(&version) {
+        refuse!(
+            Code::UnsupportedVersion,
+            "{name}: capture format version {version} (this build reads {MIN_CAPTURE_FORMAT_VERSION} to {CAPTURE_FORMAT_VERSION})"
+        );
     }
     let hlen = u32_at(bytes, 12);
     if hlen > MAX_HEADER_BYTES {
@@ -241,6 +258,7 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
     }
     let mut r = RankCapture {
         file: SourceFile { path: name.clone(), sha256: crate::core::fsutil::sha256_hex(bytes), rank: header.world_rank },
+        version,
         header,
         calls: Vec::new(),
         done: BTreeMap::new(),
@@ -321,12 +339,17 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
 /// A capture file around `header` (its JSON) and `blocks` (each block's
 /// declared record count and payload), the trailer last where `trailer`: the
 /// framing the capture library writes (magic, lengths, each block's SHA-256
-/// and the chain over them), for tests and the fuzz target to reach the
-/// record decoder behind the digests.
+/// and the chain over them) at [`CAPTURE_FORMAT_VERSION`], for tests and the
+/// fuzz target to reach the record decoder behind the digests.
 pub fn frame_capture(header: &[u8], blocks: &[(u32, &[u8])], trailer: bool) -> Vec<u8> {
+    frame_capture_version(CAPTURE_FORMAT_VERSION, header, blocks, trailer)
+}
+
+/// [`frame_capture`] declaring layout `version` (a test of an older capture).
+pub fn frame_capture_version(version: u32, header: &[u8], blocks: &[(u32, &[u8])], trailer: bool) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&CAPTURE_FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&version.to_le_bytes());
     b.extend_from_slice(&(header.len() as u32).to_le_bytes());
     b.extend_from_slice(header);
     b.extend_from_slice(&Sha256::digest(header));
@@ -351,6 +374,33 @@ pub fn frame_capture(header: &[u8], blocks: &[(u32, &[u8])], trailer: bool) -> V
         b.extend_from_slice(&chain.finalize());
     }
     b
+}
+
+/// The capture file a fuzz input stands for (the fuzz target `mpicap` and
+/// the seed test read inputs so): a mode byte, then a whole file (even), or
+/// (odd) five bytes (three blocks' record counts, where to cut the rest, the
+/// world size) and the rest cut into up to three block payloads, framed with
+/// a valid header, digests and (mode % 4 == 1) the trailer. `None`: too
+/// short for its mode.
+pub fn capture_from_fuzz_input(data: &[u8]) -> Option<Vec<u8>> {
+    let (mode, rest) = data.split_first()?;
+    if mode % 2 == 0 {
+        return Some(rest.to_vec());
+    }
+    if rest.len() < 5 {
+        return None;
+    }
+    let (counts, body) = rest.split_at(5);
+    let world = 1 + u32::from(counts[4] % 2);
+    let header = serde_json::json!({"format_version": CAPTURE_FORMAT_VERSION, "tool": "fuzz", "run_id": "r", "world_rank": 0, "world_size": world,
+        "host": "h", "pid": 1, "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0,
+        "calls": ["MPI_Allreduce", "MPI_Iallreduce", "MPI_Wait", "MPI_Bcast", "MPI_Send", "MPI_Recv", "MPI_Barrier", "MPI_Waitall",
+            "Allgatherv", "Alltoallv", "Gatherv", "Scatterv", "Reduce_scatter", "Scan", "Iexscan", "Wait"]})
+    .to_string();
+    let cut1 = (usize::from(counts[3]) * body.len() / 255).min(body.len());
+    let (a, b) = body.split_at(cut1);
+    let (b, c) = b.split_at(b.len() / 2);
+    Some(frame_capture(header.as_bytes(), &[(u32::from(counts[0]), a), (u32::from(counts[1]), b), (u32::from(counts[2]), c)], mode % 4 == 1))
 }
 
 fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u32> {
@@ -394,7 +444,22 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                     n: u32_at(b, 68),
                     peer2: opt(i32_at(b, 72)),
                     tag2: opt(i32_at(b, 76)),
+                    send_counts: None,
+                    recv_counts: None,
                 });
+            }
+            REC_COUNTS if r.version >= 2 && len >= 1 && (len - 1) % 4 == 0 && b[0] < 2 => {
+                let k = (len - 1) / 4;
+                if k > limits.max_ranks as usize {
+                    refuse!(Code::OverLimit, "per-member counts of {k} members, over the limit of {} ranks", limits.max_ranks);
+                }
+                let Some(call) = r.calls.last_mut() else { refuse!(Code::BadFormat, "per-member counts before any call") };
+                let counts: Vec<u64> = b[1..].chunks_exact(4).map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+                let slot = if b[0] == 0 { &mut call.send_counts } else { &mut call.recv_counts };
+                if slot.is_some() {
+                    refuse!(Code::BadFormat, "per-member {} counts recorded twice for one call", if b[0] == 0 { "send" } else { "receive" });
+                }
+                *slot = Some(counts);
             }
             REC_DONE if len == 32 => {
                 let flags = u32_at(b, 28);
@@ -442,6 +507,7 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                 r.incomplete = Some(format!("{}: the application called MPI_Abort (error code {})", r.file.path, i32_at(b, 0)));
             }
             REC_DONE..=REC_CLOCK => refuse!(Code::BadFormat, "a record of type {ty} with {len} bytes"),
+            REC_COUNTS if r.version >= 2 => refuse!(Code::BadFormat, "a counts record of {len} bytes"),
             _ => refuse!(Code::BadFormat, "unknown record type {ty}"),
         }
         n += 1;
@@ -554,6 +620,16 @@ pub struct MpiSummary {
     /// Per rank: the index among its captured calls of each record of
     /// `ranks[].collectives`, in order (orders them against `p2p`).
     pub collective_calls: Vec<Vec<u64>>,
+    /// Per rank (format version 3): for each record of
+    /// `ranks[].collectives`, the index among its captured calls of the wait
+    /// or test that completed it where it was posted nonblocking
+    /// (`MPI_Iallreduce`, ...); absent for a blocking one, and for a
+    /// nonblocking one never seen complete (an incomplete capture). Empty in version 2.
+    #[serde(default)]
+    pub collective_completions: Vec<Vec<Option<u64>>>,
+    /// Per rank (format version 3): for each record, whether it was posted nonblocking. Empty in version 2.
+    #[serde(default)]
+    pub collective_nonblocking: Vec<Vec<bool>>,
     /// Per rank: every point-to-point operation, in call order (a
     /// `Sendrecv` is a send and a receive of one call). `replay-trace`
     /// (cpu backend) replays them between the collectives in call order;
@@ -634,6 +710,8 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         clock_models: Vec::new(),
         clock_unaligned: None,
         collective_calls: Vec::new(),
+        collective_completions: Vec::new(),
+        collective_nonblocking: Vec::new(),
         p2p: Vec::new(),
     };
     let reference = &cap.ranks[0].header.kernel_clock;
@@ -664,6 +742,7 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         let model = models.as_ref().map(|m| &m[k]);
         let mut colls = Vec::new();
         let mut coll_calls = Vec::new();
+        let (mut completions, mut nonblocking) = (Vec::new(), Vec::new());
         let mut p2p = Vec::new();
         let mut left: BTreeMap<String, u64> = BTreeMap::new();
         for (i, c) in r.calls.iter().enumerate() {
@@ -673,6 +752,8 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
                 Ok(t) => {
                     colls.push(t);
                     coll_calls.push(i as u64);
+                    nonblocking.push(c.request != 0);
+                    completions.push(if c.request != 0 { r.done.get(&c.request).map(|d| d.call) } else { None });
                 }
                 Err(reason) => {
                     *left.entry(name.clone()).or_insert(0) += 1;
@@ -682,6 +763,8 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         }
         number_sequences(&mut colls);
         summary.collective_calls.push(coll_calls);
+        summary.collective_completions.push(completions);
+        summary.collective_nonblocking.push(nonblocking);
         summary.p2p.push(p2p);
         summary.calls.push(r.calls_by_kind());
         summary.left_out.push(left);
@@ -759,6 +842,10 @@ fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary:
                 r.collectives.retain(|_| *m.next().unwrap_or(&true));
                 let mut m = mask.iter();
                 summary.collective_calls[k].retain(|_| *m.next().unwrap_or(&true));
+                let mut m = mask.iter();
+                summary.collective_completions[k].retain(|_| *m.next().unwrap_or(&true));
+                let mut m = mask.iter();
+                summary.collective_nonblocking[k].retain(|_| *m.next().unwrap_or(&true));
                 summary.incomplete.push(format!(
                     "rank {}: the last {} collectives on group {:?} are cut (another member recorded only {keep})",
                     r.rank,
@@ -830,16 +917,20 @@ fn collective_of(
         "Allreduce" => CollectiveKind::AllReduce,
         "Reduce" => CollectiveKind::Reduce,
         "Bcast" => CollectiveKind::Broadcast,
-        "Allgather" => CollectiveKind::AllGather,
-        "Reduce_scatter_block" => CollectiveKind::ReduceScatter,
-        "Alltoall" => CollectiveKind::AllToAll,
+        "Allgather" | "Allgatherv" => CollectiveKind::AllGather,
+        "Gather" | "Gatherv" => CollectiveKind::Gather,
+        "Scatter" | "Scatterv" => CollectiveKind::Scatter,
+        "Reduce_scatter_block" | "Reduce_scatter" => CollectiveKind::ReduceScatter,
+        "Alltoall" | "Alltoallv" => CollectiveKind::AllToAll,
         "Barrier" => CollectiveKind::Barrier,
+        "Scan" => CollectiveKind::Scan,
+        "Exscan" => CollectiveKind::Exscan,
         "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" => {
             return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace (cpu backend) replays it in recorded call order, so MPI matches it as it matched the application's; the phases (rank --trace, campaigns, canary verify) do not run it yet".into()))
         }
         "Probe" | "Iprobe" => return Ok(Err("a probe moves no data: not replayed".into())),
         "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {
-            return Ok(Err("completion call: a nonblocking collective's completion time is its record's host duration".into()))
+            return Ok(Err("completion call: it completes a nonblocking operation, whose record keeps the completing call (mpi.collective_completions, mpi.p2p)".into()))
         }
         "Comm_split" | "Comm_split_type" | "Comm_dup" | "Comm_create" | "Comm_free" => {
             return Ok(Err("communicator management: the trace holds the communicators as groups".into()))
@@ -871,8 +962,43 @@ fn collective_of(
             None => return Ok(Err(format!("datatype {dname:?} ({size} bytes) has no element type in the trace format"))),
         }
     };
-    if kind.row().reduces && r.ops.get(&c.op).map(String::as_str) != Some("sum") {
-        return Ok(Err(format!("reduction {:?}: the trace's reductions are sums", r.ops.get(&c.op).map(String::as_str).unwrap_or("unknown"))));
+    // the recorded reduction: absent for a sum, so that a trace of sums reads as before
+    let op = if kind.row().reduces {
+        let name = r.ops.get(&c.op).map(String::as_str).unwrap_or("unknown");
+        match super::TraceReduceOp::from_name(name) {
+            Some(super::TraceReduceOp::Sum) => None,
+            Some(o) => Some(o),
+            None => return Ok(Err(format!("reduction {name:?} (user-defined, or a pair type's MAXLOC/MINLOC) has no element-wise form in the trace"))),
+        }
+    } else {
+        None
+    };
+    // a v-call's per-member counts (capture format 2), where significant on this rank
+    let is_v = matches!(base, "Allgatherv" | "Gatherv" | "Scatterv" | "Alltoallv" | "Reduce_scatter");
+    // the root is recorded as a world rank
+    let at_root = c.peer.is_some_and(|p| i64::from(p) == i64::from(r.header.world_rank));
+    let (in_split, out_split) = match base {
+        "Allgatherv" => (None, c.recv_counts.clone()),
+        "Gatherv" => (None, if at_root { c.recv_counts.clone() } else { None }),
+        "Scatterv" => (if at_root { c.send_counts.clone() } else { None }, None),
+        "Alltoallv" => (c.send_counts.clone(), c.recv_counts.clone()),
+        "Reduce_scatter" => (c.recv_counts.clone(), None),
+        _ => (None, None),
+    };
+    let needs_in = matches!(base, "Alltoallv" | "Reduce_scatter") || (base == "Scatterv" && at_root);
+    let needs_out = matches!(base, "Allgatherv" | "Alltoallv") || (base == "Gatherv" && at_root);
+    // a version-1 capture has no counts on any member: every v-call is left out alike (not only where they matter)
+    if is_v && (r.version < 2 || (needs_in && in_split.is_none()) || (needs_out && out_split.is_none())) {
+        return Ok(Err(if r.version < 2 {
+            format!("a v-call in a capture of format {}, which records only its summed counts: capture again with this build (format {CAPTURE_FORMAT_VERSION} records the per-member counts)", r.version)
+        } else {
+            "a v-call whose per-member counts were not recorded (a communicator too large for one record)".into()
+        }));
+    }
+    for v in [&in_split, &out_split].into_iter().flatten() {
+        if v.len() != members.len() {
+            return Ok(Err(format!("{} per-member counts on a communicator of {} members", v.len(), members.len())));
+        }
     }
     let root = if kind.is_rooted() {
         match c.peer {
@@ -883,7 +1009,8 @@ fn collective_of(
         None
     };
     let (ins, outs) = if kind == CollectiveKind::Barrier { (0, 0) } else { (c.count_send, c.count_recv) };
-    let mut t = TraceCollective::new(kind, &format!("MPI_{name}"), &gname, dtype, (ins, outs), (None, None), (root, None));
+    let mut t = TraceCollective::new(kind, &format!("MPI_{name}"), &gname, dtype, (ins, outs), (in_split, out_split), (root, None));
+    t.op = op;
     // on rank 0's clock where every rank's was fitted
     let on_ref = |ns: u64| model.map_or(ns, |m| m.to_reference(ns).max(0.0).round() as u64);
     t.host_start_ns = Some(on_ref(c.t_issue_ns));
@@ -899,44 +1026,29 @@ mod tests {
 
     /// A capture file as the library writes it (layout: capture/src/format.rs), from records.
     fn file(rank: u32, world: u32, run: &str, blocks: &[Vec<(u8, Vec<u8>)>], trailer: bool) -> Vec<u8> {
-        let calls: Vec<&str> = vec!["Allreduce", "Iallreduce", "Wait"];
-        let h = serde_json::json!({"format_version": 1, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world, "host": "h", "pid": 1,
+        file_v(CAPTURE_FORMAT_VERSION, &["Allreduce", "Iallreduce", "Wait"], rank, world, run, blocks, trailer)
+    }
+
+    /// [`file`] at layout `version`, with the header naming `calls`.
+    fn file_v(version: u32, calls: &[&str], rank: u32, world: u32, run: &str, blocks: &[Vec<(u8, Vec<u8>)>], trailer: bool) -> Vec<u8> {
+        let h = serde_json::json!({"format_version": version, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world, "host": "h", "pid": 1,
             "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0, "calls": calls})
         .to_string();
-        let mut b = Vec::new();
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&1u32.to_le_bytes());
-        b.extend_from_slice(&(h.len() as u32).to_le_bytes());
-        b.extend_from_slice(h.as_bytes());
-        b.extend_from_slice(&Sha256::digest(h.as_bytes()));
-        let (mut chain, mut records) = (Sha256::new(), 0u64);
-        for (seq, recs) in blocks.iter().enumerate() {
-            let mut payload = Vec::new();
-            for (ty, p) in recs {
-                payload.push(*ty);
-                payload.push(0);
-                payload.extend_from_slice(&(p.len() as u16).to_le_bytes());
-                payload.extend_from_slice(p);
-            }
-            let mut head = Vec::new();
-            head.extend_from_slice(&(seq as u64).to_le_bytes());
-            head.extend_from_slice(&(recs.len() as u32).to_le_bytes());
-            head.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            let digest = Sha256::new().chain_update(&head).chain_update(&payload).finalize();
-            chain.update(digest);
-            records += recs.len() as u64;
-            b.extend_from_slice(BLOCK_MAGIC);
-            b.extend_from_slice(&head);
-            b.extend_from_slice(&payload);
-            b.extend_from_slice(&digest);
-        }
-        if trailer {
-            b.extend_from_slice(TRAILER_MAGIC);
-            b.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
-            b.extend_from_slice(&records.to_le_bytes());
-            b.extend_from_slice(&chain.finalize());
-        }
-        b
+        let payloads: Vec<(u32, Vec<u8>)> = blocks
+            .iter()
+            .map(|recs| {
+                let mut payload = Vec::new();
+                for (ty, p) in recs {
+                    payload.push(*ty);
+                    payload.push(0);
+                    payload.extend_from_slice(&(p.len() as u16).to_le_bytes());
+                    payload.extend_from_slice(p);
+                }
+                (recs.len() as u32, payload)
+            })
+            .collect();
+        let framed: Vec<(u32, &[u8])> = payloads.iter().map(|(n, p)| (*n, p.as_slice())).collect();
+        frame_capture_version(version, h.as_bytes(), &framed, trailer)
     }
 
     /// An all-reduce of 4 doubles on communicator 1 (the world of 2), as the library writes it.
@@ -995,6 +1107,113 @@ mod tests {
         // the written trace reads back (format version 2)
         let back = CommTrace::from_slice(&serde_json::to_vec(&t).unwrap()).unwrap();
         assert_eq!(back, t);
+    }
+
+    /// A call record of kind `kind` on communicator 1 with datatype 1 and op `op`.
+    fn call(kind: u16, (send, recv): (u64, u64), op: u16, root: Option<i32>, request: u64) -> (u8, Vec<u8>) {
+        let mut c = vec![0u8; CALL_LEN];
+        c[0..2].copy_from_slice(&kind.to_le_bytes());
+        c[4..8].copy_from_slice(&1u32.to_le_bytes());
+        c[8..16].copy_from_slice(&100u64.to_le_bytes());
+        c[16..24].copy_from_slice(&150u64.to_le_bytes());
+        c[24..32].copy_from_slice(&send.to_le_bytes());
+        c[32..40].copy_from_slice(&recv.to_le_bytes());
+        c[40..42].copy_from_slice(&1u16.to_le_bytes());
+        c[42..44].copy_from_slice(&1u16.to_le_bytes());
+        c[44..46].copy_from_slice(&op.to_le_bytes());
+        for o in [48, 52, 72, 76] {
+            c[o..o + 4].copy_from_slice(&NONE.to_le_bytes());
+        }
+        if let Some(r) = root {
+            c[48..52].copy_from_slice(&r.to_le_bytes());
+        }
+        c[56..64].copy_from_slice(&request.to_le_bytes());
+        (REC_CALL, c)
+    }
+
+    fn counts(side: u8, v: &[u32]) -> (u8, Vec<u8>) {
+        let mut p = vec![side];
+        v.iter().for_each(|k| p.extend_from_slice(&k.to_le_bytes()));
+        (REC_COUNTS, p)
+    }
+
+    /// Every v-variant with its per-member counts, a scan, and a reduction other than a sum, on 2 ranks.
+    fn v_calls(rank: u32) -> Vec<(u8, Vec<u8>)> {
+        let mut b = allreduce_block(0, 0);
+        b.pop(); // keep the communicator, datatype and sum op; drop the all-reduce
+        let mut max = 2u16.to_le_bytes().to_vec();
+        max.extend_from_slice(b"max");
+        b.push((REC_OP, max));
+        let mine = u64::from(rank) + 1;
+        // Allgatherv: each sends rank + 1, receives [1, 2]
+        b.push(call(0, (mine, 3), 0, None, 0));
+        b.push(counts(1, &[1, 2]));
+        // Exscan with MPI_MAX
+        b.push(call(1, (2, 2), 2, None, 0));
+        // Reduce_scatter of blocks [1, 2]: in 3, out this member's
+        b.push(call(2, (3, mine), 1, None, 0));
+        b.push(counts(1, &[1, 2]));
+        // Igatherv to rank 0: only the root has (and records) the counts; completed by the Wait after it
+        b.push(call(3, (mine, if rank == 0 { 3 } else { 0 }), 0, Some(0), 9));
+        if rank == 0 {
+            b.push(counts(1, &[1, 2]));
+        }
+        b.push(call(4, (0, 0), 0, None, 9));
+        let mut done = vec![0u8; 32];
+        done[0..8].copy_from_slice(&9u64.to_le_bytes());
+        done[8..16].copy_from_slice(&400u64.to_le_bytes());
+        b.push((REC_DONE, done));
+        b
+    }
+
+    const V_KINDS: [&str; 6] = ["Allgatherv", "Exscan", "Reduce_scatter", "Igatherv", "Wait", "Gatherv"];
+
+    #[test]
+    fn v_variants_scans_and_other_reductions_import_with_their_counts_and_op() {
+        let files: Vec<(u32, Vec<u8>)> = (0..2).map(|r| (r, file_v(2, &V_KINDS, r, 2, "r", &[v_calls(r)], true))).collect();
+        let d = write_dir(&files);
+        let t = to_trace(&read_dir(d.path(), false, &Limits::default()).unwrap()).unwrap();
+        assert_eq!(t.format_version, super::super::COMM_TRACE_MPI_FORMAT_VERSION);
+        let m = t.mpi.as_ref().unwrap();
+        assert!(m.left_out.iter().all(|l| l.keys().all(|k| k == "Wait")), "{:?} {:?}", m.left_out, m.left_out_reasons);
+        let c = &t.ranks[1].collectives;
+        assert_eq!((c[0].kind, c[0].in_elems, c[0].out_split_elems.clone()), (CollectiveKind::AllGather, 2, Some(vec![1, 2])));
+        assert_eq!((c[1].kind, c[1].op), (CollectiveKind::Exscan, Some(super::super::TraceReduceOp::Max)));
+        assert_eq!((c[2].kind, c[2].in_split_elems.clone(), c[2].out_elems, c[2].op), (CollectiveKind::ReduceScatter, Some(vec![1, 2]), 2, None));
+        assert_eq!((c[3].kind, c[3].root, c[3].out_elems, c[3].out_split_elems.clone()), (CollectiveKind::Gather, Some(0), 0, None));
+        assert_eq!(t.ranks[0].collectives[3].out_split_elems, Some(vec![1, 2]));
+        // the nonblocking gather: posted at call 3, completed by the wait, call 4
+        assert_eq!(
+            (m.collective_calls[0][3], m.collective_nonblocking[0].clone(), m.collective_completions[0][3]),
+            (3, vec![false, false, false, true], Some(4))
+        );
+        // a sum stays unwritten: the record reads as a trace of sums always did
+        assert!(!serde_json::to_string(&c[2]).unwrap().contains("\"op\""));
+        assert_eq!(CommTrace::from_slice(&serde_json::to_vec(&t).unwrap()).unwrap(), t);
+        // members that disagree on what they send and receive are refused
+        let mut bad = t.clone();
+        bad.ranks[0].collectives[0].out_split_elems = Some(vec![2, 1]);
+        let e = CommTrace::from_slice(&serde_json::to_vec(&bad).unwrap()).unwrap_err();
+        assert!(format!("{e:#}").contains("counts disagree"), "{e:#}");
+    }
+
+    #[test]
+    fn v_calls_of_a_version_1_capture_are_left_out_saying_why() {
+        // version 1 has no counts record: the same calls without them
+        let strip = |r: u32| v_calls(r).into_iter().filter(|(ty, _)| *ty != REC_COUNTS).collect::<Vec<_>>();
+        let files: Vec<(u32, Vec<u8>)> = (0..2).map(|r| (r, file_v(1, &V_KINDS, r, 2, "r", &[strip(r)], true))).collect();
+        let d = write_dir(&files);
+        let t = to_trace(&read_dir(d.path(), false, &Limits::default()).unwrap()).unwrap();
+        let m = t.mpi.as_ref().unwrap();
+        assert_eq!((m.left_out[0]["Allgatherv"], m.left_out[0]["Reduce_scatter"], m.left_out[0]["Igatherv"]), (1, 1, 1), "{:?}", m.left_out);
+        assert!(m.left_out_reasons["Allgatherv"].contains("format 1"), "{:?}", m.left_out_reasons);
+        // the exscan needs no counts and is kept; off the root a gather-v has none to record
+        assert_eq!(t.ranks[0].collectives.iter().map(|c| c.kind).collect::<Vec<_>>(), vec![CollectiveKind::Exscan]);
+        assert!(!m.left_out[1].contains_key("Exscan"));
+        // a counts record in a version-1 file is refused as an unknown record
+        let files = [(0, file_v(1, &V_KINDS, 0, 1, "r", &[v_calls(0)], true))];
+        let d = write_dir(&files);
+        assert_eq!(code_of(&read_dir(d.path(), false, &Limits::default()).unwrap_err()), Some(Code::BadFormat));
     }
 
     #[test]

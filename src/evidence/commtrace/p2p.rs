@@ -269,6 +269,8 @@ mod tests {
                 clock_models: vec![None; n],
                 clock_unaligned: None,
                 collective_calls: vec![vec![]; n],
+                collective_completions: vec![vec![]; n],
+                collective_nonblocking: vec![vec![]; n],
                 p2p,
             }),
         }

@@ -70,6 +70,9 @@ pub(crate) struct ReplayFile {
     /// The timed pass's point-to-point operations (an MPI capture's `mpi.p2p`, on the cpu backend); absent where none ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p2p: Option<exec::P2pReport>,
+    /// The timed pass's nonblocking collectives (an MPI capture's, on the cpu backend); absent where none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonblocking: Option<exec::NonblockingReport>,
 }
 
 /// One rank's files in [`ReplayIndex`].
@@ -171,7 +174,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
     let switches_before = involuntary_switches();
     let started_unix_ms = crate::core::clock::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
-    let (records, workload, p2p) = match run(&world, &trace).and_then(|r| {
+    let (records, workload, p2p, nonblocking) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let header = ReplayHeader {
             tool: format!("commcanary {}", crate::core::identity::VERSION_LONG),
@@ -185,7 +188,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             started_unix_ms,
             finished_unix_ms: crate::core::clock::unix_ms(),
         };
-        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records, p2p: r.p2p };
+        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records, p2p: r.p2p, nonblocking: r.nonblocking };
         let mut files = Vec::new();
         let name = format!("replay-trace.rank-{rank}.json");
         crate::core::fsutil::write_json_new(&out.join(&name), &file)?;
@@ -196,7 +199,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
         }
         write_replay_index(&world, out, &trace_sha256, &files)?;
-        Ok((file.records, r.workload, file.p2p))
+        Ok((file.records, r.workload, file.p2p, file.nonblocking))
     }) {
         Ok(r) => r,
         Err(e) => {
@@ -232,6 +235,14 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
                     None => "receives not checked (--check)".into(),
                 },
                 p.host_ns as f64 / 1e3
+            );
+        }
+        if let Some(b) = &nonblocking {
+            println!(
+                "rank {rank}: {} collectives replayed nonblocking (posted with their MPI_I* call, {} waits at their recorded completing calls{})",
+                b.posted,
+                b.waits,
+                if b.never_completed > 0 { format!(", {} never seen complete: waited for at the end of the pass", b.never_completed) } else { String::new() }
             );
         }
         let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();

@@ -128,6 +128,8 @@ impl CudaTraceExec {
     /// `nccl_path` and split it into every group of the trace (collective
     /// over `world`: every rank calls this).
     pub fn new(world: &SimpleCommunicator, local_rank: u32, nccl_path: &Path, trace: &CommTrace, timeout: Duration) -> Result<Self> {
+        // what NCCL has no operation for is refused first, on every rank alike
+        crate::evidence::commtrace::exec::refuse_unsupported(trace, "cuda", &crate::evidence::commtrace::exec::nccl_cannot_run)?;
         if let Some(why) = super::unavailable_reason() {
             bail!("{why}");
         }
@@ -217,7 +219,7 @@ impl CudaTraceExec {
             let (rp, _r) = recv.device_ptr_mut(&self.stream);
             (sp, rp)
         };
-        let calls = nccl_calls(&share.call(), sp, rp, dtype, width, sys::NCCL_SUM);
+        let calls = nccl_calls(&share.call(), sp, rp, dtype, width, sys::NCCL_SUM).map_err(anyhow::Error::msg)?;
         let wire = share.input_len() as u64 * width;
         Ok(Slot { share, send, recv, recv_bytes, calls, wire, ran: None })
     }
@@ -467,7 +469,7 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
         // peers may be inside a collective or past the end: destroying would wait for them
         exec.abort();
     }
-    result.map(|records| ReplayOutput { records, workload: None, p2p: None })
+    result.map(|records| ReplayOutput { records, workload: None, p2p: None, nonblocking: None })
 }
 
 /// The workload pace (see [`workload`]).
@@ -488,7 +490,7 @@ fn workload(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: 
     let result = exec.prepare(&mine.collectives).and_then(|_| {
         let (records, report) = workload::run(world, &mut exec, trace, &plan, o, timeout, stands_for)?;
         exec.verify(&mine.collectives)?;
-        Ok(ReplayOutput { records, workload: Some(report), p2p: None })
+        Ok(ReplayOutput { records, workload: Some(report), p2p: None, nonblocking: None })
     });
     if result.is_err() {
         exec.abort();
