@@ -20,6 +20,6 @@ mkdir -p "$out"
 # the truth runs the same input and step count (examples/lammps-canary-truth.toml)
 steps=$(sed -n 's/.*"steps", "\([0-9]*\)".*/\1/p' examples/lammps-canary-truth.toml)
 (cd "$out" && mpirun -n 2 "$OLDPWD/$bin" capture -o cap -- lmp -in "$OLDPWD/examples/lammps/in.lj-melt" -var steps "$steps" -log none -screen none)
-"$bin" import mpi "$out/cap" -o "$out/lammps.json"
+"$bin" import mpi "$out/cap" -o "$out/lammps.json" --for-phases
 "$bin" canary compile "$out/lammps.json" -o "$out/lammps.canary.json"
 "$bin" canary verify "$out/lammps.json" "$out/lammps.canary.json" --configs examples/lammps-canary-truth.toml --rounds "$rounds" --passes "$passes" -o "$out/verify" | tee "$out/verify.txt"

@@ -60,7 +60,7 @@ impl OwnOp {
         let name = row.name;
         let misuse = |why: String| BackendError::Misuse(format!("{name} of {bytes} bytes: {why}"));
         // the own path runs what a sweep or a phase runs on the world: not the kinds only a trace replay runs
-        if matches!(row.buffers, Buffers::GatherToRoot | Buffers::ScatterFromRoot) || matches!(kind, CollectiveKind::Scan | CollectiveKind::Exscan) {
+        if row.replay_only {
             return Err(misuse("the own path (sweeps and phases) does not run this kind; replay-trace --backend cpu replays it from a trace".into()));
         }
         if bytes % dtype.size_bytes() != 0 {
@@ -184,7 +184,7 @@ mod tests {
             for row in KINDS {
                 let bytes = if row.kind == CollectiveKind::Barrier { 0 } else { 4 * 12 };
                 // gather, scatter and the scans run only in a trace replay: the own path refuses them
-                if matches!(row.kind, CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan) {
+                if row.replay_only {
                     assert!(OwnOp::new(row.kind, bytes, Dtype::F32, n, 0).is_err(), "{}", row.name);
                     continue;
                 }

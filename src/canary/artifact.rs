@@ -128,6 +128,9 @@ pub struct Identity {
     pub peer: Option<u32>,
     /// Device stream.
     pub stream: Option<u64>,
+    /// The recorded reduction where not a sum (an MPI capture's); absent otherwise, and in artifacts made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<crate::core::collective::TraceReduceOp>,
 }
 
 impl Identity {

@@ -104,6 +104,7 @@ pub(crate) fn identity_of(c: &TraceCollective) -> Identity {
         root: c.root,
         peer: c.peer,
         stream: c.stream,
+        op: c.op,
     }
 }
 

@@ -94,6 +94,7 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
                 (id.root, id.peer),
             );
             tc.stream = id.stream;
+            tc.op = id.op;
             let (gap, span, compute) = (value_at(&rs.gap_ns, j, pos, ms), value_at(&rs.span_ns, j, pos, ms), value_at(&rs.compute_ns, j, pos, ms));
             match (gap, span) {
                 (Some(g), Some(d)) => {

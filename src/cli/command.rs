@@ -156,7 +156,7 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
 fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     use crate::evidence::commtrace::{mpi, render_counts, Limits};
     let cap = mpi::read_dir(&a.dir, a.allow_incomplete, &Limits::default())?;
-    let t = mpi::to_trace(&cap).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    let t = mpi::to_trace_with(&cap, a.for_phases).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
     crate::core::fsutil::write_json_new(&a.output, &t)?;
     let m = t.mpi.as_ref().context("import mpi wrote no mpi section")?;
     if a.json {

@@ -454,6 +454,11 @@ pub struct ImportMpiArgs {
     /// Print every rank's calls per kind (and those the trace leaves out) as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Keep only the collectives the phases run (`rank --trace`, campaigns, `canary verify`): gather, scatter,
+    /// the scans, all-gather-v, reduce-scatter with counts and logical or bitwise reductions are left out, counted
+    /// with the reason (without it every collective is kept: `replay-trace` runs them all, the phases refuse them).
+    #[arg(long)]
+    pub for_phases: bool,
 }
 
 /// `commcanary capture`.

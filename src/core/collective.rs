@@ -142,6 +142,10 @@ pub struct KindRow {
     pub sweep_help: Option<&'static str>,
     /// Where its result lands and is checked.
     pub lands: Lands,
+    /// Only `replay-trace --backend cpu` runs it (MPI's gather, scatter and
+    /// scans): NCCL has no operation for it, and the own path (sweeps, the
+    /// world collectives of the phases) and the phases' shards do not hold it.
+    pub replay_only: bool,
 }
 
 /// The kind table, in [`CollectiveKind`]'s order. Adding a kind is a variant, a
@@ -160,6 +164,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::TwiceShare),
         sweep_help: Some("All-reduce (`all_reduce_perf`)"),
         lands: Lands::Everywhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::AllGather,
@@ -173,6 +178,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::Share),
         sweep_help: Some("All-gather (`all_gather_perf`)"),
         lands: Lands::Everywhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::ReduceScatter,
@@ -186,6 +192,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::Share),
         sweep_help: Some("Reduce-scatter (`reduce_scatter_perf`)"),
         lands: Lands::Everywhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Broadcast,
@@ -199,6 +206,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::One),
         sweep_help: Some("Broadcast from rank 0 (`broadcast_perf -r 0`)"),
         lands: Lands::Everywhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Reduce,
@@ -212,6 +220,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::One),
         sweep_help: Some("Reduce to rank 0 (`reduce_perf -r 0`)"),
         lands: Lands::OnRoot,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::AllToAll,
@@ -225,6 +234,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: Some(BusBw::Share),
         sweep_help: Some("All-to-all, an even split (`alltoall_perf`)"),
         lands: Lands::Everywhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Barrier,
@@ -238,6 +248,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::Nowhere,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Send,
@@ -251,6 +262,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::AtPeer,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Recv,
@@ -264,6 +276,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::Here,
+        replay_only: false,
     },
     KindRow {
         kind: CollectiveKind::Gather,
@@ -277,6 +290,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::OnRoot,
+        replay_only: true,
     },
     KindRow {
         kind: CollectiveKind::Scatter,
@@ -290,6 +304,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::Everywhere,
+        replay_only: true,
     },
     KindRow {
         kind: CollectiveKind::Scan,
@@ -303,6 +318,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::Everywhere,
+        replay_only: true,
     },
     KindRow {
         kind: CollectiveKind::Exscan,
@@ -316,6 +332,7 @@ pub const KINDS: [KindRow; 13] = [
         bus_bw: None,
         sweep_help: None,
         lands: Lands::Everywhere,
+        replay_only: true,
     },
 ];
 

@@ -27,10 +27,13 @@
 //! in rank order), the other kinds left out and counted. Refuses what the
 //! phases cannot run as recorded: another world size, a trace without times
 //! (an execution trace), and with `--trace-allreduce-only` an all-reduce of
-//! a sub-group or of another dtype than f32/bf16. The trace does not
-//! record the reduction (nor do NCCL's kernel names show it): the phases run
-//! sums. The phase record's origin counts, per kind, what ran and what was
-//! left out per pass, with dtypes and sizes.
+//! a sub-group or of another dtype than f32/bf16, and (UNSUPPORTED_OPERATION,
+//! on every rank before any collective) what a shard cannot hold or the
+//! phases cannot run: gather, scatter, the scans, v-variants of all-gather
+//! and reduce-scatter, logical and bitwise reductions. A reduction the trace
+//! records (an MPI capture's max, min, prod) runs as recorded, as a trace
+//! operation; a trace without one runs sums. The phase record's origin
+//! counts, per kind, what ran and what was left out per pass, with dtypes and sizes.
 use crate::core::limits::check_replay_gaps;
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
@@ -225,7 +228,7 @@ pub(crate) fn comm_trace_entries(
     // what the phases cannot run as recorded, refused on every rank alike before any collective
     for r in &t.ranks {
         for (i, c) in r.collectives.iter().enumerate() {
-            if let Some(why) = phases_cannot_run(c, allreduce_only) {
+            if let Some(why) = exec::phases_cannot_run(c, allreduce_only) {
                 crate::refuse!(
                     crate::core::refusal::Code::UnsupportedOperation,
                     "--trace {}: rank {}, collective {i} ({} on group {:?}): {why}; `replay-trace --backend cpu` replays it",
@@ -278,7 +281,8 @@ pub(crate) fn comm_trace_entries(
             ));
         }
         count.run_per_pass += 1;
-        let op = if c.kind == CollectiveKind::AllReduce && members == world && dtype.workload().is_some() {
+        // the world all-reduce sums: a recorded other reduction runs as a trace operation
+        let op = if c.kind == CollectiveKind::AllReduce && members == world && dtype.workload().is_some() && c.op.is_none() {
             None
         } else {
             let gi =
@@ -331,26 +335,6 @@ pub(crate) fn comm_trace_entries(
     };
     let ops = (!op_colls.is_empty()).then(|| TraceOps { trace: std::sync::Arc::new(t.clone()), colls: op_colls, groups: groups.into_values().collect() });
     Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops })
-}
-
-/// Why the phases (`rank --trace`, campaigns, `canary verify`) cannot run
-/// `c` as recorded, or `None`: they run the kinds a shard records (not
-/// gather, scatter, scan or exscan), all-gathers and reduce-scatters of
-/// equal blocks (not their v-variants), and sums (the shard records no
-/// reduction). With `allreduce_only` only the all-reduces run: only their reduction matters.
-pub fn phases_cannot_run(c: &crate::evidence::commtrace::TraceCollective, allreduce_only: bool) -> Option<String> {
-    use crate::evidence::commtrace::CollectiveKind as K;
-    if allreduce_only && c.kind != K::AllReduce {
-        return None;
-    }
-    let phases = "the phases (rank --trace, campaigns, canary verify) cannot run it";
-    match c.kind {
-        K::Gather | K::Scatter | K::Scan | K::Exscan => Some(format!("{} is not a kind a shard records: {phases}", c.kind.label())),
-        K::AllGather | K::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
-            Some(format!("{} with per-member counts (a v-variant): {phases}", c.kind.label()))
-        }
-        _ => c.op.map(|o| format!("{} with reduction {}: the phases run sums (a shard records no reduction), so {phases}", c.kind.label(), o.name())),
-    }
 }
 
 /// Logical bytes of an imported collective as a shard records it: its input

@@ -97,7 +97,7 @@ mod tests {
         for n in 1u32..=4 {
             for row in KINDS {
                 // the kinds NCCL has no operation for: refused, never an empty call
-                if row.bus_bw.is_none() && !row.p2p && row.kind != CollectiveKind::Barrier {
+                if row.replay_only {
                     let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::F32, (4, 4), (None, None), (row.rooted.then_some(0), None));
                     assert!(crate::evidence::commtrace::exec::nccl_cannot_run(&c).is_some(), "{}", row.name);
                     continue;

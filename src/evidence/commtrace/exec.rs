@@ -275,13 +275,36 @@ pub struct NonblockingReport {
 /// with per-member counts, and reduces with sum, prod, max, min and avg only.
 pub fn nccl_cannot_run(c: &TraceCollective) -> Option<String> {
     match c.kind {
-        CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan => {
-            Some(format!("{} has no NCCL operation", c.kind.label()))
-        }
+        k if k.row().replay_only => Some(format!("{} has no NCCL operation", k.label())),
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
             Some(format!("{} with per-member counts ({}) has no NCCL operation", c.kind.label(), c.source_name))
         }
         _ => c.op.filter(|o| !o.in_nccl()).map(|o| format!("reduction {} has no NCCL operation (sum, prod, max, min, avg)", o.name())),
+    }
+}
+
+/// Why the phases (`rank --trace`, campaigns, `canary verify`) cannot run
+/// `c` as recorded, or `None`: they run the kinds a shard records (not
+/// gather, scatter, scan or exscan), all-gathers and reduce-scatters of
+/// equal blocks (not their v-variants), and the reductions sum, prod, max
+/// and min (a recorded one runs as a trace operation; the shard names the
+/// trace that holds it). With `allreduce_only` only the all-reduces run, as
+/// the world all-reduce, which sums: another reduction is refused.
+pub fn phases_cannot_run(c: &TraceCollective, allreduce_only: bool) -> Option<String> {
+    use CollectiveKind as K;
+    if allreduce_only && c.kind != K::AllReduce {
+        return None;
+    }
+    let phases = "the phases (rank --trace, campaigns, canary verify) cannot run it";
+    match c.kind {
+        k if k.row().replay_only => Some(format!("{} is not a kind a shard records: {phases}", k.label())),
+        K::AllGather | K::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
+            Some(format!("{} with per-member counts (a v-variant): {phases}", c.kind.label()))
+        }
+        _ if allreduce_only => {
+            c.op.map(|o| format!("all-reduce with reduction {}: with --trace-allreduce-only the phases run world all-reduces as sums", o.name()))
+        }
+        _ => c.op.filter(|&o| replay_op(o).is_none()).map(|o| format!("{} with reduction {}: {phases} (sum, prod, max and min run)", c.kind.label(), o.name())),
     }
 }
 

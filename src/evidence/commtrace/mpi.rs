@@ -696,8 +696,16 @@ fn group_name(members: &[u32], ordinal: u32) -> String {
     format!("mpi-{}-n{}-{ordinal}", &hex::encode(h.finalize())[..12], members.len())
 }
 
-/// Build the trace: the collectives it can hold, per rank in call order.
+/// Build the trace: every collective, per rank in call order.
 pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
+    to_trace_with(cap, false)
+}
+
+/// [`to_trace`]; with `for_phases` only the collectives the phases run
+/// (`rank --trace`, campaigns, `canary verify`: not gather, scatter, the
+/// scans, the v-variants of all-gather and reduce-scatter, logical and
+/// bitwise reductions), the others left out with the reason (`import mpi --for-phases`).
+pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
     let world = cap.ranks[0].header.world_size;
     let mut groups: BTreeMap<String, TraceGroup> = BTreeMap::new();
     let mut ranks = Vec::new();
@@ -748,7 +756,11 @@ pub fn to_trace(cap: &MpiCapture) -> Result<CommTrace> {
         for (i, c) in r.calls.iter().enumerate() {
             let name = r.kind_name(c).to_string();
             p2p.extend(p2p_of(r, i as u64, c, model));
-            match collective_of(r, c, model, &mut groups)? {
+            let kept = collective_of(r, c, model, &mut groups)?.and_then(|t| match super::exec::phases_cannot_run(&t, false).filter(|_| for_phases) {
+                Some(why) => Err(format!("left out for the phases (--for-phases): {why}")),
+                None => Ok(t),
+            });
+            match kept {
                 Ok(t) => {
                     colls.push(t);
                     coll_calls.push(i as u64);

@@ -155,11 +155,13 @@ impl<B: Backend> Runner<'_, B> {
         let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
+        // the recorded reduction (an MPI capture's max, min, prod; the trace the shard names holds it), else a sum
+        let reduce = c.op.and_then(crate::evidence::commtrace::exec::replay_op).unwrap_or(crate::core::workload::ReduceOp::Sum);
         let host_issue_ns = self.clock.now_ns();
-        self.backend.run_trace_op(op.index, c, crate::core::workload::ReduceOp::Sum, checked)?;
+        self.backend.run_trace_op(op.index, c, reduce, checked)?;
         let wait_end_ns = self.clock.now_ns();
         // the check reads the result back after the timed call, never inside it
-        let found = if checked { Some(self.backend.check_trace_op(op.index, c, crate::core::workload::ReduceOp::Sum, corrupt)?) } else { None };
+        let found = if checked { Some(self.backend.check_trace_op(op.index, c, reduce, corrupt)?) } else { None };
         if checked {
             self.checked_in_phase += 1;
             if let Some(why) = found.and_then(|f| f.first_wrong) {
