@@ -226,7 +226,7 @@ fn every_kind_of_the_table_imports_exports_and_replays_checked_on_cpu() {
     let d = tempfile::tempdir().unwrap();
     let files = fixture_files("kineto");
     let t = import_ok("kineto", &[&files[0], &files[1]], &d.path().join("k.json"));
-    let (v, rows) = with_every_kind(&t, true);
+    let (v, rows) = with_every_kind(&t, true, false);
     assert_eq!(rows.len(), KINDS.len());
     let k = write(d.path(), "every-kind.json", &v);
     // the ET export reads back field for field; the PARAM export names every kind PARAM's way

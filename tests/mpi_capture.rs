@@ -133,7 +133,7 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
     }
     // the written trace reads back through the trace reader and holds what the summary says
     let t = commcanary::evidence::commtrace::CommTrace::read(&trace).unwrap();
-    assert_eq!(t.format_version, 2);
+    assert_eq!(t.format_version, 3);
     // every rank's clock fitted against rank 0's from the two windows: times on one timebase
     let m = t.mpi.as_ref().unwrap();
     assert!(t.clock.aligned_across_ranks && m.clock_models.iter().all(Option::is_some), "{:?} {:?}", t.clock, m.clock_unaligned);
@@ -141,6 +141,12 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         let left: u64 = v["ranks"][r]["left_out"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
         let all: u64 = calls[r].values().sum();
         assert_eq!(rt.collectives.len() as u64, all - left, "rank {r}: the trace holds every call not left out");
+        // every collective is in the trace: what is left out is point-to-point (in mpi.p2p), probes, completions, communicators
+        for k in m.left_out[r].keys() {
+            let kept_elsewhere = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend", "Recv", "Irecv", "Sendrecv", "Sendrecv_replace"];
+            let bookkeeping = k.starts_with("Wait") || k.starts_with("Test") || k.starts_with("Comm_") || k.ends_with("probe") || k == "Probe";
+            assert!(kept_elsewhere.contains(&k.as_str()) || bookkeeping, "rank {r}: {k} left out: {:?}", m.left_out_reasons.get(k));
+        }
     }
     // every point-to-point operation is in mpi.p2p, a nonblocking one with the call that completed it
     for (r, ops) in m.p2p.iter().enumerate() {
@@ -176,6 +182,18 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
             "rank {r}: every receive checked or named unmatched: {p}"
         );
     }
+    // nonblocking collectives were replayed nonblocking, each waited for at its recorded completing call
+    for (r, flags) in m.collective_nonblocking.iter().enumerate() {
+        let f: serde_json::Value = serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+        let posted = flags.iter().filter(|&&b| b).count() as u64;
+        let want: u64 = calls[r]
+            .iter()
+            .filter(|(k, _)| k.starts_with('I') && !["Isend", "Issend", "Ibsend", "Irsend", "Irecv", "Iprobe"].contains(&k.as_str()))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(posted, want, "rank {r}: every I-collective is marked nonblocking");
+        assert_eq!(f.get("nonblocking").map(|b| b["posted"].as_u64()), if posted > 0 { Some(Some(posted)) } else { None }, "rank {r}: {f}");
+    }
     if m.p2p.iter().any(|ops| !ops.is_empty()) {
         // the negative control: rank 1's received bytes spoiled, the check must say which receive
         let bad = d.path().join("replay-bad");
@@ -192,8 +210,8 @@ fn c_program_every_rank_has_exactly_the_counted_calls_on_2_and_4_ranks() {
     let app = t.app.to_str().unwrap();
     for n in [2, 4] {
         let calls = counts_agree(t, n, &[app, "20"]);
-        // and the program's own arithmetic: 20 iterations of 2 Irecv and 2 Wait, one Waitall
-        assert_eq!((calls[0]["Irecv"], calls[0]["Wait"], calls[0]["Waitall"], calls[0]["Comm_free"]), (40, 40, 20, 2), "{calls:?}");
+        // and the program's own arithmetic: 20 iterations of 2 Irecv, 3 Wait and 2 Waitall
+        assert_eq!((calls[0]["Irecv"], calls[0]["Wait"], calls[0]["Waitall"], calls[0]["Comm_free"]), (40, 60, 40, 2), "{calls:?}");
     }
 }
 
@@ -283,7 +301,7 @@ fn an_aborted_run_is_incomplete_refused_or_imported_marked() {
     let why = v["incomplete"].as_array().unwrap();
     assert!(why.iter().any(|w| w.as_str().unwrap().contains("MPI_Abort")), "{why:?}");
     // rank 0 recorded its 5 iterations before the abort (what it wrote is kept)
-    assert_eq!(calls[0].get("Allreduce"), Some(&5), "{calls:?}");
+    assert_eq!(calls[0].get("Bcast"), Some(&5), "{calls:?}");
     let tr = commcanary::evidence::commtrace::CommTrace::read(&out).unwrap();
     // no MPI_Finalize, so no second clock window: the times stay per rank, and the trace says why
     assert!(!tr.clock.aligned_across_ranks && tr.clock.note.contains("clock window"), "{:?}", tr.clock);
@@ -370,7 +388,11 @@ fn lammps_trace(d: &Path, n: u32, steps: &str) -> PathBuf {
     );
     ok(&o);
     let trace = d.join("trace.json");
-    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap()]));
+    // the phases run what a shard holds: the trace keeps that, the rest (LAMMPS's scans) left out and counted
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--for-phases", "--json"]))).unwrap();
+    let reasons = v["left_out_reasons"].to_string();
+    assert!(v["ranks"][0]["left_out"].get("Scan").is_none() || reasons.contains("--for-phases"), "{v}");
     trace
 }
 
@@ -441,4 +463,94 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     assert!(!judged.is_empty() && judged.iter().all(|j| configs.contains(&j["pick"].as_str().unwrap()) && j["regret"].is_object()), "{v}");
     // LAMMPS with 2 KiB TCP buffers is the known bad: the truth decides it, so the decision cost is printed (rounds and replay seconds) or said unreached
     assert!(t["decided_pairs"].as_u64().is_some(), "{t}");
+}
+
+/// The kinds the trace gained (gather, scatter, scans, v-variants, a
+/// reduction other than a sum, nonblocking posts) alone: `replay-trace
+/// --check` passes at 2 and 4 ranks, and a corrupted rank fails the check of
+/// one of them; the cuda backend and the phases refuse them before launch,
+/// naming the kind.
+#[test]
+fn new_kinds_alone_replay_checked_and_a_corrupted_rank_fails_them() {
+    let t = tools_or_skip!();
+    for n in [2, 4] {
+        let d = tempfile::tempdir().unwrap();
+        let cap = d.path().join("cap");
+        let o = mpirun(n, &["capture", "-o", cap.to_str().unwrap(), "--", t.app.to_str().unwrap(), "3"]);
+        ok(&o);
+        let full = d.path().join("full.json");
+        imported(&cap, &full, &[]);
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&full).unwrap()).unwrap();
+        // keep only the new kinds, v-variants and other reductions (and their entries in mpi's per-collective lists)
+        let new = |c: &serde_json::Value| {
+            ["gather", "scatter", "scan", "exscan"].contains(&c["kind"].as_str().unwrap())
+                || !c["in_split_elems"].is_null() && c["kind"] != "all_to_all"
+                || !c["out_split_elems"].is_null()
+                || c.get("op").is_some()
+        };
+        let mut kept_kinds = std::collections::BTreeSet::new();
+        for r in 0..n as usize {
+            let colls = v["ranks"][r]["collectives"].as_array().unwrap().clone();
+            let keep: Vec<bool> = colls.iter().map(new).collect();
+            kept_kinds.extend(colls.iter().filter(|c| new(c)).map(|c| c["source_name"].as_str().unwrap().to_string()));
+            v["ranks"][r]["collectives"] = colls.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
+            for list in ["collective_calls", "collective_completions", "collective_nonblocking"] {
+                let l = v["mpi"][list][r].as_array().unwrap().clone();
+                v["mpi"][list][r] = l.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
+            }
+            v["mpi"]["p2p"][r] = serde_json::json!([]);
+        }
+        for k in [
+            "MPI_Gather",
+            "MPI_Scatter",
+            "MPI_Scan",
+            "MPI_Exscan",
+            "MPI_Allgatherv",
+            "MPI_Gatherv",
+            "MPI_Scatterv",
+            "MPI_Reduce_scatter",
+            "MPI_Iallgatherv",
+            "MPI_Iexscan",
+            "MPI_Igatherv",
+            "MPI_Reduce",
+        ] {
+            assert!(kept_kinds.contains(k), "{k} not among the new kinds kept: {kept_kinds:?}");
+        }
+        let trace = d.path().join("new.json");
+        std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
+        let out = d.path().join("replay");
+        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", out.to_str().unwrap()]);
+        let text = ok(&o);
+        assert!(text.contains("collectives replayed nonblocking"), "{text}");
+        for r in 0..n {
+            let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+            let records = f["records"].as_array().unwrap();
+            assert!(records.iter().any(|x| x["checked"] == true), "rank {r}: nothing checked");
+            // the recorded reductions ran: MPI_MAX on the exscans, MPI_MIN on the int all-reduce
+            assert!(records.iter().any(|x| x["op"] == "max" && x["op_source"] == "trace"), "rank {r}");
+            assert!(records.iter().any(|x| x["op"] == "min" && x["op_source"] == "trace"), "rank {r}");
+            assert_eq!(f["nonblocking"]["posted"].as_u64(), Some(3 * 3), "rank {r}: Iallgatherv, Iexscan, Igatherv per iteration");
+        }
+        let bad = d.path().join("replay-bad");
+        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--corrupt-rank", "1", "--backend", "cpu", "-o", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("rank 1, collective") && err.contains("--check:"), "{err}");
+        // NCCL has no gather, scatter or scans: the cuda executor refuses them first thing (no GPU needed to see it)
+        use commcanary::evidence::commtrace::{exec, CommTrace};
+        let e = exec::refuse_unsupported(&CommTrace::read(&trace).unwrap(), "cuda", &exec::nccl_cannot_run).unwrap_err();
+        assert_eq!(commcanary::core::refusal::code_of(&e), Some(commcanary::core::refusal::Code::UnsupportedOperation));
+        assert!(format!("{e:#}").contains("no NCCL operation") && format!("{e:#}").contains("cuda backend"), "{e:#}");
+        // while the full trace's sums, broadcasts and all-to-alls of equal blocks pass that check except its new kinds
+        let full_trace = CommTrace::read(&full).unwrap();
+        let refused: Vec<_> = full_trace.ranks[0].collectives.iter().filter(|c| exec::nccl_cannot_run(c).is_some()).map(|c| c.kind).collect();
+        assert!(!refused.is_empty() && refused.len() < full_trace.ranks[0].collectives.len(), "{refused:?}");
+        // the phases run the kinds a shard records, with sums: refused before launch
+        let runs = d.path().join("runs");
+        let o = mpirun(
+            n,
+            &["rank", "-q", "--out", runs.to_str().unwrap(), "--backend", "cpu", "--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1"],
+        );
+        let err = assert_refused(&o, "UNSUPPORTED_OPERATION");
+        assert!(err.contains("the phases") && err.contains("--trace"), "{err}");
+    }
 }

@@ -166,15 +166,16 @@ pub fn assert_refused(o: &Output, code: &str) -> String {
 /// point-to-point kind, its counterpart). With `p2p` false the
 /// point-to-point rows are left out (a one-rank world has no peer); the
 /// rows appended are returned by name. Trailing compute is dropped, so the
-/// appended collectives are each rank's last events.
-pub fn with_every_kind(t: &serde_json::Value, p2p: bool) -> (serde_json::Value, Vec<&'static str>) {
+/// appended collectives are each rank's last events. With `nccl_only`, the
+/// rows NCCL has no operation for (gather, scatter, the scans) are left out too.
+pub fn with_every_kind(t: &serde_json::Value, p2p: bool, nccl_only: bool) -> (serde_json::Value, Vec<&'static str>) {
     use commcanary::core::collective::{Buffers, KINDS};
     let mut v = t.clone();
     let g = v["groups"][0].clone();
     let name = g["name"].as_str().unwrap().to_string();
     let members: Vec<u64> = g["members"].as_array().unwrap().iter().map(|m| m.as_u64().unwrap()).collect();
     let n = members.len() as u64;
-    let rows: Vec<_> = KINDS.iter().filter(|r| p2p || !r.p2p).collect();
+    let rows: Vec<_> = KINDS.iter().filter(|r| (p2p || !r.p2p) && !(nccl_only && r.replay_only)).collect();
     assert!(!p2p || n >= 2, "point-to-point rows need two members");
     for rank in v["ranks"].as_array_mut().unwrap() {
         let me = rank["rank"].as_u64().unwrap();
@@ -211,6 +212,9 @@ pub fn with_every_kind(t: &serde_json::Value, p2p: bool) -> (serde_json::Value, 
                 Buffers::Splits => (n * e, n * e),
                 Buffers::Free if kind.p2p => (e, e),
                 Buffers::Free => (0, 0),
+                // the root is the group's first member
+                Buffers::GatherToRoot => (e, if local == 0 { n * e } else { 0 }),
+                Buffers::ScatterFromRoot => (if local == 0 { n * e } else { 0 }, e),
             };
             let mut c = template.clone();
             c["kind"] = kind.name.into();
@@ -236,8 +240,12 @@ pub const OWN_PATH_INNER: &str = "COMMCANARY_OWN_PATH_INNER";
 
 /// Sizes the own-path walk issues a kind at over `n` ranks, bytes of `dtype`:
 /// one element per rank and a thousand (whole per rank, so that every kind
-/// splits), none for a barrier.
+/// splits), none for a barrier; no size for the kinds only a trace replay
+/// runs (the own path refuses them: `backend::own`'s tests).
 pub fn own_path_sizes(row: &commcanary::core::collective::KindRow, n: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<u64> {
+    if row.replay_only {
+        return vec![];
+    }
     if row.kind == commcanary::core::collective::CollectiveKind::Barrier {
         return vec![0];
     }
