@@ -755,7 +755,17 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
         let mut left: BTreeMap<String, u64> = BTreeMap::new();
         for (i, c) in r.calls.iter().enumerate() {
             let name = r.kind_name(c).to_string();
-            p2p.extend(p2p_of(r, i as u64, c, model));
+            let ops = p2p_of(r, i as u64, c, model);
+            // a communicator only point-to-point operations use is a group too: the replay runs them on it
+            if let (false, Some((members, ordinal))) = (ops.is_empty(), r.comms.get(&c.comm)) {
+                let gname = group_name(members, *ordinal);
+                groups.entry(gname.clone()).or_insert_with(|| TraceGroup {
+                    name: gname,
+                    desc: Some(format!("MPI communicator of {} ranks", members.len())),
+                    members: members.clone(),
+                });
+            }
+            p2p.extend(ops);
             let kept = collective_of(r, c, model, &mut groups)?.and_then(|t| match super::exec::phases_cannot_run(&t, false).filter(|_| for_phases) {
                 Some(why) => Err(format!("left out for the phases (--for-phases): {why}")),
                 None => Ok(t),
