@@ -13,7 +13,7 @@
 //!    `inspect`, tuning records, imported communication traces.
 //! 3. [`backend`]: the `Backend` trait, `cpu` (MPI) and `cuda` (NCCL, cuBLAS, CUPTI).
 //! 4. [`rank`]: the per-rank program, its phases, `bench-overhead`, `doctor`.
-//! 5. [`analysis`]: policy, inference, bootstrap, calibration, ranking,
+//! 5. [`analysis`]: policy, inference, calibration, ranking,
 //!    summary, overlap, queue, capacity, the report model (no I/O).
 //! 6. [`campaign`]: spec, manifest, exec, attempts, select, verify, archive.
 //! 7. [`report`]: the campaign report and its plots, exports.

@@ -47,7 +47,6 @@
 //! policy other than `interval` (a campaign's relations come from its
 //! printed intervals).
 pub mod agreement;
-pub mod bootstrap;
 pub mod calibration;
 pub mod capacity;
 mod controls;
