@@ -1,32 +1,14 @@
-//! `replay-trace --backend cuda`: run an imported communication trace through NCCL.
+//! `replay-trace --backend cuda`: run an imported communication trace
+//! through NCCL.
 //!
 //! Consumes a [`CommTrace`], this process's MPI world (for NCCL's unique id
-//! only) and an NCCL library. Produces the same per-collective records as
-//! the CPU executor ([`crate::backend::cpu::trace_exec`]). Every
-//! process group becomes an NCCL sub-communicator with `ncclCommSplit`
-//! (NCCL 2.18 or later; key = group rank, so member order is the trace's),
-//! created in name order on every rank. Kinds map onto NCCL's calls (NCCL
-//! user guide, "Collective operations" and "Point-to-point communication"):
-//! all-reduce, all-gather, reduce-scatter, broadcast and reduce directly;
-//! send/recv as `ncclSend`/`ncclRecv`; all-to-all(v) as one
-//! `ncclGroupStart`/`ncclGroupEnd` of a send and a receive per peer (NCCL has
-//! no all-to-all call); barrier as a one-element all-reduce (NCCL has none).
+//! only) and an NCCL library. Produces the same per-collective records as the
+//! CPU executor ([`crate::backend::cpu::trace_exec`]). Refuses: a world size
+//! other than the trace's, a reduction of another dtype, an NCCL without the
+//! calls the trace needs (naming them), buffers that do not fit on the GPU
+//! (saying how much was asked).
 //!
-//! Reductions run in the trace's own dtype (f32, bf16, f16: NCCL reduces
-//! them natively, so the kernels are the ones the trace recorded, e.g.
-//! `ncclDevKernel_AllReduce_Sum_bf16_*`); sum, avg (`ncclAvg`), max, min and prod.
-//! Data movement moves the recorded bytes as `ncclUint8`.
-//!
-//! Three steps, so that nothing but the pacing wait lies between two
-//! collectives: every collective's buffers are allocated and filled first
-//! (the whole trace's buffers must fit on the GPU at once; the refusal says
-//! how much was asked), then the collectives run in trace order, each timed
-//! on the host from the call to the end of a stream synchronization (so the
-//! launch is included), then `--check` reads every result back and compares
-//! it with the same patterns as the CPU executor. A failure aborts the NCCL
-//! communicators (`ncclCommAbort`: destroying them would wait for peers that
-//! are elsewhere). Refuses: a world size other than the trace's, a reduction
-//! of another dtype, an NCCL without the calls the trace needs (naming them).
+//! Method: docs/METHODS.md, "Trace replay on NCCL".
 pub mod workload;
 
 use crate::backend::cuda::cupti::{Cupti, RawKernel};

@@ -1,6 +1,8 @@
-//! Regressions of issue 13's adversarial probe: each case is refused with a
-//! named code (`refused[CODE]`), nothing already written is lost, and nothing
-//! crashes. Items 1, 2, 3, 4, 7 and 9 of the issue.
+//! Crafted shards and run records, re-planned or forged campaigns, a second
+//! exec on a locked campaign, archives with links, and ranks that stop: each
+//! is refused with a named code (`refused[CODE]`) or ends with a named
+//! timeout, nothing already written is lost, and nothing crashes. (First
+//! found by issue 13's adversarial probe; "Item N" below is that issue's.)
 mod common;
 use commcanary::evidence::shard::Shard;
 use common::*;

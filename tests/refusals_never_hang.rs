@@ -1,8 +1,10 @@
-//! Regressions of issue 31's adversarial probe: inputs that are FIFOs,
-//! devices or directories are refused with a named code instead of hanging
-//! or reading for ever, a small compressed trace of very many events stops at
-//! the event limit, and the other defects each get a case. Every command here
-//! runs under a watchdog: a hang fails the test instead of the suite.
+//! Refusals that end instead of hanging: inputs that are FIFOs, devices or
+//! directories are refused with a named code instead of hanging or reading
+//! for ever, a small compressed trace of very many events stops at the event
+//! limit, and what plan, exec, join, archive and import can know early is
+//! refused early. Every command here runs under a watchdog: a hang fails the
+//! test instead of the suite. (First found by issue 31's adversarial probe;
+//! "Defect N" below is that issue's.)
 mod common;
 use common::*;
 use std::io::Write;

@@ -1,11 +1,12 @@
-//! What the third adversarial probe left open, fixed by class: `campaign
-//! plan` runs each configuration's rank arguments through `rank`'s own
-//! checks before anything runs; a launcher that refuses to start is named by
-//! its first explanatory line and stops the campaign once every configuration
-//! of a round failed the same way; two `campaign analyze` into one report
-//! folder never interleave; every artifact error carries a refusal code and
-//! advice about artifacts; `canary redact --configs` leaves no unredacted copy
-//! and a refused export leaves nothing.
+//! Refusals that leave nothing half-done (first found by the third
+//! adversarial probe, fixed by class): `campaign plan` runs each
+//! configuration's rank arguments through `rank`'s own checks before anything
+//! runs; a launcher that refuses to start is named by its first explanatory
+//! line and stops the campaign once every configuration of a round failed
+//! the same way; two `campaign analyze` into one report folder never
+//! interleave; every artifact error carries a refusal code and advice about
+//! artifacts; `canary redact --configs` leaves no unredacted copy and a
+//! refused export leaves nothing.
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
