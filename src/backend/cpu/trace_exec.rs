@@ -37,6 +37,21 @@ enum Bufs {
     Bytes { send: Vec<u8>, out: Vec<u8> },
 }
 
+impl Bufs {
+    fn is_empty_send(&self) -> bool {
+        match self {
+            Bufs::Values { send, .. } => send.is_empty(),
+            Bufs::Native { send, .. } | Bufs::Bytes { send, .. } => send.is_empty(),
+        }
+    }
+    fn is_empty_out(&self) -> bool {
+        match self {
+            Bufs::Values { out, .. } => out.is_empty(),
+            Bufs::Native { out, .. } | Bufs::Bytes { out, .. } => out.is_empty(),
+        }
+    }
+}
+
 /// One collective, prepared.
 struct CpuSlot {
     share: TraceShare,
@@ -75,6 +90,8 @@ pub struct CpuTraceExec {
     pub corrupt: bool,
     comms: BTreeMap<String, (Vec<u32>, Option<SimpleCommunicator>)>,
     slots: Vec<CpuSlot>,
+    /// Where an empty buffer points (see [`CpuTraceExec::issue`]); boxed, so a nonblocking post's pointer stays valid.
+    scratch: Box<[u64; 2]>,
 }
 
 impl CpuTraceExec {
@@ -89,7 +106,7 @@ impl CpuTraceExec {
             let sub = world.split_by_color_with_key(color, pos.unwrap_or(0) as i32);
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
-        Ok(Self { rank, comms, corrupt: false, slots: Vec::new() })
+        Ok(Self { rank, comms, corrupt: false, slots: Vec::new(), scratch: Box::new([0; 2]) })
     }
 
     /// The communicator of trace group `name` on this rank (for the point-to-point replay).
@@ -218,11 +235,20 @@ impl CpuTraceExec {
                 },
             )
         };
-        let args = match &mut slot.bufs {
+        let mut args = match &mut slot.bufs {
             Bufs::Values { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: float, op: mpi_op, comm },
             Bufs::Native { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm },
             Bufs::Bytes { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm },
         };
+        // An empty byte buffer's pointer is 1, which is Open MPI's MPI_IN_PLACE (a zero-byte broadcast of
+        // hpcc's was refused as MPI_ERR_ARG): empty buffers point at the executor's scratch instead, which
+        // MPI never reads or writes (their count here is 0).
+        if slot.bufs.is_empty_send() {
+            args.send = self.scratch.as_ptr().cast();
+        }
+        if slot.bufs.is_empty_out() {
+            args.recv = self.scratch.as_mut_ptr().cast();
+        }
         if slot.pending > 0 {
             bail!("collective {i}: posted again before its previous post completed");
         }
