@@ -4,7 +4,10 @@
 //! produces this rank's [`ReplayOutput`] ([`replay`]). Refuses a world size
 //! other than the trace's, buffers past [`MAX_PREPARED_BYTES`], a message past
 //! MPI's `int` count, a reduction dtype other than f32, bf16, f16, f64, i32
-//! and i64, `--pace device-gaps`.
+//! and i64, a logical or bitwise reduction, `--pace device-gaps`. An MPI
+//! capture's nonblocking collectives are posted with their `MPI_I…` call
+//! and waited for at their recorded completing call, in call order with its
+//! point-to-point steps.
 use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use crate::backend::cpu::p2p::CpuP2p;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
@@ -71,11 +74,13 @@ struct CpuSlot {
 /// Runs trace collectives on MPI sub-communicators. Every process group
 /// becomes a sub-communicator (`MPI_Comm_split`, key = group rank, so member
 /// order is the trace's), created in name order on every rank. Each kind is
-/// its blocking MPI call (MPI-3.1 standard, chapter 5; the arm per kind is
-/// `mpi_call`'s): all-reduce `MPI_Allreduce`, all-gather `MPI_Allgather`,
-/// reduce-scatter `MPI_Reduce_scatter_block`, broadcast `MPI_Bcast`, reduce
-/// `MPI_Reduce`, all-to-all(v) `MPI_Alltoallv`, barrier `MPI_Barrier`,
-/// send/recv `MPI_Send`/`MPI_Recv`.
+/// its MPI call (MPI-3.1 standard, chapter 5; the arm per kind is
+/// `mpi_call`'s), blocking, or its `MPI_I…` form where the capture posted it
+/// so: all-reduce `MPI_Allreduce`, all-gather `MPI_Allgather(v)`,
+/// reduce-scatter `MPI_Reduce_scatter(_block)`, broadcast `MPI_Bcast`, reduce
+/// `MPI_Reduce`, gather `MPI_Gather(v)`, scatter `MPI_Scatter(v)`,
+/// all-to-all(v) `MPI_Alltoall(v)`, scans `MPI_Scan`/`MPI_Exscan`, barrier
+/// `MPI_Barrier`, send/recv `MPI_Send`/`MPI_Recv`, with the recorded reduction.
 ///
 /// Data movement (gather, broadcast, all-to-all, point-to-point) moves the
 /// recorded bytes (`MPI_BYTE`, any dtype). Reductions of f32 use `MPI_FLOAT`;

@@ -56,7 +56,7 @@ pub struct ExecRecord {
     pub target_gap_ns: Option<u64>,
     /// Gap achieved: this issue minus the previous collective's return.
     pub actual_gap_ns: u64,
-    /// Host time of the blocking call.
+    /// Host time of the blocking call (a nonblocking post's: the post alone).
     pub elapsed_ns: u64,
     /// Whether the result was validated (and passed: a failure stops the run).
     pub checked: bool,
