@@ -174,8 +174,8 @@ struct Candidate {
     trace: CommTrace,
 }
 
-/// Run the verification; `run_campaign(spec, dir, out)` runs a spec into a campaign directory.
-pub fn verify(o: &VerifyOptions, run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
+/// Run the verification; its campaign runs as `campaign run` does, printing to stderr (stdout keeps the verdict).
+pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
     let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading source {}", o.source.display()))?;
@@ -342,7 +342,8 @@ pub fn verify(o: &VerifyOptions, run_campaign: &mut dyn FnMut(&Path, &Path) -> R
         spec.repetitions,
         variants.len() * spec_in.configs.len() * spec.repetitions as usize
     )?;
-    run_campaign(&spec_path, &campaign_dir)?;
+    let run = crate::report::run::RunOptions { retries: 1, ..Default::default() };
+    crate::report::run::run(&spec_path, &campaign_dir, &run, &mut std::io::stderr())?;
     // collect
     let (m, manifest_sha) = crate::campaign::chain::load_manifest(&campaign_dir)?;
     let sel_path = campaign_dir.join("selection.json");

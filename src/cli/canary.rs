@@ -223,7 +223,7 @@ fn bytes_line(src: u64, art: u64) -> String {
 }
 
 /// `canary ...`.
-pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>) -> Result<std::process::ExitCode> {
+pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::ExitCode> {
     match c {
         CanaryCommand::Compile(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
@@ -271,7 +271,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 replay_failed: a.replay_failed,
             };
             let mut log = std::io::stderr();
-            let r = verify::verify(&o, run_campaign, &mut log)?;
+            let r = verify::verify(&o, &mut log)?;
             crate::core::fsutil::write_new_atomic(&o.out.join("report.html"), crate::canary::verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
@@ -362,7 +362,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                     // redaction changes values by design (rebased, quantized times): the question is the ranking only
                     replay_failed: true,
                 };
-                let v = verify::verify(&o, run_campaign, &mut std::io::stderr())?;
+                let v = verify::verify(&o, &mut std::io::stderr())?;
                 let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
                 audit.decision_survives = Some(match rk {
                     Some(c) => format!(
