@@ -371,26 +371,26 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let mut details = Vec::new();
     let mut behaved = Vec::new();
     let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
-    if let Ok(bytes) = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
-        let r: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a report", report_path.display()))?;
-        for c in r["controls"].as_array().into_iter().flatten() {
-            let ok = c["outcome"].as_str() == Some("behaved");
-            behaved.push(ok);
-            let outcome = serde_json::from_value(c["outcome"].clone()).unwrap_or(crate::analysis::ControlOutcome::Misbehaved);
-            tally.push((c["kind"].as_str().unwrap_or("?").to_string(), outcome));
-            details.push(format!("{} {}: {}", c["kind"].as_str().unwrap_or("?"), c["subject"].as_str().unwrap_or("?"), c["outcome"].as_str().unwrap_or("?")));
-        }
+    // the campaign's own report, read through its type (absent: analyze wrote none)
+    let report: Option<crate::analysis::Report> = match crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
+        Ok(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?),
+        Err(_) => None,
+    };
+    for c in report.iter().flat_map(|r| &r.controls) {
+        behaved.push(c.outcome == crate::analysis::ControlOutcome::Behaved);
+        tally.push((c.kind.clone(), c.outcome));
+        let outcome = serde_json::to_value(c.outcome)?;
+        details.push(format!("{} {}: {}", c.kind, c.subject, outcome.as_str().unwrap_or("?")));
     }
     let policy = &spec_in.analysis;
     let src_jobs = measures.get("source").cloned().unwrap_or_default();
     // the real job's ranking, from the campaign report's truth section
     let truth_section: Option<crate::analysis::truth::TruthReport> = match &spec.truth {
         None => None,
-        Some(_) => {
-            let bytes = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES)?;
-            let r: crate::analysis::Report = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?;
-            r.truth
-        }
+        Some(_) => match &report {
+            Some(r) => r.truth.clone(),
+            None => crate::refuse!(Code::Incomplete, "{}: the campaign wrote no report, so its truth section is missing", report_path.display()),
+        },
     };
     let truth = match &truth_section {
         Some(t) => super::truth::verify_truth(t, &config_names, &src_jobs, policy)?,
