@@ -88,6 +88,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
+                    // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
+                    if let Some(n) = trace.mpi.as_ref().map(|m| m.p2p.iter().map(Vec::len).sum::<usize>()).filter(|&n| n > 0) {
+                        crate::refuse!(
+                            crate::core::refusal::Code::BadArgument,
+                            "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which only the cpu backend replays: run with --backend cpu",
+                            a.trace.display()
+                        );
+                    }
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
