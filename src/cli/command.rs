@@ -68,6 +68,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             });
         }
         Command::ReplayTrace(a) => {
+            if a.backend == crate::backend::BackendChoice::Cuda {
+                // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
+                if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
+                }
+            }
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
             let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
@@ -89,13 +95,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
                     // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-                    if let Some(n) = trace.mpi.as_ref().map(|m| m.p2p.iter().map(Vec::len).sum::<usize>()).filter(|&n| n > 0) {
-                        crate::refuse!(
-                            crate::core::refusal::Code::BadArgument,
-                            "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which only the cpu backend replays: run with --backend cpu",
-                            a.trace.display()
-                        );
-                    }
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
