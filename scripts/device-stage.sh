@@ -8,9 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --no-build
 . scripts/env.sh
-cargo build --release --locked >&2
+cargo build --release --locked -p commcanary -p commcanary-capture >&2
 mkdir -p .stage/bin
 cp target/release/commcanary .stage/bin/commcanary
+# the capture library `commcanary capture` preloads, next to the binary as it looks for it
+cp target/release/libcommcanary_capture.so .stage/bin/
 strip --strip-debug .stage/bin/commcanary 2>/dev/null || true
 sha256sum .stage/bin/commcanary | tee .stage/bin/commcanary.sha256
 # STAGE_GPU_TESTS=1: the GPU test binary too (run it there with COMMCANARY_BIN=.stage/bin/commcanary)

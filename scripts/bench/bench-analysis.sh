@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
 # Benchmark of the analysis (issue #6 acceptance 5); prints timings, asserts nothing.
-#  1. bootstrap: 10,000 resamples, 8 configurations x 5 rounds, paired by round
-#     and hierarchical (1024 events per job);
-#  2. the analysis statistics at full size from synthetic jobs (all phases);
-#  3. unless FULL=0: a real CPU campaign of 8 configurations x 5 rounds x 4
+#  1. the analysis statistics at full size from synthetic jobs (all phases);
+#  2. unless FULL=0: a real CPU campaign of 8 configurations x 5 rounds x 4
 #     ranks x all six phases at 256 tokens x 32 layers (40 jobs, ~10 s each
 #     on 2 cores), then `campaign analyze` on it, timed: joining and
-#     verifying every shard, bootstrap, report and plots.
+#     verifying every shard, the statistics, report and plots.
 # The 8 configurations cycle over libnbc's three all-reduce algorithms: this
 # measures the analysis, not a ranking.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/env.sh
 cargo build --release --locked >&2
-cargo bench --locked --bench bootstrap --bench analysis 2>/dev/null | grep -E "^(bootstrap|analysis)"
+cargo bench --locked --bench analysis 2>/dev/null | grep -E "^analysis"
 [ "${FULL:-1}" = 1 ] || exit 0
 W=${WORK:-$(mktemp -d)}
 mkdir -p "$W"
@@ -62,6 +60,6 @@ import sys
 t0, t1, t2, t3, t4 = map(float, sys.argv[1:6])
 print(f"full campaign (8 configs x 5 rounds x 4 ranks x 6 phases, 256x32; shards {sys.argv[6]}): "
       f"exec {t1 - t0:.0f} s ({(t1 - t0) / 40:.1f} s per job); verify {t3 - t2:.1f} s; "
-      f"analyze {t4 - t3:.1f} s (join and verify every shard, bootstrap, report, plots), {(t4 - t3) / (t1 - t0) * 100:.1f}% of the execution time")
+      f"analyze {t4 - t3:.1f} s (join and verify every shard, statistics, report, plots), {(t4 - t3) / (t1 - t0) * 100:.1f}% of the execution time")
 PY
 echo "campaign left in $W/c"

@@ -15,7 +15,7 @@
 # A benchmark, not a test: it prints numbers and asserts nothing.
 # Usage: bash scripts/bench/bench-capture.sh [REPS] [CALLS] [PAIRS]
 # PARTS=call,memory,lammps picks the parts (default all); PAIRS_OUT=FILE keeps
-# LAMMPS's pairs; COMMCANARY_BIN names a
+# LAMMPS's pairs; CALLBENCH names a prebuilt callbench; COMMCANARY_BIN names a
 # built binary (the capture library beside it) instead of building release.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,7 +34,8 @@ echo "binary: $BIN ($(sha256sum "$BIN" | cut -c1-12)); capture library: $(dirnam
 part() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mpicc -O2 -o "$work/callbench" scripts/bench/capture/callbench.c
+# CALLBENCH=FILE: a callbench built elsewhere (a host without mpicc)
+if [ -n "${CALLBENCH:-}" ]; then cp "$CALLBENCH" "$work/callbench"; else mpicc -O2 -o "$work/callbench" scripts/bench/capture/callbench.c; fi
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 field() { tr ' ' '\n' | awk -v k="$1" 'prev==k {print; exit} {prev=$0}'; }
 

@@ -47,7 +47,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Seconds per test binary in one fresh-clone `.ci/run` on the 2-core VM (idle).
-IDLE_S=${IDLE_S:-'{"lib":5.1,"campaign":18.3,"canary":216,"cli_conventions":1.4,"clock_hier":1.4,"clock_skew":11.7,"commtrace":8.1,"doctor":1.1,"hardware_contract":2.6,"join_refusals":1.0,"model_cpu":2.5,"probe2_regressions":18.2,"probe_regressions":30.1,"ranges":2.2,"rank_cpu":5.2,"readme":76.6,"report":51.4,"sweep_kinds":2.6,"validate_cpu":144.4,"canary.a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not":214,"report.the_demo_campaign_report_and_its_plots":51}'}
+IDLE_S=${IDLE_S:-'{"lib":5.1,"campaign":18.3,"canary":216,"cli_conventions":1.4,"clock_hier":1.4,"clock_skew":11.7,"commtrace":8.1,"doctor":1.1,"hardware_contract":2.6,"join_refusals":1.0,"model_cpu":2.5,"refusals_never_hang":18.2,"refusals_keep_data":30.1,"ranges":2.2,"rank_cpu":5.2,"readme":76.6,"report":51.4,"sweep_kinds":2.6,"validate_cpu":144.4,"canary.a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not":214,"report.the_demo_campaign_report_and_its_plots":51}'}
 cmd=${1:?stage, start or status}
 # The test binaries find the checkout they were built in, and the binary
 # under test in its target/debug.

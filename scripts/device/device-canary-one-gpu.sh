@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a one-GPU host, after `bash scripts/device-stage.sh` here: a one-rank derivative of the
-# PyTorch fixture (committed in results/2026-12-01-h200-one-gpu-trace/one-rank-trace.json.gz)
+# PyTorch fixture (committed in tests/data/pytorch-one-rank-h200/one-rank-trace.json.gz)
 # is compiled into a canary, the trace and its canary are verified as one campaign on the GPU
 # under six NCCL configurations with an A/A pair and a known-bad control
 # (examples/gpu-canary-one.toml), and the canary's expansion is replayed with
@@ -14,7 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 B=$PWD/.stage/bin/commcanary
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; sha256sum "$B"; git log -1 --format=%H 2>/dev/null; } > "$OUT/env.txt" 2>&1
-gunzip -c results/2026-12-01-h200-one-gpu-trace/one-rank-trace.json.gz > "$W/one-rank.json"
+gunzip -c tests/data/pytorch-one-rank-h200/one-rank-trace.json.gz > "$W/one-rank.json"
 "$B" canary compile "$W/one-rank.json" -o "$W/one-rank.canary.json" > "$OUT/compile.out" 2>&1
 echo "compile: exit $?" >> "$OUT/steps.txt"
 timeout 420 "$B" canary verify "$W/one-rank.json" "$W/one-rank.canary.json" --configs examples/gpu-canary-one.toml \

@@ -1,24 +1,13 @@
-//! Seeded simulations that measure what [`crate::analysis::inference`] claims, free of I/O.
+//! Seeded simulations that measure what [`crate::analysis::inference`]
+//! claims, free of I/O.
 //!
-//! Consumes a noise model, a round count and a seed. Produces the rates the
-//! calibration tables hold: interval coverage, A/A false verdicts (per
-//! control, and per campaign for a campaign's A/A controls judged as one
-//! family, [`aa_family_false`]), the null distribution of the top P(best),
-//! and achieved power. The unit tests run
-//! small versions in seconds; `cargo bench --bench calibration` runs the long
-//! one and writes the tables into `results/` (see that bench for the command).
+//! Consumes a noise model ([`Noise`]), a round count and a seed. Produces the
+//! rates the calibration tables hold: interval coverage, A/A false verdicts
+//! (per control, and per campaign: [`aa_family_false`]), the null
+//! distribution of the top P(best), and achieved power. Unit tests run small
+//! versions; `cargo bench --bench calibration` runs the long one.
 //!
-//! A simulated campaign: rounds × configurations of job statistics, on the
-//! log scale ln x_rc = ln m_c + ρ_r + e_rc, with e_rc drawn independently per
-//! job from the noise model and ρ_r a drift shared by every job of a round
-//! (only in [`Noise::RoundDrift`]). The noise models: Gaussian; Student-t
-//! with 3 degrees of freedom (heavy tails: finite variance, infinite
-//! kurtosis); a shifted exponential (skewed: a job is sometimes much slower,
-//! never much faster, as with preemption); and Gaussian job noise plus a
-//! round drift four times as large. `scale` is the standard deviation of
-//! e_rc (for t3 the t draw is divided by √3, its standard deviation).
-//! Monte Carlo method for coverage: Morris, White and Crowther, "Using
-//! simulation studies to evaluate statistical methods", Stat. Med. 2019.
+//! Method: docs/METHODS.md, "Calibration simulations".
 use crate::analysis::inference::{self, Verdict};
 use anyhow::Result;
 use rand::SeedableRng;

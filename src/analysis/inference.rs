@@ -1,77 +1,14 @@
 //! Inference over rounds, free of I/O: the intervals, verdicts, rank
 //! probabilities and round counts every campaign claim is made from.
 //!
-//! Consumes a rounds × configurations table of per-job statistics (one job
-//! per configuration per round, the round run in a shuffled order). The unit
-//! of inference is the round: for a pair (a, b) the per-round log-ratio
-//! d_r = ln(x_a,r / x_b,r). A slowdown shared by every job of a round (host
-//! load, clocks, thermal state) cancels in d_r.
+//! Consumes a rounds × configurations table of per-job statistics (one job per
+//! configuration per round). Produces [`paired`] intervals of the per-round
+//! log-ratio, their [`simultaneous_coverage`] level, the one decision rule
+//! [`decide`], [`rank_probabilities`], and [`rounds_to_decide`] and
+//! [`rounds_to_show_equivalence`]. Refuses: fewer than 2 rounds, rows of
+//! unequal length, values that are not finite and positive.
 //!
-//! Produces:
-//! - [`paired`]: the Student-t interval of the mean of d_r with n − 1 degrees
-//!   of freedom (Student 1908; the paired-difference interval of e.g. Casella
-//!   and Berger, "Statistical Inference", 2nd ed., §9.2), reported in percent
-//!   as 100·(exp(·) − 1). It is exact under Gaussian job noise at every n ≥ 2
-//!   and conservative under symmetric heavy tails; its coverage under the
-//!   noise models of [`crate::analysis::calibration`] is measured, not assumed.
-//! - [`simultaneous_coverage`]: the pairs of one phase and one metric form a
-//!   family. Each of its P intervals is made at level 1 − α/P, so that all P
-//!   cover together with probability at least 1 − α whatever their
-//!   dependence (the Bonferroni inequality applied to intervals: Dunn,
-//!   "Multiple comparisons among means", JASA 56, 1961). Without it, k
-//!   identical configurations have k(k − 1)/2 chances to show one decided
-//!   pair; the calibration tables measure both rates.
-//! - [`decide`]: the one decision rule. With the interval [lo, hi] of
-//!   (a − b)/b in percent and the frozen minimum effect m: a is faster
-//!   (`pass` for a candidate) when hi < −m; slower (`fail`) when lo > m;
-//!   `tied` (equivalent within ±m, the two one-sided tests of Schuirmann,
-//!   J. Pharmacokin. Biopharm. 1987, read off the same interval) when
-//!   −m ≤ lo and hi ≤ m; otherwise `insufficient-evidence`. The rule is
-//!   symmetric: with identical configurations each of `pass` and `fail` has
-//!   probability at most (1 − coverage)/2.
-//! - [`rank_probabilities`]: P(best) and P(worst) from the posterior of a
-//!   hierarchical normal model on the log scale, ln x_rc = ρ_r + μ_c + e_rc,
-//!   e_rc ~ N(0, σ²), μ_c ~ N(μ₀, τ²), with p(σ) ∝ 1/σ and flat μ₀
-//!   (Gelman et al., "Bayesian Data Analysis", 3rd ed., §5.4, the
-//!   hierarchical normal model with its marginal posterior of τ, eq. 5.21;
-//!   σ² from the residual sum of squares of the two-way layout, scaled
-//!   inverse-χ² with (n − 1)(k − 1) degrees of freedom, §3.2). Shrinkage
-//!   toward μ₀ is what keeps k identical configurations near 1/k each
-//!   instead of crowning the luckiest one. With the campaign's frozen
-//!   minimum effect m (≥ 0):
-//!   - τ has a spike-and-slab prior: probability [`SPIKE_PRIOR`] = 1/2 that
-//!     τ = 0 (every configuration the same; the point null of a Bayesian
-//!     test, Jeffreys, "Theory of Probability", 3rd ed., 1961, §5.0, here
-//!     with even prior odds; its posterior weight is the Bayes factor of the
-//!     two marginal likelihoods of eq. 5.21, Kass and Raftery, JASA 90,
-//!     1995), and otherwise the slab below. The spike is what keeps
-//!     identical configurations near 1/k when m is small against the job
-//!     noise: without it the slab alone let the luckier of two identical
-//!     configurations reach P(best) ≥ 0.9 in 12–16% of null campaigns.
-//!   - The slab is half-Cauchy of scale ln(1 + m/100). With m = 0 its scale
-//!     is the job noise σ of the posterior draw, the scale of Jeffreys'
-//!     Cauchy prior for testing a normal mean (1961, §5.2). A uniform τ prior
-//!     is too vague with few configurations and lets the luckier of two
-//!     identical ones look best; a half-Cauchy scaled near the smallest
-//!     spread of interest is the weakly informative choice recommended there
-//!     (Gelman, "Prior distributions for variance parameters in hierarchical
-//!     models", Bayesian Analysis 1(3), 2006, §5).
-//!   - "Best" reads m as a region of practical equivalence (Kruschke,
-//!     "Rejecting or accepting parameter values in Bayesian estimation",
-//!     AMPPS 1(2), 2018): in each posterior draw every configuration within a
-//!     factor 1 + m/100 of the fastest is tied for best and shares the draw
-//!     evenly (likewise for worst). P(best) is the probability of being the
-//!     fastest or practically as fast, the reading the decision rule's
-//!     `tied` gives a pair. With m = 0 it is the probability of being
-//!     strictly fastest, except in draws from the spike, where all share.
-//! - [`rounds_to_decide`] and [`rounds_to_show_equivalence`]: the smallest
-//!   round count whose approximate power reaches a target, from the usual
-//!   iteration n ≥ ((t_{1−α/2,n−1} + t_{power,n−1}) s / gap)² for a paired t
-//!   test (Julious, "Sample Sizes for Clinical Trials", 2010, §3.3); the
-//!   calibration run checks the achieved power by simulation.
-//!
-//! Refuses: fewer than 2 rounds, rows of unequal length, values that are not
-//! finite and positive (a log-ratio needs both).
+//! Method: docs/METHODS.md, "Inference over rounds".
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use rand_distr::{ChiSquared, Distribution, StandardNormal};

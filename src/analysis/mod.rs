@@ -1,53 +1,16 @@
 //! Campaign analysis: from per-job samples to the report, free of I/O.
 //!
-//! Consumes, per phase, every configuration's jobs (the unit of replication)
-//! with the round each ran in and the job's events (per-token latencies for
-//! workload phases, per-collective completion times on every rank for
-//! `isolated`), the frozen analysis policy, the canary pair and the declared
-//! controls, plus the context a claim must name (manifest, hardware,
-//! workload, replay semantics). Produces the [`Report`]:
-//! - per configuration and phase: median over jobs of per-job medians, IQR of
-//!   the job medians (nearest-rank quartiles), median of per-job p99, rank by
-//!   median, pooled event quantiles (for plots), and P(best)/P(worst) from the
-//!   hierarchical posterior of [`crate::analysis::inference::rank_probabilities`];
-//! - every pair's Student-t interval of the per-round log-ratio of job
-//!   medians (and of job p99s), simultaneous over the phase's pairs
-//!   ([`crate::analysis::inference::simultaneous_coverage`]), and its
-//!   relation read off that same interval
-//!   ([`crate::analysis::inference::decide`]: the one decision rule); the
-//!   controls read these intervals, the canary (one planned comparison) has
-//!   its own at the nominal level;
-//! - each proxy phase against `blocking`: agreement and Kendall tau-b under
-//!   the interval policy and on plain medians, each with a percentile
-//!   interval from resampling whole rounds (Efron and Tibshirani, "An
-//!   Introduction to the Bootstrap", 1993, ch. 13; rounds are the unit, so
-//!   proxy and truth are resampled together);
-//! - the canary verdict with its claim, and the controls (A/A in every
-//!   phase, known-bad, injected skew per job), each `behaved`, `misbehaved`
-//!   or `inconclusive` with the rounds that would resolve it, and the level
-//!   of the interval it was judged on;
-//! - the campaign's A/A controls (every declared A/A pair in every phase)
-//!   judged as one family ([`aa_level`]): with K of them, each interval is
-//!   made at level 1 − α/K (α = 1 − [`COVERAGE`]), or at its phase's pair
-//!   level when that is higher, so that a campaign whose A/A labels are truly
-//!   one configuration shows a misbehaved A/A control with probability at
-//!   most α whatever the dependence between phases (the Bonferroni
-//!   inequality: Dunn, "Multiple comparisons among means", JASA 56, 1961).
-//!   Holm's step-down procedure (Holm, "A simple sequentially rejective
-//!   multiple test procedure", Scand. J. Statist. 6, 1979) flags at least one
-//!   control exactly when this does, so it gives the same per-campaign rate;
-//!   it was not used because it would make one control's level depend on the
-//!   other controls' data. The floor at the phase's pair level keeps every
-//!   misbehaved A/A control a decided pair of its phase's table;
-//! - warnings (multiple comparisons, few rounds).
+//! Consumes, per phase, every configuration's jobs with their rounds and
+//! events, the frozen analysis policy, the canary pair, the declared controls
+//! and the context a claim must name. Produces the [`Report`]: per
+//! configuration and phase statistics, every pair's interval and relation,
+//! proxy agreement, the canary verdict and the controls. Refuses: a phase
+//! whose configurations ran in different rounds, fewer than two jobs per
+//! configuration, values that are not positive, a canary or control naming an
+//! unknown configuration, a tie policy other than `interval`.
 //!
-//! Refuses: a phase whose configurations ran in different rounds (pairing
-//! is impossible), fewer than two jobs per configuration, values that are not
-//! positive, a canary or control naming an unknown configuration, and a tie
-//! policy other than `interval` (a campaign's relations come from its
-//! printed intervals).
+//! Method: docs/METHODS.md, "Campaign analysis".
 pub mod agreement;
-pub mod bootstrap;
 pub mod calibration;
 pub mod capacity;
 mod controls;

@@ -1,26 +1,15 @@
-//! Request-level queueing over measured service times (docs/ARCHITECTURE.md §10), free of I/O.
+//! Request-level queueing over measured service times, free of I/O.
 //!
-//! Consumes a list of service times in ms (used in order and cycled: per-token
-//! latencies of a configuration, or a file) and a load model: an open
-//! generator (`fixed` or seeded `poisson` arrivals at a mean interval) or a
-//! closed loop (N clients, each thinking T ms after every response). One
-//! FIFO server (one serving replica), so request i starts at
-//! max(arrival_i, departure_{i-1}) in arrival order.
+//! Consumes a list of service times in ms (used in order and cycled) and a
+//! load model: an open generator (`fixed` or seeded `poisson` arrivals) or a
+//! closed loop (N clients, think time T). One FIFO server. Produces
+//! throughput, nearest-rank p50/p95/p99 of wait and response, the time-average
+//! number in system, SLO attainment, and for closed loops the
+//! coordinated-omission warning and correction. Refuses: an empty or
+//! non-positive service list, zero requests or clients, a non-positive
+//! interval, negative think time or correction interval.
 //!
-//! Produces throughput over the horizon (first arrival to last departure),
-//! nearest-rank p50/p95/p99 of wait and response (HdrHistogram reports
-//! percentiles the same way), the time-average number in system obtained by
-//! sweeping arrival and departure events (not from the means, so that
-//! Little's law L = λW on the finite horizon is a check of the bookkeeping;
-//! Little, Operations Research 1961; for a finite horizon that starts and
-//! ends empty it holds exactly), SLO attainment, and for closed loops the
-//! coordinated-omission warning with HdrHistogram's expected-interval
-//! correction on request (`recordValueWithExpectedInterval`: a response r
-//! longer than the interval E also counts r − E, r − 2E, … down to E; Gil
-//! Tene, "How NOT to measure latency", 2013).
-//!
-//! Refuses: an empty or non-positive service list, zero requests or clients,
-//! a non-positive interval, negative think time or correction interval.
+//! Method: docs/METHODS.md, "Request queueing".
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};

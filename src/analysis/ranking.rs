@@ -2,19 +2,13 @@
 //! free of I/O.
 //!
 //! Consumes per-configuration summaries (median, optional IQR, in µs) of a
-//! proxy (e.g. `isolated`) and of the truth (e.g. `blocking`). Produces, for
-//! every one of the n(n-1)/2 pairs, the relation under a declared tie policy
-//! (`a_faster`, `b_faster`, `tied`) on each side, whether they agree, Kendall's
-//! tau-b, and for every disagreement its cost on the truth side: how much
-//! slower, in percent of the truly faster one, the other configuration is.
-//! Refuses: configuration sets that differ, repeated names, non-finite values.
+//! proxy and of the truth. Produces every pair's relation under a declared tie
+//! policy on each side, their agreement, Kendall's tau-b ([`tau_b`], also on
+//! plain values with [`strict_relations`]), and the cost of every
+//! disagreement on the truth side. Refuses: configuration sets that differ,
+//! repeated names, non-finite values.
 //!
-//! Kendall's tau-b (Kendall, "The treatment of ties in ranking problems",
-//! Biometrika 1945): (C - D) / sqrt((n0 - n1)(n0 - n2)), with C concordant
-//! and D discordant pairs, n0 = n(n-1)/2 and n1, n2 the pairs tied on each
-//! side. Ties here are the declared policy's ties, so "tied" means "under the
-//! declared rule these were not distinguished", never "statistically identical".
-//! [`tau_b`] and [`strict_relations`] give tau-b on plain values too.
+//! Method: docs/METHODS.md, "Pairwise relations and agreement".
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 

@@ -1,35 +1,14 @@
-//! The per-rank program's blocking MPI operations, bounded by `--collective-timeout-s`.
+//! The per-rank program's blocking MPI operations, bounded by
+//! `--collective-timeout-s`.
 //!
 //! Consumes a communicator, a buffer, a time limit and a description of the
-//! operation; produces the operation's result, or a `refused[COLLECTIVE_TIMEOUT]`
-//! error naming the operation, the program phase and the peer (when the
-//! operation has one) once the limit passes. A stopped (SIGSTOP), dead or
-//! far-behind rank then ends the job with that message instead of leaving
-//! every other rank blocked in a barrier forever.
+//! operation; produces the operation's result, or a
+//! `refused[COLLECTIVE_TIMEOUT]` error naming the operation, the program phase
+//! and the peer (when it has one) once the limit passes. Refuses nothing else.
+//! Test hook: [`test_stop_point`] stops the process where
+//! `COMMCANARY_TEST_STOP_AT` says.
 //!
-//! Each operation is the nonblocking form (MPI_Ibarrier, MPI_Ibcast,
-//! MPI_Igather: MPI Standard 3.1, §5.12 "Nonblocking Collective Operations";
-//! MPI_Isend, MPI_Irecv: §3.7 "Nonblocking Communication") completed by
-//! polling MPI_Test, which makes progress as MPI_Wait does (§3.7.3). After a
-//! test that finds the request not done, the thread yields (`sched_yield`),
-//! as Open MPI's own waits do when a node is oversubscribed
-//! (`mpi_yield_when_idle`, Open MPI FAQ "Running MPI jobs", oversubscription):
-//! a pure spin would take the core from the very peer it waits for.
-//! The `_idle` forms are for waits that are long by design (a rank waiting
-//! for its turn in the clock calibration, or for the others to finish
-//! theirs): after a short run of yielding tests they sleep between tests,
-//! [`IDLE_FIRST_SLEEP`] doubling up to [`IDLE_MAX_SLEEP`], so that on an
-//! oversubscribed host the ranks at work get the cores. The sleep adds at
-//! most [`IDLE_MAX_SLEEP`] (plus the kernel's timer slack) to the moment
-//! such a wait ends; no latency-bound wait uses them.
-//!
-//! A request that times out is left pending and its buffer is leaked, never
-//! freed under MPI; the caller ends the job (`MPI_Abort`) right after.
-//!
-//! Refuses nothing else. Test hook (harmless unless its variable is set):
-//! [`test_stop_point`] stops this process with SIGSTOP at a named point
-//! when `COMMCANARY_TEST_STOP_AT` names it, so tests can stop a rank where
-//! they need to.
+//! Polling, yielding, idle waits: docs/METHODS.md, "Bounded MPI waits".
 use crate::core::refusal::{refuse, Code};
 use anyhow::{bail, Result};
 use mpi::ffi;

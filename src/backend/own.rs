@@ -1,26 +1,15 @@
 //! The backends' own path ([`super::Backend::issue`]), kind by kind: what
-//! one rank's world collective of a kind moves ([`OwnOp`]) and what its
-//! result must hold ([`OwnOp::verify`]), both read from the kind table's row
-//! (buffer rule, root, point-to-point, reduction, where the result lands), so
-//! that a backend adds only the library call of a new kind.
+//! one rank's world collective of a kind moves ([`OwnOp`]) and what its result
+//! must hold ([`OwnOp::verify`]), both read from the kind table's row, so that
+//! a backend adds only the library call of a new kind.
 //!
-//! Consumes a kind, a size in nccl-tests' convention (the all-gather's
-//! gathered output, the reduce-scatter's and all-to-all's whole input, every
-//! other kind's buffer), the element type, the world size and this rank.
-//! Produces the element counts of this rank's send and receive buffers, the
-//! root (rank 0, nccl-tests' `-r 0`) and, for a point-to-point kind, the ring
-//! of nccl-tests' `sendrecv_perf`: every rank sends to the next and receives
-//! from the previous, so that a send and the receive it meets are one issue.
-//! A barrier moves nothing. Refuses a size that is not a whole number of
-//! elements per rank (the sweep rounds its sizes first: [`SweepKind::count`]),
-//! and a barrier with bytes.
+//! Consumes a kind, a size in nccl-tests' convention, the element type, the
+//! world size and this rank. Produces the rank's buffer element counts, the
+//! root, a point-to-point kind's ring, and [`contribution`]s whose results are
+//! known ([`expected_sum`]). Refuses a size that is not a whole number of
+//! elements per rank, and a barrier with bytes.
 //!
-//! Every rank sends [`contribution`]s (element `i` of rank `r`), so that each
-//! kind's expected result is known without a reference: sums
-//! ([`expected_sum`]), rank r's elements in block r, the root's elements, the
-//! previous rank's elements.
-//!
-//! [`SweepKind::count`]: crate::core::workload::SweepKind::count
+//! Method: docs/METHODS.md, "The own path".
 use super::call::Call;
 use super::{contribution, expected_sum, BackendError, BackendResult, CheckOutcome};
 use crate::core::collective::{Buffers, CollectiveKind, Lands};

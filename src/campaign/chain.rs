@@ -1,21 +1,14 @@
 //! The chain of evidence after planning: attempts (append-only), selection,
 //! completeness verification (docs/ARCHITECTURE.md §7).
 //!
-//! `exec` consumes the manifest and appends one terminal record per attempt
-//! to `attempts.jsonl` (fsynced line by line; nothing is rewritten), keeping
-//! each attempt's stdout/stderr beside it. `select` names exactly one attempt
-//! per expected cell and binds its digests. `verify` refuses, naming the
-//! cell: a missing, duplicated, failed, stale (bytes changed since the
-//! attempt was recorded) or unexpected cell, a shard that does not join, and
-//! identity contradictions with the manifest (backend, world size, a
-//! configuration's environment or NCCL library), and hardware that breaks the
-//! manifest's hardware contract (`campaign::hardware`). A success that overlapped
-//! another attempt on its host is refused by `verify`, passed over by
-//! `select` when the cell has a clean one, and run again by `exec`.
+//! Consumes the manifest and what `exec` recorded; produces `attempts.jsonl`,
+//! the selection and a verification. `verify` refuses, naming the cell,
+//! anything missing, duplicated, failed, stale, unexpected, that does not
+//! join, that contradicts the manifest or breaks its hardware contract. The
+//! stages live in sibling modules reached through this one: `attempts`,
+//! `lock`, `exec`, `select` and `verify`.
 //!
-//! The stages live in sibling modules and are reached through this one:
-//! `attempts` (the log and the manifest it is held to), `lock`, `exec`,
-//! `select` and `verify`.
+//! Each stage's rules: docs/METHODS.md, "The chain after planning".
 pub(crate) use super::attempts::{load_manifest, ATTEMPTS};
 pub use super::attempts::{parse_attempts, read_attempts, AttemptRecord, AttemptStatus};
 pub use super::exec::exec;

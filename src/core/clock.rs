@@ -4,52 +4,11 @@
 //! injection, a test fixture), and ping-pong samples exchanged with rank 0.
 //! Produces: a [`ClockModel`] `local = reference + offset(reference)`, with a
 //! linear offset (drift) fitted from a start and an end window, and an error
-//! bound. Refuses: windows without samples, and models whose windows are not
-//! ordered in time.
+//! bound ([`fit_rank_model`]; [`compose`] chains a leader's and a rank's).
+//! Refuses: windows without samples, and models whose windows are not ordered
+//! in time.
 //!
-//! Method (the one implemented): SKaMPI-style ping-pong bounds (Worsch,
-//! Reussner, Augustin, "On Benchmarking Collective MPI Operations", 2002). A
-//! sample is (t_send, t_ref, t_recv): rank 0 read its clock at `t_ref`
-//! somewhere between our `t_send` and `t_recv`, so the true offset lies in
-//! `[t_send - t_ref, t_recv - t_ref]`. Per window we keep the minimum round
-//! trip sample; the estimate is the midpoint of its feasible interval and the
-//! bound its half-width (half the best round trip). Drift follows the linear
-//! model of Jones and Koenig ("Clock synchronization in high-end computing
-//! environments", 2013) and Hunold and Carpen-Amarie's HCA
-//! ("Hierarchical clock synchronization in MPI", 2018) reduced to two windows:
-//! the slope between the two window midpoints. Between the windows the offset
-//! error is at most the larger window bound (a convex combination of two
-//! intervals); the slope's uncertainty is `(b_start + b_end) / span`.
-//!
-//! A rank that runs under the same kernel as rank 0 (the same boot id) and in
-//! the same time namespace (time_namespaces(7): the only per-process offset
-//! of `CLOCK_MONOTONIC`) reads the same clock: one system-wide clock, kept
-//! consistent across CPUs by the kernel (clock_gettime(2); the TSC is used
-//! only when it is synchronized across CPUs). Its offset is then 0 by
-//! construction, not by estimate, and [`fit_rank_model`] records it so, with
-//! a bound of 0, provided also that every ping-pong sample of both windows
-//! agrees with one clock (`t_send <= t_ref <= t_recv`); the ping-pong fit is
-//! kept beside it as evidence, and a refusal says why.
-//!
-//! Hierarchical calibration (Hunold and Carpen-Amarie, "Hierarchical clock
-//! synchronization in MPI", IEEE Cluster 2018; the HCA of their "On the
-//! Impact of Synchronizing Clocks and Processes on Benchmarking MPI
-//! Collectives", EuroMPI 2015): ranks are grouped by node (host name), each
-//! node's lowest rank (its leader) is calibrated against rank 0, and every
-//! other rank against its leader, the nodes side by side; a rank that shares
-//! its leader's kernel clock takes it without a ping-pong
-//! ([`ClockModel::shared_kernel_clock_unmeasured`]), so that the cost grows
-//! with the number of nodes rather than ranks. [`compose`] chains the
-//! two affine models: with the leader's `local_L = t + o_L(t)` (t on rank
-//! 0's clock) and the rank's `local_r = u + o_R(u)` (u on the leader's clock),
-//! `o(t) = o_L(t) + o_R(t + o_L(t))`, again affine, with rate `(1 + k_L)(1 +
-//! k_R)`. Its error bound is the sum of the two legs' bounds plus the second
-//! order term `|k_R| B_L` (o_R evaluated at the leader time estimated, not the
-//! true one): `B = B_L + B_R + |k_R| B_L`, valid where both legs' models are
-//! (between the later of the two start windows and the earlier of the two end
-//! windows, which is where the phases run). The drift's uncertainty composes
-//! as that of a product of rates: `δk = δk_L + δk_R + |k_L| δk_R + |k_R| δk_L
-//! + δk_L δk_R`.
+//! Method: docs/METHODS.md, "Clock calibration".
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).

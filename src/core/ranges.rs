@@ -1,23 +1,12 @@
-//! Documented ranges of every number a user gives, checked before any work starts.
+//! Documented ranges of every number a user gives, checked before any work
+//! starts.
 //!
 //! Consumes parsed command-line arguments; produces nothing, or a
 //! `refused[OUT_OF_RANGE]` error naming the option, the value and its range.
-//! The ranges keep every allocation and loop bounded on a node (the largest
-//! values still fit a 139 GiB GPU and a few GiB of host memory per rank).
+//! [`RANGES`] is the table (docs/REFERENCE.md's "Ranges of numbers" prints
+//! it); `tests/ranges.rs` keeps table, options and docs in step.
 //!
-//! [`RANGES`] is the table: one row per option that takes a number (or a
-//! value made of numbers), as docs/REFERENCE.md's "Ranges of numbers" prints it.
-//! `tests/ranges.rs` walks clap's command tree and fails when an option that
-//! takes a value is neither in [`RANGES`] nor on its list of non-numeric
-//! options, when a row names no option, when docs/REFERENCE.md lacks a row, and when
-//! a row's out-of-range example is not refused with `OUT_OF_RANGE`.
-//! The checks live beside the options they check: the command layer's
-//! `check_command_ranges` checks every command's numbers right after parsing,
-//! before any file is read or MPI starts; `rank` checks its own first thing
-//! (`rank::check_ranges`, which `campaign plan` also runs on every configuration).
-//! A model shape's derived sizes are checked when it is bound to the world
-//! size ([`crate::core::workload::WorkloadSpec::bind_model`]): before MPI starts under a launcher that sets the
-//! world size (mpirun, srun), otherwise right after MPI_Init.
+//! Where each check runs: docs/METHODS.md, "Range checks".
 use crate::core::refusal::{refuse, Code};
 use anyhow::Result;
 

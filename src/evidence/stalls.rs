@@ -1,29 +1,14 @@
 //! Stalls: stretches in which one rank made no progress for far longer than
-//! its own phase's typical interval — a rank stopped (SIGSTOP, a debugger,
-//! Ctrl-Z), swapped out, descheduled for seconds, or a paused VM.
+//! its own phase's typical interval (a rank stopped, swapped out, descheduled
+//! for seconds, or a paused VM).
 //!
-//! Consumes one rank's shard (its collective events in issue order, on its
-//! own clock, so no clock model is needed). Produces the [`Stall`]s found in
-//! it. Refuses nothing: a shard with no stall yields an empty list.
+//! Consumes one rank's shard (its collective events in issue order, on its own
+//! clock). Produces the [`Stall`]s found in it, before or inside a collective,
+//! at least [`STALL_MIN_NS`] and [`STALL_MEDIAN_FACTOR`] times the phase's
+//! median. Reported, never used to drop data. Refuses nothing: a shard with no
+//! stall yields an empty list.
 //!
-//! Two intervals are looked at, within one phase of one rank (what lies
-//! between phases, barriers and clock windows, is not the workload's):
-//! - **before** a collective: from the previous collective's wait return to
-//!   this one's issue, less what the phase put there by design (a replayed
-//!   trace's recorded gap, an injected delay, a fill's compute);
-//! - **inside** a collective: from its issue to its wait's return. A member
-//!   stopped before a collective keeps every other member waiting inside it,
-//!   so one stop shows as a stall before on the stopped rank and inside on
-//!   the others.
-//!
-//! An interval is a stall when it lasts at least [`STALL_MIN_NS`] and at
-//! least [`STALL_MEDIAN_FACTOR`] times the median of its kind of interval in
-//! that rank's phase: the floor keeps a busy machine's millisecond jitter
-//! out, the factor a phase whose design spaces collectives widely. It is an
-//! outlier rule on the rank's own distribution (a fixed multiple of the
-//! median, the robust scale used by Tukey's and Hampel's rules: Hampel,
-//! "The influence curve and its role in robust estimation", JASA 1974),
-//! reported, never used to drop data.
+//! Method: docs/METHODS.md, "Stalls".
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CollectiveEvent, Shard};
 use serde::{Deserialize, Serialize};

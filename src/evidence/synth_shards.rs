@@ -1,25 +1,15 @@
-//! `synth-shards`: a run directory of GENERATED shards, for benchmarking `join`.
+//! `synth-shards`: a run directory of GENERATED shards, for benchmarking
+//! `join`.
 //!
 //! Consumes a rank count, a collective count per rank and a seed. Produces a
-//! complete run directory: one shard per rank, written through the real
-//! shard writer ([`crate::evidence::shard::Shard::write_new`]), and `run.json`,
-//! written through the real run record writer
-//! ([`crate::evidence::run::write_run_record`]), so `join` reads it exactly as
-//! it reads a measured run. Every shard's header carries a
-//! [`crate::evidence::shard::SyntheticMark`] (shard format 7):
-//! its events were generated, not measured. `join` reads such a run (that is
-//! what it is for); every stage that takes measurements refuses it with
-//! `refused[SYNTHETIC]` (see [`crate::evidence::join::refuse_synthetic`]).
-//!
-//! The run: one `blocking` phase of all-reduces on the world group (group 0),
-//! `collectives` per rank, `layers` per token (10 where it divides the count,
-//! else 1), sizes cycling over four values by layer, times on a 50 µs grid
-//! plus seeded jitter (ChaCha8, one stream per rank), and a clock model per
-//! rank (rank 0 the reference; the others a generated offset and drift with
-//! bounds) so the join computes arrival offsets as on a calibrated CPU run.
+//! complete run directory through the real shard and run-record writers, each
+//! shard marked [`crate::evidence::shard::SyntheticMark`]: `join` reads it,
+//! every stage that takes measurements refuses it with `refused[SYNTHETIC]`.
 //! Refuses: zero ranks or collectives, more ranks than
 //! [`crate::core::limits::MAX_WORLD_SIZE`], an output directory that exists
 //! and is not empty.
+//!
+//! The generated run: docs/METHODS.md, "Synthetic shards".
 use crate::core::clock::{ClockModel, WindowEstimate};
 use crate::core::workload::{Phase, WorkloadSpec};
 use crate::evidence::run::{RunRecord, ShardRef, RUN_FORMAT_VERSION};

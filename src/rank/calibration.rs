@@ -3,22 +3,10 @@
 //! start and end windows ([`clock_window`]), and each rank's fit against rank 0
 //! with the leaders' hand-off ([`end_record`], the shard's [`ClockRecord`]).
 //! A shared kernel clock is taken only where boot id and time namespace match,
-//! no clock is injected and `--clock pingpong-only` is off; else the fit says why.
+//! no clock is injected and `--clock pingpong-only` is off; else the fit says
+//! why.
 //!
-//! Under hierarchical calibration a rank that may take its leader's kernel
-//! clock (its own node, so the same kernel) does not ping-pong at all: its
-//! leg is that clock, exactly, with no samples (Hunold & Carpen-Amarie,
-//! "Hierarchical Clock Synchronization in MPI", IEEE Cluster 2018, skip the
-//! intra-node stage where the cores of a node share one clock). Only the
-//! leaders ping-pong rank 0, so the calibration's serial chain grows with
-//! the nodes, not the ranks per node. Under flat calibration, and for the
-//! leaders, the ping-pong still runs against a shared kernel clock and is
-//! kept as the evidence that every sample agrees with one clock.
-//!
-//! A rank waits for its turn to ping-pong (a token from the rank it
-//! ping-pongs) and for the others at the window's closing barrier with the
-//! idle waits of `mpi_deadline`, which sleep: on an oversubscribed host the
-//! two ranks at work then get the cores.
+//! Hierarchical calibration: docs/METHODS.md, "Clock calibration of rank".
 use super::{ClockMode, RankOptions};
 use crate::backend::mpi_deadline::Op;
 use crate::core::clock::{compose, fit_rank_model, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit};

@@ -1,31 +1,15 @@
 //! The isolated phase's sweep of one collective kind, as nccl-tests'
 //! `*_perf` programs run it (`rank --phases isolated --collective KIND`).
 //!
-//! The sum all-reduce runs on the backend's own path
-//! ([`crate::rank::phases`]: back to back on GPUs, as `all_reduce_perf`).
-//! Every other kind, and an all-reduce with another `--op`, runs through
-//! `replay-trace`'s executors ([`crate::backend::cpu::trace_exec`] on
-//! MPI, [`crate::backend::cuda::trace_exec`] on NCCL): one in-memory trace
-//! of one collective per size on a world group of its own, each iteration
-//! timed on the host from the call until its result is in place (a blocking
-//! MPI call; the NCCL call and a stream synchronization), so per-iteration
-//! times on GPUs include one launch and one synchronization that
-//! nccl-tests' loop of `-n` back-to-back launches spreads over the loop.
-//! Sizes follow nccl-tests ([`SweepKind`]: all-gather's size is the
-//! gathered buffer; split kinds round down to a multiple of the rank
-//! count); results are checked as `replay-trace --check` checks them, and
-//! every wrong element is counted (nccl-tests' `#wrong`).
+//! Consumes the kind, sizes ([`SweepKind`]), op and backend. Produces the
+//! sweep's table, each result checked and every wrong element counted
+//! (nccl-tests' `#wrong`); `-J FILE` writes it as [`SweepReport`]. Refuses,
+//! before any collective: `--collective` or `--op` without the isolated phase;
+//! a reduction on a kind that has none; `avg` on cpu; `--graph`; a size with
+//! no whole element per rank; a `--check` whose expected values would not be
+//! exact in the element type.
 //!
-//! Refuses, before any collective: `--collective` or `--op` without the
-//! isolated phase; a reduction on a kind that has none; `avg` on the cpu
-//! backend (MPI has no average: an MPI "avg" would be a sum); `--graph`;
-//! a size with no whole element per rank; and a `--check` whose expected
-//! values would not be exact in the element type for this many ranks (so
-//! `#wrong` can only count real faults).
-//!
-//! `-J FILE` writes the table as JSON with nccl-tests' own `-J` fields
-//! ([`SweepReport`], schema `rank-sweep`), read back by the same parser
-//! as nccl-tests' files ([`crate::evidence::nccl_tests`]).
+//! Method: docs/METHODS.md, "Isolated sweep of one kind".
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
 use anyhow::Result;

@@ -2,19 +2,13 @@
 //! campaign, and write `report.json` with its plots.
 //!
 //! Consumes the manifest, the selection and every selected run (each joined
-//! and verified by [`crate::evidence::join`]; a run that does not join is refused,
-//! naming it). Produces an [`AnalysisInput`] (per phase, every label's jobs
-//! with their rounds and events; the injected-delay counts `join` saw; the
-//! canary and controls translated to labels; the claim context from what the
-//! ranks recorded: hardware, element types, and for a campaign whose phases
-//! walked an imported trace the trace's name, its SHA-256 and per kind what
-//! ran and what was left out, never the synthetic sizes that did not run)
-//! and an overlap excerpt of one GPU job. The statistics are
-//! in [`crate::analysis`]; the plots in [`crate::report::plots`].
+//! and verified by [`crate::evidence::join`]). Produces an [`AnalysisInput`]
+//! and an overlap excerpt of one GPU job; the statistics are in
+//! [`crate::analysis`], the plots in [`crate::report::plots`]. Refuses a run
+//! that does not join (naming it), and a report file of the same name with
+//! other bytes (the same bytes are accepted).
 //!
-//! Writing never replaces: a report directory that already holds a file of
-//! the same name with other bytes is refused; the same bytes (a re-run of a
-//! seeded analysis) are accepted as they are.
+//! What the input holds: docs/METHODS.md, "Gathering the report input".
 use crate::analysis::{
     AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt, TraceClaim, TraceKindClaim,
 };

@@ -1,24 +1,14 @@
 //! SVG plots drawn from a [`Report`] alone (plotters' SVG backend), so any
 //! plot can be redrawn from `report.json`; no I/O here, the caller writes.
 //!
-//! - `ranks-slopegraph.svg`: each configuration's rank per phase, from the
-//!   isolated proxy through the workload phases (crossing lines are the
-//!   proxy's ranking errors);
-//! - `distribution-PHASE.svg`: per configuration, the pooled events of all
-//!   jobs: 5–95% whisker, 25–75% box, median bar, p99 dot (nearest-rank);
-//! - `ecdf-PHASE.svg`: per configuration the empirical distribution of the
-//!   pooled events (every 5th percentile), with the median of its job
-//!   medians (the ranked statistic) and their interquartile range marked;
-//! - `proxy-vs-truth.svg`: per configuration each proxy phase's median
-//!   against the truth's (the real job's, or blocking's without `[truth]`),
-//!   both over the best, each proxy's pick ringed;
-//! - `clock-offsets.svg`: one job's clock offset of every rank against
-//!   rank 0 at its calibration windows, with the bounds;
-//! - `p-best.svg`: P(best) per configuration and phase (hierarchical posterior, [`crate::analysis::inference`]);
-//! - `overlap-timeline.svg`: compute and communication intervals of one
-//!   rank's window (GPU runs, from CUPTI kernels or CUDA events);
-//! - `truth-regret.svg`: each proxy's pick with its regret on the real job,
-//!   point and interval (campaigns with `[truth]`).
+//! Consumes a report; produces `ranks-slopegraph.svg`,
+//! `distribution-PHASE.svg`, `ecdf-PHASE.svg`, `proxy-vs-truth.svg`,
+//! `clock-offsets.svg`, `p-best.svg`, `overlap-timeline.svg` (GPU runs) and
+//! `truth-regret.svg` (campaigns with `[truth]`), as SVG text. Refuses
+//! nothing; an error is a plot that could not be drawn, or a phase the report
+//! lacks.
+//!
+//! What each plot shows: docs/METHODS.md, "Report plots".
 use crate::analysis::{Report, TimelineExcerpt};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;

@@ -1,25 +1,15 @@
-//! Device health of `validate`, read through NVML (NVIDIA Management Library
-//! API Reference, "Device Queries", "Event Handling Methods" and "NvLink
-//! Methods"; called through the nvml-wrapper crate).
+//! Device health of `validate`, read through NVML (called through the
+//! nvml-wrapper crate).
 //!
-//! Consumes nothing but the node's NVML. Produces, for every GPU NVML
-//! enumerates, a snapshot at the start and one at the end of the
-//! validation: ECC error counts (volatile and aggregate, corrected and
-//! uncorrected: `nvmlDeviceGetTotalEccErrors`), retired pages pending
-//! (`nvmlDeviceGetRetiredPagesPendingStatus`) and remapped rows
-//! (`nvmlDeviceGetRemappedRows`), current clock-throttle reasons, power draw,
-//! temperature, current and maximum PCIe link generation and width,
-//! persistence mode, and every NVLink's state and error counters. Between
-//! the two, critical XID events are collected through one NVML event set per
-//! GPU (`nvmlDeviceRegisterEvents`, drained with `nvmlEventSetWait` at the
-//! end: events queue in the set while the run goes on). Also sampled
-//! every second on a thread of rank 0 while the rounds run: temperature,
-//! power and throttle reasons ([`Watch::sample_until`]).
-//!
-//! A reading NVML cannot give is recorded with NVML's error and never as 0;
-//! XID watching that could not be set up is recorded as unavailable, never
-//! as "no events". Refuses nothing: [`evaluate`] turns findings into a
+//! Consumes nothing but the node's NVML. Produces, for every GPU, a snapshot
+//! at the start and one at the end (ECC, retired pages, remapped rows,
+//! throttle reasons, power, temperature, PCIe link, persistence, NVLink),
+//! critical XID events between them, and a per-second watch on rank 0
+//! ([`Watch::sample_until`]). A reading NVML cannot give is recorded with its
+//! error, never as 0. Refuses nothing: [`evaluate`] turns findings into a
 //! verdict.
+//!
+//! What is read, and how: docs/METHODS.md, "Device health".
 use super::verdict::CheckVerdict;
 use serde::{Deserialize, Serialize};
 

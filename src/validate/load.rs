@@ -1,30 +1,14 @@
-//! The node's CPU load during a validation: is something other than this
-//! job using the CPUs it runs on?
+//! The node's CPU load during a validation: is something other than this job
+//! using the CPUs it runs on?
 //!
-//! Consumes Linux's `/proc` (proc(5)): `/proc/loadavg` (load averages and
-//! the runnable/total task counts), the per-CPU lines of `/proc/stat`
-//! (ticks of user, nice, system, idle, iowait, irq, softirq and steal time),
-//! each process's `/proc/PID/stat` (utime + stime of all its threads, and
-//! `comm`) and `/proc/PID/status` (`Cpus_allowed_list`). Rank 0 takes one
-//! snapshot right before the rounds and one right after them; every rank
-//! gives its process id, so the job's own CPU time is known.
+//! Consumes Linux's `/proc` (proc(5)), snapshotted by rank 0 right before and
+//! after the rounds, and every rank's process id. Produces a [`LoadReport`]:
+//! load averages, and on the job's CPUs the busy, job, elsewhere and steal
+//! shares and the busiest other processes. A reading that could not be taken
+//! is absent, its reason listed, never 0. Refuses nothing: [`busy_elsewhere`]
+//! says when the job shared its CPUs with other work.
 //!
-//! Produces a [`LoadReport`]: the load averages and runnable tasks at both
-//! ends; over the window between them, on the CPUs the job's ranks may run
-//! on (the union of their affinity lists): the busy share (all processes),
-//! this job's share (its ranks' utime + stime), the share used by anything
-//! else (busy minus the job's, the difference of two counters of the same
-//! kernel tick accounting), the steal share (time a hypervisor gave the CPU
-//! to another guest), and the processes outside the job that used the most
-//! CPU time in the window and may run on those CPUs. These are the kernel's
-//! own accounting counters (proc(5); the same counters `top` and `mpstat`
-//! read, differenced over an interval as they do).
-//!
-//! A reading that could not be taken is left absent and the reason listed
-//! in `unavailable`; it is never recorded as 0. Refuses nothing: load is
-//! reported, not judged; [`busy_elsewhere`] says when the job shared its
-//! CPUs with other work, which the report names as the likely cause of a
-//! failing ratio check.
+//! Method: docs/METHODS.md, "CPU load during validation".
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,33 +2,15 @@
 //! topology, a collective sweep and a model-shaped workload, each compared
 //! with a reference recorded once on a node the site trusts.
 //!
-//! Runs under `mpirun`/`srun` with one rank per GPU of one node (or on the
-//! CPU backend). Consumes the command line, an optional reference directory
-//! and site TOML. Order on every rank: check the arguments (before MPI, so a
-//! bad flag is one line and exit 3), MPI init, refuse a job spanning more
-//! than one node or fewer than 2 ranks, NVML start snapshot and XID watch
-//! (rank 0), backend start, refusal of a reference that does not describe
-//! this node ([`reference::contradictions`]), then `rounds` rounds: each runs
-//! the all-reduce sweep, the all-gather sweep and the workload in an order
-//! shuffled per round (ChaCha8 seeded by `--seed` and the round), then the
-//! end snapshot. Rank 0 writes the evidence directory ([`reference`](mod@reference)),
-//! prints the table (or `--json`) and every rank exits with the verdict's
-//! code: 0 pass, 1 fail, 2 inconclusive, 3 could not run (argument errors,
-//! refusals, run failures; a rank's failure aborts the job with code 3).
+//! Consumes the command line, an optional reference directory and site TOML,
+//! under `mpirun`/`srun` with one rank per GPU of one node (or on the CPU
+//! backend). Produces the evidence directory ([`reference`](mod@reference)),
+//! the table (or `--json`) and the exit code: 0 pass, 1 fail, 2 inconclusive,
+//! 3 could not run. Refuses: bad arguments (before MPI), a job on more than
+//! one node or of fewer than 2 ranks, a reference that does not describe this
+//! node ([`reference::contradictions`]).
 //!
-//! Checks: `health` ([`health::evaluate`]), `topology`
-//! ([`topology::differences`] against the reference's), `all-reduce busbw`
-//! and `all-gather busbw` (per round, the geometric mean of busbw over the
-//! sweep's sizes, [`sweep`]), `workload token latency` (per round, the
-//! slowest rank's median per-token latency of the `blocking` phase of
-//! [`crate::rank::phases`] on a model preset), each ratio judged against the
-//! site's thresholds by [`verdict::job_check`] (a reference of several jobs:
-//! the prediction interval of a new job, carrying job-to-job variation) or
-//! [`verdict::single_job_check`] (one job: paired rounds, flagged, a FAIL
-//! capped to INCONCLUSIVE). Rank 0 also reads the node's CPU load from
-//! `/proc` right before and after the rounds ([`load`]); it is reported in
-//! the health section and named as the likely cause of a failing ratio
-//! check when the job's CPUs were busy with something else.
+//! Order and checks: docs/METHODS.md, "Validate run order and checks".
 pub mod health;
 pub mod load;
 mod plan;

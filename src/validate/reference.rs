@@ -1,34 +1,15 @@
 //! The evidence of `validate` on disk, the site's thresholds, and the
 //! refusal of a reference that does not describe this node.
 //!
-//! Layout of a validation directory (a reference is one, written with
-//! `--record-reference`): `manifest.json` (node facts, settings, argv,
-//! recorded environment), `rounds.json` (every round's measurements, the
-//! shard of this format), `health.json`, `topology.json`, `report.json`
-//! (validations against a reference only) and, written last,
-//! `descriptor.json`: each file's size and SHA-256, as the campaign
-//! archive's descriptor does for its tarball. Every file is written with
-//! [`crate::core::fsutil::write_json_new`] (atomic, never over an existing file).
+//! Consumes a reference directory (one job, or one per subdirectory:
+//! [`read_set`]) and, optionally, a site TOML. Refuses, naming the file and
+//! the fault: a file missing or whose size or SHA-256 differs from the
+//! descriptor; an unknown format version; a site TOML with unknown keys,
+//! thresholds that are not positive, or an unknown `allow` entry; a reference
+//! from another backend, GPU SKU, GPU count, rank count, driver major version
+//! or NCCL version, unless the site allows that change.
 //!
-//! A reference may be recorded over several jobs ([`read_set`]): a
-//! directory whose subdirectories are validation directories, one per job
-//! (`validate --record-reference -o REF/job-1`, then `-o REF/job-2`, ...).
-//! Adding a job adds a directory; nothing recorded is rewritten. The jobs
-//! must agree on settings and node kind. The comparison then carries the
-//! job-to-job variation ([`super::verdict::job_check`]). A directory that is
-//! itself a validation directory is a reference of one job.
-//!
-//! Format versions: 2 adds the CPU load section to `health.json` and the
-//! reference jobs to `manifest.json`; version 1 directories are still read
-//! (their load is absent: unmeasured).
-//!
-//! Consumes a reference directory and, optionally, a site TOML. Refuses,
-//! naming the file and the fault: a file missing or whose size or SHA-256
-//! differs from the descriptor; an unknown format version; a site TOML with
-//! unknown keys, thresholds that are not positive, or an unknown `allow`
-//! entry; and a reference from another backend, GPU SKU, GPU count, rank
-//! count, driver major version or NCCL version, unless the site allows that
-//! change (`allow = ["driver"]`, ...).
+//! Layout and versions: docs/METHODS.md, "Validation evidence on disk".
 use super::health::HealthReport;
 use super::sweep::SizeResult;
 use super::topology::Topology;

@@ -6,18 +6,7 @@
 //! algbw and busbw, and the elements a result check found wrong. Refuses
 //! nothing itself (a backend without all-gather fails the job).
 //!
-//! Timing follows nccl-tests' default (non `-I`) mode: warm-up iterations,
-//! a barrier, the host clock, `iters` collectives enqueued back to back (each
-//! issue followed by the backend's wait: a host wait on CPU, a stream
-//! dependency on GPU), one synchronization, the host clock again; the time per
-//! iteration is the elapsed time over `iters`, and the job's time is the
-//! largest over ranks. Bandwidths follow nccl-tests' `doc/PERFORMANCE.md`:
-//! algbw = size / time; busbw = algbw × 2(n−1)/n for all-reduce and
-//! algbw × (n−1)/n for all-gather, where an all-gather's size is the gathered
-//! total (each rank sends size/n). The result of each size's last iteration is
-//! checked in the first round (copying a large result back takes long). Sizes that do not split into whole
-//! elements per rank are rounded down to the nearest that do (at least one
-//! element per rank); the size used is recorded.
+//! Timing, bandwidths and sizes: docs/METHODS.md, "Validate sweep timing".
 use crate::backend::Backend;
 use crate::core::clock::RankClock;
 use crate::core::collective::CollectiveKind;

@@ -1,80 +1,14 @@
 //! Verdicts of `validate`, free of I/O: a node-under-test's rounds against a
 //! recorded reference's rounds, under a threshold declared by the site.
 //!
-//! Consumes, per check, one statistic per round from the node under test
-//! and one per round from the reference (for bandwidth: the geometric mean
-//! of busbw over the sweep's sizes; for the workload: the slowest rank's
-//! median per-token latency). Produces an interval of the ratio
-//! node/reference and a verdict against the site threshold. Refuses: fewer
-//! than 2 pairs, values that are not finite and positive.
+//! Consumes, per check, one statistic per round from the node under test and
+//! from the reference (over the reference's jobs for [`job_check`]). Produces
+//! an interval of the ratio node/reference and a pass, fail or inconclusive
+//! verdict against the site threshold, with the rounds or reference jobs that
+//! would resolve an inconclusive one. Refuses: fewer than 2 pairs, values that
+//! are not finite and positive.
 //!
-//! Method. Round i of the node under test is paired with round i of the
-//! reference and the per-round log-ratio d_i = ln(x_test,i / x_ref,i) is
-//! formed; the interval is the Student-t interval of the mean of d_i with
-//! n − 1 degrees of freedom (Student, "The probable error of a mean",
-//! Biometrika 1908; [`crate::analysis::inference::interval_of_logs`], the interval every
-//! campaign claim uses), reported as a ratio exp(·). The reference node is
-//! elsewhere and was measured earlier, so no round shares its conditions
-//! with a round of the reference: the pairing removes nothing. The interval
-//! is valid under the stated assumption that rounds are exchangeable within
-//! each node (each round's statistic an independent draw of that node's
-//! round distribution); then d_i are independent with the mean of interest
-//! and a variance the sample variance of d_i estimates (the sum of the two
-//! nodes' round variances). Drift of either node over time, or a reference
-//! taken under different load, breaks the assumption and is not detected.
-//!
-//! Rule (one-sided thresholds; `t` is the threshold ratio):
-//! - at least `t` (bandwidth): pass when the interval's low end ≥ t, fail
-//!   when its high end < t, otherwise inconclusive;
-//! - at most `t` (latency): pass when the high end ≤ t, fail when the low end
-//!   > t, otherwise inconclusive.
-//!
-//! With a node identical to the reference, each of pass-or-inconclusive
-//! holds with probability at least (1 + coverage)/2 for a threshold at or
-//! beyond ratio 1. An inconclusive check says how many rounds would, at the
-//! measured spread and mean, bring the interval's half-width below the
-//! distance to the threshold: the smallest n ≥ 2 with
-//! t_{1−α/2, n−1} · s / √n < |mean − ln t| (the precision-based sample size
-//! of e.g. Julious, "Sample Sizes for Clinical Trials", 2010, §3.2).
-//!
-//! Job-to-job variation ([`job_check`]). Rounds of one job share that job's
-//! conditions: its process placement, memory layout, the other work on the
-//! node while it ran. Two jobs on an unchanged node can differ by more than
-//! their rounds spread, so an interval from rounds alone is too narrow for a
-//! comparison of two jobs and cries wolf (issue 31: a FAIL at ×0.57 between
-//! two jobs minutes apart on one node). The model on the log scale is
-//! ln x_jr = μ + b_j + e_jr, a job effect b_j ~ N(0, σ_b²) and a round effect
-//! e_jr ~ N(0, σ_w²) (the one-way random-effects model; Searle, Casella and
-//! McCulloch, "Variance Components", 1992, §3). A reference recorded over K
-//! jobs gives K job means m_j (each the mean log of the job's first n
-//! rounds, n the fewest rounds of any job compared, the node's included) with
-//! sample mean m̄ and standard deviation s_J (K − 1 degrees of freedom); s_J²
-//! estimates σ_b² + σ_w²/n, the variance of one job's mean, and so carries
-//! both. The node's job mean y is one more draw. The interval of
-//! y − μ_ref is the prediction interval for one new observation from a
-//! normal sample of K (Hahn and Meeker, "Statistical Intervals", 1991, §4.7;
-//! Geisser, "Predictive Inference", 1993, §2.1.1):
-//! y − m̄ ± t_{1−α/2, K−1} · s · √(1 + 1/K), reported as a ratio exp(·),
-//! and judged by the rule above. Here s = max(s_J, s_w/√n), s_w the pooled
-//! standard deviation of rounds within the reference's jobs (K(n − 1)
-//! degrees of freedom): the variance of a job mean is σ_b² + σ_w²/n, and
-//! with the job component estimated by s_J² − s_w²/n truncated at zero (the
-//! ANOVA estimator, never negative; Searle, Casella and McCulloch 1992,
-//! §3.5) its estimate is never below what the rounds alone imply. With 2 or
-//! 3 reference jobs s_J alone is, by chance, often far below σ: measured
-//! on unchanged nodes it let back-to-back reference jobs that happened to
-//! agree make the interval too narrow for the next job (results/
-//! 2026-12-02-validate-false-fail-20/). An unchanged node lands inside it with
-//! probability `coverage`, so for a threshold at or beyond ratio 1 a FAIL
-//! has probability at most (1 − coverage)/2 whatever σ_b is. More reference
-//! jobs narrow it only down to z_{1−α/2} · s: job-to-job spread is not
-//! averaged away by rounds. An inconclusive check says how many reference
-//! jobs would resolve it at the measured spread (`jobs_to_resolve`).
-//!
-//! A reference of a single job cannot measure σ_b: its checks use the
-//! paired round interval above, flagged `job_variation: false`, and a FAIL
-//! is reported as INCONCLUSIVE (`capped_from: fail`): the difference could be
-//! the job-to-job variation the interval does not carry. A PASS stands, flagged.
+//! Method: docs/METHODS.md, "Validate verdicts".
 use crate::analysis::inference::{interval_of_logs, log_ratios, t_quantile, MAX_ROUNDS};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
-use crate::backend::cuda::nccl::sys;
+use crate::backend::cuda::nccl::RedOp;
 use crate::backend::own::OwnOp;
 use crate::core::collective::CollectiveKind;
 
@@ -462,8 +462,7 @@ impl CudaBackend {
         }
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
-        let t = crate::backend::cuda::nccl::nccl_type(dtype);
-        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, t, dtype.size_bytes(), sys::NCCL_SUM);
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum);
         let stream = self.collective_stream() as *mut std::ffi::c_void;
         let grouped = calls.len() > 1;
         if grouped {

@@ -1,31 +1,14 @@
-//! The `%globaltimer` anchor: where the GPU's global nanosecond timer (PTX
-//! ISA, "Special registers: %globaltimer") lies on this rank's host clock,
-//! and the stamping kernels that place CUPTI's kernel timestamps on that timer.
+//! The `%globaltimer` anchor: where the GPU's global nanosecond timer lies on
+//! this rank's host clock, and the stamping kernels that place CUPTI's kernel
+//! timestamps on that timer.
 //!
 //! Consumes a CUDA context and an idle stream. Produces, per window, the host
 //! time of the window's first timer reading with its error bound, and the
-//! entry and exit timer readings of a few one-thread stamping kernels (for
-//! [`crate::core::clock::bracket_timer_offset`] against their CUPTI records).
+//! entry and exit readings of a few stamping kernels. Refuses: a device whose
+//! driver cannot load the PTX module, mapped host memory that cannot be
+//! allocated, a kernel that does not announce or acknowledge within 10 s.
 //!
-//! A round trip: a kernel of [`POLLING_WARPS`] warps is launched and
-//! announces that it is spinning on a host-mapped word, one lane per warp
-//! polling it with the warps' first polls staggered across a load's latency;
-//! the host reads its clock, releases the word with a plain store and spins
-//! on the warps' reply slots; each warp reads `%globaltimer` as soon as it
-//! sees the release and writes the reading (non-zero) to its own slot, that
-//! one 8-byte store being the acknowledgement. The first reading the host
-//! sees therefore lies between its two clock reads, and neither leg holds an
-//! API call, a stream operation or a fence (a multiprocessor's load of host
-//! memory takes about 1 µs, the front end's stream memory operations about
-//! 2 µs on an H200; the staggered polls shorten the forward leg's wait for
-//! the next load). The window intersects the trips' feasible intervals
-//! ([`crate::core::clock::estimate_device_anchor`]). The host clears the
-//! slots only after every warp has replied, so no late reply of one trip can
-//! be read as the next trip's.
-//!
-//! Refuses: a device whose driver cannot load the PTX module, mapped host
-//! memory that cannot be allocated, a kernel that does not announce or
-//! acknowledge within 10 s (the kernel itself gives up after 2 s).
+//! Method: docs/METHODS.md, "The globaltimer anchor".
 use crate::backend::cuda::drv;
 use anyhow::{bail, Result};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaStream};

@@ -1,41 +1,15 @@
 //! CUDA/NCCL backend: GPUs through cudarc (driver, cuBLAS; loaded at run
 //! time), NCCL through our own loader ([`crate::backend::cuda::nccl`]).
 //!
-//! Consumes the world communicator (to broadcast NCCL's unique id), the
-//! node-local rank (GPU = `local_rank % device_count`), an NCCL library path
-//! and the workload spec. Produces device intervals for every collective and
-//! device-ordered marks (token and compute boundaries), mapped onto the host
-//! timeline by [`crate::core::clock::DeviceTimeMap`]: a window of event round trips
-//! on an idle stream at the start and at the end of every pass, whose
-//! feasible intervals are intersected (the recorded anchor error is the
-//! larger window's half-width plus the event timer's resolution and the
-//! rounding of `cuEventElapsedTime`'s float milliseconds). With `--cupti`,
-//! kernel records are placed through `%globaltimer` instead
-//! ([`globaltimer`]: release-and-reply round trips and stamping kernels at
-//! the same two points), with their own recorded error. Refuses, with a
+//! Consumes the world communicator (for NCCL's unique id), the node-local rank
+//! (GPU = `local_rank % device_count`), an NCCL library path and the workload
+//! spec. Produces device intervals for every collective and device-ordered
+//! marks, on the host timeline through [`crate::core::clock::DeviceTimeMap`]
+//! (with `--cupti`, kernel records through [`globaltimer`]). Refuses, with a
 //! one-line reason: no driver, no GPU, no cuBLAS, an NCCL library that is not
 //! the one asked for.
 //!
-//! Hot path. Every timing event comes from a pool filled before the pass and
-//! is resolved after it; a collective costs the host its NCCL call plus one
-//! `cuEventRecord` (isolated phase, back to back) or a handful of event records
-//! and stream waits (workload phases), and nothing else: no allocation, lock,
-//! syscall, log line or synchronization. CUPTI kernel records are off unless
-//! asked for (`--cupti`), since their cost would be mixed into every result.
-//!
-//! Stream semantics: `issue` makes the communication stream wait
-//! for the compute stream's work so far (the tensor was produced there, as in
-//! PyTorch), records a start event, enqueues `ncclAllReduce`, and records an
-//! end event; the host returns at once. `wait` is a *stream
-//! dependency*: the compute stream waits on the end event; the host does not
-//! block. `allreduce_back_to_back` (isolated phase) enqueues on the
-//! communication stream alone, one boundary event before each collective, as
-//! nccl-tests' per-iteration timing does (`-I 1`: an event before each
-//! iteration and one after the last, the interval between consecutive events
-//! being one iteration), so the device queue stays full and the host's cost
-//! is hidden as it is there. `synchronize` (device synchronization) happens
-//! once per pass. cudarc's automatic cross-stream event tracking is disabled
-//! so that no dependency exists that the phase did not ask for.
+//! Anchors, hot path, stream semantics: docs/METHODS.md, "CUDA backend".
 mod anchor;
 mod backend_impl;
 mod bench;

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
+pub(crate) use sys::{DataType, RedOp};
 
 /// Raw NCCL C types (only those we use).
 pub mod sys {
@@ -36,50 +37,75 @@ pub mod sys {
         /// Opaque bytes.
         pub internal: [c_char; 128],
     }
-    /// `ncclFloat32`.
-    pub(crate) const NCCL_FLOAT32: c_int = 7;
-    /// `ncclBfloat16` (NCCL 2.10 and later).
-    pub(crate) const NCCL_BFLOAT16: c_int = 9;
-    /// `ncclSum`.
-    pub(crate) const NCCL_SUM: c_int = 0;
+    /// `ncclDataType_t`, as nccl.h numbers it (the aliases `ncclChar`,
+    /// `ncclInt`, `ncclHalf`, `ncclFloat` and `ncclDouble` share these values).
+    #[repr(i32)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum DataType {
+        /// `ncclInt8`.
+        Int8 = 0,
+        /// `ncclUint8`.
+        Uint8 = 1,
+        /// `ncclInt32`.
+        Int32 = 2,
+        /// `ncclUint32`.
+        Uint32 = 3,
+        /// `ncclInt64`.
+        Int64 = 4,
+        /// `ncclUint64`.
+        Uint64 = 5,
+        /// `ncclFloat16`.
+        Float16 = 6,
+        /// `ncclFloat32`.
+        Float32 = 7,
+        /// `ncclFloat64`.
+        Float64 = 8,
+        /// `ncclBfloat16` (NCCL 2.10 and later).
+        Bfloat16 = 9,
+    }
+    /// `ncclRedOp_t`'s built-in reductions, as nccl.h numbers them.
+    #[repr(i32)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum RedOp {
+        /// `ncclSum`.
+        Sum = 0,
+        /// `ncclProd`.
+        Prod = 1,
+        /// `ncclMax`.
+        Max = 2,
+        /// `ncclMin`.
+        Min = 3,
+        /// `ncclAvg` (NCCL 2.10 and later).
+        Avg = 4,
+    }
     /// `ncclGetUniqueId(ncclUniqueId*)`.
     pub(crate) type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
     /// `ncclCommInitRank(ncclComm_t*, int nranks, ncclUniqueId, int rank)`.
     pub(crate) type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
     /// `ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
-    pub type AllReduce = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type AllReduce =
+        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclAllGather(const void*, void*, size_t sendcount, ncclDataType_t, ncclComm_t, cudaStream_t)`.
-    pub type AllGather = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type AllGather = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclCommDestroy(ncclComm_t)` and `ncclCommAbort(ncclComm_t)`.
     pub(crate) type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
     /// `ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)`.
     pub(crate) type CommGetAsyncError = unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult;
-    /// `ncclUint8`.
-    pub(crate) const NCCL_UINT8: c_int = 1;
-    /// `ncclFloat16`.
-    pub(crate) const NCCL_FLOAT16: c_int = 6;
-    /// `ncclProd` (nccl.h's `ncclRedOp_t`).
-    pub(crate) const NCCL_PROD: c_int = 1;
-    /// `ncclMax`.
-    pub(crate) const NCCL_MAX: c_int = 2;
-    /// `ncclMin`.
-    pub(crate) const NCCL_MIN: c_int = 3;
-    /// `ncclAvg` (NCCL 2.10 and later).
-    pub(crate) const NCCL_AVG: c_int = 4;
     /// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.
     pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
     /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
     pub(crate) type ReduceScatter =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t)`.
-    pub type Broadcast = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Broadcast =
+        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int root, ncclComm_t, cudaStream_t)`.
     pub(crate) type Reduce =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, c_int, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclSend(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Send = unsafe extern "C" fn(*const std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Send = unsafe extern "C" fn(*const std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Recv = unsafe extern "C" fn(*mut std::ffi::c_void, usize, c_int, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Recv = unsafe extern "C" fn(*mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclGroupStart()` and `ncclGroupEnd()`.
     pub type Group = unsafe extern "C" fn() -> NcclResult;
     /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null config inherits the parent's).
@@ -292,25 +318,60 @@ impl NcclLibrary {
 }
 
 /// One NCCL call of an imported trace: device pointers, counts in elements
-/// of `dtype` (an `ncclDataType_t`), reductions as `ncclRedOp_t`, root and
-/// peer as ranks of the communicator.
+/// of `dtype`, reductions as `op`, root and peer as ranks of the communicator.
 #[derive(Clone, Copy, Debug)]
 #[allow(missing_docs)]
 pub(crate) enum TraceOp {
-    AllReduce { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int },
-    AllGather { send: u64, recv: u64, count: usize, dtype: c_int },
-    ReduceScatter { send: u64, recv: u64, recv_count: usize, dtype: c_int, op: c_int },
-    Broadcast { send: u64, recv: u64, count: usize, dtype: c_int, root: c_int },
-    Reduce { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int, root: c_int },
-    Send { buf: u64, count: usize, dtype: c_int, peer: c_int },
-    Recv { buf: u64, count: usize, dtype: c_int, peer: c_int },
+    AllReduce { send: u64, recv: u64, count: usize, dtype: DataType, op: RedOp },
+    AllGather { send: u64, recv: u64, count: usize, dtype: DataType },
+    ReduceScatter { send: u64, recv: u64, recv_count: usize, dtype: DataType, op: RedOp },
+    Broadcast { send: u64, recv: u64, count: usize, dtype: DataType, root: c_int },
+    Reduce { send: u64, recv: u64, count: usize, dtype: DataType, op: RedOp, root: c_int },
+    Send { buf: u64, count: usize, dtype: DataType, peer: c_int },
+    Recv { buf: u64, count: usize, dtype: DataType, peer: c_int },
 }
 
-/// NCCL's data type of a run's element type.
-pub(crate) fn nccl_type(dtype: crate::evidence::shard::Dtype) -> c_int {
-    match dtype {
-        crate::evidence::shard::Dtype::F32 => sys::NCCL_FLOAT32,
-        crate::evidence::shard::Dtype::Bf16 => sys::NCCL_BFLOAT16,
+impl From<crate::evidence::shard::Dtype> for DataType {
+    /// NCCL's data type of a run's element type.
+    fn from(dtype: crate::evidence::shard::Dtype) -> Self {
+        match dtype {
+            crate::evidence::shard::Dtype::F32 => DataType::Float32,
+            crate::evidence::shard::Dtype::Bf16 => DataType::Bfloat16,
+        }
+    }
+}
+
+impl From<crate::core::workload::ReduceOp> for RedOp {
+    /// NCCL's reduction of a workload's reduction (every one has its own).
+    fn from(op: crate::core::workload::ReduceOp) -> Self {
+        use crate::core::workload::ReduceOp as W;
+        match op {
+            W::Sum => RedOp::Sum,
+            W::Prod => RedOp::Prod,
+            W::Max => RedOp::Max,
+            W::Min => RedOp::Min,
+            W::Avg => RedOp::Avg,
+        }
+    }
+}
+
+impl DataType {
+    /// NCCL's data type of a trace's element type; `bool` travels as `ncclUint8`
+    /// (one byte each), which only data movement may use: a reduction over it is refused.
+    pub(crate) fn of_trace(d: crate::core::collective::TraceDtype, reduces: bool) -> Result<Self> {
+        use crate::core::collective::TraceDtype as T;
+        Ok(match d {
+            T::F32 => DataType::Float32,
+            T::Bf16 => DataType::Bfloat16,
+            T::F16 => DataType::Float16,
+            T::F64 => DataType::Float64,
+            T::I8 => DataType::Int8,
+            T::U8 => DataType::Uint8,
+            T::I32 => DataType::Int32,
+            T::I64 => DataType::Int64,
+            T::Bool if !reduces => DataType::Uint8,
+            T::Bool => bail!("a reduction over bool has no NCCL data type"),
+        })
     }
 }
 
@@ -369,10 +430,9 @@ impl NcclComm {
     /// `send`/`recv` must be device pointers valid for `count` elements of
     /// `dtype` on this communicator's device, and `stream` a stream of its context.
     pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: crate::evidence::shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
-        let nccl_type = nccl_type(dtype);
         // SAFETY: the caller guarantees the pointers and stream (see # Safety); `self.comm` is a live communicator.
         let rc = unsafe {
-            (self.lib.all_reduce)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, count, nccl_type, sys::NCCL_SUM, self.comm, stream)
+            (self.lib.all_reduce)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, count, dtype.into(), RedOp::Sum, self.comm, stream)
         };
         self.lib.check("ncclAllReduce", rc)
     }

@@ -8,14 +8,14 @@
 //! sends and receives, a ring's pair) must be one NCCL group. NCCL has no
 //! all-to-all and no barrier: the first is a send and a receive per peer, the
 //! second a one-element f32 all-reduce, as PyTorch's `barrier()` is on NCCL.
-use super::nccl::{sys, TraceOp};
+use super::nccl::{DataType, RedOp, TraceOp};
 use crate::backend::call::Call;
 use crate::core::collective::CollectiveKind;
 use std::os::raw::c_int;
 
 /// `c` as NCCL calls on buffers at `send` and `recv` of `dtype`, whose
 /// elements are `elem_bytes` wide, reducing with `op`.
-pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: c_int, elem_bytes: u64, op: c_int) -> Vec<TraceOp> {
+pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: DataType, elem_bytes: u64, op: RedOp) -> Vec<TraceOp> {
     let at = |base: u64, elems: usize| base + elems as u64 * elem_bytes;
     let root = c.root_or_0() as c_int;
     match c.kind {
@@ -34,7 +34,7 @@ pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: c_int, elem_byte
                 [TraceOp::Send { buf: at(send, sd), count: sc, dtype, peer }, TraceOp::Recv { buf: at(recv, rd), count: rc, dtype, peer }]
             })
             .collect(),
-        CollectiveKind::Barrier => vec![TraceOp::AllReduce { send, recv, count: 1, dtype: sys::NCCL_FLOAT32, op }],
+        CollectiveKind::Barrier => vec![TraceOp::AllReduce { send, recv, count: 1, dtype: DataType::Float32, op }],
         // a send, a receive, or both (the own path's ring: one group)
         CollectiveKind::Send | CollectiveKind::Recv => c
             .send_to
@@ -63,7 +63,7 @@ mod tests {
         ops.iter()
             .flat_map(|op| match *op {
                 TraceOp::AllReduce { send, recv, count, dtype, .. } => {
-                    let w = if dtype == sys::NCCL_FLOAT32 { 4 } else { elem };
+                    let w = if dtype == DataType::Float32 { 4 } else { elem };
                     vec![(send, count as u64 * w), (recv, count as u64 * w)]
                 }
                 TraceOp::AllGather { send, recv, count, .. } => vec![(send, b(count)), (recv, b(count) * n)],
@@ -91,7 +91,7 @@ mod tests {
                 for rank in 0..n {
                     let bytes = if row.kind == CollectiveKind::Barrier { 0 } else { 4 * 12 };
                     let op = OwnOp::new(row.kind, bytes, Dtype::F32, n, rank).unwrap();
-                    let calls = nccl_calls(&op.call(), SEND, RECV, sys::NCCL_FLOAT32, 4, sys::NCCL_SUM);
+                    let calls = nccl_calls(&op.call(), SEND, RECV, DataType::Float32, 4, RedOp::Sum);
                     assert!(!calls.is_empty(), "{}", row.name);
                     // the own path's buffers hold the size asked for, and 4 bytes at least
                     let len = bytes.max(4);
@@ -116,8 +116,8 @@ mod tests {
                     let peer = row.p2p.then(|| members[1]);
                     let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::Bf16, (ins, outs), (si, so), (row.rooted.then_some(members[0]), peer));
                     let share = TraceShare::new(&c, members[0], &members).unwrap();
-                    let (dtype, width) = if share.reduces() { (sys::NCCL_BFLOAT16, 2) } else { (sys::NCCL_UINT8, 1) };
-                    let calls = nccl_calls(&share.call(), SEND, RECV, dtype, width, sys::NCCL_SUM);
+                    let (dtype, width) = if share.reduces() { (DataType::Bfloat16, 2) } else { (DataType::Uint8, 1) };
+                    let calls = nccl_calls(&share.call(), SEND, RECV, dtype, width, RedOp::Sum);
                     assert!(!calls.is_empty(), "{}", row.name);
                     let send_len = match share.input() {
                         Input::Values(v) => v.len() as u64 * width,

@@ -5,18 +5,7 @@
 //! sizes that are not whole elements, empty workloads, and model shapes that
 //! do not split evenly over the tensor-parallel degree.
 //!
-//! Two workload shapes exist. The *model* shape (the default) is one decode
-//! (or prefill) step of a Megatron-style tensor-parallel transformer
-//! (Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language
-//! Models Using Model Parallelism", arXiv:1909.08053, §3): per layer, the
-//! attention block's QKV projection is split by columns and its output
-//! projection by rows, then one all-reduce of the block's output; the MLP's
-//! gate/up projection is split by columns and its down projection by rows,
-//! then a second all-reduce. Each all-reduce carries `m x hidden` elements
-//! (`m` = batch for decode, batch x prompt tokens for prefill). The attention
-//! core, norms and activation functions are not run: only the GEMMs and the
-//! collectives are. The *synthetic* shape is the earlier loop: one square
-//! GEMM and one all-reduce per layer, sizes cycling through `--sizes`.
+//! The two workload shapes: docs/METHODS.md, "Workload shapes".
 mod elements;
 mod knobs;
 mod model;

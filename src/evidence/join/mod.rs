@@ -1,48 +1,15 @@
 //! `join`: verify a run's shards and match events by operation identity.
 //!
 //! Consumes a run directory (`run.json` plus one shard per rank). Produces the
-//! joined trace (one [`JoinedCollective`] per operation, with every rank's
-//! times and the arrival offsets on rank 0's calibrated timebase) and a
-//! [`JoinSummary`]. Refuses, naming file, rank, group and sequence: a missing
-//! `run.json`, a missing or duplicated rank shard, a shard whose hash fails or
-//! differs from `run.json`, a shard from another run, inconsistent group
-//! membership, a duplicated event, an event present on some ranks only, and
-//! an identity mismatch (kind, size, dtype, phase) between ranks. Events are
-//! never matched by closeness in time. Nothing on disk is modified. Shards
-//! marked synthetic (`synth-shards`) are joined like any other; the stages
-//! that take measurements refuse them ([`refuse_synthetic`]).
+//! joined trace (one [`JoinedCollective`] per operation, arrivals on rank 0's
+//! calibrated timebase) and a [`JoinSummary`], in memory ([`join_dir`]) or
+//! streamed ([`join_summary_streaming`]). Refuses, naming file, rank, group
+//! and sequence: a missing, duplicated, foreign or altered shard, inconsistent
+//! membership, a duplicated or one-sided event, an identity mismatch between
+//! ranks. Never matches by time; modifies nothing. Synthetic shards join; the
+//! stages that take measurements refuse them ([`refuse_synthetic`]).
 //!
-//! Two ways to run it, one matching engine (per rank an index sorted by key,
-//! a k-way merge of the ranks by key, the same refusals in the same order):
-//! [`join_dir`] holds every shard and every joined collective in memory (the
-//! library's consumers: analyze, export, overlap); the `join` command uses
-//! [`join_summary_streaming`], which holds neither. Its pass 1 reads,
-//! verifies and decodes the shards on several threads, one shard per thread
-//! at a time, and keeps per rank only its header, its tokens and where its
-//! events start in the file; pass 2 reads each shard again through a 32 KiB
-//! buffer, one event at a time, in key order (a rank whose events were not
-//! recorded in key order, several groups interleaved, is kept decoded
-//! instead), re-hashing it to the digest pass 1 verified; the joined
-//! collectives stream to the summary and the `--events-out` file (written
-//! atomically) and are dropped. Peak memory: about one decoded shard per
-//! thread, plus per rank a header and a buffer, plus the summary's per-phase
-//! completion times (8 bytes per timed rank-event, for exact medians).
-//!
-//! Operation identity (docs/ARCHITECTURE.md §6.3) = (process group, ordered membership,
-//! collective kind, bytes, per-group sequence number, phase; for broadcast
-//! and reduce the root). The group id and sequence number locate the
-//! operation; every other component must agree. A send and its receive
-//! (shard format 6) are one operation located by (group, sender, receiver,
-//! sequence number of that pair): the sender's event must be a send to the
-//! receiver and the receiver's a receive from the sender, of the same bytes,
-//! dtype and phase; the joined operation is of kind `send`, its members
-//! `[sender, receiver]`.
-//!
-//! The parts: `load` (the run directory, verified, joined in memory or
-//! streamed), `cursor` (one rank's events in key order, decoded or re-read),
-//! `matching` (the merge by key and the identity checks), `clocks` (arrivals
-//! on rank 0's timebase, the clock reports), `summary` with `isolated`,
-//! `delay` and `tuning` (the `join --json` figures) and `render` (the text).
+//! Method and parts: docs/METHODS.md, "Join".
 mod clocks;
 mod cursor;
 mod delay;

@@ -1,37 +1,19 @@
-//! `replay-trace --backend cuda`: run an imported communication trace through NCCL.
+//! `replay-trace --backend cuda`: run an imported communication trace
+//! through NCCL.
 //!
 //! Consumes a [`CommTrace`], this process's MPI world (for NCCL's unique id
-//! only) and an NCCL library. Produces the same per-collective records as
-//! the CPU executor ([`crate::backend::cpu::trace_exec`]). Every
-//! process group becomes an NCCL sub-communicator with `ncclCommSplit`
-//! (NCCL 2.18 or later; key = group rank, so member order is the trace's),
-//! created in name order on every rank. Kinds map onto NCCL's calls (NCCL
-//! user guide, "Collective operations" and "Point-to-point communication"):
-//! all-reduce, all-gather, reduce-scatter, broadcast and reduce directly;
-//! send/recv as `ncclSend`/`ncclRecv`; all-to-all(v) as one
-//! `ncclGroupStart`/`ncclGroupEnd` of a send and a receive per peer (NCCL has
-//! no all-to-all call); barrier as a one-element all-reduce (NCCL has none).
+//! only) and an NCCL library. Produces the same per-collective records as the
+//! CPU executor ([`crate::backend::cpu::trace_exec`]). Refuses: a world size
+//! other than the trace's, a reduction of another dtype, an NCCL without the
+//! calls the trace needs (naming them), buffers that do not fit on the GPU
+//! (saying how much was asked).
 //!
-//! Reductions run in the trace's own dtype (f32, bf16, f16: NCCL reduces
-//! them natively, so the kernels are the ones the trace recorded, e.g.
-//! `ncclDevKernel_AllReduce_Sum_bf16_*`); sum, avg (`ncclAvg`), max, min and prod.
-//! Data movement moves the recorded bytes as `ncclUint8`.
-//!
-//! Three steps, so that nothing but the pacing wait lies between two
-//! collectives: every collective's buffers are allocated and filled first
-//! (the whole trace's buffers must fit on the GPU at once; the refusal says
-//! how much was asked), then the collectives run in trace order, each timed
-//! on the host from the call to the end of a stream synchronization (so the
-//! launch is included), then `--check` reads every result back and compares
-//! it with the same patterns as the CPU executor. A failure aborts the NCCL
-//! communicators (`ncclCommAbort`: destroying them would wait for peers that
-//! are elsewhere). Refuses: a world size other than the trace's, a reduction
-//! of another dtype, an NCCL without the calls the trace needs (naming them).
+//! Method: docs/METHODS.md, "Trace replay on NCCL".
 pub mod workload;
 
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
-use crate::backend::cuda::nccl::{sys, NcclComm, NcclLibrary, TraceOp};
+use crate::backend::cuda::nccl::{sys, DataType, NcclComm, NcclLibrary, RedOp, TraceOp};
 use crate::backend::cuda::nccl_call::nccl_calls;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
@@ -47,23 +29,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The NCCL dtype of a reduction over `d`, or a refusal.
-fn nccl_float(d: TraceDtype, kind: CollectiveKind) -> Result<c_int> {
-    Ok(match d {
-        TraceDtype::F32 => sys::NCCL_FLOAT32,
-        TraceDtype::Bf16 => sys::NCCL_BFLOAT16,
-        TraceDtype::F16 => sys::NCCL_FLOAT16,
+/// The NCCL dtype of a reduction over `d` (this executor checks reductions
+/// of floats it can encode), or a refusal.
+fn nccl_float(d: TraceDtype, kind: CollectiveKind) -> Result<DataType> {
+    match d {
+        TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16 => DataType::of_trace(d, true),
         other => bail!("{} of {other:?} is not supported on the cuda backend (f32, bf16, f16)", kind.name()),
-    })
-}
-
-fn nccl_op(op: ReduceOp) -> c_int {
-    match op {
-        ReduceOp::Sum => sys::NCCL_SUM,
-        ReduceOp::Avg => sys::NCCL_AVG,
-        ReduceOp::Max => sys::NCCL_MAX,
-        ReduceOp::Prod => sys::NCCL_PROD,
-        ReduceOp::Min => sys::NCCL_MIN,
     }
 }
 
@@ -101,7 +72,7 @@ struct Slot {
 }
 
 /// The same call with reduction `op` (calls without one are unchanged).
-fn with_op(call: TraceOp, op: c_int) -> TraceOp {
+fn with_op(call: TraceOp, op: RedOp) -> TraceOp {
     match call {
         TraceOp::AllReduce { send, recv, count, dtype, .. } => TraceOp::AllReduce { send, recv, count, dtype, op },
         TraceOp::ReduceScatter { send, recv, recv_count, dtype, .. } => TraceOp::ReduceScatter { send, recv, recv_count, dtype, op },
@@ -204,7 +175,7 @@ impl CudaTraceExec {
         let (members, _) = self.group_of(c)?;
         let share = TraceShare::new(c, self.rank, members)?;
         // reductions in the trace's own dtype; data movement as bytes
-        let (dtype, width) = if share.reduces() { (nccl_float(c.dtype, c.kind)?, c.dtype.size_bytes()) } else { (sys::NCCL_UINT8, 1) };
+        let (dtype, width) = if share.reduces() { (nccl_float(c.dtype, c.kind)?, c.dtype.size_bytes()) } else { (DataType::Uint8, 1) };
         let send = match share.input() {
             Input::Values(v) => self.upload(&encode(c.dtype, &v))?,
             Input::Bytes(b) => self.upload(&b)?,
@@ -217,7 +188,7 @@ impl CudaTraceExec {
             let (rp, _r) = recv.device_ptr_mut(&self.stream);
             (sp, rp)
         };
-        let calls = nccl_calls(&share.call(), sp, rp, dtype, width, sys::NCCL_SUM);
+        let calls = nccl_calls(&share.call(), sp, rp, dtype, width, RedOp::Sum);
         let wire = share.input_len() as u64 * width;
         Ok(Slot { share, send, recv, recv_bytes, calls, wire, ran: None })
     }
@@ -227,7 +198,7 @@ impl CudaTraceExec {
         let comm =
             self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
         let slot = self.slots.get(i).context("collective not prepared")?;
-        Ok((comm, slot.calls.iter().map(|&k| with_op(k, nccl_op(op))).collect()))
+        Ok((comm, slot.calls.iter().map(|&k| with_op(k, op.into())).collect()))
     }
 
     /// Enqueue `calls` on `stream`, as one NCCL group where there are several.

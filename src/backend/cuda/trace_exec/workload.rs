@@ -3,48 +3,13 @@
 //! streams, with the trace's collectives between them.
 //!
 //! Consumes a prepared [`CudaTraceExec`] (communicators and buffers) and the
-//! rank's [`WorkloadPlan`](crate::evidence::commtrace::workload_plan). Every
-//! recorded stream becomes one CUDA stream; the plan's cross-stream waits
-//! become `cuStreamWaitEvent`s on events recorded after the operations waited
-//! for. A compute operation (one kernel, or consecutive kernels of a stream
-//! merged by the plan) becomes one launch of a spinning kernel (every
-//! thread spins on the GPU's `%globaltimer`, PTX ISA "Special registers",
-//! until the requested nanoseconds have passed since it started; one block
-//! per multiprocessor): it holds the device for the kernel's recorded
-//! duration but reproduces neither its memory traffic nor its multiprocessor
-//! footprint. Its launch cost is calibrated first: 32 back-to-back launches
-//! per length on an idle stream, timed by CUDA events; the median excess of
-//! device time over the requested length is subtracted from every request,
-//! and the check after the correction is reported. A gap between two
-//! collectives of a stream costs more than its spins: the end event of one
-//! collective, a launch after a collective kernel, the start event of the
-//! next (about 2-3 µs on an H200, which back-to-back spins do not show). With
-//! a warm-up pass (the default) that transition is measured there (median,
-//! over the gaps with compute and no cross-stream wait, of the device gap
-//! less what its spins take back to back, each at least the launch floor)
-//! and taken off the compute of each such gap of the timed pass, no launch
-//! going below the floor ([`WorkloadPlan::gap_trims_ns`]); the report says
-//! what was applied, and without a warm-up that nothing was.
-//!
-//! The pass is enqueued behind a gate (a `cuStreamWaitValue32` on a
-//! host-mapped word that every stream waits for): the host enqueues up to
-//! [`GATE_LOOKAHEAD_OPS`] operations (at most [`GATE_LOOKAHEAD_COLLECTIVES`]
-//! collectives), meets the other ranks at a barrier and opens the gate, then
-//! enqueues the rest while the device runs. Before any gated pass every
-//! collective runs once synchronously, untimed, so that NCCL sets up its
-//! connections (on first use since NCCL 2.22) with the device free. The device
-//! therefore runs the trace back to back, as the source's device did under
-//! a CUDA graph or a host far ahead of it, instead of at the host's launch
-//! rate; a source that was itself host-bound had idle device time between
-//! kernels that this pass does not reproduce (its span says how much). The
-//! lookahead stays well below the number of launches a stream queues before
-//! the launching call blocks, which behind a closed gate would deadlock.
-//! Each collective is timed by events before and after it on its stream;
-//! the host waits once, at the end, polling with a deadline.
-//!
-//! Refuses: a trace without recorded compute durations (the plan's
-//! refusal), a device without stream memory operations or without the PTX
+//! rank's [`WorkloadPlan`](crate::evidence::commtrace::workload_plan).
+//! Produces each collective's record, timed by events on its stream, and a
+//! report of the launch correction and gap trims applied. Refuses: a trace without recorded compute
+//! durations, a device without stream memory operations or without the PTX
 //! module (reason given), `--cupti` (not built for this pace).
+//!
+//! Method: docs/METHODS.md, "Workload pace on GPUs".
 use super::CudaTraceExec;
 use crate::backend::cuda::drv;
 use crate::backend::replay::ReplayOptions;
