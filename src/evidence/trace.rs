@@ -30,7 +30,11 @@
 //! a sub-group or of another dtype than f32/bf16. The trace does not
 //! record the reduction (nor do NCCL's kernel names show it): the phases run
 //! sums. The phase record's origin counts, per kind, what ran and what was
-//! left out per pass, with dtypes and sizes.
+//! left out per pass, with dtypes and sizes. An MPI capture's point-to-point
+//! program ([`TraceP2p`]) is placed between the collectives by call index,
+//! each step with its recorded gap; a collective's gap then runs from the
+//! last step before it (refused: `mpi.collective_calls` that disagree with
+//! the collectives, and what `p2p::plans` refuses).
 use crate::core::limits::check_replay_gaps;
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
