@@ -65,19 +65,19 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
         &d.join("runs"),
         &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--warmup-tokens", "1", "--tokens", "2", "--check", "1000000"],
     );
-    for r in 0..2usize {
+    for (r, plan) in plans.iter().enumerate() {
         let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
         assert_eq!(s.header.format_version, commcanary::evidence::shard::SHARD_FORMAT_VERSION);
         assert_eq!(s.header.format_version, 9);
         let ph = &s.header.phases[0];
-        let (ops, calls) = (m.p2p[r].len() as u32, plans[r].steps.len() as u32);
+        let (ops, calls) = (m.p2p[r].len() as u32, plan.steps.len() as u32);
         let Some(TraceOrigin::Imported { p2p: Some(count), .. }) = &ph.trace else { panic!("rank {r}: {:?}", ph.trace) };
         assert_eq!((count.operations_per_pass, count.left_out_per_pass, count.calls_per_pass), (ops, 0, calls), "rank {r}");
-        let sent: u64 = plans[r].ops.iter().filter(|o| o.send).map(|o| o.bytes).sum();
+        let sent: u64 = plan.ops.iter().filter(|o| o.send).map(|o| o.bytes).sum();
         assert_eq!(count.bytes_sent_per_pass, sent, "rank {r}");
         // every pass, warm-up included, ran the whole program
         assert_eq!(ph.p2p.iter().map(|p| (p.token, p.warmup)).collect::<Vec<_>>(), vec![(0, true), (1, false), (2, false)], "rank {r}");
-        let matched = plans[r].ops.iter().filter(|o| o.matched.is_some()).count() as u64;
+        let matched = plan.ops.iter().filter(|o| o.matched.is_some()).count() as u64;
         assert!(matched > 0, "rank {r}: the program's receives match known sends");
         for p in &ph.p2p {
             assert_eq!((p.operations, p.calls), (ops, calls), "rank {r}, pass {}: as many operations and calls as the trace's program", p.token);
