@@ -71,7 +71,7 @@ lammps_run() {
     out=$(cd "$work" && mpirun -n 2 "$BIN" capture -o "$work/cap" -- lmp -in "$input" -var steps "$steps" -log none)
   fi
   e=$(date +%s.%N)
-  echo "$(echo "$out" | sed -n 's/^Loop time of \([0-9.eE+-]*\) on.*/\1/p' | head -1) $(echo "$e - $s" | bc)"
+  echo "$(echo "$out" | sed -n 's/^Loop time of \([0-9.eE+-]*\) on.*/\1/p' | head -1) $(awk -v s="$s" -v e="$e" 'BEGIN {printf "%.3f", e - s}')"
 }
 input=$PWD/examples/lammps/in.lj-melt
 steps=${LAMMPS_STEPS:-600}

@@ -74,9 +74,9 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
 }
 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
-pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
-    let spec = spec::CampaignSpec::load(spec_path, parse_rank)?;
-    spec.check_rank_plans(parse_rank).map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
+pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
+    let spec = spec::CampaignSpec::load(spec_path)?;
+    spec.check_rank_plans().map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
     if dir.join("manifest.json").exists() {
         crate::refuse!(crate::core::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
     }

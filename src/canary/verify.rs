@@ -23,7 +23,7 @@
 //! `--replay-failed` asks for the replay anyway): every such check runs
 //! before the campaign, every printed size is recomputed from the
 //! expansion replayed.
-use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
 use crate::canary::{baseline, compile, expand, Assurance};
@@ -175,12 +175,7 @@ struct Candidate {
 }
 
 /// Run the verification; `run_campaign(spec, dir, out)` runs a spec into a campaign directory.
-pub fn verify(
-    o: &VerifyOptions,
-    parse_rank: RankArgvParser,
-    run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>,
-    log: &mut dyn std::io::Write,
-) -> Result<VerifyReport> {
+pub fn verify(o: &VerifyOptions, run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
     let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading source {}", o.source.display()))?;
@@ -195,7 +190,7 @@ pub fn verify(
     if o.out.symlink_metadata().is_ok() {
         crate::refuse!(Code::AlreadyExists, "{} exists; canary verify writes a new directory", o.out.display());
     }
-    let spec_in = CampaignSpec::load(&o.configs, parse_rank)?;
+    let spec_in = CampaignSpec::load(&o.configs)?;
     // baselines at the canary's size
     let (k, replayed, seed) = (arts[0].1.slots.len(), arts[0].1.replay.collectives_per_pass.first().copied().unwrap_or(0), arts[0].1.replay.seed);
     let mut cands: Vec<Candidate> = Vec::new();
@@ -324,7 +319,7 @@ pub fn verify(
         Controls { aa, known_bad: kb }
     });
     // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
-    spec.validate(parse_rank).and_then(|()| spec.check_rank_plans(parse_rank)).map_err(|e| match crate::core::refusal::code_of(&e) {
+    spec.validate().and_then(|()| spec.check_rank_plans()).map_err(|e| match crate::core::refusal::code_of(&e) {
         Some(_) => e.context(format!("{} with these options makes an invalid campaign", o.configs.display())),
         None => crate::core::refusal::refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
     })?;
@@ -929,7 +924,7 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
     }
     let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
     let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
-    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml"), &|_| anyhow::bail!("unused")).ok();
+    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
     // the order to preserve is what the source's replays decided, pair by pair, and nothing else
     let ranking =

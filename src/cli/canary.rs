@@ -277,7 +277,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 replay_failed: a.replay_failed,
             };
             let mut log = std::io::stderr();
-            let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
+            let r = verify::verify(&o, run_campaign, &mut log)?;
             crate::core::fsutil::write_new_atomic(&o.out.join("report.html"), crate::canary::verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
@@ -368,7 +368,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                     // redaction changes values by design (rebased, quantized times): the question is the ranking only
                     replay_failed: true,
                 };
-                let v = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut std::io::stderr())?;
+                let v = verify::verify(&o, run_campaign, &mut std::io::stderr())?;
                 let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
                 audit.decision_survives = Some(match rk {
                     Some(c) => format!(

@@ -20,10 +20,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
     match cli.command {
         // validate's exit code is its verdict (0 pass, 1 fail, 2 inconclusive, 3 could not run)
         Command::Validate(a) => return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX))),
-        Command::Rank(a) => crate::rank::run((*a).into())?,
+        Command::Rank(a) => crate::rank::run(*a)?,
         Command::Join(a) => join(a, out)?,
         Command::Inspect(a) => writeln!(out, "{}", crate::evidence::inspect::inspect(&a.file, a.header_only)?)?,
-        Command::BenchOverhead(a) => crate::rank::bench::run(a.into())?,
+        Command::BenchOverhead(a) => crate::rank::bench::run(a)?,
         Command::Overlap(a) => overlap(a, out)?,
         Command::Campaign(c) => campaign(c, out)?,
         Command::Compare(a) => compare(a, out)?,
@@ -558,7 +558,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
     use crate::cli::CampaignCommand as C;
     match c {
         C::Plan { spec, output } => {
-            let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
+            let m = cp::plan(&spec, &output)?;
             writeln!(
                 out,
                 "planned {} in {}: {} configurations x {} rounds = {} cells, seed {}",
@@ -578,7 +578,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             let resume = output.join("manifest.json").exists();
             if resume {
                 let (m, _) = chain::load_manifest(&output)?;
-                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
+                let planned = cp::spec::CampaignSpec::load(&spec)?;
                 if serde_json::to_value(&m.spec)? != serde_json::to_value(&planned)? {
                     crate::refuse!(
                         crate::core::refusal::Code::BadSpec,
@@ -596,7 +596,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 }
                 writeln!(out, "== plan: {} exists with this spec's manifest; resuming", output.display())?;
             } else {
-                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
+                let planned = cp::spec::CampaignSpec::load(&spec)?;
                 // run ends with analyze: a one-round join part would run every cell and then be refused
                 if planned.repetitions < cp::spec::MIN_ANALYZED_ROUNDS {
                     crate::refuse!(
@@ -613,7 +613,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 if verbose {
                     campaign(C::Plan { spec, output: output.clone() }, out)?;
                 } else {
-                    let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
+                    let m = cp::plan(&spec, &output)?;
                     let n = m.schedule.len();
                     writeln!(
                         out,
@@ -761,7 +761,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output, &crate::cli::parse_rank_argv)?;
+            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output)?;
             let t = c.report.truth.as_ref().context("truth section")?;
             for row in &t.rows {
                 writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
@@ -842,7 +842,7 @@ fn capacity_args(a: &crate::cli::CapacityArgs) -> Result<()> {
 }
 
 /// `bench-overhead`'s numbers.
-fn bench_args(a: &crate::cli::BenchOverheadArgs) -> Result<()> {
+fn bench_args(a: &crate::rank::bench::BenchOptions) -> Result<()> {
     int("--size", crate::core::units::parse_bytes(&a.size)?, 4, MAX_MESSAGE_BYTES)?;
     sizes("--sizes", &a.sizes)?;
     int("--iters", a.iters, 1, 10_000_000)?;
