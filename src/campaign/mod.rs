@@ -62,6 +62,11 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
     })?;
     let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
     let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    // only the cpu backend runs an MPI capture's point-to-point program: refused before any job launches
+    if spec.backend == "cuda" && !allreduce_only {
+        crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &src, "cuda")
+            .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field}: {e:#}")))?;
+    }
     for rank in 0..spec.ranks {
         crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
     }

@@ -215,6 +215,10 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             Err(e) => writeln!(log, "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out")?,
         }
     }
+    // the source's phases run its point-to-point operations; the canary's cannot: said before anything runs
+    if let Some(l) = cands.first().and_then(|c| c.artifact.left_out_p2p.as_ref()) {
+        writeln!(log, "canary verify: the canary and the baselines: {}", l.line())?;
+    }
     // every check that needs no measurement, before anything runs
     let sfacts = facts(&t);
     let mut statics: Vec<Vec<Check>> = Vec::new();

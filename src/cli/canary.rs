@@ -245,6 +245,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             for ap in &c.approximations {
                 writeln!(out, "approximation: {}: {}", ap.what, ap.detail)?;
             }
+            if let Some(l) = &c.left_out_p2p {
+                writeln!(out, "{}", l.line())?;
+            }
             eprintln!("wrote {} in {:.3} s", a.out.display(), took.as_secs_f64());
         }
         CanaryCommand::Inspect(a) => {
@@ -253,6 +256,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             writeln!(out, "source: {} ({}; SHA-256 {}, canonical {})", c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256)?;
             if c.is_reduced() {
                 writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
+            }
+            if let Some(l) = &c.left_out_p2p {
+                writeln!(out, "{}", l.line())?;
             }
         }
         CanaryCommand::Verify(a) => {

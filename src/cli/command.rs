@@ -54,6 +54,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             return crate::cli::canary::canary(c, out);
         }
         Command::ReplayTrace(a) => {
+            if a.backend == crate::backend::BackendChoice::Cuda {
+                // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
+                if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
+                }
+            }
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
             let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
@@ -74,6 +80,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
+                    // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
