@@ -129,3 +129,47 @@ fn nccl_tests_folders_are_refused_naming_the_file_and_the_fault() {
     let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("tree-ll.json: no `results` list"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Real nccl-tests 2.19.6 outputs of one H100 (`tests/data/nccl_tests/h100-real/`,
+/// recorded by `scripts/device/record-nccl-tests-outputs.sh`): every format
+/// parses, row for row against the file's own numbers (the JSON read here
+/// by serde alone, the text by splitting its columns), and each folder is a proxy.
+#[test]
+fn real_nccl_tests_outputs_of_an_h100_are_read_in_every_format() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/nccl_tests/h100-real");
+    for config in ["default", "ring-ll", "ring-ll128", "ring-simple"] {
+        // -J: every result's out-of-place and in-place time, as the file says
+        let path = format!("{data}/json/{config}.json");
+        let raw = std::fs::read_to_string(&path).unwrap();
+        let t = commcanary::evidence::nccl_tests::parse(&raw, &path).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let results = j["results"].as_array().unwrap();
+        assert_eq!((t.rows.len(), results.len()), (12, 12), "{path}");
+        for (row, r) in t.rows.iter().zip(results) {
+            assert_eq!(row.size_bytes, r["size"].as_u64().unwrap(), "{path}");
+            assert_eq!(row.out_of_place.as_ref().unwrap().time_us, r["out_of_place"]["time"].as_f64().unwrap(), "{path}");
+            assert_eq!(row.in_place.as_ref().unwrap().time_us, r["in_place"]["time"].as_f64().unwrap(), "{path}");
+        }
+        // the printed table, with and without -I 1's per-iteration columns:
+        // out-of-place time is column 6, in-place time column 10 or 14
+        for (kind, in_place_col) in [("text", 9), ("iter", 13)] {
+            let path = format!("{data}/{kind}/{config}.txt");
+            let raw = std::fs::read_to_string(&path).unwrap();
+            let t = commcanary::evidence::nccl_tests::parse(&raw, &path).unwrap();
+            let lines: Vec<Vec<&str>> = raw.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
+            assert_eq!((t.rows.len(), lines.len()), (12, 12), "{path}");
+            assert_eq!(t.nccl_tests_version.as_deref(), Some("2.19.6"), "{path}");
+            for (row, cols) in t.rows.iter().zip(&lines) {
+                assert_eq!(row.size_bytes.to_string(), cols[0], "{path}");
+                assert_eq!(row.out_of_place.as_ref().unwrap().time_us, cols[5].parse::<f64>().unwrap(), "{path}");
+                assert_eq!(row.in_place.as_ref().unwrap().time_us, cols[in_place_col].parse::<f64>().unwrap(), "{path}");
+            }
+        }
+    }
+    // each folder is a proxy and a truth for the others: 4 configurations, 6 pairs
+    for (proxy, truth) in [("json", "text"), ("iter", "text"), ("text", "json")] {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&cc(&["compare", "--proxy", &format!("{data}/{proxy}"), "--truth", &format!("{data}/{truth}"), "--json"]))).unwrap();
+        assert_eq!(v["pairs_total"].as_u64(), Some(6), "{proxy} vs {truth}: {v}");
+    }
+}

@@ -10,10 +10,9 @@ fn decode(target: &str, data: &[u8]) -> bool {
         "shard_body" => data.split_first().is_some_and(|(v, b)| commcanary::evidence::shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok()),
         "run_record" => commcanary::evidence::run::parse_run_record(data, "seed").is_ok(),
         "manifest" => serde_json::from_slice::<campaign::spec::Manifest>(data).is_ok(),
-        "spec_toml" => std::str::from_utf8(data)
-            .ok()
-            .and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok())
-            .is_some_and(|s| s.validate(&commcanary::cli::parse_rank_argv).is_ok()),
+        "spec_toml" => {
+            std::str::from_utf8(data).ok().and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok()).is_some_and(|s| s.validate().is_ok())
+        }
         "attempts_log" => campaign::chain::parse_attempts(data, "seed").is_ok_and(|(r, _)| !r.is_empty()),
         "selection" => serde_json::from_slice::<campaign::chain::Selection>(data).is_ok(),
         "csv" => std::str::from_utf8(data).is_ok_and(|t| commcanary::analysis::ranking::parse_csv(t, "seed").is_ok()),

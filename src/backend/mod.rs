@@ -285,6 +285,29 @@ pub trait Backend {
         let (wrong_elements, first_wrong) = exec.wrong_after(i, c, op, corrupt)?;
         Ok(CheckOutcome { wrong_elements, first_wrong })
     }
+    /// Prepare this rank's point-to-point program of an imported MPI trace
+    /// (`plan`) on the communicators [`Backend::prepare_trace_ops`] made:
+    /// every buffer made before the first step. A backend without a
+    /// point-to-point executor refuses.
+    fn prepare_trace_p2p(&mut self, plan: &crate::evidence::commtrace::p2p::P2pPlan) -> BackendResult<()> {
+        let _ = plan;
+        Err(BackendError::Unsupported(
+            "this backend does not run an MPI trace's point-to-point operations (mpi.p2p): run the phases with --backend cpu, or pass --trace-allreduce-only (the point-to-point operations are then left out and counted)".into(),
+        ))
+    }
+    /// Run step `k` of the prepared point-to-point program (steps run in
+    /// order, each to completion on the host: a post returns once posted).
+    fn run_p2p_step(&mut self, k: usize) -> BackendResult<()> {
+        let _ = k;
+        Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
+    }
+    /// After a pass's last step: with `check`, check every matched receive's
+    /// length and bytes against its send (returns how many were checked);
+    /// then clear the pass for the next.
+    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
+        let _ = check;
+        Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
+    }
     /// Graph mode: capture the device work issued until [`Backend::end_graph`]
     /// into one graph instead of running it. While capturing, no timing is
     /// recorded and nothing executes.

@@ -62,6 +62,11 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
     })?;
     let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
     let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    // only the cpu backend runs an MPI capture's point-to-point program: refused before any job launches
+    if spec.backend == "cuda" && !allreduce_only {
+        crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &src, "cuda")
+            .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field}: {e:#}")))?;
+    }
     for rank in 0..spec.ranks {
         crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
     }
@@ -69,9 +74,9 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
 }
 
 /// `plan`: validate a spec, freeze the manifest into `dir` (which must not hold one).
-pub fn plan(spec_path: &Path, dir: &Path, parse_rank: spec::RankArgvParser) -> Result<spec::Manifest> {
-    let spec = spec::CampaignSpec::load(spec_path, parse_rank)?;
-    spec.check_rank_plans(parse_rank).map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
+pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
+    let spec = spec::CampaignSpec::load(spec_path)?;
+    spec.check_rank_plans().map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
     if dir.join("manifest.json").exists() {
         crate::refuse!(crate::core::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
     }

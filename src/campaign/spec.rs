@@ -269,11 +269,6 @@ fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
-/// Parses one configuration's `rank` argument vector (program name first)
-/// into the options `rank` would run with. The command-line layer owns that
-/// grammar and supplies the parser (`crate::cli::parse_rank_argv`).
-pub(crate) type RankArgvParser<'a> = &'a dyn Fn(&[String]) -> Result<crate::rank::RankOptions>;
-
 impl CampaignSpec {
     /// `rank` and its arguments for one configuration of a spec (without the
     /// executable, run id and output directory): what `exec` runs and what `plan`
@@ -312,7 +307,7 @@ impl CampaignSpec {
     }
 
     /// Parse and validate a spec file; errors name the file.
-    pub fn load(path: &Path, parse_rank: RankArgvParser) -> Result<Self> {
+    pub fn load(path: &Path) -> Result<Self> {
         let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES).map_err(|e| {
             let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
             if missing {
@@ -327,7 +322,7 @@ impl CampaignSpec {
         if let Some(t) = &spec.truth {
             t.validate(spec_dir, spec.launcher.kind == LauncherKind::Mpirun).map_err(|e| e.context(format!("{}: invalid campaign spec", path.display())))?;
         }
-        spec.validate(parse_rank).map_err(|e| {
+        spec.validate().map_err(|e| {
             if crate::core::refusal::code_of(&e).is_some() {
                 e.context(format!("{}: invalid campaign spec", path.display()))
             } else {
@@ -338,7 +333,7 @@ impl CampaignSpec {
     }
 
     /// Check everything that can be checked before running.
-    pub fn validate(&self, parse_rank: RankArgvParser) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if !valid_name(&self.name) {
             bail!("name {:?}: use letters, digits, '.', '_' and '-'", self.name);
         }
@@ -495,12 +490,12 @@ impl CampaignSpec {
                 self.ranks
             );
         }
-        self.validate_ranges(parse_rank)
+        self.validate_ranges()
     }
 
     /// Ranges and rank arguments: everything `exec` and `analyze` would
     /// otherwise refuse only after cells ran.
-    fn validate_ranges(&self, parse_rank: RankArgvParser) -> Result<()> {
+    fn validate_ranges(&self) -> Result<()> {
         use crate::core::refusal::Code;
         let r = crate::core::ranges::int;
         r("repetitions", self.repetitions, 1, 10_000)?;
@@ -538,7 +533,7 @@ impl CampaignSpec {
         for c in &self.configs {
             let argv = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c));
             let argv: Vec<String> = argv.collect();
-            let parsed = parse_rank(&argv).map_err(|e| {
+            let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
                 crate::core::refusal::refuse(
                     Code::BadSpec,
                     format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
@@ -593,7 +588,7 @@ impl CampaignSpec {
     /// refuse is refused before anything runs, naming the configuration.
     /// Separate from [`CampaignSpec::validate`]: `canary verify` loads a spec
     /// as a template whose configurations get their traces afterwards.
-    pub fn check_rank_plans(&self, parse_rank: RankArgvParser) -> Result<()> {
+    pub fn check_rank_plans(&self) -> Result<()> {
         use crate::core::refusal::Code;
         let backend = match self.backend.as_str() {
             "cuda" => crate::evidence::shard::BackendKind::Cuda,
@@ -605,7 +600,7 @@ impl CampaignSpec {
                 // exec passes the frozen copy; only its presence matters before the launch
                 argv.extend(["--trace".into(), t.clone()]);
             }
-            let parsed = parse_rank(&argv).map_err(|e| {
+            let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
                 crate::core::refusal::refuse(
                     Code::BadSpec,
                     format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
@@ -797,18 +792,18 @@ mod tests {
     #[test]
     fn graded_known_bad_controls_are_parsed_and_checked() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpu-aa-ten.toml");
-        let spec = CampaignSpec::load(&path, &crate::cli::parse_rank_argv).unwrap();
+        let spec = CampaignSpec::load(&path).unwrap();
         let c = spec.controls.clone().unwrap();
         assert!(matches!(&c.known_bad[2], KnownBad::Graded(g) if g.slowdown_pct == 5.0 && g.reference == "aa-1"));
         let mut low = spec.clone();
         low.analysis.min_effect_pct = 2.0;
-        let e = low.validate(&crate::cli::parse_rank_argv).unwrap_err().to_string();
+        let e = low.validate().unwrap_err().to_string();
         assert!(e.contains("slowdown_pct 1 must exceed analysis.min_effect_pct 2"), "{e}");
         let mut bad = spec;
         if let Some(KnownBad::Graded(g)) = bad.controls.as_mut().and_then(|c| c.known_bad.first_mut()) {
             g.reference = "nope".into();
         }
-        assert!(bad.validate(&crate::cli::parse_rank_argv).unwrap_err().to_string().contains("\"nope\""));
+        assert!(bad.validate().unwrap_err().to_string().contains("\"nope\""));
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! The canary artifact (`canary.json`, format version 1): a compiled,
+//! The canary artifact (`canary.json`, format version 2): a compiled,
 //! folded form of a communication trace, bound to its source by digest.
+//! Format 2 added [`Canary::left_out_p2p`]: an MPI capture's point-to-point
+//! operations, which the canary does not replay, counted; format 1 is still
+//! read (no such record: its sources had none in the phases).
 //!
 //! Consumes nothing (a data type and its one reading entry point, [`read`]).
 //! Produces the artifact written by `canary compile`, `canary reduce` and the
@@ -16,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Current on-disk version of the canary artifact.
-pub const CANARY_FORMAT_VERSION: u32 = 1;
+pub const CANARY_FORMAT_VERSION: u32 = 2;
 
 /// Largest artifact read (bytes).
 pub(crate) const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
@@ -317,8 +320,38 @@ pub struct Canary {
     pub approximations: Vec<Approximation>,
     /// Sizes and ratios.
     pub sizes: Sizes,
+    /// An MPI capture's point-to-point operations (`mpi.p2p`), which the
+    /// canary does not replay (its folding keeps collectives only): counted,
+    /// never silently dropped (format 2; absent before and where the source
+    /// has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out_p2p: Option<LeftOutP2p>,
     /// SHA-256 of this document's canonical JSON with `digest` empty.
     pub digest: String,
+}
+
+/// The point-to-point traffic of the source a canary leaves out.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct LeftOutP2p {
+    /// Per rank (in rank order): the source's point-to-point operations (a `Sendrecv` is two).
+    pub operations_per_rank: Vec<u64>,
+    /// Per rank: the bytes those operations sent.
+    pub bytes_sent_per_rank: Vec<u64>,
+    /// What leaving them out means for the canary's pick.
+    pub consequence: String,
+}
+
+impl LeftOutP2p {
+    /// The one-line statement `canary compile` and `canary verify` print.
+    pub fn line(&self) -> String {
+        format!(
+            "left out: point-to-point: {} operations, {} bytes sent over all ranks ({} per rank at most) are not replayed by the canary: {}",
+            self.operations_per_rank.iter().sum::<u64>(),
+            self.bytes_sent_per_rank.iter().sum::<u64>(),
+            self.operations_per_rank.iter().max().copied().unwrap_or(0),
+            self.consequence
+        )
+    }
 }
 
 /// SHA-256 of a value's canonical JSON: compact, fields in the type's
@@ -590,8 +623,9 @@ pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
     use crate::core::refusal::Code;
     let v: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
     match v.get("format_version").and_then(|x| x.as_u64()) {
-        Some(n) if n == CANARY_FORMAT_VERSION as u64 => {}
-        Some(n) => crate::refuse!(Code::UnsupportedVersion, "canary format version {n} (this build reads {CANARY_FORMAT_VERSION})"),
+        // format 1 lacks only `left_out_p2p`, read as absent
+        Some(n) if (1..=CANARY_FORMAT_VERSION as u64).contains(&n) => {}
+        Some(n) => crate::refuse!(Code::UnsupportedVersion, "canary format version {n} (this build reads 1 to {CANARY_FORMAT_VERSION})"),
         None => anyhow::bail!("no format_version"),
     }
     let c: Canary = serde_json::from_value(v)?;

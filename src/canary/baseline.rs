@@ -217,6 +217,7 @@ pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usi
             detail: format!("{} of the source's positions kept, by {} sampling", pos.len(), method.name()),
         }],
         sizes: Sizes { source_events, artifact_events: k * world, replayed_events: iterations * k * world },
+        left_out_p2p: crate::canary::compile::left_out_p2p(t),
         digest: String::new(),
     };
     c.seal()

@@ -10,7 +10,9 @@
 //! top-level loop covering most collectives) is replayed for as many
 //! iterations as the declared statistic needs ([`iterations_for_median`]),
 //! never more than the source has. Every approximation is listed in the
-//! artifact; what the source does not know stays unknown.
+//! artifact; what the source does not know stays unknown. An MPI capture's
+//! point-to-point operations are not folded: the artifact counts them as
+//! left out ([`LeftOutP2p`]) and `canary compile` says so.
 //!
 //! Refuses a trace whose ranks record different numbers of collectives
 //! (positions are folded across ranks) and a trace with no collective.
@@ -373,9 +375,22 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
         replay: ReplayPlan { iterations, source_iterations, rule, collectives_per_pass: vec![collectives_per_pass; t.ranks.len()], seed: opts.seed },
         approximations,
         sizes: Sizes { source_events, artifact_events, replayed_events },
+        left_out_p2p: left_out_p2p(t),
         digest: String::new(),
     };
     c.seal()
+}
+
+/// The source's point-to-point operations (an MPI capture's `mpi.p2p`),
+/// which the folding does not keep, counted per rank; `None` where it has none.
+pub(crate) fn left_out_p2p(t: &CommTrace) -> Option<LeftOutP2p> {
+    let m = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty()))?;
+    let bytes = |o: &crate::evidence::commtrace::mpi::MpiP2p| o.elems.saturating_mul(u64::try_from(o.dtype_bytes).unwrap_or(0));
+    Some(LeftOutP2p {
+        operations_per_rank: m.p2p.iter().map(|r| r.len() as u64).collect(),
+        bytes_sent_per_rank: m.p2p.iter().map(|r| r.iter().filter(|o| o.direction == "send").map(bytes).sum()).collect(),
+        consequence: "the canary's pick sees only the collectives' transport; the source trace's phases run these operations, so a pick that depends on point-to-point settings (OMPI_MCA_btl, its buffer sizes) can differ from the source's".into(),
+    })
 }
 
 /// The largest identity-share difference `verify` accepts (its `mix.identities` check).

@@ -30,6 +30,7 @@ pub mod compile;
 pub mod expand;
 pub mod fold;
 pub mod redact;
+pub mod redaction;
 pub mod reduce;
 pub mod synth;
 pub mod truth;

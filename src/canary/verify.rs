@@ -23,7 +23,7 @@
 //! `--replay-failed` asks for the replay anyway): every such check runs
 //! before the campaign, every printed size is recomputed from the
 //! expansion replayed.
-use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, RankArgvParser};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
 use crate::canary::{baseline, compile, expand, Assurance};
@@ -174,13 +174,8 @@ struct Candidate {
     trace: CommTrace,
 }
 
-/// Run the verification; `run_campaign(spec, dir, out)` runs a spec into a campaign directory.
-pub fn verify(
-    o: &VerifyOptions,
-    parse_rank: RankArgvParser,
-    run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>,
-    log: &mut dyn std::io::Write,
-) -> Result<VerifyReport> {
+/// Run the verification; its campaign runs as `campaign run` does, printing to stderr (stdout keeps the verdict).
+pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
     let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading source {}", o.source.display()))?;
@@ -195,7 +190,7 @@ pub fn verify(
     if o.out.symlink_metadata().is_ok() {
         crate::refuse!(Code::AlreadyExists, "{} exists; canary verify writes a new directory", o.out.display());
     }
-    let spec_in = CampaignSpec::load(&o.configs, parse_rank)?;
+    let spec_in = CampaignSpec::load(&o.configs)?;
     // baselines at the canary's size
     let (k, replayed, seed) = (arts[0].1.slots.len(), arts[0].1.replay.collectives_per_pass.first().copied().unwrap_or(0), arts[0].1.replay.seed);
     let mut cands: Vec<Candidate> = Vec::new();
@@ -219,6 +214,10 @@ pub fn verify(
             Ok(trace) => cands.push(Candidate { variant: name, artifact: c, artifact_bytes: bytes, trace }),
             Err(e) => writeln!(log, "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out")?,
         }
+    }
+    // the source's phases run its point-to-point operations; the canary's cannot: said before anything runs
+    if let Some(l) = cands.first().and_then(|c| c.artifact.left_out_p2p.as_ref()) {
+        writeln!(log, "canary verify: the canary and the baselines: {}", l.line())?;
     }
     // every check that needs no measurement, before anything runs
     let sfacts = facts(&t);
@@ -320,7 +319,7 @@ pub fn verify(
         Controls { aa, known_bad: kb }
     });
     // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
-    spec.validate(parse_rank).and_then(|()| spec.check_rank_plans(parse_rank)).map_err(|e| match crate::core::refusal::code_of(&e) {
+    spec.validate().and_then(|()| spec.check_rank_plans()).map_err(|e| match crate::core::refusal::code_of(&e) {
         Some(_) => e.context(format!("{} with these options makes an invalid campaign", o.configs.display())),
         None => crate::core::refusal::refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
     })?;
@@ -347,7 +346,8 @@ pub fn verify(
         spec.repetitions,
         variants.len() * spec_in.configs.len() * spec.repetitions as usize
     )?;
-    run_campaign(&spec_path, &campaign_dir)?;
+    let run = crate::report::run::RunOptions { retries: 1, ..Default::default() };
+    crate::report::run::run(&spec_path, &campaign_dir, &run, &mut std::io::stderr())?;
     // collect
     let (m, manifest_sha) = crate::campaign::chain::load_manifest(&campaign_dir)?;
     let sel_path = campaign_dir.join("selection.json");
@@ -375,26 +375,26 @@ pub fn verify(
     let mut details = Vec::new();
     let mut behaved = Vec::new();
     let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
-    if let Ok(bytes) = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
-        let r: serde_json::Value = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a report", report_path.display()))?;
-        for c in r["controls"].as_array().into_iter().flatten() {
-            let ok = c["outcome"].as_str() == Some("behaved");
-            behaved.push(ok);
-            let outcome = serde_json::from_value(c["outcome"].clone()).unwrap_or(crate::analysis::ControlOutcome::Misbehaved);
-            tally.push((c["kind"].as_str().unwrap_or("?").to_string(), outcome));
-            details.push(format!("{} {}: {}", c["kind"].as_str().unwrap_or("?"), c["subject"].as_str().unwrap_or("?"), c["outcome"].as_str().unwrap_or("?")));
-        }
+    // the campaign's own report, read through its type (absent: analyze wrote none)
+    let report: Option<crate::analysis::Report> = match crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
+        Ok(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?),
+        Err(_) => None,
+    };
+    for c in report.iter().flat_map(|r| &r.controls) {
+        behaved.push(c.outcome == crate::analysis::ControlOutcome::Behaved);
+        tally.push((c.kind.clone(), c.outcome));
+        let outcome = serde_json::to_value(c.outcome)?;
+        details.push(format!("{} {}: {}", c.kind, c.subject, outcome.as_str().unwrap_or("?")));
     }
     let policy = &spec_in.analysis;
     let src_jobs = measures.get("source").cloned().unwrap_or_default();
     // the real job's ranking, from the campaign report's truth section
     let truth_section: Option<crate::analysis::truth::TruthReport> = match &spec.truth {
         None => None,
-        Some(_) => {
-            let bytes = crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES)?;
-            let r: crate::analysis::Report = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?;
-            r.truth
-        }
+        Some(_) => match &report {
+            Some(r) => r.truth.clone(),
+            None => crate::refuse!(Code::Incomplete, "{}: the campaign wrote no report, so its truth section is missing", report_path.display()),
+        },
     };
     let truth = match &truth_section {
         Some(t) => super::truth::verify_truth(t, &config_names, &src_jobs, policy)?,
@@ -925,7 +925,7 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
     }
     let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
     let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
-    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml"), &|_| anyhow::bail!("unused")).ok();
+    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
     // the order to preserve is what the source's replays decided, pair by pair, and nothing else
     let ranking =

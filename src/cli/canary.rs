@@ -1,7 +1,7 @@
 //! `canary compile|verify|reduce|redact|inspect`, `synth` and `import run`:
 //! arguments and the command functions (the stages are in [`crate::canary`]).
 use crate::canary::artifact::{self, Method};
-use crate::canary::{baseline, compile, redact, reduce, synth, verify};
+use crate::canary::{baseline, compile, reduce, synth, verify};
 use crate::core::refusal::Code;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -223,7 +223,7 @@ fn bytes_line(src: u64, art: u64) -> String {
 }
 
 /// `canary ...`.
-pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMut(&Path, &Path) -> Result<()>) -> Result<std::process::ExitCode> {
+pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::ExitCode> {
     match c {
         CanaryCommand::Compile(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
@@ -245,6 +245,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             for ap in &c.approximations {
                 writeln!(out, "approximation: {}: {}", ap.what, ap.detail)?;
             }
+            if let Some(l) = &c.left_out_p2p {
+                writeln!(out, "{}", l.line())?;
+            }
             eprintln!("wrote {} in {:.3} s", a.out.display(), took.as_secs_f64());
         }
         CanaryCommand::Inspect(a) => {
@@ -253,6 +256,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
             writeln!(out, "source: {} ({}; SHA-256 {}, canonical {})", c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256)?;
             if c.is_reduced() {
                 writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
+            }
+            if let Some(l) = &c.left_out_p2p {
+                writeln!(out, "{}", l.line())?;
             }
         }
         CanaryCommand::Verify(a) => {
@@ -271,7 +277,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
                 replay_failed: a.replay_failed,
             };
             let mut log = std::io::stderr();
-            let r = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut log)?;
+            let r = verify::verify(&o, &mut log)?;
             crate::core::fsutil::write_new_atomic(&o.out.join("report.html"), crate::canary::verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
@@ -304,86 +310,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write, run_campaign: &mut dyn FnMu
         }
         CanaryCommand::Redact(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
-            let (r, transforms) = redact::redact(&t, &redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: a.drop_names })?;
-            let rbytes = serde_json::to_vec_pretty(&r)?;
-            // every check before anything is written: a refused redaction leaves nothing
-            let audit_path = PathBuf::from(format!("{}.audit.json", a.out.display()));
-            for p in [&a.out, &audit_path] {
-                if p.symlink_metadata().is_ok() {
-                    crate::refuse!(Code::AlreadyExists, "{} exists", p.display());
-                }
-            }
-            let mut audit = redact::AuditLog {
-                format_version: 1,
-                input_sha256: crate::core::fsutil::sha256_hex(&bytes),
-                output_sha256: crate::core::fsutil::sha256_hex(&rbytes),
-                transforms,
-                decision_survives: None,
-            };
-            if let Some(spec) = &a.configs {
-                // the redacted trace, compiled losslessly and bound to the original: does the ranking survive?
-                // The verification holds the unredacted source (its inputs, the artifact's binding): it is
-                // made in a private temporary directory, never beside the redacted output, and removed.
-                let private = tempfile::Builder::new().prefix("commcanary-redact-verify-").tempdir().context("a private directory for the re-verification")?;
-                let opts = compile::CompileOptions { lossless: true, source_path: a.trace.display().to_string(), ..Default::default() };
-                // group names are labels (a replay runs a group by its members) and a collective's identity
-                // names its group: the redacted trace is verified under the source's group names (gN back to
-                // the name in the same place), so that the static checks compare like with like
-                let mut rv = r.clone();
-                let back: std::collections::BTreeMap<String, String> = r.groups.iter().zip(&t.groups).map(|(a, b)| (a.name.clone(), b.name.clone())).collect();
-                for g in &mut rv.groups {
-                    g.name = back.get(&g.name).cloned().unwrap_or_else(|| g.name.clone());
-                }
-                for rank in &mut rv.ranks {
-                    for col in &mut rank.collectives {
-                        col.group = back.get(&col.group).cloned().unwrap_or_else(|| col.group.clone());
-                    }
-                }
-                let rvbytes = serde_json::to_vec_pretty(&rv)?;
-                let mut c = compile::compile(&rv, &rvbytes, &opts)?;
-                c.source = compile::bind_source(&t, &bytes, &a.trace.display().to_string())?;
-                c.label = "redacted (lossless)".into();
-                let c = c.seal()?;
-                let art = private.path().join("redacted.canary.json");
-                c.write(&art)?;
-                let vdir = private.path().join("verify");
-                let o = verify::VerifyOptions {
-                    source: a.trace.clone(),
-                    canary: art,
-                    also: Vec::new(),
-                    configs: spec.clone(),
-                    backend: None,
-                    rounds: None,
-                    passes: 3,
-                    phases: "replay".into(),
-                    baselines: false,
-                    head_sample: None,
-                    out: vdir.clone(),
-                    // redaction changes values by design (rebased, quantized times): the question is the ranking only
-                    replay_failed: true,
-                };
-                let v = verify::verify(&o, &crate::cli::parse_rank_argv, run_campaign, &mut std::io::stderr())?;
-                let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");
-                audit.decision_survives = Some(match rk {
-                    Some(c) => format!(
-                        "{}: {} (re-verified in a private temporary directory, removed: it held the unredacted source)",
-                        if c.passed { "yes" } else { "NO" },
-                        c.measured
-                    ),
-                    None => "not re-verified".into(),
-                });
-            }
-            crate::core::fsutil::write_new_atomic(&a.out, &rbytes)?;
-            if let Err(e) = crate::core::fsutil::write_json_new(&audit_path, &audit) {
-                // the output without its audit log is not a redaction
-                let _ = std::fs::remove_file(&a.out);
-                return Err(e);
-            }
-            for tr in &audit.transforms {
-                writeln!(out, "{}: {} ({} values)", tr.field, tr.action, tr.count)?;
-            }
-            writeln!(out, "ranking decision survives: {}", audit.decision_survives.as_deref().unwrap_or("not re-verified (pass --configs SPEC to re-verify)"))?;
-            eprintln!("wrote {} and {}", a.out.display(), audit_path.display());
+            let o =
+                crate::canary::redaction::RedactRun { trace: a.trace, out: a.out, quantize_ns: a.quantize_ns, drop_names: a.drop_names, configs: a.configs };
+            crate::canary::redaction::run(&t, &bytes, &o, out)?;
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

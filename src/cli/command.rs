@@ -20,10 +20,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
     match cli.command {
         // validate's exit code is its verdict (0 pass, 1 fail, 2 inconclusive, 3 could not run)
         Command::Validate(a) => return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX))),
-        Command::Rank(a) => crate::rank::run((*a).into())?,
+        Command::Rank(a) => crate::rank::run(*a)?,
         Command::Join(a) => join(a, out)?,
         Command::Inspect(a) => writeln!(out, "{}", crate::evidence::inspect::inspect(&a.file, a.header_only)?)?,
-        Command::BenchOverhead(a) => crate::rank::bench::run(a.into())?,
+        Command::BenchOverhead(a) => crate::rank::bench::run(a)?,
         Command::Overlap(a) => overlap(a, out)?,
         Command::Campaign(c) => campaign(c, out)?,
         Command::Compare(a) => compare(a, out)?,
@@ -51,23 +51,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Import(c) => import(c, out)?,
         Command::Synth(a) => crate::cli::canary::synth_cmd(a, out)?,
         Command::Canary(c) => {
-            return crate::cli::canary::canary(c, out, &mut |spec: &std::path::Path, dir: &std::path::Path| {
-                // the campaign's own output goes to stderr: stdout keeps the verdict
-                let mut log = std::io::stderr();
-                campaign(
-                    crate::cli::CampaignCommand::Run {
-                        spec: spec.to_path_buf(),
-                        output: dir.to_path_buf(),
-                        retries: 1,
-                        cell_timeout_s: None,
-                        reveal: false,
-                        verbose: false,
-                    },
-                    &mut log,
-                )
-            });
+            return crate::cli::canary::canary(c, out);
         }
         Command::ReplayTrace(a) => {
+            if a.backend == crate::backend::BackendChoice::Cuda {
+                // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
+                if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
+                }
+            }
             let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
             let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
@@ -88,6 +80,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
             crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
+                    // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
+                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
                     let timeout = std::time::Duration::from_secs(300);
                     crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
@@ -522,111 +516,13 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Refused cells grouped by cause, in order of first appearance: a cause of
-/// one cell as `CELL: WHY`, of several as one line with the count and the
-/// first cells (the JSON lists every cell).
-fn write_refusals(out: &mut dyn Write, refusals: &[(String, String)]) -> Result<()> {
-    let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
-    for (cell, why) in refusals {
-        match causes.iter_mut().find(|(w, _)| *w == why.as_str()) {
-            Some((_, cells)) => cells.push(cell),
-            None => causes.push((why, vec![cell])),
-        }
-    }
-    for (why, cells) in causes {
-        if let [cell] = cells.as_slice() {
-            writeln!(out, "  {cell}: {why}")?;
-            continue;
-        }
-        let first: Vec<&str> = cells.iter().take(3).copied().collect();
-        let more = if cells.len() > 3 { format!(", and {} more", cells.len() - 3) } else { String::new() };
-        writeln!(out, "  {} cells: {why} (first {}{more})", cells.len(), first.join(", "))?;
-    }
-    Ok(())
-}
-
 fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
     use crate::campaign::{self as cp, chain};
     use crate::cli::CampaignCommand as C;
     match c {
-        C::Plan { spec, output } => {
-            let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
-            writeln!(
-                out,
-                "planned {} in {}: {} configurations x {} rounds = {} cells, seed {}",
-                m.campaign_id,
-                output.display(),
-                m.configs.len(),
-                m.spec.repetitions,
-                m.schedule.len(),
-                m.spec.seed
-            )?;
-            for cell in &m.schedule {
-                writeln!(out, "  {:>3}. {}", m.schedule.iter().position(|x| x == cell).unwrap_or(0) + 1, cell.cell_id)?;
-            }
-        }
+        C::Plan { spec, output } => crate::report::run::plan(&spec, &output, out)?,
         C::Run { spec, output, retries, cell_timeout_s, reveal, verbose } => {
-            // each step exactly as its own command; the first refusal ends the run with its reason
-            let resume = output.join("manifest.json").exists();
-            if resume {
-                let (m, _) = chain::load_manifest(&output)?;
-                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
-                if serde_json::to_value(&m.spec)? != serde_json::to_value(&planned)? {
-                    crate::refuse!(
-                        crate::core::refusal::Code::BadSpec,
-                        "{} holds a campaign planned from another spec than {}; choose a new -o directory",
-                        output.display(),
-                        spec.display()
-                    );
-                }
-                if output.join("selection.json").exists() {
-                    crate::refuse!(
-                        crate::core::refusal::Code::CampaignState,
-                        "{} was already run past select (selection.json exists); continue step by step: campaign verify, campaign analyze",
-                        output.display()
-                    );
-                }
-                writeln!(out, "== plan: {} exists with this spec's manifest; resuming", output.display())?;
-            } else {
-                let planned = cp::spec::CampaignSpec::load(&spec, &crate::cli::parse_rank_argv)?;
-                // run ends with analyze: a one-round join part would run every cell and then be refused
-                if planned.repetitions < cp::spec::MIN_ANALYZED_ROUNDS {
-                    crate::refuse!(
-                        crate::core::refusal::Code::BadSpec,
-                        "{}: repetitions = {} with join_part = true: campaign run analyzes, which needs at least {} rounds; \
-                         plan, exec and select a join part step by step, then `campaign join` it with another",
-                        spec.display(),
-                        planned.repetitions,
-                        cp::spec::MIN_ANALYZED_ROUNDS
-                    );
-                }
-                chain::preflight(&planned, &spec.display().to_string())?;
-                writeln!(out, "== plan")?;
-                if verbose {
-                    campaign(C::Plan { spec, output: output.clone() }, out)?;
-                } else {
-                    let m = cp::plan(&spec, &output, &crate::cli::parse_rank_argv)?;
-                    let n = m.schedule.len();
-                    writeln!(
-                        out,
-                        "planned {} in {}: {} configurations x {} rounds = {n} cells",
-                        m.campaign_id,
-                        output.display(),
-                        m.configs.len(),
-                        m.spec.repetitions
-                    )?;
-                }
-            }
-            writeln!(out, "== exec")?;
-            // a failed cell does not stop the run here: verify names every missing cell
-            let (ok, failed) = chain::exec(&output, retries, None, cell_timeout_s.map(std::time::Duration::from_secs))?;
-            writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
-            writeln!(out, "== select")?;
-            campaign(C::Select { dir: output.clone(), policy: chain::SelectPolicy::FirstSuccess }, out)?;
-            writeln!(out, "== verify")?;
-            campaign(C::Verify { dir: output.clone(), json: false }, out)?;
-            writeln!(out, "== analyze")?;
-            campaign(C::Analyze { dir: output, json: false, diagnostics: false, reveal, report_dir: None, verbose, csv: false }, out)?;
+            crate::report::run::run(&spec, &output, &crate::report::run::RunOptions { retries, cell_timeout_s, reveal, verbose }, out)?
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
@@ -643,62 +539,10 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 );
             }
         }
-        C::Select { dir, policy } => {
-            // no exec may append while the selection is made and written
-            let _lock = chain::lock_campaign(&dir, None, &format!("select {}", dir.display()))?;
-            let (sel, missing) = chain::select(&dir, policy)?;
-            crate::core::fsutil::write_json_new(&dir.join("selection.json"), &sel)
-                .context("writing selection.json (remove an old selection first to select again)")?;
-            writeln!(
-                out,
-                "selected {} attempts ({:?}); cells without a successful attempt: {}",
-                sel.entries.len(),
-                policy,
-                if missing.is_empty() { "none".into() } else { missing.join(", ") }
-            )?;
-        }
-        C::Verify { dir, json } => {
-            let v = chain::verify(&dir)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-            } else {
-                writeln!(out, "{}: {}/{} cells verified", if v.complete { "complete" } else { "INCOMPLETE" }, v.cells_ok, v.cells_expected)?;
-                write_refusals(out, &v.refusals)?;
-            }
-            if !v.complete {
-                crate::refuse!(crate::core::refusal::Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
-            }
-        }
+        C::Select { dir, policy } => crate::report::run::select(&dir, policy, out)?,
+        C::Verify { dir, json } => crate::report::run::verify(&dir, json, out)?,
         C::Analyze { dir, json, diagnostics, reveal, report_dir, verbose, csv } => {
-            // verify reads each job for the analysis as it joins it: every run is joined once
-            let (v, read) = crate::report::campaign::verify_reading(&dir)?;
-            if !v.complete {
-                writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
-                write_refusals(out, &v.refusals)?;
-                if diagnostics {
-                    writeln!(out, "DIAGNOSTICS ONLY - UNFIT TO PUBLISH (incomplete evidence):")?;
-                    if let Ok(r) = cp::results(&dir) {
-                        write!(out, "{}", cp::render_results(&r))?;
-                    }
-                }
-                crate::refuse!(crate::core::refusal::Code::Incomplete, "analysis withheld: the campaign is incomplete");
-            }
-            let out_dir = report_dir.unwrap_or_else(|| dir.join("report"));
-            let report = crate::report::campaign::analyze_and_write(&dir, v, read, &out_dir)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else if csv {
-                out.write_all(crate::analysis::ranking_csv(&report)?.as_bytes())?;
-            } else {
-                write!(out, "{}", if verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) })?;
-                writeln!(out, "wrote report.json, report.html and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
-            }
-            if reveal {
-                match std::fs::read(dir.join("blinding.json")) {
-                    Ok(b) => writeln!(out, "revealed labels: {}", String::from_utf8_lossy(&b).trim())?,
-                    Err(_) => writeln!(out, "not blinded: labels are configuration names")?,
-                }
-            }
+            crate::report::run::analyze(&dir, &crate::report::run::Analyze { json, diagnostics, reveal, report_dir, verbose, csv }, out)?
         }
         C::Archive { dir, output, descriptor } => {
             let desc = descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
@@ -753,7 +597,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output, &crate::cli::parse_rank_argv)?;
+            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output)?;
             let t = c.report.truth.as_ref().context("truth section")?;
             for row in &t.rows {
                 writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
@@ -834,7 +678,7 @@ fn capacity_args(a: &crate::cli::CapacityArgs) -> Result<()> {
 }
 
 /// `bench-overhead`'s numbers.
-fn bench_args(a: &crate::cli::BenchOverheadArgs) -> Result<()> {
+fn bench_args(a: &crate::rank::bench::BenchOptions) -> Result<()> {
     int("--size", crate::core::units::parse_bytes(&a.size)?, 4, MAX_MESSAGE_BYTES)?;
     sizes("--sizes", &a.sizes)?;
     int("--iters", a.iters, 1, 10_000_000)?;

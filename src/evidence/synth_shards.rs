@@ -233,6 +233,7 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
             graph: None,
             trace_timeline: None,
             kernel_anchor: None,
+            p2p: Vec::new(),
         }],
         started_unix_ms,
         tuning: None,

@@ -33,7 +33,12 @@
 //! and reduce-scatter, logical and bitwise reductions. A reduction the trace
 //! records (an MPI capture's max, min, prod) runs as recorded, as a trace
 //! operation; a trace without one runs sums. The phase record's origin
-//! counts, per kind, what ran and what was left out per pass, with dtypes and sizes.
+//! counts, per kind, what ran and what was left out per pass, with dtypes and
+//! sizes. An MPI capture's point-to-point
+//! program ([`TraceP2p`]) is placed between the collectives by call index,
+//! each step with its recorded gap; a collective's gap then runs from the
+//! last step before it (refused: `mpi.collective_calls` that disagree with
+//! the collectives, and what `p2p::plans` refuses).
 use crate::core::limits::check_replay_gaps;
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
@@ -93,6 +98,26 @@ pub struct TraceOps {
     pub groups: Vec<ProcessGroup>,
 }
 
+/// An imported MPI trace's point-to-point program on this rank, as the
+/// trace phases run it: the [`P2pPlan`](crate::evidence::commtrace::p2p::P2pPlan)
+/// `replay-trace` runs, each step placed before the collective it preceded
+/// in the capture, with the recorded gap before it.
+#[derive(Clone, Debug)]
+pub struct TraceP2p {
+    /// The rank's steps in recorded call order, and its operations.
+    pub plan: crate::evidence::commtrace::p2p::P2pPlan,
+    /// Per step: the position in the pass of the collective it precedes
+    /// (the number of collectives per pass: after the last).
+    pub before: Vec<usize>,
+    /// Per step: the recorded gap before it, from the previous call's end
+    /// (collective or step) to its entry; 0 for a completing wait (the
+    /// capture records its completion, not its entry: it is taken to follow
+    /// the previous call at once) and for the pass's first call.
+    pub gap_ns: Vec<u64>,
+    /// Operations started per step (a post, a send or a receive: 1; a `Sendrecv`: 2; a wait: 0).
+    pub started: Vec<u32>,
+}
+
 /// A source trace with its provenance.
 #[derive(Clone, Debug)]
 pub struct SourceTrace {
@@ -102,8 +127,12 @@ pub struct SourceTrace {
     pub timeline: GapTimeline,
     /// Entries in issue order.
     pub entries: Vec<GapEntry>,
-    /// The trace executor's collectives, where some entries have an `op`.
+    /// The trace executor's collectives, where some entries have an `op`
+    /// or the trace has a point-to-point program (whose communicators are
+    /// the executor's).
     pub ops: Option<TraceOps>,
+    /// An imported MPI trace's point-to-point program on this rank, where it has one.
+    pub p2p: Option<TraceP2p>,
 }
 
 fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntry)>) -> Vec<GapEntry> {
@@ -136,7 +165,7 @@ pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -
         (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None, op: None })
     });
     let timeline = GapTimeline::of(events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
-    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it), ops: None }
+    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it), ops: None, p2p: None }
 }
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
@@ -183,6 +212,7 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
         timeline: GapTimeline::of(has_device.into_iter()),
         entries,
         ops: None,
+        p2p: None,
     })
 }
 
@@ -302,6 +332,19 @@ pub(crate) fn comm_trace_entries(
     let gaps = exec::gaps_ns(&colls).with_context(|| {
         format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
     })?;
+    // an MPI capture's point-to-point program runs between the collectives (not with --trace-allreduce-only)
+    let (p2p, p2p_count) = p2p_of(t, path, rank, mine, allreduce_only)?;
+    let mut gaps = gaps;
+    if let Some(p) = &p2p {
+        // a collective's gap runs from the last step before it, where one is: the steps' own time is not gap
+        let (_, after_step) = p2p_gaps(t, rank, mine, &p.plan);
+        for (g, a) in gaps.iter_mut().zip(after_step) {
+            if let Some(a) = a {
+                *g = a;
+            }
+        }
+        check_replay_gaps(p.gap_ns.iter().copied(), &|i| format!("--trace {}: point-to-point step {}", path.display(), i + 1))?;
+    }
     check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
     for (c, dtype, _, _) in &kept {
         if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
@@ -317,8 +360,8 @@ pub(crate) fn comm_trace_entries(
                 warmup: pass < warmup_passes,
                 bytes: event_bytes(c),
                 dtype: *dtype,
-                // the first of a pass: the compute recorded before it stands for the gap
-                gap_ns: if i == 0 { compute.unwrap_or(0) } else { *gap_ns },
+                // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before it)
+                gap_ns: if i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0)) { compute.unwrap_or(0) } else { *gap_ns },
                 // kernels may overlap one another: never more than the gap
                 compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),
                 op: *op,
@@ -332,9 +375,118 @@ pub(crate) fn comm_trace_entries(
         collectives_per_pass: kept.len() as u32,
         left_out_per_pass: left_out,
         kinds: counts.into_values().collect(),
+        p2p: p2p_count,
     };
-    let ops = (!op_colls.is_empty()).then(|| TraceOps { trace: std::sync::Arc::new(t.clone()), colls: op_colls, groups: groups.into_values().collect() });
-    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops })
+    let ops = (!op_colls.is_empty() || p2p.is_some()).then(|| TraceOps {
+        trace: std::sync::Arc::new(t.clone()),
+        colls: op_colls,
+        groups: groups.into_values().collect(),
+    });
+    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops, p2p })
+}
+
+/// This rank's point-to-point program of `t` as the phases run it, and its
+/// per-pass counts: `None`s where the trace has none; the counts alone, all
+/// left out, with `allreduce_only`.
+fn p2p_of(
+    t: &crate::evidence::commtrace::CommTrace,
+    path: &Path,
+    rank: u32,
+    mine: &[crate::evidence::commtrace::TraceCollective],
+    allreduce_only: bool,
+) -> Result<(Option<TraceP2p>, Option<crate::evidence::shard::TraceP2pCount>)> {
+    use crate::evidence::commtrace::p2p::P2pStep;
+    let Some(m) = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty())) else { return Ok((None, None)) };
+    let plan = crate::evidence::commtrace::p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
+    let calls = m.collective_calls.get(rank as usize).map_or(0, Vec::len);
+    if calls != mine.len() {
+        crate::refuse!(
+            crate::core::refusal::Code::BadInput,
+            "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives",
+            path.display(),
+            mine.len()
+        );
+    }
+    let operations = plan.ops.len() as u32;
+    let count = crate::evidence::shard::TraceP2pCount {
+        operations_per_pass: if allreduce_only { 0 } else { operations },
+        left_out_per_pass: if allreduce_only { operations } else { 0 },
+        calls_per_pass: if allreduce_only { 0 } else { plan.steps.len() as u32 },
+        bytes_sent_per_pass: if allreduce_only { 0 } else { plan.ops.iter().filter(|o| o.send).map(|o| o.bytes).sum() },
+    };
+    if allreduce_only {
+        return Ok((None, Some(count)));
+    }
+    let coll_calls = &m.collective_calls[rank as usize];
+    let before = plan.steps.iter().map(|(c, _)| coll_calls.partition_point(|&x| x < *c)).collect();
+    let (gap_ns, _) = p2p_gaps(t, rank, mine, &plan);
+    let started = plan
+        .steps
+        .iter()
+        .map(|(_, s)| match s {
+            P2pStep::Post(_) | P2pStep::Blocking(_) => 1,
+            P2pStep::SendRecv(..) => 2,
+            P2pStep::Complete(_) => 0,
+        })
+        .collect();
+    Ok((Some(TraceP2p { plan, before, gap_ns, started }), Some(count)))
+}
+
+/// The recorded gaps of a rank's calls in call order, collectives and
+/// point-to-point steps merged: per step, the gap before it (see
+/// [`TraceP2p::gap_ns`]); per collective, the gap from the last step before
+/// it, where a step lies between it and the previous collective (`None`
+/// where none does: its gap is the collectives' own).
+fn p2p_gaps(
+    t: &crate::evidence::commtrace::CommTrace,
+    rank: u32,
+    mine: &[crate::evidence::commtrace::TraceCollective],
+    plan: &crate::evidence::commtrace::p2p::P2pPlan,
+) -> (Vec<u64>, Vec<Option<u64>>) {
+    use crate::evidence::commtrace::p2p::P2pStep;
+    let Some(m) = &t.mpi else { return (vec![0; plan.steps.len()], vec![None; mine.len()]) };
+    let ops = &m.p2p[rank as usize];
+    let calls = &m.collective_calls[rank as usize];
+    // a step's recorded entry (None: not recorded) and end
+    let span = |s: &P2pStep| -> (Option<u64>, Option<u64>) {
+        match s {
+            P2pStep::Post(i) => (Some(ops[*i].post_ns), Some(ops[*i].post_ns)),
+            P2pStep::Blocking(i) | P2pStep::SendRecv(i, _) => (Some(ops[*i].post_ns), Some(ops[*i].complete_ns.unwrap_or(ops[*i].post_ns))),
+            P2pStep::Complete(v) => (None, v.iter().filter_map(|&i| ops[i].complete_ns).max()),
+        }
+    };
+    let coll_span = |c: &crate::evidence::commtrace::TraceCollective| match (&c.device, c.host_start_ns, c.host_duration_ns) {
+        (Some(d), _, _) => (Some(d.start_ns), Some(d.end_ns)),
+        (None, Some(s), Some(d)) => (Some(s), Some(s + d)),
+        (None, s, _) => (s, s),
+    };
+    let (mut step_gaps, mut coll_gaps) = (Vec::with_capacity(plan.steps.len()), vec![None; mine.len()]);
+    let mut prev_end: Option<u64> = None;
+    let mut step_since_coll = false;
+    let (mut k, mut ci) = (0, 0);
+    while k < plan.steps.len() || ci < mine.len() {
+        let step_first = k < plan.steps.len() && (ci >= mine.len() || plan.steps[k].0 < calls.get(ci).copied().unwrap_or(u64::MAX));
+        let ((start, end), is_step) = if step_first { (span(&plan.steps[k].1), true) } else { (coll_span(&mine[ci]), false) };
+        let gap = match (start, prev_end) {
+            (Some(s), Some(p)) => s.saturating_sub(p),
+            _ => 0,
+        };
+        if is_step {
+            step_gaps.push(gap);
+            step_since_coll = true;
+            k += 1;
+        } else {
+            if step_since_coll {
+                coll_gaps[ci] = Some(gap);
+            }
+            step_since_coll = false;
+            ci += 1;
+        }
+        if let Some(e) = end {
+            prev_end = Some(prev_end.map_or(e, |p| p.max(e)));
+        }
+    }
+    (step_gaps, coll_gaps)
 }
 
 /// Logical bytes of an imported collective as a shard records it: its input
@@ -472,6 +624,94 @@ mod tests {
         let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
         let got: Vec<_> = st.entries.iter().map(|e| (e.op.map(|o| (o.kind, o.group)), e.dtype, e.bytes)).collect();
         assert_eq!(got, vec![(Some((CollectiveKind::AllReduce, 1)), TraceDtype::F64, 32), (Some((CollectiveKind::Broadcast, 1)), TraceDtype::I8, 16)]);
+    }
+
+    /// A 2-rank MPI trace, each rank: Irecv (call 0, at 100, completed by
+    /// call 2 at 150), Send (call 1, 110 to 120), an all-reduce (call 3, 200
+    /// to 250), a Sendrecv (call 4, 300 to 320), all with the other rank.
+    fn mpi_trace() -> crate::evidence::commtrace::CommTrace {
+        use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
+        use crate::evidence::commtrace::*;
+        let op = |call, name: &str, dir: &str, peer, elems, request, post_ns, complete_ns, done| MpiP2p {
+            call,
+            name: name.into(),
+            direction: dir.into(),
+            group: Some("w".into()),
+            peer,
+            tag: 0,
+            matched: None,
+            elems,
+            dtype: "MPI_BYTE".into(),
+            dtype_bytes: 1,
+            request,
+            post_ns,
+            complete_ns: Some(complete_ns),
+            completed_by_call: done,
+        };
+        let side = |peer| {
+            vec![
+                op(0, "Irecv", "recv", peer, 64, Some(7), 100, 150, Some(2)),
+                op(1, "Send", "send", peer, 40, None, 110, 120, None),
+                op(4, "Sendrecv", "send", peer, 8, None, 300, 320, None),
+                op(4, "Sendrecv", "recv", peer, 8, None, 300, 320, None),
+            ]
+        };
+        let ranks = (0..2u32)
+            .map(|r| {
+                let mut c = TraceCollective::new(CollectiveKind::AllReduce, "Allreduce", "w", TraceDtype::F64, (1, 1), (None, None), (None, None));
+                (c.host_start_ns, c.host_duration_ns) = (Some(200), Some(50));
+                RankTrace { rank: r, collectives: vec![c], trailing_compute: vec![] }
+            })
+            .collect();
+        CommTrace {
+            format_version: COMM_TRACE_FORMAT_VERSION,
+            source: TraceSource { kind: SourceKind::MpiCapture, schema: None, nccl_version: None, files: vec![] },
+            world_size: 2,
+            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
+            unknown: vec![],
+            groups: vec![TraceGroup { name: "w".into(), desc: None, members: vec![0, 1] }],
+            ranks,
+            mpi: Some(MpiSummary {
+                run_id: "r".into(),
+                calls: vec![Default::default(); 2],
+                left_out: vec![Default::default(); 2],
+                left_out_reasons: Default::default(),
+                incomplete: vec![],
+                clock_models: vec![None; 2],
+                clock_unaligned: None,
+                collective_calls: vec![vec![3]; 2],
+                p2p: vec![side(1), side(0)],
+            }),
+        }
+    }
+
+    #[test]
+    fn point_to_point_runs_between_the_collectives_and_its_time_is_not_gap() {
+        let t = mpi_trace();
+        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 2), false).unwrap();
+        let p = st.p2p.as_ref().expect("the trace has point-to-point operations");
+        // Irecv, Send and the wait before the all-reduce, the Sendrecv after it
+        assert_eq!(p.before, vec![0, 0, 0, 1]);
+        // the first call of the pass has no earlier one; the Send 10 after the Irecv's post; the wait at once
+        assert_eq!(p.gap_ns, vec![0, 10, 0, 50]);
+        assert_eq!(p.started, vec![1, 1, 0, 2]);
+        // the all-reduce's gap runs from the wait's completion (150), not from the pass's start
+        assert_eq!(st.entries.iter().map(|e| e.gap_ns).collect::<Vec<_>>(), vec![50, 50]);
+        assert!(st.ops.is_some(), "the executor's communicators carry the point-to-point program");
+        let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
+        assert_eq!((c.operations_per_pass, c.left_out_per_pass, c.calls_per_pass, c.bytes_sent_per_pass), (4, 0, 4, 48));
+        // --trace-allreduce-only leaves them out, counted (its all-reduces are f32)
+        let mut f32s = t.clone();
+        f32s.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = crate::evidence::commtrace::TraceDtype::F32);
+        let st = comm_trace_entries(&f32s, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), true).unwrap();
+        let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
+        assert!(st.p2p.is_none());
+        assert_eq!((c.operations_per_pass, c.left_out_per_pass), (0, 4));
+        // a trace whose collective calls disagree with its collectives is refused
+        let mut bad = t.clone();
+        bad.mpi.as_mut().unwrap().collective_calls[0].push(9);
+        let e = comm_trace_entries(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("collective_calls has 2 entries for 1"), "{e}");
     }
 
     #[test]

@@ -20,28 +20,37 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::Communicator;
 use std::path::PathBuf;
 
-/// `bench-overhead`'s options as plain values (see `bench-overhead --help`).
-#[derive(Clone, Debug)]
+/// `commcanary bench-overhead`'s options.
+#[derive(clap::Args, Clone, Debug)]
 pub struct BenchOptions {
     /// Collectives per measurement (cuda: keep it below the device queue's
     /// depth, about a thousand launches, so the host never blocks in a launch).
+    #[arg(long, default_value_t = 2000)]
     pub iters: u32,
     /// Message size.
+    #[arg(long, default_value = "64KiB")]
     pub size: String,
     /// Alternating repetitions of (bare, instrumented).
+    #[arg(long, default_value_t = 5)]
     pub reps: u32,
     /// Backend: cpu (bare MPI loop vs runner) or cuda (reference NCCL loop vs runner).
+    #[arg(long, value_enum, default_value = "cpu")]
     pub backend: crate::backend::BackendChoice,
     /// Message sizes for the cuda benchmark.
+    #[arg(long, default_value = "64KiB,128KiB,256KiB")]
     pub sizes: String,
     /// NCCL library for the cuda benchmark.
+    #[arg(long, default_value = "libnccl.so.2")]
     pub nccl_lib: PathBuf,
     /// Cuda: add a third variant, the instrumented loop with CUPTI kernel records on.
+    #[arg(long)]
     pub cupti: bool,
     /// Cuda: ask NCCL for its tuning log (NCCL_DEBUG=INFO, SUBSYS=TUNING), as
     /// `rank --nccl-tuning` does, so its cost can be compared run against run.
+    #[arg(long)]
     pub nccl_tuning: bool,
     /// Write every measurement (per-rep distributions) as JSON to this file.
+    #[arg(long)]
     pub json_out: Option<PathBuf>,
 }
 

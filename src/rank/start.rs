@@ -128,6 +128,15 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         }
     };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
+        // refused before the run directory is made: only the cpu backend runs point-to-point
+        if let (Some(s), true) = (&t.p2p, plan.backend != BackendKind::Cpu) {
+            crate::refuse!(
+                crate::core::refusal::Code::BadArgument,
+                "--trace {}: rank {rank} has {} point-to-point operations (mpi.p2p of an MPI capture), which only the cpu backend runs; run with --backend cpu, or pass --trace-allreduce-only (they are then left out and counted)",
+                p.display(),
+                s.plan.ops.len()
+            );
+        }
         // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are of their own)
         if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype.into()) {
             bail!(

@@ -9,3 +9,4 @@ pub mod export;
 pub mod html;
 pub mod pick;
 pub mod plots;
+pub mod run;

@@ -149,7 +149,7 @@ pub struct Confirmation {
 }
 
 /// Plan, run and analyze the confirmation campaign in `out` (new).
-pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank: crate::campaign::spec::RankArgvParser) -> Result<Confirmation> {
+pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<Confirmation> {
     let (m, _) = chain::load_manifest(dir)?;
     let Some(truth) = m.spec.truth.clone() else {
         crate::refuse!(Code::BadSpec, "campaign {} has no [truth]: confirm runs the job it names against the default", dir.display());
@@ -196,7 +196,7 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path, parse_rank
     let spec_path = spec_dir.join("confirm.toml");
     crate::core::fsutil::write_new_atomic(&spec_path, toml::to_string(&spec).context("writing the confirmation spec")?.as_bytes())?;
     let cdir = out.join("campaign");
-    crate::campaign::plan(&spec_path, &cdir, parse_rank)?;
+    crate::campaign::plan(&spec_path, &cdir)?;
     chain::exec(&cdir, 1, None, None)?;
     {
         let _lock = chain::lock_campaign(&cdir, None, &format!("select {}", cdir.display()))?;

@@ -61,6 +61,8 @@ pub struct CpuBackend {
     /// An imported trace's collectives other than world all-reduces, on
     /// sub-communicators of `comm` (`replay-trace`'s executor).
     trace_exec: Option<trace_exec::CpuTraceExec>,
+    /// An imported MPI trace's point-to-point program (the phases').
+    p2p: Option<p2p::CpuP2p>,
 }
 
 /// The requests of one issue, not yet completed.
@@ -150,6 +152,7 @@ impl CpuBackend {
             mem_dst: vec![0u8; mb],
             timeout: None,
             trace_exec: None,
+            p2p: None,
         })
     }
 
@@ -360,6 +363,27 @@ impl Backend for CpuBackend {
         exec.prepare(colls)?;
         self.trace_exec = Some(exec);
         Ok(())
+    }
+
+    /// The program runs on the trace executor's communicators, as
+    /// `replay-trace` runs it ([`p2p::CpuP2p`]).
+    fn prepare_trace_p2p(&mut self, plan: &crate::evidence::commtrace::p2p::P2pPlan) -> BackendResult<()> {
+        let exec =
+            self.trace_exec.as_ref().ok_or_else(|| BackendError::Misuse("internal: point-to-point before the trace collectives were prepared".into()))?;
+        self.p2p = Some(p2p::CpuP2p::new(self.rank, plan.clone(), &|g| exec.raw_comm(g))?);
+        Ok(())
+    }
+
+    fn run_p2p_step(&mut self, k: usize) -> BackendResult<()> {
+        let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+        Ok(p.run_step(k)?)
+    }
+
+    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
+        let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+        let checked = p.report(check)?.receives_checked;
+        p.reset();
+        Ok(checked)
     }
 
     fn trace_executor(&mut self) -> Option<&mut dyn super::TraceExecutor> {

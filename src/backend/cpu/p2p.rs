@@ -66,6 +66,20 @@ impl CpuP2p {
         self.run_while(|_| true)
     }
 
+    /// Run step `k`, which must be the next (the phases run the steps one
+    /// by one, each paced by its recorded gap).
+    pub fn run_step(&mut self, k: usize) -> Result<()> {
+        if k != self.next {
+            bail!("internal: rank {}: point-to-point step {k} asked for, step {} is next", self.rank, self.next);
+        }
+        let (call, step) = self.plan.steps.get(k).cloned().with_context(|| format!("internal: rank {}: no point-to-point step {k}", self.rank))?;
+        let t0 = Instant::now();
+        self.step(&step).with_context(|| format!("rank {}, point-to-point step {k} (call {call})", self.rank))?;
+        self.host_ns += t0.elapsed().as_nanos() as u64;
+        self.next += 1;
+        Ok(())
+    }
+
     fn run_while(&mut self, go: impl Fn(u64) -> bool) -> Result<()> {
         while let Some((call, step)) = self.plan.steps.get(self.next).filter(|(c, _)| go(*c)).cloned() {
             let t0 = Instant::now();

@@ -631,9 +631,9 @@ pub struct MpiSummary {
     #[serde(default)]
     pub collective_nonblocking: Vec<Vec<bool>>,
     /// Per rank: every point-to-point operation, in call order (a
-    /// `Sendrecv` is a send and a receive of one call). `replay-trace`
-    /// (cpu backend) replays them between the collectives in call order;
-    /// the phases do not run them yet.
+    /// `Sendrecv` is a send and a receive of one call). `replay-trace` and
+    /// the trace phases (cpu backend) run them between the collectives in
+    /// call order.
     pub p2p: Vec<Vec<MpiP2p>>,
 }
 
@@ -948,7 +948,7 @@ fn collective_of(
         "Scan" => CollectiveKind::Scan,
         "Exscan" => CollectiveKind::Exscan,
         "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" => {
-            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace (cpu backend) replays it in recorded call order, so MPI matches it as it matched the application's; the phases (rank --trace, campaigns, canary verify) do not run it yet".into()))
+            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace and the trace phases (rank --trace, campaigns; cpu backend) run it in recorded call order, so MPI matches it as it matched the application's".into()))
         }
         "Probe" | "Iprobe" => return Ok(Err("a probe moves no data: not replayed".into())),
         "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {

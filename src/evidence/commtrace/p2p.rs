@@ -9,7 +9,8 @@
 //! the source and tag it matched where the capture read its status. Refuses
 //! an operation on an undescribed communicator, a peer outside it, a receive
 //! without its send, a send nobody receives, or a message longer than its
-//! receive: replayed, each would deadlock or fail.
+//! receive: replayed, each would deadlock or fail; and, for a backend
+//! without a point-to-point replay, a trace that has any.
 use super::mpi::MpiP2p;
 use super::CommTrace;
 use anyhow::Result;
@@ -91,6 +92,21 @@ fn resolved(o: &MpiP2p) -> (i32, i32) {
         Some((s, t)) if s >= 0 && t >= 0 => (s, t),
         _ => (o.peer, o.tag),
     }
+}
+
+/// Refuse `trace` (read from `path`) where it has point-to-point operations,
+/// for a backend without a point-to-point replay (`backend`): before
+/// anything runs, never silently replayed without them.
+pub fn refuse_on_backend_without_p2p(trace: &CommTrace, path: &std::path::Path, backend: &str) -> Result<()> {
+    let n: usize = trace.mpi.as_ref().map_or(0, |m| m.p2p.iter().map(Vec::len).sum());
+    if n > 0 {
+        crate::refuse!(
+            crate::core::refusal::Code::BadArgument,
+            "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which the {backend} backend does not replay: run with --backend cpu",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Every rank's point-to-point program of `trace` (empty where it has no `mpi` section).
@@ -306,6 +322,15 @@ mod tests {
         let m: Vec<_> = p[0].ops.iter().filter_map(|o| o.matched).map(|m| (m.sender, m.op, m.bytes)).collect();
         assert_eq!(m, vec![(1, 1, 40), (1, 3, 24), (1, 4, 8)]);
         assert_eq!((p[0].never_completed, p[0].unmatched_wildcards), (0, 0));
+    }
+
+    #[test]
+    fn a_backend_without_point_to_point_refuses_a_trace_that_has_it() {
+        let t = trace(vec![vec![(0, "Send", "send", 1, 3, 8, None, None)], vec![(0, "Recv", "recv", 0, 3, 8, None, None)]]);
+        let e = refuse_on_backend_without_p2p(&t, std::path::Path::new("t.json"), "cuda").unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_ARGUMENT]") && e.contains("t.json") && e.contains("2 point-to-point") && e.contains("--backend cpu"), "{e}");
+        let none = trace(vec![vec![], vec![]]);
+        assert!(refuse_on_backend_without_p2p(&none, std::path::Path::new("t.json"), "cuda").is_ok());
     }
 
     #[test]

@@ -82,7 +82,51 @@ pub enum TraceOrigin {
         /// element types and sizes of each (format 6; absent before).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         kinds: Vec<TraceKindCount>,
+        /// An MPI capture's point-to-point program on this rank, per pass
+        /// (format 9; absent before and for traces without one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        p2p: Option<TraceP2pCount>,
     },
+}
+
+/// An imported MPI trace's point-to-point operations (`mpi.p2p`) on one
+/// rank, per pass: what the phases run between the collectives, in recorded
+/// call order, and what they leave out.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TraceP2pCount {
+    /// Operations the phases run per pass (a `Sendrecv` is two: its send and its receive).
+    pub operations_per_pass: u32,
+    /// Operations left out per pass (all of them with `--trace-allreduce-only`).
+    pub left_out_per_pass: u32,
+    /// MPI calls per pass: posts, blocking sends and receives, `Sendrecv`s and completing waits.
+    pub calls_per_pass: u32,
+    /// Bytes sent per pass.
+    pub bytes_sent_per_pass: u64,
+}
+
+/// One pass (token) of a trace phase's point-to-point program on this rank
+/// (format 9): what ran and the host time inside its MPI calls. The pass's
+/// token latency includes it; the collectives' own records do not.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct P2pPassRecord {
+    /// Token (pass) index.
+    pub token: u32,
+    /// A warm-up pass.
+    pub warmup: bool,
+    /// Operations started (posted, sent or received) in the pass.
+    pub operations: u32,
+    /// MPI calls made in the pass (posts, blocking calls, `Sendrecv`s, waits).
+    pub calls: u32,
+    /// Host time inside those calls, summed, ns.
+    pub host_ns: u64,
+    /// Replay: the recorded gaps paced before the calls, summed, ns (absent
+    /// in the phases that do not pace them).
+    pub target_gap_ns: Option<u64>,
+    /// Replay: the gaps achieved before the calls, summed, ns.
+    pub actual_gap_ns: Option<u64>,
+    /// Receives whose length and bytes were checked against their matching
+    /// send after the pass (`--check`); absent where not checked.
+    pub receives_checked: Option<u64>,
 }
 
 /// One collective kind of an imported trace on one rank, per pass.
@@ -165,6 +209,10 @@ pub struct PhaseRun {
     /// rest on CUPTI's own conversion, whose error is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_anchor: Option<KernelAnchor>,
+    /// Trace phases of an MPI capture: the point-to-point program run per
+    /// pass, in order (format 9; empty before and for traces without one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub p2p: Vec<P2pPassRecord>,
 }
 
 /// How CUPTI kernel timestamps were placed on the host clock: CUPTI's

@@ -25,8 +25,8 @@ pub use events::{
 };
 pub(crate) use fast::BLANK as BLANK_EVENT;
 pub use header::{
-    BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor, PhaseRun, ProcessGroup, ShardHeader, SyntheticMark,
-    TraceKindCount, TraceOrigin, Unmeasured,
+    BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor, P2pPassRecord, PhaseRun, ProcessGroup, ShardHeader,
+    SyntheticMark, TraceKindCount, TraceOrigin, TraceP2pCount, Unmeasured,
 };
 pub use read::decode_shard_body;
 pub(crate) use read::{collectives_region, decode_collective_event, peek_header};
@@ -46,11 +46,14 @@ pub use write::WrittenShard;
 /// [`SyntheticMark`] of generated shards (never measurements), 8 every
 /// element type of an imported trace in a collective's `dtype` (f64, i32,
 /// i64, …: [`crate::core::collective::TraceDtype`], whose first two variants
-/// are f32 and bf16 as before, so older bodies decode unchanged); versions 1
-/// to 7 are still read (without those records; their collectives are
-/// all-reduces, f32 before 4, f32 or bf16 before 8; their clocks flat, the
-/// wall time unmeasured; none is synthetic).
-pub const SHARD_FORMAT_VERSION: u32 = 8;
+/// are f32 and bf16 as before, so older bodies decode unchanged), 9 two
+/// header records (the body is format 8's): an MPI capture's point-to-point
+/// program in a trace phase (per pass, [`P2pPassRecord`] in the phase record;
+/// per-pass counts, [`TraceP2pCount`], in its imported trace origin);
+/// versions 1 to 8 are still read (without those records; their collectives
+/// are all-reduces, f32 before 4, f32 or bf16 before 8; their clocks flat,
+/// the wall time unmeasured; none is synthetic; no point-to-point ran).
+pub const SHARD_FORMAT_VERSION: u32 = 9;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 

@@ -9,7 +9,10 @@
 //! An imported trace's collectives other than world all-reduces (every kind,
 //! on the trace's groups) run through [`Backend::run_trace_op`], prepared
 //! once before the first trace phase; a backend without a trace executor
-//! refuses, and graph mode refuses them.
+//! refuses, and graph mode refuses them. An imported MPI trace's
+//! point-to-point program runs between them in recorded call order through
+//! [`Backend::run_p2p_step`] (the cpu backend's; others refuse), recorded
+//! per pass in the phase record.
 //!
 //! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
 //! *stream dependency* (later device work cannot pass an event), *device
@@ -194,6 +197,10 @@ pub(crate) struct Runner<'a, B: Backend> {
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
     /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
     ops_prepared: bool,
+    /// Whether the backend has prepared the source trace's point-to-point program.
+    p2p_prepared: bool,
+    /// The current phase's point-to-point passes, for its record.
+    p2p_passes: Vec<crate::evidence::shard::P2pPassRecord>,
     /// The group id of the isolated sweep of another kind than the sum
     /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.
     sweep_group: Option<u32>,
@@ -268,6 +275,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             barrier_timeout: None,
             op_seq: std::collections::BTreeMap::new(),
             ops_prepared: false,
+            p2p_prepared: false,
+            p2p_passes: Vec::new(),
             sweep_group: None,
         }
     }
@@ -365,6 +374,13 @@ impl<'a, B: Backend> Runner<'a, B> {
                 self.ops_prepared = true;
             }
         }
+        if let Some(p) = trace.as_ref().and_then(|t| t.p2p.as_ref()) {
+            if !self.p2p_prepared {
+                // on the trace executor's communicators, prepared just above
+                self.backend.prepare_trace_p2p(&p.plan)?;
+                self.p2p_prepared = true;
+            }
+        }
         if self.phase_runs.is_empty() {
             crate::backend::mpi_deadline::test_stop_point("phase", self.rank);
         }
@@ -403,6 +419,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             collectives: n,
             graph,
             kernel_anchor,
+            p2p: std::mem::take(&mut self.p2p_passes),
         });
         if self.progress && self.rank == 0 {
             eprintln!("commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)", (end_ns - start_ns) as f64 / 1e6);
