@@ -32,7 +32,8 @@ fn c_program_trace(d: &Path) -> Result<PathBuf, String> {
     let cap = d.join("cap");
     ok(&mpirun(2, &["capture", "-o", cap.to_str().unwrap(), "--", app.to_str().unwrap(), "4"]));
     let trace = d.join("trace.json");
-    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap()]));
+    // the phases run what a shard holds: gather, scatter and the scans are left out, counted (import mpi --for-phases)
+    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--for-phases"]));
     Ok(trace)
 }
 
@@ -49,7 +50,8 @@ fn lammps_trace(d: &Path) -> Option<PathBuf> {
     a.extend_from_slice(&args);
     ok(&mpirun(2, &a));
     let trace = d.join("trace.json");
-    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap()]));
+    // the phases run what a shard holds: gather, scatter and the scans are left out, counted (import mpi --for-phases)
+    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--for-phases"]));
     Some(trace)
 }
 

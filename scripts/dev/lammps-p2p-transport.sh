@@ -16,5 +16,5 @@ command -v lmp >/dev/null || { echo "LAMMPS (lmp) is not installed: bash scripts
 mkdir -p out
 rm -rf out/lammps-p2p-cap
 (cd out && mpirun -n 2 "$bin" capture -o lammps-p2p-cap -- lmp -in ../examples/lammps/in.lj-melt -var n 6 -var steps 100 -log none -screen none)
-"$bin" import mpi out/lammps-p2p-cap -o out/lammps-p2p.json
+"$bin" import mpi out/lammps-p2p-cap -o out/lammps-p2p.json --for-phases
 "$bin" campaign run examples/lammps-p2p-transport.toml -o out/p2p-campaign -v
