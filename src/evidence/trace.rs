@@ -680,6 +680,8 @@ mod tests {
                 clock_models: vec![None; 2],
                 clock_unaligned: None,
                 collective_calls: vec![vec![3]; 2],
+                collective_completions: vec![vec![None]; 2],
+                collective_nonblocking: vec![vec![false]; 2],
                 p2p: vec![side(1), side(0)],
             }),
         }
