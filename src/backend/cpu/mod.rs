@@ -370,7 +370,9 @@ impl Backend for CpuBackend {
     fn prepare_trace_p2p(&mut self, plan: &crate::evidence::commtrace::p2p::P2pPlan) -> BackendResult<()> {
         let exec =
             self.trace_exec.as_ref().ok_or_else(|| BackendError::Misuse("internal: point-to-point before the trace collectives were prepared".into()))?;
-        self.p2p = Some(p2p::CpuP2p::new(self.rank, plan.clone(), &|g| exec.raw_comm(g))?);
+        let mut p = p2p::CpuP2p::new(self.rank, plan.clone(), &|g| exec.raw_comm(g))?;
+        p.limit = self.timeout.unwrap_or(p.limit);
+        self.p2p = Some(p);
         Ok(())
     }
 

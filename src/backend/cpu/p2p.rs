@@ -32,6 +32,9 @@ pub struct CpuP2p {
     waits: u64,
     /// Negative control (`--corrupt-rank`): the first byte of every received message is spoiled before its check.
     pub corrupt: bool,
+    /// How long a wait on nonblocking operations may last before the replay
+    /// fails with `COLLECTIVE_TIMEOUT` (`--collective-timeout-s`).
+    pub limit: std::time::Duration,
 }
 
 fn mpi_int(n: u64, what: &str) -> Result<i32> {
@@ -52,7 +55,8 @@ impl CpuP2p {
         // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
         let n = plan.ops.len();
-        Ok(Self { rank, plan, comms, bufs, reqs: vec![null; n], got: vec![None; n], next: 0, host_ns: 0, waits: 0, corrupt: false })
+        let limit = std::time::Duration::from_secs_f64(crate::core::limits::DEFAULT_COLLECTIVE_TIMEOUT_S);
+        Ok(Self { rank, plan, comms, bufs, reqs: vec![null; n], got: vec![None; n], next: 0, host_ns: 0, waits: 0, corrupt: false, limit })
     }
 
     /// Run every step recorded before call `call` (the next collective's).
@@ -187,10 +191,27 @@ impl CpuP2p {
                 let mut reqs: Vec<ffi::MPI_Request> = ops.iter().map(|&i| self.reqs[i]).collect();
                 // SAFETY: MPI_Status is a plain C struct, for which all zero bytes are a valid value.
                 let mut sts: Vec<ffi::MPI_Status> = (0..ops.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-                // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                let rc = unsafe { ffi::MPI_Waitall(reqs.len() as i32, reqs.as_mut_ptr(), sts.as_mut_ptr()) };
-                if rc != 0 {
-                    bail!("MPI_Waitall on {} operations failed (MPI error {rc})", ops.len());
+                // MPI_Testall until every one completed or `limit` passed: an
+                // operation the application never completed may never complete
+                // here either, and a replay must end with a reason, not hang
+                let t0 = Instant::now();
+                loop {
+                    let mut done: i32 = 0;
+                    // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
+                    let rc = unsafe { ffi::MPI_Testall(reqs.len() as i32, reqs.as_mut_ptr(), &mut done, sts.as_mut_ptr()) };
+                    if rc != 0 {
+                        bail!("MPI_Testall on {} operations failed (MPI error {rc})", ops.len());
+                    }
+                    if done != 0 {
+                        break;
+                    }
+                    if t0.elapsed() > self.limit {
+                        let what = format!("wait for {} point-to-point operations (first: operation {})", ops.len(), ops[0]);
+                        let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
+                        let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
+                        return Err(crate::backend::mpi_deadline::timeout_error(&op, self.limit));
+                    }
+                    std::thread::yield_now();
                 }
                 self.waits += 1;
                 for (k, &i) in ops.iter().enumerate() {
