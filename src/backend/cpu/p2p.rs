@@ -267,6 +267,7 @@ impl CpuP2p {
             bytes_sent: ops.iter().filter(|o| o.send).map(|o| o.bytes).sum(),
             receives_checked: check.then_some(checked),
             receives_unmatched: self.plan.unmatched_wildcards as u64,
+            receives_empty: self.plan.empty_receives as u64,
             host_ns: self.host_ns,
         })
     }

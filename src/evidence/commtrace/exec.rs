@@ -362,6 +362,10 @@ pub struct P2pReport {
     pub receives_checked: Option<u64>,
     /// Receives not checked: a wildcard whose match the capture did not read (Fortran callers), and every later receive of the rank.
     pub receives_unmatched: u64,
+    /// Nonblocking receives that completed with an empty status (cancelled,
+    /// or without a message): counted among the receives, not replayed.
+    #[serde(default)]
+    pub receives_empty: u64,
     /// Host time inside the point-to-point calls, ns.
     pub host_ns: u64,
 }

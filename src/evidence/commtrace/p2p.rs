@@ -77,6 +77,11 @@ pub struct P2pPlan {
     /// Receives whose matching send is not known (a wildcard whose status
     /// was not read, and every later receive of the rank): not checked.
     pub unmatched_wildcards: usize,
+    /// Nonblocking receives that completed with an empty status (source and
+    /// tag MPI's wildcards: cancelled, or completed without a message): not
+    /// replayed, since a wildcard receive posted in their place would take
+    /// another receive's message.
+    pub empty_receives: usize,
 }
 
 /// A matching channel: (communicator, sender, receiver as world ranks, tag).
@@ -84,6 +89,12 @@ type Channel = (String, u32, u32, i32);
 
 fn bytes_of(o: &MpiP2p) -> u64 {
     o.elems.saturating_mul(u64::try_from(o.dtype_bytes).unwrap_or(0))
+}
+
+/// A nonblocking receive whose completion's status names no source and no
+/// tag (MPI's empty status): it received nothing.
+fn empty_receive(o: &MpiP2p) -> bool {
+    o.direction == "recv" && o.request.is_some() && o.matched == Some((ANY_SOURCE, ANY_TAG))
 }
 
 /// The source and tag a receive is replayed with: the matched ones where known.
@@ -149,6 +160,10 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
                 sent.entry((group.clone(), r as u32, peer_world as u32, tag)).or_default().push((i, bytes_of(o)));
             }
             plan.ops.push(P2pOp { send, group, peer, tag, bytes: bytes_of(o), matched: None });
+            if empty_receive(o) {
+                plan.empty_receives += 1;
+                continue;
+            }
             if o.request.is_some() {
                 plan.steps.push((o.call, P2pStep::Post(i)));
                 match o.completed_by_call {
@@ -182,7 +197,7 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
     for (r, plan) in out.iter_mut().enumerate() {
         let ops = &m.p2p[r];
         let mut wildcard = false;
-        for (i, o) in plan.ops.iter_mut().enumerate().filter(|(_, o)| !o.send) {
+        for (i, o) in plan.ops.iter_mut().enumerate().filter(|(i, o)| !o.send && !empty_receive(&ops[*i])) {
             let (src, tag) = resolved(&ops[i]);
             if src == PROC_NULL {
                 continue;
@@ -347,6 +362,16 @@ mod tests {
         // a peer outside the communicator
         let e = plans(&trace(vec![vec![(0, "Send", "send", 5, 3, 8, None, None)], vec![]])).unwrap_err().to_string();
         assert!(e.contains("peer 5 is not a member"), "{e}");
+        // a receive completed with an empty status (cancelled) is not replayed, and the matching goes on past it
+        let mut t = trace(vec![
+            vec![(0, "Isend", "send", 1, 3, 8, Some(9), Some(1))],
+            vec![(0, "Irecv", "recv", ANY_SOURCE, ANY_TAG, 8, Some(5), Some(1)), (2, "Recv", "recv", 0, 3, 8, None, None)],
+        ]);
+        t.mpi.as_mut().unwrap().p2p[1][0].matched = Some((ANY_SOURCE, ANY_TAG));
+        let p = plans(&t).unwrap();
+        assert_eq!((p[1].empty_receives, p[1].unmatched_wildcards), (1, 0));
+        assert_eq!(p[1].steps, vec![(2, P2pStep::Blocking(1))]);
+        assert!(p[1].ops[1].matched.is_some());
         // a nonblocking send never completed is waited for at the end of the pass; a wildcard receive is not checked
         let p = plans(&trace(vec![vec![(0, "Isend", "send", 1, 3, 8, Some(9), None)], vec![(0, "Recv", "recv", ANY_SOURCE, 3, 8, None, None)]])).unwrap();
         assert_eq!((p[0].never_completed, p[0].steps.last().cloned()), (1, Some((u64::MAX, P2pStep::Complete(vec![0])))));

@@ -223,10 +223,11 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
         }
         if let Some(p) = &p2p {
             println!(
-                "rank {rank}: {} point-to-point operations ({} sends, {} receives; {} nonblocking, {} waits) in recorded call order, {} bytes sent; {}; time in the calls {:.1} µs",
+                "rank {rank}: {} point-to-point operations ({} sends, {} receives{}; {} nonblocking, {} waits) in recorded call order, {} bytes sent; {}; time in the calls {:.1} µs",
                 p.operations,
                 p.sends,
                 p.receives,
+                if p.receives_empty > 0 { format!(", {} of them cancelled or empty in the application: not replayed", p.receives_empty) } else { String::new() },
                 p.nonblocking,
                 p.waits,
                 p.bytes_sent,
