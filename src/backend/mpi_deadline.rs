@@ -89,6 +89,28 @@ fn poll_with(req: &mut ffi::MPI_Request, limit: Duration, op: &Op, patience: Pat
     }
 }
 
+/// Complete every one of `reqs` (their statuses into `sts`) by polling
+/// MPI_Testall until `limit`, yielding between tests. On timeout the requests
+/// stay pending (their buffers must not be freed).
+pub(crate) fn poll_all(reqs: &mut [ffi::MPI_Request], sts: &mut [ffi::MPI_Status], limit: Duration, op: &Op) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let mut done: c_int = 0;
+        // SAFETY: every request is active or null, started by the caller; `sts` holds one status per request.
+        let rc = unsafe { ffi::MPI_Testall(reqs.len() as c_int, reqs.as_mut_ptr(), &mut done, sts.as_mut_ptr()) };
+        if rc != 0 {
+            bail!("MPI_Testall on the {} ({}) failed with MPI error code {rc}", op.what, op.phase);
+        }
+        if done != 0 {
+            return Ok(());
+        }
+        if t0.elapsed() > limit {
+            return Err(timeout_error(op, limit));
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn started(rc: c_int, call: &str, op: &Op) -> Result<()> {
     if rc != 0 {
         bail!("{call} for the {} ({}) failed with MPI error code {rc}", op.what, op.phase);

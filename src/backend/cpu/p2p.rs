@@ -191,28 +191,13 @@ impl CpuP2p {
                 let mut reqs: Vec<ffi::MPI_Request> = ops.iter().map(|&i| self.reqs[i]).collect();
                 // SAFETY: MPI_Status is a plain C struct, for which all zero bytes are a valid value.
                 let mut sts: Vec<ffi::MPI_Status> = (0..ops.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-                // MPI_Testall until every one completed or `limit` passed: an
-                // operation the application never completed may never complete
-                // here either, and a replay must end with a reason, not hang
-                let t0 = Instant::now();
-                loop {
-                    let mut done: i32 = 0;
-                    // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    let rc = unsafe { ffi::MPI_Testall(reqs.len() as i32, reqs.as_mut_ptr(), &mut done, sts.as_mut_ptr()) };
-                    if rc != 0 {
-                        bail!("MPI_Testall on {} operations failed (MPI error {rc})", ops.len());
-                    }
-                    if done != 0 {
-                        break;
-                    }
-                    if t0.elapsed() > self.limit {
-                        let what = format!("wait for {} point-to-point operations (first: operation {})", ops.len(), ops[0]);
-                        let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
-                        let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
-                        return Err(crate::backend::mpi_deadline::timeout_error(&op, self.limit));
-                    }
-                    std::thread::yield_now();
-                }
+                // bounded by `limit`: an operation the application never
+                // completed may never complete here either, and a replay must
+                // end with a reason, not hang
+                let what = format!("wait for {} point-to-point operations (first: operation {})", ops.len(), ops[0]);
+                let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
+                let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
+                crate::backend::mpi_deadline::poll_all(&mut reqs, &mut sts, self.limit, &op)?;
                 self.waits += 1;
                 for (k, &i) in ops.iter().enumerate() {
                     self.reqs[i] = reqs[k];
