@@ -50,6 +50,7 @@ impl Noise {
     }
 }
 
+use crate::analysis::truth;
 use rand::Rng;
 
 /// The simulated campaigns of [`family_false_different`], [`aa_family_false`]
@@ -134,7 +135,7 @@ pub fn regret_coverage(sc: &RegretScenario, noise: Noise, rounds: usize, scale: 
     let mut hit = 0u32;
     for _ in 0..sims {
         let t = campaign(&mut rng, noise, rounds, sc.means, scale);
-        let r = crate::analysis::truth::regret_of(&t, &labels, sc.pick, level, 0.0)?;
+        let r = truth::regret_of(&t, &labels, sc.pick, level, 0.0)?;
         // the bounds are exact at 0 (no regret): compare with a rounding slack
         if r.low_pct <= truth + 1e-9 && truth <= r.high_pct + 1e-9 {
             hit += 1;

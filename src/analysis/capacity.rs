@@ -7,6 +7,8 @@
 //! the candidate, and their yearly value (avoided × cost × 8760 h). It
 //! states what it cannot see; the numbers are as good as the throughput's
 //! provenance. Refuses non-positive or non-finite inputs.
+use crate::core::ranges;
+use crate::core::refusal::Code;
 use anyhow::Result;
 use serde::Serialize;
 
@@ -45,23 +47,20 @@ pub struct Capacity {
 pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) -> Result<Capacity> {
     let ok = |v: f64| v.is_finite() && v > 0.0;
     if !ok(demand_rps) {
-        crate::refuse!(crate::core::refusal::Code::OutOfRange, "--demand must be a positive number of requests/s");
+        crate::refuse!(Code::OutOfRange, "--demand must be a positive number of requests/s");
     }
     if throughputs_rps.is_empty() || throughputs_rps.len() > 2 || !throughputs_rps.iter().all(|&t| ok(t)) {
-        crate::refuse!(
-            crate::core::refusal::Code::OutOfRange,
-            "--throughput-per-gpu: give one or two positive values (requests/s per GPU: candidate, then baseline)"
-        );
+        crate::refuse!(Code::OutOfRange, "--throughput-per-gpu: give one or two positive values (requests/s per GPU: candidate, then baseline)");
     }
     if !(gpu_hour_cost.is_finite() && gpu_hour_cost >= 0.0) {
-        crate::refuse!(crate::core::refusal::Code::OutOfRange, "--gpu-hour-cost must be zero or positive");
+        crate::refuse!(Code::OutOfRange, "--gpu-hour-cost must be zero or positive");
     }
     for &t in throughputs_rps {
-        if demand_rps / t > crate::core::ranges::MAX_GPUS {
+        if demand_rps / t > ranges::MAX_GPUS {
             crate::refuse!(
-                crate::core::refusal::Code::OutOfRange,
+                Code::OutOfRange,
                 "--demand {demand_rps} at {t} requests/s per GPU needs more than {:e} GPUs; no count that large is meaningful",
-                crate::core::ranges::MAX_GPUS
+                ranges::MAX_GPUS
             );
         }
     }

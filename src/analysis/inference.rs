@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{ChiSquared, Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
+use std::f64::consts;
 
 /// Nominal coverage of every interval.
 pub const COVERAGE: f64 = 0.95;
@@ -341,7 +342,7 @@ pub fn rank_probabilities(table: &[Vec<f64>], draws: u32, seed: u64, equivalence
             for (g, lp) in logp.iter_mut().enumerate() {
                 let tg = step * g as f64;
                 let mass = if prior_scale.is_finite() {
-                    let cdf = |t: f64| std::f64::consts::FRAC_2_PI * (t.max(0.0) / prior_scale).atan();
+                    let cdf = |t: f64| consts::FRAC_2_PI * (t.max(0.0) / prior_scale).atan();
                     ((1.0 - SPIKE_PRIOR) * (cdf(tg + step / 2.0) - cdf(tg - step / 2.0))).ln()
                 } else {
                     0.0

@@ -49,6 +49,7 @@ pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
 pub(crate) use crate::analysis::text::regret_words;
 pub use crate::analysis::text::{control_counts, ranking_csv, render, render_short};
+use crate::core::{identity, par};
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
@@ -61,7 +62,7 @@ pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of fre
 /// map, since each item is computed alone and deterministically (the
 /// analysis seeds its own draws per item). A panic in `f` is resumed here.
 fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    crate::core::par::map(items, crate::core::par::available(), &f)
+    par::map(items, par::available(), &f)
 }
 
 /// Each trace variant's ranking against the source variant's, from the
@@ -108,7 +109,7 @@ fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &
 
 /// Analyze. `completeness` is the verify verdict the caller obtained (the
 /// caller refuses to analyze an incomplete campaign).
-pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Verdict, evidence: &str) -> Result<Report> {
+pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &str) -> Result<Report> {
     let policy = &input.policy;
     if policy.tie_policy != TiePolicy::Interval {
         bail!(
@@ -294,7 +295,7 @@ pub fn analyze(input: &AnalysisInput, completeness: crate::analysis::policy::Ver
     }
     Ok(Report {
         format_version: REPORT_FORMAT_VERSION,
-        producer: format!("commcanary {}", crate::core::identity::VERSION_LONG),
+        producer: format!("commcanary {}", identity::VERSION_LONG),
         evidence: evidence.to_string(),
         completeness,
         context: input.context.clone(),
@@ -369,8 +370,8 @@ mod tests {
         }
     }
 
-    fn verdict() -> crate::analysis::policy::Verdict {
-        crate::analysis::policy::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 0, cells_ok: 0, refusals: vec![] }
+    fn verdict() -> policy::Verdict {
+        policy::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 0, cells_ok: 0, refusals: vec![] }
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! Plain data, nothing computed or refused here beyond reading a pair's relation off the
 //! pair rows ([`PhaseReport::relation`]). Build the inputs, analyze, then read or serialize.
 use crate::analysis::inference::{PairedInterval, Verdict};
-use crate::analysis::policy::AnalysisPolicy;
+use crate::analysis::overlap::IntervalSource;
+use crate::analysis::policy::{self, AnalysisPolicy};
 use crate::analysis::ranking::{self, Comparison, ConfigSummary, Relation};
 use crate::core::workload::Phase;
+use crate::evidence::{commtrace, shard};
 use serde::{Deserialize, Serialize};
 
 /// Report format version (2: Student-t intervals over rounds, hierarchical P(best), three-outcome controls;
@@ -115,7 +117,7 @@ pub struct TraceClaim {
     /// Warm-up passes per job, excluded from every statistic.
     pub warmup_passes: u32,
     /// Phases that walked it.
-    pub phases: Vec<crate::core::workload::Phase>,
+    pub phases: Vec<Phase>,
     /// The trace's collectives left out per pass, by rank (`--trace-allreduce-only`).
     pub left_out_per_pass_by_rank: Vec<u32>,
     /// Per collective kind of the trace.
@@ -126,13 +128,13 @@ pub struct TraceClaim {
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 pub struct TraceKindClaim {
     /// Kind.
-    pub kind: crate::evidence::shard::CollectiveKind,
+    pub kind: shard::CollectiveKind,
     /// Collectives of this kind each rank ran per pass, by rank.
     pub run_per_pass_by_rank: Vec<u32>,
     /// Collectives of this kind each rank left out per pass, by rank.
     pub left_out_per_pass_by_rank: Vec<u32>,
     /// Element types the trace records for it.
-    pub dtypes: Vec<crate::evidence::commtrace::TraceDtype>,
+    pub dtypes: Vec<commtrace::TraceDtype>,
     /// Input sizes the trace records for it, bytes, ascending.
     pub sizes_bytes: Vec<u64>,
     /// Operations of this kind joined across ranks in the selected jobs'
@@ -435,7 +437,7 @@ pub struct Report {
     /// What the numbers are and where they come from.
     pub evidence: String,
     /// Completeness verdict the report stands on.
-    pub completeness: crate::analysis::policy::Verdict,
+    pub completeness: policy::Verdict,
     /// Claim context.
     pub context: ClaimContext,
     /// The frozen policy applied.
@@ -531,7 +533,7 @@ pub struct TimelineExcerpt {
     /// Phase.
     pub phase: Phase,
     /// Interval source.
-    pub source: crate::analysis::overlap::IntervalSource,
+    pub source: IntervalSource,
     /// Compute intervals, µs from the window start.
     pub compute_us: Vec<(f64, f64)>,
     /// Communication intervals, µs from the window start.
@@ -610,7 +612,7 @@ impl TruthInput {
     pub(super) fn phase_input(&self) -> PhaseInput {
         PhaseInput {
             // the placeholder phase never reaches the report: the truth section has its own types
-            phase: crate::core::workload::Phase::Blocking,
+            phase: Phase::Blocking,
             labels: self.labels.clone(),
             jobs: self.values.iter().map(|js| js.iter().map(|&(round, v)| JobData { round, samples_us: vec![self.cost(v)] }).collect()).collect(),
         }

@@ -6,6 +6,8 @@
 //! never summed: with intervals that overlap among themselves, that counts
 //! the same instant several times; unions first, then one intersection.
 //! Refuses intervals whose end precedes their start, and non-finite values.
+use crate::core::workload::Phase;
+use crate::evidence::shard::{KernelEvent, Shard};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +161,7 @@ pub enum IntervalSource {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PhaseOverlap {
     /// Phase.
-    pub phase: crate::core::workload::Phase,
+    pub phase: Phase,
     /// World rank.
     pub rank: u32,
     /// What the intervals are.
@@ -173,9 +175,9 @@ pub struct PhaseOverlap {
 /// kernels); else compute intervals (GEMM and memory-bound; host-only work is
 /// not on the compute engine) against each collective's device interval, or
 /// issue to wait return on the host when any collective lacks one.
-pub fn phase_intervals_ns(s: &crate::evidence::shard::Shard, phase: crate::core::workload::Phase) -> (IntervalSource, IntervalsNs, IntervalsNs) {
+pub fn phase_intervals_ns(s: &Shard, phase: Phase) -> (IntervalSource, IntervalsNs, IntervalsNs) {
     use crate::evidence::shard::{ComputeKind, KernelKind};
-    let kernels: Vec<&crate::evidence::shard::KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == phase).collect();
+    let kernels: Vec<&KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == phase).collect();
     if kernels.iter().any(|k| k.kind == KernelKind::Nccl) {
         let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| (k.start_ns, k.end_ns)).collect();
         return (IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl));
@@ -200,7 +202,7 @@ pub fn phase_intervals_ns(s: &crate::evidence::shard::Shard, phase: crate::core:
 pub(crate) type IntervalsNs = Vec<(u64, u64)>;
 
 /// Overlap per phase and rank from verified shards ([`phase_intervals_ns`]).
-pub fn per_phase(shards: &[crate::evidence::shard::Shard]) -> Result<Vec<PhaseOverlap>> {
+pub fn per_phase(shards: &[Shard]) -> Result<Vec<PhaseOverlap>> {
     let us = |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
     let mut out = Vec::new();
     for s in shards {

@@ -4,7 +4,7 @@
 //! [`PhaseTables`] that the controls, the canary and the proxies read. Refuses unpaired
 //! rounds, fewer than two jobs per configuration, empty jobs and non-positive statistics.
 use crate::analysis::inference::{self, PairedInterval, COVERAGE};
-use crate::analysis::model::{ConfigRow, PairRow, PhaseInput, PhaseReport, Quantiles, RankModel};
+use crate::analysis::model::{ConfigRow, PairRow, PhaseInput, PhaseReport, Quantiles, RankModel, ECDF_STEP_PCT};
 use crate::analysis::policy::AnalysisPolicy;
 use crate::analysis::ranking;
 use crate::core::stats;
@@ -14,8 +14,8 @@ fn quantiles(all: &mut [f64]) -> Quantiles {
     let (n, min) = (all.len(), all.iter().copied().fold(f64::NAN, f64::min));
     let mut q = |p| stats::percentile_nearest_rank(all, p).unwrap_or(f64::NAN);
     let (p5, p25, p50, p75, p95, p99, max) = (q(5.0), q(25.0), q(50.0), q(75.0), q(95.0), q(99.0), q(100.0));
-    let steps = (100.0 / crate::analysis::model::ECDF_STEP_PCT) as usize;
-    let ecdf_us = if n == 0 { Vec::new() } else { (0..=steps).map(|i| q((i as f64 * crate::analysis::model::ECDF_STEP_PCT).max(1e-9))).collect() };
+    let steps = (100.0 / ECDF_STEP_PCT) as usize;
+    let ecdf_us = if n == 0 { Vec::new() } else { (0..=steps).map(|i| q((i as f64 * ECDF_STEP_PCT).max(1e-9))).collect() };
     Quantiles { events: n, min, p5, p25, p50, p75, p95, p99, max, ecdf_us }
 }
 

@@ -10,6 +10,8 @@
 //! interval, negative think time or correction interval.
 //!
 //! Method: docs/METHODS.md, "Request queueing".
+use crate::core::refusal::Code;
+use crate::core::{ranges, stats};
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -94,7 +96,7 @@ pub(crate) struct QueueResult {
 }
 
 fn pct(v: &mut [f64]) -> Percentiles {
-    let mut q = |p| crate::core::stats::percentile_nearest_rank(v, p).unwrap_or(f64::NAN);
+    let mut q = |p| stats::percentile_nearest_rank(v, p).unwrap_or(f64::NAN);
     Percentiles { p50: q(50.0), p95: q(95.0), p99: q(99.0) }
 }
 
@@ -173,14 +175,14 @@ pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: 
         bail!("--co-correct-ms must be positive");
     }
     if slo_ms.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
-        crate::refuse!(crate::core::refusal::Code::OutOfRange, "--slo-ms {}: must be finite and above 0", slo_ms.unwrap_or(f64::NAN));
+        crate::refuse!(Code::OutOfRange, "--slo-ms {}: must be finite and above 0", slo_ms.unwrap_or(f64::NAN));
     }
-    if requests > crate::core::ranges::MAX_REQUESTS {
-        crate::refuse!(crate::core::refusal::Code::OutOfRange, "--requests {requests}: at most {}", crate::core::ranges::MAX_REQUESTS);
+    if requests > ranges::MAX_REQUESTS {
+        crate::refuse!(Code::OutOfRange, "--requests {requests}: at most {}", ranges::MAX_REQUESTS);
     }
     if let Load::Closed { clients, .. } = load {
-        if clients > crate::core::ranges::MAX_CLIENTS {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--clients {clients}: at most {}", crate::core::ranges::MAX_CLIENTS);
+        if clients > ranges::MAX_CLIENTS {
+            crate::refuse!(Code::OutOfRange, "--clients {clients}: at most {}", ranges::MAX_CLIENTS);
         }
     }
     let sched = schedule(service_ms, load, requests);
@@ -229,11 +231,11 @@ pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: 
         if let Some(e) = co_correct_ms {
             // the correction adds floor(r / e) - 1 synthetic records per response: bound them first
             let added: f64 = resp.iter().map(|&r| (r / e).floor().max(0.0)).sum();
-            if added > crate::core::ranges::MAX_REQUESTS as f64 {
+            if added > ranges::MAX_REQUESTS as f64 {
                 crate::refuse!(
-                    crate::core::refusal::Code::OutOfRange,
+                    Code::OutOfRange,
                     "--co-correct-ms {e}: the correction would add {added:.3e} synthetic records (at most {}); the expected interval is far below the responses",
-                    crate::core::ranges::MAX_REQUESTS
+                    ranges::MAX_REQUESTS
                 );
             }
             response_co_corrected_ms = Some(co_corrected(&resp, e)?);

@@ -9,6 +9,7 @@
 //! repeated names, non-finite values.
 //!
 //! Method: docs/METHODS.md, "Pairwise relations and agreement".
+use crate::analysis::inference;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -202,9 +203,9 @@ pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_
 /// percent of b: the verdict of [`crate::analysis::inference::decide`] (a faster =
 /// `pass`, b faster = `fail`, anything else not distinguished).
 pub(crate) fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Relation {
-    match crate::analysis::inference::decide(lo_pct, hi_pct, min_effect_pct) {
-        crate::analysis::inference::Verdict::Pass => Relation::AFaster,
-        crate::analysis::inference::Verdict::Fail => Relation::BFaster,
+    match inference::decide(lo_pct, hi_pct, min_effect_pct) {
+        inference::Verdict::Pass => Relation::AFaster,
+        inference::Verdict::Fail => Relation::BFaster,
         _ => Relation::NotDistinguished,
     }
 }

@@ -8,6 +8,7 @@
 //! phase. The metric is per-token latency for workload phases and
 //! issue-to-completion time for `isolated`. Descriptive only: no uncertainty
 //! analysis, no tie policy, and the output says so.
+use crate::core::refusal::Code;
 use crate::core::stats::median;
 use crate::core::workload::Phase;
 use crate::evidence::join::{join_dir, JoinedRun};
@@ -83,7 +84,7 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
         for key in [format!("dir:{}", real.display()), format!("id:{}", j.run.run_id)] {
             if let Some(prev) = seen.insert(key, dir.clone()) {
                 crate::refuse!(
-                    crate::core::refusal::Code::DuplicateRun,
+                    Code::DuplicateRun,
                     "{} and {} are the same run ({}); a run is one job and is given once",
                     prev.display(),
                     dir.display(),

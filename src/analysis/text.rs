@@ -2,8 +2,10 @@
 //! medians, IQR, p99, ranks, P(best)/P(worst) and whom each is decided faster than, then
 //! the proxies against blocking, the A/A family, the controls, the canary, the warnings
 //! and the evidence. Reads the report only and refuses nothing; the JSON is the record.
-use crate::analysis::model::{ControlOutcome, Report, TauEstimate};
+use crate::analysis::model::{ControlOutcome, PhaseReport, Report, TauEstimate};
 use crate::analysis::ranking::Relation;
+use crate::analysis::truth::{Regret, TruthReport};
+use crate::core::workload::Phase;
 
 /// Terminal table: configs × phases with medians, IQR, p99, ranks, P(best),
 /// the pairs the intervals decide, proxies, controls, canary, warnings.
@@ -150,7 +152,7 @@ pub fn render(r: &Report) -> String {
 }
 
 /// A regret in words: point, interval and whether the pick is among the best.
-pub(crate) fn regret_words(g: &crate::analysis::truth::Regret) -> String {
+pub(crate) fn regret_words(g: &Regret) -> String {
     let interval = format!("{:.1}% [{:.1}, {:.1}] at {:.3}%", g.regret_pct, g.low_pct, g.high_pct, g.level * 100.0);
     if g.within_best_set {
         format!("regret {interval}: within the best set")
@@ -160,7 +162,7 @@ pub(crate) fn regret_words(g: &crate::analysis::truth::Regret) -> String {
 }
 
 /// The truth section: the real job's ranking, every proxy's pick judged on it, its controls.
-fn render_truth(t: &crate::analysis::truth::TruthReport, tau: &dyn Fn(&TauEstimate) -> String) -> String {
+fn render_truth(t: &TruthReport, tau: &dyn Fn(&TauEstimate) -> String) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(
@@ -319,7 +321,7 @@ pub fn ranking_csv(r: &Report) -> anyhow::Result<String> {
 
 /// One phase's ranking, best first: `<` where the interval decides the
 /// neighbours, `~` where it does not.
-fn chain(p: &crate::analysis::model::PhaseReport) -> String {
+fn chain(p: &PhaseReport) -> String {
     let mut s = String::new();
     for (i, row) in p.rows.iter().enumerate() {
         if i > 0 {
@@ -348,7 +350,7 @@ pub fn render_short(r: &Report) -> String {
         r.policy.min_effect_pct,
         r.coverage * 100.0
     );
-    let workload = r.phases.iter().find(|p| p.phase == crate::core::workload::Phase::Blocking).or(r.phases.first());
+    let workload = r.phases.iter().find(|p| p.phase == Phase::Blocking).or(r.phases.first());
     if let Some(t) = &r.truth {
         let _ = writeln!(o, "pick for the real job ({}, {} is better): best set {}", t.metric, t.better, t.best_set.join(", "));
     } else if let Some(p) = workload {

@@ -10,11 +10,12 @@
 //! Refuses: truth jobs in other rounds than the proxies', fewer than two
 //! rounds, a non-positive cost. Method: docs/CAMPAIGNS.md ("Regret").
 use super::inference::{self, PairedInterval};
-use super::model::{PairRow, PhaseInput, PhaseReport};
+use super::model::{ControlsInput, PairRow, PhaseInput, PhaseReport};
 pub use super::model::{ProxyJudged, Regret, TruthDecisionCost, TruthInput, TruthReport, TruthRow};
 use super::phase::{analyze_phase, column, tables};
 use super::policy::AnalysisPolicy;
 use super::ranking::{self, Relation};
+use crate::core::stats;
 use anyhow::{bail, Result};
 
 /// The regret of `pick` (a column of `table[round][config]` of costs), read
@@ -83,7 +84,7 @@ fn seconds_over(per_label: &[Vec<(u32, f64)>], rounds: usize) -> Option<f64> {
 pub(super) fn truth_report(
     t: &TruthInput,
     proxies: &[(String, &PhaseInput, &PhaseReport)],
-    controls: &crate::analysis::model::ControlsInput,
+    controls: &ControlsInput,
     policy: &AnalysisPolicy,
     evidence: &str,
 ) -> Result<TruthReport> {
@@ -98,8 +99,8 @@ pub(super) fn truth_report(
     let value_of = |label: &str| -> (f64, f64) {
         let i = t.labels.iter().position(|l| l == label).expect("label");
         let mut v: Vec<f64> = t.values[i].iter().map(|x| x.1).collect();
-        let med = crate::core::stats::median(&mut v).unwrap_or(f64::NAN);
-        let mut q = |p| crate::core::stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN);
+        let med = stats::median(&mut v).unwrap_or(f64::NAN);
+        let mut q = |p| stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN);
         (med, q(75.0) - q(25.0))
     };
     let rows: Vec<TruthRow> = rep
@@ -227,13 +228,8 @@ mod tests {
         assert!(slow.low_pct > 8.0 && slow.high_pct < 12.5 && (slow.regret_pct - 10.2).abs() < 0.6, "{slow:?}");
         assert!(slow.trails.is_some());
         // the same regret from the report's pair rows, whichever way round a row is
-        let policy = crate::analysis::policy::AnalysisPolicy {
-            tie_policy: crate::analysis::ranking::TiePolicy::Interval,
-            min_effect_pct: 1.0,
-            delta_pct: 5.0,
-            bootstrap_resamples: 100,
-            bootstrap_seed: 1,
-        };
+        let policy =
+            AnalysisPolicy { tie_policy: ranking::TiePolicy::Interval, min_effect_pct: 1.0, delta_pct: 5.0, bootstrap_resamples: 100, bootstrap_seed: 1 };
         let pairs = super::super::phase::pair_rows(&l, &table, &policy, 0.983).unwrap();
         for (i, want) in [(0, &best), (1, &slow)] {
             let got = regret_from_pairs(&pairs, &l[i], 0.983, 1.0).unwrap();
