@@ -5,6 +5,8 @@
 //! `exec` appends with `append_attempt`; every reader starts from `load_manifest` and `read_attempts`.
 use super::spec::Manifest;
 use crate::core::fsutil::sha256_hex;
+use crate::core::limits;
+use crate::core::refusal::Code;
 use crate::evidence::run::ShardRef;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -88,7 +90,7 @@ pub(crate) fn read_attempts_with_torn(dir: &Path) -> Result<(Vec<AttemptRecord>,
     if !p.exists() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_ATTEMPTS_LOG_BYTES)?;
+    let bytes = limits::read_bounded(&p, limits::MAX_ATTEMPTS_LOG_BYTES)?;
     parse_attempts(&bytes, &p.display().to_string())
 }
 
@@ -157,7 +159,7 @@ pub(crate) fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<
         let ids: Vec<(String, String)> = [a, b]
             .iter()
             .map(|p| -> Result<(String, String)> {
-                let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_JSON_BYTES)?;
+                let bytes = limits::read_bounded(p, limits::MAX_JSON_BYTES)?;
                 let sm: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", p.display()))?;
                 Ok((sm.campaign_id, sha256_hex(&bytes)))
             })
@@ -172,13 +174,12 @@ pub(crate) fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<
 /// Load the manifest and check it against its recorded digest.
 pub(crate) fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
-    let bytes = crate::core::limits::read_bounded(&mp, crate::core::limits::MAX_JSON_BYTES)?;
+    let bytes = limits::read_bounded(&mp, limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);
-    let recorded =
-        crate::core::limits::read_text_bounded(&dir.join("manifest.sha256"), 4096).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
+    let recorded = limits::read_text_bounded(&dir.join("manifest.sha256"), 4096).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
     if recorded.trim() != actual {
         crate::refuse!(
-            crate::core::refusal::Code::DigestMismatch,
+            Code::DigestMismatch,
             "{}: SHA-256 is {actual} but manifest.sha256 says {}: the frozen manifest was changed",
             mp.display(),
             recorded.trim()
@@ -242,8 +243,7 @@ mod tests {
     /// refused even when their execs ran on different hosts.
     #[test]
     fn attempts_overlapping_on_a_rank_host_are_found_across_exec_hosts() {
-        let shard =
-            |rank: u32, host: &str| crate::evidence::run::ShardRef { rank, file: String::new(), sha256: String::new(), size_bytes: 0, host: host.into() };
+        let shard = |rank: u32, host: &str| ShardRef { rank, file: String::new(), sha256: String::new(), size_bytes: 0, host: host.into() };
         let at = |id: &str, exec: Option<&str>, ranks: &[&str], t: (u64, u64)| AttemptRecord {
             host: exec.map(String::from),
             shards: ranks.iter().enumerate().map(|(r, h)| shard(r as u32, h)).collect(),

@@ -5,10 +5,13 @@
 //! launch a host that cannot run the jobs (`preflight`) and, before each job, a changed frozen trace.
 use super::attempts::{accepted_manifests, append_attempt, load_manifest, next_attempt_number, overlapping, read_attempts, AttemptRecord, AttemptStatus};
 use super::lock::{lock_campaign, INFLIGHT_FILE};
-use super::spec::{Cell, LauncherKind, Manifest};
-use crate::core::fsutil::{sha256_file, sha256_hex, write_new_atomic};
-use crate::core::refusal::Code;
-use crate::evidence::run::RunRecord;
+use super::spec::{CampaignSpec, Cell, LauncherKind, Manifest};
+use crate::backend::cuda;
+use crate::core::fsutil::{sha256_file, sha256_hex, write_json_new, write_new_atomic};
+use crate::core::refusal::{refuse, Code};
+use crate::core::{clock, identity, limits};
+use crate::evidence::commtrace::Limits;
+use crate::evidence::run::{RunRecord, RUN_FILE};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -43,7 +46,7 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
     let mut notes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     notes.sort();
     for p in notes {
-        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
+        let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
         let Ok(n) = serde_json::from_slice::<InFlight>(&bytes) else {
             eprintln!("campaign: {}: unreadable in-flight note (torn write) left in place", p.display());
             continue;
@@ -52,14 +55,14 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
             continue;
         }
         if !attempts.iter().any(|a| a.attempt_id == n.attempt_id) {
-            if n.host == crate::core::identity::hostname() {
+            if n.host == identity::hostname() {
                 let t0 = std::time::Instant::now();
                 while group_alive(n.pgid) && t0.elapsed() < std::time::Duration::from_secs(15) {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 if group_alive(n.pgid) {
                     crate::refuse!(
-                        crate::core::refusal::Code::OrphanJob,
+                        Code::OrphanJob,
                         "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- -{}); a new attempt would overlap it",
                         n.attempt_id,
                         n.pgid,
@@ -80,7 +83,7 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 ),
                 argv: n.argv.clone(),
                 started_unix_ms: n.started_unix_ms,
-                finished_unix_ms: crate::core::clock::unix_ms(),
+                finished_unix_ms: clock::unix_ms(),
                 stdout_sha256: sha256_hex(b""),
                 stderr_sha256: sha256_hex(b""),
                 run_dir: format!("runs/{}", n.attempt_id),
@@ -105,12 +108,11 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
 /// ever before the job starts.
 fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
     if std::fs::metadata(trace).is_err() {
-        return Err(crate::core::refusal::refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display())));
+        return Err(refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display())));
     }
-    let got = crate::core::limits::sha256_bounded(trace, crate::evidence::commtrace::Limits::default().max_json_bytes)
-        .with_context(|| format!("the frozen trace {}", trace.display()))?;
+    let got = limits::sha256_bounded(trace, Limits::default().max_json_bytes).with_context(|| format!("the frozen trace {}", trace.display()))?;
     if got != want {
-        return Err(crate::core::refusal::refuse(Code::Stale, format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display())));
+        return Err(refuse(Code::Stale, format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display())));
     }
     Ok(())
 }
@@ -176,7 +178,7 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
 /// without a usable GPU, or no `mpirun` on `PATH`, would fail every cell
 /// with the same error (`srun` jobs run on the allocation's nodes, which
 /// this host cannot check). `what` names the campaign or spec in the message.
-pub(crate) fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) -> Result<()> {
+pub(crate) fn preflight(spec: &CampaignSpec, what: &str) -> Result<()> {
     if spec.launcher.kind != LauncherKind::Mpirun {
         return Ok(());
     }
@@ -188,7 +190,7 @@ pub(crate) fn preflight(spec: &crate::campaign::spec::CampaignSpec, what: &str) 
         );
     }
     if spec.backend == "cuda" {
-        if let Some(why) = crate::backend::cuda::unavailable_reason() {
+        if let Some(why) = cuda::unavailable_reason() {
             crate::refuse!(
                 Code::BadArgument,
                 "{what}: backend cuda cannot run on this host ({why}); no cell was launched. With the mpirun launcher every job runs here: run it on a host with GPUs, or use the srun launcher inside an allocation"
@@ -237,7 +239,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
     let mut attempts = read_attempts(dir)?;
     settle_inflight(dir, only_cell.as_deref(), &mut attempts)?;
     let accepted = accepted_manifests(dir, &m, &manifest_sha)?;
-    let host = crate::core::identity::hostname();
+    let host = identity::hostname();
     let todo: Vec<&Cell> = m
         .schedule
         .iter()
@@ -280,7 +282,7 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 let (prog, args, env) = command_for(&m, cell, &attempt_id, &runs)?;
                 (prog, args, env, None, remaining, None)
             };
-            let started = crate::core::clock::unix_ms();
+            let started = clock::unix_ms();
             let note_path = dir.join(INFLIGHT_FILE).join(format!("{attempt_id}.json"));
             let argv: Vec<String> = std::iter::once(prog.clone()).chain(args.iter().cloned()).collect();
             let wall = std::time::Instant::now();
@@ -296,10 +298,10 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                     host: host.clone(),
                     pgid,
                 };
-                crate::core::fsutil::write_json_new(&note_path, &note)
+                write_json_new(&note_path, &note)
             });
             let wall_s = wall.elapsed().as_secs_f64();
-            let finished = crate::core::clock::unix_ms();
+            let finished = clock::unix_ms();
             let timed_out = matches!(out, Ok((_, true)));
             let (code, stdout, stderr, spawn_err) = match out {
                 Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
@@ -357,11 +359,11 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                         failure: failure.clone(),
                     };
                     let p = run_dir.join(super::truth::TRUTH_FILE);
-                    crate::core::fsutil::write_json_new(&p, &rec)?;
+                    write_json_new(&p, &rec)?;
                     (p, None, failure)
                 }
                 None => {
-                    let run_json = run_dir.join(crate::evidence::run::RUN_FILE);
+                    let run_json = run_dir.join(RUN_FILE);
                     let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
                     let failure = match (&spawn_err, code, &record) {
                         (Some(e), _, _) => Some(e.clone()),

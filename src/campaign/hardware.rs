@@ -13,6 +13,7 @@
 //!
 //! Consumes the headers of a cell's shards (what each rank recorded,
 //! docs/ARCHITECTURE.md §8); produces refusals in words. No I/O.
+use crate::core::{fsutil, identity};
 use crate::evidence::shard::ShardHeader;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -214,7 +215,7 @@ fn shown(v: Option<&str>) -> String {
         None => "nothing".to_string(),
         Some(s) if s.chars().count() > 100 => {
             let head: String = s.chars().take(60).collect();
-            format!("{head:?}… ({} characters, SHA-256 {})", s.chars().count(), &crate::core::fsutil::sha256_hex(s.as_bytes())[..12])
+            format!("{head:?}… ({} characters, SHA-256 {})", s.chars().count(), &fsutil::sha256_hex(s.as_bytes())[..12])
         }
         Some(s) => format!("{s:?}"),
     }
@@ -241,7 +242,7 @@ impl HardwareContract {
     /// value of each `same` field. The refusal in words, or what the cell
     /// recorded for [`disagreeing`](Self::disagreeing).
     pub fn check_cell(&self, headers: &[&ShardHeader]) -> Result<CellHardware, String> {
-        self.check_cell_hooks(headers, crate::core::identity::FACT_HOOKS_HONOURED)
+        self.check_cell_hooks(headers, identity::FACT_HOOKS_HONOURED)
     }
 
     /// [`check_cell`](Self::check_cell), where `hooks_honoured` says whether
@@ -250,7 +251,7 @@ impl HardwareContract {
     pub fn check_cell_hooks(&self, headers: &[&ShardHeader], hooks_honoured: bool) -> Result<CellHardware, String> {
         let first = headers.first().ok_or_else(|| "hardware contract: the cell has no shards".to_string())?;
         if !hooks_honoured {
-            if let Some((h, (k, v))) = headers.iter().find_map(|h| crate::core::identity::hook_used(&h.identity).map(|kv| (h, kv))) {
+            if let Some((h, (k, v))) = headers.iter().find_map(|h| identity::hook_used(&h.identity).map(|kv| (h, kv))) {
                 return Err(format!(
                     "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: its host or CPU is not known to be measured (a test build's record; this build honours no hook)",
                     h.rank
@@ -378,9 +379,10 @@ impl HardwareContract {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::shard;
 
     fn header(rank: u32, host: &str, cpu: &str, nccl: Option<&str>) -> ShardHeader {
-        let mut h = crate::evidence::shard::test_header("cpu", serde_json::json!([]));
+        let mut h = shard::test_header("cpu", serde_json::json!([]));
         h.rank = rank;
         h.host = host.into();
         h.identity.host = host.into();

@@ -3,6 +3,8 @@
 //! for `exec --cell`; exclusive on a report folder's `report.lock` for `analyze`. Produces a `CampaignLock` held until dropped; refuses (`LOCKED`) when another
 //! command holds it. Take it before reading what you will write: `lock_campaign`, or
 //! `lock_campaign_for_reading` for a campaign this process may not be able to write.
+use crate::core::identity;
+use crate::core::refusal::Code;
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -29,11 +31,7 @@ fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
     if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            crate::refuse!(
-                crate::core::refusal::Code::Locked,
-                "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
-                path.display()
-            );
+            crate::refuse!(Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
         }
         return Err(e).with_context(|| format!("locking {}", path.display()));
     }
@@ -57,8 +55,7 @@ pub(crate) fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Resul
         let d = dir.join(INFLIGHT_FILE);
         std::fs::create_dir_all(&d)?;
         files.push(flock(&d.join(format!("{c}.lock")), true, what)?);
-        let host: String =
-            crate::core::identity::hostname().chars().map(|ch| if ch.is_ascii_alphanumeric() || "._-".contains(ch) { ch } else { '_' }).collect();
+        let host: String = identity::hostname().chars().map(|ch| if ch.is_ascii_alphanumeric() || "._-".contains(ch) { ch } else { '_' }).collect();
         files.push(flock_wait(&d.join(format!("host-{host}.lock")), what)?);
     }
     Ok(CampaignLock { _files: files })
@@ -83,11 +80,7 @@ pub(crate) fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option
             };
             // SAFETY: flock on a file descriptor we own; no memory is passed.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                crate::refuse!(
-                    crate::core::refusal::Code::Locked,
-                    "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
-                    path.display()
-                );
+                crate::refuse!(Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
             }
             Ok(Some(CampaignLock { _files: vec![f] }))
         }
@@ -112,7 +105,7 @@ pub(crate) fn lock_report_dir(out_dir: &Path, what: &str) -> Result<CampaignLock
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             crate::refuse!(
-                crate::core::refusal::Code::Locked,
+                Code::Locked,
                 "{what}: another analyze is writing the report folder {} (it holds {}); nothing was written by this one: run it again once that one has finished",
                 out_dir.display(),
                 path.display()

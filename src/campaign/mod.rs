@@ -18,9 +18,14 @@ pub mod spec;
 pub mod truth;
 mod verify;
 
-use crate::core::fsutil::{sha256_file, write_json_new};
-use crate::core::refusal::Code;
-use crate::core::stats;
+use crate::analysis::summary;
+use crate::core::fsutil::{build_dir_new, sha256_file, sha256_hex, write_json_new, write_new_atomic};
+use crate::core::refusal::{refuse, Code};
+use crate::core::workload::Phase;
+use crate::core::{clock, limits, stats};
+use crate::evidence::commtrace::{p2p, CommTrace};
+use crate::evidence::join::{self, JoinedRun};
+use crate::evidence::{run, trace};
 use anyhow::{Context, Result};
 use chain::{load_manifest, Selection, Verdict};
 use serde::{Deserialize, Serialize};
@@ -54,21 +59,17 @@ pub(crate) const CONFIG_TRACES_DIR: &str = "traces";
 /// refuse (the world size, the kinds, the groups): its bytes and SHA-256.
 fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: &str) -> Result<(Vec<u8>, String)> {
     let src = spec_path.parent().unwrap_or(Path::new(".")).join(rel);
-    let bad_spec = |e: anyhow::Error| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field}: {e:#}"));
-    let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)
-        .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field} {}: {e:#}", src.display())))?;
-    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).map_err(|e| {
-        crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field} {}: {e:#} (write one with commcanary import)", src.display()))
-    })?;
+    let bad_spec = |e: anyhow::Error| refuse(Code::BadSpec, format!("{field}: {e:#}"));
+    let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).map_err(|e| refuse(Code::BadSpec, format!("{field} {}: {e:#}", src.display())))?;
+    let t = CommTrace::from_slice(&bytes).map_err(|e| refuse(Code::BadSpec, format!("{field} {}: {e:#} (write one with commcanary import)", src.display())))?;
     let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
-    let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    let sha256 = sha256_hex(&bytes);
     // only the cpu backend runs an MPI capture's point-to-point program: refused before any job launches
     if spec.backend == "cuda" && !allreduce_only {
-        crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &src, "cuda")
-            .map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{field}: {e:#}")))?;
+        p2p::refuse_on_backend_without_p2p(&t, &src, "cuda").map_err(|e| refuse(Code::BadSpec, format!("{field}: {e:#}")))?;
     }
     for rank in 0..spec.ranks {
-        crate::evidence::trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
+        trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
     }
     Ok((bytes, sha256))
 }
@@ -78,13 +79,13 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     let spec = spec::CampaignSpec::load(spec_path)?;
     spec.check_rank_plans().map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
     if dir.join("manifest.json").exists() {
-        crate::refuse!(crate::core::refusal::Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+        crate::refuse!(Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
     }
     // runs, attempts or a selection of an earlier plan would be counted as this one's
     let state: Vec<&str> = CAMPAIGN_STATE.iter().copied().filter(|n| dir.join(n).symlink_metadata().is_ok()).collect();
     if !state.is_empty() {
         crate::refuse!(
-            crate::core::refusal::Code::CampaignState,
+            Code::CampaignState,
             "{} holds campaign state ({}); plan into a new directory (old runs are never adopted by a new manifest)",
             dir.display(),
             state.join(", ")
@@ -112,25 +113,25 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     if !truth_inputs.is_empty() {
         std::fs::create_dir_all(dir.join(truth::TRUTH_INPUTS_DIR)).with_context(|| format!("creating {}/{}", dir.display(), truth::TRUTH_INPUTS_DIR))?;
         for (name, bytes, sha) in truth_inputs {
-            crate::core::fsutil::write_new_atomic(&dir.join(truth::TRUTH_INPUTS_DIR).join(&name), &bytes)?;
+            write_new_atomic(&dir.join(truth::TRUTH_INPUTS_DIR).join(&name), &bytes)?;
             m.truth_inputs.insert(name, sha);
         }
     }
     if let Some((bytes, sha256)) = trace {
-        crate::core::fsutil::write_new_atomic(&dir.join(TRACE_FILE), &bytes)?;
+        write_new_atomic(&dir.join(TRACE_FILE), &bytes)?;
         m.trace_sha256 = Some(sha256);
     }
     if !config_traces.is_empty() {
         std::fs::create_dir_all(dir.join(CONFIG_TRACES_DIR)).with_context(|| format!("creating {}/{CONFIG_TRACES_DIR}", dir.display()))?;
         for (name, bytes, sha) in config_traces {
-            crate::core::fsutil::write_new_atomic(&dir.join(CONFIG_TRACES_DIR).join(format!("{name}.json")), &bytes)?;
+            write_new_atomic(&dir.join(CONFIG_TRACES_DIR).join(format!("{name}.json")), &bytes)?;
             m.config_traces.insert(name, sha);
         }
     }
     let mut bytes = serde_json::to_vec_pretty(&m)?;
     bytes.push(b'\n');
-    crate::core::fsutil::write_new_atomic(&dir.join("manifest.json"), &bytes)?;
-    crate::core::fsutil::write_new_atomic(&dir.join("manifest.sha256"), format!("{}\n", crate::core::fsutil::sha256_hex(&bytes)).as_bytes())?;
+    write_new_atomic(&dir.join("manifest.json"), &bytes)?;
+    write_new_atomic(&dir.join("manifest.sha256"), format!("{}\n", sha256_hex(&bytes)).as_bytes())?;
     if let Some(b) = blinding {
         write_json_new(&dir.join("blinding.json"), &b)?;
     }
@@ -143,7 +144,7 @@ pub struct ConfigPhaseResult {
     /// Configuration label (blinded where the campaign is).
     pub label: String,
     /// Phase.
-    pub phase: crate::core::workload::Phase,
+    pub phase: Phase,
     /// Jobs.
     pub jobs: usize,
     /// Median over jobs of per-job medians, µs.
@@ -156,8 +157,8 @@ pub struct ConfigPhaseResult {
     pub rank: usize,
 }
 
-fn per_job(j: &crate::evidence::join::JoinedRun, phase: crate::core::workload::Phase) -> Option<(f64, f64)> {
-    let mut v = crate::analysis::summary::job_samples_us(j, phase);
+fn per_job(j: &JoinedRun, phase: Phase) -> Option<(f64, f64)> {
+    let mut v = summary::job_samples_us(j, phase);
     let p99 = stats::percentile_nearest_rank(&mut v, 99.0)?;
     Some((stats::median(&mut v)?, p99))
 }
@@ -165,15 +166,15 @@ fn per_job(j: &crate::evidence::join::JoinedRun, phase: crate::core::workload::P
 /// Results over the selected runs (the caller has verified completeness).
 pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let (m, _) = load_manifest(dir)?;
-    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
-    let mut per: std::collections::BTreeMap<(crate::core::workload::Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
+    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
+    let mut per: std::collections::BTreeMap<(Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
         let Some(cell) = m.schedule.iter().find(|c| c.cell_id == e.cell_id) else { continue };
         if cell.truth {
             continue; // a truth cell has no shards; its metric is the truth section's
         }
         let label = cell.label.clone();
-        let j = crate::evidence::join::join_dir(&dir.join(&e.run_dir))?;
+        let j = join::join_dir(&dir.join(&e.run_dir))?;
         j.refuse_synthetic("campaign results")?;
         for &p in &j.run.workload.phases {
             if let Some((med, p99)) = per_job(&j, p) {
@@ -184,7 +185,7 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
         }
     }
     let mut out = Vec::new();
-    let phases: std::collections::BTreeSet<crate::core::workload::Phase> = per.keys().map(|k| k.0).collect();
+    let phases: std::collections::BTreeSet<Phase> = per.keys().map(|k| k.0).collect();
     for p in phases {
         let mut rows: Vec<ConfigPhaseResult> = per
             .iter_mut()
@@ -293,7 +294,7 @@ fn resolved(path: &Path) -> Result<std::path::PathBuf> {
         Ok(p) => Ok(p.join(name)),
         // created here, the directory could land inside the campaign before that check refuses it
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::refuse!(
-            crate::core::refusal::Code::BadArgument,
+            Code::BadArgument,
             "{}: its directory {} does not exist; create it first (mkdir -p {}) or write the archive elsewhere",
             path.display(),
             parent.display(),
@@ -309,7 +310,7 @@ fn append_regular(b: &mut tar::Builder<std::fs::File>, p: &Path, name: &Path) ->
     let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(p).with_context(|| format!("opening {}", p.display()))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
-        crate::refuse!(crate::core::refusal::Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
+        crate::refuse!(Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
     }
     let mut h = tar::Header::new_gnu();
     h.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
@@ -325,7 +326,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     for p in [out, descriptor] {
         if resolved(p)?.starts_with(&root) {
             crate::refuse!(
-                crate::core::refusal::Code::ArchiveOutputInside,
+                Code::ArchiveOutputInside,
                 "{} lies inside the campaign {}; write the archive and its descriptor elsewhere",
                 p.display(),
                 dir.display()
@@ -363,8 +364,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     })();
     let _ = std::fs::remove_file(&tmp);
     written?;
-    let sel: Option<Selection> =
-        crate::core::limits::read_bounded(&dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let sel: Option<Selection> = limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let d = ArchiveDescriptor {
         format_version: 1,
         archive_file: out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
@@ -387,7 +387,7 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
 /// absolute names, no `..`, no links or devices, no name twice). Streams the
 /// archive; nothing is extracted.
 pub(crate) fn check_archive(archive: &Path, descriptor: &Path) -> Result<ArchiveDescriptor> {
-    let d: ArchiveDescriptor = serde_json::from_slice(&crate::core::limits::read_bounded(descriptor, crate::core::limits::MAX_JSON_BYTES)?)
+    let d: ArchiveDescriptor = serde_json::from_slice(&limits::read_bounded(descriptor, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
     if size != d.archive_size_bytes {
@@ -438,7 +438,7 @@ pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256
         crate::refuse!(Code::DigestMismatch, "{name}: manifest.sha256 is {recorded:?}, the manifest's digest is {manifest_sha256}");
     }
     let manifest: spec::Manifest = serde_json::from_slice(m.documents.get("manifest.json").map(Vec::as_slice).unwrap_or_default())
-        .map_err(|e| crate::core::refusal::refuse(Code::DigestMismatch, format!("{name}: member manifest.json is not a manifest: {e}")))?;
+        .map_err(|e| refuse(Code::DigestMismatch, format!("{name}: member manifest.json is not a manifest: {e}")))?;
     if let Some(sha) = &manifest.trace_sha256 {
         want(TRACE_FILE, sha)?;
     }
@@ -451,7 +451,7 @@ pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256
         (Some(sha), _) => {
             want("selection.json", sha)?;
             let sel: Selection = serde_json::from_slice(&m.documents["selection.json"])
-                .map_err(|e| crate::core::refusal::refuse(Code::DigestMismatch, format!("{name}: member selection.json is not a selection: {e}")))?;
+                .map_err(|e| refuse(Code::DigestMismatch, format!("{name}: member selection.json is not a selection: {e}")))?;
             if sel.manifest_sha256 != manifest_sha256 {
                 crate::refuse!(Code::DigestMismatch, "{name}: selection.json selects for manifest {}, the archive's is {manifest_sha256}", sel.manifest_sha256);
             }
@@ -460,7 +460,7 @@ pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256
             }
             for e in &sel.entries {
                 let is_truth = manifest.schedule.iter().any(|c| c.cell_id == e.cell_id && c.truth);
-                let record = if is_truth { truth::TRUTH_FILE } else { crate::evidence::run::RUN_FILE };
+                let record = if is_truth { truth::TRUTH_FILE } else { run::RUN_FILE };
                 want(&format!("{}/{record}", e.run_dir), &e.run_json_sha256)?;
                 for sh in &e.shards {
                     want(&format!("{}/{}", e.run_dir, sh.file), &sh.sha256)?;
@@ -500,16 +500,16 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
         if top.get_or_insert_with(|| first.clone()) != &first {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is outside the campaign directory {:?}", top);
         }
-        if seen.len() >= crate::core::limits::MAX_ARCHIVE_MEMBERS {
-            crate::refuse!(Code::OverLimit, "{name}: more than {} members", crate::core::limits::MAX_ARCHIVE_MEMBERS);
+        if seen.len() >= limits::MAX_ARCHIVE_MEMBERS {
+            crate::refuse!(Code::OverLimit, "{name}: more than {} members", limits::MAX_ARCHIVE_MEMBERS);
         }
         if !seen.insert(raw.clone()) {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
         }
         let rel = p.components().skip(1).map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
         let keep = DIGEST_DOCUMENTS.contains(&rel.as_str());
-        if keep && e.header().size().unwrap_or(u64::MAX) > crate::core::limits::MAX_JSON_BYTES {
-            crate::refuse!(Code::OverLimit, "{name}: member {raw:?} is larger than {} bytes", crate::core::limits::MAX_JSON_BYTES);
+        if keep && e.header().size().unwrap_or(u64::MAX) > limits::MAX_JSON_BYTES {
+            crate::refuse!(Code::OverLimit, "{name}: member {raw:?} is larger than {} bytes", limits::MAX_JSON_BYTES);
         }
         let mut h = sha2::Sha256::new();
         let mut doc = Vec::new();
@@ -590,7 +590,7 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     let mut m = ma.clone();
     m.campaign_id = format!("{}+{}", ma.campaign_id, mb.campaign_id);
     m.spec.repetitions = ma.spec.repetitions + mb.spec.repetitions;
-    m.planned_unix_ms = crate::core::clock::unix_ms();
+    m.planned_unix_ms = clock::unix_ms();
     for c in &mb.schedule {
         let mut c2 = c.clone();
         c2.cell_id = rename(&c.cell_id, c.round);
@@ -599,7 +599,7 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     }
     // built in a temporary sibling and renamed at the end: a refusal half-way
     // (a duplicate attempt, a full disk) leaves no half-written campaign behind
-    crate::core::fsutil::build_dir_new(out, |stage| {
+    build_dir_new(out, |stage| {
         std::fs::create_dir_all(stage.join("runs"))?;
         std::fs::create_dir_all(stage.join("attempts"))?;
         std::fs::create_dir_all(stage.join("sources"))?;
@@ -669,12 +669,12 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
         }
         let mut bytes = serde_json::to_vec_pretty(&m)?;
         bytes.push(b'\n');
-        crate::core::fsutil::write_new_atomic(&stage.join("manifest.json"), &bytes)?;
-        let sha = crate::core::fsutil::sha256_hex(&bytes);
-        crate::core::fsutil::write_new_atomic(&stage.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
+        write_new_atomic(&stage.join("manifest.json"), &bytes)?;
+        let sha = sha256_hex(&bytes);
+        write_new_atomic(&stage.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
         // attempt records were made under the source manifests; they say so
         let joined: Vec<String> = lines;
-        crate::core::fsutil::write_new_atomic(&stage.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+        write_new_atomic(&stage.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
         Ok(())
     })?;
     Ok(m)

@@ -98,6 +98,13 @@ fn default_iters() -> u32 {
 pub use crate::analysis::ranking::TiePolicy;
 
 pub use crate::analysis::policy::AnalysisPolicy;
+use crate::core::clock::{self, ClockInjection};
+use crate::core::identity::ToolIdentity;
+use crate::core::refusal::{self, Code};
+use crate::core::workload::{self, DelayInjection, Phase};
+use crate::core::{fsutil, limits, ranges, units};
+use crate::evidence::run;
+use crate::evidence::shard::BackendKind;
 
 /// A canary comparison.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -109,7 +116,7 @@ pub struct Canary {
     pub baseline: String,
     /// Phase the verdict is judged on (default `blocking`, the workload truth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<crate::core::workload::Phase>,
+    pub phase: Option<Phase>,
 }
 
 /// Trace variants compared with a source trace (what `canary verify` plans):
@@ -127,7 +134,7 @@ pub struct TraceCanary {
     pub configs: Vec<String>,
     /// The phase ranked (default `replay`, the phase that walks each trace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<crate::core::workload::Phase>,
+    pub phase: Option<Phase>,
 }
 
 impl TraceCanary {
@@ -136,8 +143,8 @@ impl TraceCanary {
         format!("{variant}.{config}")
     }
     /// The phase ranked.
-    pub fn phase(&self) -> crate::core::workload::Phase {
-        self.phase.unwrap_or(crate::core::workload::Phase::Replay)
+    pub fn phase(&self) -> Phase {
+        self.phase.unwrap_or(Phase::Replay)
     }
 }
 
@@ -308,25 +315,24 @@ impl CampaignSpec {
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES).map_err(|e| {
+        let text = limits::read_text_bounded(path, limits::MAX_SPEC_BYTES).map_err(|e| {
             let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
             if missing {
-                crate::core::refusal::refuse(crate::core::refusal::Code::NoSuchInput, format!("campaign spec {}: no such file", path.display()))
+                refusal::refuse(Code::NoSuchInput, format!("campaign spec {}: no such file", path.display()))
             } else {
-                crate::core::refusal::or_code(crate::core::refusal::Code::BadSpec)(e.context(format!("reading campaign spec {}", path.display())))
+                refusal::or_code(Code::BadSpec)(e.context(format!("reading campaign spec {}", path.display())))
             }
         })?;
-        let spec: CampaignSpec =
-            toml::from_str(&text).map_err(|e| crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: {e}", path.display())))?;
+        let spec: CampaignSpec = toml::from_str(&text).map_err(|e| refusal::refuse(Code::BadSpec, format!("{}: {e}", path.display())))?;
         let spec_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if let Some(t) = &spec.truth {
             t.validate(spec_dir, spec.launcher.kind == LauncherKind::Mpirun).map_err(|e| e.context(format!("{}: invalid campaign spec", path.display())))?;
         }
         spec.validate().map_err(|e| {
-            if crate::core::refusal::code_of(&e).is_some() {
+            if refusal::code_of(&e).is_some() {
                 e.context(format!("{}: invalid campaign spec", path.display()))
             } else {
-                crate::core::refusal::refuse(crate::core::refusal::Code::BadSpec, format!("{}: invalid campaign spec: {e:#}", path.display()))
+                refusal::refuse(Code::BadSpec, format!("{}: invalid campaign spec: {e:#}", path.display()))
             }
         })?;
         Ok(spec)
@@ -370,7 +376,7 @@ impl CampaignSpec {
                 bail!("configs.{}.env.{k}: the value holds a NUL byte, which no environment can carry", c.name);
             }
         }
-        let phases = crate::core::workload::parse_phases(&self.workload.phases).context("workload.phases")?;
+        let phases = workload::parse_phases(&self.workload.phases).context("workload.phases")?;
         use crate::core::workload::Phase;
         let any_trace = self.workload.trace.is_some() || self.configs.iter().any(|c| c.trace.is_some());
         if any_trace && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
@@ -379,7 +385,7 @@ impl CampaignSpec {
         if any_trace && self.extra_args_name("--trace") {
             bail!("workload.trace and a --trace in extra_args or a configuration's args: name the trace once, in workload.trace");
         }
-        crate::core::units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
+        units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
         if self.workload.tokens == 0 || self.workload.layers == 0 {
             bail!("workload.tokens and workload.layers must be at least 1");
         }
@@ -391,7 +397,7 @@ impl CampaignSpec {
             }
         }
         if let Some(tc) = &self.trace_canary {
-            let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
+            let phases = workload::parse_phases(&self.workload.phases)?;
             if !phases.contains(&tc.phase()) {
                 bail!("trace_canary.phase {} is not among workload.phases", tc.phase());
             }
@@ -454,7 +460,7 @@ impl CampaignSpec {
             }
         }
         if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
-            let phases = crate::core::workload::parse_phases(&self.workload.phases)?;
+            let phases = workload::parse_phases(&self.workload.phases)?;
             if !phases.contains(&p) {
                 bail!("canary.phase {p} is not among workload.phases");
             }
@@ -463,7 +469,7 @@ impl CampaignSpec {
             bail!("analysis.min_effect_pct and delta_pct must be non-negative");
         }
         // what `analyze` would refuse after every cell ran (analysis::analyze)
-        if self.analysis.tie_policy != crate::analysis::ranking::TiePolicy::Interval {
+        if self.analysis.tie_policy != TiePolicy::Interval {
             bail!(
                 "analysis.tie_policy = {:?}: a campaign's relations come from its intervals over rounds; plan it with tie_policy = \"interval\" (strict and iqr are for `compare` on summary tables)",
                 format!("{:?}", self.analysis.tie_policy).to_lowercase()
@@ -497,7 +503,7 @@ impl CampaignSpec {
     /// otherwise refuse only after cells ran.
     fn validate_ranges(&self) -> Result<()> {
         use crate::core::refusal::Code;
-        let r = crate::core::ranges::int;
+        let r = ranges::int;
         r("repetitions", self.repetitions, 1, 10_000)?;
         // every interval of the analysis is over rounds (Student-t with
         // rounds - 1 degrees of freedom, analysis::inference): one round alone
@@ -511,8 +517,8 @@ impl CampaignSpec {
                 self.repetitions
             );
         }
-        r("ranks", self.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
-        crate::core::ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
+        r("ranks", self.ranks, 1, limits::MAX_WORLD_SIZE)?;
+        ranges::int("configs (count)", self.configs.len(), 1, 1_000)?;
         // a name becomes part of file names (CELL-aN.stdout): keep it well under NAME_MAX
         for n in std::iter::once(&self.name).chain(self.configs.iter().map(|c| &c.name)) {
             if n.len() > 64 {
@@ -534,12 +540,9 @@ impl CampaignSpec {
             let argv = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c));
             let argv: Vec<String> = argv.collect();
             let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                crate::core::refusal::refuse(
-                    Code::BadSpec,
-                    format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
-                )
+                refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")))
             })?;
-            crate::rank::check_ranges(&parsed).map_err(|e| crate::core::refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
+            crate::rank::check_ranges(&parsed).map_err(|e| refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
             let backend = match parsed.backend {
                 crate::backend::BackendChoice::Cpu => "cpu",
                 crate::backend::BackendChoice::Cuda => "cuda",
@@ -561,12 +564,8 @@ impl CampaignSpec {
                 );
             }
             // a rank outside the job would be refused by every cell
-            let delayed = parsed.inject_delay.as_deref().map(crate::core::workload::DelayInjection::parse).transpose()?.map(|d| ("--inject-delay", d.rank));
-            let skewed = parsed
-                .inject_clock
-                .iter()
-                .map(|s| crate::core::clock::ClockInjection::parse(s).map(|c| ("--inject-clock", c.rank)))
-                .collect::<Result<Vec<_>>>()?;
+            let delayed = parsed.inject_delay.as_deref().map(DelayInjection::parse).transpose()?.map(|d| ("--inject-delay", d.rank));
+            let skewed = parsed.inject_clock.iter().map(|s| ClockInjection::parse(s).map(|c| ("--inject-clock", c.rank))).collect::<Result<Vec<_>>>()?;
             if let Some((flag, r)) = delayed.into_iter().chain(skewed).find(|(_, r)| *r >= self.ranks) {
                 crate::refuse!(
                     Code::BadSpec,
@@ -591,8 +590,8 @@ impl CampaignSpec {
     pub fn check_rank_plans(&self) -> Result<()> {
         use crate::core::refusal::Code;
         let backend = match self.backend.as_str() {
-            "cuda" => crate::evidence::shard::BackendKind::Cuda,
-            _ => crate::evidence::shard::BackendKind::Cpu,
+            "cuda" => BackendKind::Cuda,
+            _ => BackendKind::Cpu,
         };
         for c in &self.configs {
             let mut argv: Vec<String> = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
@@ -601,13 +600,10 @@ impl CampaignSpec {
                 argv.extend(["--trace".into(), t.clone()]);
             }
             let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                crate::core::refusal::refuse(
-                    Code::BadSpec,
-                    format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")),
-                )
+                refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")))
             })?;
             crate::rank::check_before_launch(&parsed, backend, self.ranks).map_err(|e| {
-                crate::core::refusal::refuse(
+                refusal::refuse(
                     Code::BadSpec,
                     format!("configs.{}: rank would refuse every cell of this configuration before MPI starts: {e:#}; nothing was run", c.name),
                 )
@@ -650,7 +646,7 @@ pub struct RepoIdentity {
     /// Modified or untracked files (git status) with their SHA-256 (`deleted` when gone).
     pub dirty: Vec<(String, String)>,
     /// The tool that planned.
-    pub tool: crate::core::identity::ToolIdentity,
+    pub tool: ToolIdentity,
 }
 
 impl RepoIdentity {
@@ -665,12 +661,12 @@ impl RepoIdentity {
         if let (Some(status), Some(top)) = (git(&["status", "--porcelain", "--untracked-files=all"]), top) {
             for line in status.lines().filter(|l| l.len() > 3) {
                 let path = line[3..].rsplit(" -> ").next().unwrap_or("").to_string();
-                let digest = crate::core::fsutil::sha256_file(&top.join(&path)).unwrap_or_else(|_| "deleted".into());
+                let digest = fsutil::sha256_file(&top.join(&path)).unwrap_or_else(|_| "deleted".into());
                 dirty.push((path, digest));
             }
             dirty.sort();
         }
-        let mut tool = crate::core::identity::ToolIdentity::current();
+        let mut tool = ToolIdentity::current();
         tool.binary_sha256 = None; // the binary is identified per attempt; the repository here
         Self { commit, dirty, tool }
     }
@@ -766,7 +762,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         .chain(configs.iter().filter(|c| spec.truth.as_ref().is_some_and(|t| t.runs_under(&c.config.name))).map(|c| (c.label.clone(), true)))
         .collect();
     let schedule = schedule_items(&items, spec.repetitions, spec.seed);
-    let campaign_id = format!("{}-{}", spec.name, crate::evidence::run::new_run_id());
+    let campaign_id = format!("{}-{}", spec.name, run::new_run_id());
     let spec_hardware = spec.hardware.clone();
     let m = Manifest {
         // a manifest without truth cells is read by builds before truth cells as it always was
@@ -776,7 +772,7 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         configs,
         schedule,
         repository: RepoIdentity::current(),
-        planned_unix_ms: crate::core::clock::unix_ms(),
+        planned_unix_ms: clock::unix_ms(),
         trace_sha256: None,
         config_traces: BTreeMap::new(),
         hardware: HardwareContract::resolve(spec_hardware.as_ref()),

@@ -9,8 +9,9 @@
 //! compile or has more than one capture group, a JSON metric path outside the
 //! cell's folder, a unit or field left empty, missing inputs. A job whose metric
 //! cannot be read is a failed attempt (retried like any cell), never dropped.
-use crate::core::fsutil::sha256_hex;
+use crate::core::fsutil::{sha256_file, sha256_hex, write_new_atomic};
 use crate::core::refusal::{refuse, Code};
+use crate::core::{identity, limits, ranges};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -210,7 +211,7 @@ impl TruthSpec {
                 format!("{program:?} is a relative path, and the job runs in its cell's own folder: name the program by an absolute path or on PATH"),
             ));
         }
-        crate::core::ranges::int("truth.timeout_s", self.timeout_s, 1, 604_800).map_err(|e| bad_spec("truth.timeout_s", format!("{e:#}")))?;
+        ranges::int("truth.timeout_s", self.timeout_s, 1, 604_800).map_err(|e| bad_spec("truth.timeout_s", format!("{e:#}")))?;
         match &self.metric {
             MetricSpec::Named(n) if n == "wall" => {}
             MetricSpec::Named(n) => {
@@ -270,8 +271,7 @@ pub(crate) fn read_inputs(t: &TruthSpec, spec_dir: &Path) -> Result<Vec<(String,
         .iter()
         .map(|i| {
             let src = spec_dir.join(i);
-            let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)
-                .map_err(|e| bad_spec("truth.inputs", format!("{}: {e:#}", src.display())))?;
+            let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).map_err(|e| bad_spec("truth.inputs", format!("{}: {e:#}", src.display())))?;
             let sha = sha256_hex(&bytes);
             Ok((input_name(i).expect("validated").to_string(), bytes, sha))
         })
@@ -421,7 +421,7 @@ pub fn read_metric(
         }
         MetricSpec::Json(j) => {
             let p = cell_dir.join(&j.json);
-            let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES).map_err(|e| format!("metric: {}: {e:#}", j.json))?;
+            let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES).map_err(|e| format!("metric: {}: {e:#}", j.json))?;
             let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("metric: {} is not JSON: {e}", j.json))?;
             let mut at = &doc;
             for key in j.field.split('.') {
@@ -453,7 +453,7 @@ pub fn read_metric(
 /// prefixes and names of this process's environment with the configuration's over them.
 pub(crate) fn recorded_env(config_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     use crate::core::identity::is_recorded;
-    let mut env: BTreeMap<String, String> = crate::core::identity::recorded_env().into_iter().collect();
+    let mut env: BTreeMap<String, String> = identity::recorded_env().into_iter().collect();
     env.extend(config_env.iter().filter(|(k, _)| is_recorded(k)).map(|(k, v)| (k.clone(), v.clone())));
     env.into_iter().collect()
 }
@@ -463,13 +463,12 @@ pub(crate) fn place_inputs(campaign: &Path, frozen: &BTreeMap<String, String>, c
     let mut out = Vec::new();
     for (name, want) in frozen {
         let src = campaign.join(TRUTH_INPUTS_DIR).join(name);
-        let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)
-            .with_context(|| format!("the frozen truth input {}", src.display()))?;
+        let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("the frozen truth input {}", src.display()))?;
         let got = sha256_hex(&bytes);
         if &got != want {
             crate::refuse!(Code::Stale, "stale: {} hashes to {got}, the manifest froze {want}", src.display());
         }
-        crate::core::fsutil::write_new_atomic(&cell_dir.join(name), &bytes)?;
+        write_new_atomic(&cell_dir.join(name), &bytes)?;
         out.push((name.clone(), got));
     }
     Ok(out)
@@ -502,8 +501,7 @@ pub(crate) fn check_record(
     config_env: &BTreeMap<String, String>,
 ) -> std::result::Result<TruthRecord, (Code, String)> {
     let p = campaign.join(run_dir).join(TRUTH_FILE);
-    let bytes =
-        crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES).map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", p.display())))?;
+    let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES).map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", p.display())))?;
     let got = sha256_hex(&bytes);
     if got != want_sha256 {
         return Err((Code::Stale, format!("stale: {} hashes to {got}, recorded {want_sha256}", p.display())));
@@ -530,8 +528,7 @@ pub(crate) fn check_record(
     let logs = campaign.join("attempts");
     let read_log = |ext: &str, want: &str| -> std::result::Result<Vec<u8>, (Code, String)> {
         let lp = logs.join(format!("{}.{ext}", attempt.attempt_id));
-        let b = crate::core::limits::read_bounded(&lp, crate::core::limits::MAX_ATTEMPTS_LOG_BYTES)
-            .map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", lp.display())))?;
+        let b = limits::read_bounded(&lp, limits::MAX_ATTEMPTS_LOG_BYTES).map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", lp.display())))?;
         if sha256_hex(&b) != want {
             return Err((Code::Stale, format!("stale: {} does not hash to the recorded {want}", lp.display())));
         }
@@ -541,7 +538,7 @@ pub(crate) fn check_record(
     let stderr = read_log("stderr", &r.stderr_sha256)?;
     let cell_dir = campaign.join(run_dir);
     for (name, sha) in &r.metric_files {
-        match crate::core::fsutil::sha256_file(&cell_dir.join(name)) {
+        match sha256_file(&cell_dir.join(name)) {
             Ok(d) if &d == sha => {}
             _ => return Err((Code::Stale, format!("stale: the metric file {} no longer hashes to {sha}", cell_dir.join(name).display()))),
         }

@@ -7,11 +7,17 @@ use super::attempts::{accepted_manifests, load_manifest, overlapping, read_attem
 use super::select::{Selected, Selection};
 use super::spec::{Cell, Manifest};
 use crate::core::fsutil::sha256_file;
-use crate::core::refusal::Code;
+use crate::core::refusal::{Code, Refusal};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 pub use crate::analysis::policy::Verdict;
+use crate::campaign::hardware::CellHardware;
+use crate::core::workload::{self, Phase};
+use crate::core::{identity, limits, par};
+use crate::evidence::join::{self, JoinedRun};
+use crate::evidence::run;
+use crate::evidence::shard::{Shard, ShardHeader, TraceOrigin};
 
 /// The most cells checked side by side: each holds its joined run in memory.
 const MAX_CELLS_AT_ONCE: usize = 4;
@@ -25,14 +31,14 @@ pub fn verify(dir: &Path) -> Result<Verdict> {
 /// its selection entry and the run `verify` joined (before the checks across
 /// cells, so the verdict still decides whether the campaign is complete): a
 /// reader that needs the runs (the analysis) joins each one once.
-pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crate::evidence::join::JoinedRun)) -> Result<Verdict> {
+pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &JoinedRun)) -> Result<Verdict> {
     let (m, sha) = load_manifest(dir)?;
     let sp = dir.join("selection.json");
     if !sp.exists() {
-        crate::refuse!(crate::core::refusal::Code::NoSuchInput, "reading {} (run `campaign select` first): no such file", sp.display());
+        crate::refuse!(Code::NoSuchInput, "reading {} (run `campaign select` first): no such file", sp.display());
     }
-    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sp, crate::core::limits::MAX_JSON_BYTES)?)
-        .with_context(|| format!("{}: not a selection", sp.display()))?;
+    let sel: Selection =
+        serde_json::from_slice(&limits::read_bounded(&sp, limits::MAX_JSON_BYTES)?).with_context(|| format!("{}: not a selection", sp.display()))?;
     let attempts = read_attempts(dir)?;
     let accepted = accepted_manifests(dir, &m, &sha)?;
     let mut refusals: Vec<(String, String)> = Vec::new();
@@ -45,7 +51,7 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
         }
     }
     let mut passed: Vec<(String, String, Option<String>)> = Vec::new();
-    let mut hardware: Vec<(String, String, crate::campaign::hardware::CellHardware)> = Vec::new();
+    let mut hardware: Vec<(String, String, CellHardware)> = Vec::new();
     // each cell's selected entry, or why it has none
     let picked: Vec<(&Cell, std::result::Result<&Selected, String>)> = m
         .schedule
@@ -72,10 +78,9 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
         }
     }
     let picked: Vec<_> = picked.into_iter().filter(|(c, _)| !c.truth).collect();
-    let threads = crate::core::par::available().min(MAX_CELLS_AT_ONCE);
+    let threads = par::available().min(MAX_CELLS_AT_ONCE);
     for chunk in picked.chunks(threads) {
-        let checked =
-            crate::core::par::map(chunk, threads, &|(c, e)| e.as_ref().map_err(Clone::clone).and_then(|e| check_cell(dir, &m, &accepted, c, e, &attempts)));
+        let checked = par::map(chunk, threads, &|(c, e)| e.as_ref().map_err(Clone::clone).and_then(|e| check_cell(dir, &m, &accepted, c, e, &attempts)));
         for ((c, e), result) in chunk.iter().zip(checked) {
             match result {
                 Ok((walked, hw, joined)) => {
@@ -102,11 +107,11 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &crat
 /// Where a phase that walks a trace walked another than the manifest froze
 /// (the frozen imported trace, by digest), or walked an imported trace where
 /// the manifest froze none: the first such phase, in words.
-fn walked_another_trace(shards: &[crate::evidence::shard::Shard], frozen_sha256: Option<&str>) -> Option<String> {
+fn walked_another_trace(shards: &[Shard], frozen_sha256: Option<&str>) -> Option<String> {
     for sh in shards {
         for p in &sh.header.phases {
             let got = match &p.trace {
-                Some(crate::evidence::shard::TraceOrigin::Imported { sha256, .. }) => Some(sha256.as_str()),
+                Some(TraceOrigin::Imported { sha256, .. }) => Some(sha256.as_str()),
                 _ => None,
             };
             if p.trace.is_some() && got != frozen_sha256 {
@@ -119,7 +124,7 @@ fn walked_another_trace(shards: &[crate::evidence::shard::Shard], frozen_sha256:
 
 /// A refusal as the text `verify` lists for a cell: `refused[CODE]: why`.
 fn coded(code: Code, message: String) -> String {
-    crate::core::refusal::Refusal { code, message }.to_string()
+    Refusal { code, message }.to_string()
 }
 
 /// One cell's refusal, if any; else the digest of the joined-trace file its
@@ -184,11 +189,11 @@ fn check_cell(
     c: &Cell,
     e: &Selected,
     attempts: &[AttemptRecord],
-) -> std::result::Result<(Option<String>, crate::campaign::hardware::CellHardware, crate::evidence::join::JoinedRun), String> {
+) -> std::result::Result<(Option<String>, CellHardware, JoinedRun), String> {
     check_attempt(accepted, c, e, attempts)?;
     let stale = |what: String| coded(Code::StaleManifest, what);
     let run: PathBuf = dir.join(&e.run_dir);
-    let rj = run.join(crate::evidence::run::RUN_FILE);
+    let rj = run.join(run::RUN_FILE);
     match sha256_file(&rj) {
         Ok(d) if d == e.run_json_sha256 => {}
         Ok(d) => return Err(coded(Code::Stale, format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256))),
@@ -202,14 +207,14 @@ fn check_cell(
             Err(_) => return Err(coded(Code::MissingRank, format!("rank {} shard {} is missing", s.rank, p.display()))),
         }
     }
-    let joined = crate::evidence::join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
+    let joined = join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
     // generated shards are not measurements: the refusal's own code, not NOT_JOINABLE
     joined.refuse_synthetic("campaign verify").map_err(|e| format!("{e:#}"))?;
     // identity contradictions
     let want_backend = &m.spec.backend;
     let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;
     let w = &joined.run.workload;
-    let want_phases = crate::core::workload::parse_phases(&m.spec.workload.phases).map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
+    let want_phases = workload::parse_phases(&m.spec.workload.phases).map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
     let ran = [("tokens", w.tokens, m.spec.workload.tokens), ("layers", w.layers, m.spec.workload.layers), ("iters", w.iters, m.spec.workload.iters)];
     for (what, got, want) in ran {
         if got != want {
@@ -233,7 +238,7 @@ fn check_cell(
             return Err(coded(Code::IdentityContradiction, format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank)));
         }
         for (k, v) in &cfg.env {
-            let recorded = crate::core::identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
+            let recorded = identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
             if recorded && !h.identity.env.iter().any(|(ek, ev)| ek == k && ev == v) {
                 return Err(coded(
                     Code::IdentityContradiction,
@@ -249,7 +254,7 @@ fn check_cell(
             }
         }
     }
-    let headers: Vec<&crate::evidence::shard::ShardHeader> = joined.shards.iter().map(|s| &s.header).collect();
+    let headers: Vec<&ShardHeader> = joined.shards.iter().map(|s| &s.header).collect();
     let hw = m.hardware.check_cell(&headers).map_err(|why| coded(Code::HardwareContract, why))?;
     Ok((file_trace, hw, joined))
 }
@@ -298,11 +303,11 @@ fn other_trace_files(passed: &[(String, String, Option<String>)]) -> Vec<(String
 /// The digest of the joined-trace file (`rank --trace`, not frozen by the
 /// manifest) that a cell's phases walked, `None` where they walked none; a
 /// refusal, in words, where its ranks or phases walked different files.
-fn file_trace_walked(shards: &[crate::evidence::shard::Shard]) -> std::result::Result<Option<String>, String> {
-    let mut seen: Option<(&str, u32, crate::core::workload::Phase)> = None;
+fn file_trace_walked(shards: &[Shard]) -> std::result::Result<Option<String>, String> {
+    let mut seen: Option<(&str, u32, Phase)> = None;
     for sh in shards {
         for p in &sh.header.phases {
-            if let Some(crate::evidence::shard::TraceOrigin::File { sha256, .. }) = &p.trace {
+            if let Some(TraceOrigin::File { sha256, .. }) = &p.trace {
                 match seen {
                     None => seen = Some((sha256, sh.header.rank, p.phase)),
                     Some((first, r, ph)) if first != sha256 => {
@@ -319,16 +324,17 @@ fn file_trace_walked(shards: &[crate::evidence::shard::Shard]) -> std::result::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::shard::{self, Shard};
 
     #[test]
     fn verify_refuses_a_phase_that_walked_another_trace_than_the_frozen_one() {
         let phase = |trace: serde_json::Value| {
-            let h = crate::evidence::shard::test_header(
+            let h = shard::test_header(
                 "cpu",
                 serde_json::json!([{"phase": "replay", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
                     "quantum_ns": null, "trace": trace, "collectives": 1}]),
             );
-            vec![crate::evidence::shard::Shard { header: h, body: Default::default() }]
+            vec![Shard { header: h, body: Default::default() }]
         };
         let imported = |sha: &str| {
             serde_json::json!({"Imported": {"path": "trace.json", "sha256": sha, "source_rank": 0,
@@ -354,9 +360,9 @@ mod tests {
                         "quantum_ns": null, "trace": t, "collectives": 1})
                 })
                 .collect();
-            let mut h = crate::evidence::shard::test_header("cpu", serde_json::Value::Array(phases));
+            let mut h = shard::test_header("cpu", serde_json::Value::Array(phases));
             h.rank = rank;
-            crate::evidence::shard::Shard { header: h, body: Default::default() }
+            Shard { header: h, body: Default::default() }
         };
         let file = |sha: &str| serde_json::json!({"File": {"path": "t.jsonl", "sha256": sha, "source_rank": 0}});
         let blocking = serde_json::json!("ThisRunBlocking");
