@@ -1,8 +1,12 @@
 //! `canary compile|verify|reduce|redact|inspect`, `synth` and `import run`:
 //! arguments and the command functions (the stages are in [`crate::canary`]).
 use crate::canary::artifact::{self, Method};
-use crate::canary::{baseline, compile, reduce, synth, verify};
-use crate::core::refusal::Code;
+use crate::canary::redaction::RedactRun;
+use crate::canary::{baseline, compile, redaction, reduce, synth, verify, verify_page};
+use crate::core::refusal::{refuse, Code};
+use crate::core::workload::Phase;
+use crate::core::{fsutil, limits};
+use crate::evidence::commtrace::{self, from_run, CommTrace};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::io::Write;
@@ -157,7 +161,7 @@ pub struct ImportRunArgs {
     /// The phase whose collectives become the trace.
     // parsed by `FromStr`, not `ValueEnum`: help lists no values and an unknown phase names the known ones
     #[arg(long, default_value = "blocking", value_parser = <crate::core::workload::Phase as std::str::FromStr>::from_str)]
-    pub phase: crate::core::workload::Phase,
+    pub phase: Phase,
     /// Communication trace to write (never overwritten).
     #[arg(short = 'o', long = "out", alias = "output")]
     pub out: PathBuf,
@@ -189,10 +193,9 @@ pub(crate) fn check_ranges(c: &CanaryCommand) -> Result<()> {
     }
 }
 
-fn read_trace(p: &Path) -> Result<(crate::evidence::commtrace::CommTrace, Vec<u8>)> {
-    let bytes = crate::core::limits::read_bounded(p, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
-    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes)
-        .map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
+fn read_trace(p: &Path) -> Result<(CommTrace, Vec<u8>)> {
+    let bytes = limits::read_bounded(p, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
+    let t = CommTrace::from_slice(&bytes).map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
     Ok((t, bytes))
 }
 
@@ -278,7 +281,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             };
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &mut log)?;
-            crate::core::fsutil::write_new_atomic(&o.out.join("report.html"), crate::canary::verify_page::page(&r).as_bytes())?;
+            fsutil::write_new_atomic(&o.out.join("report.html"), verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
@@ -310,9 +313,8 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
         }
         CanaryCommand::Redact(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
-            let o =
-                crate::canary::redaction::RedactRun { trace: a.trace, out: a.out, quantize_ns: a.quantize_ns, drop_names: a.drop_names, configs: a.configs };
-            crate::canary::redaction::run(&t, &bytes, &o, out)?;
+            let o = RedactRun { trace: a.trace, out: a.out, quantize_ns: a.quantize_ns, drop_names: a.drop_names, configs: a.configs };
+            redaction::run(&t, &bytes, &o, out)?;
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
@@ -321,7 +323,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
 /// `synth`.
 pub(crate) fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
     let t = synth::synth(a.events, a.ranks, a.seed)?;
-    crate::core::fsutil::write_json_new(&a.out, &t)?;
+    fsutil::write_json_new(&a.out, &t)?;
     let specials = synth::specials(a.events, a.ranks, a.seed);
     writeln!(
         out,
@@ -338,9 +340,9 @@ pub(crate) fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
 
 /// `import run`.
 pub(crate) fn import_run(a: ImportRunArgs, out: &mut dyn Write) -> Result<()> {
-    let t = crate::evidence::commtrace::from_run::import_run(&a.run_dir, a.phase)?;
-    crate::core::fsutil::write_json_new(&a.out, &t)?;
-    write!(out, "{}", crate::evidence::commtrace::render_counts(&t))?;
+    let t = from_run::import_run(&a.run_dir, a.phase)?;
+    fsutil::write_json_new(&a.out, &t)?;
+    write!(out, "{}", commtrace::render_counts(&t))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
 }

@@ -5,8 +5,30 @@
 //! Consumes: a parsed [`Cli`]. Produces: human or `--json` output on the given
 //! writer, files the command names (written atomically, never replacing),
 //! and an exit code. Refuses: whatever the stage it calls refuses.
-use crate::cli::{Cli, Command, JoinArgs};
+use crate::analysis::overlap::IntervalSource;
+use crate::analysis::queue::{self, QueueResult};
+use crate::analysis::ranking::{self, ConfigSummary, Relation};
+use crate::analysis::{capacity, summary};
+use crate::backend::cpu::trace_exec::replay;
+use crate::backend::cuda::trace_exec;
+use crate::backend::replay::ReplayOptions;
+use crate::campaign::chain::Verdict;
+use crate::canary::artifact;
+use crate::canary::redact::{self, AuditLog, RedactOptions};
+use crate::cli::{canary, schema, Cli, Command, JoinArgs};
 use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_MESSAGE_BYTES, MAX_RANK, MAX_REQUESTS};
+use crate::core::refusal::{self, Code};
+use crate::core::workload::Phase;
+use crate::core::{fsutil, limits, par, units};
+use crate::evidence::commtrace::exec::Pace;
+use crate::evidence::commtrace::{self, p2p, CommTrace};
+use crate::evidence::shard::{self, BackendKind};
+use crate::evidence::{inspect, join, synth_shards};
+use crate::rank::bench::{self, BenchOptions};
+use crate::rank::capture::{self, CaptureOptions};
+use crate::rank::doctor;
+use crate::report::run::{self, Analyze, RunOptions};
+use crate::report::{campaign, export, pick};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::process::ExitCode;
@@ -22,51 +44,51 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Validate(a) => return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX))),
         Command::Rank(a) => crate::rank::run(*a)?,
         Command::Join(a) => join(a, out)?,
-        Command::Inspect(a) => writeln!(out, "{}", crate::evidence::inspect::inspect(&a.file, a.header_only)?)?,
-        Command::BenchOverhead(a) => crate::rank::bench::run(a)?,
+        Command::Inspect(a) => writeln!(out, "{}", inspect::inspect(&a.file, a.header_only)?)?,
+        Command::BenchOverhead(a) => bench::run(a)?,
         Command::Overlap(a) => overlap(a, out)?,
         Command::Campaign(c) => campaign(c, out)?,
         Command::Compare(a) => compare(a, out)?,
         Command::Queue(a) => queue(a, out)?,
         Command::Capacity(a) => {
-            let c = crate::analysis::capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
+            let c = capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
             } else {
-                write!(out, "{}", crate::analysis::capacity::render(&c))?;
+                write!(out, "{}", capacity::render(&c))?;
             }
         }
         Command::Export(crate::cli::ExportCommand::Chrome(a)) => {
-            let joined = crate::evidence::join::join_dir(&a.run_dir)?;
-            let trace = crate::report::export::chrome_trace(&joined);
+            let joined = join::join_dir(&a.run_dir)?;
+            let trace = export::chrome_trace(&joined);
             let bytes = serde_json::to_vec(&trace)?;
-            crate::core::fsutil::write_new_atomic(&a.output, &bytes)?;
+            fsutil::write_new_atomic(&a.output, &bytes)?;
             eprintln!("wrote {} ({} events)", a.output.display(), trace["traceEvents"].as_array().map_or(0, |v| v.len()));
         }
         Command::Export(crate::cli::ExportCommand::Param(a)) => export_trace(a, "param")?,
         Command::Export(crate::cli::ExportCommand::Et(a)) => export_trace(a, "et")?,
-        Command::Import(crate::cli::ImportCommand::Run(a)) => crate::cli::canary::import_run(a, out)?,
+        Command::Import(crate::cli::ImportCommand::Run(a)) => canary::import_run(a, out)?,
         Command::Import(crate::cli::ImportCommand::Mpi(a)) => import_mpi(a, out)?,
-        Command::Capture(a) => return crate::rank::capture::run(&crate::rank::capture::CaptureOptions { dir: a.output, lib: a.lib, app: a.app }),
+        Command::Capture(a) => return capture::run(&CaptureOptions { dir: a.output, lib: a.lib, app: a.app }),
         Command::Import(c) => import(c, out)?,
-        Command::Synth(a) => crate::cli::canary::synth_cmd(a, out)?,
+        Command::Synth(a) => canary::synth_cmd(a, out)?,
         Command::Canary(c) => {
-            return crate::cli::canary::canary(c, out);
+            return canary::canary(c, out);
         }
         Command::ReplayTrace(a) => {
             if a.backend == crate::backend::BackendChoice::Cuda {
                 // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
-                if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
-                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
+                if let Ok(t) = CommTrace::read(&a.trace) {
+                    p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
                 }
             }
-            let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
+            let cuda = a.backend.resolve()?.0 == BackendKind::Cuda;
             eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
             let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
             if cupti && !cuda {
                 anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
             }
-            let paced = pace != crate::evidence::commtrace::exec::Pace::None;
+            let paced = pace != Pace::None;
             let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
             let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
             settings.push(match op {
@@ -77,33 +99,33 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             settings.extend((!warmup).then(|| "--no-warmup".to_string()));
             settings.extend(cupti.then(|| "--cupti".to_string()));
             settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
-            let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
-            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
+            let opts = ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
+            commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
                 if cuda {
                     // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
+                    p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
                     let timeout = std::time::Duration::from_secs(300);
-                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
+                    trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
                 } else {
-                    crate::backend::cpu::trace_exec::replay(world, trace, &opts)
+                    replay(world, trace, &opts)
                 }
             })?
         }
         Command::Doctor(a) => {
-            let (r, all_ok) = crate::rank::doctor::report(&a.nccl_lib);
+            let (r, all_ok) = doctor::report(&a.nccl_lib);
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
-                write!(out, "{}", crate::rank::doctor::render(&r))?;
+                write!(out, "{}", doctor::render(&r))?;
             }
             if !all_ok {
                 anyhow::bail!("an NCCL library named with --nccl-lib did not load and verify (see above)");
             }
         }
-        Command::Schema(a) => write!(out, "{}", crate::cli::schema::schema_json(&a.name)?)?,
+        Command::Schema(a) => write!(out, "{}", schema::schema_json(&a.name)?)?,
         Command::SynthShards(a) => {
-            let threads = a.threads.unwrap_or_else(crate::core::par::available);
-            let r = crate::evidence::synth_shards::write_run(&a.out, a.ranks, a.collectives, a.seed, threads, a.format_version)?;
+            let threads = a.threads.unwrap_or_else(par::available);
+            let r = synth_shards::write_run(&a.out, a.ranks, a.collectives, a.seed, threads, a.format_version)?;
             let bytes: u64 = r.shards.iter().map(|s| s.size_bytes).sum();
             writeln!(
                 out,
@@ -115,12 +137,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             )?;
         }
         Command::Summarize(a) => {
-            let runs = a.runs.iter().map(|s| crate::analysis::summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
-            let s = crate::analysis::summary::summarize(&runs)?;
+            let runs = a.runs.iter().map(|s| summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
+            let s = summary::summarize(&runs)?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
             } else {
-                write!(out, "{}", crate::analysis::summary::render(&s))?;
+                write!(out, "{}", summary::render(&s))?;
             }
         }
     }
@@ -133,11 +155,11 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     let (kind, a) = match c {
         ImportCommand::Kineto(a) => (SourceKind::Kineto, a),
         ImportCommand::Et(a) => (SourceKind::ExecutionTrace, a),
-        ImportCommand::Run(a) => return crate::cli::canary::import_run(a, out),
+        ImportCommand::Run(a) => return canary::import_run(a, out),
         ImportCommand::Mpi(a) => return import_mpi(a, out),
     };
-    let t = import_files(kind, &a.files, &Limits::default()).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
-    crate::core::fsutil::write_json_new(&a.output, &t)?;
+    let t = import_files(kind, &a.files, &Limits::default()).map_err(refusal::or_code(Code::BadInput))?;
+    fsutil::write_json_new(&a.output, &t)?;
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?)?;
     } else {
@@ -150,8 +172,8 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
 fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     use crate::evidence::commtrace::{mpi, render_counts, Limits};
     let cap = mpi::read_dir(&a.dir, a.allow_incomplete, &Limits::default())?;
-    let t = mpi::to_trace_with(&cap, a.for_phases).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
-    crate::core::fsutil::write_json_new(&a.output, &t)?;
+    let t = mpi::to_trace_with(&cap, a.for_phases).map_err(refusal::or_code(Code::BadInput))?;
+    fsutil::write_json_new(&a.output, &t)?;
     let m = t.mpi.as_ref().context("import mpi wrote no mpi section")?;
     if a.json {
         let per_rank: Vec<serde_json::Value> = (0..m.calls.len())
@@ -186,15 +208,15 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
 
 fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     use crate::evidence::commtrace::{export, CommTrace};
-    let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
+    let bad_input = refusal::or_code(Code::BadInput);
     let (t, input_sha256) = CommTrace::read_with_sha256(&a.trace).map_err(&bad_input)?;
     let mut audit = None;
     let t = if a.redact {
-        let (r, transforms) = crate::canary::redact::redact(&t, &crate::canary::redact::RedactOptions { quantize_ns: a.quantize_ns, drop_names: false })?;
-        audit = Some(crate::canary::redact::AuditLog {
+        let (r, transforms) = redact::redact(&t, &RedactOptions { quantize_ns: a.quantize_ns, drop_names: false })?;
+        audit = Some(AuditLog {
             format_version: 1,
             input_sha256,
-            output_sha256: crate::canary::artifact::canonical_sha256(&r)?,
+            output_sha256: artifact::canonical_sha256(&r)?,
             transforms,
             decision_survives: Some(format!(
                 "not re-verified by export; `commcanary canary redact {} -o FILE --configs SPEC` re-verifies the ranking on replays",
@@ -208,10 +230,10 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     let docs = if to == "param" { export::param(&t) } else { export::et(&t) }.map_err(&bad_input)?;
     std::fs::create_dir_all(&a.output).with_context(|| format!("creating {}", a.output.display()))?;
     if let Some(audit) = &audit {
-        crate::core::fsutil::write_json_new(&a.output.join("redaction.audit.json"), audit)?;
+        fsutil::write_json_new(&a.output.join("redaction.audit.json"), audit)?;
     }
     for (rank, doc) in &docs {
-        crate::core::fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
+        fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
     }
     eprintln!("wrote {} files to {}{}", docs.len(), a.output.display(), if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" });
     Ok(())
@@ -220,8 +242,8 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
 fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
     use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
     if let Some(f) = &a.intervals {
-        let bytes = crate::core::limits::read_bounded(f, crate::core::limits::MAX_JSON_BYTES)?;
-        let bad_input = crate::core::refusal::or_code(crate::core::refusal::Code::BadInput);
+        let bytes = limits::read_bounded(f, limits::MAX_JSON_BYTES)?;
+        let bad_input = refusal::or_code(Code::BadInput);
         let iv: IntervalFile = serde_json::from_slice(&bytes)
             .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))
             .map_err(&bad_input)?;
@@ -240,7 +262,7 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
         return Ok(());
     }
     let dir = a.run_dir.as_ref().expect("clap requires run_dir without --intervals");
-    let joined = crate::evidence::join::join_dir(dir)?;
+    let joined = join::join_dir(dir)?;
     let rows = per_phase(&joined.shards)?;
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
@@ -253,9 +275,9 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
         let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
         for r in rows {
             let src = match r.source {
-                crate::analysis::overlap::IntervalSource::CuptiKernels => "CUPTI kernels",
-                crate::analysis::overlap::IntervalSource::DeviceEvents => "CUDA events",
-                crate::analysis::overlap::IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
+                IntervalSource::CuptiKernels => "CUPTI kernels",
+                IntervalSource::DeviceEvents => "CUDA events",
+                IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
             };
             writeln!(
                 out,
@@ -277,16 +299,16 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
 /// One side of a comparison: summaries, evidence, the declared rule and,
 /// for a campaign, the relations its analysis decided (pair order of the summaries).
 struct Side {
-    rows: Vec<crate::analysis::ranking::ConfigSummary>,
+    rows: Vec<ConfigSummary>,
     evidence: String,
-    rule: Option<crate::analysis::ranking::TiePolicy>,
-    relations: Option<Vec<crate::analysis::ranking::Relation>>,
+    rule: Option<ranking::TiePolicy>,
+    relations: Option<Vec<Relation>>,
 }
 
 /// A campaign's analysis input, only once `verify` passes.
-fn verified_input(dir: &std::path::Path) -> Result<(crate::campaign::chain::Verdict, crate::analysis::AnalysisInput)> {
-    let (v, read) = crate::report::campaign::verified(dir)?;
-    Ok((v, crate::report::campaign::collect_read(dir, read)?.0))
+fn verified_input(dir: &std::path::Path) -> Result<(Verdict, crate::analysis::AnalysisInput)> {
+    let (v, read) = campaign::verified(dir)?;
+    Ok((v, campaign::collect_read(dir, read)?.0))
 }
 
 /// One side of a comparison. A campaign is analyzed once however many
@@ -302,7 +324,7 @@ fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
         NcclTestsMetric::GeoMeanCommon => format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len()),
     };
     Ok(Side {
-        rows: times.into_iter().map(|(config, median_us)| crate::analysis::ranking::ConfigSummary { config, median_us, iqr_us: None }).collect(),
+        rows: times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect(),
         evidence: format!("reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval", tables.len(), dir.display()),
         rule: None,
         relations: None,
@@ -312,7 +334,7 @@ fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
 fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>) -> Result<Side> {
     if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
         let dir = std::path::Path::new(dir);
-        let phase: crate::core::workload::Phase = phase.parse()?;
+        let phase: Phase = phase.parse()?;
         if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
             let (v, input) = verified_input(dir)?;
             let ev = format!("measured: verified campaign {} (manifest {})", input.context.campaign_id, &input.context.manifest_sha256[..12]);
@@ -338,9 +360,8 @@ fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(std::path::PathBuf
     if path.is_dir() && !path.join("manifest.json").exists() {
         return nccl_tests_side(path, size);
     }
-    let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES)
-        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
-    let rows = crate::analysis::ranking::parse_csv(&text, spec).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?;
+    let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+    let rows = ranking::parse_csv(&text, spec).map_err(refusal::or_code(Code::BadInput))?;
     Ok(Side {
         rows,
         evidence: format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"),
@@ -354,31 +375,27 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     let load = match a.mode {
         crate::cli::QueueMode::Open => {
             let Some(interval_ms) = a.interval_ms else {
-                crate::refuse!(crate::core::refusal::Code::BadArgument, "--mode open needs --interval-ms");
+                crate::refuse!(Code::BadArgument, "--mode open needs --interval-ms");
             };
             Load::Open { arrival: a.arrival, interval_ms, seed: a.seed }
         }
         crate::cli::QueueMode::Closed => {
             let Some(clients) = a.clients else {
-                crate::refuse!(crate::core::refusal::Code::BadArgument, "--mode closed needs --clients");
+                crate::refuse!(Code::BadArgument, "--mode closed needs --clients");
             };
             Load::Closed { clients, think_ms: a.think_ms }
         }
     };
     // (label, service times ms)
     let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
-        let text = crate::core::limits::read_text_bounded(f, crate::core::limits::MAX_TEXT_TABLE_BYTES)?;
+        let text = limits::read_text_bounded(f, limits::MAX_TEXT_TABLE_BYTES)?;
         (
-            vec![(
-                f.display().to_string(),
-                crate::analysis::queue::parse_service_times(&text, &f.display().to_string())
-                    .map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadInput))?,
-            )],
+            vec![(f.display().to_string(), queue::parse_service_times(&text, &f.display().to_string()).map_err(refusal::or_code(Code::BadInput))?)],
             format!("service times from {} (provenance: whoever wrote the file)", f.display()),
         )
     } else {
         let dir = a.campaign.as_ref().expect("clap requires one");
-        let phase: crate::core::workload::Phase = a.phase.parse()?;
+        let phase: Phase = a.phase.parse()?;
         let (_, input) = verified_input(dir)?;
         let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("{}: no phase {phase}", dir.display()))?;
         if !phase.has_tokens() {
@@ -409,8 +426,8 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
         results.push((label.clone(), simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?));
     }
     // labels ordered by a key of their result (stable: ties keep input order)
-    let ranked = |key: &dyn Fn(&crate::analysis::queue::QueueResult) -> f64, descending: bool| -> Vec<&str> {
-        let mut v: Vec<&(String, crate::analysis::queue::QueueResult)> = results.iter().collect();
+    let ranked = |key: &dyn Fn(&QueueResult) -> f64, descending: bool| -> Vec<&str> {
+        let mut v: Vec<&(String, QueueResult)> = results.iter().collect();
         v.sort_by(|x, y| if descending { key(&y.1).total_cmp(&key(&x.1)) } else { key(&x.1).total_cmp(&key(&y.1)) });
         v.into_iter().map(|r| r.0.as_str()).collect()
     };
@@ -465,7 +482,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
 
 fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
     let mut analyzed = None;
-    let size = a.size.as_deref().map(crate::core::units::parse_bytes).transpose().context("--size")?;
+    let size = a.size.as_deref().map(units::parse_bytes).transpose().context("--size")?;
     let p = side(&a.proxy, size, &mut analyzed)?;
     let t = side(&a.truth, size, &mut analyzed)?;
     if let (Some(x), Some(y)) = (p.rule, t.rule) {
@@ -477,11 +494,11 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
     let evidence = if p.evidence == t.evidence { p.evidence.clone() } else { format!("proxy: {}; truth: {}", p.evidence, t.evidence) };
     let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
     let c = match (&p.relations, &t.relations) {
-        (Some(pr), Some(tr)) if same_order => crate::analysis::ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
-        _ if rule == crate::analysis::ranking::TiePolicy::Interval => {
+        (Some(pr), Some(tr)) if same_order => ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
+        _ if rule == ranking::TiePolicy::Interval => {
             anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
         }
-        _ => crate::analysis::ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
+        _ => ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
     };
     let p = p.rows;
     if a.json {
@@ -520,9 +537,9 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
     use crate::campaign::{self as cp, chain};
     use crate::cli::CampaignCommand as C;
     match c {
-        C::Plan { spec, output } => crate::report::run::plan(&spec, &output, out)?,
+        C::Plan { spec, output } => run::plan(&spec, &output, out)?,
         C::Run { spec, output, retries, cell_timeout_s, reveal, verbose } => {
-            crate::report::run::run(&spec, &output, &crate::report::run::RunOptions { retries, cell_timeout_s, reveal, verbose }, out)?
+            run::run(&spec, &output, &RunOptions { retries, cell_timeout_s, reveal, verbose }, out)?
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
@@ -531,7 +548,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             let left = chain::cells_without_success(&dir, cell)?;
             if !left.is_empty() {
                 crate::refuse!(
-                    crate::core::refusal::Code::FailedAttempt,
+                    Code::FailedAttempt,
                     "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in attempts.jsonl; exec again to retry them)",
                     dir.display(),
                     left.len(),
@@ -539,10 +556,10 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
                 );
             }
         }
-        C::Select { dir, policy } => crate::report::run::select(&dir, policy, out)?,
-        C::Verify { dir, json } => crate::report::run::verify(&dir, json, out)?,
+        C::Select { dir, policy } => run::select(&dir, policy, out)?,
+        C::Verify { dir, json } => run::verify(&dir, json, out)?,
         C::Analyze { dir, json, diagnostics, reveal, report_dir, verbose, csv } => {
-            crate::report::run::analyze(&dir, &crate::report::run::Analyze { json, diagnostics, reveal, report_dir, verbose, csv }, out)?
+            run::analyze(&dir, &Analyze { json, diagnostics, reveal, report_dir, verbose, csv }, out)?
         }
         C::Archive { dir, output, descriptor } => {
             let desc = descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
@@ -563,19 +580,19 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         }
         C::Power { dir, phase, min_effect_pct } => {
             let (_, input) = verified_input(&dir)?;
-            let phase: crate::core::workload::Phase = match phase {
+            let phase: Phase = match phase {
                 Some(p) => p.parse()?,
-                None => input.canary.as_ref().map(|c| c.2).unwrap_or(crate::core::workload::Phase::Blocking),
+                None => input.canary.as_ref().map(|c| c.2).unwrap_or(Phase::Blocking),
             };
             let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
             if m.is_nan() || m < 0.0 {
                 anyhow::bail!("--min-effect-pct {m}: must be non-negative");
             }
-            write!(out, "{}", crate::report::campaign::power_text(&input, phase, m)?)?;
+            write!(out, "{}", campaign::power_text(&input, phase, m)?)?;
         }
         C::Replicate { a, b, json } => {
-            let (ra, na) = crate::report::campaign::analyze_for_replication(&a)?;
-            let (rb, nb) = crate::report::campaign::analyze_for_replication(&b)?;
+            let (ra, na) = campaign::analyze_for_replication(&a)?;
+            let (rb, nb) = campaign::analyze_for_replication(&b)?;
             let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
             let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
             if json {
@@ -585,8 +602,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             }
         }
         C::ExportPick { dir, output, by } => {
-            let p = crate::report::pick::pick(&dir, by.as_deref())?;
-            crate::core::fsutil::write_new_atomic(&output, crate::report::pick::env_file(&p).as_bytes())?;
+            let p = pick::pick(&dir, by.as_deref())?;
+            fsutil::write_new_atomic(&output, pick::env_file(&p).as_bytes())?;
             writeln!(out, "wrote {}: configuration {} ({} variable(s)); picked by {}", output.display(), p.name, p.env.len(), p.why)?;
             writeln!(
                 out,
@@ -597,7 +614,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = crate::report::pick::confirm(&dir, &pick, rounds, &output)?;
+            let c = pick::confirm(&dir, &pick, rounds, &output)?;
             let t = c.report.truth.as_ref().context("truth section")?;
             for row in &t.rows {
                 writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
@@ -626,13 +643,13 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
 
 fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
     // the streaming join: the run is never held in memory whole (evidence::join's module doc)
-    let threads = a.threads.unwrap_or_else(crate::core::par::available);
+    let threads = a.threads.unwrap_or_else(par::available);
     let summary = match &a.events_out {
         Some(p) => {
             let (mut summary, mut joined_ok) = (None, true);
-            crate::core::fsutil::write_new_atomic_with(p, &mut |w| {
+            fsutil::write_new_atomic_with(p, &mut |w| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
-                let s = crate::evidence::join::join_summary_streaming(&a.run_dir, threads, Some(&mut w)).inspect_err(|_| joined_ok = false)?;
+                let s = join::join_summary_streaming(&a.run_dir, threads, Some(&mut w)).inspect_err(|_| joined_ok = false)?;
                 w.flush()?;
                 summary = Some(s);
                 Ok(())
@@ -641,12 +658,12 @@ fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
             .map_err(|e| if joined_ok { e.context(format!("writing joined trace {}", p.display())) } else { e })?;
             summary.expect("written only after the join")
         }
-        None => crate::evidence::join::join_summary_streaming(&a.run_dir, threads, None)?,
+        None => join::join_summary_streaming(&a.run_dir, threads, None)?,
     };
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
     } else {
-        write!(out, "{}", crate::evidence::join::render_summary(&summary))?;
+        write!(out, "{}", join::render_summary(&summary))?;
     }
     Ok(())
 }
@@ -678,8 +695,8 @@ fn capacity_args(a: &crate::cli::CapacityArgs) -> Result<()> {
 }
 
 /// `bench-overhead`'s numbers.
-fn bench_args(a: &crate::rank::bench::BenchOptions) -> Result<()> {
-    int("--size", crate::core::units::parse_bytes(&a.size)?, 4, MAX_MESSAGE_BYTES)?;
+fn bench_args(a: &BenchOptions) -> Result<()> {
+    int("--size", units::parse_bytes(&a.size)?, 4, MAX_MESSAGE_BYTES)?;
     sizes("--sizes", &a.sizes)?;
     int("--iters", a.iters, 1, 10_000_000)?;
     int("--reps", a.reps, 1, 10_000)?;
@@ -696,13 +713,13 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
         Command::Validate(_) => Ok(()),
         Command::BenchOverhead(a) => bench_args(a),
         Command::Compare(a) => match &a.size {
-            Some(s) => int("--size", crate::core::units::parse_bytes(s)?, 1, 1 << 40),
+            Some(s) => int("--size", units::parse_bytes(s)?, 1, 1 << 40),
             None => Ok(()),
         },
         Command::SynthShards(a) => {
-            int("--ranks", a.ranks, 1, crate::core::limits::MAX_WORLD_SIZE)?;
+            int("--ranks", a.ranks, 1, limits::MAX_WORLD_SIZE)?;
             int("--collectives", a.collectives, 1, u64::from(u32::MAX))?;
-            int("--format-version", a.format_version, 6, crate::evidence::shard::SHARD_FORMAT_VERSION)?;
+            int("--format-version", a.format_version, 6, shard::SHARD_FORMAT_VERSION)?;
             int("--threads", a.threads.unwrap_or(1), 1, 1024)
         }
         Command::Join(a) => int("--threads", a.threads.unwrap_or(1), 1, 1024),
@@ -710,7 +727,7 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
             int("--events", a.events, 1, 10_000_000)?;
             int("--ranks", a.ranks, 1, 4096)
         }
-        Command::Canary(c) => crate::cli::canary::check_ranges(c),
+        Command::Canary(c) => canary::check_ranges(c),
         Command::Export(crate::cli::ExportCommand::Param(a) | crate::cli::ExportCommand::Et(a)) => int("--quantize-ns", a.quantize_ns, 0, 60_000_000_000),
         Command::Queue(a) => queue_args(a),
         Command::Capacity(a) => capacity_args(a),
@@ -744,6 +761,7 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::refusal::{self, Code};
     use clap::Parser;
 
     /// Run a command line through the command layer; its stdout, or its error.
@@ -769,9 +787,9 @@ mod tests {
     #[test]
     fn ranges_are_checked_before_the_command_runs() {
         let e = run_args(&["capacity", "--demand=-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap_err();
-        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::OutOfRange), "{e:#}");
+        assert_eq!(refusal::code_of(&e), Some(Code::OutOfRange), "{e:#}");
         let e = run_args(&["queue", "--service-times", "/nonexistent", "--mode", "closed", "--clients", "0"]).unwrap_err();
-        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::OutOfRange), "{e:#}");
+        assert_eq!(refusal::code_of(&e), Some(Code::OutOfRange), "{e:#}");
     }
 
     #[test]
@@ -784,7 +802,7 @@ mod tests {
         assert!(text.contains("rank by median response") && text.contains("coordinated omission"), "{text}");
         std::fs::write(&f, "1.0\nfast\n").unwrap();
         let e = run_args(&["queue", "--service-times", fs, "--mode", "open", "--interval-ms", "1"]).unwrap_err();
-        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadInput), "{e:#}");
+        assert_eq!(refusal::code_of(&e), Some(Code::BadInput), "{e:#}");
         assert!(format!("{e:#}").contains("svc.txt:2"), "{e:#}");
     }
 }

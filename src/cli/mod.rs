@@ -54,9 +54,9 @@ pub enum Command {
     Validate(crate::validate::ValidateArgs),
     /// Canaries: compile a trace into a small replay, verify it against the trace on real replays, reduce, redact
     #[command(subcommand)]
-    Canary(crate::cli::canary::CanaryCommand),
+    Canary(CanaryCommand),
     /// Write a deterministic synthetic communication trace (for tests and examples)
-    Synth(crate::cli::canary::SynthArgs),
+    Synth(SynthArgs),
     /// Write a run of GENERATED shards (marked synthetic in every header) to benchmark `join`; verify, analyze and summarize refuse them
     #[command(name = "synth-shards")]
     SynthShards(SynthShardsArgs),
@@ -64,9 +64,16 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Per-collective instrumentation overhead, CPU or CUDA (run under mpirun; a benchmark, not a test)
     #[command(name = "bench-overhead")]
-    BenchOverhead(crate::rank::bench::BenchOptions),
+    BenchOverhead(BenchOptions),
 }
 
+use crate::analysis::queue::Arrival;
+use crate::analysis::ranking;
+use crate::campaign::chain::SelectPolicy;
+use crate::cli::canary::{CanaryCommand, ImportRunArgs, SynthArgs};
+use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::Pace;
+use crate::rank::bench::BenchOptions;
 pub use crate::rank::{ClockMode, ClockSyncChoice};
 
 /// `commcanary join`.
@@ -206,12 +213,12 @@ pub struct ReplayTraceArgs {
     pub check: bool,
     /// Reduction of all-reduce, reduce and reduce-scatter (default sum: the traces do not record it).
     #[arg(long, value_enum)]
-    pub op: Option<crate::core::workload::ReduceOp>,
+    pub op: Option<ReduceOp>,
     /// Pace by the trace's gaps waited on the host (`gaps`), back to back
     /// (`none`), by the recorded compute re-created on the device
     /// (`workload`, cuda), or by the gaps spun on the device (`device-gaps`, cuda).
     #[arg(long, value_enum, default_value = "gaps")]
-    pub pace: crate::evidence::commtrace::exec::Pace,
+    pub pace: Pace,
     /// Negative control: corrupt every result on this rank (--check must fail).
     #[arg(long, hide = true)]
     pub corrupt_rank: Option<u32>,
@@ -237,7 +244,7 @@ pub enum ImportCommand {
     /// PyTorch execution trace (Chakra ET JSON), one file per rank, gzip accepted
     Et(ImportArgs),
     /// A verified CommCanary run directory: one phase's collectives with their gaps and compute
-    Run(crate::cli::canary::ImportRunArgs),
+    Run(ImportRunArgs),
     /// An MPI application's capture folder (`commcanary capture -o DIR`), one file per rank
     Mpi(ImportMpiArgs),
 }
@@ -355,7 +362,7 @@ pub enum CampaignCommand {
         dir: PathBuf,
         /// Which successful attempt to take.
         #[arg(long, value_enum, default_value = "first-success")]
-        policy: crate::campaign::chain::SelectPolicy,
+        policy: SelectPolicy,
     },
     /// Completeness: refuse missing, duplicate, failed, stale or unexpected cells and identity contradictions
     Verify {
@@ -490,7 +497,7 @@ pub struct QueueArgs {
     pub mode: QueueMode,
     /// Open: arrival process.
     #[arg(long, value_enum, default_value = "poisson")]
-    pub arrival: crate::analysis::queue::Arrival,
+    pub arrival: Arrival,
     /// Open: mean inter-arrival time, ms.
     #[arg(long)]
     pub interval_ms: Option<f64>,
@@ -553,7 +560,7 @@ pub struct CompareArgs {
     pub csv: bool,
     /// Tie rule (a campaign's manifest declares its own; this applies to tables).
     #[arg(long, value_enum, default_value = "strict")]
-    pub tie_policy: crate::analysis::ranking::TiePolicy,
+    pub tie_policy: ranking::TiePolicy,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
