@@ -9,11 +9,23 @@
 //! other bytes (the same bytes are accepted).
 //!
 //! What the input holds: docs/METHODS.md, "Gathering the report input".
+use crate::analysis::overlap::IntervalSource;
+use crate::analysis::truth::TruthInput;
 use crate::analysis::{
-    AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt, TraceClaim, TraceKindClaim,
+    inference, overlap, summary, AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt,
+    TraceClaim, TraceKindClaim,
 };
-use crate::campaign::chain::{load_manifest, Selection};
+use crate::campaign::chain::{load_manifest, read_attempts, verify_visiting, Selected, Selection, Verdict};
+use crate::campaign::spec::{KnownBad, TraceCanary};
+use crate::campaign::truth::{self, Better, TruthRecord};
+use crate::core::clock::{ClockModel, WindowEstimate};
+use crate::core::refusal::Code;
 use crate::core::workload::Phase;
+use crate::core::{fsutil, limits, stats};
+use crate::evidence::commtrace;
+use crate::evidence::join::{self, DelayControlReport, JoinedRun};
+use crate::evidence::shard::{self, BackendKind, ShardHeader, TraceOrigin};
+use crate::report::{html, plots};
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -21,14 +33,14 @@ use std::path::Path;
 /// Window of the overlap excerpt, in communication intervals (two tokens of 32 layers).
 const EXCERPT_COLLECTIVES: usize = 64;
 
-fn excerpt(j: &crate::evidence::join::JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> {
+fn excerpt(j: &JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> {
     let s = j.shards.first()?;
-    if s.header.backend != crate::evidence::shard::BackendKind::Cuda {
+    if s.header.backend != BackendKind::Cuda {
         return None;
     }
     let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking].into_iter().find(|p| s.header.workload.phases.contains(p))?;
-    let (source, compute, comm) = crate::analysis::overlap::phase_intervals_ns(s, phase);
-    if source == crate::analysis::overlap::IntervalSource::Host {
+    let (source, compute, comm) = overlap::phase_intervals_ns(s, phase);
+    if source == IntervalSource::Host {
         return None;
     }
     let mut comm = comm;
@@ -59,11 +71,11 @@ pub(crate) struct JobRead {
     /// ([`crate::analysis::summary::job_samples_us`]).
     samples_us: Vec<(Phase, Vec<f64>)>,
     /// The injected-delay control `join` saw.
-    delay: Option<crate::evidence::join::DelayControlReport>,
+    delay: Option<DelayControlReport>,
     /// Every rank's shard header.
-    headers: Vec<crate::evidence::shard::ShardHeader>,
+    headers: Vec<ShardHeader>,
     /// Timed joined operations per kind in the phases that walked an imported trace.
-    imported_joined: BTreeMap<crate::evidence::shard::CollectiveKind, u64>,
+    imported_joined: BTreeMap<shard::CollectiveKind, u64>,
     /// The job's overlap excerpt, if it has one.
     excerpt: Option<TimelineExcerpt>,
     /// The job's clock offsets per rank, if any rank recorded a model.
@@ -72,12 +84,12 @@ pub(crate) struct JobRead {
 
 /// The clock model of every rank of `j` that measured one against rank 0, on
 /// rank 0's axis (rank 0 itself, the reference, has no windows of its own).
-fn clock_excerpt(j: &crate::evidence::join::JoinedRun, label: &str) -> Option<crate::analysis::ClockExcerpt> {
-    let reference = crate::core::clock::ClockModel::reference();
-    let models: Vec<(u32, &crate::core::clock::ClockModel)> =
+fn clock_excerpt(j: &JoinedRun, label: &str) -> Option<crate::analysis::ClockExcerpt> {
+    let reference = ClockModel::reference();
+    let models: Vec<(u32, &ClockModel)> =
         j.shards.iter().filter_map(|s| s.header.clock.as_ref().map(|c| (s.header.rank, &c.model))).filter(|(_, m)| **m != reference).collect();
     let t0 = models.iter().map(|(_, m)| m.start.ref_ns).min()?;
-    let at = |w: &crate::core::clock::WindowEstimate| (w.ref_ns.saturating_sub(t0) as f64 / 1e9, w.offset_ns / 1e3, w.bound_ns / 1e3);
+    let at = |w: &WindowEstimate| (w.ref_ns.saturating_sub(t0) as f64 / 1e9, w.offset_ns / 1e3, w.bound_ns / 1e3);
     let mut ranks: Vec<crate::analysis::ClockRankWindows> = models
         .iter()
         .map(|(rank, m)| crate::analysis::ClockRankWindows {
@@ -101,21 +113,16 @@ pub(crate) struct Excerpts {
 }
 
 impl JobRead {
-    fn of(j: &crate::evidence::join::JoinedRun, attempt_id: &str, label: &str) -> Self {
-        let imported: BTreeSet<Phase> = j
-            .shards
-            .iter()
-            .flat_map(|s| &s.header.phases)
-            .filter(|p| matches!(p.trace, Some(crate::evidence::shard::TraceOrigin::Imported { .. })))
-            .map(|p| p.phase)
-            .collect();
+    fn of(j: &JoinedRun, attempt_id: &str, label: &str) -> Self {
+        let imported: BTreeSet<Phase> =
+            j.shards.iter().flat_map(|s| &s.header.phases).filter(|p| matches!(p.trace, Some(TraceOrigin::Imported { .. }))).map(|p| p.phase).collect();
         let mut imported_joined = BTreeMap::new();
         for c in j.collectives.iter().filter(|c| imported.contains(&c.phase) && !c.warmup) {
             *imported_joined.entry(c.kind).or_default() += 1;
         }
         Self {
-            samples_us: j.run.workload.phases.iter().map(|&p| (p, crate::analysis::summary::job_samples_us(j, p))).collect(),
-            delay: crate::evidence::join::delay_control(j),
+            samples_us: j.run.workload.phases.iter().map(|&p| (p, summary::job_samples_us(j, p))).collect(),
+            delay: join::delay_control(j),
             headers: j.shards.iter().map(|s| s.header.clone()).collect(),
             imported_joined,
             excerpt: excerpt(j, attempt_id, label),
@@ -131,9 +138,9 @@ pub struct JobsRead(BTreeMap<(String, String), JobRead>);
 /// `verify`, reading every selected job it joins for the analysis
 /// ([`crate::campaign::chain::verify_visiting`]): `analyze` then joins each
 /// run once, not once to verify and again to analyze.
-pub fn verify_reading(dir: &Path) -> Result<(crate::campaign::chain::Verdict, JobsRead)> {
+pub fn verify_reading(dir: &Path) -> Result<(Verdict, JobsRead)> {
     let mut read = JobsRead::default();
-    let v = crate::campaign::chain::verify_visiting(dir, &mut |c, e, j| {
+    let v = verify_visiting(dir, &mut |c, e, j| {
         read.0.insert((e.attempt_id.clone(), e.run_dir.clone()), JobRead::of(j, &e.attempt_id, &c.label));
     })?;
     Ok((v, read))
@@ -145,7 +152,7 @@ pub fn verify_reading(dir: &Path) -> Result<(crate::campaign::chain::Verdict, Jo
 pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisInput, Excerpts)> {
     let (m, sha) = load_manifest(dir)?;
     let sel_path = dir.join("selection.json");
-    let sel: Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
+    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sel_path, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
     let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
     let lab =
@@ -159,7 +166,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let mut backend = String::new();
     let mut ran = TraceRan::default();
     // the truth cells' metric and every selected job's wall seconds (for the decision cost)
-    let attempts = crate::campaign::chain::read_attempts(dir)?;
+    let attempts = read_attempts(dir)?;
     let wall_s =
         |attempt_id: &str| attempts.iter().find(|a| a.attempt_id == attempt_id).map(|a| a.finished_unix_ms.saturating_sub(a.started_unix_ms) as f64 / 1e3);
     let mut truth_values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
@@ -182,7 +189,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             Some(j) => j,
             None => {
                 let run_dir = dir.join(&e.run_dir);
-                let joined = crate::evidence::join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
+                let joined = join::join_dir(&run_dir).with_context(|| format!("joining {}", run_dir.display()))?;
                 JobRead::of(&joined, &e.attempt_id, &cell.label)
             }
         };
@@ -219,7 +226,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             hosts.insert(h.host.clone());
             backend = format!("{:?}", h.backend).to_lowercase();
             let fact = |k: &str| h.device.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            if h.backend == crate::evidence::shard::BackendKind::Cuda {
+            if h.backend == BackendKind::Cuda {
                 gpus.insert(h.device.name.clone());
                 if let Some(v) = fact("nccl_version") {
                     nccl.insert(v);
@@ -327,10 +334,8 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         }
         for k in &c.known_bad {
             controls.known_bad.push(match k {
-                crate::campaign::spec::KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
-                crate::campaign::spec::KnownBad::Graded(g) => {
-                    KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) }
-                }
+                KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
+                KnownBad::Graded(g) => KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) },
             });
         }
     }
@@ -345,7 +350,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         None => None,
         Some(tc) => {
             let variant = |v: &str| -> Result<(String, Option<String>, Vec<String>)> {
-                let names: Vec<String> = tc.configs.iter().map(|c| crate::campaign::spec::TraceCanary::config_name(v, c)).collect();
+                let names: Vec<String> = tc.configs.iter().map(|c| TraceCanary::config_name(v, c)).collect();
                 let sha = names.first().and_then(|n| m.frozen_trace(n)).map(|(_, sha)| sha);
                 Ok((v.to_string(), sha, names.iter().map(|n| lab(n)).collect::<Result<_>>()?))
             };
@@ -360,17 +365,17 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let truth = match &m.spec.truth {
         None => None,
         Some(t) => {
-            let (metric, unit, better) = crate::campaign::truth::metric_words(&t.metric);
+            let (metric, unit, better) = truth::metric_words(&t.metric);
             let labels: Vec<String> = m.configs.iter().filter(|c| t.runs_under(&c.config.name)).map(|c| c.label.clone()).collect();
             if let Some(l) = labels.iter().find(|l| !truth_values.contains_key(*l)) {
                 bail!("truth: configuration {l} has no selected truth job");
             }
             let per =
                 |mut map: BTreeMap<String, Vec<(u32, f64)>>| -> Vec<Vec<(u32, f64)>> { labels.iter().map(|l| map.remove(l).unwrap_or_default()).collect() };
-            Some(crate::analysis::truth::TruthInput {
+            Some(TruthInput {
                 metric,
                 unit,
-                higher_is_better: better == crate::campaign::truth::Better::Higher,
+                higher_is_better: better == Better::Higher,
                 labels: labels.clone(),
                 values: per(truth_values),
                 seconds: per(truth_seconds),
@@ -391,12 +396,12 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
 }
 
 /// A selected truth attempt's record, read again against the selection's digest.
-fn read_truth_record(dir: &Path, e: &crate::campaign::chain::Selected) -> Result<crate::campaign::truth::TruthRecord> {
-    let p = dir.join(&e.run_dir).join(crate::campaign::truth::TRUTH_FILE);
-    let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
-    let got = crate::core::fsutil::sha256_hex(&bytes);
+fn read_truth_record(dir: &Path, e: &Selected) -> Result<TruthRecord> {
+    let p = dir.join(&e.run_dir).join(truth::TRUTH_FILE);
+    let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
+    let got = fsutil::sha256_hex(&bytes);
     if got != e.run_json_sha256 {
-        crate::refuse!(crate::core::refusal::Code::Stale, "stale: {} hashes to {got}, the selection binds {}", p.display(), e.run_json_sha256);
+        crate::refuse!(Code::Stale, "stale: {} hashes to {got}, the selection binds {}", p.display(), e.run_json_sha256);
     }
     serde_json::from_slice(&bytes).with_context(|| format!("{}: not a truth record", p.display()))
 }
@@ -410,7 +415,7 @@ struct TraceRan {
     /// (timed, warm-up) passes.
     passes: (u32, u32),
     /// Per kind: per rank (run, left out) per pass, dtypes, sizes.
-    kinds: BTreeMap<crate::evidence::shard::CollectiveKind, KindRan>,
+    kinds: BTreeMap<shard::CollectiveKind, KindRan>,
     /// Per rank: left out per pass.
     left_out: BTreeMap<u32, u32>,
     /// Element types of the ranks' all-reduces.
@@ -420,7 +425,7 @@ struct TraceRan {
 #[derive(Default)]
 struct KindRan {
     per_rank: BTreeMap<u32, (u32, u32)>,
-    dtypes: BTreeSet<crate::evidence::commtrace::TraceDtype>,
+    dtypes: BTreeSet<commtrace::TraceDtype>,
     sizes: BTreeSet<u64>,
     joined: u64,
 }
@@ -428,17 +433,17 @@ struct KindRan {
 impl TraceRan {
     /// One job: its ranks' headers and its timed joined operations per kind
     /// in the phases that walked an imported trace.
-    fn add(&mut self, headers: &[crate::evidence::shard::ShardHeader], imported_joined: &BTreeMap<crate::evidence::shard::CollectiveKind, u64>) {
+    fn add(&mut self, headers: &[ShardHeader], imported_joined: &BTreeMap<shard::CollectiveKind, u64>) {
         // the element type the ranks ran their all-reduces in (graph mode records no per-collective events)
         for h in headers {
             self.dtypes.insert(match h.workload.dtype {
-                crate::evidence::shard::Dtype::F32 => "float32",
-                crate::evidence::shard::Dtype::Bf16 => "bfloat16",
+                shard::Dtype::F32 => "float32",
+                shard::Dtype::Bf16 => "bfloat16",
             });
         }
         for h in headers {
             for p in &h.phases {
-                let Some(crate::evidence::shard::TraceOrigin::Imported { sha256, left_out_per_pass, kinds, .. }) = &p.trace else { continue };
+                let Some(TraceOrigin::Imported { sha256, left_out_per_pass, kinds, .. }) = &p.trace else { continue };
                 self.phases.insert(p.phase);
                 self.sha256.get_or_insert_with(|| sha256.clone());
                 self.passes = (h.workload.tokens, h.workload.warmup_tokens);
@@ -518,12 +523,8 @@ fn left_out_words(t: &TraceClaim) -> String {
 fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
     match std::fs::read(path) {
         Ok(old) if old == bytes => Ok(()),
-        Ok(_) => crate::refuse!(
-            crate::core::refusal::Code::AlreadyExists,
-            "{} exists with other contents; a report is never replaced (pass another --report-dir)",
-            path.display()
-        ),
-        Err(_) => crate::core::fsutil::write_new_atomic(path, bytes),
+        Ok(_) => crate::refuse!(Code::AlreadyExists, "{} exists with other contents; a report is never replaced (pass another --report-dir)", path.display()),
+        Err(_) => fsutil::write_new_atomic(path, bytes),
     }
 }
 
@@ -538,7 +539,7 @@ fn existing_producer(path: &Path) -> Option<(u32, String)> {
 }
 
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
-pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
+pub(crate) fn analyze_and_write(dir: &Path, verdict: Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect_read(dir, read)?;
     let evidence = format!(
         "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards{}; the job is the unit of replication",
@@ -563,7 +564,7 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Ver
     }
     report.overlap_excerpt = excerpt.overlap;
     report.clock_excerpt = excerpt.clock;
-    let plots = crate::report::plots::all(&report)?;
+    let plots = plots::all(&report)?;
     report.plots = plots.iter().map(|(n, _)| n.clone()).collect();
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     for (name, svg) in &plots {
@@ -573,22 +574,17 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: crate::campaign::chain::Ver
     bytes.push(b'\n');
     write_same_or_new(&out_dir.join("report.json"), &bytes)?;
     // the same page wherever the report folder is (a re-run reproduces the folder's bytes)
-    let evidence = crate::report::html::evidence_links();
-    write_same_or_new(&out_dir.join("report.html"), crate::report::html::page(&report, &plots, &evidence).as_bytes())?;
+    let evidence = html::evidence_links();
+    write_same_or_new(&out_dir.join("report.html"), html::page(&report, &plots, &evidence).as_bytes())?;
     Ok(report)
 }
 
 /// The verdict of `verify`, refused with `INCOMPLETE` unless the campaign
 /// is complete, and the jobs it read ([`verify_reading`]).
-pub fn verified(dir: &Path) -> Result<(crate::campaign::chain::Verdict, JobsRead)> {
+pub fn verified(dir: &Path) -> Result<(Verdict, JobsRead)> {
     let (v, read) = verify_reading(dir)?;
     if !v.complete {
-        crate::refuse!(
-            crate::core::refusal::Code::Incomplete,
-            "{}: withheld-incomplete ({} refusals); verify the campaign first",
-            dir.display(),
-            v.refusals.len()
-        );
+        crate::refuse!(Code::Incomplete, "{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
     }
     Ok((v, read))
 }
@@ -612,7 +608,7 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
     for (c, jobs) in p.jobs.iter().enumerate() {
         for j in jobs {
             let mut v = j.samples_us.clone();
-            let med = crate::core::stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
+            let med = stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
             table.entry(j.round).or_insert_with(|| vec![f64::NAN; p.labels.len()])[c] = med;
         }
     }
@@ -651,7 +647,7 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
     if family > 1 {
         // the pair table and the known-bad controls read simultaneous intervals: a pair there needs more rounds than the canary
         // (the A/A controls are judged at their own family's level, never below this one)
-        let level = crate::analysis::inference::simultaneous_coverage(COVERAGE, family);
+        let level = inference::simultaneous_coverage(COVERAGE, family);
         let need: Vec<String> = [1.0, 2.0, 5.0, 10.0]
             .into_iter()
             .filter(|&e| e > min_effect_pct)

@@ -9,7 +9,7 @@
 //! only; where a rank has none they stay empty and the metadata says why:
 //! event-bracketed stream intervals are never relabelled as kernels.
 use crate::evidence::join::JoinedRun;
-use crate::evidence::shard::ComputeKind;
+use crate::evidence::shard::{self, ComputeKind, KernelKind};
 use serde_json::{json, Value};
 
 const ROWS: [(u32, &str); 7] =
@@ -43,7 +43,7 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 }
             }
             let kind = match e.kind {
-                crate::evidence::shard::CollectiveKind::AllReduce => "allreduce",
+                shard::CollectiveKind::AllReduce => "allreduce",
                 k => k.name(),
             };
             spans.push((r, 2, format!("{kind} issue"), to_ref(e.host_issue_ns), to_ref(e.host_return_ns), args.clone()));
@@ -54,8 +54,8 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         }
         for k in &s.body.kernels {
             let row = match k.kind {
-                crate::evidence::shard::KernelKind::Compute => 5,
-                crate::evidence::shard::KernelKind::Nccl => 6,
+                KernelKind::Compute => 5,
+                KernelKind::Nccl => 6,
             };
             let name = s.body.kernel_names.get(k.name as usize).cloned().unwrap_or_else(|| format!("kernel #{}", k.name));
             spans.push((r, row, name, to_ref(k.start_ns), to_ref(k.end_ns), json!({"phase": k.phase, "stream": k.stream, "correlation": k.correlation})));

@@ -11,9 +11,12 @@
 //! did not run, a file line that is not `export NAME='VALUE'`, a campaign
 //! without `[truth]` to confirm with, fewer than 2 rounds.
 use crate::analysis::Report;
-use crate::campaign::spec::{CampaignSpec, ConfigSpec};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, MIN_ANALYZED_ROUNDS};
 use crate::campaign::{chain, truth};
-use crate::core::refusal::Code;
+use crate::core::refusal::{refuse, Code};
+use crate::core::workload::Phase;
+use crate::core::{clock, fsutil, limits, ranges};
+use crate::report::campaign;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,8 +35,8 @@ fn read_report(dir: &Path) -> Result<Report> {
     if !p.exists() {
         crate::refuse!(Code::NoSuchInput, "{} is missing: run `campaign analyze {}` first (a pick is read from the analysis)", p.display(), dir.display());
     }
-    let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_JSON_BYTES)?;
-    serde_json::from_slice(&bytes).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a campaign report: {e}", p.display())))
+    let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
+    serde_json::from_slice(&bytes).map_err(|e| refuse(Code::BadFormat, format!("{}: not a campaign report: {e}", p.display())))
 }
 
 /// What was picked, and why, in words.
@@ -61,7 +64,7 @@ pub fn pick(dir: &Path, by: Option<&str>) -> Result<Picked> {
         }
         (Some("truth"), None) => crate::refuse!(Code::BadArgument, "--by truth: campaign {} ran no [truth]; name a phase", dir.display()),
         (by, _) => {
-            let phase: crate::core::workload::Phase = by.unwrap_or("blocking").parse()?;
+            let phase: Phase = by.unwrap_or("blocking").parse()?;
             let p = r.phases.iter().find(|p| p.phase == phase).with_context(|| format!("campaign {} did not run phase {phase}", dir.display()))?;
             let row = p.rows.iter().find(|x| x.rank == 1).context("the phase ranks no configuration")?;
             (row.label.clone(), format!("phase {phase} rank 1 (median {:.1} us, P(best) {:.2}; a proxy, not the real job)", row.median_us, row.p_best))
@@ -85,10 +88,9 @@ pub fn env_file(p: &Picked) -> String {
 
 /// Parse an exported env file: comments, blank lines and `export NAME='VALUE'` only.
 pub fn parse_env_file(path: &Path) -> Result<(String, BTreeMap<String, String>)> {
-    let text = crate::core::limits::read_text_bounded(path, 1 << 20)?;
-    let bad = |line: usize, why: &str| {
-        crate::core::refusal::refuse(Code::BadInput, format!("{}:{line}: {why} (expected what export-pick writes: export NAME='VALUE')", path.display()))
-    };
+    let text = limits::read_text_bounded(path, 1 << 20)?;
+    let bad =
+        |line: usize, why: &str| refuse(Code::BadInput, format!("{}:{line}: {why} (expected what export-pick writes: export NAME='VALUE')", path.display()));
     if !text.starts_with(HEADER) {
         return Err(bad(1, "not a file written by commcanary export-pick"));
     }
@@ -154,7 +156,7 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
     let Some(truth) = m.spec.truth.clone() else {
         crate::refuse!(Code::BadSpec, "campaign {} has no [truth]: confirm runs the job it names against the default", dir.display());
     };
-    crate::core::ranges::int("--rounds", rounds, crate::campaign::spec::MIN_ANALYZED_ROUNDS, 10_000)?;
+    ranges::int("--rounds", rounds, MIN_ANALYZED_ROUNDS, 10_000)?;
     let (name, env) = parse_env_file(pick_file)?;
     if out.exists() {
         crate::refuse!(Code::AlreadyExists, "{} already exists; a confirmation is a new campaign", out.display());
@@ -165,7 +167,7 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
     let mut spec: CampaignSpec = m.spec.clone();
     spec.name = format!("{}-confirm", m.spec.name).chars().take(64).collect();
     spec.repetitions = rounds;
-    spec.seed = crate::core::clock::unix_ms();
+    spec.seed = clock::unix_ms();
     spec.blind = false;
     spec.join_part = false;
     spec.canary = None;
@@ -176,11 +178,11 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
     t.inputs = Vec::new();
     for (input, sha) in &m.truth_inputs {
         let src = dir.join(truth::TRUTH_INPUTS_DIR).join(input);
-        let bytes = crate::core::limits::read_bounded(&src, crate::core::limits::MAX_TEXT_TABLE_BYTES)?;
-        if &crate::core::fsutil::sha256_hex(&bytes) != sha {
+        let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES)?;
+        if &fsutil::sha256_hex(&bytes) != sha {
             crate::refuse!(Code::Stale, "stale: {} no longer hashes to the {sha} its manifest froze", src.display());
         }
-        crate::core::fsutil::write_new_atomic(&spec_dir.join(input), &bytes)?;
+        fsutil::write_new_atomic(&spec_dir.join(input), &bytes)?;
         t.inputs.push(input.clone());
     }
     spec.truth = Some(t);
@@ -194,16 +196,16 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
         ConfigSpec { name: pick_name, env, nccl_lib: None, args: Vec::new(), trace: None },
     ];
     let spec_path = spec_dir.join("confirm.toml");
-    crate::core::fsutil::write_new_atomic(&spec_path, toml::to_string(&spec).context("writing the confirmation spec")?.as_bytes())?;
+    fsutil::write_new_atomic(&spec_path, toml::to_string(&spec).context("writing the confirmation spec")?.as_bytes())?;
     let cdir = out.join("campaign");
     crate::campaign::plan(&spec_path, &cdir)?;
     chain::exec(&cdir, 1, None, None)?;
     {
         let _lock = chain::lock_campaign(&cdir, None, &format!("select {}", cdir.display()))?;
         let (sel, _) = chain::select(&cdir, chain::SelectPolicy::FirstSuccess)?;
-        crate::core::fsutil::write_json_new(&cdir.join("selection.json"), &sel)?;
+        fsutil::write_json_new(&cdir.join("selection.json"), &sel)?;
     }
-    let (v, read) = crate::report::campaign::verify_reading(&cdir)?;
+    let (v, read) = campaign::verify_reading(&cdir)?;
     if !v.complete {
         crate::refuse!(
             Code::Incomplete,
@@ -213,7 +215,7 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
             v.refusals.first().map(|r| r.1.as_str()).unwrap_or("")
         );
     }
-    let report = crate::report::campaign::analyze_and_write(&cdir, v, read, &cdir.join("report"))?;
+    let report = campaign::analyze_and_write(&cdir, v, read, &cdir.join("report"))?;
     let t = report.truth.as_ref().context("the confirmation's report has no truth section")?;
     let pair = t.pairs.first().context("the confirmation compares two configurations")?;
     // pair a = default, b = pick: diff is cost(default)/cost(pick) - 1, the pick's gain

@@ -9,6 +9,7 @@
 //! lacks.
 //!
 //! What each plot shows: docs/METHODS.md, "Report plots".
+use crate::analysis::truth::TruthReport;
 use crate::analysis::{Report, TimelineExcerpt};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -204,7 +205,7 @@ pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
 }
 
 /// Each proxy's pick and its regret on the real job: point and interval.
-pub fn truth_regret(t: &crate::analysis::truth::TruthReport) -> Result<String> {
+pub fn truth_regret(t: &TruthReport) -> Result<String> {
     let n = t.proxies.len().max(1);
     let hi = t.proxies.iter().map(|p| p.regret.high_pct).filter(|x| x.is_finite()).fold(1.0f64, f64::max);
     let mut s = String::new();
@@ -421,6 +422,8 @@ pub fn all(r: &Report) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::overlap::IntervalSource;
+    use crate::core::workload::Phase;
 
     #[test]
     fn clock_offsets_draw_every_rank_and_render() {
@@ -444,8 +447,8 @@ mod tests {
             run_id: "r".into(),
             label: "c".into(),
             rank: 0,
-            phase: crate::core::workload::Phase::Overlap,
-            source: crate::analysis::overlap::IntervalSource::CuptiKernels,
+            phase: Phase::Overlap,
+            source: IntervalSource::CuptiKernels,
             compute_us: vec![(0.0, 5.0), (20.0, 25.0)],
             comm_us: vec![(3.0, 18.0)],
         };

@@ -9,6 +9,9 @@
 //! one already selected, an incomplete campaign (no ranking is published) and
 //! a spec whose rounds cannot be analyzed.
 use crate::campaign::{self as cp, chain};
+use crate::core::fsutil;
+use crate::core::refusal::Code;
+use crate::report::campaign;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -70,16 +73,11 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
         let (m, _) = chain::load_manifest(output)?;
         let planned = cp::spec::CampaignSpec::load(spec)?;
         if serde_json::to_value(&m.spec)? != serde_json::to_value(&planned)? {
-            crate::refuse!(
-                crate::core::refusal::Code::BadSpec,
-                "{} holds a campaign planned from another spec than {}; choose a new -o directory",
-                output.display(),
-                spec.display()
-            );
+            crate::refuse!(Code::BadSpec, "{} holds a campaign planned from another spec than {}; choose a new -o directory", output.display(), spec.display());
         }
         if output.join("selection.json").exists() {
             crate::refuse!(
-                crate::core::refusal::Code::CampaignState,
+                Code::CampaignState,
                 "{} was already run past select (selection.json exists); continue step by step: campaign verify, campaign analyze",
                 output.display()
             );
@@ -90,7 +88,7 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
         // run ends with analyze: a one-round join part would run every cell and then be refused
         if planned.repetitions < cp::spec::MIN_ANALYZED_ROUNDS {
             crate::refuse!(
-                crate::core::refusal::Code::BadSpec,
+                Code::BadSpec,
                 "{}: repetitions = {} with join_part = true: campaign run analyzes, which needs at least {} rounds; \
                  plan, exec and select a join part step by step, then `campaign join` it with another",
                 spec.display(),
@@ -126,7 +124,7 @@ pub fn select(dir: &Path, policy: chain::SelectPolicy, out: &mut dyn Write) -> R
     // no exec may append while the selection is made and written
     let _lock = chain::lock_campaign(dir, None, &format!("select {}", dir.display()))?;
     let (sel, missing) = chain::select(dir, policy)?;
-    crate::core::fsutil::write_json_new(&dir.join("selection.json"), &sel).context("writing selection.json (remove an old selection first to select again)")?;
+    fsutil::write_json_new(&dir.join("selection.json"), &sel).context("writing selection.json (remove an old selection first to select again)")?;
     writeln!(
         out,
         "selected {} attempts ({:?}); cells without a successful attempt: {}",
@@ -147,7 +145,7 @@ pub fn verify(dir: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
         write_refusals(out, &v.refusals)?;
     }
     if !v.complete {
-        crate::refuse!(crate::core::refusal::Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
+        crate::refuse!(Code::Incomplete, "campaign {} is incomplete ({} refusals)", dir.display(), v.refusals.len());
     }
     Ok(())
 }
@@ -155,7 +153,7 @@ pub fn verify(dir: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
 /// `campaign analyze`: the report, short answer or whole text.
 pub fn analyze(dir: &Path, o: &Analyze, out: &mut dyn Write) -> Result<()> {
     // verify reads each job for the analysis as it joins it: every run is joined once
-    let (v, read) = crate::report::campaign::verify_reading(dir)?;
+    let (v, read) = campaign::verify_reading(dir)?;
     if !v.complete {
         writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
         write_refusals(out, &v.refusals)?;
@@ -165,10 +163,10 @@ pub fn analyze(dir: &Path, o: &Analyze, out: &mut dyn Write) -> Result<()> {
                 write!(out, "{}", cp::render_results(&r))?;
             }
         }
-        crate::refuse!(crate::core::refusal::Code::Incomplete, "analysis withheld: the campaign is incomplete");
+        crate::refuse!(Code::Incomplete, "analysis withheld: the campaign is incomplete");
     }
     let out_dir = o.report_dir.clone().unwrap_or_else(|| dir.join("report"));
-    let report = crate::report::campaign::analyze_and_write(dir, v, read, &out_dir)?;
+    let report = campaign::analyze_and_write(dir, v, read, &out_dir)?;
     if o.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else if o.csv {
