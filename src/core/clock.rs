@@ -9,6 +9,8 @@
 //! in time.
 //!
 //! Method: docs/METHODS.md, "Clock calibration".
+use crate::core::cli_kv;
+use crate::core::refusal::Code;
 use serde::{Deserialize, Serialize};
 
 /// A synthetic clock distortion applied to one rank's reads (test fixture).
@@ -25,15 +27,15 @@ pub struct ClockInjection {
 impl ClockInjection {
     /// Parse `rank=R,offset_us=X,drift_ppm=Y`.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
-        let kv = crate::core::cli_kv::parse_kv(s, &["rank", "offset_us", "drift_ppm"])?;
-        let rank = crate::core::cli_kv::req_u32(&kv, "rank", s)?;
-        let offset_us: f64 = crate::core::cli_kv::opt_f64(&kv, "offset_us", s)?.unwrap_or(0.0);
-        let drift_ppm: f64 = crate::core::cli_kv::opt_f64(&kv, "drift_ppm", s)?.unwrap_or(0.0);
+        let kv = cli_kv::parse_kv(s, &["rank", "offset_us", "drift_ppm"])?;
+        let rank = cli_kv::req_u32(&kv, "rank", s)?;
+        let offset_us: f64 = cli_kv::opt_f64(&kv, "offset_us", s)?.unwrap_or(0.0);
+        let drift_ppm: f64 = cli_kv::opt_f64(&kv, "drift_ppm", s)?.unwrap_or(0.0);
         if !offset_us.is_finite() || offset_us.abs() > 1e9 {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-clock {s:?}: offset_us must be finite and below 1e9 in magnitude");
+            crate::refuse!(Code::OutOfRange, "--inject-clock {s:?}: offset_us must be finite and below 1e9 in magnitude");
         }
         if !drift_ppm.is_finite() || drift_ppm.abs() > 1e5 {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-clock {s:?}: drift_ppm must be finite and below 1e5 in magnitude");
+            crate::refuse!(Code::OutOfRange, "--inject-clock {s:?}: drift_ppm must be finite and below 1e5 in magnitude");
         }
         Ok(Self { rank, offset_ns: (offset_us * 1e3).round() as i64, drift_ppm })
     }

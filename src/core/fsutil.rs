@@ -9,10 +9,13 @@
 //! out/x.json` works on a fresh checkout), and the file gets the mode a
 //! plain `open` gives, 0666 less the umask, as directories do: a record
 //! written to a shared path is readable by the accounts the umask allows.
+use crate::core::limits;
+use crate::core::refusal::{self, Code};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Hex SHA-256 of a byte slice.
@@ -23,7 +26,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Hex SHA-256 of a file's bytes, streamed (a file of any size in constant memory).
 pub fn sha256_file(path: &Path) -> Result<String> {
     // a FIFO or device is refused rather than read (or waited on) for ever
-    let (mut f, _) = crate::core::limits::open_regular(path)?;
+    let (mut f, _) = limits::open_regular(path)?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
     Ok(hex::encode(h.finalize()))
@@ -42,12 +45,7 @@ pub fn replace_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Write `bytes` to `dest` atomically; fails if `dest` already exists.
 pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
-    let exists = || {
-        crate::core::refusal::refuse(
-            crate::core::refusal::Code::AlreadyExists,
-            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
-        )
-    };
+    let exists = || refusal::refuse(Code::AlreadyExists, format!("{} already exists; CommCanary never overwrites a record", dest.display()));
     if dest.symlink_metadata().is_ok() {
         return Err(exists());
     }
@@ -62,12 +60,7 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
 /// published, so a refusal of `fill` comes first; fails if `dest` exists then.
 pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
-    let exists = || {
-        crate::core::refusal::refuse(
-            crate::core::refusal::Code::AlreadyExists,
-            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
-        )
-    };
+    let exists = || refusal::refuse(Code::AlreadyExists, format!("{} already exists; CommCanary never overwrites a record", dest.display()));
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
@@ -80,7 +73,7 @@ pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn W
     let mut tmp = tempfile::Builder::new()
         .prefix(".commcanary-")
         .suffix(".tmp")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .permissions(PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     // a refusal of `fill` is returned as it is (its message is the record's)
@@ -109,8 +102,8 @@ pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn W
 /// the check just before a plain rename).
 pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let exists = || {
-        crate::core::refusal::refuse(
-            crate::core::refusal::Code::AlreadyExists,
+        refusal::refuse(
+            Code::AlreadyExists,
             format!("{} already exists; an output directory is written fresh, never into or over an existing one", dest.display()),
         )
     };
@@ -166,6 +159,8 @@ pub fn write_json_new<T: serde::Serialize>(dest: &Path, value: &T) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::refusal::{self, Code};
+    use std::os::unix::process::CommandExt;
 
     #[test]
     fn a_failed_build_leaves_no_directory_and_a_built_one_is_never_replaced() {
@@ -182,7 +177,7 @@ mod tests {
         build_dir_new(&dest, |t| write_new_atomic(&t.join("a"), b"1")).unwrap();
         assert_eq!(std::fs::read(dest.join("a")).unwrap(), b"1");
         let e = build_dir_new(&dest, |t| write_new_atomic(&t.join("a"), b"2")).unwrap_err();
-        assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::AlreadyExists));
+        assert_eq!(refusal::code_of(&e), Some(Code::AlreadyExists));
         assert_eq!(std::fs::read(dest.join("a")).unwrap(), b"1");
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "no temporary left behind");
     }
@@ -193,7 +188,7 @@ mod tests {
         let p = d.path().join("a.json");
         write_new_atomic(&p, b"first").unwrap();
         let err = write_new_atomic(&p, b"second").unwrap_err();
-        assert_eq!(crate::core::refusal::code_of(&err), Some(crate::core::refusal::Code::AlreadyExists), "{err:#}");
+        assert_eq!(refusal::code_of(&err), Some(Code::AlreadyExists), "{err:#}");
         assert_eq!(std::fs::read(&p).unwrap(), b"first");
         // no temp files left behind
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -232,7 +227,7 @@ mod tests {
         cmd.args(["--exact", name, "--test-threads", "1"]).env("COMMCANARY_FSIZE_CHILD", d.path());
         // SAFETY: setrlimit and signal are async-signal-safe.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            CommandExt::pre_exec(&mut cmd, || {
                 let lim = libc::rlimit { rlim_cur: 16, rlim_max: 16 };
                 libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
                 libc::signal(libc::SIGXFSZ, libc::SIG_IGN);

@@ -204,11 +204,7 @@ pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
 /// no workload waits for minutes between two collectives).
 pub(crate) fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
     if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
-        crate::refuse!(
-            crate::core::refusal::Code::OutOfRange,
-            "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)",
-            what(i)
-        );
+        crate::refuse!(Code::OutOfRange, "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", what(i));
     }
     Ok(())
 }
@@ -217,6 +213,7 @@ pub(crate) fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn 
 mod tests {
     use super::*;
     use crate::core::refusal::code_of;
+    use std::os::unix::fs::symlink;
 
     fn mkfifo(p: &Path) {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
@@ -230,7 +227,7 @@ mod tests {
         let fifo = d.path().join("trace.json");
         mkfifo(&fifo);
         let link = d.path().join("zero-link.json");
-        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        symlink("/dev/zero", &link).unwrap();
         for p in [fifo.as_path(), Path::new("/dev/zero"), Path::new("/dev/null"), link.as_path(), d.path()] {
             let e = read_bounded(p, 1 << 20).expect_err("refused");
             assert_eq!(code_of(&e), Some(Code::NotRegularFile), "{}: {e:#}", p.display());

@@ -2,6 +2,7 @@
 //! produces the function's results in the items' order, whatever thread ran
 //! each. Refuses nothing; a panic in the function is resumed in the caller.
 
+use std::sync::atomic::{self, AtomicUsize};
 /// Run `f` on every item on up to `threads` threads (each takes the next
 /// item not yet taken), results in item order; on this thread where one
 /// thread would do.
@@ -10,14 +11,14 @@ pub fn map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R +
     if threads == 1 {
         return items.iter().map(f).collect();
     }
-    let next = std::sync::atomic::AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
     let mut got: Vec<(usize, R)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
                     let mut out = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let i = next.fetch_add(1, atomic::Ordering::Relaxed);
                         let Some(item) = items.get(i) else { return out };
                         out.push((i, f(item)));
                     }

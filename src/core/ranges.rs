@@ -8,6 +8,7 @@
 //!
 //! Where each check runs: docs/METHODS.md, "Range checks".
 use crate::core::refusal::{refuse, Code};
+use crate::core::{limits, units};
 use anyhow::Result;
 
 /// One documented range.
@@ -124,7 +125,7 @@ pub(crate) const MAX_GPUS: f64 = 1e12;
 /// Most runs of one all-reduce under `--inject-repeat`.
 pub(crate) const MAX_INJECT_REPEAT: u32 = 64;
 /// Largest rank a test-fixture or injection option may name.
-pub(crate) const MAX_RANK: u32 = crate::core::limits::MAX_WORLD_SIZE - 1;
+pub(crate) const MAX_RANK: u32 = limits::MAX_WORLD_SIZE - 1;
 
 /// A `refused[OUT_OF_RANGE]` error naming the option, its value and its range.
 pub fn out(what: &str, v: impl std::fmt::Display, range: &str) -> anyhow::Error {
@@ -165,7 +166,7 @@ pub fn size(what: &str, b: u64) -> Result<()> {
 
 /// Check a message size list.
 pub fn sizes(what: &str, s: &str) -> Result<Vec<u64>> {
-    let v = crate::core::units::parse_size_list(s)?;
+    let v = units::parse_size_list(s)?;
     int(&format!("{what} (count)"), v.len(), 1, 64)?;
     for &b in &v {
         size(what, b)?;

@@ -2,6 +2,7 @@
 //! operands hold ([`Dtype`]) and how a reducing collective combines them
 //! ([`ReduceOp`]). Both parse from the command line (clap) and from files
 //! (serde) by the names their `name()` prints; any other name is refused.
+use crate::core::collective;
 use serde::{Deserialize, Serialize};
 
 /// Element type of a collective buffer or of a matrix product's operands.
@@ -34,22 +35,22 @@ impl Dtype {
 
 /// A run's element type is one of a trace's: shards record every
 /// collective's element type in the trace's vocabulary (format 8).
-impl From<Dtype> for crate::core::collective::TraceDtype {
+impl From<Dtype> for collective::TraceDtype {
     fn from(d: Dtype) -> Self {
         match d {
-            Dtype::F32 => crate::core::collective::TraceDtype::F32,
-            Dtype::Bf16 => crate::core::collective::TraceDtype::Bf16,
+            Dtype::F32 => collective::TraceDtype::F32,
+            Dtype::Bf16 => collective::TraceDtype::Bf16,
         }
     }
 }
 
-impl crate::core::collective::TraceDtype {
+impl collective::TraceDtype {
     /// The run's element type (`--dtype`: f32 or bf16) this is, if any: the
     /// backend's own buffers and world all-reduce hold only those.
     pub fn workload(self) -> Option<Dtype> {
         match self {
-            crate::core::collective::TraceDtype::F32 => Some(Dtype::F32),
-            crate::core::collective::TraceDtype::Bf16 => Some(Dtype::Bf16),
+            collective::TraceDtype::F32 => Some(Dtype::F32),
+            collective::TraceDtype::Bf16 => Some(Dtype::Bf16),
             _ => None,
         }
     }

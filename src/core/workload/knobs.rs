@@ -3,6 +3,8 @@
 //! ([`DelayInjection::parse`], `--inject-delay`) and the unit GEMM shape
 //! (`--gemm`, parsed by `FromStr`). Refuses a delay period of 0, a delay
 //! above 10 s and GEMM dimensions that are not positive integers.
+use crate::core::cli_kv;
+use crate::core::refusal::Code;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
@@ -51,15 +53,15 @@ pub struct DelayInjection {
 impl DelayInjection {
     /// Parse `rank=R,every=K,us=D`.
     pub fn parse(s: &str) -> Result<Self> {
-        let kv = crate::core::cli_kv::parse_kv(s, &["rank", "every", "us"])?;
-        let rank = crate::core::cli_kv::req_u32(&kv, "rank", s)?;
-        let every = crate::core::cli_kv::req_u32(&kv, "every", s)? as u64;
-        let us = crate::core::cli_kv::opt_f64(&kv, "us", s)?.ok_or_else(|| anyhow::anyhow!("{s:?}: missing us="))?;
+        let kv = cli_kv::parse_kv(s, &["rank", "every", "us"])?;
+        let rank = cli_kv::req_u32(&kv, "rank", s)?;
+        let every = cli_kv::req_u32(&kv, "every", s)? as u64;
+        let us = cli_kv::opt_f64(&kv, "us", s)?.ok_or_else(|| anyhow::anyhow!("{s:?}: missing us="))?;
         if every == 0 {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay {s:?}: every must be at least 1");
+            crate::refuse!(Code::OutOfRange, "--inject-delay {s:?}: every must be at least 1");
         }
         if !(0.0..=10_000_000.0).contains(&us) {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay {s:?}: us must be between 0 and 10 s (it is a bounded delay)");
+            crate::refuse!(Code::OutOfRange, "--inject-delay {s:?}: us must be between 0 and 10 s (it is a bounded delay)");
         }
         Ok(Self { rank, every, delay_ns: (us * 1e3).round() as u64 })
     }
