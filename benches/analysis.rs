@@ -5,8 +5,10 @@
 //! 10,000 resamples. Joining the shards is timed by scripts/bench/bench-analysis.sh
 //! on real runs. Run: `cargo bench --bench analysis`.
 use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, KnownBadInput, PhaseInput};
+use commcanary::campaign::chain::Verdict;
 use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};
 use commcanary::core::workload::Phase;
+use commcanary::report::plots;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
@@ -57,7 +59,7 @@ fn input(tie: TiePolicy) -> AnalysisInput {
 }
 
 fn main() {
-    let verdict = commcanary::campaign::chain::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
+    let verdict = Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
     for tie in [TiePolicy::Interval] {
         let inp = input(tie);
         let mut times = Vec::new();
@@ -67,7 +69,7 @@ fn main() {
             let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
             times.push(t0.elapsed().as_secs_f64());
             let t1 = Instant::now();
-            let p = commcanary::report::plots::all(&r).expect("plots");
+            let p = plots::all(&r).expect("plots");
             plots_ms.push(t1.elapsed().as_secs_f64() * 1e3);
             std::hint::black_box(p);
         }

@@ -12,6 +12,7 @@
 //! CALIBRATION_ONLY=regret writes only the coverage of the truth section's regret intervals.
 use commcanary::analysis::calibration::{aa_family_false, coverage, family_false_different, null_p_best, verdict_rates, Noise, SimulationSetup};
 use commcanary::analysis::inference;
+use commcanary::core::{fsutil, identity};
 use std::fmt::Write;
 
 const ROUNDS: [usize; 4] = [3, 5, 10, 20];
@@ -31,20 +32,20 @@ fn main() -> anyhow::Result<()> {
     let _ = writeln!(
         md,
         "# Calibration tables\n\nProduced by `{}` with CALIBRATION_SIMS={sims}; job noise log-sd {SCALE} unless stated.\n",
-        commcanary::core::identity::VERSION_LONG
+        identity::VERSION_LONG
     );
 
     if std::env::var("CALIBRATION_ONLY").ok().as_deref() == Some("regret") {
         regret_tables(&mut md, sims, &hdr)?;
         let _ = writeln!(md, "Wall time: {:.0} s.", t0.elapsed().as_secs_f64());
-        commcanary::core::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
+        fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
         print!("{md}");
         return Ok(());
     }
     if std::env::var("CALIBRATION_ONLY").ok().as_deref() == Some("aa-family") {
         aa_family_tables(&mut md, sims, &hdr)?;
         let _ = writeln!(md, "Wall time: {:.0} s.", t0.elapsed().as_secs_f64());
-        commcanary::core::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
+        fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
         print!("{md}");
         return Ok(());
     }
@@ -147,7 +148,7 @@ fn main() -> anyhow::Result<()> {
         let _ = writeln!(md, "| {e}% | {} | {} | {at} |", row.join(" | "), n.map(|n| n.to_string()).unwrap_or_else(|| "-".into()));
     }
     let _ = writeln!(md, "\nWall time: {:.0} s.", t0.elapsed().as_secs_f64());
-    commcanary::core::fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
+    fsutil::write_new_atomic(&out.join("calibration.md"), md.as_bytes())?;
     print!("{md}");
     Ok(())
 }

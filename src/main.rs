@@ -1,6 +1,7 @@
 //! `commcanary` binary: parse, run the command layer ([`commcanary::cli::command`]),
 //! print the error chain, exit non-zero on failure.
 use clap::Parser;
+use commcanary::cli::command;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
-    match commcanary::cli::command::run(cli, &mut std::io::stdout()) {
+    match command::run(cli, &mut std::io::stdout()) {
         Ok(code) => code,
         Err(e) => {
             commcanary::rank::print_fatal_error(&format!("{e:#}"));
