@@ -14,6 +14,7 @@ use crate::mpi_c::{comm_rank, comm_size, record_completion};
 use crate::state::{self, now_ns, Call};
 use mpi_sys as ffi;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::AtomicUsize;
 
 type F = *const c_int;
 type FM = *mut c_int;
@@ -56,7 +57,7 @@ fn per_member(p: F, k: c_int) -> Option<Vec<u32>> {
 }
 
 /// The library's routine `name`, looked up once.
-fn real(slot: &std::sync::atomic::AtomicUsize, name: &std::ffi::CStr) -> usize {
+fn real(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     use std::sync::atomic::Ordering;
     let f = slot.load(Ordering::Acquire);
     if f != 0 {

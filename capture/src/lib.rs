@@ -162,7 +162,7 @@ fn flush_on_termination() {
 
 /// The handler of [`flush_on_termination`]: only a non-blocking lock, no allocation.
 extern "C" fn on_signal(sig: c_int) {
-    state::IN_SIGNAL.store(true, std::sync::atomic::Ordering::Relaxed);
+    state::IN_SIGNAL.store(true, Ordering::Relaxed);
     if let Ok(mut g) = state::STATE.try_lock() {
         if let Some(c) = g.as_mut() {
             c.flush_block();

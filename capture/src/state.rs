@@ -12,14 +12,15 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::raw::c_int;
-use std::sync::Mutex;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::AtomicBool;
+use std::sync::{atomic, Mutex};
 
 /// The capture of this process, once `MPI_Init` has opened it.
 pub(crate) static STATE: Mutex<Option<Capture>> = Mutex::new(None);
 
 /// Set while a signal handler flushes: nothing may allocate or print then.
-pub(crate) static IN_SIGNAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub(crate) static IN_SIGNAL: AtomicBool = AtomicBool::new(false);
 
 /// CLOCK_MONOTONIC in ns.
 #[inline]
@@ -121,7 +122,7 @@ impl Capture {
     }
 
     fn fail(&mut self, what: &str, e: std::io::Error) {
-        if !self.failed && !IN_SIGNAL.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.failed && !IN_SIGNAL.load(atomic::Ordering::Relaxed) {
             eprintln!("commcanary-capture: {what}: {e}; this rank's capture stops here (its file keeps the blocks written)");
         }
         self.failed = true;
@@ -273,7 +274,7 @@ impl Capture {
         }
         let id = (self.dtypes.len() + 1).min(u16::MAX as usize) as u16;
         let mut size: c_int = -1;
-        let mut name = [0 as std::os::raw::c_char; ffi::MPI_MAX_OBJECT_NAME as usize + 1];
+        let mut name = [0 as c_char; ffi::MPI_MAX_OBJECT_NAME as usize + 1];
         let mut len: c_int = 0;
         // SAFETY: the handle came from the application's own call; both outputs are valid locals
         // (`name` holds MPI_MAX_OBJECT_NAME characters and a terminator).
