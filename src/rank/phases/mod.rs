@@ -22,6 +22,8 @@
 mod graph;
 mod isolated;
 mod issue;
+#[cfg(test)]
+mod mock;
 mod traced;
 mod workload;
 use crate::backend::Backend;
@@ -30,8 +32,6 @@ use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
 use crate::evidence::shard::{CheckRecord, CollectiveEvent, ComputeKind, PhaseRun, ShardBody, TokenEvent};
 use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Context, Result};
-use mpi::collective::CommunicatorCollectives;
-use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,8 +170,8 @@ pub(crate) struct RunnerControls {
 pub(crate) struct Runner<'a, B: Backend> {
     backend: &'a mut B,
     clock: &'a RankClock,
-    world: &'a SimpleCommunicator,
     rank: u32,
+    world_size: u32,
     spec: &'a WorkloadSpec,
     delay: Option<DelayInjection>,
     /// Runs of every group-0 all-reduce (`--inject-repeat`; 1 without it).
@@ -197,8 +197,6 @@ pub(crate) struct Runner<'a, B: Backend> {
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
     /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
     ops_prepared: bool,
-    /// Whether the backend has prepared the source trace's point-to-point program.
-    p2p_prepared: bool,
     /// The current phase's point-to-point passes, for its record.
     p2p_passes: Vec<crate::evidence::shard::P2pPassRecord>,
     /// The group id of the isolated sweep of another kind than the sum
@@ -251,13 +249,14 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// New runner; `controls` are the injections, the shared source trace
     /// and the progress flag ([`RunnerControls::default`]: none of them).
-    pub fn new(backend: &'a mut B, clock: &'a RankClock, world: &'a SimpleCommunicator, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
+    pub fn new(backend: &'a mut B, clock: &'a RankClock, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
         let RunnerControls { delay, fault, file_trace, progress } = controls;
+        let info = backend.info();
         Self {
-            rank: world.rank() as u32,
+            rank: info.rank,
+            world_size: info.world_size,
             backend,
             clock,
-            world,
             spec,
             delay,
             repeat: 1,
@@ -271,11 +270,10 @@ impl<'a, B: Backend> Runner<'a, B> {
             phase_runs: Vec::new(),
             checks: Vec::new(),
             progress,
-            spin_short_delays: node_has_core_per_rank(world.size() as u32),
+            spin_short_delays: node_has_core_per_rank(info.world_size),
             barrier_timeout: None,
             op_seq: std::collections::BTreeMap::new(),
             ops_prepared: false,
-            p2p_prepared: false,
             p2p_passes: Vec::new(),
             sweep_group: None,
         }
@@ -308,18 +306,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         self
     }
 
-    /// A barrier on the world, bounded when a timeout is set.
-    fn barrier(&self, what: &str, phase: Phase) -> Result<()> {
-        match self.barrier_timeout {
-            Some(limit) => {
-                let phase = format!("phase {phase}");
-                crate::backend::mpi_deadline::barrier(self.world, limit, crate::backend::mpi_deadline::Op { what, phase: &phase, peer: None })
-            }
-            None => {
-                self.world.barrier();
-                Ok(())
-            }
-        }
+    /// A barrier of the world's ranks, bounded when a timeout is set.
+    fn barrier(&mut self, what: &str, phase: Phase) -> Result<()> {
+        self.backend.barrier(what, &format!("phase {phase}"), self.barrier_timeout)
     }
 
     /// Run every phase of the spec in order.
@@ -369,16 +358,11 @@ impl<'a, B: Backend> Runner<'a, B> {
                 );
             }
             if !self.ops_prepared {
-                // collective over the world (communicator splits): every rank is here, before its first trace phase
-                self.backend.prepare_trace_ops(&ops.trace, &ops.colls)?;
+                // collective over the world (communicator splits): every rank is here, before its first trace phase;
+                // the point-to-point program runs on the same communicators
+                let p2p = trace.as_ref().and_then(|t| t.p2p.as_ref()).map(|p| &p.plan);
+                self.backend.prepare(&ops.trace, &ops.colls, p2p)?;
                 self.ops_prepared = true;
-            }
-        }
-        if let Some(p) = trace.as_ref().and_then(|t| t.p2p.as_ref()) {
-            if !self.p2p_prepared {
-                // on the trace executor's communicators, prepared just above
-                self.backend.prepare_trace_p2p(&p.plan)?;
-                self.p2p_prepared = true;
             }
         }
         if self.phase_runs.is_empty() {
