@@ -9,6 +9,7 @@
 //!
 //! Method: docs/METHODS.md, "Calibration simulations".
 use crate::analysis::inference::{self, Verdict};
+use crate::analysis::truth;
 use anyhow::Result;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -50,7 +51,6 @@ impl Noise {
     }
 }
 
-use crate::analysis::truth;
 use rand::Rng;
 
 /// The simulated campaigns of [`family_false_different`], [`aa_family_false`]

@@ -32,6 +32,7 @@ use crate::analysis::phase::{analyze_phase, pair_rows, tables};
 use crate::analysis::ranking::{Relation, TiePolicy};
 use crate::analysis::tau::tau_estimates;
 use crate::core::workload::Phase;
+use crate::core::{identity, par};
 use anyhow::{bail, Context, Result};
 
 pub use crate::analysis::controls::aa_level;
@@ -49,7 +50,6 @@ pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
 pub(crate) use crate::analysis::text::regret_words;
 pub use crate::analysis::text::{control_counts, ranking_csv, render, render_short};
-use crate::core::{identity, par};
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \

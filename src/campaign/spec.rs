@@ -10,6 +10,13 @@
 //! (never analyzable) unless the spec declares `join_part = true` (a part
 //! for `campaign join`), unknown phases or sizes, a canary naming an unknown
 //! configuration, an existing manifest.
+use crate::core::clock::{self, ClockInjection};
+use crate::core::identity::ToolIdentity;
+use crate::core::refusal::{self, Code};
+use crate::core::workload::{self, DelayInjection, Phase};
+use crate::core::{fsutil, limits, ranges, units};
+use crate::evidence::run;
+use crate::evidence::shard::BackendKind;
 use anyhow::{bail, Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -98,13 +105,6 @@ fn default_iters() -> u32 {
 pub use crate::analysis::ranking::TiePolicy;
 
 pub use crate::analysis::policy::AnalysisPolicy;
-use crate::core::clock::{self, ClockInjection};
-use crate::core::identity::ToolIdentity;
-use crate::core::refusal::{self, Code};
-use crate::core::workload::{self, DelayInjection, Phase};
-use crate::core::{fsutil, limits, ranges, units};
-use crate::evidence::run;
-use crate::evidence::shard::BackendKind;
 
 /// A canary comparison.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -6,18 +6,18 @@
 use super::attempts::{accepted_manifests, load_manifest, overlapping, read_attempts, AttemptRecord, AttemptStatus};
 use super::select::{Selected, Selection};
 use super::spec::{Cell, Manifest};
+use crate::campaign::hardware::CellHardware;
 use crate::core::fsutil::sha256_file;
 use crate::core::refusal::{Code, Refusal};
-use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
-
-pub use crate::analysis::policy::Verdict;
-use crate::campaign::hardware::CellHardware;
 use crate::core::workload::{self, Phase};
 use crate::core::{identity, limits, par};
 use crate::evidence::join::{self, JoinedRun};
 use crate::evidence::run;
 use crate::evidence::shard::{Shard, ShardHeader, TraceOrigin};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+pub use crate::analysis::policy::Verdict;
 
 /// The most cells checked side by side: each holds its joined run in memory.
 const MAX_CELLS_AT_ONCE: usize = 4;

@@ -3,6 +3,13 @@
 pub mod canary;
 pub mod command;
 pub mod schema;
+use crate::analysis::queue::Arrival;
+use crate::analysis::ranking;
+use crate::campaign::chain::SelectPolicy;
+use crate::cli::canary::{CanaryCommand, ImportRunArgs, SynthArgs};
+use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::Pace;
+use crate::rank::bench::BenchOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -67,13 +74,6 @@ pub enum Command {
     BenchOverhead(BenchOptions),
 }
 
-use crate::analysis::queue::Arrival;
-use crate::analysis::ranking;
-use crate::campaign::chain::SelectPolicy;
-use crate::cli::canary::{CanaryCommand, ImportRunArgs, SynthArgs};
-use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::Pace;
-use crate::rank::bench::BenchOptions;
 pub use crate::rank::{ClockMode, ClockSyncChoice};
 
 /// `commcanary join`.
