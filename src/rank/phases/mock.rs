@@ -189,7 +189,10 @@ mod tests {
         s
     }
 
-    fn run(back_to_back: bool, device: bool, s: &WorkloadSpec, fault: Option<Fault>) -> (anyhow::Result<()>, MockBackend, Vec<(u64, bool, Option<u64>)>) {
+    /// Per recorded collective: bytes, warm-up, device start.
+    type Events = Vec<(u64, bool, Option<u64>)>;
+
+    fn run(back_to_back: bool, device: bool, s: &WorkloadSpec, fault: Option<Fault>) -> (anyhow::Result<()>, MockBackend, Events) {
         let mut b = MockBackend::new(back_to_back, device);
         let clock = RankClock::new(0, &[]);
         let mut r = Runner::new(&mut b, &clock, s, RunnerControls { fault, ..Default::default() });
