@@ -39,6 +39,9 @@ use std::time::Duration;
 /// CPU backend state of one rank.
 pub struct CpuBackend {
     comm: SimpleCommunicator,
+    /// A second duplicate of the world for the phase barriers, so that the
+    /// measured communicator carries the collectives alone.
+    control: SimpleCommunicator,
     world_size: u32,
     dtype: Dtype,
     /// f32 buffers (f32 runs).
@@ -139,6 +142,7 @@ impl CpuBackend {
         Ok(Self {
             world_size: comm.size() as u32,
             comm,
+            control: world.duplicate(),
             dtype: plan.dtype,
             send,
             recv: vec![0.0; f32_elems],
@@ -428,6 +432,6 @@ impl Backend for CpuBackend {
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<Duration>) -> anyhow::Result<()> {
-        mpi_deadline::barrier_within(&self.comm, timeout, mpi_deadline::Op { what, phase, peer: None })
+        mpi_deadline::barrier_within(&self.control, timeout, mpi_deadline::Op { what, phase, peer: None })
     }
 }
