@@ -695,7 +695,7 @@ fn cuda_own_path_rank() {
     });
 }
 
-/// The kind table walked on the CUDA backend's own path (`Backend::issue`,
+/// The kind table walked on the CUDA backend's own path (`Backend::enqueue`,
 /// NCCL on the world communicator; the CPU side is `tests/own_path.rs`): on
 /// one GPU every row, the ring's send and receive to itself included, each
 /// result checked, and a spoiled all-reduce failing its check.

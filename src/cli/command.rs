@@ -9,9 +9,6 @@ use crate::analysis::overlap::IntervalSource;
 use crate::analysis::queue::{self, QueueResult};
 use crate::analysis::ranking::{self, ConfigSummary, Relation};
 use crate::analysis::{capacity, summary};
-use crate::backend::cpu::trace_exec::replay;
-use crate::backend::cuda::trace_exec;
-use crate::backend::replay::ReplayOptions;
 use crate::campaign::chain::Verdict;
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
@@ -20,13 +17,10 @@ use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_M
 use crate::core::refusal::{self, Code};
 use crate::core::workload::Phase;
 use crate::core::{fsutil, limits, par, units};
-use crate::evidence::commtrace::exec::Pace;
-use crate::evidence::commtrace::{self, p2p, CommTrace};
-use crate::evidence::shard::{self, BackendKind};
-use crate::evidence::{inspect, join, synth_shards};
+use crate::evidence::{inspect, join, shard, synth_shards};
 use crate::rank::bench::{self, BenchOptions};
 use crate::rank::capture::{self, CaptureOptions};
-use crate::rank::doctor;
+use crate::rank::{doctor, replay};
 use crate::report::run::{self, Analyze, RunOptions};
 use crate::report::{campaign, export, pick};
 use anyhow::{Context, Result};
@@ -75,42 +69,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Canary(c) => {
             return canary::canary(c, out);
         }
-        Command::ReplayTrace(a) => {
-            if a.backend == crate::backend::BackendChoice::Cuda {
-                // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
-                if let Ok(t) = CommTrace::read(&a.trace) {
-                    p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
-                }
-            }
-            let cuda = a.backend.resolve()?.0 == BackendKind::Cuda;
-            eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
-            let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
-            if cupti && !cuda {
-                anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
-            }
-            let paced = pace != Pace::None;
-            let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
-            let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
-            settings.push(match op {
-                Some(o) => format!("--op {}", word(clap::ValueEnum::to_possible_value(&o))),
-                None => "--op sum (default)".into(),
-            });
-            settings.extend(check.then(|| "--check".to_string()));
-            settings.extend((!warmup).then(|| "--no-warmup".to_string()));
-            settings.extend(cupti.then(|| "--cupti".to_string()));
-            settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
-            let opts = ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
-            commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
-                if cuda {
-                    // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-                    p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
-                    let timeout = std::time::Duration::from_secs(300);
-                    trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
-                } else {
-                    replay(world, trace, &opts)
-                }
-            })?
-        }
+        Command::ReplayTrace(a) => replay::run(&a)?,
         Command::Doctor(a) => {
             let (r, all_ok) = doctor::report(&a.nccl_lib);
             if a.json {

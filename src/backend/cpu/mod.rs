@@ -1,21 +1,14 @@
-//! CPU backend: MPI collectives of host buffers, CPU matrix products,
-//! `CLOCK_MONOTONIC` timings (docs/ARCHITECTURE.md §3).
+//! CPU backend: MPI collectives of host buffers, CPU matrix products, `CLOCK_MONOTONIC` timings
+//! (docs/ARCHITECTURE.md §3).
 //!
-//! A collective is a nonblocking MPI call (`MPI_Iallreduce` for the phases'
-//! all-reduce, every kind of the table through [`Backend::enqueue`]: sizes,
-//! root and ring from [`OwnOp`]) followed by `MPI_Waitall`, called through
-//! rsmpi's raw FFI so the request can outlive the issuing call: issue and wait
-//! placement in the phases is therefore real. Whether the reduction progresses
-//! while the host computes depends on the MPI library (OpenMPI progresses
-//! mostly inside MPI calls); the shards record what happened, not what was
-//! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
-//! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
-//! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
-//!
-//! MPI has no bf16 type, so a bf16 all-reduce is emulated with
-//! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
-//! count are a bf16 all-reduce's, the reduction arithmetic is integer
-//! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
+//! Consumes the world (duplicated twice: one communicator for the collectives, one for the phase
+//! barriers) and a [`BackendPlan`]. Produces host-completed collectives: a world [`Call`] is a
+//! nonblocking MPI call through rsmpi's raw FFI (every kind of the table: sizes, root and ring from
+//! [`OwnOp`]), completed by `MPI_Waitall`, so issue and wait placement in the phases is real; trace
+//! collectives and point-to-point steps run as `replay-trace` runs them. No device timeline: every
+//! device interval is unmeasured. Refuses graphs. MPI has no bf16: a bf16 all-reduce moves bf16's
+//! bytes as `MPI_UINT16_T` and sums integers (the shard's `unmeasured` says so); docs/METHODS.md,
+//! "CPU backend", says how OpenMPI's progress and `coll_tuned` algorithms enter the measurement.
 pub(crate) mod mpi_call;
 pub mod p2p;
 pub mod trace_exec;
@@ -39,6 +32,9 @@ use std::time::Duration;
 /// CPU backend state of one rank.
 pub struct CpuBackend {
     comm: SimpleCommunicator,
+    /// A second duplicate of the world for the phase barriers, so that the
+    /// measured communicator carries the collectives alone.
+    control: SimpleCommunicator,
     world_size: u32,
     dtype: Dtype,
     /// f32 buffers (f32 runs).
@@ -139,6 +135,7 @@ impl CpuBackend {
         Ok(Self {
             world_size: comm.size() as u32,
             comm,
+            control: world.duplicate(),
             dtype: plan.dtype,
             send,
             recv: vec![0.0; f32_elems],
@@ -428,6 +425,6 @@ impl Backend for CpuBackend {
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<Duration>) -> anyhow::Result<()> {
-        mpi_deadline::barrier_within(&self.comm, timeout, mpi_deadline::Op { what, phase, peer: None })
+        mpi_deadline::barrier_within(&self.control, timeout, mpi_deadline::Op { what, phase, peer: None })
     }
 }

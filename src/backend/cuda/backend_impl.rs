@@ -520,7 +520,7 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
-    /// [`Backend::issue`]: the NCCL calls of `kind` (its arm in
+    /// A world [`Call`] started ([`Timing::Async`]): the NCCL calls of `kind` (its arm in
     /// `nccl_calls`) on the world communicator and the collective stream,
     /// between the collective's start and end events; its size, root and ring
     /// from [`OwnOp`]. Several calls (an all-to-all's sends and receives, a

@@ -102,7 +102,7 @@ pub struct CudaBackend {
     // and all of them before the context.
     /// `rank`'s collectives of other kinds (an isolated sweep of
     /// `--collective`): `replay-trace --backend cuda`'s executor, made by
-    /// [`Backend::prepare_trace_ops`] on communicators of its own.
+    /// [`Backend::prepare`] on communicators of its own.
     trace_exec: Option<trace_exec::CudaTraceExec>,
     /// What the trace executor is made from: a duplicate of the world (for
     /// NCCL's unique id), the NCCL library asked for, and this rank's GPU.

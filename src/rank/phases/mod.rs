@@ -1,24 +1,13 @@
 //! The phase runner: executes the phases of docs/ARCHITECTURE.md §4 over any [`Backend`].
 //!
-//! Consumes a validated [`WorkloadSpec`], a backend, this rank's clock and the
-//! world communicator (for phase barriers only). Produces the shard body
-//! (collective, compute and token events) and one [`PhaseRun`] per phase.
-//! Refuses: a trace-consuming phase without a source trace, and any collective
-//! whose validated result is wrong (the error names rank, phase and sequence:
-//! a fast configuration that computes the wrong answer must never be ranked).
-//! An imported trace's collectives other than world all-reduces (every kind,
-//! on the trace's groups) run through [`Backend::run_trace_op`], prepared
-//! once before the first trace phase; a backend without a trace executor
-//! refuses, and graph mode refuses them. An imported MPI trace's
-//! point-to-point program runs between them in recorded call order through
-//! [`Backend::run_p2p_step`] (the cpu backend's; others refuse), recorded
-//! per pass in the phase record.
-//!
-//! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
-//! *stream dependency* (later device work cannot pass an event), *device
-//! synchronization* (the host waits for all earlier work). `wait` is
-//! a stream dependency on GPUs and a host wait on CPU; `synchronize` is only
-//! called at the end of a pass.
+//! Consumes a validated [`WorkloadSpec`], a backend and this rank's clock; barriers go through the
+//! backend, so the runner holds no communicator and a mock backend drives it in unit tests.
+//! Produces the shard body (collective, compute and token events) and one [`PhaseRun`] per phase.
+//! Refuses a trace-consuming phase without a source trace, and any collective whose checked result
+//! is wrong, naming rank, phase and sequence. An imported trace's other collectives and its
+//! point-to-point steps run as [`crate::backend::Call::Trace`] and [`crate::backend::Call::P2pStep`],
+//! prepared once before the first trace phase (graph mode refuses them). Blocking vocabulary (host
+//! blocking, stream dependency, device synchronization): docs/METHODS.md, "Phase runner".
 mod graph;
 mod isolated;
 mod issue;
@@ -288,7 +277,7 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Run every group-0 all-reduce `n` times back to back (the negative
     /// control `--inject-repeat`): the `n - 1` extra runs
-    /// ([`Backend::extra_allreduce`]) complete inside the recorded collective,
+    /// ([`crate::backend::Timing::Untimed`]) complete inside the recorded collective,
     /// between its issue time and the real issue, so the event spans all `n`,
     /// and `--check` validates the last (the all-reduce is out of place: a
     /// repeat leaves the result as one run does). Trace collectives other
