@@ -218,11 +218,13 @@ pub enum GraphStep {
     End,
     /// Launch the captured graph once, in order after the work issued so far.
     Launch,
-    /// Capture `n` world all-reduces of `bytes` back to back, each behind a
-    /// timestamp, into a graph and launch it once: no host work per
+    /// Capture `n` world calls of `kind` and `bytes` back to back, each behind
+    /// a timestamp, into a graph and launch it once: no host work per
     /// collective. Device intervals come from [`Backend::finish_pass`] as for
     /// [`Timing::BackToBack`]; returns the host clock around the launch call.
-    AllReduces {
+    Calls {
+        /// Kind.
+        kind: CollectiveKind,
         /// Size, bytes.
         bytes: u64,
         /// Element type.
@@ -294,7 +296,7 @@ pub trait Backend {
     /// were checked); then clear the pass for the next.
     fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>>;
     /// Graph mode (CUDA graphs); see [`GraphStep`]. Returns the host clock
-    /// around the launch for [`GraphStep::AllReduces`], else `None`.
+    /// around the launch for [`GraphStep::Calls`], else `None`.
     fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>>;
     /// A barrier of the world's ranks, bounded by `timeout` when set (a
     /// stopped peer then fails with `refused[COLLECTIVE_TIMEOUT]`, naming `what`).

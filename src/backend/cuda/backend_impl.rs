@@ -303,7 +303,7 @@ impl Backend for CudaBackend {
             GraphStep::Begin => self.begin_graph().map(|_| None),
             GraphStep::End => self.end_graph().map(|_| None),
             GraphStep::Launch => self.launch_graph().map(|_| None),
-            GraphStep::AllReduces { bytes, dtype, n } => self.all_reduce_graph(bytes, dtype, n).map(Some),
+            GraphStep::Calls { kind, bytes, dtype, n } => self.calls_graph(kind, bytes, dtype, n).map(Some),
         }
     }
 
@@ -370,14 +370,22 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn all_reduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
+    /// [`GraphStep::Calls`]: `n` world calls of `kind` captured behind
+    /// timestamp nodes into one graph (the NCCL calls of [`Self::start`]) and
+    /// launched once.
+    fn calls_graph(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
         self.graph_used = true;
-        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+        }
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
         let (sp, rp) = self.buffers();
         let stream = self.comm_stream.cu_stream();
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
         drv(self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
         let mut captured = || -> BackendResult<()> {
             let record = |b: &mut Self| -> BackendResult<usize> {
@@ -391,8 +399,18 @@ impl CudaBackend {
             };
             let mut prev = record(self)?;
             for _ in 0..n {
-                // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it (capturing).
-                unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, stream as *mut _) }?;
+                if calls.len() > 1 {
+                    self.comm.group(true)?;
+                }
+                for c in &calls {
+                    // SAFETY: every pointer lies in this rank's send or receive buffer, each `bytes`
+                    // (issue_count) and 4 (above) or more long, which bounds every count and offset
+                    // OwnOp gives; the stream belongs to this context (capturing).
+                    unsafe { self.comm.enqueue(c, stream as *mut _) }?;
+                }
+                if calls.len() > 1 {
+                    self.comm.group(false)?;
+                }
                 let next = record(self)?;
                 self.intervals.push((prev, next));
                 prev = next;

@@ -134,7 +134,7 @@ impl<B: Backend> Runner<'_, B> {
     /// The timed iterations of one size as one CUDA graph: one launch for all
     /// of them (delays and faults cannot act inside a graph).
     fn isolated_graph(&mut self, bytes: u64) -> Result<()> {
-        let step = GraphStep::AllReduces { bytes, dtype: self.spec.dtype, n: self.spec.iters };
+        let step = GraphStep::Calls { kind: CollectiveKind::AllReduce, bytes, dtype: self.spec.dtype, n: self.spec.iters };
         let host = self.backend.graph(step)?.context("internal: a graph of all-reduces without its launch times")?;
         for i in 0..self.spec.iters {
             let seq = self.seq;
