@@ -6,10 +6,15 @@
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
 use crate::backend::cuda::nccl::RedOp;
+use crate::backend::mpi_deadline;
 use crate::backend::own::OwnOp;
+use crate::core::clock::DeviceTimeMap;
 use crate::core::collective::CollectiveKind;
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
+use crate::evidence::shard::KernelKind;
+use cudarc::cublas::result::gemm_ex;
+use cudarc::driver::result::event;
 
 impl Backend for CudaBackend {
     fn info(&self) -> BackendInfo {
@@ -184,7 +189,7 @@ impl Backend for CudaBackend {
         let (end_event, end_est) = self.anchor_window()?;
         let first = &self.pass_events[anchor.event];
         let span_ms = drv(first.elapsed_ms(&self.pass_events[end_event]), "cuEventElapsedTime (end anchor)")? as f64;
-        let map = crate::core::clock::DeviceTimeMap::fit(anchor.estimate, Some((end_est, span_ms * 1e6)));
+        let map = DeviceTimeMap::fit(anchor.estimate, Some((end_est, span_ms * 1e6)));
         self.last_anchor_windows = Some((anchor.estimate, end_est));
         // host time of every event of the pass, each read once
         let mut host_ns = vec![0u64; self.pass_events.len()];
@@ -233,11 +238,7 @@ impl Backend for CudaBackend {
                     Some(m) => m.to_host_ns(t),
                     None => (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64,
                 };
-                let kind = if k.name.to_ascii_lowercase().contains("nccl") {
-                    crate::evidence::shard::KernelKind::Nccl
-                } else {
-                    crate::evidence::shard::KernelKind::Compute
-                };
+                let kind = if k.name.to_ascii_lowercase().contains("nccl") { KernelKind::Nccl } else { KernelKind::Compute };
                 kernels.push(crate::backend::PassKernel {
                     kind,
                     name: k.name,
@@ -308,7 +309,7 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
-        crate::backend::mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
+        mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
     }
 }
 
@@ -331,7 +332,7 @@ impl CudaBackend {
         // dependency, no wait, no allocation.
         let e = self.pooled_event()?;
         // SAFETY: a live event and stream of this context, which is current on this thread.
-        drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
+        drv(unsafe { event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
         self.pass_events.push(e);
         let b = self.pass_events.len() - 1;
         if self.back_to_back_open {
@@ -448,7 +449,7 @@ impl CudaBackend {
             let (cp, _c) = self.c.device_ptr_mut(&self.compute);
             // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
             unsafe {
-                cudarc::cublas::result::gemm_ex(
+                gemm_ex(
                     *self.blas.handle(),
                     blas_sys::cublasOperation_t::CUBLAS_OP_N,
                     blas_sys::cublasOperation_t::CUBLAS_OP_N,
