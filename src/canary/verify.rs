@@ -265,13 +265,12 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     // the phases' world all-reduces run in the trace's element type (those of
     // another than f32/bf16 run through the trace executor, in their own)
     let world: Vec<u32> = (0..t.world_size).collect();
-    let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find(|c| {
-        c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && c.dtype.workload().is_some() && t.group(&c.group).is_some_and(|g| g.members == world)
+    let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find_map(|c| {
+        let dtype = crate::core::workload::Dtype::try_from(c.dtype).ok()?;
+        (c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world)).then_some(dtype)
     });
-    match ar_dtype.map(|c| c.dtype) {
-        Some(crate::evidence::commtrace::TraceDtype::Bf16) => spec.workload.extra_args.extend(["--dtype".to_string(), "bf16".to_string()]),
-        Some(crate::evidence::commtrace::TraceDtype::F32) => spec.workload.extra_args.extend(["--dtype".to_string(), "f32".to_string()]),
-        _ => {}
+    if let Some(dtype) = ar_dtype {
+        spec.workload.extra_args.extend(["--dtype".to_string(), dtype.name().to_string()]);
     }
     let mut configs = Vec::new();
     for v in &variants {

@@ -304,15 +304,16 @@ pub(crate) fn comm_trace_entries(
             ));
         }
         let dtype = c.dtype;
-        if allreduce_only && dtype.workload().is_none() {
+        let run_dtype = crate::core::workload::Dtype::try_from(dtype);
+        if let (true, Err(e)) = (allreduce_only, run_dtype) {
             return refuse(format!(
-                "all-reduce #{} on group {:?} is {dtype}; with --trace-allreduce-only the phases run f32 or bf16 world all-reduces (without it, every dtype)",
+                "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a run's element type (without it, every dtype)",
                 c.seq, c.group
             ));
         }
         count.run_per_pass += 1;
         // the world all-reduce sums: a recorded other reduction runs as a trace operation
-        let op = if c.kind == CollectiveKind::AllReduce && members == world && dtype.workload().is_some() && c.op.is_none() {
+        let op = if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
             None
         } else {
             let gi =
@@ -618,7 +619,7 @@ mod tests {
         use crate::evidence::commtrace::TraceDtype;
         t.ranks[0].collectives[0].dtype = TraceDtype::F64;
         let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
-        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("is f64"), "{e}");
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"), "{e}");
         // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
         t.ranks[0].collectives[1].dtype = TraceDtype::I8;
         let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
