@@ -1,28 +1,15 @@
 //! `canary verify`: the source and its candidates replayed as one real
 //! campaign, and every candidate judged against the source.
 //!
-//! Consumes the source trace, the canary artifact (and any further artifacts,
-//! e.g. a reduced one), a campaign spec whose configurations, launcher,
-//! rounds, policy and controls are used (the rank count comes from the
-//! trace), and a function that runs a campaign spec into a directory (the
-//! command layer's `campaign run`: plan, exec, select, verify, analyze).
-//! Produces, in the output directory: `inputs/` (the source, each candidate's
-//! replay trace), `verify-spec.toml` (the campaign: one configuration per
-//! candidate and configuration, each walking its own frozen trace, rounds
-//! interleaved), `campaign/` (its whole chain of evidence) and
-//! `canary-verify.json` (format version 1, schema `canary-verify`).
-//!
-//! Refuses before anything runs: an artifact whose digest does not hold
-//! (`DIGEST_MISMATCH`, naming it), or whose content contradicts itself
-//! (`BAD_STRUCTURE`, `OVER_LIMIT`: [`artifact::check_consistency`]), a source
-//! file other than the one the artifact was compiled from
-//! (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its shape says it is another
-//! trace), an output directory that exists, and a canary (or a further
-//! compiled artifact) that a check needing no measurement (coverage, mix,
-//! structure, values) already fails (`STATIC_CHECK`, unless
-//! `--replay-failed` asks for the replay anyway): every such check runs
-//! before the campaign, every printed size is recomputed from the
-//! expansion replayed.
+//! Consumes the source trace, the canary artifact (and further artifacts), a
+//! campaign spec and a function that runs a spec into a directory (the
+//! command layer's `campaign run`). Produces `inputs/`, `verify-spec.toml`,
+//! `campaign/` and `canary-verify.json` (format version 1, schema
+//! `canary-verify`) in the output directory. Refuses before anything runs: an
+//! artifact whose digest does not hold or whose content contradicts itself, a
+//! source other than the one compiled, an output directory that exists, and a
+//! candidate that a check needing no measurement already fails (`STATIC_CHECK`,
+//! unless `--replay-failed`). Details: docs/METHODS.md, "Canary verification".
 use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
