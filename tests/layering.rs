@@ -291,6 +291,37 @@ fn no_file_imports_from_a_later_layer() {
     assert!(faults.is_empty(), "imports against the layer order:\n{}", faults.join("\n"));
 }
 
+/// The evidence layer reads and writes records; it runs nothing: no file of
+/// `src/evidence/` names MPI (the commands that run under MPI are `rank`'s).
+#[test]
+fn no_evidence_module_calls_mpi() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/evidence");
+    let mut files = Vec::new();
+    rs_files(&dir, &mut files);
+    assert!(files.len() > 10, "only {} evidence files read", files.len());
+    let faults: Vec<String> =
+        files.iter().filter(|f| mpi_crate_use(&non_test_code(&std::fs::read_to_string(f).unwrap()))).map(|f| f.display().to_string()).collect();
+    assert!(faults.is_empty(), "evidence modules that use the MPI crate:\n{}", faults.join("\n"));
+}
+
+/// Whether `code` names the `mpi` crate itself (a path starting `mpi::`,
+/// not a module of ours named `mpi` such as `commtrace::mpi::`).
+fn mpi_crate_use(code: &str) -> bool {
+    code.match_indices("mpi::").any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        !matches!(before, Some(c) if c == ':' || c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn the_mpi_check_tells_the_crate_from_our_module() {
+    assert!(mpi_crate_use("let w = mpi::initialize();"));
+    assert!(mpi_crate_use("use mpi::topology::SimpleCommunicator;"));
+    assert!(!mpi_crate_use("use crate::evidence::commtrace::mpi::MpiSummary;"));
+    assert!(!mpi_crate_use("use super::mpi::MpiP2p;"));
+    assert!(!mpi_crate_use("let x = commcanary_mpi::f();"));
+}
+
 #[test]
 fn the_checker_sees_imports_and_skips_tests() {
     let code = non_test_code("use crate::core::units;\nfn f() { crate::{cli::run, rank::x}; }\n#[cfg(test)]\nmod tests {\n    use crate::cli;\n}\nmacro_rules! m { () => { $crate::core::x } }\n");

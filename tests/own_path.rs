@@ -1,5 +1,5 @@
 //! Every kind of the collective table through the CPU backend's own path
-//! (`Backend::issue`, `wait`, `check_last`): world collectives under real
+//! (`Backend::enqueue`, `wait`, `check`): world collectives under real
 //! mpirun on 3 ranks (odd, so that a ring and a split are not symmetric),
 //! f32 and bf16, each rank's result checked against what every rank's
 //! contributions make of it, and a spoiled result failing its check. The

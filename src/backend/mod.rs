@@ -15,8 +15,11 @@ pub mod replay;
 pub mod trace_share;
 
 use crate::core::collective::CollectiveKind;
-use crate::core::workload::GemmShape;
+use crate::core::workload::{GemmShape, ReduceOp};
+use crate::evidence::commtrace::p2p::P2pPlan;
+use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
+use std::time::Duration;
 
 /// Device-side interval of a collective, mapped onto the host timeline.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,7 +89,7 @@ impl BackendPlan {
 
     /// What `spec` needs when its traced phases walk `trace`, whose
     /// all-reduces may be larger than the workload's own (its other
-    /// collectives have their own buffers, [`Backend::prepare_trace_ops`]).
+    /// collectives have their own buffers, [`Backend::prepare`]).
     pub fn for_spec_and_trace(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> Self {
         let mut p = Self::for_spec(spec);
         p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
@@ -108,220 +111,196 @@ impl BackendPlan {
     }
 }
 
-/// `replay-trace`'s executor of one backend (MPI's or NCCL's), as `rank`'s
-/// phases drive it: run a prepared collective to completion, then count the
-/// wrong elements of its result.
-pub trait TraceExecutor {
-    /// Run prepared collective `i` to completion on the host.
-    fn run_op(&mut self, i: usize, c: &crate::evidence::commtrace::TraceCollective, op: crate::core::workload::ReduceOp, check: bool) -> anyhow::Result<()>;
-    /// The wrong elements of its result and the first named (with `corrupt`,
-    /// the result spoiled first: the negative control).
-    fn wrong_after(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::core::workload::ReduceOp,
-        corrupt: bool,
-    ) -> anyhow::Result<(u64, Option<String>)>;
+/// What a backend runs: a collective of the kind table on the world (the
+/// isolated sweep and the model workload), a prepared collective of an
+/// imported trace on its group, or a step of a trace's point-to-point program.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'a> {
+    /// `kind` on the world of `bytes` in nccl-tests' size convention
+    /// ([`own::OwnOp`]: an all-gather's `bytes` is the gathered buffer), a sum
+    /// for the reducing kinds, rooted at rank 0, a point-to-point kind as a
+    /// ring (send to the next rank, receive from the previous).
+    World {
+        /// Kind.
+        kind: CollectiveKind,
+        /// Size, bytes.
+        bytes: u64,
+        /// Element type.
+        dtype: Dtype,
+    },
+    /// Prepared trace collective `index` ([`Backend::prepare`]), any kind on
+    /// its group, reducing with `op`; `check` says its result will be
+    /// checked ([`Backend::check`]), which is never inside the timed call.
+    Trace {
+        /// Position among the prepared collectives.
+        index: usize,
+        /// The collective.
+        c: &'a TraceCollective,
+        /// Reduction.
+        op: ReduceOp,
+        /// Whether the result will be checked.
+        check: bool,
+    },
+    /// Step `k` of the prepared point-to-point program (steps run in order).
+    P2pStep(usize),
 }
 
-/// [`TraceExecutor`] for an executor type with the inherent `run`,
-/// `count_wrong` and `corrupt` of `replay-trace`'s executors (MPI's and NCCL's).
-macro_rules! trace_executor_impl {
-    ($t:ty) => {
-        impl $crate::backend::TraceExecutor for $t {
-            fn run_op(
-                &mut self,
-                i: usize,
-                c: &$crate::evidence::commtrace::TraceCollective,
-                op: $crate::core::workload::ReduceOp,
-                check: bool,
-            ) -> anyhow::Result<()> {
-                self.run(i, c, op, check, &mut || {}).map(|_| ())
-            }
-
-            fn wrong_after(
-                &mut self,
-                i: usize,
-                c: &$crate::evidence::commtrace::TraceCollective,
-                op: $crate::core::workload::ReduceOp,
-                corrupt: bool,
-            ) -> anyhow::Result<(u64, Option<String>)> {
-                self.corrupt = corrupt;
-                let found = self.count_wrong(i, c, op);
-                self.corrupt = false;
-                found
-            }
-        }
-    };
+/// How an enqueued [`Call`] is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Started: the host continues and the call may still run;
+    /// [`Backend::wait`] makes later work depend on it (a world call).
+    Async,
+    /// Right behind the previous call, with no dependency and no wait
+    /// (nccl-tests' timed loop): its device interval runs from its start to
+    /// the next one's start, or to the boundary [`Backend::end_back_to_back`]
+    /// closes, and comes from [`Backend::finish_pass`] in issue order.
+    BackToBack,
+    /// Complete on the host when the call returns, so the caller's clock read
+    /// right after is its end (trace collectives and point-to-point steps).
+    HostWait,
+    /// Complete when the call returns and outside the pass's timings: the
+    /// negative control `--inject-repeat` (a recorded collective that does N
+    /// times the work).
+    Untimed,
 }
-pub(crate) use trace_executor_impl;
 
-/// What a backend offers the phase runner.
+/// Device work of a compute interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compute {
+    /// `units` matrix products of GEMM shape `shape` (an index into the
+    /// plan's GEMMs) back to back, with the weights of `layer`.
+    Gemm {
+        /// Shape index.
+        shape: usize,
+        /// Layer (weight set `layer % weight_sets`).
+        layer: u32,
+        /// Products.
+        units: u32,
+    },
+    /// `units` memory-bandwidth-bound copies back to back.
+    Membound(u32),
+}
+
+/// What a result check reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Checked<'a> {
+    /// The last completed world call of `kind`, `bytes` and `dtype`
+    /// (waiting for it first where it may still run), checked with
+    /// [`own::OwnOp::verify`].
+    Last {
+        /// Kind.
+        kind: CollectiveKind,
+        /// Size, bytes.
+        bytes: u64,
+        /// Element type.
+        dtype: Dtype,
+    },
+    /// Trace collective `index` that [`Call::Trace`] just ran with `check`:
+    /// wrong elements counted (bytes for data movement).
+    Trace {
+        /// Position among the prepared collectives.
+        index: usize,
+        /// The collective.
+        c: &'a TraceCollective,
+        /// Reduction it ran with.
+        op: ReduceOp,
+    },
+}
+
+/// A step of graph mode (CUDA graphs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphStep {
+    /// Capture the device work issued until [`GraphStep::End`] into one
+    /// graph instead of running it: nothing is timed, nothing executes.
+    Begin,
+    /// End the capture and instantiate the graph.
+    End,
+    /// Launch the captured graph once, in order after the work issued so far.
+    Launch,
+    /// Capture `n` world calls of `kind` and `bytes` back to back, each behind
+    /// a timestamp, into a graph and launch it once: no host work per
+    /// collective. Device intervals come from [`Backend::finish_pass`] as for
+    /// [`Timing::BackToBack`]; returns the host clock around the launch call.
+    Calls {
+        /// Kind.
+        kind: CollectiveKind,
+        /// Size, bytes.
+        bytes: u64,
+        /// Element type.
+        dtype: Dtype,
+        /// All-reduces in the graph.
+        n: u32,
+    },
+}
+
+/// What a backend says of itself for the shard header and the runner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendInfo {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// This rank and the world's size.
+    pub rank: u32,
+    /// Ranks in the world.
+    pub world_size: u32,
+    /// Whether [`Timing::BackToBack`] runs world all-reduces with no host wait
+    /// between them; a backend whose every call completes on the host says `false`.
+    pub back_to_back: bool,
+}
+
+/// What a backend offers the phase runner: every collective, compute and
+/// timing step of a pass, in 16 methods; a backend that cannot do a step
+/// refuses it in its own implementation, naming what would.
 pub trait Backend {
-    /// Which backend this is.
-    fn kind(&self) -> BackendKind;
-    /// Device description for the shard header.
+    /// Which backend, where and how it times.
+    fn info(&self) -> BackendInfo;
+    /// Device description for the shard header (read at the end of the run).
     fn device(&self) -> DeviceIdentity;
     /// Fields this backend does not measure, with reasons.
     fn unmeasured(&self) -> Vec<Unmeasured>;
-    /// Start a collective of `kind` on the world communicator, of `bytes` in
-    /// nccl-tests' size convention ([`own::OwnOp`]: an all-gather's `bytes` is
-    /// the gathered buffer), a sum for the reducing kinds, rooted at rank 0, a
-    /// point-to-point kind as a ring (send to the next rank, receive from the
-    /// previous). Returns when the host may continue; the collective may
-    /// still be running. Every kind of the table: the size, the root and the
-    /// check come from its row ([`own::OwnOp`]), the library call from one
-    /// arm per kind in each backend. Other groups and reductions run through
-    /// the trace executor ([`Backend::prepare_trace_ops`]).
-    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()>;
-    /// Make everything that follows wait for the outstanding collective
-    /// (a host wait on CPU; a stream dependency on GPU). Returns the device
-    /// interval when the backend can measure it.
+    /// Make the communicators of every group of `trace` and the buffers of
+    /// `colls` (this rank's collectives of an imported trace that are not
+    /// world all-reduces, one pass), and then of `p2p` (this rank's
+    /// point-to-point program of an MPI trace), so that [`Call::Trace`] and
+    /// [`Call::P2pStep`] can run any of them. Collective over the world:
+    /// every rank calls it at the same point.
+    fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], p2p: Option<&P2pPlan>) -> BackendResult<()>;
+    /// Run `call`, timed as `timing` says.
+    fn enqueue(&mut self, call: Call<'_>, timing: Timing) -> BackendResult<()>;
+    /// Make everything that follows wait for the outstanding [`Timing::Async`]
+    /// call (a host wait on CPU; a stream dependency on GPU). Returns the
+    /// device interval when the backend measures it here.
     fn wait(&mut self) -> BackendResult<Option<DeviceInterval>>;
-    /// Run the all-reduce [`Backend::issue`] would start once more,
-    /// complete when this returns and outside the pass's timings: the negative
-    /// control `--inject-repeat` (a recorded collective that does N times the
-    /// work). A backend that times each call on device events has none.
-    fn extra_allreduce(&mut self, _bytes: u64, _dtype: Dtype) -> BackendResult<()> {
-        Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into()))
-    }
+    /// Close a run of [`Timing::BackToBack`] calls.
+    fn end_back_to_back(&mut self) -> BackendResult<()>;
     /// Issue the collectives that follow on the compute stream itself
-    /// (`true`) or on a stream of their own joined by events (`false`, the
-    /// default); see [`crate::core::workload::CommStream`]. A backend without
-    /// streams ignores it.
-    fn collectives_on_compute_stream(&mut self, _on: bool) -> BackendResult<()> {
-        Ok(())
-    }
-    /// Whether the isolated phase can enqueue collectives back to back, with
-    /// no host wait between them ([`Backend::allreduce_back_to_back`]); a
-    /// backend whose every collective completes on the host says `false`.
-    fn back_to_back(&self) -> bool {
-        false
-    }
-    /// Enqueue an all-reduce of `bytes` right behind the previous one, with no
-    /// dependency on other work and no wait (nccl-tests' timed loop). Its
-    /// device interval runs from its start to the next one's start, or to the
-    /// closing boundary of [`Backend::end_back_to_back`], and is reported by
-    /// [`Backend::finish_pass`] in issue order like any other collective.
-    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let _ = (bytes, dtype);
-        Err(BackendError::Unsupported("internal: this backend cannot run collectives back to back".into()))
-    }
-    /// Capture `n` all-reduces of `bytes` back to back, each behind a
-    /// timestamp, into a CUDA graph and launch it once: no host work per
-    /// collective at all. Returns the host clock around the launch call.
-    /// Device intervals come from [`Backend::finish_pass`] as for
-    /// [`Backend::allreduce_back_to_back`].
-    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
-        let _ = (bytes, dtype, n);
-        Err(BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()))
-    }
-    /// Close a run of back-to-back collectives.
-    fn end_back_to_back(&mut self) -> BackendResult<()> {
-        Ok(())
-    }
-    /// Run `units` matrix products of shape `shape` (an index into the
-    /// plan's GEMMs) back to back, with the weights of `layer`.
-    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()>;
-    /// Run `units` memory-bandwidth-bound kernels back to back.
-    fn membound(&mut self, units: u32) -> BackendResult<()>;
-    /// Wait until all work issued so far has finished (end of a pass only).
-    fn synchronize(&mut self) -> BackendResult<()>;
+    /// (`true`) or on a stream of their own joined by events (`false`); see
+    /// [`crate::core::workload::CommStream`]. A backend without streams ignores it.
+    fn collectives_on_compute_stream(&mut self, on: bool) -> BackendResult<()>;
+    /// Run device work.
+    fn compute(&mut self, work: Compute) -> BackendResult<()>;
     /// Record a marker in device order on the compute stream; `None` when the
     /// host clock already is the execution timeline (CPU).
     fn mark(&mut self) -> BackendResult<Option<usize>>;
-    /// After `synchronize`: device intervals and marks of the pass on the host timeline.
+    /// Wait until all work issued so far has finished (end of a pass only).
+    fn synchronize(&mut self) -> BackendResult<()>;
+    /// After `synchronize`: device intervals and marks of the pass on the
+    /// host timeline, for the world calls of the pass in issue order.
     fn finish_pass(&mut self) -> BackendResult<PassTimings>;
-    /// Validate the last completed collective of `kind` and `bytes` of
-    /// `dtype` (waiting for it first where it may still run) with
-    /// [`own::OwnOp::verify`]; `Err` when the result could not be read.
-    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<CheckOutcome>;
-    /// Test-only negative control: corrupt the last result so that a check must fail.
-    fn corrupt_last_result(&mut self);
-    /// Make the communicators of every group of `trace` and prepare the
-    /// buffers of `colls` (this rank's collectives of an imported trace that
-    /// are not world all-reduces, one pass), so that [`Backend::run_trace_op`]
-    /// can run any of them. Collective over the world: every rank calls it
-    /// at the same point. A backend without a trace executor refuses.
-    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
-        let _ = (trace, colls);
-        Err(BackendError::Unsupported(
-            "this backend runs only the world all-reduces of an imported trace in rank's phases: pass --trace-allreduce-only (the other kinds are then left out and counted), or run every kind with replay-trace".into(),
-        ))
-    }
-    /// The trace executor [`Backend::prepare_trace_ops`] made, if any.
-    fn trace_executor(&mut self) -> Option<&mut dyn TraceExecutor> {
-        None
-    }
-    /// Run prepared trace collective `i` (`c`, any kind, on its group) to
-    /// completion on the host, reducing with `op`: the host returns when its
-    /// result is in place, so the caller's clock read right after is its end.
-    /// `check` says the result will be checked ([`Backend::check_trace_op`]),
-    /// which is never inside the timed call.
-    fn run_trace_op(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::core::workload::ReduceOp,
-        check: bool,
-    ) -> BackendResult<()> {
-        let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-        exec.run_op(i, c, op, check)?;
-        Ok(())
-    }
-    /// Validate the result of trace collective `i` that [`Backend::run_trace_op`]
-    /// just ran with `check`: counts the wrong elements (bytes for data
-    /// movement) and names the first (with `corrupt`, the negative control
-    /// spoils the result first, so the check must fail).
-    fn check_trace_op(
-        &mut self,
-        i: usize,
-        c: &crate::evidence::commtrace::TraceCollective,
-        op: crate::core::workload::ReduceOp,
-        corrupt: bool,
-    ) -> BackendResult<CheckOutcome> {
-        let exec = self.trace_executor().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-        let (wrong_elements, first_wrong) = exec.wrong_after(i, c, op, corrupt)?;
-        Ok(CheckOutcome { wrong_elements, first_wrong })
-    }
-    /// Prepare this rank's point-to-point program of an imported MPI trace
-    /// (`plan`) on the communicators [`Backend::prepare_trace_ops`] made:
-    /// every buffer made before the first step. A backend without a
-    /// point-to-point executor refuses.
-    fn prepare_trace_p2p(&mut self, plan: &crate::evidence::commtrace::p2p::P2pPlan) -> BackendResult<()> {
-        let _ = plan;
-        Err(BackendError::Unsupported(
-            "this backend does not run an MPI trace's point-to-point operations (mpi.p2p): run the phases with --backend cpu, or pass --trace-allreduce-only (the point-to-point operations are then left out and counted)".into(),
-        ))
-    }
-    /// Run step `k` of the prepared point-to-point program (steps run in
-    /// order, each to completion on the host: a post returns once posted).
-    fn run_p2p_step(&mut self, k: usize) -> BackendResult<()> {
-        let _ = k;
-        Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
-    }
-    /// After a pass's last step: with `check`, check every matched receive's
-    /// length and bytes against its send (returns how many were checked);
-    /// then clear the pass for the next.
-    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
-        let _ = check;
-        Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
-    }
-    /// Graph mode: capture the device work issued until [`Backend::end_graph`]
-    /// into one graph instead of running it. While capturing, no timing is
-    /// recorded and nothing executes.
-    fn begin_graph(&mut self) -> BackendResult<()> {
-        Err(BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()))
-    }
-    /// Graph mode: end the capture and instantiate the graph.
-    fn end_graph(&mut self) -> BackendResult<()> {
-        Err(BackendError::Misuse("internal: no graph capture in progress".into()))
-    }
-    /// Graph mode: launch the captured graph once, in order after the work issued so far.
-    fn launch_graph(&mut self) -> BackendResult<()> {
-        Err(BackendError::Misuse("internal: no graph was captured".into()))
-    }
+    /// Count the wrong elements of a result and name the first; with
+    /// `corrupt`, the result is spoiled first (the negative control: the
+    /// check must fail). `Err` when the result could not be read.
+    fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome>;
+    /// After a pass's last point-to-point step: with `check`, check every
+    /// matched receive's length and bytes against its send (returns how many
+    /// were checked); then clear the pass for the next.
+    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>>;
+    /// Graph mode (CUDA graphs); see [`GraphStep`]. Returns the host clock
+    /// around the launch for [`GraphStep::Calls`], else `None`.
+    fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>>;
+    /// A barrier of the world's ranks, bounded by `timeout` when set (a
+    /// stopped peer then fails with `refused[COLLECTIVE_TIMEOUT]`, naming `what`).
+    fn barrier(&mut self, what: &str, phase: &str, timeout: Option<Duration>) -> anyhow::Result<()>;
 }
 
 /// What a backend call can fail with: typed, so a caller can tell a hung

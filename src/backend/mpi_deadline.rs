@@ -11,6 +11,7 @@
 //! Polling, yielding, idle waits: docs/METHODS.md, "Bounded MPI waits".
 use crate::core::refusal::{refuse, Code};
 use anyhow::{bail, Result};
+use mpi::collective::CommunicatorCollectives;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -121,6 +122,17 @@ fn started(rc: c_int, call: &str, op: &Op) -> Result<()> {
 /// Barrier on `comm` within `limit`.
 pub fn barrier(comm: &SimpleCommunicator, limit: Duration, op: Op) -> Result<()> {
     barrier_with(comm, limit, op, Patience::Yield)
+}
+
+/// A barrier bounded by `limit` where one is set ([`barrier`]), else MPI's own.
+pub fn barrier_within(comm: &SimpleCommunicator, limit: Option<Duration>, op: Op) -> Result<()> {
+    match limit {
+        Some(limit) => barrier(comm, limit, op),
+        None => {
+            comm.barrier();
+            Ok(())
+        }
+    }
 }
 
 /// [`barrier`] for a wait that is long by design: sleeps between tests (module doc).

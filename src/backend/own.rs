@@ -1,4 +1,4 @@
-//! The backends' own path ([`super::Backend::issue`]), kind by kind: what
+//! The backends' own path ([`super::Backend::enqueue`] of a world [`super::Call`]), kind by kind: what
 //! one rank's world collective of a kind moves ([`OwnOp`]) and what its result
 //! must hold ([`OwnOp::verify`]), both read from the kind table's row, so that
 //! a backend adds only the library call of a new kind.

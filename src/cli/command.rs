@@ -53,42 +53,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Canary(c) => {
             return crate::cli::canary::canary(c, out);
         }
-        Command::ReplayTrace(a) => {
-            if a.backend == crate::backend::BackendChoice::Cuda {
-                // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
-                if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
-                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
-                }
-            }
-            let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
-            eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
-            let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
-            if cupti && !cuda {
-                anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
-            }
-            let paced = pace != crate::evidence::commtrace::exec::Pace::None;
-            let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
-            let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
-            settings.push(match op {
-                Some(o) => format!("--op {}", word(clap::ValueEnum::to_possible_value(&o))),
-                None => "--op sum (default)".into(),
-            });
-            settings.extend(check.then(|| "--check".to_string()));
-            settings.extend((!warmup).then(|| "--no-warmup".to_string()));
-            settings.extend(cupti.then(|| "--cupti".to_string()));
-            settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
-            let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
-            crate::evidence::commtrace::replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
-                if cuda {
-                    // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-                    crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
-                    let timeout = std::time::Duration::from_secs(300);
-                    crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
-                } else {
-                    crate::backend::cpu::trace_exec::replay(world, trace, &opts)
-                }
-            })?
-        }
+        Command::ReplayTrace(a) => crate::rank::replay::run(&a)?,
         Command::Doctor(a) => {
             let (r, all_ok) = crate::rank::doctor::report(&a.nccl_lib);
             if a.json {

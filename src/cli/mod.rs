@@ -34,7 +34,7 @@ pub enum Command {
     Capture(CaptureArgs),
     /// Run an imported trace's collectives on per-group sub-communicators: MPI (cpu) or NCCL (cuda); run under mpirun
     #[command(name = "replay-trace")]
-    ReplayTrace(ReplayTraceArgs),
+    ReplayTrace(crate::rank::replay::ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
     /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate, export-pick, confirm
@@ -191,42 +191,6 @@ pub struct ExportTraceArgs {
     /// With --redact: quantize every time and duration to this many ns.
     #[arg(long, requires = "redact", default_value_t = 0)]
     pub quantize_ns: u64,
-}
-
-/// `commcanary replay-trace`.
-#[derive(Args, Debug)]
-pub struct ReplayTraceArgs {
-    /// Communication trace written by `commcanary import`.
-    pub trace: PathBuf,
-    /// Directory for replay-trace.rank-N.json (created if missing; never overwritten).
-    #[arg(short = 'o', long, default_value = "out")]
-    pub out: PathBuf,
-    /// Validate every collective's result.
-    #[arg(long)]
-    pub check: bool,
-    /// Reduction of all-reduce, reduce and reduce-scatter (default sum: the traces do not record it).
-    #[arg(long, value_enum)]
-    pub op: Option<crate::core::workload::ReduceOp>,
-    /// Pace by the trace's gaps waited on the host (`gaps`), back to back
-    /// (`none`), by the recorded compute re-created on the device
-    /// (`workload`, cuda), or by the gaps spun on the device (`device-gaps`, cuda).
-    #[arg(long, value_enum, default_value = "gaps")]
-    pub pace: crate::evidence::commtrace::exec::Pace,
-    /// Negative control: corrupt every result on this rank (--check must fail).
-    #[arg(long, hide = true)]
-    pub corrupt_rank: Option<u32>,
-    /// Backend: cpu (MPI sub-communicators), cuda (NCCL sub-communicators, one GPU per rank), or auto.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: crate::backend::BackendChoice,
-    /// NCCL library for the cuda backend: an explicit path, or a bare name resolved by the system loader.
-    #[arg(long, default_value = "libnccl.so.2")]
-    pub nccl_lib: PathBuf,
-    /// Skip the untimed warm-up pass of the whole trace (first-use setup of connections then lands in the timed pass).
-    #[arg(long)]
-    pub no_warmup: bool,
-    /// Record the NCCL kernels each collective ran (CUPTI; cuda backend) and compare their families with the trace's kernels.
-    #[arg(long)]
-    pub cupti: bool,
 }
 
 /// `commcanary import ...`.

@@ -11,7 +11,7 @@
 //! per-collective device intervals). A benchmark: it prints numbers and
 //! asserts nothing.
 use crate::backend::cpu::CpuBackend;
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Timing};
 use crate::core::clock::{monotonic_raw_ns, RankClock};
 use crate::core::workload::{GemmShape, WorkloadSpec};
 use crate::rank::phases::{Runner, RunnerControls};
@@ -80,7 +80,8 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         world.barrier();
         let t0 = monotonic_raw_ns();
         for _ in 0..args.iters {
-            backend.issue(crate::core::collective::CollectiveKind::AllReduce, bytes, crate::evidence::shard::Dtype::F32)?;
+            let kind = crate::core::collective::CollectiveKind::AllReduce;
+            backend.enqueue(Call::World { kind, bytes, dtype: crate::evidence::shard::Dtype::F32 }, Timing::Async)?;
             backend.wait()?;
         }
         bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
@@ -88,7 +89,7 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         let _ = backend.finish_pass()?;
         world.barrier();
         let t0 = monotonic_raw_ns();
-        let mut runner = Runner::new(&mut backend, &clock, world, &spec, RunnerControls::default());
+        let mut runner = Runner::new(&mut backend, &clock, &spec, RunnerControls::default());
         runner.run_all()?;
         instrumented.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
         std::hint::black_box(runner.body);
@@ -197,7 +198,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         // one untimed round of each loop first: NCCL connects lazily at a size's first use
         world.barrier();
         backend.reference_loop(bytes, args.iters.min(50))?;
-        Runner::new(&mut backend, &clock, world, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), RunnerControls::default()).run_all()?;
+        Runner::new(&mut backend, &clock, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), RunnerControls::default()).run_all()?;
         for rep in 0..args.reps as usize {
             let mut got = std::collections::BTreeMap::new();
             for k in 0..variants.len() {
@@ -215,7 +216,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                     }
                 } else {
                     let spec = WorkloadSpec { graph: v == "instrumented+graph", ..spec.clone() };
-                    let mut runner = Runner::new(&mut backend, &clock, world, &spec, RunnerControls::default());
+                    let mut runner = Runner::new(&mut backend, &clock, &spec, RunnerControls::default());
                     runner.run_all()?;
                     let ev = &runner.body.collectives;
                     let stamps: Vec<u64> = if spec.graph {

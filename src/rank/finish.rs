@@ -58,7 +58,7 @@ pub(super) fn finish_rank<B: Backend>(
         id
     });
     let controls = RunnerControls { delay: plan.delay, fault: plan.fault, file_trace, progress: !args.quiet };
-    let mut runner = Runner::new(backend, &clock, world, &plan.spec, controls).with_barrier_timeout(limit).with_repeat(plan.repeat.unwrap_or(1));
+    let mut runner = Runner::new(backend, &clock, &plan.spec, controls).with_barrier_timeout(limit).with_repeat(plan.repeat.unwrap_or(1));
     if let Some(id) = sweep_group {
         runner = runner.with_sweep_group(id);
     }
@@ -86,7 +86,7 @@ pub(super) fn finish_rank<B: Backend>(
         host: identity.host.clone(),
         local_rank,
         local_size,
-        backend: backend.kind(),
+        backend: backend.info().kind,
         device: backend.device(),
         identity,
         identity_sha256: identity_sha256.clone(),
@@ -105,7 +105,7 @@ pub(super) fn finish_rank<B: Backend>(
                 field: "collectives (graph mode)".into(),
                 reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
             }))
-            .chain(sweep_unmeasured(&plan.spec, backend.kind()))
+            .chain(sweep_unmeasured(&plan.spec, backend.info().kind))
             .collect(),
         phases: phase_runs,
         started_unix_ms,

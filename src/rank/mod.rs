@@ -18,6 +18,7 @@ mod fatal;
 mod finish;
 pub mod phases;
 mod plan;
+pub mod replay;
 mod start;
 pub mod sweep;
 mod tuning;

@@ -125,7 +125,7 @@ fn node_facts<B: Backend>(b: &B, ranks: u32, watch: Option<&health::Watch>) -> N
     let fact = |k: &str| dev.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     NodeFacts {
         host: crate::core::identity::hostname(),
-        backend: b.kind(),
+        backend: b.info().kind,
         ranks,
         sku: dev.name.clone(),
         gpu_count: watch.and_then(|w| w.nvml().device_count().ok()),
@@ -311,7 +311,7 @@ fn workload_round<B: Backend>(
     spec: &WorkloadSpec,
     delay: Option<DelayInjection>,
 ) -> Result<Vec<f64>> {
-    let mut runner = crate::rank::phases::Runner::new(backend, clock, world, spec, crate::rank::phases::RunnerControls { delay, ..Default::default() });
+    let mut runner = crate::rank::phases::Runner::new(backend, clock, spec, crate::rank::phases::RunnerControls { delay, ..Default::default() });
     runner.run_all()?;
     let mut lat: Vec<f64> = runner.body.tokens.iter().filter(|t| !t.warmup).map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3).collect();
     let mine = crate::core::stats::median(&mut lat).context("the workload recorded no timed token")?;

@@ -7,7 +7,7 @@
 //! nothing itself (a backend without all-gather fails the job).
 //!
 //! Timing, bandwidths and sizes: docs/METHODS.md, "Validate sweep timing".
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Checked, Timing};
 use crate::core::clock::RankClock;
 use crate::core::collective::CollectiveKind;
 use crate::core::workload::SweepKind;
@@ -121,14 +121,14 @@ pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &Ra
     for &requested in sizes {
         let bytes = bytes_for(kind, requested, dtype, n);
         for _ in 0..warmup_iters {
-            backend.issue(kind.kind(), bytes, dtype)?;
+            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
             backend.wait()?;
         }
         backend.synchronize()?;
         world.barrier();
         let t0 = clock.now_ns();
         for _ in 0..iters {
-            backend.issue(kind.kind(), bytes, dtype)?;
+            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
             backend.wait()?;
         }
         backend.synchronize()?;
@@ -137,7 +137,7 @@ pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &Ra
         let mut slowest_ns = 0u64;
         world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
         let wrong = if check {
-            let outcome = backend.check_last(kind.kind(), bytes, dtype)?;
+            let outcome = backend.check(Checked::Last { kind: kind.kind(), bytes, dtype }, false)?;
             let mut wrong = 0u64;
             world.all_reduce_into(&outcome.wrong_elements, &mut wrong, SystemOperation::sum());
             Some(wrong)

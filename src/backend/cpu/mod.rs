@@ -1,29 +1,25 @@
-//! CPU backend: MPI collectives of host buffers, CPU matrix products,
-//! `CLOCK_MONOTONIC` timings (docs/ARCHITECTURE.md §3).
+//! CPU backend: MPI collectives of host buffers, CPU matrix products, `CLOCK_MONOTONIC` timings
+//! (docs/ARCHITECTURE.md §3).
 //!
-//! A collective is a nonblocking MPI call (`MPI_Iallreduce` for the phases'
-//! all-reduce, every kind of the table through [`Backend::issue`]: sizes,
-//! root and ring from [`OwnOp`]) followed by `MPI_Waitall`, called through
-//! rsmpi's raw FFI so the request can outlive the issuing call: issue and wait
-//! placement in the phases is therefore real. Whether the reduction progresses
-//! while the host computes depends on the MPI library (OpenMPI progresses
-//! mostly inside MPI calls); the shards record what happened, not what was
-//! hoped. The configuration space on CPU is OpenMPI's `coll_tuned` all-reduce
-//! algorithm (`OMPI_MCA_coll_tuned_use_dynamic_rules=1`,
-//! `OMPI_MCA_coll_tuned_allreduce_algorithm=N`), recorded in the identity.
-//!
-//! MPI has no bf16 type, so a bf16 all-reduce is emulated with
-//! `MPI_UINT16_T` sums of small integers: the bytes moved and the element
-//! count are a bf16 all-reduce's, the reduction arithmetic is integer
-//! addition (the shard's `unmeasured` says so). GEMMs are f32 on the host.
+//! Consumes the world (duplicated twice: one communicator for the collectives, one for the phase
+//! barriers) and a [`BackendPlan`]. Produces host-completed collectives: a world [`Call`] is a
+//! nonblocking MPI call through rsmpi's raw FFI (every kind of the table: sizes, root and ring from
+//! [`OwnOp`]), completed by `MPI_Waitall`, so issue and wait placement in the phases is real; trace
+//! collectives and point-to-point steps run as `replay-trace` runs them. No device timeline: every
+//! device interval is unmeasured. Refuses graphs. MPI has no bf16: a bf16 all-reduce moves bf16's
+//! bytes as `MPI_UINT16_T` and sums integers (the shard's `unmeasured` says so); docs/METHODS.md,
+//! "CPU backend", says how OpenMPI's progress and `coll_tuned` algorithms enter the measurement.
 pub(crate) mod mpi_call;
 pub mod p2p;
 pub mod trace_exec;
 
 use super::own::OwnOp;
-use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
+use super::{contribution, mpi_deadline, Backend, BackendError, BackendInfo, BackendPlan, BackendResult, Call, CheckOutcome, Checked, Compute};
+use super::{DeviceInterval, GraphStep, PassTimings, Timing};
 use crate::core::collective::CollectiveKind;
 use crate::core::workload::GemmShape;
+use crate::evidence::commtrace::p2p::P2pPlan;
+use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use anyhow::{bail, Result};
 use mpi::ffi;
@@ -31,10 +27,14 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use std::os::raw::{c_int, c_void};
+use std::time::Duration;
 
 /// CPU backend state of one rank.
 pub struct CpuBackend {
     comm: SimpleCommunicator,
+    /// A second duplicate of the world for the phase barriers, so that the
+    /// measured communicator carries the collectives alone.
+    control: SimpleCommunicator,
     world_size: u32,
     dtype: Dtype,
     /// f32 buffers (f32 runs).
@@ -135,6 +135,7 @@ impl CpuBackend {
         Ok(Self {
             world_size: comm.size() as u32,
             comm,
+            control: world.duplicate(),
             dtype: plan.dtype,
             send,
             recv: vec![0.0; f32_elems],
@@ -184,7 +185,7 @@ impl CpuBackend {
         std::hint::black_box(&self.c);
     }
 
-    /// [`Backend::issue`]: the nonblocking MPI call of `kind` (its arm in
+    /// A world [`Call`]: the nonblocking MPI call of `kind` (its arm in
     /// [`mpi_call`]) on this backend's duplicate of the world, its size, root
     /// and ring from [`OwnOp`]. MPI has no bf16: a bf16 run moves 16-bit
     /// integers (and sums them as integers).
@@ -226,8 +227,8 @@ impl CpuBackend {
 }
 
 impl Backend for CpuBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cpu
+    fn info(&self) -> BackendInfo {
+        BackendInfo { kind: BackendKind::Cpu, rank: self.rank, world_size: self.world_size, back_to_back: false }
     }
 
     fn device(&self) -> DeviceIdentity {
@@ -261,16 +262,49 @@ impl Backend for CpuBackend {
         v
     }
 
-    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        self.start(kind, bytes, dtype)
+    /// The groups become sub-communicators of this backend's duplicate of
+    /// the world (`MPI_Comm_split`, members in the trace's order), the kinds
+    /// `replay-trace`'s MPI calls (blocking: complete when [`Call::Trace`]
+    /// returns; no `--collective-timeout-s` applies to them). The
+    /// point-to-point program runs on those communicators, as `replay-trace`
+    /// runs it ([`p2p::CpuP2p`]).
+    fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], plan: Option<&P2pPlan>) -> BackendResult<()> {
+        let mut exec = trace_exec::CpuTraceExec::new(&self.comm, trace)?;
+        exec.prepare(colls)?;
+        if let Some(plan) = plan {
+            let mut p = p2p::CpuP2p::new(self.rank, plan.clone(), &|g| exec.raw_comm(g))?;
+            p.limit = self.timeout.unwrap_or(p.limit);
+            self.p2p = Some(p);
+        }
+        self.trace_exec = Some(exec);
+        Ok(())
     }
 
-    fn extra_allreduce(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        self.issue(CollectiveKind::AllReduce, bytes, dtype)?;
-        self.wait()?;
-        // not one of the pass's recorded collectives
-        self.issued_in_pass -= 1;
-        Ok(())
+    /// Every call completes on the host except an [`Timing::Async`] world
+    /// call, which [`Backend::wait`] completes; back to back is a host wait.
+    fn enqueue(&mut self, call: Call<'_>, timing: Timing) -> BackendResult<()> {
+        match call {
+            Call::World { kind, bytes, dtype } => {
+                self.start(kind, bytes, dtype)?;
+                if timing != Timing::Async {
+                    self.wait()?;
+                }
+                if timing == Timing::Untimed {
+                    // not one of the pass's recorded collectives
+                    self.issued_in_pass -= 1;
+                }
+                Ok(())
+            }
+            Call::Trace { index, c, op, check } => {
+                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                exec.run(index, c, op, check, &mut || {})?;
+                Ok(())
+            }
+            Call::P2pStep(k) => {
+                let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+                Ok(p.run_step(k)?)
+            }
+        }
     }
 
     fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
@@ -300,33 +334,42 @@ impl Backend for CpuBackend {
                 let what = p.what.clone();
                 // keep the requests pending so Drop keeps their buffers away from MPI
                 self.pending = Some(p);
-                return Err(BackendError::Timeout(
-                    crate::backend::mpi_deadline::timeout_error(
-                        &crate::backend::mpi_deadline::Op { what: &what, phase: "a phase's collective", peer: None },
-                        limit,
-                    )
-                    .to_string(),
-                ));
+                let op = mpi_deadline::Op { what: &what, phase: "a phase's collective", peer: None };
+                return Err(BackendError::Timeout(mpi_deadline::timeout_error(&op, limit).to_string()));
             }
         }
     }
 
-    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()> {
-        if shape >= self.gemms.len() {
-            return Err(BackendError::Misuse(format!("internal: GEMM shape {shape} was not prepared")));
-        }
-        for _ in 0..units {
-            self.gemm_once(shape, layer);
+    fn end_back_to_back(&mut self) -> BackendResult<()> {
+        Ok(())
+    }
+
+    fn collectives_on_compute_stream(&mut self, _on: bool) -> BackendResult<()> {
+        Ok(())
+    }
+
+    fn compute(&mut self, work: Compute) -> BackendResult<()> {
+        match work {
+            Compute::Gemm { shape, layer, units } => {
+                if shape >= self.gemms.len() {
+                    return Err(BackendError::Misuse(format!("internal: GEMM shape {shape} was not prepared")));
+                }
+                for _ in 0..units {
+                    self.gemm_once(shape, layer);
+                }
+            }
+            Compute::Membound(units) => {
+                for _ in 0..units {
+                    self.mem_dst.copy_from_slice(&self.mem_src);
+                    std::hint::black_box(&self.mem_dst);
+                }
+            }
         }
         Ok(())
     }
 
-    fn membound(&mut self, units: u32) -> BackendResult<()> {
-        for _ in 0..units {
-            self.mem_dst.copy_from_slice(&self.mem_src);
-            std::hint::black_box(&self.mem_dst);
-        }
-        Ok(())
+    fn mark(&mut self) -> BackendResult<Option<usize>> {
+        Ok(None)
     }
 
     fn synchronize(&mut self) -> BackendResult<()> {
@@ -336,49 +379,38 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn mark(&mut self) -> BackendResult<Option<usize>> {
-        Ok(None)
-    }
-
     fn finish_pass(&mut self) -> BackendResult<PassTimings> {
         let n = std::mem::take(&mut self.issued_in_pass);
         Ok(PassTimings { collectives: vec![None; n], ..Default::default() })
     }
 
-    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<super::CheckOutcome> {
-        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
-        let n = op.recv_elems;
-        Ok(match dtype {
-            Dtype::F32 => op.verify(&self.recv[..n], dtype),
-            Dtype::Bf16 => op.verify(&self.recv16[..n].iter().map(|&x| f32::from(x)).collect::<Vec<f32>>(), dtype),
-        })
-    }
-
-    /// The groups become sub-communicators of this backend's duplicate of
-    /// the world (`MPI_Comm_split`, members in the trace's order), the kinds
-    /// `replay-trace`'s MPI calls (blocking: they are complete when
-    /// [`Backend::run_trace_op`] returns; no `--collective-timeout-s` applies to them).
-    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
-        let mut exec = trace_exec::CpuTraceExec::new(&self.comm, trace)?;
-        exec.prepare(colls)?;
-        self.trace_exec = Some(exec);
-        Ok(())
-    }
-
-    /// The program runs on the trace executor's communicators, as
-    /// `replay-trace` runs it ([`p2p::CpuP2p`]).
-    fn prepare_trace_p2p(&mut self, plan: &crate::evidence::commtrace::p2p::P2pPlan) -> BackendResult<()> {
-        let exec =
-            self.trace_exec.as_ref().ok_or_else(|| BackendError::Misuse("internal: point-to-point before the trace collectives were prepared".into()))?;
-        let mut p = p2p::CpuP2p::new(self.rank, plan.clone(), &|g| exec.raw_comm(g))?;
-        p.limit = self.timeout.unwrap_or(p.limit);
-        self.p2p = Some(p);
-        Ok(())
-    }
-
-    fn run_p2p_step(&mut self, k: usize) -> BackendResult<()> {
-        let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
-        Ok(p.run_step(k)?)
+    fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome> {
+        match what {
+            Checked::Last { kind, bytes, dtype } => {
+                if corrupt {
+                    if let Some(x) = self.recv.first_mut() {
+                        *x += 1.0;
+                    }
+                    if let Some(x) = self.recv16.first_mut() {
+                        *x += 1;
+                    }
+                }
+                let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+                let n = op.recv_elems;
+                Ok(match dtype {
+                    Dtype::F32 => op.verify(&self.recv[..n], dtype),
+                    Dtype::Bf16 => op.verify(&self.recv16[..n].iter().map(|&x| f32::from(x)).collect::<Vec<f32>>(), dtype),
+                })
+            }
+            Checked::Trace { index, c, op } => {
+                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                exec.corrupt = corrupt;
+                let found = exec.count_wrong(index, c, op);
+                exec.corrupt = false;
+                let (wrong_elements, first_wrong) = found?;
+                Ok(CheckOutcome { wrong_elements, first_wrong })
+            }
+        }
     }
 
     fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
@@ -388,18 +420,11 @@ impl Backend for CpuBackend {
         Ok(checked)
     }
 
-    fn trace_executor(&mut self) -> Option<&mut dyn super::TraceExecutor> {
-        self.trace_exec.as_mut().map(|e| e as &mut dyn super::TraceExecutor)
+    fn graph(&mut self, _step: GraphStep) -> BackendResult<Option<(u64, u64)>> {
+        Err(BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()))
     }
 
-    fn corrupt_last_result(&mut self) {
-        if let Some(x) = self.recv.first_mut() {
-            *x += 1.0;
-        }
-        if let Some(x) = self.recv16.first_mut() {
-            *x += 1;
-        }
+    fn barrier(&mut self, what: &str, phase: &str, timeout: Option<Duration>) -> anyhow::Result<()> {
+        mpi_deadline::barrier_within(&self.control, timeout, mpi_deadline::Op { what, phase, peer: None })
     }
 }
-
-super::trace_executor_impl!(trace_exec::CpuTraceExec);

@@ -8,10 +8,12 @@ use super::*;
 use crate::backend::cuda::nccl::RedOp;
 use crate::backend::own::OwnOp;
 use crate::core::collective::CollectiveKind;
+use crate::evidence::commtrace::p2p::P2pPlan;
+use crate::evidence::commtrace::{CommTrace, TraceCollective};
 
 impl Backend for CudaBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cuda
+    fn info(&self) -> BackendInfo {
+        BackendInfo { kind: BackendKind::Cuda, rank: self.rank, world_size: self.world_size, back_to_back: true }
     }
 
     fn device(&self) -> DeviceIdentity {
@@ -64,8 +66,43 @@ impl Backend for CudaBackend {
         .collect()
     }
 
-    fn issue(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        self.start(kind, bytes, dtype)
+    /// `replay-trace --backend cuda`'s executor on this rank's GPU: its own
+    /// NCCL world communicator (bootstrapped over a duplicate of the MPI
+    /// world) split into every group of `trace`, and its own stream. Its
+    /// collectives complete on the host ([`Call::Trace`]: the NCCL call,
+    /// then a stream synchronization) and record no device interval. An MPI
+    /// trace's point-to-point program is refused.
+    fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], p2p: Option<&P2pPlan>) -> BackendResult<()> {
+        if p2p.is_some() {
+            return Err(BackendError::Unsupported(
+                "this backend does not run an MPI trace's point-to-point operations (mpi.p2p): run the phases with --backend cpu, or pass --trace-allreduce-only (the point-to-point operations are then left out and counted)".into(),
+            ));
+        }
+        // a second preparation replaces the first: end its communicators first
+        if let Some(mut old) = self.trace_exec.take() {
+            old.abort();
+        }
+        let mut exec = trace_exec::CudaTraceExec::new(&self.exec_world, self.exec_ordinal, &self.exec_nccl_path, trace, self.timeout)?;
+        exec.prepare(colls)?;
+        self.trace_exec = Some(exec);
+        // the executor bound its context to this thread: it is the primary context of the same GPU, as ours is
+        drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
+        Ok(())
+    }
+
+    fn enqueue(&mut self, call: Call<'_>, timing: Timing) -> BackendResult<()> {
+        match (call, timing) {
+            (Call::World { kind, bytes, dtype }, Timing::Async) => self.start(kind, bytes, dtype),
+            (Call::World { kind, bytes, dtype }, Timing::BackToBack) => self.back_to_back(kind, bytes, dtype),
+            (Call::Trace { index, c, op, check }, Timing::HostWait) => {
+                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                exec.run(index, c, op, check, &mut || {})?;
+                Ok(())
+            }
+            (Call::World { .. }, Timing::Untimed) => Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into())),
+            (Call::P2pStep(_), _) => Err(BackendError::Misuse("internal: no point-to-point program was prepared".into())),
+            (call, timing) => Err(BackendError::Misuse(format!("internal: the cuda backend has no {timing:?} path for {call:?}"))),
+        }
     }
 
     fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
@@ -94,10 +131,6 @@ impl Backend for CudaBackend {
         Ok(None)
     }
 
-    fn back_to_back(&self) -> bool {
-        true
-    }
-
     fn collectives_on_compute_stream(&mut self, on: bool) -> BackendResult<()> {
         if self.pending.is_some() || self.capturing {
             return Err(BackendError::Misuse("internal: the collective stream changed with a collective outstanding or inside a capture".into()));
@@ -106,132 +139,15 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn allreduce_back_to_back(&mut self, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        if self.anchor.is_none() {
-            self.ensure_anchor()?;
-            drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
-        }
-        // The hot path: one pooled event recorded as this collective's start
-        // (and the previous one's end), then the NCCL call. No stream
-        // dependency, no wait, no allocation.
-        let e = self.pooled_event()?;
-        // SAFETY: a live event and stream of this context, which is current on this thread.
-        drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
-        self.pass_events.push(e);
-        let b = self.pass_events.len() - 1;
-        if self.back_to_back_open {
-            if let Some(last) = self.intervals.last_mut() {
-                last.1 = b;
-            }
-        }
-        let (sp, rp) = self.buffers();
-        // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it.
-        unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, self.comm_stream.cu_stream() as *mut _) }?;
-        self.tail[1] = None;
-        self.intervals.push((b, OPEN_END));
-        self.back_to_back_open = true;
-        Ok(())
-    }
-
     fn end_back_to_back(&mut self) -> BackendResult<()> {
         Ok(self.close_back_to_back()?)
     }
 
-    fn allreduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
-        self.graph_used = true;
-        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        self.ensure_anchor()?;
-        self.close_back_to_back()?;
-        // the graph's first node waits for the eager work before it (stream order)
-        let (sp, rp) = self.buffers();
-        let stream = self.comm_stream.cu_stream();
-        drv(self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
-        let mut captured = || -> BackendResult<()> {
-            let record = |b: &mut Self| -> BackendResult<usize> {
-                let e = b.pooled_event()?;
-                // SAFETY: a live event and the capturing stream of this context; EXTERNAL makes it a timestamp node.
-                let recorded =
-                    unsafe { drv_sys::cuEventRecordWithFlags(e.cu_event(), stream, drv_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32).result() };
-                drv(recorded, "cuEventRecordWithFlags (graph)")?;
-                b.pass_events.push(e);
-                Ok(b.pass_events.len() - 1)
-            };
-            let mut prev = record(self)?;
-            for _ in 0..n {
-                // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it (capturing).
-                unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, stream as *mut _) }?;
-                let next = record(self)?;
-                self.intervals.push((prev, next));
-                prev = next;
-            }
-            Ok(())
-        };
-        let res = captured();
-        let graph = drv(self.comm_stream.end_capture(drv_sys::CUgraphInstantiate_flags(0)), "cuStreamEndCapture / cuGraphInstantiate");
-        res?;
-        let graph = graph?.ok_or_else(|| anyhow::anyhow!("stream capture produced no graph"))?;
-        drv(graph.upload(), "cuGraphUpload")?;
-        let t0 = self.clock.now_ns();
-        drv(graph.launch(), "cuGraphLaunch")?;
-        self.tail[1] = None;
-        let t1 = self.clock.now_ns();
-        // kept until the pass is finished: the launch may still be running
-        self.graphs.push(graph);
-        Ok((t0, t1))
-    }
-
-    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()> {
-        self.ensure_anchor()?;
-        self.tail[0] = None;
-        let Some(g) = self.gemms.get(shape).copied() else {
-            return Err(BackendError::Misuse(format!("internal: GEMM shape {shape} was not prepared")));
-        };
-        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
-        let alpha: f32 = 1.0;
-        let beta: f32 = 0.0;
-        let sets = &self.b[shape];
-        let weights = &sets[layer as usize % sets.len()];
-        for _ in 0..units {
-            let (ap, _a) = self.a.device_ptr(&self.compute);
-            let (bp, _b) = weights.device_ptr(&self.compute);
-            let (cp, _c) = self.c.device_ptr_mut(&self.compute);
-            // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
-            unsafe {
-                cudarc::cublas::result::gemm_ex(
-                    *self.blas.handle(),
-                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                    m,
-                    n,
-                    k,
-                    (&alpha as *const f32).cast(),
-                    ap as *const _,
-                    blas_sys::cudaDataType::CUDA_R_16BF,
-                    m,
-                    bp as *const _,
-                    blas_sys::cudaDataType::CUDA_R_16BF,
-                    k,
-                    (&beta as *const f32).cast(),
-                    cp as *mut _,
-                    blas_sys::cudaDataType::CUDA_R_16BF,
-                    m,
-                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| anyhow::anyhow!("cublasGemmEx {m}x{n}x{k}: {e:?}"))?;
+    fn compute(&mut self, work: Compute) -> BackendResult<()> {
+        match work {
+            Compute::Gemm { shape, layer, units } => self.gemm(shape, layer, units),
+            Compute::Membound(units) => self.membound(units),
         }
-        Ok(())
-    }
-
-    fn membound(&mut self, units: u32) -> BackendResult<()> {
-        self.ensure_anchor()?;
-        self.tail[0] = None;
-        for _ in 0..units {
-            drv(self.compute.memcpy_dtod(&self.mem_src, &mut self.mem_dst), "cuMemcpyDtoDAsync")?;
-        }
-        Ok(())
     }
 
     fn synchronize(&mut self) -> BackendResult<()> {
@@ -353,43 +269,219 @@ impl Backend for CudaBackend {
         Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits, kernel_anchor })
     }
 
-    fn check_last(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<crate::backend::CheckOutcome> {
-        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
-        let what = kind.label();
-        let mut values = self.read_result(op.recv_elems as u64 * dtype.size_bytes(), dtype, &what)?;
-        // the negative control spoils an all-reduce's result only, as it always has
-        if kind == CollectiveKind::AllReduce && std::mem::take(&mut self.corrupt_next_check) {
-            if let Some(v) = values.first_mut() {
-                *v += 1.0;
+    fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome> {
+        match what {
+            Checked::Last { kind, bytes, dtype } => {
+                let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+                let what = kind.label();
+                let mut values = self.read_result(op.recv_elems as u64 * dtype.size_bytes(), dtype, &what)?;
+                // the negative control spoils an all-reduce's result only, as it always has
+                if kind == CollectiveKind::AllReduce && corrupt {
+                    if let Some(v) = values.first_mut() {
+                        *v += 1.0;
+                    }
+                }
+                Ok(op.verify(&values, dtype))
+            }
+            Checked::Trace { index, c, op } => {
+                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                exec.corrupt = corrupt;
+                let found = exec.count_wrong(index, c, op);
+                exec.corrupt = false;
+                let (wrong_elements, first_wrong) = found?;
+                Ok(CheckOutcome { wrong_elements, first_wrong })
             }
         }
-        Ok(op.verify(&values, dtype))
     }
 
-    fn corrupt_last_result(&mut self) {
-        self.corrupt_next_check = true;
+    fn end_p2p_pass(&mut self, _check: bool) -> BackendResult<Option<u64>> {
+        Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
     }
 
-    /// `replay-trace --backend cuda`'s executor on this rank's GPU: its own
-    /// NCCL world communicator (bootstrapped over a duplicate of the MPI
-    /// world) split into every group of `trace`, and its own stream. Its
-    /// collectives complete on the host ([`Backend::run_trace_op`]: the NCCL
-    /// call, then a stream synchronization) and record no device interval.
-    fn prepare_trace_ops(&mut self, trace: &crate::evidence::commtrace::CommTrace, colls: &[crate::evidence::commtrace::TraceCollective]) -> BackendResult<()> {
-        // a second preparation replaces the first: end its communicators first
-        if let Some(mut old) = self.trace_exec.take() {
-            old.abort();
+    fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>> {
+        match step {
+            GraphStep::Begin => self.begin_graph().map(|_| None),
+            GraphStep::End => self.end_graph().map(|_| None),
+            GraphStep::Launch => self.launch_graph().map(|_| None),
+            GraphStep::Calls { kind, bytes, dtype, n } => self.calls_graph(kind, bytes, dtype, n).map(Some),
         }
-        let mut exec = trace_exec::CudaTraceExec::new(&self.exec_world, self.exec_ordinal, &self.exec_nccl_path, trace, self.timeout)?;
-        exec.prepare(colls)?;
-        self.trace_exec = Some(exec);
-        // the executor bound its context to this thread: it is the primary context of the same GPU, as ours is
-        drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
+    }
+
+    fn barrier(&mut self, what: &str, phase: &str, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
+        crate::backend::mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
+    }
+}
+
+impl CudaBackend {
+    /// A world call of any kind right behind the previous one
+    /// ([`Timing::BackToBack`]): the NCCL calls of `kind` as [`Self::start`]
+    /// makes them, behind one boundary event, on the collective stream.
+    fn back_to_back(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+        }
+        if self.anchor.is_none() {
+            self.ensure_anchor()?;
+            drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
+        }
+        // The hot path: one pooled event recorded as this collective's start
+        // (and the previous one's end), then the NCCL call. No stream
+        // dependency, no wait, no allocation.
+        let e = self.pooled_event()?;
+        // SAFETY: a live event and stream of this context, which is current on this thread.
+        drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
+        self.pass_events.push(e);
+        let b = self.pass_events.len() - 1;
+        if self.back_to_back_open {
+            if let Some(last) = self.intervals.last_mut() {
+                last.1 = b;
+            }
+        }
+        let (sp, rp) = self.buffers();
+        let stream = self.comm_stream.cu_stream() as *mut std::ffi::c_void;
+        if kind == CollectiveKind::AllReduce {
+            // the isolated sweep's hot path: no allocation
+            // SAFETY: buffers hold `bytes` of `dtype` on this context's device (issue_count); the stream belongs to it.
+            unsafe { self.comm.all_reduce_sum(sp, rp, op.send_elems, dtype, stream) }?;
+            self.tail[1] = None;
+            self.intervals.push((b, OPEN_END));
+            self.back_to_back_open = true;
+            return Ok(());
+        }
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
+        let grouped = calls.len() > 1;
+        if grouped {
+            self.comm.group(true)?;
+        }
+        for c in &calls {
+            // SAFETY: every pointer lies in this rank's send or receive buffer,
+            // each `bytes` (issue_count) and 4 (above) or more long, which bounds
+            // every count and offset OwnOp gives; the stream belongs to this context.
+            unsafe { self.comm.enqueue(c, stream) }?;
+        }
+        if grouped {
+            self.comm.group(false)?;
+        }
+        self.tail[1] = None;
+        self.intervals.push((b, OPEN_END));
+        self.back_to_back_open = true;
         Ok(())
     }
 
-    fn trace_executor(&mut self) -> Option<&mut dyn crate::backend::TraceExecutor> {
-        self.trace_exec.as_mut().map(|e| e as &mut dyn crate::backend::TraceExecutor)
+    /// [`GraphStep::Calls`]: `n` world calls of `kind` captured behind
+    /// timestamp nodes into one graph (the NCCL calls of [`Self::start`]) and
+    /// launched once.
+    fn calls_graph(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
+        self.graph_used = true;
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+        }
+        self.ensure_anchor()?;
+        self.close_back_to_back()?;
+        // the graph's first node waits for the eager work before it (stream order)
+        let (sp, rp) = self.buffers();
+        let stream = self.comm_stream.cu_stream();
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
+        drv(self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
+        let mut captured = || -> BackendResult<()> {
+            let record = |b: &mut Self| -> BackendResult<usize> {
+                let e = b.pooled_event()?;
+                // SAFETY: a live event and the capturing stream of this context; EXTERNAL makes it a timestamp node.
+                let recorded =
+                    unsafe { drv_sys::cuEventRecordWithFlags(e.cu_event(), stream, drv_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32).result() };
+                drv(recorded, "cuEventRecordWithFlags (graph)")?;
+                b.pass_events.push(e);
+                Ok(b.pass_events.len() - 1)
+            };
+            let mut prev = record(self)?;
+            for _ in 0..n {
+                if calls.len() > 1 {
+                    self.comm.group(true)?;
+                }
+                for c in &calls {
+                    // SAFETY: every pointer lies in this rank's send or receive buffer, each `bytes`
+                    // (issue_count) and 4 (above) or more long, which bounds every count and offset
+                    // OwnOp gives; the stream belongs to this context (capturing).
+                    unsafe { self.comm.enqueue(c, stream as *mut _) }?;
+                }
+                if calls.len() > 1 {
+                    self.comm.group(false)?;
+                }
+                let next = record(self)?;
+                self.intervals.push((prev, next));
+                prev = next;
+            }
+            Ok(())
+        };
+        let res = captured();
+        let graph = drv(self.comm_stream.end_capture(drv_sys::CUgraphInstantiate_flags(0)), "cuStreamEndCapture / cuGraphInstantiate");
+        res?;
+        let graph = graph?.ok_or_else(|| anyhow::anyhow!("stream capture produced no graph"))?;
+        drv(graph.upload(), "cuGraphUpload")?;
+        let t0 = self.clock.now_ns();
+        drv(graph.launch(), "cuGraphLaunch")?;
+        self.tail[1] = None;
+        let t1 = self.clock.now_ns();
+        // kept until the pass is finished: the launch may still be running
+        self.graphs.push(graph);
+        Ok((t0, t1))
+    }
+
+    fn gemm(&mut self, shape: usize, layer: u32, units: u32) -> BackendResult<()> {
+        self.ensure_anchor()?;
+        self.tail[0] = None;
+        let Some(g) = self.gemms.get(shape).copied() else {
+            return Err(BackendError::Misuse(format!("internal: GEMM shape {shape} was not prepared")));
+        };
+        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
+        let alpha: f32 = 1.0;
+        let beta: f32 = 0.0;
+        let sets = &self.b[shape];
+        let weights = &sets[layer as usize % sets.len()];
+        for _ in 0..units {
+            let (ap, _a) = self.a.device_ptr(&self.compute);
+            let (bp, _b) = weights.device_ptr(&self.compute);
+            let (cp, _c) = self.c.device_ptr_mut(&self.compute);
+            // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
+            unsafe {
+                cudarc::cublas::result::gemm_ex(
+                    *self.blas.handle(),
+                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    m,
+                    n,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    ap as *const _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    m,
+                    bp as *const _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    k,
+                    (&beta as *const f32).cast(),
+                    cp as *mut _,
+                    blas_sys::cudaDataType::CUDA_R_16BF,
+                    m,
+                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| anyhow::anyhow!("cublasGemmEx {m}x{n}x{k}: {e:?}"))?;
+        }
+        Ok(())
+    }
+
+    fn membound(&mut self, units: u32) -> BackendResult<()> {
+        self.ensure_anchor()?;
+        self.tail[0] = None;
+        for _ in 0..units {
+            drv(self.compute.memcpy_dtod(&self.mem_src, &mut self.mem_dst), "cuMemcpyDtoDAsync")?;
+        }
+        Ok(())
     }
 
     fn begin_graph(&mut self) -> BackendResult<()> {
@@ -446,7 +538,7 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
-    /// [`Backend::issue`]: the NCCL calls of `kind` (its arm in
+    /// A world [`Call`] started ([`Timing::Async`]): the NCCL calls of `kind` (its arm in
     /// `nccl_calls`) on the world communicator and the collective stream,
     /// between the collective's start and end events; its size, root and ring
     /// from [`OwnOp`]. Several calls (an all-to-all's sends and receives, a

@@ -44,7 +44,7 @@ impl CudaBackend {
                 // SAFETY: a live event and stream of this context.
                 drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), stream) }, "cuEventRecord")?;
             }
-            // SAFETY: as in allreduce_back_to_back.
+            // SAFETY: as in the back-to-back world call.
             unsafe { self.comm.all_reduce_sum(sp, rp, count, Dtype::F32, stream as *mut _) }?;
         }
         host.push(self.clock.now_ns());

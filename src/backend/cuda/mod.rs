@@ -23,6 +23,7 @@ mod probe;
 mod setup;
 pub mod trace_exec;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
+use super::{BackendInfo, Call, CheckOutcome, Checked, Compute, GraphStep, Timing};
 use crate::backend::cuda::nccl::{NcclComm, NcclLibrary};
 use crate::core::clock::RankClock;
 use crate::core::workload::GemmShape;
@@ -101,7 +102,7 @@ pub struct CudaBackend {
     // and all of them before the context.
     /// `rank`'s collectives of other kinds (an isolated sweep of
     /// `--collective`): `replay-trace --backend cuda`'s executor, made by
-    /// [`Backend::prepare_trace_ops`] on communicators of its own.
+    /// [`Backend::prepare`] on communicators of its own.
     trace_exec: Option<trace_exec::CudaTraceExec>,
     /// What the trace executor is made from: a duplicate of the world (for
     /// NCCL's unique id), the NCCL library asked for, and this rank's GPU.
@@ -159,7 +160,6 @@ pub struct CudaBackend {
     blas_workspace: Option<CudaSlice<u8>>,
     /// The start and end anchor windows of the last finished pass (for diagnostics and the benchmark).
     last_anchor_windows: Option<(crate::core::clock::DeviceAnchorEstimate, crate::core::clock::DeviceAnchorEstimate)>,
-    corrupt_next_check: bool,
     cupti: Option<crate::backend::cuda::cupti::Cupti>,
     cupti_unavailable: Option<String>,
     /// Kernel records CUPTI dropped or that were malformed, over every pass.
@@ -187,5 +187,3 @@ pub struct CudaBackend {
 pub(crate) fn drv<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| anyhow::anyhow!("{what}: CUDA error {e:?}"))
 }
-
-super::trace_executor_impl!(trace_exec::CudaTraceExec);

@@ -214,7 +214,6 @@ impl CudaBackend {
             graph: None,
             blas_workspace: None,
             last_anchor_windows: None,
-            corrupt_next_check: false,
             cupti,
             cupti_unavailable,
             cupti_lost: Default::default(),

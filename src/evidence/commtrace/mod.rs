@@ -20,9 +20,9 @@ pub mod kineto;
 mod load;
 pub mod mpi;
 pub mod p2p;
-mod replay;
+pub mod replay;
 mod source;
-mod summary;
+pub(crate) mod summary;
 pub mod workload_plan;
 
 pub use crate::core::collective::{classify_name, CollectiveKind, TraceDtype, TraceReduceOp};
@@ -30,7 +30,7 @@ pub(crate) use check::global_rank;
 pub use check::{number_sequences, MAX_COLLECTIVE_BYTES};
 pub(crate) use load::import_files;
 pub use load::{json_shape, JsonShape, SAME_RUN_SLACK_NS};
-pub(crate) use replay::{replay_command, ReplayFile, ReplayIndex};
+pub(crate) use replay::{ReplayFile, ReplayIndex};
 use serde::{Deserialize, Serialize};
 pub use source::{decompress, Limits};
 pub(crate) use source::{read_source, CountedSeq};
@@ -270,7 +270,7 @@ pub struct CommTrace {
     /// `import mpi` only (format version 2): every call as captured, what
     /// the trace leaves out, and whether the capture was incomplete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mpi: Option<mpi::MpiSummary>,
+    pub mpi: Option<self::mpi::MpiSummary>,
 }
 
 impl CommTrace {

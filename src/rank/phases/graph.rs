@@ -5,7 +5,7 @@
 //! than world all-reduces.
 use super::traced::quantize;
 use super::{Fault, Runner, Work};
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CollectiveKind, ComputeKind, Dtype};
 use crate::evidence::trace::SourceTrace;
@@ -28,7 +28,7 @@ impl<B: Backend> Runner<'_, B> {
             if phase == Phase::Blocking {
                 self.compute(Work::Layer(s.gemms, s.layer))?;
             }
-            self.backend.issue(CollectiveKind::AllReduce, s.bytes, dtype)?;
+            self.backend.enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes: s.bytes, dtype }, Timing::Async)?;
             if phase == Phase::Async && i + 1 < per_token {
                 let next = self.spec.step(i + 1);
                 self.compute(Work::Layer(next.gemms, next.layer))?;
@@ -86,7 +86,7 @@ impl<B: Backend> Runner<'_, B> {
                 if !overlap && units > 0 {
                     s.compute(Work::Unit(kind, units))?;
                 }
-                s.backend.issue(CollectiveKind::AllReduce, bytes, dtype)?;
+                s.backend.enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes, dtype }, Timing::Async)?;
                 if overlap && units > 0 {
                     s.compute(Work::Unit(kind, units))?;
                 }
@@ -116,15 +116,15 @@ impl<B: Backend> Runner<'_, B> {
         self.backend.synchronize()?;
         // the warm-up token is no part of the pass
         let _ = self.backend.finish_pass()?;
-        self.backend.begin_graph()?;
+        self.backend.graph(GraphStep::Begin)?;
         let captured = token(self);
-        let ended = self.backend.end_graph();
+        let ended = self.backend.graph(GraphStep::End);
         let (last_bytes, dtype) = captured?;
         ended?;
         let mut launches = 0u64;
         for (t, warmup) in self.tokens().collect::<Vec<_>>() {
             let open = self.begin_token(t, warmup)?;
-            self.backend.launch_graph()?;
+            self.backend.graph(GraphStep::Launch)?;
             launches += 1;
             let end = self.clock.now_ns();
             self.end_token(phase, open, end)?;
@@ -132,10 +132,9 @@ impl<B: Backend> Runner<'_, B> {
         let mut checked = 0;
         if self.spec.check > 0 {
             self.backend.synchronize()?;
-            if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
-                self.backend.corrupt_last_result();
-            }
-            if let Some(why) = self.backend.check_last(CollectiveKind::AllReduce, last_bytes, dtype)?.first_wrong {
+            let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
+            let last = Checked::Last { kind: CollectiveKind::AllReduce, bytes: last_bytes, dtype };
+            if let Some(why) = self.backend.check(last, corrupt)?.first_wrong {
                 bail!(
                     "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}",
                     self.rank,

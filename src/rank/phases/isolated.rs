@@ -5,11 +5,10 @@
 //! kind or reduction through the backend's trace executor on the sweep's
 //! group. Wrong results are recorded here and fail the rank after its shard.
 use super::{Between, EventExtra, Fault, HostTimes, Position, Recorded, Runner};
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveKind};
 use anyhow::{Context, Result};
-use mpi::topology::Communicator;
 
 impl<B: Backend> Runner<'_, B> {
     pub(super) fn isolated(&mut self) -> Result<()> {
@@ -17,7 +16,7 @@ impl<B: Backend> Runner<'_, B> {
         if spec.sweep_uses_executor() {
             return self.isolated_executor();
         }
-        if self.backend.back_to_back() {
+        if self.backend.info().back_to_back {
             return self.isolated_back_to_back();
         }
         for &bytes in spec.isolated_sizes() {
@@ -46,9 +45,9 @@ impl<B: Backend> Runner<'_, B> {
         let spec = self.spec;
         let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
         let group = self.sweep_group.context("internal: an isolated sweep without its group")?;
-        let (trace, colls) = crate::rank::sweep::sweep_collectives(spec, self.world.size() as u32)?;
+        let (trace, colls) = crate::rank::sweep::sweep_collectives(spec, self.world_size)?;
         // collective over the world (communicator splits): every rank is here
-        self.backend.prepare_trace_ops(&trace, &colls)?;
+        self.backend.prepare(&trace, &colls, None)?;
         // an imported trace's collectives, if any, are prepared again before its first phase
         self.ops_prepared = false;
         let rank = self.rank;
@@ -69,10 +68,10 @@ impl<B: Backend> Runner<'_, B> {
                 let seq = *counter;
                 *counter += 1;
                 let host_issue_ns = self.clock.now_ns();
-                self.backend.run_trace_op(i, c, op, checked)?;
+                self.backend.enqueue(Call::Trace { index: i, c, op, check: checked }, Timing::HostWait)?;
                 let end_ns = self.clock.now_ns();
                 // the check reads the result back after the timed call, never inside it
-                let found = if checked { Some(self.backend.check_trace_op(i, c, op, corrupt)?) } else { None };
+                let found = if checked { Some(self.backend.check(Checked::Trace { index: i, c, op }, corrupt)?) } else { None };
                 if let Some(f) = found {
                     self.checked_in_phase += 1;
                     self.checks.push(CheckRecord { phase: Phase::Isolated, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong: f.first_wrong });
@@ -126,7 +125,7 @@ impl<B: Backend> Runner<'_, B> {
     fn back_to_back_one(&mut self, bytes: u64, iter: u32, warmup: bool) -> Result<()> {
         let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
-        self.backend.allreduce_back_to_back(bytes, self.spec.dtype)?;
+        self.backend.enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes, dtype: self.spec.dtype }, Timing::BackToBack)?;
         let host_return_ns = self.clock.now_ns();
         self.push_isolated(bytes, seq, iter, warmup, (host_issue_ns, host_return_ns), injected);
         Ok(())
@@ -135,7 +134,8 @@ impl<B: Backend> Runner<'_, B> {
     /// The timed iterations of one size as one CUDA graph: one launch for all
     /// of them (delays and faults cannot act inside a graph).
     fn isolated_graph(&mut self, bytes: u64) -> Result<()> {
-        let host = self.backend.allreduce_graph(bytes, self.spec.dtype, self.spec.iters)?;
+        let step = GraphStep::Calls { kind: CollectiveKind::AllReduce, bytes, dtype: self.spec.dtype, n: self.spec.iters };
+        let host = self.backend.graph(step)?.context("internal: a graph of all-reduces without its launch times")?;
         for i in 0..self.spec.iters {
             let seq = self.seq;
             self.seq += 1;

@@ -5,7 +5,7 @@
 //! (`--inject-delay`, `--inject-repeat`, `--fault`) at each arrival; a wrong
 //! result fails the phase at once, except in the isolated phase (recorded).
 use super::{Between, EventExtra, Fault, HostTimes, MarkTarget, Position, Recorded, Runner, Work};
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Checked, Compute, Timing};
 use crate::core::collective::Lands;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
@@ -51,10 +51,10 @@ impl<B: Backend> Runner<'_, B> {
 
     pub(super) fn compute(&mut self, work: Work) -> Result<()> {
         match work {
-            Work::Unit(ComputeKind::Gemm, units) => Ok(self.backend.gemm(0, 0, units)?),
-            Work::Unit(ComputeKind::Membound, units) => Ok(self.backend.membound(units)?),
+            Work::Unit(ComputeKind::Gemm, units) => Ok(self.backend.compute(Compute::Gemm { shape: 0, layer: 0, units })?),
+            Work::Unit(ComputeKind::Membound, units) => Ok(self.backend.compute(Compute::Membound(units))?),
             Work::Unit(ComputeKind::HostDelay, _) => bail!("internal: host delay is not a compute kernel"),
-            Work::Layer(gemms, layer) => Ok(gemms.iter().try_for_each(|&g| self.backend.gemm(g, layer, 1))?),
+            Work::Layer(gemms, layer) => Ok(gemms.iter().try_for_each(|&shape| self.backend.compute(Compute::Gemm { shape, layer, units: 1 }))?),
         }
     }
 
@@ -84,10 +84,11 @@ impl<B: Backend> Runner<'_, B> {
     pub(super) fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
         let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
+        let call = Call::World { kind: CollectiveKind::AllReduce, bytes, dtype };
         for _ in 1..self.repeat {
-            self.backend.extra_allreduce(bytes, dtype)?;
+            self.backend.enqueue(call, Timing::Untimed)?;
         }
-        self.backend.issue(CollectiveKind::AllReduce, bytes, dtype)?;
+        self.backend.enqueue(call, Timing::Async)?;
         let host_return_ns = self.clock.now_ns();
         self.between(phase, between)?;
         let wait_start_ns = self.clock.now_ns();
@@ -158,10 +159,10 @@ impl<B: Backend> Runner<'_, B> {
         // the recorded reduction (an MPI capture's max, min, prod; the trace the shard names holds it), else a sum
         let reduce = c.op.and_then(crate::evidence::commtrace::exec::replay_op).unwrap_or(crate::core::workload::ReduceOp::Sum);
         let host_issue_ns = self.clock.now_ns();
-        self.backend.run_trace_op(op.index, c, reduce, checked)?;
+        self.backend.enqueue(Call::Trace { index: op.index, c, op: reduce, check: checked }, Timing::HostWait)?;
         let wait_end_ns = self.clock.now_ns();
         // the check reads the result back after the timed call, never inside it
-        let found = if checked { Some(self.backend.check_trace_op(op.index, c, reduce, corrupt)?) } else { None };
+        let found = if checked { Some(self.backend.check(Checked::Trace { index: op.index, c, op: reduce }, corrupt)?) } else { None };
         if checked {
             self.checked_in_phase += 1;
             if let Some(why) = found.and_then(|f| f.first_wrong) {
@@ -211,10 +212,8 @@ impl<B: Backend> Runner<'_, B> {
     /// fails after its shard is written (see `rank`), so the evidence of the
     /// fault is kept and no wrong run is ever ranked.
     pub(super) fn check(&mut self, phase: Phase, seq: u64, bytes: u64, dtype: Dtype) -> Result<()> {
-        if self.fault == Some(Fault::WrongSum { rank: self.rank }) {
-            self.backend.corrupt_last_result();
-        }
-        let outcome = self.backend.check_last(CollectiveKind::AllReduce, bytes, dtype)?;
+        let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
+        let outcome = self.backend.check(Checked::Last { kind: CollectiveKind::AllReduce, bytes, dtype }, corrupt)?;
         self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
         if let Some(why) = outcome.first_wrong {
             if phase != Phase::Isolated {

@@ -1,27 +1,18 @@
 //! The phase runner: executes the phases of docs/ARCHITECTURE.md §4 over any [`Backend`].
 //!
-//! Consumes a validated [`WorkloadSpec`], a backend, this rank's clock and the
-//! world communicator (for phase barriers only). Produces the shard body
-//! (collective, compute and token events) and one [`PhaseRun`] per phase.
-//! Refuses: a trace-consuming phase without a source trace, and any collective
-//! whose validated result is wrong (the error names rank, phase and sequence:
-//! a fast configuration that computes the wrong answer must never be ranked).
-//! An imported trace's collectives other than world all-reduces (every kind,
-//! on the trace's groups) run through [`Backend::run_trace_op`], prepared
-//! once before the first trace phase; a backend without a trace executor
-//! refuses, and graph mode refuses them. An imported MPI trace's
-//! point-to-point program runs between them in recorded call order through
-//! [`Backend::run_p2p_step`] (the cpu backend's; others refuse), recorded
-//! per pass in the phase record.
-//!
-//! Blocking vocabulary, kept apart: *host blocking* (the thread cannot return),
-//! *stream dependency* (later device work cannot pass an event), *device
-//! synchronization* (the host waits for all earlier work). `wait` is
-//! a stream dependency on GPUs and a host wait on CPU; `synchronize` is only
-//! called at the end of a pass.
+//! Consumes a validated [`WorkloadSpec`], a backend and this rank's clock; barriers go through the
+//! backend, so the runner holds no communicator and a mock backend drives it in unit tests.
+//! Produces the shard body (collective, compute and token events) and one [`PhaseRun`] per phase.
+//! Refuses a trace-consuming phase without a source trace, and any collective whose checked result
+//! is wrong, naming rank, phase and sequence. An imported trace's other collectives and its
+//! point-to-point steps run as [`crate::backend::Call::Trace`] and [`crate::backend::Call::P2pStep`],
+//! prepared once before the first trace phase (graph mode refuses them). Blocking vocabulary (host
+//! blocking, stream dependency, device synchronization): docs/METHODS.md, "Phase runner".
 mod graph;
 mod isolated;
 mod issue;
+#[cfg(test)]
+mod mock;
 mod traced;
 mod workload;
 use crate::backend::Backend;
@@ -30,8 +21,6 @@ use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
 use crate::evidence::shard::{CheckRecord, CollectiveEvent, ComputeKind, PhaseRun, ShardBody, TokenEvent};
 use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Context, Result};
-use mpi::collective::CommunicatorCollectives;
-use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,8 +159,8 @@ pub(crate) struct RunnerControls {
 pub(crate) struct Runner<'a, B: Backend> {
     backend: &'a mut B,
     clock: &'a RankClock,
-    world: &'a SimpleCommunicator,
     rank: u32,
+    world_size: u32,
     spec: &'a WorkloadSpec,
     delay: Option<DelayInjection>,
     /// Runs of every group-0 all-reduce (`--inject-repeat`; 1 without it).
@@ -197,8 +186,6 @@ pub(crate) struct Runner<'a, B: Backend> {
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
     /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
     ops_prepared: bool,
-    /// Whether the backend has prepared the source trace's point-to-point program.
-    p2p_prepared: bool,
     /// The current phase's point-to-point passes, for its record.
     p2p_passes: Vec<crate::evidence::shard::P2pPassRecord>,
     /// The group id of the isolated sweep of another kind than the sum
@@ -251,13 +238,14 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// New runner; `controls` are the injections, the shared source trace
     /// and the progress flag ([`RunnerControls::default`]: none of them).
-    pub fn new(backend: &'a mut B, clock: &'a RankClock, world: &'a SimpleCommunicator, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
+    pub fn new(backend: &'a mut B, clock: &'a RankClock, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
         let RunnerControls { delay, fault, file_trace, progress } = controls;
+        let info = backend.info();
         Self {
-            rank: world.rank() as u32,
+            rank: info.rank,
+            world_size: info.world_size,
             backend,
             clock,
-            world,
             spec,
             delay,
             repeat: 1,
@@ -271,11 +259,10 @@ impl<'a, B: Backend> Runner<'a, B> {
             phase_runs: Vec::new(),
             checks: Vec::new(),
             progress,
-            spin_short_delays: node_has_core_per_rank(world.size() as u32),
+            spin_short_delays: node_has_core_per_rank(info.world_size),
             barrier_timeout: None,
             op_seq: std::collections::BTreeMap::new(),
             ops_prepared: false,
-            p2p_prepared: false,
             p2p_passes: Vec::new(),
             sweep_group: None,
         }
@@ -290,7 +277,7 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Run every group-0 all-reduce `n` times back to back (the negative
     /// control `--inject-repeat`): the `n - 1` extra runs
-    /// ([`Backend::extra_allreduce`]) complete inside the recorded collective,
+    /// ([`crate::backend::Timing::Untimed`]) complete inside the recorded collective,
     /// between its issue time and the real issue, so the event spans all `n`,
     /// and `--check` validates the last (the all-reduce is out of place: a
     /// repeat leaves the result as one run does). Trace collectives other
@@ -308,18 +295,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         self
     }
 
-    /// A barrier on the world, bounded when a timeout is set.
-    fn barrier(&self, what: &str, phase: Phase) -> Result<()> {
-        match self.barrier_timeout {
-            Some(limit) => {
-                let phase = format!("phase {phase}");
-                crate::backend::mpi_deadline::barrier(self.world, limit, crate::backend::mpi_deadline::Op { what, phase: &phase, peer: None })
-            }
-            None => {
-                self.world.barrier();
-                Ok(())
-            }
-        }
+    /// A barrier of the world's ranks, bounded when a timeout is set.
+    fn barrier(&mut self, what: &str, phase: Phase) -> Result<()> {
+        self.backend.barrier(what, &format!("phase {phase}"), self.barrier_timeout)
     }
 
     /// Run every phase of the spec in order.
@@ -369,16 +347,11 @@ impl<'a, B: Backend> Runner<'a, B> {
                 );
             }
             if !self.ops_prepared {
-                // collective over the world (communicator splits): every rank is here, before its first trace phase
-                self.backend.prepare_trace_ops(&ops.trace, &ops.colls)?;
+                // collective over the world (communicator splits): every rank is here, before its first trace phase;
+                // the point-to-point program runs on the same communicators
+                let p2p = trace.as_ref().and_then(|t| t.p2p.as_ref()).map(|p| &p.plan);
+                self.backend.prepare(&ops.trace, &ops.colls, p2p)?;
                 self.ops_prepared = true;
-            }
-        }
-        if let Some(p) = trace.as_ref().and_then(|t| t.p2p.as_ref()) {
-            if !self.p2p_prepared {
-                // on the trace executor's communicators, prepared just above
-                self.backend.prepare_trace_p2p(&p.plan)?;
-                self.p2p_prepared = true;
             }
         }
         if self.phase_runs.is_empty() {

@@ -11,7 +11,7 @@
 //! pass's steps are recorded in the phase record ([`P2pPassRecord`]); the
 //! pass's token ends after its last step, so its latency includes them.
 use super::{Between, OpenToken, Position, Runner, Work};
-use crate::backend::Backend;
+use crate::backend::{Backend, Call, Timing};
 use crate::core::workload::{FillResidual, Phase};
 use crate::evidence::shard::{ComputeKind, FillRecord, P2pPassRecord, ReplayTiming};
 use crate::evidence::trace::{GapEntry, SourceTrace, TraceP2p};
@@ -139,7 +139,7 @@ impl<B: Backend> Runner<'_, B> {
                 pass.actual_gap_ns = pass.actual_gap_ns.map(|t| t + paced_at.saturating_sub(prev_end));
             }
             let t0 = self.clock.now_ns();
-            self.backend.run_p2p_step(k).with_context(|| format!("rank {}, phase {phase}, pass {}", self.rank, pass.token))?;
+            self.backend.enqueue(Call::P2pStep(k), Timing::HostWait).with_context(|| format!("rank {}, phase {phase}, pass {}", self.rank, pass.token))?;
             prev_end = self.clock.now_ns();
             pass.host_ns += prev_end.saturating_sub(t0);
             pass.calls += 1;

@@ -1,0 +1,295 @@
+//! A backend that runs nothing and logs every call, so that the phase runner
+//! can be driven in unit tests without MPI, a GPU or a second process.
+//! Consumes the runner's calls; produces a log of them, one interval per
+//! timed world call (each a fixed width on a fake device clock, or none, as a
+//! CPU has), and checks that find no wrong element unless told to corrupt.
+//! Refuses what the real backends refuse: a wait with nothing outstanding, a
+//! second outstanding call, a point-to-point step or trace call unprepared.
+use crate::backend::{Backend, BackendError, BackendInfo, BackendResult, Call, CheckOutcome, Checked, Compute};
+use crate::backend::{DeviceInterval, GraphStep, PassTimings, Timing};
+use crate::evidence::commtrace::p2p::P2pPlan;
+use crate::evidence::commtrace::{CommTrace, TraceCollective};
+use crate::evidence::shard::{BackendKind, DeviceIdentity, Unmeasured};
+use std::time::Duration;
+
+/// One call the runner made, as the log records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Logged {
+    /// A world call: kind name, bytes, timing.
+    World(&'static str, u64, Timing),
+    /// A trace call: index, timing.
+    Trace(usize, Timing),
+    /// A point-to-point step.
+    P2p(usize),
+    Wait,
+    EndBackToBack,
+    Gemm {
+        shape: usize,
+        layer: u32,
+        units: u32,
+    },
+    Membound(u32),
+    Mark,
+    Synchronize,
+    FinishPass(usize),
+    /// A check: of the last world call (`true`) or of a trace call, and whether corrupted.
+    Check(bool, bool),
+    Barrier(String),
+    Prepare(usize),
+}
+
+/// The mock: `back_to_back` chooses the isolated phase's path, `device` whether
+/// world calls get device intervals (a GPU's) and marks.
+pub(crate) struct MockBackend {
+    pub log: Vec<Logged>,
+    back_to_back: bool,
+    device: bool,
+    outstanding: bool,
+    timed_in_pass: usize,
+    marks_in_pass: usize,
+    prepared: usize,
+    p2p: bool,
+}
+
+impl MockBackend {
+    pub fn new(back_to_back: bool, device: bool) -> Self {
+        Self { log: Vec::new(), back_to_back, device, outstanding: false, timed_in_pass: 0, marks_in_pass: 0, prepared: 0, p2p: false }
+    }
+}
+
+impl Backend for MockBackend {
+    fn info(&self) -> BackendInfo {
+        let kind = if self.device { BackendKind::Cuda } else { BackendKind::Cpu };
+        BackendInfo { kind, rank: 0, world_size: 1, back_to_back: self.back_to_back }
+    }
+
+    fn device(&self) -> DeviceIdentity {
+        DeviceIdentity { backend: self.info().kind, name: "mock".into(), facts: Vec::new() }
+    }
+
+    fn unmeasured(&self) -> Vec<Unmeasured> {
+        Vec::new()
+    }
+
+    fn prepare(&mut self, _trace: &CommTrace, colls: &[TraceCollective], p2p: Option<&P2pPlan>) -> BackendResult<()> {
+        self.prepared = colls.len();
+        self.p2p = p2p.is_some();
+        self.log.push(Logged::Prepare(colls.len()));
+        Ok(())
+    }
+
+    fn enqueue(&mut self, call: Call<'_>, timing: Timing) -> BackendResult<()> {
+        if self.outstanding {
+            return Err(BackendError::Misuse("internal: a collective is already outstanding".into()));
+        }
+        match call {
+            Call::World { kind, bytes, .. } => {
+                self.log.push(Logged::World(kind.name(), bytes, timing));
+                self.outstanding = timing == Timing::Async;
+                if timing != Timing::Untimed {
+                    self.timed_in_pass += 1;
+                }
+            }
+            Call::Trace { index, .. } if index < self.prepared => self.log.push(Logged::Trace(index, timing)),
+            Call::P2pStep(k) if self.p2p => self.log.push(Logged::P2p(k)),
+            _ => return Err(BackendError::Misuse("internal: not prepared".into())),
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self) -> BackendResult<Option<DeviceInterval>> {
+        if !std::mem::take(&mut self.outstanding) {
+            return Err(BackendError::Misuse("internal: wait without an outstanding collective".into()));
+        }
+        self.log.push(Logged::Wait);
+        Ok(None)
+    }
+
+    fn end_back_to_back(&mut self) -> BackendResult<()> {
+        self.log.push(Logged::EndBackToBack);
+        Ok(())
+    }
+
+    fn collectives_on_compute_stream(&mut self, _on: bool) -> BackendResult<()> {
+        Ok(())
+    }
+
+    fn compute(&mut self, work: Compute) -> BackendResult<()> {
+        self.log.push(match work {
+            Compute::Gemm { shape, layer, units } => Logged::Gemm { shape, layer, units },
+            Compute::Membound(units) => Logged::Membound(units),
+        });
+        Ok(())
+    }
+
+    fn mark(&mut self) -> BackendResult<Option<usize>> {
+        if !self.device {
+            return Ok(None);
+        }
+        self.log.push(Logged::Mark);
+        self.marks_in_pass += 1;
+        Ok(Some(self.marks_in_pass - 1))
+    }
+
+    fn synchronize(&mut self) -> BackendResult<()> {
+        self.outstanding = false;
+        self.log.push(Logged::Synchronize);
+        Ok(())
+    }
+
+    fn finish_pass(&mut self) -> BackendResult<PassTimings> {
+        let n = std::mem::take(&mut self.timed_in_pass);
+        let marks = std::mem::take(&mut self.marks_in_pass);
+        self.log.push(Logged::FinishPass(n));
+        // each call 1 µs on the fake device clock, one after another
+        let iv = |i: usize| self.device.then_some(DeviceInterval { start_ns: 1_000 * i as u64, end_ns: 1_000 * (i as u64 + 1) });
+        Ok(PassTimings { collectives: (0..n).map(iv).collect(), marks_ns: (0..marks as u64).map(|m| 500 * m).collect(), ..Default::default() })
+    }
+
+    fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome> {
+        self.log.push(Logged::Check(matches!(what, Checked::Last { .. }), corrupt));
+        Ok(if corrupt {
+            CheckOutcome { wrong_elements: 1, first_wrong: Some("element 0: 2 instead of 1".into()) }
+        } else {
+            CheckOutcome { wrong_elements: 0, first_wrong: None }
+        })
+    }
+
+    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
+        Ok(check.then_some(0))
+    }
+
+    fn graph(&mut self, _step: GraphStep) -> BackendResult<Option<(u64, u64)>> {
+        Err(BackendError::Unsupported("the mock backend has no graphs".into()))
+    }
+
+    fn barrier(&mut self, what: &str, _phase: &str, _timeout: Option<Duration>) -> anyhow::Result<()> {
+        self.log.push(Logged::Barrier(what.into()));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Logged, MockBackend};
+    use crate::backend::Timing;
+    use crate::core::clock::RankClock;
+    use crate::core::workload::{GemmShape, Phase, WorkloadSpec};
+    use crate::rank::phases::{Fault, Runner, RunnerControls};
+
+    fn spec(phases: &[Phase]) -> WorkloadSpec {
+        let mut s = WorkloadSpec::isolated_only(64, 3, GemmShape { m: 4, n: 4, k: 4 });
+        s.phases = phases.to_vec();
+        s.sizes_bytes = vec![64, 128];
+        s.warmup_iters = 1;
+        s.check = 1;
+        s.tokens = 2;
+        s.warmup_tokens = 1;
+        s.layers = 2;
+        s
+    }
+
+    /// Per recorded collective: bytes, warm-up, device start.
+    type Events = Vec<(u64, bool, Option<u64>)>;
+
+    fn run(back_to_back: bool, device: bool, s: &WorkloadSpec, fault: Option<Fault>) -> (anyhow::Result<()>, MockBackend, Events) {
+        let mut b = MockBackend::new(back_to_back, device);
+        let clock = RankClock::new(0, &[]);
+        let mut r = Runner::new(&mut b, &clock, s, RunnerControls { fault, ..Default::default() });
+        let res = r.run_all();
+        let events = r.body.collectives.iter().map(|e| (e.bytes, e.warmup, e.device_start_ns)).collect();
+        (res, b, events)
+    }
+
+    fn worlds(log: &[Logged]) -> Vec<(u64, Timing)> {
+        log.iter().filter_map(|l| if let Logged::World(_, b, t) = l { Some((*b, *t)) } else { None }).collect()
+    }
+
+    /// The isolated sweep without back-to-back runs: per size, a warm-up and
+    /// three timed iterations, each started and waited for, the first timed
+    /// one checked; every call recorded once, in order, between two barriers.
+    #[test]
+    fn isolated_waits_for_each_call_and_checks_per_size() {
+        let s = spec(&[Phase::Isolated]);
+        let (res, b, ev) = run(false, false, &s, None);
+        res.unwrap();
+        let want: Vec<(u64, Timing)> = [64u64, 128].iter().flat_map(|&x| [(x, Timing::Async); 4]).collect();
+        assert_eq!(worlds(&b.log), want);
+        assert_eq!(
+            ev.iter().map(|e| (e.0, e.1)).collect::<Vec<_>>(),
+            [64, 64, 64, 64, 128, 128, 128, 128].iter().zip([true, false, false, false].iter().cycle()).map(|(&x, &w)| (x, w)).collect::<Vec<_>>()
+        );
+        assert_eq!(b.log.iter().filter(|l| **l == Logged::Wait).count(), 8);
+        assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Check(true, false))).count(), 2);
+        assert_eq!(b.log.first(), Some(&Logged::Barrier("barrier before the phase".into())));
+        assert_eq!(b.log.last(), Some(&Logged::Barrier("barrier after the phase".into())));
+    }
+
+    /// Back to back (a GPU): warm-ups, a synchronization and a barrier, the
+    /// timed iterations enqueued with no wait, closed, one check per size;
+    /// the device intervals land on the records in issue order.
+    #[test]
+    fn isolated_back_to_back_enqueues_without_waits() {
+        let s = spec(&[Phase::Isolated]);
+        let (res, b, ev) = run(true, true, &s, None);
+        res.unwrap();
+        assert!(worlds(&b.log).iter().all(|w| w.1 == Timing::BackToBack), "{:?}", b.log);
+        assert_eq!(worlds(&b.log).len(), 8);
+        assert!(!b.log.contains(&Logged::Wait));
+        assert_eq!(b.log.iter().filter(|l| **l == Logged::EndBackToBack).count(), 2);
+        assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Check(true, false))).count(), 2);
+        assert_eq!(ev.iter().map(|e| e.2).collect::<Vec<_>>(), (0..8).map(|i| Some(1_000 * i)).collect::<Vec<_>>());
+    }
+
+    /// Blocking runs each step's GEMM before its all-reduce and waits; async
+    /// issues, runs the next step's GEMM, then waits; sizes cycle per step;
+    /// a warm-up token comes first.
+    #[test]
+    fn blocking_and_async_order_compute_around_the_collective() {
+        let s = spec(&[Phase::Blocking, Phase::Async]);
+        let (res, b, ev) = run(false, false, &s, None);
+        res.unwrap();
+        let steps: Vec<String> = b
+            .log
+            .iter()
+            .filter_map(|l| match l {
+                Logged::World(_, bytes, _) => Some(format!("C{bytes}")),
+                Logged::Gemm { layer, .. } => Some(format!("G{layer}")),
+                Logged::Wait => Some("W".into()),
+                _ => None,
+            })
+            .collect();
+        let blocking = "G0 C64 W G1 C128 W ".repeat(3);
+        let asynchronous = "G0 C64 G1 W C128 W ".repeat(3);
+        assert_eq!(steps.join(" ") + " ", blocking + &asynchronous);
+        assert_eq!(ev.len(), 12);
+        assert_eq!(ev.iter().filter(|e| e.1).count(), 4, "one warm-up token of two collectives per phase");
+    }
+
+    /// The negative control `--fault wrong-sum`: the isolated phase records the
+    /// wrong result and goes on; a workload phase fails at once, naming it.
+    #[test]
+    fn a_corrupted_result_is_recorded_in_isolated_and_fails_a_workload_phase() {
+        let fault = Some(Fault::WrongSum { rank: 0 });
+        let (res, b, _) = run(false, false, &spec(&[Phase::Isolated]), fault);
+        res.unwrap();
+        assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Check(true, true))).count(), 2);
+        let (res, _, _) = run(false, false, &spec(&[Phase::Blocking]), fault);
+        let e = format!("{:#}", res.unwrap_err());
+        assert!(e.contains("result check failed on rank 0, phase blocking"), "{e}");
+    }
+
+    /// `--inject-repeat` runs the extra all-reduces untimed, inside the
+    /// recorded one: the pass reports one interval per recorded call.
+    #[test]
+    fn repeats_are_untimed_and_not_recorded() {
+        let s = spec(&[Phase::Blocking]);
+        let mut b = MockBackend::new(false, true);
+        let clock = RankClock::new(0, &[]);
+        let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_repeat(3);
+        r.run_all().unwrap();
+        assert_eq!(r.body.collectives.len(), 6);
+        assert!(r.body.collectives.iter().all(|e| e.device_start_ns.is_some()));
+        assert_eq!(worlds(&b.log).iter().filter(|w| w.1 == Timing::Untimed).count(), 12);
+    }
+}
