@@ -1,16 +1,16 @@
-//! Benchmark (prints, asserts nothing): the statistics of `campaign analyze`
-//! at full campaign size, from synthetic jobs: 8 configurations x 5 rounds x
-//! all six phases, 1024 events per job in the token phases (256 tokens x 4
-//! ranks) and 1200 in `isolated` (100 iterations x 3 sizes x 4 ranks);
-//! 10,000 resamples. Joining the shards is timed by scripts/bench/bench-analysis.sh
-//! on real runs. Run: `cargo bench --bench analysis`.
+//! Benchmark (criterion, asserts nothing): the statistics of `campaign analyze`
+//! and the report's plots at full campaign size, from synthetic jobs: 8
+//! configurations x 5 rounds x all six phases, 1024 events per job in the
+//! token phases (256 tokens x 4 ranks) and 1200 in `isolated` (100 iterations
+//! x 3 sizes x 4 ranks); 10,000 resamples. Joining the shards is timed by
+//! scripts/bench/bench-analysis.sh on real runs. Run: `cargo bench --bench analysis`.
 use commcanary::analysis::{analyze, AnalysisInput, ClaimContext, ControlsInput, JobData, KnownBadInput, PhaseInput};
 use commcanary::campaign::chain::Verdict;
 use commcanary::campaign::spec::{AnalysisPolicy, TiePolicy};
 use commcanary::core::workload::Phase;
 use commcanary::report::plots;
+use criterion::{criterion_group, criterion_main, Criterion};
 use rand::{Rng, SeedableRng};
-use std::time::Instant;
 
 fn input(tie: TiePolicy) -> AnalysisInput {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
@@ -58,26 +58,19 @@ fn input(tie: TiePolicy) -> AnalysisInput {
     }
 }
 
-fn main() {
+/// `analyze` and `report::plots::all` on the full-size input, tie policy interval.
+fn analysis(c: &mut Criterion) {
     let verdict = Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
-    for tie in [TiePolicy::Interval] {
-        let inp = input(tie);
-        let mut times = Vec::new();
-        let mut plots_ms = Vec::new();
-        for _ in 0..3 {
-            let t0 = Instant::now();
-            let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
-            times.push(t0.elapsed().as_secs_f64());
-            let t1 = Instant::now();
-            let p = plots::all(&r).expect("plots");
-            plots_ms.push(t1.elapsed().as_secs_f64() * 1e3);
-            std::hint::black_box(p);
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        plots_ms.sort_by(|a, b| a.total_cmp(b));
-        println!(
-            "analysis statistics, 8 configs x 5 rounds x 6 phases (~1k events/job), 10000 resamples, tie policy {tie:?}: median {:.3} s (min {:.3}, max {:.3}); plots {:.1} ms",
-            times[1], times[0], times[2], plots_ms[1]
-        );
-    }
+    let mut g = c.benchmark_group("full_campaign");
+    // one analysis takes about a second: criterion's fewest samples
+    g.sample_size(10);
+    let tie = TiePolicy::Interval;
+    let inp = input(tie);
+    g.bench_function(format!("statistics_{tie:?}"), |b| b.iter(|| analyze(&inp, verdict.clone(), "bench").expect("valid input")));
+    let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
+    g.bench_function(format!("plots_{tie:?}"), |b| b.iter(|| plots::all(&r).expect("plots")));
+    g.finish();
 }
+
+criterion_group!(benches, analysis);
+criterion_main!(benches);

@@ -10,9 +10,14 @@
 //! CALIBRATION_ONLY=aa-family writes only the table of a campaign's A/A
 //! controls judged as one family (per control and per campaign).
 //! CALIBRATION_ONLY=regret writes only the coverage of the truth section's regret intervals.
-use commcanary::analysis::calibration::{aa_family_false, coverage, family_false_different, null_p_best, verdict_rates, Noise, SimulationSetup};
+//! Without CALIBRATION_OUT, criterion times one small cell of each table
+//! (`cargo bench --bench calibration`).
+use commcanary::analysis::calibration::{
+    aa_family_false, coverage, family_false_different, null_p_best, regret_coverage, verdict_rates, Noise, SimulationSetup, REGRET_SCENARIOS,
+};
 use commcanary::analysis::inference;
 use commcanary::core::{fsutil, identity};
+use criterion::{criterion_group, Criterion};
 use std::fmt::Write;
 
 const ROUNDS: [usize; 4] = [3, 5, 10, 20];
@@ -20,7 +25,35 @@ const ROUNDS: [usize; 4] = [3, 5, 10, 20];
 const SCALE: f64 = 0.03;
 
 fn main() -> anyhow::Result<()> {
-    let out = std::path::PathBuf::from(std::env::var("CALIBRATION_OUT").map_err(|_| anyhow::anyhow!("set CALIBRATION_OUT to a new directory under results/"))?);
+    match std::env::var_os("CALIBRATION_OUT") {
+        Some(out) => tables(out.into()),
+        None => {
+            cells();
+            Criterion::default().configure_from_args().final_summary();
+            Ok(())
+        }
+    }
+}
+
+/// One cell of each table, at 200 simulated campaigns (20 for P(best)), 5 rounds.
+fn cell_timings(c: &mut Criterion) {
+    let setup = SimulationSetup { noise: Noise::Gaussian, rounds: 5, k: 4, min_effect_pct: 0.0, scale: SCALE, sims: 200, seed: 1 };
+    let mut g = c.benchmark_group("calibration_cell");
+    g.sample_size(10);
+    g.bench_function("coverage", |b| b.iter(|| coverage(setup.noise, setup.rounds, 3.0, SCALE, setup.sims, 1).expect("coverage")));
+    g.bench_function("verdict_rates", |b| b.iter(|| verdict_rates(setup.noise, setup.rounds, 0.0, 2.0, SCALE, setup.sims, 1).expect("rates")));
+    g.bench_function("aa_family", |b| b.iter(|| aa_family_false(&setup, true).expect("aa family")));
+    g.bench_function("family_false_different", |b| b.iter(|| family_false_different(&setup, true).expect("pairs")));
+    let regret = &REGRET_SCENARIOS[1];
+    g.bench_function("regret_coverage", |b| b.iter(|| regret_coverage(regret, setup.noise, setup.rounds, SCALE, setup.sims, 1).expect("regret")));
+    g.bench_function("null_p_best", |b| b.iter(|| null_p_best(&SimulationSetup { sims: 20, ..setup }, 1000).expect("p best")));
+    g.finish();
+}
+
+criterion_group!(cells, cell_timings);
+
+/// The tables, written into `out` (a new directory).
+fn tables(out: std::path::PathBuf) -> anyhow::Result<()> {
     let sims: u32 = std::env::var("CALIBRATION_SIMS").ok().map(|s| s.parse()).transpose()?.unwrap_or(20_000);
     std::fs::create_dir_all(&out)?;
     let t0 = std::time::Instant::now();

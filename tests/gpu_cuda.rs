@@ -697,12 +697,18 @@ fn cuda_own_path_rank() {
 
 /// The kind table walked on the CUDA backend's own path (`Backend::enqueue`,
 /// NCCL on the world communicator; the CPU side is `tests/own_path.rs`): on
-/// one GPU every row, the ring's send and receive to itself included, each
-/// result checked, and a spoiled all-reduce failing its check.
+/// one GPU every row, the ring's send and receive to itself included, started
+/// and waited for, back to back and in a CUDA graph, each with its device
+/// interval and its result checked, and a spoiled all-reduce failing its check.
 #[test]
 fn cuda_own_path_runs_every_kind_of_the_table_checked() {
     if !gpu_or_skip() {
         return;
     }
-    own_path_mpirun("cuda_own_path_rank", 1);
+    let stdout = own_path_mpirun("cuda_own_path_rank", 1);
+    // every kind also ran in a CUDA graph, and back to back with its device interval (asserted inside)
+    for row in commcanary::core::collective::KINDS.into_iter().filter(|r| !r.replay_only) {
+        let key = format!("kind={} ", row.name);
+        assert!(stdout.lines().any(|l| l.contains(&key) && l.contains(" timing=Graph ")), "{key}in a graph: {stdout}");
+    }
 }

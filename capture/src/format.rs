@@ -1,8 +1,8 @@
 //! The capture file one rank writes (`rank-NNNNN.mpicap`, format version 2),
-//! little-endian throughout. `commcanary import mpi` reads it
-//! (`src/evidence/commtrace/mpi.rs` in the main package keeps the reader
-//! and these numbers in step; the header names the call kinds, so a reader
-//! maps kind numbers by name, never by position alone).
+//! little-endian throughout.
+//! `commcanary import mpi` reads it (`src/evidence/commtrace/mpi.rs` in the
+//! main package keeps the reader and these numbers in step; the header names
+//! the call kinds, so a reader maps kind numbers by name).
 //!
 //! ```text
 //! header:  "CCMPICAP" | version u32 | json_len u32 | JSON | SHA-256(JSON)
@@ -10,14 +10,7 @@
 //! trailer: "CCTRAIL\0" | blocks u64 | records u64 | SHA-256(every block's digest, in order)
 //! record:  type u8 | 0 u8 | payload_len u16 | payload
 //! ```
-//!
-//! A rank that ends without `MPI_Finalize` leaves its complete blocks and no
-//! trailer: the reader marks it incomplete. Records of the types below:
-//! [`REC_CALL`] (fixed [`CALL_LEN`] bytes, offsets in [`call_off`]),
-//! [`REC_DONE`] (a request's completion), [`REC_DTYPE`], [`REC_OP`] and
-//! [`REC_COMM`] (a handle's first sight: name, size or members),
-//! [`REC_COMM_FREE`], [`REC_ABORT`] and [`REC_CLOCK`]; version 2 added
-//! [`REC_COUNTS`] (a v-call's per-member counts, after its call record).
+//! Records and an unfinished rank: docs/METHODS.md, "MPI capture import".
 
 /// Version of this layout (the header's `format_version` and the u32 after the magic).
 pub const FORMAT_VERSION: u32 = 2;

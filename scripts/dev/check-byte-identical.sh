@@ -20,10 +20,14 @@
 # the comparison because it names the binary itself, not the evidence: the
 # report's "producer" (tool version and commit); the count of masked lines is
 # printed. Needs OpenMPI (see scripts/env.sh).
-# What it does not check: the campaign is run by BEFORE_BIN only, so a change
-# in what `rank` itself does (its phases, timings, a hang) is not compared
-# here; the integration tests that run the rank program under mpirun are
-# what cover that.
+# Records: each binary also runs `rank` itself (4 ranks under mpirun, cpu:
+# every phase; then the isolated sweeps of all-gather, and of all-reduce
+# with --op max) and every shard and run.json, printed by `inspect`, is
+# compared after scripts/dev/mask_timings.py masks what differs between two
+# runs of one binary (clock readings and what follows from them, ids, hosts):
+# what ran, in which order, with which sizes, groups, sequence numbers,
+# checks and measured-or-not device intervals must be the same. Timings
+# themselves are never compared.
 set -euo pipefail
 BEFORE=$(realpath "${1:?BEFORE_BIN}")
 AFTER=$(realpath "${2:?AFTER_BIN}")
@@ -70,6 +74,20 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
   for s in shard run joined-collective join-summary summary campaign-manifest campaign-attempt \
            campaign-selection campaign-report campaign-archive-descriptor comparison comm-trace; do
     run "schema-$s" schema "$s"
+  done
+  # records this binary writes itself, masked (see the header)
+  local k=0
+  for job in "--phases isolated,blocking,async,replay,fill,overlap --tokens 4 --layers 2 --iters 3 --check 2" \
+             "--phases isolated --collective all_gather --iters 3 --check 1" \
+             "--phases isolated --op max --iters 3 --check 1"; do
+    k=$((k + 1))
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe -n 4 "$B" rank -q --backend cpu --out "$WORK/rank-$k" $job > /dev/null 2>&1 || echo "rank-job-$k failed" >> "$O/exit-codes"
+    local rd; rd=$(ls -d "$WORK/rank-$k"/*/ | head -1)
+    for f in "$rd"/*.shard "$rd/run.json"; do
+      "$B" inspect "$f" | python3 scripts/dev/mask_timings.py > "$O/record-$k-$(basename "$f").json"
+    done
+    rm -rf "$WORK/rank-$k"
   done
   rm -f "$O"/*.err
   # the producer names the binary (version, commit): mask it, count it

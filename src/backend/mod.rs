@@ -15,10 +15,11 @@ pub mod replay;
 pub mod trace_share;
 
 use crate::core::collective::CollectiveKind;
-use crate::core::workload::{GemmShape, ReduceOp};
+use crate::core::workload::{GemmShape, ReduceOp, WorkloadSpec};
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
-use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
+use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, KernelAnchor, KernelKind, Unmeasured};
+use crate::evidence::trace::SourceTrace;
 use std::time::Duration;
 
 /// Device-side interval of a collective, mapped onto the host timeline.
@@ -44,14 +45,14 @@ pub struct PassTimings {
     /// Per collective of the pass, in order: the compute stream's stall on it, where measured.
     pub waits: Vec<Option<DeviceInterval>>,
     /// How the kernels' times were placed on the host clock, where bounded.
-    pub kernel_anchor: Option<crate::evidence::shard::KernelAnchor>,
+    pub kernel_anchor: Option<KernelAnchor>,
 }
 
 /// A kernel of a pass, on the host timeline.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassKernel {
     /// Classification.
-    pub kind: crate::evidence::shard::KernelKind,
+    pub kind: KernelKind,
     /// Kernel name.
     pub name: String,
     /// Start, host ns.
@@ -83,14 +84,14 @@ pub struct BackendPlan {
 
 impl BackendPlan {
     /// What `spec` needs.
-    pub fn for_spec(spec: &crate::core::workload::WorkloadSpec) -> Self {
+    pub fn for_spec(spec: &WorkloadSpec) -> Self {
         Self { max_bytes: spec.max_bytes(), dtype: spec.dtype, gemms: spec.gemm_shapes(), weight_sets: spec.weight_sets(), membound_bytes: spec.membound_bytes }
     }
 
     /// What `spec` needs when its traced phases walk `trace`, whose
     /// all-reduces may be larger than the workload's own (its other
     /// collectives have their own buffers, [`Backend::prepare`]).
-    pub fn for_spec_and_trace(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> Self {
+    pub fn for_spec_and_trace(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> Self {
         let mut p = Self::for_spec(spec);
         p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
         p
@@ -99,7 +100,7 @@ impl BackendPlan {
     /// Timing events one pass may record: the workload's own, or a trace
     /// file's whole walk (up to 6 per collective, 2 per token, and margin),
     /// whichever is more.
-    pub fn device_events_per_pass(spec: &crate::core::workload::WorkloadSpec, trace: Option<&crate::evidence::trace::SourceTrace>) -> usize {
+    pub fn device_events_per_pass(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> usize {
         spec.device_events_per_pass().max(trace.map_or(0, |t| t.entries.len() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
     }
 
@@ -218,11 +219,13 @@ pub enum GraphStep {
     End,
     /// Launch the captured graph once, in order after the work issued so far.
     Launch,
-    /// Capture `n` world all-reduces of `bytes` back to back, each behind a
-    /// timestamp, into a graph and launch it once: no host work per
+    /// Capture `n` world calls of `kind` and `bytes` back to back, each behind
+    /// a timestamp, into a graph and launch it once: no host work per
     /// collective. Device intervals come from [`Backend::finish_pass`] as for
     /// [`Timing::BackToBack`]; returns the host clock around the launch call.
-    AllReduces {
+    Calls {
+        /// Kind.
+        kind: CollectiveKind,
         /// Size, bytes.
         bytes: u64,
         /// Element type.
@@ -294,7 +297,7 @@ pub trait Backend {
     /// were checked); then clear the pass for the next.
     fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>>;
     /// Graph mode (CUDA graphs); see [`GraphStep`]. Returns the host clock
-    /// around the launch for [`GraphStep::AllReduces`], else `None`.
+    /// around the launch for [`GraphStep::Calls`], else `None`.
     fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>>;
     /// A barrier of the world's ranks, bounded by `timeout` when set (a
     /// stopped peer then fails with `refused[COLLECTIVE_TIMEOUT]`, naming `what`).
@@ -349,7 +352,7 @@ impl BackendChoice {
     /// The backend this choice runs on here, and for `auto` a note saying
     /// which it chose and why. `cuda` without a usable GPU is an error naming the cause.
     pub fn resolve(self) -> anyhow::Result<(BackendKind, Option<String>)> {
-        let gpu = crate::backend::cuda::unavailable_reason();
+        let gpu = cuda::unavailable_reason();
         Ok(match (self, gpu) {
             (BackendChoice::Cpu, _) => (BackendKind::Cpu, None),
             (BackendChoice::Cuda, Some(why)) => anyhow::bail!("--backend cuda is unavailable: {why}"),

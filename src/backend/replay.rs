@@ -3,8 +3,10 @@
 //! rank's [`ExecRecord`]s of the timed pass (pacing wait, reduction choice,
 //! optional warm-up pass first) and that pass's host time. Refuses pacing by
 //! the gaps of a trace without times. A backend's `replay` calls [`replay_with`].
+use crate::core::collective;
+use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{paced_gaps_ns, ExecRecord, Pace};
+use crate::evidence::commtrace::exec::{paced_gaps_ns, replay_op, ExecRecord, Pace};
 use crate::evidence::commtrace::workload_plan::WorkloadPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use anyhow::{bail, Context, Result};
@@ -88,9 +90,9 @@ pub fn replay_with(
     // src/device/generate.py, `best_kernel`).
     // An MPI capture records each reduction (`op`, absent for sums): that one runs.
     for (i, c) in mine.collectives.iter().enumerate() {
-        if let Some(o) = c.op.filter(|&o| crate::evidence::commtrace::exec::replay_op(o).is_none()) {
+        if let Some(o) = c.op.filter(|&o| replay_op(o).is_none()) {
             crate::refuse!(
-                crate::core::refusal::Code::UnsupportedOperation,
+                Code::UnsupportedOperation,
                 "rank {rank}, collective {i} ({} on group {:?}): reduction {} is not replayed (sum, prod, max and min are)",
                 c.source_name,
                 c.group,
@@ -98,7 +100,7 @@ pub fn replay_with(
             );
         }
     }
-    let choose = |c: &TraceCollective| match (c.op.and_then(crate::evidence::commtrace::exec::replay_op), op) {
+    let choose = |c: &TraceCollective| match (c.op.and_then(replay_op), op) {
         (Some(o), _) => (o, "trace"),
         (None, Some(o)) => (o, "--op"),
         (None, None) => (ReduceOp::Sum, "default"),
@@ -138,7 +140,7 @@ pub fn replay_with(
             ..ExecRecord::untimed(i, c, rank, (use_op, source), check, wire_bytes)
         };
         // an exclusive scan leaves its first member's result undefined: nothing is checked there
-        if c.kind == crate::core::collective::CollectiveKind::Exscan && trace.group(&c.group).and_then(|g| g.members.first()) == Some(&rank) {
+        if c.kind == collective::CollectiveKind::Exscan && trace.group(&c.group).and_then(|g| g.members.first()) == Some(&rank) {
             rec.checked = false;
         }
         out.push(rec);

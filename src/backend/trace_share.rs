@@ -14,10 +14,10 @@
 //! nccl-tests' `#wrong` does: the elements (reductions) or bytes (data
 //! movement) that differ, and the first of them described.
 use super::call::{Call, Splits};
-use crate::core::collective::{Buffers, KindRow, Lands};
+use crate::core::collective::{self, Buffers, KindRow, Lands};
 use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{contribution, expected_reduction, payload, round_to, AllToAllLayout, Tally};
-use crate::evidence::commtrace::TraceCollective;
+use crate::evidence::commtrace::{self, TraceCollective};
 use anyhow::{Context, Result};
 
 /// What a rank sends.
@@ -42,7 +42,7 @@ pub enum Landed<'a> {
 /// One rank's part of one recorded collective.
 pub struct TraceShare {
     row: &'static KindRow,
-    dtype: crate::evidence::commtrace::TraceDtype,
+    dtype: commtrace::TraceDtype,
     rank: u32,
     members: Vec<u32>,
     /// This rank's position in the group.
@@ -244,7 +244,7 @@ impl TraceShare {
     /// its root, a send's, a barrier's).
     pub fn lands_here(&self) -> bool {
         // an exclusive scan leaves the first member's result undefined
-        if self.row.kind == crate::core::collective::CollectiveKind::Exscan && self.me == 0 {
+        if self.row.kind == collective::CollectiveKind::Exscan && self.me == 0 {
             return false;
         }
         match self.row.lands {
@@ -284,8 +284,8 @@ impl TraceShare {
                 };
                 // a scan reduces the members up to this one (inclusive) or before it (exclusive)
                 let over = match self.row.kind {
-                    crate::core::collective::CollectiveKind::Scan => &members[..=self.me],
-                    crate::core::collective::CollectiveKind::Exscan => &members[..self.me],
+                    collective::CollectiveKind::Scan => &members[..=self.me],
+                    collective::CollectiveKind::Exscan => &members[..self.me],
                     _ => members,
                 };
                 for (i, &g) in got.iter().enumerate() {

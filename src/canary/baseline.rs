@@ -1,17 +1,12 @@
 //! Baselines a canary must beat: deliberately simple samples of the source
 //! at equal size, each made as an artifact and verified exactly like one.
 //!
-//! Consumes the source trace, the number of events `k` to keep (the
-//! canary's stored operations per rank) and the collectives per pass to
-//! replay (the canary's). Produces a [`Canary`] per method: `random` (k
-//! positions uniformly, seeded), `head` (the first k), `frequency` (the k
-//! slots shared out among the most frequent operation identities in
-//! proportion to their counts, largest remainder), `cluster` (k-means++ on
-//! log bytes and log gap, Arthur & Vassilvitskii, SODA 2007, the member
-//! nearest each centre), `stratified-gap` (k strata of equal count over the
-//! gap, the median of each). The k positions are the same on every rank, so
-//! a collective's members stay matched; each keeps its exact recorded values
-//! and the k events are repeated to the canary's replayed count.
+//! Consumes the source trace, the number of events `k` to keep (the canary's
+//! stored operations per rank) and the collectives per pass to replay (the
+//! canary's). Produces a [`Canary`] per method (`random`, `head`, `frequency`,
+//! `cluster`, `stratified-gap`), the same k positions on every rank, each with
+//! its exact recorded values. Refuses nothing. The methods: docs/METHODS.md,
+//! "Baselines".
 use crate::canary::artifact::*;
 use crate::canary::compile::{bind_source, timings};
 use crate::canary::fold::Node;

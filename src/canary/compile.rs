@@ -1,21 +1,14 @@
 //! `canary compile`: a communication trace to a canary artifact.
 //!
-//! Consumes a [`CommTrace`] (from `import kineto|et|run` or `synth`) with the
-//! bytes it was read from. Produces a [`Canary`]: the trace's operation
-//! identities (phase, kind, bytes, dtype, group with its ordered members,
-//! root or peer, stream), the per-position tuple of every rank's identity
-//! folded into loops ([`crate::canary::fold`]), and per leaf and rank the
-//! gap, compute and span values, kept as HdrHistogram buckets under the
-//! declared error budget, or every value with `lossless`. The main loop (the
-//! top-level loop covering most collectives) is replayed for as many
-//! iterations as the declared statistic needs ([`iterations_for_median`]),
-//! never more than the source has. Every approximation is listed in the
-//! artifact; what the source does not know stays unknown. An MPI capture's
-//! point-to-point operations are not folded: the artifact counts them as
-//! left out ([`LeftOutP2p`]) and `canary compile` says so.
-//!
-//! Refuses a trace whose ranks record different numbers of collectives
-//! (positions are folded across ranks) and a trace with no collective.
+//! Consumes a [`CommTrace`] (from `import kineto|et|run` or `synth`) with
+//! the bytes it was read from. Produces a [`Canary`]: the operation
+//! identities, folded into loops ([`crate::canary::fold`]), per leaf and rank
+//! the gap, compute and span values within the declared error budget, and the
+//! main loop's iterations the declared statistic needs
+//! ([`iterations_for_median`]); every approximation is listed, point-to-point
+//! operations are counted as left out ([`LeftOutP2p`]). Refuses a trace whose
+//! ranks record different numbers of collectives, and one with no collective.
+//! Method: docs/METHODS.md, "Canary compilation".
 use crate::canary::artifact::*;
 use crate::canary::fold::{self, FoldNode, Node};
 use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};

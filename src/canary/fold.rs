@@ -2,20 +2,10 @@
 //!
 //! Consumes a sequence of symbols (one per collective, equal symbols = equal
 //! operation identity on every rank). Produces a list of [`Node`]s whose
-//! expansion is exactly the input: a run of a block repeated `count` times
-//! becomes one `Loop` over the block's own folded form, nested where the
-//! block itself repeats. This is the regular-section idea of ScalaTrace
-//! (Noeth, Ratn, Mueller, Schulz, de Supinski, "ScalaTrace: Scalable
-//! compression and replay of communication traces for high-performance
-//! computing", JPDC 69(8), 2009), applied to one rank-tuple sequence.
-//!
-//! The search is greedy from left to right: at each position it tries as
-//! periods the distances to the next occurrences of the same symbol (at most
-//! [`MAX_CANDIDATES`] of them), counts how often the block repeats (blocks
-//! compared through polynomial prefix hashes, confirmed element by element),
-//! and takes the candidate that covers the most symbols (a shorter period on
-//! ties). Linear in the input for regular traces; at most
-//! `MAX_CANDIDATES` block comparisons per symbol otherwise.
+//! expansion is exactly the input: a block repeated `count` times becomes one
+//! `Loop` over the block's own folded form, nested where the block itself
+//! repeats; at most [`MAX_CANDIDATES`] block comparisons per symbol. Refuses
+//! nothing. Method: docs/METHODS.md, "Loop folding".
 use serde::{Deserialize, Serialize};
 
 /// Candidate periods tried at one position.

@@ -1,28 +1,14 @@
 //! Canaries: a workload trace compiled into a small replay that ranks
 //! collective configurations as the whole trace does, with the evidence.
 //!
-//! - [`compile`]: a communication trace → a [`artifact::Canary`] (folded
-//!   loops, bounded histograms, the iterations its statistic needs).
-//! - [`expand`]: an artifact → the trace its replay walks.
-//! - [`baseline`]: deliberately simple samples at equal size (random,
-//!   frequency, cluster, stratified gaps, the first N), made like artifacts.
-//! - [`compare`]: the checks of one candidate against its source over
-//!   measured replays, the assurance state, the decision cost (no I/O).
-//! - [`verify`]: source and candidates replayed as one campaign, collected.
-//! - [`reduce`]: delta debugging on the ranking decision only.
-//! - [`redact`]: a trace without host names, user names, job ids or absolute times.
-//! - [`synth`]: a deterministic synthetic trace for tests.
-//!
-//! Assurance states, weakest first; `verify` grants the highest whose
-//! checks all held and names every check that failed: `schema-valid` (the
-//! artifact decodes), `integrity-bound` (its digest holds and it was made
-//! from exactly this source file), `source-verified` (its expansion covers
-//! the source's identities and kinds, and its stored values stay within
-//! their declared budget of the source's), `behaviorally-verified` (real
-//! replays of source and canary agree on every behavioural check and on the
-//! configuration ranking), `hardware-validated` (the same on GPUs with the
-//! campaign's controls behaving). `production-representative` is never
-//! granted by the tool: only a user can know that.
+//! Consumes a communication trace; produces an artifact ([`compile`]), its
+//! replay trace ([`expand`]), baselines ([`baseline`]), a reduced trace
+//! ([`reduce`]), a redacted trace ([`redact`]) and, from real replays
+//! ([`verify`], judged by [`compare`]), the highest [`Assurance`] state whose
+//! checks all held, naming every check that failed. `production-representative`
+//! is never granted by the tool. [`synth`] makes deterministic synthetic
+//! traces for tests. The parts and the states:
+//! docs/METHODS.md, "Canaries and their assurance states".
 pub mod artifact;
 pub mod baseline;
 pub mod compare;

@@ -1,18 +1,12 @@
 //! `canary redact`: a communication trace without what identifies the site.
 //!
-//! Consumes a [`CommTrace`]. Produces the trace with: source file paths
-//! replaced by `rank-N` (paths carry user names, job ids and host names) and
-//! their digests dropped (they would identify the original files); group
-//! names replaced by `gN` and descriptions dropped; ranks mapped to local
-//! indices `0..N` in order; every time rebased so each rank's first time is 0;
-//! optionally every time and duration quantized to a multiple of
-//! `quantize_ns` (never wrapping near 2^64); kernel and operator names kept
-//! unless `drop_names`; the source's schema text (a run's holds its run id)
-//! and the reasons of its unknowns dropped. The output is built by
-//! allow-list: every field is copied as known safe or transformed. Every
-//! transform is recorded in an [`AuditLog`] written beside the output. The
-//! redacted trace is checked like any imported trace before it is returned.
-//! `export param|et --redact` applies the same transforms before exporting.
+//! Consumes a [`CommTrace`]. Produces the trace built by allow-list, without
+//! file paths and their digests, group names and descriptions, absolute ranks
+//! and times (optionally quantized, and without kernel names with
+//! `drop_names`), every transform recorded in an [`AuditLog`] written beside
+//! the output; `export param|et --redact` applies the same transforms. Refuses
+//! a redacted trace that does not check like any imported trace. The
+//! transforms: docs/METHODS.md, "Redaction".
 use crate::evidence::commtrace::{CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, TraceClock, TraceCollective, TraceGroup, TraceSource, UnknownField};
 use anyhow::{Context, Result};
 use serde::Serialize;

@@ -1,18 +1,13 @@
 //! `canary reduce`: delta debugging on the ranking decision only.
 //!
 //! Consumes a source trace and an oracle built from a `canary verify` run of
-//! it: per configuration, the median measured latency of each operation
-//! identity in the source's replays (real measurements, not a model of the
-//! network). A subset of the source's positions is predicted to cost, under
-//! a configuration, the sum of its identities' medians; the *decision* is
-//! the order of the configurations by that cost, ties within the campaign's
-//! minimum effect. `ddmin` (Zeller & Hildebrandt, "Simplifying and isolating
-//! failure-inducing input", IEEE TSE 28(2), 2002) searches for a 1-minimal
-//! subset of positions whose decision equals the whole source's, within a
-//! budget of oracle calls. Produces an artifact of those positions (exact
-//! values), labelled `decision-preserving, not source-verified` wherever it
-//! appears: it preserves one decision under a measured cost model, and says
-//! nothing else about the workload; `verify` judges it like any candidate.
+//! it (per configuration, the median measured latency of each operation
+//! identity). Produces an artifact of a 1-minimal subset of the source's
+//! positions whose predicted configuration order equals the whole source's,
+//! found by `ddmin` within a budget of oracle calls, labelled
+//! `decision-preserving, not source-verified` wherever it appears; `verify`
+//! judges it like any candidate.
+//! Method: docs/METHODS.md, "Delta debugging on the decision".
 use anyhow::Result;
 use std::collections::BTreeMap;
 

@@ -1,28 +1,15 @@
 //! `canary verify`: the source and its candidates replayed as one real
 //! campaign, and every candidate judged against the source.
 //!
-//! Consumes the source trace, the canary artifact (and any further artifacts,
-//! e.g. a reduced one), a campaign spec whose configurations, launcher,
-//! rounds, policy and controls are used (the rank count comes from the
-//! trace), and a function that runs a campaign spec into a directory (the
-//! command layer's `campaign run`: plan, exec, select, verify, analyze).
-//! Produces, in the output directory: `inputs/` (the source, each candidate's
-//! replay trace), `verify-spec.toml` (the campaign: one configuration per
-//! candidate and configuration, each walking its own frozen trace, rounds
-//! interleaved), `campaign/` (its whole chain of evidence) and
-//! `canary-verify.json` (format version 1, schema `canary-verify`).
-//!
-//! Refuses before anything runs: an artifact whose digest does not hold
-//! (`DIGEST_MISMATCH`, naming it), or whose content contradicts itself
-//! (`BAD_STRUCTURE`, `OVER_LIMIT`: [`artifact::check_consistency`]), a source
-//! file other than the one the artifact was compiled from
-//! (`DIGEST_MISMATCH`; `IDENTITY_MISMATCH` when its shape says it is another
-//! trace), an output directory that exists, and a canary (or a further
-//! compiled artifact) that a check needing no measurement (coverage, mix,
-//! structure, values) already fails (`STATIC_CHECK`, unless
-//! `--replay-failed` asks for the replay anyway): every such check runs
-//! before the campaign, every printed size is recomputed from the
-//! expansion replayed.
+//! Consumes the source trace, the canary artifact (and further artifacts), a
+//! campaign spec and a function that runs a spec into a directory (the
+//! command layer's `campaign run`). Produces `inputs/`, `verify-spec.toml`,
+//! `campaign/` and `canary-verify.json` (format version 1, schema
+//! `canary-verify`) in the output directory. Refuses before anything runs: an
+//! artifact whose digest does not hold or whose content contradicts itself, a
+//! source other than the one compiled, an output directory that exists, and a
+//! candidate that a check needing no measurement already fails (`STATIC_CHECK`,
+//! unless `--replay-failed`). Details: docs/METHODS.md, "Canary verification".
 use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
@@ -265,13 +252,12 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     // the phases' world all-reduces run in the trace's element type (those of
     // another than f32/bf16 run through the trace executor, in their own)
     let world: Vec<u32> = (0..t.world_size).collect();
-    let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find(|c| {
-        c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && c.dtype.workload().is_some() && t.group(&c.group).is_some_and(|g| g.members == world)
+    let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find_map(|c| {
+        let dtype = crate::core::workload::Dtype::try_from(c.dtype).ok()?;
+        (c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world)).then_some(dtype)
     });
-    match ar_dtype.map(|c| c.dtype) {
-        Some(crate::evidence::commtrace::TraceDtype::Bf16) => spec.workload.extra_args.extend(["--dtype".to_string(), "bf16".to_string()]),
-        Some(crate::evidence::commtrace::TraceDtype::F32) => spec.workload.extra_args.extend(["--dtype".to_string(), "f32".to_string()]),
-        _ => {}
+    if let Some(dtype) = ar_dtype {
+        spec.workload.extra_args.extend(["--dtype".to_string(), dtype.name().to_string()]);
     }
     let mut configs = Vec::new();
     for v in &variants {

@@ -1,44 +1,15 @@
 //! Source traces for `replay`, `fill`, `overlap` and the ablations.
 //!
-//! Consumes either this run's `blocking` events on this rank, or a joined
-//! trace file written by `commcanary join --events-out` (the shared-trace
-//! design: captured once under a reference configuration, replayed under every
-//! candidate). Produces, per collective in order, the message size, the
-//! token/layer position and the gap: the time from the previous collective's
-//! completion (or the phase start) to this collective's issue on that rank.
-//! Refuses a file without `blocking` events or with undecodable lines.
-//!
-//! Also consumes a communication trace written by `commcanary import` (a
-//! workload's own PyTorch trace): this rank's collectives, walked once per
-//! token (warm-up tokens first), each its position in the pass as its layer,
-//! the gap before it from the trace (device interval where recorded, else the
-//! host operator) and the compute the trace ran in that gap (the sum of its
-//! kernels' durations, at most the gap), which `fill` and `overlap` re-create
-//! as calibrated compute. The first collective of a pass has no earlier one
-//! to measure a gap from: its gap and its compute are the compute the trace
-//! recorded before it (0 where none), so every pass re-creates all of it.
-//! Every kind runs on the group the trace names: an f32 or bf16 all-reduce
-//! of a group that is the whole world in rank order through the backend's
-//! world all-reduce (shard group 0), every other collective (any dtype: f64,
-//! i32, i64, … as recorded) as a [`TraceOp`] for
-//! the backend's trace executor, on shard group `1 + the trace group's
-//! position` with its ordered members, root and peer ([`TraceOps`]). With
-//! `--trace-allreduce-only` only the all-reduces run (each on the whole world
-//! in rank order), the other kinds left out and counted. Refuses what the
-//! phases cannot run as recorded: another world size, a trace without times
-//! (an execution trace), and with `--trace-allreduce-only` an all-reduce of
-//! a sub-group or of another dtype than f32/bf16, and (UNSUPPORTED_OPERATION,
-//! on every rank before any collective) what a shard cannot hold or the
-//! phases cannot run: gather, scatter, the scans, v-variants of all-gather
-//! and reduce-scatter, logical and bitwise reductions. A reduction the trace
-//! records (an MPI capture's max, min, prod) runs as recorded, as a trace
-//! operation; a trace without one runs sums. The phase record's origin
-//! counts, per kind, what ran and what was left out per pass, with dtypes and
-//! sizes. An MPI capture's point-to-point
-//! program ([`TraceP2p`]) is placed between the collectives by call index,
-//! each step with its recorded gap; a collective's gap then runs from the
-//! last step before it (refused: `mpi.collective_calls` that disagree with
-//! the collectives, and what `p2p::plans` refuses).
+//! Consumes this run's `blocking` events on this rank, a joined trace file
+//! (`commcanary join --events-out`), or a communication trace written by
+//! `commcanary import`. Produces, per collective in order, its size, dtype,
+//! token/layer position, the gap before it and (imported traces) the compute
+//! in that gap: a world all-reduce, or a [`TraceOp`] for the backend's trace
+//! executor ([`TraceOps`]), with an MPI capture's point-to-point program
+//! ([`TraceP2p`]) between them. Refuses a joined file without `blocking`
+//! events or with undecodable lines, another world size, a trace without
+//! times, and (UNSUPPORTED_OPERATION) what a shard cannot hold or the phases
+//! cannot run. Method: docs/METHODS.md, "Source traces for the phases".
 use crate::core::limits::check_replay_gaps;
 use crate::core::workload::Phase;
 use crate::evidence::join::JoinedCollective;
@@ -304,15 +275,16 @@ pub(crate) fn comm_trace_entries(
             ));
         }
         let dtype = c.dtype;
-        if allreduce_only && dtype.workload().is_none() {
+        let run_dtype = crate::core::workload::Dtype::try_from(dtype);
+        if let (true, Err(e)) = (allreduce_only, run_dtype) {
             return refuse(format!(
-                "all-reduce #{} on group {:?} is {dtype}; with --trace-allreduce-only the phases run f32 or bf16 world all-reduces (without it, every dtype)",
+                "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a run's element type (without it, every dtype)",
                 c.seq, c.group
             ));
         }
         count.run_per_pass += 1;
         // the world all-reduce sums: a recorded other reduction runs as a trace operation
-        let op = if c.kind == CollectiveKind::AllReduce && members == world && dtype.workload().is_some() && c.op.is_none() {
+        let op = if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
             None
         } else {
             let gi =
@@ -618,7 +590,7 @@ mod tests {
         use crate::evidence::commtrace::TraceDtype;
         t.ranks[0].collectives[0].dtype = TraceDtype::F64;
         let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
-        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("is f64"), "{e}");
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"), "{e}");
         // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
         t.ranks[0].collectives[1].dtype = TraceDtype::I8;
         let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();

@@ -11,9 +11,13 @@
 //! per-collective device intervals). A benchmark: it prints numbers and
 //! asserts nothing.
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, Call, Timing};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::{cuda, Backend, Call, Timing};
 use crate::core::clock::{monotonic_raw_ns, RankClock};
+use crate::core::refusal::Code;
 use crate::core::workload::{GemmShape, WorkloadSpec};
+use crate::core::{collective, fsutil, stats, units};
+use crate::evidence::shard;
 use crate::rank::phases::{Runner, RunnerControls};
 use anyhow::{Context, Result};
 use mpi::collective::CommunicatorCollectives;
@@ -56,10 +60,10 @@ pub struct BenchOptions {
 
 /// Run the benchmark; rank 0 prints JSON lines.
 pub fn run(args: BenchOptions) -> Result<()> {
-    let bytes = crate::core::units::parse_bytes(&args.size)?;
+    let bytes = units::parse_bytes(&args.size)?;
     // refused before the run, not after it: the results would have nowhere to go
     if let Some(p) = args.json_out.as_ref().filter(|p| p.exists()) {
-        crate::refuse!(crate::core::refusal::Code::AlreadyExists, "--json-out {} exists (results are never overwritten)", p.display());
+        crate::refuse!(Code::AlreadyExists, "--json-out {} exists (results are never overwritten)", p.display());
     }
     if args.backend == crate::backend::BackendChoice::Cuda {
         return run_cuda(&args);
@@ -80,8 +84,8 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         world.barrier();
         let t0 = monotonic_raw_ns();
         for _ in 0..args.iters {
-            let kind = crate::core::collective::CollectiveKind::AllReduce;
-            backend.enqueue(Call::World { kind, bytes, dtype: crate::evidence::shard::Dtype::F32 }, Timing::Async)?;
+            let kind = collective::CollectiveKind::AllReduce;
+            backend.enqueue(Call::World { kind, bytes, dtype: shard::Dtype::F32 }, Timing::Async)?;
             backend.wait()?;
         }
         bare.push((monotonic_raw_ns() - t0) as f64 / args.iters as f64);
@@ -95,8 +99,8 @@ fn run_cpu(args: &BenchOptions, bytes: u64, world: &mpi::topology::SimpleCommuni
         std::hint::black_box(runner.body);
     }
     if world.rank() == 0 {
-        let b = crate::core::stats::median(&mut bare).unwrap_or(f64::NAN);
-        let i = crate::core::stats::median(&mut instrumented).unwrap_or(f64::NAN);
+        let b = stats::median(&mut bare).unwrap_or(f64::NAN);
+        let i = stats::median(&mut instrumented).unwrap_or(f64::NAN);
         let out = serde_json::json!({
             "benchmark": "cpu-instrumentation-overhead",
             "ranks": world.size(),
@@ -123,7 +127,7 @@ fn iteration_host_ns(stamps: &[u64]) -> Vec<f64> {
 /// Quantiles (p50, p90, p99; nearest rank) of a sample, µs.
 fn quantiles_us(v: &[f64]) -> [f64; 3] {
     let mut v = v.to_vec();
-    [50.0, 90.0, 99.0].map(|p| crate::core::stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN) / 1e3)
+    [50.0, 90.0, 99.0].map(|p| stats::percentile_nearest_rank(&mut v, p).unwrap_or(f64::NAN) / 1e3)
 }
 
 /// One variant's measurement in one repetition.
@@ -149,13 +153,13 @@ struct VariantRep {
 /// repetition; the device inflation is the ratio of device time per
 /// collective. Distributions over repetitions are printed, never one median.
 fn run_cuda(args: &BenchOptions) -> Result<()> {
-    if let Some(why) = crate::backend::cuda::unavailable_reason() {
+    if let Some(why) = cuda::unavailable_reason() {
         anyhow::bail!("--backend cuda is unavailable: {why}");
     }
     if args.iters < 2 || args.reps == 0 {
         anyhow::bail!("--iters must be at least 2 and --reps at least 1");
     }
-    let sizes = crate::core::units::parse_size_list(&args.sizes)?;
+    let sizes = units::parse_size_list(&args.sizes)?;
     if args.nccl_tuning {
         crate::rank::request_nccl_tuning_log(&std::env::temp_dir().join("commcanary-bench-tuning"))?;
     }
@@ -177,12 +181,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         gpu: None,
         cupti: args.cupti,
     };
-    let mut backend = crate::backend::cuda::CudaBackend::new(
-        world,
-        &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)),
-        clock.clone(),
-        o,
-    )?;
+    let mut backend = CudaBackend::new(world, &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)), clock.clone(), o)?;
     // the event timer's granularity and this rank's anchor windows, for the record
     let probe_ns = backend.event_timer_probe(64)?;
     // bare+event: the bare loop with one timing event per call, to separate
@@ -236,7 +235,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                     VariantRep {
                         host_iter_us: quantiles_us(&iteration_host_ns(&stamps)),
                         device_per_collective_us: span,
-                        device_interval_median_us: crate::core::stats::median(&mut d).map(|x| x / 1e3),
+                        device_interval_median_us: stats::median(&mut d).map(|x| x / 1e3),
                     }
                 };
                 got.insert(v, r);
@@ -274,7 +273,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         println!("{probe}");
         all.push(probe);
         if let Some(p) = &args.json_out {
-            crate::core::fsutil::write_json_new(p, &all)?;
+            fsutil::write_json_new(p, &all)?;
         }
     }
     Ok(())
@@ -287,7 +286,7 @@ fn summarize_cuda_size(variants: &[&str], reps: &[std::collections::BTreeMap<&st
         v.retain(|x| x.is_finite());
         let lo = v.iter().copied().reduce(f64::min);
         let hi = v.iter().copied().reduce(f64::max);
-        serde_json::json!({"median": crate::core::stats::median(&mut v), "min": lo, "max": hi})
+        serde_json::json!({"median": stats::median(&mut v), "min": lo, "max": hi})
     };
     let mut out = serde_json::Map::new();
     for &v in variants.iter().filter(|v| **v != "bare") {

@@ -8,8 +8,11 @@
 //!
 //! Hierarchical calibration: docs/METHODS.md, "Clock calibration of rank".
 use super::{ClockMode, RankOptions};
-use crate::backend::mpi_deadline::Op;
-use crate::core::clock::{compose, fit_rank_model, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit};
+use crate::backend::mpi_deadline::{barrier, barrier_idle, broadcast, gather, recv_bytes, recv_u64, recv_u64_idle, send_bytes, send_u64, test_stop_point, Op};
+use crate::core::clock::{
+    compose, fit_rank_model, monotonic_raw_ns, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit,
+};
+use crate::core::identity;
 use crate::evidence::shard::ClockRecord;
 use anyhow::{Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -80,9 +83,9 @@ fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&st
         mine[at..at + n].copy_from_slice(&text.as_bytes()[..n]);
     }
     let phase = "clock calibration, topology";
-    let gathered = crate::backend::mpi_deadline::gather(world, 0, &mine, limit, Op { what: "gather of host names and kernel clock ids", phase, peer: None })?;
+    let gathered = gather(world, 0, &mine, limit, Op { what: "gather of host names and kernel clock ids", phase, peer: None })?;
     let mut all = gathered.unwrap_or_else(|| vec![0u8; CLOCK_ID_SLOT * world.size() as usize]);
-    crate::backend::mpi_deadline::broadcast(world, 0, &mut all, limit, Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) })?;
+    broadcast(world, 0, &mut all, limit, Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) })?;
     let text = |b: &[u8]| {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         String::from_utf8_lossy(&b[..end]).into_owned()
@@ -100,16 +103,15 @@ fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&st
 /// ping-pongs with it: the samples, on this rank's clock.
 fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<Vec<PingSample>> {
     let op = Op { what: "ping-pong", phase, peer: Some(peer) };
-    let turn =
-        crate::backend::mpi_deadline::recv_u64_idle(world, peer, tag, limit, Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) })?;
+    let turn = recv_u64_idle(world, peer, tag, limit, Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) })?;
     if turn != TURN_TOKEN {
         anyhow::bail!("clock calibration ({phase}): rank {peer} sent {turn} where the turn token was due");
     }
     let mut samples = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let t_send = clock.now_ns();
-        crate::backend::mpi_deadline::send_u64(world, peer, tag, t_send, limit, op)?;
-        let t_ref = crate::backend::mpi_deadline::recv_u64(world, peer, tag, limit, op)?;
+        send_u64(world, peer, tag, t_send, limit, op)?;
+        let t_ref = recv_u64(world, peer, tag, limit, op)?;
         let t_recv = clock.now_ns();
         samples.push(PingSample { t_send_local_ns: t_send, t_ref_ns: t_ref, t_recv_local_ns: t_recv });
     }
@@ -121,11 +123,11 @@ fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u
 fn answer(world: &SimpleCommunicator, clock: &RankClock, ranks: &[u32], tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<()> {
     for &r in ranks {
         let op = Op { what: "ping-pong", phase, peer: Some(r) };
-        crate::backend::mpi_deadline::send_u64(world, r, tag, TURN_TOKEN, limit, Op { what: "send of the turn token", phase, peer: Some(r) })?;
+        send_u64(world, r, tag, TURN_TOKEN, limit, Op { what: "send of the turn token", phase, peer: Some(r) })?;
         for _ in 0..n {
-            let _ping = crate::backend::mpi_deadline::recv_u64(world, r, tag, limit, op)?;
+            let _ping = recv_u64(world, r, tag, limit, op)?;
             let t = clock.now_ns();
-            crate::backend::mpi_deadline::send_u64(world, r, tag, t, limit, op)?;
+            send_u64(world, r, tag, t, limit, op)?;
         }
     }
     Ok(())
@@ -160,10 +162,10 @@ pub(super) fn clock_window(
 ) -> Result<Window> {
     let rank = world.rank() as u32;
     let phase = format!("clock calibration, {window} window");
-    crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before the ping-pongs", phase: &phase, peer: None })?;
-    let t0 = crate::core::clock::monotonic_raw_ns();
+    barrier(world, limit, Op { what: "barrier before the ping-pongs", phase: &phase, peer: None })?;
+    let t0 = monotonic_raw_ns();
     if window == "start" {
-        crate::backend::mpi_deadline::test_stop_point("clock", rank);
+        test_stop_point("clock", rank);
     }
     let mut samples = Vec::new();
     let peer = topo.peer_of(rank);
@@ -193,9 +195,9 @@ pub(super) fn clock_window(
             }
         }
     }
-    crate::backend::mpi_deadline::barrier_idle(world, limit, Op { what: "barrier after the ping-pongs", phase: &phase, peer: None })?;
+    barrier_idle(world, limit, Op { what: "barrier after the ping-pongs", phase: &phase, peer: None })?;
     let closed_ns = clock.now_ns();
-    Ok(Window { samples, wall_ns: crate::core::clock::monotonic_raw_ns() - t0, closed_ns })
+    Ok(Window { samples, wall_ns: monotonic_raw_ns() - t0, closed_ns })
 }
 
 /// Why this rank cannot take `peer`'s kernel clock for its own (another boot
@@ -252,7 +254,7 @@ pub(super) fn topology(
 ) -> Result<Option<ClockTopology>> {
     Ok(match args.clock {
         ClockMode::Pingpong | ClockMode::PingpongOnly => {
-            let ids = exchange_clock_ids(world, host, crate::core::identity::kernel_clock_id().as_deref(), limit)?;
+            let ids = exchange_clock_ids(world, host, identity::kernel_clock_id().as_deref(), limit)?;
             let hosts: Vec<&str> = ids.iter().map(|(h, _)| h.as_str()).collect();
             let leader_of = node_leaders(&hosts);
             let nodes = leader_of.iter().enumerate().filter(|(r, l)| **l as usize == *r).count();
@@ -279,7 +281,7 @@ pub(super) fn end_record(
 ) -> Result<ClockRecord> {
     let rank = world.rank() as u32;
     let end = clock_window(world, clock, args.clock_samples, limit, "end", topo)?;
-    let t_fit = crate::core::clock::monotonic_raw_ns();
+    let t_fit = monotonic_raw_ns();
     let kernel_clock_id = topo.kernel_ids[rank as usize].clone();
     let peer = topo.peer_of(rank);
     let path = topo.path_of(rank);
@@ -297,31 +299,18 @@ pub(super) fn end_record(
     if hierarchical && rank != 0 && topo.leader_of[rank as usize] == rank {
         let bytes = serde_json::to_vec(&own).context("encoding this leader's clock model")?;
         for r in topo.served_by(rank) {
-            crate::backend::mpi_deadline::send_bytes(
-                world,
-                r,
-                CLOCK_TAG_HANDOFF,
-                &bytes,
-                limit,
-                Op { what: "send of the leader's clock model", phase, peer: Some(r) },
-            )?;
+            send_bytes(world, r, CLOCK_TAG_HANDOFF, &bytes, limit, Op { what: "send of the leader's clock model", phase, peer: Some(r) })?;
         }
     }
     let (fit, leader_fit, leader_model) = if path == ClockPath::ViaLeader {
-        let bytes = crate::backend::mpi_deadline::recv_bytes(
-            world,
-            peer,
-            CLOCK_TAG_HANDOFF,
-            MAX_HANDOFF_BYTES,
-            limit,
-            Op { what: "receive of the leader's clock model", phase, peer: Some(peer) },
-        )?;
+        let bytes =
+            recv_bytes(world, peer, CLOCK_TAG_HANDOFF, MAX_HANDOFF_BYTES, limit, Op { what: "receive of the leader's clock model", phase, peer: Some(peer) })?;
         let lead: RankClockFit = serde_json::from_slice(&bytes).with_context(|| format!("decoding the clock model of leader rank {peer}"))?;
         (compose_via_leader(&own, &lead, peer)?, Some(own.model), Some(lead.model))
     } else {
         (own, None, None)
     };
-    let handoff_ns = crate::core::clock::monotonic_raw_ns() - t_fit;
+    let handoff_ns = monotonic_raw_ns() - t_fit;
     Ok(ClockRecord {
         start_samples: start.samples,
         end_samples: end.samples,

@@ -14,11 +14,13 @@
 //! application ended, a process that wrote no capture file of its own
 //! (`NOT_MPI`: it never initialized MPI), naming the application.
 use crate::core::refusal::Code;
+use crate::evidence::commtrace::mpi::read_header;
 use crate::refuse;
 use anyhow::{Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{self, AtomicI32};
 
 /// The library's file name.
 pub const LIB_NAME: &str = "libcommcanary_capture.so";
@@ -119,13 +121,13 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
 }
 
 /// The application's pid, for [`forward`].
-static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static CHILD: AtomicI32 = AtomicI32::new(0);
 
 /// SIGTERM, SIGINT and SIGHUP sent to this process (a launcher ending the
 /// job) go to the application, whose capture library then keeps its last
 /// block; this process goes on waiting for it and reports its status.
 fn forward_termination(pid: u32) {
-    CHILD.store(pid as i32, std::sync::atomic::Ordering::SeqCst);
+    CHILD.store(pid as i32, atomic::Ordering::SeqCst);
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // SAFETY: installing a handler that only calls kill(2), which is async-signal-safe.
         unsafe {
@@ -138,7 +140,7 @@ fn forward_termination(pid: u32) {
 }
 
 extern "C" fn forward(sig: libc::c_int) {
-    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+    let pid = CHILD.load(atomic::Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill(2) on the application's pid, async-signal-safe.
         unsafe { libc::kill(pid, sig) };
@@ -152,5 +154,5 @@ fn own_capture(dir: &Path, pid: u32, me: u32) -> Option<PathBuf> {
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "mpicap"))
-        .find(|p| crate::evidence::commtrace::mpi::read_header(p).is_ok_and(|h| h.pid == pid || h.capture_pid == Some(me)))
+        .find(|p| read_header(p).is_ok_and(|h| h.pid == pid || h.capture_pid == Some(me)))
 }

@@ -7,6 +7,8 @@
 //! reported with the reason, never guessed. Exits non-zero only when an
 //! explicitly requested NCCL library fails to load or verify.
 use crate::backend::cuda::nccl::{find_candidates, NcclLibrary, NcclObservation};
+use crate::backend::cuda::{self, DriverReport};
+use crate::core::identity::{self, ToolIdentity};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -37,7 +39,7 @@ pub struct DoctorReport {
     /// MPI library version string.
     pub mpi_library: Option<String>,
     /// CUDA driver report, when a driver loads.
-    pub cuda: Option<crate::backend::cuda::DriverReport>,
+    pub cuda: Option<DriverReport>,
     /// Why there is no CUDA report.
     pub cuda_unavailable: Option<String>,
     /// NCCL libraries probed.
@@ -45,7 +47,7 @@ pub struct DoctorReport {
     /// CUPTI libraries found.
     pub cupti: Vec<String>,
     /// This tool.
-    pub tool: crate::core::identity::ToolIdentity,
+    pub tool: ToolIdentity,
 }
 
 fn find_cupti() -> Vec<String> {
@@ -65,7 +67,7 @@ fn find_cupti() -> Vec<String> {
 
 /// Build the report; the bool is false when an explicit library failed.
 pub fn report(explicit: &[PathBuf]) -> (DoctorReport, bool) {
-    let (cuda, cuda_unavailable) = match crate::backend::cuda::driver_report() {
+    let (cuda, cuda_unavailable) = match cuda::driver_report() {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e)),
     };
@@ -90,16 +92,16 @@ pub fn report(explicit: &[PathBuf]) -> (DoctorReport, bool) {
         nccl.push(probe);
     }
     let r = DoctorReport {
-        host: crate::core::identity::hostname(),
+        host: identity::hostname(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
-        cpu_model: crate::core::identity::cpu_model(),
+        cpu_model: identity::cpu_model(),
         cpus_available: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        mpi_library: crate::core::identity::mpi_library(),
+        mpi_library: identity::mpi_library(),
         cuda,
         cuda_unavailable,
         nccl,
         cupti: find_cupti(),
-        tool: crate::core::identity::ToolIdentity::current(),
+        tool: ToolIdentity::current(),
     };
     (r, all_ok)
 }

@@ -8,11 +8,16 @@ use super::phases::{Runner, RunnerControls};
 use super::plan::Plan;
 use super::tuning::collect_tuning;
 use super::{sweep, RankOptions};
-use crate::backend::mpi_deadline::Op;
+use crate::backend::mpi_deadline::{barrier, gather, test_stop_point, Op};
 use crate::backend::Backend;
-use crate::core::clock::RankClock;
-use crate::evidence::run::{RunRecord, ShardRef, RUN_FORMAT_VERSION};
-use crate::evidence::shard::{BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, SHARD_FORMAT_VERSION};
+use crate::core::clock::{unix_ms, RankClock};
+use crate::core::fsutil;
+use crate::core::identity::EnvIdentity;
+use crate::core::workload::{Phase, WorkloadSpec};
+use crate::evidence::join;
+use crate::evidence::run::{write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
+use crate::evidence::shard::{shard_file_name, BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, Unmeasured, SHARD_FORMAT_VERSION};
+use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::path::PathBuf;
@@ -23,7 +28,7 @@ pub(super) struct RankContext<'a> {
     pub(super) plan: &'a Plan,
     pub(super) world: &'a SimpleCommunicator,
     pub(super) clock: RankClock,
-    pub(super) identity: crate::core::identity::EnvIdentity,
+    pub(super) identity: EnvIdentity,
     pub(super) run_id: String,
     pub(super) dir: PathBuf,
     pub(super) started_unix_ms: u64,
@@ -33,12 +38,7 @@ pub(super) struct RankContext<'a> {
 }
 
 /// Clock windows, phases, shard and run record, on any backend.
-pub(super) fn finish_rank<B: Backend>(
-    cx: RankContext<'_>,
-    file_trace: Option<crate::evidence::trace::SourceTrace>,
-    backend: &mut B,
-    backend_init_ns: u64,
-) -> Result<()> {
+pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<SourceTrace>, backend: &mut B, backend_init_ns: u64) -> Result<()> {
     let RankContext { args, plan, world, clock, identity, run_id, dir, started_unix_ms, local_rank, local_size, cold_start_mpi_ns } = cx;
     let rank = world.rank() as u32;
     let size = world.size() as u32;
@@ -52,7 +52,7 @@ pub(super) fn finish_rank<B: Backend>(
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
     groups.extend(file_trace.as_ref().and_then(|t| t.ops.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
     // the isolated sweep of another kind runs on a world group of its own (the trace executor's)
-    let sweep_group = (plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) && plan.spec.sweep_uses_executor()).then(|| {
+    let sweep_group = (plan.spec.phases.contains(&Phase::Isolated) && plan.spec.sweep_uses_executor()).then(|| {
         let id = groups.iter().map(|g| g.id).max().unwrap_or(0) + 1;
         groups.push(ProcessGroup { id, members: (0..size).collect(), name: Some(sweep::SWEEP_GROUP_NAME.into()) });
         id
@@ -101,7 +101,7 @@ pub(super) fn finish_rank<B: Backend>(
         unmeasured: backend
             .unmeasured()
             .into_iter()
-            .chain(plan.spec.graph.then(|| crate::evidence::shard::Unmeasured {
+            .chain(plan.spec.graph.then(|| Unmeasured {
                 field: "collectives (graph mode)".into(),
                 reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
             }))
@@ -123,14 +123,8 @@ pub(super) fn finish_rank<B: Backend>(
     mine[32..40].copy_from_slice(&written.size_bytes.to_le_bytes());
     let host = shard.header.host.as_bytes();
     mine[40..40 + host.len().min(127)].copy_from_slice(&host[..host.len().min(127)]);
-    crate::backend::mpi_deadline::test_stop_point("gather", rank);
-    let gathered = crate::backend::mpi_deadline::gather(
-        world,
-        0,
-        &mine[..],
-        limit,
-        Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None },
-    )?;
+    test_stop_point("gather", rank);
+    let gathered = gather(world, 0, &mine[..], limit, Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None })?;
     if let Some(all) = gathered {
         let shards: Vec<ShardRef> = all
             .chunks(mine.len())
@@ -139,7 +133,7 @@ pub(super) fn finish_rank<B: Backend>(
                 let hend = c[40..].iter().position(|&b| b == 0).map(|p| 40 + p).unwrap_or(c.len());
                 ShardRef {
                     rank: r as u32,
-                    file: crate::evidence::shard::shard_file_name(r as u32),
+                    file: shard_file_name(r as u32),
                     sha256: hex::encode(&c[..32]),
                     size_bytes: u64::from_le_bytes(c[32..40].try_into().expect("8 bytes")),
                     host: String::from_utf8_lossy(&c[40..hend]).into_owned(),
@@ -156,9 +150,9 @@ pub(super) fn finish_rank<B: Backend>(
             rank0_identity_sha256: identity_sha256,
             shards,
             started_unix_ms,
-            finished_unix_ms: crate::core::clock::unix_ms(),
+            finished_unix_ms: unix_ms(),
         };
-        crate::evidence::run::write_run_record(&dir, &record)?;
+        write_run_record(&dir, &record)?;
         println!("run {run_id}: {size} shards and run.json written to {}", dir.display());
         if !args.quiet {
             eprintln!("commcanary: verify and summarize with: commcanary join {}", dir.display());
@@ -166,18 +160,18 @@ pub(super) fn finish_rank<B: Backend>(
     }
     // A wrong result recorded by the isolated phase fails the rank only now,
     // once rank 0 has written run.json, so the evidence is complete on disk.
-    crate::backend::mpi_deadline::barrier(world, limit, Op { what: "final barrier", phase: "after run.json is written", peer: None })?;
+    barrier(world, limit, Op { what: "final barrier", phase: "after run.json is written", peer: None })?;
     // As nccl-tests ends with its table: the isolated phase's per size, from
     // the verified run (a join refusal is printed, and the run kept as it is).
-    if rank == 0 && plan.spec.phases.contains(&crate::core::workload::Phase::Isolated) && (!args.quiet || args.json.is_some()) {
-        match crate::evidence::join::join_dir(&dir) {
+    if rank == 0 && plan.spec.phases.contains(&Phase::Isolated) && (!args.quiet || args.json.is_some()) {
+        match join::join_dir(&dir) {
             Ok(j) => {
-                let rows = crate::evidence::join::isolated_sizes(&j);
+                let rows = join::isolated_sizes(&j);
                 if !args.quiet {
-                    print!("{}", crate::evidence::join::render_isolated(&rows));
+                    print!("{}", join::render_isolated(&rows));
                 }
                 if let Some(path) = &args.json {
-                    crate::core::fsutil::write_json_new(path, &sweep::report(&j, &rows))?;
+                    fsutil::write_json_new(path, &sweep::report(&j, &rows))?;
                     if !args.quiet {
                         println!("# Writing JSON output to {}", path.display());
                     }
@@ -200,20 +194,20 @@ pub(super) fn finish_rank<B: Backend>(
 /// device intervals on GPUs (each iteration is timed on the host, the NCCL
 /// call to the end of a stream synchronization), and bf16 reductions on the
 /// cpu backend, which MPI reduces in f32 (twice the bytes on the wire).
-fn sweep_unmeasured(spec: &crate::core::workload::WorkloadSpec, backend: BackendKind) -> Vec<crate::evidence::shard::Unmeasured> {
+fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured> {
     let mut v = Vec::new();
-    if !spec.phases.contains(&crate::core::workload::Phase::Isolated) || !spec.sweep_uses_executor() {
+    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
         return v;
     }
     let kind = spec.sweep_kind();
     if backend == BackendKind::Cuda {
-        v.push(crate::evidence::shard::Unmeasured {
+        v.push(Unmeasured {
             field: format!("isolated {kind}: device_start_ns, device_end_ns"),
             reason: "the sweep runs through replay-trace's NCCL executor: each iteration is timed on the host from the NCCL call to the end of a stream synchronization, not by device events between back-to-back launches as nccl-tests times its loop".into(),
         });
     }
     if backend == BackendKind::Cpu && kind.reduces() && spec.dtype == Dtype::Bf16 {
-        v.push(crate::evidence::shard::Unmeasured {
+        v.push(Unmeasured {
             field: format!("isolated {kind}: bf16 wire bytes"),
             reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and rounds back; sizes and bandwidths are bf16's"
                 .into(),

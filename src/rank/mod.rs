@@ -24,7 +24,8 @@ pub mod sweep;
 mod tuning;
 use crate::backend::BackendChoice;
 use crate::core::clock::ClockSync;
-use crate::core::workload::FillResidual;
+use crate::core::workload::{CommStream, FillResidual, ReduceOp, SweepKind};
+use crate::evidence::shard;
 pub(crate) use fatal::{end_job_on_error, write_line_stderr};
 pub use fatal::{is_lead_process, let_the_lead_print_first, print_fatal_error};
 pub(crate) use plan::{check_before_launch, check_ranges};
@@ -109,7 +110,7 @@ pub struct RankOptions {
     pub prefill_tokens: Option<u32>,
     /// Element type of the all-reduces and of the isolated sweep (as nccl-tests -d; default bf16 for model shapes, f32 for synthetic).
     #[arg(long, short = 'd', value_enum)]
-    pub dtype: Option<crate::evidence::shard::Dtype>,
+    pub dtype: Option<shard::Dtype>,
     /// Layers per token (default: the model's own; 32 for synthetic).
     #[arg(long)]
     pub layers: Option<u32>,
@@ -142,11 +143,11 @@ pub struct RankOptions {
     /// The collective the isolated phase sweeps, as nccl-tests' *_perf programs: every kind
     /// with a bus-bandwidth factor (rooted kinds from rank 0).
     #[arg(long, value_enum, default_value = "all_reduce")]
-    pub collective: crate::core::workload::SweepKind,
+    pub collective: SweepKind,
     /// The isolated sweep's reduction, for all_reduce, reduce_scatter and reduce (as nccl-tests -o;
     /// -o is --out here): sum, prod, min, max, or avg (cuda only: MPI has no average). Default sum.
     #[arg(long, value_enum)]
-    pub op: Option<crate::core::workload::ReduceOp>,
+    pub op: Option<ReduceOp>,
     /// Write the isolated sweep's table as JSON to FILE (as nccl-tests -J; schema `rank-sweep`), from rank 0.
     #[arg(long = "json", short = 'J', value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -208,7 +209,7 @@ pub struct RankOptions {
     /// events both ways, as PyTorch runs `async_op=True` (and ran every
     /// collective before 2.8). `async` and `overlap` always use their own.
     #[arg(long, value_enum, default_value = "current")]
-    pub comm_stream: crate::core::workload::CommStream,
+    pub comm_stream: CommStream,
     /// Cuda backend: record every kernel through CUPTI (kernel timelines,
     /// `overlap` from kernels). Off by default: its per-launch cost would be
     /// mixed into every timing (`bench-overhead --cupti` measures it).

@@ -7,7 +7,9 @@ use super::fatal::launcher_world_size;
 use super::phases::Fault;
 use super::{sweep, RankOptions};
 use crate::core::clock::ClockInjection;
-use crate::core::workload::{parse_phases, DelayInjection, GemmShape, ModelRequest, ModelShape, WorkloadSpec};
+use crate::core::refusal::Code;
+use crate::core::units;
+use crate::core::workload::{parse_phases, size_sweep, DelayInjection, GemmShape, ModelRequest, ModelShape, Phase, SweepKind, WorkloadSpec};
 use crate::evidence::shard::{BackendKind, Dtype};
 use anyhow::{bail, Result};
 
@@ -26,7 +28,7 @@ pub(crate) fn check_ranges(a: &RankOptions) -> Result<()> {
     let per_phase = (a.tokens as u64 + a.warmup_tokens as u64) * a.layers.unwrap_or(1) as u64;
     int("(--tokens + --warmup-tokens) x --layers", per_phase, 1, MAX_PHASE_COLLECTIVES)?;
     if let Some(d) = &a.model_dims {
-        let s = crate::core::workload::ModelShape::parse_dims(d)?;
+        let s = ModelShape::parse_dims(d)?;
         int("--model-dims H", s.hidden, 1, 65_536)?;
         int("--model-dims F", s.ffn, 1, 262_144)?;
         int("--model-dims LAYERS", s.layers, 1, 10_000)?;
@@ -45,16 +47,16 @@ pub(crate) fn check_ranges(a: &RankOptions) -> Result<()> {
     }
     int("-f/--step-factor", a.step_factor, 2, 1024)?;
     if let (Some(lo), Some(hi)) = (&a.min_bytes, &a.max_bytes) {
-        let (lo, hi) = (crate::core::units::parse_bytes(lo)?, crate::core::units::parse_bytes(hi)?);
+        let (lo, hi) = (units::parse_bytes(lo)?, units::parse_bytes(hi)?);
         size("-b/--min-bytes", lo)?;
         size("-e/--max-bytes", hi)?;
         if hi < lo {
             return Err(out("-e/--max-bytes", hi, &format!("at least -b/--min-bytes {lo}")));
         }
     }
-    int("--membound-bytes", crate::core::units::parse_bytes(&a.membound_bytes)?, 4, MAX_MESSAGE_BYTES)?;
+    int("--membound-bytes", units::parse_bytes(&a.membound_bytes)?, 4, MAX_MESSAGE_BYTES)?;
     if let Some(g) = &a.gemm {
-        let s: crate::core::workload::GemmShape = g.parse()?;
+        let s: GemmShape = g.parse()?;
         for (d, v) in [("M", s.m), ("N", s.n), ("K", s.k)] {
             int(&format!("--gemm {d}"), v, 1, MAX_GEMM_DIM)?;
         }
@@ -64,19 +66,19 @@ pub(crate) fn check_ranges(a: &RankOptions) -> Result<()> {
     if let Some(g) = a.gpu {
         int("--gpu", g, 0, 1023)?;
     }
-    crate::core::workload::parse_phases(&a.phases)?;
+    parse_phases(&a.phases)?;
     if let Some(d) = &a.inject_delay {
-        let d = crate::core::workload::DelayInjection::parse(d)?;
+        let d = DelayInjection::parse(d)?;
         int("--inject-delay rank", d.rank, 0, MAX_RANK)?;
     }
     if let Some(n) = a.inject_repeat {
         int("--inject-repeat", n, 1, MAX_INJECT_REPEAT)?;
     }
     for c in &a.inject_clock {
-        int("--inject-clock rank", crate::core::clock::ClockInjection::parse(c)?.rank, 0, MAX_RANK)?;
+        int("--inject-clock rank", ClockInjection::parse(c)?.rank, 0, MAX_RANK)?;
     }
     if let Some(f) = &a.fault {
-        crate::rank::phases::Fault::parse(f)?;
+        Fault::parse(f)?;
     }
     Ok(())
 }
@@ -129,15 +131,12 @@ fn check_trace_phases(spec: &WorkloadSpec, has_trace: bool) -> Result<()> {
         }
         if spec.graph {
             crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
+                Code::BadArgument,
                 "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
             );
         }
-        if !spec.phases[..i].contains(&crate::core::workload::Phase::Blocking) {
-            crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
-                "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
-            );
+        if !spec.phases[..i].contains(&Phase::Blocking) {
+            crate::refuse!(Code::BadArgument, "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE");
         }
     }
     Ok(())
@@ -182,11 +181,9 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
         tokens: args.tokens,
         warmup_tokens: args.warmup_tokens,
         layers: args.layers.unwrap_or(32),
-        sizes_bytes: crate::core::units::parse_size_list(args.sizes.as_deref().unwrap_or("64KiB,128KiB,256KiB"))?,
+        sizes_bytes: units::parse_size_list(args.sizes.as_deref().unwrap_or("64KiB,128KiB,256KiB"))?,
         isolated_sizes_bytes: match (&args.min_bytes, &args.max_bytes) {
-            (Some(lo), Some(hi)) => {
-                crate::core::workload::size_sweep(crate::core::units::parse_bytes(lo)?, crate::core::units::parse_bytes(hi)?, args.step_factor)?
-            }
+            (Some(lo), Some(hi)) => size_sweep(units::parse_bytes(lo)?, units::parse_bytes(hi)?, args.step_factor)?,
             _ => Vec::new(),
         },
         graph: args.graph,
@@ -196,8 +193,8 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
         warmup_iters: args.warmup_iters,
         check: args.check,
         fill_residual: args.fill_residual,
-        membound_bytes: crate::core::units::parse_bytes(&args.membound_bytes)?,
-        isolated_collective: (args.collective != crate::core::workload::SweepKind::default()).then_some(args.collective),
+        membound_bytes: units::parse_bytes(&args.membound_bytes)?,
+        isolated_collective: (args.collective != SweepKind::default()).then_some(args.collective),
         isolated_op: args.op,
         dtype: args.dtype.unwrap_or(if shape.is_some() { Dtype::Bf16 } else { Dtype::F32 }),
         gemm_dtype: Some(gemm_dtype),
@@ -208,11 +205,11 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
     check_trace_phases(&spec, args.trace.is_some())?;
     sweep::check_options(&spec, backend, args.op.is_some())?;
     if let Some(j) = &args.json {
-        if !spec.phases.contains(&crate::core::workload::Phase::Isolated) {
-            crate::refuse!(crate::core::refusal::Code::BadArgument, "-J/--json writes the isolated sweep's table: add isolated to --phases");
+        if !spec.phases.contains(&Phase::Isolated) {
+            crate::refuse!(Code::BadArgument, "-J/--json writes the isolated sweep's table: add isolated to --phases");
         }
         if at == Where::Here && j.exists() {
-            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "-J {}: the file already exists; CommCanary never overwrites a record", j.display());
+            crate::refuse!(Code::AlreadyExists, "-J {}: the file already exists; CommCanary never overwrites a record", j.display());
         }
     }
     if let Some(world) = world {
@@ -237,20 +234,13 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
         // a rank outside the job is refused before MPI starts, with a code
         let named = delay.iter().map(|d| ("--inject-delay", d.rank)).chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
         if let Some((flag, r)) = named.into_iter().find(|(_, r)| *r >= world) {
-            crate::refuse!(
-                crate::core::refusal::Code::OutOfRange,
-                "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})",
-                world.saturating_sub(1)
-            );
+            crate::refuse!(Code::OutOfRange, "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})", world.saturating_sub(1));
         }
     }
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
     if args.inject_repeat.is_some_and(|n| n > 1) && backend != BackendKind::Cpu {
         // the cuda backend times each NCCL call on device events, one per recorded collective
-        crate::refuse!(
-            crate::core::refusal::Code::BadArgument,
-            "--inject-repeat: the cpu backend only (the cuda backend times one NCCL call per recorded collective)"
-        );
+        crate::refuse!(Code::BadArgument, "--inject-repeat: the cpu backend only (the cuda backend times one NCCL call per recorded collective)");
     }
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
@@ -260,11 +250,11 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
     }
     if let Some(id) = &args.run_id {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
+            crate::refuse!(Code::BadArgument, "--run-id {id:?}: use letters, digits, '.', '_' and '-' only");
         }
         // `.` and `..` name the output directory itself or its parent, not a new run directory
         if id.chars().all(|c| c == '.') {
-            crate::refuse!(crate::core::refusal::Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
+            crate::refuse!(Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
         }
     }
     Ok(Plan { spec, model, delay, repeat: args.inject_repeat.filter(|&n| n > 1), clock_injections, fault, backend, backend_note })

@@ -6,10 +6,17 @@
 //! Refuses, before MPI starts, an output directory that holds a replay, a
 //! paced replay whose gaps pass the replay bound, and an MPI trace's
 //! point-to-point program on the cuda backend. Call [`run`].
-use crate::evidence::commtrace::exec;
+use crate::backend::cpu::trace_exec::replay;
+use crate::backend::cuda::trace_exec;
+use crate::backend::replay::ReplayOptions;
+use crate::core::refusal::Code;
+use crate::core::workload::ReduceOp;
+use crate::core::{clock, fsutil, identity, limits, stats};
+use crate::evidence::commtrace::exec::{self, Pace};
 use crate::evidence::commtrace::replay::{ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE};
 use crate::evidence::commtrace::summary::compare_kernels;
-use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceDtype};
+use crate::evidence::commtrace::{p2p, CollectiveKind, CommTrace, TraceDtype};
+use crate::evidence::shard::BackendKind;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,12 +37,12 @@ pub struct ReplayTraceArgs {
     pub check: bool,
     /// Reduction of all-reduce, reduce and reduce-scatter (default sum: the traces do not record it).
     #[arg(long, value_enum)]
-    pub op: Option<crate::core::workload::ReduceOp>,
+    pub op: Option<ReduceOp>,
     /// Pace by the trace's gaps waited on the host (`gaps`), back to back
     /// (`none`), by the recorded compute re-created on the device
     /// (`workload`, cuda), or by the gaps spun on the device (`device-gaps`, cuda).
     #[arg(long, value_enum, default_value = "gaps")]
-    pub pace: crate::evidence::commtrace::exec::Pace,
+    pub pace: Pace,
     /// Negative control: corrupt every result on this rank (--check must fail).
     #[arg(long, hide = true)]
     pub corrupt_rank: Option<u32>,
@@ -59,17 +66,17 @@ pub struct ReplayTraceArgs {
 pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     if a.backend == crate::backend::BackendChoice::Cuda {
         // refused before the GPU is even looked for (a decoding fault is replay_command's to report)
-        if let Ok(t) = crate::evidence::commtrace::CommTrace::read(&a.trace) {
-            crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
+        if let Ok(t) = CommTrace::read(&a.trace) {
+            p2p::refuse_on_backend_without_p2p(&t, &a.trace, "cuda")?;
         }
     }
-    let cuda = a.backend.resolve()?.0 == crate::evidence::shard::BackendKind::Cuda;
+    let cuda = a.backend.resolve()?.0 == BackendKind::Cuda;
     eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
     let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
     if cupti && !cuda {
         anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
     }
-    let paced = pace != crate::evidence::commtrace::exec::Pace::None;
+    let paced = pace != Pace::None;
     let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
     let mut settings = vec![format!("--pace {}", word(clap::ValueEnum::to_possible_value(&pace)))];
     settings.push(match op {
@@ -80,15 +87,15 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     settings.extend((!warmup).then(|| "--no-warmup".to_string()));
     settings.extend(cupti.then(|| "--cupti".to_string()));
     settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
-    let opts = crate::backend::replay::ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
+    let opts = ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
     replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
         if cuda {
             // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-            crate::evidence::commtrace::p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
+            p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
             let timeout = std::time::Duration::from_secs(300);
-            crate::backend::cuda::trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
+            trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
         } else {
-            crate::backend::cpu::trace_exec::replay(world, trace, &opts)
+            replay(world, trace, &opts)
         }
     })
 }
@@ -112,7 +119,7 @@ fn refuse_existing_replay(out: &Path, world_size: u32) -> Result<()> {
     for n in names {
         let p = out.join(n);
         if p.symlink_metadata().is_ok() {
-            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "{} exists; replay-trace never overwrites a replay: choose another --out", p.display());
+            crate::refuse!(Code::AlreadyExists, "{} exists; replay-trace never overwrites a replay: choose another --out", p.display());
         }
     }
     Ok(())
@@ -122,7 +129,7 @@ fn refuse_existing_replay(out: &Path, world_size: u32) -> Result<()> {
 fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, trace_sha256: &str, files: &[(String, String)]) -> Result<()> {
     use mpi::traits::*;
     const SLOT: usize = 4096;
-    let host = crate::core::identity::hostname();
+    let host = identity::hostname();
     let mine = serde_json::to_vec(&(host, files))?;
     if mine.len() > SLOT {
         bail!("a rank's file list is {} bytes, more than the {SLOT} of its slot", mine.len());
@@ -144,7 +151,7 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
         ranks.push(ReplayIndexRank { rank: r as u32, host, files });
     }
     let index = ReplayIndex { format_version: 1, trace_sha256: trace_sha256.to_string(), world_size: n as u32, ranks };
-    crate::core::fsutil::write_json_new(&out.join(REPLAY_INDEX_FILE), &index)
+    fsutil::write_json_new(&out.join(REPLAY_INDEX_FILE), &index)
 }
 
 /// `replay-trace`: run this rank's collectives of an imported trace through
@@ -166,7 +173,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
     if paced {
         for r in &trace.ranks {
             if let Some(gaps) = exec::gaps_ns(&r.collectives) {
-                crate::core::limits::check_replay_gaps(gaps, &|i| {
+                limits::check_replay_gaps(gaps, &|i| {
                     let c = &r.collectives[i];
                     format!("{}: rank {}'s {} #{} on group {:?}", path.display(), r.rank, c.kind.name(), c.seq, c.group)
                 })?;
@@ -177,31 +184,31 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
     let world = mpi::topology::Communicator::duplicate(&universe.world());
     let rank = mpi::topology::Communicator::rank(&world) as u32;
     let switches_before = involuntary_switches();
-    let started_unix_ms = crate::core::clock::unix_ms();
+    let started_unix_ms = clock::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
     let (records, workload, p2p, nonblocking) = match run(&world, &trace).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let header = ReplayHeader {
-            tool: format!("commcanary {}", crate::core::identity::VERSION_LONG),
+            tool: format!("commcanary {}", identity::VERSION_LONG),
             trace_path: path.display().to_string(),
             trace_sha256: trace_sha256.clone(),
             rank,
             world_size: mpi::topology::Communicator::size(&world) as u32,
-            host: crate::core::identity::hostname(),
+            host: identity::hostname(),
             backend: backend.to_string(),
             settings: settings.clone(),
             started_unix_ms,
-            finished_unix_ms: crate::core::clock::unix_ms(),
+            finished_unix_ms: clock::unix_ms(),
         };
         let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records, p2p: r.p2p, nonblocking: r.nonblocking };
         let mut files = Vec::new();
         let name = format!("replay-trace.rank-{rank}.json");
-        crate::core::fsutil::write_json_new(&out.join(&name), &file)?;
-        files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
+        fsutil::write_json_new(&out.join(&name), &file)?;
+        files.push((name.clone(), fsutil::sha256_file(&out.join(&name))?));
         if let Some(w) = &r.workload {
             let name = format!("replay-trace.rank-{rank}.workload.json");
-            crate::core::fsutil::write_json_new(&out.join(&name), w)?;
-            files.push((name.clone(), crate::core::fsutil::sha256_file(&out.join(&name))?));
+            fsutil::write_json_new(&out.join(&name), w)?;
+            files.push((name.clone(), fsutil::sha256_file(&out.join(&name))?));
         }
         write_replay_index(&world, out, &trace_sha256, &files)?;
         Ok((file.records, r.workload, file.p2p, file.nonblocking))
@@ -222,8 +229,8 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
         }
         for ((k, g, d), (checked, times)) in &mut by {
             let n = times.len();
-            let p50 = crate::core::stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
-            let p99 = crate::core::stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
+            let p50 = stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
+            let p99 = stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
             println!("rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs", k.name());
         }
         if let Some(p) = &p2p {
@@ -266,7 +273,7 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
                 }
             );
         }
-        if let Some(p99) = crate::core::stats::percentile_nearest_rank(&mut err, 99.0) {
+        if let Some(p99) = stats::percentile_nearest_rank(&mut err, 99.0) {
             let what = match &workload {
                 Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => "device gap after the previous collective vs the recorded gap (device-paced)",
                 Some(w) if w.backend == "cuda" => "device gap after the previous collective vs the compute recorded between them on its stream",

@@ -9,26 +9,30 @@ use super::plan::{check_ranges, plan, Plan};
 use super::tuning::request_nccl_tuning_log;
 use super::{sweep, RankOptions};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::mpi_deadline::Op;
-use crate::core::clock::RankClock;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::mpi_deadline::{barrier, broadcast, Op};
+use crate::core::clock::{monotonic_raw_ns, unix_ms, RankClock};
+use crate::core::identity;
+use crate::core::refusal::{self, Code};
 use crate::evidence::shard::{BackendKind, Dtype};
+use crate::evidence::{run, trace};
 use anyhow::{bail, Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::path::PathBuf;
 
 /// Entry point of `commcanary rank`.
 pub fn run(args: RankOptions) -> Result<()> {
-    check_ranges(&args).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadArgument))?;
-    let plan = plan(&args).map_err(crate::core::refusal::or_code(crate::core::refusal::Code::BadArgument))?;
+    check_ranges(&args).map_err(refusal::or_code(Code::BadArgument))?;
+    let plan = plan(&args).map_err(refusal::or_code(Code::BadArgument))?;
     if args.nccl_tuning {
         if plan.backend != BackendKind::Cuda {
-            crate::refuse!(crate::core::refusal::Code::BadArgument, "--nccl-tuning needs the cuda backend (NCCL's tuner is what it records)");
+            crate::refuse!(Code::BadArgument, "--nccl-tuning needs the cuda backend (NCCL's tuner is what it records)");
         }
         request_nccl_tuning_log(&args.out)?;
     }
-    let t_before_init = crate::core::clock::monotonic_raw_ns();
+    let t_before_init = monotonic_raw_ns();
     let universe = mpi::initialize().context("MPI is already initialised or could not be initialised")?;
-    let mpi_init_ns = crate::core::clock::monotonic_raw_ns() - t_before_init;
+    let mpi_init_ns = monotonic_raw_ns() - t_before_init;
     let world = universe.world();
     end_job_on_error(&world, "commcanary", || run_rank(&args, plan, &world, mpi_init_ns))
 }
@@ -37,12 +41,12 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
     let mut mine = None;
     if world.rank() == 0 {
         let res: Result<String> = (|| {
-            let id = args.run_id.clone().unwrap_or_else(crate::evidence::run::new_run_id);
+            let id = args.run_id.clone().unwrap_or_else(run::new_run_id);
             std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
             let dir = args.out.join(&id);
             if let Err(e) = std::fs::create_dir(&dir) {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    crate::refuse!(crate::core::refusal::Code::AlreadyExists, "run directory {} exists (a run is never overwritten)", dir.display());
+                    crate::refuse!(Code::AlreadyExists, "run directory {} exists (a run is never overwritten)", dir.display());
                 }
                 return Err(anyhow::Error::new(e).context(format!("creating run directory {} (a run is never overwritten)", dir.display())));
             }
@@ -73,7 +77,7 @@ fn broadcast_text(world: &SimpleCommunicator, text: Option<&str>, limit: std::ti
             buf[..n].copy_from_slice(&t.as_bytes()[..n]);
         }
     }
-    crate::backend::mpi_deadline::broadcast(world, 0, &mut buf, limit, op)?;
+    broadcast(world, 0, &mut buf, limit, op)?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok((end > 0).then(|| String::from_utf8_lossy(&buf[..end]).into_owned()))
 }
@@ -94,10 +98,10 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     }
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
     // MPI_Comm_split_type has no nonblocking form: every rank must have arrived first
-    crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before the node split", phase: "start-up", peer: None })?;
+    barrier(world, limit, Op { what: "barrier before the node split", phase: "start-up", peer: None })?;
     let local = world.split_shared(world.rank());
     let (local_rank, local_size) = (local.rank() as u32, local.size() as u32);
-    let started_unix_ms = crate::core::clock::unix_ms();
+    let started_unix_ms = unix_ms();
     if rank == 0 && !args.quiet {
         if let Some(note) = &plan.backend_note {
             eprintln!("commcanary: {note}");
@@ -114,24 +118,24 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         }
     }
     let clock = RankClock::new(rank, &plan.clock_injections);
-    let identity = crate::core::identity::capture(rank, size, local_rank, local_size);
+    let identity = identity::capture(rank, size, local_rank, local_size);
     let file_trace = match args.trace.as_deref() {
         None => None,
-        Some(p) if crate::evidence::trace::is_comm_trace(p)? => {
-            Some(crate::evidence::trace::from_comm_trace(p, rank, size, (plan.spec.warmup_tokens, plan.spec.tokens), args.trace_allreduce_only)?)
+        Some(p) if trace::is_comm_trace(p)? => {
+            Some(trace::from_comm_trace(p, rank, size, (plan.spec.warmup_tokens, plan.spec.tokens), args.trace_allreduce_only)?)
         }
         Some(p) => {
             if args.trace_allreduce_only {
                 bail!("--trace-allreduce-only applies to an imported trace (commcanary import); {} is a joined trace", p.display());
             }
-            Some(crate::evidence::trace::from_joined_file(p, rank)?)
+            Some(trace::from_joined_file(p, rank)?)
         }
     };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
         // refused before the run directory is made: only the cpu backend runs point-to-point
         if let (Some(s), true) = (&t.p2p, plan.backend != BackendKind::Cpu) {
             crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
+                Code::BadArgument,
                 "--trace {}: rank {rank} has {} point-to-point operations (mpi.p2p of an MPI capture), which only the cpu backend runs; run with --backend cpu, or pass --trace-allreduce-only (they are then left out and counted)",
                 p.display(),
                 s.plan.ops.len()
@@ -164,7 +168,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         cold_start_mpi_ns: mpi_init_ns,
     };
     // the backend's communicator duplicate (MPI_Comm_dup) blocks: every rank must have arrived first
-    crate::backend::mpi_deadline::barrier(world, limit, Op { what: "barrier before backend initialisation", phase: "start-up", peer: None })?;
+    barrier(world, limit, Op { what: "barrier before backend initialisation", phase: "start-up", peer: None })?;
     let t0 = clock.now_ns();
     let bplan = crate::backend::BackendPlan::for_spec_and_trace(&plan.spec, file_trace.as_ref());
     match plan.backend {
@@ -181,7 +185,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
                 gpu: args.gpu,
                 cupti: args.cupti,
             };
-            let mut b = crate::backend::cuda::CudaBackend::new(world, &bplan, clock.clone(), o)?;
+            let mut b = CudaBackend::new(world, &bplan, clock.clone(), o)?;
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
     }

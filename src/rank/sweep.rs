@@ -10,8 +10,12 @@
 //! exact in the element type.
 //!
 //! Method: docs/METHODS.md, "Isolated sweep of one kind".
+use crate::core::collective;
+use crate::core::refusal::{self, Code};
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
+use crate::evidence::join::{CompletionSource, IsolatedSizeRow, JoinedRun};
+use crate::evidence::shard::BackendKind;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -22,13 +26,13 @@ pub(crate) const SWEEP_GROUP_NAME: &str = "isolated-sweep";
 pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 2;
 
 fn bad(msg: String) -> anyhow::Error {
-    crate::core::refusal::refuse(crate::core::refusal::Code::BadArgument, msg)
+    refusal::refuse(Code::BadArgument, msg)
 }
 
 /// The sweep's own refusals that need no world size: a kind or reduction
 /// without the isolated phase, a reduction on a kind without one, `avg` on
 /// the cpu backend, graph mode on the executor's path.
-pub(crate) fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard::BackendKind, op_given: bool) -> Result<()> {
+pub(crate) fn check_options(spec: &WorkloadSpec, backend: BackendKind, op_given: bool) -> Result<()> {
     let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
     if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::default() || op_given) {
         return Err(bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()));
@@ -36,7 +40,7 @@ pub(crate) fn check_options(spec: &WorkloadSpec, backend: crate::evidence::shard
     if op_given && !kind.reduces() {
         return Err(bad(format!("--op: {kind} has no reduction (nccl-tests prints redop none for it); leave out --op")));
     }
-    if op == ReduceOp::Avg && backend == crate::evidence::shard::BackendKind::Cpu {
+    if op == ReduceOp::Avg && backend == BackendKind::Cpu {
         return Err(bad(
             "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on the cuda backend (ncclAvg, NCCL 2.10 or later)".into(),
         ));
@@ -186,7 +190,7 @@ pub struct SweepRun {
     /// The collective swept.
     pub collective: SweepKind,
     /// Backend.
-    pub backend: crate::evidence::shard::BackendKind,
+    pub backend: BackendKind,
     /// Ranks.
     pub world_size: u32,
     /// Element type in this tool's words (nccl-tests' `type` is in each result).
@@ -196,7 +200,7 @@ pub struct SweepRun {
     pub redop: Option<ReduceOp>,
     /// What the times measure: `device-events` (the sum all-reduce on GPUs)
     /// or `host-issue-to-wait-return`.
-    pub time_source: crate::evidence::join::CompletionSource,
+    pub time_source: CompletionSource,
     /// The bus-bandwidth factor of the kind at this rank count ([`SweepKind::busbw_factor`]).
     pub bus_bw_factor: f64,
     /// Run start, Unix ms (rank 0's clock).
@@ -307,7 +311,7 @@ fn nccl_tests_type(d: Dtype) -> &'static str {
 }
 
 /// The report of joined run `j`, from its isolated rows.
-pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::join::IsolatedSizeRow]) -> SweepReport {
+pub fn report(j: &JoinedRun, rows: &[IsolatedSizeRow]) -> SweepReport {
     let spec = &j.run.workload;
     let kind = spec.sweep_kind();
     let results: Vec<SweepRow> = rows
@@ -316,7 +320,7 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
             size: r.bytes,
             count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
             // the isolated phase runs the run's own dtype (f32 or bf16)
-            dtype: nccl_tests_type(r.dtype.and_then(crate::core::collective::TraceDtype::workload).unwrap_or(spec.dtype)).into(),
+            dtype: nccl_tests_type(r.dtype.and_then(collective::TraceDtype::workload).unwrap_or(spec.dtype)).into(),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
             out_of_place: SweepTiming { time: r.time_us, alg_bw: r.algbw_gbps, bus_bw: r.busbw_gbps, nwrong: r.wrong_elements },
@@ -361,7 +365,7 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
             world_size: j.run.world_size,
             dtype: spec.dtype,
             redop: kind.reduces().then(|| spec.sweep_op()),
-            time_source: rows.first().map_or(crate::evidence::join::CompletionSource::HostIssueToWaitReturn, |r| r.source),
+            time_source: rows.first().map_or(CompletionSource::HostIssueToWaitReturn, |r| r.source),
             bus_bw_factor: kind.busbw_factor(j.run.world_size),
             started_unix_ms: j.run.started_unix_ms,
             finished_unix_ms: j.run.finished_unix_ms,
@@ -373,13 +377,15 @@ pub fn report(j: &crate::evidence::join::JoinedRun, rows: &[crate::evidence::joi
 mod tests {
     use super::*;
     use crate::core::collective::CollectiveKind;
+    use crate::core::workload::GemmShape;
+    use crate::evidence::shard::BackendKind;
 
     fn sk(kind: CollectiveKind) -> SweepKind {
         SweepKind::of(kind).unwrap()
     }
 
     fn spec(kind: SweepKind, op: ReduceOp, dtype: Dtype, sizes: Vec<u64>) -> WorkloadSpec {
-        let mut s = WorkloadSpec::isolated_only(8, 1, crate::core::workload::GemmShape { m: 1, n: 1, k: 1 });
+        let mut s = WorkloadSpec::isolated_only(8, 1, GemmShape { m: 1, n: 1, k: 1 });
         s.isolated_sizes_bytes = sizes;
         s.isolated_collective = Some(kind);
         s.isolated_op = Some(op);
@@ -418,10 +424,10 @@ mod tests {
         let s = spec(sk(CollectiveKind::Reduce), ReduceOp::Min, Dtype::Bf16, vec![8]);
         assert!(check_world(&s, 1000).is_ok());
         let s = spec(sk(CollectiveKind::AllReduce), ReduceOp::Avg, Dtype::F32, vec![8]);
-        let e = check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string();
+        let e = check_options(&s, BackendKind::Cpu, true).unwrap_err().to_string();
         assert!(e.contains("MPI has no average"), "{e}");
         let s = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![8]);
-        assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, true).unwrap_err().to_string().contains("has no reduction"));
-        assert!(check_options(&s, crate::evidence::shard::BackendKind::Cpu, false).is_ok());
+        assert!(check_options(&s, BackendKind::Cpu, true).unwrap_err().to_string().contains("has no reduction"));
+        assert!(check_options(&s, BackendKind::Cpu, false).is_ok());
     }
 }

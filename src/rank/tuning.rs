@@ -3,6 +3,8 @@
 //! after the phases, `collect_tuning` keeps this process's log beside the
 //! shard and attaches its per-collective choices where counts and sizes
 //! match, or records why none could be attached.
+use crate::core::fsutil;
+use crate::evidence::tuning::{self, TuningCapture};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 
@@ -33,12 +35,7 @@ pub(crate) fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
 }
 
 /// After the phases: keep this process's NCCL log beside the shard and attach the choices.
-pub(super) fn collect_tuning(
-    out: &std::path::Path,
-    run_dir: &std::path::Path,
-    rank: u32,
-    events: &[(u64, u64)],
-) -> Result<crate::evidence::tuning::TuningCapture> {
+pub(super) fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, rank: u32, events: &[(u64, u64)]) -> Result<TuningCapture> {
     let pid = std::process::id();
     let dir = nccl_debug_dir(out);
     let suffix = format!(".{pid}.log");
@@ -48,7 +45,7 @@ pub(super) fn collect_tuning(
         .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&suffix)));
     let source = "NCCL_DEBUG_SUBSYS=TUNING log of this process".to_string();
     let Some(path) = found else {
-        return Ok(crate::evidence::tuning::TuningCapture {
+        return Ok(TuningCapture {
             source,
             log_sha256: None,
             log_file: None,
@@ -59,20 +56,20 @@ pub(super) fn collect_tuning(
     };
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let kept = format!("nccl-debug.rank-{rank:05}.log");
-    crate::core::fsutil::write_new_atomic(&run_dir.join(&kept), &bytes)?;
+    fsutil::write_new_atomic(&run_dir.join(&kept), &bytes)?;
     let _ = std::fs::remove_file(&path);
-    let (lines, unrecognised) = crate::evidence::tuning::parse_log(&String::from_utf8_lossy(&bytes));
+    let (lines, unrecognised) = tuning::parse_log(&String::from_utf8_lossy(&bytes));
     let (choices, unavailable) = if lines.is_empty() {
         (Vec::new(), Some("NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string()))
     } else {
-        match crate::evidence::tuning::attach(&lines, events) {
+        match tuning::attach(&lines, events) {
             Ok(c) => (c, None),
             Err(why) => (Vec::new(), Some(why)),
         }
     };
-    Ok(crate::evidence::tuning::TuningCapture {
+    Ok(TuningCapture {
         source,
-        log_sha256: Some(crate::core::fsutil::sha256_hex(&bytes)),
+        log_sha256: Some(fsutil::sha256_hex(&bytes)),
         log_file: Some(kept),
         unrecognised_lines: unrecognised as u64,
         unavailable,

@@ -136,6 +136,15 @@ pub struct RoundRecord {
 }
 
 impl RoundRecord {
+    /// The sweep of `kind` (empty for a kind validate does not sweep, [`super::sweep::kinds`]).
+    pub fn sweep(&self, kind: crate::core::workload::SweepKind) -> &[SizeResult] {
+        match kind.kind() {
+            crate::core::collective::CollectiveKind::AllReduce => &self.all_reduce,
+            crate::core::collective::CollectiveKind::AllGather => &self.all_gather,
+            _ => &[],
+        }
+    }
+
     /// The workload statistic of the round: the slowest rank's median per-token latency, µs.
     pub fn token_latency_us(&self) -> f64 {
         self.token_latency_median_us_per_rank.iter().copied().fold(f64::NAN, f64::max)

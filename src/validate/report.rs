@@ -5,7 +5,7 @@
 //! one-screen table. Recording a reference yields per-size rows and no verdict.
 use super::plan::Plan;
 use super::reference::{self, Evidence, NodeFacts, RoundRecord, Site};
-use super::sweep::{self, Collective};
+use super::sweep;
 use super::verdict::{self, CheckVerdict};
 use super::{health, load, topology};
 use anyhow::{Context, Result};
@@ -43,7 +43,9 @@ pub struct CheckRow {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct SizeRow {
     /// Collective.
-    pub collective: Collective,
+    #[serde(with = "sweep::by_name")]
+    #[schemars(with = "sweep::by_name::Schema")]
+    pub collective: crate::core::workload::SweepKind,
     /// Size, bytes.
     pub bytes: u64,
     /// Median over rounds of busbw on this node, GB/s.
@@ -152,13 +154,8 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
     // every round of every reference job, for the informative medians
     let ref_rounds: Vec<&RoundRecord> = refr.map(|set| set.jobs.iter().flat_map(|j| j.evidence.rounds.rounds.iter()).collect()).unwrap_or_default();
     let mut sizes = Vec::new();
-    for kind in [Collective::AllReduce, Collective::AllGather] {
-        let pick = |r: &RoundRecord| -> Vec<sweep::SizeResult> {
-            match kind {
-                Collective::AllReduce => r.all_reduce.clone(),
-                Collective::AllGather => r.all_gather.clone(),
-            }
-        };
+    for kind in sweep::kinds() {
+        let pick = |r: &RoundRecord| -> Vec<sweep::SizeResult> { r.sweep(kind).to_vec() };
         let first = ev.rounds.rounds.first().map(pick).unwrap_or_default();
         for (i, row) in first.iter().enumerate() {
             let here = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps)));
@@ -197,17 +194,11 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
         // the ratio checks below are one family (any FAIL fails the node)
         let per_check = verdict::check_coverage(site.coverage, RATIO_CHECKS);
         let rows_before_family = checks.len();
-        for kind in [Collective::AllReduce, Collective::AllGather] {
-            let stat = |r: &RoundRecord| {
-                match kind {
-                    Collective::AllReduce => geo_busbw(&r.all_reduce),
-                    Collective::AllGather => geo_busbw(&r.all_gather),
-                }
-                .unwrap_or(f64::NAN)
-            };
+        for kind in sweep::kinds() {
+            let stat = |r: &RoundRecord| geo_busbw(r.sweep(kind)).unwrap_or(f64::NAN);
             let (here, there) = per_job(&stat);
             let check = RatioCheck {
-                name: &format!("{} busbw", kind.name()),
+                name: &format!("{} busbw", sweep::name(kind)),
                 threshold: site.busbw_min_ratio,
                 dir: verdict::Direction::AtLeast,
                 coverage: per_check,
@@ -377,7 +368,7 @@ pub fn render(r: &ValidationReport) -> String {
     if r.checks.is_empty() {
         let _ = writeln!(s, "{:<11} {:>12} {:>14} {:>12}", "collective", "size", "busbw GB/s", "time us");
         for z in &r.sizes {
-            let _ = writeln!(s, "{:<11} {:>12} {:>14.3} {:>12.2}", z.collective.name(), crate::core::units::fmt_bytes(z.bytes), z.busbw_gbps, z.time_us);
+            let _ = writeln!(s, "{:<11} {:>12} {:>14.3} {:>12.2}", sweep::name(z.collective), crate::core::units::fmt_bytes(z.bytes), z.busbw_gbps, z.time_us);
         }
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;

@@ -6,7 +6,7 @@
 use super::plan::{plan, workload_spec, Plan};
 use super::reference::{self, Evidence, NodeFacts, RoundRecord};
 use super::report::{build_report, geo_busbw, render};
-use super::sweep::{self, Collective};
+use super::sweep;
 use super::{health, load, topology, ValidateArgs, EXIT_COULD_NOT_RUN};
 use crate::backend::{Backend, BackendPlan};
 use crate::core::clock::RankClock;
@@ -92,7 +92,8 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let watch = (rank == 0 && plan.backend == BackendKind::Cuda).then(health::Watch::init);
     let start_health = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.snapshot());
     let xids = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.watch_xids());
-    let max_sweep = plan.settings.sizes_bytes.iter().map(|&b| Collective::AllGather.bytes_for(b, plan.settings.dtype, ranks).max(b)).max().unwrap_or(0);
+    let max_sweep =
+        plan.settings.sizes_bytes.iter().flat_map(|&b| sweep::kinds().map(|k| sweep::bytes_for(k, b, plan.settings.dtype, ranks).max(b))).max().unwrap_or(0);
     let mut bplan = BackendPlan::for_spec(&spec);
     bplan.max_bytes = bplan.max_bytes.max(max_sweep);
     let per_size_events = 4 * (plan.settings.iters + plan.settings.warmup_iters) as usize + 64;
@@ -208,10 +209,11 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                     all_gather: Vec::new(),
                     token_latency_median_us_per_rank: Vec::new(),
                 };
+                let [all_reduce, all_gather] = sweep::kinds();
                 for what in order {
                     match what {
-                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, Collective::AllReduce, &s.sweep_loop(round == 0))?,
-                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, Collective::AllGather, &s.sweep_loop(round == 0))?,
+                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, all_reduce, &s.sweep_loop(round == 0))?,
+                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, all_gather, &s.sweep_loop(round == 0))?,
                         _ => rec.token_latency_median_us_per_rank = workload_round(backend, world, clock, spec, plan.delay)?,
                     }
                 }

@@ -17,47 +17,66 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
 
-// validate's own names (kebab case, in its checks, tables and reports);
-// what it runs, its size rule and bus-bandwidth factor come from the kind
-// table through `Collective::kind`.
-/// A swept collective.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum Collective {
-    /// Sum all-reduce.
-    AllReduce,
-    /// All-gather.
-    AllGather,
+/// The kinds validate sweeps, in its order: the sum all-reduce (`rank`'s
+/// default sweep) and the all-gather.
+pub fn kinds() -> [SweepKind; 2] {
+    [SweepKind::default(), SweepKind::of(CollectiveKind::AllGather).expect("all-gather has a bus-bandwidth factor")]
 }
 
-impl Collective {
-    /// The kind it sweeps.
-    pub fn kind(self) -> SweepKind {
-        match self {
-            Collective::AllReduce => SweepKind::default(),
-            Collective::AllGather => SweepKind::of(CollectiveKind::AllGather).expect("all-gather has a bus-bandwidth factor"),
+/// validate's name of a kind, kebab case, in its checks, tables and reports
+/// (`all-reduce`; the shard's and `rank --collective`'s is `all_reduce`).
+pub fn name(kind: SweepKind) -> String {
+    kind.name().replace('_', "-")
+}
+
+/// nccl-tests' bus-bandwidth factor for `n` ranks: the kind table's, also at
+/// one rank (where [`SweepKind::busbw_factor`] is 1).
+pub fn busbw_factor(kind: SweepKind, n: u32) -> f64 {
+    kind.kind().row().bus_bw.map_or(1.0, |b| b.factor(n))
+}
+
+/// The size actually run for a requested `bytes`: the sweep's element
+/// count ([`SweepKind::count`]), at least one element per rank.
+pub fn bytes_for(kind: SweepKind, bytes: u64, dtype: Dtype, n: u32) -> u64 {
+    let least = if kind.splits() { u64::from(n.max(1)) } else { 1 };
+    kind.count(bytes, dtype.size_bytes(), n.max(1)).unwrap_or(least) * dtype.size_bytes()
+}
+
+/// A [`SweepKind`] in validate's files, by its [`name`]: `#[serde(with =
+/// "sweep::by_name")]`, `#[schemars(with = "sweep::by_name::Schema")]`.
+pub mod by_name {
+    use super::{kinds, name, SweepKind};
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    /// Writes [`name`].
+    pub fn serialize<S: Serializer>(kind: &SweepKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&name(*kind))
+    }
+
+    /// Reads a name of [`kinds`]; refuses another, listing them.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SweepKind, D::Error> {
+        let s = String::deserialize(d)?;
+        kinds().into_iter().find(|k| name(*k) == s).ok_or_else(|| {
+            let known: Vec<String> = kinds().into_iter().map(name).collect();
+            D::Error::custom(format!("unknown collective {s:?} (validate sweeps {})", known.join(", ")))
+        })
+    }
+
+    /// The JSON Schema of the names: one constant per kind of [`kinds`].
+    pub struct Schema;
+
+    impl schemars::JsonSchema for Schema {
+        fn schema_name() -> std::borrow::Cow<'static, str> {
+            "Collective".into()
         }
-    }
 
-    /// Name used in check names and tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all-reduce",
-            Collective::AllGather => "all-gather",
+        fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            let one_of: Vec<serde_json::Value> = kinds()
+                .into_iter()
+                .map(|k| serde_json::json!({"description": format!("{}.", k.kind().row().sweep_help.unwrap_or_default()), "type": "string", "const": name(k)}))
+                .collect();
+            schemars::json_schema!({"description": "A swept collective, by validate's kebab-case name of the kind.", "oneOf": one_of})
         }
-    }
-
-    /// nccl-tests' bus-bandwidth factor for `n` ranks (the table's, also at one rank).
-    pub fn busbw_factor(self, n: u32) -> f64 {
-        self.kind().kind().row().bus_bw.map_or(1.0, |b| b.factor(n))
-    }
-
-    /// The size actually run for a requested `bytes`: the sweep's element
-    /// count ([`SweepKind::count`]), at least one element per rank.
-    pub fn bytes_for(self, bytes: u64, dtype: Dtype, n: u32) -> u64 {
-        let k = self.kind();
-        let least = if k.splits() { u64::from(n.max(1)) } else { 1 };
-        k.count(bytes, dtype.size_bytes(), n.max(1)).unwrap_or(least) * dtype.size_bytes()
     }
 }
 
@@ -95,21 +114,21 @@ pub struct SweepLoop<'a> {
 
 /// Sweep the sizes of `l` of `kind` once; every rank calls this in step.
 /// Returns the rows on every rank (the maxima and sums are all-reduced).
-pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &RankClock, kind: Collective, l: &SweepLoop) -> Result<Vec<SizeResult>> {
+pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &RankClock, kind: SweepKind, l: &SweepLoop) -> Result<Vec<SizeResult>> {
     let (sizes, dtype, iters, warmup_iters, check) = (l.sizes_bytes, l.dtype, l.iters, l.warmup_iters, l.check);
     let n = world.size() as u32;
     let mut rows = Vec::with_capacity(sizes.len());
     for &requested in sizes {
-        let bytes = kind.bytes_for(requested, dtype, n);
+        let bytes = bytes_for(kind, requested, dtype, n);
         for _ in 0..warmup_iters {
-            backend.enqueue(Call::World { kind: kind.kind().kind(), bytes, dtype }, Timing::Async)?;
+            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
             backend.wait()?;
         }
         backend.synchronize()?;
         world.barrier();
         let t0 = clock.now_ns();
         for _ in 0..iters {
-            backend.enqueue(Call::World { kind: kind.kind().kind(), bytes, dtype }, Timing::Async)?;
+            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
             backend.wait()?;
         }
         backend.synchronize()?;
@@ -118,7 +137,7 @@ pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &Ra
         let mut slowest_ns = 0u64;
         world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
         let wrong = if check {
-            let outcome = backend.check(Checked::Last { kind: kind.kind().kind(), bytes, dtype }, false)?;
+            let outcome = backend.check(Checked::Last { kind: kind.kind(), bytes, dtype }, false)?;
             let mut wrong = 0u64;
             world.all_reduce_into(&outcome.wrong_elements, &mut wrong, SystemOperation::sum());
             Some(wrong)
@@ -127,7 +146,7 @@ pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &Ra
         };
         let time_us = slowest_ns as f64 / 1e3 / f64::from(iters.max(1));
         let algbw = if time_us > 0.0 { bytes as f64 / (time_us * 1e3) } else { f64::NAN };
-        rows.push(SizeResult { bytes, time_us, algbw_gbps: algbw, busbw_gbps: algbw * kind.busbw_factor(n), wrong_elements: wrong });
+        rows.push(SizeResult { bytes, time_us, algbw_gbps: algbw, busbw_gbps: algbw * busbw_factor(kind, n), wrong_elements: wrong });
     }
     Ok(rows)
 }
@@ -138,25 +157,42 @@ mod tests {
 
     #[test]
     fn factors_are_nccl_tests() {
-        assert_eq!(Collective::AllReduce.busbw_factor(8), 1.75);
-        assert_eq!(Collective::AllGather.busbw_factor(8), 0.875);
-        assert_eq!(Collective::AllReduce.busbw_factor(2), 1.0);
+        let [ar, ag] = kinds();
+        assert_eq!(busbw_factor(ar, 8), 1.75);
+        assert_eq!(busbw_factor(ag, 8), 0.875);
+        assert_eq!(busbw_factor(ar, 2), 1.0);
+    }
+
+    #[test]
+    fn kinds_are_named_in_kebab_case_and_read_back() {
+        let [ar, ag] = kinds();
+        assert_eq!((ar.kind(), ag.kind()), (CollectiveKind::AllReduce, CollectiveKind::AllGather));
+        #[derive(Serialize, Deserialize)]
+        struct Row(#[serde(with = "by_name")] SweepKind);
+        for (k, n) in [(ar, "all-reduce"), (ag, "all-gather")] {
+            assert_eq!(name(k), n);
+            assert_eq!(serde_json::to_string(&Row(k)).unwrap(), format!("\"{n}\""));
+            assert_eq!(serde_json::from_str::<Row>(&format!("\"{n}\"")).unwrap().0, k);
+        }
+        let e = serde_json::from_str::<Row>("\"all_reduce\"").err().unwrap().to_string();
+        assert!(e.contains("all-reduce, all-gather"), "{e}");
     }
 
     #[test]
     fn gather_sizes_split_into_whole_elements() {
-        assert_eq!(Collective::AllGather.bytes_for(8, Dtype::Bf16, 4), 8);
-        assert_eq!(Collective::AllGather.bytes_for(8, Dtype::Bf16, 8), 16);
-        assert_eq!(Collective::AllGather.bytes_for(100, Dtype::F32, 3), 96);
-        assert_eq!(Collective::AllReduce.bytes_for(8, Dtype::Bf16, 8), 8);
+        let [ar, ag] = kinds();
+        assert_eq!(bytes_for(ag, 8, Dtype::Bf16, 4), 8);
+        assert_eq!(bytes_for(ag, 8, Dtype::Bf16, 8), 16);
+        assert_eq!(bytes_for(ag, 100, Dtype::F32, 3), 96);
+        assert_eq!(bytes_for(ar, 8, Dtype::Bf16, 8), 8);
         // the sweep's count rule: whole elements, split kinds a multiple of n, never empty
         for n in 1..=9u32 {
             for bytes in 0..300u64 {
                 for dtype in [Dtype::Bf16, Dtype::F32] {
                     let e = dtype.size_bytes();
-                    assert_eq!(Collective::AllReduce.bytes_for(bytes, dtype, n), (bytes / e).max(1) * e);
+                    assert_eq!(bytes_for(ar, bytes, dtype, n), (bytes / e).max(1) * e);
                     let unit = e * u64::from(n);
-                    assert_eq!(Collective::AllGather.bytes_for(bytes, dtype, n), (bytes / unit).max(1) * unit, "{bytes} B over {n}");
+                    assert_eq!(bytes_for(ag, bytes, dtype, n), (bytes / unit).max(1) * unit, "{bytes} B over {n}");
                 }
             }
         }

@@ -257,12 +257,16 @@ pub fn own_path_sizes(row: &commcanary::core::collective::KindRow, n: u32, dtype
 /// and then three times back to back (`Timing::BackToBack`, closed by
 /// `end_back_to_back`), synchronized and checked (`Checked::Last`) at
 /// [`own_path_sizes`]; the pass then reports one interval per call. Then an
-/// all-reduce whose result is spoiled (`corrupt`) must fail its check.
+/// all-reduce whose result is spoiled (`corrupt`) must fail its check. On
+/// the cuda backend every call of the pass must have its device interval,
+/// and each row also runs twice in one CUDA graph (`GraphStep::Calls`).
 /// Returns one line per check, `kind=… dtype=… bytes=… checked=… wrong=…`,
 /// and the negative control's line, `negative wrong=…`, for the outer test.
 pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<String> {
     use commcanary::backend::own::OwnOp;
-    use commcanary::backend::{Call, Checked, Timing};
+    use commcanary::backend::{Call, Checked, GraphStep, Timing};
+    use commcanary::evidence::shard::BackendKind;
+    let cuda = b.info().kind == BackendKind::Cuda;
     use commcanary::core::collective::{CollectiveKind, KINDS};
     let mut lines = Vec::new();
     let mut calls = 0;
@@ -290,10 +294,27 @@ pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u
                     out.first_wrong
                 ));
             }
+            if cuda {
+                b.graph(GraphStep::Calls { kind: row.kind, bytes, dtype, n: 2 }).unwrap_or_else(|e| panic!("graph of {} of {bytes} B: {e}", row.name));
+                calls += 2;
+                b.synchronize().unwrap();
+                let out = b.check(Checked::Last { kind: row.kind, bytes, dtype }, false).unwrap();
+                lines.push(format!(
+                    "kind={} dtype={} bytes={bytes} timing=Graph wrong={} first={:?}",
+                    row.name,
+                    dtype.name(),
+                    out.wrong_elements,
+                    out.first_wrong
+                ));
+            }
         }
     }
     let timed = b.finish_pass().unwrap();
     assert_eq!(timed.collectives.len(), calls, "one interval (measured or not) per call of the pass");
+    if cuda {
+        let unmeasured = timed.collectives.iter().filter(|iv| iv.is_none()).count();
+        assert_eq!(unmeasured, 0, "every call on the cuda backend has its device interval");
+    }
     let bytes = 4 * u64::from(n) * dtype.size_bytes();
     b.enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes, dtype }, Timing::Async).unwrap();
     b.wait().unwrap();
@@ -323,6 +344,8 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[commcanary::evidenc
             }
         }
     }
+    let graphs: Vec<&&str> = lines.iter().filter(|l| l.contains(" timing=Graph ")).collect();
+    assert!(graphs.iter().all(|l| l.contains(" wrong=0 ")), "a wrong result from a graph: {graphs:?}");
     let negatives: Vec<&&str> = lines.iter().filter(|l| l.contains(" negative ")).collect();
     assert_eq!(negatives.len(), n as usize * dtypes.len(), "{stdout}");
     assert!(negatives.iter().all(|l| !l.ends_with("wrong=0")), "a spoiled result must fail its check: {negatives:?}");
@@ -354,7 +377,7 @@ pub const OWN_PATH_DTYPES: [commcanary::evidence::shard::Dtype; 2] = [commcanary
 
 /// Run this test binary's ignored test `inner` ([`own_path_inner`]) under
 /// `mpirun -n N` and check what every rank printed ([`assert_own_path_walks`]).
-pub fn own_path_mpirun(inner: &str, n: u32) {
+pub fn own_path_mpirun(inner: &str, n: u32) -> String {
     let exe = std::env::current_exe().unwrap();
     let o = Command::new("mpirun")
         .args(["--oversubscribe", "-n", &n.to_string()])
@@ -370,4 +393,5 @@ pub fn own_path_mpirun(inner: &str, n: u32) {
     assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
     eprintln!("{} own-path lines from {n} rank(s)", stdout.matches("own-path ").count());
     assert_own_path_walks(&stdout, n, &OWN_PATH_DTYPES);
+    stdout.into_owned()
 }

@@ -17,6 +17,7 @@ use super::own::OwnOp;
 use super::{contribution, mpi_deadline, Backend, BackendError, BackendInfo, BackendPlan, BackendResult, Call, CheckOutcome, Checked, Compute};
 use super::{DeviceInterval, GraphStep, PassTimings, Timing};
 use crate::core::collective::CollectiveKind;
+use crate::core::identity;
 use crate::core::workload::GemmShape;
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
@@ -234,7 +235,7 @@ impl Backend for CpuBackend {
     fn device(&self) -> DeviceIdentity {
         DeviceIdentity {
             backend: BackendKind::Cpu,
-            name: crate::core::identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
+            name: identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
             facts: vec![
                 ("gemm".into(), format!("{} f32 in, out and accumulate (naive, single thread)", super::describe_gemms(&self.gemms))),
                 (

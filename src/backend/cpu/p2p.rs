@@ -8,6 +8,8 @@
 //! MPI matches them as it matched the application's; produces a
 //! [`P2pReport`] and, with `--check`, checks every receive's length and bytes
 //! against the send it matched. Refuses a message past MPI's `int` count.
+use crate::backend::mpi_deadline;
+use crate::core::limits;
 use crate::evidence::commtrace::exec::P2pReport;
 use crate::evidence::commtrace::p2p::{P2pPlan, P2pStep, ANY_SOURCE, ANY_TAG, PROC_NULL};
 use anyhow::{bail, Context, Result};
@@ -55,7 +57,7 @@ impl CpuP2p {
         // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
         let n = plan.ops.len();
-        let limit = std::time::Duration::from_secs_f64(crate::core::limits::DEFAULT_COLLECTIVE_TIMEOUT_S);
+        let limit = std::time::Duration::from_secs_f64(limits::DEFAULT_COLLECTIVE_TIMEOUT_S);
         Ok(Self { rank, plan, comms, bufs, reqs: vec![null; n], got: vec![None; n], next: 0, host_ns: 0, waits: 0, corrupt: false, limit })
     }
 
@@ -197,7 +199,7 @@ impl CpuP2p {
                 let what = format!("wait for {} point-to-point operations (first: operation {})", ops.len(), ops[0]);
                 let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
                 let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
-                crate::backend::mpi_deadline::poll_all(&mut reqs, &mut sts, self.limit, &op)?;
+                mpi_deadline::poll_all(&mut reqs, &mut sts, self.limit, &op)?;
                 self.waits += 1;
                 for (k, &i) in ops.iter().enumerate() {
                     self.reqs[i] = reqs[k];

@@ -12,9 +12,12 @@ use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use crate::backend::cpu::p2p::CpuP2p;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
+use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{round_to, Pace, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION};
-use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
+use crate::evidence::commtrace::exec::{
+    refuse_unsupported, replay_op, round_to, NonblockingReport, Pace, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
+};
+use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -138,7 +141,7 @@ impl CpuTraceExec {
         }
         if total > MAX_PREPARED_BYTES as u128 {
             crate::refuse!(
-                crate::core::refusal::Code::OverLimit,
+                Code::OverLimit,
                 "rank {}: the trace's buffers need {total} bytes at once, over the cpu backend's {MAX_PREPARED_BYTES}-byte budget (every buffer is made before the replay, so that only the pacing wait lies between collectives); replay a shorter trace",
                 self.rank
             );
@@ -370,11 +373,9 @@ fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
 /// Run this rank's collectives of `trace` in order.
 pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) -> Result<ReplayOutput> {
     // what the cpu replay cannot run or check is refused on every rank before any communicator is made
-    let cannot = |c: &TraceCollective| {
-        c.op.filter(|&o| crate::evidence::commtrace::exec::replay_op(o).is_none())
-            .map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()))
-    };
-    crate::evidence::commtrace::exec::refuse_unsupported(trace, "cpu", &cannot)?;
+    let cannot =
+        |c: &TraceCollective| c.op.filter(|&o| replay_op(o).is_none()).map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()));
+    refuse_unsupported(trace, "cpu", &cannot)?;
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = o.corrupt_rank == Some(rank);
@@ -382,7 +383,7 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
     let mine = &mine_all.collectives;
     // refused before any buffer is made
     let plan = match o.pace {
-        Pace::Workload => Some(crate::evidence::commtrace::workload_plan::plan(mine_all)?),
+        Pace::Workload => Some(workload_plan::plan(mine_all)?),
         Pace::DeviceGaps => bail!("--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same gaps on the host)"),
         _ => None,
     };
@@ -396,7 +397,7 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
     }
     let mut p2p = match &trace.mpi {
         Some(m) if m.p2p.iter().any(|r| !r.is_empty()) => {
-            let plan = crate::evidence::commtrace::p2p::plans(trace)?.swap_remove(rank as usize);
+            let plan = p2p::plans(trace)?.swap_remove(rank as usize);
             let mut p = CpuP2p::new(rank, plan, &|g| exec.raw_comm(g))?;
             p.corrupt = exec.corrupt;
             Some(p)
@@ -507,7 +508,7 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
     let runner = &mut Cpu { exec: &mut exec, colls: mine, calls, p2p: p2p.as_mut(), nb: nb.as_mut() };
     let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), runner)?;
     let p2p = p2p.map(|p| p.report(o.check)).transpose()?;
-    let nonblocking = nb.map(|n| crate::evidence::commtrace::exec::NonblockingReport {
+    let nonblocking = nb.map(|n| NonblockingReport {
         posted: n.flags.iter().filter(|&&b| b).count() as u64,
         waits: n.waits,
         never_completed: n.flags.iter().zip(&n.done).filter(|(&b, d)| b && d.is_none()).count() as u64,

@@ -7,6 +7,10 @@
 //! timer map a pass's intervals are mapped with; refuses (an error naming
 //! the call) when a driver call fails.
 use super::*;
+use crate::backend::cuda::cupti::RawKernel;
+use crate::core::clock::{self, DeviceAnchorEstimate, DeviceRoundTrip, KernelTimerMap};
+use crate::evidence::shard::KernelAnchor;
+use cudarc::driver::result::event;
 
 /// Round trips per anchor window (start and end of every pass).
 pub(super) const ANCHOR_ROUND_TRIPS: usize = 24;
@@ -16,7 +20,7 @@ pub(super) const ANCHOR_ROUND_TRIPS: usize = 24;
 pub(super) struct Anchor {
     /// Index into the pass's events of the window's first event.
     pub(super) event: usize,
-    pub(super) estimate: crate::core::clock::DeviceAnchorEstimate,
+    pub(super) estimate: DeviceAnchorEstimate,
     /// CUPTI's clock against the host clock: (cupti ns, host ns, error ns).
     pub(super) cupti: Option<(u64, u64, u64)>,
     /// `%globaltimer` on the host clock at the pass start (with `--cupti`).
@@ -70,7 +74,7 @@ impl CudaBackend {
     /// is host clock, record, poll the event, host clock. Returns the
     /// window's first event (kept among the pass's events) and the
     /// intersection of the trips' feasible intervals.
-    pub(super) fn anchor_window(&mut self) -> Result<(usize, crate::core::clock::DeviceAnchorEstimate)> {
+    pub(super) fn anchor_window(&mut self) -> Result<(usize, DeviceAnchorEstimate)> {
         let mut trips = [(0u64, 0u64); ANCHOR_ROUND_TRIPS];
         let mut events = Vec::with_capacity(ANCHOR_ROUND_TRIPS);
         for trip in trips.iter_mut() {
@@ -85,7 +89,7 @@ impl CudaBackend {
                         drv_sys::cuStreamWaitValue32_v2(stream, dev, want, drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32).result(),
                         "cuStreamWaitValue32 (anchor)",
                     )?;
-                    drv(cudarc::driver::result::event::record(e.cu_event(), stream), "cuEventRecord (anchor)")?;
+                    drv(event::record(e.cu_event(), stream), "cuEventRecord (anchor)")?;
                     drv(drv_sys::cuStreamWriteValue32_v2(stream, dev + 4, want, 0).result(), "cuStreamWriteValue32 (anchor)")?;
                 }
                 let before = self.clock.now_ns();
@@ -107,7 +111,7 @@ impl CudaBackend {
             drv(e.record(&self.compute), "cuEventRecord (anchor)")?;
             loop {
                 // SAFETY: a live event of this context.
-                match unsafe { cudarc::driver::result::event::query(e.cu_event()) } {
+                match unsafe { event::query(e.cu_event()) } {
                     Ok(()) => break,
                     Err(err) if err.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => std::hint::spin_loop(),
                     Err(err) => bail!("cuEventQuery (anchor): CUDA error {err:?}"),
@@ -119,9 +123,9 @@ impl CudaBackend {
         let mut rt = Vec::with_capacity(ANCHOR_ROUND_TRIPS);
         for (e, &(before, after)) in events.iter().zip(&trips) {
             let ms = drv(events[0].elapsed_ms(e), "cuEventElapsedTime (anchor)")? as f64;
-            rt.push(crate::core::clock::DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ms * 1e6 });
+            rt.push(DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ms * 1e6 });
         }
-        let est = crate::core::clock::estimate_device_anchor(&rt).map_err(|e| anyhow::anyhow!("anchor window: {e}"))?;
+        let est = clock::estimate_device_anchor(&rt).map_err(|e| anyhow::anyhow!("anchor window: {e}"))?;
         self.tail[0] = None;
         let mut events = events.into_iter();
         let first = events.next().expect("ANCHOR_ROUND_TRIPS > 0");
@@ -169,9 +173,9 @@ impl CudaBackend {
     pub(super) fn kernel_timer_map(
         start: &globaltimer::TimerWindow,
         end: &globaltimer::TimerWindow,
-        raw: &[crate::backend::cuda::cupti::RawKernel],
+        raw: &[RawKernel],
         cupti_own: Option<(u64, u64, u64)>,
-    ) -> std::result::Result<(crate::core::clock::KernelTimerMap, crate::evidence::shard::KernelAnchor), String> {
+    ) -> std::result::Result<(KernelTimerMap, KernelAnchor), String> {
         use crate::core::clock::{bracket_timer_offset, KernelTimerMap, KernelTimerWindow, StampedKernel};
         let mut stamps: Vec<_> = raw.iter().filter(|k| k.name == globaltimer::STAMP_KERNEL_NAME).cloned().collect();
         // launch order
@@ -180,7 +184,7 @@ impl CudaBackend {
         if stamps.len() != want {
             return Err(format!("CUPTI recorded {} of the {want} stamping kernels", stamps.len()));
         }
-        let pair = |w: &globaltimer::TimerWindow, recs: &[crate::backend::cuda::cupti::RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
+        let pair = |w: &globaltimer::TimerWindow, recs: &[RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
             let k: Vec<StampedKernel> = w
                 .stamps
                 .iter()
@@ -200,7 +204,7 @@ impl CudaBackend {
             let first = &stamps[0];
             (host0 as f64 + first.start as f64 - ts0 as f64) - map.to_host_ns(first.start) as f64
         });
-        let anchor = crate::evidence::shard::KernelAnchor {
+        let anchor = KernelAnchor {
             error_ns: map.bound_ns.ceil() as u64,
             globaltimer_bound_ns: s.estimate.bound_ns.max(e.estimate.bound_ns),
             cupti_offset_bound_ns: s.offset.bound_ns.max(e.offset.bound_ns),
@@ -215,7 +219,7 @@ impl CudaBackend {
     }
 
     /// The anchor windows (start, end) of the last finished pass.
-    pub fn last_anchor_windows(&self) -> Option<(crate::core::clock::DeviceAnchorEstimate, crate::core::clock::DeviceAnchorEstimate)> {
+    pub fn last_anchor_windows(&self) -> Option<(DeviceAnchorEstimate, DeviceAnchorEstimate)> {
         self.last_anchor_windows
     }
 }

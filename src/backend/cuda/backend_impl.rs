@@ -6,10 +6,15 @@
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
 use crate::backend::cuda::nccl::RedOp;
+use crate::backend::mpi_deadline;
 use crate::backend::own::OwnOp;
+use crate::core::clock::DeviceTimeMap;
 use crate::core::collective::CollectiveKind;
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
+use crate::evidence::shard::KernelKind;
+use cudarc::cublas::result::gemm_ex;
+use cudarc::driver::result::event;
 
 impl Backend for CudaBackend {
     fn info(&self) -> BackendInfo {
@@ -184,7 +189,7 @@ impl Backend for CudaBackend {
         let (end_event, end_est) = self.anchor_window()?;
         let first = &self.pass_events[anchor.event];
         let span_ms = drv(first.elapsed_ms(&self.pass_events[end_event]), "cuEventElapsedTime (end anchor)")? as f64;
-        let map = crate::core::clock::DeviceTimeMap::fit(anchor.estimate, Some((end_est, span_ms * 1e6)));
+        let map = DeviceTimeMap::fit(anchor.estimate, Some((end_est, span_ms * 1e6)));
         self.last_anchor_windows = Some((anchor.estimate, end_est));
         // host time of every event of the pass, each read once
         let mut host_ns = vec![0u64; self.pass_events.len()];
@@ -233,11 +238,7 @@ impl Backend for CudaBackend {
                     Some(m) => m.to_host_ns(t),
                     None => (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64,
                 };
-                let kind = if k.name.to_ascii_lowercase().contains("nccl") {
-                    crate::evidence::shard::KernelKind::Nccl
-                } else {
-                    crate::evidence::shard::KernelKind::Compute
-                };
+                let kind = if k.name.to_ascii_lowercase().contains("nccl") { KernelKind::Nccl } else { KernelKind::Compute };
                 kernels.push(crate::backend::PassKernel {
                     kind,
                     name: k.name,
@@ -303,12 +304,12 @@ impl Backend for CudaBackend {
             GraphStep::Begin => self.begin_graph().map(|_| None),
             GraphStep::End => self.end_graph().map(|_| None),
             GraphStep::Launch => self.launch_graph().map(|_| None),
-            GraphStep::AllReduces { bytes, dtype, n } => self.all_reduce_graph(bytes, dtype, n).map(Some),
+            GraphStep::Calls { kind, bytes, dtype, n } => self.calls_graph(kind, bytes, dtype, n).map(Some),
         }
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
-        crate::backend::mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
+        mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
     }
 }
 
@@ -331,7 +332,7 @@ impl CudaBackend {
         // dependency, no wait, no allocation.
         let e = self.pooled_event()?;
         // SAFETY: a live event and stream of this context, which is current on this thread.
-        drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
+        drv(unsafe { event::record(e.cu_event(), self.comm_stream.cu_stream()) }, "cuEventRecord (boundary)")?;
         self.pass_events.push(e);
         let b = self.pass_events.len() - 1;
         if self.back_to_back_open {
@@ -370,14 +371,22 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn all_reduce_graph(&mut self, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
+    /// [`GraphStep::Calls`]: `n` world calls of `kind` captured behind
+    /// timestamp nodes into one graph (the NCCL calls of [`Self::start`]) and
+    /// launched once.
+    fn calls_graph(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
         self.graph_used = true;
-        let count = crate::backend::issue_count(CollectiveKind::AllReduce, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+        }
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
         let (sp, rp) = self.buffers();
         let stream = self.comm_stream.cu_stream();
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
         drv(self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
         let mut captured = || -> BackendResult<()> {
             let record = |b: &mut Self| -> BackendResult<usize> {
@@ -391,8 +400,18 @@ impl CudaBackend {
             };
             let mut prev = record(self)?;
             for _ in 0..n {
-                // SAFETY: buffers hold `count` f32 on this context's device; the stream belongs to it (capturing).
-                unsafe { self.comm.all_reduce_sum(sp, rp, count, dtype, stream as *mut _) }?;
+                if calls.len() > 1 {
+                    self.comm.group(true)?;
+                }
+                for c in &calls {
+                    // SAFETY: every pointer lies in this rank's send or receive buffer, each `bytes`
+                    // (issue_count) and 4 (above) or more long, which bounds every count and offset
+                    // OwnOp gives; the stream belongs to this context (capturing).
+                    unsafe { self.comm.enqueue(c, stream as *mut _) }?;
+                }
+                if calls.len() > 1 {
+                    self.comm.group(false)?;
+                }
                 let next = record(self)?;
                 self.intervals.push((prev, next));
                 prev = next;
@@ -430,7 +449,7 @@ impl CudaBackend {
             let (cp, _c) = self.c.device_ptr_mut(&self.compute);
             // SAFETY: A is m x k, B is k x n, C is m x n (column-major, leading dims m, k, m), bf16 on this device.
             unsafe {
-                cudarc::cublas::result::gemm_ex(
+                gemm_ex(
                     *self.blas.handle(),
                     blas_sys::cublasOperation_t::CUBLAS_OP_N,
                     blas_sys::cublasOperation_t::CUBLAS_OP_N,

@@ -5,6 +5,8 @@
 //! to the pool: call them between passes. Refuses an all-reduce the buffers
 //! were not prepared for, and CUPTI switching where CUPTI was not started.
 use super::*;
+use crate::core::collective;
+use cudarc::driver::result::event;
 
 impl CudaBackend {
     /// Reference for the overhead benchmark: `iters` back-to-back
@@ -20,14 +22,8 @@ impl CudaBackend {
     /// event recorded before each call and nothing else: what the
     /// instrument's timestamp costs in this loop, apart from its bookkeeping.
     pub fn reference_loop_marked(&mut self, bytes: u64, iters: u32, events: bool) -> Result<(Vec<u64>, f64)> {
-        let count = crate::backend::issue_count(
-            crate::core::collective::CollectiveKind::AllReduce,
-            self.pending.is_some(),
-            bytes,
-            Dtype::F32,
-            self.dtype,
-            self.send.len() as u64,
-        )?;
+        let count =
+            crate::backend::issue_count(collective::CollectiveKind::AllReduce, self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
         self.synchronize()?;
         drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
         let start = self.pooled_event()?;
@@ -36,20 +32,20 @@ impl CudaBackend {
         let stream = self.comm_stream.cu_stream();
         let mut host = Vec::with_capacity(iters as usize + 1);
         // SAFETY: live events and stream of this context.
-        drv(unsafe { cudarc::driver::result::event::record(start.cu_event(), stream) }, "cuEventRecord")?;
+        drv(unsafe { event::record(start.cu_event(), stream) }, "cuEventRecord")?;
         let marks: Vec<CudaEvent> = if events { (0..iters).map(|_| self.pooled_event()).collect::<Result<_>>()? } else { Vec::new() };
         for i in 0..iters as usize {
             host.push(self.clock.now_ns());
             if let Some(e) = marks.get(i) {
                 // SAFETY: a live event and stream of this context.
-                drv(unsafe { cudarc::driver::result::event::record(e.cu_event(), stream) }, "cuEventRecord")?;
+                drv(unsafe { event::record(e.cu_event(), stream) }, "cuEventRecord")?;
             }
             // SAFETY: as in the back-to-back world call.
             unsafe { self.comm.all_reduce_sum(sp, rp, count, Dtype::F32, stream as *mut _) }?;
         }
         host.push(self.clock.now_ns());
         // SAFETY: as above.
-        drv(unsafe { cudarc::driver::result::event::record(end.cu_event(), stream) }, "cuEventRecord")?;
+        drv(unsafe { event::record(end.cu_event(), stream) }, "cuEventRecord")?;
         self.synchronize()?;
         let ms = drv(start.elapsed_ms(&end), "cuEventElapsedTime")? as f64;
         self.free_events.push(start);

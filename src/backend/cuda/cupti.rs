@@ -14,8 +14,10 @@
 //! is counted as malformed, not used.
 use anyhow::{bail, Context, Result};
 use cudarc::cupti::result::{self as cupti, activity};
-use cudarc::cupti::sys::CUpti_ActivityKind;
+use cudarc::cupti::sys::{culib, is_culib_present, CUpti_Activity, CUpti_ActivityKernel10, CUpti_ActivityKernel5, CUpti_ActivityKind};
+use cudarc::driver::sys::CUcontext;
 use libloading::Library;
+use std::os::raw;
 use std::sync::Mutex;
 
 /// The kind enabled: concurrent-kernel records.
@@ -88,8 +90,8 @@ unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, ma
 /// append fields; the assertions below check, at compile time, that the
 /// fields read sit at the same offsets in the newest record of the CUDA
 /// version the bindings target.
-type KernelRecord = cudarc::cupti::sys::CUpti_ActivityKernel5;
-type NewestKernelRecord = cudarc::cupti::sys::CUpti_ActivityKernel10;
+type KernelRecord = CUpti_ActivityKernel5;
+type NewestKernelRecord = CUpti_ActivityKernel10;
 
 const OFF_START: usize = std::mem::offset_of!(KernelRecord, start);
 const OFF_END: usize = std::mem::offset_of!(KernelRecord, end);
@@ -119,7 +121,7 @@ unsafe fn read_kernel(rec: *const u8) -> Option<RawKernel> {
     let start = rd_u64(OFF_START);
     let end = rd_u64(OFF_END);
     // SAFETY: as above; the name field is a pointer.
-    let name_ptr = unsafe { std::ptr::read_unaligned(rec.add(OFF_NAME) as *const *const std::os::raw::c_char) };
+    let name_ptr = unsafe { std::ptr::read_unaligned(rec.add(OFF_NAME) as *const *const raw::c_char) };
     if name_ptr.is_null() || end < start || start == 0 {
         return None;
     }
@@ -129,13 +131,13 @@ unsafe fn read_kernel(rec: *const u8) -> Option<RawKernel> {
     Some(RawKernel { start, end, stream: rd_u32(OFF_STREAM), correlation: rd_u32(OFF_CORRELATION), name })
 }
 
-unsafe extern "C" fn buffer_completed(ctx: cudarc::driver::sys::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
+unsafe extern "C" fn buffer_completed(ctx: CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     if buffer.is_null() {
         return;
     }
     let mut got = Vec::new();
     let mut malformed = 0;
-    let mut rec: *mut cudarc::cupti::sys::CUpti_Activity = std::ptr::null_mut();
+    let mut rec: *mut CUpti_Activity = std::ptr::null_mut();
     // SAFETY: buffer/valid come from CUPTI; records are read only through CUPTI's iterator.
     unsafe {
         while activity::get_next_record(buffer, valid, &mut rec).is_ok() && !rec.is_null() {
@@ -197,7 +199,7 @@ impl Cupti {
         // cudarc loads CUPTI by soname; it must find the file loaded here (an
         // already-loaded soname resolves to it), not panic or take another.
         // SAFETY: probing library names with dlopen; nothing is called.
-        if !unsafe { cudarc::cupti::sys::is_culib_present() } {
+        if !unsafe { is_culib_present() } {
             bail!(
                 "CUPTI was loaded from {path}, but cudarc finds no CUPTI by its sonames (tried {}); add its directory to LD_LIBRARY_PATH",
                 super::probe::lib_names("cupti")
@@ -206,7 +208,7 @@ impl Cupti {
         // SAFETY: looking up a symbol's address in two handles; nothing is called.
         let same = unsafe {
             let ours = lib.get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
-            let theirs = cudarc::cupti::sys::culib().get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
+            let theirs = culib().get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
             ours == theirs
         };
         if !same {

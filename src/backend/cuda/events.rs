@@ -5,6 +5,7 @@
 //! before its NCCL call and `end_collective` after it; `read_result` copies a
 //! result back. Produces indices into the pass's events for `finish_pass`.
 use super::*;
+use cudarc::driver::result::event;
 
 impl CudaBackend {
     pub(super) fn pooled_event(&mut self) -> Result<CudaEvent> {
@@ -41,7 +42,7 @@ impl CudaBackend {
         let t0 = std::time::Instant::now();
         loop {
             // SAFETY: a live event of this context (the stream's tail event or the fence).
-            match unsafe { cudarc::driver::result::event::query(polled) } {
+            match unsafe { event::query(polled) } {
                 Ok(()) => return Ok(()),
                 Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
                 Err(e) => bail!("{what}: CUDA error {e:?}"),

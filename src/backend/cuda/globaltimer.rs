@@ -10,7 +10,9 @@
 //!
 //! Method: docs/METHODS.md, "The globaltimer anchor".
 use crate::backend::cuda::drv;
+use crate::core::clock::{self, DeviceAnchorEstimate, DeviceRoundTrip};
 use anyhow::{bail, Result};
+use cudarc::driver::result::launch_kernel;
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,7 +107,7 @@ $L_end:
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TimerWindow {
     /// Host time of `first_timer_ns`, with its bound.
-    pub estimate: crate::core::clock::DeviceAnchorEstimate,
+    pub estimate: DeviceAnchorEstimate,
     /// The window's first timer reading.
     pub first_timer_ns: u64,
     /// Greatest common divisor of the readings' differences (the timer's step, at most 1 µs).
@@ -179,7 +181,7 @@ impl GlobalTimer {
         let (mut a, mut b) = (self.dev, v);
         let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
         // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
-        let launched = unsafe { cudarc::driver::result::launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) };
+        let launched = unsafe { launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) };
         drv(launched, "cuLaunchKernel (%globaltimer release)")
     }
 
@@ -236,20 +238,16 @@ impl GlobalTimer {
             let mut a = self.dev + (STAMPS + 16 * i) as u64;
             let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void];
             // SAFETY: the kernel takes one u64 (a mapped slot of two u64 inside the page).
-            let launched = unsafe { cudarc::driver::result::launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) };
+            let launched = unsafe { launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) };
             drv(launched, "cuLaunchKernel (%globaltimer stamp)")?;
         }
         drv(stream.synchronize(), "synchronizing the %globaltimer window")?;
         let first = raw[0].2;
-        let trips_dev: Vec<crate::core::clock::DeviceRoundTrip> = raw
+        let trips_dev: Vec<DeviceRoundTrip> = raw
             .iter()
-            .map(|&(before, after, ts)| crate::core::clock::DeviceRoundTrip {
-                host_before_ns: before,
-                host_after_ns: after,
-                device_ns: ts as f64 - first as f64,
-            })
+            .map(|&(before, after, ts)| DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ts as f64 - first as f64 })
             .collect();
-        let estimate = crate::core::clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
+        let estimate = clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
         let resolution_ns = raw.iter().map(|r| r.2.abs_diff(first)).filter(|&d| d > 0).fold(0, gcd).clamp(1, 1000);
         let stamps = (0..stamps).map(|i| (self.read_u64(STAMPS + 16 * i), self.read_u64(STAMPS + 16 * i + 8))).collect();
         Ok(TimerWindow { estimate, first_timer_ns: first, resolution_ns, stamps })

@@ -24,13 +24,15 @@ mod setup;
 pub mod trace_exec;
 use super::{contribution, Backend, BackendError, BackendPlan, BackendResult, DeviceInterval, PassTimings};
 use super::{BackendInfo, Call, CheckOutcome, Checked, Compute, GraphStep, Timing};
+use crate::backend::cuda::cupti::{Cupti, LostRecords};
 use crate::backend::cuda::nccl::{NcclComm, NcclLibrary};
-use crate::core::clock::RankClock;
+use crate::core::clock::{DeviceAnchorEstimate, RankClock};
 use crate::core::workload::GemmShape;
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, Unmeasured};
 use anchor::{Anchor, ANCHOR_ROUND_TRIPS, TIMER_ROUND_TRIPS, TIMER_STAMPS};
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
+use cudarc::driver::result::module;
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 pub(crate) use probe::driver_report;
@@ -82,11 +84,11 @@ pub(crate) fn load_ptx(ctx: &Arc<CudaContext>, ptx: &str, what: &str, entries: &
     drv(ctx.bind_to_thread(), "binding the CUDA context")?;
     let src = std::ffi::CString::new(ptx).expect("no NUL in the PTX");
     // SAFETY: a NUL-terminated PTX image; the context is current.
-    let module = drv(unsafe { cudarc::driver::result::module::load_data(src.as_ptr() as *const _) }, &format!("cuModuleLoadData ({what})"))?;
+    let module = drv(unsafe { module::load_data(src.as_ptr() as *const _) }, &format!("cuModuleLoadData ({what})"))?;
     let funcs = entries
         .iter()
         // SAFETY: the module was just loaded and is never unloaded.
-        .map(|&name| drv(unsafe { cudarc::driver::result::module::get_function(module, name.into()) }, "cuModuleGetFunction"))
+        .map(|&name| drv(unsafe { module::get_function(module, name.into()) }, "cuModuleGetFunction"))
         .collect::<Result<Vec<_>>>()?;
     Ok((module, funcs))
 }
@@ -159,11 +161,11 @@ pub struct CudaBackend {
     /// Graph mode: cuBLAS workspace set before capture (cuBLAS must not allocate inside one).
     blas_workspace: Option<CudaSlice<u8>>,
     /// The start and end anchor windows of the last finished pass (for diagnostics and the benchmark).
-    last_anchor_windows: Option<(crate::core::clock::DeviceAnchorEstimate, crate::core::clock::DeviceAnchorEstimate)>,
-    cupti: Option<crate::backend::cuda::cupti::Cupti>,
+    last_anchor_windows: Option<(DeviceAnchorEstimate, DeviceAnchorEstimate)>,
+    cupti: Option<Cupti>,
     cupti_unavailable: Option<String>,
     /// Kernel records CUPTI dropped or that were malformed, over every pass.
-    cupti_lost: crate::backend::cuda::cupti::LostRecords,
+    cupti_lost: LostRecords,
     /// Passes whose kernel times could not be anchored through `%globaltimer`, and why.
     kernel_anchor_failures: Vec<String>,
     /// With `--cupti`: the `%globaltimer` anchor of kernel records, or why it is unavailable.

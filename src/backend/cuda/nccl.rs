@@ -9,6 +9,10 @@
 //! cannot be loaded, a library lacking a required symbol, and a library whose
 //! mapped file is not the one asked for. Layout follows cudarc's split, folded
 //! into one file: raw types ([`sys`]), then checked calls on [`NcclLibrary`].
+use crate::backend::mpi_deadline;
+use crate::core::workload::ReduceOp;
+use crate::core::{collective, fsutil};
+use crate::evidence::shard;
 use anyhow::{bail, Context, Result};
 use libloading::os::unix::{Library, Symbol, RTLD_LOCAL, RTLD_NOW};
 use serde::{Deserialize, Serialize};
@@ -272,7 +276,7 @@ impl NcclLibrary {
                 mapped
             );
         }
-        let sha256 = crate::core::fsutil::sha256_file(&canonical)?;
+        let sha256 = fsutil::sha256_file(&canonical)?;
         Ok(Self {
             _lib: lib,
             get_error_string,
@@ -331,19 +335,19 @@ pub(crate) enum TraceOp {
     Recv { buf: u64, count: usize, dtype: DataType, peer: c_int },
 }
 
-impl From<crate::evidence::shard::Dtype> for DataType {
+impl From<shard::Dtype> for DataType {
     /// NCCL's data type of a run's element type.
-    fn from(dtype: crate::evidence::shard::Dtype) -> Self {
+    fn from(dtype: shard::Dtype) -> Self {
         match dtype {
-            crate::evidence::shard::Dtype::F32 => DataType::Float32,
-            crate::evidence::shard::Dtype::Bf16 => DataType::Bfloat16,
+            shard::Dtype::F32 => DataType::Float32,
+            shard::Dtype::Bf16 => DataType::Bfloat16,
         }
     }
 }
 
-impl From<crate::core::workload::ReduceOp> for RedOp {
+impl From<ReduceOp> for RedOp {
     /// NCCL's reduction of a workload's reduction (every one has its own).
-    fn from(op: crate::core::workload::ReduceOp) -> Self {
+    fn from(op: ReduceOp) -> Self {
         use crate::core::workload::ReduceOp as W;
         match op {
             W::Sum => RedOp::Sum,
@@ -358,7 +362,7 @@ impl From<crate::core::workload::ReduceOp> for RedOp {
 impl DataType {
     /// NCCL's data type of a trace's element type; `bool` travels as `ncclUint8`
     /// (one byte each), which only data movement may use: a reduction over it is refused.
-    pub(crate) fn of_trace(d: crate::core::collective::TraceDtype, reduces: bool) -> Result<Self> {
+    pub(crate) fn of_trace(d: collective::TraceDtype, reduces: bool) -> Result<Self> {
         use crate::core::collective::TraceDtype as T;
         Ok(match d {
             T::F32 => DataType::Float32,
@@ -414,7 +418,7 @@ impl NcclComm {
         if rank == 0 {
             id = lib.unique_id()?;
         }
-        crate::backend::mpi_deadline::broadcast(
+        mpi_deadline::broadcast(
             world,
             0,
             &mut id[..],
@@ -429,7 +433,7 @@ impl NcclComm {
     /// # Safety
     /// `send`/`recv` must be device pointers valid for `count` elements of
     /// `dtype` on this communicator's device, and `stream` a stream of its context.
-    pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: crate::evidence::shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
+    pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
         // SAFETY: the caller guarantees the pointers and stream (see # Safety); `self.comm` is a live communicator.
         let rc = unsafe {
             (self.lib.all_reduce)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, count, dtype.into(), RedOp::Sum, self.comm, stream)

@@ -59,7 +59,7 @@ mod tests {
     use crate::backend::own::OwnOp;
     use crate::backend::trace_share::{Input, TraceShare};
     use crate::core::collective::{Buffers, KINDS};
-    use crate::evidence::commtrace::{TraceCollective, TraceDtype};
+    use crate::evidence::commtrace::{exec, TraceCollective, TraceDtype};
     use crate::evidence::shard::Dtype;
 
     const SEND: u64 = 0x1000_0000;
@@ -99,7 +99,7 @@ mod tests {
                 // the kinds NCCL has no operation for: refused, never an empty call
                 if row.replay_only {
                     let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::F32, (4, 4), (None, None), (row.rooted.then_some(0), None));
-                    assert!(crate::evidence::commtrace::exec::nccl_cannot_run(&c).is_some(), "{}", row.name);
+                    assert!(exec::nccl_cannot_run(&c).is_some(), "{}", row.name);
                     continue;
                 }
                 for rank in 0..n {

@@ -5,6 +5,8 @@
 //! which `rank`, `bench-overhead`, `doctor` and `campaign exec` ask before
 //! MPI starts) and the facts a shard's device header records.
 use anyhow::{bail, Result};
+use cudarc::driver::result::{device, init};
+use cudarc::driver::sys;
 use libloading::Library;
 
 /// Why the CUDA backend cannot run here, or `None` when it can be tried.
@@ -33,7 +35,7 @@ pub(crate) fn driver_report() -> Result<DriverReport, String> {
     let n = probe_devices()?;
     let mut v = 0;
     // SAFETY: cuDriverGetVersion writes one int; the driver is present (probe_devices).
-    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| format!("cuDriverGetVersion failed: {e}"))?;
     let mut devices = Vec::new();
     for i in 0..n as i32 {
         let dev = device::get(i).map_err(|e| format!("cuDeviceGet({i}) failed: {e}"))?;
@@ -47,7 +49,7 @@ pub(crate) fn driver_report() -> Result<DriverReport, String> {
 fn driver_present() -> Result<(), String> {
     static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: probing library names with dlopen; nothing is called.
-    if *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() }) {
+    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
         Ok(())
     } else {
         Err(format!("no CUDA driver: libcuda could not be loaded (tried {})", lib_names("cuda")))
@@ -68,8 +70,8 @@ pub(super) fn lib_names(name: &str) -> String {
 /// Count CUDA devices through the driver API (cudarc, loaded at run time).
 pub fn probe_devices() -> Result<u32, String> {
     driver_present()?;
-    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e}"))?;
-    let n = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    init().map_err(|e| format!("cuInit failed: {e}"))?;
+    let n = device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
     Ok(n.max(0) as u32)
 }
 

@@ -5,6 +5,7 @@
 //! one-line reason: no driver or GPU, no cuBLAS, a `--gpu` this node lacks,
 //! bf16 on an NCCL before 2.10, a model that does not fit the GPU.
 use super::*;
+use crate::backend::cuda::cupti::Cupti;
 
 /// bf16 bit patterns of small values (±0.0078 .. ±0.5) in a scrambled
 /// deterministic order: GEMM operands that are neither zero nor a short
@@ -51,7 +52,7 @@ impl CudaBackend {
         let (cupti, cupti_unavailable) = if !cupti {
             (None, Some("off: kernel records were not asked for (--cupti); their cost stays out of the timings".to_string()))
         } else {
-            match crate::backend::cuda::cupti::Cupti::start() {
+            match Cupti::start() {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(format!("{e:#}"))),
             }

@@ -4,25 +4,10 @@
 //! Consumes the static facts of both traces ([`TraceFacts`]) and, per
 //! variant, configuration and round, the measures of one replay job
 //! ([`JobMeasure`]). Produces a [`CandidateVerdict`]: every check with its
-//! measured value, its tolerance and whether it held, the highest state
-//! whose checks all held, and the replay seconds each side needed to reach
-//! the decided relations.
-//!
-//! Tail recall is about the workload's tail, not the machine's: a position of
-//! the pass is slow when its median over the job's passes is (one-off stalls
-//! of a loaded machine drop out), and the tail is what lies beyond Tukey's far
-//! fence of the source's positions ([`tail_recall_check`]). It is judged
-//! only where the source's tail recurs (at least one position per source job
-//! on average); below that it is left out, not passed or failed on noise.
-//! A maximum is compared at the candidate's own count of collectives (the
-//! source's block maxima, `replay::max_check`), since the largest of n draws grows
-//! with n. Tolerances are never tighter than the source's own job-to-job spread:
-//! for a statistic, the largest range of its log across the rounds of one
-//! configuration of the source (two jobs of one configuration differed by
-//! that much with nothing changed), or the declared floor, whichever is larger.
-//! Ranking: the pair intervals and relations of the campaign report
-//! ([`crate::analysis::agreement`]), Kendall τ-b with its interval from
-//! resampling rounds.
+//! measured value, its tolerance and whether it held, the highest state whose
+//! checks all held, and the replay seconds each side needed to reach the
+//! decided relations. Refuses nothing. Tail recall, maxima, tolerances and
+//! the ranking check: docs/METHODS.md, "Candidate checks".
 mod coverage;
 mod ranking;
 mod replay;

@@ -2,7 +2,10 @@
 //! operands hold ([`Dtype`]) and how a reducing collective combines them
 //! ([`ReduceOp`]). Both parse from the command line (clap) and from files
 //! (serde) by the names their `name()` prints; any other name is refused.
-use crate::core::collective;
+//! A run's [`Dtype`] is a checked subset of a trace's element types
+//! ([`TraceDtype`]): `From` one way, `TryFrom` the other, refusing (with
+//! [`NotARunDtype`]) a trace dtype that no run's buffers hold.
+use crate::core::collective::TraceDtype;
 use serde::{Deserialize, Serialize};
 
 /// Element type of a collective buffer or of a matrix product's operands.
@@ -16,43 +19,58 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    /// Size of one element in bytes.
+    /// Every element type a run can hold, in variant order (a shard body numbers them so).
+    pub const ALL: [Dtype; 2] = [Dtype::F32, Dtype::Bf16];
+
+    /// Size of one element in bytes (the trace dtype's).
     pub fn size_bytes(self) -> u64 {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::Bf16 => 2,
-        }
+        TraceDtype::from(self).size_bytes()
     }
 
-    /// Name as on the command line and in files.
+    /// Name as on the command line and in files (the trace dtype's).
     pub fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-        }
+        TraceDtype::from(self).name()
     }
 }
 
 /// A run's element type is one of a trace's: shards record every
 /// collective's element type in the trace's vocabulary (format 8).
-impl From<Dtype> for collective::TraceDtype {
+impl From<Dtype> for TraceDtype {
     fn from(d: Dtype) -> Self {
         match d {
-            Dtype::F32 => collective::TraceDtype::F32,
-            Dtype::Bf16 => collective::TraceDtype::Bf16,
+            Dtype::F32 => TraceDtype::F32,
+            Dtype::Bf16 => TraceDtype::Bf16,
         }
     }
 }
 
-impl collective::TraceDtype {
-    /// The run's element type (`--dtype`: f32 or bf16) this is, if any: the
-    /// backend's own buffers and world all-reduce hold only those.
+/// A trace element type that is not a run's (`--dtype`): the backends' own
+/// buffers, the isolated sweep and the phases' world all-reduces hold only
+/// [`Dtype::ALL`]; the others run through the trace executors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotARunDtype(pub TraceDtype);
+
+impl std::fmt::Display for NotARunDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let allowed: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+        write!(f, "element type {} is not a run's (--dtype is one of {})", self.0, allowed.join(", "))
+    }
+}
+
+impl std::error::Error for NotARunDtype {}
+
+/// The one place that says which trace element types a run can hold.
+impl TryFrom<TraceDtype> for Dtype {
+    type Error = NotARunDtype;
+    fn try_from(d: TraceDtype) -> Result<Self, NotARunDtype> {
+        Dtype::ALL.into_iter().find(|w| TraceDtype::from(*w) == d).ok_or(NotARunDtype(d))
+    }
+}
+
+impl TraceDtype {
+    /// The run's element type this is, if any ([`Dtype`]'s `TryFrom`, without the error).
     pub fn workload(self) -> Option<Dtype> {
-        match self {
-            collective::TraceDtype::F32 => Some(Dtype::F32),
-            collective::TraceDtype::Bf16 => Some(Dtype::Bf16),
-            _ => None,
-        }
+        Dtype::try_from(self).ok()
     }
 }
 
@@ -88,16 +106,27 @@ impl ReduceOp {
 
 #[cfg(test)]
 mod tests {
-    use super::Dtype;
+    use super::{Dtype, NotARunDtype};
     use crate::core::collective::TraceDtype;
 
     #[test]
     fn a_run_dtype_is_the_trace_dtype_of_the_same_variant_index() {
         // formats 1 to 7 wrote the run's Dtype into a shard body: F32 = 0 and Bf16 = 1 decode unchanged as TraceDtype
-        for w in [Dtype::F32, Dtype::Bf16] {
+        for (i, w) in Dtype::ALL.into_iter().enumerate() {
+            assert_eq!(w as usize, i);
             assert_eq!(TraceDtype::from(w) as usize, w as usize);
-            assert_eq!(TraceDtype::from(w).workload(), Some(w));
+            assert_eq!(Dtype::try_from(TraceDtype::from(w)), Ok(w));
+            // clap and serde spell it as the trace does
+            assert_eq!(serde_json::to_string(&w).unwrap(), serde_json::to_string(&TraceDtype::from(w)).unwrap());
+            assert_eq!(clap::ValueEnum::to_possible_value(&w).unwrap().get_name(), w.name());
         }
-        assert_eq!(TraceDtype::F64.workload(), None);
+        assert_eq!(<Dtype as clap::ValueEnum>::value_variants(), &Dtype::ALL[..]);
+        // every other trace dtype is refused, naming it and what a run holds
+        for d in TraceDtype::ALL.into_iter().skip(Dtype::ALL.len()) {
+            assert_eq!(Dtype::try_from(d), Err(NotARunDtype(d)));
+            assert_eq!(d.workload(), None);
+        }
+        let e = Dtype::try_from(TraceDtype::F64).unwrap_err().to_string();
+        assert!(e.contains("f64") && e.contains("f32, bf16"), "{e}");
     }
 }

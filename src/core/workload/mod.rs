@@ -12,7 +12,7 @@ mod model;
 mod phase;
 mod sweep;
 
-pub use elements::{Dtype, ReduceOp};
+pub use elements::{Dtype, NotARunDtype, ReduceOp};
 pub use knobs::{CommStream, DelayInjection, FillResidual, GemmShape};
 pub use model::{ModelGemm, ModelRequest, ModelShape, ModelWorkload};
 pub(crate) use phase::parse_phases;

@@ -1,31 +1,12 @@
 //! `import et`: PyTorch execution traces (Chakra host execution-trace JSON).
 //!
 //! Consumes one file per rank as `torch.profiler.ExecutionTraceObserver`
-//! writes it (format: MLCommons Chakra, "Execution Trace" schema
-//! `1.x-chakra.0.0.4`; the replay conventions follow PARAM's
-//! `et_replay/comm/commsTraceParser.py`). The fields used:
-//! - `schema`, and `nodes`: `id` (execution order), `name`, `ctrl_deps`
-//!   (parent node id), `inputs.values`, `attrs` (a list of
-//!   `{name, type, value}`).
-//! - The `## process_group:init ##` node: its first input is a JSON string
-//!   listing every process group (`pg_name`, `pg_desc`, `ranks`,
-//!   `group_size`); an empty `ranks` list means ranks `0..group_size`.
-//! - `record_param_comms` nodes: attrs `collective_name`, `dtype`,
-//!   `in_msg_nelems`, `out_msg_nelems`, `in_split_size`/`out_split_size`,
-//!   `pg_name`, `pg_desc`, `pg_size`, `global_rank_start`,
-//!   `global_rank_stride`; the group-local rank is the input after the
-//!   `(seq, is_p2p)` and `(pg_name, pg_desc)` inputs (a leading tensor list
-//!   shifts them by one). It is this rank for most collectives, the root for
-//!   broadcast and reduce, the peer for send and receive. An optional `stream`
-//!   attr (written by `commcanary export et`) gives the stream.
-//! - Compute: the top-level operators (children of a thread node) between
-//!   two communication nodes that do not contain one; `## ... ##` marker
-//!   nodes are not compute.
-//!
-//! An execution trace records order, not time: every time and duration is
-//! absent and listed as unknown. It records no rank either: the rank of a
-//! file is the global rank behind the group-local rank of its collectives
-//! that are neither rooted nor point-to-point, and must be the same for all.
+//! writes it: its process-group node, its `record_param_comms` nodes and the
+//! top-level operators between them. Produces that rank's part of a
+//! [`CommTrace`](super::CommTrace): collectives in execution order, every time
+//! and duration absent (an execution trace records order, not time). Refuses
+//! a file whose collectives disagree on its rank. Fields used and conventions:
+//! docs/METHODS.md, "Execution-trace import".
 use super::json::{i64_of, str_of, u32_of, u64_of};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective,

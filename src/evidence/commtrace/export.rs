@@ -1,31 +1,10 @@
 //! `export param` and `export et`: a communication trace for other tools.
 //!
 //! Consumes a [`CommTrace`]. Produces, per rank, one JSON document that the
-//! caller writes as `DIR/rank-N.json` (the per-rank file name PARAM's
-//! `et_replay/tools/comm_replay.py` looks for in a trace directory):
-//! - PARAM comms-replay "basic" trace (facebookresearch/param,
-//!   `train/comms/pt/commsTraceParser.py`): a list that starts with one
-//!   `{"comms": "init", "pg_id", "global_ranks", "world_size"}` entry per
-//!   process group any collective references, then one entry per collective
-//!   (`comms`, `req`, `pg_id`, `global_ranks`, `world_size`, `in_msg_size`,
-//!   `out_msg_size`, `dtype`, `in_split`/`out_split` for all-to-all,
-//!   `root` for rooted collectives, `src_rank`/`dst_rank`/`use_batch` for
-//!   point-to-point, `startTime_ns` where the source had a host time).
-//!   PARAM group ids are integers: a numeric group name is kept, others are
-//!   numbered after the largest numeric one, in name order, and the entry
-//!   keeps the name in `pg_name`.
-//! - Chakra-style execution trace (schema `1.1.1-chakra.0.0.4`, the node
-//!   layout PyTorch's `ExecutionTraceObserver` writes and PARAM's
-//!   `et_replay/execution_trace.py` reads) of the communication only: a
-//!   process node, a thread node, the `## process_group:init ##` node listing
-//!   every group's ranks explicitly, and one `record_param_comms` node per
-//!   collective with the same inputs and attrs PyTorch records, plus a
-//!   `stream` attr where the stream is known. `pid` holds the rank (the
-//!   source's process id is not kept). `import et` reads every communication
-//!   field back (tested).
-//!
-//! Refuses nothing a [`CommTrace`] can hold; compute is not exported (PARAM's
-//! compute entries need operator shapes a kernel list does not give).
+//! caller writes as `DIR/rank-N.json`: PARAM's comms-replay "basic" trace, or
+//! a Chakra-style execution trace of the communication that `import et` reads
+//! back. Refuses nothing a [`CommTrace`] can hold; compute is not exported.
+//! Layouts: docs/METHODS.md, "Export to PARAM and Chakra".
 use super::{CollectiveKind, CommTrace, TraceCollective, TraceDtype, TraceGroup};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};

@@ -1,19 +1,13 @@
 //! `import run`: a verified CommCanary run as a communication trace, so the
 //! tool's own evidence becomes a source for canaries.
 //!
-//! Consumes a run directory, joined and verified by [`crate::evidence::join`]
-//! (every shard's digest, every rank, every event matched). Produces a
-//! [`CommTrace`] of one phase's collectives per rank in issue order (warm-ups
-//! included, as they ran): kind, the group with its ordered members, dtype
-//! and element count, host issue time and the time the wait returned (less
-//! any injected arrival delay, which a replay under a control would add a
-//! second time), the device interval where measured, and the compute the
-//! rank timed between the previous collective's completion and this issue.
-//! Source names are `PHASE:NAME` so the canary's operation identity keeps
-//! the phase. Refuses a run that does not verify and a phase it did not run.
-//! A run of generated shards (`synth-shards`) becomes a trace of source kind
-//! `synthetic`, with an unknown `measurement`: the mark is carried, never
-//! dropped.
+//! Consumes a run directory, joined and verified by [`crate::evidence::join`].
+//! Produces a [`CommTrace`] of one phase's collectives per rank in issue order
+//! (warm-ups included), with their times less any injected delay and the
+//! compute timed between them; source names are `PHASE:NAME`. A run of
+//! generated shards becomes a trace of source kind `synthetic`. Refuses a run
+//! that does not verify and a phase it did not run. Details: docs/METHODS.md,
+//! "Runs as traces".
 use super::{
     ClockDomain, CollectiveKind, CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceGroup, TraceSource,
     UnknownField,

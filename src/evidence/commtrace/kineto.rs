@@ -1,29 +1,12 @@
 //! `import kineto`: PyTorch profiler traces (Kineto's Chrome-trace JSON).
 //!
-//! Consumes one file per rank as `torch.profiler` exports it
-//! (`export_chrome_trace`; format: Google, "Trace Event Format", and the
-//! PyTorch profiler documentation, `torch.profiler`). The fields used:
-//! - `distributedInfo`: this process's global `rank`, `world_size`,
-//!   `nccl_version` and `pg_config` (every process group: `pg_name`,
-//!   `pg_desc`, global `ranks`); absent means the run was not distributed,
-//!   which is refused.
-//! - `cpu_op` events named `record_param_comms`: `ts`/`dur` (µs, host clock),
-//!   `args` with `Collective name`, `dtype`, `In msg nelems`, `Out msg nelems`,
-//!   `In split size`/`Out split size` (JSON lists in strings), `Process Group
-//!   Name`, `Process Group Ranks`, `Group size`, `Rank` (group-local: the root
-//!   for broadcast and reduce, the peer for send/recv, as in PyTorch's
-//!   `ProcessGroupNCCL`), `Dst Rank`/`Src Rank` for point-to-point, and
-//!   `External id`.
-//! - `kernel` events (CUPTI activity records placed on the host clock by
-//!   Kineto): NCCL kernels (`nccl*`) carry the `External id` of the operator
-//!   that launched them, which gives a collective its device interval and
-//!   stream; other kernels (and `gpu_memcpy`/`gpu_memset`) are compute,
-//!   ordered by the host time of their launch (`cuda_runtime`/`cuda_driver`
-//!   events sharing their `correlation` id).
-//!
-//! Times are rounded to whole ns. Each rank's times are its own host's
-//! profiler clock: nothing in the files aligns one rank's clock with another's,
-//! so the trace says `aligned_across_ranks: false`.
+//! Consumes one file per rank as `torch.profiler` exports it: its
+//! `distributedInfo`, the `record_param_comms` operators and the kernels.
+//! Produces that rank's part of a [`CommTrace`](super::CommTrace): every
+//! collective with its host interval, its NCCL kernel's device interval and
+//! stream, and the compute kernels between collectives, times in whole ns on
+//! that rank's own clock (`aligned_across_ranks: false`). Refuses a trace of a
+//! run that was not distributed. Fields used: docs/METHODS.md, "Kineto import".
 use super::json::{i64_of, int_list_in_string, splits, str_of, u32_of, u64_of, us_to_ns};
 use super::{
     classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock,

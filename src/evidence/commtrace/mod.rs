@@ -1,36 +1,15 @@
 //! Communication traces imported from a workload's own profiles.
 //!
-//! Consumes one file per rank from PyTorch: the profiler's Kineto trace
-//! ([`kineto`]) or the execution trace ([`et`]), gzip-compressed or not.
-//! Both record every collective through the `record_param_comms` operator
-//! (PyTorch `torch/csrc/distributed/c10d/ParamCommsUtils.hpp`: collective
-//! name, message element counts in and out, dtype, split sizes, process
-//! group name and description, group-local rank, global rank start/stride,
-//! group size). Produces a [`CommTrace`]: per rank the ordered collectives
-//! with kind, process group (name and global member ranks), dtype, element
-//! counts, split sizes for all-to-all-v, root or peer, stream, host start,
-//! device kernel interval where the trace has one, and the compute between
-//! collectives. What a source cannot know stays absent (`None`) and is listed
-//! in [`CommTrace::unknown`]; it is never written as zero.
-//!
-//! Refuses, naming the file and the cause: files from different runs or rank
-//! sets (their world size, NCCL version or process-group descriptions
-//! differ), two files for one rank, a rank missing, an unknown collective
-//! name (listing the known ones), a group used but never described, counts
-//! that disagree within one record or across a group's members (the k-th
-//! collective of a group must have the same kind, dtype, root and counts on
-//! every member, after Thakur, Rabenseifner & Gropp, "Optimization of
-//! Collective Communication Operations in MPICH", IJHPCA 2005, for each
-//! operation's buffer relations), and sends and receives that do not pair up;
-//! a group that lists a rank twice or one outside the world, a count whose
-//! bytes pass [`MAX_COLLECTIVE_BYTES`], a record whose own rank contradicts
-//! its file's rank, and files whose recordings lie more than
-//! [`SAME_RUN_SLACK_NS`] apart (two runs of one shape).
-//! Decoders stop at the explicit [`Limits`] (file and decompressed sizes,
-//! events, collectives, group size) rather than exhaust memory.
-//!
-//! Export ([`export`]) writes PARAM comms-replay JSON and Chakra-style
-//! execution-trace JSON of the communication nodes.
+//! Consumes one file per rank: PyTorch's Kineto trace ([`kineto`]) or
+//! execution trace ([`et`]), gzip-compressed or not, an MPI capture
+//! ([`mpi`]) or a CommCanary run ([`from_run`]). Produces a [`CommTrace`]:
+//! per rank the ordered collectives with kind, group, dtype, counts, root or
+//! peer, stream, times where known and the compute between them; what a
+//! source cannot know is absent and listed in [`CommTrace::unknown`]. Refuses,
+//! naming the file and the cause, files that are not one run's ranks,
+//! collectives whose members disagree, unknown names, undescribed groups and
+//! what passes the explicit [`Limits`]. Export ([`export`]) writes PARAM and
+//! Chakra JSON. Method: docs/METHODS.md, "Imported communication traces".
 mod check;
 pub mod et;
 pub mod exec;

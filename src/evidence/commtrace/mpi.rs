@@ -1,28 +1,14 @@
 //! `import mpi`: an MPI application's calls as `commcanary capture` recorded them.
 //!
-//! Consumes a capture folder: one `rank-NNNNN.mpicap` per rank, written by
-//! the capture library (`capture/src/format.rs` is the writer and documents
-//! the layout; the numbers below are kept in step with it, and the header
-//! names every call kind, so kinds are mapped by name). Every block's
-//! SHA-256, the block sequence, the trailer's block and record counts and
-//! its digest over the blocks are recomputed, never taken from the file.
-//! Produces per rank the calls per kind ([`MpiCapture::calls_by_kind`]) and
-//! a [`CommTrace`] of every collective (all-reduce, reduce, broadcast,
-//! all-gather(v), gather(v), scatter(v), all-to-all(v), reduce-scatter(_block),
-//! barrier, scan, exscan; blocking and nonblocking alike, at their post, with
-//! the call that completed them), a v-call with its per-member counts
-//! (capture format 2; a format-1 capture's v-calls are left out) and a
-//! reduction other than a sum with its op; every other call
-//! (point-to-point, kept in `mpi.p2p`; probes, waits and tests,
-//! communicator management; a user-defined reduction, a datatype without
-//! an element type) is counted per rank and kind in [`MpiSummary::left_out`], with the reason.
-//!
-//! Refuses with a code: no capture file at all (`NOT_MPI`: the program never
-//! initialized MPI), a rank missing (`MISSING_RANK`), two files for a rank
-//! (`DUPLICATE_RANK`), files of two runs (`FOREIGN_SHARD`), a rank without
-//! trailer (`INCOMPLETE_CAPTURE`, unless allowed: the trace is then marked
-//! incomplete), bad magic or layout (`BAD_FORMAT`), another format version
-//! (`UNSUPPORTED_VERSION`), a digest that does not match (`DIGEST_MISMATCH`).
+//! Consumes a capture folder, one `rank-NNNNN.mpicap` per rank (layout:
+//! `capture/src/format.rs`), recomputing every digest and count. Produces per
+//! rank the calls per kind ([`MpiCapture::calls_by_kind`]) and a
+//! [`CommTrace`] of every collective, blocking or not, with its counts and
+//! reduction; point-to-point calls go to `mpi.p2p`, every other call is counted
+//! in [`MpiSummary::left_out`] with the reason. Refuses with a code: no capture
+//! (`NOT_MPI`), a rank missing or twice, files of two runs, a rank without
+//! trailer (unless allowed), bad layout, another version, a digest mismatch.
+//! What is read: docs/METHODS.md, "MPI capture import".
 use super::{
     number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceSource, UnknownField,

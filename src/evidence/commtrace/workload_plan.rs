@@ -3,28 +3,12 @@
 //!
 //! Consumes one rank's collectives of a [`CommTrace`](super::CommTrace), each
 //! with the compute launched before it (and the compute after the last).
-//! Produces a [`WorkloadPlan`]: every compute kernel as an operation of its
-//! recorded duration on its recorded stream, every collective on its own
-//! stream, in launch order, and for each operation the operations of other
-//! streams it must wait for. Work on one stream runs in launch order (CUDA
-//! stream semantics); across streams an operation waits for the latest
-//! operation of each other stream that had *ended* on the recorded device
-//! timeline before it *started*, so that work the source ran concurrently
-//! stays concurrent and work it ran in sequence stays in sequence. Where a
-//! time is missing (an execution trace records none), the operation waits
-//! for the latest earlier operation of every other stream (launch order:
-//! the conservative choice, which can only remove concurrency). Then
-//! consecutive compute kernels of one stream become one operation of their
-//! summed duration, where nothing waits between them: no collective was
-//! launched between them, the later one waits for nothing and the earlier
-//! one is waited on by nothing. A device re-creates each operation with one
-//! launch, whose own cost has a floor (a few µs on an H200) that a short
-//! kernel (PyTorch's elementwise kernels take 1-3 µs) would otherwise be
-//! rounded up to; the sum is kept and the count of source kernels each
-//! operation stands for is recorded. Pure: no I/O.
-//!
-//! Refuses a compute kernel with no recorded duration (an execution trace:
-//! import the profiler trace), naming the collective it precedes.
+//! Produces a [`WorkloadPlan`]: every kernel on its recorded stream, every
+//! collective on its own, each operation with the operations of other streams
+//! it waits for, consecutive kernels merged where nothing waits between them.
+//! Pure: no I/O. Refuses a compute kernel with no recorded duration (an
+//! execution trace: import the profiler trace), naming the collective it
+//! precedes. Method: docs/METHODS.md, "Workload pace plan".
 use super::{ComputeOp, RankTrace};
 use anyhow::{bail, Result};
 

@@ -7,7 +7,7 @@ use super::traced::quantize;
 use super::{Fault, Runner, Work};
 use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::workload::Phase;
-use crate::evidence::shard::{CollectiveKind, ComputeKind, Dtype};
+use crate::evidence::shard::{CollectiveKind, ComputeKind, Dtype, GraphRun};
 use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Context, Result};
 
@@ -45,7 +45,7 @@ impl<B: Backend> Runner<'_, B> {
     /// token is identical to every token of the model shape (a step's sizes
     /// and GEMMs depend only on its position in the token). `--check`
     /// validates the last collective after the last launch.
-    pub(super) fn graph_phase(&mut self, phase: Phase) -> Result<crate::evidence::shard::GraphRun> {
+    pub(super) fn graph_phase(&mut self, phase: Phase) -> Result<GraphRun> {
         let per_token = self.spec.collectives_per_token();
         let gemms = (0..per_token).map(|i| self.spec.step(i).gemms.len() as u64).sum();
         let dtype = self.spec.dtype;
@@ -59,7 +59,7 @@ impl<B: Backend> Runner<'_, B> {
     /// graph and launched per token. Fill runs each gap's units and then the
     /// collective; overlap issues the collective, runs the units beside it,
     /// then waits.
-    pub(super) fn graph_traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: u64) -> Result<crate::evidence::shard::GraphRun> {
+    pub(super) fn graph_traced(&mut self, phase: Phase, trace: &SourceTrace, quantum_ns: u64) -> Result<GraphRun> {
         if trace.ops.is_some() {
             bail!("internal: graph mode with trace collectives other than world all-reduces");
         }
@@ -111,7 +111,7 @@ impl<B: Backend> Runner<'_, B> {
         gemms_per_token: u64,
         timing: String,
         token: &mut dyn FnMut(&mut Self) -> Result<(u64, Dtype)>,
-    ) -> Result<crate::evidence::shard::GraphRun> {
+    ) -> Result<GraphRun> {
         token(self)?;
         self.backend.synchronize()?;
         // the warm-up token is no part of the pass
@@ -143,6 +143,6 @@ impl<B: Backend> Runner<'_, B> {
             }
             checked = 1;
         }
-        Ok(crate::evidence::shard::GraphRun { collectives_per_token, gemms_per_token, launches, timing, checked })
+        Ok(GraphRun { collectives_per_token, gemms_per_token, launches, timing, checked })
     }
 }

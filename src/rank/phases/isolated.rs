@@ -6,8 +6,10 @@
 //! group. Wrong results are recorded here and fail the rank after its shard.
 use super::{Between, EventExtra, Fault, HostTimes, Position, Recorded, Runner};
 use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
+use crate::core::collective::Lands;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveKind};
+use crate::rank::sweep;
 use anyhow::{Context, Result};
 
 impl<B: Backend> Runner<'_, B> {
@@ -45,14 +47,14 @@ impl<B: Backend> Runner<'_, B> {
         let spec = self.spec;
         let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
         let group = self.sweep_group.context("internal: an isolated sweep without its group")?;
-        let (trace, colls) = crate::rank::sweep::sweep_collectives(spec, self.world_size)?;
+        let (trace, colls) = sweep::sweep_collectives(spec, self.world_size)?;
         // collective over the world (communicator splits): every rank is here
         self.backend.prepare(&trace, &colls, None)?;
         // an imported trace's collectives, if any, are prepared again before its first phase
         self.ops_prepared = false;
         let rank = self.rank;
         // a reduce's result lands on its root only: the other ranks check nothing
-        let has_result = kind.kind().row().lands != crate::core::collective::Lands::OnRoot || kind.root() == Some(rank);
+        let has_result = kind.kind().row().lands != Lands::OnRoot || kind.root() == Some(rank);
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let collective_kind = kind.kind();
         self.body.collectives.reserve(colls.len() * (spec.warmup_iters + spec.iters) as usize);
@@ -134,7 +136,7 @@ impl<B: Backend> Runner<'_, B> {
     /// The timed iterations of one size as one CUDA graph: one launch for all
     /// of them (delays and faults cannot act inside a graph).
     fn isolated_graph(&mut self, bytes: u64) -> Result<()> {
-        let step = GraphStep::AllReduces { bytes, dtype: self.spec.dtype, n: self.spec.iters };
+        let step = GraphStep::Calls { kind: CollectiveKind::AllReduce, bytes, dtype: self.spec.dtype, n: self.spec.iters };
         let host = self.backend.graph(step)?.context("internal: a graph of all-reduces without its launch times")?;
         for i in 0..self.spec.iters {
             let seq = self.seq;

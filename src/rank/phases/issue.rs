@@ -6,8 +6,9 @@
 //! result fails the phase at once, except in the isolated phase (recorded).
 use super::{Between, EventExtra, Fault, HostTimes, MarkTarget, Position, Recorded, Runner, Work};
 use crate::backend::{Backend, Call, Checked, Compute, Timing};
-use crate::core::collective::Lands;
-use crate::core::workload::Phase;
+use crate::core::collective::{self, Lands};
+use crate::core::workload::{Phase, ReduceOp};
+use crate::evidence::commtrace::exec;
 use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
 use crate::evidence::trace::TraceOp;
 use anyhow::{bail, Context, Result};
@@ -131,7 +132,7 @@ impl<B: Backend> Runner<'_, B> {
         &mut self,
         phase: Phase,
         op: TraceOp,
-        (bytes, dtype): (u64, crate::core::collective::TraceDtype),
+        (bytes, dtype): (u64, collective::TraceDtype),
         pos: Position,
         before: Between,
     ) -> Result<usize> {
@@ -157,7 +158,7 @@ impl<B: Backend> Runner<'_, B> {
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
         let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
         // the recorded reduction (an MPI capture's max, min, prod; the trace the shard names holds it), else a sum
-        let reduce = c.op.and_then(crate::evidence::commtrace::exec::replay_op).unwrap_or(crate::core::workload::ReduceOp::Sum);
+        let reduce = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
         let host_issue_ns = self.clock.now_ns();
         self.backend.enqueue(Call::Trace { index: op.index, c, op: reduce, check: checked }, Timing::HostWait)?;
         let wait_end_ns = self.clock.now_ns();

@@ -15,11 +15,15 @@ mod issue;
 mod mock;
 mod traced;
 mod workload;
-use crate::backend::Backend;
+use crate::backend::{mpi_deadline, Backend};
 use crate::core::clock::RankClock;
-use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
-use crate::evidence::shard::{CheckRecord, CollectiveEvent, ComputeKind, PhaseRun, ShardBody, TokenEvent};
-use crate::evidence::trace::SourceTrace;
+use crate::core::refusal::Code;
+use crate::core::workload::{CommStream, DelayInjection, Phase, WorkloadSpec};
+use crate::core::{collective, ranges};
+use crate::evidence::shard::{
+    self, CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun, ShardBody, TokenEvent,
+};
+use crate::evidence::trace::{from_blocking_events, SourceTrace};
 use anyhow::{bail, Context, Result};
 
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
@@ -47,7 +51,7 @@ impl Fault {
         let num = |x: &str| x.parse::<u64>().map_err(|_| anyhow::anyhow!("--fault {s:?}: {x:?} is not a number"));
         let rank = |x: &str| -> anyhow::Result<u32> {
             let r = num(x)?;
-            crate::core::ranges::int("--fault rank", r, 0, crate::core::ranges::MAX_RANK as u64)?;
+            ranges::int("--fault rank", r, 0, ranges::MAX_RANK as u64)?;
             Ok(r as u32)
         };
         match parts.as_slice() {
@@ -105,11 +109,11 @@ struct Position {
 #[derive(Clone, Copy)]
 struct Recorded {
     phase: Phase,
-    kind: crate::evidence::shard::CollectiveKind,
+    kind: shard::CollectiveKind,
     group: u32,
     seq: u64,
     bytes: u64,
-    dtype: crate::core::collective::TraceDtype,
+    dtype: collective::TraceDtype,
     root: Option<u32>,
     peer: Option<u32>,
 }
@@ -187,7 +191,7 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
     ops_prepared: bool,
     /// The current phase's point-to-point passes, for its record.
-    p2p_passes: Vec<crate::evidence::shard::P2pPassRecord>,
+    p2p_passes: Vec<P2pPassRecord>,
     /// The group id of the isolated sweep of another kind than the sum
     /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.
     sweep_group: Option<u32>,
@@ -305,15 +309,12 @@ impl<'a, B: Backend> Runner<'a, B> {
         for &phase in &self.spec.phases.clone() {
             if phase.needs_trace() && self.file_trace.is_none() && self.spec.graph {
                 crate::refuse!(
-                    crate::core::refusal::Code::BadArgument,
+                    Code::BadArgument,
                     "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
                 );
             }
             if phase.needs_trace() && self.file_trace.is_none() && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
-                crate::refuse!(
-                    crate::core::refusal::Code::BadArgument,
-                    "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
-                );
+                crate::refuse!(Code::BadArgument, "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE");
             }
             self.run_phase(phase).with_context(|| format!("phase {phase}"))?;
         }
@@ -325,7 +326,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             Some(t) => t.clone(),
             None => {
                 let run = self.phase_runs.iter().find(|p| p.phase == Phase::Blocking).expect("checked in run_all");
-                crate::evidence::trace::from_blocking_events(run, &self.body.collectives)
+                from_blocking_events(run, &self.body.collectives)
             }
         }
     }
@@ -342,7 +343,7 @@ impl<'a, B: Backend> Runner<'a, B> {
         if let Some(ops) = trace.as_ref().and_then(|t| t.ops.as_ref()) {
             if self.spec.graph {
                 crate::refuse!(
-                    crate::core::refusal::Code::BadArgument,
+                    Code::BadArgument,
                     "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave out --graph to run every kind of the trace"
                 );
             }
@@ -355,13 +356,13 @@ impl<'a, B: Backend> Runner<'a, B> {
             }
         }
         if self.phase_runs.is_empty() {
-            crate::backend::mpi_deadline::test_stop_point("phase", self.rank);
+            mpi_deadline::test_stop_point("phase", self.rank);
         }
         self.barrier("barrier before the phase", phase)?;
         self.current_phase = Some(phase);
         // a blocking collective on the compute stream (PyTorch's synchronous
         // collective) or on its own; every other phase issues asynchronously
-        let on_compute = phase == Phase::Blocking && self.spec.comm_stream == crate::core::workload::CommStream::Current;
+        let on_compute = phase == Phase::Blocking && self.spec.comm_stream == CommStream::Current;
         self.backend.collectives_on_compute_stream(on_compute)?;
         let start_ns = self.clock.now_ns();
         let mut graph = None;
@@ -402,7 +403,7 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Put the pass's device intervals and marks onto its events; returns the
     /// pass's anchor error and how its kernel records were anchored.
-    fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<crate::evidence::shard::KernelAnchor>)> {
+    fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<KernelAnchor>)> {
         let t = self.backend.finish_pass()?;
         // the backend times what it issued: group 0's collectives (the trace executor's run to completion on the host)
         let mut events: Vec<&mut CollectiveEvent> = self.body.collectives[first_collective..].iter_mut().filter(|e| e.group == 0).collect();
@@ -417,10 +418,10 @@ impl<'a, B: Backend> Runner<'a, B> {
             if t.waits.len() != events.len() {
                 bail!("internal: backend reported {} device waits for {} collectives", t.waits.len(), events.len());
             }
-            let waits: Vec<crate::evidence::shard::DeviceWait> = events
+            let waits: Vec<DeviceWait> = events
                 .iter()
                 .zip(&t.waits)
-                .filter_map(|(e, w)| w.map(|w| crate::evidence::shard::DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns }))
+                .filter_map(|(e, w)| w.map(|w| DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns }))
                 .collect();
             self.body.device_waits.extend(waits);
         }
@@ -434,7 +435,7 @@ impl<'a, B: Backend> Runner<'a, B> {
                 }
             };
             if let Some(phase) = phase {
-                self.body.kernels.push(crate::evidence::shard::KernelEvent {
+                self.body.kernels.push(KernelEvent {
                     phase,
                     kind: k.kind,
                     name,

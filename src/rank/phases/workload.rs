@@ -4,7 +4,7 @@
 //! the next step's GEMMs between issue and wait. Graph mode runs these phases
 //! in `graph` instead.
 use super::{Between, Position, Runner, Work};
-use crate::backend::Backend;
+use crate::backend::{mpi_deadline, Backend};
 use crate::core::workload::Phase;
 use anyhow::Result;
 
@@ -21,7 +21,7 @@ impl<B: Backend> Runner<'_, B> {
             let open = self.begin_token(token, warmup)?;
             for _ in 0..per_token {
                 if index == halfway {
-                    crate::backend::mpi_deadline::test_stop_point("mid-blocking", self.rank);
+                    mpi_deadline::test_stop_point("mid-blocking", self.rank);
                 }
                 let s = self.spec.step(index);
                 index += 1;

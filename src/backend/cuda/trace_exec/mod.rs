@@ -18,8 +18,8 @@ use crate::backend::cuda::nccl_call::nccl_calls;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{paced_gaps_ns, Pace, ReplayOutput};
-use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
+use crate::evidence::commtrace::exec::{nccl_cannot_run, paced_gaps_ns, refuse_unsupported, Pace, ReplayOutput};
+use crate::evidence::commtrace::{workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -100,7 +100,7 @@ impl CudaTraceExec {
     /// over `world`: every rank calls this).
     pub fn new(world: &SimpleCommunicator, local_rank: u32, nccl_path: &Path, trace: &CommTrace, timeout: Duration) -> Result<Self> {
         // what NCCL has no operation for is refused first, on every rank alike
-        crate::evidence::commtrace::exec::refuse_unsupported(trace, "cuda", &crate::evidence::commtrace::exec::nccl_cannot_run)?;
+        refuse_unsupported(trace, "cuda", &nccl_cannot_run)?;
         if let Some(why) = super::unavailable_reason() {
             bail!("{why}");
         }
@@ -451,9 +451,9 @@ fn workload(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: 
     let (plan, stands_for) = match o.pace {
         Pace::DeviceGaps => {
             let gaps = paced_gaps_ns(&mine.collectives)?;
-            (crate::evidence::commtrace::workload_plan::plan_gaps(mine, &gaps)?, "gaps")
+            (workload_plan::plan_gaps(mine, &gaps)?, "gaps")
         }
-        _ => (crate::evidence::commtrace::workload_plan::plan(mine)?, "compute"),
+        _ => (workload_plan::plan(mine)?, "compute"),
     };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;

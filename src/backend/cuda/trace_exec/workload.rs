@@ -11,13 +11,14 @@
 //!
 //! Method: docs/METHODS.md, "Workload pace on GPUs".
 use super::CudaTraceExec;
-use crate::backend::cuda::drv;
+use crate::backend::cuda::{drv, host_release_word, load_ptx};
 use crate::backend::replay::ReplayOptions;
 use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION};
 use crate::evidence::commtrace::workload_plan::{transition_ns, PlannedWork, StreamGap, WorkloadPlan};
-use crate::evidence::commtrace::CommTrace;
+use crate::evidence::commtrace::{CommTrace, RankTrace};
 use anyhow::{bail, Context, Result};
+use cudarc::driver::result::{event, launch_kernel};
 use cudarc::driver::{sys as drv_sys, CudaContext, CudaEvent, CudaStream};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
@@ -71,7 +72,7 @@ struct Spin {
 
 impl Spin {
     fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let (module, funcs) = crate::backend::cuda::load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
+        let (module, funcs) = load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
         let func = funcs[0];
         let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
         Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0, floor_ns: 0.0 })
@@ -82,7 +83,7 @@ impl Spin {
         let mut params = [&mut arg as *mut u64 as *mut std::ffi::c_void];
         // SAFETY: the function takes one u64 parameter, passed by pointer as cuLaunchKernel requires.
         drv(
-            unsafe { cudarc::driver::result::launch_kernel(self.func, (self.blocks, 1, 1), (SPIN_THREADS, 1, 1), 0, stream.cu_stream(), &mut params) },
+            unsafe { launch_kernel(self.func, (self.blocks, 1, 1), (SPIN_THREADS, 1, 1), 0, stream.cu_stream(), &mut params) },
             "cuLaunchKernel (spinning kernel)",
         )
     }
@@ -171,7 +172,7 @@ struct PassSetup<'a> {
     /// The world, whose barrier opens the ranks' gates together.
     world: &'a SimpleCommunicator,
     /// This rank's part of the trace.
-    mine: &'a crate::evidence::commtrace::RankTrace,
+    mine: &'a RankTrace,
     /// This rank's workload plan.
     plan: &'a WorkloadPlan,
     /// The calibrated spinning kernel.
@@ -211,8 +212,7 @@ pub fn run(
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let ctx = exec.context().clone();
-    let (host, dev) =
-        crate::backend::cuda::host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
+    let (host, dev) = host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
     let mut gate = Gate { host, dev, count: 0 };
     let mut spin = Spin::load(&ctx)?;
     let calibration = spin.calibrate(exec.stream(), &ctx).context("calibrating the spinning kernel")?;
@@ -376,7 +376,7 @@ fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_n
     for t in &tails {
         loop {
             // SAFETY: a live event of this context.
-            match unsafe { cudarc::driver::result::event::query(t.cu_event()) } {
+            match unsafe { event::query(t.cu_event()) } {
                 Ok(()) => break,
                 Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {
                     if opened.elapsed() > timeout {
