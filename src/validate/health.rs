@@ -11,7 +11,9 @@
 //!
 //! What is read, and how: docs/METHODS.md, "Device health".
 use super::verdict::CheckVerdict;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{self, AtomicBool};
 
 /// A value NVML gave, or the error it gave instead.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -219,18 +221,18 @@ impl Watch {
 
     /// Sample every GPU's temperature, power and throttle reasons each
     /// `period` until `stop` is set (checked every 50 ms).
-    pub fn sample_until(&self, stop: &std::sync::atomic::AtomicBool, period: std::time::Duration) -> Vec<HealthSample> {
+    pub fn sample_until(&self, stop: &AtomicBool, period: std::time::Duration) -> Vec<HealthSample> {
         let t0 = std::time::Instant::now();
         let mut out = Vec::new();
         let count = self.nvml.device_count().unwrap_or(0);
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        while !stop.load(atomic::Ordering::Relaxed) {
             let t_ms = t0.elapsed().as_millis() as u64;
             for i in 0..count {
                 let Ok(d) = self.nvml.device_by_index(i) else { continue };
                 out.push(HealthSample { t_ms, gpu: i, temperature_c: temperature(&d), power_w: power_w(&d), throttle_reasons: throttle_reasons(&d) });
             }
             let next = t0.elapsed() + period;
-            while t0.elapsed() < next && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while t0.elapsed() < next && !stop.load(atomic::Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
@@ -330,7 +332,7 @@ fn power_w(d: &nvml_wrapper::Device<'_>) -> Reading<f64> {
 
 /// GPU die temperature, °C.
 fn temperature(d: &nvml_wrapper::Device<'_>) -> Reading<u32> {
-    Reading::from(d.temperature(nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu))
+    Reading::from(d.temperature(TemperatureSensor::Gpu))
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper does not wrap: called through its raw library handle.

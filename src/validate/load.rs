@@ -9,6 +9,7 @@
 //! says when the job shared its CPUs with other work.
 //!
 //! Method: docs/METHODS.md, "CPU load during validation".
+use crate::core::clock;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -175,7 +176,7 @@ fn cpus_allowed(pid: u32) -> Option<String> {
 pub(crate) fn snapshot() -> Snapshot {
     let mut s = Snapshot { at: Some(std::time::Instant::now()), ..Default::default() };
     match std::fs::read_to_string("/proc/loadavg") {
-        Ok(t) => match parse_loadavg(&t, crate::core::clock::unix_ms()) {
+        Ok(t) => match parse_loadavg(&t, clock::unix_ms()) {
             Some(l) => s.loadavg = Some(l),
             None => s.unavailable.push(format!("/proc/loadavg: not the expected format: {:?}", t.trim())),
         },

@@ -5,7 +5,9 @@
 //! `--out`, settings flags beside `--reference`, and a reference of another backend.
 use super::reference::{self, Settings, Site};
 use super::ValidateArgs;
-use crate::core::workload::{DelayInjection, GemmShape, ModelRequest, ModelShape, Phase, WorkloadSpec};
+use crate::core::refusal::Code;
+use crate::core::units;
+use crate::core::workload::{size_sweep, DelayInjection, GemmShape, ModelRequest, ModelShape, Phase, WorkloadSpec};
 use crate::evidence::shard::{BackendKind, Dtype};
 use anyhow::Result;
 
@@ -23,8 +25,8 @@ pub(super) struct Plan {
 pub(crate) fn check_ranges(a: &ValidateArgs) -> Result<()> {
     use crate::core::ranges::{int, out as out_of_range, positive, size, MAX_RANK};
     int("--rounds", a.rounds, 2, 1000)?;
-    let lo = a.min_bytes.as_deref().map(crate::core::units::parse_bytes).transpose()?;
-    let hi = a.max_bytes.as_deref().map(crate::core::units::parse_bytes).transpose()?;
+    let lo = a.min_bytes.as_deref().map(units::parse_bytes).transpose()?;
+    let hi = a.max_bytes.as_deref().map(units::parse_bytes).transpose()?;
     if let Some(lo) = lo {
         size("--min-bytes", lo)?;
     }
@@ -54,7 +56,7 @@ pub(crate) fn check_ranges(a: &ValidateArgs) -> Result<()> {
     }
     positive("--collective-timeout-s", a.collective_timeout_s, 86_400.0)?;
     if let Some(d) = &a.inject_delay {
-        let d = crate::core::workload::DelayInjection::parse(d)?;
+        let d = DelayInjection::parse(d)?;
         int("--inject-delay rank", d.rank, 0, MAX_RANK)?;
     }
     Ok(())
@@ -70,7 +72,7 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
     let delay = a.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     if let Some(out) = &a.out {
         if out.exists() {
-            crate::refuse!(crate::core::refusal::Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
+            crate::refuse!(Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
         }
     }
     let given: Vec<&str> = [
@@ -89,18 +91,13 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
     .collect();
     if let Some(dir) = &a.reference {
         if !given.is_empty() {
-            crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
-                "{}: a validation runs the reference's own settings; drop {}",
-                dir.display(),
-                given.join(", ")
-            );
+            crate::refuse!(Code::BadArgument, "{}: a validation runs the reference's own settings; drop {}", dir.display(), given.join(", "));
         }
         let set = reference::read_set(dir)?;
         let ev = set.first();
         if ev.manifest.node.backend != backend {
             crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
+                Code::BadArgument,
                 "{}: the reference ran the {} backend and this validation would run {}; pass --backend to match",
                 dir.display(),
                 reference::backend_name(ev.manifest.node.backend),
@@ -111,10 +108,10 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
         return Ok(Plan { backend, settings, reference: Some(set), site, delay });
     }
     let cpu = backend == BackendKind::Cpu;
-    let min = crate::core::units::parse_bytes(a.min_bytes.as_deref().unwrap_or("8"))?;
-    let max = crate::core::units::parse_bytes(a.max_bytes.as_deref().unwrap_or(if cpu { "16MiB" } else { "1GiB" }))?;
+    let min = units::parse_bytes(a.min_bytes.as_deref().unwrap_or("8"))?;
+    let max = units::parse_bytes(a.max_bytes.as_deref().unwrap_or(if cpu { "16MiB" } else { "1GiB" }))?;
     let settings = Settings {
-        sizes_bytes: crate::core::workload::size_sweep(min, max, a.step_factor.unwrap_or(4))?,
+        sizes_bytes: size_sweep(min, max, a.step_factor.unwrap_or(4))?,
         iters: a.iters.unwrap_or(20).max(1),
         warmup_iters: a.warmup_iters.unwrap_or(5),
         dtype: Dtype::Bf16,

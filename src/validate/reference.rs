@@ -13,6 +13,11 @@
 use super::health::HealthReport;
 use super::sweep::SizeResult;
 use super::topology::Topology;
+use crate::analysis::inference;
+use crate::core::identity::ToolIdentity;
+use crate::core::refusal::Code;
+use crate::core::workload::SweepKind;
+use crate::core::{collective, fsutil, limits, ranges};
 use crate::evidence::shard::{BackendKind, Dtype};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -96,7 +101,7 @@ pub struct ValidateManifest {
     /// Start, Unix ms.
     pub started_unix_ms: u64,
     /// The tool (version, commit, binary digest).
-    pub tool: crate::core::identity::ToolIdentity,
+    pub tool: ToolIdentity,
     /// The node.
     pub node: NodeFacts,
     /// The settings.
@@ -137,10 +142,10 @@ pub struct RoundRecord {
 
 impl RoundRecord {
     /// The sweep of `kind` (empty for a kind validate does not sweep, [`super::sweep::kinds`]).
-    pub fn sweep(&self, kind: crate::core::workload::SweepKind) -> &[SizeResult] {
+    pub fn sweep(&self, kind: SweepKind) -> &[SizeResult] {
         match kind.kind() {
-            crate::core::collective::CollectiveKind::AllReduce => &self.all_reduce,
-            crate::core::collective::CollectiveKind::AllGather => &self.all_gather,
+            collective::CollectiveKind::AllReduce => &self.all_reduce,
+            collective::CollectiveKind::AllGather => &self.all_gather,
             _ => &[],
         }
     }
@@ -197,14 +202,14 @@ pub struct Evidence {
 /// descriptor last; built in a temporary sibling and renamed whole, so a full
 /// disk half-way leaves no manifest-only directory behind.
 pub fn write(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
-    crate::core::fsutil::build_dir_new(dir, |stage| write_into(stage, ev, report))
+    fsutil::build_dir_new(dir, |stage| write_into(stage, ev, report))
 }
 
 fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport>) -> Result<()> {
     let mut files = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
-        crate::core::fsutil::write_new_atomic(&dir.join(name), &bytes)?;
-        files.push(DescribedFile { name: name.into(), size_bytes: bytes.len() as u64, sha256: crate::core::fsutil::sha256_hex(&bytes) });
+        fsutil::write_new_atomic(&dir.join(name), &bytes)?;
+        files.push(DescribedFile { name: name.into(), size_bytes: bytes.len() as u64, sha256: fsutil::sha256_hex(&bytes) });
         Ok(())
     };
     put(MANIFEST, serde_json::to_vec_pretty(&ev.manifest)?)?;
@@ -214,7 +219,7 @@ fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport
     if let Some(r) = report {
         put(REPORT, serde_json::to_vec_pretty(r)?)?;
     }
-    crate::core::fsutil::write_json_new(&dir.join(DESCRIPTOR), &ValidateDescriptor { format_version: VALIDATE_FORMAT_VERSION, files })
+    fsutil::write_json_new(&dir.join(DESCRIPTOR), &ValidateDescriptor { format_version: VALIDATE_FORMAT_VERSION, files })
 }
 
 fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -> Result<T> {
@@ -226,25 +231,20 @@ fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -
 /// Returns the evidence and the manifest's SHA-256.
 pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let dpath = dir.join(DESCRIPTOR);
-    let dbytes = crate::core::limits::read_bounded(&dpath, crate::core::limits::MAX_JSON_BYTES)
+    let dbytes = limits::read_bounded(&dpath, limits::MAX_JSON_BYTES)
         .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
     if !READABLE_FORMAT_VERSIONS.contains(&desc.format_version) {
-        crate::refuse!(
-            crate::core::refusal::Code::UnsupportedVersion,
-            "{}: format version {} (this tool reads {READABLE_FORMAT_VERSIONS:?})",
-            dpath.display(),
-            desc.format_version
-        );
+        crate::refuse!(Code::UnsupportedVersion, "{}: format version {} (this tool reads {READABLE_FORMAT_VERSIONS:?})", dpath.display(), desc.format_version);
     }
     let get = |name: &str| -> Result<Vec<u8>> {
         let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
         let p = dir.join(name);
-        let bytes = crate::core::limits::read_bounded(&p, crate::core::limits::MAX_SHARD_BYTES)?;
-        let sha = crate::core::fsutil::sha256_hex(&bytes);
+        let bytes = limits::read_bounded(&p, limits::MAX_SHARD_BYTES)?;
+        let sha = fsutil::sha256_hex(&bytes);
         if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
             crate::refuse!(
-                crate::core::refusal::Code::DigestMismatch,
+                Code::DigestMismatch,
                 "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was changed after it was recorded",
                 p.display(),
                 bytes.len(),
@@ -261,7 +261,7 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
     if !READABLE_FORMAT_VERSIONS.contains(&manifest.format_version) || rounds.format_version != manifest.format_version {
         crate::refuse!(
-            crate::core::refusal::Code::UnsupportedVersion,
+            Code::UnsupportedVersion,
             "{}: format version {} with rounds.json of version {} (this tool reads {READABLE_FORMAT_VERSIONS:?}, one version per directory)",
             dir.join(MANIFEST).display(),
             manifest.format_version,
@@ -269,10 +269,10 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
         );
     }
     if rounds.rounds.len() < 2 {
-        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
+        crate::refuse!(Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
     }
     check_recorded(&manifest.settings, &rounds, dir)?;
-    Ok((Evidence { manifest, rounds, health, topology }, crate::core::fsutil::sha256_hex(&mbytes)))
+    Ok((Evidence { manifest, rounds, health, topology }, fsutil::sha256_hex(&mbytes)))
 }
 
 /// One job of a reference.
@@ -322,7 +322,7 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
         }
         if !e.path().join(DESCRIPTOR).exists() {
             crate::refuse!(
-                crate::core::refusal::Code::BadInput,
+                Code::BadInput,
                 "{}: not a validation directory (no {DESCRIPTOR}); a reference of several jobs holds only job directories written by `validate --record-reference -o {}/JOB`",
                 e.path().display(),
                 dir.display()
@@ -333,7 +333,7 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
     names.sort();
     if names.is_empty() {
         crate::refuse!(
-            crate::core::refusal::Code::BadInput,
+            Code::BadInput,
             "{}: neither a reference directory (no {DESCRIPTOR}) nor a directory of reference jobs (no subdirectory holds one); a reference is written by `validate --record-reference -o DIR`",
             dir.display()
         );
@@ -351,7 +351,7 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
         }
         if !why.is_empty() {
             crate::refuse!(
-                crate::core::refusal::Code::BadInput,
+                Code::BadInput,
                 "{}: the jobs of one reference must agree; this job differs from {}: {}",
                 dir.join(&j.name).display(),
                 dir.join(&first.name).display(),
@@ -360,7 +360,7 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
         }
     }
     let lines: String = jobs.iter().map(|j| format!("{} {}\n", j.name, j.manifest_sha)).collect();
-    let digest = crate::core::fsutil::sha256_hex(lines.as_bytes());
+    let digest = fsutil::sha256_hex(lines.as_bytes());
     Ok(ReferenceSet { jobs, digest })
 }
 
@@ -370,10 +370,10 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
 /// different size sets), and wrong results (a reference computes right).
 fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Result<()> {
     let at = |name: &str| dir.join(name).display().to_string();
-    crate::core::ranges::int("settings.iters", settings.iters, 1, 1_000_000).with_context(|| at(MANIFEST))?;
-    crate::core::ranges::int("settings.warmup_iters", settings.warmup_iters, 0, 100_000).with_context(|| at(MANIFEST))?;
+    ranges::int("settings.iters", settings.iters, 1, 1_000_000).with_context(|| at(MANIFEST))?;
+    ranges::int("settings.warmup_iters", settings.warmup_iters, 0, 100_000).with_context(|| at(MANIFEST))?;
     if settings.sizes_bytes.is_empty() {
-        crate::refuse!(crate::core::refusal::Code::BadInput, "{}: settings.sizes_bytes is empty: a reference sweeps at least one size", at(MANIFEST));
+        crate::refuse!(Code::BadInput, "{}: settings.sizes_bytes is empty: a reference sweeps at least one size", at(MANIFEST));
     }
     let sizes = |v: &[super::sweep::SizeResult]| v.iter().map(|r| r.bytes).collect::<Vec<u64>>();
     let first = &rounds.rounds[0];
@@ -381,7 +381,7 @@ fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Resul
         for (kind, got, want) in [("all_reduce", &r.all_reduce, &first.all_reduce), ("all_gather", &r.all_gather, &first.all_gather)] {
             if got.is_empty() || sizes(got) != sizes(want) {
                 crate::refuse!(
-                    crate::core::refusal::Code::BadInput,
+                    Code::BadInput,
                     "{}: round {} holds {kind} sizes {:?}, round {} {:?}: every round holds exactly the same sizes",
                     at(ROUNDS),
                     r.round,
@@ -392,7 +392,7 @@ fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Resul
             }
             if let Some(w) = got.iter().find(|x| x.wrong_elements.is_some_and(|w| w > 0)) {
                 crate::refuse!(
-                    crate::core::refusal::Code::BadInput,
+                    Code::BadInput,
                     "{}: round {} records {} wrong elements in its {kind} of {} bytes: a reference computed wrong results",
                     at(ROUNDS),
                     r.round,
@@ -441,7 +441,7 @@ fn default_token_latency_max_ratio() -> f64 {
     1.05
 }
 fn default_coverage() -> f64 {
-    crate::analysis::inference::COVERAGE
+    inference::COVERAGE
 }
 
 impl Default for Site {
@@ -519,8 +519,7 @@ impl Site {
 
     /// Read `path`.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = crate::core::limits::read_text_bounded(path, crate::core::limits::MAX_SPEC_BYTES)
-            .with_context(|| format!("reading site file {}", path.display()))?;
+        let text = limits::read_text_bounded(path, limits::MAX_SPEC_BYTES).with_context(|| format!("reading site file {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 }
@@ -530,7 +529,7 @@ fn driver_major(v: &str) -> &str {
 }
 
 /// A backend as the user spells it (`cpu`, `cuda`: the serde name), not its Rust name.
-pub(crate) fn backend_name(b: crate::evidence::shard::BackendKind) -> String {
+pub(crate) fn backend_name(b: BackendKind) -> String {
     format!("{b:?}").to_lowercase()
 }
 
@@ -567,6 +566,7 @@ pub fn contradictions(node: &NodeFacts, reference: &NodeFacts, site: &Site) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::refusal::{self, Code};
 
     fn facts() -> NodeFacts {
         NodeFacts {
@@ -617,7 +617,7 @@ mod tests {
             ("coverage = 0.9\nbusbw_min_ratio = \n", "site.toml:2"),
         ] {
             let e = Site::parse(text, "site.toml").unwrap_err();
-            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadInput), "{text}: {e:#}");
+            assert_eq!(refusal::code_of(&e), Some(Code::BadInput), "{text}: {e:#}");
             let msg = format!("{e:#}");
             assert!(msg.contains("site.toml") && msg.contains(key), "{text}: {msg}");
         }

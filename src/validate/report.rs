@@ -8,6 +8,9 @@ use super::reference::{self, Evidence, NodeFacts, RoundRecord, Site};
 use super::sweep;
 use super::verdict::{self, CheckVerdict};
 use super::{health, load, topology};
+use crate::analysis::inference;
+use crate::core::workload::SweepKind;
+use crate::core::{stats, units};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +48,7 @@ pub struct SizeRow {
     /// Collective.
     #[serde(with = "sweep::by_name")]
     #[schemars(with = "sweep::by_name::Schema")]
-    pub collective: crate::core::workload::SweepKind,
+    pub collective: SweepKind,
     /// Size, bytes.
     pub bytes: u64,
     /// Median over rounds of busbw on this node, GB/s.
@@ -144,7 +147,7 @@ pub(super) fn geo_busbw(rows: &[sweep::SizeResult]) -> Option<f64> {
 
 fn median_of(v: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = v.collect();
-    crate::core::stats::median(&mut v).unwrap_or(f64::NAN)
+    stats::median(&mut v).unwrap_or(f64::NAN)
 }
 
 /// The verdicts (I/O free): this node's evidence against the reference's.
@@ -326,7 +329,7 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
                 findings.push(match r.rounds_to_resolve {
                     Some(n) => format!("inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"),
                     None => {
-                        format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", crate::analysis::inference::MAX_ROUNDS)
+                        format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", inference::MAX_ROUNDS)
                     }
                 });
             }
@@ -368,7 +371,7 @@ pub fn render(r: &ValidationReport) -> String {
     if r.checks.is_empty() {
         let _ = writeln!(s, "{:<11} {:>12} {:>14} {:>12}", "collective", "size", "busbw GB/s", "time us");
         for z in &r.sizes {
-            let _ = writeln!(s, "{:<11} {:>12} {:>14.3} {:>12.2}", sweep::name(z.collective), crate::core::units::fmt_bytes(z.bytes), z.busbw_gbps, z.time_us);
+            let _ = writeln!(s, "{:<11} {:>12} {:>14.3} {:>12.2}", sweep::name(z.collective), units::fmt_bytes(z.bytes), z.busbw_gbps, z.time_us);
         }
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;

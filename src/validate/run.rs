@@ -8,16 +8,23 @@ use super::reference::{self, Evidence, NodeFacts, RoundRecord};
 use super::report::{build_report, geo_busbw, render};
 use super::sweep;
 use super::{health, load, topology, ValidateArgs, EXIT_COULD_NOT_RUN};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::CudaBackend;
 use crate::backend::{Backend, BackendPlan};
-use crate::core::clock::RankClock;
+use crate::core::clock::{unix_ms, RankClock};
+use crate::core::identity::{self, ToolIdentity};
+use crate::core::refusal::Code;
 use crate::core::workload::{DelayInjection, WorkloadSpec};
+use crate::core::{fsutil, stats};
 use crate::evidence::shard::BackendKind;
+use crate::rank::phases::RunnerControls;
 use anyhow::{bail, Context, Result};
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::PathBuf;
+use std::sync::atomic::{self, AtomicBool};
 
 /// Entry point: the process's exit code.
 pub fn command(a: ValidateArgs) -> i32 {
@@ -64,23 +71,20 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let local = world.split_shared(world.rank());
     if local.size() as u32 != ranks {
         crate::refuse!(
-            crate::core::refusal::Code::BadArgument,
+            Code::BadArgument,
             "validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it with --nodelist/-N 1",
             local.size()
         );
     }
     if ranks < 2 {
-        crate::refuse!(
-            crate::core::refusal::Code::BadArgument,
-            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing"
-        );
+        crate::refuse!(Code::BadArgument, "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing");
     }
     if let Some(d) = plan.delay {
         if d.rank >= ranks {
-            crate::refuse!(crate::core::refusal::Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
+            crate::refuse!(Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
         }
     }
-    let started_unix_ms = crate::core::clock::unix_ms();
+    let started_unix_ms = unix_ms();
     let spec = workload_spec(&plan.settings, plan.backend, ranks)?;
     let clock = RankClock::new(rank, &[]);
     let progress = |msg: &str| {
@@ -100,7 +104,7 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let m = Measurement { a, plan, world, clock: &clock, spec: &spec, watch: &watch, start_health, xids, started_unix_ms, progress: &progress };
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = crate::backend::cpu::CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
+            let mut b = CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
             measure(m, &mut b)
         }
         BackendKind::Cuda => {
@@ -113,7 +117,7 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
                 gpu: None,
                 cupti: false,
             };
-            let mut b = crate::backend::cuda::CudaBackend::new(world, &bplan, clock.clone(), o)?;
+            let mut b = CudaBackend::new(world, &bplan, clock.clone(), o)?;
             measure(m, &mut b)
         }
     }
@@ -124,14 +128,14 @@ fn node_facts<B: Backend>(b: &B, ranks: u32, watch: Option<&health::Watch>) -> N
     let dev = b.device();
     let fact = |k: &str| dev.facts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     NodeFacts {
-        host: crate::core::identity::hostname(),
+        host: identity::hostname(),
         backend: b.info().kind,
         ranks,
         sku: dev.name.clone(),
         gpu_count: watch.and_then(|w| w.nvml().device_count().ok()),
         driver_version: watch.and_then(|w| w.driver_version().value),
         nccl_version: fact("nccl_version"),
-        mpi_library: crate::core::identity::mpi_library(),
+        mpi_library: identity::mpi_library(),
     }
 }
 
@@ -194,7 +198,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
     world.all_gather_into(&std::process::id(), &mut job_pids[..]);
     let load_start = (rank == 0).then(load::snapshot);
     // rank 0 samples every GPU through NVML on a thread while the rounds run
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
     let (rounds, samples) = std::thread::scope(|scope| -> Result<(Vec<RoundRecord>, Vec<health::HealthSample>)> {
         let sampler = w.map(|w| scope.spawn(|| w.sample_until(&stop, std::time::Duration::from_secs(1))));
         let run = (|| -> Result<Vec<RoundRecord>> {
@@ -234,7 +238,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
             }
             Ok(rounds)
         })();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, atomic::Ordering::Relaxed);
         let samples = sampler.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
         Ok((run?, samples))
     })?;
@@ -272,7 +276,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
         format_version: reference::VALIDATE_FORMAT_VERSION,
         kind: kind.into(),
         started_unix_ms,
-        tool: crate::core::identity::ToolIdentity::current(),
+        tool: ToolIdentity::current(),
         node: node.clone(),
         settings: s.clone(),
         rounds: a.rounds,
@@ -281,15 +285,15 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
         reference_jobs: plan.reference.as_ref().map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect()).unwrap_or_default(),
         inject_delay: a.inject_delay.clone(),
         argv: std::env::args().collect(),
-        env: crate::core::identity::recorded_env(),
+        env: identity::recorded_env(),
     };
     let ev = Evidence { manifest, rounds: reference::RoundsFile { format_version: reference::VALIDATE_FORMAT_VERSION, rounds }, health, topology: topo };
     let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("validate-{}-{}", node.host, started_unix_ms)));
     let report = build_report(plan, &ev, &out)?;
     reference::write(&out, &ev, plan.reference.as_ref().map(|_| &report))?;
     if let Some(path) = &a.prometheus {
-        let text = super::report::prometheus(&report, crate::core::clock::unix_ms() / 1000);
-        crate::core::fsutil::replace_atomic(path, text.as_bytes()).with_context(|| format!("--prometheus {}", path.display()))?;
+        let text = super::report::prometheus(&report, unix_ms() / 1000);
+        fsutil::replace_atomic(path, text.as_bytes()).with_context(|| format!("--prometheus {}", path.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -311,10 +315,10 @@ fn workload_round<B: Backend>(
     spec: &WorkloadSpec,
     delay: Option<DelayInjection>,
 ) -> Result<Vec<f64>> {
-    let mut runner = crate::rank::phases::Runner::new(backend, clock, spec, crate::rank::phases::RunnerControls { delay, ..Default::default() });
+    let mut runner = crate::rank::phases::Runner::new(backend, clock, spec, RunnerControls { delay, ..Default::default() });
     runner.run_all()?;
     let mut lat: Vec<f64> = runner.body.tokens.iter().filter(|t| !t.warmup).map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3).collect();
-    let mine = crate::core::stats::median(&mut lat).context("the workload recorded no timed token")?;
+    let mine = stats::median(&mut lat).context("the workload recorded no timed token")?;
     let mut all = vec![0f64; world.size() as usize];
     world.all_gather_into(&mine, &mut all[..]);
     Ok(all)

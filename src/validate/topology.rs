@@ -10,7 +10,9 @@
 //! a difference fails the topology check, an unreadable entry is recorded
 //! with NVML's error and compared as such.
 use super::health::Reading;
+use crate::core::identity;
 use serde::{Deserialize, Serialize};
+use std::os::raw;
 
 /// One GPU as topology sees it.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -95,7 +97,7 @@ pub fn read(nvml: &nvml_wrapper::Nvml, ranks: u32) -> Topology {
         }
         matrix.push(row);
     }
-    Topology { not_applicable: None, ranks, cpu_model: crate::core::identity::cpu_model(), gpus, matrix }
+    Topology { not_applicable: None, ranks, cpu_model: identity::cpu_model(), gpus, matrix }
 }
 
 /// The CPU backend's topology: ranks and CPU model only.
@@ -103,15 +105,15 @@ pub fn cpu(ranks: u32) -> Topology {
     Topology {
         not_applicable: Some("no GPU: NVML topology not applicable (CPU backend)".into()),
         ranks,
-        cpu_model: crate::core::identity::cpu_model(),
+        cpu_model: identity::cpu_model(),
         gpus: Vec::new(),
         matrix: Vec::new(),
     }
 }
 
 /// CPU mask words as ranges, e.g. `0-15,32-47`.
-fn mask_ranges(words: &[std::os::raw::c_ulong]) -> String {
-    let bits = std::mem::size_of::<std::os::raw::c_ulong>() * 8;
+fn mask_ranges(words: &[raw::c_ulong]) -> String {
+    let bits = std::mem::size_of::<raw::c_ulong>() * 8;
     let set: Vec<usize> = words.iter().enumerate().flat_map(|(w, &m)| (0..bits).filter(move |b| m >> b & 1 == 1).map(move |b| w * bits + b)).collect();
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
@@ -163,11 +165,12 @@ pub fn differences(node: &Topology, reference: &Topology) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::raw;
 
     #[test]
     fn masks_print_as_ranges() {
         assert_eq!(mask_ranges(&[0b1110_1111]), "0-3,5-7");
-        assert_eq!(mask_ranges(&[0, 1]), (std::mem::size_of::<std::os::raw::c_ulong>() * 8).to_string());
+        assert_eq!(mask_ranges(&[0, 1]), (std::mem::size_of::<raw::c_ulong>() * 8).to_string());
     }
 
     #[test]
