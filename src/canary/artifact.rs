@@ -12,7 +12,10 @@
 //! are not exactly those the writer produces (one changed byte anywhere is
 //! refused as `DIGEST_MISMATCH`).
 use crate::canary::fold::Node;
-use crate::evidence::commtrace::{CollectiveKind, TraceDtype, TraceGroup, UnknownField};
+use crate::core::collective::TraceReduceOp;
+use crate::core::refusal::{self, Code};
+use crate::core::{fsutil, limits};
+use crate::evidence::commtrace::{json_shape, CollectiveKind, JsonShape, TraceDtype, TraceGroup, UnknownField};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -133,7 +136,7 @@ pub struct Identity {
     pub stream: Option<u64>,
     /// The recorded reduction where not a sum (an MPI capture's); absent otherwise, and in artifacts made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub op: Option<crate::core::collective::TraceReduceOp>,
+    pub op: Option<TraceReduceOp>,
 }
 
 impl Identity {
@@ -390,7 +393,7 @@ impl Canary {
     /// Write it (atomically, never replacing).
     pub fn write(&self, path: &Path) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self)?;
-        crate::core::fsutil::write_new_atomic(path, &bytes)
+        fsutil::write_new_atomic(path, &bytes)
     }
     /// Whether it was made by `reduce` (and must say so).
     pub fn is_reduced(&self) -> bool {
@@ -431,13 +434,13 @@ fn expanded_checked(nodes: &[Node], main: Option<(usize, u64)>, nslots: usize, m
         let add = match n {
             Node::Op(s) => {
                 if *s as usize >= nslots {
-                    crate::refuse!(crate::core::refusal::Code::BadStructure, "the body names slot {s}; the artifact has {nslots} slots");
+                    crate::refuse!(Code::BadStructure, "the body names slot {s}; the artifact has {nslots} slots");
                 }
                 1
             }
             Node::Loop { count, body } => {
                 if depth_left == 0 {
-                    crate::refuse!(crate::core::refusal::Code::OverLimit, "loops nested more than 64 deep");
+                    crate::refuse!(Code::OverLimit, "loops nested more than 64 deep");
                 }
                 let k = match main {
                     Some((m, it)) if m == i => it,
@@ -467,8 +470,8 @@ fn expanded_checked(nodes: &[Node], main: Option<(usize, u64)>, nslots: usize, m
 pub fn check_consistency(c: &Canary) -> Result<Shape> {
     use crate::core::refusal::Code;
     let world = c.source.world_size as u64;
-    if world == 0 || world > crate::core::limits::MAX_WORLD_SIZE as u64 {
-        crate::refuse!(Code::BadStructure, "source.world_size is {world}, outside 1..={}", crate::core::limits::MAX_WORLD_SIZE);
+    if world == 0 || world > limits::MAX_WORLD_SIZE as u64 {
+        crate::refuse!(Code::BadStructure, "source.world_size is {world}, outside 1..={}", limits::MAX_WORLD_SIZE);
     }
     if c.source.collectives_per_rank.len() as u64 != world {
         crate::refuse!(Code::BadStructure, "source.collectives_per_rank lists {} ranks, source.world_size is {world}", c.source.collectives_per_rank.len());
@@ -532,7 +535,7 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         Some(p) => crate::refuse!(Code::BadStructure, "main_loop {p:?} names no top-level loop of the body"),
     };
     let over = |what: &str| {
-        crate::core::refusal::refuse(
+        refusal::refuse(
             Code::OverLimit,
             format!("the body expands to more than {MAX_PASS_COLLECTIVES} collectives per rank {what} (its loop counts multiply past the bound)"),
         )
@@ -581,10 +584,10 @@ pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
     match (m, digits) {
         (Method::Compiled, 1..=5) => Ok(10u64.pow(6 - digits as u32)),
         (Method::Compiled, d) => {
-            crate::refuse!(crate::core::refusal::Code::BadStructure, "a compiled artifact at {d} significant digits: `canary compile` makes 1 to 5")
+            crate::refuse!(Code::BadStructure, "a compiled artifact at {d} significant digits: `canary compile` makes 1 to 5")
         }
         (_, 0) => Ok(0),
-        (m, d) => crate::refuse!(crate::core::refusal::Code::BadStructure, "a {} artifact at {d} significant digits: it stores exact values (0)", m.name()),
+        (m, d) => crate::refuse!(Code::BadStructure, "a {} artifact at {d} significant digits: it stores exact values (0)", m.name()),
     }
 }
 
@@ -592,20 +595,20 @@ pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
 pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
     use crate::core::refusal::Code;
     const WRITES: &str = "a canary artifact is the file `commcanary canary compile TRACE -o FILE` (or `canary reduce`) writes";
-    let bytes = crate::core::limits::read_bounded(path, MAX_ARTIFACT_BYTES).map_err(|e| {
+    let bytes = limits::read_bounded(path, MAX_ARTIFACT_BYTES).map_err(|e| {
         let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
-        match crate::core::refusal::code_of(&e) {
-            _ if missing => crate::core::refusal::refuse(Code::NoSuchInput, format!("canary artifact {}: no such file; {WRITES}", path.display())),
+        match refusal::code_of(&e) {
+            _ if missing => refusal::refuse(Code::NoSuchInput, format!("canary artifact {}: no such file; {WRITES}", path.display())),
             Some(_) => e.context(format!("reading canary artifact {}", path.display())),
-            None => crate::core::refusal::refuse(Code::BadInput, format!("reading canary artifact {}: {e:#}", path.display())),
+            None => refusal::refuse(Code::BadInput, format!("reading canary artifact {}: {e:#}", path.display())),
         }
     })?;
-    let c = from_slice(&bytes).map_err(|e| match crate::core::refusal::code_of(&e) {
+    let c = from_slice(&bytes).map_err(|e| match refusal::code_of(&e) {
         Some(Code::UnsupportedVersion) => {
             e.context(format!("canary artifact {}: compile it again from its source trace with this build (`commcanary canary compile`)", path.display()))
         }
         Some(_) => e.context(format!("canary artifact {}", path.display())),
-        None if crate::evidence::commtrace::json_shape(&bytes) == Some(crate::evidence::commtrace::JsonShape::CommTrace) => crate::core::refusal::refuse(
+        None if json_shape(&bytes) == Some(JsonShape::CommTrace) => refusal::refuse(
             Code::BadFormat,
             format!(
                 "{}: a communication trace, not a canary artifact: compile it first (`commcanary canary compile {} -o OUT.canary.json`)",
@@ -613,7 +616,7 @@ pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
                 path.display()
             ),
         ),
-        None => crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary artifact: {e:#}; {WRITES}", path.display())),
+        None => refusal::refuse(Code::BadFormat, format!("{}: not a canary artifact: {e:#}; {WRITES}", path.display())),
     })?;
     Ok((c, bytes))
 }

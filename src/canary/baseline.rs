@@ -8,7 +8,7 @@
 //! its exact recorded values. Refuses nothing. The methods: docs/METHODS.md,
 //! "Baselines".
 use crate::canary::artifact::*;
-use crate::canary::compile::{bind_source, timings};
+use crate::canary::compile::{bind_source, identity_of, left_out_p2p, timings};
 use crate::canary::fold::Node;
 use crate::evidence::commtrace::CommTrace;
 use anyhow::Result;
@@ -165,7 +165,7 @@ pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usi
     for &p in pos {
         let mut ranks = Vec::new();
         for (ri, r) in t.ranks.iter().enumerate() {
-            let id = crate::canary::compile::identity_of(&r.collectives[p]);
+            let id = identity_of(&r.collectives[p]);
             let idx = match identities.iter().position(|x| *x == id) {
                 Some(i) => i,
                 None => {
@@ -212,7 +212,7 @@ pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usi
             detail: format!("{} of the source's positions kept, by {} sampling", pos.len(), method.name()),
         }],
         sizes: Sizes { source_events, artifact_events: k * world, replayed_events: iterations * k * world },
-        left_out_p2p: crate::canary::compile::left_out_p2p(t),
+        left_out_p2p: left_out_p2p(t),
         digest: String::new(),
     };
     c.seal()
@@ -221,9 +221,10 @@ pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canary::synth;
     #[test]
     fn every_method_keeps_k_positions_in_order() {
-        let t = crate::canary::synth::synth(100, 4, 7).unwrap();
+        let t = synth::synth(100, 4, 7).unwrap();
         for m in METHODS.into_iter().chain([Method::HeadSample]) {
             let p = positions(&t, m, 10, 3);
             assert!(!p.is_empty() && p.len() <= 10, "{m:?}: {p:?}");

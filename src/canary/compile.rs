@@ -11,6 +11,8 @@
 //! Method: docs/METHODS.md, "Canary compilation".
 use crate::canary::artifact::*;
 use crate::canary::fold::{self, FoldNode, Node};
+use crate::core::fsutil;
+use crate::evidence::commtrace::mpi::MpiP2p;
 use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
@@ -119,7 +121,7 @@ pub(crate) fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<Sou
     }
     Ok(SourceBinding {
         path: path.to_string(),
-        file_sha256: crate::core::fsutil::sha256_hex(bytes),
+        file_sha256: fsutil::sha256_hex(bytes),
         canonical_sha256: canonical_sha256(t)?,
         origin: source_origin(t),
         world_size: t.world_size,
@@ -378,7 +380,7 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
 /// which the folding does not keep, counted per rank; `None` where it has none.
 pub(crate) fn left_out_p2p(t: &CommTrace) -> Option<LeftOutP2p> {
     let m = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty()))?;
-    let bytes = |o: &crate::evidence::commtrace::mpi::MpiP2p| o.elems.saturating_mul(u64::try_from(o.dtype_bytes).unwrap_or(0));
+    let bytes = |o: &MpiP2p| o.elems.saturating_mul(u64::try_from(o.dtype_bytes).unwrap_or(0));
     Some(LeftOutP2p {
         operations_per_rank: m.p2p.iter().map(|r| r.len() as u64).collect(),
         bytes_sent_per_rank: m.p2p.iter().map(|r| r.iter().filter(|o| o.direction == "send").map(bytes).sum()).collect(),
@@ -457,14 +459,16 @@ pub(crate) fn expanded_len(body: &[Node], main_loop: Option<&[u32]>, iterations:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canary::synth;
+    use crate::core::refusal::{self, Code};
 
     #[test]
     fn lossless_with_an_iteration_count_is_refused_not_ignored() {
-        let t = crate::canary::synth::synth(60, 2, 1).unwrap();
+        let t = synth::synth(60, 2, 1).unwrap();
         let bytes = serde_json::to_vec(&t).unwrap();
         for k in [1u64, 2, 1000] {
             let e = compile(&t, &bytes, &CompileOptions { lossless: true, iterations: Some(k), ..Default::default() }).unwrap_err();
-            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::BadArgument), "{e:#}");
+            assert_eq!(refusal::code_of(&e), Some(Code::BadArgument), "{e:#}");
         }
         compile(&t, &bytes, &CompileOptions { lossless: true, ..Default::default() }).unwrap();
     }

@@ -9,7 +9,7 @@
 //! slot take the quantiles `(j + 0.5) / m` in one seeded order shared by all
 //! ranks; exact values are taken in order. The result is checked like any
 //! imported trace (group consistency, pairs) before it is returned.
-use crate::canary::artifact::{Canary, Values};
+use crate::canary::artifact::{check_consistency, Canary, Values};
 use crate::canary::fold::Node;
 use crate::evidence::commtrace::{
     self, ClockDomain, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceSource, UnknownField,
@@ -53,7 +53,7 @@ fn value_at(v: &Values, j: usize, pos: usize, m: usize) -> Option<u64> {
 /// Expand an artifact into the trace its replay walks.
 pub fn expand(c: &Canary) -> Result<CommTrace> {
     // what the expansion will hold, from the body's own counts, bounded before anything is built
-    crate::canary::artifact::check_consistency(c)?;
+    check_consistency(c)?;
     let order = visits(c);
     let nslots = c.slots.len();
     let mut m = vec![0usize; nslots];

@@ -8,6 +8,7 @@
 //! is removed (it holds the unredacted source). Refuses an output or audit
 //! path that exists, before anything is written.
 use super::{compile, redact, verify};
+use crate::core::fsutil;
 use crate::core::refusal::Code;
 use crate::evidence::commtrace::CommTrace;
 use anyhow::{Context, Result};
@@ -42,8 +43,8 @@ pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> R
     }
     let mut audit = redact::AuditLog {
         format_version: 1,
-        input_sha256: crate::core::fsutil::sha256_hex(bytes),
-        output_sha256: crate::core::fsutil::sha256_hex(&rbytes),
+        input_sha256: fsutil::sha256_hex(bytes),
+        output_sha256: fsutil::sha256_hex(&rbytes),
         transforms,
         decision_survives: None,
     };
@@ -100,8 +101,8 @@ pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> R
             None => "not re-verified".into(),
         });
     }
-    crate::core::fsutil::write_new_atomic(&o.out, &rbytes)?;
-    if let Err(e) = crate::core::fsutil::write_json_new(&audit_path, &audit) {
+    fsutil::write_new_atomic(&o.out, &rbytes)?;
+    if let Err(e) = fsutil::write_json_new(&audit_path, &audit) {
         // the output without its audit log is not a redaction
         let _ = std::fs::remove_file(&o.out);
         return Err(e);

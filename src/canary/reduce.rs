@@ -8,6 +8,7 @@
 //! `decision-preserving, not source-verified` wherever it appears; `verify`
 //! judges it like any candidate.
 //! Method: docs/METHODS.md, "Delta debugging on the decision".
+use crate::core::refusal::Code;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -64,7 +65,7 @@ impl Oracle {
 pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutcome> {
     if oracle.decided.is_empty() {
         crate::refuse!(
-            crate::core::refusal::Code::NoDecision,
+            Code::NoDecision,
             "the campaign decided no pair of configurations ({}), so there is no decision to preserve: run more rounds, or configurations that differ",
             oracle.configs.join(", ")
         );
@@ -129,6 +130,7 @@ pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::refusal::{self, Code};
     #[test]
     fn ddmin_finds_the_one_event_that_decides() {
         // config b is faster only on the 1 MiB identity; everything else ties
@@ -161,7 +163,7 @@ mod tests {
             let configs: Vec<String> = (0..costs.len()).map(|i| format!("c{i}")).collect();
             let o = Oracle { configs, cost_us: costs, keys: keys.clone(), min_effect_pct: 2.0, decided: Vec::new() };
             let e = ddmin(50, &o, 200).unwrap_err();
-            assert_eq!(crate::core::refusal::code_of(&e), Some(crate::core::refusal::Code::NoDecision), "{e:#}");
+            assert_eq!(refusal::code_of(&e), Some(Code::NoDecision), "{e:#}");
         }
         let o = Oracle {
             configs: vec!["c0".into(), "c1".into(), "c2".into()],

@@ -9,9 +9,11 @@
 //! changes a candidate's assurance state (the ladder keeps its meaning).
 use super::compare::JobMeasure;
 pub use super::compare::TruthJudgement;
+use crate::analysis::agreement;
 use crate::analysis::policy::AnalysisPolicy;
 use crate::analysis::ranking::Relation;
 use crate::analysis::truth::{regret_from_pairs, TruthReport};
+use crate::core::stats;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -50,7 +52,7 @@ fn unlabel(s: &str) -> String {
 pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>], policy: &AnalysisPolicy) -> Result<Option<TruthJudgement>> {
     let med = |v: &[f64]| {
         let mut v = v.to_vec();
-        crate::core::stats::median(&mut v)
+        stats::median(&mut v)
     };
     let per_config: Vec<Option<f64>> = jobs.iter().map(|js| med(&js.iter().filter_map(|j| med(&j.pass_us)).collect::<Vec<_>>())).collect();
     let Some(pick) = per_config.iter().enumerate().filter_map(|(i, m)| m.map(|m| (i, m))).min_by(|a, b| a.1.total_cmp(&b.1)).map(|(i, _)| i) else {
@@ -63,7 +65,7 @@ pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>
     let truth_rel: Vec<Relation> = t.pairs.iter().map(|p| p.relation).collect();
     let decided = truth_rel.iter().any(|r| *r != Relation::NotDistinguished);
     let pin = super::compare::phase_input(configs, jobs);
-    let rounds = if decided { crate::analysis::agreement::rounds_to_decide(&pin, policy, &truth_rel)? } else { None };
+    let rounds = if decided { agreement::rounds_to_decide(&pin, policy, &truth_rel)? } else { None };
     let secs = rounds.map(|r| {
         let mut all: Vec<u32> = jobs.iter().flatten().map(|j| j.round).collect();
         all.sort_unstable();

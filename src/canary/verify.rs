@@ -10,13 +10,22 @@
 //! source other than the one compiled, an output directory that exists, and a
 //! candidate that a check needing no measurement already fails (`STATIC_CHECK`,
 //! unless `--replay-failed`). Details: docs/METHODS.md, "Canary verification".
-use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad};
+use crate::analysis::ranking::Relation;
+use crate::analysis::truth::TruthReport;
+use crate::analysis::{agreement, overlap, summary};
+use crate::campaign::chain::{self, Selection};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, LauncherKind, TraceCanary};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
+use crate::canary::fold::Node;
+use crate::canary::reduce::Oracle;
 use crate::canary::{baseline, compile, expand, Assurance};
-use crate::core::refusal::Code;
-use crate::core::workload::Phase;
-use crate::evidence::commtrace::CommTrace;
+use crate::core::refusal::{code_of, refuse, Code};
+use crate::core::workload::{self, Phase};
+use crate::core::{fsutil, limits, stats};
+use crate::evidence::commtrace::{self, CommTrace};
+use crate::evidence::join::{self, JoinedRun};
+use crate::report::run::{self, RunOptions};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -121,7 +130,7 @@ pub fn facts(t: &CommTrace) -> TraceFacts {
 
 /// Check the artifact against the source bytes: refused on any mismatch.
 pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<()> {
-    let sha = crate::core::fsutil::sha256_hex(src_bytes);
+    let sha = fsutil::sha256_hex(src_bytes);
     if sha == c.source.file_sha256 {
         return Ok(());
     }
@@ -151,7 +160,7 @@ pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_byte
 }
 
 fn variant_config(variant: &str, config: &str) -> String {
-    crate::campaign::spec::TraceCanary::config_name(variant, config)
+    TraceCanary::config_name(variant, config)
 }
 
 struct Candidate {
@@ -164,9 +173,8 @@ struct Candidate {
 /// Run the verification; its campaign runs as `campaign run` does, printing to stderr (stdout keeps the verdict).
 pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
-    let src_bytes = crate::core::limits::read_bounded(&o.source, crate::core::limits::MAX_TEXT_TABLE_BYTES)
-        .with_context(|| format!("reading source {}", o.source.display()))?;
-    let t = CommTrace::from_slice(&src_bytes).map_err(|e| crate::core::refusal::refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
+    let src_bytes = limits::read_bounded(&o.source, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading source {}", o.source.display()))?;
+    let t = CommTrace::from_slice(&src_bytes).map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
     let mut arts: Vec<(String, Canary, u64)> = Vec::new();
     for (i, p) in std::iter::once(&o.canary).chain(&o.also).enumerate() {
         let (c, bytes) = artifact::read(p)?;
@@ -253,8 +261,8 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     // another than f32/bf16 run through the trace executor, in their own)
     let world: Vec<u32> = (0..t.world_size).collect();
     let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find_map(|c| {
-        let dtype = crate::core::workload::Dtype::try_from(c.dtype).ok()?;
-        (c.kind == crate::evidence::commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world)).then_some(dtype)
+        let dtype = workload::Dtype::try_from(c.dtype).ok()?;
+        (c.kind == commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world)).then_some(dtype)
     });
     if let Some(dtype) = ar_dtype {
         spec.workload.extra_args.extend(["--dtype".to_string(), dtype.name().to_string()]);
@@ -266,7 +274,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         }
     }
     spec.configs = configs;
-    spec.trace_canary = Some(crate::campaign::spec::TraceCanary {
+    spec.trace_canary = Some(TraceCanary {
         source: variants[0].clone(),
         variants: variants[1..].to_vec(),
         configs: spec_in.configs.iter().map(|c| c.name.clone()).collect(),
@@ -305,15 +313,15 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         Controls { aa, known_bad: kb }
     });
     // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
-    spec.validate().and_then(|()| spec.check_rank_plans()).map_err(|e| match crate::core::refusal::code_of(&e) {
+    spec.validate().and_then(|()| spec.check_rank_plans()).map_err(|e| match code_of(&e) {
         Some(_) => e.context(format!("{} with these options makes an invalid campaign", o.configs.display())),
-        None => crate::core::refusal::refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
+        None => refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
     })?;
     let inputs = o.out.join("inputs");
     std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
-    crate::core::fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
+    fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
     for c in &cands {
-        crate::core::fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
+        fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
         c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
     }
     let spec_path = o.out.join("verify-spec.toml");
@@ -322,7 +330,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         o.configs.display(),
         toml::to_string(&spec).context("writing the verify spec")?
     );
-    crate::core::fsutil::write_new_atomic(&spec_path, text.as_bytes())?;
+    fsutil::write_new_atomic(&spec_path, text.as_bytes())?;
     let campaign_dir = o.out.join("campaign");
     writeln!(
         log,
@@ -332,12 +340,12 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         spec.repetitions,
         variants.len() * spec_in.configs.len() * spec.repetitions as usize
     )?;
-    let run = crate::report::run::RunOptions { retries: 1, ..Default::default() };
-    crate::report::run::run(&spec_path, &campaign_dir, &run, &mut std::io::stderr())?;
+    let run = RunOptions { retries: 1, ..Default::default() };
+    run::run(&spec_path, &campaign_dir, &run, &mut std::io::stderr())?;
     // collect
-    let (m, manifest_sha) = crate::campaign::chain::load_manifest(&campaign_dir)?;
+    let (m, manifest_sha) = chain::load_manifest(&campaign_dir)?;
     let sel_path = campaign_dir.join("selection.json");
-    let sel: crate::campaign::chain::Selection = serde_json::from_slice(&crate::core::limits::read_bounded(&sel_path, crate::core::limits::MAX_JSON_BYTES)?)
+    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sel_path, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
     let config_names: Vec<String> = spec_in.configs.iter().map(|c| c.name.clone()).collect();
     let mut measures: BTreeMap<String, Vec<Vec<JobMeasure>>> = variants.iter().map(|v| (v.clone(), vec![Vec::new(); config_names.len()])).collect();
@@ -349,7 +357,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         }
         let (v, cfg) = cell.label.split_once('.').with_context(|| format!("label {}", cell.label))?;
         let ci = config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
-        let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        let j = join::join_dir(&campaign_dir.join(&e.run_dir))?;
         j.refuse_synthetic("canary verify")?;
         if let Some(s) = j.shards.first() {
             backend = serde_json::to_value(s.header.backend)?.as_str().unwrap_or("").to_string();
@@ -362,7 +370,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let mut behaved = Vec::new();
     let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
     // the campaign's own report, read through its type (absent: analyze wrote none)
-    let report: Option<crate::analysis::Report> = match crate::core::limits::read_bounded(&report_path, crate::core::limits::MAX_JSON_BYTES) {
+    let report: Option<crate::analysis::Report> = match limits::read_bounded(&report_path, limits::MAX_JSON_BYTES) {
         Ok(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?),
         Err(_) => None,
     };
@@ -375,7 +383,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let policy = &spec_in.analysis;
     let src_jobs = measures.get("source").cloned().unwrap_or_default();
     // the real job's ranking, from the campaign report's truth section
-    let truth_section: Option<crate::analysis::truth::TruthReport> = match &spec.truth {
+    let truth_section: Option<TruthReport> = match &spec.truth {
         None => None,
         Some(_) => match &report {
             Some(r) => r.truth.clone(),
@@ -390,7 +398,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         for v in &variants {
             let jobs = &measures[v];
             let p = compare::phase_input(&config_names, jobs);
-            let rels = crate::analysis::agreement::relations_in_first_rounds(&p, policy, jobs.first().map_or(0, |j| j.len()));
+            let rels = agreement::relations_in_first_rounds(&p, policy, jobs.first().map_or(0, |j| j.len()));
             let ki = config_names.iter().position(|c| c == kb);
             let ok = match (rels, ki) {
                 (Ok(rels), Some(ki)) => {
@@ -402,9 +410,9 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
                             let r = rels[idx];
                             idx += 1;
                             if a == ki {
-                                all &= r == crate::analysis::ranking::Relation::BFaster;
+                                all &= r == Relation::BFaster;
                             } else if b == ki {
-                                all &= r == crate::analysis::ranking::Relation::AFaster;
+                                all &= r == Relation::AFaster;
                             }
                         }
                     }
@@ -526,7 +534,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         format_version: VERIFY_FORMAT_VERSION,
         evidence,
         source: artifact::SourceBinding { path: o.source.display().to_string(), ..cands[0].artifact.source.clone() },
-        spec: (o.configs.display().to_string(), crate::core::fsutil::sha256_file(&o.configs)?),
+        spec: (o.configs.display().to_string(), fsutil::sha256_file(&o.configs)?),
         backend,
         rounds: spec.repetitions,
         configs: config_names,
@@ -537,17 +545,17 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         truth,
         never_granted: "production-representative: only the workload's owner can know whether the traced run represents production".into(),
     };
-    crate::core::fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
+    fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
     Ok(report)
 }
 
 /// Per rank, the slot of every position when the body is walked at the source's counts.
 fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
-    fn go(nodes: &[crate::canary::fold::Node], out: &mut Vec<u32>) {
+    fn go(nodes: &[Node], out: &mut Vec<u32>) {
         for n in nodes {
             match n {
-                crate::canary::fold::Node::Op(s) => out.push(*s),
-                crate::canary::fold::Node::Loop { count, body } => {
+                Node::Op(s) => out.push(*s),
+                Node::Loop { count, body } => {
                     for _ in 0..*count {
                         go(body, out);
                     }
@@ -675,13 +683,13 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
 
 fn launcher_name(s: &CampaignSpec) -> &'static str {
     match s.launcher.kind {
-        crate::campaign::spec::LauncherKind::Mpirun => "mpirun",
-        crate::campaign::spec::LauncherKind::Srun => "srun",
+        LauncherKind::Mpirun => "mpirun",
+        LauncherKind::Srun => "srun",
     }
 }
 
 /// What one verified run measured.
-pub(crate) fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> Result<JobMeasure> {
+pub(crate) fn job_measure(j: &JoinedRun, round: u32) -> Result<JobMeasure> {
     let mut per_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // per pass (token), its collectives in sequence order: (seq, kind, latency)
     let mut passes: BTreeMap<Option<u32>, Vec<(u64, String, f64)>> = BTreeMap::new();
@@ -709,16 +717,16 @@ pub(crate) fn job_measure(j: &crate::evidence::join::JoinedRun, round: u32) -> R
     let mut shares = Vec::new();
     for s in &j.shards {
         if s.header.workload.phases.contains(&Phase::Overlap) {
-            let (_, compute, comm) = crate::analysis::overlap::phase_intervals_ns(s, Phase::Overlap);
+            let (_, compute, comm) = overlap::phase_intervals_ns(s, Phase::Overlap);
             let us = |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
-            if let Some(x) = crate::analysis::overlap::overlap(&us(compute), &us(comm)).ok().and_then(|r| r.overlap_of_comm) {
+            if let Some(x) = overlap::overlap(&us(compute), &us(comm)).ok().and_then(|r| r.overlap_of_comm) {
                 shares.push(x);
             }
         }
     }
     Ok(JobMeasure {
         round,
-        pass_us: crate::analysis::summary::job_samples_us(j, Phase::Replay),
+        pass_us: summary::job_samples_us(j, Phase::Replay),
         per_kind_us: per_kind,
         per_kind_recurring_us,
         replay_s,
@@ -879,29 +887,27 @@ pub fn render_short(r: &VerifyReport) -> String {
 
 /// The oracle of `canary reduce`: the source replays of a `canary verify`
 /// directory of this trace (refused when the directory verified another trace).
-pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<crate::canary::reduce::Oracle> {
+pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<Oracle> {
     let rp = dir.join("canary-verify.json");
-    let bytes = crate::core::limits::read_bounded(&rp, crate::core::limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
-    let r: VerifyReport = serde_json::from_slice(&bytes)
-        .map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
-    let sha = crate::core::fsutil::sha256_hex(src_bytes);
+    let bytes = limits::read_bounded(&rp, limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
+    let r: VerifyReport = serde_json::from_slice(&bytes).map_err(|e| refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
+    let sha = fsutil::sha256_hex(src_bytes);
     if r.source.file_sha256 != sha {
         crate::refuse!(Code::DigestMismatch, "{} verified a source with SHA-256 {}; {} has {sha}", dir.display(), r.source.file_sha256, src_path.display());
     }
     let campaign_dir = dir.join("campaign");
-    let (m, _) = crate::campaign::chain::load_manifest(&campaign_dir)?;
-    let v = crate::campaign::chain::verify(&campaign_dir)?;
+    let (m, _) = chain::load_manifest(&campaign_dir)?;
+    let v = chain::verify(&campaign_dir)?;
     if !v.complete {
         crate::refuse!(Code::Incomplete, "{}: the campaign does not verify ({} of {} cells)", campaign_dir.display(), v.cells_ok, v.cells_expected);
     }
-    let sel: crate::campaign::chain::Selection =
-        serde_json::from_slice(&crate::core::limits::read_bounded(&campaign_dir.join("selection.json"), crate::core::limits::MAX_JSON_BYTES)?)?;
+    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&campaign_dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
     let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
     for e in &sel.entries {
         let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
         let Some(cfg) = cell.label.strip_prefix("source.").filter(|_| !cell.truth) else { continue };
         let ci = r.configs.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
-        let j = crate::evidence::join::join_dir(&campaign_dir.join(&e.run_dir))?;
+        let j = join::join_dir(&campaign_dir.join(&e.run_dir))?;
         j.refuse_synthetic("canary verify")?;
         for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
             let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
@@ -909,15 +915,16 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
             lat[ci].entry(format!("{kind} {}B", c.bytes)).or_default().push(worst as f64 / 1e3);
         }
     }
-    let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, crate::core::stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
+    let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
     let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
     let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
     // the order to preserve is what the source's replays decided, pair by pair, and nothing else
-    let ranking =
-        r.candidates.first().and_then(|c| c.ranking.as_ref()).ok_or_else(|| {
-            crate::core::refusal::refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display()))
-        })?;
+    let ranking = r
+        .candidates
+        .first()
+        .and_then(|c| c.ranking.as_ref())
+        .ok_or_else(|| refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display())))?;
     let idx = |n: &str| r.configs.iter().position(|c| c == n);
     let mut decided = Vec::new();
     for p in &ranking.comparison.relations {
@@ -925,10 +932,10 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
             crate::refuse!(Code::BadFormat, "{}: its ranking names a configuration it does not list ({} vs {})", rp.display(), p.a, p.b);
         };
         match p.truth {
-            crate::analysis::ranking::Relation::AFaster => decided.push((a, b)),
-            crate::analysis::ranking::Relation::BFaster => decided.push((b, a)),
-            crate::analysis::ranking::Relation::NotDistinguished => {}
+            Relation::AFaster => decided.push((a, b)),
+            Relation::BFaster => decided.push((b, a)),
+            Relation::NotDistinguished => {}
         }
     }
-    Ok(crate::canary::reduce::Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct, decided })
+    Ok(Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct, decided })
 }

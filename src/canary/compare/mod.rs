@@ -19,8 +19,9 @@ pub(crate) use ranking::{phase_input, ranking_check};
 pub(crate) use replay::replay_checks;
 pub use tail::{recurring_by_position, tail_recall_check};
 
+use crate::analysis::truth::Regret;
 use crate::analysis::ProxyAgreement;
-use crate::canary::Assurance;
+use crate::canary::{compile, Assurance};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -90,7 +91,7 @@ pub struct TruthJudgement {
     /// The configuration the variant's replays rank first (lowest median of job medians).
     pub pick: String,
     /// Its regret on the real job (labels are configuration names).
-    pub regret: crate::analysis::truth::Regret,
+    pub regret: Regret,
     /// Leading rounds from which on the variant decides every pair the job decides, as the job does (absent: not in these rounds).
     pub rounds_to_truth: Option<usize>,
     /// The variant's replay seconds over those rounds, every configuration.
@@ -140,7 +141,7 @@ pub(crate) const TAIL_FENCE_IQR: f64 = 3.0;
 /// Smallest share of source collectives whose identity the candidate has.
 pub(crate) const IDENTITY_COVERAGE_MIN: f64 = 0.99;
 /// Largest difference of one identity's share of collectives.
-pub(crate) const IDENTITY_SHARE_MAX: f64 = crate::canary::compile::MIX_SHARE_MAX;
+pub(crate) const IDENTITY_SHARE_MAX: f64 = compile::MIX_SHARE_MAX;
 
 /// Measures of the source and of one candidate, by configuration (same labels, same rounds).
 pub struct Paired<'a> {

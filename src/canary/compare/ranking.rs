@@ -139,6 +139,7 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::policy::TiePolicy;
 
     fn pass_jobs(medians_us: &[f64]) -> Vec<JobMeasure> {
         medians_us
@@ -149,13 +150,7 @@ mod tests {
     }
 
     fn policy() -> AnalysisPolicy {
-        AnalysisPolicy {
-            tie_policy: crate::analysis::policy::TiePolicy::Interval,
-            min_effect_pct: 2.0,
-            delta_pct: 5.0,
-            bootstrap_resamples: 2000,
-            bootstrap_seed: 1,
-        }
+        AnalysisPolicy { tie_policy: TiePolicy::Interval, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 2000, bootstrap_seed: 1 }
     }
 
     /// A pair the source is too noisy to decide, decided by a quieter

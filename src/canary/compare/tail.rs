@@ -5,6 +5,7 @@
 //! rare for the candidate's pass to hold. Control configurations are left out.
 use super::{Check, JobMeasure, Paired, Unjudged, TAIL_FENCE_IQR, TAIL_RECALL_MIN};
 use crate::canary::Assurance;
+use crate::core::stats;
 use crate::core::stats::percentile_nearest_rank as pct;
 use std::collections::BTreeMap;
 
@@ -20,7 +21,7 @@ pub fn recurring_by_position(passes: &[Vec<(u64, String, f64)>]) -> BTreeMap<Str
     for i in 0..n {
         let Some(kind) = passes.iter().find_map(|p| p.get(i)).map(|x| x.1.clone()) else { continue };
         let mut v: Vec<f64> = passes.iter().filter_map(|p| p.get(i)).filter(|x| x.1 == kind).map(|x| x.2).collect();
-        if let Some(m) = crate::core::stats::median(&mut v) {
+        if let Some(m) = stats::median(&mut v) {
             out.entry(kind).or_default().push(m);
         }
     }
@@ -60,7 +61,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
             .filter(|j| keep(j.round))
             .flat_map(|j| {
                 let v = j.per_kind_recurring_us.get(k).map_or(&[][..], Vec::as_slice);
-                let m = crate::core::stats::median(&mut v.to_vec()).filter(|m| *m > 0.0);
+                let m = stats::median(&mut v.to_vec()).filter(|m| *m > 0.0);
                 v.iter().filter_map(move |x| m.map(|m| x / m))
             })
             .collect()
