@@ -11,6 +11,7 @@
 //! JSON `null`) is unmeasured, never 0. Nothing the file says about itself
 //! (its sizes, counts, versions) sizes an allocation: rows grow with the
 //! bytes read, which `core::limits` bounds.
+use crate::core::refusal::{self, Code};
 use anyhow::{bail, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -80,7 +81,7 @@ pub struct NcclTestsTable {
 }
 
 fn fault(name: &str, msg: String) -> anyhow::Error {
-    crate::core::refusal::refuse(crate::core::refusal::Code::BadInput, format!("{name}: {msg}"))
+    refusal::refuse(Code::BadInput, format!("{name}: {msg}"))
 }
 
 /// Read one run's output, text or JSON (told apart by the first non-blank
@@ -258,8 +259,8 @@ pub fn times_us(tables: &[(String, NcclTestsTable)], metric: NcclTestsMetric) ->
             let Some((_, first)) = tables.first() else { bail!("no nccl-tests table given") };
             let common: Vec<u64> = first.rows.iter().map(|r| r.size_bytes).filter(|&s| tables.iter().all(|(_, t)| timed(t, s).is_some())).collect();
             if common.is_empty() {
-                bail!(crate::core::refusal::refuse(
-                    crate::core::refusal::Code::BadInput,
+                bail!(refusal::refuse(
+                    Code::BadInput,
                     "the nccl-tests tables have no timed size in common: run them over the same sizes, or choose one with --size".to_string()
                 ));
             }

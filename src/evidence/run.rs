@@ -4,6 +4,7 @@
 //! `join` checks shards against (a shard whose bytes differ from the digest
 //! recorded here is stale or replaced).
 use crate::core::workload::WorkloadSpec;
+use crate::core::{clock, fsutil, limits};
 use crate::evidence::shard::BackendKind;
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +59,7 @@ pub struct RunRecord {
 /// world size of 1 to [`crate::core::limits::MAX_WORLD_SIZE`] ranks, and one shard
 /// entry per rank, each rank once.
 pub fn read_run_record(path: &std::path::Path) -> anyhow::Result<RunRecord> {
-    let bytes = crate::core::limits::read_bounded(path, crate::core::limits::MAX_JSON_BYTES)?;
+    let bytes = limits::read_bounded(path, limits::MAX_JSON_BYTES)?;
     parse_run_record(&bytes, &path.display().to_string())
 }
 
@@ -72,8 +73,8 @@ pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
             format!("{name}: run format version {} is not supported (this build reads versions 1 to {RUN_FORMAT_VERSION})", run.format_version),
         ));
     }
-    if run.world_size == 0 || run.world_size > crate::core::limits::MAX_WORLD_SIZE {
-        return Err(refuse(Code::BadStructure, format!("{name}: world_size {} is outside 1 to {}", run.world_size, crate::core::limits::MAX_WORLD_SIZE)));
+    if run.world_size == 0 || run.world_size > limits::MAX_WORLD_SIZE {
+        return Err(refuse(Code::BadStructure, format!("{name}: world_size {} is outside 1 to {}", run.world_size, limits::MAX_WORLD_SIZE)));
     }
     let mut ranks: Vec<u32> = run.shards.iter().map(|s| s.rank).collect();
     ranks.sort_unstable();
@@ -94,12 +95,12 @@ pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
 /// The run record writer: `dir/run.json`, atomically, never replacing one
 /// (written by rank 0 after every shard, and by `synth-shards`).
 pub fn write_run_record(dir: &std::path::Path, record: &RunRecord) -> anyhow::Result<()> {
-    crate::core::fsutil::write_json_new(&dir.join(RUN_FILE), record)
+    fsutil::write_json_new(&dir.join(RUN_FILE), record)
 }
 
 /// A fresh run id: UTC date-time plus 8 random hex digits.
 pub(crate) fn new_run_id() -> String {
-    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(crate::core::clock::unix_ms() / 1000);
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(clock::unix_ms() / 1000);
     let r: u32 = rand::random();
     run_id_at(now, r)
 }

@@ -9,6 +9,7 @@
 //! stall yields an empty list.
 //!
 //! Method: docs/METHODS.md, "Stalls".
+use crate::core::stats;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CollectiveEvent, Shard};
 use serde::{Deserialize, Serialize};
@@ -70,7 +71,7 @@ pub(crate) fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
         let before: Vec<u64> = run.windows(2).map(|w| w[1].host_issue_ns.saturating_sub(w[0].wait_end_ns).saturating_sub(design(&w[1]))).collect();
         for (at, values, offset) in [(StallAt::Inside, &inside, 0), (StallAt::Before, &before, 1)] {
             let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-            let Some(median) = crate::core::stats::median_unsorted(&mut v) else { continue };
+            let Some(median) = stats::median_unsorted(&mut v) else { continue };
             for (i, &x) in values.iter().enumerate() {
                 if x >= STALL_MIN_NS && x as f64 >= STALL_MEDIAN_FACTOR * median {
                     let e = &run[i + offset];
@@ -115,6 +116,7 @@ pub fn render(stalls: &[Stall]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::shard::ReplayTiming;
 
     fn ev(seq: u64, issue_ns: u64, end_ns: u64) -> CollectiveEvent {
         serde_json::from_value(serde_json::json!({"phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
@@ -162,7 +164,7 @@ mod tests {
         for e in &mut replay {
             e.phase = Phase::Replay;
         }
-        replay[50].replay = Some(crate::evidence::shard::ReplayTiming { target_gap_ns: 3_000_000_000 + 1_000_000, actual_gap_ns: 3_001_000_000 });
+        replay[50].replay = Some(ReplayTiming { target_gap_ns: 3_000_000_000 + 1_000_000, actual_gap_ns: 3_001_000_000 });
         assert!(of_rank(1, &replay).is_empty());
     }
 }

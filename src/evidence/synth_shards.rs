@@ -10,12 +10,14 @@
 //! and is not empty.
 //!
 //! The generated run: docs/METHODS.md, "Synthetic shards".
-use crate::core::clock::{ClockModel, WindowEstimate};
+use crate::core::clock::{unix_ms, ClockModel, WindowEstimate};
+use crate::core::identity::{EnvIdentity, ToolIdentity};
 use crate::core::workload::{Phase, WorkloadSpec};
-use crate::evidence::run::{RunRecord, ShardRef, RUN_FORMAT_VERSION};
+use crate::core::{collective, limits, par};
+use crate::evidence::run::{new_run_id, write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{
     BackendKind, ClockRecord, ColdStart, CollectiveEvent, CollectiveKind, DeviceIdentity, PhaseRun, ProcessGroup, Shard, ShardBody, ShardHeader, SyntheticMark,
-    TokenEvent, Unmeasured, SHARD_FORMAT_VERSION,
+    TokenEvent, Unmeasured, WrittenShard, SHARD_FORMAT_VERSION,
 };
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
@@ -42,8 +44,8 @@ pub struct SynthRun {
 /// where a format-6 reader ignores it as an unknown field).
 pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: usize, format_version: u32) -> Result<SynthRun> {
     use crate::core::refusal::Code;
-    if ranks == 0 || ranks > crate::core::limits::MAX_WORLD_SIZE {
-        crate::refuse!(Code::OutOfRange, "--ranks {ranks} is outside 1 to {}", crate::core::limits::MAX_WORLD_SIZE);
+    if ranks == 0 || ranks > limits::MAX_WORLD_SIZE {
+        crate::refuse!(Code::OutOfRange, "--ranks {ranks} is outside 1 to {}", limits::MAX_WORLD_SIZE);
     }
     if !(6..=SHARD_FORMAT_VERSION).contains(&format_version) {
         crate::refuse!(Code::OutOfRange, "--format-version {format_version} is outside 6 to {SHARD_FORMAT_VERSION}");
@@ -55,7 +57,7 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         crate::refuse!(Code::AlreadyExists, "{} exists and is not empty; synth-shards writes a new run directory", dir.display());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let run_id = crate::evidence::run::new_run_id();
+    let run_id = new_run_id();
     let layers: u32 = if collectives % 10 == 0 { 10 } else { 1 };
     let tokens = u32::try_from(collectives / u64::from(layers)).expect("checked above");
     let workload: WorkloadSpec = serde_json::from_value(serde_json::json!({
@@ -63,10 +65,10 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4
     }))
     .context("the generated workload")?;
-    let started_unix_ms = crate::core::clock::unix_ms();
+    let started_unix_ms = unix_ms();
     let plan = RunPlan { run_id: &run_id, ranks, collectives, layers, seed, workload: &workload, started_unix_ms };
     let rank_ids: Vec<u32> = (0..ranks).collect();
-    let written: Vec<(u32, Result<crate::evidence::shard::WrittenShard>)> = crate::core::par::map(&rank_ids, threads, &|&r| {
+    let written: Vec<(u32, Result<WrittenShard>)> = par::map(&rank_ids, threads, &|&r| {
         let mut shard = rank_shard(&plan, r);
         shard.header.format_version = format_version;
         (r, shard.write_new(dir))
@@ -86,9 +88,9 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         rank0_identity_sha256: identity(0, ranks).digest(),
         shards: shards.clone(),
         started_unix_ms,
-        finished_unix_ms: crate::core::clock::unix_ms(),
+        finished_unix_ms: unix_ms(),
     };
-    crate::evidence::run::write_run_record(dir, &record)?;
+    write_run_record(dir, &record)?;
     Ok(SynthRun { run_id, shards })
 }
 
@@ -96,8 +98,8 @@ fn host() -> String {
     "synthetic".to_string()
 }
 
-fn identity(rank: u32, ranks: u32) -> crate::core::identity::EnvIdentity {
-    crate::core::identity::EnvIdentity {
+fn identity(rank: u32, ranks: u32) -> EnvIdentity {
+    EnvIdentity {
         host: host(),
         kernel: None,
         cpu_model: None,
@@ -110,7 +112,7 @@ fn identity(rank: u32, ranks: u32) -> crate::core::identity::EnvIdentity {
         cpu_affinity: None,
         numa_mems: None,
         env: Vec::new(),
-        tool: crate::core::identity::ToolIdentity::current(),
+        tool: ToolIdentity::current(),
     }
 }
 
@@ -161,7 +163,7 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
             group: 0,
             seq: i,
             bytes: SIZES[layer as usize % SIZES.len()],
-            dtype: crate::core::collective::TraceDtype::F32,
+            dtype: collective::TraceDtype::F32,
             token: Some((i / u64::from(layers)) as u32),
             layer: Some(layer),
             iter: None,

@@ -10,10 +10,15 @@
 //! events or with undecodable lines, another world size, a trace without
 //! times, and (UNSUPPORTED_OPERATION) what a shard cannot hold or the phases
 //! cannot run. Method: docs/METHODS.md, "Source traces for the phases".
-use crate::core::limits::check_replay_gaps;
-use crate::core::workload::Phase;
+use crate::core::collective::{self, Buffers};
+use crate::core::fsutil;
+use crate::core::limits::{check_replay_gaps, open_regular, read_bounded, MAX_TEXT_TABLE_BYTES};
+use crate::core::refusal::Code;
+use crate::core::workload::{self, Phase};
+use crate::evidence::commtrace::p2p::{self, P2pPlan};
+use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::join::JoinedCollective;
-use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin};
+use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -29,7 +34,7 @@ pub struct GapEntry {
     /// Message size.
     pub bytes: u64,
     /// Element type (a world all-reduce's, `op` `None`, is f32 or bf16).
-    pub dtype: crate::core::collective::TraceDtype,
+    pub dtype: collective::TraceDtype,
     /// Gap before issue.
     pub gap_ns: u64,
     /// Compute the source ran in that gap, where it recorded it (an imported
@@ -62,9 +67,9 @@ pub struct TraceOp {
 #[derive(Clone, Debug)]
 pub struct TraceOps {
     /// The whole imported trace (every rank makes every group's communicator).
-    pub trace: std::sync::Arc<crate::evidence::commtrace::CommTrace>,
+    pub trace: std::sync::Arc<CommTrace>,
     /// This rank's collectives run by the executor, one pass, in order.
-    pub colls: Vec<crate::evidence::commtrace::TraceCollective>,
+    pub colls: Vec<TraceCollective>,
     /// The shard groups they run on (ids from 1), for the shard header.
     pub groups: Vec<ProcessGroup>,
 }
@@ -76,7 +81,7 @@ pub struct TraceOps {
 #[derive(Clone, Debug)]
 pub struct TraceP2p {
     /// The rank's steps in recorded call order, and its operations.
-    pub plan: crate::evidence::commtrace::p2p::P2pPlan,
+    pub plan: P2pPlan,
     /// Per step: the position in the pass of the collective it precedes
     /// (the number of collectives per pass: after the last).
     pub before: Vec<usize>,
@@ -141,9 +146,8 @@ pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
 pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
-    let bytes =
-        crate::core::limits::read_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
-    let sha256 = crate::core::fsutil::sha256_hex(&bytes);
+    let bytes = read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
+    let sha256 = fsutil::sha256_hex(&bytes);
     let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8", path.display()))?;
     let mut rows: Vec<JoinedCollective> = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -188,11 +192,10 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
 }
 
 /// Read and decode an imported communication trace: the trace and the file's SHA-256.
-pub(crate) fn read_comm_trace(path: &Path) -> Result<(crate::evidence::commtrace::CommTrace, String)> {
-    let bytes =
-        crate::core::limits::read_bounded(path, crate::core::limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
-    let t = crate::evidence::commtrace::CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
-    Ok((t, crate::core::fsutil::sha256_hex(&bytes)))
+pub(crate) fn read_comm_trace(path: &Path) -> Result<(CommTrace, String)> {
+    let bytes = read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
+    let t = CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
+    Ok((t, fsutil::sha256_hex(&bytes)))
 }
 
 /// This rank's collectives of an imported communication trace, as gap entries
@@ -211,7 +214,7 @@ pub(crate) fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (
 /// [`TraceOp`] on its own group (shard group `1 + its position in the
 /// trace's groups`).
 pub(crate) fn comm_trace_entries(
-    t: &crate::evidence::commtrace::CommTrace,
+    t: &CommTrace,
     path: &Path,
     sha256: String,
     rank: u32,
@@ -221,7 +224,7 @@ pub(crate) fn comm_trace_entries(
 ) -> Result<SourceTrace> {
     use crate::evidence::commtrace::{exec, CollectiveKind};
     use crate::evidence::shard::TraceKindCount;
-    let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(crate::core::refusal::Code::BadInput, "--trace {}: {what}", path.display()) };
+    let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
     }
@@ -231,7 +234,7 @@ pub(crate) fn comm_trace_entries(
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = exec::phases_cannot_run(c, allreduce_only) {
                 crate::refuse!(
-                    crate::core::refusal::Code::UnsupportedOperation,
+                    Code::UnsupportedOperation,
                     "--trace {}: rank {}, collective {i} ({} on group {:?}): {why}; `replay-trace --backend cpu` replays it",
                     path.display(),
                     r.rank,
@@ -275,7 +278,7 @@ pub(crate) fn comm_trace_entries(
             ));
         }
         let dtype = c.dtype;
-        let run_dtype = crate::core::workload::Dtype::try_from(dtype);
+        let run_dtype = workload::Dtype::try_from(dtype);
         if let (true, Err(e)) = (allreduce_only, run_dtype) {
             return refuse(format!(
                 "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a run's element type (without it, every dtype)",
@@ -360,27 +363,16 @@ pub(crate) fn comm_trace_entries(
 /// This rank's point-to-point program of `t` as the phases run it, and its
 /// per-pass counts: `None`s where the trace has none; the counts alone, all
 /// left out, with `allreduce_only`.
-fn p2p_of(
-    t: &crate::evidence::commtrace::CommTrace,
-    path: &Path,
-    rank: u32,
-    mine: &[crate::evidence::commtrace::TraceCollective],
-    allreduce_only: bool,
-) -> Result<(Option<TraceP2p>, Option<crate::evidence::shard::TraceP2pCount>)> {
+fn p2p_of(t: &CommTrace, path: &Path, rank: u32, mine: &[TraceCollective], allreduce_only: bool) -> Result<(Option<TraceP2p>, Option<TraceP2pCount>)> {
     use crate::evidence::commtrace::p2p::P2pStep;
     let Some(m) = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty())) else { return Ok((None, None)) };
-    let plan = crate::evidence::commtrace::p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
+    let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
     let calls = m.collective_calls.get(rank as usize).map_or(0, Vec::len);
     if calls != mine.len() {
-        crate::refuse!(
-            crate::core::refusal::Code::BadInput,
-            "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives",
-            path.display(),
-            mine.len()
-        );
+        crate::refuse!(Code::BadInput, "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives", path.display(), mine.len());
     }
     let operations = plan.ops.len() as u32;
-    let count = crate::evidence::shard::TraceP2pCount {
+    let count = TraceP2pCount {
         operations_per_pass: if allreduce_only { 0 } else { operations },
         left_out_per_pass: if allreduce_only { operations } else { 0 },
         calls_per_pass: if allreduce_only { 0 } else { plan.steps.len() as u32 },
@@ -409,12 +401,7 @@ fn p2p_of(
 /// [`TraceP2p::gap_ns`]); per collective, the gap from the last step before
 /// it, where a step lies between it and the previous collective (`None`
 /// where none does: its gap is the collectives' own).
-fn p2p_gaps(
-    t: &crate::evidence::commtrace::CommTrace,
-    rank: u32,
-    mine: &[crate::evidence::commtrace::TraceCollective],
-    plan: &crate::evidence::commtrace::p2p::P2pPlan,
-) -> (Vec<u64>, Vec<Option<u64>>) {
+fn p2p_gaps(t: &CommTrace, rank: u32, mine: &[TraceCollective], plan: &P2pPlan) -> (Vec<u64>, Vec<Option<u64>>) {
     use crate::evidence::commtrace::p2p::P2pStep;
     let Some(m) = &t.mpi else { return (vec![0; plan.steps.len()], vec![None; mine.len()]) };
     let ops = &m.p2p[rank as usize];
@@ -427,7 +414,7 @@ fn p2p_gaps(
             P2pStep::Complete(v) => (None, v.iter().filter_map(|&i| ops[i].complete_ns).max()),
         }
     };
-    let coll_span = |c: &crate::evidence::commtrace::TraceCollective| match (&c.device, c.host_start_ns, c.host_duration_ns) {
+    let coll_span = |c: &TraceCollective| match (&c.device, c.host_start_ns, c.host_duration_ns) {
         (Some(d), _, _) => (Some(d.start_ns), Some(d.end_ns)),
         (None, Some(s), Some(d)) => (Some(s), Some(s + d)),
         (None, s, _) => (s, s),
@@ -464,10 +451,10 @@ fn p2p_gaps(
 /// Logical bytes of an imported collective as a shard records it: its input
 /// (elements x dtype size); a point-to-point operation's message (the larger
 /// of its two recorded counts, as `replay-trace` moves); 0 for a barrier.
-pub fn event_bytes(c: &crate::evidence::commtrace::TraceCollective) -> u64 {
+pub fn event_bytes(c: &TraceCollective) -> u64 {
     let row = c.kind.row();
     let elems = match row.buffers {
-        crate::core::collective::Buffers::Free if !row.p2p => 0,
+        Buffers::Free if !row.p2p => 0,
         _ if row.p2p => c.in_elems.max(c.out_elems),
         _ => c.in_elems,
     };
@@ -481,7 +468,7 @@ pub(crate) fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
     // a FIFO or device is refused, never opened for a blocking read
-    crate::core::limits::open_regular(path).with_context(|| format!("reading trace {}", path.display()))?.0.take(4096).read_to_end(&mut head)?;
+    open_regular(path).with_context(|| format!("reading trace {}", path.display()))?.0.take(4096).read_to_end(&mut head)?;
     Ok(first_key_is_comm_trace(&String::from_utf8_lossy(&head)))
 }
 
@@ -498,6 +485,8 @@ fn first_key_is_comm_trace(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::commtrace::{self, CommTrace};
+    use crate::evidence::shard;
     #[test]
     fn comm_traces_are_told_from_joined_traces_by_their_first_key() {
         assert!(first_key_is_comm_trace("{\n  \"format_version\": 1,"));
@@ -511,7 +500,7 @@ mod tests {
     /// A 4-rank trace: tensor-parallel groups of 2 and the world. Rank 0
     /// records an all-reduce on its TP group, one on the world and a
     /// broadcast from rank 0 on the world, each 1 µs after the previous.
-    fn four_rank_trace() -> crate::evidence::commtrace::CommTrace {
+    fn four_rank_trace() -> CommTrace {
         use crate::evidence::commtrace::*;
         let groups = vec![
             TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members: vec![0, 1, 2, 3] },
@@ -555,9 +544,9 @@ mod tests {
         // the TP all-reduce on the trace's group "tp1" (position 2: shard group 3), the world one through the backend
         assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
         assert_eq!(e[1].op, None);
-        assert_eq!((e[1].bytes, e[1].dtype), (8, crate::evidence::shard::TraceDtype::Bf16));
+        assert_eq!((e[1].bytes, e[1].dtype), (8, shard::TraceDtype::Bf16));
         assert_eq!(e[2].op.map(|o| (o.kind, o.group, o.root, o.index)), Some((CollectiveKind::Broadcast, 1, Some(0), 1)));
-        assert_eq!((e[2].bytes, e[2].dtype), (64, crate::evidence::shard::TraceDtype::F32));
+        assert_eq!((e[2].bytes, e[2].dtype), (64, shard::TraceDtype::F32));
         assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
         let ops = st.ops.as_ref().unwrap();
         assert_eq!(ops.colls.len(), 2);
@@ -601,7 +590,7 @@ mod tests {
     /// A 2-rank MPI trace, each rank: Irecv (call 0, at 100, completed by
     /// call 2 at 150), Send (call 1, 110 to 120), an all-reduce (call 3, 200
     /// to 250), a Sendrecv (call 4, 300 to 320), all with the other rank.
-    fn mpi_trace() -> crate::evidence::commtrace::CommTrace {
+    fn mpi_trace() -> CommTrace {
         use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
         use crate::evidence::commtrace::*;
         let op = |call, name: &str, dir: &str, peer, elems, request, post_ns, complete_ns, done| MpiP2p {
@@ -676,7 +665,7 @@ mod tests {
         assert_eq!((c.operations_per_pass, c.left_out_per_pass, c.calls_per_pass, c.bytes_sent_per_pass), (4, 0, 4, 48));
         // --trace-allreduce-only leaves them out, counted (its all-reduces are f32)
         let mut f32s = t.clone();
-        f32s.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = crate::evidence::commtrace::TraceDtype::F32);
+        f32s.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = commtrace::TraceDtype::F32);
         let st = comm_trace_entries(&f32s, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), true).unwrap();
         let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
         assert!(st.p2p.is_none());
@@ -690,16 +679,7 @@ mod tests {
 
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
-        let e = |t| GapEntry {
-            token: Some(t),
-            layer: Some(0),
-            warmup: false,
-            bytes: 4,
-            dtype: crate::evidence::shard::TraceDtype::F32,
-            gap_ns: 0,
-            compute_ns: None,
-            op: None,
-        };
+        let e = |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: shard::TraceDtype::F32, gap_ns: 0, compute_ns: None, op: None };
         let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
         let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
         assert_eq!(gaps, vec![50, 60, 0]);

@@ -271,6 +271,7 @@ fn root_text(root: Option<u32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::collective::TraceReduceOp;
     use crate::evidence::commtrace::TraceDtype;
 
     #[test]
@@ -341,7 +342,7 @@ mod tests {
         // the reduction must agree
         let mut a = c(CollectiveKind::Scan, (2, 2), (None, None));
         let b = a.clone();
-        a.op = Some(crate::core::collective::TraceReduceOp::Max);
+        a.op = Some(TraceReduceOp::Max);
         assert!(ok(vec![a, b]).unwrap_err().to_string().contains("(max)"));
     }
 }

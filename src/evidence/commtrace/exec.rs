@@ -5,6 +5,7 @@
 //! ([`contribution`], [`payload`]) with what a result must hold. Refuses
 //! pacing by a trace without times ([`paced_gaps_ns`]). Runs nothing.
 use super::{CollectiveKind, TraceCollective, TraceDtype};
+use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -329,7 +330,7 @@ pub fn refuse_unsupported(trace: &super::CommTrace, backend: &str, cannot: &dyn 
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = cannot(c) {
                 crate::refuse!(
-                    crate::core::refusal::Code::UnsupportedOperation,
+                    Code::UnsupportedOperation,
                     "rank {}, collective {i} ({} on group {:?}): {why}: the {backend} backend cannot replay it",
                     r.rank,
                     c.source_name,

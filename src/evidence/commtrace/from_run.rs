@@ -13,13 +13,15 @@ use super::{
     UnknownField,
 };
 use crate::core::workload::Phase;
+use crate::evidence::join;
+use crate::evidence::shard::ComputeEvent;
 use anyhow::{Context, Result};
 use std::path::Path;
 
 /// The trace of `phase` in the verified run at `dir`.
 pub(crate) fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
     use crate::core::refusal::Code;
-    let j = crate::evidence::join::join_dir(dir).with_context(|| format!("import run {}", dir.display()))?;
+    let j = join::join_dir(dir).with_context(|| format!("import run {}", dir.display()))?;
     if !j.run.workload.phases.contains(&phase) {
         crate::refuse!(Code::BadInput, "{}: the run ran phases {:?}, not {phase}", dir.display(), j.run.workload.phases);
     }
@@ -37,7 +39,7 @@ pub(crate) fn import_run(dir: &Path, phase: Phase) -> Result<CommTrace> {
     let mut device_seen = false;
     let mut ranks = Vec::with_capacity(j.shards.len());
     for s in &j.shards {
-        let mut compute: Vec<&crate::evidence::shard::ComputeEvent> = s.body.compute.iter().filter(|c| c.phase == phase).collect();
+        let mut compute: Vec<&ComputeEvent> = s.body.compute.iter().filter(|c| c.phase == phase).collect();
         compute.sort_by_key(|c| c.start_ns);
         let mut ci = 0;
         let mut prev_end = 0u64;

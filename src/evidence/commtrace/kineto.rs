@@ -13,6 +13,7 @@ use super::{
     TraceCollective, TraceDtype, TraceGroup, UnknownField,
 };
 use crate::core::collective::{Buffers, Lands};
+use crate::core::refusal::{self, Code};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -125,8 +126,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     let mut de = serde_json::Deserializer::from_slice(json);
     let file = FileSeed { max_events: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
     if over.get() {
-        return Err(crate::core::refusal::refuse(
-            crate::core::refusal::Code::OverLimit,
+        return Err(refusal::refuse(
+            Code::OverLimit,
             format!("more than {} events in traceEvents, over the limit (refused at the first one past it, before it was built)", limits.max_events),
         ));
     }

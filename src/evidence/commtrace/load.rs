@@ -7,6 +7,8 @@
 use super::check::{check_consistency, check_groups, check_ranks};
 use super::{et, kineto};
 use super::{CommTrace, Limits, RankRecord, RankTrace, SourceKind, TraceClock, TraceGroup, TraceSource, UnknownField, COMM_TRACE_FORMAT_VERSION};
+use crate::core::refusal::Code;
+use crate::core::{fsutil, limits};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -18,16 +20,16 @@ impl CommTrace {
 
     /// [`CommTrace::read`], with the SHA-256 of exactly the bytes decoded.
     pub fn read_with_sha256(path: &Path) -> Result<(Self, String)> {
-        let bytes = crate::core::limits::read_bounded(path, Limits::default().max_json_bytes)?;
+        let bytes = limits::read_bounded(path, Limits::default().max_json_bytes)?;
         let t = Self::from_slice(&bytes).with_context(|| path.display().to_string())?;
-        Ok((t, crate::core::fsutil::sha256_hex(&bytes)))
+        Ok((t, fsutil::sha256_hex(&bytes)))
     }
 
     /// Refuse a job of another size than the trace was recorded on (`BAD_ARGUMENT`).
     pub fn check_world_size(&self, world_size: u32) -> Result<()> {
         if world_size != self.world_size {
             crate::refuse!(
-                crate::core::refusal::Code::BadArgument,
+                Code::BadArgument,
                 "the trace was recorded on {} ranks; this job has {world_size}: run it under mpirun -n {}",
                 self.world_size,
                 self.world_size

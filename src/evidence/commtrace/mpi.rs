@@ -13,8 +13,9 @@ use super::{
     number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
     TraceSource, UnknownField,
 };
-use crate::core::clock::{ClockModel, PingSample};
-use crate::core::refusal::Code;
+use crate::core::clock::{fit_rank_model, ClockModel, PingSample};
+use crate::core::refusal::{self, Code};
+use crate::core::{fsutil, limits};
 use crate::refuse;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -202,13 +203,13 @@ pub fn read_header(path: &Path) -> Result<CaptureHeader> {
     if Sha256::digest(json).as_slice() != digest {
         refuse!(Code::DigestMismatch, "{}: the header does not hash to its recorded SHA-256", path.display());
     }
-    serde_json::from_slice(json).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{}: header: {e}", path.display())))
+    serde_json::from_slice(json).map_err(|e| refusal::refuse(Code::BadFormat, format!("{}: header: {e}", path.display())))
 }
 
 /// Decode and check one rank's file. A file that ends without its trailer,
 /// or inside a block, is returned marked incomplete (every whole block kept).
 pub fn read_rank(path: &Path, limits: &Limits) -> Result<RankCapture> {
-    let bytes = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
+    let bytes = limits::read_bounded(path, limits.max_file_bytes)?;
     parse_rank(&bytes, &path.display().to_string(), limits)
 }
 
@@ -238,12 +239,12 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
     if Sha256::digest(hjson).as_slice() != &bytes[hend..hend + 32] {
         refuse!(Code::DigestMismatch, "{name}: the header does not hash to the SHA-256 recorded after it");
     }
-    let header: CaptureHeader = serde_json::from_slice(hjson).map_err(|e| crate::core::refusal::refuse(Code::BadFormat, format!("{name}: header: {e}")))?;
+    let header: CaptureHeader = serde_json::from_slice(hjson).map_err(|e| refusal::refuse(Code::BadFormat, format!("{name}: header: {e}")))?;
     if header.world_size == 0 || header.world_size > limits.max_ranks || header.world_rank >= header.world_size {
         refuse!(Code::BadStructure, "{name}: rank {} of a world of {} ranks", header.world_rank, header.world_size);
     }
     let mut r = RankCapture {
-        file: SourceFile { path: name.clone(), sha256: crate::core::fsutil::sha256_hex(bytes), rank: header.world_rank },
+        file: SourceFile { path: name.clone(), sha256: fsutil::sha256_hex(bytes), rank: header.world_rank },
         version,
         header,
         calls: Vec::new(),
@@ -505,7 +506,7 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
 /// Read every rank of a capture folder and check that they make one whole run.
 /// With `allow_incomplete`, ranks without a trailer are kept (and said so).
 pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<MpiCapture> {
-    let entries = std::fs::read_dir(dir).map_err(|e| crate::core::refusal::refuse(Code::NoSuchInput, format!("{}: {e}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| refusal::refuse(Code::NoSuchInput, format!("{}: {e}", dir.display())))?;
     let mut paths: Vec<PathBuf> = Vec::new();
     for e in entries {
         let p = e.with_context(|| dir.display().to_string())?.path();
@@ -719,7 +720,7 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
                 (Some(a), Some(b)) if a == b => None,
                 _ => Some(format!("rank {} does not read rank 0's kernel clock (boot id and time namespace differ or are unknown)", r.header.world_rank)),
             };
-            crate::core::clock::fit_rank_model(&r.clock_windows[0], &r.clock_windows[1], not_same)
+            fit_rank_model(&r.clock_windows[0], &r.clock_windows[1], not_same)
                 .map(|f| f.model)
                 .map_err(|e| format!("rank {}: clock fit: {e}", r.header.world_rank))
         };

@@ -13,6 +13,7 @@
 //! without a point-to-point replay, a trace that has any.
 use super::mpi::MpiP2p;
 use super::CommTrace;
+use crate::core::refusal::Code;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -112,7 +113,7 @@ pub fn refuse_on_backend_without_p2p(trace: &CommTrace, path: &std::path::Path, 
     let n: usize = trace.mpi.as_ref().map_or(0, |m| m.p2p.iter().map(Vec::len).sum());
     if n > 0 {
         crate::refuse!(
-            crate::core::refusal::Code::BadArgument,
+            Code::BadArgument,
             "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which the {backend} backend does not replay: run with --backend cpu",
             path.display()
         );
@@ -122,7 +123,7 @@ pub fn refuse_on_backend_without_p2p(trace: &CommTrace, path: &std::path::Path, 
 
 /// Every rank's point-to-point program of `trace` (empty where it has no `mpi` section).
 pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
-    let refuse = |what: String| -> Result<Vec<P2pPlan>> { crate::refuse!(crate::core::refusal::Code::BadInput, "point-to-point replay: {what}") };
+    let refuse = |what: String| -> Result<Vec<P2pPlan>> { crate::refuse!(Code::BadInput, "point-to-point replay: {what}") };
     let Some(m) = &trace.mpi else { return Ok(vec![P2pPlan::default(); trace.ranks.len()]) };
     let n = trace.world_size as usize;
     if m.p2p.len() != n {

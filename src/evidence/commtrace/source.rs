@@ -4,6 +4,7 @@
 //! counting its elements. Refuses a file, a decompressed stream or a list
 //! past its limit, and a corrupt gzip stream. The decoders (`kineto`, `et`)
 //! start here.
+use crate::core::{fsutil, limits};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::io::Read;
@@ -53,8 +54,8 @@ impl Default for Limits {
 /// within `limits`. Returns the JSON bytes and the SHA-256 of the stored bytes.
 pub(crate) fn read_source(path: &Path, limits: &Limits) -> Result<(Vec<u8>, String)> {
     // a FIFO or device is refused, and the read stops at the limit whatever the size said
-    let raw = crate::core::limits::read_bounded(path, limits.max_file_bytes)?;
-    let sha = crate::core::fsutil::sha256_hex(&raw);
+    let raw = limits::read_bounded(path, limits.max_file_bytes)?;
+    let sha = fsutil::sha256_hex(&raw);
     // plain JSON is used as read, never copied: a file near the limit is in memory once
     if !raw.starts_with(&[0x1f, 0x8b]) {
         if raw.len() as u64 > limits.max_json_bytes {

@@ -10,6 +10,7 @@
 //! execution trace: import the profiler trace), naming the collective it
 //! precedes. Method: docs/METHODS.md, "Workload pace plan".
 use super::{ComputeOp, RankTrace};
+use crate::core::stats;
 use anyhow::{bail, Result};
 
 /// Stream key of operations the source recorded without a stream.
@@ -204,7 +205,7 @@ pub(crate) fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expect
         .map(|g| intervals[g.after].0 as f64 - intervals[g.before].1 as f64 - expected_ns(g))
         .collect();
     let n = excess.len() as u32;
-    Some((crate::core::stats::median(&mut excess)?, n))
+    Some((stats::median(&mut excess)?, n))
 }
 
 /// Plan one rank's collectives with the trace's gaps (`gaps_ns[i]` before

@@ -5,9 +5,9 @@
 //! [`NodeClockReport`] per host. Refuses nothing: a member without a clock
 //! model leaves the arrival unknown, never 0.
 use super::{ArrivalSource, ArrivalStatus, JoinedCollective};
-use crate::core::clock::ClockModel;
+use crate::core::clock::{ClockInjection, ClockModel, ClockPath};
 use crate::core::workload::Phase;
-use crate::evidence::shard::{Shard, ShardHeader};
+use crate::evidence::shard::{CollectiveEvent, KernelEvent, KernelKind, Shard, ShardHeader};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,7 +56,7 @@ pub struct RankClockReport {
     /// rank 0), `via_leader` (against `leader`, composed with the leader's
     /// model). Absent where uncalibrated; `direct` for shards before format 7.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<crate::core::clock::ClockPath>,
+    pub path: Option<ClockPath>,
     /// This rank's node leader under hierarchical calibration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<u32>,
@@ -103,10 +103,9 @@ pub struct NodeClockReport {
 pub(super) fn nccl_kernel_starts(s: &Shard) -> BTreeMap<(u32, u64), u64> {
     let mut out = BTreeMap::new();
     for p in s.header.phases.iter().filter(|p| p.kernel_anchor.is_some()) {
-        let mut kernels: Vec<&crate::evidence::shard::KernelEvent> =
-            s.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == crate::evidence::shard::KernelKind::Nccl).collect();
+        let mut kernels: Vec<&KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Nccl).collect();
         kernels.sort_by_key(|k| k.correlation);
-        let collectives: Vec<&crate::evidence::shard::CollectiveEvent> = s.body.collectives.iter().filter(|c| c.phase == p.phase).collect();
+        let collectives: Vec<&CollectiveEvent> = s.body.collectives.iter().filter(|c| c.phase == p.phase).collect();
         if kernels.len() == collectives.len() {
             for (c, k) in collectives.iter().zip(&kernels) {
                 out.insert((c.group, c.seq), k.start_ns);
@@ -169,7 +168,7 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
             let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
                 (Some(m), a, b) if a.is_some() || b.is_some() => {
                     let t_true = m.start.ref_ns;
-                    let off = |i: Option<crate::core::clock::ClockInjection>, anchor: u64| i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0);
+                    let off = |i: Option<ClockInjection>, anchor: u64| i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0);
                     let o = off(a, h.clock_anchor_true_ns) - off(b, rank0.clock_anchor_true_ns);
                     let d = a.map(|i| i.drift_ppm).unwrap_or(0.0) - b.map(|i| i.drift_ppm).unwrap_or(0.0);
                     (Some(o), Some(d))
@@ -196,10 +195,7 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
                 // ping-pong fit); small slack for the integer truncation of clock reads
                 offset_within_bound: estimate.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
                 drift_within_bound: estimate.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
-                path: h
-                    .clock
-                    .as_ref()
-                    .map(|c| c.path.unwrap_or(if h.rank == 0 { crate::core::clock::ClockPath::Reference } else { crate::core::clock::ClockPath::Direct })),
+                path: h.clock.as_ref().map(|c| c.path.unwrap_or(if h.rank == 0 { ClockPath::Reference } else { ClockPath::Direct })),
                 leader: h.clock.as_ref().and_then(|c| c.leader),
                 leader_leg_bound_us: h.clock.as_ref().and_then(|c| c.leader_fit).map(|m| m.bound_ns / 1e3),
                 leader_bound_us: h.clock.as_ref().and_then(|c| c.leader_model).map(|m| m.bound_ns / 1e3),

@@ -12,9 +12,12 @@
 //! and after its last byte (where it is not racy), to refuse early a file
 //! replaced or rewritten. Use [`Cursor::head`] for the next event and
 //! [`Cursor::advance`] past it.
-use crate::core::refusal::Code;
-use crate::evidence::shard::{CollectiveEvent, CollectiveKind};
+use crate::core::limits::FileStamp;
+use crate::core::refusal::{refuse, Code};
+use crate::evidence::shard::{decode_collective_event, CollectiveEvent, CollectiveKind, BLANK_EVENT};
 use anyhow::{Context, Result};
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64;
 use std::path::Path;
 
 /// An event's place in the join: (group, sequence number, (sender, receiver)
@@ -82,7 +85,7 @@ pub(super) struct Verified {
     /// Its SHA-256 (the one run.json recorded).
     pub digest: String,
     /// Its stamp when it was read.
-    pub stamp: crate::core::limits::FileStamp,
+    pub stamp: FileStamp,
     /// Whether that stamp proves nothing (it is then not compared).
     pub racy: bool,
 }
@@ -132,7 +135,7 @@ impl StreamReader {
             verified,
             has_head: false,
             key: (0, 0, None),
-            head: crate::evidence::shard::BLANK_EVENT,
+            head: BLANK_EVENT,
         };
         r.check_stamp()?;
         let mut skip = events_at;
@@ -181,9 +184,9 @@ impl StreamReader {
         if self.verified.racy {
             return Ok(());
         }
-        let now = crate::core::limits::FileStamp::of(&self.file).with_context(|| format!("reading {}", self.name))?;
+        let now = FileStamp::of(&self.file).with_context(|| format!("reading {}", self.name))?;
         if now != self.verified.stamp {
-            return Err(crate::core::refusal::refuse(
+            return Err(refuse(
                 Code::Stale,
                 format!("{}: rank {} shard changed while join read it (its inode, size or times are not those it had when verified)", self.name, self.rank),
             ));
@@ -192,10 +195,7 @@ impl StreamReader {
     }
 
     fn changed(&self) -> anyhow::Error {
-        crate::core::refusal::refuse(
-            Code::Stale,
-            format!("{}: rank {} shard changed while join read it (it no longer reads as it verified)", self.name, self.rank),
-        )
+        refuse(Code::Stale, format!("{}: rank {} shard changed while join read it (it no longer reads as it verified)", self.name, self.rank))
     }
 
     fn advance(&mut self) -> Result<()> {
@@ -217,7 +217,7 @@ impl StreamReader {
         }
         loop {
             self.has_head = false;
-            match crate::evidence::shard::decode_collective_event(self.version, &self.buf[self.lo..self.hi], &mut self.head) {
+            match decode_collective_event(self.version, &self.buf[self.lo..self.hi], &mut self.head) {
                 Ok(used) => {
                     self.lo += used;
                     self.remaining -= 1;
@@ -248,7 +248,7 @@ fn prefetch(p: *const u8, len: usize) {
     for at in (0..len).step_by(64) {
         // SAFETY: PREFETCHT0 is a hint: it never faults, writes nothing and
         // has no architectural effect, whatever the address.
-        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(at).cast::<i8>()) };
+        unsafe { x86_64::_mm_prefetch::<{ x86_64::_MM_HINT_T0 }>(p.wrapping_add(at).cast::<i8>()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, len);
@@ -257,7 +257,9 @@ fn prefetch(p: *const u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::limits::{read_bounded_stamped, FileStamp};
+    use crate::core::fsutil;
+    use crate::core::limits::{read_bounded_stamped, wall_now_ns, FileStamp, RACY_WINDOW_NS};
+    use std::os::fd::AsRawFd;
 
     /// A "shard" of `bytes` with no events: the reader skips nothing, reads to
     /// the end and checks the file.
@@ -267,7 +269,7 @@ mod tests {
 
     fn verified_now(path: &Path) -> Verified {
         let (bytes, stamp, racy) = read_bounded_stamped(path, 1 << 20).unwrap();
-        Verified { digest: crate::core::fsutil::sha256_hex(&bytes), stamp, racy }
+        Verified { digest: fsutil::sha256_hex(&bytes), stamp, racy }
     }
 
     fn stale(r: Result<()>) -> String {
@@ -297,11 +299,11 @@ mod tests {
         // as if it had been written long ago: a stamp outside the racy window
         let f = std::fs::File::open(&p).unwrap();
         let stamp = FileStamp::of(&f).unwrap();
-        assert!(!stamp.racy(crate::core::limits::wall_now_ns() + 2 * crate::core::limits::RACY_WINDOW_NS));
-        let v = Verified { digest: crate::core::fsutil::sha256_hex(b"the verified bytes"), stamp, racy: false };
+        assert!(!stamp.racy(wall_now_ns() + 2 * RACY_WINDOW_NS));
+        let v = Verified { digest: fsutil::sha256_hex(b"the verified bytes"), stamp, racy: false };
         reread(&p, v.clone()).unwrap();
         // the stamp alone proves nothing: another digest with the same stamp is refused
-        stale(reread(&p, Verified { digest: crate::core::fsutil::sha256_hex(b"other bytes"), ..v.clone() }));
+        stale(reread(&p, Verified { digest: fsutil::sha256_hex(b"other bytes"), ..v.clone() }));
         // rewritten in place after a clock tick: another status-change time
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(&p, b"the modified bytes").unwrap();
@@ -330,15 +332,13 @@ mod tests {
             let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
             // SAFETY: a fresh shared read-write mapping of the whole file
             // (2 pages, its length), unmapped below before the file is dropped.
-            let m = unsafe {
-                libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&f), 0)
-            };
+            let m = unsafe { libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, AsRawFd::as_raw_fd(&f), 0) };
             assert_ne!(m, libc::MAP_FAILED);
             let m = m.cast::<u8>();
             // SAFETY: `at` and `at - at % page` lie within the 2-page mapping.
             unsafe { *m.add(at - at % page) = bytes[at - at % page] };
             // the page is now writable and dirty; the bytes are the verified ones
-            let v = Verified { digest: crate::core::fsutil::sha256_hex(&bytes), stamp: FileStamp::of(&f).unwrap(), racy: false };
+            let v = Verified { digest: fsutil::sha256_hex(&bytes), stamp: FileStamp::of(&f).unwrap(), racy: false };
             reread(&p, v.clone()).unwrap();
             // SAFETY: as above.
             unsafe { *m.add(at) ^= 1 };

@@ -6,7 +6,8 @@
 //! run; the summary collects a [`DelayRec`] per collective instead.
 use super::{JoinedCollective, JoinedRun};
 use crate::core::stats;
-use crate::core::workload::Phase;
+use crate::core::workload::{DelayInjection, Phase};
+use crate::evidence::shard::BackendKind;
 use serde::{Deserialize, Serialize};
 
 /// How the arrival-delay negative control behaved (docs/ARCHITECTURE.md §4: the skew metric
@@ -179,16 +180,11 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
 }
 
 /// [`delay_control`] from the records of the timed collectives.
-pub(super) fn delay_control_of(
-    all_timed: &[DelayRec],
-    d: crate::core::workload::DelayInjection,
-    backend: crate::evidence::shard::BackendKind,
-    phases: &[Phase],
-) -> Option<DelayControlReport> {
+pub(super) fn delay_control_of(all_timed: &[DelayRec], d: DelayInjection, backend: BackendKind, phases: &[Phase]) -> Option<DelayControlReport> {
     if all_timed.iter().any(|c| c.skew.is_none()) {
         return None;
     }
-    let gpu = backend == crate::evidence::shard::BackendKind::Cuda;
+    let gpu = backend == BackendKind::Cuda;
     let judged = |p: Phase| !gpu || p == Phase::Replay;
     let delay_us = d.delay_ns as f64 / 1e3;
     let line_us = detection_line_us(delay_us);

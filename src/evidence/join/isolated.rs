@@ -5,7 +5,8 @@
 //! [`IsolatedSizeRow`] per size. Use [`isolated_sizes`] on a joined run; the
 //! summary feeds an [`IsolatedAcc`] one collective at a time.
 use super::{CompletionSource, JoinedCollective, JoinedRun};
-use crate::core::workload::Phase;
+use crate::core::collective;
+use crate::core::workload::{Phase, SweepKind};
 use crate::evidence::run::RunRecord;
 use crate::evidence::shard::ShardHeader;
 use serde::{Deserialize, Serialize};
@@ -44,14 +45,14 @@ pub struct IsolatedSizeRow {
     pub count: Option<u64>,
     /// Element type: nccl-tests' `type`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dtype: Option<crate::core::collective::TraceDtype>,
+    pub dtype: Option<collective::TraceDtype>,
     /// Reduction: nccl-tests' `redop` (`none` for a kind without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redop: Option<String>,
     /// The collective swept (absent in summaries written before other kinds
     /// could be swept: all-reduce).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collective: Option<crate::core::workload::SweepKind>,
+    pub collective: Option<SweepKind>,
     /// Root rank of a broadcast or reduce; absent for the other kinds (nccl-tests' root -1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<u32>,
@@ -60,7 +61,7 @@ pub struct IsolatedSizeRow {
 /// One size of the isolated phase: each collective's per-rank completion times.
 struct IsoSize {
     completions: Vec<Vec<u64>>,
-    dtype: crate::core::collective::TraceDtype,
+    dtype: collective::TraceDtype,
     root: Option<u32>,
     source: CompletionSource,
 }

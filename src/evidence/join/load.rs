@@ -8,9 +8,12 @@ use super::cursor::{Cursor, Key, StreamReader};
 use super::matching::{check_groups, index_rank, match_events, merge, rank_extract, RankCtx, RankExtract};
 use super::summary::{JoinSummary, SummaryBuilder};
 use super::{JoinedCollective, JoinedRun};
+use crate::core::limits::{self, FileStamp};
+use crate::core::par;
 use crate::core::refusal::Code;
-use crate::evidence::run::{RunRecord, RUN_FILE};
-use crate::evidence::shard::{CollectiveEvent, Shard, ShardHeader};
+use crate::evidence::run::{read_run_record, RunRecord, RUN_FILE};
+use crate::evidence::shard::{collectives_region, peek_header, shard_file_name, CollectiveEvent, Shard, ShardHeader, TokenEvent};
+use crate::evidence::stalls::{self, Stall};
 use crate::refuse;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -41,7 +44,7 @@ fn run_and_files(dir: &Path) -> Result<(RunRecord, Vec<PathBuf>)> {
         }
         refuse!(Code::NoSuchInput, "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
     }
-    let run = crate::evidence::run::read_run_record(&run_path)?;
+    let run = read_run_record(&run_path)?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -56,7 +59,7 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     let (run, files) = run_and_files(dir)?;
     let mut by_rank: BTreeMap<u32, (PathBuf, Shard)> = BTreeMap::new();
     for f in files {
-        let bytes = crate::core::limits::read_bounded(&f, crate::core::limits::MAX_SHARD_BYTES)?;
+        let bytes = limits::read_bounded(&f, limits::MAX_SHARD_BYTES)?;
         let (shard, digest) = Shard::decode_with_digest(&bytes, &f.display().to_string())?;
         check_against_run(&f, &shard, &digest, &run)?;
         let h = &shard.header;
@@ -67,7 +70,7 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
     }
     for r in 0..run.world_size {
         if !by_rank.contains_key(&r) {
-            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", crate::evidence::shard::shard_file_name(r), dir.display());
+            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", shard_file_name(r), dir.display());
         }
     }
     let shards: Vec<Shard> = by_rank.into_values().map(|(_, s)| s).collect();
@@ -83,14 +86,14 @@ struct Scanned {
     path: PathBuf,
     header: ShardHeader,
     digest: String,
-    tokens: Vec<crate::evidence::shard::TokenEvent>,
-    stalls: Vec<crate::evidence::stalls::Stall>,
+    tokens: Vec<TokenEvent>,
+    stalls: Vec<Stall>,
     extract: RankExtract,
     version: u32,
     events_at: usize,
     events: u64,
     /// The file as pass 1 verified it, and whether that stamp proves nothing.
-    stamp: (crate::core::limits::FileStamp, bool),
+    stamp: (FileStamp, bool),
     /// Its events' faults, or how the merge reads them: `None` streams them
     /// from the file (recorded in key order), else they are kept decoded.
     order: Result<Option<DecodedRank>>,
@@ -103,9 +106,9 @@ pub struct StreamedRun {
     /// Headers by rank.
     pub headers: Vec<ShardHeader>,
     /// Token events by rank.
-    pub tokens: Vec<Vec<crate::evidence::shard::TokenEvent>>,
+    pub tokens: Vec<Vec<TokenEvent>>,
     /// Stalls by rank ([`crate::evidence::stalls`]).
-    pub stalls: Vec<Vec<crate::evidence::stalls::Stall>>,
+    pub stalls: Vec<Vec<Stall>>,
 }
 
 /// What the merge of the streaming join works on.
@@ -139,12 +142,12 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     let (run, files) = run_and_files(dir)?;
     // the groups as the headers declare them, read ahead of the checks (a hint
     // to index events against while each shard is decoded; checked below)
-    let peeked: Vec<Option<ShardHeader>> = crate::core::par::map(&files, threads, &|f: &PathBuf| crate::evidence::shard::peek_header(f));
+    let peeked: Vec<Option<ShardHeader>> = par::map(&files, threads, &|f: &PathBuf| peek_header(f));
     let mut hint: Vec<&ShardHeader> = peeked.iter().flatten().collect();
     hint.sort_by_key(|h| h.rank);
     let hint_groups = check_groups(&hint).ok();
     drop(peeked);
-    let scanned: Vec<Result<Scanned>> = crate::core::par::map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
+    let scanned: Vec<Result<Scanned>> = par::map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
     let mut by_rank: BTreeMap<u32, Scanned> = BTreeMap::new();
     for s in scanned {
         let s = s?;
@@ -155,7 +158,7 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     }
     for r in 0..run.world_size {
         if !by_rank.contains_key(&r) {
-            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", crate::evidence::shard::shard_file_name(r), dir.display());
+            refuse!(Code::MissingRank, "rank {r} shard missing: expected {} in {}", shard_file_name(r), dir.display());
         }
     }
     let scanned: Vec<Scanned> = by_rank.into_values().collect();
@@ -186,8 +189,7 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
         stalls.push(s.stalls);
     }
     // the streamed shards, opened again (each reads its first buffer)
-    let opened =
-        crate::core::par::map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
+    let opened = par::map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
     for ((_, rank, ..), s) in streamed.iter().zip(opened) {
         cursors[*rank as usize] = Some(Cursor::Stream(Box::new(s?)));
     }
@@ -199,15 +201,15 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
 /// it, check it against the run record, and index its events against the
 /// process groups the headers declared (`hint`).
 fn scan_shard(f: &Path, run: &RunRecord, hint: Option<&BTreeMap<u32, Vec<u32>>>) -> Result<Scanned> {
-    let (bytes, stamp, racy) = crate::core::limits::read_bounded_stamped(f, crate::core::limits::MAX_SHARD_BYTES)?;
+    let (bytes, stamp, racy) = limits::read_bounded_stamped(f, limits::MAX_SHARD_BYTES)?;
     let name = f.display().to_string();
     let (shard, digest) = Shard::decode_with_digest(&bytes, &name)?;
     check_against_run(f, &shard, &digest, run)?;
-    let (events_at, events) = crate::evidence::shard::collectives_region(&bytes, &name)?;
+    let (events_at, events) = collectives_region(&bytes, &name)?;
     drop(bytes);
     let extract = rank_extract(&shard);
     let Shard { header, body } = shard;
-    let stalls = crate::evidence::stalls::of_rank(header.rank, &body.collectives);
+    let stalls = stalls::of_rank(header.rank, &body.collectives);
     let order = match hint {
         None => Err(anyhow::anyhow!("process groups unknown")), // the group check refuses first
         Some(groups) => index_rank(header.rank, &body.collectives, groups).map(|index| {

@@ -11,8 +11,10 @@ use crate::core::clock::ClockModel;
 use crate::core::refusal::Code;
 use crate::core::workload::Phase;
 use crate::evidence::shard::{CollectiveEvent, CollectiveKind, Shard, ShardHeader};
+use crate::evidence::tuning::TunerChoice;
 use crate::refuse;
 use anyhow::Result;
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 /// Process group membership from every rank's header, in rank order: each
@@ -116,7 +118,7 @@ pub(super) struct RankCtx {
     /// The compute stream's measured stalls by (group, seq).
     waits: Vec<BTreeMap<(u32, u64), u64>>,
     /// Captured tuner choices by group-0 sequence number.
-    tuners: Vec<BTreeMap<u64, crate::evidence::tuning::TunerChoice>>,
+    tuners: Vec<BTreeMap<u64, TunerChoice>>,
     /// The device anchor's error per phase (GPU), added to arrival bounds.
     anchors: Vec<BTreeMap<Phase, u64>>,
     /// The kernel anchor's error per phase.
@@ -150,7 +152,7 @@ impl RankCtx {
 pub(super) struct RankExtract {
     model: Option<ClockModel>,
     waits: BTreeMap<(u32, u64), u64>,
-    tuners: BTreeMap<u64, crate::evidence::tuning::TunerChoice>,
+    tuners: BTreeMap<u64, TunerChoice>,
     anchors: BTreeMap<Phase, u64>,
     kernel_anchors: BTreeMap<Phase, u64>,
     kernel_starts: BTreeMap<(u32, u64), u64>,
@@ -234,10 +236,10 @@ pub(super) fn merge(
 /// Add the staged ranks `v` of `key` to `pending` (after those already there).
 fn unstage(pending: &mut BTreeMap<Key, Vec<u32>>, spare: &mut Vec<Vec<u32>>, key: Key, mut v: Vec<u32>) {
     match pending.entry(key) {
-        std::collections::btree_map::Entry::Vacant(e) => {
+        Entry::Vacant(e) => {
             e.insert(v);
         }
-        std::collections::btree_map::Entry::Occupied(mut e) => {
+        Entry::Occupied(mut e) => {
             e.get_mut().append(&mut v);
             spare.push(v);
         }

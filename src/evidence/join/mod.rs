@@ -28,9 +28,11 @@ pub use render::{render_isolated, render_summary};
 pub use summary::{summarize, JoinSummary, PhaseSummary};
 pub use tuning::{compare_tuning, TuningComparison};
 
+use crate::core::collective;
 use crate::core::workload::Phase;
 use crate::evidence::run::RunRecord;
 use crate::evidence::shard::{CollectiveKind, Shard};
+use crate::evidence::tuning::TunerChoice;
 use serde::{Deserialize, Serialize};
 
 /// One rank's view of a joined collective (local clock, ns). A field not
@@ -153,7 +155,7 @@ pub struct JoinedCollective {
     /// Logical bytes.
     pub bytes: u64,
     /// Element type.
-    pub dtype: crate::core::collective::TraceDtype,
+    pub dtype: collective::TraceDtype,
     /// Broadcast and reduce: the root's world rank; absent for other kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<u32>,
@@ -189,7 +191,7 @@ pub struct JoinedCollective {
     pub arrival_source: Option<ArrivalSource>,
     /// NCCL's tuner choice for this collective, where captured (`rank --nccl-tuning`).
     #[serde(default)]
-    pub tuner: Option<crate::evidence::tuning::TunerChoice>,
+    pub tuner: Option<TunerChoice>,
 }
 
 /// A verified, joined run.
@@ -206,6 +208,8 @@ pub struct JoinedRun {
 #[cfg(test)]
 mod fixtures {
     use super::*;
+    use crate::core::collective;
+    use crate::evidence::shard::{self, KernelEvent, KernelKind, ShardBody};
 
     pub(super) fn times(rank: u32, host_issue_ns: u64, device_start_ns: Option<u64>) -> RankTimes {
         RankTimes {
@@ -234,7 +238,7 @@ mod fixtures {
             members: ranks.iter().map(|t| t.rank).collect(),
             seq: 0,
             bytes: 4,
-            dtype: crate::core::collective::TraceDtype::F32,
+            dtype: collective::TraceDtype::F32,
             root: None,
             token: None,
             layer: None,
@@ -272,9 +276,9 @@ mod fixtures {
             })
             .collect();
         let kernels = (0..k)
-            .map(|i| crate::evidence::shard::KernelEvent {
+            .map(|i| KernelEvent {
                 phase: Phase::Blocking,
-                kind: crate::evidence::shard::KernelKind::Nccl,
+                kind: KernelKind::Nccl,
                 name: 0,
                 start_ns: 100 * i + 7,
                 end_ns: 100 * i + 40,
@@ -282,12 +286,7 @@ mod fixtures {
                 correlation: (1000 - i) as u32,
             })
             .collect();
-        let body = crate::evidence::shard::ShardBody {
-            collectives,
-            kernels,
-            kernel_names: vec!["ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()],
-            ..Default::default()
-        };
-        Shard { header: crate::evidence::shard::test_header("cuda", serde_json::json!([phase])), body }
+        let body = ShardBody { collectives, kernels, kernel_names: vec!["ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()], ..Default::default() };
+        Shard { header: shard::test_header("cuda", serde_json::json!([phase])), body }
     }
 }

@@ -7,7 +7,10 @@
 use super::isolated::IsolatedSizeRow;
 use super::summary::JoinSummary;
 use super::CompletionSource;
+use crate::core::clock::ClockPath;
 use crate::core::workload::Phase;
+use crate::evidence::shard::GapTimeline;
+use crate::evidence::stalls;
 
 /// The isolated phase's per-size table, as nccl-tests prints its own: size,
 /// count, type, redop and root columns (redop `none` for a kind without a
@@ -93,7 +96,7 @@ pub fn render_summary(s: &JoinSummary) -> String {
         );
     }
     o.push_str(&render_isolated(&s.isolated_sizes));
-    for line in crate::evidence::stalls::render(&s.stalls) {
+    for line in stalls::render(&s.stalls) {
         let _ = writeln!(o, "{line}");
     }
     let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock; via a leader, the two legs' bounds summed):");
@@ -117,7 +120,7 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         // after the columns other scripts read (rank, host, offset, bound): how the model was obtained
         let inj = match (c.path, c.leader, c.leader_leg_bound_us, c.leader_bound_us) {
-            (Some(crate::core::clock::ClockPath::ViaLeader), Some(l), Some(a), Some(b)) => format!("{inj}  via leader {l} (± {a:.3} + ± {b:.3} us)"),
+            (Some(ClockPath::ViaLeader), Some(l), Some(a), Some(b)) => format!("{inj}  via leader {l} (± {a:.3} + ± {b:.3} us)"),
             _ => inj,
         };
         let inj = match c.calibration_wall_ns {
@@ -154,9 +157,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
     for p in s.phases.iter() {
         if let Some(t) = p.source_timeline {
             let what = match t {
-                crate::evidence::shard::GapTimeline::Device => "device timeline (collective intervals on the GPU)",
-                crate::evidence::shard::GapTimeline::Host => "host timeline (issue to the previous wait's return)",
-                crate::evidence::shard::GapTimeline::Mixed => "mixed: device intervals where measured, host times elsewhere",
+                GapTimeline::Device => "device timeline (collective intervals on the GPU)",
+                GapTimeline::Host => "host timeline (issue to the previous wait's return)",
+                GapTimeline::Mixed => "mixed: device intervals where measured, host times elsewhere",
             };
             let _ = writeln!(o, "source gaps of {:<13} {what}", p.phase.name());
         }

@@ -9,10 +9,12 @@ use super::delay::{delay_control_of, DelayControlReport, DelayRec};
 use super::isolated::{IsolatedAcc, IsolatedSizeRow};
 use super::tuning::{compare_tuning_of, tuner_label, TuneRec, TuningComparison};
 use super::{ArrivalSource, CompletionSource, JoinedCollective, JoinedRun};
+use crate::core::clock::ClockSync;
 use crate::core::stats;
 use crate::core::workload::Phase;
-use crate::evidence::run::RunRecord;
-use crate::evidence::shard::ShardHeader;
+use crate::evidence::run::{RunRecord, ShardRef};
+use crate::evidence::shard::{GapTimeline, ShardHeader, TokenEvent};
+use crate::evidence::stalls::{self, Stall};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -57,7 +59,7 @@ pub struct PhaseSummary {
     /// Trace phases: the timeline their source gaps were measured on (rank
     /// 0's record; absent without a trace or in older records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_timeline: Option<crate::evidence::shard::GapTimeline>,
+    pub source_timeline: Option<GapTimeline>,
 }
 
 /// The `join --json` summary.
@@ -78,7 +80,7 @@ pub struct JoinSummary {
     /// Which ranks calibrated against which (`flat`, `hierarchical`);
     /// absent where uncalibrated or in shards before format 7.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock_sync: Option<crate::core::clock::ClockSync>,
+    pub clock_sync: Option<ClockSync>,
     /// Calibration wall time of the run: the largest over the ranks of their
     /// two windows' wall time, ns; absent where any rank's is unmeasured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,12 +94,12 @@ pub struct JoinSummary {
     #[serde(default)]
     pub isolated_sizes: Vec<IsolatedSizeRow>,
     /// Verified shard digests.
-    pub shards: Vec<crate::evidence::run::ShardRef>,
+    pub shards: Vec<ShardRef>,
     /// Stretches in which a rank made no progress far beyond its phase's
     /// typical interval (a stopped or descheduled rank), per rank; empty
     /// where none was found (summaries written before this field: absent).
     #[serde(default)]
-    pub stalls: Vec<crate::evidence::stalls::Stall>,
+    pub stalls: Vec<Stall>,
 }
 
 /// One phase's figures, gathered collective by collective.
@@ -134,7 +136,7 @@ pub(crate) struct SummaryBuilder<'a> {
     any_tuner: bool,
     iso: IsolatedAcc,
     iso_kind: &'static str,
-    stalls: Vec<crate::evidence::stalls::Stall>,
+    stalls: Vec<Stall>,
 }
 
 impl<'a> SummaryBuilder<'a> {
@@ -156,12 +158,12 @@ impl<'a> SummaryBuilder<'a> {
     }
 
     /// A rank's stalls ([`crate::evidence::stalls::of_rank`]).
-    pub fn add_stalls(&mut self, stalls: &[crate::evidence::stalls::Stall]) {
+    pub fn add_stalls(&mut self, stalls: &[Stall]) {
         self.stalls.extend_from_slice(stalls);
     }
 
     /// A rank's token events.
-    pub fn add_tokens(&mut self, tokens: &[crate::evidence::shard::TokenEvent]) {
+    pub fn add_tokens(&mut self, tokens: &[TokenEvent]) {
         for t in tokens.iter().filter(|t| !t.warmup) {
             if let Some(acc) = self.phases.get_mut(&t.phase) {
                 acc.tokens.push((t.end_ns - t.start_ns) as f64 / 1e3);
@@ -288,7 +290,7 @@ pub fn summarize(j: &JoinedRun) -> JoinSummary {
     let mut b = SummaryBuilder::new(&j.run, j.shards.iter().map(|s| &s.header).collect());
     for s in &j.shards {
         b.add_tokens(&s.body.tokens);
-        b.add_stalls(&crate::evidence::stalls::of_shard(s));
+        b.add_stalls(&stalls::of_shard(s));
     }
     for c in &j.collectives {
         b.add(c);

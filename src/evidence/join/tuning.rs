@@ -6,6 +6,7 @@
 //! the summary keeps a [`TuneRec`] per collective instead.
 use super::JoinedCollective;
 use crate::core::workload::Phase;
+use crate::evidence::tuning::TunerChoice;
 use serde::{Deserialize, Serialize};
 
 /// Event-by-event comparison of tuner choices between a workload phase and a
@@ -31,10 +32,10 @@ pub struct TuningComparison {
 pub(super) struct TuneRec {
     pub(super) phase: Phase,
     pub(super) bytes: u64,
-    pub(super) tuner: Option<crate::evidence::tuning::TunerChoice>,
+    pub(super) tuner: Option<TunerChoice>,
 }
 
-pub(super) fn tuner_label(t: &crate::evidence::tuning::TunerChoice) -> String {
+pub(super) fn tuner_label(t: &TunerChoice) -> String {
     format!("{}/{}/{}ch", t.algo, t.proto, t.channels)
 }
 
@@ -75,10 +76,11 @@ pub(super) fn compare_tuning_of(all: &[TuneRec], workload: Phase, proxy: Phase) 
 mod tests {
     use super::super::fixtures::{collective, times};
     use super::*;
+    use crate::evidence::tuning::TunerChoice;
 
     #[test]
     fn tuning_comparison_pairs_by_order_and_refuses_size_mismatch() {
-        let t = |a: &str, p: &str| Some(crate::evidence::tuning::TunerChoice { algo: a.into(), proto: p.into(), channels: 8 });
+        let t = |a: &str, p: &str| Some(TunerChoice { algo: a.into(), proto: p.into(), channels: 8 });
         let mk = |phase, bytes, tuner| {
             let mut c = collective(vec![times(0, 0, None)]);
             c.phase = phase;

@@ -9,6 +9,7 @@
 //! with serde, which gives the same event or bincode's own error. So it
 //! refuses nothing itself, and every error message stays bincode's.
 use super::{CollectiveEvent, CollectiveKind, FillRecord, ReplayTiming, TraceDtype};
+use crate::core::collective;
 use crate::core::workload::Phase;
 
 /// A cursor over bytes; every read is `None` at the end or on a form bincode
@@ -88,7 +89,7 @@ impl Bytes<'_> {
     fn kind(&mut self) -> Option<CollectiveKind> {
         // the serde variant index is the declaration order, which the kind
         // table keeps (checked by the tests against serde)
-        crate::core::collective::KINDS.get(usize::try_from(self.u32()?).ok()?).map(|r| r.kind)
+        collective::KINDS.get(usize::try_from(self.u32()?).ok()?).map(|r| r.kind)
     }
 
     fn dtype(&mut self) -> Option<TraceDtype> {
@@ -180,11 +181,11 @@ pub(crate) fn collectives(version: u32, bytes: &[u8]) -> Option<(Vec<CollectiveE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::shard::bincode_cfg;
+    use crate::evidence::shard::{bincode_cfg, read};
     use rand::{Rng, SeedableRng};
 
     fn serde_event(version: u32, bytes: &[u8]) -> Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
-        crate::evidence::shard::read::decode_collective_event_serde(version, bytes)
+        read::decode_collective_event_serde(version, bytes)
     }
 
     /// A value of each varint width, and the extremes.

@@ -6,8 +6,10 @@
 //! file). Build one for [`super::Shard::header`], or read it there.
 use super::CollectiveKind;
 use crate::core::clock::{ClockInjection, ClockModel, ClockPath, ClockSync, PingSample};
+use crate::core::collective;
 use crate::core::identity::EnvIdentity;
 use crate::core::workload::{DelayInjection, Phase, WorkloadSpec};
+use crate::evidence::tuning::TuningCapture;
 use serde::{Deserialize, Serialize};
 
 /// Which backend produced the events.
@@ -139,7 +141,7 @@ pub struct TraceKindCount {
     /// Collectives of this kind left out per pass (`--trace-allreduce-only`).
     pub left_out_per_pass: u32,
     /// Element types recorded, distinct, sorted.
-    pub dtypes: Vec<crate::core::collective::TraceDtype>,
+    pub dtypes: Vec<collective::TraceDtype>,
     /// Input sizes recorded (elements x dtype size), distinct, ascending.
     pub sizes_bytes: Vec<u64>,
 }
@@ -401,7 +403,7 @@ pub struct ShardHeader {
     pub started_unix_ms: u64,
     /// NCCL tuner choices, when captured (`--nccl-tuning`); absent in older shards.
     #[serde(default)]
-    pub tuning: Option<crate::evidence::tuning::TuningCapture>,
+    pub tuning: Option<TuningCapture>,
     /// Every result check (`--check`) and the wrong elements it found; absent in older shards.
     #[serde(default)]
     pub checks: Vec<CheckRecord>,

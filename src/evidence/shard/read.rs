@@ -8,6 +8,8 @@
 //! where the hand reader is unsure, so results and errors are bincode's.
 use super::{bincode_cfg, Shard, MAGIC, SHARD_FORMAT_VERSION, TRAILER};
 use super::{CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, FillRecord, KernelEvent, ReplayTiming, ShardBody, ShardHeader, TokenEvent, TraceDtype};
+use crate::core::limits;
+use crate::core::refusal::{self, Code};
 use crate::core::workload::Phase;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -122,19 +124,19 @@ fn bincode_decode_cfg<const N: usize>() -> bincode::config::Configuration<bincod
 /// make it allocate more; a body over [`crate::core::limits::MAX_SHARD_BODY_BYTES`]
 /// is refused. Trailing bytes are refused.
 pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<ShardBody> {
-    if body_bytes.len() > crate::core::limits::MAX_SHARD_BODY_BYTES {
-        return Err(crate::core::refusal::refuse(
-            crate::core::refusal::Code::OverLimit,
-            format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), crate::core::limits::MAX_SHARD_BODY_BYTES),
+    if body_bytes.len() > limits::MAX_SHARD_BODY_BYTES {
+        return Err(refusal::refuse(
+            Code::OverLimit,
+            format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), limits::MAX_SHARD_BODY_BYTES),
         ));
     }
     let (body, used) = match body_bytes.len() {
         n if n <= 1 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 16 << 20 }>(), name)?,
         n if n <= 16 << 20 => decode_body(version, body_bytes, bincode_decode_cfg::<{ 256 << 20 }>(), name)?,
-        _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ crate::core::limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
+        _ => decode_body(version, body_bytes, bincode_decode_cfg::<{ limits::MAX_SHARD_BODY_DECODE_BYTES }>(), name)?,
     };
     if used != body_bytes.len() {
-        crate::refuse!(crate::core::refusal::Code::BadFormat, "{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
+        crate::refuse!(Code::BadFormat, "{name}: body has {} undecoded trailing bytes", body_bytes.len() - used);
     }
     Ok(body)
 }
@@ -212,7 +214,7 @@ pub(super) fn decode_collective_event_serde(version: u32, bytes: &[u8]) -> std::
 /// file) and how many there are: every body version begins with them (a
 /// varint count, then the events).
 pub(crate) fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
-    let bad = || crate::core::refusal::refuse(crate::core::refusal::Code::BadFormat, format!("{name}: body does not start with its collectives"));
+    let bad = || refusal::refuse(Code::BadFormat, format!("{name}: body does not start with its collectives"));
     let hlen = bytes.get(12..20).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(bad)?;
     let body = usize::try_from(hlen).ok().and_then(|h| h.checked_add(28)).filter(|&b| b <= bytes.len()).ok_or_else(bad)?;
     let (count, used): (u64, usize) = bincode::decode_from_slice(&bytes[body..], bincode_cfg()).map_err(|_| bad())?;
@@ -232,7 +234,7 @@ pub(crate) fn peek_header(path: &Path) -> Option<ShardHeader> {
         return None;
     }
     let hlen = usize::try_from(u64::from_le_bytes(pre[12..20].try_into().expect("8 bytes"))).ok()?;
-    if hlen > crate::core::limits::MAX_SHARD_HEADER_BYTES {
+    if hlen > limits::MAX_SHARD_HEADER_BYTES {
         return None;
     }
     let mut h = vec![0u8; hlen];
@@ -243,14 +245,11 @@ pub(crate) fn peek_header(path: &Path) -> Option<ShardHeader> {
 /// A body decode error: a length over the limit (or past the end of the body) is a named refusal.
 fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
     match e {
-        bincode::error::DecodeError::LimitExceeded => crate::core::refusal::refuse(
-            crate::core::refusal::Code::OverLimit,
-            format!(
-                "{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)",
-                crate::core::limits::MAX_SHARD_BODY_DECODE_BYTES
-            ),
+        bincode::error::DecodeError::LimitExceeded => refusal::refuse(
+            Code::OverLimit,
+            format!("{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)", limits::MAX_SHARD_BODY_DECODE_BYTES),
         ),
-        e => crate::core::refusal::refuse(crate::core::refusal::Code::BadFormat, format!("{name}: body does not decode: {e}")),
+        e => refusal::refuse(Code::BadFormat, format!("{name}: body does not decode: {e}")),
     }
 }
 
@@ -265,7 +264,7 @@ impl Shard {
     /// the trailer's digest of everything before the trailer.
     pub fn decode_with_digest(bytes: &[u8], name: &str) -> Result<(Self, String)> {
         use crate::core::refusal::Code;
-        let fault = |code: Code, what: String| crate::core::refusal::refuse(code, format!("{name}: {what}"));
+        let fault = |code: Code, what: String| refusal::refuse(code, format!("{name}: {what}"));
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
             return Err(fault(Code::BadFormat, "not a CommCanary shard (bad magic)".into()));
         }
@@ -302,8 +301,8 @@ impl Shard {
             pos = end;
             Ok(section)
         };
-        let header_bytes = &bytes[take_section("header", crate::core::limits::MAX_SHARD_HEADER_BYTES)?];
-        let body_bytes = &bytes[take_section("body", crate::core::limits::MAX_SHARD_BODY_BYTES)?];
+        let header_bytes = &bytes[take_section("header", limits::MAX_SHARD_HEADER_BYTES)?];
+        let body_bytes = &bytes[take_section("body", limits::MAX_SHARD_BODY_BYTES)?];
         let rest = &bytes[pos..];
         if rest.len() < trailer_len {
             return Err(fault(Code::Truncated, "truncated: the SHA-256 trailer is missing".into()));
@@ -339,8 +338,7 @@ impl Shard {
 
     /// Read and verify a shard file.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes =
-            crate::core::limits::read_bounded(path, crate::core::limits::MAX_SHARD_BYTES).with_context(|| format!("reading shard {}", path.display()))?;
+        let bytes = limits::read_bounded(path, limits::MAX_SHARD_BYTES).with_context(|| format!("reading shard {}", path.display()))?;
         Self::decode(&bytes, &path.display().to_string())
     }
 

@@ -3,6 +3,7 @@
 //! `rank-NNNNN.shard`, written once: an existing file is refused, never
 //! replaced. Use [`Shard::write_new`]; [`Shard::encode`] gives the bytes alone.
 use super::{bincode_cfg, shard_file_name, Shard, MAGIC, TRAILER};
+use crate::core::fsutil;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -24,8 +25,8 @@ impl Shard {
     pub fn write_new(&self, dir: &Path) -> Result<WrittenShard> {
         let bytes = self.encode()?;
         let file = shard_file_name(self.header.rank);
-        crate::core::fsutil::write_new_atomic(&dir.join(&file), &bytes)?;
-        Ok(WrittenShard { file, size_bytes: bytes.len() as u64, sha256: crate::core::fsutil::sha256_hex(&bytes) })
+        fsutil::write_new_atomic(&dir.join(&file), &bytes)?;
+        Ok(WrittenShard { file, size_bytes: bytes.len() as u64, sha256: fsutil::sha256_hex(&bytes) })
     }
 
     /// Encode to bytes (header, body, trailer).
