@@ -1,5 +1,7 @@
 //! Campaign chain end to end on the CPU backend under real mpirun (issue #5 acceptance 1-4).
 mod common;
+use commcanary::core::fsutil;
+use commcanary::evidence::shard::Shard;
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -251,7 +253,7 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     m["repository"]["commit"] = "0000000000000000000000000000000000000000".into();
     let bytes = serde_json::to_vec_pretty(&m).unwrap();
     std::fs::write(&mp, &bytes).unwrap();
-    std::fs::write(r.join("manifest.sha256"), commcanary::core::fsutil::sha256_hex(&bytes) + "\n").unwrap();
+    std::fs::write(r.join("manifest.sha256"), fsutil::sha256_hex(&bytes) + "\n").unwrap();
     let o = cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("z").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("repository identity"));
 }
@@ -336,9 +338,9 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     let text = ok(&cc_root(&["campaign", "run", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
     assert!(text.contains("== analyze") && d.join("report/report.json").exists(), "{text}");
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("manifest.json")).unwrap()).unwrap();
-    let frozen = commcanary::core::fsutil::sha256_file(&d.join("trace.json")).unwrap();
+    let frozen = fsutil::sha256_file(&d.join("trace.json")).unwrap();
     assert_eq!(m["trace_sha256"].as_str(), Some(frozen.as_str()));
-    assert_eq!(frozen, commcanary::core::fsutil::sha256_file(&k).unwrap(), "the copy is the file named");
+    assert_eq!(frozen, fsutil::sha256_file(&k).unwrap(), "the copy is the file named");
     let mut shards = 0;
     for run in std::fs::read_dir(d.join("runs")).unwrap().map(|e| e.unwrap().path()) {
         for r in 0..2 {
@@ -490,7 +492,7 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
         ranks.sort_unstable();
         assert_eq!(ranks, vec![1, 2, 3], "{phase}");
     }
-    let sha = commcanary::core::fsutil::sha256_file(&k).unwrap();
+    let sha = fsutil::sha256_file(&k).unwrap();
     let c = &r["context"]["trace"];
     assert_eq!((c["file"].as_str(), c["sha256"].as_str(), c["passes"].as_u64()), (Some("tp2.comm.json"), Some(sha.as_str()), Some(2)), "{c}");
     let kinds = c["kinds"].as_array().unwrap();
@@ -520,7 +522,7 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
     // and every shard holds events of every kind of its rank
     for run in std::fs::read_dir(d.join("runs")).unwrap().map(|e| e.unwrap().path()) {
         for rank in 0..2u32 {
-            let s = commcanary::evidence::shard::Shard::read(&run.join(format!("rank-0000{rank}.shard"))).unwrap();
+            let s = Shard::read(&run.join(format!("rank-0000{rank}.shard"))).unwrap();
             let got: std::collections::BTreeSet<&str> = s.body.collectives.iter().map(|e| e.kind.name()).collect();
             let want: std::collections::BTreeSet<&str> = expect.iter().filter(|(_, n)| n[rank as usize] > 0).map(|(k, _)| *k).collect();
             assert_eq!(got, want, "{}", run.display());

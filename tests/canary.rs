@@ -2,6 +2,8 @@
 //! mpirun (a campaign of the source, the canary and the baselines), reduce,
 //! the integrity refusals, redaction, and `import run`.
 mod common;
+use commcanary::canary::verify::{self, VerifyReport};
+use commcanary::core::fsutil;
 use common::{assert_refused, cc, cc_root, ok, run_rank};
 use std::path::Path;
 
@@ -59,8 +61,8 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     assert_eq!(r["canary_beats_baselines"], true);
     // the default text is the short answer: one line per candidate (a canary, a head sample and four
     // baselines here) within 30 lines, each naming its state and what stops it; -v prints every check
-    let report: commcanary::canary::verify::VerifyReport = serde_json::from_value(r.clone()).unwrap();
-    let short = commcanary::canary::verify::render_short(&report);
+    let report: VerifyReport = serde_json::from_value(r.clone()).unwrap();
+    let short = verify::render_short(&report);
     assert!(short.lines().count() <= 30, "{short}");
     for c in r["candidates"].as_array().unwrap() {
         let line = short.lines().find(|l| l.starts_with(&format!("{} [", c["variant"].as_str().unwrap()))).unwrap_or_else(|| panic!("{c}: {short}"));
@@ -69,7 +71,7 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
         assert_eq!(line.contains("stopped by "), failed, "{line}");
     }
     assert!(short.contains("canary beats every baseline at equal size"), "{short}");
-    assert!(commcanary::canary::verify::render(&report).lines().count() > short.lines().count());
+    assert!(verify::render(&report).lines().count() > short.lines().count());
     // the web page beside the JSON: every candidate, every check, nothing fetched from the network
     let html = std::fs::read_to_string(v.join("report.html")).unwrap();
     for c in r["candidates"].as_array().unwrap() {
@@ -188,7 +190,7 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
     }
     let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("redacted.json.audit.json")).unwrap()).unwrap();
     assert!(audit["transforms"].as_array().unwrap().len() >= 5, "{audit}");
-    assert_eq!(audit["output_sha256"], commcanary::core::fsutil::sha256_file(&out).unwrap());
+    assert_eq!(audit["output_sha256"], fsutil::sha256_file(&out).unwrap());
     // still a trace: it compiles
     ok(&cc(&["canary", "compile", s(&out), "-o", s(&d.join("redacted.canary.json"))]));
     // the exports shared outside the site redact the same way, with their audit log beside them

@@ -3,6 +3,8 @@
 //! output flag is spelled `-o/--out`; help cannot go stale; user-facing names
 //! in output; a campaign that cannot run here is refused before any cell.
 mod common;
+use commcanary::backend::cuda;
+use commcanary::cli::schema;
 use common::{assert_refused, cc, ok};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -106,7 +108,7 @@ fn help_names_every_campaign_verb_and_every_schema() {
         assert!(listed, "`commcanary --help` does not name campaign verb {v}: {line}");
     }
     let schema = ok(&cc(&["schema", "--help"]));
-    for (name, _) in commcanary::cli::schema::SCHEMAS {
+    for (name, _) in schema::SCHEMAS {
         assert!(schema.contains(name), "`schema --help` does not name {name}:\n{schema}");
     }
 }
@@ -116,7 +118,7 @@ fn help_names_every_campaign_verb_and_every_schema() {
 /// launches a job (it launched all 20 cells, each refused the same way).
 #[test]
 fn a_campaign_that_cannot_run_here_is_refused_before_any_cell() {
-    if commcanary::backend::cuda::unavailable_reason().is_none() {
+    if cuda::unavailable_reason().is_none() {
         eprintln!("skipped: a GPU is usable here, so a cuda campaign can run (the refusal needs a host without one)");
         return;
     }

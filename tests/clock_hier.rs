@@ -4,7 +4,9 @@
 //! membership, leaders and the composed models are exercised without a
 //! second machine. Nothing here judges timing.
 mod common;
-use commcanary::evidence::shard::Shard;
+use commcanary::core::clock::{self, ClockModel, WindowEstimate};
+use commcanary::core::identity;
+use commcanary::evidence::shard::{shard_file_name, Shard};
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -37,7 +39,7 @@ fn two_nodes(out: &Path, extra: &[&str]) -> PathBuf {
 fn shards(run: &Path) -> Vec<Shard> {
     (0..4)
         .map(|r| {
-            let f = run.join(commcanary::evidence::shard::shard_file_name(r));
+            let f = run.join(shard_file_name(r));
             Shard::decode(&std::fs::read(&f).unwrap(), &f.display().to_string()).unwrap()
         })
         .collect()
@@ -46,14 +48,14 @@ fn shards(run: &Path) -> Vec<Shard> {
 /// Equal but for the last bits of a float: the leader's model reaches its
 /// ranks and the shard headers through JSON, whose decimal text need not
 /// parse back to the very same f64 (serde_json's default float parser).
-fn assert_models_equal(a: &commcanary::core::clock::ClockModel, b: &commcanary::core::clock::ClockModel, what: &str) {
+fn assert_models_equal(a: &ClockModel, b: &ClockModel, what: &str) {
     let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
     let opt = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => close(x, y),
         (None, None) => true,
         _ => false,
     };
-    let win = |x: &commcanary::core::clock::WindowEstimate, y: &commcanary::core::clock::WindowEstimate| {
+    let win = |x: &WindowEstimate, y: &WindowEstimate| {
         x.ref_ns == y.ref_ns && x.min_rtt_ns == y.min_rtt_ns && x.samples == y.samples && close(x.offset_ns, y.offset_ns) && close(x.bound_ns, y.bound_ns)
     };
     let ends = match (&a.end, &b.end) {
@@ -89,7 +91,7 @@ fn two_hosts_calibrate_through_their_leaders_and_join_shows_the_path() {
     let (leg, lead) = (c3.leader_fit.unwrap(), c3.leader_model.unwrap());
     assert_models_equal(&lead, &sh[2].header.clock.as_ref().unwrap().model, "the leader's model as the leader fitted it");
     assert!(c3.model.bound_ns >= leg.bound_ns + lead.bound_ns && leg.bound_ns > 0.0 && lead.bound_ns > 0.0);
-    assert_models_equal(&c3.model, &commcanary::core::clock::compose(&leg, &lead).unwrap(), "rank 3's model, composed");
+    assert_models_equal(&c3.model, &clock::compose(&leg, &lead).unwrap(), "rank 3's model, composed");
     assert!(c3.end_samples.iter().all(|p| p.t_ref_ns > 0));
     for r in [1, 2] {
         let c = sh[r].header.clock.as_ref().unwrap();
@@ -132,7 +134,7 @@ fn a_whole_node_offset_is_covered_by_the_composed_bound() {
     assert!((est - truth).abs() <= bound + 0.004, "{c}");
     assert!(c["shared_kernel_clock_refused"].as_str().unwrap().contains("against leader rank 2"), "{c}");
     // node-a still reads rank 0's kernel clock, where the boot id is readable
-    if commcanary::core::identity::kernel_clock_id().is_some() {
+    if identity::kernel_clock_id().is_some() {
         assert_eq!(s["clocks"][1]["shared_kernel_clock"], true);
     }
 }
@@ -154,7 +156,7 @@ fn flat_calibration_stays_available_and_is_recorded_as_such() {
 
 #[test]
 fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
-    if commcanary::core::identity::kernel_clock_id().is_none() {
+    if identity::kernel_clock_id().is_none() {
         eprintln!("SKIPPED: this host's boot id or time namespace cannot be read, so no rank may take a shared kernel clock");
         return;
     }

@@ -1,5 +1,6 @@
 //! Clock calibration and arrival skew end to end (issue #3), on real mpirun.
 mod common;
+use commcanary::core::identity;
 use common::*;
 
 fn clocks(s: &serde_json::Value) -> &Vec<serde_json::Value> {
@@ -36,7 +37,7 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     // the un-injected ranks of the node still agree with one clock, and
     // read rank 0's exactly; the injected one is estimated
     assert_eq!(s["nodes"][0]["consistent"], true, "{}", s["nodes"]);
-    if commcanary::core::identity::kernel_clock_id().is_some() {
+    if identity::kernel_clock_id().is_some() {
         let shared: Vec<bool> = clocks(&s).iter().map(|c| c["shared_kernel_clock"] == true).collect();
         assert_eq!(shared, [false, true, false, true]);
         assert_eq!(clocks(&s)[2]["shared_kernel_clock_refused"], "a synthetic clock injection on this rank or rank 0");
@@ -49,7 +50,7 @@ fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
     // one node, one kernel: the model is the shared clock, exactly
     let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
     let s = join_json(&run);
-    if commcanary::core::identity::kernel_clock_id().is_none() {
+    if identity::kernel_clock_id().is_none() {
         println!("SKIPPED (shared kernel clock part): this machine's boot id is unreadable");
     } else {
         for c in clocks(&s).iter().skip(1) {

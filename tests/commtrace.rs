@@ -1,6 +1,9 @@
 //! `import kineto|et` and `export param|et` on the real PyTorch 2.11 fixture,
 //! and every refusal on a damaged copy of it.
 mod common;
+use commcanary::backend::cuda;
+use commcanary::core::fsutil;
+use commcanary::evidence::shard::{self, CollectiveEvent, Shard};
 use common::*;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -431,14 +434,14 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
     let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
     // rank 0's index names every rank's file with its digest, and each file's header binds it to the trace
     let index: Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.json")).unwrap()).unwrap();
-    let trace_sha = commcanary::core::fsutil::sha256_file(&k).unwrap();
+    let trace_sha = fsutil::sha256_file(&k).unwrap();
     assert_eq!((index["trace_sha256"].as_str(), index["world_size"].as_u64()), (Some(trace_sha.as_str()), Some(2)), "{index}");
     for (rank, r) in index["ranks"].as_array().unwrap().iter().enumerate() {
         let files = r["files"].as_array().unwrap();
         assert_eq!(files.len(), 1, "{r}");
         let (name, sha) = (files[0][0].as_str().unwrap(), files[0][1].as_str().unwrap());
         assert_eq!(name, format!("replay-trace.rank-{rank}.json"));
-        assert_eq!(commcanary::core::fsutil::sha256_file(&out.join(name)).unwrap(), sha);
+        assert_eq!(fsutil::sha256_file(&out.join(name)).unwrap(), sha);
     }
     for rank in 0..2usize {
         let file: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
@@ -531,7 +534,7 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
 /// Without a GPU, `replay-trace --backend cuda` says why in one line, before MPI starts.
 #[test]
 fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
-    if commcanary::backend::cuda::unavailable_reason().is_none() {
+    if cuda::unavailable_reason().is_none() {
         eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device/device-trace-replay.sh)");
         return;
     }
@@ -603,7 +606,7 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
                 (Some(32), Some(5), Some(rank as u64)),
                 "{p}"
             );
-            assert_eq!(o["sha256"].as_str().unwrap(), commcanary::core::fsutil::sha256_file(&k).unwrap());
+            assert_eq!(o["sha256"].as_str().unwrap(), fsutil::sha256_file(&k).unwrap());
         }
         let colls = shard["body"]["collectives"].as_array().unwrap();
         let targets: Vec<u64> = colls.iter().filter(|c| c["phase"] == "replay").map(|c| c["replay"]["target_gap_ns"].as_u64().unwrap()).collect();
@@ -660,7 +663,7 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
     let kinds = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"];
     for rank in 0..2usize {
         let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
-        assert_eq!(shard["header"]["format_version"], commcanary::evidence::shard::SHARD_FORMAT_VERSION);
+        assert_eq!(shard["header"]["format_version"], shard::SHARD_FORMAT_VERSION);
         let groups = shard["header"]["groups"].as_array().unwrap();
         assert!(groups.iter().any(|g| g["id"] == 1 && g["name"] == "0" && g["members"] == serde_json::json!([0, 1])), "{groups:?}");
         let recorded = t["ranks"][rank]["collectives"].as_array().unwrap();
@@ -716,7 +719,7 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
         assert!(exported.contains(name), "{name} not in the export");
     }
     // join refuses a kind that differs between the members, and a receive that became a send
-    let tampered = |name: &str, change: &dyn Fn(&mut commcanary::evidence::shard::CollectiveEvent) -> bool| -> PathBuf {
+    let tampered = |name: &str, change: &dyn Fn(&mut CollectiveEvent) -> bool| -> PathBuf {
         let to = d.path().join(name);
         std::fs::create_dir(&to).unwrap();
         for e in std::fs::read_dir(&run).unwrap() {
@@ -724,14 +727,14 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
         let p = to.join("rank-00001.shard");
-        let mut sh = commcanary::evidence::shard::Shard::read(&p).unwrap();
+        let mut sh = Shard::read(&p).unwrap();
         // the first event that `change` changes
         assert!(sh.body.collectives.iter_mut().any(change), "an event to change");
         let bytes = sh.encode().unwrap();
         std::fs::write(&p, &bytes).unwrap();
         let rp = to.join("run.json");
         let mut v: Value = serde_json::from_slice(&std::fs::read(&rp).unwrap()).unwrap();
-        v["shards"][1]["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+        v["shards"][1]["sha256"] = fsutil::sha256_hex(&bytes).into();
         std::fs::write(&rp, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
         to
     };

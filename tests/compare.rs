@@ -1,5 +1,6 @@
 //! `commcanary compare` on summary tables (issue #6, acceptance 1).
 mod common;
+use commcanary::evidence::nccl_tests;
 use common::*;
 
 #[test]
@@ -141,7 +142,7 @@ fn real_nccl_tests_outputs_of_an_h100_are_read_in_every_format() {
         // -J: every result's out-of-place and in-place time, as the file says
         let path = format!("{data}/json/{config}.json");
         let raw = std::fs::read_to_string(&path).unwrap();
-        let t = commcanary::evidence::nccl_tests::parse(&raw, &path).unwrap();
+        let t = nccl_tests::parse(&raw, &path).unwrap();
         let j: serde_json::Value = serde_json::from_str(&raw).unwrap();
         let results = j["results"].as_array().unwrap();
         assert_eq!((t.rows.len(), results.len()), (12, 12), "{path}");
@@ -155,7 +156,7 @@ fn real_nccl_tests_outputs_of_an_h100_are_read_in_every_format() {
         for (kind, in_place_col) in [("text", 9), ("iter", 13)] {
             let path = format!("{data}/{kind}/{config}.txt");
             let raw = std::fs::read_to_string(&path).unwrap();
-            let t = commcanary::evidence::nccl_tests::parse(&raw, &path).unwrap();
+            let t = nccl_tests::parse(&raw, &path).unwrap();
             let lines: Vec<Vec<&str>> = raw.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
             assert_eq!((t.rows.len(), lines.len()), (12, 12), "{path}");
             assert_eq!(t.nccl_tests_version.as_deref(), Some("2.19.6"), "{path}");

@@ -1,24 +1,29 @@
 //! Every fuzz seed and every input a fuzzer found (fuzz/seeds/TARGET/) goes
 //! through its decoder here on stable: a decoder must return (Ok or a named
 //! error), never panic. The real campaign files among the seeds must decode.
+use commcanary::analysis::overlap::{self, IntervalFile};
+use commcanary::analysis::{queue, ranking};
+use commcanary::evidence::commtrace::{exec, export, CommTrace};
+use commcanary::evidence::run;
+use commcanary::evidence::shard::{self, Shard};
+use commcanary::validate::reference::Site;
 use std::path::Path;
 
 fn decode(target: &str, data: &[u8]) -> bool {
     use commcanary::campaign;
     match target {
-        "shard" => commcanary::evidence::shard::Shard::decode(data, "seed").is_ok(),
-        "shard_body" => data.split_first().is_some_and(|(v, b)| commcanary::evidence::shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok()),
-        "run_record" => commcanary::evidence::run::parse_run_record(data, "seed").is_ok(),
+        "shard" => Shard::decode(data, "seed").is_ok(),
+        "shard_body" => data.split_first().is_some_and(|(v, b)| shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok()),
+        "run_record" => run::parse_run_record(data, "seed").is_ok(),
         "manifest" => serde_json::from_slice::<campaign::spec::Manifest>(data).is_ok(),
         "spec_toml" => {
             std::str::from_utf8(data).ok().and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok()).is_some_and(|s| s.validate().is_ok())
         }
         "attempts_log" => campaign::chain::parse_attempts(data, "seed").is_ok_and(|(r, _)| !r.is_empty()),
         "selection" => serde_json::from_slice::<campaign::chain::Selection>(data).is_ok(),
-        "csv" => std::str::from_utf8(data).is_ok_and(|t| commcanary::analysis::ranking::parse_csv(t, "seed").is_ok()),
-        "intervals" => serde_json::from_slice::<commcanary::analysis::overlap::IntervalFile>(data)
-            .is_ok_and(|iv| commcanary::analysis::overlap::overlap(&iv.compute, &iv.comm).is_ok()),
-        "service_times" => std::str::from_utf8(data).is_ok_and(|t| commcanary::analysis::queue::parse_service_times(t, "seed").is_ok()),
+        "csv" => std::str::from_utf8(data).is_ok_and(|t| ranking::parse_csv(t, "seed").is_ok()),
+        "intervals" => serde_json::from_slice::<IntervalFile>(data).is_ok_and(|iv| overlap::overlap(&iv.compute, &iv.comm).is_ok()),
+        "service_times" => std::str::from_utf8(data).is_ok_and(|t| queue::parse_service_times(t, "seed").is_ok()),
         "archive" => match data.split_first() {
             Some((s, rest)) if s % 2 == 0 => serde_json::from_slice::<campaign::ArchiveDescriptor>(rest).is_ok(),
             Some((_, rest)) => campaign::inspect_members(rest, "seed").is_ok(),
@@ -35,11 +40,11 @@ fn decode(target: &str, data: &[u8]) -> bool {
                 }
             })
         }
-        "comm_trace" => commcanary::evidence::commtrace::CommTrace::from_slice(data).is_ok_and(|t| {
-            let _ = commcanary::evidence::commtrace::export::param(&t);
-            t.ranks.iter().all(|r| commcanary::evidence::commtrace::exec::gaps_ns(&r.collectives).is_some())
+        "comm_trace" => CommTrace::from_slice(data).is_ok_and(|t| {
+            let _ = export::param(&t);
+            t.ranks.iter().all(|r| exec::gaps_ns(&r.collectives).is_some())
         }),
-        "site" => std::str::from_utf8(data).is_ok_and(|t| commcanary::validate::reference::Site::parse(t, "seed").is_ok()),
+        "site" => std::str::from_utf8(data).is_ok_and(|t| Site::parse(t, "seed").is_ok()),
         // as the fuzz target reads it: a mode byte, then the artifact's file bytes (even) or its fields, resealed (odd)
         "canary_artifact" => data.split_first().is_some_and(|(mode, rest)| {
             use commcanary::canary::{artifact, expand};

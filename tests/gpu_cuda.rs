@@ -3,11 +3,15 @@
 //! this test binary (`cargo test --release --no-run --test gpu_cuda`) and
 //! executing it there with `COMMCANARY_BIN` pointing at a staged commcanary.
 mod common;
-use commcanary::evidence::shard::Shard;
+use commcanary::backend::cuda;
+use commcanary::core::clock::RankClock;
+use commcanary::core::collective::{self, Lands};
+use commcanary::core::workload::{CommStream, Phase};
+use commcanary::evidence::shard::{self, KernelEvent, KernelKind, Shard, TraceOrigin};
 use common::*;
 
 fn gpu_or_skip() -> bool {
-    match commcanary::backend::cuda::unavailable_reason() {
+    match cuda::unavailable_reason() {
         Some(why) => {
             eprintln!("SKIPPED: GPU-only test, no usable GPU here: {why}");
             false
@@ -67,8 +71,8 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if cupti.starts_with("kernel activity records") {
         // one rank: NCCL copies instead of launching a kernel; the GEMMs are kernels
-        assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Compute), "GEMM kernels recorded");
-        assert!(!shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "no NCCL kernel on one rank");
+        assert!(shard.body.kernels.iter().any(|k| k.kind == KernelKind::Compute), "GEMM kernels recorded");
+        assert!(!shard.body.kernels.iter().any(|k| k.kind == KernelKind::Nccl), "no NCCL kernel on one rank");
         check_kernel_anchor(&shard);
     } else {
         eprintln!("note: CUPTI unavailable on this GPU host ({cupti}); kernel assertions not made");
@@ -89,7 +93,7 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
 /// measured by events, within the two anchors' errors (two clocks anchored
 /// independently must agree).
 fn check_kernel_anchor(shard: &Shard) {
-    let name = |k: &commcanary::evidence::shard::KernelEvent| shard.body.kernel_names[k.name as usize].clone();
+    let name = |k: &KernelEvent| shard.body.kernel_names[k.name as usize].clone();
     assert!(!shard.body.kernels.iter().any(|k| name(k).starts_with("commcanary_gt_")), "the anchor's kernels are not the pass's");
     for p in &shard.header.phases {
         let a = p.kernel_anchor.as_ref().unwrap_or_else(|| panic!("phase {} has a kernel anchor ({:?})", p.phase, shard.header.unmeasured));
@@ -109,8 +113,7 @@ fn check_kernel_anchor(shard: &Shard) {
         if compute.is_empty() {
             continue;
         }
-        let gemms: Vec<&commcanary::evidence::shard::KernelEvent> =
-            shard.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == commcanary::evidence::shard::KernelKind::Compute).collect();
+        let gemms: Vec<&KernelEvent> = shard.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Compute).collect();
         let outside: Vec<String> = gemms
             .iter()
             .filter(|k| !compute.iter().any(|&(s, e)| k.start_ns >= s && k.end_ns <= e))
@@ -144,15 +147,15 @@ fn cuda_blocking_on_the_compute_stream_eager_and_graph() {
         }
         let run = run_rank_with(1, d.path(), &args);
         let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
-        assert_eq!(shard.header.workload.comm_stream, commcanary::core::workload::CommStream::Current);
-        let blocking: Vec<_> = shard.body.collectives.iter().filter(|e| e.phase == commcanary::core::workload::Phase::Blocking).collect();
+        assert_eq!(shard.header.workload.comm_stream, CommStream::Current);
+        let blocking: Vec<_> = shard.body.collectives.iter().filter(|e| e.phase == Phase::Blocking).collect();
         if graph {
-            let pr = shard.header.phases.iter().find(|r| r.phase == commcanary::core::workload::Phase::Blocking).unwrap();
+            let pr = shard.header.phases.iter().find(|r| r.phase == Phase::Blocking).unwrap();
             assert!(pr.graph.is_some() && blocking.is_empty(), "graph mode times tokens only");
-            assert_eq!(shard.body.tokens.iter().filter(|t| t.phase == commcanary::core::workload::Phase::Blocking && !t.warmup).count(), 8);
+            assert_eq!(shard.body.tokens.iter().filter(|t| t.phase == Phase::Blocking && !t.warmup).count(), 8);
         } else {
             assert!(!blocking.is_empty() && blocking.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
-            let asynchronous = shard.body.collectives.iter().filter(|e| e.phase == commcanary::core::workload::Phase::Async).count();
+            let asynchronous = shard.body.collectives.iter().filter(|e| e.phase == Phase::Async).count();
             assert_eq!(shard.body.device_waits.len(), asynchronous, "waits measured for async only");
         }
         let s = join_json(&run);
@@ -190,7 +193,7 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
     if !gpu_or_skip() {
         return;
     }
-    let gpus = commcanary::backend::cuda::probe_devices().unwrap_or(0);
+    let gpus = cuda::probe_devices().unwrap_or(0);
     if gpus < 2 {
         eprintln!("SKIPPED: needs 2 GPUs, this host has {gpus}");
         return;
@@ -207,7 +210,7 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
         eprintln!("SKIPPED: CUPTI unavailable on this host ({cupti})");
         return;
     }
-    assert!(shard.body.kernels.iter().any(|k| k.kind == commcanary::evidence::shard::KernelKind::Nccl), "NCCL kernels recorded");
+    assert!(shard.body.kernels.iter().any(|k| k.kind == KernelKind::Nccl), "NCCL kernels recorded");
     // arrivals: every blocking collective's NCCL kernel start on both ranks, with the kernel anchors' bound
     let s = join_json(&run);
     let b = phase(&s, "blocking");
@@ -266,7 +269,7 @@ fn two_gpus_and_a_dir() -> Option<tempfile::TempDir> {
     if !gpu_or_skip() {
         return None;
     }
-    if commcanary::backend::cuda::probe_devices().unwrap_or(0) < 2 {
+    if cuda::probe_devices().unwrap_or(0) < 2 {
         eprintln!("SKIPPED: needs two GPUs");
         return None;
     }
@@ -285,9 +288,9 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let m = shard.header.workload.model.as_ref().unwrap();
     assert_eq!((m.shape.name.as_str(), m.tensor_parallel, m.weight_sets), ("llama3-8b", 2, 32));
-    assert_eq!(shard.header.workload.gemm_dtype, Some(commcanary::evidence::shard::Dtype::Bf16));
-    assert!(shard.body.collectives.iter().all(|e| e.dtype == commcanary::evidence::shard::TraceDtype::Bf16 && e.bytes == 8192));
-    assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == commcanary::core::workload::Phase::Blocking).count(), 8);
+    assert_eq!(shard.header.workload.gemm_dtype, Some(shard::Dtype::Bf16));
+    assert!(shard.body.collectives.iter().all(|e| e.dtype == shard::TraceDtype::Bf16 && e.bytes == 8192));
+    assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == Phase::Blocking).count(), 8);
     let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone()).unwrap_or_default();
     assert!(fact("collective").contains("bf16"), "{}", fact("collective"));
     eprintln!("blocking token p50 {} us, p99 {} us", phase(&s, "blocking")["token_median_us"], phase(&s, "blocking")["token_p99_us"]);
@@ -302,7 +305,7 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
         run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
     let s = join_json(&run);
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
-    for p in [commcanary::core::workload::Phase::Blocking, commcanary::core::workload::Phase::Async] {
+    for p in [Phase::Blocking, Phase::Async] {
         let pr = shard.header.phases.iter().find(|r| r.phase == p).unwrap();
         let g = pr.graph.as_ref().expect("graph mode is recorded per phase");
         assert_eq!((g.collectives_per_token, g.gemms_per_token, g.launches, g.checked), (64, 128, 18, 1), "{p}");
@@ -313,7 +316,7 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
         eprintln!("{p} graph token p50 {} us", phase(&s, p.name())["token_median_us"]);
     }
     assert!(shard.header.unmeasured.iter().any(|u| u.field == "collectives (graph mode)"));
-    assert!(shard.body.collectives.iter().all(|e| e.phase == commcanary::core::workload::Phase::Isolated), "only isolated records collectives under --graph");
+    assert!(shard.body.collectives.iter().all(|e| e.phase == Phase::Isolated), "only isolated records collectives under --graph");
 }
 
 #[test]
@@ -321,7 +324,7 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
     if !gpu_or_skip() {
         return;
     }
-    let gpus = commcanary::backend::cuda::probe_devices().unwrap_or(0);
+    let gpus = cuda::probe_devices().unwrap_or(0);
     let n = gpus.clamp(1, 2);
     let d = tempfile::tempdir().unwrap();
     let run = run_rank_with(
@@ -454,7 +457,7 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
     if !gpu_or_skip() {
         return;
     }
-    let ranks = if commcanary::backend::cuda::probe_devices().unwrap_or(0) >= 2 { 2 } else { 1 };
+    let ranks = if cuda::probe_devices().unwrap_or(0) >= 2 { 2 } else { 1 };
     eprintln!("workload pace on {ranks} rank(s)");
     let d = tempfile::tempdir().unwrap();
     let t = fixture_trace(d.path(), ranks);
@@ -564,7 +567,7 @@ fn cuda_fill_and_overlap_run_as_graphs_from_a_trace() {
         ],
     );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
-    for p in [commcanary::core::workload::Phase::Fill, commcanary::core::workload::Phase::Overlap] {
+    for p in [Phase::Fill, Phase::Overlap] {
         let pr = shard.header.phases.iter().find(|r| r.phase == p).unwrap();
         let g = pr.graph.as_ref().expect("graph mode is recorded per phase");
         // the one-rank trace keeps rank 0's 32 all-reduces
@@ -632,9 +635,9 @@ fn cuda_trace_phases_run_every_kind_of_the_trace() {
     let p = phase(&s, "replay");
     assert_eq!((p["collectives_per_rank"].as_u64(), p["sizes_bytes"]["2097152"].as_u64()), (Some(99), Some(3)), "{p}");
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
-    let pr = shard.header.phases.iter().find(|r| r.phase == commcanary::core::workload::Phase::Replay).unwrap();
+    let pr = shard.header.phases.iter().find(|r| r.phase == Phase::Replay).unwrap();
     match pr.trace.as_ref() {
-        Some(commcanary::evidence::shard::TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
+        Some(TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
             assert_eq!((*collectives_per_pass, *left_out_per_pass), (33, 0), "32 all-reduces and the broadcast, nothing left out");
             let b = kinds.iter().find(|k| serde_json::to_value(k.kind).unwrap() == "broadcast").expect("the broadcast is counted");
             assert_eq!((b.run_per_pass, b.left_out_per_pass), (1, 0));
@@ -668,7 +671,7 @@ fn cuda_replay_runs_every_kind_of_the_table_checked() {
         let ran: Vec<&serde_json::Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
         assert!(!ran.is_empty(), "{} did not run on NCCL", row.name);
         // one rank is every root: every result that lands somewhere is checked here
-        if row.lands != commcanary::core::collective::Lands::Nowhere {
+        if row.lands != Lands::Nowhere {
             assert!(ran.iter().all(|r| r["checked"] == true), "{} ran unchecked: {ran:?}", row.name);
         }
     }
@@ -691,7 +694,7 @@ fn cuda_own_path_rank() {
             gpu: None,
             cupti: false,
         };
-        CudaBackend::new(world, &plan, commcanary::core::clock::RankClock::new(rank, &[]), o).unwrap()
+        CudaBackend::new(world, &plan, RankClock::new(rank, &[]), o).unwrap()
     });
 }
 
@@ -707,7 +710,7 @@ fn cuda_own_path_runs_every_kind_of_the_table_checked() {
     }
     let stdout = own_path_mpirun("cuda_own_path_rank", 1);
     // every kind also ran in a CUDA graph, and back to back with its device interval (asserted inside)
-    for row in commcanary::core::collective::KINDS.into_iter().filter(|r| !r.replay_only) {
+    for row in collective::KINDS.into_iter().filter(|r| !r.replay_only) {
         let key = format!("kind={} ", row.name);
         assert!(stdout.lines().any(|l| l.contains(&key) && l.contains(" timing=Graph ")), "{key}in a graph: {stdout}");
     }

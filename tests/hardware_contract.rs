@@ -7,6 +7,7 @@
 //! `COMMCANARY_TEST_CPU_MODEL`, which the ranks record in place of the real
 //! fact (and, like every `COMMCANARY_*` variable, in their identity).
 mod common;
+use commcanary::core::identity;
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -74,7 +75,7 @@ fn real_cpu() -> String {
 #[test]
 fn a_cell_from_another_host_or_hardware_is_refused_by_verify() {
     let t = tempfile::tempdir().unwrap();
-    let here = commcanary::core::identity::hostname();
+    let here = identity::hostname();
     let sp = spec(
         t.path(),
         "hosts",
@@ -128,7 +129,7 @@ fn pinned_values_are_refused_and_the_default_can_be_relaxed() {
     assert!(
         text.contains(&format!(
             "hardware contract: device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host {} recorded {:?}",
-            commcanary::core::identity::hostname(),
+            identity::hostname(),
             real_cpu()
         )),
         "{text}"

@@ -1,6 +1,7 @@
 //! `join` refuses every corruption, naming the fault, and never touches the files.
 mod common;
-use commcanary::evidence::shard::Shard;
+use commcanary::core::fsutil;
+use commcanary::evidence::shard::{self, Shard, TraceOrigin};
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +21,7 @@ fn join_fails(run: &Path, code: &str, needle: &str) {
 fn rebind_digest(run: &Path, rank: u32, bytes: &[u8]) {
     let p = run.join("run.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    v["shards"][rank as usize]["sha256"] = commcanary::core::fsutil::sha256_hex(bytes).into();
+    v["shards"][rank as usize]["sha256"] = fsutil::sha256_hex(bytes).into();
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
 
@@ -133,9 +134,9 @@ fn a_format_5_run_still_joins() {
         let s = Shard::read(&run.join(format!("rank-0000{r}.shard"))).unwrap();
         assert_eq!(s.header.format_version, 5);
         assert_eq!(s.body.collectives.len(), 32);
-        assert!(s.body.collectives.iter().all(|e| e.kind == commcanary::evidence::shard::CollectiveKind::AllReduce && e.root.is_none() && e.peer.is_none()));
+        assert!(s.body.collectives.iter().all(|e| e.kind == shard::CollectiveKind::AllReduce && e.root.is_none() && e.peer.is_none()));
         match &s.header.phases[0].trace {
-            Some(commcanary::evidence::shard::TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
+            Some(TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
                 assert_eq!((*collectives_per_pass, *left_out_per_pass, kinds.len()), (32, 5, 0));
             }
             other => panic!("{other:?}"),

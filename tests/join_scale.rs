@@ -3,14 +3,16 @@
 //! in; generated (`synth-shards`) runs join and are refused where
 //! measurements are required.
 mod common;
+use commcanary::core::fsutil;
+use commcanary::evidence::join;
 use commcanary::evidence::shard::Shard;
 use common::*;
 use std::path::Path;
 
 /// The in-memory join's outputs as the command prints them: `--json`'s summary and the joined trace.
 fn in_memory(run: &Path) -> (String, String) {
-    let j = commcanary::evidence::join::join_dir(run).unwrap();
-    let s = commcanary::evidence::join::summarize(&j);
+    let j = join::join_dir(run).unwrap();
+    let s = join::summarize(&j);
     let mut lines = String::new();
     for c in &j.collectives {
         lines.push_str(&serde_json::to_string(c).unwrap());
@@ -72,7 +74,7 @@ fn the_streaming_join_equals_the_in_memory_join_even_for_a_rank_out_of_key_order
     std::fs::write(&p, &bytes).unwrap();
     let rj = run.join("run.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&rj).unwrap()).unwrap();
-    v["shards"][2]["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+    v["shards"][2]["sha256"] = fsutil::sha256_hex(&bytes).into();
     v["shards"][2]["size_bytes"] = bytes.len().into();
     std::fs::write(&rj, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
     let (summary2, lines2) = streamed(&run, &events, 2);

@@ -10,6 +10,10 @@
 //! (`bash scripts/setup.sh`); a missing tool
 //! (mpicc, mpifort, lmp) prints SKIPPED and why.
 mod common;
+use commcanary::core::refusal::{self, Code};
+use commcanary::evidence::commtrace::CommTrace;
+use commcanary::evidence::shard::{self, Shard};
+use commcanary::evidence::trace;
 use common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -132,7 +136,7 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         assert_eq!(calls[r], want[r], "rank {r} of {app:?}: capture (left) against the independent counter (right)");
     }
     // the written trace reads back through the trace reader and holds what the summary says
-    let t = commcanary::evidence::commtrace::CommTrace::read(&trace).unwrap();
+    let t = CommTrace::read(&trace).unwrap();
     assert_eq!(t.format_version, 3);
     // every rank's clock fitted against rank 0's from the two windows: times on one timebase
     let m = t.mpi.as_ref().unwrap();
@@ -302,7 +306,7 @@ fn an_aborted_run_is_incomplete_refused_or_imported_marked() {
     assert!(why.iter().any(|w| w.as_str().unwrap().contains("MPI_Abort")), "{why:?}");
     // rank 0 recorded its 5 iterations before the abort (what it wrote is kept)
     assert_eq!(calls[0].get("Bcast"), Some(&5), "{calls:?}");
-    let tr = commcanary::evidence::commtrace::CommTrace::read(&out).unwrap();
+    let tr = CommTrace::read(&out).unwrap();
     // no MPI_Finalize, so no second clock window: the times stay per rank, and the trace says why
     assert!(!tr.clock.aligned_across_ranks && tr.clock.note.contains("clock window"), "{:?}", tr.clock);
     assert!(!tr.mpi.unwrap().incomplete.is_empty());
@@ -403,7 +407,7 @@ fn lammps_f64_i32_i64_collectives_run_in_the_phases_in_their_own_dtypes() {
     }
     let d = tempfile::tempdir().unwrap();
     let trace = lammps_trace(d.path(), 2, "100");
-    let t = commcanary::evidence::commtrace::CommTrace::read(&trace).unwrap();
+    let t = CommTrace::read(&trace).unwrap();
     use commcanary::evidence::shard::{CollectiveKind, TraceDtype};
     let recorded: std::collections::BTreeSet<(CollectiveKind, TraceDtype)> = t.ranks[0].collectives.iter().map(|c| (c.kind, c.dtype)).collect();
     for want in [(CollectiveKind::AllReduce, TraceDtype::F64), (CollectiveKind::AllReduce, TraceDtype::I32), (CollectiveKind::Broadcast, TraceDtype::I8)] {
@@ -412,11 +416,10 @@ fn lammps_f64_i32_i64_collectives_run_in_the_phases_in_their_own_dtypes() {
     // the replay phase walks every recorded collective in its recorded dtype, each checked
     let run = run_rank(2, &d.path().join("runs"), &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1", "--check", "1000000"]);
     for r in 0..2u32 {
-        let s = commcanary::evidence::shard::Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
-        assert_eq!(s.header.format_version, commcanary::evidence::shard::SHARD_FORMAT_VERSION);
+        let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
+        assert_eq!(s.header.format_version, shard::SHARD_FORMAT_VERSION);
         let ran: Vec<(CollectiveKind, TraceDtype, u64)> = s.body.collectives.iter().filter(|e| !e.warmup).map(|e| (e.kind, e.dtype, e.bytes)).collect();
-        let want: Vec<(CollectiveKind, TraceDtype, u64)> =
-            t.ranks[r as usize].collectives.iter().map(|c| (c.kind, c.dtype, commcanary::evidence::trace::event_bytes(c))).collect();
+        let want: Vec<(CollectiveKind, TraceDtype, u64)> = t.ranks[r as usize].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
         assert_eq!(ran, want, "rank {r}: the phase ran the trace's collectives as recorded");
         assert!(
             s.body.collectives.iter().filter(|e| !e.warmup && e.kind == CollectiveKind::AllReduce).all(|e| e.checked),
@@ -538,7 +541,7 @@ fn new_kinds_alone_replay_checked_and_a_corrupted_rank_fails_them() {
         // NCCL has no gather, scatter or scans: the cuda executor refuses them first thing (no GPU needed to see it)
         use commcanary::evidence::commtrace::{exec, CommTrace};
         let e = exec::refuse_unsupported(&CommTrace::read(&trace).unwrap(), "cuda", &exec::nccl_cannot_run).unwrap_err();
-        assert_eq!(commcanary::core::refusal::code_of(&e), Some(commcanary::core::refusal::Code::UnsupportedOperation));
+        assert_eq!(refusal::code_of(&e), Some(Code::UnsupportedOperation));
         assert!(format!("{e:#}").contains("no NCCL operation") && format!("{e:#}").contains("cuda backend"), "{e:#}");
         // while the full trace's sums, broadcasts and all-to-alls of equal blocks pass that check except its new kinds
         let full_trace = CommTrace::read(&full).unwrap();

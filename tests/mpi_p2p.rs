@@ -9,8 +9,10 @@
 //! still read; `replay-trace --backend cuda` refuses such a trace. Structure
 //! only, never timing. A missing tool (mpicc, lmp) prints SKIPPED and why.
 mod common;
-use commcanary::evidence::commtrace::CommTrace;
-use commcanary::evidence::shard::{Shard, TraceOrigin};
+use commcanary::canary::artifact::{self, Canary};
+use commcanary::evidence::commtrace::{p2p, CommTrace};
+use commcanary::evidence::shard::{Shard, TraceOrigin, SHARD_FORMAT_VERSION};
+use commcanary::evidence::trace;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,7 +63,7 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
     let t = CommTrace::read(trace).unwrap();
     let m = t.mpi.as_ref().expect("an MPI capture");
     assert!(m.p2p.iter().all(|r| !r.is_empty()), "the program sends and receives on every rank");
-    let plans = commcanary::evidence::commtrace::p2p::plans(&t).unwrap();
+    let plans = p2p::plans(&t).unwrap();
     let run = run_rank(
         2,
         &d.join("runs"),
@@ -69,7 +71,7 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
     );
     for (r, plan) in plans.iter().enumerate() {
         let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
-        assert_eq!(s.header.format_version, commcanary::evidence::shard::SHARD_FORMAT_VERSION);
+        assert_eq!(s.header.format_version, SHARD_FORMAT_VERSION);
         assert_eq!(s.header.format_version, 9);
         let ph = &s.header.phases[0];
         let (ops, calls) = (m.p2p[r].len() as u32, plan.steps.len() as u32);
@@ -99,7 +101,7 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
         }
         // the collectives run as recorded, each pass
         let ran: Vec<_> = s.body.collectives.iter().filter(|e| !e.warmup && e.token == Some(1)).map(|e| (e.kind, e.dtype, e.bytes)).collect();
-        let want: Vec<_> = t.ranks[r].collectives.iter().map(|c| (c.kind, c.dtype, commcanary::evidence::trace::event_bytes(c))).collect();
+        let want: Vec<_> = t.ranks[r].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
         assert_eq!(ran, want, "rank {r}: the collectives as recorded");
     }
 }
@@ -134,12 +136,12 @@ fn lammps_point_to_point_runs_in_the_replay_phase_and_the_canary_counts_it_left_
     let out = ok(&cc(&["canary", "compile", trace.to_str().unwrap(), "-o", art.to_str().unwrap()]));
     let total: usize = m.p2p.iter().map(Vec::len).sum();
     assert!(out.contains(&format!("left out: point-to-point: {total} operations")), "{out}");
-    let (c, _) = commcanary::canary::artifact::read(&art).unwrap();
+    let (c, _) = artifact::read(&art).unwrap();
     let l = c.left_out_p2p.as_ref().expect("counted in the artifact");
     assert_eq!(l.operations_per_rank, m.p2p.iter().map(|r| r.len() as u64).collect::<Vec<_>>());
     assert!(l.bytes_sent_per_rank.iter().all(|&b| b > 0), "{l:?}");
     // a format-1 artifact (no such record) is still read
-    let old = commcanary::canary::artifact::Canary { format_version: 1, left_out_p2p: None, ..c }.seal().unwrap();
+    let old = Canary { format_version: 1, left_out_p2p: None, ..c }.seal().unwrap();
     let old_path = d.path().join("v1.canary.json");
     old.write(&old_path).unwrap();
     let out = ok(&cc(&["canary", "inspect", old_path.to_str().unwrap()]));

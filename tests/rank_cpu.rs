@@ -1,7 +1,9 @@
 //! The per-rank program on the CPU backend under real mpirun: shards, join, checks.
 mod common;
+use commcanary::backend::cuda;
+use commcanary::core::fsutil;
 use commcanary::core::workload::Phase;
-use commcanary::evidence::shard::Shard;
+use commcanary::evidence::shard::{Shard, TraceOrigin};
 use common::*;
 
 #[test]
@@ -71,7 +73,7 @@ fn two_ranks_every_phase_and_ablation() {
         // the fill quantum is calibrated and recorded
         let fill_run = shard.header.phases.iter().find(|p| p.phase == Phase::Fill).unwrap();
         assert!(fill_run.quantum_ns.unwrap() > 0);
-        assert_eq!(fill_run.trace, Some(commcanary::evidence::shard::TraceOrigin::ThisRunBlocking));
+        assert_eq!(fill_run.trace, Some(TraceOrigin::ThisRunBlocking));
         // overlap places GEMMs between issue and wait: some compute lies inside a collective's interval
         let overlap_gemms = shard.body.compute.iter().filter(|c| c.phase == Phase::Overlap).count();
         assert!(overlap_gemms > 0);
@@ -113,8 +115,8 @@ fn replay_from_a_shared_trace_file() {
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let pr = shard.header.phases.iter().find(|p| p.phase == Phase::Replay).unwrap();
     match pr.trace.as_ref().unwrap() {
-        commcanary::evidence::shard::TraceOrigin::File { sha256, source_rank, .. } => {
-            assert_eq!(sha256, &commcanary::core::fsutil::sha256_file(&trace).unwrap());
+        TraceOrigin::File { sha256, source_rank, .. } => {
+            assert_eq!(sha256, &fsutil::sha256_file(&trace).unwrap());
             assert_eq!(*source_rank, 1);
         }
         other => panic!("expected a file origin, got {other:?}"),
@@ -162,7 +164,7 @@ fn wrong_sum_fails_the_run_naming_rank_phase_and_sequence() {
 
 #[test]
 fn cuda_backend_without_gpu_is_one_clear_line() {
-    if commcanary::backend::cuda::probe_devices().map(|n| n > 0).unwrap_or(false) {
+    if cuda::probe_devices().map(|n| n > 0).unwrap_or(false) {
         eprintln!("skipped: this machine has a GPU; the no-GPU message cannot be observed here");
         return;
     }

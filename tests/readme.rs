@@ -12,6 +12,7 @@
 //! Any other tag fails, so that no block escapes by a new spelling.
 mod common;
 use std::collections::BTreeSet;
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -168,7 +169,7 @@ fn every_cpu_command_of_the_readme_runs_as_written_from_a_clean_checkout() {
     // The binary under test, by the name the README uses.
     let bin_dir = t.path().join("bin");
     std::fs::create_dir_all(&bin_dir).unwrap();
-    std::os::unix::fs::symlink(PathBuf::from(common::bin()).canonicalize().unwrap(), bin_dir.join("commcanary")).unwrap();
+    symlink(PathBuf::from(common::bin()).canonicalize().unwrap(), bin_dir.join("commcanary")).unwrap();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
     let (mut ran, mut skipped) = (0, Vec::new());
     for b in &blocks {

@@ -4,9 +4,11 @@
 //! timeout, nothing already written is lost, and nothing crashes. (First
 //! found by issue 13's adversarial probe; "Item N" below is that issue's.)
 mod common;
+use commcanary::core::fsutil;
 use commcanary::evidence::shard::Shard;
 use common::*;
 use sha2::{Digest, Sha256};
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 fn stderr_of(o: &std::process::Output) -> String {
@@ -37,7 +39,7 @@ fn seal(version: u32, header: &[u8], body: &[u8]) -> Vec<u8> {
 fn rebind_digest(run: &Path, rank: u32, bytes: &[u8]) {
     let p = run.join("run.json");
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    v["shards"][rank as usize]["sha256"] = commcanary::core::fsutil::sha256_hex(bytes).into();
+    v["shards"][rank as usize]["sha256"] = fsutil::sha256_hex(bytes).into();
     v["shards"][rank as usize]["size_bytes"] = bytes.len().into();
     std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
@@ -141,7 +143,7 @@ fn crafted_shards_and_run_records_are_refused_not_crashed_on() {
     let bs = base.to_str().unwrap();
     refused(&cc(&["summarize", &format!("a={bs}"), &format!("a={bs}")]), "DUPLICATE_RUN");
     let alias = d.path().join("alias");
-    std::os::unix::fs::symlink(&base, &alias).unwrap();
+    symlink(&base, &alias).unwrap();
     refused(&cc(&["summarize", &format!("a={bs}"), &format!("b={}", alias.display())]), "DUPLICATE_RUN");
     // a missing run directory is named as missing, not as an incomplete run
     let o = cc(&["join", "/nonexistent-commcanary-run"]);
@@ -323,12 +325,12 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
     // a link to a secret outside
     let secret = t.path().join("secret.txt");
     std::fs::write(&secret, "do not archive").unwrap();
-    std::os::unix::fs::symlink(&secret, d.join("notes.txt")).unwrap();
+    symlink(&secret, d.join("notes.txt")).unwrap();
     let tar = t.path().join("c.tar");
     refused(&cc(&["campaign", "archive", ds, "-o", tar.to_str().unwrap()]), "ARCHIVE_LINK");
     std::fs::remove_file(d.join("notes.txt")).unwrap();
     // a symlink loop
-    std::os::unix::fs::symlink(&d, d.join("loop")).unwrap();
+    symlink(&d, d.join("loop")).unwrap();
     refused(&cc(&["campaign", "archive", ds, "-o", tar.to_str().unwrap()]), "ARCHIVE_LINK");
     std::fs::remove_file(d.join("loop")).unwrap();
     assert!(!tar.exists());
@@ -359,7 +361,7 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
         std::fs::write(&evil, &bytes).unwrap();
         let mut dj: serde_json::Value = serde_json::from_slice(&std::fs::read(&desc).unwrap()).unwrap();
         dj["archive_size_bytes"] = bytes.len().into();
-        dj["archive_sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+        dj["archive_sha256"] = fsutil::sha256_hex(&bytes).into();
         let ed = t.path().join(format!("evil-{}.json", name.replace('/', "_")));
         std::fs::write(&ed, serde_json::to_vec(&dj).unwrap()).unwrap();
         refused(&cc(&["campaign", "check-archive", evil.to_str().unwrap(), ed.to_str().unwrap()]), "ARCHIVE_MEMBER");

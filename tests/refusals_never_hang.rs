@@ -6,8 +6,11 @@
 //! test instead of the suite. (First found by issue 31's adversarial probe;
 //! "Defect N" below is that issue's.)
 mod common;
+use commcanary::core::fsutil;
+use commcanary::evidence::commtrace::Limits;
 use common::*;
 use std::io::Write;
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -69,7 +72,7 @@ fn fifos_devices_and_directories_are_refused_by_every_reader() {
     let d = tempfile::tempdir().unwrap();
     let fifo = mkfifo(&d.path().join("rank-0.json"));
     let link = d.path().join("zero.json");
-    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    symlink("/dev/zero", &link).unwrap();
     let dir = d.path().join("a-directory");
     std::fs::create_dir(&dir).unwrap();
     let out = d.path().join("out");
@@ -108,7 +111,7 @@ fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
     let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::fast());
     gz.write_all(b"{\"traceEvents\":[").unwrap();
     let chunk = "{},".repeat(1 << 20);
-    let limit = commcanary::evidence::commtrace::Limits::default().max_events;
+    let limit = Limits::default().max_events;
     let mut n = 0;
     while n + (1 << 20) <= limit {
         gz.write_all(chunk.as_bytes()).unwrap();
@@ -174,7 +177,7 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
         if what == "fifo" {
             mkfifo(&frozen);
         } else {
-            std::os::unix::fs::symlink("/dev/zero", &frozen).unwrap();
+            symlink("/dev/zero", &frozen).unwrap();
         }
         let o = within(60, &["campaign", "exec", s(&c), "--cell-timeout-s", "30"]);
         refused_naming(&o, "NOT_REGULAR_FILE", "trace.json");
@@ -558,7 +561,7 @@ fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
         for f in desc["files"].as_array_mut().unwrap() {
             if f["name"] == file {
                 f["size_bytes"] = bytes.len().into();
-                f["sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+                f["sha256"] = fsutil::sha256_hex(&bytes).into();
             }
         }
         std::fs::write(c.join("descriptor.json"), serde_json::to_vec_pretty(&desc).unwrap()).unwrap();
@@ -627,7 +630,7 @@ fn check_archive_checks_every_member_against_the_campaign_records() {
         std::fs::write(&evil, &bytes).unwrap();
         let mut dj: serde_json::Value = serde_json::from_slice(&std::fs::read(&desc).unwrap()).unwrap();
         dj["archive_size_bytes"] = bytes.len().into();
-        dj["archive_sha256"] = commcanary::core::fsutil::sha256_hex(&bytes).into();
+        dj["archive_sha256"] = fsutil::sha256_hex(&bytes).into();
         let ed = d.path().join(format!("{tag}.json"));
         std::fs::write(&ed, serde_json::to_vec(&dj).unwrap()).unwrap();
         let o = cc(&["campaign", "check-archive", s(&evil), s(&ed)]);

@@ -2,17 +2,18 @@
 //! `scripts/setup.sh --tests` installs): the page of a committed campaign
 //! report shows the short answer, every phase's ranking and the plots, fetches
 //! nothing from the network, and renders to a screenshot.
+use commcanary::report::{html, plots};
 use std::path::Path;
 use std::process::Command;
 
 fn demo_page(dir: &Path) -> std::path::PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reports/demo-loaded.report.json");
     let r: commcanary::analysis::Report = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    let plots = commcanary::report::plots::all(&r).unwrap();
+    let plots = plots::all(&r).unwrap();
     for (name, svg) in &plots {
         std::fs::write(dir.join(name), svg).unwrap();
     }
-    let html = commcanary::report::html::page(&r, &plots, &commcanary::report::html::evidence_links());
+    let html = html::page(&r, &plots, &html::evidence_links());
     let page = dir.join("report.html");
     std::fs::write(&page, html).unwrap();
     page

@@ -1,13 +1,14 @@
 //! The committed JSON Schemas match the types, and real output has every required field.
 mod common;
+use commcanary::cli::schema;
 use common::*;
 
 #[test]
 fn committed_schemas_match_the_code() {
-    for (name, file) in commcanary::cli::schema::SCHEMAS {
+    for (name, file) in schema::SCHEMAS {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results-schema").join(file);
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let generated = commcanary::cli::schema::schema_json(name).unwrap();
+        let generated = schema::schema_json(name).unwrap();
         assert!(committed == generated, "{file} is stale: regenerate with `commcanary schema {name} > results-schema/{file}`");
     }
 }
@@ -34,7 +35,7 @@ fn real_outputs_carry_every_required_field() {
     let d = tempfile::tempdir().unwrap();
     let run = run_rank(2, d.path(), &["--phases", "blocking,replay", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
     let check = |name: &str, doc: serde_json::Value| {
-        let schema: serde_json::Value = serde_json::from_str(&commcanary::cli::schema::schema_json(name).unwrap()).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(&schema::schema_json(name).unwrap()).unwrap();
         required_present(&schema, &doc, &schema["$defs"], name);
     };
     check("shard", serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00000.shard").to_str().unwrap()]))).unwrap());
@@ -52,7 +53,7 @@ fn real_outputs_carry_every_required_field() {
 /// import carries every required field.
 #[test]
 fn comm_trace_contract_documents_every_field() {
-    let schema: serde_json::Value = serde_json::from_str(&commcanary::cli::schema::schema_json("comm-trace").unwrap()).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&schema::schema_json("comm-trace").unwrap()).unwrap();
     let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results-schema/comm-trace.md");
     let doc = std::fs::read_to_string(&doc_path).unwrap();
     let props = |v: &serde_json::Value| -> Vec<String> { v["properties"].as_object().unwrap().keys().cloned().collect() };

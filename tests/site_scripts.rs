@@ -5,6 +5,7 @@
 //! never another node's whose name starts with it. Neither needs Slurm or
 //! namespaces here: `down` refuses before it touches anything, `status` only
 //! reads, and Slurm's `sinfo`/`sbatch` are stand-ins on PATH.
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -59,7 +60,7 @@ fn sim_cluster_down_leaves_a_directory_up_did_not_make() {
     }
     // a symbolic link to a directory is not one up made either
     let link = t.path().join("link");
-    std::os::unix::fs::symlink(t.path().join("home"), &link).unwrap();
+    symlink(t.path().join("home"), &link).unwrap();
     assert!(!sim(&link, "down").status.success());
     assert!(t.path().join("home/precious.txt").exists() && alive(pid));
     victim.kill().unwrap();

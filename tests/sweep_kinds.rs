@@ -4,6 +4,8 @@
 //! size, the footer), every rank's shard, the `-J` JSON, a negative control
 //! whose check must fail, and the refusals.
 mod common;
+use commcanary::cli::schema;
+use commcanary::evidence::nccl_tests;
 use common::*;
 use std::path::{Path, PathBuf};
 
@@ -74,7 +76,7 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
 
     // -J: nccl-tests' own fields, the all-gather factor (n-1)/n = 0.5
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let schema: serde_json::Value = serde_json::from_str(&commcanary::cli::schema::schema_json("rank-sweep").unwrap()).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&schema::schema_json("rank-sweep").unwrap()).unwrap();
     for k in schema["required"].as_array().unwrap() {
         assert!(j.get(k.as_str().unwrap()).is_some(), "{k} missing from {j}");
     }
@@ -94,7 +96,7 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
     assert!((j["average_bus_bandwidth"]["bandwidth"].as_f64().unwrap() - mean).abs() <= 1e-12 * mean.max(1.0));
     // the parser that reads nccl-tests' own -J files reads ours back, row for row
     let text = std::fs::read_to_string(&json).unwrap();
-    let t = commcanary::evidence::nccl_tests::parse(&text, &json.display().to_string()).unwrap();
+    let t = nccl_tests::parse(&text, &json.display().to_string()).unwrap();
     assert_eq!(t.rows.len(), 5);
     for (row, r) in t.rows.iter().zip(results) {
         assert_eq!(row.size_bytes, r["size"].as_u64().unwrap());

@@ -4,12 +4,12 @@
 //! on the code alone; the run id, new per run, is replaced before rendering.
 //! After an intended change: `cargo insta review` (or set `INSTA_UPDATE=always`
 //! and inspect the diff of the `.snap` files).
-use commcanary::evidence::{join, synth_shards};
+use commcanary::evidence::{join, shard, synth_shards};
 
 fn synthetic_summary(ranks: u32, collectives: u64, seed: u64) -> join::JoinSummary {
     let d = tempfile::tempdir().unwrap();
     let run = d.path().join("run");
-    synth_shards::write_run(&run, ranks, collectives, seed, 1, commcanary::evidence::shard::SHARD_FORMAT_VERSION).unwrap();
+    synth_shards::write_run(&run, ranks, collectives, seed, 1, shard::SHARD_FORMAT_VERSION).unwrap();
     let mut s = join::join_summary_streaming(&run, 1, None).unwrap();
     s.run_id = "RUN-ID".into();
     s

@@ -6,7 +6,7 @@
 //! `values.budget` is the tool's, not the artifact's; every check that needs
 //! no replay runs before the campaign; printed sizes are the expansion's.
 mod common;
-use commcanary::canary::artifact::{Canary, Values};
+use commcanary::canary::artifact::{Canary, Histogram, Values};
 use commcanary::canary::fold::Node;
 use common::*;
 use std::path::{Path, PathBuf};
@@ -257,7 +257,7 @@ fn an_artifact_failing_a_static_check_is_not_replayed() {
             for slot in &mut c.slots {
                 let occ = slot.occurrences;
                 for r in &mut slot.ranks {
-                    r.gap_ns = Values::Histogram(commcanary::canary::artifact::Histogram { buckets: vec![(gap, occ)] });
+                    r.gap_ns = Values::Histogram(Histogram { buckets: vec![(gap, occ)] });
                 }
             }
         });

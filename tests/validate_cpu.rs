@@ -13,6 +13,7 @@
 //! collective of one rank, one delay per token while a token of the
 //! tiny model takes a few ms) multiplies the per-token latency several times.
 mod common;
+use commcanary::core::fsutil;
 use common::*;
 use std::path::Path;
 
@@ -173,7 +174,7 @@ fn record_validate_delay_and_refusal() {
         o.remove("reference_jobs");
         let bytes = serde_json::to_vec_pretty(&v).unwrap();
         std::fs::write(v1.join(name), &bytes).unwrap();
-        files.push(serde_json::json!({"name": name, "size_bytes": bytes.len(), "sha256": commcanary::core::fsutil::sha256_hex(&bytes)}));
+        files.push(serde_json::json!({"name": name, "size_bytes": bytes.len(), "sha256": fsutil::sha256_hex(&bytes)}));
     }
     std::fs::write(v1.join("descriptor.json"), serde_json::to_vec_pretty(&serde_json::json!({"format_version": 1, "files": files})).unwrap()).unwrap();
     let (code, out, err) = validate(RANKS, v1.to_str().unwrap(), &site, &d.path().join("v-from-v1"), &[]);

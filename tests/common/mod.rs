@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests: run the real binary under real mpirun.
 #![allow(dead_code)]
+use commcanary::core::collective::{self, KindRow};
+use commcanary::core::fsutil;
+use commcanary::evidence::shard;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -136,7 +139,7 @@ pub fn digests(dir: &Path) -> Vec<(String, String)> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), commcanary::core::fsutil::sha256_file(&p).unwrap()))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), fsutil::sha256_file(&p).unwrap()))
         .collect();
     v.sort();
     v
@@ -242,11 +245,11 @@ pub const OWN_PATH_INNER: &str = "COMMCANARY_OWN_PATH_INNER";
 /// one element per rank and a thousand (whole per rank, so that every kind
 /// splits), none for a barrier; no size for the kinds only a trace replay
 /// runs (the own path refuses them: `backend::own`'s tests).
-pub fn own_path_sizes(row: &commcanary::core::collective::KindRow, n: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<u64> {
+pub fn own_path_sizes(row: &KindRow, n: u32, dtype: shard::Dtype) -> Vec<u64> {
     if row.replay_only {
         return vec![];
     }
-    if row.kind == commcanary::core::collective::CollectiveKind::Barrier {
+    if row.kind == collective::CollectiveKind::Barrier {
         return vec![0];
     }
     [1u64, 1000].iter().map(|k| k * u64::from(n) * dtype.size_bytes()).collect()
@@ -262,7 +265,7 @@ pub fn own_path_sizes(row: &commcanary::core::collective::KindRow, n: u32, dtype
 /// and each row also runs twice in one CUDA graph (`GraphStep::Calls`).
 /// Returns one line per check, `kind=… dtype=… bytes=… checked=… wrong=…`,
 /// and the negative control's line, `negative wrong=…`, for the outer test.
-pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u32, dtype: commcanary::evidence::shard::Dtype) -> Vec<String> {
+pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u32, dtype: shard::Dtype) -> Vec<String> {
     use commcanary::backend::own::OwnOp;
     use commcanary::backend::{Call, Checked, GraphStep, Timing};
     use commcanary::evidence::shard::BackendKind;
@@ -328,7 +331,7 @@ pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u
 /// The outer side of [`own_path_walk`]: every rank of `n` printed a line for
 /// every kind, dtype and size with no wrong element, each kind's result was
 /// checked somewhere (a barrier's nowhere), and every rank's negative control failed.
-pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[commcanary::evidence::shard::Dtype]) {
+pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[shard::Dtype]) {
     use commcanary::core::collective::{CollectiveKind, KINDS};
     // the harness's own words ("test own_path_rank ... ") may share a line with a rank's first
     let lines: Vec<&str> = stdout.lines().flat_map(|l| l.split("own-path ").skip(1)).map(str::trim_end).collect();
@@ -373,7 +376,7 @@ pub fn own_path_inner<B: commcanary::backend::Backend>(mut make: impl FnMut(&mpi
 }
 
 /// The element types an own-path walk runs.
-pub const OWN_PATH_DTYPES: [commcanary::evidence::shard::Dtype; 2] = [commcanary::evidence::shard::Dtype::F32, commcanary::evidence::shard::Dtype::Bf16];
+pub const OWN_PATH_DTYPES: [shard::Dtype; 2] = [shard::Dtype::F32, shard::Dtype::Bf16];
 
 /// Run this test binary's ignored test `inner` ([`own_path_inner`]) under
 /// `mpirun -n N` and check what every rank printed ([`assert_own_path_walks`]).
