@@ -352,7 +352,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
         }
     }
     assert_eq!(shards, 2 * 2 * 2, "2 configurations x 2 rounds x 2 ranks");
-    // the report says what ran: the trace, its digest, the all-reduces run and the kinds left out, not the synthetic sizes
+    // the report says what ran: the trace, its digest, the all-reduces run and the kinds left out, not the synthetic
+    // sizes
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("report/report.json")).unwrap()).unwrap();
     let c = &r["context"];
     assert_eq!((c["trace"]["file"].as_str(), c["trace"]["sha256"].as_str()), (Some("tp2.comm.json"), Some(frozen.as_str())), "{c}");

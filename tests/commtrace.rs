@@ -691,7 +691,8 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
                 let n = recorded.iter().filter(|r| r["kind"] == kind).count();
                 assert_eq!(mine.iter().filter(|c| c["kind"] == kind).count(), 3 * n, "{phase} {kind}");
             }
-            // --check 40: the first 40 timed collectives with a result on this rank (a send's is its receiver's), so all of the first timed pass's
+            // --check 40: the first 40 timed collectives with a result on this rank (a send's is its receiver's), so
+            // all of the first timed pass's
             let checked: Vec<&&Value> = mine.iter().filter(|c| c["checked"] == true).collect();
             assert_eq!(checked.len(), 40, "{phase}");
             assert!(checked.iter().all(|c| c["warmup"] == false && c["kind"] != "send"), "{phase}");

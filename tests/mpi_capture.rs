@@ -145,7 +145,8 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         let left: u64 = v["ranks"][r]["left_out"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
         let all: u64 = calls[r].values().sum();
         assert_eq!(rt.collectives.len() as u64, all - left, "rank {r}: the trace holds every call not left out");
-        // every collective is in the trace: what is left out is point-to-point (in mpi.p2p), probes, completions, communicators
+        // every collective is in the trace: what is left out is point-to-point (in mpi.p2p), probes, completions,
+        // communicators
         for k in m.left_out[r].keys() {
             let kept_elsewhere = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend", "Recv", "Irecv", "Sendrecv", "Sendrecv_replace"];
             let bookkeeping = k.starts_with("Wait") || k.starts_with("Test") || k.starts_with("Comm_") || k.ends_with("probe") || k == "Probe";
@@ -267,7 +268,8 @@ fn lammps_melt_every_rank_has_exactly_the_counted_calls() {
 fn a_program_that_never_initializes_mpi_is_refused_not_mpi() {
     let t = tools_or_skip!();
     let d = tempfile::tempdir().unwrap();
-    // the contrast: an MPI program behind a wrapper script (a child of the shell, not the capture's own child) is captured
+    // the contrast: an MPI program behind a wrapper script (a child of the shell, not the capture's own child) is
+    // captured
     let wrapped = d.path().join("wrapped");
     let o = mpirun(2, &["capture", "-o", wrapped.to_str().unwrap(), "--", "sh", "-c", "\"$0\" \"$@\"; exit $?", t.app.to_str().unwrap(), "3"]);
     ok(&o);
@@ -454,7 +456,8 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     // an assurance state is reached, and every check that stops a higher one is named
     assert!(text.contains("canary [compiled]: "), "{text}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("canary-verify.json")).unwrap()).unwrap();
-    // LAMMPS ran as the truth under both configurations: the full capture's pick and the canary's, each judged by its regret on LAMMPS
+    // LAMMPS ran as the truth under both configurations: the full capture's pick and the canary's, each judged by its
+    // regret on LAMMPS
     let t = &v["truth"];
     assert!(t["metric"].as_str().is_some_and(|m| m.contains("Loop time of")), "{t}");
     let configs = ["shared-memory", "tcp-2k-buffers"];
@@ -464,7 +467,8 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     let cands = v["candidates"].as_array().expect("every candidate's verdict");
     let judged: Vec<&serde_json::Value> = cands.iter().filter_map(|c| c.get("truth").filter(|t| !t.is_null())).collect();
     assert!(!judged.is_empty() && judged.iter().all(|j| configs.contains(&j["pick"].as_str().unwrap()) && j["regret"].is_object()), "{v}");
-    // LAMMPS with 2 KiB TCP buffers is the known bad: the truth decides it, so the decision cost is printed (rounds and replay seconds) or said unreached
+    // LAMMPS with 2 KiB TCP buffers is the known bad: the truth decides it, so the decision cost is printed (rounds and
+    // replay seconds) or said unreached
     assert!(t["decided_pairs"].as_u64().is_some(), "{t}");
 }
 

@@ -36,7 +36,8 @@ pub(crate) fn proxy_against_truth(
     Ok((pr, tr, ProxyAgreement { proxy: proxy.phase, truth: truth.phase, comparison, tau_policy, tau_plain }))
 }
 
-/// The relations of every pair using only the first `rounds` rounds (in round order), at the phase's simultaneous coverage.
+/// The relations of every pair using only the first `rounds` rounds (in round order), at the phase's simultaneous
+/// coverage.
 pub(crate) fn relations_in_first_rounds(p: &PhaseInput, policy: &AnalysisPolicy, rounds: usize) -> Result<Vec<Relation>> {
     let t = tables(p)?;
     if rounds < 2 || rounds > t.table.len() {

@@ -1,8 +1,8 @@
 //! The campaign lock: advisory flock(2) on `campaign.lock`, exclusive for a whole `exec`,
 //! `select` or `archive`; shared, plus a lock of the cell and one of the host under `inflight/`,
-//! for `exec --cell`; exclusive on a report folder's `report.lock` for `analyze`. Produces a `CampaignLock` held until dropped; refuses (`LOCKED`) when another
-//! command holds it. Take it before reading what you will write: `lock_campaign`, or
-//! `lock_campaign_for_reading` for a campaign this process may not be able to write.
+//! for `exec --cell`; exclusive on a report folder's `report.lock` for `analyze`. Produces a `CampaignLock` held until
+//! dropped; refuses (`LOCKED`) when another command holds it. Take it before reading what you will write:
+//! `lock_campaign`, or `lock_campaign_for_reading` for a campaign this process may not be able to write.
 use crate::core::identity;
 use crate::core::refusal::Code;
 use anyhow::{Context, Result};

@@ -94,7 +94,8 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
         files.iter().map(|f| SourceFile { path: format!("rank-{}", map(f.rank)), sha256: String::new(), rank: map(f.rank) }).collect();
     push("source.files[].path", "replaced by rank-N (paths carry user names, job ids and host names)", files.len() as u64);
     push("source.files[].sha256", "dropped (it identifies the original files)", files.len() as u64);
-    // the schema text of a run holds its run id (job id, user, host, start time); of other sources, whatever the file said
+    // the schema text of a run holds its run id (job id, user, host, start time); of other sources, whatever the file
+    // said
     push("source.schema", "dropped (a run's holds its run id: job id, user, host or start time)", schema.is_some() as u64);
     let nccl_ok = nccl_version.as_deref().is_some_and(|v| v.len() <= 32 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
     let out_nccl = if nccl_ok { nccl_version.clone() } else { None };

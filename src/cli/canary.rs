@@ -200,7 +200,8 @@ fn read_trace(p: &Path) -> Result<(CommTrace, Vec<u8>)> {
 }
 
 fn summary(c: &artifact::Canary) -> Result<String> {
-    // every size and ratio from the body itself; the source's count from its binding (checked against the trace where one is read)
+    // every size and ratio from the body itself; the source's count from its binding (checked against the trace where
+    // one is read)
     let shape = artifact::check_consistency(c)?;
     let src = c.source.collectives_per_rank.iter().sum::<u64>() as f64;
     Ok(format!(

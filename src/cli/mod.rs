@@ -43,7 +43,8 @@ pub enum Command {
     ReplayTrace(ReplayTraceArgs),
     /// Does a proxy rank configurations the way the truth does? Pairwise relations, agreement, Kendall tau-b
     Compare(CompareArgs),
-    /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate, export-pick, confirm
+    /// Campaigns: plan, run, exec, select, verify, analyze, archive, check-archive, join, power, replicate,
+    /// export-pick, confirm
     #[command(subcommand)]
     Campaign(CampaignCommand),
     /// Request-level queueing over measured service times: open or closed load, Little's law, SLO attainment
@@ -56,14 +57,16 @@ pub enum Command {
     Summarize(SummarizeArgs),
     /// What this machine offers: GPUs, NCCL libraries (version and mapped file), MPI, CUPTI
     Doctor(DoctorArgs),
-    /// Validate this node against a reference: health, topology, sweep, workload (run under mpirun; exit 0 pass, 1 fail, 2 inconclusive, 3 could not run)
+    /// Validate this node against a reference: health, topology, sweep, workload (run under mpirun; exit 0 pass, 1
+    /// fail, 2 inconclusive, 3 could not run)
     Validate(crate::validate::ValidateArgs),
     /// Canaries: compile a trace into a small replay, verify it against the trace on real replays, reduce, redact
     #[command(subcommand)]
     Canary(CanaryCommand),
     /// Write a deterministic synthetic communication trace (for tests and examples)
     Synth(SynthArgs),
-    /// Write a run of GENERATED shards (marked synthetic in every header) to benchmark `join`; verify, analyze and summarize refuse them
+    /// Write a run of GENERATED shards (marked synthetic in every header) to benchmark `join`; verify, analyze and
+    /// summarize refuse them
     #[command(name = "synth-shards")]
     SynthShards(SynthShardsArgs),
     /// Print the JSON Schema of a format (its name: see `schema --help`)

@@ -62,7 +62,8 @@ refusal_codes! {
     BadSpec => "BAD_SPEC",
     /// A named file or directory of evidence does not exist (run directory, run.json, selection, a shard in verify).
     NoSuchInput => "NO_SUCH_INPUT",
-    /// A file is not what it claims to be: bad magic, damaged trailer marker, undecodable header or body, trailing bytes.
+    /// A file is not what it claims to be: bad magic, damaged trailer marker, undecodable header or body, trailing
+    /// bytes.
     BadFormat => "BAD_FORMAT",
     /// A format version this build does not read.
     UnsupportedVersion => "UNSUPPORTED_VERSION",
@@ -70,9 +71,11 @@ refusal_codes! {
     Truncated => "TRUNCATED",
     /// Content does not hash (or size) to the digest recorded for it: a shard's trailer, a manifest, an archive.
     DigestMismatch => "DIGEST_MISMATCH",
-    /// A file changed after it was recorded: a shard or run.json no longer matches the digest in run.json or the selection.
+    /// A file changed after it was recorded: a shard or run.json no longer matches the digest in run.json or the
+    /// selection.
     Stale => "STALE",
-    /// A shard in a run directory (or an MPI capture file) belongs to another run, or its rank or world size does not fit the run.
+    /// A shard in a run directory (or an MPI capture file) belongs to another run, or its rank or world size does not
+    /// fit the run.
     ForeignShard => "FOREIGN_SHARD",
     /// A rank of the run has no shard.
     MissingRank => "MISSING_RANK",
@@ -118,21 +121,26 @@ refusal_codes! {
     CollectiveTimeout => "COLLECTIVE_TIMEOUT",
     /// An input path names a FIFO, device, socket or directory where a regular file is read.
     NotRegularFile => "NOT_REGULAR_FILE",
-    /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology) than the campaign's hardware contract allows.
+    /// A cell ran on another host or another kind of hardware (CPU, GPU, driver, NCCL build, MPI, kernel, topology)
+    /// than the campaign's hardware contract allows.
     HardwareContract => "HARDWARE_CONTRACT",
     /// Generated (`synth-shards`) shards where measurements are required: verify, analyze, summarize, canary verify.
     Synthetic => "SYNTHETIC",
-    /// `canary verify`: a canary that a check needing no measurement (coverage, mix, structure, values) already fails, refused before any replay.
+    /// `canary verify`: a canary that a check needing no measurement (coverage, mix, structure, values) already fails,
+    /// refused before any replay.
     StaticCheck => "STATIC_CHECK",
     /// `canary reduce`: the campaign it reads decided no pair of configurations, so there is no order to preserve.
     NoDecision => "NO_DECISION",
     /// `capture`/`import mpi`: the program wrote no capture file: it never initialized MPI.
     NotMpi => "NOT_MPI",
-    /// `import mpi`: a rank's capture has no trailer (the rank ended without `MPI_Finalize`, or aborted); `--allow-incomplete` imports it marked incomplete.
+    /// `import mpi`: a rank's capture has no trailer (the rank ended without `MPI_Finalize`, or aborted);
+    /// `--allow-incomplete` imports it marked incomplete.
     IncompleteCapture => "INCOMPLETE_CAPTURE",
-    /// `campaign exec`/`run`: the launcher failed the same way (before any rank ran) for every configuration of a round; the cells left were not run.
+    /// `campaign exec`/`run`: the launcher failed the same way (before any rank ran) for every configuration of a
+    /// round; the cells left were not run.
     LauncherFailed => "LAUNCHER_FAILED",
-    /// A trace's collective (kind, per-member counts or reduction) that the chosen backend or phase cannot run, refused before launch.
+    /// A trace's collective (kind, per-member counts or reduction) that the chosen backend or phase cannot run, refused
+    /// before launch.
     UnsupportedOperation => "UNSUPPORTED_OPERATION",
 }
 

@@ -335,7 +335,8 @@ pub(crate) fn comm_trace_entries(
                 warmup: pass < warmup_passes,
                 bytes: event_bytes(c),
                 dtype: *dtype,
-                // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before it)
+                // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before
+                // it)
                 gap_ns: if i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0)) { compute.unwrap_or(0) } else { *gap_ns },
                 // kernels may overlap one another: never more than the gap
                 compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),

@@ -645,8 +645,8 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
     }
     let family = p.labels.len() * (p.labels.len() - 1) / 2;
     if family > 1 {
-        // the pair table and the known-bad controls read simultaneous intervals: a pair there needs more rounds than the canary
-        // (the A/A controls are judged at their own family's level, never below this one)
+        // the pair table and the known-bad controls read simultaneous intervals: a pair there needs more rounds than
+        // the canary (the A/A controls are judged at their own family's level, never below this one)
         let level = inference::simultaneous_coverage(COVERAGE, family);
         let need: Vec<String> = [1.0, 2.0, 5.0, 10.0]
             .into_iter()

@@ -43,8 +43,9 @@ pub struct ValidateArgs {
     /// Compare this node with the reference directory REF (its settings are reused).
     #[arg(long)]
     pub reference: Option<PathBuf>,
-    /// Site TOML (keys, units and refusals: docs/VALIDATION.md): busbw_min_ratio (0.95, at most 1), token_latency_max_ratio (1.05, at least 1),
-    /// coverage (0.95), nvlink_crc_errors_max (absent: not judged), allow ([]); any other key is refused.
+    /// Site TOML (keys, units and refusals: docs/VALIDATION.md): busbw_min_ratio (0.95, at most 1),
+    /// token_latency_max_ratio (1.05, at least 1), coverage (0.95), nvlink_crc_errors_max (absent: not judged), allow
+    /// ([]); any other key is refused.
     #[arg(long, requires = "reference")]
     pub site: Option<PathBuf>,
     /// Evidence directory to create (never overwritten); default validate-HOST-UNIXMS.

@@ -42,7 +42,8 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
             continue;
         }
         let only_candidate = a.relation != Relation::NotDistinguished;
-        // decided on one side only: marginal when the deciding interval's edge nearest 0 is within twice the minimum effect
+        // decided on one side only: marginal when the deciding interval's edge nearest 0 is within twice the minimum
+        // effect
         let (decided, other) = if only_candidate { (a, b) } else { (b, a) };
         let edge = decided.ci_low_pct.abs().min(decided.ci_high_pct.abs());
         let what = format!(
