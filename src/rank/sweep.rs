@@ -115,10 +115,7 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
 pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<TraceCollective>)> {
     check_world(spec, n)?;
     let kind = spec.sweep_kind();
-    let dtype = match spec.dtype {
-        Dtype::F32 => TraceDtype::F32,
-        Dtype::Bf16 => TraceDtype::Bf16,
-    };
+    let dtype = TraceDtype::from(spec.dtype);
     let e = spec.dtype.size_bytes();
     let mut colls = Vec::with_capacity(spec.isolated_sizes().len());
     for (i, &b) in spec.isolated_sizes().iter().enumerate() {
