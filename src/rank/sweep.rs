@@ -317,7 +317,7 @@ pub fn report(j: &JoinedRun, rows: &[IsolatedSizeRow]) -> SweepReport {
             size: r.bytes,
             count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
             // the isolated phase runs the run's own dtype (f32 or bf16)
-            dtype: nccl_tests_type(r.dtype.and_then(collective::TraceDtype::workload).unwrap_or(spec.dtype)).into(),
+            dtype: nccl_tests_type(r.dtype.and_then(|d| Dtype::try_from(d).ok()).unwrap_or(spec.dtype)).into(),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
             out_of_place: SweepTiming { time: r.time_us, alg_bw: r.algbw_gbps, bus_bw: r.busbw_gbps, nwrong: r.wrong_elements },
