@@ -10,7 +10,6 @@
 //! exact in the element type.
 //!
 //! Method: docs/METHODS.md, "Isolated sweep of one kind".
-use crate::core::collective;
 use crate::core::refusal::{self, Code};
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
