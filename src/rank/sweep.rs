@@ -10,7 +10,6 @@
 //! exact in the element type.
 //!
 //! Method: docs/METHODS.md, "Isolated sweep of one kind".
-use crate::core::collective;
 use crate::core::refusal::{self, Code};
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
@@ -115,10 +114,7 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
 pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrace, Vec<TraceCollective>)> {
     check_world(spec, n)?;
     let kind = spec.sweep_kind();
-    let dtype = match spec.dtype {
-        Dtype::F32 => TraceDtype::F32,
-        Dtype::Bf16 => TraceDtype::Bf16,
-    };
+    let dtype = TraceDtype::from(spec.dtype);
     let e = spec.dtype.size_bytes();
     let mut colls = Vec::with_capacity(spec.isolated_sizes().len());
     for (i, &b) in spec.isolated_sizes().iter().enumerate() {
@@ -320,7 +316,7 @@ pub fn report(j: &JoinedRun, rows: &[IsolatedSizeRow]) -> SweepReport {
             size: r.bytes,
             count: r.count.unwrap_or(r.bytes / spec.dtype.size_bytes()),
             // the isolated phase runs the run's own dtype (f32 or bf16)
-            dtype: nccl_tests_type(r.dtype.and_then(collective::TraceDtype::workload).unwrap_or(spec.dtype)).into(),
+            dtype: nccl_tests_type(r.dtype.and_then(|d| Dtype::try_from(d).ok()).unwrap_or(spec.dtype)).into(),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
             out_of_place: SweepTiming { time: r.time_us, alg_bw: r.algbw_gbps, bus_bw: r.busbw_gbps, nwrong: r.wrong_elements },

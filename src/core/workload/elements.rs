@@ -67,13 +67,6 @@ impl TryFrom<TraceDtype> for Dtype {
     }
 }
 
-impl TraceDtype {
-    /// The run's element type this is, if any ([`Dtype`]'s `TryFrom`, without the error).
-    pub fn workload(self) -> Option<Dtype> {
-        Dtype::try_from(self).ok()
-    }
-}
-
 /// Reduction applied by reducing collectives (all-reduce, reduce,
 /// reduce-scatter): `replay-trace --op` and the isolated sweep's `--op`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema)]
@@ -124,7 +117,6 @@ mod tests {
         // every other trace dtype is refused, naming it and what a run holds
         for d in TraceDtype::ALL.into_iter().skip(Dtype::ALL.len()) {
             assert_eq!(Dtype::try_from(d), Err(NotARunDtype(d)));
-            assert_eq!(d.workload(), None);
         }
         let e = Dtype::try_from(TraceDtype::F64).unwrap_err().to_string();
         assert!(e.contains("f64") && e.contains("f32, bf16"), "{e}");

@@ -70,7 +70,7 @@ impl<B: Backend> Runner<'_, B> {
         let mut work = Vec::new();
         for e in trace.entries.iter().filter(|e| e.token == pick) {
             let (units, _) = quantize(e.compute_ns.unwrap_or(e.gap_ns), quantum_ns, &mut residual_ns, self.spec.fill_residual);
-            let dtype = e.dtype.workload().with_context(|| format!("internal: graph mode with a world all-reduce of {}", e.dtype))?;
+            let dtype = Dtype::try_from(e.dtype).context("internal: graph mode with a world all-reduce")?;
             work.push((units, e.bytes, dtype));
         }
         let units_per_token: u64 = work.iter().map(|w| w.0 as u64).sum();

@@ -12,7 +12,7 @@
 //! pass's token ends after its last step, so its latency includes them.
 use super::{Between, OpenToken, Position, Runner, Work};
 use crate::backend::{Backend, Call, Timing};
-use crate::core::workload::{FillResidual, Phase};
+use crate::core::workload::{Dtype, FillResidual, Phase};
 use crate::evidence::shard::{ComputeKind, FillRecord, P2pPassRecord, ReplayTiming};
 use crate::evidence::trace::{GapEntry, SourceTrace, TraceP2p};
 use anyhow::{Context, Result};
@@ -100,7 +100,7 @@ impl<B: Backend> Runner<'_, B> {
             let idx = match op {
                 Some(op) => self.trace_op(phase, op, (bytes, dtype), pos, between)?,
                 None => {
-                    let dtype = dtype.workload().with_context(|| format!("internal: a world all-reduce of {dtype} outside the trace executor"))?;
+                    let dtype = Dtype::try_from(dtype).context("internal: a world all-reduce outside the trace executor")?;
                     self.collective(phase, bytes, dtype, pos, between)?
                 }
             };
