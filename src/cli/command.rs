@@ -21,8 +21,9 @@ use crate::evidence::{inspect, join, shard, synth_shards};
 use crate::rank::bench::{self, BenchOptions};
 use crate::rank::capture::{self, CaptureOptions};
 use crate::rank::{doctor, replay};
+use crate::report::campaign as report_campaign;
 use crate::report::run::{self, Analyze, RunOptions};
-use crate::report::{campaign, export, pick};
+use crate::report::{export, pick};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::process::ExitCode;
@@ -266,8 +267,8 @@ struct Side {
 
 /// A campaign's analysis input, only once `verify` passes.
 fn verified_input(dir: &std::path::Path) -> Result<(Verdict, crate::analysis::AnalysisInput)> {
-    let (v, read) = campaign::verified(dir)?;
-    Ok((v, campaign::collect_read(dir, read)?.0))
+    let (v, read) = report_campaign::verified(dir)?;
+    Ok((v, report_campaign::collect_read(dir, read)?.0))
 }
 
 /// One side of a comparison. A campaign is analyzed once however many
@@ -547,11 +548,11 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             if m.is_nan() || m < 0.0 {
                 anyhow::bail!("--min-effect-pct {m}: must be non-negative");
             }
-            write!(out, "{}", campaign::power_text(&input, phase, m)?)?;
+            write!(out, "{}", report_campaign::power_text(&input, phase, m)?)?;
         }
         C::Replicate { a, b, json } => {
-            let (ra, na) = campaign::analyze_for_replication(&a)?;
-            let (rb, nb) = campaign::analyze_for_replication(&b)?;
+            let (ra, na) = report_campaign::analyze_for_replication(&a)?;
+            let (rb, nb) = report_campaign::analyze_for_replication(&b)?;
             let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
             let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
             if json {
