@@ -72,7 +72,7 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
     for (r, plan) in plans.iter().enumerate() {
         let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
         assert_eq!(s.header.format_version, SHARD_FORMAT_VERSION);
-        assert_eq!(s.header.format_version, 9);
+        assert!(s.header.format_version >= 9, "point-to-point records came with format 9");
         let ph = &s.header.phases[0];
         let (ops, calls) = (m.p2p[r].len() as u32, plan.steps.len() as u32);
         let Some(TraceOrigin::Imported { p2p: Some(count), .. }) = &ph.trace else { panic!("rank {r}: {:?}", ph.trace) };

@@ -18,8 +18,8 @@
 #   --json), queue (closed loop over the campaign), capacity, and every schema.
 # Exit codes are recorded too (WORK/*/exit-codes). One field is masked before
 # the comparison because it names the binary itself, not the evidence: the
-# report's "producer" (tool version and commit); the count of masked lines is
-# printed. Needs OpenMPI (see scripts/env.sh).
+# report's "producer" (tool version and commit) and the page's "(commit ...)"
+# line; the count of masked files is printed. Needs OpenMPI (see scripts/env.sh).
 # Records: each binary also runs `rank` itself (4 ranks under mpirun, cpu:
 # every phase; then the isolated sweeps of all-gather, and of all-reduce
 # with --op max) and every shard and run.json, printed by `inspect`, is
@@ -91,8 +91,9 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
   done
   rm -f "$O"/*.err
   # the producer names the binary (version, commit): mask it, count it
-  grep -rlE '"producer": "[^"]*"' "$O" | while read -r f; do
-    sed -i -E 's/"producer": "[^"]*"/"producer": "<masked>"/' "$f"; echo "$f" >> "$O.masked"
+  grep -rlE '"producer": "[^"]*"|\(commit [0-9a-f]{40}, tree [a-z]+ at build\)' "$O" | while read -r f; do
+    sed -i -E -e 's/"producer": "[^"]*"/"producer": "<masked>"/' \
+      -e 's/\(commit [0-9a-f]{40}, tree [a-z]+ at build\)/(commit <masked>)/' "$f"; echo "$f" >> "$O.masked"
   done
   mv "$O" "$2"
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Mask what differs between two runs of the same program on the same input:
 clock readings, durations and what is derived from them, run ids, hosts,
-pids, versions. Reads `commcanary inspect` JSON on stdin, writes it with every
+pids, versions, the binary's own digest and commit, and the digests and sizes
+of files whose bytes hold timings (run.json's shard list). Reads `commcanary inspect` JSON on stdin, writes it with every
 such value replaced by "<masked>" (null stays null, so a field that is measured
 in one run and absent in the other still differs). Keeps everything a record
 says about what ran: phases, kinds, groups, sequence numbers, sizes, dtypes,
@@ -15,7 +16,8 @@ import re
 import sys
 
 # keys whose values are clock readings or derived from them
-TIMED = re.compile(r"(_ns|_ms|_us|_s|_unix_ms|_ppm)$|^(units|quantum|offset|drift|error|windows?|samples|start|end|pid|host|hostname|run_id|tool|producer|commit|started|finished|git|version_long|env|argv|identity_sha256)$")
+TIMED = re.compile(r"(_ns|_ms|_us|_s|_unix_ms|_ppm)$|^(units|quantum|offset|drift|error|windows?|samples|start|end|pid|host|hostname|run_id|tool|producer|commit|started|finished|git|version_long|env|argv|identity_sha256|binary_sha256|git_commit"
+    r"|rank0_identity_sha256|sha256|size_bytes)$")
 GAP_FILLING = {"fill", "overlap", "membound_fill", "host_delay"}
 
 

@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::core::clock::{unix_ms, RankClock};
 use crate::core::fsutil;
 use crate::core::identity::EnvIdentity;
-use crate::core::workload::{Phase, WorkloadSpec};
+use crate::core::workload::{Phase, ReduceOp, WorkloadSpec};
 use crate::evidence::join;
 use crate::evidence::run::{write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{shard_file_name, BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, Unmeasured, SHARD_FORMAT_VERSION};
@@ -191,16 +191,18 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
 }
 
 /// What the isolated sweep of another kind does not measure, where it runs:
-/// device intervals on GPUs (each iteration is timed on the host, the NCCL
-/// call to the end of a stream synchronization), and bf16 reductions on the
-/// cpu backend, which MPI reduces in f32 (twice the bytes on the wire).
+/// device intervals on GPUs for a reduction other than the sum (run by the
+/// executor: each iteration is timed on the host, the NCCL call to the end
+/// of a stream synchronization; a sum runs back to back on world calls), and
+/// bf16 reductions on the cpu backend, which MPI reduces in f32 (twice the
+/// bytes on the wire).
 fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured> {
     let mut v = Vec::new();
     if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
         return v;
     }
     let kind = spec.sweep_kind();
-    if backend == BackendKind::Cuda {
+    if backend == BackendKind::Cuda && spec.sweep_op() != ReduceOp::Sum {
         v.push(Unmeasured {
             field: format!("isolated {kind}: device_start_ns, device_end_ns"),
             reason: "the sweep runs through replay-trace's NCCL executor: each iteration is timed on the host from the NCCL call to the end of a stream synchronization, not by device events between back-to-back launches as nccl-tests times its loop".into(),

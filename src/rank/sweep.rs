@@ -5,7 +5,7 @@
 //! sweep's table, each result checked and every wrong element counted
 //! (nccl-tests' `#wrong`); `-J FILE` writes it as [`SweepReport`]. Refuses,
 //! before any collective: `--collective` or `--op` without the isolated phase;
-//! a reduction on a kind that has none; `avg` on cpu; `--graph`; a size with
+//! a reduction on a kind that has none; `avg` on cpu; `--graph` with a reduction other than the sum; a size with
 //! no whole element per rank; a `--check` whose expected values would not be
 //! exact in the element type.
 //!
@@ -44,8 +44,8 @@ pub(crate) fn check_options(spec: &WorkloadSpec, backend: BackendKind, op_given:
             "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on the cuda backend (ncclAvg, NCCL 2.10 or later)".into(),
         ));
     }
-    if spec.graph && spec.phases.contains(&Phase::Isolated) && spec.sweep_uses_executor() {
-        return Err(bad(format!("--graph captures the sum all-reduce only; the {kind} sweep ({} reduction) runs without it", op.name())));
+    if spec.graph && spec.phases.contains(&Phase::Isolated) && op != ReduceOp::Sum {
+        return Err(bad(format!("--graph captures sums only (world calls); the {kind} sweep's {} reduction runs without it", op.name())));
     }
     Ok(())
 }

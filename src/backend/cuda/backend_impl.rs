@@ -276,8 +276,8 @@ impl Backend for CudaBackend {
                 let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
                 let what = kind.label();
                 let mut values = self.read_result(op.recv_elems as u64 * dtype.size_bytes(), dtype, &what)?;
-                // the negative control spoils an all-reduce's result only, as it always has
-                if kind == CollectiveKind::AllReduce && corrupt {
+                // the negative control spoils the result, where this rank has one
+                if corrupt {
                     if let Some(v) = values.first_mut() {
                         *v += 1.0;
                     }

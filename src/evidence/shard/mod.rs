@@ -49,11 +49,14 @@ pub use write::WrittenShard;
 /// are f32 and bf16 as before, so older bodies decode unchanged), 9 two
 /// header records (the body is format 8's): an MPI capture's point-to-point
 /// program in a trace phase (per pass, [`P2pPassRecord`] in the phase record;
-/// per-pass counts, [`TraceP2pCount`], in its imported trace origin);
-/// versions 1 to 8 are still read (without those records; their collectives
+/// per-pass counts, [`TraceP2pCount`], in its imported trace origin), 10
+/// the same layout as 9: the isolated sweep of another kind than the
+/// all-reduce runs back to back on GPUs, so its records carry device
+/// intervals and one check per size (before 10 they had none, and `--check
+/// N` checked N iterations per size); versions 1 to 9 are still read (without those records; their collectives
 /// are all-reduces, f32 before 4, f32 or bf16 before 8; their clocks flat,
 /// the wall time unmeasured; none is synthetic; no point-to-point ran).
-pub const SHARD_FORMAT_VERSION: u32 = 9;
+pub const SHARD_FORMAT_VERSION: u32 = 10;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";
 

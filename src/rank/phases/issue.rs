@@ -102,7 +102,7 @@ impl<B: Backend> Runner<'_, B> {
         }
         let r = Recorded { phase, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: dtype.into(), root: None, peer: None };
         let t = HostTimes { issue_ns: host_issue_ns, return_ns: host_return_ns, wait_start_ns, wait_end_ns };
-        Ok(self.push_event(r, pos, t, EventExtra { device, injected_ns: injected, checked }))
+        Ok(self.push_event(r, pos, t, EventExtra { timed: true, device, injected_ns: injected, checked }))
     }
 
     /// Run what lies between a collective's issue and its wait.

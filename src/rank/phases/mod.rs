@@ -130,6 +130,8 @@ struct HostTimes {
 /// What a phase measured of a collective beyond its host times.
 #[derive(Clone, Copy, Default)]
 struct EventExtra {
+    /// A world call the backend times: its interval comes from the pass's end.
+    timed: bool,
     device: Option<crate::backend::DeviceInterval>,
     injected_ns: Option<u64>,
     checked: bool,
@@ -195,6 +197,9 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// The group id of the isolated sweep of another kind than the sum
     /// all-reduce ([`crate::rank::sweep`]), declared in the shard header.
     sweep_group: Option<u32>,
+    /// Indices (into the body's collectives) of the pass's world calls, which
+    /// the backend times, in issue order.
+    timed: Vec<usize>,
 }
 
 /// Whether this node has a core for every local rank (the launcher's local
@@ -237,7 +242,11 @@ impl<'a, B: Backend> Runner<'a, B> {
             root: r.root,
             peer: r.peer,
         });
-        self.body.collectives.len() - 1
+        let i = self.body.collectives.len() - 1;
+        if extra.timed {
+            self.timed.push(i);
+        }
+        i
     }
 
     /// New runner; `controls` are the injections, the shared source trace
@@ -269,6 +278,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             ops_prepared: false,
             p2p_passes: Vec::new(),
             sweep_group: None,
+            timed: Vec::new(),
         }
     }
 
@@ -405,8 +415,13 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// pass's anchor error and how its kernel records were anchored.
     fn resolve_device_times(&mut self, first_collective: usize) -> Result<(Option<u64>, Option<KernelAnchor>)> {
         let t = self.backend.finish_pass()?;
-        // the backend times what it issued: group 0's collectives (the trace executor's run to completion on the host)
-        let mut events: Vec<&mut CollectiveEvent> = self.body.collectives[first_collective..].iter_mut().filter(|e| e.group == 0).collect();
+        // the backend times its world calls (the trace executor's run to completion on the host)
+        let timed = std::mem::take(&mut self.timed);
+        if timed.iter().any(|&i| i < first_collective) {
+            bail!("internal: a timed collective of an earlier pass");
+        }
+        let mut events: Vec<&mut CollectiveEvent> =
+            self.body.collectives.iter_mut().enumerate().filter(|(i, _)| timed.binary_search(i).is_ok()).map(|(_, e)| e).collect();
         if t.collectives.len() != events.len() {
             bail!("internal: backend reported {} device intervals for {} collectives", t.collectives.len(), events.len());
         }
