@@ -698,6 +698,52 @@ fn cuda_own_path_rank() {
     });
 }
 
+/// Every other kind of the isolated sweep runs back to back through the same
+/// world calls as the all-reduce (shard format 10): every record has its
+/// device interval, each timed loop's intervals touch, one check per size
+/// finds nothing wrong, and the same sweep in CUDA graphs does too. Another
+/// reduction than the sum still runs on the executor, its device intervals
+/// unmeasured and said so.
+#[test]
+fn cuda_every_kind_sweeps_back_to_back_with_device_intervals_and_graphs() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let n = commcanary::backend::cuda::probe_devices().unwrap_or(0).clamp(1, 2);
+    let d = tempfile::tempdir().unwrap();
+    for kind in ["all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
+        for graph in [false, true] {
+            let out = d.path().join(format!("{kind}-{graph}"));
+            let mut args = vec!["--backend", "cuda", "--phases", "isolated", "--collective", kind, "-b", "1K", "-e", "64K", "-f", "8", "-n", "10", "-w", "2"];
+            args.extend(["--check", "1"]);
+            if graph {
+                args.push("--graph");
+            }
+            let run = run_rank_with(n, &out, &args);
+            let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+            assert_eq!(shard.header.format_version, 10);
+            let ev = &shard.body.collectives;
+            assert_eq!(ev.len(), 3 * 12, "{kind}: 1K, 8K, 64K of 2 + 10 iterations");
+            assert!(ev.iter().all(|e| e.group != 0 && e.device_start_ns.is_some() && e.device_end_ns.is_some()), "{kind} graph={graph}");
+            let timed: Vec<_> = ev.iter().filter(|e| !e.warmup).collect();
+            for w in timed.windows(2).filter(|w| w[0].bytes == w[1].bytes) {
+                assert_eq!(w[0].device_end_ns, w[1].device_start_ns, "{kind} graph={graph}: back to back");
+            }
+            let checks = &shard.header.checks;
+            assert!(!checks.is_empty() && checks.len() <= 3 && checks.iter().all(|c| c.wrong_elements == 0), "{kind}: {checks:?}");
+            assert!(!shard.header.unmeasured.iter().any(|u| u.field.starts_with("isolated")), "{kind}: {:?}", shard.header.unmeasured);
+        }
+    }
+    let run = run_rank_with(
+        n,
+        &d.path().join("max"),
+        &["--backend", "cuda", "--phases", "isolated", "--collective", "all_reduce", "--op", "max", "-b", "1K", "-e", "1K", "-n", "5", "-w", "1"],
+    );
+    let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
+    assert!(shard.body.collectives.iter().all(|e| e.device_start_ns.is_none()), "max runs on the executor");
+    assert!(shard.header.unmeasured.iter().any(|u| u.field.starts_with("isolated")), "{:?}", shard.header.unmeasured);
+}
+
 /// The kind table walked on the CUDA backend's own path (`Backend::enqueue`,
 /// NCCL on the world communicator; the CPU side is `tests/own_path.rs`): on
 /// one GPU every row, the ring's send and receive to itself included, started

@@ -174,7 +174,7 @@ mod tests {
     use super::{Logged, MockBackend};
     use crate::backend::Timing;
     use crate::core::clock::RankClock;
-    use crate::core::workload::{GemmShape, Phase, WorkloadSpec};
+    use crate::core::workload::{GemmShape, Phase, SweepKind, WorkloadSpec};
     use crate::rank::phases::{Fault, Runner, RunnerControls};
 
     fn spec(phases: &[Phase]) -> WorkloadSpec {
@@ -239,6 +239,34 @@ mod tests {
         assert_eq!(b.log.iter().filter(|l| **l == Logged::EndBackToBack).count(), 2);
         assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Check(true, false))).count(), 2);
         assert_eq!(ev.iter().map(|e| e.2).collect::<Vec<_>>(), (0..8).map(|i| Some(1_000 * i)).collect::<Vec<_>>());
+    }
+
+    /// Another kind of the sweep (all-gather) runs back to back through the
+    /// same world calls as the all-reduce: recorded on the sweep's group with
+    /// one member's input as its bytes, its device intervals on the records,
+    /// one check per size; without back-to-back calls it runs on the trace
+    /// executor, prepared once.
+    #[test]
+    fn another_kind_sweeps_back_to_back_through_world_calls() {
+        let mut s = spec(&[Phase::Isolated]);
+        s.isolated_collective = Some(<SweepKind as clap::ValueEnum>::from_str("all_gather", false).unwrap());
+        let mut b = MockBackend::new(true, true);
+        let clock = RankClock::new(0, &[]);
+        let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_sweep_group(7);
+        r.run_all().unwrap();
+        let ev: Vec<_> = r.body.collectives.iter().map(|e| (e.group, e.bytes, e.device_start_ns.is_some(), e.checked)).collect();
+        assert_eq!(ev.len(), 8);
+        assert!(ev.iter().all(|e| e.0 == 7 && e.2), "{ev:?}");
+        assert_eq!(ev.iter().filter(|e| e.3).count(), 2, "one check per size");
+        assert_eq!(r.checks.iter().map(|c| (c.group, c.bytes)).collect::<Vec<_>>(), [(7, 64), (7, 128)]);
+        assert_eq!(worlds(&b.log), [64u64, 128].iter().flat_map(|&x| [(x, Timing::BackToBack); 4]).collect::<Vec<_>>());
+        assert!(b.log.iter().all(|l| !matches!(l, Logged::World(k, ..) if *k != "all_gather")));
+        let mut b = MockBackend::new(false, false);
+        let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_sweep_group(7);
+        r.run_all().unwrap();
+        assert!(worlds(&b.log).is_empty());
+        assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Prepare(2))).count(), 1);
+        assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Trace(_, Timing::HostWait))).count(), 8);
     }
 
     /// Blocking runs each step's GEMM before its all-reduce and waits; async
