@@ -709,7 +709,7 @@ fn cuda_every_kind_sweeps_back_to_back_with_device_intervals_and_graphs() {
     if !gpu_or_skip() {
         return;
     }
-    let n = commcanary::backend::cuda::probe_devices().unwrap_or(0).clamp(1, 2);
+    let n = cuda::probe_devices().unwrap_or(0).clamp(1, 2);
     let d = tempfile::tempdir().unwrap();
     for kind in ["all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
         for graph in [false, true] {

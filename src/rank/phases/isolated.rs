@@ -10,6 +10,7 @@ use super::{Between, EventExtra, Fault, HostTimes, Position, Recorded, Runner};
 use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::collective::Lands;
 use crate::core::workload::{Phase, ReduceOp};
+use crate::evidence::commtrace::TraceCollective;
 use crate::evidence::shard::{CheckRecord, CollectiveKind};
 use crate::rank::sweep;
 use anyhow::{Context, Result};
@@ -139,7 +140,7 @@ impl<B: Backend> Runner<'_, B> {
         let group = self.sweep_group.context("internal: an isolated sweep without its group")?;
         let (_, colls) = sweep::sweep_collectives(spec, self.world_size)?;
         let e = spec.dtype.size_bytes();
-        let swept = |(&b, c): (&u64, &crate::evidence::commtrace::TraceCollective)| {
+        let swept = |(&b, c): (&u64, &TraceCollective)| {
             let count = kind.count(b, e, self.world_size).context("internal: a swept size without a whole element per rank")?;
             Ok(Swept { kind: kind.kind(), world_bytes: count * e, bytes: c.in_elems * e, group, root: kind.root() })
         };
