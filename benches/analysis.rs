@@ -27,7 +27,9 @@ fn input(tie: TiePolicy) -> AnalysisInput {
                         (1..=5)
                             .map(|round| JobData {
                                 round,
-                                samples_us: (0..events).map(|_| (1000.0 + 40.0 * c as f64) * (1.0 + rng.gen_range(-0.05..0.05))).collect(),
+                                samples_us: (0..events)
+                                    .map(|_| (1000.0 + 40.0 * c as f64) * (1.0 + rng.gen_range(-0.05..0.05)))
+                                    .collect(),
                             })
                             .collect()
                     })
@@ -37,7 +39,13 @@ fn input(tie: TiePolicy) -> AnalysisInput {
         .collect();
     AnalysisInput {
         phases,
-        policy: AnalysisPolicy { tie_policy: tie, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 10_000, bootstrap_seed: 1 },
+        policy: AnalysisPolicy {
+            tie_policy: tie,
+            min_effect_pct: 2.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 10_000,
+            bootstrap_seed: 1,
+        },
         canary: Some(("config-02".into(), "config-01".into(), Phase::Blocking)),
         trace_canary: None,
         truth: None,
@@ -60,13 +68,16 @@ fn input(tie: TiePolicy) -> AnalysisInput {
 
 /// `analyze` and `report::plots::all` on the full-size input, tie policy interval.
 fn analysis(c: &mut Criterion) {
-    let verdict = Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
+    let verdict =
+        Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 40, cells_ok: 40, refusals: vec![] };
     let mut g = c.benchmark_group("full_campaign");
     // one analysis takes about a second: criterion's fewest samples
     g.sample_size(10);
     let tie = TiePolicy::Interval;
     let inp = input(tie);
-    g.bench_function(format!("statistics_{tie:?}"), |b| b.iter(|| analyze(&inp, verdict.clone(), "bench").expect("valid input")));
+    g.bench_function(format!("statistics_{tie:?}"), |b| {
+        b.iter(|| analyze(&inp, verdict.clone(), "bench").expect("valid input"))
+    });
     let r = analyze(&inp, verdict.clone(), "bench").expect("valid input");
     g.bench_function(format!("plots_{tie:?}"), |b| b.iter(|| plots::all(&r).expect("plots")));
     g.finish();

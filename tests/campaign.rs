@@ -85,12 +85,16 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
     let ds = d.to_str().unwrap();
     ok(&cc_root(&["campaign", "exec", ds]));
     // executed in schedule order, round-robin
-    let attempts: Vec<serde_json::Value> =
-        std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let attempts: Vec<serde_json::Value> = std::fs::read_to_string(d.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let executed: Vec<String> = attempts.iter().map(|a| a["cell_id"].as_str().unwrap().to_string()).collect();
     assert_eq!(executed, sched);
     for r in 1..=3 {
-        let mut labels: Vec<&str> = attempts.iter().filter(|a| a["round"] == r).map(|a| a["label"].as_str().unwrap()).collect();
+        let mut labels: Vec<&str> =
+            attempts.iter().filter(|a| a["round"] == r).map(|a| a["label"].as_str().unwrap()).collect();
         labels.sort();
         assert_eq!(labels, ["binomial", "recdbl", "ring"]);
     }
@@ -132,7 +136,12 @@ fn plan_exec_select_verify_analyze_archive_and_every_refusal() {
         assert_refused(&o, "INCOMPLETE");
         assert!(String::from_utf8_lossy(&o.stdout).starts_with("withheld-incomplete"), "{name}");
     };
-    refused("del-shard", &|c| std::fs::remove_file(c.join(&run_dir).join("rank-00001.shard")).unwrap(), "MISSING_RANK", "is missing");
+    refused(
+        "del-shard",
+        &|c| std::fs::remove_file(c.join(&run_dir).join("rank-00001.shard")).unwrap(),
+        "MISSING_RANK",
+        "is missing",
+    );
     refused(
         "flip-shard",
         &|c| {
@@ -179,8 +188,11 @@ fn a_failing_cell_is_recorded_and_retries_append() {
     let ds = d.to_str().unwrap();
     cc_root(&["campaign", "exec", ds]);
     cc_root(&["campaign", "exec", ds, "--resume", "--retries", "1"]);
-    let attempts: Vec<serde_json::Value> =
-        std::fs::read_to_string(d.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let attempts: Vec<serde_json::Value> = std::fs::read_to_string(d.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let broken: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["label"] == "broken").collect();
     assert_eq!(broken.len(), 3, "first exec: 1 attempt; resume with one retry: 2 more; all kept");
     assert!(broken.iter().all(|a| a["status"] == "failed" && a["exit_code"] != 0));
@@ -236,14 +248,17 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     let out = ok(&cc(&["campaign", "analyze", c.to_str().unwrap()]));
     assert!(out.contains("2 rounds"), "{out}");
     // the same campaign twice
-    let o = cc(&["campaign", "join", a.to_str().unwrap(), a.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
+    let o =
+        cc(&["campaign", "join", a.to_str().unwrap(), a.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("same manifest"));
     // another analysis policy
     let sp2 = t.path().join("strict.toml");
-    std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"interval\"\nmin_effect_pct = 7.5")).unwrap();
+    std::fs::write(&sp2, text.replace("tie_policy = \"interval\"", "tie_policy = \"interval\"\nmin_effect_pct = 7.5"))
+        .unwrap();
     let s = t.path().join("s");
     ok(&cc(&["campaign", "plan", sp2.to_str().unwrap(), "-o", s.to_str().unwrap()]));
-    let o = cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);
+    let o =
+        cc(&["campaign", "join", a.to_str().unwrap(), s.to_str().unwrap(), "-o", t.path().join("y").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("analysis policy differs"));
     // another repository state (a manifest frozen elsewhere, digest consistent)
     let r = t.path().join("r");
@@ -254,7 +269,8 @@ fn join_accepts_the_same_experiment_and_refuses_a_different_one() {
     let bytes = serde_json::to_vec_pretty(&m).unwrap();
     std::fs::write(&mp, &bytes).unwrap();
     std::fs::write(r.join("manifest.sha256"), fsutil::sha256_hex(&bytes) + "\n").unwrap();
-    let o = cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("z").to_str().unwrap()]);
+    let o =
+        cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("z").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("repository identity"));
 }
 
@@ -286,7 +302,8 @@ fn campaign_run_goes_from_spec_to_report_and_stops_at_the_first_refusal() {
     let o = cc_root(&["campaign", "run", other.to_str().unwrap(), "-o", ds]);
     assert!(assert_refused(&o, "BAD_SPEC").contains("another spec"));
     // a cell that cannot run: the run stops at verify, with no report
-    let broken = short(spec(t.path(), 13, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n"));
+    let broken =
+        short(spec(t.path(), 13, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n"));
     let d2 = t.path().join("c2");
     let o = cc_root(&["campaign", "run", broken.to_str().unwrap(), "-o", d2.to_str().unwrap()]);
     assert_refused(&o, "INCOMPLETE");
@@ -301,7 +318,8 @@ fn campaign_run_goes_from_spec_to_report_and_stops_at_the_first_refusal() {
 #[test]
 fn campaign_run_over_an_imported_trace() {
     let t = tempfile::tempdir().unwrap();
-    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let fixture =
+        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
     let k = t.path().join("tp2.comm.json");
     ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", k.to_str().unwrap()]));
     let sp = t.path().join("trace.toml");
@@ -344,7 +362,9 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     let mut shards = 0;
     for run in std::fs::read_dir(d.join("runs")).unwrap().map(|e| e.unwrap().path()) {
         for r in 0..2 {
-            let s: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join(format!("rank-0000{r}.shard")).to_str().unwrap()]))).unwrap();
+            let s: serde_json::Value =
+                serde_json::from_str(&ok(&cc(&["inspect", run.join(format!("rank-0000{r}.shard")).to_str().unwrap()])))
+                    .unwrap();
             for p in s["header"]["phases"].as_array().unwrap() {
                 assert_eq!(p["trace"]["Imported"]["sha256"].as_str(), Some(frozen.as_str()), "{p}");
             }
@@ -356,22 +376,45 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     // sizes
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("report/report.json")).unwrap()).unwrap();
     let c = &r["context"];
-    assert_eq!((c["trace"]["file"].as_str(), c["trace"]["sha256"].as_str()), (Some("tp2.comm.json"), Some(frozen.as_str())), "{c}");
+    assert_eq!(
+        (c["trace"]["file"].as_str(), c["trace"]["sha256"].as_str()),
+        (Some("tp2.comm.json"), Some(frozen.as_str())),
+        "{c}"
+    );
     let kinds = c["trace"]["kinds"].as_array().unwrap();
     let kind = |k: &str| kinds.iter().find(|x| x["kind"] == k).unwrap_or_else(|| panic!("{k} missing from {kinds:?}"));
-    assert_eq!((&kind("all_reduce")["run_per_pass_by_rank"], &kind("all_reduce")["dtypes"]), (&serde_json::json!([32, 32]), &serde_json::json!(["bf16"])));
+    assert_eq!(
+        (&kind("all_reduce")["run_per_pass_by_rank"], &kind("all_reduce")["dtypes"]),
+        (&serde_json::json!([32, 32]), &serde_json::json!(["bf16"]))
+    );
     assert_eq!(kind("all_reduce")["sizes_bytes"], serde_json::json!([65536]));
     // 2 configurations x 2 rounds x 2 phases x 2 timed passes x 32
     assert_eq!(kind("all_reduce")["joined_operations"], 512);
     for k in ["all_gather", "reduce_scatter", "broadcast", "all_to_all"] {
-        assert_eq!((&kind(k)["run_per_pass_by_rank"], &kind(k)["left_out_per_pass_by_rank"]), (&serde_json::json!([0, 0]), &serde_json::json!([1, 1])), "{k}");
+        assert_eq!(
+            (&kind(k)["run_per_pass_by_rank"], &kind(k)["left_out_per_pass_by_rank"]),
+            (&serde_json::json!([0, 0]), &serde_json::json!([1, 1])),
+            "{k}"
+        );
     }
     assert_eq!(kind("send")["left_out_per_pass_by_rank"], serde_json::json!([1, 0]));
     let workload = c["workload"].as_str().unwrap();
-    assert!(workload.contains("tp2.comm.json") && workload.contains(frozen.as_str()) && !workload.contains("all-reduce sizes"), "{workload}");
-    let not_represented: Vec<&str> = c["not_represented"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
-    assert!(not_represented.iter().any(|x| x.contains("left out") && x.contains("all_gather 1")), "{not_represented:?}");
-    assert!(!not_represented.iter().any(|x| x.contains("float32") || x.contains("message sizes outside")), "{not_represented:?}");
+    assert!(
+        workload.contains("tp2.comm.json")
+            && workload.contains(frozen.as_str())
+            && !workload.contains("all-reduce sizes"),
+        "{workload}"
+    );
+    let not_represented: Vec<&str> =
+        c["not_represented"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(
+        not_represented.iter().any(|x| x.contains("left out") && x.contains("all_gather 1")),
+        "{not_represented:?}"
+    );
+    assert!(
+        !not_represented.iter().any(|x| x.contains("float32") || x.contains("message sizes outside")),
+        "{not_represented:?}"
+    );
     // a missing trace is refused at plan, naming the file
     let bad = t.path().join("bad.toml");
     std::fs::write(&bad, std::fs::read_to_string(&sp).unwrap().replace("tp2.comm.json", "missing.json")).unwrap();
@@ -388,7 +431,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
     {
         let p = t.path().join(format!("bad{i}.toml"));
         std::fs::write(&p, text.replace(from, to)).unwrap();
-        let o = cc(&["campaign", "plan", p.to_str().unwrap(), "-o", t.path().join(format!("bad{i}")).to_str().unwrap()]);
+        let o =
+            cc(&["campaign", "plan", p.to_str().unwrap(), "-o", t.path().join(format!("bad{i}")).to_str().unwrap()]);
         assert!(assert_refused(&o, "BAD_SPEC").contains(needle));
     }
     // a changed copy stops the next job
@@ -410,22 +454,29 @@ fn cells_that_walked_different_trace_files_are_refused() {
     let t = tempfile::tempdir().unwrap();
     let mut traces = Vec::new();
     for name in ["a", "b"] {
-        let run = run_rank(2, &t.path().join(format!("src-{name}")), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
+        let run = run_rank(
+            2,
+            &t.path().join(format!("src-{name}")),
+            &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"],
+        );
         let f = t.path().join(format!("{name}.jsonl"));
         ok(&cc(&["join", run.to_str().unwrap(), "--events-out", f.to_str().unwrap()]));
         traces.push(f);
     }
     let config = |name: &str, env: u32, trace: &Path| {
         format!(
-            "[[configs]]\nname = \"{name}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"{env}\" }}\nargs = [\"--trace\", \"{}\"]\n",
+            "[[configs]]\nname = \"{name}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"{env}\" }}\nargs = \
+                [\"--trace\", \"{}\"]\n",
             trace.display()
         )
     };
     let write = |file: &str, second: &Path| {
         let p = t.path().join(file);
         let text = format!(
-            "name = \"files\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 3\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n\
-             [workload]\nphases = \"replay\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\n[analysis]\ntie_policy = \"interval\"\n{}{}",
+            "name = \"files\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 3\n[launcher]\nkind = \
+                \"mpirun\"\nargs = [\"--oversubscribe\"]\n\
+             [workload]\nphases = \"replay\"\ntokens = 2\nlayers = 2\nmodel = \"synthetic\"\n[analysis]\ntie_policy = \
+                 \"interval\"\n{}{}",
             config("ring", 1, &traces[0]),
             config("binomial", 2, second)
         );
@@ -434,7 +485,8 @@ fn cells_that_walked_different_trace_files_are_refused() {
     };
     // the same file for both: verified and analysed
     let same = write("same.toml", &traces[0]);
-    let text = ok(&cc_root(&["campaign", "run", same.to_str().unwrap(), "-o", t.path().join("c-same").to_str().unwrap()]));
+    let text =
+        ok(&cc_root(&["campaign", "run", same.to_str().unwrap(), "-o", t.path().join("c-same").to_str().unwrap()]));
     assert!(text.contains("== analyze"), "{text}");
     // another file for the second configuration: verify stops the run, refusing the
     // cells of one configuration (a tie: the one scheduled later)
@@ -447,7 +499,9 @@ fn cells_that_walked_different_trace_files_are_refused() {
     assert_eq!(lines.len(), 1, "{all}");
     assert!(lines[0].trim_start().starts_with("2 cells: "), "{lines:?}");
     let (_, cells) = lines[0].rsplit_once("(first ").expect("the cells named");
-    let one_config = ["ring", "binomial"].iter().any(|c| cells.split(", ").all(|cell| cell.trim_end_matches(')').ends_with(&format!("-{c}"))));
+    let one_config = ["ring", "binomial"]
+        .iter()
+        .any(|c| cells.split(", ").all(|cell| cell.trim_end_matches(')').ends_with(&format!("-{c}"))));
     assert!(one_config, "{lines:?}");
     // a configuration without --trace replays its own blocking phase: not the same workload either
     let none = t.path().join("none.toml");
@@ -479,7 +533,11 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
         .replace("repetitions = 3", "repetitions = 2")
         .replace("tokens = 4", "tokens = 2");
     assert_ne!(short, example);
-    assert!(short.contains("trace = \"tp2.comm.json\"") && short.contains("repetitions = 2") && short.contains("tokens = 2"));
+    assert!(
+        short.contains("trace = \"tp2.comm.json\"")
+            && short.contains("repetitions = 2")
+            && short.contains("tokens = 2")
+    );
     let sp = t.path().join("cpu-trace-tp2.toml");
     std::fs::write(&sp, short).unwrap();
     let d = t.path().join("c");
@@ -488,14 +546,23 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("report/report.json")).unwrap()).unwrap();
     // every configuration ranked in every trace phase
     for phase in ["replay", "fill", "overlap"] {
-        let p = r["phases"].as_array().unwrap().iter().find(|p| p["phase"] == phase).unwrap_or_else(|| panic!("no {phase}"));
+        let p = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["phase"] == phase)
+            .unwrap_or_else(|| panic!("no {phase}"));
         let mut ranks: Vec<u64> = p["rows"].as_array().unwrap().iter().map(|x| x["rank"].as_u64().unwrap()).collect();
         ranks.sort_unstable();
         assert_eq!(ranks, vec![1, 2, 3], "{phase}");
     }
     let sha = fsutil::sha256_file(&k).unwrap();
     let c = &r["context"]["trace"];
-    assert_eq!((c["file"].as_str(), c["sha256"].as_str(), c["passes"].as_u64()), (Some("tp2.comm.json"), Some(sha.as_str()), Some(2)), "{c}");
+    assert_eq!(
+        (c["file"].as_str(), c["sha256"].as_str(), c["passes"].as_u64()),
+        (Some("tp2.comm.json"), Some(sha.as_str()), Some(2)),
+        "{c}"
+    );
     let kinds = c["kinds"].as_array().unwrap();
     let expect = [
         ("all_reduce", [32, 32]),
@@ -509,7 +576,11 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
     assert_eq!(kinds.len(), expect.len(), "{kinds:?}");
     for (kind, per_rank) in expect {
         let x = kinds.iter().find(|x| x["kind"] == kind).unwrap_or_else(|| panic!("{kind} missing from {kinds:?}"));
-        assert_eq!((&x["run_per_pass_by_rank"], &x["left_out_per_pass_by_rank"]), (&serde_json::json!(per_rank), &serde_json::json!([0, 0])), "{kind}");
+        assert_eq!(
+            (&x["run_per_pass_by_rank"], &x["left_out_per_pass_by_rank"]),
+            (&serde_json::json!(per_rank), &serde_json::json!([0, 0])),
+            "{kind}"
+        );
         // 3 configurations x 2 rounds x 3 phases x 2 timed passes, each operation once (a receive joined with its send)
         let joined = if kind == "recv" { 0 } else { per_rank.iter().max().unwrap() * 3 * 2 * 3 * 2 };
         assert_eq!(x["joined_operations"], joined, "{kind}");
@@ -525,7 +596,8 @@ fn example_cpu_trace_campaign_ranks_every_kind() {
         for rank in 0..2u32 {
             let s = Shard::read(&run.join(format!("rank-0000{rank}.shard"))).unwrap();
             let got: std::collections::BTreeSet<&str> = s.body.collectives.iter().map(|e| e.kind.name()).collect();
-            let want: std::collections::BTreeSet<&str> = expect.iter().filter(|(_, n)| n[rank as usize] > 0).map(|(k, _)| *k).collect();
+            let want: std::collections::BTreeSet<&str> =
+                expect.iter().filter(|(_, n)| n[rank as usize] > 0).map(|(k, _)| *k).collect();
             assert_eq!(got, want, "{}", run.display());
         }
     }

@@ -23,8 +23,19 @@ fn spec() -> String {
 }
 
 fn state(r: &serde_json::Value, variant: &str) -> (String, Vec<String>) {
-    let v = r["candidates"].as_array().unwrap().iter().find(|c| c["variant"] == variant).unwrap_or_else(|| panic!("variant {variant} in {r}"));
-    let failed = v["checks"].as_array().unwrap().iter().filter(|c| c["passed"] == false).map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    let v = r["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["variant"] == variant)
+        .unwrap_or_else(|| panic!("variant {variant} in {r}"));
+    let failed = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["passed"] == false)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
     (v["state"].as_str().unwrap().to_string(), failed)
 }
 
@@ -46,18 +57,42 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     let out = ok(&cc(&["canary", "compile", s(&trace), "--lossless", "-o", s(&art)]));
     assert!(out.contains("lossless"), "{out}");
     let v = d.join("verify");
-    let o = cc_root(&["canary", "verify", s(&trace), s(&art), "--configs", &spec(), "--baselines", "--head-sample", "2", "-o", s(&v), "--json"]);
+    let o = cc_root(&[
+        "canary",
+        "verify",
+        s(&trace),
+        s(&art),
+        "--configs",
+        &spec(),
+        "--baselines",
+        "--head-sample",
+        "2",
+        "-o",
+        s(&v),
+        "--json",
+    ]);
     let r: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
     assert_eq!(r["source"]["world_size"], 2, "the rank count comes from the trace");
     let (st, failed) = state(&r, "canary");
-    assert_eq!(st, "behaviorally-verified", "the lossless canary failed {failed:?}\n{}", serde_json::to_string_pretty(&r).unwrap());
+    assert_eq!(
+        st,
+        "behaviorally-verified",
+        "the lossless canary failed {failed:?}\n{}",
+        serde_json::to_string_pretty(&r).unwrap()
+    );
     for b in ["head2", "random", "frequency", "cluster", "stratified-gap"] {
         let (st, failed) = state(&r, b);
         assert!(BELOW_BEHAVIOURAL.contains(&st.as_str()), "{b} reached {st}");
-        assert!(failed.iter().any(|f| !f.starts_with("hardware.") && f != "source.unknowns"), "{b} must fail a named check of its own: {failed:?}");
+        assert!(
+            failed.iter().any(|f| !f.starts_with("hardware.") && f != "source.unknowns"),
+            "{b} must fail a named check of its own: {failed:?}"
+        );
     }
     let (_, head) = state(&r, "head2");
-    assert!(head.iter().any(|f| f.starts_with("coverage.") || f.starts_with("tail-recall.") || f.starts_with("gaps.")), "{head:?}");
+    assert!(
+        head.iter().any(|f| f.starts_with("coverage.") || f.starts_with("tail-recall.") || f.starts_with("gaps.")),
+        "{head:?}"
+    );
     assert_eq!(r["canary_beats_baselines"], true);
     // the default text is the short answer: one line per candidate (a canary, a head sample and four
     // baselines here) within 30 lines, each naming its state and what stops it; -v prints every check
@@ -65,7 +100,10 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     let short = verify::render_short(&report);
     assert!(short.lines().count() <= 30, "{short}");
     for c in r["candidates"].as_array().unwrap() {
-        let line = short.lines().find(|l| l.starts_with(&format!("{} [", c["variant"].as_str().unwrap()))).unwrap_or_else(|| panic!("{c}: {short}"));
+        let line = short
+            .lines()
+            .find(|l| l.starts_with(&format!("{} [", c["variant"].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{c}: {short}"));
         assert!(line.contains(c["state"].as_str().unwrap()), "{line}");
         let failed = c["checks"].as_array().unwrap().iter().any(|k| k["passed"] == false);
         assert_eq!(line.contains("stopped by "), failed, "{line}");
@@ -81,13 +119,19 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     // the evidence is a verified campaign
     ok(&cc(&["campaign", "verify", s(&v.join("campaign"))]));
     // whose own report ranks every variant against the source, as verify did
-    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(v.join("campaign/report/report.json")).unwrap()).unwrap();
+    let rep: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(v.join("campaign/report/report.json")).unwrap()).unwrap();
     let tr = &rep["canary"]["trace"];
     assert_eq!(tr["source"], "source", "{tr}");
     assert_eq!(tr["phase"], "replay");
     for c in r["candidates"].as_array().unwrap() {
         let name = c["variant"].as_str().unwrap();
-        let in_report = tr["variants"].as_array().unwrap().iter().find(|x| x["variant"] == name).unwrap_or_else(|| panic!("{name} in {tr}"));
+        let in_report = tr["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["variant"] == name)
+            .unwrap_or_else(|| panic!("{name} in {tr}"));
         assert_eq!(
             in_report["agreement"]["comparison"]["relations"], c["ranking"]["comparison"]["relations"],
             "{name}: the campaign report and canary verify agree on the ranking"
@@ -97,17 +141,35 @@ fn a_lossless_canary_verifies_behaviorally_and_simple_samples_do_not() {
     // reduce on the ranking decision only, with the source replays as its oracle
     let red = d.join("reduced.json");
     let out = ok(&cc(&["canary", "reduce", s(&trace), "-o", s(&red), "--budget", "200", "--from", s(&v)]));
-    assert!(out.contains("decision-preserving, not source-verified") && out.contains("passes its oracle: true"), "{out}");
+    assert!(
+        out.contains("decision-preserving, not source-verified") && out.contains("passes its oracle: true"),
+        "{out}"
+    );
     let kept: usize = out.split("reduce: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!((1..=5).contains(&kept), "a handful of events: {out}");
     let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&red).unwrap()).unwrap();
     assert_eq!(a["label"], "decision-preserving, not source-verified");
     assert_eq!(a["method"], "reduced");
     let v2 = d.join("verify-reduced");
-    let r: serde_json::Value =
-        serde_json::from_str(&ok(&cc_root(&["canary", "verify", s(&trace), s(&red), "--configs", &spec(), "--rounds", "2", "-o", s(&v2), "--json"]))).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&ok(&cc_root(&[
+        "canary",
+        "verify",
+        s(&trace),
+        s(&red),
+        "--configs",
+        &spec(),
+        "--rounds",
+        "2",
+        "-o",
+        s(&v2),
+        "--json",
+    ])))
+    .unwrap();
     let (st, failed) = state(&r, "canary");
-    assert!(BELOW_BEHAVIOURAL.contains(&st.as_str()), "a reduced trace is never promoted past what it checks: {st} {failed:?}");
+    assert!(
+        BELOW_BEHAVIOURAL.contains(&st.as_str()),
+        "a reduced trace is never promoted past what it checks: {st} {failed:?}"
+    );
     assert_eq!(r["candidates"][0]["label"], "decision-preserving, not source-verified");
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -121,7 +183,9 @@ fn changed_bytes_and_another_trace_are_refused_on_integrity() {
     ok(&cc(&["synth", "--events", "40", "--seed", "3", "--ranks", "2", "-o", s(&trace)]));
     ok(&cc(&["synth", "--events", "40", "--seed", "4", "--ranks", "2", "-o", s(&other)]));
     ok(&cc(&["canary", "compile", s(&trace), "-o", s(&art)]));
-    let verify = |t: &Path, a: &Path, out: &str| cc_root(&["canary", "verify", s(t), s(a), "--configs", &spec(), "-o", s(&d.join(out))]);
+    let verify = |t: &Path, a: &Path, out: &str| {
+        cc_root(&["canary", "verify", s(t), s(a), "--configs", &spec(), "-o", s(&d.join(out))])
+    };
     // another trace of the same shape
     let e = assert_refused(&verify(&other, &art, "v1"), "DIGEST_MISMATCH");
     assert!(e.contains(s(&other)), "{e}");
@@ -162,12 +226,23 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
     let site = d.join("home/alice-cc/slurm-job-4242917/gpu-node-17x");
     std::fs::create_dir_all(&site).unwrap();
     for r in 0..2 {
-        std::fs::copy(fixture.join(format!("kineto.rank-{r}.json.gz")), site.join(format!("kineto.rank-{r}.json.gz"))).unwrap();
+        std::fs::copy(fixture.join(format!("kineto.rank-{r}.json.gz")), site.join(format!("kineto.rank-{r}.json.gz")))
+            .unwrap();
     }
     let trace = d.join("t.json");
-    ok(&cc(&["import", "kineto", s(&site.join("kineto.rank-0.json.gz")), s(&site.join("kineto.rank-1.json.gz")), "-o", s(&trace)]));
+    ok(&cc(&[
+        "import",
+        "kineto",
+        s(&site.join("kineto.rank-0.json.gz")),
+        s(&site.join("kineto.rank-1.json.gz")),
+        "-o",
+        s(&trace),
+    ]));
     let src = std::fs::read_to_string(&trace).unwrap();
-    assert!(src.contains("alice-cc") && src.contains("4242917") && src.contains("gpu-node-17x"), "the source names them");
+    assert!(
+        src.contains("alice-cc") && src.contains("4242917") && src.contains("gpu-node-17x"),
+        "the source names them"
+    );
     let t: serde_json::Value = serde_json::from_str(&src).unwrap();
     let absolute: Vec<String> = t["ranks"]
         .as_array()
@@ -188,7 +263,8 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
     for a in &absolute {
         assert!(!red.contains(a.as_str()), "absolute time {a} survived");
     }
-    let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("redacted.json.audit.json")).unwrap()).unwrap();
+    let audit: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("redacted.json.audit.json")).unwrap()).unwrap();
     assert!(audit["transforms"].as_array().unwrap().len() >= 5, "{audit}");
     assert_eq!(audit["output_sha256"], fsutil::sha256_file(&out).unwrap());
     // still a trace: it compiles
@@ -197,7 +273,8 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
     for fmt in ["param", "et"] {
         let dir = d.join(format!("export-{fmt}"));
         ok(&cc(&["export", fmt, s(&trace), "-o", s(&dir), "--redact", "--quantize-ns", "1000"]));
-        let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("redaction.audit.json")).unwrap()).unwrap();
+        let audit: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("redaction.audit.json")).unwrap()).unwrap();
         assert!(audit["transforms"].as_array().unwrap().len() >= 5, "{audit}");
         assert!(audit["decision_survives"].as_str().unwrap().contains("not re-verified"), "{audit}");
         for rank in 0..2 {
@@ -218,8 +295,22 @@ fn a_redacted_trace_names_no_host_user_job_or_absolute_time() {
 #[test]
 fn a_verified_run_imports_and_compiles_to_a_folded_canary() {
     let d = tmp("run");
-    let run =
-        run_rank(2, &d.join("runs"), &["--phases", "blocking", "--model", "synthetic", "--tokens", "24", "--layers", "8", "--sizes", "64KiB,128KiB,256KiB"]);
+    let run = run_rank(
+        2,
+        &d.join("runs"),
+        &[
+            "--phases",
+            "blocking",
+            "--model",
+            "synthetic",
+            "--tokens",
+            "24",
+            "--layers",
+            "8",
+            "--sizes",
+            "64KiB,128KiB,256KiB",
+        ],
+    );
     let trace = d.join("run.comm.json");
     ok(&cc(&["import", "run", s(&run), "-o", s(&trace)]));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
@@ -235,7 +326,10 @@ fn a_verified_run_imports_and_compiles_to_a_folded_canary() {
     fn body_len(n: &serde_json::Value) -> u64 {
         match n.get("op") {
             Some(_) => 1,
-            None => n["loop"]["count"].as_u64().unwrap() * n["loop"]["body"].as_array().unwrap().iter().map(body_len).sum::<u64>(),
+            None => {
+                n["loop"]["count"].as_u64().unwrap()
+                    * n["loop"]["body"].as_array().unwrap().iter().map(body_len).sum::<u64>()
+            }
         }
     }
     let covered: u64 = a["body"].as_array().unwrap().iter().map(body_len).sum();
@@ -243,13 +337,21 @@ fn a_verified_run_imports_and_compiles_to_a_folded_canary() {
     assert!(a["replay"]["source_iterations"].as_u64().unwrap() >= 26, "{out}");
     assert!(a["sizes"]["artifact_events"].as_u64().unwrap() <= 2 * 8, "{out}");
     // a changed shard is refused on import
-    let shard = std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "shard")).unwrap();
+    let shard = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "shard"))
+        .unwrap();
     let mut b = std::fs::read(&shard).unwrap();
     let last = b.len() - 40;
     b[last] ^= 1;
     std::fs::write(&shard, b).unwrap();
     let o = cc(&["import", "run", s(&run), "-o", s(&d.join("again.json"))]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused["), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused["),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -259,7 +361,14 @@ fn the_pytorch_fixture_compiles() {
     let d = tmp("fixture");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-2.11-tp2-h200");
     let trace = d.join("tp2.json");
-    ok(&cc(&["import", "kineto", s(&fixture.join("kineto.rank-0.json.gz")), s(&fixture.join("kineto.rank-1.json.gz")), "-o", s(&trace)]));
+    ok(&cc(&[
+        "import",
+        "kineto",
+        s(&fixture.join("kineto.rank-0.json.gz")),
+        s(&fixture.join("kineto.rank-1.json.gz")),
+        "-o",
+        s(&trace),
+    ]));
     let art = d.join("tp2.canary.json");
     let out = ok(&cc(&["canary", "compile", s(&trace), "-o", s(&art)]));
     assert!(out.contains("source/artifact"), "{out}");

@@ -22,11 +22,22 @@ fn mode(p: &Path) -> u32 {
 fn import_creates_missing_directories_and_its_file_follows_the_umask() {
     let t = tempfile::tempdir().unwrap();
     let dest = t.path().join("out/deeper/tp2.comm.json");
-    let o = cc(&["import", "kineto", &format!("{FIXTURE}/kineto.rank-0.json.gz"), &format!("{FIXTURE}/kineto.rank-1.json.gz"), "-o", dest.to_str().unwrap()]);
+    let o = cc(&[
+        "import",
+        "kineto",
+        &format!("{FIXTURE}/kineto.rank-0.json.gz"),
+        &format!("{FIXTURE}/kineto.rank-1.json.gz"),
+        "-o",
+        dest.to_str().unwrap(),
+    ]);
     ok(&o);
     assert!(dest.is_file());
     let (dir_mode, file_mode) = (mode(&t.path().join("out/deeper")), mode(&dest));
-    assert_eq!(file_mode, dir_mode & 0o666, "file {file_mode:o} against directory {dir_mode:o}: files follow the umask as directories do");
+    assert_eq!(
+        file_mode,
+        dir_mode & 0o666,
+        "file {file_mode:o} against directory {dir_mode:o}: files follow the umask as directories do"
+    );
     // Item 8: the printed counts use the trace's own dtype names, not Rust's.
     let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
     assert!(err.contains("32768 bf16 on \"1\""), "{err}");
@@ -72,7 +83,8 @@ fn every_output_flag_is_spelled_o_out() {
 #[test]
 fn validate_takes_ranks_sweep_flags_and_the_same_timeout_default() {
     use clap::Parser;
-    let argv = ["commcanary", "validate", "--record-reference", "-b", "8", "-e", "1MiB", "-f", "4", "-n", "5", "-w", "1"];
+    let argv =
+        ["commcanary", "validate", "--record-reference", "-b", "8", "-e", "1MiB", "-f", "4", "-n", "5", "-w", "1"];
     match commcanary::cli::Cli::try_parse_from(argv).unwrap().command {
         commcanary::cli::Command::Validate(a) => {
             assert_eq!(
@@ -149,14 +161,36 @@ fn rank_isolated_ends_with_an_nccl_tests_table_every_size_checked() {
     let out = t.path().join("runs");
     let o = common::mpirun(
         2,
-        &["rank", "--backend", "cpu", "--phases", "isolated", "-b", "8", "-e", "2KiB", "-f", "4", "-n", "5", "-w", "1", "-c", "1", "-o", out.to_str().unwrap()],
+        &[
+            "rank",
+            "--backend",
+            "cpu",
+            "--phases",
+            "isolated",
+            "-b",
+            "8",
+            "-e",
+            "2KiB",
+            "-f",
+            "4",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "-c",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ],
     );
     let stdout = ok(&o);
-    let header = stdout.lines().find(|l| l.contains("size(B)")).unwrap_or_else(|| panic!("no per-size table:\n{stdout}"));
+    let header =
+        stdout.lines().find(|l| l.contains("size(B)")).unwrap_or_else(|| panic!("no per-size table:\n{stdout}"));
     for col in ["count(elts)", "type", "redop", "root", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"] {
         assert!(header.contains(col), "{col} missing from {header}");
     }
-    let rows: Vec<&str> = stdout.lines().skip_while(|l| !l.contains("size(B)")).skip(1).take_while(|l| !l.starts_with('#')).collect();
+    let rows: Vec<&str> =
+        stdout.lines().skip_while(|l| !l.contains("size(B)")).skip(1).take_while(|l| !l.starts_with('#')).collect();
     let sizes: Vec<&str> = rows.iter().map(|r| r.split_whitespace().next().unwrap()).collect();
     assert_eq!(sizes, ["8", "32", "128", "512", "2048"], "{stdout}");
     for r in &rows {
@@ -192,14 +226,32 @@ fn join_on_an_out_root_lists_its_runs() {
 fn replay_trace_prints_every_ranks_summary_with_per_kind_times() {
     let t = tempfile::tempdir().unwrap();
     let trace = t.path().join("tp2.comm.json");
-    ok(&cc(&["import", "kineto", &format!("{FIXTURE}/kineto.rank-0.json.gz"), &format!("{FIXTURE}/kineto.rank-1.json.gz"), "-o", trace.to_str().unwrap()]));
+    ok(&cc(&[
+        "import",
+        "kineto",
+        &format!("{FIXTURE}/kineto.rank-0.json.gz"),
+        &format!("{FIXTURE}/kineto.rank-1.json.gz"),
+        "-o",
+        trace.to_str().unwrap(),
+    ]));
     let out = t.path().join("replay");
-    let o = common::mpirun(2, &["replay-trace", trace.to_str().unwrap(), "-o", out.to_str().unwrap(), "--check", "--pace", "none"]);
+    let o = common::mpirun(
+        2,
+        &["replay-trace", trace.to_str().unwrap(), "-o", out.to_str().unwrap(), "--check", "--pace", "none"],
+    );
     let stdout = ok(&o);
     for rank in 0..2 {
         let kind = if rank == 0 { "send" } else { "recv" };
-        assert!(stdout.lines().any(|l| l.starts_with(&format!("rank {rank}: 32 x all_reduce bf16 on \"1\", 32 checked; time p50 "))), "rank {rank}:\n{stdout}");
-        assert!(stdout.lines().any(|l| l.starts_with(&format!("rank {rank}: 1 x {kind} bf16"))), "rank {rank}:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("rank {rank}: 32 x all_reduce bf16 on \"1\", 32 checked; time p50 "))),
+            "rank {rank}:\n{stdout}"
+        );
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!("rank {rank}: 1 x {kind} bf16"))),
+            "rank {rank}:\n{stdout}"
+        );
         assert!(out.join(format!("replay-trace.rank-{rank}.json")).is_file());
     }
 }

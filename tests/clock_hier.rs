@@ -32,7 +32,10 @@ fn two_nodes(out: &Path, extra: &[&str]) -> PathBuf {
         out_s,
     ];
     args.extend_from_slice(extra);
-    ok(&mpirun_contexts(&[(2, &[("COMMCANARY_TEST_HOST", "node-a")], &args), (2, &[("COMMCANARY_TEST_HOST", "node-b")], &args)]));
+    ok(&mpirun_contexts(&[
+        (2, &[("COMMCANARY_TEST_HOST", "node-a")], &args),
+        (2, &[("COMMCANARY_TEST_HOST", "node-b")], &args),
+    ]));
     out.join("r")
 }
 
@@ -56,7 +59,11 @@ fn assert_models_equal(a: &ClockModel, b: &ClockModel, what: &str) {
         _ => false,
     };
     let win = |x: &WindowEstimate, y: &WindowEstimate| {
-        x.ref_ns == y.ref_ns && x.min_rtt_ns == y.min_rtt_ns && x.samples == y.samples && close(x.offset_ns, y.offset_ns) && close(x.bound_ns, y.bound_ns)
+        x.ref_ns == y.ref_ns
+            && x.min_rtt_ns == y.min_rtt_ns
+            && x.samples == y.samples
+            && close(x.offset_ns, y.offset_ns)
+            && close(x.bound_ns, y.bound_ns)
     };
     let ends = match (&a.end, &b.end) {
         (Some(x), Some(y)) => win(x, y),
@@ -78,7 +85,8 @@ fn two_hosts_calibrate_through_their_leaders_and_join_shows_the_path() {
     // ping-pong forced: every leg is an estimate, none the shared kernel clock
     let run = two_nodes(d.path(), &["--clock", "pingpong-only"]);
     let sh = shards(&run);
-    let paths: Vec<_> = sh.iter().map(|s| serde_json::to_value(s.header.clock.as_ref().unwrap().path).unwrap()).collect();
+    let paths: Vec<_> =
+        sh.iter().map(|s| serde_json::to_value(s.header.clock.as_ref().unwrap().path).unwrap()).collect();
     assert_eq!(paths, ["reference", "direct", "direct", "via_leader"]);
     for s in &sh {
         let c = s.header.clock.as_ref().unwrap();
@@ -89,7 +97,11 @@ fn two_hosts_calibrate_through_their_leaders_and_join_shows_the_path() {
     // rank 3: its leg against rank 2 composed with rank 2's model against rank 0
     let c3 = sh[3].header.clock.as_ref().unwrap();
     let (leg, lead) = (c3.leader_fit.unwrap(), c3.leader_model.unwrap());
-    assert_models_equal(&lead, &sh[2].header.clock.as_ref().unwrap().model, "the leader's model as the leader fitted it");
+    assert_models_equal(
+        &lead,
+        &sh[2].header.clock.as_ref().unwrap().model,
+        "the leader's model as the leader fitted it",
+    );
     assert!(c3.model.bound_ns >= leg.bound_ns + lead.bound_ns && leg.bound_ns > 0.0 && lead.bound_ns > 0.0);
     assert_models_equal(&c3.model, &clock::compose(&leg, &lead).unwrap(), "rank 3's model, composed");
     assert!(c3.end_samples.iter().all(|p| p.t_ref_ns > 0));
@@ -129,7 +141,8 @@ fn a_whole_node_offset_is_covered_by_the_composed_bound() {
     }
     let c = &s["clocks"][3];
     assert_eq!(c["path"], "via_leader");
-    let (est, truth, bound) = (c["offset_us"].as_f64().unwrap(), c["injected_offset_us"].as_f64().unwrap(), c["bound_us"].as_f64().unwrap());
+    let (est, truth, bound) =
+        (c["offset_us"].as_f64().unwrap(), c["injected_offset_us"].as_f64().unwrap(), c["bound_us"].as_f64().unwrap());
     assert!((2000.0..2100.0).contains(&truth), "{c}");
     assert!((est - truth).abs() <= bound + 0.004, "{c}");
     assert!(c["shared_kernel_clock_refused"].as_str().unwrap().contains("against leader rank 2"), "{c}");
@@ -157,7 +170,9 @@ fn flat_calibration_stays_available_and_is_recorded_as_such() {
 #[test]
 fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
     if identity::kernel_clock_id().is_none() {
-        eprintln!("SKIPPED: this host's boot id or time namespace cannot be read, so no rank may take a shared kernel clock");
+        eprintln!(
+            "SKIPPED: this host's boot id or time namespace cannot be read, so no rank may take a shared kernel clock"
+        );
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -171,7 +186,11 @@ fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
     assert!(c[2].model.shared_kernel_clock && c[2].pingpong_fit.is_some(), "{:?}", c[2]);
     for r in [1, 3] {
         assert!(c[r].start_samples.is_empty() && c[r].end_samples.is_empty(), "rank {r} ran no ping-pong");
-        assert!(c[r].model.shared_kernel_clock && c[r].model.bound_ns == 0.0 && c[r].model.start.offset_ns == 0.0, "rank {r}: {:?}", c[r].model);
+        assert!(
+            c[r].model.shared_kernel_clock && c[r].model.bound_ns == 0.0 && c[r].model.start.offset_ns == 0.0,
+            "rank {r}: {:?}",
+            c[r].model
+        );
         assert_eq!(c[r].shared_kernel_clock_refused, None, "rank {r}");
     }
     // rank 1 is on rank 0's node: rank 0's clock directly, no samples and no ping-pong fit
@@ -193,7 +212,11 @@ fn ranks_sharing_their_leaders_kernel_clock_take_it_without_a_ping_pong() {
     assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["consistent"] != false), "{}", s["nodes"]);
     // no ping-pong ran for rank 1: join shows no ping-pong estimate and says so
     assert!(s["clocks"][1]["pingpong_offset_us"].is_null(), "{}", s["clocks"][1]);
-    assert!(s["clocks"][3]["pingpong_offset_us"].is_number(), "rank 3 keeps its leader's ping-pong: {}", s["clocks"][3]);
+    assert!(
+        s["clocks"][3]["pingpong_offset_us"].is_number(),
+        "rank 3 keeps its leader's ping-pong: {}",
+        s["clocks"][3]
+    );
     let text = ok(&cc(&["join", run.to_str().unwrap()]));
     assert!(text.lines().any(|l| l.contains("rank   1 node-a") && l.contains("taken without a ping-pong")), "{text}");
 }

@@ -14,7 +14,18 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     let run = run_rank(
         4,
         d.path(),
-        &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8", "--inject-clock", "rank=2,offset_us=250,drift_ppm=50"],
+        &[
+            "--phases",
+            "blocking",
+            "--tokens",
+            "16",
+            "--model",
+            "synthetic",
+            "--layers",
+            "8",
+            "--inject-clock",
+            "rank=2,offset_us=250,drift_ppm=50",
+        ],
     );
     let job_us = started.elapsed().as_secs_f64() * 1e6;
     let s = join_json(&run);
@@ -31,7 +42,10 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
     // the truth includes the drift accumulated since the rank's anchor, which
     // lies inside the job: 50 ppm of at most the job's wall time (a loaded
     // machine stretches the job, so no fixed ceiling)
-    assert!((250.0..=250.0 + 50e-6 * job_us).contains(&truth), "truth {truth} outside [250, 250 + 50 ppm of {job_us:.0} us]");
+    assert!(
+        (250.0..=250.0 + 50e-6 * job_us).contains(&truth),
+        "truth {truth} outside [250, 250 + 50 ppm of {job_us:.0} us]"
+    );
     assert!((est - truth).abs() <= r2["bound_us"].as_f64().unwrap() + 0.002, "{r2}");
     assert!((r2["drift_ppm"].as_f64().unwrap() - 50.0).abs() <= r2["drift_bound_ppm"].as_f64().unwrap() + 1e-3, "{r2}");
     // the un-injected ranks of the node still agree with one clock, and
@@ -48,7 +62,8 @@ fn injected_offset_and_drift_are_recovered_within_the_bound() {
 fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
     let d = tempfile::tempdir().unwrap();
     // one node, one kernel: the model is the shared clock, exactly
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
+    let run =
+        run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4"]);
     let s = join_json(&run);
     if identity::kernel_clock_id().is_none() {
         println!("SKIPPED (shared kernel clock part): this machine's boot id is unreadable");
@@ -56,7 +71,11 @@ fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
         for c in clocks(&s).iter().skip(1) {
             assert_eq!(c["shared_kernel_clock"], true, "{c}");
             assert!(c["shared_kernel_clock_refused"].is_null(), "{c}");
-            assert_eq!((c["offset_us"].as_f64(), c["bound_us"].as_f64(), c["drift_ppm"].as_f64()), (Some(0.0), Some(0.0), Some(0.0)), "{c}");
+            assert_eq!(
+                (c["offset_us"].as_f64(), c["bound_us"].as_f64(), c["drift_ppm"].as_f64()),
+                (Some(0.0), Some(0.0), Some(0.0)),
+                "{c}"
+            );
             // the ping-pong fit is kept and judged as an estimator (truth 0)
             assert!(c["pingpong_bound_us"].as_f64().unwrap() > 0.0, "{c}");
             assert_eq!(c["offset_within_bound"], true, "{c}");
@@ -66,7 +85,11 @@ fn without_injection_ranks_read_rank_0s_kernel_clock_and_the_estimate_agrees() {
     }
     // the estimator alone: every offset estimate contains zero
     let d2 = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d2.path(), &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4", "--clock", "pingpong-only"]);
+    let run = run_rank(
+        4,
+        d2.path(),
+        &["--phases", "blocking", "--tokens", "8", "--model", "synthetic", "--layers", "4", "--clock", "pingpong-only"],
+    );
     let s = join_json(&run);
     for c in clocks(&s) {
         assert_eq!(c["shared_kernel_clock"], false, "{c}");
@@ -92,7 +115,11 @@ const DELAY_US: f64 = 50_000.0;
 fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
     let d = tempfile::tempdir().unwrap();
     let inject = format!("rank=1,every=10,us={DELAY_US}");
-    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "32", "--model", "synthetic", "--layers", "8", "--inject-delay", &inject]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", "blocking", "--tokens", "32", "--model", "synthetic", "--layers", "8", "--inject-delay", &inject],
+    );
     let rows = joined_events(&run, &d.path().join("events.jsonl"));
     let mut delayed = Vec::new();
     let mut others = Vec::new();
@@ -101,7 +128,10 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
         let bound = r["arrival_bound_us"].as_f64().unwrap();
         let was = r["ranks"][1]["injected_delay_ns"].as_u64();
         if r["seq"].as_u64().unwrap() % 10 == 0 {
-            assert!(was.is_some_and(|w| w as f64 >= DELAY_US * 1e3), "rank 1 records the delay it achieved (a sleep only overshoots): {was:?}");
+            assert!(
+                was.is_some_and(|w| w as f64 >= DELAY_US * 1e3),
+                "rank 1 records the delay it achieved (a sleep only overshoots): {was:?}"
+            );
             delayed.push((skew, bound));
         } else {
             assert_eq!(was, None);
@@ -123,7 +153,10 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
     let natural_p99 = others[(others.len() * 99).div_ceil(100) - 1];
     let on_line = delayed.iter().filter(|(skew, bound)| *skew >= line - bound).count();
     for (skew, bound) in &delayed {
-        assert!(*skew >= line - bound - natural_p99, "delayed skew {skew} < {line} - {bound} - natural p99 {natural_p99}");
+        assert!(
+            *skew >= line - bound - natural_p99,
+            "delayed skew {skew} < {line} - {bound} - natural p99 {natural_p99}"
+        );
     }
     assert!(on_line * 10 >= delayed.len() * 9, "{on_line}/{} delayed collectives reach {line} - bound", delayed.len());
     let false_alarms = others.iter().filter(|&&x| x >= line).count();
@@ -147,7 +180,11 @@ fn injected_delay_shows_up_in_exactly_the_delayed_collectives() {
 #[test]
 fn clock_none_makes_skew_unknown_not_zero() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--clock", "none"]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2", "--clock", "none"],
+    );
     for r in joined_events(&run, &d.path().join("events.jsonl")) {
         assert_eq!(r["arrival_status"], "unknown-uncalibrated");
         assert!(r["arrival_skew_us"].is_null() && r["arrival_bound_us"].is_null() && r["arrival_offsets_us"].is_null());
@@ -166,19 +203,37 @@ fn clock_none_makes_skew_unknown_not_zero() {
 fn replayed_skew_is_judged_beyond_the_gaps_each_rank_paced() {
     let d = tempfile::tempdir().unwrap();
     let inject = format!("rank=1,every=10,us={DELAY_US}");
-    let run = run_rank(2, d.path(), &["--phases", "blocking,replay", "--tokens", "48", "--model", "synthetic", "--layers", "4", "--inject-delay", &inject]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &[
+            "--phases",
+            "blocking,replay",
+            "--tokens",
+            "48",
+            "--model",
+            "synthetic",
+            "--layers",
+            "4",
+            "--inject-delay",
+            &inject,
+        ],
+    );
     let rows = joined_events(&run, &d.path().join("events.jsonl"));
     let (mut replayed, mut delayed_beyond, mut undelayed_beyond) = (0, Vec::new(), Vec::new());
     for r in rows.iter().filter(|r| r["warmup"] == false) {
-        let gaps: Vec<Option<u64>> = r["ranks"].as_array().unwrap().iter().map(|t| t["replay_gap_ns"].as_u64()).collect();
+        let gaps: Vec<Option<u64>> =
+            r["ranks"].as_array().unwrap().iter().map(|t| t["replay_gap_ns"].as_u64()).collect();
         if r["phase"] != "replay" {
             assert!(gaps.iter().all(Option::is_none), "only replay paces a gap: {r}");
             continue;
         }
         replayed += 1;
         // arrival less paced gap, max minus min, recomputed from what every rank wrote
-        let offsets: Vec<f64> = r["arrival_offsets_us"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-        let res: Vec<f64> = offsets.iter().zip(&gaps).map(|(o, g)| o - g.expect("every rank paced a gap") as f64 / 1e3).collect();
+        let offsets: Vec<f64> =
+            r["arrival_offsets_us"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let res: Vec<f64> =
+            offsets.iter().zip(&gaps).map(|(o, g)| o - g.expect("every rank paced a gap") as f64 / 1e3).collect();
         let beyond = res.iter().cloned().fold(f64::MIN, f64::max) - res.iter().cloned().fold(f64::MAX, f64::min);
         let bound = r["arrival_bound_us"].as_f64().unwrap();
         if r["ranks"][1]["injected_delay_ns"].as_u64().is_some() {
@@ -224,7 +279,12 @@ fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
         for t in r["ranks"].as_array_mut().unwrap() {
             let period: u64 = if t["rank"] == 0 { 2_000_000 } else { 42_000_000 };
             let issue = 1_000_000_000 + (k as u64 + 1) * period;
-            for (f, v) in [("host_issue_ns", issue), ("host_return_ns", issue + 1_000), ("wait_start_ns", issue + 1_000), ("wait_end_ns", issue + 20_000)] {
+            for (f, v) in [
+                ("host_issue_ns", issue),
+                ("host_return_ns", issue + 1_000),
+                ("wait_start_ns", issue + 1_000),
+                ("wait_end_ns", issue + 20_000),
+            ] {
                 t[f] = v.into();
             }
             for f in ["device_start_ns", "device_end_ns", "injected_delay_ns"] {
@@ -237,10 +297,22 @@ fn a_designed_skew_is_not_a_false_alarm_and_the_delay_still_shows() {
     let run = run_rank(
         2,
         &d.path().join("out"),
-        &[&["--phases", "replay", "--trace", designed.to_str().unwrap(), "--inject-delay", "rank=1,every=10,us=20000"][..], &shape[..]].concat(),
+        &[
+            &[
+                "--phases",
+                "replay",
+                "--trace",
+                designed.to_str().unwrap(),
+                "--inject-delay",
+                "rank=1,every=10,us=20000",
+            ][..],
+            &shape[..],
+        ]
+        .concat(),
     );
     let s = join_json(&run);
-    let replay = s["delay_control"]["per_phase"].as_array().unwrap().iter().find(|p| p["phase"] == "replay").unwrap().clone();
+    let replay =
+        s["delay_control"]["per_phase"].as_array().unwrap().iter().find(|p| p["phase"] == "replay").unwrap().clone();
     let n = |k: &str| replay[k].as_u64().unwrap();
     eprintln!("designed replay: {replay}");
     assert!(n("delayed") >= 3 && n("undelayed") >= 20, "{replay}");

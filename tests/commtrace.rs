@@ -131,7 +131,8 @@ fn fixture_imports_with_the_recorded_collectives() {
     assert!(groups.iter().any(|g| g["name"] == "1" && g["members"] == serde_json::json!([0, 1])));
 
     // The execution trace of the same run gives the same communication, without times.
-    let e = import_ok("et", &fixture_files("et").iter().map(|p| p.as_path()).collect::<Vec<_>>(), &d.path().join("e.json"));
+    let e =
+        import_ok("et", &fixture_files("et").iter().map(|p| p.as_path()).collect::<Vec<_>>(), &d.path().join("e.json"));
     for rank in 0..2 {
         assert_eq!(shape(&e, rank), shape(&t, rank), "rank {rank}: ET and Kineto disagree");
         for c in e["ranks"][rank]["collectives"].as_array().unwrap() {
@@ -224,7 +225,13 @@ fn et_export_round_trips_every_communication_field() {
 fn every_kind_of_the_table_imports_exports_and_replays_checked_on_cpu() {
     use commcanary::core::collective::{classify_name, KINDS};
     for row in &KINDS {
-        assert_eq!(classify_name(row.pytorch).unwrap(), Some(row.kind), "the import reads {} as {}", row.pytorch, row.name);
+        assert_eq!(
+            classify_name(row.pytorch).unwrap(),
+            Some(row.kind),
+            "the import reads {} as {}",
+            row.pytorch,
+            row.name
+        );
     }
     let d = tempfile::tempdir().unwrap();
     let files = fixture_files("kineto");
@@ -248,7 +255,9 @@ fn every_kind_of_the_table_imports_exports_and_replays_checked_on_cpu() {
     ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check", "--pace", "none"]));
     let recs: Vec<Value> = (0..2)
         .flat_map(|r| {
-            let f: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+            let f: Value =
+                serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap())
+                    .unwrap();
             f["records"].as_array().unwrap().clone()
         })
         .collect();
@@ -271,7 +280,8 @@ fn param_export_declares_every_group_before_use() {
     let dir = d.path().join("param");
     ok(&cc(&["export", "param", s(&k), "-o", s(&dir)]));
     for rank in 0..2u64 {
-        let list: Vec<Value> = serde_json::from_slice(&std::fs::read(dir.join(format!("rank-{rank}.json"))).unwrap()).unwrap();
+        let list: Vec<Value> =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("rank-{rank}.json"))).unwrap()).unwrap();
         let inits: Vec<&Value> = list.iter().take_while(|e| e["comms"] == "init").collect();
         let ids: Vec<u64> = inits.iter().map(|e| e["pg_id"].as_u64().unwrap()).collect();
         assert_eq!(ids, vec![0, 1]);
@@ -325,7 +335,12 @@ fn kineto_refusals_on_damaged_copies() {
     let mut bad = r1.clone();
     kineto_comms(&mut bad)[3]["args"]["Collective name"] = "allreduce_fancy".into();
     let pb = write(dir, "unknown-name.json", &bad);
-    refused("kineto", &[&p0, &pb], dir, &["unknown-name.json", "unknown collective name \"allreduce_fancy\"", "known: allreduce", "all_to_allv"]);
+    refused(
+        "kineto",
+        &[&p0, &pb],
+        dir,
+        &["unknown-name.json", "unknown collective name \"allreduce_fancy\"", "known: allreduce", "all_to_allv"],
+    );
     // A group used but never described.
     let mut bad = r1.clone();
     kineto_comms(&mut bad)[5]["args"]["Process Group Name"] = "7".into();
@@ -339,7 +354,12 @@ fn kineto_refusals_on_damaged_copies() {
         comms[4]["args"]["Out msg nelems"] = 16384.into();
     }
     let pb = write(dir, "counts.json", &bad);
-    refused("kineto", &[&p0, &pb], dir, &["group \"1\" collective #4", "counts disagree across the group's members", "counts.json"]);
+    refused(
+        "kineto",
+        &[&p0, &pb],
+        dir,
+        &["group \"1\" collective #4", "counts disagree across the group's members", "counts.json"],
+    );
     // A record whose own counts contradict its operation (all-gather out != in x group size).
     let mut bad = r1.clone();
     for e in kineto_comms(&mut bad) {
@@ -351,7 +371,10 @@ fn kineto_refusals_on_damaged_copies() {
     refused("kineto", &[&p0, &pb], dir, &["_allgather_base", "counts disagree with the operation"]);
     // A receive that was never recorded: the send has no partner.
     let mut bad = r1.clone();
-    bad["traceEvents"].as_array_mut().unwrap().retain(|e| !(e["name"] == "record_param_comms" && e["args"]["Collective name"] == "recv"));
+    bad["traceEvents"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| !(e["name"] == "record_param_comms" && e["args"]["Collective name"] == "recv"));
     let pb = write(dir, "no-recv.json", &bad);
     refused("kineto", &[&p0, &pb], dir, &["sends 1 times to rank 1", "receives 0 times", "do not pair up"]);
     // Not a distributed trace at all; truncated gzip.
@@ -435,7 +458,11 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
     // rank 0's index names every rank's file with its digest, and each file's header binds it to the trace
     let index: Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.json")).unwrap()).unwrap();
     let trace_sha = fsutil::sha256_file(&k).unwrap();
-    assert_eq!((index["trace_sha256"].as_str(), index["world_size"].as_u64()), (Some(trace_sha.as_str()), Some(2)), "{index}");
+    assert_eq!(
+        (index["trace_sha256"].as_str(), index["world_size"].as_u64()),
+        (Some(trace_sha.as_str()), Some(2)),
+        "{index}"
+    );
     for (rank, r) in index["ranks"].as_array().unwrap().iter().enumerate() {
         let files = r["files"].as_array().unwrap();
         assert_eq!(files.len(), 1, "{r}");
@@ -444,16 +471,29 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
         assert_eq!(fsutil::sha256_file(&out.join(name)).unwrap(), sha);
     }
     for rank in 0..2usize {
-        let file: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: Value =
+            serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap())
+                .unwrap();
         let h = &file["header"];
-        assert_eq!((file["format_version"].as_u64(), h["rank"].as_u64(), h["world_size"].as_u64()), (Some(2), Some(rank as u64), Some(2)), "{h}");
+        assert_eq!(
+            (file["format_version"].as_u64(), h["rank"].as_u64(), h["world_size"].as_u64()),
+            (Some(2), Some(rank as u64), Some(2)),
+            "{h}"
+        );
         assert_eq!((h["trace_sha256"].as_str(), h["backend"].as_str()), (Some(trace_sha.as_str()), Some("cpu")), "{h}");
-        assert!(h["settings"].as_array().unwrap().iter().any(|x| x == "--check") && h["tool"].as_str().unwrap().starts_with("commcanary "), "{h}");
+        assert!(
+            h["settings"].as_array().unwrap().iter().any(|x| x == "--check")
+                && h["tool"].as_str().unwrap().starts_with("commcanary "),
+            "{h}"
+        );
         let recs = file["records"].as_array().unwrap();
         let want = shape(&t, rank);
         assert_eq!(recs.len(), want.len());
         for (r, w) in recs.iter().zip(&want) {
-            assert_eq!((r["kind"].as_str().unwrap(), r["group"].as_str().unwrap(), r["dtype"].as_str().unwrap()), (w.0.as_str(), w.1.as_str(), w.2.as_str()));
+            assert_eq!(
+                (r["kind"].as_str().unwrap(), r["group"].as_str().unwrap(), r["dtype"].as_str().unwrap()),
+                (w.0.as_str(), w.1.as_str(), w.2.as_str())
+            );
             assert_eq!((r["in_elems"].as_u64().unwrap(), r["out_elems"].as_u64().unwrap()), (w.3, w.4));
             // Every kind's result is validated where it lands (a send's at its receiver).
             assert_eq!(r["checked"], r["kind"] != "send", "{r}");
@@ -471,7 +511,10 @@ fn imported_trace_replays_on_cpu_with_every_kind_checked() {
         let o = d.path().join(format!("replay-{op}"));
         ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&o), "--check", "--pace", "none", "--op", op]));
     }
-    let bad = mpirun(2, &["replay-trace", s(&k), "--out", s(&d.path().join("bad")), "--check", "--pace", "none", "--corrupt-rank", "1"]);
+    let bad = mpirun(
+        2,
+        &["replay-trace", s(&k), "--out", s(&d.path().join("bad")), "--check", "--pace", "none", "--corrupt-rank", "1"],
+    );
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("--check:"), "{err}");
     // An execution trace has no times: pacing by gaps is refused, back to back runs.
@@ -496,7 +539,9 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
     ok(&mpirun(2, &["replay-trace", s(&k), "--out", s(&out), "--check", "--pace", "workload"]));
     let t: Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
     for rank in 0..2usize {
-        let file: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: Value =
+            serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap())
+                .unwrap();
         let recs = file["records"].as_array().unwrap();
         let colls = t["ranks"][rank]["collectives"].as_array().unwrap();
         assert_eq!(recs.len(), colls.len());
@@ -504,7 +549,11 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
         for (r, c) in recs.iter().zip(colls) {
             let before = c["compute_before"].as_array().unwrap();
             let ns: u64 = before.iter().map(|k| k["duration_ns"].as_u64().unwrap()).sum();
-            assert_eq!((r["compute_ops"].as_u64(), r["compute_recorded_ns"].as_u64()), (Some(before.len() as u64), Some(ns)), "{r}");
+            assert_eq!(
+                (r["compute_ops"].as_u64(), r["compute_recorded_ns"].as_u64()),
+                (Some(before.len() as u64), Some(ns)),
+                "{r}"
+            );
             // one thread: the pacing target is the whole compute, and the host waited at least that long
             assert_eq!(r["target_gap_ns"].as_u64(), Some(ns));
             assert!(r["actual_gap_ns"].as_u64().unwrap() >= ns, "{r}");
@@ -512,7 +561,10 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
             n_all += before.len() as u64;
             ns_all += ns;
         }
-        let w: Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
+        let w: Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap(),
+        )
+        .unwrap();
         assert_eq!((w["rank"].as_u64(), w["backend"].as_str()), (Some(rank as u64), Some("cpu")));
         assert_eq!((w["compute_ops"].as_u64(), w["compute_recorded_ns"].as_u64()), (Some(n_all), Some(ns_all)));
         assert!(w["compute_launches"].is_null(), "the cpu pace launches nothing: {w}");
@@ -535,7 +587,9 @@ fn workload_pace_recreates_the_recorded_compute_on_cpu() {
 #[test]
 fn replay_on_cuda_without_a_gpu_is_one_clear_refusal() {
     if cuda::unavailable_reason().is_none() {
-        eprintln!("SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device/device-trace-replay.sh)");
+        eprintln!(
+            "SKIPPED: this machine has a usable GPU (the GPU path is checked by scripts/device/device-trace-replay.sh)"
+        );
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -596,8 +650,10 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
         assert_eq!(phase_of(&summary, p)["source_timeline"], "device", "{p}");
     }
     for rank in 0..2usize {
-        let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
-        let recorded: Vec<&Value> = t["ranks"][rank]["collectives"].as_array().unwrap().iter().filter(|c| c["kind"] == "all_reduce").collect();
+        let shard: Value =
+            serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
+        let recorded: Vec<&Value> =
+            t["ranks"][rank]["collectives"].as_array().unwrap().iter().filter(|c| c["kind"] == "all_reduce").collect();
         assert_eq!(recorded.len(), 32);
         for p in shard["header"]["phases"].as_array().unwrap() {
             let o = &p["trace"]["Imported"];
@@ -609,7 +665,11 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
             assert_eq!(o["sha256"].as_str().unwrap(), fsutil::sha256_file(&k).unwrap());
         }
         let colls = shard["body"]["collectives"].as_array().unwrap();
-        let targets: Vec<u64> = colls.iter().filter(|c| c["phase"] == "replay").map(|c| c["replay"]["target_gap_ns"].as_u64().unwrap()).collect();
+        let targets: Vec<u64> = colls
+            .iter()
+            .filter(|c| c["phase"] == "replay")
+            .map(|c| c["replay"]["target_gap_ns"].as_u64().unwrap())
+            .collect();
         for phase in ["replay", "fill", "overlap"] {
             let mine: Vec<&Value> = colls.iter().filter(|c| c["phase"] == phase).collect();
             // 1 warm-up + 2 timed passes of 32 all-reduces of 32,768 bf16 elements
@@ -620,7 +680,12 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
                 assert_eq!((c["token"].as_u64(), c["layer"].as_u64()), (Some(i as u64 / 32), Some(i as u64 % 32)));
                 if i % 32 == 0 {
                     // no earlier collective to measure from: the compute recorded before the first stands for its gap
-                    let first: u64 = recorded[0]["compute_before"].as_array().unwrap().iter().map(|k| k["duration_ns"].as_u64().unwrap()).sum();
+                    let first: u64 = recorded[0]["compute_before"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|k| k["duration_ns"].as_u64().unwrap())
+                        .sum();
                     assert!(first > 0);
                     assert_eq!(targets[i], first, "a pass re-creates the compute before its first collective");
                 }
@@ -629,12 +694,19 @@ fn imported_trace_drives_the_rank_phases_on_cpu() {
                 // the recorded compute fills: never more than the recorded gap, and less where the device idled
                 let fills: Vec<u64> = mine.iter().map(|c| c["fill"]["gap_ns"].as_u64().unwrap()).collect();
                 assert!(fills.iter().zip(&targets).all(|(f, g)| f <= g), "{phase}: {fills:?} vs {targets:?}");
-                assert!(fills.iter().zip(&targets).any(|(f, g)| f < g), "{phase}: the compute is the whole gap everywhere");
+                assert!(
+                    fills.iter().zip(&targets).any(|(f, g)| f < g),
+                    "{phase}: the compute is the whole gap everywhere"
+                );
             }
         }
     }
     for phase in ["replay", "fill", "overlap"] {
-        assert_eq!(phase_of(&summary, phase)["collectives_per_rank"].as_u64(), Some(64), "{phase}: timed collectives per rank");
+        assert_eq!(
+            phase_of(&summary, phase)["collectives_per_rank"].as_u64(),
+            Some(64),
+            "{phase}: timed collectives per rank"
+        );
     }
 }
 
@@ -658,19 +730,42 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
     let run = run_rank_with(
         2,
         &d.path().join("ok"),
-        &["--backend", "cpu", "--phases", "replay,fill,overlap", "--trace", s(&k), "--dtype", "bf16", "--tokens", "2", "--warmup-tokens", "1", "--check", "40"],
+        &[
+            "--backend",
+            "cpu",
+            "--phases",
+            "replay,fill,overlap",
+            "--trace",
+            s(&k),
+            "--dtype",
+            "bf16",
+            "--tokens",
+            "2",
+            "--warmup-tokens",
+            "1",
+            "--check",
+            "40",
+        ],
     );
     let kinds = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send", "recv"];
     for rank in 0..2usize {
-        let shard: Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
+        let shard: Value =
+            serde_json::from_str(&ok(&cc(&["inspect", s(&run.join(format!("rank-0000{rank}.shard")))]))).unwrap();
         assert_eq!(shard["header"]["format_version"], shard::SHARD_FORMAT_VERSION);
         let groups = shard["header"]["groups"].as_array().unwrap();
-        assert!(groups.iter().any(|g| g["id"] == 1 && g["name"] == "0" && g["members"] == serde_json::json!([0, 1])), "{groups:?}");
+        assert!(
+            groups.iter().any(|g| g["id"] == 1 && g["name"] == "0" && g["members"] == serde_json::json!([0, 1])),
+            "{groups:?}"
+        );
         let recorded = t["ranks"][rank]["collectives"].as_array().unwrap();
         assert_eq!(recorded.len(), 37);
         for p in shard["header"]["phases"].as_array().unwrap() {
             let o = &p["trace"]["Imported"];
-            assert_eq!((o["collectives_per_pass"].as_u64(), o["left_out_per_pass"].as_u64()), (Some(37), Some(0)), "{p}");
+            assert_eq!(
+                (o["collectives_per_pass"].as_u64(), o["left_out_per_pass"].as_u64()),
+                (Some(37), Some(0)),
+                "{p}"
+            );
             for c in o["kinds"].as_array().unwrap() {
                 let n = recorded.iter().filter(|r| r["kind"] == c["kind"]).count() as u64;
                 assert_eq!((c["run_per_pass"].as_u64(), c["left_out_per_pass"].as_u64()), (Some(n), Some(0)), "{c}");
@@ -696,27 +791,49 @@ fn imported_trace_runs_every_kind_in_the_rank_phases_on_cpu() {
             let checked: Vec<&&Value> = mine.iter().filter(|c| c["checked"] == true).collect();
             assert_eq!(checked.len(), 40, "{phase}");
             assert!(checked.iter().all(|c| c["warmup"] == false && c["kind"] != "send"), "{phase}");
-            assert!(mine.iter().filter(|c| c["token"] == 1 && c["kind"] != "send").all(|c| c["checked"] == true), "{phase}");
+            assert!(
+                mine.iter().filter(|c| c["token"] == 1 && c["kind"] != "send").all(|c| c["checked"] == true),
+                "{phase}"
+            );
         }
         assert!(shard["header"]["checks"].as_array().unwrap().iter().all(|c| c["wrong_elements"] == 0));
     }
     // joined: each kind once per operation, the send with its receive
     let events = d.path().join("events.jsonl");
     ok(&cc(&["join", s(&run), "--events-out", s(&events)]));
-    let joined: Vec<Value> = std::fs::read_to_string(&events).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let joined: Vec<Value> =
+        std::fs::read_to_string(&events).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     for phase in ["replay", "fill", "overlap"] {
         let mine: Vec<&Value> = joined.iter().filter(|c| c["phase"] == phase && c["warmup"] == false).collect();
-        for (kind, n) in [("all_reduce", 64), ("all_gather", 2), ("reduce_scatter", 2), ("broadcast", 2), ("all_to_all", 2), ("send", 2), ("recv", 0)] {
+        for (kind, n) in [
+            ("all_reduce", 64),
+            ("all_gather", 2),
+            ("reduce_scatter", 2),
+            ("broadcast", 2),
+            ("all_to_all", 2),
+            ("send", 2),
+            ("recv", 0),
+        ] {
             assert_eq!(mine.iter().filter(|c| c["kind"] == kind).count(), n, "{phase} {kind}");
         }
-        assert!(mine.iter().filter(|c| c["kind"] == "send").all(|c| c["members"] == serde_json::json!([0, 1]) && c["ranks"].as_array().unwrap().len() == 2));
+        assert!(mine
+            .iter()
+            .filter(|c| c["kind"] == "send")
+            .all(|c| c["members"] == serde_json::json!([0, 1]) && c["ranks"].as_array().unwrap().len() == 2));
         assert!(mine.iter().filter(|c| c["kind"] == "broadcast").all(|c| c["root"] == 0));
     }
     // the Perfetto export names each kind, with its group and root or peer
     let chrome = d.path().join("chrome.json");
     ok(&cc(&["export", "chrome", s(&run), "-o", s(&chrome)]));
     let exported = std::fs::read_to_string(&chrome).unwrap();
-    for name in ["\"allreduce 65536B", "\"all_gather 2097152B", "\"reduce_scatter 8388608B", "\"broadcast 2097152B", "\"send 8192B", "\"recv 8192B"] {
+    for name in [
+        "\"allreduce 65536B",
+        "\"all_gather 2097152B",
+        "\"reduce_scatter 8388608B",
+        "\"broadcast 2097152B",
+        "\"send 8192B",
+        "\"recv 8192B",
+    ] {
         assert!(exported.contains(name), "{name} not in the export");
     }
     // join refuses a kind that differs between the members, and a receive that became a send
@@ -784,10 +901,23 @@ fn a_wrong_result_of_another_kind_fails_the_rank_phases() {
     }
     let no_allreduce = write(d.path(), "no-allreduce.json", &t);
     let args = |out: &Path, fault: bool| -> Vec<String> {
-        let mut a: Vec<String> = ["rank", "-q", "--backend", "cpu", "--phases", "replay", "--trace", s(&no_allreduce), "--tokens", "1", "--warmup-tokens", "0"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect();
+        let mut a: Vec<String> = [
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "replay",
+            "--trace",
+            s(&no_allreduce),
+            "--tokens",
+            "1",
+            "--warmup-tokens",
+            "0",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
         a.extend(["--check", "5", "--out", s(out)].map(String::from));
         if fault {
             a.extend(["--fault", "wrong-sum:1"].map(String::from));

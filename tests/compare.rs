@@ -51,7 +51,9 @@ fn eight_configs_28_relations_hand_computed() {
     let ev = v["evidence_class"].as_str().unwrap();
     assert!(ev.contains("proxy: reported evidence") && ev.contains("truth: reported evidence"), "{ev}");
     // the IQR rule turns the close pair c1/c2 (10 apart, IQR 15) into a tie on both sides
-    let rel = |v: &serde_json::Value| v["relations"].as_array().unwrap().iter().find(|r| r["a"] == "c1" && r["b"] == "c2").unwrap().clone();
+    let rel = |v: &serde_json::Value| {
+        v["relations"].as_array().unwrap().iter().find(|r| r["a"] == "c1" && r["b"] == "c2").unwrap().clone()
+    };
     assert_eq!(rel(&v)["proxy"], "a_faster");
     let w = run("iqr");
     assert_eq!(rel(&w)["proxy"], "not_distinguished");
@@ -85,7 +87,11 @@ fn a_folder_of_nccl_tests_outputs_is_a_proxy() {
     // at 1 MiB the proxy orders ring-simple < ring-ll < tree-ll, as the truth does
     let v = run(&["--size", "1MiB"]);
     assert_eq!((v["pairs_total"].as_u64(), v["pairs_agree"].as_u64()), (Some(3), Some(3)), "{v}");
-    assert!(v["evidence_class"].as_str().unwrap().contains("3 nccl-tests outputs") && v["evidence_class"].as_str().unwrap().contains("1048576 bytes"), "{v}");
+    assert!(
+        v["evidence_class"].as_str().unwrap().contains("3 nccl-tests outputs")
+            && v["evidence_class"].as_str().unwrap().contains("1048576 bytes"),
+        "{v}"
+    );
     // at 8 B the order is reversed (tree-ll < ring-ll < ring-simple): every pair disagrees
     let v = run(&["--size", "8"]);
     assert_eq!(v["pairs_agree"].as_u64(), Some(0), "{v}");
@@ -112,23 +118,41 @@ fn nccl_tests_folders_are_refused_naming_the_file_and_the_fault() {
     // a size one file did not time
     let o = cc(&["compare", "--proxy", &dir, "--truth", &truth, "--size", "2MiB"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("ring-ll: no timed result of 2097152 bytes"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ring-ll: no timed result of 2097152 bytes"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // a damaged line in one file: its name, its line, the fault, and BAD_INPUT
     let text = std::fs::read_to_string(t.path().join("ring-ll.txt")).unwrap().replace("22.40", "22.4x");
     std::fs::write(t.path().join("ring-ll.txt"), text).unwrap();
     let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("BAD_INPUT") && err.contains("ring-ll.txt: line ") && err.contains("\"22.4x\""), "{err}");
+    assert!(
+        !o.status.success()
+            && err.contains("BAD_INPUT")
+            && err.contains("ring-ll.txt: line ")
+            && err.contains("\"22.4x\""),
+        "{err}"
+    );
     // two outputs of one configuration
     std::fs::copy(format!("{data}/sweep/ring-ll.txt"), t.path().join("ring-ll.txt")).unwrap();
     std::fs::copy(format!("{data}/sweep/tree-ll.json"), t.path().join("ring-ll.json")).unwrap();
     let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("two files are named \"ring-ll\""), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("two files are named \"ring-ll\""),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // a JSON file that is not nccl-tests' (no results list)
     std::fs::remove_file(t.path().join("ring-ll.json")).unwrap();
     std::fs::write(t.path().join("tree-ll.json"), "{\"version\": 3}").unwrap();
     let o = cc(&["compare", "--proxy", &dir, "--truth", &truth]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("tree-ll.json: no `results` list"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("tree-ll.json: no `results` list"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Real nccl-tests 2.19.6 outputs of one H100 (`tests/data/nccl_tests/h100-real/`,
@@ -148,7 +172,11 @@ fn real_nccl_tests_outputs_of_an_h100_are_read_in_every_format() {
         assert_eq!((t.rows.len(), results.len()), (12, 12), "{path}");
         for (row, r) in t.rows.iter().zip(results) {
             assert_eq!(row.size_bytes, r["size"].as_u64().unwrap(), "{path}");
-            assert_eq!(row.out_of_place.as_ref().unwrap().time_us, r["out_of_place"]["time"].as_f64().unwrap(), "{path}");
+            assert_eq!(
+                row.out_of_place.as_ref().unwrap().time_us,
+                r["out_of_place"]["time"].as_f64().unwrap(),
+                "{path}"
+            );
             assert_eq!(row.in_place.as_ref().unwrap().time_us, r["in_place"]["time"].as_f64().unwrap(), "{path}");
         }
         // the printed table, with and without -I 1's per-iteration columns:
@@ -157,20 +185,35 @@ fn real_nccl_tests_outputs_of_an_h100_are_read_in_every_format() {
             let path = format!("{data}/{kind}/{config}.txt");
             let raw = std::fs::read_to_string(&path).unwrap();
             let t = nccl_tests::parse(&raw, &path).unwrap();
-            let lines: Vec<Vec<&str>> = raw.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
+            let lines: Vec<Vec<&str>> = raw
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+                .map(|l| l.split_whitespace().collect())
+                .collect();
             assert_eq!((t.rows.len(), lines.len()), (12, 12), "{path}");
             assert_eq!(t.nccl_tests_version.as_deref(), Some("2.19.6"), "{path}");
             for (row, cols) in t.rows.iter().zip(&lines) {
                 assert_eq!(row.size_bytes.to_string(), cols[0], "{path}");
                 assert_eq!(row.out_of_place.as_ref().unwrap().time_us, cols[5].parse::<f64>().unwrap(), "{path}");
-                assert_eq!(row.in_place.as_ref().unwrap().time_us, cols[in_place_col].parse::<f64>().unwrap(), "{path}");
+                assert_eq!(
+                    row.in_place.as_ref().unwrap().time_us,
+                    cols[in_place_col].parse::<f64>().unwrap(),
+                    "{path}"
+                );
             }
         }
     }
     // each folder is a proxy and a truth for the others: 4 configurations, 6 pairs
     for (proxy, truth) in [("json", "text"), ("iter", "text"), ("text", "json")] {
-        let v: serde_json::Value =
-            serde_json::from_str(&ok(&cc(&["compare", "--proxy", &format!("{data}/{proxy}"), "--truth", &format!("{data}/{truth}"), "--json"]))).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&ok(&cc(&[
+            "compare",
+            "--proxy",
+            &format!("{data}/{proxy}"),
+            "--truth",
+            &format!("{data}/{truth}"),
+            "--json",
+        ])))
+        .unwrap();
         assert_eq!(v["pairs_total"].as_u64(), Some(6), "{proxy} vs {truth}: {v}");
     }
 }

@@ -13,16 +13,21 @@ fn decode(target: &str, data: &[u8]) -> bool {
     use commcanary::campaign;
     match target {
         "shard" => Shard::decode(data, "seed").is_ok(),
-        "shard_body" => data.split_first().is_some_and(|(v, b)| shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok()),
+        "shard_body" => {
+            data.split_first().is_some_and(|(v, b)| shard::decode_shard_body(1 + (v % 3) as u32, b, "seed").is_ok())
+        }
         "run_record" => run::parse_run_record(data, "seed").is_ok(),
         "manifest" => serde_json::from_slice::<campaign::spec::Manifest>(data).is_ok(),
-        "spec_toml" => {
-            std::str::from_utf8(data).ok().and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok()).is_some_and(|s| s.validate().is_ok())
-        }
+        "spec_toml" => std::str::from_utf8(data)
+            .ok()
+            .and_then(|t| toml::from_str::<campaign::spec::CampaignSpec>(t).ok())
+            .is_some_and(|s| s.validate().is_ok()),
         "attempts_log" => campaign::chain::parse_attempts(data, "seed").is_ok_and(|(r, _)| !r.is_empty()),
         "selection" => serde_json::from_slice::<campaign::chain::Selection>(data).is_ok(),
         "csv" => std::str::from_utf8(data).is_ok_and(|t| ranking::parse_csv(t, "seed").is_ok()),
-        "intervals" => serde_json::from_slice::<IntervalFile>(data).is_ok_and(|iv| overlap::overlap(&iv.compute, &iv.comm).is_ok()),
+        "intervals" => {
+            serde_json::from_slice::<IntervalFile>(data).is_ok_and(|iv| overlap::overlap(&iv.compute, &iv.comm).is_ok())
+        }
         "service_times" => std::str::from_utf8(data).is_ok_and(|t| queue::parse_service_times(t, "seed").is_ok()),
         "archive" => match data.split_first() {
             Some((s, rest)) if s % 2 == 0 => serde_json::from_slice::<campaign::ArchiveDescriptor>(rest).is_ok(),
@@ -51,7 +56,10 @@ fn decode(target: &str, data: &[u8]) -> bool {
             let bytes = if mode % 2 == 0 {
                 rest.to_vec()
             } else {
-                match serde_json::from_slice::<artifact::Canary>(rest).map_err(anyhow::Error::from).and_then(|c| c.seal()) {
+                match serde_json::from_slice::<artifact::Canary>(rest)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|c| c.seal())
+                {
                     Ok(c) => serde_json::to_vec_pretty(&c).unwrap(),
                     Err(_) => return false,
                 }

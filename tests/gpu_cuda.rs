@@ -66,7 +66,11 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
         eprintln!("fact {k} = {}", v.lines().next().unwrap_or(""));
     }
     assert!(shard.header.phases.iter().all(|p| p.device_anchor_error_ns.is_some()));
-    assert_eq!(shard.body.device_waits.len(), shard.body.collectives.len(), "the compute stream's wait on every collective is measured");
+    assert_eq!(
+        shard.body.device_waits.len(),
+        shard.body.collectives.len(),
+        "the compute stream's wait on every collective is measured"
+    );
     assert!(phase(&s, "blocking")["device_wait_median_us"].as_f64().is_some());
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     if cupti.starts_with("kernel activity records") {
@@ -94,26 +98,50 @@ fn cuda_one_rank_blocking_has_no_overlap_and_every_collective_a_device_interval(
 /// independently must agree).
 fn check_kernel_anchor(shard: &Shard) {
     let name = |k: &KernelEvent| shard.body.kernel_names[k.name as usize].clone();
-    assert!(!shard.body.kernels.iter().any(|k| name(k).starts_with("commcanary_gt_")), "the anchor's kernels are not the pass's");
+    assert!(
+        !shard.body.kernels.iter().any(|k| name(k).starts_with("commcanary_gt_")),
+        "the anchor's kernels are not the pass's"
+    );
     for p in &shard.header.phases {
-        let a = p.kernel_anchor.as_ref().unwrap_or_else(|| panic!("phase {} has a kernel anchor ({:?})", p.phase, shard.header.unmeasured));
+        let a = p
+            .kernel_anchor
+            .as_ref()
+            .unwrap_or_else(|| panic!("phase {} has a kernel anchor ({:?})", p.phase, shard.header.unmeasured));
         let sum = a.globaltimer_bound_ns + a.cupti_offset_bound_ns + a.globaltimer_resolution_ns as f64;
         assert_eq!(a.error_ns, sum.ceil() as u64, "{a:?}");
         eprintln!(
-            "phase {}: kernel anchor error {} ns (globaltimer {:.0} ns over {} trips, best round trip {} ns; CUPTI offset {:.0} ns over {} stamps; step {} ns); CUPTI - globaltimer {:.0} ns; CUPTI's own conversion minus this {:?} ns; event anchor error {:?} ns",
-            p.phase, a.error_ns, a.globaltimer_bound_ns, a.round_trips, a.best_round_trip_ns, a.cupti_offset_bound_ns, a.stamp_kernels, a.globaltimer_resolution_ns, a.cupti_minus_globaltimer_ns, a.cupti_own_minus_anchored_ns, p.device_anchor_error_ns
+            "phase {}: kernel anchor error {} ns (globaltimer {:.0} ns over {} trips, best round trip {} ns; CUPTI \
+                offset {:.0} ns over {} stamps; step {} ns); CUPTI - globaltimer {:.0} ns; CUPTI's own conversion \
+                    minus this {:?} ns; event anchor error {:?} ns",
+            p.phase,
+            a.error_ns,
+            a.globaltimer_bound_ns,
+            a.round_trips,
+            a.best_round_trip_ns,
+            a.cupti_offset_bound_ns,
+            a.stamp_kernels,
+            a.globaltimer_resolution_ns,
+            a.cupti_minus_globaltimer_ns,
+            a.cupti_own_minus_anchored_ns,
+            p.device_anchor_error_ns
         );
         // blocking and async time every GEMM they launch (fill and overlap calibrate theirs untimed first)
         if !["blocking", "async"].contains(&p.phase.name()) {
             continue;
         }
         let tol = a.error_ns + p.device_anchor_error_ns.unwrap_or(0);
-        let compute: Vec<(u64, u64)> =
-            shard.body.compute.iter().filter(|c| c.phase == p.phase).map(|c| (c.start_ns.saturating_sub(tol), c.end_ns + tol)).collect();
+        let compute: Vec<(u64, u64)> = shard
+            .body
+            .compute
+            .iter()
+            .filter(|c| c.phase == p.phase)
+            .map(|c| (c.start_ns.saturating_sub(tol), c.end_ns + tol))
+            .collect();
         if compute.is_empty() {
             continue;
         }
-        let gemms: Vec<&KernelEvent> = shard.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Compute).collect();
+        let gemms: Vec<&KernelEvent> =
+            shard.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Compute).collect();
         let outside: Vec<String> = gemms
             .iter()
             .filter(|k| !compute.iter().any(|&(s, e)| k.start_ns >= s && k.end_ns <= e))
@@ -141,7 +169,18 @@ fn cuda_blocking_on_the_compute_stream_eager_and_graph() {
     }
     for graph in [false, true] {
         let d = tempfile::tempdir().unwrap();
-        let mut args = vec!["--backend", "cuda", "--phases", "blocking,async", "--model-dims", "2048,8192,4", "--tokens", "8", "--check", "2"];
+        let mut args = vec![
+            "--backend",
+            "cuda",
+            "--phases",
+            "blocking,async",
+            "--model-dims",
+            "2048,8192,4",
+            "--tokens",
+            "8",
+            "--check",
+            "2",
+        ];
         if graph {
             args.push("--graph");
         }
@@ -154,12 +193,18 @@ fn cuda_blocking_on_the_compute_stream_eager_and_graph() {
             assert!(pr.graph.is_some() && blocking.is_empty(), "graph mode times tokens only");
             assert_eq!(shard.body.tokens.iter().filter(|t| t.phase == Phase::Blocking && !t.warmup).count(), 8);
         } else {
-            assert!(!blocking.is_empty() && blocking.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
+            assert!(
+                !blocking.is_empty()
+                    && blocking.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some())
+            );
             let asynchronous = shard.body.collectives.iter().filter(|e| e.phase == Phase::Async).count();
             assert_eq!(shard.body.device_waits.len(), asynchronous, "waits measured for async only");
         }
         let s = join_json(&run);
-        eprintln!("blocking on the compute stream, graph={graph}: token p50 {} us", phase(&s, "blocking")["token_median_us"]);
+        eprintln!(
+            "blocking on the compute stream, graph={graph}: token p50 {} us",
+            phase(&s, "blocking")["token_median_us"]
+        );
     }
 }
 
@@ -182,7 +227,20 @@ fn cuda_bench_overhead_error_after_mpi_start_is_printed_and_ends_the_job() {
     if !gpu_or_skip() {
         return;
     }
-    let o = mpirun(1, &["bench-overhead", "--backend", "cuda", "--nccl-lib", "/nonexistent/libnccl.so.2", "--reps", "1", "--iters", "10"]);
+    let o = mpirun(
+        1,
+        &[
+            "bench-overhead",
+            "--backend",
+            "cuda",
+            "--nccl-lib",
+            "/nonexistent/libnccl.so.2",
+            "--reps",
+            "1",
+            "--iters",
+            "10",
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bench-overhead rank 0: error") && err.contains("/nonexistent/libnccl.so.2"), "{err}");
@@ -202,7 +260,19 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
     let run = run_rank_with(
         2,
         d.path(),
-        &["--backend", "cuda", "--cupti", "--phases", "blocking,overlap", "--tokens", "16", "--model", "synthetic", "--layers", "16"],
+        &[
+            "--backend",
+            "cuda",
+            "--cupti",
+            "--phases",
+            "blocking,overlap",
+            "--tokens",
+            "16",
+            "--model",
+            "synthetic",
+            "--layers",
+            "16",
+        ],
     );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
@@ -214,8 +284,14 @@ fn cuda_two_ranks_kernels_show_no_overlap_in_blocking() {
     // arrivals: every blocking collective's NCCL kernel start on both ranks, with the kernel anchors' bound
     let s = join_json(&run);
     let b = phase(&s, "blocking");
-    assert_eq!(b["arrivals_from_nccl_kernels"], b["collectives_per_rank"], "every collective pairs with its NCCL kernel: {b}");
-    eprintln!("blocking: skew p50 {} us, bound p50 {} us (NCCL kernel starts)", b["skew_median_us"], b["skew_bound_median_us"]);
+    assert_eq!(
+        b["arrivals_from_nccl_kernels"], b["collectives_per_rank"],
+        "every collective pairs with its NCCL kernel: {b}"
+    );
+    eprintln!(
+        "blocking: skew p50 {} us, bound p50 {} us (NCCL kernel starts)",
+        b["skew_median_us"], b["skew_bound_median_us"]
+    );
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
     for r in v.as_array().unwrap() {
         assert_eq!(r["source"], "cupti-kernels", "{r}");
@@ -282,7 +358,11 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
         return;
     };
     // the default workload on cuda is llama3-8b: 32 layers, bf16 all-reduces of 4096 elements
-    let run = run_rank_with(2, d.path(), &["--backend", "cuda", "--phases", "isolated,blocking,async", "--tokens", "8", "--iters", "5", "--check", "8"]);
+    let run = run_rank_with(
+        2,
+        d.path(),
+        &["--backend", "cuda", "--phases", "isolated,blocking,async", "--tokens", "8", "--iters", "5", "--check", "8"],
+    );
     let s = join_json(&run);
     assert_eq!(phase(&s, "blocking")["collectives_per_rank"], 8 * 64);
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
@@ -293,7 +373,11 @@ fn cuda_two_ranks_llama3_8b_decode_in_bf16_checks_its_sums() {
     assert_eq!(shard.body.collectives.iter().filter(|e| e.checked && e.phase == Phase::Blocking).count(), 8);
     let fact = |k: &str| shard.header.device.facts.iter().find(|f| f.0 == k).map(|f| f.1.clone()).unwrap_or_default();
     assert!(fact("collective").contains("bf16"), "{}", fact("collective"));
-    eprintln!("blocking token p50 {} us, p99 {} us", phase(&s, "blocking")["token_median_us"], phase(&s, "blocking")["token_p99_us"]);
+    eprintln!(
+        "blocking token p50 {} us, p99 {} us",
+        phase(&s, "blocking")["token_median_us"],
+        phase(&s, "blocking")["token_p99_us"]
+    );
 }
 
 #[test]
@@ -301,8 +385,23 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
     let Some(d) = two_gpus_and_a_dir() else {
         return;
     };
-    let run =
-        run_rank_with(2, d.path(), &["--backend", "cuda", "--graph", "--phases", "isolated,blocking,async", "--tokens", "16", "--iters", "5", "--check", "1"]);
+    let run = run_rank_with(
+        2,
+        d.path(),
+        &[
+            "--backend",
+            "cuda",
+            "--graph",
+            "--phases",
+            "isolated,blocking,async",
+            "--tokens",
+            "16",
+            "--iters",
+            "5",
+            "--check",
+            "1",
+        ],
+    );
     let s = join_json(&run);
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     for p in [Phase::Blocking, Phase::Async] {
@@ -316,7 +415,10 @@ fn cuda_two_ranks_graph_mode_launches_one_graph_per_token() {
         eprintln!("{p} graph token p50 {} us", phase(&s, p.name())["token_median_us"]);
     }
     assert!(shard.header.unmeasured.iter().any(|u| u.field == "collectives (graph mode)"));
-    assert!(shard.body.collectives.iter().all(|e| e.phase == Phase::Isolated), "only isolated records collectives under --graph");
+    assert!(
+        shard.body.collectives.iter().all(|e| e.phase == Phase::Isolated),
+        "only isolated records collectives under --graph"
+    );
 }
 
 #[test]
@@ -330,13 +432,36 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
     let run = run_rank_with(
         n,
         d.path(),
-        &["--backend", "cuda", "--phases", "isolated", "--model", "synthetic", "-b", "8", "-e", "1M", "-f", "4", "-n", "20", "-w", "3", "--check", "1"],
+        &[
+            "--backend",
+            "cuda",
+            "--phases",
+            "isolated",
+            "--model",
+            "synthetic",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-n",
+            "20",
+            "-w",
+            "3",
+            "--check",
+            "1",
+        ],
     );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     let cupti = shard.header.device.facts.iter().find(|f| f.0 == "cupti").map(|f| f.1.clone()).unwrap_or_default();
     assert!(cupti.starts_with("off"), "CUPTI stays off unless asked for: {cupti}");
     let ev = &shard.body.collectives;
-    assert_eq!(ev.len(), 9 * 23, "8 B .. 512 KiB by 4 (the next, 2 MiB, is past -e 1M) is 9 sizes of 3 + 20 iterations");
+    assert_eq!(
+        ev.len(),
+        9 * 23,
+        "8 B .. 512 KiB by 4 (the next, 2 MiB, is past -e 1M) is 9 sizes of 3 + 20 iterations"
+    );
     assert!(ev.iter().all(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
     // back to back: within a size's timed loop each collective ends where the next one starts (the
     // warm-ups are separated from it by a synchronize and a barrier)
@@ -431,7 +556,8 @@ fn cuda_isolated_sweep_runs_back_to_back_and_counts_wrong_elements() {
 fn fixture_trace(dir: &std::path::Path, ranks: u32) -> std::path::PathBuf {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-2.11-tp2-h200");
     let k = dir.join("k.json");
-    let files: Vec<String> = (0..2).map(|r| data.join(format!("kineto.rank-{r}.json.gz")).to_str().unwrap().to_string()).collect();
+    let files: Vec<String> =
+        (0..2).map(|r| data.join(format!("kineto.rank-{r}.json.gz")).to_str().unwrap().to_string()).collect();
     ok(&cc(&["import", "kineto", &files[0], &files[1], "-o", k.to_str().unwrap()]));
     if ranks == 2 {
         return k;
@@ -442,7 +568,10 @@ fn fixture_trace(dir: &std::path::Path, ranks: u32) -> std::path::PathBuf {
         g["members"] = serde_json::json!([0]);
     }
     t["ranks"].as_array_mut().unwrap().truncate(1);
-    t["ranks"][0]["collectives"].as_array_mut().unwrap().retain(|c| c["kind"] == "all_reduce" || c["kind"] == "broadcast");
+    t["ranks"][0]["collectives"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c["kind"] == "all_reduce" || c["kind"] == "broadcast");
     let one = dir.join("one-rank.json");
     std::fs::write(&one, serde_json::to_vec(&t).unwrap()).unwrap();
     one
@@ -462,12 +591,30 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
     let d = tempfile::tempdir().unwrap();
     let t = fixture_trace(d.path(), ranks);
     let out = d.path().join("wl");
-    let o = mpirun(ranks, &["replay-trace", t.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]);
+    let o = mpirun(
+        ranks,
+        &[
+            "replay-trace",
+            t.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "--check",
+            "--pace",
+            "workload",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
     eprintln!("{}", ok(&o));
     for rank in 0..ranks {
-        let file: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap()).unwrap();
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap())
+                .unwrap();
         let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
-        let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap()).unwrap();
+        let w: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap(),
+        )
+        .unwrap();
         assert_eq!(w["backend"], "cuda");
         let spin = &w["spin"];
         let excess = spin["excess_ns"].as_f64().unwrap();
@@ -476,7 +623,11 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
             assert!((got - want).abs() <= 0.05 * want, "calibrated spin of {want} ns took {got} ns");
         }
         // consecutive kernels with nothing waiting between them are one launch
-        let (kernels, launches, ns) = (w["compute_ops"].as_f64().unwrap(), w["compute_launches"].as_f64().unwrap(), w["compute_recorded_ns"].as_f64().unwrap());
+        let (kernels, launches, ns) = (
+            w["compute_ops"].as_f64().unwrap(),
+            w["compute_launches"].as_f64().unwrap(),
+            w["compute_recorded_ns"].as_f64().unwrap(),
+        );
         assert!(launches >= 1.0 && launches < kernels, "the fixture's runs of short kernels merge: {w}");
         assert!(w["pass_device_ns"].as_f64().unwrap() >= ns - launches * excess, "{w}");
         let mut prev_end = 0;
@@ -520,14 +671,37 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     let two = d.path().join("two-streams.json");
     std::fs::write(&two, serde_json::to_vec(&t).unwrap()).unwrap();
     let out = d.path().join("wl");
-    ok(&mpirun(1, &["replay-trace", two.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "workload", "--out", out.to_str().unwrap()]));
-    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    ok(&mpirun(
+        1,
+        &[
+            "replay-trace",
+            two.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "--check",
+            "--pace",
+            "workload",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
     let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
-    let w: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.workload.json")).unwrap()).unwrap();
+    let w: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.workload.json")).unwrap()).unwrap();
     assert_eq!(w["streams"], serde_json::json!(["7", "20"]), "{w}");
-    assert_eq!(w["cross_stream_waits"], 2, "the later kernel and collective wait for the first collective; nothing waits for the long kernel");
+    assert_eq!(
+        w["cross_stream_waits"], 2,
+        "the later kernel and collective wait for the first collective; nothing waits for the long kernel"
+    );
     let start = |i: usize| recs[i]["device_start_ns"].as_u64().unwrap();
-    eprintln!("first collective starts {} ns after the gate, second {} ns; pass {} ns", start(0), start(1), w["pass_device_ns"]);
+    eprintln!(
+        "first collective starts {} ns after the gate, second {} ns; pass {} ns",
+        start(0),
+        start(1),
+        w["pass_device_ns"]
+    );
     assert!(start(0) < 100_000, "the first collective ran beside the 200 µs kernel: {}", start(0));
     assert!(start(1) >= 200_000, "the second collective followed the long kernel on its stream: {}", start(1));
     assert!(recs.iter().all(|r| r["checked"] == true));
@@ -578,7 +752,11 @@ fn cuda_fill_and_overlap_run_as_graphs_from_a_trace() {
         assert!(toks.iter().all(|t| t.end_ns > t.start_ns));
     }
     let s = join_json(&run);
-    eprintln!("graph fill token p50 {} us, overlap {} us", phase(&s, "fill")["token_median_us"], phase(&s, "overlap")["token_median_us"]);
+    eprintln!(
+        "graph fill token p50 {} us, overlap {} us",
+        phase(&s, "fill")["token_median_us"],
+        phase(&s, "overlap")["token_median_us"]
+    );
     // a trace phase that paces by host time is refused under --graph
     let o = mpirun(
         1,
@@ -638,8 +816,15 @@ fn cuda_trace_phases_run_every_kind_of_the_trace() {
     let pr = shard.header.phases.iter().find(|r| r.phase == Phase::Replay).unwrap();
     match pr.trace.as_ref() {
         Some(TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
-            assert_eq!((*collectives_per_pass, *left_out_per_pass), (33, 0), "32 all-reduces and the broadcast, nothing left out");
-            let b = kinds.iter().find(|k| serde_json::to_value(k.kind).unwrap() == "broadcast").expect("the broadcast is counted");
+            assert_eq!(
+                (*collectives_per_pass, *left_out_per_pass),
+                (33, 0),
+                "32 all-reduces and the broadcast, nothing left out"
+            );
+            let b = kinds
+                .iter()
+                .find(|k| serde_json::to_value(k.kind).unwrap() == "broadcast")
+                .expect("the broadcast is counted");
             assert_eq!((b.run_per_pass, b.left_out_per_pass), (1, 0));
         }
         other => panic!("the replay phase walked the imported trace: {other:?}"),
@@ -660,12 +845,29 @@ fn cuda_replay_runs_every_kind_of_the_table_checked() {
     let one: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture_trace(d.path(), 1)).unwrap()).unwrap();
     let (v, rows) = with_every_kind(&one, false, true);
     let left_out: Vec<&str> = KINDS.iter().filter(|r| !rows.contains(&r.name)).map(|r| r.name).collect();
-    eprintln!("NOT RUN here: {left_out:?} (point-to-point: needs two GPUs; gather, scatter and the scans: no NCCL operation, refused before launch)");
+    eprintln!(
+        "NOT RUN here: {left_out:?} (point-to-point: needs two GPUs; gather, scatter and the scans: no NCCL \
+        operation, refused before launch)"
+    );
     let t = d.path().join("every-kind.json");
     std::fs::write(&t, serde_json::to_vec(&v).unwrap()).unwrap();
     let out = d.path().join("replay");
-    ok(&mpirun(1, &["replay-trace", t.to_str().unwrap(), "--backend", "cuda", "--check", "--pace", "none", "--out", out.to_str().unwrap()]));
-    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    ok(&mpirun(
+        1,
+        &[
+            "replay-trace",
+            t.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "--check",
+            "--pace",
+            "none",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let f: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
     let recs = f["records"].as_array().unwrap();
     for row in KINDS.iter().filter(|r| rows.contains(&r.name)) {
         let ran: Vec<&serde_json::Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
@@ -714,7 +916,24 @@ fn cuda_every_kind_sweeps_back_to_back_with_device_intervals_and_graphs() {
     for kind in ["all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
         for graph in [false, true] {
             let out = d.path().join(format!("{kind}-{graph}"));
-            let mut args = vec!["--backend", "cuda", "--phases", "isolated", "--collective", kind, "-b", "1K", "-e", "64K", "-f", "8", "-n", "10", "-w", "2"];
+            let mut args = vec![
+                "--backend",
+                "cuda",
+                "--phases",
+                "isolated",
+                "--collective",
+                kind,
+                "-b",
+                "1K",
+                "-e",
+                "64K",
+                "-f",
+                "8",
+                "-n",
+                "10",
+                "-w",
+                "2",
+            ];
             args.extend(["--check", "1"]);
             if graph {
                 args.push("--graph");
@@ -724,20 +943,47 @@ fn cuda_every_kind_sweeps_back_to_back_with_device_intervals_and_graphs() {
             assert_eq!(shard.header.format_version, 10);
             let ev = &shard.body.collectives;
             assert_eq!(ev.len(), 3 * 12, "{kind}: 1K, 8K, 64K of 2 + 10 iterations");
-            assert!(ev.iter().all(|e| e.group != 0 && e.device_start_ns.is_some() && e.device_end_ns.is_some()), "{kind} graph={graph}");
+            assert!(
+                ev.iter().all(|e| e.group != 0 && e.device_start_ns.is_some() && e.device_end_ns.is_some()),
+                "{kind} graph={graph}"
+            );
             let timed: Vec<_> = ev.iter().filter(|e| !e.warmup).collect();
             for w in timed.windows(2).filter(|w| w[0].bytes == w[1].bytes) {
                 assert_eq!(w[0].device_end_ns, w[1].device_start_ns, "{kind} graph={graph}: back to back");
             }
             let checks = &shard.header.checks;
-            assert!(!checks.is_empty() && checks.len() <= 3 && checks.iter().all(|c| c.wrong_elements == 0), "{kind}: {checks:?}");
-            assert!(!shard.header.unmeasured.iter().any(|u| u.field.starts_with("isolated")), "{kind}: {:?}", shard.header.unmeasured);
+            assert!(
+                !checks.is_empty() && checks.len() <= 3 && checks.iter().all(|c| c.wrong_elements == 0),
+                "{kind}: {checks:?}"
+            );
+            assert!(
+                !shard.header.unmeasured.iter().any(|u| u.field.starts_with("isolated")),
+                "{kind}: {:?}",
+                shard.header.unmeasured
+            );
         }
     }
     let run = run_rank_with(
         n,
         &d.path().join("max"),
-        &["--backend", "cuda", "--phases", "isolated", "--collective", "all_reduce", "--op", "max", "-b", "1K", "-e", "1K", "-n", "5", "-w", "1"],
+        &[
+            "--backend",
+            "cuda",
+            "--phases",
+            "isolated",
+            "--collective",
+            "all_reduce",
+            "--op",
+            "max",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "5",
+            "-w",
+            "1",
+        ],
     );
     let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
     assert!(shard.body.collectives.iter().all(|e| e.device_start_ns.is_none()), "max runs on the executor");

@@ -36,7 +36,9 @@ tie_policy = "interval"
 "#
     );
     for (c, env) in configs {
-        text.push_str(&format!("[[configs]]\nname = \"{c}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\"{env} }}\n"));
+        text.push_str(&format!(
+            "[[configs]]\nname = \"{c}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\"{env} }}\n"
+        ));
     }
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, text).unwrap();
@@ -99,13 +101,15 @@ fn a_cell_from_another_host_or_hardware_is_refused_by_verify() {
     assert!(out.contains("INCOMPLETE: 2/4 cells verified"), "{out}");
     assert!(
         out.contains(&format!(
-            "r01-moved: refused[HARDWARE_CONTRACT]: hardware contract: host: rank 0 ran on \"node-b\", which is not among hardware.hosts [{here:?}]"
+            "r01-moved: refused[HARDWARE_CONTRACT]: hardware contract: host: rank 0 ran on \"node-b\", which is not \
+                among hardware.hosts [{here:?}]"
         )),
         "{out}"
     );
     assert!(
         out.contains(&format!(
-            "r01-other-cpu: refused[HARDWARE_CONTRACT]: hardware contract: cpu_model: expected {:?} (as 2 of 3 cells recorded, first ",
+            "r01-other-cpu: refused[HARDWARE_CONTRACT]: hardware contract: cpu_model: expected {:?} (as 2 of 3 cells \
+                recorded, first ",
             real_cpu()
         )) && out.contains("this cell recorded \"Imaginary CPU 9000\""),
         "{out}"
@@ -128,13 +132,19 @@ fn pinned_values_are_refused_and_the_default_can_be_relaxed() {
     let text = assert_refused(&o, "HARDWARE_CONTRACT");
     assert!(
         text.contains(&format!(
-            "hardware contract: device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host {} recorded {:?}",
+            "hardware contract: device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host {} recorded \
+                {:?}",
             identity::hostname(),
             real_cpu()
         )),
         "{text}"
     );
-    let sp = spec(t.path(), "relaxed", &[("ring", ""), ("other-cpu", ", COMMCANARY_TEST_CPU_MODEL = \"Imaginary CPU 9000\"")], "[hardware]\nsame = []\n");
+    let sp = spec(
+        t.path(),
+        "relaxed",
+        &[("ring", ""), ("other-cpu", ", COMMCANARY_TEST_CPU_MODEL = \"Imaginary CPU 9000\"")],
+        "[hardware]\nsame = []\n",
+    );
     let d = t.path().join("relaxed");
     run(&sp, &d, &[]);
     let out = ok(&cc(&["campaign", "verify", d.to_str().unwrap()]));
@@ -167,7 +177,8 @@ fn a_joined_campaign_is_held_to_one_kind_of_hardware() {
     let out = assert_refused(&o, "HARDWARE_CONTRACT");
     assert!(
         out.contains(&format!(
-            "r02-ring: refused[HARDWARE_CONTRACT]: hardware contract: cpu_model: expected {:?} (as 1 of 2 cells recorded, first r01-ring), this cell recorded \"Imaginary CPU 9000\"",
+            "r02-ring: refused[HARDWARE_CONTRACT]: hardware contract: cpu_model: expected {:?} (as 1 of 2 cells \
+                recorded, first r01-ring), this cell recorded \"Imaginary CPU 9000\"",
             real_cpu()
         )),
         "{out}"
@@ -176,6 +187,7 @@ fn a_joined_campaign_is_held_to_one_kind_of_hardware() {
     let relaxed = spec(t.path(), "j2", &[("ring", "")], "[hardware]\nsame = []\n");
     let r = t.path().join("r");
     ok(&cc(&["campaign", "plan", relaxed.to_str().unwrap(), "-o", r.to_str().unwrap()]));
-    let o = cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
+    let o =
+        cc(&["campaign", "join", a.to_str().unwrap(), r.to_str().unwrap(), "-o", t.path().join("x").to_str().unwrap()]);
     assert!(assert_refused(&o, "CAMPAIGN_MISMATCH").contains("hardware contract differs"));
 }

@@ -77,7 +77,10 @@ fn refusals() {
     join_fails(
         &r,
         "UNMATCHED_EVENT",
-        &format!("group 0 seq {} (blocking, {} bytes) is on ranks [0, 1, 3] but missing on ranks [2]", removed.seq, removed.bytes),
+        &format!(
+            "group 0 seq {} (blocking, {} bytes) is on ranks [0, 1, 3] but missing on ranks [2]",
+            removed.seq, removed.bytes
+        ),
     );
 
     // size mismatch between ranks
@@ -111,11 +114,14 @@ fn refusals() {
 #[test]
 fn inspect_prints_shards_and_records_and_refuses_garbage() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
-    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00001.shard").to_str().unwrap()]))).unwrap();
+    let run =
+        run_rank(2, d.path(), &["--phases", "blocking", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00001.shard").to_str().unwrap()]))).unwrap();
     assert_eq!(v["header"]["rank"], 1);
     assert!(v["body"]["collectives"].as_array().unwrap().len() >= 4);
-    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", run.join("run.json").to_str().unwrap()]))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cc(&["inspect", run.join("run.json").to_str().unwrap()]))).unwrap();
     assert_eq!(v["world_size"], 2);
     let g = d.path().join("garbage.bin");
     std::fs::write(&g, b"\x00\x01nope").unwrap();
@@ -134,7 +140,11 @@ fn a_format_5_run_still_joins() {
         let s = Shard::read(&run.join(format!("rank-0000{r}.shard"))).unwrap();
         assert_eq!(s.header.format_version, 5);
         assert_eq!(s.body.collectives.len(), 32);
-        assert!(s.body.collectives.iter().all(|e| e.kind == shard::CollectiveKind::AllReduce && e.root.is_none() && e.peer.is_none()));
+        assert!(s
+            .body
+            .collectives
+            .iter()
+            .all(|e| e.kind == shard::CollectiveKind::AllReduce && e.root.is_none() && e.peer.is_none()));
         match &s.header.phases[0].trace {
             Some(TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }) => {
                 assert_eq!((*collectives_per_pass, *left_out_per_pass, kinds.len()), (32, 5, 0));

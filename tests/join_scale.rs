@@ -24,7 +24,15 @@ fn in_memory(run: &Path) -> (String, String) {
 /// The command's outputs (`join --json --events-out`) with `threads` reading threads.
 fn streamed(run: &Path, events: &Path, threads: u32) -> (String, String) {
     let _ = std::fs::remove_file(events);
-    let out = ok(&cc(&["join", "--json", "--threads", &threads.to_string(), run.to_str().unwrap(), "--events-out", events.to_str().unwrap()]));
+    let out = ok(&cc(&[
+        "join",
+        "--json",
+        "--threads",
+        &threads.to_string(),
+        run.to_str().unwrap(),
+        "--events-out",
+        events.to_str().unwrap(),
+    ]));
     (out, std::fs::read_to_string(events).unwrap())
 }
 
@@ -88,7 +96,17 @@ fn generated_runs_join_and_are_refused_where_measurements_are_required() {
     let d = tempfile::tempdir().unwrap();
     for (name, version) in [("v8", "8"), ("v7", "7"), ("v6", "6")] {
         let run = d.path().join(name);
-        let o = ok(&cc(&["synth-shards", "--ranks", "5", "--collectives", "30", "--format-version", version, "-o", run.to_str().unwrap()]));
+        let o = ok(&cc(&[
+            "synth-shards",
+            "--ranks",
+            "5",
+            "--collectives",
+            "30",
+            "--format-version",
+            version,
+            "-o",
+            run.to_str().unwrap(),
+        ]));
         assert!(o.contains("5 SYNTHETIC shards"), "{o}");
         // the real writers: run.json lists every shard, each shard verifies
         let h = Shard::read(&run.join("rank-00003.shard")).unwrap().header;
@@ -106,7 +124,10 @@ fn generated_runs_join_and_are_refused_where_measurements_are_required() {
         assert!(s["clocks"].as_array().unwrap().iter().all(|c| c["calibrated"] == true), "generated clock models");
         // stages that take measurements refuse it
         let err = assert_refused(&cc(&["summarize", &format!("a={}", run.display())]), "SYNTHETIC");
-        assert!(err.contains("rank 0 shard is synthetic") && err.contains("summarize takes measured runs only"), "{err}");
+        assert!(
+            err.contains("rank 0 shard is synthetic") && err.contains("summarize takes measured runs only"),
+            "{err}"
+        );
         assert_eq!(digests(&run), before, "nothing modified");
     }
     // an existing, non-empty output is refused, nothing written into it

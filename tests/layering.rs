@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 
 /// Layers in dependency order.
-const LAYERS: &[&str] = &["core", "evidence", "backend", "rank", "analysis", "campaign", "report", "canary", "validate", "cli"];
+const LAYERS: &[&str] =
+    &["core", "evidence", "backend", "rank", "analysis", "campaign", "report", "canary", "validate", "cli"];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -87,7 +88,8 @@ fn crate_roots(code: &str) -> Vec<String> {
 
 /// A file's module path under `src/` (`backend/cuda/mod.rs` → `backend::cuda`).
 fn module_of(rel: &Path) -> Vec<String> {
-    let mut m: Vec<String> = rel.with_extension("").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let mut m: Vec<String> =
+        rel.with_extension("").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
     if m.last().is_some_and(|l| l == "mod") {
         m.pop();
     }
@@ -153,7 +155,8 @@ fn referenced_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
     for line in code.lines() {
         let t = line.trim_start();
         let decl = t.strip_prefix("pub(crate) ").or_else(|| t.strip_prefix("pub ")).unwrap_or(t);
-        let opened = decl.strip_prefix("mod ").and_then(|r| r.trim_end().strip_suffix('{')).map(|n| n.trim().to_string());
+        let opened =
+            decl.strip_prefix("mod ").and_then(|r| r.trim_end().strip_suffix('{')).map(|n| n.trim().to_string());
         if let Some(name) = opened {
             stack.push((name, depth));
         }
@@ -175,7 +178,8 @@ fn referenced_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
             i += 1;
             continue;
         }
-        let at_word_start = i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == '$' || chars[i - 1] == ':');
+        let at_word_start = i == 0
+            || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == '$' || chars[i - 1] == ':');
         let here = &line_module[line.min(line_module.len() - 1)];
         let rest: String = chars[i..(i + 7).min(chars.len())].iter().collect();
         let mut base: Option<(Vec<String>, usize)> = None;
@@ -255,7 +259,8 @@ fn folder_cycles(files: &[(Vec<String>, String)]) -> Vec<String> {
 #[test]
 fn lib_docs_declare_the_same_order() {
     let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
-    let line = lib.lines().find(|l| l.contains("Layers, in dependency order:")).expect("src/lib.rs declares the layer order");
+    let line =
+        lib.lines().find(|l| l.contains("Layers, in dependency order:")).expect("src/lib.rs declares the layer order");
     let declared: Vec<&str> = line.split(':').nth(1).unwrap().split('→').map(str::trim).collect();
     assert_eq!(declared, LAYERS, "src/lib.rs and tests/layering.rs must declare one order");
 }
@@ -274,12 +279,17 @@ fn no_file_imports_from_a_later_layer() {
             // lib.rs and main.rs: the crate root may name every layer
             continue;
         }
-        let mine = LAYERS.iter().position(|l| *l == first).unwrap_or_else(|| panic!("{}: folder {first} is not a declared layer", rel.display()));
+        let mine = LAYERS
+            .iter()
+            .position(|l| *l == first)
+            .unwrap_or_else(|| panic!("{}: folder {first} is not a declared layer", rel.display()));
         checked += 1;
         let code = non_test_code(&std::fs::read_to_string(f).unwrap());
         for root in crate_roots(&code) {
             match LAYERS.iter().position(|l| *l == root) {
-                Some(theirs) if theirs > mine => faults.push(format!("{} (layer {first}) imports crate::{root}", rel.display())),
+                Some(theirs) if theirs > mine => {
+                    faults.push(format!("{} (layer {first}) imports crate::{root}", rel.display()))
+                }
                 Some(_) => {}
                 // crate-root macros (`crate::refuse!`) are defined in core
                 None if root == "refuse" => {}
@@ -299,8 +309,11 @@ fn no_evidence_module_calls_mpi() {
     let mut files = Vec::new();
     rs_files(&dir, &mut files);
     assert!(files.len() > 10, "only {} evidence files read", files.len());
-    let faults: Vec<String> =
-        files.iter().filter(|f| mpi_crate_use(&non_test_code(&std::fs::read_to_string(f).unwrap()))).map(|f| f.display().to_string()).collect();
+    let faults: Vec<String> = files
+        .iter()
+        .filter(|f| mpi_crate_use(&non_test_code(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.display().to_string())
+        .collect();
     assert!(faults.is_empty(), "evidence modules that use the MPI crate:\n{}", faults.join("\n"));
 }
 
@@ -324,7 +337,10 @@ fn the_mpi_check_tells_the_crate_from_our_module() {
 
 #[test]
 fn the_checker_sees_imports_and_skips_tests() {
-    let code = non_test_code("use crate::core::units;\nfn f() { crate::{cli::run, rank::x}; }\n#[cfg(test)]\nmod tests {\n    use crate::cli;\n}\nmacro_rules! m { () => { $crate::core::x } }\n");
+    let code = non_test_code(
+        "use crate::core::units;\nfn f() { crate::{cli::run, rank::x}; }\n#[cfg(test)]\nmod tests \
+        {\n    use crate::cli;\n}\nmacro_rules! m { () => { $crate::core::x } }\n",
+    );
     assert_eq!(crate_roots(&code), ["core", "cli", "rank"]);
 }
 
@@ -345,7 +361,11 @@ fn no_folder_has_an_import_cycle() {
     let files = src_modules();
     assert!(files.len() > 30, "only {} files read", files.len());
     let cycles = folder_cycles(&files);
-    assert!(cycles.is_empty(), "import cycles inside a folder (move the shared item to one side, or to a module both import):\n{}", cycles.join("\n"));
+    assert!(
+        cycles.is_empty(),
+        "import cycles inside a folder (move the shared item to one side, or to a module both import):\n{}",
+        cycles.join("\n")
+    );
 }
 
 #[test]
@@ -355,11 +375,19 @@ fn the_cycle_check_sees_a_cycle_and_nothing_else() {
         f("campaign", "pub mod chain;\npub mod spec;\npub struct Policy;\n"),
         // spec ↔ chain, one side through a nested use group, the other through super::
         // spec ↔ chain, one side through a nested use group, the other through super::
-        f("campaign::chain", "use crate::campaign::{Policy, spec::{CampaignSpec, ConfigSpec}};\nuse super::other::Thing;\n"),
+        f(
+            "campaign::chain",
+            "use crate::campaign::{Policy, spec::{CampaignSpec, ConfigSpec}};\nuse \
+            super::other::Thing;\n",
+        ),
         f("campaign::spec", "fn argv() { super::chain::rank_arguments(); }\n"),
         // parent items, an inline module's super:: (other::chain, not campaign::chain) and a
         // test module are no edges; read wrongly, either would close other ↔ chain
-        f("campaign::other", "use super::Policy;\npub mod json {\n    use super::chain::Z;\n}\n#[cfg(test)]\nmod tests {\n    use crate::campaign::chain::x;\n}\npub struct Thing;\n"),
+        f(
+            "campaign::other",
+            "use super::Policy;\npub mod json {\n    use super::chain::Z;\n}\n#[cfg(test)]\nmod tests \
+            {\n    use crate::campaign::chain::x;\n}\npub struct Thing;\n",
+        ),
         // a three-module cycle in a deeper folder
         f("backend::cuda::a", "use crate::backend::cuda::b::X;\n"),
         f("backend::cuda::b", "use super::c::{self, Y};\n"),
@@ -369,7 +397,8 @@ fn the_cycle_check_sees_a_cycle_and_nothing_else() {
     cycles.sort();
     assert_eq!(cycles, ["backend::cuda: a → b → c → a", "campaign: chain → spec → chain"]);
     // and without the back edge, none
-    let acyclic: Vec<_> = tree.iter().filter(|(m, _)| m.last().unwrap() != "spec" && m.last().unwrap() != "c").cloned().collect();
+    let acyclic: Vec<_> =
+        tree.iter().filter(|(m, _)| m.last().unwrap() != "spec" && m.last().unwrap() != "c").cloned().collect();
     assert!(folder_cycles(&acyclic).is_empty());
 }
 
@@ -386,7 +415,11 @@ fn no_source_cites_a_document_outside_the_repository() {
         let text = std::fs::read_to_string(&f).unwrap();
         // the needles are built so that this file does not contain them
         for needle in [concat!("SPEC", ".md"), concat!("SPEC ", "§"), concat!("the ", "SPEC")] {
-            assert!(!text.contains(needle), "{} cites {needle:?}: cite docs/ARCHITECTURE.md or the original source", f.display());
+            assert!(
+                !text.contains(needle),
+                "{} cites {needle:?}: cite docs/ARCHITECTURE.md or the original source",
+                f.display()
+            );
         }
     }
 }

@@ -8,7 +8,11 @@ use common::*;
 #[test]
 fn four_ranks_run_the_default_model_shape_in_bf16() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "isolated,blocking,async,fill", "--tokens", "4", "--iters", "3", "--check", "4"]);
+    let run = run_rank(
+        4,
+        d.path(),
+        &["--phases", "isolated,blocking,async,fill", "--tokens", "4", "--iters", "3", "--check", "4"],
+    );
     let s = join_json(&run);
     // tiny: 4 layers, two all-reduces per layer
     assert_eq!(phase(&s, "blocking")["collectives_per_rank"], 4 * 4 * 2);
@@ -38,7 +42,12 @@ fn four_ranks_run_the_default_model_shape_in_bf16() {
         // each layer's two all-reduces carry its index; each follows two GEMMs
         let layers: Vec<u32> = blocking.iter().filter(|e| e.token == Some(3)).map(|e| e.layer.unwrap()).collect();
         assert_eq!(layers, vec![0, 0, 1, 1, 2, 2, 3, 3]);
-        assert!(shard.body.compute.iter().filter(|c| c.phase == Phase::Blocking).all(|c| c.kind == ComputeKind::Gemm && c.units == 2));
+        assert!(shard
+            .body
+            .compute
+            .iter()
+            .filter(|c| c.phase == Phase::Blocking)
+            .all(|c| c.kind == ComputeKind::Gemm && c.units == 2));
         assert!(shard.header.unmeasured.iter().any(|u| u.field == "dtype" && u.reason.contains("MPI_UINT16_T")));
         assert!(shard.header.device.facts.iter().any(|(k, v)| k == "collective" && v.contains("bf16 emulated")));
     }
@@ -50,7 +59,22 @@ fn prefill_batch_and_custom_dims_set_the_sizes() {
     let run = run_rank(
         2,
         d.path(),
-        &["--phases", "blocking", "--tokens", "2", "--model-dims", "256,512,2,64", "--batch", "2", "--prefill-tokens", "8", "--dtype", "f32", "--check", "2"],
+        &[
+            "--phases",
+            "blocking",
+            "--tokens",
+            "2",
+            "--model-dims",
+            "256,512,2,64",
+            "--batch",
+            "2",
+            "--prefill-tokens",
+            "8",
+            "--dtype",
+            "f32",
+            "--check",
+            "2",
+        ],
     );
     let shard = Shard::read(&run.join("rank-00001.shard")).unwrap();
     let m = shard.header.workload.model.as_ref().unwrap();

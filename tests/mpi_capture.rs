@@ -52,20 +52,35 @@ fn tools() -> Result<&'static Tools, String> {
         let lib = Path::new(&bin()).with_file_name("libcommcanary_capture.so");
         if !lib.is_file() {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            eprintln!("building the capture library ({} is missing): {cargo} build -p commcanary-capture", lib.display());
-            run_ok(Command::new(&cargo).args(["build", "-p", "commcanary-capture"]).current_dir(env!("CARGO_MANIFEST_DIR")))?;
+            eprintln!(
+                "building the capture library ({} is missing): {cargo} build -p commcanary-capture",
+                lib.display()
+            );
+            run_ok(
+                Command::new(&cargo)
+                    .args(["build", "-p", "commcanary-capture"])
+                    .current_dir(env!("CARGO_MANIFEST_DIR")),
+            )?;
         }
         assert!(lib.is_file(), "{} after cargo build -p commcanary-capture", lib.display());
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let counter = dir.path().join("counter.so");
-        run_ok(Command::new("mpicc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&counter).arg(data("counter.c")).arg("-ldl"))
-            .map_err(|e| format!("mpicc cannot build the counter: {e}"))?;
+        run_ok(
+            Command::new("mpicc")
+                .args(["-shared", "-fPIC", "-O1", "-o"])
+                .arg(&counter)
+                .arg(data("counter.c"))
+                .arg("-ldl"),
+        )
+        .map_err(|e| format!("mpicc cannot build the counter: {e}"))?;
         let app = dir.path().join("app");
-        run_ok(Command::new("mpicc").args(["-O1", "-o"]).arg(&app).arg(data("app.c"))).map_err(|e| format!("mpicc: {e}"))?;
+        run_ok(Command::new("mpicc").args(["-O1", "-o"]).arg(&app).arg(data("app.c")))
+            .map_err(|e| format!("mpicc: {e}"))?;
         let app_f = dir.path().join("app_f");
         let app_f = run_ok(Command::new("mpifort").args(["-O1", "-o"]).arg(&app_f).arg(data("app.f90"))).map(|_| app_f);
         let more_f = dir.path().join("more_f");
-        let more_f = run_ok(Command::new("mpifort").args(["-O1", "-o"]).arg(&more_f).arg(data("more.f90"))).map(|_| more_f);
+        let more_f =
+            run_ok(Command::new("mpifort").args(["-O1", "-o"]).arg(&more_f).arg(data("more.f90"))).map(|_| more_f);
         Ok(Tools { counter, app, app_f, more_f, _dir: dir })
     })
     .as_ref()
@@ -101,7 +116,8 @@ fn counted(cwd: &Path, n: u32) -> Vec<BTreeMap<String, u64>> {
     (0..n)
         .map(|r| {
             let p = cwd.join("counts").join(format!("rank-{r}.txt"));
-            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e} (the counter writes it at MPI_Finalize)", p.display()));
+            let text = std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| panic!("{}: {e} (the counter writes it at MPI_Finalize)", p.display()));
             text.lines()
                 .map(|l| {
                     let (k, v) = l.split_once(' ').unwrap();
@@ -117,7 +133,8 @@ fn imported(cap: &Path, trace: &Path, extra: &[&str]) -> (serde_json::Value, Vec
     let mut args = vec!["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--json"];
     args.extend_from_slice(extra);
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&args))).unwrap();
-    let calls = v["ranks"].as_array().unwrap().iter().map(|r| serde_json::from_value(r["calls"].clone()).unwrap()).collect();
+    let calls =
+        v["ranks"].as_array().unwrap().iter().map(|r| serde_json::from_value(r["calls"].clone()).unwrap()).collect();
     (v, calls)
 }
 
@@ -140,7 +157,12 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
     assert_eq!(t.format_version, 3);
     // every rank's clock fitted against rank 0's from the two windows: times on one timebase
     let m = t.mpi.as_ref().unwrap();
-    assert!(t.clock.aligned_across_ranks && m.clock_models.iter().all(Option::is_some), "{:?} {:?}", t.clock, m.clock_unaligned);
+    assert!(
+        t.clock.aligned_across_ranks && m.clock_models.iter().all(Option::is_some),
+        "{:?} {:?}",
+        t.clock,
+        m.clock_unaligned
+    );
     for (r, rt) in t.ranks.iter().enumerate() {
         let left: u64 = v["ranks"][r]["left_out"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
         let all: u64 = calls[r].values().sum();
@@ -148,31 +170,63 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         // every collective is in the trace: what is left out is point-to-point (in mpi.p2p), probes, completions,
         // communicators
         for k in m.left_out[r].keys() {
-            let kept_elsewhere = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend", "Recv", "Irecv", "Sendrecv", "Sendrecv_replace"];
-            let bookkeeping = k.starts_with("Wait") || k.starts_with("Test") || k.starts_with("Comm_") || k.ends_with("probe") || k == "Probe";
-            assert!(kept_elsewhere.contains(&k.as_str()) || bookkeeping, "rank {r}: {k} left out: {:?}", m.left_out_reasons.get(k));
+            let kept_elsewhere = [
+                "Send",
+                "Ssend",
+                "Bsend",
+                "Rsend",
+                "Isend",
+                "Issend",
+                "Ibsend",
+                "Irsend",
+                "Recv",
+                "Irecv",
+                "Sendrecv",
+                "Sendrecv_replace",
+            ];
+            let bookkeeping = k.starts_with("Wait")
+                || k.starts_with("Test")
+                || k.starts_with("Comm_")
+                || k.ends_with("probe")
+                || k == "Probe";
+            assert!(
+                kept_elsewhere.contains(&k.as_str()) || bookkeeping,
+                "rank {r}: {k} left out: {:?}",
+                m.left_out_reasons.get(k)
+            );
         }
     }
     // every point-to-point operation is in mpi.p2p, a nonblocking one with the call that completed it
     for (r, ops) in m.p2p.iter().enumerate() {
         let c = |k: &str| calls[r].get(k).copied().unwrap_or(0);
-        let sends = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend"].iter().map(|k| c(k)).sum::<u64>();
+        let sends = ["Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Ibsend", "Irsend"]
+            .iter()
+            .map(|k| c(k))
+            .sum::<u64>();
         let recvs = c("Recv") + c("Irecv");
         let pairs = c("Sendrecv") + c("Sendrecv_replace");
         assert_eq!(ops.len() as u64, sends + recvs + 2 * pairs, "rank {r}: p2p entries");
         for o in ops.iter().filter(|o| o.request.is_some()) {
-            assert!(o.completed_by_call.is_some_and(|k| k > o.call) && o.complete_ns.is_some_and(|t| t >= o.post_ns), "rank {r}: {o:?}");
+            assert!(
+                o.completed_by_call.is_some_and(|k| k > o.call) && o.complete_ns.is_some_and(|t| t >= o.post_ns),
+                "rank {r}: {o:?}"
+            );
         }
         assert_eq!(m.collective_calls[r].len(), t.ranks[r].collectives.len());
     }
     // and it replays on MPI, every result checked: the collectives, and every
     // point-to-point operation in recorded call order, each receive against the send MPI matched it with
     let replay = d.path().join("replay");
-    let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", replay.to_str().unwrap()]);
+    let o = mpirun(
+        n,
+        &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", replay.to_str().unwrap()],
+    );
     ok(&o);
     assert!(replay.join("replay-trace.json").is_file());
     for (r, ops) in m.p2p.iter().enumerate() {
-        let f: serde_json::Value = serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+        let f: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap())
+                .unwrap();
         if ops.is_empty() {
             assert!(f.get("p2p").is_none(), "rank {r}: {f}");
             continue;
@@ -180,7 +234,11 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         let p = &f["p2p"];
         let recvs = ops.iter().filter(|o| o.direction == "recv").count() as u64;
         assert_eq!(p["operations"].as_u64(), Some(ops.len() as u64), "rank {r}: {p}");
-        assert_eq!(p["nonblocking"].as_u64(), Some(ops.iter().filter(|o| o.request.is_some()).count() as u64), "rank {r}: {p}");
+        assert_eq!(
+            p["nonblocking"].as_u64(),
+            Some(ops.iter().filter(|o| o.request.is_some()).count() as u64),
+            "rank {r}: {p}"
+        );
         assert_eq!(
             p["receives_checked"].as_u64().unwrap() + p["receives_unmatched"].as_u64().unwrap(),
             recvs,
@@ -189,22 +247,46 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
     }
     // nonblocking collectives were replayed nonblocking, each waited for at its recorded completing call
     for (r, flags) in m.collective_nonblocking.iter().enumerate() {
-        let f: serde_json::Value = serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+        let f: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(replay.join(format!("replay-trace.rank-{r}.json"))).unwrap())
+                .unwrap();
         let posted = flags.iter().filter(|&&b| b).count() as u64;
         let want: u64 = calls[r]
             .iter()
-            .filter(|(k, _)| k.starts_with('I') && !["Isend", "Issend", "Ibsend", "Irsend", "Irecv", "Iprobe"].contains(&k.as_str()))
+            .filter(|(k, _)| {
+                k.starts_with('I') && !["Isend", "Issend", "Ibsend", "Irsend", "Irecv", "Iprobe"].contains(&k.as_str())
+            })
             .map(|(_, n)| n)
             .sum();
         assert_eq!(posted, want, "rank {r}: every I-collective is marked nonblocking");
-        assert_eq!(f.get("nonblocking").map(|b| b["posted"].as_u64()), if posted > 0 { Some(Some(posted)) } else { None }, "rank {r}: {f}");
+        assert_eq!(
+            f.get("nonblocking").map(|b| b["posted"].as_u64()),
+            if posted > 0 { Some(Some(posted)) } else { None },
+            "rank {r}: {f}"
+        );
     }
     if m.p2p.iter().any(|ops| !ops.is_empty()) {
         // the negative control: rank 1's received bytes spoiled, the check must say which receive
         let bad = d.path().join("replay-bad");
-        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--corrupt-rank", "1", "--backend", "cpu", "-o", bad.to_str().unwrap()]);
+        let o = mpirun(
+            n,
+            &[
+                "replay-trace",
+                trace.to_str().unwrap(),
+                "--check",
+                "--corrupt-rank",
+                "1",
+                "--backend",
+                "cpu",
+                "-o",
+                bad.to_str().unwrap(),
+            ],
+        );
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains("rank 1, point-to-point receive") && err.contains("its matching send"), "{err}");
+        assert!(
+            !o.status.success() && err.contains("rank 1, point-to-point receive") && err.contains("its matching send"),
+            "{err}"
+        );
     }
     calls
 }
@@ -216,7 +298,11 @@ fn c_program_every_rank_has_exactly_the_counted_calls_on_2_and_4_ranks() {
     for n in [2, 4] {
         let calls = counts_agree(t, n, &[app, "20"]);
         // and the program's own arithmetic: 20 iterations of 2 Irecv, 3 Wait and 2 Waitall
-        assert_eq!((calls[0]["Irecv"], calls[0]["Wait"], calls[0]["Waitall"], calls[0]["Comm_free"]), (40, 60, 40, 2), "{calls:?}");
+        assert_eq!(
+            (calls[0]["Irecv"], calls[0]["Wait"], calls[0]["Waitall"], calls[0]["Comm_free"]),
+            (40, 60, 40, 2),
+            "{calls:?}"
+        );
     }
 }
 
@@ -226,7 +312,9 @@ fn fortran_twin_is_captured_with_the_c_programs_counts() {
     let app_f = match &t.app_f {
         Ok(p) => p.to_str().unwrap(),
         Err(why) => {
-            eprintln!("SKIPPED: mpifort cannot build the Fortran twin (install gfortran: bash scripts/setup.sh): {why}");
+            eprintln!(
+                "SKIPPED: mpifort cannot build the Fortran twin (install gfortran: bash scripts/setup.sh): {why}"
+            );
             return;
         }
     };
@@ -246,7 +334,11 @@ fn fortran_nonblocking_collectives_v_variants_and_waitsome_match_the_counter() {
         }
     };
     let calls = counts_agree(t, 2, &[more]);
-    assert_eq!((calls[0]["Ibcast"], calls[0]["Gatherv"], calls[0]["Waitsome"], calls[0]["Comm_split_type"]), (5, 5, 5, 1), "{calls:?}");
+    assert_eq!(
+        (calls[0]["Ibcast"], calls[0]["Gatherv"], calls[0]["Waitsome"], calls[0]["Comm_split_type"]),
+        (5, 5, 5, 1),
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -260,7 +352,10 @@ fn lammps_melt_every_rank_has_exactly_the_counted_calls() {
     for n in [2, 4] {
         let calls = counts_agree(t, n, &["lmp", "-in", melt.to_str().unwrap(), "-log", "none", "-screen", "none"]);
         // melt exchanges halos point-to-point and reduces thermo output: both are there
-        assert!(calls.iter().all(|c| c.get("Allreduce").is_some_and(|&k| k > 0) && c.get("Irecv").is_some_and(|&k| k > 0)), "{calls:?}");
+        assert!(
+            calls.iter().all(|c| c.get("Allreduce").is_some_and(|&k| k > 0) && c.get("Irecv").is_some_and(|&k| k > 0)),
+            "{calls:?}"
+        );
     }
 }
 
@@ -271,14 +366,30 @@ fn a_program_that_never_initializes_mpi_is_refused_not_mpi() {
     // the contrast: an MPI program behind a wrapper script (a child of the shell, not the capture's own child) is
     // captured
     let wrapped = d.path().join("wrapped");
-    let o = mpirun(2, &["capture", "-o", wrapped.to_str().unwrap(), "--", "sh", "-c", "\"$0\" \"$@\"; exit $?", t.app.to_str().unwrap(), "3"]);
+    let o = mpirun(
+        2,
+        &[
+            "capture",
+            "-o",
+            wrapped.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "\"$0\" \"$@\"; exit $?",
+            t.app.to_str().unwrap(),
+            "3",
+        ],
+    );
     ok(&o);
     assert!(wrapped.join("rank-00001.mpicap").is_file());
     let cap = d.path().join("cap");
     let o = mpirun(1, &["capture", "-o", cap.to_str().unwrap(), "--", "true"]);
     assert!(!o.status.success(), "capture of a non-MPI program must fail");
     assert!(String::from_utf8_lossy(&o.stderr).contains("refused[NOT_MPI]"), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_refused(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", d.path().join("t.json").to_str().unwrap()]), "NOT_MPI");
+    assert_refused(
+        &cc(&["import", "mpi", cap.to_str().unwrap(), "-o", d.path().join("t.json").to_str().unwrap()]),
+        "NOT_MPI",
+    );
     assert!(!d.path().join("t.json").exists());
 }
 
@@ -395,8 +506,16 @@ fn lammps_trace(d: &Path, n: u32, steps: &str) -> PathBuf {
     ok(&o);
     let trace = d.join("trace.json");
     // the phases run what a shard holds: the trace keeps that, the rest (LAMMPS's scans) left out and counted
-    let v: serde_json::Value =
-        serde_json::from_str(&ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", trace.to_str().unwrap(), "--for-phases", "--json"]))).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&[
+        "import",
+        "mpi",
+        cap.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--for-phases",
+        "--json",
+    ])))
+    .unwrap();
     let reasons = v["left_out_reasons"].to_string();
     assert!(v["ranks"][0]["left_out"].get("Scan").is_none() || reasons.contains("--for-phases"), "{v}");
     trace
@@ -411,17 +530,28 @@ fn lammps_f64_i32_i64_collectives_run_in_the_phases_in_their_own_dtypes() {
     let trace = lammps_trace(d.path(), 2, "100");
     let t = CommTrace::read(&trace).unwrap();
     use commcanary::evidence::shard::{CollectiveKind, TraceDtype};
-    let recorded: std::collections::BTreeSet<(CollectiveKind, TraceDtype)> = t.ranks[0].collectives.iter().map(|c| (c.kind, c.dtype)).collect();
-    for want in [(CollectiveKind::AllReduce, TraceDtype::F64), (CollectiveKind::AllReduce, TraceDtype::I32), (CollectiveKind::Broadcast, TraceDtype::I8)] {
+    let recorded: std::collections::BTreeSet<(CollectiveKind, TraceDtype)> =
+        t.ranks[0].collectives.iter().map(|c| (c.kind, c.dtype)).collect();
+    for want in [
+        (CollectiveKind::AllReduce, TraceDtype::F64),
+        (CollectiveKind::AllReduce, TraceDtype::I32),
+        (CollectiveKind::Broadcast, TraceDtype::I8),
+    ] {
         assert!(recorded.contains(&want), "LAMMPS records {want:?}: {recorded:?}");
     }
     // the replay phase walks every recorded collective in its recorded dtype, each checked
-    let run = run_rank(2, &d.path().join("runs"), &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1", "--check", "1000000"]);
+    let run = run_rank(
+        2,
+        &d.path().join("runs"),
+        &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1", "--check", "1000000"],
+    );
     for r in 0..2u32 {
         let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
         assert_eq!(s.header.format_version, shard::SHARD_FORMAT_VERSION);
-        let ran: Vec<(CollectiveKind, TraceDtype, u64)> = s.body.collectives.iter().filter(|e| !e.warmup).map(|e| (e.kind, e.dtype, e.bytes)).collect();
-        let want: Vec<(CollectiveKind, TraceDtype, u64)> = t.ranks[r as usize].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
+        let ran: Vec<(CollectiveKind, TraceDtype, u64)> =
+            s.body.collectives.iter().filter(|e| !e.warmup).map(|e| (e.kind, e.dtype, e.bytes)).collect();
+        let want: Vec<(CollectiveKind, TraceDtype, u64)> =
+            t.ranks[r as usize].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
         assert_eq!(ran, want, "rank {r}: the phase ran the trace's collectives as recorded");
         assert!(
             s.body.collectives.iter().filter(|e| !e.warmup && e.kind == CollectiveKind::AllReduce).all(|e| e.checked),
@@ -445,9 +575,14 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     // the spec beside the input its [truth] freezes
     let spec = d.path().join("spec.toml");
     std::fs::copy(data("lammps-canary-truth.toml"), &spec).unwrap();
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lammps/in.lj-melt"), d.path().join("in.lj-melt")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lammps/in.lj-melt"),
+        d.path().join("in.lj-melt"),
+    )
+    .unwrap();
     let out = d.path().join("verify");
-    let (t_s, a_s, c_s, o_s) = (trace.to_str().unwrap(), art.to_str().unwrap(), spec.to_str().unwrap(), out.to_str().unwrap());
+    let (t_s, a_s, c_s, o_s) =
+        (trace.to_str().unwrap(), art.to_str().unwrap(), spec.to_str().unwrap(), out.to_str().unwrap());
     let o = {
         let _one_at_a_time = mpirun_lock();
         cc_root(&["canary", "verify", t_s, a_s, "--configs", c_s, "--passes", "1", "-o", o_s])
@@ -465,8 +600,13 @@ fn lammps_canary_and_full_capture_picks_are_judged_by_regret_on_lammps() {
     assert!(t["source"]["regret"].is_object(), "{t}");
     assert!(text.contains("truth.regret: pick "), "the regret is printed: {text}");
     let cands = v["candidates"].as_array().expect("every candidate's verdict");
-    let judged: Vec<&serde_json::Value> = cands.iter().filter_map(|c| c.get("truth").filter(|t| !t.is_null())).collect();
-    assert!(!judged.is_empty() && judged.iter().all(|j| configs.contains(&j["pick"].as_str().unwrap()) && j["regret"].is_object()), "{v}");
+    let judged: Vec<&serde_json::Value> =
+        cands.iter().filter_map(|c| c.get("truth").filter(|t| !t.is_null())).collect();
+    assert!(
+        !judged.is_empty()
+            && judged.iter().all(|j| configs.contains(&j["pick"].as_str().unwrap()) && j["regret"].is_object()),
+        "{v}"
+    );
     // LAMMPS with 2 KiB TCP buffers is the known bad: the truth decides it, so the decision cost is printed (rounds and
     // replay seconds) or said unreached
     assert!(t["decided_pairs"].as_u64().is_some(), "{t}");
@@ -526,36 +666,77 @@ fn new_kinds_alone_replay_checked_and_a_corrupted_rank_fails_them() {
         let trace = d.path().join("new.json");
         std::fs::write(&trace, serde_json::to_vec(&v).unwrap()).unwrap();
         let out = d.path().join("replay");
-        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", out.to_str().unwrap()]);
+        let o = mpirun(
+            n,
+            &["replay-trace", trace.to_str().unwrap(), "--check", "--backend", "cpu", "-o", out.to_str().unwrap()],
+        );
         let text = ok(&o);
         assert!(text.contains("collectives replayed nonblocking"), "{text}");
         for r in 0..n {
-            let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+            let f: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap())
+                    .unwrap();
             let records = f["records"].as_array().unwrap();
             assert!(records.iter().any(|x| x["checked"] == true), "rank {r}: nothing checked");
             // the recorded reductions ran: MPI_MAX on the exscans, MPI_MIN on the int all-reduce
             assert!(records.iter().any(|x| x["op"] == "max" && x["op_source"] == "trace"), "rank {r}");
             assert!(records.iter().any(|x| x["op"] == "min" && x["op_source"] == "trace"), "rank {r}");
-            assert_eq!(f["nonblocking"]["posted"].as_u64(), Some(3 * 3), "rank {r}: Iallgatherv, Iexscan, Igatherv per iteration");
+            assert_eq!(
+                f["nonblocking"]["posted"].as_u64(),
+                Some(3 * 3),
+                "rank {r}: Iallgatherv, Iexscan, Igatherv per iteration"
+            );
         }
         let bad = d.path().join("replay-bad");
-        let o = mpirun(n, &["replay-trace", trace.to_str().unwrap(), "--check", "--corrupt-rank", "1", "--backend", "cpu", "-o", bad.to_str().unwrap()]);
+        let o = mpirun(
+            n,
+            &[
+                "replay-trace",
+                trace.to_str().unwrap(),
+                "--check",
+                "--corrupt-rank",
+                "1",
+                "--backend",
+                "cpu",
+                "-o",
+                bad.to_str().unwrap(),
+            ],
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("rank 1, collective") && err.contains("--check:"), "{err}");
         // NCCL has no gather, scatter or scans: the cuda executor refuses them first thing (no GPU needed to see it)
         use commcanary::evidence::commtrace::{exec, CommTrace};
-        let e = exec::refuse_unsupported(&CommTrace::read(&trace).unwrap(), "cuda", &exec::nccl_cannot_run).unwrap_err();
+        let e =
+            exec::refuse_unsupported(&CommTrace::read(&trace).unwrap(), "cuda", &exec::nccl_cannot_run).unwrap_err();
         assert_eq!(refusal::code_of(&e), Some(Code::UnsupportedOperation));
         assert!(format!("{e:#}").contains("no NCCL operation") && format!("{e:#}").contains("cuda backend"), "{e:#}");
         // while the full trace's sums, broadcasts and all-to-alls of equal blocks pass that check except its new kinds
         let full_trace = CommTrace::read(&full).unwrap();
-        let refused: Vec<_> = full_trace.ranks[0].collectives.iter().filter(|c| exec::nccl_cannot_run(c).is_some()).map(|c| c.kind).collect();
+        let refused: Vec<_> = full_trace.ranks[0]
+            .collectives
+            .iter()
+            .filter(|c| exec::nccl_cannot_run(c).is_some())
+            .map(|c| c.kind)
+            .collect();
         assert!(!refused.is_empty() && refused.len() < full_trace.ranks[0].collectives.len(), "{refused:?}");
         // the phases run the kinds a shard records, with sums: refused before launch
         let runs = d.path().join("runs");
         let o = mpirun(
             n,
-            &["rank", "-q", "--out", runs.to_str().unwrap(), "--backend", "cpu", "--trace", trace.to_str().unwrap(), "--phases", "replay", "--tokens", "1"],
+            &[
+                "rank",
+                "-q",
+                "--out",
+                runs.to_str().unwrap(),
+                "--backend",
+                "cpu",
+                "--trace",
+                trace.to_str().unwrap(),
+                "--phases",
+                "replay",
+                "--tokens",
+                "1",
+            ],
         );
         let err = assert_refused(&o, "UNSUPPORTED_OPERATION");
         assert!(err.contains("the phases") && err.contains("--trace"), "{err}");

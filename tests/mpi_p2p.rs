@@ -27,7 +27,12 @@ fn c_program_trace(d: &Path) -> Result<PathBuf, String> {
         return Err("the capture library is not built next to the binary (cargo build builds it)".into());
     }
     let app = d.join("app");
-    let o = Command::new("mpicc").args(["-O1", "-o"]).arg(&app).arg(data("app.c")).output().map_err(|e| format!("mpicc: {e}"))?;
+    let o = Command::new("mpicc")
+        .args(["-O1", "-o"])
+        .arg(&app)
+        .arg(data("app.c"))
+        .output()
+        .map_err(|e| format!("mpicc: {e}"))?;
     if !o.status.success() {
         return Err(format!("mpicc cannot build app.c: {}", String::from_utf8_lossy(&o.stderr)));
     }
@@ -47,7 +52,8 @@ fn lammps_trace(d: &Path) -> Option<PathBuf> {
     }
     let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lammps/in.lj-melt");
     let cap = d.join("cap");
-    let args = ["-in", input.to_str().unwrap(), "-log", "none", "-screen", "none", "-var", "n", "6", "-var", "steps", "100"];
+    let args =
+        ["-in", input.to_str().unwrap(), "-log", "none", "-screen", "none", "-var", "n", "6", "-var", "steps", "100"];
     let mut a = vec!["capture", "-o", cap.to_str().unwrap(), "--", "lmp"];
     a.extend_from_slice(&args);
     ok(&mpirun(2, &a));
@@ -67,7 +73,18 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
     let run = run_rank(
         2,
         &d.join("runs"),
-        &["--trace", trace.to_str().unwrap(), "--phases", "replay", "--warmup-tokens", "1", "--tokens", "2", "--check", "1000000"],
+        &[
+            "--trace",
+            trace.to_str().unwrap(),
+            "--phases",
+            "replay",
+            "--warmup-tokens",
+            "1",
+            "--tokens",
+            "2",
+            "--check",
+            "1000000",
+        ],
     );
     for (r, plan) in plans.iter().enumerate() {
         let s = Shard::read(&run.join(format!("rank-{r:05}.shard"))).unwrap();
@@ -75,16 +92,31 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
         assert!(s.header.format_version >= 9, "point-to-point records came with format 9");
         let ph = &s.header.phases[0];
         let (ops, calls) = (m.p2p[r].len() as u32, plan.steps.len() as u32);
-        let Some(TraceOrigin::Imported { p2p: Some(count), .. }) = &ph.trace else { panic!("rank {r}: {:?}", ph.trace) };
-        assert_eq!((count.operations_per_pass, count.left_out_per_pass, count.calls_per_pass), (ops, 0, calls), "rank {r}");
+        let Some(TraceOrigin::Imported { p2p: Some(count), .. }) = &ph.trace else {
+            panic!("rank {r}: {:?}", ph.trace)
+        };
+        assert_eq!(
+            (count.operations_per_pass, count.left_out_per_pass, count.calls_per_pass),
+            (ops, 0, calls),
+            "rank {r}"
+        );
         let sent: u64 = plan.ops.iter().filter(|o| o.send).map(|o| o.bytes).sum();
         assert_eq!(count.bytes_sent_per_pass, sent, "rank {r}");
         // every pass, warm-up included, ran the whole program
-        assert_eq!(ph.p2p.iter().map(|p| (p.token, p.warmup)).collect::<Vec<_>>(), vec![(0, true), (1, false), (2, false)], "rank {r}");
+        assert_eq!(
+            ph.p2p.iter().map(|p| (p.token, p.warmup)).collect::<Vec<_>>(),
+            vec![(0, true), (1, false), (2, false)],
+            "rank {r}"
+        );
         let matched = plan.ops.iter().filter(|o| o.matched.is_some()).count() as u64;
         assert!(matched > 0, "rank {r}: the program's receives match known sends");
         for p in &ph.p2p {
-            assert_eq!((p.operations, p.calls), (ops, calls), "rank {r}, pass {}: as many operations and calls as the trace's program", p.token);
+            assert_eq!(
+                (p.operations, p.calls),
+                (ops, calls),
+                "rank {r}, pass {}: as many operations and calls as the trace's program",
+                p.token
+            );
             assert!(p.host_ns > 0, "rank {r}, pass {}: the calls' time is measured", p.token);
             assert!(p.target_gap_ns.is_some() && p.actual_gap_ns.is_some(), "rank {r}: replay paces the calls");
             // the timed passes' receives were checked against the sends they matched
@@ -100,7 +132,13 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
             );
         }
         // the collectives run as recorded, each pass
-        let ran: Vec<_> = s.body.collectives.iter().filter(|e| !e.warmup && e.token == Some(1)).map(|e| (e.kind, e.dtype, e.bytes)).collect();
+        let ran: Vec<_> = s
+            .body
+            .collectives
+            .iter()
+            .filter(|e| !e.warmup && e.token == Some(1))
+            .map(|e| (e.kind, e.dtype, e.bytes))
+            .collect();
         let want: Vec<_> = t.ranks[r].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
         assert_eq!(ran, want, "rank {r}: the collectives as recorded");
     }
@@ -118,7 +156,10 @@ fn the_c_program_s_point_to_point_runs_in_the_replay_phase_and_cuda_refuses_it()
     };
     replay_runs_the_point_to_point_program(&trace, d.path());
     // the cuda executor has no point-to-point replay: refused before anything runs (before the GPU is looked for)
-    let o = mpirun(2, &["replay-trace", trace.to_str().unwrap(), "-o", d.path().join("cuda").to_str().unwrap(), "--backend", "cuda"]);
+    let o = mpirun(
+        2,
+        &["replay-trace", trace.to_str().unwrap(), "-o", d.path().join("cuda").to_str().unwrap(), "--backend", "cuda"],
+    );
     let e = assert_refused(&o, "BAD_ARGUMENT");
     assert!(e.contains("point-to-point operations") && e.contains("--backend cpu"), "{e}");
     assert!(!d.path().join("cuda").exists(), "nothing written");

@@ -5,7 +5,11 @@ use common::*;
 #[test]
 fn blocking_has_no_overlap_and_overlap_phase_has_some() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking,overlap", "--tokens", "4", "--model", "synthetic", "--layers", "4"]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", "blocking,overlap", "--tokens", "4", "--model", "synthetic", "--layers", "4"],
+    );
     let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", run.to_str().unwrap()]))).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 4, "2 phases x 2 ranks");
@@ -25,7 +29,8 @@ fn interval_file_and_its_refusals() {
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("iv.json");
     std::fs::write(&f, r#"{"compute": [[0,10],[20,30]], "comm": [[5,25],[8,12]]}"#).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&ok(&cc(&["overlap", "--json", "--intervals", f.to_str().unwrap()]))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&cc(&["overlap", "--json", "--intervals", f.to_str().unwrap()]))).unwrap();
     assert_eq!(v["overlap_us"], 10.0);
     assert_eq!(v["wall_us"], 30.0);
     assert_eq!(v["overlap_of_comm"], 0.5);

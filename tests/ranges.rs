@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 /// Run and require a named refusal within `secs` (a hang or an abort is a failure).
 fn refused_quickly(args: &[&str], code: &str) {
     let t0 = Instant::now();
-    let mut child = std::process::Command::new(bin()).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = std::process::Command::new(bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(20) {
             child.kill().unwrap();
@@ -27,7 +32,20 @@ fn refused_quickly(args: &[&str], code: &str) {
 #[test]
 fn capacity_and_queue_refuse_what_they_cannot_count() {
     // item 5: no wrapped or saturated GPU counts
-    refused_quickly(&["capacity", "--demand", "1e19", "--throughput-per-gpu", "1", "--throughput-per-gpu", "0.5", "--gpu-hour-cost", "2"], "OUT_OF_RANGE");
+    refused_quickly(
+        &[
+            "capacity",
+            "--demand",
+            "1e19",
+            "--throughput-per-gpu",
+            "1",
+            "--throughput-per-gpu",
+            "0.5",
+            "--gpu-hour-cost",
+            "2",
+        ],
+        "OUT_OF_RANGE",
+    );
     let d = tempfile::tempdir().unwrap();
     let st = d.path().join("s.txt");
     std::fs::write(&st, "1.0\n2.0\n3.0\n").unwrap();
@@ -37,14 +55,32 @@ fn capacity_and_queue_refuse_what_they_cannot_count() {
     }
     // item 8: no unbounded allocation or endless loop
     for e in ["1e-9", "1e-300"] {
-        refused_quickly(&["queue", "--service-times", s, "--mode", "closed", "--clients", "1", "--co-correct-ms", e], "OUT_OF_RANGE");
+        refused_quickly(
+            &["queue", "--service-times", s, "--mode", "closed", "--clients", "1", "--co-correct-ms", e],
+            "OUT_OF_RANGE",
+        );
     }
     refused_quickly(&["queue", "--service-times", s, "--mode", "closed", "--clients", "4000000000"], "OUT_OF_RANGE");
     for n in ["10000000000", "18446744073709551615"] {
-        refused_quickly(&["queue", "--service-times", s, "--mode", "open", "--interval-ms", "1", "--requests", n], "OUT_OF_RANGE");
+        refused_quickly(
+            &["queue", "--service-times", s, "--mode", "open", "--interval-ms", "1", "--requests", n],
+            "OUT_OF_RANGE",
+        );
     }
     // a good call still works
-    ok(&cc(&["queue", "--service-times", s, "--mode", "closed", "--clients", "1", "--slo-ms", "2.5", "--co-correct-ms", "0.5"]));
+    ok(&cc(&[
+        "queue",
+        "--service-times",
+        s,
+        "--mode",
+        "closed",
+        "--clients",
+        "1",
+        "--slo-ms",
+        "2.5",
+        "--co-correct-ms",
+        "0.5",
+    ]));
 }
 
 #[test]
@@ -73,7 +109,10 @@ fn rank_refuses_out_of_range_numbers_before_any_work() {
     // an existing --json-out is refused before the benchmark runs (not after, losing its results)
     let existing = d.path().join("bench.json");
     std::fs::write(&existing, b"[]").unwrap();
-    refused_quickly(&["bench-overhead", "--backend", "cpu", "--json-out", existing.to_str().unwrap()], "ALREADY_EXISTS");
+    refused_quickly(
+        &["bench-overhead", "--backend", "cpu", "--json-out", existing.to_str().unwrap()],
+        "ALREADY_EXISTS",
+    );
     assert_eq!(std::fs::read(&existing).unwrap(), b"[]", "the existing file is untouched");
 }
 
@@ -85,7 +124,9 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
         std::fs::write(
             &p,
             format!(
-                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 1\n[launcher]\nkind = \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \"interval\"\n{analysis}\n[[configs]]\n{config}\n"
+                "name = \"t\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 1\n[launcher]\nkind = \
+                    \"mpirun\"\n[workload]\nphases = \"blocking\"\ntokens = 2\nlayers = 2\n[analysis]\ntie_policy = \
+                        \"interval\"\n{analysis}\n[[configs]]\n{config}\n"
             ),
         )
         .unwrap();
@@ -111,9 +152,24 @@ fn plan_refuses_specs_that_can_never_run_or_analyze() {
         assert!(!dir.join("manifest.json").exists(), "{name}: nothing planned");
     }
     let big = d.path().join("reps.toml");
-    std::fs::write(&big, std::fs::read_to_string(spec("ok", "", "name = \"a\"")).unwrap().replace("repetitions = 2", "repetitions = 4294967295")).unwrap();
-    refused_quickly(&["campaign", "plan", big.to_str().unwrap(), "-o", d.path().join("c-reps").to_str().unwrap()], "OUT_OF_RANGE");
-    ok(&cc(&["campaign", "plan", spec("ok2", "", "name = \"a\"").to_str().unwrap(), "-o", d.path().join("c-ok").to_str().unwrap()]));
+    std::fs::write(
+        &big,
+        std::fs::read_to_string(spec("ok", "", "name = \"a\""))
+            .unwrap()
+            .replace("repetitions = 2", "repetitions = 4294967295"),
+    )
+    .unwrap();
+    refused_quickly(
+        &["campaign", "plan", big.to_str().unwrap(), "-o", d.path().join("c-reps").to_str().unwrap()],
+        "OUT_OF_RANGE",
+    );
+    ok(&cc(&[
+        "campaign",
+        "plan",
+        spec("ok2", "", "name = \"a\"").to_str().unwrap(),
+        "-o",
+        d.path().join("c-ok").to_str().unwrap(),
+    ]));
 }
 
 /// Item 8: a trace whose gap is 10^15 ns (11.6 days) is refused, not slept through.
@@ -306,7 +362,9 @@ fn value_options() -> Vec<(String, String)> {
 /// One out-of-range invocation per row of the range table (None: the row
 /// admits every value its type can hold, so clap's own parse is the range).
 fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<String>> {
-    let rank = |bad: &[&str]| -> Vec<String> { ["rank", "-q", "--backend", "cpu", "--out", out].iter().chain(bad).map(|s| s.to_string()).collect() };
+    let rank = |bad: &[&str]| -> Vec<String> {
+        ["rank", "-q", "--backend", "cpu", "--out", out].iter().chain(bad).map(|s| s.to_string()).collect()
+    };
     let v = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
     let st = "/nonexistent/service-times.txt";
     Some(match (command, option) {
@@ -334,65 +392,164 @@ fn out_of_range_example(command: &str, option: &str, out: &str) -> Option<Vec<St
         ("rank", "--fault") => rank(&["--fault", "hang:4294967296:1"]),
         ("validate", "--rounds") => return None,
         ("validate", "--seed") => return None,
-        ("validate", "--min-bytes") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--min-bytes", "2"]),
-        ("validate", "--max-bytes") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--min-bytes", "1KiB", "--max-bytes", "64"]),
-        ("validate", "--step-factor") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--step-factor", "1"]),
-        ("validate", "--iters") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--iters", "0"]),
-        ("validate", "--warmup-iters") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-iters", "100001"]),
-        ("validate", "--batch") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--batch", "0"]),
-        ("validate", "--tokens") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--tokens", "0"]),
-        ("validate", "--warmup-tokens") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-tokens", "100001"]),
-        ("validate", "--collective-timeout-s") => v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--collective-timeout-s", "NaN"]),
-        ("validate", "--inject-delay") => {
-            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--inject-delay", "rank=4294967295,every=1,us=1"])
+        ("validate", "--min-bytes") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--min-bytes", "2"])
         }
-        ("replay-trace", "--corrupt-rank") => v(&["replay-trace", "/nonexistent/trace.json", "--corrupt-rank", "4294967295"]),
+        ("validate", "--max-bytes") => v(&[
+            "validate",
+            "--backend",
+            "cpu",
+            "--record-reference",
+            "-o",
+            out,
+            "--min-bytes",
+            "1KiB",
+            "--max-bytes",
+            "64",
+        ]),
+        ("validate", "--step-factor") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--step-factor", "1"])
+        }
+        ("validate", "--iters") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--iters", "0"])
+        }
+        ("validate", "--warmup-iters") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-iters", "100001"])
+        }
+        ("validate", "--batch") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--batch", "0"])
+        }
+        ("validate", "--tokens") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--tokens", "0"])
+        }
+        ("validate", "--warmup-tokens") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--warmup-tokens", "100001"])
+        }
+        ("validate", "--collective-timeout-s") => {
+            v(&["validate", "--backend", "cpu", "--record-reference", "-o", out, "--collective-timeout-s", "NaN"])
+        }
+        ("validate", "--inject-delay") => v(&[
+            "validate",
+            "--backend",
+            "cpu",
+            "--record-reference",
+            "-o",
+            out,
+            "--inject-delay",
+            "rank=4294967295,every=1,us=1",
+        ]),
+        ("replay-trace", "--corrupt-rank") => {
+            v(&["replay-trace", "/nonexistent/trace.json", "--corrupt-rank", "4294967295"])
+        }
         ("campaign run", "--retries") => v(&["campaign", "run", "/nonexistent/s.toml", "-o", out, "--retries", "101"]),
-        ("campaign run", "--cell-timeout-s") => v(&["campaign", "run", "/nonexistent/s.toml", "-o", out, "--cell-timeout-s", "0"]),
+        ("campaign run", "--cell-timeout-s") => {
+            v(&["campaign", "run", "/nonexistent/s.toml", "-o", out, "--cell-timeout-s", "0"])
+        }
         ("campaign exec", "--retries") => v(&["campaign", "exec", "/nonexistent/c", "--retries", "101"]),
         ("campaign exec", "--cell") => v(&["campaign", "exec", "/nonexistent/c", "--cell", "0"]),
         ("campaign exec", "--cell-timeout-s") => v(&["campaign", "exec", "/nonexistent/c", "--cell-timeout-s", "0"]),
-        ("campaign confirm", "--rounds") => v(&["campaign", "confirm", "/nonexistent/c", "--pick", "/nonexistent/p.env", "--rounds", "1", "-o", out]),
+        ("campaign confirm", "--rounds") => {
+            v(&["campaign", "confirm", "/nonexistent/c", "--pick", "/nonexistent/p.env", "--rounds", "1", "-o", out])
+        }
         ("campaign power", "--min-effect-pct") => v(&["campaign", "power", "/nonexistent/c", "--min-effect-pct", "0"]),
-        ("queue", "--requests") => v(&["queue", "--service-times", st, "--mode", "open", "--interval-ms", "1", "--requests", "0"]),
+        ("queue", "--requests") => {
+            v(&["queue", "--service-times", st, "--mode", "open", "--interval-ms", "1", "--requests", "0"])
+        }
         ("queue", "--clients") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "0"]),
         ("queue", "--interval-ms") => v(&["queue", "--service-times", st, "--mode", "open", "--interval-ms", "0"]),
-        ("queue", "--slo-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--slo-ms", "NaN"]),
-        ("queue", "--co-correct-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--co-correct-ms=-1"]),
-        ("queue", "--think-ms") => v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--think-ms", "inf"]),
+        ("queue", "--slo-ms") => {
+            v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--slo-ms", "NaN"])
+        }
+        ("queue", "--co-correct-ms") => {
+            v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--co-correct-ms=-1"])
+        }
+        ("queue", "--think-ms") => {
+            v(&["queue", "--service-times", st, "--mode", "closed", "--clients", "1", "--think-ms", "inf"])
+        }
         ("queue", "--seed") => return None,
-        ("capacity", "--demand") => v(&["capacity", "--demand", "0", "--throughput-per-gpu", "1", "--gpu-hour-cost", "1"]),
-        ("capacity", "--throughput-per-gpu") => v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1e16", "--gpu-hour-cost", "1"]),
-        ("capacity", "--gpu-hour-cost") => v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1", "--gpu-hour-cost", "NaN"]),
+        ("capacity", "--demand") => {
+            v(&["capacity", "--demand", "0", "--throughput-per-gpu", "1", "--gpu-hour-cost", "1"])
+        }
+        ("capacity", "--throughput-per-gpu") => {
+            v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1e16", "--gpu-hour-cost", "1"])
+        }
+        ("capacity", "--gpu-hour-cost") => {
+            v(&["capacity", "--demand", "1", "--throughput-per-gpu", "1", "--gpu-hour-cost", "NaN"])
+        }
         ("bench-overhead", "--size") => v(&["bench-overhead", "--size", "0"]),
         ("bench-overhead", "--sizes") => v(&["bench-overhead", "--sizes", "3"]),
         ("bench-overhead", "--iters") => v(&["bench-overhead", "--iters", "0"]),
         ("bench-overhead", "--reps") => v(&["bench-overhead", "--reps", "0"]),
-        ("canary compile", "--iterations") => v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--iterations", "0"]),
-        ("canary compile", "--significant-digits") => v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--significant-digits", "6"]),
+        ("canary compile", "--iterations") => {
+            v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--iterations", "0"])
+        }
+        ("canary compile", "--significant-digits") => {
+            v(&["canary", "compile", "/nonexistent/t.json", "-o", out, "--significant-digits", "6"])
+        }
         ("canary compile", "--seed") => return None,
-        ("canary verify", "--rounds") => {
-            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--rounds", "1"])
+        ("canary verify", "--rounds") => v(&[
+            "canary",
+            "verify",
+            "/nonexistent/t.json",
+            "/nonexistent/a.json",
+            "--configs",
+            "/nonexistent/s.toml",
+            "-o",
+            out,
+            "--rounds",
+            "1",
+        ]),
+        ("canary verify", "--passes") => v(&[
+            "canary",
+            "verify",
+            "/nonexistent/t.json",
+            "/nonexistent/a.json",
+            "--configs",
+            "/nonexistent/s.toml",
+            "-o",
+            out,
+            "--passes",
+            "0",
+        ]),
+        ("canary verify", "--head-sample") => v(&[
+            "canary",
+            "verify",
+            "/nonexistent/t.json",
+            "/nonexistent/a.json",
+            "--configs",
+            "/nonexistent/s.toml",
+            "-o",
+            out,
+            "--head-sample",
+            "0",
+        ]),
+        ("canary reduce", "--budget") => {
+            v(&["canary", "reduce", "/nonexistent/t.json", "-o", out, "--from", "/nonexistent/v", "--budget", "0"])
         }
-        ("canary verify", "--passes") => {
-            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--passes", "0"])
+        ("canary redact", "--quantize-ns") => {
+            v(&["canary", "redact", "/nonexistent/t.json", "-o", out, "--quantize-ns", "60000000001"])
         }
-        ("canary verify", "--head-sample") => {
-            v(&["canary", "verify", "/nonexistent/t.json", "/nonexistent/a.json", "--configs", "/nonexistent/s.toml", "-o", out, "--head-sample", "0"])
+        ("export param", "--quantize-ns") => {
+            v(&["export", "param", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"])
         }
-        ("canary reduce", "--budget") => v(&["canary", "reduce", "/nonexistent/t.json", "-o", out, "--from", "/nonexistent/v", "--budget", "0"]),
-        ("canary redact", "--quantize-ns") => v(&["canary", "redact", "/nonexistent/t.json", "-o", out, "--quantize-ns", "60000000001"]),
-        ("export param", "--quantize-ns") => v(&["export", "param", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"]),
-        ("export et", "--quantize-ns") => v(&["export", "et", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"]),
+        ("export et", "--quantize-ns") => {
+            v(&["export", "et", "/nonexistent/t.json", "-o", out, "--redact", "--quantize-ns", "60000000001"])
+        }
         ("synth", "--events") => v(&["synth", "--events", "0", "--seed", "1", "-o", out]),
         ("synth", "--seed") => return None,
         ("synth", "--ranks") => v(&["synth", "--events", "1", "--seed", "1", "--ranks", "0", "-o", out]),
         ("synth-shards", "--ranks") => v(&["synth-shards", "--ranks", "0", "--collectives", "1", "-o", out]),
         ("synth-shards", "--collectives") => v(&["synth-shards", "--ranks", "1", "--collectives", "0", "-o", out]),
-        ("synth-shards", "--threads") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--threads", "0", "-o", out]),
-        ("synth-shards", "--format-version") => v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--format-version", "5", "-o", out]),
+        ("synth-shards", "--threads") => {
+            v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--threads", "0", "-o", out])
+        }
+        ("synth-shards", "--format-version") => {
+            v(&["synth-shards", "--ranks", "1", "--collectives", "1", "--format-version", "5", "-o", out])
+        }
         ("synth-shards", "--seed") => return None,
-        ("compare", "--size") => v(&["compare", "--proxy", "/nonexistent/p", "--truth", "/nonexistent/t", "--size", "0"]),
+        ("compare", "--size") => {
+            v(&["compare", "--proxy", "/nonexistent/p", "--truth", "/nonexistent/t", "--size", "0"])
+        }
         ("join", "--threads") => v(&["join", "--threads", "0", "/nonexistent-run"]),
         _ => panic!("{command} {option}: a row of the range table without an out-of-range example here; add one"),
     })
@@ -408,19 +565,29 @@ fn every_numeric_option_has_a_documented_range_that_is_enforced() {
     let options = value_options();
     let missing: Vec<String> = options
         .iter()
-        .filter(|(c, o)| !RANGES.iter().any(|r| r.command == c && r.option == o) && !NON_NUMERIC.contains(&(c.as_str(), o.as_str())))
+        .filter(|(c, o)| {
+            !RANGES.iter().any(|r| r.command == c && r.option == o) && !NON_NUMERIC.contains(&(c.as_str(), o.as_str()))
+        })
         .map(|(c, o)| format!("{c} {o}"))
         .collect();
     assert!(missing.is_empty(), "options with no range row and not listed as non-numeric: {missing:?}");
     for (c, o) in NON_NUMERIC {
         assert!(options.iter().any(|(c2, o2)| c2 == c && o2 == o), "NON_NUMERIC names {c} {o}, which is no option");
-        assert!(!RANGES.iter().any(|r| r.command == *c && r.option == *o), "{c} {o} is both non-numeric and in the range table");
+        assert!(
+            !RANGES.iter().any(|r| r.command == *c && r.option == *o),
+            "{c} {o} is both non-numeric and in the range table"
+        );
     }
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md")).unwrap();
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
     for r in RANGES {
-        assert!(options.iter().any(|(c, o)| c == r.command && o == r.option), "range row {} {} names no option", r.command, r.option);
+        assert!(
+            options.iter().any(|(c, o)| c == r.command && o == r.option),
+            "range row {} {} names no option",
+            r.command,
+            r.option
+        );
         let row = format!("| `{} {}` | {} |", r.command, r.option, r.range);
         assert!(readme.contains(&row), "docs/REFERENCE.md lacks the row\n{row}");
         if let Some(args) = out_of_range_example(r.command, r.option, out.to_str().unwrap()) {

@@ -9,9 +9,13 @@ use common::*;
 #[test]
 fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8"]);
-    let shards: Vec<_> =
-        std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".shard")).collect();
+    let run =
+        run_rank(4, d.path(), &["--phases", "blocking", "--tokens", "16", "--model", "synthetic", "--layers", "8"]);
+    let shards: Vec<_> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".shard"))
+        .collect();
     assert_eq!(shards.len(), 4, "{shards:?}");
     let s = join_json(&run);
     assert_eq!(s["world_size"], 4);
@@ -37,7 +41,11 @@ fn four_ranks_blocking_writes_four_shards_and_joins_128_per_rank() {
         assert_eq!(timed, 128, "rank {r}");
         assert_eq!(shard.body.tokens.iter().filter(|t| !t.warmup).count(), 16, "rank {r} tokens");
         for e in &shard.body.collectives {
-            assert!(e.host_issue_ns <= e.host_return_ns && e.host_return_ns <= e.wait_start_ns && e.wait_start_ns <= e.wait_end_ns);
+            assert!(
+                e.host_issue_ns <= e.host_return_ns
+                    && e.host_return_ns <= e.wait_start_ns
+                    && e.wait_start_ns <= e.wait_end_ns
+            );
             assert_eq!(e.device_start_ns, None, "cpu has no device timeline: unknown, not zero");
         }
         assert!(shard.header.unmeasured.iter().any(|u| u.field == "device_start_ns"));
@@ -53,7 +61,22 @@ fn two_ranks_every_phase_and_ablation() {
     let run = run_rank(
         2,
         d.path(),
-        &["--phases", phases, "--tokens", "6", "--model", "synthetic", "--layers", "4", "--iters", "5", "--check", "3", "--membound-bytes", "256KiB"],
+        &[
+            "--phases",
+            phases,
+            "--tokens",
+            "6",
+            "--model",
+            "synthetic",
+            "--layers",
+            "4",
+            "--iters",
+            "5",
+            "--check",
+            "3",
+            "--membound-bytes",
+            "256KiB",
+        ],
     );
     let s = join_json(&run);
     for p in phases.split(',') {
@@ -101,13 +124,28 @@ fn two_ranks_every_phase_and_ablation() {
 #[test]
 fn replay_from_a_shared_trace_file() {
     let d = tempfile::tempdir().unwrap();
-    let src = run_rank(2, &d.path().join("a"), &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "3"]);
+    let src = run_rank(
+        2,
+        &d.path().join("a"),
+        &["--phases", "blocking", "--tokens", "4", "--model", "synthetic", "--layers", "3"],
+    );
     let trace = d.path().join("trace.jsonl");
     ok(&cc(&["join", src.to_str().unwrap(), "--events-out", trace.to_str().unwrap()]));
     let run = run_rank(
         2,
         &d.path().join("b"),
-        &["--phases", "replay,fill", "--trace", trace.to_str().unwrap(), "--tokens", "1", "--model", "synthetic", "--layers", "1"],
+        &[
+            "--phases",
+            "replay,fill",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--tokens",
+            "1",
+            "--model",
+            "synthetic",
+            "--layers",
+            "1",
+        ],
     );
     let s = join_json(&run);
     // the replay follows the trace (4 tokens x 3 layers), not this run's --tokens
@@ -199,7 +237,11 @@ fn an_argument_error_under_mpirun_is_printed_once() {
     let o = mpirun(2, &["rank", "--no-such-flag"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.matches("error: unexpected argument '--no-such-flag'").count(), 1, "one untagged copy, the lead's: {err}");
+    assert_eq!(
+        err.matches("error: unexpected argument '--no-such-flag'").count(),
+        1,
+        "one untagged copy, the lead's: {err}"
+    );
     let tagged = err.matches("(rank 1): unexpected argument").count();
     assert_eq!(err.matches("unexpected argument '--no-such-flag'").count(), 1 + tagged, "{err}");
 }
@@ -208,8 +250,24 @@ fn an_argument_error_under_mpirun_is_printed_once() {
 fn existing_run_is_never_overwritten() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().to_str().unwrap();
-    let args =
-        ["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "1", "--model", "synthetic", "--layers", "1", "--run-id", "fixed", "--out", out];
+    let args = [
+        "rank",
+        "-q",
+        "--backend",
+        "cpu",
+        "--phases",
+        "blocking",
+        "--tokens",
+        "1",
+        "--model",
+        "synthetic",
+        "--layers",
+        "1",
+        "--run-id",
+        "fixed",
+        "--out",
+        out,
+    ];
     ok(&mpirun(2, &args));
     let before = digests(&d.path().join("fixed"));
     let o = mpirun(2, &args);
@@ -227,7 +285,22 @@ fn existing_run_is_never_overwritten() {
 fn inject_repeat_runs_every_world_all_reduce_n_times_counted_by_mpi() {
     let d = tempfile::tempdir().unwrap();
     let phases = "isolated,blocking,async,replay,fill,overlap";
-    let shape = ["--backend", "cpu", "--phases", phases, "--tokens", "4", "--model", "synthetic", "--layers", "2", "--iters", "3", "--check", "2"];
+    let shape = [
+        "--backend",
+        "cpu",
+        "--phases",
+        phases,
+        "--tokens",
+        "4",
+        "--model",
+        "synthetic",
+        "--layers",
+        "2",
+        "--iters",
+        "3",
+        "--check",
+        "2",
+    ];
     let mut ops = Vec::new();
     let mut recorded = Vec::new();
     for n in ["1", "3"] {
@@ -242,19 +315,31 @@ fn inject_repeat_runs_every_world_all_reduce_n_times_counted_by_mpi() {
         let run = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
         let shard = Shard::read(&run.join("rank-00000.shard")).unwrap();
         assert_eq!(shard.header.repeat_injection, (n != "1").then_some(3), "the header records the control");
-        assert!(!shard.header.checks.is_empty() && shard.header.checks.iter().all(|c| c.wrong_elements == 0), "every checked result is right");
+        assert!(
+            !shard.header.checks.is_empty() && shard.header.checks.iter().all(|c| c.wrong_elements == 0),
+            "every checked result is right"
+        );
         recorded.push(shard.body.collectives.iter().filter(|e| e.group == 0).count());
         // rank 0's profile: the all-to-all operations on the communicator the backend duplicated from the world
-        let text = std::fs::read_to_string(format!("{}.0.prof", prof.display())).expect("coll/monitoring wrote rank 0's profile");
+        let text = std::fs::read_to_string(format!("{}.0.prof", prof.display()))
+            .expect("coll/monitoring wrote rank 0's profile");
         let block = text
             .split("\nD\t")
             .find(|b| b.starts_with("MPI COMMUNICATOR") && b.contains("DUP FROM 0"))
             .unwrap_or_else(|| panic!("no duplicated world in {text}"));
         let a2a = block.lines().find(|l| l.starts_with("A2A")).unwrap();
-        let msgs: usize = a2a.split('\t').nth(3).and_then(|f| f.strip_suffix(" msgs sent")).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("{a2a}"));
+        let msgs: usize = a2a
+            .split('\t')
+            .nth(3)
+            .and_then(|f| f.strip_suffix(" msgs sent"))
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("{a2a}"));
         ops.push(msgs);
     }
     assert_eq!(recorded[0], recorded[1], "the repeats are not recorded events");
-    assert_eq!(ops[0], recorded[0], "without the control MPI saw one all-reduce per recorded collective: {ops:?} {recorded:?}");
+    assert_eq!(
+        ops[0], recorded[0],
+        "without the control MPI saw one all-reduce per recorded collective: {ops:?} {recorded:?}"
+    );
     assert_eq!(ops[1], 3 * recorded[1], "with it, three: {ops:?} {recorded:?}");
 }

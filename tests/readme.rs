@@ -39,7 +39,13 @@ fn parse(md: &str) -> (Vec<Block>, Vec<String>) {
         if t.starts_with("```") {
             match open.take() {
                 Some(b) => blocks.push(b),
-                None => open = Some(Block { info: t.trim_start_matches('`').trim().to_string(), line: i + 1, lines: Vec::new() }),
+                None => {
+                    open = Some(Block {
+                        info: t.trim_start_matches('`').trim().to_string(),
+                        line: i + 1,
+                        lines: Vec::new(),
+                    })
+                }
             }
             continue;
         }
@@ -109,7 +115,11 @@ fn allowed_exits(cmd: &str) -> Vec<i32> {
     match cmd.split_once("# exit") {
         None => vec![0],
         Some((_, tail)) => {
-            let v: Vec<i32> = tail.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+            let v: Vec<i32> = tail
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse().unwrap())
+                .collect();
             assert!(!v.is_empty(), "{cmd}: an `# exit` comment lists no code");
             v
         }
@@ -120,15 +130,21 @@ fn allowed_exits(cmd: &str) -> Vec<i32> {
 fn subcommand(cmd: &str) -> Option<Vec<String>> {
     let words: Vec<&str> = cmd.split_whitespace().collect();
     let at = words.iter().position(|w| *w == "commcanary")?;
-    let path: Vec<String> =
-        words[at + 1..].iter().take(2).take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-')).map(|w| w.to_string()).collect();
+    let path: Vec<String> = words[at + 1..]
+        .iter()
+        .take(2)
+        .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .map(|w| w.to_string())
+        .collect();
     (!path.is_empty()).then_some(path)
 }
 
 /// Whether the binary knows this subcommand (`commcanary help SUB [SUB2]`
 /// succeeds; the second word counts only where SUB has subcommands of its own).
 fn knows(bin_dir: &Path, path: &[String]) -> Result<(), String> {
-    let help = |args: &[String]| Command::new(bin_dir.join("commcanary")).arg("help").args(args).output().expect("binary runs");
+    let help = |args: &[String]| {
+        Command::new(bin_dir.join("commcanary")).arg("help").args(args).output().expect("binary runs")
+    };
     let first = help(&path[..1]);
     if !first.status.success() {
         return Err(format!("`commcanary help {}` fails: {}", path[0], String::from_utf8_lossy(&first.stderr).trim()));
@@ -136,7 +152,11 @@ fn knows(bin_dir: &Path, path: &[String]) -> Result<(), String> {
     if path.len() == 2 && String::from_utf8_lossy(&first.stdout).contains("\nCommands:") {
         let second = help(path);
         if !second.status.success() {
-            return Err(format!("`commcanary help {}` fails: {}", path.join(" "), String::from_utf8_lossy(&second.stderr).trim()));
+            return Err(format!(
+                "`commcanary help {}` fails: {}",
+                path.join(" "),
+                String::from_utf8_lossy(&second.stderr).trim()
+            ));
         }
     }
     Ok(())
@@ -144,8 +164,11 @@ fn knows(bin_dir: &Path, path: &[String]) -> Result<(), String> {
 
 /// A copy of the checkout's files (tracked, and untracked ones git does not ignore), as a clone would have them.
 fn clean_checkout(to: &Path) {
-    let o =
-        Command::new("git").args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"]).current_dir(ROOT).output().expect("git must be installed");
+    let o = Command::new("git")
+        .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+        .current_dir(ROOT)
+        .output()
+        .expect("git must be installed");
     assert!(o.status.success(), "git ls-files: {}", String::from_utf8_lossy(&o.stderr));
     for rel in o.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let rel = Path::new(std::str::from_utf8(rel).unwrap());
@@ -182,12 +205,18 @@ fn every_cpu_command_of_the_readme_runs_as_written_from_a_clean_checkout() {
                 continue;
             }
             "text" | "toml" | "json" => continue,
-            other => panic!("README block at line {}: unknown tag {other:?} (use sh, sh gpu, sh install, text or toml)", b.line),
+            other => panic!(
+                "README block at line {}: unknown tag {other:?} (use sh, sh gpu, sh install, text or toml)",
+                b.line
+            ),
         }
         for c in commands(b) {
             if let Some(sub) = subcommand(&c) {
                 if let Err(why) = knows(&bin_dir, &sub) {
-                    eprintln!("\n!!!!!!!! readme: SKIPPED, this binary has no `{}` yet: {c}\n!!!!!!!! because {why}\n", sub.join(" "));
+                    eprintln!(
+                        "\n!!!!!!!! readme: SKIPPED, this binary has no `{}` yet: {c}\n!!!!!!!! because {why}\n",
+                        sub.join(" ")
+                    );
                     skipped.push(c);
                     continue;
                 }
@@ -216,13 +245,18 @@ fn every_cpu_command_of_the_readme_runs_as_written_from_a_clean_checkout() {
     }
     assert!(ran >= 5, "only {ran} README commands ran: the quickstarts must stay runnable on CPU");
     if !skipped.is_empty() {
-        eprintln!("\n!!!!!!!! readme: {} command(s) SKIPPED for subcommands this binary does not have:\n{}\n", skipped.len(), skipped.join("\n"));
+        eprintln!(
+            "\n!!!!!!!! readme: {} command(s) SKIPPED for subcommands this binary does not have:\n{}\n",
+            skipped.len(),
+            skipped.join("\n")
+        );
     }
 }
 
 #[test]
 fn the_helpers_read_blocks_commands_and_exit_codes() {
-    let (blocks, headings) = parse("# A b\n```sh\n# c\nx \\\n  y\nz   # exit 0 pass, 2 maybe\n```\n## C: d\n```sh gpu\nq\n```\n");
+    let (blocks, headings) =
+        parse("# A b\n```sh\n# c\nx \\\n  y\nz   # exit 0 pass, 2 maybe\n```\n## C: d\n```sh gpu\nq\n```\n");
     assert_eq!(headings, ["A b", "C: d"]);
     assert_eq!(blocks.len(), 2);
     assert_eq!(commands(&blocks[0]), ["x y", "z   # exit 0 pass, 2 maybe"]);
@@ -310,7 +344,8 @@ fn the_readme_is_short_and_every_link_and_cited_section_resolves() {
             if let Some(a) = anchor {
                 let md = std::fs::read_to_string(&abs).unwrap_or_default();
                 if !anchors(&md).contains(&a) {
-                    broken.push(format!("{doc}: link {target:?}: no section with anchor #{a} in {}", file_rel.display()));
+                    broken
+                        .push(format!("{doc}: link {target:?}: no section with anchor #{a} in {}", file_rel.display()));
                 }
             }
         }
@@ -331,7 +366,11 @@ fn the_readme_is_short_and_every_link_and_cited_section_resolves() {
 
 /// Source and documentation files that may cite a section.
 fn cited_files() -> Vec<String> {
-    let o = Command::new("git").args(["ls-files", "--cached", "--others", "--exclude-standard"]).current_dir(ROOT).output().expect("git must be installed");
+    let o = Command::new("git")
+        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+        .current_dir(ROOT)
+        .output()
+        .expect("git must be installed");
     String::from_utf8(o.stdout)
         .unwrap()
         .lines()
@@ -368,11 +407,13 @@ fn citations(text: &str) -> Vec<(usize, String, String)> {
 
 #[test]
 fn citations_are_found_in_every_spelling() {
-    let c: Vec<(String, String)> =
-        citations("see README, \"Install\"; and docs/REFERENCE.md's \"Ranges of numbers\", `README.md`'s \"X\" (README.md, \"Y\"), README \"nope\"")
-            .into_iter()
-            .map(|(_, d, x)| (d, x))
-            .collect();
+    let c: Vec<(String, String)> = citations(
+        "see README, \"Install\"; and docs/REFERENCE.md's \"Ranges of numbers\", `README.md`'s \"X\" \
+            (README.md, \"Y\"), README \"nope\"",
+    )
+    .into_iter()
+    .map(|(_, d, x)| (d, x))
+    .collect();
     assert_eq!(
         c,
         [

@@ -249,7 +249,10 @@ fn replanned_campaigns_and_torn_appends() {
     for e in ["manifest.json", "manifest.sha256", "selection.json"] {
         std::fs::copy(t2.join(e), t3.join(e)).unwrap();
     }
-    let status = std::process::Command::new("cp").args(["-r", t2.join("runs").to_str().unwrap(), t3.to_str().unwrap()]).status().unwrap();
+    let status = std::process::Command::new("cp")
+        .args(["-r", t2.join("runs").to_str().unwrap(), t3.to_str().unwrap()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut recs: Vec<serde_json::Value> = after.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let first_start = recs[0]["started_unix_ms"].as_u64().unwrap();
@@ -341,7 +344,9 @@ fn archive_refuses_links_and_its_own_output_and_check_archive_inspects_members()
     ok(&cc(&["campaign", "check-archive", tar.to_str().unwrap(), desc.to_str().unwrap()]));
 
     // an archive with a hostile member name, sealed into a matching descriptor
-    for (name, kind) in [("../x", tar::EntryType::Regular), ("/abs", tar::EntryType::Regular), ("c/link", tar::EntryType::Symlink)] {
+    for (name, kind) in
+        [("../x", tar::EntryType::Regular), ("/abs", tar::EntryType::Regular), ("c/link", tar::EntryType::Symlink)]
+    {
         let evil = t.path().join(format!("evil-{}.tar", name.replace('/', "_")));
         let mut b = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_gnu();
@@ -408,7 +413,9 @@ fn exec_ends_a_cell_that_outlives_its_timeout() {
     let d = t.path().join("c");
     let ds = d.to_str().unwrap();
     let sp = spec(t.path(), "slow", 2, 2, 1);
-    let text = std::fs::read_to_string(&sp).unwrap().replace("name = \"binomial\"", "name = \"binomial\"\nargs = [\"--fault\", \"hang:1:3\"]");
+    let text = std::fs::read_to_string(&sp)
+        .unwrap()
+        .replace("name = \"binomial\"", "name = \"binomial\"\nargs = [\"--fault\", \"hang:1:3\"]");
     std::fs::write(&sp, text).unwrap();
     ok(&cc(&["campaign", "plan", sp.to_str().unwrap(), "-o", ds]));
     let t0 = std::time::Instant::now();
@@ -424,7 +431,9 @@ fn exec_ends_a_cell_that_outlives_its_timeout() {
 
 /// Whether process `pid` still exists (and is not a zombie).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z")).unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
+        .unwrap_or(false)
 }
 
 /// SIGKILL a process this test stopped, if it is still there.
@@ -523,7 +532,8 @@ fn exec_cell_timeout_ends_a_job_with_a_stopped_rank() {
     let text = std::fs::read_to_string(&sp).unwrap().replace(
         "OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }",
         &format!(
-            "OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\", COMMCANARY_TEST_STOP_AT = \"clock\", COMMCANARY_TEST_STOP_PID_FILE = \"{}\" }}",
+            "OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\", COMMCANARY_TEST_STOP_AT = \"clock\", \
+                COMMCANARY_TEST_STOP_PID_FILE = \"{}\" }}",
             pid_file.display()
         ),
     );

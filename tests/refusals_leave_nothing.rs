@@ -18,7 +18,10 @@ fn s(p: &Path) -> &str {
 /// A small cpu campaign spec: `phases`, then one `[[configs]]` per (name, extra TOML lines).
 fn spec_with(dir: &Path, file: &str, ranks: u32, phases: &str, launcher: &str, configs: &[(&str, &str)]) -> PathBuf {
     let mut text = format!(
-        "name = \"p3\"\nbackend = \"cpu\"\nranks = {ranks}\nrepetitions = 2\nseed = 7\nblind = false\n\n[launcher]\n{launcher}\n\n[workload]\nphases = \"{phases}\"\ntokens = 1\nlayers = 1\niters = 1\n\n[analysis]\ntie_policy = \"interval\"\nmin_effect_pct = 2.0\ndelta_pct = 5.0\nbootstrap_resamples = 200\nbootstrap_seed = 1\n"
+        "name = \"p3\"\nbackend = \"cpu\"\nranks = {ranks}\nrepetitions = 2\nseed = 7\nblind = \
+            false\n\n[launcher]\n{launcher}\n\n[workload]\nphases = \"{phases}\"\ntokens = 1\nlayers = 1\niters = \
+                1\n\n[analysis]\ntie_policy = \"interval\"\nmin_effect_pct = 2.0\ndelta_pct = 5.0\nbootstrap_resamples \
+                    = 200\nbootstrap_seed = 1\n"
     );
     for (name, extra) in configs {
         text.push_str(&format!("\n[[configs]]\nname = \"{name}\"\n{extra}\n"));
@@ -51,9 +54,30 @@ fn plan_refuses_what_rank_would_refuse_in_every_cell() {
     let cases: &[Case] = &[
         ("fill.toml", 2, "fill", &[("a", ""), ("b", "")], "configs.a", "needs a source trace"),
         ("overlap.toml", 2, "isolated,overlap", &[("a", ""), ("b", "")], "configs.a", "needs a source trace"),
-        ("graph.toml", 2, "blocking", &[("a", ""), ("g", "args = [\"--graph\"]")], "configs.g", "--graph needs the cuda backend"),
-        ("batch.toml", 2, "blocking", &[("a", ""), ("bat", "args = [\"--batch\", \"4\"]")], "configs.bat", "--batch and --prefill-tokens"),
-        ("json.toml", 3, "blocking", &[("j", "args = [\"-J\", \"sweep.json\"]"), ("b", "")], "configs.j", "add isolated to --phases"),
+        (
+            "graph.toml",
+            2,
+            "blocking",
+            &[("a", ""), ("g", "args = [\"--graph\"]")],
+            "configs.g",
+            "--graph needs the cuda backend",
+        ),
+        (
+            "batch.toml",
+            2,
+            "blocking",
+            &[("a", ""), ("bat", "args = [\"--batch\", \"4\"]")],
+            "configs.bat",
+            "--batch and --prefill-tokens",
+        ),
+        (
+            "json.toml",
+            3,
+            "blocking",
+            &[("j", "args = [\"-J\", \"sweep.json\"]"), ("b", "")],
+            "configs.j",
+            "add isolated to --phases",
+        ),
     ];
     for (file, ranks, phases, configs, who, why) in cases {
         let sp = spec_with(d, file, *ranks, phases, MPIRUN, configs);
@@ -81,7 +105,20 @@ fn canary_verify_refuses_what_rank_would_refuse_before_writing() {
     for (i, bad) in ["args = [\"--graph\"]", "args = [\"--prefill-tokens\", \"8\"]"].iter().enumerate() {
         let sp = spec_with(d, &format!("v{i}.toml"), 2, "replay", MPIRUN, &[("good", ""), ("bad", bad)]);
         let out = d.join(format!("verify{i}"));
-        let o = cc_root(&["canary", "verify", s(&trace), s(&art), "--configs", s(&sp), "--passes", "1", "--phases", "replay", "-o", s(&out)]);
+        let o = cc_root(&[
+            "canary",
+            "verify",
+            s(&trace),
+            s(&art),
+            "--configs",
+            s(&sp),
+            "--passes",
+            "1",
+            "--phases",
+            "replay",
+            "-o",
+            s(&out),
+        ]);
         let text = assert_refused(&o, "BAD_SPEC");
         assert!(text.contains(".bad") && text.contains("rank would refuse"), "{bad}: {text}");
         assert!(!out.exists(), "{bad}: nothing written");
@@ -95,7 +132,8 @@ fn fake_launcher(dir: &Path, first_line: &str) -> PathBuf {
     let bin = dir.join("fakebin");
     std::fs::create_dir_all(&bin).unwrap();
     let script = format!(
-        "#!/bin/sh\nvals=\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -x ]; then eval \"vals=\\\"$vals \\${{$2}}\\\"\"; shift; fi; shift; done\n\
+        "#!/bin/sh\nvals=\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -x ]; then eval \"vals=\\\"$vals \\${{$2}}\\\"\"; \
+            shift; fi; shift; done\n\
          {{ echo '--------------------------------------------------------------------------'\n\
            echo \"{first_line}\"\n echo\n echo 'Some advice on what to change, over several lines.'\n\
            echo 'We reiterate our advice against doing so - please proceed at your own risk.'\n\
@@ -110,11 +148,19 @@ fn fake_launcher(dir: &Path, first_line: &str) -> PathBuf {
 
 fn exec_with_path(fakebin: &Path, dir: &Path) -> std::process::Output {
     let path = format!("{}:{}", fakebin.display(), std::env::var("PATH").unwrap_or_default());
-    std::process::Command::new(bin()).args(["campaign", "exec", s(dir), "--retries", "1"]).env("PATH", path).output().unwrap()
+    std::process::Command::new(bin())
+        .args(["campaign", "exec", s(dir), "--retries", "1"])
+        .env("PATH", path)
+        .output()
+        .unwrap()
 }
 
 fn attempts(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(dir.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// A launcher that refuses to start (as mpirun does as root without the two
@@ -127,9 +173,14 @@ fn attempts(dir: &Path) -> Vec<serde_json::Value> {
 fn a_launcher_that_fails_every_configuration_stops_the_campaign() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
-    let configs: &[(&str, &str)] = &[("a", "env = { ALG = \"1\" }"), ("b", "env = { ALG = \"2\" }"), ("c", "env = { ALG = \"3\" }")];
-    for (i, first) in
-        ["mpirun has detected an attempt to run as root.", "There are not enough slots available in the system to satisfy the 2"].iter().enumerate()
+    let configs: &[(&str, &str)] =
+        &[("a", "env = { ALG = \"1\" }"), ("b", "env = { ALG = \"2\" }"), ("c", "env = { ALG = \"3\" }")];
+    for (i, first) in [
+        "mpirun has detected an attempt to run as root.",
+        "There are not enough slots available in the system to satisfy the 2",
+    ]
+    .iter()
+    .enumerate()
     {
         let sp = spec_with(d, &format!("l{i}.toml"), 2, "blocking", MPIRUN, configs);
         let dir = d.join(format!("c{i}"));
@@ -167,8 +218,10 @@ fn a_launcher_that_fails_every_configuration_stops_the_campaign() {
 /// A verified two-configuration campaign (blocking, isolated and async
 /// phases, so the report has several plots) of seed `seed` in `dir`.
 fn small_campaign(d: &Path, name: &str, seed: u32) -> PathBuf {
-    let configs: &[(&str, &str)] =
-        &[("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"), ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }")];
+    let configs: &[(&str, &str)] = &[
+        ("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"),
+        ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }"),
+    ];
     let sp = spec_with(d, &format!("{name}.toml"), 2, "isolated,blocking,async", MPIRUN, configs);
     let text = std::fs::read_to_string(&sp).unwrap().replace("seed = 7", &format!("seed = {seed}"));
     std::fs::write(&sp, text).unwrap();
@@ -203,7 +256,8 @@ fn two_analyses_into_one_report_folder_never_interleave() {
     // a writer holding the folder's lock: refused, nothing written
     let held = d.join("held");
     std::fs::create_dir_all(&held).unwrap();
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(held.join("report.lock")).unwrap();
+    let lock =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(held.join("report.lock")).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a file descriptor this test owns; no memory is passed.
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
@@ -226,7 +280,8 @@ fn two_analyses_into_one_report_folder_never_interleave() {
         };
         let (pa, pb) = (spawn(&a), spawn(&b));
         let (oa, ob) = (pa.wait_with_output().unwrap(), pb.wait_with_output().unwrap());
-        let won: Vec<usize> = [&oa, &ob].iter().enumerate().filter(|(_, o)| o.status.success()).map(|(k, _)| k).collect();
+        let won: Vec<usize> =
+            [&oa, &ob].iter().enumerate().filter(|(_, o)| o.status.success()).map(|(k, _)| k).collect();
         assert_eq!(won.len(), 1, "exactly one writes the folder (round {i})");
         let lost = if won[0] == 0 { &ob } else { &oa };
         let text = String::from_utf8_lossy(&lost.stderr);
@@ -318,8 +373,10 @@ fn redact_with_configs_reverifies_privately_and_a_refusal_leaves_nothing() {
     std::fs::create_dir(&tmp).unwrap();
     let trace = d.join("syn.json");
     ok(&cc(&["synth", "--events", "40", "--seed", "5", "--ranks", "2", "-o", s(&trace)]));
-    let configs: &[(&str, &str)] =
-        &[("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"), ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }")];
+    let configs: &[(&str, &str)] = &[
+        ("ring", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"1\" }"),
+        ("binomial", "env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"2\" }"),
+    ];
     let sp = spec_with(d, "spec.toml", 2, "replay", MPIRUN, configs);
     let redact = |out: &Path, spec: &Path, path: Option<&str>| {
         let mut c = std::process::Command::new(bin());
@@ -337,10 +394,12 @@ fn redact_with_configs_reverifies_privately_and_a_refusal_leaves_nothing() {
     let out = out_dir.join("red.json");
     let text = ok(&redact(&out, &sp, None));
     assert!(text.contains("ranking decision survives: "), "{text}");
-    let mut names: Vec<String> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["red.json", "red.json.audit.json"], "nothing beside the output");
-    let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(out_dir.join("red.json.audit.json")).unwrap()).unwrap();
+    let audit: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("red.json.audit.json")).unwrap()).unwrap();
     let survives = audit["decision_survives"].as_str().unwrap();
     assert!(survives.contains("re-verified in a private temporary directory"), "{survives}");
     assert!(leftovers(&tmp).is_empty(), "the private directory is removed: {:?}", leftovers(&tmp));
@@ -354,8 +413,13 @@ fn redact_with_configs_reverifies_privately_and_a_refusal_leaves_nothing() {
     let bad = spec_with(d, "bad.toml", 2, "replay", MPIRUN, &[("ring", ""), ("g", "args = [\"--graph\"]")]);
     let fake = fake_launcher(&d.join("fake"), "mpirun has detected an attempt to run as root.");
     let fake_path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap_or_default());
-    for (i, (spec, path, code)) in
-        [(&bad, None, "BAD_SPEC"), (&d.join("no-such-spec.toml"), None, "NO_SUCH_INPUT"), (&sp, Some(fake_path.as_str()), "LAUNCHER_FAILED")].iter().enumerate()
+    for (i, (spec, path, code)) in [
+        (&bad, None, "BAD_SPEC"),
+        (&d.join("no-such-spec.toml"), None, "NO_SUCH_INPUT"),
+        (&sp, Some(fake_path.as_str()), "LAUNCHER_FAILED"),
+    ]
+    .iter()
+    .enumerate()
     {
         let dir = d.join(format!("refused{i}"));
         std::fs::create_dir(&dir).unwrap();

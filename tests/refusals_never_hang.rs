@@ -37,7 +37,11 @@ fn within_cmd(secs: u64, cmd: &mut Command) -> Output {
             // SAFETY: signalling the process group this test created.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let o = child.wait_with_output().unwrap();
-            panic!("{:?} hung past {secs} s\nstderr:\n{}", cmd.get_args().collect::<Vec<_>>(), String::from_utf8_lossy(&o.stderr));
+            panic!(
+                "{:?} hung past {secs} s\nstderr:\n{}",
+                cmd.get_args().collect::<Vec<_>>(),
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -124,7 +128,19 @@ fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
     gz.finish().unwrap();
     assert!(std::fs::metadata(&p).unwrap().len() < 4 << 20, "a small file");
     let out = d.path().join("t.json");
-    let o = within_cmd(300, Command::new("sh").args(["-c", "ulimit -v 3145728 && exec \"$0\" \"$@\"", &bin(), "import", "kineto", s(&p), "-o", s(&out)]));
+    let o = within_cmd(
+        300,
+        Command::new("sh").args([
+            "-c",
+            "ulimit -v 3145728 && exec \"$0\" \"$@\"",
+            &bin(),
+            "import",
+            "kineto",
+            s(&p),
+            "-o",
+            s(&out),
+        ]),
+    );
     let err = assert_refused(&o, "OVER_LIMIT");
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("more than {limit} events")), "{err}");
@@ -136,7 +152,8 @@ fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
 #[test]
 fn exec_refuses_a_frozen_trace_replaced_by_a_fifo_or_a_device() {
     let t = tempfile::tempdir().unwrap();
-    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let fixture =
+        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
     let k = t.path().join("tp2.comm.json");
     ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
     let sp = t.path().join("trace.toml");
@@ -186,7 +203,8 @@ env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
 
 /// The fixture's two ranks imported into `dir/tp2.comm.json`.
 fn imported_fixture(dir: &Path) -> PathBuf {
-    let fixture = |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let fixture =
+        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
     let k = dir.join("tp2.comm.json");
     if !k.exists() {
         ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
@@ -196,7 +214,13 @@ fn imported_fixture(dir: &Path) -> PathBuf {
 
 /// `mpirun -n N commcanary ARGS` under the watchdog.
 fn mpirun_within(secs: u64, n: u32, args: &[&str]) -> Output {
-    within_cmd(secs, Command::new("mpirun").args(["--oversubscribe", "-n", &n.to_string(), &bin()]).args(args).env("OMPI_MCA_rmaps_base_oversubscribe", "1"))
+    within_cmd(
+        secs,
+        Command::new("mpirun")
+            .args(["--oversubscribe", "-n", &n.to_string(), &bin()])
+            .args(args)
+            .env("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+    )
 }
 
 /// Defect 6: `replay-trace` refuses a recorded gap over the one replay bound
@@ -231,7 +255,23 @@ fn replay_trace_refuses_a_gap_over_the_bound_before_mpi_starts() {
     assert!(err.contains("gap of 1000") && err.contains("gap.comm.json"), "{err}");
     assert!(!out.exists(), "refused before MPI started: nothing written");
     // the same bound as rank --trace
-    let o = mpirun_within(120, 2, &["rank", "-q", "--backend", "cpu", "--trace", s(&gap), "--phases", "replay", "--trace-allreduce-only", "--out", s(&out)]);
+    let o = mpirun_within(
+        120,
+        2,
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--trace",
+            s(&gap),
+            "--phases",
+            "replay",
+            "--trace-allreduce-only",
+            "--out",
+            s(&out),
+        ],
+    );
     assert_refused(&o, "OUT_OF_RANGE");
     // unpaced, the gap is not waited: the replay runs
     ok(&mpirun_within(300, 2, &["replay-trace", s(&gap), "--pace", "none", "--no-warmup", "--out", s(&out)]));
@@ -332,7 +372,9 @@ fn import_refuses_impossible_groups_counts_ranks_and_mixed_runs() {
 
     // a crafted communication trace: a duplicate member, a member outside the world
     let k = imported_fixture(d.path());
-    for (tag, members, want) in [("dupm", serde_json::json!([0, 1, 1]), "twice"), ("outm", serde_json::json!([0, 1, 7]), "outside the world")] {
+    for (tag, members, want) in
+        [("dupm", serde_json::json!([0, 1, 1]), "twice"), ("outm", serde_json::json!([0, 1, 7]), "outside the world")]
+    {
         let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
         t["groups"][1]["members"] = members;
         let p = d.path().join(format!("{tag}.comm.json"));
@@ -405,7 +447,8 @@ fn a_refused_campaign_join_leaves_no_output_directory() {
     let o = within(60, &["campaign", "join", s(&a), s(&b), "-o", s(&j)]);
     assert_refused(&o, "DUPLICATE_ATTEMPT");
     assert!(!j.exists(), "a refused join left {}", j.display());
-    let left: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let left: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(!left.iter().any(|n| n.contains("joined")), "a temporary was left: {left:?}");
     // the cause fixed, the same command runs
     std::fs::write(b.join("attempts.jsonl"), format!("{rec}\n")).unwrap();
@@ -458,7 +501,22 @@ fn plan_refuses_specs_no_cell_can_run_or_analyze() {
         let o = mpirun_within(
             120,
             2,
-            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", flag[0], flag[1], "--out", s(&out)],
+            &[
+                "rank",
+                "-q",
+                "--backend",
+                "cpu",
+                "--phases",
+                "blocking",
+                "--tokens",
+                "2",
+                "--layers",
+                "2",
+                flag[0],
+                flag[1],
+                "--out",
+                s(&out),
+            ],
         );
         assert!(assert_refused(&o, "OUT_OF_RANGE").contains("rank 9"));
         assert!(!out.exists());
@@ -513,7 +571,12 @@ fn plan_refuses_one_round_unless_the_spec_is_a_join_part() {
 #[test]
 fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
     let d = tempfile::tempdir().unwrap();
-    let sp = small_spec(d.path(), "broken", 3, "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n");
+    let sp = small_spec(
+        d.path(),
+        "broken",
+        3,
+        "[[configs]]\nname = \"broken\"\nargs = [\"--trace\", \"/nonexistent/t.jsonl\"]\n",
+    );
     let c = d.path().join("c");
     ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));
     let o = within(300, &["campaign", "exec", s(&c)]);
@@ -525,13 +588,29 @@ fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
         let o = mpirun_within(
             120,
             2,
-            &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "2", "--layers", "2", "--run-id", id, "--out", s(&out)],
+            &[
+                "rank",
+                "-q",
+                "--backend",
+                "cpu",
+                "--phases",
+                "blocking",
+                "--tokens",
+                "2",
+                "--layers",
+                "2",
+                "--run-id",
+                id,
+                "--out",
+                s(&out),
+            ],
         );
         assert!(assert_refused(&o, "BAD_ARGUMENT").contains("--run-id"));
         assert!(!out.exists());
     }
     let run = run_rank(2, &d.path().join("r"), &["--phases", "blocking", "--tokens", "2", "--layers", "2"]);
-    let shard: serde_json::Value = serde_json::from_str(&ok(&cc(&["inspect", s(&run.join("rank-00000.shard"))]))).unwrap();
+    let shard: serde_json::Value =
+        serde_json::from_str(&ok(&cc(&["inspect", s(&run.join("rank-00000.shard"))]))).unwrap();
     let env = shard["header"]["identity"]["env"].as_array().unwrap();
     assert!(env.iter().any(|kv| kv[0] == "PATH" && !kv[1].as_str().unwrap().is_empty()), "{env:?}");
 }
@@ -543,7 +622,19 @@ fn exec_fails_with_a_failed_cell_run_ids_and_recorded_paths() {
 fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
     let d = tempfile::tempdir().unwrap();
     let r = d.path().join("ref");
-    let args = ["validate", "-q", "--backend", "cpu", "--record-reference", "-o", s(&r), "--max-bytes", "64KiB", "--iters", "3"];
+    let args = [
+        "validate",
+        "-q",
+        "--backend",
+        "cpu",
+        "--record-reference",
+        "-o",
+        s(&r),
+        "--max-bytes",
+        "64KiB",
+        "--iters",
+        "3",
+    ];
     let rest = ["--warmup-iters", "1", "--tokens", "4", "--warmup-tokens", "1", "--rounds", "2"];
     ok(&mpirun_within(300, 2, &[&args[..], &rest[..]].concat()));
     let reseal = |tag: &str, file: &str, edit: &dyn Fn(&mut serde_json::Value)| -> PathBuf {
@@ -557,7 +648,8 @@ fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
         edit(&mut v);
         let bytes = serde_json::to_vec_pretty(&v).unwrap();
         std::fs::write(c.join(file), &bytes).unwrap();
-        let mut desc: serde_json::Value = serde_json::from_slice(&std::fs::read(c.join("descriptor.json")).unwrap()).unwrap();
+        let mut desc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(c.join("descriptor.json")).unwrap()).unwrap();
         for f in desc["files"].as_array_mut().unwrap() {
             if f["name"] == file {
                 f["size_bytes"] = bytes.len().into();
@@ -576,7 +668,11 @@ fn a_resealed_reference_with_impossible_settings_or_rounds_is_refused() {
             "BAD_INPUT",
             "the same sizes",
         ),
-        (reseal("wrong", "rounds.json", &|v| v["rounds"][0]["all_reduce"][0]["wrong_elements"] = 3.into()), "BAD_INPUT", "wrong elements"),
+        (
+            reseal("wrong", "rounds.json", &|v| v["rounds"][0]["all_reduce"][0]["wrong_elements"] = 3.into()),
+            "BAD_INPUT",
+            "wrong elements",
+        ),
     ];
     for (c, code, needle) in cases {
         let o = within(60, &["validate", "--backend", "cpu", "--reference", s(&c), "-o", s(&d.path().join("v"))]);
@@ -641,7 +737,11 @@ fn check_archive_checks_every_member_against_the_campaign_records() {
 }
 
 fn attempts_of(c: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(c.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(c.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Defect 5: two `exec --cell` at once on one host run one after the other
@@ -669,12 +769,16 @@ fn cells_on_one_host_never_overlap_and_an_overlapped_cell_is_run_again() {
     ok(&b);
     let att = attempts_of(&c);
     assert_eq!(att.len(), 2, "{att:?}");
-    let span = |x: &serde_json::Value| (x["started_unix_ms"].as_u64().unwrap(), x["finished_unix_ms"].as_u64().unwrap());
+    let span =
+        |x: &serde_json::Value| (x["started_unix_ms"].as_u64().unwrap(), x["finished_unix_ms"].as_u64().unwrap());
     let ((s0, e0), (s1, e1)) = (span(&att[0]), span(&att[1]));
     assert!(e0 <= s1 || e1 <= s0, "two cells on one host ran at once: {att:?}");
     ok(&within(300, &["campaign", "exec", s(&c)]));
     // an attempt that ran beside cell 1's success on its host (what two unlocked execs left)
-    let first = attempts_of(&c).into_iter().find(|x| x["cell_id"].as_str().unwrap().starts_with("r01-") && x["status"] == "succeeded").unwrap();
+    let first = attempts_of(&c)
+        .into_iter()
+        .find(|x| x["cell_id"].as_str().unwrap().starts_with("r01-") && x["status"] == "succeeded")
+        .unwrap();
     let mut other = first.clone();
     other["attempt_id"] = format!("{}-a9", first["cell_id"].as_str().unwrap()).into();
     other["status"] = "failed".into();
@@ -687,7 +791,10 @@ fn cells_on_one_host_never_overlap_and_an_overlapped_cell_is_run_again() {
     assert_refused(&cc(&["campaign", "verify", s(&c)]), "OVERLAPPING_ATTEMPTS");
     // the repair: exec runs the overlapped cell again, select takes the clean attempt
     ok(&within(300, &["campaign", "exec", s(&c)]));
-    let again: Vec<serde_json::Value> = attempts_of(&c).into_iter().filter(|x| x["cell_id"] == first["cell_id"] && x["status"] == "succeeded").collect();
+    let again: Vec<serde_json::Value> = attempts_of(&c)
+        .into_iter()
+        .filter(|x| x["cell_id"] == first["cell_id"] && x["status"] == "succeeded")
+        .collect();
     assert_eq!(again.len(), 2, "the overlapped cell ran once more: {again:?}");
     std::fs::remove_file(c.join("selection.json")).unwrap();
     ok(&cc(&["campaign", "select", s(&c)]));
@@ -774,7 +881,22 @@ fn a_rank_stopped_mid_job_is_flagged_as_a_stall_by_join() {
     let runs = d.path().join("out");
     let (guard, mut child) = mpirun_spawn(
         2,
-        &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "8", "--layers", "4", "--run-id", "r", "--out", s(&runs)],
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "8",
+            "--layers",
+            "4",
+            "--run-id",
+            "r",
+            "--out",
+            s(&runs),
+        ],
         &[("COMMCANARY_TEST_STOP_AT", "mid-blocking"), ("COMMCANARY_TEST_STOP_PID_FILE", s(&pid_file))],
         &out,
         &err,
@@ -806,7 +928,10 @@ fn a_rank_stopped_mid_job_is_flagged_as_a_stall_by_join() {
     assert!(status.success(), "{}", std::fs::read_to_string(&err).unwrap_or_default());
     let run = runs.join("r");
     let text = ok(&cc(&["join", s(&run)]));
-    let line = text.lines().find(|l| l.starts_with("stall at blocking")).unwrap_or_else(|| panic!("no stall line in:\n{text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("stall at blocking"))
+        .unwrap_or_else(|| panic!("no stall line in:\n{text}"));
     assert!(line.contains("no progress before it: rank 1") && line.contains("inside it: rank 0"), "{line}");
     let json: serde_json::Value = serde_json::from_str(&ok(&cc(&["join", s(&run), "--json"]))).unwrap();
     let stalls = json["stalls"].as_array().expect("a stalls list");
@@ -817,7 +942,22 @@ fn a_rank_stopped_mid_job_is_flagged_as_a_stall_by_join() {
     ok(&mpirun_within(
         120,
         2,
-        &["rank", "-q", "--backend", "cpu", "--phases", "blocking", "--tokens", "8", "--layers", "4", "--run-id", "q", "--out", s(&quiet)],
+        &[
+            "rank",
+            "-q",
+            "--backend",
+            "cpu",
+            "--phases",
+            "blocking",
+            "--tokens",
+            "8",
+            "--layers",
+            "4",
+            "--run-id",
+            "q",
+            "--out",
+            s(&quiet),
+        ],
     ));
     let json: serde_json::Value = serde_json::from_str(&ok(&cc(&["join", s(&quiet.join("q")), "--json"]))).unwrap();
     assert_eq!(json["stalls"], serde_json::json!([]), "a run without a stop has no stall");

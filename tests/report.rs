@@ -11,7 +11,11 @@ fn painted_share(svg: &str) -> f64 {
     let size = tree.size().to_int_size();
     let mut pm = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
     resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pm.as_mut());
-    let painted = pm.pixels().iter().filter(|p| p.alpha() > 0 && !(p.red() == 255 && p.green() == 255 && p.blue() == 255)).count();
+    let painted = pm
+        .pixels()
+        .iter()
+        .filter(|p| p.alpha() > 0 && !(p.red() == 255 && p.green() == 255 && p.blue() == 255))
+        .count();
     painted as f64 / pm.pixels().len() as f64
 }
 
@@ -27,7 +31,13 @@ fn the_demo_campaign_report_and_its_plots() {
     ok(&cc(&["campaign", "verify", ds]));
     let text = ok(&cc(&["campaign", "analyze", ds]));
     // the short answer by default (at most 15 lines and the line naming what was written), the whole text with -v
-    assert!(text.lines().count() <= 16 && text.contains("P(best)") && text.contains("canary ") && text.contains("controls: a-a: "), "{text}");
+    assert!(
+        text.lines().count() <= 16
+            && text.contains("P(best)")
+            && text.contains("canary ")
+            && text.contains("controls: a-a: "),
+        "{text}"
+    );
     let whole = ok(&cc(&["campaign", "analyze", "-v", ds]));
     assert!(whole.contains("P(best)") && whole.contains("canary ") && whole.contains("control a-a"), "{whole}");
     let rep = d.join("report");
@@ -36,10 +46,20 @@ fn the_demo_campaign_report_and_its_plots() {
     assert_eq!(r["format_version"], 7);
     // not a trace campaign: no trace claim, and the element type the all-reduces ran in
     assert!(r["context"].get("trace").is_none(), "{}", r["context"]);
-    assert!(r["context"]["not_represented"].as_array().unwrap().iter().any(|x| x == "collectives other than all-reduce (float32 sum)"), "{}", r["context"]);
+    assert!(
+        r["context"]["not_represented"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x == "collectives other than all-reduce (float32 sum)"),
+        "{}",
+        r["context"]
+    );
     assert!(r["producer"].as_str().unwrap().starts_with("commcanary "));
     // one job per configuration and round: the spec's repetitions
-    let rounds = toml::from_str::<toml::Value>(&std::fs::read_to_string(spec).unwrap()).unwrap()["repetitions"].as_integer().unwrap();
+    let rounds = toml::from_str::<toml::Value>(&std::fs::read_to_string(spec).unwrap()).unwrap()["repetitions"]
+        .as_integer()
+        .unwrap();
     let phases = r["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 6, "all six phases");
     for p in phases {
@@ -54,7 +74,10 @@ fn the_demo_campaign_report_and_its_plots() {
             let sum: f64 = rows.iter().map(|x| x[key].as_f64().unwrap()).sum();
             assert!((sum - 1.0).abs() < 1e-9, "{key} sums to {sum}");
         }
-        assert!(rows.iter().all(|x| x["jobs"] == rounds && x["median_us"].as_f64().unwrap() > 0.0), "one job per round ({rounds}): {rows:?}");
+        assert!(
+            rows.iter().all(|x| x["jobs"] == rounds && x["median_us"].as_f64().unwrap() > 0.0),
+            "one job per round ({rounds}): {rows:?}"
+        );
         // one decision rule: a decided relation lies beyond the minimum effect (2%) on its own interval
         for pr in p["pairs"].as_array().unwrap().iter().chain(p["pairs_p99"].as_array().unwrap()) {
             let (lo, hi) = (pr["ci_low_pct"].as_f64().unwrap(), pr["ci_high_pct"].as_f64().unwrap());
@@ -89,16 +112,26 @@ fn the_demo_campaign_report_and_its_plots() {
         assert_eq!(c["level"].is_null(), c["kind"] == "injected-skew", "{c}");
     }
     let claim = r["canary"]["statement"].as_str().unwrap();
-    for needle in ["Under manifest", "candidate nbc-ring vs baseline nbc-binomial", "Student-t interval", "Controls:", "Dimensions not represented:"] {
+    for needle in [
+        "Under manifest",
+        "candidate nbc-ring vs baseline nbc-binomial",
+        "Student-t interval",
+        "Controls:",
+        "Dimensions not represented:",
+    ] {
         assert!(claim.contains(needle), "{needle:?} in {claim}");
     }
-    assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")), "120 intervals warrant the warning");
+    assert!(
+        r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("multiple comparisons")),
+        "120 intervals warrant the warning"
+    );
     // every plot parses and renders to a picture, and names what it shows
     let plots: Vec<String> = r["plots"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
     assert_eq!(
         plots.len(),
         2 + 1 + 1 + 6 + 6,
-        "slopegraph, P(best), proxy-vs-truth, clock offsets, one distribution and one ECDF per phase (no GPU timeline on CPU): {plots:?}"
+        "slopegraph, P(best), proxy-vs-truth, clock offsets, one distribution and one ECDF per phase (no GPU timeline \
+            on CPU): {plots:?}"
     );
     for p in &plots {
         let svg = std::fs::read_to_string(rep.join(p)).unwrap();
@@ -107,7 +140,8 @@ fn the_demo_campaign_report_and_its_plots() {
     }
     let slope = std::fs::read_to_string(rep.join("ranks-slopegraph.svg")).unwrap();
     assert!(
-        slope.matches("<text").count() >= 6 && ["isolated", "overlap", "nbc-ring-delayed"].iter().all(|w| slope.contains(w)),
+        slope.matches("<text").count() >= 6
+            && ["isolated", "overlap", "nbc-ring-delayed"].iter().all(|w| slope.contains(w)),
         "axis and line labels in the slopegraph"
     );
     // seeded: a re-run reproduces the bytes; a changed report is never replaced
@@ -119,8 +153,14 @@ fn the_demo_campaign_report_and_its_plots() {
     assert_eq!(std::fs::read(rep.join("report.json")).unwrap(), b"{}");
     // power from the campaign's own noise, and a campaign replicates itself
     let power = ok(&cc(&["campaign", "power", ds]));
-    assert!(power.contains("to resolve δ = 2% with 80% power you need") && power.contains("residual job noise"), "{power}");
-    assert!(power.contains("in the pair table and the known-bad controls (10 pairs, each interval at 99.500%"), "{power}");
+    assert!(
+        power.contains("to resolve δ = 2% with 80% power you need") && power.contains("residual job noise"),
+        "{power}"
+    );
+    assert!(
+        power.contains("in the pair table and the known-bad controls (10 pairs, each interval at 99.500%"),
+        "{power}"
+    );
     let repl = ok(&cc(&["campaign", "replicate", ds, ds]));
     assert!(repl.contains(" 0 contradicted, 0 not confirmed") && !repl.contains("FLAG"), "{repl}");
     // --report-dir writes elsewhere

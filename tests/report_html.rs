@@ -21,7 +21,11 @@ fn demo_page(dir: &Path) -> std::path::PathBuf {
 
 fn chromium() -> &'static str {
     let c = "/usr/bin/chromium";
-    assert!(Path::new(c).exists(), "{c} is missing: `bash scripts/setup.sh --tests` installs Debian's chromium, which this test renders the page in");
+    assert!(
+        Path::new(c).exists(),
+        "{c} is missing: `bash scripts/setup.sh --tests` installs Debian's chromium, which \
+        this test renders the page in"
+    );
     c
 }
 

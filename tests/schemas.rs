@@ -9,7 +9,10 @@ fn committed_schemas_match_the_code() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results-schema").join(file);
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let generated = schema::schema_json(name).unwrap();
-        assert!(committed == generated, "{file} is stale: regenerate with `commcanary schema {name} > results-schema/{file}`");
+        assert!(
+            committed == generated,
+            "{file} is stale: regenerate with `commcanary schema {name} > results-schema/{file}`"
+        );
     }
 }
 
@@ -33,12 +36,19 @@ fn required_present(schema: &serde_json::Value, doc: &serde_json::Value, defs: &
 #[test]
 fn real_outputs_carry_every_required_field() {
     let d = tempfile::tempdir().unwrap();
-    let run = run_rank(2, d.path(), &["--phases", "blocking,replay", "--tokens", "2", "--model", "synthetic", "--layers", "2"]);
+    let run = run_rank(
+        2,
+        d.path(),
+        &["--phases", "blocking,replay", "--tokens", "2", "--model", "synthetic", "--layers", "2"],
+    );
     let check = |name: &str, doc: serde_json::Value| {
         let schema: serde_json::Value = serde_json::from_str(&schema::schema_json(name).unwrap()).unwrap();
         required_present(&schema, &doc, &schema["$defs"], name);
     };
-    check("shard", serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00000.shard").to_str().unwrap()]))).unwrap());
+    check(
+        "shard",
+        serde_json::from_str(&ok(&cc(&["inspect", run.join("rank-00000.shard").to_str().unwrap()]))).unwrap(),
+    );
     check("run", serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap());
     check("join-summary", join_json(&run));
     let ev = d.path().join("ev.jsonl");
@@ -56,7 +66,8 @@ fn comm_trace_contract_documents_every_field() {
     let schema: serde_json::Value = serde_json::from_str(&schema::schema_json("comm-trace").unwrap()).unwrap();
     let doc_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results-schema/comm-trace.md");
     let doc = std::fs::read_to_string(&doc_path).unwrap();
-    let props = |v: &serde_json::Value| -> Vec<String> { v["properties"].as_object().unwrap().keys().cloned().collect() };
+    let props =
+        |v: &serde_json::Value| -> Vec<String> { v["properties"].as_object().unwrap().keys().cloned().collect() };
     for f in props(&schema["$defs"]["TraceCollective"]) {
         assert!(doc.contains(&format!("| `{f}` |")), "comm-trace.md has no row for TraceCollective.{f}");
     }
@@ -73,7 +84,8 @@ fn comm_trace_contract_documents_every_field() {
     let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch-2.11-tp2-h200");
     for kind in ["kineto", "et"] {
         let out = d.path().join(format!("{kind}.json"));
-        let files: Vec<String> = (0..2).map(|r| fx.join(format!("{kind}.rank-{r}.json.gz")).display().to_string()).collect();
+        let files: Vec<String> =
+            (0..2).map(|r| fx.join(format!("{kind}.rank-{r}.json.gz")).display().to_string()).collect();
         ok(&cc(&["import", kind, &files[0], &files[1], "-o", out.to_str().unwrap()]));
         let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         required_present(&schema, &doc, &schema["$defs"], "comm-trace");

@@ -12,7 +12,12 @@ use std::process::{Command, Output};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn sim(state: &Path, cmd: &str) -> Output {
-    Command::new("bash").arg(format!("{ROOT}/scripts/dev/sim-cluster.sh")).arg(cmd).env("SIM_STATE", state).output().unwrap()
+    Command::new("bash")
+        .arg(format!("{ROOT}/scripts/dev/sim-cluster.sh"))
+        .arg(cmd)
+        .env("SIM_STATE", state)
+        .output()
+        .unwrap()
 }
 
 fn start_time(pid: u32) -> String {
@@ -39,8 +44,11 @@ fn sim_cluster_down_leaves_a_directory_up_did_not_make() {
     let t = tempfile::tempdir().unwrap();
     let mut victim = Command::new("sleep").arg("600").spawn().unwrap();
     let pid = victim.id();
-    let variants: [(&str, String); 3] =
-        [("home", format!("{pid}\n")), ("other-tool", format!("{pid} {}\n", start_time(pid))), ("marked-wrongly", format!("{pid}\n"))];
+    let variants: [(&str, String); 3] = [
+        ("home", format!("{pid}\n")),
+        ("other-tool", format!("{pid} {}\n", start_time(pid))),
+        ("marked-wrongly", format!("{pid}\n")),
+    ];
     for (name, line) in &variants {
         let state = t.path().join(name);
         std::fs::create_dir_all(state.join("pids")).unwrap();
@@ -109,11 +117,14 @@ fn sim_cluster_judges_a_recorded_daemon_by_pid_and_start_time() {
 /// id in sbatch's log and without it.
 #[test]
 fn validate_partition_reads_each_nodes_own_result() {
-    for (short, long, job_in_log) in [("n1", "n1-2", true), ("gpu1", "gpu1-10", true), ("a", "a-1-1", true), ("n1", "n1-2", false)] {
+    for (short, long, job_in_log) in
+        [("n1", "n1-2", true), ("gpu1", "gpu1-10", true), ("a", "a-1-1", true), ("n1", "n1-2", false)]
+    {
         let t = tempfile::tempdir().unwrap();
         let bin = t.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        std::fs::write(bin.join("sinfo"), format!("#!/bin/bash\nprintf '%s idle\\n%s idle\\n' {short} {long}\n")).unwrap();
+        std::fs::write(bin.join("sinfo"), format!("#!/bin/bash\nprintf '%s idle\\n%s idle\\n' {short} {long}\n"))
+            .unwrap();
         // the long-named node's job passes (job 124); the short one's leaves no result (job 101)
         std::fs::write(
             bin.join("sbatch"),
@@ -121,7 +132,9 @@ fn validate_partition_reads_each_nodes_own_result() {
                 "#!/bin/bash\nfor a; do case $a in --nodelist=*) n=${{a#*=}};; esac; done\n\
                  if [ \"$n\" = {short} ]; then job=101; else job=124; fi\n\
                  {}\n\
-                 if [ \"$n\" = {long} ]; then mkdir -p \"$VALIDATE_OUT/$n-$job\"; printf '{{\"verdict\":\"pass\",\"checks\":[]}}' > \"$VALIDATE_OUT/$n-$job/report.json\"; echo 0 > \"$VALIDATE_OUT/$n-$job.exit\"; echo log > \"$VALIDATE_OUT/$n-$job.out\"; fi\n",
+                 if [ \"$n\" = {long} ]; then mkdir -p \"$VALIDATE_OUT/$n-$job\"; printf \
+                     '{{\"verdict\":\"pass\",\"checks\":[]}}' > \"$VALIDATE_OUT/$n-$job/report.json\"; echo 0 > \
+                         \"$VALIDATE_OUT/$n-$job.exit\"; echo log > \"$VALIDATE_OUT/$n-$job.out\"; fi\n",
                 if job_in_log { "echo \"Submitted batch job $job\"" } else { ":" }
             ),
         )
@@ -139,9 +152,15 @@ fn validate_partition_reads_each_nodes_own_result() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&o.stdout).to_string();
-        let what = format!("{short}/{long} (job id in log: {job_in_log})\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
+        let what =
+            format!("{short}/{long} (job id in log: {job_in_log})\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(o.status.code(), Some(3), "{what}");
-        let row = |n: &str| text.lines().find(|l| l.split_whitespace().next() == Some(n)).unwrap_or_else(|| panic!("row {n}: {what}")).to_string();
+        let row = |n: &str| {
+            text.lines()
+                .find(|l| l.split_whitespace().next() == Some(n))
+                .unwrap_or_else(|| panic!("row {n}: {what}"))
+                .to_string()
+        };
         assert!(row(short).contains("could-not-run"), "{what}");
         assert!(row(long).contains("pass"), "{what}");
         assert!(text.contains(&format!("scontrol update nodename={long} state=resume")), "{what}");

@@ -24,7 +24,22 @@ fn table_rows(stdout: &str) -> Vec<Vec<String>> {
 /// 5 timed iterations) with `extra` arguments; returns stdout and the run directory.
 fn sweep(out: &Path, kind: &str, extra: &[&str]) -> (String, PathBuf) {
     let mut args = vec!["rank", "--backend", "cpu", "--phases", "isolated", "--collective", kind, "-d", "f32"];
-    args.extend_from_slice(&["-b", "8", "-e", "2KiB", "-f", "4", "-n", "5", "-w", "1", "-c", "1", "-o", out.to_str().unwrap()]);
+    args.extend_from_slice(&[
+        "-b",
+        "8",
+        "-e",
+        "2KiB",
+        "-f",
+        "4",
+        "-n",
+        "5",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     args.extend_from_slice(extra);
     let stdout = ok(&mpirun(2, &args));
     let run = std::fs::read_dir(out).unwrap().next().unwrap().unwrap().path();
@@ -53,7 +68,11 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
     for r in &rows {
         // size, count (f32 elements of the gathered buffer), type, redop none, root -1, 5 iterations, #wrong 0
         assert_eq!(r[1].parse::<u64>().unwrap() * 4, r[0].parse::<u64>().unwrap(), "{r:?}");
-        assert_eq!((r[2].as_str(), r[3].as_str(), r[4].as_str(), r[5].as_str(), r[9].as_str()), ("f32", "none", "-1", "5", "0"), "{r:?}");
+        assert_eq!(
+            (r[2].as_str(), r[3].as_str(), r[4].as_str(), r[5].as_str(), r[9].as_str()),
+            ("f32", "none", "-1", "5", "0"),
+            "{r:?}"
+        );
     }
     assert!(stdout.contains("# Avg bus bandwidth    : "), "{stdout}");
 
@@ -62,11 +81,18 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
         let s = shard(&run, rank);
         let h = &s["header"];
         assert_eq!(h["workload"]["isolated_collective"], "all_gather");
-        let group = h["groups"].as_array().unwrap().iter().find(|g| g["name"] == "isolated-sweep").unwrap_or_else(|| panic!("no sweep group: {h}"));
+        let group = h["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "isolated-sweep")
+            .unwrap_or_else(|| panic!("no sweep group: {h}"));
         assert_eq!(group["members"], serde_json::json!([0, 1]));
         let events = s["body"]["collectives"].as_array().unwrap();
         assert_eq!(events.len(), 5 * 6, "5 sizes x (1 warm-up + 5 timed)");
-        assert!(events.iter().all(|e| e["kind"] == "all_gather" && e["group"] == group["id"] && e["phase"] == "isolated"));
+        assert!(events
+            .iter()
+            .all(|e| e["kind"] == "all_gather" && e["group"] == group["id"] && e["phase"] == "isolated"));
         let bytes: std::collections::BTreeSet<u64> = events.iter().map(|e| e["bytes"].as_u64().unwrap()).collect();
         assert_eq!(bytes.into_iter().collect::<Vec<_>>(), vec![4, 16, 64, 256, 1024], "half of each gathered size");
         let checks = h["checks"].as_array().unwrap();
@@ -81,13 +107,22 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
         assert!(j.get(k.as_str().unwrap()).is_some(), "{k} missing from {j}");
     }
     let ours = &j["commcanary"];
-    assert_eq!((ours["collective"].as_str(), ours["world_size"].as_u64(), ours["bus_bw_factor"].as_f64()), (Some("all_gather"), Some(2), Some(0.5)));
-    assert_eq!((j["version"].as_u64(), j["out_of_bounds"]["count"].as_u64(), j["out_of_bounds"]["okay"].as_bool()), (Some(3), Some(0), Some(true)));
+    assert_eq!(
+        (ours["collective"].as_str(), ours["world_size"].as_u64(), ours["bus_bw_factor"].as_f64()),
+        (Some("all_gather"), Some(2), Some(0.5))
+    );
+    assert_eq!(
+        (j["version"].as_u64(), j["out_of_bounds"]["count"].as_u64(), j["out_of_bounds"]["okay"].as_bool()),
+        (Some(3), Some(0), Some(true))
+    );
     let results = j["results"].as_array().unwrap();
     assert_eq!(results.len(), 5);
     for r in results {
         let o = &r["out_of_place"];
-        assert_eq!((o["nwrong"].as_u64(), r["root"].as_i64(), r["redop"].as_str(), r["type"].as_str()), (Some(0), Some(-1), Some("none"), Some("float")));
+        assert_eq!(
+            (o["nwrong"].as_u64(), r["root"].as_i64(), r["redop"].as_str(), r["type"].as_str()),
+            (Some(0), Some(-1), Some("none"), Some("float"))
+        );
         let (alg, bus) = (o["alg_bw"].as_f64().unwrap(), o["bus_bw"].as_f64().unwrap());
         assert!((bus - alg * 0.5).abs() <= 1e-12 * alg.max(1.0), "{r}");
         assert!(r["in_place"].is_null(), "{r}");
@@ -105,7 +140,11 @@ fn an_all_gather_sweep_prints_nccl_tests_table_and_writes_shards_and_json() {
     }
     // join prints the same table from the verified shards
     let summary = join_json(&run);
-    assert!(summary["isolated_sizes"].as_array().unwrap().iter().all(|r| r["collective"] == "all_gather" && r["wrong_elements"] == 0));
+    assert!(summary["isolated_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["collective"] == "all_gather" && r["wrong_elements"] == 0));
 }
 
 #[test]
@@ -115,8 +154,15 @@ fn rooted_and_reducing_kinds_print_their_root_and_redop() {
     let rows = table_rows(&stdout);
     assert_eq!(rows.len(), 5, "{stdout}");
     // broadcast: no reduction, root 0, bus bandwidth = algorithm bandwidth
-    assert!(rows.iter().all(|r| (r[3].as_str(), r[4].as_str(), r[9].as_str()) == ("none", "0", "0") && r[7] == r[8]), "{stdout}");
-    assert!(shard(&run, 1)["body"]["collectives"].as_array().unwrap().iter().all(|e| e["kind"] == "broadcast" && e["root"] == 0));
+    assert!(
+        rows.iter().all(|r| (r[3].as_str(), r[4].as_str(), r[9].as_str()) == ("none", "0", "0") && r[7] == r[8]),
+        "{stdout}"
+    );
+    assert!(shard(&run, 1)["body"]["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["kind"] == "broadcast" && e["root"] == 0));
 
     let (stdout, run) = sweep(&t.path().join("rs"), "reduce_scatter", &["--op", "max"]);
     let rows = table_rows(&stdout);
@@ -176,7 +222,8 @@ fn sweeps_that_cannot_run_are_refused_before_mpi() {
     let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| s.to_string()).collect() };
     let run = |args: Vec<String>| cc(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(assert_refused(&run(with(&["--op", "avg"])), "BAD_ARGUMENT").contains("MPI has no average"));
-    assert!(assert_refused(&run(with(&["--collective", "broadcast", "--op", "max"])), "BAD_ARGUMENT").contains("has no reduction"));
+    assert!(assert_refused(&run(with(&["--collective", "broadcast", "--op", "max"])), "BAD_ARGUMENT")
+        .contains("has no reduction"));
     let existing = t.path().join("taken.json");
     std::fs::write(&existing, "{}").unwrap();
     assert_refused(&run(with(&["-J", existing.to_str().unwrap()])), "ALREADY_EXISTS");
@@ -216,7 +263,12 @@ fn every_kind_with_a_bus_bandwidth_factor_sweeps_checked() {
     let t = tempfile::tempdir().unwrap();
     for row in &KINDS {
         let sweep_kind = SweepKind::value_variants().iter().find(|k| k.kind() == row.kind);
-        assert_eq!(sweep_kind.is_some(), row.bus_bw.is_some(), "{}: a sweep exactly where a bus-bandwidth factor is defined", row.name);
+        assert_eq!(
+            sweep_kind.is_some(),
+            row.bus_bw.is_some(),
+            "{}: a sweep exactly where a bus-bandwidth factor is defined",
+            row.name
+        );
         let Some(k) = sweep_kind else { continue };
         let (stdout, run) = sweep(&t.path().join(row.name), row.name, &[]);
         let rows = table_rows(&stdout);
@@ -224,7 +276,11 @@ fn every_kind_with_a_bus_bandwidth_factor_sweeps_checked() {
         assert!(rows.iter().all(|r| r[9] == "0"), "{}: #wrong on some size\n{stdout}", row.name);
         let events = shard(&run, 0)["body"]["collectives"].as_array().unwrap().clone();
         assert!(!events.is_empty() && events.iter().all(|e| e["kind"] == row.name), "{}", row.name);
-        assert!(events.iter().any(|e| e["checked"] == true), "{}: nothing checked on rank 0 (every root is 0)", row.name);
+        assert!(
+            events.iter().any(|e| e["checked"] == true),
+            "{}: nothing checked on rank 0 (every root is 0)",
+            row.name
+        );
         assert_eq!(k.name(), row.name);
     }
 }

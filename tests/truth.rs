@@ -134,9 +134,13 @@ timeout_s = 60"#,
     ok(&o);
     let o = cc_root(&["campaign", "exec", dir.to_str().unwrap(), "--retries", "1"]);
     ok(&o);
-    let attempts: Vec<serde_json::Value> =
-        std::fs::read_to_string(dir.join("attempts.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let truth_attempts: Vec<&serde_json::Value> = attempts.iter().filter(|a| a["cell_id"].as_str().unwrap().ends_with("@truth")).collect();
+    let attempts: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let truth_attempts: Vec<&serde_json::Value> =
+        attempts.iter().filter(|a| a["cell_id"].as_str().unwrap().ends_with("@truth")).collect();
     let failed: Vec<&&serde_json::Value> = truth_attempts.iter().filter(|a| a["status"] == "failed").collect();
     assert_eq!(failed.len(), 1, "exactly the first truth job missed its metric: {truth_attempts:#?}");
     let why = failed[0]["failure"].as_str().unwrap();
@@ -145,7 +149,10 @@ timeout_s = 60"#,
     let failed_cell = failed[0]["cell_id"].as_str().unwrap();
     let rec = json(&dir.join(failed[0]["run_dir"].as_str().unwrap()).join("truth.json"));
     assert!(rec["metric"].is_null() && rec["exit_code"] == 0, "{rec:#}");
-    assert!(truth_attempts.iter().any(|a| a["cell_id"] == failed_cell && a["status"] == "succeeded"), "retried: {truth_attempts:#?}");
+    assert!(
+        truth_attempts.iter().any(|a| a["cell_id"] == failed_cell && a["status"] == "succeeded"),
+        "retried: {truth_attempts:#?}"
+    );
     // 3 configurations x 2 rounds of truth cells, each with one success
     assert_eq!(truth_attempts.iter().filter(|a| a["status"] == "succeeded").count(), 6);
     let ok_rec = truth_attempts.iter().find(|a| a["status"] == "succeeded").unwrap();
@@ -158,7 +165,8 @@ timeout_s = 60"#,
     ok(&cc_root(&["campaign", "verify", dir.to_str().unwrap()]));
     // a record whose metric was edited after the job no longer verifies (read again from the kept stdout)
     let sel = json(&dir.join("selection.json"));
-    let e = sel["entries"].as_array().unwrap().iter().find(|e| e["cell_id"].as_str().unwrap().ends_with("@truth")).unwrap();
+    let e =
+        sel["entries"].as_array().unwrap().iter().find(|e| e["cell_id"].as_str().unwrap().ends_with("@truth")).unwrap();
     let stdout = dir.join("attempts").join(format!("{}.stdout", e["attempt_id"].as_str().unwrap()));
     std::fs::write(&stdout, b"cost 0.5 s\n").unwrap();
     let o = cc_root(&["campaign", "verify", dir.to_str().unwrap()]);
@@ -193,7 +201,8 @@ timeout_s = 120"#;
     assert!(!tr["best_set"].as_array().unwrap().iter().any(|l| l == "slow"), "{tr:#}");
     for p in tr["proxies"].as_array().unwrap() {
         let g = &p["regret"];
-        let (lo, pt, hi) = (g["low_pct"].as_f64().unwrap(), g["regret_pct"].as_f64().unwrap(), g["high_pct"].as_f64().unwrap());
+        let (lo, pt, hi) =
+            (g["low_pct"].as_f64().unwrap(), g["regret_pct"].as_f64().unwrap(), g["high_pct"].as_f64().unwrap());
         assert!(0.0 <= lo && lo <= pt && pt <= hi, "{p:#}");
         assert_eq!(g["within_best_set"].as_bool().unwrap(), p["pick"] != "slow", "{p:#}");
         // the job decides the known-bad's pairs, so a decision cost is stated
@@ -201,26 +210,46 @@ timeout_s = 120"#;
     }
     // the metric in each record equals the attempt's wall time within the launcher's bookkeeping
     let sel = json(&dir.join("selection.json"));
-    let truth_entries: Vec<&serde_json::Value> =
-        sel["entries"].as_array().unwrap().iter().filter(|e| e["cell_id"].as_str().unwrap().ends_with("@truth")).collect();
+    let truth_entries: Vec<&serde_json::Value> = sel["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cell_id"].as_str().unwrap().ends_with("@truth"))
+        .collect();
     assert_eq!(truth_entries.len(), 12);
     for e in truth_entries {
         let rec = json(&dir.join(e["run_dir"].as_str().unwrap()).join("truth.json"));
         assert_eq!(rec["argv"][0], "mpirun", "launched under the campaign's launcher: {rec:#}");
-        assert!(rec["argv"].as_array().unwrap().iter().any(|a| a == "TRUTH_SLEEP_S"), "the configuration's variable is forwarded: {rec:#}");
+        assert!(
+            rec["argv"].as_array().unwrap().iter().any(|a| a == "TRUTH_SLEEP_S"),
+            "the configuration's variable is forwarded: {rec:#}"
+        );
         assert_eq!(rec["metric"]["value"], rec["wall_s"]);
     }
     // export the pick; it sources under set -u and sets the winner's variable
     let pick = t.path().join("pick.env");
     let o = cc_root(&["campaign", "export-pick", dir.to_str().unwrap(), "-o", pick.to_str().unwrap()]);
     ok(&o);
-    let o = std::process::Command::new("bash").args(["-c", &format!("set -eu; . {}; echo \"$TRUTH_SLEEP_S\"", pick.display())]).output().unwrap();
+    let o = std::process::Command::new("bash")
+        .args(["-c", &format!("set -eu; . {}; echo \"$TRUTH_SLEEP_S\"", pick.display())])
+        .output()
+        .unwrap();
     assert_eq!(ok(&o).trim(), "0.05", "the pick is a fast configuration");
     let o = cc_root(&["campaign", "export-pick", dir.to_str().unwrap(), "-o", pick.to_str().unwrap()]);
     assert_refused(&o, "ALREADY_EXISTS");
     // confirm: the pick against the default (no variable: the job sleeps 0 s) in new rounds
     let conf = t.path().join("confirm");
-    let o = cc_root(&["campaign", "confirm", dir.to_str().unwrap(), "--pick", pick.to_str().unwrap(), "--rounds", "3", "-o", conf.to_str().unwrap()]);
+    let o = cc_root(&[
+        "campaign",
+        "confirm",
+        dir.to_str().unwrap(),
+        "--pick",
+        pick.to_str().unwrap(),
+        "--rounds",
+        "3",
+        "-o",
+        conf.to_str().unwrap(),
+    ]);
     let text = ok(&o);
     assert!(text.contains("confirm: the pick's gain over the default on the real job is"), "{text}");
     assert!(text.contains("recommended") || text.contains("NOT RECOMMENDED"), "{text}");
@@ -282,15 +311,27 @@ args = ["--inject-repeat", "4", "--inject-delay", "rank=1,every=2,us=10000"]
     assert!(text.contains("the real job: wall time") && text.contains("truth.regret: pick"), "{text}");
     let r = json(&v.join("canary-verify.json"));
     let tr = &r["truth"];
-    assert!(tr["source"]["regret"]["high_pct"].as_f64().unwrap() >= tr["source"]["regret"]["low_pct"].as_f64().unwrap(), "{tr:#}");
-    assert!(!tr["best_set"].as_array().unwrap().iter().any(|c| c == "nbc-ring-delayed"), "the job decides its known bad: {tr:#}");
+    assert!(
+        tr["source"]["regret"]["high_pct"].as_f64().unwrap() >= tr["source"]["regret"]["low_pct"].as_f64().unwrap(),
+        "{tr:#}"
+    );
+    assert!(
+        !tr["best_set"].as_array().unwrap().iter().any(|c| c == "nbc-ring-delayed"),
+        "the job decides its known bad: {tr:#}"
+    );
     let canary = r["candidates"].as_array().unwrap().iter().find(|c| c["variant"] == "canary").unwrap();
     let j = &canary["truth"];
     assert!(["nbc-ring", "nbc-binomial", "nbc-ring-delayed"].contains(&j["pick"].as_str().unwrap()), "{j:#}");
     assert_eq!(j["regret"]["pick"], j["pick"]);
     // the job ran once per configuration and round, under the source variant
     let m = json(&v.join("campaign/manifest.json"));
-    let truth_cells: Vec<&str> = m["schedule"].as_array().unwrap().iter().filter(|c| c["truth"] == true).map(|c| c["label"].as_str().unwrap()).collect();
+    let truth_cells: Vec<&str> = m["schedule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["truth"] == true)
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
     assert_eq!(truth_cells.len(), 9, "{truth_cells:?}");
     assert!(truth_cells.iter().all(|l| l.starts_with("source.")), "{truth_cells:?}");
 }

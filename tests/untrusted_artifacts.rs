@@ -54,10 +54,15 @@ fn crafted(dir: &Path, name: &str, base: &Canary, edit: &dyn Fn(&mut Canary)) ->
 
 fn spec(dir: &Path, configs: &[(&str, &str)]) -> PathBuf {
     let mut text = String::from(
-        "name = \"small\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 7\nblind = false\n\n[launcher]\nkind = \"mpirun\"\nargs = [\"--oversubscribe\"]\n\n[workload]\nphases = \"replay\"\ntokens = 1\nlayers = 1\niters = 1\n\n[analysis]\ntie_policy = \"interval\"\nmin_effect_pct = 2.0\ndelta_pct = 5.0\nbootstrap_resamples = 200\nbootstrap_seed = 1\n",
+        "name = \"small\"\nbackend = \"cpu\"\nranks = 2\nrepetitions = 2\nseed = 7\nblind = false\n\n[launcher]\nkind \
+            = \"mpirun\"\nargs = [\"--oversubscribe\"]\n\n[workload]\nphases = \"replay\"\ntokens = 1\nlayers = \
+                1\niters = 1\n\n[analysis]\ntie_policy = \"interval\"\nmin_effect_pct = 2.0\ndelta_pct = \
+                    5.0\nbootstrap_resamples = 200\nbootstrap_seed = 1\n",
     );
     for (name, alg) in configs {
-        text.push_str(&format!("\n[[configs]]\nname = \"{name}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"{alg}\" }}\n"));
+        text.push_str(&format!(
+            "\n[[configs]]\nname = \"{name}\"\nenv = {{ OMPI_MCA_coll_libnbc_iallreduce_algorithm = \"{alg}\" }}\n"
+        ));
     }
     let p = dir.join("spec.toml");
     std::fs::write(&p, text).unwrap();
@@ -65,7 +70,8 @@ fn spec(dir: &Path, configs: &[(&str, &str)]) -> PathBuf {
 }
 
 fn verify_args<'a>(trace: &'a str, art: &'a str, spec: &'a str, out: &'a str, baselines: bool) -> Vec<&'a str> {
-    let mut v = vec!["canary", "verify", trace, art, "--configs", spec, "--passes", "1", "--phases", "replay", "-o", out];
+    let mut v =
+        vec!["canary", "verify", trace, art, "--configs", spec, "--passes", "1", "--phases", "replay", "-o", out];
     if baselines {
         v.push("--baselines");
     }
@@ -99,11 +105,19 @@ fn an_artifact_whose_counts_or_claims_contradict_its_body_is_refused_before_anyt
     let src_iters = base.replay.source_iterations;
     let mut cases: Vec<(String, PathBuf, &str)> = Vec::new();
     for it in [src_iters + 1, 1 << 32, 1 << 60, u64::MAX] {
-        cases.push((format!("iterations {it}"), crafted(d, &format!("it{it}"), &base, &|c| c.replay.iterations = it), "BAD_STRUCTURE"));
+        cases.push((
+            format!("iterations {it}"),
+            crafted(d, &format!("it{it}"), &base, &|c| c.replay.iterations = it),
+            "BAD_STRUCTURE",
+        ));
     }
     for n in [1u64 << 40, 1 << 60, u64::MAX] {
         // the main loop's count alone, and with the replay plan made to agree (then only the expansion bound is left)
-        cases.push((format!("main count {n}"), crafted(d, &format!("count{n}"), &base, &|c| set_main_count(c, n)), "BAD_STRUCTURE"));
+        cases.push((
+            format!("main count {n}"),
+            crafted(d, &format!("count{n}"), &base, &|c| set_main_count(c, n)),
+            "BAD_STRUCTURE",
+        ));
         cases.push((
             format!("main count {n}, plan agreeing"),
             crafted(d, &format!("countplan{n}"), &base, &|c| {
@@ -221,7 +235,9 @@ fn the_value_budget_is_the_tools_and_is_judged_before_any_replay() {
                 let o = cc_limited(&verify_args(s(&trace), s(&p), s(&sp), s(&out), false));
                 let what = format!("field {field} x{num}/{den}, declared {declared:?}");
                 match declared {
-                    Some(_) => assert!(assert_refused(&o, "BAD_STRUCTURE").contains("max_relative_error_ppm"), "{what}"),
+                    Some(_) => {
+                        assert!(assert_refused(&o, "BAD_STRUCTURE").contains("max_relative_error_ppm"), "{what}")
+                    }
                     None => assert!(assert_refused(&o, "STATIC_CHECK").contains("values.budget"), "{what}"),
                 }
                 assert!(!out.exists(), "{what}: nothing ran");
@@ -282,14 +298,25 @@ fn printed_sizes_are_the_expansions() {
     let mut args = verify_args(s(&trace), s(&art), s(&sp), s(&out), false);
     args.push("-v");
     let text = ok(&cc_root(&args));
-    let replay: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("inputs/canary.json")).unwrap()).unwrap();
-    let replayed: usize = replay["ranks"].as_array().unwrap().iter().map(|r| r["collectives"].as_array().unwrap().len()).sum();
+    let replay: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("inputs/canary.json")).unwrap()).unwrap();
+    let replayed: usize =
+        replay["ranks"].as_array().unwrap().iter().map(|r| r["collectives"].as_array().unwrap().len()).sum();
     let stored = base.slots.len() * 2;
     let line = text.lines().skip_while(|l| !l.starts_with("canary [")).nth(1).unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains(&format!("size: {stored} events stored (source/artifact {:.1}x)", 400.0 / stored as f64)), "{line}");
-    assert!(line.contains(&format!("{replayed} collectives per pass (source/candidate {:.1}x)", 400.0 / replayed as f64)), "{line}");
+    assert!(
+        line.contains(&format!("size: {stored} events stored (source/artifact {:.1}x)", 400.0 / stored as f64)),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("{replayed} collectives per pass (source/candidate {:.1}x)", 400.0 / replayed as f64)),
+        "{line}"
+    );
     let o = ok(&cc(&["canary", "inspect", s(&art)]));
-    assert!(o.contains(&format!("= {stored} events stored")) && o.contains(&format!(": {replayed} collectives per pass")), "{o}");
+    assert!(
+        o.contains(&format!("= {stored} events stored")) && o.contains(&format!(": {replayed} collectives per pass")),
+        "{o}"
+    );
 }
 
 /// Options that make an invalid campaign (unknown or empty phases) are
@@ -302,7 +329,20 @@ fn options_that_make_an_invalid_campaign_leave_nothing_behind() {
     let sp = spec(d, &[("nbc-ring", "1"), ("nbc-binomial", "2")]);
     for (i, phases) in ["bogus", "", "replay,nonsense"].iter().enumerate() {
         let out = d.join(format!("v{i}"));
-        let o = cc_root(&["canary", "verify", s(&trace), s(&art), "--configs", s(&sp), "--passes", "1", "--phases", phases, "-o", s(&out)]);
+        let o = cc_root(&[
+            "canary",
+            "verify",
+            s(&trace),
+            s(&art),
+            "--configs",
+            s(&sp),
+            "--passes",
+            "1",
+            "--phases",
+            phases,
+            "-o",
+            s(&out),
+        ]);
         assert!(!o.status.success(), "--phases {phases:?} refused");
         assert!(String::from_utf8_lossy(&o.stderr).contains("refused["), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(!out.exists(), "--phases {phases:?}: nothing written");

@@ -14,7 +14,13 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-2
 
 /// `commcanary ARGS` under an address-space limit of `kib` KiB (`ulimit -v`).
 fn cc_limited(kib: u64, args: &[&str]) -> Output {
-    Command::new("bash").arg("-c").arg(format!("ulimit -v {kib}; exec \"$0\" \"$@\"")).arg(bin()).args(args).output().expect("bash runs")
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib}; exec \"$0\" \"$@\""))
+        .arg(bin())
+        .args(args)
+        .output()
+        .expect("bash runs")
 }
 
 fn fixture_json(rank: u32) -> String {
@@ -32,7 +38,8 @@ fn with_extra_nodes(dir: &Path, name: &str, n: u64, gz: bool, node: &dyn Fn(u64)
     let open = at + json[at..].find('[').unwrap() + 1;
     let p = dir.join(name);
     let f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
-    let mut w: Box<dyn Write> = if gz { Box::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast())) } else { Box::new(f) };
+    let mut w: Box<dyn Write> =
+        if gz { Box::new(flate2::write::GzEncoder::new(f, flate2::Compression::fast())) } else { Box::new(f) };
     w.write_all(&json.as_bytes()[..open]).unwrap();
     for i in 0..n {
         w.write_all(node(i).as_bytes()).unwrap();
@@ -91,7 +98,8 @@ fn an_execution_trace_of_very_many_tiny_nodes_is_bounded_by_its_node_count() {
     for (name, node) in shapes.iter() {
         let p = with_extra_nodes(t.path(), &format!("{name}.rank-0.json"), 10_000_001, false, node.as_ref());
         // the text is in memory once, plus 32 bytes a node up to the limit
-        let o = cc_limited(1_800_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("{name}.json")))]);
+        let o =
+            cc_limited(1_800_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("{name}.json")))]);
         let err = assert_refused(&o, "OVER_LIMIT");
         assert!(err.contains("more than 10000000 nodes"), "{name}: {err}");
         assert!(err.contains(s(&p)), "{name}: names the file: {err}");
@@ -121,7 +129,10 @@ fn an_execution_trace_node_too_large_to_decode_is_refused() {
             s
         };
         let p = with_extra_nodes(t.path(), &format!("big{values}.rank-0.json"), 1, false, &big);
-        let o = cc_limited(1_400_000, &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("big{values}.json")))]);
+        let o = cc_limited(
+            1_400_000,
+            &["import", "et", s(&p), s(&r1), "-o", s(&t.path().join(format!("big{values}.json")))],
+        );
         if refused {
             let err = assert_refused(&o, "OVER_LIMIT");
             assert!(err.contains("over the limit of 67108864 bytes for one node"), "{err}");
@@ -191,7 +202,8 @@ fn redaction_keeps_only_fields_known_safe() {
         let big = u64::MAX - 3;
         for r in tr["ranks"].as_array_mut().unwrap() {
             r["collectives"][0]["source_name"] = format!("nccl:all_reduce {secret}").into();
-            r["trailing_compute"] = serde_json::json!([{"name": "k", "stream": null, "device_start_ns": big, "duration_ns": 1_234_567}]);
+            r["trailing_compute"] =
+                serde_json::json!([{"name": "k", "stream": null, "device_start_ns": big, "duration_ns": 1_234_567}]);
         }
         let p = t.path().join(format!("t{i}.json"));
         std::fs::write(&p, serde_json::to_vec_pretty(&tr).unwrap()).unwrap();
@@ -206,11 +218,17 @@ fn redaction_keeps_only_fields_known_safe() {
             assert!(red["source"]["schema"].is_null(), "{}", red["source"]);
             for r in red["ranks"].as_array().unwrap() {
                 let k = &r["trailing_compute"][0];
-                assert_eq!(k["duration_ns"].as_u64().unwrap() % q, 0, "trailing compute duration quantized to {q}: {k}");
+                assert_eq!(
+                    k["duration_ns"].as_u64().unwrap() % q,
+                    0,
+                    "trailing compute duration quantized to {q}: {k}"
+                );
                 assert_ne!(k["device_start_ns"].as_u64(), Some(0), "a time near 2^64 did not wrap to 0: {k}");
             }
-            let audit: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{}.audit.json", out.display())).unwrap()).unwrap();
-            let fields: Vec<&str> = audit["transforms"].as_array().unwrap().iter().map(|x| x["field"].as_str().unwrap()).collect();
+            let audit: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(format!("{}.audit.json", out.display())).unwrap()).unwrap();
+            let fields: Vec<&str> =
+                audit["transforms"].as_array().unwrap().iter().map(|x| x["field"].as_str().unwrap()).collect();
             for f in ["source.schema", "source.nccl_version", "unknown[].reason", "collectives[].source_name"] {
                 assert!(fields.contains(&f), "the audit log lists {f}: {fields:?}");
             }

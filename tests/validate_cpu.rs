@@ -63,10 +63,28 @@ fn record_into(r: &Path) -> String {
 }
 
 fn validate(n: u32, reference: &str, site: &str, out: &Path, extra: &[&str]) -> (i32, String, String) {
-    let mut args = vec!["validate", "-q", "--backend", "cpu", "--reference", reference, "--site", site, "-o", out.to_str().unwrap(), "--rounds", "8", "--json"];
+    let mut args = vec![
+        "validate",
+        "-q",
+        "--backend",
+        "cpu",
+        "--reference",
+        reference,
+        "--site",
+        site,
+        "-o",
+        out.to_str().unwrap(),
+        "--rounds",
+        "8",
+        "--json",
+    ];
     args.extend_from_slice(extra);
     let o = mpirun(n, &args);
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -80,9 +98,17 @@ fn record_validate_delay_and_refusal() {
     let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
     eprintln!(
         "fresh validation: exit {code}, verdicts {:?}",
-        report["checks"].as_array().unwrap().iter().map(|c| (c["check"].as_str().unwrap(), c["verdict"].as_str().unwrap())).collect::<Vec<_>>()
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["check"].as_str().unwrap(), c["verdict"].as_str().unwrap()))
+            .collect::<Vec<_>>()
     );
-    assert!(code == 0 || code == 2, "a fresh validation must pass (or be inconclusive under noise), got {code}\n{out}\n{err}");
+    assert!(
+        code == 0 || code == 2,
+        "a fresh validation must pass (or be inconclusive under noise), got {code}\n{out}\n{err}"
+    );
     assert_eq!(report["exit_code"], code);
     assert_eq!(report["format_version"], 2);
     let health = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
@@ -93,17 +119,26 @@ fn record_validate_delay_and_refusal() {
         assert_eq!(c["ratio"]["job_variation"], false, "{c}");
         assert!(c["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("one job")), "{c}");
     }
-    assert!(d.path().join("v-pass").join("report.json").exists() && d.path().join("v-pass").join("descriptor.json").exists());
+    assert!(
+        d.path().join("v-pass").join("report.json").exists()
+            && d.path().join("v-pass").join("descriptor.json").exists()
+    );
 
     // one rank delayed 300 ms before every 8th workload collective (one per token of the tiny model):
     // against one reference job a round interval beyond the threshold is capped to INCONCLUSIVE (issue 31)
     let prom = d.path().join("node.prom");
     std::fs::write(&prom, "stale content of an earlier run\n").unwrap();
-    let (code, out, err) =
-        validate(RANKS, &reference, &site, &d.path().join("v-delay"), &["--inject-delay", "rank=1,every=8,us=300000", "--prometheus", prom.to_str().unwrap()]);
+    let (code, out, err) = validate(
+        RANKS,
+        &reference,
+        &site,
+        &d.path().join("v-delay"),
+        &["--inject-delay", "rank=1,every=8,us=300000", "--prometheus", prom.to_str().unwrap()],
+    );
     assert_eq!(code, 2, "a single-job reference cannot fail a ratio check\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let workload = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
+    let workload =
+        report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
     assert_eq!(workload["verdict"], "inconclusive", "{workload}");
     // the Prometheus text file replaces the old one and says the same as the JSON
     let text = std::fs::read_to_string(&prom).unwrap();
@@ -113,20 +148,41 @@ fn record_validate_delay_and_refusal() {
         let head = format!("{name}{{node=\"{host}\",{labels}}} ");
         text.lines().find_map(|l| l.strip_prefix(&head)).map(|v| v.parse().unwrap())
     };
-    assert_eq!(sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"inconclusive\""), Some(1.0), "{text}");
-    assert_eq!(sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"pass\""), Some(0.0), "{text}");
+    assert_eq!(
+        sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"inconclusive\""),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample("commcanary_validate_check", "check=\"workload token latency\",verdict=\"pass\""),
+        Some(0.0),
+        "{text}"
+    );
     assert_eq!(sample("commcanary_validate_verdict", "verdict=\"inconclusive\""), Some(1.0), "{text}");
-    assert_eq!(sample("commcanary_validate_ratio", "check=\"workload token latency\",bound=\"low\""), workload["ratio"]["ratio_low"].as_f64(), "{text}");
+    assert_eq!(
+        sample("commcanary_validate_ratio", "check=\"workload token latency\",bound=\"low\""),
+        workload["ratio"]["ratio_low"].as_f64(),
+        "{text}"
+    );
     for c in report["checks"].as_array().unwrap() {
-        let n =
-            text.lines().filter(|l| l.starts_with("commcanary_validate_check{") && l.contains(&format!("check=\"{}\"", c["check"].as_str().unwrap()))).count();
+        let n = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("commcanary_validate_check{")
+                    && l.contains(&format!("check=\"{}\"", c["check"].as_str().unwrap()))
+            })
+            .count();
         assert_eq!(n, 3, "one sample per verdict for {c}\n{text}");
     }
-    assert!(text.lines().all(|l| l.starts_with('#') || l.rsplit_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok())), "{text}");
+    assert!(
+        text.lines().all(|l| l.starts_with('#') || l.rsplit_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok())),
+        "{text}"
+    );
     // capped exactly when the round interval alone would have failed
     let beyond = workload["ratio"]["ratio_low"].as_f64().unwrap() > 2.0;
     assert_eq!(workload["ratio"]["capped_from"] == "fail", beyond, "{workload}");
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["inject_delay"], "rank=1,every=8,us=300000");
 
     // the table says why
@@ -165,7 +221,8 @@ fn record_validate_delay_and_refusal() {
     std::fs::create_dir(&v1).unwrap();
     let mut files = Vec::new();
     for name in ["manifest.json", "rounds.json", "health.json", "topology.json"] {
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(Path::new(&reference).join(name)).unwrap()).unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(Path::new(&reference).join(name)).unwrap()).unwrap();
         let o = v.as_object_mut().unwrap();
         if o.contains_key("format_version") {
             o.insert("format_version".into(), 1.into());
@@ -176,7 +233,11 @@ fn record_validate_delay_and_refusal() {
         std::fs::write(v1.join(name), &bytes).unwrap();
         files.push(serde_json::json!({"name": name, "size_bytes": bytes.len(), "sha256": fsutil::sha256_hex(&bytes)}));
     }
-    std::fs::write(v1.join("descriptor.json"), serde_json::to_vec_pretty(&serde_json::json!({"format_version": 1, "files": files})).unwrap()).unwrap();
+    std::fs::write(
+        v1.join("descriptor.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({"format_version": 1, "files": files})).unwrap(),
+    )
+    .unwrap();
     let (code, out, err) = validate(RANKS, v1.to_str().unwrap(), &site, &d.path().join("v-from-v1"), &[]);
     assert!(code == 0 || code == 2, "a format-1 reference is read\n{out}\n{err}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -215,33 +276,56 @@ fn a_reference_of_several_jobs_carries_the_job_spread_and_a_delay_still_fails() 
 
     // an injected slowdown of one rank (500 ms before every 8th workload collective: one per token
     // of the tiny model, 4 layers x 2 all-reduces): fail, naming the check
-    let (code, out, err) = validate(RANKS, set_s, strict.to_str().unwrap(), &d.path().join("v-delay"), &["--inject-delay", "rank=1,every=8,us=500000"]);
+    let (code, out, err) = validate(
+        RANKS,
+        set_s,
+        strict.to_str().unwrap(),
+        &d.path().join("v-delay"),
+        &["--inject-delay", "rank=1,every=8,us=500000"],
+    );
     let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-    let workload = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
+    let workload =
+        report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "workload token latency").unwrap();
     assert_eq!(code, 1, "an injected delay must fail against a reference of several jobs\n{workload}\n{err}");
     assert_eq!(workload["verdict"], "fail", "{workload}");
     let r = &workload["ratio"];
-    assert_eq!((r["method"].as_str(), r["reference_jobs"].as_u64(), r["job_variation"].as_bool()), (Some("job-prediction"), Some(4), Some(true)), "{r}");
-    assert!(r["sd_log"].as_f64().unwrap() >= 0.0 && r["sd_log_within_jobs"].as_f64().unwrap() > 0.0, "the job spread and the round spread are recorded: {r}");
+    assert_eq!(
+        (r["method"].as_str(), r["reference_jobs"].as_u64(), r["job_variation"].as_bool()),
+        (Some("job-prediction"), Some(4), Some(true)),
+        "{r}"
+    );
+    assert!(
+        r["sd_log"].as_f64().unwrap() >= 0.0 && r["sd_log_within_jobs"].as_f64().unwrap() > 0.0,
+        "the job spread and the round spread are recorded: {r}"
+    );
     assert!(workload["findings"][0].as_str().unwrap().contains("4 reference jobs"), "{workload}");
 
     // the manifest names the jobs with their digests
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("v-delay/manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format_version"], 2);
-    let jobs: Vec<&str> = manifest["reference_jobs"].as_array().unwrap().iter().map(|j| j[0].as_str().unwrap()).collect();
+    let jobs: Vec<&str> =
+        manifest["reference_jobs"].as_array().unwrap().iter().map(|j| j[0].as_str().unwrap()).collect();
     assert_eq!(jobs, ["job-1", "job-2", "job-3", "job-4"]);
 
     // the health section carries the load at both ends and the shares of the window
-    let health: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("v-delay/health.json")).unwrap()).unwrap();
+    let health: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("v-delay/health.json")).unwrap()).unwrap();
     let load = &health["load"];
     for k in ["start", "end", "window_s", "busy_share", "job_share", "other_share", "steal_share"] {
         assert!(!load[k].is_null(), "health.load.{k} measured on Linux: {load}");
     }
-    assert!(load["start"]["load_1m"].as_f64().is_some() && load["start"]["runnable_tasks"].as_u64().unwrap() >= 1, "{load}");
+    assert!(
+        load["start"]["load_1m"].as_f64().is_some() && load["start"]["runnable_tasks"].as_u64().unwrap() >= 1,
+        "{load}"
+    );
     assert_eq!(load["job_pids"].as_array().unwrap().len(), RANKS as usize, "{load}");
     assert!(load["job_share"].as_f64().unwrap() > 0.0, "the job's own ranks used CPU: {load}");
     let hrow = report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "health").unwrap();
-    assert!(hrow["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("CPU load: loadavg 1 min")), "{hrow}");
+    assert!(
+        hrow["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("CPU load: loadavg 1 min")),
+        "{hrow}"
+    );
     // a FAIL names this node as a likely cause exactly when it was busy
     // elsewhere (a reference job whose CPUs were busy, e.g. stolen by the
     // hypervisor, is named as well, on its own record)
@@ -285,7 +369,12 @@ fn a_reference_of_several_jobs_carries_the_job_spread_and_a_delay_still_fails() 
 #[test]
 fn argument_errors_exit_3() {
     let o = cc(&["validate", "--backend", "cpu"]);
-    assert_eq!(o.status.code(), Some(3), "neither --record-reference nor --reference: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "neither --record-reference nor --reference: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = cc(&["validate", "--backend", "cpu", "--reference", "/nonexistent/ref"]);
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/ref"), "{}", String::from_utf8_lossy(&o.stderr));
@@ -305,7 +394,11 @@ fn bad_site_files_are_refused_naming_the_file_and_the_key() {
         ("unknown-key", "busbw_min = 0.9\n", "unknown key \"busbw_min\""),
         ("inverted-busbw", "busbw_min_ratio = 1.2\n", "busbw_min_ratio = 1.2 is inverted"),
         ("inverted-latency", "token_latency_max_ratio = 0.8\n", "token_latency_max_ratio = 0.8 is inverted"),
-        ("inverted-both", "busbw_min_ratio = 1.5\ntoken_latency_max_ratio = 0.5\n", "busbw_min_ratio = 1.5 is inverted"),
+        (
+            "inverted-both",
+            "busbw_min_ratio = 1.5\ntoken_latency_max_ratio = 0.5\n",
+            "busbw_min_ratio = 1.5 is inverted",
+        ),
         ("negative-ratio", "token_latency_max_ratio = -1\n", "token_latency_max_ratio = -1"),
         ("negative-crc", "nvlink_crc_errors_max = -1\n", "nvlink_crc_errors_max = -1"),
         ("fractional-crc", "nvlink_crc_errors_max = 2.5\n", "nvlink_crc_errors_max = 2.5"),
@@ -316,10 +409,23 @@ fn bad_site_files_are_refused_naming_the_file_and_the_key() {
         let site = d.path().join(format!("{tag}.toml"));
         std::fs::write(&site, text).unwrap();
         let out = d.path().join(format!("v-{tag}"));
-        let o = cc(&["validate", "--backend", "cpu", "--reference", "/nonexistent/ref", "--site", site.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        let o = cc(&[
+            "validate",
+            "--backend",
+            "cpu",
+            "--reference",
+            "/nonexistent/ref",
+            "--site",
+            site.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
         assert_eq!(o.status.code(), Some(3), "{tag}: {}", String::from_utf8_lossy(&o.stderr));
         let err = assert_refused(&o, "BAD_INPUT");
-        assert!(err.contains(site.to_str().unwrap()) && err.contains(needle), "{tag}: the refusal names the file and {needle:?}:\n{err}");
+        assert!(
+            err.contains(site.to_str().unwrap()) && err.contains(needle),
+            "{tag}: the refusal names the file and {needle:?}:\n{err}"
+        );
         assert!(!err.contains("/nonexistent/ref"), "{tag}: the site is refused before the reference is read:\n{err}");
         assert!(!out.exists(), "{tag}");
     }

@@ -66,7 +66,10 @@ fn real(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     // SAFETY: dlsym with RTLD_NEXT and a terminated name; a null result is handled below.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
     if p == 0 {
-        eprintln!("commcanary-capture: the MPI library has no {name:?}: not Open MPI's Fortran bindings; aborting rather than skipping the call");
+        eprintln!(
+            "commcanary-capture: the MPI library has no {name:?}: not Open MPI's Fortran bindings; aborting \
+            rather than skipping the call"
+        );
         std::process::abort();
     }
     slot.store(p, Ordering::Release);
@@ -381,7 +384,11 @@ fn some_done(outcount: F, indices: F) -> Vec<usize> {
         return Vec::new();
     }
     // SAFETY: the library wrote `outcount` indices into the caller's array.
-    unsafe { std::slice::from_raw_parts(indices, k as usize) }.iter().filter(|&&i| i >= 1).map(|&i| (i - 1) as usize).collect()
+    unsafe { std::slice::from_raw_parts(indices, k as usize) }
+        .iter()
+        .filter(|&&i| i >= 1)
+        .map(|&i| (i - 1) as usize)
+        .collect()
 }
 
 /// Defines a Fortran wait/test routine; `$done` gives the completed indices after the call.

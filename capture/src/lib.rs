@@ -45,7 +45,8 @@ pub(crate) fn start() {
         ffi::PMPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size);
         ffi::PMPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut private);
     }
-    let realtime_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let realtime_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let host = hostname();
     let mut id = [0u8; 64];
     let own = format!("{realtime_ns:x}-{}-{}", std::process::id(), host);
@@ -56,7 +57,9 @@ pub(crate) fn start() {
     PRIVATE.store(private.0 as usize, Ordering::SeqCst);
     let run_id = String::from_utf8_lossy(&id).trim_end_matches('\0').to_string();
     let argv: Vec<String> = std::fs::read("/proc/self/cmdline")
-        .map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        .map(|b| {
+            b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+        })
         .unwrap_or_default();
     let header = serde_json::json!({
         "format_version": format::FORMAT_VERSION,
@@ -86,7 +89,10 @@ pub(crate) fn start() {
             unsafe { libc::atexit(flush_at_exit) };
             flush_on_termination();
         }
-        Err(e) => eprintln!("commcanary-capture: refused: cannot create {} ({e}); rank {rank} runs uncaptured", path.display()),
+        Err(e) => eprintln!(
+            "commcanary-capture: refused: cannot create {} ({e}); rank {rank} runs uncaptured",
+            path.display()
+        ),
     }
     // every rank takes part (a rank without a file too: the others wait for it)
     let samples = pingpong(private, rank, size);
@@ -109,13 +115,29 @@ fn pingpong(private: ffi::MPI_Comm, rank: c_int, size: c_int) -> Vec<[u64; 3]> {
             // communicator (tags 1 and 2); statuses ignored.
             unsafe {
                 if rank == 0 {
-                    ffi::PMPI_Recv((&mut t as *mut u64).cast(), 1, ffi::RSMPI_UINT64_T, r, 1, private, ffi::RSMPI_STATUS_IGNORE);
+                    ffi::PMPI_Recv(
+                        (&mut t as *mut u64).cast(),
+                        1,
+                        ffi::RSMPI_UINT64_T,
+                        r,
+                        1,
+                        private,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    );
                     t = state::now_ns();
                     ffi::PMPI_Send((&t as *const u64).cast(), 1, ffi::RSMPI_UINT64_T, r, 2, private);
                 } else if rank == r {
                     let t1 = state::now_ns();
                     ffi::PMPI_Send((&t1 as *const u64).cast(), 1, ffi::RSMPI_UINT64_T, 0, 1, private);
-                    ffi::PMPI_Recv((&mut t as *mut u64).cast(), 1, ffi::RSMPI_UINT64_T, 0, 2, private, ffi::RSMPI_STATUS_IGNORE);
+                    ffi::PMPI_Recv(
+                        (&mut t as *mut u64).cast(),
+                        1,
+                        ffi::RSMPI_UINT64_T,
+                        0,
+                        2,
+                        private,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    );
                     out.push([t1, t, state::now_ns()]);
                 }
             }
@@ -129,7 +151,9 @@ fn pingpong(private: ffi::MPI_Comm, rank: c_int, size: c_int) -> Vec<[u64; 3]> {
 /// Which CLOCK_MONOTONIC this process reads: boot id and time namespace.
 fn kernel_clock() -> Option<String> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().to_string();
-    let ns = std::fs::read_link("/proc/self/ns/time").map(|l| l.to_string_lossy().into_owned()).unwrap_or_else(|_| "none".into());
+    let ns = std::fs::read_link("/proc/self/ns/time")
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "none".into());
     Some(format!("{boot} {ns}"))
 }
 

@@ -281,7 +281,15 @@ fn blank_status() -> Status {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn MPI_Recv(buf: MBuf, count: c_int, dt: Dt, source: c_int, tag: c_int, comm: Comm, st: *mut Status) -> c_int {
+pub unsafe extern "C" fn MPI_Recv(
+    buf: MBuf,
+    count: c_int,
+    dt: Dt,
+    source: c_int,
+    tag: c_int,
+    comm: Comm,
+    st: *mut Status,
+) -> c_int {
     let mut local = blank_status();
     let stp = status_or(st, &mut local);
     let t_issue = now_ns();
@@ -470,7 +478,8 @@ pub(crate) fn record_completion(
                 continue;
             }
             let (id, comm) = ids[*i];
-            let d = Done { request_id: id, source: st.map(|s| s.MPI_SOURCE), tag: st.map(|s| s.MPI_TAG), index: *i as u32 };
+            let d =
+                Done { request_id: id, source: st.map(|s| s.MPI_SOURCE), tag: st.map(|s| s.MPI_TAG), index: *i as u32 };
             s.done(&d, t_done, comm);
             s.request_gone(r);
         }
@@ -558,7 +567,8 @@ pub unsafe extern "C" fn MPI_Testall(count: c_int, reqs: *mut Req, flag: *mut c_
     let ret = unsafe { ffi::PMPI_Testall(count, reqs, flag, stp) };
     // SAFETY: the library wrote the flag.
     let done = unsafe { !flag.is_null() && *flag != 0 };
-    let completed: Vec<(usize, Option<Status>)> = if done { (0..before.len()).map(|i| (i, Some(status_at(stp, i)))).collect() } else { Vec::new() };
+    let completed: Vec<(usize, Option<Status>)> =
+        if done { (0..before.len()).map(|i| (i, Some(status_at(stp, i)))).collect() } else { Vec::new() };
     record_completion(const { kind("Testall") }, 0, t_issue, ret, (&before, &ids), &completed);
     ret
 }
@@ -579,7 +589,13 @@ pub unsafe extern "C" fn MPI_Waitany(count: c_int, reqs: *mut Req, index: *mut c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn MPI_Testany(count: c_int, reqs: *mut Req, index: *mut c_int, flag: *mut c_int, st: *mut Status) -> c_int {
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    reqs: *mut Req,
+    index: *mut c_int,
+    flag: *mut c_int,
+    st: *mut Status,
+) -> c_int {
     let (before, ids) = copy_reqs(reqs, count);
     let mut local = blank_status();
     let stp = status_or(st, &mut local);
@@ -588,7 +604,8 @@ pub unsafe extern "C" fn MPI_Testany(count: c_int, reqs: *mut Req, index: *mut c
     let ret = unsafe { ffi::PMPI_Testany(count, reqs, index, flag, stp) };
     // SAFETY: the library wrote index, flag and status.
     let (i, done, got) = unsafe { (*index, !flag.is_null() && *flag != 0, *stp) };
-    let completed: Vec<(usize, Option<Status>)> = if done && i >= 0 { vec![(i as usize, Some(got))] } else { Vec::new() };
+    let completed: Vec<(usize, Option<Status>)> =
+        if done && i >= 0 { vec![(i as usize, Some(got))] } else { Vec::new() };
     record_completion(const { kind("Testany") }, 0, t_issue, ret, (&before, &ids), &completed);
     ret
 }
@@ -596,7 +613,13 @@ pub unsafe extern "C" fn MPI_Testany(count: c_int, reqs: *mut Req, index: *mut c
 macro_rules! some_like {
     ($name:ident => $pname:ident, $kind:literal) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(count: c_int, reqs: *mut Req, outcount: *mut c_int, indices: *mut c_int, st: *mut Status) -> c_int {
+        pub unsafe extern "C" fn $name(
+            count: c_int,
+            reqs: *mut Req,
+            outcount: *mut c_int,
+            indices: *mut c_int,
+            st: *mut Status,
+        ) -> c_int {
             let (before, ids) = copy_reqs(reqs, count);
             let mut local = Vec::new();
             let stp = statuses_or(st, count, &mut local);
@@ -683,7 +706,12 @@ pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
     // SAFETY: forwarded unchanged.
     let ret = unsafe { ffi::PMPI_Init_thread(argc, argv, required, provided) };
     if ret == 0 {

@@ -123,7 +123,9 @@ impl Capture {
 
     fn fail(&mut self, what: &str, e: std::io::Error) {
         if !self.failed && !IN_SIGNAL.load(atomic::Ordering::Relaxed) {
-            eprintln!("commcanary-capture: {what}: {e}; this rank's capture stops here (its file keeps the blocks written)");
+            eprintln!(
+                "commcanary-capture: {what}: {e}; this rank's capture stops here (its file keeps the blocks written)"
+            );
         }
         self.failed = true;
     }
@@ -161,7 +163,11 @@ impl Capture {
         d.update(&self.buf);
         let digest = d.finalize();
         self.chain.update(digest);
-        let r = self.file.write_all(&head).and_then(|_| self.file.write_all(&self.buf)).and_then(|_| self.file.write_all(&digest));
+        let r = self
+            .file
+            .write_all(&head)
+            .and_then(|_| self.file.write_all(&self.buf))
+            .and_then(|_| self.file.write_all(&digest));
         if let Err(e) = r {
             self.fail("writing a block", e);
         }
@@ -486,8 +492,10 @@ mod tests {
         let (mut blocks, mut records, mut chain) = (0u64, 0u64, Sha256::new());
         while &b[pos..pos + 8] == BLOCK_MAGIC {
             assert_eq!(u64_at(&b, pos + 8), blocks, "blocks in sequence");
-            let (nrec, len) =
-                (u32::from_le_bytes(b[pos + 16..pos + 20].try_into().unwrap()), u32::from_le_bytes(b[pos + 20..pos + 24].try_into().unwrap()) as usize);
+            let (nrec, len) = (
+                u32::from_le_bytes(b[pos + 16..pos + 20].try_into().unwrap()),
+                u32::from_le_bytes(b[pos + 20..pos + 24].try_into().unwrap()) as usize,
+            );
             assert!(len <= BLOCK_BYTES);
             let digest = Sha256::new().chain_update(&b[pos + 8..pos + 24 + len]).finalize();
             assert_eq!(&b[pos + 24 + len..pos + 56 + len], digest.as_slice());

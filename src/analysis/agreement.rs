@@ -21,7 +21,11 @@ pub(crate) fn proxy_against_truth(
     evidence: &str,
 ) -> Result<(PhaseReport, PhaseReport, ProxyAgreement)> {
     if proxy.labels != truth.labels {
-        bail!("the proxy ranks {:?}, the truth {:?}: the same configurations in the same order are needed", proxy.labels, truth.labels);
+        bail!(
+            "the proxy ranks {:?}, the truth {:?}: the same configurations in the same order are needed",
+            proxy.labels,
+            truth.labels
+        );
     }
     let (pr, pt) = analyze_phase(proxy, policy)?;
     let (tr, tt) = analyze_phase(truth, policy)?;
@@ -38,7 +42,11 @@ pub(crate) fn proxy_against_truth(
 
 /// The relations of every pair using only the first `rounds` rounds (in round order), at the phase's simultaneous
 /// coverage.
-pub(crate) fn relations_in_first_rounds(p: &PhaseInput, policy: &AnalysisPolicy, rounds: usize) -> Result<Vec<Relation>> {
+pub(crate) fn relations_in_first_rounds(
+    p: &PhaseInput,
+    policy: &AnalysisPolicy,
+    rounds: usize,
+) -> Result<Vec<Relation>> {
     let t = tables(p)?;
     if rounds < 2 || rounds > t.table.len() {
         bail!("{rounds} rounds asked of {}", t.table.len());
@@ -57,7 +65,8 @@ pub fn rounds_to_decide(p: &PhaseInput, policy: &AnalysisPolicy, target: &[Relat
     let mut first: Option<usize> = None;
     for r in 2..=n {
         let rel = relations_in_first_rounds(p, policy, r)?;
-        if rel.len() == target.len() && rel.iter().zip(target).all(|(a, t)| *t == Relation::NotDistinguished || a == t) {
+        if rel.len() == target.len() && rel.iter().zip(target).all(|(a, t)| *t == Relation::NotDistinguished || a == t)
+        {
             first.get_or_insert(r);
         } else {
             first = None;

@@ -78,7 +78,8 @@ pub struct SimulationSetup {
 pub fn campaign(rng: &mut ChaCha8Rng, noise: Noise, rounds: usize, means: &[f64], scale: f64) -> Vec<Vec<f64>> {
     (0..rounds)
         .map(|_| {
-            let drift = if noise == Noise::RoundDrift { 4.0 * scale * rng.sample::<f64, _>(StandardNormal) } else { 0.0 };
+            let drift =
+                if noise == Noise::RoundDrift { 4.0 * scale * rng.sample::<f64, _>(StandardNormal) } else { 0.0 };
             means.iter().map(|m| m * (drift + noise.job(rng, scale)).exp()).collect()
         })
         .collect()
@@ -126,7 +127,14 @@ pub const REGRET_SCENARIOS: [RegretScenario; 5] = [
 /// Share of `sims` campaigns whose regret interval for `sc.pick`
 /// ([`crate::analysis::truth::regret_of`], at the report's simultaneous pair
 /// level) contains the true regret, max(0, max over c of m_pick / m_c − 1).
-pub fn regret_coverage(sc: &RegretScenario, noise: Noise, rounds: usize, scale: f64, sims: u32, seed: u64) -> Result<f64> {
+pub fn regret_coverage(
+    sc: &RegretScenario,
+    noise: Noise,
+    rounds: usize,
+    scale: f64,
+    sims: u32,
+    seed: u64,
+) -> Result<f64> {
     let k = sc.means.len();
     let labels: Vec<String> = (0..k).map(|i| format!("c{i}")).collect();
     let level = inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2);
@@ -145,7 +153,15 @@ pub fn regret_coverage(sc: &RegretScenario, noise: Noise, rounds: usize, scale: 
 }
 
 /// Verdict rates over `sims` campaigns with a true effect (0 for A/A): (pass, fail, tied, insufficient).
-pub fn verdict_rates(noise: Noise, rounds: usize, effect_pct: f64, min_effect_pct: f64, scale: f64, sims: u32, seed: u64) -> Result<[f64; 4]> {
+pub fn verdict_rates(
+    noise: Noise,
+    rounds: usize,
+    effect_pct: f64,
+    min_effect_pct: f64,
+    scale: f64,
+    sims: u32,
+    seed: u64,
+) -> Result<[f64; 4]> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut n = [0u32; 4];
     for _ in 0..sims {
@@ -169,7 +185,11 @@ pub fn verdict_rates(noise: Noise, rounds: usize, effect_pct: f64, min_effect_pc
 pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Result<f64> {
     let SimulationSetup { noise, rounds, k, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let level = if simultaneous { inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2) } else { inference::COVERAGE };
+    let level = if simultaneous {
+        inference::simultaneous_coverage(inference::COVERAGE, k * (k - 1) / 2)
+    } else {
+        inference::COVERAGE
+    };
     let mut any = 0u32;
     for _ in 0..sims {
         let t = campaign(&mut rng, noise, rounds, &vec![1.0; k], scale);
@@ -177,7 +197,10 @@ pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Re
         'pairs: for a in 0..k {
             for b in a + 1..k {
                 let i = inference::paired(&column(&t, a), &column(&t, b), level)?;
-                if matches!(inference::decide(i.ci_low_pct, i.ci_high_pct, min_effect_pct), Verdict::Pass | Verdict::Fail) {
+                if matches!(
+                    inference::decide(i.ci_low_pct, i.ci_high_pct, min_effect_pct),
+                    Verdict::Pass | Verdict::Fail
+                ) {
                     decided = true;
                     break 'pairs;
                 }
@@ -209,8 +232,10 @@ pub fn aa_family_false(setup: &SimulationSetup, family: bool) -> Result<(f64, f6
         for _ in 0..controls {
             let t = campaign(&mut rng, noise, rounds, &[1.0, 1.0], scale);
             let i = inference::paired(&column(&t, 1), &column(&t, 0), level)?;
-            if crate::analysis::aa_outcome(inference::decide(i.ci_low_pct, i.ci_high_pct, min_effect_pct), min_effect_pct)
-                == crate::analysis::ControlOutcome::Misbehaved
+            if crate::analysis::aa_outcome(
+                inference::decide(i.ci_low_pct, i.ci_high_pct, min_effect_pct),
+                min_effect_pct,
+            ) == crate::analysis::ControlOutcome::Misbehaved
             {
                 here += 1;
             }
@@ -285,13 +310,25 @@ mod tests {
     fn simultaneous_pair_tables_rarely_decide_a_pair_among_identical_configurations() {
         for noise in Noise::ALL {
             for (k, rounds) in [(4, 3), (4, 10), (7, 5), (7, 20)] {
-                let fw = family_false_different(&SimulationSetup { noise, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 }, true).unwrap();
+                let fw = family_false_different(
+                    &SimulationSetup { noise, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 },
+                    true,
+                )
+                .unwrap();
                 assert!(fw <= 0.05 + 0.015, "{} k={k} {rounds} rounds: {fw}", noise.name());
             }
         }
         // the simulation can fail: unadjusted 95% intervals decide some pair far more often
         let raw = family_false_different(
-            &SimulationSetup { noise: Noise::Gaussian, rounds: 10, k: 4, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 },
+            &SimulationSetup {
+                noise: Noise::Gaussian,
+                rounds: 10,
+                k: 4,
+                min_effect_pct: 0.0,
+                scale: 0.03,
+                sims: 2000,
+                seed: 17,
+            },
             false,
         )
         .unwrap();
@@ -303,16 +340,33 @@ mod tests {
         // six phases, one A/A pair: 2500 campaigns a cell, Monte Carlo standard error about 0.44 points at 5%
         for noise in Noise::ALL {
             for rounds in [3, 5, 10] {
-                let (each, fw) =
-                    aa_family_false(&SimulationSetup { noise, rounds, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 }, true).unwrap();
-                assert!(fw <= 0.05 + 0.013, "{} at {rounds} rounds: per campaign {fw}, per control {each}", noise.name());
+                let (each, fw) = aa_family_false(
+                    &SimulationSetup { noise, rounds, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 },
+                    true,
+                )
+                .unwrap();
+                assert!(
+                    fw <= 0.05 + 0.013,
+                    "{} at {rounds} rounds: per campaign {fw}, per control {each}",
+                    noise.name()
+                );
                 assert!(each <= 0.05 / 6.0 + 0.004, "{} at {rounds} rounds: per control {each}", noise.name());
             }
         }
         // the simulation can fail: six controls each at 95% show a false A/A verdict in about one campaign in four
-        let (each, fw) =
-            aa_family_false(&SimulationSetup { noise: Noise::Gaussian, rounds: 5, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 }, false)
-                .unwrap();
+        let (each, fw) = aa_family_false(
+            &SimulationSetup {
+                noise: Noise::Gaussian,
+                rounds: 5,
+                k: 6,
+                min_effect_pct: 0.0,
+                scale: 0.03,
+                sims: 2500,
+                seed: 23,
+            },
+            false,
+        )
+        .unwrap();
         assert!(fw > 0.18 && each <= 0.05 + 0.01, "unadjusted: per campaign {fw}, per control {each}");
     }
 
@@ -320,8 +374,19 @@ mod tests {
     fn two_identical_configurations_rarely_look_best_with_a_minimum_effect() {
         // the case a uniform spread prior and strict "best" failed: k = 2 reached 0.9 in 12-16%
         for rounds in [3, 5] {
-            let (mean, high, _) =
-                null_p_best(&SimulationSetup { noise: Noise::Gaussian, rounds, k: 2, min_effect_pct: 2.0, scale: 0.03, sims: 400, seed: 5 }, 300).unwrap();
+            let (mean, high, _) = null_p_best(
+                &SimulationSetup {
+                    noise: Noise::Gaussian,
+                    rounds,
+                    k: 2,
+                    min_effect_pct: 2.0,
+                    scale: 0.03,
+                    sims: 400,
+                    seed: 5,
+                },
+                300,
+            )
+            .unwrap();
             assert!(high <= 0.05, "{rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 0.5).abs() < 0.05), "{mean:?}");
         }
@@ -330,8 +395,19 @@ mod tests {
     #[test]
     fn identical_configurations_share_p_best() {
         for (k, rounds) in [(4, 3), (6, 5), (4, 10)] {
-            let (mean, high, _) =
-                null_p_best(&SimulationSetup { noise: Noise::Gaussian, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 150, seed: 3 }, 300).unwrap();
+            let (mean, high, _) = null_p_best(
+                &SimulationSetup {
+                    noise: Noise::Gaussian,
+                    rounds,
+                    k,
+                    min_effect_pct: 0.0,
+                    scale: 0.03,
+                    sims: 150,
+                    seed: 3,
+                },
+                300,
+            )
+            .unwrap();
             assert!(high <= 0.05, "k={k}, {rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 1.0 / k as f64).abs() < 0.08), "k={k}: {mean:?}");
         }

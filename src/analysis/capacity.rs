@@ -50,7 +50,10 @@ pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) ->
         crate::refuse!(Code::OutOfRange, "--demand must be a positive number of requests/s");
     }
     if throughputs_rps.is_empty() || throughputs_rps.len() > 2 || !throughputs_rps.iter().all(|&t| ok(t)) {
-        crate::refuse!(Code::OutOfRange, "--throughput-per-gpu: give one or two positive values (requests/s per GPU: candidate, then baseline)");
+        crate::refuse!(
+            Code::OutOfRange,
+            "--throughput-per-gpu: give one or two positive values (requests/s per GPU: candidate, then baseline)"
+        );
     }
     if !(gpu_hour_cost.is_finite() && gpu_hour_cost >= 0.0) {
         crate::refuse!(Code::OutOfRange, "--gpu-hour-cost must be zero or positive");
@@ -59,7 +62,8 @@ pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) ->
         if demand_rps / t > ranges::MAX_GPUS {
             crate::refuse!(
                 Code::OutOfRange,
-                "--demand {demand_rps} at {t} requests/s per GPU needs more than {:e} GPUs; no count that large is meaningful",
+                "--demand {demand_rps} at {t} requests/s per GPU needs more than {:e} GPUs; no count that large is \
+                    meaningful",
                 ranges::MAX_GPUS
             );
         }
@@ -79,11 +83,17 @@ pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) ->
         avoided_gpus,
         needs,
         caveats: vec![
-            "demand is taken as constant: size for the peak, not the mean, and add headroom for the SLO percentile".into(),
-            "throughput per GPU is what was measured at the measured scale (ranks, message sizes, one host); it need not scale linearly".into(),
+            "demand is taken as constant: size for the peak, not the mean, and add headroom for the SLO \
+                percentile"
+                .into(),
+            "throughput per GPU is what was measured at the measured scale (ranks, message sizes, one host); it need \
+                not scale linearly"
+                .into(),
             "no redundancy, failover, maintenance or scheduling fragmentation is included".into(),
             "the cost covers GPU-hours only: not power, cooling, network, licences or people".into(),
-            "a throughput difference inside the campaign's interval is not a saving: check the canary verdict first".into(),
+            "a throughput difference inside the campaign's interval is not a saving: check the canary verdict \
+                first"
+                .into(),
         ],
     })
 }
@@ -99,7 +109,11 @@ pub fn render(c: &Capacity) -> String {
             (0, _) => "candidate",
             _ => "baseline",
         };
-        let _ = writeln!(o, "{who}: {} requests/s per GPU -> {} GPUs (ceil), {:.2} per year", n.throughput_per_gpu_rps, n.gpus, n.yearly_cost);
+        let _ = writeln!(
+            o,
+            "{who}: {} requests/s per GPU -> {} GPUs (ceil), {:.2} per year",
+            n.throughput_per_gpu_rps, n.gpus, n.yearly_cost
+        );
     }
     if let (Some(a), Some(v)) = (c.avoided_gpus, c.avoided_yearly_value) {
         let _ = writeln!(o, "the candidate avoids {a} GPU(s): {v:.2} per year ({} h/year)", HOURS_PER_YEAR);

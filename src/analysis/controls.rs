@@ -12,14 +12,26 @@ use crate::core::workload::Phase;
 use anyhow::{Context, Result};
 
 /// The canary-style result of column `cand` against `base`, with an interval at level `coverage`.
-pub(super) fn canary_result(t: &[Vec<f64>], cand: usize, base: usize, policy: &AnalysisPolicy, coverage: f64) -> Result<CanaryResult> {
+pub(super) fn canary_result(
+    t: &[Vec<f64>],
+    cand: usize,
+    base: usize,
+    policy: &AnalysisPolicy,
+    coverage: f64,
+) -> Result<CanaryResult> {
     let interval = pair_interval(t, cand, base, coverage)?;
     let verdict = inference::decide(interval.ci_low_pct, interval.ci_high_pct, policy.min_effect_pct);
     let rounds_to_resolve = match verdict {
         Verdict::InsufficientEvidence if interval.diff_pct.abs() <= policy.min_effect_pct => {
             inference::rounds_to_show_equivalence(interval.sd_log, policy.min_effect_pct, coverage, inference::POWER)
         }
-        Verdict::InsufficientEvidence => inference::rounds_to_decide(interval.sd_log, interval.diff_pct, policy.min_effect_pct, coverage, inference::POWER),
+        Verdict::InsufficientEvidence => inference::rounds_to_decide(
+            interval.sd_log,
+            interval.diff_pct,
+            policy.min_effect_pct,
+            coverage,
+            inference::POWER,
+        ),
         _ => None,
     };
     Ok(CanaryResult {
@@ -39,7 +51,8 @@ fn resolve_words(n: Option<u32>) -> String {
     match n {
         Some(n) => format!("; about {n} rounds would resolve it at the noise observed (80% power)"),
         None => format!(
-            "; more than {} rounds would be needed at the noise observed (or no number of rounds, for an effect within the minimum effect)",
+            "; more than {} rounds would be needed at the noise observed (or no number of rounds, for an effect within \
+                the minimum effect)",
             inference::MAX_ROUNDS
         ),
     }
@@ -89,19 +102,32 @@ pub(super) struct AaPair<'a> {
 
 /// An A/A pair in one phase, judged on its own interval at `level` ([`aa_level`]),
 /// one of the `family` A/A controls of the campaign.
-pub(super) fn aa_control(pair: &AaPair<'_>, phase: Phase, t: &[Vec<f64>], policy: &AnalysisPolicy, level: f64, family: usize) -> Result<ControlResult> {
+pub(super) fn aa_control(
+    pair: &AaPair<'_>,
+    phase: Phase,
+    t: &[Vec<f64>],
+    policy: &AnalysisPolicy,
+    level: f64,
+    family: usize,
+) -> Result<ControlResult> {
     let AaPair { a, b, ca, cb } = *pair;
     let r = canary_result(t, cb, ca, policy, level)?;
     let m = policy.min_effect_pct;
     let outcome = aa_outcome(r.verdict, m);
-    let rounds_to_resolve =
-        if outcome == ControlOutcome::Inconclusive { inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER) } else { None };
-    let tail = if outcome == ControlOutcome::Inconclusive { resolve_words_bounded(rounds_to_resolve) } else { String::new() };
+    let rounds_to_resolve = if outcome == ControlOutcome::Inconclusive {
+        inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER)
+    } else {
+        None
+    };
+    let tail =
+        if outcome == ControlOutcome::Inconclusive { resolve_words_bounded(rounds_to_resolve) } else { String::new() };
     Ok(ControlResult {
         kind: "a-a".into(),
         subject: format!("{b} vs {a} (one configuration, two labels)"),
         phase: Some(phase),
-        predicted: format!("never pass, fail or a decided relation; tied (interval within ±{m}%) once the rounds suffice"),
+        predicted: format!(
+            "never pass, fail or a decided relation; tied (interval within ±{m}%) once the rounds suffice"
+        ),
         observed: format!(
             "{} (one of {family} A/A controls judged together at {:.0}%) → {}{tail}",
             interval_words(&r.interval),
@@ -123,7 +149,12 @@ pub(super) fn known_bad_control(
     policy: &AnalysisPolicy,
     coverage: f64,
 ) -> Result<ControlResult> {
-    let col = |l: &str| pin.labels.iter().position(|x| x == l).with_context(|| format!("a control names {l:?}, which is not a configuration of the campaign"));
+    let col = |l: &str| {
+        pin.labels
+            .iter()
+            .position(|x| x == l)
+            .with_context(|| format!("a control names {l:?}, which is not a configuration of the campaign"))
+    };
     let bad = col(&kb.label)?;
     let m = policy.min_effect_pct;
     if let Some((reference, slowdown, mechanism)) = &kb.graded {
@@ -134,7 +165,10 @@ pub(super) fn known_bad_control(
         } else if i.ci_high_pct < *slowdown {
             (ControlOutcome::Misbehaved, None)
         } else {
-            (ControlOutcome::Inconclusive, inference::rounds_to_decide(i.sd_log, *slowdown, m, coverage, inference::POWER))
+            (
+                ControlOutcome::Inconclusive,
+                inference::rounds_to_decide(i.sd_log, *slowdown, m, coverage, inference::POWER),
+            )
         };
         let tail = match outcome {
             ControlOutcome::Inconclusive => resolve_words_bounded(rounds),
@@ -161,7 +195,13 @@ pub(super) fn known_bad_control(
         match r.verdict {
             Verdict::Fail => slower += 1,
             Verdict::Pass => wrong.push(pin.labels[o].clone()),
-            _ => need.push(inference::rounds_to_decide(r.interval.sd_log, r.interval.diff_pct, m, coverage, inference::POWER)),
+            _ => need.push(inference::rounds_to_decide(
+                r.interval.sd_log,
+                r.interval.diff_pct,
+                m,
+                coverage,
+                inference::POWER,
+            )),
         }
     }
     let (outcome, rounds) = if !wrong.is_empty() {
@@ -170,7 +210,10 @@ pub(super) fn known_bad_control(
         (ControlOutcome::Behaved, None)
     } else {
         // the pair that needs the most rounds sets the count (None: more than suggested, or never)
-        (ControlOutcome::Inconclusive, need.iter().copied().collect::<Option<Vec<u32>>>().and_then(|v| v.into_iter().max()))
+        (
+            ControlOutcome::Inconclusive,
+            need.iter().copied().collect::<Option<Vec<u32>>>().and_then(|v| v.into_iter().max()),
+        )
     };
     let tail = match outcome {
         ControlOutcome::Misbehaved => format!("; decided FASTER than {}", wrong.join(", ")),
@@ -181,7 +224,10 @@ pub(super) fn known_bad_control(
         kind: "known-bad".into(),
         subject: kb.label.clone(),
         phase: Some(pin.phase),
-        predicted: format!("slower than each of the {} other configurations: every interval above +{m}% (fail)", others.len()),
+        predicted: format!(
+            "slower than each of the {} other configurations: every interval above +{m}% (fail)",
+            others.len()
+        ),
         observed: format!("decided slower than {slower} of {}{tail}", others.len()),
         outcome,
         rounds_to_resolve: rounds,
@@ -198,13 +244,16 @@ pub(super) fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlR
         subject: format!("{label} round {round}: {} µs arrival delay on one rank", d.delay_us),
         phase: None,
         predicted: if d.beyond_design {
-            "arrival skew beyond the replay's design (the skew itself outside replay) >= delay/2 − bound on at least 90% of delayed collectives, on at most 1% of the others"
+            "arrival skew beyond the replay's design (the skew itself outside replay) >= delay/2 − bound on at least \
+                90% of delayed collectives, on at most 1% of the others"
         } else {
             "arrival skew >= delay/2 − bound on at least 90% of delayed collectives, on at most 1% of the others"
         }
         .into(),
         observed: if d.delayed == 0 {
-            "no delayed collective in a judged phase (on GPUs only replay is judged: elsewhere the device queue may run ahead of the host)".into()
+            "no delayed collective in a judged phase (on GPUs only replay is judged: elsewhere the device queue may \
+                run ahead of the host)"
+                .into()
         } else {
             format!(
                 "{} of {} delayed detected ({:.1}%); {} of {} undelayed above the line ({:.2}%){}",
@@ -215,7 +264,10 @@ pub(super) fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlR
                 d.undelayed,
                 fa * 100.0,
                 match (d.beyond_design, d.skew_counts) {
-                    (true, Some((det, fals))) => format!(", on skew beyond the replay's design (on the skew itself: {det} and {fals})"),
+                    (true, Some((det, fals))) => format!(
+                        ", on skew beyond the replay's design (on the skew itself: \
+                        {det} and {fals})"
+                    ),
                     _ => String::new(),
                 }
             )

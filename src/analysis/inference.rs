@@ -148,7 +148,14 @@ pub fn interval_of_logs(d: &[f64], coverage: f64) -> Result<PairedInterval> {
     let sd = (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
     let half = t_quantile(1.0 - (1.0 - coverage) / 2.0, (n - 1) as f64) * sd / (n as f64).sqrt();
     let pct = |x: f64| x.exp_m1() * 100.0;
-    Ok(PairedInterval { rounds: n, diff_pct: pct(mean), ci_low_pct: pct(mean - half), ci_high_pct: pct(mean + half), coverage, sd_log: sd })
+    Ok(PairedInterval {
+        rounds: n,
+        diff_pct: pct(mean),
+        ci_low_pct: pct(mean - half),
+        ci_high_pct: pct(mean + half),
+        coverage,
+        sd_log: sd,
+    })
 }
 
 /// The paired interval of a against b over rounds (`a[r]`, `b[r]` from round r).
@@ -209,7 +216,8 @@ pub fn rounds_to_show_equivalence(sd_log: f64, min_effect_pct: f64, coverage: f6
     }
     (2..=MAX_ROUNDS).find(|&n| {
         let df = (n - 1) as f64;
-        (n as f64).sqrt() * thr / sd_log >= t_quantile(1.0 - (1.0 - coverage) / 2.0, df) + t_quantile(1.0 - (1.0 - power) / 2.0, df)
+        (n as f64).sqrt() * thr / sd_log
+            >= t_quantile(1.0 - (1.0 - coverage) / 2.0, df) + t_quantile(1.0 - (1.0 - power) / 2.0, df)
     })
 }
 
@@ -262,7 +270,10 @@ pub(crate) fn two_way(table: &[Vec<f64>]) -> Result<(Vec<f64>, f64, u32)> {
     let grand = y.iter().flatten().sum::<f64>() / (n * k) as f64;
     let row: Vec<f64> = y.iter().map(|r| r.iter().sum::<f64>() / k as f64).collect();
     let col: Vec<f64> = (0..k).map(|c| y.iter().map(|r| r[c]).sum::<f64>() / n as f64).collect();
-    let rss: f64 = (0..n).flat_map(|r| (0..k).map(move |c| (r, c))).map(|(r, c)| (y[r][c] - row[r] - col[c] + grand).powi(2)).sum();
+    let rss: f64 = (0..n)
+        .flat_map(|r| (0..k).map(move |c| (r, c)))
+        .map(|(r, c)| (y[r][c] - row[r] - col[c] + grand).powi(2))
+        .sum();
     Ok((col, rss, ((n - 1) * (k.max(1) - 1)) as u32))
 }
 
@@ -277,7 +288,12 @@ pub const SPIKE_PRIOR: f64 = 0.5;
 /// `draws` posterior draws of the hierarchical model, configurations within
 /// `equivalence_pct` percent of the fastest (slowest) sharing best (worst)
 /// in each draw (module documentation).
-pub fn rank_probabilities(table: &[Vec<f64>], draws: u32, seed: u64, equivalence_pct: f64) -> Result<RankProbabilities> {
+pub fn rank_probabilities(
+    table: &[Vec<f64>],
+    draws: u32,
+    seed: u64,
+    equivalence_pct: f64,
+) -> Result<RankProbabilities> {
     if draws == 0 {
         bail!("draws must be at least 1");
     }
@@ -406,7 +422,17 @@ pub fn rank_probabilities(table: &[Vec<f64>], draws: u32, seed: u64, equivalence
     let p_worst: Vec<f64> = worst.into_iter().map(|w| w / d).collect();
     let mc_se = p_best.iter().chain(&p_worst).map(|p| (p * (1.0 - p) / d).sqrt()).fold(0.0, f64::max);
     taus.sort_by(|a, b| a.total_cmp(b));
-    Ok(RankProbabilities { draws, seed, p_best, p_worst, mc_se, equivalence_pct, tau_median: taus[taus.len() / 2], sigma_log, sigma_df: df })
+    Ok(RankProbabilities {
+        draws,
+        seed,
+        p_best,
+        p_worst,
+        mc_se,
+        equivalence_pct,
+        tau_median: taus[taus.len() / 2],
+        sigma_log,
+        sigma_df: df,
+    })
 }
 
 #[cfg(test)]
@@ -453,9 +479,16 @@ mod tests {
         let n5 = rounds_to_decide(0.02, 5.0, 1.0, 0.95, 0.8).unwrap();
         let n2 = rounds_to_decide(0.02, 2.0, 1.0, 0.95, 0.8).unwrap();
         assert!(n2 > n5 && n5 >= 2, "{n2} {n5}");
-        assert_eq!(rounds_to_decide(0.02, 1.0, 1.0, 0.95, 0.8), None, "an effect at the minimum effect is never decided");
+        assert_eq!(
+            rounds_to_decide(0.02, 1.0, 1.0, 0.95, 0.8),
+            None,
+            "an effect at the minimum effect is never decided"
+        );
         assert_eq!(rounds_to_decide(0.02, -5.0, 1.0, 0.95, 0.8).map(|n| n.abs_diff(n5) <= 1), Some(true));
-        assert!(rounds_to_show_equivalence(0.02, 2.0, 0.95, 0.8).unwrap() > rounds_to_show_equivalence(0.01, 2.0, 0.95, 0.8).unwrap());
+        assert!(
+            rounds_to_show_equivalence(0.02, 2.0, 0.95, 0.8).unwrap()
+                > rounds_to_show_equivalence(0.01, 2.0, 0.95, 0.8).unwrap()
+        );
         assert_eq!(rounds_to_show_equivalence(0.02, 0.0, 0.95, 0.8), None);
     }
 
@@ -475,7 +508,8 @@ mod tests {
     fn configurations_within_the_minimum_effect_share_best() {
         // columns 0 and 1 differ by 0.5% in every round, column 2 is 30% slower: with a 2% minimum
         // effect 0 and 1 tie for best in (nearly) every draw, strictly the faster one wins without it
-        let t: Vec<Vec<f64>> = (0..6).map(|r| vec![100.0 + r as f64, (100.0 + r as f64) * 1.005, 130.0 + r as f64]).collect();
+        let t: Vec<Vec<f64>> =
+            (0..6).map(|r| vec![100.0 + r as f64, (100.0 + r as f64) * 1.005, 130.0 + r as f64]).collect();
         let strict = rank_probabilities(&t, 4000, 2, 0.0).unwrap();
         let tied = rank_probabilities(&t, 4000, 2, 2.0).unwrap();
         assert!(strict.p_best[0] > 0.9, "{strict:?}");

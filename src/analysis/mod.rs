@@ -39,12 +39,13 @@ pub use crate::analysis::controls::aa_level;
 pub(crate) use crate::analysis::controls::aa_outcome;
 pub use crate::analysis::inference::COVERAGE;
 pub use crate::analysis::model::{
-    AaFamily, CanarySection, ClockExcerpt, ClockRankWindows, ControlResult, DelayCounts, PhaseReport, ProxyAgreement, TimelineExcerpt, TraceCanaryInput,
-    TraceClaim,
+    AaFamily, CanarySection, ClockExcerpt, ClockRankWindows, ControlResult, DelayCounts, PhaseReport, ProxyAgreement,
+    TimelineExcerpt, TraceCanaryInput, TraceClaim,
 };
 pub use crate::analysis::model::{
-    AnalysisInput, CanaryClaim, CanaryResult, ClaimContext, ConfigRow, ControlOutcome, ControlsInput, JobData, KnownBadInput, PairRow, PhaseInput, Quantiles,
-    RankModel, Report, TauEstimate, TraceCanaryReport, TraceKindClaim, TraceVariantAgreement, ECDF_STEP_PCT, REPORT_FORMAT_VERSION,
+    AnalysisInput, CanaryClaim, CanaryResult, ClaimContext, ConfigRow, ControlOutcome, ControlsInput, JobData,
+    KnownBadInput, PairRow, PhaseInput, Quantiles, RankModel, Report, TauEstimate, TraceCanaryReport, TraceKindClaim,
+    TraceVariantAgreement, ECDF_STEP_PCT, REPORT_FORMAT_VERSION,
 };
 pub(crate) use crate::analysis::replicate::render_replication;
 pub use crate::analysis::replicate::{replicate, PairReplication, Replication, ReplicationOutcome};
@@ -52,10 +53,14 @@ pub(crate) use crate::analysis::text::regret_words;
 pub use crate::analysis::text::{control_counts, ranking_csv, render, render_short};
 
 /// How every interval of the report is made, and what its coverage was measured to be.
-pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio of per-job statistics, \
-     the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K A/A controls one family at 95% \
-     (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
-     was at least 94.9% in every cell (docs/CAMPAIGNS.md, \"Calibration\"; rerun with `cargo bench --bench calibration`); with 2 rounds only the Gaussian case is exact";
+pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio \
+    of per-job statistics, \
+     the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K \
+         A/A controls one family at 95% \
+     (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated \
+         coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
+     was at least 94.9% in every cell (docs/CAMPAIGNS.md, \"Calibration\"; rerun with `cargo bench --bench \
+         calibration`); with 2 rounds only the Gaussian case is exact";
 
 /// `f` over `items` on up to `std::thread::available_parallelism` threads
 /// (`core::par`), the results in `items`' order: the same values as a plain
@@ -68,7 +73,11 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
 /// Each trace variant's ranking against the source variant's, from the
 /// phase's jobs (the same computation as [`agreement::proxy_against_truth`]).
 fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &str) -> Result<TraceCanaryReport> {
-    let pin = input.phases.iter().find(|p| p.phase == tc.phase).with_context(|| format!("the trace canary phase {} was not run", tc.phase))?;
+    let pin = input
+        .phases
+        .iter()
+        .find(|p| p.phase == tc.phase)
+        .with_context(|| format!("the trace canary phase {} was not run", tc.phase))?;
     let sub = |labels: &[String]| -> Result<PhaseInput> {
         if labels.len() != tc.configs.len() {
             bail!("a trace variant names {} labels for {} configurations", labels.len(), tc.configs.len());
@@ -76,7 +85,9 @@ fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &
         let mut jobs = Vec::new();
         for l in labels {
             let i =
-                pin.labels.iter().position(|x| x == l).with_context(|| format!("trace_canary names {l:?}, which is not a configuration of the campaign"))?;
+                pin.labels.iter().position(|x| x == l).with_context(|| {
+                    format!("trace_canary names {l:?}, which is not a configuration of the campaign")
+                })?;
             jobs.push(pin.jobs[i].clone());
         }
         Ok(PhaseInput { phase: tc.phase, labels: tc.configs.clone(), jobs })
@@ -101,7 +112,8 @@ fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &
         source_trace_sha256: tc.source.1.clone(),
         source_ranking,
         variants,
-        scope: "the ranking only; coverage, latency quantiles per kind, hidden communication, tail recall, structure, decision cost \
+        scope: "the ranking only; coverage, latency quantiles per kind, hidden communication, tail recall, structure, \
+            decision cost \
                 and the assurance state are canary verify's (canary-verify.json beside the campaign)"
             .into(),
     })
@@ -138,9 +150,13 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         let labels = input.phases[bi].labels.clone();
         let summaries = phases[bi].summaries(&labels);
         let tr: Vec<Relation> = phases[bi].pairs.iter().map(|p| p.relation).collect();
-        let proxies: Vec<usize> = (0..phases.len()).filter(|&pi| phases[pi].phase != Phase::Blocking && input.phases[pi].labels == labels).collect();
+        let proxies: Vec<usize> = (0..phases.len())
+            .filter(|&pi| phases[pi].phase != Phase::Blocking && input.phases[pi].labels == labels)
+            .collect();
         // each proxy's resampled τ-b is independent of the others' (each its own seeded draws)
-        let taus = parallel_map(&proxies, |&pi| tau_estimates(&tabs[pi].1.table, &tabs[bi].1.table, policy, phases[pi].pair_coverage));
+        let taus = parallel_map(&proxies, |&pi| {
+            tau_estimates(&tabs[pi].1.table, &tabs[bi].1.table, policy, phases[pi].pair_coverage)
+        });
         for (&pi, (tau_policy, tau_plain)) in proxies.iter().zip(taus) {
             let p = &phases[pi];
             let pr: Vec<Relation> = p.pairs.iter().map(|x| x.relation).collect();
@@ -162,7 +178,14 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         known(b)?;
         for ((pin, t), pr) in tabs.iter().zip(&phases) {
             let col = |l: &str| pin.labels.iter().position(|x| x == l).expect("known");
-            controls.push(aa_control(&AaPair { a, b, ca: col(a), cb: col(b) }, pin.phase, &t.table, policy, aa_level(aa_count, pr.pair_coverage), aa_count)?);
+            controls.push(aa_control(
+                &AaPair { a, b, ca: col(a), cb: col(b) },
+                pin.phase,
+                &t.table,
+                policy,
+                aa_level(aa_count, pr.pair_coverage),
+                aa_count,
+            )?);
         }
     }
     let aa_family = (aa_count > 0).then(|| {
@@ -172,9 +195,12 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             family_coverage: COVERAGE,
             level,
             method: format!(
-                "the {aa_count} A/A controls (declared A/A pairs x phases) are one family: each is judged on its own Student-t interval at {:.3}% \
-                 (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level when that is higher, so that an instrument that cannot tell \
-                 a configuration from itself shows a misbehaved A/A control in at most {:.0}% of campaigns; simulated per-control and per-campaign \
+                "the {aa_count} A/A controls (declared A/A pairs x phases) are one family: each is judged on its own \
+                    Student-t interval at {:.3}% \
+                 (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level when that is higher, so that an \
+                     instrument that cannot tell \
+                 a configuration from itself shows a misbehaved A/A control in at most {:.0}% of campaigns; simulated \
+                     per-control and per-campaign \
                  rates are in docs/CAMPAIGNS.md (rerun with `cargo bench --bench calibration`)",
                 level * 100.0,
                 (1.0 - COVERAGE) * 100.0
@@ -188,7 +214,10 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         .or_else(|| phases.iter().any(|p| p.phase == Phase::Blocking).then_some(Phase::Blocking))
         .or_else(|| phases.first().map(|p| p.phase));
     if let Some(jp) = judge_phase {
-        let i = tabs.iter().position(|(p, _)| p.phase == jp).with_context(|| format!("the judged phase {jp} was not run"))?;
+        let i = tabs
+            .iter()
+            .position(|(p, _)| p.phase == jp)
+            .with_context(|| format!("the judged phase {jp} was not run"))?;
         let (pin, t) = &tabs[i];
         let all_bad: Vec<String> = input.controls.known_bad.iter().map(|k| k.label.clone()).collect();
         for kb in &input.controls.known_bad {
@@ -201,39 +230,59 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             controls.push(skew_control(label, *round, d));
         }
     }
-    let controls_behaved = (!controls.is_empty()).then(|| controls.iter().all(|c| c.outcome == ControlOutcome::Behaved));
+    let controls_behaved =
+        (!controls.is_empty()).then(|| controls.iter().all(|c| c.outcome == ControlOutcome::Behaved));
     // canary
     let mut canary = None;
     if let Some((cand, base, phase)) = &input.canary {
         known(cand)?;
         known(base)?;
-        let (pin, t) = tabs.iter().find(|(p, _)| p.phase == *phase).with_context(|| format!("the canary phase {phase} was not run"))?;
+        let (pin, t) = tabs
+            .iter()
+            .find(|(p, _)| p.phase == *phase)
+            .with_context(|| format!("the canary phase {phase} was not run"))?;
         let col = |l: &str| pin.labels.iter().position(|x| x == l).expect("known");
         let r = canary_result(&t.table, col(cand), col(base), policy, COVERAGE)?;
         let ctx = &input.context;
-        let not_ok = |o: ControlOutcome| controls.iter().filter(|c| c.outcome == o).map(|c| format!("{} {}", c.kind, c.subject)).collect::<Vec<_>>();
+        let not_ok = |o: ControlOutcome| {
+            controls.iter().filter(|c| c.outcome == o).map(|c| format!("{} {}", c.kind, c.subject)).collect::<Vec<_>>()
+        };
         let (bad, unsure) = (not_ok(ControlOutcome::Misbehaved), not_ok(ControlOutcome::Inconclusive));
         let controls_text = match controls_behaved {
-            None => "no controls ran in this campaign, so nothing checks that the instrument can tell A from A or see a known fault".to_string(),
+            None => "no controls ran in this campaign, so nothing checks that the instrument can tell A from A or see \
+                a known fault"
+                .to_string(),
             Some(true) => format!("the {} declared control results behaved as predicted", controls.len()),
-            Some(false) if !bad.is_empty() => format!("{} control result(s) MISBEHAVED ({}); treat the verdict as unsupported", bad.len(), bad.join("; ")),
+            Some(false) if !bad.is_empty() => format!(
+                "{} control result(s) MISBEHAVED ({}); treat the verdict as \
+                unsupported",
+                bad.len(),
+                bad.join("; ")
+            ),
             Some(false) => format!(
-                "{} control result(s) inconclusive for want of rounds ({}); the verdict is only as good as the controls that resolved",
+                "{} control result(s) inconclusive for want of rounds ({}); the verdict is only as good as the \
+                    controls that resolved",
                 unsure.len(),
                 unsure.join("; ")
             ),
         };
         let resolve = match (r.verdict, r.rounds_to_resolve) {
-            (Verdict::InsufficientEvidence, Some(n)) => format!(" About {n} rounds would resolve it at this noise (80% power)."),
+            (Verdict::InsufficientEvidence, Some(n)) => format!(
+                " About {n} rounds would resolve it at this noise (80% \
+                power)."
+            ),
             (Verdict::InsufficientEvidence, None) => format!(
-                " More than {} rounds would be needed at this noise (or no number of rounds, for a difference within the minimum effect).",
+                " More than {} rounds would be needed at this noise (or no number of rounds, for a difference within \
+                    the minimum effect).",
                 inference::MAX_ROUNDS
             ),
             _ => String::new(),
         };
         let statement = format!(
-            "Under manifest {} (campaign {}), on {}, with workload {} and replay semantics \"{}\", candidate {cand} vs baseline {base} in phase {phase} differs by {} \
-             (per-round log-ratio of per-job median {}, {} rounds, {:.0}% Student-t interval, the one planned comparison); P(candidate faster) {:.3}, P(slowdown > {}%) {:.3}; \
+            "Under manifest {} (campaign {}), on {}, with workload {} and replay semantics \"{}\", candidate {cand} vs \
+                baseline {base} in phase {phase} differs by {} \
+             (per-round log-ratio of per-job median {}, {} rounds, {:.0}% Student-t interval, the one planned \
+                 comparison); P(candidate faster) {:.3}, P(slowdown > {}%) {:.3}; \
              verdict {} under the frozen minimum effect {}%.{resolve} Controls: {}. Dimensions not represented: {}.",
             &ctx.manifest_sha256[..12.min(ctx.manifest_sha256.len())],
             ctx.campaign_id,
@@ -252,7 +301,14 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             controls_text,
             ctx.not_represented.join("; ")
         );
-        canary = Some(CanaryClaim { candidate: cand.clone(), baseline: base.clone(), phase: *phase, result: r, controls_behaved, statement });
+        canary = Some(CanaryClaim {
+            candidate: cand.clone(),
+            baseline: base.clone(),
+            phase: *phase,
+            result: r,
+            controls_behaved,
+            statement,
+        });
     }
     for kb in &input.controls.known_bad {
         known(&kb.label)?;
@@ -275,11 +331,23 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     let families = phases.iter().filter(|p| p.family_pairs > 1).count() * 2;
     if families > 1 {
         warnings.push(format!(
-            "multiple comparisons: the pair intervals of each phase and metric hold together at {:.0}% (each at {}), so a family shows a false \
-             decided pair with probability at most {:.0}%; this report has {families} such families (median and p99 per phase), so across all of them \
+            "multiple comparisons: the pair intervals of each phase and metric hold together at {:.0}% (each at {}), \
+                so a family shows a false \
+             decided pair with probability at most {:.0}%; this report has {families} such families (median and p99 \
+                 per phase), so across all of them \
              the bound is {:.0}%. The canary's interval is a single planned comparison at {:.0}%",
             COVERAGE * 100.0,
-            phases.iter().filter(|p| p.family_pairs > 1).map(|p| format!("{:.3}% in {}", p.pair_coverage * 100.0, p.phase)).collect::<Vec<_>>().join(", "),
+            phases
+                .iter()
+                .filter(|p| p.family_pairs > 1)
+                .map(|p| format!(
+                    "{:.3}% in \
+                {}",
+                    p.pair_coverage * 100.0,
+                    p.phase
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
             (1.0 - COVERAGE) * 100.0,
             (families as f64 * (1.0 - COVERAGE) * 100.0).min(100.0),
             COVERAGE * 100.0
@@ -288,8 +356,10 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     if let Some(n) = phases.iter().map(|p| p.rounds).min().filter(|&n| n < 5) {
         let t = inference::t_quantile(1.0 - (1.0 - COVERAGE) / 2.0, (n - 1) as f64);
         warnings.push(format!(
-            "{n} rounds: each interval is ±{t:.2} standard errors of the per-round log-ratio ({} degree(s) of freedom), so only large differences are decided; \
-             P(best) stays close to 1/k unless a configuration stands apart in every round. Inconclusive controls say how many rounds would resolve them",
+            "{n} rounds: each interval is ±{t:.2} standard errors of the per-round log-ratio ({} degree(s) of \
+                freedom), so only large differences are decided; \
+             P(best) stays close to 1/k unless a configuration stands apart in every round. Inconclusive controls say \
+                 how many rounds would resolve them",
             n - 1
         ));
     }
@@ -323,7 +393,13 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     fn policy() -> AnalysisPolicy {
-        AnalysisPolicy { tie_policy: TiePolicy::Interval, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 2000, bootstrap_seed: 1 }
+        AnalysisPolicy {
+            tie_policy: TiePolicy::Interval,
+            min_effect_pct: 2.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 2000,
+            bootstrap_seed: 1,
+        }
     }
 
     /// Every job of a round shares a drift of up to ±20%; job noise ±`noise`.
@@ -340,7 +416,12 @@ mod tests {
                     (1..=rounds)
                         .map(|r| {
                             let job = 1.0 + drift[r as usize - 1] + rng.gen_range(-noise..noise);
-                            JobData { round: r, samples_us: (0..50).map(|_| m * scale * job * (1.0 + rng.gen_range(-0.001..0.001))).collect() }
+                            JobData {
+                                round: r,
+                                samples_us: (0..50)
+                                    .map(|_| m * scale * job * (1.0 + rng.gen_range(-0.001..0.001)))
+                                    .collect(),
+                            }
                         })
                         .collect()
                 })
@@ -371,7 +452,13 @@ mod tests {
     }
 
     fn verdict() -> policy::Verdict {
-        policy::Verdict { complete: true, manifest_sha256: String::new(), cells_expected: 0, cells_ok: 0, refusals: vec![] }
+        policy::Verdict {
+            complete: true,
+            manifest_sha256: String::new(),
+            cells_expected: 0,
+            cells_ok: 0,
+            refusals: vec![],
+        }
     }
 
     #[test]
@@ -438,9 +525,16 @@ mod tests {
         let at = inference::paired(&column(&tb.table, 1), &column(&tb.table, 0), want).unwrap();
         let c = aa.iter().find(|c| c.phase == Some(Phase::Blocking) && c.subject.starts_with("c1 vs c0")).unwrap();
         assert_eq!(c.level, Some(want), "{c:?}");
-        assert!(c.observed.starts_with(&interval_words(&at)) && c.observed.contains("one of 4 A/A controls"), "{c:?} vs {at:?}");
+        assert!(
+            c.observed.starts_with(&interval_words(&at)) && c.observed.contains("one of 4 A/A controls"),
+            "{c:?} vs {at:?}"
+        );
         let text = render(&r);
-        assert!(text.contains("A/A family: the 4 A/A controls") && text.contains(&format!("[blocking] at {:.3}%", want * 100.0)), "{text}");
+        assert!(
+            text.contains("A/A family: the 4 A/A controls")
+                && text.contains(&format!("[blocking] at {:.3}%", want * 100.0)),
+            "{text}"
+        );
         // the outcome rule: decided misbehaves; tied behaves; undecided behaves only with no minimum effect
         assert_eq!(aa_outcome(Verdict::Pass, 2.0), ControlOutcome::Misbehaved);
         assert_eq!(aa_outcome(Verdict::Fail, 0.0), ControlOutcome::Misbehaved);
@@ -455,7 +549,8 @@ mod tests {
     #[test]
     fn noisy_few_rounds_make_controls_inconclusive_with_rounds_to_resolve() {
         let mut i = input(&[100.0, 100.0, 100.0, 103.0], 3, 0.03);
-        i.controls.known_bad = vec![KnownBadInput { label: "c3".into(), graded: Some(("c0".into(), 3.0, "test".into())) }];
+        i.controls.known_bad =
+            vec![KnownBadInput { label: "c3".into(), graded: Some(("c0".into(), 3.0, "test".into())) }];
         let r = analyze(&i, verdict(), "synthetic").unwrap();
         let kb = r.controls.iter().find(|c| c.kind == "known-bad").unwrap();
         assert_eq!(kb.outcome, ControlOutcome::Inconclusive, "{kb:?}");
@@ -473,7 +568,8 @@ mod tests {
         assert_eq!(r.controls.iter().find(|c| c.kind == "known-bad").unwrap().outcome, ControlOutcome::Misbehaved);
         assert_eq!(r.canary.unwrap().verdict.unwrap().controls_behaved, Some(false));
         let mut i = input(&[100.0, 150.0, 100.0, 300.0], 5, 0.002);
-        i.controls.known_bad = vec![KnownBadInput { label: "c2".into(), graded: Some(("c0".into(), 10.0, "test".into())) }];
+        i.controls.known_bad =
+            vec![KnownBadInput { label: "c2".into(), graded: Some(("c0".into(), 10.0, "test".into())) }];
         let r = analyze(&i, verdict(), "synthetic").unwrap();
         let kb = r.controls.iter().find(|c| c.kind == "known-bad").unwrap();
         assert_eq!(kb.outcome, ControlOutcome::Misbehaved, "the interval excludes the declared 10%: {kb:?}");

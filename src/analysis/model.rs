@@ -567,7 +567,11 @@ impl PhaseReport {
 
     /// The labels `label` is decided faster than, in row order.
     pub fn decided_faster_than(&self, label: &str) -> Vec<&str> {
-        self.rows.iter().filter(|x| self.relation(label, &x.label) == Some(Relation::AFaster)).map(|x| x.label.as_str()).collect()
+        self.rows
+            .iter()
+            .filter(|x| self.relation(label, &x.label) == Some(Relation::AFaster))
+            .map(|x| x.label.as_str())
+            .collect()
     }
 }
 
@@ -614,7 +618,11 @@ impl TruthInput {
             // the placeholder phase never reaches the report: the truth section has its own types
             phase: Phase::Blocking,
             labels: self.labels.clone(),
-            jobs: self.values.iter().map(|js| js.iter().map(|&(round, v)| JobData { round, samples_us: vec![self.cost(v)] }).collect()).collect(),
+            jobs: self
+                .values
+                .iter()
+                .map(|js| js.iter().map(|&(round, v)| JobData { round, samples_us: vec![self.cost(v)] }).collect())
+                .collect(),
         }
     }
 }

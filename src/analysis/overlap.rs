@@ -125,7 +125,8 @@ mod tests {
     }
 
     fn ivs() -> impl Strategy<Value = Vec<(f64, f64)>> {
-        proptest::collection::vec((0u32..1000, 0u32..100), 0..30).prop_map(|v| v.into_iter().map(|(s, l)| (s as f64, (s + l) as f64)).collect())
+        proptest::collection::vec((0u32..1000, 0u32..100), 0..30)
+            .prop_map(|v| v.into_iter().map(|(s, l)| (s as f64, (s + l) as f64)).collect())
     }
 
     proptest! {
@@ -182,7 +183,13 @@ pub fn phase_intervals_ns(s: &Shard, phase: Phase) -> (IntervalSource, Intervals
         let of = |kind| kernels.iter().filter(|k| k.kind == kind).map(|k| (k.start_ns, k.end_ns)).collect();
         return (IntervalSource::CuptiKernels, of(KernelKind::Compute), of(KernelKind::Nccl));
     }
-    let compute = s.body.compute.iter().filter(|c| c.phase == phase && c.kind != ComputeKind::HostDelay).map(|c| (c.start_ns, c.end_ns)).collect();
+    let compute = s
+        .body
+        .compute
+        .iter()
+        .filter(|c| c.phase == phase && c.kind != ComputeKind::HostDelay)
+        .map(|c| (c.start_ns, c.end_ns))
+        .collect();
     let mut device = true;
     let comm = s
         .body
@@ -212,7 +219,8 @@ pub fn per_phase(shards: &[Shard]) -> Result<Vec<PhaseOverlap>> {
                 phase: *p,
                 rank: s.header.rank,
                 source,
-                report: overlap(&us(compute), &us(comm)).map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
+                report: overlap(&us(compute), &us(comm))
+                    .map_err(|e| anyhow::anyhow!("rank {} phase {p}: {e}", s.header.rank))?,
             });
         }
     }

@@ -15,7 +15,8 @@ fn quantiles(all: &mut [f64]) -> Quantiles {
     let mut q = |p| stats::percentile_nearest_rank(all, p).unwrap_or(f64::NAN);
     let (p5, p25, p50, p75, p95, p99, max) = (q(5.0), q(25.0), q(50.0), q(75.0), q(95.0), q(99.0), q(100.0));
     let steps = (100.0 / ECDF_STEP_PCT) as usize;
-    let ecdf_us = if n == 0 { Vec::new() } else { (0..=steps).map(|i| q((i as f64 * ECDF_STEP_PCT).max(1e-9))).collect() };
+    let ecdf_us =
+        if n == 0 { Vec::new() } else { (0..=steps).map(|i| q((i as f64 * ECDF_STEP_PCT).max(1e-9))).collect() };
     Quantiles { events: n, min, p5, p25, p50, p75, p95, p99, max, ecdf_us }
 }
 
@@ -34,10 +35,20 @@ pub(super) fn tables(p: &PhaseInput) -> Result<PhaseTables> {
         let mut r: Vec<u32> = js.iter().map(|x| x.round).collect();
         r.sort_unstable();
         if r != rounds {
-            bail!("phase {}: configuration {} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired", p.phase, p.labels[c], p.labels[0]);
+            bail!(
+                "phase {}: configuration {} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired",
+                p.phase,
+                p.labels[c],
+                p.labels[0]
+            );
         }
         if js.len() < 2 {
-            bail!("phase {}: configuration {} has {} job(s); the analysis needs at least 2", p.phase, p.labels[c], js.len());
+            bail!(
+                "phase {}: configuration {} has {} job(s); the analysis needs at least 2",
+                p.phase,
+                p.labels[c],
+                js.len()
+            );
         }
         if let Some(j) = js.iter().find(|j| j.samples_us.is_empty()) {
             bail!("phase {}: configuration {}, round {}: the job has no events", p.phase, p.labels[c], j.round);
@@ -53,9 +64,16 @@ pub(super) fn tables(p: &PhaseInput) -> Result<PhaseTables> {
             table_p99[r][c] = stats::percentile_nearest_rank(&mut v, 99.0).expect("non-empty");
         }
     }
-    if let Some((r, c)) = (0..rounds.len()).flat_map(|r| (0..p.labels.len()).map(move |c| (r, c))).find(|&(r, c)| !(table[r][c] > 0.0 && table_p99[r][c] > 0.0))
+    if let Some((r, c)) = (0..rounds.len())
+        .flat_map(|r| (0..p.labels.len()).map(move |c| (r, c)))
+        .find(|&(r, c)| !(table[r][c] > 0.0 && table_p99[r][c] > 0.0))
     {
-        bail!("phase {}: configuration {}, round {}: a job statistic is not positive; intervals are over log-ratios", p.phase, p.labels[c], rounds[r]);
+        bail!(
+            "phase {}: configuration {}, round {}: a job statistic is not positive; intervals are over log-ratios",
+            p.phase,
+            p.labels[c],
+            rounds[r]
+        );
     }
     Ok(PhaseTables { table, table_p99 })
 }
@@ -72,8 +90,18 @@ pub(super) fn pair_interval(t: &[Vec<f64>], a: usize, b: usize, coverage: f64) -
 pub(super) fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(PhaseReport, PhaseTables)> {
     let t = tables(p)?;
     let k = p.labels.len();
-    let probs = inference::rank_probabilities(&t.table, policy.bootstrap_resamples, policy.bootstrap_seed, policy.min_effect_pct)?;
-    let iqr = |v: &mut Vec<f64>| stats::percentile_nearest_rank(v, 75.0).zip(stats::percentile_nearest_rank(v, 25.0)).map(|(a, b)| a - b).unwrap_or(f64::NAN);
+    let probs = inference::rank_probabilities(
+        &t.table,
+        policy.bootstrap_resamples,
+        policy.bootstrap_seed,
+        policy.min_effect_pct,
+    )?;
+    let iqr = |v: &mut Vec<f64>| {
+        stats::percentile_nearest_rank(v, 75.0)
+            .zip(stats::percentile_nearest_rank(v, 25.0))
+            .map(|(a, b)| a - b)
+            .unwrap_or(f64::NAN)
+    };
     let mut rows: Vec<ConfigRow> = (0..k)
         .map(|c| {
             let mut meds = column(&t.table, c);
@@ -113,11 +141,29 @@ pub(super) fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(
         tau_median_log: probs.tau_median,
         equivalence_pct: probs.equivalence_pct,
     };
-    Ok((PhaseReport { phase: p.phase, metric: metric.into(), rounds: t.table.len(), rank_model, rows, pairs, pairs_p99, family_pairs, pair_coverage }, t))
+    Ok((
+        PhaseReport {
+            phase: p.phase,
+            metric: metric.into(),
+            rounds: t.table.len(),
+            rank_model,
+            rows,
+            pairs,
+            pairs_p99,
+            family_pairs,
+            pair_coverage,
+        },
+        t,
+    ))
 }
 
 /// Every pair's interval over `table[round][config]` at level `coverage` and the relation read off it.
-pub(super) fn pair_rows(labels: &[String], table: &[Vec<f64>], policy: &AnalysisPolicy, coverage: f64) -> Result<Vec<PairRow>> {
+pub(super) fn pair_rows(
+    labels: &[String],
+    table: &[Vec<f64>],
+    policy: &AnalysisPolicy,
+    coverage: f64,
+) -> Result<Vec<PairRow>> {
     let mut pairs = Vec::new();
     for i in 0..labels.len() {
         for j in i + 1..labels.len() {

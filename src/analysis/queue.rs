@@ -109,7 +109,8 @@ fn pct(v: &mut [f64]) -> Percentiles {
 fn co_corrected(resp_ms: &[f64], expected_ms: f64) -> Result<Percentiles> {
     let ns = |ms: f64| (ms * 1e6).round().max(1.0) as u64;
     let high = resp_ms.iter().copied().fold(expected_ms, f64::max);
-    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, ns(high).max(2), 3).map_err(|e| anyhow::anyhow!("coordinated-omission histogram: {e}"))?;
+    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, ns(high).max(2), 3)
+        .map_err(|e| anyhow::anyhow!("coordinated-omission histogram: {e}"))?;
     for &r in resp_ms {
         h.record_correct(ns(r), ns(expected_ms)).map_err(|e| anyhow::anyhow!("recording {r} ms: {e}"))?;
     }
@@ -155,7 +156,13 @@ fn schedule(service_ms: &[f64], load: Load, requests: usize) -> Vec<(f64, f64, f
 }
 
 /// Simulate `requests` requests over `service_ms` under `load`.
-pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: Option<f64>, co_correct_ms: Option<f64>) -> Result<QueueResult> {
+pub(crate) fn simulate(
+    service_ms: &[f64],
+    load: Load,
+    requests: usize,
+    slo_ms: Option<f64>,
+    co_correct_ms: Option<f64>,
+) -> Result<QueueResult> {
     if service_ms.is_empty() {
         bail!("no service times");
     }
@@ -166,9 +173,13 @@ pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: 
         bail!("--requests must be at least 1");
     }
     match load {
-        Load::Open { interval_ms, .. } if !(interval_ms.is_finite() && interval_ms > 0.0) => bail!("--interval-ms must be positive"),
+        Load::Open { interval_ms, .. } if !(interval_ms.is_finite() && interval_ms > 0.0) => {
+            bail!("--interval-ms must be positive")
+        }
         Load::Closed { clients: 0, .. } => bail!("--clients must be at least 1"),
-        Load::Closed { think_ms, .. } if !(think_ms.is_finite() && think_ms >= 0.0) => bail!("--think-ms must be zero or positive"),
+        Load::Closed { think_ms, .. } if !(think_ms.is_finite() && think_ms >= 0.0) => {
+            bail!("--think-ms must be zero or positive")
+        }
         _ => {}
     }
     if co_correct_ms.is_some_and(|e| !(e.is_finite() && e > 0.0)) {
@@ -218,15 +229,23 @@ pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: 
         let rho = mean_service / interval_ms;
         if rho >= 1.0 {
             warnings.push(format!(
-                "offered load {rho:.2} >= 1 (mean service {mean_service:.3} ms, mean interval {interval_ms} ms): the queue grows without bound, so these figures describe this horizon only"
+                "offered load {rho:.2} >= 1 (mean service {mean_service:.3} ms, mean interval {interval_ms} ms): the \
+                    queue grows without bound, so these figures describe this horizon only"
             ));
         }
     }
     let mut response_co_corrected_ms = None;
     if let Load::Closed { clients, think_ms } = load {
         warnings.push(format!(
-            "closed loop ({clients} client(s), {think_ms} ms think): a client waits for each response before it sends again, so a slow server slows its own load (coordinated omission); these percentiles understate what an open stream at the same rate sees{}",
-            if co_correct_ms.is_none() { "; --co-correct-ms E adds HdrHistogram's expected-interval correction" } else { "" }
+            "closed loop ({clients} client(s), {think_ms} ms think): a client waits for each response before it sends \
+                again, so a slow server slows its own load (coordinated omission); these percentiles understate what \
+                    an open stream at the same rate sees{}",
+            if co_correct_ms.is_none() {
+                "; --co-correct-ms E adds HdrHistogram's expected-interval \
+                correction"
+            } else {
+                ""
+            }
         ));
         if let Some(e) = co_correct_ms {
             // the correction adds floor(r / e) - 1 synthetic records per response: bound them first
@@ -234,7 +253,8 @@ pub(crate) fn simulate(service_ms: &[f64], load: Load, requests: usize, slo_ms: 
             if added > ranges::MAX_REQUESTS as f64 {
                 crate::refuse!(
                     Code::OutOfRange,
-                    "--co-correct-ms {e}: the correction would add {added:.3e} synthetic records (at most {}); the expected interval is far below the responses",
+                    "--co-correct-ms {e}: the correction would add {added:.3e} synthetic records (at most {}); the \
+                        expected interval is far below the responses",
                     ranges::MAX_REQUESTS
                 );
             }
@@ -296,7 +316,12 @@ mod tests {
         assert_eq!(closed.wait_ms.p99, 0.0, "one client: the server is always free when it sends");
         let interval = 1e3 / closed.throughput_rps; // same mean rate
         let open = simulate(&service, open(Arrival::Poisson, interval, 3), 2000, None, None).unwrap();
-        assert!((open.throughput_rps / closed.throughput_rps - 1.0).abs() < 0.1, "{} vs {}", open.throughput_rps, closed.throughput_rps);
+        assert!(
+            (open.throughput_rps / closed.throughput_rps - 1.0).abs() < 0.1,
+            "{} vs {}",
+            open.throughput_rps,
+            closed.throughput_rps
+        );
         assert!(open.wait_ms.p95 > 0.5 && open.wait_ms.p50 > 0.0, "Poisson arrivals queue: {:?}", open.wait_ms);
         assert!(open.response_ms.p99 > closed.response_ms.p99);
         assert!(closed.warnings.iter().any(|w| w.contains("coordinated omission")));
@@ -351,7 +376,8 @@ mod tests {
             let load = if closed { Load::Closed { clients, think_ms: think } } else { open(if poisson { Arrival::Poisson } else { Arrival::Fixed }, interval, seed) };
             let r = simulate(&service, load, requests, None, None).unwrap();
             if r.horizon_ms > 0.0 {
-                prop_assert!((r.mean_in_system - r.lambda_w).abs() <= 1e-9 * r.lambda_w.abs().max(1e-300), "L {} vs lambda W {}", r.mean_in_system, r.lambda_w);
+                prop_assert!((r.mean_in_system - r.lambda_w).abs() <= 1e-9 * r.lambda_w.abs().max(1e-300), "L {} vs \
+                    lambda W {}", r.mean_in_system, r.lambda_w);
                 prop_assert!(r.utilization <= 1.0 + 1e-12);
             }
             prop_assert_eq!(&r, &simulate(&service, load, requests, None, None).unwrap());

@@ -126,7 +126,12 @@ pub struct Comparison {
 
 /// Compare a proxy with the truth over the same configurations (strict or
 /// IQR rule on summaries; the interval rule needs rounds, see [`compare_relations`]).
-pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TiePolicy, evidence_class: &str) -> Result<Comparison> {
+pub fn compare(
+    proxy: &[ConfigSummary],
+    truth: &[ConfigSummary],
+    rule: TiePolicy,
+    evidence_class: &str,
+) -> Result<Comparison> {
     if rule == TiePolicy::Interval {
         bail!("the interval tie policy needs the rounds of a campaign; summary tables offer strict or iqr only");
     }
@@ -136,16 +141,21 @@ pub fn compare(proxy: &[ConfigSummary], truth: &[ConfigSummary], rule: TiePolicy
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             bail!("{side}: configuration {:?} appears twice", w[0]);
         }
-        if let Some(c) = v.iter().find(|c| !c.median_us.is_finite() || c.iqr_us.is_some_and(|i| !i.is_finite() || i < 0.0)) {
+        if let Some(c) =
+            v.iter().find(|c| !c.median_us.is_finite() || c.iqr_us.is_some_and(|i| !i.is_finite() || i < 0.0))
+        {
             bail!("{side}: configuration {:?} has a non-finite median or a bad IQR", c.config);
         }
     }
-    let missing: Vec<&str> = proxy.iter().map(|c| c.config.as_str()).filter(|n| !truth.iter().any(|t| t.config == *n)).collect();
-    let extra: Vec<&str> = truth.iter().map(|c| c.config.as_str()).filter(|n| !proxy.iter().any(|p| p.config == *n)).collect();
+    let missing: Vec<&str> =
+        proxy.iter().map(|c| c.config.as_str()).filter(|n| !truth.iter().any(|t| t.config == *n)).collect();
+    let extra: Vec<&str> =
+        truth.iter().map(|c| c.config.as_str()).filter(|n| !proxy.iter().any(|p| p.config == *n)).collect();
     if !missing.is_empty() || !extra.is_empty() {
         bail!("the two sides name different configurations (only in proxy: {missing:?}; only in truth: {extra:?})");
     }
-    let truth: Vec<ConfigSummary> = proxy.iter().map(|p| truth.iter().find(|t| t.config == p.config).expect("checked").clone()).collect();
+    let truth: Vec<ConfigSummary> =
+        proxy.iter().map(|p| truth.iter().find(|t| t.config == p.config).expect("checked").clone()).collect();
     let (mut rp, mut rt) = (Vec::new(), Vec::new());
     for i in 0..proxy.len() {
         for j in i + 1..proxy.len() {
@@ -166,7 +176,13 @@ pub fn pair_index(n: usize, i: usize, j: usize) -> usize {
 /// Agreement and Kendall's tau-b from relations already decided, one per
 /// pair in [`pair_index`] order over `truth`'s configurations (whose medians
 /// price the disagreements).
-pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_rel: &[Relation], rule: TiePolicy, evidence_class: &str) -> Result<Comparison> {
+pub fn compare_relations(
+    truth: &[ConfigSummary],
+    proxy_rel: &[Relation],
+    truth_rel: &[Relation],
+    rule: TiePolicy,
+    evidence_class: &str,
+) -> Result<Comparison> {
     let n = truth.len();
     if proxy_rel.len() != n * n.saturating_sub(1) / 2 || truth_rel.len() != proxy_rel.len() {
         bail!("{} configurations need {} relations per side", n, n * n.saturating_sub(1) / 2);
@@ -181,7 +197,13 @@ pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_
             if !agree {
                 let faster = ta.median_us.min(tb.median_us);
                 let cost = if faster > 0.0 { (ta.median_us - tb.median_us).abs() / faster * 100.0 } else { f64::NAN };
-                disagreements.push(Disagreement { a: ta.config.clone(), b: tb.config.clone(), proxy: rp, truth: rt, truth_cost_pct: cost });
+                disagreements.push(Disagreement {
+                    a: ta.config.clone(),
+                    b: tb.config.clone(),
+                    proxy: rp,
+                    truth: rt,
+                    truth_cost_pct: cost,
+                });
             }
             relations.push(PairRelation { a: ta.config.clone(), b: tb.config.clone(), proxy: rp, truth: rt, agree });
         }
@@ -191,7 +213,11 @@ pub fn compare_relations(truth: &[ConfigSummary], proxy_rel: &[Relation], truth_
         tie_policy: rule,
         pairs_total: relations.len(),
         pairs_agree,
-        agreement_pct: if relations.is_empty() { f64::NAN } else { pairs_agree as f64 / relations.len() as f64 * 100.0 },
+        agreement_pct: if relations.is_empty() {
+            f64::NAN
+        } else {
+            pairs_agree as f64 / relations.len() as f64 * 100.0
+        },
         kendall_tau_b: tau_b(proxy_rel, truth_rel),
         relations,
         disagreements,
@@ -255,7 +281,8 @@ pub fn strict_relations(v: &[f64]) -> Vec<Relation> {
 /// comments. Errors name the file and the line as it is in the file.
 pub fn parse_csv(text: &str, name: &str) -> Result<Vec<ConfigSummary>> {
     let mut rd = csv::ReaderBuilder::new().comment(Some(b'#')).trim(csv::Trim::All).from_reader(text.as_bytes());
-    let header: Vec<String> = rd.headers().map_err(|e| anyhow::anyhow!("{name}: {e}"))?.iter().map(str::to_string).collect();
+    let header: Vec<String> =
+        rd.headers().map_err(|e| anyhow::anyhow!("{name}: {e}"))?.iter().map(str::to_string).collect();
     if header.iter().all(|h| h.is_empty()) {
         bail!("{name}: empty table");
     }
@@ -313,7 +340,11 @@ mod tests {
     fn the_interval_rule_decides_only_beyond_the_minimum_effect() {
         assert_eq!(relation_from_interval(-9.0, -3.0, 2.0), Relation::AFaster);
         assert_eq!(relation_from_interval(3.0, 9.0, 2.0), Relation::BFaster);
-        assert_eq!(relation_from_interval(-9.0, -1.0, 2.0), Relation::NotDistinguished, "excludes 0 but not the minimum effect");
+        assert_eq!(
+            relation_from_interval(-9.0, -1.0, 2.0),
+            Relation::NotDistinguished,
+            "excludes 0 but not the minimum effect"
+        );
         assert_eq!(relation_from_interval(-1.0, 4.0, 0.0), Relation::NotDistinguished, "contains 0");
         assert!(compare(&[], &[], TiePolicy::Interval, "x").is_err(), "tables carry no rounds");
     }

@@ -58,7 +58,12 @@ pub struct Replication {
 /// Compare the decided pairs of two reports of the same experiment; labels
 /// are mapped to configuration names by `name_a`/`name_b` (blinding may
 /// differ). Refuses different configuration sets or minimum effects.
-pub fn replicate(a: &Report, b: &Report, name_a: &dyn Fn(&str) -> String, name_b: &dyn Fn(&str) -> String) -> Result<Replication> {
+pub fn replicate(
+    a: &Report,
+    b: &Report,
+    name_a: &dyn Fn(&str) -> String,
+    name_b: &dyn Fn(&str) -> String,
+) -> Result<Replication> {
     if a.policy.min_effect_pct != b.policy.min_effect_pct || a.format_version != b.format_version {
         bail!(
             "the campaigns differ in minimum effect ({}% vs {}%) or report format: their decisions are not comparable",
@@ -110,7 +115,10 @@ pub fn replicate(a: &Report, b: &Report, name_a: &dyn Fn(&str) -> String, name_b
         let med = |p: &PhaseReport, name: &dyn Fn(&str) -> String| -> Vec<f64> {
             na.iter().map(|n| p.rows.iter().find(|r| &name(&r.label) == n).map_or(f64::NAN, |r| r.median_us)).collect()
         };
-        taus.push((pa.phase, ranking::tau_b(&ranking::strict_relations(&med(pa, name_a)), &ranking::strict_relations(&med(pb, name_b)))));
+        taus.push((
+            pa.phase,
+            ranking::tau_b(&ranking::strict_relations(&med(pa, name_a)), &ranking::strict_relations(&med(pb, name_b))),
+        ));
     }
     if taus.is_empty() {
         bail!("the campaigns share no phase");
@@ -130,10 +138,23 @@ pub fn replicate(a: &Report, b: &Report, name_a: &dyn Fn(&str) -> String, name_b
 pub(crate) fn render_replication(r: &Replication) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(o, "replication of {} by {}: pairs either campaign decides (interval beyond the minimum effect)", r.campaigns.0, r.campaigns.1);
+    let _ = writeln!(
+        o,
+        "replication of {} by {}: pairs either campaign decides (interval beyond the minimum effect)",
+        r.campaigns.0, r.campaigns.1
+    );
     let rel = |x: &(Relation, f64, f64)| format!("{:?} [{:+.2}, {:+.2}]%", x.0, x.1, x.2);
     for p in &r.pairs {
-        let _ = writeln!(o, "  {:<9} {} vs {}: first {}, second {} → {:?}", p.phase.name(), p.a, p.b, rel(&p.first), rel(&p.second), p.outcome);
+        let _ = writeln!(
+            o,
+            "  {:<9} {} vs {}: first {}, second {} → {:?}",
+            p.phase.name(),
+            p.a,
+            p.b,
+            rel(&p.first),
+            rel(&p.second),
+            p.outcome
+        );
     }
     for (ph, t) in &r.tau_b_medians {
         let _ = writeln!(
@@ -143,9 +164,14 @@ pub(crate) fn render_replication(r: &Replication) -> String {
             t.map(|t| format!("{t:+.2}")).unwrap_or_else(|| "undefined".into())
         );
     }
-    let _ = writeln!(o, "{} reproduced, {} contradicted, {} not confirmed", r.reproduced, r.contradicted, r.not_confirmed);
+    let _ =
+        writeln!(o, "{} reproduced, {} contradicted, {} not confirmed", r.reproduced, r.contradicted, r.not_confirmed);
     if r.contradicted + r.not_confirmed > 0 {
-        let _ = writeln!(o, "FLAG: {} decided pair(s) did not reproduce; a ranking built on them is not established", r.contradicted + r.not_confirmed);
+        let _ = writeln!(
+            o,
+            "FLAG: {} decided pair(s) did not reproduce; a ranking built on them is not established",
+            r.contradicted + r.not_confirmed
+        );
     }
     o
 }

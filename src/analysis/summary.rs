@@ -52,9 +52,18 @@ pub struct Summary {
 /// `isolated`; warm-ups excluded.
 pub(crate) fn job_samples_us(j: &JoinedRun, phase: Phase) -> Vec<f64> {
     if phase.has_tokens() {
-        j.shards.iter().flat_map(|s| s.body.tokens.iter()).filter(|t| t.phase == phase && !t.warmup).map(|t| (t.end_ns - t.start_ns) as f64 / 1e3).collect()
+        j.shards
+            .iter()
+            .flat_map(|s| s.body.tokens.iter())
+            .filter(|t| t.phase == phase && !t.warmup)
+            .map(|t| (t.end_ns - t.start_ns) as f64 / 1e3)
+            .collect()
     } else {
-        j.collectives.iter().filter(|c| c.phase == phase && !c.warmup).flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3)).collect()
+        j.collectives
+            .iter()
+            .filter(|c| c.phase == phase && !c.warmup)
+            .flat_map(|c| c.ranks.iter().map(|t| t.completion_ns() as f64 / 1e3))
+            .collect()
     }
 }
 
@@ -135,14 +144,22 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
         }
         rows.extend(group);
     }
-    Ok(Summary { evidence: "descriptive: median over jobs of per-job medians; ranks are by point estimate with no tie policy or interval", rows })
+    Ok(Summary {
+        evidence: "descriptive: median over jobs of per-job medians; ranks are by point estimate with no tie \
+        policy or interval",
+        rows,
+    })
 }
 
 /// Human rendering.
 pub fn render(s: &Summary) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(o, "{:<21} {:>4}  {:<28} {:>5} {:>14} {:>22}", "phase", "rank", "config", "jobs", "median us", "job medians min..max");
+    let _ = writeln!(
+        o,
+        "{:<21} {:>4}  {:<28} {:>5} {:>14} {:>22}",
+        "phase", "rank", "config", "jobs", "median us", "job medians min..max"
+    );
     let mut last = None;
     for r in &s.rows {
         if last != Some(r.phase) && last.is_some() {

@@ -51,7 +51,12 @@ impl LogRelation {
     const SLACK: f64 = 1e-9;
 
     fn new(min_effect_pct: f64) -> Self {
-        Self { min_effect_pct, fast: (0.0..=50.0).contains(&min_effect_pct), below: (-min_effect_pct / 100.0).ln_1p(), above: (min_effect_pct / 100.0).ln_1p() }
+        Self {
+            min_effect_pct,
+            fast: (0.0..=50.0).contains(&min_effect_pct),
+            below: (-min_effect_pct / 100.0).ln_1p(),
+            above: (min_effect_pct / 100.0).ln_1p(),
+        }
     }
 
     fn of(&self, lo: f64, hi: f64) -> Relation {
@@ -87,15 +92,29 @@ fn medians_over(t: &[Vec<f64>], idx: &[usize]) -> Vec<f64> {
 /// jobs), under the interval policy (pair intervals at `pair_coverage`, as in
 /// the phase's pair table) and on plain medians, with percentile intervals
 /// from resampling whole rounds.
-pub(super) fn tau_estimates(proxy: &[Vec<f64>], truth: &[Vec<f64>], policy: &AnalysisPolicy, pair_coverage: f64) -> (TauEstimate, TauEstimate) {
+pub(super) fn tau_estimates(
+    proxy: &[Vec<f64>],
+    truth: &[Vec<f64>],
+    policy: &AnalysisPolicy,
+    pair_coverage: f64,
+) -> (TauEstimate, TauEstimate) {
     let n = truth.len();
     let logs = |t: &[Vec<f64>]| -> Vec<Vec<f64>> { t.iter().map(|r| r.iter().map(|v| v.ln()).collect()).collect() };
     let (lp, lt) = (logs(proxy), logs(truth));
     let tq = inference::t_quantile(1.0 - (1.0 - pair_coverage) / 2.0, (n - 1) as f64);
     let all: Vec<usize> = (0..n).collect();
-    let policy_tau = |idx: &[usize]| ranking::tau_b(&relations_over(&lp, idx, tq, policy.min_effect_pct), &relations_over(&lt, idx, tq, policy.min_effect_pct));
-    let plain_tau =
-        |idx: &[usize]| ranking::tau_b(&ranking::strict_relations(&medians_over(proxy, idx)), &ranking::strict_relations(&medians_over(truth, idx)));
+    let policy_tau = |idx: &[usize]| {
+        ranking::tau_b(
+            &relations_over(&lp, idx, tq, policy.min_effect_pct),
+            &relations_over(&lt, idx, tq, policy.min_effect_pct),
+        )
+    };
+    let plain_tau = |idx: &[usize]| {
+        ranking::tau_b(
+            &ranking::strict_relations(&medians_over(proxy, idx)),
+            &ranking::strict_relations(&medians_over(truth, idx)),
+        )
+    };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(policy.bootstrap_seed);
     let (mut dp, mut dq) = (Vec::new(), Vec::new());
     let mut idx = vec![0usize; n];
@@ -130,7 +149,8 @@ mod tests {
         for m in [0.0, 0.5, 2.0, 5.0, 49.0, 50.0, 60.0, 99.0, 100.0, 150.0] {
             let rel = LogRelation::new(m);
             let (below, above) = ((-m / 100.0f64).ln_1p(), (m / 100.0f64).ln_1p());
-            let mut ends: Vec<f64> = vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-300, -1e-300, 700.0, 710.0, -800.0];
+            let mut ends: Vec<f64> =
+                vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e-300, -1e-300, 700.0, 710.0, -800.0];
             for t in [below, above] {
                 if t.is_finite() {
                     // the thresholds themselves and their neighbours, a few units in the last place away

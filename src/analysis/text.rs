@@ -14,7 +14,8 @@ pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); P(best) from {} posterior draws, seed {}",
+        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); P(best) from {} \
+            posterior draws, seed {}",
         r.context.campaign_id,
         &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
         r.completeness.cells_ok,
@@ -25,7 +26,8 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         o,
-        "{:<10} {:>4}  {:<24} {:>4} {:>11} {:>9} {:>11} {:>7} {:>7}  decided faster than (interval beyond the minimum effect)",
+        "{:<10} {:>4}  {:<24} {:>4} {:>11} {:>9} {:>11} {:>7} {:>7}  decided faster than (interval beyond the minimum \
+            effect)",
         "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us", "P(best)", "P(wrst)"
     );
     for p in &r.phases {
@@ -48,7 +50,8 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(
             o,
-            "{:<10} {} rounds; {} pairs, each interval at {:.3}% (simultaneous {:.0}%); residual job noise {:.2}% (log sd, {} df); P(best)/P(worst) Monte Carlo error <= {:.3}\n",
+            "{:<10} {} rounds; {} pairs, each interval at {:.3}% (simultaneous {:.0}%); residual job noise {:.2}% (log \
+                sd, {} df); P(best)/P(worst) Monte Carlo error <= {:.3}\n",
             "",
             p.rounds,
             p.family_pairs,
@@ -68,7 +71,8 @@ pub fn render(r: &Report) -> String {
         let c = &a.comparison;
         let _ = writeln!(
             o,
-            "proxy {:<9} vs blocking: agree on {}/{} pairs ({:.1}%); Kendall tau-b under the interval policy {}, on plain medians {}",
+            "proxy {:<9} vs blocking: agree on {}/{} pairs ({:.1}%); Kendall tau-b under the interval policy {}, on \
+                plain medians {}",
             a.proxy.name(),
             c.pairs_agree,
             c.pairs_total,
@@ -92,7 +96,9 @@ pub fn render(r: &Report) -> String {
             o,
             "{}",
             if sep.is_empty() {
-                "no proxy's plain-median tau interval separates from another's: no proxy is shown to track blocking better than another".to_string()
+                "no proxy's plain-median tau interval separates from another's: no proxy is shown to track blocking \
+                    better than another"
+                    .to_string()
             } else {
                 format!("tau intervals separate: {}", sep.join("; "))
             }
@@ -120,7 +126,8 @@ pub fn render(r: &Report) -> String {
         let decided = t.source_ranking.pairs.iter().filter(|p| p.relation != Relation::NotDistinguished).count();
         let _ = writeln!(
             o,
-            "trace canary: {} configurations ranked in phase {} within every variant; the source {} decides {decided} of {} pairs",
+            "trace canary: {} configurations ranked in phase {} within every variant; the source {} decides {decided} \
+                of {} pairs",
             t.configs.len(),
             t.phase.name(),
             t.source,
@@ -130,7 +137,8 @@ pub fn render(r: &Report) -> String {
             let c = &v.agreement.comparison;
             let _ = writeln!(
                 o,
-                "trace canary {:<14} vs {}: agree on {}/{} pairs ({:.1}%); Kendall tau-b under the interval policy {}, on plain medians {}",
+                "trace canary {:<14} vs {}: agree on {}/{} pairs ({:.1}%); Kendall tau-b under the interval policy {}, \
+                    on plain medians {}",
                 v.variant,
                 t.source,
                 c.pairs_agree,
@@ -298,7 +306,18 @@ pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOu
 /// (`;`-separated), one row per phase and configuration.
 pub fn ranking_csv(r: &Report) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(["phase", "rank", "config", "jobs", "median_us", "iqr_us", "p99_us", "p_best", "p_worst", "decided_faster_than"])?;
+    w.write_record([
+        "phase",
+        "rank",
+        "config",
+        "jobs",
+        "median_us",
+        "iqr_us",
+        "p99_us",
+        "p_best",
+        "p_worst",
+        "decided_faster_than",
+    ])?;
     for p in &r.phases {
         for row in &p.rows {
             let faster = p.decided_faster_than(&row.label);
@@ -341,7 +360,8 @@ pub fn render_short(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "campaign {} (manifest {}): {} of {} cells verified, {} rounds; decided only beyond ±{}%, each phase's pairs together at {:.0}%",
+        "campaign {} (manifest {}): {} of {} cells verified, {} rounds; decided only beyond ±{}%, each phase's pairs \
+            together at {:.0}%",
         r.context.campaign_id,
         &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
         r.completeness.cells_ok,
@@ -352,12 +372,19 @@ pub fn render_short(r: &Report) -> String {
     );
     let workload = r.phases.iter().find(|p| p.phase == Phase::Blocking).or(r.phases.first());
     if let Some(t) = &r.truth {
-        let _ = writeln!(o, "pick for the real job ({}, {} is better): best set {}", t.metric, t.better, t.best_set.join(", "));
+        let _ = writeln!(
+            o,
+            "pick for the real job ({}, {} is better): best set {}",
+            t.metric,
+            t.better,
+            t.best_set.join(", ")
+        );
     } else if let Some(p) = workload {
         if let Some(top) = p.rows.first() {
             let faster = p.decided_faster_than(&top.label);
             let beaten = faster.len();
-            let ties: Vec<&str> = p.rows.iter().skip(1).map(|x| x.label.as_str()).filter(|l| !faster.contains(l)).collect();
+            let ties: Vec<&str> =
+                p.rows.iter().skip(1).map(|x| x.label.as_str()).filter(|l| !faster.contains(l)).collect();
             if beaten == 0 && p.rows.len() > 1 {
                 let _ = writeln!(
                     o,

@@ -23,7 +23,13 @@ use anyhow::{bail, Result};
 /// against another covering at once, max(0, max of the lower ends) and
 /// max(0, max of the upper ends) bound the true regret (the maximum is
 /// monotone in each argument).
-pub fn regret_of(table: &[Vec<f64>], labels: &[String], pick: usize, coverage: f64, min_effect_pct: f64) -> Result<Regret> {
+pub fn regret_of(
+    table: &[Vec<f64>],
+    labels: &[String],
+    pick: usize,
+    coverage: f64,
+    min_effect_pct: f64,
+) -> Result<Regret> {
     let mut against = Vec::new();
     for c in (0..labels.len()).filter(|&c| c != pick) {
         let i: PairedInterval = inference::paired(&column(table, pick), &column(table, c), coverage)?;
@@ -54,7 +60,15 @@ pub fn regret_from_pairs(pairs: &[PairRow], pick: &str, level: f64, min_effect_p
 
 /// The regret from the pick's intervals against each other configuration: (label, diff, low, high) in percent.
 fn combine(pick: &str, against: &[(String, f64, f64, f64)], level: f64, min_effect_pct: f64) -> Regret {
-    let mut out = Regret { pick: pick.to_string(), regret_pct: 0.0, low_pct: 0.0, high_pct: 0.0, level, within_best_set: true, trails: None };
+    let mut out = Regret {
+        pick: pick.to_string(),
+        regret_pct: 0.0,
+        low_pct: 0.0,
+        high_pct: 0.0,
+        level,
+        within_best_set: true,
+        trails: None,
+    };
     for (label, diff, lo, hi) in against {
         if *diff > out.regret_pct {
             out.regret_pct = *diff;
@@ -108,7 +122,15 @@ pub(super) fn truth_report(
         .iter()
         .map(|r| {
             let (median, iqr) = value_of(&r.label);
-            TruthRow { label: r.label.clone(), jobs: r.jobs, median, iqr, rank: r.rank, p_best: r.p_best, p_worst: r.p_worst }
+            TruthRow {
+                label: r.label.clone(),
+                jobs: r.jobs,
+                median,
+                iqr,
+                rank: r.rank,
+                p_best: r.p_best,
+                p_worst: r.p_worst,
+            }
         })
         .collect();
     let best_set: Vec<String> = t
@@ -116,7 +138,10 @@ pub(super) fn truth_report(
         .iter()
         .enumerate()
         .filter(|&(i, _)| {
-            rep.pairs.iter().all(|p| !((p.a == t.labels[i] && p.relation == Relation::BFaster) || (p.b == t.labels[i] && p.relation == Relation::AFaster)))
+            rep.pairs.iter().all(|p| {
+                !((p.a == t.labels[i] && p.relation == Relation::BFaster)
+                    || (p.b == t.labels[i] && p.relation == Relation::AFaster))
+            })
         })
         .map(|(_, l)| l.clone())
         .collect();
@@ -129,16 +154,33 @@ pub(super) fn truth_report(
         }
         let ptab = tables(ppin)?;
         if ptab.table.len() != tab.table.len() {
-            bail!("truth: {} rounds, proxy {name} {} rounds; they run in the same rounds", tab.table.len(), ptab.table.len());
+            bail!(
+                "truth: {} rounds, proxy {name} {} rounds; they run in the same rounds",
+                tab.table.len(),
+                ptab.table.len()
+            );
         }
         let pick_label = prep.rows.iter().find(|r| r.rank == 1).map(|r| r.label.clone()).unwrap_or_default();
         let pick = t.labels.iter().position(|l| *l == pick_label).expect("same labels");
         let prel: Vec<Relation> = prep.pairs.iter().map(|p| p.relation).collect();
-        let comparison = ranking::compare_relations(&summaries, &prel, &truth_rel, policy.tie_policy, &format!("{evidence}; proxy {name} against the truth"))?;
+        let comparison = ranking::compare_relations(
+            &summaries,
+            &prel,
+            &truth_rel,
+            policy.tie_policy,
+            &format!("{evidence}; proxy {name} against the truth"),
+        )?;
         let (tau_policy, tau_plain) = super::tau::tau_estimates(&ptab.table, &tab.table, policy, prep.pair_coverage);
         let regret = regret_of(&tab.table, &t.labels, pick, rep.pair_coverage, m)?;
         let decision_cost = if decided == 0 {
-            TruthDecisionCost { truth_decided_pairs: 0, truth_rounds: None, proxy_rounds: None, truth_s: None, proxy_s: None, truth_per_proxy: None }
+            TruthDecisionCost {
+                truth_decided_pairs: 0,
+                truth_rounds: None,
+                proxy_rounds: None,
+                truth_s: None,
+                proxy_s: None,
+                truth_per_proxy: None,
+            }
         } else {
             let proxy_rounds = super::agreement::rounds_to_decide(ppin, policy, &truth_rel)?;
             let truth_s = truth_rounds.and_then(|r| seconds_over(&t.seconds, r));
@@ -152,7 +194,15 @@ pub(super) fn truth_report(
                 truth_per_proxy: truth_s.zip(proxy_s).filter(|(_, p)| *p > 0.0).map(|(a, b)| a / b),
             }
         };
-        judged.push(ProxyJudged { proxy: name.clone(), pick: pick_label, comparison, tau_policy, tau_plain, regret, decision_cost });
+        judged.push(ProxyJudged {
+            proxy: name.clone(),
+            pick: pick_label,
+            comparison,
+            tau_policy,
+            tau_plain,
+            regret,
+            decision_cost,
+        });
     }
     // the controls, read on the truth's own pair intervals
     let mut ctl = Vec::new();
@@ -161,8 +211,14 @@ pub(super) fn truth_report(
     for (a, b) in &controls.aa_pairs {
         let (Some(ca), Some(cb)) = (col(a), col(b)) else { continue };
         let level = super::controls::aa_level(family, rep.pair_coverage);
-        let mut c =
-            super::controls::aa_control(&super::controls::AaPair { a: a.as_str(), b: b.as_str(), ca, cb }, pin.phase, &tab.table, policy, level, family)?;
+        let mut c = super::controls::aa_control(
+            &super::controls::AaPair { a: a.as_str(), b: b.as_str(), ca, cb },
+            pin.phase,
+            &tab.table,
+            policy,
+            level,
+            family,
+        )?;
         c.phase = None;
         ctl.push(c);
     }
@@ -175,13 +231,23 @@ pub(super) fn truth_report(
     let mut notes = Vec::new();
     if decided == 0 {
         notes.push(format!(
-            "the truth decides no pair of configurations in {} rounds (every pair interval reaches within ±{m}% or across 0): there is no decision to preserve, so no decision cost; the regret intervals say how close the picks are",
+            "the truth decides no pair of configurations in {} rounds (every pair interval reaches within ±{m}% or \
+                across 0): there is no decision to preserve, so no decision cost; the regret intervals say how close \
+                    the picks are",
             rep.rounds
         ));
     }
-    let benign_decided = rep.pairs.iter().filter(|p| p.relation != Relation::NotDistinguished && !all_bad.contains(&p.a) && !all_bad.contains(&p.b)).count();
+    let benign_decided = rep
+        .pairs
+        .iter()
+        .filter(|p| p.relation != Relation::NotDistinguished && !all_bad.contains(&p.a) && !all_bad.contains(&p.b))
+        .count();
     if decided > 0 && benign_decided == 0 && !all_bad.is_empty() {
-        notes.push("the truth decides only pairs with a known-bad control: no two benign configurations are told apart on this machine".into());
+        notes.push(
+            "the truth decides only pairs with a known-bad control: no two benign configurations are told apart \
+            on this machine"
+                .into(),
+        );
     }
     let truth_total_s = t.seconds.iter().flatten().map(|x| x.1).sum();
     Ok(TruthReport {
@@ -228,13 +294,20 @@ mod tests {
         assert!(slow.low_pct > 8.0 && slow.high_pct < 12.5 && (slow.regret_pct - 10.2).abs() < 0.6, "{slow:?}");
         assert!(slow.trails.is_some());
         // the same regret from the report's pair rows, whichever way round a row is
-        let policy =
-            AnalysisPolicy { tie_policy: ranking::TiePolicy::Interval, min_effect_pct: 1.0, delta_pct: 5.0, bootstrap_resamples: 100, bootstrap_seed: 1 };
+        let policy = AnalysisPolicy {
+            tie_policy: ranking::TiePolicy::Interval,
+            min_effect_pct: 1.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 100,
+            bootstrap_seed: 1,
+        };
         let pairs = super::super::phase::pair_rows(&l, &table, &policy, 0.983).unwrap();
         for (i, want) in [(0, &best), (1, &slow)] {
             let got = regret_from_pairs(&pairs, &l[i], 0.983, 1.0).unwrap();
             assert_eq!(got.within_best_set, want.within_best_set);
-            for (a, b) in [(got.regret_pct, want.regret_pct), (got.low_pct, want.low_pct), (got.high_pct, want.high_pct)] {
+            for (a, b) in
+                [(got.regret_pct, want.regret_pct), (got.low_pct, want.low_pct), (got.high_pct, want.high_pct)]
+            {
                 assert!((a - b).abs() < 1e-9, "{got:?} vs {want:?}");
             }
         }

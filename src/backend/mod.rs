@@ -85,7 +85,13 @@ pub struct BackendPlan {
 impl BackendPlan {
     /// What `spec` needs.
     pub fn for_spec(spec: &WorkloadSpec) -> Self {
-        Self { max_bytes: spec.max_bytes(), dtype: spec.dtype, gemms: spec.gemm_shapes(), weight_sets: spec.weight_sets(), membound_bytes: spec.membound_bytes }
+        Self {
+            max_bytes: spec.max_bytes(),
+            dtype: spec.dtype,
+            gemms: spec.gemm_shapes(),
+            weight_sets: spec.weight_sets(),
+            membound_bytes: spec.membound_bytes,
+        }
     }
 
     /// What `spec` needs when its traced phases walk `trace`, whose
@@ -93,7 +99,9 @@ impl BackendPlan {
     /// collectives have their own buffers, [`Backend::prepare`]).
     pub fn for_spec_and_trace(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> Self {
         let mut p = Self::for_spec(spec);
-        p.max_bytes = p.max_bytes.max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
+        p.max_bytes = p
+            .max_bytes
+            .max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
         p
     }
 
@@ -101,7 +109,8 @@ impl BackendPlan {
     /// file's whole walk (up to 6 per collective, 2 per token, and margin),
     /// whichever is more.
     pub fn device_events_per_pass(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> usize {
-        spec.device_events_per_pass().max(trace.map_or(0, |t| t.entries.len() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
+        spec.device_events_per_pass()
+            .max(trace.map_or(0, |t| t.entries.len() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
     }
 
     /// Largest `m x k` (activations in) and `m x n` (activations out) over the GEMM shapes.
@@ -358,7 +367,9 @@ impl BackendChoice {
             (BackendChoice::Cuda, Some(why)) => anyhow::bail!("--backend cuda is unavailable: {why}"),
             (BackendChoice::Cuda, None) => (BackendKind::Cuda, None),
             (BackendChoice::Auto, Some(why)) => (BackendKind::Cpu, Some(format!("backend auto: chose cpu ({why})"))),
-            (BackendChoice::Auto, None) => (BackendKind::Cuda, Some("backend auto: chose cuda (a GPU is visible)".into())),
+            (BackendChoice::Auto, None) => {
+                (BackendKind::Cuda, Some("backend auto: chose cuda (a GPU is visible)".into()))
+            }
         })
     }
 }
@@ -405,21 +416,38 @@ pub fn expected_sum(dtype: Dtype, world_size: u32, i: usize) -> f32 {
 /// `capacity_bytes` allocated for the run's element type `allocated` (which
 /// bounds both buffers of every kind: neither exceeds nccl-tests' size).
 /// Returns the element count.
-pub(crate) fn issue_count(kind: CollectiveKind, outstanding: bool, bytes: u64, dtype: Dtype, allocated: Dtype, capacity_bytes: u64) -> BackendResult<usize> {
+pub(crate) fn issue_count(
+    kind: CollectiveKind,
+    outstanding: bool,
+    bytes: u64,
+    dtype: Dtype,
+    allocated: Dtype,
+    capacity_bytes: u64,
+) -> BackendResult<usize> {
     let what = kind.label();
     if outstanding {
         return Err(BackendError::Misuse("internal: a collective is already outstanding".into()));
     }
     if dtype != allocated {
-        return Err(BackendError::Misuse(format!("{what} of {} asked of buffers prepared for {}", dtype.name(), allocated.name())));
+        return Err(BackendError::Misuse(format!(
+            "{what} of {} asked of buffers prepared for {}",
+            dtype.name(),
+            allocated.name()
+        )));
     }
     if bytes % dtype.size_bytes() != 0 {
-        return Err(BackendError::Misuse(format!("{what} of {bytes} bytes is not a whole number of {} elements", dtype.name())));
+        return Err(BackendError::Misuse(format!(
+            "{what} of {bytes} bytes is not a whole number of {} elements",
+            dtype.name()
+        )));
     }
     if bytes > capacity_bytes {
-        return Err(BackendError::Misuse(format!("{what} of {bytes} bytes exceeds the {capacity_bytes} bytes allocated")));
+        return Err(BackendError::Misuse(format!(
+            "{what} of {bytes} bytes exceeds the {capacity_bytes} bytes allocated"
+        )));
     }
-    usize::try_from(bytes / dtype.size_bytes()).map_err(|_| BackendError::Misuse(format!("{what} of {bytes} bytes: the element count does not fit in memory")))
+    usize::try_from(bytes / dtype.size_bytes())
+        .map_err(|_| BackendError::Misuse(format!("{what} of {bytes} bytes: the element count does not fit in memory")))
 }
 
 /// What a result check found.
@@ -511,7 +539,9 @@ mod tests {
     fn errors_are_typed_and_keep_their_text() {
         let e = BackendError::Mpi { call: "MPI_Wait on an all-reduce of 64 bytes".into(), code: 15 };
         assert_eq!(e.to_string(), "MPI_Wait on an all-reduce of 64 bytes failed with MPI error code 15");
-        let e = BackendError::Timeout("refused[COLLECTIVE_TIMEOUT]: collective timeout: the all-reduce of 64 bytes …".into());
+        let e = BackendError::Timeout(
+            "refused[COLLECTIVE_TIMEOUT]: collective timeout: the all-reduce of 64 bytes …".into(),
+        );
         assert!(e.to_string().starts_with("refused[COLLECTIVE_TIMEOUT]: "));
         // at the CLI edge a backend error is an anyhow error whose chain keeps the variant
         let a: anyhow::Error = BackendError::Unsupported("--graph needs the cuda backend (CUDA graphs)".into()).into();

@@ -37,7 +37,12 @@ pub(crate) fn timeout_error(op: &Op, limit: Duration) -> anyhow::Error {
     };
     refuse(
         Code::CollectiveTimeout,
-        format!("collective timeout: the {} ({}) did not complete within {:.1} s (--collective-timeout-s); {who}", op.what, op.phase, limit.as_secs_f64()),
+        format!(
+            "collective timeout: the {} ({}) did not complete within {:.1} s (--collective-timeout-s); {who}",
+            op.what,
+            op.phase,
+            limit.as_secs_f64()
+        ),
     )
 }
 
@@ -93,7 +98,12 @@ fn poll_with(req: &mut ffi::MPI_Request, limit: Duration, op: &Op, patience: Pat
 /// Complete every one of `reqs` (their statuses into `sts`) by polling
 /// MPI_Testall until `limit`, yielding between tests. On timeout the requests
 /// stay pending (their buffers must not be freed).
-pub(crate) fn poll_all(reqs: &mut [ffi::MPI_Request], sts: &mut [ffi::MPI_Status], limit: Duration, op: &Op) -> Result<()> {
+pub(crate) fn poll_all(
+    reqs: &mut [ffi::MPI_Request],
+    sts: &mut [ffi::MPI_Status],
+    limit: Duration,
+    op: &Op,
+) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let mut done: c_int = 0;
@@ -155,7 +165,16 @@ pub fn broadcast(comm: &SimpleCommunicator, root: u32, buf: &mut [u8], limit: Du
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `owned` outlives the request: it is leaked if the request does not complete.
-    let rc = unsafe { ffi::MPI_Ibcast(owned.as_mut_ptr() as *mut c_void, count, ffi::RSMPI_UINT8_T, root as c_int, comm.as_raw(), &mut req) };
+    let rc = unsafe {
+        ffi::MPI_Ibcast(
+            owned.as_mut_ptr() as *mut c_void,
+            count,
+            ffi::RSMPI_UINT8_T,
+            root as c_int,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
     started(rc, "MPI_Ibcast", &op)?;
     if let Err(e) = poll(&mut req, limit, &op) {
         std::mem::forget(owned);
@@ -204,7 +223,17 @@ pub(crate) fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, l
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: the box outlives the request (leaked if it does not complete).
-    let rc = unsafe { ffi::MPI_Isend(&*owned as *const u64 as *const c_void, 1, ffi::RSMPI_UINT64_T, dest as c_int, tag, comm.as_raw(), &mut req) };
+    let rc = unsafe {
+        ffi::MPI_Isend(
+            &*owned as *const u64 as *const c_void,
+            1,
+            ffi::RSMPI_UINT64_T,
+            dest as c_int,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
     started(rc, "MPI_Isend", &op)?;
     if let Err(e) = poll(&mut req, limit, &op) {
         std::mem::forget(owned);
@@ -223,12 +252,29 @@ pub(crate) fn recv_u64_idle(comm: &SimpleCommunicator, src: u32, tag: i32, limit
     recv_u64_with(comm, src, tag, limit, op, Patience::Idle)
 }
 
-fn recv_u64_with(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration, op: Op, patience: Patience) -> Result<u64> {
+fn recv_u64_with(
+    comm: &SimpleCommunicator,
+    src: u32,
+    tag: i32,
+    limit: Duration,
+    op: Op,
+    patience: Patience,
+) -> Result<u64> {
     let mut owned = Box::new(0u64);
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: the box outlives the request (leaked if it does not complete).
-    let rc = unsafe { ffi::MPI_Irecv(&mut *owned as *mut u64 as *mut c_void, 1, ffi::RSMPI_UINT64_T, src as c_int, tag, comm.as_raw(), &mut req) };
+    let rc = unsafe {
+        ffi::MPI_Irecv(
+            &mut *owned as *mut u64 as *mut c_void,
+            1,
+            ffi::RSMPI_UINT64_T,
+            src as c_int,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
     started(rc, "MPI_Irecv", &op)?;
     if let Err(e) = poll_with(&mut req, limit, &op, patience) {
         std::mem::forget(owned);
@@ -238,14 +284,31 @@ fn recv_u64_with(comm: &SimpleCommunicator, src: u32, tag: i32, limit: Duration,
 }
 
 /// Send `bytes` to `dest` within `limit`: its length (one `u64`), then the bytes, both on `tag`.
-pub(crate) fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: &[u8], limit: Duration, op: Op) -> Result<()> {
+pub(crate) fn send_bytes(
+    comm: &SimpleCommunicator,
+    dest: u32,
+    tag: i32,
+    bytes: &[u8],
+    limit: Duration,
+    op: Op,
+) -> Result<()> {
     send_u64(comm, dest, tag, bytes.len() as u64, limit, op)?;
     let owned = bytes.to_vec();
     let count = c_int::try_from(owned.len())?;
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `owned` outlives the request (leaked if it does not complete).
-    let rc = unsafe { ffi::MPI_Isend(owned.as_ptr() as *const c_void, count, ffi::RSMPI_UINT8_T, dest as c_int, tag, comm.as_raw(), &mut req) };
+    let rc = unsafe {
+        ffi::MPI_Isend(
+            owned.as_ptr() as *const c_void,
+            count,
+            ffi::RSMPI_UINT8_T,
+            dest as c_int,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
     started(rc, "MPI_Isend", &op)?;
     if let Err(e) = poll(&mut req, limit, &op) {
         std::mem::forget(owned);
@@ -256,7 +319,14 @@ pub(crate) fn send_bytes(comm: &SimpleCommunicator, dest: u32, tag: i32, bytes: 
 
 /// Receive what [`send_bytes`] sent from `src` within `limit`; a length
 /// over `max_len` is refused before anything is allocated.
-pub(crate) fn recv_bytes(comm: &SimpleCommunicator, src: u32, tag: i32, max_len: usize, limit: Duration, op: Op) -> Result<Vec<u8>> {
+pub(crate) fn recv_bytes(
+    comm: &SimpleCommunicator,
+    src: u32,
+    tag: i32,
+    max_len: usize,
+    limit: Duration,
+    op: Op,
+) -> Result<Vec<u8>> {
     let len = recv_u64(comm, src, tag, limit, op)?;
     if len > max_len as u64 {
         bail!("the {} ({}) from rank {src} announced {len} bytes, over the limit of {max_len}", op.what, op.phase);
@@ -266,7 +336,17 @@ pub(crate) fn recv_bytes(comm: &SimpleCommunicator, src: u32, tag: i32, max_len:
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
     // SAFETY: `owned` outlives the request (leaked if it does not complete) and holds `count` bytes.
-    let rc = unsafe { ffi::MPI_Irecv(owned.as_mut_ptr() as *mut c_void, count, ffi::RSMPI_UINT8_T, src as c_int, tag, comm.as_raw(), &mut req) };
+    let rc = unsafe {
+        ffi::MPI_Irecv(
+            owned.as_mut_ptr() as *mut c_void,
+            count,
+            ffi::RSMPI_UINT8_T,
+            src as c_int,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
     started(rc, "MPI_Irecv", &op)?;
     if let Err(e) = poll(&mut req, limit, &op) {
         std::mem::forget(owned);

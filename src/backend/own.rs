@@ -50,12 +50,17 @@ impl OwnOp {
         let misuse = |why: String| BackendError::Misuse(format!("{name} of {bytes} bytes: {why}"));
         // the own path runs what a sweep or a phase runs on the world: not the kinds only a trace replay runs
         if row.replay_only {
-            return Err(misuse("the own path (sweeps and phases) does not run this kind; replay-trace --backend cpu replays it from a trace".into()));
+            return Err(misuse(
+                "the own path (sweeps and phases) does not run this kind; replay-trace --backend cpu \
+                replays it from a trace"
+                    .into(),
+            ));
         }
         if bytes % dtype.size_bytes() != 0 {
             return Err(misuse(format!("not a whole number of {} elements", dtype.name())));
         }
-        let count = usize::try_from(bytes / dtype.size_bytes()).map_err(|_| misuse("the element count does not fit in memory".into()))?;
+        let count = usize::try_from(bytes / dtype.size_bytes())
+            .map_err(|_| misuse("the element count does not fit in memory".into()))?;
         let root = row.rooted.then_some(0);
         let ring = row.p2p.then(|| ((rank + 1) % n, (rank + n - 1) % n));
         let split = |count: usize| -> BackendResult<usize> {
@@ -132,7 +137,10 @@ impl OwnOp {
             }
             (Buffers::Splits, ..) => {
                 let (r, i) = (j / b, j % b);
-                (contribution(dtype, r as u32, self.rank as usize * b + i), format!("element {i} of the block from rank {r}"))
+                (
+                    contribution(dtype, r as u32, self.rank as usize * b + i),
+                    format!("element {i} of the block from rank {r}"),
+                )
             }
             (_, Some((_, from)), _) => (contribution(dtype, from, j), format!("element {j} from rank {from}")),
             (_, None, Some(root)) => (contribution(dtype, root, j), format!("element {j} of the root's")),
@@ -178,7 +186,8 @@ mod tests {
                     continue;
                 }
                 for rank in 0..n {
-                    let op = OwnOp::new(row.kind, bytes, Dtype::F32, n, rank).unwrap_or_else(|e| panic!("{} on {n}: {e}", row.name));
+                    let op = OwnOp::new(row.kind, bytes, Dtype::F32, n, rank)
+                        .unwrap_or_else(|e| panic!("{} on {n}: {e}", row.name));
                     let count = bytes as usize / 4;
                     let mine = |r: u32, i: usize| contribution(Dtype::F32, r, i);
                     let sum = |i: usize| (0..n).map(|r| mine(r, i)).sum::<f32>();
@@ -188,11 +197,18 @@ mod tests {
                         CollectiveKind::Reduce => (0..op.recv_elems).map(sum).collect(),
                         CollectiveKind::ReduceScatter => (0..per).map(|i| sum(rank as usize * per + i)).collect(),
                         CollectiveKind::AllGather => (0..n).flat_map(|r| (0..per).map(move |i| mine(r, i))).collect(),
-                        CollectiveKind::AllToAll => (0..n).flat_map(|r| (0..per).map(move |i| mine(r, rank as usize * per + i))).collect(),
+                        CollectiveKind::AllToAll => {
+                            (0..n).flat_map(|r| (0..per).map(move |i| mine(r, rank as usize * per + i))).collect()
+                        }
                         CollectiveKind::Broadcast => (0..op.recv_elems).map(|i| mine(0, i)).collect(),
-                        CollectiveKind::Send | CollectiveKind::Recv => (0..count).map(|i| mine((rank + n - 1) % n, i)).collect(),
+                        CollectiveKind::Send | CollectiveKind::Recv => {
+                            (0..count).map(|i| mine((rank + n - 1) % n, i)).collect()
+                        }
                         CollectiveKind::Barrier => vec![],
-                        CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Scan | CollectiveKind::Exscan => unreachable!("refused above"),
+                        CollectiveKind::Gather
+                        | CollectiveKind::Scatter
+                        | CollectiveKind::Scan
+                        | CollectiveKind::Exscan => unreachable!("refused above"),
                     };
                     assert_eq!(result.len(), op.recv_elems, "{} rank {rank} of {n}", row.name);
                     assert_eq!(op.verify(&result, Dtype::F32).wrong_elements, 0, "{} rank {rank} of {n}", row.name);

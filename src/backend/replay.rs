@@ -36,7 +36,14 @@ pub struct ReplayOptions {
 pub trait TraceRunner {
     /// Run collective `i` (blocking): `before_issue` (the pacing wait) just
     /// before the call. Returns (host time, input bytes, completion).
-    fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)>;
+    fn run(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        before_issue: &mut dyn FnMut(),
+    ) -> Result<(u64, u64, Instant)>;
     /// Between the warm-up and the timed pass: clear the results, so that a
     /// check after the timed pass sees only what that pass delivered.
     fn between_passes(&mut self) -> Result<()>;
@@ -76,13 +83,16 @@ pub fn replay_with(
     if (pace == Pace::Workload) != plan.is_some() {
         bail!("internal: the workload pace, and only it, comes with its plan");
     }
-    let compute: Option<Vec<(u32, u64)>> = plan.as_ref().map(|p| (0..mine.collectives.len()).map(|i| p.compute_before_ns(i)).collect());
+    let compute: Option<Vec<(u32, u64)>> =
+        plan.as_ref().map(|p| (0..mine.collectives.len()).map(|i| p.compute_before_ns(i)).collect());
     let gaps = match pace {
         Pace::None => None,
         Pace::Gaps => Some(paced_gaps_ns(&mine.collectives)?),
         // one thread: the compute before a collective is spun in full before it
         Pace::Workload => compute.as_ref().map(|v| v.iter().map(|&(_, ns)| ns).collect()),
-        Pace::DeviceGaps => bail!("internal: the device-gaps pace runs as the cuda workload pass, not through replay_with"),
+        Pace::DeviceGaps => {
+            bail!("internal: the device-gaps pace runs as the cuda workload pass, not through replay_with")
+        }
     };
     // The traces do not record the reduction, and NCCL's kernel names do not
     // show it: since NCCL 2.19 every reduction kernel is built as the `Sum`
@@ -93,7 +103,8 @@ pub fn replay_with(
         if let Some(o) = c.op.filter(|&o| replay_op(o).is_none()) {
             crate::refuse!(
                 Code::UnsupportedOperation,
-                "rank {rank}, collective {i} ({} on group {:?}): reduction {} is not replayed (sum, prod, max and min are)",
+                "rank {rank}, collective {i} ({} on group {:?}): reduction {} is not replayed (sum, prod, max and min \
+                    are)",
                 c.source_name,
                 c.group,
                 o.name()
@@ -108,7 +119,9 @@ pub fn replay_with(
     if warmup {
         world.barrier();
         for (i, c) in mine.collectives.iter().enumerate() {
-            runner.run(i, c, choose(c).0, false, &mut || {}).with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
+            runner
+                .run(i, c, choose(c).0, false, &mut || {})
+                .with_context(|| format!("rank {rank}, warm-up pass, collective {i}"))?;
         }
         runner.end_of_pass().with_context(|| format!("rank {rank}, warm-up pass"))?;
         runner.between_passes().with_context(|| format!("rank {rank}, clearing the warm-up pass's results"))?;
@@ -129,7 +142,8 @@ pub fn replay_with(
             }
             actual_gap_ns = prev_end.elapsed().as_nanos() as u64;
         };
-        let (elapsed_ns, wire_bytes, done) = runner.run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
+        let (elapsed_ns, wire_bytes, done) =
+            runner.run(i, c, use_op, check, &mut wait).with_context(|| format!("rank {rank}, collective {i}"))?;
         prev_end = done;
         let mut rec = ExecRecord {
             target_gap_ns: target,
@@ -140,7 +154,9 @@ pub fn replay_with(
             ..ExecRecord::untimed(i, c, rank, (use_op, source), check, wire_bytes)
         };
         // an exclusive scan leaves its first member's result undefined: nothing is checked there
-        if c.kind == collective::CollectiveKind::Exscan && trace.group(&c.group).and_then(|g| g.members.first()) == Some(&rank) {
+        if c.kind == collective::CollectiveKind::Exscan
+            && trace.group(&c.group).and_then(|g| g.members.first()) == Some(&rank)
+        {
             rec.checked = false;
         }
         out.push(rec);

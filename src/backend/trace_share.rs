@@ -82,22 +82,34 @@ impl TraceShare {
             (true, Some(p)) => Some(local(p).context("peer not in the group")?),
         };
         let esize = c.dtype.size_bytes() as usize;
-        let bytes = |elems: u64| -> Result<usize> { usize::try_from(elems)?.checked_mul(esize).context("message size overflows") };
+        let bytes = |elems: u64| -> Result<usize> {
+            usize::try_from(elems)?.checked_mul(esize).context("message size overflows")
+        };
         let elems = |e: u64| -> Result<usize> { Ok(usize::try_from(e)?) };
         let mut layout = None;
         let mut v = None;
-        let offsets = |v: &[usize]| v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>();
-        let counted = |split: &[u64], f: &dyn Fn(u64) -> Result<usize>| split.iter().map(|&e| f(e)).collect::<Result<Vec<usize>>>();
+        let offsets = |v: &[usize]| {
+            v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>()
+        };
+        let counted = |split: &[u64], f: &dyn Fn(u64) -> Result<usize>| {
+            split.iter().map(|&e| f(e)).collect::<Result<Vec<usize>>>()
+        };
         let sum = |v: &[usize]| v.iter().try_fold(0usize, |a, &x| a.checked_add(x)).context("message size overflows");
         let at_root = root.is_some_and(|r| r.1 as usize == me);
-        // a gather or scatter is a v-call where it has counts, or where the source named its v form (off the root it has none)
+        // a gather or scatter is a v-call where it has counts, or where the source named its v form (off the root it
+        // has none)
         let v_named = c.source_name.ends_with('v') || c.in_split_elems.is_some() || c.out_split_elems.is_some();
         // (send, recv, block, result length)
         let (send, recv, block, out_len) = if row.reduces {
             let (i, o) = (elems(c.in_elems)?, elems(c.out_elems)?);
             if let (Buffers::InIsNTimesOut, Some(split)) = (row.buffers, &c.in_split_elems) {
                 let counts = counted(split, &elems)?;
-                v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+                v = Some(Splits {
+                    send_counts: Vec::new(),
+                    send_at: Vec::new(),
+                    recv_at: offsets(&counts),
+                    recv_counts: counts,
+                });
             }
             (i, o, if row.buffers == Buffers::InIsNTimesOut { o } else { i }, o)
         } else {
@@ -105,7 +117,12 @@ impl TraceShare {
                 Buffers::OutIsNTimesIn if c.out_split_elems.is_some() => {
                     let counts = counted(c.out_split_elems.as_deref().unwrap_or_default(), &bytes)?;
                     let (b, total) = (bytes(c.in_elems)?, sum(&counts)?);
-                    v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+                    v = Some(Splits {
+                        send_counts: Vec::new(),
+                        send_at: Vec::new(),
+                        recv_at: offsets(&counts),
+                        recv_counts: counts,
+                    });
                     (b, total, b, total)
                 }
                 Buffers::OutIsNTimesIn => {
@@ -121,7 +138,12 @@ impl TraceShare {
                     };
                     let total = sum(&counts)?;
                     if v_named {
-                        v = Some(Splits { send_counts: Vec::new(), send_at: Vec::new(), recv_at: offsets(&counts), recv_counts: counts });
+                        v = Some(Splits {
+                            send_counts: Vec::new(),
+                            send_at: Vec::new(),
+                            recv_at: offsets(&counts),
+                            recv_counts: counts,
+                        });
                     }
                     (b, total, if at_root { bytes(c.out_elems)? / n.max(1) } else { b }, total)
                 }
@@ -134,15 +156,24 @@ impl TraceShare {
                     };
                     let total = sum(&counts)?;
                     if v_named {
-                        v = Some(Splits { send_at: offsets(&counts), send_counts: counts, recv_counts: Vec::new(), recv_at: Vec::new() });
+                        v = Some(Splits {
+                            send_at: offsets(&counts),
+                            send_counts: counts,
+                            recv_counts: Vec::new(),
+                            recv_at: Vec::new(),
+                        });
                     }
                     (total, o, o, o)
                 }
                 Buffers::Splits => {
                     let l = AllToAllLayout::of(c, n)?;
                     let (s, r) = (l.send_bytes.iter().sum(), l.recv_bytes.iter().sum());
-                    let splits =
-                        Splits { send_counts: l.send_bytes.clone(), send_at: l.send_at.clone(), recv_counts: l.recv_bytes.clone(), recv_at: l.recv_at.clone() };
+                    let splits = Splits {
+                        send_counts: l.send_bytes.clone(),
+                        send_at: l.send_at.clone(),
+                        recv_counts: l.recv_bytes.clone(),
+                        recv_at: l.recv_at.clone(),
+                    };
                     layout = Some((l, splits));
                     (s, r, 0, r)
                 }
@@ -160,7 +191,21 @@ impl TraceShare {
                 }
             }
         };
-        Ok(TraceShare { row, dtype: c.dtype, rank, members: members.to_vec(), me, send, recv, block, root, peer, layout, v, out_len })
+        Ok(TraceShare {
+            row,
+            dtype: c.dtype,
+            rank,
+            members: members.to_vec(),
+            me,
+            send,
+            recv,
+            block,
+            root,
+            peer,
+            layout,
+            v,
+            out_len,
+        })
     }
 
     /// The library call, counted in elements (reductions) or bytes.
@@ -232,9 +277,13 @@ impl TraceShare {
             _ => {}
         }
         match (self.root, self.peer) {
-            (Some((root, _)), _) if root == rank => Input::Bytes((0..self.send).map(|i| payload(root, u32::MAX, i)).collect()),
+            (Some((root, _)), _) if root == rank => {
+                Input::Bytes((0..self.send).map(|i| payload(root, u32::MAX, i)).collect())
+            }
             (Some(_), _) => Input::Bytes(vec![0; self.send]),
-            (_, Some((peer, _))) if self.send > 0 => Input::Bytes((0..self.send).map(|i| payload(rank, peer, i)).collect()),
+            (_, Some((peer, _))) if self.send > 0 => {
+                Input::Bytes((0..self.send).map(|i| payload(rank, peer, i)).collect())
+            }
             (None, None) if self.send > 0 => Input::Bytes((0..self.send).map(|i| payload(rank, u32::MAX, i)).collect()),
             _ => Input::Nothing,
         }
@@ -337,7 +386,14 @@ mod tests {
     use crate::core::collective::{CollectiveKind, KINDS};
     use crate::evidence::commtrace::TraceDtype;
 
-    fn record(kind: CollectiveKind, dtype: TraceDtype, e: u64, members: &[u32], splits: Option<(Vec<u64>, Vec<u64>)>, peer: Option<u32>) -> TraceCollective {
+    fn record(
+        kind: CollectiveKind,
+        dtype: TraceDtype,
+        e: u64,
+        members: &[u32],
+        splits: Option<(Vec<u64>, Vec<u64>)>,
+        peer: Option<u32>,
+    ) -> TraceCollective {
         record_of(kind, dtype, e, members, splits, peer, 1 % members.len())
     }
 
@@ -366,7 +422,15 @@ mod tests {
             (Buffers::ScatterFromRoot, _) => (if at_root { n * e } else { 0 }, e),
         };
         let (si, so) = splits.map_or((None, None), |(i, o)| (Some(i), Some(o)));
-        TraceCollective::new(kind, row.pytorch, "g", dtype, (ins, outs), (si, so), (row.rooted.then_some(members[1 % members.len()]), peer))
+        TraceCollective::new(
+            kind,
+            row.pytorch,
+            "g",
+            dtype,
+            (ins, outs),
+            (si, so),
+            (row.rooted.then_some(members[1 % members.len()]), peer),
+        )
     }
 
     /// What lands on member `me` by the collective's definition, computed
@@ -396,7 +460,11 @@ mod tests {
             };
             let sum: Vec<f32> = (0..call.send_elems).map(|i| over.iter().map(|x| values(x)[i]).sum()).collect();
             let b = call.block_elems;
-            return Some(Ok(if s.row.buffers == Buffers::InIsNTimesOut { sum[me * b..(me + 1) * b].to_vec() } else { sum }));
+            return Some(Ok(if s.row.buffers == Buffers::InIsNTimesOut {
+                sum[me * b..(me + 1) * b].to_vec()
+            } else {
+                sum
+            }));
         }
         Some(Err(match (s.row.kind, call.splits) {
             (CollectiveKind::AllGather | CollectiveKind::Gather, _) => inputs.iter().flat_map(bytes).collect(),
@@ -435,7 +503,8 @@ mod tests {
             for row in KINDS {
                 for dtype in [TraceDtype::F32, TraceDtype::Bf16] {
                     // member j sends j + k + 1 elements to member k
-                    let uneven = (row.buffers == Buffers::Splits).then_some(|j: usize| (0..n).map(|k| (j + k + 1) as u64).collect::<Vec<_>>());
+                    let uneven = (row.buffers == Buffers::Splits)
+                        .then_some(|j: usize| (0..n).map(|k| (j + k + 1) as u64).collect::<Vec<_>>());
                     for splits in [false, uneven.is_some()] {
                         if row.p2p && n < 2 {
                             continue;
@@ -455,11 +524,17 @@ mod tests {
                                     let to = uneven.as_ref().unwrap();
                                     (to(j), (0..n).map(|src| to(src)[j]).collect())
                                 });
-                                TraceShare::new(&record_of(kind, dtype, 6 * n as u64, &members, sp, peer, j), rank, &members).unwrap()
+                                TraceShare::new(
+                                    &record_of(kind, dtype, 6 * n as u64, &members, sp, peer, j),
+                                    rank,
+                                    &members,
+                                )
+                                .unwrap()
                             })
                             .collect();
                         for (me, s) in shares.iter().enumerate() {
-                            let what = format!("{} on {members:?}, member {me}, {dtype:?}, splits {splits}", s.row.name);
+                            let what =
+                                format!("{} on {members:?}, member {me}, {dtype:?}, splits {splits}", s.row.name);
                             match s.input() {
                                 Input::Values(v) => assert_eq!(v.len(), s.call().send_elems, "{what}"),
                                 Input::Bytes(b) => assert!(b.len() >= s.call().send_elems, "{what}"),
@@ -494,8 +569,16 @@ mod tests {
     fn a_root_or_peer_outside_the_group_is_refused() {
         let members = [0u32, 1];
         let b = record(CollectiveKind::Broadcast, TraceDtype::F32, 4, &[0, 9], None, None);
-        assert!(TraceShare::new(&b, 0, &members).map(|_| ()).unwrap_err().to_string().contains("root not in the group"));
+        assert!(TraceShare::new(&b, 0, &members)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+            .contains("root not in the group"));
         let s = record(CollectiveKind::Send, TraceDtype::F32, 4, &members, None, Some(7));
-        assert!(TraceShare::new(&s, 0, &members).map(|_| ()).unwrap_err().to_string().contains("peer not in the group"));
+        assert!(TraceShare::new(&s, 0, &members)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+            .contains("peer not in the group"));
     }
 }

@@ -76,7 +76,10 @@ pub(crate) const ATTEMPTS: &str = "attempts.jsonl";
 pub fn read_attempts(dir: &Path) -> Result<Vec<AttemptRecord>> {
     let (records, torn) = read_attempts_with_torn(dir)?;
     for (line, len) in torn {
-        eprintln!("campaign: {}:{line}: torn record ({len} bytes, an interrupted append) skipped; the log is never rewritten", dir.join(ATTEMPTS).display());
+        eprintln!(
+            "campaign: {}:{line}: torn record ({len} bytes, an interrupted append) skipped; the log is never rewritten",
+            dir.join(ATTEMPTS).display()
+        );
     }
     Ok(records)
 }
@@ -117,7 +120,12 @@ pub fn parse_attempts(bytes: &[u8], name: &str) -> Result<(Vec<AttemptRecord>, T
 pub(super) fn append_attempt(dir: &Path, rec: &AttemptRecord) -> Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     let p = dir.join(ATTEMPTS);
-    let mut f = std::fs::OpenOptions::new().create(true).read(true).append(true).open(&p).with_context(|| format!("opening {}", p.display()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(&p)
+        .with_context(|| format!("opening {}", p.display()))?;
     let len = f.metadata()?.len();
     let mut line = Vec::new();
     if len > 0 {
@@ -144,8 +152,17 @@ pub(super) fn next_attempt_number(cell: &str, attempts: &[AttemptRecord], runs: 
         }
         n.parse().ok()
     };
-    let dirs: Vec<String> = std::fs::read_dir(runs).map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
-    attempts.iter().map(|a| a.attempt_id.as_str()).chain(dirs.iter().map(|s| s.as_str())).filter_map(number).max().unwrap_or(0) + 1
+    let dirs: Vec<String> = std::fs::read_dir(runs)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    attempts
+        .iter()
+        .map(|a| a.attempt_id.as_str())
+        .chain(dirs.iter().map(|s| s.as_str()))
+        .filter_map(number)
+        .max()
+        .unwrap_or(0)
+        + 1
 }
 
 /// Manifest identities whose attempts count for this campaign: its own, and
@@ -160,7 +177,8 @@ pub(crate) fn accepted_manifests(dir: &Path, m: &Manifest, sha: &str) -> Result<
             .iter()
             .map(|p| -> Result<(String, String)> {
                 let bytes = limits::read_bounded(p, limits::MAX_JSON_BYTES)?;
-                let sm: Manifest = serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", p.display()))?;
+                let sm: Manifest =
+                    serde_json::from_slice(&bytes).with_context(|| format!("{}: not a manifest", p.display()))?;
                 Ok((sm.campaign_id, sha256_hex(&bytes)))
             })
             .collect::<Result<_>>()?;
@@ -176,7 +194,8 @@ pub(crate) fn load_manifest(dir: &Path) -> Result<(Manifest, String)> {
     let mp = dir.join("manifest.json");
     let bytes = limits::read_bounded(&mp, limits::MAX_JSON_BYTES)?;
     let actual = sha256_hex(&bytes);
-    let recorded = limits::read_text_bounded(&dir.join("manifest.sha256"), 4096).with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
+    let recorded = limits::read_text_bounded(&dir.join("manifest.sha256"), 4096)
+        .with_context(|| format!("reading {}/manifest.sha256", dir.display()))?;
     if recorded.trim() != actual {
         crate::refuse!(
             Code::DigestMismatch,
@@ -203,12 +222,19 @@ fn attempt_hosts(a: &AttemptRecord) -> std::collections::BTreeSet<&str> {
 /// as records written before it was kept), with that host.
 pub(super) fn overlapping<'a>(a: &AttemptRecord, attempts: &'a [AttemptRecord]) -> Option<(&'a AttemptRecord, String)> {
     let mine = attempt_hosts(a);
-    attempts.iter().filter(|b| b.attempt_id != a.attempt_id && b.started_unix_ms < a.finished_unix_ms && a.started_unix_ms < b.finished_unix_ms).find_map(|b| {
-        if a.host.is_none() && b.host.is_none() {
-            return Some((b, "unrecorded".to_string()));
-        }
-        attempt_hosts(b).intersection(&mine).next().map(|h| (b, h.to_string()))
-    })
+    attempts
+        .iter()
+        .filter(|b| {
+            b.attempt_id != a.attempt_id
+                && b.started_unix_ms < a.finished_unix_ms
+                && a.started_unix_ms < b.finished_unix_ms
+        })
+        .find_map(|b| {
+            if a.host.is_none() && b.host.is_none() {
+                return Some((b, "unrecorded".to_string()));
+            }
+            attempt_hosts(b).intersection(&mine).next().map(|h| (b, h.to_string()))
+        })
 }
 
 #[cfg(test)]
@@ -243,7 +269,13 @@ mod tests {
     /// refused even when their execs ran on different hosts.
     #[test]
     fn attempts_overlapping_on_a_rank_host_are_found_across_exec_hosts() {
-        let shard = |rank: u32, host: &str| ShardRef { rank, file: String::new(), sha256: String::new(), size_bytes: 0, host: host.into() };
+        let shard = |rank: u32, host: &str| ShardRef {
+            rank,
+            file: String::new(),
+            sha256: String::new(),
+            size_bytes: 0,
+            host: host.into(),
+        };
         let at = |id: &str, exec: Option<&str>, ranks: &[&str], t: (u64, u64)| AttemptRecord {
             host: exec.map(String::from),
             shards: ranks.iter().enumerate().map(|(r, h)| shard(r as u32, h)).collect(),

@@ -3,7 +3,10 @@
 //! stderr kept under `attempts/`. An in-flight note under `inflight/` names each running job, so the
 //! next `exec` records an interrupted one as failed and refuses one still alive. Refuses before any
 //! launch a host that cannot run the jobs (`preflight`) and, before each job, a changed frozen trace.
-use super::attempts::{accepted_manifests, append_attempt, load_manifest, next_attempt_number, overlapping, read_attempts, AttemptRecord, AttemptStatus};
+use super::attempts::{
+    accepted_manifests, append_attempt, load_manifest, next_attempt_number, overlapping, read_attempts, AttemptRecord,
+    AttemptStatus,
+};
 use super::lock::{lock_campaign, INFLIGHT_FILE};
 use super::spec::{CampaignSpec, Cell, LauncherKind, Manifest};
 use crate::backend::cuda;
@@ -34,7 +37,8 @@ struct InFlight {
 
 fn group_alive(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks that the group exists and may be signalled.
-    pgid > 1 && (unsafe { libc::kill(-pgid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pgid > 1
+        && (unsafe { libc::kill(-pgid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Settle attempts an interrupted `exec` left in flight (only `cell`'s when
@@ -43,7 +47,8 @@ fn group_alive(pgid: i32) -> bool {
 fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRecord>) -> Result<()> {
     let d = dir.join(INFLIGHT_FILE);
     let Ok(rd) = std::fs::read_dir(&d) else { return Ok(()) };
-    let mut notes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut notes: Vec<PathBuf> =
+        rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     notes.sort();
     for p in notes {
         let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
@@ -63,7 +68,8 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 if group_alive(n.pgid) {
                     crate::refuse!(
                         Code::OrphanJob,
-                        "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- -{}); a new attempt would overlap it",
+                        "attempt {} of an interrupted exec is still running as process group {} (stop it: kill -- \
+                            -{}); a new attempt would overlap it",
                         n.attempt_id,
                         n.pgid,
                         n.pgid
@@ -79,7 +85,9 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 status: AttemptStatus::Failed,
                 exit_code: None,
                 failure: Some(
-                    "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time is when that was noticed)".into(),
+                    "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time \
+                        is when that was noticed)"
+                        .into(),
                 ),
                 argv: n.argv.clone(),
                 started_unix_ms: n.started_unix_ms,
@@ -110,9 +118,13 @@ fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
     if std::fs::metadata(trace).is_err() {
         return Err(refuse(Code::NoSuchInput, format!("{} is missing (the manifest froze a trace)", trace.display())));
     }
-    let got = limits::sha256_bounded(trace, Limits::default().max_json_bytes).with_context(|| format!("the frozen trace {}", trace.display()))?;
+    let got = limits::sha256_bounded(trace, Limits::default().max_json_bytes)
+        .with_context(|| format!("the frozen trace {}", trace.display()))?;
     if got != want {
-        return Err(refuse(Code::Stale, format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display())));
+        return Err(refuse(
+            Code::Stale,
+            format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display()),
+        ));
     }
     Ok(())
 }
@@ -139,8 +151,17 @@ fn launcher_prefix(m: &Manifest, env: &[(String, String)]) -> (String, Vec<Strin
 /// A truth cell's job: the spec's command under the campaign's launcher (or
 /// as it is, for `launch = "self"`) with the configuration's environment.
 fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'m super::truth::TruthSpec)> {
-    let t = m.spec.truth.as_ref().with_context(|| format!("cell {} is a truth cell, and the manifest has no [truth]", cell.cell_id))?;
-    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let t = m
+        .spec
+        .truth
+        .as_ref()
+        .with_context(|| format!("cell {} is a truth cell, and the manifest has no [truth]", cell.cell_id))?;
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|c| c.label == cell.label)
+        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
+        .config;
     let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if m.spec.launcher.kind == LauncherKind::Mpirun || t.launch == super::truth::TruthLaunch::OwnLauncher {
         super::truth::program_present(t)?;
@@ -156,7 +177,12 @@ fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'
 }
 
 fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
-    let cfg = &m.configs.iter().find(|c| c.label == cell.label).with_context(|| format!("cell {}: unknown label", cell.cell_id))?.config;
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|c| c.label == cell.label)
+        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
+        .config;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
     let mut rank_args: Vec<String> = vec![exe];
     rank_args.extend(m.spec.rank_arguments(cfg));
@@ -182,18 +208,21 @@ pub(crate) fn preflight(spec: &CampaignSpec, what: &str) -> Result<()> {
     if spec.launcher.kind != LauncherKind::Mpirun {
         return Ok(());
     }
-    let on_path = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpirun").is_file()));
+    let on_path =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mpirun").is_file()));
     if !on_path {
         crate::refuse!(
             Code::BadArgument,
-            "{what}: the launcher is mpirun, and no mpirun is on PATH; no cell was launched (install OpenMPI 4.x or load its module)"
+            "{what}: the launcher is mpirun, and no mpirun is on PATH; no cell was launched (install OpenMPI 4.x or \
+                load its module)"
         );
     }
     if spec.backend == "cuda" {
         if let Some(why) = cuda::unavailable_reason() {
             crate::refuse!(
                 Code::BadArgument,
-                "{what}: backend cuda cannot run on this host ({why}); no cell was launched. With the mpirun launcher every job runs here: run it on a host with GPUs, or use the srun launcher inside an allocation"
+                "{what}: backend cuda cannot run on this host ({why}); no cell was launched. With the mpirun launcher \
+                    every job runs here: run it on a host with GPUs, or use the srun launcher inside an allocation"
             );
         }
     }
@@ -211,7 +240,11 @@ pub(crate) fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<V
         .enumerate()
         .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
         .map(|(_, c)| c)
-        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)))
+        .filter(|c| {
+            !attempts.iter().any(|a| {
+                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)
+            })
+        })
         .map(|c| c.cell_id.clone())
         .collect())
 }
@@ -221,7 +254,12 @@ pub(crate) fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<V
 /// `retries` times. Returns (succeeded, failed attempts). Records are single
 /// `O_APPEND` lines, so concurrent array tasks on a local or POSIX-append
 /// file system do not interleave them.
-pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<std::time::Duration>) -> Result<(usize, usize)> {
+pub fn exec(
+    dir: &Path,
+    retries: u32,
+    only: Option<usize>,
+    cell_timeout: Option<std::time::Duration>,
+) -> Result<(usize, usize)> {
     let (m, manifest_sha) = load_manifest(dir)?;
     preflight(&m.spec, &format!("campaign {}", dir.display()))?;
     if let Some(n) = only {
@@ -249,13 +287,18 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
         // a success that overlapped another attempt on its host is no evidence: the cell runs again
         .filter(|c| {
             !attempts.iter().any(|a| {
-                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256) && overlapping(a, &attempts).is_none()
+                a.cell_id == c.cell_id
+                    && a.status == AttemptStatus::Succeeded
+                    && accepted.contains(&a.manifest_sha256)
+                    && overlapping(a, &attempts).is_none()
             })
         })
         .collect();
     let bar = indicatif::ProgressBar::new(todo.len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}").expect("valid template").progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     bar.set_prefix(m.campaign_id.clone());
     let (mut ok, mut failed) = (0, 0);
@@ -268,7 +311,12 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
             let cell_started = std::time::Instant::now();
-            bar.set_message(format!("round {} {} ({attempt_id}{})", cell.round, cell.label, if cell.truth { ", truth" } else { "" }));
+            bar.set_message(format!(
+                "round {} {} ({attempt_id}{})",
+                cell.round,
+                cell.label,
+                if cell.truth { ", truth" } else { "" }
+            ));
             let run_dir = runs.join(&attempt_id);
             let remaining = cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed()));
             let (prog, args, env, truth, timeout, cwd) = if cell.truth {
@@ -319,8 +367,13 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
             write_new_atomic(&logs.join(format!("{attempt_id}.stderr")), &stderr)?;
-            let launch_failure =
-                |c: Option<i32>| format!("launcher exited {}; {}", c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()), failure_line(&stderr));
+            let launch_failure = |c: Option<i32>| {
+                format!(
+                    "launcher exited {}; {}",
+                    c.map(|c| c.to_string()).unwrap_or_else(|| "by signal".into()),
+                    failure_line(&stderr)
+                )
+            };
             let (record_path, record, failure): (PathBuf, Option<RunRecord>, Option<String>) = match truth {
                 Some((t, inputs)) => {
                     let metric = super::truth::read_metric(&t.metric, wall_s, &stdout, &stderr, &run_dir);
@@ -364,7 +417,8 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 }
                 None => {
                     let run_json = run_dir.join(RUN_FILE);
-                    let record: Option<RunRecord> = std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                    let record: Option<RunRecord> =
+                        std::fs::read(&run_json).ok().and_then(|b| serde_json::from_slice(&b).ok());
                     let failure = match (&spawn_err, code, &record) {
                         (Some(e), _, _) => Some(e.clone()),
                         (None, Some(0), Some(_)) => None,
@@ -402,9 +456,11 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
             let launcher_failed = !cell.truth
                 && !timed_out
                 && rec.failure.is_some()
-                && (spawn_err.is_some() || (!run_dir.exists() && telling_line(&String::from_utf8_lossy(&stderr)).is_none()));
+                && (spawn_err.is_some()
+                    || (!run_dir.exists() && telling_line(&String::from_utf8_lossy(&stderr)).is_none()));
             // a truth cell runs the spec's own command: its failures neither count nor break the streak
-            let every_config = !cell.truth && streak.note(cell.round, &cell.label, rec.failure.as_deref().filter(|_| launcher_failed), configs);
+            let every_config = !cell.truth
+                && streak.note(cell.round, &cell.label, rec.failure.as_deref().filter(|_| launcher_failed), configs);
             let line = match &rec.failure {
                 None => format!("{attempt_id}: succeeded in {:.1} s", (finished - started) as f64 / 1e3),
                 Some(f) => format!("{attempt_id}: failed: {f}"),
@@ -423,7 +479,8 @@ pub fn exec(dir: &Path, retries: u32, only: Option<usize>, cell_timeout: Option<
                 crate::refuse!(
                     Code::LauncherFailed,
                     "campaign {}: stopped in round {}: the launcher failed the same way for every configuration ({}); \
-                     the {} cell(s) left would fail the same way and were not run. Every attempt so far is recorded in attempts.jsonl; \
+                     the {} cell(s) left would fail the same way and were not run. Every attempt so far is recorded in \
+                         attempts.jsonl; \
                      fix the launcher and run exec again",
                     dir.display(),
                     cell.round,
@@ -561,7 +618,11 @@ impl LauncherStreak {
                 self.labels.insert(label.to_string());
             }
             Some(f) => {
-                *self = LauncherStreak { round, failure: f.to_string(), labels: std::iter::once(label.to_string()).collect() };
+                *self = LauncherStreak {
+                    round,
+                    failure: f.to_string(),
+                    labels: std::iter::once(label.to_string()).collect(),
+                };
             }
             None => *self = LauncherStreak::default(),
         }
@@ -575,9 +636,16 @@ mod tests {
 
     #[test]
     fn failure_line_is_the_first_explanatory_line_of_a_banner() {
-        let banner = b"--------------------------------------------------------------------------\nmpirun has detected an attempt to run as root.\n\nRunning as root is *strongly* discouraged.\nWe reiterate our advice against doing so - please proceed at your own risk.\n--------------------------------------------------------------------------\n";
+        let banner =
+            b"--------------------------------------------------------------------------\nmpirun has detected \
+            an attempt to run as root.\n\nRunning as root is *strongly* discouraged.\nWe reiterate our advice against \
+                doing so - please proceed at your own \
+                    risk.\n--------------------------------------------------------------------------\n";
         assert_eq!(failure_line(banner), "stderr: mpirun has detected an attempt to run as root.");
-        assert_eq!(failure_line(b"noise\ncommcanary: error: refused[BAD_ARGUMENT]: x\n"), "stderr: commcanary: error: refused[BAD_ARGUMENT]: x");
+        assert_eq!(
+            failure_line(b"noise\ncommcanary: error: refused[BAD_ARGUMENT]: x\n"),
+            "stderr: commcanary: error: refused[BAD_ARGUMENT]: x"
+        );
         assert_eq!(failure_line(b"\n====\n\n"), "no stderr");
     }
 
@@ -590,7 +658,14 @@ mod tests {
         assert!(s.note(1, "c", Some("x"), 3));
         // another failure text, a success, or a new round starts over
         let mut s = LauncherStreak::default();
-        for (round, label, f) in [(1, "a", Some("x")), (1, "b", Some("y")), (1, "c", Some("y")), (2, "a", Some("y")), (2, "b", None), (2, "c", Some("y"))] {
+        for (round, label, f) in [
+            (1, "a", Some("x")),
+            (1, "b", Some("y")),
+            (1, "c", Some("y")),
+            (2, "a", Some("y")),
+            (2, "b", None),
+            (2, "c", Some("y")),
+        ] {
             assert!(!s.note(round, label, f, 3), "{round} {label}");
         }
     }

@@ -136,11 +136,19 @@ impl HardwareSpec {
     /// expects one could never hold and is refused before anything runs.
     pub fn validate_for(&self, backend: &str) -> anyhow::Result<()> {
         self.validate()?;
-        const CUDA_ONLY: [HardwareField; 5] =
-            [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology];
+        const CUDA_ONLY: [HardwareField; 5] = [
+            HardwareField::GpuDriver,
+            HardwareField::CudaDriver,
+            HardwareField::NcclVersion,
+            HardwareField::NcclSha256,
+            HardwareField::Topology,
+        ];
         if backend != "cuda" {
             if let Some(f) = self.expect.keys().find(|f| CUDA_ONLY.contains(f)) {
-                anyhow::bail!("hardware.expect.{f}: the {backend} backend never records {f} (only cuda does), so no cell could verify");
+                anyhow::bail!(
+                    "hardware.expect.{f}: the {backend} backend never records {f} (only cuda does), so no \
+                    cell could verify"
+                );
             }
         }
         Ok(())
@@ -150,7 +158,9 @@ impl HardwareSpec {
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(hosts) = &self.hosts {
             if hosts.is_empty() {
-                anyhow::bail!("hardware.hosts is empty, so no cell could verify; name the hosts, or leave hosts out for any host");
+                anyhow::bail!(
+                    "hardware.hosts is empty, so no cell could verify; name the hosts, or leave hosts out for any host"
+                );
             }
             if let Some(h) = hosts.iter().find(|h| h.trim().is_empty() || h.trim() != h.as_str()) {
                 anyhow::bail!("hardware.hosts: {h:?} is not a host name");
@@ -161,7 +171,10 @@ impl HardwareSpec {
         }
         // a value no cell ever records: every cell would be refused after it ran
         if let Some((f, v)) = self.expect.iter().find(|(_, v)| v.trim().is_empty() || v.trim() != v.as_str()) {
-            anyhow::bail!("hardware.expect.{f} = {v:?}: no cell records {f} as an empty or space-padded value, so no cell could verify");
+            anyhow::bail!(
+                "hardware.expect.{f} = {v:?}: no cell records {f} as an empty or space-padded value, so no \
+                cell could verify"
+            );
         }
         if let Some(same) = &self.same {
             let mut seen = BTreeSet::new();
@@ -253,14 +266,19 @@ impl HardwareContract {
         if !hooks_honoured {
             if let Some((h, (k, v))) = headers.iter().find_map(|h| identity::hook_used(&h.identity).map(|kv| (h, kv))) {
                 return Err(format!(
-                    "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: its host or CPU is not known to be measured (a test build's record; this build honours no hook)",
+                    "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: \
+                        its host or CPU is not known to be measured (a test build's record; this build honours no \
+                            hook)",
                     h.rank
                 ));
             }
         }
         if !self.hosts.is_empty() {
             if let Some(h) = headers.iter().find(|h| !self.hosts.contains(&h.host)) {
-                return Err(format!("hardware contract: host: rank {} ran on {:?}, which is not among hardware.hosts {:?}", h.rank, h.host, self.hosts));
+                return Err(format!(
+                    "hardware contract: host: rank {} ran on {:?}, which is not among hardware.hosts {:?}",
+                    h.rank, h.host, self.hosts
+                ));
             }
         }
         for (f, want) in &self.expect {
@@ -287,7 +305,8 @@ impl HardwareContract {
             let v0 = f.recorded(first);
             if let Some(h) = headers.iter().find(|h| f.recorded(h) != v0) {
                 return Err(format!(
-                    "hardware contract: {f}: rank {} on host {} recorded {}, rank {} on host {} recorded {}: one job on two kinds of hardware",
+                    "hardware contract: {f}: rank {} on host {} recorded {}, rank {} on host {} recorded {}: one job \
+                        on two kinds of hardware",
                     h.rank,
                     h.host,
                     shown(f.recorded(h).as_deref()),
@@ -333,8 +352,15 @@ impl HardwareContract {
 
     /// The cells among `of` whose values of the (per-configuration or
     /// campaign-wide) fields differ from the most common, with the reason.
-    fn minority(cells: &[(String, String, CellHardware)], of: &[usize], per_configuration: bool, label: Option<&str>) -> Vec<(String, String)> {
-        let key = |i: usize| -> Vec<&FieldValue> { cells[i].2.values.iter().filter(|(f, _)| f.per_configuration() == per_configuration).collect() };
+    fn minority(
+        cells: &[(String, String, CellHardware)],
+        of: &[usize],
+        per_configuration: bool,
+        label: Option<&str>,
+    ) -> Vec<(String, String)> {
+        let key = |i: usize| -> Vec<&FieldValue> {
+            cells[i].2.values.iter().filter(|(f, _)| f.per_configuration() == per_configuration).collect()
+        };
         // (the fields' values, how many cells recorded them, the first such cell)
         let mut groups: Vec<(Vec<&FieldValue>, usize, usize)> = Vec::new();
         for &i in of {
@@ -358,11 +384,16 @@ impl HardwareContract {
             if k == most.0 {
                 continue;
             }
-            let Some(((f, got), (_, want))) = k.iter().zip(most.0.iter()).map(|(a, b)| (*a, *b)).find(|(a, b)| a.1 != b.1) else { continue };
+            let Some(((f, got), (_, want))) =
+                k.iter().zip(most.0.iter()).map(|(a, b)| (*a, *b)).find(|(a, b)| a.1 != b.1)
+            else {
+                continue;
+            };
             out.push((
                 cells[i].0.clone(),
                 format!(
-                    "hardware contract: {f}: expected {} (as {} of {} {whose} recorded, first {}), this cell recorded {} (rank 0 on host {})",
+                    "hardware contract: {f}: expected {} (as {} of {} {whose} recorded, first {}), this cell recorded \
+                        {} (rank 0 on host {})",
                     shown(want.as_deref()),
                     most.1,
                     of.len(),
@@ -407,7 +438,10 @@ mod tests {
         let relaxed = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![]), ..Default::default() }));
         assert!(relaxed.declared && relaxed.same.is_empty());
         // fields keep the contract's order whatever the spec's
-        let two = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![HardwareField::Kernel, HardwareField::CpuModel]), ..Default::default() }));
+        let two = HardwareContract::resolve(Some(&HardwareSpec {
+            same: Some(vec![HardwareField::Kernel, HardwareField::CpuModel]),
+            ..Default::default()
+        }));
         assert_eq!(two.same, vec![HardwareField::CpuModel, HardwareField::Kernel]);
     }
 
@@ -417,19 +451,36 @@ mod tests {
         let c = HardwareContract::resolve(Some(&spec));
         let hs = [header(0, "n1", "Xeon", None), header(1, "n3", "Xeon", None)];
         let why = c.check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
-        assert!(why.contains("host: rank 1 ran on \"n3\", which is not among hardware.hosts [\"n1\", \"n2\"]"), "{why}");
+        assert!(
+            why.contains("host: rank 1 ran on \"n3\", which is not among hardware.hosts [\"n1\", \"n2\"]"),
+            "{why}"
+        );
         let mut spec = HardwareSpec::default();
         spec.expect.insert(HardwareField::DeviceName, "NVIDIA H200".into());
         let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
-        assert!(why.contains("device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host n1 recorded \"Xeon\""), "{why}");
+        assert!(
+            why.contains(
+                "device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host n1 recorded \"Xeon\""
+            ),
+            "{why}"
+        );
         spec.expect.clear();
         spec.expect.insert(HardwareField::GpuDriver, "570.1".into());
         let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
-        assert!(why.contains("gpu_driver: expected \"570.1\" (hardware.expect), rank 0 on host n1 recorded nothing"), "{why}");
+        assert!(
+            why.contains("gpu_driver: expected \"570.1\" (hardware.expect), rank 0 on host n1 recorded nothing"),
+            "{why}"
+        );
         // one job over two kinds of CPU
         let hs = [header(0, "n1", "Xeon", None), header(1, "n2", "EPYC", None)];
         let why = HardwareContract::default().check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
-        assert!(why.contains("cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one job on two kinds"), "{why}");
+        assert!(
+            why.contains(
+                "cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one \
+            job on two kinds"
+            ),
+            "{why}"
+        );
         assert!(spec.validate().is_ok());
         for bad in [
             HardwareSpec { hosts: Some(vec![]), ..Default::default() },
@@ -454,19 +505,28 @@ mod tests {
         let refused = c.disagreeing(&cells);
         assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r02-a", "r03-b"], "{refused:?}");
         assert!(
-            refused[0].1.contains("cpu_model: expected \"Xeon\" (as 4 of 5 cells recorded, first r01-a), this cell recorded \"EPYC\" (rank 0 on host n3)"),
+            refused[0].1.contains(
+                "cpu_model: expected \"Xeon\" (as 4 of 5 cells recorded, first r01-a), this cell \
+                recorded \"EPYC\" (rank 0 on host n3)"
+            ),
             "{}",
             refused[0].1
         );
         // configurations may differ in NCCL build; one configuration's cells may not
         assert!(
-            refused[1].1.contains("nccl_sha256: expected \"s2\" (as 2 of 3 cells of configuration b recorded, first r01-b), this cell recorded \"s3\""),
+            refused[1].1.contains(
+                "nccl_sha256: expected \"s2\" (as 2 of 3 cells of configuration b recorded, first \
+                r01-b), this cell recorded \"s3\""
+            ),
             "{}",
             refused[1].1
         );
         // hosts are not held by default; with host in `same` the cells' host sets are
         assert!(c.disagreeing(&cells[..2]).is_empty());
-        let h = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![HardwareField::Host]), ..Default::default() }));
+        let h = HardwareContract::resolve(Some(&HardwareSpec {
+            same: Some(vec![HardwareField::Host]),
+            ..Default::default()
+        }));
         let cells = vec![
             cell(&h, "r01-a", "a", &[header(0, "n1", "Xeon", None), header(1, "n2", "Xeon", None)]),
             cell(&h, "r01-b", "b", &[header(0, "n2", "Xeon", None), header(1, "n1", "Xeon", None)]),
@@ -474,17 +534,30 @@ mod tests {
         ];
         let refused = h.disagreeing(&cells);
         assert_eq!(refused.len(), 1);
-        assert!(refused[0].1.contains("host: expected \"n1,n2\" (as 2 of 3 cells recorded, first r01-a), this cell recorded \"n1,n3\""), "{}", refused[0].1);
+        assert!(
+            refused[0].1.contains(
+                "host: expected \"n1,n2\" (as 2 of 3 cells recorded, first r01-a), this cell recorded \"n1,n3\""
+            ),
+            "{}",
+            refused[0].1
+        );
         // a tie: the first group in schedule order stands
         let c = HardwareContract::default();
-        let tie = vec![cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", None)]), cell(&c, "r01-b", "b", &[header(0, "n2", "EPYC", None)])];
+        let tie = vec![
+            cell(&c, "r01-a", "a", &[header(0, "n1", "Xeon", None)]),
+            cell(&c, "r01-b", "b", &[header(0, "n2", "EPYC", None)]),
+        ];
         assert_eq!(c.disagreeing(&tie).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r01-b"]);
     }
 
     #[test]
     fn a_record_that_set_a_fact_hook_is_refused_where_hooks_are_not_honoured() {
         let c = HardwareContract::resolve(None);
-        for (var, val) in [("COMMCANARY_TEST_HOST", "gpu017"), ("COMMCANARY_TEST_CPU_MODEL", "AMD EPYC 9654"), ("COMMCANARY_TEST_HOST", "n1")] {
+        for (var, val) in [
+            ("COMMCANARY_TEST_HOST", "gpu017"),
+            ("COMMCANARY_TEST_CPU_MODEL", "AMD EPYC 9654"),
+            ("COMMCANARY_TEST_HOST", "n1"),
+        ] {
             for hooked_rank in [0usize, 1] {
                 let mut hs = [header(0, "n1", "Xeon", None), header(1, "n1", "Xeon", None)];
                 hs[hooked_rank].identity.env.push((var.into(), val.into()));
@@ -504,8 +577,17 @@ mod tests {
 
     #[test]
     fn a_contract_no_cell_of_its_backend_can_meet_is_refused() {
-        let spec = |f: HardwareField, v: &str| HardwareSpec { expect: BTreeMap::from([(f, v.to_string())]), ..Default::default() };
-        for f in [HardwareField::GpuDriver, HardwareField::CudaDriver, HardwareField::NcclVersion, HardwareField::NcclSha256, HardwareField::Topology] {
+        let spec = |f: HardwareField, v: &str| HardwareSpec {
+            expect: BTreeMap::from([(f, v.to_string())]),
+            ..Default::default()
+        };
+        for f in [
+            HardwareField::GpuDriver,
+            HardwareField::CudaDriver,
+            HardwareField::NcclVersion,
+            HardwareField::NcclSha256,
+            HardwareField::Topology,
+        ] {
             let e = spec(f, "570.124.06").validate_for("cpu").unwrap_err().to_string();
             assert!(e.contains(&format!("hardware.expect.{f}")) && e.contains("never records"), "{e}");
             spec(f, "570.124.06").validate_for("cuda").unwrap();

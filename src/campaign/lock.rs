@@ -20,7 +20,13 @@ pub(crate) struct CampaignLock {
 
 /// A lock file, created if missing, never truncated.
 fn open_lock(path: &Path) -> Result<std::fs::File> {
-    std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening lock {}", path.display()))
 }
 
 fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
@@ -31,7 +37,11 @@ fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
     if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            crate::refuse!(Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
+            crate::refuse!(
+                Code::Locked,
+                "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
+                path.display()
+            );
         }
         return Err(e).with_context(|| format!("locking {}", path.display()));
     }
@@ -55,7 +65,10 @@ pub(crate) fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Resul
         let d = dir.join(INFLIGHT_FILE);
         std::fs::create_dir_all(&d)?;
         files.push(flock(&d.join(format!("{c}.lock")), true, what)?);
-        let host: String = identity::hostname().chars().map(|ch| if ch.is_ascii_alphanumeric() || "._-".contains(ch) { ch } else { '_' }).collect();
+        let host: String = identity::hostname()
+            .chars()
+            .map(|ch| if ch.is_ascii_alphanumeric() || "._-".contains(ch) { ch } else { '_' })
+            .collect();
         files.push(flock_wait(&d.join(format!("host-{host}.lock")), what)?);
     }
     Ok(CampaignLock { _files: files })
@@ -72,7 +85,10 @@ pub(crate) fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option
     let path = dir.join(LOCK_FILE);
     match open_lock(&path) {
         Ok(_) => lock_campaign(dir, None, what).map(Some),
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM))) => {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| matches!(io.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM))) =>
+        {
             use std::os::fd::AsRawFd;
             let Ok(f) = std::fs::File::open(&path) else {
                 eprintln!("{what}: {} cannot be written and holds no lock file; reading it unlocked", dir.display());
@@ -80,7 +96,11 @@ pub(crate) fn lock_campaign_for_reading(dir: &Path, what: &str) -> Result<Option
             };
             // SAFETY: flock on a file descriptor we own; no memory is passed.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                crate::refuse!(Code::Locked, "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish", path.display());
+                crate::refuse!(
+                    Code::Locked,
+                    "{what}: another campaign command (exec, select or archive) holds {}; wait for it to finish",
+                    path.display()
+                );
             }
             Ok(Some(CampaignLock { _files: vec![f] }))
         }
@@ -106,7 +126,8 @@ pub(crate) fn lock_report_dir(out_dir: &Path, what: &str) -> Result<CampaignLock
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             crate::refuse!(
                 Code::Locked,
-                "{what}: another analyze is writing the report folder {} (it holds {}); nothing was written by this one: run it again once that one has finished",
+                "{what}: another analyze is writing the report folder {} (it holds {}); nothing was written by this \
+                    one: run it again once that one has finished",
                 out_dir.display(),
                 path.display()
             );

@@ -60,16 +60,21 @@ pub(crate) const CONFIG_TRACES_DIR: &str = "traces";
 fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: &str) -> Result<(Vec<u8>, String)> {
     let src = spec_path.parent().unwrap_or(Path::new(".")).join(rel);
     let bad_spec = |e: anyhow::Error| refuse(Code::BadSpec, format!("{field}: {e:#}"));
-    let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).map_err(|e| refuse(Code::BadSpec, format!("{field} {}: {e:#}", src.display())))?;
-    let t = CommTrace::from_slice(&bytes).map_err(|e| refuse(Code::BadSpec, format!("{field} {}: {e:#} (write one with commcanary import)", src.display())))?;
+    let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES)
+        .map_err(|e| refuse(Code::BadSpec, format!("{field} {}: {e:#}", src.display())))?;
+    let t = CommTrace::from_slice(&bytes).map_err(|e| {
+        refuse(Code::BadSpec, format!("{field} {}: {e:#} (write one with commcanary import)", src.display()))
+    })?;
     let allreduce_only = spec.workload.extra_args.iter().any(|a| a == "--trace-allreduce-only");
     let sha256 = sha256_hex(&bytes);
     // only the cpu backend runs an MPI capture's point-to-point program: refused before any job launches
     if spec.backend == "cuda" && !allreduce_only {
-        p2p::refuse_on_backend_without_p2p(&t, &src, "cuda").map_err(|e| refuse(Code::BadSpec, format!("{field}: {e:#}")))?;
+        p2p::refuse_on_backend_without_p2p(&t, &src, "cuda")
+            .map_err(|e| refuse(Code::BadSpec, format!("{field}: {e:#}")))?;
     }
     for rank in 0..spec.ranks {
-        trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only).map_err(bad_spec)?;
+        trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only)
+            .map_err(bad_spec)?;
     }
     Ok((bytes, sha256))
 }
@@ -79,7 +84,11 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     let spec = spec::CampaignSpec::load(spec_path)?;
     spec.check_rank_plans().map_err(|e| e.context(format!("{}: invalid campaign spec", spec_path.display())))?;
     if dir.join("manifest.json").exists() {
-        crate::refuse!(Code::CampaignState, "{} already holds a manifest; a frozen manifest is never replaced", dir.display());
+        crate::refuse!(
+            Code::CampaignState,
+            "{} already holds a manifest; a frozen manifest is never replaced",
+            dir.display()
+        );
     }
     // runs, attempts or a selection of an earlier plan would be counted as this one's
     let state: Vec<&str> = CAMPAIGN_STATE.iter().copied().filter(|n| dir.join(n).symlink_metadata().is_ok()).collect();
@@ -111,7 +120,8 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut m, blinding) = spec::plan(spec);
     if !truth_inputs.is_empty() {
-        std::fs::create_dir_all(dir.join(truth::TRUTH_INPUTS_DIR)).with_context(|| format!("creating {}/{}", dir.display(), truth::TRUTH_INPUTS_DIR))?;
+        std::fs::create_dir_all(dir.join(truth::TRUTH_INPUTS_DIR))
+            .with_context(|| format!("creating {}/{}", dir.display(), truth::TRUTH_INPUTS_DIR))?;
         for (name, bytes, sha) in truth_inputs {
             write_new_atomic(&dir.join(truth::TRUTH_INPUTS_DIR).join(&name), &bytes)?;
             m.truth_inputs.insert(name, sha);
@@ -122,7 +132,8 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
         m.trace_sha256 = Some(sha256);
     }
     if !config_traces.is_empty() {
-        std::fs::create_dir_all(dir.join(CONFIG_TRACES_DIR)).with_context(|| format!("creating {}/{CONFIG_TRACES_DIR}", dir.display()))?;
+        std::fs::create_dir_all(dir.join(CONFIG_TRACES_DIR))
+            .with_context(|| format!("creating {}/{CONFIG_TRACES_DIR}", dir.display()))?;
         for (name, bytes, sha) in config_traces {
             write_new_atomic(&dir.join(CONFIG_TRACES_DIR).join(format!("{name}.json")), &bytes)?;
             m.config_traces.insert(name, sha);
@@ -166,7 +177,8 @@ fn per_job(j: &JoinedRun, phase: Phase) -> Option<(f64, f64)> {
 /// Results over the selected runs (the caller has verified completeness).
 pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
     let (m, _) = load_manifest(dir)?;
-    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
+    let sel: Selection =
+        serde_json::from_slice(&limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
     let mut per: std::collections::BTreeMap<(Phase, String), (Vec<f64>, Vec<f64>)> = Default::default();
     for e in &sel.entries {
         let Some(cell) = m.schedule.iter().find(|c| c.cell_id == e.cell_id) else { continue };
@@ -217,14 +229,28 @@ pub fn results(dir: &Path) -> Result<Vec<ConfigPhaseResult>> {
 pub(crate) fn render_results(rows: &[ConfigPhaseResult]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let _ = writeln!(o, "{:<21} {:>4}  {:<24} {:>5} {:>12} {:>10} {:>12}", "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us");
+    let _ = writeln!(
+        o,
+        "{:<21} {:>4}  {:<24} {:>5} {:>12} {:>10} {:>12}",
+        "phase", "rank", "config", "jobs", "median us", "IQR us", "p99 us"
+    );
     let mut last = None;
     for r in rows {
         if last.is_some() && last != Some(r.phase) {
             let _ = writeln!(o);
         }
         last = Some(r.phase);
-        let _ = writeln!(o, "{:<21} {:>4}  {:<24} {:>5} {:>12.1} {:>10.1} {:>12.1}", r.phase.name(), r.rank, r.label, r.jobs, r.median_us, r.iqr_us, r.p99_us);
+        let _ = writeln!(
+            o,
+            "{:<21} {:>4}  {:<24} {:>5} {:>12.1} {:>10.1} {:>12.1}",
+            r.phase.name(),
+            r.rank,
+            r.label,
+            r.jobs,
+            r.median_us,
+            r.iqr_us,
+            r.p99_us
+        );
     }
     o
 }
@@ -270,7 +296,8 @@ fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
             if t.is_symlink() {
                 crate::refuse!(
                     Code::ArchiveLink,
-                    "{} is a symbolic link; a campaign holds only regular files and directories (a link could bring in files from outside it)",
+                    "{} is a symbolic link; a campaign holds only regular files and directories (a link could bring in \
+                        files from outside it)",
                     p.display()
                 );
             } else if t.is_dir() {
@@ -307,7 +334,11 @@ fn resolved(path: &Path) -> Result<std::path::PathBuf> {
 /// Append one regular file, opened without following links, to the archive.
 fn append_regular(b: &mut tar::Builder<std::fs::File>, p: &Path, name: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(p).with_context(|| format!("opening {}", p.display()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         crate::refuse!(Code::ArchiveLink, "{} changed into something other than a regular file", p.display());
@@ -334,7 +365,12 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
         }
     }
     if out.exists() || descriptor.exists() {
-        crate::refuse!(Code::AlreadyExists, "{} or {} already exists; archives are never overwritten", out.display(), descriptor.display());
+        crate::refuse!(
+            Code::AlreadyExists,
+            "{} or {} already exists; archives are never overwritten",
+            out.display(),
+            descriptor.display()
+        );
     }
     let _lock = chain::lock_campaign_for_reading(dir, &format!("archive {}", dir.display()))?;
     let files = files_sorted(&root)?;
@@ -342,11 +378,19 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
     let selection_before = selection_sha();
     let verdict = chain::verify(dir)?;
     if selection_sha() != selection_before {
-        crate::refuse!(Code::DigestMismatch, "{}: selection.json changed while it was being verified; archive again", dir.display());
+        crate::refuse!(
+            Code::DigestMismatch,
+            "{}: selection.json changed while it was being verified; archive again",
+            dir.display()
+        );
     }
     let tmp = out.with_extension(format!("tmp.{}", std::process::id()));
     let written = (|| -> Result<()> {
-        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
         let mut b = tar::Builder::new(f);
         b.mode(tar::HeaderMode::Deterministic);
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "campaign".into());
@@ -359,12 +403,19 @@ pub fn archive(dir: &Path, out: &Path, descriptor: &Path) -> Result<ArchiveDescr
         // what went in is what was verified: a file replaced after verify is caught here, before anything is published
         let written = std::fs::File::open(&tmp).with_context(|| format!("reading {}", tmp.display()))?;
         let members = inspect_members(std::io::BufReader::new(written), &tmp.display().to_string())?;
-        members_match(&members, &sha, selection_before.as_deref(), &format!("the archive being written of {}", dir.display()))?;
+        members_match(
+            &members,
+            &sha,
+            selection_before.as_deref(),
+            &format!("the archive being written of {}", dir.display()),
+        )?;
         std::fs::hard_link(&tmp, out).with_context(|| format!("publishing {}", out.display()))
     })();
     let _ = std::fs::remove_file(&tmp);
     written?;
-    let sel: Option<Selection> = limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let sel: Option<Selection> = limits::read_bounded(&dir.join("selection.json"), limits::MAX_JSON_BYTES)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
     let d = ArchiveDescriptor {
         format_version: 1,
         archive_file: out.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
@@ -391,11 +442,21 @@ pub(crate) fn check_archive(archive: &Path, descriptor: &Path) -> Result<Archive
         .with_context(|| format!("{}: not an archive descriptor", descriptor.display()))?;
     let size = std::fs::metadata(archive).with_context(|| format!("reading {}", archive.display()))?.len();
     if size != d.archive_size_bytes {
-        crate::refuse!(Code::DigestMismatch, "{}: {size} bytes, the descriptor says {}", archive.display(), d.archive_size_bytes);
+        crate::refuse!(
+            Code::DigestMismatch,
+            "{}: {size} bytes, the descriptor says {}",
+            archive.display(),
+            d.archive_size_bytes
+        );
     }
     let sha = sha256_file(archive)?;
     if sha != d.archive_sha256 {
-        crate::refuse!(Code::DigestMismatch, "{}: SHA-256 {sha}, the descriptor says {}: the archive changed", archive.display(), d.archive_sha256);
+        crate::refuse!(
+            Code::DigestMismatch,
+            "{}: SHA-256 {sha}, the descriptor says {}: the archive changed",
+            archive.display(),
+            d.archive_sha256
+        );
     }
     let f = std::fs::File::open(archive).with_context(|| format!("reading {}", archive.display()))?;
     let members = inspect_members(std::io::BufReader::new(f), &archive.display().to_string())?;
@@ -422,23 +483,39 @@ const DIGEST_DOCUMENTS: [&str; 3] = ["manifest.json", "manifest.sha256", "select
 /// manifest; every selected run's `run.json` and shards, and every frozen
 /// trace the manifest names, are members with exactly the recorded digests.
 /// `name` is for messages. Refuses with `DIGEST_MISMATCH` naming the member.
-pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256: Option<&str>, name: &str) -> Result<()> {
+pub(crate) fn members_match(
+    m: &Members,
+    manifest_sha256: &str,
+    selection_sha256: Option<&str>,
+    name: &str,
+) -> Result<()> {
     use crate::core::refusal::Code;
     let member = |rel: &str| m.sha256.get(rel).map(String::as_str);
     let want = |rel: &str, sha: &str| -> Result<()> {
         match member(rel) {
             Some(got) if got == sha => Ok(()),
-            Some(got) => crate::refuse!(Code::DigestMismatch, "{name}: member {rel} has SHA-256 {got}, the campaign's records say {sha}"),
-            None => crate::refuse!(Code::DigestMismatch, "{name}: member {rel} is missing; the campaign's records name it with SHA-256 {sha}"),
+            Some(got) => crate::refuse!(
+                Code::DigestMismatch,
+                "{name}: member {rel} has SHA-256 {got}, the campaign's records say {sha}"
+            ),
+            None => crate::refuse!(
+                Code::DigestMismatch,
+                "{name}: member {rel} is missing; the campaign's records name it with SHA-256 {sha}"
+            ),
         }
     };
     want("manifest.json", manifest_sha256)?;
     let recorded = m.documents.get("manifest.sha256").map(|b| String::from_utf8_lossy(b).trim().to_string());
     if recorded.as_deref() != Some(manifest_sha256) {
-        crate::refuse!(Code::DigestMismatch, "{name}: manifest.sha256 is {recorded:?}, the manifest's digest is {manifest_sha256}");
+        crate::refuse!(
+            Code::DigestMismatch,
+            "{name}: manifest.sha256 is {recorded:?}, the manifest's digest is {manifest_sha256}"
+        );
     }
-    let manifest: spec::Manifest = serde_json::from_slice(m.documents.get("manifest.json").map(Vec::as_slice).unwrap_or_default())
-        .map_err(|e| refuse(Code::DigestMismatch, format!("{name}: member manifest.json is not a manifest: {e}")))?;
+    let manifest: spec::Manifest = serde_json::from_slice(
+        m.documents.get("manifest.json").map(Vec::as_slice).unwrap_or_default(),
+    )
+    .map_err(|e| refuse(Code::DigestMismatch, format!("{name}: member manifest.json is not a manifest: {e}")))?;
     if let Some(sha) = &manifest.trace_sha256 {
         want(TRACE_FILE, sha)?;
     }
@@ -447,13 +524,20 @@ pub(crate) fn members_match(m: &Members, manifest_sha256: &str, selection_sha256
     }
     match (selection_sha256, m.documents.get("selection.json")) {
         (None, None) => Ok(()),
-        (None, Some(_)) => crate::refuse!(Code::DigestMismatch, "{name}: holds a selection.json that its descriptor does not name"),
+        (None, Some(_)) => {
+            crate::refuse!(Code::DigestMismatch, "{name}: holds a selection.json that its descriptor does not name")
+        }
         (Some(sha), _) => {
             want("selection.json", sha)?;
-            let sel: Selection = serde_json::from_slice(&m.documents["selection.json"])
-                .map_err(|e| refuse(Code::DigestMismatch, format!("{name}: member selection.json is not a selection: {e}")))?;
+            let sel: Selection = serde_json::from_slice(&m.documents["selection.json"]).map_err(|e| {
+                refuse(Code::DigestMismatch, format!("{name}: member selection.json is not a selection: {e}"))
+            })?;
             if sel.manifest_sha256 != manifest_sha256 {
-                crate::refuse!(Code::DigestMismatch, "{name}: selection.json selects for manifest {}, the archive's is {manifest_sha256}", sel.manifest_sha256);
+                crate::refuse!(
+                    Code::DigestMismatch,
+                    "{name}: selection.json selects for manifest {}, the archive's is {manifest_sha256}",
+                    sel.manifest_sha256
+                );
             }
             for (name, sha) in &manifest.truth_inputs {
                 want(&format!("{}/{name}", truth::TRUTH_INPUTS_DIR), sha)?;
@@ -486,16 +570,25 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
         let mut e = e.with_context(|| format!("{name}: damaged tar entry"))?;
         let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
         if e.header().entry_type() != tar::EntryType::Regular {
-            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is a {:?}, not a regular file", e.header().entry_type());
+            crate::refuse!(
+                Code::ArchiveMember,
+                "{name}: member {raw:?} is a {:?}, not a regular file",
+                e.header().entry_type()
+            );
         }
         let p = Path::new(&raw);
         let mut comps = p.components();
         let first = match comps.next() {
             Some(std::path::Component::Normal(c)) => c.to_os_string(),
-            _ => crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a relative name inside the campaign"),
+            _ => {
+                crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a relative name inside the campaign")
+            }
         };
         if !comps.clone().all(|c| matches!(c, std::path::Component::Normal(_))) || comps.next().is_none() {
-            crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is not a file name inside the campaign directory");
+            crate::refuse!(
+                Code::ArchiveMember,
+                "{name}: member {raw:?} is not a file name inside the campaign directory"
+            );
         }
         if top.get_or_insert_with(|| first.clone()) != &first {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} is outside the campaign directory {:?}", top);
@@ -506,7 +599,8 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
         if !seen.insert(raw.clone()) {
             crate::refuse!(Code::ArchiveMember, "{name}: member {raw:?} appears twice");
         }
-        let rel = p.components().skip(1).map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
+        let rel =
+            p.components().skip(1).map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
         let keep = DIGEST_DOCUMENTS.contains(&rel.as_str());
         if keep && e.header().size().unwrap_or(u64::MAX) > limits::MAX_JSON_BYTES {
             crate::refuse!(Code::OverLimit, "{name}: member {raw:?} is larger than {} bytes", limits::MAX_JSON_BYTES);
@@ -543,7 +637,12 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     let (ma, sa) = load_manifest(a)?;
     let (mb, sb) = load_manifest(b)?;
     if sa == sb {
-        crate::refuse!(Code::CampaignMismatch, "{} and {} hold the same manifest ({sa}): a campaign is not joined with itself", a.display(), b.display());
+        crate::refuse!(
+            Code::CampaignMismatch,
+            "{} and {} hold the same manifest ({sa}): a campaign is not joined with itself",
+            a.display(),
+            b.display()
+        );
     }
     if ma.campaign_id == mb.campaign_id {
         crate::refuse!(Code::CampaignMismatch, "both campaigns have id {}", ma.campaign_id);
@@ -562,7 +661,11 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     same("analysis policy", serde_json::to_value(&ma.spec.analysis)?, serde_json::to_value(&mb.spec.analysis)?)?;
     same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
     same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
-    same("frozen trace (trace_sha256)", serde_json::to_value(&ma.trace_sha256)?, serde_json::to_value(&mb.trace_sha256)?)?;
+    same(
+        "frozen trace (trace_sha256)",
+        serde_json::to_value(&ma.trace_sha256)?,
+        serde_json::to_value(&mb.trace_sha256)?,
+    )?;
     same(
         "truth (the job, its metric and its frozen inputs)",
         serde_json::json!([ma.spec.truth, ma.truth_inputs]),
@@ -617,7 +720,9 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
             for at in atts.iter() {
                 let mut at = at.clone();
                 // a run directory is a plain path inside its campaign: no `..`, no absolute path
-                if at.run_dir.is_empty() || !Path::new(&at.run_dir).components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+                if at.run_dir.is_empty()
+                    || !Path::new(&at.run_dir).components().all(|c| matches!(c, std::path::Component::Normal(_)))
+                {
                     crate::refuse!(
                         Code::BadStructure,
                         "{}: attempt {} names run directory {:?}, not a path inside the campaign",
@@ -661,7 +766,8 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
         std::fs::copy(b.join("manifest.json"), stage.join("sources").join("b.manifest.json"))?;
         if ma.trace_sha256.is_some() {
             // the one trace both froze (same digest): the joined campaign's jobs and checks read it
-            std::fs::copy(a.join(TRACE_FILE), stage.join(TRACE_FILE)).with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
+            std::fs::copy(a.join(TRACE_FILE), stage.join(TRACE_FILE))
+                .with_context(|| format!("copying {}", a.join(TRACE_FILE).display()))?;
         }
         if !ma.truth_inputs.is_empty() {
             // the same frozen inputs in both (same digests): the joined campaign's archive names them

@@ -55,8 +55,12 @@ pub fn select(dir: &Path, policy: SelectPolicy) -> Result<(Selection, Vec<String
     let mut missing = Vec::new();
     for c in &m.schedule {
         // an attempt made under another manifest is never this campaign's evidence
-        let ok: Vec<&AttemptRecord> =
-            attempts.iter().filter(|a| a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)).collect();
+        let ok: Vec<&AttemptRecord> = attempts
+            .iter()
+            .filter(|a| {
+                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)
+            })
+            .collect();
         // one that overlapped another attempt on its host only when there is no other (verify then says why it is
         // refused)
         let clean: Vec<&AttemptRecord> = ok.iter().copied().filter(|a| overlapping(a, &attempts).is_none()).collect();

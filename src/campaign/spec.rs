@@ -310,23 +310,31 @@ impl CampaignSpec {
 
     /// Whether `flag` appears in `workload.extra_args` or any configuration's `args`.
     fn extra_args_name(&self, flag: &str) -> bool {
-        self.workload.extra_args.iter().chain(self.configs.iter().flat_map(|c| c.args.iter())).any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        self.workload
+            .extra_args
+            .iter()
+            .chain(self.configs.iter().flat_map(|c| c.args.iter()))
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
     }
 
     /// Parse and validate a spec file; errors name the file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = limits::read_text_bounded(path, limits::MAX_SPEC_BYTES).map_err(|e| {
-            let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+            let missing = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+            });
             if missing {
                 refusal::refuse(Code::NoSuchInput, format!("campaign spec {}: no such file", path.display()))
             } else {
                 refusal::or_code(Code::BadSpec)(e.context(format!("reading campaign spec {}", path.display())))
             }
         })?;
-        let spec: CampaignSpec = toml::from_str(&text).map_err(|e| refusal::refuse(Code::BadSpec, format!("{}: {e}", path.display())))?;
+        let spec: CampaignSpec =
+            toml::from_str(&text).map_err(|e| refusal::refuse(Code::BadSpec, format!("{}: {e}", path.display())))?;
         let spec_dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if let Some(t) = &spec.truth {
-            t.validate(spec_dir, spec.launcher.kind == LauncherKind::Mpirun).map_err(|e| e.context(format!("{}: invalid campaign spec", path.display())))?;
+            t.validate(spec_dir, spec.launcher.kind == LauncherKind::Mpirun)
+                .map_err(|e| e.context(format!("{}: invalid campaign spec", path.display())))?;
         }
         spec.validate().map_err(|e| {
             if refusal::code_of(&e).is_some() {
@@ -365,12 +373,15 @@ impl CampaignSpec {
             }
             // POSIX.1-2017 §8.1: names of letters, digits and '_', not starting with a digit;
             // a value is a C string, so a NUL byte would cut it (exec fails for every cell)
-            if let Some(k) = c
-                .env
-                .keys()
-                .find(|k| !k.starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_') || !k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_'))
-            {
-                bail!("configs.{}.env: {k:?} is not an environment variable name (letters, digits and '_', not starting with a digit)", c.name);
+            if let Some(k) = c.env.keys().find(|k| {
+                !k.starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_')
+                    || !k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            }) {
+                bail!(
+                    "configs.{}.env: {k:?} is not an environment variable name (letters, digits and '_', not \
+                    starting with a digit)",
+                    c.name
+                );
             }
             if let Some(k) = c.env.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k) {
                 bail!("configs.{}.env.{k}: the value holds a NUL byte, which no environment can carry", c.name);
@@ -380,10 +391,17 @@ impl CampaignSpec {
         use crate::core::workload::Phase;
         let any_trace = self.workload.trace.is_some() || self.configs.iter().any(|c| c.trace.is_some());
         if any_trace && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
-            bail!("workload.trace is walked by replay, fill, overlap and the ablations; workload.phases {:?} has none of them", self.workload.phases);
+            bail!(
+                "workload.trace is walked by replay, fill, overlap and the ablations; workload.phases {:?} has none \
+                of them",
+                self.workload.phases
+            );
         }
         if any_trace && self.extra_args_name("--trace") {
-            bail!("workload.trace and a --trace in extra_args or a configuration's args: name the trace once, in workload.trace");
+            bail!(
+                "workload.trace and a --trace in extra_args or a configuration's args: name the trace once, in \
+                workload.trace"
+            );
         }
         units::parse_size_list(&self.workload.sizes).context("workload.sizes")?;
         if self.workload.tokens == 0 || self.workload.layers == 0 {
@@ -413,7 +431,9 @@ impl CampaignSpec {
                     let n = TraceCanary::config_name(v, c);
                     match self.configs.iter().find(|x| x.name == n) {
                         None => bail!("trace_canary: variant {v:?} under {c:?} needs a configuration named {n:?}"),
-                        Some(x) if x.trace.is_none() => bail!("trace_canary: configuration {n:?} names no trace of its own"),
+                        Some(x) if x.trace.is_none() => {
+                            bail!("trace_canary: configuration {n:?} names no trace of its own")
+                        }
                         Some(_) => {}
                     }
                 }
@@ -424,7 +444,13 @@ impl CampaignSpec {
                 KnownBad::Graded(g) => Some(&g.reference),
                 KnownBad::Name(_) => None,
             });
-            for n in c.aa.iter().flatten().map(String::as_str).chain(c.known_bad.iter().map(KnownBad::config)).chain(refs.map(String::as_str)) {
+            for n in
+                c.aa.iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .chain(c.known_bad.iter().map(KnownBad::config))
+                    .chain(refs.map(String::as_str))
+            {
                 if !self.configs.iter().any(|x| x.name == n) {
                     bail!("controls name {n:?}, which is not a configuration");
                 }
@@ -436,7 +462,8 @@ impl CampaignSpec {
                     }
                     if !(g.slowdown_pct.is_finite() && g.slowdown_pct > self.analysis.min_effect_pct) {
                         bail!(
-                            "controls.known_bad {:?}: slowdown_pct {} must exceed analysis.min_effect_pct {} (a smaller slowdown can never be decided)",
+                            "controls.known_bad {:?}: slowdown_pct {} must exceed analysis.min_effect_pct {} (a \
+                                smaller slowdown can never be decided)",
                             g.config,
                             g.slowdown_pct,
                             self.analysis.min_effect_pct
@@ -471,7 +498,8 @@ impl CampaignSpec {
         // what `analyze` would refuse after every cell ran (analysis::analyze)
         if self.analysis.tie_policy != TiePolicy::Interval {
             bail!(
-                "analysis.tie_policy = {:?}: a campaign's relations come from its intervals over rounds; plan it with tie_policy = \"interval\" (strict and iqr are for `compare` on summary tables)",
+                "analysis.tie_policy = {:?}: a campaign's relations come from its intervals over rounds; plan it with \
+                    tie_policy = \"interval\" (strict and iqr are for `compare` on summary tables)",
                 format!("{:?}", self.analysis.tie_policy).to_lowercase()
             );
         }
@@ -491,7 +519,8 @@ impl CampaignSpec {
         };
         if let Some(a) = self.launcher.args.iter().find(|a| own_count(a)) {
             bail!(
-                "launcher.args: {a:?} sets the launcher's rank count, which exec sets from ranks = {} (-n {}); remove it and set ranks",
+                "launcher.args: {a:?} sets the launcher's rank count, which exec sets from ranks = {} (-n {}); remove \
+                    it and set ranks",
                 self.ranks,
                 self.ranks
             );
@@ -511,8 +540,10 @@ impl CampaignSpec {
         if self.repetitions < MIN_ANALYZED_ROUNDS && !self.join_part {
             crate::refuse!(
                 Code::BadSpec,
-                "repetitions = {}: analyze needs at least {MIN_ANALYZED_ROUNDS} rounds (every interval is over rounds, with rounds - 1 degrees of freedom), \
-                 so this campaign could run but never be analyzed; plan repetitions >= {MIN_ANALYZED_ROUNDS}, or declare join_part = true for a \
+                "repetitions = {}: analyze needs at least {MIN_ANALYZED_ROUNDS} rounds (every interval is over rounds, \
+                    with rounds - 1 degrees of freedom), \
+                 so this campaign could run but never be analyzed; plan repetitions >= {MIN_ANALYZED_ROUNDS}, or \
+                     declare join_part = true for a \
                  part meant only for `campaign join`",
                 self.repetitions
             );
@@ -530,7 +561,9 @@ impl CampaignSpec {
                 );
             }
         }
-        for (what, v) in [("analysis.min_effect_pct", self.analysis.min_effect_pct), ("analysis.delta_pct", self.analysis.delta_pct)] {
+        for (what, v) in
+            [("analysis.min_effect_pct", self.analysis.min_effect_pct), ("analysis.delta_pct", self.analysis.delta_pct)]
+        {
             if !v.is_finite() || v > 1e6 {
                 crate::refuse!(Code::BadSpec, "{what} = {v}: must be a finite percentage (at most 1e6)");
             }
@@ -540,9 +573,17 @@ impl CampaignSpec {
             let argv = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c));
             let argv: Vec<String> = argv.collect();
             let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")))
+                refusal::refuse(
+                    Code::BadSpec,
+                    format!(
+                        "configs.{}: its rank arguments do not parse: {}",
+                        c.name,
+                        e.to_string().lines().next().unwrap_or("")
+                    ),
+                )
             })?;
-            crate::rank::check_ranges(&parsed).map_err(|e| refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
+            crate::rank::check_ranges(&parsed)
+                .map_err(|e| refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
             let backend = match parsed.backend {
                 crate::backend::BackendChoice::Cpu => "cpu",
                 crate::backend::BackendChoice::Cuda => "cuda",
@@ -551,7 +592,8 @@ impl CampaignSpec {
             if backend != self.backend {
                 crate::refuse!(
                     Code::BadSpec,
-                    "configs.{}: its arguments select --backend {backend} in a spec of backend = {:?}; set backend once, at the top",
+                    "configs.{}: its arguments select --backend {backend} in a spec of backend = {:?}; set backend \
+                        once, at the top",
                     c.name,
                     self.backend
                 );
@@ -559,13 +601,23 @@ impl CampaignSpec {
             if parsed.inject_repeat.is_some_and(|n| n > 1) && self.backend != "cpu" {
                 crate::refuse!(
                     Code::BadSpec,
-                    "configs.{}: --inject-repeat needs backend = \"cpu\" (the cuda backend times one NCCL call per recorded collective)",
+                    "configs.{}: --inject-repeat needs backend = \"cpu\" (the cuda backend times one NCCL call per \
+                        recorded collective)",
                     c.name
                 );
             }
             // a rank outside the job would be refused by every cell
-            let delayed = parsed.inject_delay.as_deref().map(DelayInjection::parse).transpose()?.map(|d| ("--inject-delay", d.rank));
-            let skewed = parsed.inject_clock.iter().map(|s| ClockInjection::parse(s).map(|c| ("--inject-clock", c.rank))).collect::<Result<Vec<_>>>()?;
+            let delayed = parsed
+                .inject_delay
+                .as_deref()
+                .map(DelayInjection::parse)
+                .transpose()?
+                .map(|d| ("--inject-delay", d.rank));
+            let skewed = parsed
+                .inject_clock
+                .iter()
+                .map(|s| ClockInjection::parse(s).map(|c| ("--inject-clock", c.rank)))
+                .collect::<Result<Vec<_>>>()?;
             if let Some((flag, r)) = delayed.into_iter().chain(skewed).find(|(_, r)| *r >= self.ranks) {
                 crate::refuse!(
                     Code::BadSpec,
@@ -594,18 +646,30 @@ impl CampaignSpec {
             _ => BackendKind::Cpu,
         };
         for c in &self.configs {
-            let mut argv: Vec<String> = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
+            let mut argv: Vec<String> =
+                std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
             if let Some(t) = c.trace.as_ref().or(self.workload.trace.as_ref()) {
                 // exec passes the frozen copy; only its presence matters before the launch
                 argv.extend(["--trace".into(), t.clone()]);
             }
             let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {}", c.name, e.to_string().lines().next().unwrap_or("")))
+                refusal::refuse(
+                    Code::BadSpec,
+                    format!(
+                        "configs.{}: its rank arguments do not parse: {}",
+                        c.name,
+                        e.to_string().lines().next().unwrap_or("")
+                    ),
+                )
             })?;
             crate::rank::check_before_launch(&parsed, backend, self.ranks).map_err(|e| {
                 refusal::refuse(
                     Code::BadSpec,
-                    format!("configs.{}: rank would refuse every cell of this configuration before MPI starts: {e:#}; nothing was run", c.name),
+                    format!(
+                        "configs.{}: rank would refuse every cell of this configuration before MPI starts: {e:#}; \
+                        nothing was run",
+                        c.name
+                    ),
                 )
             })?;
         }
@@ -653,7 +717,12 @@ impl RepoIdentity {
     /// Identity of the git checkout containing the current directory.
     pub fn current() -> Self {
         let git = |args: &[&str]| {
-            std::process::Command::new("git").args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            std::process::Command::new("git")
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         };
         let commit = git(&["rev-parse", "HEAD"]).map(|s| s.trim().to_string());
         let top = git(&["rev-parse", "--show-toplevel"]).map(|s| std::path::PathBuf::from(s.trim()));
@@ -732,7 +801,13 @@ pub fn schedule_items(items: &[(String, bool)], rounds: u32, seed: u64) -> Vec<C
         order.shuffle(&mut rng);
         for (i, (l, truth)) in order.into_iter().enumerate() {
             let suffix = if *truth { super::truth::TRUTH_CELL_SUFFIX } else { "" };
-            out.push(Cell { cell_id: format!("r{round:02}-{l}{suffix}"), round, position: i as u32 + 1, label: l.clone(), truth: *truth });
+            out.push(Cell {
+                cell_id: format!("r{round:02}-{l}{suffix}"),
+                round,
+                position: i as u32 + 1,
+                label: l.clone(),
+                truth: *truth,
+            });
         }
     }
     out
@@ -748,10 +823,13 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         idx.iter().enumerate().map(|(k, &i)| (format!("config-{:02}", k + 1), spec.configs[i].name.clone())).collect()
     });
     let label_of = |name: &str| match &blinding {
-        Some(m) => m.iter().find(|(_, n)| n.as_str() == name).map(|(l, _)| l.clone()).expect("every config is labelled"),
+        Some(m) => {
+            m.iter().find(|(_, n)| n.as_str() == name).map(|(l, _)| l.clone()).expect("every config is labelled")
+        }
         None => name.to_string(),
     };
-    let configs: Vec<LabelledConfig> = spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
+    let configs: Vec<LabelledConfig> =
+        spec.configs.iter().map(|c| LabelledConfig { label: label_of(&c.name), config: c.clone() }).collect();
     let labels: Vec<String> = configs.iter().map(|c| c.label.clone()).collect();
     // truth cells share the rounds and the shuffle with the proxy cells
     let proxies = !spec.truth.as_ref().is_some_and(|t| t.only);
@@ -759,7 +837,12 @@ pub fn plan(spec: CampaignSpec) -> (Manifest, Option<BTreeMap<String, String>>) 
         .iter()
         .filter(|_| proxies)
         .map(|l| (l.clone(), false))
-        .chain(configs.iter().filter(|c| spec.truth.as_ref().is_some_and(|t| t.runs_under(&c.config.name))).map(|c| (c.label.clone(), true)))
+        .chain(
+            configs
+                .iter()
+                .filter(|c| spec.truth.as_ref().is_some_and(|t| t.runs_under(&c.config.name)))
+                .map(|c| (c.label.clone(), true)),
+        )
         .collect();
     let schedule = schedule_items(&items, spec.repetitions, spec.seed);
     let campaign_id = format!("{}-{}", spec.name, run::new_run_id());
@@ -819,11 +902,13 @@ mod tests {
 
     #[test]
     fn truth_cells_share_the_rounds_and_the_shuffle() {
-        let items: Vec<(String, bool)> = ["a", "b"].iter().flat_map(|l| [(l.to_string(), false), (l.to_string(), true)]).collect();
+        let items: Vec<(String, bool)> =
+            ["a", "b"].iter().flat_map(|l| [(l.to_string(), false), (l.to_string(), true)]).collect();
         let s = schedule_items(&items, 4, 9);
         assert_eq!(s.len(), 16);
         for r in 1..=4 {
-            let mut round: Vec<&str> = s.iter().filter(|c| c.round == r).map(|c| c.cell_id.split_once('-').unwrap().1).collect();
+            let mut round: Vec<&str> =
+                s.iter().filter(|c| c.round == r).map(|c| c.cell_id.split_once('-').unwrap().1).collect();
             round.sort();
             assert_eq!(round, ["a", "a@truth", "b", "b@truth"], "every round runs every proxy and truth cell once");
         }
@@ -834,6 +919,9 @@ mod tests {
         let labels: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
         let plain: Vec<(String, bool)> = labels.iter().map(|l| (l.clone(), false)).collect();
         assert_eq!(schedule_items(&plain, 3, 42), schedule(&labels, 3, 42));
-        assert!(serde_json::to_string(&schedule(&labels, 1, 1)).unwrap().find("truth").is_none(), "no truth key in a proxy cell");
+        assert!(
+            serde_json::to_string(&schedule(&labels, 1, 1)).unwrap().find("truth").is_none(),
+            "no truth key in a proxy cell"
+        );
     }
 }

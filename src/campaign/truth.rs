@@ -194,48 +194,87 @@ impl TruthSpec {
     /// Everything `plan` can check before a job runs; `spec_dir` resolves inputs
     /// and a program named by a relative path.
     pub fn validate(&self, spec_dir: &Path, launcher_on_this_host: bool) -> Result<()> {
-        let Some(program) = self.command.first() else { return Err(bad_spec("truth.command", "is empty; name the job's program first")) };
+        let Some(program) = self.command.first() else {
+            return Err(bad_spec("truth.command", "is empty; name the job's program first"));
+        };
         if program.is_empty() || self.command.iter().any(|a| a.contains('\0')) {
             return Err(bad_spec("truth.command", "an empty program name or an argument holding a NUL byte"));
         }
         // the job runs on this host under mpirun or as it is; srun's nodes cannot be checked from here
-        if (launcher_on_this_host || self.launch == TruthLaunch::OwnLauncher) && find_program(program, spec_dir).is_none() {
+        if (launcher_on_this_host || self.launch == TruthLaunch::OwnLauncher)
+            && find_program(program, spec_dir).is_none()
+        {
             return Err(bad_spec(
                 "truth.command",
-                format!("program {program:?} is not found{} (install it, or name it by its path)", if program.contains('/') { "" } else { " on PATH" }),
+                format!(
+                    "program {program:?} is not found{} (install it, or name it by its path)",
+                    if program.contains('/') { "" } else { " on PATH" }
+                ),
             ));
         }
         if program.contains('/') && !Path::new(program).is_absolute() {
             return Err(bad_spec(
                 "truth.command",
-                format!("{program:?} is a relative path, and the job runs in its cell's own folder: name the program by an absolute path or on PATH"),
+                format!(
+                    "{program:?} is a relative path, and the job runs in its cell's own folder: name the program \
+                    by an absolute path or on PATH"
+                ),
             ));
         }
-        ranges::int("truth.timeout_s", self.timeout_s, 1, 604_800).map_err(|e| bad_spec("truth.timeout_s", format!("{e:#}")))?;
+        ranges::int("truth.timeout_s", self.timeout_s, 1, 604_800)
+            .map_err(|e| bad_spec("truth.timeout_s", format!("{e:#}")))?;
         match &self.metric {
             MetricSpec::Named(n) if n == "wall" => {}
             MetricSpec::Named(n) => {
                 return Err(bad_spec(
                     "truth.metric",
-                    format!("{n:?}: expected \"wall\", {{ regex = ..., unit = ..., better = ... }} or {{ json = ..., field = ..., unit = ..., better = ... }}"),
+                    format!(
+                        "{n:?}: expected \"wall\", {{ regex = ..., unit = ..., better = ... }} or \
+                        {{ json = ..., field = ..., unit = ..., better = ... }}"
+                    ),
                 ))
             }
             MetricSpec::Regex(r) => {
-                let re = regex::Regex::new(&r.regex).map_err(|e| bad_spec("truth.metric.regex", format!("{:?} does not compile: {e}", r.regex)))?;
+                let re = regex::Regex::new(&r.regex).map_err(|e| {
+                    bad_spec(
+                        "truth.metric.regex",
+                        format!(
+                            "{:?} does not \
+                    compile: {e}",
+                            r.regex
+                        ),
+                    )
+                })?;
                 if re.captures_len() > 2 {
                     return Err(bad_spec(
                         "truth.metric.regex",
-                        format!("{:?} has {} capture groups; use one (the number) or none", r.regex, re.captures_len() - 1),
+                        format!(
+                            "{:?} has {} capture groups; use one (the number) or \
+                            none",
+                            r.regex,
+                            re.captures_len() - 1
+                        ),
                     ));
                 }
                 if r.unit.trim().is_empty() {
-                    return Err(bad_spec("truth.metric.unit", "is empty; say what the number measures (s, ms, steps/s)"));
+                    return Err(bad_spec(
+                        "truth.metric.unit",
+                        "is empty; say what the number measures (s, ms, \
+                        steps/s)",
+                    ));
                 }
             }
             MetricSpec::Json(j) => {
                 let p = Path::new(&j.json);
                 if j.json.is_empty() || !p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-                    return Err(bad_spec("truth.metric.json", format!("{:?}: name a file inside the cell's folder (relative, no '..')", j.json)));
+                    return Err(bad_spec(
+                        "truth.metric.json",
+                        format!(
+                            "{:?}: name a file inside the cell's folder \
+                        (relative, no '..')",
+                            j.json
+                        ),
+                    ));
                 }
                 if j.field.is_empty() || j.field.split('.').any(str::is_empty) {
                     return Err(bad_spec("truth.metric.field", format!("{:?}: a dotted path such as a.b.0", j.field)));
@@ -249,7 +288,10 @@ impl TruthSpec {
         for i in &self.inputs {
             let name = input_name(i).ok_or_else(|| bad_spec("truth.inputs", format!("{i:?} names no file")))?;
             if !names.insert(name.to_string()) {
-                return Err(bad_spec("truth.inputs", format!("two inputs are named {name:?}; each is copied into the cell's folder under its own name")));
+                return Err(bad_spec(
+                    "truth.inputs",
+                    format!("two inputs are named {name:?}; each is copied into the cell's folder under its own name"),
+                ));
             }
             let src = spec_dir.join(i);
             if !std::fs::metadata(&src).is_ok_and(|m| m.is_file()) {
@@ -271,7 +313,8 @@ pub(crate) fn read_inputs(t: &TruthSpec, spec_dir: &Path) -> Result<Vec<(String,
         .iter()
         .map(|i| {
             let src = spec_dir.join(i);
-            let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).map_err(|e| bad_spec("truth.inputs", format!("{}: {e:#}", src.display())))?;
+            let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES)
+                .map_err(|e| bad_spec("truth.inputs", format!("{}: {e:#}", src.display())))?;
             let sha = sha256_hex(&bytes);
             Ok((input_name(i).expect("validated").to_string(), bytes, sha))
         })
@@ -389,7 +432,8 @@ pub fn read_metric(
             Vec::new(),
         )),
         MetricSpec::Regex(r) => {
-            let re = regex::Regex::new(&r.regex).map_err(|e| format!("metric: regex {:?} does not compile: {e}", r.regex))?;
+            let re = regex::Regex::new(&r.regex)
+                .map_err(|e| format!("metric: regex {:?} does not compile: {e}", r.regex))?;
             let text = String::from_utf8_lossy(match r.stream {
                 Stream::Stdout => stdout,
                 Stream::Stderr => stderr,
@@ -399,7 +443,8 @@ pub fn read_metric(
             for c in re.captures_iter(&text) {
                 let whole = c.get(0).expect("group 0");
                 let got = c.get(1).unwrap_or(whole).as_str();
-                let v = parse_number(got).ok_or_else(|| format!("metric: /{}/ matched {:?}, which is not a number", r.regex, got))?;
+                let v = parse_number(got)
+                    .ok_or_else(|| format!("metric: /{}/ matched {:?}, which is not a number", r.regex, got))?;
                 values.push(v);
                 if raw.len() < RAW_MAX_BYTES {
                     if !raw.is_empty() {
@@ -409,7 +454,14 @@ pub fn read_metric(
                 }
             }
             let value = match (r.pick, values.first(), values.last()) {
-                (_, None, _) => return Err(format!("metric: /{}/ matched nothing in {} ({} bytes)", r.regex, stream_name(r.stream), text.len())),
+                (_, None, _) => {
+                    return Err(format!(
+                        "metric: /{}/ matched nothing in {} ({} bytes)",
+                        r.regex,
+                        stream_name(r.stream),
+                        text.len()
+                    ))
+                }
                 (Pick::First, Some(v), _) => *v,
                 (Pick::Last, _, Some(v)) => *v,
                 (Pick::Sum, _, _) => values.iter().sum(),
@@ -417,12 +469,24 @@ pub fn read_metric(
             };
             raw.truncate(RAW_MAX_BYTES);
             let value = positive(value, &raw)?;
-            Ok((MetricReading { source: stream_name(r.stream).into(), raw, matches: values.len(), value, unit: r.unit.clone(), better: r.better }, Vec::new()))
+            Ok((
+                MetricReading {
+                    source: stream_name(r.stream).into(),
+                    raw,
+                    matches: values.len(),
+                    value,
+                    unit: r.unit.clone(),
+                    better: r.better,
+                },
+                Vec::new(),
+            ))
         }
         MetricSpec::Json(j) => {
             let p = cell_dir.join(&j.json);
-            let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES).map_err(|e| format!("metric: {}: {e:#}", j.json))?;
-            let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("metric: {} is not JSON: {e}", j.json))?;
+            let bytes =
+                limits::read_bounded(&p, limits::MAX_JSON_BYTES).map_err(|e| format!("metric: {}: {e:#}", j.json))?;
+            let doc: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|e| format!("metric: {} is not JSON: {e}", j.json))?;
             let mut at = &doc;
             for key in j.field.split('.') {
                 let next = match at {
@@ -459,11 +523,16 @@ pub(crate) fn recorded_env(config_env: &BTreeMap<String, String>) -> Vec<(String
 }
 
 /// Copy the frozen inputs into a truth cell's folder, each checked against its digest.
-pub(crate) fn place_inputs(campaign: &Path, frozen: &BTreeMap<String, String>, cell_dir: &Path) -> Result<Vec<(String, String)>> {
+pub(crate) fn place_inputs(
+    campaign: &Path,
+    frozen: &BTreeMap<String, String>,
+    cell_dir: &Path,
+) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (name, want) in frozen {
         let src = campaign.join(TRUTH_INPUTS_DIR).join(name);
-        let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("the frozen truth input {}", src.display()))?;
+        let bytes = limits::read_bounded(&src, limits::MAX_TEXT_TABLE_BYTES)
+            .with_context(|| format!("the frozen truth input {}", src.display()))?;
         let got = sha256_hex(&bytes);
         if &got != want {
             crate::refuse!(Code::Stale, "stale: {} hashes to {got}, the manifest froze {want}", src.display());
@@ -501,14 +570,19 @@ pub(crate) fn check_record(
     config_env: &BTreeMap<String, String>,
 ) -> std::result::Result<TruthRecord, (Code, String)> {
     let p = campaign.join(run_dir).join(TRUTH_FILE);
-    let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES).map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", p.display())))?;
+    let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)
+        .map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", p.display())))?;
     let got = sha256_hex(&bytes);
     if got != want_sha256 {
         return Err((Code::Stale, format!("stale: {} hashes to {got}, recorded {want_sha256}", p.display())));
     }
-    let r: TruthRecord = serde_json::from_slice(&bytes).map_err(|e| (Code::BadFormat, format!("{}: not a truth record: {e}", p.display())))?;
+    let r: TruthRecord = serde_json::from_slice(&bytes)
+        .map_err(|e| (Code::BadFormat, format!("{}: not a truth record: {e}", p.display())))?;
     if r.format_version != TRUTH_RECORD_FORMAT_VERSION {
-        return Err((Code::UnsupportedVersion, format!("{}: format {} (this build reads {TRUTH_RECORD_FORMAT_VERSION})", p.display(), r.format_version)));
+        return Err((
+            Code::UnsupportedVersion,
+            format!("{}: format {} (this build reads {TRUTH_RECORD_FORMAT_VERSION})", p.display(), r.format_version),
+        ));
     }
     let contra = |why: String| (Code::IdentityContradiction, format!("{}: {why}", p.display()));
     // ids and rounds are renumbered by `campaign join`; the label, the command and the
@@ -517,7 +591,10 @@ pub(crate) fn check_record(
         return Err(contra(format!("names label {}, the attempt log says {}", r.label, attempt.label)));
     }
     if r.argv != attempt.argv || !r.argv.ends_with(&truth.command) {
-        return Err(contra(format!("ran {:?}; the attempt log and the manifest's truth.command say otherwise", r.argv)));
+        return Err(contra(format!(
+            "ran {:?}; the attempt log and the manifest's truth.command say otherwise",
+            r.argv
+        )));
     }
     if &r.config_env != config_env {
         return Err(contra(format!("ran under {:?}, the configuration sets {:?}", r.config_env, config_env)));
@@ -528,7 +605,8 @@ pub(crate) fn check_record(
     let logs = campaign.join("attempts");
     let read_log = |ext: &str, want: &str| -> std::result::Result<Vec<u8>, (Code, String)> {
         let lp = logs.join(format!("{}.{ext}", attempt.attempt_id));
-        let b = limits::read_bounded(&lp, limits::MAX_ATTEMPTS_LOG_BYTES).map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", lp.display())))?;
+        let b = limits::read_bounded(&lp, limits::MAX_ATTEMPTS_LOG_BYTES)
+            .map_err(|e| (Code::NoSuchInput, format!("{}: {e:#}", lp.display())))?;
         if sha256_hex(&b) != want {
             return Err((Code::Stale, format!("stale: {} does not hash to the recorded {want}", lp.display())));
         }
@@ -540,19 +618,38 @@ pub(crate) fn check_record(
     for (name, sha) in &r.metric_files {
         match sha256_file(&cell_dir.join(name)) {
             Ok(d) if &d == sha => {}
-            _ => return Err((Code::Stale, format!("stale: the metric file {} no longer hashes to {sha}", cell_dir.join(name).display()))),
+            _ => {
+                return Err((
+                    Code::Stale,
+                    format!("stale: the metric file {} no longer hashes to {sha}", cell_dir.join(name).display()),
+                ))
+            }
         }
     }
-    let Some(m) = &r.metric else { return Err((Code::FailedAttempt, format!("{}: no metric: {}", p.display(), r.failure.clone().unwrap_or_default()))) };
+    let Some(m) = &r.metric else {
+        return Err((
+            Code::FailedAttempt,
+            format!("{}: no metric: {}", p.display(), r.failure.clone().unwrap_or_default()),
+        ));
+    };
     let (again, _) = read_metric(&truth.metric, r.wall_s, &stdout, &stderr, &cell_dir)
         .map_err(|e| (Code::IdentityContradiction, format!("{}: read again, {e}", p.display())))?;
     if again.value.to_bits() != m.value.to_bits() || again.unit != m.unit || again.better != m.better {
-        return Err(contra(format!("records {} {}, its kept output reads {} {}", m.value, m.unit, again.value, again.unit)));
+        return Err(contra(format!(
+            "records {} {}, its kept output reads {} {}",
+            m.value, m.unit, again.value, again.unit
+        )));
     }
     if r.exit_code != Some(0) || r.timed_out || r.failure.is_some() {
         return Err((
             Code::FailedAttempt,
-            format!("{}: exit {:?}, timed out {}, {}", p.display(), r.exit_code, r.timed_out, r.failure.clone().unwrap_or_default()),
+            format!(
+                "{}: exit {:?}, timed out {}, {}",
+                p.display(),
+                r.exit_code,
+                r.timed_out,
+                r.failure.clone().unwrap_or_default()
+            ),
         ));
     }
     Ok(r)

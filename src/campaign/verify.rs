@@ -37,17 +37,23 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &Join
     if !sp.exists() {
         crate::refuse!(Code::NoSuchInput, "reading {} (run `campaign select` first): no such file", sp.display());
     }
-    let sel: Selection =
-        serde_json::from_slice(&limits::read_bounded(&sp, limits::MAX_JSON_BYTES)?).with_context(|| format!("{}: not a selection", sp.display()))?;
+    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sp, limits::MAX_JSON_BYTES)?)
+        .with_context(|| format!("{}: not a selection", sp.display()))?;
     let attempts = read_attempts(dir)?;
     let accepted = accepted_manifests(dir, &m, &sha)?;
     let mut refusals: Vec<(String, String)> = Vec::new();
     if sel.manifest_sha256 != sha {
-        refusals.push(("(selection)".into(), coded(Code::StaleManifest, format!("selection was made for manifest {}, not {sha}", sel.manifest_sha256))));
+        refusals.push((
+            "(selection)".into(),
+            coded(Code::StaleManifest, format!("selection was made for manifest {}, not {sha}", sel.manifest_sha256)),
+        ));
     }
     for e in &sel.entries {
         if !m.schedule.iter().any(|c| c.cell_id == e.cell_id) {
-            refusals.push((e.cell_id.clone(), coded(Code::UnexpectedCell, "unexpected: the manifest has no such cell".into())));
+            refusals.push((
+                e.cell_id.clone(),
+                coded(Code::UnexpectedCell, "unexpected: the manifest has no such cell".into()),
+            ));
         }
     }
     let mut passed: Vec<(String, String, Option<String>)> = Vec::new();
@@ -80,7 +86,9 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &Join
     let picked: Vec<_> = picked.into_iter().filter(|(c, _)| !c.truth).collect();
     let threads = par::available().min(MAX_CELLS_AT_ONCE);
     for chunk in picked.chunks(threads) {
-        let checked = par::map(chunk, threads, &|(c, e)| e.as_ref().map_err(Clone::clone).and_then(|e| check_cell(dir, &m, &accepted, c, e, &attempts)));
+        let checked = par::map(chunk, threads, &|(c, e)| {
+            e.as_ref().map_err(Clone::clone).and_then(|e| check_cell(dir, &m, &accepted, c, e, &attempts))
+        });
         for ((c, e), result) in chunk.iter().zip(checked) {
             match result {
                 Ok((walked, hw, joined)) => {
@@ -94,14 +102,24 @@ pub fn verify_visiting(dir: &Path, visit: &mut dyn FnMut(&Cell, &Selected, &Join
     }
     // configurations are ranked on one workload: every cell walked the same
     // unfrozen trace file, or every cell none
-    let mut refused: Vec<(String, String)> =
-        other_trace_files(&passed).into_iter().map(|(cell, why)| (cell, coded(Code::IdentityContradiction, why))).collect();
+    let mut refused: Vec<(String, String)> = other_trace_files(&passed)
+        .into_iter()
+        .map(|(cell, why)| (cell, coded(Code::IdentityContradiction, why)))
+        .collect();
     // and on one kind of hardware: every cell recorded what most cells did on the contract's fields
-    refused.extend(m.hardware.disagreeing(&hardware).into_iter().map(|(cell, why)| (cell, coded(Code::HardwareContract, why))));
+    refused.extend(
+        m.hardware.disagreeing(&hardware).into_iter().map(|(cell, why)| (cell, coded(Code::HardwareContract, why))),
+    );
     let refused_cells: std::collections::BTreeSet<&str> = refused.iter().map(|(c, _)| c.as_str()).collect();
     let ok = passed.len() - refused_cells.len() + truth_ok;
     refusals.extend(refused);
-    Ok(Verdict { complete: refusals.is_empty(), manifest_sha256: sha, cells_expected: m.schedule.len(), cells_ok: ok, refusals })
+    Ok(Verdict {
+        complete: refusals.is_empty(),
+        manifest_sha256: sha,
+        cells_expected: m.schedule.len(),
+        cells_ok: ok,
+        refusals,
+    })
 }
 
 /// Where a phase that walks a trace walked another than the manifest froze
@@ -115,7 +133,10 @@ fn walked_another_trace(shards: &[Shard], frozen_sha256: Option<&str>) -> Option
                 _ => None,
             };
             if p.trace.is_some() && got != frozen_sha256 {
-                return Some(format!("rank {} phase {} walked trace {:?}; the manifest froze {:?}", sh.header.rank, p.phase, got, frozen_sha256));
+                return Some(format!(
+                    "rank {} phase {} walked trace {:?}; the manifest froze {:?}",
+                    sh.header.rank, p.phase, got, frozen_sha256
+                ));
             }
         }
     }
@@ -133,41 +154,84 @@ fn coded(code: Code, message: String) -> String {
 /// The checks every selected attempt passes, a proxy's or a truth cell's: it
 /// is recorded, under an accepted manifest, succeeded, overlapped nothing,
 /// and the selection entry is its record's.
-fn check_attempt<'a>(accepted: &[String], c: &Cell, e: &Selected, attempts: &'a [AttemptRecord]) -> std::result::Result<&'a AttemptRecord, String> {
+fn check_attempt<'a>(
+    accepted: &[String],
+    c: &Cell,
+    e: &Selected,
+    attempts: &'a [AttemptRecord],
+) -> std::result::Result<&'a AttemptRecord, String> {
     let a = attempts
         .iter()
         .find(|a| a.attempt_id == e.attempt_id)
         .ok_or_else(|| coded(Code::SelectionMismatch, format!("selected attempt {} has no record", e.attempt_id)))?;
     let stale = |what: String| coded(Code::StaleManifest, what);
     if !accepted.contains(&a.manifest_sha256) {
-        return Err(stale(format!("attempt {} ran under manifest {}, not this campaign's manifest {}", a.attempt_id, a.manifest_sha256, accepted[0])));
+        return Err(stale(format!(
+            "attempt {} ran under manifest {}, not this campaign's manifest {}",
+            a.attempt_id, a.manifest_sha256, accepted[0]
+        )));
     }
     if a.status != AttemptStatus::Succeeded {
-        return Err(coded(Code::FailedAttempt, format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default())));
+        return Err(coded(
+            Code::FailedAttempt,
+            format!("selected attempt {} failed: {}", a.attempt_id, a.failure.clone().unwrap_or_default()),
+        ));
     }
     if let Some((b, host)) = overlapping(a, attempts) {
         return Err(coded(
             Code::OverlappingAttempts,
             format!(
-                "attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host ({host}): their timings contaminate each other",
-                a.attempt_id, a.started_unix_ms, a.finished_unix_ms, b.attempt_id, b.started_unix_ms, b.finished_unix_ms
+                "attempt {} ({}..{} ms) overlapped attempt {} ({}..{} ms) on the same host ({host}): their timings \
+                    contaminate each other",
+                a.attempt_id,
+                a.started_unix_ms,
+                a.finished_unix_ms,
+                b.attempt_id,
+                b.started_unix_ms,
+                b.finished_unix_ms
             ),
         ));
     }
-    if a.cell_id != c.cell_id || a.run_dir != e.run_dir || a.shards != e.shards || a.run_json_sha256.as_deref() != Some(e.run_json_sha256.as_str()) {
-        return Err(coded(Code::SelectionMismatch, format!("selection entry disagrees with attempt record {}", a.attempt_id)));
+    if a.cell_id != c.cell_id
+        || a.run_dir != e.run_dir
+        || a.shards != e.shards
+        || a.run_json_sha256.as_deref() != Some(e.run_json_sha256.as_str())
+    {
+        return Err(coded(
+            Code::SelectionMismatch,
+            format!("selection entry disagrees with attempt record {}", a.attempt_id),
+        ));
     }
     Ok(a)
 }
 
 /// A truth cell: its attempt, and its record read again against what the job
 /// printed and the manifest's truth command and configuration.
-fn check_truth_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: &Selected, attempts: &[AttemptRecord]) -> std::result::Result<(), String> {
+fn check_truth_cell(
+    dir: &Path,
+    m: &Manifest,
+    accepted: &[String],
+    c: &Cell,
+    e: &Selected,
+    attempts: &[AttemptRecord],
+) -> std::result::Result<(), String> {
     let a = check_attempt(accepted, c, e, attempts)?;
-    let t = m.spec.truth.as_ref().ok_or_else(|| coded(Code::UnexpectedCell, "a truth cell in a manifest without [truth]".into()))?;
-    let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;
+    let t = m
+        .spec
+        .truth
+        .as_ref()
+        .ok_or_else(|| coded(Code::UnexpectedCell, "a truth cell in a manifest without [truth]".into()))?;
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|x| x.label == c.label)
+        .ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?
+        .config;
     if !e.shards.is_empty() {
-        return Err(coded(Code::IdentityContradiction, format!("truth attempt {} lists {} shard(s); a truth cell writes none", a.attempt_id, e.shards.len())));
+        return Err(coded(
+            Code::IdentityContradiction,
+            format!("truth attempt {} lists {} shard(s); a truth cell writes none", a.attempt_id, e.shards.len()),
+        ));
     }
     let facts = super::truth::AttemptFacts {
         attempt_id: &a.attempt_id,
@@ -176,7 +240,9 @@ fn check_truth_cell(dir: &Path, m: &Manifest, accepted: &[String], c: &Cell, e: 
         stdout_sha256: &a.stdout_sha256,
         stderr_sha256: &a.stderr_sha256,
     };
-    super::truth::check_record(dir, &e.run_dir, &e.run_json_sha256, &facts, t, &cfg.env).map(|_| ()).map_err(|(code, why)| coded(code, why))
+    super::truth::check_record(dir, &e.run_dir, &e.run_json_sha256, &facts, t, &cfg.env)
+        .map(|_| ())
+        .map_err(|(code, why)| coded(code, why))
 }
 
 /// One cell's refusal, if any; else the digest of the joined-trace file its
@@ -196,15 +262,27 @@ fn check_cell(
     let rj = run.join(run::RUN_FILE);
     match sha256_file(&rj) {
         Ok(d) if d == e.run_json_sha256 => {}
-        Ok(d) => return Err(coded(Code::Stale, format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256))),
+        Ok(d) => {
+            return Err(coded(
+                Code::Stale,
+                format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256),
+            ))
+        }
         Err(_) => return Err(coded(Code::NoSuchInput, format!("{} is missing", rj.display()))),
     }
     for s in &e.shards {
         let p = run.join(&s.file);
         match sha256_file(&p) {
             Ok(d) if d == s.sha256 => {}
-            Ok(d) => return Err(coded(Code::Stale, format!("stale: rank {} shard {} hashes to {d}, recorded {}", s.rank, p.display(), s.sha256))),
-            Err(_) => return Err(coded(Code::MissingRank, format!("rank {} shard {} is missing", s.rank, p.display()))),
+            Ok(d) => {
+                return Err(coded(
+                    Code::Stale,
+                    format!("stale: rank {} shard {} hashes to {d}, recorded {}", s.rank, p.display(), s.sha256),
+                ))
+            }
+            Err(_) => {
+                return Err(coded(Code::MissingRank, format!("rank {} shard {} is missing", s.rank, p.display())))
+            }
         }
     }
     let joined = join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
@@ -212,30 +290,49 @@ fn check_cell(
     joined.refuse_synthetic("campaign verify").map_err(|e| format!("{e:#}"))?;
     // identity contradictions
     let want_backend = &m.spec.backend;
-    let cfg = &m.configs.iter().find(|x| x.label == c.label).ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config;
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|x| x.label == c.label)
+        .ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?
+        .config;
     let w = &joined.run.workload;
-    let want_phases = workload::parse_phases(&m.spec.workload.phases).map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
-    let ran = [("tokens", w.tokens, m.spec.workload.tokens), ("layers", w.layers, m.spec.workload.layers), ("iters", w.iters, m.spec.workload.iters)];
+    let want_phases = workload::parse_phases(&m.spec.workload.phases)
+        .map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
+    let ran = [
+        ("tokens", w.tokens, m.spec.workload.tokens),
+        ("layers", w.layers, m.spec.workload.layers),
+        ("iters", w.iters, m.spec.workload.iters),
+    ];
     for (what, got, want) in ran {
         if got != want {
             return Err(stale(format!("run {} ran {what} = {got}, the manifest says {want}", joined.run.run_id)));
         }
     }
     if w.phases != want_phases {
-        return Err(stale(format!("run {} ran phases {:?}, the manifest says {}", joined.run.run_id, w.phases, m.spec.workload.phases)));
+        return Err(stale(format!(
+            "run {} ran phases {:?}, the manifest says {}",
+            joined.run.run_id, w.phases, m.spec.workload.phases
+        )));
     }
     if let Some(why) = walked_another_trace(&joined.shards, m.frozen_trace(&cfg.name).map(|t| t.1).as_deref()) {
         return Err(coded(Code::IdentityContradiction, why));
     }
     let file_trace = file_trace_walked(&joined.shards).map_err(|why| coded(Code::IdentityContradiction, why))?;
     if joined.run.world_size != m.spec.ranks {
-        return Err(coded(Code::IdentityContradiction, format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks)));
+        return Err(coded(
+            Code::IdentityContradiction,
+            format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks),
+        ));
     }
     for sh in &joined.shards {
         let h = &sh.header;
         let got = serde_json::to_value(h.backend).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         if &got != want_backend {
-            return Err(coded(Code::IdentityContradiction, format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank)));
+            return Err(coded(
+                Code::IdentityContradiction,
+                format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank),
+            ));
         }
         for (k, v) in &cfg.env {
             let recorded = identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
@@ -250,7 +347,10 @@ fn check_cell(
             let mapped = h.device.facts.iter().find(|f| f.0 == "nccl_mapped_path").map(|f| f.1.clone());
             let want = std::fs::canonicalize(lib).map(|p| p.display().to_string()).unwrap_or_else(|_| lib.clone());
             if mapped.as_deref() != Some(want.as_str()) {
-                return Err(coded(Code::IdentityContradiction, format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped)));
+                return Err(coded(
+                    Code::IdentityContradiction,
+                    format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped),
+                ));
             }
         }
     }
@@ -311,7 +411,10 @@ fn file_trace_walked(shards: &[Shard]) -> std::result::Result<Option<String>, St
                 match seen {
                     None => seen = Some((sha256, sh.header.rank, p.phase)),
                     Some((first, r, ph)) if first != sha256 => {
-                        return Err(format!("rank {} phase {} walked trace file {sha256}, rank {r} phase {ph} walked {first}", sh.header.rank, p.phase));
+                        return Err(format!(
+                            "rank {} phase {} walked trace file {sha256}, rank {r} phase {ph} walked {first}",
+                            sh.header.rank, p.phase
+                        ));
                     }
                     Some(_) => {}
                 }
@@ -342,11 +445,24 @@ mod tests {
         };
         assert_eq!(walked_another_trace(&phase(imported("aa")), Some("aa")), None);
         let why = walked_another_trace(&phase(imported("bb")), Some("aa")).expect("another digest is refused");
-        assert!(why.contains("rank 0 phase replay walked trace Some(\"bb\")") && why.contains("froze Some(\"aa\")"), "{why}");
-        assert!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), Some("aa")).is_some(), "its own blocking phase instead of the frozen trace");
-        assert!(walked_another_trace(&phase(imported("aa")), None).is_some(), "an imported trace the manifest did not freeze");
+        assert!(
+            why.contains("rank 0 phase replay walked trace Some(\"bb\")") && why.contains("froze Some(\"aa\")"),
+            "{why}"
+        );
+        assert!(
+            walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), Some("aa")).is_some(),
+            "its own blocking phase instead of the frozen trace"
+        );
+        assert!(
+            walked_another_trace(&phase(imported("aa")), None).is_some(),
+            "an imported trace the manifest did not freeze"
+        );
         assert_eq!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), None), None);
-        assert_eq!(walked_another_trace(&phase(serde_json::Value::Null), Some("aa")), None, "phases without a trace are not concerned");
+        assert_eq!(
+            walked_another_trace(&phase(serde_json::Value::Null), Some("aa")),
+            None,
+            "phases without a trace are not concerned"
+        );
     }
 
     #[test]
@@ -366,10 +482,16 @@ mod tests {
         };
         let file = |sha: &str| serde_json::json!({"File": {"path": "t.jsonl", "sha256": sha, "source_rank": 0}});
         let blocking = serde_json::json!("ThisRunBlocking");
-        assert_eq!(file_trace_walked(&[shard(0, &[file("aa"), file("aa")]), shard(1, &[file("aa")])]), Ok(Some("aa".into())));
+        assert_eq!(
+            file_trace_walked(&[shard(0, &[file("aa"), file("aa")]), shard(1, &[file("aa")])]),
+            Ok(Some("aa".into()))
+        );
         assert_eq!(file_trace_walked(&[shard(0, &[blocking.clone(), serde_json::Value::Null])]), Ok(None));
         let why = file_trace_walked(&[shard(0, &[file("aa")]), shard(1, &[file("bb")])]).unwrap_err();
-        assert!(why.contains("rank 1 phase replay walked trace file bb") && why.contains("rank 0 phase replay walked aa"), "{why}");
+        assert!(
+            why.contains("rank 1 phase replay walked trace file bb") && why.contains("rank 0 phase replay walked aa"),
+            "{why}"
+        );
         assert!(file_trace_walked(&[shard(0, &[file("aa"), file("bb")])]).is_err(), "two phases of one rank");
     }
 
@@ -378,16 +500,22 @@ mod tests {
         let cell = |id: &str, label: &str, d: Option<&str>| (id.to_string(), label.to_string(), d.map(String::from));
         assert!(other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r1-b", "b", Some("x"))]).is_empty());
         assert!(other_trace_files(&[cell("r1-a", "a", None), cell("r1-b", "b", None)]).is_empty());
-        let refused = other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r2-a", "a", Some("x")), cell("r1-b", "b", Some("y"))]);
+        let refused = other_trace_files(&[
+            cell("r1-a", "a", Some("x")),
+            cell("r2-a", "a", Some("x")),
+            cell("r1-b", "b", Some("y")),
+        ]);
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].0, "r1-b");
         assert!(
-            refused[0].1.contains("walked trace file y, most cells walked trace file x") && refused[0].1.contains("a: trace file x; b: trace file y"),
+            refused[0].1.contains("walked trace file y, most cells walked trace file x")
+                && refused[0].1.contains("a: trace file x; b: trace file y"),
             "{}",
             refused[0].1
         );
         // a configuration replaying its own blocking phase against others walking a file
-        let refused = other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r1-c", "c", None), cell("r1-b", "b", Some("x"))]);
+        let refused =
+            other_trace_files(&[cell("r1-a", "a", Some("x")), cell("r1-c", "c", None), cell("r1-b", "b", Some("x"))]);
         assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), vec!["r1-c"]);
         assert!(refused[0].1.contains("walked no trace file"), "{}", refused[0].1);
         // a tie: the first group stands

@@ -75,7 +75,14 @@ impl Method {
     }
     /// Whether this is a deliberately simple sample a canary must beat.
     pub fn is_baseline(self) -> bool {
-        matches!(self, Method::RandomSample | Method::FrequencySample | Method::ClusterSample | Method::StratifiedGapSample | Method::HeadSample)
+        matches!(
+            self,
+            Method::RandomSample
+                | Method::FrequencySample
+                | Method::ClusterSample
+                | Method::StratifiedGapSample
+                | Method::HeadSample
+        )
     }
 }
 
@@ -348,7 +355,8 @@ impl LeftOutP2p {
     /// The one-line statement `canary compile` and `canary verify` print.
     pub fn line(&self) -> String {
         format!(
-            "left out: point-to-point: {} operations, {} bytes sent over all ranks ({} per rank at most) are not replayed by the canary: {}",
+            "left out: point-to-point: {} operations, {} bytes sent over all ranks ({} per rank at most) are not \
+                replayed by the canary: {}",
             self.operations_per_rank.iter().sum::<u64>(),
             self.bytes_sent_per_rank.iter().sum::<u64>(),
             self.operations_per_rank.iter().max().copied().unwrap_or(0),
@@ -428,7 +436,13 @@ impl Shape {
 
 /// Collectives `nodes` expand to, `None` past `max` (or on overflow); loops
 /// nested deeper than `depth_left` are refused the same way.
-fn expanded_checked(nodes: &[Node], main: Option<(usize, u64)>, nslots: usize, max: u64, depth_left: u32) -> Result<Option<u64>> {
+fn expanded_checked(
+    nodes: &[Node],
+    main: Option<(usize, u64)>,
+    nslots: usize,
+    max: u64,
+    depth_left: u32,
+) -> Result<Option<u64>> {
     let mut total = 0u64;
     for (i, n) in nodes.iter().enumerate() {
         let add = match n {
@@ -474,7 +488,11 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         crate::refuse!(Code::BadStructure, "source.world_size is {world}, outside 1..={}", limits::MAX_WORLD_SIZE);
     }
     if c.source.collectives_per_rank.len() as u64 != world {
-        crate::refuse!(Code::BadStructure, "source.collectives_per_rank lists {} ranks, source.world_size is {world}", c.source.collectives_per_rank.len());
+        crate::refuse!(
+            Code::BadStructure,
+            "source.collectives_per_rank lists {} ranks, source.world_size is {world}",
+            c.source.collectives_per_rank.len()
+        );
     }
     let source_events = c.source.collectives_per_rank.iter().try_fold(0u64, |a, &b| a.checked_add(b));
     if source_events != Some(c.sizes.source_events) {
@@ -492,16 +510,31 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         }
         for (ri, rs) in slot.ranks.iter().enumerate() {
             if rs.rank != ranks0[ri] {
-                crate::refuse!(Code::BadStructure, "slot {si} place {ri} is rank {}, slot 0 has rank {} there", rs.rank, ranks0[ri]);
+                crate::refuse!(
+                    Code::BadStructure,
+                    "slot {si} place {ri} is rank {}, slot 0 has rank {} there",
+                    rs.rank,
+                    ranks0[ri]
+                );
             }
             if rs.identity as usize >= c.identities.len() {
-                crate::refuse!(Code::BadStructure, "slot {si} rank {} names identity {}; the artifact has {}", rs.rank, rs.identity, c.identities.len());
+                crate::refuse!(
+                    Code::BadStructure,
+                    "slot {si} rank {} names identity {}; the artifact has {}",
+                    rs.rank,
+                    rs.identity,
+                    c.identities.len()
+                );
             }
             for (field, v) in [("gap_ns", &rs.gap_ns), ("compute_ns", &rs.compute_ns), ("span_ns", &rs.span_ns)] {
                 if let Values::Histogram(h) = v {
                     let n = h.buckets.iter().try_fold(0u64, |a, b| a.checked_add(b.1));
                     if n.is_none() || h.buckets.windows(2).any(|w| w[0].0 >= w[1].0) {
-                        crate::refuse!(Code::BadStructure, "slot {si} rank {} {field}: histogram buckets out of order or counts past 2^64", rs.rank);
+                        crate::refuse!(
+                            Code::BadStructure,
+                            "slot {si} rank {} {field}: histogram buckets out of order or counts past 2^64",
+                            rs.rank
+                        );
                     }
                 }
             }
@@ -523,10 +556,18 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         Some([m]) => match c.body.get(*m as usize) {
             Some(Node::Loop { count, .. }) => {
                 if c.replay.source_iterations != *count {
-                    crate::refuse!(Code::BadStructure, "replay.source_iterations is {}, but the main loop's count is {count}", c.replay.source_iterations);
+                    crate::refuse!(
+                        Code::BadStructure,
+                        "replay.source_iterations is {}, but the main loop's count is {count}",
+                        c.replay.source_iterations
+                    );
                 }
                 if c.replay.iterations == 0 || c.replay.iterations > *count {
-                    crate::refuse!(Code::BadStructure, "replay.iterations is {}; the main loop runs 1 to {count} times", c.replay.iterations);
+                    crate::refuse!(
+                        Code::BadStructure,
+                        "replay.iterations is {}; the main loop runs 1 to {count} times",
+                        c.replay.iterations
+                    );
                 }
                 Some((*m as usize, c.replay.iterations))
             }
@@ -534,19 +575,33 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         },
         Some(p) => crate::refuse!(Code::BadStructure, "main_loop {p:?} names no top-level loop of the body"),
     };
-    let over = |what: &str| {
-        refusal::refuse(
+    let over =
+        |what: &str| {
+            refusal::refuse(
             Code::OverLimit,
-            format!("the body expands to more than {MAX_PASS_COLLECTIVES} collectives per rank {what} (its loop counts multiply past the bound)"),
+            format!("the body expands to more than {MAX_PASS_COLLECTIVES} collectives per rank {what} (its loop counts \
+                multiply past the bound)"),
         )
-    };
-    let per_pass = expanded_checked(&c.body, main, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?.ok_or_else(|| over("per replay pass"))?;
-    let at_counts = expanded_checked(&c.body, None, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?.ok_or_else(|| over("at its stored counts"))?;
+        };
+    let per_pass = expanded_checked(&c.body, main, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?
+        .ok_or_else(|| over("per replay pass"))?;
+    let at_counts = expanded_checked(&c.body, None, c.slots.len(), MAX_PASS_COLLECTIVES, 64)?
+        .ok_or_else(|| over("at its stored counts"))?;
     if per_pass.saturating_mul(world) > MAX_PASS_EVENTS {
-        crate::refuse!(Code::OverLimit, "one replay pass issues {per_pass} collectives on each of {world} ranks, over the limit of {MAX_PASS_EVENTS} in all");
+        crate::refuse!(
+            Code::OverLimit,
+            "one replay pass issues {per_pass} collectives on each of {world} ranks, over \
+            the limit of {MAX_PASS_EVENTS} in all"
+        );
     }
-    if c.replay.collectives_per_pass.len() as u64 != world || c.replay.collectives_per_pass.iter().any(|&n| n != per_pass) {
-        crate::refuse!(Code::BadStructure, "replay.collectives_per_pass is {:?}, but the body replays {per_pass} per rank", c.replay.collectives_per_pass);
+    if c.replay.collectives_per_pass.len() as u64 != world
+        || c.replay.collectives_per_pass.iter().any(|&n| n != per_pass)
+    {
+        crate::refuse!(
+            Code::BadStructure,
+            "replay.collectives_per_pass is {:?}, but the body replays {per_pass} per rank",
+            c.replay.collectives_per_pass
+        );
     }
     let shape = Shape { world, per_pass, at_counts, slots: c.slots.len() as u64 };
     if c.sizes.artifact_events != shape.artifact_events() || c.sizes.replayed_events != shape.replayed_events() {
@@ -560,8 +615,14 @@ pub fn check_consistency(c: &Canary) -> Result<Shape> {
         );
     }
     // a compiled artifact is its source folded: at its counts, the source's length
-    if matches!(c.method, Method::Compiled | Method::Lossless) && c.source.collectives_per_rank.iter().any(|&n| n != at_counts) {
-        crate::refuse!(Code::BadStructure, "the body at its counts has {at_counts} collectives per rank; its source had {:?}", c.source.collectives_per_rank);
+    if matches!(c.method, Method::Compiled | Method::Lossless)
+        && c.source.collectives_per_rank.iter().any(|&n| n != at_counts)
+    {
+        crate::refuse!(
+            Code::BadStructure,
+            "the body at its counts has {at_counts} collectives per rank; its source had {:?}",
+            c.source.collectives_per_rank
+        );
     }
     let b = &c.budget;
     let want_ppm = budget_ppm(c.method, b.significant_digits)?;
@@ -584,34 +645,50 @@ pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
     match (m, digits) {
         (Method::Compiled, 1..=5) => Ok(10u64.pow(6 - digits as u32)),
         (Method::Compiled, d) => {
-            crate::refuse!(Code::BadStructure, "a compiled artifact at {d} significant digits: `canary compile` makes 1 to 5")
+            crate::refuse!(
+                Code::BadStructure,
+                "a compiled artifact at {d} significant digits: `canary compile` makes 1 to 5"
+            )
         }
         (_, 0) => Ok(0),
-        (m, d) => crate::refuse!(Code::BadStructure, "a {} artifact at {d} significant digits: it stores exact values (0)", m.name()),
+        (m, d) => crate::refuse!(
+            Code::BadStructure,
+            "a {} artifact at {d} significant digits: it stores exact values (0)",
+            m.name()
+        ),
     }
 }
 
 /// Read an artifact and check its format and its own digest.
 pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
     use crate::core::refusal::Code;
-    const WRITES: &str = "a canary artifact is the file `commcanary canary compile TRACE -o FILE` (or `canary reduce`) writes";
+    const WRITES: &str =
+        "a canary artifact is the file `commcanary canary compile TRACE -o FILE` (or `canary reduce`) writes";
     let bytes = limits::read_bounded(path, MAX_ARTIFACT_BYTES).map_err(|e| {
-        let missing = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
+        let missing = e
+            .chain()
+            .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound));
         match refusal::code_of(&e) {
-            _ if missing => refusal::refuse(Code::NoSuchInput, format!("canary artifact {}: no such file; {WRITES}", path.display())),
+            _ if missing => refusal::refuse(
+                Code::NoSuchInput,
+                format!("canary artifact {}: no such file; {WRITES}", path.display()),
+            ),
             Some(_) => e.context(format!("reading canary artifact {}", path.display())),
             None => refusal::refuse(Code::BadInput, format!("reading canary artifact {}: {e:#}", path.display())),
         }
     })?;
     let c = from_slice(&bytes).map_err(|e| match refusal::code_of(&e) {
-        Some(Code::UnsupportedVersion) => {
-            e.context(format!("canary artifact {}: compile it again from its source trace with this build (`commcanary canary compile`)", path.display()))
-        }
+        Some(Code::UnsupportedVersion) => e.context(format!(
+            "canary artifact {}: compile it again from its source trace with this build (`commcanary \
+                canary compile`)",
+            path.display()
+        )),
         Some(_) => e.context(format!("canary artifact {}", path.display())),
         None if json_shape(&bytes) == Some(JsonShape::CommTrace) => refusal::refuse(
             Code::BadFormat,
             format!(
-                "{}: a communication trace, not a canary artifact: compile it first (`commcanary canary compile {} -o OUT.canary.json`)",
+                "{}: a communication trace, not a canary artifact: compile it first (`commcanary canary compile {} -o \
+                    OUT.canary.json`)",
                 path.display(),
                 path.display()
             ),
@@ -628,7 +705,10 @@ pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
     match v.get("format_version").and_then(|x| x.as_u64()) {
         // format 1 lacks only `left_out_p2p`, read as absent
         Some(n) if (1..=CANARY_FORMAT_VERSION as u64).contains(&n) => {}
-        Some(n) => crate::refuse!(Code::UnsupportedVersion, "canary format version {n} (this build reads 1 to {CANARY_FORMAT_VERSION})"),
+        Some(n) => crate::refuse!(
+            Code::UnsupportedVersion,
+            "canary format version {n} (this build reads 1 to {CANARY_FORMAT_VERSION})"
+        ),
         None => anyhow::bail!("no format_version"),
     }
     let c: Canary = serde_json::from_value(v)?;
@@ -642,7 +722,10 @@ pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
     }
     // every byte as the writer wrote it: a change that leaves the content alone (whitespace) is a change too
     if serde_json::to_vec_pretty(&c)? != bytes {
-        crate::refuse!(Code::DigestMismatch, "its content matches its digest, but its bytes are not the ones `canary` wrote: the file was edited");
+        crate::refuse!(
+            Code::DigestMismatch,
+            "its content matches its digest, but its bytes are not the ones `canary` wrote: the file was edited"
+        );
     }
     // a digest only says the bytes are the writer's: what they say must hold too
     check_consistency(&c)?;

@@ -17,7 +17,8 @@ use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
 /// The baseline methods, in report order.
-pub(crate) const METHODS: [Method; 4] = [Method::RandomSample, Method::FrequencySample, Method::ClusterSample, Method::StratifiedGapSample];
+pub(crate) const METHODS: [Method; 4] =
+    [Method::RandomSample, Method::FrequencySample, Method::ClusterSample, Method::StratifiedGapSample];
 
 /// Per position: the largest gap over ranks (ns; 0 when unknown).
 fn max_gaps(t: &CommTrace) -> Vec<u64> {
@@ -37,7 +38,10 @@ fn symbols(t: &CommTrace) -> Vec<u64> {
                 .iter()
                 .map(|r| {
                     let c = &r.collectives[i];
-                    format!("{:?}|{:?}|{}|{}|{}|{:?}|{:?}", c.kind, c.dtype, c.in_elems, c.out_elems, c.group, c.root, c.peer)
+                    format!(
+                        "{:?}|{:?}|{}|{}|{}|{:?}|{:?}",
+                        c.kind, c.dtype, c.in_elems, c.out_elems, c.group, c.root, c.peer
+                    )
                 })
                 .collect();
             let next = of.len() as u64;
@@ -68,13 +72,16 @@ pub(crate) fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> V
             let mut by: Vec<(u64, Vec<usize>)> = count.into_iter().collect();
             by.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
             // largest remainder shares of k
-            let mut shares: Vec<(usize, f64)> = by.iter().map(|(_, v)| (0usize, k as f64 * v.len() as f64 / n as f64)).collect();
+            let mut shares: Vec<(usize, f64)> =
+                by.iter().map(|(_, v)| (0usize, k as f64 * v.len() as f64 / n as f64)).collect();
             for s in &mut shares {
                 s.0 = s.1.floor() as usize;
             }
             let mut left = k - shares.iter().map(|s| s.0).sum::<usize>();
             let mut order: Vec<usize> = (0..shares.len()).collect();
-            order.sort_by(|&a, &b| (shares[b].1 - shares[b].0 as f64).total_cmp(&(shares[a].1 - shares[a].0 as f64)).then(a.cmp(&b)));
+            order.sort_by(|&a, &b| {
+                (shares[b].1 - shares[b].0 as f64).total_cmp(&(shares[a].1 - shares[a].0 as f64)).then(a.cmp(&b))
+            });
             for &i in &order {
                 if left == 0 {
                     break;
@@ -100,7 +107,9 @@ pub(crate) fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> V
         }
         Method::ClusterSample => {
             let g = max_gaps(t);
-            let feat: Vec<(f64, f64)> = (0..n).map(|i| ((t.ranks[0].collectives[i].in_bytes() as f64 + 1.0).log2(), (g[i] as f64 + 1.0).log2())).collect();
+            let feat: Vec<(f64, f64)> = (0..n)
+                .map(|i| ((t.ranks[0].collectives[i].in_bytes() as f64 + 1.0).log2(), (g[i] as f64 + 1.0).log2()))
+                .collect();
             kmeans_representatives(&feat, k, &mut rng)
         }
         _ => (0..k).collect(),
@@ -138,17 +147,24 @@ fn kmeans_representatives(x: &[(f64, f64)], k: usize, rng: &mut rand_chacha::Cha
     let mut assign = vec![0usize; n];
     for _ in 0..25 {
         for (i, p) in x.iter().enumerate() {
-            assign[i] = (0..centres.len()).min_by(|&a, &b| d2(*p, centres[a]).total_cmp(&d2(*p, centres[b]))).unwrap_or(0);
+            assign[i] =
+                (0..centres.len()).min_by(|&a, &b| d2(*p, centres[a]).total_cmp(&d2(*p, centres[b]))).unwrap_or(0);
         }
         for (c, centre) in centres.iter_mut().enumerate() {
             let m: Vec<&(f64, f64)> = x.iter().zip(&assign).filter(|(_, a)| **a == c).map(|(p, _)| p).collect();
             if !m.is_empty() {
-                *centre = (m.iter().map(|p| p.0).sum::<f64>() / m.len() as f64, m.iter().map(|p| p.1).sum::<f64>() / m.len() as f64);
+                *centre = (
+                    m.iter().map(|p| p.0).sum::<f64>() / m.len() as f64,
+                    m.iter().map(|p| p.1).sum::<f64>() / m.len() as f64,
+                );
             }
         }
     }
-    let mut reps: Vec<usize> =
-        (0..centres.len()).filter_map(|c| (0..n).filter(|&i| assign[i] == c).min_by(|&a, &b| d2(x[a], centres[c]).total_cmp(&d2(x[b], centres[c])))).collect();
+    let mut reps: Vec<usize> = (0..centres.len())
+        .filter_map(|c| {
+            (0..n).filter(|&i| assign[i] == c).min_by(|&a, &b| d2(x[a], centres[c]).total_cmp(&d2(x[b], centres[c])))
+        })
+        .collect();
     // empty clusters: fill with the points farthest from their centre
     let mut rest: Vec<usize> = (0..n).filter(|i| !reps.contains(i)).collect();
     rest.sort_by(|&a, &b| d2(x[b], centres[assign[b]]).total_cmp(&d2(x[a], centres[assign[a]])));
@@ -157,7 +173,15 @@ fn kmeans_representatives(x: &[(f64, f64)], k: usize, rng: &mut rand_chacha::Cha
 }
 
 /// An artifact of the events at `pos` (the same on every rank), repeated to `replayed` collectives per pass.
-pub(crate) fn from_positions(t: &CommTrace, bytes: &[u8], path: &str, pos: &[usize], method: Method, replayed: u64, seed: u64) -> Result<Canary> {
+pub(crate) fn from_positions(
+    t: &CommTrace,
+    bytes: &[u8],
+    path: &str,
+    pos: &[usize],
+    method: Method,
+    replayed: u64,
+    seed: u64,
+) -> Result<Canary> {
     let source = bind_source(t, bytes, path)?;
     let tm = timings(t);
     let mut identities: Vec<Identity> = Vec::new();

@@ -148,8 +148,14 @@ pub(crate) fn timings(t: &CommTrace) -> Timings {
     for r in &t.ranks {
         let gaps = exec::gaps_ns(&r.collectives);
         out.gap_ns.push((0..r.collectives.len()).map(|i| gaps.as_ref().map(|g| g[i])).collect());
-        out.compute_ns
-            .push(r.collectives.iter().map(|c| c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))).collect());
+        out.compute_ns.push(
+            r.collectives
+                .iter()
+                .map(|c| {
+                    c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))
+                })
+                .collect(),
+        );
         out.span_ns.push(
             r.collectives
                 .iter()
@@ -169,7 +175,8 @@ pub(crate) fn histogram(values: &[u64], digits: u8) -> Result<Histogram> {
     for &v in values {
         h.record(v).context("recording a value")?;
     }
-    let buckets = h.iter_recorded().map(|it| (h.median_equivalent(it.value_iterated_to()), it.count_at_value())).collect();
+    let buckets =
+        h.iter_recorded().map(|it| (h.median_equivalent(it.value_iterated_to()), it.count_at_value())).collect();
     Ok(Histogram { buckets })
 }
 
@@ -219,7 +226,10 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     }
     if let (true, Some(k)) = (opts.lossless, opts.iterations) {
         // lossless keeps the source's full count: an iteration count would be silently ignored
-        crate::refuse!(Code::BadArgument, "--lossless --iterations {k}: a lossless canary replays the source's full count; drop one of the two");
+        crate::refuse!(
+            Code::BadArgument,
+            "--lossless --iterations {k}: a lossless canary replays the source's full count; drop one of the two"
+        );
     }
     let n = t.ranks.first().map_or(0, |r| r.collectives.len());
     if n == 0 {
@@ -228,7 +238,8 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     if let Some(r) = t.ranks.iter().find(|r| r.collectives.len() != n) {
         crate::refuse!(
             Code::BadInput,
-            "{}: rank {} records {} collectives, rank {} records {n}; compile folds positions across ranks and needs equal counts",
+            "{}: rank {} records {} collectives, rank {} records {n}; compile folds positions across ranks and needs \
+                equal counts",
             opts.source_path,
             r.rank,
             r.collectives.len(),
@@ -286,7 +297,11 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
         slots.push(Slot { occurrences: pos.len() as u64, ranks });
     }
     // the main loop: the top-level loop that covers the most collectives
-    let main = folded.iter().enumerate().filter(|(_, f)| matches!(f, FoldNode::Loop { .. })).max_by_key(|(i, f)| (fold::covered(f), std::cmp::Reverse(*i)));
+    let main = folded
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f, FoldNode::Loop { .. }))
+        .max_by_key(|(i, f)| (fold::covered(f), std::cmp::Reverse(*i)));
     let source_iterations = match main {
         Some((_, FoldNode::Loop { count, .. })) => *count as u64,
         _ => 1,
@@ -296,18 +311,26 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
         (true, _, Some(_)) => (source_iterations, "lossless: the source's full count".to_string()),
         (false, Some(k), Some(_)) => {
             if k == 0 || k > source_iterations {
-                crate::refuse!(Code::OutOfRange, "--iterations {k}: the main loop runs 1 to {source_iterations} times in the source");
+                crate::refuse!(
+                    Code::OutOfRange,
+                    "--iterations {k}: the main loop runs 1 to {source_iterations} times in the source"
+                );
             }
             (k, format!("--iterations {k}, as asked"))
         }
         (false, None, Some((mi, _))) => {
             let k = iterations_for_median(MEDIAN_CONFIDENCE, MEDIAN_BAND.0).min(source_iterations);
             // and enough that what runs once per pass (a prologue, an epilogue) keeps every identity's share
-            let k = (k..=source_iterations).find(|&k| mix_within(&body, mi, k, n as u64, &per_rank_ids, MIX_SHARE_MAX / 2.0)).unwrap_or(source_iterations);
+            let k = (k..=source_iterations)
+                .find(|&k| mix_within(&body, mi, k, n as u64, &per_rank_ids, MIX_SHARE_MAX / 2.0))
+                .unwrap_or(source_iterations);
             (
                 k,
                 format!(
-                    "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time lies within the quartiles (order statistics, Conover 1999 §3.2), and that keep every identity's share of a pass within {:.1} points of the source's, at most the source's {source_iterations}",
+                    "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time \
+                        lies within the quartiles (order statistics, Conover 1999 §3.2), and that keep every \
+                            identity's share of a pass within {:.1} points of the source's, at most the source's \
+                                {source_iterations}",
                     MEDIAN_CONFIDENCE * 100.0,
                     MIX_SHARE_MAX / 2.0 * 100.0
                 ),
@@ -325,20 +348,25 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
         approximations.push(Approximation {
             what: "gap_ns, compute_ns, span_ns".into(),
             detail: format!(
-                "per slot and rank as HdrHistogram buckets at {digits} significant digits (each stored value within {}% of a recorded one); the replay draws them stratified (quantiles (j+0.5)/m) in a seeded order",
+                "per slot and rank as HdrHistogram buckets at {digits} significant digits (each stored value within \
+                    {}% of a recorded one); the replay draws them stratified (quantiles (j+0.5)/m) in a seeded order",
                 100.0 * 10f64.powi(-(digits as i32))
             ),
         });
         approximations.push(Approximation {
             what: "cross-rank dependence".into(),
-            detail: "one shared draw order per slot for every rank (comonotone): ranks that paused together in the source pause together, a rank's own outlier is paired with the others' upper quantiles".into(),
+            detail: "one shared draw order per slot for every rank (comonotone): ranks that paused together in the \
+                source pause together, a rank's own outlier is paired with the others' upper quantiles"
+                .into(),
         });
     }
     if iterations < source_iterations {
         approximations.push(Approximation {
             what: "iterations".into(),
             detail: format!(
-                "the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule}); its stratified draws reach each distribution's {:.1}% quantile at most, so what the source did rarer than once in {} iterations (a rare stall or arrival skew) is not replayed",
+                "the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule}); its \
+                    stratified draws reach each distribution's {:.1}% quantile at most, so what the source did rarer \
+                        than once in {} iterations (a rare stall or arrival skew) is not replayed",
                 100.0 * (iterations as f64 - 0.5) / iterations as f64,
                 2 * iterations
             ),
@@ -346,11 +374,14 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
     }
     approximations.push(Approximation {
         what: "compute".into(),
-        detail: "the kernels of one gap are replayed as one operation of their summed duration on the first kernel's stream".into(),
+        detail:
+            "the kernels of one gap are replayed as one operation of their summed duration on the first kernel's stream"
+                .into(),
     });
     approximations.push(Approximation {
         what: "times".into(),
-        detail: "absolute times are rebuilt from gaps and spans (host times from 0 per rank); device intervals of the source are kept as span durations only"
+        detail: "absolute times are rebuilt from gaps and spans (host times from 0 per rank); device intervals of the \
+            source are kept as span durations only"
             .into(),
     });
     let c = Canary {
@@ -367,7 +398,13 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
             significant_digits: if opts.lossless { 0 } else { digits },
             max_relative_error_ppm: if opts.lossless { 0 } else { 10u64.pow(6 - digits as u32) },
         },
-        replay: ReplayPlan { iterations, source_iterations, rule, collectives_per_pass: vec![collectives_per_pass; t.ranks.len()], seed: opts.seed },
+        replay: ReplayPlan {
+            iterations,
+            source_iterations,
+            rule,
+            collectives_per_pass: vec![collectives_per_pass; t.ranks.len()],
+            seed: opts.seed,
+        },
         approximations,
         sizes: Sizes { source_events, artifact_events, replayed_events },
         left_out_p2p: left_out_p2p(t),
@@ -383,8 +420,15 @@ pub(crate) fn left_out_p2p(t: &CommTrace) -> Option<LeftOutP2p> {
     let bytes = |o: &MpiP2p| o.elems.saturating_mul(u64::try_from(o.dtype_bytes).unwrap_or(0));
     Some(LeftOutP2p {
         operations_per_rank: m.p2p.iter().map(|r| r.len() as u64).collect(),
-        bytes_sent_per_rank: m.p2p.iter().map(|r| r.iter().filter(|o| o.direction == "send").map(bytes).sum()).collect(),
-        consequence: "the canary's pick sees only the collectives' transport; the source trace's phases run these operations, so a pick that depends on point-to-point settings (OMPI_MCA_btl, its buffer sizes) can differ from the source's".into(),
+        bytes_sent_per_rank: m
+            .p2p
+            .iter()
+            .map(|r| r.iter().filter(|o| o.direction == "send").map(bytes).sum())
+            .collect(),
+        consequence: "the canary's pick sees only the collectives' transport; the source trace's phases run these \
+            operations, so a pick that depends on point-to-point settings (OMPI_MCA_btl, its buffer sizes) can differ \
+                from the source's"
+            .into(),
     })
 }
 
@@ -450,7 +494,9 @@ pub(crate) fn expanded_len(body: &[Node], main_loop: Option<&[u32]>, iterations:
     body.iter()
         .enumerate()
         .map(|(i, n)| match (n, main_loop) {
-            (Node::Loop { body, .. }, Some([m])) if *m as usize == i => iterations.saturating_mul(body.iter().map(Node::len).sum::<u64>()),
+            (Node::Loop { body, .. }, Some([m])) if *m as usize == i => {
+                iterations.saturating_mul(body.iter().map(Node::len).sum::<u64>())
+            }
             _ => n.len(),
         })
         .sum()
@@ -467,7 +513,8 @@ mod tests {
         let t = synth::synth(60, 2, 1).unwrap();
         let bytes = serde_json::to_vec(&t).unwrap();
         for k in [1u64, 2, 1000] {
-            let e = compile(&t, &bytes, &CompileOptions { lossless: true, iterations: Some(k), ..Default::default() }).unwrap_err();
+            let e = compile(&t, &bytes, &CompileOptions { lossless: true, iterations: Some(k), ..Default::default() })
+                .unwrap_err();
             assert_eq!(refusal::code_of(&e), Some(Code::BadArgument), "{e:#}");
         }
         compile(&t, &bytes, &CompileOptions { lossless: true, ..Default::default() }).unwrap();

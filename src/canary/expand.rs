@@ -12,7 +12,8 @@
 use crate::canary::artifact::{check_consistency, Canary, Values};
 use crate::canary::fold::Node;
 use crate::evidence::commtrace::{
-    self, ClockDomain, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceSource, UnknownField,
+    self, ClockDomain, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective,
+    TraceSource, UnknownField,
 };
 use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
@@ -63,7 +64,8 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
     // one seeded draw order per slot, shared by every rank
     let perms: Vec<Vec<usize>> = (0..nslots)
         .map(|s| {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c.replay.seed ^ (s as u64).wrapping_mul(0x9e3779b97f4a7c15));
+            let mut rng =
+                rand_chacha::ChaCha8Rng::seed_from_u64(c.replay.seed ^ (s as u64).wrapping_mul(0x9e3779b97f4a7c15));
             let mut p: Vec<usize> = (0..m[s]).collect();
             p.shuffle(&mut rng);
             p
@@ -79,7 +81,10 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
         for &s in &order {
             let slot = &c.slots[s as usize];
             let rs = slot.ranks.get(ri).with_context(|| format!("slot {s} has no rank {ri}"))?;
-            let id = c.identities.get(rs.identity as usize).with_context(|| format!("slot {s} names identity {}", rs.identity))?;
+            let id = c
+                .identities
+                .get(rs.identity as usize)
+                .with_context(|| format!("slot {s} names identity {}", rs.identity))?;
             let j = seen[s as usize];
             seen[s as usize] += 1;
             let pos = perms[s as usize][j];
@@ -95,7 +100,11 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
             );
             tc.stream = id.stream;
             tc.op = id.op;
-            let (gap, span, compute) = (value_at(&rs.gap_ns, j, pos, ms), value_at(&rs.span_ns, j, pos, ms), value_at(&rs.compute_ns, j, pos, ms));
+            let (gap, span, compute) = (
+                value_at(&rs.gap_ns, j, pos, ms),
+                value_at(&rs.span_ns, j, pos, ms),
+                value_at(&rs.compute_ns, j, pos, ms),
+            );
             match (gap, span) {
                 (Some(g), Some(d)) => {
                     let start = t.saturating_add(g);
@@ -142,7 +151,9 @@ pub fn expand(c: &Canary) -> Result<CommTrace> {
             kind: SourceKind::Canary,
             schema: Some(format!("canary {} {}", c.method.name(), c.digest)),
             nccl_version: None,
-            files: (0..world as u32).map(|r| SourceFile { path: format!("canary:{}", c.digest), sha256: c.digest.clone(), rank: r }).collect(),
+            files: (0..world as u32)
+                .map(|r| SourceFile { path: format!("canary:{}", c.digest), sha256: c.digest.clone(), rank: r })
+                .collect(),
         },
         world_size: c.source.world_size,
         clock: TraceClock {

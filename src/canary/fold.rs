@@ -78,7 +78,10 @@ impl Hashes {
 fn repeats(s: &[u64], h: &Hashes, i: usize, p: usize) -> usize {
     let block = h.of(i, i + p);
     let mut n = 1;
-    while i + (n + 1) * p <= s.len() && h.of(i + n * p, i + (n + 1) * p) == block && s[i + n * p..i + (n + 1) * p] == s[i..i + p] {
+    while i + (n + 1) * p <= s.len()
+        && h.of(i + n * p, i + (n + 1) * p) == block
+        && s[i + n * p..i + (n + 1) * p] == s[i..i + p]
+    {
         n += 1;
     }
     n

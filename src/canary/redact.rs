@@ -7,7 +7,10 @@
 //! the output; `export param|et --redact` applies the same transforms. Refuses
 //! a redacted trace that does not check like any imported trace. The
 //! transforms: docs/METHODS.md, "Redaction".
-use crate::evidence::commtrace::{CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, TraceClock, TraceCollective, TraceGroup, TraceSource, UnknownField};
+use crate::evidence::commtrace::{
+    CommTrace, ComputeOp, DeviceSpan, RankTrace, SourceFile, TraceClock, TraceCollective, TraceGroup, TraceSource,
+    UnknownField,
+};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -68,7 +71,10 @@ fn q(v: u64, step: u64) -> u64 {
 /// characters collective and kernel names use, nothing that could hold a
 /// path, a user, a host or a time.
 fn plain_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b)) && !s.bytes().any(|b| b.is_ascii_digit())
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b))
+        && !s.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Redact a trace; returns it with the audit transforms. Every field of the
@@ -82,7 +88,9 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
     let TraceSource { kind, schema, nccl_version, files } = source;
     let TraceClock { domain, aligned_across_ranks, note: _ } = clock;
     let mut log = Vec::new();
-    let mut push = |field: &str, action: &str, count: u64| log.push(Transform { field: field.into(), action: action.into(), count });
+    let mut push = |field: &str, action: &str, count: u64| {
+        log.push(Transform { field: field.into(), action: action.into(), count })
+    };
     // ranks to local indices
     let mut order: Vec<u32> = ranks.iter().map(|r| r.rank).collect();
     order.sort_unstable();
@@ -90,25 +98,51 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
     let map = |r: u32| local.get(&r).copied().unwrap_or(r);
     let moved = order.iter().enumerate().filter(|(i, r)| *i as u32 != **r).count() as u64;
     push("ranks, group members, roots, peers", "mapped to local indices 0..N in rank order", moved);
-    let out_files: Vec<SourceFile> =
-        files.iter().map(|f| SourceFile { path: format!("rank-{}", map(f.rank)), sha256: String::new(), rank: map(f.rank) }).collect();
-    push("source.files[].path", "replaced by rank-N (paths carry user names, job ids and host names)", files.len() as u64);
+    let out_files: Vec<SourceFile> = files
+        .iter()
+        .map(|f| SourceFile { path: format!("rank-{}", map(f.rank)), sha256: String::new(), rank: map(f.rank) })
+        .collect();
+    push(
+        "source.files[].path",
+        "replaced by rank-N (paths carry user names, job ids and host names)",
+        files.len() as u64,
+    );
     push("source.files[].sha256", "dropped (it identifies the original files)", files.len() as u64);
     // the schema text of a run holds its run id (job id, user, host, start time); of other sources, whatever the file
     // said
-    push("source.schema", "dropped (a run's holds its run id: job id, user, host or start time)", schema.is_some() as u64);
-    let nccl_ok = nccl_version.as_deref().is_some_and(|v| v.len() <= 32 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+    push(
+        "source.schema",
+        "dropped (a run's holds its run id: job id, user, host or start time)",
+        schema.is_some() as u64,
+    );
+    let nccl_ok =
+        nccl_version.as_deref().is_some_and(|v| v.len() <= 32 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
     let out_nccl = if nccl_ok { nccl_version.clone() } else { None };
-    push("source.nccl_version", "kept where it is a plain version number (digits and dots), else dropped", (nccl_version.is_some() && !nccl_ok) as u64);
-    let gname: BTreeMap<String, String> = groups.iter().enumerate().map(|(i, g)| (g.name.clone(), format!("g{i}"))).collect();
-    let out_groups: Vec<TraceGroup> =
-        groups.iter().map(|g| TraceGroup { name: gname[&g.name].clone(), desc: None, members: g.members.iter().map(|&m| map(m)).collect() }).collect();
+    push(
+        "source.nccl_version",
+        "kept where it is a plain version number (digits and dots), else dropped",
+        (nccl_version.is_some() && !nccl_ok) as u64,
+    );
+    let gname: BTreeMap<String, String> =
+        groups.iter().enumerate().map(|(i, g)| (g.name.clone(), format!("g{i}"))).collect();
+    let out_groups: Vec<TraceGroup> = groups
+        .iter()
+        .map(|g| TraceGroup {
+            name: gname[&g.name].clone(),
+            desc: None,
+            members: g.members.iter().map(|&m| map(m)).collect(),
+        })
+        .collect();
     push("groups[].name", "replaced by gN", groups.len() as u64);
     push("groups[].desc", "dropped", groups.iter().filter(|g| g.desc.is_some()).count() as u64);
     let out_unknown: Vec<UnknownField> = unknown
         .iter()
         .map(|u| UnknownField {
-            field: if plain_name(&u.field.replace(' ', "_").replace(['[', ']'], "")) { u.field.clone() } else { "field".into() },
+            field: if plain_name(&u.field.replace(' ', "_").replace(['[', ']'], "")) {
+                u.field.clone()
+            } else {
+                "field".into()
+            },
             reason: "not recorded by the source (the reason is not kept: it is the input's own text)".into(),
         })
         .collect();
@@ -200,7 +234,11 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
                     kept_names += 1;
                     d.kernel.clone()
                 };
-                DeviceSpan { start_ns: q(d.start_ns.saturating_sub(t0), o.quantize_ns), end_ns: q(d.end_ns.saturating_sub(t0), o.quantize_ns), kernel }
+                DeviceSpan {
+                    start_ns: q(d.start_ns.saturating_sub(t0), o.quantize_ns),
+                    end_ns: q(d.end_ns.saturating_sub(t0), o.quantize_ns),
+                    kernel,
+                }
             });
             out_colls.push(TraceCollective {
                 kind: *kind,
@@ -218,16 +256,26 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
                 host_start_ns: host_start_ns.map(|v| q(v.saturating_sub(t0), o.quantize_ns)),
                 host_duration_ns: host_duration_ns.map(|d| q(d, o.quantize_ns)),
                 device,
-                compute_before: compute_before.iter().map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names)).collect(),
+                compute_before: compute_before
+                    .iter()
+                    .map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names))
+                    .collect(),
                 op: *reduce_op,
             });
         }
-        let trailing = trailing_compute.iter().map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names)).collect();
+        let trailing = trailing_compute
+            .iter()
+            .map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names))
+            .collect();
         out_ranks.push(RankTrace { rank: map(*rank), collectives: out_colls, trailing_compute: trailing });
     }
     push("every time", "rebased: each rank's first time is 0", times);
     if o.quantize_ns > 1 {
-        push("every time and duration", &format!("quantized to {} ns (never wrapping)", o.quantize_ns), times + durations);
+        push(
+            "every time and duration",
+            &format!("quantized to {} ns (never wrapping)", o.quantize_ns),
+            times + durations,
+        );
     }
     push("collectives[].source_name", "kept where it is a plain name, else replaced by the kind's name", source_names);
     if o.drop_names {
@@ -244,7 +292,11 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
         format_version: *format_version,
         source: TraceSource { kind: *kind, schema: None, nccl_version: out_nccl, files: out_files },
         world_size: *world_size,
-        clock: TraceClock { domain: *domain, aligned_across_ranks: *aligned_across_ranks, note: "redacted: each rank's times rebased to 0".into() },
+        clock: TraceClock {
+            domain: *domain,
+            aligned_across_ranks: *aligned_across_ranks,
+            note: "redacted: each rank's times rebased to 0".into(),
+        },
         unknown: out_unknown,
         groups: out_groups,
         ranks: out_ranks,

@@ -32,7 +32,8 @@ pub struct RedactRun {
 
 /// Redact `t` (read from `bytes`), write it with its audit log, and print what was done.
 pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> Result<()> {
-    let (r, transforms) = redact::redact(t, &redact::RedactOptions { quantize_ns: o.quantize_ns, drop_names: o.drop_names })?;
+    let (r, transforms) =
+        redact::redact(t, &redact::RedactOptions { quantize_ns: o.quantize_ns, drop_names: o.drop_names })?;
     let rbytes = serde_json::to_vec_pretty(&r)?;
     // every check before anything is written: a refused redaction leaves nothing
     let audit_path = PathBuf::from(format!("{}.audit.json", o.out.display()));
@@ -52,13 +53,21 @@ pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> R
         // the redacted trace, compiled losslessly and bound to the original: does the ranking survive?
         // The verification holds the unredacted source (its inputs, the artifact's binding): it is
         // made in a private temporary directory, never beside the redacted output, and removed.
-        let private = tempfile::Builder::new().prefix("commcanary-redact-verify-").tempdir().context("a private directory for the re-verification")?;
-        let opts = compile::CompileOptions { lossless: true, source_path: o.trace.display().to_string(), ..Default::default() };
+        let private = tempfile::Builder::new()
+            .prefix("commcanary-redact-verify-")
+            .tempdir()
+            .context("a private directory for the re-verification")?;
+        let opts = compile::CompileOptions {
+            lossless: true,
+            source_path: o.trace.display().to_string(),
+            ..Default::default()
+        };
         // group names are labels (a replay runs a group by its members) and a collective's identity
         // names its group: the redacted trace is verified under the source's group names (gN back to
         // the name in the same place), so that the static checks compare like with like
         let mut rv = r.clone();
-        let back: std::collections::BTreeMap<String, String> = r.groups.iter().zip(&t.groups).map(|(a, b)| (a.name.clone(), b.name.clone())).collect();
+        let back: std::collections::BTreeMap<String, String> =
+            r.groups.iter().zip(&t.groups).map(|(a, b)| (a.name.clone(), b.name.clone())).collect();
         for g in &mut rv.groups {
             g.name = back.get(&g.name).cloned().unwrap_or_else(|| g.name.clone());
         }
@@ -110,7 +119,11 @@ pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> R
     for tr in &audit.transforms {
         writeln!(out, "{}: {} ({} values)", tr.field, tr.action, tr.count)?;
     }
-    writeln!(out, "ranking decision survives: {}", audit.decision_survives.as_deref().unwrap_or("not re-verified (pass --configs SPEC to re-verify)"))?;
+    writeln!(
+        out,
+        "ranking decision survives: {}",
+        audit.decision_survives.as_deref().unwrap_or("not re-verified (pass --configs SPEC to re-verify)")
+    )?;
     eprintln!("wrote {} and {}", o.out.display(), audit_path.display());
     Ok(())
 }

@@ -48,8 +48,17 @@ impl Oracle {
     /// the subset's predicted costs order it the same way (by more than the
     /// minimum effect). Pairs the campaign did not decide have no order to keep.
     pub fn decision(&self, subset: &[usize]) -> Vec<bool> {
-        let totals: Vec<f64> = self.cost_us.iter().map(|m| subset.iter().map(|&p| m.get(&self.keys[p]).copied().unwrap_or(0.0)).sum()).collect();
-        self.decided.iter().map(|&(fast, slow)| totals[fast] > 0.0 && (totals[slow] / totals[fast] - 1.0) * 100.0 > self.min_effect_pct).collect()
+        let totals: Vec<f64> = self
+            .cost_us
+            .iter()
+            .map(|m| subset.iter().map(|&p| m.get(&self.keys[p]).copied().unwrap_or(0.0)).sum())
+            .collect();
+        self.decided
+            .iter()
+            .map(|&(fast, slow)| {
+                totals[fast] > 0.0 && (totals[slow] / totals[fast] - 1.0) * 100.0 > self.min_effect_pct
+            })
+            .collect()
     }
     /// Whether a subset keeps every decided pair.
     pub fn preserves(&self, subset: &[usize]) -> bool {
@@ -57,7 +66,11 @@ impl Oracle {
     }
     /// The decided pairs in words.
     pub fn words(&self) -> String {
-        self.decided.iter().map(|&(f, s)| format!("{} < {}", self.configs[f], self.configs[s])).collect::<Vec<_>>().join(", ")
+        self.decided
+            .iter()
+            .map(|&(f, s)| format!("{} < {}", self.configs[f], self.configs[s]))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -66,7 +79,8 @@ pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutc
     if oracle.decided.is_empty() {
         crate::refuse!(
             Code::NoDecision,
-            "the campaign decided no pair of configurations ({}), so there is no decision to preserve: run more rounds, or configurations that differ",
+            "the campaign decided no pair of configurations ({}), so there is no decision to preserve: run more \
+                rounds, or configurations that differ",
             oracle.configs.join(", ")
         );
     }
@@ -103,7 +117,8 @@ pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutc
         // reduce to a complement
         if subsets.len() > 2 {
             for i in 0..subsets.len() {
-                let comp: Vec<usize> = subsets.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, s)| s.iter().copied()).collect();
+                let comp: Vec<usize> =
+                    subsets.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, s)| s.iter().copied()).collect();
                 match test(&comp) {
                     None => {
                         exhausted = true;
@@ -124,7 +139,13 @@ pub(crate) fn ddmin(n: usize, oracle: &Oracle, budget: u32) -> Result<ReduceOutc
         parts = (parts * 2).min(cur.len());
     }
     let passes = oracle.preserves(&cur);
-    Ok(ReduceOutcome { kept: cur, oracle_calls: calls, budget_exhausted: exhausted, passes_oracle: passes, decision: oracle.words() })
+    Ok(ReduceOutcome {
+        kept: cur,
+        oracle_calls: calls,
+        budget_exhausted: exhausted,
+        passes_oracle: passes,
+        decision: oracle.words(),
+    })
 }
 
 #[cfg(test)]
@@ -159,7 +180,9 @@ mod tests {
     fn only_decided_pairs_are_preserved_and_none_is_refused() {
         let keys: Vec<String> = (0..50).map(|i| format!("k{}", i % 5)).collect();
         let flat = |v: f64| (0..5).map(|i| (format!("k{i}"), v)).collect::<BTreeMap<_, _>>();
-        for costs in [vec![flat(10.0), flat(10.0)], vec![flat(10.0), flat(12.0)], vec![flat(10.0), flat(10.0), flat(30.0)]] {
+        for costs in
+            [vec![flat(10.0), flat(10.0)], vec![flat(10.0), flat(12.0)], vec![flat(10.0), flat(10.0), flat(30.0)]]
+        {
             let configs: Vec<String> = (0..costs.len()).map(|i| format!("c{i}")).collect();
             let o = Oracle { configs, cost_us: costs, keys: keys.clone(), min_effect_pct: 2.0, decided: Vec::new() };
             let e = ddmin(50, &o, 200).unwrap_err();

@@ -10,8 +10,8 @@
 //! 3 ms gap (work a workload overlaps with the collective). A sample of a few
 //! ordinary events visibly loses both. The same seed gives the same bytes.
 use crate::evidence::commtrace::{
-    self, ClockDomain, CollectiveKind, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
-    TraceSource, UnknownField,
+    self, ClockDomain, CollectiveKind, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock,
+    TraceCollective, TraceDtype, TraceGroup, TraceSource, UnknownField,
 };
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
@@ -93,7 +93,15 @@ pub fn synth(events: usize, ranks: u32, seed: u64) -> Result<CommTrace> {
             let (gap, compute, span) = row[r as usize];
             let bytes = PATTERN_BYTES[i % PATTERN_BYTES.len()];
             let elems = bytes / 4;
-            let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::F32, (elems, elems), (None, None), (None, None));
+            let mut c = TraceCollective::new(
+                CollectiveKind::AllReduce,
+                "allreduce",
+                "0",
+                TraceDtype::F32,
+                (elems, elems),
+                (None, None),
+                (None, None),
+            );
             c.stream = Some(13);
             let start = t + gap;
             c.host_start_ns = Some(start);
@@ -116,10 +124,16 @@ pub fn synth(events: usize, ranks: u32, seed: u64) -> Result<CommTrace> {
             kind: SourceKind::Synthetic,
             schema: Some(format!("synth events={events} ranks={ranks} seed={seed}")),
             nccl_version: None,
-            files: (0..ranks).map(|r| SourceFile { path: format!("synth:{seed}"), sha256: String::new(), rank: r }).collect(),
+            files: (0..ranks)
+                .map(|r| SourceFile { path: format!("synth:{seed}"), sha256: String::new(), rank: r })
+                .collect(),
         },
         world_size: ranks,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: "synthetic host times from 0 on each rank".into() },
+        clock: TraceClock {
+            domain: ClockDomain::HostPerRank,
+            aligned_across_ranks: false,
+            note: "synthetic host times from 0 on each rank".into(),
+        },
         unknown: vec![UnknownField { field: "device".into(), reason: "a synthetic trace has host times only".into() }],
         groups: vec![TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members }],
         ranks: rank_traces,

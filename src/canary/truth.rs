@@ -49,16 +49,31 @@ fn unlabel(s: &str) -> String {
 }
 
 /// Judge one variant's jobs (`jobs[config]`, configurations in `configs` order) on the job.
-pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>], policy: &AnalysisPolicy) -> Result<Option<TruthJudgement>> {
+pub(crate) fn judge(
+    t: &TruthReport,
+    configs: &[String],
+    jobs: &[Vec<JobMeasure>],
+    policy: &AnalysisPolicy,
+) -> Result<Option<TruthJudgement>> {
     let med = |v: &[f64]| {
         let mut v = v.to_vec();
         stats::median(&mut v)
     };
-    let per_config: Vec<Option<f64>> = jobs.iter().map(|js| med(&js.iter().filter_map(|j| med(&j.pass_us)).collect::<Vec<_>>())).collect();
-    let Some(pick) = per_config.iter().enumerate().filter_map(|(i, m)| m.map(|m| (i, m))).min_by(|a, b| a.1.total_cmp(&b.1)).map(|(i, _)| i) else {
+    let per_config: Vec<Option<f64>> =
+        jobs.iter().map(|js| med(&js.iter().filter_map(|j| med(&j.pass_us)).collect::<Vec<_>>())).collect();
+    let Some(pick) = per_config
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| (i, m)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i)
+    else {
         return Ok(None);
     };
-    let Some(mut regret) = regret_from_pairs(&t.pairs, &label(&configs[pick]), t.pair_coverage, policy.min_effect_pct) else { return Ok(None) };
+    let Some(mut regret) = regret_from_pairs(&t.pairs, &label(&configs[pick]), t.pair_coverage, policy.min_effect_pct)
+    else {
+        return Ok(None);
+    };
     regret.pick = unlabel(&regret.pick);
     regret.trails = regret.trails.as_deref().map(unlabel);
     // the job's relations in configuration order (its labels are the source variant's, in that order)
@@ -83,7 +98,12 @@ pub(crate) fn judge(t: &TruthReport, configs: &[String], jobs: &[Vec<JobMeasure>
 }
 
 /// The job's side, with the source's judgement.
-pub(crate) fn verify_truth(t: &TruthReport, configs: &[String], source_jobs: &[Vec<JobMeasure>], policy: &AnalysisPolicy) -> Result<Option<VerifyTruth>> {
+pub(crate) fn verify_truth(
+    t: &TruthReport,
+    configs: &[String],
+    source_jobs: &[Vec<JobMeasure>],
+    policy: &AnalysisPolicy,
+) -> Result<Option<VerifyTruth>> {
     let Some(source) = judge(t, configs, source_jobs, policy)? else { return Ok(None) };
     Ok(Some(VerifyTruth {
         metric: t.metric.clone(),

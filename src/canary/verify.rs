@@ -129,7 +129,13 @@ pub fn facts(t: &CommTrace) -> TraceFacts {
 }
 
 /// Check the artifact against the source bytes: refused on any mismatch.
-pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<()> {
+pub(crate) fn check_binding(
+    c: &Canary,
+    art_path: &Path,
+    t: &CommTrace,
+    src_bytes: &[u8],
+    src_path: &Path,
+) -> Result<()> {
     let sha = fsutil::sha256_hex(src_bytes);
     if sha == c.source.file_sha256 {
         return Ok(());
@@ -139,7 +145,8 @@ pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_byte
     if t.world_size != c.source.world_size || counts != c.source.collectives_per_rank {
         crate::refuse!(
             Code::IdentityMismatch,
-            "{} is another trace than the one {} was compiled from ({} ranks with {:?} collectives; the canary's source had {} ranks with {:?}, SHA-256 {})",
+            "{} is another trace than the one {} was compiled from ({} ranks with {:?} collectives; the canary's \
+                source had {} ranks with {:?}, SHA-256 {})",
             src_path.display(),
             art_path.display(),
             t.world_size,
@@ -151,7 +158,8 @@ pub(crate) fn check_binding(c: &Canary, art_path: &Path, t: &CommTrace, src_byte
     }
     crate::refuse!(
         Code::DigestMismatch,
-        "{}: SHA-256 {sha}, but {} was compiled from a file with SHA-256 {} ({}): the source changed since, or it is another trace",
+        "{}: SHA-256 {sha}, but {} was compiled from a file with SHA-256 {} ({}): the source changed since, or it is \
+            another trace",
         src_path.display(),
         art_path.display(),
         c.source.file_sha256,
@@ -173,8 +181,10 @@ struct Candidate {
 /// Run the verification; its campaign runs as `campaign run` does, printing to stderr (stdout keeps the verdict).
 pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
     // integrity first: nothing runs on a broken chain
-    let src_bytes = limits::read_bounded(&o.source, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading source {}", o.source.display()))?;
-    let t = CommTrace::from_slice(&src_bytes).map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
+    let src_bytes = limits::read_bounded(&o.source, limits::MAX_TEXT_TABLE_BYTES)
+        .with_context(|| format!("reading source {}", o.source.display()))?;
+    let t = CommTrace::from_slice(&src_bytes)
+        .map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", o.source.display())))?;
     let mut arts: Vec<(String, Canary, u64)> = Vec::new();
     for (i, p) in std::iter::once(&o.canary).chain(&o.also).enumerate() {
         let (c, bytes) = artifact::read(p)?;
@@ -187,7 +197,11 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     }
     let spec_in = CampaignSpec::load(&o.configs)?;
     // baselines at the canary's size
-    let (k, replayed, seed) = (arts[0].1.slots.len(), arts[0].1.replay.collectives_per_pass.first().copied().unwrap_or(0), arts[0].1.replay.seed);
+    let (k, replayed, seed) = (
+        arts[0].1.slots.len(),
+        arts[0].1.replay.collectives_per_pass.first().copied().unwrap_or(0),
+        arts[0].1.replay.seed,
+    );
     let mut cands: Vec<Candidate> = Vec::new();
     for (name, c, b) in arts {
         let trace = expand::expand(&c).with_context(|| format!("expanding {name}"))?;
@@ -207,7 +221,10 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         let bytes = serde_json::to_vec_pretty(&c)?.len() as u64;
         match expand::expand(&c) {
             Ok(trace) => cands.push(Candidate { variant: name, artifact: c, artifact_bytes: bytes, trace }),
-            Err(e) => writeln!(log, "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out")?,
+            Err(e) => writeln!(
+                log,
+                "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out"
+            )?,
         }
     }
     // the source's phases run its point-to-point operations; the canary's cannot: said before anything runs
@@ -220,24 +237,36 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     for c in &cands {
         let mut checks: Vec<Check> = compare::static_checks(&sfacts, &facts(&c.trace));
         checks.extend(structure_checks(&t, &c.artifact));
-        let failed: Vec<String> = checks.iter().filter(|k| !k.passed).map(|k| format!("{}: {} (tolerance {})", k.name, k.measured, k.tolerance)).collect();
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|k| !k.passed)
+            .map(|k| format!("{}: {} (tolerance {})", k.name, k.measured, k.tolerance))
+            .collect();
         // a baseline or a reduced artifact is a sample by design; a compiled one claims to be its source folded
         if !failed.is_empty() && matches!(c.artifact.method, Method::Compiled | Method::Lossless) && !o.replay_failed {
             crate::refuse!(
                 Code::StaticCheck,
-                "{} ({}) fails checks that need no replay, so no replay can verify it: {}; nothing was run (--replay-failed replays it anyway)",
+                "{} ({}) fails checks that need no replay, so no replay can verify it: {}; nothing was run \
+                    (--replay-failed replays it anyway)",
                 c.variant,
                 if c.variant == "canary" { o.canary.display().to_string() } else { c.artifact.source.path.clone() },
                 failed.join("; ")
             );
         }
         if !failed.is_empty() {
-            writeln!(log, "canary verify: {} fails {} static check(s) before any replay: {}", c.variant, failed.len(), failed.join("; "))?;
+            writeln!(
+                log,
+                "canary verify: {} fails {} static check(s) before any replay: {}",
+                c.variant,
+                failed.len(),
+                failed.join("; ")
+            )?;
         }
         statics.push(checks);
     }
     // the campaign spec (checked whole before anything is written), then the inputs
-    let variants: Vec<String> = std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
+    let variants: Vec<String> =
+        std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
     if let Some(b) = &o.backend {
@@ -262,7 +291,8 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let world: Vec<u32> = (0..t.world_size).collect();
     let ar_dtype = t.ranks.iter().flat_map(|r| &r.collectives).find_map(|c| {
         let dtype = workload::Dtype::try_from(c.dtype).ok()?;
-        (c.kind == commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world)).then_some(dtype)
+        (c.kind == commtrace::CollectiveKind::AllReduce && t.group(&c.group).is_some_and(|g| g.members == world))
+            .then_some(dtype)
     });
     if let Some(dtype) = ar_dtype {
         spec.workload.extra_args.extend(["--dtype".to_string(), dtype.name().to_string()]);
@@ -270,7 +300,11 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let mut configs = Vec::new();
     for v in &variants {
         for c in &spec_in.configs {
-            configs.push(ConfigSpec { name: variant_config(v, &c.name), trace: Some(format!("inputs/{v}.json")), ..c.clone() });
+            configs.push(ConfigSpec {
+                name: variant_config(v, &c.name),
+                trace: Some(format!("inputs/{v}.json")),
+                ..c.clone()
+            });
         }
     }
     spec.configs = configs;
@@ -287,8 +321,19 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             let spec_dir = o.configs.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let mut t = t.clone();
             t.only = false;
-            t.configs = Some(spec_in.configs.iter().filter(|c| t.runs_under(&c.name)).map(|c| variant_config(&variants[0], &c.name)).collect());
-            t.inputs = t.inputs.iter().map(|i| std::path::absolute(spec_dir.join(i)).map(|p| p.display().to_string())).collect::<std::io::Result<_>>()?;
+            t.configs = Some(
+                spec_in
+                    .configs
+                    .iter()
+                    .filter(|c| t.runs_under(&c.name))
+                    .map(|c| variant_config(&variants[0], &c.name))
+                    .collect(),
+            );
+            t.inputs = t
+                .inputs
+                .iter()
+                .map(|i| std::path::absolute(spec_dir.join(i)).map(|p| p.display().to_string()))
+                .collect::<std::io::Result<_>>()?;
             Some(t)
         }
     };
@@ -309,13 +354,17 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
                 }
             }
         }
-        bare_known_bad = c.known_bad.iter().filter(|&k| matches!(k, KnownBad::Name(_))).map(|k| k.config().to_string()).collect();
+        bare_known_bad =
+            c.known_bad.iter().filter(|&k| matches!(k, KnownBad::Name(_))).map(|k| k.config().to_string()).collect();
         Controls { aa, known_bad: kb }
     });
     // every option and the spec they make, checked before the first file: a refusal leaves nothing to block the retry
     spec.validate().and_then(|()| spec.check_rank_plans()).map_err(|e| match code_of(&e) {
         Some(_) => e.context(format!("{} with these options makes an invalid campaign", o.configs.display())),
-        None => refuse(Code::BadSpec, format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display())),
+        None => refuse(
+            Code::BadSpec,
+            format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display()),
+        ),
     })?;
     let inputs = o.out.join("inputs");
     std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
@@ -348,10 +397,15 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sel_path, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
     let config_names: Vec<String> = spec_in.configs.iter().map(|c| c.name.clone()).collect();
-    let mut measures: BTreeMap<String, Vec<Vec<JobMeasure>>> = variants.iter().map(|v| (v.clone(), vec![Vec::new(); config_names.len()])).collect();
+    let mut measures: BTreeMap<String, Vec<Vec<JobMeasure>>> =
+        variants.iter().map(|v| (v.clone(), vec![Vec::new(); config_names.len()])).collect();
     let mut backend = spec.backend.clone();
     for e in &sel.entries {
-        let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}", e.cell_id))?;
+        let cell = m
+            .schedule
+            .iter()
+            .find(|c| c.cell_id == e.cell_id)
+            .with_context(|| format!("selection names cell {}", e.cell_id))?;
         if cell.truth {
             continue; // the job's cells: read through the campaign report's truth section
         }
@@ -371,7 +425,10 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
     // the campaign's own report, read through its type (absent: analyze wrote none)
     let report: Option<crate::analysis::Report> = match limits::read_bounded(&report_path, limits::MAX_JSON_BYTES) {
-        Ok(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a campaign report", report_path.display()))?),
+        Ok(bytes) => Some(
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not a campaign report", report_path.display()))?,
+        ),
         Err(_) => None,
     };
     for c in report.iter().flat_map(|r| &r.controls) {
@@ -387,7 +444,11 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         None => None,
         Some(_) => match &report {
             Some(r) => r.truth.clone(),
-            None => crate::refuse!(Code::Incomplete, "{}: the campaign wrote no report, so its truth section is missing", report_path.display()),
+            None => crate::refuse!(
+                Code::Incomplete,
+                "{}: the campaign wrote no report, so its truth section is missing",
+                report_path.display()
+            ),
         },
     };
     let truth = match &truth_section {
@@ -425,23 +486,36 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             tally.push(("known-bad".into(), if ok { Behaved } else { Misbehaved }));
             details.push(format!(
                 "known-bad {kb} in {v}: {}",
-                if ok { "behaved (decided slower than every other configuration)" } else { "not decided slower than every other configuration" }
+                if ok {
+                    "behaved (decided slower than every other configuration)"
+                } else {
+                    "not decided slower than every other configuration"
+                }
             ));
         }
     }
     let summary = crate::analysis::control_counts(tally.iter().map(|(k, o)| (k.as_str(), *o)));
-    let controls = ControlsOutcome { declared: !behaved.is_empty(), behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)), details, summary };
+    let controls = ControlsOutcome {
+        declared: !behaved.is_empty(),
+        behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)),
+        details,
+        summary,
+    };
     // configurations that add latency of their own: the tail recall leaves them out
     let control_configs: Vec<bool> = spec_in
         .configs
         .iter()
         .map(|c| {
-            c.args.iter().any(|a| a.starts_with("--inject-")) || spec_in.controls.as_ref().is_some_and(|ctl| ctl.known_bad.iter().any(|k| k.config() == c.name))
+            c.args.iter().any(|a| a.starts_with("--inject-"))
+                || spec_in.controls.as_ref().is_some_and(|ctl| ctl.known_bad.iter().any(|k| k.config() == c.name))
         })
         .collect();
     // judge every candidate
-    let evidence =
-        format!("measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved", launcher_name(&spec), spec.repetitions);
+    let evidence = format!(
+        "measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved",
+        launcher_name(&spec),
+        spec.repetitions
+    );
     let mut verdicts = Vec::new();
     let src_events: u64 = t.ranks.iter().map(|r| r.collectives.len() as u64).sum();
     for (c, mut checks) in cands.iter().zip(statics) {
@@ -491,7 +565,10 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             measured: if t.unknown.is_empty() {
                 "the source knows every field".into()
             } else {
-                format!("the source does not know: {}", t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "))
+                format!(
+                    "the source does not know: {}",
+                    t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", ")
+                )
             },
             tolerance: "an artifact built over unknowns can never be hardware-validated".into(),
         });
@@ -521,14 +598,18 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         });
     }
     let canary_state = verdicts.first().map(|v| v.state);
-    let baselines: Vec<&CandidateVerdict> =
-        verdicts.iter().filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline())).collect();
+    let baselines: Vec<&CandidateVerdict> = verdicts
+        .iter()
+        .filter(|v| cands.iter().any(|c| c.variant == v.variant && c.artifact.method.is_baseline()))
+        .collect();
     let failed_checks = |v: &CandidateVerdict| v.checks.iter().filter(|c| !c.passed).count();
     // beating the baselines means deciding what the source decided: with no decision, there is no comparison
     let source_decided = verdicts.first().is_some_and(|v| v.cost.is_some());
     let canary_beats_baselines = (!baselines.is_empty() && source_decided).then(|| {
         let cv = &verdicts[0];
-        baselines.iter().all(|b| canary_state > Some(b.state) || (canary_state == Some(b.state) && failed_checks(cv) < failed_checks(b)))
+        baselines.iter().all(|b| {
+            canary_state > Some(b.state) || (canary_state == Some(b.state) && failed_checks(cv) < failed_checks(b))
+        })
     });
     let report = VerifyReport {
         format_version: VERIFY_FORMAT_VERSION,
@@ -543,7 +624,9 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         candidates: verdicts,
         canary_beats_baselines,
         truth,
-        never_granted: "production-representative: only the workload's owner can know whether the traced run represents production".into(),
+        never_granted:
+            "production-representative: only the workload's owner can know whether the traced run represents production"
+                .into(),
     };
     fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
     Ok(report)
@@ -575,11 +658,14 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
     // the length at the stored counts first, from the body itself: nothing longer than the source is walked
     let mut why = match artifact::check_consistency(c) {
         Err(e) => Some(format!("the artifact contradicts itself: {e:#}")),
-        Ok(shape) => t
-            .ranks
-            .iter()
-            .find(|r| r.collectives.len() as u64 != shape.at_counts)
-            .map(|r| format!("the body at its counts has {} collectives, rank {} of the source {}", shape.at_counts, r.rank, r.collectives.len())),
+        Ok(shape) => t.ranks.iter().find(|r| r.collectives.len() as u64 != shape.at_counts).map(|r| {
+            format!(
+                "the body at its counts has {} collectives, rank {} of the source {}",
+                shape.at_counts,
+                r.rank,
+                r.collectives.len()
+            )
+        }),
     };
     let seq = if why.is_none() { walk_at_source_counts(c) } else { Vec::new() };
     let tm = compile::timings(t);
@@ -588,11 +674,20 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
             break;
         }
         if seq.len() != r.collectives.len() {
-            why = Some(format!("the body at its counts has {} collectives, rank {} of the source {}", seq.len(), r.rank, r.collectives.len()));
+            why = Some(format!(
+                "the body at its counts has {} collectives, rank {} of the source {}",
+                seq.len(),
+                r.rank,
+                r.collectives.len()
+            ));
             break;
         }
         if let Some(p) = seq.iter().zip(&r.collectives).position(|(s, col)| {
-            c.slots.get(*s as usize).and_then(|sl| sl.ranks.get(ri)).and_then(|rs| c.identities.get(rs.identity as usize)) != Some(&compile::identity_of(col))
+            c.slots
+                .get(*s as usize)
+                .and_then(|sl| sl.ranks.get(ri))
+                .and_then(|rs| c.identities.get(rs.identity as usize))
+                != Some(&compile::identity_of(col))
         }) {
             why = Some(format!("rank {} position {p}: the body's operation is not the source's", r.rank));
             break;
@@ -602,9 +697,12 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
         name: "structure.lossless".into(),
         guards: Assurance::SourceVerified,
         passed: why.is_none(),
-        measured: why
-            .clone()
-            .unwrap_or_else(|| format!("the folded body at the source's counts is the source's operation sequence on all {} ranks", t.ranks.len())),
+        measured: why.clone().unwrap_or_else(|| {
+            format!(
+                "the folded body at the source's counts is the source's operation sequence on all {} ranks",
+                t.ranks.len()
+            )
+        }),
         tolerance: "exactly the source's sequence".into(),
     }];
     if why.is_some() {
@@ -631,9 +729,11 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
     let mut worst = (0.0f64, String::new());
     for (si, slot) in c.slots.iter().enumerate() {
         for (ri, rs) in slot.ranks.iter().enumerate() {
-            for (field, stored, src) in
-                [("gap_ns", &rs.gap_ns, &tm.gap_ns[ri]), ("compute_ns", &rs.compute_ns, &tm.compute_ns[ri]), ("span_ns", &rs.span_ns, &tm.span_ns[ri])]
-            {
+            for (field, stored, src) in [
+                ("gap_ns", &rs.gap_ns, &tm.gap_ns[ri]),
+                ("compute_ns", &rs.compute_ns, &tm.compute_ns[ri]),
+                ("span_ns", &rs.span_ns, &tm.span_ns[ri]),
+            ] {
                 let mut vals: Vec<u64> = positions[si].iter().filter_map(|&p| src[p]).collect();
                 vals.sort_unstable();
                 let err = match stored {
@@ -650,7 +750,9 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
                     artifact::Values::Histogram(h) => [0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99]
                         .iter()
                         .filter_map(|&q| {
-                            let want = *vals.get(((q * vals.len() as f64).ceil() as usize).clamp(1, vals.len().max(1)) - 1)? as f64;
+                            let want = *vals
+                                .get(((q * vals.len() as f64).ceil() as usize).clamp(1, vals.len().max(1)) - 1)?
+                                as f64;
                             let got = h.quantile(q)? as f64;
                             Some((got - want).abs() / want.max(1.0))
                         })
@@ -718,7 +820,8 @@ pub(crate) fn job_measure(j: &JoinedRun, round: u32) -> Result<JobMeasure> {
     for s in &j.shards {
         if s.header.workload.phases.contains(&Phase::Overlap) {
             let (_, compute, comm) = overlap::phase_intervals_ns(s, Phase::Overlap);
-            let us = |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
+            let us =
+                |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
             if let Some(x) = overlap::overlap(&us(compute), &us(comm)).ok().and_then(|r| r.overlap_of_comm) {
                 shares.push(x);
             }
@@ -746,7 +849,15 @@ pub fn render(r: &VerifyReport) -> String {
         r.source.collectives_per_rank.iter().sum::<u64>(),
         r.source.file_sha256
     );
-    let _ = writeln!(s, "  {} configurations x {} rounds on {}; campaign {} (manifest {})", r.configs.len(), r.rounds, r.backend, r.campaign.0, r.campaign.1);
+    let _ = writeln!(
+        s,
+        "  {} configurations x {} rounds on {}; campaign {} (manifest {})",
+        r.configs.len(),
+        r.rounds,
+        r.backend,
+        r.campaign.0,
+        r.campaign.1
+    );
     let _ = writeln!(s, "  evidence: {}", r.evidence);
     match r.controls.behaved {
         None => {
@@ -779,7 +890,8 @@ pub fn render(r: &VerifyReport) -> String {
         }
         let _ = writeln!(
             s,
-            "  size: {} events stored (source/artifact {:.1}x), {} collectives per pass (source/candidate {:.1}x), {} bytes (source/artifact {:.2}x{})",
+            "  size: {} events stored (source/artifact {:.1}x), {} collectives per pass (source/candidate {:.1}x), {} \
+                bytes (source/artifact {:.2}x{})",
             v.events.0,
             v.events.1,
             v.replayed.0,
@@ -789,7 +901,11 @@ pub fn render(r: &VerifyReport) -> String {
             if v.bytes.1 < 1.0 { ": the artifact is LARGER than its source" } else { "" }
         );
         if v.cost.is_none() && v.ranking.is_some() {
-            let _ = writeln!(s, "  decision cost: none: the source decided no pair of configurations, so there is no decision to preserve");
+            let _ = writeln!(
+                s,
+                "  decision cost: none: the source decided no pair of configurations, so there is no \
+                decision to preserve"
+            );
         }
         if let Some(c) = &v.cost {
             let _ = writeln!(
@@ -800,13 +916,16 @@ pub fn render(r: &VerifyReport) -> String {
                 c.candidate_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
                 c.candidate_rounds.map_or("never".into(), |x| x.to_string()),
                 c.source_per_candidate
-                    .map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!("{x:.1}x cheaper (source/candidate)"))
+                    .map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!(
+                        "{x:.1}x cheaper (source/candidate)"
+                    ))
             );
         }
         let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
         let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
         for c in &failed {
-            let _ = writeln!(s, "    FAILED {} (guards {}): {} — tolerance {}", c.name, c.guards, c.measured, c.tolerance);
+            let _ =
+                writeln!(s, "    FAILED {} (guards {}): {} — tolerance {}", c.name, c.guards, c.measured, c.tolerance);
         }
         for u in &v.unjudged {
             let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);
@@ -820,7 +939,12 @@ pub fn render(r: &VerifyReport) -> String {
     if let Some(b) = r.canary_beats_baselines {
         let _ = writeln!(s);
         let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
-    } else if r.candidates.iter().skip(1).any(|c| matches!(c.method.as_str(), "random" | "frequency" | "cluster" | "stratified-gap" | "head")) {
+    } else if r
+        .candidates
+        .iter()
+        .skip(1)
+        .any(|c| matches!(c.method.as_str(), "random" | "frequency" | "cluster" | "stratified-gap" | "head"))
+    {
         let _ = writeln!(s);
         let _ = writeln!(s, "canary and baselines: no comparison (the source decided no pair of configurations)");
     }
@@ -864,7 +988,11 @@ pub fn render_short(r: &VerifyReport) -> String {
         let stop = match failed.iter().min_by_key(|c| c.guards) {
             None => "every check held".to_string(),
             Some(c) => {
-                let more = if failed.len() > 1 { format!(" (and {} more failed checks)", failed.len() - 1) } else { String::new() };
+                let more = if failed.len() > 1 {
+                    format!(" (and {} more failed checks)", failed.len() - 1)
+                } else {
+                    String::new()
+                };
                 format!("stopped by {}: {}{more}", c.name, c.measured)
             }
         };
@@ -872,7 +1000,12 @@ pub fn render_short(r: &VerifyReport) -> String {
             let c = &a.comparison;
             format!("; ranking {}/{} pairs agree", c.pairs_agree, c.pairs_total)
         });
-        let cost = v.cost.as_ref().and_then(|c| c.source_per_candidate).map(|x| format!("; {x:.1}x cheaper to decide")).unwrap_or_default();
+        let cost = v
+            .cost
+            .as_ref()
+            .and_then(|c| c.source_per_candidate)
+            .map(|x| format!("; {x:.1}x cheaper to decide"))
+            .unwrap_or_default();
         let _ = writeln!(s, "{} [{}]: {}; {stop}{}{cost}", v.variant, v.method, v.state, ranking.unwrap_or_default());
         if let Some(j) = &v.truth {
             let _ = writeln!(s, "  {}", super::truth::words(j));
@@ -889,19 +1022,34 @@ pub fn render_short(r: &VerifyReport) -> String {
 /// directory of this trace (refused when the directory verified another trace).
 pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<Oracle> {
     let rp = dir.join("canary-verify.json");
-    let bytes = limits::read_bounded(&rp, limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
-    let r: VerifyReport = serde_json::from_slice(&bytes).map_err(|e| refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
+    let bytes =
+        limits::read_bounded(&rp, limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
+    let r: VerifyReport = serde_json::from_slice(&bytes)
+        .map_err(|e| refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
     let sha = fsutil::sha256_hex(src_bytes);
     if r.source.file_sha256 != sha {
-        crate::refuse!(Code::DigestMismatch, "{} verified a source with SHA-256 {}; {} has {sha}", dir.display(), r.source.file_sha256, src_path.display());
+        crate::refuse!(
+            Code::DigestMismatch,
+            "{} verified a source with SHA-256 {}; {} has {sha}",
+            dir.display(),
+            r.source.file_sha256,
+            src_path.display()
+        );
     }
     let campaign_dir = dir.join("campaign");
     let (m, _) = chain::load_manifest(&campaign_dir)?;
     let v = chain::verify(&campaign_dir)?;
     if !v.complete {
-        crate::refuse!(Code::Incomplete, "{}: the campaign does not verify ({} of {} cells)", campaign_dir.display(), v.cells_ok, v.cells_expected);
+        crate::refuse!(
+            Code::Incomplete,
+            "{}: the campaign does not verify ({} of {} cells)",
+            campaign_dir.display(),
+            v.cells_ok,
+            v.cells_expected
+        );
     }
-    let sel: Selection = serde_json::from_slice(&limits::read_bounded(&campaign_dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
+    let sel: Selection =
+        serde_json::from_slice(&limits::read_bounded(&campaign_dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
     let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
     for e in &sel.entries {
         let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
@@ -915,21 +1063,32 @@ pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path:
             lat[ci].entry(format!("{kind} {}B", c.bytes)).or_default().push(worst as f64 / 1e3);
         }
     }
-    let cost_us = lat.into_iter().map(|m| m.into_iter().map(|(k, mut v)| (k, stats::median(&mut v).unwrap_or(0.0))).collect()).collect();
-    let keys = t.ranks.first().map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect()).unwrap_or_default();
+    let cost_us = lat
+        .into_iter()
+        .map(|m| m.into_iter().map(|(k, mut v)| (k, stats::median(&mut v).unwrap_or(0.0))).collect())
+        .collect();
+    let keys = t
+        .ranks
+        .first()
+        .map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect())
+        .unwrap_or_default();
     let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml")).ok();
     let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
     // the order to preserve is what the source's replays decided, pair by pair, and nothing else
-    let ranking = r
-        .candidates
-        .first()
-        .and_then(|c| c.ranking.as_ref())
-        .ok_or_else(|| refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display())))?;
+    let ranking = r.candidates.first().and_then(|c| c.ranking.as_ref()).ok_or_else(|| {
+        refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display()))
+    })?;
     let idx = |n: &str| r.configs.iter().position(|c| c == n);
     let mut decided = Vec::new();
     for p in &ranking.comparison.relations {
         let (Some(a), Some(b)) = (idx(&p.a), idx(&p.b)) else {
-            crate::refuse!(Code::BadFormat, "{}: its ranking names a configuration it does not list ({} vs {})", rp.display(), p.a, p.b);
+            crate::refuse!(
+                Code::BadFormat,
+                "{}: its ranking names a configuration it does not list ({} vs {})",
+                rp.display(),
+                p.a,
+                p.b
+            );
         };
         match p.truth {
             Relation::AFaster => decided.push((a, b)),

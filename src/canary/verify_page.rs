@@ -13,7 +13,13 @@ use std::fmt::Write;
 /// The page.
 pub fn page(r: &VerifyReport) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "<p class=\"small\">source {} (SHA-256 {}) · {}</p>", escape(&r.source.path), escape(&r.source.file_sha256), escape(&r.evidence));
+    let _ = writeln!(
+        o,
+        "<p class=\"small\">source {} (SHA-256 {}) · {}</p>",
+        escape(&r.source.path),
+        escape(&r.source.file_sha256),
+        escape(&r.evidence)
+    );
     let _ = writeln!(o, "<h2 id=\"answer\">The answer</h2>\n<pre>{}</pre>", escape(&super::verify::render_short(r)));
     o.push_str("<h2 id=\"candidates\">Candidates</h2>\n");
     let rows: Vec<_> = r
@@ -26,9 +32,12 @@ pub fn page(r: &VerifyReport) -> String {
                 txt(v.method.clone()),
                 txt(v.state.to_string()),
                 (format!("{} of {}", v.checks.len() - failed, v.checks.len()), Some((v.checks.len() - failed) as f64)),
-                v.ranking
-                    .as_ref()
-                    .map_or(txt("-"), |a| (format!("{}/{}", a.comparison.pairs_agree, a.comparison.pairs_total), Some(a.comparison.agreement_pct))),
+                v.ranking.as_ref().map_or(txt("-"), |a| {
+                    (
+                        format!("{}/{}", a.comparison.pairs_agree, a.comparison.pairs_total),
+                        Some(a.comparison.agreement_pct),
+                    )
+                }),
                 v.cost.as_ref().and_then(|c| c.source_per_candidate).map_or(txt("-"), |x| num(x, 1)),
                 num(v.replayed.1, 1),
             ]
@@ -37,7 +46,15 @@ pub fn page(r: &VerifyReport) -> String {
     table(
         &mut o,
         "candidates-table",
-        &["candidate", "method", "state", "checks held", "ranking pairs agreeing", "cheaper to decide (x)", "source/candidate collectives"],
+        &[
+            "candidate",
+            "method",
+            "state",
+            "checks held",
+            "ranking pairs agreeing",
+            "cheaper to decide (x)",
+            "source/candidate collectives",
+        ],
         &rows,
     );
     o.push_str("<h2 id=\"checks\">Every check</h2>\n");

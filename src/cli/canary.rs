@@ -194,7 +194,8 @@ pub(crate) fn check_ranges(c: &CanaryCommand) -> Result<()> {
 }
 
 fn read_trace(p: &Path) -> Result<(CommTrace, Vec<u8>)> {
-    let bytes = limits::read_bounded(p, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
+    let bytes =
+        limits::read_bounded(p, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
     let t = CommTrace::from_slice(&bytes).map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
     Ok((t, bytes))
 }
@@ -205,7 +206,8 @@ fn summary(c: &artifact::Canary) -> Result<String> {
     let shape = artifact::check_consistency(c)?;
     let src = c.source.collectives_per_rank.iter().sum::<u64>() as f64;
     Ok(format!(
-        "{} ({}): {} slots x {} ranks = {} events stored (source/artifact {:.1}x); replays {} of the main loop's {} iterations: {} collectives per pass (source/canary {:.1}x); {} approximations; digest {}",
+        "{} ({}): {} slots x {} ranks = {} events stored (source/artifact {:.1}x); replays {} of the main loop's {} \
+            iterations: {} collectives per pass (source/canary {:.1}x); {} approximations; digest {}",
         c.label,
         c.method.name(),
         c.slots.len(),
@@ -223,7 +225,10 @@ fn summary(c: &artifact::Canary) -> Result<String> {
 
 fn bytes_line(src: u64, art: u64) -> String {
     let r = src as f64 / art.max(1) as f64;
-    format!("bytes: source {src}, artifact {art} (source/artifact {r:.2}x{})", if art > src { "; the artifact is LARGER than its source" } else { "" })
+    format!(
+        "bytes: source {src}, artifact {art} (source/artifact {r:.2}x{})",
+        if art > src { "; the artifact is LARGER than its source" } else { "" }
+    )
 }
 
 /// `canary ...`.
@@ -257,7 +262,11 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
         CanaryCommand::Inspect(a) => {
             let (c, _) = artifact::read(&a.artifact)?;
             writeln!(out, "{}", summary(&c)?)?;
-            writeln!(out, "source: {} ({}; SHA-256 {}, canonical {})", c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256)?;
+            writeln!(
+                out,
+                "source: {} ({}; SHA-256 {}, canonical {})",
+                c.source.path, c.source.origin, c.source.file_sha256, c.source.canonical_sha256
+            )?;
             if c.is_reduced() {
                 writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
             }
@@ -295,7 +304,15 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             let oracle = verify::oracle_from(&a.from, &t, &bytes, &a.trace)?;
             let n = t.ranks.first().map_or(0, |r| r.collectives.len());
             let r = reduce::ddmin(n, &oracle, a.budget)?;
-            let c = baseline::from_positions(&t, &bytes, &a.trace.display().to_string(), &r.kept, Method::Reduced, r.kept.len() as u64, 1)?;
+            let c = baseline::from_positions(
+                &t,
+                &bytes,
+                &a.trace.display().to_string(),
+                &r.kept,
+                Method::Reduced,
+                r.kept.len() as u64,
+                1,
+            )?;
             let c = artifact::Canary { label: artifact::REDUCED_LABEL.into(), ..c }.seal()?;
             c.write(&a.out)?;
             writeln!(
@@ -308,13 +325,24 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
                 if r.budget_exhausted { ", RAN OUT" } else { "" },
                 r.passes_oracle
             )?;
-            writeln!(out, "decision preserved (measured per-identity latencies of {}): {}", a.from.display(), r.decision)?;
+            writeln!(
+                out,
+                "decision preserved (measured per-identity latencies of {}): {}",
+                a.from.display(),
+                r.decision
+            )?;
             writeln!(out, "label: {}", artifact::REDUCED_LABEL)?;
             eprintln!("wrote {}", a.out.display());
         }
         CanaryCommand::Redact(a) => {
             let (t, bytes) = read_trace(&a.trace)?;
-            let o = RedactRun { trace: a.trace, out: a.out, quantize_ns: a.quantize_ns, drop_names: a.drop_names, configs: a.configs };
+            let o = RedactRun {
+                trace: a.trace,
+                out: a.out,
+                quantize_ns: a.quantize_ns,
+                drop_names: a.drop_names,
+                configs: a.configs,
+            };
             redaction::run(&t, &bytes, &o, out)?;
         }
     }
@@ -328,12 +356,19 @@ pub(crate) fn synth_cmd(a: SynthArgs, out: &mut dyn Write) -> Result<()> {
     let specials = synth::specials(a.events, a.ranks, a.seed);
     writeln!(
         out,
-        "synth: {} collectives on each of {} ranks (seed {}), {} special (skew or overlap), the first at positions {:?}",
+        "synth: {} collectives on each of {} ranks (seed {}), {} special (skew or overlap), the first at positions \
+            {:?}",
         a.events,
         a.ranks,
         a.seed,
         specials.iter().filter(|s| **s != synth::Special::None).count(),
-        specials.iter().enumerate().filter(|(_, s)| **s != synth::Special::None).map(|(i, _)| i).take(20).collect::<Vec<_>>()
+        specials
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s != synth::Special::None)
+            .map(|(i, _)| i)
+            .take(20)
+            .collect::<Vec<_>>()
     )?;
     eprintln!("wrote {}", a.out.display());
     Ok(())

@@ -36,7 +36,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
     check_command_ranges(&cli.command)?;
     match cli.command {
         // validate's exit code is its verdict (0 pass, 1 fail, 2 inconclusive, 3 could not run)
-        Command::Validate(a) => return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX))),
+        Command::Validate(a) => {
+            return Ok(ExitCode::from(u8::try_from(crate::validate::command(a)).unwrap_or(u8::MAX)))
+        }
         Command::Rank(a) => crate::rank::run(*a)?,
         Command::Join(a) => join(a, out)?,
         Command::Inspect(a) => writeln!(out, "{}", inspect::inspect(&a.file, a.header_only)?)?,
@@ -58,7 +60,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
             let trace = export::chrome_trace(&joined);
             let bytes = serde_json::to_vec(&trace)?;
             fsutil::write_new_atomic(&a.output, &bytes)?;
-            eprintln!("wrote {} ({} events)", a.output.display(), trace["traceEvents"].as_array().map_or(0, |v| v.len()));
+            eprintln!(
+                "wrote {} ({} events)",
+                a.output.display(),
+                trace["traceEvents"].as_array().map_or(0, |v| v.len())
+            );
         }
         Command::Export(crate::cli::ExportCommand::Param(a)) => export_trace(a, "param")?,
         Command::Export(crate::cli::ExportCommand::Et(a)) => export_trace(a, "et")?,
@@ -121,11 +127,20 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     let t = import_files(kind, &a.files, &Limits::default()).map_err(refusal::or_code(Code::BadInput))?;
     fsutil::write_json_new(&a.output, &t)?;
     if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?
+        )?;
     } else {
         write!(out, "{}", render_counts(&t))?;
     }
-    eprintln!("wrote {} ({} ranks; unknown: {})", a.output.display(), t.ranks.len(), t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", "));
+    eprintln!(
+        "wrote {} ({} ranks; unknown: {})",
+        a.output.display(),
+        t.ranks.len(),
+        t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", ")
+    );
     Ok(())
 }
 
@@ -142,7 +157,9 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete}))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete})
+            )?
         )?;
     } else {
         write!(out, "{}", render_counts(&t))?;
@@ -162,7 +179,12 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     for i in &m.incomplete {
         eprintln!("incomplete: {i}");
     }
-    eprintln!("wrote {} ({} ranks{})", a.output.display(), t.ranks.len(), if m.incomplete.is_empty() { "" } else { "; marked incomplete" });
+    eprintln!(
+        "wrote {} ({} ranks{})",
+        a.output.display(),
+        t.ranks.len(),
+        if m.incomplete.is_empty() { "" } else { "; marked incomplete" }
+    );
     Ok(())
 }
 
@@ -179,7 +201,8 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
             output_sha256: artifact::canonical_sha256(&r)?,
             transforms,
             decision_survives: Some(format!(
-                "not re-verified by export; `commcanary canary redact {} -o FILE --configs SPEC` re-verifies the ranking on replays",
+                "not re-verified by export; `commcanary canary redact {} -o FILE --configs SPEC` re-verifies the \
+                    ranking on replays",
                 a.trace.display()
             )),
         });
@@ -195,7 +218,12 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     for (rank, doc) in &docs {
         fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
     }
-    eprintln!("wrote {} files to {}{}", docs.len(), a.output.display(), if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" });
+    eprintln!(
+        "wrote {} files to {}{}",
+        docs.len(),
+        a.output.display(),
+        if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" }
+    );
     Ok(())
 }
 
@@ -205,7 +233,9 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
         let bytes = limits::read_bounded(f, limits::MAX_JSON_BYTES)?;
         let bad_input = refusal::or_code(Code::BadInput);
         let iv: IntervalFile = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display()))
+            .with_context(|| {
+                format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display())
+            })
             .map_err(&bad_input)?;
         let r = overlap(&iv.compute, &iv.comm).with_context(|| f.display().to_string()).map_err(&bad_input)?;
         if a.json {
@@ -217,7 +247,13 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
                 r.compute_active_us, r.comm_active_us, r.overlap_us, r.wall_us
             )?;
             let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "undefined".into());
-            writeln!(out, "overlap / comm-active {}, / compute-active {}, / wall {}", p(r.overlap_of_comm), p(r.overlap_of_compute), p(r.overlap_of_wall))?;
+            writeln!(
+                out,
+                "overlap / comm-active {}, / compute-active {}, / wall {}",
+                p(r.overlap_of_comm),
+                p(r.overlap_of_compute),
+                p(r.overlap_of_wall)
+            )?;
         }
         return Ok(());
     }
@@ -281,23 +317,39 @@ fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
     let (times, sizes) = nt::times_us(&tables, metric)?;
     let how = match metric {
         NcclTestsMetric::Size(s) => format!("out-of-place time at {s} bytes"),
-        NcclTestsMetric::GeoMeanCommon => format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len()),
+        NcclTestsMetric::GeoMeanCommon => {
+            format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len())
+        }
     };
     Ok(Side {
         rows: times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect(),
-        evidence: format!("reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval", tables.len(), dir.display()),
+        evidence: format!(
+            "reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval",
+            tables.len(),
+            dir.display()
+        ),
         rule: None,
         relations: None,
     })
 }
 
-fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>) -> Result<Side> {
-    if let Some((dir, phase)) = spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists()) {
+fn side(
+    spec: &str,
+    size: Option<u64>,
+    analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>,
+) -> Result<Side> {
+    if let Some((dir, phase)) =
+        spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists())
+    {
         let dir = std::path::Path::new(dir);
         let phase: Phase = phase.parse()?;
         if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
             let (v, input) = verified_input(dir)?;
-            let ev = format!("measured: verified campaign {} (manifest {})", input.context.campaign_id, &input.context.manifest_sha256[..12]);
+            let ev = format!(
+                "measured: verified campaign {} (manifest {})",
+                input.context.campaign_id,
+                &input.context.manifest_sha256[..12]
+            );
             let report = crate::analysis::analyze(&input, v, &ev)?;
             *analyzed = Some((dir.to_path_buf(), input, report));
         }
@@ -320,11 +372,14 @@ fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(std::path::PathBuf
     if path.is_dir() && !path.join("manifest.json").exists() {
         return nccl_tests_side(path, size);
     }
-    let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
+    let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES)
+        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
     let rows = ranking::parse_csv(&text, spec).map_err(refusal::or_code(Code::BadInput))?;
     Ok(Side {
         rows,
-        evidence: format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"),
+        evidence: format!(
+            "reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"
+        ),
         rule: None,
         relations: None,
     })
@@ -350,14 +405,22 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
         let text = limits::read_text_bounded(f, limits::MAX_TEXT_TABLE_BYTES)?;
         (
-            vec![(f.display().to_string(), queue::parse_service_times(&text, &f.display().to_string()).map_err(refusal::or_code(Code::BadInput))?)],
+            vec![(
+                f.display().to_string(),
+                queue::parse_service_times(&text, &f.display().to_string())
+                    .map_err(refusal::or_code(Code::BadInput))?,
+            )],
             format!("service times from {} (provenance: whoever wrote the file)", f.display()),
         )
     } else {
         let dir = a.campaign.as_ref().expect("clap requires one");
         let phase: Phase = a.phase.parse()?;
         let (_, input) = verified_input(dir)?;
-        let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("{}: no phase {phase}", dir.display()))?;
+        let p = input
+            .phases
+            .iter()
+            .find(|p| p.phase == phase)
+            .with_context(|| format!("{}: no phase {phase}", dir.display()))?;
         if !phase.has_tokens() {
             anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
         }
@@ -374,7 +437,8 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
         (
             s,
             format!(
-                "service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in round order, every rank's tokens",
+                "service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in \
+                    round order, every rank's tokens",
                 input.context.campaign_id,
                 &input.context.manifest_sha256[..12]
             ),
@@ -383,7 +447,10 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     let mut results = Vec::new();
     for (label, service) in &sources {
         let n = a.requests.unwrap_or(service.len());
-        results.push((label.clone(), simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?));
+        results.push((
+            label.clone(),
+            simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?,
+        ));
     }
     // labels ordered by a key of their result (stable: ties keep input order)
     let ranked = |key: &dyn Fn(&QueueResult) -> f64, descending: bool| -> Vec<&str> {
@@ -451,7 +518,11 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         }
     }
     let rule = p.rule.or(t.rule).unwrap_or(a.tie_policy);
-    let evidence = if p.evidence == t.evidence { p.evidence.clone() } else { format!("proxy: {}; truth: {}", p.evidence, t.evidence) };
+    let evidence = if p.evidence == t.evidence {
+        p.evidence.clone()
+    } else {
+        format!("proxy: {}; truth: {}", p.evidence, t.evidence)
+    };
     let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
     let c = match (&p.relations, &t.relations) {
         (Some(pr), Some(tr)) if same_order => ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
@@ -484,10 +555,18 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         c.kendall_tau_b.map(|t| format!("{t:.3}")).unwrap_or_else(|| "undefined (every pair tied on one side)".into())
     )?;
     for d in &c.disagreements {
-        writeln!(out, "  disagree {} vs {}: proxy {:?}, truth {:?}; truth-side difference {:.1}% of the faster", d.a, d.b, d.proxy, d.truth, d.truth_cost_pct)?;
+        writeln!(
+            out,
+            "  disagree {} vs {}: proxy {:?}, truth {:?}; truth-side difference {:.1}% of the faster",
+            d.a, d.b, d.proxy, d.truth, d.truth_cost_pct
+        )?;
     }
     if c.pairs_total >= 10 {
-        writeln!(out, "note: {} pairs invite false discoveries; read the whole matrix (--json), not a list of inversions", c.pairs_total)?;
+        writeln!(
+            out,
+            "note: {} pairs invite false discoveries; read the whole matrix (--json), not a list of inversions",
+            c.pairs_total
+        )?;
     }
     writeln!(out, "evidence: {}", c.evidence_class)?;
     Ok(())
@@ -503,13 +582,18 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
             let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
-            writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
+            writeln!(
+                out,
+                "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in \
+                attempts.jsonl)"
+            )?;
             // a cell left without a successful attempt is a failed exec (exit 1), naming the cells
             let left = chain::cells_without_success(&dir, cell)?;
             if !left.is_empty() {
                 crate::refuse!(
                     Code::FailedAttempt,
-                    "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in attempts.jsonl; exec again to retry them)",
+                    "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in \
+                        attempts.jsonl; exec again to retry them)",
                     dir.display(),
                     left.len(),
                     left.join(", ")
@@ -522,7 +606,8 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             run::analyze(&dir, &Analyze { json, diagnostics, reveal, report_dir, verbose, csv }, out)?
         }
         C::Archive { dir, output, descriptor } => {
-            let desc = descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
+            let desc =
+                descriptor.unwrap_or_else(|| std::path::PathBuf::from(format!("{}.descriptor.json", output.display())));
             let d = cp::archive(&dir, &output, &desc)?;
             writeln!(
                 out,
@@ -536,7 +621,13 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         }
         C::Join { a, b, output } => {
             let m = cp::join_campaigns(&a, &b, &output)?;
-            writeln!(out, "joined into {} ({}): {} cells; run `campaign select` and `verify` on it", output.display(), m.campaign_id, m.schedule.len())?;
+            writeln!(
+                out,
+                "joined into {} ({}): {} cells; run `campaign select` and `verify` on it",
+                output.display(),
+                m.campaign_id,
+                m.schedule.len()
+            )?;
         }
         C::Power { dir, phase, min_effect_pct } => {
             let (_, input) = verified_input(&dir)?;
@@ -553,7 +644,9 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         C::Replicate { a, b, json } => {
             let (ra, na) = report_campaign::analyze_for_replication(&a)?;
             let (rb, nb) = report_campaign::analyze_for_replication(&b)?;
-            let name = |m: &std::collections::BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
+            let name = |m: &std::collections::BTreeMap<String, String>, l: &str| {
+                m.get(l).cloned().unwrap_or_else(|| l.to_string())
+            };
             let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
@@ -564,10 +657,18 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
         C::ExportPick { dir, output, by } => {
             let p = pick::pick(&dir, by.as_deref())?;
             fsutil::write_new_atomic(&output, pick::env_file(&p).as_bytes())?;
-            writeln!(out, "wrote {}: configuration {} ({} variable(s)); picked by {}", output.display(), p.name, p.env.len(), p.why)?;
             writeln!(
                 out,
-                "source it before the job (. {}), or confirm it: commcanary campaign confirm {} --pick {} --rounds 5 -o DIR",
+                "wrote {}: configuration {} ({} variable(s)); picked by {}",
+                output.display(),
+                p.name,
+                p.env.len(),
+                p.why
+            )?;
+            writeln!(
+                out,
+                "source it before the job (. {}), or confirm it: commcanary campaign confirm {} --pick {} --rounds 5 \
+                    -o DIR",
                 output.display(),
                 dir.display(),
                 output.display()
@@ -581,21 +682,37 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             }
             writeln!(
                 out,
-                "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t interval over {} paired rounds, cost(default)/cost(pick) - 1)",
+                "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t \
+                    interval over {} paired rounds, cost(default)/cost(pick) - 1)",
                 c.gain_pct, c.low_pct, c.high_pct, c.rounds
             )?;
             let verdict = if !c.recommended {
-                format!("NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)", c.min_effect_pct, c.low_pct)
+                format!(
+                    "NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)",
+                    c.min_effect_pct, c.low_pct
+                )
             } else if c.low_pct > c.min_effect_pct {
-                format!("recommended: decided faster than the default by more than the minimum effect of {}%", c.min_effect_pct)
+                format!(
+                    "recommended: decided faster than the default by more than the minimum effect of {}%",
+                    c.min_effect_pct
+                )
             } else {
-                format!("recommended: no loss beyond the minimum effect of {}%, and no gain decided either", c.min_effect_pct)
+                format!(
+                    "recommended: no loss beyond the minimum effect of {}%, and no gain decided either",
+                    c.min_effect_pct
+                )
             };
             writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
         }
         C::CheckArchive { archive, descriptor } => {
             let d = cp::check_archive(&archive, &descriptor)?;
-            writeln!(out, "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})", archive.display(), d.campaign_id, d.manifest_sha256)?;
+            writeln!(
+                out,
+                "{}: size and SHA-256 match the descriptor (campaign {}, manifest {})",
+                archive.display(),
+                d.campaign_id,
+                d.manifest_sha256
+            )?;
         }
     }
     Ok(())
@@ -609,13 +726,20 @@ fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
             let (mut summary, mut joined_ok) = (None, true);
             fsutil::write_new_atomic_with(p, &mut |w| {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
-                let s = join::join_summary_streaming(&a.run_dir, threads, Some(&mut w)).inspect_err(|_| joined_ok = false)?;
+                let s = join::join_summary_streaming(&a.run_dir, threads, Some(&mut w))
+                    .inspect_err(|_| joined_ok = false)?;
                 w.flush()?;
                 summary = Some(s);
                 Ok(())
             })
             // a refusal of the join is the join's; a fault of the file names it
-            .map_err(|e| if joined_ok { e.context(format!("writing joined trace {}", p.display())) } else { e })?;
+            .map_err(|e| {
+                if joined_ok {
+                    e.context(format!("writing joined trace {}", p.display()))
+                } else {
+                    e
+                }
+            })?;
             summary.expect("written only after the join")
         }
         None => join::join_summary_streaming(&a.run_dir, threads, None)?,
@@ -688,7 +812,9 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
             int("--ranks", a.ranks, 1, 4096)
         }
         Command::Canary(c) => canary::check_ranges(c),
-        Command::Export(crate::cli::ExportCommand::Param(a) | crate::cli::ExportCommand::Et(a)) => int("--quantize-ns", a.quantize_ns, 0, 60_000_000_000),
+        Command::Export(crate::cli::ExportCommand::Param(a) | crate::cli::ExportCommand::Et(a)) => {
+            int("--quantize-ns", a.quantize_ns, 0, 60_000_000_000)
+        }
         Command::Queue(a) => queue_args(a),
         Command::Capacity(a) => capacity_args(a),
         Command::ReplayTrace(a) => match a.corrupt_rank {
@@ -713,7 +839,9 @@ pub(crate) fn check_command_ranges(c: &Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Campaign(crate::cli::CampaignCommand::Power { min_effect_pct: Some(p), .. }) => positive("--min-effect-pct", *p, 100.0),
+        Command::Campaign(crate::cli::CampaignCommand::Power { min_effect_pct: Some(p), .. }) => {
+            positive("--min-effect-pct", *p, 100.0)
+        }
         _ => Ok(()),
     }
 }
@@ -735,10 +863,14 @@ mod tests {
 
     #[test]
     fn capacity_and_schema_print_through_the_writer() {
-        let text = run_args(&["capacity", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap();
+        let text =
+            run_args(&["capacity", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap();
         assert!(text.contains("4 GPUs (ceil)"), "{text}");
-        let v: serde_json::Value =
-            serde_json::from_str(&run_args(&["capacity", "--json", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(
+            &run_args(&["capacity", "--json", "--demand", "10", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"])
+                .unwrap(),
+        )
+        .unwrap();
         assert!(v.is_object(), "{v}");
         let s: serde_json::Value = serde_json::from_str(&run_args(&["schema", "run"]).unwrap()).unwrap();
         assert_eq!(s["title"], "RunRecord");
@@ -746,9 +878,11 @@ mod tests {
 
     #[test]
     fn ranges_are_checked_before_the_command_runs() {
-        let e = run_args(&["capacity", "--demand=-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap_err();
+        let e =
+            run_args(&["capacity", "--demand=-1", "--throughput-per-gpu", "3", "--gpu-hour-cost", "1"]).unwrap_err();
         assert_eq!(refusal::code_of(&e), Some(Code::OutOfRange), "{e:#}");
-        let e = run_args(&["queue", "--service-times", "/nonexistent", "--mode", "closed", "--clients", "0"]).unwrap_err();
+        let e =
+            run_args(&["queue", "--service-times", "/nonexistent", "--mode", "closed", "--clients", "0"]).unwrap_err();
         assert_eq!(refusal::code_of(&e), Some(Code::OutOfRange), "{e:#}");
     }
 
@@ -758,7 +892,8 @@ mod tests {
         let f = d.path().join("svc.txt");
         std::fs::write(&f, "1.0\n2.0\n1.5\n").unwrap();
         let fs = f.to_str().unwrap();
-        let text = run_args(&["queue", "--service-times", fs, "--mode", "closed", "--clients", "2", "--think-ms", "1"]).unwrap();
+        let text = run_args(&["queue", "--service-times", fs, "--mode", "closed", "--clients", "2", "--think-ms", "1"])
+            .unwrap();
         assert!(text.contains("rank by median response") && text.contains("coordinated omission"), "{text}");
         std::fs::write(&f, "1.0\nfast\n").unwrap();
         let e = run_args(&["queue", "--service-times", fs, "--mode", "open", "--interval-ms", "1"]).unwrap_err();

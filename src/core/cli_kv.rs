@@ -20,7 +20,10 @@ pub(crate) fn parse_kv(s: &str, allowed: &[&str]) -> Result<BTreeMap<String, Str
 
 /// A required unsigned integer.
 pub(crate) fn req_u32(kv: &BTreeMap<String, String>, key: &str, whole: &str) -> Result<u32> {
-    kv.get(key).with_context(|| format!("{whole:?}: missing {key}="))?.parse().with_context(|| format!("{whole:?}: {key} must be a non-negative integer"))
+    kv.get(key)
+        .with_context(|| format!("{whole:?}: missing {key}="))?
+        .parse()
+        .with_context(|| format!("{whole:?}: {key} must be a non-negative integer"))
 }
 
 /// An optional float.

@@ -32,10 +32,16 @@ impl ClockInjection {
         let offset_us: f64 = cli_kv::opt_f64(&kv, "offset_us", s)?.unwrap_or(0.0);
         let drift_ppm: f64 = cli_kv::opt_f64(&kv, "drift_ppm", s)?.unwrap_or(0.0);
         if !offset_us.is_finite() || offset_us.abs() > 1e9 {
-            crate::refuse!(Code::OutOfRange, "--inject-clock {s:?}: offset_us must be finite and below 1e9 in magnitude");
+            crate::refuse!(
+                Code::OutOfRange,
+                "--inject-clock {s:?}: offset_us must be finite and below 1e9 in magnitude"
+            );
         }
         if !drift_ppm.is_finite() || drift_ppm.abs() > 1e5 {
-            crate::refuse!(Code::OutOfRange, "--inject-clock {s:?}: drift_ppm must be finite and below 1e5 in magnitude");
+            crate::refuse!(
+                Code::OutOfRange,
+                "--inject-clock {s:?}: drift_ppm must be finite and below 1e5 in magnitude"
+            );
         }
         Ok(Self { rank, offset_ns: (offset_us * 1e3).round() as i64, drift_ppm })
     }
@@ -156,7 +162,10 @@ pub enum ClockError {
         end_ns: u64,
     },
     /// Stamped kernels whose timer readings admit no common offset.
-    #[error("the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest upper bound {hi_ns} ns): not one timer shifted by a constant")]
+    #[error(
+        "the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest \
+        upper bound {hi_ns} ns): not one timer shifted by a constant"
+    )]
     NoCommonOffset {
         /// greatest lower bound
         lo_ns: i64,
@@ -203,20 +212,29 @@ pub struct RankClockFit {
 /// model is that shared clock (offset, drift and bound exactly 0) provided
 /// every sample of both windows agrees with one clock; otherwise the
 /// ping-pong fit, with why the shared clock was not used.
-pub fn fit_rank_model(start: &[PingSample], end: &[PingSample], not_same_kernel: Option<String>) -> Result<RankClockFit, ClockError> {
+pub fn fit_rank_model(
+    start: &[PingSample],
+    end: &[PingSample],
+    not_same_kernel: Option<String>,
+) -> Result<RankClockFit, ClockError> {
     let measured = ClockModel::fit(estimate_window(start)?, Some(estimate_window(end)?))?;
     let off_one_clock = [("start", start), ("end", end)].into_iter().find_map(|(w, v)| {
         first_sample_off_one_clock(v).map(|i| {
             let s = v[i];
             format!(
-                "same kernel, but {w}-window sample {i} has rank 0's read {} ns outside this rank's [{}, {}]: not one clock",
+                "same kernel, but {w}-window sample {i} has rank 0's read {} ns outside this rank's [{}, {}]: not one \
+                    clock",
                 s.t_ref_ns, s.t_send_local_ns, s.t_recv_local_ns
             )
         })
     });
     match not_same_kernel.or(off_one_clock) {
         Some(why) => Ok(RankClockFit { model: measured, pingpong: None, refused: Some(why) }),
-        None => Ok(RankClockFit { model: ClockModel::shared_kernel_clock(&measured), pingpong: Some(measured), refused: None }),
+        None => Ok(RankClockFit {
+            model: ClockModel::shared_kernel_clock(&measured),
+            pingpong: Some(measured),
+            refused: None,
+        }),
     }
 }
 
@@ -295,8 +313,17 @@ pub fn compose(local: &ClockModel, leader: &ClockModel) -> Result<ClockModel, Cl
     let t1 = (leader.start.ref_ns as f64).max(leader_to_ref(local.start.ref_ns));
     let start = window(t1, &local.start, &leader.start);
     let shared_kernel_clock = local.shared_kernel_clock && leader.shared_kernel_clock;
-    let (Some(le), Some(re), Some(dl), Some(dr)) = (leader.end, local.end, leader.drift_bound_ppm, local.drift_bound_ppm) else {
-        return Ok(ClockModel { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: bound, shared_kernel_clock });
+    let (Some(le), Some(re), Some(dl), Some(dr)) =
+        (leader.end, local.end, leader.drift_bound_ppm, local.drift_bound_ppm)
+    else {
+        return Ok(ClockModel {
+            start,
+            end: None,
+            drift_ppm: None,
+            drift_bound_ppm: None,
+            bound_ns: bound,
+            shared_kernel_clock,
+        });
     };
     let t2 = (le.ref_ns as f64).min(leader_to_ref(re.ref_ns));
     if t2 <= t1 {
@@ -341,7 +368,14 @@ impl ClockModel {
     /// Identity model for the reference rank itself.
     pub fn reference() -> Self {
         let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Self { start: w, end: Some(w), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: false }
+        Self {
+            start: w,
+            end: Some(w),
+            drift_ppm: Some(0.0),
+            drift_bound_ppm: Some(0.0),
+            bound_ns: 0.0,
+            shared_kernel_clock: false,
+        }
     }
 
     /// Rank 0's own kernel clock, read by another rank: offset, drift and
@@ -369,13 +403,27 @@ impl ClockModel {
             return Err(ClockError::Unordered { start_ns, end_ns });
         }
         let w = |ref_ns| WindowEstimate { ref_ns, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Ok(Self { start: w(start_ns), end: Some(w(end_ns)), drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock: true })
+        Ok(Self {
+            start: w(start_ns),
+            end: Some(w(end_ns)),
+            drift_ppm: Some(0.0),
+            drift_bound_ppm: Some(0.0),
+            bound_ns: 0.0,
+            shared_kernel_clock: true,
+        })
     }
 
     /// Fit from a start window and, optionally, an end window.
     pub fn fit(start: WindowEstimate, end: Option<WindowEstimate>) -> Result<Self, ClockError> {
         match end {
-            None => Ok(Self { start, end: None, drift_ppm: None, drift_bound_ppm: None, bound_ns: start.bound_ns, shared_kernel_clock: false }),
+            None => Ok(Self {
+                start,
+                end: None,
+                drift_ppm: None,
+                drift_bound_ppm: None,
+                bound_ns: start.bound_ns,
+                shared_kernel_clock: false,
+            }),
             Some(e) => {
                 if e.ref_ns <= start.ref_ns {
                     return Err(ClockError::Unordered { start_ns: start.ref_ns, end_ns: e.ref_ns });
@@ -457,7 +505,12 @@ pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorE
     let lo = trips.iter().map(|t| t.host_before_ns as f64 - t.device_ns).fold(f64::NEG_INFINITY, f64::max);
     let hi = trips.iter().map(|t| t.host_after_ns as f64 - t.device_ns).fold(f64::INFINITY, f64::min);
     let best = trips.iter().map(|t| t.host_after_ns.saturating_sub(t.host_before_ns)).min().unwrap_or(0);
-    Ok(DeviceAnchorEstimate { host_ns: (lo + hi) / 2.0, bound_ns: (hi - lo).abs() / 2.0, best_rtt_ns: best, samples: trips.len() as u32 })
+    Ok(DeviceAnchorEstimate {
+        host_ns: (lo + hi) / 2.0,
+        bound_ns: (hi - lo).abs() / 2.0,
+        best_rtt_ns: best,
+        samples: trips.len() as u32,
+    })
 }
 
 /// A kernel that stamped the device's timer as its first and last
@@ -502,7 +555,11 @@ pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, Cl
     if lo > hi {
         return Err(ClockError::NoCommonOffset { lo_ns: lo, hi_ns: hi });
     }
-    Ok(TimerOffset { offset_ns: (lo + hi) as f64 / 2.0, bound_ns: (hi - lo) as f64 / 2.0, samples: kernels.len() as u32 })
+    Ok(TimerOffset {
+        offset_ns: (lo + hi) as f64 / 2.0,
+        bound_ns: (hi - lo) as f64 / 2.0,
+        samples: kernels.len() as u32,
+    })
 }
 
 /// Affine map from device time (ns since the start window's first event) to
@@ -526,9 +583,11 @@ impl DeviceTimeMap {
     /// device time of its first event (relative to the start window's first event).
     pub fn fit(start: DeviceAnchorEstimate, end: Option<(DeviceAnchorEstimate, f64)>) -> Self {
         match end {
-            Some((e, span_device_ns)) if span_device_ns > 0.0 => {
-                Self { host0_ns: start.host_ns, rate: (e.host_ns - start.host_ns) / span_device_ns, bound_ns: start.bound_ns.max(e.bound_ns) }
-            }
+            Some((e, span_device_ns)) if span_device_ns > 0.0 => Self {
+                host0_ns: start.host_ns,
+                rate: (e.host_ns - start.host_ns) / span_device_ns,
+                bound_ns: start.bound_ns.max(e.bound_ns),
+            },
             _ => Self { host0_ns: start.host_ns, rate: 1.0, bound_ns: start.bound_ns },
         }
     }
@@ -576,7 +635,12 @@ impl KernelTimerMap {
         let s = at(&start);
         let e = end.as_ref().map_or(s, at);
         let offset_bound = end.map_or(start.offset.bound_ns, |e| e.offset.bound_ns.max(start.offset.bound_ns));
-        Self { device, device0_ns: start.device0_ns, offsets: [s, e], bound_ns: device.bound_ns + offset_bound + resolution_ns as f64 }
+        Self {
+            device,
+            device0_ns: start.device0_ns,
+            offsets: [s, e],
+            bound_ns: device.bound_ns + offset_bound + resolution_ns as f64,
+        }
     }
 
     /// Host time of a kernel timer reading.
@@ -617,7 +681,10 @@ mod tests {
         let mut moved = k(3_000_000, 3_001_000, 250);
         moved.timer_start_ns += 5_000;
         moved.timer_end_ns += 5_000;
-        assert!(matches!(bracket_timer_offset(&[k(1_000_000, 1_001_000, 400), moved]), Err(ClockError::NoCommonOffset { .. })));
+        assert!(matches!(
+            bracket_timer_offset(&[k(1_000_000, 1_001_000, 400), moved]),
+            Err(ClockError::NoCommonOffset { .. })
+        ));
         assert!(matches!(bracket_timer_offset(&[]), Err(ClockError::EmptyWindow)));
     }
 
@@ -626,7 +693,12 @@ mod tests {
         // device timer = host + 1_000_000 + 3 ppm drift; kernel timer = device - 205_000 + 40 ns over the pass
         let host_of_dev = |d: f64| (d - 1_000_000.0) / (1.0 + 3e-6);
         let win = |d0: u64, off: f64| KernelTimerWindow {
-            estimate: DeviceAnchorEstimate { host_ns: host_of_dev(d0 as f64) + 300.0, bound_ns: 900.0, best_rtt_ns: 1900, samples: 64 },
+            estimate: DeviceAnchorEstimate {
+                host_ns: host_of_dev(d0 as f64) + 300.0,
+                bound_ns: 900.0,
+                best_rtt_ns: 1900,
+                samples: 64,
+            },
             device0_ns: d0,
             offset: TimerOffset { offset_ns: off + 100.0, bound_ns: 300.0, samples: 8 },
         };
@@ -651,7 +723,11 @@ mod tests {
                 let t0 = start_true as f64 + i as f64 * 10_000.0;
                 let fwd = 500.0 + jitter[i % jitter.len()] as f64;
                 let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
-                PingSample { t_send_local_ns: loc(t0) as u64, t_ref_ns: (t0 + fwd) as u64, t_recv_local_ns: loc(t0 + fwd + back) as u64 }
+                PingSample {
+                    t_send_local_ns: loc(t0) as u64,
+                    t_ref_ns: (t0 + fwd) as u64,
+                    t_recv_local_ns: loc(t0 + fwd + back) as u64,
+                }
             })
             .collect()
     }
@@ -670,8 +746,13 @@ mod tests {
     #[test]
     fn a_shared_kernel_clock_is_exact_only_when_every_sample_agrees() {
         // one clock: rank 0 answers between our two reads
-        let one: Vec<PingSample> =
-            (0..8).map(|i| PingSample { t_send_local_ns: 1_000 + i * 100, t_ref_ns: 1_030 + i * 100, t_recv_local_ns: 1_070 + i * 100 }).collect();
+        let one: Vec<PingSample> = (0..8)
+            .map(|i| PingSample {
+                t_send_local_ns: 1_000 + i * 100,
+                t_ref_ns: 1_030 + i * 100,
+                t_recv_local_ns: 1_070 + i * 100,
+            })
+            .collect();
         let later: Vec<PingSample> = one
             .iter()
             .map(|s| PingSample {
@@ -684,7 +765,10 @@ mod tests {
         assert_eq!(fit.refused, None);
         let m = fit.model;
         assert!(m.shared_kernel_clock);
-        assert_eq!((m.bound_ns, m.start.offset_ns, m.start.bound_ns, m.drift_ppm, m.drift_bound_ppm), (0.0, 0.0, 0.0, Some(0.0), Some(0.0)));
+        assert_eq!(
+            (m.bound_ns, m.start.offset_ns, m.start.bound_ns, m.drift_ppm, m.drift_bound_ppm),
+            (0.0, 0.0, 0.0, Some(0.0), Some(0.0))
+        );
         assert_eq!(m.to_reference(123_456), 123_456.0);
         assert_eq!(m.offset_at_ref(5e6), 0.0);
         // the measured fit stays as evidence: midpoint 5 ns, half-width 35 ns
@@ -693,7 +777,10 @@ mod tests {
         assert_eq!((m.start.ref_ns, m.start.min_rtt_ns, m.start.samples), (p.start.ref_ns, 70, 8));
         // another kernel, namespace, injection or mode: the measured fit, and why
         let fit = fit_rank_model(&one, &later, Some("boot ids differ".into())).unwrap();
-        assert_eq!((fit.model.shared_kernel_clock, fit.model.bound_ns, fit.pingpong, fit.refused.as_deref()), (false, 35.0, None, Some("boot ids differ")));
+        assert_eq!(
+            (fit.model.shared_kernel_clock, fit.model.bound_ns, fit.pingpong, fit.refused.as_deref()),
+            (false, 35.0, None, Some("boot ids differ"))
+        );
         // one sample outside one clock: the measured fit even on one kernel, naming the sample
         let mut shifted = later.clone();
         shifted[3].t_ref_ns = shifted[3].t_recv_local_ns + 1;
@@ -706,13 +793,23 @@ mod tests {
 
     /// Ping-pong samples of a clock `local(true)` against a reference
     /// clock `reference(true)`, with forward and backward delays from `jitter`.
-    fn exchange(start_true: f64, n: usize, local: impl Fn(f64) -> f64, reference: impl Fn(f64) -> f64, jitter: &[u64]) -> Vec<PingSample> {
+    fn exchange(
+        start_true: f64,
+        n: usize,
+        local: impl Fn(f64) -> f64,
+        reference: impl Fn(f64) -> f64,
+        jitter: &[u64],
+    ) -> Vec<PingSample> {
         (0..n)
             .map(|i| {
                 let t0 = start_true + i as f64 * 10_000.0;
                 let fwd = 500.0 + jitter[i % jitter.len()] as f64;
                 let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
-                PingSample { t_send_local_ns: local(t0) as u64, t_ref_ns: reference(t0 + fwd) as u64, t_recv_local_ns: local(t0 + fwd + back) as u64 }
+                PingSample {
+                    t_send_local_ns: local(t0) as u64,
+                    t_ref_ns: reference(t0 + fwd) as u64,
+                    t_recv_local_ns: local(t0 + fwd + back) as u64,
+                }
             })
             .collect()
     }
@@ -738,7 +835,13 @@ mod tests {
         let r = fit2(&exchange(1.1e9, 20, rank, leader, &[0, 100]), &exchange(3.1e9, 20, rank, leader, &[0, 100]));
         let c = compose(&r, &l).unwrap();
         // no drift: the sum, up to the second-order terms of an estimated slope near 0
-        assert!((c.bound_ns - (l.bound_ns + r.bound_ns)).abs() < 1e-6, "{} vs {} + {}", c.bound_ns, l.bound_ns, r.bound_ns);
+        assert!(
+            (c.bound_ns - (l.bound_ns + r.bound_ns)).abs() < 1e-6,
+            "{} vs {} + {}",
+            c.bound_ns,
+            l.bound_ns,
+            r.bound_ns
+        );
         assert!(c.drift_ppm.unwrap().abs() < 1e-3, "{:?}", c.drift_ppm);
         assert!((c.drift_bound_ppm.unwrap() - (l.drift_bound_ppm.unwrap() + r.drift_bound_ppm.unwrap())).abs() < 1e-6);
         // windows where both hold: the rank's later start, the leader's earlier end
@@ -760,7 +863,10 @@ mod tests {
         // one window on either leg: one window, drift unmeasured
         let one = ClockModel::fit(r.start, None).unwrap();
         let c1 = compose(&one, &l).unwrap();
-        assert_eq!((c1.end, c1.drift_ppm, c1.drift_bound_ppm, c1.bound_ns), (None, None, None, l.bound_ns + r.start.bound_ns));
+        assert_eq!(
+            (c1.end, c1.drift_ppm, c1.drift_bound_ppm, c1.bound_ns),
+            (None, None, None, l.bound_ns + r.start.bound_ns)
+        );
         // legs whose windows do not overlap in time are refused
         let early = fit2(&exchange(1e8, 5, rank, leader, &[0]), &exchange(2e8, 5, rank, leader, &[0]));
         assert!(matches!(compose(&early, &l), Err(ClockError::Unordered { .. })));
@@ -786,7 +892,8 @@ mod tests {
             // integer truncation of the simulated reads: at most 2 ns per leg
             for t in [c.start.ref_ns as f64, 2e9, c.end.unwrap().ref_ns as f64] {
                 let truth = rank(t) - t;
-                prop_assert!((c.offset_at_ref(t) - truth).abs() <= c.bound_ns + 4.0, "t {} offset {} truth {} bound {}", t, c.offset_at_ref(t), truth, c.bound_ns);
+                prop_assert!((c.offset_at_ref(t) - truth).abs() <= c.bound_ns + 4.0, "t {} offset {} truth {} bound \
+                    {}", t, c.offset_at_ref(t), truth, c.bound_ns);
                 prop_assert!((c.to_reference(rank(t) as u64) - t).abs() <= c.bound_ns * (1.0 + 1e-3) + 6.0);
             }
             let truth_ppm = ((1.0 + leader_ppm * 1e-6) * (1.0 + rank_ppm * 1e-6) - 1.0) * 1e6;
@@ -833,7 +940,11 @@ mod tests {
     #[test]
     fn device_anchor_intersection_is_never_wider_than_the_best_trip() {
         // truth: first event at host 1_000_000; device offsets 0, 10 us, 20 us
-        let trip = |before: u64, after: u64, d: f64| DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: d };
+        let trip = |before: u64, after: u64, d: f64| DeviceRoundTrip {
+            host_before_ns: before,
+            host_after_ns: after,
+            device_ns: d,
+        };
         let trips = [
             trip(999_000, 1_004_000, 0.0),        // [999_000, 1_004_000]
             trip(1_009_800, 1_013_000, 10_000.0), // [999_800, 1_003_000]
@@ -869,7 +980,8 @@ mod tests {
             let m = DeviceTimeMap::fit(a, Some((b, span)));
             for d in [0.0, 1e6, 1e9, span] {
                 let truth = h0 + d * rate;
-                prop_assert!((m.to_host_ns(d) as f64 - truth).abs() <= m.bound_ns + 2.0, "d {} err {} bound {}", d, m.to_host_ns(d) as f64 - truth, m.bound_ns);
+                prop_assert!((m.to_host_ns(d) as f64 - truth).abs() <= m.bound_ns + 2.0, "d {} err {} bound \
+                    {}", d, m.to_host_ns(d) as f64 - truth, m.bound_ns);
             }
         }
     }

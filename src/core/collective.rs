@@ -407,7 +407,11 @@ pub fn classify_name(name: &str) -> Result<Option<CollectiveKind>> {
         Some((_, k)) => Ok(Some(*k)),
         None => {
             let known: Vec<&str> = KNOWN_COLLECTIVES.iter().map(|(n, _)| *n).collect();
-            bail!("unknown collective name {name:?} (known: {}; skipped as bookkeeping: {})", known.join(", "), SKIPPED_RECORDS.join(", "))
+            bail!(
+                "unknown collective name {name:?} (known: {}; skipped as bookkeeping: {})",
+                known.join(", "),
+                SKIPPED_RECORDS.join(", ")
+            )
         }
     }
 }

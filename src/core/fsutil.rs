@@ -37,22 +37,32 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// as a Prometheus text file. Records never go through this: they are new files.
 pub fn replace_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
-    let mut t = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temporary file in {} for {}", dir.display(), dest.display()))?;
-    t.write_all(bytes).and_then(|()| t.as_file().sync_all()).with_context(|| format!("writing a temporary file for {}", dest.display()))?;
+    let mut t = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temporary file in {} for {}", dir.display(), dest.display()))?;
+    t.write_all(bytes)
+        .and_then(|()| t.as_file().sync_all())
+        .with_context(|| format!("writing a temporary file for {}", dest.display()))?;
     t.persist(dest).map_err(|e| anyhow::anyhow!("replacing {}: {}", dest.display(), e.error))?;
     Ok(())
 }
 
 /// Write `bytes` to `dest` atomically; fails if `dest` already exists.
 pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
-    let exists = || refusal::refuse(Code::AlreadyExists, format!("{} already exists; CommCanary never overwrites a record", dest.display()));
+    let exists = || {
+        refusal::refuse(
+            Code::AlreadyExists,
+            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
+        )
+    };
     if dest.symlink_metadata().is_ok() {
         return Err(exists());
     }
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
-    write_new_atomic_with(dest, &mut |w| w.write_all(bytes).with_context(|| format!("writing a temporary file for {}", dest.display())))
+    write_new_atomic_with(dest, &mut |w| {
+        w.write_all(bytes).with_context(|| format!("writing a temporary file for {}", dest.display()))
+    })
 }
 
 /// [`write_new_atomic`] of what `fill` writes (streamed: the content need
@@ -60,12 +70,18 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
 /// published, so a refusal of `fill` comes first; fails if `dest` exists then.
 pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
-    let exists = || refusal::refuse(Code::AlreadyExists, format!("{} already exists; CommCanary never overwrites a record", dest.display()));
+    let exists = || {
+        refusal::refuse(
+            Code::AlreadyExists,
+            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
+        )
+    };
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
     if !dir.exists() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating the directory {} of {}", dir.display(), dest.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the directory {} of {}", dir.display(), dest.display()))?;
     }
     // a full disk (ENOSPC) or any other failure leaves no temporary file
     // behind: the temporary is removed when it is dropped unpersisted.
@@ -104,7 +120,10 @@ pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>
     let exists = || {
         refusal::refuse(
             Code::AlreadyExists,
-            format!("{} already exists; an output directory is written fresh, never into or over an existing one", dest.display()),
+            format!(
+                "{} already exists; an output directory is written fresh, never into or over an existing one",
+                dest.display()
+            ),
         )
     };
     if dest.symlink_metadata().is_ok() {
@@ -123,7 +142,8 @@ pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>
     }
     let (from, to) = (path_c(tmp.path())?, path_c(dest)?);
     // SAFETY: both are valid NUL-terminated paths that outlive the call.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
@@ -134,7 +154,11 @@ pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>
                 }
                 std::fs::rename(tmp.path(), dest).with_context(|| format!("publishing {}", dest.display()))?;
             }
-            _ => return Err(anyhow::Error::new(e).context(format!("publishing {} (nothing was replaced)", dest.display()))),
+            _ => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("publishing {} (nothing was replaced)", dest.display()))
+                )
+            }
         }
     }
     // renamed: nothing left for the guard to remove
@@ -146,7 +170,8 @@ pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>
 }
 
 fn path_c(p: &Path) -> Result<std::ffi::CString> {
-    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).with_context(|| format!("{}: a path with a NUL byte", p.display()))
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("{}: a path with a NUL byte", p.display()))
 }
 
 /// Serialize `value` as pretty JSON and write it with [`write_new_atomic`].

@@ -39,8 +39,14 @@ impl ToolIdentity {
 }
 
 /// `--version` text: version, commit and tree state at build time.
-pub const VERSION_LONG: &str =
-    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("COMMCANARY_GIT_COMMIT"), ", tree ", env!("COMMCANARY_GIT_DIRTY"), " at build)");
+pub const VERSION_LONG: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("COMMCANARY_GIT_COMMIT"),
+    ", tree ",
+    env!("COMMCANARY_GIT_DIRTY"),
+    " at build)"
+);
 
 /// Identity of one rank's environment.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -94,7 +100,10 @@ pub fn hostname() -> String {
 /// processes with the same id read one clock; `None` when the boot id is
 /// unreadable.
 pub fn kernel_clock_id() -> Option<String> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())?;
     let ns = match std::fs::read_link("/proc/self/ns/time") {
         Ok(l) => l.to_string_lossy().into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none".into(),
@@ -133,7 +142,10 @@ fn test_override(var: &str) -> Option<String> {
 /// The first fact hook a rank's recorded environment set (name and value):
 /// its host or CPU model may be the hook's, not the hardware's.
 pub fn hook_used(id: &EnvIdentity) -> Option<(&str, &str)> {
-    id.env.iter().find(|(k, v)| FACT_HOOKS.contains(&k.as_str()) && !v.is_empty()).map(|(k, v)| (k.as_str(), v.as_str()))
+    id.env
+        .iter()
+        .find(|(k, v)| FACT_HOOKS.contains(&k.as_str()) && !v.is_empty())
+        .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
 /// The host name a rank records: [`hostname`], or `COMMCANARY_TEST_HOST`
@@ -154,7 +166,9 @@ pub fn cpu_model() -> Option<String> {
 /// MPI library version string, without the NUL padding some libraries
 /// (OpenMPI 4.1.6) leave in it.
 pub fn mpi_library() -> Option<String> {
-    mpi::environment::library_version().ok().map(|s| s.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
+    mpi::environment::library_version()
+        .ok()
+        .map(|s| s.trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
 }
 
 /// Whether a variable of this name is recorded (a recorded prefix, or a recorded whole name).

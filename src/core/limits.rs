@@ -61,7 +61,11 @@ pub fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
     refuse_unless_regular(path, &meta)?;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).with_context(|| format!("reading {}", path.display()))?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(|| format!("reading {}", path.display()))?;
     let meta = f.metadata().with_context(|| format!("reading {}", path.display()))?;
     refuse_unless_regular(path, &meta)?;
     Ok((f, meta.len()))
@@ -86,7 +90,13 @@ fn refuse_unless_regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
     } else {
         "not a regular file"
     };
-    Err(refuse(Code::NotRegularFile, format!("{} is {what}; only a regular file is read as input (a pipe or device could block or never end)", path.display())))
+    Err(refuse(
+        Code::NotRegularFile,
+        format!(
+            "{} is {what}; only a regular file is read as input (a pipe or device could block or never end)",
+            path.display()
+        ),
+    ))
 }
 
 /// Read `path` whole, refusing a file that is not regular ([`open_regular`])
@@ -102,13 +112,19 @@ pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
 /// bytes long when opened.
 fn read_opened(path: &Path, f: &mut std::fs::File, len: u64, max_bytes: u64) -> Result<Vec<u8>> {
     if len > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
+        return Err(refuse(
+            Code::OverLimit,
+            format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display()),
+        ));
     }
     let mut out = Vec::with_capacity(len as usize);
     // take() also bounds a file that grows while it is read
     f.take(max_bytes + 1).read_to_end(&mut out).with_context(|| format!("reading {}", path.display()))?;
     if out.len() as u64 > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display())));
+        return Err(refuse(
+            Code::OverLimit,
+            format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display()),
+        ));
     }
     Ok(out)
 }
@@ -178,12 +194,18 @@ pub fn sha256_bounded(path: &Path, max_bytes: u64) -> Result<String> {
     use sha2::{Digest, Sha256};
     let (f, len) = open_regular(path)?;
     if len > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display())));
+        return Err(refuse(
+            Code::OverLimit,
+            format!("{}: {len} bytes is over the limit of {max_bytes} bytes for this kind of file", path.display()),
+        ));
     }
     let mut h = Sha256::new();
     let n = std::io::copy(&mut f.take(max_bytes + 1), &mut h).with_context(|| format!("reading {}", path.display()))?;
     if n > max_bytes {
-        return Err(refuse(Code::OverLimit, format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display())));
+        return Err(refuse(
+            Code::OverLimit,
+            format!("{}: grew past the limit of {max_bytes} bytes while being read", path.display()),
+        ));
     }
     Ok(hex::encode(h.finalize()))
 }
@@ -204,7 +226,11 @@ pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
 /// no workload waits for minutes between two collectives).
 pub(crate) fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
     if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
-        crate::refuse!(Code::OutOfRange, "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)", what(i));
+        crate::refuse!(
+            Code::OutOfRange,
+            "{} has a gap of {g} ns before it; replayed gaps are at most {MAX_REPLAY_GAP_NS} ns (60 s)",
+            what(i)
+        );
     }
     Ok(())
 }

@@ -30,9 +30,19 @@ const fn r(command: &'static str, option: &'static str, range: &'static str) -> 
 pub const RANGES: &[Range] = &[
     r("rank", "--tokens", "1 to 1 000 000"),
     r("rank", "--warmup-tokens", "0 to 100 000"),
-    r("rank", "--layers", "1 to 10 000; (--tokens + --warmup-tokens) x layers at most 10 000 000 collectives per phase"),
+    r(
+        "rank",
+        "--layers",
+        "1 to 10 000; (--tokens + --warmup-tokens) x layers at most 10 000 000 collectives per \
+        phase",
+    ),
     r("rank", "--model-dims", "H 1 to 65 536, F 1 to 262 144, LAYERS 1 to 10 000, KV_DIM 1 to H"),
-    r("rank", "--batch", "1 to 65 536; with --prefill-tokens at most 1 048 576 tokens in flight; the all-reduce (tokens x H elements) at most 1 GiB; each per-rank GEMM matrix at most 2^28 elements"),
+    r(
+        "rank",
+        "--batch",
+        "1 to 65 536; with --prefill-tokens at most 1 048 576 tokens in flight; the all-reduce \
+        (tokens x H elements) at most 1 GiB; each per-rank GEMM matrix at most 2^28 elements",
+    ),
     r("rank", "--prefill-tokens", "1 to 1 048 576 (and the limits of --batch)"),
     r("rank", "--sizes", "1 to 64 sizes, each a whole number of f32 from 4 B to 1 GiB"),
     r("rank", "--gemm", "each of M, N, K 1 to 16 384"),
@@ -45,7 +55,12 @@ pub const RANGES: &[Range] = &[
     r("rank", "--membound-bytes", "4 B to 1 GiB"),
     r("rank", "--inject-delay", "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 000"),
     r("rank", "--inject-repeat", "1 to 64 (cpu backend)"),
-    r("rank", "--inject-clock", "rank 0 to 1 048 575 (and below the world size), offset_us and drift_ppm finite, below 1e9 and 1e5 in magnitude"),
+    r(
+        "rank",
+        "--inject-clock",
+        "rank 0 to 1 048 575 (and below the world size), offset_us and drift_ppm finite, below \
+        1e9 and 1e5 in magnitude",
+    ),
     r("rank", "--clock-samples", "1 to 100 000"),
     r("rank", "--collective-timeout-s", "finite, above 0, at most 86 400 (one day)"),
     r("rank", "--gpu", "0 to 1 023 (and below the device count)"),
@@ -61,7 +76,12 @@ pub const RANGES: &[Range] = &[
     r("validate", "--warmup-tokens", "0 to 100 000"),
     r("validate", "--seed", "any 64-bit unsigned integer"),
     r("validate", "--collective-timeout-s", "finite, above 0, at most 86 400 (one day)"),
-    r("validate", "--inject-delay", "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 000"),
+    r(
+        "validate",
+        "--inject-delay",
+        "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 \
+        000",
+    ),
     r("replay-trace", "--corrupt-rank", "test only: 0 to 1 048 575 (and below the world size)"),
     r("campaign run", "--retries", "0 to 100"),
     r("campaign run", "--cell-timeout-s", "1 to 604 800 (one week)"),
@@ -78,7 +98,12 @@ pub const RANGES: &[Range] = &[
     r("queue", "--think-ms", "finite, 0 or above"),
     r("queue", "--seed", "any 64-bit unsigned integer"),
     r("capacity", "--demand", "finite, above 0, at most 1e15 requests/s"),
-    r("capacity", "--throughput-per-gpu", "finite, above 0, at most 1e15 requests/s; once or twice; demand / throughput at most 1e12 GPUs"),
+    r(
+        "capacity",
+        "--throughput-per-gpu",
+        "finite, above 0, at most 1e15 requests/s; once or twice; demand / \
+        throughput at most 1e12 GPUs",
+    ),
     r("capacity", "--gpu-hour-cost", "finite, 0 or above, at most 1e9"),
     r("bench-overhead", "--size", "4 B to 1 GiB"),
     r("compare", "--size", "1 B to 1 TiB"),
@@ -101,7 +126,12 @@ pub const RANGES: &[Range] = &[
     r("synth-shards", "--ranks", "1 to 1 048 576"),
     r("synth-shards", "--collectives", "1 to 4 294 967 295"),
     r("synth-shards", "--threads", "1 to 1 024"),
-    r("synth-shards", "--format-version", "6 to 8 (6 or 7: for a reader that predates format 7 or 8; the mark is in the header either way)"),
+    r(
+        "synth-shards",
+        "--format-version",
+        "6 to 8 (6 or 7: for a reader that predates format 7 or 8; the mark is in \
+        the header either way)",
+    ),
     r("synth-shards", "--seed", "any 64-bit unsigned integer"),
     r("join", "--threads", "1 to 1 024"),
 ];

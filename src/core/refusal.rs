@@ -189,7 +189,8 @@ mod tests {
     use super::*;
     #[test]
     fn every_code_is_in_the_readme_table_once() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md")).expect("docs/REFERENCE.md");
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md"))
+            .expect("docs/REFERENCE.md");
         for c in Code::ALL {
             let row = format!("| `{}` |", c.as_str());
             assert_eq!(readme.matches(&row).count(), 1, "docs/REFERENCE.md: one table row starting {row}");
@@ -200,7 +201,11 @@ mod tests {
         assert_eq!(names.len(), Code::ALL.len(), "codes are distinct");
         // and the table names no code this build lacks
         let rows = readme.lines().filter(|l| {
-            l.starts_with("| `") && l[3..].split('`').next().is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'))
+            l.starts_with("| `")
+                && l[3..]
+                    .split('`')
+                    .next()
+                    .is_some_and(|c| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'))
         });
         assert_eq!(rows.count(), Code::ALL.len(), "docs/REFERENCE.md: one refusal row per code, no more");
     }

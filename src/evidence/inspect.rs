@@ -16,7 +16,11 @@ pub fn inspect(path: &Path, header_only: bool) -> Result<String> {
         let v = if header_only { serde_json::to_value(&shard.header)? } else { serde_json::to_value(&shard)? };
         return Ok(serde_json::to_string_pretty(&v)?);
     }
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| refusal::refuse(Code::BadFormat, format!("{}: neither a CommCanary shard nor a JSON record: {e}", path.display())))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        refusal::refuse(
+            Code::BadFormat,
+            format!("{}: neither a CommCanary shard nor a JSON record: {e}", path.display()),
+        )
+    })?;
     Ok(serde_json::to_string_pretty(&v)?)
 }

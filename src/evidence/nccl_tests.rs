@@ -89,7 +89,10 @@ fn fault(name: &str, msg: String) -> anyhow::Error {
 pub fn parse(text: &str, name: &str) -> Result<NcclTestsTable> {
     let table = if text.trim_start().starts_with('{') { parse_json(text, name)? } else { parse_text(text, name)? };
     if table.rows.is_empty() {
-        return Err(fault(name, "no result row: not nccl-tests output, or a run that ended before its first size".into()));
+        return Err(fault(
+            name,
+            "no result row: not nccl-tests output, or a run that ended before its first size".into(),
+        ));
     }
     let mut sizes: Vec<u64> = table.rows.iter().map(|r| r.size_bytes).collect();
     sizes.sort_unstable();
@@ -117,7 +120,11 @@ fn timing(toks: &[&str], name: &str, line: usize) -> Result<Option<NcclTestsTimi
     }
     let nwrong = match *wrong {
         "N/A" => None,
-        w => Some(number(w).filter(|v| *v >= 0.0 && v.fract() == 0.0).ok_or_else(|| fault(name, format!("line {line}: #wrong {w:?} is not a count")))? as u64),
+        w => Some(
+            number(w)
+                .filter(|v| *v >= 0.0 && v.fract() == 0.0)
+                .ok_or_else(|| fault(name, format!("line {line}: #wrong {w:?} is not a count")))? as u64,
+        ),
     };
     Ok(Some(NcclTestsTiming { time_us, alg_bw_gbps: number(alg), bus_bw_gbps: number(bus), nwrong }))
 }
@@ -127,7 +134,13 @@ fn timing(toks: &[&str], name: &str, line: usize) -> Result<Option<NcclTestsTimi
 /// per-iteration columns after them, and the same for in-place; `-T 1`
 /// prefixes a timestamp, which is skipped.
 fn parse_text(text: &str, name: &str) -> Result<NcclTestsTable> {
-    let mut t = NcclTestsTable { source: NcclTestsSource::Text, program: None, nccl_tests_version: None, nccl_version: None, rows: vec![] };
+    let mut t = NcclTestsTable {
+        source: NcclTestsSource::Text,
+        program: None,
+        nccl_tests_version: None,
+        nccl_version: None,
+        rows: vec![],
+    };
     let mut per_iter = false;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -151,9 +164,13 @@ fn parse_text(text: &str, name: &str) -> Result<NcclTestsTable> {
         let Some(p) = start.filter(|&p| toks.get(p + 1).is_some_and(|w| w.parse::<u64>().is_ok())) else { continue };
         let toks = &toks[p..];
         if toks.len() < 9 {
-            return Err(fault(name, format!("line {line}: a result line with {} columns (at least 9 expected)", toks.len())));
+            return Err(fault(
+                name,
+                format!("line {line}: a result line with {} columns (at least 9 expected)", toks.len()),
+            ));
         }
-        let root: i64 = toks[4].parse().map_err(|_| fault(name, format!("line {line}: root {:?} is not an integer", toks[4])))?;
+        let root: i64 =
+            toks[4].parse().map_err(|_| fault(name, format!("line {line}: root {:?} is not an integer", toks[4])))?;
         let width = if per_iter { 8 } else { 4 };
         let body = &toks[5..];
         let oop = timing(&body[..4.min(body.len())], name, line)?;
@@ -192,10 +209,16 @@ fn json_timing(v: Option<&Value>, name: &str, at: usize, which: &str) -> Result<
         Some(w) => Some(
             json_number(w)
                 .filter(|x| *x >= 0.0 && x.fract() == 0.0 && *x < u64::MAX as f64)
-                .ok_or_else(|| fault(name, format!("results[{at}].{which}.nwrong {w} is not a count")))? as u64,
+                .ok_or_else(|| fault(name, format!("results[{at}].{which}.nwrong {w} is not a count")))?
+                as u64,
         ),
     };
-    Ok(Some(NcclTestsTiming { time_us, alg_bw_gbps: o.get("alg_bw").and_then(json_number), bus_bw_gbps: o.get("bus_bw").and_then(json_number), nwrong }))
+    Ok(Some(NcclTestsTiming {
+        time_us,
+        alg_bw_gbps: o.get("alg_bw").and_then(json_number),
+        bus_bw_gbps: o.get("bus_bw").and_then(json_number),
+        nwrong,
+    }))
 }
 
 /// The `-J` file: `{version, args, env, nccl_version, config, devices,
@@ -205,10 +228,18 @@ fn parse_json(text: &str, name: &str) -> Result<NcclTestsTable> {
     let Some(results) = v.get("results").and_then(Value::as_array) else {
         bail!(fault(name, "no `results` list: not an nccl-tests -J file".into()));
     };
-    let program = v.get("args").and_then(|a| a.get(0)).and_then(Value::as_str).map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+    let program = v
+        .get("args")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
     let mut rows = Vec::with_capacity(results.len());
     for (at, r) in results.iter().enumerate() {
-        let uint = |k: &str| r.get(k).and_then(Value::as_u64).ok_or_else(|| fault(name, format!("results[{at}].{k} is missing or not a non-negative integer")));
+        let uint = |k: &str| {
+            r.get(k)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| fault(name, format!("results[{at}].{k} is missing or not a non-negative integer")))
+        };
         let text_of = |k: &str| r.get(k).and_then(Value::as_str).map(|s| s.trim().to_string());
         let (size_bytes, count) = (uint("size")?, uint("count")?);
         // nccl-tests writes root as the printed, padded string; ours as a number.
@@ -228,7 +259,13 @@ fn parse_json(text: &str, name: &str) -> Result<NcclTestsTable> {
             in_place: json_timing(r.get("in_place"), name, at, "in_place")?,
         });
     }
-    Ok(NcclTestsTable { source: NcclTestsSource::Json, program, nccl_tests_version: None, nccl_version: v.get("nccl_version").and_then(Value::as_i64), rows })
+    Ok(NcclTestsTable {
+        source: NcclTestsSource::Json,
+        program,
+        nccl_tests_version: None,
+        nccl_version: v.get("nccl_version").and_then(Value::as_i64),
+        rows,
+    })
 }
 
 /// How a table becomes one number for a ranking.
@@ -247,7 +284,8 @@ pub type LabelledTimes = (Vec<(String, f64)>, Vec<u64>);
 /// used. Refuses a size some table lacks or did not time, and tables with no
 /// timed size in common.
 pub fn times_us(tables: &[(String, NcclTestsTable)], metric: NcclTestsMetric) -> Result<LabelledTimes> {
-    let timed = |t: &NcclTestsTable, size: u64| t.rows.iter().find(|r| r.size_bytes == size).and_then(NcclTestsRow::time_us);
+    let timed =
+        |t: &NcclTestsTable, size: u64| t.rows.iter().find(|r| r.size_bytes == size).and_then(NcclTestsRow::time_us);
     let sizes: Vec<u64> = match metric {
         NcclTestsMetric::Size(s) => {
             if let Some((l, _)) = tables.iter().find(|(_, t)| timed(t, s).is_none()) {
@@ -257,11 +295,18 @@ pub fn times_us(tables: &[(String, NcclTestsTable)], metric: NcclTestsMetric) ->
         }
         NcclTestsMetric::GeoMeanCommon => {
             let Some((_, first)) = tables.first() else { bail!("no nccl-tests table given") };
-            let common: Vec<u64> = first.rows.iter().map(|r| r.size_bytes).filter(|&s| tables.iter().all(|(_, t)| timed(t, s).is_some())).collect();
+            let common: Vec<u64> = first
+                .rows
+                .iter()
+                .map(|r| r.size_bytes)
+                .filter(|&s| tables.iter().all(|(_, t)| timed(t, s).is_some()))
+                .collect();
             if common.is_empty() {
                 bail!(refusal::refuse(
                     Code::BadInput,
-                    "the nccl-tests tables have no timed size in common: run them over the same sizes, or choose one with --size".to_string()
+                    "the nccl-tests tables have no timed size in common: run them over the same sizes, or choose one \
+                        with --size"
+                        .to_string()
                 ));
             }
             common
@@ -302,13 +347,19 @@ pub fn read_dir(dir: &std::path::Path) -> Result<Vec<(String, NcclTestsTable)>> 
     }
     files.sort();
     if files.is_empty() {
-        bail!(refuse(Code::BadInput, format!("{}: no nccl-tests output in it (one file per configuration)", dir.display())));
+        bail!(refuse(
+            Code::BadInput,
+            format!("{}: no nccl-tests output in it (one file per configuration)", dir.display())
+        ));
     }
     let mut out: Vec<(String, NcclTestsTable)> = Vec::with_capacity(files.len());
     for f in files {
         let label = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         if out.iter().any(|(l, _)| *l == label) {
-            bail!(refuse(Code::BadInput, format!("{}: two files are named {label:?}: one output per configuration", dir.display())));
+            bail!(refuse(
+                Code::BadInput,
+                format!("{}: two files are named {label:?}: one output per configuration", dir.display())
+            ));
         }
         let text = read_text_bounded(&f, MAX_NCCL_TESTS_FILE_BYTES)?;
         out.push((label, parse(&text, &f.display().to_string())?));
@@ -323,7 +374,8 @@ mod tests {
     const TEXT: &str = "\
 # nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803
 # Collective test starting: all_reduce_perf
-# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 \
+    graph: 0 unalign: 0
 #
 #       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
@@ -348,7 +400,8 @@ mod tests {
 
     #[test]
     fn per_iteration_columns_shift_the_in_place_group() {
-        let text = "# Per-Iteration Report: CUDA event timing\n# size count type redop root time algbw busbw #wrong i_min i_max i_p99 i_cv time\n\
+        let text = "# Per-Iteration Report: CUDA event timing\n# size count type redop root time algbw busbw #wrong \
+            i_min i_max i_p99 i_cv time\n\
                     1024 256 float sum -1 20.0 0.05 0.05 0 18.0 25.0 24.0 3.1 21.0 0.05 0.05 0 19.0 26.0 25.0 2.9\n";
         let t = parse(text, "i.txt").unwrap();
         assert_eq!(t.rows[0].in_place.as_ref().unwrap().time_us, 21.0);
@@ -400,12 +453,20 @@ mod tests {
                     dtype: "float".into(),
                     redop: "sum".into(),
                     root: -1,
-                    out_of_place: Some(NcclTestsTiming { time_us: t, alg_bw_gbps: None, bus_bw_gbps: None, nwrong: None }),
+                    out_of_place: Some(NcclTestsTiming {
+                        time_us: t,
+                        alg_bw_gbps: None,
+                        bus_bw_gbps: None,
+                        nwrong: None,
+                    }),
                     in_place: None,
                 })
                 .collect(),
         };
-        let tables = vec![("a".to_string(), mk(&[(8, 4.0), (64, 16.0), (512, 1.0)])), ("b".to_string(), mk(&[(8, 2.0), (64, 8.0)]))];
+        let tables = vec![
+            ("a".to_string(), mk(&[(8, 4.0), (64, 16.0), (512, 1.0)])),
+            ("b".to_string(), mk(&[(8, 2.0), (64, 8.0)])),
+        ];
         let (t, sizes) = times_us(&tables, NcclTestsMetric::GeoMeanCommon).unwrap();
         assert_eq!(sizes, vec![8, 64]);
         assert!((t[0].1 - 8.0).abs() < 1e-9 && (t[1].1 - 4.0).abs() < 1e-9);

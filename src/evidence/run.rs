@@ -66,15 +66,22 @@ pub fn read_run_record(path: &std::path::Path) -> anyhow::Result<RunRecord> {
 /// [`read_run_record`] on bytes; `name` names the file in errors.
 pub fn parse_run_record(bytes: &[u8], name: &str) -> anyhow::Result<RunRecord> {
     use crate::core::refusal::{refuse, Code};
-    let run: RunRecord = serde_json::from_slice(bytes).map_err(|e| refuse(Code::BadFormat, format!("{name}: not a valid run record: {e}")))?;
+    let run: RunRecord = serde_json::from_slice(bytes)
+        .map_err(|e| refuse(Code::BadFormat, format!("{name}: not a valid run record: {e}")))?;
     if !(1..=RUN_FORMAT_VERSION).contains(&run.format_version) {
         return Err(refuse(
             Code::UnsupportedVersion,
-            format!("{name}: run format version {} is not supported (this build reads versions 1 to {RUN_FORMAT_VERSION})", run.format_version),
+            format!(
+                "{name}: run format version {} is not supported (this build reads versions 1 to {RUN_FORMAT_VERSION})",
+                run.format_version
+            ),
         ));
     }
     if run.world_size == 0 || run.world_size > limits::MAX_WORLD_SIZE {
-        return Err(refuse(Code::BadStructure, format!("{name}: world_size {} is outside 1 to {}", run.world_size, limits::MAX_WORLD_SIZE)));
+        return Err(refuse(
+            Code::BadStructure,
+            format!("{name}: world_size {} is outside 1 to {}", run.world_size, limits::MAX_WORLD_SIZE),
+        ));
     }
     let mut ranks: Vec<u32> = run.shards.iter().map(|s| s.rank).collect();
     ranks.sort_unstable();
@@ -109,7 +116,8 @@ pub(crate) fn new_run_id() -> String {
 /// `YYYYMMDDTHHMMSSZ-xxxxxxxx`.
 fn run_id_at(t: std::time::SystemTime, r: u32) -> String {
     // RFC 3339 `YYYY-MM-DDTHH:MM:SSZ` with its separators removed.
-    let stamp: String = humantime::format_rfc3339_seconds(t).to_string().chars().filter(|c| !matches!(c, '-' | ':')).collect();
+    let stamp: String =
+        humantime::format_rfc3339_seconds(t).to_string().chars().filter(|c| !matches!(c, '-' | ':')).collect();
     format!("{stamp}-{r:08x}")
 }
 

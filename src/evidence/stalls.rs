@@ -65,17 +65,32 @@ pub(crate) fn of_rank(rank: u32, ev: &[CollectiveEvent]) -> Vec<Stall> {
         // by design before a collective: its recorded gap (replay), its injected delay, its fill's compute
         let design = |e: &CollectiveEvent| -> u64 {
             let replay = e.replay.as_ref().map_or(0, |r| r.target_gap_ns);
-            let fill = if phase == Phase::Fill { e.fill.as_ref().map_or(0, |f| u64::from(f.units).saturating_mul(f.quantum_ns)) } else { 0 };
+            let fill = if phase == Phase::Fill {
+                e.fill.as_ref().map_or(0, |f| u64::from(f.units).saturating_mul(f.quantum_ns))
+            } else {
+                0
+            };
             replay.saturating_add(e.injected_delay_ns.unwrap_or(0)).saturating_add(fill)
         };
-        let before: Vec<u64> = run.windows(2).map(|w| w[1].host_issue_ns.saturating_sub(w[0].wait_end_ns).saturating_sub(design(&w[1]))).collect();
+        let before: Vec<u64> = run
+            .windows(2)
+            .map(|w| w[1].host_issue_ns.saturating_sub(w[0].wait_end_ns).saturating_sub(design(&w[1])))
+            .collect();
         for (at, values, offset) in [(StallAt::Inside, &inside, 0), (StallAt::Before, &before, 1)] {
             let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
             let Some(median) = stats::median_unsorted(&mut v) else { continue };
             for (i, &x) in values.iter().enumerate() {
                 if x >= STALL_MIN_NS && x as f64 >= STALL_MEDIAN_FACTOR * median {
                     let e = &run[i + offset];
-                    out.push(Stall { rank, phase, group: e.group, seq: e.seq, at, duration_ms: x as f64 / 1e6, phase_median_ms: median / 1e6 });
+                    out.push(Stall {
+                        rank,
+                        phase,
+                        group: e.group,
+                        seq: e.seq,
+                        at,
+                        duration_ms: x as f64 / 1e6,
+                        phase_median_ms: median / 1e6,
+                    });
                 }
             }
         }
@@ -97,7 +112,9 @@ pub fn render(stalls: &[Stall]) -> Vec<String> {
                 stalls
                     .iter()
                     .filter(|s| s.phase == phase && s.group == group && s.seq == seq && s.at == at)
-                    .map(|s| format!("rank {} {:.2} s (its median {:.3} ms)", s.rank, s.duration_ms / 1e3, s.phase_median_ms))
+                    .map(|s| {
+                        format!("rank {} {:.2} s (its median {:.3} ms)", s.rank, s.duration_ms / 1e3, s.phase_median_ms)
+                    })
                     .collect()
             };
             let (before, inside) = (of(StallAt::Before), of(StallAt::Inside));
@@ -119,11 +136,13 @@ mod tests {
     use crate::evidence::shard::ReplayTiming;
 
     fn ev(seq: u64, issue_ns: u64, end_ns: u64) -> CollectiveEvent {
-        serde_json::from_value(serde_json::json!({"phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
+        serde_json::from_value(
+            serde_json::json!({"phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
             "dtype": "f32", "token": 0, "layer": 0, "iter": null, "warmup": false, "host_issue_ns": issue_ns,
             "host_return_ns": issue_ns, "wait_start_ns": issue_ns, "wait_end_ns": end_ns,
             "device_start_ns": null, "device_end_ns": null, "injected_delay_ns": null, "replay": null,
-            "fill": null, "checked": false}))
+            "fill": null, "checked": false}),
+        )
         .unwrap()
     }
 
@@ -155,16 +174,21 @@ mod tests {
         assert_eq!((waiting[0].seq, waiting[0].at), (50, StallAt::Inside));
         let lines = render(&[stopped, waiting].concat());
         assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(lines[0].contains("no progress before it: rank 1 3.00 s") && lines[0].contains("inside it: rank 0 3.00 s"), "{lines:?}");
+        assert!(
+            lines[0].contains("no progress before it: rank 1 3.00 s") && lines[0].contains("inside it: rank 0 3.00 s"),
+            "{lines:?}"
+        );
         // a phase slow throughout: 2 s between every pair is its median, not a stall
-        let slow: Vec<CollectiveEvent> = (0..20u64).map(|i| ev(i, i * 2_000_100_000, i * 2_000_100_000 + 100_000)).collect();
+        let slow: Vec<CollectiveEvent> =
+            (0..20u64).map(|i| ev(i, i * 2_000_100_000, i * 2_000_100_000 + 100_000)).collect();
         assert!(of_rank(0, &slow).is_empty());
         // a replayed gap of 30 s recorded in the trace is the design, not a stall
         let mut replay = timeline(Some(50), None);
         for e in &mut replay {
             e.phase = Phase::Replay;
         }
-        replay[50].replay = Some(ReplayTiming { target_gap_ns: 3_000_000_000 + 1_000_000, actual_gap_ns: 3_001_000_000 });
+        replay[50].replay =
+            Some(ReplayTiming { target_gap_ns: 3_000_000_000 + 1_000_000, actual_gap_ns: 3_001_000_000 });
         assert!(of_rank(1, &replay).is_empty());
     }
 }

@@ -16,8 +16,8 @@ use crate::core::workload::{Phase, WorkloadSpec};
 use crate::core::{collective, limits, par};
 use crate::evidence::run::{new_run_id, write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{
-    BackendKind, ClockRecord, ColdStart, CollectiveEvent, CollectiveKind, DeviceIdentity, PhaseRun, ProcessGroup, Shard, ShardBody, ShardHeader, SyntheticMark,
-    TokenEvent, Unmeasured, WrittenShard, SHARD_FORMAT_VERSION,
+    BackendKind, ClockRecord, ColdStart, CollectiveEvent, CollectiveKind, DeviceIdentity, PhaseRun, ProcessGroup,
+    Shard, ShardBody, ShardHeader, SyntheticMark, TokenEvent, Unmeasured, WrittenShard, SHARD_FORMAT_VERSION,
 };
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
@@ -42,7 +42,14 @@ pub struct SynthRun {
 /// `format_version` is 8, or 7 or 6 for a reader that predates format 8 or
 /// 7 (the body, f32 events only, is the same; the mark stays in the header,
 /// where a format-6 reader ignores it as an unknown field).
-pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: usize, format_version: u32) -> Result<SynthRun> {
+pub fn write_run(
+    dir: &Path,
+    ranks: u32,
+    collectives: u64,
+    seed: u64,
+    threads: usize,
+    format_version: u32,
+) -> Result<SynthRun> {
     use crate::core::refusal::Code;
     if ranks == 0 || ranks > limits::MAX_WORLD_SIZE {
         crate::refuse!(Code::OutOfRange, "--ranks {ranks} is outside 1 to {}", limits::MAX_WORLD_SIZE);
@@ -54,7 +61,11 @@ pub fn write_run(dir: &Path, ranks: u32, collectives: u64, seed: u64, threads: u
         crate::refuse!(Code::OutOfRange, "--collectives {collectives} is outside 1 to {}", u32::MAX);
     }
     if dir.exists() && std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?.next().is_some() {
-        crate::refuse!(Code::AlreadyExists, "{} exists and is not empty; synth-shards writes a new run directory", dir.display());
+        crate::refuse!(
+            Code::AlreadyExists,
+            "{} exists and is not empty; synth-shards writes a new run directory",
+            dir.display()
+        );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let run_id = new_run_id();
@@ -140,16 +151,27 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(u64::from(rank));
     // this rank's clock: local = reference + offset (+ drift); rank 0 is the reference
-    let (offset_ns, drift_ppm) = if rank == 0 { (0.0, 0.0) } else { (rng.gen_range(-50_000.0..50_000.0_f64).round(), rng.gen_range(-5.0..5.0_f64)) };
+    let (offset_ns, drift_ppm) = if rank == 0 {
+        (0.0, 0.0)
+    } else {
+        (rng.gen_range(-50_000.0..50_000.0_f64).round(), rng.gen_range(-5.0..5.0_f64))
+    };
     let end_ref = BASE_NS + collectives * PERIOD_NS + 1_000_000;
     let model = if rank == 0 {
         ClockModel::reference()
     } else {
-        let w = |ref_ns: u64, off: f64| WindowEstimate { ref_ns, offset_ns: off, bound_ns: 400.0, min_rtt_ns: 800, samples: 64 };
+        let w = |ref_ns: u64, off: f64| WindowEstimate {
+            ref_ns,
+            offset_ns: off,
+            bound_ns: 400.0,
+            min_rtt_ns: 800,
+            samples: 64,
+        };
         let end_off = offset_ns + drift_ppm * 1e-6 * (end_ref - BASE_NS) as f64;
         ClockModel::fit(w(BASE_NS, offset_ns), Some(w(end_ref, end_off))).expect("windows in order")
     };
-    let local = |ref_ns: u64| -> u64 { (ref_ns as f64 + offset_ns + drift_ppm * 1e-6 * (ref_ns - BASE_NS) as f64) as u64 };
+    let local =
+        |ref_ns: u64| -> u64 { (ref_ns as f64 + offset_ns + drift_ppm * 1e-6 * (ref_ns - BASE_NS) as f64) as u64 };
     let mut events = Vec::with_capacity(collectives as usize);
     let mut tokens = Vec::with_capacity((collectives / u64::from(layers)) as usize);
     for i in 0..collectives {
@@ -184,7 +206,13 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
         if layer + 1 == layers {
             let first = &events[events.len() - layers as usize];
             let (start_ns, end_ns) = (first.host_issue_ns, events.last().expect("one").wait_end_ns);
-            tokens.push(TokenEvent { phase: Phase::Blocking, token: (i / u64::from(layers)) as u32, warmup: false, start_ns, end_ns });
+            tokens.push(TokenEvent {
+                phase: Phase::Blocking,
+                token: (i / u64::from(layers)) as u32,
+                warmup: false,
+                start_ns,
+                end_ns,
+            });
         }
     }
     let id = identity(rank, ranks);
@@ -208,7 +236,8 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
             model,
             kernel_clock_id: None,
             pingpong_fit: None,
-            shared_kernel_clock_refused: (rank != 0).then(|| "synthetic: a generated clock model, no samples".to_string()),
+            shared_kernel_clock_refused: (rank != 0)
+                .then(|| "synthetic: a generated clock model, no samples".to_string()),
             // a generated model: no calibration ran, so no path, leader or wall time
             sync: None,
             path: None,
@@ -223,7 +252,10 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
         delay_injection: None,
         repeat_injection: None,
         cold_start: ColdStart { mpi_init_ns: None, backend_init_ns: 0 },
-        unmeasured: vec![Unmeasured { field: "*".into(), reason: "synthetic shard: every event was generated by synth-shards, nothing was measured".into() }],
+        unmeasured: vec![Unmeasured {
+            field: "*".into(),
+            reason: "synthetic shard: every event was generated by synth-shards, nothing was measured".into(),
+        }],
         phases: vec![PhaseRun {
             phase: Phase::Blocking,
             start_ns: local(BASE_NS),

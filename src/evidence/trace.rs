@@ -18,7 +18,9 @@ use crate::core::workload::{self, Phase};
 use crate::evidence::commtrace::p2p::{self, P2pPlan};
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::join::JoinedCollective;
-use crate::evidence::shard::{CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount};
+use crate::evidence::shard::{
+    CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount,
+};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -127,7 +129,12 @@ fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntr
 /// the wait's return. Either way without any injected delay: a delayed host
 /// also starts the device late, and a replay of the trace would otherwise
 /// apply the control's delay a second time, at the recorded position.
-fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_ns: Option<u64>, wait_end_ns: u64) -> (u64, u64) {
+fn span(
+    device: (Option<u64>, Option<u64>),
+    host_issue_ns: u64,
+    injected_delay_ns: Option<u64>,
+    wait_end_ns: u64,
+) -> (u64, u64) {
     match device {
         (Some(s), Some(d)) => (s.saturating_sub(injected_delay_ns.unwrap_or(0)), d),
         _ => (host_issue_ns.saturating_sub(injected_delay_ns.unwrap_or(0)), wait_end_ns),
@@ -137,21 +144,48 @@ fn span(device: (Option<u64>, Option<u64>), host_issue_ns: u64, injected_delay_n
 /// Gaps of this rank's own `blocking` phase.
 pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
     let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
-        let (start, end) = span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
-        (start, end, GapEntry { token: e.token, layer: e.layer, warmup: e.warmup, bytes: e.bytes, dtype: e.dtype, gap_ns: 0, compute_ns: None, op: None })
+        let (start, end) =
+            span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
+        (
+            start,
+            end,
+            GapEntry {
+                token: e.token,
+                layer: e.layer,
+                warmup: e.warmup,
+                bytes: e.bytes,
+                dtype: e.dtype,
+                gap_ns: 0,
+                compute_ns: None,
+                op: None,
+            },
+        )
     });
-    let timeline = GapTimeline::of(events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
-    SourceTrace { origin: TraceOrigin::ThisRunBlocking, timeline, entries: gaps_from(run.start_ns, it), ops: None, p2p: None }
+    let timeline = GapTimeline::of(
+        events
+            .iter()
+            .filter(|e| e.phase == Phase::Blocking)
+            .map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()),
+    );
+    SourceTrace {
+        origin: TraceOrigin::ThisRunBlocking,
+        timeline,
+        entries: gaps_from(run.start_ns, it),
+        ops: None,
+        p2p: None,
+    }
 }
 
 /// Gaps of rank `rank % source_world` from a joined trace file.
 pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
-    let bytes = read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
+    let bytes =
+        read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let sha256 = fsutil::sha256_hex(&bytes);
     let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8", path.display()))?;
     let mut rows: Vec<JoinedCollective> = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let c: JoinedCollective = serde_json::from_str(line).with_context(|| format!("{}:{}: not a joined collective", path.display(), i + 1))?;
+        let c: JoinedCollective = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a joined collective", path.display(), i + 1))?;
         if c.phase == Phase::Blocking {
             rows.push(c);
         }
@@ -164,24 +198,34 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     let mut times = Vec::with_capacity(rows.len());
     let mut has_device = Vec::with_capacity(rows.len());
     for c in &rows {
-        let t = c
-            .ranks
-            .iter()
-            .find(|t| t.rank == source_rank)
-            .with_context(|| format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq))?;
-        let (issue, end) = span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
+        let t = c.ranks.iter().find(|t| t.rank == source_rank).with_context(|| {
+            format!("{}: group {} seq {} has no times for rank {source_rank}", path.display(), c.group, c.seq)
+        })?;
+        let (issue, end) =
+            span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
         has_device.push(t.device_start_ns.is_some() && t.device_end_ns.is_some());
         times.push((
             issue,
             end,
-            GapEntry { token: c.token, layer: c.layer, warmup: c.warmup, bytes: c.bytes, dtype: c.dtype, gap_ns: 0, compute_ns: None, op: None },
+            GapEntry {
+                token: c.token,
+                layer: c.layer,
+                warmup: c.warmup,
+                bytes: c.bytes,
+                dtype: c.dtype,
+                gap_ns: 0,
+                compute_ns: None,
+                op: None,
+            },
         ));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
     let start = times[0].0;
     let entries = gaps_from(start, times.into_iter());
     // a replayed gap is slept or filled: refuse one no workload has, rather than sleep for days
-    check_replay_gaps(entries.iter().map(|e| e.gap_ns), &|i| format!("{}: blocking collective {}", path.display(), i + 1))?;
+    check_replay_gaps(entries.iter().map(|e| e.gap_ns), &|i| {
+        format!("{}: blocking collective {}", path.display(), i + 1)
+    })?;
     Ok(SourceTrace {
         origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
         timeline: GapTimeline::of(has_device.into_iter()),
@@ -193,14 +237,21 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
 
 /// Read and decode an imported communication trace: the trace and the file's SHA-256.
 pub(crate) fn read_comm_trace(path: &Path) -> Result<(CommTrace, String)> {
-    let bytes = read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
+    let bytes =
+        read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let t = CommTrace::from_slice(&bytes).with_context(|| format!("--trace {}", path.display()))?;
     Ok((t, fsutil::sha256_hex(&bytes)))
 }
 
 /// This rank's collectives of an imported communication trace, as gap entries
 /// walked `warmup_passes + passes` times (see the module doc).
-pub(crate) fn from_comm_trace(path: &Path, rank: u32, world_size: u32, passes: (u32, u32), allreduce_only: bool) -> Result<SourceTrace> {
+pub(crate) fn from_comm_trace(
+    path: &Path,
+    rank: u32,
+    world_size: u32,
+    passes: (u32, u32),
+    allreduce_only: bool,
+) -> Result<SourceTrace> {
     let (t, sha256) = read_comm_trace(path)?;
     comm_trace_entries(&t, path, sha256, rank, world_size, passes, allreduce_only)
 }
@@ -224,18 +275,25 @@ pub(crate) fn comm_trace_entries(
 ) -> Result<SourceTrace> {
     use crate::evidence::commtrace::{exec, CollectiveKind};
     use crate::evidence::shard::TraceKindCount;
-    let refuse = |what: String| -> Result<SourceTrace> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
+    let refuse =
+        |what: String| -> Result<SourceTrace> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
     }
-    let mine = &t.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("--trace {}: no rank {rank}", path.display()))?.collectives;
+    let mine = &t
+        .ranks
+        .iter()
+        .find(|r| r.rank == rank)
+        .with_context(|| format!("--trace {}: no rank {rank}", path.display()))?
+        .collectives;
     // what the phases cannot run as recorded, refused on every rank alike before any collective
     for r in &t.ranks {
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = exec::phases_cannot_run(c, allreduce_only) {
                 crate::refuse!(
                     Code::UnsupportedOperation,
-                    "--trace {}: rank {}, collective {i} ({} on group {:?}): {why}; `replay-trace --backend cpu` replays it",
+                    "--trace {}: rank {}, collective {i} ({} on group {:?}): {why}; `replay-trace --backend cpu` \
+                        replays it",
                     path.display(),
                     r.rank,
                     c.source_name,
@@ -256,7 +314,13 @@ pub(crate) fn comm_trace_entries(
             compute = compute.zip(k.duration_ns).and_then(|(a, b)| a.checked_add(b));
         }
         let kind = c.kind;
-        let count = counts.entry(kind).or_insert_with(|| TraceKindCount { kind, run_per_pass: 0, left_out_per_pass: 0, dtypes: vec![], sizes_bytes: vec![] });
+        let count = counts.entry(kind).or_insert_with(|| TraceKindCount {
+            kind,
+            run_per_pass: 0,
+            left_out_per_pass: 0,
+            dtypes: vec![],
+            sizes_bytes: vec![],
+        });
         if !count.dtypes.contains(&c.dtype) {
             count.dtypes.push(c.dtype);
             count.dtypes.sort();
@@ -273,7 +337,8 @@ pub(crate) fn comm_trace_entries(
         }
         if allreduce_only && members != world {
             return refuse(format!(
-                "all-reduce #{} runs on group {:?} of ranks {members:?}; with --trace-allreduce-only the phases run all-reduces on the whole world in rank order (without it, every group)",
+                "all-reduce #{} runs on group {:?} of ranks {members:?}; with --trace-allreduce-only the phases run \
+                    all-reduces on the whole world in rank order (without it, every group)",
                 c.seq, c.group
             ));
         }
@@ -281,7 +346,8 @@ pub(crate) fn comm_trace_entries(
         let run_dtype = workload::Dtype::try_from(dtype);
         if let (true, Err(e)) = (allreduce_only, run_dtype) {
             return refuse(format!(
-                "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a run's element type (without it, every dtype)",
+                "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a \
+                    run's element type (without it, every dtype)",
                 c.seq, c.group
             ));
         }
@@ -290,10 +356,17 @@ pub(crate) fn comm_trace_entries(
         let op = if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
             None
         } else {
-            let gi =
-                t.groups.iter().position(|g| g.name == c.group).with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
+            let gi = t
+                .groups
+                .iter()
+                .position(|g| g.name == c.group)
+                .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
             let group = gi as u32 + 1;
-            groups.entry(group).or_insert_with(|| ProcessGroup { id: group, members: members.clone(), name: Some(c.group.clone()) });
+            groups.entry(group).or_insert_with(|| ProcessGroup {
+                id: group,
+                members: members.clone(),
+                name: Some(c.group.clone()),
+            });
             op_colls.push(c.clone());
             Some(TraceOp { index: op_colls.len() - 1, kind, group, root: c.root, peer: c.peer })
         };
@@ -301,11 +374,18 @@ pub(crate) fn comm_trace_entries(
     }
     let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
     if kept.is_empty() {
-        return refuse(format!("rank {rank} has no {} to run", if allreduce_only { "all-reduce" } else { "collective" }));
+        return refuse(format!(
+            "rank {rank} has no {} to run",
+            if allreduce_only { "all-reduce" } else { "collective" }
+        ));
     }
     let colls: Vec<_> = kept.iter().map(|(c, _, _, _)| (*c).clone()).collect();
     let gaps = exec::gaps_ns(&colls).with_context(|| {
-        format!("--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by its gaps", path.display())
+        format!(
+            "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by \
+            its gaps",
+            path.display()
+        )
     })?;
     // an MPI capture's point-to-point program runs between the collectives (not with --trace-allreduce-only)
     let (p2p, p2p_count) = p2p_of(t, path, rank, mine, allreduce_only)?;
@@ -318,12 +398,20 @@ pub(crate) fn comm_trace_entries(
                 *g = a;
             }
         }
-        check_replay_gaps(p.gap_ns.iter().copied(), &|i| format!("--trace {}: point-to-point step {}", path.display(), i + 1))?;
+        check_replay_gaps(p.gap_ns.iter().copied(), &|i| {
+            format!("--trace {}: point-to-point step {}", path.display(), i + 1)
+        })?;
     }
     check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
     for (c, dtype, _, _) in &kept {
         if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
-            return refuse(format!("{} #{} on group {:?} records {} elements: too many bytes", c.kind.name(), c.seq, c.group, c.in_elems.max(c.out_elems)));
+            return refuse(format!(
+                "{} #{} on group {:?} records {} elements: too many bytes",
+                c.kind.name(),
+                c.seq,
+                c.group,
+                c.in_elems.max(c.out_elems)
+            ));
         }
     }
     let mut entries = Vec::with_capacity(kept.len() * (warmup_passes + passes) as usize);
@@ -337,7 +425,11 @@ pub(crate) fn comm_trace_entries(
                 dtype: *dtype,
                 // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before
                 // it)
-                gap_ns: if i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0)) { compute.unwrap_or(0) } else { *gap_ns },
+                gap_ns: if i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0)) {
+                    compute.unwrap_or(0)
+                } else {
+                    *gap_ns
+                },
                 // kernels may overlap one another: never more than the gap
                 compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),
                 op: *op,
@@ -364,13 +456,24 @@ pub(crate) fn comm_trace_entries(
 /// This rank's point-to-point program of `t` as the phases run it, and its
 /// per-pass counts: `None`s where the trace has none; the counts alone, all
 /// left out, with `allreduce_only`.
-fn p2p_of(t: &CommTrace, path: &Path, rank: u32, mine: &[TraceCollective], allreduce_only: bool) -> Result<(Option<TraceP2p>, Option<TraceP2pCount>)> {
+fn p2p_of(
+    t: &CommTrace,
+    path: &Path,
+    rank: u32,
+    mine: &[TraceCollective],
+    allreduce_only: bool,
+) -> Result<(Option<TraceP2p>, Option<TraceP2pCount>)> {
     use crate::evidence::commtrace::p2p::P2pStep;
     let Some(m) = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty())) else { return Ok((None, None)) };
     let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
     let calls = m.collective_calls.get(rank as usize).map_or(0, Vec::len);
     if calls != mine.len() {
-        crate::refuse!(Code::BadInput, "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives", path.display(), mine.len());
+        crate::refuse!(
+            Code::BadInput,
+            "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives",
+            path.display(),
+            mine.len()
+        );
     }
     let operations = plan.ops.len() as u32;
     let count = TraceP2pCount {
@@ -411,7 +514,9 @@ fn p2p_gaps(t: &CommTrace, rank: u32, mine: &[TraceCollective], plan: &P2pPlan) 
     let span = |s: &P2pStep| -> (Option<u64>, Option<u64>) {
         match s {
             P2pStep::Post(i) => (Some(ops[*i].post_ns), Some(ops[*i].post_ns)),
-            P2pStep::Blocking(i) | P2pStep::SendRecv(i, _) => (Some(ops[*i].post_ns), Some(ops[*i].complete_ns.unwrap_or(ops[*i].post_ns))),
+            P2pStep::Blocking(i) | P2pStep::SendRecv(i, _) => {
+                (Some(ops[*i].post_ns), Some(ops[*i].complete_ns.unwrap_or(ops[*i].post_ns)))
+            }
             P2pStep::Complete(v) => (None, v.iter().filter_map(|&i| ops[i].complete_ns).max()),
         }
     };
@@ -425,8 +530,10 @@ fn p2p_gaps(t: &CommTrace, rank: u32, mine: &[TraceCollective], plan: &P2pPlan) 
     let mut step_since_coll = false;
     let (mut k, mut ci) = (0, 0);
     while k < plan.steps.len() || ci < mine.len() {
-        let step_first = k < plan.steps.len() && (ci >= mine.len() || plan.steps[k].0 < calls.get(ci).copied().unwrap_or(u64::MAX));
-        let ((start, end), is_step) = if step_first { (span(&plan.steps[k].1), true) } else { (coll_span(&mine[ci]), false) };
+        let step_first =
+            k < plan.steps.len() && (ci >= mine.len() || plan.steps[k].0 < calls.get(ci).copied().unwrap_or(u64::MAX));
+        let ((start, end), is_step) =
+            if step_first { (span(&plan.steps[k].1), true) } else { (coll_span(&mine[ci]), false) };
         let gap = match (start, prev_end) {
             (Some(s), Some(p)) => s.saturating_sub(p),
             _ => 0,
@@ -469,7 +576,11 @@ pub(crate) fn is_comm_trace(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut head = Vec::new();
     // a FIFO or device is refused, never opened for a blocking read
-    open_regular(path).with_context(|| format!("reading trace {}", path.display()))?.0.take(4096).read_to_end(&mut head)?;
+    open_regular(path)
+        .with_context(|| format!("reading trace {}", path.display()))?
+        .0
+        .take(4096)
+        .read_to_end(&mut head)?;
     Ok(first_key_is_comm_trace(&String::from_utf8_lossy(&head)))
 }
 
@@ -512,9 +623,33 @@ mod tests {
             .map(|r| {
                 let tp = if r < 2 { "tp0" } else { "tp1" };
                 let mut colls = vec![
-                    TraceCollective::new(CollectiveKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, (8, 8), (None, None), (None, None)),
-                    TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (4, 4), (None, None), (None, None)),
-                    TraceCollective::new(CollectiveKind::Broadcast, "broadcast", "0", TraceDtype::F32, (16, 16), (None, None), (Some(0), None)),
+                    TraceCollective::new(
+                        CollectiveKind::AllReduce,
+                        "allreduce",
+                        tp,
+                        TraceDtype::Bf16,
+                        (8, 8),
+                        (None, None),
+                        (None, None),
+                    ),
+                    TraceCollective::new(
+                        CollectiveKind::AllReduce,
+                        "allreduce",
+                        "0",
+                        TraceDtype::Bf16,
+                        (4, 4),
+                        (None, None),
+                        (None, None),
+                    ),
+                    TraceCollective::new(
+                        CollectiveKind::Broadcast,
+                        "broadcast",
+                        "0",
+                        TraceDtype::F32,
+                        (16, 16),
+                        (None, None),
+                        (Some(0), None),
+                    ),
                 ];
                 for (i, c) in colls.iter_mut().enumerate() {
                     c.host_start_ns = Some(1_000 * (i as u64 + 1));
@@ -546,18 +681,27 @@ mod tests {
         assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
         assert_eq!(e[1].op, None);
         assert_eq!((e[1].bytes, e[1].dtype), (8, shard::TraceDtype::Bf16));
-        assert_eq!(e[2].op.map(|o| (o.kind, o.group, o.root, o.index)), Some((CollectiveKind::Broadcast, 1, Some(0), 1)));
+        assert_eq!(
+            e[2].op.map(|o| (o.kind, o.group, o.root, o.index)),
+            Some((CollectiveKind::Broadcast, 1, Some(0), 1))
+        );
         assert_eq!((e[2].bytes, e[2].dtype), (64, shard::TraceDtype::F32));
         assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
         let ops = st.ops.as_ref().unwrap();
         assert_eq!(ops.colls.len(), 2);
-        let groups: Vec<(u32, Vec<u32>, Option<String>)> = ops.groups.iter().map(|g| (g.id, g.members.clone(), g.name.clone())).collect();
+        let groups: Vec<(u32, Vec<u32>, Option<String>)> =
+            ops.groups.iter().map(|g| (g.id, g.members.clone(), g.name.clone())).collect();
         assert_eq!(groups, vec![(1, vec![0, 1, 2, 3], Some("0".into())), (3, vec![2, 3], Some("tp1".into()))]);
-        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!("{:?}", st.origin) };
+        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else {
+            panic!("{:?}", st.origin)
+        };
         assert_eq!((*collectives_per_pass, *left_out_per_pass), (3, 0));
         let counts: Vec<(CollectiveKind, u32, u32, Vec<u64>)> =
             kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass, k.sizes_bytes.clone())).collect();
-        assert_eq!(counts, vec![(CollectiveKind::AllReduce, 2, 0, vec![8, 16]), (CollectiveKind::Broadcast, 1, 0, vec![64])]);
+        assert_eq!(
+            counts,
+            vec![(CollectiveKind::AllReduce, 2, 0, vec![8, 16]), (CollectiveKind::Broadcast, 1, 0, vec![64])]
+        );
     }
 
     #[test]
@@ -580,12 +724,21 @@ mod tests {
         use crate::evidence::commtrace::TraceDtype;
         t.ranks[0].collectives[0].dtype = TraceDtype::F64;
         let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
-        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"), "{e}");
+        assert!(
+            e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"),
+            "{e}"
+        );
         // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
         t.ranks[0].collectives[1].dtype = TraceDtype::I8;
         let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
         let got: Vec<_> = st.entries.iter().map(|e| (e.op.map(|o| (o.kind, o.group)), e.dtype, e.bytes)).collect();
-        assert_eq!(got, vec![(Some((CollectiveKind::AllReduce, 1)), TraceDtype::F64, 32), (Some((CollectiveKind::Broadcast, 1)), TraceDtype::I8, 16)]);
+        assert_eq!(
+            got,
+            vec![
+                (Some((CollectiveKind::AllReduce, 1)), TraceDtype::F64, 32),
+                (Some((CollectiveKind::Broadcast, 1)), TraceDtype::I8, 16)
+            ]
+        );
     }
 
     /// A 2-rank MPI trace, each rank: Irecv (call 0, at 100, completed by
@@ -620,7 +773,15 @@ mod tests {
         };
         let ranks = (0..2u32)
             .map(|r| {
-                let mut c = TraceCollective::new(CollectiveKind::AllReduce, "Allreduce", "w", TraceDtype::F64, (1, 1), (None, None), (None, None));
+                let mut c = TraceCollective::new(
+                    CollectiveKind::AllReduce,
+                    "Allreduce",
+                    "w",
+                    TraceDtype::F64,
+                    (1, 1),
+                    (None, None),
+                    (None, None),
+                );
                 (c.host_start_ns, c.host_duration_ns) = (Some(200), Some(50));
                 RankTrace { rank: r, collectives: vec![c], trailing_compute: vec![] }
             })
@@ -663,7 +824,10 @@ mod tests {
         assert_eq!(st.entries.iter().map(|e| e.gap_ns).collect::<Vec<_>>(), vec![50, 50]);
         assert!(st.ops.is_some(), "the executor's communicators carry the point-to-point program");
         let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
-        assert_eq!((c.operations_per_pass, c.left_out_per_pass, c.calls_per_pass, c.bytes_sent_per_pass), (4, 0, 4, 48));
+        assert_eq!(
+            (c.operations_per_pass, c.left_out_per_pass, c.calls_per_pass, c.bytes_sent_per_pass),
+            (4, 0, 4, 48)
+        );
         // --trace-allreduce-only leaves them out, counted (its all-reduces are f32)
         let mut f32s = t.clone();
         f32s.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = commtrace::TraceDtype::F32);
@@ -674,13 +838,23 @@ mod tests {
         // a trace whose collective calls disagree with its collectives is refused
         let mut bad = t.clone();
         bad.mpi.as_mut().unwrap().collective_calls[0].push(9);
-        let e = comm_trace_entries(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
+        let e =
+            comm_trace_entries(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("collective_calls has 2 entries for 1"), "{e}");
     }
 
     #[test]
     fn gaps_are_issue_minus_previous_completion() {
-        let e = |t| GapEntry { token: Some(t), layer: Some(0), warmup: false, bytes: 4, dtype: shard::TraceDtype::F32, gap_ns: 0, compute_ns: None, op: None };
+        let e = |t| GapEntry {
+            token: Some(t),
+            layer: Some(0),
+            warmup: false,
+            bytes: 4,
+            dtype: shard::TraceDtype::F32,
+            gap_ns: 0,
+            compute_ns: None,
+            op: None,
+        };
         let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
         let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
         assert_eq!(gaps, vec![50, 60, 0]);

@@ -112,7 +112,8 @@ pub struct TuningCapture {
 mod tests {
     use super::*;
 
-    const SAMPLE: &str = "vm:1489:1489 [0] NCCL INFO AllReduce: 65536 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..15}\n\
+    const SAMPLE: &str =
+        "vm:1489:1489 [0] NCCL INFO AllReduce: 65536 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..15}\n\
 vm:1489:1489 [0] NCCL INFO NCCL version 2.28.3+cuda13.0\n\
 vm:1489:1489 [0] NCCL INFO AllReduce: 131072 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..21}\n\
 vm:1489:1489 [0] NCCL INFO AllReduce: 262144 Bytes -> algo? garbled\n";

@@ -148,8 +148,8 @@ struct VariantRep {
 /// `instrumented+graph` (the same with `--graph`: each repetition's
 /// iterations captured into one CUDA graph and launched once; its host time
 /// per collective is the launch call's, spread over the collectives), and
-/// with `--cupti` `instrumented+cupti` (CUPTI kernel records on). The host overhead per collective is the difference of the
-/// per-iteration host-time quantiles, instrumented minus bare, per
+/// with `--cupti` `instrumented+cupti` (CUPTI kernel records on). The host overhead per collective is the difference of
+/// the per-iteration host-time quantiles, instrumented minus bare, per
 /// repetition; the device inflation is the ratio of device time per
 /// collective. Distributions over repetitions are printed, never one median.
 fn run_cuda(args: &BenchOptions) -> Result<()> {
@@ -181,7 +181,12 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         gpu: None,
         cupti: args.cupti,
     };
-    let mut backend = CudaBackend::new(world, &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)), clock.clone(), o)?;
+    let mut backend = CudaBackend::new(
+        world,
+        &crate::backend::BackendPlan::for_spec(&WorkloadSpec::isolated_only(max, args.iters, gemm)),
+        clock.clone(),
+        o,
+    )?;
     // the event timer's granularity and this rank's anchor windows, for the record
     let probe_ns = backend.event_timer_probe(64)?;
     // bare+event: the bare loop with one timing event per call, to separate
@@ -197,7 +202,13 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
         // one untimed round of each loop first: NCCL connects lazily at a size's first use
         world.barrier();
         backend.reference_loop(bytes, args.iters.min(50))?;
-        Runner::new(&mut backend, &clock, &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm), RunnerControls::default()).run_all()?;
+        Runner::new(
+            &mut backend,
+            &clock,
+            &WorkloadSpec::isolated_only(bytes, args.iters.min(50), gemm),
+            RunnerControls::default(),
+        )
+        .run_all()?;
         for rep in 0..args.reps as usize {
             let mut got = std::collections::BTreeMap::new();
             for k in 0..variants.len() {
@@ -227,11 +238,13 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                         s.extend(ev.last().map(|e| e.host_return_ns));
                         s
                     };
-                    let mut d: Vec<f64> = ev.iter().filter_map(|e| Some((e.device_end_ns? - e.device_start_ns?) as f64)).collect();
-                    let span = match (ev.first().and_then(|e| e.device_start_ns), ev.last().and_then(|e| e.device_end_ns)) {
-                        (Some(a), Some(b)) => (b - a) as f64 / ev.len() as f64 / 1e3,
-                        _ => f64::NAN,
-                    };
+                    let mut d: Vec<f64> =
+                        ev.iter().filter_map(|e| Some((e.device_end_ns? - e.device_start_ns?) as f64)).collect();
+                    let span =
+                        match (ev.first().and_then(|e| e.device_start_ns), ev.last().and_then(|e| e.device_end_ns)) {
+                            (Some(a), Some(b)) => (b - a) as f64 / ev.len() as f64 / 1e3,
+                            _ => f64::NAN,
+                        };
                     VariantRep {
                         host_iter_us: quantiles_us(&iteration_host_ns(&stamps)),
                         device_per_collective_us: span,
@@ -256,7 +269,11 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
                 "nccl_tuning": args.nccl_tuning,
                 "summary": summary,
                 "per_rep": reps,
-                "method": "per repetition, in rotating order: bare ncclAllReduce loop vs the isolated phase as rank runs it (instrumented), and vs the bare loop with one timing event recorded before each call (bare+event: the timestamp's own cost, apart from the instrument's bookkeeping); host overhead = per-iteration host-time quantile difference (variant - bare); device inflation = device time per collective, variant / bare",
+                "method": "per repetition, in rotating order: bare ncclAllReduce loop vs the isolated phase as rank \
+                    runs it (instrumented), and vs the bare loop with one timing event recorded before each call \
+                        (bare+event: the timestamp's own cost, apart from the instrument's bookkeeping); host overhead \
+                            = per-iteration host-time quantile difference (variant - bare); device inflation = device \
+                                time per collective, variant / bare",
             });
             println!("{}", serde_json::json!({"bytes": bytes, "summary": line["summary"]}));
             all.push(line);
@@ -268,7 +285,9 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
             "benchmark": "cuda-event-timer-and-anchor",
             "event_times_after_first_ns": probe_ns,
             "last_pass_anchor_windows": anchors.map(|(a, b)| serde_json::json!({"start": a, "end": b})),
-            "note": "64 events recorded back to back on an idle stream: their spacing shows the timer's granularity (and, where wider, the host cost of one cuEventRecord); anchor windows: intersection of the round trips the device_anchor fact describes",
+            "note": "64 events recorded back to back on an idle stream: their spacing shows the timer's granularity \
+                (and, where wider, the host cost of one cuEventRecord); anchor windows: intersection of the round \
+                    trips the device_anchor fact describes",
         });
         println!("{probe}");
         all.push(probe);

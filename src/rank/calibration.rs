@@ -8,9 +8,13 @@
 //!
 //! Hierarchical calibration: docs/METHODS.md, "Clock calibration of rank".
 use super::{ClockMode, RankOptions};
-use crate::backend::mpi_deadline::{barrier, barrier_idle, broadcast, gather, recv_bytes, recv_u64, recv_u64_idle, send_bytes, send_u64, test_stop_point, Op};
+use crate::backend::mpi_deadline::{
+    barrier, barrier_idle, broadcast, gather, recv_bytes, recv_u64, recv_u64_idle, send_bytes, send_u64,
+    test_stop_point, Op,
+};
 use crate::core::clock::{
-    compose, fit_rank_model, monotonic_raw_ns, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync, PingSample, RankClock, RankClockFit,
+    compose, fit_rank_model, monotonic_raw_ns, node_leaders, ClockInjection, ClockModel, ClockPath, ClockSync,
+    PingSample, RankClock, RankClockFit,
 };
 use crate::core::identity;
 use crate::evidence::shard::ClockRecord;
@@ -54,7 +58,9 @@ impl ClockTopology {
     /// Whether `rank` takes its leader's kernel clock without a ping-pong:
     /// hierarchical, not a leader, and nothing refuses the shared clock.
     fn reads_leader_clock(&self, rank: u32) -> bool {
-        self.sync == ClockSync::Hierarchical && self.leader_of[rank as usize] != rank && self.refused[rank as usize].is_none()
+        self.sync == ClockSync::Hierarchical
+            && self.leader_of[rank as usize] != rank
+            && self.refused[rank as usize].is_none()
     }
     /// Whether `rank` ping-pongs its peer in a window.
     fn pings(&self, rank: u32) -> bool {
@@ -75,7 +81,12 @@ const CLOCK_ID_SLOT: usize = 256;
 
 /// Every rank's recorded host name and kernel clock id, in rank order, on
 /// every rank (a gather at rank 0, then a broadcast).
-fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&str>, limit: std::time::Duration) -> Result<Vec<(String, Option<String>)>> {
+fn exchange_clock_ids(
+    world: &SimpleCommunicator,
+    host: &str,
+    kernel: Option<&str>,
+    limit: std::time::Duration,
+) -> Result<Vec<(String, Option<String>)>> {
     let half = CLOCK_ID_SLOT / 2;
     let mut mine = [0u8; CLOCK_ID_SLOT];
     for (at, text) in [(0, host), (half, kernel.unwrap_or(""))] {
@@ -83,9 +94,16 @@ fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&st
         mine[at..at + n].copy_from_slice(&text.as_bytes()[..n]);
     }
     let phase = "clock calibration, topology";
-    let gathered = gather(world, 0, &mine, limit, Op { what: "gather of host names and kernel clock ids", phase, peer: None })?;
+    let gathered =
+        gather(world, 0, &mine, limit, Op { what: "gather of host names and kernel clock ids", phase, peer: None })?;
     let mut all = gathered.unwrap_or_else(|| vec![0u8; CLOCK_ID_SLOT * world.size() as usize]);
-    broadcast(world, 0, &mut all, limit, Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) })?;
+    broadcast(
+        world,
+        0,
+        &mut all,
+        limit,
+        Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) },
+    )?;
     let text = |b: &[u8]| {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         String::from_utf8_lossy(&b[..end]).into_owned()
@@ -101,9 +119,23 @@ fn exchange_clock_ids(world: &SimpleCommunicator, host: &str, kernel: Option<&st
 
 /// Wait (idle) for `peer`'s turn token on `tag`, then exchange `n`
 /// ping-pongs with it: the samples, on this rank's clock.
-fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<Vec<PingSample>> {
+fn ping(
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    peer: u32,
+    tag: i32,
+    n: u32,
+    limit: std::time::Duration,
+    phase: &str,
+) -> Result<Vec<PingSample>> {
     let op = Op { what: "ping-pong", phase, peer: Some(peer) };
-    let turn = recv_u64_idle(world, peer, tag, limit, Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) })?;
+    let turn = recv_u64_idle(
+        world,
+        peer,
+        tag,
+        limit,
+        Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) },
+    )?;
     if turn != TURN_TOKEN {
         anyhow::bail!("clock calibration ({phase}): rank {peer} sent {turn} where the turn token was due");
     }
@@ -120,7 +152,15 @@ fn ping(world: &SimpleCommunicator, clock: &RankClock, peer: u32, tag: i32, n: u
 
 /// Answer `n` ping-pongs of each of `ranks` on `tag`, one rank at a time,
 /// each after sending it the turn token.
-fn answer(world: &SimpleCommunicator, clock: &RankClock, ranks: &[u32], tag: i32, n: u32, limit: std::time::Duration, phase: &str) -> Result<()> {
+fn answer(
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    ranks: &[u32],
+    tag: i32,
+    n: u32,
+    limit: std::time::Duration,
+    phase: &str,
+) -> Result<()> {
     for &r in ranks {
         let op = Op { what: "ping-pong", phase, peer: Some(r) };
         send_u64(world, r, tag, TURN_TOKEN, limit, Op { what: "send of the turn token", phase, peer: Some(r) })?;
@@ -181,14 +221,17 @@ pub(super) fn clock_window(
             let leader = topo.leader_of[rank as usize] == rank;
             // stage 1: node leaders against rank 0, one at a time
             if rank == 0 {
-                let leaders: Vec<u32> = topo.served_by(0).into_iter().filter(|&r| topo.leader_of[r as usize] == r).collect();
+                let leaders: Vec<u32> =
+                    topo.served_by(0).into_iter().filter(|&r| topo.leader_of[r as usize] == r).collect();
                 answer(world, clock, &leaders, CLOCK_TAG, n, limit, &phase)?;
             } else if leader {
                 samples = ping(world, clock, 0, CLOCK_TAG, n, limit, &phase)?;
             }
             // stage 2: every other rank against its leader, the nodes side by side
             if leader {
-                let locals: Vec<u32> = (1..topo.leader_of.len() as u32).filter(|&r| r != rank && topo.leader_of[r as usize] == rank && topo.pings(r)).collect();
+                let locals: Vec<u32> = (1..topo.leader_of.len() as u32)
+                    .filter(|&r| r != rank && topo.leader_of[r as usize] == rank && topo.pings(r))
+                    .collect();
                 answer(world, clock, &locals, CLOCK_TAG_LOCAL, n, limit, &phase)?;
             } else if topo.pings(rank) {
                 samples = ping(world, clock, peer, CLOCK_TAG_LOCAL, n, limit, &phase)?;
@@ -203,7 +246,13 @@ pub(super) fn clock_window(
 /// Why this rank cannot take `peer`'s kernel clock for its own (another boot
 /// id or time namespace, a synthetic injection, `--clock pingpong-only`), or
 /// `None` where it may, given the samples agree with one clock.
-fn not_same_kernel(mode: ClockMode, injections: &[ClockInjection], rank: u32, peer: u32, topo: &ClockTopology) -> Option<String> {
+fn not_same_kernel(
+    mode: ClockMode,
+    injections: &[ClockInjection],
+    rank: u32,
+    peer: u32,
+    topo: &ClockTopology,
+) -> Option<String> {
     let whose = if peer == 0 { "rank 0".to_string() } else { format!("its leader, rank {peer}") };
     if mode == ClockMode::PingpongOnly {
         return Some("--clock pingpong-only".to_string());
@@ -231,7 +280,8 @@ const MAX_HANDOFF_BYTES: usize = 1 << 16;
 /// composed models, with the composed ping-pong fits beside them where they
 /// differ (a leg that was a shared clock) and why the result is not rank 0's clock.
 fn compose_via_leader(own: &RankClockFit, lead: &RankClockFit, leader: u32) -> Result<RankClockFit> {
-    let measured = compose(&own.pingpong.unwrap_or(own.model), &lead.pingpong.unwrap_or(lead.model)).context("composing the clock model through the leader")?;
+    let measured = compose(&own.pingpong.unwrap_or(own.model), &lead.pingpong.unwrap_or(lead.model))
+        .context("composing the clock model through the leader")?;
     let model = compose(&own.model, &lead.model).context("composing the clock model through the leader")?;
     let why: Vec<String> = [
         own.refused.as_ref().map(|w| format!("against leader rank {leader}: {w}")),
@@ -240,7 +290,11 @@ fn compose_via_leader(own: &RankClockFit, lead: &RankClockFit, leader: u32) -> R
     .into_iter()
     .flatten()
     .collect();
-    Ok(RankClockFit { pingpong: (model != measured).then_some(measured), model, refused: (!why.is_empty()).then(|| why.join("; ")) })
+    Ok(RankClockFit {
+        pingpong: (model != measured).then_some(measured),
+        model,
+        refused: (!why.is_empty()).then(|| why.join("; ")),
+    })
 }
 
 /// Who calibrates against whom under `--clock` (`None`: no calibration):
@@ -258,9 +312,15 @@ pub(super) fn topology(
             let hosts: Vec<&str> = ids.iter().map(|(h, _)| h.as_str()).collect();
             let leader_of = node_leaders(&hosts);
             let nodes = leader_of.iter().enumerate().filter(|(r, l)| **l as usize == *r).count();
-            let mut topo =
-                ClockTopology { sync: args.clock_sync.resolve(nodes), leader_of, kernel_ids: ids.into_iter().map(|(_, k)| k).collect(), refused: Vec::new() };
-            let refused = (0..topo.leader_of.len() as u32).map(|r| not_same_kernel(args.clock, injections, r, topo.peer_of(r), &topo)).collect();
+            let mut topo = ClockTopology {
+                sync: args.clock_sync.resolve(nodes),
+                leader_of,
+                kernel_ids: ids.into_iter().map(|(_, k)| k).collect(),
+                refused: Vec::new(),
+            };
+            let refused = (0..topo.leader_of.len() as u32)
+                .map(|r| not_same_kernel(args.clock, injections, r, topo.peer_of(r), &topo))
+                .collect();
             topo.refused = refused;
             Some(topo)
         }
@@ -291,21 +351,40 @@ pub(super) fn end_record(
     let own = if rank == 0 {
         RankClockFit { model: ClockModel::reference(), pingpong: None, refused: None }
     } else if topo.reads_leader_clock(rank) {
-        RankClockFit { model: ClockModel::shared_kernel_clock_unmeasured(start.closed_ns, end.closed_ns)?, pingpong: None, refused: None }
+        RankClockFit {
+            model: ClockModel::shared_kernel_clock_unmeasured(start.closed_ns, end.closed_ns)?,
+            pingpong: None,
+            refused: None,
+        }
     } else {
-        fit_rank_model(&start.samples, &end.samples, topo.refused[rank as usize].clone()).context("fitting the clock model")?
+        fit_rank_model(&start.samples, &end.samples, topo.refused[rank as usize].clone())
+            .context("fitting the clock model")?
     };
     // a leader other than rank 0 hands its model to the ranks of its node
     if hierarchical && rank != 0 && topo.leader_of[rank as usize] == rank {
         let bytes = serde_json::to_vec(&own).context("encoding this leader's clock model")?;
         for r in topo.served_by(rank) {
-            send_bytes(world, r, CLOCK_TAG_HANDOFF, &bytes, limit, Op { what: "send of the leader's clock model", phase, peer: Some(r) })?;
+            send_bytes(
+                world,
+                r,
+                CLOCK_TAG_HANDOFF,
+                &bytes,
+                limit,
+                Op { what: "send of the leader's clock model", phase, peer: Some(r) },
+            )?;
         }
     }
     let (fit, leader_fit, leader_model) = if path == ClockPath::ViaLeader {
-        let bytes =
-            recv_bytes(world, peer, CLOCK_TAG_HANDOFF, MAX_HANDOFF_BYTES, limit, Op { what: "receive of the leader's clock model", phase, peer: Some(peer) })?;
-        let lead: RankClockFit = serde_json::from_slice(&bytes).with_context(|| format!("decoding the clock model of leader rank {peer}"))?;
+        let bytes = recv_bytes(
+            world,
+            peer,
+            CLOCK_TAG_HANDOFF,
+            MAX_HANDOFF_BYTES,
+            limit,
+            Op { what: "receive of the leader's clock model", phase, peer: Some(peer) },
+        )?;
+        let lead: RankClockFit = serde_json::from_slice(&bytes)
+            .with_context(|| format!("decoding the clock model of leader rank {peer}"))?;
         (compose_via_leader(&own, &lead, peer)?, Some(own.model), Some(lead.model))
     } else {
         (own, None, None)

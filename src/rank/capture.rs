@@ -50,13 +50,17 @@ pub fn library(lib: Option<&Path>) -> Result<PathBuf> {
         (None, Some(e)) => (PathBuf::from(e), LIB_ENV),
         (None, None) => {
             let exe = std::env::current_exe().context("locating this executable")?;
-            (exe.parent().map(|d| d.join(LIB_NAME)).unwrap_or_else(|| PathBuf::from(LIB_NAME)), "next to this executable")
+            (
+                exe.parent().map(|d| d.join(LIB_NAME)).unwrap_or_else(|| PathBuf::from(LIB_NAME)),
+                "next to this executable",
+            )
         }
     };
     if !p.is_file() {
         refuse!(
             Code::NoSuchInput,
-            "capture library {} ({how}) does not exist: `cargo build` builds it next to the commcanary binary, or name it with --lib",
+            "capture library {} ({how}) does not exist: `cargo build` builds it next to the commcanary binary, or name \
+                it with --lib",
             p.display()
         );
     }
@@ -66,7 +70,9 @@ pub fn library(lib: Option<&Path>) -> Result<PathBuf> {
 /// Run the application under the capture library; its exit status is returned.
 pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
     let lib = library(o.lib.as_deref())?;
-    let Some((prog, args)) = o.app.split_first() else { refuse!(Code::BadArgument, "no application given: `commcanary capture -o DIR -- APP ARGS`") };
+    let Some((prog, args)) = o.app.split_first() else {
+        refuse!(Code::BadArgument, "no application given: `commcanary capture -o DIR -- APP ARGS`")
+    };
     std::fs::create_dir_all(&o.dir).with_context(|| format!("creating {}", o.dir.display()))?;
     let dir = o.dir.canonicalize().with_context(|| o.dir.display().to_string())?;
     let preload = match std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -106,16 +112,26 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
     match wrote {
         Some(f) => {
             if code != 0 {
-                eprintln!("capture: {} ended with status {code}; {} keeps what it recorded", Path::new(prog).display(), f.display());
+                eprintln!(
+                    "capture: {} ended with status {code}; {} keeps what it \
+                    recorded",
+                    Path::new(prog).display(),
+                    f.display()
+                );
             }
         }
         None if code == 0 => refuse!(
             Code::NotMpi,
-            "{} (pid {pid}) ended without initializing MPI: not an MPI program, or not one linked against the MPI library the capture wraps; nothing was captured in {}",
+            "{} (pid {pid}) ended without initializing MPI: not an MPI program, or not one linked against the MPI \
+                library the capture wraps; nothing was captured in {}",
             Path::new(prog).display(),
             dir.display()
         ),
-        None => eprintln!("capture: {} ended with status {code} before initializing MPI; nothing was captured", Path::new(prog).display()),
+        None => eprintln!(
+            "capture: {} ended with status {code} before initializing MPI; nothing was \
+            captured",
+            Path::new(prog).display()
+        ),
     }
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

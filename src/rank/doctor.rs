@@ -81,12 +81,22 @@ pub fn report(explicit: &[PathBuf]) -> (DoctorReport, bool) {
     }
     for (p, is_explicit) in paths {
         let probe = match NcclLibrary::load(&p) {
-            Ok(lib) => NcclProbe { path: p.display().to_string(), explicit: is_explicit, ok: Some(lib.observation().clone()), error: None },
+            Ok(lib) => NcclProbe {
+                path: p.display().to_string(),
+                explicit: is_explicit,
+                ok: Some(lib.observation().clone()),
+                error: None,
+            },
             Err(e) => {
                 if is_explicit {
                     all_ok = false;
                 }
-                NcclProbe { path: p.display().to_string(), explicit: is_explicit, ok: None, error: Some(format!("{e:#}")) }
+                NcclProbe {
+                    path: p.display().to_string(),
+                    explicit: is_explicit,
+                    ok: None,
+                    error: Some(format!("{e:#}")),
+                }
             }
         };
         nccl.push(probe);
@@ -113,11 +123,21 @@ pub fn render(r: &DoctorReport) -> String {
     let _ = writeln!(o, "commcanary {} (commit {}, tree {})", r.tool.version, r.tool.git_commit, r.tool.git_tree);
     let _ = writeln!(o, "host        {} (kernel {})", r.host, r.kernel.as_deref().unwrap_or("unknown"));
     let _ = writeln!(o, "cpu         {} x{}", r.cpu_model.as_deref().unwrap_or("unknown"), r.cpus_available);
-    let _ = writeln!(o, "mpi         {}", r.mpi_library.as_deref().map(|s| s.lines().next().unwrap_or("")).unwrap_or("unknown"));
+    let _ = writeln!(
+        o,
+        "mpi         {}",
+        r.mpi_library.as_deref().map(|s| s.lines().next().unwrap_or("")).unwrap_or("unknown")
+    );
     match (&r.cuda, &r.cuda_unavailable) {
         (Some(c), _) => {
-            let _ =
-                writeln!(o, "cuda driver {}.{} ({}), {} GPU(s)", c.driver_version / 1000, (c.driver_version % 1000) / 10, c.driver_version, c.devices.len());
+            let _ = writeln!(
+                o,
+                "cuda driver {}.{} ({}), {} GPU(s)",
+                c.driver_version / 1000,
+                (c.driver_version % 1000) / 10,
+                c.driver_version,
+                c.devices.len()
+            );
             for (i, d) in c.devices.iter().enumerate() {
                 let _ = writeln!(o, "  gpu {i}: {d}");
             }
@@ -133,7 +153,11 @@ pub fn render(r: &DoctorReport) -> String {
     for n in &r.nccl {
         match (&n.ok, &n.error) {
             (Some(ob), _) => {
-                let _ = writeln!(o, "nccl        {} reports {} (code {}); mapped {}", n.path, ob.version, ob.version_code, ob.canonical_path);
+                let _ = writeln!(
+                    o,
+                    "nccl        {} reports {} (code {}); mapped {}",
+                    n.path, ob.version, ob.version_code, ob.canonical_path
+                );
             }
             (None, Some(e)) => {
                 let _ = writeln!(o, "nccl        {} FAILED: {e}", n.path);

@@ -9,7 +9,9 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 /// World rank from the launcher's environment, before MPI is initialised
 /// (used only to print an argument error once rather than once per rank).
 fn launcher_rank() -> Option<u32> {
-    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok())
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
 /// Write one whole line to stderr in a single `write`: ranks and the launcher
@@ -25,7 +27,9 @@ pub(crate) fn write_line_stderr(line: &str) {
 
 /// World size from the launcher's environment, before MPI is initialised.
 pub(super) fn launcher_world_size() -> Option<u32> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok())
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
 /// Print the error that ends this process. The lead process prints at once,
@@ -71,7 +75,11 @@ pub fn is_lead_process() -> bool {
 /// `PREFIX rank N: error: …`, and ends the job (MPI_Abort, exit 2).
 /// Returning it instead would finalize MPI while a peer may sit in a
 /// collective, and the message might never appear.
-pub(crate) fn end_job_on_error(world: &SimpleCommunicator, prefix: &str, body: impl FnOnce() -> Result<()>) -> Result<()> {
+pub(crate) fn end_job_on_error(
+    world: &SimpleCommunicator,
+    prefix: &str,
+    body: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     if let Err(e) = body() {
         write_line_stderr(&format!("{prefix} rank {}: error: {e:#}", world.rank()));
         world.abort(2);

@@ -16,7 +16,9 @@ use crate::core::identity::EnvIdentity;
 use crate::core::workload::{Phase, ReduceOp, WorkloadSpec};
 use crate::evidence::join;
 use crate::evidence::run::{write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
-use crate::evidence::shard::{shard_file_name, BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, Unmeasured, SHARD_FORMAT_VERSION};
+use crate::evidence::shard::{
+    shard_file_name, BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, Unmeasured, SHARD_FORMAT_VERSION,
+};
 use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -38,15 +40,33 @@ pub(super) struct RankContext<'a> {
 }
 
 /// Clock windows, phases, shard and run record, on any backend.
-pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<SourceTrace>, backend: &mut B, backend_init_ns: u64) -> Result<()> {
-    let RankContext { args, plan, world, clock, identity, run_id, dir, started_unix_ms, local_rank, local_size, cold_start_mpi_ns } = cx;
+pub(super) fn finish_rank<B: Backend>(
+    cx: RankContext<'_>,
+    file_trace: Option<SourceTrace>,
+    backend: &mut B,
+    backend_init_ns: u64,
+) -> Result<()> {
+    let RankContext {
+        args,
+        plan,
+        world,
+        clock,
+        identity,
+        run_id,
+        dir,
+        started_unix_ms,
+        local_rank,
+        local_size,
+        cold_start_mpi_ns,
+    } = cx;
     let rank = world.rank() as u32;
     let size = world.size() as u32;
     let identity_sha256 = identity.digest();
 
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
     let topo = calibration::topology(world, args, &plan.clock_injections, &identity.host, limit)?;
-    let start_window = topo.as_ref().map(|t| clock_window(world, &clock, args.clock_samples, limit, "start", t)).transpose()?;
+    let start_window =
+        topo.as_ref().map(|t| clock_window(world, &clock, args.clock_samples, limit, "start", t)).transpose()?;
 
     // group 0 is the world; an imported trace's other collectives run on its own groups
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
@@ -58,7 +78,9 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
         id
     });
     let controls = RunnerControls { delay: plan.delay, fault: plan.fault, file_trace, progress: !args.quiet };
-    let mut runner = Runner::new(backend, &clock, &plan.spec, controls).with_barrier_timeout(limit).with_repeat(plan.repeat.unwrap_or(1));
+    let mut runner = Runner::new(backend, &clock, &plan.spec, controls)
+        .with_barrier_timeout(limit)
+        .with_repeat(plan.repeat.unwrap_or(1));
     if let Some(id) = sweep_group {
         runner = runner.with_sweep_group(id);
     }
@@ -67,7 +89,8 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
     let phase_runs = std::mem::take(&mut runner.phase_runs);
     let checks = std::mem::take(&mut runner.checks);
     let tuning = if args.nccl_tuning {
-        let events: Vec<(u64, u64)> = body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
+        let events: Vec<(u64, u64)> =
+            body.collectives.iter().filter(|e| e.group == 0).map(|e| (e.seq, e.bytes)).collect();
         Some(collect_tuning(&args.out, &dir, rank, &events)?)
     } else {
         None
@@ -78,41 +101,46 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
         _ => None,
     };
 
-    let header = ShardHeader {
-        format_version: SHARD_FORMAT_VERSION,
-        run_id: run_id.clone(),
-        rank,
-        world_size: size,
-        host: identity.host.clone(),
-        local_rank,
-        local_size,
-        backend: backend.info().kind,
-        device: backend.device(),
-        identity,
-        identity_sha256: identity_sha256.clone(),
-        groups,
-        workload: plan.spec.clone(),
-        clock: clock_record,
-        clock_injections: plan.clock_injections.clone(),
-        clock_anchor_true_ns: clock.anchor_true_ns(),
-        delay_injection: plan.delay,
-        repeat_injection: plan.repeat,
-        cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
-        unmeasured: backend
-            .unmeasured()
-            .into_iter()
-            .chain(plan.spec.graph.then(|| Unmeasured {
+    let header =
+        ShardHeader {
+            format_version: SHARD_FORMAT_VERSION,
+            run_id: run_id.clone(),
+            rank,
+            world_size: size,
+            host: identity.host.clone(),
+            local_rank,
+            local_size,
+            backend: backend.info().kind,
+            device: backend.device(),
+            identity,
+            identity_sha256: identity_sha256.clone(),
+            groups,
+            workload: plan.spec.clone(),
+            clock: clock_record,
+            clock_injections: plan.clock_injections.clone(),
+            clock_anchor_true_ns: clock.anchor_true_ns(),
+            delay_injection: plan.delay,
+            repeat_injection: plan.repeat,
+            cold_start: ColdStart { mpi_init_ns: Some(cold_start_mpi_ns), backend_init_ns },
+            unmeasured: backend
+                .unmeasured()
+                .into_iter()
+                .chain(plan.spec.graph.then(|| {
+                    Unmeasured {
                 field: "collectives (graph mode)".into(),
-                reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not measured and no collective events are recorded; token start and end are events recorded on the compute stream around each graph launch".into(),
-            }))
-            .chain(sweep_unmeasured(&plan.spec, backend.info().kind))
-            .collect(),
-        phases: phase_runs,
-        started_unix_ms,
-        tuning,
-        checks,
-        synthetic: None,
-    };
+                reason: "blocking and async ran as one CUDA graph per token: per-collective and per-GEMM times are not \
+                    measured and no collective events are recorded; token start and end are events recorded on the \
+                        compute stream around each graph launch".into(),
+            }
+                }))
+                .chain(sweep_unmeasured(&plan.spec, backend.info().kind))
+                .collect(),
+            phases: phase_runs,
+            started_unix_ms,
+            tuning,
+            checks,
+            synthetic: None,
+        };
     let shard = Shard { header, body };
     let written = shard.write_new(&dir)?;
     let digest = written.sha256;
@@ -124,7 +152,13 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
     let host = shard.header.host.as_bytes();
     mine[40..40 + host.len().min(127)].copy_from_slice(&host[..host.len().min(127)]);
     test_stop_point("gather", rank);
-    let gathered = gather(world, 0, &mine[..], limit, Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None })?;
+    let gathered = gather(
+        world,
+        0,
+        &mine[..],
+        limit,
+        Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None },
+    )?;
     if let Some(all) = gathered {
         let shards: Vec<ShardRef> = all
             .chunks(mine.len())
@@ -177,14 +211,23 @@ pub(super) fn finish_rank<B: Backend>(cx: RankContext<'_>, file_trace: Option<So
                     }
                 }
             }
-            Err(e) if args.json.is_some() => return Err(e.context(format!("-J: joining {} for the sweep's table", dir.display()))),
+            Err(e) if args.json.is_some() => {
+                return Err(e.context(format!("-J: joining {} for the sweep's table", dir.display())))
+            }
             Err(e) => eprintln!("commcanary: no per-size table: join {}: {e:#}", dir.display()),
         }
     }
     if let Some(c) = shard.header.checks.iter().find(|c| c.wrong_elements > 0) {
         bail!(
-            "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; the run is kept in {} and must not be ranked",
-            c.phase, c.group, c.seq, c.bytes, c.wrong_elements, c.first_wrong.as_deref().unwrap_or("?"), dir.display()
+            "result check failed on rank {rank}, phase {}, group {} seq {} ({} bytes): {} wrong elements, first: {}; \
+                the run is kept in {} and must not be ranked",
+            c.phase,
+            c.group,
+            c.seq,
+            c.bytes,
+            c.wrong_elements,
+            c.first_wrong.as_deref().unwrap_or("?"),
+            dir.display()
         );
     }
     Ok(())
@@ -205,13 +248,18 @@ fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured
     if backend == BackendKind::Cuda && spec.sweep_op() != ReduceOp::Sum {
         v.push(Unmeasured {
             field: format!("isolated {kind}: device_start_ns, device_end_ns"),
-            reason: "the sweep runs through replay-trace's NCCL executor: each iteration is timed on the host from the NCCL call to the end of a stream synchronization, not by device events between back-to-back launches as nccl-tests times its loop".into(),
+            reason:
+                "the sweep runs through replay-trace's NCCL executor: each iteration is timed on the host from the \
+                NCCL call to the end of a stream synchronization, not by device events between back-to-back launches \
+                    as nccl-tests times its loop"
+                    .into(),
         });
     }
     if backend == BackendKind::Cpu && kind.reduces() && spec.dtype == Dtype::Bf16 {
         v.push(Unmeasured {
             field: format!("isolated {kind}: bf16 wire bytes"),
-            reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and rounds back; sizes and bandwidths are bf16's"
+            reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and \
+                rounds back; sizes and bandwidths are bf16's"
                 .into(),
         });
     }

@@ -108,7 +108,8 @@ pub struct RankOptions {
     /// sequence (GEMMs' m and all-reduces of batch x tokens x hidden) instead of a decode step.
     #[arg(long)]
     pub prefill_tokens: Option<u32>,
-    /// Element type of the all-reduces and of the isolated sweep (as nccl-tests -d; default bf16 for model shapes, f32 for synthetic).
+    /// Element type of the all-reduces and of the isolated sweep (as nccl-tests -d; default bf16 for model shapes, f32
+    /// for synthetic).
     #[arg(long, short = 'd', value_enum)]
     pub dtype: Option<shard::Dtype>,
     /// Layers per token (default: the model's own; 32 for synthetic).
@@ -137,7 +138,8 @@ pub struct RankOptions {
     /// Warm-up iterations per size in the isolated phase (as nccl-tests -w).
     #[arg(long, short = 'w', default_value_t = 5)]
     pub warmup_iters: u32,
-    /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as nccl-tests -c).
+    /// Validate the all-reduce result on this many collectives per phase; in the isolated phase, of every size (as
+    /// nccl-tests -c).
     #[arg(long, short = 'c', default_value_t = 1)]
     pub check: u32,
     /// The collective the isolated phase sweeps, as nccl-tests' *_perf programs: every kind
@@ -161,13 +163,16 @@ pub struct RankOptions {
     /// (`join --events-out`), or a workload's trace from `commcanary import` (walked once per token).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// With an imported --trace: run only its all-reduces (on the whole world); the other kinds are left out and counted in the shard. Without it every kind runs on the trace's groups (cpu backend).
+    /// With an imported --trace: run only its all-reduces (on the whole world); the other kinds are left out and
+    /// counted in the shard. Without it every kind runs on the trace's groups (cpu backend).
     #[arg(long)]
     pub trace_allreduce_only: bool,
     /// Negative control: rank=R,every=K,us=D delays rank R before every K-th collective.
     #[arg(long)]
     pub inject_delay: Option<String>,
-    /// Negative control (a known-bad configuration whose cost grows with the machine's load, as a real one's does): every all-reduce on the world (group 0) runs N times back to back, the recorded collective spanning all N; every rank must be given the same N.
+    /// Negative control (a known-bad configuration whose cost grows with the machine's load, as a real one's does):
+    /// every all-reduce on the world (group 0) runs N times back to back, the recorded collective spanning all N; every
+    /// rank must be given the same N.
     #[arg(long)]
     pub inject_repeat: Option<u32>,
     /// Test fixture: rank=R,offset_us=X,drift_ppm=Y distorts rank R's clock reads (repeatable).
@@ -176,7 +181,12 @@ pub struct RankOptions {
     /// Clock calibration against rank 0.
     #[arg(long, value_enum, default_value = "pingpong")]
     pub clock: ClockMode,
-    /// Which ranks calibrate against which: `hierarchical` (node leaders, the lowest rank of each host name, against rank 0 one at a time, then every other rank against its leader, the nodes side by side, except that a rank that may take its leader's kernel clock (same boot id and time namespace, no injection, not `--clock pingpong-only`) takes it exactly without a ping-pong; a rank's model is the two composed, its bound the sum of theirs), `flat` (every rank against rank 0, one at a time), or `auto` (hierarchical where the ranks record more than one host name, else flat).
+    /// Which ranks calibrate against which: `hierarchical` (node leaders, the lowest rank of each host name, against
+    /// rank 0 one at a time, then every other rank against its leader, the nodes side by side, except that a rank that
+    /// may take its leader's kernel clock (same boot id and time namespace, no injection, not `--clock pingpong-only`)
+    /// takes it exactly without a ping-pong; a rank's model is the two composed, its bound the sum of theirs), `flat`
+    /// (every rank against rank 0, one at a time), or `auto` (hierarchical where the ranks record more than one host
+    /// name, else flat).
     #[arg(long, value_enum, default_value = "auto")]
     pub clock_sync: ClockSyncChoice,
     /// Ping-pong exchanges per calibration window and rank.

@@ -9,7 +9,9 @@ use super::{sweep, RankOptions};
 use crate::core::clock::ClockInjection;
 use crate::core::refusal::Code;
 use crate::core::units;
-use crate::core::workload::{parse_phases, size_sweep, DelayInjection, GemmShape, ModelRequest, ModelShape, Phase, SweepKind, WorkloadSpec};
+use crate::core::workload::{
+    parse_phases, size_sweep, DelayInjection, GemmShape, ModelRequest, ModelShape, Phase, SweepKind, WorkloadSpec,
+};
 use crate::evidence::shard::{BackendKind, Dtype};
 use anyhow::{bail, Result};
 
@@ -17,14 +19,16 @@ use anyhow::{bail, Result};
 /// [`crate::core::ranges`].
 pub(crate) fn check_ranges(a: &RankOptions) -> Result<()> {
     use crate::core::ranges::{
-        int, out, positive, size, sizes, MAX_GEMM_DIM, MAX_INJECT_REPEAT, MAX_MESSAGE_BYTES, MAX_PHASE_COLLECTIVES, MAX_RANK, MAX_TOKENS_IN_FLIGHT,
+        int, out, positive, size, sizes, MAX_GEMM_DIM, MAX_INJECT_REPEAT, MAX_MESSAGE_BYTES, MAX_PHASE_COLLECTIVES,
+        MAX_RANK, MAX_TOKENS_IN_FLIGHT,
     };
     int("--tokens", a.tokens, 1, 1_000_000)?;
     int("--warmup-tokens", a.warmup_tokens, 0, 100_000)?;
     if let Some(l) = a.layers {
         int("--layers", l, 1, 10_000)?;
     }
-    // a model's own layer count (when --layers is not given) is checked when the model is bound (WorkloadSpec::bind_model)
+    // a model's own layer count (when --layers is not given) is checked when the model is bound
+    // (WorkloadSpec::bind_model)
     let per_phase = (a.tokens as u64 + a.warmup_tokens as u64) * a.layers.unwrap_or(1) as u64;
     int("(--tokens + --warmup-tokens) x --layers", per_phase, 1, MAX_PHASE_COLLECTIVES)?;
     if let Some(d) = &a.model_dims {
@@ -132,17 +136,27 @@ fn check_trace_phases(spec: &WorkloadSpec, has_trace: bool) -> Result<()> {
         if spec.graph {
             crate::refuse!(
                 Code::BadArgument,
-                "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
+                "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
+                    run's blocking phase"
             );
         }
         if !spec.phases[..i].contains(&Phase::Blocking) {
-            crate::refuse!(Code::BadArgument, "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE");
+            crate::refuse!(
+                Code::BadArgument,
+                "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
+            );
         }
     }
     Ok(())
 }
 
-fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<String>, world: Option<u32>, at: Where) -> Result<Plan> {
+fn plan_for(
+    args: &RankOptions,
+    backend: BackendKind,
+    backend_note: Option<String>,
+    world: Option<u32>,
+    at: Where,
+) -> Result<Plan> {
     let gemm: GemmShape = match &args.gemm {
         Some(g) => g.parse()?,
         None => match backend {
@@ -168,7 +182,8 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
     }
-    if args.graph && shape.is_none() && args.phases.split(',').any(|p| matches!(p.trim(), "blocking" | "async" | "all")) {
+    if args.graph && shape.is_none() && args.phases.split(',').any(|p| matches!(p.trim(), "blocking" | "async" | "all"))
+    {
         // a synthetic token's sizes depend on its position in the phase: one captured token would not stand for all
         bail!("--graph: blocking and async run as graphs for model shapes only (not --model synthetic)");
     }
@@ -209,7 +224,11 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
             crate::refuse!(Code::BadArgument, "-J/--json writes the isolated sweep's table: add isolated to --phases");
         }
         if at == Where::Here && j.exists() {
-            crate::refuse!(Code::AlreadyExists, "-J {}: the file already exists; CommCanary never overwrites a record", j.display());
+            crate::refuse!(
+                Code::AlreadyExists,
+                "-J {}: the file already exists; CommCanary never overwrites a record",
+                j.display()
+            );
         }
     }
     if let Some(world) = world {
@@ -229,23 +248,38 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
         spec.clone().bind_model(req, world)?;
     }
     let delay = args.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
-    let clock_injections: Vec<ClockInjection> = args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
+    let clock_injections: Vec<ClockInjection> =
+        args.inject_clock.iter().map(|s| ClockInjection::parse(s)).collect::<Result<_>>()?;
     if let Some(world) = world {
         // a rank outside the job is refused before MPI starts, with a code
-        let named = delay.iter().map(|d| ("--inject-delay", d.rank)).chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
+        let named = delay
+            .iter()
+            .map(|d| ("--inject-delay", d.rank))
+            .chain(clock_injections.iter().map(|c| ("--inject-clock", c.rank)));
         if let Some((flag, r)) = named.into_iter().find(|(_, r)| *r >= world) {
-            crate::refuse!(Code::OutOfRange, "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})", world.saturating_sub(1));
+            crate::refuse!(
+                Code::OutOfRange,
+                "{flag} names rank {r}, outside this job's ranks 0 to {} (a world of {world})",
+                world.saturating_sub(1)
+            );
         }
     }
     let fault = args.fault.as_deref().map(Fault::parse).transpose()?;
     if args.inject_repeat.is_some_and(|n| n > 1) && backend != BackendKind::Cpu {
         // the cuda backend times each NCCL call on device events, one per recorded collective
-        crate::refuse!(Code::BadArgument, "--inject-repeat: the cpu backend only (the cuda backend times one NCCL call per recorded collective)");
+        crate::refuse!(
+            Code::BadArgument,
+            "--inject-repeat: the cpu backend only (the cuda backend times one NCCL call per recorded collective)"
+        );
     }
     if args.graph && backend != BackendKind::Cuda {
         bail!("--graph needs the cuda backend (CUDA graphs)");
     }
-    if at == Where::Here && backend == BackendKind::Cuda && args.nccl_lib.components().count() > 1 && !args.nccl_lib.exists() {
+    if at == Where::Here
+        && backend == BackendKind::Cuda
+        && args.nccl_lib.components().count() > 1
+        && !args.nccl_lib.exists()
+    {
         bail!("--nccl-lib {}: no such file", args.nccl_lib.display());
     }
     if let Some(id) = &args.run_id {
@@ -254,8 +288,20 @@ fn plan_for(args: &RankOptions, backend: BackendKind, backend_note: Option<Strin
         }
         // `.` and `..` name the output directory itself or its parent, not a new run directory
         if id.chars().all(|c| c == '.') {
-            crate::refuse!(Code::BadArgument, "--run-id {id:?}: names a directory that is not a new run directory under --out");
+            crate::refuse!(
+                Code::BadArgument,
+                "--run-id {id:?}: names a directory that is not a new run directory under --out"
+            );
         }
     }
-    Ok(Plan { spec, model, delay, repeat: args.inject_repeat.filter(|&n| n > 1), clock_injections, fault, backend, backend_note })
+    Ok(Plan {
+        spec,
+        model,
+        delay,
+        repeat: args.inject_repeat.filter(|&n| n > 1),
+        clock_injections,
+        fault,
+        backend,
+        backend_note,
+    })
 }

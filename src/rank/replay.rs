@@ -13,7 +13,9 @@ use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
 use crate::core::{clock, fsutil, identity, limits, stats};
 use crate::evidence::commtrace::exec::{self, Pace};
-use crate::evidence::commtrace::replay::{ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE};
+use crate::evidence::commtrace::replay::{
+    ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE,
+};
 use crate::evidence::commtrace::summary::compare_kernels;
 use crate::evidence::commtrace::{p2p, CollectiveKind, CommTrace, TraceDtype};
 use crate::evidence::shard::BackendKind;
@@ -55,7 +57,8 @@ pub struct ReplayTraceArgs {
     /// Skip the untimed warm-up pass of the whole trace (first-use setup of connections then lands in the timed pass).
     #[arg(long)]
     pub no_warmup: bool,
-    /// Record the NCCL kernels each collective ran (CUPTI; cuda backend) and compare their families with the trace's kernels.
+    /// Record the NCCL kernels each collective ran (CUPTI; cuda backend) and compare their families with the trace's
+    /// kernels.
     #[arg(long)]
     pub cupti: bool,
 }
@@ -72,7 +75,8 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     }
     let cuda = a.backend.resolve()?.0 == BackendKind::Cuda;
     eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
-    let (op, pace, check, corrupt, lib, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
+    let (op, pace, check, corrupt, lib, warmup, cupti) =
+        (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
     if cupti && !cuda {
         anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
     }
@@ -114,19 +118,30 @@ const GAP_OFF_NS: u64 = 1_000_000;
 
 /// Refuse, before MPI starts, an output directory that already holds a replay's files.
 fn refuse_existing_replay(out: &Path, world_size: u32) -> Result<()> {
-    let names = std::iter::once(REPLAY_INDEX_FILE.to_string())
-        .chain((0..world_size).flat_map(|r| [format!("replay-trace.rank-{r}.json"), format!("replay-trace.rank-{r}.workload.json")]));
+    let names = std::iter::once(REPLAY_INDEX_FILE.to_string()).chain(
+        (0..world_size)
+            .flat_map(|r| [format!("replay-trace.rank-{r}.json"), format!("replay-trace.rank-{r}.workload.json")]),
+    );
     for n in names {
         let p = out.join(n);
         if p.symlink_metadata().is_ok() {
-            crate::refuse!(Code::AlreadyExists, "{} exists; replay-trace never overwrites a replay: choose another --out", p.display());
+            crate::refuse!(
+                Code::AlreadyExists,
+                "{} exists; replay-trace never overwrites a replay: choose another --out",
+                p.display()
+            );
         }
     }
     Ok(())
 }
 
 /// Gather every rank's (host, file digests) at rank 0 and write the index there.
-fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, trace_sha256: &str, files: &[(String, String)]) -> Result<()> {
+fn write_replay_index(
+    world: &mpi::topology::SimpleCommunicator,
+    out: &Path,
+    trace_sha256: &str,
+    files: &[(String, String)],
+) -> Result<()> {
     use mpi::traits::*;
     const SLOT: usize = 4096;
     let host = identity::hostname();
@@ -147,7 +162,8 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
     let mut ranks = Vec::new();
     for (r, slot) in all.chunks(SLOT).enumerate() {
         let end = slot.iter().position(|b| *b == 0).unwrap_or(SLOT);
-        let (host, files): (String, Vec<(String, String)>) = serde_json::from_slice(&slot[..end]).with_context(|| format!("rank {r}'s file list"))?;
+        let (host, files): (String, Vec<(String, String)>) =
+            serde_json::from_slice(&slot[..end]).with_context(|| format!("rank {r}'s file list"))?;
         ranks.push(ReplayIndexRank { rank: r as u32, host, files });
     }
     let index = ReplayIndex { format_version: 1, trace_sha256: trace_sha256.to_string(), world_size: n as u32, ranks };
@@ -165,7 +181,14 @@ fn write_replay_index(world: &mpi::topology::SimpleCommunicator, out: &Path, tra
 /// `paced` by the trace (gaps, device gaps or the recorded workload) is
 /// refused before MPI starts when a rank's gap passes the one bound of every
 /// replay ([`crate::core::limits::check_replay_gaps`]).
-pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &str, settings: Vec<String>, run: &mut ReplayRun) -> Result<()> {
+pub(crate) fn replay_command(
+    trace: &Path,
+    out: &Path,
+    paced: bool,
+    backend: &str,
+    settings: Vec<String>,
+    run: &mut ReplayRun,
+) -> Result<()> {
     let path = trace;
     // the header's digest is of exactly the bytes replayed
     let (trace, trace_sha256) = CommTrace::read_with_sha256(trace)?;
@@ -200,7 +223,13 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             started_unix_ms,
             finished_unix_ms: clock::unix_ms(),
         };
-        let file = ReplayFile { format_version: REPLAY_FORMAT_VERSION, header, records: r.records, p2p: r.p2p, nonblocking: r.nonblocking };
+        let file = ReplayFile {
+            format_version: REPLAY_FORMAT_VERSION,
+            header,
+            records: r.records,
+            p2p: r.p2p,
+            nonblocking: r.nonblocking,
+        };
         let mut files = Vec::new();
         let name = format!("replay-trace.rank-{rank}.json");
         fsutil::write_json_new(&out.join(&name), &file)?;
@@ -231,15 +260,27 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
             let n = times.len();
             let p50 = stats::percentile_nearest_rank(times, 50.0).unwrap_or(f64::NAN);
             let p99 = stats::percentile_nearest_rank(times, 99.0).unwrap_or(f64::NAN);
-            println!("rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs", k.name());
+            println!(
+                "rank {rank}: {n} x {} {d} on {g:?}, {checked} checked; time p50 {p50:.1} µs, p99 {p99:.1} µs",
+                k.name()
+            );
         }
         if let Some(p) = &p2p {
             println!(
-                "rank {rank}: {} point-to-point operations ({} sends, {} receives{}; {} nonblocking, {} waits) in recorded call order, {} bytes sent; {}; time in the calls {:.1} µs",
+                "rank {rank}: {} point-to-point operations ({} sends, {} receives{}; {} nonblocking, {} waits) in \
+                    recorded call order, {} bytes sent; {}; time in the calls {:.1} µs",
                 p.operations,
                 p.sends,
                 p.receives,
-                if p.receives_empty > 0 { format!(", {} of them cancelled or empty in the application: not replayed", p.receives_empty) } else { String::new() },
+                if p.receives_empty > 0 {
+                    format!(
+                        ", {} of them cancelled or empty in the application: not \
+                    replayed",
+                        p.receives_empty
+                    )
+                } else {
+                    String::new()
+                },
                 p.nonblocking,
                 p.waits,
                 p.bytes_sent,
@@ -252,22 +293,38 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
         }
         if let Some(b) = &nonblocking {
             println!(
-                "rank {rank}: {} collectives replayed nonblocking (posted with their MPI_I* call, {} waits at their recorded completing calls{})",
+                "rank {rank}: {} collectives replayed nonblocking (posted with their MPI_I* call, {} waits at their \
+                    recorded completing calls{})",
                 b.posted,
                 b.waits,
-                if b.never_completed > 0 { format!(", {} never seen complete: waited for at the end of the pass", b.never_completed) } else { String::new() }
+                if b.never_completed > 0 {
+                    format!(
+                        ", {} never seen complete: waited for at the end of the \
+                    pass",
+                        b.never_completed
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
-        let mut err: Vec<f64> = records.iter().skip(1).filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64)).collect();
+        let mut err: Vec<f64> = records
+            .iter()
+            .skip(1)
+            .filter_map(|r| r.target_gap_ns.map(|t| r.actual_gap_ns.abs_diff(t) as f64))
+            .collect();
         let off = err.iter().filter(|e| **e > GAP_OFF_NS as f64).count();
         if off > 0 {
             eprintln!(
-                "commcanary replay-trace rank {rank}: warning: {off} of {} gaps were more than {} ms off their target; the kernel took the core from this process {} times during the run (involuntary context switches){}",
+                "commcanary replay-trace rank {rank}: warning: {off} of {} gaps were more than {} ms off their target; \
+                    the kernel took the core from this process {} times during the run (involuntary context \
+                        switches){}",
                 err.len(),
                 GAP_OFF_NS / 1_000_000,
                 switches.map_or("an unknown number of".to_string(), |n| n.to_string()),
                 if switches.is_some_and(|n| n > 0) {
-                    ": the host was descheduling it (other load on its cores), and a descheduled wait overshoots its gap; on GPUs --pace device-gaps is immune"
+                    ": the host was descheduling it (other load on its cores), and a descheduled wait overshoots its \
+                        gap; on GPUs --pace device-gaps is immune"
                 } else {
                     ""
                 }
@@ -275,8 +332,12 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
         }
         if let Some(p99) = stats::percentile_nearest_rank(&mut err, 99.0) {
             let what = match &workload {
-                Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => "device gap after the previous collective vs the recorded gap (device-paced)",
-                Some(w) if w.backend == "cuda" => "device gap after the previous collective vs the compute recorded between them on its stream",
+                Some(w) if w.backend == "cuda" && w.stands_for == "gaps" => {
+                    "device gap after the previous collective vs the recorded gap (device-paced)"
+                }
+                Some(w) if w.backend == "cuda" => {
+                    "device gap after the previous collective vs the compute recorded between them on its stream"
+                }
                 Some(_) => "host gap vs the compute recorded before the collective",
                 None => "replay gap",
             };
@@ -285,7 +346,8 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
         if let Some(w) = &workload {
             let us = |ns: u64| format!("{:.1} µs", ns as f64 / 1e3);
             println!(
-                "rank {rank}: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream waits; pass {}{}{}; the source's device span {}",
+                "rank {rank}: workload pass: {} {} ({} recorded{}) and {} collectives on {} stream(s), {} cross-stream \
+                    waits; pass {}{}{}; the source's device span {}",
                 w.compute_ops,
                 if w.stands_for == "gaps" { "gaps" } else { "compute kernels" },
                 us(w.compute_recorded_ns),
@@ -293,11 +355,15 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
                 w.collectives,
                 w.streams.len(),
                 w.cross_stream_waits,
-                w.pass_device_ns.map_or_else(|| format!("{} (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
-                w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor {:.0} ns", s.excess_ns, s.floor_ns)),
+                w.pass_device_ns.map_or_else(|| format!("{} \
+                    (host)", us(w.pass_host_ns)), |d| format!("{} (device)", us(d))),
+                w.spin.as_ref().map_or(String::new(), |s| format!(", spin launch excess {:.0} ns corrected, floor \
+                    {:.0} ns", s.excess_ns, s.floor_ns)),
                 match (&w.gap_transition, &w.spin) {
-                    (Some(t), _) => format!(", gap transition {} ns taken off each gap (warm-up median {:.0} ns over {} gaps)", t.applied_ns, t.warmup_median_ns, t.gaps),
-                    (None, Some(_)) => ", gap transition not corrected (no warm-up pass, or no gap to measure it on)".to_string(),
+                    (Some(t), _) => format!(", gap transition {} ns taken off each gap (warm-up median {:.0} ns over \
+                        {} gaps)", t.applied_ns, t.warmup_median_ns, t.gaps),
+                    (None, Some(_)) => ", gap transition not corrected (no warm-up pass, or no gap to measure it \
+                        on)".to_string(),
                     (None, None) => String::new(),
                 },
                 w.trace_span_ns.map_or("unknown (times missing)".to_string(), us)
@@ -306,9 +372,11 @@ pub(crate) fn replay_command(trace: &Path, out: &Path, paced: bool, backend: &st
     }
     if let Some(mine) = trace.ranks.iter().find(|r| r.rank == rank) {
         if let Some(k) = compare_kernels(&mine.collectives, &records) {
-            let diff: Vec<String> = k.differing.iter().map(|(i, want, got)| format!("#{i}: trace {want}, replay {got}")).collect();
+            let diff: Vec<String> =
+                k.differing.iter().map(|(i, want, got)| format!("#{i}: trace {want}, replay {got}")).collect();
             println!(
-                "rank {rank}: CUPTI kernel family matches the trace in {} of {} collectives ({} with no replay kernel){}{}",
+                "rank {rank}: CUPTI kernel family matches the trace in {} of {} collectives ({} with no replay \
+                    kernel){}{}",
                 k.same_family,
                 k.compared,
                 k.missing_in_replay,

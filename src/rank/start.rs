@@ -46,9 +46,14 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
             let dir = args.out.join(&id);
             if let Err(e) = std::fs::create_dir(&dir) {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    crate::refuse!(Code::AlreadyExists, "run directory {} exists (a run is never overwritten)", dir.display());
+                    crate::refuse!(
+                        Code::AlreadyExists,
+                        "run directory {} exists (a run is never overwritten)",
+                        dir.display()
+                    );
                 }
-                return Err(anyhow::Error::new(e).context(format!("creating run directory {} (a run is never overwritten)", dir.display())));
+                return Err(anyhow::Error::new(e)
+                    .context(format!("creating run directory {} (a run is never overwritten)", dir.display())));
             }
             Ok(id)
         })();
@@ -59,8 +64,13 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
         });
     }
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
-    let text =
-        broadcast_text(world, mine.as_deref(), limit, Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) })?.unwrap_or_default();
+    let text = broadcast_text(
+        world,
+        mine.as_deref(),
+        limit,
+        Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) },
+    )?
+    .unwrap_or_default();
     match text.strip_prefix('+') {
         Some(id) => Ok((id.to_string(), args.out.join(id))),
         None => bail!("rank 0 could not prepare the output directory: {}", text.strip_prefix('!').unwrap_or(&text)),
@@ -69,7 +79,12 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
 
 /// Rank 0's `text` (cut to 255 bytes) on every rank, within `limit`; `None`
 /// where rank 0 passed none or an empty one.
-fn broadcast_text(world: &SimpleCommunicator, text: Option<&str>, limit: std::time::Duration, op: Op) -> Result<Option<String>> {
+fn broadcast_text(
+    world: &SimpleCommunicator,
+    text: Option<&str>,
+    limit: std::time::Duration,
+    op: Op,
+) -> Result<Option<String>> {
     let mut buf = [0u8; 256];
     if world.rank() == 0 {
         if let Some(t) = text {
@@ -92,7 +107,8 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     sweep::check_world(&plan.spec, size)?;
     if plan.spec.dtype == Dtype::Bf16 && plan.spec.check > 0 && size > crate::backend::BF16_EXACT_MAX_WORLD {
         bail!(
-            "--check with bf16 all-reduces: the check's sums are exact in bf16 up to {} ranks and this job has {size}; pass --check 0 or --dtype f32",
+            "--check with bf16 all-reduces: the check's sums are exact in bf16 up to {} ranks and this job has {size}; \
+                pass --check 0 or --dtype f32",
             crate::backend::BF16_EXACT_MAX_WORLD
         );
     }
@@ -121,12 +137,19 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     let identity = identity::capture(rank, size, local_rank, local_size);
     let file_trace = match args.trace.as_deref() {
         None => None,
-        Some(p) if trace::is_comm_trace(p)? => {
-            Some(trace::from_comm_trace(p, rank, size, (plan.spec.warmup_tokens, plan.spec.tokens), args.trace_allreduce_only)?)
-        }
+        Some(p) if trace::is_comm_trace(p)? => Some(trace::from_comm_trace(
+            p,
+            rank,
+            size,
+            (plan.spec.warmup_tokens, plan.spec.tokens),
+            args.trace_allreduce_only,
+        )?),
         Some(p) => {
             if args.trace_allreduce_only {
-                bail!("--trace-allreduce-only applies to an imported trace (commcanary import); {} is a joined trace", p.display());
+                bail!(
+                    "--trace-allreduce-only applies to an imported trace (commcanary import); {} is a joined trace",
+                    p.display()
+                );
             }
             Some(trace::from_joined_file(p, rank)?)
         }
@@ -136,12 +159,15 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
         if let (Some(s), true) = (&t.p2p, plan.backend != BackendKind::Cpu) {
             crate::refuse!(
                 Code::BadArgument,
-                "--trace {}: rank {rank} has {} point-to-point operations (mpi.p2p of an MPI capture), which only the cpu backend runs; run with --backend cpu, or pass --trace-allreduce-only (they are then left out and counted)",
+                "--trace {}: rank {rank} has {} point-to-point operations (mpi.p2p of an MPI capture), which only the \
+                    cpu backend runs; run with --backend cpu, or pass --trace-allreduce-only (they are then left out \
+                        and counted)",
                 p.display(),
                 s.plan.ops.len()
             );
         }
-        // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are of their own)
+        // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are
+        // of their own)
         if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype.into()) {
             bail!(
                 "--trace {}: its collectives are {}, this run's are {} (pass --dtype {})",
@@ -173,7 +199,8 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     let bplan = crate::backend::BackendPlan::for_spec_and_trace(&plan.spec, file_trace.as_ref());
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
+            let mut b = CpuBackend::new(world, &bplan)?
+                .with_timeout(std::time::Duration::from_secs_f64(args.collective_timeout_s));
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {

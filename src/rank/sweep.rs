@@ -34,18 +34,27 @@ fn bad(msg: String) -> anyhow::Error {
 pub(crate) fn check_options(spec: &WorkloadSpec, backend: BackendKind, op_given: bool) -> Result<()> {
     let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
     if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::default() || op_given) {
-        return Err(bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()));
+        return Err(
+            bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()),
+        );
     }
     if op_given && !kind.reduces() {
-        return Err(bad(format!("--op: {kind} has no reduction (nccl-tests prints redop none for it); leave out --op")));
+        return Err(bad(format!(
+            "--op: {kind} has no reduction (nccl-tests prints redop none for it); leave out --op"
+        )));
     }
     if op == ReduceOp::Avg && backend == BackendKind::Cpu {
         return Err(bad(
-            "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on the cuda backend (ncclAvg, NCCL 2.10 or later)".into(),
+            "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on \
+                the cuda backend (ncclAvg, NCCL 2.10 or later)"
+                .into(),
         ));
     }
     if spec.graph && spec.phases.contains(&Phase::Isolated) && op != ReduceOp::Sum {
-        return Err(bad(format!("--graph captures sums only (world calls); the {kind} sweep's {} reduction runs without it", op.name())));
+        return Err(bad(format!(
+            "--graph captures sums only (world calls); the {kind} sweep's {} reduction runs without it",
+            op.name()
+        )));
     }
     Ok(())
 }
@@ -78,7 +87,8 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
         if kind.count(b, e, n).is_none() {
             let least = if kind.splits() { e * n as u64 } else { e };
             return Err(bad(format!(
-                "--collective {kind} over {n} ranks: a size of {b} bytes leaves no whole {} element per rank (nccl-tests rounds the count down to a multiple of the ranks); pass -b {least} or more",
+                "--collective {kind} over {n} ranks: a size of {b} bytes leaves no whole {} element per rank \
+                    (nccl-tests rounds the count down to a multiple of the ranks); pass -b {least} or more",
                 dtype.name()
             )));
         }
@@ -98,7 +108,9 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
     };
     if !exact {
         return Err(bad(format!(
-            "--check with --collective {kind} --op {} over {n} ranks in {}: {why} of the check's values are not exact in {} whatever order the library reduces in, so #wrong could count rounding; pass --check 0, fewer ranks{}",
+            "--check with --collective {kind} --op {} over {n} ranks in {}: {why} of the check's values are not exact \
+                in {} whatever order the library reduces in, so #wrong could count rounding; pass --check 0, fewer \
+                    ranks{}",
             op.name(),
             dtype.name(),
             dtype.name(),
@@ -120,7 +132,15 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
     for (i, &b) in spec.isolated_sizes().iter().enumerate() {
         let count = kind.count(b, e, n).expect("check_world refused sizes without a whole element per rank");
         let elems = kind.elements(count, n);
-        let mut c = TraceCollective::new(kind.kind(), kind.name(), SWEEP_GROUP_NAME, dtype, elems, (None, None), (kind.root(), None));
+        let mut c = TraceCollective::new(
+            kind.kind(),
+            kind.name(),
+            SWEEP_GROUP_NAME,
+            dtype,
+            elems,
+            (None, None),
+            (kind.root(), None),
+        );
         c.seq = i as u64;
         colls.push(c);
     }
@@ -139,7 +159,11 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
             note: "an isolated sweep: no recorded times".into(),
         },
         unknown: Vec::new(),
-        groups: vec![commtrace::TraceGroup { name: SWEEP_GROUP_NAME.into(), desc: Some("every rank, in rank order".into()), members: (0..n).collect() }],
+        groups: vec![commtrace::TraceGroup {
+            name: SWEEP_GROUP_NAME.into(),
+            desc: Some("every rank, in rank order".into()),
+            members: (0..n).collect(),
+        }],
         ranks: Vec::new(),
         mpi: None,
     };
@@ -319,7 +343,12 @@ pub fn report(j: &JoinedRun, rows: &[IsolatedSizeRow]) -> SweepReport {
             dtype: nccl_tests_type(r.dtype.and_then(|d| Dtype::try_from(d).ok()).unwrap_or(spec.dtype)).into(),
             redop: r.redop.clone().unwrap_or_else(|| "none".into()),
             root: r.root.map_or(-1, i64::from),
-            out_of_place: SweepTiming { time: r.time_us, alg_bw: r.algbw_gbps, bus_bw: r.busbw_gbps, nwrong: r.wrong_elements },
+            out_of_place: SweepTiming {
+                time: r.time_us,
+                alg_bw: r.algbw_gbps,
+                bus_bw: r.busbw_gbps,
+                nwrong: r.wrong_elements,
+            },
             in_place: None,
             out_of_place_per_iter: SweepPerIter { p50_us: r.p50_us, p99_us: r.p99_us },
             actual_iterations: r.iterations,
@@ -345,7 +374,8 @@ pub fn report(j: &JoinedRun, rows: &[IsolatedSizeRow]) -> SweepReport {
             sizes_bytes: sizes,
         },
         average_bus_bandwidth: AverageBusBandwidth {
-            bandwidth: (!results.is_empty()).then(|| results.iter().map(|r| r.out_of_place.bus_bw).sum::<f64>() / results.len() as f64),
+            bandwidth: (!results.is_empty())
+                .then(|| results.iter().map(|r| r.out_of_place.bus_bw).sum::<f64>() / results.len() as f64),
             okay: "unchecked".into(),
         },
         out_of_bounds: (!checked.is_empty()).then(|| {

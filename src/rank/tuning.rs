@@ -35,7 +35,12 @@ pub(crate) fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
 }
 
 /// After the phases: keep this process's NCCL log beside the shard and attach the choices.
-pub(super) fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, rank: u32, events: &[(u64, u64)]) -> Result<TuningCapture> {
+pub(super) fn collect_tuning(
+    out: &std::path::Path,
+    run_dir: &std::path::Path,
+    rank: u32,
+    events: &[(u64, u64)],
+) -> Result<TuningCapture> {
     let pid = std::process::id();
     let dir = nccl_debug_dir(out);
     let suffix = format!(".{pid}.log");
@@ -60,7 +65,12 @@ pub(super) fn collect_tuning(out: &std::path::Path, run_dir: &std::path::Path, r
     let _ = std::fs::remove_file(&path);
     let (lines, unrecognised) = tuning::parse_log(&String::from_utf8_lossy(&bytes));
     let (choices, unavailable) = if lines.is_empty() {
-        (Vec::new(), Some("NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string()))
+        (
+            Vec::new(),
+            Some(
+                "NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string(),
+            ),
+        )
     } else {
         match tuning::attach(&lines, events) {
             Ok(c) => (c, None),

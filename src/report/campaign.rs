@@ -12,8 +12,8 @@
 use crate::analysis::overlap::IntervalSource;
 use crate::analysis::truth::TruthInput;
 use crate::analysis::{
-    inference, overlap, summary, AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput, PhaseInput, Report, TimelineExcerpt,
-    TraceClaim, TraceKindClaim,
+    inference, overlap, summary, AnalysisInput, ClaimContext, ControlsInput, DelayCounts, JobData, KnownBadInput,
+    PhaseInput, Report, TimelineExcerpt, TraceClaim, TraceKindClaim,
 };
 use crate::campaign::chain::{load_manifest, read_attempts, verify_visiting, Selected, Selection, Verdict};
 use crate::campaign::spec::{KnownBad, TraceCanary};
@@ -38,7 +38,9 @@ fn excerpt(j: &JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> 
     if s.header.backend != BackendKind::Cuda {
         return None;
     }
-    let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking].into_iter().find(|p| s.header.workload.phases.contains(p))?;
+    let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking]
+        .into_iter()
+        .find(|p| s.header.workload.phases.contains(p))?;
     let (source, compute, comm) = overlap::phase_intervals_ns(s, phase);
     if source == IntervalSource::Host {
         return None;
@@ -86,8 +88,12 @@ pub(crate) struct JobRead {
 /// rank 0's axis (rank 0 itself, the reference, has no windows of its own).
 fn clock_excerpt(j: &JoinedRun, label: &str) -> Option<crate::analysis::ClockExcerpt> {
     let reference = ClockModel::reference();
-    let models: Vec<(u32, &ClockModel)> =
-        j.shards.iter().filter_map(|s| s.header.clock.as_ref().map(|c| (s.header.rank, &c.model))).filter(|(_, m)| **m != reference).collect();
+    let models: Vec<(u32, &ClockModel)> = j
+        .shards
+        .iter()
+        .filter_map(|s| s.header.clock.as_ref().map(|c| (s.header.rank, &c.model)))
+        .filter(|(_, m)| **m != reference)
+        .collect();
     let t0 = models.iter().map(|(_, m)| m.start.ref_ns).min()?;
     let at = |w: &WindowEstimate| (w.ref_ns.saturating_sub(t0) as f64 / 1e9, w.offset_ns / 1e3, w.bound_ns / 1e3);
     let mut ranks: Vec<crate::analysis::ClockRankWindows> = models
@@ -114,8 +120,13 @@ pub(crate) struct Excerpts {
 
 impl JobRead {
     fn of(j: &JoinedRun, attempt_id: &str, label: &str) -> Self {
-        let imported: BTreeSet<Phase> =
-            j.shards.iter().flat_map(|s| &s.header.phases).filter(|p| matches!(p.trace, Some(TraceOrigin::Imported { .. }))).map(|p| p.phase).collect();
+        let imported: BTreeSet<Phase> = j
+            .shards
+            .iter()
+            .flat_map(|s| &s.header.phases)
+            .filter(|p| matches!(p.trace, Some(TraceOrigin::Imported { .. })))
+            .map(|p| p.phase)
+            .collect();
         let mut imported_joined = BTreeMap::new();
         for c in j.collectives.iter().filter(|c| imported.contains(&c.phase) && !c.warmup) {
             *imported_joined.entry(c.kind).or_default() += 1;
@@ -154,9 +165,14 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let sel_path = dir.join("selection.json");
     let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sel_path, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
-    let label_of_name: BTreeMap<&str, &str> = m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
-    let lab =
-        |n: &str| -> Result<String> { label_of_name.get(n).map(|s| s.to_string()).with_context(|| format!("{n:?} is not a configuration of the manifest")) };
+    let label_of_name: BTreeMap<&str, &str> =
+        m.configs.iter().map(|c| (c.config.name.as_str(), c.label.as_str())).collect();
+    let lab = |n: &str| -> Result<String> {
+        label_of_name
+            .get(n)
+            .map(|s| s.to_string())
+            .with_context(|| format!("{n:?} is not a configuration of the manifest"))
+    };
     let mut per: BTreeMap<Phase, BTreeMap<String, Vec<JobData>>> = BTreeMap::new();
     let mut delays: BTreeMap<String, Vec<(u32, DelayCounts)>> = BTreeMap::new();
     let (mut hosts, mut gpus, mut nccl, mut drivers, mut cpus, mut mpis) =
@@ -167,17 +183,25 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     let mut ran = TraceRan::default();
     // the truth cells' metric and every selected job's wall seconds (for the decision cost)
     let attempts = read_attempts(dir)?;
-    let wall_s =
-        |attempt_id: &str| attempts.iter().find(|a| a.attempt_id == attempt_id).map(|a| a.finished_unix_ms.saturating_sub(a.started_unix_ms) as f64 / 1e3);
+    let wall_s = |attempt_id: &str| {
+        attempts
+            .iter()
+            .find(|a| a.attempt_id == attempt_id)
+            .map(|a| a.finished_unix_ms.saturating_sub(a.started_unix_ms) as f64 / 1e3)
+    };
     let mut truth_values: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     let mut truth_seconds: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     let mut proxy_seconds: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     for e in &sel.entries {
-        let cell =
-            m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
+        let cell = m
+            .schedule
+            .iter()
+            .find(|c| c.cell_id == e.cell_id)
+            .with_context(|| format!("selection names cell {}, which the manifest lacks", e.cell_id))?;
         if cell.truth {
             let r = read_truth_record(dir, e)?;
-            let metric = r.metric.with_context(|| format!("{}: a selected truth attempt without a metric", e.run_dir))?;
+            let metric =
+                r.metric.with_context(|| format!("{}: a selected truth attempt without a metric", e.run_dir))?;
             truth_values.entry(cell.label.clone()).or_default().push((cell.round, metric.value));
             truth_seconds.entry(cell.label.clone()).or_default().push((cell.round, r.wall_s));
             continue;
@@ -194,7 +218,11 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             }
         };
         for (p, samples_us) in j.samples_us {
-            per.entry(p).or_default().entry(cell.label.clone()).or_default().push(JobData { round: cell.round, samples_us });
+            per.entry(p)
+                .or_default()
+                .entry(cell.label.clone())
+                .or_default()
+                .push(JobData { round: cell.round, samples_us });
         }
         if let Some(d) = &j.delay {
             delays.entry(cell.label.clone()).or_default().push((
@@ -256,7 +284,11 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         if let Some(l) = labels.iter().find(|l| !by_label.contains_key(*l)) {
             bail!("phase {phase}: configuration {l} has no selected job");
         }
-        phases.push(PhaseInput { phase, labels: labels.clone(), jobs: labels.iter().map(|l| by_label[l].clone()).collect() });
+        phases.push(PhaseInput {
+            phase,
+            labels: labels.clone(),
+            jobs: labels.iter().map(|l| by_label[l].clone()).collect(),
+        });
     }
     let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
     let hardware = if backend == "cuda" {
@@ -269,40 +301,76 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             join(&nccl)
         )
     } else {
-        format!("{} rank(s) per job on {} host(s), CPU backend: {}; {}", m.spec.ranks, hosts.len(), join(&cpus), join(&mpis))
+        format!(
+            "{} rank(s) per job on {} host(s), CPU backend: {}; {}",
+            m.spec.ranks,
+            hosts.len(),
+            join(&cpus),
+            join(&mpis)
+        )
     };
     let w = &m.spec.workload;
     let trace = ran.claim(w.trace.as_deref());
     let (workload, replay_semantics, what_ran) = match &trace {
         Some(t) => (
             format!(
-                "imported trace {} (SHA-256 {}): per pass, {}; left out per pass: {}; {} timed passes (+{} warm-up) per job, phases {} ({} backend)",
+                "imported trace {} (SHA-256 {}): per pass, {}; left out per pass: {}; {} timed passes (+{} warm-up) \
+                    per job, phases {} ({} backend)",
                 t.file,
                 t.sha256,
-                t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0)).map(kind_words).collect::<Vec<_>>().join(", "),
+                t.kinds
+                    .iter()
+                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
+                    .map(kind_words)
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 left_out_words(t),
                 t.passes,
                 t.warmup_passes,
                 w.phases,
                 m.spec.backend
             ),
-            "each trace phase walks every rank's collectives of the imported trace once per token (pass) on the trace's own process groups, with their recorded kinds, sizes, element types, roots and peers (reductions are sums: the trace does not record the operation); replay paces each collective to the gap the trace recorded before it (device interval where recorded, else host), counted from the moment the host observes the previous collective's completion; fill runs the compute the trace recorded in each gap as calibrated units before the collective (quantization residual carried); overlap issues each world all-reduce, runs that compute, then waits, while a kind the backend runs to completion on the host (every other kind on the cpu backend) runs after its gap's compute, as in fill; per-token (per-pass) latency is measured on every rank".to_string(),
+            "each trace phase walks every rank's collectives of the imported trace once per token (pass) on the \
+                trace's own process groups, with their recorded kinds, sizes, element types, roots and peers \
+                    (reductions are sums: the trace does not record the operation); replay paces each collective to \
+                        the gap the trace recorded before it (device interval where recorded, else host), counted from \
+                            the moment the host observes the previous collective's completion; fill runs the compute \
+                                the trace recorded in each gap as calibrated units before the collective (quantization \
+                                    residual carried); overlap issues each world all-reduce, runs that compute, then \
+                                        waits, while a kind the backend runs to completion on the host (every other \
+                                            kind on the cpu backend) runs after its gap's compute, as in fill; \
+                                                per-token (per-pass) latency is measured on every rank"
+                .to_string(),
             format!(
                 "collectives other than the trace's ({}), at other sizes or element types than it records",
-                t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0)).map(|k| k.kind.name()).collect::<Vec<_>>().join(", ")
+                t.kinds
+                    .iter()
+                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
+                    .map(|k| k.kind.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ),
         None => (
             format!(
-                "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per size ({} backend)",
+                "{} tokens x {} layers, all-reduce sizes {} cycling per layer, phases {}, {} isolated iterations per \
+                    size ({} backend)",
                 w.tokens, w.layers, w.sizes, w.phases, w.iters, m.spec.backend
             ),
-            "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host gap counted from the moment the host observes the previous collective's completion; fill replaces each gap by calibrated compute units (quantization residual carried); per-token latency is measured on every rank".to_string(),
+            "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host \
+                gap counted from the moment the host observes the previous collective's completion; fill replaces each \
+                    gap by calibrated compute units (quantization residual carried); per-token latency is measured on \
+                        every rank"
+                .to_string(),
             format!("message sizes outside {}", w.sizes),
         ),
     };
     let mut not_represented = vec![
-        if hosts.len() <= 1 { "more than one host (no inter-node network)".to_string() } else { format!("more than {} hosts", hosts.len()) },
+        if hosts.len() <= 1 {
+            "more than one host (no inter-node network)".to_string()
+        } else {
+            format!("more than {} hosts", hosts.len())
+        },
         format!("rank counts other than {}", m.spec.ranks),
         what_ran,
     ];
@@ -315,7 +383,10 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     }
     not_represented.extend([
         "contention from other jobs or tenants".to_string(),
-        format!("time: {} rounds in one campaign (no thermal, firmware or driver drift across days)", m.spec.repetitions),
+        format!(
+            "time: {} rounds in one campaign (no thermal, firmware or driver drift across days)",
+            m.spec.repetitions
+        ),
     ]);
     if backend == "cuda" {
         not_represented.push(format!("GPU models other than {}", join(&gpus)));
@@ -335,7 +406,10 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         for k in &c.known_bad {
             controls.known_bad.push(match k {
                 KnownBad::Name(n) => KnownBadInput { label: lab(n)?, graded: None },
-                KnownBad::Graded(g) => KnownBadInput { label: lab(&g.config)?, graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())) },
+                KnownBad::Graded(g) => KnownBadInput {
+                    label: lab(&g.config)?,
+                    graded: Some((lab(&g.reference)?, g.slowdown_pct, g.mechanism.clone())),
+                },
             });
         }
     }
@@ -366,12 +440,14 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         None => None,
         Some(t) => {
             let (metric, unit, better) = truth::metric_words(&t.metric);
-            let labels: Vec<String> = m.configs.iter().filter(|c| t.runs_under(&c.config.name)).map(|c| c.label.clone()).collect();
+            let labels: Vec<String> =
+                m.configs.iter().filter(|c| t.runs_under(&c.config.name)).map(|c| c.label.clone()).collect();
             if let Some(l) = labels.iter().find(|l| !truth_values.contains_key(*l)) {
                 bail!("truth: configuration {l} has no selected truth job");
             }
-            let per =
-                |mut map: BTreeMap<String, Vec<(u32, f64)>>| -> Vec<Vec<(u32, f64)>> { labels.iter().map(|l| map.remove(l).unwrap_or_default()).collect() };
+            let per = |mut map: BTreeMap<String, Vec<(u32, f64)>>| -> Vec<Vec<(u32, f64)>> {
+                labels.iter().map(|l| map.remove(l).unwrap_or_default()).collect()
+            };
             Some(TruthInput {
                 metric,
                 unit,
@@ -390,7 +466,15 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         trace_canary,
         truth,
         controls,
-        context: ClaimContext { campaign_id: m.campaign_id.clone(), manifest_sha256: sha, hardware, workload, replay_semantics, not_represented, trace },
+        context: ClaimContext {
+            campaign_id: m.campaign_id.clone(),
+            manifest_sha256: sha,
+            hardware,
+            workload,
+            replay_semantics,
+            not_represented,
+            trace,
+        },
     };
     Ok((input, Excerpts { overlap: excerpt_out, clock: clock_out }))
 }
@@ -401,7 +485,12 @@ fn read_truth_record(dir: &Path, e: &Selected) -> Result<TruthRecord> {
     let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
     let got = fsutil::sha256_hex(&bytes);
     if got != e.run_json_sha256 {
-        crate::refuse!(Code::Stale, "stale: {} hashes to {got}, the selection binds {}", p.display(), e.run_json_sha256);
+        crate::refuse!(
+            Code::Stale,
+            "stale: {} hashes to {got}, the selection binds {}",
+            p.display(),
+            e.run_json_sha256
+        );
     }
     serde_json::from_slice(&bytes).with_context(|| format!("{}: not a truth record", p.display()))
 }
@@ -523,7 +612,11 @@ fn left_out_words(t: &TraceClaim) -> String {
 fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
     match std::fs::read(path) {
         Ok(old) if old == bytes => Ok(()),
-        Ok(_) => crate::refuse!(Code::AlreadyExists, "{} exists with other contents; a report is never replaced (pass another --report-dir)", path.display()),
+        Ok(_) => crate::refuse!(
+            Code::AlreadyExists,
+            "{} exists with other contents; a report is never replaced (pass another --report-dir)",
+            path.display()
+        ),
         Err(_) => fsutil::write_new_atomic(path, bytes),
     }
 }
@@ -534,19 +627,26 @@ fn write_same_or_new(path: &Path, bytes: &[u8]) -> Result<()> {
 fn existing_producer(path: &Path) -> Option<(u32, String)> {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
     let format = v.get("format_version")?.as_u64()? as u32;
-    let producer = v.get("producer").and_then(|p| p.as_str()).unwrap_or("a tool before report format 2 (no producer recorded)").to_string();
+    let producer = v
+        .get("producer")
+        .and_then(|p| p.as_str())
+        .unwrap_or("a tool before report format 2 (no producer recorded)")
+        .to_string();
     Some((format, producer))
 }
 
 /// Analyze a verified campaign and write `report.json` and the plots into `out_dir`.
 pub(crate) fn analyze_and_write(dir: &Path, verdict: Verdict, read: JobsRead, out_dir: &Path) -> Result<Report> {
     let (input, excerpt) = collect_read(dir, read)?;
-    let evidence = format!(
-        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards{}; the job is the unit of replication",
+    let evidence =
+        format!(
+        "measured: verified campaign {} ({} of {} cells), every number from the selected jobs' shards{}; the job is \
+            the unit of replication",
         input.context.campaign_id,
         verdict.cells_ok,
         verdict.cells_expected,
-        if input.truth.is_some() { " and the truth cells' records (the metric read again from each job's kept output)" } else { "" }
+        if input.truth.is_some() { " and the truth cells' records (the metric read again from each job's kept \
+            output)" } else { "" }
     );
     let mut report = crate::analysis::analyze(&input, verdict, &evidence)?;
     // from reading what the folder holds to its last file: one analyze at a time
@@ -554,7 +654,8 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: Verdict, read: JobsRead, ou
     if let Some((format, producer)) = existing_producer(&out_dir.join("report.json")) {
         if format != report.format_version || producer != report.producer {
             bail!(
-                "{} was written by {producer} (report format {format}); this is {} (format {}): reports of different versions are not compared or replaced. \
+                "{} was written by {producer} (report format {format}); this is {} (format {}): reports of different \
+                    versions are not compared or replaced. \
                  Pass another --report-dir to write this version's report beside it",
                 out_dir.join("report.json").display(),
                 report.producer,
@@ -584,7 +685,12 @@ pub(crate) fn analyze_and_write(dir: &Path, verdict: Verdict, read: JobsRead, ou
 pub fn verified(dir: &Path) -> Result<(Verdict, JobsRead)> {
     let (v, read) = verify_reading(dir)?;
     if !v.complete {
-        crate::refuse!(Code::Incomplete, "{}: withheld-incomplete ({} refusals); verify the campaign first", dir.display(), v.refusals.len());
+        crate::refuse!(
+            Code::Incomplete,
+            "{}: withheld-incomplete ({} refusals); verify the campaign first",
+            dir.display(),
+            v.refusals.len()
+        );
     }
     Ok((v, read))
 }
@@ -603,12 +709,17 @@ pub(crate) fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<St
 pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
     use crate::analysis::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
     use std::fmt::Write;
-    let p = input.phases.iter().find(|p| p.phase == phase).with_context(|| format!("the pilot campaign has no phase {phase}"))?;
+    let p = input
+        .phases
+        .iter()
+        .find(|p| p.phase == phase)
+        .with_context(|| format!("the pilot campaign has no phase {phase}"))?;
     let mut table: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for (c, jobs) in p.jobs.iter().enumerate() {
         for j in jobs {
             let mut v = j.samples_us.clone();
-            let med = stats::median(&mut v).with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
+            let med = stats::median(&mut v)
+                .with_context(|| format!("{}, round {}: a job without events", p.labels[c], j.round))?;
             table.entry(j.round).or_insert_with(|| vec![f64::NAN; p.labels.len()])[c] = med;
         }
     }
@@ -622,18 +733,27 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "pilot {} phase {phase}: {} rounds x {} configurations; residual job noise {:.2}% (log sd, {df} degrees of freedom), so a pair's per-round log-ratio has sd {:.2}%",
+        "pilot {} phase {phase}: {} rounds x {} configurations; residual job noise {:.2}% (log sd, {df} degrees of \
+            freedom), so a pair's per-round log-ratio has sd {:.2}%",
         input.context.campaign_id,
         rows.len(),
         p.labels.len(),
         sigma * 100.0,
         sd * 100.0
     );
-    let _ = writeln!(o, "power to decide a true difference (95% interval beyond ±{min_effect_pct}%), approximate (paired t):");
+    let _ = writeln!(
+        o,
+        "power to decide a true difference (95% interval beyond ±{min_effect_pct}%), approximate (paired t):"
+    );
     let rounds = [3u32, 5, 10, 20, 50];
     let _ = writeln!(o, "{:>8} {}", "delta", rounds.map(|r| format!("{:>10}", format!("{r} rounds"))).join(""));
     for e in [1.0, 2.0, 5.0, 10.0] {
-        let _ = writeln!(o, "{:>7}% {}", e, rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" "));
+        let _ = writeln!(
+            o,
+            "{:>7}% {}",
+            e,
+            rounds.map(|r| format!("{:>9.0}%", approx_power(sd, e, min_effect_pct, COVERAGE, r) * 100.0)).join(" ")
+        );
     }
     for e in [1.0, 2.0, 5.0, 10.0] {
         let need = if e <= min_effect_pct {
@@ -655,13 +775,18 @@ pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f6
             .collect();
         let _ = writeln!(
             o,
-            "in the pair table and the known-bad controls ({family} pairs, each interval at {:.3}% so that all hold together at {:.0}%), {:.0}% power needs: {}",
+            "in the pair table and the known-bad controls ({family} pairs, each interval at {:.3}% so that all hold \
+                together at {:.0}%), {:.0}% power needs: {}",
             level * 100.0,
             COVERAGE * 100.0,
             POWER * 100.0,
             need.join("; ")
         );
     }
-    let _ = writeln!(o, "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as rough; method and its simulated check: docs/CAMPAIGNS.md, \"Calibration\")");
+    let _ = writeln!(
+        o,
+        "(the noise estimate itself has {df} degrees of freedom: with few, treat these counts as \
+        rough; method and its simulated check: docs/CAMPAIGNS.md, \"Calibration\")"
+    );
     Ok(o)
 }

@@ -12,8 +12,15 @@ use crate::evidence::join::JoinedRun;
 use crate::evidence::shard::{self, ComputeKind, KernelKind};
 use serde_json::{json, Value};
 
-const ROWS: [(u32, &str); 7] =
-    [(0, "phases"), (1, "tokens"), (2, "host calls"), (3, "compute stream"), (4, "comm stream"), (5, "GEMM kernels (CUPTI)"), (6, "NCCL kernels (CUPTI)")];
+const ROWS: [(u32, &str); 7] = [
+    (0, "phases"),
+    (1, "tokens"),
+    (2, "host calls"),
+    (3, "compute stream"),
+    (4, "comm stream"),
+    (5, "GEMM kernels (CUPTI)"),
+    (6, "NCCL kernels (CUPTI)"),
+];
 
 /// Build the trace JSON for a joined run.
 pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
@@ -26,10 +33,24 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         calibrated &= model.is_some();
         let to_ref = |t: u64| model.map(|m| m.to_reference(t)).unwrap_or(t as f64);
         for p in &s.header.phases {
-            spans.push((r, 0, p.phase.name().into(), to_ref(p.start_ns), to_ref(p.end_ns), json!({"collectives": p.collectives})));
+            spans.push((
+                r,
+                0,
+                p.phase.name().into(),
+                to_ref(p.start_ns),
+                to_ref(p.end_ns),
+                json!({"collectives": p.collectives}),
+            ));
         }
         for t in &s.body.tokens {
-            spans.push((r, 1, format!("token {}", t.token), to_ref(t.start_ns), to_ref(t.end_ns), json!({"phase": t.phase, "warmup": t.warmup})));
+            spans.push((
+                r,
+                1,
+                format!("token {}", t.token),
+                to_ref(t.start_ns),
+                to_ref(t.end_ns),
+                json!({"phase": t.phase, "warmup": t.warmup}),
+            ));
         }
         for e in &s.body.collectives {
             let mut args = json!({"phase": e.phase, "seq": e.seq, "bytes": e.bytes, "warmup": e.warmup});
@@ -46,10 +67,21 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 shard::CollectiveKind::AllReduce => "allreduce",
                 k => k.name(),
             };
-            spans.push((r, 2, format!("{kind} issue"), to_ref(e.host_issue_ns), to_ref(e.host_return_ns), args.clone()));
+            spans.push((
+                r,
+                2,
+                format!("{kind} issue"),
+                to_ref(e.host_issue_ns),
+                to_ref(e.host_return_ns),
+                args.clone(),
+            ));
             spans.push((r, 2, format!("{kind} wait"), to_ref(e.wait_start_ns), to_ref(e.wait_end_ns), args.clone()));
             let (a, b, device) = e.execution_interval_ns();
-            let name = if device { format!("{kind} {}B", e.bytes) } else { format!("{kind} {}B (issue..wait return)", e.bytes) };
+            let name = if device {
+                format!("{kind} {}B", e.bytes)
+            } else {
+                format!("{kind} {}B (issue..wait return)", e.bytes)
+            };
             spans.push((r, 4, name, to_ref(a), to_ref(b), args));
         }
         for k in &s.body.kernels {
@@ -57,8 +89,16 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 KernelKind::Compute => 5,
                 KernelKind::Nccl => 6,
             };
-            let name = s.body.kernel_names.get(k.name as usize).cloned().unwrap_or_else(|| format!("kernel #{}", k.name));
-            spans.push((r, row, name, to_ref(k.start_ns), to_ref(k.end_ns), json!({"phase": k.phase, "stream": k.stream, "correlation": k.correlation})));
+            let name =
+                s.body.kernel_names.get(k.name as usize).cloned().unwrap_or_else(|| format!("kernel #{}", k.name));
+            spans.push((
+                r,
+                row,
+                name,
+                to_ref(k.start_ns),
+                to_ref(k.end_ns),
+                json!({"phase": k.phase, "stream": k.stream, "correlation": k.correlation}),
+            ));
         }
         for c in &s.body.compute {
             let (row, name) = match c.kind {
@@ -66,7 +106,14 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 ComputeKind::Membound => (3, format!("copy x{}", c.units)),
                 ComputeKind::HostDelay => (2, "host delay".to_string()),
             };
-            spans.push((r, row, name, to_ref(c.start_ns), to_ref(c.end_ns), json!({"phase": c.phase, "token": c.token, "layer": c.layer})));
+            spans.push((
+                r,
+                row,
+                name,
+                to_ref(c.start_ns),
+                to_ref(c.end_ns),
+                json!({"phase": c.phase, "token": c.token, "layer": c.layer}),
+            ));
         }
     }
     let t0 = spans.iter().map(|s| s.3).fold(f64::INFINITY, f64::min);
@@ -76,12 +123,18 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         .iter()
         .filter(|s| s.body.kernels.is_empty())
         .map(|s| {
-            let why = s.header.unmeasured.iter().find(|u| u.field == "kernels").map(|u| u.reason.clone()).unwrap_or_else(|| {
-                format!(
-                    "no CUPTI kernel records ({} backend)",
-                    serde_json::to_value(s.header.backend).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-                )
-            });
+            let why =
+                s.header.unmeasured.iter().find(|u| u.field == "kernels").map(|u| u.reason.clone()).unwrap_or_else(
+                    || {
+                        format!(
+                            "no CUPTI kernel records ({} backend)",
+                            serde_json::to_value(s.header.backend)
+                                .ok()
+                                .and_then(|v| v.as_str().map(String::from))
+                                .unwrap_or_default()
+                        )
+                    },
+                );
             format!("rank {}: {why}", s.header.rank)
         })
         .collect();
@@ -89,11 +142,14 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
     for s in &j.shards {
         let r = s.header.rank;
         events.push(
-            json!({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": format!("rank {r} ({}, {})", s.header.host, s.header.device.name)}}),
+            json!({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": format!("rank {r} ({}, \
+                {})", s.header.host, s.header.device.name)}}),
         );
         for (tid, name) in ROWS {
             events.push(json!({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}}));
-            events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}}));
+            events.push(
+                json!({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}}),
+            );
         }
     }
     for (r, tid, name, a, b, args) in spans {
@@ -104,9 +160,12 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         "displayTimeUnit": "ns",
         "otherData": {
             "run_id": j.run.run_id,
-            "timebase": if calibrated { "rank 0's clock; other ranks mapped through their clock models" } else { "each rank's local clock (run without clock calibration)" },
+            "timebase": if calibrated { "rank 0's clock; other ranks mapped through their clock \
+                models" } else { "each rank's local clock (run without clock calibration)" },
             "comm_stream_rows": "device intervals from CUDA events where measured; on CPU, issue to wait return",
-            "kernel_rows": if kernels_absent.is_empty() { "CUPTI kernel activity records on every rank".to_string() } else { format!("empty where no CUPTI records exist: {}", kernels_absent.join("; ")) },
+            "kernel_rows": if kernels_absent.is_empty() { "CUPTI kernel activity records on every \
+                rank".to_string() } else { format!("empty where no CUPTI records exist: \
+                    {}", kernels_absent.join("; ")) },
         }
     })
 }

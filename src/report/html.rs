@@ -35,7 +35,8 @@ th{background:#eef2f7;cursor:pointer;user-select:none}th.sorted-asc::after{conte
 td.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00020;font-weight:600}.ok{color:#136f2d}\
 figure{margin:12px 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}.small{color:#555;font-size:12px}";
 
-const SORT_SCRIPT: &str = "document.querySelectorAll('table.sortable th').forEach(function(th,col){th.addEventListener('click',function(){\
+const SORT_SCRIPT: &str = "document.querySelectorAll('table.sortable \
+    th').forEach(function(th,col){th.addEventListener('click',function(){\
 var t=th.closest('table'),b=t.tBodies[0],rows=Array.from(b.rows),asc=!th.classList.contains('sorted-asc');\
 t.querySelectorAll('th').forEach(function(h){h.classList.remove('sorted-asc','sorted-desc')});th.classList.add(asc?'sorted-asc':'sorted-desc');\
 rows.sort(function(x,y){var a=x.cells[col].dataset.v||x.cells[col].textContent,c=y.cells[col].dataset.v||y.cells[col].textContent,\
@@ -47,7 +48,8 @@ pub type Cell = (String, Option<f64>);
 /// A whole page: `title` and the body's HTML, with the style and the sort script.
 pub fn document(title: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
+            content=\"width=device-width\">\
          <title>{0}</title><style>{STYLE}</style></head><body>\n<h1>{0}</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         escape(title)
     )
@@ -100,12 +102,19 @@ fn inline_svg(svg: &str) -> &str {
 pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)]) -> String {
     let mut o = String::new();
     let title = format!("CommCanary campaign {}", r.context.campaign_id);
-    let _ = writeln!(o, "<p class=\"small\">manifest {} · {} · {}</p>", escape(&r.context.manifest_sha256), escape(&r.producer), escape(&r.evidence));
+    let _ = writeln!(
+        o,
+        "<p class=\"small\">manifest {} · {} · {}</p>",
+        escape(&r.context.manifest_sha256),
+        escape(&r.producer),
+        escape(&r.evidence)
+    );
     let _ = write!(o, "<h2 id=\"answer\">The answer</h2>\n<pre>{}</pre>\n", escape(&crate::analysis::render_short(r)));
     for p in &r.phases {
         let _ = write!(
             o,
-            "<h2 id=\"phase-{0}\">Phase {0}</h2>\n<p class=\"small\">{1} rounds; {2} pairs, each interval at {3:.3}% (simultaneous {4:.0}%); decided only beyond ±{5}%</p>\n",
+            "<h2 id=\"phase-{0}\">Phase {0}</h2>\n<p class=\"small\">{1} rounds; {2} pairs, each interval at {3:.3}% \
+                (simultaneous {4:.0}%); decided only beyond ±{5}%</p>\n",
             escape(p.phase.name()),
             p.rounds,
             p.family_pairs,
@@ -150,10 +159,20 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
             .iter()
             .map(|a| {
                 let c = &a.comparison;
-                vec![txt(a.proxy.name()), (format!("{}/{}", c.pairs_agree, c.pairs_total), Some(c.agreement_pct)), tau(&a.tau_policy), tau(&a.tau_plain)]
+                vec![
+                    txt(a.proxy.name()),
+                    (format!("{}/{}", c.pairs_agree, c.pairs_total), Some(c.agreement_pct)),
+                    tau(&a.tau_policy),
+                    tau(&a.tau_plain),
+                ]
             })
             .collect();
-        table(&mut o, "proxies", &["proxy", "pairs agreeing", "tau-b (interval policy)", "tau-b (plain medians)"], &rows);
+        table(
+            &mut o,
+            "proxies",
+            &["proxy", "pairs agreeing", "tau-b (interval policy)", "tau-b (plain medians)"],
+            &rows,
+        );
     }
     if !r.controls.is_empty() {
         let _ = write!(
@@ -177,16 +196,41 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
         table(&mut o, "controls-table", &["kind", "outcome", "phase", "observed", "predicted"], &rows);
     }
     if let Some(c) = r.canary.as_ref().and_then(|c| c.verdict.as_ref()) {
-        let _ = write!(o, "<h2 id=\"canary\">Canary: {}</h2>\n<p>{}</p>\n", escape(c.result.verdict.word()), escape(&c.statement));
+        let _ = write!(
+            o,
+            "<h2 id=\"canary\">Canary: {}</h2>\n<p>{}</p>\n",
+            escape(c.result.verdict.word()),
+            escape(&c.statement)
+        );
     }
     if let Some(t) = &r.truth {
-        let _ = writeln!(o, "<h2 id=\"truth\">The real job: {} ({}, {} is better)</h2>", escape(&t.metric), escape(&t.unit), escape(&t.better));
+        let _ = writeln!(
+            o,
+            "<h2 id=\"truth\">The real job: {} ({}, {} is better)</h2>",
+            escape(&t.metric),
+            escape(&t.unit),
+            escape(&t.better)
+        );
         let rows: Vec<_> = t
             .rows
             .iter()
-            .map(|row| vec![num(row.rank as f64, 0), txt(row.label.clone()), num(row.jobs as f64, 0), num(row.median, 4), num(row.iqr, 4), num(row.p_best, 2)])
+            .map(|row| {
+                vec![
+                    num(row.rank as f64, 0),
+                    txt(row.label.clone()),
+                    num(row.jobs as f64, 0),
+                    num(row.median, 4),
+                    num(row.iqr, 4),
+                    num(row.p_best, 2),
+                ]
+            })
             .collect();
-        table(&mut o, "truth-table", &["rank", "config", "jobs", &format!("median {}", t.unit), "IQR", "P(best)"], &rows);
+        table(
+            &mut o,
+            "truth-table",
+            &["rank", "config", "jobs", &format!("median {}", t.unit), "IQR", "P(best)"],
+            &rows,
+        );
         let rows: Vec<_> = t
             .proxies
             .iter()
@@ -224,7 +268,10 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
         "<h2 id=\"text\">The whole text</h2>\n<details><summary>campaign analyze -v</summary><pre>{}</pre></details>\n",
         escape(&crate::analysis::render(r))
     );
-    o.push_str("<h2 id=\"evidence\">Evidence chain</h2>\n<p class=\"small\">Links are relative to the campaign's own report folder (DIR/report).</p>\n<ul>");
+    o.push_str(
+        "<h2 id=\"evidence\">Evidence chain</h2>\n<p class=\"small\">Links are relative to the campaign's own \
+        report folder (DIR/report).</p>\n<ul>",
+    );
     for (href, what) in evidence {
         let _ = write!(o, "<li><a href=\"{0}\">{0}</a>: {1}</li>", escape(href), escape(what));
     }

@@ -33,10 +33,16 @@ fn shell_quote(v: &str) -> String {
 fn read_report(dir: &Path) -> Result<Report> {
     let p = dir.join("report").join("report.json");
     if !p.exists() {
-        crate::refuse!(Code::NoSuchInput, "{} is missing: run `campaign analyze {}` first (a pick is read from the analysis)", p.display(), dir.display());
+        crate::refuse!(
+            Code::NoSuchInput,
+            "{} is missing: run `campaign analyze {}` first (a pick is read from the analysis)",
+            p.display(),
+            dir.display()
+        );
     }
     let bytes = limits::read_bounded(&p, limits::MAX_JSON_BYTES)?;
-    serde_json::from_slice(&bytes).map_err(|e| refuse(Code::BadFormat, format!("{}: not a campaign report: {e}", p.display())))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| refuse(Code::BadFormat, format!("{}: not a campaign report: {e}", p.display())))
 }
 
 /// What was picked, and why, in words.
@@ -54,29 +60,69 @@ pub fn pick(dir: &Path, by: Option<&str>) -> Result<Picked> {
     let (m, sha) = chain::load_manifest(dir)?;
     let r = read_report(dir)?;
     if r.context.manifest_sha256 != sha {
-        crate::refuse!(Code::StaleManifest, "{}/report/report.json was made for manifest {}, not {sha}", dir.display(), r.context.manifest_sha256);
+        crate::refuse!(
+            Code::StaleManifest,
+            "{}/report/report.json was made for manifest {}, not {sha}",
+            dir.display(),
+            r.context.manifest_sha256
+        );
     }
     let (label, why) = match (by, &r.truth) {
         (None | Some("truth"), Some(t)) => {
             let row = t.rows.iter().find(|x| x.rank == 1).context("the truth ranks no configuration")?;
-            let best = if t.best_set.len() == 1 { "alone in the best set".to_string() } else { format!("best set {}", t.best_set.join(", ")) };
-            (row.label.clone(), format!("the real job's rank 1 ({} median {:.4} {}, P(best) {:.2}; {best})", t.metric, row.median, t.unit, row.p_best))
+            let best = if t.best_set.len() == 1 {
+                "alone in the best set".to_string()
+            } else {
+                format!("best set {}", t.best_set.join(", "))
+            };
+            (
+                row.label.clone(),
+                format!(
+                    "the real job's rank 1 ({} median {:.4} {}, P(best) {:.2}; {best})",
+                    t.metric, row.median, t.unit, row.p_best
+                ),
+            )
         }
-        (Some("truth"), None) => crate::refuse!(Code::BadArgument, "--by truth: campaign {} ran no [truth]; name a phase", dir.display()),
+        (Some("truth"), None) => {
+            crate::refuse!(Code::BadArgument, "--by truth: campaign {} ran no [truth]; name a phase", dir.display())
+        }
         (by, _) => {
             let phase: Phase = by.unwrap_or("blocking").parse()?;
-            let p = r.phases.iter().find(|p| p.phase == phase).with_context(|| format!("campaign {} did not run phase {phase}", dir.display()))?;
+            let p = r
+                .phases
+                .iter()
+                .find(|p| p.phase == phase)
+                .with_context(|| format!("campaign {} did not run phase {phase}", dir.display()))?;
             let row = p.rows.iter().find(|x| x.rank == 1).context("the phase ranks no configuration")?;
-            (row.label.clone(), format!("phase {phase} rank 1 (median {:.1} us, P(best) {:.2}; a proxy, not the real job)", row.median_us, row.p_best))
+            (
+                row.label.clone(),
+                format!(
+                    "phase {phase} rank 1 (median {:.1} us, P(best) {:.2}; a proxy, not the real job)",
+                    row.median_us, row.p_best
+                ),
+            )
         }
     };
-    let cfg = &m.configs.iter().find(|c| c.label == label).with_context(|| format!("the report names label {label}, which the manifest lacks"))?.config;
-    Ok(Picked { name: cfg.name.clone(), env: cfg.env.clone(), why: format!("{why}; campaign {} (manifest {})", m.campaign_id, &sha[..12]) })
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|c| c.label == label)
+        .with_context(|| format!("the report names label {label}, which the manifest lacks"))?
+        .config;
+    Ok(Picked {
+        name: cfg.name.clone(),
+        env: cfg.env.clone(),
+        why: format!("{why}; campaign {} (manifest {})", m.campaign_id, &sha[..12]),
+    })
 }
 
 /// The env file's text.
 pub fn env_file(p: &Picked) -> String {
-    let mut o = format!("{HEADER}: configuration {}\n# picked by {}\n# source it before launching the job: . FILE\n", p.name, p.why.replace('\n', " "));
+    let mut o = format!(
+        "{HEADER}: configuration {}\n# picked by {}\n# source it before launching the job: . FILE\n",
+        p.name,
+        p.why.replace('\n', " ")
+    );
     if p.env.is_empty() {
         o.push_str("# the pick sets no variable: the default environment\n");
     }
@@ -89,8 +135,12 @@ pub fn env_file(p: &Picked) -> String {
 /// Parse an exported env file: comments, blank lines and `export NAME='VALUE'` only.
 pub fn parse_env_file(path: &Path) -> Result<(String, BTreeMap<String, String>)> {
     let text = limits::read_text_bounded(path, 1 << 20)?;
-    let bad =
-        |line: usize, why: &str| refuse(Code::BadInput, format!("{}:{line}: {why} (expected what export-pick writes: export NAME='VALUE')", path.display()));
+    let bad = |line: usize, why: &str| {
+        refuse(
+            Code::BadInput,
+            format!("{}:{line}: {why} (expected what export-pick writes: export NAME='VALUE')", path.display()),
+        )
+    };
     if !text.starts_with(HEADER) {
         return Err(bad(1, "not a file written by commcanary export-pick"));
     }
@@ -103,7 +153,10 @@ pub fn parse_env_file(path: &Path) -> Result<(String, BTreeMap<String, String>)>
         }
         let rest = l.strip_prefix("export ").ok_or_else(|| bad(i + 1, "not an export line"))?;
         let (k, v) = rest.split_once('=').ok_or_else(|| bad(i + 1, "no '='"))?;
-        if k.is_empty() || k.starts_with(|c: char| c.is_ascii_digit()) || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if k.is_empty()
+            || k.starts_with(|c: char| c.is_ascii_digit())
+            || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
             return Err(bad(i + 1, "not a variable name"));
         }
         let unq = unquote(v).ok_or_else(|| bad(i + 1, "a value that is not one single-quoted word"))?;
@@ -154,7 +207,11 @@ pub struct Confirmation {
 pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<Confirmation> {
     let (m, _) = chain::load_manifest(dir)?;
     let Some(truth) = m.spec.truth.clone() else {
-        crate::refuse!(Code::BadSpec, "campaign {} has no [truth]: confirm runs the job it names against the default", dir.display());
+        crate::refuse!(
+            Code::BadSpec,
+            "campaign {} has no [truth]: confirm runs the job it names against the default",
+            dir.display()
+        );
     };
     ranges::int("--rounds", rounds, MIN_ANALYZED_ROUNDS, 10_000)?;
     let (name, env) = parse_env_file(pick_file)?;
@@ -186,7 +243,9 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
         t.inputs.push(input.clone());
     }
     spec.truth = Some(t);
-    let safe = |n: &str| n.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect::<String>();
+    let safe = |n: &str| {
+        n.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect::<String>()
+    };
     let mut pick_name = format!("pick-{}", safe(&name)).chars().take(64).collect::<String>();
     if pick_name == "default" {
         pick_name = "pick".into();
@@ -221,7 +280,16 @@ pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<
     // pair a = default, b = pick: diff is cost(default)/cost(pick) - 1, the pick's gain
     let (gain_pct, low_pct, high_pct) = (pair.diff_pct, pair.ci_low_pct, pair.ci_high_pct);
     let min_effect_pct = m.spec.analysis.min_effect_pct;
-    Ok(Confirmation { dir: cdir, gain_pct, low_pct, high_pct, rounds: t.rounds, min_effect_pct, recommended: low_pct >= -min_effect_pct, report })
+    Ok(Confirmation {
+        dir: cdir,
+        gain_pct,
+        low_pct,
+        high_pct,
+        rounds: t.rounds,
+        min_effect_pct,
+        recommended: low_pct >= -min_effect_pct,
+        report,
+    })
 }
 
 #[cfg(test)]

@@ -49,7 +49,8 @@ fn category<S: AsRef<str>>(x: f64, names: &[S]) -> String {
 
 /// Labels in a stable order (the first phase's rows sorted by name).
 fn labels(r: &Report) -> Vec<String> {
-    let mut l: Vec<String> = r.phases.first().map(|p| p.rows.iter().map(|x| x.label.clone()).collect()).unwrap_or_default();
+    let mut l: Vec<String> =
+        r.phases.first().map(|p| p.rows.iter().map(|x| x.label.clone()).collect()).unwrap_or_default();
     l.sort();
     l
 }
@@ -82,13 +83,23 @@ pub fn slopegraph(r: &Report) -> Result<String> {
             .draw()
             .map_err(e)?;
         for (i, l) in labels.iter().enumerate() {
-            let pts: Vec<(f64, f64)> =
-                r.phases.iter().enumerate().filter_map(|(x, p)| p.rows.iter().find(|row| &row.label == l).map(|row| (x as f64, row.rank as f64))).collect();
+            let pts: Vec<(f64, f64)> = r
+                .phases
+                .iter()
+                .enumerate()
+                .filter_map(|(x, p)| p.rows.iter().find(|row| &row.label == l).map(|row| (x as f64, row.rank as f64)))
+                .collect();
             let c = palette(i);
             chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?;
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
             if let Some(&(x, y)) = pts.last() {
-                chart.draw_series(std::iter::once(Text::new(l.clone(), (x + 0.08, y), ("sans-serif", 13).into_font().color(&c)))).map_err(e)?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        l.clone(),
+                        (x + 0.08, y),
+                        ("sans-serif", 13).into_font().color(&c),
+                    )))
+                    .map_err(e)?;
             }
         }
         root.present().map_err(e)?;
@@ -110,20 +121,39 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
         root.fill(&WHITE).map_err(e)?;
         let names: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric), ("sans-serif", 18))
+            .caption(
+                format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric),
+                ("sans-serif", 18),
+            )
             .margin(15)
             .x_label_area_size(50)
             .y_label_area_size(70)
             .build_cartesian_2d(-0.6f64..(rows.len() as f64 - 0.4), (lo - pad).max(0.0)..(hi + pad))
             .map_err(e)?;
-        chart.configure_mesh().disable_x_mesh().x_labels(rows.len() + 1).x_label_formatter(&|x| category(*x, &names)).y_desc("µs").draw().map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(rows.len() + 1)
+            .x_label_formatter(&|x| category(*x, &names))
+            .y_desc("µs")
+            .draw()
+            .map_err(e)?;
         for (i, row) in rows.iter().enumerate() {
             let d = &row.distribution;
             let x = i as f64;
             let c = palette(i);
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x, d.p5), (x, d.p95)], BLACK.stroke_width(1)))).map_err(e)?;
-            chart.draw_series(std::iter::once(Rectangle::new([(x - 0.3, d.p25), (x + 0.3, d.p75)], c.mix(0.6).filled()))).map_err(e)?;
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x - 0.3, d.p50), (x + 0.3, d.p50)], BLACK.stroke_width(2)))).map_err(e)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(x, d.p5), (x, d.p95)], BLACK.stroke_width(1))))
+                .map_err(e)?;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(x - 0.3, d.p25), (x + 0.3, d.p75)], c.mix(0.6).filled())))
+                .map_err(e)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x - 0.3, d.p50), (x + 0.3, d.p50)],
+                    BLACK.stroke_width(2),
+                )))
+                .map_err(e)?;
             chart.draw_series(std::iter::once(Circle::new((x, d.p99), 3, RED.filled()))).map_err(e)?;
         }
         root.present().map_err(e)?;
@@ -140,13 +170,26 @@ pub fn p_best(r: &Report) -> Result<String> {
         let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("P(best), hierarchical posterior ({} draws, seed {})", r.policy.bootstrap_resamples, r.policy.bootstrap_seed), ("sans-serif", 18))
+            .caption(
+                format!(
+                    "P(best), hierarchical posterior ({} draws, seed {})",
+                    r.policy.bootstrap_resamples, r.policy.bootstrap_seed
+                ),
+                ("sans-serif", 18),
+            )
             .margin(15)
             .x_label_area_size(50)
             .y_label_area_size(50)
             .build_cartesian_2d(-0.6f64..(labels.len() as f64 - 0.4), 0f64..1.05f64)
             .map_err(e)?;
-        chart.configure_mesh().disable_x_mesh().x_labels(labels.len() + 1).x_label_formatter(&|x| category(*x, &labels)).y_desc("P(best)").draw().map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(labels.len() + 1)
+            .x_label_formatter(&|x| category(*x, &labels))
+            .y_desc("P(best)")
+            .draw()
+            .map_err(e)?;
         let w = 0.8 / np as f64;
         for (k, p) in r.phases.iter().enumerate() {
             let c = palette(k);
@@ -159,7 +202,11 @@ pub fn p_best(r: &Report) -> Result<String> {
                     Rectangle::new([(x0, 0.0), (x0 + w * 0.9, v)], c.filled())
                 })
                 .collect();
-            chart.draw_series(bars).map_err(e)?.label(p.phase.name()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+            chart
+                .draw_series(bars)
+                .map_err(e)?
+                .label(p.phase.name())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
         root.present().map_err(e)?;
@@ -175,7 +222,16 @@ pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
         let root = SVGBackend::with_string(&mut s, (W, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{} on rank {} ({}, {}): compute (top) and communication (bottom)", x.phase.name(), x.rank, x.run_id, x.label), ("sans-serif", 16))
+            .caption(
+                format!(
+                    "{} on rank {} ({}, {}): compute (top) and communication (bottom)",
+                    x.phase.name(),
+                    x.rank,
+                    x.run_id,
+                    x.label
+                ),
+                ("sans-serif", 16),
+            )
             .margin(15)
             .x_label_area_size(40)
             .y_label_area_size(90)
@@ -197,8 +253,20 @@ pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
             .x_desc(format!("µs from the window start ({:?} intervals)", x.source))
             .draw()
             .map_err(e)?;
-        chart.draw_series(x.compute_us.iter().map(|&(a, b)| Rectangle::new([(a, 1.1), (b.max(a + end * 1e-4), 1.9)], palette(0).filled()))).map_err(e)?;
-        chart.draw_series(x.comm_us.iter().map(|&(a, b)| Rectangle::new([(a, 0.1), (b.max(a + end * 1e-4), 0.9)], palette(1).filled()))).map_err(e)?;
+        chart
+            .draw_series(
+                x.compute_us
+                    .iter()
+                    .map(|&(a, b)| Rectangle::new([(a, 1.1), (b.max(a + end * 1e-4), 1.9)], palette(0).filled())),
+            )
+            .map_err(e)?;
+        chart
+            .draw_series(
+                x.comm_us
+                    .iter()
+                    .map(|&(a, b)| Rectangle::new([(a, 0.1), (b.max(a + end * 1e-4), 0.9)], palette(1).filled())),
+            )
+            .map_err(e)?;
         root.present().map_err(e)?;
     }
     Ok(s)
@@ -214,7 +282,14 @@ pub fn truth_regret(t: &TruthReport) -> Result<String> {
         root.fill(&WHITE).map_err(e)?;
         let names: Vec<String> = t.proxies.iter().map(|p| format!("{} → {}", p.proxy, p.pick)).collect();
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("Regret on the real job ({}): each proxy's pick, {:.1}% intervals", t.metric, t.pair_coverage * 100.0), ("sans-serif", 16))
+            .caption(
+                format!(
+                    "Regret on the real job ({}): each proxy's pick, {:.1}% intervals",
+                    t.metric,
+                    t.pair_coverage * 100.0
+                ),
+                ("sans-serif", 16),
+            )
             .margin(15)
             .x_label_area_size(40)
             .y_label_area_size(260)
@@ -232,7 +307,12 @@ pub fn truth_regret(t: &TruthReport) -> Result<String> {
             let y = i as f64;
             let g = &p.regret;
             let c = if g.within_best_set { palette(2) } else { palette(3) };
-            chart.draw_series(std::iter::once(PathElement::new(vec![(g.low_pct, y), (g.high_pct.min(hi * 1.1), y)], c.stroke_width(3)))).map_err(e)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(g.low_pct, y), (g.high_pct.min(hi * 1.1), y)],
+                    c.stroke_width(3),
+                )))
+                .map_err(e)?;
             chart.draw_series(std::iter::once(Circle::new((g.regret_pct, y), 5, c.filled()))).map_err(e)?;
         }
         root.present().map_err(e)?;
@@ -244,7 +324,12 @@ pub fn truth_regret(t: &TruthReport) -> Result<String> {
 pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
     let p = r.phases.get(phase_index).ok_or_else(|| anyhow!("no phase {phase_index}"))?;
     let step = crate::analysis::ECDF_STEP_PCT / 100.0;
-    let all = p.rows.iter().flat_map(|x| x.distribution.ecdf_us.iter().chain([&x.median_us])).copied().filter(|v| v.is_finite() && *v > 0.0);
+    let all = p
+        .rows
+        .iter()
+        .flat_map(|x| x.distribution.ecdf_us.iter().chain([&x.median_us]))
+        .copied()
+        .filter(|v| v.is_finite() && *v > 0.0);
     let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let (lo, hi) = if lo.is_finite() && hi > lo { (lo / 1.2, hi * 1.2) } else { (1.0, 10.0) };
     let mut s = String::new();
@@ -253,7 +338,11 @@ pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                format!("{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)", p.phase.name(), p.metric),
+                format!(
+                    "{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)",
+                    p.phase.name(),
+                    p.metric
+                ),
                 ("sans-serif", 15),
             )
             .margin(15)
@@ -280,10 +369,18 @@ pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
             let y = 0.5 - 0.04 * (i as f64 - (p.rows.len() as f64 - 1.0) / 2.0);
             let (a, b) = ((row.median_us - row.iqr_us / 2.0).max(lo), row.median_us + row.iqr_us / 2.0);
-            chart.draw_series(std::iter::once(PathElement::new(vec![(a, y), (b.min(hi), y)], c.stroke_width(2)))).map_err(e)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(a, y), (b.min(hi), y)], c.stroke_width(2))))
+                .map_err(e)?;
             chart.draw_series(std::iter::once(Circle::new((row.median_us, y), 4, c.filled()))).map_err(e)?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
         root.present().map_err(e)?;
     }
     Ok(s)
@@ -299,7 +396,10 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
     let (truth_name, truth): (String, Vec<(String, f64)>) = match &r.truth {
         Some(t) => {
             let sign = if t.better == "higher" { -1.0 } else { 1.0 };
-            (format!("the real job ({})", t.metric), t.rows.iter().map(|x| (x.label.clone(), if sign < 0.0 { 1.0 / x.median } else { x.median })).collect())
+            (
+                format!("the real job ({})", t.metric),
+                t.rows.iter().map(|x| (x.label.clone(), if sign < 0.0 { 1.0 / x.median } else { x.median })).collect(),
+            )
         }
         None => match r.phases.iter().find(|p| p.phase == Phase::Blocking) {
             Some(b) => ("blocking".to_string(), b.rows.iter().map(|x| (x.label.clone(), x.median_us)).collect()),
@@ -318,7 +418,9 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
         let pts: Vec<(f64, f64, bool)> = p
             .rows
             .iter()
-            .filter_map(|x| truth.iter().find(|t| t.0 == x.label).map(|t| (x.median_us / best, t.1 / best_truth, x.rank == 1)))
+            .filter_map(|x| {
+                truth.iter().find(|t| t.0 == x.label).map(|t| (x.median_us / best, t.1 / best_truth, x.rank == 1))
+            })
             .filter(|(a, b, _)| a.is_finite() && b.is_finite())
             .collect();
         top = pts.iter().fold(top, |m, (a, b, _)| m.max(*a).max(*b));
@@ -330,14 +432,30 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
         let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("Each proxy against {truth_name}: median over the best, per configuration (ringed: the proxy's pick)"), ("sans-serif", 15))
+            .caption(
+                format!(
+                    "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
+                proxy's pick)"
+                ),
+                ("sans-serif", 15),
+            )
             .margin(15)
             .x_label_area_size(45)
             .y_label_area_size(60)
             .build_cartesian_2d((0.9f64..top).log_scale(), (0.9f64..top).log_scale())
             .map_err(e)?;
-        chart.configure_mesh().x_desc("proxy: median / best median").y_desc(format!("{truth_name}: over the best")).draw().map_err(e)?;
-        chart.draw_series(std::iter::once(PathElement::new(vec![(0.9, 0.9), (top, top)], BLACK.mix(0.3).stroke_width(1)))).map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("proxy: median / best median")
+            .y_desc(format!("{truth_name}: over the best"))
+            .draw()
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(0.9, 0.9), (top, top)],
+                BLACK.mix(0.3).stroke_width(1),
+            )))
+            .map_err(e)?;
         for (i, (name, pts)) in series.into_iter().enumerate() {
             let c = palette(i);
             chart
@@ -345,9 +463,17 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
                 .map_err(e)?
                 .label(name)
                 .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
-            chart.draw_series(pts.iter().filter(|p| p.2).map(|&(x, y, _)| Circle::new((x, y), 9, c.stroke_width(2)))).map_err(e)?;
+            chart
+                .draw_series(pts.iter().filter(|p| p.2).map(|&(x, y, _)| Circle::new((x, y), 9, c.stroke_width(2))))
+                .map_err(e)?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
         root.present().map_err(e)?;
     }
     Ok(Some(s))
@@ -368,14 +494,27 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
         let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(e)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label), ("sans-serif", 15))
+            .caption(
+                format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label),
+                ("sans-serif", 15),
+            )
             .margin(15)
             .x_label_area_size(45)
             .y_label_area_size(70)
             .build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad))
             .map_err(e)?;
-        chart.configure_mesh().x_desc("s after the job's first calibration window").y_desc("offset µs").draw().map_err(e)?;
-        chart.draw_series(std::iter::once(PathElement::new(vec![(-t1 * 0.05, 0.0), (t1, 0.0)], BLACK.mix(0.4).stroke_width(1)))).map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("s after the job's first calibration window")
+            .y_desc("offset µs")
+            .draw()
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(-t1 * 0.05, 0.0), (t1, 0.0)],
+                BLACK.mix(0.4).stroke_width(1),
+            )))
+            .map_err(e)?;
         for (i, r) in x.ranks.iter().enumerate() {
             let c = palette(i);
             let windows: Vec<(f64, f64, f64)> = std::iter::once(r.start).chain(r.end).collect();
@@ -385,11 +524,22 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
                 .label(format!("rank {}{}", r.rank, if r.shared_kernel_clock { " (rank 0's clock)" } else { "" }))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
             for w in windows {
-                chart.draw_series(std::iter::once(PathElement::new(vec![(w.0, w.1 - w.2), (w.0, w.1 + w.2)], c.stroke_width(2)))).map_err(e)?;
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(w.0, w.1 - w.2), (w.0, w.1 + w.2)],
+                        c.stroke_width(2),
+                    )))
+                    .map_err(e)?;
                 chart.draw_series(std::iter::once(Circle::new((w.0, w.1), 4, c.filled()))).map_err(e)?;
             }
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
         root.present().map_err(e)?;
     }
     Ok(s)
@@ -431,8 +581,18 @@ mod tests {
             run_id: "r".into(),
             label: "c".into(),
             ranks: vec![
-                crate::analysis::ClockRankWindows { rank: 1, start: (0.0, 120.0, 3.0), end: Some((2.0, 124.0, 3.5)), shared_kernel_clock: false },
-                crate::analysis::ClockRankWindows { rank: 2, start: (0.001, -40.0, 2.0), end: None, shared_kernel_clock: false },
+                crate::analysis::ClockRankWindows {
+                    rank: 1,
+                    start: (0.0, 120.0, 3.0),
+                    end: Some((2.0, 124.0, 3.5)),
+                    shared_kernel_clock: false,
+                },
+                crate::analysis::ClockRankWindows {
+                    rank: 2,
+                    start: (0.001, -40.0, 2.0),
+                    end: None,
+                    shared_kernel_clock: false,
+                },
             ],
         };
         let svg = clock_offsets(&x).unwrap();

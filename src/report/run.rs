@@ -73,12 +73,18 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
         let (m, _) = chain::load_manifest(output)?;
         let planned = cp::spec::CampaignSpec::load(spec)?;
         if serde_json::to_value(&m.spec)? != serde_json::to_value(&planned)? {
-            crate::refuse!(Code::BadSpec, "{} holds a campaign planned from another spec than {}; choose a new -o directory", output.display(), spec.display());
+            crate::refuse!(
+                Code::BadSpec,
+                "{} holds a campaign planned from another spec than {}; choose a new -o directory",
+                output.display(),
+                spec.display()
+            );
         }
         if output.join("selection.json").exists() {
             crate::refuse!(
                 Code::CampaignState,
-                "{} was already run past select (selection.json exists); continue step by step: campaign verify, campaign analyze",
+                "{} was already run past select (selection.json exists); continue step by step: campaign verify, \
+                    campaign analyze",
                 output.display()
             );
         }
@@ -103,19 +109,40 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
         } else {
             let m = cp::plan(spec, output)?;
             let n = m.schedule.len();
-            writeln!(out, "planned {} in {}: {} configurations x {} rounds = {n} cells", m.campaign_id, output.display(), m.configs.len(), m.spec.repetitions)?;
+            writeln!(
+                out,
+                "planned {} in {}: {} configurations x {} rounds = {n} cells",
+                m.campaign_id,
+                output.display(),
+                m.configs.len(),
+                m.spec.repetitions
+            )?;
         }
     }
     writeln!(out, "== exec")?;
     // a failed cell does not stop the run here: verify names every missing cell
     let (ok, failed) = chain::exec(output, o.retries, None, o.cell_timeout_s.map(std::time::Duration::from_secs))?;
-    writeln!(out, "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)")?;
+    writeln!(
+        out,
+        "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)"
+    )?;
     writeln!(out, "== select")?;
     select(output, chain::SelectPolicy::FirstSuccess, out)?;
     writeln!(out, "== verify")?;
     verify(output, false, out)?;
     writeln!(out, "== analyze")?;
-    analyze(output, &Analyze { json: false, diagnostics: false, reveal: o.reveal, report_dir: None, verbose: o.verbose, csv: false }, out)?;
+    analyze(
+        output,
+        &Analyze {
+            json: false,
+            diagnostics: false,
+            reveal: o.reveal,
+            report_dir: None,
+            verbose: o.verbose,
+            csv: false,
+        },
+        out,
+    )?;
     Ok(())
 }
 
@@ -124,7 +151,8 @@ pub fn select(dir: &Path, policy: chain::SelectPolicy, out: &mut dyn Write) -> R
     // no exec may append while the selection is made and written
     let _lock = chain::lock_campaign(dir, None, &format!("select {}", dir.display()))?;
     let (sel, missing) = chain::select(dir, policy)?;
-    fsutil::write_json_new(&dir.join("selection.json"), &sel).context("writing selection.json (remove an old selection first to select again)")?;
+    fsutil::write_json_new(&dir.join("selection.json"), &sel)
+        .context("writing selection.json (remove an old selection first to select again)")?;
     writeln!(
         out,
         "selected {} attempts ({:?}); cells without a successful attempt: {}",
@@ -141,7 +169,13 @@ pub fn verify(dir: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        writeln!(out, "{}: {}/{} cells verified", if v.complete { "complete" } else { "INCOMPLETE" }, v.cells_ok, v.cells_expected)?;
+        writeln!(
+            out,
+            "{}: {}/{} cells verified",
+            if v.complete { "complete" } else { "INCOMPLETE" },
+            v.cells_ok,
+            v.cells_expected
+        )?;
         write_refusals(out, &v.refusals)?;
     }
     if !v.complete {
@@ -155,7 +189,11 @@ pub fn analyze(dir: &Path, o: &Analyze, out: &mut dyn Write) -> Result<()> {
     // verify reads each job for the analysis as it joins it: every run is joined once
     let (v, read) = campaign::verify_reading(dir)?;
     if !v.complete {
-        writeln!(out, "withheld-incomplete: {} of {} cells verified; no ranking is published", v.cells_ok, v.cells_expected)?;
+        writeln!(
+            out,
+            "withheld-incomplete: {} of {} cells verified; no ranking is published",
+            v.cells_ok, v.cells_expected
+        )?;
         write_refusals(out, &v.refusals)?;
         if o.diagnostics {
             writeln!(out, "DIAGNOSTICS ONLY - UNFIT TO PUBLISH (incomplete evidence):")?;
@@ -172,7 +210,11 @@ pub fn analyze(dir: &Path, o: &Analyze, out: &mut dyn Write) -> Result<()> {
     } else if o.csv {
         out.write_all(crate::analysis::ranking_csv(&report)?.as_bytes())?;
     } else {
-        write!(out, "{}", if o.verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) })?;
+        write!(
+            out,
+            "{}",
+            if o.verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) }
+        )?;
         writeln!(out, "wrote report.json, report.html and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
     }
     if o.reveal {

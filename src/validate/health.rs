@@ -229,7 +229,13 @@ impl Watch {
             let t_ms = t0.elapsed().as_millis() as u64;
             for i in 0..count {
                 let Ok(d) = self.nvml.device_by_index(i) else { continue };
-                out.push(HealthSample { t_ms, gpu: i, temperature_c: temperature(&d), power_w: power_w(&d), throttle_reasons: throttle_reasons(&d) });
+                out.push(HealthSample {
+                    t_ms,
+                    gpu: i,
+                    temperature_c: temperature(&d),
+                    power_w: power_w(&d),
+                    throttle_reasons: throttle_reasons(&d),
+                });
             }
             let next = t0.elapsed() + period;
             while t0.elapsed() < next && !stop.load(atomic::Ordering::Relaxed) {
@@ -336,7 +342,10 @@ fn temperature(d: &nvml_wrapper::Device<'_>) -> Reading<u32> {
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper does not wrap: called through its raw library handle.
-fn remapped_rows(nvml: &nvml_wrapper::Nvml, d: &nvml_wrapper::Device<'_>) -> Result<RemappedRows, nvml_wrapper::error::NvmlError> {
+fn remapped_rows(
+    nvml: &nvml_wrapper::Nvml,
+    d: &nvml_wrapper::Device<'_>,
+) -> Result<RemappedRows, nvml_wrapper::error::NvmlError> {
     let lib = nvml.lib();
     if lib.nvmlDeviceGetRemappedRows.is_err() {
         return Err(nvml_wrapper::error::NvmlError::FailedToLoadSymbol("nvmlDeviceGetRemappedRows".into()));
@@ -352,7 +361,8 @@ fn remapped_rows(nvml: &nvml_wrapper::Nvml, d: &nvml_wrapper::Device<'_>) -> Res
 /// Throttle reasons that fail a node: hardware slowdowns and thermal limits
 /// (NVML's `nvmlClocksThrottleReasons`). Idle, application clocks, the
 /// software power cap and sync boost are reported, not judged.
-pub(crate) const FAILING_THROTTLE_REASONS: [&str; 4] = ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
+pub(crate) const FAILING_THROTTLE_REASONS: [&str; 4] =
+    ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
 
 /// Findings and verdict of the health check. Fail: uncorrected volatile ECC
 /// errors, any ECC count that grew during the run, pages pending retirement,
@@ -390,7 +400,10 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
             fail.push(format!("GPU {g}: {n} uncorrected volatile ECC errors"));
         }
         if e.ecc_volatile_uncorrected.value.is_none() {
-            unsure.push(format!("GPU {g}: volatile uncorrected ECC unreadable ({})", e.ecc_volatile_uncorrected.unavailable.as_deref().unwrap_or("?")));
+            unsure.push(format!(
+                "GPU {g}: volatile uncorrected ECC unreadable ({})",
+                e.ecc_volatile_uncorrected.unavailable.as_deref().unwrap_or("?")
+            ));
         }
         if let Some(s) = start {
             for (what, a, b) in [
@@ -409,13 +422,19 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
         }
         if let Some(r) = &e.remapped_rows.value {
             if r.pending || r.failure {
-                fail.push(format!("GPU {g}: row remapping {}", if r.failure { "failed" } else { "pending (reset needed)" }));
+                fail.push(format!(
+                    "GPU {g}: row remapping {}",
+                    if r.failure { "failed" } else { "pending (reset needed)" }
+                ));
             }
         }
         if let Some(t) = &e.throttle_reasons.value {
             let bad: Vec<&String> = t.iter().filter(|r| FAILING_THROTTLE_REASONS.contains(&r.as_str())).collect();
             if !bad.is_empty() {
-                fail.push(format!("GPU {g}: throttled by {}", bad.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                fail.push(format!(
+                    "GPU {g}: throttled by {}",
+                    bad.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ));
             }
         }
         if let (Some(c), Some(m)) = (e.pcie_width_current.value, e.pcie_width_max.value) {
@@ -425,7 +444,9 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
         }
         if let (Some(c), Some(m)) = (e.pcie_gen_current.value, e.pcie_gen_max.value) {
             if c < m {
-                notes.push(format!("GPU {g}: PCIe gen {c} below max {m} at the end (links train down when idle; reported only)"));
+                notes.push(format!(
+                    "GPU {g}: PCIe gen {c} below max {m} at the end (links train down when idle; reported only)"
+                ));
             }
         }
         if e.persistence_mode.value == Some(false) {
@@ -453,10 +474,14 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                         crc[1].map_or("unreadable".into(), |n| n.to_string())
                     );
                     match nvlink_crc_errors_max {
-                        Some(max) if total > max => fail.push(format!("{what}, above the site's nvlink_crc_errors_max {max}")),
+                        Some(max) if total > max => fail.push(format!(
+                            "{what}, above the site's nvlink_crc_errors_max \
+                            {max}"
+                        )),
                         Some(max) => notes.push(format!("{what}, within the site's nvlink_crc_errors_max {max}")),
                         None => notes.push(format!(
-                            "{what}; reported, not judged (no nvlink_crc_errors_max in the site file; their cost is bandwidth, judged by the busbw checks)"
+                            "{what}; reported, not judged (no nvlink_crc_errors_max in the site file; their cost is \
+                                bandwidth, judged by the busbw checks)"
                         )),
                     }
                 }
@@ -465,14 +490,19 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
     }
     let mut seen = std::collections::BTreeSet::new();
     for smp in &h.samples {
-        for r in smp.throttle_reasons.value.iter().flatten().filter(|r| FAILING_THROTTLE_REASONS.contains(&r.as_str())) {
+        for r in smp.throttle_reasons.value.iter().flatten().filter(|r| FAILING_THROTTLE_REASONS.contains(&r.as_str()))
+        {
             if seen.insert((smp.gpu, r.clone())) {
                 fail.push(format!("GPU {}: throttled by {r} during the run (sample at {} ms)", smp.gpu, smp.t_ms));
             }
         }
     }
     for x in &h.xid_events {
-        fail.push(format!("GPU {}: XID {} during the run", x.gpu, x.xid.map(|v| v.to_string()).unwrap_or_else(|| "(number not given)".into())));
+        fail.push(format!(
+            "GPU {}: XID {} during the run",
+            x.gpu,
+            x.xid.map(|v| v.to_string()).unwrap_or_else(|| "(number not given)".into())
+        ));
     }
     for (g, why) in &h.xid_unwatched {
         unsure.push(format!("GPU {g}: XID events unavailable ({why})"));
@@ -542,7 +572,11 @@ mod tests {
             power_w: ok(700.0),
             throttle_reasons: ok(vec!["HW_THERMAL_SLOWDOWN".into()]),
         });
-        assert!(evaluate(&bad, None).1[0].contains("HW_THERMAL_SLOWDOWN during the run"), "{:?}", evaluate(&bad, None).1);
+        assert!(
+            evaluate(&bad, None).1[0].contains("HW_THERMAL_SLOWDOWN during the run"),
+            "{:?}",
+            evaluate(&bad, None).1
+        );
         let mut bad = h.clone();
         bad.xid_events.push(XidEvent { gpu: 0, xid: Some(79) });
         assert!(evaluate(&bad, None).1[0].contains("XID 79"));

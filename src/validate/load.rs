@@ -196,7 +196,9 @@ pub(crate) fn snapshot() -> Snapshot {
             for e in dir.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
                 // a process may end between the listing and the read: it is then left out
-                if let Some(p) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|t| parse_pid_stat(&t)) {
+                if let Some(p) =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|t| parse_pid_stat(&t))
+                {
                     s.procs.insert(pid, p);
                 }
             }
@@ -213,7 +215,11 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
         job_pids: job_pids.to_vec(),
         start: start.loadavg.clone(),
         end: end.loadavg.clone(),
-        method: "rank 0 reads /proc/loadavg, the per-CPU lines of /proc/stat and every /proc/PID/stat right before and right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's ranks may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime".into(),
+        method:
+            "rank 0 reads /proc/loadavg, the per-CPU lines of /proc/stat and every /proc/PID/stat right before and \
+            right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's ranks \
+                may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime"
+                .into(),
         ..Default::default()
     };
     r.unavailable.extend(start.unavailable.iter().map(|u| format!("start: {u}")));
@@ -222,7 +228,9 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
     for &pid in job_pids {
         match cpus_allowed(pid).as_deref().and_then(parse_cpu_list) {
             Some(set) => job_cpus.extend(set),
-            None => r.unavailable.push(format!("/proc/{pid}/status: no readable Cpus_allowed_list for rank process {pid}")),
+            None => {
+                r.unavailable.push(format!("/proc/{pid}/status: no readable Cpus_allowed_list for rank process {pid}"))
+            }
         }
     }
     if job_cpus.is_empty() {
@@ -261,7 +269,11 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
                 r.job_share = Some(j as f64 / all_f);
                 r.other_share = Some(busy.saturating_sub(j) as f64 / all_f);
             }
-            None => r.unavailable.push("a rank's /proc/PID/stat was unreadable at an end of the window: this job's and the others' shares unmeasured".into()),
+            None => r.unavailable.push(
+                "a rank's /proc/PID/stat was unreadable at an end of the window: this job's and \
+                the others' shares unmeasured"
+                    .into(),
+            ),
         }
     } else if r.unavailable.iter().all(|u| !u.contains("/proc/stat")) {
         r.unavailable.push("/proc/stat: no tick counted on the job's CPUs in the window".into());
@@ -271,7 +283,12 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if let (Some(w), true) = (r.window_s.filter(|w| *w > 0.0), hz > 0) {
         let job: BTreeSet<u32> = job_pids.iter().copied().collect();
-        let mut others: Vec<(u32, u64)> = end.procs.keys().filter(|p| !job.contains(p)).filter_map(|p| delta(p).filter(|t| *t > 0).map(|t| (*p, t))).collect();
+        let mut others: Vec<(u32, u64)> = end
+            .procs
+            .keys()
+            .filter(|p| !job.contains(p))
+            .filter_map(|p| delta(p).filter(|t| *t > 0).map(|t| (*p, t)))
+            .collect();
         others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         for (pid, ticks) in others {
             let allowed = cpus_allowed(pid);
@@ -280,7 +297,12 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
                 continue;
             }
             let comm = end.procs.get(&pid).map(|p| p.0.clone()).unwrap_or_default();
-            r.top_other.push(OtherProcess { pid, comm, cpus_used: ticks as f64 / hz as f64 / w, cpus_allowed: allowed });
+            r.top_other.push(OtherProcess {
+                pid,
+                comm,
+                cpus_used: ticks as f64 / hz as f64 / w,
+                cpus_allowed: allowed,
+            });
             if r.top_other.len() == TOP_OTHER {
                 break;
             }
@@ -299,7 +321,8 @@ pub fn busy_elsewhere(r: &LoadReport) -> Option<String> {
     }
     (other + steal >= BUSY_ELSEWHERE_SHARE).then(|| {
         let mut s = format!(
-            "the job's {} CPUs were busy with something else during the rounds: other processes used {}{} of their time",
+            "the job's {} CPUs were busy with something else during the rounds: other processes used {}{} of their \
+                time",
             r.job_cpus.len(),
             pct(r.other_share),
             if steal >= 0.005 { format!(" and the hypervisor stole {}", pct(r.steal_share)) } else { String::new() }
@@ -316,14 +339,24 @@ fn pct(x: Option<f64>) -> String {
 }
 
 fn top(r: &LoadReport) -> String {
-    r.top_other.iter().take(3).map(|p| format!("{} (pid {}) {:.2} CPU", p.comm, p.pid, p.cpus_used)).collect::<Vec<_>>().join(", ")
+    r.top_other
+        .iter()
+        .take(3)
+        .map(|p| format!("{} (pid {}) {:.2} CPU", p.comm, p.pid, p.cpus_used))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One line for the health section.
 pub fn summary(r: &LoadReport) -> String {
-    let la = |l: &Option<LoadAvg>| l.as_ref().map(|l| format!("{:.2} ({} runnable)", l.load_1m, l.runnable_tasks)).unwrap_or_else(|| "unmeasured".into());
+    let la = |l: &Option<LoadAvg>| {
+        l.as_ref()
+            .map(|l| format!("{:.2} ({} runnable)", l.load_1m, l.runnable_tasks))
+            .unwrap_or_else(|| "unmeasured".into())
+    };
     let mut s = format!(
-        "CPU load: loadavg 1 min {} at start, {} at end; on the job's {} of {} CPUs during the rounds: busy {}, this job {}, other processes {}, steal {}",
+        "CPU load: loadavg 1 min {} at start, {} at end; on the job's {} of {} CPUs during the rounds: busy {}, this \
+            job {}, other processes {}, steal {}",
         la(&r.start),
         la(&r.end),
         r.job_cpus.len(),
@@ -351,10 +384,12 @@ mod tests {
         let l = parse_loadavg("0.50 0.40 0.30 3/456 12345\n", 7).unwrap();
         assert_eq!((l.load_1m, l.runnable_tasks, l.total_tasks, l.t_unix_ms), (0.5, 3, 456, 7));
         assert!(parse_loadavg("garbage", 0).is_none());
-        let st = parse_stat("cpu  10 0 5 100 0 0 0 0 0 0\ncpu0 4 1 2 50 3 1 1 2 0 0\ncpu1 6 0 3 50 0 0 0 0 0 0\nintr 1\n");
+        let st =
+            parse_stat("cpu  10 0 5 100 0 0 0 0 0 0\ncpu0 4 1 2 50 3 1 1 2 0 0\ncpu1 6 0 3 50 0 0 0 0 0 0\nintr 1\n");
         assert_eq!(st.len(), 2, "the aggregate line is not a CPU");
         assert_eq!(st[&0], (4 + 1 + 2 + 1 + 1, 2, 64));
-        let (comm, t, start) = parse_pid_stat("42 (a (b) c) S 1 1 1 0 -1 0 0 0 0 0 70 30 0 0 20 0 1 0 555 0 0").unwrap();
+        let (comm, t, start) =
+            parse_pid_stat("42 (a (b) c) S 1 1 1 0 -1 0 0 0 0 0 70 30 0 0 20 0 1 0 555 0 0").unwrap();
         assert_eq!((comm.as_str(), t, start), ("a (b) c", 100, 555));
         assert_eq!(parse_cpu_list("0-2,5").unwrap().into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 5]);
         assert!(parse_cpu_list("3-1").is_none());

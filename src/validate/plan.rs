@@ -72,7 +72,11 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
     let delay = a.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     if let Some(out) = &a.out {
         if out.exists() {
-            crate::refuse!(Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
+            crate::refuse!(
+                Code::AlreadyExists,
+                "--out {}: already exists (evidence is never written over)",
+                out.display()
+            );
         }
     }
     let given: Vec<&str> = [
@@ -91,7 +95,12 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
     .collect();
     if let Some(dir) = &a.reference {
         if !given.is_empty() {
-            crate::refuse!(Code::BadArgument, "{}: a validation runs the reference's own settings; drop {}", dir.display(), given.join(", "));
+            crate::refuse!(
+                Code::BadArgument,
+                "{}: a validation runs the reference's own settings; drop {}",
+                dir.display(),
+                given.join(", ")
+            );
         }
         let set = reference::read_set(dir)?;
         let ev = set.first();

@@ -87,7 +87,13 @@ pub struct Settings {
 impl Settings {
     /// The sweep these settings run, checking every size when `check`.
     pub fn sweep_loop(&self, check: bool) -> super::sweep::SweepLoop<'_> {
-        super::sweep::SweepLoop { sizes_bytes: &self.sizes_bytes, dtype: self.dtype, iters: self.iters, warmup_iters: self.warmup_iters, check }
+        super::sweep::SweepLoop {
+            sizes_bytes: &self.sizes_bytes,
+            dtype: self.dtype,
+            iters: self.iters,
+            warmup_iters: self.warmup_iters,
+            check,
+        }
     }
 }
 
@@ -209,7 +215,11 @@ fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport
     let mut files = Vec::new();
     let mut put = |name: &str, bytes: Vec<u8>| -> Result<()> {
         fsutil::write_new_atomic(&dir.join(name), &bytes)?;
-        files.push(DescribedFile { name: name.into(), size_bytes: bytes.len() as u64, sha256: fsutil::sha256_hex(&bytes) });
+        files.push(DescribedFile {
+            name: name.into(),
+            size_bytes: bytes.len() as u64,
+            sha256: fsutil::sha256_hex(&bytes),
+        });
         Ok(())
     };
     put(MANIFEST, serde_json::to_vec_pretty(&ev.manifest)?)?;
@@ -219,33 +229,54 @@ fn write_into(dir: &Path, ev: &Evidence, report: Option<&super::ValidationReport
     if let Some(r) = report {
         put(REPORT, serde_json::to_vec_pretty(r)?)?;
     }
-    fsutil::write_json_new(&dir.join(DESCRIPTOR), &ValidateDescriptor { format_version: VALIDATE_FORMAT_VERSION, files })
+    fsutil::write_json_new(
+        &dir.join(DESCRIPTOR),
+        &ValidateDescriptor { format_version: VALIDATE_FORMAT_VERSION, files },
+    )
 }
 
 fn parse<T: serde::de::DeserializeOwned>(dir: &Path, name: &str, bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes)
-        .with_context(|| format!("{}: not a validation {name} of a format this tool reads ({READABLE_FORMAT_VERSIONS:?})", dir.join(name).display()))
+    serde_json::from_slice(bytes).with_context(|| {
+        format!(
+            "{}: not a validation {name} of a format this tool reads ({READABLE_FORMAT_VERSIONS:?})",
+            dir.join(name).display()
+        )
+    })
 }
 
 /// Read a validation directory, verifying every file against the descriptor.
 /// Returns the evidence and the manifest's SHA-256.
 pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let dpath = dir.join(DESCRIPTOR);
-    let dbytes = limits::read_bounded(&dpath, limits::MAX_JSON_BYTES)
-        .with_context(|| format!("reading {} (a reference directory is written by `validate --record-reference -o DIR`)", dpath.display()))?;
+    let dbytes = limits::read_bounded(&dpath, limits::MAX_JSON_BYTES).with_context(|| {
+        format!(
+            "reading {} (a reference directory is written by `validate --record-reference -o DIR`)",
+            dpath.display()
+        )
+    })?;
     let desc: ValidateDescriptor = parse(dir, DESCRIPTOR, &dbytes)?;
     if !READABLE_FORMAT_VERSIONS.contains(&desc.format_version) {
-        crate::refuse!(Code::UnsupportedVersion, "{}: format version {} (this tool reads {READABLE_FORMAT_VERSIONS:?})", dpath.display(), desc.format_version);
+        crate::refuse!(
+            Code::UnsupportedVersion,
+            "{}: format version {} (this tool reads {READABLE_FORMAT_VERSIONS:?})",
+            dpath.display(),
+            desc.format_version
+        );
     }
     let get = |name: &str| -> Result<Vec<u8>> {
-        let f = desc.files.iter().find(|f| f.name == name).with_context(|| format!("{}: lists no {name}", dpath.display()))?;
+        let f = desc
+            .files
+            .iter()
+            .find(|f| f.name == name)
+            .with_context(|| format!("{}: lists no {name}", dpath.display()))?;
         let p = dir.join(name);
         let bytes = limits::read_bounded(&p, limits::MAX_SHARD_BYTES)?;
         let sha = fsutil::sha256_hex(&bytes);
         if bytes.len() as u64 != f.size_bytes || sha != f.sha256 {
             crate::refuse!(
                 Code::DigestMismatch,
-                "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was changed after it was recorded",
+                "{}: {} bytes with SHA-256 {sha}, but the descriptor records {} bytes with {}: the reference was \
+                    changed after it was recorded",
                 p.display(),
                 bytes.len(),
                 f.size_bytes,
@@ -259,17 +290,24 @@ pub fn read(dir: &Path) -> Result<(Evidence, String)> {
     let rounds: RoundsFile = parse(dir, ROUNDS, &get(ROUNDS)?)?;
     let health: HealthReport = parse(dir, HEALTH, &get(HEALTH)?)?;
     let topology: Topology = parse(dir, TOPOLOGY, &get(TOPOLOGY)?)?;
-    if !READABLE_FORMAT_VERSIONS.contains(&manifest.format_version) || rounds.format_version != manifest.format_version {
+    if !READABLE_FORMAT_VERSIONS.contains(&manifest.format_version) || rounds.format_version != manifest.format_version
+    {
         crate::refuse!(
             Code::UnsupportedVersion,
-            "{}: format version {} with rounds.json of version {} (this tool reads {READABLE_FORMAT_VERSIONS:?}, one version per directory)",
+            "{}: format version {} with rounds.json of version {} (this tool reads {READABLE_FORMAT_VERSIONS:?}, one \
+                version per directory)",
             dir.join(MANIFEST).display(),
             manifest.format_version,
             rounds.format_version
         );
     }
     if rounds.rounds.len() < 2 {
-        crate::refuse!(Code::BadInput, "{}: {} rounds; a reference needs at least 2", dir.join(ROUNDS).display(), rounds.rounds.len());
+        crate::refuse!(
+            Code::BadInput,
+            "{}: {} rounds; a reference needs at least 2",
+            dir.join(ROUNDS).display(),
+            rounds.rounds.len()
+        );
     }
     check_recorded(&manifest.settings, &rounds, dir)?;
     Ok((Evidence { manifest, rounds, health, topology }, fsutil::sha256_hex(&mbytes)))
@@ -311,7 +349,10 @@ impl ReferenceSet {
 pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
     if dir.join(DESCRIPTOR).exists() || !dir.is_dir() {
         let (evidence, sha) = read(dir)?;
-        return Ok(ReferenceSet { jobs: vec![ReferenceJob { name: ".".into(), evidence, manifest_sha: sha.clone() }], digest: sha });
+        return Ok(ReferenceSet {
+            jobs: vec![ReferenceJob { name: ".".into(), evidence, manifest_sha: sha.clone() }],
+            digest: sha,
+        });
     }
     let mut names: Vec<String> = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
@@ -323,7 +364,8 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
         if !e.path().join(DESCRIPTOR).exists() {
             crate::refuse!(
                 Code::BadInput,
-                "{}: not a validation directory (no {DESCRIPTOR}); a reference of several jobs holds only job directories written by `validate --record-reference -o {}/JOB`",
+                "{}: not a validation directory (no {DESCRIPTOR}); a reference of several jobs holds only job \
+                    directories written by `validate --record-reference -o {}/JOB`",
                 e.path().display(),
                 dir.display()
             );
@@ -334,7 +376,8 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
     if names.is_empty() {
         crate::refuse!(
             Code::BadInput,
-            "{}: neither a reference directory (no {DESCRIPTOR}) nor a directory of reference jobs (no subdirectory holds one); a reference is written by `validate --record-reference -o DIR`",
+            "{}: neither a reference directory (no {DESCRIPTOR}) nor a directory of reference jobs (no subdirectory \
+                holds one); a reference is written by `validate --record-reference -o DIR`",
             dir.display()
         );
     }
@@ -347,7 +390,10 @@ pub fn read_set(dir: &Path) -> Result<ReferenceSet> {
     for j in rest {
         let mut why = contradictions(&j.evidence.manifest.node, &first.evidence.manifest.node, &Site::default());
         if j.evidence.manifest.settings != first.evidence.manifest.settings {
-            why.push(format!("settings {:?}, job {}'s {:?}", j.evidence.manifest.settings, first.name, first.evidence.manifest.settings));
+            why.push(format!(
+                "settings {:?}, job {}'s {:?}",
+                j.evidence.manifest.settings, first.name, first.evidence.manifest.settings
+            ));
         }
         if !why.is_empty() {
             crate::refuse!(
@@ -373,12 +419,18 @@ fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Resul
     ranges::int("settings.iters", settings.iters, 1, 1_000_000).with_context(|| at(MANIFEST))?;
     ranges::int("settings.warmup_iters", settings.warmup_iters, 0, 100_000).with_context(|| at(MANIFEST))?;
     if settings.sizes_bytes.is_empty() {
-        crate::refuse!(Code::BadInput, "{}: settings.sizes_bytes is empty: a reference sweeps at least one size", at(MANIFEST));
+        crate::refuse!(
+            Code::BadInput,
+            "{}: settings.sizes_bytes is empty: a reference sweeps at least one size",
+            at(MANIFEST)
+        );
     }
     let sizes = |v: &[super::sweep::SizeResult]| v.iter().map(|r| r.bytes).collect::<Vec<u64>>();
     let first = &rounds.rounds[0];
     for r in &rounds.rounds {
-        for (kind, got, want) in [("all_reduce", &r.all_reduce, &first.all_reduce), ("all_gather", &r.all_gather, &first.all_gather)] {
+        for (kind, got, want) in
+            [("all_reduce", &r.all_reduce, &first.all_reduce), ("all_gather", &r.all_gather, &first.all_gather)]
+        {
             if got.is_empty() || sizes(got) != sizes(want) {
                 crate::refuse!(
                     Code::BadInput,
@@ -393,7 +445,8 @@ fn check_recorded(settings: &Settings, rounds: &RoundsFile, dir: &Path) -> Resul
             if let Some(w) = got.iter().find(|x| x.wrong_elements.is_some_and(|w| w > 0)) {
                 crate::refuse!(
                     Code::BadInput,
-                    "{}: round {} records {} wrong elements in its {kind} of {} bytes: a reference computed wrong results",
+                    "{}: round {} records {} wrong elements in its {kind} of {} bytes: a reference computed wrong \
+                        results",
                     at(ROUNDS),
                     r.round,
                     w.wrong_elements.unwrap_or(0),
@@ -457,7 +510,8 @@ impl Default for Site {
 }
 
 /// Every key a site file may hold, in the order the documentation lists them.
-pub(crate) const SITE_KEYS: [&str; 5] = ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
+pub(crate) const SITE_KEYS: [&str; 5] =
+    ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
 
 impl Site {
     /// Parse and check a site TOML; `origin` names it in errors. Every fault
@@ -473,7 +527,11 @@ impl Site {
             Ok(t) => t,
             Err(e) => {
                 let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1).unwrap_or(1);
-                crate::refuse!(BadInput, "{origin}:{line}: not a site file (not TOML): {}", e.message().replace('\n', " "))
+                crate::refuse!(
+                    BadInput,
+                    "{origin}:{line}: not a site file (not TOML): {}",
+                    e.message().replace('\n', " ")
+                )
             }
         };
         if let Some(k) = table.keys().find(|k| !SITE_KEYS.contains(&k.as_str())) {
@@ -486,7 +544,9 @@ impl Site {
                 crate::refuse!(BadInput, "{origin}: {k} = {v}: {}", e.message());
             }
         }
-        let s: Site = toml::Value::Table(table).try_into().map_err(|e| refuse(BadInput, format!("{origin}: not a site file: {}", e.message())))?;
+        let s: Site = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| refuse(BadInput, format!("{origin}: not a site file: {}", e.message())))?;
         for (k, v) in [("busbw_min_ratio", s.busbw_min_ratio), ("token_latency_max_ratio", s.token_latency_max_ratio)] {
             if !(v.is_finite() && v > 0.0) {
                 crate::refuse!(BadInput, "{origin}: {k} = {v} must be a positive number");
@@ -495,7 +555,8 @@ impl Site {
         if s.busbw_min_ratio > 1.0 {
             crate::refuse!(
                 BadInput,
-                "{origin}: busbw_min_ratio = {} is inverted: a minimum busbw ratio above 1 fails a node as fast as the reference, \
+                "{origin}: busbw_min_ratio = {} is inverted: a minimum busbw ratio above 1 fails a node as fast as the \
+                    reference, \
                  and the reference itself; it must be at most 1",
                 s.busbw_min_ratio
             );
@@ -503,7 +564,8 @@ impl Site {
         if s.token_latency_max_ratio < 1.0 {
             crate::refuse!(
                 BadInput,
-                "{origin}: token_latency_max_ratio = {} is inverted: a maximum latency ratio below 1 fails a node as fast as the reference, \
+                "{origin}: token_latency_max_ratio = {} is inverted: a maximum latency ratio below 1 fails a node as \
+                    fast as the reference, \
                  and the reference itself; it must be at least 1",
                 s.token_latency_max_ratio
             );
@@ -519,7 +581,8 @@ impl Site {
 
     /// Read `path`.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = limits::read_text_bounded(path, limits::MAX_SPEC_BYTES).with_context(|| format!("reading site file {}", path.display()))?;
+        let text = limits::read_text_bounded(path, limits::MAX_SPEC_BYTES)
+            .with_context(|| format!("reading site file {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 }
@@ -543,22 +606,33 @@ pub fn contradictions(node: &NodeFacts, reference: &NodeFacts, site: &Site) -> V
         return v;
     }
     if node.ranks != reference.ranks && !allowed("ranks") {
-        v.push(format!("rank count {} (the reference ran {} ranks); allow = [\"ranks\"] in the site file accepts this", node.ranks, reference.ranks));
+        v.push(format!(
+            "rank count {} (the reference ran {} ranks); allow = [\"ranks\"] in the site file accepts this",
+            node.ranks, reference.ranks
+        ));
     }
     if node.sku != reference.sku && !allowed("sku") {
         v.push(format!("SKU {:?}, the reference's {:?}; allow = [\"sku\"] accepts this", node.sku, reference.sku));
     }
     if node.gpu_count != reference.gpu_count && !allowed("gpu_count") {
-        v.push(format!("GPU count {:?}, the reference's {:?}; allow = [\"gpu_count\"] accepts this", node.gpu_count, reference.gpu_count));
+        v.push(format!(
+            "GPU count {:?}, the reference's {:?}; allow = [\"gpu_count\"] accepts this",
+            node.gpu_count, reference.gpu_count
+        ));
     }
-    if node.driver_version.as_deref().map(driver_major) != reference.driver_version.as_deref().map(driver_major) && !allowed("driver") {
+    if node.driver_version.as_deref().map(driver_major) != reference.driver_version.as_deref().map(driver_major)
+        && !allowed("driver")
+    {
         v.push(format!(
             "driver {:?}, the reference's {:?} (major versions differ); allow = [\"driver\"] accepts this",
             node.driver_version, reference.driver_version
         ));
     }
     if node.nccl_version != reference.nccl_version && !allowed("nccl") {
-        v.push(format!("NCCL {:?}, the reference's {:?}; allow = [\"nccl\"] accepts this", node.nccl_version, reference.nccl_version));
+        v.push(format!(
+            "NCCL {:?}, the reference's {:?}; allow = [\"nccl\"] accepts this",
+            node.nccl_version, reference.nccl_version
+        ));
     }
     v
 }
@@ -601,8 +675,16 @@ mod tests {
     fn site_files_are_checked() {
         let s = Site::parse("busbw_min_ratio = 0.9\nallow = [\"nccl\"]\n", "site.toml").unwrap();
         assert_eq!((s.busbw_min_ratio, s.token_latency_max_ratio), (0.9, 1.05));
-        let all = Site::parse("busbw_min_ratio = 1\ntoken_latency_max_ratio = 1\ncoverage = 0.9\nnvlink_crc_errors_max = 0\nallow = []\n", "s").unwrap();
-        assert_eq!((all.busbw_min_ratio, all.token_latency_max_ratio, all.nvlink_crc_errors_max), (1.0, 1.0, Some(0)), "parity is allowed");
+        let all = Site::parse(
+            "busbw_min_ratio = 1\ntoken_latency_max_ratio = 1\ncoverage = 0.9\nnvlink_crc_errors_max = 0\nallow = []\n",
+            "s",
+        )
+        .unwrap();
+        assert_eq!(
+            (all.busbw_min_ratio, all.token_latency_max_ratio, all.nvlink_crc_errors_max),
+            (1.0, 1.0, Some(0)),
+            "parity is allowed"
+        );
         // every fault is BAD_INPUT, naming the file and the key
         for (text, key) in [
             ("busbw_min = 0.9\n", "busbw_min"),

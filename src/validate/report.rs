@@ -114,30 +114,62 @@ pub fn prometheus(r: &ValidationReport, unix_s: u64) -> String {
     family(&mut o, "commcanary_validate_check", "1 for the verdict a check was given, 0 for the others.");
     for c in &r.checks {
         for v in verdicts {
-            let _ =
-                writeln!(o, "commcanary_validate_check{{node=\"{node}\",check=\"{}\",verdict=\"{}\"}} {}", label(&c.check), v.word(), u8::from(c.verdict == v));
+            let _ = writeln!(
+                o,
+                "commcanary_validate_check{{node=\"{node}\",check=\"{}\",verdict=\"{}\"}} {}",
+                label(&c.check),
+                v.word(),
+                u8::from(c.verdict == v)
+            );
         }
     }
-    family(&mut o, "commcanary_validate_ratio", "Node over reference for a ratio check: the typical ratio and its interval's bounds.");
+    family(
+        &mut o,
+        "commcanary_validate_ratio",
+        "Node over reference for a ratio check: the typical ratio and its interval's bounds.",
+    );
     for (c, x) in r.checks.iter().filter_map(|c| c.ratio.as_ref().map(|x| (c, x))) {
         for (bound, v) in [("point", x.ratio), ("low", x.ratio_low), ("high", x.ratio_high)] {
             if v.is_finite() {
-                let _ = writeln!(o, "commcanary_validate_ratio{{node=\"{node}\",check=\"{}\",bound=\"{bound}\"}} {v}", label(&c.check));
+                let _ = writeln!(
+                    o,
+                    "commcanary_validate_ratio{{node=\"{node}\",check=\"{}\",bound=\"{bound}\"}} {v}",
+                    label(&c.check)
+                );
             }
         }
     }
     family(&mut o, "commcanary_validate_threshold", "The site's threshold ratio of a ratio check.");
     for (c, x) in r.checks.iter().filter_map(|c| c.ratio.as_ref().map(|x| (c, x))) {
-        let _ = writeln!(o, "commcanary_validate_threshold{{node=\"{node}\",check=\"{}\"}} {}", label(&c.check), x.threshold);
+        let _ = writeln!(
+            o,
+            "commcanary_validate_threshold{{node=\"{node}\",check=\"{}\"}} {}",
+            label(&c.check),
+            x.threshold
+        );
     }
-    family(&mut o, "commcanary_validate_verdict", "1 for the node's overall verdict, 0 for the others (none when a reference was recorded).");
+    family(
+        &mut o,
+        "commcanary_validate_verdict",
+        "1 for the node's overall verdict, 0 for the others (none when a reference was recorded).",
+    );
     if let Some(overall) = r.verdict {
         for v in verdicts {
-            let _ = writeln!(o, "commcanary_validate_verdict{{node=\"{node}\",verdict=\"{}\"}} {}", v.word(), u8::from(overall == v));
+            let _ = writeln!(
+                o,
+                "commcanary_validate_verdict{{node=\"{node}\",verdict=\"{}\"}} {}",
+                v.word(),
+                u8::from(overall == v)
+            );
         }
     }
-    family(&mut o, "commcanary_validate_timestamp_seconds", "When this node was judged (or its reference recorded), Unix seconds.");
-    let _ = writeln!(o, "commcanary_validate_timestamp_seconds{{node=\"{node}\",kind=\"{}\"}} {unix_s}", label(&r.kind));
+    family(
+        &mut o,
+        "commcanary_validate_timestamp_seconds",
+        "When this node was judged (or its reference recorded), Unix seconds.",
+    );
+    let _ =
+        writeln!(o, "commcanary_validate_timestamp_seconds{{node=\"{node}\",kind=\"{}\"}} {unix_s}", label(&r.kind));
     o
 }
 
@@ -155,7 +187,8 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
     let site = &plan.site;
     let refr = plan.reference.as_ref();
     // every round of every reference job, for the informative medians
-    let ref_rounds: Vec<&RoundRecord> = refr.map(|set| set.jobs.iter().flat_map(|j| j.evidence.rounds.rounds.iter()).collect()).unwrap_or_default();
+    let ref_rounds: Vec<&RoundRecord> =
+        refr.map(|set| set.jobs.iter().flat_map(|j| j.evidence.rounds.rounds.iter()).collect()).unwrap_or_default();
     let mut sizes = Vec::new();
     for kind in sweep::kinds() {
         let pick = |r: &RoundRecord| -> Vec<sweep::SizeResult> { r.sweep(kind).to_vec() };
@@ -164,7 +197,13 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
             let here = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps)));
             let time = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.time_us)));
             let there = refr.map(|_| median_of(ref_rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps))));
-            sizes.push(SizeRow { collective: kind, bytes: row.bytes, busbw_gbps: here, reference_busbw_gbps: there, time_us: time });
+            sizes.push(SizeRow {
+                collective: kind,
+                bytes: row.bytes,
+                busbw_gbps: here,
+                reference_busbw_gbps: there,
+                time_us: time,
+            });
         }
     }
     let mut checks = Vec::new();
@@ -192,7 +231,10 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
             findings: td,
         });
         let per_job = |stat: &dyn Fn(&RoundRecord) -> f64| -> (Vec<f64>, Vec<Vec<f64>>) {
-            (ev.rounds.rounds.iter().map(stat).collect(), set.jobs.iter().map(|j| j.evidence.rounds.rounds.iter().map(stat).collect()).collect())
+            (
+                ev.rounds.rounds.iter().map(stat).collect(),
+                set.jobs.iter().map(|j| j.evidence.rounds.rounds.iter().map(stat).collect()).collect(),
+            )
         };
         // the ratio checks below are one family (any FAIL fails the node)
         let per_check = verdict::check_coverage(site.coverage, RATIO_CHECKS);
@@ -242,7 +284,20 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
         verdict: overall,
         exit_code: overall.map(CheckVerdict::exit_code).unwrap_or(0),
         evidence_dir: out.display().to_string(),
-        method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. The three ratio checks are one family: each interval has coverage 1 - (1 - coverage)/3 (Bonferroni), so that an unchanged node fails some check with probability at most (1 - coverage)/2. A reference of K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom times s sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7), s = max(s_J, s_w/sqrt(n)) with s_w the pooled within-job round sd (the job variance component truncated at zero, Searle, Casella and McCulloch 1992, 3.5): it carries job-to-job variation. A reference of one job: round i of this node paired with round i of the reference, the Student-t interval of the mean per-round log-ratio; it carries round-to-round variation only, so a FAIL is reported INCONCLUSIVE".into(),
+        method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) \
+            and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. The \
+                three ratio checks are one family: each interval has coverage 1 - (1 - coverage)/3 (Bonferroni), so \
+                    that an unchanged node fails some check with probability at most (1 - coverage)/2. A reference of \
+                        K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each \
+                            over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom \
+                                times s sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7), s = max(s_J, s_w/sqrt(n)) with s_w \
+                                    the pooled within-job round sd (the job variance component truncated at zero, \
+                                        Searle, Casella and McCulloch 1992, 3.5): it carries job-to-job variation. A \
+                                            reference of one job: round i of this node paired with round i of the \
+                                                reference, the Student-t interval of the mean per-round log-ratio; it \
+                                                    carries round-to-round variation only, so a FAIL is reported \
+                                                        INCONCLUSIVE"
+            .into(),
         likely_cause,
     })
 }
@@ -257,7 +312,14 @@ fn likely_cause_of(checks: &[CheckRow], ev: &Evidence, set: &reference::Referenc
     let there: Vec<String> = set
         .jobs
         .iter()
-        .filter_map(|j| j.evidence.health.load.as_ref().and_then(load::busy_elsewhere).map(|why| format!("reference job {}: {why}", j.name)))
+        .filter_map(|j| {
+            j.evidence
+                .health
+                .load
+                .as_ref()
+                .and_then(load::busy_elsewhere)
+                .map(|why| format!("reference job {}: {why}", j.name))
+        })
         .collect();
     match (here, there.is_empty()) {
         (None, true) => None,
@@ -301,7 +363,8 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
     match r.method {
         verdict::IntervalMethod::JobPrediction => {
             findings.push(format!(
-                "{} reference jobs, each mean over {} rounds; job-to-job sd {:.3}, within-job round sd {} (log scale); ratio {:.3}, threshold {op} {threshold}",
+                "{} reference jobs, each mean over {} rounds; job-to-job sd {:.3}, within-job round sd {} (log scale); \
+                    ratio {:.3}, threshold {op} {threshold}",
                 r.reference_jobs,
                 r.pairs,
                 r.sd_log,
@@ -310,9 +373,13 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
             ));
             if r.verdict == CheckVerdict::Inconclusive {
                 findings.push(match r.jobs_to_resolve {
-                    Some(k) => format!("inconclusive: about {k} reference jobs would resolve it if the mean and job spread stay as measured"),
+                    Some(k) => format!(
+                        "inconclusive: about {k} reference jobs would resolve it if the mean and job \
+                        spread stay as measured"
+                    ),
                     None => format!(
-                        "inconclusive: no number of reference jobs up to {} resolves it at this job spread; more rounds per job narrow the spread only by its within-job part",
+                        "inconclusive: no number of reference jobs up to {} resolves it at this job spread; more \
+                            rounds per job narrow the spread only by its within-job part",
                         verdict::MAX_JOBS
                     ),
                 });
@@ -321,15 +388,26 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
         verdict::IntervalMethod::PairedRounds => {
             findings.push(format!("{} pairs of rounds; ratio {:.3}, threshold {op} {threshold}", r.pairs, r.ratio));
             findings.push(
-                "the reference is one job: its interval carries round-to-round variation only, not job-to-job (record 3 or more reference jobs; docs/VALIDATION.md)".into(),
+                "the reference is one job: its interval carries round-to-round variation only, not job-to-job (record \
+                    3 or more reference jobs; docs/VALIDATION.md)"
+                    .into(),
             );
             if r.capped_from == Some(CheckVerdict::Fail) {
-                findings.push("inconclusive: the round interval lies beyond the threshold, but one reference job cannot tell that from job-to-job variation: a FAIL is reported INCONCLUSIVE".into());
+                findings.push(
+                    "inconclusive: the round interval lies beyond the threshold, but one reference job \
+                    cannot tell that from job-to-job variation: a FAIL is reported INCONCLUSIVE"
+                        .into(),
+                );
             } else if r.verdict == CheckVerdict::Inconclusive {
                 findings.push(match r.rounds_to_resolve {
-                    Some(n) => format!("inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"),
+                    Some(n) => format!(
+                        "inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"
+                    ),
                     None => {
-                        format!("inconclusive: the ratio sits at the threshold; more than {} rounds would be needed", inference::MAX_ROUNDS)
+                        format!(
+                            "inconclusive: the ratio sits at the threshold; more than {} rounds would be needed",
+                            inference::MAX_ROUNDS
+                        )
                     }
                 });
             }
@@ -351,7 +429,11 @@ fn health_summary(h: &health::HealthReport) -> String {
         Some(why) => why.clone(),
         None => format!("{} GPUs read, {} XID events", h.end.len(), h.xid_events.len()),
     };
-    let other = h.load.as_ref().and_then(|l| l.other_share).map(|o| format!("other processes {:.0}% of the job's CPUs", o * 100.0));
+    let other = h
+        .load
+        .as_ref()
+        .and_then(|l| l.other_share)
+        .map(|o| format!("other processes {:.0}% of the job's CPUs", o * 100.0));
     format!("{base}; {}", other.unwrap_or_else(|| "CPU load unmeasured".into()))
 }
 
@@ -359,7 +441,11 @@ fn topo_summary(t: &topology::Topology) -> String {
     if t.gpus.is_empty() {
         format!("{} ranks, {}", t.ranks, t.cpu_model.as_deref().unwrap_or("CPU model unknown"))
     } else {
-        format!("{} x {}", t.gpus.len(), t.gpus.first().and_then(|g| g.name.value.clone()).unwrap_or_else(|| "?".into()))
+        format!(
+            "{} x {}",
+            t.gpus.len(),
+            t.gpus.first().and_then(|g| g.name.value.clone()).unwrap_or_else(|| "?".into())
+        )
     }
 }
 
@@ -367,22 +453,49 @@ fn topo_summary(t: &topology::Topology) -> String {
 pub fn render(r: &ValidationReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "node {} ({}, {} ranks, {}); {} rounds", r.node.host, reference::backend_name(r.node.backend), r.node.ranks, r.node.sku, r.rounds);
+    let _ = writeln!(
+        s,
+        "node {} ({}, {} ranks, {}); {} rounds",
+        r.node.host,
+        reference::backend_name(r.node.backend),
+        r.node.ranks,
+        r.node.sku,
+        r.rounds
+    );
     if r.checks.is_empty() {
         let _ = writeln!(s, "{:<11} {:>12} {:>14} {:>12}", "collective", "size", "busbw GB/s", "time us");
         for z in &r.sizes {
-            let _ = writeln!(s, "{:<11} {:>12} {:>14.3} {:>12.2}", sweep::name(z.collective), units::fmt_bytes(z.bytes), z.busbw_gbps, z.time_us);
+            let _ = writeln!(
+                s,
+                "{:<11} {:>12} {:>14.3} {:>12.2}",
+                sweep::name(z.collective),
+                units::fmt_bytes(z.bytes),
+                z.busbw_gbps,
+                z.time_us
+            );
         }
         let _ = writeln!(s, "reference recorded in {} (no verdict: this is the reference)", r.evidence_dir);
         return s;
     }
-    let _ = writeln!(s, "{:<24} {:<30} {:<30} {:<32} verdict", "check", "measured (median)", "reference (median)", "ratio [interval]");
     let _ = writeln!(
         s,
-        "(measured and reference: the median over each side's rounds; the ratio: this job's geometric mean over the reference's (over its jobs' means when it has several, with the prediction interval of a new job; else over paired rounds), so it need not equal the ratio of the two medians)"
+        "{:<24} {:<30} {:<30} {:<32} verdict",
+        "check", "measured (median)", "reference (median)", "ratio [interval]"
+    );
+    let _ = writeln!(
+        s,
+        "(measured and reference: the median over each side's rounds; the ratio: this job's geometric mean over the \
+            reference's (over its jobs' means when it has several, with the prediction interval of a new job; else \
+                over paired rounds), so it need not equal the ratio of the two medians)"
     );
     for c in &r.checks {
-        let cut = |x: &str, n: usize| if x.chars().count() > n { format!("{}…", x.chars().take(n - 1).collect::<String>()) } else { x.to_string() };
+        let cut = |x: &str, n: usize| {
+            if x.chars().count() > n {
+                format!("{}…", x.chars().take(n - 1).collect::<String>())
+            } else {
+                x.to_string()
+            }
+        };
         let _ = writeln!(
             s,
             "{:<24} {:<30} {:<30} {:<32} {}",
@@ -396,7 +509,8 @@ pub fn render(r: &ValidationReport) -> String {
             let _ = writeln!(s, "    {f}");
         }
     }
-    let failing: Vec<&str> = r.checks.iter().filter(|c| c.verdict == CheckVerdict::Fail).map(|c| c.check.as_str()).collect();
+    let failing: Vec<&str> =
+        r.checks.iter().filter(|c| c.verdict == CheckVerdict::Fail).map(|c| c.check.as_str()).collect();
     let v = r.verdict.unwrap_or(CheckVerdict::Inconclusive);
     let _ = writeln!(
         s,

@@ -72,12 +72,17 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     if local.size() as u32 != ranks {
         crate::refuse!(
             Code::BadArgument,
-            "validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it with --nodelist/-N 1",
+            "validate checks one node, and this job's {ranks} ranks span more than one ({} on this node); launch it \
+                with --nodelist/-N 1",
             local.size()
         );
     }
     if ranks < 2 {
-        crate::refuse!(Code::BadArgument, "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures nothing");
+        crate::refuse!(
+            Code::BadArgument,
+            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a \
+            collective of one rank measures nothing"
+        );
     }
     if let Some(d) = plan.delay {
         if d.rank >= ranks {
@@ -96,15 +101,32 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     let watch = (rank == 0 && plan.backend == BackendKind::Cuda).then(health::Watch::init);
     let start_health = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.snapshot());
     let xids = watch.as_ref().and_then(|w| w.as_ref().ok()).map(|w| w.watch_xids());
-    let max_sweep =
-        plan.settings.sizes_bytes.iter().flat_map(|&b| sweep::kinds().map(|k| sweep::bytes_for(k, b, plan.settings.dtype, ranks).max(b))).max().unwrap_or(0);
+    let max_sweep = plan
+        .settings
+        .sizes_bytes
+        .iter()
+        .flat_map(|&b| sweep::kinds().map(|k| sweep::bytes_for(k, b, plan.settings.dtype, ranks).max(b)))
+        .max()
+        .unwrap_or(0);
     let mut bplan = BackendPlan::for_spec(&spec);
     bplan.max_bytes = bplan.max_bytes.max(max_sweep);
     let per_size_events = 4 * (plan.settings.iters + plan.settings.warmup_iters) as usize + 64;
-    let m = Measurement { a, plan, world, clock: &clock, spec: &spec, watch: &watch, start_health, xids, started_unix_ms, progress: &progress };
+    let m = Measurement {
+        a,
+        plan,
+        world,
+        clock: &clock,
+        spec: &spec,
+        watch: &watch,
+        start_health,
+        xids,
+        started_unix_ms,
+        progress: &progress,
+    };
     match plan.backend {
         BackendKind::Cpu => {
-            let mut b = CpuBackend::new(world, &bplan)?.with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
+            let mut b = CpuBackend::new(world, &bplan)?
+                .with_timeout(std::time::Duration::from_secs_f64(a.collective_timeout_s));
             measure(m, &mut b)
         }
         BackendKind::Cuda => {
@@ -205,7 +227,9 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
             let mut rounds = Vec::new();
             for round in 0..a.rounds {
                 let mut order = ["all-reduce", "all-gather", "workload"];
-                order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(a.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(round))));
+                order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(
+                    a.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(round)),
+                ));
                 let mut rec = RoundRecord {
                     round,
                     order: order.iter().map(|s| s.to_string()).collect(),
@@ -216,14 +240,26 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                 let [all_reduce, all_gather] = sweep::kinds();
                 for what in order {
                     match what {
-                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, all_reduce, &s.sweep_loop(round == 0))?,
-                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, all_gather, &s.sweep_loop(round == 0))?,
-                        _ => rec.token_latency_median_us_per_rank = workload_round(backend, world, clock, spec, plan.delay)?,
+                        "all-reduce" => {
+                            rec.all_reduce = sweep::sweep(backend, world, clock, all_reduce, &s.sweep_loop(round == 0))?
+                        }
+                        "all-gather" => {
+                            rec.all_gather = sweep::sweep(backend, world, clock, all_gather, &s.sweep_loop(round == 0))?
+                        }
+                        _ => {
+                            rec.token_latency_median_us_per_rank =
+                                workload_round(backend, world, clock, spec, plan.delay)?
+                        }
                     }
                 }
                 for (kind, rows) in [("all-reduce", &rec.all_reduce), ("all-gather", &rec.all_gather)] {
-                    if let Some((r, w)) = rows.iter().find_map(|r| r.wrong_elements.filter(|w| *w > 0).map(|w| (r, w))) {
-                        bail!("round {round}: {kind} of {} bytes returned {w} wrong elements (summed over ranks): the node computes wrong results", r.bytes);
+                    if let Some((r, w)) = rows.iter().find_map(|r| r.wrong_elements.filter(|w| *w > 0).map(|w| (r, w)))
+                    {
+                        bail!(
+                            "round {round}: {kind} of {} bytes returned {w} wrong elements (summed over ranks): the \
+                            node computes wrong results",
+                            r.bytes
+                        );
                     }
                 }
                 progress(&format!(
@@ -249,9 +285,11 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
     let load = load_start.zip(load_end).map(|(a, b)| load::report(&a, &b, &job_pids));
     let (xid_events, xid_unwatched) = xids.map(|x| x.drain()).unwrap_or_default();
     let health = match (watch, plan.backend) {
-        (_, BackendKind::Cpu) => {
-            health::HealthReport { not_applicable: Some("no GPU: NVML checks not applicable".into()), method: health_method(), ..Default::default() }
-        }
+        (_, BackendKind::Cpu) => health::HealthReport {
+            not_applicable: Some("no GPU: NVML checks not applicable".into()),
+            method: health_method(),
+            ..Default::default()
+        },
         (Some(Ok(w)), _) => health::HealthReport {
             not_applicable: None,
             driver_version: Some(w.driver_version()),
@@ -263,8 +301,14 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
             method: health_method(),
             load: None,
         },
-        (Some(Err(why)), _) => health::HealthReport { not_applicable: Some(why.clone()), method: health_method(), ..Default::default() },
-        (None, _) => health::HealthReport { not_applicable: Some("internal: NVML not opened".into()), method: health_method(), ..Default::default() },
+        (Some(Err(why)), _) => {
+            health::HealthReport { not_applicable: Some(why.clone()), method: health_method(), ..Default::default() }
+        }
+        (None, _) => health::HealthReport {
+            not_applicable: Some("internal: NVML not opened".into()),
+            method: health_method(),
+            ..Default::default()
+        },
     };
     let health = health::HealthReport { load, ..health };
     let topo = match w {
@@ -281,13 +325,25 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
         settings: s.clone(),
         rounds: a.rounds,
         seed: a.seed,
-        reference: plan.reference.as_ref().map(|set| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), set.digest.clone())),
-        reference_jobs: plan.reference.as_ref().map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect()).unwrap_or_default(),
+        reference: plan
+            .reference
+            .as_ref()
+            .map(|set| (a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default(), set.digest.clone())),
+        reference_jobs: plan
+            .reference
+            .as_ref()
+            .map(|set| set.jobs.iter().map(|j| (j.name.clone(), j.manifest_sha.clone())).collect())
+            .unwrap_or_default(),
         inject_delay: a.inject_delay.clone(),
         argv: std::env::args().collect(),
         env: identity::recorded_env(),
     };
-    let ev = Evidence { manifest, rounds: reference::RoundsFile { format_version: reference::VALIDATE_FORMAT_VERSION, rounds }, health, topology: topo };
+    let ev = Evidence {
+        manifest,
+        rounds: reference::RoundsFile { format_version: reference::VALIDATE_FORMAT_VERSION, rounds },
+        health,
+        topology: topo,
+    };
     let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("validate-{}-{}", node.host, started_unix_ms)));
     let report = build_report(plan, &ev, &out)?;
     reference::write(&out, &ev, plan.reference.as_ref().map(|_| &report))?;
@@ -304,7 +360,10 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
 }
 
 fn health_method() -> String {
-    "NVML snapshots at start and end (rank 0, every GPU NVML enumerates); temperature, power and throttle reasons sampled every second on a thread of rank 0 during the rounds; critical XID events through one NVML event set per GPU, drained at the end".into()
+    "NVML snapshots at start and end (rank 0, every GPU NVML enumerates); temperature, power and throttle reasons \
+        sampled every second on a thread of rank 0 during the rounds; critical XID events through one NVML event set \
+            per GPU, drained at the end"
+        .into()
 }
 
 /// One round of the workload: per rank, the median per-token latency of the timed tokens, µs, gathered on every rank.
@@ -315,9 +374,16 @@ fn workload_round<B: Backend>(
     spec: &WorkloadSpec,
     delay: Option<DelayInjection>,
 ) -> Result<Vec<f64>> {
-    let mut runner = crate::rank::phases::Runner::new(backend, clock, spec, RunnerControls { delay, ..Default::default() });
+    let mut runner =
+        crate::rank::phases::Runner::new(backend, clock, spec, RunnerControls { delay, ..Default::default() });
     runner.run_all()?;
-    let mut lat: Vec<f64> = runner.body.tokens.iter().filter(|t| !t.warmup).map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3).collect();
+    let mut lat: Vec<f64> = runner
+        .body
+        .tokens
+        .iter()
+        .filter(|t| !t.warmup)
+        .map(|t| t.end_ns.saturating_sub(t.start_ns) as f64 / 1e3)
+        .collect();
     let mine = stats::median(&mut lat).context("the workload recorded no timed token")?;
     let mut all = vec![0f64; world.size() as usize];
     world.all_gather_into(&mine, &mut all[..]);

@@ -75,7 +75,8 @@ pub mod by_name {
                 .into_iter()
                 .map(|k| serde_json::json!({"description": format!("{}.", k.kind().row().sweep_help.unwrap_or_default()), "type": "string", "const": name(k)}))
                 .collect();
-            schemars::json_schema!({"description": "A swept collective, by validate's kebab-case name of the kind.", "oneOf": one_of})
+            schemars::json_schema!({"description": "A swept collective, by validate's kebab-case name of the \
+                kind.", "oneOf": one_of})
         }
     }
 }
@@ -114,7 +115,13 @@ pub struct SweepLoop<'a> {
 
 /// Sweep the sizes of `l` of `kind` once; every rank calls this in step.
 /// Returns the rows on every rank (the maxima and sums are all-reduced).
-pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &RankClock, kind: SweepKind, l: &SweepLoop) -> Result<Vec<SizeResult>> {
+pub fn sweep<B: Backend>(
+    backend: &mut B,
+    world: &SimpleCommunicator,
+    clock: &RankClock,
+    kind: SweepKind,
+    l: &SweepLoop,
+) -> Result<Vec<SizeResult>> {
     let (sizes, dtype, iters, warmup_iters, check) = (l.sizes_bytes, l.dtype, l.iters, l.warmup_iters, l.check);
     let n = world.size() as u32;
     let mut rows = Vec::with_capacity(sizes.len());
@@ -146,7 +153,13 @@ pub fn sweep<B: Backend>(backend: &mut B, world: &SimpleCommunicator, clock: &Ra
         };
         let time_us = slowest_ns as f64 / 1e3 / f64::from(iters.max(1));
         let algbw = if time_us > 0.0 { bytes as f64 / (time_us * 1e3) } else { f64::NAN };
-        rows.push(SizeResult { bytes, time_us, algbw_gbps: algbw, busbw_gbps: algbw * busbw_factor(kind, n), wrong_elements: wrong });
+        rows.push(SizeResult {
+            bytes,
+            time_us,
+            algbw_gbps: algbw,
+            busbw_gbps: algbw * busbw_factor(kind, n),
+            wrong_elements: wrong,
+        });
     }
     Ok(rows)
 }

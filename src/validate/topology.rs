@@ -50,7 +50,8 @@ pub fn read(nvml: &nvml_wrapper::Nvml, ranks: u32) -> Topology {
     use nvml_wrapper::enum_wrappers::device::TopologyLevel;
     let count = nvml.device_count().unwrap_or(0);
     let devs: Vec<_> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
-    let bus: Vec<Option<String>> = devs.iter().map(|d| d.pci_info().ok().map(|p| p.bus_id.to_ascii_lowercase())).collect();
+    let bus: Vec<Option<String>> =
+        devs.iter().map(|d| d.pci_info().ok().map(|p| p.bus_id.to_ascii_lowercase())).collect();
     let gpus = devs
         .iter()
         .enumerate()
@@ -114,7 +115,11 @@ pub fn cpu(ranks: u32) -> Topology {
 /// CPU mask words as ranges, e.g. `0-15,32-47`.
 fn mask_ranges(words: &[raw::c_ulong]) -> String {
     let bits = std::mem::size_of::<raw::c_ulong>() * 8;
-    let set: Vec<usize> = words.iter().enumerate().flat_map(|(w, &m)| (0..bits).filter(move |b| m >> b & 1 == 1).map(move |b| w * bits + b)).collect();
+    let set: Vec<usize> = words
+        .iter()
+        .enumerate()
+        .flat_map(|(w, &m)| (0..bits).filter(move |b| m >> b & 1 == 1).map(move |b| w * bits + b))
+        .collect();
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < set.len() {
@@ -149,7 +154,10 @@ pub fn differences(node: &Topology, reference: &Topology) -> Vec<String> {
             d.push(format!("GPU {}: NUMA node {:?}, reference {:?}", a.index, a.numa_node.value, b.numa_node.value));
         }
         if a.cpu_affinity != b.cpu_affinity {
-            d.push(format!("GPU {}: CPU affinity {:?}, reference {:?}", a.index, a.cpu_affinity.value, b.cpu_affinity.value));
+            d.push(format!(
+                "GPU {}: CPU affinity {:?}, reference {:?}",
+                a.index, a.cpu_affinity.value, b.cpu_affinity.value
+            ));
         }
     }
     for (i, (ra, rb)) in node.matrix.iter().zip(&reference.matrix).enumerate() {
@@ -175,7 +183,11 @@ mod tests {
 
     #[test]
     fn a_lost_nvlink_is_named() {
-        let t = |m: &str| Topology { ranks: 2, matrix: vec![vec!["X".into(), m.into()], vec![m.into(), "X".into()]], ..Default::default() };
+        let t = |m: &str| Topology {
+            ranks: 2,
+            matrix: vec![vec!["X".into(), m.into()], vec![m.into(), "X".into()]],
+            ..Default::default()
+        };
         assert!(differences(&t("NV18"), &t("NV18")).is_empty());
         let d = differences(&t("NV17"), &t("NV18"));
         assert_eq!(d.len(), 2);

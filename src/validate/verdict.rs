@@ -146,7 +146,13 @@ pub(crate) const MAX_JOBS: u32 = 100;
 /// list of its rounds' statistics, by the prediction interval of a new job
 /// (see the module documentation). Refuses fewer than 2 reference jobs,
 /// fewer than 2 rounds in some job, and values that are not finite and positive.
-pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
+pub fn job_check(
+    node: &[f64],
+    reference_jobs: &[Vec<f64>],
+    threshold: f64,
+    direction: Direction,
+    coverage: f64,
+) -> Result<RatioCheck> {
     if !(threshold.is_finite() && threshold > 0.0) {
         anyhow::bail!("threshold ratio {threshold} is not a positive number");
     }
@@ -162,7 +168,16 @@ pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, dire
         anyhow::bail!("every job compared needs at least 2 rounds, one has {n}");
     }
     let logs = |v: &[f64]| -> Result<Vec<f64>> {
-        v[..n].iter().map(|x| if x.is_finite() && *x > 0.0 { Ok(x.ln()) } else { anyhow::bail!("value {x} is not finite and positive") }).collect()
+        v[..n]
+            .iter()
+            .map(|x| {
+                if x.is_finite() && *x > 0.0 {
+                    Ok(x.ln())
+                } else {
+                    anyhow::bail!("value {x} is not finite and positive")
+                }
+            })
+            .collect()
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let y = mean(&logs(node)?);
@@ -188,7 +203,10 @@ pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, dire
     let verdict = judge(lo, hi, threshold, direction);
     let gap = (d - threshold.ln()).abs();
     let jobs_to_resolve = (verdict == CheckVerdict::Inconclusive && gap > 0.0 && gap.is_finite())
-        .then(|| ((k as u32 + 1)..=MAX_JOBS).find(|&kk| t_quantile(q, f64::from(kk - 1)) * s_mean * (1.0 + 1.0 / f64::from(kk)).sqrt() < gap))
+        .then(|| {
+            ((k as u32 + 1)..=MAX_JOBS)
+                .find(|&kk| t_quantile(q, f64::from(kk - 1)) * s_mean * (1.0 + 1.0 / f64::from(kk)).sqrt() < gap)
+        })
         .flatten();
     Ok(RatioCheck {
         method: IntervalMethod::JobPrediction,
@@ -214,7 +232,13 @@ pub fn job_check(node: &[f64], reference_jobs: &[Vec<f64>], threshold: f64, dire
 /// Compare `node` rounds with `reference` rounds of one job (see the module
 /// documentation): the paired round interval, without the single-job cap
 /// ([`single_job_check`] applies it).
-pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
+pub fn ratio_check(
+    node: &[f64],
+    reference: &[f64],
+    threshold: f64,
+    direction: Direction,
+    coverage: f64,
+) -> Result<RatioCheck> {
     if !(threshold.is_finite() && threshold > 0.0) {
         anyhow::bail!("threshold ratio {threshold} is not a positive number");
     }
@@ -223,7 +247,9 @@ pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: D
     let iv = interval_of_logs(&d, coverage)?;
     let (lo, hi) = (1.0 + iv.ci_low_pct / 100.0, 1.0 + iv.ci_high_pct / 100.0);
     let verdict = judge(lo, hi, threshold, direction);
-    let rounds_to_resolve = (verdict == CheckVerdict::Inconclusive).then(|| rounds_to_resolve(iv.mean_log(), iv.sd_log, threshold, coverage)).flatten();
+    let rounds_to_resolve = (verdict == CheckVerdict::Inconclusive)
+        .then(|| rounds_to_resolve(iv.mean_log(), iv.sd_log, threshold, coverage))
+        .flatten();
     Ok(RatioCheck {
         method: IntervalMethod::PairedRounds,
         reference_jobs: 1,
@@ -247,7 +273,13 @@ pub fn ratio_check(node: &[f64], reference: &[f64], threshold: f64, direction: D
 
 /// [`ratio_check`] for a reference of a single job: a FAIL is reported as
 /// INCONCLUSIVE (`capped_from`), since the interval cannot carry job-to-job variation.
-pub fn single_job_check(node: &[f64], reference: &[f64], threshold: f64, direction: Direction, coverage: f64) -> Result<RatioCheck> {
+pub fn single_job_check(
+    node: &[f64],
+    reference: &[f64],
+    threshold: f64,
+    direction: Direction,
+    coverage: f64,
+) -> Result<RatioCheck> {
     let mut c = ratio_check(node, reference, threshold, direction, coverage)?;
     if c.verdict == CheckVerdict::Fail {
         c.capped_from = Some(CheckVerdict::Fail);
@@ -266,7 +298,8 @@ pub(crate) fn rounds_to_resolve(mean_log: f64, sd_log: f64, threshold: f64, cove
     if sd_log == 0.0 {
         return Some(2);
     }
-    (2..=MAX_ROUNDS).find(|&n| t_quantile(1.0 - (1.0 - coverage) / 2.0, (n - 1) as f64) * sd_log / (n as f64).sqrt() < gap)
+    (2..=MAX_ROUNDS)
+        .find(|&n| t_quantile(1.0 - (1.0 - coverage) / 2.0, (n - 1) as f64) * sd_log / (n as f64).sqrt() < gap)
 }
 
 /// Geometric mean of positive values; `None` for an empty slice or a value that is not finite and positive.
@@ -326,7 +359,8 @@ mod tests {
     #[test]
     fn job_prediction_interval_carries_the_job_spread() {
         // three reference jobs whose rounds agree tightly but whose means differ by ~20%
-        let jobs = vec![vec![100.0, 101.0, 99.0, 100.0], vec![120.0, 121.0, 119.0, 120.0], vec![85.0, 86.0, 84.0, 85.0]];
+        let jobs =
+            vec![vec![100.0, 101.0, 99.0, 100.0], vec![120.0, 121.0, 119.0, 120.0], vec![85.0, 86.0, 84.0, 85.0]];
         // a node job at 0.8 of the middle: the round interval alone would call it a FAIL
         let node = [80.0, 81.0, 79.0, 80.0];
         let paired = ratio_check(&node, &jobs[0], 0.95, Direction::AtLeast, 0.95).unwrap();
@@ -342,7 +376,10 @@ mod tests {
         // a node far below every job fails; one inside passes a loose threshold
         let slow = [20.0, 20.5, 19.5, 20.0];
         assert_eq!(job_check(&slow, &jobs, 0.95, Direction::AtLeast, 0.95).unwrap().verdict, CheckVerdict::Fail);
-        assert_eq!(job_check(&[100.0, 100.0, 101.0], &jobs, 0.2, Direction::AtLeast, 0.95).unwrap().verdict, CheckVerdict::Pass);
+        assert_eq!(
+            job_check(&[100.0, 100.0, 101.0], &jobs, 0.2, Direction::AtLeast, 0.95).unwrap().verdict,
+            CheckVerdict::Pass
+        );
         // each job mean is over the fewest rounds any job compared has (3 here)
         assert_eq!(job_check(&[100.0, 100.0, 101.0], &jobs, 0.2, Direction::AtLeast, 0.95).unwrap().pairs, 3);
         assert!(c.jobs_to_resolve.is_none() || c.jobs_to_resolve.unwrap() > 3);
@@ -353,7 +390,8 @@ mod tests {
     #[test]
     fn job_means_that_agree_by_chance_do_not_narrow_the_interval_below_the_rounds() {
         // three jobs whose means agree closely while their rounds spread by ~10%
-        let jobs = vec![vec![90.0, 110.0, 100.0, 100.0], vec![110.0, 90.0, 100.0, 100.5], vec![100.0, 100.0, 90.5, 110.0]];
+        let jobs =
+            vec![vec![90.0, 110.0, 100.0, 100.0], vec![110.0, 90.0, 100.0, 100.5], vec![100.0, 100.0, 90.5, 110.0]];
         let c = job_check(&[100.0, 95.0, 105.0, 100.0], &jobs, 0.95, Direction::AtLeast, 0.95).unwrap();
         let w = c.sd_log_within_jobs.unwrap();
         assert!(c.sd_log < w / 2.0 / 2.0, "the job means agree far better than the rounds imply: {c:?}");
@@ -389,7 +427,8 @@ mod tests {
             let failed = (0..3).any(|_| {
                 let reference: Vec<Vec<f64>> = (0..3).map(|_| job(&mut rng)).collect();
                 let node = job(&mut rng);
-                job_check(&node, &reference, 1.0, Direction::AtLeast, check_coverage(0.95, 3)).unwrap().verdict == CheckVerdict::Fail
+                job_check(&node, &reference, 1.0, Direction::AtLeast, check_coverage(0.95, 3)).unwrap().verdict
+                    == CheckVerdict::Fail
             });
             fails += usize::from(failed);
         }
@@ -403,7 +442,10 @@ mod tests {
         let reference = [100.0, 102.0, 98.0, 101.0, 99.0];
         let slow = [50.0, 51.0, 49.0, 50.5, 49.5];
         let c = single_job_check(&slow, &reference, 0.95, Direction::AtLeast, 0.95).unwrap();
-        assert_eq!((c.verdict, c.capped_from, c.job_variation), (CheckVerdict::Inconclusive, Some(CheckVerdict::Fail), false));
+        assert_eq!(
+            (c.verdict, c.capped_from, c.job_variation),
+            (CheckVerdict::Inconclusive, Some(CheckVerdict::Fail), false)
+        );
         let same = [99.0, 101.0, 100.0, 98.5, 101.5];
         let c = single_job_check(&same, &reference, 0.95, Direction::AtLeast, 0.95).unwrap();
         assert_eq!((c.verdict, c.capped_from), (CheckVerdict::Pass, None));

@@ -34,7 +34,13 @@ pub fn mpirun(n: u32, args: &[&str]) -> Output {
 /// `mpirun -n N commcanary ARGS` with extra environment, started and not
 /// waited for (stdout and stderr to the given files); the guard keeps other
 /// mpirun jobs of this test binary out until it is dropped.
-pub fn mpirun_spawn(n: u32, args: &[&str], env: &[(&str, &str)], stdout: &Path, stderr: &Path) -> (std::sync::MutexGuard<'static, ()>, std::process::Child) {
+pub fn mpirun_spawn(
+    n: u32,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdout: &Path,
+    stderr: &Path,
+) -> (std::sync::MutexGuard<'static, ()>, std::process::Child) {
     let guard = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
     let child = Command::new("mpirun")
         .args(["--oversubscribe", "-n", &n.to_string(), &bin()])
@@ -83,7 +89,12 @@ pub fn mpirun_lock() -> std::sync::MutexGuard<'static, ()> {
 
 /// Run `commcanary ARGS` directly, allowed to launch mpirun as root (campaign exec).
 pub fn cc_root(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").output().expect("binary runs")
+    Command::new(bin())
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("binary runs")
 }
 
 /// Run `commcanary ARGS` directly.
@@ -115,7 +126,8 @@ pub fn run_rank_with(n: u32, out: &Path, extra: &[&str]) -> PathBuf {
     let mut args = vec!["rank", "-q", "--out", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     ok(&mpirun(n, &args));
-    let dirs: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let dirs: Vec<PathBuf> =
+        std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     assert_eq!(dirs.len(), 1, "one run directory expected in {}", out.display());
     dirs.into_iter().next().unwrap()
 }
@@ -130,7 +142,11 @@ pub fn join_json(run: &Path) -> serde_json::Value {
 /// `file` and returned parsed.
 pub fn joined_events(run: &Path, file: &Path) -> Vec<serde_json::Value> {
     ok(&cc(&["join", run.to_str().unwrap(), "--events-out", file.to_str().unwrap()]));
-    std::fs::read_to_string(file).unwrap().lines().map(|l| serde_json::from_str(l).expect("a joined collective per line")).collect()
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a joined collective per line"))
+        .collect()
 }
 
 /// SHA-256 of every file in a directory, sorted by name.
@@ -147,7 +163,12 @@ pub fn digests(dir: &Path) -> Vec<(String, String)> {
 
 /// Phase summary object from a join summary.
 pub fn phase<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    summary["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap_or_else(|| panic!("phase {name} in summary"))
+    summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == name)
+        .unwrap_or_else(|| panic!("phase {name} in summary"))
 }
 
 /// Assert that a command failed with the named refusal code (`refused[CODE]`
@@ -185,14 +206,22 @@ pub fn with_every_kind(t: &serde_json::Value, p2p: bool, nccl_only: bool) -> (se
         let Some(local) = members.iter().position(|&m| m == me) else { continue };
         rank["trailing_compute"] = serde_json::json!([]);
         let colls = rank["collectives"].as_array_mut().unwrap();
-        let template = colls.iter().rev().find(|c| c["group"] == name.as_str()).expect("a collective of the first group to copy").clone();
-        let end = |c: &serde_json::Value| c["host_start_ns"].as_u64().unwrap() + c["host_duration_ns"].as_u64().unwrap();
+        let template = colls
+            .iter()
+            .rev()
+            .find(|c| c["group"] == name.as_str())
+            .expect("a collective of the first group to copy")
+            .clone();
+        let end =
+            |c: &serde_json::Value| c["host_start_ns"].as_u64().unwrap() + c["host_duration_ns"].as_u64().unwrap();
         let mut at = colls.iter().map(end).max().unwrap() + 10_000;
         // a group's collectives count one sequence; point-to-point ones one per peer and direction
         let next_seq = |colls: &[serde_json::Value], kind: &str, peer: Option<u64>| {
             colls
                 .iter()
-                .filter(|c| c["group"] == name.as_str() && c["peer"].as_u64() == peer && (peer.is_none() || c["kind"] == kind))
+                .filter(|c| {
+                    c["group"] == name.as_str() && c["peer"].as_u64() == peer && (peer.is_none() || c["kind"] == kind)
+                })
                 .map(|c| c["seq"].as_u64().unwrap() + 1)
                 .max()
                 .unwrap_or(0)
@@ -265,7 +294,12 @@ pub fn own_path_sizes(row: &KindRow, n: u32, dtype: shard::Dtype) -> Vec<u64> {
 /// and each row also runs twice in one CUDA graph (`GraphStep::Calls`).
 /// Returns one line per check, `kind=… dtype=… bytes=… checked=… wrong=…`,
 /// and the negative control's line, `negative wrong=…`, for the outer test.
-pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u32, dtype: shard::Dtype) -> Vec<String> {
+pub fn own_path_walk<B: commcanary::backend::Backend>(
+    b: &mut B,
+    n: u32,
+    rank: u32,
+    dtype: shard::Dtype,
+) -> Vec<String> {
     use commcanary::backend::own::OwnOp;
     use commcanary::backend::{Call, Checked, GraphStep, Timing};
     use commcanary::evidence::shard::BackendKind;
@@ -287,7 +321,9 @@ pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u
                 }
                 b.end_back_to_back().unwrap();
                 b.synchronize().unwrap();
-                let out = b.check(Checked::Last { kind: row.kind, bytes, dtype }, false).unwrap_or_else(|e| panic!("check {} of {bytes} B: {e}", row.name));
+                let out = b
+                    .check(Checked::Last { kind: row.kind, bytes, dtype }, false)
+                    .unwrap_or_else(|e| panic!("check {} of {bytes} B: {e}", row.name));
                 let checked = OwnOp::new(row.kind, bytes, dtype, n, rank).unwrap().recv_elems;
                 lines.push(format!(
                     "kind={} dtype={} bytes={bytes} timing={timing:?} checked={checked} wrong={} first={:?}",
@@ -298,7 +334,8 @@ pub fn own_path_walk<B: commcanary::backend::Backend>(b: &mut B, n: u32, rank: u
                 ));
             }
             if cuda {
-                b.graph(GraphStep::Calls { kind: row.kind, bytes, dtype, n: 2 }).unwrap_or_else(|e| panic!("graph of {} of {bytes} B: {e}", row.name));
+                b.graph(GraphStep::Calls { kind: row.kind, bytes, dtype, n: 2 })
+                    .unwrap_or_else(|e| panic!("graph of {} of {bytes} B: {e}", row.name));
                 calls += 2;
                 b.synchronize().unwrap();
                 let out = b.check(Checked::Last { kind: row.kind, bytes, dtype }, false).unwrap();
@@ -337,13 +374,22 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[shard::Dtype]) {
     let lines: Vec<&str> = stdout.lines().flat_map(|l| l.split("own-path ").skip(1)).map(str::trim_end).collect();
     for dtype in dtypes {
         for row in KINDS {
-            for (bytes, timing) in own_path_sizes(&row, n, *dtype).into_iter().flat_map(|b| [(b, "Async"), (b, "BackToBack")]) {
+            for (bytes, timing) in
+                own_path_sizes(&row, n, *dtype).into_iter().flat_map(|b| [(b, "Async"), (b, "BackToBack")])
+            {
                 let key = format!("kind={} dtype={} bytes={bytes} timing={timing} ", row.name, dtype.name());
                 let found: Vec<&&str> = lines.iter().filter(|l| l.contains(&key)).collect();
                 assert_eq!(found.len(), n as usize, "{key}: one line per rank in\n{stdout}");
                 assert!(found.iter().all(|l| l.contains(" wrong=0 ")), "{key}: a wrong result: {found:?}");
-                let checked: u64 = found.iter().map(|l| l.split(" checked=").nth(1).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap()).sum();
-                assert_eq!(checked > 0, row.kind != CollectiveKind::Barrier, "{key}: elements checked over the ranks: {checked}");
+                let checked: u64 = found
+                    .iter()
+                    .map(|l| l.split(" checked=").nth(1).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap())
+                    .sum();
+                assert_eq!(
+                    checked > 0,
+                    row.kind != CollectiveKind::Barrier,
+                    "{key}: elements checked over the ranks: {checked}"
+                );
             }
         }
     }
@@ -358,7 +404,9 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[shard::Dtype]) {
 /// [`own_path_mpirun`] (a no-op when the test binary runs alone): MPI up,
 /// then for f32 and bf16 a backend from `make` walks the table
 /// ([`own_path_walk`]) and prints its lines.
-pub fn own_path_inner<B: commcanary::backend::Backend>(mut make: impl FnMut(&mpi::topology::SimpleCommunicator, commcanary::backend::BackendPlan) -> B) {
+pub fn own_path_inner<B: commcanary::backend::Backend>(
+    mut make: impl FnMut(&mpi::topology::SimpleCommunicator, commcanary::backend::BackendPlan) -> B,
+) {
     use mpi::topology::Communicator;
     if std::env::var(OWN_PATH_INNER).is_err() {
         return;
@@ -367,7 +415,13 @@ pub fn own_path_inner<B: commcanary::backend::Backend>(mut make: impl FnMut(&mpi
     let world = universe.world();
     let (n, rank) = (world.size() as u32, world.rank() as u32);
     for dtype in OWN_PATH_DTYPES {
-        let plan = commcanary::backend::BackendPlan { max_bytes: 1 << 16, dtype, gemms: vec![], weight_sets: 1, membound_bytes: 0 };
+        let plan = commcanary::backend::BackendPlan {
+            max_bytes: 1 << 16,
+            dtype,
+            gemms: vec![],
+            weight_sets: 1,
+            membound_bytes: 0,
+        };
         let mut b = make(&world, plan);
         for l in own_path_walk(&mut b, n, rank, dtype) {
             println!("own-path rank={rank} {l}");

@@ -14,7 +14,10 @@ pub mod p2p;
 pub mod trace_exec;
 
 use super::own::OwnOp;
-use super::{contribution, mpi_deadline, Backend, BackendError, BackendInfo, BackendPlan, BackendResult, Call, CheckOutcome, Checked, Compute};
+use super::{
+    contribution, mpi_deadline, Backend, BackendError, BackendInfo, BackendPlan, BackendResult, Call, CheckOutcome,
+    Checked, Compute,
+};
 use super::{DeviceInterval, GraphStep, PassTimings, Timing};
 use crate::core::collective::CollectiveKind;
 use crate::core::identity;
@@ -79,7 +82,8 @@ impl Pending {
     fn test(&mut self) -> Result<bool, c_int> {
         let mut done: c_int = 0;
         // SAFETY: the first n requests came from this issue's MPI calls and were never completed.
-        let rc = unsafe { ffi::MPI_Testall(self.n as c_int, self.reqs.as_mut_ptr(), &mut done, ffi::RSMPI_STATUSES_IGNORE) };
+        let rc =
+            unsafe { ffi::MPI_Testall(self.n as c_int, self.reqs.as_mut_ptr(), &mut done, ffi::RSMPI_STATUSES_IGNORE) };
         if rc != 0 {
             return Err(rc);
         }
@@ -206,9 +210,13 @@ impl CpuBackend {
         let mut reqs = [null; 2];
         let (send, recv, mpi_type) = match dtype {
             // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_FLOAT }),
+            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe {
+                ffi::RSMPI_FLOAT
+            }),
             // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe { ffi::RSMPI_UINT16_T }),
+            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe {
+                ffi::RSMPI_UINT16_T
+            }),
         };
         let counts = MpiCounts::of(&op.call()).map_err(BackendError::Misuse)?;
         let args = MpiArgs { send, recv, dtype: mpi_type, op: sum, comm: self.comm.as_raw() };
@@ -237,12 +245,21 @@ impl Backend for CpuBackend {
             backend: BackendKind::Cpu,
             name: identity::cpu_model().unwrap_or_else(|| "unknown CPU".into()),
             facts: vec![
-                ("gemm".into(), format!("{} f32 in, out and accumulate (naive, single thread)", super::describe_gemms(&self.gemms))),
+                (
+                    "gemm".into(),
+                    format!(
+                        "{} f32 in, out and accumulate (naive, single \
+                    thread)",
+                        super::describe_gemms(&self.gemms)
+                    ),
+                ),
                 (
                     "collective".into(),
                     match self.dtype {
                         Dtype::F32 => "MPI_Iallreduce + MPI_Wait, MPI_FLOAT, MPI_SUM".into(),
-                        Dtype::Bf16 => "MPI_Iallreduce + MPI_Wait, MPI_UINT16_T, MPI_SUM (bf16 emulated: bf16's size, integer arithmetic)".into(),
+                        Dtype::Bf16 => "MPI_Iallreduce + MPI_Wait, MPI_UINT16_T, MPI_SUM (bf16 emulated: bf16's size, \
+                            integer arithmetic)"
+                            .into(),
                     },
                 ),
             ],
@@ -252,12 +269,18 @@ impl Backend for CpuBackend {
     fn unmeasured(&self) -> Vec<Unmeasured> {
         let mut v: Vec<Unmeasured> = ["device_start_ns", "device_end_ns"]
             .into_iter()
-            .map(|f| Unmeasured { field: f.into(), reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into() })
+            .map(|f| Unmeasured {
+                field: f.into(),
+                reason: "the cpu backend has no device timeline; completion is only known when MPI_Wait returns".into(),
+            })
             .collect();
         if self.dtype == Dtype::Bf16 {
             v.push(Unmeasured {
                 field: "dtype".into(),
-                reason: "MPI has no bf16 type: bf16 all-reduces move bf16's bytes as MPI_UINT16_T and sum as integers, so the cost of bf16 arithmetic in the reduction is not measured".into(),
+                reason:
+                    "MPI has no bf16 type: bf16 all-reduces move bf16's bytes as MPI_UINT16_T and sum as integers, \
+                    so the cost of bf16 arithmetic in the reduction is not measured"
+                        .into(),
             });
         }
         v
@@ -297,12 +320,18 @@ impl Backend for CpuBackend {
                 Ok(())
             }
             Call::Trace { index, c, op, check } => {
-                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self
+                    .trace_exec
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
                 exec.run(index, c, op, check, &mut || {})?;
                 Ok(())
             }
             Call::P2pStep(k) => {
-                let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+                let p = self
+                    .p2p
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
                 Ok(p.run_step(k)?)
             }
         }
@@ -400,11 +429,16 @@ impl Backend for CpuBackend {
                 let n = op.recv_elems;
                 Ok(match dtype {
                     Dtype::F32 => op.verify(&self.recv[..n], dtype),
-                    Dtype::Bf16 => op.verify(&self.recv16[..n].iter().map(|&x| f32::from(x)).collect::<Vec<f32>>(), dtype),
+                    Dtype::Bf16 => {
+                        op.verify(&self.recv16[..n].iter().map(|&x| f32::from(x)).collect::<Vec<f32>>(), dtype)
+                    }
                 })
             }
             Checked::Trace { index, c, op } => {
-                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self
+                    .trace_exec
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
                 exec.corrupt = corrupt;
                 let found = exec.count_wrong(index, c, op);
                 exec.corrupt = false;
@@ -415,7 +449,10 @@ impl Backend for CpuBackend {
     }
 
     fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
-        let p = self.p2p.as_mut().ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+        let p = self
+            .p2p
+            .as_mut()
+            .ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
         let checked = p.report(check)?.receives_checked;
         p.reset();
         Ok(checked)

@@ -38,8 +38,11 @@ pub(crate) struct MpiCounts {
 impl MpiCounts {
     /// `call`'s counts, or which of them exceeds MPI's `int`.
     pub(crate) fn of(call: &Call) -> Result<Self, String> {
-        let int =
-            |x: usize, what: &str| c_int::try_from(x).map_err(|_| format!("{}: a {what} of {x} exceeds MPI's int count on the cpu backend", call.kind.name()));
+        let int = |x: usize, what: &str| {
+            c_int::try_from(x).map_err(|_| {
+                format!("{}: a {what} of {x} exceeds MPI's int count on the cpu backend", call.kind.name())
+            })
+        };
         let ints = |v: &[usize], what: &str| v.iter().map(|&x| int(x, what)).collect::<Result<Vec<_>, _>>();
         let v = match call.splits {
             Some(s) => Some([
@@ -104,69 +107,145 @@ pub(crate) unsafe fn mpi_call(c: &MpiCounts, a: &MpiArgs, mode: Mode) -> (&'stat
     // which the caller's contract above makes valid for MPI.
     unsafe {
         match (c.kind, mode) {
-            (CollectiveKind::AllReduce, Mode::Blocking) => ("MPI_Allreduce", ffi::MPI_Allreduce(send, recv, sn, t, op, comm), 0),
-            (CollectiveKind::AllReduce, Mode::Nonblocking(r)) => ("MPI_Iallreduce", ffi::MPI_Iallreduce(send, recv, sn, t, op, comm, &mut r[0]), 1),
+            (CollectiveKind::AllReduce, Mode::Blocking) => {
+                ("MPI_Allreduce", ffi::MPI_Allreduce(send, recv, sn, t, op, comm), 0)
+            }
+            (CollectiveKind::AllReduce, Mode::Nonblocking(r)) => {
+                ("MPI_Iallreduce", ffi::MPI_Iallreduce(send, recv, sn, t, op, comm, &mut r[0]), 1)
+            }
             (CollectiveKind::AllGather, mode) => match (&c.v, mode) {
                 (None, Mode::Blocking) => ("MPI_Allgather", ffi::MPI_Allgather(send, bn, t, recv, bn, t, comm), 0),
-                (None, Mode::Nonblocking(r)) => ("MPI_Iallgather", ffi::MPI_Iallgather(send, bn, t, recv, bn, t, comm, &mut r[0]), 1),
-                (Some([_, _, rc, rd]), Mode::Blocking) => ("MPI_Allgatherv", ffi::MPI_Allgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm), 0),
-                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => {
-                    ("MPI_Iallgatherv", ffi::MPI_Iallgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm, &mut r[0]), 1)
+                (None, Mode::Nonblocking(r)) => {
+                    ("MPI_Iallgather", ffi::MPI_Iallgather(send, bn, t, recv, bn, t, comm, &mut r[0]), 1)
                 }
+                (Some([_, _, rc, rd]), Mode::Blocking) => {
+                    ("MPI_Allgatherv", ffi::MPI_Allgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm), 0)
+                }
+                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => (
+                    "MPI_Iallgatherv",
+                    ffi::MPI_Iallgatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, comm, &mut r[0]),
+                    1,
+                ),
             },
             (CollectiveKind::ReduceScatter, mode) => match (&c.v, mode) {
-                (None, Mode::Blocking) => ("MPI_Reduce_scatter_block", ffi::MPI_Reduce_scatter_block(send, recv, bn, t, op, comm), 0),
-                (None, Mode::Nonblocking(r)) => ("MPI_Ireduce_scatter_block", ffi::MPI_Ireduce_scatter_block(send, recv, bn, t, op, comm, &mut r[0]), 1),
-                (Some([_, _, rc, _]), Mode::Blocking) => ("MPI_Reduce_scatter", ffi::MPI_Reduce_scatter(send, recv, rc.as_ptr(), t, op, comm), 0),
-                (Some([_, _, rc, _]), Mode::Nonblocking(r)) => {
-                    ("MPI_Ireduce_scatter", ffi::MPI_Ireduce_scatter(send, recv, rc.as_ptr(), t, op, comm, &mut r[0]), 1)
+                (None, Mode::Blocking) => {
+                    ("MPI_Reduce_scatter_block", ffi::MPI_Reduce_scatter_block(send, recv, bn, t, op, comm), 0)
                 }
+                (None, Mode::Nonblocking(r)) => (
+                    "MPI_Ireduce_scatter_block",
+                    ffi::MPI_Ireduce_scatter_block(send, recv, bn, t, op, comm, &mut r[0]),
+                    1,
+                ),
+                (Some([_, _, rc, _]), Mode::Blocking) => {
+                    ("MPI_Reduce_scatter", ffi::MPI_Reduce_scatter(send, recv, rc.as_ptr(), t, op, comm), 0)
+                }
+                (Some([_, _, rc, _]), Mode::Nonblocking(r)) => (
+                    "MPI_Ireduce_scatter",
+                    ffi::MPI_Ireduce_scatter(send, recv, rc.as_ptr(), t, op, comm, &mut r[0]),
+                    1,
+                ),
             },
             // off the root a gather-v's counts are not significant (empty here)
             (CollectiveKind::Gather, mode) => match (&c.v, mode) {
                 (None, Mode::Blocking) => ("MPI_Gather", ffi::MPI_Gather(send, sn, t, recv, bn, t, root, comm), 0),
-                (None, Mode::Nonblocking(r)) => ("MPI_Igather", ffi::MPI_Igather(send, sn, t, recv, bn, t, root, comm, &mut r[0]), 1),
-                (Some([_, _, rc, rd]), Mode::Blocking) => ("MPI_Gatherv", ffi::MPI_Gatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm), 0),
-                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => {
-                    ("MPI_Igatherv", ffi::MPI_Igatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm, &mut r[0]), 1)
+                (None, Mode::Nonblocking(r)) => {
+                    ("MPI_Igather", ffi::MPI_Igather(send, sn, t, recv, bn, t, root, comm, &mut r[0]), 1)
                 }
+                (Some([_, _, rc, rd]), Mode::Blocking) => {
+                    ("MPI_Gatherv", ffi::MPI_Gatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm), 0)
+                }
+                (Some([_, _, rc, rd]), Mode::Nonblocking(r)) => (
+                    "MPI_Igatherv",
+                    ffi::MPI_Igatherv(send, sn, t, recv, rc.as_ptr(), rd.as_ptr(), t, root, comm, &mut r[0]),
+                    1,
+                ),
             },
             (CollectiveKind::Scatter, mode) => match (&c.v, mode) {
                 (None, Mode::Blocking) => ("MPI_Scatter", ffi::MPI_Scatter(send, bn, t, recv, rn, t, root, comm), 0),
-                (None, Mode::Nonblocking(r)) => ("MPI_Iscatter", ffi::MPI_Iscatter(send, bn, t, recv, rn, t, root, comm, &mut r[0]), 1),
-                (Some([sc, sd, _, _]), Mode::Blocking) => ("MPI_Scatterv", ffi::MPI_Scatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm), 0),
-                (Some([sc, sd, _, _]), Mode::Nonblocking(r)) => {
-                    ("MPI_Iscatterv", ffi::MPI_Iscatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm, &mut r[0]), 1)
+                (None, Mode::Nonblocking(r)) => {
+                    ("MPI_Iscatter", ffi::MPI_Iscatter(send, bn, t, recv, rn, t, root, comm, &mut r[0]), 1)
                 }
+                (Some([sc, sd, _, _]), Mode::Blocking) => {
+                    ("MPI_Scatterv", ffi::MPI_Scatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm), 0)
+                }
+                (Some([sc, sd, _, _]), Mode::Nonblocking(r)) => (
+                    "MPI_Iscatterv",
+                    ffi::MPI_Iscatterv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rn, t, root, comm, &mut r[0]),
+                    1,
+                ),
             },
             (CollectiveKind::Scan, Mode::Blocking) => ("MPI_Scan", ffi::MPI_Scan(send, recv, sn, t, op, comm), 0),
-            (CollectiveKind::Scan, Mode::Nonblocking(r)) => ("MPI_Iscan", ffi::MPI_Iscan(send, recv, sn, t, op, comm, &mut r[0]), 1),
+            (CollectiveKind::Scan, Mode::Nonblocking(r)) => {
+                ("MPI_Iscan", ffi::MPI_Iscan(send, recv, sn, t, op, comm, &mut r[0]), 1)
+            }
             (CollectiveKind::Exscan, Mode::Blocking) => ("MPI_Exscan", ffi::MPI_Exscan(send, recv, sn, t, op, comm), 0),
-            (CollectiveKind::Exscan, Mode::Nonblocking(r)) => ("MPI_Iexscan", ffi::MPI_Iexscan(send, recv, sn, t, op, comm, &mut r[0]), 1),
+            (CollectiveKind::Exscan, Mode::Nonblocking(r)) => {
+                ("MPI_Iexscan", ffi::MPI_Iexscan(send, recv, sn, t, op, comm, &mut r[0]), 1)
+            }
             // in place: the root's data is in the receive buffer
             (CollectiveKind::Broadcast, Mode::Blocking) => ("MPI_Bcast", ffi::MPI_Bcast(recv, sn, t, root, comm), 0),
-            (CollectiveKind::Broadcast, Mode::Nonblocking(r)) => ("MPI_Ibcast", ffi::MPI_Ibcast(recv, sn, t, root, comm, &mut r[0]), 1),
-            (CollectiveKind::Reduce, Mode::Blocking) => ("MPI_Reduce", ffi::MPI_Reduce(send, recv, sn, t, op, root, comm), 0),
-            (CollectiveKind::Reduce, Mode::Nonblocking(r)) => ("MPI_Ireduce", ffi::MPI_Ireduce(send, recv, sn, t, op, root, comm, &mut r[0]), 1),
+            (CollectiveKind::Broadcast, Mode::Nonblocking(r)) => {
+                ("MPI_Ibcast", ffi::MPI_Ibcast(recv, sn, t, root, comm, &mut r[0]), 1)
+            }
+            (CollectiveKind::Reduce, Mode::Blocking) => {
+                ("MPI_Reduce", ffi::MPI_Reduce(send, recv, sn, t, op, root, comm), 0)
+            }
+            (CollectiveKind::Reduce, Mode::Nonblocking(r)) => {
+                ("MPI_Ireduce", ffi::MPI_Ireduce(send, recv, sn, t, op, root, comm, &mut r[0]), 1)
+            }
             (CollectiveKind::AllToAll, mode) => match (&c.v, mode) {
                 (None, Mode::Blocking) => ("MPI_Alltoall", ffi::MPI_Alltoall(send, bn, t, recv, bn, t, comm), 0),
-                (None, Mode::Nonblocking(r)) => ("MPI_Ialltoall", ffi::MPI_Ialltoall(send, bn, t, recv, bn, t, comm, &mut r[0]), 1),
-                (Some([sc, sd, rc, rd]), Mode::Blocking) => {
-                    ("MPI_Alltoallv", ffi::MPI_Alltoallv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rc.as_ptr(), rd.as_ptr(), t, comm), 0)
+                (None, Mode::Nonblocking(r)) => {
+                    ("MPI_Ialltoall", ffi::MPI_Ialltoall(send, bn, t, recv, bn, t, comm, &mut r[0]), 1)
                 }
-                (Some([sc, sd, rc, rd]), Mode::Nonblocking(r)) => {
-                    ("MPI_Ialltoallv", ffi::MPI_Ialltoallv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rc.as_ptr(), rd.as_ptr(), t, comm, &mut r[0]), 1)
-                }
+                (Some([sc, sd, rc, rd]), Mode::Blocking) => (
+                    "MPI_Alltoallv",
+                    ffi::MPI_Alltoallv(send, sc.as_ptr(), sd.as_ptr(), t, recv, rc.as_ptr(), rd.as_ptr(), t, comm),
+                    0,
+                ),
+                (Some([sc, sd, rc, rd]), Mode::Nonblocking(r)) => (
+                    "MPI_Ialltoallv",
+                    ffi::MPI_Ialltoallv(
+                        send,
+                        sc.as_ptr(),
+                        sd.as_ptr(),
+                        t,
+                        recv,
+                        rc.as_ptr(),
+                        rd.as_ptr(),
+                        t,
+                        comm,
+                        &mut r[0],
+                    ),
+                    1,
+                ),
             },
             (CollectiveKind::Barrier, Mode::Blocking) => ("MPI_Barrier", ffi::MPI_Barrier(comm), 0),
             (CollectiveKind::Barrier, Mode::Nonblocking(r)) => ("MPI_Ibarrier", ffi::MPI_Ibarrier(comm, &mut r[0]), 1),
             // a send, a receive, or both (the own path's ring: one issue)
             (CollectiveKind::Send | CollectiveKind::Recv, Mode::Blocking) => match (c.send_to, c.recv_from) {
-                (Some(to), Some(from)) => {
-                    ("MPI_Sendrecv", ffi::MPI_Sendrecv(send, sn, t, to, P2P_TAG, recv, rn, t, from, P2P_TAG, comm, ffi::RSMPI_STATUS_IGNORE), 0)
-                }
+                (Some(to), Some(from)) => (
+                    "MPI_Sendrecv",
+                    ffi::MPI_Sendrecv(
+                        send,
+                        sn,
+                        t,
+                        to,
+                        P2P_TAG,
+                        recv,
+                        rn,
+                        t,
+                        from,
+                        P2P_TAG,
+                        comm,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    ),
+                    0,
+                ),
                 (Some(to), None) => ("MPI_Send", ffi::MPI_Send(send, sn, t, to, P2P_TAG, comm), 0),
-                (None, Some(from)) => ("MPI_Recv", ffi::MPI_Recv(recv, rn, t, from, P2P_TAG, comm, ffi::RSMPI_STATUS_IGNORE), 0),
+                (None, Some(from)) => {
+                    ("MPI_Recv", ffi::MPI_Recv(recv, rn, t, from, P2P_TAG, comm, ffi::RSMPI_STATUS_IGNORE), 0)
+                }
                 (None, None) => ("a point-to-point call without a peer", ffi::MPI_ERR_ARG as c_int, 0),
             },
             (CollectiveKind::Send | CollectiveKind::Recv, Mode::Nonblocking(r)) => {

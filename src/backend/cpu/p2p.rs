@@ -52,13 +52,29 @@ impl CpuP2p {
         for (i, o) in plan.ops.iter().enumerate() {
             mpi_int(o.bytes, &format!("rank {rank}, point-to-point operation {i}"))?;
             comms.push(comm(&o.group).with_context(|| format!("rank {rank}, point-to-point operation {i}"))?);
-            bufs.push(if o.send { (0..o.bytes as usize).map(|j| pattern(rank, i, j)).collect() } else { vec![0u8; o.bytes as usize] });
+            bufs.push(if o.send {
+                (0..o.bytes as usize).map(|j| pattern(rank, i, j)).collect()
+            } else {
+                vec![0u8; o.bytes as usize]
+            });
         }
         // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
         let n = plan.ops.len();
         let limit = std::time::Duration::from_secs_f64(limits::DEFAULT_COLLECTIVE_TIMEOUT_S);
-        Ok(Self { rank, plan, comms, bufs, reqs: vec![null; n], got: vec![None; n], next: 0, host_ns: 0, waits: 0, corrupt: false, limit })
+        Ok(Self {
+            rank,
+            plan,
+            comms,
+            bufs,
+            reqs: vec![null; n],
+            got: vec![None; n],
+            next: 0,
+            host_ns: 0,
+            waits: 0,
+            corrupt: false,
+            limit,
+        })
     }
 
     /// Run every step recorded before call `call` (the next collective's).
@@ -78,7 +94,12 @@ impl CpuP2p {
         if k != self.next {
             bail!("internal: rank {}: point-to-point step {k} asked for, step {} is next", self.rank, self.next);
         }
-        let (call, step) = self.plan.steps.get(k).cloned().with_context(|| format!("internal: rank {}: no point-to-point step {k}", self.rank))?;
+        let (call, step) = self
+            .plan
+            .steps
+            .get(k)
+            .cloned()
+            .with_context(|| format!("internal: rank {}: no point-to-point step {k}", self.rank))?;
         let t0 = Instant::now();
         self.step(&step).with_context(|| format!("rank {}, point-to-point step {k} (call {call})", self.rank))?;
         self.host_ns += t0.elapsed().as_nanos() as u64;
@@ -89,7 +110,8 @@ impl CpuP2p {
     fn run_while(&mut self, go: impl Fn(u64) -> bool) -> Result<()> {
         while let Some((call, step)) = self.plan.steps.get(self.next).filter(|(c, _)| go(*c)).cloned() {
             let t0 = Instant::now();
-            self.step(&step).with_context(|| format!("rank {}, point-to-point step {} (call {call})", self.rank, self.next))?;
+            self.step(&step)
+                .with_context(|| format!("rank {}, point-to-point step {} (call {call})", self.rank, self.next))?;
             self.host_ns += t0.elapsed().as_nanos() as u64;
             self.next += 1;
         }
@@ -110,7 +132,8 @@ impl CpuP2p {
     fn peer_tag(&self, i: usize) -> (i32, i32) {
         let o = &self.plan.ops[i];
         // SAFETY: reading immutable constants that rsmpi's C shim initialises before MPI_Init returns.
-        let (any_source, any_tag, proc_null) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG, ffi::RSMPI_PROC_NULL) };
+        let (any_source, any_tag, proc_null) =
+            unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG, ffi::RSMPI_PROC_NULL) };
         let peer = match o.peer {
             ANY_SOURCE => any_source,
             PROC_NULL => proc_null,
@@ -143,13 +166,36 @@ impl CpuP2p {
                 let n = self.bufs[i].len() as i32;
                 let rc = if self.plan.ops[i].send {
                     // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    unsafe { ffi::MPI_Isend(self.bufs[i].as_ptr().cast(), n, byte, peer, tag, self.comms[i], &mut self.reqs[i]) }
+                    unsafe {
+                        ffi::MPI_Isend(
+                            self.bufs[i].as_ptr().cast(),
+                            n,
+                            byte,
+                            peer,
+                            tag,
+                            self.comms[i],
+                            &mut self.reqs[i],
+                        )
+                    }
                 } else {
                     // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    unsafe { ffi::MPI_Irecv(self.bufs[i].as_mut_ptr().cast(), n, byte, peer, tag, self.comms[i], &mut self.reqs[i]) }
+                    unsafe {
+                        ffi::MPI_Irecv(
+                            self.bufs[i].as_mut_ptr().cast(),
+                            n,
+                            byte,
+                            peer,
+                            tag,
+                            self.comms[i],
+                            &mut self.reqs[i],
+                        )
+                    }
                 };
                 if rc != 0 {
-                    bail!("{} to or from {peer} tag {tag} failed (MPI error {rc})", if self.plan.ops[i].send { "MPI_Isend" } else { "MPI_Irecv" });
+                    bail!(
+                        "{} to or from {peer} tag {tag} failed (MPI error {rc})",
+                        if self.plan.ops[i].send { "MPI_Isend" } else { "MPI_Irecv" }
+                    );
                 }
             }
             P2pStep::Blocking(i) => {
@@ -165,7 +211,9 @@ impl CpuP2p {
                     // SAFETY: MPI_Status is a plain C struct, for which all zero bytes are a valid value.
                     let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
                     // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    let rc = unsafe { ffi::MPI_Recv(self.bufs[i].as_mut_ptr().cast(), n, byte, peer, tag, self.comms[i], &mut st) };
+                    let rc = unsafe {
+                        ffi::MPI_Recv(self.bufs[i].as_mut_ptr().cast(), n, byte, peer, tag, self.comms[i], &mut st)
+                    };
                     if rc != 0 {
                         bail!("MPI_Recv from {peer} tag {tag} failed (MPI error {rc})");
                     }
@@ -219,19 +267,24 @@ impl CpuP2p {
         if check {
             for (i, o) in self.plan.ops.iter().enumerate().filter(|(_, o)| !o.send) {
                 let Some(m) = o.matched else { continue };
-                let got = self.got[i].with_context(|| format!("--check: rank {}, point-to-point operation {i}: never completed", self.rank))?;
+                let got = self.got[i].with_context(|| {
+                    format!("--check: rank {}, point-to-point operation {i}: never completed", self.rank)
+                })?;
                 if got != m.bytes {
                     bail!(
-                        "--check: rank {}, point-to-point receive {i} from rank {}: {got} bytes arrived, its matching send has {}",
+                        "--check: rank {}, point-to-point receive {i} from rank {}: {got} bytes arrived, its matching \
+                            send has {}",
                         self.rank,
                         m.sender,
                         m.bytes
                     );
                 }
-                let byte = |j: usize| if self.corrupt && j == 0 { self.bufs[i][j].wrapping_add(1) } else { self.bufs[i][j] };
+                let byte =
+                    |j: usize| if self.corrupt && j == 0 { self.bufs[i][j].wrapping_add(1) } else { self.bufs[i][j] };
                 if let Some(j) = (0..got as usize).find(|&j| byte(j) != pattern(m.sender, m.op, j)) {
                     bail!(
-                        "--check: rank {}, point-to-point receive {i} from rank {}: byte {j} is {}, its matching send (operation {}) wrote {}",
+                        "--check: rank {}, point-to-point receive {i} from rank {}: byte {j} is {}, its matching send \
+                            (operation {}) wrote {}",
                         self.rank,
                         m.sender,
                         byte(j),

@@ -15,7 +15,8 @@ use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{
-    refuse_unsupported, replay_op, round_to, NonblockingReport, Pace, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
+    refuse_unsupported, replay_op, round_to, NonblockingReport, Pace, ReplayOutput, WorkloadReport,
+    WORKLOAD_REPORT_FORMAT_VERSION,
 };
 use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use anyhow::{bail, Context, Result};
@@ -124,8 +125,10 @@ impl CpuTraceExec {
     }
 
     fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], &SimpleCommunicator)> {
-        let (members, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
-        let comm = comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let (members, comm) =
+            self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
+        let comm =
+            comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
         Ok((members, comm))
     }
 
@@ -142,12 +145,17 @@ impl CpuTraceExec {
         if total > MAX_PREPARED_BYTES as u128 {
             crate::refuse!(
                 Code::OverLimit,
-                "rank {}: the trace's buffers need {total} bytes at once, over the cpu backend's {MAX_PREPARED_BYTES}-byte budget (every buffer is made before the replay, so that only the pacing wait lies between collectives); replay a shorter trace",
+                "rank {}: the trace's buffers need {total} bytes at once, over the cpu backend's \
+                    {MAX_PREPARED_BYTES}-byte budget (every buffer is made before the replay, so that only the pacing \
+                        wait lies between collectives); replay a shorter trace",
                 self.rank
             );
         }
-        self.slots =
-            colls.iter().enumerate().map(|(i, c)| self.slot(c).with_context(|| format!("rank {}, collective {i}", self.rank))).collect::<Result<_>>()?;
+        self.slots = colls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.slot(c).with_context(|| format!("rank {}, collective {i}", self.rank)))
+            .collect::<Result<_>>()?;
         Ok(())
     }
 
@@ -156,14 +164,21 @@ impl CpuTraceExec {
         let share = TraceShare::new(c, self.rank, members)?;
         let native = share.reduces() && matches!(c.dtype, TraceDtype::F64 | TraceDtype::I32 | TraceDtype::I64);
         if share.reduces() && !native && !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
-            bail!("{} of {} is not supported on the cpu backend (f32, bf16, f16, f64, i32, i64)", c.kind.name(), c.dtype);
+            bail!(
+                "{} of {} is not supported on the cpu backend (f32, bf16, f16, f64, i32, i64)",
+                c.kind.name(),
+                c.dtype
+            );
         }
         let counts = MpiCounts::of(&share.call()).map_err(anyhow::Error::msg)?;
         let out_len = share.out_len();
         let bufs = match share.input() {
             Input::Values(send) if native => {
                 let width = c.dtype.size_bytes() as usize;
-                Bufs::Native { send: send.iter().flat_map(|&v| encode(c.dtype, v)).collect(), out: vec![0u8; out_len * width] }
+                Bufs::Native {
+                    send: send.iter().flat_map(|&v| encode(c.dtype, v)).collect(),
+                    out: vec![0u8; out_len * width],
+                }
             }
             Input::Values(send) => Bufs::Values { send, out: vec![0f32; out_len] },
             // MPI broadcasts in place: the root's data starts in the receive buffer
@@ -188,13 +203,27 @@ impl CpuTraceExec {
     /// Run prepared collective `i` (step 2, blocking): `before_issue` (the
     /// pacing wait), then the MPI call. Returns the call's host time, the
     /// input bytes handed to MPI and when the call returned.
-    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+    pub fn run(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        before_issue: &mut dyn FnMut(),
+    ) -> Result<(u64, u64, Instant)> {
         self.issue(i, c, op, check, before_issue, false)
     }
 
     /// Post prepared collective `i` with its nonblocking call (`MPI_Iallreduce`,
     /// ...), as [`Self::run`] does the blocking one; [`Self::complete`] waits for it.
-    pub fn post(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+    pub fn post(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        before_issue: &mut dyn FnMut(),
+    ) -> Result<(u64, u64, Instant)> {
         self.issue(i, c, op, check, before_issue, true)
     }
 
@@ -204,7 +233,8 @@ impl CpuTraceExec {
         if slot.pending == 0 {
             return Ok(());
         }
-        // SAFETY: the requests were started by `post` on this slot's buffers, which stay untouched until this wait returns.
+        // SAFETY: the requests were started by `post` on this slot's buffers, which stay untouched until this wait
+        // returns.
         let rc = unsafe { ffi::MPI_Waitall(slot.pending as i32, slot.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
         slot.pending = 0;
         if rc != 0 {
@@ -244,9 +274,15 @@ impl CpuTraceExec {
             )
         };
         let mut args = match &mut slot.bufs {
-            Bufs::Values { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: float, op: mpi_op, comm },
-            Bufs::Native { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm },
-            Bufs::Bytes { send, out } => MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm },
+            Bufs::Values { send, out } => {
+                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: float, op: mpi_op, comm }
+            }
+            Bufs::Native { send, out } => {
+                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm }
+            }
+            Bufs::Bytes { send, out } => {
+                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm }
+            }
         };
         // An empty byte buffer's pointer is 1, which is Open MPI's MPI_IN_PLACE (a zero-byte broadcast of
         // hpcc's was refused as MPI_ERR_ARG): empty buffers point at the executor's scratch instead, which
@@ -291,7 +327,9 @@ impl CpuTraceExec {
             match &mut slot.bufs {
                 Bufs::Values { out, .. } => out.iter_mut().for_each(|x| *x = 0.0),
                 Bufs::Native { out, .. } => out.iter_mut().for_each(|b| *b = 0),
-                Bufs::Bytes { out, .. } if !(c.kind == CollectiveKind::Broadcast && c.root == Some(self.rank)) => out.iter_mut().for_each(|b| *b = 0),
+                Bufs::Bytes { out, .. } if !(c.kind == CollectiveKind::Broadcast && c.root == Some(self.rank)) => {
+                    out.iter_mut().for_each(|b| *b = 0)
+                }
                 _ => {}
             }
         }
@@ -302,7 +340,13 @@ impl CpuTraceExec {
         for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
             if let Some((op, true)) = slot.ran {
                 if let (_, Some(first)) = self.wrong_in(c, slot, op) {
-                    let e = anyhow::anyhow!("--check: {} #{} on group {:?} ({}): {first}", c.kind.name(), c.seq, c.group, c.dtype);
+                    let e = anyhow::anyhow!(
+                        "--check: {} #{} on group {:?} ({}): {first}",
+                        c.kind.name(),
+                        c.seq,
+                        c.group,
+                        c.dtype
+                    );
                     return Err(e.context(format!("rank {}, collective {i}", self.rank)));
                 }
             }
@@ -324,7 +368,8 @@ impl CpuTraceExec {
         match &slot.bufs {
             Bufs::Native { out, .. } => {
                 let n = slot.share.group_size() as f32;
-                let mut got: Vec<f32> = decode(c.dtype, out).into_iter().map(|x| if op == ReduceOp::Avg { x / n } else { x }).collect();
+                let mut got: Vec<f32> =
+                    decode(c.dtype, out).into_iter().map(|x| if op == ReduceOp::Avg { x / n } else { x }).collect();
                 if self.corrupt {
                     got.iter_mut().take(1).for_each(|x| *x += 1.0);
                 }
@@ -333,7 +378,8 @@ impl CpuTraceExec {
             Bufs::Values { out, .. } => {
                 let n = slot.share.group_size() as f32;
                 // what the library would hand back in the dtype: the mean for avg, rounded
-                let mut got: Vec<f32> = out.iter().map(|&x| round_to(c.dtype, if op == ReduceOp::Avg { x / n } else { x })).collect();
+                let mut got: Vec<f32> =
+                    out.iter().map(|&x| round_to(c.dtype, if op == ReduceOp::Avg { x / n } else { x })).collect();
                 if self.corrupt {
                     got.iter_mut().take(1).for_each(|x| *x += 1.0);
                 }
@@ -364,8 +410,12 @@ fn encode(dtype: TraceDtype, v: f32) -> Vec<u8> {
 /// A native result read back as f32 values for the check.
 fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
     match dtype {
-        TraceDtype::F64 => b.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
-        TraceDtype::I32 => b.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
+        TraceDtype::F64 => {
+            b.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect()
+        }
+        TraceDtype::I32 => {
+            b.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect()
+        }
         _ => b.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
     }
 }
@@ -373,18 +423,24 @@ fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
 /// Run this rank's collectives of `trace` in order.
 pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) -> Result<ReplayOutput> {
     // what the cpu replay cannot run or check is refused on every rank before any communicator is made
-    let cannot =
-        |c: &TraceCollective| c.op.filter(|&o| replay_op(o).is_none()).map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()));
+    let cannot = |c: &TraceCollective| {
+        c.op.filter(|&o| replay_op(o).is_none())
+            .map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()))
+    };
     refuse_unsupported(trace, "cpu", &cannot)?;
     let mut exec = CpuTraceExec::new(world, trace)?;
     let rank = world.rank() as u32;
     exec.corrupt = o.corrupt_rank == Some(rank);
-    let mine_all = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+    let mine_all =
+        trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let mine = &mine_all.collectives;
     // refused before any buffer is made
     let plan = match o.pace {
         Pace::Workload => Some(workload_plan::plan(mine_all)?),
-        Pace::DeviceGaps => bail!("--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same gaps on the host)"),
+        Pace::DeviceGaps => bail!(
+            "--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace \
+            gaps waits the same gaps on the host)"
+        ),
         _ => None,
     };
     exec.prepare(mine)?;
@@ -410,11 +466,19 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
             let flags = &m.collective_nonblocking[rank as usize];
             let done = m.collective_completions.get(rank as usize).cloned().unwrap_or_default();
             if flags.len() != mine.len() || done.len() != mine.len() {
-                bail!("rank {rank}: mpi.collective_nonblocking and collective_completions do not have one entry per collective ({})", mine.len());
+                bail!(
+                    "rank {rank}: mpi.collective_nonblocking and collective_completions do not have one entry per \
+                    collective ({})",
+                    mine.len()
+                );
             }
             for (i, d) in done.iter().enumerate() {
                 if d.is_some_and(|d| d <= calls[i]) {
-                    bail!("rank {rank}: collective {i} (call {}) is completed by call {:?}, not a later one", calls[i], d);
+                    bail!(
+                        "rank {rank}: collective {i} (call {}) is completed by call {:?}, not a later one",
+                        calls[i],
+                        d
+                    );
                 }
             }
             Some(Nonblocking { flags: flags.clone(), done, pending: Vec::new(), waits: 0 })
@@ -460,7 +524,14 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         }
     }
     impl TraceRunner for Cpu<'_> {
-        fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+        fn run(
+            &mut self,
+            i: usize,
+            c: &TraceCollective,
+            op: ReduceOp,
+            check: bool,
+            before_issue: &mut dyn FnMut(),
+        ) -> Result<(u64, u64, Instant)> {
             if let Some(x) = self.calls.as_ref().map(|v| v[i]) {
                 self.settle(x)?;
             }
@@ -522,7 +593,10 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
                 stands_for: "compute".into(),
                 rank,
                 backend: "cpu".into(),
-                compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch order before the collective it preceded (one stream: kernels the source ran concurrently run in sequence)".into(),
+                compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch \
+                    order before the collective it preceded (one stream: kernels the source ran concurrently run in \
+                        sequence)"
+                    .into(),
                 streams: plan.stream_names(),
                 dependencies_from_timeline: plan.timeline_complete,
                 cross_stream_waits: plan.cross_stream_waits(),

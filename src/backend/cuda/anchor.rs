@@ -86,11 +86,20 @@ impl CudaBackend {
                 // SAFETY: `dev` maps two live 4-byte host words of this context; the stream is this context's.
                 unsafe {
                     drv(
-                        drv_sys::cuStreamWaitValue32_v2(stream, dev, want, drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32).result(),
+                        drv_sys::cuStreamWaitValue32_v2(
+                            stream,
+                            dev,
+                            want,
+                            drv_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                        )
+                        .result(),
                         "cuStreamWaitValue32 (anchor)",
                     )?;
                     drv(event::record(e.cu_event(), stream), "cuEventRecord (anchor)")?;
-                    drv(drv_sys::cuStreamWriteValue32_v2(stream, dev + 4, want, 0).result(), "cuStreamWriteValue32 (anchor)")?;
+                    drv(
+                        drv_sys::cuStreamWriteValue32_v2(stream, dev + 4, want, 0).result(),
+                        "cuStreamWriteValue32 (anchor)",
+                    )?;
                 }
                 let before = self.clock.now_ns();
                 // SAFETY: live, aligned host words; only this thread writes the first, the device the second.
@@ -184,16 +193,22 @@ impl CudaBackend {
         if stamps.len() != want {
             return Err(format!("CUPTI recorded {} of the {want} stamping kernels", stamps.len()));
         }
-        let pair = |w: &globaltimer::TimerWindow, recs: &[RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
-            let k: Vec<StampedKernel> = w
-                .stamps
-                .iter()
-                .zip(recs)
-                .map(|(&(entry, exit), r)| StampedKernel { timer_start_ns: r.start, timer_end_ns: r.end, stamp_entry_ns: entry, stamp_exit_ns: exit })
-                .collect();
-            let offset = bracket_timer_offset(&k).map_err(|e| e.to_string())?;
-            Ok(KernelTimerWindow { estimate: w.estimate, device0_ns: w.first_timer_ns, offset })
-        };
+        let pair =
+            |w: &globaltimer::TimerWindow, recs: &[RawKernel]| -> std::result::Result<KernelTimerWindow, String> {
+                let k: Vec<StampedKernel> = w
+                    .stamps
+                    .iter()
+                    .zip(recs)
+                    .map(|(&(entry, exit), r)| StampedKernel {
+                        timer_start_ns: r.start,
+                        timer_end_ns: r.end,
+                        stamp_entry_ns: entry,
+                        stamp_exit_ns: exit,
+                    })
+                    .collect();
+                let offset = bracket_timer_offset(&k).map_err(|e| e.to_string())?;
+                Ok(KernelTimerWindow { estimate: w.estimate, device0_ns: w.first_timer_ns, offset })
+            };
         let (s, e) = (pair(start, &stamps[..start.stamps.len()])?, pair(end, &stamps[start.stamps.len()..])?);
         if end.first_timer_ns <= start.first_timer_ns {
             return Err("the end window's %globaltimer reading does not follow the start window's".into());

@@ -29,27 +29,35 @@ impl Backend for CudaBackend {
     }
 
     fn unmeasured(&self) -> Vec<Unmeasured> {
-        [
-            Unmeasured {
-                field: "wait_start_ns/wait_end_ns".into(),
-                reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute stream's stall is in device_waits. In the isolated phase no wait is enqueued (collectives run back to back, as in nccl-tests), so both equal host_return_ns there".into(),
-            },
-        ]
+        [Unmeasured {
+            field: "wait_start_ns/wait_end_ns".into(),
+            reason: "on the cuda backend these are host enqueue times of the stream dependency; the compute \
+                    stream's stall is in device_waits. In the isolated phase no wait is enqueued (collectives run back \
+                        to back, as in nccl-tests), so both equal host_return_ns there"
+                .into(),
+        }]
         .into_iter()
-        .chain(self.graph_used.then(|| Unmeasured {
-            field: "host_issue_ns/host_return_ns (isolated, --graph)".into(),
-            reason: "the host launched each size's timed iterations as one CUDA graph; every collective of it carries that launch call's host times".into(),
+        .chain(self.graph_used.then(|| {
+            Unmeasured {
+                field: "host_issue_ns/host_return_ns (isolated, --graph)".into(),
+                reason:
+                    "the host launched each size's timed iterations as one CUDA graph; every collective of it carries \
+                that launch call's host times"
+                        .into(),
+            }
         }))
-        .chain(self.cupti_unavailable.as_ref().map(|why| Unmeasured {
-            field: "kernels".into(),
-            reason: format!("no CUPTI kernel records: {why}"),
-        }))
+        .chain(
+            self.cupti_unavailable
+                .as_ref()
+                .map(|why| Unmeasured { field: "kernels".into(), reason: format!("no CUPTI kernel records: {why}") }),
+        )
         .chain(self.cupti_lost.any().then(|| {
             let l = self.cupti_lost;
             Unmeasured {
                 field: "kernels".into(),
                 reason: format!(
-                    "incomplete: CUPTI dropped {} kernel record(s) for want of buffer space ({} buffer(s) whose dropped count could not be read), and {} record(s) were malformed and left out",
+                    "incomplete: CUPTI dropped {} kernel record(s) for want of buffer space ({} buffer(s) whose \
+                        dropped count could not be read), and {} record(s) were malformed and left out",
                     l.dropped, l.dropped_unread, l.malformed
                 ),
             }
@@ -57,14 +65,18 @@ impl Backend for CudaBackend {
         .chain(self.kernel_anchor_failures.first().map(|why| Unmeasured {
             field: "phases[].kernel_anchor".into(),
             reason: format!(
-                "in {} pass(es) the kernel times rest on CUPTI's own conversion (error unknown): the %globaltimer anchor did not fit, first because {why}",
+                "in {} pass(es) the kernel times rest on CUPTI's own conversion (error unknown): the %globaltimer \
+                    anchor did not fit, first because {why}",
                 self.kernel_anchor_failures.len()
             ),
         }))
         .chain(match (&self.cupti, &self.timer) {
             (Some(_), Err(why)) => Some(Unmeasured {
                 field: "phases[].kernel_anchor".into(),
-                reason: format!("the %globaltimer anchor could not load ({why}): kernel times rest on CUPTI's own conversion, whose error is not known"),
+                reason: format!(
+                    "the %globaltimer anchor could not load ({why}): kernel times rest on CUPTI's own \
+                    conversion, whose error is not known"
+                ),
             }),
             _ => None,
         })
@@ -80,14 +92,23 @@ impl Backend for CudaBackend {
     fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], p2p: Option<&P2pPlan>) -> BackendResult<()> {
         if p2p.is_some() {
             return Err(BackendError::Unsupported(
-                "this backend does not run an MPI trace's point-to-point operations (mpi.p2p): run the phases with --backend cpu, or pass --trace-allreduce-only (the point-to-point operations are then left out and counted)".into(),
+                "this backend does not run an MPI trace's point-to-point operations (mpi.p2p): run the phases with \
+                    --backend cpu, or pass --trace-allreduce-only (the point-to-point operations are then left out and \
+                        counted)"
+                    .into(),
             ));
         }
         // a second preparation replaces the first: end its communicators first
         if let Some(mut old) = self.trace_exec.take() {
             old.abort();
         }
-        let mut exec = trace_exec::CudaTraceExec::new(&self.exec_world, self.exec_ordinal, &self.exec_nccl_path, trace, self.timeout)?;
+        let mut exec = trace_exec::CudaTraceExec::new(
+            &self.exec_world,
+            self.exec_ordinal,
+            &self.exec_nccl_path,
+            trace,
+            self.timeout,
+        )?;
         exec.prepare(colls)?;
         self.trace_exec = Some(exec);
         // the executor bound its context to this thread: it is the primary context of the same GPU, as ours is
@@ -100,13 +121,22 @@ impl Backend for CudaBackend {
             (Call::World { kind, bytes, dtype }, Timing::Async) => self.start(kind, bytes, dtype),
             (Call::World { kind, bytes, dtype }, Timing::BackToBack) => self.back_to_back(kind, bytes, dtype),
             (Call::Trace { index, c, op, check }, Timing::HostWait) => {
-                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self
+                    .trace_exec
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
                 exec.run(index, c, op, check, &mut || {})?;
                 Ok(())
             }
-            (Call::World { .. }, Timing::Untimed) => Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into())),
-            (Call::P2pStep(_), _) => Err(BackendError::Misuse("internal: no point-to-point program was prepared".into())),
-            (call, timing) => Err(BackendError::Misuse(format!("internal: the cuda backend has no {timing:?} path for {call:?}"))),
+            (Call::World { .. }, Timing::Untimed) => {
+                Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into()))
+            }
+            (Call::P2pStep(_), _) => {
+                Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
+            }
+            (call, timing) => {
+                Err(BackendError::Misuse(format!("internal: the cuda backend has no {timing:?} path for {call:?}")))
+            }
         }
     }
 
@@ -138,7 +168,9 @@ impl Backend for CudaBackend {
 
     fn collectives_on_compute_stream(&mut self, on: bool) -> BackendResult<()> {
         if self.pending.is_some() || self.capturing {
-            return Err(BackendError::Misuse("internal: the collective stream changed with a collective outstanding or inside a capture".into()));
+            return Err(BackendError::Misuse(
+                "internal: the collective stream changed with a collective outstanding or inside a capture".into(),
+            ));
         }
         self.on_compute = on;
         Ok(())
@@ -238,7 +270,8 @@ impl Backend for CudaBackend {
                     Some(m) => m.to_host_ns(t),
                     None => (host0 as i128 + t as i128 - ts0 as i128).max(0) as u64,
                 };
-                let kind = if k.name.to_ascii_lowercase().contains("nccl") { KernelKind::Nccl } else { KernelKind::Compute };
+                let kind =
+                    if k.name.to_ascii_lowercase().contains("nccl") { KernelKind::Nccl } else { KernelKind::Compute };
                 kernels.push(crate::backend::PassKernel {
                     kind,
                     name: k.name,
@@ -249,7 +282,9 @@ impl Backend for CudaBackend {
                 });
             }
         }
-        let iv = |&(a, b): &(usize, usize)| (b != OPEN_END).then(|| DeviceInterval { start_ns: host_ns[a], end_ns: host_ns[b] });
+        let iv = |&(a, b): &(usize, usize)| {
+            (b != OPEN_END).then(|| DeviceInterval { start_ns: host_ns[a], end_ns: host_ns[b] })
+        };
         let collectives = intervals.iter().map(iv).collect();
         let waits = waits_ev.iter().map(iv).collect();
         let marks_ns = marks.iter().map(|&m| host_ns[m]).collect();
@@ -267,7 +302,14 @@ impl Backend for CudaBackend {
         self.free_events.append(&mut self.pass_events);
         self.tail = [None, None];
         self.graphs.clear();
-        Ok(PassTimings { collectives, marks_ns, anchor_error_ns: Some(error_ns.ceil() as u64), kernels, waits, kernel_anchor })
+        Ok(PassTimings {
+            collectives,
+            marks_ns,
+            anchor_error_ns: Some(error_ns.ceil() as u64),
+            kernels,
+            waits,
+            kernel_anchor,
+        })
     }
 
     fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome> {
@@ -285,7 +327,10 @@ impl Backend for CudaBackend {
                 Ok(op.verify(&values, dtype))
             }
             Checked::Trace { index, c, op } => {
-                let exec = self.trace_exec.as_mut().ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self
+                    .trace_exec
+                    .as_mut()
+                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
                 exec.corrupt = corrupt;
                 let found = exec.count_wrong(index, c, op);
                 exec.corrupt = false;
@@ -309,7 +354,11 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
-        mpi_deadline::barrier_within(&self.exec_world, timeout, crate::backend::mpi_deadline::Op { what, phase, peer: None })
+        mpi_deadline::barrier_within(
+            &self.exec_world,
+            timeout,
+            crate::backend::mpi_deadline::Op { what, phase, peer: None },
+        )
     }
 }
 
@@ -321,7 +370,9 @@ impl CudaBackend {
         crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
         if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+            return Err(BackendError::Misuse(
+                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
+            ));
         }
         if self.anchor.is_none() {
             self.ensure_anchor()?;
@@ -351,7 +402,8 @@ impl CudaBackend {
             self.back_to_back_open = true;
             return Ok(());
         }
-        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum)
+            .map_err(BackendError::Misuse)?;
         let grouped = calls.len() > 1;
         if grouped {
             self.comm.group(true)?;
@@ -379,21 +431,33 @@ impl CudaBackend {
         crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
         let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
         if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+            return Err(BackendError::Misuse(
+                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
+            ));
         }
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
         let (sp, rp) = self.buffers();
         let stream = self.comm_stream.cu_stream();
-        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
-        drv(self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum)
+            .map_err(BackendError::Misuse)?;
+        drv(
+            self.comm_stream.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture",
+        )?;
         let mut captured = || -> BackendResult<()> {
             let record = |b: &mut Self| -> BackendResult<usize> {
                 let e = b.pooled_event()?;
                 // SAFETY: a live event and the capturing stream of this context; EXTERNAL makes it a timestamp node.
-                let recorded =
-                    unsafe { drv_sys::cuEventRecordWithFlags(e.cu_event(), stream, drv_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32).result() };
+                let recorded = unsafe {
+                    drv_sys::cuEventRecordWithFlags(
+                        e.cu_event(),
+                        stream,
+                        drv_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32,
+                    )
+                    .result()
+                };
                 drv(recorded, "cuEventRecordWithFlags (graph)")?;
                 b.pass_events.push(e);
                 Ok(b.pass_events.len() - 1)
@@ -419,7 +483,10 @@ impl CudaBackend {
             Ok(())
         };
         let res = captured();
-        let graph = drv(self.comm_stream.end_capture(drv_sys::CUgraphInstantiate_flags(0)), "cuStreamEndCapture / cuGraphInstantiate");
+        let graph = drv(
+            self.comm_stream.end_capture(drv_sys::CUgraphInstantiate_flags(0)),
+            "cuStreamEndCapture / cuGraphInstantiate",
+        );
         res?;
         let graph = graph?.ok_or_else(|| anyhow::anyhow!("stream capture produced no graph"))?;
         drv(graph.upload(), "cuGraphUpload")?;
@@ -487,7 +554,9 @@ impl CudaBackend {
 
     fn begin_graph(&mut self) -> BackendResult<()> {
         if self.capturing || self.pending.is_some() {
-            return Err(BackendError::Misuse("internal: graph capture begun with a capture or a collective outstanding".into()));
+            return Err(BackendError::Misuse(
+                "internal: graph capture begun with a capture or a collective outstanding".into(),
+            ));
         }
         // the anchor synchronizes an event, which a capturing stream forbids: take it first
         self.ensure_anchor()?;
@@ -497,7 +566,8 @@ impl CudaBackend {
             let ws = drv(self.compute.alloc_zeros::<u8>(WORKSPACE_BYTES), "allocating the cuBLAS workspace")?;
             {
                 let (wp, _w) = ws.device_ptr(&self.compute);
-                // SAFETY: the workspace is a field of self, declared after `blas`, so it outlives every use of the handle.
+                // SAFETY: the workspace is a field of self, declared after `blas`, so it outlives every use of the
+                // handle.
                 let st = unsafe { blas_sys::cublasSetWorkspace_v2(*self.blas.handle(), wp as *mut _, WORKSPACE_BYTES) };
                 if st != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
                     return Err(BackendError::Device(anyhow::anyhow!("cublasSetWorkspace: {st:?}")));
@@ -507,7 +577,10 @@ impl CudaBackend {
         }
         drv(self.compute.synchronize(), "synchronizing before capture")?;
         // thread-local: NCCL's own threads may make CUDA calls while this thread captures
-        drv(self.compute.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
+        drv(
+            self.compute.begin_capture(drv_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture",
+        )?;
         self.capturing = true;
         Ok(())
     }
@@ -520,7 +593,12 @@ impl CudaBackend {
         let graph = self
             .compute
             .end_capture(drv_sys::CUgraphInstantiate_flags(0))
-            .map_err(|e| anyhow::anyhow!("capturing one token into a CUDA graph failed: CUDA error {e:?} (NCCL 2.9 or later captures collectives)"))?
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "capturing one token into a CUDA graph failed: CUDA error {e:?} (NCCL 2.9 or \
+                later captures collectives)"
+                )
+            })?
             .ok_or_else(|| anyhow::anyhow!("the CUDA graph capture of one token produced no graph"))?;
         drv(graph.upload(), "cuGraphUpload")?;
         self.graph = Some(graph);
@@ -551,11 +629,14 @@ impl CudaBackend {
             return Err(BackendError::Misuse(format!("internal: a {} inside a graph capture", kind.name())));
         }
         if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse("a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into()));
+            return Err(BackendError::Misuse(
+                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
+            ));
         }
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
-        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum).map_err(BackendError::Misuse)?;
+        let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum)
+            .map_err(BackendError::Misuse)?;
         let stream = self.collective_stream() as *mut std::ffi::c_void;
         let grouped = calls.len() > 1;
         if grouped {

@@ -22,8 +22,14 @@ impl CudaBackend {
     /// event recorded before each call and nothing else: what the
     /// instrument's timestamp costs in this loop, apart from its bookkeeping.
     pub fn reference_loop_marked(&mut self, bytes: u64, iters: u32, events: bool) -> Result<(Vec<u64>, f64)> {
-        let count =
-            crate::backend::issue_count(collective::CollectiveKind::AllReduce, self.pending.is_some(), bytes, Dtype::F32, self.dtype, self.send.len() as u64)?;
+        let count = crate::backend::issue_count(
+            collective::CollectiveKind::AllReduce,
+            self.pending.is_some(),
+            bytes,
+            Dtype::F32,
+            self.dtype,
+            self.send.len() as u64,
+        )?;
         self.synchronize()?;
         drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
         let start = self.pooled_event()?;
@@ -33,7 +39,8 @@ impl CudaBackend {
         let mut host = Vec::with_capacity(iters as usize + 1);
         // SAFETY: live events and stream of this context.
         drv(unsafe { event::record(start.cu_event(), stream) }, "cuEventRecord")?;
-        let marks: Vec<CudaEvent> = if events { (0..iters).map(|_| self.pooled_event()).collect::<Result<_>>()? } else { Vec::new() };
+        let marks: Vec<CudaEvent> =
+            if events { (0..iters).map(|_| self.pooled_event()).collect::<Result<_>>()? } else { Vec::new() };
         for i in 0..iters as usize {
             host.push(self.clock.now_ns());
             if let Some(e) = marks.get(i) {
@@ -64,7 +71,10 @@ impl CudaBackend {
             drv(e.record(&self.compute), "cuEventRecord (probe)")?;
         }
         self.synchronize()?;
-        let out = evs[1..].iter().map(|e| Ok(drv(evs[0].elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6)).collect::<Result<Vec<_>>>()?;
+        let out = evs[1..]
+            .iter()
+            .map(|e| Ok(drv(evs[0].elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6))
+            .collect::<Result<Vec<_>>>()?;
         self.free_events.extend(evs);
         Ok(out)
     }

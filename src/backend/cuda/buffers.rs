@@ -28,7 +28,8 @@ impl DeviceBytes {
     fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<Self> {
         stream.context().bind_to_thread().context("binding the CUDA context")?;
         // SAFETY: a plain allocation of at least one byte in the current (bound) context.
-        let ptr = unsafe { result::malloc_sync(len.max(1)) }.with_context(|| format!("cuMemAlloc of {} bytes", len.max(1)))?;
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }
+            .with_context(|| format!("cuMemAlloc of {} bytes", len.max(1)))?;
         // SAFETY: `ptr` is a live allocation of `len.max(1)` bytes; every
         // constructor writes it (zeroes or a copy) before anything reads it.
         let slice = unsafe { stream.upgrade_device_ptr::<u8>(ptr, len.max(1)) };
@@ -78,8 +79,10 @@ impl Drop for DeviceBytes {
             let stream = slice.stream().clone();
             let bound = stream.context().bind_to_thread().is_ok();
             // SAFETY: cuStreamQuery only reads the state of live streams of this (bound) context.
-            let drained =
-                bound && std::iter::once(&stream).chain(&self.users).all(|s| unsafe { sys::cuStreamQuery(s.cu_stream()) } == sys::CUresult::CUDA_SUCCESS);
+            let drained = bound
+                && std::iter::once(&stream)
+                    .chain(&self.users)
+                    .all(|s| unsafe { sys::cuStreamQuery(s.cu_stream()) } == sys::CUresult::CUDA_SUCCESS);
             let ptr = slice.leak();
             if drained {
                 // SAFETY: `ptr` came from cuMemAlloc in this context, and every

@@ -10,11 +10,13 @@
 //! (host clock, `cuptiGetTimestamp`, host clock; error = half that interval).
 //! Only the leading fields of the kernel record are read, at the offsets of
 //! cudarc's bindgen layout of `CUpti_ActivityKernel5` (checked at compile
-//! time to equal those of the newest record of the targeted CUDA), and a record that fails the sanity checks (end before start, no name)
-//! is counted as malformed, not used.
+//! time to equal those of the newest record of the targeted CUDA), and a record that fails the sanity checks (end
+//! before start, no name) is counted as malformed, not used.
 use anyhow::{bail, Context, Result};
 use cudarc::cupti::result::{self as cupti, activity};
-use cudarc::cupti::sys::{culib, is_culib_present, CUpti_Activity, CUpti_ActivityKernel10, CUpti_ActivityKernel5, CUpti_ActivityKind};
+use cudarc::cupti::sys::{
+    culib, is_culib_present, CUpti_Activity, CUpti_ActivityKernel10, CUpti_ActivityKernel5, CUpti_ActivityKind,
+};
 use cudarc::driver::sys::CUcontext;
 use libloading::Library;
 use std::os::raw;
@@ -73,7 +75,8 @@ struct Collected {
     lost: LostRecords,
 }
 
-static COLLECTED: Mutex<Collected> = Mutex::new(Collected { kernels: Vec::new(), lost: LostRecords { malformed: 0, dropped: 0, dropped_unread: 0 } });
+static COLLECTED: Mutex<Collected> =
+    Mutex::new(Collected { kernels: Vec::new(), lost: LostRecords { malformed: 0, dropped: 0, dropped_unread: 0 } });
 
 unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     // SAFETY: CUPTI passes valid out-pointers; the buffer is freed in buffer_completed.
@@ -160,7 +163,11 @@ unsafe extern "C" fn buffer_completed(ctx: CUcontext, stream: u32, buffer: *mut 
     unsafe { libc::free(buffer as *mut libc::c_void) };
     let mut c = COLLECTED.lock().unwrap_or_else(|e| e.into_inner());
     c.kernels.extend(got);
-    c.lost.add(LostRecords { malformed, dropped: if read { dropped as u64 } else { 0 }, dropped_unread: u64::from(!read) });
+    c.lost.add(LostRecords {
+        malformed,
+        dropped: if read { dropped as u64 } else { 0 },
+        dropped_unread: u64::from(!read),
+    });
 }
 
 /// An enabled CUPTI kernel-activity session. The library is never unloaded:
@@ -174,7 +181,8 @@ pub(crate) struct Cupti {
 
 /// Candidate CUPTI libraries, in order.
 pub fn candidates() -> Vec<String> {
-    let mut v: Vec<String> = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"].iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> =
+        ["libcupti.so.13", "libcupti.so.12", "libcupti.so"].iter().map(|s| s.to_string()).collect();
     for d in ["/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64"] {
         v.push(format!("{d}/libcupti.so"));
     }
@@ -201,30 +209,40 @@ impl Cupti {
         // SAFETY: probing library names with dlopen; nothing is called.
         if !unsafe { is_culib_present() } {
             bail!(
-                "CUPTI was loaded from {path}, but cudarc finds no CUPTI by its sonames (tried {}); add its directory to LD_LIBRARY_PATH",
+                "CUPTI was loaded from {path}, but cudarc finds no CUPTI by its sonames (tried {}); add its directory \
+                    to LD_LIBRARY_PATH",
                 super::probe::lib_names("cupti")
             );
         }
         // SAFETY: looking up a symbol's address in two handles; nothing is called.
         let same = unsafe {
             let ours = lib.get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
-            let theirs = culib().get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
+            let theirs =
+                culib().get::<*const ()>(b"cuptiActivityEnable\0").map(|s| *s).context("cuptiActivityEnable")?;
             ours == theirs
         };
         if !same {
-            bail!("CUPTI was loaded from {path}, but cudarc resolved another CUPTI library; put {path}'s directory first in LD_LIBRARY_PATH");
+            bail!(
+                "CUPTI was loaded from {path}, but cudarc resolved another CUPTI library; put {path}'s directory \
+                first in LD_LIBRARY_PATH"
+            );
         }
         activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
             .map_err(|e| anyhow::anyhow!("cuptiActivityRegisterCallbacks failed: {e}"))?;
-        activity::enable(KIND)
-            .map_err(|e| anyhow::anyhow!("cuptiActivityEnable(CONCURRENT_KERNEL) failed: {e} (profiling may be restricted on this machine)"))?;
+        activity::enable(KIND).map_err(|e| {
+            anyhow::anyhow!(
+                "cuptiActivityEnable(CONCURRENT_KERNEL) failed: {e} (profiling may be restricted on this machine)"
+            )
+        })?;
         Ok(Self { _lib: std::mem::ManuallyDrop::new(lib), path })
     }
 
     /// Turn kernel records on or off for the kernels launched from now on.
     pub fn set_enabled(&self, on: bool) -> Result<()> {
         let r = if on { activity::enable(KIND) } else { activity::disable(KIND) };
-        r.map_err(|e| anyhow::anyhow!("cuptiActivity{}(CONCURRENT_KERNEL) failed: {e}", if on { "Enable" } else { "Disable" }))
+        r.map_err(|e| {
+            anyhow::anyhow!("cuptiActivity{}(CONCURRENT_KERNEL) failed: {e}", if on { "Enable" } else { "Disable" })
+        })
     }
 
     /// CUPTI's clock now, ns.

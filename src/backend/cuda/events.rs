@@ -49,12 +49,16 @@ impl CudaBackend {
             }
             if let Err(e) = self.comm.async_error() {
                 let _ = self.comm.abort();
-                return Err(e.context(format!("{what} on rank {}: NCCL reported an asynchronous error; communicator aborted", self.rank)));
+                return Err(e.context(format!(
+                    "{what} on rank {}: NCCL reported an asynchronous error; communicator aborted",
+                    self.rank
+                )));
             }
             if t0.elapsed() > self.timeout {
                 let _ = self.comm.abort();
                 bail!(
-                    "{what} on rank {}: no completion after {:.0} s (--collective-timeout); a peer is probably gone. The NCCL communicator was aborted",
+                    "{what} on rank {}: no completion after {:.0} s (--collective-timeout); a peer is probably gone. \
+                        The NCCL communicator was aborted",
                     self.rank,
                     self.timeout.as_secs_f64()
                 );
@@ -117,11 +121,16 @@ impl CudaBackend {
             return Ok(Vec::new());
         }
         // only the bytes checked come back, not the whole buffer
-        let copy = self.comm_stream.memcpy_dtoh(&self.recv.slice(0..n), &mut host).and_then(|_| self.comm_stream.synchronize());
+        let copy = self
+            .comm_stream
+            .memcpy_dtoh(&self.recv.slice(0..n), &mut host)
+            .and_then(|_| self.comm_stream.synchronize());
         copy.map_err(|e| anyhow::anyhow!("copying the {what} result back failed: {e:?}"))?;
         Ok(match dtype {
             Dtype::F32 => host.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::Bf16 => crate::backend::bf16_to_f32(&host.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect::<Vec<u16>>()),
+            Dtype::Bf16 => crate::backend::bf16_to_f32(
+                &host.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect::<Vec<u16>>(),
+            ),
         })
     }
 

@@ -129,8 +129,10 @@ pub(crate) struct GlobalTimer {
 impl GlobalTimer {
     /// Load the kernels and map the page (the context current on this thread).
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let (module, funcs) = super::load_ptx(ctx, PTX, "%globaltimer kernels", &[c"commcanary_gt_release", c"commcanary_gt_stamp"])?;
-        let (host, dev) = super::mapped_host_bytes(PAGE_BYTES).map_err(|e| anyhow::anyhow!("%globaltimer page: {e}"))?;
+        let (module, funcs) =
+            super::load_ptx(ctx, PTX, "%globaltimer kernels", &[c"commcanary_gt_release", c"commcanary_gt_stamp"])?;
+        let (host, dev) =
+            super::mapped_host_bytes(PAGE_BYTES).map_err(|e| anyhow::anyhow!("%globaltimer page: {e}"))?;
         Ok(Self { _module: module, release: funcs[0], stamp: funcs[1], host, dev, seq: 0 })
     }
 
@@ -181,7 +183,8 @@ impl GlobalTimer {
         let (mut a, mut b) = (self.dev, v);
         let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void, &mut b as *mut u32 as *mut std::ffi::c_void];
         // SAFETY: the kernel takes (u64, u32), passed by pointer; the page is mapped for the device.
-        let launched = unsafe { launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) };
+        let launched =
+            unsafe { launch_kernel(self.release, (1, 1, 1), (threads, 1, 1), 0, stream.cu_stream(), &mut params) };
         drv(launched, "cuLaunchKernel (%globaltimer release)")
     }
 
@@ -203,7 +206,13 @@ impl GlobalTimer {
 
     /// One window on an idle `stream`: `trips` round trips, then `stamps`
     /// stamping kernels back to back; `now` reads the host clock.
-    pub fn window(&mut self, stream: &CudaStream, now: &mut dyn FnMut() -> u64, trips: usize, stamps: usize) -> Result<TimerWindow> {
+    pub fn window(
+        &mut self,
+        stream: &CudaStream,
+        now: &mut dyn FnMut() -> u64,
+        trips: usize,
+        stamps: usize,
+    ) -> Result<TimerWindow> {
         if trips == 0 || stamps > MAX_STAMPS {
             bail!("internal: %globaltimer window of {trips} trips and {stamps} stamping kernels");
         }
@@ -238,18 +247,25 @@ impl GlobalTimer {
             let mut a = self.dev + (STAMPS + 16 * i) as u64;
             let mut params = [&mut a as *mut u64 as *mut std::ffi::c_void];
             // SAFETY: the kernel takes one u64 (a mapped slot of two u64 inside the page).
-            let launched = unsafe { launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) };
+            let launched =
+                unsafe { launch_kernel(self.stamp, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut params) };
             drv(launched, "cuLaunchKernel (%globaltimer stamp)")?;
         }
         drv(stream.synchronize(), "synchronizing the %globaltimer window")?;
         let first = raw[0].2;
         let trips_dev: Vec<DeviceRoundTrip> = raw
             .iter()
-            .map(|&(before, after, ts)| DeviceRoundTrip { host_before_ns: before, host_after_ns: after, device_ns: ts as f64 - first as f64 })
+            .map(|&(before, after, ts)| DeviceRoundTrip {
+                host_before_ns: before,
+                host_after_ns: after,
+                device_ns: ts as f64 - first as f64,
+            })
             .collect();
-        let estimate = clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
+        let estimate =
+            clock::estimate_device_anchor(&trips_dev).map_err(|e| anyhow::anyhow!("%globaltimer window: {e}"))?;
         let resolution_ns = raw.iter().map(|r| r.2.abs_diff(first)).filter(|&d| d > 0).fold(0, gcd).clamp(1, 1000);
-        let stamps = (0..stamps).map(|i| (self.read_u64(STAMPS + 16 * i), self.read_u64(STAMPS + 16 * i + 8))).collect();
+        let stamps =
+            (0..stamps).map(|i| (self.read_u64(STAMPS + 16 * i), self.read_u64(STAMPS + 16 * i + 8))).collect();
         Ok(TimerWindow { estimate, first_timer_ns: first, resolution_ns, stamps })
     }
 }

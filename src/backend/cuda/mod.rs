@@ -80,7 +80,12 @@ pub(crate) fn host_release_word() -> std::result::Result<(*mut u32, drv_sys::CUd
 /// Load a PTX image into `ctx` (the driver compiles it for the device) and
 /// look up its entry points, in the order named. The module is never
 /// unloaded: its functions stay valid for the process's life.
-pub(crate) fn load_ptx(ctx: &Arc<CudaContext>, ptx: &str, what: &str, entries: &[&std::ffi::CStr]) -> Result<(drv_sys::CUmodule, Vec<drv_sys::CUfunction>)> {
+pub(crate) fn load_ptx(
+    ctx: &Arc<CudaContext>,
+    ptx: &str,
+    what: &str,
+    entries: &[&std::ffi::CStr],
+) -> Result<(drv_sys::CUmodule, Vec<drv_sys::CUfunction>)> {
     drv(ctx.bind_to_thread(), "binding the CUDA context")?;
     let src = std::ffi::CString::new(ptx).expect("no NUL in the PTX");
     // SAFETY: a NUL-terminated PTX image; the context is current.

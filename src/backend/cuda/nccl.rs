@@ -87,10 +87,24 @@ pub mod sys {
     /// `ncclCommInitRank(ncclComm_t*, int nranks, ncclUniqueId, int rank)`.
     pub(crate) type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
     /// `ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
-    pub type AllReduce =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type AllReduce = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        DataType,
+        RedOp,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclAllGather(const void*, void*, size_t sendcount, ncclDataType_t, ncclComm_t, cudaStream_t)`.
-    pub type AllGather = unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type AllGather = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        DataType,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclCommDestroy(ncclComm_t)` and `ncclCommAbort(ncclComm_t)`.
     pub(crate) type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
     /// `ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)`.
@@ -98,22 +112,53 @@ pub mod sys {
     /// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.
     pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
     /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
-    pub(crate) type ReduceScatter =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub(crate) type ReduceScatter = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        DataType,
+        RedOp,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t)`.
-    pub type Broadcast =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Broadcast = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        DataType,
+        c_int,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int root, ncclComm_t, cudaStream_t)`.
-    pub(crate) type Reduce =
-        unsafe extern "C" fn(*const std::ffi::c_void, *mut std::ffi::c_void, usize, DataType, RedOp, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub(crate) type Reduce = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        *mut std::ffi::c_void,
+        usize,
+        DataType,
+        RedOp,
+        c_int,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclSend(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Send = unsafe extern "C" fn(*const std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Send = unsafe extern "C" fn(
+        *const std::ffi::c_void,
+        usize,
+        DataType,
+        c_int,
+        Comm,
+        *mut std::ffi::c_void,
+    ) -> NcclResult;
     /// `ncclRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Recv = unsafe extern "C" fn(*mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Recv =
+        unsafe extern "C" fn(*mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclGroupStart()` and `ncclGroupEnd()`.
     pub type Group = unsafe extern "C" fn() -> NcclResult;
     /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null config inherits the parent's).
-    pub(crate) type CommSplit = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub(crate) type CommSplit =
+        unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
 }
 
 /// The symbols of every other collective, point-to-point and `ncclCommSplit`:
@@ -132,7 +177,8 @@ pub(crate) struct TraceSymbols {
 
 /// One symbol of [`TraceSymbols`], or an error naming it and the library.
 fn need<'a, T>(s: &'a Option<Symbol<T>>, name: &str, lib: &NcclObservation) -> Result<&'a Symbol<T>> {
-    s.as_ref().with_context(|| format!("NCCL {} ({}) lacks {name}, which this trace needs", lib.version, lib.canonical_path))
+    s.as_ref()
+        .with_context(|| format!("NCCL {} ({}) lacks {name}, which this trace needs", lib.version, lib.canonical_path))
 }
 
 /// Symbols every supported NCCL must export (resolved eagerly so a wrong
@@ -218,11 +264,16 @@ impl NcclLibrary {
             let new: Vec<String> = mapped_nccl_paths().into_iter().filter(|p| !before.contains(p)).collect();
             let one = match new.as_slice() {
                 [one] => PathBuf::from(one),
-                _ => bail!("loading {} mapped {:?}: cannot tell which NCCL file is in use; pass an explicit path", path.display(), new),
+                _ => bail!(
+                    "loading {} mapped {:?}: cannot tell which NCCL file is in use; pass an explicit path",
+                    path.display(),
+                    new
+                ),
             };
             (lib, one)
         } else {
-            let canonical: PathBuf = std::fs::canonicalize(path).with_context(|| format!("NCCL library {}: no such file", path.display()))?;
+            let canonical: PathBuf = std::fs::canonicalize(path)
+                .with_context(|| format!("NCCL library {}: no such file", path.display()))?;
             // SAFETY: as above.
             let lib = unsafe { Library::open(Some(&canonical), RTLD_NOW | RTLD_LOCAL) }
                 .with_context(|| format!("NCCL library {} could not be loaded", path.display()))?;
@@ -235,7 +286,17 @@ impl NcclLibrary {
                 .map_err(|_| anyhow::anyhow!("{} is not a usable NCCL: it lacks the symbol {name}", path.display()))?;
         }
         // SAFETY: the signatures match NCCL's public header (nccl.h, 2.x) for these functions.
-        let (get_version, get_error_string, get_unique_id, comm_init_rank, all_reduce, all_gather, comm_destroy, comm_abort, comm_get_async_error) = unsafe {
+        let (
+            get_version,
+            get_error_string,
+            get_unique_id,
+            comm_init_rank,
+            all_reduce,
+            all_gather,
+            comm_destroy,
+            comm_abort,
+            comm_get_async_error,
+        ) = unsafe {
             (
                 lib.get::<sys::GetVersion>(b"ncclGetVersion\0")?,
                 lib.get::<sys::GetErrorString>(b"ncclGetErrorString\0")?,
@@ -271,7 +332,8 @@ impl NcclLibrary {
         let canon = canonical.display().to_string();
         if !mapped.iter().any(|m| m == &canon) {
             bail!(
-                "asked for {} ({canon}) but /proc/self/maps shows {:?}: refusing to run with a library that is not the one requested",
+                "asked for {} ({canon}) but /proc/self/maps shows {:?}: refusing to run with a library that is not the \
+                    one requested",
                 path.display(),
                 mapped
             );
@@ -411,7 +473,12 @@ impl NcclComm {
     /// broadcast over MPI under `timeout` (naming `phase` if it times out),
     /// then `ncclCommInitRank`. Collective over `world`; the CUDA context of
     /// the target device must be current on this thread.
-    pub fn bootstrap(world: &mpi::topology::SimpleCommunicator, lib: std::sync::Arc<NcclLibrary>, timeout: std::time::Duration, phase: &str) -> Result<Self> {
+    pub fn bootstrap(
+        world: &mpi::topology::SimpleCommunicator,
+        lib: std::sync::Arc<NcclLibrary>,
+        timeout: std::time::Duration,
+        phase: &str,
+    ) -> Result<Self> {
         use mpi::topology::Communicator;
         let rank = world.rank() as u32;
         let mut id = [0u8; 128];
@@ -433,10 +500,25 @@ impl NcclComm {
     /// # Safety
     /// `send`/`recv` must be device pointers valid for `count` elements of
     /// `dtype` on this communicator's device, and `stream` a stream of its context.
-    pub unsafe fn all_reduce_sum(&self, send: u64, recv: u64, count: usize, dtype: shard::Dtype, stream: *mut std::ffi::c_void) -> Result<()> {
+    pub unsafe fn all_reduce_sum(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: shard::Dtype,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<()> {
         // SAFETY: the caller guarantees the pointers and stream (see # Safety); `self.comm` is a live communicator.
         let rc = unsafe {
-            (self.lib.all_reduce)(send as *const std::ffi::c_void, recv as *mut std::ffi::c_void, count, dtype.into(), RedOp::Sum, self.comm, stream)
+            (self.lib.all_reduce)(
+                send as *const std::ffi::c_void,
+                recv as *mut std::ffi::c_void,
+                count,
+                dtype.into(),
+                RedOp::Sum,
+                self.comm,
+                stream,
+            )
         };
         self.lib.check("ncclAllReduce", rc)
     }
@@ -511,7 +593,11 @@ impl NcclComm {
 
     /// `ncclGroupStart` / `ncclGroupEnd` (fuses the point-to-point calls between them, e.g. an all-to-all).
     pub fn group(&self, start: bool) -> Result<()> {
-        let (f, name) = if start { (&self.lib.trace.group_start, "ncclGroupStart") } else { (&self.lib.trace.group_end, "ncclGroupEnd") };
+        let (f, name) = if start {
+            (&self.lib.trace.group_start, "ncclGroupStart")
+        } else {
+            (&self.lib.trace.group_end, "ncclGroupEnd")
+        };
         let f = need(f, name, &self.lib.observation)?;
         // SAFETY: no arguments; pairs are balanced by the caller.
         let rc = unsafe { f() };
@@ -553,7 +639,10 @@ impl Drop for NcclComm {
 /// directories and Python wheels (`nvidia/nccl/lib`).
 pub(crate) fn find_candidates() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> =
-        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/local/lib", "/usr/lib"].iter().map(PathBuf::from).collect();
+        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64", "/usr/local/lib", "/usr/lib"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
     if let Ok(p) = std::env::var("LD_LIBRARY_PATH") {
         dirs.extend(p.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
     }

@@ -17,7 +17,14 @@ use std::os::raw::c_int;
 /// elements are `elem_bytes` wide, reducing with `op`; or why NCCL has none
 /// (gather, scatter, the scans, an all-gather's or reduce-scatter's
 /// per-member counts: the trace executor refuses those before launch).
-pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: DataType, elem_bytes: u64, op: RedOp) -> Result<Vec<TraceOp>, String> {
+pub(crate) fn nccl_calls(
+    c: &Call,
+    send: u64,
+    recv: u64,
+    dtype: DataType,
+    elem_bytes: u64,
+    op: RedOp,
+) -> Result<Vec<TraceOp>, String> {
     let at = |base: u64, elems: usize| base + elems as u64 * elem_bytes;
     let root = c.root_or_0() as c_int;
     Ok(match c.kind {
@@ -29,7 +36,9 @@ pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: DataType, elem_b
         }
         CollectiveKind::AllReduce => vec![TraceOp::AllReduce { send, recv, count: c.send_elems, dtype, op }],
         CollectiveKind::AllGather => vec![TraceOp::AllGather { send, recv, count: c.block_elems, dtype }],
-        CollectiveKind::ReduceScatter => vec![TraceOp::ReduceScatter { send, recv, recv_count: c.block_elems, dtype, op }],
+        CollectiveKind::ReduceScatter => {
+            vec![TraceOp::ReduceScatter { send, recv, recv_count: c.block_elems, dtype, op }]
+        }
         CollectiveKind::Broadcast => vec![TraceOp::Broadcast { send, recv, count: c.send_elems, dtype, root }],
         CollectiveKind::Reduce => vec![TraceOp::Reduce { send, recv, count: c.send_elems, dtype, op, root }],
         CollectiveKind::AllToAll => (0..c.group_size as usize)
@@ -39,7 +48,10 @@ pub(crate) fn nccl_calls(c: &Call, send: u64, recv: u64, dtype: DataType, elem_b
                     Some(s) => (s.send_counts[j], s.send_at[j], s.recv_counts[j], s.recv_at[j]),
                     None => (c.block_elems, j * c.block_elems, c.block_elems, j * c.block_elems),
                 };
-                [TraceOp::Send { buf: at(send, sd), count: sc, dtype, peer }, TraceOp::Recv { buf: at(recv, rd), count: rc, dtype, peer }]
+                [
+                    TraceOp::Send { buf: at(send, sd), count: sc, dtype, peer },
+                    TraceOp::Recv { buf: at(recv, rd), count: rc, dtype, peer },
+                ]
             })
             .collect(),
         CollectiveKind::Barrier => vec![TraceOp::AllReduce { send, recv, count: 1, dtype: DataType::Float32, op }],
@@ -75,8 +87,12 @@ mod tests {
                     vec![(send, count as u64 * w), (recv, count as u64 * w)]
                 }
                 TraceOp::AllGather { send, recv, count, .. } => vec![(send, b(count)), (recv, b(count) * n)],
-                TraceOp::ReduceScatter { send, recv, recv_count, .. } => vec![(send, b(recv_count) * n), (recv, b(recv_count))],
-                TraceOp::Broadcast { send, recv, count, .. } | TraceOp::Reduce { send, recv, count, .. } => vec![(send, b(count)), (recv, b(count))],
+                TraceOp::ReduceScatter { send, recv, recv_count, .. } => {
+                    vec![(send, b(recv_count) * n), (recv, b(recv_count))]
+                }
+                TraceOp::Broadcast { send, recv, count, .. } | TraceOp::Reduce { send, recv, count, .. } => {
+                    vec![(send, b(count)), (recv, b(count))]
+                }
                 TraceOp::Send { buf, count, .. } | TraceOp::Recv { buf, count, .. } => vec![(buf, b(count))],
             })
             .collect()
@@ -98,7 +114,15 @@ mod tests {
             for row in KINDS {
                 // the kinds NCCL has no operation for: refused, never an empty call
                 if row.replay_only {
-                    let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::F32, (4, 4), (None, None), (row.rooted.then_some(0), None));
+                    let c = TraceCollective::new(
+                        row.kind,
+                        row.pytorch,
+                        "g",
+                        TraceDtype::F32,
+                        (4, 4),
+                        (None, None),
+                        (row.rooted.then_some(0), None),
+                    );
                     assert!(exec::nccl_cannot_run(&c).is_some(), "{}", row.name);
                     continue;
                 }
@@ -117,7 +141,12 @@ mod tests {
                 let members: Vec<u32> = (0..n).rev().collect();
                 for uneven in [false, row.buffers == Buffers::Splits] {
                     // one member's splits: k + 1 elements to member k, k + 2 from it
-                    let splits = uneven.then(|| ((0..n).map(|k| u64::from(k + 1)).collect::<Vec<_>>(), (0..n).map(|k| u64::from(k + 2)).collect::<Vec<_>>()));
+                    let splits = uneven.then(|| {
+                        (
+                            (0..n).map(|k| u64::from(k + 1)).collect::<Vec<_>>(),
+                            (0..n).map(|k| u64::from(k + 2)).collect::<Vec<_>>(),
+                        )
+                    });
                     let e = 6 * u64::from(n);
                     let (ins, outs) = match (row.buffers, &splits) {
                         (Buffers::Splits, Some((i, o))) => (i.iter().sum(), o.iter().sum()),
@@ -128,7 +157,15 @@ mod tests {
                     };
                     let (si, so) = splits.map_or((None, None), |(i, o)| (Some(i), Some(o)));
                     let peer = row.p2p.then(|| members[1]);
-                    let c = TraceCollective::new(row.kind, row.pytorch, "g", TraceDtype::Bf16, (ins, outs), (si, so), (row.rooted.then_some(members[0]), peer));
+                    let c = TraceCollective::new(
+                        row.kind,
+                        row.pytorch,
+                        "g",
+                        TraceDtype::Bf16,
+                        (ins, outs),
+                        (si, so),
+                        (row.rooted.then_some(members[0]), peer),
+                    );
                     let share = TraceShare::new(&c, members[0], &members).unwrap();
                     let (dtype, width) = if share.reduces() { (DataType::Bfloat16, 2) } else { (DataType::Uint8, 1) };
                     let calls = nccl_calls(&share.call(), SEND, RECV, dtype, width, RedOp::Sum).unwrap();
@@ -140,7 +177,12 @@ mod tests {
                     };
                     // the executor's allocations keep 4 bytes at least
                     let recv_len = share.out_len() as u64 * width;
-                    inside(&format!("trace {} on {n}, uneven {uneven}", row.name), &ranges(&calls, width, u64::from(n)), send_len.max(4), recv_len.max(4));
+                    inside(
+                        &format!("trace {} on {n}, uneven {uneven}", row.name),
+                        &ranges(&calls, width, u64::from(n)),
+                        send_len.max(4),
+                        recv_len.max(4),
+                    );
                 }
             }
         }

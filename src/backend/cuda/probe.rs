@@ -126,7 +126,11 @@ pub(super) fn nvml_facts(uuid: &str, suffix: &str) -> Vec<(String, String)> {
 /// `nvidia-smi topo -m`, where the tool exists.
 pub(super) fn topology() -> String {
     match std::process::Command::new("nvidia-smi").args(["topo", "-m"]).output() {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join("\n"),
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
         Ok(o) => format!("unavailable: nvidia-smi topo -m exited {:?}", o.status.code()),
         Err(e) => format!("unavailable: nvidia-smi: {e}"),
     }

@@ -50,7 +50,12 @@ impl CudaBackend {
         let cublas_name = probe_cublas()?;
         // CUPTI first, so that it sees every kernel; its absence is recorded, not fatal.
         let (cupti, cupti_unavailable) = if !cupti {
-            (None, Some("off: kernel records were not asked for (--cupti); their cost stays out of the timings".to_string()))
+            (
+                None,
+                Some(
+                    "off: kernel records were not asked for (--cupti); their cost stays out of the timings".to_string(),
+                ),
+            )
         } else {
             match Cupti::start() {
                 Ok(c) => (Some(c), None),
@@ -79,21 +84,30 @@ impl CudaBackend {
         let elems = usize::try_from(plan.max_bytes / plan.dtype.size_bytes())?;
         let host: Vec<u8> = match plan.dtype {
             Dtype::F32 => (0..elems).flat_map(|i| contribution(Dtype::F32, rank, i).to_le_bytes()).collect(),
-            Dtype::Bf16 => crate::backend::bf16_contributions(rank, elems).into_iter().flat_map(u16::to_le_bytes).collect(),
+            Dtype::Bf16 => {
+                crate::backend::bf16_contributions(rank, elems).into_iter().flat_map(u16::to_le_bytes).collect()
+            }
         };
         // as nccl-tests and PyTorch hold theirs: cuMemAlloc, not the stream-ordered pool
         let send = buffers::DeviceBytes::from_host(&compute, &host).context("the send buffer")?.used_by(&comm_stream);
-        let recv = buffers::DeviceBytes::zeros(&compute, host.len()).context("the receive buffer")?.used_by(&comm_stream);
+        let recv =
+            buffers::DeviceBytes::zeros(&compute, host.len()).context("the receive buffer")?.used_by(&comm_stream);
         let (ak, cn) = plan.activation_elems();
         let a = drv(compute.clone_htod(&(0..ak).map(weight_bits).collect::<Vec<u16>>()), "copying A")?;
         let mut b = Vec::with_capacity(plan.gemms.len());
         for g in &plan.gemms {
             let kn = g.k as usize * g.n as usize;
-            let first = drv(compute.clone_htod(&(0..kn).map(|i| weight_bits(i + 1)).collect::<Vec<u16>>()), "copying B")?;
+            let first =
+                drv(compute.clone_htod(&(0..kn).map(|i| weight_bits(i + 1)).collect::<Vec<u16>>()), "copying B")?;
             let mut sets = vec![first];
             for _ in 1..plan.weight_sets.max(1) {
                 let mut next = compute.alloc_zeros::<u16>(kn).map_err(|e| {
-                    anyhow::anyhow!("allocating {} weight sets of {}x{} bf16: CUDA error {e:?} (the model does not fit this GPU)", plan.weight_sets, g.k, g.n)
+                    anyhow::anyhow!(
+                        "allocating {} weight sets of {}x{} bf16: CUDA error {e:?} (the model does not fit this GPU)",
+                        plan.weight_sets,
+                        g.k,
+                        g.n
+                    )
                 })?;
                 drv(compute.memcpy_dtod(&sets[0], &mut next), "copying B")?;
                 sets.push(next);
@@ -161,8 +175,15 @@ impl CudaBackend {
         device.facts.push((
             "device_anchor".into(),
             match &release {
-                Ok(_) => format!("{ANCHOR_ROUND_TRIPS} round trips per window, each an event between a stream wait the host releases by a store to mapped memory (cuStreamWaitValue32) and an acknowledgement the device writes there (cuStreamWriteValue32); start and end of every pass"),
-                Err(why) => format!("{ANCHOR_ROUND_TRIPS} record-and-poll round trips per window (stream memory operations unavailable: {why}); start and end of every pass"),
+                Ok(_) => format!(
+                    "{ANCHOR_ROUND_TRIPS} round trips per window, each an event between a stream wait the \
+                    host releases by a store to mapped memory (cuStreamWaitValue32) and an acknowledgement the device \
+                        writes there (cuStreamWriteValue32); start and end of every pass"
+                ),
+                Err(why) => format!(
+                    "{ANCHOR_ROUND_TRIPS} record-and-poll round trips per window (stream memory \
+                    operations unavailable: {why}); start and end of every pass"
+                ),
             },
         ));
         let release = release.ok();
@@ -173,7 +194,10 @@ impl CudaBackend {
         device.facts.push((
             "cupti_kernel_anchor".into(),
             match &timer {
-                Ok(_) => format!("{TIMER_ROUND_TRIPS} %globaltimer release-and-reply round trips and {TIMER_STAMPS} stamping kernels per window, start and end of every pass"),
+                Ok(_) => format!(
+                    "{TIMER_ROUND_TRIPS} %globaltimer release-and-reply round trips and {TIMER_STAMPS} \
+                    stamping kernels per window, start and end of every pass"
+                ),
                 Err(why) if why.starts_with("off") => why.clone(),
                 Err(why) => format!("unavailable: {why}; kernel times rest on CUPTI's own conversion"),
             },

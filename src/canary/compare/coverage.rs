@@ -24,7 +24,8 @@ pub(crate) fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check
     let total: u64 = source.identities.values().sum();
     let covered: u64 = source.identities.iter().filter(|(k, _)| cand.identities.contains_key(*k)).map(|(_, n)| n).sum();
     let share = covered as f64 / total.max(1) as f64;
-    let missing: Vec<&String> = source.identities.keys().filter(|k| !cand.identities.contains_key(*k)).take(5).collect();
+    let missing: Vec<&String> =
+        source.identities.keys().filter(|k| !cand.identities.contains_key(*k)).take(5).collect();
     out.push(Check {
         name: "coverage.identities".into(),
         guards: Assurance::SourceVerified,
@@ -34,7 +35,11 @@ pub(crate) fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check
             share * 100.0,
             source.identities.keys().filter(|k| cand.identities.contains_key(*k)).count(),
             source.identities.len(),
-            if missing.is_empty() { String::new() } else { format!("; missing e.g. {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")) }
+            if missing.is_empty() {
+                String::new()
+            } else {
+                format!("; missing e.g. {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; "))
+            }
         ),
         tolerance: format!("at least {:.0}%", IDENTITY_COVERAGE_MIN * 100.0),
     });
@@ -65,7 +70,10 @@ pub(crate) fn static_checks(source: &TraceFacts, cand: &TraceFacts) -> Vec<Check
             name: "mix.identities".into(),
             guards: Assurance::SourceVerified,
             passed: d <= IDENTITY_SHARE_MAX,
-            measured: format!("largest difference of an identity's share of collectives: {:.1} points ({k})", d * 100.0),
+            measured: format!(
+                "largest difference of an identity's share of collectives: {:.1} points ({k})",
+                d * 100.0
+            ),
             tolerance: format!("at most {:.0} points", IDENTITY_SHARE_MAX * 100.0),
         });
     }

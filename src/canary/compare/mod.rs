@@ -168,7 +168,10 @@ pub(crate) fn state_of(checks: &[Check], hardware_ok: bool) -> Assurance {
             return state;
         }
     }
-    if hardware_ok && all(Assurance::HardwareValidated) && checks.iter().any(|c| c.guards == Assurance::HardwareValidated) {
+    if hardware_ok
+        && all(Assurance::HardwareValidated)
+        && checks.iter().any(|c| c.guards == Assurance::HardwareValidated)
+    {
         state = Assurance::HardwareValidated;
     }
     state
@@ -180,15 +183,41 @@ mod tests {
 
     #[test]
     fn the_state_stops_at_the_first_failed_level() {
-        let c = |g, passed| Check { name: "x".into(), guards: g, passed, measured: String::new(), tolerance: String::new() };
-        assert_eq!(state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true)], false), Assurance::BehaviorallyVerified);
-        assert_eq!(state_of(&[c(Assurance::SourceVerified, false), c(Assurance::BehaviorallyVerified, true)], true), Assurance::IntegrityBound);
+        let c = |g, passed| Check {
+            name: "x".into(),
+            guards: g,
+            passed,
+            measured: String::new(),
+            tolerance: String::new(),
+        };
         assert_eq!(
-            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true), c(Assurance::HardwareValidated, true)], true),
+            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true)], false),
+            Assurance::BehaviorallyVerified
+        );
+        assert_eq!(
+            state_of(&[c(Assurance::SourceVerified, false), c(Assurance::BehaviorallyVerified, true)], true),
+            Assurance::IntegrityBound
+        );
+        assert_eq!(
+            state_of(
+                &[
+                    c(Assurance::SourceVerified, true),
+                    c(Assurance::BehaviorallyVerified, true),
+                    c(Assurance::HardwareValidated, true)
+                ],
+                true
+            ),
             Assurance::HardwareValidated
         );
         assert_eq!(
-            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true), c(Assurance::HardwareValidated, true)], false),
+            state_of(
+                &[
+                    c(Assurance::SourceVerified, true),
+                    c(Assurance::BehaviorallyVerified, true),
+                    c(Assurance::HardwareValidated, true)
+                ],
+                false
+            ),
             Assurance::BehaviorallyVerified
         );
     }

@@ -18,12 +18,19 @@ pub(crate) fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> Phase
     PhaseInput {
         phase: Phase::Replay,
         labels: configs.to_vec(),
-        jobs: jobs.iter().map(|js| js.iter().map(|j| JobData { round: j.round, samples_us: j.pass_us.clone() }).collect()).collect(),
+        jobs: jobs
+            .iter()
+            .map(|js| js.iter().map(|j| JobData { round: j.round, samples_us: j.pass_us.clone() }).collect())
+            .collect(),
     }
 }
 
 /// The ranking check and the decision cost.
-pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<(Check, ProxyAgreement, Option<DecisionCost>)> {
+pub(crate) fn ranking_check(
+    p: &Paired,
+    policy: &AnalysisPolicy,
+    evidence: &str,
+) -> Result<(Check, ProxyAgreement, Option<DecisionCost>)> {
     let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
     let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
     let m = policy.min_effect_pct;
@@ -72,7 +79,12 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
             unmatched.push(what);
         }
     }
-    let shared = cand_rep.pairs.iter().zip(&src_rep.pairs).filter(|(a, b)| a.relation == b.relation && b.relation != Relation::NotDistinguished).count();
+    let shared = cand_rep
+        .pairs
+        .iter()
+        .zip(&src_rep.pairs)
+        .filter(|(a, b)| a.relation == b.relation && b.relation != Relation::NotDistinguished)
+        .count();
     let c = &agreement.comparison;
     // nothing decided on the source: there is no decision to preserve, and agreement would be vacuous
     let source_decided = src_rep.pairs.iter().filter(|x| x.relation != Relation::NotDistinguished).count();
@@ -87,9 +99,13 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
         guards: Assurance::BehaviorallyVerified,
         passed,
         measured: format!(
-            "{}{} of {} pairs agree ({:.0}%), {shared} decided alike, τ-b {}; contradictions: {}; decided on one side only, outside the other side's interval: {}; decided by the candidate alone, within the source's interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not reached in these rounds): {}; marginal: {marginal}",
+            "{}{} of {} pairs agree ({:.0}%), {shared} decided alike, τ-b {}; contradictions: {}; decided on one side \
+                only, outside the other side's interval: {}; decided by the candidate alone, within the source's \
+                    interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not \
+                        reached in these rounds): {}; marginal: {marginal}",
             if source_decided == 0 {
-                "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, would give one); "
+                "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, \
+                    would give one); "
             } else {
                 ""
             },
@@ -103,7 +119,9 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
             if not_reached.is_empty() { "none".into() } else { not_reached.join("; ") }
         ),
         tolerance: format!(
-            "the source decides at least one pair and the candidate decides at least one of those alike; no contradiction; a pair decided on one side only lies within the other side's interval, or its deciding interval reaches within {:.0}% of a tie",
+            "the source decides at least one pair and the candidate decides at least one of those alike; no \
+                contradiction; a pair decided on one side only lies within the other side's interval, or its deciding \
+                    interval reaches within {:.0}% of a tie",
             2.0 * m
         ),
     };
@@ -146,12 +164,23 @@ mod tests {
         medians_us
             .iter()
             .enumerate()
-            .map(|(i, &m)| JobMeasure { round: i as u32 + 1, pass_us: vec![m * 0.99, m, m * 1.01], replay_s: m / 1e6 * 3.0, ..Default::default() })
+            .map(|(i, &m)| JobMeasure {
+                round: i as u32 + 1,
+                pass_us: vec![m * 0.99, m, m * 1.01],
+                replay_s: m / 1e6 * 3.0,
+                ..Default::default()
+            })
             .collect()
     }
 
     fn policy() -> AnalysisPolicy {
-        AnalysisPolicy { tie_policy: TiePolicy::Interval, min_effect_pct: 2.0, delta_pct: 5.0, bootstrap_resamples: 2000, bootstrap_seed: 1 }
+        AnalysisPolicy {
+            tie_policy: TiePolicy::Interval,
+            min_effect_pct: 2.0,
+            delta_pct: 5.0,
+            bootstrap_resamples: 2000,
+            bootstrap_seed: 1,
+        }
     }
 
     /// A pair the source is too noisy to decide, decided by a quieter
@@ -164,10 +193,20 @@ mod tests {
         let noisy_b = [749.0, 743.0, 1153.0, 1292.0, 810.0, 792.0];
         let bad: Vec<f64> = noisy_b.iter().map(|x| x * 4.0).collect();
         let src = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
-        let quiet =
-            |a: f64| vec![pass_jobs(&[a, a * 1.01, a * 0.99, a * 1.02, a, a * 0.98]), pass_jobs(&[2.9, 2.93, 2.88, 2.9, 2.95, 2.87]), pass_jobs(&[11.6; 6])];
+        let quiet = |a: f64| {
+            vec![
+                pass_jobs(&[a, a * 1.01, a * 0.99, a * 1.02, a, a * 0.98]),
+                pass_jobs(&[2.9, 2.93, 2.88, 2.9, 2.95, 2.87]),
+                pass_jobs(&[11.6; 6]),
+            ]
+        };
         let cand = quiet(2.54);
-        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        let (chk, _, cost) = ranking_check(
+            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
         assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
         assert!(cost.unwrap().candidate_rounds.is_some(), "the candidate reaches the source's decided pairs");
         // a tight source that cannot separate a from b, and a candidate that puts a 20% ahead
@@ -175,18 +214,37 @@ mod tests {
         let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
         let src = vec![pass_jobs(&tight_a), pass_jobs(&tight_b), pass_jobs(&[2800.0; 6])];
         let cand = quiet(2.32);
-        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        let (chk, _, _) = ranking_check(
+            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
         assert!(!chk.passed && chk.measured.contains("outside the other side's interval: a vs b"), "{chk:?}");
         // the other way round: a source that decides a ahead, a noisier candidate that cannot tell
         // (the same trace on a busier machine): not reached in these rounds, not failed
-        let src = vec![pass_jobs(&[700.0, 702.0, 698.0, 701.0, 699.0, 700.5]), pass_jobs(&[800.0, 801.0, 799.0, 802.0, 800.0, 798.0]), pass_jobs(&[3200.0; 6])];
+        let src = vec![
+            pass_jobs(&[700.0, 702.0, 698.0, 701.0, 699.0, 700.5]),
+            pass_jobs(&[800.0, 801.0, 799.0, 802.0, 800.0, 798.0]),
+            pass_jobs(&[3200.0; 6]),
+        ];
         let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
-        let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+        let (chk, _, cost) = ranking_check(
+            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
         assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
         assert_eq!(cost.unwrap().candidate_rounds, None, "the candidate never decides every pair the source decides");
         // but one that decides none of the source's pairs alike fails
         let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
-        let (chk, _, _) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] }, &policy(), "test").unwrap();
+        let (chk, _, _) = ranking_check(
+            &Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
         assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
     }
 
@@ -201,7 +259,12 @@ mod tests {
             let configs: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
             let src: Vec<Vec<JobMeasure>> = (0..n).map(|_| pass_jobs(base)).collect();
             let cand: Vec<Vec<JobMeasure>> = (0..n).map(|i| pass_jobs(&[2.0 + i as f64; 6])).collect();
-            let (chk, _, cost) = ranking_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, &policy(), "test").unwrap();
+            let (chk, _, cost) = ranking_check(
+                &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+                &policy(),
+                "test",
+            )
+            .unwrap();
             assert!(!chk.passed && chk.measured.contains("no decision to preserve"), "{chk:?}");
             assert!(cost.is_none(), "{n} configurations: no decision, no cost: {cost:?}");
         }

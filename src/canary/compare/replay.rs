@@ -60,7 +60,8 @@ fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f
         .iter()
         .filter_map(|js| {
             let v: Vec<f64> = js.iter().filter_map(f).filter(|x| *x > 0.0).map(f64::ln).collect();
-            (v.len() >= 2).then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
+            (v.len() >= 2)
+                .then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
         })
         .collect();
     // the largest: a candidate is held to what the source itself varies by, no tighter
@@ -69,7 +70,11 @@ fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f
 
 /// Median over (configuration, round) of log(candidate / source) of a job
 /// statistic (`fs` of the source's job, `fc` of the candidate's).
-fn paired_log_ratio(p: &Paired, fs: &dyn Fn(&JobMeasure) -> Option<f64>, fc: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
+fn paired_log_ratio(
+    p: &Paired,
+    fs: &dyn Fn(&JobMeasure) -> Option<f64>,
+    fc: &dyn Fn(&JobMeasure) -> Option<f64>,
+) -> Option<f64> {
     let mut d = Vec::new();
     for (s, c) in p.source.iter().zip(p.candidate) {
         for js in s {
@@ -121,7 +126,14 @@ fn block_maxima(v: &[f64], n: usize) -> Vec<f64> {
 /// widened by the 10–90% spread of those block maxima (one draw of a block
 /// maximum varies that much) as well as by the job-to-job range.
 fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Check {
-    let mut counts: Vec<f64> = p.candidate.iter().flatten().filter_map(|j| j.per_kind_us.get(k)).map(|v| v.len() as f64).filter(|n| *n > 0.0).collect();
+    let mut counts: Vec<f64> = p
+        .candidate
+        .iter()
+        .flatten()
+        .filter_map(|j| j.per_kind_us.get(k))
+        .map(|v| v.len() as f64)
+        .filter(|n| *n > 0.0)
+        .collect();
     let name = format!("latency.{k}.max");
     let Some(n) = pct(&mut counts, 50.0).map(|n| n.round().max(1.0) as usize) else {
         return Check {
@@ -154,7 +166,8 @@ fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Che
             d.abs() <= tol,
             if blocks {
                 format!(
-                    "candidate/source {:.3} (the source's median maximum over blocks of {n} collectives, the candidate's count per job; median over paired jobs)",
+                    "candidate/source {:.3} (the source's median maximum over blocks of {n} collectives, the \
+                        candidate's count per job; median over paired jobs)",
                     d.exp()
                 )
             } else {
@@ -169,7 +182,8 @@ fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Che
         passed,
         measured,
         tolerance: format!(
-            "within ×{:.3} either way (the largest of the declared {:.0}%, the source's job-to-job range and the 10–90% spread of its block maxima)",
+            "within ×{:.3} either way (the largest of the declared {:.0}%, the source's job-to-job range and the \
+                10–90% spread of its block maxima)",
             tol.exp(),
             Stat::Max.floor() * 100.0
         ),
@@ -182,7 +196,10 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
     let mut out = Vec::new();
     let mut unjudged = Vec::new();
     let kinds = |jobs: &[Vec<JobMeasure>]| -> BTreeSet<String> {
-        jobs.iter().flatten().flat_map(|j| j.per_kind_us.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k.clone())).collect()
+        jobs.iter()
+            .flatten()
+            .flat_map(|j| j.per_kind_us.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k.clone()))
+            .collect()
     };
     let (ks, kc) = (kinds(p.source), kinds(p.candidate));
     let missing: Vec<&String> = ks.difference(&kc).collect();
@@ -193,7 +210,10 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
         measured: if missing.is_empty() {
             format!("every kind the source's replay ran ({})", ks.iter().cloned().collect::<Vec<_>>().join(", "))
         } else {
-            format!("kinds the source's replay ran and the candidate's did not: {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+            format!(
+                "kinds the source's replay ran and the candidate's did not: {}",
+                missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )
         },
         tolerance: "every kind".into(),
     });
@@ -216,7 +236,8 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
                 passed,
                 measured,
                 tolerance: format!(
-                    "within ×{:.3} either way (the larger of the declared {:.0}% and the source's own job-to-job range)",
+                    "within ×{:.3} either way (the larger of the declared {:.0}% and the source's own job-to-job \
+                        range)",
                     tol.exp(),
                     stat.floor() * 100.0
                 ),
@@ -238,7 +259,9 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
                 .iter()
                 .filter_map(|js| {
                     let v: Vec<f64> = js.iter().filter_map(f).collect();
-                    (v.len() >= 2).then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
+                    (v.len() >= 2).then(|| {
+                        v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min)
+                    })
                 })
                 .collect();
             r.into_iter().fold(0.0, f64::max)
@@ -248,13 +271,19 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
             (Some(b), Some(d)) => (
                 d.abs() <= tol,
                 format!(
-                    "candidate − source {:+.1} points (median over paired jobs); source {:.1}%, candidate {:.1}% of communication hidden under compute",
+                    "candidate − source {:+.1} points (median over paired jobs); source {:.1}%, candidate {:.1}% of \
+                        communication hidden under compute",
                     d * 100.0,
                     a * 100.0,
                     b * 100.0
                 ),
             ),
-            (Some(_), None) => (false, "no job of the candidate's overlap phase pairs with one of the source's (same configuration and round)".into()),
+            (Some(_), None) => (
+                false,
+                "no job of the candidate's overlap phase pairs with one of the source's (same \
+                configuration and round)"
+                    .into(),
+            ),
             (None, _) => (false, "the candidate's overlap phase did not run".into()),
         };
         out.push(Check {
@@ -262,7 +291,11 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
             guards: Assurance::BehaviorallyVerified,
             passed,
             measured,
-            tolerance: format!("within {:.1} points (the larger of {:.0} points and the source's job-to-job range)", tol * 100.0, HIDDEN_SHARE_FLOOR * 100.0),
+            tolerance: format!(
+                "within {:.1} points (the larger of {:.0} points and the source's job-to-job range)",
+                tol * 100.0,
+                HIDDEN_SHARE_FLOOR * 100.0
+            ),
         });
     }
     // tail recall: the source's recurring tail (positions slow in their pass's median,
@@ -283,7 +316,10 @@ mod tests {
 
     fn job(round: u32, scale: f64) -> JobMeasure {
         let mut per_kind = BTreeMap::new();
-        per_kind.insert("all_reduce".to_string(), (0..200).map(|i| scale * (10.0 + (i % 7) as f64 + if i % 100 == 50 { 500.0 } else { 0.0 })).collect());
+        per_kind.insert(
+            "all_reduce".to_string(),
+            (0..200).map(|i| scale * (10.0 + (i % 7) as f64 + if i % 100 == 50 { 500.0 } else { 0.0 })).collect(),
+        );
         JobMeasure {
             round,
             pass_us: vec![scale * 1000.0, scale * 1010.0],
@@ -297,7 +333,8 @@ mod tests {
     #[test]
     fn a_copy_passes_and_a_sample_without_the_tail_fails_named_checks() {
         let configs = vec!["a".to_string(), "b".to_string()];
-        let src: Vec<Vec<JobMeasure>> = vec![(1..=3).map(|r| job(r, 1.0)).collect(), (1..=3).map(|r| job(r, 2.0)).collect()];
+        let src: Vec<Vec<JobMeasure>> =
+            vec![(1..=3).map(|r| job(r, 1.0)).collect(), (1..=3).map(|r| job(r, 2.0)).collect()];
         let p = Paired { configs: &configs, source: &src, candidate: &src, controls: &[] };
         assert!(replay_checks(&p).0.iter().all(|c| c.passed), "{:?}", replay_checks(&p));
         // a candidate that lost the one slow collective
@@ -308,7 +345,11 @@ mod tests {
         }
         let p = Paired { configs: &configs, source: &src, candidate: &cut, controls: &[] };
         let failed: Vec<String> = replay_checks(&p).0.into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
-        assert!(failed.contains(&"latency.all_reduce.max".to_string()) && failed.contains(&"tail-recall.all_reduce".to_string()), "{failed:?}");
+        assert!(
+            failed.contains(&"latency.all_reduce.max".to_string())
+                && failed.contains(&"tail-recall.all_reduce".to_string()),
+            "{failed:?}"
+        );
     }
 
     /// A canary replaying 100 collectives is not held to the maximum of its
@@ -320,8 +361,9 @@ mod tests {
     #[test]
     fn hidden_share_is_compared_job_by_job_not_pooled() {
         let configs: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
-        let jobs =
-            |share: f64, rounds: &[u32]| -> Vec<JobMeasure> { rounds.iter().map(|&r| JobMeasure { hidden_share: Some(share), ..job(r, 1.0) }).collect() };
+        let jobs = |share: f64, rounds: &[u32]| -> Vec<JobMeasure> {
+            rounds.iter().map(|&r| JobMeasure { hidden_share: Some(share), ..job(r, 1.0) }).collect()
+        };
         let src = vec![jobs(0.2, &[1, 2, 3]), jobs(0.4, &[1, 2, 3])];
         let cand = vec![jobs(0.2, &[1, 2]), jobs(0.4, &[1, 2, 3])];
         let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] });
@@ -338,10 +380,16 @@ mod tests {
     fn the_maximum_is_compared_at_the_candidate_s_count() {
         let configs = vec!["a".to_string()];
         let series = |n: usize, scale: f64, spikes: bool| -> Vec<f64> {
-            (0..n).map(|i| scale * (10.0 + (i % 13) as f64 + if spikes && i % 2_000 == 1_000 { 2_000.0 } else { 0.0 })).collect()
+            (0..n)
+                .map(|i| scale * (10.0 + (i % 13) as f64 + if spikes && i % 2_000 == 1_000 { 2_000.0 } else { 0.0 }))
+                .collect()
         };
-        let job =
-            |round, v: Vec<f64>| JobMeasure { round, pass_us: vec![1.0], per_kind_us: BTreeMap::from([("all_reduce".to_string(), v)]), ..Default::default() };
+        let job = |round, v: Vec<f64>| JobMeasure {
+            round,
+            pass_us: vec![1.0],
+            per_kind_us: BTreeMap::from([("all_reduce".to_string(), v)]),
+            ..Default::default()
+        };
         let src = vec![(1..=3).map(|r| job(r, series(10_000, 1.0, true))).collect::<Vec<_>>()];
         let max = |cand: &[Vec<JobMeasure>]| {
             max_check(&Paired { configs: &configs, source: &src, candidate: cand, controls: &[] }, "all_reduce", &|j| {

@@ -51,7 +51,11 @@ fn far_fence(v: &[f64]) -> Option<f64> {
 /// a p99 is not asked of fewer than 100 draws).
 pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
     fn workload<'j>(jobs: &'j [Vec<JobMeasure>], controls: &[bool]) -> Vec<&'j JobMeasure> {
-        jobs.iter().enumerate().filter(|(i, _)| !controls.get(*i).copied().unwrap_or(false)).flat_map(|(_, js)| js).collect()
+        jobs.iter()
+            .enumerate()
+            .filter(|(i, _)| !controls.get(*i).copied().unwrap_or(false))
+            .flat_map(|(_, js)| js)
+            .collect()
     }
     let (src_jobs, cand_jobs) = (workload(p.source, p.controls), workload(p.candidate, p.controls));
     // each job's recurring latencies over that job's median: a job slower as a
@@ -76,21 +80,27 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
     let name = format!("tail-recall.{k}");
     let left_out = |reason: String| Unjudged { name: name.clone(), reason };
     let (s, c) = (pooled(&src_jobs, &|_| true), pooled(&cand_jobs, &|_| true));
-    let Some(fence) = far_fence(&s) else { return Err(left_out("the source's workload configurations ran no such collective".into())) };
+    let Some(fence) = far_fence(&s) else {
+        return Err(left_out("the source's workload configurations ran no such collective".into()));
+    };
     let beyond = s.iter().filter(|&&x| x > fence).count();
     let source_jobs = src_jobs.iter().filter(|j| j.per_kind_recurring_us.contains_key(k)).count();
     if beyond == 0 || beyond < source_jobs {
         return Err(left_out(format!(
-            "the source has no recurring tail: {beyond} positions beyond its far fence ({fence:.2}x its job's median) over {source_jobs} jobs, fewer than one per job"
+            "the source has no recurring tail: {beyond} positions beyond its far fence ({fence:.2}x its job's median) \
+                over {source_jobs} jobs, fewer than one per job"
         )));
     }
     let ss = beyond as f64 / s.len() as f64;
     // a tail rarer than one position of the candidate's pass cannot be held at the source's rate
-    let mut per_pass: Vec<f64> = cand_jobs.iter().filter_map(|j| j.per_kind_recurring_us.get(k)).map(|v| v.len() as f64).collect();
+    let mut per_pass: Vec<f64> =
+        cand_jobs.iter().filter_map(|j| j.per_kind_recurring_us.get(k)).map(|v| v.len() as f64).collect();
     let cand_positions = pct(&mut per_pass, 50.0).unwrap_or(0.0);
     if ss * cand_positions < 1.0 {
         return Err(left_out(format!(
-            "the source's recurring tail is {:.3}% of its positions (beyond its far fence, {fence:.2}x its job's median): fewer than one of the candidate's {cand_positions:.0} positions per pass at that rate, so a candidate this short cannot hold it; the tail is one of the candidate's approximations",
+            "the source's recurring tail is {:.3}% of its positions (beyond its far fence, {fence:.2}x its job's \
+                median): fewer than one of the candidate's {cand_positions:.0} positions per pass at that rate, so a \
+                    candidate this short cannot hold it; the tail is one of the candidate's approximations",
             ss * 100.0
         )));
     }
@@ -112,7 +122,9 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
         guards: Assurance::BehaviorallyVerified,
         passed: recall >= min,
         measured: format!(
-            "{recall:.2} of the source's recurring tail reached by the candidate ({:.2}% of the source's positions beyond its far fence, {fence:.2}x its job's median, {:.2}% of the candidate's); the source's odd rounds reach {own:.2} of its even rounds'",
+            "{recall:.2} of the source's recurring tail reached by the candidate ({:.2}% of the source's positions \
+                beyond its far fence, {fence:.2}x its job's median, {:.2}% of the candidate's); the source's odd \
+                    rounds reach {own:.2} of its even rounds'",
             ss * 100.0,
             cs * 100.0
         ),
@@ -161,7 +173,11 @@ mod tests {
             ..Default::default()
         };
         let src = vec![(1..=4).map(job).collect::<Vec<_>>()];
-        let u = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &src, controls: &[] }, "all_reduce").unwrap_err();
+        let u = tail_recall_check(
+            &Paired { configs: &configs, source: &src, candidate: &src, controls: &[] },
+            "all_reduce",
+        )
+        .unwrap_err();
         assert!(u.reason.contains("no recurring tail"), "{u:?}");
         // a recurring tail of 1 position in 1,000, against a candidate of 100 positions a pass: left out, not failed
         let long = |round| JobMeasure {
@@ -174,20 +190,34 @@ mod tests {
         };
         let short = |round| JobMeasure {
             round,
-            per_kind_recurring_us: BTreeMap::from([("all_reduce".to_string(), (0..100).map(|i| 50.0 + (i % 9) as f64).collect())]),
+            per_kind_recurring_us: BTreeMap::from([(
+                "all_reduce".to_string(),
+                (0..100).map(|i| 50.0 + (i % 9) as f64).collect(),
+            )]),
             ..Default::default()
         };
         let (src, cand) = (vec![(1..=4).map(long).collect::<Vec<_>>()], vec![(1..=4).map(short).collect::<Vec<_>>()]);
-        let u = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, "all_reduce").unwrap_err();
+        let u = tail_recall_check(
+            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+            "all_reduce",
+        )
+        .unwrap_err();
         assert!(u.reason.contains("cannot hold it"), "{u:?}");
         // the same tail against a candidate of 1,000 positions without it: judged, and failed
         let flat = |round| JobMeasure {
             round,
-            per_kind_recurring_us: BTreeMap::from([("all_reduce".to_string(), (0..1000).map(|i| 50.0 + (i % 9) as f64).collect())]),
+            per_kind_recurring_us: BTreeMap::from([(
+                "all_reduce".to_string(),
+                (0..1000).map(|i| 50.0 + (i % 9) as f64).collect(),
+            )]),
             ..Default::default()
         };
         let cand = vec![(1..=4).map(flat).collect::<Vec<_>>()];
-        let c = tail_recall_check(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] }, "all_reduce").unwrap();
+        let c = tail_recall_check(
+            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
+            "all_reduce",
+        )
+        .unwrap();
         assert!(!c.passed, "{c:?}");
     }
 }

@@ -61,7 +61,10 @@ impl DelayInjection {
             crate::refuse!(Code::OutOfRange, "--inject-delay {s:?}: every must be at least 1");
         }
         if !(0.0..=10_000_000.0).contains(&us) {
-            crate::refuse!(Code::OutOfRange, "--inject-delay {s:?}: us must be between 0 and 10 s (it is a bounded delay)");
+            crate::refuse!(
+                Code::OutOfRange,
+                "--inject-delay {s:?}: us must be between 0 and 10 s (it is a bounded delay)"
+            );
         }
         Ok(Self { rank, every, delay_ns: (us * 1e3).round() as u64 })
     }

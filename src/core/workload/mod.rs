@@ -146,7 +146,10 @@ impl WorkloadSpec {
         if self.graph {
             // fill, overlap and membound-fill capture a token of the trace's work; the others pace by host time
             if let Some(p) = self.phases.iter().find(|p| p.needs_trace() && !p.runs_in_a_graph()) {
-                bail!("--graph: phase {p} paces collectives by host time, which a graph cannot hold (run it without --graph; fill, overlap and membound-fill run as graphs)");
+                bail!(
+                    "--graph: phase {p} paces collectives by host time, which a graph cannot hold (run it without \
+                    --graph; fill, overlap and membound-fill run as graphs)"
+                );
             }
         }
         Ok(())

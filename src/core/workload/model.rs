@@ -43,27 +43,43 @@ pub(crate) const MODEL_PRESETS: [&str; 3] = ["llama3-8b", "llama3-70b", "tiny"];
 impl ModelShape {
     /// A preset by name.
     pub fn preset(name: &str) -> Result<Self> {
-        let llama = "Meta-Llama-3 config.json (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads)";
+        let llama =
+            "Meta-Llama-3 config.json (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, \
+            num_key_value_heads)";
         let (hidden, ffn, layers, heads, kv_heads, source) = match name {
             // 32 heads, 8 key/value heads, head dimension 128
             "llama3-8b" => (4096, 14336, 32, 32, 8, llama),
             // 64 heads, 8 key/value heads, head dimension 128
             "llama3-70b" => (8192, 28672, 80, 64, 8, llama),
             // not a published model: a Llama-proportioned shape small enough for CPU tests
-            "tiny" => (512, 1792, 4, 8, 2, "test shape with Llama 3 proportions (FFN 3.5 x hidden, 4 query heads per key/value head); not a published model"),
+            "tiny" => (
+                512,
+                1792,
+                4,
+                8,
+                2,
+                "test shape with Llama 3 proportions (FFN 3.5 x hidden, 4 query heads per \
+                key/value head); not a published model",
+            ),
             other => bail!("--model {other:?}: unknown (known: {}, synthetic)", MODEL_PRESETS.join(", ")),
         };
         let head_dim = hidden / heads;
-        Ok(Self { name: name.into(), hidden, ffn, layers, q_dim: heads * head_dim, kv_dim: kv_heads * head_dim, source: source.into() })
+        Ok(Self {
+            name: name.into(),
+            hidden,
+            ffn,
+            layers,
+            q_dim: heads * head_dim,
+            kv_dim: kv_heads * head_dim,
+            source: source.into(),
+        })
     }
 
     /// `H,F,LAYERS` (multi-head attention: key/value width = H) or `H,F,LAYERS,KV_DIM`.
     pub fn parse_dims(s: &str) -> Result<Self> {
-        let nums: Vec<u32> = s
-            .split(',')
-            .map(|p| p.trim().parse::<u32>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| anyhow::anyhow!("--model-dims {s:?}: expected H,F,LAYERS or H,F,LAYERS,KV_DIM (positive integers)"))?;
+        let nums: Vec<u32> = s.split(',').map(|p| p.trim().parse::<u32>()).collect::<Result<_, _>>().map_err(|_| {
+            anyhow::anyhow!("--model-dims {s:?}: expected H,F,LAYERS or H,F,LAYERS,KV_DIM (positive integers)")
+        })?;
         let (hidden, ffn, layers, kv_dim) = match nums.as_slice() {
             [h, f, l] => (*h, *f, *l, *h),
             [h, f, l, kv] => (*h, *f, *l, *kv),
@@ -72,7 +88,15 @@ impl ModelShape {
         if nums.contains(&0) {
             bail!("--model-dims {s:?}: dimensions must be positive");
         }
-        Ok(Self { name: "custom".into(), hidden, ffn, layers, q_dim: hidden, kv_dim, source: format!("--model-dims {s}") })
+        Ok(Self {
+            name: "custom".into(),
+            hidden,
+            ffn,
+            layers,
+            q_dim: hidden,
+            kv_dim,
+            source: format!("--model-dims {s}"),
+        })
     }
 }
 
@@ -145,19 +169,37 @@ impl WorkloadSpec {
         ranges::int("--batch x --prefill-tokens", m.tokens_in_flight(), 1, ranges::MAX_TOKENS_IN_FLIGHT)?;
         let bytes = m.allreduce_bytes(spec.dtype);
         if bytes > ranges::MAX_MESSAGE_BYTES {
-            return Err(ranges::out(&format!("model {} all-reduce of tokens x hidden (bytes)", m.shape.name), bytes, "at most 1 GiB"));
+            return Err(ranges::out(
+                &format!("model {} all-reduce of tokens x hidden (bytes)", m.shape.name),
+                bytes,
+                "at most 1 GiB",
+            ));
         }
         for g in &m.gemms {
             let s = g.shape;
-            for (what, elems) in [("m x k", s.m as u64 * s.k as u64), ("k x n", s.k as u64 * s.n as u64), ("m x n", s.m as u64 * s.n as u64)] {
+            for (what, elems) in [
+                ("m x k", s.m as u64 * s.k as u64),
+                ("k x n", s.k as u64 * s.n as u64),
+                ("m x n", s.m as u64 * s.n as u64),
+            ] {
                 if elems > ranges::MAX_MATRIX_ELEMS {
-                    return Err(ranges::out(&format!("model {} per-rank GEMM {} {what} (elements)", m.shape.name, g.name), elems, "at most 2^28"));
+                    return Err(ranges::out(
+                        &format!("model {} per-rank GEMM {} {what} (elements)", m.shape.name, g.name),
+                        elems,
+                        "at most 2^28",
+                    ));
                 }
             }
         }
         ranges::int("layers", spec.layers, 1, 10_000)?;
-        let per_phase = (spec.tokens as u64 + spec.warmup_tokens as u64) * spec.layers as u64 * spec.collectives_per_layer();
-        ranges::int("(--tokens + --warmup-tokens) x layers x collectives per layer", per_phase, 1, ranges::MAX_PHASE_COLLECTIVES)
+        let per_phase =
+            (spec.tokens as u64 + spec.warmup_tokens as u64) * spec.layers as u64 * spec.collectives_per_layer();
+        ranges::int(
+            "(--tokens + --warmup-tokens) x layers x collectives per layer",
+            per_phase,
+            1,
+            ranges::MAX_PHASE_COLLECTIVES,
+        )
     }
 }
 
@@ -169,7 +211,10 @@ impl ModelWorkload {
         }
         for (what, v) in [("query width", shape.q_dim), ("key/value width", shape.kv_dim), ("FFN size", shape.ffn)] {
             if v % tp != 0 {
-                bail!("model {}: {what} {v} does not split over tensor-parallel degree {tp} (the rank count)", shape.name);
+                bail!(
+                    "model {}: {what} {v} does not split over tensor-parallel degree {tp} (the rank count)",
+                    shape.name
+                );
             }
         }
         let m64 = batch as u64 * prefill_tokens.unwrap_or(1) as u64;
@@ -178,7 +223,11 @@ impl ModelWorkload {
             .filter(|m| *m <= i32::MAX as u32)
             .ok_or_else(|| anyhow::anyhow!("--batch x --prefill-tokens = {m64} tokens is too large"))?;
         let h = shape.hidden;
-        let g = |name: &str, split: &str, n: u32, k: u32| ModelGemm { name: name.into(), split: split.into(), shape: GemmShape { m, n, k } };
+        let g = |name: &str, split: &str, n: u32, k: u32| ModelGemm {
+            name: name.into(),
+            split: split.into(),
+            shape: GemmShape { m, n, k },
+        };
         let gemms = vec![
             g("qkv", "column", (shape.q_dim + 2 * shape.kv_dim) / tp, h),
             g("out", "row", h, shape.q_dim / tp),
@@ -212,7 +261,13 @@ mod tests {
     }
 
     fn request(name: &str) -> ModelRequest {
-        ModelRequest { shape: ModelShape::preset(name).unwrap(), batch: 1, prefill_tokens: None, layers: None, per_layer_weights: true }
+        ModelRequest {
+            shape: ModelShape::preset(name).unwrap(),
+            batch: 1,
+            prefill_tokens: None,
+            layers: None,
+            per_layer_weights: true,
+        }
     }
 
     #[test]
@@ -220,8 +275,12 @@ mod tests {
         let s = model_spec(&request("llama3-8b"), 2).unwrap();
         let m = s.model.as_ref().unwrap();
         // QKV output under GQA: 4096 query + 2 x (8 heads x 128) key/value = 6144, split by columns
-        let shapes: Vec<(&str, u32, u32, u32)> = m.gemms.iter().map(|g| (g.name.as_str(), g.shape.m, g.shape.n, g.shape.k)).collect();
-        assert_eq!(shapes, vec![("qkv", 1, 3072, 4096), ("out", 1, 4096, 2048), ("gate_up", 1, 14336, 4096), ("down", 1, 4096, 7168)]);
+        let shapes: Vec<(&str, u32, u32, u32)> =
+            m.gemms.iter().map(|g| (g.name.as_str(), g.shape.m, g.shape.n, g.shape.k)).collect();
+        assert_eq!(
+            shapes,
+            vec![("qkv", 1, 3072, 4096), ("out", 1, 4096, 2048), ("gate_up", 1, 14336, 4096), ("down", 1, 4096, 7168)]
+        );
         assert_eq!(s.layers, 32);
         assert_eq!(m.weight_sets, 32);
         assert_eq!(s.sizes_bytes, vec![4096 * 2], "one token x hidden in bf16");
@@ -254,7 +313,11 @@ mod tests {
         // tiny has 4 layers: the ninth step is layer 0 of the next token
         assert_eq!(steps[8].0, 0);
         assert_eq!(s.weight_sets(), 1);
-        let synth = WorkloadSpec { sizes_bytes: vec![4, 8, 12], layers: 2, ..WorkloadSpec::isolated_only(4, 1, GemmShape { m: 1, n: 1, k: 1 }) };
+        let synth = WorkloadSpec {
+            sizes_bytes: vec![4, 8, 12],
+            layers: 2,
+            ..WorkloadSpec::isolated_only(4, 1, GemmShape { m: 1, n: 1, k: 1 })
+        };
         let st: Vec<(u32, u64)> = (0..4).map(|i| synth.step(i)).map(|x| (x.layer, x.bytes)).collect();
         assert_eq!(st, vec![(0, 4), (1, 8), (0, 12), (1, 4)]);
     }

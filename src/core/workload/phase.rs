@@ -10,7 +10,9 @@ use std::str::FromStr;
 use std::sync::LazyLock;
 
 /// A phase: one way of executing the collectives (docs/ARCHITECTURE.md §4).
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 #[value(rename_all = "kebab-case")]
 pub enum Phase {
@@ -42,19 +44,34 @@ impl Phase {
 
     /// Name as used on the command line and in files.
     pub fn name(self) -> &'static str {
-        static NAMES: LazyLock<Vec<String>> =
-            LazyLock::new(|| Phase::all().iter().map(|p| p.to_possible_value().expect("no phase is skipped").get_name().to_owned()).collect());
+        static NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+            Phase::all()
+                .iter()
+                .map(|p| p.to_possible_value().expect("no phase is skipped").get_name().to_owned())
+                .collect()
+        });
         &NAMES[self as usize]
     }
 
     /// Whether the phase consumes a source trace of gaps.
     pub fn needs_trace(self) -> bool {
-        matches!(self, Phase::Replay | Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate | Phase::HostDelay | Phase::MemboundFill)
+        matches!(
+            self,
+            Phase::Replay
+                | Phase::Fill
+                | Phase::Overlap
+                | Phase::AsyncWaitImmediate
+                | Phase::HostDelay
+                | Phase::MemboundFill
+        )
     }
 
     /// Whether the phase runs as one captured token per launch under `--graph`.
     pub fn runs_in_a_graph(self) -> bool {
-        matches!(self, Phase::Isolated | Phase::Blocking | Phase::Async | Phase::Fill | Phase::Overlap | Phase::MemboundFill)
+        matches!(
+            self,
+            Phase::Isolated | Phase::Blocking | Phase::Async | Phase::Fill | Phase::Overlap | Phase::MemboundFill
+        )
     }
 
     /// Whether the phase has tokens (per-token latency is meaningful).
@@ -113,7 +130,20 @@ mod tests {
     #[test]
     fn value_enum_serde_and_name_agree() {
         let names: Vec<&str> = Phase::all().iter().map(|p| p.name()).collect();
-        assert_eq!(names, ["isolated", "blocking", "async", "replay", "fill", "overlap", "async-wait-immediate", "host-delay", "membound-fill"]);
+        assert_eq!(
+            names,
+            [
+                "isolated",
+                "blocking",
+                "async",
+                "replay",
+                "fill",
+                "overlap",
+                "async-wait-immediate",
+                "host-delay",
+                "membound-fill"
+            ]
+        );
         for &p in Phase::all() {
             assert_eq!(p.to_possible_value().expect("listed").get_name(), p.name());
             assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(p.name()));

@@ -192,7 +192,11 @@ impl<'de> Deserialize<'de> for SweepKind {
         let kind = CollectiveKind::deserialize(d)?;
         SweepKind::of(kind).ok_or_else(|| {
             let names: Vec<&str> = SWEPT.iter().map(|k| k.name()).collect();
-            serde::de::Error::custom(format!("{} is not swept (no bus-bandwidth factor): the sweep runs {}", kind.name(), names.join(", ")))
+            serde::de::Error::custom(format!(
+                "{} is not swept (no bus-bandwidth factor): the sweep runs {}",
+                kind.name(),
+                names.join(", ")
+            ))
         })
     }
 }
@@ -243,11 +247,20 @@ mod tests {
         let defined: Vec<_> = KINDS.iter().filter(|r| r.bus_bw.is_some()).map(|r| r.kind).collect();
         assert_eq!(swept, defined);
         for row in &KINDS {
-            assert_eq!(row.sweep_help.is_some(), row.bus_bw.is_some(), "{}: a swept kind is described, and only one", row.name);
+            assert_eq!(
+                row.sweep_help.is_some(),
+                row.bus_bw.is_some(),
+                "{}: a swept kind is described, and only one",
+                row.name
+            );
             let json = format!("\"{}\"", row.name);
             match SweepKind::of(row.kind) {
                 Some(k) => {
-                    assert_eq!(k.to_possible_value().unwrap().get_name(), k.name(), "the command line spells the kind as the table does");
+                    assert_eq!(
+                        k.to_possible_value().unwrap().get_name(),
+                        k.name(),
+                        "the command line spells the kind as the table does"
+                    );
                     assert_eq!(serde_json::to_string(&k).unwrap(), json);
                     assert_eq!(serde_json::from_str::<SweepKind>(&json).unwrap(), k);
                     assert_eq!(SweepKind::from_str(row.name, false), Ok(k));
@@ -291,7 +304,10 @@ mod tests {
         assert_eq!(k(AllGather).count(8, 4, 3), None);
         assert_eq!(k(AllToAll).count(40, 4, 3), Some(9));
         assert_eq!(k(Broadcast).count(8, 4, 3), Some(2));
-        assert_eq!((k(AllGather).elements(8, 4), k(ReduceScatter).elements(8, 4), k(AllToAll).elements(8, 4)), ((2, 8), (8, 2), (8, 8)));
+        assert_eq!(
+            (k(AllGather).elements(8, 4), k(ReduceScatter).elements(8, 4), k(AllToAll).elements(8, 4)),
+            ((2, 8), (8, 2), (8, 8))
+        );
         assert_eq!(k(Reduce).root(), Some(0));
         assert_eq!(k(AllGather).root(), None);
         assert!(k(ReduceScatter).reduces() && !k(AllToAll).reduces());

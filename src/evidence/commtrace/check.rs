@@ -22,7 +22,11 @@ pub(super) fn check_groups(groups: &[TraceGroup], world: u32) -> Result<()> {
         }
         let mut seen = BTreeSet::new();
         if let Some(&m) = g.members.iter().find(|&&m| !seen.insert(m)) {
-            bail!("group {:?} lists rank {m} twice (members {:?}): a process group holds each rank once", g.name, g.members);
+            bail!(
+                "group {:?} lists rank {m} twice (members {:?}): a process group holds each rank once",
+                g.name,
+                g.members
+            );
         }
     }
     Ok(())
@@ -42,10 +46,9 @@ pub fn number_sequences(colls: &mut [TraceCollective]) {
 
 /// Members of a group after resolving a group-local rank; refuses one outside the group.
 pub(crate) fn global_rank(group: &TraceGroup, local: i64, what: &str) -> Result<u32> {
-    usize::try_from(local)
-        .ok()
-        .and_then(|i| group.members.get(i).copied())
-        .with_context(|| format!("{what} {local} is not a rank of group {:?} (members {:?})", group.name, group.members))
+    usize::try_from(local).ok().and_then(|i| group.members.get(i).copied()).with_context(|| {
+        format!("{what} {local} is not a rank of group {:?} (members {:?})", group.name, group.members)
+    })
 }
 
 /// Check one record's own buffer relations (the counts a collective of this
@@ -55,7 +58,8 @@ pub(crate) fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     for (what, e) in [("in", i), ("out", o)] {
         if e.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > MAX_COLLECTIVE_BYTES) {
             bail!(
-                "{} on group {:?} (#{}) records {e} {:?} elements {what}: over {MAX_COLLECTIVE_BYTES} bytes, more than any collective's buffer holds",
+                "{} on group {:?} (#{}) records {e} {:?} elements {what}: over {MAX_COLLECTIVE_BYTES} bytes, more than \
+                    any collective's buffer holds",
                 c.source_name,
                 c.group,
                 c.seq,
@@ -65,7 +69,8 @@ pub(crate) fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     }
     use crate::core::collective::Buffers;
     // a per-member list: one count per member, summing to `total` (no overflow)
-    let fits = |v: &[u64], total: u64| v.len() as u64 == n && v.iter().try_fold(0u64, |a, &x| a.checked_add(x)) == Some(total);
+    let fits =
+        |v: &[u64], total: u64| v.len() as u64 == n && v.iter().try_fold(0u64, |a, &x| a.checked_add(x)) == Some(total);
     let ok = match (c.kind.row().buffers, &c.in_split_elems, &c.out_split_elems) {
         (Buffers::Free, ..) => true,
         (Buffers::Same, None, None) => i == o,
@@ -86,7 +91,8 @@ pub(crate) fn check_record_counts(c: &TraceCollective, n: u64) -> Result<()> {
     };
     if !ok {
         bail!(
-            "{} on group {:?} (#{}) records {i} elements in and {o} out{} on a group of {n}: counts disagree with the operation",
+            "{} on group {:?} (#{}) records {i} elements in and {o} out{} on a group of {n}: counts disagree with the \
+                operation",
             c.source_name,
             c.group,
             c.seq,
@@ -104,15 +110,25 @@ pub(super) fn check_ranks(world: u32, ranks: &[u32], names: &[String]) -> Result
     let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, &r) in ranks.iter().enumerate() {
         if r >= world {
-            bail!("{}: rank {r} is outside the world of {world} ranks: files from different runs or rank sets", name_of(names, i));
+            bail!(
+                "{}: rank {r} is outside the world of {world} ranks: files from different runs or rank sets",
+                name_of(names, i)
+            );
         }
         if let Some(j) = seen.insert(r, i) {
-            bail!("{} and {} both record rank {r}: files from different runs or rank sets", name_of(names, j), name_of(names, i));
+            bail!(
+                "{} and {} both record rank {r}: files from different runs or rank sets",
+                name_of(names, j),
+                name_of(names, i)
+            );
         }
     }
     if let Some(missing) = (0..world).find(|r| !seen.contains_key(r)) {
         let given: Vec<u32> = seen.keys().copied().collect();
-        bail!("rank {missing} missing: the trace's world has {world} ranks and the files given record ranks {given:?} (give one file per rank)");
+        bail!(
+            "rank {missing} missing: the trace's world has {world} ranks and the files given record ranks {given:?} \
+            (give one file per rank)"
+        );
     }
     Ok(())
 }
@@ -123,7 +139,8 @@ fn name_of(names: &[String], i: usize) -> &str {
 
 /// Cross-rank checks: groups described, members agree per collective, point-to-point pairs.
 pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], names: &[String]) -> Result<()> {
-    let file_of = |rank: u32| -> &str { ranks.iter().position(|r| r.rank == rank).map(|i| name_of(names, i)).unwrap_or("?") };
+    let file_of =
+        |rank: u32| -> &str { ranks.iter().position(|r| r.rank == rank).map(|i| name_of(names, i)).unwrap_or("?") };
     let by_name: BTreeMap<&str, &TraceGroup> = groups.iter().map(|g| (g.name.as_str(), g)).collect();
     // (group, member) -> that member's non-p2p collectives on the group.
     let mut per_member: BTreeMap<(&str, u32), Vec<&TraceCollective>> = BTreeMap::new();
@@ -134,12 +151,25 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
         for c in &r.collectives {
             let g = by_name.get(c.group.as_str()).with_context(|| {
                 let described: Vec<&str> = by_name.keys().copied().collect();
-                format!("{}: rank {} uses process group {:?}, which no file describes (described: {described:?})", file_of(r.rank), r.rank, c.group)
+                format!(
+                    "{}: rank {} uses process group {:?}, which no file describes (described: {described:?})",
+                    file_of(r.rank),
+                    r.rank,
+                    c.group
+                )
             })?;
             if !g.members.contains(&r.rank) {
-                bail!("{}: rank {} issues {} on group {:?} whose members are {:?}", file_of(r.rank), r.rank, c.source_name, g.name, g.members);
+                bail!(
+                    "{}: rank {} issues {} on group {:?} whose members are {:?}",
+                    file_of(r.rank),
+                    r.rank,
+                    c.source_name,
+                    g.name,
+                    g.members
+                );
             }
-            check_record_counts(c, g.members.len() as u64).with_context(|| format!("{}: rank {}", file_of(r.rank), r.rank))?;
+            check_record_counts(c, g.members.len() as u64)
+                .with_context(|| format!("{}: rank {}", file_of(r.rank), r.rank))?;
             match c.kind {
                 CollectiveKind::Send => {
                     let p = c.peer.with_context(|| format!("{}: send #{} has no peer", file_of(r.rank), c.seq))?;
@@ -154,13 +184,17 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
         }
     }
     for g in groups {
-        let lists: Vec<(u32, &[&TraceCollective])> =
-            g.members.iter().map(|&m| (m, per_member.get(&(g.name.as_str(), m)).map(|v| v.as_slice()).unwrap_or(&[]))).collect();
+        let lists: Vec<(u32, &[&TraceCollective])> = g
+            .members
+            .iter()
+            .map(|&m| (m, per_member.get(&(g.name.as_str(), m)).map(|v| v.as_slice()).unwrap_or(&[])))
+            .collect();
         let Some(&(first_rank, first)) = lists.first() else { continue };
         for &(m, list) in &lists[1..] {
             if list.len() != first.len() {
                 bail!(
-                    "group {:?}: rank {first_rank} ({}) issues {} collectives on it, rank {m} ({}) issues {}: counts disagree across the group's members",
+                    "group {:?}: rank {first_rank} ({}) issues {} collectives on it, rank {m} ({}) issues {}: counts \
+                        disagree across the group's members",
                     g.name,
                     file_of(first_rank),
                     first.len(),
@@ -179,12 +213,24 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
                     && (varies || (a.in_elems == b.in_elems && a.out_elems == b.out_elems));
                 if !same {
                     bail!(
-                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} out{}{}; rank {m} ({}) records {} of {} {:?} in, {} out{}{}: counts disagree across the group's members",
+                        "group {:?} collective #{k}: rank {first_rank} ({}) records {} of {} {:?} elements in, {} \
+                            out{}{}; rank {m} ({}) records {} of {} {:?} in, {} out{}{}: counts disagree across the \
+                                group's members",
                         g.name,
                         file_of(first_rank),
-                        a.kind.name(), a.in_elems, a.dtype, a.out_elems, root_text(a.root), op_text(a),
+                        a.kind.name(),
+                        a.in_elems,
+                        a.dtype,
+                        a.out_elems,
+                        root_text(a.root),
+                        op_text(a),
                         file_of(m),
-                        b.kind.name(), b.in_elems, b.dtype, b.out_elems, root_text(b.root), op_text(b),
+                        b.kind.name(),
+                        b.in_elems,
+                        b.dtype,
+                        b.out_elems,
+                        root_text(b.root),
+                        op_text(b),
                     );
                 }
             }
@@ -200,22 +246,42 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
                 let a = li[k];
                 let off_root = root.is_some_and(|r| r != i);
                 if kind == CollectiveKind::Gather && off_root && (a.out_elems != 0 || a.out_split_elems.is_some()) {
-                    bail!("group {:?} gather #{k}: rank {ri}, not the root, records {} elements out: only the root receives", g.name, a.out_elems);
+                    bail!(
+                        "group {:?} gather #{k}: rank {ri}, not the root, records {} elements out: only the root \
+                        receives",
+                        g.name,
+                        a.out_elems
+                    );
                 }
                 if kind == CollectiveKind::Scatter && off_root && (a.in_elems != 0 || a.in_split_elems.is_some()) {
-                    bail!("group {:?} scatter #{k}: rank {ri}, not the root, records {} elements in: only the root sends", g.name, a.in_elems);
+                    bail!(
+                        "group {:?} scatter #{k}: rank {ri}, not the root, records {} elements in: only the root sends",
+                        g.name,
+                        a.in_elems
+                    );
                 }
                 for (j, &(rj, lj)) in lists.iter().enumerate() {
                     let b = lj[k];
-                    let split = |v: &Option<Vec<u64>>, at: usize, total: u64| v.as_ref().map(|s| s[at]).unwrap_or(total / n);
+                    let split =
+                        |v: &Option<Vec<u64>>, at: usize, total: u64| v.as_ref().map(|s| s[at]).unwrap_or(total / n);
                     let flow = match kind {
-                        CollectiveKind::AllToAll => Some((split(&a.in_split_elems, j, a.in_elems), split(&b.out_split_elems, i, b.out_elems))),
+                        CollectiveKind::AllToAll => {
+                            Some((split(&a.in_split_elems, j, a.in_elems), split(&b.out_split_elems, i, b.out_elems)))
+                        }
                         CollectiveKind::AllGather => Some((a.in_elems, split(&b.out_split_elems, i, b.out_elems))),
-                        CollectiveKind::Gather if root == Some(j) => Some((a.in_elems, split(&b.out_split_elems, i, b.out_elems))),
-                        CollectiveKind::Scatter if root == Some(i) => Some((split(&a.in_split_elems, j, a.in_elems), b.out_elems)),
+                        CollectiveKind::Gather if root == Some(j) => {
+                            Some((a.in_elems, split(&b.out_split_elems, i, b.out_elems)))
+                        }
+                        CollectiveKind::Scatter if root == Some(i) => {
+                            Some((split(&a.in_split_elems, j, a.in_elems), b.out_elems))
+                        }
                         CollectiveKind::ReduceScatter if a.in_split_elems.is_some() || b.in_split_elems.is_some() => {
                             if a.in_split_elems != b.in_split_elems {
-                                bail!("group {:?} reduce-scatter #{k}: ranks {ri} and {rj} record different per-member counts: counts disagree across the group's members", g.name);
+                                bail!(
+                                    "group {:?} reduce-scatter #{k}: ranks {ri} and {rj} record different per-member \
+                                    counts: counts disagree across the group's members",
+                                    g.name
+                                );
                             }
                             Some((split(&a.in_split_elems, j, a.in_elems), b.out_elems))
                         }
@@ -223,7 +289,8 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
                     };
                     if let Some((send, recv)) = flow.filter(|(s, r)| s != r) {
                         bail!(
-                            "group {:?} {} #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} from it: counts disagree across the group's members",
+                            "group {:?} {} #{k}: rank {ri} sends {send} elements to rank {rj}, which expects {recv} \
+                                from it: counts disagree across the group's members",
                             g.name,
                             kind.label()
                         );
@@ -234,11 +301,15 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
     }
     let pairs: BTreeSet<(u32, u32, &str)> = sends.keys().chain(recvs.keys()).copied().collect();
     for key in pairs {
-        let (s, r) = (sends.get(&key).map(|v| v.as_slice()).unwrap_or(&[]), recvs.get(&key).map(|v| v.as_slice()).unwrap_or(&[]));
+        let (s, r) = (
+            sends.get(&key).map(|v| v.as_slice()).unwrap_or(&[]),
+            recvs.get(&key).map(|v| v.as_slice()).unwrap_or(&[]),
+        );
         let (src, dst, g) = key;
         if s.len() != r.len() {
             bail!(
-                "group {g:?}: rank {src} ({}) sends {} times to rank {dst}, which ({}) receives {} times from it: point-to-point operations do not pair up",
+                "group {g:?}: rank {src} ({}) sends {} times to rank {dst}, which ({}) receives {} times from it: \
+                    point-to-point operations do not pair up",
                 file_of(src),
                 s.len(),
                 file_of(dst),
@@ -248,7 +319,8 @@ pub(super) fn check_consistency(groups: &[TraceGroup], ranks: &[RankTrace], name
         for (k, (a, b)) in s.iter().zip(r.iter()).enumerate() {
             if a.in_elems != b.out_elems || a.dtype != b.dtype {
                 bail!(
-                    "group {g:?}: send #{k} from rank {src} carries {} {:?} elements, the matching recv on rank {dst} expects {} {:?}: counts disagree",
+                    "group {g:?}: send #{k} from rank {src} carries {} {:?} elements, the matching recv on rank {dst} \
+                        expects {} {:?}: counts disagree",
                     a.in_elems,
                     a.dtype,
                     b.out_elems,
@@ -276,7 +348,9 @@ mod tests {
 
     #[test]
     fn record_counts_follow_the_operation() {
-        let c = |kind: CollectiveKind, i, o| TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None));
+        let c = |kind: CollectiveKind, i, o| {
+            TraceCollective::new(kind, kind.pytorch_name(), "0", TraceDtype::Bf16, (i, o), (None, None), (None, None))
+        };
         assert!(check_record_counts(&c(CollectiveKind::AllGather, 4, 8), 2).is_ok());
         assert!(check_record_counts(&c(CollectiveKind::AllGather, 4, 4), 2).is_err());
         assert!(check_record_counts(&c(CollectiveKind::ReduceScatter, 8, 4), 2).is_ok());
@@ -289,10 +363,21 @@ mod tests {
         assert!(check_record_counts(&c(CollectiveKind::Scatter, 6, 3), 2).is_ok());
         assert!(check_record_counts(&c(CollectiveKind::Scatter, 0, 3), 2).is_ok());
         assert!(check_record_counts(&c(CollectiveKind::Scatter, 5, 3), 2).is_err());
-        assert!(check_record_counts(&c(CollectiveKind::Scan, 4, 4), 2).is_ok() && check_record_counts(&c(CollectiveKind::Exscan, 4, 3), 2).is_err());
+        assert!(
+            check_record_counts(&c(CollectiveKind::Scan, 4, 4), 2).is_ok()
+                && check_record_counts(&c(CollectiveKind::Exscan, 4, 3), 2).is_err()
+        );
         // v-variants: one count per member, summing to the buffer
         let v = |kind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
-            TraceCollective::new(kind, "v", "0", TraceDtype::F64, (i, o), splits, (Some(0).filter(|_| kind.is_rooted()), None))
+            TraceCollective::new(
+                kind,
+                "v",
+                "0",
+                TraceDtype::F64,
+                (i, o),
+                splits,
+                (Some(0).filter(|_| kind.is_rooted()), None),
+            )
         };
         assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 3), (None, Some(vec![1, 2]))), 2).is_ok());
         assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 4), (None, Some(vec![1, 2]))), 2).is_err());
@@ -312,31 +397,64 @@ mod tests {
     }
 
     fn ranks(per_rank: Vec<TraceCollective>) -> Vec<RankTrace> {
-        per_rank.into_iter().enumerate().map(|(r, c)| RankTrace { rank: r as u32, collectives: vec![c], trailing_compute: vec![] }).collect()
+        per_rank
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| RankTrace { rank: r as u32, collectives: vec![c], trailing_compute: vec![] })
+            .collect()
     }
 
     #[test]
     fn members_agree_on_what_each_sends_and_receives() {
         let names = vec!["a".to_string(), "b".to_string()];
         let c = |kind: CollectiveKind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
-            TraceCollective::new(kind, "x", "g", TraceDtype::F64, (i, o), splits, (Some(0).filter(|_| kind.is_rooted()), None))
+            TraceCollective::new(
+                kind,
+                "x",
+                "g",
+                TraceDtype::F64,
+                (i, o),
+                splits,
+                (Some(0).filter(|_| kind.is_rooted()), None),
+            )
         };
         let ok = |v: Vec<TraceCollective>| check_consistency(&group(&[0, 1]), &ranks(v), &names);
         // gather-v: the root's counts are what each member sends
-        assert!(ok(vec![c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))), c(CollectiveKind::Gather, (2, 0), (None, None))]).is_ok());
-        let e = ok(vec![c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))), c(CollectiveKind::Gather, (1, 0), (None, None))]).unwrap_err();
+        assert!(ok(vec![
+            c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))),
+            c(CollectiveKind::Gather, (2, 0), (None, None))
+        ])
+        .is_ok());
+        let e = ok(vec![
+            c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))),
+            c(CollectiveKind::Gather, (1, 0), (None, None)),
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("rank 1 sends 1 elements to rank 0, which expects 2"), "{e}");
         // off the root a gather receives nothing
-        assert!(ok(vec![c(CollectiveKind::Gather, (1, 2), (None, None)), c(CollectiveKind::Gather, (1, 2), (None, None))]).is_err());
+        assert!(ok(vec![
+            c(CollectiveKind::Gather, (1, 2), (None, None)),
+            c(CollectiveKind::Gather, (1, 2), (None, None))
+        ])
+        .is_err());
         // scatter-v
-        assert!(ok(vec![c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), c(CollectiveKind::Scatter, (0, 2), (None, None))]).is_ok());
-        assert!(ok(vec![c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), c(CollectiveKind::Scatter, (0, 1), (None, None))]).is_err());
+        assert!(ok(vec![
+            c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)),
+            c(CollectiveKind::Scatter, (0, 2), (None, None))
+        ])
+        .is_ok());
+        assert!(ok(vec![
+            c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)),
+            c(CollectiveKind::Scatter, (0, 1), (None, None))
+        ])
+        .is_err());
         // all-gather-v: every member's list names every member's block
         let ag = |me: u64, list: Vec<u64>| c(CollectiveKind::AllGather, (me, list.iter().sum()), (None, Some(list)));
         assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![1, 2])]).is_ok());
         assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![2, 1])]).is_err());
         // reduce-scatter with counts: the same list everywhere, each member its block
-        let rs = |me: u64, list: Vec<u64>| c(CollectiveKind::ReduceScatter, (list.iter().sum(), me), (Some(list), None));
+        let rs =
+            |me: u64, list: Vec<u64>| c(CollectiveKind::ReduceScatter, (list.iter().sum(), me), (Some(list), None));
         assert!(ok(vec![rs(1, vec![1, 2]), rs(2, vec![1, 2])]).is_ok());
         assert!(ok(vec![rs(1, vec![1, 2]), rs(1, vec![1, 1])]).is_err());
         // the reduction must agree

@@ -9,8 +9,8 @@
 //! docs/METHODS.md, "Execution-trace import".
 use super::json::{i64_of, str_of, u32_of, u64_of};
 use super::{
-    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, Limits, RankRecord, SourceFile, TraceClock, TraceCollective,
-    TraceDtype, TraceGroup, UnknownField,
+    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, Limits, RankRecord,
+    SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup, UnknownField,
 };
 use crate::core::collective::Buffers;
 use crate::core::refusal::{refuse, Code};
@@ -94,7 +94,14 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
             match key.as_ref() {
                 "schema" => schema = map.next_value()?,
                 "time" => time = map.next_value::<Option<Value>>()?.and_then(|v| v.as_str().map(str::to_string)),
-                "nodes" => nodes = Some(map.next_value_seed(NodesSeed { base: self.base, len: self.len, max: self.max_nodes, over: self.over })?),
+                "nodes" => {
+                    nodes = Some(map.next_value_seed(NodesSeed {
+                        base: self.base,
+                        len: self.len,
+                        max: self.max_nodes,
+                        over: self.over,
+                    })?)
+                }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -146,7 +153,8 @@ impl<'de> serde::de::Visitor<'de> for NodesSeed<'_> {
                 self.over.node_bytes.set(Some(text.len()));
                 return Err(A::Error::custom("a node over the size limit"));
             }
-            let head: Head = serde_json::from_str(text).map_err(|e| A::Error::custom(format!("node {}: {e}", out.len())))?;
+            let head: Head =
+                serde_json::from_str(text).map_err(|e| A::Error::custom(format!("node {}: {e}", out.len())))?;
             let name = head.name.as_ref();
             let mut kind = if head.ctrl_deps.is_some() { HAS_PARENT } else { 0 };
             if name == "record_param_comms" {
@@ -209,7 +217,11 @@ const PG_INIT: &str = "process_group:init";
 
 /// The clock contract of an imported execution trace: no times at all.
 pub fn clock() -> TraceClock {
-    TraceClock { domain: ClockDomain::None, aligned_across_ranks: false, note: "an execution trace records the order of operators, not their times".into() }
+    TraceClock {
+        domain: ClockDomain::None,
+        aligned_across_ranks: false,
+        note: "an execution trace records the order of operators, not their times".into(),
+    }
 }
 
 /// What an execution trace cannot tell.
@@ -220,7 +232,10 @@ pub fn unknown() -> Vec<UnknownField> {
         UnknownField { field: "host_duration_ns".into(), reason: r.into() },
         UnknownField { field: "device".into(), reason: "execution traces record no kernels".into() },
         UnknownField { field: "compute_before.duration_ns".into(), reason: r.into() },
-        UnknownField { field: "stream".into(), reason: "PyTorch's execution trace records no streams (present only in traces commcanary exported)".into() },
+        UnknownField {
+            field: "stream".into(),
+            reason: "PyTorch's execution trace records no streams (present only in traces commcanary exported)".into(),
+        },
     ]
 }
 
@@ -232,7 +247,9 @@ pub(crate) fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
 
 fn attr(n: &Node, key: &str) -> Result<Option<Value>> {
     match n.attrs.iter().find(|a| a.name == key) {
-        Some(a) => Ok(Some(serde_json::from_str(a.value.get()).with_context(|| format!("node {} attr {key:?} is not JSON", n.id))?)),
+        Some(a) => Ok(Some(
+            serde_json::from_str(a.value.get()).with_context(|| format!("node {} attr {key:?} is not JSON", n.id))?,
+        )),
         None => Ok(None),
     }
 }
@@ -243,7 +260,10 @@ fn need(n: &Node, key: &str) -> Result<Value> {
 
 /// Decode the node `s` whole from the file's text.
 fn whole<'a>(json: &'a [u8], s: &Slim) -> Result<Node<'a>> {
-    let text = usize::try_from(s.off).ok().and_then(|o| json.get(o..o.checked_add(s.len as usize)?)).context("internal: node outside the file")?;
+    let text = usize::try_from(s.off)
+        .ok()
+        .and_then(|o| json.get(o..o.checked_add(s.len as usize)?))
+        .context("internal: node outside the file")?;
     serde_json::from_slice(text).with_context(|| format!("node {}: not an execution-trace node", s.id))
 }
 
@@ -257,11 +277,17 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     if over.nodes.get() {
         return Err(refuse(
             Code::OverLimit,
-            format!("more than {} nodes, over the limit (refused at the first one past it, before it was kept)", limits.max_nodes),
+            format!(
+                "more than {} nodes, over the limit (refused at the first one past it, before it was kept)",
+                limits.max_nodes
+            ),
         ));
     }
     if let Some(n) = over.node_bytes.get() {
-        return Err(refuse(Code::OverLimit, format!("a node of {n} bytes, over the limit of {MAX_NODE_BYTES} bytes for one node")));
+        return Err(refuse(
+            Code::OverLimit,
+            format!("a node of {n} bytes, over the limit of {MAX_NODE_BYTES} bytes for one node"),
+        ));
     }
     let file = file.context("not a PyTorch execution trace: expected an object with nodes")?;
     let mut nodes = file.nodes;
@@ -271,37 +297,37 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     }
     let index_of = |id: u64| nodes.binary_search_by_key(&id, |n| n.id).ok();
     // Process groups.
-    let init = nodes
-        .iter()
-        .find(|n| n.kind & PG != 0)
-        .context("no `## process_group:init ##` node: the trace describes no process group (record it after init_process_group)")?;
+    let init = nodes.iter().find(|n| n.kind & PG != 0).context(
+        "no `## process_group:init ##` node: the trace describes no process group (record it after init_process_group)",
+    )?;
     let init = whole(json, init)?;
     let desc_value: Option<Value> = match init.inputs.as_ref().and_then(|i| i.values.first()) {
         Some(v) => serde_json::from_str(v.get()).ok(),
         None => None,
     };
-    let desc_text = desc_value
-        .as_ref()
-        .and_then(|v| v.as_str())
-        .with_context(|| format!("node {} ({}): first input is not the process-group JSON string", init.id, init.name))?;
+    let desc_text = desc_value.as_ref().and_then(|v| v.as_str()).with_context(|| {
+        format!("node {} ({}): first input is not the process-group JSON string", init.id, init.name)
+    })?;
     if desc_text.len() as u64 > limits.max_json_bytes {
         bail!("process-group description over the size limit");
     }
-    let pgs: Vec<Value> =
-        serde_json::from_str(desc_text).with_context(|| format!("node {}: process-group description is not a JSON list (truncated?)", init.id))?;
+    let pgs: Vec<Value> = serde_json::from_str(desc_text)
+        .with_context(|| format!("node {}: process-group description is not a JSON list (truncated?)", init.id))?;
     if pgs.len() > limits.max_groups {
         bail!("{} process groups, over the limit of {}", pgs.len(), limits.max_groups);
     }
     let mut groups: Vec<TraceGroup> = Vec::new();
     for (i, pg) in pgs.iter().enumerate() {
         let what = |k: &str| format!("process_group:init[{i}].{k}");
-        let name = str_of(pg.get("pg_name").unwrap_or(&Value::Null), &what("pg_name"), limits.max_name_bytes)?.to_string();
+        let name =
+            str_of(pg.get("pg_name").unwrap_or(&Value::Null), &what("pg_name"), limits.max_name_bytes)?.to_string();
         let desc = pg.get("pg_desc").and_then(|v| v.as_str()).map(str::to_string);
         let size = u64_of(pg.get("group_size").unwrap_or(&Value::Null), &what("group_size"))?;
         if size > limits.max_ranks as u64 {
             bail!("{} is {size}, over the limit of {}", what("group_size"), limits.max_ranks);
         }
-        let listed = pg.get("ranks").and_then(|v| v.as_array()).with_context(|| format!("{} is not a list", what("ranks")))?;
+        let listed =
+            pg.get("ranks").and_then(|v| v.as_array()).with_context(|| format!("{} is not a list", what("ranks")))?;
         let members: Vec<u32> = if listed.is_empty() {
             (0..size as u32).collect()
         } else {
@@ -313,7 +339,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         groups.push(TraceGroup { name, desc, members });
     }
     drop(pgs);
-    let world = groups.iter().flat_map(|g| g.members.iter().map(|&m| m + 1).chain([g.members.len() as u32])).max().unwrap_or(0);
+    let world =
+        groups.iter().flat_map(|g| g.members.iter().map(|&m| m + 1).chain([g.members.len() as u32])).max().unwrap_or(0);
     if world == 0 || world > limits.max_ranks {
         bail!("the process groups give a world of {world} ranks, outside 1..={}", limits.max_ranks);
     }
@@ -347,14 +374,20 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             let cname = str_of(&cname_v, "collective_name", limits.max_name_bytes)?;
             let Some(kind) = classify_name(cname).with_context(ctx)? else { continue };
             if collectives.len() >= limits.max_collectives {
-                return Err(refuse(Code::OverLimit, format!("{label}: more than {} collectives in one file", limits.max_collectives)));
+                return Err(refuse(
+                    Code::OverLimit,
+                    format!("{label}: more than {} collectives in one file", limits.max_collectives),
+                ));
             }
             let (mut c, local) = collective(&n, kind, cname, &groups).with_context(ctx)?;
             if !kind.is_p2p() && !kind.is_rooted() && kind != CollectiveKind::Barrier {
                 let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
                 let me = global_rank(g, local, "recorded rank").with_context(ctx)?;
                 match own {
-                    Some((r, first)) if r != me => bail!("node {} says this file is rank {me}, node {first} says rank {r}: one file must hold one rank", n.id),
+                    Some((r, first)) if r != me => bail!(
+                        "node {} says this file is rank {me}, node {first} says rank {r}: one file must hold one rank",
+                        n.id
+                    ),
                     None => own = Some((me, n.id)),
                     _ => {}
                 }
@@ -366,21 +399,35 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             if n.name.len() > limits.max_name_bytes {
                 bail!("node {}: name over the {}-byte limit", n.id, limits.max_name_bytes);
             }
-            pending.push(ComputeOp { name: n.name.into_owned(), stream: None, device_start_ns: None, duration_ns: None });
+            pending.push(ComputeOp {
+                name: n.name.into_owned(),
+                stream: None,
+                device_start_ns: None,
+                duration_ns: None,
+            });
         }
     }
     drop(nodes);
     let rank = match own {
         Some((r, _)) => r,
-        None => rank_from_file_name(label)
-            .with_context(|| format!("cannot tell which rank recorded {label}: it has no collective that records its own rank, and its name has no rank-N"))?,
+        None => rank_from_file_name(label).with_context(|| {
+            format!(
+                "cannot tell which rank recorded {label}: it has no collective that records its \
+                own rank, and its name has no rank-N"
+            )
+        })?,
     };
     // Point-to-point and rooted records were resolved against the group; a
     // file's own rank must be a member of every group it communicates on.
     for c in &collectives {
         let g = groups.iter().find(|g| g.name == c.group).context("internal: group vanished")?;
         if !g.members.contains(&rank) {
-            bail!("rank {rank} records {} on group {:?}, which it is not a member of ({:?})", c.source_name, g.name, g.members);
+            bail!(
+                "rank {rank} records {} on group {:?}, which it is not a member of ({:?})",
+                c.source_name,
+                g.name,
+                g.members
+            );
         }
     }
     number_sequences(&mut collectives);
@@ -428,14 +475,17 @@ fn wall_time_ns(s: &str) -> Option<u64> {
 fn rank_from_file_name(label: &str) -> Option<u32> {
     let name = Path::new(label).file_name()?.to_str()?;
     let at = name.find("rank")? + 4;
-    let digits: String = name[at..].trim_start_matches(['-', '_', '.']).chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String =
+        name[at..].trim_start_matches(['-', '_', '.']).chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok()
 }
 
 /// Index of the group-local rank among a record's inputs.
 fn rank_input(values: &[&RawValue]) -> Result<Value> {
     // (seq, is_p2p) pair, or a bare int seq: no leading tensor list.
-    let is_seq = |v: &RawValue| serde_json::from_str::<i64>(v.get()).is_ok() || serde_json::from_str::<(i64, bool)>(v.get()).is_ok();
+    let is_seq = |v: &RawValue| {
+        serde_json::from_str::<i64>(v.get()).is_ok() || serde_json::from_str::<(i64, bool)>(v.get()).is_ok()
+    };
     let base = match values.first() {
         Some(v) if is_seq(v) => 0,
         Some(_) => 1,
@@ -450,7 +500,10 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
     let gname = str_of(&gname_v, "pg_name", 1 << 16)?;
     let group = groups.iter().find(|g| g.name == gname).with_context(|| {
         let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-        format!("{cname} uses process group {gname:?}, which the process_group:init node never describes (described: {described:?})")
+        format!(
+            "{cname} uses process group {gname:?}, which the process_group:init node never describes (described: \
+            {described:?})"
+        )
     })?;
     let size = group.members.len();
     if let Some(v) = attr(n, "pg_size")? {
@@ -466,7 +519,10 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
             let strided: Vec<i64> = (0..size as i64).map(|i| start + i * stride).collect();
             let described: Vec<i64> = group.members.iter().map(|&m| m as i64).collect();
             if strided != described {
-                bail!("{cname} on group {gname:?} records members start {start} stride {stride}, but the group is described with {described:?}");
+                bail!(
+                    "{cname} on group {gname:?} records members start {start} stride {stride}, but the group is \
+                    described with {described:?}"
+                );
             }
         }
     }
@@ -475,7 +531,9 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
     let out_elems = u64_of(&need(n, "out_msg_nelems")?, "out_msg_nelems")?;
     let split = |key: &str| -> Result<Option<Vec<u64>>> {
         match attr(n, key)? {
-            Some(v) if kind.row().buffers == Buffers::Splits => super::json::splits(super::json::int_list_in_string(&v, key, size)?, key),
+            Some(v) if kind.row().buffers == Buffers::Splits => {
+                super::json::splits(super::json::int_list_in_string(&v, key, size)?, key)
+            }
             _ => Ok(None),
         }
     };
@@ -488,7 +546,21 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
         _ => (None, None),
     };
     let stream = attr(n, "stream")?.map(|v| u64_of(&v, "stream")).transpose()?;
-    Ok((TraceCollective { stream, ..TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer)) }, local))
+    Ok((
+        TraceCollective {
+            stream,
+            ..TraceCollective::new(
+                kind,
+                cname,
+                gname,
+                dtype,
+                (in_elems, out_elems),
+                (in_split, out_split),
+                (root, peer),
+            )
+        },
+        local,
+    ))
 }
 
 #[cfg(test)]

@@ -91,7 +91,14 @@ impl ExecRecord {
     /// for the executor to fill. A check covers every kind's result where it
     /// lands: not a send's (its receiver checks), a barrier's, or a reduce's
     /// off the root.
-    pub fn untimed(i: usize, c: &TraceCollective, rank: u32, (op, op_source): (ReduceOp, &str), check: bool, wire_bytes: u64) -> Self {
+    pub fn untimed(
+        i: usize,
+        c: &TraceCollective,
+        rank: u32,
+        (op, op_source): (ReduceOp, &str),
+        check: bool,
+        wire_bytes: u64,
+    ) -> Self {
         let reducing = c.kind.row().reduces;
         use crate::core::collective::Lands;
         let lands = match c.kind.row().lands {
@@ -277,10 +284,15 @@ pub struct NonblockingReport {
 pub fn nccl_cannot_run(c: &TraceCollective) -> Option<String> {
     match c.kind {
         k if k.row().replay_only => Some(format!("{} has no NCCL operation", k.label())),
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter
+            if c.in_split_elems.is_some() || c.out_split_elems.is_some() =>
+        {
             Some(format!("{} with per-member counts ({}) has no NCCL operation", c.kind.label(), c.source_name))
         }
-        _ => c.op.filter(|o| !o.in_nccl()).map(|o| format!("reduction {} has no NCCL operation (sum, prod, max, min, avg)", o.name())),
+        _ => {
+            c.op.filter(|o| !o.in_nccl())
+                .map(|o| format!("reduction {} has no NCCL operation (sum, prod, max, min, avg)", o.name()))
+        }
     }
 }
 
@@ -302,10 +314,16 @@ pub fn phases_cannot_run(c: &TraceCollective, allreduce_only: bool) -> Option<St
         K::AllGather | K::ReduceScatter if c.in_split_elems.is_some() || c.out_split_elems.is_some() => {
             Some(format!("{} with per-member counts (a v-variant): {phases}", c.kind.label()))
         }
-        _ if allreduce_only => {
-            c.op.map(|o| format!("all-reduce with reduction {}: with --trace-allreduce-only the phases run world all-reduces as sums", o.name()))
-        }
-        _ => c.op.filter(|&o| replay_op(o).is_none()).map(|o| format!("{} with reduction {}: {phases} (sum, prod, max and min run)", c.kind.label(), o.name())),
+        _ if allreduce_only => c.op.map(|o| {
+            format!(
+                "all-reduce with reduction {}: with --trace-allreduce-only the phases run world all-reduces as sums",
+                o.name()
+            )
+        }),
+        _ => c
+            .op
+            .filter(|&o| replay_op(o).is_none())
+            .map(|o| format!("{} with reduction {}: {phases} (sum, prod, max and min run)", c.kind.label(), o.name())),
     }
 }
 
@@ -325,7 +343,11 @@ pub fn replay_op(o: super::TraceReduceOp) -> Option<ReduceOp> {
 /// Refuse (`UNSUPPORTED_OPERATION`, before launch) the first collective of
 /// any rank of `trace` that `cannot` says the `backend` cannot run; every
 /// rank checks the whole trace, so all refuse alike and none waits in a collective.
-pub fn refuse_unsupported(trace: &super::CommTrace, backend: &str, cannot: &dyn Fn(&TraceCollective) -> Option<String>) -> Result<()> {
+pub fn refuse_unsupported(
+    trace: &super::CommTrace,
+    backend: &str,
+    cannot: &dyn Fn(&TraceCollective) -> Option<String>,
+) -> Result<()> {
     for r in &trace.ranks {
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = cannot(c) {
@@ -420,9 +442,15 @@ impl AllToAllLayout {
         let esize = c.dtype.size_bytes() as usize;
         let ins = c.in_split_elems.clone().unwrap_or_else(|| vec![c.in_elems / n as u64; n]);
         let outs = c.out_split_elems.clone().unwrap_or_else(|| vec![c.out_elems / n as u64; n]);
-        let to_bytes = |v: &[u64]| v.iter().map(|&e| usize::try_from(e)?.checked_mul(esize).context("message size overflows")).collect::<Result<Vec<usize>>>();
+        let to_bytes = |v: &[u64]| {
+            v.iter()
+                .map(|&e| usize::try_from(e)?.checked_mul(esize).context("message size overflows"))
+                .collect::<Result<Vec<usize>>>()
+        };
         let (send_bytes, recv_bytes) = (to_bytes(&ins)?, to_bytes(&outs)?);
-        let offsets = |v: &[usize]| v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>();
+        let offsets = |v: &[usize]| {
+            v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>()
+        };
         Ok(Self { send_at: offsets(&send_bytes), recv_at: offsets(&recv_bytes), send_bytes, recv_bytes })
     }
 
@@ -438,11 +466,17 @@ impl AllToAllLayout {
     }
 
     /// Every byte `rank` received wrong, in order: (byte within its block, source member).
-    pub fn wrong<'a>(&'a self, out: &'a [u8], rank: u32, members: &'a [u32]) -> impl Iterator<Item = (usize, u32)> + 'a {
-        members
-            .iter()
-            .enumerate()
-            .flat_map(move |(j, &src)| (0..self.recv_bytes[j]).filter(move |&i| out[self.recv_at[j] + i] != payload(src, rank, i)).map(move |i| (i, src)))
+    pub fn wrong<'a>(
+        &'a self,
+        out: &'a [u8],
+        rank: u32,
+        members: &'a [u32],
+    ) -> impl Iterator<Item = (usize, u32)> + 'a {
+        members.iter().enumerate().flat_map(move |(j, &src)| {
+            (0..self.recv_bytes[j])
+                .filter(move |&i| out[self.recv_at[j] + i] != payload(src, rank, i))
+                .map(move |i| (i, src))
+        })
     }
 }
 
@@ -486,7 +520,10 @@ pub fn gaps_ns(colls: &[TraceCollective]) -> Option<Vec<u64>> {
 /// [`gaps_ns`] for a replay paced by them, refused (naming the way out)
 /// where the trace records no times.
 pub fn paced_gaps_ns(colls: &[TraceCollective]) -> Result<Vec<u64>> {
-    gaps_ns(colls).context("this trace records no times (an execution trace): pace with --pace none, or import the profiler (Kineto) trace")
+    gaps_ns(colls).context(
+        "this trace records no times (an execution trace): pace with --pace none, or import the \
+        profiler (Kineto) trace",
+    )
 }
 
 #[cfg(test)]

@@ -114,7 +114,8 @@ pub fn param(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
 pub(crate) const ET_SCHEMA: &str = "1.1.1-chakra.0.0.4";
 
 fn node(id: u64, name: &str, parent: u64, values: Vec<Value>, types: Vec<&str>, attrs: Vec<Value>) -> Value {
-    let shapes: Vec<Value> = types.iter().map(|t| if t.starts_with("Tuple") { json!([[], []]) } else { json!([]) }).collect();
+    let shapes: Vec<Value> =
+        types.iter().map(|t| if t.starts_with("Tuple") { json!([[], []]) } else { json!([]) }).collect();
     let mut all_attrs = vec![
         json!({"name": "rf_id", "type": "uint64", "value": id}),
         json!({"name": "fw_parent", "type": "uint64", "value": 0}),
@@ -189,7 +190,17 @@ pub fn et(t: &CommTrace) -> Result<Vec<(u32, Value)>> {
                 json!(stride),
                 json!(g.members.len()),
             ];
-            let types = vec!["Tuple[Int,Bool]", "Tuple[String,String]", "Int", "String", "GenericList[Int]", "GenericList[Int]", "Int", "Int", "Int"];
+            let types = vec![
+                "Tuple[Int,Bool]",
+                "Tuple[String,String]",
+                "Int",
+                "String",
+                "GenericList[Int]",
+                "GenericList[Int]",
+                "Int",
+                "Int",
+                "Int",
+            ];
             let mut attrs = vec![
                 json!({"name": "collective_name", "type": "string", "value": c.source_name}),
                 json!({"name": "dtype", "type": "string", "value": c.dtype.pytorch_name()}),

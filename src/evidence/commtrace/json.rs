@@ -41,7 +41,8 @@ pub(crate) fn str_of<'a>(v: &'a Value, what: &str, max: usize) -> Result<&'a str
 /// A JSON list of integers written as a string (`"[0, 1]"`), as PyTorch records ranks and splits.
 pub(crate) fn int_list_in_string(v: &Value, what: &str, max_len: usize) -> Result<Vec<i64>> {
     let s = v.as_str().with_context(|| format!("{what} is {v}, expected a string holding a list"))?;
-    let parsed: Vec<i64> = serde_json::from_str(s).with_context(|| format!("{what} is {s:?}, expected a list of integers"))?;
+    let parsed: Vec<i64> =
+        serde_json::from_str(s).with_context(|| format!("{what} is {s:?}, expected a list of integers"))?;
     if parsed.len() > max_len {
         bail!("{what} has {} entries, over the limit of {max_len}", parsed.len());
     }
@@ -61,5 +62,8 @@ pub fn splits(list: Vec<i64>, what: &str) -> Result<Option<Vec<u64>>> {
     if list.is_empty() {
         return Ok(None);
     }
-    list.into_iter().map(|x| u64::try_from(x).with_context(|| format!("{what} holds {x}, expected element counts"))).collect::<Result<Vec<u64>>>().map(Some)
+    list.into_iter()
+        .map(|x| u64::try_from(x).with_context(|| format!("{what} holds {x}, expected element counts")))
+        .collect::<Result<Vec<u64>>>()
+        .map(Some)
 }

@@ -9,8 +9,8 @@
 //! run that was not distributed. Fields used: docs/METHODS.md, "Kineto import".
 use super::json::{i64_of, int_list_in_string, splits, str_of, u32_of, u64_of, us_to_ns};
 use super::{
-    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, DeviceSpan, Limits, RankRecord, SourceFile, TraceClock,
-    TraceCollective, TraceDtype, TraceGroup, UnknownField,
+    classify_name, global_rank, number_sequences, ClockDomain, CollectiveKind, ComputeOp, DeviceSpan, Limits,
+    RankRecord, SourceFile, TraceClock, TraceCollective, TraceDtype, TraceGroup, UnknownField,
 };
 use crate::core::collective::{Buffers, Lands};
 use crate::core::refusal::{self, Code};
@@ -56,7 +56,11 @@ impl<'de> serde::de::Visitor<'de> for FileSeed<'_> {
                 // where `ts` counts from (absent in older traces, whose `ts` count from the epoch)
                 "baseTimeNanoseconds" => base_time_ns = map.next_value::<Option<Value>>()?.and_then(|v| v.as_u64()),
                 "traceEvents" => {
-                    trace_events = Some(map.next_value_seed(super::CountedSeq { max: self.max_events, over: self.over, keep: used })?);
+                    trace_events = Some(map.next_value_seed(super::CountedSeq {
+                        max: self.max_events,
+                        over: self.over,
+                        keep: used,
+                    })?);
                 }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -124,17 +128,23 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     use serde::de::DeserializeSeed;
     let over = std::cell::Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(json);
-    let file = FileSeed { max_events: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+    let file =
+        FileSeed { max_events: limits.max_events, over: &over }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
     if over.get() {
         return Err(refusal::refuse(
             Code::OverLimit,
-            format!("more than {} events in traceEvents, over the limit (refused at the first one past it, before it was built)", limits.max_events),
+            format!(
+                "more than {} events in traceEvents, over the limit (refused at the first one past it, before it \
+                was built)",
+                limits.max_events
+            ),
         ));
     }
     let file = file.context("not a PyTorch profiler (Kineto) trace: expected an object with traceEvents")?;
-    let info = file
-        .distributed_info
-        .context("no distributedInfo: not a trace of a distributed PyTorch run (the profiler writes it when torch.distributed is initialized)")?;
+    let info = file.distributed_info.context(
+        "no distributedInfo: not a trace of a distributed PyTorch run (the profiler writes it when \
+            torch.distributed is initialized)",
+    )?;
     let rank = u32_of(info.get("rank").unwrap_or(&Value::Null), "distributedInfo.rank")?;
     let world = u32_of(info.get("world_size").unwrap_or(&Value::Null), "distributedInfo.world_size")?;
     if world == 0 || world > limits.max_ranks {
@@ -149,9 +159,11 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     let mut groups: Vec<TraceGroup> = Vec::with_capacity(pgs.len());
     for (i, pg) in pgs.iter().enumerate() {
         let what = |k: &str| format!("distributedInfo.pg_config[{i}].{k}");
-        let name = str_of(pg.get("pg_name").unwrap_or(&Value::Null), &what("pg_name"), limits.max_name_bytes)?.to_string();
+        let name =
+            str_of(pg.get("pg_name").unwrap_or(&Value::Null), &what("pg_name"), limits.max_name_bytes)?.to_string();
         let desc = pg.get("pg_desc").and_then(|v| v.as_str()).map(str::to_string);
-        let ranks = pg.get("ranks").and_then(|v| v.as_array()).with_context(|| format!("{} is not a list", what("ranks")))?;
+        let ranks =
+            pg.get("ranks").and_then(|v| v.as_array()).with_context(|| format!("{} is not a list", what("ranks")))?;
         let size = pg.get("pg_size").map(|v| u64_of(v, &what("pg_size"))).transpose()?;
         if ranks.len() > limits.max_ranks as usize {
             bail!("{} has {} entries, over the limit of {}", what("ranks"), ranks.len(), limits.max_ranks);
@@ -198,7 +210,9 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         }
         match cat {
             "cuda_runtime" | "cuda_driver" => {
-                if let (Some(c), Some(ts)) = (e.args.as_ref().and_then(|a| a.get("correlation")).and_then(|v| v.as_u64()), &e.ts) {
+                if let (Some(c), Some(ts)) =
+                    (e.args.as_ref().and_then(|a| a.get("correlation")).and_then(|v| v.as_u64()), &e.ts)
+                {
                     launch_ns.insert(c, us_to_ns(ts, &format!("{}.ts", ctx()))?);
                 }
             }
@@ -213,7 +227,10 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
                     }
                 } else {
                     let corr = args.and_then(|a| a.get("correlation")).and_then(|v| v.as_u64());
-                    compute.push((corr.unwrap_or(u64::MAX), ComputeOp { name: name.to_string(), stream, device_start_ns: Some(ts), duration_ns: Some(dur) }));
+                    compute.push((
+                        corr.unwrap_or(u64::MAX),
+                        ComputeOp { name: name.to_string(), stream, device_start_ns: Some(ts), duration_ns: Some(dur) },
+                    ));
                 }
             }
             "cpu_op" if name == "record_param_comms" => {
@@ -258,7 +275,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
     number_sequences(&mut collectives);
     let base = file.base_time_ns.unwrap_or(0);
     let starts = || collectives.iter().filter_map(|c| c.host_start_ns);
-    let wall_span_ns = starts().min().zip(starts().max()).map(|(a, b)| (base.saturating_add(a), base.saturating_add(b)));
+    let wall_span_ns =
+        starts().min().zip(starts().max()).map(|(a, b)| (base.saturating_add(a), base.saturating_add(b)));
     Ok(RankRecord {
         wall_span_ns,
         file: SourceFile { path: label.to_string(), sha256, rank },
@@ -276,11 +294,21 @@ fn args_dur(e: &Event, i: u64) -> Result<Option<u64>> {
     e.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()
 }
 
-fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, groups: &[TraceGroup], rank: u32, ts_ns: u64) -> Result<TraceCollective> {
+fn collective(
+    kind: CollectiveKind,
+    cname: &str,
+    args: &Map<String, Value>,
+    groups: &[TraceGroup],
+    rank: u32,
+    ts_ns: u64,
+) -> Result<TraceCollective> {
     let gname = str_of(arg(args, "Process Group Name")?, "Process Group Name", 1 << 16)?;
     let group = groups.iter().find(|g| g.name == gname).with_context(|| {
         let described: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-        format!("{cname} uses process group {gname:?}, which distributedInfo.pg_config never describes (described: {described:?})")
+        format!(
+            "{cname} uses process group {gname:?}, which distributedInfo.pg_config never describes (described: \
+            {described:?})"
+        )
     })?;
     // The record repeats the membership; it must be the described one.
     if let Some(v) = args.get("Process Group Ranks") {
@@ -299,7 +327,10 @@ fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, grou
         if let Some(v) = args.get("Rank") {
             let me = global_rank(group, i64_of(v, "Rank")?, "Rank")?;
             if me != rank {
-                bail!("{cname} on group {gname:?} says it was recorded by rank {me}, but distributedInfo.rank says this file is rank {rank}: one file holds one rank");
+                bail!(
+                    "{cname} on group {gname:?} says it was recorded by rank {me}, but distributedInfo.rank says \
+                    this file is rank {rank}: one file holds one rank"
+                );
             }
         }
     }
@@ -309,8 +340,20 @@ fn collective(kind: CollectiveKind, cname: &str, args: &Map<String, Value>, grou
     let n = group.members.len();
     let (in_split, out_split) = if kind.row().buffers == Buffers::Splits {
         (
-            splits(args.get("In split size").map(|v| int_list_in_string(v, "In split size", n)).transpose()?.unwrap_or_default(), "In split size")?,
-            splits(args.get("Out split size").map(|v| int_list_in_string(v, "Out split size", n)).transpose()?.unwrap_or_default(), "Out split size")?,
+            splits(
+                args.get("In split size")
+                    .map(|v| int_list_in_string(v, "In split size", n))
+                    .transpose()?
+                    .unwrap_or_default(),
+                "In split size",
+            )?,
+            splits(
+                args.get("Out split size")
+                    .map(|v| int_list_in_string(v, "Out split size", n))
+                    .transpose()?
+                    .unwrap_or_default(),
+                "Out split size",
+            )?,
         )
     } else {
         (None, None)

@@ -6,7 +6,10 @@
 //! rules of `check` refuse, and a job of another size ([`CommTrace::check_world_size`]).
 use super::check::{check_consistency, check_groups, check_ranks};
 use super::{et, kineto};
-use super::{CommTrace, Limits, RankRecord, RankTrace, SourceKind, TraceClock, TraceGroup, TraceSource, UnknownField, COMM_TRACE_FORMAT_VERSION};
+use super::{
+    CommTrace, Limits, RankRecord, RankTrace, SourceKind, TraceClock, TraceGroup, TraceSource, UnknownField,
+    COMM_TRACE_FORMAT_VERSION,
+};
 use crate::core::refusal::Code;
 use crate::core::{fsutil, limits};
 use anyhow::{bail, Context, Result};
@@ -43,7 +46,8 @@ impl CommTrace {
         let t: CommTrace = serde_json::from_slice(bytes).map_err(|e| {
             if json_shape(bytes) == Some(JsonShape::CanaryArtifact) {
                 anyhow::anyhow!(
-                    "a canary artifact (what `canary compile` or `canary reduce` writes), not a communication trace: pass the trace it was compiled from (its source.path)"
+                    "a canary artifact (what `canary compile` or `canary reduce` writes), not a communication trace: \
+                        pass the trace it was compiled from (its source.path)"
                 )
             } else {
                 anyhow::Error::new(e).context("not a CommCanary communication trace")
@@ -58,7 +62,8 @@ impl CommTrace {
         }
         if (t.format_version >= 2) != (t.source.kind == SourceKind::MpiCapture && t.mpi.is_some()) {
             bail!(
-                "communication trace format version {} with source {:?}: versions 2 and 3 are `import mpi` traces with their `mpi` section, and only those",
+                "communication trace format version {} with source {:?}: versions 2 and 3 are `import mpi` traces with \
+                    their `mpi` section, and only those",
                 t.format_version,
                 t.source.kind
             );
@@ -79,25 +84,41 @@ pub const SAME_RUN_SLACK_NS: u64 = 60_000_000_000;
 
 /// Put per-file records together: same run, one file per rank, every rank
 /// present, groups described alike, counts agreeing across members.
-pub(crate) fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: TraceClock, unknown: Vec<UnknownField>) -> Result<CommTrace> {
+pub(crate) fn assemble(
+    kind: SourceKind,
+    mut recs: Vec<RankRecord>,
+    clock: TraceClock,
+    unknown: Vec<UnknownField>,
+) -> Result<CommTrace> {
     let Some(first) = recs.first() else { bail!("no trace files given") };
     let (first_path, first_facts, world) = (first.file.path.clone(), first.run_facts.clone(), first.world_size);
     for r in &recs[1..] {
         for ((k, a), (k2, b)) in first_facts.iter().zip(r.run_facts.iter()) {
             if k != k2 || a != b {
-                bail!("{} and {first_path} come from different runs or rank sets: {k} is {b} in {} but {a} in {first_path}", r.file.path, r.file.path);
+                bail!(
+                    "{} and {first_path} come from different runs or rank sets: {k} is {b} in {} but {a} in \
+                    {first_path}",
+                    r.file.path,
+                    r.file.path
+                );
             }
         }
         if r.run_facts.len() != first_facts.len() || r.world_size != world {
-            bail!("{} and {first_path} come from different runs or rank sets: world size {} vs {world}", r.file.path, r.world_size);
+            bail!(
+                "{} and {first_path} come from different runs or rank sets: world size {} vs {world}",
+                r.file.path,
+                r.world_size
+            );
         }
     }
     // one run's ranks record at the same time: spans further apart are two runs of one shape
-    let spans: Vec<(&str, (u64, u64))> = recs.iter().filter_map(|r| r.wall_span_ns.map(|s| (r.file.path.as_str(), s))).collect();
+    let spans: Vec<(&str, (u64, u64))> =
+        recs.iter().filter_map(|r| r.wall_span_ns.map(|s| (r.file.path.as_str(), s))).collect();
     if let (Some(late), Some(early)) = (spans.iter().max_by_key(|s| s.1 .0), spans.iter().min_by_key(|s| s.1 .1)) {
         if late.1 .0 > early.1 .1.saturating_add(SAME_RUN_SLACK_NS) {
             bail!(
-                "{} and {} come from different runs: {} starts recording {:.0} s after {} stopped (the ranks of one run record at the same time)",
+                "{} and {} come from different runs: {} starts recording {:.0} s after {} stopped (the ranks of one \
+                    run record at the same time)",
                 late.0,
                 early.0,
                 late.0,
@@ -115,7 +136,8 @@ pub(crate) fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: Trace
         for g in &r.groups {
             match groups.iter().find(|h| h.name == g.name) {
                 Some(h) if h.members != g.members => bail!(
-                    "{} describes group {:?} with members {:?}, another file with {:?}: files from different runs or rank sets",
+                    "{} describes group {:?} with members {:?}, another file with {:?}: files from different runs or \
+                        rank sets",
                     r.file.path,
                     g.name,
                     g.members,
@@ -127,8 +149,14 @@ pub(crate) fn assemble(kind: SourceKind, mut recs: Vec<RankRecord>, clock: Trace
         }
     }
     check_groups(&groups, world)?;
-    let ranks: Vec<RankTrace> =
-        recs.iter().map(|r| RankTrace { rank: r.file.rank, collectives: r.collectives.clone(), trailing_compute: r.trailing_compute.clone() }).collect();
+    let ranks: Vec<RankTrace> = recs
+        .iter()
+        .map(|r| RankTrace {
+            rank: r.file.rank,
+            collectives: r.collectives.clone(),
+            trailing_compute: r.trailing_compute.clone(),
+        })
+        .collect();
     check_consistency(&groups, &ranks, &names)?;
     // Every described group is kept (the world group carries the world size
     // even where no collective uses it), in name order.

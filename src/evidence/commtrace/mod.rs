@@ -340,7 +340,8 @@ mod counted_tests {
     fn kineto_events_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
         let limits = Limits { max_events: 100, ..Limits::default() };
         // 101 events, then garbage: refused at event 101, never reading the garbage
-        let e = kineto::parse(&doc("traceEvents", "{}", 101, ",[[[ not json"), "k", String::new(), &limits).unwrap_err();
+        let e =
+            kineto::parse(&doc("traceEvents", "{}", 101, ",[[[ not json"), "k", String::new(), &limits).unwrap_err();
         assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
         assert!(format!("{e:#}").contains("more than 100 events"), "{e:#}");
         // exactly the limit is read (and then refused for what it lacks, not for its size)
@@ -352,7 +353,8 @@ mod counted_tests {
     #[test]
     fn et_nodes_are_counted_while_decoded_and_refused_at_the_first_past_the_limit() {
         let limits = Limits { max_nodes: 100, ..Limits::default() };
-        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 101, ",[[[ not json"), "e", String::new(), &limits).unwrap_err();
+        let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 101, ",[[[ not json"), "e", String::new(), &limits)
+            .unwrap_err();
         assert_eq!(code_of(&e), Some(Code::OverLimit), "{e:#}");
         assert!(format!("{e:#}").contains("more than 100 nodes"), "{e:#}");
         let e = et::parse(&doc("nodes", r#"{"id":1,"name":"x"}"#, 100, "]}"), "e", String::new(), &limits).unwrap_err();

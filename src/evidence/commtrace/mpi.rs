@@ -10,8 +10,8 @@
 //! trailer (unless allowed), bad layout, another version, a digest mismatch.
 //! What is read: docs/METHODS.md, "MPI capture import".
 use super::{
-    number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock, TraceCollective, TraceDtype, TraceGroup,
-    TraceSource, UnknownField,
+    number_sequences, ClockDomain, CollectiveKind, CommTrace, Limits, RankTrace, SourceFile, SourceKind, TraceClock,
+    TraceCollective, TraceDtype, TraceGroup, TraceSource, UnknownField,
 };
 use crate::core::clock::{fit_rank_model, ClockModel, PingSample};
 use crate::core::refusal::{self, Code};
@@ -195,7 +195,11 @@ pub fn read_header(path: &Path) -> Result<CaptureHeader> {
     f.read_exact(&mut head).with_context(|| path.display().to_string())?;
     let known = MIN_CAPTURE_FORMAT_VERSION..=CAPTURE_FORMAT_VERSION;
     if &head[..8] != MAGIC || !known.contains(&u32_at(&head, 8)) || u32_at(&head, 12) > MAX_HEADER_BYTES {
-        refuse!(Code::BadFormat, "{}: not a capture file of format {MIN_CAPTURE_FORMAT_VERSION} to {CAPTURE_FORMAT_VERSION}", path.display());
+        refuse!(
+            Code::BadFormat,
+            "{}: not a capture file of format {MIN_CAPTURE_FORMAT_VERSION} to {CAPTURE_FORMAT_VERSION}",
+            path.display()
+        );
     }
     let mut rest = vec![0u8; u32_at(&head, 12) as usize + 32];
     f.read_exact(&mut rest).with_context(|| path.display().to_string())?;
@@ -203,7 +207,8 @@ pub fn read_header(path: &Path) -> Result<CaptureHeader> {
     if Sha256::digest(json).as_slice() != digest {
         refuse!(Code::DigestMismatch, "{}: the header does not hash to its recorded SHA-256", path.display());
     }
-    serde_json::from_slice(json).map_err(|e| refusal::refuse(Code::BadFormat, format!("{}: header: {e}", path.display())))
+    serde_json::from_slice(json)
+        .map_err(|e| refusal::refuse(Code::BadFormat, format!("{}: header: {e}", path.display())))
 }
 
 /// Decode and check one rank's file. A file that ends without its trailer,
@@ -224,7 +229,8 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
     if !(MIN_CAPTURE_FORMAT_VERSION..=CAPTURE_FORMAT_VERSION).contains(&version) {
         refuse!(
             Code::UnsupportedVersion,
-            "{name}: capture format version {version} (this build reads {MIN_CAPTURE_FORMAT_VERSION} to {CAPTURE_FORMAT_VERSION})"
+            "{name}: capture format version {version} (this build reads {MIN_CAPTURE_FORMAT_VERSION} to \
+                {CAPTURE_FORMAT_VERSION})"
         );
     }
     let hlen = u32_at(bytes, 12);
@@ -239,7 +245,8 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
     if Sha256::digest(hjson).as_slice() != &bytes[hend..hend + 32] {
         refuse!(Code::DigestMismatch, "{name}: the header does not hash to the SHA-256 recorded after it");
     }
-    let header: CaptureHeader = serde_json::from_slice(hjson).map_err(|e| refusal::refuse(Code::BadFormat, format!("{name}: header: {e}")))?;
+    let header: CaptureHeader =
+        serde_json::from_slice(hjson).map_err(|e| refusal::refuse(Code::BadFormat, format!("{name}: header: {e}")))?;
     if header.world_size == 0 || header.world_size > limits.max_ranks || header.world_rank >= header.world_size {
         refuse!(Code::BadStructure, "{name}: rank {} of a world of {} ranks", header.world_rank, header.world_size);
     }
@@ -260,11 +267,16 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
     let mut chain = Sha256::new();
     loop {
         if pos == bytes.len() {
-            r.incomplete.get_or_insert_with(|| format!("{name}: ends after {blocks} blocks without a trailer: the rank did not reach MPI_Finalize"));
+            r.incomplete.get_or_insert_with(|| {
+                format!("{name}: ends after {blocks} blocks without a trailer: the rank did not reach MPI_Finalize")
+            });
             break;
         }
         if bytes.len() - pos < 8 {
-            r.incomplete = Some(format!("{name}: torn after {blocks} blocks ({} stray bytes): the rank stopped while writing", bytes.len() - pos));
+            r.incomplete = Some(format!(
+                "{name}: torn after {blocks} blocks ({} stray bytes): the rank stopped while writing",
+                bytes.len() - pos
+            ));
             break;
         }
         let magic = &bytes[pos..pos + 8];
@@ -280,7 +292,8 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
             if tb != blocks || tr != records || chain.clone().finalize().as_slice() != &bytes[pos + 24..pos + 56] {
                 refuse!(
                     Code::DigestMismatch,
-                    "{name}: the trailer records {tb} blocks and {tr} records, the file holds {blocks} and {records}, or its digest over the blocks differs"
+                    "{name}: the trailer records {tb} blocks and {tr} records, the file holds {blocks} and {records}, \
+                        or its digest over the blocks differs"
                 );
             }
             break;
@@ -297,11 +310,16 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
             refuse!(Code::BadFormat, "{name}: block {seq} where block {blocks} belongs (a block lost or repeated)");
         }
         if plen > MAX_BLOCK_BYTES {
-            refuse!(Code::OverLimit, "{name}: block {seq} declares {plen} bytes, over the {MAX_BLOCK_BYTES}-byte limit");
+            refuse!(
+                Code::OverLimit,
+                "{name}: block {seq} declares {plen} bytes, over the {MAX_BLOCK_BYTES}-byte limit"
+            );
         }
         let end = pos + 24 + plen as usize;
         if bytes.len() < end + 32 {
-            r.incomplete = Some(format!("{name}: block {seq} torn (the rank stopped while writing it); {blocks} whole blocks kept"));
+            r.incomplete = Some(format!(
+                "{name}: block {seq} torn (the rank stopped while writing it); {blocks} whole blocks kept"
+            ));
             break;
         }
         let mut d = Sha256::new();
@@ -312,7 +330,8 @@ pub fn parse_rank(bytes: &[u8], name: &str, limits: &Limits) -> Result<RankCaptu
             refuse!(Code::DigestMismatch, "{name}: block {seq} does not hash to its recorded SHA-256");
         }
         chain.update(digest);
-        let got = decode_block(&mut r, &bytes[pos + 24..end], limits).with_context(|| format!("{name}: block {seq}"))?;
+        let got =
+            decode_block(&mut r, &bytes[pos + 24..end], limits).with_context(|| format!("{name}: block {seq}"))?;
         if got != nrec {
             refuse!(Code::BadFormat, "{name}: block {seq} declares {nrec} records and holds {got}");
         }
@@ -387,7 +406,11 @@ pub fn capture_from_fuzz_input(data: &[u8]) -> Option<Vec<u8>> {
     let cut1 = (usize::from(counts[3]) * body.len() / 255).min(body.len());
     let (a, b) = body.split_at(cut1);
     let (b, c) = b.split_at(b.len() / 2);
-    Some(frame_capture(header.as_bytes(), &[(u32::from(counts[0]), a), (u32::from(counts[1]), b), (u32::from(counts[2]), c)], mode % 4 == 1))
+    Some(frame_capture(
+        header.as_bytes(),
+        &[(u32::from(counts[0]), a), (u32::from(counts[1]), b), (u32::from(counts[2]), c)],
+        mode % 4 == 1,
+    ))
 }
 
 fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u32> {
@@ -438,13 +461,24 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
             REC_COUNTS if r.version >= 2 && len >= 1 && (len - 1) % 4 == 0 && b[0] < 2 => {
                 let k = (len - 1) / 4;
                 if k > limits.max_ranks as usize {
-                    refuse!(Code::OverLimit, "per-member counts of {k} members, over the limit of {} ranks", limits.max_ranks);
+                    refuse!(
+                        Code::OverLimit,
+                        "per-member counts of {k} members, over the limit of {} ranks",
+                        limits.max_ranks
+                    );
                 }
-                let Some(call) = r.calls.last_mut() else { refuse!(Code::BadFormat, "per-member counts before any call") };
-                let counts: Vec<u64> = b[1..].chunks_exact(4).map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+                let Some(call) = r.calls.last_mut() else {
+                    refuse!(Code::BadFormat, "per-member counts before any call")
+                };
+                let counts: Vec<u64> =
+                    b[1..].chunks_exact(4).map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
                 let slot = if b[0] == 0 { &mut call.send_counts } else { &mut call.recv_counts };
                 if slot.is_some() {
-                    refuse!(Code::BadFormat, "per-member {} counts recorded twice for one call", if b[0] == 0 { "send" } else { "receive" });
+                    refuse!(
+                        Code::BadFormat,
+                        "per-member {} counts recorded twice for one call",
+                        if b[0] == 0 { "send" } else { "receive" }
+                    );
                 }
                 *slot = Some(counts);
             }
@@ -470,7 +504,8 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                 r.ops.insert(u16_at(b, 0), String::from_utf8_lossy(&b[2..]).into_owned());
             }
             REC_COMM if len >= 9 && (len - 9) % 4 == 0 => {
-                let members: Vec<u32> = b[9..].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let members: Vec<u32> =
+                    b[9..].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
                 if members.len() > limits.max_ranks as usize {
                     refuse!(Code::OverLimit, "a communicator of {} members", members.len());
                 }
@@ -487,11 +522,16 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
                 }
                 *w = b[1..]
                     .chunks_exact(24)
-                    .map(|c| PingSample { t_send_local_ns: u64_at(c, 0), t_ref_ns: u64_at(c, 8), t_recv_local_ns: u64_at(c, 16) })
+                    .map(|c| PingSample {
+                        t_send_local_ns: u64_at(c, 0),
+                        t_ref_ns: u64_at(c, 8),
+                        t_recv_local_ns: u64_at(c, 16),
+                    })
                     .collect();
             }
             REC_ABORT if len == 12 => {
-                r.incomplete = Some(format!("{}: the application called MPI_Abort (error code {})", r.file.path, i32_at(b, 0)));
+                r.incomplete =
+                    Some(format!("{}: the application called MPI_Abort (error code {})", r.file.path, i32_at(b, 0)));
             }
             REC_DONE..=REC_CLOCK => refuse!(Code::BadFormat, "a record of type {ty} with {len} bytes"),
             REC_COUNTS if r.version >= 2 => refuse!(Code::BadFormat, "a counts record of {len} bytes"),
@@ -506,7 +546,8 @@ fn decode_block(r: &mut RankCapture, mut p: &[u8], limits: &Limits) -> Result<u3
 /// Read every rank of a capture folder and check that they make one whole run.
 /// With `allow_incomplete`, ranks without a trailer are kept (and said so).
 pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<MpiCapture> {
-    let entries = std::fs::read_dir(dir).map_err(|e| refusal::refuse(Code::NoSuchInput, format!("{}: {e}", dir.display())))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| refusal::refuse(Code::NoSuchInput, format!("{}: {e}", dir.display())))?;
     let mut paths: Vec<PathBuf> = Vec::new();
     for e in entries {
         let p = e.with_context(|| dir.display().to_string())?.path();
@@ -518,7 +559,8 @@ pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<M
     if paths.is_empty() {
         refuse!(
             Code::NotMpi,
-            "{}: no rank wrote a capture file (rank-NNNNN.mpicap): the program never initialized MPI (not an MPI program?), or it did not run under `commcanary capture`",
+            "{}: no rank wrote a capture file (rank-NNNNN.mpicap): the program never initialized MPI (not an MPI \
+                program?), or it did not run under `commcanary capture`",
             dir.display()
         );
     }
@@ -528,7 +570,8 @@ pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<M
         if r.header.run_id != first.header.run_id || r.header.world_size != first.header.world_size {
             refuse!(
                 Code::ForeignShard,
-                "{} and {} come from two runs: run {} of {} ranks and run {} of {} ranks; capture each run into its own folder",
+                "{} and {} come from two runs: run {} of {} ranks and run {} of {} ranks; capture each run into its \
+                    own folder",
                 r.file.path,
                 first.file.path,
                 r.header.run_id,
@@ -550,7 +593,8 @@ pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<M
     if let Some(missing) = (0..world).find(|k| !by_rank.contains_key(k)) {
         refuse!(
             Code::MissingRank,
-            "{}: rank {missing} of the run's {world} has no capture file (expected rank-{missing:05}.mpicap; {} of {world} present)",
+            "{}: rank {missing} of the run's {world} has no capture file (expected rank-{missing:05}.mpicap; {} of \
+                {world} present)",
             dir.display(),
             by_rank.len()
         );
@@ -560,7 +604,8 @@ pub fn read_dir(dir: &Path, allow_incomplete: bool, limits: &Limits) -> Result<M
         if let Some(r) = ranks.iter().find(|r| r.incomplete.is_some()) {
             refuse!(
                 Code::IncompleteCapture,
-                "{} (and {} ranks in all): the capture is incomplete; `import mpi --allow-incomplete` keeps what was recorded and marks the trace incomplete",
+                "{} (and {} ranks in all): the capture is incomplete; `import mpi --allow-incomplete` keeps what was \
+                    recorded and marks the trace incomplete",
                 r.incomplete.as_deref().unwrap_or_default(),
                 ranks.iter().filter(|r| r.incomplete.is_some()).count()
             );
@@ -714,11 +759,18 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
         let m = if r.header.world_rank == 0 {
             Ok(ClockModel::reference())
         } else if r.clock_windows.iter().any(Vec::is_empty) {
-            Err(format!("rank {} recorded no {} clock window", r.header.world_rank, if r.clock_windows[0].is_empty() { "MPI_Init" } else { "MPI_Finalize" }))
+            Err(format!(
+                "rank {} recorded no {} clock window",
+                r.header.world_rank,
+                if r.clock_windows[0].is_empty() { "MPI_Init" } else { "MPI_Finalize" }
+            ))
         } else {
             let not_same = match (&r.header.kernel_clock, reference) {
                 (Some(a), Some(b)) if a == b => None,
-                _ => Some(format!("rank {} does not read rank 0's kernel clock (boot id and time namespace differ or are unknown)", r.header.world_rank)),
+                _ => Some(format!(
+                    "rank {} does not read rank 0's kernel clock (boot id and time namespace differ or are unknown)",
+                    r.header.world_rank
+                )),
             };
             fit_rank_model(&r.clock_windows[0], &r.clock_windows[1], not_same)
                 .map(|f| f.model)
@@ -753,9 +805,11 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
                 });
             }
             p2p.extend(ops);
-            let kept = collective_of(r, c, model, &mut groups)?.and_then(|t| match super::exec::phases_cannot_run(&t, false).filter(|_| for_phases) {
-                Some(why) => Err(format!("left out for the phases (--for-phases): {why}")),
-                None => Ok(t),
+            let kept = collective_of(r, c, model, &mut groups)?.and_then(|t| {
+                match super::exec::phases_cannot_run(&t, false).filter(|_| for_phases) {
+                    Some(why) => Err(format!("left out for the phases (--for-phases): {why}")),
+                    None => Ok(t),
+                }
             });
             match kept {
                 Ok(t) => {
@@ -802,11 +856,14 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
             aligned_across_ranks: models.is_some(),
             note: match &models {
                 Some(m) => format!(
-                    "CLOCK_MONOTONIC in ns as the capture library read it on entry to each call, mapped onto rank 0's clock by each rank's model fitted from ping-pong windows at MPI_Init and MPI_Finalize (mpi.clock_models); largest error bound {:.0} ns",
+                    "CLOCK_MONOTONIC in ns as the capture library read it on entry to each call, mapped onto rank 0's \
+                        clock by each rank's model fitted from ping-pong windows at MPI_Init and MPI_Finalize \
+                            (mpi.clock_models); largest error bound {:.0} ns",
                     m.iter().map(|m| m.bound_ns).fold(0.0, f64::max)
                 ),
                 None => format!(
-                    "each rank's own CLOCK_MONOTONIC in ns, as the capture library read it on entry to each call; not aligned across ranks: {}",
+                    "each rank's own CLOCK_MONOTONIC in ns, as the capture library read it on entry to each call; not \
+                        aligned across ranks: {}",
                     summary.clock_unaligned.as_deref().unwrap_or("no clock model")
                 ),
             },
@@ -816,7 +873,9 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
             UnknownField { field: "stream".into(), reason: "an MPI capture records host calls only".into() },
             UnknownField {
                 field: "compute_before".into(),
-                reason: "the capture records no compute operations; the gap between calls is the host time between them".into(),
+                reason: "the capture records no compute operations; the gap between calls is the host time between \
+                    them"
+                    .into(),
             },
         ],
         groups,
@@ -873,7 +932,12 @@ fn p2p_of(r: &RankCapture, i: u64, c: &CallRecord, model: Option<&ClockModel>) -
     let group = r.comms.get(&c.comm).map(|(m, o)| group_name(m, *o));
     let dt = |id: u16| r.dtypes.get(&id).cloned().unwrap_or((-1, String::new()));
     let done = |req: u64| r.done.get(&req);
-    let op = |direction: &str, peer: Option<i32>, tag: Option<i32>, elems: u64, dtype: u16, matched: Option<(i32, i32)>| {
+    let op = |direction: &str,
+              peer: Option<i32>,
+              tag: Option<i32>,
+              elems: u64,
+              dtype: u16,
+              matched: Option<(i32, i32)>| {
         let (dtype_bytes, dtype) = dt(dtype);
         let nonblocking = c.request != 0;
         MpiP2p {
@@ -895,14 +959,19 @@ fn p2p_of(r: &RankCapture, i: u64, c: &CallRecord, model: Option<&ClockModel>) -
     };
     let both = |a: Option<i32>, b: Option<i32>| a.zip(b);
     match name {
-        "Send" | "Ssend" | "Bsend" | "Rsend" | "Isend" | "Issend" | "Ibsend" | "Irsend" => vec![op("send", c.peer, c.tag, c.count_send, c.dt_send, None)],
+        "Send" | "Ssend" | "Bsend" | "Rsend" | "Isend" | "Issend" | "Ibsend" | "Irsend" => {
+            vec![op("send", c.peer, c.tag, c.count_send, c.dt_send, None)]
+        }
         "Recv" => vec![op("recv", c.peer, c.tag, c.count_recv, c.dt_recv, both(c.peer2, c.tag2))],
         "Irecv" => {
             let m = done(c.request).and_then(|d| both(d.source, d.tag));
             vec![op("recv", c.peer, c.tag, c.count_recv, c.dt_recv, m)]
         }
         "Sendrecv" | "Sendrecv_replace" => {
-            vec![op("send", c.peer, c.tag, c.count_send, c.dt_send, None), op("recv", c.peer2, c.tag2, c.count_recv, c.dt_recv, both(c.peer2, c.tag2))]
+            vec![
+                op("send", c.peer, c.tag, c.count_send, c.dt_send, None),
+                op("recv", c.peer2, c.tag2, c.count_recv, c.dt_recv, both(c.peer2, c.tag2)),
+            ]
         }
         _ => Vec::new(),
     }
@@ -935,11 +1004,18 @@ fn collective_of(
         "Scan" => CollectiveKind::Scan,
         "Exscan" => CollectiveKind::Exscan,
         "Send" | "Ssend" | "Bsend" | "Rsend" | "Recv" | "Sendrecv" | "Sendrecv_replace" => {
-            return Ok(Err("point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace and the trace phases (rank --trace, campaigns; cpu backend) run it in recorded call order, so MPI matches it as it matched the application's".into()))
+            return Ok(Err(
+                "point-to-point: kept in mpi.p2p with its post, completion, peer and tag; replay-trace and \
+                the trace phases (rank --trace, campaigns; cpu backend) run it in recorded call order, so MPI matches \
+                    it as it matched the application's"
+                    .into(),
+            ))
         }
         "Probe" | "Iprobe" => return Ok(Err("a probe moves no data: not replayed".into())),
         "Wait" | "Waitall" | "Waitany" | "Waitsome" | "Test" | "Testall" | "Testany" | "Testsome" => {
-            return Ok(Err("completion call: it completes a nonblocking operation, whose record keeps the completing call (mpi.collective_completions, mpi.p2p)".into()))
+            return Ok(Err("completion call: it completes a nonblocking operation, whose record keeps the completing \
+                call (mpi.collective_completions, mpi.p2p)"
+                .into()))
         }
         "Comm_split" | "Comm_split_type" | "Comm_dup" | "Comm_create" | "Comm_free" => {
             return Ok(Err("communicator management: the trace holds the communicators as groups".into()))
@@ -965,10 +1041,14 @@ fn collective_of(
             return Ok(Err("different send and receive datatypes".into()));
         }
         let dt = if c.count_send > 0 { c.dt_send } else { c.dt_recv };
-        let Some((size, dname)) = r.dtypes.get(&dt) else { return Ok(Err("a datatype the capture never described".into())) };
+        let Some((size, dname)) = r.dtypes.get(&dt) else {
+            return Ok(Err("a datatype the capture never described".into()));
+        };
         match trace_dtype(dname, *size) {
             Some(d) => d,
-            None => return Ok(Err(format!("datatype {dname:?} ({size} bytes) has no element type in the trace format"))),
+            None => {
+                return Ok(Err(format!("datatype {dname:?} ({size} bytes) has no element type in the trace format")))
+            }
         }
     };
     // the recorded reduction: absent for a sum, so that a trace of sums reads as before
@@ -977,7 +1057,12 @@ fn collective_of(
         match super::TraceReduceOp::from_name(name) {
             Some(super::TraceReduceOp::Sum) => None,
             Some(o) => Some(o),
-            None => return Ok(Err(format!("reduction {name:?} (user-defined, or a pair type's MAXLOC/MINLOC) has no element-wise form in the trace"))),
+            None => {
+                return Ok(Err(format!(
+                    "reduction {name:?} (user-defined, or a pair type's MAXLOC/MINLOC) has no \
+                element-wise form in the trace"
+                )))
+            }
         }
     } else {
         None
@@ -999,7 +1084,11 @@ fn collective_of(
     // a version-1 capture has no counts on any member: every v-call is left out alike (not only where they matter)
     if is_v && (r.version < 2 || (needs_in && in_split.is_none()) || (needs_out && out_split.is_none())) {
         return Ok(Err(if r.version < 2 {
-            format!("a v-call in a capture of format {}, which records only its summed counts: capture again with this build (format {CAPTURE_FORMAT_VERSION} records the per-member counts)", r.version)
+            format!(
+                "a v-call in a capture of format {}, which records only its summed counts: capture again with this \
+                build (format {CAPTURE_FORMAT_VERSION} records the per-member counts)",
+                r.version
+            )
         } else {
             "a v-call whose per-member counts were not recorded (a communicator too large for one record)".into()
         }));
@@ -1018,7 +1107,15 @@ fn collective_of(
         None
     };
     let (ins, outs) = if kind == CollectiveKind::Barrier { (0, 0) } else { (c.count_send, c.count_recv) };
-    let mut t = TraceCollective::new(kind, &format!("MPI_{name}"), &gname, dtype, (ins, outs), (in_split, out_split), (root, None));
+    let mut t = TraceCollective::new(
+        kind,
+        &format!("MPI_{name}"),
+        &gname,
+        dtype,
+        (ins, outs),
+        (in_split, out_split),
+        (root, None),
+    );
     t.op = op;
     // on rank 0's clock where every rank's was fitted
     let on_ref = |ns: u64| model.map_or(ns, |m| m.to_reference(ns).max(0.0).round() as u64);
@@ -1039,7 +1136,15 @@ mod tests {
     }
 
     /// [`file`] at layout `version`, with the header naming `calls`.
-    fn file_v(version: u32, calls: &[&str], rank: u32, world: u32, run: &str, blocks: &[Vec<(u8, Vec<u8>)>], trailer: bool) -> Vec<u8> {
+    fn file_v(
+        version: u32,
+        calls: &[&str],
+        rank: u32,
+        world: u32,
+        run: &str,
+        blocks: &[Vec<(u8, Vec<u8>)>],
+        trailer: bool,
+    ) -> Vec<u8> {
         let h = serde_json::json!({"format_version": version, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world, "host": "h", "pid": 1,
             "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0, "calls": calls})
         .to_string();
@@ -1105,11 +1210,15 @@ mod tests {
         done[0..8].copy_from_slice(&7u64.to_le_bytes());
         done[8..16].copy_from_slice(&400u64.to_le_bytes());
         blk.push((REC_DONE, done));
-        let d = write_dir(&[(0, file(0, 2, "r", std::slice::from_ref(&blk), true)), (1, file(1, 2, "r", &[blk], true))]);
+        let d =
+            write_dir(&[(0, file(0, 2, "r", std::slice::from_ref(&blk), true)), (1, file(1, 2, "r", &[blk], true))]);
         let cap = read_dir(d.path(), false, &Limits::default()).unwrap();
         let t = to_trace(&cap).unwrap();
         let c = &t.ranks[1].collectives[0];
-        assert_eq!((c.kind, c.dtype, c.in_elems, c.source_name.as_str()), (CollectiveKind::AllReduce, TraceDtype::F64, 4, "MPI_Iallreduce"));
+        assert_eq!(
+            (c.kind, c.dtype, c.in_elems, c.source_name.as_str()),
+            (CollectiveKind::AllReduce, TraceDtype::F64, 4, "MPI_Iallreduce")
+        );
         // posted at 100, completed by the wait that returned at 400
         assert_eq!((c.host_start_ns, c.host_duration_ns), (Some(100), Some(300)));
         assert_eq!(t.mpi.as_ref().unwrap().calls[0]["Iallreduce"], 1);
@@ -1179,17 +1288,27 @@ mod tests {
 
     #[test]
     fn v_variants_scans_and_other_reductions_import_with_their_counts_and_op() {
-        let files: Vec<(u32, Vec<u8>)> = (0..2).map(|r| (r, file_v(2, &V_KINDS, r, 2, "r", &[v_calls(r)], true))).collect();
+        let files: Vec<(u32, Vec<u8>)> =
+            (0..2).map(|r| (r, file_v(2, &V_KINDS, r, 2, "r", &[v_calls(r)], true))).collect();
         let d = write_dir(&files);
         let t = to_trace(&read_dir(d.path(), false, &Limits::default()).unwrap()).unwrap();
         assert_eq!(t.format_version, super::super::COMM_TRACE_MPI_FORMAT_VERSION);
         let m = t.mpi.as_ref().unwrap();
         assert!(m.left_out.iter().all(|l| l.keys().all(|k| k == "Wait")), "{:?} {:?}", m.left_out, m.left_out_reasons);
         let c = &t.ranks[1].collectives;
-        assert_eq!((c[0].kind, c[0].in_elems, c[0].out_split_elems.clone()), (CollectiveKind::AllGather, 2, Some(vec![1, 2])));
+        assert_eq!(
+            (c[0].kind, c[0].in_elems, c[0].out_split_elems.clone()),
+            (CollectiveKind::AllGather, 2, Some(vec![1, 2]))
+        );
         assert_eq!((c[1].kind, c[1].op), (CollectiveKind::Exscan, Some(super::super::TraceReduceOp::Max)));
-        assert_eq!((c[2].kind, c[2].in_split_elems.clone(), c[2].out_elems, c[2].op), (CollectiveKind::ReduceScatter, Some(vec![1, 2]), 2, None));
-        assert_eq!((c[3].kind, c[3].root, c[3].out_elems, c[3].out_split_elems.clone()), (CollectiveKind::Gather, Some(0), 0, None));
+        assert_eq!(
+            (c[2].kind, c[2].in_split_elems.clone(), c[2].out_elems, c[2].op),
+            (CollectiveKind::ReduceScatter, Some(vec![1, 2]), 2, None)
+        );
+        assert_eq!(
+            (c[3].kind, c[3].root, c[3].out_elems, c[3].out_split_elems.clone()),
+            (CollectiveKind::Gather, Some(0), 0, None)
+        );
         assert_eq!(t.ranks[0].collectives[3].out_split_elems, Some(vec![1, 2]));
         // the nonblocking gather: posted at call 3, completed by the wait, call 4
         assert_eq!(
@@ -1210,11 +1329,17 @@ mod tests {
     fn v_calls_of_a_version_1_capture_are_left_out_saying_why() {
         // version 1 has no counts record: the same calls without them
         let strip = |r: u32| v_calls(r).into_iter().filter(|(ty, _)| *ty != REC_COUNTS).collect::<Vec<_>>();
-        let files: Vec<(u32, Vec<u8>)> = (0..2).map(|r| (r, file_v(1, &V_KINDS, r, 2, "r", &[strip(r)], true))).collect();
+        let files: Vec<(u32, Vec<u8>)> =
+            (0..2).map(|r| (r, file_v(1, &V_KINDS, r, 2, "r", &[strip(r)], true))).collect();
         let d = write_dir(&files);
         let t = to_trace(&read_dir(d.path(), false, &Limits::default()).unwrap()).unwrap();
         let m = t.mpi.as_ref().unwrap();
-        assert_eq!((m.left_out[0]["Allgatherv"], m.left_out[0]["Reduce_scatter"], m.left_out[0]["Igatherv"]), (1, 1, 1), "{:?}", m.left_out);
+        assert_eq!(
+            (m.left_out[0]["Allgatherv"], m.left_out[0]["Reduce_scatter"], m.left_out[0]["Igatherv"]),
+            (1, 1, 1),
+            "{:?}",
+            m.left_out
+        );
         assert!(m.left_out_reasons["Allgatherv"].contains("format 1"), "{:?}", m.left_out_reasons);
         // the exscan needs no counts and is kept; off the root a gather-v has none to record
         assert_eq!(t.ranks[0].collectives.iter().map(|c| c.kind).collect::<Vec<_>>(), vec![CollectiveKind::Exscan]);
@@ -1266,9 +1391,13 @@ mod tests {
     #[test]
     fn a_folder_of_two_runs_a_missing_rank_or_no_file_is_refused() {
         let b = allreduce_block(0, 0);
-        let two = write_dir(&[(0, file(0, 2, "a", std::slice::from_ref(&b), true)), (1, file(1, 2, "b", std::slice::from_ref(&b), true))]);
+        let two = write_dir(&[
+            (0, file(0, 2, "a", std::slice::from_ref(&b), true)),
+            (1, file(1, 2, "b", std::slice::from_ref(&b), true)),
+        ]);
         assert_eq!(code_of(&read_dir(two.path(), false, &Limits::default()).unwrap_err()), Some(Code::ForeignShard));
-        let missing = write_dir(&[(0, file(0, 3, "a", std::slice::from_ref(&b), true)), (2, file(2, 3, "a", &[b], true))]);
+        let missing =
+            write_dir(&[(0, file(0, 3, "a", std::slice::from_ref(&b), true)), (2, file(2, 3, "a", &[b], true))]);
         let e = read_dir(missing.path(), false, &Limits::default()).unwrap_err();
         assert_eq!(code_of(&e), Some(Code::MissingRank), "{e:#}");
         assert!(format!("{e:#}").contains("rank 1"), "{e:#}");

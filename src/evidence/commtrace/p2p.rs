@@ -114,7 +114,8 @@ pub fn refuse_on_backend_without_p2p(trace: &CommTrace, path: &std::path::Path, 
     if n > 0 {
         crate::refuse!(
             Code::BadArgument,
-            "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which the {backend} backend does not replay: run with --backend cpu",
+            "{}: the trace has {n} point-to-point operations (mpi.p2p of an MPI capture), which the {backend} backend \
+                does not replay: run with --backend cpu",
             path.display()
         );
     }
@@ -123,7 +124,8 @@ pub fn refuse_on_backend_without_p2p(trace: &CommTrace, path: &std::path::Path, 
 
 /// Every rank's point-to-point program of `trace` (empty where it has no `mpi` section).
 pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
-    let refuse = |what: String| -> Result<Vec<P2pPlan>> { crate::refuse!(Code::BadInput, "point-to-point replay: {what}") };
+    let refuse =
+        |what: String| -> Result<Vec<P2pPlan>> { crate::refuse!(Code::BadInput, "point-to-point replay: {what}") };
     let Some(m) = &trace.mpi else { return Ok(vec![P2pPlan::default(); trace.ranks.len()]) };
     let n = trace.world_size as usize;
     if m.p2p.len() != n {
@@ -138,8 +140,12 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
         let mut sendrecv_send: Option<usize> = None;
         for (i, o) in ops.iter().enumerate() {
             let where_ = || format!("rank {r}'s {} (call {}) to or from {}", o.name, o.call, o.peer);
-            let Some(group) = o.group.clone() else { return refuse(format!("{} is on a communicator the capture never described", where_())) };
-            let Some(g) = trace.group(&group) else { return refuse(format!("{}: group {group:?} is not in the trace's groups", where_())) };
+            let Some(group) = o.group.clone() else {
+                return refuse(format!("{} is on a communicator the capture never described", where_()));
+            };
+            let Some(g) = trace.group(&group) else {
+                return refuse(format!("{}: group {group:?} is not in the trace's groups", where_()));
+            };
             let send = match o.direction.as_str() {
                 "send" => true,
                 "recv" => false,
@@ -151,7 +157,13 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
                 ANY_SOURCE if !send => ANY_SOURCE,
                 p => match u32::try_from(p).ok().and_then(|p| g.members.iter().position(|&x| x == p)) {
                     Some(local) => local as i32,
-                    None => return refuse(format!("{}: peer {p} is not a member of group {group:?} {:?}", where_(), g.members)),
+                    None => {
+                        return refuse(format!(
+                            "{}: peer {p} is not a member of group {group:?} {:?}",
+                            where_(),
+                            g.members
+                        ))
+                    }
                 },
             };
             if tag < 0 && (send || tag != ANY_TAG) {
@@ -217,7 +229,8 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
                     continue;
                 }
                 return refuse(format!(
-                    "rank {r}'s {} (call {}) from rank {src} tag {tag} on group {:?} has no matching send (rank {src} sends {} there)",
+                    "rank {r}'s {} (call {}) from rank {src} tag {tag} on group {:?} has no matching send (rank {src} \
+                        sends {} there)",
                     ops[i].name,
                     ops[i].call,
                     o.group,
@@ -240,11 +253,15 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
         }
     }
     // every message is received (a send without its receive may never return)
-    let wildcards: BTreeMap<u32, usize> = out.iter().enumerate().map(|(r, p)| (r as u32, p.unmatched_wildcards)).collect();
+    let wildcards: BTreeMap<u32, usize> =
+        out.iter().enumerate().map(|(r, p)| (r as u32, p.unmatched_wildcards)).collect();
     for ((g, s, d, t), v) in &sent {
         let got = taken.get(&(g.clone(), *s, *d, *t)).copied().unwrap_or(0);
         if got < v.len() && wildcards.get(d).copied().unwrap_or(0) == 0 {
-            return refuse(format!("rank {s} sends {} messages to rank {d} tag {t} on group {g:?}; rank {d} receives {got} of them", v.len()));
+            return refuse(format!(
+                "rank {s} sends {} messages to rank {d} tag {t} on group {g:?}; rank {d} receives {got} of them",
+                v.len()
+            ));
         }
     }
     Ok(out)
@@ -291,7 +308,9 @@ mod tests {
             clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
             unknown: vec![],
             groups: vec![TraceGroup { name: "w".into(), desc: None, members: (0..n as u32).collect() }],
-            ranks: (0..n as u32).map(|rank| RankTrace { rank, collectives: vec![], trailing_compute: vec![] }).collect(),
+            ranks: (0..n as u32)
+                .map(|rank| RankTrace { rank, collectives: vec![], trailing_compute: vec![] })
+                .collect(),
             mpi: Some(MpiSummary {
                 run_id: "r".into(),
                 calls: vec![Default::default(); n],
@@ -342,9 +361,16 @@ mod tests {
 
     #[test]
     fn a_backend_without_point_to_point_refuses_a_trace_that_has_it() {
-        let t = trace(vec![vec![(0, "Send", "send", 1, 3, 8, None, None)], vec![(0, "Recv", "recv", 0, 3, 8, None, None)]]);
+        let t =
+            trace(vec![vec![(0, "Send", "send", 1, 3, 8, None, None)], vec![(0, "Recv", "recv", 0, 3, 8, None, None)]]);
         let e = refuse_on_backend_without_p2p(&t, std::path::Path::new("t.json"), "cuda").unwrap_err().to_string();
-        assert!(e.starts_with("refused[BAD_ARGUMENT]") && e.contains("t.json") && e.contains("2 point-to-point") && e.contains("--backend cpu"), "{e}");
+        assert!(
+            e.starts_with("refused[BAD_ARGUMENT]")
+                && e.contains("t.json")
+                && e.contains("2 point-to-point")
+                && e.contains("--backend cpu"),
+            "{e}"
+        );
         let none = trace(vec![vec![], vec![]]);
         assert!(refuse_on_backend_without_p2p(&none, std::path::Path::new("t.json"), "cuda").is_ok());
     }
@@ -358,7 +384,12 @@ mod tests {
         let e = plans(&trace(vec![vec![(0, "Send", "send", 1, 3, 8, None, None)], vec![]])).unwrap_err().to_string();
         assert!(e.contains("receives 0 of them"), "{e}");
         // a message longer than its receive
-        let e = plans(&trace(vec![vec![(0, "Send", "send", 1, 3, 9, None, None)], vec![(0, "Recv", "recv", 0, 3, 8, None, None)]])).unwrap_err().to_string();
+        let e = plans(&trace(vec![
+            vec![(0, "Send", "send", 1, 3, 9, None, None)],
+            vec![(0, "Recv", "recv", 0, 3, 8, None, None)],
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("at most 8 bytes") && e.contains("has 9"), "{e}");
         // a peer outside the communicator
         let e = plans(&trace(vec![vec![(0, "Send", "send", 5, 3, 8, None, None)], vec![]])).unwrap_err().to_string();
@@ -366,7 +397,10 @@ mod tests {
         // a receive completed with an empty status (cancelled) is not replayed, and the matching goes on past it
         let mut t = trace(vec![
             vec![(0, "Isend", "send", 1, 3, 8, Some(9), Some(1))],
-            vec![(0, "Irecv", "recv", ANY_SOURCE, ANY_TAG, 8, Some(5), Some(1)), (2, "Recv", "recv", 0, 3, 8, None, None)],
+            vec![
+                (0, "Irecv", "recv", ANY_SOURCE, ANY_TAG, 8, Some(5), Some(1)),
+                (2, "Recv", "recv", 0, 3, 8, None, None),
+            ],
         ]);
         t.mpi.as_mut().unwrap().p2p[1][0].matched = Some((ANY_SOURCE, ANY_TAG));
         let p = plans(&t).unwrap();
@@ -374,8 +408,15 @@ mod tests {
         assert_eq!(p[1].steps, vec![(2, P2pStep::Blocking(1))]);
         assert!(p[1].ops[1].matched.is_some());
         // a nonblocking send never completed is waited for at the end of the pass; a wildcard receive is not checked
-        let p = plans(&trace(vec![vec![(0, "Isend", "send", 1, 3, 8, Some(9), None)], vec![(0, "Recv", "recv", ANY_SOURCE, 3, 8, None, None)]])).unwrap();
-        assert_eq!((p[0].never_completed, p[0].steps.last().cloned()), (1, Some((u64::MAX, P2pStep::Complete(vec![0])))));
+        let p = plans(&trace(vec![
+            vec![(0, "Isend", "send", 1, 3, 8, Some(9), None)],
+            vec![(0, "Recv", "recv", ANY_SOURCE, 3, 8, None, None)],
+        ]))
+        .unwrap();
+        assert_eq!(
+            (p[0].never_completed, p[0].steps.last().cloned()),
+            (1, Some((u64::MAX, P2pStep::Complete(vec![0]))))
+        );
         assert_eq!((p[1].unmatched_wildcards, p[1].ops[0].peer, p[1].ops[0].matched), (1, ANY_SOURCE, None));
     }
 }

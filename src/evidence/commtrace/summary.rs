@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 /// Tokens of an NCCL kernel name that name the algorithm or protocol NCCL
 /// chose (NCCL's `NCCL_ALGO` and `NCCL_PROTO` values as they appear in kernel
 /// names, e.g. `COLLNET_DIRECT`, `NVLS_TREE`, `LL128`).
-const ALGO_PROTO_TOKENS: [&str; 10] = ["RING", "TREE", "COLLNET", "DIRECT", "CHAIN", "NVLS", "PAT", "LL", "LL128", "SIMPLE"];
+const ALGO_PROTO_TOKENS: [&str; 10] =
+    ["RING", "TREE", "COLLNET", "DIRECT", "CHAIN", "NVLS", "PAT", "LL", "LL128", "SIMPLE"];
 
 /// The NCCL kernel family of a kernel name, mangled (CUPTI:
 /// `_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgs...`) or
@@ -52,7 +53,10 @@ pub(crate) fn compare_kernels(colls: &[TraceCollective], records: &[exec::ExecRe
     }
     let mut k = KernelComparison::default();
     for r in records {
-        let Some(want) = colls.get(r.index as usize).and_then(|c| c.device.as_ref()).map(|d| kernel_family(&d.kernel)) else { continue };
+        let Some(want) = colls.get(r.index as usize).and_then(|c| c.device.as_ref()).map(|d| kernel_family(&d.kernel))
+        else {
+            continue;
+        };
         match r.kernels.as_ref().and_then(|v| v.first()) {
             None => k.missing_in_replay += 1,
             Some(got) => {
@@ -77,7 +81,8 @@ pub(crate) fn render_counts(t: &CommTrace) -> String {
         for c in &r.collectives {
             *by.entry((c.kind, c.group.clone(), c.dtype, c.in_elems)).or_insert(0) += 1;
         }
-        let parts: Vec<String> = by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d} on {g:?}", k.name())).collect();
+        let parts: Vec<String> =
+            by.iter().map(|((k, g, d, n), count)| format!("{count} x {} {n} {d} on {g:?}", k.name())).collect();
         s += &format!("rank {}: {}\n", r.rank, parts.join(", "));
     }
     s
@@ -94,17 +99,33 @@ mod tests {
         let cupti = "_Z43ncclDevKernel_AllReduce_Sum_bf16_TREE_LL12824ncclDevKernelArgsStorageILm4096EE";
         assert_eq!(kernel_family(kineto), "ncclDevKernel_AllReduce_Sum_bf16");
         assert_eq!(kernel_family(cupti), "ncclDevKernel_AllReduce_Sum_bf16");
-        assert_eq!(kernel_family("_Z22ncclDevKernel_SendRecv24ncclDevKernelArgsStorageILm4096EE"), "ncclDevKernel_SendRecv");
+        assert_eq!(
+            kernel_family("_Z22ncclDevKernel_SendRecv24ncclDevKernelArgsStorageILm4096EE"),
+            "ncclDevKernel_SendRecv"
+        );
         assert_eq!(kernel_family("ncclDevKernel_AllGather_COLLNET_DIRECT_SIMPLE(x)"), "ncclDevKernel_AllGather");
-        assert_ne!(kernel_family("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), kernel_family(kineto), "the dtype is part of the family");
+        assert_ne!(
+            kernel_family("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+            kernel_family(kineto),
+            "the dtype is part of the family"
+        );
         // a length past the name's end is not a mangled identifier: the name is kept
         assert_eq!(kernel_family("_Z99short"), "_Z99short");
     }
 
     #[test]
     fn kernel_comparison_counts_matches_differences_and_missing_kernels() {
-        let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, (8, 8), (None, None), (None, None));
-        c.device = Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
+        let mut c = TraceCollective::new(
+            CollectiveKind::AllReduce,
+            "allreduce",
+            "0",
+            TraceDtype::Bf16,
+            (8, 8),
+            (None, None),
+            (None, None),
+        );
+        c.device =
+            Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];
         let rec = |i: u32, k: Option<Vec<&str>>| exec::ExecRecord {
             index: i,
@@ -138,6 +159,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!((got.compared, got.same_family, got.missing_in_replay), (2, 1, 1));
-        assert_eq!(got.differing, vec![(1, "ncclDevKernel_AllReduce_Sum_bf16".to_string(), "ncclDevKernel_AllReduce_Max_bf16".to_string())]);
+        assert_eq!(
+            got.differing,
+            vec![(1, "ncclDevKernel_AllReduce_Sum_bf16".to_string(), "ncclDevKernel_AllReduce_Max_bf16".to_string())]
+        );
     }
 }

@@ -108,7 +108,8 @@ impl WorkloadPlan {
     /// previous one), and their durations summed.
     pub fn compute_before_ns(&self, index: usize) -> (u32, u64) {
         let end = self.ops.iter().position(|o| o.work == PlannedWork::Collective { index }).unwrap_or(self.ops.len());
-        let start = self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
+        let start =
+            self.ops[..end].iter().rposition(|o| matches!(o.work, PlannedWork::Collective { .. })).map_or(0, |p| p + 1);
         self.ops[start..end].iter().fold((0, 0), |(n, t), o| match o.work {
             PlannedWork::Compute { duration_ns, kernels } => (n + kernels, t + duration_ns),
             PlannedWork::Collective { .. } => (n, t),
@@ -134,7 +135,14 @@ impl WorkloadPlan {
                             g.waits |= !o.waits_for.is_empty();
                         }
                     }
-                    out.push(StreamGap { before: index, after: usize::MAX, stream: o.stream, recorded_ns: 0, compute_ops: Vec::new(), waits: false });
+                    out.push(StreamGap {
+                        before: index,
+                        after: usize::MAX,
+                        stream: o.stream,
+                        recorded_ns: 0,
+                        compute_ops: Vec::new(),
+                        waits: false,
+                    });
                     open.push((o.stream, out.len() - 1));
                     last = Some((index, o.stream));
                 }
@@ -198,7 +206,11 @@ pub struct StreamGap {
 /// spins' calibrated times, each at least the launch floor), with the number
 /// of gaps; `None` where there is no such gap. `intervals[i]` is collective
 /// `i`'s device (start, end), ns.
-pub(crate) fn transition_ns(gaps: &[StreamGap], intervals: &[(u64, u64)], expected_ns: impl Fn(&StreamGap) -> f64) -> Option<(f64, u32)> {
+pub(crate) fn transition_ns(
+    gaps: &[StreamGap],
+    intervals: &[(u64, u64)],
+    expected_ns: impl Fn(&StreamGap) -> f64,
+) -> Option<(f64, u32)> {
     let mut excess: Vec<f64> = gaps
         .iter()
         .filter(|g| !g.compute_ops.is_empty() && !g.waits)
@@ -239,7 +251,8 @@ pub fn plan(rank: &RankTrace) -> Result<WorkloadPlan> {
     let compute = |c: &ComputeOp, before: &str| -> Result<PlannedOp> {
         let Some(d) = c.duration_ns else {
             bail!(
-                "rank {}: compute kernel {:?} before {before} has no recorded duration (an execution trace records none): import the profiler (Kineto) trace for the workload pace",
+                "rank {}: compute kernel {:?} before {before} has no recorded duration (an execution trace records \
+                    none): import the profiler (Kineto) trace for the workload pace",
                 rank.rank,
                 c.name
             )
@@ -369,9 +382,18 @@ mod tests {
     }
 
     fn coll(stream: u64, start: u64, end: u64, before: Vec<ComputeOp>) -> TraceCollective {
-        let mut c = TraceCollective::new(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::F32, (4, 4), (None, None), (None, None));
+        let mut c = TraceCollective::new(
+            CollectiveKind::AllReduce,
+            "allreduce",
+            "0",
+            TraceDtype::F32,
+            (4, 4),
+            (None, None),
+            (None, None),
+        );
         c.stream = Some(stream);
-        c.device = Some(DeviceSpan { start_ns: start, end_ns: end, kernel: "ncclDevKernel_AllReduce_Sum_f32_RING_LL".into() });
+        c.device =
+            Some(DeviceSpan { start_ns: start, end_ns: end, kernel: "ncclDevKernel_AllReduce_Sum_f32_RING_LL".into() });
         c.compute_before = before;
         c
     }
@@ -400,7 +422,11 @@ mod tests {
     fn gaps_stand_in_for_compute_on_each_collectives_stream() {
         let r = RankTrace {
             rank: 0,
-            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10)]), coll(7, 60, 70, vec![k(7, 45, 5)]), coll(20, 75, 90, vec![])],
+            collectives: vec![
+                coll(7, 30, 40, vec![k(7, 0, 10)]),
+                coll(7, 60, 70, vec![k(7, 45, 5)]),
+                coll(20, 75, 90, vec![]),
+            ],
             trailing_compute: vec![k(7, 95, 3)],
         };
         let p = plan_gaps(&r, &[0, 20, 5]).unwrap();
@@ -431,7 +457,8 @@ mod tests {
         };
         let p = plan(&r).unwrap();
         let gaps = p.same_stream_gaps();
-        let summary: Vec<(usize, usize, u64, u64, usize)> = gaps.iter().map(|g| (g.before, g.after, g.stream, g.recorded_ns, g.compute_ops.len())).collect();
+        let summary: Vec<(usize, usize, u64, u64, usize)> =
+            gaps.iter().map(|g| (g.before, g.after, g.stream, g.recorded_ns, g.compute_ops.len())).collect();
         assert_eq!(summary, vec![(0, 1, 7, 11, 2), (3, 4, 7, 9, 1)]);
         // the 8 ns kernel waits for stream 20; every operation of 7 after C2 waits for C2
         assert!(gaps[0].waits && gaps[1].waits);
@@ -439,7 +466,9 @@ mod tests {
             PlannedWork::Compute { duration_ns, .. } => duration_ns,
             PlannedWork::Collective { .. } => 0,
         };
-        let by_duration = |trims: &[u64]| -> Vec<(u64, u64)> { (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect() };
+        let by_duration = |trims: &[u64]| -> Vec<(u64, u64)> {
+            (0..p.ops.len()).filter(|&x| d(x) > 0).map(|x| (d(x), trims[x])).collect()
+        };
         // each gap loses 5 in launch order (3 then 2 of the 8; 5 of the 9): nothing before the
         // first collective, after the last, on another stream or between C1 and C3
         let trims = p.gap_trims_ns(&gaps, 5, |d| d);
@@ -481,25 +510,41 @@ mod tests {
     #[test]
     fn kernels_merge_only_where_nothing_waits_between_them() {
         // merged, and what waited for the second kernel now waits for the merged operation
-        let r = RankTrace { rank: 0, collectives: vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])], trailing_compute: vec![] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])],
+            trailing_compute: vec![],
+        };
         let p = plan(&r).unwrap();
         assert_eq!(p.ops.len(), 3);
         assert_eq!(p.ops[0].work, PlannedWork::Compute { duration_ns: 4, kernels: 2 });
         assert_eq!((p.ops[1].waits_for.clone(), p.ops[2].waits_for.clone()), (vec![0], vec![1]));
         assert_eq!(p.compute_before_ns(0), (3, 5));
         // the later kernel waits for another stream: kept apart
-        let r = RankTrace { rank: 0, collectives: vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])], trailing_compute: vec![] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])],
+            trailing_compute: vec![],
+        };
         let p = plan(&r).unwrap();
         assert_eq!(p.compute_launches(), 3);
         assert_eq!(p.ops[2].waits_for, vec![1]);
         // the earlier kernel is waited on by another stream: kept apart
-        let r = RankTrace { rank: 0, collectives: vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])], trailing_compute: vec![] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])],
+            trailing_compute: vec![],
+        };
         let p = plan(&r).unwrap();
         assert_eq!(p.ops[1].waits_for, vec![0]);
         assert_eq!(p.compute_launches(), 3);
         // a collective launched between them (on another stream, concurrent): kept apart, so
         // that the compute before each collective stays what the source launched before it
-        let r = RankTrace { rank: 0, collectives: vec![coll(20, 1, 100, vec![k(7, 0, 5)])], trailing_compute: vec![k(7, 10, 5)] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(20, 1, 100, vec![k(7, 0, 5)])],
+            trailing_compute: vec![k(7, 10, 5)],
+        };
         let p = plan(&r).unwrap();
         assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
         assert_eq!(p.compute_launches(), 2);
@@ -510,21 +555,42 @@ mod tests {
     fn concurrent_work_stays_concurrent_and_sequenced_work_waits() {
         // compute on 7 [0,100); collective on 20 starts at 10 (overlaps the compute: no wait),
         // ends at 50; the next compute on 7 starts at 120, after the collective ended: it waits for it
-        let r = RankTrace { rank: 0, collectives: vec![coll(20, 10, 50, vec![k(7, 0, 100)])], trailing_compute: vec![k(7, 120, 10)] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(20, 10, 50, vec![k(7, 0, 100)])],
+            trailing_compute: vec![k(7, 120, 10)],
+        };
         let p = plan(&r).unwrap();
         assert_eq!(p.ops[1].work, PlannedWork::Collective { index: 0 });
         assert!(p.ops[1].waits_for.is_empty(), "the collective overlapped the compute in the source");
         assert_eq!(p.ops[2].waits_for, vec![1]);
         assert_eq!(p.waited_on(), vec![false, true, false]);
         // the same collective starting after the compute ended waits for it
-        let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
+        let r =
+            RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
         assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
         // per stream: each kernel stays on its own stream
-        let r = RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], trailing_compute: vec![] };
+        let r = RankTrace {
+            rank: 0,
+            collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])],
+            trailing_compute: vec![],
+        };
         let p = plan(&r).unwrap();
-        let on = |s: u64| p.ops.iter().filter(|o| o.stream == s && matches!(o.work, PlannedWork::Compute { .. })).map(|o| o.work.clone()).collect::<Vec<_>>();
+        let on = |s: u64| {
+            p.ops
+                .iter()
+                .filter(|o| o.stream == s && matches!(o.work, PlannedWork::Compute { .. }))
+                .map(|o| o.work.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(p.compute_before_ns(0), (2, 130));
-        assert_eq!((on(20), on(7)), (vec![PlannedWork::Compute { duration_ns: 30, kernels: 1 }], vec![PlannedWork::Compute { duration_ns: 100, kernels: 1 }]));
+        assert_eq!(
+            (on(20), on(7)),
+            (
+                vec![PlannedWork::Compute { duration_ns: 30, kernels: 1 }],
+                vec![PlannedWork::Compute { duration_ns: 100, kernels: 1 }]
+            )
+        );
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub struct NodeClockReport {
 pub(super) fn nccl_kernel_starts(s: &Shard) -> BTreeMap<(u32, u64), u64> {
     let mut out = BTreeMap::new();
     for p in s.header.phases.iter().filter(|p| p.kernel_anchor.is_some()) {
-        let mut kernels: Vec<&KernelEvent> = s.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Nccl).collect();
+        let mut kernels: Vec<&KernelEvent> =
+            s.body.kernels.iter().filter(|k| k.phase == p.phase && k.kind == KernelKind::Nccl).collect();
         kernels.sort_by_key(|k| k.correlation);
         let collectives: Vec<&CollectiveEvent> = s.body.collectives.iter().filter(|c| c.phase == p.phase).collect();
         if kernels.len() == collectives.len() {
@@ -128,7 +129,8 @@ pub(super) fn attach_arrival(
     anchors: &[BTreeMap<Phase, u64>],
     kernel_anchors: &[BTreeMap<Phase, u64>],
 ) {
-    let by_kernel = jc.ranks.iter().all(|t| t.kernel_start_ns.is_some() && kernel_anchors[t.rank as usize].contains_key(&jc.phase));
+    let by_kernel =
+        jc.ranks.iter().all(|t| t.kernel_start_ns.is_some() && kernel_anchors[t.rank as usize].contains_key(&jc.phase));
     let mut arrivals = Vec::with_capacity(jc.ranks.len());
     for t in &jc.ranks {
         let Some(m) = &models[t.rank as usize] else { return };
@@ -140,8 +142,10 @@ pub(super) fn attach_arrival(
         arrivals.push((m.to_reference(local), m.bound_ns + extra_ns));
     }
     jc.arrival_source = Some(if by_kernel { ArrivalSource::NcclKernel } else { ArrivalSource::DeviceEventOrHostIssue });
-    let (imin, min) = arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
-    let (imax, max) = arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let (imin, min) =
+        arrivals.iter().enumerate().min_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
+    let (imax, max) =
+        arrivals.iter().enumerate().max_by(|a, b| a.1 .0.total_cmp(&b.1 .0)).map(|(i, a)| (i, a.0)).expect("non-empty");
     let skew_ns = max - min;
     let bound_ns = if imin == imax { 0.0 } else { arrivals[imin].1 + arrivals[imax].1 };
     jc.arrival_status = ArrivalStatus::Calibrated;
@@ -161,14 +165,16 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
             let model = h.clock.as_ref().map(|c| c.model);
             // the ping-pong estimate: the model itself unless that is the shared
             // kernel clock; none where that clock was taken without a ping-pong
-            let pingpong = h.clock.as_ref().and_then(|c| c.pingpong_fit.or((!c.model.shared_kernel_clock).then_some(c.model)));
+            let pingpong =
+                h.clock.as_ref().and_then(|c| c.pingpong_fit.or((!c.model.shared_kernel_clock).then_some(c.model)));
             // what is checked against the truth: the ping-pong estimate, else the model
             let estimate = pingpong.or(model);
             // truth relative to rank 0 at the start window (true time ~ reference time)
             let (inj_off, inj_drift) = match (model, inj_of(h.rank), inj_of(0)) {
                 (Some(m), a, b) if a.is_some() || b.is_some() => {
                     let t_true = m.start.ref_ns;
-                    let off = |i: Option<ClockInjection>, anchor: u64| i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0);
+                    let off =
+                        |i: Option<ClockInjection>, anchor: u64| i.map(|i| i.offset_at(anchor, t_true)).unwrap_or(0.0);
                     let o = off(a, h.clock_anchor_true_ns) - off(b, rank0.clock_anchor_true_ns);
                     let d = a.map(|i| i.drift_ppm).unwrap_or(0.0) - b.map(|i| i.drift_ppm).unwrap_or(0.0);
                     (Some(o), Some(d))
@@ -194,12 +200,19 @@ pub(super) fn clock_reports(headers: &[&ShardHeader]) -> Vec<RankClockReport> {
                 // the estimator against the truth (on a shared kernel clock, its
                 // ping-pong fit); small slack for the integer truncation of clock reads
                 offset_within_bound: estimate.map(|m| (m.start.offset_ns - truth_off).abs() <= m.start.bound_ns + 2.0),
-                drift_within_bound: estimate.and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
-                path: h.clock.as_ref().map(|c| c.path.unwrap_or(if h.rank == 0 { ClockPath::Reference } else { ClockPath::Direct })),
+                drift_within_bound: estimate
+                    .and_then(|m| Some((m.drift_ppm? - truth_drift).abs() <= m.drift_bound_ppm? + 1e-3)),
+                path: h
+                    .clock
+                    .as_ref()
+                    .map(|c| c.path.unwrap_or(if h.rank == 0 { ClockPath::Reference } else { ClockPath::Direct })),
                 leader: h.clock.as_ref().and_then(|c| c.leader),
                 leader_leg_bound_us: h.clock.as_ref().and_then(|c| c.leader_fit).map(|m| m.bound_ns / 1e3),
                 leader_bound_us: h.clock.as_ref().and_then(|c| c.leader_model).map(|m| m.bound_ns / 1e3),
-                calibration_wall_ns: h.clock.as_ref().and_then(|c| Some(c.start_window_wall_ns? + c.end_window_wall_ns?)),
+                calibration_wall_ns: h
+                    .clock
+                    .as_ref()
+                    .and_then(|c| Some(c.start_window_wall_ns? + c.end_window_wall_ns?)),
             }
         })
         .collect()
@@ -214,7 +227,8 @@ pub(super) fn node_reports(headers: &[&ShardHeader], clocks: &[RankClockReport])
     nodes
         .into_iter()
         .map(|(host, ranks)| {
-            let cs: Vec<&RankClockReport> = ranks.iter().map(|&r| &clocks[r as usize]).filter(|c| !injected.contains(&c.rank)).collect();
+            let cs: Vec<&RankClockReport> =
+                ranks.iter().map(|&r| &clocks[r as usize]).filter(|c| !injected.contains(&c.rank)).collect();
             // the ping-pong estimates (rank 0: its model, 0 ± 0), also where a
             // rank's model is the shared kernel clock: one clock must fit them all
             let intervals: Option<Vec<(f64, f64)>> = cs
@@ -247,7 +261,8 @@ mod tests {
         // hosts enqueue 1 ms apart, devices reach the collective 3 us apart
         let mut jc = collective(vec![times(0, 1_000_000, Some(5_000_000)), times(1, 2_000_000, Some(5_003_000))]);
         let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
-        let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 1_000)].into(), [(Phase::Blocking, 2_000)].into()];
+        let anchors: Vec<BTreeMap<Phase, u64>> =
+            vec![[(Phase::Blocking, 1_000)].into(), [(Phase::Blocking, 2_000)].into()];
         attach_arrival(&mut jc, &models, &anchors, &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_status, ArrivalStatus::Calibrated);
         assert_eq!(jc.arrival_skew_us, Some(3.0));
@@ -264,7 +279,8 @@ mod tests {
         r0.kernel_start_ns = Some(5_001_000);
         r1.kernel_start_ns = Some(5_003_500);
         let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
-        let anchors: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 2_000)].into(), [(Phase::Blocking, 2_000)].into()];
+        let anchors: Vec<BTreeMap<Phase, u64>> =
+            vec![[(Phase::Blocking, 2_000)].into(), [(Phase::Blocking, 2_000)].into()];
         let kernel: Vec<BTreeMap<Phase, u64>> = vec![[(Phase::Blocking, 500)].into(), [(Phase::Blocking, 500)].into()];
         let mut jc = collective(vec![r0.clone(), r1.clone()]);
         attach_arrival(&mut jc, &models, &anchors, &kernel);
@@ -283,7 +299,10 @@ mod tests {
         // correlation order is launch order: the kernel with the highest id was launched last
         assert_eq!(got.into_iter().collect::<Vec<_>>(), vec![((0, 0), 207), ((0, 1), 107), ((0, 2), 7)]);
         assert!(nccl_kernel_starts(&shard_with_kernels(3, 2, true)).is_empty(), "a missing kernel pairs nothing");
-        assert!(nccl_kernel_starts(&shard_with_kernels(3, 3, false)).is_empty(), "without a kernel anchor nothing pairs");
+        assert!(
+            nccl_kernel_starts(&shard_with_kernels(3, 3, false)).is_empty(),
+            "without a kernel anchor nothing pairs"
+        );
     }
 
     #[test]
@@ -293,7 +312,12 @@ mod tests {
         attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()], &[BTreeMap::new(), BTreeMap::new()]);
         assert_eq!(jc.arrival_skew_us, Some(4.0));
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
-        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &[BTreeMap::new(), BTreeMap::new()], &[BTreeMap::new(), BTreeMap::new()]);
+        attach_arrival(
+            &mut jc,
+            &[Some(ClockModel::reference()), None],
+            &[BTreeMap::new(), BTreeMap::new()],
+            &[BTreeMap::new(), BTreeMap::new()],
+        );
         assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
         assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
     }

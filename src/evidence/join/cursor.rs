@@ -117,7 +117,14 @@ pub(super) struct StreamReader {
 const STREAM_BUF: usize = 32 << 10;
 
 impl StreamReader {
-    pub(super) fn open(path: &Path, rank: u32, version: u32, events_at: usize, events: u64, verified: Verified) -> Result<Self> {
+    pub(super) fn open(
+        path: &Path,
+        rank: u32,
+        version: u32,
+        events_at: usize,
+        events: u64,
+        verified: Verified,
+    ) -> Result<Self> {
         let file = std::fs::File::open(path).with_context(|| format!("reopening {}", path.display()))?;
         // whatever is decoded here is hashed: only the verified bytes can be joined
         let hasher = Some(sha2::Sha256::default());
@@ -188,14 +195,24 @@ impl StreamReader {
         if now != self.verified.stamp {
             return Err(refuse(
                 Code::Stale,
-                format!("{}: rank {} shard changed while join read it (its inode, size or times are not those it had when verified)", self.name, self.rank),
+                format!(
+                    "{}: rank {} shard changed while join read it (its inode, size or times are not those it had \
+                    when verified)",
+                    self.name, self.rank
+                ),
             ));
         }
         Ok(())
     }
 
     fn changed(&self) -> anyhow::Error {
-        refuse(Code::Stale, format!("{}: rank {} shard changed while join read it (it no longer reads as it verified)", self.name, self.rank))
+        refuse(
+            Code::Stale,
+            format!(
+                "{}: rank {} shard changed while join read it (it no longer reads as it verified)",
+                self.name, self.rank
+            ),
+        )
     }
 
     fn advance(&mut self) -> Result<()> {
@@ -332,7 +349,16 @@ mod tests {
             let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
             // SAFETY: a fresh shared read-write mapping of the whole file
             // (2 pages, its length), unmapped below before the file is dropped.
-            let m = unsafe { libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, AsRawFd::as_raw_fd(&f), 0) };
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    2 * page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    AsRawFd::as_raw_fd(&f),
+                    0,
+                )
+            };
             assert_ne!(m, libc::MAP_FAILED);
             let m = m.cast::<u8>();
             // SAFETY: `at` and `at - at % page` lie within the 2-page mapping.
@@ -342,7 +368,11 @@ mod tests {
             reread(&p, v.clone()).unwrap();
             // SAFETY: as above.
             unsafe { *m.add(at) ^= 1 };
-            assert_eq!(FileStamp::of(&f).unwrap(), v.stamp, "premise: a store into a dirty shared page changes no time");
+            assert_eq!(
+                FileStamp::of(&f).unwrap(),
+                v.stamp,
+                "premise: a store into a dirty shared page changes no time"
+            );
             let e = stale(reread(&p, v));
             assert!(e.contains("rank-00000.shard"), "{e}");
             // SAFETY: the mapping made above, of that length, used no more.

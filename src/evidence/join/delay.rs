@@ -91,7 +91,8 @@ pub fn unexplained_skew_us(c: &JoinedCollective) -> Option<f64> {
 /// bounds were not kept).
 pub(crate) fn unexplained_skew_and_bound_us(c: &JoinedCollective) -> Option<(f64, f64)> {
     let offsets = c.arrival_offsets_us.as_ref()?;
-    let residuals: Option<Vec<f64>> = offsets.iter().zip(&c.ranks).map(|(o, t)| Some(o - t.replay_gap_ns? as f64 / 1e3)).collect();
+    let residuals: Option<Vec<f64>> =
+        offsets.iter().zip(&c.ranks).map(|(o, t)| Some(o - t.replay_gap_ns? as f64 / 1e3)).collect();
     let r = residuals?;
     let lo = (0..r.len()).min_by(|&a, &b| r[a].total_cmp(&r[b]))?;
     let hi = (0..r.len()).max_by(|&a, &b| r[a].total_cmp(&r[b]))?;
@@ -151,7 +152,11 @@ impl DelayRec {
             skew: c.arrival_skew_us,
             bound: c.arrival_bound_us,
             beyond: unexplained_skew_and_bound_us(c),
-            injected_us: if delayed { c.ranks.iter().filter_map(|t| t.injected_delay_ns).map(|ns| ns as f64 / 1e3).collect() } else { Vec::new() },
+            injected_us: if delayed {
+                c.ranks.iter().filter_map(|t| t.injected_delay_ns).map(|ns| ns as f64 / 1e3).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -180,7 +185,12 @@ pub fn delay_control(j: &JoinedRun) -> Option<DelayControlReport> {
 }
 
 /// [`delay_control`] from the records of the timed collectives.
-pub(super) fn delay_control_of(all_timed: &[DelayRec], d: DelayInjection, backend: BackendKind, phases: &[Phase]) -> Option<DelayControlReport> {
+pub(super) fn delay_control_of(
+    all_timed: &[DelayRec],
+    d: DelayInjection,
+    backend: BackendKind,
+    phases: &[Phase],
+) -> Option<DelayControlReport> {
     if all_timed.iter().any(|c| c.skew.is_none()) {
         return None;
     }
@@ -198,7 +208,8 @@ pub(super) fn delay_control_of(all_timed: &[DelayRec], d: DelayInjection, backen
     let per_phase = phases
         .iter()
         .map(|&phase| {
-            let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) = all_timed.iter().filter(|c| c.phase == phase).partition(|c| c.delayed);
+            let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) =
+                all_timed.iter().filter(|c| c.phase == phase).partition(|c| c.delayed);
             PhaseDelayControl {
                 phase,
                 judged: judged(phase),
@@ -211,7 +222,8 @@ pub(super) fn delay_control_of(all_timed: &[DelayRec], d: DelayInjection, backen
             }
         })
         .collect();
-    let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) = all_timed.iter().filter(|c| judged(c.phase)).partition(|c| c.delayed);
+    let (dl, ud): (Vec<&DelayRec>, Vec<&DelayRec>) =
+        all_timed.iter().filter(|c| judged(c.phase)).partition(|c| c.delayed);
     let mut ud_skews: Vec<f64> = ud.iter().filter_map(|c| c.skew).collect();
     let mut ud_beyond: Vec<f64> = ud.iter().map(|c| beyond(c)).collect();
     let beyond_design = BeyondDesign {
@@ -277,6 +289,10 @@ mod tests {
         // residuals -100, -70, -95: spread 30 between ranks 0 and 1
         assert_eq!(unexplained_skew_and_bound_us(&c), Some((30.0, 3.0)));
         c.arrival_bounds_us = None;
-        assert_eq!(unexplained_skew_and_bound_us(&c), Some((30.0, 4.0)), "the collective's bound where per-rank ones were not kept");
+        assert_eq!(
+            unexplained_skew_and_bound_us(&c),
+            Some((30.0, 4.0)),
+            "the collective's bound where per-rank ones were not kept"
+        );
     }
 }

@@ -92,10 +92,14 @@ impl IsolatedAcc {
             .into_iter()
             .map(|(event_bytes, cs)| {
                 let bytes = kind.size_bytes(event_bytes, n);
-                let mut iter_max: Vec<f64> = cs.completions.iter().map(|c| c.iter().map(|&t| t as f64).fold(0.0, f64::max) / 1e3).collect();
+                let mut iter_max: Vec<f64> =
+                    cs.completions.iter().map(|c| c.iter().map(|&t| t as f64).fold(0.0, f64::max) / 1e3).collect();
                 let ranks = cs.completions[0].len();
                 let len_cs = cs.completions.len();
-                let time_us = (0..ranks).map(|r| cs.completions.iter().map(|c| c[r] as f64 / 1e3).sum::<f64>() / len_cs as f64).sum::<f64>() / ranks as f64;
+                let time_us = (0..ranks)
+                    .map(|r| cs.completions.iter().map(|c| c[r] as f64 / 1e3).sum::<f64>() / len_cs as f64)
+                    .sum::<f64>()
+                    / ranks as f64;
                 let algbw_gbps = bytes as f64 / (time_us * 1e3);
                 let checks: Vec<u64> = headers
                     .iter()

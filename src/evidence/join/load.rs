@@ -12,7 +12,9 @@ use crate::core::limits::{self, FileStamp};
 use crate::core::par;
 use crate::core::refusal::Code;
 use crate::evidence::run::{read_run_record, RunRecord, RUN_FILE};
-use crate::evidence::shard::{collectives_region, peek_header, shard_file_name, CollectiveEvent, Shard, ShardHeader, TokenEvent};
+use crate::evidence::shard::{
+    collectives_region, peek_header, shard_file_name, CollectiveEvent, Shard, ShardHeader, TokenEvent,
+};
 use crate::evidence::stalls::{self, Stall};
 use crate::refuse;
 use anyhow::{Context, Result};
@@ -29,9 +31,15 @@ fn run_and_files(dir: &Path) -> Result<(RunRecord, Vec<PathBuf>)> {
     if !run_path.exists() {
         // an --out root (rank --out DIR writes DIR/<run-id>/): name the runs in it
         let mut runs: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join(RUN_FILE).is_file()).map(|p| p.display().to_string()).collect())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.join(RUN_FILE).is_file())
+                    .map(|p| p.display().to_string())
+                    .collect()
+            })
             .unwrap_or_default();
-        let has_shards = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "shard"))));
+        let has_shards = std::fs::read_dir(dir)
+            .is_ok_and(|mut rd| rd.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "shard"))));
         if !runs.is_empty() && !has_shards {
             runs.sort();
             refuse!(
@@ -42,7 +50,11 @@ fn run_and_files(dir: &Path) -> Result<(RunRecord, Vec<PathBuf>)> {
                 runs.join(", ")
             );
         }
-        refuse!(Code::NoSuchInput, "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete", run_path.display());
+        refuse!(
+            Code::NoSuchInput,
+            "{}: missing; rank 0 writes it after every shard is on disk, so the run is incomplete",
+            run_path.display()
+        );
     }
     let run = read_run_record(&run_path)?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -64,7 +76,13 @@ pub fn join_dir(dir: &Path) -> Result<JoinedRun> {
         check_against_run(&f, &shard, &digest, &run)?;
         let h = &shard.header;
         if let Some((prev, _)) = by_rank.get(&h.rank) {
-            refuse!(Code::DuplicateRank, "duplicate shards for rank {}: {} and {}", h.rank, prev.display(), f.display());
+            refuse!(
+                Code::DuplicateRank,
+                "duplicate shards for rank {}: {} and {}",
+                h.rank,
+                prev.display(),
+                f.display()
+            );
         }
         by_rank.insert(h.rank, (f, shard));
     }
@@ -131,7 +149,11 @@ struct Engine {
 /// verified, and a stamp that proves anything is unchanged).
 /// Memory: about `threads` decoded shards at once in pass 1, then per rank
 /// its header, tokens, buffer and next event, plus whatever `emit` keeps.
-pub fn join_dir_streaming(dir: &Path, threads: usize, emit: &mut dyn FnMut(JoinedCollective) -> Result<()>) -> Result<StreamedRun> {
+pub fn join_dir_streaming(
+    dir: &Path,
+    threads: usize,
+    emit: &mut dyn FnMut(JoinedCollective) -> Result<()>,
+) -> Result<StreamedRun> {
     let (run, mut e) = prepare_streaming(dir, threads)?;
     merge(&mut e.cursors, &e.groups, &e.ctx, emit)?;
     Ok(run)
@@ -147,12 +169,19 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     hint.sort_by_key(|h| h.rank);
     let hint_groups = check_groups(&hint).ok();
     drop(peeked);
-    let scanned: Vec<Result<Scanned>> = par::map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
+    let scanned: Vec<Result<Scanned>> =
+        par::map(&files, threads, &|f: &PathBuf| scan_shard(f, &run, hint_groups.as_ref()));
     let mut by_rank: BTreeMap<u32, Scanned> = BTreeMap::new();
     for s in scanned {
         let s = s?;
         if let Some(prev) = by_rank.get(&s.header.rank) {
-            refuse!(Code::DuplicateRank, "duplicate shards for rank {}: {} and {}", s.header.rank, prev.path.display(), s.path.display());
+            refuse!(
+                Code::DuplicateRank,
+                "duplicate shards for rank {}: {} and {}",
+                s.header.rank,
+                prev.path.display(),
+                s.path.display()
+            );
         }
         by_rank.insert(s.header.rank, s);
     }
@@ -165,7 +194,11 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     let headers: Vec<&ShardHeader> = scanned.iter().map(|s| &s.header).collect();
     let groups = check_groups(&headers)?;
     if hint_groups.as_ref() != Some(&groups) {
-        refuse!(Code::Stale, "{}: a shard's header changed while join read it (its process groups read differently twice)", dir.display());
+        refuse!(
+            Code::Stale,
+            "{}: a shard's header changed while join read it (its process groups read differently twice)",
+            dir.display()
+        );
     }
     let mut ctx = RankCtx::with_capacity(scanned.len());
     let mut cursors: Vec<Option<Cursor<'static>>> = Vec::with_capacity(scanned.len());
@@ -176,7 +209,9 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
     for s in scanned {
         let rank = s.header.rank;
         match s.order? {
-            Some((events, index)) => cursors.push(Some(Cursor::Indexed { events: std::borrow::Cow::Owned(events), index, pos: 0 })),
+            Some((events, index)) => {
+                cursors.push(Some(Cursor::Indexed { events: std::borrow::Cow::Owned(events), index, pos: 0 }))
+            }
             None => {
                 cursors.push(None);
                 let verified = super::cursor::Verified { digest: s.digest, stamp: s.stamp.0, racy: s.stamp.1 };
@@ -189,7 +224,9 @@ fn prepare_streaming(dir: &Path, threads: usize) -> Result<(StreamedRun, Engine)
         stalls.push(s.stalls);
     }
     // the streamed shards, opened again (each reads its first buffer)
-    let opened = par::map(&streamed, threads, &|(p, rank, version, at, n, verified)| StreamReader::open(p, *rank, *version, *at, *n, verified.clone()));
+    let opened = par::map(&streamed, threads, &|(p, rank, version, at, n, verified)| {
+        StreamReader::open(p, *rank, *version, *at, *n, verified.clone())
+    });
     for ((_, rank, ..), s) in streamed.iter().zip(opened) {
         cursors[*rank as usize] = Some(Cursor::Stream(Box::new(s?)));
     }
@@ -240,7 +277,15 @@ fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> 
         refuse!(Code::ForeignShard, "{}: belongs to run {}, not {}", f.display(), h.run_id, run.run_id);
     }
     if h.world_size != run.world_size || h.rank >= run.world_size {
-        refuse!(Code::ForeignShard, "{}: rank {} of {} does not fit run {} of {} ranks", f.display(), h.rank, h.world_size, run.run_id, run.world_size);
+        refuse!(
+            Code::ForeignShard,
+            "{}: rank {} of {} does not fit run {} of {} ranks",
+            f.display(),
+            h.rank,
+            h.world_size,
+            run.run_id,
+            run.world_size
+        );
     }
     let Some(want) = run.shards.iter().find(|s| s.rank == h.rank) else {
         refuse!(Code::UnlistedRank, "{}: rank {} is not listed in run.json", f.display(), h.rank);
@@ -265,7 +310,11 @@ fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> 
 /// per-rank times are still in this core's cache: handing them to another
 /// thread cost more CPU time than it saved wall time
 /// (`results/2026-12-04-join-five-million/`).
-pub fn join_summary_streaming(dir: &Path, threads: usize, events_out: Option<&mut dyn std::io::Write>) -> Result<JoinSummary> {
+pub fn join_summary_streaming(
+    dir: &Path,
+    threads: usize,
+    events_out: Option<&mut dyn std::io::Write>,
+) -> Result<JoinSummary> {
     let (run, mut engine) = prepare_streaming(dir, threads)?;
     let mut b = SummaryBuilder::new(&run.run, run.headers.iter().collect());
     for t in &run.tokens {
@@ -294,7 +343,8 @@ pub fn refuse_synthetic(headers: &[&ShardHeader], run_id: &str, what: &str) -> R
         let m = h.synthetic.as_ref().expect("found");
         refuse!(
             Code::Synthetic,
-            "run {run_id}: rank {} shard is synthetic (generated by {}, seed {}), not a measurement; {what} takes measured runs only",
+            "run {run_id}: rank {} shard is synthetic (generated by {}, seed {}), not a measurement; {what} takes \
+                measured runs only",
             h.rank,
             m.generator,
             m.seed

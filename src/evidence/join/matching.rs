@@ -24,7 +24,12 @@ pub(super) fn check_groups(headers: &[&ShardHeader]) -> Result<BTreeMap<u32, Vec
     let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (i, h) in headers.iter().enumerate() {
         if h.rank as usize != i {
-            refuse!(Code::BadStructure, "shard {i} says it is rank {}: shards must be ranks 0 to {} in order", h.rank, headers.len().saturating_sub(1));
+            refuse!(
+                Code::BadStructure,
+                "shard {i} says it is rank {}: shards must be ranks 0 to {} in order",
+                h.rank,
+                headers.len().saturating_sub(1)
+            );
         }
         for g in &h.groups {
             let mut seen = std::collections::BTreeSet::new();
@@ -33,15 +38,34 @@ pub(super) fn check_groups(headers: &[&ShardHeader]) -> Result<BTreeMap<u32, Vec
             }
             for &m in &g.members {
                 if m as usize >= headers.len() {
-                    refuse!(Code::BadStructure, "rank {}: group {} names rank {m}, outside a world of {} ranks", h.rank, g.id, headers.len());
+                    refuse!(
+                        Code::BadStructure,
+                        "rank {}: group {} names rank {m}, outside a world of {} ranks",
+                        h.rank,
+                        g.id,
+                        headers.len()
+                    );
                 }
                 if !seen.insert(m) {
-                    refuse!(Code::BadStructure, "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once", h.rank, g.id, g.members);
+                    refuse!(
+                        Code::BadStructure,
+                        "rank {}: group {} lists rank {m} more than once ({:?}); each member counts once",
+                        h.rank,
+                        g.id,
+                        g.members
+                    );
                 }
             }
             match groups.get(&g.id) {
                 Some(m) if *m != g.members => {
-                    refuse!(Code::GroupMismatch, "group {} membership differs: rank {} says {:?}, another rank says {:?}", g.id, h.rank, g.members, m)
+                    refuse!(
+                        Code::GroupMismatch,
+                        "group {} membership differs: rank {} says {:?}, another rank says {:?}",
+                        g.id,
+                        h.rank,
+                        g.members,
+                        m
+                    )
                 }
                 _ => {
                     groups.insert(g.id, g.members.clone());
@@ -57,7 +81,11 @@ pub(super) fn check_groups(headers: &[&ShardHeader]) -> Result<BTreeMap<u32, Vec
 /// of an undeclared group or of a group the rank is not in, a send or
 /// receive without a peer or with a peer outside its group, and a key
 /// recorded twice (before any fault of a later event).
-pub(super) fn index_rank(rank: u32, events: &[CollectiveEvent], groups: &BTreeMap<u32, Vec<u32>>) -> Result<Vec<(Key, usize)>> {
+pub(super) fn index_rank(
+    rank: u32,
+    events: &[CollectiveEvent],
+    groups: &BTreeMap<u32, Vec<u32>>,
+) -> Result<Vec<(Key, usize)>> {
     let mut m: Vec<(Key, usize)> = Vec::with_capacity(events.len());
     let twice = |m: &mut Vec<(Key, usize)>| -> Result<()> {
         m.sort_unstable();
@@ -87,12 +115,24 @@ pub(super) fn index_rank(rank: u32, events: &[CollectiveEvent], groups: &BTreeMa
         };
         if !member {
             twice(&mut m)?;
-            refuse!(Code::GroupMismatch, "rank {rank} recorded group {} seq {} but is not a member of group {}", e.group, e.seq, e.group);
+            refuse!(
+                Code::GroupMismatch,
+                "rank {rank} recorded group {} seq {} but is not a member of group {}",
+                e.group,
+                e.seq,
+                e.group
+            );
         }
         match (e.kind, e.peer) {
             (CollectiveKind::Send | CollectiveKind::Recv, None) => {
                 twice(&mut m)?;
-                refuse!(Code::BadStructure, "rank {rank}: {} on group {} seq {} names no peer", e.kind.name(), e.group, e.seq)
+                refuse!(
+                    Code::BadStructure,
+                    "rank {rank}: {} on group {} seq {} names no peer",
+                    e.kind.name(),
+                    e.group,
+                    e.seq
+                )
             }
             (CollectiveKind::Send | CollectiveKind::Recv, Some(p)) if p == rank || !members.contains(&p) => {
                 twice(&mut m)?;
@@ -164,7 +204,12 @@ pub(super) fn rank_extract(s: &Shard) -> RankExtract {
         waits: s.body.device_waits.iter().map(|w| ((w.group, w.seq), w.end_ns.saturating_sub(w.start_ns))).collect(),
         tuners: s.header.tuning.as_ref().map(|t| t.choices.iter().cloned().collect()).unwrap_or_default(),
         anchors: s.header.phases.iter().filter_map(|p| Some((p.phase, p.device_anchor_error_ns?))).collect(),
-        kernel_anchors: s.header.phases.iter().filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns))).collect(),
+        kernel_anchors: s
+            .header
+            .phases
+            .iter()
+            .filter_map(|p| Some((p.phase, p.kernel_anchor.as_ref()?.error_ns)))
+            .collect(),
         kernel_starts: nccl_kernel_starts(s),
     }
 }
@@ -248,7 +293,13 @@ fn unstage(pending: &mut BTreeMap<Key, Vec<u32>>, spare: &mut Vec<Vec<u32>>, key
 
 /// Join the operation `key` from the heads of the cursors of the ranks
 /// marked `here` (exactly those whose next event has this key).
-fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u32, Vec<u32>>, ctx: &RankCtx) -> Result<JoinedCollective> {
+fn join_key(
+    key: Key,
+    cursors: &[Cursor<'_>],
+    here: &[bool],
+    groups: &BTreeMap<u32, Vec<u32>>,
+    ctx: &RankCtx,
+) -> Result<JoinedCollective> {
     let (group, seq, pair) = key;
     let members = match pair {
         Some((a, b)) => vec![a, b],
@@ -262,7 +313,8 @@ fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u
         let any = event(present[0]);
         refuse!(
             Code::UnmatchedEvent,
-            "unmatched event: group {group} seq {seq}{} ({}, {} bytes) is on ranks {present:?} but missing on ranks {missing:?} ({})",
+            "unmatched event: group {group} seq {seq}{} ({}, {} bytes) is on ranks {present:?} but missing on ranks \
+                {missing:?} ({})",
             what(),
             any.phase,
             any.bytes,
@@ -282,11 +334,17 @@ fn join_key(key: Key, cursors: &[Cursor<'_>], here: &[bool], groups: &BTreeMap<u
             Some(_) => e.kind == if k == 0 { CollectiveKind::Send } else { CollectiveKind::Recv },
             None => e.kind == first.kind,
         };
-        if !kind_agrees || e.bytes != first.bytes || e.dtype != first.dtype || e.phase != first.phase || e.root != first.root {
+        if !kind_agrees
+            || e.bytes != first.bytes
+            || e.dtype != first.dtype
+            || e.phase != first.phase
+            || e.root != first.root
+        {
             let root = |x: Option<u32>| x.map(|r| format!(" root {r}")).unwrap_or_default();
             refuse!(
                 Code::IdentityMismatch,
-                "identity mismatch at group {group} seq {seq}{}: rank {first_rank} has {}{} {} bytes {} in {}, rank {r} has {}{} {} bytes {} in {}",
+                "identity mismatch at group {group} seq {seq}{}: rank {first_rank} has {}{} {} bytes {} in {}, rank \
+                    {r} has {}{} {} bytes {} in {}",
                 what(),
                 first.kind.name(),
                 root(first.root),

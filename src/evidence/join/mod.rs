@@ -21,7 +21,9 @@ mod summary;
 mod tuning;
 
 pub use clocks::{NodeClockReport, RankClockReport};
-pub use delay::{delay_control, detection_line_us, unexplained_skew_us, BeyondDesign, DelayControlReport, PhaseDelayControl};
+pub use delay::{
+    delay_control, detection_line_us, unexplained_skew_us, BeyondDesign, DelayControlReport, PhaseDelayControl,
+};
 pub use isolated::{isolated_sizes, IsolatedSizeRow};
 pub use load::{join_dir, join_dir_streaming, join_summary_streaming, refuse_synthetic, StreamedRun};
 pub use render::{render_isolated, render_summary};
@@ -286,7 +288,12 @@ mod fixtures {
                 correlation: (1000 - i) as u32,
             })
             .collect();
-        let body = ShardBody { collectives, kernels, kernel_names: vec!["ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()], ..Default::default() };
+        let body = ShardBody {
+            collectives,
+            kernels,
+            kernel_names: vec!["ncclDevKernel_AllReduce_Sum_f32_RING_LL".into()],
+            ..Default::default()
+        };
         Shard { header: shard::test_header("cuda", serde_json::json!([phase])), body }
     }
 }

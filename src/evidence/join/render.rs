@@ -26,11 +26,26 @@ pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
     }
     let kind = rows[0].collective.unwrap_or_default();
     let size_is = kind.size_is();
-    let _ = writeln!(o, "isolated {kind}, per size (size is {size_is}, as nccl-tests; an iteration's time is the largest over ranks, as nccl-tests -I 1):");
+    let _ = writeln!(
+        o,
+        "isolated {kind}, per size (size is {size_is}, as nccl-tests; an iteration's time is the \
+        largest over ranks, as nccl-tests -I 1):"
+    );
     let _ = writeln!(
         o,
         "{:>12} {:>12} {:>6} {:>6} {:>5} {:>7} {:>10} {:>12} {:>12} {:>7} {:>10} {:>10}",
-        "size(B)", "count(elts)", "type", "redop", "root", "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "p50(us)", "p99(us)"
+        "size(B)",
+        "count(elts)",
+        "type",
+        "redop",
+        "root",
+        "iters",
+        "time(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "#wrong",
+        "p50(us)",
+        "p99(us)"
     );
     for r in rows {
         let wrong = r.wrong_elements.map(|w| w.to_string()).unwrap_or_else(|| "n/a".into());
@@ -54,7 +69,11 @@ pub fn render_isolated(rows: &[IsolatedSizeRow]) -> String {
         );
     }
     let avg = rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64;
-    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s (arithmetic mean over {} sizes, as nccl-tests prints it)", rows.len());
+    let _ = writeln!(
+        o,
+        "# Avg bus bandwidth    : {avg:.3} GB/s (arithmetic mean over {} sizes, as nccl-tests prints it)",
+        rows.len()
+    );
     o
 }
 
@@ -63,9 +82,17 @@ pub fn render_summary(s: &JoinSummary) -> String {
     use std::fmt::Write;
     let f = |x: Option<f64>| x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "unknown".into());
     let mut o = String::new();
-    let _ = writeln!(o, "run {}: {} ranks, {} joined collectives, every shard hash verified", s.run_id, s.world_size, s.collectives);
+    let _ = writeln!(
+        o,
+        "run {}: {} ranks, {} joined collectives, every shard hash verified",
+        s.run_id, s.world_size, s.collectives
+    );
     let dev = s.phases.iter().any(|p| p.completion_source == Some(CompletionSource::DeviceEvents));
-    let _ = writeln!(o, "completion = {}", if dev { "device interval (CUDA events on the comm stream)" } else { "host issue to wait return" });
+    let _ = writeln!(
+        o,
+        "completion = {}",
+        if dev { "device interval (CUDA events on the comm stream)" } else { "host issue to wait return" }
+    );
     let _ = writeln!(
         o,
         "{:<21} {:>7} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10}",
@@ -88,7 +115,8 @@ pub fn render_summary(s: &JoinSummary) -> String {
     for p in s.phases.iter().filter(|p| p.arrivals_from_nccl_kernels > 0) {
         let _ = writeln!(
             o,
-            "{}: arrival = NCCL kernel start (CUPTI through %globaltimer) on {} of {} collectives; skew bound p50 {} us",
+            "{}: arrival = NCCL kernel start (CUPTI through %globaltimer) on {} of {} collectives; skew bound p50 {} \
+                us",
             p.phase.name(),
             p.arrivals_from_nccl_kernels,
             p.collectives_per_rank,
@@ -99,9 +127,14 @@ pub fn render_summary(s: &JoinSummary) -> String {
     for line in stalls::render(&s.stalls) {
         let _ = writeln!(o, "{line}");
     }
-    let _ = writeln!(o, "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's kernel clock; via a leader, the two legs' bounds summed):");
+    let _ = writeln!(
+        o,
+        "clocks (offset vs rank 0 at the start window; bound = half the best round trip, 0 on rank 0's \
+        kernel clock; via a leader, the two legs' bounds summed):"
+    );
     if let Some(sync) = s.clock_sync {
-        let wall = s.calibration_wall_ns.map(|n| format!("{:.3} ms", n as f64 / 1e6)).unwrap_or_else(|| "unmeasured".into());
+        let wall =
+            s.calibration_wall_ns.map(|n| format!("{:.3} ms", n as f64 / 1e6)).unwrap_or_else(|| "unmeasured".into());
         let _ = writeln!(o, "  calibration {}: {wall} wall (both windows, slowest rank)", sync.name());
     }
     for c in &s.clocks {
@@ -111,7 +144,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         let inj = match (c.shared_kernel_clock, c.pingpong_offset_us, c.pingpong_bound_us) {
             (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
-            (true, None, _) if c.rank != 0 => format!("{inj}  rank 0's kernel clock (its leader's, taken without a ping-pong)"),
+            (true, None, _) if c.rank != 0 => {
+                format!("{inj}  rank 0's kernel clock (its leader's, taken without a ping-pong)")
+            }
             _ => match &c.shared_kernel_clock_refused {
                 // the alarming refusal: one kernel, yet a sample one clock cannot give
                 Some(why) if why.contains("same kernel, but") => format!("{inj}  NOT rank 0's clock: {why}"),
@@ -120,7 +155,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
         };
         // after the columns other scripts read (rank, host, offset, bound): how the model was obtained
         let inj = match (c.path, c.leader, c.leader_leg_bound_us, c.leader_bound_us) {
-            (Some(ClockPath::ViaLeader), Some(l), Some(a), Some(b)) => format!("{inj}  via leader {l} (± {a:.3} + ± {b:.3} us)"),
+            (Some(ClockPath::ViaLeader), Some(l), Some(a), Some(b)) => {
+                format!("{inj}  via leader {l} (± {a:.3} + ± {b:.3} us)")
+            }
             _ => inj,
         };
         let inj = match c.calibration_wall_ns {
@@ -152,7 +189,12 @@ pub fn render_summary(s: &JoinSummary) -> String {
         let _ = writeln!(o, "  node {} ranks {:?}: {verdict}{lead}", n.host, n.ranks);
     }
     for p in s.phases.iter().filter(|p| p.device_wait_median_us.is_some()) {
-        let _ = writeln!(o, "compute stream stalled on a collective (p50) in {:<13} {} us", p.phase.name(), f(p.device_wait_median_us));
+        let _ = writeln!(
+            o,
+            "compute stream stalled on a collective (p50) in {:<13} {} us",
+            p.phase.name(),
+            f(p.device_wait_median_us)
+        );
     }
     for p in s.phases.iter() {
         if let Some(t) = p.source_timeline {
@@ -185,14 +227,16 @@ pub fn render_summary(s: &JoinSummary) -> String {
     if let Some(dc) = &s.delay_control {
         let _ = writeln!(
             o,
-            "delay control (rank {} +{:.0} us every {}, achieved median {} us): {}/{} delayed collectives show skew >= delay/2 - bound (min {}), {}/{} undelayed do (median skew {})",
+            "delay control (rank {} +{:.0} us every {}, achieved median {} us): {}/{} delayed collectives show skew >= \
+                delay/2 - bound (min {}), {}/{} undelayed do (median skew {})",
             dc.rank, dc.delay_us, dc.every, f(dc.achieved_delay_median_us), dc.delayed_detected, dc.delayed,
             f(dc.delayed_skew_min_us), dc.undelayed_false_alarms, dc.undelayed, f(dc.undelayed_skew_median_us)
         );
         if let Some(b) = &dc.beyond_design {
             let _ = writeln!(
                 o,
-                "  on skew beyond the replay's design (arrival less paced gap; {} of the judged collectives replayed): {}/{} delayed detected, {}/{} undelayed above the line (median {})",
+                "  on skew beyond the replay's design (arrival less paced gap; {} of the judged collectives replayed): \
+                    {}/{} delayed detected, {}/{} undelayed above the line (median {})",
                 b.corrected,
                 b.delayed_detected,
                 dc.delayed,
@@ -203,7 +247,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
         }
         for p in &dc.per_phase {
             let design = match (p.beyond_design_detected, p.beyond_design_false_alarms) {
-                (Some(d), Some(fa)) if p.phase == Phase::Replay => format!("; beyond design {d}/{} and {fa}/{}", p.delayed, p.undelayed),
+                (Some(d), Some(fa)) if p.phase == Phase::Replay => {
+                    format!("; beyond design {d}/{} and {fa}/{}", p.delayed, p.undelayed)
+                }
                 _ => String::new(),
             };
             let _ = writeln!(

@@ -246,7 +246,11 @@ impl<'a> SummaryBuilder<'a> {
                 arrivals_from_nccl_kernels: a.from_kernels,
                 device_wait_median_us: stats::median_unsorted(&mut a.device_waits),
                 tuner_choices: std::mem::take(&mut a.tuner_choices),
-                source_timeline: self.headers[0].phases.iter().find(|r| r.phase == phase).and_then(|r| r.trace_timeline),
+                source_timeline: self.headers[0]
+                    .phases
+                    .iter()
+                    .find(|r| r.phase == phase)
+                    .and_then(|r| r.trace_timeline),
             };
             done.insert(phase, p.clone());
             phases.push(p);
@@ -276,7 +280,11 @@ impl<'a> SummaryBuilder<'a> {
             collectives: self.collectives,
             phases,
             clock_sync: self.headers.iter().find_map(|h| h.clock.as_ref()?.sync),
-            calibration_wall_ns: clocks.iter().map(|c| c.calibration_wall_ns).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()),
+            calibration_wall_ns: clocks
+                .iter()
+                .map(|c| c.calibration_wall_ns)
+                .collect::<Option<Vec<u64>>>()
+                .and_then(|v| v.into_iter().max()),
             clocks,
             nodes,
             shards: self.run.shards.clone(),

@@ -41,14 +41,16 @@ pub(super) fn tuner_label(t: &TunerChoice) -> String {
 
 /// Compare the k-th collectives of two phases.
 pub fn compare_tuning(all: &[JoinedCollective], workload: Phase, proxy: Phase) -> TuningComparison {
-    let recs: Vec<TuneRec> = all.iter().map(|c| TuneRec { phase: c.phase, bytes: c.bytes, tuner: c.tuner.clone() }).collect();
+    let recs: Vec<TuneRec> =
+        all.iter().map(|c| TuneRec { phase: c.phase, bytes: c.bytes, tuner: c.tuner.clone() }).collect();
     compare_tuning_of(&recs, workload, proxy)
 }
 
 pub(super) fn compare_tuning_of(all: &[TuneRec], workload: Phase, proxy: Phase) -> TuningComparison {
     let a: Vec<&TuneRec> = all.iter().filter(|c| c.phase == workload).collect();
     let b: Vec<&TuneRec> = all.iter().filter(|c| c.phase == proxy).collect();
-    let mut out = TuningComparison { workload, proxy, compared: 0, same: 0, first_differences: Vec::new(), refused: None };
+    let mut out =
+        TuningComparison { workload, proxy, compared: 0, same: 0, first_differences: Vec::new(), refused: None };
     if a.len() != b.len() {
         out.refused = Some(format!("{workload} has {} collectives and {proxy} has {}", a.len(), b.len()));
         return out;

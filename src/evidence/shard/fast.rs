@@ -149,7 +149,9 @@ pub(crate) fn collective_event_into(version: u32, bytes: &[u8], e: &mut Collecti
     e.device_end_ns = r.opt(Bytes::u64)?;
     e.injected_delay_ns = r.opt(Bytes::u64)?;
     e.replay = r.opt(|r| Some(ReplayTiming { target_gap_ns: r.u64()?, actual_gap_ns: r.u64()? }))?;
-    e.fill = r.opt(|r| Some(FillRecord { gap_ns: r.u64()?, units: r.u32()?, quantum_ns: r.u64()?, quantization_error_ns: r.i64()? }))?;
+    e.fill = r.opt(|r| {
+        Some(FillRecord { gap_ns: r.u64()?, units: r.u32()?, quantum_ns: r.u64()?, quantization_error_ns: r.i64()? })
+    })?;
     e.checked = r.bool()?;
     (e.root, e.peer) = if version >= 6 { (r.opt(Bytes::u32)?, r.opt(Bytes::u32)?) } else { (None, None) };
     Some(r.at)

@@ -21,12 +21,14 @@ mod write;
 pub use crate::core::collective::TraceDtype;
 pub use crate::core::workload::Dtype;
 pub use events::{
-    CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, DeviceWait, FillRecord, KernelEvent, KernelKind, ReplayTiming, ShardBody, TokenEvent,
+    CollectiveEvent, CollectiveKind, ComputeEvent, ComputeKind, DeviceWait, FillRecord, KernelEvent, KernelKind,
+    ReplayTiming, ShardBody, TokenEvent,
 };
 pub(crate) use fast::BLANK as BLANK_EVENT;
 pub use header::{
-    BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor, P2pPassRecord, PhaseRun, ProcessGroup, ShardHeader,
-    SyntheticMark, TraceKindCount, TraceOrigin, TraceP2pCount, Unmeasured,
+    BackendKind, CheckRecord, ClockRecord, ColdStart, DeviceIdentity, GapTimeline, GraphRun, KernelAnchor,
+    P2pPassRecord, PhaseRun, ProcessGroup, ShardHeader, SyntheticMark, TraceKindCount, TraceOrigin, TraceP2pCount,
+    Unmeasured,
 };
 pub use read::decode_shard_body;
 pub(crate) use read::{collectives_region, decode_collective_event, peek_header};

@@ -7,7 +7,10 @@
 //! Collective events are read by hand (`super::fast`) and by serde only
 //! where the hand reader is unsure, so results and errors are bincode's.
 use super::{bincode_cfg, Shard, MAGIC, SHARD_FORMAT_VERSION, TRAILER};
-use super::{CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, FillRecord, KernelEvent, ReplayTiming, ShardBody, ShardHeader, TokenEvent, TraceDtype};
+use super::{
+    CollectiveEvent, CollectiveKind, ComputeEvent, DeviceWait, FillRecord, KernelEvent, ReplayTiming, ShardBody,
+    ShardHeader, TokenEvent, TraceDtype,
+};
 use crate::core::limits;
 use crate::core::refusal::{self, Code};
 use crate::core::workload::Phase;
@@ -114,7 +117,8 @@ struct ShardBodyV1 {
 /// Decoding configuration with a limit of `N` claimed bytes: bincode checks
 /// every length prefix (and the in-memory size of what it decodes) against it
 /// before allocating.
-fn bincode_decode_cfg<const N: usize>() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<N>> {
+fn bincode_decode_cfg<const N: usize>(
+) -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<N>> {
     bincode::config::standard().with_limit::<N>()
 }
 
@@ -127,7 +131,11 @@ pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<
     if body_bytes.len() > limits::MAX_SHARD_BODY_BYTES {
         return Err(refusal::refuse(
             Code::OverLimit,
-            format!("{name}: body of {} bytes is over the limit of {} bytes", body_bytes.len(), limits::MAX_SHARD_BODY_BYTES),
+            format!(
+                "{name}: body of {} bytes is over the limit of {} bytes",
+                body_bytes.len(),
+                limits::MAX_SHARD_BODY_BYTES
+            ),
         ));
     }
     let (body, used) = match body_bytes.len() {
@@ -142,24 +150,42 @@ pub fn decode_shard_body(version: u32, body_bytes: &[u8], name: &str) -> Result<
 }
 
 /// Decode a body of `version` under `cfg` (whose limit bounds every allocation).
-fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg: C, name: &str) -> Result<(ShardBody, usize)> {
+fn decode_body<C: bincode::config::Config>(
+    version: u32,
+    body_bytes: &[u8],
+    cfg: C,
+    name: &str,
+) -> Result<(ShardBody, usize)> {
     // formats 3 on: the collectives read by hand, the rest by serde; where
     // either is unsure, the whole body by serde (its result or its error)
     if version >= 3 {
         if let Some((collectives, at)) = super::fast::collectives(version, body_bytes) {
             if let Ok((rest, used)) = bincode::serde::decode_from_slice::<BodyRest, _>(&body_bytes[at..], cfg) {
                 let BodyRest { compute, tokens, kernels, kernel_names, device_waits } = rest;
-                return Ok((ShardBody { collectives, compute, tokens, kernels, kernel_names, device_waits }, at + used));
+                return Ok((
+                    ShardBody { collectives, compute, tokens, kernels, kernel_names, device_waits },
+                    at + used,
+                ));
             }
         }
     }
     Ok(match version {
         1 => {
-            let (b, used): (ShardBodyV1, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
-            (ShardBody { collectives: b.collectives.into_iter().map(Into::into).collect(), compute: b.compute, tokens: b.tokens, ..Default::default() }, used)
+            let (b, used): (ShardBodyV1, usize) =
+                bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            (
+                ShardBody {
+                    collectives: b.collectives.into_iter().map(Into::into).collect(),
+                    compute: b.compute,
+                    tokens: b.tokens,
+                    ..Default::default()
+                },
+                used,
+            )
         }
         2 => {
-            let (b, used): (ShardBodyV2, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            let (b, used): (ShardBodyV2, usize) =
+                bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
             let body = ShardBody {
                 collectives: b.collectives.into_iter().map(Into::into).collect(),
                 compute: b.compute,
@@ -171,7 +197,8 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
             (body, used)
         }
         3..=5 => {
-            let (b, used): (ShardBodyV5, usize) = bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
+            let (b, used): (ShardBodyV5, usize) =
+                bincode::serde::decode_from_slice(body_bytes, cfg).map_err(|e| body_fault(name, e))?;
             let body = ShardBody {
                 collectives: b.collectives.into_iter().map(Into::into).collect(),
                 compute: b.compute,
@@ -191,7 +218,11 @@ fn decode_body<C: bincode::config::Config>(version: u32, body_bytes: &[u8], cfg:
 /// the whole shard verified): the event and the bytes it took.
 /// The event is written into `e` (whatever it held; on an error, `e` holds
 /// nothing meaningful).
-pub(crate) fn decode_collective_event(version: u32, bytes: &[u8], e: &mut CollectiveEvent) -> std::result::Result<usize, bincode::error::DecodeError> {
+pub(crate) fn decode_collective_event(
+    version: u32,
+    bytes: &[u8],
+    e: &mut CollectiveEvent,
+) -> std::result::Result<usize, bincode::error::DecodeError> {
     match super::fast::collective_event_into(version, bytes, e) {
         Some(used) => Ok(used),
         None => decode_collective_event_serde(version, bytes).map(|(got, used)| {
@@ -202,7 +233,10 @@ pub(crate) fn decode_collective_event(version: u32, bytes: &[u8], e: &mut Collec
 }
 
 /// [`decode_collective_event`] through serde alone.
-pub(super) fn decode_collective_event_serde(version: u32, bytes: &[u8]) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
+pub(super) fn decode_collective_event_serde(
+    version: u32,
+    bytes: &[u8],
+) -> std::result::Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
     if version >= 6 {
         bincode::serde::decode_from_slice(bytes, bincode_cfg())
     } else {
@@ -216,7 +250,8 @@ pub(super) fn decode_collective_event_serde(version: u32, bytes: &[u8]) -> std::
 pub(crate) fn collectives_region(bytes: &[u8], name: &str) -> Result<(usize, u64)> {
     let bad = || refusal::refuse(Code::BadFormat, format!("{name}: body does not start with its collectives"));
     let hlen = bytes.get(12..20).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(bad)?;
-    let body = usize::try_from(hlen).ok().and_then(|h| h.checked_add(28)).filter(|&b| b <= bytes.len()).ok_or_else(bad)?;
+    let body =
+        usize::try_from(hlen).ok().and_then(|h| h.checked_add(28)).filter(|&b| b <= bytes.len()).ok_or_else(bad)?;
     let (count, used): (u64, usize) = bincode::decode_from_slice(&bytes[body..], bincode_cfg()).map_err(|_| bad())?;
     Ok((body + used, count))
 }
@@ -247,7 +282,10 @@ fn body_fault(name: &str, e: bincode::error::DecodeError) -> anyhow::Error {
     match e {
         bincode::error::DecodeError::LimitExceeded => refusal::refuse(
             Code::OverLimit,
-            format!("{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)", limits::MAX_SHARD_BODY_DECODE_BYTES),
+            format!(
+                "{name}: body declares lengths over the decode limit (16 times its own size, at most {} bytes)",
+                limits::MAX_SHARD_BODY_DECODE_BYTES
+            ),
         ),
         e => refusal::refuse(Code::BadFormat, format!("{name}: body does not decode: {e}")),
     }
@@ -270,19 +308,25 @@ impl Shard {
         }
         let trailer_len = TRAILER.len() + 32;
         if bytes.len() < 8 + 4 + 8 + 8 + trailer_len {
-            return Err(fault(Code::Truncated, format!("truncated: {} bytes is shorter than an empty shard", bytes.len())));
+            return Err(fault(
+                Code::Truncated,
+                format!("truncated: {} bytes is shorter than an empty shard", bytes.len()),
+            ));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if !(1..=SHARD_FORMAT_VERSION).contains(&version) {
             return Err(fault(
                 Code::UnsupportedVersion,
-                format!("format version {version} is not supported (this build reads versions 1 to {SHARD_FORMAT_VERSION})"),
+                format!(
+                    "format version {version} is not supported (this build reads versions 1 to {SHARD_FORMAT_VERSION})"
+                ),
             ));
         }
         let mut pos = 12usize;
         let take_len = |pos: &mut usize| -> Result<usize> {
             let end = *pos + 8;
-            let b = bytes.get(*pos..end).ok_or_else(|| fault(Code::Truncated, "truncated inside a length field".into()))?;
+            let b =
+                bytes.get(*pos..end).ok_or_else(|| fault(Code::Truncated, "truncated inside a length field".into()))?;
             *pos = end;
             usize::try_from(u64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .map_err(|_| fault(Code::BadFormat, "length field does not fit in memory".into()))
@@ -290,12 +334,14 @@ impl Shard {
         // one length-prefixed section (the header, then the body): inside the file, under its limit
         let mut take_section = |what: &str, limit: usize| -> Result<std::ops::Range<usize>> {
             let len = take_len(&mut pos)?;
-            let end = pos
-                .checked_add(len)
-                .filter(|e| *e <= bytes.len())
-                .ok_or_else(|| fault(Code::Truncated, format!("truncated: {what} of {len} bytes runs past the end of the file")))?;
+            let end = pos.checked_add(len).filter(|e| *e <= bytes.len()).ok_or_else(|| {
+                fault(Code::Truncated, format!("truncated: {what} of {len} bytes runs past the end of the file"))
+            })?;
             if len > limit {
-                return Err(fault(Code::OverLimit, format!("{what} of {len} bytes is over the limit of {limit} bytes")));
+                return Err(fault(
+                    Code::OverLimit,
+                    format!("{what} of {len} bytes is over the limit of {limit} bytes"),
+                ));
             }
             let section = pos..end;
             pos = end;
@@ -308,7 +354,10 @@ impl Shard {
             return Err(fault(Code::Truncated, "truncated: the SHA-256 trailer is missing".into()));
         }
         if rest.len() > trailer_len {
-            return Err(fault(Code::BadFormat, format!("{} unexpected bytes after the trailer", rest.len() - trailer_len)));
+            return Err(fault(
+                Code::BadFormat,
+                format!("{} unexpected bytes after the trailer", rest.len() - trailer_len),
+            ));
         }
         if &rest[..8] != TRAILER {
             return Err(fault(Code::BadFormat, "trailer marker is damaged".into()));
@@ -327,7 +376,8 @@ impl Shard {
                 ),
             ));
         }
-        let header: ShardHeader = serde_json::from_slice(header_bytes).map_err(|e| fault(Code::BadFormat, format!("header is not valid: {e}")))?;
+        let header: ShardHeader = serde_json::from_slice(header_bytes)
+            .map_err(|e| fault(Code::BadFormat, format!("header is not valid: {e}")))?;
         if header.format_version != version {
             return Err(fault(Code::BadFormat, "header format_version disagrees with the preamble".into()));
         }
@@ -338,7 +388,8 @@ impl Shard {
 
     /// Read and verify a shard file.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = limits::read_bounded(path, limits::MAX_SHARD_BYTES).with_context(|| format!("reading shard {}", path.display()))?;
+        let bytes = limits::read_bounded(path, limits::MAX_SHARD_BYTES)
+            .with_context(|| format!("reading shard {}", path.display()))?;
         Self::decode(&bytes, &path.display().to_string())
     }
 
@@ -364,7 +415,9 @@ mod tests {
         let mut s = sample();
         assert_eq!(Shard::decode(&s.encode().unwrap(), "t").unwrap(), s);
         // every kind, with its root or peer, survives the body
-        for (i, kind) in [CollectiveKind::AllGather, CollectiveKind::Broadcast, CollectiveKind::Recv].into_iter().enumerate() {
+        for (i, kind) in
+            [CollectiveKind::AllGather, CollectiveKind::Broadcast, CollectiveKind::Recv].into_iter().enumerate()
+        {
             let (root, peer) = match kind {
                 CollectiveKind::Broadcast => (Some(0), None),
                 CollectiveKind::Recv => (None, Some(0)),
@@ -422,11 +475,24 @@ mod tests {
     fn older_formats_still_decode_without_the_newer_records() {
         let mut s = sample();
         for (version, body) in [
-            (1u32, bincode::serde::encode_to_vec(ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() }, bincode_cfg()).unwrap()),
+            (
+                1u32,
+                bincode::serde::encode_to_vec(
+                    ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() },
+                    bincode_cfg(),
+                )
+                .unwrap(),
+            ),
             (
                 2u32,
                 bincode::serde::encode_to_vec(
-                    ShardBodyV2 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone(), kernels: vec![], kernel_names: vec![] },
+                    ShardBodyV2 {
+                        collectives: vec![],
+                        compute: vec![],
+                        tokens: s.body.tokens.clone(),
+                        kernels: vec![],
+                        kernel_names: vec![],
+                    },
                     bincode_cfg(),
                 )
                 .unwrap(),
@@ -467,8 +533,14 @@ mod tests {
             fill: None,
             checked: true,
         };
-        let body =
-            ShardBodyV5 { collectives: vec![v5], compute: vec![], tokens: s.body.tokens.clone(), kernels: vec![], kernel_names: vec![], device_waits: vec![] };
+        let body = ShardBodyV5 {
+            collectives: vec![v5],
+            compute: vec![],
+            tokens: s.body.tokens.clone(),
+            kernels: vec![],
+            kernel_names: vec![],
+            device_waits: vec![],
+        };
         s.header.format_version = 5;
         let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
         bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
@@ -477,7 +549,10 @@ mod tests {
         bytes[n + 8..].copy_from_slice(&digest);
         let d = Shard::decode(&bytes, "v5").unwrap();
         let e = &d.body.collectives[0];
-        assert_eq!((e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked), (CollectiveKind::AllReduce, 7, 64, TraceDtype::Bf16, None, None, true));
+        assert_eq!(
+            (e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked),
+            (CollectiveKind::AllReduce, 7, 64, TraceDtype::Bf16, None, None, true)
+        );
         s.header.format_version = 99;
         let mut bytes = s.encode().unwrap();
         bytes[8..12].copy_from_slice(&99u32.to_le_bytes());

@@ -28,7 +28,8 @@ impl<B: Backend> Runner<'_, B> {
             if phase == Phase::Blocking {
                 self.compute(Work::Layer(s.gemms, s.layer))?;
             }
-            self.backend.enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes: s.bytes, dtype }, Timing::Async)?;
+            self.backend
+                .enqueue(Call::World { kind: CollectiveKind::AllReduce, bytes: s.bytes, dtype }, Timing::Async)?;
             if phase == Phase::Async && i + 1 < per_token {
                 let next = self.spec.step(i + 1);
                 self.compute(Work::Layer(next.gemms, next.layer))?;
@@ -69,13 +70,15 @@ impl<B: Backend> Runner<'_, B> {
         let mut residual_ns: i64 = 0;
         let mut work = Vec::new();
         for e in trace.entries.iter().filter(|e| e.token == pick) {
-            let (units, _) = quantize(e.compute_ns.unwrap_or(e.gap_ns), quantum_ns, &mut residual_ns, self.spec.fill_residual);
+            let (units, _) =
+                quantize(e.compute_ns.unwrap_or(e.gap_ns), quantum_ns, &mut residual_ns, self.spec.fill_residual);
             let dtype = Dtype::try_from(e.dtype).context("internal: graph mode with a world all-reduce")?;
             work.push((units, e.bytes, dtype));
         }
         let units_per_token: u64 = work.iter().map(|w| w.0 as u64).sum();
         let timing = format!(
-            "token boundaries: events on the compute stream before and after each graph launch; the token is the source trace's {} ({} collectives, {units_per_token} compute units of {quantum_ns} ns)",
+            "token boundaries: events on the compute stream before and after each graph launch; the token is the \
+                source trace's {} ({} collectives, {units_per_token} compute units of {quantum_ns} ns)",
             pick.map_or("whole pass".to_string(), |t| format!("token {t}")),
             work.len()
         );
@@ -136,7 +139,8 @@ impl<B: Backend> Runner<'_, B> {
             let last = Checked::Last { kind: CollectiveKind::AllReduce, bytes: last_bytes, dtype };
             if let Some(why) = self.backend.check(last, corrupt)?.first_wrong {
                 bail!(
-                    "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, {last_bytes} bytes of {}): {why}",
+                    "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, \
+                        {last_bytes} bytes of {}): {why}",
                     self.rank,
                     dtype.name()
                 );

@@ -78,14 +78,36 @@ impl<B: Backend> Runner<'_, B> {
                 self.backend.enqueue(Call::Trace { index: i, c, op, check: checked }, Timing::HostWait)?;
                 let end_ns = self.clock.now_ns();
                 // the check reads the result back after the timed call, never inside it
-                let found = if checked { Some(self.backend.check(Checked::Trace { index: i, c, op }, corrupt)?) } else { None };
+                let found =
+                    if checked { Some(self.backend.check(Checked::Trace { index: i, c, op }, corrupt)?) } else { None };
                 if let Some(f) = found {
                     self.checked_in_phase += 1;
-                    self.checks.push(CheckRecord { phase: Phase::Isolated, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong: f.first_wrong });
+                    self.checks.push(CheckRecord {
+                        phase: Phase::Isolated,
+                        group,
+                        seq,
+                        bytes,
+                        wrong_elements: f.wrong_elements,
+                        first_wrong: f.first_wrong,
+                    });
                 }
-                let r = Recorded { phase: Phase::Isolated, kind: collective_kind, group, seq, bytes, dtype: spec.dtype.into(), root: kind.root(), peer: None };
+                let r = Recorded {
+                    phase: Phase::Isolated,
+                    kind: collective_kind,
+                    group,
+                    seq,
+                    bytes,
+                    dtype: spec.dtype.into(),
+                    root: kind.root(),
+                    peer: None,
+                };
                 let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
-                self.push_event(r, pos, HostTimes::blocking(host_issue_ns, end_ns), EventExtra { checked, ..Default::default() });
+                self.push_event(
+                    r,
+                    pos,
+                    HostTimes::blocking(host_issue_ns, end_ns),
+                    EventExtra { checked, ..Default::default() },
+                );
             }
         }
         Ok(())
@@ -133,7 +155,8 @@ impl<B: Backend> Runner<'_, B> {
     fn swept_sizes(&self) -> Result<Vec<Swept>> {
         let spec = self.spec;
         if !spec.sweep_uses_executor() {
-            let all_reduce = |b| Swept { kind: CollectiveKind::AllReduce, world_bytes: b, bytes: b, group: 0, root: None };
+            let all_reduce =
+                |b| Swept { kind: CollectiveKind::AllReduce, world_bytes: b, bytes: b, group: 0, root: None };
             return Ok(spec.isolated_sizes().iter().map(|&b| all_reduce(b)).collect());
         }
         let kind = spec.sweep_kind();
@@ -141,7 +164,8 @@ impl<B: Backend> Runner<'_, B> {
         let (_, colls) = sweep::sweep_collectives(spec, self.world_size)?;
         let e = spec.dtype.size_bytes();
         let swept = |(&b, c): (&u64, &TraceCollective)| {
-            let count = kind.count(b, e, self.world_size).context("internal: a swept size without a whole element per rank")?;
+            let count =
+                kind.count(b, e, self.world_size).context("internal: a swept size without a whole element per rank")?;
             Ok(Swept { kind: kind.kind(), world_bytes: count * e, bytes: c.in_elems * e, group, root: kind.root() })
         };
         spec.isolated_sizes().iter().zip(&colls).map(swept).collect()
@@ -159,7 +183,8 @@ impl<B: Backend> Runner<'_, B> {
     fn back_to_back_one(&mut self, s: Swept, iter: u32, warmup: bool) -> Result<()> {
         let (seq, injected) = if s.group == 0 { self.next_arrival() } else { (self.group_seq(s.group), None) };
         let host_issue_ns = self.clock.now_ns();
-        self.backend.enqueue(Call::World { kind: s.kind, bytes: s.world_bytes, dtype: self.spec.dtype }, Timing::BackToBack)?;
+        self.backend
+            .enqueue(Call::World { kind: s.kind, bytes: s.world_bytes, dtype: self.spec.dtype }, Timing::BackToBack)?;
         let host_return_ns = self.clock.now_ns();
         self.push_isolated(s, seq, iter, warmup, (host_issue_ns, host_return_ns), injected);
         Ok(())
@@ -182,8 +207,25 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    fn push_isolated(&mut self, s: Swept, seq: u64, iter: u32, warmup: bool, (host_issue_ns, host_return_ns): (u64, u64), injected: Option<u64>) {
-        let r = Recorded { phase: Phase::Isolated, kind: s.kind, group: s.group, seq, bytes: s.bytes, dtype: self.spec.dtype.into(), root: s.root, peer: None };
+    fn push_isolated(
+        &mut self,
+        s: Swept,
+        seq: u64,
+        iter: u32,
+        warmup: bool,
+        (host_issue_ns, host_return_ns): (u64, u64),
+        injected: Option<u64>,
+    ) {
+        let r = Recorded {
+            phase: Phase::Isolated,
+            kind: s.kind,
+            group: s.group,
+            seq,
+            bytes: s.bytes,
+            dtype: self.spec.dtype.into(),
+            root: s.root,
+            peer: None,
+        };
         let pos = Position { token: None, layer: None, iter: Some(iter), warmup };
         let t = HostTimes::blocking(host_issue_ns, host_return_ns);
         self.push_event(r, pos, t, EventExtra { timed: true, injected_ns: injected, ..Default::default() });
@@ -205,9 +247,18 @@ impl<B: Backend> Runner<'_, B> {
         }
         self.body.collectives[last].checked = true;
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
-        let f = self.backend.check(Checked::Last { kind: s.kind, bytes: s.world_bytes, dtype: self.spec.dtype }, corrupt)?;
+        let f = self
+            .backend
+            .check(Checked::Last { kind: s.kind, bytes: s.world_bytes, dtype: self.spec.dtype }, corrupt)?;
         let (wrong_elements, first_wrong) = (f.wrong_elements, f.first_wrong);
-        self.checks.push(CheckRecord { phase: Phase::Isolated, group: s.group, seq, bytes: s.bytes, wrong_elements, first_wrong });
+        self.checks.push(CheckRecord {
+            phase: Phase::Isolated,
+            group: s.group,
+            seq,
+            bytes: s.bytes,
+            wrong_elements,
+            first_wrong,
+        });
         Ok(())
     }
 }

@@ -52,14 +52,24 @@ impl<B: Backend> Runner<'_, B> {
 
     pub(super) fn compute(&mut self, work: Work) -> Result<()> {
         match work {
-            Work::Unit(ComputeKind::Gemm, units) => Ok(self.backend.compute(Compute::Gemm { shape: 0, layer: 0, units })?),
+            Work::Unit(ComputeKind::Gemm, units) => {
+                Ok(self.backend.compute(Compute::Gemm { shape: 0, layer: 0, units })?)
+            }
             Work::Unit(ComputeKind::Membound, units) => Ok(self.backend.compute(Compute::Membound(units))?),
             Work::Unit(ComputeKind::HostDelay, _) => bail!("internal: host delay is not a compute kernel"),
-            Work::Layer(gemms, layer) => Ok(gemms.iter().try_for_each(|&shape| self.backend.compute(Compute::Gemm { shape, layer, units: 1 }))?),
+            Work::Layer(gemms, layer) => Ok(gemms
+                .iter()
+                .try_for_each(|&shape| self.backend.compute(Compute::Gemm { shape, layer, units: 1 }))?),
         }
     }
 
-    pub(super) fn timed_compute(&mut self, phase: Phase, work: Work, token: Option<u32>, layer: Option<u32>) -> Result<()> {
+    pub(super) fn timed_compute(
+        &mut self,
+        phase: Phase,
+        work: Work,
+        token: Option<u32>,
+        layer: Option<u32>,
+    ) -> Result<()> {
         let (kind, units) = match work {
             Work::Unit(kind, units) => (kind, units),
             Work::Layer(gemms, _) => (ComputeKind::Gemm, gemms.len() as u32),
@@ -82,7 +92,14 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Issue, do `between`, wait, validate, record.
-    pub(super) fn collective(&mut self, phase: Phase, bytes: u64, dtype: Dtype, pos: Position, between: Between) -> Result<usize> {
+    pub(super) fn collective(
+        &mut self,
+        phase: Phase,
+        bytes: u64,
+        dtype: Dtype,
+        pos: Position,
+        between: Between,
+    ) -> Result<usize> {
         let (seq, injected) = self.next_arrival();
         let host_issue_ns = self.clock.now_ns();
         let call = Call::World { kind: CollectiveKind::AllReduce, bytes, dtype };
@@ -100,7 +117,16 @@ impl<B: Backend> Runner<'_, B> {
             self.checked_in_phase += 1;
             self.check(phase, seq, bytes, dtype)?;
         }
-        let r = Recorded { phase, kind: CollectiveKind::AllReduce, group: 0, seq, bytes, dtype: dtype.into(), root: None, peer: None };
+        let r = Recorded {
+            phase,
+            kind: CollectiveKind::AllReduce,
+            group: 0,
+            seq,
+            bytes,
+            dtype: dtype.into(),
+            root: None,
+            peer: None,
+        };
         let t = HostTimes { issue_ns: host_issue_ns, return_ns: host_return_ns, wait_start_ns, wait_end_ns };
         Ok(self.push_event(r, pos, t, EventExtra { timed: true, device, injected_ns: injected, checked }))
     }
@@ -114,7 +140,15 @@ impl<B: Backend> Runner<'_, B> {
                 let s = self.clock.now_ns();
                 self.clock.spin_until(s + ns);
                 let e = self.clock.now_ns();
-                self.body.compute.push(ComputeEvent { phase, kind: ComputeKind::HostDelay, token, layer, units: 1, start_ns: s, end_ns: e });
+                self.body.compute.push(ComputeEvent {
+                    phase,
+                    kind: ComputeKind::HostDelay,
+                    token,
+                    layer,
+                    units: 1,
+                    start_ns: s,
+                    end_ns: e,
+                });
             }
         }
         Ok(())
@@ -148,7 +182,8 @@ impl<B: Backend> Runner<'_, B> {
         let counter = self.op_seq.entry((op.group, pair)).or_insert(0);
         let seq = *counter;
         *counter += 1;
-        // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the root
+        // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the
+        // root
         let has_result = match kind.row().lands {
             Lands::AtPeer | Lands::Nowhere => false,
             Lands::OnRoot => op.root == Some(rank),
@@ -156,23 +191,42 @@ impl<B: Backend> Runner<'_, B> {
         };
         let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
         let corrupt = self.fault == Some(Fault::WrongSum { rank });
-        let c = &self.file_trace.as_ref().and_then(|t| t.ops.as_ref()).context("internal: a trace collective without the trace")?.colls[op.index];
+        let c = &self
+            .file_trace
+            .as_ref()
+            .and_then(|t| t.ops.as_ref())
+            .context("internal: a trace collective without the trace")?
+            .colls[op.index];
         // the recorded reduction (an MPI capture's max, min, prod; the trace the shard names holds it), else a sum
         let reduce = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
         let host_issue_ns = self.clock.now_ns();
         self.backend.enqueue(Call::Trace { index: op.index, c, op: reduce, check: checked }, Timing::HostWait)?;
         let wait_end_ns = self.clock.now_ns();
         // the check reads the result back after the timed call, never inside it
-        let found = if checked { Some(self.backend.check(Checked::Trace { index: op.index, c, op: reduce }, corrupt)?) } else { None };
+        let found = if checked {
+            Some(self.backend.check(Checked::Trace { index: op.index, c, op: reduce }, corrupt)?)
+        } else {
+            None
+        };
         if checked {
             self.checked_in_phase += 1;
             if let Some(why) = found.and_then(|f| f.first_wrong) {
-                bail!("result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): {why}", op.group, kind.name());
+                bail!(
+                    "result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): \
+                    {why}",
+                    op.group,
+                    kind.name()
+                );
             }
             self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
         }
         let r = Recorded { phase, kind, group: op.group, seq, bytes, dtype, root: op.root, peer: op.peer };
-        Ok(self.push_event(r, pos, HostTimes::blocking(host_issue_ns, wait_end_ns), EventExtra { checked, ..Default::default() }))
+        Ok(self.push_event(
+            r,
+            pos,
+            HostTimes::blocking(host_issue_ns, wait_end_ns),
+            EventExtra { checked, ..Default::default() },
+        ))
     }
 
     /// The next collective's sequence number, after the negative controls
@@ -215,10 +269,21 @@ impl<B: Backend> Runner<'_, B> {
     pub(super) fn check(&mut self, phase: Phase, seq: u64, bytes: u64, dtype: Dtype) -> Result<()> {
         let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
         let outcome = self.backend.check(Checked::Last { kind: CollectiveKind::AllReduce, bytes, dtype }, corrupt)?;
-        self.checks.push(CheckRecord { phase, group: 0, seq, bytes, wrong_elements: outcome.wrong_elements, first_wrong: outcome.first_wrong.clone() });
+        self.checks.push(CheckRecord {
+            phase,
+            group: 0,
+            seq,
+            bytes,
+            wrong_elements: outcome.wrong_elements,
+            first_wrong: outcome.first_wrong.clone(),
+        });
         if let Some(why) = outcome.first_wrong {
             if phase != Phase::Isolated {
-                bail!("result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}", self.rank, dtype.name());
+                bail!(
+                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}",
+                    self.rank,
+                    dtype.name()
+                );
             }
         }
         Ok(())

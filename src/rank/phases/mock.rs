@@ -53,7 +53,16 @@ pub(crate) struct MockBackend {
 
 impl MockBackend {
     pub fn new(back_to_back: bool, device: bool) -> Self {
-        Self { log: Vec::new(), back_to_back, device, outstanding: false, timed_in_pass: 0, marks_in_pass: 0, prepared: 0, p2p: false }
+        Self {
+            log: Vec::new(),
+            back_to_back,
+            device,
+            outstanding: false,
+            timed_in_pass: 0,
+            marks_in_pass: 0,
+            prepared: 0,
+            p2p: false,
+        }
     }
 }
 
@@ -142,8 +151,14 @@ impl Backend for MockBackend {
         let marks = std::mem::take(&mut self.marks_in_pass);
         self.log.push(Logged::FinishPass(n));
         // each call 1 µs on the fake device clock, one after another
-        let iv = |i: usize| self.device.then_some(DeviceInterval { start_ns: 1_000 * i as u64, end_ns: 1_000 * (i as u64 + 1) });
-        Ok(PassTimings { collectives: (0..n).map(iv).collect(), marks_ns: (0..marks as u64).map(|m| 500 * m).collect(), ..Default::default() })
+        let iv = |i: usize| {
+            self.device.then_some(DeviceInterval { start_ns: 1_000 * i as u64, end_ns: 1_000 * (i as u64 + 1) })
+        };
+        Ok(PassTimings {
+            collectives: (0..n).map(iv).collect(),
+            marks_ns: (0..marks as u64).map(|m| 500 * m).collect(),
+            ..Default::default()
+        })
     }
 
     fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome> {
@@ -192,7 +207,12 @@ mod tests {
     /// Per recorded collective: bytes, warm-up, device start.
     type Events = Vec<(u64, bool, Option<u64>)>;
 
-    fn run(back_to_back: bool, device: bool, s: &WorkloadSpec, fault: Option<Fault>) -> (anyhow::Result<()>, MockBackend, Events) {
+    fn run(
+        back_to_back: bool,
+        device: bool,
+        s: &WorkloadSpec,
+        fault: Option<Fault>,
+    ) -> (anyhow::Result<()>, MockBackend, Events) {
         let mut b = MockBackend::new(back_to_back, device);
         let clock = RankClock::new(0, &[]);
         let mut r = Runner::new(&mut b, &clock, s, RunnerControls { fault, ..Default::default() });
@@ -217,7 +237,11 @@ mod tests {
         assert_eq!(worlds(&b.log), want);
         assert_eq!(
             ev.iter().map(|e| (e.0, e.1)).collect::<Vec<_>>(),
-            [64, 64, 64, 64, 128, 128, 128, 128].iter().zip([true, false, false, false].iter().cycle()).map(|(&x, &w)| (x, w)).collect::<Vec<_>>()
+            [64, 64, 64, 64, 128, 128, 128, 128]
+                .iter()
+                .zip([true, false, false, false].iter().cycle())
+                .map(|(&x, &w)| (x, w))
+                .collect::<Vec<_>>()
         );
         assert_eq!(b.log.iter().filter(|l| **l == Logged::Wait).count(), 8);
         assert_eq!(b.log.iter().filter(|l| matches!(l, Logged::Check(true, false))).count(), 2);
@@ -254,7 +278,8 @@ mod tests {
         let clock = RankClock::new(0, &[]);
         let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_sweep_group(7);
         r.run_all().unwrap();
-        let ev: Vec<_> = r.body.collectives.iter().map(|e| (e.group, e.bytes, e.device_start_ns.is_some(), e.checked)).collect();
+        let ev: Vec<_> =
+            r.body.collectives.iter().map(|e| (e.group, e.bytes, e.device_start_ns.is_some(), e.checked)).collect();
         assert_eq!(ev.len(), 8);
         assert!(ev.iter().all(|e| e.0 == 7 && e.2), "{ev:?}");
         assert_eq!(ev.iter().filter(|e| e.3).count(), 2, "one check per size");

@@ -21,7 +21,8 @@ use crate::core::refusal::Code;
 use crate::core::workload::{CommStream, DelayInjection, Phase, WorkloadSpec};
 use crate::core::{collective, ranges};
 use crate::evidence::shard::{
-    self, CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun, ShardBody, TokenEvent,
+    self, CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun,
+    ShardBody, TokenEvent,
 };
 use crate::evidence::trace::{from_blocking_events, SourceTrace};
 use anyhow::{bail, Context, Result};
@@ -320,11 +321,18 @@ impl<'a, B: Backend> Runner<'a, B> {
             if phase.needs_trace() && self.file_trace.is_none() && self.spec.graph {
                 crate::refuse!(
                     Code::BadArgument,
-                    "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this run's blocking phase"
+                    "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
+                        run's blocking phase"
                 );
             }
-            if phase.needs_trace() && self.file_trace.is_none() && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
-                crate::refuse!(Code::BadArgument, "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE");
+            if phase.needs_trace()
+                && self.file_trace.is_none()
+                && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking)
+            {
+                crate::refuse!(
+                    Code::BadArgument,
+                    "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
+                );
             }
             self.run_phase(phase).with_context(|| format!("phase {phase}"))?;
         }
@@ -345,7 +353,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         let before = self.body.collectives.len();
         self.checked_in_phase = 0;
         let (quantum_ns, trace) = match phase {
-            Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate => (Some(self.calibrate(ComputeKind::Gemm)?), Some(self.source_trace())),
+            Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate => {
+                (Some(self.calibrate(ComputeKind::Gemm)?), Some(self.source_trace()))
+            }
             Phase::MemboundFill => (Some(self.calibrate(ComputeKind::Membound)?), Some(self.source_trace())),
             Phase::Replay | Phase::HostDelay => (None, Some(self.source_trace())),
             _ => (None, None),
@@ -354,7 +364,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             if self.spec.graph {
                 crate::refuse!(
                     Code::BadArgument,
-                    "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave out --graph to run every kind of the trace"
+                    "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave \
+                        out --graph to run every kind of the trace"
                 );
             }
             if !self.ops_prepared {
@@ -406,7 +417,10 @@ impl<'a, B: Backend> Runner<'a, B> {
             p2p: std::mem::take(&mut self.p2p_passes),
         });
         if self.progress && self.rank == 0 {
-            eprintln!("commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)", (end_ns - start_ns) as f64 / 1e6);
+            eprintln!(
+                "commcanary: phase {phase:<20} {n:>6} collectives  {:>10.3} ms (rank 0)",
+                (end_ns - start_ns) as f64 / 1e6
+            );
         }
         Ok(())
     }
@@ -420,10 +434,20 @@ impl<'a, B: Backend> Runner<'a, B> {
         if timed.iter().any(|&i| i < first_collective) {
             bail!("internal: a timed collective of an earlier pass");
         }
-        let mut events: Vec<&mut CollectiveEvent> =
-            self.body.collectives.iter_mut().enumerate().filter(|(i, _)| timed.binary_search(i).is_ok()).map(|(_, e)| e).collect();
+        let mut events: Vec<&mut CollectiveEvent> = self
+            .body
+            .collectives
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| timed.binary_search(i).is_ok())
+            .map(|(_, e)| e)
+            .collect();
         if t.collectives.len() != events.len() {
-            bail!("internal: backend reported {} device intervals for {} collectives", t.collectives.len(), events.len());
+            bail!(
+                "internal: backend reported {} device intervals for {} collectives",
+                t.collectives.len(),
+                events.len()
+            );
         }
         for (e, iv) in events.iter_mut().zip(&t.collectives) {
             e.device_start_ns = iv.map(|d| d.start_ns);
@@ -436,7 +460,9 @@ impl<'a, B: Backend> Runner<'a, B> {
             let waits: Vec<DeviceWait> = events
                 .iter()
                 .zip(&t.waits)
-                .filter_map(|(e, w)| w.map(|w| DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns }))
+                .filter_map(|(e, w)| {
+                    w.map(|w| DeviceWait { group: e.group, seq: e.seq, start_ns: w.start_ns, end_ns: w.end_ns })
+                })
                 .collect();
             self.body.device_waits.extend(waits);
         }
@@ -483,7 +509,13 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn end_token(&mut self, phase: Phase, t: OpenToken, host_end_ns: u64) -> Result<()> {
         let end_mark = self.backend.mark()?;
         let idx = self.body.tokens.len();
-        self.body.tokens.push(TokenEvent { phase, token: t.token, warmup: t.warmup, start_ns: t.start_ns, end_ns: host_end_ns });
+        self.body.tokens.push(TokenEvent {
+            phase,
+            token: t.token,
+            warmup: t.warmup,
+            start_ns: t.start_ns,
+            end_ns: host_end_ns,
+        });
         if let (Some(s), Some(e)) = (t.start_mark, end_mark) {
             self.pending_marks.push((MarkTarget::TokenStart(idx), s));
             self.pending_marks.push((MarkTarget::TokenEnd(idx), e));

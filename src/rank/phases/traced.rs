@@ -100,7 +100,8 @@ impl<B: Backend> Runner<'_, B> {
             let idx = match op {
                 Some(op) => self.trace_op(phase, op, (bytes, dtype), pos, between)?,
                 None => {
-                    let dtype = Dtype::try_from(dtype).context("internal: a world all-reduce outside the trace executor")?;
+                    let dtype =
+                        Dtype::try_from(dtype).context("internal: a world all-reduce outside the trace executor")?;
                     self.collective(phase, bytes, dtype, pos, between)?
                 }
             };
@@ -109,7 +110,8 @@ impl<B: Backend> Runner<'_, B> {
             if phase == Phase::Replay {
                 // the gap ends where the pacing ended, read there: before any
                 // injected delay, whose arrival the control must see
-                ev.replay = Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: paced_at.saturating_sub(prev_end) });
+                ev.replay =
+                    Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: paced_at.saturating_sub(prev_end) });
             }
             prev_end = ev.wait_end_ns;
         }
@@ -139,7 +141,9 @@ impl<B: Backend> Runner<'_, B> {
                 pass.actual_gap_ns = pass.actual_gap_ns.map(|t| t + paced_at.saturating_sub(prev_end));
             }
             let t0 = self.clock.now_ns();
-            self.backend.enqueue(Call::P2pStep(k), Timing::HostWait).with_context(|| format!("rank {}, phase {phase}, pass {}", self.rank, pass.token))?;
+            self.backend
+                .enqueue(Call::P2pStep(k), Timing::HostWait)
+                .with_context(|| format!("rank {}, phase {phase}, pass {}", self.rank, pass.token))?;
             prev_end = self.clock.now_ns();
             pass.host_ns += prev_end.saturating_sub(t0);
             pass.calls += 1;
@@ -164,7 +168,10 @@ impl<B: Backend> Runner<'_, B> {
         let Some(c) = c else { return Ok(()) };
         let mut pass = c.pass.take().context("internal: a point-to-point pass without its record")?;
         let check = !pass.warmup && self.spec.check > 0;
-        pass.receives_checked = self.backend.end_p2p_pass(check).with_context(|| format!("rank {}, point-to-point pass {}", self.rank, pass.token))?;
+        pass.receives_checked = self
+            .backend
+            .end_p2p_pass(check)
+            .with_context(|| format!("rank {}, point-to-point pass {}", self.rank, pass.token))?;
         c.next = 0;
         self.p2p_passes.push(pass);
         Ok(())

@@ -50,8 +50,12 @@ fn encode(d: TraceDtype, v: &[f32]) -> Vec<u8> {
 /// Decode little-endian values of `d` into f32.
 fn decode(d: TraceDtype, b: &[u8]) -> Vec<f32> {
     match d {
-        TraceDtype::Bf16 => b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
-        TraceDtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+        TraceDtype::Bf16 => {
+            b.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
+        }
+        TraceDtype::F16 => {
+            b.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
+        }
         _ => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
     }
 }
@@ -75,8 +79,12 @@ struct Slot {
 fn with_op(call: TraceOp, op: RedOp) -> TraceOp {
     match call {
         TraceOp::AllReduce { send, recv, count, dtype, .. } => TraceOp::AllReduce { send, recv, count, dtype, op },
-        TraceOp::ReduceScatter { send, recv, recv_count, dtype, .. } => TraceOp::ReduceScatter { send, recv, recv_count, dtype, op },
-        TraceOp::Reduce { send, recv, count, dtype, root, .. } => TraceOp::Reduce { send, recv, count, dtype, op, root },
+        TraceOp::ReduceScatter { send, recv, recv_count, dtype, .. } => {
+            TraceOp::ReduceScatter { send, recv, recv_count, dtype, op }
+        }
+        TraceOp::Reduce { send, recv, count, dtype, root, .. } => {
+            TraceOp::Reduce { send, recv, count, dtype, op, root }
+        }
         other => other,
     }
 }
@@ -98,7 +106,13 @@ impl CudaTraceExec {
     /// Open GPU `local_rank % count`, create the world communicator from
     /// `nccl_path` and split it into every group of the trace (collective
     /// over `world`: every rank calls this).
-    pub fn new(world: &SimpleCommunicator, local_rank: u32, nccl_path: &Path, trace: &CommTrace, timeout: Duration) -> Result<Self> {
+    pub fn new(
+        world: &SimpleCommunicator,
+        local_rank: u32,
+        nccl_path: &Path,
+        trace: &CommTrace,
+        timeout: Duration,
+    ) -> Result<Self> {
         // what NCCL has no operation for is refused first, on every rank alike
         refuse_unsupported(trace, "cuda", &nccl_cannot_run)?;
         if let Some(why) = super::unavailable_reason() {
@@ -113,13 +127,14 @@ impl CudaTraceExec {
         let stream = drv(ctx.new_stream(), "creating the stream")?;
         let lib = Arc::new(NcclLibrary::load(nccl_path)?);
         drv(ctx.bind_to_thread(), "binding the CUDA context")?;
-        let w =
-            NcclComm::bootstrap(world, lib.clone(), timeout, "replay-trace initialisation").with_context(|| format!("NCCL {}", lib.observation().version))?;
+        let w = NcclComm::bootstrap(world, lib.clone(), timeout, "replay-trace initialisation")
+            .with_context(|| format!("NCCL {}", lib.observation().version))?;
         let mut comms = BTreeMap::new();
         for g in &trace.groups {
             let pos = g.members.iter().position(|&m| m == rank);
             let color = if pos.is_some() { 0 } else { sys::NCCL_SPLIT_NOCOLOR };
-            let sub = w.split(color, pos.unwrap_or(0) as c_int).with_context(|| format!("splitting group {:?}", g.name))?;
+            let sub =
+                w.split(color, pos.unwrap_or(0) as c_int).with_context(|| format!("splitting group {:?}", g.name))?;
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
         Ok(Self { rank, corrupt: false, slots: Vec::new(), comms, world: w, stream, _ctx: ctx })
@@ -149,7 +164,8 @@ impl CudaTraceExec {
     }
 
     fn group_of(&self, c: &TraceCollective) -> Result<(&[u32], usize)> {
-        let (members, comm) = self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
+        let (members, comm) =
+            self.comms.get(&c.group).with_context(|| format!("group {:?} not in the trace", c.group))?;
         comm.as_ref().with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
         let me = members.iter().position(|&m| m == self.rank).context("rank not in its group")?;
         Ok((members, me))
@@ -162,7 +178,8 @@ impl CudaTraceExec {
         for (i, c) in colls.iter().enumerate() {
             let slot = self.slot(c).with_context(|| {
                 format!(
-                    "collective {i}: preparing buffers ({total} bytes of the trace's buffers were allocated before it; the whole trace's must fit on the GPU)"
+                    "collective {i}: preparing buffers ({total} bytes of the trace's buffers were allocated before it; \
+                        the whole trace's must fit on the GPU)"
                 )
             })?;
             total += slot.send.len() + slot.recv.len();
@@ -177,7 +194,8 @@ impl CudaTraceExec {
         let (members, _) = self.group_of(c)?;
         let share = TraceShare::new(c, self.rank, members)?;
         // reductions in the trace's own dtype; data movement as bytes
-        let (dtype, width) = if share.reduces() { (nccl_float(c.dtype, c.kind)?, c.dtype.size_bytes()) } else { (DataType::Uint8, 1) };
+        let (dtype, width) =
+            if share.reduces() { (nccl_float(c.dtype, c.kind)?, c.dtype.size_bytes()) } else { (DataType::Uint8, 1) };
         let send = match share.input() {
             Input::Values(v) => self.upload(&encode(c.dtype, &v))?,
             Input::Bytes(b) => self.upload(&b)?,
@@ -197,8 +215,11 @@ impl CudaTraceExec {
 
     /// Prepared collective `i`'s communicator and its NCCL calls with reduction `op`.
     fn calls(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(&NcclComm, Vec<TraceOp>)> {
-        let comm =
-            self.comms.get(&c.group).and_then(|(_, c)| c.as_ref()).with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
+        let comm = self
+            .comms
+            .get(&c.group)
+            .and_then(|(_, c)| c.as_ref())
+            .with_context(|| format!("rank {} is not a member of group {:?}", self.rank, c.group))?;
         let slot = self.slots.get(i).context("collective not prepared")?;
         Ok((comm, slot.calls.iter().map(|&k| with_op(k, op.into())).collect()))
     }
@@ -222,7 +243,14 @@ impl CudaTraceExec {
     /// Run prepared collective `i` (step 2): `before_issue` (the pacing
     /// wait), the NCCL call(s), a stream synchronization. Returns the host
     /// time, the input bytes and the completion instant.
-    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, before_issue: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+    pub fn run(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        before_issue: &mut dyn FnMut(),
+    ) -> Result<(u64, u64, Instant)> {
         let (comm, calls) = self.calls(i, c, op)?;
         before_issue();
         let t0 = Instant::now();
@@ -237,7 +265,14 @@ impl CudaTraceExec {
 
     /// Enqueue prepared collective `i` on `stream` without waiting for it
     /// (the workload pace); the host returns once NCCL has enqueued it.
-    pub fn enqueue_on(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, stream: &CudaStream) -> Result<()> {
+    pub fn enqueue_on(
+        &mut self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        check: bool,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let (comm, calls) = self.calls(i, c, op)?;
         Self::enqueue(comm, &calls, stream)?;
         self.slots[i].ran = Some((op, check));
@@ -292,7 +327,10 @@ impl CudaTraceExec {
     fn download(&self, slot: &Slot) -> Result<Vec<u8>> {
         let mut host = vec![0u8; slot.recv_bytes];
         if !host.is_empty() {
-            drv(self.stream.memcpy_dtoh(&slot.recv.slice(0..slot.recv_bytes), &mut host), "copying a result to the host")?;
+            drv(
+                self.stream.memcpy_dtoh(&slot.recv.slice(0..slot.recv_bytes), &mut host),
+                "copying a result to the host",
+            )?;
             drv(self.stream.synchronize(), "cuStreamSynchronize")?;
         }
         if self.corrupt {
@@ -313,7 +351,14 @@ impl CudaTraceExec {
     fn verify_one(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<()> {
         match self.wrong_in(c, slot, op)? {
             (0, _) => Ok(()),
-            (_, first) => bail!("--check: {} #{} on group {:?} ({:?}): {}", c.kind.name(), c.seq, c.group, c.dtype, first.unwrap_or_default()),
+            (_, first) => bail!(
+                "--check: {} #{} on group {:?} ({:?}): {}",
+                c.kind.name(),
+                c.seq,
+                c.group,
+                c.dtype,
+                first.unwrap_or_default()
+            ),
         }
     }
 
@@ -351,7 +396,12 @@ fn cupti_anchor(c: &Cupti, base: Instant) -> Result<(f64, u64)> {
 /// base; CUPTI times are mapped onto the host clock by the line through the
 /// anchors taken before and after the replay. A kernel is kept by the call
 /// whose window, widened by `slack_ns`, holds its start.
-fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &[(u64, u64)], slack_ns: f64) -> Vec<Vec<String>> {
+fn kernels_by_window(
+    kernels: &[RawKernel],
+    anchors: [(f64, u64); 2],
+    windows: &[(u64, u64)],
+    slack_ns: f64,
+) -> Vec<Vec<String>> {
     let [(h0, t0), (h1, t1)] = anchors;
     let slope = if t1 > t0 { (h1 - h0) / (t1 - t0) as f64 } else { 1.0 };
     let mut out = vec![Vec::new(); windows.len()];
@@ -362,7 +412,12 @@ fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &
         // the call whose window holds the start, else the nearest within the slack
         // (back-to-back calls' widened windows overlap)
         let distance = |&(a, b): &(u64, u64)| (a as f64 - host).max(host - b as f64).max(0.0);
-        let best = windows.iter().enumerate().map(|(i, w)| (i, distance(w))).filter(|&(_, d)| d <= slack_ns).min_by(|x, y| x.1.total_cmp(&y.1));
+        let best = windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i, distance(w)))
+            .filter(|&(_, d)| d <= slack_ns)
+            .min_by(|x, y| x.1.total_cmp(&y.1));
         if let Some((i, _)) = best {
             out[i].push(k.name.clone());
         }
@@ -375,10 +430,20 @@ fn kernels_by_window(kernels: &[RawKernel], anchors: [(f64, u64); 2], windows: &
 /// kernels (started before the CUDA context, so it sees every launch), and
 /// each timed collective's record lists the kernels that started within its
 /// call; CUPTI's per-launch cost then lands in `elapsed_ns`, not in the gaps.
-pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: &ReplayOptions, timeout: Duration, cupti: bool) -> Result<ReplayOutput> {
+pub fn replay(
+    world: &SimpleCommunicator,
+    nccl_path: &Path,
+    trace: &CommTrace,
+    o: &ReplayOptions,
+    timeout: Duration,
+    cupti: bool,
+) -> Result<ReplayOutput> {
     if matches!(o.pace, Pace::Workload | Pace::DeviceGaps) {
         if cupti {
-            bail!("--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call windows, which these paces do not have)");
+            bail!(
+                "--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call \
+                windows, which these paces do not have)"
+            );
         }
         return workload(world, nccl_path, trace, o, timeout);
     }
@@ -400,7 +465,14 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
                 base: Instant,
             }
             impl TraceRunner for Gpu<'_> {
-                fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, wait: &mut dyn FnMut()) -> Result<(u64, u64, Instant)> {
+                fn run(
+                    &mut self,
+                    i: usize,
+                    c: &TraceCollective,
+                    op: ReduceOp,
+                    check: bool,
+                    wait: &mut dyn FnMut(),
+                ) -> Result<(u64, u64, Instant)> {
                     let (elapsed, wire, done) = self.exec.run(i, c, op, check, wait)?;
                     let end = (done - self.base).as_nanos() as u64;
                     self.windows.push((end.saturating_sub(elapsed), end));
@@ -410,7 +482,8 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
                     self.exec.reset()
                 }
             }
-            let (records, _) = replay_with(world, trace, o, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
+            let (records, _) =
+                replay_with(world, trace, o, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
             Ok((records, before))
         })
         .and_then(|(mut records, before)| {
@@ -423,7 +496,8 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
                 let by = kernels_by_window(&kernels, [before, after], timed, 2_000.0);
                 let within: usize = by.iter().map(Vec::len).sum();
                 eprintln!(
-                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped, {} buffer(s) with an unreadable dropped count), {within} within the {} timed calls",
+                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped, {} buffer(s) with \
+                        an unreadable dropped count), {within} within the {} timed calls",
                     kernels.len(),
                     lost.malformed,
                     lost.dropped,
@@ -444,7 +518,13 @@ pub fn replay(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o
 }
 
 /// The workload pace (see [`workload`]).
-fn workload(world: &SimpleCommunicator, nccl_path: &Path, trace: &CommTrace, o: &ReplayOptions, timeout: Duration) -> Result<ReplayOutput> {
+fn workload(
+    world: &SimpleCommunicator,
+    nccl_path: &Path,
+    trace: &CommTrace,
+    o: &ReplayOptions,
+    timeout: Duration,
+) -> Result<ReplayOutput> {
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     // refuse before any communicator exists
@@ -482,7 +562,12 @@ mod tests {
         // CUPTI runs 1_000_000 ns ahead of the host clock, at the same rate
         let anchors = [(0.0, 1_000_000), (100_000.0, 1_100_000)];
         let windows = [(10_000, 20_000), (30_000, 40_000)];
-        let got = kernels_by_window(&[k(1_035_000, "b"), k(1_012_000, "a"), k(1_050_000, "stray"), k(1_021_000, "late-a")], anchors, &windows, 2_000.0);
+        let got = kernels_by_window(
+            &[k(1_035_000, "b"), k(1_012_000, "a"), k(1_050_000, "stray"), k(1_021_000, "late-a")],
+            anchors,
+            &windows,
+            2_000.0,
+        );
         assert_eq!(got, vec![vec!["a".to_string(), "late-a".into()], vec!["b".to_string()]]);
         // back to back: the next call starts 1 µs after the previous ends, so the widened windows
         // overlap; a kernel inside the second window belongs to it, not to the first

@@ -14,7 +14,9 @@ use super::CudaTraceExec;
 use crate::backend::cuda::{drv, host_release_word, load_ptx};
 use crate::backend::replay::ReplayOptions;
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION};
+use crate::evidence::commtrace::exec::{
+    ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
+};
 use crate::evidence::commtrace::workload_plan::{transition_ns, PlannedWork, StreamGap, WorkloadPlan};
 use crate::evidence::commtrace::{CommTrace, RankTrace};
 use anyhow::{bail, Context, Result};
@@ -74,7 +76,10 @@ impl Spin {
     fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
         let (module, funcs) = load_ptx(ctx, SPIN_PTX, "spinning kernel's PTX", &[c"commcanary_spin_ns"])?;
         let func = funcs[0];
-        let sms = drv(ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), "multiprocessor count")?;
+        let sms = drv(
+            ctx.attribute(drv_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            "multiprocessor count",
+        )?;
         Ok(Spin { _module: module, func, blocks: sms.max(1) as u32, excess_ns: 0.0, floor_ns: 0.0 })
     }
 
@@ -83,7 +88,9 @@ impl Spin {
         let mut params = [&mut arg as *mut u64 as *mut std::ffi::c_void];
         // SAFETY: the function takes one u64 parameter, passed by pointer as cuLaunchKernel requires.
         drv(
-            unsafe { launch_kernel(self.func, (self.blocks, 1, 1), (SPIN_THREADS, 1, 1), 0, stream.cu_stream(), &mut params) },
+            unsafe {
+                launch_kernel(self.func, (self.blocks, 1, 1), (SPIN_THREADS, 1, 1), 0, stream.cu_stream(), &mut params)
+            },
             "cuLaunchKernel (spinning kernel)",
         )
     }
@@ -133,9 +140,19 @@ impl Spin {
         let mut points = Vec::new();
         for recorded in [2_000u64, 5_000, 20_000, 50_000] {
             let requested = self.request(recorded);
-            points.push(SpinPoint { recorded_ns: recorded, requested_ns: requested, achieved_ns: self.per_launch_ns(stream, ctx, requested, N)? });
+            points.push(SpinPoint {
+                recorded_ns: recorded,
+                requested_ns: requested,
+                achieved_ns: self.per_launch_ns(stream, ctx, requested, N)?,
+            });
         }
-        Ok(SpinCalibration { blocks: self.blocks, threads_per_block: SPIN_THREADS, floor_ns, excess_ns: self.excess_ns, points })
+        Ok(SpinCalibration {
+            blocks: self.blocks,
+            threads_per_block: SPIN_THREADS,
+            floor_ns,
+            excess_ns: self.excess_ns,
+            points,
+        })
     }
 }
 
@@ -212,11 +229,13 @@ pub fn run(
     let rank = world.rank() as u32;
     let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
     let ctx = exec.context().clone();
-    let (host, dev) = host_release_word().map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
+    let (host, dev) = host_release_word()
+        .map_err(|e| anyhow::anyhow!("the workload pace needs stream memory operations for its gate: {e}"))?;
     let mut gate = Gate { host, dev, count: 0 };
     let mut spin = Spin::load(&ctx)?;
     let calibration = spin.calibrate(exec.stream(), &ctx).context("calibrating the spinning kernel")?;
-    let streams: Vec<Arc<CudaStream>> = plan.streams.iter().map(|_| drv(ctx.new_stream(), "creating a stream")).collect::<Result<_>>()?;
+    let streams: Vec<Arc<CudaStream>> =
+        plan.streams.iter().map(|_| drv(ctx.new_stream(), "creating a stream")).collect::<Result<_>>()?;
     let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
     let use_op = op.unwrap_or(ReduceOp::Sum);
     for (i, c) in mine.collectives.iter().enumerate() {
@@ -232,7 +251,8 @@ pub fn run(
     }
     let mut transition = None;
     let mut trims = vec![0u64; plan.ops.len()];
-    let setup = PassSetup { world, mine, plan, spin: &spin, streams: &streams, gate_stream: &gate_stream, op: use_op, timeout };
+    let setup =
+        PassSetup { world, mine, plan, spin: &spin, streams: &streams, gate_stream: &gate_stream, op: use_op, timeout };
     if warmup {
         let w = run_pass(setup, exec, &mut gate, &trims, false).context("warm-up pass")?;
         exec.reset()?;
@@ -280,7 +300,9 @@ pub fn run(
     let (compute_ops, compute_recorded_ns) = plan.compute_total();
     let (unit, length) = match stands_for {
         "gaps" => ("recorded gap between collectives", "the gap"),
-        _ => ("run of consecutive kernels of a stream (nothing waiting between them)", "their summed recorded duration"),
+        _ => {
+            ("run of consecutive kernels of a stream (nothing waiting between them)", "their summed recorded duration")
+        }
     };
     let report = WorkloadReport {
         format_version: WORKLOAD_REPORT_FORMAT_VERSION,
@@ -288,7 +310,9 @@ pub fn run(
         rank,
         backend: "cuda".into(),
         compute_model: format!(
-            "one launch per {unit} of a kernel spinning on %globaltimer for {length} less the calibrated launch excess ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the kernel's memory traffic nor its multiprocessor footprint",
+            "one launch per {unit} of a kernel spinning on %globaltimer for {length} less the calibrated launch excess \
+                ({:.0} ns), {} blocks of {} threads: it holds the device for the duration but reproduces neither the \
+                    kernel's memory traffic nor its multiprocessor footprint",
             calibration.excess_ns,
             calibration.blocks,
             calibration.threads_per_block
@@ -313,17 +337,26 @@ pub fn run(
 
 /// One gated pass of the plan with `trims_ns` taken off its compute launches,
 /// collectives checked if `check`; returns its device times.
-fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_ns: &[u64], check: bool) -> Result<PassTimes> {
+fn run_pass(
+    setup: PassSetup,
+    exec: &mut CudaTraceExec,
+    gate: &mut Gate,
+    trims_ns: &[u64],
+    check: bool,
+) -> Result<PassTimes> {
     let PassSetup { world, mine, plan, spin, streams, gate_stream, op, timeout } = setup;
     let ctx = exec.context().clone();
     let event = || drv(ctx.new_event(Some(drv_sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
     // every event of the pass exists before the first enqueue
     let waited = plan.waited_on();
     let opened_ev = event()?;
-    let after: Vec<Option<CudaEvent>> = waited.iter().map(|&w| if w { event().map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
-    let coll_ev: Vec<(CudaEvent, CudaEvent)> = (0..mine.collectives.len()).map(|_| Ok((event()?, event()?))).collect::<Result<_>>()?;
+    let after: Vec<Option<CudaEvent>> =
+        waited.iter().map(|&w| if w { event().map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+    let coll_ev: Vec<(CudaEvent, CudaEvent)> =
+        (0..mine.collectives.len()).map(|_| Ok((event()?, event()?))).collect::<Result<_>>()?;
     let tails: Vec<CudaEvent> = streams.iter().map(|_| event()).collect::<Result<_>>()?;
-    let stream_of = |s: u64| -> usize { plan.streams.iter().position(|&x| x == s).expect("the plan lists every stream it uses") };
+    let stream_of =
+        |s: u64| -> usize { plan.streams.iter().position(|&x| x == s).expect("the plan lists every stream it uses") };
 
     let value = gate.close(gate_stream)?;
     drv(opened_ev.record(gate_stream), "cuEventRecord (gate)")?;
@@ -346,11 +379,14 @@ fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_n
             drv(s.wait(e), "cuStreamWaitEvent (cross-stream dependency)")?;
         }
         match o.work {
-            PlannedWork::Compute { duration_ns, .. } => spin.launch_raw(s, spin.request(duration_ns).saturating_sub(trims_ns[x]))?,
+            PlannedWork::Compute { duration_ns, .. } => {
+                spin.launch_raw(s, spin.request(duration_ns).saturating_sub(trims_ns[x]))?
+            }
             PlannedWork::Collective { index } => {
                 let (a, b) = &coll_ev[index];
                 drv(a.record(s), "cuEventRecord (collective start)")?;
-                exec.enqueue_on(index, &mine.collectives[index], op, check, s).with_context(|| format!("collective {index}"))?;
+                exec.enqueue_on(index, &mine.collectives[index], op, check, s)
+                    .with_context(|| format!("collective {index}"))?;
                 drv(b.record(s), "cuEventRecord (collective end)")?;
             }
         }
@@ -380,7 +416,10 @@ fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_n
                 Ok(()) => break,
                 Err(e) if e.0 == drv_sys::cudaError_enum::CUDA_ERROR_NOT_READY => {
                     if opened.elapsed() > timeout {
-                        bail!("the workload pass did not finish within {} s (a peer stopped, or a collective hangs)", timeout.as_secs());
+                        bail!(
+                            "the workload pass did not finish within {} s (a peer stopped, or a collective hangs)",
+                            timeout.as_secs()
+                        );
                     }
                     exec.async_error()?;
                     std::thread::sleep(Duration::from_micros(50));
@@ -390,7 +429,9 @@ fn run_pass(setup: PassSetup, exec: &mut CudaTraceExec, gate: &mut Gate, trims_n
         }
     }
     let host_ns = opened.elapsed().as_nanos() as u64;
-    let rel = |e: &CudaEvent| -> Result<u64> { Ok((drv(opened_ev.elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6).max(0.0).round() as u64) };
+    let rel = |e: &CudaEvent| -> Result<u64> {
+        Ok((drv(opened_ev.elapsed_ms(e), "cuEventElapsedTime")? as f64 * 1e6).max(0.0).round() as u64)
+    };
     let intervals = coll_ev.iter().map(|(a, b)| Ok((rel(a)?, rel(b)?))).collect::<Result<Vec<_>>>()?;
     let device_ns = tails.iter().map(&rel).collect::<Result<Vec<_>>>()?.into_iter().max().unwrap_or(0);
     Ok(PassTimes { intervals, device_ns, host_ns, before_open })
