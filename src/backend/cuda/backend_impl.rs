@@ -5,7 +5,7 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
-use crate::backend::cuda::nccl::RedOp;
+use crate::backend::cuda::nccl::{RedOp, TraceOp};
 use crate::backend::mpi_deadline;
 use crate::backend::own::OwnOp;
 use crate::core::clock::DeviceTimeMap;
@@ -367,13 +367,7 @@ impl CudaBackend {
     /// ([`Timing::BackToBack`]): the NCCL calls of `kind` as [`Self::start`]
     /// makes them, behind one boundary event, on the collective stream.
     fn back_to_back(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
-        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse(
-                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
-            ));
-        }
+        let op = self.world_op(kind, bytes, dtype)?;
         if self.anchor.is_none() {
             self.ensure_anchor()?;
             drv(self.ctx.bind_to_thread(), "binding the CUDA context")?;
@@ -404,19 +398,7 @@ impl CudaBackend {
         }
         let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum)
             .map_err(BackendError::Misuse)?;
-        let grouped = calls.len() > 1;
-        if grouped {
-            self.comm.group(true)?;
-        }
-        for c in &calls {
-            // SAFETY: every pointer lies in this rank's send or receive buffer,
-            // each `bytes` (issue_count) and 4 (above) or more long, which bounds
-            // every count and offset OwnOp gives; the stream belongs to this context.
-            unsafe { self.comm.enqueue(c, stream) }?;
-        }
-        if grouped {
-            self.comm.group(false)?;
-        }
+        self.enqueue_calls(&calls, stream)?;
         self.tail[1] = None;
         self.intervals.push((b, OPEN_END));
         self.back_to_back_open = true;
@@ -428,13 +410,7 @@ impl CudaBackend {
     /// launched once.
     fn calls_graph(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype, n: u32) -> BackendResult<(u64, u64)> {
         self.graph_used = true;
-        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
-        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse(
-                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
-            ));
-        }
+        let op = self.world_op(kind, bytes, dtype)?;
         self.ensure_anchor()?;
         self.close_back_to_back()?;
         // the graph's first node waits for the eager work before it (stream order)
@@ -464,18 +440,7 @@ impl CudaBackend {
             };
             let mut prev = record(self)?;
             for _ in 0..n {
-                if calls.len() > 1 {
-                    self.comm.group(true)?;
-                }
-                for c in &calls {
-                    // SAFETY: every pointer lies in this rank's send or receive buffer, each `bytes`
-                    // (issue_count) and 4 (above) or more long, which bounds every count and offset
-                    // OwnOp gives; the stream belongs to this context (capturing).
-                    unsafe { self.comm.enqueue(c, stream as *mut _) }?;
-                }
-                if calls.len() > 1 {
-                    self.comm.group(false)?;
-                }
+                self.enqueue_calls(&calls, stream as *mut _)?;
                 let next = record(self)?;
                 self.intervals.push((prev, next));
                 prev = next;
@@ -617,41 +582,55 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
+    /// The checks every world call passes before it is enqueued: nothing
+    /// outstanding, a size the buffers hold ([`crate::backend::issue_count`]),
+    /// the kind's row ([`OwnOp`]), and a barrier's one f32 element.
+    fn world_op(&self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<OwnOp> {
+        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
+        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
+        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
+            return Err(BackendError::Misuse(
+                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
+            ));
+        }
+        Ok(op)
+    }
+
+    /// Enqueue a world call's NCCL calls on `stream`, several as one NCCL group.
+    fn enqueue_calls(&self, calls: &[TraceOp], stream: *mut std::ffi::c_void) -> BackendResult<()> {
+        let grouped = calls.len() > 1;
+        if grouped {
+            self.comm.group(true)?;
+        }
+        for c in calls {
+            // SAFETY: every call comes from `nccl_calls` of an OwnOp that
+            // `world_op` checked, so every pointer lies in this rank's send or
+            // receive buffer, each `bytes` and 4 or more long, which bounds
+            // every count and offset; the stream belongs to this context.
+            unsafe { self.comm.enqueue(c, stream) }?;
+        }
+        if grouped {
+            self.comm.group(false)?;
+        }
+        Ok(())
+    }
+
     /// A world [`Call`] started ([`Timing::Async`]): the NCCL calls of `kind` (its arm in
     /// `nccl_calls`) on the world communicator and the collective stream,
     /// between the collective's start and end events; its size, root and ring
     /// from [`OwnOp`]. Several calls (an all-to-all's sends and receives, a
     /// ring's pair) are one NCCL group.
     fn start(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
-        crate::backend::issue_count(kind, self.pending.is_some(), bytes, dtype, self.dtype, self.send.len() as u64)?;
-        let op = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?;
         if self.capturing && kind != CollectiveKind::AllReduce {
             return Err(BackendError::Misuse(format!("internal: a {} inside a graph capture", kind.name())));
         }
-        if kind == CollectiveKind::Barrier && self.send.len() < 4 {
-            return Err(BackendError::Misuse(
-                "a barrier is a one-element f32 all-reduce, and the buffers hold fewer than 4 bytes".into(),
-            ));
-        }
+        let op = self.world_op(kind, bytes, dtype)?;
         let start = self.begin_collective()?;
         let (sp, rp) = self.buffers();
         let calls = super::nccl_call::nccl_calls(&op.call(), sp, rp, dtype.into(), dtype.size_bytes(), RedOp::Sum)
             .map_err(BackendError::Misuse)?;
         let stream = self.collective_stream() as *mut std::ffi::c_void;
-        let grouped = calls.len() > 1;
-        if grouped {
-            self.comm.group(true)?;
-        }
-        for c in &calls {
-            // SAFETY: every pointer lies in this rank's send or receive
-            // buffer, each `bytes` (issue_count) and 4 (above) or more long,
-            // which bounds every count and offset OwnOp gives; the stream
-            // belongs to this context.
-            unsafe { self.comm.enqueue(c, stream) }?;
-        }
-        if grouped {
-            self.comm.group(false)?;
-        }
+        self.enqueue_calls(&calls, stream)?;
         Ok(self.end_collective(bytes, start)?)
     }
 }
