@@ -92,8 +92,8 @@ macro_rules! fwrap {
                 $pre
                 let t_issue = now_ns();
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature (Open MPI's `ompi_X_f`).
                 let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature (Open MPI's `ompi_X_f`).
                     unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* $ierr) };
@@ -631,8 +631,8 @@ macro_rules! fwait {
                 let ($before, ids) = freqs($reqs, $count);
                 let t_issue = now_ns();
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature.
                 let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature.
                     unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* ierr) };
@@ -747,8 +747,8 @@ macro_rules! flife {
             unsafe fn imp($($a: $t,)* ierr: FM) {
                 $before
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature.
                 let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature.
                     unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* ierr) };
