@@ -6,8 +6,8 @@
 //! ones before it (checked by `tests/layering.rs`). What each folder holds,
 //! consumes and produces: docs/ARCHITECTURE.md §2.
 //!
-//! Layers, in dependency order: core → evidence → backend → rank → analysis → campaign → report → canary → validate →
-//! cli
+//! Layers, in dependency order: core → evidence → backend → rank → analysis → campaign → report →
+//! canary → validate → cli
 #![warn(missing_docs)]
 
 pub mod analysis;

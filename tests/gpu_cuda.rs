@@ -655,7 +655,14 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     let d = tempfile::tempdir().unwrap();
     let one = fixture_trace(d.path(), 1);
     let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&one).unwrap()).unwrap();
-    let kernel = |stream: u64, start: u64, dur: u64| serde_json::json!({"name": "k", "stream": stream, "device_start_ns": start, "duration_ns": dur});
+    let kernel = |stream: u64, start: u64, dur: u64| {
+        serde_json::json!({
+            "name": "k",
+            "stream": stream,
+            "device_start_ns": start,
+            "duration_ns": dur
+        })
+    };
     let colls = t["ranks"][0]["collectives"].as_array_mut().unwrap();
     colls.truncate(2);
     // stream 7: a 200 µs kernel from 0; stream 20: the collective at 10-50 µs, beside it

@@ -31,10 +31,12 @@ fn join_summary_of_one_rank() {
 #[test]
 fn isolated_sweep_table() {
     let rows: Vec<join::IsolatedSizeRow> = serde_json::from_value(serde_json::json!([
-        {"bytes": 1024, "iterations": 20, "time_us": 12.5, "algbw_gbps": 0.08192, "busbw_gbps": 0.06144, "wrong_elements": 0,
+        {"bytes": 1024, "iterations": 20, "time_us": 12.5, "algbw_gbps": 0.08192, "busbw_gbps": 0.06144,
+         "wrong_elements": 0,
          "p50_us": 12.25, "p99_us": 19.0, "source": "device-events", "count": 64, "dtype": "f32", "redop": "none",
          "collective": "all_gather", "root": null},
-        {"bytes": 1048576, "iterations": 20, "time_us": 410.0, "algbw_gbps": 2.557, "busbw_gbps": 1.918, "wrong_elements": null,
+        {"bytes": 1048576, "iterations": 20, "time_us": 410.0, "algbw_gbps": 2.557, "busbw_gbps": 1.918,
+         "wrong_elements": null,
          "p50_us": 405.5, "p99_us": 512.75, "source": "host-issue-to-wait-return"}
     ]))
     .unwrap();

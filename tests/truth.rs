@@ -122,10 +122,13 @@ fn a_truth_cell_whose_metric_is_missing_fails_and_is_retried() {
     // the job prints its metric only from its second run on (a flag file outside the campaign)
     let flag = t.path().join("ran-once");
     let truth = format!(
-        r#"command = ["sh", "-c", "if [ -e {f} ]; then sleep $TRUTH_SLEEP_S; echo \"cost 1.25 s\"; else touch {f}; echo no metric here; fi"]
+        concat!(
+            r#"command = ["sh", "-c", "if [ -e {f} ]; then sleep $TRUTH_SLEEP_S; "#,
+            r#"echo \"cost 1.25 s\"; else touch {f}; echo no metric here; fi"]
 metric = {{ regex = 'cost ([0-9.]+) s', unit = "s", better = "lower" }}
 launch = "self"
-timeout_s = 60"#,
+timeout_s = 60"#
+        ),
         f = flag.display()
     );
     let s = spec(t.path(), "flaky", &truth, 2);

@@ -90,7 +90,14 @@ fn an_execution_trace_of_very_many_tiny_nodes_is_bounded_by_its_node_count() {
         (
             "attrs",
             Box::new(move |i| {
-                format!("{{\"id\":{},\"name\":\"y\",\"attrs\":[{{\"name\":\"a\",\"value\":{}}}],\"inputs\":{{\"values\":[[]]}}}}", base + i, i % 10)
+                format!(
+                    concat!(
+                        "{{\"id\":{},\"name\":\"y\",\"attrs\":[{{\"name\":\"a\",\"value\":{}}}],",
+                        "\"inputs\":{{\"values\":[[]]}}}}"
+                    ),
+                    base + i,
+                    i % 10
+                )
             }),
         ),
         ("chain", Box::new(move |i| format!("{{\"id\":{},\"name\":\"n\",\"ctrl_deps\":{}}}", base + i + 1, base + i))),

@@ -78,7 +78,11 @@ fn real(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
 
 /// Defines one Fortran routine under every spelling; `$rec` fills the [`Call`] `$c` after the real routine ran.
 macro_rules! fwrap {
-    ($m:ident, $lc:literal, $uc:literal, $kind:literal, ($($a:ident : $t:ty),* $(,)?), |$c:ident, $ierr:ident| $pre:block $rec:block) => {
+    (
+        $m:ident, $lc:literal, $uc:literal, $kind:literal,
+        ($($a:ident : $t:ty),* $(,)?),
+        |$c:ident, $ierr:ident| $pre:block $rec:block
+    ) => {
         mod $m {
             #[allow(unused_imports)]
             use super::*;
@@ -88,12 +92,20 @@ macro_rules! fwrap {
                 $pre
                 let t_issue = now_ns();
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature (Open MPI's `ompi_X_f`).
-                let f: unsafe extern "C" fn($($t,)* FM) = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
+                let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature (Open MPI's `ompi_X_f`).
+                    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* $ierr) };
                 #[allow(unused_mut)]
-                let mut $c = Call { kind: const { kind($kind) }, flags: FLAG_FORTRAN, t_issue, t_done: now_ns(), ret: int($ierr), ..Default::default() };
+                let mut $c = Call {
+                    kind: const { kind($kind) },
+                    flags: FLAG_FORTRAN,
+                    t_issue,
+                    t_done: now_ns(),
+                    ret: int($ierr),
+                    ..Default::default()
+                };
                 $rec
                 state::with(|s| s.call(&$c));
             }
@@ -126,127 +138,247 @@ macro_rules! fwrap {
     };
 }
 
-fwrap!(allreduce, "allreduce", "ALLREDUCE", "Allreduce", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-});
-fwrap!(iallreduce, "iallreduce", "IALLREDUCE", "Iallreduce", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-    c.new_request = Some(req(r));
-});
-fwrap!(scan, "scan", "SCAN", "Scan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-});
-fwrap!(exscan, "exscan", "EXSCAN", "Exscan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-});
-fwrap!(reduce, "reduce", "REDUCE", "Reduce", (sb: Buf, rb: Buf, count: F, d: F, o: F, root: F, cm: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o), Some(int(root)));
-});
-fwrap!(reduce_scatter_block, "reduce_scatter_block", "REDUCE_SCATTER_BLOCK", "Reduce_scatter_block", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count) * m, n(count), dt(d), dt(d), op(o));
-});
-fwrap!(bcast, "bcast", "BCAST", "Bcast", (b: Buf, count: F, d: F, root: F, cm: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), Some(int(root)));
-});
-fwrap!(barrier, "barrier", "BARRIER", "Barrier", (cm: F), |c, ierr| {} {
-    c.comm = comm(cm);
-});
-fwrap!(allgather, "allgather", "ALLGATHER", "Allgather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc) * m, dt(sd), dt(rd));
-});
-fwrap!(allgatherv, "allgatherv", "ALLGATHERV", "Allgatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
-    c.recv_counts = per_member(rcs, m);
-});
-fwrap!(alltoall, "alltoall", "ALLTOALL", "Alltoall", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc) * m, n(rc) * m, dt(sd), dt(rd));
-});
-fwrap!(alltoallv, "alltoallv", "ALLTOALLV", "Alltoallv", (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
-    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
-});
-fwrap!(gather, "gather", "GATHER", "Gather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
-    let k = comm(cm);
-    let at_root = k.map(|k| comm_rank(k) == int(root)).unwrap_or(false);
-    let m = k.map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { n(rc) * m } else { 0 }, dt(sd), dt(rd), Some(int(root)));
-});
-fwrap!(scatter, "scatter", "SCATTER", "Scatter", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
-    let k = comm(cm);
-    let at_root = k.map(|k| comm_rank(k) == int(root)).unwrap_or(false);
-    let m = k.map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { n(sc) * m } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
-});
+fwrap!(
+    allreduce, "allreduce", "ALLREDUCE", "Allreduce",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+    }
+);
+fwrap!(
+    iallreduce, "iallreduce", "IALLREDUCE", "Iallreduce",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    scan, "scan", "SCAN", "Scan",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+    }
+);
+fwrap!(
+    exscan, "exscan", "EXSCAN", "Exscan",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+    }
+);
+fwrap!(
+    reduce, "reduce", "REDUCE", "Reduce",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, root: F, cm: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o), Some(int(root)));
+    }
+);
+fwrap!(
+    reduce_scatter_block, "reduce_scatter_block", "REDUCE_SCATTER_BLOCK", "Reduce_scatter_block",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count) * m, n(count), dt(d), dt(d), op(o));
+    }
+);
+fwrap!(
+    bcast, "bcast", "BCAST", "Bcast",
+    (b: Buf, count: F, d: F, root: F, cm: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), Some(int(root)));
+    }
+);
+fwrap!(
+    barrier, "barrier", "BARRIER", "Barrier",
+    (cm: F),
+    |c, ierr| {} {
+        c.comm = comm(cm);
+    }
+);
+fwrap!(
+    allgather, "allgather", "ALLGATHER", "Allgather",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc) * m, dt(sd), dt(rd));
+    }
+);
+fwrap!(
+    allgatherv, "allgatherv", "ALLGATHERV", "Allgatherv",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
+        c.recv_counts = per_member(rcs, m);
+    }
+);
+fwrap!(
+    alltoall, "alltoall", "ALLTOALL", "Alltoall",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc) * m, n(rc) * m, dt(sd), dt(rd));
+    }
+);
+fwrap!(
+    alltoallv, "alltoallv", "ALLTOALLV", "Alltoallv",
+    (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
+        (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
+    }
+);
+fwrap!(
+    gather, "gather", "GATHER", "Gather",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F),
+    |c, ierr| {} {
+        let k = comm(cm);
+        let at_root = k.map(|k| comm_rank(k) == int(root)).unwrap_or(false);
+        let m = k.map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, n(sc), if at_root { n(rc) * m } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+    }
+);
+fwrap!(
+    scatter, "scatter", "SCATTER", "Scatter",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F),
+    |c, ierr| {} {
+        let k = comm(cm);
+        let at_root = k.map(|k| comm_rank(k) == int(root)).unwrap_or(false);
+        let m = k.map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, if at_root { n(sc) * m } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+    }
+);
 
-fwrap!(ibcast, "ibcast", "IBCAST", "Ibcast", (b: Buf, count: F, d: F, root: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), Some(int(root)));
-    c.new_request = Some(req(r));
-});
-fwrap!(ireduce, "ireduce", "IREDUCE", "Ireduce", (sb: Buf, rb: Buf, count: F, d: F, o: F, root: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o), Some(int(root)));
-    c.new_request = Some(req(r));
-});
-fwrap!(iscan, "iscan", "ISCAN", "Iscan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-    c.new_request = Some(req(r));
-});
-fwrap!(iexscan, "iexscan", "IEXSCAN", "Iexscan", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
-    c.new_request = Some(req(r));
-});
-fwrap!(ireduce_scatter_block, "ireduce_scatter_block", "IREDUCE_SCATTER_BLOCK", "Ireduce_scatter_block", (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (comm(cm), n(count) * m, n(count), dt(d), dt(d), op(o));
-    c.new_request = Some(req(r));
-});
-fwrap!(reduce_scatter, "reduce_scatter", "REDUCE_SCATTER", "Reduce_scatter", (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F), |c, ierr| {} {
-    let k = comm(cm);
-    let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
-    // SAFETY: MPI requires one count per member at `rcs`; this rank's is at its rank.
-    let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
-    c.recv_counts = per_member(rcs, m);
-});
-fwrap!(ireduce_scatter, "ireduce_scatter", "IREDUCE_SCATTER", "Ireduce_scatter", (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F, r: F), |c, ierr| {} {
-    let k = comm(cm);
-    let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
-    // SAFETY: as in reduce_scatter.
-    let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
-    c.recv_counts = per_member(rcs, m);
-    c.new_request = Some(req(r));
-});
-fwrap!(ibarrier, "ibarrier", "IBARRIER", "Ibarrier", (cm: F, r: F), |c, ierr| {} {
-    c.comm = comm(cm);
-    c.new_request = Some(req(r));
-});
-fwrap!(iallgather, "iallgather", "IALLGATHER", "Iallgather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc) * m, dt(sd), dt(rd));
-    c.new_request = Some(req(r));
-});
-fwrap!(iallgatherv, "iallgatherv", "IALLGATHERV", "Iallgatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F, r: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
-    c.recv_counts = per_member(rcs, m);
-    c.new_request = Some(req(r));
-});
-fwrap!(ialltoall, "ialltoall", "IALLTOALL", "Ialltoall", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc) * m, n(rc) * m, dt(sd), dt(rd));
-    c.new_request = Some(req(r));
-});
-fwrap!(ialltoallv, "ialltoallv", "IALLTOALLV", "Ialltoallv", (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F, r: F), |c, ierr| {} {
-    let m = comm(cm).map(comm_size).unwrap_or(0);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
-    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
-    c.new_request = Some(req(r));
-});
+fwrap!(
+    ibcast, "ibcast", "IBCAST", "Ibcast",
+    (b: Buf, count: F, d: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), Some(int(root)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ireduce, "ireduce", "IREDUCE", "Ireduce",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o), Some(int(root)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    iscan, "iscan", "ISCAN", "Iscan",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    iexscan, "iexscan", "IEXSCAN", "Iexscan",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count), n(count), dt(d), dt(d), op(o));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ireduce_scatter_block, "ireduce_scatter_block", "IREDUCE_SCATTER_BLOCK", "Ireduce_scatter_block",
+    (sb: Buf, rb: Buf, count: F, d: F, o: F, cm: F, r: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (comm(cm), n(count) * m, n(count), dt(d), dt(d), op(o));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    reduce_scatter, "reduce_scatter", "REDUCE_SCATTER", "Reduce_scatter",
+    (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F),
+    |c, ierr| {} {
+        let k = comm(cm);
+        let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
+        // SAFETY: MPI requires one count per member at `rcs`; this rank's is at its rank.
+        let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+        c.recv_counts = per_member(rcs, m);
+    }
+);
+fwrap!(
+    ireduce_scatter, "ireduce_scatter", "IREDUCE_SCATTER", "Ireduce_scatter",
+    (sb: Buf, rb: Buf, rcs: F, d: F, o: F, cm: F, r: F),
+    |c, ierr| {} {
+        let k = comm(cm);
+        let (m, me) = k.map(|k| (comm_size(k), comm_rank(k))).unwrap_or((0, 0));
+        // SAFETY: as in reduce_scatter.
+        let own = if rcs.is_null() || me < 0 { 0 } else { unsafe { *rcs.add(me as usize) }.max(0) as u64 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (k, sum(rcs, m), own, dt(d), dt(d), op(o));
+        c.recv_counts = per_member(rcs, m);
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ibarrier, "ibarrier", "IBARRIER", "Ibarrier",
+    (cm: F, r: F),
+    |c, ierr| {} {
+        c.comm = comm(cm);
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    iallgather, "iallgather", "IALLGATHER", "Iallgather",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc) * m, dt(sd), dt(rd));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    iallgatherv, "iallgatherv", "IALLGATHERV", "Iallgatherv",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, cm: F, r: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), sum(rcs, m), dt(sd), dt(rd));
+        c.recv_counts = per_member(rcs, m);
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ialltoall, "ialltoall", "IALLTOALL", "Ialltoall",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, cm: F, r: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0).max(0) as u64;
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc) * m, n(rc) * m, dt(sd), dt(rd));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ialltoallv, "ialltoallv", "IALLTOALLV", "Ialltoallv",
+    (sb: Buf, scs: F, sdis: F, sd: F, rb: Buf, rcs: F, rdis: F, rd: F, cm: F, r: F),
+    |c, ierr| {} {
+        let m = comm(cm).map(comm_size).unwrap_or(0);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (comm(cm), sum(scs, m), sum(rcs, m), dt(sd), dt(rd));
+        (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
+        c.new_request = Some(req(r));
+    }
+);
 
 /// Rooted calls: (communicator, whether this rank is the root, members).
 fn rooted(cm: F, root: F) -> (Option<ffi::MPI_Comm>, bool, c_int) {
@@ -255,103 +387,194 @@ fn rooted(cm: F, root: F) -> (Option<ffi::MPI_Comm>, bool, c_int) {
     (k, at_root, k.map(comm_size).unwrap_or(0))
 }
 
-fwrap!(igather, "igather", "IGATHER", "Igather", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { n(rc) * m.max(0) as u64 } else { 0 }, dt(sd), dt(rd), Some(int(root)));
-    c.new_request = Some(req(r));
-});
-fwrap!(iscatter, "iscatter", "ISCATTER", "Iscatter", (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { n(sc) * m.max(0) as u64 } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
-    c.new_request = Some(req(r));
-});
-fwrap!(gatherv, "gatherv", "GATHERV", "Gatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
-    c.recv_counts = if at_root { per_member(rcs, m) } else { None };
-});
-fwrap!(igatherv, "igatherv", "IGATHERV", "Igatherv", (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
-    c.recv_counts = if at_root { per_member(rcs, m) } else { None };
-    c.new_request = Some(req(r));
-});
-fwrap!(scatterv, "scatterv", "SCATTERV", "Scatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
-    c.send_counts = if at_root { per_member(scs, m) } else { None };
-});
-fwrap!(iscatterv, "iscatterv", "ISCATTERV", "Iscatterv", (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F), |c, ierr| {} {
-    let (k, at_root, m) = rooted(cm, root);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
-    c.send_counts = if at_root { per_member(scs, m) } else { None };
-    c.new_request = Some(req(r));
-});
+fwrap!(
+    igather, "igather", "IGATHER", "Igather",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, n(sc), if at_root { n(rc) * m.max(0) as u64 } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    iscatter, "iscatter", "ISCATTER", "Iscatter",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, if at_root { n(sc) * m.max(0) as u64 } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    gatherv, "gatherv", "GATHERV", "Gatherv",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+        c.recv_counts = if at_root { per_member(rcs, m) } else { None };
+    }
+);
+fwrap!(
+    igatherv, "igatherv", "IGATHERV", "Igatherv",
+    (sb: Buf, sc: F, sd: F, rb: Buf, rcs: F, displs: F, rd: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, n(sc), if at_root { sum(rcs, m) } else { 0 }, dt(sd), dt(rd), Some(int(root)));
+        c.recv_counts = if at_root { per_member(rcs, m) } else { None };
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    scatterv, "scatterv", "SCATTERV", "Scatterv",
+    (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+        c.send_counts = if at_root { per_member(scs, m) } else { None };
+    }
+);
+fwrap!(
+    iscatterv, "iscatterv", "ISCATTERV", "Iscatterv",
+    (sb: Buf, scs: F, displs: F, sd: F, rb: Buf, rc: F, rd: F, root: F, cm: F, r: F),
+    |c, ierr| {} {
+        let (k, at_root, m) = rooted(cm, root);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (k, if at_root { sum(scs, m) } else { 0 }, n(rc), dt(sd), dt(rd), Some(int(root)));
+        c.send_counts = if at_root { per_member(scs, m) } else { None };
+        c.new_request = Some(req(r));
+    }
+);
 
 macro_rules! fsend {
     ($m:ident, $lc:literal, $uc:literal, $kind:literal) => {
-        fwrap!($m, $lc, $uc, $kind, (b: Buf, count: F, d: F, dest: F, tag: F, cm: F), |c, ierr| {} {
-            (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
-        });
+        fwrap!(
+            $m, $lc, $uc, $kind,
+            (b: Buf, count: F, d: F, dest: F, tag: F, cm: F),
+            |c, ierr| {} {
+                (c.comm, c.count_send, c.dt_send, c.peer, c.tag) =
+                    (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+            }
+        );
     };
 }
 fsend!(send, "send", "SEND", "Send");
 fsend!(ssend, "ssend", "SSEND", "Ssend");
 fsend!(bsend, "bsend", "BSEND", "Bsend");
 fsend!(rsend, "rsend", "RSEND", "Rsend");
-fwrap!(isend, "isend", "ISEND", "Isend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
-    c.new_request = Some(req(r));
-});
-fwrap!(issend, "issend", "ISSEND", "Issend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
-    c.new_request = Some(req(r));
-});
-fwrap!(ibsend, "ibsend", "IBSEND", "Ibsend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
-    c.new_request = Some(req(r));
-});
-fwrap!(irsend, "irsend", "IRSEND", "Irsend", (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
-    c.new_request = Some(req(r));
-});
-fwrap!(sendrecv_replace, "sendrecv_replace", "SENDRECV_REPLACE", "Sendrecv_replace", (b: Buf, count: F, d: F, dest: F, stag: F, src: F, rtag: F, cm: F, st: FM), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(count), n(count), dt(d), dt(d));
-    (c.peer, c.tag, c.peer2, c.tag2) = (Some(int(dest)), Some(int(stag)), Some(int(src)), Some(int(rtag)));
-});
-fwrap!(iprobe, "iprobe", "IPROBE", "Iprobe", (src: F, tag: F, cm: F, flag: FM, st: FM), |c, ierr| {} {
-    (c.comm, c.peer, c.tag, c.n) = (comm(cm), Some(int(src)), Some(int(tag)), (int(flag) != 0) as u32);
-});
-fwrap!(comm_split_type, "comm_split_type", "COMM_SPLIT_TYPE", "Comm_split_type", (cm: F, ty: F, key: F, info: F, out: FM), |c, ierr| {} {
-    (c.comm, c.peer, c.tag) = (comm(cm), Some(int(ty)), Some(int(key)));
-    note_new(out);
-});
-fwrap!(comm_create, "comm_create", "COMM_CREATE", "Comm_create", (cm: F, group: F, out: FM), |c, ierr| {} {
-    c.comm = comm(cm);
-    note_new(out);
-});
-fwrap!(irecv, "irecv", "IRECV", "Irecv", (b: Buf, count: F, d: F, src: F, tag: F, cm: F, r: F), |c, ierr| {} {
-    (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(src)), Some(int(tag)));
-    c.new_request = Some(req(r));
-});
-fwrap!(recv, "recv", "RECV", "Recv", (b: Buf, count: F, d: F, src: F, tag: F, cm: F, st: FM), |c, ierr| {} {
-    (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(src)), Some(int(tag)));
-});
-fwrap!(sendrecv, "sendrecv", "SENDRECV", "Sendrecv", (sb: Buf, sc: F, sd: F, dest: F, stag: F, rb: Buf, rc: F, rd: F, src: F, rtag: F, cm: F, st: FM), |c, ierr| {} {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc), dt(sd), dt(rd));
-    (c.peer, c.tag, c.peer2, c.tag2) = (Some(int(dest)), Some(int(stag)), Some(int(src)), Some(int(rtag)));
-});
-fwrap!(probe, "probe", "PROBE", "Probe", (src: F, tag: F, cm: F, st: FM), |c, ierr| {} {
-    (c.comm, c.peer, c.tag) = (comm(cm), Some(int(src)), Some(int(tag)));
-});
-fwrap!(comm_split, "comm_split", "COMM_SPLIT", "Comm_split", (cm: F, color: F, key: F, out: FM), |c, ierr| {} {
-    (c.comm, c.peer, c.tag) = (comm(cm), Some(int(color)), Some(int(key)));
-    note_new(out);
-});
-fwrap!(comm_dup, "comm_dup", "COMM_DUP", "Comm_dup", (cm: F, out: FM), |c, ierr| {} {
-    c.comm = comm(cm);
-    note_new(out);
-});
+fwrap!(
+    isend, "isend", "ISEND", "Isend",
+    (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    issend, "issend", "ISSEND", "Issend",
+    (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    ibsend, "ibsend", "IBSEND", "Ibsend",
+    (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    irsend, "irsend", "IRSEND", "Irsend",
+    (b: Buf, count: F, d: F, dest: F, tag: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(dest)), Some(int(tag)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    sendrecv_replace, "sendrecv_replace", "SENDRECV_REPLACE", "Sendrecv_replace",
+    (b: Buf, count: F, d: F, dest: F, stag: F, src: F, rtag: F, cm: F, st: FM),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(count), n(count), dt(d), dt(d));
+        (c.peer, c.tag, c.peer2, c.tag2) = (Some(int(dest)), Some(int(stag)), Some(int(src)), Some(int(rtag)));
+    }
+);
+fwrap!(
+    iprobe, "iprobe", "IPROBE", "Iprobe",
+    (src: F, tag: F, cm: F, flag: FM, st: FM),
+    |c, ierr| {} {
+        (c.comm, c.peer, c.tag, c.n) = (comm(cm), Some(int(src)), Some(int(tag)), (int(flag) != 0) as u32);
+    }
+);
+fwrap!(
+    comm_split_type, "comm_split_type", "COMM_SPLIT_TYPE", "Comm_split_type",
+    (cm: F, ty: F, key: F, info: F, out: FM),
+    |c, ierr| {} {
+        (c.comm, c.peer, c.tag) = (comm(cm), Some(int(ty)), Some(int(key)));
+        note_new(out);
+    }
+);
+fwrap!(
+    comm_create, "comm_create", "COMM_CREATE", "Comm_create",
+    (cm: F, group: F, out: FM),
+    |c, ierr| {} {
+        c.comm = comm(cm);
+        note_new(out);
+    }
+);
+fwrap!(
+    irecv, "irecv", "IRECV", "Irecv",
+    (b: Buf, count: F, d: F, src: F, tag: F, cm: F, r: F),
+    |c, ierr| {} {
+        (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(src)), Some(int(tag)));
+        c.new_request = Some(req(r));
+    }
+);
+fwrap!(
+    recv, "recv", "RECV", "Recv",
+    (b: Buf, count: F, d: F, src: F, tag: F, cm: F, st: FM),
+    |c, ierr| {} {
+        (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (comm(cm), n(count), dt(d), Some(int(src)), Some(int(tag)));
+    }
+);
+fwrap!(
+    sendrecv, "sendrecv", "SENDRECV", "Sendrecv",
+    (sb: Buf, sc: F, sd: F, dest: F, stag: F, rb: Buf, rc: F, rd: F, src: F, rtag: F, cm: F, st: FM),
+    |c, ierr| {} {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (comm(cm), n(sc), n(rc), dt(sd), dt(rd));
+        (c.peer, c.tag, c.peer2, c.tag2) = (Some(int(dest)), Some(int(stag)), Some(int(src)), Some(int(rtag)));
+    }
+);
+fwrap!(
+    probe, "probe", "PROBE", "Probe",
+    (src: F, tag: F, cm: F, st: FM),
+    |c, ierr| {} {
+        (c.comm, c.peer, c.tag) = (comm(cm), Some(int(src)), Some(int(tag)));
+    }
+);
+fwrap!(
+    comm_split, "comm_split", "COMM_SPLIT", "Comm_split",
+    (cm: F, color: F, key: F, out: FM),
+    |c, ierr| {} {
+        (c.comm, c.peer, c.tag) = (comm(cm), Some(int(color)), Some(int(key)));
+        note_new(out);
+    }
+);
+fwrap!(
+    comm_dup, "comm_dup", "COMM_DUP", "Comm_dup",
+    (cm: F, out: FM),
+    |c, ierr| {} {
+        c.comm = comm(cm);
+        note_new(out);
+    }
+);
 
 /// A communicator the library just made (Fortran handle): its members are recorded now.
 fn note_new(out: FM) {
@@ -393,7 +616,12 @@ fn some_done(outcount: F, indices: F) -> Vec<usize> {
 
 /// Defines a Fortran wait/test routine; `$done` gives the completed indices after the call.
 macro_rules! fwait {
-    ($m:ident, $lc:literal, $uc:literal, $kind:literal, ($($a:ident : $t:ty),*), $reqs:ident, $count:expr, |$before:ident| $done:expr) => {
+    (
+        $m:ident, $lc:literal, $uc:literal, $kind:literal,
+        ($($a:ident : $t:ty),*),
+        $reqs:ident, $count:expr,
+        |$before:ident| $done:expr
+    ) => {
         mod $m {
             #[allow(unused_imports)]
             use super::*;
@@ -403,13 +631,21 @@ macro_rules! fwait {
                 let ($before, ids) = freqs($reqs, $count);
                 let t_issue = now_ns();
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature.
-                let f: unsafe extern "C" fn($($t,)* FM) = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
+                let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature.
+                    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* ierr) };
                 let done: Vec<usize> = $done;
                 let completed: Vec<(usize, Option<ffi::MPI_Status>)> = done.into_iter().map(|i| (i, None)).collect();
-                record_completion(const { kind($kind) }, FLAG_FORTRAN, t_issue, int(ierr), (&$before, &ids), &completed);
+                record_completion(
+                    const { kind($kind) },
+                    FLAG_FORTRAN,
+                    t_issue,
+                    int(ierr),
+                    (&$before, &ids),
+                    &completed,
+                );
             }
             #[export_name = concat!("mpi_", $lc)]
             pub unsafe extern "C" fn a($($a: $t,)* ierr: FM) {
@@ -439,25 +675,65 @@ macro_rules! fwait {
         }
     };
 }
-fwait!(wait, "wait", "WAIT", "Wait", (r: FM, st: FM), r, 1, |before| vec![0]);
-fwait!(waitall, "waitall", "WAITALL", "Waitall", (count: F, r: FM, st: FM), r, int(count), |before| (0..before.len()).collect());
-fwait!(waitany, "waitany", "WAITANY", "Waitany", (count: F, r: FM, idx: FM, st: FM), r, int(count), |before| {
-    // Fortran indices count from 1; MPI_UNDEFINED: none
-    let i = int(idx);
-    if i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
-});
-fwait!(testany, "testany", "TESTANY", "Testany", (count: F, r: FM, idx: FM, flag: FM, st: FM), r, int(count), |before| {
-    let i = int(idx);
-    if int(flag) != 0 && i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
-});
-fwait!(waitsome, "waitsome", "WAITSOME", "Waitsome", (count: F, r: FM, outcount: FM, indices: FM, st: FM), r, int(count), |before| {
-    some_done(outcount, indices)
-});
-fwait!(testsome, "testsome", "TESTSOME", "Testsome", (count: F, r: FM, outcount: FM, indices: FM, st: FM), r, int(count), |before| {
-    some_done(outcount, indices)
-});
-fwait!(test, "test", "TEST", "Test", (r: FM, flag: FM, st: FM), r, 1, |before| if int(flag) != 0 { vec![0] } else { Vec::new() });
-fwait!(testall, "testall", "TESTALL", "Testall", (count: F, r: FM, flag: FM, st: FM), r, int(count), |before| if int(flag) != 0 { (0..before.len()).collect() } else { Vec::new() });
+fwait!(
+    wait, "wait", "WAIT", "Wait",
+    (r: FM, st: FM),
+    r, 1,
+    |before| vec![0]
+);
+fwait!(
+    waitall, "waitall", "WAITALL", "Waitall",
+    (count: F, r: FM, st: FM),
+    r, int(count),
+    |before| (0..before.len()).collect()
+);
+fwait!(
+    waitany, "waitany", "WAITANY", "Waitany",
+    (count: F, r: FM, idx: FM, st: FM),
+    r, int(count),
+    |before| {
+        // Fortran indices count from 1; MPI_UNDEFINED: none
+        let i = int(idx);
+        if i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
+    }
+);
+fwait!(
+    testany, "testany", "TESTANY", "Testany",
+    (count: F, r: FM, idx: FM, flag: FM, st: FM),
+    r, int(count),
+    |before| {
+        let i = int(idx);
+        if int(flag) != 0 && i >= 1 { vec![(i - 1) as usize] } else { Vec::new() }
+    }
+);
+fwait!(
+    waitsome, "waitsome", "WAITSOME", "Waitsome",
+    (count: F, r: FM, outcount: FM, indices: FM, st: FM),
+    r, int(count),
+    |before| {
+        some_done(outcount, indices)
+    }
+);
+fwait!(
+    testsome, "testsome", "TESTSOME", "Testsome",
+    (count: F, r: FM, outcount: FM, indices: FM, st: FM),
+    r, int(count),
+    |before| {
+        some_done(outcount, indices)
+    }
+);
+fwait!(
+    test, "test", "TEST", "Test",
+    (r: FM, flag: FM, st: FM),
+    r, 1,
+    |before| if int(flag) != 0 { vec![0] } else { Vec::new() }
+);
+fwait!(
+    testall, "testall", "TESTALL", "Testall",
+    (count: F, r: FM, flag: FM, st: FM),
+    r, int(count),
+    |before| if int(flag) != 0 { (0..before.len()).collect() } else { Vec::new() }
+);
 
 // ---- life cycle --------------------------------------------------------
 
@@ -471,8 +747,9 @@ macro_rules! flife {
             unsafe fn imp($($a: $t,)* ierr: FM) {
                 $before
                 let f = real(&REAL, &std::ffi::CString::new(concat!("ompi_", $lc, "_f")).unwrap_or_default());
-                // SAFETY: `f` is the library's routine of exactly this signature.
-                let f: unsafe extern "C" fn($($t,)* FM) = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
+                let f: unsafe extern "C" fn($($t,)* FM) =
+                    // SAFETY: `f` is the library's routine of exactly this signature.
+                    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t,)* FM)>(f) };
                 // SAFETY: the caller's arguments go unchanged to the library's Fortran routine.
                 unsafe { f($($a,)* ierr) };
                 if int(ierr) == 0 $after
@@ -524,7 +801,14 @@ flife!(abort, "abort", "ABORT", (cm: F, code: F), { crate::abort(int(code)); }, 
 flife!(comm_free, "comm_free", "COMM_FREE", (cm: FM), {
     let t = now_ns();
     if let Some(k) = comm(cm) {
-        let call = Call { kind: const { kind("Comm_free") }, flags: FLAG_FORTRAN, t_issue: t, t_done: t, comm: Some(k), ..Default::default() };
+        let call = Call {
+            kind: const { kind("Comm_free") },
+            flags: FLAG_FORTRAN,
+            t_issue: t,
+            t_done: t,
+            comm: Some(k),
+            ..Default::default()
+        };
         state::with(|s| {
             s.call(&call);
             s.comm_freed(k, t)

@@ -78,15 +78,25 @@ macro_rules! wrap {
 
 macro_rules! reduce_like {
     ($name:ident => $pname:ident, $kind:literal) => {
-        wrap!($name => $pname, $kind, (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm), |c| {
-            (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm),
+            |c| {
+                (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+                    (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op));
+            }
+        );
     };
     ($name:ident => $pname:ident, $kind:literal, request) => {
-        wrap!($name => $pname, $kind, (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm, req: *mut Req), |c| {
-            (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op));
-            c.new_request = Some(read_req(req));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm, req: *mut Req),
+            |c| {
+                (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+                    (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op));
+                c.new_request = Some(read_req(req));
+            }
+        );
     };
 }
 reduce_like!(MPI_Allreduce => PMPI_Allreduce, "Allreduce");
@@ -105,64 +115,128 @@ fn read_req(req: *mut Req) -> Req {
     unsafe { *req }
 }
 
-wrap!(MPI_Reduce => PMPI_Reduce, "Reduce", (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, root: c_int, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op), Some(root));
-});
-wrap!(MPI_Ireduce => PMPI_Ireduce, "Ireduce", (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, root: c_int, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op), Some(root));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Reduce_scatter_block => PMPI_Reduce_scatter_block, "Reduce_scatter_block", (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), n(count) * n(comm_size(comm)), n(count), Some(dt), Some(dt), Some(op));
-});
-wrap!(MPI_Ireduce_scatter_block => PMPI_Ireduce_scatter_block, "Ireduce_scatter_block", (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), n(count) * n(comm_size(comm)), n(count), Some(dt), Some(dt), Some(op));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Reduce_scatter => PMPI_Reduce_scatter, "Reduce_scatter", (sb: Buf, rb: MBuf, counts: Ints, dt: Dt, op: Op, comm: Comm), |c| {
-    let own = if counts.is_null() { 0 } else {
-        // SAFETY: MPI requires `counts` to hold one count per member; this rank's is at its rank.
-        n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
-    };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
-    c.recv_counts = per_member(counts, comm_size(comm));
-});
-wrap!(MPI_Ireduce_scatter => PMPI_Ireduce_scatter, "Ireduce_scatter", (sb: Buf, rb: MBuf, counts: Ints, dt: Dt, op: Op, comm: Comm, req: *mut Req), |c| {
-    let own = if counts.is_null() { 0 } else {
-        // SAFETY: as in MPI_Reduce_scatter.
-        n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
-    };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) = (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
-    c.recv_counts = per_member(counts, comm_size(comm));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Bcast => PMPI_Bcast, "Bcast", (buf: MBuf, count: c_int, dt: Dt, root: c_int, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(root));
-});
-wrap!(MPI_Ibcast => PMPI_Ibcast, "Ibcast", (buf: MBuf, count: c_int, dt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(root));
-    c.new_request = Some(read_req(req));
-});
+wrap!(
+    MPI_Reduce => PMPI_Reduce, "Reduce",
+    (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, root: c_int, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) =
+            (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op), Some(root));
+    }
+);
+wrap!(
+    MPI_Ireduce => PMPI_Ireduce, "Ireduce",
+    (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op, c.peer) =
+            (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(op), Some(root));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Reduce_scatter_block => PMPI_Reduce_scatter_block, "Reduce_scatter_block",
+    (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (Some(comm), n(count) * n(comm_size(comm)), n(count), Some(dt), Some(dt), Some(op));
+    }
+);
+wrap!(
+    MPI_Ireduce_scatter_block => PMPI_Ireduce_scatter_block, "Ireduce_scatter_block",
+    (sb: Buf, rb: MBuf, count: c_int, dt: Dt, op: Op, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (Some(comm), n(count) * n(comm_size(comm)), n(count), Some(dt), Some(dt), Some(op));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Reduce_scatter => PMPI_Reduce_scatter, "Reduce_scatter",
+    (sb: Buf, rb: MBuf, counts: Ints, dt: Dt, op: Op, comm: Comm),
+    |c| {
+        let own = if counts.is_null() { 0 } else {
+            // SAFETY: MPI requires `counts` to hold one count per member; this rank's is at its rank.
+            n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
+        };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
+        c.recv_counts = per_member(counts, comm_size(comm));
+    }
+);
+wrap!(
+    MPI_Ireduce_scatter => PMPI_Ireduce_scatter, "Ireduce_scatter",
+    (sb: Buf, rb: MBuf, counts: Ints, dt: Dt, op: Op, comm: Comm, req: *mut Req),
+    |c| {
+        let own = if counts.is_null() { 0 } else {
+            // SAFETY: as in MPI_Reduce_scatter.
+            n(unsafe { *counts.add(comm_rank(comm).max(0) as usize) })
+        };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.op) =
+            (Some(comm), sum(counts, comm_size(comm)), own, Some(dt), Some(dt), Some(op));
+        c.recv_counts = per_member(counts, comm_size(comm));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Bcast => PMPI_Bcast, "Bcast",
+    (buf: MBuf, count: c_int, dt: Dt, root: c_int, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(root));
+    }
+);
+wrap!(
+    MPI_Ibcast => PMPI_Ibcast, "Ibcast",
+    (buf: MBuf, count: c_int, dt: Dt, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(count), n(count), Some(dt), Some(dt), Some(root));
+        c.new_request = Some(read_req(req));
+    }
+);
 wrap!(MPI_Barrier => PMPI_Barrier, "Barrier", (comm: Comm), |c| { c.comm = Some(comm); });
-wrap!(MPI_Ibarrier => PMPI_Ibarrier, "Ibarrier", (comm: Comm, req: *mut Req), |c| {
-    c.comm = Some(comm);
-    c.new_request = Some(read_req(req));
-});
+wrap!(
+    MPI_Ibarrier => PMPI_Ibarrier, "Ibarrier",
+    (comm: Comm, req: *mut Req),
+    |c| {
+        c.comm = Some(comm);
+        c.new_request = Some(read_req(req));
+    }
+);
 
 /// Send and receive counts both given per member (all-gather, all-to-all).
 macro_rules! two_sided {
     ($name:ident => $pname:ident, $kind:literal, $rmul:expr) => {
-        wrap!($name => $pname, $kind, (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, comm: Comm), |c| {
-            let m: fn(Comm) -> u64 = $rmul;
-            (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc) * if $kind.contains("toall") { m(comm) } else { 1 }, n(rc) * m(comm), Some(sdt), Some(rdt));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, comm: Comm),
+            |c| {
+                let m: fn(Comm) -> u64 = $rmul;
+                (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (
+                    Some(comm),
+                    n(sc) * if $kind.contains("toall") { m(comm) } else { 1 },
+                    n(rc) * m(comm),
+                    Some(sdt),
+                    Some(rdt),
+                );
+            }
+        );
     };
     ($name:ident => $pname:ident, $kind:literal, $rmul:expr, request) => {
-        wrap!($name => $pname, $kind, (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, comm: Comm, req: *mut Req), |c| {
-            let m: fn(Comm) -> u64 = $rmul;
-            (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc) * if $kind.contains("toall") { m(comm) } else { 1 }, n(rc) * m(comm), Some(sdt), Some(rdt));
-            c.new_request = Some(read_req(req));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, comm: Comm, req: *mut Req),
+            |c| {
+                let m: fn(Comm) -> u64 = $rmul;
+                (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (
+                    Some(comm),
+                    n(sc) * if $kind.contains("toall") { m(comm) } else { 1 },
+                    n(rc) * m(comm),
+                    Some(sdt),
+                    Some(rdt),
+                );
+                c.new_request = Some(read_req(req));
+            }
+        );
     };
 }
 two_sided!(MPI_Allgather => PMPI_Allgather, "Allgather", |comm| n(comm_size(comm)));
@@ -170,26 +244,46 @@ two_sided!(MPI_Iallgather => PMPI_Iallgather, "Iallgather", |comm| n(comm_size(c
 two_sided!(MPI_Alltoall => PMPI_Alltoall, "Alltoall", |comm| n(comm_size(comm)));
 two_sided!(MPI_Ialltoall => PMPI_Ialltoall, "Ialltoall", |comm| n(comm_size(comm)), request);
 
-wrap!(MPI_Allgatherv => PMPI_Allgatherv, "Allgatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
-    c.recv_counts = per_member(rcs, comm_size(comm));
-});
-wrap!(MPI_Iallgatherv => PMPI_Iallgatherv, "Iallgatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
-    c.recv_counts = per_member(rcs, comm_size(comm));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Alltoallv => PMPI_Alltoallv, "Alltoallv", (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm), |c| {
-    let m = comm_size(comm);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
-    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
-});
-wrap!(MPI_Ialltoallv => PMPI_Ialltoallv, "Ialltoallv", (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm, req: *mut Req), |c| {
-    let m = comm_size(comm);
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) = (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
-    (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
-    c.new_request = Some(read_req(req));
-});
+wrap!(
+    MPI_Allgatherv => PMPI_Allgatherv, "Allgatherv",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
+        c.recv_counts = per_member(rcs, comm_size(comm));
+    }
+);
+wrap!(
+    MPI_Iallgatherv => PMPI_Iallgatherv, "Iallgatherv",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (Some(comm), n(sc), sum(rcs, comm_size(comm)), Some(sdt), Some(rdt));
+        c.recv_counts = per_member(rcs, comm_size(comm));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Alltoallv => PMPI_Alltoallv, "Alltoallv",
+    (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm),
+    |c| {
+        let m = comm_size(comm);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
+        (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
+    }
+);
+wrap!(
+    MPI_Ialltoallv => PMPI_Ialltoallv, "Ialltoallv",
+    (sb: Buf, scs: Ints, sd: Ints, sdt: Dt, rb: MBuf, rcs: Ints, rd: Ints, rdt: Dt, comm: Comm, req: *mut Req),
+    |c| {
+        let m = comm_size(comm);
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv) =
+            (Some(comm), sum(scs, m), sum(rcs, m), Some(sdt), Some(rdt));
+        (c.send_counts, c.recv_counts) = (per_member(scs, m), per_member(rcs, m));
+        c.new_request = Some(read_req(req));
+    }
+);
 
 /// Rooted: the receive (gather) or send (scatter) side counts only at the root.
 fn at_root(comm: Comm, root: c_int, v: u64) -> u64 {
@@ -200,56 +294,106 @@ fn at_root(comm: Comm, root: c_int, v: u64) -> u64 {
     }
 }
 
-wrap!(MPI_Gather => PMPI_Gather, "Gather", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), at_root(comm, root, n(rc) * n(comm_size(comm))), Some(sdt), Some(rdt), Some(root));
-});
-wrap!(MPI_Igather => PMPI_Igather, "Igather", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), at_root(comm, root, n(rc) * n(comm_size(comm))), Some(sdt), Some(rdt), Some(root));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Gatherv => PMPI_Gatherv, "Gatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm), |c| {
-    let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
-    c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
-});
-wrap!(MPI_Igatherv => PMPI_Igatherv, "Igatherv", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
-    let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
-    c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Scatter => PMPI_Scatter, "Scatter", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), at_root(comm, root, n(sc) * n(comm_size(comm))), n(rc), Some(sdt), Some(rdt), Some(root));
-});
-wrap!(MPI_Iscatter => PMPI_Iscatter, "Iscatter", (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), at_root(comm, root, n(sc) * n(comm_size(comm))), n(rc), Some(sdt), Some(rdt), Some(root));
-    c.new_request = Some(read_req(req));
-});
-wrap!(MPI_Scatterv => PMPI_Scatterv, "Scatterv", (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm), |c| {
-    let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
-    c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
-});
-wrap!(MPI_Iscatterv => PMPI_Iscatterv, "Iscatterv", (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req), |c| {
-    let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
-    (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) = (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
-    c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
-    c.new_request = Some(read_req(req));
-});
+wrap!(
+    MPI_Gather => PMPI_Gather, "Gather",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(sc), at_root(comm, root, n(rc) * n(comm_size(comm))), Some(sdt), Some(rdt), Some(root));
+    }
+);
+wrap!(
+    MPI_Igather => PMPI_Igather, "Igather",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(sc), at_root(comm, root, n(rc) * n(comm_size(comm))), Some(sdt), Some(rdt), Some(root));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Gatherv => PMPI_Gatherv, "Gatherv",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm),
+    |c| {
+        let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
+        c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
+    }
+);
+wrap!(
+    MPI_Igatherv => PMPI_Igatherv, "Igatherv",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rcs: Ints, displs: Ints, rdt: Dt, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        let r = if comm_rank(comm) == root { sum(rcs, comm_size(comm)) } else { 0 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), n(sc), r, Some(sdt), Some(rdt), Some(root));
+        c.recv_counts = if comm_rank(comm) == root { per_member(rcs, comm_size(comm)) } else { None };
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Scatter => PMPI_Scatter, "Scatter",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), at_root(comm, root, n(sc) * n(comm_size(comm))), n(rc), Some(sdt), Some(rdt), Some(root));
+    }
+);
+wrap!(
+    MPI_Iscatter => PMPI_Iscatter, "Iscatter",
+    (sb: Buf, sc: c_int, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), at_root(comm, root, n(sc) * n(comm_size(comm))), n(rc), Some(sdt), Some(rdt), Some(root));
+        c.new_request = Some(read_req(req));
+    }
+);
+wrap!(
+    MPI_Scatterv => PMPI_Scatterv, "Scatterv",
+    (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm),
+    |c| {
+        let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
+        c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
+    }
+);
+wrap!(
+    MPI_Iscatterv => PMPI_Iscatterv, "Iscatterv",
+    (sb: Buf, scs: Ints, displs: Ints, sdt: Dt, rb: MBuf, rc: c_int, rdt: Dt, root: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        let s = if comm_rank(comm) == root { sum(scs, comm_size(comm)) } else { 0 };
+        (c.comm, c.count_send, c.count_recv, c.dt_send, c.dt_recv, c.peer) =
+            (Some(comm), s, n(rc), Some(sdt), Some(rdt), Some(root));
+        c.send_counts = if comm_rank(comm) == root { per_member(scs, comm_size(comm)) } else { None };
+        c.new_request = Some(read_req(req));
+    }
+);
 
 // ---- point-to-point ----------------------------------------------------
 
 macro_rules! send_like {
     ($name:ident => $pname:ident, $kind:literal) => {
-        wrap!($name => $pname, $kind, (buf: Buf, count: c_int, dt: Dt, dest: c_int, tag: c_int, comm: Comm), |c| {
-            (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (Some(comm), n(count), Some(dt), Some(dest), Some(tag));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (buf: Buf, count: c_int, dt: Dt, dest: c_int, tag: c_int, comm: Comm),
+            |c| {
+                (c.comm, c.count_send, c.dt_send, c.peer, c.tag) =
+                    (Some(comm), n(count), Some(dt), Some(dest), Some(tag));
+            }
+        );
     };
     ($name:ident => $pname:ident, $kind:literal, request) => {
-        wrap!($name => $pname, $kind, (buf: Buf, count: c_int, dt: Dt, dest: c_int, tag: c_int, comm: Comm, req: *mut Req), |c| {
-            (c.comm, c.count_send, c.dt_send, c.peer, c.tag) = (Some(comm), n(count), Some(dt), Some(dest), Some(tag));
-            c.new_request = Some(read_req(req));
-        });
+        wrap!(
+            $name => $pname, $kind,
+            (buf: Buf, count: c_int, dt: Dt, dest: c_int, tag: c_int, comm: Comm, req: *mut Req),
+            |c| {
+                (c.comm, c.count_send, c.dt_send, c.peer, c.tag) =
+                    (Some(comm), n(count), Some(dt), Some(dest), Some(tag));
+                c.new_request = Some(read_req(req));
+            }
+        );
     };
 }
 send_like!(MPI_Send => PMPI_Send, "Send");
@@ -261,10 +405,14 @@ send_like!(MPI_Issend => PMPI_Issend, "Issend", request);
 send_like!(MPI_Ibsend => PMPI_Ibsend, "Ibsend", request);
 send_like!(MPI_Irsend => PMPI_Irsend, "Irsend", request);
 
-wrap!(MPI_Irecv => PMPI_Irecv, "Irecv", (buf: MBuf, count: c_int, dt: Dt, source: c_int, tag: c_int, comm: Comm, req: *mut Req), |c| {
-    (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (Some(comm), n(count), Some(dt), Some(source), Some(tag));
-    c.new_request = Some(read_req(req));
-});
+wrap!(
+    MPI_Irecv => PMPI_Irecv, "Irecv",
+    (buf: MBuf, count: c_int, dt: Dt, source: c_int, tag: c_int, comm: Comm, req: *mut Req),
+    |c| {
+        (c.comm, c.count_recv, c.dt_recv, c.peer, c.tag) = (Some(comm), n(count), Some(dt), Some(source), Some(tag));
+        c.new_request = Some(read_req(req));
+    }
+);
 
 /// A status to hand the library: the caller's, or `local` where the caller ignores it.
 fn status_or(st: *mut Status, local: &mut Status) -> *mut Status {
@@ -645,22 +793,38 @@ some_like!(MPI_Testsome => PMPI_Testsome, "Testsome");
 
 // ---- communicators -----------------------------------------------------
 
-wrap!(MPI_Comm_split => PMPI_Comm_split, "Comm_split", (comm: Comm, color: c_int, key: c_int, out: *mut Comm), |c| {
-    (c.comm, c.peer, c.tag) = (Some(comm), Some(color), Some(key));
-    note_new_comm(out);
-});
-wrap!(MPI_Comm_split_type => PMPI_Comm_split_type, "Comm_split_type", (comm: Comm, ty: c_int, key: c_int, info: ffi::MPI_Info, out: *mut Comm), |c| {
-    (c.comm, c.peer, c.tag) = (Some(comm), Some(ty), Some(key));
-    note_new_comm(out);
-});
-wrap!(MPI_Comm_dup => PMPI_Comm_dup, "Comm_dup", (comm: Comm, out: *mut Comm), |c| {
-    c.comm = Some(comm);
-    note_new_comm(out);
-});
-wrap!(MPI_Comm_create => PMPI_Comm_create, "Comm_create", (comm: Comm, group: ffi::MPI_Group, out: *mut Comm), |c| {
-    c.comm = Some(comm);
-    note_new_comm(out);
-});
+wrap!(
+    MPI_Comm_split => PMPI_Comm_split, "Comm_split",
+    (comm: Comm, color: c_int, key: c_int, out: *mut Comm),
+    |c| {
+        (c.comm, c.peer, c.tag) = (Some(comm), Some(color), Some(key));
+        note_new_comm(out);
+    }
+);
+wrap!(
+    MPI_Comm_split_type => PMPI_Comm_split_type, "Comm_split_type",
+    (comm: Comm, ty: c_int, key: c_int, info: ffi::MPI_Info, out: *mut Comm),
+    |c| {
+        (c.comm, c.peer, c.tag) = (Some(comm), Some(ty), Some(key));
+        note_new_comm(out);
+    }
+);
+wrap!(
+    MPI_Comm_dup => PMPI_Comm_dup, "Comm_dup",
+    (comm: Comm, out: *mut Comm),
+    |c| {
+        c.comm = Some(comm);
+        note_new_comm(out);
+    }
+);
+wrap!(
+    MPI_Comm_create => PMPI_Comm_create, "Comm_create",
+    (comm: Comm, group: ffi::MPI_Group, out: *mut Comm),
+    |c| {
+        c.comm = Some(comm);
+        note_new_comm(out);
+    }
+);
 
 /// A communicator just made: its members are recorded now (creation order is the same on every member).
 fn note_new_comm(out: *mut Comm) {

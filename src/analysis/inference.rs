@@ -520,15 +520,25 @@ mod tests {
 
     proptest! {
         #[test]
-        fn probabilities_sum_to_one(rounds in 2usize..7, k in 1usize..7, seed in 0u64..1000, margin in 0.0f64..5.0, vals in proptest::collection::vec(1.0f64..100.0, 42)) {
-            let t: Vec<Vec<f64>> = (0..rounds).map(|r| (0..k).map(|c| vals[(r * k + c) % vals.len()].round()).collect()).collect();
+        fn probabilities_sum_to_one(
+            rounds in 2usize..7,
+            k in 1usize..7,
+            seed in 0u64..1000,
+            margin in 0.0f64..5.0,
+            vals in proptest::collection::vec(1.0f64..100.0, 42),
+        ) {
+            let t: Vec<Vec<f64>> = (0..rounds)
+                .map(|r| (0..k).map(|c| vals[(r * k + c) % vals.len()].round()).collect())
+                .collect();
             let p = rank_probabilities(&t, 300, seed, margin).unwrap();
             prop_assert!((p.p_best.iter().sum::<f64>() - 1.0).abs() < 1e-9);
             prop_assert!((p.p_worst.iter().sum::<f64>() - 1.0).abs() < 1e-9);
         }
 
         #[test]
-        fn the_interval_holds_its_point_and_swapping_sides_mirrors_it(v in proptest::collection::vec((100.0f64..200.0, 100.0f64..200.0), 2..12)) {
+        fn the_interval_holds_its_point_and_swapping_sides_mirrors_it(
+            v in proptest::collection::vec((100.0f64..200.0, 100.0f64..200.0), 2..12),
+        ) {
             let (a, b): (Vec<f64>, Vec<f64>) = v.into_iter().unzip();
             let x = paired(&a, &b, 0.95).unwrap();
             let y = paired(&b, &a, 0.95).unwrap();

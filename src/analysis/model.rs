@@ -262,7 +262,10 @@ pub struct RankModel {
     pub sigma_log: f64,
     /// Its degrees of freedom.
     pub sigma_df: u32,
-    /// Posterior median of the between-configuration spread (log scale); near 0 means the data cannot tell the configurations apart.
+    #[doc = concat!(
+        "Posterior median of the between-configuration spread (log scale); ",
+        "near 0 means the data cannot tell the configurations apart."
+    )]
     pub tau_median_log: f64,
     /// Percent within which configurations share best/worst in a draw (the minimum effect); also the scale of the
     /// half-Cauchy prior on the spread, ln(1 + this/100) (a uniform prior when 0).
@@ -330,7 +333,10 @@ pub struct ControlResult {
     pub observed: String,
     /// Behaved, misbehaved or inconclusive.
     pub outcome: ControlOutcome,
-    /// When inconclusive: rounds that would resolve it with 80% power at the noise observed (absent: more than the tool suggests, or never).
+    #[doc = concat!(
+        "When inconclusive: rounds that would resolve it with 80% power at the noise observed ",
+        "(absent: more than the tool suggests, or never)."
+    )]
     pub rounds_to_resolve: Option<u32>,
     /// Two-sided level of the interval the control was judged on (A/A: [`AaFamily`]'s rule;
     /// known-bad: its phase's pair level; absent for the injected-skew detector, which reads no interval).

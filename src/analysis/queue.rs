@@ -373,7 +373,11 @@ mod tests {
             think in 0.0f64..10.0,
             seed in 0u64..1000,
         ) {
-            let load = if closed { Load::Closed { clients, think_ms: think } } else { open(if poisson { Arrival::Poisson } else { Arrival::Fixed }, interval, seed) };
+            let load = if closed {
+                Load::Closed { clients, think_ms: think }
+            } else {
+                open(if poisson { Arrival::Poisson } else { Arrival::Fixed }, interval, seed)
+            };
             let r = simulate(&service, load, requests, None, None).unwrap();
             if r.horizon_ms > 0.0 {
                 prop_assert!((r.mean_in_system - r.lambda_w).abs() <= 1e-9 * r.lambda_w.abs().max(1e-300), "L {} vs \

@@ -394,7 +394,12 @@ mod tests {
         #[test]
         fn identical_orderings_agree_fully(v in proptest::collection::vec(0.0f64..1e6, 2..9)) {
             let mut seen = std::collections::BTreeSet::new();
-            let p: Vec<ConfigSummary> = v.iter().enumerate().filter(|(_, x)| seen.insert(x.to_bits())).map(|(i, &m)| s(&format!("c{i}"), m, None)).collect();
+            let p: Vec<ConfigSummary> = v
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| seen.insert(x.to_bits()))
+                .map(|(i, &m)| s(&format!("c{i}"), m, None))
+                .collect();
             prop_assume!(p.len() >= 2);
             let t: Vec<ConfigSummary> = p.iter().map(|c| s(&c.config, c.median_us * 3.0 + 7.0, None)).collect();
             let r = compare(&p, &t, TiePolicy::Strict, "").unwrap();

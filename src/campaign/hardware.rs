@@ -228,7 +228,12 @@ fn shown(v: Option<&str>) -> String {
         None => "nothing".to_string(),
         Some(s) if s.chars().count() > 100 => {
             let head: String = s.chars().take(60).collect();
-            format!("{head:?}… ({} characters, SHA-256 {})", s.chars().count(), &fsutil::sha256_hex(s.as_bytes())[..12])
+            format!(
+                "{head:?}… ({} characters, \
+                 SHA-256 {})",
+                s.chars().count(),
+                &fsutil::sha256_hex(s.as_bytes())[..12]
+            )
         }
         Some(s) => format!("{s:?}"),
     }

@@ -924,8 +924,12 @@ pub fn render(r: &VerifyReport) -> String {
         let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
         let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
         for c in &failed {
-            let _ =
-                writeln!(s, "    FAILED {} (guards {}): {} — tolerance {}", c.name, c.guards, c.measured, c.tolerance);
+            let _ = writeln!(
+                s,
+                "    FAILED {} (guards {}): {} \
+                 — tolerance {}",
+                c.name, c.guards, c.measured, c.tolerance
+            );
         }
         for u in &v.unjudged {
             let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);

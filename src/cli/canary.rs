@@ -160,7 +160,11 @@ pub struct ImportRunArgs {
     pub run_dir: PathBuf,
     /// The phase whose collectives become the trace.
     // parsed by `FromStr`, not `ValueEnum`: help lists no values and an unknown phase names the known ones
-    #[arg(long, default_value = "blocking", value_parser = <crate::core::workload::Phase as std::str::FromStr>::from_str)]
+    #[arg(
+        long,
+        default_value = "blocking",
+        value_parser = <crate::core::workload::Phase as std::str::FromStr>::from_str
+    )]
     pub phase: Phase,
     /// Communication trace to write (never overwritten).
     #[arg(short = 'o', long = "out", alias = "output")]

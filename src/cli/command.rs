@@ -152,14 +152,23 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     let m = t.mpi.as_ref().context("import mpi wrote no mpi section")?;
     if a.json {
         let per_rank: Vec<serde_json::Value> = (0..m.calls.len())
-            .map(|k| serde_json::json!({"rank": k, "calls": m.calls[k], "left_out": m.left_out[k], "collectives": t.ranks[k].collectives.len()}))
+            .map(|k| {
+                serde_json::json!({
+                    "rank": k,
+                    "calls": m.calls[k],
+                    "left_out": m.left_out[k],
+                    "collectives": t.ranks[k].collectives.len()
+                })
+            })
             .collect();
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "ranks": per_rank,
+                "left_out_reasons": m.left_out_reasons,
+                "incomplete": m.incomplete
+            }))?
         )?;
     } else {
         write!(out, "{}", render_counts(&t))?;

@@ -971,7 +971,11 @@ mod tests {
                 delays.iter().enumerate().map(|(i, &(fwd, back))| {
                     let d = start_d + i as f64 * 20_000.0;
                     let h = h0 + d * rate;
-                    DeviceRoundTrip { host_before_ns: (h - fwd as f64).floor() as u64, host_after_ns: (h + back as f64).ceil() as u64, device_ns: d - start_d }
+                    DeviceRoundTrip {
+                        host_before_ns: (h - fwd as f64).floor() as u64,
+                        host_after_ns: (h + back as f64).ceil() as u64,
+                        device_ns: d - start_d,
+                    }
                 }).collect()
             };
             let a = estimate_device_anchor(&window(0.0)).unwrap();

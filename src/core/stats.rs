@@ -82,12 +82,16 @@ mod tests {
     proptest! {
         #[test]
         fn selection_gives_the_sorted_figures(
-            v in proptest::collection::vec(prop_oneof![-1e3f64..1e3, Just(0.0), Just(-0.0), Just(5.0)], 0..300), p in 0.1f64..100.0
+            v in proptest::collection::vec(prop_oneof![-1e3f64..1e3, Just(0.0), Just(-0.0), Just(5.0)], 0..300),
+            p in 0.1f64..100.0
         ) {
             let (mut a, mut b) = (v.clone(), v.clone());
             prop_assert_eq!(median_unsorted(&mut a).map(f64::to_bits), median(&mut b).map(f64::to_bits));
             let (mut a, mut b) = (v.clone(), v);
-            prop_assert_eq!(percentile_nearest_rank_unsorted(&mut a, p).map(f64::to_bits), percentile_nearest_rank(&mut b, p).map(f64::to_bits));
+            prop_assert_eq!(
+                percentile_nearest_rank_unsorted(&mut a, p).map(f64::to_bits),
+                percentile_nearest_rank(&mut b, p).map(f64::to_bits)
+            );
         }
 
         #[test]

@@ -409,10 +409,13 @@ mod tests {
 
     #[test]
     fn json_file_version_3() {
-        let j = r#"{"version":3,"args":["/x/all_reduce_perf","-b","8"],"env":[],"nccl_version":22803,
+        let j = concat!(
+            r#"{"version":3,"args":["/x/all_reduce_perf","-b","8"],"env":[],"nccl_version":22803,
           "results":[{"size":8,"count":2,"type":"float","redop":"sum","root":"    -1",
             "out_of_place":{"time":9.5,"alg_bw":0.0,"bus_bw":0.0,"nwrong":0.0},
-            "in_place":{"time":"nan","alg_bw":0.0,"bus_bw":0.0,"nwrong":null},"actual_iterations":20,"experiment_name":""}]}"#;
+            "in_place":{"time":"nan","alg_bw":0.0,"bus_bw":0.0,"nwrong":null},"#,
+            r#""actual_iterations":20,"experiment_name":""}]}"#
+        );
         let t = parse(j, "a.json").unwrap();
         assert_eq!(t.program.as_deref(), Some("all_reduce_perf"));
         assert_eq!(t.rows[0].root, -1);

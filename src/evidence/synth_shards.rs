@@ -73,7 +73,8 @@ pub fn write_run(
     let tokens = u32::try_from(collectives / u64::from(layers)).expect("checked above");
     let workload: WorkloadSpec = serde_json::from_value(serde_json::json!({
         "phases": ["blocking"], "tokens": tokens, "warmup_tokens": 0, "layers": layers, "sizes_bytes": SIZES,
-        "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4
+        "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0,
+        "fill_residual": "carry", "membound_bytes": 4
     }))
     .context("the generated workload")?;
     let started_unix_ms = unix_ms();

@@ -317,8 +317,12 @@ fn summarize_cuda_size(variants: &[&str], reps: &[std::collections::BTreeMap<&st
                 "host_overhead_us_p90": q(1),
                 "host_overhead_us_p99": q(2),
                 "bare_host_iter_us_p50": dist(reps.iter().map(|r| r["bare"].host_iter_us[0]).collect()),
-                "device_inflation_ratio": dist(reps.iter().map(|r| r[v].device_per_collective_us / r["bare"].device_per_collective_us).collect()),
-                "bare_device_per_collective_us": dist(reps.iter().map(|r| r["bare"].device_per_collective_us).collect()),
+                "device_inflation_ratio": dist(
+                    reps.iter().map(|r| r[v].device_per_collective_us / r["bare"].device_per_collective_us).collect()
+                ),
+                "bare_device_per_collective_us": dist(
+                    reps.iter().map(|r| r["bare"].device_per_collective_us).collect()
+                ),
                 "device_interval_median_us": dist(reps.iter().filter_map(|r| r[v].device_interval_median_us).collect()),
             }),
         );

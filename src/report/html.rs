@@ -27,20 +27,28 @@ pub fn escape(s: &str) -> String {
     o
 }
 
-const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px;color:#1b1b1b}\
-h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}\
-pre{background:#f6f6f6;padding:10px;overflow-x:auto;font-size:12.5px}\
-table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}\
-th{background:#eef2f7;cursor:pointer;user-select:none}th.sorted-asc::after{content:' \\25B2'}th.sorted-desc::after{content:' \\25BC'}\
-td.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00020;font-weight:600}.ok{color:#136f2d}\
-figure{margin:12px 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}.small{color:#555;font-size:12px}";
+const STYLE: &str = concat!(
+    "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px;color:#1b1b1b}",
+    "h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}",
+    "pre{background:#f6f6f6;padding:10px;overflow-x:auto;font-size:12.5px}",
+    "table{border-collapse:collapse;margin:8px 0}",
+    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}",
+    "th{background:#eef2f7;cursor:pointer;user-select:none}th.sorted-asc::after{content:' \\25B2'}",
+    "th.sorted-desc::after{content:' \\25BC'}td.num{text-align:right;font-variant-numeric:tabular-nums}",
+    ".bad{color:#b00020;font-weight:600}.ok{color:#136f2d}figure{margin:12px 0}",
+    "figure svg{max-width:100%;height:auto;border:1px solid #eee}.small{color:#555;font-size:12px}",
+);
 
-const SORT_SCRIPT: &str = "document.querySelectorAll('table.sortable \
-    th').forEach(function(th,col){th.addEventListener('click',function(){\
-var t=th.closest('table'),b=t.tBodies[0],rows=Array.from(b.rows),asc=!th.classList.contains('sorted-asc');\
-t.querySelectorAll('th').forEach(function(h){h.classList.remove('sorted-asc','sorted-desc')});th.classList.add(asc?'sorted-asc':'sorted-desc');\
-rows.sort(function(x,y){var a=x.cells[col].dataset.v||x.cells[col].textContent,c=y.cells[col].dataset.v||y.cells[col].textContent,\
-p=parseFloat(a),q=parseFloat(c),r=(isNaN(p)||isNaN(q))?a.localeCompare(c):p-q;return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})});";
+const SORT_SCRIPT: &str = concat!(
+    "document.querySelectorAll('table.sortable th').forEach(function(th,col){th.addEventListener('click',",
+    "function(){var t=th.closest('table'),b=t.tBodies[0],rows=Array.from(b.rows),",
+    "asc=!th.classList.contains('sorted-asc');t.querySelectorAll('th').forEach(function(h){",
+    "h.classList.remove('sorted-asc','sorted-desc')});th.classList.add(asc?'sorted-asc':'sorted-desc');",
+    "rows.sort(function(x,y){var a=x.cells[col].dataset.v||x.cells[col].textContent,",
+    "c=y.cells[col].dataset.v||y.cells[col].textContent,p=parseFloat(a),q=parseFloat(c),",
+    "r=(isNaN(p)||isNaN(q))?a.localeCompare(c):p-q;return asc?r:-r});rows.forEach(function(r){",
+    "b.appendChild(r)})})});",
+);
 
 /// One cell of a [`table`]: its text, and a number to sort by where it has one.
 pub type Cell = (String, Option<f64>);
@@ -50,7 +58,8 @@ pub fn document(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
             content=\"width=device-width\">\
-         <title>{0}</title><style>{STYLE}</style></head><body>\n<h1>{0}</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
+         <title>{0}</title><style>{STYLE}</style></head><body>\n\
+         <h1>{0}</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         escape(title)
     )
 }
@@ -143,7 +152,17 @@ pub fn page(r: &Report, plots: &[(String, String)], evidence: &[(String, String)
         table(
             &mut o,
             &format!("ranking-{}", p.phase.name()),
-            &["rank", "config", "jobs", "median µs", "IQR µs", "p99 µs", "P(best)", "P(worst)", "decided faster than"],
+            &[
+                "rank",
+                "config",
+                "jobs",
+                "median \u{b5}s",
+                "IQR \u{b5}s",
+                "p99 \u{b5}s",
+                "P(best)",
+                "P(worst)",
+                "decided faster than",
+            ],
             &rows,
         );
     }

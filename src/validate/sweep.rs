@@ -73,7 +73,13 @@ pub mod by_name {
         fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             let one_of: Vec<serde_json::Value> = kinds()
                 .into_iter()
-                .map(|k| serde_json::json!({"description": format!("{}.", k.kind().row().sweep_help.unwrap_or_default()), "type": "string", "const": name(k)}))
+                .map(|k| {
+                    serde_json::json!({
+                        "description": format!("{}.", k.kind().row().sweep_help.unwrap_or_default()),
+                        "type": "string",
+                        "const": name(k)
+                    })
+                })
                 .collect();
             schemars::json_schema!({"description": "A swept collective, by validate's kebab-case name of the \
                 kind.", "oneOf": one_of})

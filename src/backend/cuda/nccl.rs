@@ -111,7 +111,8 @@ pub mod sys {
     pub(crate) type CommGetAsyncError = unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult;
     /// `NCCL_SPLIT_NOCOLOR`: this rank joins no new communicator.
     pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
-    /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
+    /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+    /// cudaStream_t)`.
     pub(crate) type ReduceScatter = unsafe extern "C" fn(
         *const std::ffi::c_void,
         *mut std::ffi::c_void,
@@ -156,7 +157,8 @@ pub mod sys {
         unsafe extern "C" fn(*mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
     /// `ncclGroupStart()` and `ncclGroupEnd()`.
     pub type Group = unsafe extern "C" fn() -> NcclResult;
-    /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null config inherits the parent's).
+    /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null
+    /// config inherits the parent's).
     pub(crate) type CommSplit =
         unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
 }

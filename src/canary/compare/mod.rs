@@ -73,7 +73,10 @@ pub struct Unjudged {
 pub struct DecisionCost {
     /// Rounds from which on the source decides every pair it decides with all its rounds.
     pub source_rounds: Option<usize>,
-    /// Rounds from which on the candidate decides those pairs as the source does (absent when it never did); pairs the source leaves undecided do not count.
+    #[doc = concat!(
+        "Rounds from which on the candidate decides those pairs as the source does (absent when it never did); ",
+        "pairs the source leaves undecided do not count."
+    )]
     pub candidate_rounds: Option<usize>,
     /// Replay seconds of the source over those rounds, all configurations.
     pub source_replay_s: Option<f64>,
@@ -92,11 +95,17 @@ pub struct TruthJudgement {
     pub pick: String,
     /// Its regret on the real job (labels are configuration names).
     pub regret: Regret,
-    /// Leading rounds from which on the variant decides every pair the job decides, as the job does (absent: not in these rounds).
+    #[doc = concat!(
+        "Leading rounds from which on the variant decides every pair the job decides, as the job does ",
+        "(absent: not in these rounds)."
+    )]
     pub rounds_to_truth: Option<usize>,
     /// The variant's replay seconds over those rounds, every configuration.
     pub replay_s_to_truth: Option<f64>,
-    /// The job's seconds to decide what it decides over the variant's seconds (how many times cheaper the variant decided).
+    #[doc = concat!(
+        "The job's seconds to decide what it decides over the variant's seconds ",
+        "(how many times cheaper the variant decided)."
+    )]
     pub truth_per_variant: Option<f64>,
 }
 

@@ -209,7 +209,13 @@ impl schemars::JsonSchema for SweepKind {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let one_of: Vec<serde_json::Value> = SWEPT
             .iter()
-            .map(|k| serde_json::json!({"description": format!("{}.", k.0.row().sweep_help.unwrap_or_default()), "type": "string", "const": k.name()}))
+            .map(|k| {
+                serde_json::json!({
+                    "description": format!("{}.", k.0.row().sweep_help.unwrap_or_default()),
+                    "type": "string",
+                    "const": k.name()
+                })
+            })
             .collect();
         schemars::json_schema!({"description": sweep_kind_doc!(), "oneOf": one_of})
     }

@@ -387,7 +387,8 @@ mod tests {
         assert!(check_record_counts(&v(CollectiveKind::Gather, (2, 3), (None, Some(vec![1, 2]))), 2).is_ok());
         assert!(check_record_counts(&v(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)), 2).is_ok());
         // a count list that overflows when summed is refused, never wrapped
-        assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 0), (None, Some(vec![u64::MAX, 1]))), 2).is_err());
+        let overflowing = v(CollectiveKind::AllGather, (1, 0), (None, Some(vec![u64::MAX, 1])));
+        assert!(check_record_counts(&overflowing, 2).is_err());
         // splits on a kind that has none are refused
         assert!(check_record_counts(&v(CollectiveKind::Broadcast, (2, 2), (Some(vec![1, 1]), None)), 2).is_err());
     }

@@ -383,7 +383,10 @@ pub struct P2pReport {
     pub bytes_sent: u64,
     /// Receives whose length and bytes were checked against their matching send (`--check`); absent without it.
     pub receives_checked: Option<u64>,
-    /// Receives not checked: a wildcard whose match the capture did not read (Fortran callers), and every later receive of the rank.
+    #[doc = concat!(
+        "Receives not checked: a wildcard whose match the capture did not read (Fortran callers), ",
+        "and every later receive of the rank."
+    )]
     pub receives_unmatched: u64,
     /// Nonblocking receives that completed with an empty status (cancelled,
     /// or without a message): counted among the receives, not replayed.

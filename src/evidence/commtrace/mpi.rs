@@ -398,10 +398,14 @@ pub fn capture_from_fuzz_input(data: &[u8]) -> Option<Vec<u8>> {
     }
     let (counts, body) = rest.split_at(5);
     let world = 1 + u32::from(counts[4] % 2);
-    let header = serde_json::json!({"format_version": CAPTURE_FORMAT_VERSION, "tool": "fuzz", "run_id": "r", "world_rank": 0, "world_size": world,
+    let header = serde_json::json!({
+        "format_version": CAPTURE_FORMAT_VERSION, "tool": "fuzz", "run_id": "r", "world_rank": 0, "world_size": world,
         "host": "h", "pid": 1, "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0,
-        "calls": ["MPI_Allreduce", "MPI_Iallreduce", "MPI_Wait", "MPI_Bcast", "MPI_Send", "MPI_Recv", "MPI_Barrier", "MPI_Waitall",
-            "Allgatherv", "Alltoallv", "Gatherv", "Scatterv", "Reduce_scatter", "Scan", "Iexscan", "Wait"]})
+        "calls": [
+            "MPI_Allreduce", "MPI_Iallreduce", "MPI_Wait", "MPI_Bcast", "MPI_Send", "MPI_Recv", "MPI_Barrier",
+            "MPI_Waitall", "Allgatherv", "Alltoallv", "Gatherv", "Scatterv", "Reduce_scatter", "Scan", "Iexscan", "Wait"
+        ]
+    })
     .to_string();
     let cut1 = (usize::from(counts[3]) * body.len() / 255).min(body.len());
     let (a, b) = body.split_at(cut1);
@@ -1145,8 +1149,11 @@ mod tests {
         blocks: &[Vec<(u8, Vec<u8>)>],
         trailer: bool,
     ) -> Vec<u8> {
-        let h = serde_json::json!({"format_version": version, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world, "host": "h", "pid": 1,
-            "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0, "init_realtime_ns": 0, "calls": calls})
+        let h = serde_json::json!({
+            "format_version": version, "tool": "t", "run_id": run, "world_rank": rank, "world_size": world,
+            "host": "h", "pid": 1, "argv": [], "clock": "CLOCK_MONOTONIC", "init_monotonic_ns": 0,
+            "init_realtime_ns": 0, "calls": calls
+        })
         .to_string();
         let payloads: Vec<(u32, Vec<u8>)> = blocks
             .iter()

@@ -45,7 +45,10 @@ pub(crate) struct ReplayFile {
     pub header: ReplayHeader,
     /// One record per collective of the timed pass.
     pub records: Vec<exec::ExecRecord>,
-    /// The timed pass's point-to-point operations (an MPI capture's `mpi.p2p`, on the cpu backend); absent where none ran.
+    #[doc = concat!(
+        "The timed pass's point-to-point operations (an MPI capture's `mpi.p2p`, on the cpu backend); ",
+        "absent where none ran."
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p2p: Option<exec::P2pReport>,
     /// The timed pass's nonblocking collectives (an MPI capture's, on the cpu backend); absent where none ran.

@@ -262,18 +262,25 @@ mod fixtures {
     /// kernels (correlation ids descending, so that order comes from them)
     /// and, if `anchored`, a kernel anchor.
     pub(super) fn shard_with_kernels(n: u64, k: u64, anchored: bool) -> Shard {
-        let anchor = serde_json::json!({"error_ns": 1200, "globaltimer_bound_ns": 800.0, "cupti_offset_bound_ns": 368.0,
+        let anchor = serde_json::json!({
+            "error_ns": 1200, "globaltimer_bound_ns": 800.0, "cupti_offset_bound_ns": 368.0,
             "globaltimer_resolution_ns": 32, "best_round_trip_ns": 1700, "round_trips": 256, "stamp_kernels": 8,
-            "cupti_minus_globaltimer_ns": -205000.0, "cupti_own_minus_anchored_ns": null});
-        let phase = serde_json::json!({"phase": "blocking", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": 2300,
-            "quantum_ns": null, "trace": null, "collectives": n, "kernel_anchor": if anchored { anchor } else { serde_json::Value::Null }});
+            "cupti_minus_globaltimer_ns": -205000.0, "cupti_own_minus_anchored_ns": null
+        });
+        let phase = serde_json::json!({
+            "phase": "blocking", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": 2300,
+            "quantum_ns": null, "trace": null, "collectives": n,
+            "kernel_anchor": if anchored { anchor } else { serde_json::Value::Null }
+        });
         let collectives = (0..n)
             .map(|seq| {
-                serde_json::from_value(serde_json::json!({"phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
+                serde_json::from_value(serde_json::json!({
+                    "phase": "blocking", "kind": "all_reduce", "group": 0, "seq": seq, "bytes": 4,
                     "dtype": "f32", "token": 0, "layer": seq, "iter": null, "warmup": false, "host_issue_ns": 10 * seq,
                     "host_return_ns": 10 * seq + 1, "wait_start_ns": 10 * seq + 1, "wait_end_ns": 10 * seq + 2,
-                    "device_start_ns": 100 * seq, "device_end_ns": 100 * seq + 50, "injected_delay_ns": null, "replay": null,
-                    "fill": null, "checked": false}))
+                    "device_start_ns": 100 * seq, "device_end_ns": 100 * seq + 50, "injected_delay_ns": null,
+                    "replay": null, "fill": null, "checked": false
+                }))
                 .unwrap()
             })
             .collect();

@@ -90,12 +90,15 @@ pub(crate) fn test_header(backend: &str, phases: serde_json::Value) -> ShardHead
         "device": {"backend": backend, "name": "x", "facts": []},
         "identity": {"host": "h", "kernel": null, "cpu_model": null, "mpi_library": null, "mpi_standard": "3.1",
             "world_rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "cpu_affinity": null,
-            "numa_mems": null, "env": [], "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
+            "numa_mems": null, "env": [],
+            "tool": {"version": "0", "git_commit": "c", "git_tree": "clean", "binary_sha256": null}},
         "identity_sha256": "d", "groups": [{"id": 0, "members": [0]}],
         "workload": {"phases": ["blocking"], "tokens": 1, "warmup_tokens": 0, "layers": 1, "sizes_bytes": [4],
-            "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0, "fill_residual": "carry", "membound_bytes": 4},
+            "gemm": {"m": 1, "n": 1, "k": 1}, "iters": 1, "warmup_iters": 0, "check": 0,
+            "fill_residual": "carry", "membound_bytes": 4},
         "clock": null, "clock_injections": [], "clock_anchor_true_ns": 0, "delay_injection": null,
-        "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1}, "unmeasured": [], "phases": phases, "started_unix_ms": 0
+        "cold_start": {"mpi_init_ns": null, "backend_init_ns": 1},
+        "unmeasured": [], "phases": phases, "started_unix_ms": 0
     }))
     .expect("a valid test header")
 }
