@@ -71,9 +71,7 @@ impl<B: Backend> Runner<'_, B> {
                 let warmup = it < spec.warmup_iters;
                 let iter = if warmup { it } else { it - spec.warmup_iters };
                 let checked = has_result && !warmup && self.checked_in_phase < spec.check;
-                let counter = self.op_seq.entry((group, None)).or_insert(0);
-                let seq = *counter;
-                *counter += 1;
+                let seq = self.group_seq(group);
                 let host_issue_ns = self.clock.now_ns();
                 self.backend.enqueue(Call::Trace { index: i, c, op, check: checked }, Timing::HostWait)?;
                 let end_ns = self.clock.now_ns();
