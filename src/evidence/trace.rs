@@ -595,7 +595,7 @@ fn first_key_is_comm_trace(text: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::evidence::commtrace::{self, CommTrace};
     use crate::evidence::shard;
@@ -612,7 +612,7 @@ mod tests {
     /// A 4-rank trace: tensor-parallel groups of 2 and the world. Rank 0
     /// records an all-reduce on its TP group, one on the world and a
     /// broadcast from rank 0 on the world, each 1 µs after the previous.
-    fn four_rank_trace() -> CommTrace {
+    pub(crate) fn four_rank_trace() -> CommTrace {
         use crate::evidence::commtrace::*;
         let groups = vec![
             TraceGroup { name: "0".into(), desc: Some("default_pg".into()), members: vec![0, 1, 2, 3] },
@@ -744,7 +744,7 @@ mod tests {
     /// A 2-rank MPI trace, each rank: Irecv (call 0, at 100, completed by
     /// call 2 at 150), Send (call 1, 110 to 120), an all-reduce (call 3, 200
     /// to 250), a Sendrecv (call 4, 300 to 320), all with the other rank.
-    fn mpi_trace() -> CommTrace {
+    pub(crate) fn mpi_trace() -> CommTrace {
         use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
         use crate::evidence::commtrace::*;
         let op = |call, name: &str, dir: &str, peer, elems, request, post_ns, complete_ns, done| MpiP2p {

@@ -36,6 +36,7 @@ pub(crate) enum Logged {
     Check(bool, bool),
     Barrier(String),
     Prepare(usize),
+    Graph(GraphStep),
 }
 
 /// The mock: `back_to_back` chooses the isolated phase's path, `device` whether
@@ -49,6 +50,9 @@ pub(crate) struct MockBackend {
     marks_in_pass: usize,
     prepared: usize,
     p2p: bool,
+    rank: u32,
+    world_size: u32,
+    capturing: bool,
 }
 
 impl MockBackend {
@@ -62,14 +66,23 @@ impl MockBackend {
             marks_in_pass: 0,
             prepared: 0,
             p2p: false,
+            rank: 0,
+            world_size: 1,
+            capturing: false,
         }
+    }
+
+    /// The mock as rank `rank` of `world_size` (it still runs nothing).
+    pub fn with_rank(mut self, rank: u32, world_size: u32) -> Self {
+        (self.rank, self.world_size) = (rank, world_size);
+        self
     }
 }
 
 impl Backend for MockBackend {
     fn info(&self) -> BackendInfo {
         let kind = if self.device { BackendKind::Cuda } else { BackendKind::Cpu };
-        BackendInfo { kind, rank: 0, world_size: 1, back_to_back: self.back_to_back }
+        BackendInfo { kind, rank: self.rank, world_size: self.world_size, back_to_back: self.back_to_back }
     }
 
     fn device(&self) -> DeviceIdentity {
@@ -95,7 +108,7 @@ impl Backend for MockBackend {
             Call::World { kind, bytes, .. } => {
                 self.log.push(Logged::World(kind.name(), bytes, timing));
                 self.outstanding = timing == Timing::Async;
-                if timing != Timing::Untimed {
+                if timing != Timing::Untimed && !self.capturing {
                     self.timed_in_pass += 1;
                 }
             }
@@ -174,8 +187,23 @@ impl Backend for MockBackend {
         Ok(check.then_some(0))
     }
 
-    fn graph(&mut self, _step: GraphStep) -> BackendResult<Option<(u64, u64)>> {
-        Err(BackendError::Unsupported("the mock backend has no graphs".into()))
+    fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>> {
+        if !self.device {
+            return Err(BackendError::Unsupported("the mock backend has graphs only as a device".into()));
+        }
+        self.log.push(Logged::Graph(step));
+        self.capturing = match step {
+            GraphStep::Begin => true,
+            GraphStep::End => false,
+            _ => self.capturing,
+        };
+        Ok(match step {
+            GraphStep::Calls { n, .. } => {
+                self.timed_in_pass += n as usize;
+                Some((1, 2))
+            }
+            _ => None,
+        })
     }
 
     fn barrier(&mut self, what: &str, _phase: &str, _timeout: Option<Duration>) -> anyhow::Result<()> {

@@ -8,6 +8,8 @@
 //! point-to-point steps run as [`crate::backend::Call::Trace`] and [`crate::backend::Call::P2pStep`],
 //! prepared once before the first trace phase (graph mode refuses them). Blocking vocabulary (host
 //! blocking, stream dependency, device synchronization): docs/METHODS.md, "Phase runner".
+#[cfg(test)]
+mod golden;
 mod graph;
 mod isolated;
 mod issue;
