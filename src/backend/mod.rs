@@ -18,8 +18,8 @@ use crate::core::collective::CollectiveKind;
 use crate::core::workload::{GemmShape, ReduceOp, WorkloadSpec};
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
+use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Dtype, KernelAnchor, KernelKind, Unmeasured};
-use crate::evidence::trace::SourceTrace;
 use std::time::Duration;
 
 /// Device-side interval of a collective, mapped onto the host timeline.
@@ -97,20 +97,18 @@ impl BackendPlan {
     /// What `spec` needs when its traced phases walk `trace`, whose
     /// all-reduces may be larger than the workload's own (its other
     /// collectives have their own buffers, [`Backend::prepare`]).
-    pub fn for_spec_and_trace(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> Self {
+    pub fn for_spec_and_trace(spec: &WorkloadSpec, trace: Option<&Schedule>) -> Self {
         let mut p = Self::for_spec(spec);
-        p.max_bytes = p
-            .max_bytes
-            .max(trace.and_then(|t| t.entries.iter().filter(|e| e.op.is_none()).map(|e| e.bytes).max()).unwrap_or(0));
+        p.max_bytes = p.max_bytes.max(trace.map_or(0, Schedule::world_max_bytes));
         p
     }
 
     /// Timing events one pass may record: the workload's own, or a trace
     /// file's whole walk (up to 6 per collective, 2 per token, and margin),
     /// whichever is more.
-    pub fn device_events_per_pass(spec: &WorkloadSpec, trace: Option<&SourceTrace>) -> usize {
+    pub fn device_events_per_pass(spec: &WorkloadSpec, trace: Option<&Schedule>) -> usize {
         spec.device_events_per_pass()
-            .max(trace.map_or(0, |t| t.entries.len() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
+            .max(trace.map_or(0, |t| t.calls().count() * 6 + 2 * (spec.tokens + spec.warmup_tokens) as usize + 64))
     }
 
     /// Largest `m x k` (activations in) and `m x n` (activations out) over the GEMM shapes.

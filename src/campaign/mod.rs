@@ -73,7 +73,7 @@ fn checked_trace(spec: &spec::CampaignSpec, spec_path: &Path, field: &str, rel: 
             .map_err(|e| refuse(Code::BadSpec, format!("{field}: {e:#}")))?;
     }
     for rank in 0..spec.ranks {
-        trace::comm_trace_entries(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only)
+        trace::comm_trace_schedule(&t, &src, sha256.clone(), rank, spec.ranks, (0, 1), allreduce_only)
             .map_err(bad_spec)?;
     }
     Ok((bytes, sha256))

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod join;
 pub mod nccl_tests;
 pub mod run;
+pub mod schedule;
 pub mod shard;
 pub mod stalls;
 pub mod synth_shards;

@@ -1,127 +1,54 @@
-//! Source traces for `replay`, `fill`, `overlap` and the ablations.
+//! Source traces for `replay`, `fill`, `overlap` and the ablations, as [`Schedule`]s.
 //!
 //! Consumes this run's `blocking` events on this rank, a joined trace file
 //! (`commcanary join --events-out`), or a communication trace written by
-//! `commcanary import`. Produces, per collective in order, its size, dtype,
-//! token/layer position, the gap before it and (imported traces) the compute
-//! in that gap: a world all-reduce, or a [`TraceOp`] for the backend's trace
-//! executor ([`TraceOps`]), with an MPI capture's point-to-point program
-//! ([`TraceP2p`]) between them. Refuses a joined file without `blocking`
+//! `commcanary import`. Produces per collective in order its gap, the compute
+//! the source ran in it (imported traces) and its call: a world all-reduce, or
+//! a [`Prepared`] collective on its own group, with an MPI capture's
+//! point-to-point steps between them. Refuses a joined file without `blocking`
 //! events or with undecodable lines, another world size, a trace without
 //! times, and (UNSUPPORTED_OPERATION) what a shard cannot hold or the phases
 //! cannot run. Method: docs/METHODS.md, "Source traces for the phases".
-use crate::core::collective::{self, Buffers};
+use crate::core::collective::{Buffers, TraceDtype};
 use crate::core::fsutil;
 use crate::core::limits::{check_replay_gaps, open_regular, read_bounded, MAX_TEXT_TABLE_BYTES};
 use crate::core::refusal::Code;
-use crate::core::workload::{self, Phase};
+use crate::core::workload::{self, Phase, ReduceOp};
 use crate::evidence::commtrace::p2p::{self, P2pPlan};
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::join::JoinedCollective;
-use crate::evidence::shard::{
-    CollectiveEvent, CollectiveKind, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount,
-};
+use crate::evidence::schedule::{CallStep, Issue, Prepared, Schedule, Step, Target};
+use crate::evidence::shard::{CollectiveEvent, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
+use std::sync::Arc;
 
-/// One collective of a source trace.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GapEntry {
-    /// Token index in the source.
-    pub token: Option<u32>,
-    /// Layer index in the source.
-    pub layer: Option<u32>,
-    /// Warm-up in the source.
-    pub warmup: bool,
-    /// Message size.
-    pub bytes: u64,
-    /// Element type (a world all-reduce's, `op` `None`, is f32 or bf16).
-    pub dtype: collective::TraceDtype,
-    /// Gap before issue.
-    pub gap_ns: u64,
-    /// Compute the source ran in that gap, where it recorded it (an imported
-    /// trace: its kernels' durations, at most the gap); `fill` and `overlap`
-    /// then place this much calibrated compute instead of the whole gap.
-    pub compute_ns: Option<u64>,
-    /// An imported trace's collective that is not a world all-reduce: run
-    /// through the backend's trace executor on its own group. `None`: the
-    /// backend's all-reduce on the world communicator (group 0).
-    pub op: Option<TraceOp>,
-}
+/// A world all-reduce of a blocking phase or a joined trace: where it started
+/// and ended for gap purposes, and its call.
+type Timed = (u64, u64, CallStep);
 
-/// A collective of an imported trace run by the backend's trace executor
-/// (every kind, on the trace's own groups) rather than its world all-reduce.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TraceOp {
-    /// Index into [`TraceOps::colls`].
-    pub index: usize,
-    /// Kind.
-    pub kind: CollectiveKind,
-    /// Shard group id: 1 + the trace group's position in the trace's groups.
-    pub group: u32,
-    /// Broadcast and reduce: the root's world rank.
-    pub root: Option<u32>,
-    /// Send and receive: the peer's world rank.
-    pub peer: Option<u32>,
-}
-
-/// What a backend's trace executor needs for a source trace's [`TraceOp`]s.
-#[derive(Clone, Debug)]
-pub struct TraceOps {
-    /// The whole imported trace (every rank makes every group's communicator).
-    pub trace: std::sync::Arc<CommTrace>,
-    /// This rank's collectives run by the executor, one pass, in order.
-    pub colls: Vec<TraceCollective>,
-    /// The shard groups they run on (ids from 1), for the shard header.
-    pub groups: Vec<ProcessGroup>,
-}
-
-/// An imported MPI trace's point-to-point program on this rank, as the
-/// trace phases run it: the [`P2pPlan`](crate::evidence::commtrace::p2p::P2pPlan)
-/// `replay-trace` runs, each step placed before the collective it preceded
-/// in the capture, with the recorded gap before it.
-#[derive(Clone, Debug)]
-pub struct TraceP2p {
-    /// The rank's steps in recorded call order, and its operations.
-    pub plan: P2pPlan,
-    /// Per step: the position in the pass of the collective it precedes
-    /// (the number of collectives per pass: after the last).
-    pub before: Vec<usize>,
-    /// Per step: the recorded gap before it, from the previous call's end
-    /// (collective or step) to its entry; 0 for a completing wait (the
-    /// capture records its completion, not its entry: it is taken to follow
-    /// the previous call at once) and for the pass's first call.
-    pub gap_ns: Vec<u64>,
-    /// Operations started per step (a post, a send or a receive: 1; a `Sendrecv`: 2; a wait: 0).
-    pub started: Vec<u32>,
-}
-
-/// A source trace with its provenance.
-#[derive(Clone, Debug)]
-pub struct SourceTrace {
-    /// Where it came from.
-    pub origin: TraceOrigin,
-    /// The timeline its gaps were measured on.
-    pub timeline: GapTimeline,
-    /// Entries in issue order.
-    pub entries: Vec<GapEntry>,
-    /// The trace executor's collectives, where some entries have an `op`
-    /// or the trace has a point-to-point program (whose communicators are
-    /// the executor's).
-    pub ops: Option<TraceOps>,
-    /// An imported MPI trace's point-to-point program on this rank, where it has one.
-    pub p2p: Option<TraceP2p>,
-}
-
-fn gaps_from(phase_start_ns: u64, times: impl Iterator<Item = (u64, u64, GapEntry)>) -> Vec<GapEntry> {
-    let mut prev_end = phase_start_ns;
-    times
-        .map(|(issue, end, mut e)| {
-            e.gap_ns = issue.saturating_sub(prev_end);
-            prev_end = end;
-            e
-        })
-        .collect()
+/// The trace-phase steps of world all-reduces in order: per call the gap from
+/// the previous one's end (the first's from `phase_start_ns`), the call and its
+/// wait; a token opens where a call's token changes and closes before the next.
+fn world_steps(phase_start_ns: u64, calls: Vec<Timed>) -> Vec<Step> {
+    let mut steps = Vec::with_capacity(calls.len() * 3 + 8);
+    let (mut prev_end, mut open) = (phase_start_ns, None);
+    for (issue, end, c) in calls {
+        if let Some(t) = c.token.filter(|&t| open != Some(t)) {
+            if open.is_some() {
+                steps.push(Step::TokenEnd);
+            }
+            steps.push(Step::Token { token: t, warmup: c.warmup });
+            open = Some(t);
+        }
+        steps.push(Step::Gap { ns: issue.saturating_sub(prev_end), compute_ns: None });
+        steps.extend([Step::Call(c), Step::Wait]);
+        prev_end = end;
+    }
+    if open.is_some() {
+        steps.push(Step::TokenEnd);
+    }
+    steps
 }
 
 /// Where a collective started and ended for gap purposes: the device interval
@@ -141,43 +68,29 @@ fn span(
     }
 }
 
-/// Gaps of this rank's own `blocking` phase.
-pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> SourceTrace {
-    let it = events.iter().filter(|e| e.phase == Phase::Blocking).map(|e| {
-        let (start, end) =
-            span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
-        (
-            start,
-            end,
-            GapEntry {
-                token: e.token,
-                layer: e.layer,
-                warmup: e.warmup,
-                bytes: e.bytes,
-                dtype: e.dtype,
-                gap_ns: 0,
-                compute_ns: None,
-                op: None,
-            },
-        )
-    });
-    let timeline = GapTimeline::of(
-        events
-            .iter()
-            .filter(|e| e.phase == Phase::Blocking)
-            .map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()),
-    );
-    SourceTrace {
-        origin: TraceOrigin::ThisRunBlocking,
-        timeline,
-        entries: gaps_from(run.start_ns, it),
-        ops: None,
-        p2p: None,
-    }
+/// A world all-reduce of a blocking phase as the trace phases run it again.
+fn world_call(bytes: u64, dtype: TraceDtype, token: Option<u32>, layer: Option<u32>, warmup: bool) -> Result<CallStep> {
+    let run = workload::Dtype::try_from(dtype).context("a world all-reduce of another element type than a run's")?;
+    Ok(CallStep::world_all_reduce(bytes, run, token, layer, warmup))
 }
 
-/// Gaps of rank `rank % source_world` from a joined trace file.
-pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
+/// This rank's own `blocking` phase, as the trace phases walk it.
+pub(crate) fn from_blocking_events(run: &PhaseRun, events: &[CollectiveEvent]) -> Result<Schedule> {
+    let blocking = || events.iter().filter(|e| e.phase == Phase::Blocking);
+    let calls = blocking()
+        .map(|e| {
+            let (start, end) =
+                span((e.device_start_ns, e.device_end_ns), e.host_issue_ns, e.injected_delay_ns, e.wait_end_ns);
+            Ok((start, end, world_call(e.bytes, e.dtype, e.token, e.layer, e.warmup)?))
+        })
+        .collect::<Result<Vec<Timed>>>()?;
+    let timeline = GapTimeline::of(blocking().map(|e| e.device_start_ns.is_some() && e.device_end_ns.is_some()));
+    let steps = world_steps(run.start_ns, calls);
+    Ok(Schedule { source: Some((TraceOrigin::ThisRunBlocking, timeline)), prepared: None, steps })
+}
+
+/// Rank `rank % source_world`'s blocking phase from a joined trace file.
+pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<Schedule> {
     let bytes =
         read_bounded(path, MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading trace {}", path.display()))?;
     let sha256 = fsutil::sha256_hex(&bytes);
@@ -195,7 +108,7 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
     }
     let world = rows[0].ranks.len() as u32;
     let source_rank = rank % world.max(1);
-    let mut times = Vec::with_capacity(rows.len());
+    let mut calls = Vec::with_capacity(rows.len());
     let mut has_device = Vec::with_capacity(rows.len());
     for c in &rows {
         let t = c.ranks.iter().find(|t| t.rank == source_rank).with_context(|| {
@@ -204,35 +117,18 @@ pub(crate) fn from_joined_file(path: &Path, rank: u32) -> Result<SourceTrace> {
         let (issue, end) =
             span((t.device_start_ns, t.device_end_ns), t.host_issue_ns, t.injected_delay_ns, t.wait_end_ns);
         has_device.push(t.device_start_ns.is_some() && t.device_end_ns.is_some());
-        times.push((
-            issue,
-            end,
-            GapEntry {
-                token: c.token,
-                layer: c.layer,
-                warmup: c.warmup,
-                bytes: c.bytes,
-                dtype: c.dtype,
-                gap_ns: 0,
-                compute_ns: None,
-                op: None,
-            },
-        ));
+        let call = world_call(c.bytes, c.dtype, c.token, c.layer, c.warmup)
+            .with_context(|| format!("{}: group {} seq {}", path.display(), c.group, c.seq))?;
+        calls.push((issue, end, call));
     }
     // The phase start is not in the joined file: the first gap is taken as zero.
-    let start = times[0].0;
-    let entries = gaps_from(start, times.into_iter());
+    let start = calls[0].0;
+    let steps = world_steps(start, calls);
     // a replayed gap is slept or filled: refuse one no workload has, rather than sleep for days
-    check_replay_gaps(entries.iter().map(|e| e.gap_ns), &|i| {
-        format!("{}: blocking collective {}", path.display(), i + 1)
-    })?;
-    Ok(SourceTrace {
-        origin: TraceOrigin::File { path: path.display().to_string(), sha256, source_rank },
-        timeline: GapTimeline::of(has_device.into_iter()),
-        entries,
-        ops: None,
-        p2p: None,
-    })
+    let gaps = steps.iter().filter_map(|s| if let Step::Gap { ns, .. } = s { Some(*ns) } else { None });
+    check_replay_gaps(gaps, &|i| format!("{}: blocking collective {}", path.display(), i + 1))?;
+    let origin = TraceOrigin::File { path: path.display().to_string(), sha256, source_rank };
+    Ok(Schedule { source: Some((origin, GapTimeline::of(has_device.into_iter()))), prepared: None, steps })
 }
 
 /// Read and decode an imported communication trace: the trace and the file's SHA-256.
@@ -243,17 +139,17 @@ pub(crate) fn read_comm_trace(path: &Path) -> Result<(CommTrace, String)> {
     Ok((t, fsutil::sha256_hex(&bytes)))
 }
 
-/// This rank's collectives of an imported communication trace, as gap entries
-/// walked `warmup_passes + passes` times (see the module doc).
+/// This rank's collectives of an imported communication trace, walked
+/// `warmup_passes + passes` times (see the module doc).
 pub(crate) fn from_comm_trace(
     path: &Path,
     rank: u32,
     world_size: u32,
     passes: (u32, u32),
     allreduce_only: bool,
-) -> Result<SourceTrace> {
+) -> Result<Schedule> {
     let (t, sha256) = read_comm_trace(path)?;
-    comm_trace_entries(&t, path, sha256, rank, world_size, passes, allreduce_only)
+    comm_trace_schedule(&t, path, sha256, rank, world_size, passes, allreduce_only)
 }
 
 /// [`from_comm_trace`] on a trace already read from `path`. With
@@ -262,9 +158,9 @@ pub(crate) fn from_comm_trace(
 /// every collective runs: the all-reduces of f32 or bf16 on a group of the
 /// whole world in rank order through the backend's world all-reduce (shard
 /// group 0, as before format 6), every other one (any kind, any dtype) as a
-/// [`TraceOp`] on its own group (shard group `1 + its position in the
-/// trace's groups`).
-pub(crate) fn comm_trace_entries(
+/// [`Target::Prepared`] call on its own group (shard group `1 + its
+/// position in the trace's groups`).
+pub(crate) fn comm_trace_schedule(
     t: &CommTrace,
     path: &Path,
     sha256: String,
@@ -272,11 +168,11 @@ pub(crate) fn comm_trace_entries(
     world_size: u32,
     (warmup_passes, passes): (u32, u32),
     allreduce_only: bool,
-) -> Result<SourceTrace> {
+) -> Result<Schedule> {
     use crate::evidence::commtrace::{exec, CollectiveKind};
     use crate::evidence::shard::TraceKindCount;
     let refuse =
-        |what: String| -> Result<SourceTrace> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
+        |what: String| -> Result<Schedule> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
         return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
     }
@@ -353,24 +249,27 @@ pub(crate) fn comm_trace_entries(
         }
         count.run_per_pass += 1;
         // the world all-reduce sums: a recorded other reduction runs as a trace operation
-        let op = if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
-            None
-        } else {
-            let gi = t
-                .groups
-                .iter()
-                .position(|g| g.name == c.group)
-                .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
-            let group = gi as u32 + 1;
-            groups.entry(group).or_insert_with(|| ProcessGroup {
-                id: group,
-                members: members.clone(),
-                name: Some(c.group.clone()),
-            });
-            op_colls.push(c.clone());
-            Some(TraceOp { index: op_colls.len() - 1, kind, group, root: c.root, peer: c.peer })
-        };
-        kept.push((c, dtype, compute.replace(0), op));
+        let (target, group) =
+            if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
+                (None, 0)
+            } else {
+                let gi = t
+                    .groups
+                    .iter()
+                    .position(|g| g.name == c.group)
+                    .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
+                let group = gi as u32 + 1;
+                groups.entry(group).or_insert_with(|| ProcessGroup {
+                    id: group,
+                    members: members.clone(),
+                    name: Some(c.group.clone()),
+                });
+                op_colls.push(c.clone());
+                // the recorded reduction (an MPI capture's max, min, prod), else a sum
+                let op = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
+                (Some(Target::Prepared { index: op_colls.len() - 1, op }), group)
+            };
+        kept.push((c, dtype, compute.replace(0), target, group));
     }
     let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
     if kept.is_empty() {
@@ -379,7 +278,7 @@ pub(crate) fn comm_trace_entries(
             if allreduce_only { "all-reduce" } else { "collective" }
         ));
     }
-    let colls: Vec<_> = kept.iter().map(|(c, _, _, _)| (*c).clone()).collect();
+    let colls: Vec<_> = kept.iter().map(|(c, ..)| (*c).clone()).collect();
     let gaps = exec::gaps_ns(&colls).with_context(|| {
         format!(
             "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by \
@@ -403,7 +302,7 @@ pub(crate) fn comm_trace_entries(
         })?;
     }
     check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
-    for (c, dtype, _, _) in &kept {
+    for (c, dtype, ..) in &kept {
         if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
             return refuse(format!(
                 "{} #{} on group {:?} records {} elements: too many bytes",
@@ -414,27 +313,51 @@ pub(crate) fn comm_trace_entries(
             ));
         }
     }
-    let mut entries = Vec::with_capacity(kept.len() * (warmup_passes + passes) as usize);
+    let n = kept.len();
+    let mut steps = Vec::with_capacity((n * 3 + 2) * (warmup_passes + passes) as usize);
     for pass in 0..warmup_passes + passes {
-        for (i, ((c, dtype, compute, op), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
-            entries.push(GapEntry {
-                token: Some(pass),
-                layer: Some(i as u32),
-                warmup: pass < warmup_passes,
-                bytes: event_bytes(c),
-                dtype: *dtype,
-                // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before
-                // it)
-                gap_ns: if i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0)) {
-                    compute.unwrap_or(0)
-                } else {
-                    *gap_ns
-                },
-                // kernels may overlap one another: never more than the gap
-                compute_ns: compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) }),
-                op: *op,
-            });
+        let warmup = pass < warmup_passes;
+        steps.push(Step::Token { token: pass, warmup });
+        let mut k = 0;
+        let mut p2p_before = |steps: &mut Vec<Step>, at: usize| {
+            while let Some(p) = p2p.as_ref().filter(|p| k < p.before.len() && p.before[k] <= at) {
+                steps.push(Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] });
+                k += 1;
+            }
+        };
+        for (i, ((c, dtype, compute, target, group), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
+            p2p_before(&mut steps, i);
+            // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before it)
+            let first = i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0));
+            // kernels may overlap one another: never more than the gap
+            let compute_ns = compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) });
+            steps.push(Step::Gap { ns: if first { compute.unwrap_or(0) } else { *gap_ns }, compute_ns });
+            let (token, layer) = (Some(pass), Some(i as u32));
+            let bytes = event_bytes(c);
+            match *target {
+                None => {
+                    let run = workload::Dtype::try_from(*dtype).context("internal: a world all-reduce's dtype")?;
+                    let call = CallStep::world_all_reduce(bytes, run, token, layer, warmup);
+                    steps.extend([Step::Call(call), Step::Wait]);
+                }
+                Some(target) => steps.push(Step::Call(CallStep {
+                    target,
+                    issue: Issue::HostWait,
+                    kind: c.kind,
+                    group: *group,
+                    bytes,
+                    dtype: *dtype,
+                    root: c.root,
+                    peer: c.peer,
+                    token,
+                    layer,
+                    iter: None,
+                    warmup,
+                })),
+            }
         }
+        p2p_before(&mut steps, n);
+        steps.push(Step::TokenEnd);
     }
     let origin = TraceOrigin::Imported {
         path: path.display().to_string(),
@@ -445,12 +368,32 @@ pub(crate) fn comm_trace_entries(
         kinds: counts.into_values().collect(),
         p2p: p2p_count,
     };
-    let ops = (!op_colls.is_empty() || p2p.is_some()).then(|| TraceOps {
-        trace: std::sync::Arc::new(t.clone()),
+    let timeline = GapTimeline::of(colls.iter().map(|c| c.device.is_some()));
+    let prepared = (!op_colls.is_empty() || p2p.is_some()).then(|| Prepared {
+        trace: Arc::new(t.clone()),
         colls: op_colls,
         groups: groups.into_values().collect(),
+        p2p: p2p.map(|p| p.plan),
     });
-    Ok(SourceTrace { origin, timeline: GapTimeline::of(colls.iter().map(|c| c.device.is_some())), entries, ops, p2p })
+    Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
+}
+
+/// An MPI capture's point-to-point program on this rank as the phases run it:
+/// each step placed before the collective it preceded in the capture, with the
+/// recorded gap before it.
+struct P2pProgram {
+    /// The rank's steps in recorded call order, and its operations.
+    plan: P2pPlan,
+    /// Per step: the position in the pass of the collective it precedes
+    /// (the number of collectives per pass: after the last).
+    before: Vec<usize>,
+    /// Per step: the recorded gap before it, from the previous call's end
+    /// (collective or step) to its entry; 0 for a completing wait (the
+    /// capture records its completion, not its entry: it is taken to follow
+    /// the previous call at once) and for the pass's first call.
+    gap_ns: Vec<u64>,
+    /// Operations started per step (a post, a send or a receive: 1; a `Sendrecv`: 2; a wait: 0).
+    started: Vec<u32>,
 }
 
 /// This rank's point-to-point program of `t` as the phases run it, and its
@@ -462,7 +405,7 @@ fn p2p_of(
     rank: u32,
     mine: &[TraceCollective],
     allreduce_only: bool,
-) -> Result<(Option<TraceP2p>, Option<TraceP2pCount>)> {
+) -> Result<(Option<P2pProgram>, Option<TraceP2pCount>)> {
     use crate::evidence::commtrace::p2p::P2pStep;
     let Some(m) = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty())) else { return Ok((None, None)) };
     let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
@@ -497,12 +440,12 @@ fn p2p_of(
             P2pStep::Complete(_) => 0,
         })
         .collect();
-    Ok((Some(TraceP2p { plan, before, gap_ns, started }), Some(count)))
+    Ok((Some(P2pProgram { plan, before, gap_ns, started }), Some(count)))
 }
 
 /// The recorded gaps of a rank's calls in call order, collectives and
 /// point-to-point steps merged: per step, the gap before it (see
-/// [`TraceP2p::gap_ns`]); per collective, the gap from the last step before
+/// [`P2pProgram::gap_ns`]); per collective, the gap from the last step before
 /// it, where a step lies between it and the previous collective (`None`
 /// where none does: its gap is the collectives' own).
 fn p2p_gaps(t: &CommTrace, rank: u32, mine: &[TraceCollective], plan: &P2pPlan) -> (Vec<u64>, Vec<Option<u64>>) {
@@ -598,7 +541,30 @@ fn first_key_is_comm_trace(text: &str) -> bool {
 pub(crate) mod tests {
     use super::*;
     use crate::evidence::commtrace::{self, CommTrace};
-    use crate::evidence::shard;
+    use crate::evidence::shard::{self, CollectiveKind};
+
+    /// The calls of a schedule as (prepared index, kind, group, root) where
+    /// prepared, bytes, dtype, and the gap before each.
+    type Entry = (Option<(usize, CollectiveKind, u32, Option<u32>)>, u64, TraceDtype, u64);
+
+    fn entries(s: &Schedule) -> Vec<Entry> {
+        let mut gap = 0;
+        let mut out = Vec::new();
+        for step in &s.steps {
+            match step {
+                Step::Gap { ns, .. } => gap = *ns,
+                Step::Call(c) => {
+                    let op = match c.target {
+                        Target::Prepared { index, .. } => Some((index, c.kind, c.group, c.root)),
+                        Target::World { .. } => None,
+                    };
+                    out.push((op, c.bytes, c.dtype, gap));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
     #[test]
     fn comm_traces_are_told_from_joined_traces_by_their_first_key() {
         assert!(first_key_is_comm_trace("{\n  \"format_version\": 1,"));
@@ -673,27 +639,30 @@ pub(crate) mod tests {
     #[test]
     fn every_kind_runs_on_its_group_and_world_allreduces_stay_on_group_0() {
         let t = four_rank_trace();
-        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 2, 4, (1, 2), false).unwrap();
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 2, 4, (1, 2), false).unwrap();
         // 3 passes of 3 collectives
-        assert_eq!(st.entries.len(), 9);
-        let e = &st.entries[..3];
+        let all = entries(&st);
+        assert_eq!(all.len(), 9);
+        let e = &all[..3];
         // the TP all-reduce on the trace's group "tp1" (position 2: shard group 3), the world one through the backend
-        assert_eq!(e[0].op.map(|o| (o.kind, o.group, o.index)), Some((CollectiveKind::AllReduce, 3, 0)));
-        assert_eq!(e[1].op, None);
-        assert_eq!((e[1].bytes, e[1].dtype), (8, shard::TraceDtype::Bf16));
-        assert_eq!(
-            e[2].op.map(|o| (o.kind, o.group, o.root, o.index)),
-            Some((CollectiveKind::Broadcast, 1, Some(0), 1))
-        );
-        assert_eq!((e[2].bytes, e[2].dtype), (64, shard::TraceDtype::F32));
-        assert_eq!(st.entries[3].op, e[0].op, "every pass runs the same prepared collectives");
-        let ops = st.ops.as_ref().unwrap();
+        assert_eq!(e[0].0, Some((0, CollectiveKind::AllReduce, 3, None)));
+        assert_eq!(e[1].0, None);
+        assert_eq!((e[1].1, e[1].2), (8, shard::TraceDtype::Bf16));
+        assert_eq!(e[2].0, Some((1, CollectiveKind::Broadcast, 1, Some(0))));
+        assert_eq!((e[2].1, e[2].2), (64, shard::TraceDtype::F32));
+        assert_eq!(all[3].0, e[0].0, "every pass runs the same prepared collectives");
+        // a token per pass, the first a warm-up; the world all-reduce waited for
+        let tokens: Vec<_> = st.steps.iter().filter(|s| matches!(s, Step::Token { .. })).collect();
+        assert_eq!(tokens[0], &Step::Token { token: 0, warmup: true });
+        assert_eq!(tokens.len(), 3);
+        assert_eq!(st.steps.iter().filter(|s| **s == Step::Wait).count(), 3);
+        let ops = st.prepared.as_ref().unwrap();
         assert_eq!(ops.colls.len(), 2);
         let groups: Vec<(u32, Vec<u32>, Option<String>)> =
             ops.groups.iter().map(|g| (g.id, g.members.clone(), g.name.clone())).collect();
         assert_eq!(groups, vec![(1, vec![0, 1, 2, 3], Some("0".into())), (3, vec![2, 3], Some("tp1".into()))]);
-        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else {
-            panic!("{:?}", st.origin)
+        let Some((TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }, _)) = &st.source else {
+            panic!("{:?}", st.source)
         };
         assert_eq!((*collectives_per_pass, *left_out_per_pass), (3, 0));
         let counts: Vec<(CollectiveKind, u32, u32, Vec<u64>)> =
@@ -707,14 +676,16 @@ pub(crate) mod tests {
     #[test]
     fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
         let mut t = four_rank_trace();
-        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
+        let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
         for r in &mut t.ranks {
             r.collectives.remove(0);
         }
-        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
-        assert!(st.ops.is_none() && st.entries.iter().all(|e| e.op.is_none()));
-        let TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. } = &st.origin else { panic!() };
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
+        assert!(st.prepared.is_none() && entries(&st).iter().all(|e| e.0.is_none()));
+        let Some((TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }, _)) = &st.source else {
+            panic!()
+        };
         assert_eq!((*collectives_per_pass, *left_out_per_pass), (1, 1));
         assert_eq!(
             kinds.iter().map(|k| (k.kind, k.run_per_pass, k.left_out_per_pass)).collect::<Vec<_>>(),
@@ -723,15 +694,15 @@ pub(crate) mod tests {
         // a world all-reduce of another dtype than f32/bf16: refused with --trace-allreduce-only ...
         use crate::evidence::commtrace::TraceDtype;
         t.ranks[0].collectives[0].dtype = TraceDtype::F64;
-        let e = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
+        let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
         assert!(
             e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"),
             "{e}"
         );
         // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
         t.ranks[0].collectives[1].dtype = TraceDtype::I8;
-        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
-        let got: Vec<_> = st.entries.iter().map(|e| (e.op.map(|o| (o.kind, o.group)), e.dtype, e.bytes)).collect();
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
+        let got: Vec<_> = entries(&st).iter().map(|e| (e.0.map(|o| (o.1, o.2)), e.2, e.1)).collect();
         assert_eq!(
             got,
             vec![
@@ -813,17 +784,27 @@ pub(crate) mod tests {
     #[test]
     fn point_to_point_runs_between_the_collectives_and_its_time_is_not_gap() {
         let t = mpi_trace();
-        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 2), false).unwrap();
-        let p = st.p2p.as_ref().expect("the trace has point-to-point operations");
-        // Irecv, Send and the wait before the all-reduce, the Sendrecv after it
-        assert_eq!(p.before, vec![0, 0, 0, 1]);
-        // the first call of the pass has no earlier one; the Send 10 after the Irecv's post; the wait at once
-        assert_eq!(p.gap_ns, vec![0, 10, 0, 50]);
-        assert_eq!(p.started, vec![1, 1, 0, 2]);
-        // the all-reduce's gap runs from the wait's completion (150), not from the pass's start
-        assert_eq!(st.entries.iter().map(|e| e.gap_ns).collect::<Vec<_>>(), vec![50, 50]);
-        assert!(st.ops.is_some(), "the executor's communicators carry the point-to-point program");
-        let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 2), false).unwrap();
+        assert!(st.prepared.as_ref().is_some_and(|p| p.p2p.is_some()), "the trace has point-to-point operations");
+        // per pass: Irecv, Send and the wait before the all-reduce, the Sendrecv after it; the first call of the pass
+        // has no earlier one, the Send comes 10 after the Irecv's post, the wait at once; the all-reduce's gap runs
+        // from the wait's completion (150), not from the pass's start
+        let pass: Vec<String> = st.steps[..9]
+            .iter()
+            .map(|s| match s {
+                Step::P2p { index, gap_ns, started } => format!("p{index}:{gap_ns}:{started}"),
+                Step::Gap { ns, .. } => format!("gap{ns}"),
+                Step::Call(c) => c.kind.name().to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            pass.join(" "),
+            "Token { token: 0, warmup: false } p0:0:1 p1:10:1 p2:0:0 gap50 all_reduce p3:50:2 TokenEnd Token { token: \
+                1, warmup: false }"
+        );
+        assert_eq!(entries(&st).iter().map(|e| e.3).collect::<Vec<_>>(), vec![50, 50]);
+        let Some((TraceOrigin::Imported { p2p: Some(c), .. }, _)) = &st.source else { panic!("{:?}", st.source) };
         assert_eq!(
             (c.operations_per_pass, c.left_out_per_pass, c.calls_per_pass, c.bytes_sent_per_pass),
             (4, 0, 4, 48)
@@ -831,32 +812,27 @@ pub(crate) mod tests {
         // --trace-allreduce-only leaves them out, counted (its all-reduces are f32)
         let mut f32s = t.clone();
         f32s.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = commtrace::TraceDtype::F32);
-        let st = comm_trace_entries(&f32s, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), true).unwrap();
-        let TraceOrigin::Imported { p2p: Some(c), .. } = &st.origin else { panic!("{:?}", st.origin) };
-        assert!(st.p2p.is_none());
+        let st = comm_trace_schedule(&f32s, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), true).unwrap();
+        let Some((TraceOrigin::Imported { p2p: Some(c), .. }, _)) = &st.source else { panic!("{:?}", st.source) };
+        assert!(st.prepared.is_none());
         assert_eq!((c.operations_per_pass, c.left_out_per_pass), (0, 4));
         // a trace whose collective calls disagree with its collectives is refused
         let mut bad = t.clone();
         bad.mpi.as_mut().unwrap().collective_calls[0].push(9);
         let e =
-            comm_trace_entries(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
+            comm_trace_schedule(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("collective_calls has 2 entries for 1"), "{e}");
     }
 
     #[test]
-    fn gaps_are_issue_minus_previous_completion() {
-        let e = |t| GapEntry {
-            token: Some(t),
-            layer: Some(0),
-            warmup: false,
-            bytes: 4,
-            dtype: shard::TraceDtype::F32,
-            gap_ns: 0,
-            compute_ns: None,
-            op: None,
-        };
-        let g = gaps_from(100, vec![(150, 200, e(0)), (260, 300, e(1)), (300, 310, e(2))].into_iter());
-        let gaps: Vec<u64> = g.iter().map(|x| x.gap_ns).collect();
+    fn gaps_are_issue_minus_previous_completion_and_tokens_follow_the_calls() {
+        let c = |t| CallStep::world_all_reduce(4, workload::Dtype::F32, Some(t), Some(0), false);
+        let steps = world_steps(100, vec![(150, 200, c(0)), (260, 300, c(0)), (300, 310, c(1))]);
+        let gaps: Vec<u64> =
+            steps.iter().filter_map(|s| if let Step::Gap { ns, .. } = s { Some(*ns) } else { None }).collect();
         assert_eq!(gaps, vec![50, 60, 0]);
+        let tokens = steps.iter().filter(|s| matches!(s, Step::Token { .. } | Step::TokenEnd)).count();
+        assert_eq!(tokens, 4, "two tokens, each opened and closed");
+        assert_eq!(steps.last(), Some(&Step::TokenEnd));
     }
 }

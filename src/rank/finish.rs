@@ -16,10 +16,10 @@ use crate::core::identity::EnvIdentity;
 use crate::core::workload::{Phase, ReduceOp, WorkloadSpec};
 use crate::evidence::join;
 use crate::evidence::run::{write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
+use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::{
     shard_file_name, BackendKind, ColdStart, Dtype, ProcessGroup, Shard, ShardHeader, Unmeasured, SHARD_FORMAT_VERSION,
 };
-use crate::evidence::trace::SourceTrace;
 use anyhow::{bail, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub(super) struct RankContext<'a> {
 /// Clock windows, phases, shard and run record, on any backend.
 pub(super) fn finish_rank<B: Backend>(
     cx: RankContext<'_>,
-    file_trace: Option<SourceTrace>,
+    file_trace: Option<Schedule>,
     backend: &mut B,
     backend_init_ns: u64,
 ) -> Result<()> {
@@ -70,7 +70,7 @@ pub(super) fn finish_rank<B: Backend>(
 
     // group 0 is the world; an imported trace's other collectives run on its own groups
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
-    groups.extend(file_trace.as_ref().and_then(|t| t.ops.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
+    groups.extend(file_trace.as_ref().and_then(|t| t.prepared.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
     // the isolated sweep of another kind runs on a world group of its own (the trace executor's)
     let sweep_group = (plan.spec.phases.contains(&Phase::Isolated) && plan.spec.sweep_uses_executor()).then(|| {
         let id = groups.iter().map(|g| g.id).max().unwrap_or(0) + 1;

@@ -14,6 +14,7 @@ use crate::backend::mpi_deadline::{barrier, broadcast, Op};
 use crate::core::clock::{monotonic_raw_ns, unix_ms, RankClock};
 use crate::core::identity;
 use crate::core::refusal::{self, Code};
+use crate::evidence::schedule::{CallStep, Target};
 use crate::evidence::shard::{BackendKind, Dtype};
 use crate::evidence::{run, trace};
 use anyhow::{bail, Context, Result};
@@ -156,19 +157,20 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
     };
     if let (Some(t), Some(p)) = (&file_trace, &args.trace) {
         // refused before the run directory is made: only the cpu backend runs point-to-point
-        if let (Some(s), true) = (&t.p2p, plan.backend != BackendKind::Cpu) {
+        if let (Some(s), true) = (t.prepared.as_ref().and_then(|p| p.p2p.as_ref()), plan.backend != BackendKind::Cpu) {
             crate::refuse!(
                 Code::BadArgument,
                 "--trace {}: rank {rank} has {} point-to-point operations (mpi.p2p of an MPI capture), which only the \
                     cpu backend runs; run with --backend cpu, or pass --trace-allreduce-only (they are then left out \
                         and counted)",
                 p.display(),
-                s.plan.ops.len()
+                s.ops.len()
             );
         }
         // the backend's buffers are of the run's dtype: the world all-reduces must be of it (the trace executor's are
         // of their own)
-        if let Some(e) = t.entries.iter().find(|e| e.op.is_none() && e.dtype != plan.spec.dtype.into()) {
+        let world = |c: &&CallStep| matches!(c.target, Target::World { .. });
+        if let Some(e) = t.calls().filter(world).find(|c| c.dtype != plan.spec.dtype.into()) {
             bail!(
                 "--trace {}: its collectives are {}, this run's are {} (pass --dtype {})",
                 p.display(),

@@ -14,9 +14,11 @@ use crate::core::refusal::{self, Code};
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
 use crate::evidence::join::{CompletionSource, IsolatedSizeRow, JoinedRun};
+use crate::evidence::schedule::{CallStep, Issue, Prepared, Schedule, Step, Target};
 use crate::evidence::shard::BackendKind;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Name of the process group the executor's sweep runs on (every rank).
 pub(crate) const SWEEP_GROUP_NAME: &str = "isolated-sweep";
@@ -168,6 +170,94 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
         mpi: None,
     };
     Ok((trace, colls))
+}
+
+/// The isolated phase's [`Schedule`] over `n` ranks on a backend that runs
+/// calls back to back or not: per size, the warm-ups, then the timed
+/// iterations. Three forms: back to back, every kind of the sweep as world
+/// calls (a synchronization and a barrier before the timed iterations, one
+/// CUDA graph of them with `--graph`, the last one checked); each started and
+/// waited for (the sum all-reduce without back-to-back calls); or each run to
+/// completion on the host as a prepared collective on the sweep's `group`
+/// (another kind without back-to-back calls, another reduction anywhere). A
+/// kind other than the all-reduce is recorded on `group` with one member's
+/// input as its bytes.
+pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_back: bool) -> Result<Schedule> {
+    let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
+    let per_size = (spec.warmup_iters + spec.iters) as usize;
+    let iters = |warmup_iters: u32, iters: u32| {
+        (0..warmup_iters + iters).map(move |i| if i < warmup_iters { (i, true) } else { (i - warmup_iters, false) })
+    };
+    let mut steps = Vec::with_capacity((per_size * 2 + 4) * spec.isolated_sizes().len());
+    let call = |target, issue, bytes: u64, group: u32, (iter, warmup): (u32, bool)| {
+        Step::Call(CallStep {
+            target,
+            issue,
+            kind: kind.kind(),
+            group,
+            bytes,
+            dtype: dtype.into(),
+            root: kind.root(),
+            peer: None,
+            token: None,
+            layer: None,
+            iter: Some(iter),
+            warmup,
+        })
+    };
+    if !spec.sweep_uses_executor() && !back_to_back {
+        for &bytes in spec.isolated_sizes() {
+            steps.push(Step::Size);
+            for it in iters(spec.warmup_iters, spec.iters) {
+                steps.extend([call(Target::World { bytes, dtype }, Issue::Async, bytes, 0, it), Step::Wait]);
+            }
+        }
+        return Ok(Schedule { steps, ..Default::default() });
+    }
+    let e = dtype.size_bytes();
+    let swept = if spec.sweep_uses_executor() { Some(sweep_collectives(spec, n)?) } else { None };
+    if swept.is_none() || (back_to_back && op == ReduceOp::Sum) {
+        // (world call's bytes in nccl-tests' convention, the record's, its group)
+        let sizes: Vec<(u64, u64, u32)> = match &swept {
+            None => spec.isolated_sizes().iter().map(|&b| (b, b, 0)).collect(),
+            Some((_, colls)) => {
+                let group = group.context("internal: an isolated sweep without its group")?;
+                let world = |(&b, c): (&u64, &TraceCollective)| {
+                    let count =
+                        kind.count(b, e, n).context("internal: a swept size without a whole element per rank")?;
+                    Ok((count * e, c.in_elems * e, group))
+                };
+                spec.isolated_sizes().iter().zip(colls).map(world).collect::<Result<_>>()?
+            }
+        };
+        for (world_bytes, bytes, group) in sizes {
+            let target = Target::World { bytes: world_bytes, dtype };
+            steps.push(Step::Size);
+            for it in iters(spec.warmup_iters, 0) {
+                steps.push(call(target, Issue::BackToBack, bytes, group, it));
+            }
+            steps.push(Step::Settle);
+            if spec.graph {
+                if let Step::Call(c) = call(target, Issue::BackToBack, bytes, group, (0, false)) {
+                    steps.push(Step::Graph { n: spec.iters, call: c });
+                }
+            } else {
+                steps.extend(iters(0, spec.iters).map(|it| call(target, Issue::BackToBack, bytes, group, it)));
+            }
+            steps.push(Step::EndBackToBack { check: spec.check > 0 && spec.iters > 0 });
+        }
+        return Ok(Schedule { steps, ..Default::default() });
+    }
+    let (trace, colls) = swept.context("internal: an executor sweep without its collectives")?;
+    let group = group.context("internal: an isolated sweep without its group")?;
+    for (index, c) in colls.iter().enumerate() {
+        steps.push(Step::Size);
+        for it in iters(spec.warmup_iters, spec.iters) {
+            steps.push(call(Target::Prepared { index, op }, Issue::HostWait, c.in_elems * e, group, it));
+        }
+    }
+    let prepared = Prepared { trace: Arc::new(trace), colls, groups: Vec::new(), p2p: None };
+    Ok(Schedule { source: None, prepared: Some(prepared), steps })
 }
 
 /// `rank -J FILE`: the isolated sweep's table as JSON with nccl-tests'

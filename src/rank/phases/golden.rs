@@ -7,7 +7,7 @@ use super::{Fault, Runner, RunnerControls};
 use crate::core::clock::RankClock;
 use crate::core::workload::{GemmShape, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::TraceDtype;
-use crate::evidence::trace::{comm_trace_entries, tests as traces};
+use crate::evidence::trace::{comm_trace_schedule, tests as traces};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -147,7 +147,7 @@ fn every_phase_walk_is_unchanged() {
         r.collectives.remove(0);
         r.collectives[0].dtype = TraceDtype::F32;
     }
-    let only = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), 1, 4, (1, 1), true).unwrap();
+    let only = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 1, 4, (1, 1), true).unwrap();
     let mut c = case("graph", true, true, graph);
     (c.rank, c.world) = (1, 4);
     c.controls.file_trace = Some(only);
@@ -173,7 +173,7 @@ fn every_phase_walk_is_unchanged() {
     }
     // every kind on its group, and an MPI capture's point-to-point program, through the traced phases
     for (name, t, rank, world) in [("four", traces::four_rank_trace(), 2, 4), ("mpi", traces::mpi_trace(), 0, 2)] {
-        let st = comm_trace_entries(&t, Path::new("t.json"), "sha".into(), rank, world, (1, 2), false).unwrap();
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), rank, world, (1, 2), false).unwrap();
         let mut c = case(name, false, false, spec(&TRACED));
         (c.rank, c.world) = (rank, world);
         c.controls.file_trace = Some(st);
@@ -183,7 +183,7 @@ fn every_phase_walk_is_unchanged() {
     let mut c = case("wrong-sum device", true, true, spec(&[Phase::Isolated, Phase::Blocking]));
     c.controls.fault = Some(Fault::WrongSum { rank: 0 });
     out += &walk(c);
-    let st = comm_trace_entries(&traces::mpi_trace(), Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
+    let st = comm_trace_schedule(&traces::mpi_trace(), Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
     let mut c = case("wrong-sum trace", false, false, spec(&[Phase::Replay]));
     (c.rank, c.world) = (0, 2);
     c.controls.file_trace = Some(st);

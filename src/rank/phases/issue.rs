@@ -4,14 +4,11 @@
 //! issue and wait, then validate and record it. Applies the negative controls
 //! (`--inject-delay`, `--inject-repeat`, `--fault`) at each arrival; a wrong
 //! result fails the phase at once, except in the isolated phase (recorded).
-use super::{Between, EventExtra, Fault, HostTimes, MarkTarget, Position, Recorded, Runner, Work};
-use crate::backend::{Backend, Call, Checked, Compute, Timing};
-use crate::core::collective::{self, Lands};
-use crate::core::workload::{Phase, ReduceOp};
-use crate::evidence::commtrace::exec;
+use super::{Fault, MarkTarget, Runner, Work};
+use crate::backend::{Backend, Checked, Compute};
+use crate::core::workload::Phase;
 use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
-use crate::evidence::trace::TraceOp;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 impl<B: Backend> Runner<'_, B> {
     /// Duration of one unit of `kind`, after warm-up.
@@ -89,144 +86,6 @@ impl<B: Backend> Runner<'_, B> {
             self.pending_marks.push((MarkTarget::ComputeEnd(idx), b));
         }
         Ok(())
-    }
-
-    /// Issue, do `between`, wait, validate, record.
-    pub(super) fn collective(
-        &mut self,
-        phase: Phase,
-        bytes: u64,
-        dtype: Dtype,
-        pos: Position,
-        between: Between,
-    ) -> Result<usize> {
-        let (seq, injected) = self.next_arrival();
-        let host_issue_ns = self.clock.now_ns();
-        let call = Call::World { kind: CollectiveKind::AllReduce, bytes, dtype };
-        for _ in 1..self.repeat {
-            self.backend.enqueue(call, Timing::Untimed)?;
-        }
-        self.backend.enqueue(call, Timing::Async)?;
-        let host_return_ns = self.clock.now_ns();
-        self.between(phase, between)?;
-        let wait_start_ns = self.clock.now_ns();
-        let device = self.backend.wait()?;
-        let wait_end_ns = self.clock.now_ns();
-        let checked = !pos.warmup && self.checked_in_phase < self.spec.check;
-        if checked {
-            self.checked_in_phase += 1;
-            self.check(phase, seq, bytes, dtype)?;
-        }
-        let r = Recorded {
-            phase,
-            kind: CollectiveKind::AllReduce,
-            group: 0,
-            seq,
-            bytes,
-            dtype: dtype.into(),
-            root: None,
-            peer: None,
-        };
-        let t = HostTimes { issue_ns: host_issue_ns, return_ns: host_return_ns, wait_start_ns, wait_end_ns };
-        Ok(self.push_event(r, pos, t, EventExtra { timed: true, device, injected_ns: injected, checked }))
-    }
-
-    /// Run what lies between a collective's issue and its wait.
-    fn between(&mut self, phase: Phase, between: Between) -> Result<()> {
-        match between {
-            Between::Nothing => {}
-            Between::Compute(work, token, layer) => self.timed_compute(phase, work, token, layer)?,
-            Between::HostSpin(ns, token, layer) => {
-                let s = self.clock.now_ns();
-                self.clock.spin_until(s + ns);
-                let e = self.clock.now_ns();
-                self.body.compute.push(ComputeEvent {
-                    phase,
-                    kind: ComputeKind::HostDelay,
-                    token,
-                    layer,
-                    units: 1,
-                    start_ns: s,
-                    end_ns: e,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// An imported trace's collective other than a world all-reduce: `before`
-    /// (the work `between` would place inside it: the backend runs it to
-    /// completion on the host, so overlap's compute and host-delay's spin run
-    /// before it, as fill's does), then the collective on its group through
-    /// the backend's trace executor, validated where `--check` still asks.
-    /// The negative controls that act on arrivals (`--inject-delay`, `--fault
-    /// hang`) act on group 0's collectives only; `--fault wrong-sum` spoils
-    /// a checked result here too.
-    pub(super) fn trace_op(
-        &mut self,
-        phase: Phase,
-        op: TraceOp,
-        (bytes, dtype): (u64, collective::TraceDtype),
-        pos: Position,
-        before: Between,
-    ) -> Result<usize> {
-        self.between(phase, before)?;
-        let (kind, rank) = (op.kind, self.rank);
-        // a point-to-point pair is keyed (sender, receiver)
-        let pair = match (kind.row().lands, op.peer) {
-            (Lands::AtPeer, Some(p)) => Some((rank, p)),
-            (Lands::Here, Some(p)) => Some((p, rank)),
-            _ if kind.is_p2p() => bail!("internal: {} without a peer", kind.name()),
-            _ => None,
-        };
-        let counter = self.op_seq.entry((op.group, pair)).or_insert(0);
-        let seq = *counter;
-        *counter += 1;
-        // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's off the
-        // root
-        let has_result = match kind.row().lands {
-            Lands::AtPeer | Lands::Nowhere => false,
-            Lands::OnRoot => op.root == Some(rank),
-            Lands::Everywhere | Lands::Here => true,
-        };
-        let checked = has_result && !pos.warmup && self.checked_in_phase < self.spec.check;
-        let corrupt = self.fault == Some(Fault::WrongSum { rank });
-        let c = &self
-            .file_trace
-            .as_ref()
-            .and_then(|t| t.ops.as_ref())
-            .context("internal: a trace collective without the trace")?
-            .colls[op.index];
-        // the recorded reduction (an MPI capture's max, min, prod; the trace the shard names holds it), else a sum
-        let reduce = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
-        let host_issue_ns = self.clock.now_ns();
-        self.backend.enqueue(Call::Trace { index: op.index, c, op: reduce, check: checked }, Timing::HostWait)?;
-        let wait_end_ns = self.clock.now_ns();
-        // the check reads the result back after the timed call, never inside it
-        let found = if checked {
-            Some(self.backend.check(Checked::Trace { index: op.index, c, op: reduce }, corrupt)?)
-        } else {
-            None
-        };
-        if checked {
-            self.checked_in_phase += 1;
-            if let Some(why) = found.and_then(|f| f.first_wrong) {
-                bail!(
-                    "result check failed on rank {rank}, phase {phase}, group {} seq {seq} ({} of {bytes} bytes): \
-                    {why}",
-                    op.group,
-                    kind.name()
-                );
-            }
-            self.checks.push(CheckRecord { phase, group: op.group, seq, bytes, wrong_elements: 0, first_wrong: None });
-        }
-        let r = Recorded { phase, kind, group: op.group, seq, bytes, dtype, root: op.root, peer: op.peer };
-        Ok(self.push_event(
-            r,
-            pos,
-            HostTimes::blocking(host_issue_ns, wait_end_ns),
-            EventExtra { checked, ..Default::default() },
-        ))
     }
 
     /// The next collective's sequence number, after the negative controls

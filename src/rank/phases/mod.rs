@@ -8,26 +8,28 @@
 //! point-to-point steps run as [`crate::backend::Call::Trace`] and [`crate::backend::Call::P2pStep`],
 //! prepared once before the first trace phase (graph mode refuses them). Blocking vocabulary (host
 //! blocking, stream dependency, device synchronization): docs/METHODS.md, "Phase runner".
+mod drive;
 #[cfg(test)]
 mod golden;
 mod graph;
-mod isolated;
 mod issue;
 #[cfg(test)]
 mod mock;
-mod traced;
-mod workload;
 use crate::backend::{mpi_deadline, Backend};
 use crate::core::clock::RankClock;
 use crate::core::refusal::Code;
 use crate::core::workload::{CommStream, DelayInjection, Phase, WorkloadSpec};
 use crate::core::{collective, ranges};
+use crate::evidence::commtrace::CommTrace;
+use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::{
     self, CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun,
     ShardBody, TokenEvent,
 };
-use crate::evidence::trace::{from_blocking_events, SourceTrace};
+use crate::evidence::trace::from_blocking_events;
+use crate::rank::sweep;
 use anyhow::{bail, Context, Result};
+use std::sync::Arc;
 
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,13 +75,6 @@ enum Work {
     Unit(ComputeKind, u32),
     /// One step's GEMMs (indices into the workload's shapes) with `layer`'s weights.
     Layer(&'static [usize], u32),
-}
-
-/// What happens between issue and wait.
-enum Between {
-    Nothing,
-    Compute(Work, Option<u32>, Option<u32>),
-    HostSpin(u64, Option<u32>, Option<u32>),
 }
 
 /// Where a device mark's time goes once the pass is resolved.
@@ -159,7 +154,7 @@ pub(crate) struct RunnerControls {
     pub fault: Option<Fault>,
     /// The shared source trace (`--trace`), if any; else the trace-consuming
     /// phases use this run's blocking phase.
-    pub file_trace: Option<SourceTrace>,
+    pub file_trace: Option<Schedule>,
     /// Print one line per phase on stderr (rank 0 only).
     pub progress: bool,
 }
@@ -175,7 +170,7 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// Runs of every group-0 all-reduce (`--inject-repeat`; 1 without it).
     repeat: u32,
     fault: Option<Fault>,
-    file_trace: Option<SourceTrace>,
+    file_trace: Option<Schedule>,
     seq: u64,
     checked_in_phase: u32,
     pending_marks: Vec<(MarkTarget, usize)>,
@@ -193,8 +188,8 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// Sequence numbers of the trace executor's groups: per group for
     /// collectives (`None`), per (sender, receiver) for point-to-point.
     op_seq: std::collections::BTreeMap<(u32, Option<(u32, u32)>), u64>,
-    /// Whether the backend has prepared the source trace's [`TraceOp`](crate::evidence::trace::TraceOp)s.
-    ops_prepared: bool,
+    /// The trace whose groups and collectives the backend has prepared, if any.
+    prepared: Option<Arc<CommTrace>>,
     /// The current phase's point-to-point passes, for its record.
     p2p_passes: Vec<P2pPassRecord>,
     /// The group id of the isolated sweep of another kind than the sum
@@ -278,7 +273,7 @@ impl<'a, B: Backend> Runner<'a, B> {
             spin_short_delays: node_has_core_per_rank(info.world_size),
             barrier_timeout: None,
             op_seq: std::collections::BTreeMap::new(),
-            ops_prepared: false,
+            prepared: None,
             p2p_passes: Vec::new(),
             sweep_group: None,
             timed: Vec::new(),
@@ -341,9 +336,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         Ok(())
     }
 
-    fn source_trace(&self) -> SourceTrace {
+    fn source_trace(&self) -> Result<Schedule> {
         match &self.file_trace {
-            Some(t) => t.clone(),
+            Some(t) => Ok(t.clone()),
             None => {
                 let run = self.phase_runs.iter().find(|p| p.phase == Phase::Blocking).expect("checked in run_all");
                 from_blocking_events(run, &self.body.collectives)
@@ -354,28 +349,31 @@ impl<'a, B: Backend> Runner<'a, B> {
     fn run_phase(&mut self, phase: Phase) -> Result<()> {
         let before = self.body.collectives.len();
         self.checked_in_phase = 0;
-        let (quantum_ns, trace) = match phase {
+        let (quantum_ns, schedule) = match phase {
             Phase::Fill | Phase::Overlap | Phase::AsyncWaitImmediate => {
-                (Some(self.calibrate(ComputeKind::Gemm)?), Some(self.source_trace()))
+                (Some(self.calibrate(ComputeKind::Gemm)?), self.source_trace()?)
             }
-            Phase::MemboundFill => (Some(self.calibrate(ComputeKind::Membound)?), Some(self.source_trace())),
-            Phase::Replay | Phase::HostDelay => (None, Some(self.source_trace())),
-            _ => (None, None),
+            Phase::MemboundFill => (Some(self.calibrate(ComputeKind::Membound)?), self.source_trace()?),
+            Phase::Replay | Phase::HostDelay => (None, self.source_trace()?),
+            Phase::Isolated => {
+                let b2b = self.backend.info().back_to_back;
+                (None, sweep::schedule(self.spec, self.world_size, self.sweep_group, b2b)?)
+            }
+            Phase::Blocking | Phase::Async => (None, Schedule::model(self.spec, phase)),
         };
-        if let Some(ops) = trace.as_ref().and_then(|t| t.ops.as_ref()) {
-            if self.spec.graph {
+        if let Some(p) = &schedule.prepared {
+            if self.spec.graph && phase.needs_trace() {
                 crate::refuse!(
                     Code::BadArgument,
                     "phase {phase} under --graph walks only world all-reduces: pass --trace-allreduce-only, or leave \
                         out --graph to run every kind of the trace"
                 );
             }
-            if !self.ops_prepared {
-                // collective over the world (communicator splits): every rank is here, before its first trace phase;
-                // the point-to-point program runs on the same communicators
-                let p2p = trace.as_ref().and_then(|t| t.p2p.as_ref()).map(|p| &p.plan);
-                self.backend.prepare(&ops.trace, &ops.colls, p2p)?;
-                self.ops_prepared = true;
+            if !self.prepared.as_ref().is_some_and(|t| Arc::ptr_eq(t, &p.trace)) {
+                // collective over the world (communicator splits): every rank is here, before the phase; the
+                // point-to-point program runs on the same communicators
+                self.backend.prepare(&p.trace, &p.colls, p.p2p.as_ref())?;
+                self.prepared = Some(p.trace.clone());
             }
         }
         if self.phase_runs.is_empty() {
@@ -390,15 +388,12 @@ impl<'a, B: Backend> Runner<'a, B> {
         let start_ns = self.clock.now_ns();
         let mut graph = None;
         match phase {
-            Phase::Isolated => self.isolated()?,
-            Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase)?),
+            Phase::Blocking | Phase::Async if self.spec.graph => graph = Some(self.graph_phase(phase, &schedule)?),
             Phase::Fill | Phase::Overlap | Phase::MemboundFill if self.spec.graph => {
                 let q = quantum_ns.expect("fill phases are calibrated");
-                graph = Some(self.graph_traced(phase, trace.as_ref().expect("trace phases have a trace"), q)?)
+                graph = Some(self.graph_traced(phase, &schedule, q)?)
             }
-            Phase::Blocking => self.blocking()?,
-            Phase::Async => self.async_phase()?,
-            _ => self.traced(phase, trace.as_ref().expect("trace phases have a trace"), quantum_ns)?,
+            _ => self.drive(phase, &schedule, quantum_ns)?,
         }
         self.backend.synchronize()?;
         let end_ns = self.clock.now_ns();
@@ -411,8 +406,8 @@ impl<'a, B: Backend> Runner<'a, B> {
             end_ns,
             device_anchor_error_ns: anchor_error_ns,
             quantum_ns,
-            trace_timeline: trace.as_ref().map(|t| t.timeline),
-            trace: trace.map(|t| t.origin),
+            trace_timeline: schedule.source.as_ref().map(|t| t.1),
+            trace: schedule.source.map(|t| t.0),
             collectives: n,
             graph,
             kernel_anchor,

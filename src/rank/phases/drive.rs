@@ -1,0 +1,456 @@
+//! The one driver: walks a phase's [`Schedule`] step by step on the backend and records what ran.
+//!
+//! Consumes the schedule (isolated sweep, model workload, source trace) and, for the trace phases,
+//! the calibrated unit. A [`Step::Gap`] becomes what the phase makes of it: paced on the rank clock
+//! (replay), filled with units before the call (fill, membound-fill, async-wait-immediate), run
+//! beside it (overlap) or spun on the host (host-delay). Applies the negative controls at each
+//! world arrival; point-to-point steps run in recorded order and their pass is recorded at the
+//! token's end. A wrong result fails the phase at once, except in the isolated phase (recorded,
+//! and the rank fails after its shard). Method: docs/METHODS.md, "Phase runner".
+use super::{EventExtra, Fault, HostTimes, OpenToken, Position, Recorded, Runner, Work};
+use crate::backend::{mpi_deadline, Backend, Call, Checked, GraphStep, Timing};
+use crate::core::collective::Lands;
+use crate::core::workload::{Dtype, FillResidual, Phase};
+use crate::evidence::schedule::{CallStep, Issue, Schedule, Step, Target};
+use crate::evidence::shard::{CheckRecord, ComputeEvent, ComputeKind, FillRecord, P2pPassRecord, ReplayTiming};
+use anyhow::{bail, Context, Result};
+
+/// Work a gap places beside the next call: between issue and wait for a
+/// started call, before one that completes on the host.
+#[derive(Clone, Copy)]
+enum Beside {
+    Compute(Work),
+    Spin(u64),
+}
+
+/// A started call waiting for its [`Step::Wait`].
+struct InFlight {
+    call: CallStep,
+    seq: u64,
+    injected: Option<u64>,
+    issue_ns: u64,
+    return_ns: u64,
+}
+
+/// What the driver carries from one step to the next.
+struct Walk {
+    phase: Phase,
+    quantum_ns: Option<u64>,
+    residual_ns: i64,
+    /// When the last call (or point-to-point step) completed, host ns.
+    prev_end: u64,
+    open: Option<OpenToken>,
+    gap: Option<(u64, Option<u64>)>,
+    beside: Option<Beside>,
+    fill: Option<FillRecord>,
+    replay: Option<ReplayTiming>,
+    in_flight: Option<InFlight>,
+    /// The open pass's point-to-point record, where the schedule has a program.
+    p2p: Option<P2pPassRecord>,
+    /// The last back-to-back call, for its size's check.
+    last: Option<CallStep>,
+}
+
+impl<B: Backend> Runner<'_, B> {
+    /// Run `s`'s steps for `phase` (`quantum_ns`: the fill phases' unit).
+    pub(super) fn drive(&mut self, phase: Phase, s: &Schedule, quantum_ns: Option<u64>) -> Result<()> {
+        let mut w = Walk {
+            phase,
+            quantum_ns,
+            residual_ns: 0,
+            prev_end: self.clock.now_ns(),
+            open: None,
+            gap: None,
+            beside: None,
+            fill: None,
+            replay: None,
+            in_flight: None,
+            p2p: None,
+            last: None,
+        };
+        let has_p2p = s.prepared.as_ref().is_some_and(|p| p.p2p.is_some());
+        // a test hook: a rank may stop halfway through the blocking phase's steps
+        let halfway = (phase == Phase::Blocking).then(|| s.calls().count() / 2);
+        let mut computes = 0;
+        self.body.collectives.reserve(s.calls().count());
+        for step in &s.steps {
+            match *step {
+                Step::Token { token, warmup } => {
+                    w.open = Some(self.begin_token(token, warmup)?);
+                    let replay = (phase == Phase::Replay).then_some(0);
+                    w.p2p = has_p2p.then_some(P2pPassRecord {
+                        token,
+                        warmup,
+                        operations: 0,
+                        calls: 0,
+                        host_ns: 0,
+                        target_gap_ns: replay,
+                        actual_gap_ns: replay,
+                        receives_checked: None,
+                    });
+                }
+                Step::TokenEnd => {
+                    let open = w.open.take().context("internal: a token end without its start")?;
+                    // a trace's pass ends at its last call's completion, a model token at the host's clock
+                    let end = if s.source.is_some() { w.prev_end } else { self.clock.now_ns() };
+                    self.end_token(phase, open, end)?;
+                    if let Some(mut pass) = w.p2p.take() {
+                        let check = !pass.warmup && self.spec.check > 0;
+                        pass.receives_checked = self
+                            .backend
+                            .end_p2p_pass(check)
+                            .with_context(|| format!("rank {}, point-to-point pass {}", self.rank, pass.token))?;
+                        self.p2p_passes.push(pass);
+                    }
+                }
+                Step::Compute { gemms, layer } => {
+                    if halfway == Some(computes) {
+                        mpi_deadline::test_stop_point("mid-blocking", self.rank);
+                    }
+                    computes += 1;
+                    let token = w.open.map(|t| t.token);
+                    self.timed_compute(phase, Work::Layer(gemms, layer), token, Some(layer))?;
+                }
+                Step::Gap { ns, compute_ns } => w.gap = Some((ns, compute_ns)),
+                Step::Call(c) => self.call(&mut w, s, c)?,
+                Step::Wait => self.wait_call(&mut w)?,
+                Step::P2p { index, gap_ns, started } => self.p2p_step(&mut w, index, gap_ns, started)?,
+                Step::Size => self.checked_in_phase = 0,
+                Step::Settle => {
+                    self.backend.synchronize()?;
+                    self.barrier("barrier before a size's timed iterations", phase)?;
+                }
+                Step::Graph { n, call } => self.graph_calls(&mut w, n, call)?,
+                Step::EndBackToBack { check } => {
+                    self.backend.end_back_to_back()?;
+                    if check {
+                        let last = w.last.context("internal: a back-to-back run without calls")?;
+                        self.check_last(last)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the phase makes of the gap before call `c`: pace it, fill it, or
+    /// leave work to run beside the call.
+    fn apply_gap(&mut self, w: &mut Walk, c: &CallStep, (gap_ns, compute_ns): (u64, Option<u64>)) -> Result<()> {
+        let phase = w.phase;
+        match phase {
+            Phase::Replay => {
+                // Pace from the moment the host knows the previous collective
+                // completed (on GPU the host would otherwise run ahead of the
+                // device and the gap would be fiction); the gap ends where the
+                // pacing ended, before any injected delay, whose arrival the
+                // control must see.
+                self.backend.synchronize()?;
+                w.prev_end = w.prev_end.max(self.clock.now_ns());
+                self.clock.sleep_until(w.prev_end + gap_ns);
+                let paced_at = self.clock.now_ns();
+                w.replay =
+                    Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: paced_at.saturating_sub(w.prev_end) });
+            }
+            Phase::HostDelay => w.beside = Some(Beside::Spin(gap_ns)),
+            _ => {
+                let q = w.quantum_ns.context("internal: a filled gap without its unit")?;
+                // the source's own compute where it recorded it, else the whole gap
+                let gap_ns = compute_ns.unwrap_or(gap_ns);
+                let (units, err) = quantize(gap_ns, q, &mut w.residual_ns, self.spec.fill_residual);
+                w.fill = Some(FillRecord { gap_ns, units, quantum_ns: q, quantization_error_ns: err });
+                let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
+                if phase == Phase::Overlap {
+                    w.beside = Some(Beside::Compute(Work::Unit(kind, units)));
+                } else {
+                    self.timed_compute(phase, Work::Unit(kind, units), c.token, c.layer)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run what a gap left beside a call.
+    fn beside(&mut self, w: &mut Walk, c: &CallStep) -> Result<()> {
+        match w.beside.take() {
+            None => {}
+            Some(Beside::Compute(work)) => self.timed_compute(w.phase, work, c.token, c.layer)?,
+            Some(Beside::Spin(ns)) => {
+                let s = self.clock.now_ns();
+                self.clock.spin_until(s + ns);
+                let e = self.clock.now_ns();
+                self.body.compute.push(ComputeEvent {
+                    phase: w.phase,
+                    kind: ComputeKind::HostDelay,
+                    token: c.token,
+                    layer: c.layer,
+                    units: 1,
+                    start_ns: s,
+                    end_ns: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, w: &mut Walk, s: &Schedule, c: CallStep) -> Result<()> {
+        if let Some(gap) = w.gap.take() {
+            self.apply_gap(w, &c, gap)?;
+        }
+        match (c.target, c.issue) {
+            (Target::World { bytes, dtype }, Issue::Async | Issue::BackToBack) => {
+                let (seq, injected) = if c.group == 0 { self.next_arrival() } else { (self.group_seq(c.group), None) };
+                let issue_ns = self.clock.now_ns();
+                let call = Call::World { kind: c.kind, bytes, dtype };
+                if c.issue == Issue::BackToBack {
+                    self.backend.enqueue(call, Timing::BackToBack)?;
+                    let return_ns = self.clock.now_ns();
+                    w.last = Some(c);
+                    let extra = EventExtra { timed: true, injected_ns: injected, ..Default::default() };
+                    self.record(w, &c, seq, HostTimes::blocking(issue_ns, return_ns), extra);
+                    return Ok(());
+                }
+                for _ in 1..self.repeat {
+                    self.backend.enqueue(call, Timing::Untimed)?;
+                }
+                self.backend.enqueue(call, Timing::Async)?;
+                let return_ns = self.clock.now_ns();
+                self.beside(w, &c)?;
+                w.in_flight = Some(InFlight { call: c, seq, injected, issue_ns, return_ns });
+                Ok(())
+            }
+            (Target::Prepared { index, op }, Issue::HostWait) => {
+                // the work beside a call that completes on the host runs before it
+                self.beside(w, &c)?;
+                let rank = self.rank;
+                // a point-to-point pair is keyed (sender, receiver)
+                let pair = match (c.kind.row().lands, c.peer) {
+                    (Lands::AtPeer, Some(p)) => Some((rank, p)),
+                    (Lands::Here, Some(p)) => Some((p, rank)),
+                    _ if c.kind.is_p2p() => bail!("internal: {} without a peer", c.kind.name()),
+                    _ => None,
+                };
+                let counter = self.op_seq.entry((c.group, pair)).or_insert(0);
+                let seq = *counter;
+                *counter += 1;
+                // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's
+                // off the root
+                let has_result = match c.kind.row().lands {
+                    Lands::AtPeer | Lands::Nowhere => false,
+                    Lands::OnRoot => c.root == Some(rank),
+                    Lands::Everywhere | Lands::Here => true,
+                };
+                let checked = has_result && !c.warmup && self.checked_in_phase < self.spec.check;
+                let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
+                let issue_ns = self.clock.now_ns();
+                self.backend.enqueue(Call::Trace { index, c: tc, op, check: checked }, Timing::HostWait)?;
+                let end_ns = self.clock.now_ns();
+                // the check reads the result back after the timed call, never inside it
+                if checked {
+                    let corrupt = self.fault == Some(Fault::WrongSum { rank });
+                    let f = self.backend.check(Checked::Trace { index, c: tc, op }, corrupt)?;
+                    self.checked_in_phase += 1;
+                    if let (Some(why), false) = (&f.first_wrong, w.phase == Phase::Isolated) {
+                        bail!(
+                            "result check failed on rank {rank}, phase {}, group {} seq {seq} ({} of {} bytes): {why}",
+                            w.phase,
+                            c.group,
+                            c.kind.name(),
+                            c.bytes
+                        );
+                    }
+                    self.checks.push(CheckRecord {
+                        phase: w.phase,
+                        group: c.group,
+                        seq,
+                        bytes: c.bytes,
+                        wrong_elements: f.wrong_elements,
+                        first_wrong: f.first_wrong,
+                    });
+                }
+                self.record(
+                    w,
+                    &c,
+                    seq,
+                    HostTimes::blocking(issue_ns, end_ns),
+                    EventExtra { checked, ..Default::default() },
+                );
+                Ok(())
+            }
+            (t, i) => bail!("internal: {t:?} issued as {i:?}"),
+        }
+    }
+
+    /// Wait for the started call, check it where `--check` still asks, record it.
+    fn wait_call(&mut self, w: &mut Walk) -> Result<()> {
+        let f = w.in_flight.take().context("internal: a wait without a started call")?;
+        let Target::World { dtype, .. } = f.call.target else { bail!("internal: a wait for a prepared call") };
+        let wait_start_ns = self.clock.now_ns();
+        let device = self.backend.wait()?;
+        let wait_end_ns = self.clock.now_ns();
+        let checked = !f.call.warmup && self.checked_in_phase < self.spec.check;
+        if checked {
+            self.checked_in_phase += 1;
+            self.check(w.phase, f.seq, f.call.bytes, dtype)?;
+        }
+        let t = HostTimes { issue_ns: f.issue_ns, return_ns: f.return_ns, wait_start_ns, wait_end_ns };
+        self.record(w, &f.call, f.seq, t, EventExtra { timed: true, device, injected_ns: f.injected, checked });
+        Ok(())
+    }
+
+    /// Record call `c` with the gap's fill or replay timing, if any; the call's end is the walk's last completion.
+    fn record(&mut self, w: &mut Walk, c: &CallStep, seq: u64, t: HostTimes, extra: EventExtra) {
+        let r = Recorded {
+            phase: w.phase,
+            kind: c.kind,
+            group: c.group,
+            seq,
+            bytes: c.bytes,
+            dtype: c.dtype,
+            root: c.root,
+            peer: c.peer,
+        };
+        let pos = Position { token: c.token, layer: c.layer, iter: c.iter, warmup: c.warmup };
+        let i = self.push_event(r, pos, t, extra);
+        let ev = &mut self.body.collectives[i];
+        ev.fill = w.fill.take();
+        ev.replay = w.replay.take();
+        w.prev_end = ev.wait_end_ns;
+    }
+
+    /// Step `k` of the point-to-point program, paced by its recorded gap in the replay phase.
+    fn p2p_step(&mut self, w: &mut Walk, k: usize, gap_ns: u64, started: u32) -> Result<()> {
+        let pass = w.p2p.as_mut().context("internal: point-to-point steps outside a pass")?;
+        if w.phase == Phase::Replay {
+            self.backend.synchronize()?;
+            w.prev_end = w.prev_end.max(self.clock.now_ns());
+            self.clock.sleep_until(w.prev_end + gap_ns);
+            let paced_at = self.clock.now_ns();
+            pass.target_gap_ns = pass.target_gap_ns.map(|t| t + gap_ns);
+            pass.actual_gap_ns = pass.actual_gap_ns.map(|t| t + paced_at.saturating_sub(w.prev_end));
+        }
+        let t0 = self.clock.now_ns();
+        self.backend
+            .enqueue(Call::P2pStep(k), Timing::HostWait)
+            .with_context(|| format!("rank {}, phase {}, pass {}", self.rank, w.phase, pass.token))?;
+        w.prev_end = self.clock.now_ns();
+        pass.host_ns += w.prev_end.saturating_sub(t0);
+        pass.calls += 1;
+        pass.operations += started;
+        Ok(())
+    }
+
+    /// `n` timed iterations as one CUDA graph: one launch for all of them
+    /// (delays and faults cannot act inside a graph).
+    fn graph_calls(&mut self, w: &mut Walk, n: u32, c: CallStep) -> Result<()> {
+        let Target::World { bytes, dtype } = c.target else { bail!("internal: a graph of prepared calls") };
+        let step = GraphStep::Calls { kind: c.kind, bytes, dtype, n };
+        let host = self.backend.graph(step)?.context("internal: a graph of collectives without its launch times")?;
+        for i in 0..n {
+            let seq = if c.group == 0 {
+                self.seq += 1;
+                self.seq - 1
+            } else {
+                self.group_seq(c.group)
+            };
+            let call = CallStep { iter: Some(i), warmup: false, ..c };
+            self.record(
+                w,
+                &call,
+                seq,
+                HostTimes::blocking(host.0, host.1),
+                EventExtra { timed: true, ..Default::default() },
+            );
+        }
+        w.last = Some(c);
+        Ok(())
+    }
+
+    /// Check the last call of a back-to-back size (marked checked): the
+    /// all-reduce as every phase checks it; another kind where its result
+    /// lands here (a reduce's on its root only), recorded on its group.
+    fn check_last(&mut self, c: CallStep) -> Result<()> {
+        let Target::World { bytes, dtype } = c.target else { bail!("internal: a back-to-back prepared call") };
+        let last = self.body.collectives.len() - 1;
+        let seq = self.body.collectives[last].seq;
+        if c.group == 0 {
+            self.body.collectives[last].checked = true;
+            return self.check(Phase::Isolated, seq, c.bytes, dtype);
+        }
+        let rank = self.rank;
+        if c.kind.row().lands == Lands::OnRoot && c.root != Some(rank) {
+            return Ok(());
+        }
+        self.body.collectives[last].checked = true;
+        let corrupt = self.fault == Some(Fault::WrongSum { rank });
+        let f = self.backend.check(Checked::Last { kind: c.kind, bytes, dtype }, corrupt)?;
+        self.checks.push(CheckRecord {
+            phase: Phase::Isolated,
+            group: c.group,
+            seq,
+            bytes: c.bytes,
+            wrong_elements: f.wrong_elements,
+            first_wrong: f.first_wrong,
+        });
+        Ok(())
+    }
+
+    /// The next sequence number of `group` (a group other than the world counts its own).
+    fn group_seq(&mut self, group: u32) -> u64 {
+        let counter = self.op_seq.entry((group, None)).or_insert(0);
+        *counter += 1;
+        *counter - 1
+    }
+
+    /// One token's device work as the driver runs it, without records (inside
+    /// a graph capture, or as the eager warm-up before one): each gap as
+    /// `units` (one per gap, in order) before the call, or beside it in
+    /// overlap. Returns the last call's size and element type.
+    pub(super) fn play(&mut self, phase: Phase, steps: &[Step], units: &[u32]) -> Result<(u64, Dtype)> {
+        let kind = if phase == Phase::MemboundFill { ComputeKind::Membound } else { ComputeKind::Gemm };
+        let (mut gaps, mut beside, mut last) = (units.iter(), 0, (0, self.spec.dtype));
+        for step in steps {
+            match *step {
+                Step::Compute { gemms, layer } => self.compute(Work::Layer(gemms, layer))?,
+                Step::Gap { .. } => {
+                    let u = *gaps.next().context("internal: a gap without its units")?;
+                    if phase == Phase::Overlap {
+                        beside = u;
+                    } else if u > 0 {
+                        self.compute(Work::Unit(kind, u))?;
+                    }
+                }
+                Step::Call(CallStep {
+                    target: Target::World { bytes, dtype }, issue: Issue::Async, kind: k, ..
+                }) => {
+                    self.backend.enqueue(Call::World { kind: k, bytes, dtype }, Timing::Async)?;
+                    let u = std::mem::take(&mut beside);
+                    if u > 0 {
+                        self.compute(Work::Unit(kind, u))?;
+                    }
+                    last = (bytes, dtype);
+                }
+                Step::Wait => {
+                    self.backend.wait()?;
+                }
+                Step::Token { .. } | Step::TokenEnd => {}
+                other => bail!("internal: {other:?} in a graph's token"),
+            }
+        }
+        Ok(last)
+    }
+}
+
+/// A gap of `gap_ns` as whole compute units of `quantum_ns`, rounded to the
+/// nearest, with the rounding carried into the next gap (`Carry`, so errors
+/// do not accumulate) or dropped. Returns the units and this gap's
+/// quantization error (units' time minus the time wanted, carry included).
+pub(super) fn quantize(gap_ns: u64, quantum_ns: u64, residual_ns: &mut i64, policy: FillResidual) -> (u32, i64) {
+    let want = gap_ns as i64 + *residual_ns;
+    let units = if want <= 0 { 0 } else { (want as f64 / quantum_ns as f64).round() as u32 };
+    let err = units as i64 * quantum_ns as i64 - want;
+    *residual_ns = match policy {
+        FillResidual::Carry => -err,
+        FillResidual::Drop => 0,
+    };
+    (units, err)
+}
