@@ -189,5 +189,8 @@ fn every_phase_walk_is_unchanged() {
     c.controls.file_trace = Some(st);
     c.controls.fault = Some(Fault::WrongSum { rank: 0 });
     out += &walk(c);
-    insta::assert_snapshot!(out);
+    // kept with the other reviewed snapshots, out of src/
+    insta::with_settings!({ snapshot_path => "../../../tests/snapshots", prepend_module_to_snapshot => false }, {
+        insta::assert_snapshot!("phase_walks", out);
+    });
 }
