@@ -26,8 +26,10 @@
 # compared after scripts/dev/mask_timings.py masks what differs between two
 # runs of one binary (clock readings and what follows from them, ids, hosts):
 # what ran, in which order, with which sizes, groups, sequence numbers,
-# checks and measured-or-not device intervals must be the same. Timings
-# themselves are never compared.
+# checks and measured-or-not device intervals must be the same; then the
+# trace phases (2 ranks) over an imported PyTorch trace and, where mpicc and
+# the capture library are there, an MPI capture with point-to-point
+# operations. Timings themselves are never compared.
 set -euo pipefail
 BEFORE=$(realpath "${1:?BEFORE_BIN}")
 AFTER=$(realpath "${2:?AFTER_BIN}")
@@ -89,6 +91,19 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
     done
     rm -rf "$WORK/rank-$k"
   done
+  # the trace phases over imported traces (2 ranks): a PyTorch trace (every kind on its groups) and, where
+  # mpicc and the capture library are there, an MPI capture (its point-to-point program between the collectives)
+  for t in "$WORK"/traces/*.json; do
+    k=$((k + 1))
+    mpirun --oversubscribe -n 2 "$B" rank -q --backend cpu --out "$WORK/rank-$k" --trace "$t" --dtype bf16 \
+      --phases replay,fill,overlap,host-delay --tokens 2 --check 1 > /dev/null 2>&1 \
+      || echo "rank-job-$k failed" >> "$O/exit-codes"
+    local rd; rd=$(ls -d "$WORK/rank-$k"/*/ | head -1)
+    for f in "$rd"/*.shard "$rd/run.json"; do
+      "$B" inspect "$f" | python3 scripts/dev/mask_timings.py > "$O/record-$k-$(basename "$f").json"
+    done
+    rm -rf "$WORK/rank-$k"
+  done
   rm -f "$O"/*.err
   # the producer names the binary (version, commit): mask it, count it
   grep -rlE '"producer": "[^"]*"|\(commit [0-9a-f]{40}, tree [a-z]+ at build\)' "$O" | while read -r f; do
@@ -97,6 +112,19 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
   done
   mv "$O" "$2"
 }
+# imported traces for the trace phases, made once with BEFORE
+mkdir -p "$WORK/traces"
+if [ ! -f "$WORK/traces/pytorch.json" ]; then
+  "$BEFORE" import kineto tests/data/pytorch-2.11-tp2-h200/kineto.rank-{0,1}.json.gz -o "$WORK/traces/pytorch.json" \
+    > /dev/null
+fi
+if [ ! -f "$WORK/traces/mpi.json" ] && command -v mpicc > /dev/null \
+  && [ -f "$(dirname "$BEFORE")/libcommcanary_capture.so" ]; then
+  mpicc -O1 -o "$WORK/traces/app" tests/data/mpi_capture/app.c
+  mpirun --oversubscribe -n 2 "$BEFORE" capture -o "$WORK/traces/cap" -- "$WORK/traces/app" 4 > /dev/null
+  "$BEFORE" import mpi "$WORK/traces/cap" -o "$WORK/traces/mpi.json" --for-phases > /dev/null
+fi
+echo "imported traces for the trace phases: $(ls "$WORK"/traces/*.json | wc -l)"
 rm -f "$WORK/out.masked"
 outputs "$BEFORE" "$WORK/before"
 outputs "$AFTER" "$WORK/after"

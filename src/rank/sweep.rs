@@ -172,92 +172,73 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
     Ok((trace, colls))
 }
 
-/// The isolated phase's [`Schedule`] over `n` ranks on a backend that runs
-/// calls back to back or not: per size, the warm-ups, then the timed
-/// iterations. Three forms: back to back, every kind of the sweep as world
-/// calls (a synchronization and a barrier before the timed iterations, one
-/// CUDA graph of them with `--graph`, the last one checked); each started and
-/// waited for (the sum all-reduce without back-to-back calls); or each run to
-/// completion on the host as a prepared collective on the sweep's `group`
-/// (another kind without back-to-back calls, another reduction anywhere). A
-/// kind other than the all-reduce is recorded on `group` with one member's
-/// input as its bytes.
+/// The isolated phase's [`Schedule`] over `n` ranks, as nccl-tests times it:
+/// per size, the warm-ups, a synchronization and a barrier, then the timed
+/// iterations. Every kind of the sweep with a sum runs as world calls: back
+/// to back where the backend runs them so (one CUDA graph of the timed
+/// iterations with `--graph`; the last one checked), else each started and
+/// waited for (`--check N` checks N timed iterations of every size). Another
+/// reduction runs as prepared collectives on the sweep's `group`, each to
+/// completion on the host. A kind other than the all-reduce is recorded on
+/// `group` with one member's input as its bytes.
 pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_back: bool) -> Result<Schedule> {
     let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
-    let per_size = (spec.warmup_iters + spec.iters) as usize;
-    let iters = |warmup_iters: u32, iters: u32| {
-        (0..warmup_iters + iters).map(move |i| if i < warmup_iters { (i, true) } else { (i - warmup_iters, false) })
-    };
-    let mut steps = Vec::with_capacity((per_size * 2 + 4) * spec.isolated_sizes().len());
-    let call = |target, issue, bytes: u64, group: u32, (iter, warmup): (u32, bool)| {
-        Step::Call(CallStep {
-            target,
-            issue,
-            kind: kind.kind(),
-            group,
-            bytes,
-            dtype: dtype.into(),
-            root: kind.root(),
-            peer: None,
-            token: None,
-            layer: None,
-            iter: Some(iter),
-            warmup,
-        })
-    };
-    if !spec.sweep_uses_executor() && !back_to_back {
-        for &bytes in spec.isolated_sizes() {
-            steps.push(Step::Size);
-            for it in iters(spec.warmup_iters, spec.iters) {
-                steps.extend([call(Target::World { bytes, dtype }, Issue::Async, bytes, 0, it), Step::Wait]);
-            }
-        }
-        return Ok(Schedule { steps, ..Default::default() });
-    }
     let e = dtype.size_bytes();
-    let swept = if spec.sweep_uses_executor() { Some(sweep_collectives(spec, n)?) } else { None };
-    if swept.is_none() || (back_to_back && op == ReduceOp::Sum) {
-        // (world call's bytes in nccl-tests' convention, the record's, its group)
-        let sizes: Vec<(u64, u64, u32)> = match &swept {
-            None => spec.isolated_sizes().iter().map(|&b| (b, b, 0)).collect(),
-            Some((_, colls)) => {
-                let group = group.context("internal: an isolated sweep without its group")?;
-                let world = |(&b, c): (&u64, &TraceCollective)| {
-                    let count =
-                        kind.count(b, e, n).context("internal: a swept size without a whole element per rank")?;
-                    Ok((count * e, c.in_elems * e, group))
-                };
-                spec.isolated_sizes().iter().zip(colls).map(world).collect::<Result<_>>()?
-            }
-        };
-        for (world_bytes, bytes, group) in sizes {
-            let target = Target::World { bytes: world_bytes, dtype };
+    let group = if spec.sweep_uses_executor() { group.context("internal: a sweep without its group")? } else { 0 };
+    let call = |target, issue, bytes: u64, (iter, warmup): (u32, bool)| CallStep {
+        target,
+        issue,
+        kind: kind.kind(),
+        group,
+        bytes,
+        dtype: dtype.into(),
+        root: kind.root(),
+        peer: None,
+        token: None,
+        layer: None,
+        iter: Some(iter),
+        warmup,
+    };
+    let its = |from: u32, to: u32, warmup: bool| (from..to).map(move |i| (i, warmup));
+    let (w, t) = (spec.warmup_iters, spec.iters);
+    let mut steps = Vec::with_capacity((2 * (w + t) as usize + 4) * spec.isolated_sizes().len());
+    if op != ReduceOp::Sum {
+        let (trace, colls) = sweep_collectives(spec, n)?;
+        for (index, c) in colls.iter().enumerate() {
+            let at = |it| Step::Call(call(Target::Prepared { index, op }, Issue::HostWait, c.in_elems * e, it));
             steps.push(Step::Size);
-            for it in iters(spec.warmup_iters, 0) {
-                steps.push(call(target, Issue::BackToBack, bytes, group, it));
-            }
+            steps.extend(its(0, w, true).map(at));
             steps.push(Step::Settle);
-            if spec.graph {
-                if let Step::Call(c) = call(target, Issue::BackToBack, bytes, group, (0, false)) {
-                    steps.push(Step::Graph { n: spec.iters, call: c });
-                }
-            } else {
-                steps.extend(iters(0, spec.iters).map(|it| call(target, Issue::BackToBack, bytes, group, it)));
-            }
-            steps.push(Step::EndBackToBack { check: spec.check > 0 && spec.iters > 0 });
+            steps.extend(its(0, t, false).map(at));
         }
-        return Ok(Schedule { steps, ..Default::default() });
+        let prepared = Prepared { trace: Arc::new(trace), colls, groups: Vec::new(), p2p: None };
+        return Ok(Schedule { source: None, prepared: Some(prepared), steps });
     }
-    let (trace, colls) = swept.context("internal: an executor sweep without its collectives")?;
-    let group = group.context("internal: an isolated sweep without its group")?;
-    for (index, c) in colls.iter().enumerate() {
+    check_world(spec, n)?;
+    for &b in spec.isolated_sizes() {
+        // the world call's size in nccl-tests' convention, and the record's: one member's input
+        let (world_bytes, bytes) = if group == 0 {
+            (b, b)
+        } else {
+            let count = kind.count(b, e, n).context("internal: a swept size without a whole element per rank")?;
+            (count * e, kind.elements(count, n).0 * e)
+        };
+        let target = Target::World { bytes: world_bytes, dtype };
         steps.push(Step::Size);
-        for it in iters(spec.warmup_iters, spec.iters) {
-            steps.push(call(Target::Prepared { index, op }, Issue::HostWait, c.in_elems * e, group, it));
+        let timed = |it| call(target, if back_to_back { Issue::BackToBack } else { Issue::Async }, bytes, it);
+        let with_wait = |it| [Some(Step::Call(timed(it))), (!back_to_back).then_some(Step::Wait)].into_iter().flatten();
+        steps.extend(its(0, w, true).flat_map(with_wait));
+        steps.push(Step::Settle);
+        if back_to_back && spec.graph {
+            steps.push(Step::Graph { n: t, call: timed((0, false)) });
+        } else {
+            steps.extend(its(0, t, false).flat_map(with_wait));
+        }
+        if back_to_back {
+            steps.push(Step::EndBackToBack { check: spec.check > 0 && t > 0 });
         }
     }
-    let prepared = Prepared { trace: Arc::new(trace), colls, groups: Vec::new(), p2p: None };
-    Ok(Schedule { source: None, prepared: Some(prepared), steps })
+    Ok(Schedule { steps, ..Default::default() })
 }
 
 /// `rank -J FILE`: the isolated sweep's table as JSON with nccl-tests'

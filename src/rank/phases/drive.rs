@@ -232,13 +232,7 @@ impl<B: Backend> Runner<'_, B> {
                 let counter = self.op_seq.entry((c.group, pair)).or_insert(0);
                 let seq = *counter;
                 *counter += 1;
-                // a result lands on every member, except a send's (its receiver checks), a barrier's and a reduce's
-                // off the root
-                let has_result = match c.kind.row().lands {
-                    Lands::AtPeer | Lands::Nowhere => false,
-                    Lands::OnRoot => c.root == Some(rank),
-                    Lands::Everywhere | Lands::Here => true,
-                };
+                let has_result = self.has_result(&c);
                 let checked = has_result && !c.warmup && self.checked_in_phase < self.spec.check;
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
                 let issue_ns = self.clock.now_ns();
@@ -283,14 +277,13 @@ impl<B: Backend> Runner<'_, B> {
     /// Wait for the started call, check it where `--check` still asks, record it.
     fn wait_call(&mut self, w: &mut Walk) -> Result<()> {
         let f = w.in_flight.take().context("internal: a wait without a started call")?;
-        let Target::World { dtype, .. } = f.call.target else { bail!("internal: a wait for a prepared call") };
         let wait_start_ns = self.clock.now_ns();
         let device = self.backend.wait()?;
         let wait_end_ns = self.clock.now_ns();
-        let checked = !f.call.warmup && self.checked_in_phase < self.spec.check;
+        let checked = self.has_result(&f.call) && !f.call.warmup && self.checked_in_phase < self.spec.check;
         if checked {
             self.checked_in_phase += 1;
-            self.check(w.phase, f.seq, f.call.bytes, dtype)?;
+            self.check_world(w.phase, &f.call, f.seq)?;
         }
         let t = HostTimes { issue_ns: f.issue_ns, return_ns: f.return_ns, wait_start_ns, wait_end_ns };
         self.record(w, &f.call, f.seq, t, EventExtra { timed: true, device, injected_ns: f.injected, checked });
@@ -365,33 +358,56 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Check the last call of a back-to-back size (marked checked): the
-    /// all-reduce as every phase checks it; another kind where its result
-    /// lands here (a reduce's on its root only), recorded on its group.
+    /// Check the last call of a back-to-back size where its result lands here, and mark it checked.
     fn check_last(&mut self, c: CallStep) -> Result<()> {
-        let Target::World { bytes, dtype } = c.target else { bail!("internal: a back-to-back prepared call") };
-        let last = self.body.collectives.len() - 1;
-        let seq = self.body.collectives[last].seq;
-        if c.group == 0 {
-            self.body.collectives[last].checked = true;
-            return self.check(Phase::Isolated, seq, c.bytes, dtype);
-        }
-        let rank = self.rank;
-        if c.kind.row().lands == Lands::OnRoot && c.root != Some(rank) {
+        if !self.has_result(&c) {
             return Ok(());
         }
+        let last = self.body.collectives.len() - 1;
         self.body.collectives[last].checked = true;
-        let corrupt = self.fault == Some(Fault::WrongSum { rank });
+        let seq = self.body.collectives[last].seq;
+        self.check_world(Phase::Isolated, &c, seq)
+    }
+
+    /// Whether call `c`'s result lands on this rank: on every member, except
+    /// a send's (its receiver checks), a barrier's and a reduce's off the root.
+    fn has_result(&self, c: &CallStep) -> bool {
+        match c.kind.row().lands {
+            Lands::AtPeer | Lands::Nowhere => false,
+            Lands::OnRoot => c.root == Some(self.rank),
+            Lands::Everywhere | Lands::Here => true,
+        }
+    }
+
+    /// Validate world call `c`, the last completed, and record what was
+    /// found. A wrong result fails the job at once in the workload phases;
+    /// the isolated phase records it (nccl-tests' `#wrong`) and goes on, and
+    /// the rank fails after its shard is written (see `rank`), so the evidence
+    /// of the fault is kept and no wrong run is ever ranked.
+    fn check_world(&mut self, phase: Phase, c: &CallStep, seq: u64) -> Result<()> {
+        let Target::World { bytes, dtype } = c.target else {
+            bail!("internal: a prepared call checked as a world call")
+        };
+        let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
         let f = self.backend.check(Checked::Last { kind: c.kind, bytes, dtype }, corrupt)?;
         self.checks.push(CheckRecord {
-            phase: Phase::Isolated,
+            phase,
             group: c.group,
             seq,
             bytes: c.bytes,
             wrong_elements: f.wrong_elements,
-            first_wrong: f.first_wrong,
+            first_wrong: f.first_wrong.clone(),
         });
-        Ok(())
+        match f.first_wrong {
+            Some(why) if phase != Phase::Isolated => bail!(
+                "result check failed on rank {}, phase {phase}, group {} seq {seq} ({} bytes of {}): {why}",
+                self.rank,
+                c.group,
+                c.bytes,
+                dtype.name()
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The next sequence number of `group` (a group other than the world counts its own).

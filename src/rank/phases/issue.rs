@@ -1,13 +1,10 @@
 //! The runner's primitives, shared by every phase: calibrate a compute unit,
-//! run a timed compute interval, and issue one collective (a world all-reduce,
-//! or an imported trace's collective on its group) with whatever runs between
-//! issue and wait, then validate and record it. Applies the negative controls
-//! (`--inject-delay`, `--inject-repeat`, `--fault`) at each arrival; a wrong
-//! result fails the phase at once, except in the isolated phase (recorded).
+//! run a timed compute interval, and apply the negative controls that act
+//! before a world arrival (`--inject-delay`, `--fault hang`).
 use super::{Fault, MarkTarget, Runner, Work};
-use crate::backend::{Backend, Checked, Compute};
+use crate::backend::{Backend, Compute};
 use crate::core::workload::Phase;
-use crate::evidence::shard::{CheckRecord, CollectiveKind, ComputeEvent, ComputeKind, Dtype};
+use crate::evidence::shard::{ComputeEvent, ComputeKind};
 use anyhow::{bail, Result};
 
 impl<B: Backend> Runner<'_, B> {
@@ -118,34 +115,6 @@ impl<B: Backend> Runner<'_, B> {
             std::thread::sleep(std::time::Duration::from_nanos(d));
         }
         Some(self.clock.now_ns() - t)
-    }
-
-    /// Validate the last all-reduce of `bytes` and record what was found. A
-    /// wrong result fails the job at once in the workload phases; the isolated
-    /// phase records it (nccl-tests' `#wrong`) and goes on, and the rank
-    /// fails after its shard is written (see `rank`), so the evidence of the
-    /// fault is kept and no wrong run is ever ranked.
-    pub(super) fn check(&mut self, phase: Phase, seq: u64, bytes: u64, dtype: Dtype) -> Result<()> {
-        let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
-        let outcome = self.backend.check(Checked::Last { kind: CollectiveKind::AllReduce, bytes, dtype }, corrupt)?;
-        self.checks.push(CheckRecord {
-            phase,
-            group: 0,
-            seq,
-            bytes,
-            wrong_elements: outcome.wrong_elements,
-            first_wrong: outcome.first_wrong.clone(),
-        });
-        if let Some(why) = outcome.first_wrong {
-            if phase != Phase::Isolated {
-                bail!(
-                    "result check failed on rank {}, phase {phase}, group 0 seq {seq} ({bytes} bytes of {}): {why}",
-                    self.rank,
-                    dtype.name()
-                );
-            }
-        }
-        Ok(())
     }
 }
 

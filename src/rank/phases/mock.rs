@@ -217,7 +217,7 @@ mod tests {
     use super::{Logged, MockBackend};
     use crate::backend::Timing;
     use crate::core::clock::RankClock;
-    use crate::core::workload::{GemmShape, Phase, SweepKind, WorkloadSpec};
+    use crate::core::workload::{GemmShape, Phase, ReduceOp, SweepKind, WorkloadSpec};
     use crate::rank::phases::{Fault, Runner, RunnerControls};
 
     fn spec(phases: &[Phase]) -> WorkloadSpec {
@@ -296,7 +296,8 @@ mod tests {
     /// Another kind of the sweep (all-gather) runs back to back through the
     /// same world calls as the all-reduce: recorded on the sweep's group with
     /// one member's input as its bytes, its device intervals on the records,
-    /// one check per size; without back-to-back calls it runs on the trace
+    /// one check per size; without back-to-back calls the same world calls
+    /// are started and waited for; another reduction runs on the trace
     /// executor, prepared once.
     #[test]
     fn another_kind_sweeps_back_to_back_through_world_calls() {
@@ -315,6 +316,14 @@ mod tests {
         assert_eq!(worlds(&b.log), [64u64, 128].iter().flat_map(|&x| [(x, Timing::BackToBack); 4]).collect::<Vec<_>>());
         assert!(b.log.iter().all(|l| !matches!(l, Logged::World(k, ..) if *k != "all_gather")));
         let mut b = MockBackend::new(false, false);
+        let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_sweep_group(7);
+        r.run_all().unwrap();
+        assert_eq!(worlds(&b.log), [64u64, 128].iter().flat_map(|&x| [(x, Timing::Async); 4]).collect::<Vec<_>>());
+        assert!(!b.log.iter().any(|l| matches!(l, Logged::Prepare(_) | Logged::Trace(..))));
+        // another reduction than the sum runs on the trace executor, prepared once
+        s.isolated_op = Some(<ReduceOp as clap::ValueEnum>::from_str("max", false).unwrap());
+        s.isolated_collective = None;
+        let mut b = MockBackend::new(true, true);
         let mut r = Runner::new(&mut b, &clock, &s, RunnerControls::default()).with_sweep_group(7);
         r.run_all().unwrap();
         assert!(worlds(&b.log).is_empty());
