@@ -1,18 +1,19 @@
 //! The collective sweep of `validate`: all-reduce and all-gather over
 //! sizes, timed as nccl-tests times them, with busbw per size.
 //!
-//! Consumes a backend, the world communicator and the sizes. Produces, per
-//! collective and size, the mean time per iteration of the slowest rank,
-//! algbw and busbw, and the elements a result check found wrong. Refuses
-//! nothing itself (a backend without all-gather fails the job).
+//! Consumes a backend, the world communicator and the sizes, and runs them as
+//! the isolated phase does. Produces, per collective and size, the mean time
+//! per iteration of the slowest rank, algbw and busbw, and the elements a
+//! result check found wrong. Refuses nothing itself.
 //!
 //! Timing, bandwidths and sizes: docs/METHODS.md, "Validate sweep timing".
-use crate::backend::{Backend, Call, Checked, Timing};
+use crate::backend::Backend;
 use crate::core::clock::RankClock;
 use crate::core::collective::CollectiveKind;
-use crate::core::workload::SweepKind;
+use crate::core::workload::{GemmShape, SweepKind, WorkloadSpec};
 use crate::evidence::shard::Dtype;
-use anyhow::Result;
+use crate::rank::phases::{Runner, RunnerControls};
+use anyhow::{Context, Result};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use serde::{Deserialize, Serialize};
@@ -119,7 +120,11 @@ pub struct SweepLoop<'a> {
     pub check: bool,
 }
 
-/// Sweep the sizes of `l` of `kind` once; every rank calls this in step.
+/// Sweep the sizes of `l` of `kind` once as the isolated phase runs it (one
+/// driver, [`crate::rank::phases`]); every rank calls this in step. A size's
+/// time is its timed iterations' span: the device intervals where the
+/// backend measures them (back to back, as nccl-tests' events around its
+/// loop), else from the first issue to the last completion on the host.
 /// Returns the rows on every rank (the maxima and sums are all-reduced).
 pub fn sweep<B: Backend>(
     backend: &mut B,
@@ -128,36 +133,41 @@ pub fn sweep<B: Backend>(
     kind: SweepKind,
     l: &SweepLoop,
 ) -> Result<Vec<SizeResult>> {
-    let (sizes, dtype, iters, warmup_iters, check) = (l.sizes_bytes, l.dtype, l.iters, l.warmup_iters, l.check);
     let n = world.size() as u32;
+    let sizes: Vec<u64> = l.sizes_bytes.iter().map(|&b| bytes_for(kind, b, l.dtype, n)).collect();
+    // the isolated phase computes nothing: the GEMM shape is the backend's own concern
+    let mut spec =
+        WorkloadSpec::isolated_only(sizes.first().copied().unwrap_or(0), l.iters, GemmShape { m: 1, n: 1, k: 1 });
+    (spec.isolated_sizes_bytes, spec.warmup_iters, spec.check, spec.dtype) =
+        (sizes.clone(), l.warmup_iters, u32::from(l.check), l.dtype);
+    spec.isolated_collective = Some(kind);
+    let mut runner = Runner::new(backend, clock, &spec, RunnerControls::default()).with_sweep_group(1);
+    runner.run_all()?;
+    let per_size = (l.warmup_iters + l.iters) as usize;
     let mut rows = Vec::with_capacity(sizes.len());
-    for &requested in sizes {
-        let bytes = bytes_for(kind, requested, dtype, n);
-        for _ in 0..warmup_iters {
-            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
-            backend.wait()?;
-        }
-        backend.synchronize()?;
-        world.barrier();
-        let t0 = clock.now_ns();
-        for _ in 0..iters {
-            backend.enqueue(Call::World { kind: kind.kind(), bytes, dtype }, Timing::Async)?;
-            backend.wait()?;
-        }
-        backend.synchronize()?;
-        let elapsed_ns = clock.now_ns().saturating_sub(t0);
-        backend.finish_pass()?;
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let recs =
+            runner.body.collectives.get(i * per_size..(i + 1) * per_size).context("internal: a size unrecorded")?;
+        let timed = &recs[l.warmup_iters as usize..];
+        let span = |a: Option<u64>, b: Option<u64>| b.zip(a).map(|(b, a)| b.saturating_sub(a));
+        let elapsed_ns = match (timed.first(), timed.last()) {
+            (Some(f), Some(e)) => span(f.device_start_ns, e.device_end_ns)
+                .filter(|_| timed.iter().all(|r| r.device_end_ns.is_some()))
+                .unwrap_or(e.wait_end_ns.saturating_sub(f.host_issue_ns)),
+            _ => 0,
+        };
         let mut slowest_ns = 0u64;
         world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
-        let wrong = if check {
-            let outcome = backend.check(Checked::Last { kind: kind.kind(), bytes, dtype }, false)?;
+        let wrong = if l.check {
+            let found = runner.checks.iter().filter(|c| recs.iter().any(|r| (r.group, r.seq) == (c.group, c.seq)));
+            let mine: u64 = found.map(|c| c.wrong_elements).sum();
             let mut wrong = 0u64;
-            world.all_reduce_into(&outcome.wrong_elements, &mut wrong, SystemOperation::sum());
+            world.all_reduce_into(&mine, &mut wrong, SystemOperation::sum());
             Some(wrong)
         } else {
             None
         };
-        let time_us = slowest_ns as f64 / 1e3 / f64::from(iters.max(1));
+        let time_us = slowest_ns as f64 / 1e3 / f64::from(l.iters.max(1));
         let algbw = if time_us > 0.0 { bytes as f64 / (time_us * 1e3) } else { f64::NAN };
         rows.push(SizeResult {
             bytes,
