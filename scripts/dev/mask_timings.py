@@ -16,7 +16,7 @@ import re
 import sys
 
 # keys whose values are clock readings or derived from them
-TIMED = re.compile(r"(_ns|_ms|_us|_s|_unix_ms|_ppm)$|^(units|quantum|offset|drift|error|windows?|samples|start|end|pid|host|hostname|run_id|tool|producer|commit|started|finished|git|version_long|env|argv|identity_sha256|binary_sha256|git_commit"
+TIMED = re.compile(r"(_ns|_ms|_us|_s|_unix_ms|_ppm)$|^(units|quantum|offset|drift|error|windows?|samples|start|end|pid|host|hostname|run_id|tool|producer|commit|started|finished|git|version_long|env|argv|identity_sha256|binary_sha256|git_commit|git_tree"
     r"|rank0_identity_sha256|sha256|size_bytes)$")
 GAP_FILLING = {"fill", "overlap", "membound_fill", "host_delay"}
 
