@@ -491,6 +491,57 @@ mod tests {
         s
     }
 
+    /// The steps of a schedule as text: `S` size, `~` settle, `E` end of a
+    /// back-to-back run (`E!` checked), `w`/`t` a warm-up or timed call with
+    /// its record's bytes and group, `W` a wait, `G` a graph.
+    fn steps(s: &Schedule) -> String {
+        let t: Vec<String> = s
+            .steps
+            .iter()
+            .map(|x| match x {
+                Step::Size => "S".into(),
+                Step::Settle => "~".into(),
+                Step::EndBackToBack { check } => if *check { "E!" } else { "E" }.into(),
+                Step::Call(c) => format!("{}{}g{}", if c.warmup { "w" } else { "t" }, c.bytes, c.group),
+                Step::Wait => "W".into(),
+                Step::Graph { n, call } => format!("G{n}x{}", call.bytes),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        t.join(" ")
+    }
+
+    /// Today's order and sizes: per size the warm-ups, a settle, the timed
+    /// iterations; back to back (closed and checked), started and waited for,
+    /// or as one graph; another kind on the sweep's group with one member's
+    /// input as its bytes; another reduction prepared on the executor.
+    #[test]
+    fn the_sweep_schedule_keeps_its_order_and_sizes() {
+        let mut s = spec(SweepKind::default(), ReduceOp::Sum, Dtype::F32, vec![8, 16]);
+        (s.warmup_iters, s.iters) = (1, 2);
+        assert_eq!(steps(&schedule(&s, 2, None, true).unwrap()), "S w8g0 ~ t8g0 t8g0 E! S w16g0 ~ t16g0 t16g0 E!");
+        assert_eq!(
+            steps(&schedule(&s, 2, None, false).unwrap()),
+            "S w8g0 W ~ t8g0 W t8g0 W S w16g0 W ~ t16g0 W t16g0 W"
+        );
+        s.graph = true;
+        assert_eq!(steps(&schedule(&s, 2, None, true).unwrap()), "S w8g0 ~ G2x8 E! S w16g0 ~ G2x16 E!");
+        let mut g = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![16]);
+        (g.warmup_iters, g.iters, g.check) = (0, 1, 0);
+        let sched = schedule(&g, 2, Some(3), true).unwrap();
+        assert_eq!(steps(&sched), "S ~ t8g3 E");
+        let Some(Step::Call(c)) = sched.steps.get(2) else { panic!("{sched:?}") };
+        assert_eq!(c.target, Target::World { bytes: 16, dtype: Dtype::F32 }, "the world call's size is gathered");
+        assert!(schedule(&g, 2, None, true).is_err(), "another kind needs its group");
+        let m = spec(SweepKind::default(), ReduceOp::Max, Dtype::F32, vec![8]);
+        let sched = schedule(&m, 2, Some(3), true).unwrap();
+        assert_eq!(steps(&sched), "S ~ t8g3");
+        assert_eq!(sched.prepared.as_ref().map(|p| p.colls.len()), Some(1));
+        assert!(sched
+            .calls()
+            .all(|c| c.issue == Issue::HostWait && c.target == Target::Prepared { index: 0, op: ReduceOp::Max }));
+    }
+
     #[test]
     fn collectives_follow_nccl_tests_counts() {
         let s = spec(sk(CollectiveKind::AllGather), ReduceOp::Sum, Dtype::F32, vec![8, 32, 40]);
