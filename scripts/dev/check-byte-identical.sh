@@ -77,32 +77,26 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
            campaign-selection campaign-report campaign-archive-descriptor comparison comm-trace; do
     run "schema-$s" schema "$s"
   done
-  # records this binary writes itself, masked (see the header)
+  # records this binary writes itself, masked (see the header): job K on N ranks, its options
   local k=0
-  for job in "--phases isolated,blocking,async,replay,fill,overlap --tokens 4 --layers 2 --iters 3 --check 2" \
-             "--phases isolated --collective all_gather --iters 3 --check 1" \
-             "--phases isolated --op max --iters 3 --check 1"; do
+  record() {
     k=$((k + 1))
-    # shellcheck disable=SC2086
-    mpirun --oversubscribe -n 4 "$B" rank -q --backend cpu --out "$WORK/rank-$k" $job > /dev/null 2>&1 || echo "rank-job-$k failed" >> "$O/exit-codes"
-    local rd; rd=$(ls -d "$WORK/rank-$k"/*/ | head -1)
-    for f in "$rd"/*.shard "$rd/run.json"; do
-      "$B" inspect "$f" | python3 scripts/dev/mask_timings.py > "$O/record-$k-$(basename "$f").json"
-    done
-    rm -rf "$WORK/rank-$k"
-  done
-  # the trace phases over imported traces (2 ranks): a PyTorch trace (every kind on its groups) and, where
-  # mpicc and the capture library are there, an MPI capture (its point-to-point program between the collectives)
-  for t in "$WORK"/traces/*.json; do
-    k=$((k + 1))
-    mpirun --oversubscribe -n 2 "$B" rank -q --backend cpu --out "$WORK/rank-$k" --trace "$t" --dtype bf16 \
-      --phases replay,fill,overlap,host-delay --tokens 2 --check 1 > /dev/null 2>&1 \
+    local n=$1; shift
+    mpirun --oversubscribe -n "$n" "$B" rank -q --backend cpu --out "$WORK/rank-$k" "$@" > /dev/null 2>&1 \
       || echo "rank-job-$k failed" >> "$O/exit-codes"
     local rd; rd=$(ls -d "$WORK/rank-$k"/*/ | head -1)
     for f in "$rd"/*.shard "$rd/run.json"; do
       "$B" inspect "$f" | python3 scripts/dev/mask_timings.py > "$O/record-$k-$(basename "$f").json"
     done
     rm -rf "$WORK/rank-$k"
+  }
+  record 4 --phases isolated,blocking,async,replay,fill,overlap --tokens 4 --layers 2 --iters 3 --check 2
+  record 4 --phases isolated --collective all_gather --iters 3 --check 1
+  record 4 --phases isolated --op max --iters 3 --check 1
+  # the trace phases over imported traces (2 ranks): a PyTorch trace (every kind on its groups) and, where
+  # mpicc and the capture library are there, an MPI capture (its point-to-point program between the collectives)
+  for t in "$WORK"/traces/*.json; do
+    record 2 --trace "$t" --dtype bf16 --phases replay,fill,overlap,host-delay --tokens 2 --check 1
   done
   rm -f "$O"/*.err
   # the producer names the binary (version, commit): mask it, count it

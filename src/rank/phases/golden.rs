@@ -5,22 +5,14 @@
 use super::mock::{Logged, MockBackend};
 use super::{Fault, Runner, RunnerControls};
 use crate::core::clock::RankClock;
-use crate::core::workload::{GemmShape, Phase, ReduceOp, SweepKind, WorkloadSpec};
+use crate::core::workload::{Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::TraceDtype;
 use crate::evidence::trace::{comm_trace_schedule, tests as traces};
 use std::fmt::Write;
 use std::path::Path;
 
 fn spec(phases: &[Phase]) -> WorkloadSpec {
-    let mut s = WorkloadSpec::isolated_only(64, 2, GemmShape { m: 4, n: 4, k: 4 });
-    s.phases = phases.to_vec();
-    s.sizes_bytes = vec![64, 128];
-    s.warmup_iters = 1;
-    s.check = 1;
-    s.tokens = 2;
-    s.warmup_tokens = 1;
-    s.layers = 2;
-    s
+    super::mock::spec(phases, 2)
 }
 
 struct Case<'a> {

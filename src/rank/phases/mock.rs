@@ -7,6 +7,7 @@
 //! second outstanding call, a point-to-point step or trace call unprepared.
 use crate::backend::{Backend, BackendError, BackendInfo, BackendResult, Call, CheckOutcome, Checked, Compute};
 use crate::backend::{DeviceInterval, GraphStep, PassTimings, Timing};
+use crate::core::workload::{GemmShape, Phase, WorkloadSpec};
 use crate::evidence::commtrace::p2p::P2pPlan;
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::shard::{BackendKind, DeviceIdentity, Unmeasured};
@@ -212,24 +213,26 @@ impl Backend for MockBackend {
     }
 }
 
+/// A small spec of `phases` for the runner's tests: two sizes, `iters` timed
+/// iterations after one warm-up, one check; two tokens of two layers after a warm-up token.
+pub(crate) fn spec(phases: &[Phase], iters: u32) -> WorkloadSpec {
+    let mut s = WorkloadSpec::isolated_only(64, iters, GemmShape { m: 4, n: 4, k: 4 });
+    s.phases = phases.to_vec();
+    (s.sizes_bytes, s.warmup_iters, s.check) = (vec![64, 128], 1, 1);
+    (s.tokens, s.warmup_tokens, s.layers) = (2, 1, 2);
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Logged, MockBackend};
     use crate::backend::Timing;
     use crate::core::clock::RankClock;
-    use crate::core::workload::{GemmShape, Phase, ReduceOp, SweepKind, WorkloadSpec};
+    use crate::core::workload::{Phase, ReduceOp, SweepKind, WorkloadSpec};
     use crate::rank::phases::{Fault, Runner, RunnerControls};
 
     fn spec(phases: &[Phase]) -> WorkloadSpec {
-        let mut s = WorkloadSpec::isolated_only(64, 3, GemmShape { m: 4, n: 4, k: 4 });
-        s.phases = phases.to_vec();
-        s.sizes_bytes = vec![64, 128];
-        s.warmup_iters = 1;
-        s.check = 1;
-        s.tokens = 2;
-        s.warmup_tokens = 1;
-        s.layers = 2;
-        s
+        super::spec(phases, 3)
     }
 
     /// Per recorded collective: bytes, warm-up, device start.
