@@ -240,26 +240,8 @@ impl<B: Backend> Runner<'_, B> {
                 let end_ns = self.clock.now_ns();
                 // the check reads the result back after the timed call, never inside it
                 if checked {
-                    let corrupt = self.fault == Some(Fault::WrongSum { rank });
-                    let f = self.backend.check(Checked::Trace { index, c: tc, op }, corrupt)?;
                     self.checked_in_phase += 1;
-                    if let (Some(why), false) = (&f.first_wrong, w.phase == Phase::Isolated) {
-                        bail!(
-                            "result check failed on rank {rank}, phase {}, group {} seq {seq} ({} of {} bytes): {why}",
-                            w.phase,
-                            c.group,
-                            c.kind.name(),
-                            c.bytes
-                        );
-                    }
-                    self.checks.push(CheckRecord {
-                        phase: w.phase,
-                        group: c.group,
-                        seq,
-                        bytes: c.bytes,
-                        wrong_elements: f.wrong_elements,
-                        first_wrong: f.first_wrong,
-                    });
+                    self.check_call(w.phase, &c, seq, Checked::Trace { index, c: tc, op })?;
                 }
                 self.record(
                     w,
@@ -379,32 +361,32 @@ impl<B: Backend> Runner<'_, B> {
         }
     }
 
-    /// Validate world call `c`, the last completed, and record what was
-    /// found. A wrong result fails the job at once in the workload phases;
-    /// the isolated phase records it (nccl-tests' `#wrong`) and goes on, and
-    /// the rank fails after its shard is written (see `rank`), so the evidence
-    /// of the fault is kept and no wrong run is ever ranked.
+    /// Validate world call `c`, the last completed ([`Self::check_call`]).
     fn check_world(&mut self, phase: Phase, c: &CallStep, seq: u64) -> Result<()> {
         let Target::World { bytes, dtype } = c.target else {
             bail!("internal: a prepared call checked as a world call")
         };
+        self.check_call(phase, c, seq, Checked::Last { kind: c.kind, bytes, dtype })
+    }
+
+    /// Validate call `c` as `what` reads it and record what was found. A
+    /// wrong result fails the job at once in the workload phases; the
+    /// isolated phase records it (nccl-tests' `#wrong`) and goes on, and the
+    /// rank fails after its shard is written (see `rank`), so the evidence of
+    /// the fault is kept and no wrong run is ever ranked.
+    fn check_call(&mut self, phase: Phase, c: &CallStep, seq: u64, what: Checked<'_>) -> Result<()> {
         let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
-        let f = self.backend.check(Checked::Last { kind: c.kind, bytes, dtype }, corrupt)?;
-        self.checks.push(CheckRecord {
-            phase,
-            group: c.group,
-            seq,
-            bytes: c.bytes,
-            wrong_elements: f.wrong_elements,
-            first_wrong: f.first_wrong.clone(),
-        });
+        let f = self.backend.check(what, corrupt)?;
+        let (group, bytes) = (c.group, c.bytes);
+        let first_wrong = f.first_wrong.clone();
+        self.checks.push(CheckRecord { phase, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong });
         match f.first_wrong {
             Some(why) if phase != Phase::Isolated => bail!(
-                "result check failed on rank {}, phase {phase}, group {} seq {seq} ({} bytes of {}): {why}",
+                "result check failed on rank {}, phase {phase}, group {group} seq {seq} ({} of {bytes} bytes of {}): \
+                    {why}",
                 self.rank,
-                c.group,
-                c.bytes,
-                dtype.name()
+                c.kind.name(),
+                c.dtype.name()
             ),
             _ => Ok(()),
         }
