@@ -5,7 +5,7 @@
 //! trait asks for is here; misuse (a wait without a collective, a mark inside
 //! a capture) is refused as [`BackendError::Misuse`].
 use super::*;
-use crate::backend::cuda::nccl::{RedOp, TraceOp};
+use crate::backend::cuda::nccl::{NcclCall, RedOp};
 use crate::backend::mpi_deadline;
 use crate::backend::own::OwnOp;
 use crate::core::clock::DeviceTimeMap;
@@ -597,7 +597,7 @@ impl CudaBackend {
     }
 
     /// Enqueue a world call's NCCL calls on `stream`, several as one NCCL group.
-    fn enqueue_calls(&self, calls: &[TraceOp], stream: *mut std::ffi::c_void) -> BackendResult<()> {
+    fn enqueue_calls(&self, calls: &[NcclCall], stream: *mut std::ffi::c_void) -> BackendResult<()> {
         let grouped = calls.len() > 1;
         if grouped {
             self.comm.group(true)?;

@@ -389,7 +389,7 @@ impl NcclLibrary {
 /// of `dtype`, reductions as `op`, root and peer as ranks of the communicator.
 #[derive(Clone, Copy, Debug)]
 #[allow(missing_docs)]
-pub(crate) enum TraceOp {
+pub(crate) enum NcclCall {
     AllReduce { send: u64, recv: u64, count: usize, dtype: DataType, op: RedOp },
     AllGather { send: u64, recv: u64, count: usize, dtype: DataType },
     ReduceScatter { send: u64, recv: u64, recv_count: usize, dtype: DataType, op: RedOp },
@@ -542,48 +542,48 @@ impl NcclComm {
     /// # Safety
     /// Every device pointer in `op` must be valid on this communicator's
     /// device for the counts it names, and `stream` a stream of its context.
-    pub unsafe fn enqueue(&self, op: &TraceOp, stream: *mut std::ffi::c_void) -> Result<()> {
+    pub unsafe fn enqueue(&self, op: &NcclCall, stream: *mut std::ffi::c_void) -> Result<()> {
         let o = &self.lib.observation;
         let t = &self.lib.trace;
         let vp = |p: u64| p as *const std::ffi::c_void;
         let mp = |p: u64| p as *mut std::ffi::c_void;
         let c = self.comm;
         let (call, rc) = match *op {
-            TraceOp::AllReduce { send, recv, count, dtype, op } => {
+            NcclCall::AllReduce { send, recv, count, dtype, op } => {
                 // SAFETY: the caller guarantees pointers, count and stream; `c` is live.
                 let rc = unsafe { (self.lib.all_reduce)(vp(send), mp(recv), count, dtype, op, c, stream) };
                 ("ncclAllReduce", rc)
             }
-            TraceOp::AllGather { send, recv, count, dtype } => {
+            NcclCall::AllGather { send, recv, count, dtype } => {
                 // SAFETY: as above.
                 let rc = unsafe { (self.lib.all_gather)(vp(send), mp(recv), count, dtype, c, stream) };
                 ("ncclAllGather", rc)
             }
-            TraceOp::ReduceScatter { send, recv, recv_count, dtype, op } => {
+            NcclCall::ReduceScatter { send, recv, recv_count, dtype, op } => {
                 let f = need(&t.reduce_scatter, "ncclReduceScatter", o)?;
                 // SAFETY: as above.
                 let rc = unsafe { f(vp(send), mp(recv), recv_count, dtype, op, c, stream) };
                 ("ncclReduceScatter", rc)
             }
-            TraceOp::Broadcast { send, recv, count, dtype, root } => {
+            NcclCall::Broadcast { send, recv, count, dtype, root } => {
                 let f = need(&t.broadcast, "ncclBroadcast", o)?;
                 // SAFETY: as above.
                 let rc = unsafe { f(vp(send), mp(recv), count, dtype, root, c, stream) };
                 ("ncclBroadcast", rc)
             }
-            TraceOp::Reduce { send, recv, count, dtype, op, root } => {
+            NcclCall::Reduce { send, recv, count, dtype, op, root } => {
                 let f = need(&t.reduce, "ncclReduce", o)?;
                 // SAFETY: as above.
                 let rc = unsafe { f(vp(send), mp(recv), count, dtype, op, root, c, stream) };
                 ("ncclReduce", rc)
             }
-            TraceOp::Send { buf, count, dtype, peer } => {
+            NcclCall::Send { buf, count, dtype, peer } => {
                 let f = need(&t.send, "ncclSend", o)?;
                 // SAFETY: as above.
                 let rc = unsafe { f(vp(buf), count, dtype, peer, c, stream) };
                 ("ncclSend", rc)
             }
-            TraceOp::Recv { buf, count, dtype, peer } => {
+            NcclCall::Recv { buf, count, dtype, peer } => {
                 let f = need(&t.recv, "ncclRecv", o)?;
                 // SAFETY: as above.
                 let rc = unsafe { f(mp(buf), count, dtype, peer, c, stream) };

@@ -4,11 +4,11 @@
 //!
 //! Consumes a call, the device addresses of its send and receive buffers,
 //! NCCL's datatype and the width of one element, and the reduction.
-//! Produces the [`TraceOp`]s to enqueue; more than one (an all-to-all's
+//! Produces the [`NcclCall`]s to enqueue; more than one (an all-to-all's
 //! sends and receives, a ring's pair) must be one NCCL group. NCCL has no
 //! all-to-all and no barrier: the first is a send and a receive per peer, the
 //! second a one-element f32 all-reduce, as PyTorch's `barrier()` is on NCCL.
-use super::nccl::{DataType, RedOp, TraceOp};
+use super::nccl::{DataType, NcclCall, RedOp};
 use crate::backend::call::Call;
 use crate::core::collective::CollectiveKind;
 use std::os::raw::c_int;
@@ -24,7 +24,7 @@ pub(crate) fn nccl_calls(
     dtype: DataType,
     elem_bytes: u64,
     op: RedOp,
-) -> Result<Vec<TraceOp>, String> {
+) -> Result<Vec<NcclCall>, String> {
     let at = |base: u64, elems: usize| base + elems as u64 * elem_bytes;
     let root = c.root_or_0() as c_int;
     Ok(match c.kind {
@@ -34,13 +34,13 @@ pub(crate) fn nccl_calls(
         CollectiveKind::AllGather | CollectiveKind::ReduceScatter if c.splits.is_some() => {
             return Err(format!("{} with per-member counts has no NCCL operation", c.kind.label()))
         }
-        CollectiveKind::AllReduce => vec![TraceOp::AllReduce { send, recv, count: c.send_elems, dtype, op }],
-        CollectiveKind::AllGather => vec![TraceOp::AllGather { send, recv, count: c.block_elems, dtype }],
+        CollectiveKind::AllReduce => vec![NcclCall::AllReduce { send, recv, count: c.send_elems, dtype, op }],
+        CollectiveKind::AllGather => vec![NcclCall::AllGather { send, recv, count: c.block_elems, dtype }],
         CollectiveKind::ReduceScatter => {
-            vec![TraceOp::ReduceScatter { send, recv, recv_count: c.block_elems, dtype, op }]
+            vec![NcclCall::ReduceScatter { send, recv, recv_count: c.block_elems, dtype, op }]
         }
-        CollectiveKind::Broadcast => vec![TraceOp::Broadcast { send, recv, count: c.send_elems, dtype, root }],
-        CollectiveKind::Reduce => vec![TraceOp::Reduce { send, recv, count: c.send_elems, dtype, op, root }],
+        CollectiveKind::Broadcast => vec![NcclCall::Broadcast { send, recv, count: c.send_elems, dtype, root }],
+        CollectiveKind::Reduce => vec![NcclCall::Reduce { send, recv, count: c.send_elems, dtype, op, root }],
         CollectiveKind::AllToAll => (0..c.group_size as usize)
             .flat_map(|j| {
                 let peer = j as c_int;
@@ -49,18 +49,23 @@ pub(crate) fn nccl_calls(
                     None => (c.block_elems, j * c.block_elems, c.block_elems, j * c.block_elems),
                 };
                 [
-                    TraceOp::Send { buf: at(send, sd), count: sc, dtype, peer },
-                    TraceOp::Recv { buf: at(recv, rd), count: rc, dtype, peer },
+                    NcclCall::Send { buf: at(send, sd), count: sc, dtype, peer },
+                    NcclCall::Recv { buf: at(recv, rd), count: rc, dtype, peer },
                 ]
             })
             .collect(),
-        CollectiveKind::Barrier => vec![TraceOp::AllReduce { send, recv, count: 1, dtype: DataType::Float32, op }],
+        CollectiveKind::Barrier => vec![NcclCall::AllReduce { send, recv, count: 1, dtype: DataType::Float32, op }],
         // a send, a receive, or both (the own path's ring: one group)
         CollectiveKind::Send | CollectiveKind::Recv => c
             .send_to
-            .map(|to| TraceOp::Send { buf: send, count: c.send_elems, dtype, peer: to as c_int })
+            .map(|to| NcclCall::Send { buf: send, count: c.send_elems, dtype, peer: to as c_int })
             .into_iter()
-            .chain(c.recv_from.map(|from| TraceOp::Recv { buf: recv, count: c.recv_elems, dtype, peer: from as c_int }))
+            .chain(c.recv_from.map(|from| NcclCall::Recv {
+                buf: recv,
+                count: c.recv_elems,
+                dtype,
+                peer: from as c_int,
+            }))
             .collect(),
     })
 }
@@ -78,22 +83,22 @@ mod tests {
     const RECV: u64 = 0x2000_0000;
 
     /// Every byte range `ops` touch, as (base, bytes).
-    fn ranges(ops: &[TraceOp], elem: u64, n: u64) -> Vec<(u64, u64)> {
+    fn ranges(ops: &[NcclCall], elem: u64, n: u64) -> Vec<(u64, u64)> {
         let b = |count: usize| count as u64 * elem;
         ops.iter()
             .flat_map(|op| match *op {
-                TraceOp::AllReduce { send, recv, count, dtype, .. } => {
+                NcclCall::AllReduce { send, recv, count, dtype, .. } => {
                     let w = if dtype == DataType::Float32 { 4 } else { elem };
                     vec![(send, count as u64 * w), (recv, count as u64 * w)]
                 }
-                TraceOp::AllGather { send, recv, count, .. } => vec![(send, b(count)), (recv, b(count) * n)],
-                TraceOp::ReduceScatter { send, recv, recv_count, .. } => {
+                NcclCall::AllGather { send, recv, count, .. } => vec![(send, b(count)), (recv, b(count) * n)],
+                NcclCall::ReduceScatter { send, recv, recv_count, .. } => {
                     vec![(send, b(recv_count) * n), (recv, b(recv_count))]
                 }
-                TraceOp::Broadcast { send, recv, count, .. } | TraceOp::Reduce { send, recv, count, .. } => {
+                NcclCall::Broadcast { send, recv, count, .. } | NcclCall::Reduce { send, recv, count, .. } => {
                     vec![(send, b(count)), (recv, b(count))]
                 }
-                TraceOp::Send { buf, count, .. } | TraceOp::Recv { buf, count, .. } => vec![(buf, b(count))],
+                NcclCall::Send { buf, count, .. } | NcclCall::Recv { buf, count, .. } => vec![(buf, b(count))],
             })
             .collect()
     }

@@ -13,7 +13,7 @@ pub mod workload;
 
 use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
-use crate::backend::cuda::nccl::{sys, DataType, NcclComm, NcclLibrary, RedOp, TraceOp};
+use crate::backend::cuda::nccl::{sys, DataType, NcclCall, NcclComm, NcclLibrary, RedOp};
 use crate::backend::cuda::nccl_call::nccl_calls;
 use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
@@ -68,7 +68,7 @@ struct Slot {
     /// Bytes of `recv` that hold the result.
     recv_bytes: usize,
     /// The NCCL calls (more than one: grouped), reductions still to be set.
-    calls: Vec<TraceOp>,
+    calls: Vec<NcclCall>,
     /// Input bytes handed to NCCL.
     wire: u64,
     /// Set when run: the reduction used and whether to check.
@@ -76,14 +76,14 @@ struct Slot {
 }
 
 /// The same call with reduction `op` (calls without one are unchanged).
-fn with_op(call: TraceOp, op: RedOp) -> TraceOp {
+fn with_op(call: NcclCall, op: RedOp) -> NcclCall {
     match call {
-        TraceOp::AllReduce { send, recv, count, dtype, .. } => TraceOp::AllReduce { send, recv, count, dtype, op },
-        TraceOp::ReduceScatter { send, recv, recv_count, dtype, .. } => {
-            TraceOp::ReduceScatter { send, recv, recv_count, dtype, op }
+        NcclCall::AllReduce { send, recv, count, dtype, .. } => NcclCall::AllReduce { send, recv, count, dtype, op },
+        NcclCall::ReduceScatter { send, recv, recv_count, dtype, .. } => {
+            NcclCall::ReduceScatter { send, recv, recv_count, dtype, op }
         }
-        TraceOp::Reduce { send, recv, count, dtype, root, .. } => {
-            TraceOp::Reduce { send, recv, count, dtype, op, root }
+        NcclCall::Reduce { send, recv, count, dtype, root, .. } => {
+            NcclCall::Reduce { send, recv, count, dtype, op, root }
         }
         other => other,
     }
@@ -214,7 +214,7 @@ impl CudaTraceExec {
     }
 
     /// Prepared collective `i`'s communicator and its NCCL calls with reduction `op`.
-    fn calls(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(&NcclComm, Vec<TraceOp>)> {
+    fn calls(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(&NcclComm, Vec<NcclCall>)> {
         let comm = self
             .comms
             .get(&c.group)
@@ -225,7 +225,7 @@ impl CudaTraceExec {
     }
 
     /// Enqueue `calls` on `stream`, as one NCCL group where there are several.
-    fn enqueue(comm: &NcclComm, calls: &[TraceOp], stream: &CudaStream) -> Result<()> {
+    fn enqueue(comm: &NcclComm, calls: &[NcclCall], stream: &CudaStream) -> Result<()> {
         let s = stream.cu_stream() as *mut std::ffi::c_void;
         if calls.len() > 1 {
             comm.group(true)?;
