@@ -385,7 +385,7 @@ impl NcclLibrary {
     }
 }
 
-/// One NCCL call of an imported trace: device pointers, counts in elements
+/// One NCCL call the backend enqueues (a world call or a trace collective): device pointers, counts in elements
 /// of `dtype`, reductions as `op`, root and peer as ranks of the communicator.
 #[derive(Clone, Copy, Debug)]
 #[allow(missing_docs)]
