@@ -71,8 +71,8 @@ pub(super) fn finish_rank<B: Backend>(
     // group 0 is the world; an imported trace's other collectives run on its own groups
     let mut groups = vec![ProcessGroup { id: 0, members: (0..size).collect(), name: None }];
     groups.extend(file_trace.as_ref().and_then(|t| t.prepared.as_ref()).map(|o| o.groups.clone()).unwrap_or_default());
-    // the isolated sweep of another kind runs on a world group of its own (the trace executor's)
-    let sweep_group = (plan.spec.phases.contains(&Phase::Isolated) && plan.spec.sweep_uses_executor()).then(|| {
+    // the isolated sweep of another kind or reduction is recorded on a world group of its own
+    let sweep_group = (plan.spec.phases.contains(&Phase::Isolated) && plan.spec.sweep_has_own_group()).then(|| {
         let id = groups.iter().map(|g| g.id).max().unwrap_or(0) + 1;
         groups.push(ProcessGroup { id, members: (0..size).collect(), name: Some(sweep::SWEEP_GROUP_NAME.into()) });
         id
@@ -233,15 +233,15 @@ pub(super) fn finish_rank<B: Backend>(
     Ok(())
 }
 
-/// What the isolated sweep of another kind does not measure, where it runs:
-/// device intervals on GPUs for a reduction other than the sum (run by the
-/// executor: each iteration is timed on the host, the NCCL call to the end
-/// of a stream synchronization; a sum runs back to back on world calls), and
-/// bf16 reductions on the cpu backend, which MPI reduces in f32 (twice the
-/// bytes on the wire).
+/// What the isolated sweep of another reduction than the sum does not
+/// measure (it runs on the executor; a sum runs on world calls, whose own
+/// gaps the backend lists): device intervals on GPUs (each iteration is
+/// timed on the host, the NCCL call to the end of a stream synchronization),
+/// and bf16 on the cpu backend, which MPI reduces in f32 (twice the bytes on
+/// the wire).
 fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured> {
     let mut v = Vec::new();
-    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
+    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_has_own_group() {
         return v;
     }
     let kind = spec.sweep_kind();
@@ -255,7 +255,7 @@ fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured
                     .into(),
         });
     }
-    if backend == BackendKind::Cpu && kind.reduces() && spec.dtype == Dtype::Bf16 {
+    if backend == BackendKind::Cpu && spec.sweep_op() != ReduceOp::Sum && spec.dtype == Dtype::Bf16 {
         v.push(Unmeasured {
             field: format!("isolated {kind}: bf16 wire bytes"),
             reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and \

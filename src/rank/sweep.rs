@@ -80,7 +80,7 @@ fn exact_integers(dtype: Dtype) -> u128 {
 /// is (n a power of two: NCCL may scale each input before summing). Min and
 /// max are exact.
 pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
-    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_uses_executor() {
+    if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_has_own_group() {
         return Ok(());
     }
     let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
@@ -184,7 +184,7 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
 pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_back: bool) -> Result<Schedule> {
     let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
     let e = dtype.size_bytes();
-    let group = if spec.sweep_uses_executor() { group.context("internal: a sweep without its group")? } else { 0 };
+    let group = if spec.sweep_has_own_group() { group.context("internal: a sweep without its group")? } else { 0 };
     let call = |target, issue, bytes: u64, (iter, warmup): (u32, bool)| CallStep {
         target,
         issue,

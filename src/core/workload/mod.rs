@@ -221,9 +221,10 @@ impl WorkloadSpec {
         self.isolated_op.unwrap_or(ReduceOp::Sum)
     }
 
-    /// Whether the isolated phase runs through the trace executor (every
-    /// sweep but the sum all-reduce, which the backend's own path runs).
-    pub fn sweep_uses_executor(&self) -> bool {
+    /// Whether the isolated sweep is recorded on a world group of its own
+    /// (every sweep but the sum all-reduce, which is group 0's); another
+    /// reduction than the sum runs through the trace executor.
+    pub fn sweep_has_own_group(&self) -> bool {
         self.sweep_kind() != SweepKind::default() || self.sweep_op() != ReduceOp::Sum
     }
 
