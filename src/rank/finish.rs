@@ -233,12 +233,13 @@ pub(super) fn finish_rank<B: Backend>(
     Ok(())
 }
 
-/// What the isolated sweep of another reduction than the sum does not
-/// measure (it runs on the executor; a sum runs on world calls, whose own
-/// gaps the backend lists): device intervals on GPUs (each iteration is
-/// timed on the host, the NCCL call to the end of a stream synchronization),
-/// and bf16 on the cpu backend, which MPI reduces in f32 (twice the bytes on
-/// the wire).
+/// What the isolated sweep of another kind or reduction does not measure:
+/// device intervals on GPUs for another reduction than the sum (run by the
+/// executor: each iteration is timed on the host, the NCCL call to the end
+/// of a stream synchronization; a sum runs back to back on world calls), and
+/// bf16 arithmetic on the cpu backend: MPI has no bf16, so the executor
+/// reduces it in f32 (twice the bytes on the wire) and a world call sums it
+/// as 16-bit integers.
 fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured> {
     let mut v = Vec::new();
     if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_has_own_group() {
@@ -255,13 +256,15 @@ fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured
                     .into(),
         });
     }
-    if backend == BackendKind::Cpu && spec.sweep_op() != ReduceOp::Sum && spec.dtype == Dtype::Bf16 {
-        v.push(Unmeasured {
-            field: format!("isolated {kind}: bf16 wire bytes"),
-            reason: "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and \
-                rounds back; sizes and bandwidths are bf16's"
-                .into(),
-        });
+    if backend == BackendKind::Cpu && kind.reduces() && spec.dtype == Dtype::Bf16 {
+        let reason = if spec.sweep_op() == ReduceOp::Sum {
+            "MPI has no bf16 type: the world call moves bf16's bytes as MPI_UINT16_T and sums them as integers; sizes \
+                and bandwidths are bf16's"
+        } else {
+            "MPI has no bf16 type: the cpu executor reduces bf16 as f32 (twice the bytes on the wire) and rounds back; \
+                sizes and bandwidths are bf16's"
+        };
+        v.push(Unmeasured { field: format!("isolated {kind}: bf16 wire bytes"), reason: reason.into() });
     }
     v
 }
