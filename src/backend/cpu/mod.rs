@@ -277,9 +277,10 @@ impl Backend for CpuBackend {
         if self.dtype == Dtype::Bf16 {
             v.push(Unmeasured {
                 field: "dtype".into(),
-                reason: "MPI has no bf16 type: bf16 collectives move bf16's bytes as MPI_UINT16_T and reductions sum \
-                    them as integers, so the cost of bf16 arithmetic in the reduction is not measured"
-                    .into(),
+                reason:
+                    "MPI has no bf16 type: bf16 all-reduces move bf16's bytes as MPI_UINT16_T and sum as integers, \
+                    so the cost of bf16 arithmetic in the reduction is not measured"
+                        .into(),
             });
         }
         v
