@@ -335,11 +335,7 @@ pub(crate) fn comm_trace_schedule(
             let (token, layer) = (Some(pass), Some(i as u32));
             let bytes = event_bytes(c);
             match *target {
-                None => {
-                    let run = workload::Dtype::try_from(*dtype).context("internal: a world all-reduce's dtype")?;
-                    let call = CallStep::world_all_reduce(bytes, run, token, layer, warmup);
-                    steps.extend([Step::Call(call), Step::Wait]);
-                }
+                None => steps.extend([Step::Call(world_call(bytes, *dtype, token, layer, warmup)?), Step::Wait]),
                 Some(target) => steps.push(Step::Call(CallStep {
                     target,
                     issue: Issue::HostWait,

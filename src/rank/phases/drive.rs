@@ -69,10 +69,11 @@ impl<B: Backend> Runner<'_, B> {
             last: None,
         };
         let has_p2p = s.prepared.as_ref().is_some_and(|p| p.p2p.is_some());
+        let calls = s.calls().count();
         // a test hook: a rank may stop halfway through the blocking phase's steps
-        let halfway = (phase == Phase::Blocking).then(|| s.calls().count() / 2);
+        let halfway = (phase == Phase::Blocking).then_some(calls / 2);
         let mut computes = 0;
-        self.body.collectives.reserve(s.calls().count());
+        self.body.collectives.reserve(calls);
         for step in &s.steps {
             match *step {
                 Step::Token { token, warmup } => {
@@ -139,17 +140,10 @@ impl<B: Backend> Runner<'_, B> {
         let phase = w.phase;
         match phase {
             Phase::Replay => {
-                // Pace from the moment the host knows the previous collective
-                // completed (on GPU the host would otherwise run ahead of the
-                // device and the gap would be fiction); the gap ends where the
-                // pacing ended, before any injected delay, whose arrival the
-                // control must see.
-                self.backend.synchronize()?;
-                w.prev_end = w.prev_end.max(self.clock.now_ns());
-                self.clock.sleep_until(w.prev_end + gap_ns);
-                let paced_at = self.clock.now_ns();
-                w.replay =
-                    Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns: paced_at.saturating_sub(w.prev_end) });
+                // the gap ends where the pacing ended, before any injected
+                // delay, whose arrival the control must see
+                let actual_gap_ns = self.pace(w, gap_ns)?;
+                w.replay = Some(ReplayTiming { target_gap_ns: gap_ns, actual_gap_ns });
             }
             Phase::HostDelay => w.beside = Some(Beside::Spin(gap_ns)),
             _ => {
@@ -167,6 +161,17 @@ impl<B: Backend> Runner<'_, B> {
             }
         }
         Ok(())
+    }
+
+    /// Replay's pacing of a gap, on the rank clock: from the moment the host
+    /// knows the previous call completed (on GPU the host would otherwise run
+    /// ahead of the device and the gap would be fiction), sleep until the gap
+    /// has passed; returns the gap achieved.
+    fn pace(&mut self, w: &mut Walk, gap_ns: u64) -> Result<u64> {
+        self.backend.synchronize()?;
+        w.prev_end = w.prev_end.max(self.clock.now_ns());
+        self.clock.sleep_until(w.prev_end + gap_ns);
+        Ok(self.clock.now_ns().saturating_sub(w.prev_end))
     }
 
     /// Run what a gap left beside a call.
@@ -198,7 +203,8 @@ impl<B: Backend> Runner<'_, B> {
         }
         match (c.target, c.issue) {
             (Target::World { bytes, dtype }, Issue::Async | Issue::BackToBack) => {
-                let (seq, injected) = if c.group == 0 { self.next_arrival() } else { (self.group_seq(c.group), None) };
+                let (seq, injected) =
+                    if c.group == 0 { self.next_arrival() } else { (self.group_seq(c.group, None), None) };
                 let issue_ns = self.clock.now_ns();
                 let call = Call::World { kind: c.kind, bytes, dtype };
                 if c.issue == Issue::BackToBack {
@@ -229,11 +235,8 @@ impl<B: Backend> Runner<'_, B> {
                     _ if c.kind.is_p2p() => bail!("internal: {} without a peer", c.kind.name()),
                     _ => None,
                 };
-                let counter = self.op_seq.entry((c.group, pair)).or_insert(0);
-                let seq = *counter;
-                *counter += 1;
-                let has_result = self.has_result(&c);
-                let checked = has_result && !c.warmup && self.checked_in_phase < self.spec.check;
+                let seq = self.group_seq(c.group, pair);
+                let checked = self.wants_check(&c);
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
                 let issue_ns = self.clock.now_ns();
                 self.backend.enqueue(Call::Trace { index, c: tc, op, check: checked }, Timing::HostWait)?;
@@ -262,7 +265,7 @@ impl<B: Backend> Runner<'_, B> {
         let wait_start_ns = self.clock.now_ns();
         let device = self.backend.wait()?;
         let wait_end_ns = self.clock.now_ns();
-        let checked = self.has_result(&f.call) && !f.call.warmup && self.checked_in_phase < self.spec.check;
+        let checked = self.wants_check(&f.call);
         if checked {
             self.checked_in_phase += 1;
             self.check_world(w.phase, &f.call, f.seq)?;
@@ -294,15 +297,13 @@ impl<B: Backend> Runner<'_, B> {
 
     /// Step `k` of the point-to-point program, paced by its recorded gap in the replay phase.
     fn p2p_step(&mut self, w: &mut Walk, k: usize, gap_ns: u64, started: u32) -> Result<()> {
-        let pass = w.p2p.as_mut().context("internal: point-to-point steps outside a pass")?;
         if w.phase == Phase::Replay {
-            self.backend.synchronize()?;
-            w.prev_end = w.prev_end.max(self.clock.now_ns());
-            self.clock.sleep_until(w.prev_end + gap_ns);
-            let paced_at = self.clock.now_ns();
+            let actual_gap_ns = self.pace(w, gap_ns)?;
+            let pass = w.p2p.as_mut().context("internal: point-to-point steps outside a pass")?;
             pass.target_gap_ns = pass.target_gap_ns.map(|t| t + gap_ns);
-            pass.actual_gap_ns = pass.actual_gap_ns.map(|t| t + paced_at.saturating_sub(w.prev_end));
+            pass.actual_gap_ns = pass.actual_gap_ns.map(|t| t + actual_gap_ns);
         }
+        let pass = w.p2p.as_mut().context("internal: point-to-point steps outside a pass")?;
         let t0 = self.clock.now_ns();
         self.backend
             .enqueue(Call::P2pStep(k), Timing::HostWait)
@@ -325,7 +326,7 @@ impl<B: Backend> Runner<'_, B> {
                 self.seq += 1;
                 self.seq - 1
             } else {
-                self.group_seq(c.group)
+                self.group_seq(c.group, None)
             };
             let call = CallStep { iter: Some(i), warmup: false, ..c };
             self.record(
@@ -392,9 +393,16 @@ impl<B: Backend> Runner<'_, B> {
         }
     }
 
-    /// The next sequence number of `group` (a group other than the world counts its own).
-    fn group_seq(&mut self, group: u32) -> u64 {
-        let counter = self.op_seq.entry((group, None)).or_insert(0);
+    /// Whether call `c`'s result is checked: it lands here, the call is timed,
+    /// and `--check` still asks in this size or phase.
+    fn wants_check(&self, c: &CallStep) -> bool {
+        self.has_result(c) && !c.warmup && self.checked_in_phase < self.spec.check
+    }
+
+    /// The next sequence number of `group` (a group other than the world
+    /// counts its own), per (sender, receiver) `pair` for point-to-point.
+    fn group_seq(&mut self, group: u32, pair: Option<(u32, u32)>) -> u64 {
+        let counter = self.op_seq.entry((group, pair)).or_insert(0);
         *counter += 1;
         *counter - 1
     }
