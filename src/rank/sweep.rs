@@ -199,7 +199,7 @@ pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_
         iter: Some(iter),
         warmup,
     };
-    let its = |from: u32, to: u32, warmup: bool| (from..to).map(move |i| (i, warmup));
+    let its = |n: u32, warmup: bool| (0..n).map(move |i| (i, warmup));
     let (w, t) = (spec.warmup_iters, spec.iters);
     let mut steps = Vec::with_capacity((2 * (w + t) as usize + 4) * spec.isolated_sizes().len());
     if op != ReduceOp::Sum {
@@ -207,9 +207,9 @@ pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_
         for (index, c) in colls.iter().enumerate() {
             let at = |it| Step::Call(call(Target::Prepared { index, op }, Issue::HostWait, c.in_elems * e, it));
             steps.push(Step::Size);
-            steps.extend(its(0, w, true).map(at));
+            steps.extend(its(w, true).map(at));
             steps.push(Step::Settle);
-            steps.extend(its(0, t, false).map(at));
+            steps.extend(its(t, false).map(at));
         }
         let prepared = Prepared { trace: Arc::new(trace), colls, groups: Vec::new(), p2p: None };
         return Ok(Schedule { source: None, prepared: Some(prepared), steps });
@@ -227,12 +227,12 @@ pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_
         steps.push(Step::Size);
         let timed = |it| call(target, if back_to_back { Issue::BackToBack } else { Issue::Async }, bytes, it);
         let with_wait = |it| [Some(Step::Call(timed(it))), (!back_to_back).then_some(Step::Wait)].into_iter().flatten();
-        steps.extend(its(0, w, true).flat_map(with_wait));
+        steps.extend(its(w, true).flat_map(with_wait));
         steps.push(Step::Settle);
         if back_to_back && spec.graph {
             steps.push(Step::Graph { n: t, call: timed((0, false)) });
         } else {
-            steps.extend(its(0, t, false).flat_map(with_wait));
+            steps.extend(its(t, false).flat_map(with_wait));
         }
         if back_to_back {
             steps.push(Step::EndBackToBack { check: spec.check > 0 && t > 0 });

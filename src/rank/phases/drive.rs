@@ -322,12 +322,7 @@ impl<B: Backend> Runner<'_, B> {
         let step = GraphStep::Calls { kind: c.kind, bytes, dtype, n };
         let host = self.backend.graph(step)?.context("internal: a graph of collectives without its launch times")?;
         for i in 0..n {
-            let seq = if c.group == 0 {
-                self.seq += 1;
-                self.seq - 1
-            } else {
-                self.group_seq(c.group, None)
-            };
+            let seq = self.group_seq(c.group, None);
             let call = CallStep { iter: Some(i), warmup: false, ..c };
             self.record(
                 w,
@@ -399,9 +394,9 @@ impl<B: Backend> Runner<'_, B> {
         self.has_result(c) && !c.warmup && self.checked_in_phase < self.spec.check
     }
 
-    /// The next sequence number of `group` (a group other than the world
-    /// counts its own), per (sender, receiver) `pair` for point-to-point.
-    fn group_seq(&mut self, group: u32, pair: Option<(u32, u32)>) -> u64 {
+    /// The next sequence number of `group` (the world, 0, and every other
+    /// group count their own), per (sender, receiver) `pair` for point-to-point.
+    pub(super) fn group_seq(&mut self, group: u32, pair: Option<(u32, u32)>) -> u64 {
         let counter = self.op_seq.entry((group, pair)).or_insert(0);
         *counter += 1;
         *counter - 1

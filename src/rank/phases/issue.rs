@@ -89,8 +89,7 @@ impl<B: Backend> Runner<'_, B> {
     /// that act before an arrival (a hang fault, an injected delay); returns
     /// the sequence number and the delay achieved, if any.
     pub(super) fn next_arrival(&mut self) -> (u64, Option<u64>) {
-        let seq = self.seq;
-        self.seq += 1;
+        let seq = self.group_seq(0, None);
         if self.fault == Some(Fault::Hang { rank: self.rank, seq }) {
             eprintln!("commcanary rank {}: fault injection: hanging before group 0 seq {seq}", self.rank);
             std::thread::sleep(std::time::Duration::from_secs(24 * 3600));
