@@ -318,40 +318,7 @@ fn campaign_run_goes_from_spec_to_report_and_stops_at_the_first_refusal() {
 #[test]
 fn campaign_run_over_an_imported_trace() {
     let t = tempfile::tempdir().unwrap();
-    let fixture =
-        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
-    let k = t.path().join("tp2.comm.json");
-    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", k.to_str().unwrap()]));
-    let sp = t.path().join("trace.toml");
-    std::fs::write(
-        &sp,
-        r#"
-name = "trace"
-backend = "cpu"
-ranks = 2
-repetitions = 2
-seed = 5
-[launcher]
-kind = "mpirun"
-args = ["--oversubscribe"]
-[workload]
-phases = "replay,fill"
-tokens = 2
-layers = 2
-model = "synthetic"
-trace = "tp2.comm.json"
-extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
-[analysis]
-tie_policy = "interval"
-[[configs]]
-name = "ring"
-env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
-[[configs]]
-name = "binomial"
-env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
-"#,
-    )
-    .unwrap();
+    let (k, sp) = tp2_trace_campaign(t.path(), "replay,fill");
     let d = t.path().join("c");
     let text = ok(&cc_root(&["campaign", "run", sp.to_str().unwrap(), "-o", d.to_str().unwrap()]));
     assert!(text.contains("== analyze") && d.join("report/report.json").exists(), "{text}");

@@ -152,40 +152,7 @@ fn a_small_gzip_of_too_many_tiny_events_stops_at_the_limit() {
 #[test]
 fn exec_refuses_a_frozen_trace_replaced_by_a_fifo_or_a_device() {
     let t = tempfile::tempdir().unwrap();
-    let fixture =
-        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
-    let k = t.path().join("tp2.comm.json");
-    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", s(&k)]));
-    let sp = t.path().join("trace.toml");
-    std::fs::write(
-        &sp,
-        r#"
-name = "trace"
-backend = "cpu"
-ranks = 2
-repetitions = 2
-seed = 5
-[launcher]
-kind = "mpirun"
-args = ["--oversubscribe"]
-[workload]
-phases = "replay"
-tokens = 2
-layers = 2
-model = "synthetic"
-trace = "tp2.comm.json"
-extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
-[analysis]
-tie_policy = "interval"
-[[configs]]
-name = "ring"
-env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
-[[configs]]
-name = "binomial"
-env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
-"#,
-    )
-    .unwrap();
+    let (_, sp) = tp2_trace_campaign(t.path(), "replay");
     for (i, what) in ["fifo", "device"].into_iter().enumerate() {
         let c = t.path().join(format!("c{i}"));
         ok(&cc(&["campaign", "plan", s(&sp), "-o", s(&c)]));

@@ -452,3 +452,41 @@ pub fn own_path_mpirun(inner: &str, n: u32) -> String {
     assert_own_path_walks(&stdout, n, &OWN_PATH_DTYPES);
     stdout.into_owned()
 }
+
+/// The two-rank PyTorch trace of the H200 fixture imported into `dir/tp2.comm.json`, and a campaign
+/// spec `dir/trace.toml` over it (2 ranks, two Open MPI iallreduce algorithms, `phases`); returns
+/// (trace, spec).
+pub fn tp2_trace_campaign(dir: &Path, phases: &str) -> (PathBuf, PathBuf) {
+    let fixture =
+        |r: u32| format!("{}/tests/data/pytorch-2.11-tp2-h200/kineto.rank-{r}.json.gz", env!("CARGO_MANIFEST_DIR"));
+    let k = dir.join("tp2.comm.json");
+    ok(&cc(&["import", "kineto", &fixture(0), &fixture(1), "-o", k.to_str().unwrap()]));
+    let sp = dir.join("trace.toml");
+    let spec = r#"
+name = "trace"
+backend = "cpu"
+ranks = 2
+repetitions = 2
+seed = 5
+[launcher]
+kind = "mpirun"
+args = ["--oversubscribe"]
+[workload]
+phases = "PHASES"
+tokens = 2
+layers = 2
+model = "synthetic"
+trace = "tp2.comm.json"
+extra_args = ["--trace-allreduce-only", "--dtype", "bf16", "--warmup-tokens", "1"]
+[analysis]
+tie_policy = "interval"
+[[configs]]
+name = "ring"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "1" }
+[[configs]]
+name = "binomial"
+env = { OMPI_MCA_coll_libnbc_iallreduce_algorithm = "2" }
+"#;
+    std::fs::write(&sp, spec.replace("PHASES", phases)).unwrap();
+    (k, sp)
+}
