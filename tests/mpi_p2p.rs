@@ -64,8 +64,9 @@ fn lammps_trace(d: &Path) -> Option<PathBuf> {
 }
 
 /// Run the replay phase of `trace` on 2 ranks (1 warm-up pass, 2 timed, every result checked)
-/// and check what every shard records of the point-to-point program.
-fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
+/// and check what every shard records of the point-to-point program and the nonblocking
+/// collectives; returns how many collectives the trace's ranks posted nonblocking.
+fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) -> usize {
     let t = CommTrace::read(trace).unwrap();
     let m = t.mpi.as_ref().expect("an MPI capture");
     assert!(m.p2p.iter().all(|r| !r.is_empty()), "the program sends and receives on every rank");
@@ -141,7 +142,19 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) {
             .collect();
         let want: Vec<_> = t.ranks[r].collectives.iter().map(|c| (c.kind, c.dtype, trace::event_bytes(c))).collect();
         assert_eq!(ran, want, "rank {r}: the collectives as recorded");
+        // a nonblocking one was posted and completed by its own wait later, and checked after that wait; a blocking
+        // one completed in its call
+        let posted = m.collective_nonblocking.get(r).cloned().unwrap_or_default();
+        let pass: Vec<_> = s.body.collectives.iter().filter(|e| !e.warmup && e.token == Some(1)).collect();
+        for (i, e) in pass.iter().enumerate() {
+            if posted.get(i) == Some(&true) {
+                assert!(e.wait_end_ns > e.host_return_ns && e.checked, "rank {r}, collective {i}: {e:?}");
+            } else if e.group != 0 {
+                assert_eq!(e.wait_end_ns, e.host_return_ns, "rank {r}, collective {i}: {e:?}");
+            }
+        }
     }
+    m.collective_nonblocking.iter().map(|v| v.iter().filter(|&&b| b).count()).sum()
 }
 
 #[test]
@@ -154,7 +167,8 @@ fn the_c_program_s_point_to_point_runs_in_the_replay_phase_and_cuda_refuses_it()
             return;
         }
     };
-    replay_runs_the_point_to_point_program(&trace, d.path());
+    // app.c posts an MPI_Iallreduce every iteration
+    assert!(replay_runs_the_point_to_point_program(&trace, d.path()) >= 8, "the C program's posts are in the trace");
     // the cuda executor has no point-to-point replay: refused before anything runs (before the GPU is looked for)
     let o = mpirun(
         2,
@@ -169,7 +183,7 @@ fn the_c_program_s_point_to_point_runs_in_the_replay_phase_and_cuda_refuses_it()
 fn lammps_point_to_point_runs_in_the_replay_phase_and_the_canary_counts_it_left_out() {
     let d = tempfile::tempdir().unwrap();
     let Some(trace) = lammps_trace(d.path()) else { return };
-    replay_runs_the_point_to_point_program(&trace, d.path());
+    let _ = replay_runs_the_point_to_point_program(&trace, d.path());
     // the canary leaves the point-to-point traffic out, and says how much
     let t = CommTrace::read(&trace).unwrap();
     let m = t.mpi.as_ref().unwrap();

@@ -151,6 +151,8 @@ pub enum Call<'a> {
     },
     /// Step `k` of the prepared point-to-point program (steps run in order).
     P2pStep(usize),
+    /// Complete prepared collective `index`, started by a [`Call::Trace`] enqueued [`Timing::Async`].
+    Complete(usize),
 }
 
 /// How an enqueued [`Call`] is timed.

@@ -72,6 +72,12 @@ pub enum Step {
     Call(CallStep),
     /// Wait for the outstanding [`Issue::Async`] call, check and record it.
     Wait,
+    /// Complete prepared collective `index`, posted earlier ([`Issue::Post`]), where the source
+    /// completed it (its wait, or the pass's end where it never saw one); check and record it.
+    Complete {
+        /// Index into [`Prepared::colls`].
+        index: usize,
+    },
     /// Step `index` of the prepared point-to-point program.
     P2p {
         /// Index into [`P2pPlan::steps`].
@@ -156,6 +162,9 @@ pub enum Issue {
     BackToBack,
     /// Complete on the host when the call returns.
     HostWait,
+    /// Posted, as the source posted it nonblocking (`MPI_I…`): a prepared collective that its
+    /// [`Step::Complete`] completes later, with other calls in between.
+    Post,
 }
 
 impl Schedule {

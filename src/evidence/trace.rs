@@ -159,7 +159,10 @@ pub(crate) fn from_comm_trace(
 /// whole world in rank order through the backend's world all-reduce (shard
 /// group 0, as before format 6), every other one (any kind, any dtype) as a
 /// [`Target::Prepared`] call on its own group (shard group `1 + its
-/// position in the trace's groups`).
+/// position in the trace's groups`). An MPI capture's nonblocking collective
+/// is posted ([`Issue::Post`], a prepared call whatever its kind) and
+/// completed ([`Step::Complete`]) where the application completed it, in call
+/// order with the point-to-point steps.
 pub(crate) fn comm_trace_schedule(
     t: &CommTrace,
     path: &Path,
@@ -205,7 +208,9 @@ pub(crate) fn comm_trace_schedule(
     let mut groups: std::collections::BTreeMap<u32, ProcessGroup> = std::collections::BTreeMap::new();
     // recorded compute since the previous kept collective (None once a kernel lacks a duration)
     let mut compute: Option<u64> = Some(0);
-    for c in mine {
+    let nonblocking = if allreduce_only { None } else { nonblocking_of(t, path, rank, mine)? };
+    for (ci, c) in mine.iter().enumerate() {
+        let posted = nonblocking.as_ref().is_some_and(|n| n.posted[ci]);
         for k in &c.compute_before {
             compute = compute.zip(k.duration_ns).and_then(|(a, b)| a.checked_add(b));
         }
@@ -248,28 +253,32 @@ pub(crate) fn comm_trace_schedule(
             ));
         }
         count.run_per_pass += 1;
-        // the world all-reduce sums: a recorded other reduction runs as a trace operation
-        let (target, group) =
-            if c.kind == CollectiveKind::AllReduce && members == world && run_dtype.is_ok() && c.op.is_none() {
-                (None, 0)
-            } else {
-                let gi = t
-                    .groups
-                    .iter()
-                    .position(|g| g.name == c.group)
-                    .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
-                let group = gi as u32 + 1;
-                groups.entry(group).or_insert_with(|| ProcessGroup {
-                    id: group,
-                    members: members.clone(),
-                    name: Some(c.group.clone()),
-                });
-                op_colls.push(c.clone());
-                // the recorded reduction (an MPI capture's max, min, prod), else a sum
-                let op = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
-                (Some(Target::Prepared { index: op_colls.len() - 1, op }), group)
-            };
-        kept.push((c, dtype, compute.replace(0), target, group));
+        // the world all-reduce sums and is waited for: a recorded other reduction, or a post, runs as a trace operation
+        let (target, group) = if c.kind == CollectiveKind::AllReduce
+            && members == world
+            && run_dtype.is_ok()
+            && c.op.is_none()
+            && !posted
+        {
+            (None, 0)
+        } else {
+            let gi = t
+                .groups
+                .iter()
+                .position(|g| g.name == c.group)
+                .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
+            let group = gi as u32 + 1;
+            groups.entry(group).or_insert_with(|| ProcessGroup {
+                id: group,
+                members: members.clone(),
+                name: Some(c.group.clone()),
+            });
+            op_colls.push(c.clone());
+            // the recorded reduction (an MPI capture's max, min, prod), else a sum
+            let op = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
+            (Some(Target::Prepared { index: op_colls.len() - 1, op }), group)
+        };
+        kept.push((c, dtype, compute.replace(0), target, group, posted));
     }
     let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
     if kept.is_empty() {
@@ -314,21 +323,40 @@ pub(crate) fn comm_trace_schedule(
         }
     }
     let n = kept.len();
+    // what runs between the collectives, in recorded call order: (before which collective, (call, order), step);
+    // a wait completing point-to-point operations and a post together runs the step first
+    let mut between: Vec<(usize, (u64, u8), Step)> = Vec::new();
+    if let Some(p) = &p2p {
+        for (k, &(call, _)) in p.plan.steps.iter().enumerate() {
+            between.push((p.before[k], (call, 0), Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }));
+        }
+    }
+    if let Some(nb) = &nonblocking {
+        for (i, (.., target, _, posted)) in kept.iter().enumerate() {
+            if let (true, Some(Target::Prepared { index, .. })) = (*posted, *target) {
+                // never seen complete: at the end of the pass, after its last step
+                let (at, key) =
+                    nb.done[i].map_or((n, (u64::MAX, 1)), |d| (nb.calls.partition_point(|&x| x < d), (d, 1)));
+                between.push((at, key, Step::Complete { index }));
+            }
+        }
+    }
+    between.sort_by_key(|&(_, key, _)| key);
     let mut steps = Vec::with_capacity((n * 3 + 2) * (warmup_passes + passes) as usize);
     for pass in 0..warmup_passes + passes {
         let warmup = pass < warmup_passes;
         steps.push(Step::Token { token: pass, warmup });
-        let mut k = 0;
-        let mut p2p_before = |steps: &mut Vec<Step>, at: usize| {
-            while let Some(p) = p2p.as_ref().filter(|p| k < p.before.len() && p.before[k] <= at) {
-                steps.push(Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] });
-                k += 1;
+        let mut e = 0;
+        let mut run_between = |steps: &mut Vec<Step>, at: usize| {
+            while let Some((_, _, step)) = between.get(e).filter(|b| b.0 <= at) {
+                steps.push(*step);
+                e += 1;
             }
         };
-        for (i, ((c, dtype, compute, target, group), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
-            p2p_before(&mut steps, i);
+        for (i, ((c, dtype, compute, target, group, posted), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
+            run_between(&mut steps, i);
             // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before it)
-            let first = i == 0 && p2p.as_ref().is_none_or(|p| p.before.first() != Some(&0));
+            let first = i == 0 && between.first().is_none_or(|b| b.0 != 0);
             // kernels may overlap one another: never more than the gap
             let compute_ns = compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) });
             steps.push(Step::Gap { ns: if first { compute.unwrap_or(0) } else { *gap_ns }, compute_ns });
@@ -338,7 +366,7 @@ pub(crate) fn comm_trace_schedule(
                 None => steps.extend([Step::Call(world_call(bytes, *dtype, token, layer, warmup)?), Step::Wait]),
                 Some(target) => steps.push(Step::Call(CallStep {
                     target,
-                    issue: Issue::HostWait,
+                    issue: if *posted { Issue::Post } else { Issue::HostWait },
                     kind: c.kind,
                     group: *group,
                     bytes,
@@ -352,7 +380,7 @@ pub(crate) fn comm_trace_schedule(
                 })),
             }
         }
-        p2p_before(&mut steps, n);
+        run_between(&mut steps, n);
         steps.push(Step::TokenEnd);
     }
     let origin = TraceOrigin::Imported {
@@ -372,6 +400,57 @@ pub(crate) fn comm_trace_schedule(
         p2p: p2p.map(|p| p.plan),
     });
     Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
+}
+
+/// An MPI capture's nonblocking collectives on one rank: which were posted
+/// (`MPI_I…`), and per collective its call index and the call that completed it.
+struct Nonblocking {
+    posted: Vec<bool>,
+    calls: Vec<u64>,
+    done: Vec<Option<u64>>,
+}
+
+/// This rank's nonblocking collectives of `t`, where it has any; refuses
+/// lists that do not hold one entry per collective, call indices out of
+/// order and a post completed by a call that is not a later one.
+fn nonblocking_of(t: &CommTrace, path: &Path, rank: u32, mine: &[TraceCollective]) -> Result<Option<Nonblocking>> {
+    let r = rank as usize;
+    let Some(m) = t.mpi.as_ref().filter(|m| m.collective_nonblocking.get(r).is_some_and(|v| v.contains(&true))) else {
+        return Ok(None);
+    };
+    let (posted, calls, done) =
+        (&m.collective_nonblocking[r], m.collective_calls.get(r), m.collective_completions.get(r));
+    let (Some(calls), Some(done)) = (calls.filter(|v| v.len() == mine.len()), done.filter(|v| v.len() == mine.len()))
+    else {
+        crate::refuse!(
+            Code::BadInput,
+            "--trace {}: rank {rank}: mpi.collective_calls and collective_completions do not have one entry per \
+                collective ({})",
+            path.display(),
+            mine.len()
+        );
+    };
+    if posted.len() != mine.len() || !calls.windows(2).all(|w| w[0] < w[1]) {
+        crate::refuse!(
+            Code::BadInput,
+            "--trace {}: rank {rank}: mpi.collective_nonblocking has {} entries for {} collectives, or \
+                collective_calls is not in call order",
+            path.display(),
+            posted.len(),
+            mine.len()
+        );
+    }
+    for (i, d) in done.iter().enumerate() {
+        if posted[i] && d.is_some_and(|d| d <= calls[i]) {
+            crate::refuse!(
+                Code::BadInput,
+                "--trace {}: rank {rank}: collective {i} (call {}) is completed by call {d:?}, not a later one",
+                path.display(),
+                calls[i]
+            );
+        }
+    }
+    Ok(Some(Nonblocking { posted: posted.clone(), calls: calls.clone(), done: done.clone() }))
 }
 
 /// An MPI capture's point-to-point program on this rank as the phases run it:
@@ -818,6 +897,52 @@ pub(crate) mod tests {
         let e =
             comm_trace_schedule(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("collective_calls has 2 entries for 1"), "{e}");
+    }
+
+    /// A nonblocking all-reduce (call 3) completed by call 5, after the
+    /// Sendrecv (call 4): posted, the step, then its completion; one never
+    /// seen complete is completed at the pass's end; a f32 sum on the world,
+    /// which the backend's world call would run, is a prepared post instead.
+    #[test]
+    fn a_nonblocking_collective_is_posted_and_completed_where_the_application_did() {
+        let order = |t: &CommTrace| -> Result<String> {
+            let st = comm_trace_schedule(t, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false)?;
+            let s: Vec<String> = st.steps[1..]
+                .iter()
+                .map(|s| match s {
+                    Step::P2p { index, .. } => format!("p{index}"),
+                    Step::Gap { .. } => "gap".into(),
+                    Step::Call(c) => format!("{}:{:?}", c.kind.name(), c.issue),
+                    Step::Complete { index } => format!("done{index}"),
+                    other => format!("{other:?}"),
+                })
+                .collect();
+            Ok(s.join(" "))
+        };
+        let mut t = mpi_trace();
+        assert_eq!(order(&t).unwrap(), "p0 p1 p2 gap all_reduce:HostWait p3 TokenEnd");
+        let m = t.mpi.as_mut().unwrap();
+        (m.collective_nonblocking, m.collective_completions) = (vec![vec![true]; 2], vec![vec![Some(5)]; 2]);
+        assert_eq!(order(&t).unwrap(), "p0 p1 p2 gap all_reduce:Post p3 done0 TokenEnd");
+        t.mpi.as_mut().unwrap().collective_completions = vec![vec![None]; 2];
+        assert_eq!(order(&t).unwrap(), "p0 p1 p2 gap all_reduce:Post p3 done0 TokenEnd");
+        use crate::evidence::commtrace::TraceDtype;
+        for r in &mut t.ranks {
+            r.collectives[0].dtype = TraceDtype::F32;
+        }
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
+        assert!(st.calls().all(|c| matches!(c.target, Target::Prepared { .. }) && c.issue == Issue::Post));
+        t.mpi.as_mut().unwrap().collective_nonblocking = vec![vec![false]; 2];
+        let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
+        assert!(st.calls().all(|c| matches!(c.target, Target::World { .. })), "waited for: the world call");
+        // a post completed by its own call, or lists of the wrong length, are refused naming the file
+        let m = t.mpi.as_mut().unwrap();
+        (m.collective_nonblocking, m.collective_completions) = (vec![vec![true]; 2], vec![vec![Some(3)]; 2]);
+        let e = order(&t).unwrap_err().to_string();
+        assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("t.json") && e.contains("not a later one"), "{e}");
+        t.mpi.as_mut().unwrap().collective_completions = vec![vec![]; 2];
+        let e = order(&t).unwrap_err().to_string();
+        assert!(e.contains("one entry per collective"), "{e}");
     }
 
     #[test]

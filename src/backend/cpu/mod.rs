@@ -110,6 +110,13 @@ impl Drop for CpuBackend {
 }
 
 impl CpuBackend {
+    /// The executor of the prepared trace collectives.
+    fn prepared_exec(&mut self) -> BackendResult<&mut trace_exec::CpuTraceExec> {
+        self.trace_exec
+            .as_mut()
+            .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))
+    }
+
     /// Create on a duplicate of `world` (isolating our traffic), with what `plan` asks for.
     pub fn new(world: &SimpleCommunicator, plan: &BackendPlan) -> Result<Self> {
         let comm = world.duplicate();
@@ -289,7 +296,8 @@ impl Backend for CpuBackend {
     /// The groups become sub-communicators of this backend's duplicate of
     /// the world (`MPI_Comm_split`, members in the trace's order), the kinds
     /// `replay-trace`'s MPI calls (blocking: complete when [`Call::Trace`]
-    /// returns; no `--collective-timeout-s` applies to them). The
+    /// returns; started [`Timing::Async`]: the `MPI_I…` call, completed by
+    /// [`Call::Complete`]; no `--collective-timeout-s` applies to them). The
     /// point-to-point program runs on those communicators, as `replay-trace`
     /// runs it ([`p2p::CpuP2p`]).
     fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], plan: Option<&P2pPlan>) -> BackendResult<()> {
@@ -320,13 +328,15 @@ impl Backend for CpuBackend {
                 Ok(())
             }
             Call::Trace { index, c, op, check } => {
-                let exec = self
-                    .trace_exec
-                    .as_mut()
-                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-                exec.run(index, c, op, check, &mut || {})?;
+                let exec = self.prepared_exec()?;
+                if timing == Timing::Async {
+                    exec.post(index, c, op, check, &mut || {})?;
+                } else {
+                    exec.run(index, c, op, check, &mut || {})?;
+                }
                 Ok(())
             }
+            Call::Complete(index) => Ok(self.prepared_exec()?.complete(index)?),
             Call::P2pStep(k) => {
                 let p = self
                     .p2p
@@ -435,10 +445,7 @@ impl Backend for CpuBackend {
                 })
             }
             Checked::Trace { index, c, op } => {
-                let exec = self
-                    .trace_exec
-                    .as_mut()
-                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self.prepared_exec()?;
                 exec.corrupt = corrupt;
                 let found = exec.count_wrong(index, c, op);
                 exec.corrupt = false;

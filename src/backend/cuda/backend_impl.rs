@@ -87,7 +87,9 @@ impl Backend for CudaBackend {
     /// NCCL world communicator (bootstrapped over a duplicate of the MPI
     /// world) split into every group of `trace`, and its own stream. Its
     /// collectives complete on the host ([`Call::Trace`]: the NCCL call,
-    /// then a stream synchronization) and record no device interval. An MPI
+    /// then a stream synchronization; started [`Timing::Async`], the NCCL
+    /// call alone, and [`Call::Complete`] synchronizes the stream) and record
+    /// no device interval. An MPI
     /// trace's point-to-point program is refused.
     fn prepare(&mut self, trace: &CommTrace, colls: &[TraceCollective], p2p: Option<&P2pPlan>) -> BackendResult<()> {
         if p2p.is_some() {
@@ -121,12 +123,19 @@ impl Backend for CudaBackend {
             (Call::World { kind, bytes, dtype }, Timing::Async) => self.start(kind, bytes, dtype),
             (Call::World { kind, bytes, dtype }, Timing::BackToBack) => self.back_to_back(kind, bytes, dtype),
             (Call::Trace { index, c, op, check }, Timing::HostWait) => {
-                let exec = self
-                    .trace_exec
-                    .as_mut()
-                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
-                exec.run(index, c, op, check, &mut || {})?;
+                self.prepared_exec()?.run(index, c, op, check, &mut || {})?;
                 Ok(())
+            }
+            // posted: enqueued on the executor's stream, which runs its calls in order
+            (Call::Trace { index, c, op, check }, Timing::Async) => {
+                let exec = self.prepared_exec()?;
+                let stream = exec.stream().clone();
+                Ok(exec.enqueue_on(index, c, op, check, &stream)?)
+            }
+            (Call::Complete(_), Timing::HostWait) => {
+                let exec = self.prepared_exec()?;
+                drv(exec.stream().synchronize(), "cuStreamSynchronize (posted collective done)")?;
+                Ok(exec.async_error()?)
             }
             (Call::World { .. }, Timing::Untimed) => {
                 Err(BackendError::Misuse("--inject-repeat: this backend times one call per recorded collective".into()))
@@ -327,10 +336,7 @@ impl Backend for CudaBackend {
                 Ok(op.verify(&values, dtype))
             }
             Checked::Trace { index, c, op } => {
-                let exec = self
-                    .trace_exec
-                    .as_mut()
-                    .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))?;
+                let exec = self.prepared_exec()?;
                 exec.corrupt = corrupt;
                 let found = exec.count_wrong(index, c, op);
                 exec.corrupt = false;
@@ -363,6 +369,13 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// The executor of the prepared trace collectives.
+    fn prepared_exec(&mut self) -> BackendResult<&mut trace_exec::CudaTraceExec> {
+        self.trace_exec
+            .as_mut()
+            .ok_or_else(|| BackendError::Misuse("internal: no trace collectives were prepared".into()))
+    }
+
     /// A world call of any kind right behind the previous one
     /// ([`Timing::BackToBack`]): the NCCL calls of `kind` as [`Self::start`]
     /// makes them, behind one boundary event, on the collective stream.

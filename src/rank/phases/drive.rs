@@ -32,6 +32,16 @@ struct InFlight {
     return_ns: u64,
 }
 
+/// A posted prepared call waiting for its [`Step::Complete`]: recorded at its
+/// post (so records keep issue order), its wait filled in when it completes.
+struct Posted {
+    index: usize,
+    event: usize,
+    call: CallStep,
+    seq: u64,
+    checked: bool,
+}
+
 /// What the driver carries from one step to the next.
 struct Walk {
     phase: Phase,
@@ -45,6 +55,10 @@ struct Walk {
     fill: Option<FillRecord>,
     replay: Option<ReplayTiming>,
     in_flight: Option<InFlight>,
+    /// Posted prepared calls, in post order.
+    posted: Vec<Posted>,
+    /// When the last posted call completed, host ns (a pass ends after it).
+    completed_ns: u64,
     /// The open pass's point-to-point record, where the schedule has a program.
     p2p: Option<P2pPassRecord>,
     /// The last back-to-back call, for its size's check.
@@ -65,6 +79,8 @@ impl<B: Backend> Runner<'_, B> {
             fill: None,
             replay: None,
             in_flight: None,
+            posted: Vec::new(),
+            completed_ns: 0,
             p2p: None,
             last: None,
         };
@@ -92,8 +108,11 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 Step::TokenEnd => {
                     let open = w.open.take().context("internal: a token end without its start")?;
+                    if !w.posted.is_empty() {
+                        bail!("internal: a token ends with {} posted calls not completed", w.posted.len());
+                    }
                     // a trace's pass ends at its last call's completion, a model token at the host's clock
-                    let end = if s.source.is_some() { w.prev_end } else { self.clock.now_ns() };
+                    let end = if s.source.is_some() { w.prev_end.max(w.completed_ns) } else { self.clock.now_ns() };
                     self.end_token(phase, open, end)?;
                     if let Some(mut pass) = w.p2p.take() {
                         let check = !pass.warmup && self.spec.check > 0;
@@ -115,6 +134,7 @@ impl<B: Backend> Runner<'_, B> {
                 Step::Gap { ns, compute_ns } => w.gap = Some((ns, compute_ns)),
                 Step::Call(c) => self.call(&mut w, s, c)?,
                 Step::Wait => self.wait_call(&mut w)?,
+                Step::Complete { index } => self.complete(&mut w, s, index)?,
                 Step::P2p { index, gap_ns, started } => self.p2p_step(&mut w, index, gap_ns, started)?,
                 Step::Size => self.checked_in_phase = 0,
                 Step::Settle => {
@@ -224,7 +244,7 @@ impl<B: Backend> Runner<'_, B> {
                 w.in_flight = Some(InFlight { call: c, seq, injected, issue_ns, return_ns });
                 Ok(())
             }
-            (Target::Prepared { index, op }, Issue::HostWait) => {
+            (Target::Prepared { index, op }, Issue::HostWait | Issue::Post) => {
                 // the work beside a call that completes on the host runs before it
                 self.beside(w, &c)?;
                 let rank = self.rank;
@@ -239,8 +259,17 @@ impl<B: Backend> Runner<'_, B> {
                 let checked = self.wants_check(&c);
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
                 let issue_ns = self.clock.now_ns();
-                self.backend.enqueue(Call::Trace { index, c: tc, op, check: checked }, Timing::HostWait)?;
+                let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
+                self.backend.enqueue(Call::Trace { index, c: tc, op, check: checked }, timing)?;
                 let end_ns = self.clock.now_ns();
+                if c.issue == Issue::Post {
+                    self.checked_in_phase += checked as u32;
+                    // the next call's gap runs from the post's return, as the source's did
+                    let t = HostTimes::blocking(issue_ns, end_ns);
+                    let event = self.record(w, &c, seq, t, EventExtra { checked, ..Default::default() });
+                    w.posted.push(Posted { index, event, call: c, seq, checked });
+                    return Ok(());
+                }
                 // the check reads the result back after the timed call, never inside it
                 if checked {
                     self.checked_in_phase += 1;
@@ -275,8 +304,28 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
+    /// Complete posted call `index`, check it where its post asked, and fill in
+    /// its record's wait. The completion lies inside the next call's gap, as
+    /// the source's wait did: the walk's last call end stays where it was.
+    fn complete(&mut self, w: &mut Walk, s: &Schedule, index: usize) -> Result<()> {
+        let k = w.posted.iter().position(|p| p.index == index).context("internal: a completion without its post")?;
+        let p = w.posted.remove(k);
+        let wait_start_ns = self.clock.now_ns();
+        self.backend.enqueue(Call::Complete(index), Timing::HostWait)?;
+        let wait_end_ns = self.clock.now_ns();
+        if p.checked {
+            let Target::Prepared { op, .. } = p.call.target else { bail!("internal: a posted world call") };
+            let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
+            self.check_call(w.phase, &p.call, p.seq, Checked::Trace { index, c: tc, op })?;
+        }
+        let ev = &mut self.body.collectives[p.event];
+        (ev.wait_start_ns, ev.wait_end_ns) = (wait_start_ns, wait_end_ns);
+        w.completed_ns = wait_end_ns;
+        Ok(())
+    }
+
     /// Record call `c` with the gap's fill or replay timing, if any; the call's end is the walk's last completion.
-    fn record(&mut self, w: &mut Walk, c: &CallStep, seq: u64, t: HostTimes, extra: EventExtra) {
+    fn record(&mut self, w: &mut Walk, c: &CallStep, seq: u64, t: HostTimes, extra: EventExtra) -> usize {
         let r = Recorded {
             phase: w.phase,
             kind: c.kind,
@@ -293,6 +342,7 @@ impl<B: Backend> Runner<'_, B> {
         ev.fill = w.fill.take();
         ev.replay = w.replay.take();
         w.prev_end = ev.wait_end_ns;
+        i
     }
 
     /// Step `k` of the point-to-point program, paced by its recorded gap in the replay phase.

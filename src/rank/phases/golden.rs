@@ -171,6 +171,15 @@ fn every_phase_walk_is_unchanged() {
         c.controls.file_trace = Some(st);
         out += &walk(c);
     }
+    // an MPI capture's nonblocking all-reduce: posted, the Sendrecv, then its completion
+    let mut t = traces::mpi_trace();
+    let m = t.mpi.as_mut().unwrap();
+    (m.collective_nonblocking, m.collective_completions) = (vec![vec![true]; 2], vec![vec![Some(5)]; 2]);
+    let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (1, 2), false).unwrap();
+    let mut c = case("mpi nonblocking", false, false, spec(&TRACED));
+    (c.rank, c.world) = (0, 2);
+    c.controls.file_trace = Some(st);
+    out += &walk(c);
     // the negative controls
     let mut c = case("wrong-sum device", true, true, spec(&[Phase::Isolated, Phase::Blocking]));
     c.controls.fault = Some(Fault::WrongSum { rank: 0 });

@@ -22,6 +22,8 @@ pub(crate) enum Logged {
     Trace(usize, Timing),
     /// A point-to-point step.
     P2p(usize),
+    /// The completion of a posted trace call.
+    Complete(usize),
     Wait,
     EndBackToBack,
     Gemm {
@@ -50,6 +52,8 @@ pub(crate) struct MockBackend {
     timed_in_pass: usize,
     marks_in_pass: usize,
     prepared: usize,
+    /// Posted trace calls not yet completed.
+    posted: Vec<usize>,
     p2p: bool,
     rank: u32,
     world_size: u32,
@@ -66,6 +70,7 @@ impl MockBackend {
             timed_in_pass: 0,
             marks_in_pass: 0,
             prepared: 0,
+            posted: Vec::new(),
             p2p: false,
             rank: 0,
             world_size: 1,
@@ -113,7 +118,16 @@ impl Backend for MockBackend {
                     self.timed_in_pass += 1;
                 }
             }
-            Call::Trace { index, .. } if index < self.prepared => self.log.push(Logged::Trace(index, timing)),
+            Call::Trace { index, .. } if index < self.prepared => {
+                if timing == Timing::Async {
+                    self.posted.push(index);
+                }
+                self.log.push(Logged::Trace(index, timing))
+            }
+            Call::Complete(index) if self.posted.contains(&index) => {
+                self.posted.retain(|&i| i != index);
+                self.log.push(Logged::Complete(index))
+            }
             Call::P2pStep(k) if self.p2p => self.log.push(Logged::P2p(k)),
             _ => return Err(BackendError::Misuse("internal: not prepared".into())),
         }
