@@ -116,11 +116,6 @@ impl OwnOp {
         }
     }
 
-    /// The larger of the two buffers, in elements: what must be allocated.
-    pub fn buffer_elems(&self) -> usize {
-        self.send_elems.max(self.recv_elems)
-    }
-
     /// The expected element `j` of this rank's result.
     fn expected(&self, dtype: Dtype, j: usize) -> (f32, String) {
         let row = self.kind.row();

@@ -247,13 +247,6 @@ pub struct ErrorBudget {
     pub max_relative_error_ppm: u64,
 }
 
-impl ErrorBudget {
-    /// The largest relative error as a fraction.
-    pub fn max_relative_error(&self) -> f64 {
-        self.max_relative_error_ppm as f64 / 1e6
-    }
-}
-
 /// How many iterations the canary replays, and why.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ReplayPlan {
@@ -288,17 +281,6 @@ pub struct Sizes {
     pub artifact_events: u64,
     /// Collectives one canary replay pass issues, all ranks.
     pub replayed_events: u64,
-}
-
-impl Sizes {
-    /// source_events / artifact_events.
-    pub fn events_source_per_artifact(&self) -> f64 {
-        self.source_events as f64 / self.artifact_events.max(1) as f64
-    }
-    /// source_events / replayed_events.
-    pub fn replayed_source_per_artifact(&self) -> f64 {
-        self.source_events as f64 / self.replayed_events.max(1) as f64
-    }
 }
 
 /// A compiled canary.
