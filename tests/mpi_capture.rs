@@ -11,7 +11,7 @@
 //! (mpicc, mpifort, lmp) prints SKIPPED and why.
 mod common;
 use commcanary::core::refusal::{self, Code};
-use commcanary::evidence::commtrace::CommTrace;
+use commcanary::evidence::commtrace::{exec, CommTrace};
 use commcanary::evidence::shard::{self, Shard};
 use commcanary::evidence::trace;
 use common::*;
@@ -152,6 +152,11 @@ fn counts_agree(t: &Tools, n: u32, app: &[&str]) -> Vec<BTreeMap<String, u64>> {
         assert!(!want[r].is_empty(), "rank {r}: the counter saw no calls");
         assert_eq!(calls[r], want[r], "rank {r} of {app:?}: capture (left) against the independent counter (right)");
     }
+    // --for-phases keeps only what the phases can run: no collective whose members disagree on it
+    let for_phases = d.path().join("for-phases.json");
+    ok(&cc(&["import", "mpi", cap.to_str().unwrap(), "-o", for_phases.to_str().unwrap(), "--for-phases"]));
+    let fp = CommTrace::read(&for_phases).unwrap();
+    assert!(exec::uneven_members(&fp).is_empty(), "{:?}", exec::uneven_members(&fp));
     // the written trace reads back through the trace reader and holds what the summary says
     let t = CommTrace::read(&trace).unwrap();
     assert_eq!(t.format_version, 3);

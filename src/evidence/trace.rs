@@ -201,6 +201,15 @@ pub(crate) fn comm_trace_schedule(
             }
         }
     }
+    // members that disagree on a collective's size would be refused by the join, after the whole run
+    if let Some(((r, i), why)) = exec::uneven_members(t).into_iter().next().filter(|_| !allreduce_only) {
+        crate::refuse!(
+            Code::UnsupportedOperation,
+            "--trace {}: rank {r}, collective {i}: {why}; `replay-trace --backend cpu` replays it, and `import mpi \
+                --for-phases` leaves such collectives out",
+            path.display()
+        );
+    }
     let world: Vec<u32> = (0..world_size).collect();
     let mut counts: std::collections::BTreeMap<CollectiveKind, TraceKindCount> = std::collections::BTreeMap::new();
     let mut kept = Vec::new();
@@ -768,14 +777,14 @@ pub(crate) mod tests {
         );
         // a world all-reduce of another dtype than f32/bf16: refused with --trace-allreduce-only ...
         use crate::evidence::commtrace::TraceDtype;
-        t.ranks[0].collectives[0].dtype = TraceDtype::F64;
+        t.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = TraceDtype::F64);
         let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
         assert!(
             e.starts_with("refused[BAD_INPUT]") && e.contains("all-reduce #") && e.contains("f64 is not a run"),
             "{e}"
         );
         // ... run in its own dtype through the trace executor with every kind (shard group 1: the world's trace group)
-        t.ranks[0].collectives[1].dtype = TraceDtype::I8;
+        t.ranks.iter_mut().for_each(|r| r.collectives[1].dtype = TraceDtype::I8);
         let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), false).unwrap();
         let got: Vec<_> = entries(&st).iter().map(|e| (e.0.map(|o| (o.1, o.2)), e.2, e.1)).collect();
         assert_eq!(
@@ -897,6 +906,49 @@ pub(crate) mod tests {
         let e =
             comm_trace_schedule(&bad, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap_err().to_string();
         assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("collective_calls has 2 entries for 1"), "{e}");
+    }
+
+    /// Members that disagree on a collective (an all-to-all-v whose members
+    /// send different totals) are refused on every rank before launch, naming
+    /// both members; matched by position on the group, not by the file's
+    /// sequence numbers; equal totals run.
+    #[test]
+    fn members_that_disagree_on_a_collective_are_refused_before_launch() {
+        use crate::evidence::commtrace::exec::uneven_members;
+        let mut t = four_rank_trace();
+        for r in &mut t.ranks {
+            let mut c = TraceCollective::new(
+                CollectiveKind::AllToAll,
+                "alltoallv",
+                "0",
+                TraceDtype::F32,
+                (4, 4),
+                (None, None),
+                (None, None),
+            );
+            c.in_split_elems = Some(vec![1; 4]);
+            c.out_split_elems = Some(vec![1; 4]);
+            (c.host_start_ns, c.host_duration_ns, c.seq) = (Some(9_000), Some(100), 7 * r.rank as u64);
+            r.collectives.push(c);
+        }
+        assert!(uneven_members(&t).is_empty(), "equal totals, whatever sequence numbers the file carries");
+        comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 1, 4, (0, 1), false).unwrap();
+        t.ranks[2].collectives[3].in_elems = 6;
+        let u = uneven_members(&t);
+        assert_eq!(u.keys().copied().collect::<Vec<_>>(), vec![(0, 3), (1, 3), (2, 3), (3, 3)]);
+        for rank in 0..4 {
+            let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), rank, 4, (0, 1), false).unwrap_err();
+            let e = e.to_string();
+            assert!(
+                e.starts_with("refused[UNSUPPORTED_OPERATION]")
+                    && e.contains("t.json")
+                    && e.contains("rank 0 has all_to_all of 16 bytes of f32, rank 2 all_to_all of 24 bytes"),
+                "{e}"
+            );
+        }
+        // with --trace-allreduce-only the all-to-all is left out, not refused (the sub-group all-reduce goes first)
+        t.ranks.iter_mut().for_each(|r| drop(r.collectives.remove(0)));
+        comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
     }
 
     /// A nonblocking all-reduce (call 3) completed by call 5, after the

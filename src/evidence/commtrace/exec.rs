@@ -4,11 +4,12 @@
 //! [`ReplayOutput`]), the target gaps ([`gaps_ns`]) and the check's patterns
 //! ([`contribution`], [`payload`]) with what a result must hold. Refuses
 //! pacing by a trace without times ([`paced_gaps_ns`]). Runs nothing.
-use super::{CollectiveKind, TraceCollective, TraceDtype};
+use super::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
 use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// How collectives are paced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -325,6 +326,44 @@ pub fn phases_cannot_run(c: &TraceCollective, allreduce_only: bool) -> Option<St
             .filter(|&o| replay_op(o).is_none())
             .map(|o| format!("{} with reduction {}: {phases} (sum, prod, max and min run)", c.kind.label(), o.name())),
     }
+}
+
+/// The collectives of `t` whose members disagree on what a shard records of
+/// them (kind, input bytes, dtype, root: an all-to-all-v whose members send
+/// different totals), per (rank, index), each with why: the join refuses a
+/// run whose members disagree, so the phases cannot run them. Matched across
+/// ranks as the phases number them: by group and position among the rank's
+/// calls on it (not by the sequence numbers the file carries); point-to-point
+/// kinds pair up, and are not here.
+pub fn uneven_members(t: &CommTrace) -> BTreeMap<(u32, usize), String> {
+    type Seen = (u32, usize, (CollectiveKind, u64, TraceDtype, Option<u32>));
+    let mut by: BTreeMap<(&str, u64), Vec<Seen>> = BTreeMap::new();
+    for r in &t.ranks {
+        let mut next: BTreeMap<&str, u64> = BTreeMap::new();
+        for (i, c) in r.collectives.iter().enumerate().filter(|(_, c)| !c.kind.is_p2p()) {
+            let n = next.entry(c.group.as_str()).or_insert(0);
+            let what = (c.kind, c.in_elems.saturating_mul(c.dtype.size_bytes()), c.dtype, c.root);
+            by.entry((c.group.as_str(), *n)).or_default().push((r.rank, i, what));
+            *n += 1;
+        }
+    }
+    let mut out = BTreeMap::new();
+    let say =
+        |(k, b, d, _): (CollectiveKind, u64, TraceDtype, Option<u32>)| format!("{} of {b} bytes of {d}", k.name());
+    for ((group, n), v) in by {
+        let (ra, _, a) = v[0];
+        if let Some(&(rb, _, b)) = v.iter().find(|x| x.2 != a) {
+            let why = format!(
+                "its members disagree on it (call {n} on group {group:?}: rank {ra} has {}, rank {rb} {}, e.g. an \
+                    all-to-all-v whose members send different totals), and a shard records one size per collective: \
+                    the phases cannot run it",
+                say(a),
+                say(b)
+            );
+            out.extend(v.iter().map(|&(r, i, _)| ((r, i), why.clone())));
+        }
+    }
+    out
 }
 
 /// The replay's reduction of a recorded one: sum, prod, max and min run as

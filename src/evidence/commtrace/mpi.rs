@@ -846,7 +846,7 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
     super::check::check_ranks(world, &ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), &names)?;
     super::check::check_groups(&groups, world)?;
     super::check::check_consistency(&groups, &ranks, &names)?;
-    Ok(CommTrace {
+    let mut t = CommTrace {
         format_version: super::COMM_TRACE_MPI_FORMAT_VERSION,
         source: TraceSource {
             kind: SourceKind::MpiCapture,
@@ -885,7 +885,46 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
         groups,
         ranks,
         mpi: Some(summary),
-    })
+    };
+    if for_phases {
+        leave_out_uneven(&mut t);
+    }
+    Ok(t)
+}
+
+/// `--for-phases`: leave out, on every member alike, the collectives whose
+/// members disagree on what a shard records of them
+/// ([`super::exec::uneven_members`]: an all-to-all-v of uneven totals),
+/// counted by name with the reason; the rest are numbered again.
+fn leave_out_uneven(t: &mut CommTrace) {
+    let uneven = super::exec::uneven_members(t);
+    let CommTrace { ranks, mpi: Some(summary), .. } = t else { return };
+    for (k, r) in ranks.iter_mut().enumerate() {
+        let mask: Vec<bool> = (0..r.collectives.len()).map(|i| !uneven.contains_key(&(r.rank, i))).collect();
+        if mask.iter().all(|&b| b) {
+            continue;
+        }
+        for (i, c) in r.collectives.iter().enumerate().filter(|&(i, _)| !mask[i]) {
+            let name = c.source_name.strip_prefix("MPI_").unwrap_or(&c.source_name).to_string();
+            *summary.left_out[k].entry(name.clone()).or_insert(0) += 1;
+            let why = format!("left out for the phases (--for-phases): {}", uneven[&(r.rank, i)]);
+            summary.left_out_reasons.entry(name).or_insert(why);
+        }
+        retain_masked(r, summary, k, &mask);
+        number_sequences(&mut r.collectives);
+    }
+}
+
+/// Keep rank `k`'s collectives where `mask` says, with their call, completion and nonblocking entries.
+fn retain_masked(r: &mut RankTrace, summary: &mut MpiSummary, k: usize, mask: &[bool]) {
+    let mut m = mask.iter();
+    r.collectives.retain(|_| *m.next().unwrap_or(&true));
+    let mut m = mask.iter();
+    summary.collective_calls[k].retain(|_| *m.next().unwrap_or(&true));
+    let mut m = mask.iter();
+    summary.collective_completions[k].retain(|_| *m.next().unwrap_or(&true));
+    let mut m = mask.iter();
+    summary.collective_nonblocking[k].retain(|_| *m.next().unwrap_or(&true));
 }
 
 /// An incomplete capture: ranks stopped at different points, so each
@@ -910,14 +949,7 @@ fn cut_to_common_prefix(groups: &[TraceGroup], ranks: &mut [RankTrace], summary:
                         seen <= keep
                     })
                     .collect();
-                let mut m = mask.iter();
-                r.collectives.retain(|_| *m.next().unwrap_or(&true));
-                let mut m = mask.iter();
-                summary.collective_calls[k].retain(|_| *m.next().unwrap_or(&true));
-                let mut m = mask.iter();
-                summary.collective_completions[k].retain(|_| *m.next().unwrap_or(&true));
-                let mut m = mask.iter();
-                summary.collective_nonblocking[k].retain(|_| *m.next().unwrap_or(&true));
+                retain_masked(r, summary, k, &mask);
                 summary.incomplete.push(format!(
                     "rank {}: the last {} collectives on group {:?} are cut (another member recorded only {keep})",
                     r.rank,
