@@ -154,6 +154,11 @@ fn replay_runs_the_point_to_point_program(trace: &Path, d: &Path) -> usize {
             }
         }
     }
+    // and every member recorded every collective alike: the run joins, two timed passes to the warm-up's one
+    let j = join_json(&run);
+    let ph = &j["phases"][0];
+    let (timed, warm) = (ph["collectives_per_rank"].as_u64().unwrap(), ph["warmup_collectives_per_rank"].as_u64());
+    assert!(timed > 0 && Some(timed) == warm.map(|w| 2 * w), "{j}");
     m.collective_nonblocking.iter().map(|v| v.iter().filter(|&&b| b).count()).sum()
 }
 

@@ -106,7 +106,9 @@ outputs() { # BIN DIR: every output is written under one fixed path (paths appea
   done
   mv "$O" "$2"
 }
-# imported traces for the trace phases, made once with BEFORE
+# imported traces for the trace phases, made once: the PyTorch one with BEFORE, the MPI capture imported with
+# AFTER (an import leaves out what the phases cannot run, and a newer one may know more of it), so that both
+# binaries run the same file
 mkdir -p "$WORK/traces"
 if [ ! -f "$WORK/traces/pytorch.json" ]; then
   "$BEFORE" import kineto tests/data/pytorch-2.11-tp2-h200/kineto.rank-{0,1}.json.gz -o "$WORK/traces/pytorch.json" \
@@ -116,7 +118,7 @@ if [ ! -f "$WORK/traces/mpi.json" ] && command -v mpicc > /dev/null \
   && [ -f "$(dirname "$BEFORE")/libcommcanary_capture.so" ]; then
   mpicc -O1 -o "$WORK/traces/app" tests/data/mpi_capture/app.c
   mpirun --oversubscribe -n 2 "$BEFORE" capture -o "$WORK/traces/cap" -- "$WORK/traces/app" 4 > /dev/null
-  "$BEFORE" import mpi "$WORK/traces/cap" -o "$WORK/traces/mpi.json" --for-phases > /dev/null
+  "$AFTER" import mpi "$WORK/traces/cap" -o "$WORK/traces/mpi.json" --for-phases > /dev/null
 fi
 echo "imported traces for the trace phases: $(ls "$WORK"/traces/*.json | wc -l)"
 rm -f "$WORK/out.masked"
