@@ -14,6 +14,7 @@ use crate::core::fsutil;
 use crate::core::limits::{check_replay_gaps, open_regular, read_bounded, MAX_TEXT_TABLE_BYTES};
 use crate::core::refusal::Code;
 use crate::core::workload::{self, Phase, ReduceOp};
+use crate::evidence::commtrace::call_order::{self, Between, NonblockingPlan};
 use crate::evidence::commtrace::p2p::{self, P2pPlan};
 use crate::evidence::commtrace::{CommTrace, TraceCollective};
 use crate::evidence::join::JoinedCollective;
@@ -217,7 +218,10 @@ pub(crate) fn comm_trace_schedule(
     let mut groups: std::collections::BTreeMap<u32, ProcessGroup> = std::collections::BTreeMap::new();
     // recorded compute since the previous kept collective (None once a kernel lacks a duration)
     let mut compute: Option<u64> = Some(0);
-    let nonblocking = if allreduce_only { None } else { nonblocking_of(t, path, rank, mine)? };
+    let nonblocking = match allreduce_only {
+        true => None,
+        false => NonblockingPlan::of(t, rank, mine.len()).or_else(|e| bad_list(path, rank, e))?,
+    };
     for (ci, c) in mine.iter().enumerate() {
         let posted = nonblocking.as_ref().is_some_and(|n| n.posted[ci]);
         for k in &c.compute_before {
@@ -332,32 +336,29 @@ pub(crate) fn comm_trace_schedule(
         }
     }
     let n = kept.len();
-    // what runs between the collectives, in recorded call order: (before which collective, (call, order), step);
-    // a wait completing point-to-point operations and a post together runs the step first
-    let mut between: Vec<(usize, (u64, u8), Step)> = Vec::new();
-    if let Some(p) = &p2p {
-        for (k, &(call, _)) in p.plan.steps.iter().enumerate() {
-            between.push((p.before[k], (call, 0), Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }));
-        }
-    }
-    if let Some(nb) = &nonblocking {
-        for (i, (.., target, _, posted)) in kept.iter().enumerate() {
-            if let (true, Some(Target::Prepared { index, .. })) = (*posted, *target) {
-                // never seen complete: at the end of the pass, after its last step
-                let (at, key) =
-                    nb.done[i].map_or((n, (u64::MAX, 1)), |d| (nb.calls.partition_point(|&x| x < d), (d, 1)));
-                between.push((at, key, Step::Complete { index }));
-            }
-        }
-    }
-    between.sort_by_key(|&(_, key, _)| key);
+    // what runs between the collectives, in recorded call order: (before which collective, step)
+    let between: Vec<(usize, Step)> =
+        call_order::between(t, rank, n, p2p.as_ref().map(|p| &p.plan), nonblocking.as_ref())
+            .or_else(|e| bad_list(path, rank, e))?
+            .into_iter()
+            .map(|(at, b)| match b {
+                Between::P2p(k) => {
+                    let p = p2p.as_ref().expect("a step comes from the program");
+                    Ok((at, Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }))
+                }
+                Between::Complete(i) => match kept[i].3 {
+                    Some(Target::Prepared { index, .. }) => Ok((at, Step::Complete { index })),
+                    _ => bail!("internal: posted collective {i} is not a prepared call"),
+                },
+            })
+            .collect::<Result<_>>()?;
     let mut steps = Vec::with_capacity((n * 3 + 2) * (warmup_passes + passes) as usize);
     for pass in 0..warmup_passes + passes {
         let warmup = pass < warmup_passes;
         steps.push(Step::Token { token: pass, warmup });
         let mut e = 0;
         let mut run_between = |steps: &mut Vec<Step>, at: usize| {
-            while let Some((_, _, step)) = between.get(e).filter(|b| b.0 <= at) {
+            while let Some((_, step)) = between.get(e).filter(|b| b.0 <= at) {
                 steps.push(*step);
                 e += 1;
             }
@@ -411,66 +412,11 @@ pub(crate) fn comm_trace_schedule(
     Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
 }
 
-/// An MPI capture's nonblocking collectives on one rank: which were posted
-/// (`MPI_I…`), and per collective its call index and the call that completed it.
-struct Nonblocking {
-    posted: Vec<bool>,
-    calls: Vec<u64>,
-    done: Vec<Option<u64>>,
-}
-
-/// This rank's nonblocking collectives of `t`, where it has any; refuses
-/// lists that do not hold one entry per collective, call indices out of
-/// order and a post completed by a call that is not a later one.
-fn nonblocking_of(t: &CommTrace, path: &Path, rank: u32, mine: &[TraceCollective]) -> Result<Option<Nonblocking>> {
-    let r = rank as usize;
-    let Some(m) = t.mpi.as_ref().filter(|m| m.collective_nonblocking.get(r).is_some_and(|v| v.contains(&true))) else {
-        return Ok(None);
-    };
-    let (posted, calls, done) =
-        (&m.collective_nonblocking[r], m.collective_calls.get(r), m.collective_completions.get(r));
-    let (Some(calls), Some(done)) = (calls.filter(|v| v.len() == mine.len()), done.filter(|v| v.len() == mine.len()))
-    else {
-        crate::refuse!(
-            Code::BadInput,
-            "--trace {}: rank {rank}: mpi.collective_calls and collective_completions do not have one entry per \
-                collective ({})",
-            path.display(),
-            mine.len()
-        );
-    };
-    if posted.len() != mine.len() || !calls.windows(2).all(|w| w[0] < w[1]) {
-        crate::refuse!(
-            Code::BadInput,
-            "--trace {}: rank {rank}: mpi.collective_nonblocking has {} entries for {} collectives, or \
-                collective_calls is not in call order",
-            path.display(),
-            posted.len(),
-            mine.len()
-        );
-    }
-    for (i, d) in done.iter().enumerate() {
-        if posted[i] && d.is_some_and(|d| d <= calls[i]) {
-            crate::refuse!(
-                Code::BadInput,
-                "--trace {}: rank {rank}: collective {i} (call {}) is completed by call {d:?}, not a later one",
-                path.display(),
-                calls[i]
-            );
-        }
-    }
-    Ok(Some(Nonblocking { posted: posted.clone(), calls: calls.clone(), done: done.clone() }))
-}
-
 /// An MPI capture's point-to-point program on this rank as the phases run it:
-/// each step placed before the collective it preceded in the capture, with the
-/// recorded gap before it.
+/// each step with the recorded gap before it.
 struct P2pProgram {
     /// The rank's steps in recorded call order, and its operations.
     plan: P2pPlan,
-    /// Per step: the position in the pass of the collective it precedes
-    /// (the number of collectives per pass: after the last).
-    before: Vec<usize>,
     /// Per step: the recorded gap before it, from the previous call's end
     /// (collective or step) to its entry; 0 for a completing wait (the
     /// capture records its completion, not its entry: it is taken to follow
@@ -491,17 +437,11 @@ fn p2p_of(
     allreduce_only: bool,
 ) -> Result<(Option<P2pProgram>, Option<TraceP2pCount>)> {
     use crate::evidence::commtrace::p2p::P2pStep;
-    let Some(m) = t.mpi.as_ref().filter(|m| m.p2p.iter().any(|r| !r.is_empty())) else { return Ok((None, None)) };
-    let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
-    let calls = m.collective_calls.get(rank as usize).map_or(0, Vec::len);
-    if calls != mine.len() {
-        crate::refuse!(
-            Code::BadInput,
-            "--trace {}: rank {rank}: mpi.collective_calls has {calls} entries for {} collectives",
-            path.display(),
-            mine.len()
-        );
+    if t.mpi.as_ref().is_none_or(|m| m.p2p.iter().all(Vec::is_empty)) {
+        return Ok((None, None));
     }
+    let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
+    call_order::collective_calls(t, rank, mine.len()).or_else(|e| bad_list(path, rank, e))?;
     let operations = plan.ops.len() as u32;
     let count = TraceP2pCount {
         operations_per_pass: if allreduce_only { 0 } else { operations },
@@ -512,8 +452,6 @@ fn p2p_of(
     if allreduce_only {
         return Ok((None, Some(count)));
     }
-    let coll_calls = &m.collective_calls[rank as usize];
-    let before = plan.steps.iter().map(|(c, _)| coll_calls.partition_point(|&x| x < *c)).collect();
     let (gap_ns, _) = p2p_gaps(t, rank, mine, &plan);
     let started = plan
         .steps
@@ -524,7 +462,7 @@ fn p2p_of(
             P2pStep::Complete(_) => 0,
         })
         .collect();
-    Ok((Some(P2pProgram { plan, before, gap_ns, started }), Some(count)))
+    Ok((Some(P2pProgram { plan, gap_ns, started }), Some(count)))
 }
 
 /// The recorded gaps of a rank's calls in call order, collectives and
@@ -581,6 +519,11 @@ fn p2p_gaps(t: &CommTrace, rank: u32, mine: &[TraceCollective], plan: &P2pPlan) 
         }
     }
     (step_gaps, coll_gaps)
+}
+
+/// Refuse `--trace path` for a fault `e` in rank `rank`'s `mpi` lists.
+fn bad_list<T>(path: &Path, rank: u32, e: String) -> Result<T> {
+    crate::refuse!(Code::BadInput, "--trace {}: rank {rank}: {e}", path.display())
 }
 
 /// Logical bytes of an imported collective as a shard records it: its input

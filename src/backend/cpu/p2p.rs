@@ -77,15 +77,9 @@ impl CpuP2p {
         })
     }
 
-    /// Run every step recorded before call `call` (the next collective's).
-    pub fn run_before(&mut self, call: u64) -> Result<()> {
-        self.run_while(|c| c < call)
-    }
-
-    /// Run what is left of the pass: what follows the last collective, and
-    /// the end-of-pass waits (call `u64::MAX`) of what never completed.
-    pub fn finish_pass(&mut self) -> Result<()> {
-        self.run_while(|_| true)
+    /// The program this runs.
+    pub fn plan(&self) -> &P2pPlan {
+        &self.plan
     }
 
     /// Run step `k`, which must be the next (the phases run the steps one
@@ -104,17 +98,6 @@ impl CpuP2p {
         self.step(&step).with_context(|| format!("rank {}, point-to-point step {k} (call {call})", self.rank))?;
         self.host_ns += t0.elapsed().as_nanos() as u64;
         self.next += 1;
-        Ok(())
-    }
-
-    fn run_while(&mut self, go: impl Fn(u64) -> bool) -> Result<()> {
-        while let Some((call, step)) = self.plan.steps.get(self.next).filter(|(c, _)| go(*c)).cloned() {
-            let t0 = Instant::now();
-            self.step(&step)
-                .with_context(|| format!("rank {}, point-to-point step {} (call {call})", self.rank, self.next))?;
-            self.host_ns += t0.elapsed().as_nanos() as u64;
-            self.next += 1;
-        }
         Ok(())
     }
 

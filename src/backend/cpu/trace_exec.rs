@@ -14,12 +14,12 @@ use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::call_order::{self, Between, NonblockingPlan};
 use crate::evidence::commtrace::exec::{
-    refuse_unsupported, replay_op, round_to, NonblockingReport, Pace, ReplayOutput, WorkloadReport,
-    WORKLOAD_REPORT_FORMAT_VERSION,
+    refuse_unsupported, replay_op, round_to, Pace, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
 };
 use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
@@ -444,13 +444,7 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         _ => None,
     };
     exec.prepare(mine)?;
-    // an MPI capture's point-to-point operations, in call order between the collectives
-    let calls = trace.mpi.as_ref().and_then(|m| m.collective_calls.get(rank as usize).cloned());
-    if let Some(calls) = &calls {
-        if calls.len() != mine.len() {
-            bail!("rank {rank}: mpi.collective_calls has {} entries for {} collectives", calls.len(), mine.len());
-        }
-    }
+    // an MPI capture's point-to-point operations and nonblocking collectives, in call order between the collectives
     let mut p2p = match &trace.mpi {
         Some(m) if m.p2p.iter().any(|r| !r.is_empty()) => {
             let plan = p2p::plans(trace)?.swap_remove(rank as usize);
@@ -460,65 +454,30 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         }
         _ => None,
     };
-    // an MPI capture's nonblocking collectives: posted at their call, completed at the recorded completing call
-    let nonblocking = match (&trace.mpi, &calls) {
-        (Some(m), Some(calls)) if m.collective_nonblocking.get(rank as usize).is_some_and(|v| v.iter().any(|&b| b)) => {
-            let flags = &m.collective_nonblocking[rank as usize];
-            let done = m.collective_completions.get(rank as usize).cloned().unwrap_or_default();
-            if flags.len() != mine.len() || done.len() != mine.len() {
-                bail!(
-                    "rank {rank}: mpi.collective_nonblocking and collective_completions do not have one entry per \
-                    collective ({})",
-                    mine.len()
-                );
-            }
-            for (i, d) in done.iter().enumerate() {
-                if d.is_some_and(|d| d <= calls[i]) {
-                    bail!(
-                        "rank {rank}: collective {i} (call {}) is completed by call {:?}, not a later one",
-                        calls[i],
-                        d
-                    );
-                }
-            }
-            Some(Nonblocking { flags: flags.clone(), done, pending: Vec::new(), waits: 0 })
-        }
-        _ => None,
-    };
-    /// The nonblocking collectives' schedule: which were posted so, where each completes, and what is outstanding.
-    struct Nonblocking {
-        flags: Vec<bool>,
-        done: Vec<Option<u64>>,
-        /// (completing call, or `u64::MAX` where never seen; collective)
-        pending: Vec<(u64, usize)>,
-        waits: u64,
-    }
+    let nb = NonblockingPlan::of(trace, rank, mine.len()).map_err(|e| anyhow!("rank {rank}: {e}"))?;
+    let between = call_order::between(trace, rank, mine.len(), p2p.as_ref().map(CpuP2p::plan), nb.as_ref())
+        .map_err(|e| anyhow!("rank {rank}: {e}"))?;
+    let posted = nb.as_ref().map(|n| n.posted.clone()).unwrap_or_default();
     struct Cpu<'e> {
         exec: &'e mut CpuTraceExec,
         colls: &'e [TraceCollective],
-        calls: Option<Vec<u64>>,
         p2p: Option<&'e mut CpuP2p>,
-        nb: Option<&'e mut Nonblocking>,
+        /// Per collective: posted nonblocking (empty: none is).
+        posted: Vec<bool>,
+        between: &'e [(usize, Between)],
+        /// The next of `between`.
+        next: usize,
     }
     impl Cpu<'_> {
-        /// Everything recorded before call `x`: point-to-point steps and the
-        /// waits of nonblocking collectives, in recorded call order.
-        fn settle(&mut self, x: u64) -> Result<()> {
-            if let Some(nb) = self.nb.as_deref_mut() {
-                while let Some(d) = nb.pending.iter().map(|&(d, _)| d).filter(|&d| d < x).min() {
-                    if let Some(p) = self.p2p.as_deref_mut() {
-                        p.run_before(d + 1)?;
-                    }
-                    let now: Vec<usize> = nb.pending.iter().filter(|&&(e, _)| e == d).map(|&(_, i)| i).collect();
-                    nb.pending.retain(|&(e, _)| e != d);
-                    for i in now {
-                        self.exec.complete(i)?;
-                    }
-                    nb.waits += 1;
+        /// What runs before collective `i` (`colls.len()`: the pass's end), in recorded call order.
+        fn settle(&mut self, i: usize) -> Result<()> {
+            while let Some(&(_, b)) = self.between.get(self.next).filter(|b| b.0 <= i) {
+                match (b, self.p2p.as_deref_mut()) {
+                    (Between::P2p(k), Some(p)) => p.run_step(k)?,
+                    (Between::Complete(c), _) => self.exec.complete(c)?,
+                    (Between::P2p(_), None) => bail!("internal: a point-to-point step without its program"),
                 }
-            }
-            if let Some(p) = self.p2p.as_deref_mut() {
-                p.run_before(x)?;
+                self.next += 1;
             }
             Ok(())
         }
@@ -532,15 +491,9 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
             check: bool,
             before_issue: &mut dyn FnMut(),
         ) -> Result<(u64, u64, Instant)> {
-            if let Some(x) = self.calls.as_ref().map(|v| v[i]) {
-                self.settle(x)?;
-            }
-            match self.nb.as_deref_mut() {
-                Some(nb) if nb.flags[i] => {
-                    let r = self.exec.post(i, c, op, check, before_issue)?;
-                    nb.pending.push((nb.done[i].unwrap_or(u64::MAX), i));
-                    Ok(r)
-                }
+            self.settle(i)?;
+            match self.posted.get(i) {
+                Some(true) => self.exec.post(i, c, op, check, before_issue),
                 _ => self.exec.run(i, c, op, check, before_issue),
             }
         }
@@ -549,41 +502,22 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
             if let Some(p) = self.p2p.as_deref_mut() {
                 p.reset();
             }
-            if let Some(nb) = self.nb.as_deref_mut() {
-                nb.waits = 0;
-            }
+            self.next = 0;
             Ok(())
         }
         fn end_of_pass(&mut self) -> Result<Option<Instant>> {
-            if self.p2p.is_none() && self.nb.is_none() {
+            if self.between.is_empty() {
                 return Ok(None);
             }
             // what follows the last collective, then what the capture never saw complete
-            self.settle(u64::MAX)?;
-            if let Some(p) = self.p2p.as_deref_mut() {
-                p.finish_pass()?;
-            }
-            if let Some(nb) = self.nb.as_deref_mut() {
-                let left: Vec<usize> = nb.pending.drain(..).map(|(_, i)| i).collect();
-                if !left.is_empty() {
-                    nb.waits += 1;
-                }
-                for i in left {
-                    self.exec.complete(i)?;
-                }
-            }
+            self.settle(self.colls.len())?;
             Ok(Some(Instant::now()))
         }
     }
-    let mut nb = nonblocking;
-    let runner = &mut Cpu { exec: &mut exec, colls: mine, calls, p2p: p2p.as_mut(), nb: nb.as_mut() };
+    let runner = &mut Cpu { exec: &mut exec, colls: mine, p2p: p2p.as_mut(), posted, between: &between, next: 0 };
     let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), runner)?;
     let p2p = p2p.map(|p| p.report(o.check)).transpose()?;
-    let nonblocking = nb.map(|n| NonblockingReport {
-        posted: n.flags.iter().filter(|&&b| b).count() as u64,
-        waits: n.waits,
-        never_completed: n.flags.iter().zip(&n.done).filter(|(&b, d)| b && d.is_none()).count() as u64,
-    });
+    let nonblocking = nb.map(|n| n.report());
     exec.verify(mine)?;
     let workload = match plan {
         Some(plan) => {

@@ -10,6 +10,7 @@
 //! collectives whose members disagree, unknown names, undescribed groups and
 //! what passes the explicit [`Limits`]. Export ([`export`]) writes PARAM and
 //! Chakra JSON. Method: docs/METHODS.md, "Imported communication traces".
+pub mod call_order;
 mod check;
 pub mod et;
 pub mod exec;
