@@ -442,12 +442,12 @@ fn p2p_of(
     }
     let plan = p2p::plans(t).with_context(|| format!("--trace {}", path.display()))?.swap_remove(rank as usize);
     call_order::collective_calls(t, rank, mine.len()).or_else(|e| bad_list(path, rank, e))?;
-    let operations = plan.ops.len() as u32;
+    let (pass, run) = (plan.report(None, 0), !allreduce_only);
     let count = TraceP2pCount {
-        operations_per_pass: if allreduce_only { 0 } else { operations },
-        left_out_per_pass: if allreduce_only { operations } else { 0 },
-        calls_per_pass: if allreduce_only { 0 } else { plan.steps.len() as u32 },
-        bytes_sent_per_pass: if allreduce_only { 0 } else { plan.ops.iter().filter(|o| o.send).map(|o| o.bytes).sum() },
+        operations_per_pass: if run { pass.operations as u32 } else { 0 },
+        left_out_per_pass: if run { 0 } else { pass.operations as u32 },
+        calls_per_pass: if run { plan.steps.len() as u32 } else { 0 },
+        bytes_sent_per_pass: if run { pass.bytes_sent } else { 0 },
     };
     if allreduce_only {
         return Ok((None, Some(count)));

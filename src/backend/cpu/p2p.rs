@@ -31,7 +31,6 @@ pub struct CpuP2p {
     got: Vec<Option<u64>>,
     next: usize,
     host_ns: u64,
-    waits: u64,
     /// Negative control (`--corrupt-rank`): the first byte of every received message is spoiled before its check.
     pub corrupt: bool,
     /// How long a wait on nonblocking operations may last before the replay
@@ -71,7 +70,6 @@ impl CpuP2p {
             got: vec![None; n],
             next: 0,
             host_ns: 0,
-            waits: 0,
             corrupt: false,
             limit,
         })
@@ -109,7 +107,7 @@ impl CpuP2p {
             }
         }
         self.got.iter_mut().for_each(|g| *g = None);
-        (self.next, self.host_ns, self.waits) = (0, 0, 0);
+        (self.next, self.host_ns) = (0, 0);
     }
 
     fn peer_tag(&self, i: usize) -> (i32, i32) {
@@ -231,7 +229,6 @@ impl CpuP2p {
                 let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
                 let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
                 mpi_deadline::poll_all(&mut reqs, &mut sts, self.limit, &op)?;
-                self.waits += 1;
                 for (k, &i) in ops.iter().enumerate() {
                     self.reqs[i] = reqs[k];
                     if !self.plan.ops[i].send {
@@ -278,20 +275,6 @@ impl CpuP2p {
                 checked += 1;
             }
         }
-        let ops = &self.plan.ops;
-        let nonblocking = self.plan.steps.iter().filter(|(_, s)| matches!(s, P2pStep::Post(_))).count() as u64;
-        Ok(P2pReport {
-            operations: ops.len() as u64,
-            sends: ops.iter().filter(|o| o.send).count() as u64,
-            receives: ops.iter().filter(|o| !o.send).count() as u64,
-            nonblocking,
-            waits: self.waits,
-            never_completed: self.plan.never_completed as u64,
-            bytes_sent: ops.iter().filter(|o| o.send).map(|o| o.bytes).sum(),
-            receives_checked: check.then_some(checked),
-            receives_unmatched: self.plan.unmatched_wildcards as u64,
-            receives_empty: self.plan.empty_receives as u64,
-            host_ns: self.host_ns,
-        })
+        Ok(self.plan.report(check.then_some(checked), self.host_ns))
     }
 }

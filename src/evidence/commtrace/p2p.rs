@@ -11,6 +11,7 @@
 //! without its send, a send nobody receives, or a message longer than its
 //! receive: replayed, each would deadlock or fail; and, for a backend
 //! without a point-to-point replay, a trace that has any.
+use super::exec::P2pReport;
 use super::mpi::MpiP2p;
 use super::CommTrace;
 use crate::core::refusal::Code;
@@ -83,6 +84,28 @@ pub struct P2pPlan {
     /// replayed, since a wildcard receive posted in their place would take
     /// another receive's message.
     pub empty_receives: usize,
+}
+
+impl P2pPlan {
+    /// What one pass of this program issues; `receives_checked` and
+    /// `host_ns` are what the pass checked and measured.
+    pub fn report(&self, receives_checked: Option<u64>, host_ns: u64) -> P2pReport {
+        let steps = |f: fn(&P2pStep) -> bool| self.steps.iter().filter(|(_, s)| f(s)).count() as u64;
+        let sends = || self.ops.iter().filter(|o| o.send);
+        P2pReport {
+            operations: self.ops.len() as u64,
+            sends: sends().count() as u64,
+            receives: self.ops.iter().filter(|o| !o.send).count() as u64,
+            nonblocking: steps(|s| matches!(s, P2pStep::Post(_))),
+            waits: steps(|s| matches!(s, P2pStep::Complete(_))),
+            never_completed: self.never_completed as u64,
+            bytes_sent: sends().map(|o| o.bytes).sum(),
+            receives_checked,
+            receives_unmatched: self.unmatched_wildcards as u64,
+            receives_empty: self.empty_receives as u64,
+            host_ns,
+        }
+    }
 }
 
 /// A matching channel: (communicator, sender, receiver as world ranks, tag).
@@ -357,6 +380,11 @@ mod tests {
         let m: Vec<_> = p[0].ops.iter().filter_map(|o| o.matched).map(|m| (m.sender, m.op, m.bytes)).collect();
         assert_eq!(m, vec![(1, 1, 40), (1, 3, 24), (1, 4, 8)]);
         assert_eq!((p[0].never_completed, p[0].unmatched_wildcards), (0, 0));
+        // a pass of it: 6 operations (3 sends of 72 bytes), 2 posts, 2 waits
+        let r = p[0].report(Some(3), 5);
+        let counts = (r.operations, r.sends, r.receives, r.nonblocking, r.waits, r.bytes_sent);
+        assert_eq!(counts, (6, 3, 3, 2, 2, 72));
+        assert_eq!((r.receives_checked, r.host_ns), (Some(3), 5));
     }
 
     #[test]
