@@ -30,9 +30,10 @@ pub struct ReplayOptions {
 }
 
 /// A backend's executor of prepared trace collectives. As on every backend,
-/// every buffer is allocated and filled before the replay, the results of
-/// the warm-up pass are cleared before the timed one and the checks run
-/// after it, so that only the pacing wait lies between two collectives.
+/// every buffer is allocated and filled before the replay, a checked call's
+/// result is cleared before its call (the warm-up pass's cannot pass for it)
+/// and the checks run after the timed pass, so that only the pacing wait lies
+/// between two collectives.
 pub trait TraceRunner {
     /// Run collective `i` (blocking): `before_issue` (the pacing wait) just
     /// before the call. Returns (host time, input bytes, completion).
@@ -44,9 +45,11 @@ pub trait TraceRunner {
         check: bool,
         before_issue: &mut dyn FnMut(),
     ) -> Result<(u64, u64, Instant)>;
-    /// Between the warm-up and the timed pass: clear the results, so that a
-    /// check after the timed pass sees only what that pass delivered.
-    fn between_passes(&mut self) -> Result<()>;
+    /// Between the warm-up and the timed pass: start the runner's own
+    /// program over (the cpu backend's point-to-point operations).
+    fn between_passes(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// After a pass's last collective, before the ranks meet: what of the
     /// pass is left (the cpu backend's point-to-point operations after it);
     /// returns when that ended, if there was any.

@@ -57,6 +57,13 @@ impl Bufs {
             Bufs::Native { out, .. } | Bufs::Bytes { out, .. } => out.is_empty(),
         }
     }
+    /// Zero the result, so that a check can only pass on what the next call delivers.
+    fn clear_out(&mut self) {
+        match self {
+            Bufs::Values { out, .. } => out.fill(0.0),
+            Bufs::Native { out, .. } | Bufs::Bytes { out, .. } => out.fill(0),
+        }
+    }
 }
 
 /// One collective, prepared.
@@ -67,12 +74,67 @@ struct CpuSlot {
     counts: MpiCounts,
     /// Input bytes handed to MPI.
     wire: u64,
+    /// The result buffer holds the input (a broadcast's root): never cleared.
+    in_place: bool,
     /// Set when run: the reduction used and whether to check.
     ran: Option<(ReduceOp, bool)>,
     /// The requests of its nonblocking post, until completed ([`CpuTraceExec::complete`]).
     reqs: [ffi::MPI_Request; 2],
     /// How many of `reqs` are outstanding.
     pending: usize,
+}
+
+impl CpuSlot {
+    /// Collective `c`'s slot on `rank`, a member of `members`: its buffers made and its input filled.
+    fn new(c: &TraceCollective, rank: u32, members: &[u32]) -> Result<Self> {
+        let share = TraceShare::new(c, rank, members)?;
+        let native = share.reduces() && matches!(c.dtype, TraceDtype::F64 | TraceDtype::I32 | TraceDtype::I64);
+        if share.reduces() && !native && !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
+            bail!(
+                "{} of {} is not supported on the cpu backend (f32, bf16, f16, f64, i32, i64)",
+                c.kind.name(),
+                c.dtype
+            );
+        }
+        let counts = MpiCounts::of(&share.call()).map_err(anyhow::Error::msg)?;
+        let out_len = share.out_len();
+        let input = share.input();
+        let in_place = c.kind == CollectiveKind::Broadcast && matches!(input, Input::Bytes(_));
+        let bufs = match input {
+            Input::Values(send) if native => {
+                let width = c.dtype.size_bytes() as usize;
+                Bufs::Native {
+                    send: send.iter().flat_map(|&v| encode(c.dtype, v)).collect(),
+                    out: vec![0u8; out_len * width],
+                }
+            }
+            Input::Values(send) => Bufs::Values { send, out: vec![0f32; out_len] },
+            // MPI broadcasts in place: the root's data starts in the receive buffer
+            Input::Bytes(b) if in_place => Bufs::Bytes { send: Vec::new(), out: b },
+            Input::Bytes(send) => Bufs::Bytes { send, out: vec![0u8; out_len] },
+            Input::Nothing => Bufs::Bytes { send: Vec::new(), out: vec![0u8; out_len] },
+        };
+        // reductions go on the wire as f32 (bf16 and f16 upcast), or in their own width
+        let wire = share.input_len() as u64
+            * if native {
+                c.dtype.size_bytes()
+            } else if share.reduces() {
+                4
+            } else {
+                1
+            };
+        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
+        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
+        Ok(CpuSlot { share, bufs, counts, wire, in_place, ran: None, reqs: [null; 2], pending: 0 })
+    }
+
+    /// Just before its call: a checked call's result starts empty, so that an
+    /// earlier call's (a warm-up's, a previous pass's) cannot pass for it.
+    fn arm(&mut self, check: bool) {
+        if check && !self.in_place {
+            self.bufs.clear_out();
+        }
+    }
 }
 
 /// Runs trace collectives on MPI sub-communicators. Every process group
@@ -160,44 +222,7 @@ impl CpuTraceExec {
     }
 
     fn slot(&self, c: &TraceCollective) -> Result<CpuSlot> {
-        let (members, _) = self.group_of(c)?;
-        let share = TraceShare::new(c, self.rank, members)?;
-        let native = share.reduces() && matches!(c.dtype, TraceDtype::F64 | TraceDtype::I32 | TraceDtype::I64);
-        if share.reduces() && !native && !matches!(c.dtype, TraceDtype::F32 | TraceDtype::Bf16 | TraceDtype::F16) {
-            bail!(
-                "{} of {} is not supported on the cpu backend (f32, bf16, f16, f64, i32, i64)",
-                c.kind.name(),
-                c.dtype
-            );
-        }
-        let counts = MpiCounts::of(&share.call()).map_err(anyhow::Error::msg)?;
-        let out_len = share.out_len();
-        let bufs = match share.input() {
-            Input::Values(send) if native => {
-                let width = c.dtype.size_bytes() as usize;
-                Bufs::Native {
-                    send: send.iter().flat_map(|&v| encode(c.dtype, v)).collect(),
-                    out: vec![0u8; out_len * width],
-                }
-            }
-            Input::Values(send) => Bufs::Values { send, out: vec![0f32; out_len] },
-            // MPI broadcasts in place: the root's data starts in the receive buffer
-            Input::Bytes(b) if c.kind == CollectiveKind::Broadcast => Bufs::Bytes { send: Vec::new(), out: b },
-            Input::Bytes(send) => Bufs::Bytes { send, out: vec![0u8; out_len] },
-            Input::Nothing => Bufs::Bytes { send: Vec::new(), out: vec![0u8; out_len] },
-        };
-        // reductions go on the wire as f32 (bf16 and f16 upcast), or in their own width
-        let wire = share.input_len() as u64
-            * if native {
-                c.dtype.size_bytes()
-            } else if share.reduces() {
-                4
-            } else {
-                1
-            };
-        // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-        let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        Ok(CpuSlot { share, bufs, counts, wire, ran: None, reqs: [null; 2], pending: 0 })
+        CpuSlot::new(c, self.rank, self.group_of(c)?.0)
     }
 
     /// Run prepared collective `i` (step 2, blocking): `before_issue` (the
@@ -296,6 +321,7 @@ impl CpuTraceExec {
         if slot.pending > 0 {
             bail!("collective {i}: posted again before its previous post completed");
         }
+        slot.arm(check);
         before_issue();
         let t0 = Instant::now();
         // SAFETY: the slot's buffers were made from the share its counts
@@ -317,22 +343,6 @@ impl CpuTraceExec {
         }
         slot.ran = Some((op, check));
         Ok(((done - t0).as_nanos() as u64, slot.wire, done))
-    }
-
-    /// Clear every result a pass wrote (between the warm-up and the timed
-    /// pass), so that a check can only pass on what the timed pass delivered.
-    /// A broadcast root's buffer is its input and is kept.
-    pub fn reset(&mut self, colls: &[TraceCollective]) {
-        for (c, slot) in colls.iter().zip(&mut self.slots) {
-            match &mut slot.bufs {
-                Bufs::Values { out, .. } => out.iter_mut().for_each(|x| *x = 0.0),
-                Bufs::Native { out, .. } => out.iter_mut().for_each(|b| *b = 0),
-                Bufs::Bytes { out, .. } if !(c.kind == CollectiveKind::Broadcast && c.root == Some(self.rank)) => {
-                    out.iter_mut().for_each(|b| *b = 0)
-                }
-                _ => {}
-            }
-        }
     }
 
     /// Check every result that was asked to be checked (step 3).
@@ -498,7 +508,6 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
             }
         }
         fn between_passes(&mut self) -> Result<()> {
-            self.exec.reset(self.colls);
             if let Some(p) = self.p2p.as_deref_mut() {
                 p.reset();
             }
@@ -550,4 +559,44 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
         None => None,
     };
     Ok(ReplayOutput { records, workload, p2p, nonblocking })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An executor of one rank without communicators: enough to check slots.
+    fn exec() -> CpuTraceExec {
+        CpuTraceExec { rank: 0, comms: BTreeMap::new(), corrupt: false, slots: Vec::new(), scratch: Box::new([0; 2]) }
+    }
+
+    #[test]
+    fn a_checked_call_cannot_pass_on_an_earlier_call_s_result() {
+        let coll = |kind, dtype, root| TraceCollective::new(kind, "x", "g", dtype, (4, 4), (None, None), (root, None));
+        for c in [
+            coll(CollectiveKind::AllReduce, TraceDtype::F32, None),
+            coll(CollectiveKind::AllReduce, TraceDtype::F64, None),
+            coll(CollectiveKind::AllGather, TraceDtype::Bf16, None),
+        ] {
+            // one member: its result is its own input, as an earlier call of it would have left it
+            let mut slot = CpuSlot::new(&c, 0, &[0]).unwrap();
+            match &mut slot.bufs {
+                Bufs::Values { send, out } => out.copy_from_slice(send),
+                Bufs::Native { send, out } | Bufs::Bytes { send, out } => out.copy_from_slice(send),
+            }
+            let ex = exec();
+            assert_eq!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0, 0, "{:?}: the earlier result is right", c.kind);
+            slot.arm(false);
+            assert_eq!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0, 0, "an unchecked call leaves it");
+            slot.arm(true);
+            assert!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0 > 0, "{:?}: a checked call starts without it", c.kind);
+        }
+        // a broadcast root's result buffer is its input: kept
+        let c = coll(CollectiveKind::Broadcast, TraceDtype::F32, Some(0));
+        let mut slot = CpuSlot::new(&c, 0, &[0]).unwrap();
+        let Bufs::Bytes { out, .. } = &slot.bufs else { panic!("a broadcast moves bytes") };
+        let before = out.clone();
+        slot.arm(true);
+        assert!(matches!(&slot.bufs, Bufs::Bytes { out, .. } if *out == before && !before.iter().all(|&b| b == 0)));
+    }
 }

@@ -130,6 +130,10 @@ impl Backend for CudaBackend {
             (Call::Trace { index, c, op, check }, Timing::Async) => {
                 let exec = self.prepared_exec()?;
                 let stream = exec.stream().clone();
+                // a checked post's result starts empty, before the post on the same stream
+                if check {
+                    exec.clear_result(index, &stream)?;
+                }
                 Ok(exec.enqueue_on(index, c, op, check, &stream)?)
             }
             (Call::Complete(_), Timing::HostWait) => {

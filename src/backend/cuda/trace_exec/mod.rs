@@ -251,6 +251,10 @@ impl CudaTraceExec {
         check: bool,
         before_issue: &mut dyn FnMut(),
     ) -> Result<(u64, u64, Instant)> {
+        if check {
+            self.clear_result(i, &self.stream.clone())?;
+            drv(self.stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
+        }
         let (comm, calls) = self.calls(i, c, op)?;
         before_issue();
         let t0 = Instant::now();
@@ -271,7 +275,7 @@ impl CudaTraceExec {
         c: &TraceCollective,
         op: ReduceOp,
         check: bool,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (comm, calls) = self.calls(i, c, op)?;
         Self::enqueue(comm, &calls, stream)?;
@@ -302,6 +306,13 @@ impl CudaTraceExec {
     /// The stream the buffers were prepared on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Zero prepared collective `i`'s result on `stream`, so that its check
+    /// can only pass on what the next call delivers, not an earlier one.
+    pub fn clear_result(&mut self, i: usize, stream: &Arc<CudaStream>) -> Result<()> {
+        let slot = self.slots.get_mut(i).context("collective not prepared")?;
+        drv(stream.memset_zeros(&mut slot.recv), "clearing a result buffer")
     }
 
     /// Zero every result buffer (between the warm-up and the timed pass), so
@@ -477,9 +488,6 @@ pub fn replay(
                     let end = (done - self.base).as_nanos() as u64;
                     self.windows.push((end.saturating_sub(elapsed), end));
                     Ok((elapsed, wire, done))
-                }
-                fn between_passes(&mut self) -> Result<()> {
-                    self.exec.reset()
                 }
             }
             let (records, _) =
