@@ -1,6 +1,6 @@
 //! The capture file one rank writes (`rank-NNNNN.mpicap`, format version 2),
 //! little-endian throughout.
-//! `commcanary import mpi` reads it (`src/evidence/commtrace/mpi.rs` in the
+//! `commcanary import mpi` reads it (`src/evidence/commtrace/mpi/rank_capture.rs` in the
 //! main package keeps the reader and these numbers in step; the header names
 //! the call kinds, so a reader maps kind numbers by name).
 //!
