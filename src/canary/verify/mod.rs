@@ -1,30 +1,39 @@
 //! `canary verify`: the source and its candidates replayed as one real
 //! campaign, and every candidate judged against the source.
 //!
-//! Consumes the source trace, the canary artifact (and further artifacts), a
-//! campaign spec and a function that runs a spec into a directory (the
-//! command layer's `campaign run`). Produces `inputs/`, `verify-spec.toml`,
-//! `campaign/` and `canary-verify.json` (format version 1, schema
-//! `canary-verify`) in the output directory. Refuses before anything runs: an
-//! artifact whose digest does not hold or whose content contradicts itself, a
-//! source other than the one compiled, an output directory that exists, and a
-//! candidate that a check needing no measurement already fails (`STATIC_CHECK`,
+//! Consumes the source trace, the canary artifact (and further artifacts) and
+//! a campaign spec, run as `campaign run` does. Produces `inputs/`,
+//! `verify-spec.toml`, `campaign/` and `canary-verify.json` (schema
+//! `canary-verify`) in the output directory. Refuses before anything runs: a
+//! broken binding (`binding`), an output directory that exists, and a compiled
+//! candidate failing a check that needs no replay (`statics`; `STATIC_CHECK`,
 //! unless `--replay-failed`). Details: docs/METHODS.md, "Canary verification".
+mod binding;
+mod measure;
+mod oracle;
+mod render;
+mod statics;
+
+pub(crate) use binding::check_binding;
+pub(crate) use measure::job_measure;
+pub(crate) use oracle::oracle_from;
+pub use render::{render, render_short};
+pub use statics::facts;
+pub(crate) use statics::structure_checks;
+
+use crate::analysis::agreement;
 use crate::analysis::ranking::Relation;
 use crate::analysis::truth::TruthReport;
-use crate::analysis::{agreement, overlap, summary};
 use crate::campaign::chain::{self, Selection};
 use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, LauncherKind, TraceCanary};
 use crate::canary::artifact::{self, Canary, Method};
-use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired, TraceFacts};
-use crate::canary::fold::Node;
-use crate::canary::reduce::Oracle;
-use crate::canary::{baseline, compile, expand, Assurance};
+use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired};
+use crate::canary::{baseline, expand, Assurance};
 use crate::core::refusal::{code_of, refuse, Code};
 use crate::core::workload::{self, Phase};
-use crate::core::{fsutil, limits, stats};
+use crate::core::{fsutil, limits};
 use crate::evidence::commtrace::{self, CommTrace};
-use crate::evidence::join::{self, JoinedRun};
+use crate::evidence::join;
 use crate::report::run::{self, RunOptions};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -111,64 +120,15 @@ pub struct VerifyReport {
     pub never_granted: String,
 }
 
-/// Static facts of a trace.
-pub fn facts(t: &CommTrace) -> TraceFacts {
-    let mut f = TraceFacts::default();
-    let tm = compile::timings(t);
-    for r in &t.ranks {
-        for c in &r.collectives {
-            let key = format!("{} {} {}B group {}", c.kind.name(), c.dtype.pytorch_name(), c.in_bytes(), c.group);
-            *f.identities.entry(key).or_insert(0) += 1;
-            *f.kinds.entry(c.kind.name().to_string()).or_insert(0) += 1;
-        }
-    }
-    for g in &tm.gap_ns {
-        f.gaps_ns.extend(g.iter().skip(1).flatten());
-    }
-    f
-}
-
-/// Check the artifact against the source bytes: refused on any mismatch.
-pub(crate) fn check_binding(
-    c: &Canary,
-    art_path: &Path,
-    t: &CommTrace,
-    src_bytes: &[u8],
-    src_path: &Path,
-) -> Result<()> {
-    let sha = fsutil::sha256_hex(src_bytes);
-    if sha == c.source.file_sha256 {
-        return Ok(());
-    }
-    let canonical = artifact::canonical_sha256(t)?;
-    let counts: Vec<u64> = t.ranks.iter().map(|r| r.collectives.len() as u64).collect();
-    if t.world_size != c.source.world_size || counts != c.source.collectives_per_rank {
-        crate::refuse!(
-            Code::IdentityMismatch,
-            "{} is another trace than the one {} was compiled from ({} ranks with {:?} collectives; the canary's \
-                source had {} ranks with {:?}, SHA-256 {})",
-            src_path.display(),
-            art_path.display(),
-            t.world_size,
-            counts,
-            c.source.world_size,
-            c.source.collectives_per_rank,
-            c.source.file_sha256
-        );
-    }
-    crate::refuse!(
-        Code::DigestMismatch,
-        "{}: SHA-256 {sha}, but {} was compiled from a file with SHA-256 {} ({}): the source changed since, or it is \
-            another trace",
-        src_path.display(),
-        art_path.display(),
-        c.source.file_sha256,
-        if canonical == c.source.canonical_sha256 { "the same content written differently" } else { "other content" }
-    );
-}
-
 fn variant_config(variant: &str, config: &str) -> String {
     TraceCanary::config_name(variant, config)
+}
+
+fn launcher_name(s: &CampaignSpec) -> &'static str {
+    match s.launcher.kind {
+        LauncherKind::Mpirun => "mpirun",
+        LauncherKind::Srun => "srun",
+    }
 }
 
 struct Candidate {
@@ -630,475 +590,4 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     };
     fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
     Ok(report)
-}
-
-/// Per rank, the slot of every position when the body is walked at the source's counts.
-fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
-    fn go(nodes: &[Node], out: &mut Vec<u32>) {
-        for n in nodes {
-            match n {
-                Node::Op(s) => out.push(*s),
-                Node::Loop { count, body } => {
-                    for _ in 0..*count {
-                        go(body, out);
-                    }
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    go(&c.body, &mut out);
-    out
-}
-
-/// `structure.lossless`: the body at the source's counts is the source's
-/// identity sequence on every rank; `values.budget`: every stored value is
-/// within the declared budget of the source's values at its positions.
-pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
-    // the length at the stored counts first, from the body itself: nothing longer than the source is walked
-    let mut why = match artifact::check_consistency(c) {
-        Err(e) => Some(format!("the artifact contradicts itself: {e:#}")),
-        Ok(shape) => t.ranks.iter().find(|r| r.collectives.len() as u64 != shape.at_counts).map(|r| {
-            format!(
-                "the body at its counts has {} collectives, rank {} of the source {}",
-                shape.at_counts,
-                r.rank,
-                r.collectives.len()
-            )
-        }),
-    };
-    let seq = if why.is_none() { walk_at_source_counts(c) } else { Vec::new() };
-    let tm = compile::timings(t);
-    for (ri, r) in t.ranks.iter().enumerate() {
-        if why.is_some() {
-            break;
-        }
-        if seq.len() != r.collectives.len() {
-            why = Some(format!(
-                "the body at its counts has {} collectives, rank {} of the source {}",
-                seq.len(),
-                r.rank,
-                r.collectives.len()
-            ));
-            break;
-        }
-        if let Some(p) = seq.iter().zip(&r.collectives).position(|(s, col)| {
-            c.slots
-                .get(*s as usize)
-                .and_then(|sl| sl.ranks.get(ri))
-                .and_then(|rs| c.identities.get(rs.identity as usize))
-                != Some(&compile::identity_of(col))
-        }) {
-            why = Some(format!("rank {} position {p}: the body's operation is not the source's", r.rank));
-            break;
-        }
-    }
-    let mut out = vec![Check {
-        name: "structure.lossless".into(),
-        guards: Assurance::SourceVerified,
-        passed: why.is_none(),
-        measured: why.clone().unwrap_or_else(|| {
-            format!(
-                "the folded body at the source's counts is the source's operation sequence on all {} ranks",
-                t.ranks.len()
-            )
-        }),
-        tolerance: "exactly the source's sequence".into(),
-    }];
-    if why.is_some() {
-        return out;
-    }
-    // the tolerance is the tool's policy for this kind of artifact, never the budget it declares
-    let budget = match artifact::budget_ppm(c.method, c.budget.significant_digits) {
-        Ok(ppm) => ppm as f64 / 1e6,
-        Err(e) => {
-            out.push(Check {
-                name: "values.budget".into(),
-                guards: Assurance::SourceVerified,
-                passed: false,
-                measured: format!("{e:#}"),
-                tolerance: "the tool's budget for the artifact's method".into(),
-            });
-            return out;
-        }
-    };
-    let mut positions: Vec<Vec<usize>> = vec![Vec::new(); c.slots.len()];
-    for (p, s) in seq.iter().enumerate() {
-        positions[*s as usize].push(p);
-    }
-    let mut worst = (0.0f64, String::new());
-    for (si, slot) in c.slots.iter().enumerate() {
-        for (ri, rs) in slot.ranks.iter().enumerate() {
-            for (field, stored, src) in [
-                ("gap_ns", &rs.gap_ns, &tm.gap_ns[ri]),
-                ("compute_ns", &rs.compute_ns, &tm.compute_ns[ri]),
-                ("span_ns", &rs.span_ns, &tm.span_ns[ri]),
-            ] {
-                let mut vals: Vec<u64> = positions[si].iter().filter_map(|&p| src[p]).collect();
-                vals.sort_unstable();
-                let err = match stored {
-                    artifact::Values::Unknown => 0.0,
-                    artifact::Values::Exact(x) => {
-                        let mut x = x.clone();
-                        x.sort_unstable();
-                        if x == vals {
-                            0.0
-                        } else {
-                            f64::INFINITY
-                        }
-                    }
-                    artifact::Values::Histogram(h) => [0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99]
-                        .iter()
-                        .filter_map(|&q| {
-                            let want = *vals
-                                .get(((q * vals.len() as f64).ceil() as usize).clamp(1, vals.len().max(1)) - 1)?
-                                as f64;
-                            let got = h.quantile(q)? as f64;
-                            Some((got - want).abs() / want.max(1.0))
-                        })
-                        .fold(0.0, f64::max),
-                };
-                if err > worst.0 {
-                    worst = (err, format!("slot {si} rank {} {field}", rs.rank));
-                }
-            }
-        }
-    }
-    out.push(Check {
-        name: "values.budget".into(),
-        guards: Assurance::SourceVerified,
-        passed: worst.0 <= budget + 1e-9,
-        measured: if worst.0 == 0.0 {
-            "every stored value is the source's".into()
-        } else {
-            format!("largest relative error of a stored quantile: {:.3}% ({})", worst.0 * 100.0, worst.1)
-        },
-        tolerance: format!(
-            "within the tool's budget for a {} artifact at {} significant digits ({:.3}%)",
-            c.method.name(),
-            c.budget.significant_digits,
-            budget * 100.0
-        ),
-    });
-    out
-}
-
-fn launcher_name(s: &CampaignSpec) -> &'static str {
-    match s.launcher.kind {
-        LauncherKind::Mpirun => "mpirun",
-        LauncherKind::Srun => "srun",
-    }
-}
-
-/// What one verified run measured.
-pub(crate) fn job_measure(j: &JoinedRun, round: u32) -> Result<JobMeasure> {
-    let mut per_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    // per pass (token), its collectives in sequence order: (seq, kind, latency)
-    let mut passes: BTreeMap<Option<u32>, Vec<(u64, String, f64)>> = BTreeMap::new();
-    for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
-        let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
-        let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);
-        let us = worst as f64 / 1e3;
-        per_kind.entry(kind.clone()).or_default().push(us);
-        passes.entry(c.token).or_default().push((c.seq, kind, us));
-    }
-    let passes: Vec<Vec<(u64, String, f64)>> = passes
-        .into_values()
-        .map(|mut v| {
-            v.sort_by_key(|x| x.0);
-            v
-        })
-        .collect();
-    let per_kind_recurring_us = compare::recurring_by_position(&passes);
-    let replay_s = j
-        .shards
-        .first()
-        .and_then(|s| s.header.phases.iter().find(|p| p.phase == Phase::Replay))
-        .map(|p| p.end_ns.saturating_sub(p.start_ns) as f64 / 1e9)
-        .unwrap_or(0.0);
-    let mut shares = Vec::new();
-    for s in &j.shards {
-        if s.header.workload.phases.contains(&Phase::Overlap) {
-            let (_, compute, comm) = overlap::phase_intervals_ns(s, Phase::Overlap);
-            let us =
-                |v: Vec<(u64, u64)>| v.into_iter().map(|(a, b)| (a as f64 / 1e3, b as f64 / 1e3)).collect::<Vec<_>>();
-            if let Some(x) = overlap::overlap(&us(compute), &us(comm)).ok().and_then(|r| r.overlap_of_comm) {
-                shares.push(x);
-            }
-        }
-    }
-    Ok(JobMeasure {
-        round,
-        pass_us: summary::job_samples_us(j, Phase::Replay),
-        per_kind_us: per_kind,
-        per_kind_recurring_us,
-        replay_s,
-        hidden_share: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
-    })
-}
-
-/// The report as text.
-pub fn render(r: &VerifyReport) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "canary verify: source {} ({} ranks, {} collectives, SHA-256 {})",
-        r.source.path,
-        r.source.world_size,
-        r.source.collectives_per_rank.iter().sum::<u64>(),
-        r.source.file_sha256
-    );
-    let _ = writeln!(
-        s,
-        "  {} configurations x {} rounds on {}; campaign {} (manifest {})",
-        r.configs.len(),
-        r.rounds,
-        r.backend,
-        r.campaign.0,
-        r.campaign.1
-    );
-    let _ = writeln!(s, "  evidence: {}", r.evidence);
-    match r.controls.behaved {
-        None => {
-            let _ = writeln!(s, "  controls: none declared");
-        }
-        Some(b) => {
-            let _ = writeln!(s, "  controls: {}", if b { "every one behaved" } else { "NOT all behaved" });
-            for d in &r.controls.details {
-                let _ = writeln!(s, "    {d}");
-            }
-        }
-    }
-    if let Some(t) = &r.truth {
-        let _ = writeln!(
-            s,
-            "  the real job: {} ({}, {} is better) decides {} pair(s); best set {}; the source's {}",
-            t.metric,
-            t.unit,
-            t.better,
-            t.decided_pairs,
-            t.best_set.join(", "),
-            super::truth::words(&t.source)
-        );
-    }
-    for v in &r.candidates {
-        let _ = writeln!(s);
-        let _ = writeln!(s, "{} [{}] — {}: {}", v.variant, v.method, v.label, v.state);
-        if let Some(j) = &v.truth {
-            let _ = writeln!(s, "  {}", super::truth::words(j));
-        }
-        let _ = writeln!(
-            s,
-            "  size: {} events stored (source/artifact {:.1}x), {} collectives per pass (source/candidate {:.1}x), {} \
-                bytes (source/artifact {:.2}x{})",
-            v.events.0,
-            v.events.1,
-            v.replayed.0,
-            v.replayed.1,
-            v.bytes.0,
-            v.bytes.1,
-            if v.bytes.1 < 1.0 { ": the artifact is LARGER than its source" } else { "" }
-        );
-        if v.cost.is_none() && v.ranking.is_some() {
-            let _ = writeln!(
-                s,
-                "  decision cost: none: the source decided no pair of configurations, so there is no \
-                decision to preserve"
-            );
-        }
-        if let Some(c) = &v.cost {
-            let _ = writeln!(
-                s,
-                "  decision cost: source {} in {} rounds, candidate {} in {} rounds: {}",
-                c.source_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
-                c.source_rounds.map_or("n/a".into(), |x| x.to_string()),
-                c.candidate_replay_s.map_or("n/a".into(), |x| format!("{x:.2} s")),
-                c.candidate_rounds.map_or("never".into(), |x| x.to_string()),
-                c.source_per_candidate
-                    .map_or("not reached (the candidate never decided the source's relations)".into(), |x| format!(
-                        "{x:.1}x cheaper (source/candidate)"
-                    ))
-            );
-        }
-        let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
-        let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
-        for c in &failed {
-            let _ = writeln!(
-                s,
-                "    FAILED {} (guards {}): {} \
-                 — tolerance {}",
-                c.name, c.guards, c.measured, c.tolerance
-            );
-        }
-        for u in &v.unjudged {
-            let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);
-        }
-        if let Some(c) = v.checks.iter().find(|c| c.name == "ranking") {
-            if c.passed {
-                let _ = writeln!(s, "    ranking: {}", c.measured);
-            }
-        }
-    }
-    if let Some(b) = r.canary_beats_baselines {
-        let _ = writeln!(s);
-        let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
-    } else if r
-        .candidates
-        .iter()
-        .skip(1)
-        .any(|c| matches!(c.method.as_str(), "random" | "frequency" | "cluster" | "stratified-gap" | "head"))
-    {
-        let _ = writeln!(s);
-        let _ = writeln!(s, "canary and baselines: no comparison (the source decided no pair of configurations)");
-    }
-    let _ = writeln!(s, "never granted: {}", r.never_granted);
-    s
-}
-
-/// The short answer (`canary verify` without `-v`): the source, the controls
-/// counted per kind, the real job, then one line per candidate with its
-/// state, the check that stops it from the next state, its ranking against
-/// the source and its decision cost; [`render`] and the JSON hold every check.
-pub fn render_short(r: &VerifyReport) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "canary verify: source {} ({} ranks, {} collectives); {} configurations x {} rounds on {}",
-        r.source.path,
-        r.source.world_size,
-        r.source.collectives_per_rank.iter().sum::<u64>(),
-        r.configs.len(),
-        r.rounds,
-        r.backend
-    );
-    let _ = match r.controls.behaved {
-        None => writeln!(s, "controls: none declared"),
-        Some(b) => writeln!(s, "controls: {}{}", r.controls.summary, if b { "" } else { " (NOT all behaved)" }),
-    };
-    if let Some(t) = &r.truth {
-        let _ = writeln!(
-            s,
-            "the real job: {} decides {} pair(s), best set {}; the source's {}",
-            t.metric,
-            t.decided_pairs,
-            t.best_set.join(", "),
-            super::truth::words(&t.source)
-        );
-    }
-    for v in &r.candidates {
-        let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
-        let stop = match failed.iter().min_by_key(|c| c.guards) {
-            None => "every check held".to_string(),
-            Some(c) => {
-                let more = if failed.len() > 1 {
-                    format!(" (and {} more failed checks)", failed.len() - 1)
-                } else {
-                    String::new()
-                };
-                format!("stopped by {}: {}{more}", c.name, c.measured)
-            }
-        };
-        let ranking = v.ranking.as_ref().map(|a| {
-            let c = &a.comparison;
-            format!("; ranking {}/{} pairs agree", c.pairs_agree, c.pairs_total)
-        });
-        let cost = v
-            .cost
-            .as_ref()
-            .and_then(|c| c.source_per_candidate)
-            .map(|x| format!("; {x:.1}x cheaper to decide"))
-            .unwrap_or_default();
-        let _ = writeln!(s, "{} [{}]: {}; {stop}{}{cost}", v.variant, v.method, v.state, ranking.unwrap_or_default());
-        if let Some(j) = &v.truth {
-            let _ = writeln!(s, "  {}", super::truth::words(j));
-        }
-    }
-    if let Some(b) = r.canary_beats_baselines {
-        let _ = writeln!(s, "canary {} every baseline at equal size", if b { "beats" } else { "does NOT beat" });
-    }
-    let _ = writeln!(s, "-v prints every check and control; canary-verify.json has everything");
-    s
-}
-
-/// The oracle of `canary reduce`: the source replays of a `canary verify`
-/// directory of this trace (refused when the directory verified another trace).
-pub(crate) fn oracle_from(dir: &Path, t: &CommTrace, src_bytes: &[u8], src_path: &Path) -> Result<Oracle> {
-    let rp = dir.join("canary-verify.json");
-    let bytes =
-        limits::read_bounded(&rp, limits::MAX_JSON_BYTES).with_context(|| format!("reading {}", rp.display()))?;
-    let r: VerifyReport = serde_json::from_slice(&bytes)
-        .map_err(|e| refuse(Code::BadFormat, format!("{}: not a canary-verify report: {e}", rp.display())))?;
-    let sha = fsutil::sha256_hex(src_bytes);
-    if r.source.file_sha256 != sha {
-        crate::refuse!(
-            Code::DigestMismatch,
-            "{} verified a source with SHA-256 {}; {} has {sha}",
-            dir.display(),
-            r.source.file_sha256,
-            src_path.display()
-        );
-    }
-    let campaign_dir = dir.join("campaign");
-    let (m, _) = chain::load_manifest(&campaign_dir)?;
-    let v = chain::verify(&campaign_dir)?;
-    if !v.complete {
-        crate::refuse!(
-            Code::Incomplete,
-            "{}: the campaign does not verify ({} of {} cells)",
-            campaign_dir.display(),
-            v.cells_ok,
-            v.cells_expected
-        );
-    }
-    let sel: Selection =
-        serde_json::from_slice(&limits::read_bounded(&campaign_dir.join("selection.json"), limits::MAX_JSON_BYTES)?)?;
-    let mut lat: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); r.configs.len()];
-    for e in &sel.entries {
-        let cell = m.schedule.iter().find(|c| c.cell_id == e.cell_id).with_context(|| format!("cell {}", e.cell_id))?;
-        let Some(cfg) = cell.label.strip_prefix("source.").filter(|_| !cell.truth) else { continue };
-        let ci = r.configs.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
-        let j = join::join_dir(&campaign_dir.join(&e.run_dir))?;
-        j.refuse_synthetic("canary verify")?;
-        for c in j.collectives.iter().filter(|c| c.phase == Phase::Replay && !c.warmup) {
-            let kind = serde_json::to_value(c.kind)?.as_str().unwrap_or("?").to_string();
-            let worst = c.ranks.iter().map(|r| r.wait_end_ns.saturating_sub(r.host_issue_ns)).max().unwrap_or(0);
-            lat[ci].entry(format!("{kind} {}B", c.bytes)).or_default().push(worst as f64 / 1e3);
-        }
-    }
-    let cost_us = lat
-        .into_iter()
-        .map(|m| m.into_iter().map(|(k, mut v)| (k, stats::median(&mut v).unwrap_or(0.0))).collect())
-        .collect();
-    let keys = t
-        .ranks
-        .first()
-        .map(|r| r.collectives.iter().map(|c| format!("{} {}B", c.kind.name(), c.in_bytes())).collect())
-        .unwrap_or_default();
-    let spec = CampaignSpec::load(&campaign_dir.join("..").join("verify-spec.toml")).ok();
-    let min_effect_pct = spec.map_or(2.0, |s| s.analysis.min_effect_pct);
-    // the order to preserve is what the source's replays decided, pair by pair, and nothing else
-    let ranking = r.candidates.first().and_then(|c| c.ranking.as_ref()).ok_or_else(|| {
-        refuse(Code::NoDecision, format!("{}: the verify report has no ranking of the source's replays", rp.display()))
-    })?;
-    let idx = |n: &str| r.configs.iter().position(|c| c == n);
-    let mut decided = Vec::new();
-    for p in &ranking.comparison.relations {
-        let (Some(a), Some(b)) = (idx(&p.a), idx(&p.b)) else {
-            crate::refuse!(
-                Code::BadFormat,
-                "{}: its ranking names a configuration it does not list ({} vs {})",
-                rp.display(),
-                p.a,
-                p.b
-            );
-        };
-        match p.truth {
-            Relation::AFaster => decided.push((a, b)),
-            Relation::BFaster => decided.push((b, a)),
-            Relation::NotDistinguished => {}
-        }
-    }
-    Ok(Oracle { configs: r.configs.clone(), cost_us, keys, min_effect_pct, decided })
 }
