@@ -15,7 +15,7 @@ mod tail;
 
 pub(crate) use coverage::static_checks;
 pub use coverage::TraceFacts;
-pub(crate) use ranking::{phase_input, ranking_check};
+pub(crate) use ranking::{phase_input, ranking_check, RankingOutcome};
 pub(crate) use replay::replay_checks;
 pub use tail::{recurring_by_position, tail_recall_check};
 
@@ -66,6 +66,22 @@ pub struct Unjudged {
     pub name: String,
     /// Why, with numbers.
     pub reason: String,
+}
+
+/// Why a ranking check failed for want of a decision alone: no contradiction,
+/// no pair decided on one side outside the other side's interval, but the
+/// source decided no pair, or the candidate none of the source's, in these
+/// rounds. More rounds or a quieter machine can decide it; nothing measured
+/// says that the candidate ranks otherwise than its source.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Undecided {
+    /// What was not decided, in words, with numbers.
+    pub reason: String,
+    /// The largest job-to-job spread of one configuration on either side: the
+    /// standard deviation of the logs of its jobs' median pass latencies over
+    /// the rounds (0.1 is about 10%; a round several times slower than the
+    /// others, as under a load that came and went, gives 0.5 and more).
+    pub job_spread_log_sd: f64,
 }
 
 /// The decision cost: replay seconds to reach the decided relations.
@@ -127,6 +143,9 @@ pub struct CandidateVerdict {
     pub unjudged: Vec<Unjudged>,
     /// The ranking of configurations against the source's.
     pub ranking: Option<ProxyAgreement>,
+    /// Where the ranking check failed for want of a decision alone ([`Undecided`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranking_undecided: Option<Undecided>,
     /// The decision cost.
     pub cost: Option<DecisionCost>,
     /// `truth.regret`: its pick judged on the real job (specs with `[truth]`; never changes `state`).

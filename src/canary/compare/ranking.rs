@@ -3,12 +3,13 @@
 //! ([`phase_input`]), and the replay seconds each side needs to decide them.
 //! Fails on a contradiction, on a pair decided outside the other side's
 //! interval, or when the source decides nothing. Use [`ranking_check`].
-use super::{Check, DecisionCost, JobMeasure, Paired};
+use super::{Check, DecisionCost, JobMeasure, Paired, Undecided};
 use crate::analysis::agreement;
 use crate::analysis::policy::AnalysisPolicy;
 use crate::analysis::ranking::Relation;
 use crate::analysis::{JobData, PhaseInput, ProxyAgreement};
 use crate::canary::Assurance;
+use crate::core::stats;
 use crate::core::workload::Phase;
 use anyhow::Result;
 use std::collections::BTreeSet;
@@ -25,12 +26,40 @@ pub(crate) fn phase_input(configs: &[String], jobs: &[Vec<JobMeasure>]) -> Phase
     }
 }
 
+/// The ranking check, the agreement it rests on, the decision cost, and why
+/// it failed where it failed for want of a decision alone.
+pub(crate) struct RankingOutcome {
+    /// The `ranking` check.
+    pub check: Check,
+    /// The candidate's relations against the source's.
+    pub agreement: ProxyAgreement,
+    /// The decision cost (none where the source decided nothing).
+    pub cost: Option<DecisionCost>,
+    /// Set only where the check failed and nothing but a missing decision failed it.
+    pub undecided: Option<Undecided>,
+}
+
+/// The largest job-to-job spread of one configuration's jobs: the sample
+/// standard deviation of the logs of the jobs' median pass latencies.
+fn job_spread_log_sd(jobs: &[Vec<JobMeasure>]) -> f64 {
+    jobs.iter()
+        .filter_map(|js| {
+            let v: Vec<f64> = js
+                .iter()
+                .filter_map(|j| stats::median(&mut j.pass_us.clone()))
+                .filter(|m| *m > 0.0)
+                .map(f64::ln)
+                .collect();
+            (v.len() >= 2).then(|| {
+                let mean = v.iter().sum::<f64>() / v.len() as f64;
+                (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+            })
+        })
+        .fold(0.0, f64::max)
+}
+
 /// The ranking check and the decision cost.
-pub(crate) fn ranking_check(
-    p: &Paired,
-    policy: &AnalysisPolicy,
-    evidence: &str,
-) -> Result<(Check, ProxyAgreement, Option<DecisionCost>)> {
+pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str) -> Result<RankingOutcome> {
     let (si, ci) = (phase_input(p.configs, p.source), phase_input(p.configs, p.candidate));
     let (cand_rep, src_rep, agreement) = agreement::proxy_against_truth(&ci, &si, policy, evidence)?;
     let m = policy.min_effect_pct;
@@ -125,9 +154,27 @@ pub(crate) fn ranking_check(
             2.0 * m
         ),
     };
+    // failed with no contradiction and nothing decided outside the other side's interval: only a
+    // decision is missing, which more rounds (or a quieter machine) can give; said apart, with the spread
+    let undecided = (!passed && contradictions.is_empty() && unmatched.is_empty()).then(|| Undecided {
+        reason: if source_decided == 0 {
+            "the source decided no pair of configurations in these rounds".to_string()
+        } else {
+            format!(
+                "the candidate decided none of the {source_decided} pair(s) the source decided in these rounds, \
+                    and contradicted none{}",
+                if not_reached.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (not reached: {})", not_reached.join("; "))
+                }
+            )
+        },
+        job_spread_log_sd: job_spread_log_sd(p.source).max(job_spread_log_sd(p.candidate)),
+    });
     // decision cost: none where the source decided nothing (there is no decision to reach)
     if source_decided == 0 {
-        return Ok((check, agreement, None));
+        return Ok(RankingOutcome { check, agreement, cost: None, undecided });
     }
     let target: Vec<Relation> = src_rep.pairs.iter().map(|x| x.relation).collect();
     let sr = agreement::rounds_to_decide(&si, policy, &target)?;
@@ -152,7 +199,7 @@ pub(crate) fn ranking_check(
         source_per_candidate: ss.zip(cs).filter(|(_, c)| *c > 0.0).map(|(s, c)| s / c),
         per_job_s: (mean(p.source), mean(p.candidate)),
     };
-    Ok((check, agreement, Some(cost)))
+    Ok(RankingOutcome { check, agreement, cost: Some(cost), undecided })
 }
 
 #[cfg(test)]
@@ -201,7 +248,7 @@ mod tests {
             ]
         };
         let cand = quiet(2.54);
-        let (chk, _, cost) = ranking_check(
+        let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
             &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
             &policy(),
             "test",
@@ -209,18 +256,23 @@ mod tests {
         .unwrap();
         assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
         assert!(cost.unwrap().candidate_rounds.is_some(), "the candidate reaches the source's decided pairs");
+        assert_eq!(undecided, None, "a check that held is not undecided");
         // a tight source that cannot separate a from b, and a candidate that puts a 20% ahead
         let tight_a = [700.0, 702.0, 698.0, 701.0, 699.0, 700.5];
         let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
         let src = vec![pass_jobs(&tight_a), pass_jobs(&tight_b), pass_jobs(&[2800.0; 6])];
         let cand = quiet(2.32);
-        let (chk, _, _) = ranking_check(
+        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
             &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
             &policy(),
             "test",
         )
         .unwrap();
         assert!(!chk.passed && chk.measured.contains("outside the other side's interval: a vs b"), "{chk:?}");
+        assert_eq!(
+            undecided, None,
+            "a pair decided outside the other side's interval is a disagreement, not undecided"
+        );
         // the other way round: a source that decides a ahead, a noisier candidate that cannot tell
         // (the same trace on a busier machine): not reached in these rounds, not failed
         let src = vec![
@@ -229,7 +281,7 @@ mod tests {
             pass_jobs(&[3200.0; 6]),
         ];
         let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
-        let (chk, _, cost) = ranking_check(
+        let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
             &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
             &policy(),
             "test",
@@ -237,15 +289,42 @@ mod tests {
         .unwrap();
         assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
         assert_eq!(cost.unwrap().candidate_rounds, None, "the candidate never decides every pair the source decides");
+        assert_eq!(undecided, None);
         // but one that decides none of the source's pairs alike fails
         let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
-        let (chk, _, _) = ranking_check(
+        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
             &Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] },
             &policy(),
             "test",
         )
         .unwrap();
         assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
+        // it decides a and b against bad outside the candidate's intervals: a disagreement, not undecided
+        assert_eq!(undecided, None, "{chk:?}");
+        // a candidate too noisy in these rounds to decide the source's one pair, whose interval holds the
+        // source's estimate: failed for want of a decision alone, said apart with the noisy side's spread
+        let two = &configs[..2];
+        let (src2, noisy2) = (src[..2].to_vec(), vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b)]);
+        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
+            &Paired { configs: two, source: &src2, candidate: &noisy2, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
+        assert!(!chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
+        let u = undecided.expect("no contradiction and nothing decided outside an interval: undecided");
+        assert!(u.reason.contains("decided none of the 1 pair(s) the source decided"), "{u:?}");
+        assert!(u.job_spread_log_sd > 0.2, "its rounds vary by 1.7x: {u:?}");
+        // a candidate that contradicts the source's decided pair is wrong, never undecided, however noisy
+        let swapped = vec![pass_jobs(&[3200.0; 6]), pass_jobs(&noisy_b), pass_jobs(&[700.0; 6])];
+        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
+            &Paired { configs: &configs, source: &src, candidate: &swapped, controls: &[] },
+            &policy(),
+            "test",
+        )
+        .unwrap();
+        assert!(!chk.passed && !chk.measured.contains("contradictions: none"), "{chk:?}");
+        assert_eq!(undecided, None, "{chk:?}");
     }
 
     /// A source that decides no pair (identical configurations, two or
@@ -259,7 +338,7 @@ mod tests {
             let configs: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
             let src: Vec<Vec<JobMeasure>> = (0..n).map(|_| pass_jobs(base)).collect();
             let cand: Vec<Vec<JobMeasure>> = (0..n).map(|i| pass_jobs(&[2.0 + i as f64; 6])).collect();
-            let (chk, _, cost) = ranking_check(
+            let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
                 &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
                 &policy(),
                 "test",
@@ -267,6 +346,21 @@ mod tests {
             .unwrap();
             assert!(!chk.passed && chk.measured.contains("no decision to preserve"), "{chk:?}");
             assert!(cost.is_none(), "{n} configurations: no decision, no cost: {cost:?}");
+            // undecided, with a spread that tells a quiet source (every job alike) from a noisy one
+            // the candidate decides pairs far outside the source's intervals: not merely undecided
+            assert_eq!(undecided, None, "{chk:?}");
+            // the source against itself: nothing decided on either side, said apart with a spread that
+            // tells a quiet source (every round alike) from a noisy one
+            let RankingOutcome { check: chk, undecided, .. } = ranking_check(
+                &Paired { configs: &configs, source: &src, candidate: &src, controls: &[] },
+                &policy(),
+                "test",
+            )
+            .unwrap();
+            assert!(!chk.passed, "{chk:?}");
+            let u = undecided.expect("the source decided nothing: undecided");
+            assert!(u.reason.contains("the source decided no pair"), "{u:?}");
+            assert_eq!(u.job_spread_log_sd > 0.2, base == &noisy, "{u:?}");
         }
     }
 }

@@ -483,11 +483,11 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs, controls: &control_configs };
         let (replay, unjudged) = compare::replay_checks(&p);
         checks.extend(replay);
-        let (ranking, cost) = match compare::ranking_check(&p, policy, &evidence) {
-            Ok((chk, agreement, cost)) => {
-                checks.push(chk);
+        let (ranking, cost, ranking_undecided) = match compare::ranking_check(&p, policy, &evidence) {
+            Ok(compare::RankingOutcome { check, agreement, cost, undecided }) => {
+                checks.push(check);
                 // no decision on the source: no cost of reaching it
-                (Some(agreement), cost)
+                (Some(agreement), cost, undecided)
             }
             Err(e) => {
                 checks.push(Check {
@@ -497,7 +497,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
                     measured: format!("could not be computed: {e:#}"),
                     tolerance: "no contradiction".into(),
                 });
-                (None, None)
+                (None, None, None)
             }
         };
         // the strongest state needs GPUs, controls that behaved, and a source that knows what the replay reproduces
@@ -550,6 +550,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             checks,
             unjudged,
             ranking,
+            ranking_undecided,
             cost,
             // recomputed: what the artifact stores and what its expansion replays, against the source read
             events: (stored, src_events as f64 / stored.max(1) as f64),

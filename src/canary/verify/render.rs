@@ -102,6 +102,13 @@ pub fn render(r: &VerifyReport) -> String {
         for u in &v.unjudged {
             let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);
         }
+        if let Some(u) = &v.ranking_undecided {
+            let _ = writeln!(
+                s,
+                "    ranking undecided, not contradicted: {} (job-to-job spread {:.2}, log sd); more rounds can decide it",
+                u.reason, u.job_spread_log_sd
+            );
+        }
         if let Some(c) = v.checks.iter().find(|c| c.name == "ranking") {
             if c.passed {
                 let _ = writeln!(s, "    ranking: {}", c.measured);
