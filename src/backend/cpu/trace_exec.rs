@@ -467,13 +467,13 @@ pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) 
     let nb = NonblockingPlan::of(trace, rank, mine.len()).map_err(|e| anyhow!("rank {rank}: {e}"))?;
     let between = call_order::between(trace, rank, mine.len(), p2p.as_ref().map(CpuP2p::plan), nb.as_ref())
         .map_err(|e| anyhow!("rank {rank}: {e}"))?;
-    let posted = nb.as_ref().map(|n| n.posted.clone()).unwrap_or_default();
+    let posted = nb.as_ref().map_or(&[][..], |n| &n.posted);
     struct Cpu<'e> {
         exec: &'e mut CpuTraceExec,
         colls: &'e [TraceCollective],
         p2p: Option<&'e mut CpuP2p>,
         /// Per collective: posted nonblocking (empty: none is).
-        posted: Vec<bool>,
+        posted: &'e [bool],
         between: &'e [(usize, Between)],
         /// The next of `between`.
         next: usize,
