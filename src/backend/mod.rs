@@ -11,7 +11,6 @@ pub mod cpu;
 pub mod cuda;
 pub mod mpi_deadline;
 pub mod own;
-pub mod replay;
 pub mod trace_share;
 
 use crate::core::collective::CollectiveKind;
@@ -303,8 +302,9 @@ pub trait Backend {
     fn check(&mut self, what: Checked<'_>, corrupt: bool) -> BackendResult<CheckOutcome>;
     /// After a pass's last point-to-point step: with `check`, check every
     /// matched receive's length and bytes against its send (returns how many
-    /// were checked); then clear the pass for the next.
-    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>>;
+    /// were checked; with `corrupt`, the first byte of each is spoiled
+    /// first); then clear the pass for the next.
+    fn end_p2p_pass(&mut self, check: bool, corrupt: bool) -> BackendResult<Option<u64>>;
     /// Graph mode (CUDA graphs); see [`GraphStep`]. Returns the host clock
     /// around the launch for [`GraphStep::Calls`], else `None`.
     fn graph(&mut self, step: GraphStep) -> BackendResult<Option<(u64, u64)>>;

@@ -18,6 +18,7 @@ use crate::core::collective::{self, Buffers, KindRow, Lands};
 use crate::core::workload::ReduceOp;
 use crate::evidence::commtrace::exec::{contribution, expected_reduction, payload, round_to, AllToAllLayout, Tally};
 use crate::evidence::commtrace::{self, TraceCollective};
+use crate::evidence::shard::BackendKind;
 use anyhow::{Context, Result};
 
 /// What a rank sends.
@@ -237,6 +238,19 @@ impl TraceShare {
     /// Elements (reductions) or bytes of the result buffer.
     pub fn out_len(&self) -> usize {
         self.out_len
+    }
+
+    /// Bytes this member hands its library as input: a reduction's elements
+    /// as f32 on the cpu backend (bf16 and f16 upcast; f64 and the integers
+    /// in their own width), in their own width on NCCL; data movement as bytes.
+    pub fn wire_bytes(&self, backend: BackendKind) -> u64 {
+        use commtrace::TraceDtype as D;
+        let width = match (self.reduces(), backend, self.dtype) {
+            (false, ..) => 1,
+            (true, BackendKind::Cpu, D::F32 | D::Bf16 | D::F16) => 4,
+            (true, ..) => self.dtype.size_bytes(),
+        };
+        self.input_len() as u64 * width
     }
 
     /// Elements or bytes this rank hands to the library as input (0 for a

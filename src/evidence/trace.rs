@@ -153,7 +153,53 @@ pub(crate) fn from_comm_trace(
     comm_trace_schedule(&t, path, sha256, rank, world_size, passes, allreduce_only)
 }
 
-/// [`from_comm_trace`] on a trace already read from `path`. With
+/// How [`walk_comm_trace`] walks a trace: for the phases, whose shards record
+/// it, or for `replay-trace`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum TraceWalk {
+    /// The phases': with `allreduce_only`, the world all-reduces alone.
+    Phases {
+        /// `--trace-allreduce-only`.
+        allreduce_only: bool,
+    },
+    /// `replay-trace`'s: every collective a prepared call on its group (kinds
+    /// and member sizes a shard cannot hold included), reducing with the
+    /// recorded operation, else `op`, else a sum; each warm-up pass back to
+    /// back, then a [`Step::Settle`] before the first timed pass.
+    Replay {
+        /// `--op`.
+        op: Option<ReduceOp>,
+        /// The gap before each collective of a timed pass: none (back to back),
+        /// the recorded ones, or given (the recorded compute, waited on the host).
+        pace: ReplayPace,
+    },
+}
+
+/// How `replay-trace` paces a timed pass ([`TraceWalk::Replay`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ReplayPace {
+    /// Back to back.
+    None,
+    /// The recorded gaps, the point-to-point steps' included.
+    Gaps,
+    /// One gap per collective, the steps unpaced.
+    Given(Vec<u64>),
+}
+
+/// [`walk_comm_trace`] for the phases.
+pub(crate) fn comm_trace_schedule(
+    t: &CommTrace,
+    path: &Path,
+    sha256: String,
+    rank: u32,
+    world_size: u32,
+    passes: (u32, u32),
+    allreduce_only: bool,
+) -> Result<Schedule> {
+    walk_comm_trace(t, path, sha256, (rank, world_size), passes, &TraceWalk::Phases { allreduce_only })
+}
+
+/// [`from_comm_trace`] on a trace already read from `path`, walked as `walk` says. With
 /// `allreduce_only`, only the all-reduces run (each on the whole world in
 /// rank order, f32 or bf16), the other kinds left out and counted; else
 /// every collective runs: the all-reduces of f32 or bf16 on a group of the
@@ -164,16 +210,19 @@ pub(crate) fn from_comm_trace(
 /// is posted ([`Issue::Post`], a prepared call whatever its kind) and
 /// completed ([`Step::Complete`]) where the application completed it, in call
 /// order with the point-to-point steps.
-pub(crate) fn comm_trace_schedule(
+pub(crate) fn walk_comm_trace(
     t: &CommTrace,
     path: &Path,
     sha256: String,
-    rank: u32,
-    world_size: u32,
+    (rank, world_size): (u32, u32),
     (warmup_passes, passes): (u32, u32),
-    allreduce_only: bool,
+    walk: &TraceWalk,
 ) -> Result<Schedule> {
     use crate::evidence::commtrace::{exec, CollectiveKind};
+    let (allreduce_only, replay) = match walk {
+        TraceWalk::Phases { allreduce_only } => (*allreduce_only, None),
+        TraceWalk::Replay { op, pace } => (false, Some((*op, pace))),
+    };
     use crate::evidence::shard::TraceKindCount;
     let refuse =
         |what: String| -> Result<Schedule> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
@@ -187,7 +236,7 @@ pub(crate) fn comm_trace_schedule(
         .with_context(|| format!("--trace {}: no rank {rank}", path.display()))?
         .collectives;
     // what the phases cannot run as recorded, refused on every rank alike before any collective
-    for r in &t.ranks {
+    for r in t.ranks.iter().filter(|_| replay.is_none()) {
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = exec::phases_cannot_run(c, allreduce_only) {
                 crate::refuse!(
@@ -203,7 +252,8 @@ pub(crate) fn comm_trace_schedule(
         }
     }
     // members that disagree on a collective's size would be refused by the join, after the whole run
-    if let Some(((r, i), why)) = exec::uneven_members(t).into_iter().next().filter(|_| !allreduce_only) {
+    let uneven = if allreduce_only || replay.is_some() { Default::default() } else { exec::uneven_members(t) };
+    if let Some(((r, i), why)) = uneven.into_iter().next() {
         crate::refuse!(
             Code::UnsupportedOperation,
             "--trace {}: rank {r}, collective {i}: {why}; `replay-trace --backend cpu` replays it, and `import mpi \
@@ -268,6 +318,7 @@ pub(crate) fn comm_trace_schedule(
         count.run_per_pass += 1;
         // the world all-reduce sums and is waited for: a recorded other reduction, or a post, runs as a trace operation
         let (target, group) = if c.kind == CollectiveKind::AllReduce
+            && replay.is_none()
             && members == world
             && run_dtype.is_ok()
             && c.op.is_none()
@@ -287,31 +338,42 @@ pub(crate) fn comm_trace_schedule(
                 name: Some(c.group.clone()),
             });
             op_colls.push(c.clone());
-            // the recorded reduction (an MPI capture's max, min, prod), else a sum
-            let op = c.op.and_then(exec::replay_op).unwrap_or(ReduceOp::Sum);
+            // the recorded reduction (an MPI capture's max, min, prod), else --op, else a sum
+            let op = exec::reduction(c, replay.and_then(|r| r.0)).0;
             (Some(Target::Prepared { index: op_colls.len() - 1, op }), group)
         };
         kept.push((c, dtype, compute.replace(0), target, group, posted));
     }
     let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
-    if kept.is_empty() {
+    // replay-trace replays a rank of point-to-point steps alone
+    if kept.is_empty() && replay.is_none() {
         return refuse(format!(
             "rank {rank} has no {} to run",
             if allreduce_only { "all-reduce" } else { "collective" }
         ));
     }
     let colls: Vec<_> = kept.iter().map(|(c, ..)| (*c).clone()).collect();
-    let gaps = exec::gaps_ns(&colls).with_context(|| {
-        format!(
-            "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace by \
-            its gaps",
-            path.display()
-        )
-    })?;
+    let gaps = match replay.map(|r| r.1) {
+        Some(ReplayPace::None) => vec![0; colls.len()],
+        Some(ReplayPace::Given(g)) => g.clone(),
+        Some(ReplayPace::Gaps) => exec::paced_gaps_ns(&colls)?,
+        None => exec::gaps_ns(&colls).with_context(|| {
+            format!(
+                "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace \
+                by its gaps",
+                path.display()
+            )
+        })?,
+    };
+    if gaps.len() != colls.len() {
+        bail!("internal: {} gaps for {} collectives", gaps.len(), colls.len());
+    }
+    // the steps' recorded gaps pace them only where the recorded gaps pace the collectives
+    let step_gaps = matches!(replay.map(|r| r.1), None | Some(ReplayPace::Gaps));
     // an MPI capture's point-to-point program runs between the collectives (not with --trace-allreduce-only)
     let (p2p, p2p_count) = p2p_of(t, path, rank, mine, allreduce_only)?;
     let mut gaps = gaps;
-    if let Some(p) = &p2p {
+    if let Some(p) = p2p.as_ref().filter(|_| step_gaps) {
         // a collective's gap runs from the last step before it, where one is: the steps' own time is not gap
         let (_, after_step) = p2p_gaps(t, rank, mine, &p.plan);
         for (g, a) in gaps.iter_mut().zip(after_step) {
@@ -344,7 +406,8 @@ pub(crate) fn comm_trace_schedule(
             .map(|(at, b)| match b {
                 Between::P2p(k) => {
                     let p = p2p.as_ref().expect("a step comes from the program");
-                    Ok((at, Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }))
+                    let gap_ns = if step_gaps { p.gap_ns[k] } else { 0 };
+                    Ok((at, Step::P2p { index: k, gap_ns, started: p.started[k] }))
                 }
                 Between::Complete(i) => match kept[i].3 {
                     Some(Target::Prepared { index, .. }) => Ok((at, Step::Complete { index })),
@@ -355,11 +418,20 @@ pub(crate) fn comm_trace_schedule(
     let mut steps = Vec::with_capacity((n * 3 + 2) * (warmup_passes + passes) as usize);
     for pass in 0..warmup_passes + passes {
         let warmup = pass < warmup_passes;
+        // replay-trace's warm-up passes run back to back, and every rank starts the timed passes together
+        let unpaced =
+            replay.is_some() && (warmup || *replay.map(|r| r.1).unwrap_or(&ReplayPace::Gaps) == ReplayPace::None);
+        if replay.is_some() && warmup_passes > 0 && pass == warmup_passes {
+            steps.push(Step::Settle);
+        }
         steps.push(Step::Token { token: pass, warmup });
         let mut e = 0;
         let mut run_between = |steps: &mut Vec<Step>, at: usize| {
             while let Some((_, step)) = between.get(e).filter(|b| b.0 <= at) {
-                steps.push(*step);
+                steps.push(match *step {
+                    Step::P2p { index, started, .. } if unpaced => Step::P2p { index, gap_ns: 0, started },
+                    s => s,
+                });
                 e += 1;
             }
         };
@@ -369,7 +441,14 @@ pub(crate) fn comm_trace_schedule(
             let first = i == 0 && between.first().is_none_or(|b| b.0 != 0);
             // kernels may overlap one another: never more than the gap
             let compute_ns = compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) });
-            steps.push(Step::Gap { ns: if first { compute.unwrap_or(0) } else { *gap_ns }, compute_ns });
+            if replay.is_some() {
+                // replay-trace's first gap is the recorded one: 0, or from a step before it
+                if !unpaced {
+                    steps.push(Step::Gap { ns: *gap_ns, compute_ns });
+                }
+            } else {
+                steps.push(Step::Gap { ns: if first { compute.unwrap_or(0) } else { *gap_ns }, compute_ns });
+            }
             let (token, layer) = (Some(pass), Some(i as u32));
             let bytes = event_bytes(c);
             match *target {
@@ -742,6 +821,41 @@ pub(crate) mod tests {
     /// A 2-rank MPI trace, each rank: Irecv (call 0, at 100, completed by
     /// call 2 at 150), Send (call 1, 110 to 120), an all-reduce (call 3, 200
     /// to 250), a Sendrecv (call 4, 300 to 320), all with the other rank.
+    #[test]
+    fn replay_walk_prepares_every_call_and_paces_only_the_timed_pass() {
+        let t = mpi_trace();
+        let walk = |pace| {
+            let w = TraceWalk::Replay { op: Some(ReduceOp::Max), pace };
+            walk_comm_trace(&t, Path::new("t.json"), "sha".into(), (0, 2), (1, 1), &w).unwrap()
+        };
+        let paced_steps = |steps: &[Step]| {
+            let gaps = steps.iter().filter(|s| matches!(s, Step::Gap { .. })).count();
+            (gaps, steps.iter().filter(|s| matches!(s, Step::P2p { gap_ns, .. } if *gap_ns > 0)).count())
+        };
+        let st = walk(ReplayPace::Gaps);
+        // the world all-reduce of f64 the phases would prepare anyway: here with --op, the trace recording none
+        let calls: Vec<_> = st.calls().collect();
+        assert_eq!(calls.len(), 2);
+        assert!(calls.iter().all(|c| c.target == Target::Prepared { index: 0, op: ReduceOp::Max }));
+        // the warm-up pass runs back to back, then every rank meets before the timed pass
+        let settle = st.steps.iter().position(|s| *s == Step::Settle).unwrap();
+        assert_eq!(st.steps[settle + 1], Step::Token { token: 1, warmup: false });
+        assert_eq!(paced_steps(&st.steps[..settle]), (0, 0));
+        // the timed pass: the collective's gap from the step before it (the wait that saw the receive
+        // complete at 150), the steps paced
+        let (gaps, steps) = paced_steps(&st.steps[settle..]);
+        assert_eq!(gaps, 1);
+        assert!(steps > 0);
+        assert!(st.steps[settle..].contains(&Step::Gap { ns: 200 - 150, compute_ns: Some(0) }), "{:?}", st.steps);
+        // back to back: nothing paced, the same calls
+        let none = walk(ReplayPace::None);
+        assert_eq!(paced_steps(&none.steps), (0, 0));
+        assert_eq!(none.calls().count(), 2);
+        // given gaps (the recorded compute): the collectives paced, the steps not
+        assert_eq!(paced_steps(&walk(ReplayPace::Given(vec![5])).steps), (1, 0));
+        assert!(walk(ReplayPace::Given(vec![5])).steps.contains(&Step::Gap { ns: 5, compute_ns: Some(0) }));
+    }
+
     pub(crate) fn mpi_trace() -> CommTrace {
         use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
         use crate::evidence::commtrace::*;

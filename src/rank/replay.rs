@@ -1,30 +1,40 @@
 //! `replay-trace`: consumes an imported trace and the backend asked for,
-//! runs this rank's collectives under MPI through the backend's executor
-//! ([`crate::backend::replay`]) and produces `replay-trace.rank-N.json`,
-//! rank 0's index `replay-trace.json` (formats in
-//! [`crate::evidence::commtrace::replay`]) and each rank's printed summary.
-//! Refuses, before MPI starts, an output directory that holds a replay, a
-//! paced replay whose gaps pass the replay bound, and an MPI trace's
-//! point-to-point program on the cuda backend. Call [`run`].
-use crate::backend::cpu::trace_exec::replay;
-use crate::backend::cuda::trace_exec;
-use crate::backend::replay::ReplayOptions;
+//! runs this rank's collectives under MPI through the phases' one driver (the
+//! trace walked as [`TraceWalk::Replay`], the replay phase on the rank clock)
+//! and produces `replay-trace.rank-N.json`, rank 0's index `replay-trace.json`
+//! (formats in [`crate::evidence::commtrace::replay`]) and each rank's printed
+//! summary. Refuses, before MPI starts, an output directory that holds a
+//! replay, a paced replay whose gaps pass the replay bound, and an MPI trace's
+//! point-to-point program on the cuda backend; before any communicator, a
+//! reduction the backend cannot run. Call [`run`].
+use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::{trace_exec, CudaBackend, CudaOptions};
+use crate::backend::trace_share::TraceShare;
+use crate::backend::{Backend, BackendPlan};
+use crate::core::clock::RankClock;
 use crate::core::refusal::Code;
-use crate::core::workload::ReduceOp;
+use crate::core::workload::{GemmShape, Phase, ReduceOp, WorkloadSpec};
 use crate::core::{clock, fsutil, identity, limits, stats};
-use crate::evidence::commtrace::exec::{self, Pace};
+use crate::evidence::commtrace::call_order::NonblockingPlan;
+use crate::evidence::commtrace::exec::{
+    self, ExecRecord, Pace, ReplayOptions, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
+};
 use crate::evidence::commtrace::replay::{
     ReplayFile, ReplayHeader, ReplayIndex, ReplayIndexRank, REPLAY_FORMAT_VERSION, REPLAY_INDEX_FILE,
 };
 use crate::evidence::commtrace::summary::compare_kernels;
-use crate::evidence::commtrace::{p2p, CollectiveKind, CommTrace, TraceDtype};
+use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, TraceDtype};
+use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::BackendKind;
-use anyhow::{bail, Context, Result};
+use crate::evidence::trace::{walk_comm_trace, ReplayPace, TraceWalk};
+use crate::rank::phases::{Fault, Runner, RunnerControls};
+use anyhow::{anyhow, bail, Context, Result};
+use mpi::topology::{Communicator, SimpleCommunicator};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Executor of a whole trace on one rank (a backend's `replay`).
-type ReplayRun<'a> = dyn FnMut(&mpi::topology::SimpleCommunicator, &CommTrace) -> Result<exec::ReplayOutput> + 'a;
+/// Executor of a whole trace on one rank, given the trace file's SHA-256.
+type ReplayRun<'a> = dyn FnMut(&SimpleCommunicator, &CommTrace, &str) -> Result<ReplayOutput> + 'a;
 
 /// `commcanary replay-trace`.
 #[derive(clap::Args, Debug)]
@@ -75,10 +85,18 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     }
     let cuda = a.backend.resolve()?.0 == BackendKind::Cuda;
     eprintln!("replay-trace: backend {}", if cuda { "cuda (NCCL)" } else { "cpu (MPI)" });
-    let (op, pace, check, corrupt, lib, warmup, cupti) =
-        (a.op, a.pace, a.check, a.corrupt_rank, a.nccl_lib.clone(), !a.no_warmup, a.cupti);
+    let (op, pace, check, corrupt, warmup, cupti) = (a.op, a.pace, a.check, a.corrupt_rank, !a.no_warmup, a.cupti);
     if cupti && !cuda {
-        anyhow::bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
+        bail!("--cupti needs the cuda backend (CUPTI records GPU kernels)");
+    }
+    if cupti && matches!(pace, Pace::Workload | Pace::DeviceGaps) {
+        bail!(
+            "--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call windows, \
+                which these paces do not have)"
+        );
+    }
+    if !cuda && pace == Pace::DeviceGaps {
+        bail!("--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same gaps on the host)");
     }
     let paced = pace != Pace::None;
     let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
@@ -92,16 +110,188 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     settings.extend(cupti.then(|| "--cupti".to_string()));
     settings.extend(corrupt.map(|r| format!("--corrupt-rank {r}")));
     let opts = ReplayOptions { op, pace, check, warmup, corrupt_rank: corrupt };
-    replay_command(&a.trace, &a.out, paced, if cuda { "cuda" } else { "cpu" }, settings, &mut |world, trace| {
-        if cuda {
-            // the cuda executor has no point-to-point replay: refused before anything runs, never silently skipped
-            p2p::refuse_on_backend_without_p2p(trace, &a.trace, "cuda")?;
-            let timeout = std::time::Duration::from_secs(300);
-            trace_exec::replay(world, &lib, trace, &opts, timeout, cupti)
-        } else {
-            replay(world, trace, &opts)
+    let backend = if cuda { "cuda" } else { "cpu" };
+    replay_command(&a.trace, &a.out, paced, backend, settings, &mut |world, trace, sha256| {
+        trace.check_world_size(world.size() as u32)?;
+        // what the backend cannot run is refused on every rank alike, before any communicator is made
+        exec::refuse_unsupported(trace, backend, &|c| match cuda {
+            true => exec::nccl_cannot_run(c),
+            false => {
+                c.op.filter(|&o| exec::replay_op(o).is_none())
+                    .map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()))
+            }
+        })?;
+        let timeout = std::time::Duration::from_secs(300);
+        if cuda && matches!(pace, Pace::Workload | Pace::DeviceGaps) {
+            return trace_exec::workload(world, &a.nccl_lib, trace, &opts, timeout);
         }
+        let rank = world.rank() as u32;
+        let mine =
+            trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
+        // the cpu backend's workload pace: the recorded compute before each collective, waited on the host
+        let plan = match pace {
+            Pace::Workload => Some(workload_plan::plan(mine)?),
+            _ => None,
+        };
+        let walk = TraceWalk::Replay {
+            op,
+            pace: match (&plan, pace) {
+                (Some(p), _) => {
+                    ReplayPace::Given((0..mine.collectives.len()).map(|i| p.compute_before_ns(i).1).collect())
+                }
+                (None, Pace::None) => ReplayPace::None,
+                (None, _) => ReplayPace::Gaps,
+            },
+        };
+        let ranks = (rank, world.size() as u32);
+        let schedule = walk_comm_trace(trace, &a.trace, sha256.to_string(), ranks, (warmup as u32, 1), &walk)?;
+        let spec = replay_spec(check);
+        let bplan = BackendPlan::for_spec(&spec);
+        let clock = RankClock::new(rank, &[]);
+        let (mut out, pass_host_ns) = if cuda {
+            let local_rank = world.split_shared(world.rank()).rank() as u32;
+            let events_hint = BackendPlan::device_events_per_pass(&spec, Some(&schedule));
+            let o = CudaOptions { local_rank, nccl_path: &a.nccl_lib, events_hint, timeout, gpu: None, cupti };
+            let mut b = CudaBackend::new(world, &bplan, clock.clone(), o)?;
+            replay_on(&mut b, &clock, &spec, trace, schedule, (&opts, cupti))?
+        } else {
+            replay_on(&mut CpuBackend::new(world, &bplan)?, &clock, &spec, trace, schedule, (&opts, false))?
+        };
+        if let Some(plan) = plan {
+            let (compute_ops, compute_recorded_ns) = plan.compute_total();
+            for r in &mut out.records {
+                let (ops, ns) = plan.compute_before_ns(r.index as usize);
+                (r.compute_ops, r.compute_recorded_ns) = (Some(ops), Some(ns));
+            }
+            out.workload = Some(WorkloadReport {
+                format_version: WORKLOAD_REPORT_FORMAT_VERSION,
+                stands_for: "compute".into(),
+                rank,
+                backend: "cpu".into(),
+                compute_model: "a host wait of each kernel's recorded duration (a sleep, spun for its last 200 µs) \
+                    from the previous call's end, the kernels before a collective summed in launch order (one \
+                    stream: kernels the source ran concurrently count in sequence)"
+                    .into(),
+                streams: plan.stream_names(),
+                dependencies_from_timeline: plan.timeline_complete,
+                cross_stream_waits: plan.cross_stream_waits(),
+                compute_ops,
+                compute_recorded_ns,
+                compute_launches: None,
+                collectives: out.records.len() as u32,
+                gated: None,
+                gate_lookahead_ops: None,
+                spin: None,
+                gap_transition: None,
+                pass_device_ns: None,
+                pass_host_ns,
+                trace_span_ns: plan.trace_span_ns(),
+            });
+        }
+        Ok(out)
     })
+}
+
+/// What the phase runner needs of a workload to replay a trace: the replay
+/// phase alone, every call checked with `check`; the smallest buffers and
+/// GEMM (the trace's collectives get their own, the walk runs no compute).
+fn replay_spec(check: bool) -> WorkloadSpec {
+    let mut spec = WorkloadSpec::isolated_only(64, 1, GemmShape { m: 1, n: 1, k: 1 });
+    spec.phases = vec![Phase::Replay];
+    spec.check = if check { u32::MAX } else { 0 };
+    spec
+}
+
+/// Run `schedule` (this rank's walk of `trace`) as the replay phase on
+/// `backend`, checks at the pass's end, and turn the timed pass's events into
+/// the replay's records: the recorded reduction or `--op`, the wire bytes of
+/// the backend, the host call's time, the gap paced (else the time since the
+/// previous collective returned), and with CUPTI the kernels that started in
+/// each call; the point-to-point pass and the nonblocking posts counted.
+/// Returns them and the timed pass's host time.
+fn replay_on<B: Backend>(
+    backend: &mut B,
+    clock: &RankClock,
+    spec: &WorkloadSpec,
+    trace: &CommTrace,
+    schedule: Schedule,
+    (o, cupti): (&ReplayOptions, bool),
+) -> Result<(ReplayOutput, u64)> {
+    let info = backend.info();
+    let rank = info.rank;
+    let p2p_plan = schedule.prepared.as_ref().and_then(|p| p.p2p.clone());
+    let fault = o.corrupt_rank.map(|rank| Fault::WrongSum { rank });
+    let controls = RunnerControls { fault, file_trace: Some(schedule), ..Default::default() };
+    let mut runner = Runner::new(backend, clock, spec, controls).with_checks_at_pass_end();
+    runner.run_all()?;
+    let mine = &trace.ranks.iter().find(|r| r.rank == rank).context("internal: no rank")?.collectives;
+    let timed: Vec<_> = runner.body.collectives.iter().filter(|e| !e.warmup).collect();
+    let mut records = Vec::with_capacity(timed.len());
+    let token = runner.body.tokens.iter().find(|t| !t.warmup).context("internal: no timed pass")?;
+    let mut prev_return = token.start_ns;
+    for e in &timed {
+        let i = e.layer.context("internal: a replayed call without its position")? as usize;
+        let c = mine.get(i).context("internal: a call past the trace")?;
+        let members = trace.group(&c.group).map(|g| g.members.clone()).unwrap_or_default();
+        let wire = TraceShare::new(c, rank, &members)?.wire_bytes(info.kind);
+        records.push(ExecRecord {
+            target_gap_ns: e.replay.map(|r| r.target_gap_ns),
+            actual_gap_ns: e.replay.map_or(e.host_issue_ns.saturating_sub(prev_return), |r| r.actual_gap_ns),
+            elapsed_ns: e.host_return_ns.saturating_sub(e.host_issue_ns),
+            ..ExecRecord::untimed(i, c, rank, exec::reduction(c, o.op), e.checked, wire)
+        });
+        prev_return = e.host_return_ns;
+    }
+    let windows: Vec<(u64, u64)> = timed.iter().map(|e| (e.host_issue_ns, e.host_return_ns)).collect();
+    let run = runner.phase_runs.first().context("internal: no replay phase")?;
+    if cupti {
+        let kernels: Vec<(u64, &str)> = runner
+            .body
+            .kernels
+            .iter()
+            .map(|k| (k.start_ns, runner.body.kernel_names[k.name as usize].as_str()))
+            .collect();
+        let by = kernels_in_windows(&kernels, &windows, 2_000);
+        let within: usize = by.iter().map(Vec::len).sum();
+        eprintln!(
+            "replay-trace rank {rank}: CUPTI recorded {} kernels, {within} within the {} timed calls",
+            kernels.len(),
+            windows.len()
+        );
+        for (r, k) in records.iter_mut().zip(by) {
+            r.kernels = Some(k);
+        }
+    }
+    let p2p = match (p2p_plan, run.p2p.iter().find(|p| !p.warmup)) {
+        (Some(plan), Some(pass)) => Some(plan.report(pass.receives_checked, pass.host_ns)),
+        _ => None,
+    };
+    let nonblocking = NonblockingPlan::of(trace, rank, mine.len()).map_err(|e| anyhow!("rank {rank}: {e}"))?;
+    let output = ReplayOutput { records, workload: None, p2p, nonblocking: nonblocking.map(|n| n.report()) };
+    Ok((output, token.end_ns.saturating_sub(token.start_ns)))
+}
+
+/// Kernels whose start (host ns) falls within each timed call's window
+/// (issue, return), in start order; a kernel is kept by the call whose
+/// window, widened by `slack_ns`, holds its start, the nearest where
+/// back-to-back calls' widened windows overlap.
+fn kernels_in_windows(kernels: &[(u64, &str)], windows: &[(u64, u64)], slack_ns: u64) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new(); windows.len()];
+    let mut sorted = kernels.to_vec();
+    sorted.sort_by_key(|k| k.0);
+    for (start, name) in sorted {
+        let distance = |&(a, b): &(u64, u64)| a.saturating_sub(start).max(start.saturating_sub(b));
+        let best = windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i, distance(w)))
+            .filter(|&(_, d)| d <= slack_ns)
+            .min_by_key(|x| x.1);
+        if let Some((i, _)) = best {
+            out[i].push(name.to_string());
+        }
+    }
+    out
 }
 
 /// Involuntary context switches of this process so far (`getrusage`'s
@@ -209,7 +399,7 @@ pub(crate) fn replay_command(
     let switches_before = involuntary_switches();
     let started_unix_ms = clock::unix_ms();
     // A failing rank aborts the whole job (its peers may be blocked in a collective).
-    let (records, workload, p2p, nonblocking) = match run(&world, &trace).and_then(|r| {
+    let (records, workload, p2p, nonblocking) = match run(&world, &trace, &trace_sha256).and_then(|r| {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let header = ReplayHeader {
             tool: format!("commcanary {}", identity::VERSION_LONG),
@@ -386,4 +576,22 @@ pub(crate) fn replay_command(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernels_in_windows;
+
+    #[test]
+    fn kernels_land_in_the_call_whose_window_holds_their_start() {
+        let windows = [(10_000, 20_000), (30_000, 40_000)];
+        let got =
+            kernels_in_windows(&[(35_000, "b"), (12_000, "a"), (50_000, "stray"), (21_000, "late-a")], &windows, 2_000);
+        assert_eq!(got, vec![vec!["a".to_string(), "late-a".into()], vec!["b".to_string()]]);
+        // back to back: the next call starts 1 µs after the previous ends, so the widened windows
+        // overlap; a kernel inside the second window belongs to it, not to the first
+        let windows = [(10_000, 20_000), (21_000, 30_000)];
+        let got = kernels_in_windows(&[(21_500, "second"), (20_400, "first-late")], &windows, 2_000);
+        assert_eq!(got, vec![vec!["first-late".to_string()], vec!["second".to_string()]]);
+    }
 }

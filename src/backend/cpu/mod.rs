@@ -329,12 +329,7 @@ impl Backend for CpuBackend {
             }
             Call::Trace { index, c, op, check } => {
                 let exec = self.prepared_exec()?;
-                if timing == Timing::Async {
-                    exec.post(index, c, op, check, &mut || {})?;
-                } else {
-                    exec.run(index, c, op, check, &mut || {})?;
-                }
-                Ok(())
+                Ok(exec.issue(index, c, op, check, timing == Timing::Async)?)
             }
             Call::Complete(index) => Ok(self.prepared_exec()?.complete(index)?),
             Call::P2pStep(k) => {
@@ -455,11 +450,12 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
+    fn end_p2p_pass(&mut self, check: bool, corrupt: bool) -> BackendResult<Option<u64>> {
         let p = self
             .p2p
             .as_mut()
             .ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
+        p.corrupt = corrupt;
         let checked = p.report(check)?.receives_checked;
         p.reset();
         Ok(checked)

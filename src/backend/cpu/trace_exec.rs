@@ -9,22 +9,16 @@
 //! and waited for at their recorded completing call, in call order with its
 //! point-to-point steps.
 use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
-use crate::backend::cpu::p2p::CpuP2p;
-use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::refusal::Code;
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::call_order::{self, Between, NonblockingPlan};
-use crate::evidence::commtrace::exec::{
-    refuse_unsupported, replay_op, round_to, Pace, ReplayOutput, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
-};
-use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::evidence::commtrace::exec::round_to;
+use crate::evidence::commtrace::{CollectiveKind, CommTrace, TraceCollective, TraceDtype};
+use anyhow::{bail, Context, Result};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Color, Communicator, SimpleCommunicator};
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// Bytes of buffers the cpu backend prepares for one rank's replay at most (16 GiB).
 pub const MAX_PREPARED_BYTES: u64 = 16 << 30;
@@ -72,8 +66,6 @@ struct CpuSlot {
     bufs: Bufs,
     /// Its MPI call's counts.
     counts: MpiCounts,
-    /// Input bytes handed to MPI.
-    wire: u64,
     /// The result buffer holds the input (a broadcast's root): never cleared.
     in_place: bool,
     /// Set when run: the reduction used and whether to check.
@@ -114,18 +106,9 @@ impl CpuSlot {
             Input::Bytes(send) => Bufs::Bytes { send, out: vec![0u8; out_len] },
             Input::Nothing => Bufs::Bytes { send: Vec::new(), out: vec![0u8; out_len] },
         };
-        // reductions go on the wire as f32 (bf16 and f16 upcast), or in their own width
-        let wire = share.input_len() as u64
-            * if native {
-                c.dtype.size_bytes()
-            } else if share.reduces() {
-                4
-            } else {
-                1
-            };
         // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        Ok(CpuSlot { share, bufs, counts, wire, in_place, ran: None, reqs: [null; 2], pending: 0 })
+        Ok(CpuSlot { share, bufs, counts, in_place, ran: None, reqs: [null; 2], pending: 0 })
     }
 
     /// Just before its call: a checked call's result starts empty, so that an
@@ -225,33 +208,6 @@ impl CpuTraceExec {
         CpuSlot::new(c, self.rank, self.group_of(c)?.0)
     }
 
-    /// Run prepared collective `i` (step 2, blocking): `before_issue` (the
-    /// pacing wait), then the MPI call. Returns the call's host time, the
-    /// input bytes handed to MPI and when the call returned.
-    pub fn run(
-        &mut self,
-        i: usize,
-        c: &TraceCollective,
-        op: ReduceOp,
-        check: bool,
-        before_issue: &mut dyn FnMut(),
-    ) -> Result<(u64, u64, Instant)> {
-        self.issue(i, c, op, check, before_issue, false)
-    }
-
-    /// Post prepared collective `i` with its nonblocking call (`MPI_Iallreduce`,
-    /// ...), as [`Self::run`] does the blocking one; [`Self::complete`] waits for it.
-    pub fn post(
-        &mut self,
-        i: usize,
-        c: &TraceCollective,
-        op: ReduceOp,
-        check: bool,
-        before_issue: &mut dyn FnMut(),
-    ) -> Result<(u64, u64, Instant)> {
-        self.issue(i, c, op, check, before_issue, true)
-    }
-
     /// Wait for posted collective `i` (`MPI_Waitall` on its requests).
     pub fn complete(&mut self, i: usize) -> Result<()> {
         let slot = self.slots.get_mut(i).context("collective not prepared")?;
@@ -268,15 +224,10 @@ impl CpuTraceExec {
         Ok(())
     }
 
-    fn issue(
-        &mut self,
-        i: usize,
-        c: &TraceCollective,
-        op: ReduceOp,
-        check: bool,
-        before_issue: &mut dyn FnMut(),
-        nonblocking: bool,
-    ) -> Result<(u64, u64, Instant)> {
+    /// Run prepared collective `i` (step 2): its blocking MPI call, or with
+    /// `nonblocking` its `MPI_I…` call ([`Self::complete`] waits for it); a
+    /// checked call's result is cleared first.
+    pub fn issue(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, nonblocking: bool) -> Result<()> {
         let comm = self.group_of(c)?.1.as_raw();
         let slot = self.slots.get_mut(i).context("collective not prepared")?;
         // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
@@ -322,8 +273,6 @@ impl CpuTraceExec {
             bail!("collective {i}: posted again before its previous post completed");
         }
         slot.arm(check);
-        before_issue();
-        let t0 = Instant::now();
         // SAFETY: the slot's buffers were made from the share its counts
         // come from (send and result lengths, splits); a blocking call is
         // done with them when it returns, a nonblocking one when `complete`
@@ -337,30 +286,10 @@ impl CpuTraceExec {
             }
         };
         slot.pending = started;
-        let done = Instant::now();
         if rc != 0 {
             bail!("collective {i}: {call} on group {:?} failed (MPI error {rc})", c.group);
         }
         slot.ran = Some((op, check));
-        Ok(((done - t0).as_nanos() as u64, slot.wire, done))
-    }
-
-    /// Check every result that was asked to be checked (step 3).
-    pub fn verify(&self, colls: &[TraceCollective]) -> Result<()> {
-        for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
-            if let Some((op, true)) = slot.ran {
-                if let (_, Some(first)) = self.wrong_in(c, slot, op) {
-                    let e = anyhow::anyhow!(
-                        "--check: {} #{} on group {:?} ({}): {first}",
-                        c.kind.name(),
-                        c.seq,
-                        c.group,
-                        c.dtype
-                    );
-                    return Err(e.context(format!("rank {}, collective {i}", self.rank)));
-                }
-            }
-        }
         Ok(())
     }
 
@@ -428,137 +357,6 @@ fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
         }
         _ => b.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap_or_default()) as f32).collect(),
     }
-}
-
-/// Run this rank's collectives of `trace` in order.
-pub fn replay(world: &SimpleCommunicator, trace: &CommTrace, o: &ReplayOptions) -> Result<ReplayOutput> {
-    // what the cpu replay cannot run or check is refused on every rank before any communicator is made
-    let cannot = |c: &TraceCollective| {
-        c.op.filter(|&o| replay_op(o).is_none())
-            .map(|o| format!("reduction {} is not replayed (sum, prod, max and min are)", o.name()))
-    };
-    refuse_unsupported(trace, "cpu", &cannot)?;
-    let mut exec = CpuTraceExec::new(world, trace)?;
-    let rank = world.rank() as u32;
-    exec.corrupt = o.corrupt_rank == Some(rank);
-    let mine_all =
-        trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
-    let mine = &mine_all.collectives;
-    // refused before any buffer is made
-    let plan = match o.pace {
-        Pace::Workload => Some(workload_plan::plan(mine_all)?),
-        Pace::DeviceGaps => bail!(
-            "--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace \
-            gaps waits the same gaps on the host)"
-        ),
-        _ => None,
-    };
-    exec.prepare(mine)?;
-    // an MPI capture's point-to-point operations and nonblocking collectives, in call order between the collectives
-    let mut p2p = match &trace.mpi {
-        Some(m) if m.p2p.iter().any(|r| !r.is_empty()) => {
-            let plan = p2p::plans(trace)?.swap_remove(rank as usize);
-            let mut p = CpuP2p::new(rank, plan, &|g| exec.raw_comm(g))?;
-            p.corrupt = exec.corrupt;
-            Some(p)
-        }
-        _ => None,
-    };
-    let nb = NonblockingPlan::of(trace, rank, mine.len()).map_err(|e| anyhow!("rank {rank}: {e}"))?;
-    let between = call_order::between(trace, rank, mine.len(), p2p.as_ref().map(CpuP2p::plan), nb.as_ref())
-        .map_err(|e| anyhow!("rank {rank}: {e}"))?;
-    let posted = nb.as_ref().map_or(&[][..], |n| &n.posted);
-    struct Cpu<'e> {
-        exec: &'e mut CpuTraceExec,
-        colls: &'e [TraceCollective],
-        p2p: Option<&'e mut CpuP2p>,
-        /// Per collective: posted nonblocking (empty: none is).
-        posted: &'e [bool],
-        between: &'e [(usize, Between)],
-        /// The next of `between`.
-        next: usize,
-    }
-    impl Cpu<'_> {
-        /// What runs before collective `i` (`colls.len()`: the pass's end), in recorded call order.
-        fn settle(&mut self, i: usize) -> Result<()> {
-            while let Some(&(_, b)) = self.between.get(self.next).filter(|b| b.0 <= i) {
-                match (b, self.p2p.as_deref_mut()) {
-                    (Between::P2p(k), Some(p)) => p.run_step(k)?,
-                    (Between::Complete(c), _) => self.exec.complete(c)?,
-                    (Between::P2p(_), None) => bail!("internal: a point-to-point step without its program"),
-                }
-                self.next += 1;
-            }
-            Ok(())
-        }
-    }
-    impl TraceRunner for Cpu<'_> {
-        fn run(
-            &mut self,
-            i: usize,
-            c: &TraceCollective,
-            op: ReduceOp,
-            check: bool,
-            before_issue: &mut dyn FnMut(),
-        ) -> Result<(u64, u64, Instant)> {
-            self.settle(i)?;
-            match self.posted.get(i) {
-                Some(true) => self.exec.post(i, c, op, check, before_issue),
-                _ => self.exec.run(i, c, op, check, before_issue),
-            }
-        }
-        fn between_passes(&mut self) -> Result<()> {
-            if let Some(p) = self.p2p.as_deref_mut() {
-                p.reset();
-            }
-            self.next = 0;
-            Ok(())
-        }
-        fn end_of_pass(&mut self) -> Result<Option<Instant>> {
-            if self.between.is_empty() {
-                return Ok(None);
-            }
-            // what follows the last collective, then what the capture never saw complete
-            self.settle(self.colls.len())?;
-            Ok(Some(Instant::now()))
-        }
-    }
-    let runner = &mut Cpu { exec: &mut exec, colls: mine, p2p: p2p.as_mut(), posted, between: &between, next: 0 };
-    let (records, pass_host_ns) = replay_with(world, trace, o, plan.as_ref(), runner)?;
-    let p2p = p2p.map(|p| p.report(o.check)).transpose()?;
-    let nonblocking = nb.map(|n| n.report());
-    exec.verify(mine)?;
-    let workload = match plan {
-        Some(plan) => {
-            let (compute_ops, compute_recorded_ns) = plan.compute_total();
-            Some(WorkloadReport {
-                format_version: WORKLOAD_REPORT_FORMAT_VERSION,
-                stands_for: "compute".into(),
-                rank,
-                backend: "cpu".into(),
-                compute_model: "a busy wait of each kernel's recorded duration on the rank's one thread, in launch \
-                    order before the collective it preceded (one stream: kernels the source ran concurrently run in \
-                        sequence)"
-                    .into(),
-                streams: plan.stream_names(),
-                dependencies_from_timeline: plan.timeline_complete,
-                cross_stream_waits: plan.cross_stream_waits(),
-                compute_ops,
-                compute_recorded_ns,
-                compute_launches: None,
-                collectives: records.len() as u32,
-                gated: None,
-                gate_lookahead_ops: None,
-                spin: None,
-                gap_transition: None,
-                pass_device_ns: None,
-                pass_host_ns,
-                trace_span_ns: plan.trace_span_ns(),
-            })
-        }
-        None => None,
-    };
-    Ok(ReplayOutput { records, workload, p2p, nonblocking })
 }
 
 #[cfg(test)]

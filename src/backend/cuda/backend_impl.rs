@@ -123,7 +123,7 @@ impl Backend for CudaBackend {
             (Call::World { kind, bytes, dtype }, Timing::Async) => self.start(kind, bytes, dtype),
             (Call::World { kind, bytes, dtype }, Timing::BackToBack) => self.back_to_back(kind, bytes, dtype),
             (Call::Trace { index, c, op, check }, Timing::HostWait) => {
-                self.prepared_exec()?.run(index, c, op, check, &mut || {})?;
+                self.prepared_exec()?.run(index, c, op, check)?;
                 Ok(())
             }
             // posted: enqueued on the executor's stream, which runs its calls in order
@@ -350,7 +350,7 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn end_p2p_pass(&mut self, _check: bool) -> BackendResult<Option<u64>> {
+    fn end_p2p_pass(&mut self, _check: bool, _corrupt: bool) -> BackendResult<Option<u64>> {
         Err(BackendError::Misuse("internal: no point-to-point program was prepared".into()))
     }
 

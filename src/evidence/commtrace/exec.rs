@@ -56,7 +56,8 @@ pub struct ExecRecord {
     pub op_source: Option<String>,
     /// Gap the trace asks for, where paced.
     pub target_gap_ns: Option<u64>,
-    /// Gap achieved: this issue minus the previous collective's return.
+    /// Gap achieved: this issue minus the end of the call before it where
+    /// paced (a point-to-point step's included), else minus the previous collective's return.
     pub actual_gap_ns: u64,
     /// Host time of the blocking call (a nonblocking post's: the post alone).
     pub elapsed_ns: u64,
@@ -376,6 +377,35 @@ pub fn replay_op(o: super::TraceReduceOp) -> Option<ReduceOp> {
         T::Max => Some(ReduceOp::Max),
         T::Min => Some(ReduceOp::Min),
         T::Land | T::Lor | T::Lxor | T::Band | T::Bor | T::Bxor => None,
+    }
+}
+
+/// How a trace is replayed: the settings every backend's `replay` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Reduction of the reducing kinds (`--op`; `None`: sum, the traces not recording it).
+    pub op: Option<ReduceOp>,
+    /// How collectives are paced (`--pace`).
+    pub pace: Pace,
+    /// Validate every collective's result (`--check`).
+    pub check: bool,
+    /// One untimed pass of the whole trace before the timed one (unless `--no-warmup`).
+    pub warmup: bool,
+    /// Negative control: the rank whose every result is corrupted before its check (`--corrupt-rank`).
+    pub corrupt_rank: Option<u32>,
+}
+
+/// The reduction a replayed collective runs, and where it came from: the
+/// recorded one (`trace`: an MPI capture's), else `op` (`--op`), else a sum
+/// (`default`). The traces of PyTorch do not record it, and NCCL's kernel
+/// names do not show it: since NCCL 2.19 every reduction kernel is built as
+/// the `Sum` specialisation and dispatches the operation inside (NCCL's
+/// src/device/generate.py, `best_kernel`).
+pub fn reduction(c: &TraceCollective, op: Option<ReduceOp>) -> (ReduceOp, &'static str) {
+    match (c.op.and_then(replay_op), op) {
+        (Some(o), _) => (o, "trace"),
+        (None, Some(o)) => (o, "--op"),
+        (None, None) => (ReduceOp::Sum, "default"),
     }
 }
 

@@ -9,8 +9,8 @@
 //! and the rank fails after its shard). Method: docs/METHODS.md, "Phase runner".
 use super::{EventExtra, Fault, HostTimes, OpenToken, Position, Recorded, Runner, Work};
 use crate::backend::{mpi_deadline, Backend, Call, Checked, GraphStep, Timing};
-use crate::core::collective::Lands;
-use crate::core::workload::{Dtype, FillResidual, Phase};
+use crate::core::collective::{CollectiveKind, Lands};
+use crate::core::workload::{Dtype, FillResidual, Phase, ReduceOp};
 use crate::evidence::schedule::{CallStep, Issue, Schedule, Step, Target};
 use crate::evidence::shard::{CheckRecord, ComputeEvent, ComputeKind, FillRecord, P2pPassRecord, ReplayTiming};
 use anyhow::{bail, Context, Result};
@@ -63,7 +63,12 @@ struct Walk {
     p2p: Option<P2pPassRecord>,
     /// The last back-to-back call, for its size's check.
     last: Option<CallStep>,
+    /// Checks of the open pass's prepared calls left to its end ([`Runner::with_checks_at_pass_end`]).
+    deferred: Vec<Deferred>,
 }
+
+/// A prepared call's check left to its pass's end: the call, its sequence number, index and reduction.
+type Deferred = (CallStep, u64, usize, ReduceOp);
 
 impl<B: Backend> Runner<'_, B> {
     /// Run `s`'s steps for `phase` (`quantum_ns`: the fill phases' unit).
@@ -83,6 +88,7 @@ impl<B: Backend> Runner<'_, B> {
             completed_ns: 0,
             p2p: None,
             last: None,
+            deferred: Vec::new(),
         };
         let has_p2p = s.prepared.as_ref().is_some_and(|p| p.p2p.is_some());
         let calls = s.calls().count();
@@ -116,11 +122,15 @@ impl<B: Backend> Runner<'_, B> {
                     self.end_token(phase, open, end)?;
                     if let Some(mut pass) = w.p2p.take() {
                         let check = !pass.warmup && self.spec.check > 0;
+                        let corrupt = self.corrupts();
                         pass.receives_checked = self
                             .backend
-                            .end_p2p_pass(check)
+                            .end_p2p_pass(check, corrupt)
                             .with_context(|| format!("rank {}, point-to-point pass {}", self.rank, pass.token))?;
                         self.p2p_passes.push(pass);
+                    }
+                    for (c, seq, index, op) in std::mem::take(&mut w.deferred) {
+                        self.check_prepared(phase, s, &c, seq, (index, op), true)?;
                     }
                 }
                 Step::Compute { gemms, layer } => {
@@ -273,7 +283,11 @@ impl<B: Backend> Runner<'_, B> {
                 // the check reads the result back after the timed call, never inside it
                 if checked {
                     self.checked_in_phase += 1;
-                    self.check_call(w.phase, &c, seq, Checked::Trace { index, c: tc, op })?;
+                    if self.checks_at_pass_end {
+                        w.deferred.push((c, seq, index, op));
+                    } else {
+                        self.check_prepared(w.phase, s, &c, seq, (index, op), false)?;
+                    }
                 }
                 self.record(
                     w,
@@ -315,8 +329,11 @@ impl<B: Backend> Runner<'_, B> {
         let wait_end_ns = self.clock.now_ns();
         if p.checked {
             let Target::Prepared { op, .. } = p.call.target else { bail!("internal: a posted world call") };
-            let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
-            self.check_call(w.phase, &p.call, p.seq, Checked::Trace { index, c: tc, op })?;
+            if self.checks_at_pass_end {
+                w.deferred.push((p.call, p.seq, index, op));
+            } else {
+                self.check_prepared(w.phase, s, &p.call, p.seq, (index, op), false)?;
+            }
         }
         let ev = &mut self.body.collectives[p.event];
         (ev.wait_start_ns, ev.wait_end_ns) = (wait_start_ns, wait_end_ns);
@@ -398,12 +415,50 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Whether call `c`'s result lands on this rank: on every member, except
-    /// a send's (its receiver checks), a barrier's and a reduce's off the root.
+    /// a send's (its receiver checks), a barrier's, a reduce's off the root
+    /// and an exclusive scan's on its group's first member (left undefined).
     fn has_result(&self, c: &CallStep) -> bool {
         match c.kind.row().lands {
             Lands::AtPeer | Lands::Nowhere => false,
             Lands::OnRoot => c.root == Some(self.rank),
+            Lands::Everywhere | Lands::Here if c.kind == CollectiveKind::Exscan => {
+                let group = c.group.checked_sub(1).and_then(|g| self.prepared.as_ref()?.groups.get(g as usize));
+                group.and_then(|g| g.members.first()) != Some(&self.rank)
+            }
             Lands::Everywhere | Lands::Here => true,
+        }
+    }
+
+    /// Whether this rank's results are spoiled before their checks (the `wrong-sum` negative control).
+    fn corrupts(&self) -> bool {
+        self.fault == Some(Fault::WrongSum { rank: self.rank })
+    }
+
+    /// Validate prepared call `c` (`index` of the schedule's, reducing with
+    /// `op`), as [`Self::check_call`] does; one checked at its pass's end
+    /// (`at_pass_end`) names its position in the pass.
+    fn check_prepared(
+        &mut self,
+        phase: Phase,
+        s: &Schedule,
+        c: &CallStep,
+        seq: u64,
+        (index, op): (usize, ReduceOp),
+        at_pass_end: bool,
+    ) -> Result<()> {
+        let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
+        let checked = self.check_call(phase, c, seq, Checked::Trace { index, c: tc, op });
+        match c.layer.filter(|_| at_pass_end) {
+            Some(i) => checked.with_context(|| {
+                format!(
+                    "rank {}, collective {i}: --check: {} #{} on group {:?}",
+                    self.rank,
+                    tc.kind.name(),
+                    tc.seq,
+                    tc.group
+                )
+            }),
+            None => checked,
         }
     }
 
@@ -421,8 +476,7 @@ impl<B: Backend> Runner<'_, B> {
     /// rank fails after its shard is written (see `rank`), so the evidence of
     /// the fault is kept and no wrong run is ever ranked.
     fn check_call(&mut self, phase: Phase, c: &CallStep, seq: u64, what: Checked<'_>) -> Result<()> {
-        let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
-        let f = self.backend.check(what, corrupt)?;
+        let f = self.backend.check(what, self.corrupts())?;
         let (group, bytes) = (c.group, c.bytes);
         let first_wrong = f.first_wrong.clone();
         self.checks.push(CheckRecord { phase, group, seq, bytes, wrong_elements: f.wrong_elements, first_wrong });

@@ -198,7 +198,7 @@ impl Backend for MockBackend {
         })
     }
 
-    fn end_p2p_pass(&mut self, check: bool) -> BackendResult<Option<u64>> {
+    fn end_p2p_pass(&mut self, check: bool, _corrupt: bool) -> BackendResult<Option<u64>> {
         Ok(check.then_some(0))
     }
 
@@ -384,6 +384,41 @@ mod tests {
         let (res, _, _) = run(false, false, &spec(&[Phase::Blocking]), fault);
         let e = format!("{:#}", res.unwrap_err());
         assert!(e.contains("result check failed on rank 0, phase blocking"), "{e}");
+    }
+
+    /// `replay-trace`'s walk: the warm-up pass unchecked, then the timed
+    /// pass's prepared call checked right after it, or at the pass's end
+    /// (after the point-to-point step that follows it) with
+    /// `with_checks_at_pass_end`.
+    #[test]
+    fn checks_at_a_pass_s_end_follow_its_last_call() {
+        use crate::evidence::trace::{tests as traces, walk_comm_trace, ReplayPace, TraceWalk};
+        let w = TraceWalk::Replay { op: None, pace: ReplayPace::None };
+        let st = walk_comm_trace(&traces::mpi_trace(), std::path::Path::new("t"), "sha".into(), (0, 2), (1, 1), &w);
+        let mut s = spec(&[Phase::Replay]);
+        s.check = u32::MAX;
+        for (at_end, timed) in [(false, "P0 P1 P2 T0 C P3"), (true, "P0 P1 P2 T0 P3 C")] {
+            let mut b = MockBackend::new(false, false);
+            let clock = RankClock::new(0, &[]);
+            {
+                let controls = RunnerControls { file_trace: Some(st.as_ref().unwrap().clone()), ..Default::default() };
+                let r = Runner::new(&mut b, &clock, &s, controls);
+                let mut r = if at_end { r.with_checks_at_pass_end() } else { r };
+                r.run_all().unwrap();
+                assert_eq!(r.checks.len(), 1);
+            }
+            let order: Vec<String> = b
+                .log
+                .iter()
+                .filter_map(|l| match l {
+                    Logged::Trace(i, _) => Some(format!("T{i}")),
+                    Logged::P2p(k) => Some(format!("P{k}")),
+                    Logged::Check(false, _) => Some("C".into()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(order.join(" "), format!("P0 P1 P2 T0 P3 {timed}"));
+        }
     }
 
     /// `--inject-repeat` runs the extra all-reduces untimed, inside the

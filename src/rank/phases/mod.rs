@@ -197,6 +197,8 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// Indices (into the body's collectives) of the pass's world calls, which
     /// the backend times, in issue order.
     timed: Vec<usize>,
+    /// Check prepared calls at their pass's end ([`Self::with_checks_at_pass_end`]).
+    checks_at_pass_end: bool,
 }
 
 /// Whether this node has a core for every local rank (the launcher's local
@@ -275,7 +277,17 @@ impl<'a, B: Backend> Runner<'a, B> {
             p2p_passes: Vec::new(),
             sweep_group: None,
             timed: Vec::new(),
+            checks_at_pass_end: false,
         }
+    }
+
+    /// Check a trace pass's prepared calls at its end, not after each call
+    /// (`replay-trace`): only the pacing wait then lies between two calls. A
+    /// checked call's result is cleared before it, and no call of a pass
+    /// shares another's buffers, so a later check reads that call's result.
+    pub fn with_checks_at_pass_end(mut self) -> Self {
+        self.checks_at_pass_end = true;
+        self
     }
 
     /// Run the isolated sweep of another kind than the sum all-reduce on

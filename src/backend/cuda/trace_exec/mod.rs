@@ -11,15 +11,16 @@
 //! Method: docs/METHODS.md, "Trace replay on NCCL".
 pub mod workload;
 
-use crate::backend::cuda::cupti::{Cupti, RawKernel};
 use crate::backend::cuda::drv;
 use crate::backend::cuda::nccl::{sys, DataType, NcclCall, NcclComm, NcclLibrary, RedOp};
 use crate::backend::cuda::nccl_call::nccl_calls;
-use crate::backend::replay::{replay_with, ReplayOptions, TraceRunner};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::{nccl_cannot_run, paced_gaps_ns, refuse_unsupported, Pace, ReplayOutput};
+use crate::evidence::commtrace::exec::{
+    nccl_cannot_run, paced_gaps_ns, refuse_unsupported, Pace, ReplayOptions, ReplayOutput,
+};
 use crate::evidence::commtrace::{workload_plan, CollectiveKind, CommTrace, TraceCollective, TraceDtype};
+use crate::evidence::shard::BackendKind;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -27,7 +28,7 @@ use std::collections::BTreeMap;
 use std::os::raw::c_int;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The NCCL dtype of a reduction over `d` (this executor checks reductions
 /// of floats it can encode), or a refusal.
@@ -209,7 +210,7 @@ impl CudaTraceExec {
             (sp, rp)
         };
         let calls = nccl_calls(&share.call(), sp, rp, dtype, width, RedOp::Sum).map_err(anyhow::Error::msg)?;
-        let wire = share.input_len() as u64 * width;
+        let wire = share.wire_bytes(BackendKind::Cuda);
         Ok(Slot { share, send, recv, recv_bytes, calls, wire, ran: None })
     }
 
@@ -240,31 +241,19 @@ impl CudaTraceExec {
         Ok(())
     }
 
-    /// Run prepared collective `i` (step 2): `before_issue` (the pacing
-    /// wait), the NCCL call(s), a stream synchronization. Returns the host
-    /// time, the input bytes and the completion instant.
-    pub fn run(
-        &mut self,
-        i: usize,
-        c: &TraceCollective,
-        op: ReduceOp,
-        check: bool,
-        before_issue: &mut dyn FnMut(),
-    ) -> Result<(u64, u64, Instant)> {
+    /// Run prepared collective `i` (step 2): the NCCL call(s), then a stream
+    /// synchronization; a checked call's result is cleared first.
+    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool) -> Result<()> {
         if check {
             self.clear_result(i, &self.stream.clone())?;
             drv(self.stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
         }
         let (comm, calls) = self.calls(i, c, op)?;
-        before_issue();
-        let t0 = Instant::now();
         Self::enqueue(comm, &calls, &self.stream)?;
         drv(self.stream.synchronize(), "cuStreamSynchronize (collective done)")?;
-        let done = Instant::now();
         comm.async_error()?;
-        let slot = &mut self.slots[i];
-        slot.ran = Some((op, check));
-        Ok(((done - t0).as_nanos() as u64, slot.wire, done))
+        self.slots[i].ran = Some((op, check));
+        Ok(())
     }
 
     /// Enqueue prepared collective `i` on `stream` without waiting for it
@@ -385,148 +374,10 @@ impl CudaTraceExec {
     }
 }
 
-/// CUPTI's clock against the host's: the narrowest of a few back-to-back
-/// reads (host, `cuptiGetTimestamp`, host), as ns since `base` and CUPTI ns.
-fn cupti_anchor(c: &Cupti, base: Instant) -> Result<(f64, u64)> {
-    let mut best: Option<(u64, f64, u64)> = None;
-    for _ in 0..16 {
-        let h0 = Instant::now();
-        let ts = c.timestamp()?;
-        let h1 = Instant::now();
-        let width = (h1 - h0).as_nanos() as u64;
-        if best.is_none_or(|b| width < b.0) {
-            best = Some((width, (h0 - base).as_nanos() as f64 + width as f64 / 2.0, ts));
-        }
-    }
-    let (_, host, ts) = best.context("no CUPTI anchor")?;
-    Ok((host, ts))
-}
-
-/// Kernels whose start falls within each timed call, in start order.
-/// `windows` are the calls' (issue, completion) as ns since the anchors'
-/// base; CUPTI times are mapped onto the host clock by the line through the
-/// anchors taken before and after the replay. A kernel is kept by the call
-/// whose window, widened by `slack_ns`, holds its start.
-fn kernels_by_window(
-    kernels: &[RawKernel],
-    anchors: [(f64, u64); 2],
-    windows: &[(u64, u64)],
-    slack_ns: f64,
-) -> Vec<Vec<String>> {
-    let [(h0, t0), (h1, t1)] = anchors;
-    let slope = if t1 > t0 { (h1 - h0) / (t1 - t0) as f64 } else { 1.0 };
-    let mut out = vec![Vec::new(); windows.len()];
-    let mut sorted: Vec<&RawKernel> = kernels.iter().collect();
-    sorted.sort_by_key(|k| k.start);
-    for k in sorted {
-        let host = h0 + (k.start as f64 - t0 as f64) * slope;
-        // the call whose window holds the start, else the nearest within the slack
-        // (back-to-back calls' widened windows overlap)
-        let distance = |&(a, b): &(u64, u64)| (a as f64 - host).max(host - b as f64).max(0.0);
-        let best = windows
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (i, distance(w)))
-            .filter(|&(_, d)| d <= slack_ns)
-            .min_by(|x, y| x.1.total_cmp(&y.1));
-        if let Some((i, _)) = best {
-            out[i].push(k.name.clone());
-        }
-    }
-    out
-}
-
-/// Run this rank's collectives of `trace` in order on the GPU (the CUDA
-/// counterpart of [`crate::backend::cpu::trace_exec::replay`]). With `cupti`, CUPTI records the
-/// kernels (started before the CUDA context, so it sees every launch), and
-/// each timed collective's record lists the kernels that started within its
-/// call; CUPTI's per-launch cost then lands in `elapsed_ns`, not in the gaps.
-pub fn replay(
-    world: &SimpleCommunicator,
-    nccl_path: &Path,
-    trace: &CommTrace,
-    o: &ReplayOptions,
-    timeout: Duration,
-    cupti: bool,
-) -> Result<ReplayOutput> {
-    if matches!(o.pace, Pace::Workload | Pace::DeviceGaps) {
-        if cupti {
-            bail!(
-                "--cupti is not built for --pace workload or device-gaps (its kernels are matched to host call \
-                windows, which these paces do not have)"
-            );
-        }
-        return workload(world, nccl_path, trace, o, timeout);
-    }
-    let cupti = if cupti { Some(Cupti::start().context("--cupti")?) } else { None };
-    let local_rank = world.split_shared(world.rank()).rank() as u32;
-    let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
-    let rank = world.rank() as u32;
-    exec.corrupt = o.corrupt_rank == Some(rank);
-    let mine = trace.ranks.iter().find(|r| r.rank == rank).with_context(|| format!("the trace has no rank {rank}"))?;
-    let base = Instant::now();
-    let mut windows: Vec<(u64, u64)> = Vec::with_capacity(2 * mine.collectives.len());
-    let result = exec
-        .prepare(&mine.collectives)
-        .and_then(|_| {
-            let before = cupti.as_ref().map(|c| c.drain().and_then(|_| cupti_anchor(c, base))).transpose()?;
-            struct Gpu<'e> {
-                exec: &'e mut CudaTraceExec,
-                windows: &'e mut Vec<(u64, u64)>,
-                base: Instant,
-            }
-            impl TraceRunner for Gpu<'_> {
-                fn run(
-                    &mut self,
-                    i: usize,
-                    c: &TraceCollective,
-                    op: ReduceOp,
-                    check: bool,
-                    wait: &mut dyn FnMut(),
-                ) -> Result<(u64, u64, Instant)> {
-                    let (elapsed, wire, done) = self.exec.run(i, c, op, check, wait)?;
-                    let end = (done - self.base).as_nanos() as u64;
-                    self.windows.push((end.saturating_sub(elapsed), end));
-                    Ok((elapsed, wire, done))
-                }
-            }
-            let (records, _) =
-                replay_with(world, trace, o, None, &mut Gpu { exec: &mut exec, windows: &mut windows, base })?;
-            Ok((records, before))
-        })
-        .and_then(|(mut records, before)| {
-            exec.verify(&mine.collectives)?;
-            if let (Some(c), Some(before)) = (&cupti, before) {
-                let after = cupti_anchor(c, base)?;
-                let (kernels, lost) = c.drain()?;
-                // the timed pass is the last records.len() calls (a warm-up pass comes first)
-                let timed = &windows[windows.len().saturating_sub(records.len())..];
-                let by = kernels_by_window(&kernels, [before, after], timed, 2_000.0);
-                let within: usize = by.iter().map(Vec::len).sum();
-                eprintln!(
-                    "replay-trace rank {rank}: CUPTI recorded {} kernels ({} malformed, {} dropped, {} buffer(s) with \
-                        an unreadable dropped count), {within} within the {} timed calls",
-                    kernels.len(),
-                    lost.malformed,
-                    lost.dropped,
-                    lost.dropped_unread,
-                    timed.len()
-                );
-                for (r, k) in records.iter_mut().zip(by) {
-                    r.kernels = Some(k);
-                }
-            }
-            Ok(records)
-        });
-    if result.is_err() {
-        // peers may be inside a collective or past the end: destroying would wait for them
-        exec.abort();
-    }
-    result.map(|records| ReplayOutput { records, workload: None, p2p: None, nonblocking: None })
-}
-
-/// The workload pace (see [`workload`]).
-fn workload(
+/// `replay-trace --pace workload` or `device-gaps` on the GPU: every
+/// collective prepared, then [`workload::run`]'s passes; the executor is
+/// aborted on an error (peers may be inside a collective).
+pub fn workload(
     world: &SimpleCommunicator,
     nccl_path: &Path,
     trace: &CommTrace,
@@ -555,32 +406,4 @@ fn workload(
         exec.abort();
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn k(start: u64, name: &str) -> RawKernel {
-        RawKernel { start, end: start + 10, stream: 7, correlation: 0, name: name.into() }
-    }
-
-    #[test]
-    fn kernels_land_in_the_call_whose_window_holds_their_start() {
-        // CUPTI runs 1_000_000 ns ahead of the host clock, at the same rate
-        let anchors = [(0.0, 1_000_000), (100_000.0, 1_100_000)];
-        let windows = [(10_000, 20_000), (30_000, 40_000)];
-        let got = kernels_by_window(
-            &[k(1_035_000, "b"), k(1_012_000, "a"), k(1_050_000, "stray"), k(1_021_000, "late-a")],
-            anchors,
-            &windows,
-            2_000.0,
-        );
-        assert_eq!(got, vec![vec!["a".to_string(), "late-a".into()], vec!["b".to_string()]]);
-        // back to back: the next call starts 1 µs after the previous ends, so the widened windows
-        // overlap; a kernel inside the second window belongs to it, not to the first
-        let windows = [(10_000, 20_000), (21_000, 30_000)];
-        let got = kernels_by_window(&[k(1_021_500, "second"), k(1_020_400, "first-late")], anchors, &windows, 2_000.0);
-        assert_eq!(got, vec![vec!["first-late".to_string()], vec!["second".to_string()]]);
-    }
 }

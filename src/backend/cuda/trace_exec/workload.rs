@@ -12,8 +12,8 @@
 //! Method: docs/METHODS.md, "Workload pace on GPUs".
 use super::CudaTraceExec;
 use crate::backend::cuda::{drv, host_release_word, load_ptx};
-use crate::backend::replay::ReplayOptions;
 use crate::core::workload::ReduceOp;
+use crate::evidence::commtrace::exec::ReplayOptions;
 use crate::evidence::commtrace::exec::{
     ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
 };
@@ -239,7 +239,7 @@ pub fn run(
     let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
     let use_op = op.unwrap_or(ReduceOp::Sum);
     for (i, c) in mine.collectives.iter().enumerate() {
-        exec.run(i, c, use_op, false, &mut || {}).with_context(|| format!("connection pass, collective {i}"))?;
+        exec.run(i, c, use_op, false).with_context(|| format!("connection pass, collective {i}"))?;
     }
     exec.reset()?;
     // the device gap after a collective compares with the compute recorded
