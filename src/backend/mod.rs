@@ -136,8 +136,7 @@ pub enum Call<'a> {
         dtype: Dtype,
     },
     /// Prepared trace collective `index` ([`Backend::prepare`]), any kind on
-    /// its group, reducing with `op`; `check` says its result will be
-    /// checked ([`Backend::check`]), which is never inside the timed call.
+    /// its group, reducing with `op`.
     Trace {
         /// Position among the prepared collectives.
         index: usize,
@@ -145,9 +144,12 @@ pub enum Call<'a> {
         c: &'a TraceCollective,
         /// Reduction.
         op: ReduceOp,
-        /// Whether the result will be checked.
-        check: bool,
     },
+    /// Empty prepared collective `index`'s result before a call of it whose
+    /// result will be checked ([`Backend::check`]), outside that call's
+    /// timing, so that an earlier call's result (a warm-up's, an earlier
+    /// pass's) cannot pass for it; a broadcast root's, which holds its input, is kept.
+    Clear(usize),
     /// Step `k` of the prepared point-to-point program (steps run in order).
     P2pStep(usize),
     /// Complete prepared collective `index`, started by a [`Call::Trace`] enqueued [`Timing::Async`].

@@ -219,11 +219,11 @@ pub(crate) fn walk_comm_trace(
     walk: &TraceWalk,
 ) -> Result<Schedule> {
     use crate::evidence::commtrace::{exec, CollectiveKind};
+    use crate::evidence::shard::TraceKindCount;
     let (allreduce_only, replay) = match walk {
         TraceWalk::Phases { allreduce_only } => (*allreduce_only, None),
         TraceWalk::Replay { op, pace } => (false, Some((*op, pace))),
     };
-    use crate::evidence::shard::TraceKindCount;
     let refuse =
         |what: String| -> Result<Schedule> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {

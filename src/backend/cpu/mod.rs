@@ -327,10 +327,8 @@ impl Backend for CpuBackend {
                 }
                 Ok(())
             }
-            Call::Trace { index, c, op, check } => {
-                let exec = self.prepared_exec()?;
-                Ok(exec.issue(index, c, op, check, timing == Timing::Async)?)
-            }
+            Call::Trace { index, c, op } => Ok(self.prepared_exec()?.issue(index, c, op, timing == Timing::Async)?),
+            Call::Clear(index) => Ok(self.prepared_exec()?.clear(index)?),
             Call::Complete(index) => Ok(self.prepared_exec()?.complete(index)?),
             Call::P2pStep(k) => {
                 let p = self
@@ -441,10 +439,7 @@ impl Backend for CpuBackend {
             }
             Checked::Trace { index, c, op } => {
                 let exec = self.prepared_exec()?;
-                exec.corrupt = corrupt;
-                let found = exec.count_wrong(index, c, op);
-                exec.corrupt = false;
-                let (wrong_elements, first_wrong) = found?;
+                let (wrong_elements, first_wrong) = exec.count_wrong(index, c, op, corrupt)?;
                 Ok(CheckOutcome { wrong_elements, first_wrong })
             }
         }
@@ -455,8 +450,7 @@ impl Backend for CpuBackend {
             .p2p
             .as_mut()
             .ok_or_else(|| BackendError::Misuse("internal: no point-to-point program was prepared".into()))?;
-        p.corrupt = corrupt;
-        let checked = p.report(check)?.receives_checked;
+        let checked = check.then(|| p.check(corrupt)).transpose()?;
         p.reset();
         Ok(checked)
     }

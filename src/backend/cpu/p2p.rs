@@ -5,16 +5,13 @@
 //! operations, `MPI_Waitall` on them at the call that completed them,
 //! `MPI_Send`, `MPI_Recv` and `MPI_Sendrecv` where it blocked), each with
 //! its recorded bytes (`MPI_BYTE`) on its communicator, peer and tag, so that
-//! MPI matches them as it matched the application's; produces a
-//! [`P2pReport`] and, with `--check`, checks every receive's length and bytes
-//! against the send it matched. Refuses a message past MPI's `int` count.
+//! MPI matches them as it matched the application's; with `--check`,
+//! checks every receive's length and bytes against the send it matched. Refuses a message past MPI's `int` count.
 use crate::backend::mpi_deadline;
 use crate::core::limits;
-use crate::evidence::commtrace::exec::P2pReport;
 use crate::evidence::commtrace::p2p::{P2pPlan, P2pStep, ANY_SOURCE, ANY_TAG, PROC_NULL};
 use anyhow::{bail, Context, Result};
 use mpi::ffi;
-use std::time::Instant;
 
 /// Byte `j` of the message operation `op` of `sender` carries.
 fn pattern(sender: u32, op: usize, j: usize) -> u8 {
@@ -30,9 +27,6 @@ pub struct CpuP2p {
     reqs: Vec<ffi::MPI_Request>,
     got: Vec<Option<u64>>,
     next: usize,
-    host_ns: u64,
-    /// Negative control (`--corrupt-rank`): the first byte of every received message is spoiled before its check.
-    pub corrupt: bool,
     /// How long a wait on nonblocking operations may last before the replay
     /// fails with `COLLECTIVE_TIMEOUT` (`--collective-timeout-s`).
     pub limit: std::time::Duration,
@@ -61,23 +55,7 @@ impl CpuP2p {
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
         let n = plan.ops.len();
         let limit = std::time::Duration::from_secs_f64(limits::DEFAULT_COLLECTIVE_TIMEOUT_S);
-        Ok(Self {
-            rank,
-            plan,
-            comms,
-            bufs,
-            reqs: vec![null; n],
-            got: vec![None; n],
-            next: 0,
-            host_ns: 0,
-            corrupt: false,
-            limit,
-        })
-    }
-
-    /// The program this runs.
-    pub fn plan(&self) -> &P2pPlan {
-        &self.plan
+        Ok(Self { rank, plan, comms, bufs, reqs: vec![null; n], got: vec![None; n], next: 0, limit })
     }
 
     /// Run step `k`, which must be the next (the phases run the steps one
@@ -92,9 +70,7 @@ impl CpuP2p {
             .get(k)
             .cloned()
             .with_context(|| format!("internal: rank {}: no point-to-point step {k}", self.rank))?;
-        let t0 = Instant::now();
         self.step(&step).with_context(|| format!("rank {}, point-to-point step {k} (call {call})", self.rank))?;
-        self.host_ns += t0.elapsed().as_nanos() as u64;
         self.next += 1;
         Ok(())
     }
@@ -107,7 +83,7 @@ impl CpuP2p {
             }
         }
         self.got.iter_mut().for_each(|g| *g = None);
-        (self.next, self.host_ns) = (0, 0);
+        self.next = 0;
     }
 
     fn peer_tag(&self, i: usize) -> (i32, i32) {
@@ -240,41 +216,39 @@ impl CpuP2p {
         Ok(())
     }
 
-    /// Check every matched receive's length and bytes against its send
-    /// (with `check`), and report the pass.
-    pub fn report(&self, check: bool) -> Result<P2pReport> {
+    /// Check every matched receive's length and bytes against its send;
+    /// returns how many were checked. With `corrupt` (the negative control)
+    /// the first byte of each is spoiled first.
+    pub fn check(&self, corrupt: bool) -> Result<u64> {
         let mut checked = 0u64;
-        if check {
-            for (i, o) in self.plan.ops.iter().enumerate().filter(|(_, o)| !o.send) {
-                let Some(m) = o.matched else { continue };
-                let got = self.got[i].with_context(|| {
-                    format!("--check: rank {}, point-to-point operation {i}: never completed", self.rank)
-                })?;
-                if got != m.bytes {
-                    bail!(
-                        "--check: rank {}, point-to-point receive {i} from rank {}: {got} bytes arrived, its matching \
-                            send has {}",
-                        self.rank,
-                        m.sender,
-                        m.bytes
-                    );
-                }
-                let byte =
-                    |j: usize| if self.corrupt && j == 0 { self.bufs[i][j].wrapping_add(1) } else { self.bufs[i][j] };
-                if let Some(j) = (0..got as usize).find(|&j| byte(j) != pattern(m.sender, m.op, j)) {
-                    bail!(
-                        "--check: rank {}, point-to-point receive {i} from rank {}: byte {j} is {}, its matching send \
-                            (operation {}) wrote {}",
-                        self.rank,
-                        m.sender,
-                        byte(j),
-                        m.op,
-                        pattern(m.sender, m.op, j)
-                    );
-                }
-                checked += 1;
+        for (i, o) in self.plan.ops.iter().enumerate().filter(|(_, o)| !o.send) {
+            let Some(m) = o.matched else { continue };
+            let got = self.got[i].with_context(|| {
+                format!("--check: rank {}, point-to-point operation {i}: never completed", self.rank)
+            })?;
+            if got != m.bytes {
+                bail!(
+                    "--check: rank {}, point-to-point receive {i} from rank {}: {got} bytes arrived, its matching \
+                        send has {}",
+                    self.rank,
+                    m.sender,
+                    m.bytes
+                );
             }
+            let byte = |j: usize| if corrupt && j == 0 { self.bufs[i][j].wrapping_add(1) } else { self.bufs[i][j] };
+            if let Some(j) = (0..got as usize).find(|&j| byte(j) != pattern(m.sender, m.op, j)) {
+                bail!(
+                    "--check: rank {}, point-to-point receive {i} from rank {}: byte {j} is {}, its matching send \
+                        (operation {}) wrote {}",
+                    self.rank,
+                    m.sender,
+                    byte(j),
+                    m.op,
+                    pattern(m.sender, m.op, j)
+                );
+            }
+            checked += 1;
         }
-        Ok(self.plan.report(check.then_some(checked), self.host_ns))
+        Ok(checked)
     }
 }

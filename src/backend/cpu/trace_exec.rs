@@ -68,8 +68,6 @@ struct CpuSlot {
     counts: MpiCounts,
     /// The result buffer holds the input (a broadcast's root): never cleared.
     in_place: bool,
-    /// Set when run: the reduction used and whether to check.
-    ran: Option<(ReduceOp, bool)>,
     /// The requests of its nonblocking post, until completed ([`CpuTraceExec::complete`]).
     reqs: [ffi::MPI_Request; 2],
     /// How many of `reqs` are outstanding.
@@ -108,13 +106,13 @@ impl CpuSlot {
         };
         // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
         let null = unsafe { ffi::RSMPI_REQUEST_NULL };
-        Ok(CpuSlot { share, bufs, counts, in_place, ran: None, reqs: [null; 2], pending: 0 })
+        Ok(CpuSlot { share, bufs, counts, in_place, reqs: [null; 2], pending: 0 })
     }
 
-    /// Just before its call: a checked call's result starts empty, so that an
-    /// earlier call's (a warm-up's, a previous pass's) cannot pass for it.
-    fn arm(&mut self, check: bool) {
-        if check && !self.in_place {
+    /// Before a checked call: its result starts empty, so that an earlier
+    /// call's (a warm-up's, a previous pass's) cannot pass for it.
+    fn clear(&mut self) {
+        if !self.in_place {
             self.bufs.clear_out();
         }
     }
@@ -140,8 +138,6 @@ impl CpuSlot {
 /// `MPI_INT64_T`). Other dtypes are refused for reductions.
 pub struct CpuTraceExec {
     rank: u32,
-    /// Negative control: corrupt every result on this rank before its check.
-    pub corrupt: bool,
     comms: BTreeMap<String, (Vec<u32>, Option<SimpleCommunicator>)>,
     slots: Vec<CpuSlot>,
     /// Where an empty buffer points (see [`CpuTraceExec::issue`]); boxed, so a nonblocking post's pointer stays valid.
@@ -160,7 +156,7 @@ impl CpuTraceExec {
             let sub = world.split_by_color_with_key(color, pos.unwrap_or(0) as i32);
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
-        Ok(Self { rank, comms, corrupt: false, slots: Vec::new(), scratch: Box::new([0; 2]) })
+        Ok(Self { rank, comms, slots: Vec::new(), scratch: Box::new([0; 2]) })
     }
 
     /// The communicator of trace group `name` on this rank (for the point-to-point replay).
@@ -224,10 +220,20 @@ impl CpuTraceExec {
         Ok(())
     }
 
+    /// Empty prepared collective `i`'s result before a checked call of it
+    /// (never while a post of it is outstanding: MPI owns its buffers then).
+    pub fn clear(&mut self, i: usize) -> Result<()> {
+        let slot = self.slots.get_mut(i).context("collective not prepared")?;
+        if slot.pending > 0 {
+            bail!("collective {i}: cleared while its post is outstanding");
+        }
+        slot.clear();
+        Ok(())
+    }
+
     /// Run prepared collective `i` (step 2): its blocking MPI call, or with
-    /// `nonblocking` its `MPI_I…` call ([`Self::complete`] waits for it); a
-    /// checked call's result is cleared first.
-    pub fn issue(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool, nonblocking: bool) -> Result<()> {
+    /// `nonblocking` its `MPI_I…` call ([`Self::complete`] waits for it).
+    pub fn issue(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, nonblocking: bool) -> Result<()> {
         let comm = self.group_of(c)?.1.as_raw();
         let slot = self.slots.get_mut(i).context("collective not prepared")?;
         // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
@@ -272,7 +278,6 @@ impl CpuTraceExec {
         if slot.pending > 0 {
             bail!("collective {i}: posted again before its previous post completed");
         }
-        slot.arm(check);
         // SAFETY: the slot's buffers were made from the share its counts
         // come from (send and result lengths, splits); a blocking call is
         // done with them when it returns, a nonblocking one when `complete`
@@ -289,18 +294,23 @@ impl CpuTraceExec {
         if rc != 0 {
             bail!("collective {i}: {call} on group {:?} failed (MPI error {rc})", c.group);
         }
-        slot.ran = Some((op, check));
         Ok(())
     }
 
     /// Validate prepared collective `i` (`c`) right after it ran with `op`
     /// and count what is wrong ([`TraceShare::wrong`]).
-    pub fn count_wrong(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(u64, Option<String>)> {
+    pub fn count_wrong(
+        &self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        corrupt: bool,
+    ) -> Result<(u64, Option<String>)> {
         let slot = self.slots.get(i).context("collective not prepared")?;
-        Ok(self.wrong_in(c, slot, op))
+        Ok(Self::wrong_in(c, slot, op, corrupt))
     }
 
-    fn wrong_in(&self, c: &TraceCollective, slot: &CpuSlot, op: ReduceOp) -> (u64, Option<String>) {
+    fn wrong_in(c: &TraceCollective, slot: &CpuSlot, op: ReduceOp, corrupt: bool) -> (u64, Option<String>) {
         if !slot.share.lands_here() {
             return (0, None);
         }
@@ -309,7 +319,7 @@ impl CpuTraceExec {
                 let n = slot.share.group_size() as f32;
                 let mut got: Vec<f32> =
                     decode(c.dtype, out).into_iter().map(|x| if op == ReduceOp::Avg { x / n } else { x }).collect();
-                if self.corrupt {
+                if corrupt {
                     got.iter_mut().take(1).for_each(|x| *x += 1.0);
                 }
                 slot.share.wrong(Landed::Values(&got), op)
@@ -319,14 +329,14 @@ impl CpuTraceExec {
                 // what the library would hand back in the dtype: the mean for avg, rounded
                 let mut got: Vec<f32> =
                     out.iter().map(|&x| round_to(c.dtype, if op == ReduceOp::Avg { x / n } else { x })).collect();
-                if self.corrupt {
+                if corrupt {
                     got.iter_mut().take(1).for_each(|x| *x += 1.0);
                 }
                 slot.share.wrong(Landed::Values(&got), op)
             }
             Bufs::Bytes { out, .. } => {
                 let mut out = out.clone();
-                if self.corrupt {
+                if corrupt {
                     if let Some(b) = out.first_mut() {
                         *b = b.wrapping_add(1);
                     }
@@ -363,11 +373,6 @@ fn decode(dtype: TraceDtype, b: &[u8]) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    /// An executor of one rank without communicators: enough to check slots.
-    fn exec() -> CpuTraceExec {
-        CpuTraceExec { rank: 0, comms: BTreeMap::new(), corrupt: false, slots: Vec::new(), scratch: Box::new([0; 2]) }
-    }
-
     #[test]
     fn a_checked_call_cannot_pass_on_an_earlier_call_s_result() {
         let coll = |kind, dtype, root| TraceCollective::new(kind, "x", "g", dtype, (4, 4), (None, None), (root, None));
@@ -382,19 +387,25 @@ mod tests {
                 Bufs::Values { send, out } => out.copy_from_slice(send),
                 Bufs::Native { send, out } | Bufs::Bytes { send, out } => out.copy_from_slice(send),
             }
-            let ex = exec();
-            assert_eq!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0, 0, "{:?}: the earlier result is right", c.kind);
-            slot.arm(false);
-            assert_eq!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0, 0, "an unchecked call leaves it");
-            slot.arm(true);
-            assert!(ex.wrong_in(&c, &slot, ReduceOp::Sum).0 > 0, "{:?}: a checked call starts without it", c.kind);
+            assert_eq!(
+                CpuTraceExec::wrong_in(&c, &slot, ReduceOp::Sum, false).0,
+                0,
+                "{:?}: the earlier result is right",
+                c.kind
+            );
+            slot.clear();
+            assert!(
+                CpuTraceExec::wrong_in(&c, &slot, ReduceOp::Sum, false).0 > 0,
+                "{:?}: a checked call starts without it",
+                c.kind
+            );
         }
         // a broadcast root's result buffer is its input: kept
         let c = coll(CollectiveKind::Broadcast, TraceDtype::F32, Some(0));
         let mut slot = CpuSlot::new(&c, 0, &[0]).unwrap();
         let Bufs::Bytes { out, .. } = &slot.bufs else { panic!("a broadcast moves bytes") };
         let before = out.clone();
-        slot.arm(true);
+        slot.clear();
         assert!(matches!(&slot.bufs, Bufs::Bytes { out, .. } if *out == before && !before.iter().all(|&b| b == 0)));
     }
 }

@@ -122,19 +122,19 @@ impl Backend for CudaBackend {
         match (call, timing) {
             (Call::World { kind, bytes, dtype }, Timing::Async) => self.start(kind, bytes, dtype),
             (Call::World { kind, bytes, dtype }, Timing::BackToBack) => self.back_to_back(kind, bytes, dtype),
-            (Call::Trace { index, c, op, check }, Timing::HostWait) => {
-                self.prepared_exec()?.run(index, c, op, check)?;
-                Ok(())
-            }
+            (Call::Trace { index, c, op }, Timing::HostWait) => Ok(self.prepared_exec()?.run(index, c, op)?),
             // posted: enqueued on the executor's stream, which runs its calls in order
-            (Call::Trace { index, c, op, check }, Timing::Async) => {
+            (Call::Trace { index, c, op }, Timing::Async) => {
                 let exec = self.prepared_exec()?;
                 let stream = exec.stream().clone();
-                // a checked post's result starts empty, before the post on the same stream
-                if check {
-                    exec.clear_result(index, &stream)?;
-                }
-                Ok(exec.enqueue_on(index, c, op, check, &stream)?)
+                Ok(exec.enqueue_on(index, c, op, false, &stream)?)
+            }
+            (Call::Clear(index), Timing::HostWait) => {
+                let exec = self.prepared_exec()?;
+                let stream = exec.stream().clone();
+                exec.clear_result(index, &stream)?;
+                drv(stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
+                Ok(())
             }
             (Call::Complete(_), Timing::HostWait) => {
                 let exec = self.prepared_exec()?;
@@ -341,10 +341,7 @@ impl Backend for CudaBackend {
             }
             Checked::Trace { index, c, op } => {
                 let exec = self.prepared_exec()?;
-                exec.corrupt = corrupt;
-                let found = exec.count_wrong(index, c, op);
-                exec.corrupt = false;
-                let (wrong_elements, first_wrong) = found?;
+                let (wrong_elements, first_wrong) = exec.count_wrong(index, c, op, corrupt)?;
                 Ok(CheckOutcome { wrong_elements, first_wrong })
             }
         }

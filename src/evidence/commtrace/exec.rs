@@ -380,7 +380,7 @@ pub fn replay_op(o: super::TraceReduceOp) -> Option<ReduceOp> {
     }
 }
 
-/// How a trace is replayed: the settings every backend's `replay` takes.
+/// How `replay-trace` replays a trace: its settings, as its runner and the cuda workload pass take them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplayOptions {
     /// Reduction of the reducing kinds (`--op`; `None`: sum, the traces not recording it).

@@ -268,9 +268,13 @@ impl<B: Backend> Runner<'_, B> {
                 let seq = self.group_seq(c.group, pair);
                 let checked = self.wants_check(&c);
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
+                if checked {
+                    // outside the call's timing
+                    self.backend.enqueue(Call::Clear(index), Timing::HostWait)?;
+                }
                 let issue_ns = self.clock.now_ns();
                 let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
-                self.backend.enqueue(Call::Trace { index, c: tc, op, check: checked }, timing)?;
+                self.backend.enqueue(Call::Trace { index, c: tc, op }, timing)?;
                 let end_ns = self.clock.now_ns();
                 if c.issue == Issue::Post {
                     self.checked_in_phase += checked as u32;

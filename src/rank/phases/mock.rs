@@ -24,6 +24,8 @@ pub(crate) enum Logged {
     P2p(usize),
     /// The completion of a posted trace call.
     Complete(usize),
+    /// A trace call's result emptied before a checked call.
+    Clear(usize),
     Wait,
     EndBackToBack,
     Gemm {
@@ -123,6 +125,9 @@ impl Backend for MockBackend {
                     self.posted.push(index);
                 }
                 self.log.push(Logged::Trace(index, timing))
+            }
+            Call::Clear(index) if index < self.prepared && !self.posted.contains(&index) => {
+                self.log.push(Logged::Clear(index))
             }
             Call::Complete(index) if self.posted.contains(&index) => {
                 self.posted.retain(|&i| i != index);

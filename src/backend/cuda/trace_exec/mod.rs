@@ -93,8 +93,6 @@ fn with_op(call: NcclCall, op: RedOp) -> NcclCall {
 /// Runs trace collectives on NCCL sub-communicators of one GPU.
 pub struct CudaTraceExec {
     rank: u32,
-    /// Negative control: corrupt every result on this rank before its check.
-    pub corrupt: bool,
     // dropped before the communicators, the stream and the context
     slots: Vec<Slot>,
     comms: BTreeMap<String, (Vec<u32>, Option<NcclComm>)>,
@@ -138,7 +136,7 @@ impl CudaTraceExec {
                 w.split(color, pos.unwrap_or(0) as c_int).with_context(|| format!("splitting group {:?}", g.name))?;
             comms.insert(g.name.clone(), (g.members.clone(), sub));
         }
-        Ok(Self { rank, corrupt: false, slots: Vec::new(), comms, world: w, stream, _ctx: ctx })
+        Ok(Self { rank, slots: Vec::new(), comms, world: w, stream, _ctx: ctx })
     }
 
     /// End every communicator without waiting for peers (after a failure).
@@ -242,17 +240,13 @@ impl CudaTraceExec {
     }
 
     /// Run prepared collective `i` (step 2): the NCCL call(s), then a stream
-    /// synchronization; a checked call's result is cleared first.
-    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp, check: bool) -> Result<()> {
-        if check {
-            self.clear_result(i, &self.stream.clone())?;
-            drv(self.stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
-        }
+    /// synchronization.
+    pub fn run(&mut self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<()> {
         let (comm, calls) = self.calls(i, c, op)?;
         Self::enqueue(comm, &calls, &self.stream)?;
         drv(self.stream.synchronize(), "cuStreamSynchronize (collective done)")?;
         comm.async_error()?;
-        self.slots[i].ran = Some((op, check));
+        self.slots[i].ran = Some((op, false));
         Ok(())
     }
 
@@ -314,17 +308,18 @@ impl CudaTraceExec {
         drv(stream.synchronize(), "cuStreamSynchronize (results cleared)")
     }
 
-    /// Read back and check every result that was asked to be checked (step 3).
-    pub fn verify(&self, colls: &[TraceCollective]) -> Result<()> {
+    /// Read back and check every result that was asked to be checked (step 3;
+    /// `corrupt`: the negative control spoils each first).
+    pub fn verify(&self, colls: &[TraceCollective], corrupt: bool) -> Result<()> {
         for (i, (c, slot)) in colls.iter().zip(&self.slots).enumerate() {
             if let Some((op, true)) = slot.ran {
-                self.verify_one(c, slot, op).with_context(|| format!("rank {}, collective {i}", self.rank))?;
+                self.verify_one(c, slot, op, corrupt).with_context(|| format!("rank {}, collective {i}", self.rank))?;
             }
         }
         Ok(())
     }
 
-    fn download(&self, slot: &Slot) -> Result<Vec<u8>> {
+    fn download(&self, slot: &Slot, corrupt: bool) -> Result<Vec<u8>> {
         let mut host = vec![0u8; slot.recv_bytes];
         if !host.is_empty() {
             drv(
@@ -333,7 +328,7 @@ impl CudaTraceExec {
             )?;
             drv(self.stream.synchronize(), "cuStreamSynchronize")?;
         }
-        if self.corrupt {
+        if corrupt {
             if let Some(b) = host.first_mut() {
                 *b = b.wrapping_add(1);
             }
@@ -343,13 +338,19 @@ impl CudaTraceExec {
 
     /// Read back prepared collective `i` (`c`, run with `op`) and count what
     /// is wrong, as [`crate::backend::cpu::trace_exec::CpuTraceExec::count_wrong`] does.
-    pub fn count_wrong(&self, i: usize, c: &TraceCollective, op: ReduceOp) -> Result<(u64, Option<String>)> {
+    pub fn count_wrong(
+        &self,
+        i: usize,
+        c: &TraceCollective,
+        op: ReduceOp,
+        corrupt: bool,
+    ) -> Result<(u64, Option<String>)> {
         let slot = self.slots.get(i).context("collective not prepared")?;
-        self.wrong_in(c, slot, op)
+        self.wrong_in(c, slot, op, corrupt)
     }
 
-    fn verify_one(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<()> {
-        match self.wrong_in(c, slot, op)? {
+    fn verify_one(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp, corrupt: bool) -> Result<()> {
+        match self.wrong_in(c, slot, op, corrupt)? {
             (0, _) => Ok(()),
             (_, first) => bail!(
                 "--check: {} #{} on group {:?} ({:?}): {}",
@@ -362,11 +363,11 @@ impl CudaTraceExec {
         }
     }
 
-    fn wrong_in(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp) -> Result<(u64, Option<String>)> {
+    fn wrong_in(&self, c: &TraceCollective, slot: &Slot, op: ReduceOp, corrupt: bool) -> Result<(u64, Option<String>)> {
         if !slot.share.lands_here() {
             return Ok((0, None));
         }
-        let out = self.download(slot)?;
+        let out = self.download(slot, corrupt)?;
         Ok(match slot.share.reduces() {
             true => slot.share.wrong(Landed::Values(&decode(c.dtype, &out)), op),
             false => slot.share.wrong(Landed::Bytes(&out), op),
@@ -396,10 +397,9 @@ pub fn workload(
     };
     let local_rank = world.split_shared(world.rank()).rank() as u32;
     let mut exec = CudaTraceExec::new(world, local_rank, nccl_path, trace, timeout)?;
-    exec.corrupt = o.corrupt_rank == Some(rank);
     let result = exec.prepare(&mine.collectives).and_then(|_| {
         let (records, report) = workload::run(world, &mut exec, trace, &plan, o, timeout, stands_for)?;
-        exec.verify(&mine.collectives)?;
+        exec.verify(&mine.collectives, o.corrupt_rank == Some(rank))?;
         Ok(ReplayOutput { records, workload: Some(report), p2p: None, nonblocking: None })
     });
     if result.is_err() {

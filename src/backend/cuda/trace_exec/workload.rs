@@ -239,7 +239,7 @@ pub fn run(
     let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
     let use_op = op.unwrap_or(ReduceOp::Sum);
     for (i, c) in mine.collectives.iter().enumerate() {
-        exec.run(i, c, use_op, false).with_context(|| format!("connection pass, collective {i}"))?;
+        exec.run(i, c, use_op).with_context(|| format!("connection pass, collective {i}"))?;
     }
     exec.reset()?;
     // the device gap after a collective compares with the compute recorded
