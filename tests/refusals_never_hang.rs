@@ -190,6 +190,39 @@ fn mpirun_within(secs: u64, n: u32, args: &[&str]) -> Output {
     )
 }
 
+/// A rank with no collective of its own still makes the groups'
+/// communicators with the others (a split is collective over the world): the
+/// replay ends, rank 1 with no record and rank 0's every call checked. It
+/// hung when only ranks with calls prepared.
+#[test]
+fn replay_trace_of_a_rank_without_collectives_ends() {
+    let d = tempfile::tempdir().unwrap();
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(imported_fixture(d.path())).unwrap()).unwrap();
+    // rank 0's calls on groups of rank 0 alone; rank 1 has none
+    for g in t["groups"].as_array_mut().unwrap() {
+        g["members"] = serde_json::json!([0]);
+    }
+    t["ranks"][1]["collectives"] = serde_json::json!([]);
+    // the kinds whose counts hold on a group of one
+    t["ranks"][0]["collectives"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c["kind"] == "all_reduce" || c["kind"] == "broadcast");
+    let one = d.path().join("one-sided.json");
+    std::fs::write(&one, serde_json::to_vec(&t).unwrap()).unwrap();
+    let out = d.path().join("out");
+    ok(&mpirun_within(120, 2, &["replay-trace", s(&one), "--pace", "none", "--check", "--out", s(&out)]));
+    let records = |r: u32| {
+        let f: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{r}.json"))).unwrap()).unwrap();
+        f["records"].as_array().unwrap().clone()
+    };
+    let r0 = records(0);
+    assert_eq!(r0.len(), t["ranks"][0]["collectives"].as_array().unwrap().len());
+    assert!(r0.iter().all(|r| r["checked"] == true), "{r0:?}");
+    assert!(records(1).is_empty());
+}
+
 /// Defect 6: `replay-trace` refuses a recorded gap over the one replay bound
 /// (60 s, `MAX_REPLAY_GAP_NS`) before MPI starts, as `rank --trace` does,
 /// instead of sleeping through it; back to back (`--pace none`) it is no wait.

@@ -148,7 +148,9 @@ pub enum Call<'a> {
     /// Empty prepared collective `index`'s result before a call of it whose
     /// result will be checked ([`Backend::check`]), outside that call's
     /// timing, so that an earlier call's result (a warm-up's, an earlier
-    /// pass's) cannot pass for it; a broadcast root's, which holds its input, is kept.
+    /// pass's) cannot pass for it; a broadcast root's, which holds its input,
+    /// is kept. [`Timing::HostWait`]: done on return; [`Timing::Async`] (before
+    /// a post): ordered before the next call of it, without waiting for others.
     Clear(usize),
     /// Step `k` of the prepared point-to-point program (steps run in order).
     P2pStep(usize),

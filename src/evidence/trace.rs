@@ -482,13 +482,37 @@ pub(crate) fn walk_comm_trace(
         p2p: p2p_count,
     };
     let timeline = GapTimeline::of(colls.iter().map(|c| c.device.is_some()));
-    let prepared = (!op_colls.is_empty() || p2p.is_some()).then(|| Prepared {
+    // making the groups' communicators is collective over the world: a rank with no prepared call of its own
+    // prepares too where another has one
+    let others = !allreduce_only && any_rank_prepares(t, &world, replay.is_some());
+    let prepared = (!op_colls.is_empty() || p2p.is_some() || others).then(|| Prepared {
         trace: Arc::new(t.clone()),
         colls: op_colls,
         groups: groups.into_values().collect(),
         p2p: p2p.map(|p| p.plan),
     });
     Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
+}
+
+/// Whether any rank of `t` runs a collective as a prepared call: with
+/// `replay`, any collective; for the phases, any but a world all-reduce of a
+/// run's element type that sums and is waited for (as [`walk_comm_trace`]
+/// decides per rank).
+fn any_rank_prepares(t: &CommTrace, world: &[u32], replay: bool) -> bool {
+    use crate::evidence::commtrace::CollectiveKind;
+    let posted = |r: u32, i: usize| {
+        t.mpi.as_ref().and_then(|m| m.collective_nonblocking.get(r as usize)?.get(i).copied()).unwrap_or(false)
+    };
+    t.ranks.iter().any(|r| {
+        r.collectives.iter().enumerate().any(|(i, c)| {
+            replay
+                || c.kind != CollectiveKind::AllReduce
+                || t.group(&c.group).is_none_or(|g| g.members != world)
+                || workload::Dtype::try_from(c.dtype).is_err()
+                || c.op.is_some()
+                || posted(r.rank, i)
+        })
+    })
 }
 
 /// An MPI capture's point-to-point program on this rank as the phases run it:
@@ -854,6 +878,30 @@ pub(crate) mod tests {
         // given gaps (the recorded compute): the collectives paced, the steps not
         assert_eq!(paced_steps(&walk(ReplayPace::Given(vec![5])).steps), (1, 0));
         assert!(walk(ReplayPace::Given(vec![5])).steps.contains(&Step::Gap { ns: 5, compute_ns: Some(0) }));
+    }
+
+    /// A rank whose every call is a world all-reduce prepares the groups
+    /// with a rank that has a call on a group of its own (making their
+    /// communicators is collective over the world); with only world
+    /// all-reduces anywhere, nobody prepares.
+    #[test]
+    fn every_rank_prepares_where_one_has_a_prepared_call() {
+        use crate::evidence::commtrace::{CollectiveKind as K, TraceGroup};
+        let mut t = mpi_trace();
+        t.mpi = None;
+        t.groups.push(TraceGroup { name: "solo".into(), desc: None, members: vec![0] });
+        for r in &mut t.ranks {
+            r.collectives[0].dtype = TraceDtype::F32;
+        }
+        let only_world = t.clone();
+        let mut solo = t.ranks[0].collectives[0].clone();
+        (solo.kind, solo.group, solo.host_start_ns) = (K::Broadcast, "solo".into(), Some(300));
+        t.ranks[0].collectives.push(solo);
+        let walk = |t: &CommTrace, rank| comm_trace_schedule(t, Path::new("t"), "sha".into(), rank, 2, (0, 1), false);
+        let p1 = walk(&t, 1).unwrap().prepared.expect("rank 1 prepares with rank 0");
+        assert!(p1.colls.is_empty() && p1.p2p.is_none());
+        assert_eq!(walk(&t, 0).unwrap().prepared.unwrap().colls.len(), 1);
+        assert!((0..2).all(|r| walk(&only_world, r).unwrap().prepared.is_none()));
     }
 
     pub(crate) fn mpi_trace() -> CommTrace {

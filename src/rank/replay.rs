@@ -27,6 +27,7 @@ use crate::evidence::commtrace::{p2p, workload_plan, CollectiveKind, CommTrace, 
 use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::BackendKind;
 use crate::evidence::trace::{walk_comm_trace, ReplayPace, TraceWalk};
+use crate::rank::fatal;
 use crate::rank::phases::{Fault, Runner, RunnerControls};
 use anyhow::{anyhow, bail, Context, Result};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -153,9 +154,10 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
             let events_hint = BackendPlan::device_events_per_pass(&spec, Some(&schedule));
             let o = CudaOptions { local_rank, nccl_path: &a.nccl_lib, events_hint, timeout, gpu: None, cupti };
             let mut b = CudaBackend::new(world, &bplan, clock.clone(), o)?;
-            replay_on(&mut b, &clock, &spec, trace, schedule, (&opts, cupti))?
+            or_abort(world, replay_on(&mut b, &clock, &spec, trace, schedule, (&opts, cupti)))
         } else {
-            replay_on(&mut CpuBackend::new(world, &bplan)?, &clock, &spec, trace, schedule, (&opts, false))?
+            let mut b = CpuBackend::new(world, &bplan)?;
+            or_abort(world, replay_on(&mut b, &clock, &spec, trace, schedule, (&opts, false)))
         };
         if let Some(plan) = plan {
             let (compute_ops, compute_recorded_ns) = plan.compute_total();
@@ -192,6 +194,16 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
     })
 }
 
+/// `r`, or the job ended on its error while the backend still holds its
+/// communicators: a peer may be inside a collective, and destroying them
+/// would wait for it.
+fn or_abort<T>(world: &SimpleCommunicator, r: Result<T>) -> T {
+    r.unwrap_or_else(|e| {
+        fatal::write_line_stderr(&format!("commcanary replay-trace rank {}: error: {e:#}", world.rank()));
+        world.abort(2)
+    })
+}
+
 /// What the phase runner needs of a workload to replay a trace: the replay
 /// phase alone, every call checked with `check`; the smallest buffers and
 /// GEMM (the trace's collectives get their own, the walk runs no compute).
@@ -219,15 +231,23 @@ fn replay_on<B: Backend>(
 ) -> Result<(ReplayOutput, u64)> {
     let info = backend.info();
     let rank = info.rank;
+    // asked for, CUPTI that did not start is refused, not replayed without kernels
+    let no_kernels = |b: &B| b.unmeasured().into_iter().filter(|u| u.field == "kernels").map(|u| u.reason);
+    if let Some(why) = no_kernels(backend).next().filter(|_| cupti) {
+        bail!("--cupti: {why}");
+    }
     let p2p_plan = schedule.prepared.as_ref().and_then(|p| p.p2p.clone());
     let fault = o.corrupt_rank.map(|rank| Fault::WrongSum { rank });
     let controls = RunnerControls { fault, file_trace: Some(schedule), ..Default::default() };
-    let mut runner = Runner::new(backend, clock, spec, controls).with_checks_at_pass_end();
-    runner.run_all()?;
+    let (body, runs) = {
+        let mut runner = Runner::new(&mut *backend, clock, spec, controls).with_checks_at_pass_end();
+        runner.run_all()?;
+        (std::mem::take(&mut runner.body), std::mem::take(&mut runner.phase_runs))
+    };
     let mine = &trace.ranks.iter().find(|r| r.rank == rank).context("internal: no rank")?.collectives;
-    let timed: Vec<_> = runner.body.collectives.iter().filter(|e| !e.warmup).collect();
+    let timed: Vec<_> = body.collectives.iter().filter(|e| !e.warmup).collect();
     let mut records = Vec::with_capacity(timed.len());
-    let token = runner.body.tokens.iter().find(|t| !t.warmup).context("internal: no timed pass")?;
+    let token = body.tokens.iter().find(|t| !t.warmup).context("internal: no timed pass")?;
     let mut prev_return = token.start_ns;
     for e in &timed {
         let i = e.layer.context("internal: a replayed call without its position")? as usize;
@@ -243,20 +263,18 @@ fn replay_on<B: Backend>(
         prev_return = e.host_return_ns;
     }
     let windows: Vec<(u64, u64)> = timed.iter().map(|e| (e.host_issue_ns, e.host_return_ns)).collect();
-    let run = runner.phase_runs.first().context("internal: no replay phase")?;
+    let run = runs.first().context("internal: no replay phase")?;
     if cupti {
-        let kernels: Vec<(u64, &str)> = runner
-            .body
-            .kernels
-            .iter()
-            .map(|k| (k.start_ns, runner.body.kernel_names[k.name as usize].as_str()))
-            .collect();
+        let kernels: Vec<(u64, &str)> =
+            body.kernels.iter().map(|k| (k.start_ns, body.kernel_names[k.name as usize].as_str())).collect();
         let by = kernels_in_windows(&kernels, &windows, 2_000);
         let within: usize = by.iter().map(Vec::len).sum();
+        let lost: Vec<String> = no_kernels(backend).collect();
         eprintln!(
-            "replay-trace rank {rank}: CUPTI recorded {} kernels, {within} within the {} timed calls",
+            "replay-trace rank {rank}: CUPTI recorded {} kernels, {within} within the {} timed calls{}",
             kernels.len(),
-            windows.len()
+            windows.len(),
+            lost.iter().map(|l| format!("; {l}")).collect::<String>()
         );
         for (r, k) in records.iter_mut().zip(by) {
             r.kernels = Some(k);

@@ -1,13 +1,11 @@
-//! The cpu backend's executor of an imported trace (`replay-trace --backend
-//! cpu`): consumes a [`CommTrace`] and this process's MPI world, runs each
-//! collective as its MPI call on a sub-communicator ([`CpuTraceExec`]) and
-//! produces this rank's [`ReplayOutput`] ([`replay`]). Refuses a world size
-//! other than the trace's, buffers past [`MAX_PREPARED_BYTES`], a message past
-//! MPI's `int` count, a reduction dtype other than f32, bf16, f16, f64, i32
-//! and i64, a logical or bitwise reduction, `--pace device-gaps`. An MPI
-//! capture's nonblocking collectives are posted with their `MPI_I…` call
-//! and waited for at their recorded completing call, in call order with its
-//! point-to-point steps.
+//! The cpu backend's executor of an imported trace's collectives (the trace
+//! phases and `replay-trace --backend cpu`): consumes a [`CommTrace`] and this
+//! process's MPI world, runs each prepared collective as its MPI call on a
+//! sub-communicator ([`CpuTraceExec`]), blocking or posted with its `MPI_I…`
+//! call and waited for by [`CpuTraceExec::complete`], and counts what is wrong
+//! in a result. Refuses a world size other than the trace's, buffers past
+//! [`MAX_PREPARED_BYTES`], a message past MPI's `int` count and a reduction
+//! dtype other than f32, bf16, f16, f64, i32 and i64.
 use crate::backend::cpu::mpi_call::{mpi_call, Mode, MpiArgs, MpiCounts};
 use crate::backend::trace_share::{Input, Landed, TraceShare};
 use crate::core::refusal::Code;
@@ -297,8 +295,8 @@ impl CpuTraceExec {
         Ok(())
     }
 
-    /// Validate prepared collective `i` (`c`) right after it ran with `op`
-    /// and count what is wrong ([`TraceShare::wrong`]).
+    /// Validate prepared collective `i` (`c`), last run with `op`, and count
+    /// what is wrong ([`TraceShare::wrong`]).
     pub fn count_wrong(
         &self,
         i: usize,

@@ -129,11 +129,14 @@ impl Backend for CudaBackend {
                 let stream = exec.stream().clone();
                 Ok(exec.enqueue_on(index, c, op, false, &stream)?)
             }
-            (Call::Clear(index), Timing::HostWait) => {
+            // before a host-timed call: done before its timing starts; before a post: ordered on the stream
+            (Call::Clear(index), Timing::HostWait | Timing::Async) => {
                 let exec = self.prepared_exec()?;
                 let stream = exec.stream().clone();
                 exec.clear_result(index, &stream)?;
-                drv(stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
+                if timing == Timing::HostWait {
+                    drv(stream.synchronize(), "cuStreamSynchronize (result cleared)")?;
+                }
                 Ok(())
             }
             (Call::Complete(_), Timing::HostWait) => {

@@ -49,6 +49,9 @@ struct Walk {
     residual_ns: i64,
     /// When the last call (or point-to-point step) completed, host ns.
     prev_end: u64,
+    /// The last call was a world call the device may still run after its
+    /// host end (replay's pacing then waits for the device).
+    device_behind: bool,
     open: Option<OpenToken>,
     gap: Option<(u64, Option<u64>)>,
     beside: Option<Beside>,
@@ -78,6 +81,7 @@ impl<B: Backend> Runner<'_, B> {
             quantum_ns,
             residual_ns: 0,
             prev_end: self.clock.now_ns(),
+            device_behind: false,
             open: None,
             gap: None,
             beside: None,
@@ -161,6 +165,9 @@ impl<B: Backend> Runner<'_, B> {
                 }
             }
         }
+        if !w.deferred.is_empty() {
+            bail!("internal: {} checks left to a pass's end that never came", w.deferred.len());
+        }
         Ok(())
     }
 
@@ -193,13 +200,18 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Replay's pacing of a gap, on the rank clock: from the moment the host
-    /// knows the previous call completed (on GPU the host would otherwise run
-    /// ahead of the device and the gap would be fiction), sleep until the gap
-    /// has passed; returns the gap achieved.
+    /// Replay's pacing of a gap, on the rank clock: from the previous call's
+    /// end, or where the device may still run a world call after it, from the
+    /// moment the host knows it completed (the host would otherwise run ahead
+    /// of the device and the gap would be fiction), sleep until the gap has
+    /// passed; returns the gap achieved. Host work the schedule puts between
+    /// two calls (a posted call's completion, a check) lies inside the gap,
+    /// as the source's wait did.
     fn pace(&mut self, w: &mut Walk, gap_ns: u64) -> Result<u64> {
         self.backend.synchronize()?;
-        w.prev_end = w.prev_end.max(self.clock.now_ns());
+        if w.device_behind {
+            w.prev_end = w.prev_end.max(self.clock.now_ns());
+        }
         self.clock.sleep_until(w.prev_end + gap_ns);
         Ok(self.clock.now_ns().saturating_sub(w.prev_end))
     }
@@ -228,6 +240,16 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     fn call(&mut self, w: &mut Walk, s: &Schedule, c: CallStep) -> Result<()> {
+        // a checked prepared call's result is emptied before its gap: pacing absorbs it, and a post's on the
+        // device is ordered before the post without waiting for earlier posts
+        let clear = match c.target {
+            Target::Prepared { index, .. } if self.wants_check(&c) => Some(index),
+            _ => None,
+        };
+        if let Some(index) = clear {
+            let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
+            self.backend.enqueue(Call::Clear(index), timing)?;
+        }
         if let Some(gap) = w.gap.take() {
             self.apply_gap(w, &c, gap)?;
         }
@@ -268,10 +290,6 @@ impl<B: Backend> Runner<'_, B> {
                 let seq = self.group_seq(c.group, pair);
                 let checked = self.wants_check(&c);
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
-                if checked {
-                    // outside the call's timing
-                    self.backend.enqueue(Call::Clear(index), Timing::HostWait)?;
-                }
                 let issue_ns = self.clock.now_ns();
                 let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
                 self.backend.enqueue(Call::Trace { index, c: tc, op }, timing)?;
@@ -363,6 +381,7 @@ impl<B: Backend> Runner<'_, B> {
         ev.fill = w.fill.take();
         ev.replay = w.replay.take();
         w.prev_end = ev.wait_end_ns;
+        w.device_behind = extra.timed;
         i
     }
 
@@ -380,6 +399,7 @@ impl<B: Backend> Runner<'_, B> {
             .enqueue(Call::P2pStep(k), Timing::HostWait)
             .with_context(|| format!("rank {}, phase {}, pass {}", self.rank, w.phase, pass.token))?;
         w.prev_end = self.clock.now_ns();
+        w.device_behind = false;
         pass.host_ns += w.prev_end.saturating_sub(t0);
         pass.calls += 1;
         pass.operations += started;

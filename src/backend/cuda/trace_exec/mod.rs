@@ -1,9 +1,10 @@
-//! `replay-trace --backend cuda`: run an imported communication trace
-//! through NCCL.
+//! The cuda backend's executor of an imported trace's collectives (the trace
+//! phases, `replay-trace --backend cuda` and its workload pace), through NCCL.
 //!
 //! Consumes a [`CommTrace`], this process's MPI world (for NCCL's unique id
-//! only) and an NCCL library. Produces the same per-collective records as the
-//! CPU executor ([`crate::backend::cpu::trace_exec`]). Refuses: a world size
+//! only) and an NCCL library. Runs each prepared collective on its group's
+//! NCCL communicator, as the CPU executor ([`crate::backend::cpu::trace_exec`])
+//! does on MPI, and counts what is wrong in a result. Refuses: a world size
 //! other than the trace's, a reduction of another dtype, an NCCL without the
 //! calls the trace needs (naming them), buffers that do not fit on the GPU
 //! (saying how much was asked).

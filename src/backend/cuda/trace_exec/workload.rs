@@ -7,7 +7,7 @@
 //! Produces each collective's record, timed by events on its stream, and a
 //! report of the launch correction and gap trims applied. Refuses: a trace without recorded compute
 //! durations, a device without stream memory operations or without the PTX
-//! module (reason given), `--cupti` (not built for this pace).
+//! module (reason given); `replay-trace` refuses `--cupti` for this pace before MPI starts.
 //!
 //! Method: docs/METHODS.md, "Workload pace on GPUs".
 use super::CudaTraceExec;
