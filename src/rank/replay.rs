@@ -170,7 +170,7 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
                 stands_for: "compute".into(),
                 rank,
                 backend: "cpu".into(),
-                compute_model: "a host wait of each kernel's recorded duration (a sleep, spun for its last 200 µs) \
+                compute_model: "a host wait of each kernel's recorded duration (the replay phase's pacing: a spin, or a sleep where ranks share cores) \
                     from the previous call's end, the kernels before a collective summed in launch order (one \
                     stream: kernels the source ran concurrently count in sequence)"
                     .into(),

@@ -203,8 +203,8 @@ impl<B: Backend> Runner<'_, B> {
     /// Replay's pacing of a gap, on the rank clock: from the previous call's
     /// end, or where the device may still run a world call after it, from the
     /// moment the host knows it completed (the host would otherwise run ahead
-    /// of the device and the gap would be fiction), sleep until the gap has
-    /// passed; returns the gap achieved. Host work the schedule puts between
+    /// of the device and the gap would be fiction), wait until the gap has
+    /// passed (spinning where each rank has a core); returns the gap achieved. Host work the schedule puts between
     /// two calls (a posted call's completion, a check) lies inside the gap,
     /// as the source's wait did.
     fn pace(&mut self, w: &mut Walk, gap_ns: u64) -> Result<u64> {
@@ -212,7 +212,11 @@ impl<B: Backend> Runner<'_, B> {
         if w.device_behind {
             w.prev_end = w.prev_end.max(self.clock.now_ns());
         }
-        self.clock.sleep_until(w.prev_end + gap_ns);
+        if self.spin_short_delays {
+            self.clock.spin_until(w.prev_end + gap_ns);
+        } else {
+            self.clock.sleep_until(w.prev_end + gap_ns);
+        }
         Ok(self.clock.now_ns().saturating_sub(w.prev_end))
     }
 

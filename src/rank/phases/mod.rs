@@ -181,6 +181,9 @@ pub(crate) struct Runner<'a, B: Backend> {
     /// Every result check and what it found.
     pub checks: Vec<CheckRecord>,
     progress: bool,
+    /// A core for every local rank: injected delays under 1 ms and replay's
+    /// pacing spin on the clock rather than sleep (a sleeping thread wakes
+    /// late, and its next launch starts cold).
     spin_short_delays: bool,
     /// Barriers give up after this long (`--collective-timeout-s`), if set.
     barrier_timeout: Option<std::time::Duration>,
