@@ -317,13 +317,7 @@ pub(crate) fn walk_comm_trace(
         }
         count.run_per_pass += 1;
         // the world all-reduce sums and is waited for: a recorded other reduction, or a post, runs as a trace operation
-        let (target, group) = if c.kind == CollectiveKind::AllReduce
-            && replay.is_none()
-            && members == world
-            && run_dtype.is_ok()
-            && c.op.is_none()
-            && !posted
-        {
+        let (target, group) = if replay.is_none() && is_world_all_reduce(t, &world, c, posted) {
             (None, 0)
         } else {
             let gi = t
@@ -406,8 +400,7 @@ pub(crate) fn walk_comm_trace(
             .map(|(at, b)| match b {
                 Between::P2p(k) => {
                     let p = p2p.as_ref().expect("a step comes from the program");
-                    let gap_ns = if step_gaps { p.gap_ns[k] } else { 0 };
-                    Ok((at, Step::P2p { index: k, gap_ns, started: p.started[k] }))
+                    Ok((at, Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }))
                 }
                 Between::Complete(i) => match kept[i].3 {
                     Some(Target::Prepared { index, .. }) => Ok((at, Step::Complete { index })),
@@ -419,8 +412,8 @@ pub(crate) fn walk_comm_trace(
     for pass in 0..warmup_passes + passes {
         let warmup = pass < warmup_passes;
         // replay-trace's warm-up passes run back to back, and every rank starts the timed passes together
-        let unpaced =
-            replay.is_some() && (warmup || *replay.map(|r| r.1).unwrap_or(&ReplayPace::Gaps) == ReplayPace::None);
+        let unpaced = replay.is_some_and(|(_, pace)| warmup || *pace == ReplayPace::None);
+        let steps_paced = step_gaps && !unpaced;
         if replay.is_some() && warmup_passes > 0 && pass == warmup_passes {
             steps.push(Step::Settle);
         }
@@ -429,7 +422,7 @@ pub(crate) fn walk_comm_trace(
         let mut run_between = |steps: &mut Vec<Step>, at: usize| {
             while let Some((_, step)) = between.get(e).filter(|b| b.0 <= at) {
                 steps.push(match *step {
-                    Step::P2p { index, started, .. } if unpaced => Step::P2p { index, gap_ns: 0, started },
+                    Step::P2p { index, started, .. } if !steps_paced => Step::P2p { index, gap_ns: 0, started },
                     s => s,
                 });
                 e += 1;
@@ -494,24 +487,27 @@ pub(crate) fn walk_comm_trace(
     Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
 }
 
-/// Whether any rank of `t` runs a collective as a prepared call: with
-/// `replay`, any collective; for the phases, any but a world all-reduce of a
-/// run's element type that sums and is waited for (as [`walk_comm_trace`]
-/// decides per rank).
-fn any_rank_prepares(t: &CommTrace, world: &[u32], replay: bool) -> bool {
+/// Whether the phases run `c` (`posted` nonblocking or not) through the
+/// backend's world all-reduce: an all-reduce of a run's element type on a
+/// group of the whole `world` in rank order, summing and waited for; every
+/// other collective is a prepared call.
+fn is_world_all_reduce(t: &CommTrace, world: &[u32], c: &TraceCollective, posted: bool) -> bool {
     use crate::evidence::commtrace::CollectiveKind;
+    c.kind == CollectiveKind::AllReduce
+        && t.group(&c.group).is_some_and(|g| g.members == world)
+        && workload::Dtype::try_from(c.dtype).is_ok()
+        && c.op.is_none()
+        && !posted
+}
+
+/// Whether any rank of `t` runs a collective as a prepared call: with
+/// `replay`, any collective; for the phases, any but a world all-reduce.
+fn any_rank_prepares(t: &CommTrace, world: &[u32], replay: bool) -> bool {
     let posted = |r: u32, i: usize| {
         t.mpi.as_ref().and_then(|m| m.collective_nonblocking.get(r as usize)?.get(i).copied()).unwrap_or(false)
     };
     t.ranks.iter().any(|r| {
-        r.collectives.iter().enumerate().any(|(i, c)| {
-            replay
-                || c.kind != CollectiveKind::AllReduce
-                || t.group(&c.group).is_none_or(|g| g.members != world)
-                || workload::Dtype::try_from(c.dtype).is_err()
-                || c.op.is_some()
-                || posted(r.rank, i)
-        })
+        r.collectives.iter().enumerate().any(|(i, c)| replay || !is_world_all_reduce(t, world, c, posted(r.rank, i)))
     })
 }
 

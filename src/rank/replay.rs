@@ -97,7 +97,10 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
         );
     }
     if !cuda && pace == Pace::DeviceGaps {
-        bail!("--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same gaps on the host)");
+        bail!(
+            "--pace device-gaps needs --backend cuda: it spins on the device (on cpu, --pace gaps waits the same \
+                gaps on the host)"
+        );
     }
     let paced = pace != Pace::None;
     let word = |v: Option<clap::builder::PossibleValue>| v.map_or("?".to_string(), |p| p.get_name().to_string());
@@ -170,9 +173,9 @@ pub(crate) fn run(a: &ReplayTraceArgs) -> Result<()> {
                 stands_for: "compute".into(),
                 rank,
                 backend: "cpu".into(),
-                compute_model: "a host wait of each kernel's recorded duration (the replay phase's pacing: a spin, or a sleep where ranks share cores) \
-                    from the previous call's end, the kernels before a collective summed in launch order (one \
-                    stream: kernels the source ran concurrently count in sequence)"
+                compute_model: "a host wait of each kernel's recorded duration (the replay phase's pacing: a spin, \
+                    or a sleep where ranks share cores) from the previous call's end, the kernels before a collective \
+                    summed in launch order (one stream: kernels the source ran concurrently count in sequence)"
                     .into(),
                 streams: plan.stream_names(),
                 dependencies_from_timeline: plan.timeline_complete,

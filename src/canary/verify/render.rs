@@ -105,7 +105,8 @@ pub fn render(r: &VerifyReport) -> String {
         if let Some(u) = &v.ranking_undecided {
             let _ = writeln!(
                 s,
-                "    ranking undecided, not contradicted: {} (job-to-job spread {:.2}, log sd); more rounds can decide it",
+                "    ranking undecided, not contradicted: {} (job-to-job spread {:.2}, log sd); more rounds can \
+                    decide it",
                 u.reason, u.job_spread_log_sd
             );
         }

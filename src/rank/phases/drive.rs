@@ -204,9 +204,9 @@ impl<B: Backend> Runner<'_, B> {
     /// end, or where the device may still run a world call after it, from the
     /// moment the host knows it completed (the host would otherwise run ahead
     /// of the device and the gap would be fiction), wait until the gap has
-    /// passed (spinning where each rank has a core); returns the gap achieved. Host work the schedule puts between
-    /// two calls (a posted call's completion, a check) lies inside the gap,
-    /// as the source's wait did.
+    /// passed (spinning where each rank has a core); returns the gap achieved.
+    /// Host work the schedule puts between two calls (a posted call's
+    /// completion, a check) lies inside the gap, as the source's wait did.
     fn pace(&mut self, w: &mut Walk, gap_ns: u64) -> Result<u64> {
         self.backend.synchronize()?;
         if w.device_behind {
@@ -246,13 +246,11 @@ impl<B: Backend> Runner<'_, B> {
     fn call(&mut self, w: &mut Walk, s: &Schedule, c: CallStep) -> Result<()> {
         // a checked prepared call's result is emptied before its gap: pacing absorbs it, and a post's on the
         // device is ordered before the post without waiting for earlier posts
-        let clear = match c.target {
-            Target::Prepared { index, .. } if self.wants_check(&c) => Some(index),
-            _ => None,
-        };
-        if let Some(index) = clear {
-            let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
-            self.backend.enqueue(Call::Clear(index), timing)?;
+        let prepared_timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
+        if let Target::Prepared { index, .. } = c.target {
+            if self.wants_check(&c) {
+                self.backend.enqueue(Call::Clear(index), prepared_timing)?;
+            }
         }
         if let Some(gap) = w.gap.take() {
             self.apply_gap(w, &c, gap)?;
@@ -295,8 +293,7 @@ impl<B: Backend> Runner<'_, B> {
                 let checked = self.wants_check(&c);
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
                 let issue_ns = self.clock.now_ns();
-                let timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
-                self.backend.enqueue(Call::Trace { index, c: tc, op }, timing)?;
+                self.backend.enqueue(Call::Trace { index, c: tc, op }, prepared_timing)?;
                 let end_ns = self.clock.now_ns();
                 if c.issue == Issue::Post {
                     self.checked_in_phase += checked as u32;
@@ -309,11 +306,7 @@ impl<B: Backend> Runner<'_, B> {
                 // the check reads the result back after the timed call, never inside it
                 if checked {
                     self.checked_in_phase += 1;
-                    if self.checks_at_pass_end {
-                        w.deferred.push((c, seq, index, op));
-                    } else {
-                        self.check_prepared(w.phase, s, &c, seq, (index, op), false)?;
-                    }
+                    self.check_or_defer(w, s, c, seq, (index, op))?;
                 }
                 self.record(
                     w,
@@ -355,11 +348,7 @@ impl<B: Backend> Runner<'_, B> {
         let wait_end_ns = self.clock.now_ns();
         if p.checked {
             let Target::Prepared { op, .. } = p.call.target else { bail!("internal: a posted world call") };
-            if self.checks_at_pass_end {
-                w.deferred.push((p.call, p.seq, index, op));
-            } else {
-                self.check_prepared(w.phase, s, &p.call, p.seq, (index, op), false)?;
-            }
+            self.check_or_defer(w, s, p.call, p.seq, (index, op))?;
         }
         let ev = &mut self.body.collectives[p.event];
         (ev.wait_start_ns, ev.wait_end_ns) = (wait_start_ns, wait_end_ns);
@@ -460,6 +449,23 @@ impl<B: Backend> Runner<'_, B> {
     /// Whether this rank's results are spoiled before their checks (the `wrong-sum` negative control).
     fn corrupts(&self) -> bool {
         self.fault == Some(Fault::WrongSum { rank: self.rank })
+    }
+
+    /// Check prepared call `c` now, or at its pass's end ([`Self::with_checks_at_pass_end`]).
+    fn check_or_defer(
+        &mut self,
+        w: &mut Walk,
+        s: &Schedule,
+        c: CallStep,
+        seq: u64,
+        (index, op): (usize, ReduceOp),
+    ) -> Result<()> {
+        if self.checks_at_pass_end {
+            w.deferred.push((c, seq, index, op));
+            Ok(())
+        } else {
+            self.check_prepared(w.phase, s, &c, seq, (index, op), false)
+        }
     }
 
     /// Validate prepared call `c` (`index` of the schedule's, reducing with
