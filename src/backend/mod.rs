@@ -152,6 +152,20 @@ pub enum Call<'a> {
     /// is kept. [`Timing::HostWait`]: done on return; [`Timing::Async`] (before
     /// a post): ordered before the next call of it, without waiting for others.
     Clear(usize),
+    /// Empty the result that a [`Call::World`] of these fields leaves on this
+    /// rank, before a checked call of it (or a checked back-to-back run),
+    /// outside its timing, for the same reason as [`Call::Clear`]: every
+    /// world call of one size writes the same values into one buffer.
+    /// [`Timing::HostWait`]: done on return; [`Timing::Async`]: ordered before
+    /// the next world call. Refused while a world call is outstanding.
+    ClearWorld {
+        /// Kind.
+        kind: CollectiveKind,
+        /// Size, bytes.
+        bytes: u64,
+        /// Element type.
+        dtype: Dtype,
+    },
     /// Step `k` of the prepared point-to-point program (steps run in order).
     P2pStep(usize),
     /// Complete prepared collective `index`, started by a [`Call::Trace`] enqueued [`Timing::Async`].

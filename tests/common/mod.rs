@@ -292,8 +292,11 @@ pub fn own_path_sizes(row: &KindRow, n: u32, dtype: shard::Dtype) -> Vec<u64> {
 /// all-reduce whose result is spoiled (`corrupt`) must fail its check. On
 /// the cuda backend every call of the pass must have its device interval,
 /// and each row also runs twice in one CUDA graph (`GraphStep::Calls`).
-/// Returns one line per check, `kind=… dtype=… bytes=… checked=… wrong=…`,
-/// and the negative control's line, `negative wrong=…`, for the outer test.
+/// After each started call's check, its result is emptied (`Call::ClearWorld`)
+/// and checked again: every element it holds must then fail.
+/// Returns one line per check, `kind=… dtype=… bytes=… checked=… wrong=…`
+/// (`cleared=…` for an emptied one), and the negative control's line,
+/// `negative wrong=…`, for the outer test.
 pub fn own_path_walk<B: commcanary::backend::Backend>(
     b: &mut B,
     n: u32,
@@ -332,6 +335,16 @@ pub fn own_path_walk<B: commcanary::backend::Backend>(
                     out.wrong_elements,
                     out.first_wrong
                 ));
+                if timing == Timing::Async {
+                    // emptied, the result fails its check: a later call's check cannot pass on this one's
+                    b.enqueue(Call::ClearWorld { kind: row.kind, bytes, dtype }, Timing::HostWait).unwrap();
+                    let out = b.check(Checked::Last { kind: row.kind, bytes, dtype }, false).unwrap();
+                    let (name, wrong) = (row.name, out.wrong_elements);
+                    lines.push(format!(
+                        "kind={name} dtype={} bytes={bytes} cleared={checked} wrong={wrong}",
+                        dtype.name()
+                    ));
+                }
             }
             if cuda {
                 b.graph(GraphStep::Calls { kind: row.kind, bytes, dtype, n: 2 })
@@ -392,6 +405,12 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[shard::Dtype]) {
                 );
             }
         }
+    }
+    let cleared: Vec<&&str> = lines.iter().filter(|l| l.contains(" cleared=")).collect();
+    assert_eq!(cleared.len(), lines.iter().filter(|l| l.contains(" timing=Async ")).count(), "{stdout}");
+    for l in cleared {
+        let number = |key: &str| l.split(key).nth(1).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap();
+        assert_eq!(number(" cleared="), number(" wrong="), "every element of an emptied result fails: {l}");
     }
     let graphs: Vec<&&str> = lines.iter().filter(|l| l.contains(" timing=Graph ")).collect();
     assert!(graphs.iter().all(|l| l.contains(" wrong=0 ")), "a wrong result from a graph: {graphs:?}");

@@ -329,6 +329,17 @@ impl Backend for CpuBackend {
             }
             Call::Trace { index, c, op } => Ok(self.prepared_exec()?.issue(index, c, op, timing == Timing::Async)?),
             Call::Clear(index) => Ok(self.prepared_exec()?.clear(index)?),
+            Call::ClearWorld { kind, bytes, dtype } => {
+                if self.pending.is_some() {
+                    return Err(BackendError::Misuse("internal: a result cleared under an outstanding call".into()));
+                }
+                let n = OwnOp::new(kind, bytes, dtype, self.world_size, self.rank)?.recv_elems;
+                match dtype {
+                    Dtype::F32 => self.recv.iter_mut().take(n).for_each(|x| *x = 0.0),
+                    Dtype::Bf16 => self.recv16.iter_mut().take(n).for_each(|x| *x = 0),
+                }
+                Ok(())
+            }
             Call::Complete(index) => Ok(self.prepared_exec()?.complete(index)?),
             Call::P2pStep(k) => {
                 let p = self

@@ -139,6 +139,13 @@ impl Backend for CudaBackend {
                 }
                 Ok(())
             }
+            (Call::ClearWorld { kind, bytes, dtype }, Timing::HostWait | Timing::Async) => {
+                self.clear_world(kind, bytes, dtype)?;
+                if timing == Timing::HostWait {
+                    self.wait_stream(!self.on_compute, "waiting for a result to be cleared")?;
+                }
+                Ok(())
+            }
             (Call::Complete(_), Timing::HostWait) => {
                 let exec = self.prepared_exec()?;
                 drv(exec.stream().synchronize(), "cuStreamSynchronize (posted collective done)")?;
@@ -611,6 +618,23 @@ impl CudaBackend {
             ));
         }
         Ok(op)
+    }
+
+    /// Zero what a world call of `kind`, `bytes` and `dtype` leaves in this
+    /// rank's result buffer, on the stream its next call runs on, outside any
+    /// capture; the stream's last event then no longer marks its end.
+    fn clear_world(&mut self, kind: CollectiveKind, bytes: u64, dtype: Dtype) -> BackendResult<()> {
+        if self.pending.is_some() || self.capturing {
+            return Err(BackendError::Misuse(
+                "internal: a result cleared under an outstanding call or a capture".into(),
+            ));
+        }
+        let op = self.world_op(kind, bytes, dtype)?;
+        let n = (op.recv_elems as u64 * dtype.size_bytes()).min(self.recv.len() as u64) as usize;
+        let stream = if self.on_compute { self.compute.clone() } else { self.comm_stream.clone() };
+        drv(stream.memset_zeros(&mut self.recv.slice_mut(0..n)), "clearing the result buffer")?;
+        self.tail = [None, None];
+        Ok(())
     }
 
     /// Enqueue a world call's NCCL calls on `stream`, several as one NCCL group.

@@ -100,7 +100,7 @@ impl<B: Backend> Runner<'_, B> {
         let halfway = (phase == Phase::Blocking).then_some(calls / 2);
         let mut computes = 0;
         self.body.collectives.reserve(calls);
-        for step in &s.steps {
+        for (i, step) in s.steps.iter().enumerate() {
             match *step {
                 Step::Token { token, warmup } => {
                     w.open = Some(self.begin_token(token, warmup)?);
@@ -152,6 +152,15 @@ impl<B: Backend> Runner<'_, B> {
                 Step::P2p { index, gap_ns, started } => self.p2p_step(&mut w, index, gap_ns, started)?,
                 Step::Size => self.checked_in_phase = 0,
                 Step::Settle => {
+                    // a checked back-to-back run starts from an empty result: a warm-up's cannot pass for its last call
+                    if let Some(Step::Call(c) | Step::Graph { call: c, .. }) = s.steps.get(i + 1) {
+                        if let (Target::World { bytes, dtype }, Issue::BackToBack) = (c.target, c.issue) {
+                            if self.spec.check > 0 && self.has_result(c) {
+                                let clear = Call::ClearWorld { kind: c.kind, bytes, dtype };
+                                self.backend.enqueue(clear, Timing::HostWait)?;
+                            }
+                        }
+                    }
                     self.backend.synchronize()?;
                     self.barrier("barrier before a size's timed iterations", phase)?;
                 }
@@ -247,9 +256,14 @@ impl<B: Backend> Runner<'_, B> {
         // a checked prepared call's result is emptied before its gap: pacing absorbs it, and a post's on the
         // device is ordered before the post without waiting for earlier posts
         let prepared_timing = if c.issue == Issue::Post { Timing::Async } else { Timing::HostWait };
-        if let Target::Prepared { index, .. } = c.target {
-            if self.wants_check(&c) {
-                self.backend.enqueue(Call::Clear(index), prepared_timing)?;
+        if self.wants_check(&c) {
+            match (c.target, c.issue) {
+                (Target::Prepared { index, .. }, _) => self.backend.enqueue(Call::Clear(index), prepared_timing)?,
+                // a started world call's result: ordered before it; a back-to-back run's is cleared at its Settle
+                (Target::World { bytes, dtype }, Issue::Async) => {
+                    self.backend.enqueue(Call::ClearWorld { kind: c.kind, bytes, dtype }, Timing::Async)?
+                }
+                _ => {}
             }
         }
         if let Some(gap) = w.gap.take() {

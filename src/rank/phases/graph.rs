@@ -5,7 +5,7 @@
 //! than world all-reduces.
 use super::drive::quantize;
 use super::{Fault, Runner};
-use crate::backend::{Backend, Checked, GraphStep};
+use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::workload::Phase;
 use crate::evidence::schedule::{Schedule, Step};
 use crate::evidence::shard::{CollectiveKind, Dtype, GraphRun};
@@ -88,7 +88,11 @@ impl<B: Backend> Runner<'_, B> {
         timing: String,
         token: &mut dyn FnMut(&mut Self) -> Result<(u64, Dtype)>,
     ) -> Result<GraphRun> {
-        token(self)?;
+        let (bytes, dtype) = token(self)?;
+        if self.spec.check > 0 {
+            // the check reads what a launch left, not what this eager token did
+            self.backend.enqueue(Call::ClearWorld { kind: CollectiveKind::AllReduce, bytes, dtype }, Timing::Async)?;
+        }
         self.backend.synchronize()?;
         // the warm-up token is no part of the pass
         let _ = self.backend.finish_pass()?;

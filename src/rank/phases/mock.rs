@@ -26,6 +26,8 @@ pub(crate) enum Logged {
     Complete(usize),
     /// A trace call's result emptied before a checked call.
     Clear(usize),
+    /// A world call's result emptied before a checked call or run: kind name, bytes.
+    ClearWorld(&'static str, u64),
     Wait,
     EndBackToBack,
     Gemm {
@@ -128,6 +130,9 @@ impl Backend for MockBackend {
             }
             Call::Clear(index) if index < self.prepared && !self.posted.contains(&index) => {
                 self.log.push(Logged::Clear(index))
+            }
+            Call::ClearWorld { kind, bytes, .. } if !self.capturing => {
+                self.log.push(Logged::ClearWorld(kind.name(), bytes))
             }
             Call::Complete(index) if self.posted.contains(&index) => {
                 self.posted.retain(|&i| i != index);
@@ -423,6 +428,54 @@ mod tests {
                 })
                 .collect();
             assert_eq!(order.join(" "), format!("P0 P1 P2 T0 P3 {timed}"));
+        }
+    }
+
+    /// A checked world result starts empty, so that an earlier call of the
+    /// same size (which writes the same values) cannot pass for the checked
+    /// one: cleared right before a started call that will be checked, before
+    /// a checked back-to-back run's synchronization (after its warm-ups),
+    /// and in graph mode after the eager token, before the capture.
+    #[test]
+    fn a_checked_world_result_starts_empty() {
+        let order = |log: &[Logged]| -> String {
+            let t: Vec<String> = log
+                .iter()
+                .filter_map(|l| match l {
+                    Logged::World(_, b, _) => Some(format!("W{b}")),
+                    Logged::ClearWorld(_, b) => Some(format!("X{b}")),
+                    Logged::Check(true, _) => Some("C".into()),
+                    Logged::Synchronize => Some("S".into()),
+                    Logged::Graph(g) => Some(format!("{g:?}")),
+                    _ => None,
+                })
+                .collect();
+            t.join(" ")
+        };
+        let (res, b, _) = run(false, false, &spec(&[Phase::Isolated]), None);
+        res.unwrap();
+        let per_size = |x| format!("W{x} S X{x} W{x} C W{x} W{x}");
+        assert_eq!(order(&b.log), format!("{} {} S", per_size(64), per_size(128)));
+        let (res, b, _) = run(true, true, &spec(&[Phase::Isolated]), None);
+        res.unwrap();
+        let per_size = |x| format!("W{x} X{x} S W{x} W{x} W{x} C");
+        assert_eq!(order(&b.log), format!("{} {} S", per_size(64), per_size(128)));
+        // the model workload: the first timed call of the phase, after a warm-up token of two
+        let (res, b, _) = run(false, false, &spec(&[Phase::Blocking]), None);
+        res.unwrap();
+        assert!(order(&b.log).starts_with("W64 W128 X64 W64 C W128 W64 W128"), "{}", order(&b.log));
+        let mut s = spec(&[Phase::Blocking]);
+        s.graph = true;
+        let (res, b, _) = run(false, true, &s, None);
+        res.unwrap();
+        assert_eq!(order(&b.log), "W64 W128 X128 S Begin W64 W128 End Launch Launch Launch S C S");
+        // unchecked: nothing is cleared
+        let mut s = spec(&[Phase::Isolated, Phase::Blocking]);
+        s.check = 0;
+        for back_to_back in [false, true] {
+            let (res, b, _) = run(back_to_back, back_to_back, &s, None);
+            res.unwrap();
+            assert!(!b.log.iter().any(|l| matches!(l, Logged::ClearWorld(..))));
         }
     }
 
