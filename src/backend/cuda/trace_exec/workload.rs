@@ -13,7 +13,7 @@
 use super::CudaTraceExec;
 use crate::backend::cuda::{drv, host_release_word, load_ptx};
 use crate::core::workload::ReduceOp;
-use crate::evidence::commtrace::exec::ReplayOptions;
+use crate::evidence::commtrace::exec::{reduction, ReplayOptions};
 use crate::evidence::commtrace::exec::{
     ExecRecord, GapTransition, SpinCalibration, SpinPoint, WorkloadReport, WORKLOAD_REPORT_FORMAT_VERSION,
 };
@@ -198,8 +198,8 @@ struct PassSetup<'a> {
     streams: &'a [Arc<CudaStream>],
     /// The stream that waits on the gate word.
     gate_stream: &'a Arc<CudaStream>,
-    /// The reduction of every collective.
-    op: ReduceOp,
+    /// `--op`, for the collectives whose reduction the trace did not record ([`reduction`]).
+    op: Option<ReduceOp>,
     /// The pass fails when the device has not finished this long after the gate opened.
     timeout: Duration,
 }
@@ -237,9 +237,8 @@ pub fn run(
     let streams: Vec<Arc<CudaStream>> =
         plan.streams.iter().map(|_| drv(ctx.new_stream(), "creating a stream")).collect::<Result<_>>()?;
     let gate_stream = drv(ctx.new_stream(), "creating the gate stream")?;
-    let use_op = op.unwrap_or(ReduceOp::Sum);
     for (i, c) in mine.collectives.iter().enumerate() {
-        exec.run(i, c, use_op).with_context(|| format!("connection pass, collective {i}"))?;
+        exec.run(i, c, reduction(c, op).0).with_context(|| format!("connection pass, collective {i}"))?;
     }
     exec.reset()?;
     // the device gap after a collective compares with the compute recorded
@@ -251,8 +250,7 @@ pub fn run(
     }
     let mut transition = None;
     let mut trims = vec![0u64; plan.ops.len()];
-    let setup =
-        PassSetup { world, mine, plan, spin: &spin, streams: &streams, gate_stream: &gate_stream, op: use_op, timeout };
+    let setup = PassSetup { world, mine, plan, spin: &spin, streams: &streams, gate_stream: &gate_stream, op, timeout };
     if warmup {
         let w = run_pass(setup, exec, &mut gate, &trims, false).context("warm-up pass")?;
         exec.reset()?;
@@ -285,7 +283,6 @@ pub fn run(
             Some(p) => start.saturating_sub(times.intervals[p].1),
             None => start,
         };
-        let source = if op.is_some() { "--op" } else { "default" };
         records.push(ExecRecord {
             target_gap_ns: target,
             actual_gap_ns: actual,
@@ -294,7 +291,7 @@ pub fn run(
             compute_recorded_ns: Some(compute_ns),
             device_start_ns: Some(start),
             device_end_ns: Some(end),
-            ..ExecRecord::untimed(i, c, rank, (use_op, source), check, exec.wire_bytes(i).unwrap_or(0))
+            ..ExecRecord::untimed(i, c, rank, reduction(c, op), check, exec.wire_bytes(i).unwrap_or(0))
         });
     }
     let (compute_ops, compute_recorded_ns) = plan.compute_total();
@@ -385,7 +382,8 @@ fn run_pass(
             PlannedWork::Collective { index } => {
                 let (a, b) = &coll_ev[index];
                 drv(a.record(s), "cuEventRecord (collective start)")?;
-                exec.enqueue_on(index, &mine.collectives[index], op, check, s)
+                let c = &mine.collectives[index];
+                exec.enqueue_on(index, c, reduction(c, op).0, check, s)
                     .with_context(|| format!("collective {index}"))?;
                 drv(b.record(s), "cuEventRecord (collective end)")?;
             }
