@@ -340,6 +340,17 @@ fn cuda_hung_peer_ends_the_job_with_a_message_not_a_hang() {
     assert!(t0.elapsed().as_secs() < 120, "the job ended by itself: {:?}", t0.elapsed());
 }
 
+/// A JSON file's value.
+fn json(path: impl AsRef<std::path::Path>) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// `replay-trace TRACE --backend cuda --check --pace PACE --out OUT` on `ranks` ranks; its output, once it succeeded.
+fn replay_on_gpu(ranks: u32, trace: &std::path::Path, pace: &str, out: &std::path::Path) -> String {
+    let (trace, out) = (trace.to_str().unwrap(), out.to_str().unwrap());
+    ok(&mpirun(ranks, &["replay-trace", trace, "--backend", "cuda", "--check", "--pace", pace, "--out", out]))
+}
+
 /// A scratch directory where two GPUs are usable; `None` (with the reason printed) elsewhere.
 fn two_gpus_and_a_dir() -> Option<tempfile::TempDir> {
     if !gpu_or_skip() {
@@ -562,7 +573,7 @@ fn fixture_trace(dir: &std::path::Path, ranks: u32) -> std::path::PathBuf {
     if ranks == 2 {
         return k;
     }
-    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&k).unwrap()).unwrap();
+    let mut t = json(&k);
     t["world_size"] = 1.into();
     for g in t["groups"].as_array_mut().unwrap() {
         g["members"] = serde_json::json!([0]);
@@ -591,30 +602,11 @@ fn cuda_workload_pace_recreates_the_recorded_compute() {
     let d = tempfile::tempdir().unwrap();
     let t = fixture_trace(d.path(), ranks);
     let out = d.path().join("wl");
-    let o = mpirun(
-        ranks,
-        &[
-            "replay-trace",
-            t.to_str().unwrap(),
-            "--backend",
-            "cuda",
-            "--check",
-            "--pace",
-            "workload",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    eprintln!("{}", ok(&o));
+    eprintln!("{}", replay_on_gpu(ranks, &t, "workload", &out));
     for rank in 0..ranks {
-        let file: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join(format!("replay-trace.rank-{rank}.json"))).unwrap())
-                .unwrap();
+        let file = json(out.join(format!("replay-trace.rank-{rank}.json")));
         let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
-        let w: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(out.join(format!("replay-trace.rank-{rank}.workload.json"))).unwrap(),
-        )
-        .unwrap();
+        let w = json(out.join(format!("replay-trace.rank-{rank}.workload.json")));
         assert_eq!(w["backend"], "cuda");
         let spin = &w["spin"];
         let excess = spin["excess_ns"].as_f64().unwrap();
@@ -654,7 +646,7 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     }
     let d = tempfile::tempdir().unwrap();
     let one = fixture_trace(d.path(), 1);
-    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&one).unwrap()).unwrap();
+    let mut t = json(&one);
     let kernel = |stream: u64, start: u64, dur: u64| {
         serde_json::json!({
             "name": "k",
@@ -678,25 +670,10 @@ fn cuda_workload_pace_keeps_recorded_concurrency_across_streams() {
     let two = d.path().join("two-streams.json");
     std::fs::write(&two, serde_json::to_vec(&t).unwrap()).unwrap();
     let out = d.path().join("wl");
-    ok(&mpirun(
-        1,
-        &[
-            "replay-trace",
-            two.to_str().unwrap(),
-            "--backend",
-            "cuda",
-            "--check",
-            "--pace",
-            "workload",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    ));
-    let file: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    replay_on_gpu(1, &two, "workload", &out);
+    let file = json(out.join("replay-trace.rank-0.json"));
     let recs: Vec<serde_json::Value> = file["records"].as_array().unwrap().clone();
-    let w: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.workload.json")).unwrap()).unwrap();
+    let w = json(out.join("replay-trace.rank-0.workload.json"));
     assert_eq!(w["streams"], serde_json::json!(["7", "20"]), "{w}");
     assert_eq!(
         w["cross_stream_waits"], 2,
@@ -849,7 +826,7 @@ fn cuda_replay_runs_every_kind_of_the_table_checked() {
     }
     use commcanary::core::collective::KINDS;
     let d = tempfile::tempdir().unwrap();
-    let one: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture_trace(d.path(), 1)).unwrap()).unwrap();
+    let one = json(fixture_trace(d.path(), 1));
     let (v, rows) = with_every_kind(&one, false, true);
     let left_out: Vec<&str> = KINDS.iter().filter(|r| !rows.contains(&r.name)).map(|r| r.name).collect();
     eprintln!(
@@ -859,22 +836,8 @@ fn cuda_replay_runs_every_kind_of_the_table_checked() {
     let t = d.path().join("every-kind.json");
     std::fs::write(&t, serde_json::to_vec(&v).unwrap()).unwrap();
     let out = d.path().join("replay");
-    ok(&mpirun(
-        1,
-        &[
-            "replay-trace",
-            t.to_str().unwrap(),
-            "--backend",
-            "cuda",
-            "--check",
-            "--pace",
-            "none",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    ));
-    let f: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("replay-trace.rank-0.json")).unwrap()).unwrap();
+    replay_on_gpu(1, &t, "none", &out);
+    let f = json(out.join("replay-trace.rank-0.json"));
     let recs = f["records"].as_array().unwrap();
     for row in KINDS.iter().filter(|r| rows.contains(&r.name)) {
         let ran: Vec<&serde_json::Value> = recs.iter().filter(|r| r["kind"] == row.name).collect();
