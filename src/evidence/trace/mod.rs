@@ -369,11 +369,8 @@ pub(crate) fn walk_comm_trace(
     let mut gaps = gaps;
     if let Some(p) = p2p.as_ref().filter(|_| step_gaps) {
         // a collective's gap runs from the last step before it, where one is: the steps' own time is not gap
-        let (_, after_step) = p2p_gaps(t, rank, mine, &p.plan);
-        for (g, a) in gaps.iter_mut().zip(after_step) {
-            if let Some(a) = a {
-                *g = a;
-            }
+        for (g, a) in gaps.iter_mut().zip(&p.after_step_ns) {
+            *g = a.unwrap_or(*g);
         }
         check_replay_gaps(p.gap_ns.iter().copied(), &|i| {
             format!("--trace {}: point-to-point step {}", path.display(), i + 1)
@@ -523,6 +520,9 @@ struct P2pProgram {
     gap_ns: Vec<u64>,
     /// Operations started per step (a post, a send or a receive: 1; a `Sendrecv`: 2; a wait: 0).
     started: Vec<u32>,
+    /// Per collective: the recorded gap from the last step before it, where a
+    /// step lies between it and the previous collective (see [`p2p_gaps`]).
+    after_step_ns: Vec<Option<u64>>,
 }
 
 /// This rank's point-to-point program of `t` as the phases run it, and its
@@ -551,7 +551,7 @@ fn p2p_of(
     if allreduce_only {
         return Ok((None, Some(count)));
     }
-    let (gap_ns, _) = p2p_gaps(t, rank, mine, &plan);
+    let (gap_ns, after_step_ns) = p2p_gaps(t, rank, mine, &plan);
     let started = plan
         .steps
         .iter()
@@ -561,7 +561,7 @@ fn p2p_of(
             P2pStep::Complete(_) => 0,
         })
         .collect();
-    Ok((Some(P2pProgram { plan, gap_ns, started }), Some(count)))
+    Ok((Some(P2pProgram { plan, gap_ns, started, after_step_ns }), Some(count)))
 }
 
 /// The recorded gaps of a rank's calls in call order, collectives and
