@@ -12,6 +12,7 @@
 //! asserts nothing.
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::CudaOptions;
 use crate::backend::{cuda, Backend, Call, Timing};
 use crate::core::clock::{monotonic_raw_ns, RankClock};
 use crate::core::refusal::Code;
@@ -173,7 +174,7 @@ fn cuda_body(args: &BenchOptions, sizes: &[u64], world: &mpi::topology::SimpleCo
     let clock = RankClock::new(world.rank() as u32, &[]);
     let max = sizes.iter().copied().max().unwrap_or(4);
     let gemm = GemmShape { m: 64, n: 64, k: 64 };
-    let o = crate::backend::cuda::CudaOptions {
+    let o = CudaOptions {
         local_rank: local.rank() as u32,
         nccl_path: &args.nccl_lib,
         events_hint: (args.iters as usize) * 2 + 64,

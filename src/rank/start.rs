@@ -10,6 +10,7 @@ use super::tuning::request_nccl_tuning_log;
 use super::{sweep, RankOptions};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::CudaOptions;
 use crate::backend::mpi_deadline::{barrier, broadcast, Op};
 use crate::core::clock::{monotonic_raw_ns, unix_ms, RankClock};
 use crate::core::identity;
@@ -206,7 +207,7 @@ fn run_rank(args: &RankOptions, mut plan: Plan, world: &SimpleCommunicator, mpi_
             finish_rank(cx, file_trace, &mut b, clock.now_ns() - t0)
         }
         BackendKind::Cuda => {
-            let o = crate::backend::cuda::CudaOptions {
+            let o = CudaOptions {
                 local_rank,
                 nccl_path: &args.nccl_lib,
                 events_hint: crate::backend::BackendPlan::device_events_per_pass(&plan.spec, file_trace.as_ref()),

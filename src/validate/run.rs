@@ -10,6 +10,7 @@ use super::sweep;
 use super::{health, load, topology, ValidateArgs, EXIT_COULD_NOT_RUN};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::CudaOptions;
 use crate::backend::{Backend, BackendPlan};
 use crate::core::clock::{unix_ms, RankClock};
 use crate::core::identity::{self, ToolIdentity};
@@ -17,7 +18,7 @@ use crate::core::refusal::Code;
 use crate::core::workload::{DelayInjection, WorkloadSpec};
 use crate::core::{fsutil, stats};
 use crate::evidence::shard::BackendKind;
-use crate::rank::phases::RunnerControls;
+use crate::rank::phases::{Runner, RunnerControls};
 use anyhow::{bail, Context, Result};
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -131,7 +132,7 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
         }
         BackendKind::Cuda => {
             let local_rank = local.rank() as u32;
-            let o = crate::backend::cuda::CudaOptions {
+            let o = CudaOptions {
                 local_rank,
                 nccl_path: &a.nccl_lib,
                 events_hint: spec.device_events_per_pass().max(per_size_events),
@@ -374,8 +375,7 @@ fn workload_round<B: Backend>(
     spec: &WorkloadSpec,
     delay: Option<DelayInjection>,
 ) -> Result<Vec<f64>> {
-    let mut runner =
-        crate::rank::phases::Runner::new(backend, clock, spec, RunnerControls { delay, ..Default::default() });
+    let mut runner = Runner::new(backend, clock, spec, RunnerControls { delay, ..Default::default() });
     runner.run_all()?;
     let mut lat: Vec<f64> = runner
         .body

@@ -203,7 +203,7 @@ impl CpuP2p {
                 // end with a reason, not hang
                 let what = format!("wait for {} point-to-point operations (first: operation {})", ops.len(), ops[0]);
                 let phase = format!("rank {}'s point-to-point replay, step {}", self.rank, self.next);
-                let op = crate::backend::mpi_deadline::Op { what: &what, phase: &phase, peer: None };
+                let op = mpi_deadline::Op { what: &what, phase: &phase, peer: None };
                 mpi_deadline::poll_all(&mut reqs, &mut sts, self.limit, &op)?;
                 for (k, &i) in ops.iter().enumerate() {
                     self.reqs[i] = reqs[k];

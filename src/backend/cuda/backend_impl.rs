@@ -371,11 +371,7 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&mut self, what: &str, phase: &str, timeout: Option<std::time::Duration>) -> anyhow::Result<()> {
-        mpi_deadline::barrier_within(
-            &self.exec_world,
-            timeout,
-            crate::backend::mpi_deadline::Op { what, phase, peer: None },
-        )
+        mpi_deadline::barrier_within(&self.exec_world, timeout, mpi_deadline::Op { what, phase, peer: None })
     }
 }
 

@@ -383,6 +383,14 @@ impl NcclLibrary {
         };
         bail!("{call} failed: NCCL error {rc}: {text}")
     }
+
+    /// `ncclGetUniqueId` (rank 0 only; broadcast the bytes).
+    pub fn unique_id(&self) -> Result<[u8; 128]> {
+        let mut id = sys::UniqueId { internal: [0; 128] };
+        // SAFETY: writes 128 bytes into id.
+        self.check("ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
+        Ok(id.internal.map(|c| c as u8))
+    }
 }
 
 /// One NCCL call the backend enqueues (a world call or a trace collective): device pointers, counts in elements
@@ -449,16 +457,6 @@ pub(crate) struct NcclComm {
     comm: sys::Comm,
 }
 
-impl NcclLibrary {
-    /// `ncclGetUniqueId` (rank 0 only; broadcast the bytes).
-    pub fn unique_id(&self) -> Result<[u8; 128]> {
-        let mut id = sys::UniqueId { internal: [0; 128] };
-        // SAFETY: writes 128 bytes into id.
-        self.check("ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
-        Ok(id.internal.map(|c| c as u8))
-    }
-}
-
 impl NcclComm {
     /// `ncclCommInitRank` with the broadcast id. The CUDA context of the
     /// target device must be current on this thread.
@@ -492,7 +490,7 @@ impl NcclComm {
             0,
             &mut id[..],
             timeout,
-            crate::backend::mpi_deadline::Op { what: "broadcast of the NCCL unique id", phase, peer: Some(0) },
+            mpi_deadline::Op { what: "broadcast of the NCCL unique id", phase, peer: Some(0) },
         )?;
         Self::init_rank(lib, world.size() as u32, id, rank)
     }
