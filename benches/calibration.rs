@@ -1,8 +1,8 @@
 //! The long calibration run (not a timing benchmark): seeded simulations of
 //! the campaign statistics ([`commcanary::analysis::calibration`]) at 3, 5, 10 and 20
-//! rounds, written as Markdown tables into a new directory:
+//! rounds, written as Markdown tables into a new directory (`out/` is ignored by git):
 //!
-//!   CALIBRATION_OUT=results/DATE-calibration cargo bench --bench calibration
+//!   CALIBRATION_OUT=out/calibration-DATE cargo bench --bench calibration
 //!
 //! CALIBRATION_SIMS scales the simulation count (default 20000 per cell for
 //! intervals, a tenth of that for P(best), which draws a posterior per

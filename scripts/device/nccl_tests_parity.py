@@ -11,9 +11,10 @@ CommCanary / nccl-tests, with the issue's goals (median within 3%, p99 within
 time is the largest over ranks; p50 = sorted[n/2], p99 = sorted[ceil(0.99 n)-1].
 
 Where the host sets the pace, a tool's per-run median moves between runs by more
-than the goal (results/2026-12-01-h200-one-gpu-parity-host-bound/), so each row
-also gives the Hodges-Lehmann estimate of the ratio of per-run medians (the median
-of all CommCanary/nccl-tests ratios across runs) with its distribution-free
+than the goal (on one H200 at one rank, 2026-12-01, binary of commit 183183e,
+the same command moved a tool's p50 by up to 45% from one run to the next), so
+each row also gives the Hodges-Lehmann estimate of the ratio of per-run medians
+(the median of all CommCanary/nccl-tests ratios across runs) with its distribution-free
 confidence interval from the exact Mann-Whitney null distribution (Hollander and
 Wolfe, "Nonparametric Statistical Methods", 3rd ed., section 4.3), and says whether
 that interval lies within 3% ("within"), outside it ("outside") or across its edge

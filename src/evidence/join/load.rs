@@ -308,8 +308,8 @@ fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> 
 /// caller writes them) where given. Each joined collective is summarised
 /// (and written) on this thread as soon as the merge makes it, while its
 /// per-rank times are still in this core's cache: handing them to another
-/// thread cost more CPU time than it saved wall time
-/// (`results/2026-12-04-join-five-million/`).
+/// thread cost more CPU time than it saved wall time (measured with
+/// `scripts/bench/bench-join.sh` on a 2-core VM, 2026-12-04, for commit `80e4a4f`).
 pub fn join_summary_streaming(
     dir: &Path,
     threads: usize,
