@@ -20,6 +20,15 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 B=$PWD/.stage/bin/commcanary; T=$PWD/.stage/one-rank-trace.json
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; sha256sum "$B"; git log -1 --format=%H 2>/dev/null; } > "$OUT/env.txt" 2>&1
+# STEP VAR TIMEOUT LABEL: run the experiment script the variable VAR names, or record that it was skipped
+optional() {
+  if [ -n "${!2:-}" ]; then
+    timeout "$3" bash "${!2}" "$OUT/$1" > "$OUT/$1.log" 2>&1
+    echo "$4: exit $?" >> "$OUT/steps.txt"
+  else
+    echo "$4: skipped ($2 not set)" >> "$OUT/steps.txt"
+  fi
+}
 for s in $steps; do case $s in
 workload)
   for r in 1 2 3; do
@@ -34,20 +43,8 @@ workload)
   echo "device-gaps without warm-up (transition not corrected): exit $?" >> "$OUT/steps.txt"
   timeout 120 mpirun -n 1 "$B" replay-trace "$T" --backend cuda --check --pace workload --corrupt-rank 0 --out "$OUT/workload-corrupt" > "$OUT/workload-corrupt.out" 2> "$OUT/workload-corrupt.err"
   echo "workload corrupt run (must fail): exit $?" >> "$OUT/steps.txt" ;;
-anchor)
-  if [ -n "${ANCHOR_SH:-}" ]; then
-    timeout 200 bash "$ANCHOR_SH" "$OUT/anchor" > "$OUT/anchor.log" 2>&1
-    echo "anchor experiment: exit $?" >> "$OUT/steps.txt"
-  else
-    echo "anchor experiment: skipped (ANCHOR_SH not set)" >> "$OUT/steps.txt"
-  fi ;;
-cupti-clock)
-  if [ -n "${CUPTI_CLOCK_SH:-}" ]; then
-    timeout 150 bash "$CUPTI_CLOCK_SH" "$OUT/cupti-clock" > "$OUT/cupti-clock.log" 2>&1
-    echo "cupti clock experiment: exit $?" >> "$OUT/steps.txt"
-  else
-    echo "cupti clock experiment: skipped (CUPTI_CLOCK_SH not set)" >> "$OUT/steps.txt"
-  fi ;;
+anchor) optional anchor ANCHOR_SH 200 "anchor experiment" ;;
+cupti-clock) optional cupti-clock CUPTI_CLOCK_SH 150 "cupti clock experiment" ;;
 tests)
   COMMCANARY_BIN=$B timeout 240 .stage/gpu_cuda --test-threads 1 --nocapture > "$OUT/gpu-tests.log" 2>&1
   echo "gpu tests: exit $?" >> "$OUT/steps.txt" ;;
