@@ -16,11 +16,13 @@ use crate::core::refusal::Code;
 use crate::core::workload::{self, Phase, ReduceOp};
 use crate::evidence::commtrace::call_order::{self, Between, NonblockingPlan};
 use crate::evidence::commtrace::p2p::{self, P2pPlan};
-use crate::evidence::commtrace::{CommTrace, TraceCollective};
+use crate::evidence::commtrace::{exec, CollectiveKind, CommTrace, TraceCollective};
 use crate::evidence::join::JoinedCollective;
 use crate::evidence::schedule::{CallStep, Issue, Prepared, Schedule, Step, Target};
-use crate::evidence::shard::{CollectiveEvent, GapTimeline, PhaseRun, ProcessGroup, TraceOrigin, TraceP2pCount};
+use crate::evidence::shard::TraceP2pCount;
+use crate::evidence::shard::{CollectiveEvent, GapTimeline, PhaseRun, ProcessGroup, TraceKindCount, TraceOrigin};
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -218,16 +220,13 @@ pub(crate) fn walk_comm_trace(
     (warmup_passes, passes): (u32, u32),
     walk: &TraceWalk,
 ) -> Result<Schedule> {
-    use crate::evidence::commtrace::{exec, CollectiveKind};
-    use crate::evidence::shard::TraceKindCount;
     let (allreduce_only, replay) = match walk {
         TraceWalk::Phases { allreduce_only } => (*allreduce_only, None),
         TraceWalk::Replay { op, pace } => (false, Some((*op, pace))),
     };
-    let refuse =
-        |what: String| -> Result<Schedule> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
     if t.world_size != world_size {
-        return refuse(format!("recorded on {} ranks; this job has {world_size}", t.world_size));
+        let n = t.world_size;
+        crate::refuse!(Code::BadInput, "--trace {}: recorded on {n} ranks; this job has {world_size}", path.display());
     }
     let mine = &t
         .ranks
@@ -235,8 +234,104 @@ pub(crate) fn walk_comm_trace(
         .find(|r| r.rank == rank)
         .with_context(|| format!("--trace {}: no rank {rank}", path.display()))?
         .collectives;
-    // what the phases cannot run as recorded, refused on every rank alike before any collective
-    for r in t.ranks.iter().filter(|_| replay.is_none()) {
+    if replay.is_none() {
+        refuse_what_phases_cannot_run(t, path, allreduce_only)?;
+    }
+    let nonblocking = match allreduce_only {
+        true => None,
+        false => NonblockingPlan::of(t, rank, mine.len()).or_else(|e| bad_list(path, rank, e))?,
+    };
+    let kept = kept_calls(t, path, mine, nonblocking.as_ref(), (allreduce_only, replay.map(|r| r.0)))?;
+    // replay-trace replays a rank of point-to-point steps alone
+    if kept.calls.is_empty() && replay.is_none() {
+        let what = if allreduce_only { "all-reduce" } else { "collective" };
+        crate::refuse!(Code::BadInput, "--trace {}: rank {rank} has no {what} to run", path.display());
+    }
+    let colls: Vec<_> = kept.calls.iter().map(|k| k.c.clone()).collect();
+    let mut gaps = match replay.map(|r| r.1) {
+        Some(ReplayPace::None) => vec![0; colls.len()],
+        Some(ReplayPace::Given(g)) => g.clone(),
+        Some(ReplayPace::Gaps) => exec::paced_gaps_ns(&colls)?,
+        None => exec::gaps_ns(&colls).with_context(|| {
+            format!(
+                "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace \
+                by its gaps",
+                path.display()
+            )
+        })?,
+    };
+    if gaps.len() != colls.len() {
+        bail!("internal: {} gaps for {} collectives", gaps.len(), colls.len());
+    }
+    // the steps' recorded gaps pace them only where the recorded gaps pace the collectives
+    let step_gaps = matches!(replay.map(|r| r.1), None | Some(ReplayPace::Gaps));
+    // an MPI capture's point-to-point program runs between the collectives (not with --trace-allreduce-only)
+    let (p2p, p2p_count) = p2p_of(t, path, rank, mine, allreduce_only)?;
+    if let Some(p) = p2p.as_ref().filter(|_| step_gaps) {
+        // a collective's gap runs from the last step before it, where one is: the steps' own time is not gap
+        for (g, a) in gaps.iter_mut().zip(&p.after_step_ns) {
+            *g = a.unwrap_or(*g);
+        }
+        check_replay_gaps(p.gap_ns.iter().copied(), &|i| {
+            format!("--trace {}: point-to-point step {}", path.display(), i + 1)
+        })?;
+    }
+    check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
+    for c in &colls {
+        let elems = c.in_elems.max(c.out_elems);
+        if elems.checked_mul(c.dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
+            let (kind, seq, group) = (c.kind.name(), c.seq, &c.group);
+            let what = format!("{kind} #{seq} on group {group:?} records {elems} elements: too many bytes");
+            crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display());
+        }
+    }
+    // what runs between the collectives, in recorded call order: (before which collective, step)
+    let between: Vec<(usize, Step)> =
+        call_order::between(t, rank, colls.len(), p2p.as_ref().map(|p| &p.plan), nonblocking.as_ref())
+            .or_else(|e| bad_list(path, rank, e))?
+            .into_iter()
+            .map(|(at, b)| match b {
+                Between::P2p(k) => {
+                    let p = p2p.as_ref().expect("a step comes from the program");
+                    Ok((at, Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }))
+                }
+                Between::Complete(i) => match kept.calls[i].target {
+                    Some(Target::Prepared { index, .. }) => Ok((at, Step::Complete { index })),
+                    _ => bail!("internal: posted collective {i} is not a prepared call"),
+                },
+            })
+            .collect::<Result<_>>()?;
+    let walk = PassWalk { calls: &kept.calls, gaps: &gaps, between: &between, replay: replay.map(|r| r.1), step_gaps };
+    let steps = walk.steps(warmup_passes, warmup_passes + passes)?;
+    let origin = TraceOrigin::Imported {
+        path: path.display().to_string(),
+        sha256,
+        source_rank: rank,
+        collectives_per_pass: kept.calls.len() as u32,
+        left_out_per_pass: kept.counts.values().map(|c| c.left_out_per_pass).sum(),
+        kinds: kept.counts.into_values().collect(),
+        p2p: p2p_count,
+    };
+    let timeline = GapTimeline::of(colls.iter().map(|c| c.device.is_some()));
+    // making the groups' communicators is collective over the world: a rank with no prepared call of its own
+    // prepares too where another has one
+    let world: Vec<u32> = (0..world_size).collect();
+    let others = !allreduce_only && any_rank_prepares(t, &world, replay.is_some());
+    let prepared = (!kept.prepared.is_empty() || p2p.is_some() || others).then(|| Prepared {
+        trace: Arc::new(t.clone()),
+        colls: kept.prepared,
+        groups: kept.groups.into_values().collect(),
+        p2p: p2p.map(|p| p.plan),
+    });
+    Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
+}
+
+/// Refuse, on every rank alike before any collective, what the phases cannot
+/// run as recorded: a kind they cannot run, and (unless `allreduce_only`)
+/// members that disagree on a collective's size, which the join would refuse
+/// after the whole run.
+fn refuse_what_phases_cannot_run(t: &CommTrace, path: &Path, allreduce_only: bool) -> Result<()> {
+    for r in &t.ranks {
         for (i, c) in r.collectives.iter().enumerate() {
             if let Some(why) = exec::phases_cannot_run(c, allreduce_only) {
                 crate::refuse!(
@@ -251,8 +346,7 @@ pub(crate) fn walk_comm_trace(
             }
         }
     }
-    // members that disagree on a collective's size would be refused by the join, after the whole run
-    let uneven = if allreduce_only || replay.is_some() { Default::default() } else { exec::uneven_members(t) };
+    let uneven = if allreduce_only { Default::default() } else { exec::uneven_members(t) };
     if let Some(((r, i), why)) = uneven.into_iter().next() {
         crate::refuse!(
             Code::UnsupportedOperation,
@@ -261,25 +355,54 @@ pub(crate) fn walk_comm_trace(
             path.display()
         );
     }
-    let world: Vec<u32> = (0..world_size).collect();
-    let mut counts: std::collections::BTreeMap<CollectiveKind, TraceKindCount> = std::collections::BTreeMap::new();
-    let mut kept = Vec::new();
-    let mut op_colls = Vec::new();
-    let mut groups: std::collections::BTreeMap<u32, ProcessGroup> = std::collections::BTreeMap::new();
-    // recorded compute since the previous kept collective (None once a kernel lacks a duration)
+    Ok(())
+}
+
+/// A collective a walk runs, and how.
+struct KeptCall<'a> {
+    c: &'a TraceCollective,
+    /// Recorded compute since the previous kept collective (None once a kernel lacks a duration).
+    compute_ns: Option<u64>,
+    /// `None`: the backend's world all-reduce.
+    target: Option<Target>,
+    /// Shard group (0: the world).
+    group: u32,
+    /// Posted nonblocking.
+    posted: bool,
+}
+
+/// What a walk keeps of a rank's collectives: the calls, per kind what runs
+/// and what is left out, the prepared collectives and their groups.
+struct Kept<'a> {
+    calls: Vec<KeptCall<'a>>,
+    counts: BTreeMap<CollectiveKind, TraceKindCount>,
+    prepared: Vec<TraceCollective>,
+    groups: BTreeMap<u32, ProcessGroup>,
+}
+
+/// Rank collectives `mine` as a walk keeps them (`allreduce_only`, and
+/// `replay_op`: replay-trace's `--op`, `None` for the phases): every
+/// collective a prepared call on its group, except, for the phases, the
+/// world all-reduces ([`is_world_all_reduce`]); with `allreduce_only`, the
+/// other kinds left out and counted, and an all-reduce off the world or of
+/// another element type than a run's refused.
+fn kept_calls<'a>(
+    t: &CommTrace,
+    path: &Path,
+    mine: &'a [TraceCollective],
+    nonblocking: Option<&NonblockingPlan>,
+    (allreduce_only, replay_op): (bool, Option<Option<ReduceOp>>),
+) -> Result<Kept<'a>> {
+    let world: Vec<u32> = (0..t.world_size).collect();
+    let mut kept = Kept { calls: Vec::new(), counts: BTreeMap::new(), prepared: Vec::new(), groups: BTreeMap::new() };
     let mut compute: Option<u64> = Some(0);
-    let nonblocking = match allreduce_only {
-        true => None,
-        false => NonblockingPlan::of(t, rank, mine.len()).or_else(|e| bad_list(path, rank, e))?,
-    };
     for (ci, c) in mine.iter().enumerate() {
-        let posted = nonblocking.as_ref().is_some_and(|n| n.posted[ci]);
+        let posted = nonblocking.is_some_and(|n| n.posted[ci]);
         for k in &c.compute_before {
             compute = compute.zip(k.duration_ns).and_then(|(a, b)| a.checked_add(b));
         }
-        let kind = c.kind;
-        let count = counts.entry(kind).or_insert_with(|| TraceKindCount {
-            kind,
+        let count = kept.counts.entry(c.kind).or_insert_with(|| TraceKindCount {
+            kind: c.kind,
             run_per_pass: 0,
             left_out_per_pass: 0,
             dtypes: vec![],
@@ -299,6 +422,8 @@ pub(crate) fn walk_comm_trace(
             count.left_out_per_pass += 1;
             continue;
         }
+        let refuse =
+            |what: String| -> Result<Kept<'a>> { crate::refuse!(Code::BadInput, "--trace {}: {what}", path.display()) };
         if allreduce_only && members != world {
             return refuse(format!(
                 "all-reduce #{} runs on group {:?} of ranks {members:?}; with --trace-allreduce-only the phases run \
@@ -306,9 +431,7 @@ pub(crate) fn walk_comm_trace(
                 c.seq, c.group
             ));
         }
-        let dtype = c.dtype;
-        let run_dtype = workload::Dtype::try_from(dtype);
-        if let (true, Err(e)) = (allreduce_only, run_dtype) {
+        if let (true, Err(e)) = (allreduce_only, workload::Dtype::try_from(c.dtype)) {
             return refuse(format!(
                 "all-reduce #{} on group {:?}: {e}; with --trace-allreduce-only the phases run world all-reduces of a \
                     run's element type (without it, every dtype)",
@@ -317,7 +440,7 @@ pub(crate) fn walk_comm_trace(
         }
         count.run_per_pass += 1;
         // the world all-reduce sums and is waited for: a recorded other reduction, or a post, runs as a trace operation
-        let (target, group) = if replay.is_none() && is_world_all_reduce(t, &world, c, posted) {
+        let (target, group) = if replay_op.is_none() && is_world_all_reduce(t, &world, c, posted) {
             (None, 0)
         } else {
             let gi = t
@@ -326,162 +449,99 @@ pub(crate) fn walk_comm_trace(
                 .position(|g| g.name == c.group)
                 .with_context(|| format!("--trace {}: group {:?} is not described", path.display(), c.group))?;
             let group = gi as u32 + 1;
-            groups.entry(group).or_insert_with(|| ProcessGroup {
+            kept.groups.entry(group).or_insert_with(|| ProcessGroup {
                 id: group,
-                members: members.clone(),
+                members,
                 name: Some(c.group.clone()),
             });
-            op_colls.push(c.clone());
+            kept.prepared.push(c.clone());
             // the recorded reduction (an MPI capture's max, min, prod), else --op, else a sum
-            let op = exec::reduction(c, replay.and_then(|r| r.0)).0;
-            (Some(Target::Prepared { index: op_colls.len() - 1, op }), group)
+            let op = exec::reduction(c, replay_op.flatten()).0;
+            (Some(Target::Prepared { index: kept.prepared.len() - 1, op }), group)
         };
-        kept.push((c, dtype, compute.replace(0), target, group, posted));
+        kept.calls.push(KeptCall { c, compute_ns: compute.replace(0), target, group, posted });
     }
-    let left_out: u32 = counts.values().map(|c| c.left_out_per_pass).sum();
-    // replay-trace replays a rank of point-to-point steps alone
-    if kept.is_empty() && replay.is_none() {
-        return refuse(format!(
-            "rank {rank} has no {} to run",
-            if allreduce_only { "all-reduce" } else { "collective" }
-        ));
-    }
-    let colls: Vec<_> = kept.iter().map(|(c, ..)| (*c).clone()).collect();
-    let gaps = match replay.map(|r| r.1) {
-        Some(ReplayPace::None) => vec![0; colls.len()],
-        Some(ReplayPace::Given(g)) => g.clone(),
-        Some(ReplayPace::Gaps) => exec::paced_gaps_ns(&colls)?,
-        None => exec::gaps_ns(&colls).with_context(|| {
-            format!(
-                "--trace {}: it records no times (an execution trace); import the profiler (Kineto) trace to pace \
-                by its gaps",
-                path.display()
-            )
-        })?,
-    };
-    if gaps.len() != colls.len() {
-        bail!("internal: {} gaps for {} collectives", gaps.len(), colls.len());
-    }
-    // the steps' recorded gaps pace them only where the recorded gaps pace the collectives
-    let step_gaps = matches!(replay.map(|r| r.1), None | Some(ReplayPace::Gaps));
-    // an MPI capture's point-to-point program runs between the collectives (not with --trace-allreduce-only)
-    let (p2p, p2p_count) = p2p_of(t, path, rank, mine, allreduce_only)?;
-    let mut gaps = gaps;
-    if let Some(p) = p2p.as_ref().filter(|_| step_gaps) {
-        // a collective's gap runs from the last step before it, where one is: the steps' own time is not gap
-        for (g, a) in gaps.iter_mut().zip(&p.after_step_ns) {
-            *g = a.unwrap_or(*g);
-        }
-        check_replay_gaps(p.gap_ns.iter().copied(), &|i| {
-            format!("--trace {}: point-to-point step {}", path.display(), i + 1)
-        })?;
-    }
-    check_replay_gaps(gaps.iter().copied(), &|i| format!("--trace {}: collective {}", path.display(), i + 1))?;
-    for (c, dtype, ..) in &kept {
-        if c.in_elems.max(c.out_elems).checked_mul(dtype.size_bytes()).is_none_or(|b| b > i64::MAX as u64) {
-            return refuse(format!(
-                "{} #{} on group {:?} records {} elements: too many bytes",
-                c.kind.name(),
-                c.seq,
-                c.group,
-                c.in_elems.max(c.out_elems)
-            ));
-        }
-    }
-    let n = kept.len();
-    // what runs between the collectives, in recorded call order: (before which collective, step)
-    let between: Vec<(usize, Step)> =
-        call_order::between(t, rank, n, p2p.as_ref().map(|p| &p.plan), nonblocking.as_ref())
-            .or_else(|e| bad_list(path, rank, e))?
-            .into_iter()
-            .map(|(at, b)| match b {
-                Between::P2p(k) => {
-                    let p = p2p.as_ref().expect("a step comes from the program");
-                    Ok((at, Step::P2p { index: k, gap_ns: p.gap_ns[k], started: p.started[k] }))
+    Ok(kept)
+}
+
+/// A walk's passes: the kept calls with their gaps, what runs between them,
+/// and how the passes are paced.
+struct PassWalk<'a> {
+    calls: &'a [KeptCall<'a>],
+    gaps: &'a [u64],
+    /// (before which call, step), in call order.
+    between: &'a [(usize, Step)],
+    /// replay-trace's pacing (`None`: the phases').
+    replay: Option<&'a ReplayPace>,
+    /// Whether the point-to-point steps keep their recorded gaps.
+    step_gaps: bool,
+}
+
+impl PassWalk<'_> {
+    /// The steps of `warmup_passes` warm-up passes, then the timed ones, `total` in all.
+    fn steps(&self, warmup_passes: u32, total: u32) -> Result<Vec<Step>> {
+        let n = self.calls.len();
+        let mut steps = Vec::with_capacity((n * 3 + 2) * total as usize);
+        for pass in 0..total {
+            let warmup = pass < warmup_passes;
+            // replay-trace's warm-up passes run back to back, and every rank starts the timed passes together
+            let unpaced = self.replay.is_some_and(|pace| warmup || *pace == ReplayPace::None);
+            let steps_paced = self.step_gaps && !unpaced;
+            if self.replay.is_some() && warmup_passes > 0 && pass == warmup_passes {
+                steps.push(Step::Settle);
+            }
+            steps.push(Step::Token { token: pass, warmup });
+            let mut e = 0;
+            let mut run_between = |steps: &mut Vec<Step>, at: usize| {
+                while let Some((_, step)) = self.between.get(e).filter(|b| b.0 <= at) {
+                    steps.push(match *step {
+                        Step::P2p { index, started, .. } if !steps_paced => Step::P2p { index, gap_ns: 0, started },
+                        s => s,
+                    });
+                    e += 1;
                 }
-                Between::Complete(i) => match kept[i].3 {
-                    Some(Target::Prepared { index, .. }) => Ok((at, Step::Complete { index })),
-                    _ => bail!("internal: posted collective {i} is not a prepared call"),
-                },
-            })
-            .collect::<Result<_>>()?;
-    let mut steps = Vec::with_capacity((n * 3 + 2) * (warmup_passes + passes) as usize);
-    for pass in 0..warmup_passes + passes {
-        let warmup = pass < warmup_passes;
-        // replay-trace's warm-up passes run back to back, and every rank starts the timed passes together
-        let unpaced = replay.is_some_and(|(_, pace)| warmup || *pace == ReplayPace::None);
-        let steps_paced = step_gaps && !unpaced;
-        if replay.is_some() && warmup_passes > 0 && pass == warmup_passes {
-            steps.push(Step::Settle);
-        }
-        steps.push(Step::Token { token: pass, warmup });
-        let mut e = 0;
-        let mut run_between = |steps: &mut Vec<Step>, at: usize| {
-            while let Some((_, step)) = between.get(e).filter(|b| b.0 <= at) {
-                steps.push(match *step {
-                    Step::P2p { index, started, .. } if !steps_paced => Step::P2p { index, gap_ns: 0, started },
-                    s => s,
-                });
-                e += 1;
-            }
-        };
-        for (i, ((c, dtype, compute, target, group, posted), gap_ns)) in kept.iter().zip(&gaps).enumerate() {
-            run_between(&mut steps, i);
-            // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step before it)
-            let first = i == 0 && between.first().is_none_or(|b| b.0 != 0);
-            // kernels may overlap one another: never more than the gap
-            let compute_ns = compute.map(|c| if i == 0 { c } else { c.min(*gap_ns) });
-            if replay.is_some() {
-                // replay-trace's first gap is the recorded one: 0, or from a step before it
-                if !unpaced {
-                    steps.push(Step::Gap { ns: *gap_ns, compute_ns });
+            };
+            for (i, (k, gap_ns)) in self.calls.iter().zip(self.gaps).enumerate() {
+                run_between(&mut steps, i);
+                // the first of a pass: the compute recorded before it stands for the gap (or the gap from a step
+                // before it)
+                let first = i == 0 && self.between.first().is_none_or(|b| b.0 != 0);
+                // kernels may overlap one another: never more than the gap
+                let compute_ns = k.compute_ns.map(|c| if i == 0 { c } else { c.min(*gap_ns) });
+                if self.replay.is_some() {
+                    // replay-trace's first gap is the recorded one: 0, or from a step before it
+                    if !unpaced {
+                        steps.push(Step::Gap { ns: *gap_ns, compute_ns });
+                    }
+                } else {
+                    let ns = if first { k.compute_ns.unwrap_or(0) } else { *gap_ns };
+                    steps.push(Step::Gap { ns, compute_ns });
                 }
-            } else {
-                steps.push(Step::Gap { ns: if first { compute.unwrap_or(0) } else { *gap_ns }, compute_ns });
+                let (token, layer, c) = (Some(pass), Some(i as u32), k.c);
+                let bytes = event_bytes(c);
+                match k.target {
+                    None => steps.extend([Step::Call(world_call(bytes, c.dtype, token, layer, warmup)?), Step::Wait]),
+                    Some(target) => steps.push(Step::Call(CallStep {
+                        target,
+                        issue: if k.posted { Issue::Post } else { Issue::HostWait },
+                        kind: c.kind,
+                        group: k.group,
+                        bytes,
+                        dtype: c.dtype,
+                        root: c.root,
+                        peer: c.peer,
+                        token,
+                        layer,
+                        iter: None,
+                        warmup,
+                    })),
+                }
             }
-            let (token, layer) = (Some(pass), Some(i as u32));
-            let bytes = event_bytes(c);
-            match *target {
-                None => steps.extend([Step::Call(world_call(bytes, *dtype, token, layer, warmup)?), Step::Wait]),
-                Some(target) => steps.push(Step::Call(CallStep {
-                    target,
-                    issue: if *posted { Issue::Post } else { Issue::HostWait },
-                    kind: c.kind,
-                    group: *group,
-                    bytes,
-                    dtype: *dtype,
-                    root: c.root,
-                    peer: c.peer,
-                    token,
-                    layer,
-                    iter: None,
-                    warmup,
-                })),
-            }
+            run_between(&mut steps, n);
+            steps.push(Step::TokenEnd);
         }
-        run_between(&mut steps, n);
-        steps.push(Step::TokenEnd);
+        Ok(steps)
     }
-    let origin = TraceOrigin::Imported {
-        path: path.display().to_string(),
-        sha256,
-        source_rank: rank,
-        collectives_per_pass: kept.len() as u32,
-        left_out_per_pass: left_out,
-        kinds: counts.into_values().collect(),
-        p2p: p2p_count,
-    };
-    let timeline = GapTimeline::of(colls.iter().map(|c| c.device.is_some()));
-    // making the groups' communicators is collective over the world: a rank with no prepared call of its own
-    // prepares too where another has one
-    let others = !allreduce_only && any_rank_prepares(t, &world, replay.is_some());
-    let prepared = (!op_colls.is_empty() || p2p.is_some() || others).then(|| Prepared {
-        trace: Arc::new(t.clone()),
-        colls: op_colls,
-        groups: groups.into_values().collect(),
-        p2p: p2p.map(|p| p.plan),
-    });
-    Ok(Schedule { source: Some((origin, timeline)), prepared, steps })
 }
 
 /// Whether the phases run `c` (`posted` nonblocking or not) through the
