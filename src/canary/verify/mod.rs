@@ -22,7 +22,7 @@ pub use statics::facts;
 pub(crate) use statics::structure_checks;
 
 use crate::analysis::agreement;
-use crate::analysis::ranking::Relation;
+use crate::analysis::ranking::{pair_index, Relation};
 use crate::analysis::truth::TruthReport;
 use crate::campaign::chain::{self, Selection};
 use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, LauncherKind, TraceCanary};
@@ -136,10 +136,55 @@ struct Candidate {
     artifact: Canary,
     artifact_bytes: u64,
     trace: CommTrace,
+    /// The checks that need no measurement (filled by `static_checks`).
+    statics: Vec<Check>,
+}
+
+/// The source (its bytes and trace), the user's spec, and every candidate, the canary first.
+struct Inputs {
+    src_bytes: Vec<u8>,
+    t: CommTrace,
+    spec_in: CampaignSpec,
+    cands: Vec<Candidate>,
+}
+
+/// The verify campaign's spec, its variants (the source first), the user's configurations and bare known-bads.
+struct VerifySpec {
+    spec: CampaignSpec,
+    variants: Vec<String>,
+    config_names: Vec<String>,
+    bare_known_bad: Vec<String>,
+}
+
+/// The campaign as run: directory, manifest SHA-256, backend, evidence class, job measures per variant, report.
+struct Campaign {
+    dir: PathBuf,
+    manifest_sha: String,
+    backend: String,
+    evidence: String,
+    measures: BTreeMap<String, Vec<Vec<JobMeasure>>>,
+    report: Option<crate::analysis::Report>,
+}
+
+/// What the campaign's measures judged: the controls, every candidate (the canary first), the real job's ranking.
+struct Judged {
+    controls: ControlsOutcome,
+    verdicts: Vec<CandidateVerdict>,
+    truth: Option<super::truth::VerifyTruth>,
 }
 
 /// Run the verification; its campaign runs as `campaign run` does, printing to stderr (stdout keeps the verdict).
 pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyReport> {
+    let mut i = read_inputs(o, log)?;
+    static_checks(o, &mut i, log)?;
+    let vs = verify_spec(o, &i)?;
+    let camp = collect(&vs, run_campaign(o, &i, &vs, log)?)?;
+    let judged = judge(&i, &vs, &camp, controls_outcome(&i, &vs, &camp)?)?;
+    final_report(o, &i, vs, camp, judged)
+}
+
+/// Reads the source, the artifacts (each bound to it) and the spec; produces every candidate, baselines included.
+fn read_inputs(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<Inputs> {
     // integrity first: nothing runs on a broken chain
     let src_bytes = limits::read_bounded(&o.source, limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading source {}", o.source.display()))?;
@@ -165,7 +210,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let mut cands: Vec<Candidate> = Vec::new();
     for (name, c, b) in arts {
         let trace = expand::expand(&c).with_context(|| format!("expanding {name}"))?;
-        cands.push(Candidate { variant: name, artifact: c, artifact_bytes: b, trace });
+        cands.push(Candidate { variant: name, artifact: c, artifact_bytes: b, trace, statics: vec![] });
     }
     let src_path = o.source.display().to_string();
     let mut extra: Vec<(String, Method, usize)> = Vec::new();
@@ -178,9 +223,9 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     for (name, m, kk) in extra {
         let pos = baseline::positions(&t, m, kk, seed);
         let c = baseline::from_positions(&t, &src_bytes, &src_path, &pos, m, replayed, seed)?;
-        let bytes = serde_json::to_vec_pretty(&c)?.len() as u64;
+        let artifact_bytes = serde_json::to_vec_pretty(&c)?.len() as u64;
         match expand::expand(&c) {
-            Ok(trace) => cands.push(Candidate { variant: name, artifact: c, artifact_bytes: bytes, trace }),
+            Ok(trace) => cands.push(Candidate { variant: name, artifact: c, artifact_bytes, trace, statics: vec![] }),
             Err(e) => writeln!(
                 log,
                 "canary verify: baseline {name} could not be made into a consistent trace ({e:#}); left out"
@@ -191,12 +236,16 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     if let Some(l) = cands.first().and_then(|c| c.artifact.left_out_p2p.as_ref()) {
         writeln!(log, "canary verify: the canary and the baselines: {}", l.line())?;
     }
-    // every check that needs no measurement, before anything runs
-    let sfacts = facts(&t);
-    let mut statics: Vec<Vec<Check>> = Vec::new();
-    for c in &cands {
+    Ok(Inputs { src_bytes, t, spec_in, cands })
+}
+
+/// Each candidate's checks that need no measurement, before anything runs; refuses a compiled or lossless one
+/// failing any (unless `--replay-failed`).
+fn static_checks(o: &VerifyOptions, i: &mut Inputs, log: &mut dyn std::io::Write) -> Result<()> {
+    let sfacts = facts(&i.t);
+    for c in &mut i.cands {
         let mut checks: Vec<Check> = compare::static_checks(&sfacts, &facts(&c.trace));
-        checks.extend(structure_checks(&t, &c.artifact));
+        checks.extend(structure_checks(&i.t, &c.artifact));
         let failed: Vec<String> = checks
             .iter()
             .filter(|k| !k.passed)
@@ -222,11 +271,17 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
                 failed.join("; ")
             )?;
         }
-        statics.push(checks);
+        c.statics = checks;
     }
+    Ok(())
+}
+
+/// The verify campaign's spec from the user's spec and the options, checked whole before anything is written.
+fn verify_spec(o: &VerifyOptions, i: &Inputs) -> Result<VerifySpec> {
+    let (t, spec_in) = (&i.t, &i.spec_in);
     // the campaign spec (checked whole before anything is written), then the inputs
     let variants: Vec<String> =
-        std::iter::once("source".to_string()).chain(cands.iter().map(|c| c.variant.clone())).collect();
+        std::iter::once("source".to_string()).chain(i.cands.iter().map(|c| c.variant.clone())).collect();
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
     if let Some(b) = &o.backend {
@@ -326,10 +381,16 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             format!("{} with these options makes an invalid campaign: {e:#}", o.configs.display()),
         ),
     })?;
+    let config_names: Vec<String> = spec_in.configs.iter().map(|c| c.name.clone()).collect();
+    Ok(VerifySpec { spec, variants, config_names, bare_known_bad })
+}
+
+/// Writes the inputs and the verify spec into the new output directory and runs the campaign; produces its directory.
+fn run_campaign(o: &VerifyOptions, i: &Inputs, vs: &VerifySpec, log: &mut dyn std::io::Write) -> Result<PathBuf> {
     let inputs = o.out.join("inputs");
     std::fs::create_dir_all(&inputs).with_context(|| format!("creating {}", inputs.display()))?;
-    fsutil::write_new_atomic(&inputs.join("source.json"), &src_bytes)?;
-    for c in &cands {
+    fsutil::write_new_atomic(&inputs.join("source.json"), &i.src_bytes)?;
+    for c in &i.cands {
         fsutil::write_json_new(&inputs.join(format!("{}.json", c.variant)), &c.trace)?;
         c.artifact.write(&inputs.join(format!("{}.canary.json", c.variant)))?;
     }
@@ -337,29 +398,30 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     let text = format!(
         "# canary verify: the source and each candidate under every configuration of {}, one campaign\n{}",
         o.configs.display(),
-        toml::to_string(&spec).context("writing the verify spec")?
+        toml::to_string(&vs.spec).context("writing the verify spec")?
     );
     fsutil::write_new_atomic(&spec_path, text.as_bytes())?;
     let campaign_dir = o.out.join("campaign");
+    let (n_variants, n_configs, rounds) = (vs.variants.len(), vs.config_names.len(), vs.spec.repetitions);
     writeln!(
         log,
-        "canary verify: {} variants x {} configurations x {} rounds = {} jobs",
-        variants.len(),
-        spec_in.configs.len(),
-        spec.repetitions,
-        variants.len() * spec_in.configs.len() * spec.repetitions as usize
+        "canary verify: {n_variants} variants x {n_configs} configurations x {rounds} rounds = {} jobs",
+        n_variants * n_configs * rounds as usize
     )?;
     let run = RunOptions { retries: 1, ..Default::default() };
     run::run(&spec_path, &campaign_dir, &run, &mut std::io::stderr())?;
-    // collect
+    Ok(campaign_dir)
+}
+
+/// Reads the campaign's manifest, selection and report; produces the job measures per variant and configuration.
+fn collect(vs: &VerifySpec, campaign_dir: PathBuf) -> Result<Campaign> {
     let (m, manifest_sha) = chain::load_manifest(&campaign_dir)?;
     let sel_path = campaign_dir.join("selection.json");
     let sel: Selection = serde_json::from_slice(&limits::read_bounded(&sel_path, limits::MAX_JSON_BYTES)?)
         .with_context(|| format!("{}: not a selection", sel_path.display()))?;
-    let config_names: Vec<String> = spec_in.configs.iter().map(|c| c.name.clone()).collect();
     let mut measures: BTreeMap<String, Vec<Vec<JobMeasure>>> =
-        variants.iter().map(|v| (v.clone(), vec![Vec::new(); config_names.len()])).collect();
-    let mut backend = spec.backend.clone();
+        vs.variants.iter().map(|v| (v.clone(), vec![Vec::new(); vs.config_names.len()])).collect();
+    let mut backend = vs.spec.backend.clone();
     for e in &sel.entries {
         let cell = m
             .schedule
@@ -370,7 +432,7 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             continue; // the job's cells: read through the campaign report's truth section
         }
         let (v, cfg) = cell.label.split_once('.').with_context(|| format!("label {}", cell.label))?;
-        let ci = config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
+        let ci = vs.config_names.iter().position(|c| c == cfg).with_context(|| format!("configuration {cfg}"))?;
         let j = join::join_dir(&campaign_dir.join(&e.run_dir))?;
         j.refuse_synthetic("canary verify")?;
         if let Some(s) = j.shards.first() {
@@ -378,12 +440,8 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         }
         measures.get_mut(v).with_context(|| format!("variant {v}"))?[ci].push(job_measure(&j, cell.round)?);
     }
-    // controls: the campaign report's, and bare known-bads within each variant
-    let report_path = campaign_dir.join("report").join("report.json");
-    let mut details = Vec::new();
-    let mut behaved = Vec::new();
-    let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
     // the campaign's own report, read through its type (absent: analyze wrote none)
+    let report_path = campaign_dir.join("report").join("report.json");
     let report: Option<crate::analysis::Report> = match limits::read_bounded(&report_path, limits::MAX_JSON_BYTES) {
         Ok(bytes) => Some(
             serde_json::from_slice(&bytes)
@@ -391,54 +449,38 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         ),
         Err(_) => None,
     };
-    for c in report.iter().flat_map(|r| &r.controls) {
+    let evidence = format!(
+        "measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved",
+        launcher_name(&vs.spec),
+        vs.spec.repetitions
+    );
+    Ok(Campaign { dir: campaign_dir, manifest_sha, backend, evidence, measures, report })
+}
+
+/// The controls (the campaign report's, bare known-bads per variant) as judged, and whether each one behaved.
+fn controls_outcome(i: &Inputs, vs: &VerifySpec, camp: &Campaign) -> Result<(ControlsOutcome, Vec<bool>)> {
+    let (config_names, policy, n) = (&vs.config_names, &i.spec_in.analysis, vs.config_names.len());
+    let mut details = Vec::new();
+    let mut behaved = Vec::new();
+    let mut tally: Vec<(String, crate::analysis::ControlOutcome)> = Vec::new();
+    for c in camp.report.iter().flat_map(|r| &r.controls) {
         behaved.push(c.outcome == crate::analysis::ControlOutcome::Behaved);
         tally.push((c.kind.clone(), c.outcome));
         let outcome = serde_json::to_value(c.outcome)?;
         details.push(format!("{} {}: {}", c.kind, c.subject, outcome.as_str().unwrap_or("?")));
     }
-    let policy = &spec_in.analysis;
-    let src_jobs = measures.get("source").cloned().unwrap_or_default();
-    // the real job's ranking, from the campaign report's truth section
-    let truth_section: Option<TruthReport> = match &spec.truth {
-        None => None,
-        Some(_) => match &report {
-            Some(r) => r.truth.clone(),
-            None => crate::refuse!(
-                Code::Incomplete,
-                "{}: the campaign wrote no report, so its truth section is missing",
-                report_path.display()
-            ),
-        },
-    };
-    let truth = match &truth_section {
-        Some(t) => super::truth::verify_truth(t, &config_names, &src_jobs, policy)?,
-        None => None,
-    };
-    for kb in &bare_known_bad {
-        for v in &variants {
-            let jobs = &measures[v];
-            let p = compare::phase_input(&config_names, jobs);
+    for kb in &vs.bare_known_bad {
+        for v in &vs.variants {
+            let jobs = &camp.measures[v];
+            let p = compare::phase_input(config_names, jobs);
             let rels = agreement::relations_in_first_rounds(&p, policy, jobs.first().map_or(0, |j| j.len()));
             let ki = config_names.iter().position(|c| c == kb);
             let ok = match (rels, ki) {
-                (Ok(rels), Some(ki)) => {
-                    let n = config_names.len();
-                    let mut idx = 0;
-                    let mut all = true;
-                    for a in 0..n {
-                        for b in a + 1..n {
-                            let r = rels[idx];
-                            idx += 1;
-                            if a == ki {
-                                all &= r == Relation::BFaster;
-                            } else if b == ki {
-                                all &= r == Relation::AFaster;
-                            }
-                        }
-                    }
-                    all
-                }
+                // decided slower in every pair it is in (`pair_index` order)
+                (Ok(rels), Some(ki)) => (0..n).filter(|&c| c != ki).all(|c| match c < ki {
+                    true => rels[pair_index(n, c, ki)] == Relation::AFaster,
+                    false => rels[pair_index(n, ki, c)] == Relation::BFaster,
+                }),
                 _ => false,
             };
             behaved.push(ok);
@@ -455,11 +497,28 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
         }
     }
     let summary = crate::analysis::control_counts(tally.iter().map(|(k, o)| (k.as_str(), *o)));
-    let controls = ControlsOutcome {
-        declared: !behaved.is_empty(),
-        behaved: (!behaved.is_empty()).then(|| behaved.iter().all(|b| *b)),
-        details,
-        summary,
+    let declared = !behaved.is_empty();
+    Ok((ControlsOutcome { declared, behaved: declared.then(|| behaved.iter().all(|b| *b)), details, summary }, behaved))
+}
+
+/// Judges every candidate (replay, ranking, hardware and truth checks) on the campaign's measures and the controls.
+fn judge(i: &Inputs, vs: &VerifySpec, camp: &Campaign, controls: (ControlsOutcome, Vec<bool>)) -> Result<Judged> {
+    let ((controls, behaved), t, spec_in, policy) = (controls, &i.t, &i.spec_in, &i.spec_in.analysis);
+    let (config_names, backend) = (&vs.config_names, &camp.backend);
+    let src_jobs = camp.measures.get("source").cloned().unwrap_or_default();
+    // the real job's ranking, from the campaign report's truth section
+    let truth_section: Option<TruthReport> = match (&vs.spec.truth, &camp.report) {
+        (None, _) => None,
+        (Some(_), Some(r)) => r.truth.clone(),
+        (Some(_), None) => crate::refuse!(
+            Code::Incomplete,
+            "{}: the campaign wrote no report, so its truth section is missing",
+            camp.dir.join("report").join("report.json").display()
+        ),
+    };
+    let truth = match &truth_section {
+        Some(t) => super::truth::verify_truth(t, config_names, &src_jobs, policy)?,
+        None => None,
     };
     // configurations that add latency of their own: the tail recall leaves them out
     let control_configs: Vec<bool> = spec_in
@@ -470,73 +529,56 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
                 || spec_in.controls.as_ref().is_some_and(|ctl| ctl.known_bad.iter().any(|k| k.config() == c.name))
         })
         .collect();
-    // judge every candidate
-    let evidence = format!(
-        "measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved",
-        launcher_name(&spec),
-        spec.repetitions
-    );
+    let check = |name: &str, guards, passed, measured, tolerance: &str| Check {
+        name: name.into(),
+        guards,
+        passed,
+        measured,
+        tolerance: tolerance.into(),
+    };
+    // the strongest state needs GPUs, controls that behaved, and a source that knows what the replay reproduces
+    let ctl = match controls.behaved {
+        None => "the spec declares no control".into(),
+        Some(_) => format!("{} of {} controls behaved", behaved.iter().filter(|b| **b).count(), behaved.len()),
+    };
+    let unknown: Vec<&str> = t.unknown.iter().map(|u| u.field.as_str()).collect();
+    let known = match unknown.is_empty() {
+        true => "the source knows every field".into(),
+        false => format!("the source does not know: {}", unknown.join(", ")),
+    };
+    let (hw, unknowns_never) =
+        (Assurance::HardwareValidated, "an artifact built over unknowns can never be hardware-validated");
+    let hardware = [
+        check("hardware.backend", hw, backend == "cuda", format!("backend {backend}"), "GPU replays (cuda)"),
+        check("hardware.controls", hw, controls.behaved == Some(true), ctl, "declared controls, every one behaved"),
+        check("source.unknowns", hw, unknown.is_empty(), known, unknowns_never),
+    ];
     let mut verdicts = Vec::new();
     let src_events: u64 = t.ranks.iter().map(|r| r.collectives.len() as u64).sum();
-    for (c, mut checks) in cands.iter().zip(statics) {
-        let jobs = measures.get(&c.variant).cloned().unwrap_or_default();
-        let p = Paired { configs: &config_names, source: &src_jobs, candidate: &jobs, controls: &control_configs };
+    for c in &i.cands {
+        let mut checks = c.statics.clone();
+        let jobs = camp.measures.get(&c.variant).cloned().unwrap_or_default();
+        let p = Paired { configs: config_names, source: &src_jobs, candidate: &jobs, controls: &control_configs };
         let (replay, unjudged) = compare::replay_checks(&p);
         checks.extend(replay);
-        let (ranking, cost, ranking_undecided) = match compare::ranking_check(&p, policy, &evidence) {
+        let (ranking, cost, ranking_undecided) = match compare::ranking_check(&p, policy, &camp.evidence) {
             Ok(compare::RankingOutcome { check, agreement, cost, undecided }) => {
                 checks.push(check);
                 // no decision on the source: no cost of reaching it
                 (Some(agreement), cost, undecided)
             }
             Err(e) => {
-                checks.push(Check {
-                    name: "ranking".into(),
-                    guards: Assurance::BehaviorallyVerified,
-                    passed: false,
-                    measured: format!("could not be computed: {e:#}"),
-                    tolerance: "no contradiction".into(),
-                });
+                let measured = format!("could not be computed: {e:#}");
+                checks.push(check("ranking", Assurance::BehaviorallyVerified, false, measured, "no contradiction"));
                 (None, None, None)
             }
         };
-        // the strongest state needs GPUs, controls that behaved, and a source that knows what the replay reproduces
-        checks.push(Check {
-            name: "hardware.backend".into(),
-            guards: Assurance::HardwareValidated,
-            passed: backend == "cuda",
-            measured: format!("backend {backend}"),
-            tolerance: "GPU replays (cuda)".into(),
-        });
-        checks.push(Check {
-            name: "hardware.controls".into(),
-            guards: Assurance::HardwareValidated,
-            passed: controls.behaved == Some(true),
-            measured: match controls.behaved {
-                None => "the spec declares no control".into(),
-                Some(_) => format!("{} of {} controls behaved", behaved.iter().filter(|b| **b).count(), behaved.len()),
-            },
-            tolerance: "declared controls, every one behaved".into(),
-        });
-        checks.push(Check {
-            name: "source.unknowns".into(),
-            guards: Assurance::HardwareValidated,
-            passed: t.unknown.is_empty(),
-            measured: if t.unknown.is_empty() {
-                "the source knows every field".into()
-            } else {
-                format!(
-                    "the source does not know: {}",
-                    t.unknown.iter().map(|u| u.field.as_str()).collect::<Vec<_>>().join(", ")
-                )
-            },
-            tolerance: "an artifact built over unknowns can never be hardware-validated".into(),
-        });
+        checks.extend(hardware.iter().cloned());
         let state = compare::state_of(&checks, true);
         let a = &c.artifact;
-        let src_bytes_n = src_bytes.len() as f64;
+        let src_bytes_n = i.src_bytes.len() as f64;
         let truth_judged = match &truth_section {
-            Some(t) => super::truth::judge(t, &config_names, &jobs, policy)?,
+            Some(t) => super::truth::judge(t, config_names, &jobs, policy)?,
             None => None,
         };
         let stored = a.slots.len() as u64 * c.trace.ranks.len() as u64;
@@ -558,6 +600,12 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
             bytes: (c.artifact_bytes, src_bytes_n / c.artifact_bytes.max(1) as f64),
         });
     }
+    Ok(Judged { controls, verdicts, truth })
+}
+
+/// The report of what was judged (the canary against the baselines), written as `canary-verify.json`.
+fn final_report(o: &VerifyOptions, i: &Inputs, vs: VerifySpec, camp: Campaign, j: Judged) -> Result<VerifyReport> {
+    let (cands, verdicts) = (&i.cands, &j.verdicts);
     let canary_state = verdicts.first().map(|v| v.state);
     let baselines: Vec<&CandidateVerdict> = verdicts
         .iter()
@@ -574,17 +622,17 @@ pub fn verify(o: &VerifyOptions, log: &mut dyn std::io::Write) -> Result<VerifyR
     });
     let report = VerifyReport {
         format_version: VERIFY_FORMAT_VERSION,
-        evidence,
+        evidence: camp.evidence,
         source: artifact::SourceBinding { path: o.source.display().to_string(), ..cands[0].artifact.source.clone() },
         spec: (o.configs.display().to_string(), fsutil::sha256_file(&o.configs)?),
-        backend,
-        rounds: spec.repetitions,
-        configs: config_names,
-        campaign: (campaign_dir.display().to_string(), manifest_sha),
-        controls,
-        candidates: verdicts,
+        backend: camp.backend,
+        rounds: vs.spec.repetitions,
+        configs: vs.config_names,
+        campaign: (camp.dir.display().to_string(), camp.manifest_sha),
+        controls: j.controls,
+        candidates: j.verdicts,
         canary_beats_baselines,
-        truth,
+        truth: j.truth,
         never_granted:
             "production-representative: only the workload's owner can know whether the traced run represents production"
                 .into(),
