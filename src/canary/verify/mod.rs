@@ -440,14 +440,14 @@ fn collect(vs: &VerifySpec, campaign_dir: PathBuf) -> Result<Campaign> {
         }
         measures.get_mut(v).with_context(|| format!("variant {v}"))?[ci].push(job_measure(&j, cell.round)?);
     }
-    // the campaign's own report, read through its type (absent: analyze wrote none)
+    // the campaign's own report, read through its type (absent: analyze wrote none; unreadable: an error)
     let report_path = campaign_dir.join("report").join("report.json");
-    let report: Option<crate::analysis::Report> = match limits::read_bounded(&report_path, limits::MAX_JSON_BYTES) {
-        Ok(bytes) => Some(
-            serde_json::from_slice(&bytes)
+    let report: Option<crate::analysis::Report> = match report_path.try_exists() {
+        Ok(false) => None,
+        _ => Some(
+            serde_json::from_slice(&limits::read_bounded(&report_path, limits::MAX_JSON_BYTES)?)
                 .with_context(|| format!("{}: not a campaign report", report_path.display()))?,
         ),
-        Err(_) => None,
     };
     let evidence = format!(
         "measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved",
