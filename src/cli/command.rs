@@ -590,24 +590,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             run::run(&spec, &output, &RunOptions { retries, cell_timeout_s, reveal, verbose }, out)?
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
-            let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
-            writeln!(
-                out,
-                "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in \
-                attempts.jsonl)"
-            )?;
-            // a cell left without a successful attempt is a failed exec (exit 1), naming the cells
-            let left = chain::cells_without_success(&dir, cell)?;
-            if !left.is_empty() {
-                crate::refuse!(
-                    Code::FailedAttempt,
-                    "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in \
-                        attempts.jsonl; exec again to retry them)",
-                    dir.display(),
-                    left.len(),
-                    left.join(", ")
-                );
-            }
+            chain::exec_all(&dir, retries, cell, cell_timeout_s, out)?
         }
         C::Select { dir, policy } => run::select(&dir, policy, out)?,
         C::Verify { dir, json } => run::verify(&dir, json, out)?,
