@@ -9,7 +9,6 @@ use crate::analysis::overlap::IntervalSource;
 use crate::analysis::queue::{self, QueueResult};
 use crate::analysis::ranking::{self, ConfigSummary, Relation};
 use crate::analysis::{capacity, summary};
-use crate::campaign::chain::Verdict;
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
 use crate::cli::{canary, schema, Cli, Command, JoinArgs};
@@ -310,12 +309,6 @@ struct Side {
     relations: Option<Vec<Relation>>,
 }
 
-/// A campaign's analysis input, only once `verify` passes.
-fn verified_input(dir: &std::path::Path) -> Result<(Verdict, crate::analysis::AnalysisInput)> {
-    let (v, read) = report_campaign::verified(dir)?;
-    Ok((v, report_campaign::collect_read(dir, read)?.0))
-}
-
 /// One side of a comparison. A campaign is analyzed once however many
 /// sides name it (`analyzed` holds the last one).
 /// A folder of nccl-tests outputs as one side of `compare`.
@@ -353,7 +346,7 @@ fn side(
         let dir = std::path::Path::new(dir);
         let phase: Phase = phase.parse()?;
         if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
-            let (v, input) = verified_input(dir)?;
+            let (v, input) = report_campaign::verified_input(dir)?;
             let ev = format!(
                 "measured: verified campaign {} (manifest {})",
                 input.context.campaign_id,
@@ -424,7 +417,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         let dir = a.campaign.as_ref().expect("clap requires one");
         let phase: Phase = a.phase.parse()?;
-        let (_, input) = verified_input(dir)?;
+        let (_, input) = report_campaign::verified_input(dir)?;
         let p = input
             .phases
             .iter()
@@ -622,24 +615,10 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Power { dir, phase, min_effect_pct } => {
-            let (_, input) = verified_input(&dir)?;
-            let phase: Phase = match phase {
-                Some(p) => p.parse()?,
-                None => input.canary.as_ref().map(|c| c.2).unwrap_or(Phase::Blocking),
-            };
-            let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
-            if m.is_nan() || m < 0.0 {
-                anyhow::bail!("--min-effect-pct {m}: must be non-negative");
-            }
-            write!(out, "{}", report_campaign::power_text(&input, phase, m)?)?;
+            write!(out, "{}", report_campaign::power(&dir, phase.as_deref(), min_effect_pct)?)?
         }
         C::Replicate { a, b, json } => {
-            let (ra, na) = report_campaign::analyze_for_replication(&a)?;
-            let (rb, nb) = report_campaign::analyze_for_replication(&b)?;
-            let name = |m: &std::collections::BTreeMap<String, String>, l: &str| {
-                m.get(l).cloned().unwrap_or_else(|| l.to_string())
-            };
-            let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
+            let r = report_campaign::replicate(&a, &b)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
@@ -667,34 +646,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = pick::confirm(&dir, &pick, rounds, &output)?;
-            let t = c.report.truth.as_ref().context("truth section")?;
-            for row in &t.rows {
-                writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
-            }
-            writeln!(
-                out,
-                "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t \
-                    interval over {} paired rounds, cost(default)/cost(pick) - 1)",
-                c.gain_pct, c.low_pct, c.high_pct, c.rounds
-            )?;
-            let verdict = if !c.recommended {
-                format!(
-                    "NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)",
-                    c.min_effect_pct, c.low_pct
-                )
-            } else if c.low_pct > c.min_effect_pct {
-                format!(
-                    "recommended: decided faster than the default by more than the minimum effect of {}%",
-                    c.min_effect_pct
-                )
-            } else {
-                format!(
-                    "recommended: no loss beyond the minimum effect of {}%, and no gain decided either",
-                    c.min_effect_pct
-                )
-            };
-            writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
+            write!(out, "{}", pick::confirm(&dir, &pick, rounds, &output)?.text()?)?
         }
         C::CheckArchive { archive, descriptor } => {
             let d = cp::check_archive(&archive, &descriptor)?;
