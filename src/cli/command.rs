@@ -7,7 +7,6 @@
 //! and an exit code. Refuses: whatever the stage it calls refuses.
 use crate::analysis::overlap::IntervalSource;
 use crate::analysis::queue::{self, QueueResult};
-use crate::analysis::ranking::{self, ConfigSummary, Relation};
 use crate::analysis::{capacity, summary};
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
@@ -21,6 +20,7 @@ use crate::rank::bench::{self, BenchOptions};
 use crate::rank::capture::{self, CaptureOptions};
 use crate::rank::{doctor, replay};
 use crate::report::campaign as report_campaign;
+use crate::report::compare as report_compare;
 use crate::report::run::{self, Analyze, RunOptions};
 use crate::report::{export, pick};
 use anyhow::{Context, Result};
@@ -300,93 +300,6 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// One side of a comparison: summaries, evidence, the declared rule and,
-/// for a campaign, the relations its analysis decided (pair order of the summaries).
-struct Side {
-    rows: Vec<ConfigSummary>,
-    evidence: String,
-    rule: Option<ranking::TiePolicy>,
-    relations: Option<Vec<Relation>>,
-}
-
-/// One side of a comparison. A campaign is analyzed once however many
-/// sides name it (`analyzed` holds the last one).
-/// A folder of nccl-tests outputs as one side of `compare`.
-fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
-    use crate::evidence::nccl_tests::{self as nt, NcclTestsMetric};
-    let tables = nt::read_dir(dir)?;
-    let metric = size.map_or(NcclTestsMetric::GeoMeanCommon, NcclTestsMetric::Size);
-    let (times, sizes) = nt::times_us(&tables, metric)?;
-    let how = match metric {
-        NcclTestsMetric::Size(s) => format!("out-of-place time at {s} bytes"),
-        NcclTestsMetric::GeoMeanCommon => {
-            format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len())
-        }
-    };
-    Ok(Side {
-        rows: times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect(),
-        evidence: format!(
-            "reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval",
-            tables.len(),
-            dir.display()
-        ),
-        rule: None,
-        relations: None,
-    })
-}
-
-fn side(
-    spec: &str,
-    size: Option<u64>,
-    analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>,
-) -> Result<Side> {
-    if let Some((dir, phase)) =
-        spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists())
-    {
-        let dir = std::path::Path::new(dir);
-        let phase: Phase = phase.parse()?;
-        if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
-            let (v, input) = report_campaign::verified_input(dir)?;
-            let ev = format!(
-                "measured: verified campaign {} (manifest {})",
-                input.context.campaign_id,
-                &input.context.manifest_sha256[..12]
-            );
-            let report = crate::analysis::analyze(&input, v, &ev)?;
-            *analyzed = Some((dir.to_path_buf(), input, report));
-        }
-        let (_, input, report) = analyzed.as_ref().expect("just set");
-        let ev = format!(
-            "{}, phase {phase}, per-job medians with IQR over {} jobs each",
-            report.evidence,
-            input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
-        );
-        let rule = input.policy.tie_policy;
-        let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
-            anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
-        };
-        let labels = &input.phases.iter().find(|p| p.phase == phase).expect("analyzed").labels;
-        let rows = pr.summaries(labels);
-        let relations = pr.pairs.iter().map(|p| p.relation).collect();
-        return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
-    }
-    let path = std::path::Path::new(spec);
-    if path.is_dir() && !path.join("manifest.json").exists() {
-        return nccl_tests_side(path, size);
-    }
-    let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES)
-        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
-    let rows = ranking::parse_csv(&text, spec).map_err(refusal::or_code(Code::BadInput))?;
-    Ok(Side {
-        rows,
-        evidence: format!(
-            "reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"
-        ),
-        rule: None,
-        relations: None,
-    })
-}
-
 fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
     use crate::analysis::queue::{simulate, Load};
     let load = match a.mode {
@@ -510,30 +423,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
-    let mut analyzed = None;
-    let size = a.size.as_deref().map(units::parse_bytes).transpose().context("--size")?;
-    let p = side(&a.proxy, size, &mut analyzed)?;
-    let t = side(&a.truth, size, &mut analyzed)?;
-    if let (Some(x), Some(y)) = (p.rule, t.rule) {
-        if x != y {
-            anyhow::bail!("the two campaigns declare different tie policies");
-        }
-    }
-    let rule = p.rule.or(t.rule).unwrap_or(a.tie_policy);
-    let evidence = if p.evidence == t.evidence {
-        p.evidence.clone()
-    } else {
-        format!("proxy: {}; truth: {}", p.evidence, t.evidence)
-    };
-    let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
-    let c = match (&p.relations, &t.relations) {
-        (Some(pr), Some(tr)) if same_order => ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
-        _ if rule == ranking::TiePolicy::Interval => {
-            anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
-        }
-        _ => ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
-    };
-    let p = p.rows;
+    let (configs, c) = report_compare::run(&a.proxy, &a.truth, a.size.as_deref(), a.tie_policy)?;
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
         return Ok(());
@@ -546,7 +436,7 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         out.write_all(&w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
         return Ok(());
     }
-    writeln!(out, "{} configurations, {} pairs, tie rule {:?}", p.len(), c.pairs_total, c.tie_policy)?;
+    writeln!(out, "{} configurations, {} pairs, tie rule {:?}", configs, c.pairs_total, c.tie_policy)?;
     writeln!(
         out,
         "under the declared {:?} rule the proxy and the truth agreed on {} of {} pairs ({:.1}%); Kendall tau-b {}",

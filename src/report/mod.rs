@@ -2,9 +2,11 @@
 //!
 //! The campaign report (collect the verified campaign, analyze, write
 //! `report.json`, the SVG plots and `report.html`), exports of verified runs
-//! (Chrome/Perfetto trace JSON), and the pick in the form the user deploys
-//! with its confirmation on new rounds (docs/ARCHITECTURE.md §7, §9, §11).
+//! (Chrome/Perfetto trace JSON), the pick in the form the user deploys
+//! with its confirmation on new rounds (docs/ARCHITECTURE.md §7, §9, §11),
+//! and the command that reads evidence for one analysis: `compare`.
 pub mod campaign;
+pub mod compare;
 pub mod export;
 pub mod html;
 pub mod pick;
