@@ -21,6 +21,7 @@ use crate::rank::capture::{self, CaptureOptions};
 use crate::rank::{doctor, replay};
 use crate::report::campaign as report_campaign;
 use crate::report::compare as report_compare;
+use crate::report::overlap::{self as report_overlap, Overlapped};
 use crate::report::run::{self, Analyze, RunOptions};
 use crate::report::{export, pick};
 use anyhow::{Context, Result};
@@ -236,19 +237,9 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
 }
 
 fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
-    use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
-    if let Some(f) = &a.intervals {
-        let bytes = limits::read_bounded(f, limits::MAX_JSON_BYTES)?;
-        let bad_input = refusal::or_code(Code::BadInput);
-        let iv: IntervalFile = serde_json::from_slice(&bytes)
-            .with_context(|| {
-                format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display())
-            })
-            .map_err(&bad_input)?;
-        let r = overlap(&iv.compute, &iv.comm).with_context(|| f.display().to_string()).map_err(&bad_input)?;
-        if a.json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-        } else {
+    match report_overlap::run(a.intervals.as_deref(), a.run_dir.as_deref())? {
+        Overlapped::Intervals(r) if a.json => writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?,
+        Overlapped::Intervals(r) => {
             writeln!(
                 out,
                 "compute active {:.3} us, comm active {:.3} us, overlap {:.3} us, wall {:.3} us",
@@ -263,38 +254,33 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
                 p(r.overlap_of_wall)
             )?;
         }
-        return Ok(());
-    }
-    let dir = a.run_dir.as_ref().expect("clap requires run_dir without --intervals");
-    let joined = join::join_dir(dir)?;
-    let rows = per_phase(&joined.shards)?;
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
-    } else {
-        writeln!(
-            out,
-            "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals",
-            "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall"
-        )?;
-        let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
-        for r in rows {
-            let src = match r.source {
-                IntervalSource::CuptiKernels => "CUPTI kernels",
-                IntervalSource::DeviceEvents => "CUDA events",
-                IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
-            };
+        Overlapped::Run(rows) if a.json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
+        Overlapped::Run(rows) => {
             writeln!(
                 out,
-                "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}",
-                r.phase.name(),
-                r.rank,
-                r.report.compute_active_us,
-                r.report.comm_active_us,
-                r.report.overlap_us,
-                p(r.report.overlap_of_comm),
-                p(r.report.overlap_of_compute),
-                p(r.report.overlap_of_wall)
+                "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals",
+                "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall"
             )?;
+            let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
+            for r in rows {
+                let src = match r.source {
+                    IntervalSource::CuptiKernels => "CUPTI kernels",
+                    IntervalSource::DeviceEvents => "CUDA events",
+                    IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
+                };
+                writeln!(
+                    out,
+                    "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}",
+                    r.phase.name(),
+                    r.rank,
+                    r.report.compute_active_us,
+                    r.report.comm_active_us,
+                    r.report.overlap_us,
+                    p(r.report.overlap_of_comm),
+                    p(r.report.overlap_of_compute),
+                    p(r.report.overlap_of_wall)
+                )?;
+            }
         }
     }
     Ok(())

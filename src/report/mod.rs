@@ -4,11 +4,13 @@
 //! `report.json`, the SVG plots and `report.html`), exports of verified runs
 //! (Chrome/Perfetto trace JSON), the pick in the form the user deploys
 //! with its confirmation on new rounds (docs/ARCHITECTURE.md §7, §9, §11),
-//! and the command that reads evidence for one analysis: `compare`.
+//! and the commands that read evidence for one analysis: `compare`,
+//! `overlap`.
 pub mod campaign;
 pub mod compare;
 pub mod export;
 pub mod html;
+pub mod overlap;
 pub mod pick;
 pub mod plots;
 pub mod run;
