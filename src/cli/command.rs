@@ -6,14 +6,12 @@
 //! writer, files the command names (written atomically, never replacing),
 //! and an exit code. Refuses: whatever the stage it calls refuses.
 use crate::analysis::overlap::IntervalSource;
-use crate::analysis::queue::{self, QueueResult};
 use crate::analysis::{capacity, summary};
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
 use crate::cli::{canary, schema, Cli, Command, JoinArgs};
 use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_MESSAGE_BYTES, MAX_RANK, MAX_REQUESTS};
 use crate::core::refusal::{self, Code};
-use crate::core::workload::Phase;
 use crate::core::{fsutil, limits, par, units};
 use crate::evidence::{inspect, join, shard, synth_shards};
 use crate::rank::bench::{self, BenchOptions};
@@ -22,6 +20,7 @@ use crate::rank::{doctor, replay};
 use crate::report::campaign as report_campaign;
 use crate::report::compare as report_compare;
 use crate::report::overlap::{self as report_overlap, Overlapped};
+use crate::report::queue::{self as report_queue, Queued};
 use crate::report::run::{self, Analyze, RunOptions};
 use crate::report::{export, pick};
 use anyhow::{Context, Result};
@@ -287,7 +286,7 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
-    use crate::analysis::queue::{simulate, Load};
+    use crate::analysis::queue::Load;
     let load = match a.mode {
         crate::cli::QueueMode::Open => {
             let Some(interval_ms) = a.interval_ms else {
@@ -302,65 +301,14 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
             Load::Closed { clients, think_ms: a.think_ms }
         }
     };
-    // (label, service times ms)
-    let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
-        let text = limits::read_text_bounded(f, limits::MAX_TEXT_TABLE_BYTES)?;
-        (
-            vec![(
-                f.display().to_string(),
-                queue::parse_service_times(&text, &f.display().to_string())
-                    .map_err(refusal::or_code(Code::BadInput))?,
-            )],
-            format!("service times from {} (provenance: whoever wrote the file)", f.display()),
-        )
-    } else {
-        let dir = a.campaign.as_ref().expect("clap requires one");
-        let phase: Phase = a.phase.parse()?;
-        let (_, input) = report_campaign::verified_input(dir)?;
-        let p = input
-            .phases
-            .iter()
-            .find(|p| p.phase == phase)
-            .with_context(|| format!("{}: no phase {phase}", dir.display()))?;
-        if !phase.has_tokens() {
-            anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
-        }
-        let s = p
-            .labels
-            .iter()
-            .zip(&p.jobs)
-            .map(|(l, jobs)| {
-                let mut js = jobs.clone();
-                js.sort_by_key(|j| j.round);
-                (l.clone(), js.iter().flat_map(|j| j.samples_us.iter().map(|us| us / 1e3)).collect())
-            })
-            .collect();
-        (
-            s,
-            format!(
-                "service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in \
-                    round order, every rank's tokens",
-                input.context.campaign_id,
-                &input.context.manifest_sha256[..12]
-            ),
-        )
-    };
-    let mut results = Vec::new();
-    for (label, service) in &sources {
-        let n = a.requests.unwrap_or(service.len());
-        results.push((
-            label.clone(),
-            simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?,
-        ));
-    }
-    // labels ordered by a key of their result (stable: ties keep input order)
-    let ranked = |key: &dyn Fn(&QueueResult) -> f64, descending: bool| -> Vec<&str> {
-        let mut v: Vec<&(String, QueueResult)> = results.iter().collect();
-        v.sort_by(|x, y| if descending { key(&y.1).total_cmp(&key(&x.1)) } else { key(&x.1).total_cmp(&key(&y.1)) });
-        v.into_iter().map(|r| r.0.as_str()).collect()
-    };
-    let by_median = ranked(&|r| r.response_ms.p50, false);
-    let by_slo = if a.slo_ms.is_some() { ranked(&|r| r.slo_attainment.unwrap_or(f64::NAN), true) } else { Vec::new() };
+    let Queued { results, ranks: (by_median, by_slo), evidence } = report_queue::run(
+        a.service_times.as_deref(),
+        a.campaign.as_deref().map(|d| (d, a.phase.as_str())),
+        load,
+        a.requests,
+        a.slo_ms,
+        a.co_correct_ms,
+    )?;
     if a.json {
         let v = serde_json::json!({
             "evidence": evidence,

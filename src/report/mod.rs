@@ -5,7 +5,7 @@
 //! (Chrome/Perfetto trace JSON), the pick in the form the user deploys
 //! with its confirmation on new rounds (docs/ARCHITECTURE.md §7, §9, §11),
 //! and the commands that read evidence for one analysis: `compare`,
-//! `overlap`.
+//! `overlap`, `queue`.
 pub mod campaign;
 pub mod compare;
 pub mod export;
@@ -13,4 +13,5 @@ pub mod html;
 pub mod overlap;
 pub mod pick;
 pub mod plots;
+pub mod queue;
 pub mod run;
