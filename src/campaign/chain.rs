@@ -11,8 +11,8 @@
 //! Each stage's rules: docs/METHODS.md, "The chain after planning".
 pub(crate) use super::attempts::{load_manifest, ATTEMPTS};
 pub use super::attempts::{parse_attempts, read_attempts, AttemptRecord, AttemptStatus};
-pub use super::exec::exec;
-pub(crate) use super::exec::{cells_without_success, preflight};
+pub(crate) use super::exec::preflight;
+pub use super::exec::{exec, exec_all, exec_logged};
 pub(crate) use super::lock::{lock_campaign, lock_campaign_for_reading, INFLIGHT_FILE, LOCK_FILE};
 pub use super::select::{select, SelectPolicy, Selected, Selection};
 pub use super::verify::{verify, verify_visiting, Verdict};

@@ -17,6 +17,7 @@ use crate::evidence::commtrace::Limits;
 use crate::evidence::run::{RunRecord, RUN_FILE};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What `exec` writes before it starts a job, so a later `exec` can tell an
@@ -231,7 +232,7 @@ pub(crate) fn preflight(spec: &CampaignSpec, what: &str) -> Result<()> {
 
 /// The scheduled cells (or only the one at 1-based position `only`) with no
 /// successful attempt under this campaign's accepted manifests, in schedule order.
-pub(crate) fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
     let (m, sha) = load_manifest(dir)?;
     let attempts = read_attempts(dir)?;
     let accepted = accepted_manifests(dir, &m, &sha)?;
@@ -247,6 +248,45 @@ pub(crate) fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<V
         })
         .map(|c| c.cell_id.clone())
         .collect())
+}
+
+/// [`exec`], then its line on `out`: the cells that succeeded and the failed attempts recorded.
+pub fn exec_logged(
+    dir: &Path,
+    retries: u32,
+    only: Option<usize>,
+    timeout_s: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let (ok, failed) = exec(dir, retries, only, timeout_s.map(std::time::Duration::from_secs))?;
+    writeln!(
+        out,
+        "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)"
+    )?;
+    Ok(())
+}
+
+/// `campaign exec`: [`exec_logged`], then a refusal (exit 1) naming the cells left without a successful attempt.
+pub fn exec_all(
+    dir: &Path,
+    retries: u32,
+    only: Option<usize>,
+    timeout_s: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    exec_logged(dir, retries, only, timeout_s, out)?;
+    let left = cells_without_success(dir, only)?;
+    if !left.is_empty() {
+        crate::refuse!(
+            Code::FailedAttempt,
+            "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in attempts.jsonl; \
+                exec again to retry them)",
+            dir.display(),
+            left.len(),
+            left.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Run every cell without a successful attempt, in schedule order (or only

@@ -16,6 +16,7 @@ use crate::evidence::commtrace::mpi::MpiP2p;
 use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
 /// Options of one compilation.
 #[derive(Clone, Debug)]
@@ -216,6 +217,37 @@ fn number_leaves(nodes: &[FoldNode], ids: &mut HashMap<*const FoldNode, u32>) ->
             FoldNode::Loop { count, body, .. } => Node::Loop { count: *count as u64, body: number_leaves(body, ids) },
         })
         .collect()
+}
+
+/// A trace file and its bytes as read; an unreadable or malformed one is refused.
+pub(crate) fn read_trace(p: &Path) -> Result<(CommTrace, Vec<u8>)> {
+    use crate::core::{limits, refusal};
+    let bytes =
+        limits::read_bounded(p, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
+    let t = CommTrace::from_slice(&bytes)
+        .map_err(|e| refusal::refuse(refusal::Code::BadInput, format!("{}: {e:#}", p.display())))?;
+    Ok((t, bytes))
+}
+
+/// What [`run`] compiled and wrote.
+pub struct Compiled {
+    /// The artifact written.
+    pub canary: Canary,
+    /// Bytes of the source trace and of the artifact written.
+    pub bytes: (u64, u64),
+    /// Time the compilation took (reading and writing excluded).
+    pub took: std::time::Duration,
+}
+
+/// `canary compile`: read the trace at `trace`, compile it and write the artifact to `out` (never overwritten).
+pub fn run(trace: &Path, out: &Path, opts: &CompileOptions) -> Result<Compiled> {
+    let (t, bytes) = read_trace(trace)?;
+    let started = std::time::Instant::now();
+    let canary = compile(&t, &bytes, opts)?;
+    let took = started.elapsed();
+    canary.write(out)?;
+    let art = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    Ok(Compiled { canary, bytes: (bytes.len() as u64, art), took })
 }
 
 /// Compile a trace (read from `bytes`) into a canary.

@@ -18,6 +18,7 @@ pub mod fold;
 pub mod redact;
 pub mod redaction;
 pub mod reduce;
+pub mod reduction;
 pub mod synth;
 pub mod truth;
 pub mod verify;

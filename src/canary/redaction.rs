@@ -1,7 +1,7 @@
 //! `canary redact` on disk: the redacted trace and its audit log, and, with
 //! a campaign spec, the re-verification of the ranking decision on it.
 //!
-//! Consumes a trace (its bytes as read) and the options. Produces OUT and
+//! Consumes a trace file and the options. Produces OUT and
 //! OUT.audit.json, both or neither, and the lines the user reads. The
 //! re-verification compiles the redacted trace losslessly, binds it to the
 //! original and runs `canary verify` in a private temporary directory that
@@ -10,7 +10,6 @@
 use super::{compile, redact, verify};
 use crate::core::fsutil;
 use crate::core::refusal::Code;
-use crate::evidence::commtrace::CommTrace;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,8 +29,9 @@ pub struct RedactRun {
     pub configs: Option<PathBuf>,
 }
 
-/// Redact `t` (read from `bytes`), write it with its audit log, and print what was done.
-pub fn run(t: &CommTrace, bytes: &[u8], o: &RedactRun, out: &mut dyn Write) -> Result<()> {
+/// Read the trace, redact it, write it with its audit log, and print what was done.
+pub fn run(o: &RedactRun, out: &mut dyn Write) -> Result<()> {
+    let (t, bytes) = &compile::read_trace(&o.trace)?;
     let (r, transforms) =
         redact::redact(t, &redact::RedactOptions { quantize_ns: o.quantize_ns, drop_names: o.drop_names })?;
     let rbytes = serde_json::to_vec_pretty(&r)?;

@@ -1,16 +1,15 @@
 //! `canary compile|verify|reduce|redact|inspect`, `synth` and `import run`:
 //! arguments and the command functions (the stages are in [`crate::canary`]).
-use crate::canary::artifact::{self, Method};
+use crate::canary::artifact;
 use crate::canary::redaction::RedactRun;
-use crate::canary::{baseline, compile, redaction, reduce, synth, verify, verify_page};
-use crate::core::refusal::{refuse, Code};
+use crate::canary::{compile, redaction, reduction, synth, verify, verify_page};
+use crate::core::fsutil;
 use crate::core::workload::Phase;
-use crate::core::{fsutil, limits};
-use crate::evidence::commtrace::{self, from_run, CommTrace};
-use anyhow::{Context, Result};
+use crate::evidence::commtrace::{self, from_run};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `commcanary canary ...`.
 #[derive(Subcommand, Debug)]
@@ -197,13 +196,6 @@ pub(crate) fn check_ranges(c: &CanaryCommand) -> Result<()> {
     }
 }
 
-fn read_trace(p: &Path) -> Result<(CommTrace, Vec<u8>)> {
-    let bytes =
-        limits::read_bounded(p, limits::MAX_TEXT_TABLE_BYTES).with_context(|| format!("reading {}", p.display()))?;
-    let t = CommTrace::from_slice(&bytes).map_err(|e| refuse(Code::BadInput, format!("{}: {e:#}", p.display())))?;
-    Ok((t, bytes))
-}
-
 fn summary(c: &artifact::Canary) -> Result<String> {
     // every size and ratio from the body itself; the source's count from its binding (checked against the trace where
     // one is read)
@@ -239,7 +231,6 @@ fn bytes_line(src: u64, art: u64) -> String {
 pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::ExitCode> {
     match c {
         CanaryCommand::Compile(a) => {
-            let (t, bytes) = read_trace(&a.trace)?;
             let opts = compile::CompileOptions {
                 lossless: a.lossless,
                 iterations: a.iterations,
@@ -247,13 +238,9 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
                 seed: a.seed,
                 source_path: a.trace.display().to_string(),
             };
-            let started = std::time::Instant::now();
-            let c = compile::compile(&t, &bytes, &opts)?;
-            let took = started.elapsed();
-            c.write(&a.out)?;
-            let art = std::fs::metadata(&a.out).map(|m| m.len()).unwrap_or(0);
+            let compile::Compiled { canary: c, bytes: (src, art), took } = compile::run(&a.trace, &a.out, &opts)?;
             writeln!(out, "{}", summary(&c)?)?;
-            writeln!(out, "{}", bytes_line(bytes.len() as u64, art))?;
+            writeln!(out, "{}", bytes_line(src, art))?;
             writeln!(out, "iterations: {}", c.replay.rule)?;
             for ap in &c.approximations {
                 writeln!(out, "approximation: {}: {}", ap.what, ap.detail)?;
@@ -304,21 +291,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             eprintln!("wrote {}", o.out.join("canary-verify.json").display());
         }
         CanaryCommand::Reduce(a) => {
-            let (t, bytes) = read_trace(&a.trace)?;
-            let oracle = verify::oracle_from(&a.from, &t, &bytes, &a.trace)?;
-            let n = t.ranks.first().map_or(0, |r| r.collectives.len());
-            let r = reduce::ddmin(n, &oracle, a.budget)?;
-            let c = baseline::from_positions(
-                &t,
-                &bytes,
-                &a.trace.display().to_string(),
-                &r.kept,
-                Method::Reduced,
-                r.kept.len() as u64,
-                1,
-            )?;
-            let c = artifact::Canary { label: artifact::REDUCED_LABEL.into(), ..c }.seal()?;
-            c.write(&a.out)?;
+            let (r, n) = reduction::run(&a.trace, &a.from, &a.out, a.budget)?;
             writeln!(
                 out,
                 "reduce: {} of {} events kept in {} oracle calls (budget {}{}); passes its oracle: {}",
@@ -339,7 +312,6 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             eprintln!("wrote {}", a.out.display());
         }
         CanaryCommand::Redact(a) => {
-            let (t, bytes) = read_trace(&a.trace)?;
             let o = RedactRun {
                 trace: a.trace,
                 out: a.out,
@@ -347,7 +319,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
                 drop_names: a.drop_names,
                 configs: a.configs,
             };
-            redaction::run(&t, &bytes, &o, out)?;
+            redaction::run(&o, out)?;
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

@@ -6,22 +6,21 @@
 //! writer, files the command names (written atomically, never replacing),
 //! and an exit code. Refuses: whatever the stage it calls refuses.
 use crate::analysis::overlap::IntervalSource;
-use crate::analysis::queue::{self, QueueResult};
-use crate::analysis::ranking::{self, ConfigSummary, Relation};
 use crate::analysis::{capacity, summary};
-use crate::campaign::chain::Verdict;
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
 use crate::cli::{canary, schema, Cli, Command, JoinArgs};
 use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_MESSAGE_BYTES, MAX_RANK, MAX_REQUESTS};
 use crate::core::refusal::{self, Code};
-use crate::core::workload::Phase;
 use crate::core::{fsutil, limits, par, units};
 use crate::evidence::{inspect, join, shard, synth_shards};
 use crate::rank::bench::{self, BenchOptions};
 use crate::rank::capture::{self, CaptureOptions};
 use crate::rank::{doctor, replay};
 use crate::report::campaign as report_campaign;
+use crate::report::compare as report_compare;
+use crate::report::overlap::{self as report_overlap, Overlapped};
+use crate::report::queue::{self as report_queue, Queued};
 use crate::report::run::{self, Analyze, RunOptions};
 use crate::report::{export, pick};
 use anyhow::{Context, Result};
@@ -237,19 +236,9 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
 }
 
 fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
-    use crate::analysis::overlap::{overlap, per_phase, IntervalFile};
-    if let Some(f) = &a.intervals {
-        let bytes = limits::read_bounded(f, limits::MAX_JSON_BYTES)?;
-        let bad_input = refusal::or_code(Code::BadInput);
-        let iv: IntervalFile = serde_json::from_slice(&bytes)
-            .with_context(|| {
-                format!("{}: expected {{\"compute\": [[s,e],...], \"comm\": [[s,e],...]}} in µs", f.display())
-            })
-            .map_err(&bad_input)?;
-        let r = overlap(&iv.compute, &iv.comm).with_context(|| f.display().to_string()).map_err(&bad_input)?;
-        if a.json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-        } else {
+    match report_overlap::run(a.intervals.as_deref(), a.run_dir.as_deref())? {
+        Overlapped::Intervals(r) if a.json => writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?,
+        Overlapped::Intervals(r) => {
             writeln!(
                 out,
                 "compute active {:.3} us, comm active {:.3} us, overlap {:.3} us, wall {:.3} us",
@@ -264,138 +253,40 @@ fn overlap(a: crate::cli::OverlapArgs, out: &mut dyn Write) -> Result<()> {
                 p(r.overlap_of_wall)
             )?;
         }
-        return Ok(());
-    }
-    let dir = a.run_dir.as_ref().expect("clap requires run_dir without --intervals");
-    let joined = join::join_dir(dir)?;
-    let rows = per_phase(&joined.shards)?;
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
-    } else {
-        writeln!(
-            out,
-            "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals",
-            "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall"
-        )?;
-        let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
-        for r in rows {
-            let src = match r.source {
-                IntervalSource::CuptiKernels => "CUPTI kernels",
-                IntervalSource::DeviceEvents => "CUDA events",
-                IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
-            };
+        Overlapped::Run(rows) if a.json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
+        Overlapped::Run(rows) => {
             writeln!(
                 out,
-                "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}",
-                r.phase.name(),
-                r.rank,
-                r.report.compute_active_us,
-                r.report.comm_active_us,
-                r.report.overlap_us,
-                p(r.report.overlap_of_comm),
-                p(r.report.overlap_of_compute),
-                p(r.report.overlap_of_wall)
+                "{:<21} {:>4} {:>13} {:>12} {:>11} {:>10} {:>10} {:>10}  intervals",
+                "phase", "rank", "compute us", "comm us", "overlap us", "ov/comm", "ov/compute", "ov/wall"
             )?;
+            let p = |x: Option<f64>| x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "n/a".into());
+            for r in rows {
+                let src = match r.source {
+                    IntervalSource::CuptiKernels => "CUPTI kernels",
+                    IntervalSource::DeviceEvents => "CUDA events",
+                    IntervalSource::Host => "host; comm = issue..wait return (upper bound)",
+                };
+                writeln!(
+                    out,
+                    "{:<21} {:>4} {:>13.1} {:>12.1} {:>11.1} {:>10} {:>10} {:>10}  {src}",
+                    r.phase.name(),
+                    r.rank,
+                    r.report.compute_active_us,
+                    r.report.comm_active_us,
+                    r.report.overlap_us,
+                    p(r.report.overlap_of_comm),
+                    p(r.report.overlap_of_compute),
+                    p(r.report.overlap_of_wall)
+                )?;
+            }
         }
     }
     Ok(())
 }
 
-/// One side of a comparison: summaries, evidence, the declared rule and,
-/// for a campaign, the relations its analysis decided (pair order of the summaries).
-struct Side {
-    rows: Vec<ConfigSummary>,
-    evidence: String,
-    rule: Option<ranking::TiePolicy>,
-    relations: Option<Vec<Relation>>,
-}
-
-/// A campaign's analysis input, only once `verify` passes.
-fn verified_input(dir: &std::path::Path) -> Result<(Verdict, crate::analysis::AnalysisInput)> {
-    let (v, read) = report_campaign::verified(dir)?;
-    Ok((v, report_campaign::collect_read(dir, read)?.0))
-}
-
-/// One side of a comparison. A campaign is analyzed once however many
-/// sides name it (`analyzed` holds the last one).
-/// A folder of nccl-tests outputs as one side of `compare`.
-fn nccl_tests_side(dir: &std::path::Path, size: Option<u64>) -> Result<Side> {
-    use crate::evidence::nccl_tests::{self as nt, NcclTestsMetric};
-    let tables = nt::read_dir(dir)?;
-    let metric = size.map_or(NcclTestsMetric::GeoMeanCommon, NcclTestsMetric::Size);
-    let (times, sizes) = nt::times_us(&tables, metric)?;
-    let how = match metric {
-        NcclTestsMetric::Size(s) => format!("out-of-place time at {s} bytes"),
-        NcclTestsMetric::GeoMeanCommon => {
-            format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len())
-        }
-    };
-    Ok(Side {
-        rows: times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect(),
-        evidence: format!(
-            "reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval",
-            tables.len(),
-            dir.display()
-        ),
-        rule: None,
-        relations: None,
-    })
-}
-
-fn side(
-    spec: &str,
-    size: Option<u64>,
-    analyzed: &mut Option<(std::path::PathBuf, crate::analysis::AnalysisInput, crate::analysis::Report)>,
-) -> Result<Side> {
-    if let Some((dir, phase)) =
-        spec.rsplit_once(':').filter(|(d, _)| std::path::Path::new(d).join("manifest.json").exists())
-    {
-        let dir = std::path::Path::new(dir);
-        let phase: Phase = phase.parse()?;
-        if analyzed.as_ref().is_none_or(|a| a.0 != dir) {
-            let (v, input) = verified_input(dir)?;
-            let ev = format!(
-                "measured: verified campaign {} (manifest {})",
-                input.context.campaign_id,
-                &input.context.manifest_sha256[..12]
-            );
-            let report = crate::analysis::analyze(&input, v, &ev)?;
-            *analyzed = Some((dir.to_path_buf(), input, report));
-        }
-        let (_, input, report) = analyzed.as_ref().expect("just set");
-        let ev = format!(
-            "{}, phase {phase}, per-job medians with IQR over {} jobs each",
-            report.evidence,
-            input.phases.first().and_then(|p| p.jobs.first()).map(|j| j.len()).unwrap_or(0)
-        );
-        let rule = input.policy.tie_policy;
-        let Some(pr) = report.phases.iter().find(|p| p.phase == phase) else {
-            anyhow::bail!("{}: the campaign has no results for phase {phase}", dir.display());
-        };
-        let labels = &input.phases.iter().find(|p| p.phase == phase).expect("analyzed").labels;
-        let rows = pr.summaries(labels);
-        let relations = pr.pairs.iter().map(|p| p.relation).collect();
-        return Ok(Side { rows, evidence: ev, rule: Some(rule), relations: Some(relations) });
-    }
-    let path = std::path::Path::new(spec);
-    if path.is_dir() && !path.join("manifest.json").exists() {
-        return nccl_tests_side(path, size);
-    }
-    let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES)
-        .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
-    let rows = ranking::parse_csv(&text, spec).map_err(refusal::or_code(Code::BadInput))?;
-    Ok(Side {
-        rows,
-        evidence: format!(
-            "reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"
-        ),
-        rule: None,
-        relations: None,
-    })
-}
-
 fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
-    use crate::analysis::queue::{simulate, Load};
+    use crate::analysis::queue::Load;
     let load = match a.mode {
         crate::cli::QueueMode::Open => {
             let Some(interval_ms) = a.interval_ms else {
@@ -410,65 +301,14 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
             Load::Closed { clients, think_ms: a.think_ms }
         }
     };
-    // (label, service times ms)
-    let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = &a.service_times {
-        let text = limits::read_text_bounded(f, limits::MAX_TEXT_TABLE_BYTES)?;
-        (
-            vec![(
-                f.display().to_string(),
-                queue::parse_service_times(&text, &f.display().to_string())
-                    .map_err(refusal::or_code(Code::BadInput))?,
-            )],
-            format!("service times from {} (provenance: whoever wrote the file)", f.display()),
-        )
-    } else {
-        let dir = a.campaign.as_ref().expect("clap requires one");
-        let phase: Phase = a.phase.parse()?;
-        let (_, input) = verified_input(dir)?;
-        let p = input
-            .phases
-            .iter()
-            .find(|p| p.phase == phase)
-            .with_context(|| format!("{}: no phase {phase}", dir.display()))?;
-        if !phase.has_tokens() {
-            anyhow::bail!("phase {phase} has no tokens; service times are per-token latencies of a workload phase");
-        }
-        let s = p
-            .labels
-            .iter()
-            .zip(&p.jobs)
-            .map(|(l, jobs)| {
-                let mut js = jobs.clone();
-                js.sort_by_key(|j| j.round);
-                (l.clone(), js.iter().flat_map(|j| j.samples_us.iter().map(|us| us / 1e3)).collect())
-            })
-            .collect();
-        (
-            s,
-            format!(
-                "service times: per-token latencies of phase {phase} in verified campaign {} (manifest {}), jobs in \
-                    round order, every rank's tokens",
-                input.context.campaign_id,
-                &input.context.manifest_sha256[..12]
-            ),
-        )
-    };
-    let mut results = Vec::new();
-    for (label, service) in &sources {
-        let n = a.requests.unwrap_or(service.len());
-        results.push((
-            label.clone(),
-            simulate(service, load, n, a.slo_ms, a.co_correct_ms).with_context(|| format!("simulating {label}"))?,
-        ));
-    }
-    // labels ordered by a key of their result (stable: ties keep input order)
-    let ranked = |key: &dyn Fn(&QueueResult) -> f64, descending: bool| -> Vec<&str> {
-        let mut v: Vec<&(String, QueueResult)> = results.iter().collect();
-        v.sort_by(|x, y| if descending { key(&y.1).total_cmp(&key(&x.1)) } else { key(&x.1).total_cmp(&key(&y.1)) });
-        v.into_iter().map(|r| r.0.as_str()).collect()
-    };
-    let by_median = ranked(&|r| r.response_ms.p50, false);
-    let by_slo = if a.slo_ms.is_some() { ranked(&|r| r.slo_attainment.unwrap_or(f64::NAN), true) } else { Vec::new() };
+    let Queued { results, ranks: (by_median, by_slo), evidence } = report_queue::run(
+        a.service_times.as_deref(),
+        a.campaign.as_deref().map(|d| (d, a.phase.as_str())),
+        load,
+        a.requests,
+        a.slo_ms,
+        a.co_correct_ms,
+    )?;
     if a.json {
         let v = serde_json::json!({
             "evidence": evidence,
@@ -517,30 +357,7 @@ fn queue(a: crate::cli::QueueArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
-    let mut analyzed = None;
-    let size = a.size.as_deref().map(units::parse_bytes).transpose().context("--size")?;
-    let p = side(&a.proxy, size, &mut analyzed)?;
-    let t = side(&a.truth, size, &mut analyzed)?;
-    if let (Some(x), Some(y)) = (p.rule, t.rule) {
-        if x != y {
-            anyhow::bail!("the two campaigns declare different tie policies");
-        }
-    }
-    let rule = p.rule.or(t.rule).unwrap_or(a.tie_policy);
-    let evidence = if p.evidence == t.evidence {
-        p.evidence.clone()
-    } else {
-        format!("proxy: {}; truth: {}", p.evidence, t.evidence)
-    };
-    let same_order = p.rows.iter().map(|r| &r.config).eq(t.rows.iter().map(|r| &r.config));
-    let c = match (&p.relations, &t.relations) {
-        (Some(pr), Some(tr)) if same_order => ranking::compare_relations(&t.rows, pr, tr, rule, &evidence)?,
-        _ if rule == ranking::TiePolicy::Interval => {
-            anyhow::bail!("the interval tie policy needs both sides from campaigns with the same configurations")
-        }
-        _ => ranking::compare(&p.rows, &t.rows, rule, &evidence)?,
-    };
-    let p = p.rows;
+    let (configs, c) = report_compare::run(&a.proxy, &a.truth, a.size.as_deref(), a.tie_policy)?;
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
         return Ok(());
@@ -553,7 +370,7 @@ fn compare(a: crate::cli::CompareArgs, out: &mut dyn Write) -> Result<()> {
         out.write_all(&w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
         return Ok(());
     }
-    writeln!(out, "{} configurations, {} pairs, tie rule {:?}", p.len(), c.pairs_total, c.tie_policy)?;
+    writeln!(out, "{} configurations, {} pairs, tie rule {:?}", configs, c.pairs_total, c.tie_policy)?;
     writeln!(
         out,
         "under the declared {:?} rule the proxy and the truth agreed on {} of {} pairs ({:.1}%); Kendall tau-b {}",
@@ -590,24 +407,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             run::run(&spec, &output, &RunOptions { retries, cell_timeout_s, reveal, verbose }, out)?
         }
         C::Exec { dir, retries, resume: _, cell, cell_timeout_s } => {
-            let (ok, failed) = chain::exec(&dir, retries, cell, cell_timeout_s.map(std::time::Duration::from_secs))?;
-            writeln!(
-                out,
-                "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in \
-                attempts.jsonl)"
-            )?;
-            // a cell left without a successful attempt is a failed exec (exit 1), naming the cells
-            let left = chain::cells_without_success(&dir, cell)?;
-            if !left.is_empty() {
-                crate::refuse!(
-                    Code::FailedAttempt,
-                    "{}: {} cell(s) have no successful attempt after this exec: {} (their failures are in \
-                        attempts.jsonl; exec again to retry them)",
-                    dir.display(),
-                    left.len(),
-                    left.join(", ")
-                );
-            }
+            chain::exec_all(&dir, retries, cell, cell_timeout_s, out)?
         }
         C::Select { dir, policy } => run::select(&dir, policy, out)?,
         C::Verify { dir, json } => run::verify(&dir, json, out)?,
@@ -639,24 +439,10 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Power { dir, phase, min_effect_pct } => {
-            let (_, input) = verified_input(&dir)?;
-            let phase: Phase = match phase {
-                Some(p) => p.parse()?,
-                None => input.canary.as_ref().map(|c| c.2).unwrap_or(Phase::Blocking),
-            };
-            let m = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
-            if m.is_nan() || m < 0.0 {
-                anyhow::bail!("--min-effect-pct {m}: must be non-negative");
-            }
-            write!(out, "{}", report_campaign::power_text(&input, phase, m)?)?;
+            write!(out, "{}", report_campaign::power(&dir, phase.as_deref(), min_effect_pct)?)?
         }
         C::Replicate { a, b, json } => {
-            let (ra, na) = report_campaign::analyze_for_replication(&a)?;
-            let (rb, nb) = report_campaign::analyze_for_replication(&b)?;
-            let name = |m: &std::collections::BTreeMap<String, String>, l: &str| {
-                m.get(l).cloned().unwrap_or_else(|| l.to_string())
-            };
-            let r = crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))?;
+            let r = report_campaign::replicate(&a, &b)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {
@@ -684,34 +470,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             )?;
         }
         C::Confirm { dir, pick, rounds, output } => {
-            let c = pick::confirm(&dir, &pick, rounds, &output)?;
-            let t = c.report.truth.as_ref().context("truth section")?;
-            for row in &t.rows {
-                writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
-            }
-            writeln!(
-                out,
-                "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t \
-                    interval over {} paired rounds, cost(default)/cost(pick) - 1)",
-                c.gain_pct, c.low_pct, c.high_pct, c.rounds
-            )?;
-            let verdict = if !c.recommended {
-                format!(
-                    "NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)",
-                    c.min_effect_pct, c.low_pct
-                )
-            } else if c.low_pct > c.min_effect_pct {
-                format!(
-                    "recommended: decided faster than the default by more than the minimum effect of {}%",
-                    c.min_effect_pct
-                )
-            } else {
-                format!(
-                    "recommended: no loss beyond the minimum effect of {}%, and no gain decided either",
-                    c.min_effect_pct
-                )
-            };
-            writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
+            write!(out, "{}", pick::confirm(&dir, &pick, rounds, &output)?.text()?)?
         }
         C::CheckArchive { archive, descriptor } => {
             let d = cp::check_archive(&archive, &descriptor)?;

@@ -695,8 +695,22 @@ pub fn verified(dir: &Path) -> Result<(Verdict, JobsRead)> {
     Ok((v, read))
 }
 
+/// A campaign's analysis input, only once `verify` passes ([`verified`]).
+pub(crate) fn verified_input(dir: &Path) -> Result<(Verdict, AnalysisInput)> {
+    let (v, read) = verified(dir)?;
+    Ok((v, collect_read(dir, read)?.0))
+}
+
+/// `campaign replicate A B`: both verified campaigns' reports (not written), their pairs matched by configuration
+/// name ([`crate::analysis::replicate`]).
+pub fn replicate(a: &Path, b: &Path) -> Result<crate::analysis::Replication> {
+    let ((ra, na), (rb, nb)) = (analyze_for_replication(a)?, analyze_for_replication(b)?);
+    let name = |m: &BTreeMap<String, String>, l: &str| m.get(l).cloned().unwrap_or_else(|| l.to_string());
+    crate::analysis::replicate(&ra, &rb, &|l| name(&na, l), &|l| name(&nb, l))
+}
+
 /// A verified campaign's report (not written) and its label → configuration name map.
-pub(crate) fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
+fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<String, String>)> {
     let (v, read) = verified(dir)?;
     let (m, _) = load_manifest(dir)?;
     let (input, _) = collect_read(dir, read)?;
@@ -705,10 +719,20 @@ pub(crate) fn analyze_for_replication(dir: &Path) -> Result<(Report, BTreeMap<St
     Ok((r, m.configs.iter().map(|c| (c.label.clone(), c.config.name.clone())).collect()))
 }
 
-/// `campaign power`: the power table from a pilot campaign's own noise in `phase`.
-pub(crate) fn power_text(input: &AnalysisInput, phase: Phase, min_effect_pct: f64) -> Result<String> {
+/// `campaign power`: the power table from a verified pilot campaign's own noise in `phase` (default: its canary's,
+/// else blocking) at `min_effect_pct` (default: its policy's).
+pub fn power(dir: &Path, phase: Option<&str>, min_effect_pct: Option<f64>) -> Result<String> {
     use crate::analysis::inference::{approx_power, rounds_to_decide, rounds_words, two_way, COVERAGE, POWER};
     use std::fmt::Write;
+    let (_, input) = &verified_input(dir)?;
+    let phase: Phase = match phase {
+        Some(p) => p.parse()?,
+        None => input.canary.as_ref().map(|c| c.2).unwrap_or(Phase::Blocking),
+    };
+    let min_effect_pct = min_effect_pct.unwrap_or(input.policy.min_effect_pct);
+    if min_effect_pct.is_nan() || min_effect_pct < 0.0 {
+        bail!("--min-effect-pct {min_effect_pct}: must be non-negative");
+    }
     let p = input
         .phases
         .iter()

@@ -203,6 +203,42 @@ pub struct Confirmation {
     pub report: Report,
 }
 
+impl Confirmation {
+    /// What `campaign confirm` prints: the real job's medians, the pick's gain and the verdict.
+    pub fn text(&self) -> Result<String> {
+        use std::fmt::Write;
+        let (c, mut out) = (self, String::new());
+        let t = c.report.truth.as_ref().context("truth section")?;
+        for row in &t.rows {
+            writeln!(out, "  {:<28} median {:.4} {} over {} jobs", row.label, row.median, t.unit, row.jobs)?;
+        }
+        writeln!(
+            out,
+            "confirm: the pick's gain over the default on the real job is {:+.1}% [{:+.1}, {:+.1}] (95% Student-t \
+                interval over {} paired rounds, cost(default)/cost(pick) - 1)",
+            c.gain_pct, c.low_pct, c.high_pct, c.rounds
+        )?;
+        let verdict = if !c.recommended {
+            format!(
+                "NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)",
+                c.min_effect_pct, c.low_pct
+            )
+        } else if c.low_pct > c.min_effect_pct {
+            format!(
+                "recommended: decided faster than the default by more than the minimum effect of {}%",
+                c.min_effect_pct
+            )
+        } else {
+            format!(
+                "recommended: no loss beyond the minimum effect of {}%, and no gain decided either",
+                c.min_effect_pct
+            )
+        };
+        writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
+        Ok(out)
+    }
+}
+
 /// Plan, run and analyze the confirmation campaign in `out` (new).
 pub fn confirm(dir: &Path, pick_file: &Path, rounds: u32, out: &Path) -> Result<Confirmation> {
     let (m, _) = chain::load_manifest(dir)?;

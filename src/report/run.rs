@@ -121,11 +121,7 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
     }
     writeln!(out, "== exec")?;
     // a failed cell does not stop the run here: verify names every missing cell
-    let (ok, failed) = chain::exec(output, o.retries, None, o.cell_timeout_s.map(std::time::Duration::from_secs))?;
-    writeln!(
-        out,
-        "exec: {ok} cells succeeded in this invocation, {failed} failed attempts recorded (all in attempts.jsonl)"
-    )?;
+    chain::exec_logged(output, o.retries, None, o.cell_timeout_s, out)?;
     writeln!(out, "== select")?;
     select(output, chain::SelectPolicy::FirstSuccess, out)?;
     writeln!(out, "== verify")?;
