@@ -22,7 +22,6 @@ pub mod reduction;
 pub mod synth;
 pub mod truth;
 pub mod verify;
-pub mod verify_page;
 
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,7 @@
 //! arguments and the command functions (the stages are in [`crate::canary`]).
 use crate::canary::artifact;
 use crate::canary::redaction::RedactRun;
-use crate::canary::{compile, redaction, reduction, synth, verify, verify_page};
+use crate::canary::{compile, redaction, reduction, synth, verify};
 use crate::core::fsutil;
 use crate::core::workload::Phase;
 use crate::evidence::commtrace::{self, from_run};
@@ -282,7 +282,6 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             };
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &mut log)?;
-            fsutil::write_new_atomic(&o.out.join("report.html"), verify_page::page(&r).as_bytes())?;
             if a.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
             } else {

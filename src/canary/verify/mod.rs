@@ -3,14 +3,15 @@
 //!
 //! Consumes the source trace, the canary artifact (and further artifacts) and
 //! a campaign spec, run as `campaign run` does. Produces `inputs/`,
-//! `verify-spec.toml`, `campaign/` and `canary-verify.json` (schema
-//! `canary-verify`) in the output directory. Refuses before anything runs: a
+//! `verify-spec.toml`, `campaign/`, `canary-verify.json` (schema
+//! `canary-verify`) and its page `report.html` in the output directory. Refuses before anything runs: a
 //! broken binding (`binding`), an output directory that exists, and a compiled
 //! candidate failing a check that needs no replay (`statics`; `STATIC_CHECK`,
 //! unless `--replay-failed`). Details: docs/METHODS.md, "Canary verification".
 mod binding;
 mod measure;
 mod oracle;
+mod page;
 mod render;
 mod statics;
 
@@ -638,5 +639,6 @@ fn final_report(o: &VerifyOptions, i: &Inputs, vs: VerifySpec, camp: Campaign, j
                 .into(),
     };
     fsutil::write_json_new(&o.out.join("canary-verify.json"), &report)?;
+    fsutil::write_new_atomic(&o.out.join("report.html"), page::page(&report).as_bytes())?;
     Ok(report)
 }

@@ -6,7 +6,7 @@
 //! check that stops it, every check of every candidate, the controls, and
 //! links to the verify directory's own files. Computes nothing the report
 //! does not hold.
-use super::verify::VerifyReport;
+use super::VerifyReport;
 use crate::report::html::{document, escape, num, table, txt};
 use std::fmt::Write;
 
@@ -20,7 +20,7 @@ pub fn page(r: &VerifyReport) -> String {
         escape(&r.source.file_sha256),
         escape(&r.evidence)
     );
-    let _ = writeln!(o, "<h2 id=\"answer\">The answer</h2>\n<pre>{}</pre>", escape(&super::verify::render_short(r)));
+    let _ = writeln!(o, "<h2 id=\"answer\">The answer</h2>\n<pre>{}</pre>", escape(&super::render_short(r)));
     o.push_str("<h2 id=\"candidates\">Candidates</h2>\n");
     let rows: Vec<_> = r
         .candidates
