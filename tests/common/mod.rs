@@ -267,7 +267,7 @@ pub fn with_every_kind(t: &serde_json::Value, p2p: bool, nccl_only: bool) -> (se
 }
 
 /// Environment variable that turns a test binary's own-path walk on: the
-/// outer test runs the binary under mpirun with it set.
+/// outer test runs the binary under mpirun with it set to the folder for the ranks' lines.
 pub const OWN_PATH_INNER: &str = "COMMCANARY_OWN_PATH_INNER";
 
 /// Sizes the own-path walk issues a kind at over `n` ranks, bytes of `dtype`:
@@ -422,17 +422,17 @@ pub fn assert_own_path_walks(stdout: &str, n: u32, dtypes: &[shard::Dtype]) {
 /// One rank's side of an own-path test, under the mpirun of
 /// [`own_path_mpirun`] (a no-op when the test binary runs alone): MPI up,
 /// then for f32 and bf16 a backend from `make` walks the table
-/// ([`own_path_walk`]) and prints its lines.
+/// ([`own_path_walk`]); its lines go to `rank-R.txt` in the folder the
+/// outer test names in [`OWN_PATH_INNER`].
 pub fn own_path_inner<B: commcanary::backend::Backend>(
     mut make: impl FnMut(&mpi::topology::SimpleCommunicator, commcanary::backend::BackendPlan) -> B,
 ) {
     use mpi::topology::Communicator;
-    if std::env::var(OWN_PATH_INNER).is_err() {
-        return;
-    }
+    let Ok(dir) = std::env::var(OWN_PATH_INNER) else { return };
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let (n, rank) = (world.size() as u32, world.rank() as u32);
+    let mut lines = String::new();
     for dtype in OWN_PATH_DTYPES {
         let plan = commcanary::backend::BackendPlan {
             max_bytes: 1 << 16,
@@ -443,9 +443,10 @@ pub fn own_path_inner<B: commcanary::backend::Backend>(
         };
         let mut b = make(&world, plan);
         for l in own_path_walk(&mut b, n, rank, dtype) {
-            println!("own-path rank={rank} {l}");
+            lines.push_str(&format!("own-path rank={rank} {l}\n"));
         }
     }
+    std::fs::write(Path::new(&dir).join(format!("rank-{rank}.txt")), lines).unwrap();
 }
 
 /// The element types an own-path walk runs.
@@ -455,21 +456,25 @@ pub const OWN_PATH_DTYPES: [shard::Dtype; 2] = [shard::Dtype::F32, shard::Dtype:
 /// `mpirun -n N` and check what every rank printed ([`assert_own_path_walks`]).
 pub fn own_path_mpirun(inner: &str, n: u32) -> String {
     let exe = std::env::current_exe().unwrap();
+    // each rank writes its lines to a file of its own: mpirun may tear lines that ranks print at once
+    let out = tempfile::tempdir().unwrap();
     let o = Command::new("mpirun")
         .args(["--oversubscribe", "-n", &n.to_string()])
         .arg(&exe)
         .args(["--exact", inner, "--ignored", "--nocapture", "--test-threads", "1"])
-        .env(OWN_PATH_INNER, "1")
+        .env(OWN_PATH_INNER, out.path())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .output()
         .expect("mpirun must be installed (scripts/setup.sh installs it)");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{printed}\n{}", String::from_utf8_lossy(&o.stderr));
+    let stdout: String =
+        (0..n).map(|r| std::fs::read_to_string(out.path().join(format!("rank-{r}.txt"))).unwrap()).collect();
     eprintln!("{} own-path lines from {n} rank(s)", stdout.matches("own-path ").count());
     assert_own_path_walks(&stdout, n, &OWN_PATH_DTYPES);
-    stdout.into_owned()
+    stdout
 }
 
 /// The two-rank PyTorch trace of the H200 fixture imported into `dir/tp2.comm.json`, and a campaign
