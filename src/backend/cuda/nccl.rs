@@ -23,6 +23,7 @@ pub(crate) use sys::{DataType, RedOp};
 
 /// Raw NCCL C types (only those we use).
 pub mod sys {
+    use std::ffi::c_void;
     use std::os::raw::{c_char, c_int};
     /// `ncclResult_t`.
     pub(crate) type NcclResult = c_int;
@@ -33,7 +34,9 @@ pub mod sys {
     /// `ncclGetErrorString(ncclResult_t)`.
     pub(crate) type GetErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
     /// `ncclComm_t`.
-    pub(crate) type Comm = *mut std::ffi::c_void;
+    pub(crate) type Comm = *mut c_void;
+    /// `cudaStream_t`.
+    pub(crate) type Stream = *mut c_void;
     /// `ncclUniqueId`: 128 opaque bytes, passed by value to `ncclCommInitRank`.
     #[repr(C)]
     #[derive(Clone, Copy)]
@@ -87,24 +90,10 @@ pub mod sys {
     /// `ncclCommInitRank(ncclComm_t*, int nranks, ncclUniqueId, int rank)`.
     pub(crate) type CommInitRank = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult;
     /// `ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t)`.
-    pub type AllReduce = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        *mut std::ffi::c_void,
-        usize,
-        DataType,
-        RedOp,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub type AllReduce =
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, DataType, RedOp, Comm, Stream) -> NcclResult;
     /// `ncclAllGather(const void*, void*, size_t sendcount, ncclDataType_t, ncclComm_t, cudaStream_t)`.
-    pub type AllGather = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        *mut std::ffi::c_void,
-        usize,
-        DataType,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub type AllGather = unsafe extern "C" fn(*const c_void, *mut c_void, usize, DataType, Comm, Stream) -> NcclResult;
     /// `ncclCommDestroy(ncclComm_t)` and `ncclCommAbort(ncclComm_t)`.
     pub(crate) type CommEnd = unsafe extern "C" fn(Comm) -> NcclResult;
     /// `ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)`.
@@ -113,54 +102,23 @@ pub mod sys {
     pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
     /// `ncclReduceScatter(const void*, void*, size_t recvcount, ncclDataType_t, ncclRedOp_t, ncclComm_t,
     /// cudaStream_t)`.
-    pub(crate) type ReduceScatter = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        *mut std::ffi::c_void,
-        usize,
-        DataType,
-        RedOp,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub(crate) type ReduceScatter =
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, DataType, RedOp, Comm, Stream) -> NcclResult;
     /// `ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int root, ncclComm_t, cudaStream_t)`.
-    pub type Broadcast = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        *mut std::ffi::c_void,
-        usize,
-        DataType,
-        c_int,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub type Broadcast =
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, DataType, c_int, Comm, Stream) -> NcclResult;
     /// `ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int root, ncclComm_t, cudaStream_t)`.
-    pub(crate) type Reduce = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        *mut std::ffi::c_void,
-        usize,
-        DataType,
-        RedOp,
-        c_int,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub(crate) type Reduce =
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, DataType, RedOp, c_int, Comm, Stream) -> NcclResult;
     /// `ncclSend(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Send = unsafe extern "C" fn(
-        *const std::ffi::c_void,
-        usize,
-        DataType,
-        c_int,
-        Comm,
-        *mut std::ffi::c_void,
-    ) -> NcclResult;
+    pub type Send = unsafe extern "C" fn(*const c_void, usize, DataType, c_int, Comm, Stream) -> NcclResult;
     /// `ncclRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t)`.
-    pub type Recv =
-        unsafe extern "C" fn(*mut std::ffi::c_void, usize, DataType, c_int, Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub type Recv = unsafe extern "C" fn(*mut c_void, usize, DataType, c_int, Comm, Stream) -> NcclResult;
     /// `ncclGroupStart()` and `ncclGroupEnd()`.
     pub type Group = unsafe extern "C" fn() -> NcclResult;
     /// `ncclCommSplit(ncclComm_t, int color, int key, ncclComm_t*, ncclConfig_t*)` (NCCL 2.18 and later; a null
     /// config inherits the parent's).
-    pub(crate) type CommSplit =
-        unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut std::ffi::c_void) -> NcclResult;
+    pub(crate) type CommSplit = unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void) -> NcclResult;
 }
 
 /// The symbols of every other collective, point-to-point and `ncclCommSplit`:
