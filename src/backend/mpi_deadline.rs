@@ -219,27 +219,8 @@ pub fn gather(comm: &SimpleCommunicator, root: u32, mine: &[u8], limit: Duration
 
 /// Send one `u64` to `dest` within `limit`.
 pub(crate) fn send_u64(comm: &SimpleCommunicator, dest: u32, tag: i32, v: u64, limit: Duration, op: Op) -> Result<()> {
-    let owned = Box::new(v);
-    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-    // SAFETY: the box outlives the request (leaked if it does not complete).
-    let rc = unsafe {
-        ffi::MPI_Isend(
-            &*owned as *const u64 as *const c_void,
-            1,
-            ffi::RSMPI_UINT64_T,
-            dest as c_int,
-            tag,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    started(rc, "MPI_Isend", &op)?;
-    if let Err(e) = poll(&mut req, limit, &op) {
-        std::mem::forget(owned);
-        return Err(e);
-    }
-    Ok(())
+    // SAFETY: `MPI_UINT64_T` is `u64`'s type.
+    unsafe { transfer(comm, true, vec![v], ffi::RSMPI_UINT64_T, dest, tag, limit, &op, Patience::Yield) }.map(drop)
 }
 
 /// Receive one `u64` from `src` within `limit`.
@@ -260,27 +241,9 @@ fn recv_u64_with(
     op: Op,
     patience: Patience,
 ) -> Result<u64> {
-    let mut owned = Box::new(0u64);
-    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-    // SAFETY: the box outlives the request (leaked if it does not complete).
-    let rc = unsafe {
-        ffi::MPI_Irecv(
-            &mut *owned as *mut u64 as *mut c_void,
-            1,
-            ffi::RSMPI_UINT64_T,
-            src as c_int,
-            tag,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    started(rc, "MPI_Irecv", &op)?;
-    if let Err(e) = poll_with(&mut req, limit, &op, patience) {
-        std::mem::forget(owned);
-        return Err(e);
-    }
-    Ok(*owned)
+    // SAFETY: `MPI_UINT64_T` is `u64`'s type.
+    let v = unsafe { transfer(comm, false, vec![0u64], ffi::RSMPI_UINT64_T, src, tag, limit, &op, patience)? };
+    Ok(v[0])
 }
 
 /// Send `bytes` to `dest` within `limit`: its length (one `u64`), then the bytes, both on `tag`.
@@ -293,28 +256,9 @@ pub(crate) fn send_bytes(
     op: Op,
 ) -> Result<()> {
     send_u64(comm, dest, tag, bytes.len() as u64, limit, op)?;
-    let owned = bytes.to_vec();
-    let count = c_int::try_from(owned.len())?;
-    // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
-    let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-    // SAFETY: `owned` outlives the request (leaked if it does not complete).
-    let rc = unsafe {
-        ffi::MPI_Isend(
-            owned.as_ptr() as *const c_void,
-            count,
-            ffi::RSMPI_UINT8_T,
-            dest as c_int,
-            tag,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    started(rc, "MPI_Isend", &op)?;
-    if let Err(e) = poll(&mut req, limit, &op) {
-        std::mem::forget(owned);
-        return Err(e);
-    }
-    Ok(())
+    // SAFETY: `MPI_UINT8_T` is `u8`'s type.
+    unsafe { transfer(comm, true, bytes.to_vec(), ffi::RSMPI_UINT8_T, dest, tag, limit, &op, Patience::Yield) }
+        .map(drop)
 }
 
 /// Receive what [`send_bytes`] sent from `src` within `limit`; a length
@@ -331,39 +275,53 @@ pub(crate) fn recv_bytes(
     if len > max_len as u64 {
         bail!("the {} ({}) from rank {src} announced {len} bytes, over the limit of {max_len}", op.what, op.phase);
     }
-    let mut owned = vec![0u8; len as usize];
-    let count = c_int::try_from(owned.len())?;
+    let buf = vec![0u8; len as usize];
+    // SAFETY: `MPI_UINT8_T` is `u8`'s type.
+    unsafe { transfer(comm, false, buf, ffi::RSMPI_UINT8_T, src, tag, limit, &op, Patience::Yield) }
+}
+
+/// Send `buf` to (`send`) or receive it from `peer` on `tag` (`MPI_Isend`,
+/// `MPI_Irecv`) within `limit`; returns the buffer, which is leaked instead
+/// when the request does not complete (MPI may still use it).
+///
+/// # Safety
+/// `dtype` is the MPI type of `T`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn transfer<T>(
+    comm: &SimpleCommunicator,
+    send: bool,
+    mut buf: Vec<T>,
+    dtype: ffi::MPI_Datatype,
+    peer: u32,
+    tag: i32,
+    limit: Duration,
+    op: &Op,
+    patience: Patience,
+) -> Result<Vec<T>> {
+    let count = c_int::try_from(buf.len())?;
+    let ptr = buf.as_mut_ptr() as *mut c_void;
     // SAFETY: reading an immutable handle constant that rsmpi's C shim initialises before MPI_Init returns.
     let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
-    // SAFETY: `owned` outlives the request (leaked if it does not complete) and holds `count` bytes.
-    let rc = unsafe {
-        ffi::MPI_Irecv(
-            owned.as_mut_ptr() as *mut c_void,
-            count,
-            ffi::RSMPI_UINT8_T,
-            src as c_int,
-            tag,
-            comm.as_raw(),
-            &mut req,
-        )
+    // SAFETY: `buf` holds `count` elements of `dtype` (the caller's contract) and outlives the request: it is
+    // leaked below if the request does not complete.
+    let (rc, call) = unsafe {
+        if send {
+            (ffi::MPI_Isend(ptr, count, dtype, peer as c_int, tag, comm.as_raw(), &mut req), "MPI_Isend")
+        } else {
+            (ffi::MPI_Irecv(ptr, count, dtype, peer as c_int, tag, comm.as_raw(), &mut req), "MPI_Irecv")
+        }
     };
-    started(rc, "MPI_Irecv", &op)?;
-    if let Err(e) = poll(&mut req, limit, &op) {
-        std::mem::forget(owned);
+    started(rc, call, op)?;
+    if let Err(e) = poll_with(&mut req, limit, op, patience) {
+        std::mem::forget(buf);
         return Err(e);
     }
-    Ok(owned)
+    Ok(buf)
 }
 
 /// Test hook: when `COMMCANARY_TEST_STOP_AT` equals `point` and
-/// `COMMCANARY_TEST_STOP_RANK` (default 1) equals `rank`, write this
-/// process's id to `COMMCANARY_TEST_STOP_PID_FILE` (if set) and stop it with
-/// SIGSTOP, as a debugger or an operator's Ctrl-Z would. Points: `clock`
-/// (inside the first clock calibration window, before the first ping),
-/// `phase` (before the first phase's barrier), `mid-blocking` (halfway
-/// through the blocking phase, between two collectives), `gather` (after
-/// this rank's shard is written, before the digests are gathered). Does
-/// nothing when the variable is unset.
+/// `COMMCANARY_TEST_STOP_RANK` (default 1) equals `rank`, stop this process
+/// with SIGSTOP (docs/METHODS.md, "Test stop points"); else do nothing.
 pub fn test_stop_point(point: &str, rank: u32) {
     let Ok(at) = std::env::var("COMMCANARY_TEST_STOP_AT") else { return };
     let who = std::env::var("COMMCANARY_TEST_STOP_RANK").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
