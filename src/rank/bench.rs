@@ -142,17 +142,9 @@ struct VariantRep {
     device_interval_median_us: Option<f64>,
 }
 
-/// The CUDA benchmark. For every size and repetition, in a rotating order:
-/// `bare` (a loop of `ncclAllReduce` calls with only a host clock read
-/// before each, events before the first and after the last), `instrumented`
-/// (the isolated phase exactly as `rank` runs it, through the phase runner),
-/// `instrumented+graph` (the same with `--graph`: each repetition's
-/// iterations captured into one CUDA graph and launched once; its host time
-/// per collective is the launch call's, spread over the collectives), and
-/// with `--cupti` `instrumented+cupti` (CUPTI kernel records on). The host overhead per collective is the difference of
-/// the per-iteration host-time quantiles, instrumented minus bare, per
-/// repetition; the device inflation is the ratio of device time per
-/// collective. Distributions over repetitions are printed, never one median.
+/// The CUDA benchmark: per size and repetition, in a rotating order, the bare
+/// loop against the instrumented isolated phase (eager, `--graph`, `--cupti`);
+/// prints distributions over repetitions (docs/GPU.md, "The CUDA overhead benchmark").
 fn run_cuda(args: &BenchOptions) -> Result<()> {
     if let Some(why) = cuda::unavailable_reason() {
         anyhow::bail!("--backend cuda is unavailable: {why}");

@@ -1,18 +1,12 @@
 //! `commcanary capture -o DIR -- APP ARGS`: one rank's capture, started by
 //! `mpirun`/`srun` in place of the application.
 //!
-//! Consumes the application's command line and the capture library
-//! (`--lib`, else `$COMMCANARY_CAPTURE_LIB`, else `libcommcanary_capture.so`
-//! next to this executable). Runs the application with exactly three changes
-//! to its environment: `LD_PRELOAD` gains the library (after any library
-//! already preloaded, so a tool the user preloads sees each call first),
-//! `COMMCANARY_CAPTURE_DIR` names the folder, absolute, and
-//! `COMMCANARY_CAPTURE_PID` this process (recorded, so that an application
-//! started through a wrapper script is found as this capture's). Produces what the
-//! library writes (`DIR/rank-NNNNN.mpicap`) and the application's own exit
-//! status. Refuses a missing library (`NO_SUCH_INPUT`) and, after the
-//! application ended, a process that wrote no capture file of its own
-//! (`NOT_MPI`: it never initialized MPI), naming the application.
+//! Consumes the application's command line and the capture library; runs the
+//! application with three changes to its environment (docs/METHODS.md, "The
+//! capture command"). Produces what the library writes (`DIR/rank-NNNNN.mpicap`)
+//! and the application's own exit status. Refuses a missing library
+//! (`NO_SUCH_INPUT`) and, after the application ended, a process that wrote no
+//! capture file of its own (`NOT_MPI`: it never initialized MPI), naming it.
 use crate::core::refusal::Code;
 use crate::evidence::commtrace::mpi::read_header;
 use crate::refuse;

@@ -32,15 +32,10 @@ pub(super) fn launcher_world_size() -> Option<u32> {
         .find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
-/// Print the error that ends this process. The lead process prints at once,
-/// and so does any rank once MPI has started: by then an error may be this
-/// rank's alone (a failed check, a lost peer), and it is tagged with the rank.
-/// An error before MPI starts is every rank's (a bad argument): another rank
-/// then waits first ([`let_the_lead_print_first`]), so that the lead prints it once and the
-/// launcher, stopping the job when the lead exits, silences the copies; it
-/// still prints if the lead never did. Printing only on the lead lost
-/// messages both ways: the launcher could kill the lead before it printed,
-/// and another rank's own error was never shown.
+/// Print the error that ends this process: at once on the lead process and
+/// on any rank once MPI has started (tagged with the rank); before MPI, another
+/// rank waits first ([`let_the_lead_print_first`]) so that the lead prints it
+/// once (docs/METHODS.md, "Fatal errors on every rank").
 pub fn print_fatal_error(message: &str) {
     match launcher_rank() {
         None | Some(0) => write_line_stderr(&format!("commcanary: error: {message}")),

@@ -233,13 +233,9 @@ pub(super) fn finish_rank<B: Backend>(
     Ok(())
 }
 
-/// What the isolated sweep of another kind or reduction does not measure:
-/// device intervals on GPUs for another reduction than the sum (run by the
-/// executor: each iteration is timed on the host, the NCCL call to the end
-/// of a stream synchronization; a sum runs back to back on world calls), and
-/// bf16 arithmetic on the cpu backend: MPI has no bf16, so the executor
-/// reduces it in f32 (twice the bytes on the wire) and a world call sums it
-/// as 16-bit integers.
+/// What the isolated sweep of another kind or reduction does not measure, each
+/// with its reason: device intervals of another reduction than the sum on GPUs
+/// (a sum runs back to back on world calls), and bf16 arithmetic on the cpu backend.
 fn sweep_unmeasured(spec: &WorkloadSpec, backend: BackendKind) -> Vec<Unmeasured> {
     let mut v = Vec::new();
     if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_has_own_group() {

@@ -382,16 +382,9 @@ fn write_replay_index(
 }
 
 /// `replay-trace`: run this rank's collectives of an imported trace through
-/// `run` (MPI or NCCL), write `OUT/replay-trace.rank-N.json` (a header binding
-/// the records to the trace's SHA-256, the rank and the settings; rank 0 then
-/// writes `OUT/replay-trace.json`, every rank's files with their digests;
-/// an `OUT` that already holds a replay is refused before MPI starts); every rank
-/// prints its summary (per kind: count, checks, time p50/p99; the pacing
-/// error; the gaps more than 1 ms off and the involuntary context switches
-/// during the replay, which say the host took the core away). A replay
-/// `paced` by the trace (gaps, device gaps or the recorded workload) is
-/// refused before MPI starts when a rank's gap passes the one bound of every
-/// replay ([`crate::core::limits::check_replay_gaps`]).
+/// `run` (MPI or NCCL), write its files and print its summary (docs/WORKLOADS.md).
+/// A replay `paced` by the trace is refused before MPI starts when a rank's gap
+/// passes the one bound of every replay ([`crate::core::limits::check_replay_gaps`]).
 pub(crate) fn replay_command(
     trace: &Path,
     out: &Path,

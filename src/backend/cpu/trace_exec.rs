@@ -116,24 +116,10 @@ impl CpuSlot {
     }
 }
 
-/// Runs trace collectives on MPI sub-communicators. Every process group
-/// becomes a sub-communicator (`MPI_Comm_split`, key = group rank, so member
-/// order is the trace's), created in name order on every rank. Each kind is
-/// its MPI call (MPI-3.1 standard, chapter 5; the arm per kind is
-/// `mpi_call`'s), blocking, or its `MPI_I…` form where the capture posted it
-/// so: all-reduce `MPI_Allreduce`, all-gather `MPI_Allgather(v)`,
-/// reduce-scatter `MPI_Reduce_scatter(_block)`, broadcast `MPI_Bcast`, reduce
-/// `MPI_Reduce`, gather `MPI_Gather(v)`, scatter `MPI_Scatter(v)`,
-/// all-to-all(v) `MPI_Alltoall(v)`, scans `MPI_Scan`/`MPI_Exscan`, barrier
-/// `MPI_Barrier`, send/recv `MPI_Send`/`MPI_Recv`, with the recorded reduction.
-///
-/// Data movement (gather, broadcast, all-to-all, point-to-point) moves the
-/// recorded bytes (`MPI_BYTE`, any dtype). Reductions of f32 use `MPI_FLOAT`;
-/// bf16 and f16 have no MPI type, so they are reduced in f32 on the upcast
-/// values (twice the bytes on the wire; recorded per collective as
-/// `wire_bytes`) and rounded back. f64, i32 and i64 (an MPI application's
-/// reductions) are reduced in their own type (`MPI_DOUBLE`, `MPI_INT32_T`,
-/// `MPI_INT64_T`). Other dtypes are refused for reductions.
+/// Runs trace collectives on MPI sub-communicators, one per process group,
+/// each kind as its MPI call (blocking, or posted where the capture posted
+/// it); refuses reductions of dtypes MPI cannot reduce (docs/METHODS.md,
+/// "CPU trace executor").
 pub struct CpuTraceExec {
     rank: u32,
     comms: BTreeMap<String, (Vec<u32>, Option<SimpleCommunicator>)>,

@@ -64,14 +64,7 @@ impl CudaBackend {
     }
 
     /// One anchor window on the idle compute stream: `ANCHOR_ROUND_TRIPS`
-    /// round trips. Where stream memory operations exist, each trip enqueues
-    /// a wait on a host-mapped word, the event, and a write of an
-    /// acknowledgement word behind it; then reads the host clock, releases the
-    /// wait with a plain store, and spins on the acknowledgement: the event
-    /// cannot be written before that read nor after the acknowledgement is
-    /// seen, and neither leg includes an API call (cuEventRecord and
-    /// cuEventQuery take microseconds in a virtual machine). Elsewhere a trip
-    /// is host clock, record, poll the event, host clock. Returns the
+    /// round trips (docs/GPU.md, "Device time on the host clock"). Returns the
     /// window's first event (kept among the pass's events) and the
     /// intersection of the trips' feasible intervals.
     pub(super) fn anchor_window(&mut self) -> Result<(usize, DeviceAnchorEstimate)> {

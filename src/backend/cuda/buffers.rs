@@ -1,17 +1,10 @@
-//! Device memory for collectives, allocated as nccl-tests (`cudaMalloc`) and
-//! PyTorch's caching allocator (`cudaMalloc` segments) hold theirs:
-//! `cuMemAlloc`, not the stream-ordered pool (`cuMemAllocAsync`) that
-//! cudarc's `CudaStream::alloc` takes where the device has one. Consumes a
-//! stream and bytes or a length; produces a [`DeviceBytes`] that derefs to a
-//! `CudaSlice<u8>`. `cuMemFree` waits for the whole device, so a buffer is
-//! freed on drop only when every stream that may use it has drained, and
-//! the owner must name every such stream ([`DeviceBytes::used_by`]); while
-//! one still runs (a collective stuck on a dead peer, on the way to the
-//! job's end), the allocation is left to the process's exit instead of
-//! hanging it. The CUDA backend's two buffers use it; the trace replay,
-//! whose collectives also run on streams made after its buffers, keeps
-//! cudarc's pool and its stream-ordered free. Refuses nothing beyond what the driver refuses (out of
-//! memory; a zero-length allocation keeps one byte instead).
+//! Device memory for collectives, allocated with `cuMemAlloc` as nccl-tests
+//! and PyTorch's caching allocator hold theirs. Consumes a stream and bytes or
+//! a length; produces a [`DeviceBytes`] that derefs to a `CudaSlice<u8>`, freed
+//! on drop only once every stream named by [`DeviceBytes::used_by`] has drained
+//! (docs/METHODS.md, "Collective buffers on the device"). Refuses nothing
+//! beyond what the driver refuses (out of memory; a zero-length allocation
+//! keeps one byte instead).
 use anyhow::{Context, Result};
 use cudarc::driver::{result, sys, CudaSlice, CudaStream};
 use std::sync::Arc;

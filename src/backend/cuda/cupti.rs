@@ -1,17 +1,10 @@
 //! CUPTI kernel activity records: what ran on the GPU, when, on which stream.
 //!
-//! Consumes `libcupti`, found here (the usual sonames, then the CUDA
-//! toolkit's own directories) and called through cudarc's CUPTI activity API,
-//! which is checked to resolve to the same loaded file; a missing library is a
-//! reason recorded in the shard, never a panic.
-//! Produces, per pass, the kernels that executed (concurrent-kernel activity
-//! records: start, end, stream, correlation id, name), with CUPTI timestamps
-//! mapped onto this rank's host clock through an anchor read back to back
-//! (host clock, `cuptiGetTimestamp`, host clock; error = half that interval).
-//! Only the leading fields of the kernel record are read, at the offsets of
-//! cudarc's bindgen layout of `CUpti_ActivityKernel5` (checked at compile
-//! time to equal those of the newest record of the targeted CUDA), and a record that fails the sanity checks (end
-//! before start, no name) is counted as malformed, not used.
+//! Consumes `libcupti` (a missing library is a reason recorded in the shard,
+//! never a panic). Produces, per pass, the kernels that executed (start, end,
+//! stream, correlation id, name) on this rank's host clock. A record that
+//! fails the sanity checks (end before start, no name) is counted as
+//! malformed, not used. Method: docs/METHODS.md, "CUPTI kernel records".
 use anyhow::{bail, Context, Result};
 use cudarc::cupti::result::{self as cupti, activity};
 use cudarc::cupti::sys::{

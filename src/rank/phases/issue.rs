@@ -8,20 +8,10 @@ use crate::evidence::shard::{ComputeEvent, ComputeKind};
 use anyhow::{bail, Result};
 
 impl<B: Backend> Runner<'_, B> {
-    /// Duration of one unit of `kind`, after warm-up.
+    /// Duration of one unit of `kind`, after warm-up: the median difference
+    /// of fenced batches of 1 and 1 + BATCH units, with a floor against a
+    /// collapse (docs/METHODS.md, "Calibrated units and injected delays").
     pub(super) fn calibrate(&mut self, kind: ComputeKind) -> Result<u64> {
-        // Each sample times a batch of 1 and a batch of 1 + BATCH units, each
-        // fenced by device synchronization (so that an asynchronous backend
-        // is timed on execution, not on enqueue), and takes the difference
-        // over BATCH: the fence's fixed cost (tens of µs on a GPU, more than
-        // a small GEMM) cancels. The median of 9 samples after 2 warm-ups: on
-        // ranks that share cores that is the unit's typical wall time there,
-        // which is what a gap is filled with. A preempted batch of 1 can
-        // outlast its batch of 9, and where most samples are such the median
-        // difference collapses toward 1 ns, turning each gap into millions of
-        // units (a CI job hung so); the unit is therefore never below an
-        // eighth of the batch of 9's median time per unit (which includes
-        // the fence, so it binds only on a collapse).
         const BATCH: u32 = 8;
         let (mut diffs, mut manys) = (Vec::with_capacity(9), Vec::with_capacity(9));
         self.backend.synchronize()?;
@@ -98,13 +88,9 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// The negative control's delay before collective `seq`, if any; returns
-    /// the delay actually achieved. A delay shorter than 1 ms spins where the
-    /// node has a core for every local rank (a sleep of 20 µs lasts ~80 µs
-    /// under Linux timer slack, so a sleeping control would be four times the
-    /// declared size); elsewhere, and for longer delays, it sleeps, since a
-    /// spinning rank on an oversubscribed node would delay a co-scheduled rank
-    /// too and confound the control. Sleep only overshoots, and the achieved
-    /// delay is what is recorded.
+    /// the delay actually achieved. Under 1 ms it spins where the node has a
+    /// core per local rank, else it sleeps (docs/METHODS.md, "Calibrated units
+    /// and injected delays").
     fn inject_delay(&self, seq: u64) -> Option<u64> {
         let d = self.delay.and_then(|d| d.delay_for(self.rank, seq))?;
         let t = self.clock.now_ns();

@@ -300,14 +300,9 @@ impl<'a, B: Backend> Runner<'a, B> {
         self
     }
 
-    /// Run every group-0 all-reduce `n` times back to back (the negative
-    /// control `--inject-repeat`): the `n - 1` extra runs
-    /// ([`crate::backend::Timing::Untimed`]) complete inside the recorded collective,
-    /// between its issue time and the real issue, so the event spans all `n`,
-    /// and `--check` validates the last (the all-reduce is out of place: a
-    /// repeat leaves the result as one run does). Trace collectives other
-    /// than the world's all-reduce run once; `rank` accepts `--inject-repeat`
-    /// on the cpu backend only.
+    /// Run every group-0 all-reduce `n` times back to back (`--inject-repeat`,
+    /// cpu backend only), the extra runs [`crate::backend::Timing::Untimed`] inside
+    /// the recorded one (docs/METHODS.md, "Calibrated units and injected delays").
     pub fn with_repeat(mut self, n: u32) -> Self {
         self.repeat = n.max(1);
         self
