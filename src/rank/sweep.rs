@@ -10,7 +10,7 @@
 //! exact in the element type.
 //!
 //! Method: docs/METHODS.md, "Isolated sweep of one kind".
-use crate::core::refusal::{self, Code};
+use crate::core::refusal::Code;
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};
 use crate::evidence::join::{CompletionSource, IsolatedSizeRow, JoinedRun};
@@ -26,37 +26,36 @@ pub(crate) const SWEEP_GROUP_NAME: &str = "isolated-sweep";
 /// Version of [`SweepReport`].
 pub const SWEEP_REPORT_FORMAT_VERSION: u32 = 2;
 
-fn bad(msg: String) -> anyhow::Error {
-    refusal::refuse(Code::BadArgument, msg)
-}
-
 /// The sweep's own refusals that need no world size: a kind or reduction
 /// without the isolated phase, a reduction on a kind without one, `avg` on
 /// the cpu backend, graph mode on the executor's path.
 pub(crate) fn check_options(spec: &WorkloadSpec, backend: BackendKind, op_given: bool) -> Result<()> {
     let (kind, op) = (spec.sweep_kind(), spec.sweep_op());
     if !spec.phases.contains(&Phase::Isolated) && (kind != SweepKind::default() || op_given) {
-        return Err(
-            bad("--collective and --op choose what the isolated phase sweeps: add isolated to --phases".into()),
+        crate::refuse!(
+            Code::BadArgument,
+            "--collective and --op choose what the isolated phase sweeps: add isolated to --phases"
         );
     }
     if op_given && !kind.reduces() {
-        return Err(bad(format!(
+        crate::refuse!(
+            Code::BadArgument,
             "--op: {kind} has no reduction (nccl-tests prints redop none for it); leave out --op"
-        )));
+        );
     }
     if op == ReduceOp::Avg && backend == BackendKind::Cpu {
-        return Err(bad(
+        crate::refuse!(
+            Code::BadArgument,
             "--op avg: MPI has no average operation, so the cpu backend would run a sum and call it avg; avg runs on \
                 the cuda backend (ncclAvg, NCCL 2.10 or later)"
-                .into(),
-        ));
+        );
     }
     if spec.graph && spec.phases.contains(&Phase::Isolated) && op != ReduceOp::Sum {
-        return Err(bad(format!(
+        crate::refuse!(
+            Code::BadArgument,
             "--graph captures sums only (world calls); the {kind} sweep's {} reduction runs without it",
             op.name()
-        )));
+        );
     }
     Ok(())
 }
@@ -73,12 +72,7 @@ fn exact_integers(dtype: Dtype) -> u128 {
 /// The refusals that need the world size `n`: a size with no whole element
 /// per rank (naming the smallest `-b` that has one), and a `--check` whose
 /// expected values are not exact in the element type whatever order the
-/// library reduces in. The executors' contributions are `(r + 1) + (i mod
-/// 3)`, at most `r + 3` on rank r; a sum's partial sums are at most
-/// `sum(r + 3)` and a product's at most `prod(r + 3)`; both are integers, exact
-/// while they stay within [`exact_integers`]. An average is exact where `1/n`
-/// is (n a power of two: NCCL may scale each input before summing). Min and
-/// max are exact.
+/// library reduces in (docs/METHODS.md, "Exact sweep checks").
 pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
     if !spec.phases.contains(&Phase::Isolated) || !spec.sweep_has_own_group() {
         return Ok(());
@@ -88,11 +82,12 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
     for &b in spec.isolated_sizes() {
         if kind.count(b, e, n).is_none() {
             let least = if kind.splits() { e * n as u64 } else { e };
-            return Err(bad(format!(
+            crate::refuse!(
+                Code::BadArgument,
                 "--collective {kind} over {n} ranks: a size of {b} bytes leaves no whole {} element per rank \
                     (nccl-tests rounds the count down to a multiple of the ranks); pass -b {least} or more",
                 dtype.name()
-            )));
+            );
         }
     }
     if spec.check == 0 || !kind.reduces() {
@@ -109,7 +104,8 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
         ReduceOp::Min | ReduceOp::Max => (true, ""),
     };
     if !exact {
-        return Err(bad(format!(
+        crate::refuse!(
+            Code::BadArgument,
             "--check with --collective {kind} --op {} over {n} ranks in {}: {why} of the check's values are not exact \
                 in {} whatever order the library reduces in, so #wrong could count rounding; pass --check 0, fewer \
                     ranks{}",
@@ -117,7 +113,7 @@ pub(crate) fn check_world(spec: &WorkloadSpec, n: u32) -> Result<()> {
             dtype.name(),
             dtype.name(),
             if dtype == Dtype::Bf16 { ", or --dtype f32" } else { "" }
-        )));
+        );
     }
     Ok(())
 }
@@ -172,15 +168,9 @@ pub(crate) fn sweep_collectives(spec: &WorkloadSpec, n: u32) -> Result<(CommTrac
     Ok((trace, colls))
 }
 
-/// The isolated phase's [`Schedule`] over `n` ranks, as nccl-tests times it:
-/// per size, the warm-ups, a synchronization and a barrier, then the timed
-/// iterations. Every kind of the sweep with a sum runs as world calls: back
-/// to back where the backend runs them so (one CUDA graph of the timed
-/// iterations with `--graph`; the last one checked), else each started and
-/// waited for (`--check N` checks N timed iterations of every size). Another
-/// reduction runs as prepared collectives on the sweep's `group`, each to
-/// completion on the host. A kind other than the all-reduce is recorded on
-/// `group` with one member's input as its bytes.
+/// The isolated phase's [`Schedule`] over `n` ranks, as nccl-tests times it
+/// (docs/METHODS.md, "Isolated sweep of one kind"); `--check N` checks N timed
+/// iterations of every size, or the last of a back-to-back run.
 pub(crate) fn schedule(spec: &WorkloadSpec, n: u32, group: Option<u32>, back_to_back: bool) -> Result<Schedule> {
     let (kind, op, dtype) = (spec.sweep_kind(), spec.sweep_op(), spec.dtype);
     let e = dtype.size_bytes();
