@@ -209,13 +209,9 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Replay's pacing of a gap, on the rank clock: from the previous call's
-    /// end, or where the device may still run a world call after it, from the
-    /// moment the host knows it completed (the host would otherwise run ahead
-    /// of the device and the gap would be fiction), wait until the gap has
-    /// passed (spinning where each rank has a core); returns the gap achieved.
-    /// Host work the schedule puts between two calls (a posted call's
-    /// completion, a check) lies inside the gap, as the source's wait did.
+    /// Replay's pacing of a gap on the rank clock, from the previous call's end
+    /// (or, where the device may still run a world call, from when the host knows
+    /// it completed); returns the gap achieved (docs/METHODS.md, "Replay pacing").
     fn pace(&mut self, w: &mut Walk, gap_ns: u64) -> Result<u64> {
         self.backend.synchronize()?;
         if w.device_behind {
@@ -461,7 +457,7 @@ impl<B: Backend> Runner<'_, B> {
     }
 
     /// Whether this rank's results are spoiled before their checks (the `wrong-sum` negative control).
-    fn corrupts(&self) -> bool {
+    pub(super) fn corrupts(&self) -> bool {
         self.fault == Some(Fault::WrongSum { rank: self.rank })
     }
 

@@ -4,7 +4,7 @@
 //! collective of the last launch. Refuses a source trace with collectives other
 //! than world all-reduces.
 use super::drive::quantize;
-use super::{Fault, Runner};
+use super::Runner;
 use crate::backend::{Backend, Call, Checked, GraphStep, Timing};
 use crate::core::workload::Phase;
 use crate::evidence::schedule::{Schedule, Step};
@@ -15,12 +15,9 @@ use anyhow::{bail, Result};
 /// all are warm-ups), or all of it where it has no tokens; and that token.
 fn one_token(s: &Schedule) -> (&[Step], Option<u32>) {
     let tokens = || {
-        s.steps.iter().enumerate().filter_map(|(i, t)| {
-            if let Step::Token { token, warmup } = t {
-                Some((i, *token, *warmup))
-            } else {
-                None
-            }
+        s.steps.iter().enumerate().filter_map(|(i, t)| match *t {
+            Step::Token { token, warmup } => Some((i, token, warmup)),
+            _ => None,
         })
     };
     let Some((start, token, _)) = tokens().find(|t| !t.2).or_else(|| tokens().next()) else { return (&s.steps, None) };
@@ -29,12 +26,9 @@ fn one_token(s: &Schedule) -> (&[Step], Option<u32>) {
 }
 
 impl<B: Backend> Runner<'_, B> {
-    /// Graph mode: one eager warm-up token (libraries set up outside the
-    /// capture), then one token captured into a graph, then one launch per
-    /// token with device marks at the token boundaries only. The captured
-    /// token is identical to every token of the model shape (a step's sizes
-    /// and GEMMs depend only on its position in the token). `--check`
-    /// validates the last collective after the last launch.
+    /// Graph mode for blocking and async: one token of the model shape, which
+    /// is identical to every other (a step's sizes and GEMMs depend only on its
+    /// position in the token), run by [`Self::captured_tokens`].
     pub(super) fn graph_phase(&mut self, phase: Phase, s: &Schedule) -> Result<GraphRun> {
         let (steps, _) = one_token(s);
         let calls = steps.iter().filter(|t| matches!(t, Step::Call(_))).count() as u64;
@@ -44,12 +38,10 @@ impl<B: Backend> Runner<'_, B> {
         self.captured_tokens(phase, calls, gemms, timing, &mut |r: &mut Self| r.play(phase, steps, &[]))
     }
 
-    /// Graph mode for fill, overlap and membound-fill: the source trace's
-    /// first timed token (all of it where the trace has no tokens), its gaps
-    /// quantized to compute units as the driver does, captured into one
-    /// graph and launched per token. Fill runs each gap's units and then the
-    /// collective; overlap issues the collective, runs the units beside it,
-    /// then waits.
+    /// Graph mode for fill, overlap and membound-fill: the source trace's first
+    /// timed token (all of it where the trace has no tokens), its gaps quantized
+    /// as the driver does (fill's units before each call, overlap's beside it),
+    /// run by [`Self::captured_tokens`].
     pub(super) fn graph_traced(&mut self, phase: Phase, s: &Schedule, quantum_ns: u64) -> Result<GraphRun> {
         if s.prepared.is_some() {
             bail!("internal: graph mode with trace collectives other than world all-reduces");
@@ -112,9 +104,8 @@ impl<B: Backend> Runner<'_, B> {
         let mut checked = 0;
         if self.spec.check > 0 {
             self.backend.synchronize()?;
-            let corrupt = self.fault == Some(Fault::WrongSum { rank: self.rank });
             let last = Checked::Last { kind: CollectiveKind::AllReduce, bytes: last_bytes, dtype };
-            if let Some(why) = self.backend.check(last, corrupt)?.first_wrong {
+            if let Some(why) = self.backend.check(last, self.corrupts())?.first_wrong {
                 bail!(
                     "result check failed on rank {}, phase {phase} (graph mode, last collective of the last launch, \
                         {last_bytes} bytes of {}): {why}",
