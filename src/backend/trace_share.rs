@@ -1,18 +1,14 @@
-//! One rank's part of one recorded collective ([`TraceShare`]), for every
-//! backend's trace executor: what it sends, how long its result is, its
-//! library call ([`Call`]) and the check of what landed, all read from the
-//! kind table's row (reduces, buffer rule, root, point-to-point, where the
-//! result lands), so that an executor adds only how its library holds
-//! buffers and the one arm per kind of its library call.
+//! One rank's part of one recorded collective ([`TraceShare`]) for every
+//! backend's trace executor: what it sends, its result's length, its library
+//! call ([`Call`]) and the check of what landed, all read from the kind table's
+//! row, so that an executor adds only its buffers and one arm per kind.
 //!
-//! Consumes a [`TraceCollective`], this rank and its group's members (in
-//! group order). Produces a reduction's input as [`contribution`]s rounded to
-//! the dtype, counted in elements; data movement's as [`payload`] bytes,
-//! counted in bytes (any dtype); an all-to-all's recorded splits, else an
-//! even split (`AllToAllLayout`). Refuses a root or peer outside the
-//! group, a size that overflows. The check counts what is wrong as
-//! nccl-tests' `#wrong` does: the elements (reductions) or bytes (data
-//! movement) that differ, and the first of them described.
+//! Consumes a [`TraceCollective`], this rank and its group's members (in group
+//! order). Produces a reduction's input as [`contribution`]s rounded to the
+//! dtype (in elements), data movement's as [`payload`] bytes (any dtype), an
+//! all-to-all's recorded or even splits (`AllToAllLayout`), and nccl-tests'
+//! `#wrong` of a result (elements or bytes that differ, the first described).
+//! Refuses a root or peer outside the group, a size that overflows.
 use super::call::{Call, Splits};
 use crate::core::collective::{self, Buffers, KindRow, Lands};
 use crate::core::workload::ReduceOp;
@@ -400,19 +396,9 @@ mod tests {
     use crate::core::collective::{CollectiveKind, KINDS};
     use crate::evidence::commtrace::TraceDtype;
 
+    /// A record of `e` elements per member as member `me` records it (a gather's and a scatter's counts differ on the
+    /// root, `members[1 % n]`).
     fn record(
-        kind: CollectiveKind,
-        dtype: TraceDtype,
-        e: u64,
-        members: &[u32],
-        splits: Option<(Vec<u64>, Vec<u64>)>,
-        peer: Option<u32>,
-    ) -> TraceCollective {
-        record_of(kind, dtype, e, members, splits, peer, 1 % members.len())
-    }
-
-    /// [`record`] as member `me` records it (a gather's and a scatter's counts differ on the root, `members[1 % n]`).
-    fn record_of(
         kind: CollectiveKind,
         dtype: TraceDtype,
         e: u64,
@@ -539,7 +525,7 @@ mod tests {
                                     (to(j), (0..n).map(|src| to(src)[j]).collect())
                                 });
                                 TraceShare::new(
-                                    &record_of(kind, dtype, 6 * n as u64, &members, sp, peer, j),
+                                    &record(kind, dtype, 6 * n as u64, &members, sp, peer, j),
                                     rank,
                                     &members,
                                 )
@@ -582,17 +568,12 @@ mod tests {
     #[test]
     fn a_root_or_peer_outside_the_group_is_refused() {
         let members = [0u32, 1];
-        let b = record(CollectiveKind::Broadcast, TraceDtype::F32, 4, &[0, 9], None, None);
-        assert!(TraceShare::new(&b, 0, &members)
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-            .contains("root not in the group"));
-        let s = record(CollectiveKind::Send, TraceDtype::F32, 4, &members, None, Some(7));
-        assert!(TraceShare::new(&s, 0, &members)
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-            .contains("peer not in the group"));
+        for (c, why) in [
+            (record(CollectiveKind::Broadcast, TraceDtype::F32, 4, &[0, 9], None, None, 1), "root not in the group"),
+            (record(CollectiveKind::Send, TraceDtype::F32, 4, &members, None, Some(7), 1), "peer not in the group"),
+        ] {
+            let e = TraceShare::new(&c, 0, &members).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

@@ -48,6 +48,7 @@ pub(crate) enum Logged {
 
 /// The mock: `back_to_back` chooses the isolated phase's path, `device` whether
 /// world calls get device intervals (a GPU's) and marks.
+#[derive(Default)]
 pub(crate) struct MockBackend {
     pub log: Vec<Logged>,
     back_to_back: bool,
@@ -66,20 +67,7 @@ pub(crate) struct MockBackend {
 
 impl MockBackend {
     pub fn new(back_to_back: bool, device: bool) -> Self {
-        Self {
-            log: Vec::new(),
-            back_to_back,
-            device,
-            outstanding: false,
-            timed_in_pass: 0,
-            marks_in_pass: 0,
-            prepared: 0,
-            posted: Vec::new(),
-            p2p: false,
-            rank: 0,
-            world_size: 1,
-            capturing: false,
-        }
+        Self { back_to_back, device, world_size: 1, ..Default::default() }
     }
 
     /// The mock as rank `rank` of `world_size` (it still runs nothing).
@@ -276,6 +264,11 @@ mod tests {
         (res, b, events)
     }
 
+    /// The log's entries that `f` names, space-separated.
+    fn trail(log: &[Logged], f: impl Fn(&Logged) -> Option<String>) -> String {
+        log.iter().filter_map(f).collect::<Vec<_>>().join(" ")
+    }
+
     fn worlds(log: &[Logged]) -> Vec<(u64, Timing)> {
         log.iter().filter_map(|l| if let Logged::World(_, b, t) = l { Some((*b, *t)) } else { None }).collect()
     }
@@ -366,19 +359,15 @@ mod tests {
         let s = spec(&[Phase::Blocking, Phase::Async]);
         let (res, b, ev) = run(false, false, &s, None);
         res.unwrap();
-        let steps: Vec<String> = b
-            .log
-            .iter()
-            .filter_map(|l| match l {
-                Logged::World(_, bytes, _) => Some(format!("C{bytes}")),
-                Logged::Gemm { layer, .. } => Some(format!("G{layer}")),
-                Logged::Wait => Some("W".into()),
-                _ => None,
-            })
-            .collect();
+        let steps = trail(&b.log, |l| match l {
+            Logged::World(_, bytes, _) => Some(format!("C{bytes}")),
+            Logged::Gemm { layer, .. } => Some(format!("G{layer}")),
+            Logged::Wait => Some("W".into()),
+            _ => None,
+        });
         let blocking = "G0 C64 W G1 C128 W ".repeat(3);
         let asynchronous = "G0 C64 G1 W C128 W ".repeat(3);
-        assert_eq!(steps.join(" ") + " ", blocking + &asynchronous);
+        assert_eq!(steps + " ", blocking + &asynchronous);
         assert_eq!(ev.len(), 12);
         assert_eq!(ev.iter().filter(|e| e.1).count(), 4, "one warm-up token of two collectives per phase");
     }
@@ -417,17 +406,13 @@ mod tests {
                 r.run_all().unwrap();
                 assert_eq!(r.checks.len(), 1);
             }
-            let order: Vec<String> = b
-                .log
-                .iter()
-                .filter_map(|l| match l {
-                    Logged::Trace(i, _) => Some(format!("T{i}")),
-                    Logged::P2p(k) => Some(format!("P{k}")),
-                    Logged::Check(false, _) => Some("C".into()),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(order.join(" "), format!("P0 P1 P2 T0 P3 {timed}"));
+            let order = trail(&b.log, |l| match l {
+                Logged::Trace(i, _) => Some(format!("T{i}")),
+                Logged::P2p(k) => Some(format!("P{k}")),
+                Logged::Check(false, _) => Some("C".into()),
+                _ => None,
+            });
+            assert_eq!(order, format!("P0 P1 P2 T0 P3 {timed}"));
         }
     }
 
@@ -438,19 +423,15 @@ mod tests {
     /// and in graph mode after the eager token, before the capture.
     #[test]
     fn a_checked_world_result_starts_empty() {
-        let order = |log: &[Logged]| -> String {
-            let t: Vec<String> = log
-                .iter()
-                .filter_map(|l| match l {
-                    Logged::World(_, b, _) => Some(format!("W{b}")),
-                    Logged::ClearWorld(_, b) => Some(format!("X{b}")),
-                    Logged::Check(true, _) => Some("C".into()),
-                    Logged::Synchronize => Some("S".into()),
-                    Logged::Graph(g) => Some(format!("{g:?}")),
-                    _ => None,
-                })
-                .collect();
-            t.join(" ")
+        let order = |log: &[Logged]| {
+            trail(log, |l| match l {
+                Logged::World(_, b, _) => Some(format!("W{b}")),
+                Logged::ClearWorld(_, b) => Some(format!("X{b}")),
+                Logged::Check(true, _) => Some("C".into()),
+                Logged::Synchronize => Some("S".into()),
+                Logged::Graph(g) => Some(format!("{g:?}")),
+                _ => None,
+            })
         };
         let (res, b, _) = run(false, false, &spec(&[Phase::Isolated]), None);
         res.unwrap();
