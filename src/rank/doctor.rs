@@ -80,26 +80,14 @@ pub fn report(explicit: &[PathBuf]) -> (DoctorReport, bool) {
         }
     }
     for (p, is_explicit) in paths {
-        let probe = match NcclLibrary::load(&p) {
-            Ok(lib) => NcclProbe {
-                path: p.display().to_string(),
-                explicit: is_explicit,
-                ok: Some(lib.observation().clone()),
-                error: None,
-            },
-            Err(e) => {
-                if is_explicit {
-                    all_ok = false;
-                }
-                NcclProbe {
-                    path: p.display().to_string(),
-                    explicit: is_explicit,
-                    ok: None,
-                    error: Some(format!("{e:#}")),
-                }
-            }
-        };
-        nccl.push(probe);
+        let loaded = NcclLibrary::load(&p);
+        all_ok &= !(is_explicit && loaded.is_err());
+        nccl.push(NcclProbe {
+            path: p.display().to_string(),
+            explicit: is_explicit,
+            ok: loaded.as_ref().ok().map(|lib| lib.observation().clone()),
+            error: loaded.err().map(|e| format!("{e:#}")),
+        });
     }
     let r = DoctorReport {
         host: identity::hostname(),

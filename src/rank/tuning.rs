@@ -24,9 +24,8 @@ pub(crate) fn request_nccl_tuning_log(out: &std::path::Path) -> Result<()> {
         Ok(s) if !s.is_empty() => s,
         _ => "TUNING".into(),
     };
-    if std::env::var("NCCL_DEBUG").map(|v| v.eq_ignore_ascii_case("TRACE")).unwrap_or(false) {
-        // TRACE already includes INFO
-    } else {
+    // TRACE already includes INFO
+    if !std::env::var("NCCL_DEBUG").is_ok_and(|v| v.eq_ignore_ascii_case("TRACE")) {
         std::env::set_var("NCCL_DEBUG", "INFO");
     }
     std::env::set_var("NCCL_DEBUG_SUBSYS", subsys);
@@ -64,18 +63,14 @@ pub(super) fn collect_tuning(
     fsutil::write_new_atomic(&run_dir.join(&kept), &bytes)?;
     let _ = std::fs::remove_file(&path);
     let (lines, unrecognised) = tuning::parse_log(&String::from_utf8_lossy(&bytes));
-    let (choices, unavailable) = if lines.is_empty() {
-        (
-            Vec::new(),
-            Some(
-                "NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string(),
-            ),
-        )
+    let attached = if lines.is_empty() {
+        Err("NCCL printed no per-collective tuning lines on this rank (it prints them on rank 0 only)".to_string())
     } else {
-        match tuning::attach(&lines, events) {
-            Ok(c) => (c, None),
-            Err(why) => (Vec::new(), Some(why)),
-        }
+        tuning::attach(&lines, events)
+    };
+    let (choices, unavailable) = match attached {
+        Ok(c) => (c, None),
+        Err(why) => (Vec::new(), Some(why)),
     };
     Ok(TuningCapture {
         source,
