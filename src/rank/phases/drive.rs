@@ -7,12 +7,14 @@
 //! world arrival; point-to-point steps run in recorded order and their pass is recorded at the
 //! token's end. A wrong result fails the phase at once, except in the isolated phase (recorded,
 //! and the rank fails after its shard). Method: docs/METHODS.md, "Phase runner".
-use super::{EventExtra, Fault, HostTimes, OpenToken, Position, Recorded, Runner, Work};
+use super::{EventExtra, Fault, HostTimes, OpenToken, Runner, Work};
 use crate::backend::{mpi_deadline, Backend, Call, Checked, GraphStep, Timing};
 use crate::core::collective::{CollectiveKind, Lands};
 use crate::core::workload::{Dtype, FillResidual, Phase, ReduceOp};
 use crate::evidence::schedule::{CallStep, Issue, Schedule, Step, Target};
-use crate::evidence::shard::{CheckRecord, ComputeEvent, ComputeKind, FillRecord, P2pPassRecord, ReplayTiming};
+use crate::evidence::shard::{
+    CheckRecord, CollectiveEvent, ComputeEvent, ComputeKind, FillRecord, P2pPassRecord, ReplayTiming,
+};
 use anyhow::{bail, Context, Result};
 
 /// Work a gap places beside the next call: between issue and wait for a
@@ -366,24 +368,38 @@ impl<B: Backend> Runner<'_, B> {
         Ok(())
     }
 
-    /// Record call `c` with the gap's fill or replay timing, if any; the call's end is the walk's last completion.
+    /// Record call `c` in the shard's body with what the phase measured beyond the host times (`extra`) and the
+    /// gap's fill or replay timing, if any; the call's end is the walk's last completion. Returns its index.
     fn record(&mut self, w: &mut Walk, c: &CallStep, seq: u64, t: HostTimes, extra: EventExtra) -> usize {
-        let r = Recorded {
+        self.body.collectives.push(CollectiveEvent {
             phase: w.phase,
             kind: c.kind,
             group: c.group,
             seq,
             bytes: c.bytes,
             dtype: c.dtype,
+            token: c.token,
+            layer: c.layer,
+            iter: c.iter,
+            warmup: c.warmup,
+            host_issue_ns: t.issue_ns,
+            host_return_ns: t.return_ns,
+            wait_start_ns: t.wait_start_ns,
+            wait_end_ns: t.wait_end_ns,
+            device_start_ns: extra.device.map(|d| d.start_ns),
+            device_end_ns: extra.device.map(|d| d.end_ns),
+            injected_delay_ns: extra.injected_ns,
+            replay: w.replay.take(),
+            fill: w.fill.take(),
+            checked: extra.checked,
             root: c.root,
             peer: c.peer,
-        };
-        let pos = Position { token: c.token, layer: c.layer, iter: c.iter, warmup: c.warmup };
-        let i = self.push_event(r, pos, t, extra);
-        let ev = &mut self.body.collectives[i];
-        ev.fill = w.fill.take();
-        ev.replay = w.replay.take();
-        w.prev_end = ev.wait_end_ns;
+        });
+        let i = self.body.collectives.len() - 1;
+        if extra.timed {
+            self.timed.push(i);
+        }
+        w.prev_end = t.wait_end_ns;
         w.device_behind = extra.timed;
         i
     }

@@ -17,13 +17,13 @@ mod issue;
 mod mock;
 use crate::backend::{mpi_deadline, Backend};
 use crate::core::clock::RankClock;
+use crate::core::ranges;
 use crate::core::refusal::Code;
 use crate::core::workload::{CommStream, DelayInjection, Phase, WorkloadSpec};
-use crate::core::{collective, ranges};
 use crate::evidence::commtrace::CommTrace;
 use crate::evidence::schedule::Schedule;
 use crate::evidence::shard::{
-    self, CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun,
+    CheckRecord, CollectiveEvent, ComputeKind, DeviceWait, KernelAnchor, KernelEvent, P2pPassRecord, PhaseRun,
     ShardBody, TokenEvent,
 };
 use crate::evidence::trace::from_blocking_events;
@@ -93,27 +93,6 @@ struct OpenToken {
     warmup: bool,
     start_ns: u64,
     start_mark: Option<usize>,
-}
-
-struct Position {
-    token: Option<u32>,
-    layer: Option<u32>,
-    iter: Option<u32>,
-    warmup: bool,
-}
-
-/// What a recorded collective is: its kind on its group, in that group's
-/// order, and what it moved.
-#[derive(Clone, Copy)]
-struct Recorded {
-    phase: Phase,
-    kind: shard::CollectiveKind,
-    group: u32,
-    seq: u64,
-    bytes: u64,
-    dtype: collective::TraceDtype,
-    root: Option<u32>,
-    peer: Option<u32>,
 }
 
 /// A recorded collective's host times: issued, returned, waited from and to.
@@ -215,42 +194,6 @@ fn node_has_core_per_rank(world_size: u32) -> bool {
 }
 
 impl<'a, B: Backend> Runner<'a, B> {
-    /// Record one collective at `pos` in the shard's body; returns its index.
-    /// What the phase measured beyond the host times (a device interval, an
-    /// injected delay, a result check) comes as `extra`; the replay and fill
-    /// annotations are set afterwards by the phases that have them.
-    fn push_event(&mut self, r: Recorded, pos: Position, t: HostTimes, extra: EventExtra) -> usize {
-        self.body.collectives.push(CollectiveEvent {
-            phase: r.phase,
-            kind: r.kind,
-            group: r.group,
-            seq: r.seq,
-            bytes: r.bytes,
-            dtype: r.dtype,
-            token: pos.token,
-            layer: pos.layer,
-            iter: pos.iter,
-            warmup: pos.warmup,
-            host_issue_ns: t.issue_ns,
-            host_return_ns: t.return_ns,
-            wait_start_ns: t.wait_start_ns,
-            wait_end_ns: t.wait_end_ns,
-            device_start_ns: extra.device.map(|d| d.start_ns),
-            device_end_ns: extra.device.map(|d| d.end_ns),
-            injected_delay_ns: extra.injected_ns,
-            replay: None,
-            fill: None,
-            checked: extra.checked,
-            root: r.root,
-            peer: r.peer,
-        });
-        let i = self.body.collectives.len() - 1;
-        if extra.timed {
-            self.timed.push(i);
-        }
-        i
-    }
-
     /// New runner; `controls` are the injections, the shared source trace
     /// and the progress flag ([`RunnerControls::default`]: none of them).
     pub fn new(backend: &'a mut B, clock: &'a RankClock, spec: &'a WorkloadSpec, controls: RunnerControls) -> Self {
