@@ -88,6 +88,19 @@ impl TraceShare {
         let offsets = |v: &[usize]| {
             v.iter().scan(0usize, |acc, &x| Some(std::mem::replace(acc, *acc + x))).collect::<Vec<usize>>()
         };
+        // a v-call's splits where only its receives (or only its sends) are per member, packed in member order
+        let receiving = |counts: Vec<usize>| Splits {
+            send_counts: Vec::new(),
+            send_at: Vec::new(),
+            recv_at: offsets(&counts),
+            recv_counts: counts,
+        };
+        let sending = |counts: Vec<usize>| Splits {
+            send_at: offsets(&counts),
+            send_counts: counts,
+            recv_counts: Vec::new(),
+            recv_at: Vec::new(),
+        };
         let counted = |split: &[u64], f: &dyn Fn(u64) -> Result<usize>| {
             split.iter().map(|&e| f(e)).collect::<Result<Vec<usize>>>()
         };
@@ -101,12 +114,7 @@ impl TraceShare {
             let (i, o) = (elems(c.in_elems)?, elems(c.out_elems)?);
             if let (Buffers::InIsNTimesOut, Some(split)) = (row.buffers, &c.in_split_elems) {
                 let counts = counted(split, &elems)?;
-                v = Some(Splits {
-                    send_counts: Vec::new(),
-                    send_at: Vec::new(),
-                    recv_at: offsets(&counts),
-                    recv_counts: counts,
-                });
+                v = Some(receiving(counts));
             }
             (i, o, if row.buffers == Buffers::InIsNTimesOut { o } else { i }, o)
         } else {
@@ -114,12 +122,7 @@ impl TraceShare {
                 Buffers::OutIsNTimesIn if c.out_split_elems.is_some() => {
                     let counts = counted(c.out_split_elems.as_deref().unwrap_or_default(), &bytes)?;
                     let (b, total) = (bytes(c.in_elems)?, sum(&counts)?);
-                    v = Some(Splits {
-                        send_counts: Vec::new(),
-                        send_at: Vec::new(),
-                        recv_at: offsets(&counts),
-                        recv_counts: counts,
-                    });
+                    v = Some(receiving(counts));
                     (b, total, b, total)
                 }
                 Buffers::OutIsNTimesIn => {
@@ -135,12 +138,7 @@ impl TraceShare {
                     };
                     let total = sum(&counts)?;
                     if v_named {
-                        v = Some(Splits {
-                            send_counts: Vec::new(),
-                            send_at: Vec::new(),
-                            recv_at: offsets(&counts),
-                            recv_counts: counts,
-                        });
+                        v = Some(receiving(counts));
                     }
                     (b, total, if at_root { bytes(c.out_elems)? / n.max(1) } else { b }, total)
                 }
@@ -153,12 +151,7 @@ impl TraceShare {
                     };
                     let total = sum(&counts)?;
                     if v_named {
-                        v = Some(Splits {
-                            send_at: offsets(&counts),
-                            send_counts: counts,
-                            recv_counts: Vec::new(),
-                            recv_at: Vec::new(),
-                        });
+                        v = Some(sending(counts));
                     }
                     (total, o, o, o)
                 }
