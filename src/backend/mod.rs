@@ -145,19 +145,15 @@ pub enum Call<'a> {
         /// Reduction.
         op: ReduceOp,
     },
-    /// Empty prepared collective `index`'s result before a call of it whose
-    /// result will be checked ([`Backend::check`]), outside that call's
-    /// timing, so that an earlier call's result (a warm-up's, an earlier
-    /// pass's) cannot pass for it; a broadcast root's, which holds its input,
-    /// is kept. [`Timing::HostWait`]: done on return; [`Timing::Async`] (before
-    /// a post): ordered before the next call of it, without waiting for others.
+    /// Empty prepared collective `index`'s result (a broadcast root's input is
+    /// kept) before a checked call of it, outside that call's timing
+    /// (docs/METHODS.md, "Phase runner"). [`Timing::HostWait`]: done on return;
+    /// [`Timing::Async`] (before a post): ordered before the next call of it, waiting for no other.
     Clear(usize),
     /// Empty the result that a [`Call::World`] of these fields leaves on this
-    /// rank, before a checked call of it (or a checked back-to-back run),
-    /// outside its timing, for the same reason as [`Call::Clear`]: every
-    /// world call of one size writes the same values into one buffer.
-    /// [`Timing::HostWait`]: done on return; [`Timing::Async`]: ordered before
-    /// the next world call. Refused while a world call is outstanding.
+    /// rank before a checked call of it (or a checked back-to-back run), as
+    /// [`Call::Clear`] does ([`Timing::Async`]: ordered before the next world
+    /// call); refused while a world call is outstanding.
     ClearWorld {
         /// Kind.
         kind: CollectiveKind,

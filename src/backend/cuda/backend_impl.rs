@@ -350,8 +350,7 @@ impl Backend for CudaBackend {
                 Ok(op.verify(&values, dtype))
             }
             Checked::Trace { index, c, op } => {
-                let exec = self.prepared_exec()?;
-                let (wrong_elements, first_wrong) = exec.count_wrong(index, c, op, corrupt)?;
+                let (wrong_elements, first_wrong) = self.prepared_exec()?.count_wrong(index, c, op, corrupt)?;
                 Ok(CheckOutcome { wrong_elements, first_wrong })
             }
         }
