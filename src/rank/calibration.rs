@@ -97,13 +97,8 @@ fn exchange_clock_ids(
     let gathered =
         gather(world, 0, &mine, limit, Op { what: "gather of host names and kernel clock ids", phase, peer: None })?;
     let mut all = gathered.unwrap_or_else(|| vec![0u8; CLOCK_ID_SLOT * world.size() as usize]);
-    broadcast(
-        world,
-        0,
-        &mut all,
-        limit,
-        Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) },
-    )?;
+    let op = Op { what: "broadcast of host names and kernel clock ids", phase, peer: Some(0) };
+    broadcast(world, 0, &mut all, limit, op)?;
     let text = |b: &[u8]| {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         String::from_utf8_lossy(&b[..end]).into_owned()
@@ -129,13 +124,8 @@ fn ping(
     phase: &str,
 ) -> Result<Vec<PingSample>> {
     let op = Op { what: "ping-pong", phase, peer: Some(peer) };
-    let turn = recv_u64_idle(
-        world,
-        peer,
-        tag,
-        limit,
-        Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) },
-    )?;
+    let turn_op = Op { what: "wait for this rank's turn to ping-pong", phase, peer: Some(peer) };
+    let turn = recv_u64_idle(world, peer, tag, limit, turn_op)?;
     if turn != TURN_TOKEN {
         anyhow::bail!("clock calibration ({phase}): rank {peer} sent {turn} where the turn token was due");
     }
@@ -364,25 +354,13 @@ pub(super) fn end_record(
     if hierarchical && rank != 0 && topo.leader_of[rank as usize] == rank {
         let bytes = serde_json::to_vec(&own).context("encoding this leader's clock model")?;
         for r in topo.served_by(rank) {
-            send_bytes(
-                world,
-                r,
-                CLOCK_TAG_HANDOFF,
-                &bytes,
-                limit,
-                Op { what: "send of the leader's clock model", phase, peer: Some(r) },
-            )?;
+            let op = Op { what: "send of the leader's clock model", phase, peer: Some(r) };
+            send_bytes(world, r, CLOCK_TAG_HANDOFF, &bytes, limit, op)?;
         }
     }
     let (fit, leader_fit, leader_model) = if path == ClockPath::ViaLeader {
-        let bytes = recv_bytes(
-            world,
-            peer,
-            CLOCK_TAG_HANDOFF,
-            MAX_HANDOFF_BYTES,
-            limit,
-            Op { what: "receive of the leader's clock model", phase, peer: Some(peer) },
-        )?;
+        let op = Op { what: "receive of the leader's clock model", phase, peer: Some(peer) };
+        let bytes = recv_bytes(world, peer, CLOCK_TAG_HANDOFF, MAX_HANDOFF_BYTES, limit, op)?;
         let lead: RankClockFit = serde_json::from_slice(&bytes)
             .with_context(|| format!("decoding the clock model of leader rank {peer}"))?;
         (compose_via_leader(&own, &lead, peer)?, Some(own.model), Some(lead.model))

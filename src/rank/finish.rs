@@ -152,14 +152,8 @@ pub(super) fn finish_rank<B: Backend>(
     let host = shard.header.host.as_bytes();
     mine[40..40 + host.len().min(127)].copy_from_slice(&host[..host.len().min(127)]);
     test_stop_point("gather", rank);
-    let gathered = gather(
-        world,
-        0,
-        &mine[..],
-        limit,
-        Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None },
-    )?;
-    if let Some(all) = gathered {
+    let op = Op { what: "gather of the shard digests", phase: "after the shards are written", peer: None };
+    if let Some(all) = gather(world, 0, &mine[..], limit, op)? {
         let shards: Vec<ShardRef> = all
             .chunks(mine.len())
             .enumerate()

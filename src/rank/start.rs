@@ -66,13 +66,8 @@ fn broadcast_run_dir(world: &SimpleCommunicator, args: &RankOptions) -> Result<(
         });
     }
     let limit = std::time::Duration::from_secs_f64(args.collective_timeout_s);
-    let text = broadcast_text(
-        world,
-        mine.as_deref(),
-        limit,
-        Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) },
-    )?
-    .unwrap_or_default();
+    let op = Op { what: "broadcast of the run directory", phase: "start-up", peer: Some(0) };
+    let text = broadcast_text(world, mine.as_deref(), limit, op)?.unwrap_or_default();
     match text.strip_prefix('+') {
         Some(id) => Ok((id.to_string(), args.out.join(id))),
         None => bail!("rank 0 could not prepare the output directory: {}", text.strip_prefix('!').unwrap_or(&text)),

@@ -443,13 +443,8 @@ impl NcclComm {
         if rank == 0 {
             id = lib.unique_id()?;
         }
-        mpi_deadline::broadcast(
-            world,
-            0,
-            &mut id[..],
-            timeout,
-            mpi_deadline::Op { what: "broadcast of the NCCL unique id", phase, peer: Some(0) },
-        )?;
+        let op = mpi_deadline::Op { what: "broadcast of the NCCL unique id", phase, peer: Some(0) };
+        mpi_deadline::broadcast(world, 0, &mut id[..], timeout, op)?;
         Self::init_rank(lib, world.size() as u32, id, rank)
     }
 
