@@ -19,10 +19,7 @@ fn launcher_rank() -> Option<u32> {
 /// spliced into it (seen: mpirun's banner inside a rank's error line).
 pub(crate) fn write_line_stderr(line: &str) {
     use std::io::Write;
-    let mut buf = String::with_capacity(line.len() + 1);
-    buf.push_str(line);
-    buf.push('\n');
-    let _ = std::io::stderr().lock().write_all(buf.as_bytes());
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
 }
 
 /// World size from the launcher's environment, before MPI is initialised.
@@ -52,9 +49,8 @@ pub fn print_fatal_error(message: &str) {
 const ERROR_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// On an error every rank met before MPI started (a bad argument): a rank
-/// other than the lead waits `ERROR_GRACE`, so that the lead prints the
-/// error once and the launcher, stopping the job when the lead exits,
-/// silences the copies. The lead returns at once.
+/// other than the lead waits `ERROR_GRACE` ([`print_fatal_error`] says why);
+/// the lead returns at once.
 pub fn let_the_lead_print_first() {
     if !is_lead_process() {
         std::thread::sleep(ERROR_GRACE);
