@@ -34,19 +34,11 @@ use std::sync::Arc;
 /// Negative-control faults (hidden `--fault`), for tests of the failure paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
-    /// Corrupt this rank's reduced results so that `--check` must catch it.
-    WrongSum {
-        /// Rank.
-        rank: u32,
-    },
-    /// This rank stops (sleeps) before issuing the collective with this
-    /// sequence number, so its peers' collectives never complete.
-    Hang {
-        /// Rank.
-        rank: u32,
-        /// Sequence number.
-        seq: u64,
-    },
+    /// Corrupt rank `rank`'s reduced results so that `--check` must catch it.
+    WrongSum { rank: u32 },
+    /// Rank `rank` stops (sleeps) before issuing the collective with sequence
+    /// number `seq`, so its peers' collectives never complete.
+    Hang { rank: u32, seq: u64 },
 }
 
 impl Fault {
