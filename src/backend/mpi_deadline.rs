@@ -6,9 +6,8 @@
 //! `refused[COLLECTIVE_TIMEOUT]` error naming the operation, the program phase
 //! and the peer (when it has one) once the limit passes. Refuses nothing else.
 //! Test hook: [`test_stop_point`] stops the process where
-//! `COMMCANARY_TEST_STOP_AT` says.
-//!
-//! Polling, yielding, idle waits: docs/METHODS.md, "Bounded MPI waits".
+//! `COMMCANARY_TEST_STOP_AT` says. Polling, yielding, idle waits:
+//! docs/METHODS.md, "Bounded MPI waits".
 use crate::core::refusal::{refuse, Code};
 use anyhow::{bail, Result};
 use mpi::collective::CommunicatorCollectives;

@@ -7,9 +7,7 @@
 //! world size and this rank. Produces the rank's buffer element counts, the
 //! root, a point-to-point kind's ring, and [`contribution`]s whose results are
 //! known ([`expected_sum`]). Refuses a size that is not a whole number of
-//! elements per rank, and a barrier with bytes.
-//!
-//! Method: docs/METHODS.md, "The own path".
+//! elements per rank, and a barrier with bytes. Method: docs/METHODS.md, "The own path".
 use super::call::Call;
 use super::{contribution, expected_sum, BackendError, BackendResult, CheckOutcome};
 use crate::core::collective::{Buffers, CollectiveKind, Lands};

@@ -4,9 +4,7 @@
 //! with the leaders' hand-off ([`end_record`], the shard's [`ClockRecord`]).
 //! A shared kernel clock is taken only where boot id and time namespace match,
 //! no clock is injected and `--clock pingpong-only` is off; else the fit says
-//! why.
-//!
-//! Hierarchical calibration: docs/METHODS.md, "Clock calibration of rank".
+//! why. Hierarchical calibration: docs/METHODS.md, "Clock calibration of rank".
 use super::{ClockMode, RankOptions};
 use crate::backend::mpi_deadline::{
     barrier, barrier_idle, broadcast, gather, recv_bytes, recv_u64, recv_u64_idle, send_bytes, send_u64,

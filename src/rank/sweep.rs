@@ -5,11 +5,10 @@
 //! sweep's table, each result checked and every wrong element counted
 //! (nccl-tests' `#wrong`); `-J FILE` writes it as [`SweepReport`]. Refuses,
 //! before any collective: `--collective` or `--op` without the isolated phase;
-//! a reduction on a kind that has none; `avg` on cpu; `--graph` with a reduction other than the sum; a size with
-//! no whole element per rank; a `--check` whose expected values would not be
-//! exact in the element type.
-//!
-//! Method: docs/METHODS.md, "Isolated sweep of one kind".
+//! a reduction on a kind that has none; `avg` on cpu; `--graph` with a reduction
+//! other than the sum; a size with no whole element per rank; a `--check` whose
+//! expected values would not be exact in the element type. Method:
+//! docs/METHODS.md, "Isolated sweep of one kind".
 use crate::core::refusal::Code;
 use crate::core::workload::{Dtype, Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::{self, CommTrace, TraceCollective, TraceDtype};

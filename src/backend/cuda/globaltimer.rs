@@ -7,7 +7,6 @@
 //! entry and exit readings of a few stamping kernels. Refuses: a device whose
 //! driver cannot load the PTX module, mapped host memory that cannot be
 //! allocated, a kernel that does not announce or acknowledge within 10 s.
-//!
 //! Method: docs/METHODS.md, "The globaltimer anchor".
 use crate::backend::cuda::drv;
 use crate::core::clock::{self, DeviceAnchorEstimate, DeviceRoundTrip};

@@ -7,9 +7,7 @@
 //! marks, on the host timeline through [`crate::core::clock::DeviceTimeMap`]
 //! (with `--cupti`, kernel records through [`globaltimer`]). Refuses, with a
 //! one-line reason: no driver, no GPU, no cuBLAS, an NCCL library that is not
-//! the one asked for.
-//!
-//! Anchors, hot path, stream semantics: docs/METHODS.md, "CUDA backend".
+//! the one asked for. Anchors, hot path, stream semantics: docs/METHODS.md, "CUDA backend".
 mod anchor;
 mod backend_impl;
 mod bench;

@@ -7,9 +7,7 @@
 //! does on MPI, and counts what is wrong in a result. Refuses: a world size
 //! other than the trace's, a reduction of another dtype, an NCCL without the
 //! calls the trace needs (naming them), buffers that do not fit on the GPU
-//! (saying how much was asked).
-//!
-//! Method: docs/METHODS.md, "Trace replay on NCCL".
+//! (saying how much was asked). Method: docs/METHODS.md, "Trace replay on NCCL".
 pub mod workload;
 
 use crate::backend::cuda::drv;

@@ -5,11 +5,10 @@
 //! Consumes a prepared [`CudaTraceExec`] (communicators and buffers) and the
 //! rank's [`WorkloadPlan`](crate::evidence::commtrace::workload_plan).
 //! Produces each collective's record, timed by events on its stream, and a
-//! report of the launch correction and gap trims applied. Refuses: a trace without recorded compute
-//! durations, a device without stream memory operations or without the PTX
-//! module (reason given); `replay-trace` refuses `--cupti` for this pace before MPI starts.
-//!
-//! Method: docs/METHODS.md, "Workload pace on GPUs".
+//! report of the launch correction and gap trims applied. Refuses: a trace
+//! without recorded compute durations, a device without stream memory
+//! operations or without the PTX module (reason given); `replay-trace` refuses
+//! `--cupti` for this pace before MPI starts. Method: docs/METHODS.md, "Workload pace on GPUs".
 use super::CudaTraceExec;
 use crate::backend::cuda::{drv, host_release_word, load_ptx};
 use crate::core::workload::ReduceOp;
