@@ -121,32 +121,13 @@ impl CpuP2p {
             P2pStep::Post(i) => {
                 let (peer, tag) = self.peer_tag(i);
                 let n = self.bufs[i].len() as i32;
+                let (buf, comm, req) = (self.bufs[i].as_mut_ptr(), self.comms[i], &mut self.reqs[i]);
                 let rc = if self.plan.ops[i].send {
                     // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    unsafe {
-                        ffi::MPI_Isend(
-                            self.bufs[i].as_ptr().cast(),
-                            n,
-                            byte,
-                            peer,
-                            tag,
-                            self.comms[i],
-                            &mut self.reqs[i],
-                        )
-                    }
+                    unsafe { ffi::MPI_Isend(buf.cast_const().cast(), n, byte, peer, tag, comm, req) }
                 } else {
                     // SAFETY: buffers, counts and requests as described at the top of `step`; handles from MPI.
-                    unsafe {
-                        ffi::MPI_Irecv(
-                            self.bufs[i].as_mut_ptr().cast(),
-                            n,
-                            byte,
-                            peer,
-                            tag,
-                            self.comms[i],
-                            &mut self.reqs[i],
-                        )
-                    }
+                    unsafe { ffi::MPI_Irecv(buf.cast(), n, byte, peer, tag, comm, req) }
                 };
                 if rc != 0 {
                     bail!(

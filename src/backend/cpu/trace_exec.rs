@@ -371,18 +371,10 @@ mod tests {
                 Bufs::Values { send, out } => out.copy_from_slice(send),
                 Bufs::Native { send, out } | Bufs::Bytes { send, out } => out.copy_from_slice(send),
             }
-            assert_eq!(
-                CpuTraceExec::wrong_in(&c, &slot, ReduceOp::Sum, false).0,
-                0,
-                "{:?}: the earlier result is right",
-                c.kind
-            );
+            let wrong = |slot: &CpuSlot| CpuTraceExec::wrong_in(&c, slot, ReduceOp::Sum, false).0;
+            assert_eq!(wrong(&slot), 0, "{:?}: the earlier result is right", c.kind);
             slot.clear();
-            assert!(
-                CpuTraceExec::wrong_in(&c, &slot, ReduceOp::Sum, false).0 > 0,
-                "{:?}: a checked call starts without it",
-                c.kind
-            );
+            assert!(wrong(&slot) > 0, "{:?}: a checked call starts without it", c.kind);
         }
         // a broadcast root's result buffer is its input: kept
         let c = coll(CollectiveKind::Broadcast, TraceDtype::F32, Some(0));
