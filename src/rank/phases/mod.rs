@@ -258,17 +258,15 @@ impl<'a, B: Backend> Runner<'a, B> {
     /// Run every phase of the spec in order.
     pub fn run_all(&mut self) -> Result<()> {
         for &phase in &self.spec.phases.clone() {
-            if phase.needs_trace() && self.file_trace.is_none() && self.spec.graph {
+            let no_source = phase.needs_trace() && self.file_trace.is_none();
+            if no_source && self.spec.graph {
                 crate::refuse!(
                     Code::BadArgument,
                     "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
                         run's blocking phase"
                 );
             }
-            if phase.needs_trace()
-                && self.file_trace.is_none()
-                && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking)
-            {
+            if no_source && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
                 crate::refuse!(
                     Code::BadArgument,
                     "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
