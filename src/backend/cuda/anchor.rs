@@ -63,8 +63,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// One anchor window on the idle compute stream: `ANCHOR_ROUND_TRIPS`
-    /// round trips (docs/GPU.md, "Device time on the host clock"). Returns the
+    /// One anchor window on the idle compute stream: `ANCHOR_ROUND_TRIPS` round
+    /// trips (docs/GPU.md, "The anchor window's round trips"). Returns the
     /// window's first event (kept among the pass's events) and the
     /// intersection of the trips' feasible intervals.
     pub(super) fn anchor_window(&mut self) -> Result<(usize, DeviceAnchorEstimate)> {
