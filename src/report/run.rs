@@ -127,19 +127,7 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
     writeln!(out, "== verify")?;
     verify(output, false, out)?;
     writeln!(out, "== analyze")?;
-    analyze(
-        output,
-        &Analyze {
-            json: false,
-            diagnostics: false,
-            reveal: o.reveal,
-            report_dir: None,
-            verbose: o.verbose,
-            csv: false,
-        },
-        out,
-    )?;
-    Ok(())
+    analyze(output, &Analyze { reveal: o.reveal, verbose: o.verbose, ..Default::default() }, out)
 }
 
 /// `campaign select`: one attempt per cell, written to selection.json.
