@@ -8,7 +8,7 @@ use super::attempts::{
     AttemptStatus,
 };
 use super::lock::{lock_campaign, INFLIGHT_FILE};
-use super::spec::{CampaignSpec, Cell, LauncherKind, Manifest};
+use super::spec::{CampaignSpec, Cell, ConfigSpec, LauncherKind, Manifest};
 use crate::backend::cuda;
 use crate::core::fsutil::{sha256_file, sha256_hex, write_json_new, write_new_atomic};
 use crate::core::refusal::{refuse, Code};
@@ -84,7 +84,6 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 round: n.round,
                 manifest_sha256: n.manifest_sha256.clone(),
                 status: AttemptStatus::Failed,
-                exit_code: None,
                 failure: Some(
                     "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time \
                         is when that was noticed)"
@@ -96,10 +95,8 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 stdout_sha256: sha256_hex(b""),
                 stderr_sha256: sha256_hex(b""),
                 run_dir: format!("runs/{}", n.attempt_id),
-                run_json_sha256: None,
-                shards: Vec::new(),
-                identity_sha256: None,
                 host: Some(n.host.clone()),
+                ..Default::default()
             };
             append_attempt(dir, &rec)?;
             eprintln!("campaign: {}: recorded as interrupted", n.attempt_id);
@@ -149,6 +146,17 @@ fn launcher_prefix(m: &Manifest, env: &[(String, String)]) -> (String, Vec<Strin
     (prog, args)
 }
 
+/// The configuration a cell runs, and its environment as (name, value) pairs.
+fn config_of<'m>(m: &'m Manifest, cell: &Cell) -> Result<(&'m ConfigSpec, Vec<(String, String)>)> {
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|c| c.label == cell.label)
+        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
+        .config;
+    Ok((cfg, cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+}
+
 /// A truth cell's job: the spec's command under the campaign's launcher (or
 /// as it is, for `launch = "self"`) with the configuration's environment.
 fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'m super::truth::TruthSpec)> {
@@ -157,13 +165,7 @@ fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'
         .truth
         .as_ref()
         .with_context(|| format!("cell {} is a truth cell, and the manifest has no [truth]", cell.cell_id))?;
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|c| c.label == cell.label)
-        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
-        .config;
-    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (_, env) = config_of(m, cell)?;
     if m.spec.launcher.kind == LauncherKind::Mpirun || t.launch == super::truth::TruthLaunch::OwnLauncher {
         super::truth::program_present(t)?;
     }
@@ -178,12 +180,7 @@ fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'
 }
 
 fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|c| c.label == cell.label)
-        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
-        .config;
+    let (cfg, env) = config_of(m, cell)?;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
     let mut rank_args: Vec<String> = vec![exe];
     rank_args.extend(m.spec.rank_arguments(cfg));
@@ -194,7 +191,6 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         check_frozen_trace(&trace, &want)?;
         rank_args.extend(["--trace".into(), trace.display().to_string()]);
     }
-    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (prog, mut args) = launcher_prefix(m, &env);
     args.extend(rank_args);
     Ok((prog, args, env))
@@ -427,7 +423,7 @@ pub fn exec(
                         Ok((r, f)) => (Some(r), f),
                         Err(_) => (None, Vec::new()),
                     };
-                    let cfg = &m.configs.iter().find(|c| c.label == cell.label).context("labelled")?.config;
+                    let (cfg, _) = config_of(&m, cell)?;
                     let rec = super::truth::TruthRecord {
                         format_version: super::truth::TRUTH_RECORD_FORMAT_VERSION,
                         attempt_id: attempt_id.clone(),
@@ -520,8 +516,7 @@ pub fn exec(
                     Code::LauncherFailed,
                     "campaign {}: stopped in round {}: the launcher failed the same way for every configuration ({}); \
                      the {} cell(s) left would fail the same way and were not run. Every attempt so far is recorded in \
-                         attempts.jsonl; \
-                     fix the launcher and run exec again",
+                     attempts.jsonl; fix the launcher and run exec again",
                     dir.display(),
                     cell.round,
                     streak.failure,

@@ -235,46 +235,28 @@ impl TruthSpec {
                 ))
             }
             MetricSpec::Regex(r) => {
-                let re = regex::Regex::new(&r.regex).map_err(|e| {
-                    bad_spec(
-                        "truth.metric.regex",
-                        format!(
-                            "{:?} does not \
-                    compile: {e}",
-                            r.regex
-                        ),
-                    )
-                })?;
+                let re = regex::Regex::new(&r.regex)
+                    .map_err(|e| bad_spec("truth.metric.regex", format!("{:?} does not compile: {e}", r.regex)))?;
                 if re.captures_len() > 2 {
-                    return Err(bad_spec(
-                        "truth.metric.regex",
-                        format!(
-                            "{:?} has {} capture groups; use one (the number) or \
-                            none",
-                            r.regex,
-                            re.captures_len() - 1
-                        ),
-                    ));
+                    let why = format!(
+                        "{:?} has {} capture groups; use one (the number) or none",
+                        r.regex,
+                        re.captures_len() - 1
+                    );
+                    return Err(bad_spec("truth.metric.regex", why));
                 }
                 if r.unit.trim().is_empty() {
                     return Err(bad_spec(
                         "truth.metric.unit",
-                        "is empty; say what the number measures (s, ms, \
-                        steps/s)",
+                        "is empty; say what the number measures (s, ms, steps/s)",
                     ));
                 }
             }
             MetricSpec::Json(j) => {
                 let p = Path::new(&j.json);
                 if j.json.is_empty() || !p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-                    return Err(bad_spec(
-                        "truth.metric.json",
-                        format!(
-                            "{:?}: name a file inside the cell's folder \
-                        (relative, no '..')",
-                            j.json
-                        ),
-                    ));
+                    let why = format!("{:?}: name a file inside the cell's folder (relative, no '..')", j.json);
+                    return Err(bad_spec("truth.metric.json", why));
                 }
                 if j.field.is_empty() || j.field.split('.').any(str::is_empty) {
                     return Err(bad_spec("truth.metric.field", format!("{:?}: a dotted path such as a.b.0", j.field)));
@@ -543,10 +525,6 @@ pub(crate) fn place_inputs(
     Ok(out)
 }
 
-/// Check a selected truth attempt's record against what is kept beside it:
-/// its digest, its cell, stdout and stderr as stored, the metric read again
-/// from them (or from the files it names), the configuration's environment.
-/// Returns the record.
 /// What the attempt log says of a truth attempt, as `verify` checks its record against it.
 pub(crate) struct AttemptFacts<'a> {
     /// Attempt id (its stdout and stderr are `attempts/ID.stdout|stderr`).
@@ -561,6 +539,10 @@ pub(crate) struct AttemptFacts<'a> {
     pub(crate) stderr_sha256: &'a str,
 }
 
+/// Check a selected truth attempt's record against what is kept beside it:
+/// its digest, its cell, stdout and stderr as stored, the metric read again
+/// from them (or from the files it names), the configuration's environment.
+/// Returns the record.
 pub(crate) fn check_record(
     campaign: &Path,
     run_dir: &str,
