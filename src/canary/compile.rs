@@ -44,12 +44,8 @@ pub(crate) const MEDIAN_CONFIDENCE: f64 = 0.90;
 /// The interval must lie within these quantiles of the per-iteration distribution.
 pub(crate) const MEDIAN_BAND: (f64, f64) = (0.25, 0.75);
 
-/// The smallest number of iterations `n` whose distribution-free interval
-/// for the median (order statistics `X(l) .. X(n+1-l)`, coverage from the
-/// Binomial(n, 1/2) law; Conover, *Practical Nonparametric Statistics*, 3rd
-/// ed., 1999, §3.2) reaches `confidence` with `l/(n+1)` at or above the band's
-/// lower quantile: enough iterations that one job's median of the canary's
-/// per-iteration time is pinned between the quartiles.
+/// The smallest number of iterations whose distribution-free interval for the median reaches
+/// `confidence` within the band (docs/METHODS.md, "The canary's iteration count").
 pub fn iterations_for_median(confidence: f64, band_low: f64) -> u64 {
     for n in 1u64..10_000 {
         // largest l with coverage 1 - 2 P(Bin(n,1/2) <= l-1) >= confidence
@@ -361,8 +357,8 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
                 format!(
                     "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time \
                         lies within the quartiles (order statistics, Conover 1999 §3.2), and that keep every \
-                            identity's share of a pass within {:.1} points of the source's, at most the source's \
-                                {source_iterations}",
+                        identity's share of a pass within {:.1} points of the source's, at most the source's \
+                        {source_iterations}",
                     MEDIAN_CONFIDENCE * 100.0,
                     MIX_SHARE_MAX / 2.0 * 100.0
                 ),
@@ -398,7 +394,7 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
             detail: format!(
                 "the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule}); its \
                     stratified draws reach each distribution's {:.1}% quantile at most, so what the source did rarer \
-                        than once in {} iterations (a rare stall or arrival skew) is not replayed",
+                    than once in {} iterations (a rare stall or arrival skew) is not replayed",
                 100.0 * (iterations as f64 - 0.5) / iterations as f64,
                 2 * iterations
             ),
@@ -459,7 +455,7 @@ pub(crate) fn left_out_p2p(t: &CommTrace) -> Option<LeftOutP2p> {
             .collect(),
         consequence: "the canary's pick sees only the collectives' transport; the source trace's phases run these \
             operations, so a pick that depends on point-to-point settings (OMPI_MCA_btl, its buffer sizes) can differ \
-                from the source's"
+            from the source's"
             .into(),
     })
 }

@@ -178,24 +178,18 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
     };
     for r in ranks {
         let RankTrace { rank, collectives, trailing_compute } = r;
-        // the rank's earliest time
-        let mut t0 = u64::MAX;
-        for c in collectives {
-            for v in [c.host_start_ns, c.device.as_ref().map(|d| d.start_ns)].into_iter().flatten() {
-                t0 = t0.min(v);
-            }
-            for k in &c.compute_before {
-                if let Some(v) = k.device_start_ns {
-                    t0 = t0.min(v);
-                }
-            }
-        }
-        for k in trailing_compute {
-            if let Some(v) = k.device_start_ns {
-                t0 = t0.min(v);
-            }
-        }
-        let t0 = if t0 == u64::MAX { 0 } else { t0 };
+        // the rank's earliest time (0 where it has none, or only u64::MAX)
+        let t0 = collectives
+            .iter()
+            .flat_map(|c| {
+                let compute = c.compute_before.iter().map(|k| k.device_start_ns);
+                [c.host_start_ns, c.device.as_ref().map(|d| d.start_ns)].into_iter().chain(compute)
+            })
+            .chain(trailing_compute.iter().map(|k| k.device_start_ns))
+            .flatten()
+            .min()
+            .filter(|&t| t != u64::MAX)
+            .unwrap_or(0);
         let mut out_colls = Vec::with_capacity(collectives.len());
         for c in collectives {
             let TraceCollective {

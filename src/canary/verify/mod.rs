@@ -517,10 +517,8 @@ fn judge(i: &Inputs, vs: &VerifySpec, camp: &Campaign, controls: (ControlsOutcom
             camp.dir.join("report").join("report.json").display()
         ),
     };
-    let truth = match &truth_section {
-        Some(t) => super::truth::verify_truth(t, config_names, &src_jobs, policy)?,
-        None => None,
-    };
+    let truth = truth_section.as_ref().map(|t| super::truth::verify_truth(t, config_names, &src_jobs, policy));
+    let truth = truth.transpose()?.flatten();
     // configurations that add latency of their own: the tail recall leaves them out
     let control_configs: Vec<bool> = spec_in
         .configs
@@ -578,10 +576,8 @@ fn judge(i: &Inputs, vs: &VerifySpec, camp: &Campaign, controls: (ControlsOutcom
         let state = compare::state_of(&checks, true);
         let a = &c.artifact;
         let src_bytes_n = i.src_bytes.len() as f64;
-        let truth_judged = match &truth_section {
-            Some(t) => super::truth::judge(t, config_names, &jobs, policy)?,
-            None => None,
-        };
+        let truth_judged = truth_section.as_ref().map(|t| super::truth::judge(t, config_names, &jobs, policy));
+        let truth_judged = truth_judged.transpose()?.flatten();
         let stored = a.slots.len() as u64 * c.trace.ranks.len() as u64;
         let replayed: u64 = c.trace.ranks.iter().map(|r| r.collectives.len() as u64).sum();
         verdicts.push(CandidateVerdict {
