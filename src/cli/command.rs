@@ -48,11 +48,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Queue(a) => queue(a, out)?,
         Command::Capacity(a) => {
             let c = capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
-            } else {
-                write!(out, "{}", capacity::render(&c))?;
-            }
+            json_or(out, a.json, &c, capacity::render)?;
         }
         Command::Export(crate::cli::ExportCommand::Chrome(a)) => {
             let joined = join::join_dir(&a.run_dir)?;
@@ -72,17 +68,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Capture(a) => return capture::run(&CaptureOptions { dir: a.output, lib: a.lib, app: a.app }),
         Command::Import(c) => import(c, out)?,
         Command::Synth(a) => canary::synth_cmd(a, out)?,
-        Command::Canary(c) => {
-            return canary::canary(c, out);
-        }
+        Command::Canary(c) => return canary::canary(c, out),
         Command::ReplayTrace(a) => replay::run(&a)?,
         Command::Doctor(a) => {
             let (r, all_ok) = doctor::report(&a.nccl_lib);
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                write!(out, "{}", doctor::render(&r))?;
-            }
+            json_or(out, a.json, &r, doctor::render)?;
             if !all_ok {
                 anyhow::bail!("an NCCL library named with --nccl-lib did not load and verify (see above)");
             }
@@ -103,15 +93,25 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         }
         Command::Summarize(a) => {
             let runs = a.runs.iter().map(|s| summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
-            let s = summary::summarize(&runs)?;
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
-            } else {
-                write!(out, "{}", summary::render(&s))?;
-            }
+            json_or(out, a.json, &summary::summarize(&runs)?, summary::render)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `v` as pretty JSON where `json`, else as `text` renders it.
+pub(crate) fn json_or<T: serde::Serialize>(
+    out: &mut dyn Write,
+    json: bool,
+    v: &T,
+    text: impl FnOnce(&T) -> String,
+) -> Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
+    } else {
+        write!(out, "{}", text(v))?;
+    }
+    Ok(())
 }
 
 fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
@@ -442,12 +442,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             write!(out, "{}", report_campaign::power(&dir, phase.as_deref(), min_effect_pct)?)?
         }
         C::Replicate { a, b, json } => {
-            let r = report_campaign::replicate(&a, &b)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                write!(out, "{}", crate::analysis::render_replication(&r))?;
-            }
+            json_or(out, json, &report_campaign::replicate(&a, &b)?, crate::analysis::render_replication)?
         }
         C::ExportPick { dir, output, by } => {
             let p = pick::pick(&dir, by.as_deref())?;
@@ -512,12 +507,7 @@ fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => join::join_summary_streaming(&a.run_dir, threads, None)?,
     };
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
-    } else {
-        write!(out, "{}", join::render_summary(&summary))?;
-    }
-    Ok(())
+    json_or(out, a.json, &summary, join::render_summary)
 }
 
 /// `queue`'s numbers.
