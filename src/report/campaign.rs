@@ -277,26 +277,20 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         });
     }
     let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let on = format!("{} rank(s) per job on {} host(s)", m.spec.ranks, hosts.len());
     let hardware = if backend == "cuda" {
-        format!(
-            "{} rank(s) per job on {} host(s), one GPU per rank: {} (driver {}); NCCL {} across configurations",
-            m.spec.ranks,
-            hosts.len(),
-            join(&gpus),
-            join(&drivers),
-            join(&nccl)
-        )
+        let (g, d, n) = (join(&gpus), join(&drivers), join(&nccl));
+        format!("{on}, one GPU per rank: {g} (driver {d}); NCCL {n} across configurations")
     } else {
-        format!(
-            "{} rank(s) per job on {} host(s), CPU backend: {}; {}",
-            m.spec.ranks,
-            hosts.len(),
-            join(&cpus),
-            join(&mpis)
-        )
+        format!("{on}, CPU backend: {}; {}", join(&cpus), join(&mpis))
     };
     let w = &m.spec.workload;
     let trace = ran.claim(w.trace.as_deref());
+    // the kinds a trace's passes ran on some rank, in words
+    let ran_kinds = |t: &TraceClaim, words: fn(&TraceKindClaim) -> String| {
+        let ran = t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0));
+        ran.map(words).collect::<Vec<_>>().join(", ")
+    };
     let (workload, replay_semantics, what_ran) = match &trace {
         Some(t) => (
             format!(
@@ -304,12 +298,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
                     per job, phases {} ({} backend)",
                 t.file,
                 t.sha256,
-                t.kinds
-                    .iter()
-                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
-                    .map(kind_words)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                ran_kinds(t, kind_words),
                 left_out_words(t),
                 t.passes,
                 t.warmup_passes,
@@ -328,12 +317,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
                 .to_string(),
             format!(
                 "collectives other than the trace's ({}), at other sizes or element types than it records",
-                t.kinds
-                    .iter()
-                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
-                    .map(|k| k.kind.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ran_kinds(t, |k| k.kind.name().to_string())
             ),
         ),
         None => (
@@ -364,7 +348,10 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             not_represented.push(format!("the trace's collectives left out of every pass ({})", left_out_words(t)))
         }
         Some(_) => {}
-        None => not_represented.push(format!("collectives other than all-reduce ({} sum)", ran.dtype_words())),
+        None => {
+            let dtypes = ran.dtypes.iter().copied().collect::<Vec<_>>().join(", ");
+            not_represented.push(format!("collectives other than all-reduce ({dtypes} sum)"))
+        }
     }
     not_represented.extend([
         "contention from other jobs or tenants".to_string(),
@@ -558,10 +545,6 @@ impl TraceRan {
                 })
                 .collect(),
         })
-    }
-
-    fn dtype_words(&self) -> String {
-        self.dtypes.iter().copied().collect::<Vec<_>>().join(", ")
     }
 }
 

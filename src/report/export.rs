@@ -127,15 +127,8 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         }
     }
     for (r, tid, name, a, b, args) in spans {
-        events.push(json!({
-            "ph": "X",
-            "name": name,
-            "pid": r,
-            "tid": tid,
-            "ts": (a - t0) / 1e3,
-            "dur": ((b - a) / 1e3).max(0.0),
-            "args": args
-        }));
+        let (ts, dur) = ((a - t0) / 1e3, ((b - a) / 1e3).max(0.0));
+        events.push(json!({"ph": "X", "name": name, "pid": r, "tid": tid, "ts": ts, "dur": dur, "args": args}));
     }
     json!({
         "traceEvents": events,

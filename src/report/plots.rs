@@ -50,6 +50,18 @@ fn svg(size: (u32, u32), draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> R
     Ok(s)
 }
 
+/// A chart's frame on `root`: its caption at `size` points, a margin of 15, label areas of (x, y).
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: impl AsRef<str>,
+    size: u32,
+    labels: (u32, u32),
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(caption, ("sans-serif", size)).margin(15).x_label_area_size(labels.0).y_label_area_size(labels.1);
+    b
+}
+
 /// The series legend at `at`, on a light box with a black border.
 fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
@@ -83,11 +95,7 @@ pub fn slopegraph(r: &Report) -> Result<String> {
     let np = r.phases.len().max(1);
     svg((W, H), |root| {
         let names: Vec<&str> = r.phases.iter().map(|p| p.phase.name()).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption("Rank per phase (1 = fastest median)", ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(40)
+        let mut chart = frame(root, "Rank per phase (1 = fastest median)", 20, (40, 40))
             .build_cartesian_2d(-0.3f64..(np as f64 - 1.0 + 1.2), (n + 0.5)..0.5f64)
             .map_err(e)?;
         chart
@@ -130,14 +138,8 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
     let pad = (hi - lo) * 0.08;
     svg((W, H), |root| {
         let names: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric),
-                ("sans-serif", 18),
-            )
-            .margin(15)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
+        let caption = format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric);
+        let mut chart = frame(root, caption, 18, (50, 70))
             .build_cartesian_2d(-0.6f64..(rows.len() as f64 - 0.4), (lo - pad).max(0.0)..(hi + pad))
             .map_err(e)?;
         chart
@@ -170,17 +172,11 @@ pub fn p_best(r: &Report) -> Result<String> {
     let labels = labels(r);
     let np = r.phases.len().max(1);
     svg((W, H), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "P(best), hierarchical posterior ({} draws, seed {})",
-                    r.policy.bootstrap_resamples, r.policy.bootstrap_seed
-                ),
-                ("sans-serif", 18),
-            )
-            .margin(15)
-            .x_label_area_size(50)
-            .y_label_area_size(50)
+        let caption = format!(
+            "P(best), hierarchical posterior ({} draws, seed {})",
+            r.policy.bootstrap_resamples, r.policy.bootstrap_seed
+        );
+        let mut chart = frame(root, caption, 18, (50, 50))
             .build_cartesian_2d(-0.6f64..(labels.len() as f64 - 0.4), 0f64..1.05f64)
             .map_err(e)?;
         chart
@@ -217,22 +213,14 @@ pub fn p_best(r: &Report) -> Result<String> {
 pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
     let end = x.compute_us.iter().chain(x.comm_us.iter()).map(|i| i.1).fold(0.0f64, f64::max).max(1.0);
     svg((W, 300), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "{} on rank {} ({}, {}): compute (top) and communication (bottom)",
-                    x.phase.name(),
-                    x.rank,
-                    x.run_id,
-                    x.label
-                ),
-                ("sans-serif", 16),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0f64..end, 0f64..2f64)
-            .map_err(e)?;
+        let caption = format!(
+            "{} on rank {} ({}, {}): compute (top) and communication (bottom)",
+            x.phase.name(),
+            x.rank,
+            x.run_id,
+            x.label
+        );
+        let mut chart = frame(root, caption, 16, (40, 90)).build_cartesian_2d(0f64..end, 0f64..2f64).map_err(e)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -273,18 +261,12 @@ pub fn truth_regret(t: &TruthReport) -> Result<String> {
     let hi = t.proxies.iter().map(|p| p.regret.high_pct).filter(|x| x.is_finite()).fold(1.0f64, f64::max);
     svg((W, 120 + 60 * n as u32), |root| {
         let names: Vec<String> = t.proxies.iter().map(|p| format!("{} → {}", p.proxy, p.pick)).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "Regret on the real job ({}): each proxy's pick, {:.1}% intervals",
-                    t.metric,
-                    t.pair_coverage * 100.0
-                ),
-                ("sans-serif", 16),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(260)
+        let caption = format!(
+            "Regret on the real job ({}): each proxy's pick, {:.1}% intervals",
+            t.metric,
+            t.pair_coverage * 100.0
+        );
+        let mut chart = frame(root, caption, 16, (40, 260))
             .build_cartesian_2d(0f64..hi * 1.1, -0.6f64..(n as f64 - 0.4))
             .map_err(e)?;
         chart
@@ -321,20 +303,13 @@ pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
     let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let (lo, hi) = if lo.is_finite() && hi > lo { (lo / 1.2, hi * 1.2) } else { (1.0, 10.0) };
     svg((W, H), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)",
-                    p.phase.name(),
-                    p.metric
-                ),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(55)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)
-            .map_err(e)?;
+        let caption = format!(
+            "{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)",
+            p.phase.name(),
+            p.metric
+        );
+        let mut chart =
+            frame(root, caption, 15, (45, 55)).build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0).map_err(e)?;
         chart.configure_mesh().x_desc("µs (log scale)").y_desc("fraction of events at or below").draw().map_err(e)?;
         for (i, row) in p.rows.iter().enumerate() {
             let c = palette(i);
@@ -403,17 +378,11 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
     }
     let top = top * 1.1;
     svg((W, H), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!(
-                    "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
-                proxy's pick)"
-                ),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
+        let caption = format!(
+            "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
+            proxy's pick)"
+        );
+        let mut chart = frame(root, caption, 15, (45, 60))
             .build_cartesian_2d((0.9f64..top).log_scale(), (0.9f64..top).log_scale())
             .map_err(e)?;
         chart
@@ -452,16 +421,9 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
     }
     let (t1, pad) = (t1.max(1e-3) * 1.1, ((hi - lo) * 0.1).max(1.0));
     svg((W, H), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad))
-            .map_err(e)?;
+        let caption = format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label);
+        let mut chart =
+            frame(root, caption, 15, (45, 70)).build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad)).map_err(e)?;
         chart
             .configure_mesh()
             .x_desc("s after the job's first calibration window")
@@ -520,6 +482,12 @@ mod tests {
     use crate::analysis::overlap::IntervalSource;
     use crate::core::workload::Phase;
 
+    /// Asserts that `svg` parses and renders to a non-empty image.
+    fn renders(svg: &str) {
+        let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).unwrap();
+        assert!(tree.size().width() > 0.0);
+    }
+
     #[test]
     fn clock_offsets_draw_every_rank_and_render() {
         let x = crate::analysis::ClockExcerpt {
@@ -542,8 +510,7 @@ mod tests {
         };
         let svg = clock_offsets(&x).unwrap();
         assert!(svg.contains("rank 1") && svg.contains("rank 2"), "a legend entry per rank");
-        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
-        assert!(tree.size().width() > 0.0);
+        renders(&svg);
     }
 
     #[test]
@@ -559,7 +526,6 @@ mod tests {
         };
         let svg = overlap_timeline(&x).unwrap();
         assert!(svg.contains("\ncompute\n") && svg.contains("\ncomm\n"), "row labels on the y axis");
-        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
-        assert!(tree.size().width() > 0.0);
+        renders(&svg);
     }
 }
