@@ -132,18 +132,17 @@ type JobCommand = (String, Vec<String>, Vec<(String, String)>);
 
 /// The launcher's program and arguments for `ranks` ranks with `env` forwarded.
 fn launcher_prefix(m: &Manifest, env: &[(String, String)]) -> (String, Vec<String>) {
-    let (prog, mut args) = match m.spec.launcher.kind {
+    let mut args = vec!["-n".to_string(), m.spec.ranks.to_string()];
+    let prog = match m.spec.launcher.kind {
+        // mpirun forwards each variable named with -x
         LauncherKind::Mpirun => {
-            let mut a = vec!["-n".to_string(), m.spec.ranks.to_string()];
-            for (k, _) in env {
-                a.extend(["-x".into(), k.clone()]);
-            }
-            ("mpirun".to_string(), a)
+            args.extend(env.iter().flat_map(|(k, _)| ["-x".to_string(), k.clone()]));
+            "mpirun"
         }
-        LauncherKind::Srun => ("srun".to_string(), vec!["-n".to_string(), m.spec.ranks.to_string()]),
+        LauncherKind::Srun => "srun",
     };
     args.extend(m.spec.launcher.args.iter().cloned());
-    (prog, args)
+    (prog.to_string(), args)
 }
 
 /// The configuration a cell runs, and its environment as (name, value) pairs.
@@ -347,12 +346,8 @@ pub fn exec(
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
             let cell_started = std::time::Instant::now();
-            bar.set_message(format!(
-                "round {} {} ({attempt_id}{})",
-                cell.round,
-                cell.label,
-                if cell.truth { ", truth" } else { "" }
-            ));
+            let truth_mark = if cell.truth { ", truth" } else { "" };
+            bar.set_message(format!("round {} {} ({attempt_id}{truth_mark})", cell.round, cell.label));
             let run_dir = runs.join(&attempt_id);
             let remaining = cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed()));
             let (prog, args, env, truth, timeout, cwd) = if cell.truth {
@@ -387,18 +382,11 @@ pub fn exec(
             let wall_s = wall.elapsed().as_secs_f64();
             let finished = clock::unix_ms();
             let timed_out = matches!(out, Ok((_, true)));
+            let limit = if truth.is_some() { "truth.timeout_s or --cell-timeout-s" } else { "--cell-timeout-s" };
+            let limit_s = timeout.map_or(0.0, |t| t.as_secs_f64());
+            let stopped = format!("cell timeout: the job ran longer than {limit_s:.0} s ({limit}) and was stopped");
             let (code, stdout, stderr, spawn_err) = match out {
-                Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
-                Ok((o, true)) => (
-                    o.status.code(),
-                    o.stdout,
-                    o.stderr,
-                    Some(format!(
-                        "cell timeout: the job ran longer than {:.0} s ({}) and was stopped",
-                        timeout.map_or(0.0, |t| t.as_secs_f64()),
-                        if truth.is_some() { "truth.timeout_s or --cell-timeout-s" } else { "--cell-timeout-s" }
-                    )),
-                ),
+                Ok((o, timed_out)) => (o.status.code(), o.stdout, o.stderr, timed_out.then_some(stopped)),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;

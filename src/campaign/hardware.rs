@@ -404,6 +404,11 @@ mod tests {
         h
     }
 
+    /// The contract of a `[hardware]` table that names only `same`.
+    fn same(fields: Vec<HardwareField>) -> HardwareContract {
+        HardwareContract::resolve(Some(&HardwareSpec { same: Some(fields), ..Default::default() }))
+    }
+
     /// Asserts that the refusal `why` says `part`.
     fn says(why: &str, part: &str) {
         assert!(why.contains(part), "{why}");
@@ -419,13 +424,10 @@ mod tests {
         let c = HardwareContract::resolve(None);
         assert!(!c.declared && c.hosts.is_empty() && c.expect.is_empty());
         assert!(!c.same.contains(&HardwareField::Host) && c.same.len() == HardwareField::ALL.len() - 1);
-        let relaxed = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![]), ..Default::default() }));
+        let relaxed = same(vec![]);
         assert!(relaxed.declared && relaxed.same.is_empty());
         // fields keep the contract's order whatever the spec's
-        let two = HardwareContract::resolve(Some(&HardwareSpec {
-            same: Some(vec![HardwareField::Kernel, HardwareField::CpuModel]),
-            ..Default::default()
-        }));
+        let two = same(vec![HardwareField::Kernel, HardwareField::CpuModel]);
         assert_eq!(two.same, vec![HardwareField::CpuModel, HardwareField::Kernel]);
     }
 
@@ -488,10 +490,7 @@ mod tests {
         );
         // hosts are not held by default; with host in `same` the cells' host sets are
         assert!(c.disagreeing(&cells[..2]).is_empty());
-        let h = HardwareContract::resolve(Some(&HardwareSpec {
-            same: Some(vec![HardwareField::Host]),
-            ..Default::default()
-        }));
+        let h = same(vec![HardwareField::Host]);
         let cells = vec![
             cell(&h, "r01-a", "a", &[header(0, "n1", "Xeon", None), header(1, "n2", "Xeon", None)]),
             cell(&h, "r01-b", "b", &[header(0, "n2", "Xeon", None), header(1, "n1", "Xeon", None)]),

@@ -599,16 +599,12 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
         }
         let mut h = sha2::Sha256::new();
         let mut doc = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = e.read(&mut buf).with_context(|| format!("{name}: reading member {raw:?}"))?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-            if keep {
-                doc.extend_from_slice(&buf[..n]);
-            }
+        let reading = || format!("{name}: reading member {raw:?}");
+        if keep {
+            e.read_to_end(&mut doc).with_context(reading)?;
+            h.update(&doc);
+        } else {
+            std::io::copy(&mut e, &mut h).with_context(reading)?;
         }
         out.sha256.insert(rel.clone(), hex::encode(h.finalize()));
         if keep {

@@ -275,20 +275,16 @@ impl CampaignSpec {
     /// test-parses.
     pub fn rank_arguments(&self, cfg: &ConfigSpec) -> Vec<String> {
         let w = &self.workload;
-        let mut a: Vec<String> = vec![
-            "rank".into(),
-            "-q".into(),
-            "--backend".into(),
-            self.backend.clone(),
-            "--phases".into(),
-            w.phases.clone(),
-            "--tokens".into(),
-            w.tokens.to_string(),
-            "--layers".into(),
-            w.layers.to_string(),
-            "--iters".into(),
-            w.iters.to_string(),
-        ];
+        let mut a: Vec<String> = vec!["rank".into(), "-q".into()];
+        for (flag, v) in [
+            ("--backend", self.backend.clone()),
+            ("--phases", w.phases.clone()),
+            ("--tokens", w.tokens.to_string()),
+            ("--layers", w.layers.to_string()),
+            ("--iters", w.iters.to_string()),
+        ] {
+            a.extend([flag.into(), v]);
+        }
         match &w.model {
             Some(model) => a.extend(["--model".into(), model.clone()]),
             None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),

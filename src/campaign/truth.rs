@@ -381,10 +381,6 @@ pub struct TruthRecord {
 /// The most text of matched lines kept in a reading.
 const RAW_MAX_BYTES: usize = 4096;
 
-fn parse_number(s: &str) -> Option<f64> {
-    s.trim().parse::<f64>().ok().filter(|v| v.is_finite())
-}
-
 /// Read the metric of one job from its output and folder. `Err` says why it
 /// cannot be read; the value must be a finite positive number.
 pub fn read_metric(
@@ -425,7 +421,7 @@ pub fn read_metric(
             for c in re.captures_iter(&text) {
                 let whole = c.get(0).expect("group 0");
                 let got = c.get(1).unwrap_or(whole).as_str();
-                let v = parse_number(got)
+                let v = (got.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
                     .ok_or_else(|| format!("metric: /{}/ matched {:?}, which is not a number", r.regex, got))?;
                 values.push(v);
                 if raw.len() < RAW_MAX_BYTES {
@@ -598,14 +594,9 @@ pub(crate) fn check_record(
     let stderr = read_log("stderr", &r.stderr_sha256)?;
     let cell_dir = campaign.join(run_dir);
     for (name, sha) in &r.metric_files {
-        match sha256_file(&cell_dir.join(name)) {
-            Ok(d) if &d == sha => {}
-            _ => {
-                return Err((
-                    Code::Stale,
-                    format!("stale: the metric file {} no longer hashes to {sha}", cell_dir.join(name).display()),
-                ))
-            }
+        let p = cell_dir.join(name);
+        if sha256_file(&p).ok().as_ref() != Some(sha) {
+            return Err((Code::Stale, format!("stale: the metric file {} no longer hashes to {sha}", p.display())));
         }
     }
     let Some(m) = &r.metric else {
