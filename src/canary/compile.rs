@@ -13,7 +13,7 @@ use crate::canary::artifact::*;
 use crate::canary::fold::{self, FoldNode, Node};
 use crate::core::fsutil;
 use crate::evidence::commtrace::mpi::MpiP2p;
-use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};
+use crate::evidence::commtrace::{exec, CommTrace, TraceCollective};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -70,18 +70,6 @@ pub fn iterations_for_median(confidence: f64, band_low: f64) -> u64 {
     10_000
 }
 
-fn source_origin(t: &CommTrace) -> String {
-    match t.source.kind {
-        SourceKind::Kineto => "kineto",
-        SourceKind::ExecutionTrace => "execution-trace",
-        SourceKind::Run => "run",
-        SourceKind::Synthetic => "synthetic",
-        SourceKind::Canary => "canary",
-        SourceKind::MpiCapture => "mpi-capture",
-    }
-    .to_string()
-}
-
 /// The operation identity of a collective (the phase from a `PHASE:kind` source name).
 pub(crate) fn identity_of(c: &TraceCollective) -> Identity {
     let phase = phase_of(c);
@@ -120,7 +108,8 @@ pub(crate) fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<Sou
         path: path.to_string(),
         file_sha256: fsutil::sha256_hex(bytes),
         canonical_sha256: canonical_sha256(t)?,
-        origin: source_origin(t),
+        // the source kind's serde name (`kineto`, `execution-trace`, `mpi-capture`, ...)
+        origin: serde_json::to_value(t.source.kind)?.as_str().unwrap_or_default().to_string(),
         world_size: t.world_size,
         collectives_per_rank: t.ranks.iter().map(|r| r.collectives.len() as u64).collect(),
         collectives_per_kind: per_kind,
@@ -141,27 +130,19 @@ pub(crate) struct Timings {
 
 /// The timings of a trace, as the replay reads them.
 pub(crate) fn timings(t: &CommTrace) -> Timings {
+    // the recorded compute before a collective (its kernels' summed durations), and its own span
+    let compute = |c: &TraceCollective| {
+        c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))
+    };
+    let span = |c: &TraceCollective| {
+        c.device.as_ref().map_or(c.host_duration_ns, |d| Some(d.end_ns.saturating_sub(d.start_ns)))
+    };
     let mut out = Timings { gap_ns: Vec::new(), compute_ns: Vec::new(), span_ns: Vec::new() };
     for r in &t.ranks {
         let gaps = exec::gaps_ns(&r.collectives);
         out.gap_ns.push((0..r.collectives.len()).map(|i| gaps.as_ref().map(|g| g[i])).collect());
-        out.compute_ns.push(
-            r.collectives
-                .iter()
-                .map(|c| {
-                    c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))
-                })
-                .collect(),
-        );
-        out.span_ns.push(
-            r.collectives
-                .iter()
-                .map(|c| match &c.device {
-                    Some(d) => Some(d.end_ns.saturating_sub(d.start_ns)),
-                    None => c.host_duration_ns,
-                })
-                .collect(),
-        );
+        out.compute_ns.push(r.collectives.iter().map(compute).collect());
+        out.span_ns.push(r.collectives.iter().map(span).collect());
     }
     out
 }
