@@ -125,15 +125,8 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     };
     let t = import_files(kind, &a.files, &Limits::default()).map_err(refusal::or_code(Code::BadInput))?;
     fsutil::write_json_new(&a.output, &t)?;
-    if a.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?
-        )?;
-    } else {
-        write!(out, "{}", render_counts(&t))?;
-    }
+    let counts: Vec<(u32, usize)> = t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect();
+    json_or(out, a.json, &counts, |_| render_counts(&t))?;
     eprintln!(
         "wrote {} ({} ranks; unknown: {})",
         a.output.display(),
@@ -152,23 +145,13 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     if a.json {
         let per_rank: Vec<serde_json::Value> = (0..m.calls.len())
             .map(|k| {
-                serde_json::json!({
-                    "rank": k,
-                    "calls": m.calls[k],
-                    "left_out": m.left_out[k],
-                    "collectives": t.ranks[k].collectives.len()
-                })
+                let n = t.ranks[k].collectives.len();
+                serde_json::json!({"rank": k, "calls": m.calls[k], "left_out": m.left_out[k], "collectives": n})
             })
             .collect();
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "ranks": per_rank,
-                "left_out_reasons": m.left_out_reasons,
-                "incomplete": m.incomplete
-            }))?
-        )?;
+        let v =
+            serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete});
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         write!(out, "{}", render_counts(&t))?;
         for (k, calls) in m.calls.iter().enumerate() {
@@ -187,12 +170,8 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     for i in &m.incomplete {
         eprintln!("incomplete: {i}");
     }
-    eprintln!(
-        "wrote {} ({} ranks{})",
-        a.output.display(),
-        t.ranks.len(),
-        if m.incomplete.is_empty() { "" } else { "; marked incomplete" }
-    );
+    let marked = if m.incomplete.is_empty() { "" } else { "; marked incomplete" };
+    eprintln!("wrote {} ({} ranks{marked})", a.output.display(), t.ranks.len());
     Ok(())
 }
 
@@ -226,12 +205,8 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     for (rank, doc) in &docs {
         fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
     }
-    eprintln!(
-        "wrote {} files to {}{}",
-        docs.len(),
-        a.output.display(),
-        if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" }
-    );
+    let redacted = if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" };
+    eprintln!("wrote {} files to {}{redacted}", docs.len(), a.output.display());
     Ok(())
 }
 
