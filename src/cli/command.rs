@@ -100,12 +100,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
 }
 
 /// `v` as pretty JSON where `json`, else as `text` renders it.
-pub(crate) fn json_or<T: serde::Serialize>(
-    out: &mut dyn Write,
-    json: bool,
-    v: &T,
-    text: impl FnOnce(&T) -> String,
-) -> Result<()> {
+fn json_or<T: serde::Serialize>(out: &mut dyn Write, json: bool, v: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
     } else {
