@@ -14,17 +14,18 @@ use std::io::Write;
 use std::path::Path;
 
 /// Attempt outcome.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptStatus {
     /// Exit code 0 and a run record with every shard.
     Succeeded,
     /// Anything else.
+    #[default]
     Failed,
 }
 
 /// One attempt's terminal record.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct AttemptRecord {
     /// `CELL-aN`.
     pub attempt_id: String,
@@ -242,26 +243,8 @@ mod tests {
     use super::*;
 
     fn rec(id: &str) -> AttemptRecord {
-        AttemptRecord {
-            attempt_id: id.into(),
-            cell_id: id.rsplit_once("-a").map(|x| x.0).unwrap_or(id).into(),
-            label: String::new(),
-            round: 1,
-            manifest_sha256: String::new(),
-            status: AttemptStatus::Failed,
-            exit_code: None,
-            failure: None,
-            argv: vec![],
-            started_unix_ms: 0,
-            finished_unix_ms: 0,
-            stdout_sha256: String::new(),
-            stderr_sha256: String::new(),
-            run_dir: String::new(),
-            run_json_sha256: None,
-            shards: vec![],
-            identity_sha256: None,
-            host: None,
-        }
+        let cell_id = id.rsplit_once("-a").map(|x| x.0).unwrap_or(id).into();
+        AttemptRecord { attempt_id: id.into(), cell_id, round: 1, status: AttemptStatus::Failed, ..Default::default() }
     }
 
     /// Issue 27: with the srun launcher exec's host is not where the ranks

@@ -8,7 +8,7 @@ use super::attempts::{
     AttemptStatus,
 };
 use super::lock::{lock_campaign, INFLIGHT_FILE};
-use super::spec::{CampaignSpec, Cell, LauncherKind, Manifest};
+use super::spec::{CampaignSpec, Cell, ConfigSpec, LauncherKind, Manifest};
 use crate::backend::cuda;
 use crate::core::fsutil::{sha256_file, sha256_hex, write_json_new, write_new_atomic};
 use crate::core::refusal::{refuse, Code};
@@ -84,7 +84,6 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 round: n.round,
                 manifest_sha256: n.manifest_sha256.clone(),
                 status: AttemptStatus::Failed,
-                exit_code: None,
                 failure: Some(
                     "interrupted: the exec that ran it ended before the job did (recorded by the next exec; end time \
                         is when that was noticed)"
@@ -96,10 +95,8 @@ fn settle_inflight(dir: &Path, cell: Option<&str>, attempts: &mut Vec<AttemptRec
                 stdout_sha256: sha256_hex(b""),
                 stderr_sha256: sha256_hex(b""),
                 run_dir: format!("runs/{}", n.attempt_id),
-                run_json_sha256: None,
-                shards: Vec::new(),
-                identity_sha256: None,
                 host: Some(n.host.clone()),
+                ..Default::default()
             };
             append_attempt(dir, &rec)?;
             eprintln!("campaign: {}: recorded as interrupted", n.attempt_id);
@@ -135,18 +132,28 @@ type JobCommand = (String, Vec<String>, Vec<(String, String)>);
 
 /// The launcher's program and arguments for `ranks` ranks with `env` forwarded.
 fn launcher_prefix(m: &Manifest, env: &[(String, String)]) -> (String, Vec<String>) {
-    let (prog, mut args) = match m.spec.launcher.kind {
+    let mut args = vec!["-n".to_string(), m.spec.ranks.to_string()];
+    let prog = match m.spec.launcher.kind {
+        // mpirun forwards each variable named with -x
         LauncherKind::Mpirun => {
-            let mut a = vec!["-n".to_string(), m.spec.ranks.to_string()];
-            for (k, _) in env {
-                a.extend(["-x".into(), k.clone()]);
-            }
-            ("mpirun".to_string(), a)
+            args.extend(env.iter().flat_map(|(k, _)| ["-x".to_string(), k.clone()]));
+            "mpirun"
         }
-        LauncherKind::Srun => ("srun".to_string(), vec!["-n".to_string(), m.spec.ranks.to_string()]),
+        LauncherKind::Srun => "srun",
     };
     args.extend(m.spec.launcher.args.iter().cloned());
-    (prog, args)
+    (prog.to_string(), args)
+}
+
+/// The configuration a cell runs, and its environment as (name, value) pairs.
+fn config_of<'m>(m: &'m Manifest, cell: &Cell) -> Result<(&'m ConfigSpec, Vec<(String, String)>)> {
+    let cfg = &m
+        .configs
+        .iter()
+        .find(|c| c.label == cell.label)
+        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
+        .config;
+    Ok((cfg, cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
 }
 
 /// A truth cell's job: the spec's command under the campaign's launcher (or
@@ -157,13 +164,7 @@ fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'
         .truth
         .as_ref()
         .with_context(|| format!("cell {} is a truth cell, and the manifest has no [truth]", cell.cell_id))?;
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|c| c.label == cell.label)
-        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
-        .config;
-    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (_, env) = config_of(m, cell)?;
     if m.spec.launcher.kind == LauncherKind::Mpirun || t.launch == super::truth::TruthLaunch::OwnLauncher {
         super::truth::program_present(t)?;
     }
@@ -178,12 +179,7 @@ fn truth_command_for<'m>(m: &'m Manifest, cell: &Cell) -> Result<(JobCommand, &'
 }
 
 fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Result<JobCommand> {
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|c| c.label == cell.label)
-        .with_context(|| format!("cell {}: unknown label", cell.cell_id))?
-        .config;
+    let (cfg, env) = config_of(m, cell)?;
     let exe = std::env::current_exe().context("locating the commcanary executable")?.display().to_string();
     let mut rank_args: Vec<String> = vec![exe];
     rank_args.extend(m.spec.rank_arguments(cfg));
@@ -194,7 +190,6 @@ fn command_for(m: &Manifest, cell: &Cell, attempt_id: &str, runs: &Path) -> Resu
         check_frozen_trace(&trace, &want)?;
         rank_args.extend(["--trace".into(), trace.display().to_string()]);
     }
-    let env: Vec<(String, String)> = cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (prog, mut args) = launcher_prefix(m, &env);
     args.extend(rank_args);
     Ok((prog, args, env))
@@ -351,12 +346,8 @@ pub fn exec(
             let attempt_id = format!("{}-a{}", cell.cell_id, next_attempt_number(&cell.cell_id, &attempts, &runs));
             // --cell-timeout-s covers the work before the job starts (the frozen trace's check) too
             let cell_started = std::time::Instant::now();
-            bar.set_message(format!(
-                "round {} {} ({attempt_id}{})",
-                cell.round,
-                cell.label,
-                if cell.truth { ", truth" } else { "" }
-            ));
+            let truth_mark = if cell.truth { ", truth" } else { "" };
+            bar.set_message(format!("round {} {} ({attempt_id}{truth_mark})", cell.round, cell.label));
             let run_dir = runs.join(&attempt_id);
             let remaining = cell_timeout.map(|t| t.saturating_sub(cell_started.elapsed()));
             let (prog, args, env, truth, timeout, cwd) = if cell.truth {
@@ -391,18 +382,11 @@ pub fn exec(
             let wall_s = wall.elapsed().as_secs_f64();
             let finished = clock::unix_ms();
             let timed_out = matches!(out, Ok((_, true)));
+            let limit = if truth.is_some() { "truth.timeout_s or --cell-timeout-s" } else { "--cell-timeout-s" };
+            let limit_s = timeout.map_or(0.0, |t| t.as_secs_f64());
+            let stopped = format!("cell timeout: the job ran longer than {limit_s:.0} s ({limit}) and was stopped");
             let (code, stdout, stderr, spawn_err) = match out {
-                Ok((o, false)) => (o.status.code(), o.stdout, o.stderr, None),
-                Ok((o, true)) => (
-                    o.status.code(),
-                    o.stdout,
-                    o.stderr,
-                    Some(format!(
-                        "cell timeout: the job ran longer than {:.0} s ({}) and was stopped",
-                        timeout.map_or(0.0, |t| t.as_secs_f64()),
-                        if truth.is_some() { "truth.timeout_s or --cell-timeout-s" } else { "--cell-timeout-s" }
-                    )),
-                ),
+                Ok((o, timed_out)) => (o.status.code(), o.stdout, o.stderr, timed_out.then_some(stopped)),
                 Err(e) => (None, Vec::new(), Vec::new(), Some(format!("could not start {prog}: {e}"))),
             };
             write_new_atomic(&logs.join(format!("{attempt_id}.stdout")), &stdout)?;
@@ -427,7 +411,7 @@ pub fn exec(
                         Ok((r, f)) => (Some(r), f),
                         Err(_) => (None, Vec::new()),
                     };
-                    let cfg = &m.configs.iter().find(|c| c.label == cell.label).context("labelled")?.config;
+                    let (cfg, _) = config_of(&m, cell)?;
                     let rec = super::truth::TruthRecord {
                         format_version: super::truth::TRUTH_RECORD_FORMAT_VERSION,
                         attempt_id: attempt_id.clone(),
@@ -520,8 +504,7 @@ pub fn exec(
                     Code::LauncherFailed,
                     "campaign {}: stopped in round {}: the launcher failed the same way for every configuration ({}); \
                      the {} cell(s) left would fail the same way and were not run. Every attempt so far is recorded in \
-                         attempts.jsonl; \
-                     fix the launcher and run exec again",
+                     attempts.jsonl; fix the launcher and run exec again",
                     dir.display(),
                     cell.round,
                     streak.failure,

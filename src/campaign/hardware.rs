@@ -1,18 +1,12 @@
 //! The hardware contract: one experiment, one kind of hardware
 //! (docs/CAMPAIGNS.md, "One kind of hardware").
 //!
-//! A campaign ranks configurations by comparing their cells. A cell that ran
-//! on another GPU model, driver, CPU, MPI library, kernel or NCCL build than
-//! the others carries that difference into every comparison it is part of,
-//! and a Slurm array spreads cells over whatever nodes it is given. The
-//! spec's `[hardware]` table declares what the cells must share; `plan`
-//! freezes the contract in the manifest (format 5, the default contract
-//! where the spec declares none) and `verify` refuses a cell that breaks it
-//! with `refused[HARDWARE_CONTRACT]`, naming the field, the expected value
-//! and the recorded one.
-//!
-//! Consumes the headers of a cell's shards (what each rank recorded,
-//! docs/ARCHITECTURE.md §8); produces refusals in words. No I/O.
+//! Consumes the contract (the spec's `[hardware]` as `plan` froze it in the
+//! manifest, format 5; the default contract where the spec declares none) and
+//! the headers of a cell's shards (what each rank recorded,
+//! docs/ARCHITECTURE.md §8); produces `verify`'s refusals in words
+//! (`refused[HARDWARE_CONTRACT]`: the field, the expected value and the
+//! recorded one). No I/O.
 use crate::core::{fsutil, identity};
 use crate::evidence::shard::ShardHeader;
 use serde::{Deserialize, Serialize};
@@ -62,23 +56,6 @@ impl HardwareField {
         HardwareField::RanksPerNode,
     ];
 
-    /// The field's name in the spec and in refusals.
-    pub fn name(self) -> &'static str {
-        match self {
-            HardwareField::Host => "host",
-            HardwareField::CpuModel => "cpu_model",
-            HardwareField::DeviceName => "device_name",
-            HardwareField::GpuDriver => "gpu_driver",
-            HardwareField::CudaDriver => "cuda_driver",
-            HardwareField::NcclVersion => "nccl_version",
-            HardwareField::NcclSha256 => "nccl_sha256",
-            HardwareField::MpiLibrary => "mpi_library",
-            HardwareField::Kernel => "kernel",
-            HardwareField::Topology => "topology",
-            HardwareField::RanksPerNode => "ranks_per_node",
-        }
-    }
-
     /// Whether the field is compared within each configuration rather than
     /// across the campaign: configurations may name different NCCL libraries
     /// on purpose (a version against another), never one library whose build
@@ -107,9 +84,10 @@ impl HardwareField {
     }
 }
 
+/// The field's name in the spec and in refusals (its serde name).
 impl std::fmt::Display for HardwareField {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self.serialize(f)
     }
 }
 
@@ -228,12 +206,8 @@ fn shown(v: Option<&str>) -> String {
         None => "nothing".to_string(),
         Some(s) if s.chars().count() > 100 => {
             let head: String = s.chars().take(60).collect();
-            format!(
-                "{head:?}… ({} characters, \
-                 SHA-256 {})",
-                s.chars().count(),
-                &fsutil::sha256_hex(s.as_bytes())[..12]
-            )
+            let sha = fsutil::sha256_hex(s.as_bytes());
+            format!("{head:?}… ({} characters, SHA-256 {})", s.chars().count(), &sha[..12])
         }
         Some(s) => format!("{s:?}"),
     }
@@ -273,7 +247,7 @@ impl HardwareContract {
                 return Err(format!(
                     "hardware contract: rank {} recorded the test hook {k}={v:?}, which stands in for a recorded fact: \
                         its host or CPU is not known to be measured (a test build's record; this build honours no \
-                            hook)",
+                        hook)",
                     h.rank
                 ));
             }
@@ -430,6 +404,16 @@ mod tests {
         h
     }
 
+    /// The contract of a `[hardware]` table that names only `same`.
+    fn same(fields: Vec<HardwareField>) -> HardwareContract {
+        HardwareContract::resolve(Some(&HardwareSpec { same: Some(fields), ..Default::default() }))
+    }
+
+    /// Asserts that the refusal `why` says `part`.
+    fn says(why: &str, part: &str) {
+        assert!(why.contains(part), "{why}");
+    }
+
     fn cell(c: &HardwareContract, id: &str, label: &str, hs: &[ShardHeader]) -> (String, String, CellHardware) {
         let refs: Vec<&ShardHeader> = hs.iter().collect();
         (id.into(), label.into(), c.check_cell(&refs).expect("the cell itself is consistent"))
@@ -440,13 +424,10 @@ mod tests {
         let c = HardwareContract::resolve(None);
         assert!(!c.declared && c.hosts.is_empty() && c.expect.is_empty());
         assert!(!c.same.contains(&HardwareField::Host) && c.same.len() == HardwareField::ALL.len() - 1);
-        let relaxed = HardwareContract::resolve(Some(&HardwareSpec { same: Some(vec![]), ..Default::default() }));
+        let relaxed = same(vec![]);
         assert!(relaxed.declared && relaxed.same.is_empty());
         // fields keep the contract's order whatever the spec's
-        let two = HardwareContract::resolve(Some(&HardwareSpec {
-            same: Some(vec![HardwareField::Kernel, HardwareField::CpuModel]),
-            ..Default::default()
-        }));
+        let two = same(vec![HardwareField::Kernel, HardwareField::CpuModel]);
         assert_eq!(two.same, vec![HardwareField::CpuModel, HardwareField::Kernel]);
     }
 
@@ -456,35 +437,22 @@ mod tests {
         let c = HardwareContract::resolve(Some(&spec));
         let hs = [header(0, "n1", "Xeon", None), header(1, "n3", "Xeon", None)];
         let why = c.check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
-        assert!(
-            why.contains("host: rank 1 ran on \"n3\", which is not among hardware.hosts [\"n1\", \"n2\"]"),
-            "{why}"
-        );
+        says(&why, "host: rank 1 ran on \"n3\", which is not among hardware.hosts [\"n1\", \"n2\"]");
         let mut spec = HardwareSpec::default();
         spec.expect.insert(HardwareField::DeviceName, "NVIDIA H200".into());
         let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
-        assert!(
-            why.contains(
-                "device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host n1 recorded \"Xeon\""
-            ),
-            "{why}"
-        );
+        says(&why, "device_name: expected \"NVIDIA H200\" (hardware.expect), rank 0 on host n1 recorded \"Xeon\"");
         spec.expect.clear();
         spec.expect.insert(HardwareField::GpuDriver, "570.1".into());
         let why = HardwareContract::resolve(Some(&spec)).check_cell(&[&header(0, "n1", "Xeon", None)]).unwrap_err();
-        assert!(
-            why.contains("gpu_driver: expected \"570.1\" (hardware.expect), rank 0 on host n1 recorded nothing"),
-            "{why}"
-        );
+        says(&why, "gpu_driver: expected \"570.1\" (hardware.expect), rank 0 on host n1 recorded nothing");
         // one job over two kinds of CPU
         let hs = [header(0, "n1", "Xeon", None), header(1, "n2", "EPYC", None)];
         let why = HardwareContract::default().check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
-        assert!(
-            why.contains(
-                "cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one \
-            job on two kinds"
-            ),
-            "{why}"
+        says(
+            &why,
+            "cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one \
+            job on two kinds",
         );
         assert!(spec.validate().is_ok());
         for bad in [
@@ -509,29 +477,20 @@ mod tests {
         ];
         let refused = c.disagreeing(&cells);
         assert_eq!(refused.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["r02-a", "r03-b"], "{refused:?}");
-        assert!(
-            refused[0].1.contains(
-                "cpu_model: expected \"Xeon\" (as 4 of 5 cells recorded, first r01-a), this cell \
-                recorded \"EPYC\" (rank 0 on host n3)"
-            ),
-            "{}",
-            refused[0].1
+        says(
+            &refused[0].1,
+            "cpu_model: expected \"Xeon\" (as 4 of 5 cells recorded, first r01-a), this cell \
+                recorded \"EPYC\" (rank 0 on host n3)",
         );
         // configurations may differ in NCCL build; one configuration's cells may not
-        assert!(
-            refused[1].1.contains(
-                "nccl_sha256: expected \"s2\" (as 2 of 3 cells of configuration b recorded, first \
-                r01-b), this cell recorded \"s3\""
-            ),
-            "{}",
-            refused[1].1
+        says(
+            &refused[1].1,
+            "nccl_sha256: expected \"s2\" (as 2 of 3 cells of configuration b recorded, first \
+                r01-b), this cell recorded \"s3\"",
         );
         // hosts are not held by default; with host in `same` the cells' host sets are
         assert!(c.disagreeing(&cells[..2]).is_empty());
-        let h = HardwareContract::resolve(Some(&HardwareSpec {
-            same: Some(vec![HardwareField::Host]),
-            ..Default::default()
-        }));
+        let h = same(vec![HardwareField::Host]);
         let cells = vec![
             cell(&h, "r01-a", "a", &[header(0, "n1", "Xeon", None), header(1, "n2", "Xeon", None)]),
             cell(&h, "r01-b", "b", &[header(0, "n2", "Xeon", None), header(1, "n1", "Xeon", None)]),
@@ -539,12 +498,9 @@ mod tests {
         ];
         let refused = h.disagreeing(&cells);
         assert_eq!(refused.len(), 1);
-        assert!(
-            refused[0].1.contains(
-                "host: expected \"n1,n2\" (as 2 of 3 cells recorded, first r01-a), this cell recorded \"n1,n3\""
-            ),
-            "{}",
-            refused[0].1
+        says(
+            &refused[0].1,
+            "host: expected \"n1,n2\" (as 2 of 3 cells recorded, first r01-a), this cell recorded \"n1,n3\"",
         );
         // a tie: the first group in schedule order stands
         let c = HardwareContract::default();

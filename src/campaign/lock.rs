@@ -48,17 +48,8 @@ fn flock(path: &Path, exclusive: bool, what: &str) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// Lock a campaign: exclusively (whole `exec`, `select`, `archive`), or
-/// shared plus an exclusive lock on one cell (`exec --cell`, so Slurm array
-/// tasks of different cells run side by side but never one cell twice).
-/// flock(2) semantics: advisory, released by the kernel when the process
-/// dies; on NFS it needs a lock manager (Linux maps flock to POSIX locks there).
-///
-/// `exec --cell` then waits for an exclusive lock of its host
-/// (`inflight/host-HOSTNAME.lock`): two cells on one host would contaminate
-/// each other's timings (`verify` refuses such attempts as
-/// `OVERLAPPING_ATTEMPTS`), so array tasks that land on one node run one
-/// after the other, and tasks on different nodes side by side.
+/// Lock a campaign: exclusively (whole `exec`, `select`, `archive`), or shared plus an exclusive lock
+/// on one cell and a waited-for one on this host (`exec --cell`; docs/CAMPAIGNS.md, "Campaign locks").
 pub(crate) fn lock_campaign(dir: &Path, cell: Option<&str>, what: &str) -> Result<CampaignLock> {
     let mut files = vec![flock(&dir.join(LOCK_FILE), cell.is_none(), what)?];
     if let Some(c) = cell {

@@ -101,10 +101,8 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
         );
     }
     // the workload's trace and the configurations' own, read and checked before anything is written
-    let trace = match &spec.workload.trace {
-        None => None,
-        Some(t) => Some(checked_trace(&spec, spec_path, "workload.trace", t)?),
-    };
+    let trace =
+        spec.workload.trace.as_ref().map(|t| checked_trace(&spec, spec_path, "workload.trace", t)).transpose()?;
     let mut config_traces = Vec::new();
     for c in &spec.configs {
         if let Some(t) = &c.trace {
@@ -113,10 +111,7 @@ pub fn plan(spec_path: &Path, dir: &Path) -> Result<spec::Manifest> {
         }
     }
     let spec_dir = spec_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let truth_inputs = match &spec.truth {
-        Some(t) => truth::read_inputs(t, spec_dir)?,
-        None => Vec::new(),
-    };
+    let truth_inputs = spec.truth.as_ref().map(|t| truth::read_inputs(t, spec_dir)).transpose()?.unwrap_or_default();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let (mut m, blinding) = spec::plan(spec);
     if !truth_inputs.is_empty() {
@@ -286,7 +281,6 @@ pub struct ArchiveDescriptor {
 /// are refused (a link could pull files from outside the campaign into its
 /// archive, or loop); nothing is followed.
 fn files_sorted(root: &Path) -> Result<Vec<std::path::PathBuf>> {
-    use crate::core::refusal::Code;
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -489,7 +483,6 @@ pub(crate) fn members_match(
     selection_sha256: Option<&str>,
     name: &str,
 ) -> Result<()> {
-    use crate::core::refusal::Code;
     let member = |rel: &str| m.sha256.get(rel).map(String::as_str);
     let want = |rel: &str, sha: &str| -> Result<()> {
         match member(rel) {
@@ -559,7 +552,6 @@ pub(crate) fn members_match(
 /// regular file named relative to one top directory, with no `..`, root or
 /// repeated name. Returns every member's digest. Reads the stream once.
 pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Members> {
-    use crate::core::refusal::Code;
     use sha2::Digest;
     use std::io::Read;
     let mut t = tar::Archive::new(reader);
@@ -607,16 +599,12 @@ pub fn inspect_members<R: std::io::Read>(reader: R, name: &str) -> Result<Member
         }
         let mut h = sha2::Sha256::new();
         let mut doc = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = e.read(&mut buf).with_context(|| format!("{name}: reading member {raw:?}"))?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-            if keep {
-                doc.extend_from_slice(&buf[..n]);
-            }
+        let reading = || format!("{name}: reading member {raw:?}");
+        if keep {
+            e.read_to_end(&mut doc).with_context(reading)?;
+            h.update(&doc);
+        } else {
+            std::io::copy(&mut e, &mut h).with_context(reading)?;
         }
         out.sha256.insert(rel.clone(), hex::encode(h.finalize()));
         if keep {
@@ -647,38 +635,24 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
     if ma.campaign_id == mb.campaign_id {
         crate::refuse!(Code::CampaignMismatch, "both campaigns have id {}", ma.campaign_id);
     }
-    let same = |what: &str, x: serde_json::Value, y: serde_json::Value| -> Result<()> {
+    let same = |what: &str, of: fn(&spec::Manifest) -> serde_json::Value| -> Result<()> {
+        let (x, y) = (of(&ma), of(&mb));
         if x != y {
             crate::refuse!(Code::CampaignMismatch, "cannot join: {what} differs ({} vs {})", x, y);
         }
         Ok(())
     };
-    same(
-        "repository identity (commit and dirty files)",
-        serde_json::json!([ma.repository.commit, ma.repository.dirty]),
-        serde_json::json!([mb.repository.commit, mb.repository.dirty]),
-    )?;
-    same("analysis policy", serde_json::to_value(&ma.spec.analysis)?, serde_json::to_value(&mb.spec.analysis)?)?;
-    same("configurations", serde_json::to_value(&ma.configs)?, serde_json::to_value(&mb.configs)?)?;
-    same("workload", serde_json::to_value(&ma.spec.workload)?, serde_json::to_value(&mb.spec.workload)?)?;
-    same(
-        "frozen trace (trace_sha256)",
-        serde_json::to_value(&ma.trace_sha256)?,
-        serde_json::to_value(&mb.trace_sha256)?,
-    )?;
-    same(
-        "truth (the job, its metric and its frozen inputs)",
-        serde_json::json!([ma.spec.truth, ma.truth_inputs]),
-        serde_json::json!([mb.spec.truth, mb.truth_inputs]),
-    )?;
+    use serde_json::json;
+    same("repository identity (commit and dirty files)", |m| json!([m.repository.commit, m.repository.dirty]))?;
+    same("analysis policy", |m| json!(m.spec.analysis))?;
+    same("configurations", |m| json!(m.configs))?;
+    same("workload", |m| json!(m.spec.workload))?;
+    same("frozen trace (trace_sha256)", |m| json!(m.trace_sha256))?;
+    same("truth (the job, its metric and its frozen inputs)", |m| json!([m.spec.truth, m.truth_inputs]))?;
     // the joined campaign's cells are held to one contract; verify then holds
     // B's cells to the identity A's recorded (and the other way round)
-    same("hardware contract", serde_json::to_value(&ma.hardware)?, serde_json::to_value(&mb.hardware)?)?;
-    same(
-        "backend, ranks and launcher",
-        serde_json::json!([ma.spec.backend, ma.spec.ranks, ma.spec.launcher]),
-        serde_json::json!([mb.spec.backend, mb.spec.ranks, mb.spec.launcher]),
-    )?;
+    same("hardware contract", |m| json!(m.hardware))?;
+    same("backend, ranks and launcher", |m| json!([m.spec.backend, m.spec.ranks, m.spec.launcher]))?;
     let att_a = chain::read_attempts(a)?;
     let att_b = chain::read_attempts(b)?;
     if out.exists() {
@@ -731,29 +705,21 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
                         at.run_dir
                     );
                 }
+                let (id, run_dir) = (at.attempt_id.clone(), at.run_dir.clone());
                 if renamed {
                     let new_cell = rename(&at.cell_id, at.round);
                     let suffix = at.attempt_id.rsplit_once("-a").map(|x| x.1.to_string()).unwrap_or_default();
-                    let new_id = format!("{new_cell}-a{suffix}");
-                    copy_tree(&src.join(&at.run_dir), &stage.join("runs").join(&new_id))?;
-                    for ext in ["stdout", "stderr"] {
-                        let _ = std::fs::copy(
-                            src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
-                            stage.join("attempts").join(format!("{new_id}.{ext}")),
-                        );
-                    }
+                    at.attempt_id = format!("{new_cell}-a{suffix}");
+                    at.run_dir = format!("runs/{}", at.attempt_id);
                     at.round += offset;
                     at.cell_id = new_cell;
-                    at.attempt_id = new_id.clone();
-                    at.run_dir = format!("runs/{new_id}");
-                } else {
-                    copy_tree(&src.join(&at.run_dir), &stage.join(&at.run_dir))?;
-                    for ext in ["stdout", "stderr"] {
-                        let _ = std::fs::copy(
-                            src.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
-                            stage.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
-                        );
-                    }
+                }
+                copy_tree(&src.join(&run_dir), &stage.join(&at.run_dir))?;
+                for ext in ["stdout", "stderr"] {
+                    let _ = std::fs::copy(
+                        src.join("attempts").join(format!("{id}.{ext}")),
+                        stage.join("attempts").join(format!("{}.{ext}", at.attempt_id)),
+                    );
                 }
                 if !seen.insert(at.attempt_id.clone()) {
                     crate::refuse!(Code::DuplicateAttempt, "attempt id {} appears twice", at.attempt_id);
@@ -779,8 +745,7 @@ pub(crate) fn join_campaigns(a: &Path, b: &Path, out: &Path) -> Result<spec::Man
         let sha = sha256_hex(&bytes);
         write_new_atomic(&stage.join("manifest.sha256"), format!("{sha}\n").as_bytes())?;
         // attempt records were made under the source manifests; they say so
-        let joined: Vec<String> = lines;
-        write_new_atomic(&stage.join(chain::ATTEMPTS), (joined.join("\n") + "\n").as_bytes())?;
+        write_new_atomic(&stage.join(chain::ATTEMPTS), (lines.join("\n") + "\n").as_bytes())?;
         Ok(())
     })?;
     Ok(m)

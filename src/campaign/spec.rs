@@ -24,15 +24,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Manifest format version (2 added the optional `workload.trace` and
-/// `trace_sha256`; 3 a configuration's own `trace` and `config_traces`, written
-/// only where a configuration names one, so other manifests stayed version 2;
-/// 4 the spec's `trace_canary`, written only where it was declared; 5 the
-/// hardware contract `hardware`, written in every manifest, so every new
-/// manifest is version 5; 6 the spec's `truth` with truth cells and
-/// `truth_inputs`, written only where truth is declared, so other manifests
-/// stay version 5). Versions 1 to 5 are read; cells of versions 1 to 4 are
-/// held to the default contract ([`HardwareContract::default`]).
+/// Manifest format version, written only with `[truth]` (other manifests stay 5; a manifest
+/// before 5 is held to [`HardwareContract::default`]); its history: docs/ARCHITECTURE.md §11.
 pub(crate) const MANIFEST_FORMAT_VERSION: u32 = 6;
 
 pub use super::hardware::{HardwareContract, HardwareField, HardwareSpec};
@@ -282,20 +275,16 @@ impl CampaignSpec {
     /// test-parses.
     pub fn rank_arguments(&self, cfg: &ConfigSpec) -> Vec<String> {
         let w = &self.workload;
-        let mut a: Vec<String> = vec![
-            "rank".into(),
-            "-q".into(),
-            "--backend".into(),
-            self.backend.clone(),
-            "--phases".into(),
-            w.phases.clone(),
-            "--tokens".into(),
-            w.tokens.to_string(),
-            "--layers".into(),
-            w.layers.to_string(),
-            "--iters".into(),
-            w.iters.to_string(),
-        ];
+        let mut a: Vec<String> = vec!["rank".into(), "-q".into()];
+        for (flag, v) in [
+            ("--backend", self.backend.clone()),
+            ("--phases", w.phases.clone()),
+            ("--tokens", w.tokens.to_string()),
+            ("--layers", w.layers.to_string()),
+            ("--iters", w.iters.to_string()),
+        ] {
+            a.extend([flag.into(), v]);
+        }
         match &w.model {
             Some(model) => a.extend(["--model".into(), model.clone()]),
             None => a.extend(["--model".into(), "synthetic".into(), "--sizes".into(), w.sizes.clone()]),
@@ -388,7 +377,6 @@ impl CampaignSpec {
             }
         }
         let phases = workload::parse_phases(&self.workload.phases).context("workload.phases")?;
-        use crate::core::workload::Phase;
         let any_trace = self.workload.trace.is_some() || self.configs.iter().any(|c| c.trace.is_some());
         if any_trace && !phases.iter().any(|p| !matches!(p, Phase::Isolated | Phase::Blocking | Phase::Async)) {
             bail!(
@@ -415,7 +403,6 @@ impl CampaignSpec {
             }
         }
         if let Some(tc) = &self.trace_canary {
-            let phases = workload::parse_phases(&self.workload.phases)?;
             if !phases.contains(&tc.phase()) {
                 bail!("trace_canary.phase {} is not among workload.phases", tc.phase());
             }
@@ -486,11 +473,8 @@ impl CampaignSpec {
                 bail!("truth.configs names {n:?}, which is not a configuration");
             }
         }
-        if let Some(p) = self.canary.as_ref().and_then(|c| c.phase) {
-            let phases = workload::parse_phases(&self.workload.phases)?;
-            if !phases.contains(&p) {
-                bail!("canary.phase {p} is not among workload.phases");
-            }
+        if let Some(p) = self.canary.as_ref().and_then(|c| c.phase).filter(|p| !phases.contains(p)) {
+            bail!("canary.phase {p} is not among workload.phases");
         }
         if !(self.analysis.min_effect_pct >= 0.0 && self.analysis.delta_pct >= 0.0) {
             bail!("analysis.min_effect_pct and delta_pct must be non-negative");
@@ -504,18 +488,16 @@ impl CampaignSpec {
             );
         }
         // the launcher's rank count is `ranks`, which exec passes itself
-        let own_count = |a: &str| match self.launcher.kind {
-            LauncherKind::Mpirun => {
-                matches!(a, "-n" | "-np" | "--np" | "--n" | "-c")
-                    || a.starts_with("--np=")
-                    || a.starts_with("--n=")
-                    || a.strip_prefix("-n").is_some_and(|r| !r.is_empty() && r.chars().all(|ch| ch.is_ascii_digit()))
-            }
-            LauncherKind::Srun => {
-                matches!(a, "-n" | "--ntasks")
-                    || a.starts_with("--ntasks=")
-                    || a.strip_prefix("-n").is_some_and(|r| !r.is_empty() && r.chars().all(|ch| ch.is_ascii_digit()))
-            }
+        let own_count = |a: &str| {
+            a.strip_prefix("-n").is_some_and(|r| !r.is_empty() && r.chars().all(|ch| ch.is_ascii_digit()))
+                || match self.launcher.kind {
+                    LauncherKind::Mpirun => {
+                        matches!(a, "-n" | "-np" | "--np" | "--n" | "-c")
+                            || a.starts_with("--np=")
+                            || a.starts_with("--n=")
+                    }
+                    LauncherKind::Srun => matches!(a, "-n" | "--ntasks") || a.starts_with("--ntasks="),
+                }
         };
         if let Some(a) = self.launcher.args.iter().find(|a| own_count(a)) {
             bail!(
@@ -531,7 +513,6 @@ impl CampaignSpec {
     /// Ranges and rank arguments: everything `exec` and `analyze` would
     /// otherwise refuse only after cells ran.
     fn validate_ranges(&self) -> Result<()> {
-        use crate::core::refusal::Code;
         let r = ranges::int;
         r("repetitions", self.repetitions, 1, 10_000)?;
         // every interval of the analysis is over rounds (Student-t with
@@ -541,10 +522,9 @@ impl CampaignSpec {
             crate::refuse!(
                 Code::BadSpec,
                 "repetitions = {}: analyze needs at least {MIN_ANALYZED_ROUNDS} rounds (every interval is over rounds, \
-                    with rounds - 1 degrees of freedom), \
-                 so this campaign could run but never be analyzed; plan repetitions >= {MIN_ANALYZED_ROUNDS}, or \
-                     declare join_part = true for a \
-                 part meant only for `campaign join`",
+                    with rounds - 1 degrees of freedom), so this campaign could run but never be analyzed; plan \
+                    repetitions >= {MIN_ANALYZED_ROUNDS}, or declare join_part = true for a part meant only for \
+                    `campaign join`",
                 self.repetitions
             );
         }
@@ -570,18 +550,7 @@ impl CampaignSpec {
         }
         r("analysis.bootstrap_resamples", self.analysis.bootstrap_resamples, 1, 10_000_000)?;
         for c in &self.configs {
-            let argv = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c));
-            let argv: Vec<String> = argv.collect();
-            let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                refusal::refuse(
-                    Code::BadSpec,
-                    format!(
-                        "configs.{}: its rank arguments do not parse: {}",
-                        c.name,
-                        e.to_string().lines().next().unwrap_or("")
-                    ),
-                )
-            })?;
+            let parsed = self.parse_rank_arguments(c, None)?;
             crate::rank::check_ranges(&parsed)
                 .map_err(|e| refusal::refuse(Code::BadSpec, format!("configs.{}: {e:#}", c.name)))?;
             let backend = match parsed.backend {
@@ -630,9 +599,19 @@ impl CampaignSpec {
         }
         Ok(())
     }
-}
 
-impl CampaignSpec {
+    /// A configuration's rank arguments (with `--trace TRACE` where given) as `rank` parses them.
+    fn parse_rank_arguments(&self, c: &ConfigSpec, trace: Option<&String>) -> Result<crate::rank::RankOptions> {
+        let mut argv: Vec<String> = std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
+        if let Some(t) = trace {
+            argv.extend(["--trace".into(), t.clone()]);
+        }
+        crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or("").to_string();
+            refusal::refuse(Code::BadSpec, format!("configs.{}: its rank arguments do not parse: {first}", c.name))
+        })
+    }
+
     /// Each configuration's rank arguments through `rank`'s own checks before
     /// MPI starts (the phases against the trace a job gets, the sweep and the
     /// model against `ranks`), so that a spec whose cells `rank` would all
@@ -640,28 +619,13 @@ impl CampaignSpec {
     /// Separate from [`CampaignSpec::validate`]: `canary verify` loads a spec
     /// as a template whose configurations get their traces afterwards.
     pub fn check_rank_plans(&self) -> Result<()> {
-        use crate::core::refusal::Code;
         let backend = match self.backend.as_str() {
             "cuda" => BackendKind::Cuda,
             _ => BackendKind::Cpu,
         };
         for c in &self.configs {
-            let mut argv: Vec<String> =
-                std::iter::once("commcanary".to_string()).chain(self.rank_arguments(c)).collect();
-            if let Some(t) = c.trace.as_ref().or(self.workload.trace.as_ref()) {
-                // exec passes the frozen copy; only its presence matters before the launch
-                argv.extend(["--trace".into(), t.clone()]);
-            }
-            let parsed = crate::rank::RankOptions::parse_argv(&argv).map_err(|e| {
-                refusal::refuse(
-                    Code::BadSpec,
-                    format!(
-                        "configs.{}: its rank arguments do not parse: {}",
-                        c.name,
-                        e.to_string().lines().next().unwrap_or("")
-                    ),
-                )
-            })?;
+            // exec passes the frozen copy; only its presence matters before the launch
+            let parsed = self.parse_rank_arguments(c, c.trace.as_ref().or(self.workload.trace.as_ref()))?;
             crate::rank::check_before_launch(&parsed, backend, self.ranks).map_err(|e| {
                 refusal::refuse(
                     Code::BadSpec,

@@ -235,46 +235,28 @@ impl TruthSpec {
                 ))
             }
             MetricSpec::Regex(r) => {
-                let re = regex::Regex::new(&r.regex).map_err(|e| {
-                    bad_spec(
-                        "truth.metric.regex",
-                        format!(
-                            "{:?} does not \
-                    compile: {e}",
-                            r.regex
-                        ),
-                    )
-                })?;
+                let re = regex::Regex::new(&r.regex)
+                    .map_err(|e| bad_spec("truth.metric.regex", format!("{:?} does not compile: {e}", r.regex)))?;
                 if re.captures_len() > 2 {
-                    return Err(bad_spec(
-                        "truth.metric.regex",
-                        format!(
-                            "{:?} has {} capture groups; use one (the number) or \
-                            none",
-                            r.regex,
-                            re.captures_len() - 1
-                        ),
-                    ));
+                    let why = format!(
+                        "{:?} has {} capture groups; use one (the number) or none",
+                        r.regex,
+                        re.captures_len() - 1
+                    );
+                    return Err(bad_spec("truth.metric.regex", why));
                 }
                 if r.unit.trim().is_empty() {
                     return Err(bad_spec(
                         "truth.metric.unit",
-                        "is empty; say what the number measures (s, ms, \
-                        steps/s)",
+                        "is empty; say what the number measures (s, ms, steps/s)",
                     ));
                 }
             }
             MetricSpec::Json(j) => {
                 let p = Path::new(&j.json);
                 if j.json.is_empty() || !p.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-                    return Err(bad_spec(
-                        "truth.metric.json",
-                        format!(
-                            "{:?}: name a file inside the cell's folder \
-                        (relative, no '..')",
-                            j.json
-                        ),
-                    ));
+                    let why = format!("{:?}: name a file inside the cell's folder (relative, no '..')", j.json);
+                    return Err(bad_spec("truth.metric.json", why));
                 }
                 if j.field.is_empty() || j.field.split('.').any(str::is_empty) {
                     return Err(bad_spec("truth.metric.field", format!("{:?}: a dotted path such as a.b.0", j.field)));
@@ -399,10 +381,6 @@ pub struct TruthRecord {
 /// The most text of matched lines kept in a reading.
 const RAW_MAX_BYTES: usize = 4096;
 
-fn parse_number(s: &str) -> Option<f64> {
-    s.trim().parse::<f64>().ok().filter(|v| v.is_finite())
-}
-
 /// Read the metric of one job from its output and folder. `Err` says why it
 /// cannot be read; the value must be a finite positive number.
 pub fn read_metric(
@@ -443,7 +421,7 @@ pub fn read_metric(
             for c in re.captures_iter(&text) {
                 let whole = c.get(0).expect("group 0");
                 let got = c.get(1).unwrap_or(whole).as_str();
-                let v = parse_number(got)
+                let v = (got.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
                     .ok_or_else(|| format!("metric: /{}/ matched {:?}, which is not a number", r.regex, got))?;
                 values.push(v);
                 if raw.len() < RAW_MAX_BYTES {
@@ -543,10 +521,6 @@ pub(crate) fn place_inputs(
     Ok(out)
 }
 
-/// Check a selected truth attempt's record against what is kept beside it:
-/// its digest, its cell, stdout and stderr as stored, the metric read again
-/// from them (or from the files it names), the configuration's environment.
-/// Returns the record.
 /// What the attempt log says of a truth attempt, as `verify` checks its record against it.
 pub(crate) struct AttemptFacts<'a> {
     /// Attempt id (its stdout and stderr are `attempts/ID.stdout|stderr`).
@@ -561,6 +535,10 @@ pub(crate) struct AttemptFacts<'a> {
     pub(crate) stderr_sha256: &'a str,
 }
 
+/// Check a selected truth attempt's record against what is kept beside it:
+/// its digest, its cell, stdout and stderr as stored, the metric read again
+/// from them (or from the files it names), the configuration's environment.
+/// Returns the record.
 pub(crate) fn check_record(
     campaign: &Path,
     run_dir: &str,
@@ -616,14 +594,9 @@ pub(crate) fn check_record(
     let stderr = read_log("stderr", &r.stderr_sha256)?;
     let cell_dir = campaign.join(run_dir);
     for (name, sha) in &r.metric_files {
-        match sha256_file(&cell_dir.join(name)) {
-            Ok(d) if &d == sha => {}
-            _ => {
-                return Err((
-                    Code::Stale,
-                    format!("stale: the metric file {} no longer hashes to {sha}", cell_dir.join(name).display()),
-                ))
-            }
+        let p = cell_dir.join(name);
+        if sha256_file(&p).ok().as_ref() != Some(sha) {
+            return Err((Code::Stale, format!("stale: the metric file {} no longer hashes to {sha}", p.display())));
         }
     }
     let Some(m) = &r.metric else {

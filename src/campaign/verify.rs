@@ -5,7 +5,7 @@
 //! cell's joined run as well.
 use super::attempts::{accepted_manifests, load_manifest, overlapping, read_attempts, AttemptRecord, AttemptStatus};
 use super::select::{Selected, Selection};
-use super::spec::{Cell, Manifest};
+use super::spec::{Cell, ConfigSpec, Manifest};
 use crate::campaign::hardware::CellHardware;
 use crate::core::fsutil::sha256_file;
 use crate::core::refusal::{Code, Refusal};
@@ -148,9 +148,6 @@ fn coded(code: Code, message: String) -> String {
     Refusal { code, message }.to_string()
 }
 
-/// One cell's refusal, if any; else the digest of the joined-trace file its
-/// phases walked (`rank --trace` in the arguments), if they walked one,
-/// what it recorded on the hardware contract's fields, and its joined run.
 /// The checks every selected attempt passes, a proxy's or a truth cell's: it
 /// is recorded, under an accepted manifest, succeeded, overlapped nothing,
 /// and the selection entry is its record's.
@@ -205,6 +202,12 @@ fn check_attempt<'a>(
     Ok(a)
 }
 
+/// The configuration a cell's label stands for.
+fn config_of<'m>(m: &'m Manifest, c: &Cell) -> std::result::Result<&'m ConfigSpec, String> {
+    let labelled = m.configs.iter().find(|x| x.label == c.label);
+    Ok(&labelled.ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?.config)
+}
+
 /// A truth cell: its attempt, and its record read again against what the job
 /// printed and the manifest's truth command and configuration.
 fn check_truth_cell(
@@ -221,12 +224,7 @@ fn check_truth_cell(
         .truth
         .as_ref()
         .ok_or_else(|| coded(Code::UnexpectedCell, "a truth cell in a manifest without [truth]".into()))?;
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|x| x.label == c.label)
-        .ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?
-        .config;
+    let cfg = config_of(m, c)?;
     if !e.shards.is_empty() {
         return Err(coded(
             Code::IdentityContradiction,
@@ -259,43 +257,24 @@ fn check_cell(
     check_attempt(accepted, c, e, attempts)?;
     let stale = |what: String| coded(Code::StaleManifest, what);
     let run: PathBuf = dir.join(&e.run_dir);
+    // `what` (a file, named for messages) hashes to `want`; refused with `missing` where it is not there
+    let recorded = |p: &Path, want: &str, what: String, missing: Code| match sha256_file(p) {
+        Ok(d) if d == want => Ok(()),
+        Ok(d) => Err(coded(Code::Stale, format!("stale: {what} hashes to {d}, recorded {want}"))),
+        Err(_) => Err(coded(missing, format!("{what} is missing"))),
+    };
     let rj = run.join(run::RUN_FILE);
-    match sha256_file(&rj) {
-        Ok(d) if d == e.run_json_sha256 => {}
-        Ok(d) => {
-            return Err(coded(
-                Code::Stale,
-                format!("stale: {} hashes to {d}, recorded {}", rj.display(), e.run_json_sha256),
-            ))
-        }
-        Err(_) => return Err(coded(Code::NoSuchInput, format!("{} is missing", rj.display()))),
-    }
+    recorded(&rj, &e.run_json_sha256, rj.display().to_string(), Code::NoSuchInput)?;
     for s in &e.shards {
         let p = run.join(&s.file);
-        match sha256_file(&p) {
-            Ok(d) if d == s.sha256 => {}
-            Ok(d) => {
-                return Err(coded(
-                    Code::Stale,
-                    format!("stale: rank {} shard {} hashes to {d}, recorded {}", s.rank, p.display(), s.sha256),
-                ))
-            }
-            Err(_) => {
-                return Err(coded(Code::MissingRank, format!("rank {} shard {} is missing", s.rank, p.display())))
-            }
-        }
+        recorded(&p, &s.sha256, format!("rank {} shard {}", s.rank, p.display()), Code::MissingRank)?;
     }
     let joined = join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
     // generated shards are not measurements: the refusal's own code, not NOT_JOINABLE
     joined.refuse_synthetic("campaign verify").map_err(|e| format!("{e:#}"))?;
     // identity contradictions
     let want_backend = &m.spec.backend;
-    let cfg = &m
-        .configs
-        .iter()
-        .find(|x| x.label == c.label)
-        .ok_or_else(|| coded(Code::SelectionMismatch, "unknown label".into()))?
-        .config;
+    let cfg = config_of(m, c)?;
     let w = &joined.run.workload;
     let want_phases = workload::parse_phases(&m.spec.workload.phases)
         .map_err(|e| coded(Code::BadSpec, format!("manifest phases: {e:#}")))?;
@@ -429,14 +408,16 @@ mod tests {
     use super::*;
     use crate::evidence::shard::{self, Shard};
 
+    /// A shard header's record of `phase`, which walked `trace`.
+    fn phase_walked(phase: &str, trace: &serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"phase": phase, "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
+            "quantum_ns": null, "trace": trace, "collectives": 1})
+    }
+
     #[test]
     fn verify_refuses_a_phase_that_walked_another_trace_than_the_frozen_one() {
         let phase = |trace: serde_json::Value| {
-            let h = shard::test_header(
-                "cpu",
-                serde_json::json!([{"phase": "replay", "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
-                    "quantum_ns": null, "trace": trace, "collectives": 1}]),
-            );
+            let h = shard::test_header("cpu", serde_json::json!([phase_walked("replay", &trace)]));
             vec![Shard { header: h, body: Default::default() }]
         };
         let imported = |sha: &str| {
@@ -468,14 +449,8 @@ mod tests {
     #[test]
     fn a_cell_names_the_one_trace_file_its_phases_walked() {
         let shard = |rank: u32, traces: &[serde_json::Value]| {
-            let phases: Vec<serde_json::Value> = traces
-                .iter()
-                .zip(["replay", "fill"])
-                .map(|(t, p)| {
-                    serde_json::json!({"phase": p, "start_ns": 0, "end_ns": 1, "device_anchor_error_ns": null,
-                        "quantum_ns": null, "trace": t, "collectives": 1})
-                })
-                .collect();
+            let phases: Vec<serde_json::Value> =
+                traces.iter().zip(["replay", "fill"]).map(|(t, p)| phase_walked(p, t)).collect();
             let mut h = shard::test_header("cpu", serde_json::Value::Array(phases));
             h.rank = rank;
             Shard { header: h, body: Default::default() }

@@ -1,16 +1,13 @@
-//! The canary artifact (`canary.json`, format version 2): a compiled,
-//! folded form of a communication trace, bound to its source by digest.
-//! Format 2 added [`Canary::left_out_p2p`]: an MPI capture's point-to-point
-//! operations, which the canary does not replay, counted; format 1 is still
-//! read (no such record: its sources had none in the phases).
+//! The canary artifact (`canary.json`, format version 2; format 1, without
+//! [`Canary::left_out_p2p`], is still read): a compiled, folded form of a
+//! communication trace, bound to its source by digest.
 //!
-//! Consumes nothing (a data type and its one reading entry point, [`read`]).
 //! Produces the artifact written by `canary compile`, `canary reduce` and the
-//! baselines of `canary verify`. Refuses, naming the file: bytes that are not
-//! an artifact, another format version, and an artifact whose recorded
-//! `digest` is not the SHA-256 of its own canonical content, or whose bytes
-//! are not exactly those the writer produces (one changed byte anywhere is
-//! refused as `DIGEST_MISMATCH`).
+//! baselines of `canary verify`; [`read`] is its one reading entry point.
+//! Refuses, naming the file: bytes that are not an artifact, another format
+//! version, a recorded `digest` that is not the SHA-256 of its own canonical
+//! content, or bytes not exactly those the writer produces (one changed byte
+//! anywhere is refused as `DIGEST_MISMATCH`).
 use crate::canary::fold::Node;
 use crate::core::collective::TraceReduceOp;
 use crate::core::refusal::{self, Code};
@@ -353,19 +350,9 @@ impl LeftOutP2p {
 /// once read back into the type.
 pub fn canonical_sha256<T: Serialize>(v: &T) -> Result<String> {
     use sha2::Digest;
-    struct Hasher(sha2::Sha256);
-    impl std::io::Write for Hasher {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.update(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut h = Hasher(sha2::Sha256::new());
+    let mut h = sha2::Sha256::new();
     serde_json::to_writer(&mut h, v).context("canonical form")?;
-    Ok(hex::encode(h.0.finalize()))
+    Ok(hex::encode(h.finalize()))
 }
 
 impl Canary {
@@ -464,7 +451,6 @@ fn expanded_checked(
 /// plan, sizes, budget) is what its body and source binding give. Refused
 /// with `BAD_STRUCTURE` (or `OVER_LIMIT` for an expansion past the bound).
 pub fn check_consistency(c: &Canary) -> Result<Shape> {
-    use crate::core::refusal::Code;
     let world = c.source.world_size as u64;
     if world == 0 || world > limits::MAX_WORLD_SIZE as u64 {
         crate::refuse!(Code::BadStructure, "source.world_size is {world}, outside 1..={}", limits::MAX_WORLD_SIZE);
@@ -643,7 +629,6 @@ pub fn budget_ppm(m: Method, digits: u8) -> Result<u64> {
 
 /// Read an artifact and check its format and its own digest.
 pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
-    use crate::core::refusal::Code;
     const WRITES: &str =
         "a canary artifact is the file `commcanary canary compile TRACE -o FILE` (or `canary reduce`) writes";
     let bytes = limits::read_bounded(path, MAX_ARTIFACT_BYTES).map_err(|e| {
@@ -682,7 +667,6 @@ pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
 
 /// Decode and check an artifact.
 pub fn from_slice(bytes: &[u8]) -> Result<Canary> {
-    use crate::core::refusal::Code;
     let v: serde_json::Value = serde_json::from_slice(bytes).context("not JSON")?;
     match v.get("format_version").and_then(|x| x.as_u64()) {
         // format 1 lacks only `left_out_p2p`, read as absent

@@ -72,11 +72,8 @@ pub(crate) fn positions(t: &CommTrace, method: Method, k: usize, seed: u64) -> V
             let mut by: Vec<(u64, Vec<usize>)> = count.into_iter().collect();
             by.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
             // largest remainder shares of k
-            let mut shares: Vec<(usize, f64)> =
-                by.iter().map(|(_, v)| (0usize, k as f64 * v.len() as f64 / n as f64)).collect();
-            for s in &mut shares {
-                s.0 = s.1.floor() as usize;
-            }
+            let share = |v: &Vec<usize>| k as f64 * v.len() as f64 / n as f64;
+            let mut shares: Vec<(usize, f64)> = by.iter().map(|(_, v)| (share(v).floor() as usize, share(v))).collect();
             let mut left = k - shares.iter().map(|s| s.0).sum::<usize>();
             let mut order: Vec<usize> = (0..shares.len()).collect();
             order.sort_by(|&a, &b| {
@@ -190,13 +187,10 @@ pub(crate) fn from_positions(
         let mut ranks = Vec::new();
         for (ri, r) in t.ranks.iter().enumerate() {
             let id = identity_of(&r.collectives[p]);
-            let idx = match identities.iter().position(|x| *x == id) {
-                Some(i) => i,
-                None => {
-                    identities.push(id);
-                    identities.len() - 1
-                }
-            } as u32;
+            let idx = identities.iter().position(|x| *x == id).unwrap_or_else(|| {
+                identities.push(id);
+                identities.len() - 1
+            }) as u32;
             let one = |v: Option<u64>| v.map_or(Values::Unknown, |x| Values::Exact(vec![x]));
             ranks.push(RankSlot {
                 rank: r.rank,

@@ -13,7 +13,7 @@ use crate::canary::artifact::*;
 use crate::canary::fold::{self, FoldNode, Node};
 use crate::core::fsutil;
 use crate::evidence::commtrace::mpi::MpiP2p;
-use crate::evidence::commtrace::{exec, CommTrace, SourceKind, TraceCollective};
+use crate::evidence::commtrace::{exec, CommTrace, TraceCollective};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -44,12 +44,8 @@ pub(crate) const MEDIAN_CONFIDENCE: f64 = 0.90;
 /// The interval must lie within these quantiles of the per-iteration distribution.
 pub(crate) const MEDIAN_BAND: (f64, f64) = (0.25, 0.75);
 
-/// The smallest number of iterations `n` whose distribution-free interval
-/// for the median (order statistics `X(l) .. X(n+1-l)`, coverage from the
-/// Binomial(n, 1/2) law; Conover, *Practical Nonparametric Statistics*, 3rd
-/// ed., 1999, §3.2) reaches `confidence` with `l/(n+1)` at or above the band's
-/// lower quantile: enough iterations that one job's median of the canary's
-/// per-iteration time is pinned between the quartiles.
+/// The smallest number of iterations whose distribution-free interval for the median reaches
+/// `confidence` within the band (docs/METHODS.md, "The canary's iteration count").
 pub fn iterations_for_median(confidence: f64, band_low: f64) -> u64 {
     for n in 1u64..10_000 {
         // largest l with coverage 1 - 2 P(Bin(n,1/2) <= l-1) >= confidence
@@ -72,18 +68,6 @@ pub fn iterations_for_median(confidence: f64, band_low: f64) -> u64 {
         }
     }
     10_000
-}
-
-fn source_origin(t: &CommTrace) -> String {
-    match t.source.kind {
-        SourceKind::Kineto => "kineto",
-        SourceKind::ExecutionTrace => "execution-trace",
-        SourceKind::Run => "run",
-        SourceKind::Synthetic => "synthetic",
-        SourceKind::Canary => "canary",
-        SourceKind::MpiCapture => "mpi-capture",
-    }
-    .to_string()
 }
 
 /// The operation identity of a collective (the phase from a `PHASE:kind` source name).
@@ -124,7 +108,8 @@ pub(crate) fn bind_source(t: &CommTrace, bytes: &[u8], path: &str) -> Result<Sou
         path: path.to_string(),
         file_sha256: fsutil::sha256_hex(bytes),
         canonical_sha256: canonical_sha256(t)?,
-        origin: source_origin(t),
+        // the source kind's serde name (`kineto`, `execution-trace`, `mpi-capture`, ...)
+        origin: serde_json::to_value(t.source.kind)?.as_str().unwrap_or_default().to_string(),
         world_size: t.world_size,
         collectives_per_rank: t.ranks.iter().map(|r| r.collectives.len() as u64).collect(),
         collectives_per_kind: per_kind,
@@ -145,27 +130,19 @@ pub(crate) struct Timings {
 
 /// The timings of a trace, as the replay reads them.
 pub(crate) fn timings(t: &CommTrace) -> Timings {
+    // the recorded compute before a collective (its kernels' summed durations), and its own span
+    let compute = |c: &TraceCollective| {
+        c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))
+    };
+    let span = |c: &TraceCollective| {
+        c.device.as_ref().map_or(c.host_duration_ns, |d| Some(d.end_ns.saturating_sub(d.start_ns)))
+    };
     let mut out = Timings { gap_ns: Vec::new(), compute_ns: Vec::new(), span_ns: Vec::new() };
     for r in &t.ranks {
         let gaps = exec::gaps_ns(&r.collectives);
         out.gap_ns.push((0..r.collectives.len()).map(|i| gaps.as_ref().map(|g| g[i])).collect());
-        out.compute_ns.push(
-            r.collectives
-                .iter()
-                .map(|c| {
-                    c.compute_before.iter().try_fold(0u64, |acc, k| k.duration_ns.and_then(|d| acc.checked_add(d)))
-                })
-                .collect(),
-        );
-        out.span_ns.push(
-            r.collectives
-                .iter()
-                .map(|c| match &c.device {
-                    Some(d) => Some(d.end_ns.saturating_sub(d.start_ns)),
-                    None => c.host_duration_ns,
-                })
-                .collect(),
-        );
+        out.compute_ns.push(r.collectives.iter().map(compute).collect());
+        out.span_ns.push(r.collectives.iter().map(span).collect());
     }
     out
 }
@@ -361,8 +338,8 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
                 format!(
                     "the fewest iterations whose distribution-free {:.0}% interval for one job's median iteration time \
                         lies within the quartiles (order statistics, Conover 1999 §3.2), and that keep every \
-                            identity's share of a pass within {:.1} points of the source's, at most the source's \
-                                {source_iterations}",
+                        identity's share of a pass within {:.1} points of the source's, at most the source's \
+                        {source_iterations}",
                     MEDIAN_CONFIDENCE * 100.0,
                     MIX_SHARE_MAX / 2.0 * 100.0
                 ),
@@ -398,7 +375,7 @@ pub fn compile(t: &CommTrace, bytes: &[u8], opts: &CompileOptions) -> Result<Can
             detail: format!(
                 "the main loop replays {iterations} of its {source_iterations} iterations per pass ({rule}); its \
                     stratified draws reach each distribution's {:.1}% quantile at most, so what the source did rarer \
-                        than once in {} iterations (a rare stall or arrival skew) is not replayed",
+                    than once in {} iterations (a rare stall or arrival skew) is not replayed",
                 100.0 * (iterations as f64 - 0.5) / iterations as f64,
                 2 * iterations
             ),
@@ -459,7 +436,7 @@ pub(crate) fn left_out_p2p(t: &CommTrace) -> Option<LeftOutP2p> {
             .collect(),
         consequence: "the canary's pick sees only the collectives' transport; the source trace's phases run these \
             operations, so a pick that depends on point-to-point settings (OMPI_MCA_btl, its buffer sizes) can differ \
-                from the source's"
+            from the source's"
             .into(),
     })
 }

@@ -19,26 +19,29 @@ use anyhow::{Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-/// Slot visits of one pass, in order.
-pub(crate) fn visits(c: &Canary) -> Vec<u32> {
-    fn go(nodes: &[Node], top: bool, main: Option<&[u32]>, iterations: u64, out: &mut Vec<u32>) {
-        for (i, n) in nodes.iter().enumerate() {
-            match n {
-                Node::Op(s) => out.push(*s),
-                Node::Loop { count, body } => {
-                    let k = match main {
-                        Some([m]) if top && *m as usize == i => iterations,
-                        _ => *count,
-                    };
-                    for _ in 0..k {
-                        go(body, false, None, iterations, out);
-                    }
+/// The slots `nodes` visit, in order, each loop at its count but the top-level one `main` names
+/// (its index, its iterations).
+pub(crate) fn slot_sequence(nodes: &[Node], main: Option<(usize, u64)>, out: &mut Vec<u32>) {
+    for (i, n) in nodes.iter().enumerate() {
+        match n {
+            Node::Op(s) => out.push(*s),
+            Node::Loop { count, body } => {
+                for _ in 0..main.filter(|m| m.0 == i).map_or(*count, |m| m.1) {
+                    slot_sequence(body, None, out);
                 }
             }
         }
     }
+}
+
+/// Slot visits of one pass, in order.
+pub(crate) fn visits(c: &Canary) -> Vec<u32> {
+    let main = match c.main_loop.as_deref() {
+        Some([m]) => Some((*m as usize, c.replay.iterations)),
+        _ => None,
+    };
     let mut out = Vec::new();
-    go(&c.body, true, c.main_loop.as_deref(), c.replay.iterations, &mut out);
+    slot_sequence(&c.body, main, &mut out);
     out
 }
 

@@ -43,22 +43,9 @@ pub enum Assurance {
     HardwareValidated,
 }
 
-impl Assurance {
-    /// The user-facing name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Assurance::None => "none",
-            Assurance::SchemaValid => "schema-valid",
-            Assurance::IntegrityBound => "integrity-bound",
-            Assurance::SourceVerified => "source-verified",
-            Assurance::BehaviorallyVerified => "behaviorally-verified",
-            Assurance::HardwareValidated => "hardware-validated",
-        }
-    }
-}
-
+/// The user-facing name (its serde name).
 impl std::fmt::Display for Assurance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        self.serialize(f)
     }
 }

@@ -154,21 +154,16 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
     );
     let mut times = 0u64;
     let mut durations = 0u64;
+    // kernel and operator names: replaced by their kind with `drop_names`, else kept
     let mut names = 0u64;
-    let mut kept_names = 0u64;
     let mut source_names = 0u64;
     let mut out_ranks = Vec::with_capacity(ranks.len());
-    let op = |k: &ComputeOp, t0: u64, times: &mut u64, durations: &mut u64, names: &mut u64, kept_names: &mut u64| {
+    let op = |k: &ComputeOp, t0: u64, times: &mut u64, durations: &mut u64, names: &mut u64| {
         let ComputeOp { name, stream, device_start_ns, duration_ns } = k;
         *times += device_start_ns.is_some() as u64;
         *durations += duration_ns.is_some() as u64;
-        let name = if o.drop_names {
-            *names += 1;
-            "compute".to_string()
-        } else {
-            *kept_names += 1;
-            name.clone()
-        };
+        *names += 1;
+        let name = if o.drop_names { "compute".to_string() } else { name.clone() };
         ComputeOp {
             name,
             stream: *stream,
@@ -178,24 +173,18 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
     };
     for r in ranks {
         let RankTrace { rank, collectives, trailing_compute } = r;
-        // the rank's earliest time
-        let mut t0 = u64::MAX;
-        for c in collectives {
-            for v in [c.host_start_ns, c.device.as_ref().map(|d| d.start_ns)].into_iter().flatten() {
-                t0 = t0.min(v);
-            }
-            for k in &c.compute_before {
-                if let Some(v) = k.device_start_ns {
-                    t0 = t0.min(v);
-                }
-            }
-        }
-        for k in trailing_compute {
-            if let Some(v) = k.device_start_ns {
-                t0 = t0.min(v);
-            }
-        }
-        let t0 = if t0 == u64::MAX { 0 } else { t0 };
+        // the rank's earliest time (0 where it has none, or only u64::MAX)
+        let t0 = collectives
+            .iter()
+            .flat_map(|c| {
+                let compute = c.compute_before.iter().map(|k| k.device_start_ns);
+                [c.host_start_ns, c.device.as_ref().map(|d| d.start_ns)].into_iter().chain(compute)
+            })
+            .chain(trailing_compute.iter().map(|k| k.device_start_ns))
+            .flatten()
+            .min()
+            .filter(|&t| t != u64::MAX)
+            .unwrap_or(0);
         let mut out_colls = Vec::with_capacity(collectives.len());
         for c in collectives {
             let TraceCollective {
@@ -227,13 +216,8 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
             durations += host_duration_ns.is_some() as u64;
             let device = device.as_ref().map(|d| {
                 times += 2;
-                let kernel = if o.drop_names {
-                    names += 1;
-                    "kernel".to_string()
-                } else {
-                    kept_names += 1;
-                    d.kernel.clone()
-                };
+                names += 1;
+                let kernel = if o.drop_names { "kernel".to_string() } else { d.kernel.clone() };
                 DeviceSpan {
                     start_ns: q(d.start_ns.saturating_sub(t0), o.quantize_ns),
                     end_ns: q(d.end_ns.saturating_sub(t0), o.quantize_ns),
@@ -258,15 +242,12 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
                 device,
                 compute_before: compute_before
                     .iter()
-                    .map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names))
+                    .map(|k| op(k, t0, &mut times, &mut durations, &mut names))
                     .collect(),
                 op: *reduce_op,
             });
         }
-        let trailing = trailing_compute
-            .iter()
-            .map(|k| op(k, t0, &mut times, &mut durations, &mut names, &mut kept_names))
-            .collect();
+        let trailing = trailing_compute.iter().map(|k| op(k, t0, &mut times, &mut durations, &mut names)).collect();
         out_ranks.push(RankTrace { rank: map(*rank), collectives: out_colls, trailing_compute: trailing });
     }
     push("every time", "rebased: each rank's first time is 0", times);
@@ -278,11 +259,8 @@ pub fn redact(t: &CommTrace, o: &RedactOptions) -> Result<(CommTrace, Vec<Transf
         );
     }
     push("collectives[].source_name", "kept where it is a plain name, else replaced by the kind's name", source_names);
-    if o.drop_names {
-        push("kernel and operator names", "replaced by their kind", names);
-    } else {
-        push("kernel and operator names", "kept as recorded (--drop-names replaces them)", kept_names);
-    }
+    let how = if o.drop_names { "replaced by their kind" } else { "kept as recorded (--drop-names replaces them)" };
+    push("kernel and operator names", how, names);
     push("clock.note", "replaced", 1);
     if mpi.is_some() {
         // a capture's point-to-point log and per-call counts carry times, peers and tags: not redacted field by field

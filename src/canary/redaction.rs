@@ -87,17 +87,13 @@ pub fn run(o: &RedactRun, out: &mut dyn Write) -> Result<()> {
         let o = verify::VerifyOptions {
             source: o.trace.clone(),
             canary: art,
-            also: Vec::new(),
             configs: spec.clone(),
-            backend: None,
-            rounds: None,
             passes: 3,
             phases: "replay".into(),
-            baselines: false,
-            head_sample: None,
             out: vdir.clone(),
             // redaction changes values by design (rebased, quantized times): the question is the ranking only
             replay_failed: true,
+            ..Default::default()
         };
         let v = verify::verify(&o, &mut std::io::stderr())?;
         let rk = v.candidates[0].checks.iter().find(|c| c.name == "ranking");

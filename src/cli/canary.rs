@@ -221,10 +221,8 @@ fn summary(c: &artifact::Canary) -> Result<String> {
 
 fn bytes_line(src: u64, art: u64) -> String {
     let r = src as f64 / art.max(1) as f64;
-    format!(
-        "bytes: source {src}, artifact {art} (source/artifact {r:.2}x{})",
-        if art > src { "; the artifact is LARGER than its source" } else { "" }
-    )
+    let larger = if art > src { "; the artifact is LARGER than its source" } else { "" };
+    format!("bytes: source {src}, artifact {art} (source/artifact {r:.2}x{larger})")
 }
 
 /// `canary ...`.

@@ -48,11 +48,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Queue(a) => queue(a, out)?,
         Command::Capacity(a) => {
             let c = capacity::capacity(a.demand, &a.throughput_per_gpu, a.gpu_hour_cost)?;
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&c)?)?;
-            } else {
-                write!(out, "{}", capacity::render(&c))?;
-            }
+            json_or(out, a.json, &c, capacity::render)?;
         }
         Command::Export(crate::cli::ExportCommand::Chrome(a)) => {
             let joined = join::join_dir(&a.run_dir)?;
@@ -72,17 +68,11 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         Command::Capture(a) => return capture::run(&CaptureOptions { dir: a.output, lib: a.lib, app: a.app }),
         Command::Import(c) => import(c, out)?,
         Command::Synth(a) => canary::synth_cmd(a, out)?,
-        Command::Canary(c) => {
-            return canary::canary(c, out);
-        }
+        Command::Canary(c) => return canary::canary(c, out),
         Command::ReplayTrace(a) => replay::run(&a)?,
         Command::Doctor(a) => {
             let (r, all_ok) = doctor::report(&a.nccl_lib);
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                write!(out, "{}", doctor::render(&r))?;
-            }
+            json_or(out, a.json, &r, doctor::render)?;
             if !all_ok {
                 anyhow::bail!("an NCCL library named with --nccl-lib did not load and verify (see above)");
             }
@@ -103,15 +93,20 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
         }
         Command::Summarize(a) => {
             let runs = a.runs.iter().map(|s| summary::parse_labelled(s)).collect::<Result<Vec<_>>>()?;
-            let s = summary::summarize(&runs)?;
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
-            } else {
-                write!(out, "{}", summary::render(&s))?;
-            }
+            json_or(out, a.json, &summary::summarize(&runs)?, summary::render)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `v` as pretty JSON where `json`, else as `text` renders it.
+fn json_or<T: serde::Serialize>(out: &mut dyn Write, json: bool, v: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
+    } else {
+        write!(out, "{}", text(v))?;
+    }
+    Ok(())
 }
 
 fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
@@ -125,15 +120,8 @@ fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     };
     let t = import_files(kind, &a.files, &Limits::default()).map_err(refusal::or_code(Code::BadInput))?;
     fsutil::write_json_new(&a.output, &t)?;
-    if a.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect::<Vec<_>>())?
-        )?;
-    } else {
-        write!(out, "{}", render_counts(&t))?;
-    }
+    let counts: Vec<(u32, usize)> = t.ranks.iter().map(|r| (r.rank, r.collectives.len())).collect();
+    json_or(out, a.json, &counts, |_| render_counts(&t))?;
     eprintln!(
         "wrote {} ({} ranks; unknown: {})",
         a.output.display(),
@@ -152,23 +140,13 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     if a.json {
         let per_rank: Vec<serde_json::Value> = (0..m.calls.len())
             .map(|k| {
-                serde_json::json!({
-                    "rank": k,
-                    "calls": m.calls[k],
-                    "left_out": m.left_out[k],
-                    "collectives": t.ranks[k].collectives.len()
-                })
+                let n = t.ranks[k].collectives.len();
+                serde_json::json!({"rank": k, "calls": m.calls[k], "left_out": m.left_out[k], "collectives": n})
             })
             .collect();
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "ranks": per_rank,
-                "left_out_reasons": m.left_out_reasons,
-                "incomplete": m.incomplete
-            }))?
-        )?;
+        let v =
+            serde_json::json!({"ranks": per_rank, "left_out_reasons": m.left_out_reasons, "incomplete": m.incomplete});
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         write!(out, "{}", render_counts(&t))?;
         for (k, calls) in m.calls.iter().enumerate() {
@@ -187,12 +165,8 @@ fn import_mpi(a: crate::cli::ImportMpiArgs, out: &mut dyn Write) -> Result<()> {
     for i in &m.incomplete {
         eprintln!("incomplete: {i}");
     }
-    eprintln!(
-        "wrote {} ({} ranks{})",
-        a.output.display(),
-        t.ranks.len(),
-        if m.incomplete.is_empty() { "" } else { "; marked incomplete" }
-    );
+    let marked = if m.incomplete.is_empty() { "" } else { "; marked incomplete" };
+    eprintln!("wrote {} ({} ranks{marked})", a.output.display(), t.ranks.len());
     Ok(())
 }
 
@@ -226,12 +200,8 @@ fn export_trace(a: crate::cli::ExportTraceArgs, to: &str) -> Result<()> {
     for (rank, doc) in &docs {
         fsutil::write_json_new(&a.output.join(format!("rank-{rank}.json")), doc)?;
     }
-    eprintln!(
-        "wrote {} files to {}{}",
-        docs.len(),
-        a.output.display(),
-        if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" }
-    );
+    let redacted = if a.redact { " (redacted; audit log redaction.audit.json)" } else { "" };
+    eprintln!("wrote {} files to {}{redacted}", docs.len(), a.output.display());
     Ok(())
 }
 
@@ -442,12 +412,7 @@ fn campaign(c: crate::cli::CampaignCommand, out: &mut dyn Write) -> Result<()> {
             write!(out, "{}", report_campaign::power(&dir, phase.as_deref(), min_effect_pct)?)?
         }
         C::Replicate { a, b, json } => {
-            let r = report_campaign::replicate(&a, &b)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                write!(out, "{}", crate::analysis::render_replication(&r))?;
-            }
+            json_or(out, json, &report_campaign::replicate(&a, &b)?, crate::analysis::render_replication)?
         }
         C::ExportPick { dir, output, by } => {
             let p = pick::pick(&dir, by.as_deref())?;
@@ -512,12 +477,7 @@ fn join(a: JoinArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => join::join_summary_streaming(&a.run_dir, threads, None)?,
     };
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
-    } else {
-        write!(out, "{}", join::render_summary(&summary))?;
-    }
-    Ok(())
+    json_or(out, a.json, &summary, join::render_summary)
 }
 
 /// `queue`'s numbers.

@@ -41,11 +41,10 @@ fn excerpt(j: &JoinedRun, run_id: &str, label: &str) -> Option<TimelineExcerpt> 
     let phase = [Phase::Overlap, Phase::Fill, Phase::Async, Phase::Blocking]
         .into_iter()
         .find(|p| s.header.workload.phases.contains(p))?;
-    let (source, compute, comm) = overlap::phase_intervals_ns(s, phase);
+    let (source, compute, mut comm) = overlap::phase_intervals_ns(s, phase);
     if source == IntervalSource::Host {
         return None;
     }
-    let mut comm = comm;
     comm.sort_unstable();
     if comm.len() < 4 {
         return None;
@@ -225,29 +224,20 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
                 .push(JobData { round: cell.round, samples_us });
         }
         if let Some(d) = &j.delay {
-            delays.entry(cell.label.clone()).or_default().push((
-                cell.round,
-                match &d.beyond_design {
-                    Some(b) => DelayCounts {
-                        delay_us: d.delay_us,
-                        delayed: d.delayed,
-                        detected: b.delayed_detected,
-                        undelayed: d.undelayed,
-                        false_alarms: b.undelayed_false_alarms,
-                        beyond_design: true,
-                        skew_counts: Some((d.delayed_detected, d.undelayed_false_alarms)),
-                    },
-                    None => DelayCounts {
-                        delay_us: d.delay_us,
-                        delayed: d.delayed,
-                        detected: d.delayed_detected,
-                        undelayed: d.undelayed,
-                        false_alarms: d.undelayed_false_alarms,
-                        beyond_design: false,
-                        skew_counts: None,
-                    },
-                },
-            ));
+            // beyond the design, the counts are the beyond-design ones and the skew test's are kept beside them
+            let skew_counts = (d.delayed_detected, d.undelayed_false_alarms);
+            let (detected, false_alarms) =
+                d.beyond_design.as_ref().map_or(skew_counts, |b| (b.delayed_detected, b.undelayed_false_alarms));
+            let counts = DelayCounts {
+                delay_us: d.delay_us,
+                delayed: d.delayed,
+                detected,
+                undelayed: d.undelayed,
+                false_alarms,
+                beyond_design: d.beyond_design.is_some(),
+                skew_counts: d.beyond_design.as_ref().map(|_| skew_counts),
+            };
+            delays.entry(cell.label.clone()).or_default().push((cell.round, counts));
         }
         ran.add(&j.headers, &j.imported_joined);
         for h in &j.headers {
@@ -271,12 +261,8 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
                 }
             }
         }
-        if excerpt_out.is_none() {
-            excerpt_out = j.excerpt;
-        }
-        if clock_out.is_none() {
-            clock_out = j.clock;
-        }
+        excerpt_out = excerpt_out.or(j.excerpt);
+        clock_out = clock_out.or(j.clock);
     }
     let labels: Vec<String> = m.configs.iter().map(|c| c.label.clone()).collect();
     let mut phases = Vec::new();
@@ -291,26 +277,20 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
         });
     }
     let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    let on = format!("{} rank(s) per job on {} host(s)", m.spec.ranks, hosts.len());
     let hardware = if backend == "cuda" {
-        format!(
-            "{} rank(s) per job on {} host(s), one GPU per rank: {} (driver {}); NCCL {} across configurations",
-            m.spec.ranks,
-            hosts.len(),
-            join(&gpus),
-            join(&drivers),
-            join(&nccl)
-        )
+        let (g, d, n) = (join(&gpus), join(&drivers), join(&nccl));
+        format!("{on}, one GPU per rank: {g} (driver {d}); NCCL {n} across configurations")
     } else {
-        format!(
-            "{} rank(s) per job on {} host(s), CPU backend: {}; {}",
-            m.spec.ranks,
-            hosts.len(),
-            join(&cpus),
-            join(&mpis)
-        )
+        format!("{on}, CPU backend: {}; {}", join(&cpus), join(&mpis))
     };
     let w = &m.spec.workload;
     let trace = ran.claim(w.trace.as_deref());
+    // the kinds a trace's passes ran on some rank, in words
+    let ran_kinds = |t: &TraceClaim, words: fn(&TraceKindClaim) -> String| {
+        let ran = t.kinds.iter().filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0));
+        ran.map(words).collect::<Vec<_>>().join(", ")
+    };
     let (workload, replay_semantics, what_ran) = match &trace {
         Some(t) => (
             format!(
@@ -318,12 +298,7 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
                     per job, phases {} ({} backend)",
                 t.file,
                 t.sha256,
-                t.kinds
-                    .iter()
-                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
-                    .map(kind_words)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                ran_kinds(t, kind_words),
                 left_out_words(t),
                 t.passes,
                 t.warmup_passes,
@@ -332,23 +307,17 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             ),
             "each trace phase walks every rank's collectives of the imported trace once per token (pass) on the \
                 trace's own process groups, with their recorded kinds, sizes, element types, roots and peers \
-                    (reductions are sums: the trace does not record the operation); replay paces each collective to \
-                        the gap the trace recorded before it (device interval where recorded, else host), counted from \
-                            the moment the host observes the previous collective's completion; fill runs the compute \
-                                the trace recorded in each gap as calibrated units before the collective (quantization \
-                                    residual carried); overlap issues each world all-reduce, runs that compute, then \
-                                        waits, while a kind the backend runs to completion on the host (every other \
-                                            kind on the cpu backend) runs after its gap's compute, as in fill; \
-                                                per-token (per-pass) latency is measured on every rank"
+                (reductions are sums: the trace does not record the operation); replay paces each collective to the \
+                gap the trace recorded before it (device interval where recorded, else host), counted from the moment \
+                the host observes the previous collective's completion; fill runs the compute the trace recorded in \
+                each gap as calibrated units before the collective (quantization residual carried); overlap issues \
+                each world all-reduce, runs that compute, then waits, while a kind the backend runs to completion on \
+                the host (every other kind on the cpu backend) runs after its gap's compute, as in fill; per-token \
+                (per-pass) latency is measured on every rank"
                 .to_string(),
             format!(
                 "collectives other than the trace's ({}), at other sizes or element types than it records",
-                t.kinds
-                    .iter()
-                    .filter(|k| k.run_per_pass_by_rank.iter().any(|&n| n > 0))
-                    .map(|k| k.kind.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ran_kinds(t, |k| k.kind.name().to_string())
             ),
         ),
         None => (
@@ -359,8 +328,8 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             ),
             "replay re-issues blocking's collectives with their recorded sizes, pacing each one to its recorded host \
                 gap counted from the moment the host observes the previous collective's completion; fill replaces each \
-                    gap by calibrated compute units (quantization residual carried); per-token latency is measured on \
-                        every rank"
+                gap by calibrated compute units (quantization residual carried); per-token latency is measured on \
+                every rank"
                 .to_string(),
             format!("message sizes outside {}", w.sizes),
         ),
@@ -379,7 +348,10 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
             not_represented.push(format!("the trace's collectives left out of every pass ({})", left_out_words(t)))
         }
         Some(_) => {}
-        None => not_represented.push(format!("collectives other than all-reduce ({} sum)", ran.dtype_words())),
+        None => {
+            let dtypes = ran.dtypes.iter().copied().collect::<Vec<_>>().join(", ");
+            not_represented.push(format!("collectives other than all-reduce ({dtypes} sum)"))
+        }
     }
     not_represented.extend([
         "contention from other jobs or tenants".to_string(),
@@ -394,10 +366,9 @@ pub(crate) fn collect_read(dir: &Path, mut read: JobsRead) -> Result<(AnalysisIn
     } else {
         not_represented.push("GPUs and NCCL (CPU backend: MPI's own all-reduce)".to_string());
     }
-    let canary = match &m.spec.canary {
-        Some(c) => Some((lab(&c.candidate)?, lab(&c.baseline)?, c.phase.unwrap_or(Phase::Blocking))),
-        None => None,
-    };
+    let canary = (m.spec.canary.as_ref())
+        .map(|c| anyhow::Ok((lab(&c.candidate)?, lab(&c.baseline)?, c.phase.unwrap_or(Phase::Blocking))))
+        .transpose()?;
     let mut controls = ControlsInput::default();
     if let Some(c) = &m.spec.controls {
         for [a, b] in &c.aa {
@@ -574,10 +545,6 @@ impl TraceRan {
                 })
                 .collect(),
         })
-    }
-
-    fn dtype_words(&self) -> String {
-        self.dtypes.iter().copied().collect::<Vec<_>>().join(", ")
     }
 }
 

@@ -36,16 +36,11 @@ fn nccl_tests_side(dir: &Path, size: Option<u64>) -> Result<Side> {
             format!("geometric mean of the out-of-place time over the {} sizes every file timed", sizes.len())
         }
     };
-    Ok(Side {
-        rows: times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect(),
-        evidence: format!(
-            "reported evidence: {} nccl-tests outputs in {}, {how}; not re-measured here, no interval",
-            tables.len(),
-            dir.display()
-        ),
-        rule: None,
-        relations: None,
-    })
+    let rows = times.into_iter().map(|(config, median_us)| ConfigSummary { config, median_us, iqr_us: None }).collect();
+    let (n, dir) = (tables.len(), dir.display());
+    let evidence =
+        format!("reported evidence: {n} nccl-tests outputs in {dir}, {how}; not re-measured here, no interval");
+    Ok(Side { rows, evidence, rule: None, relations: None })
 }
 
 /// One side of a comparison. A campaign is analyzed once however many
@@ -86,14 +81,9 @@ fn side(spec: &str, size: Option<u64>, analyzed: &mut Option<(PathBuf, AnalysisI
     let text = limits::read_text_bounded(path, limits::MAX_TEXT_TABLE_BYTES)
         .with_context(|| format!("reading {spec} (a CSV table, or CAMPAIGN_DIR:PHASE)"))?;
     let rows = ranking::parse_csv(&text, spec).map_err(refusal::or_code(Code::BadInput))?;
-    Ok(Side {
-        rows,
-        evidence: format!(
-            "reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it"
-        ),
-        rule: None,
-        relations: None,
-    })
+    let evidence =
+        format!("reported evidence: summary table {spec}, not re-measured here; no bootstrap is offered for it");
+    Ok(Side { rows, evidence, rule: None, relations: None })
 }
 
 /// `compare PROXY TRUTH`: both sides read (a campaign analyzed once), then compared under the declared rule (the

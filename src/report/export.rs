@@ -32,25 +32,14 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         let model = s.header.clock.as_ref().map(|c| c.model);
         calibrated &= model.is_some();
         let to_ref = |t: u64| model.map(|m| m.to_reference(t)).unwrap_or(t as f64);
+        let mut span = |row: u32, name: String, a: u64, b: u64, args: Value| {
+            spans.push((r, row, name, to_ref(a), to_ref(b), args));
+        };
         for p in &s.header.phases {
-            spans.push((
-                r,
-                0,
-                p.phase.name().into(),
-                to_ref(p.start_ns),
-                to_ref(p.end_ns),
-                json!({"collectives": p.collectives}),
-            ));
+            span(0, p.phase.name().into(), p.start_ns, p.end_ns, json!({"collectives": p.collectives}));
         }
         for t in &s.body.tokens {
-            spans.push((
-                r,
-                1,
-                format!("token {}", t.token),
-                to_ref(t.start_ns),
-                to_ref(t.end_ns),
-                json!({"phase": t.phase, "warmup": t.warmup}),
-            ));
+            span(1, format!("token {}", t.token), t.start_ns, t.end_ns, json!({"phase": t.phase, "warmup": t.warmup}));
         }
         for e in &s.body.collectives {
             let mut args = json!({"phase": e.phase, "seq": e.seq, "bytes": e.bytes, "warmup": e.warmup});
@@ -67,22 +56,15 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 shard::CollectiveKind::AllReduce => "allreduce",
                 k => k.name(),
             };
-            spans.push((
-                r,
-                2,
-                format!("{kind} issue"),
-                to_ref(e.host_issue_ns),
-                to_ref(e.host_return_ns),
-                args.clone(),
-            ));
-            spans.push((r, 2, format!("{kind} wait"), to_ref(e.wait_start_ns), to_ref(e.wait_end_ns), args.clone()));
+            span(2, format!("{kind} issue"), e.host_issue_ns, e.host_return_ns, args.clone());
+            span(2, format!("{kind} wait"), e.wait_start_ns, e.wait_end_ns, args.clone());
             let (a, b, device) = e.execution_interval_ns();
             let name = if device {
                 format!("{kind} {}B", e.bytes)
             } else {
                 format!("{kind} {}B (issue..wait return)", e.bytes)
             };
-            spans.push((r, 4, name, to_ref(a), to_ref(b), args));
+            span(4, name, a, b, args);
         }
         for k in &s.body.kernels {
             let row = match k.kind {
@@ -91,14 +73,13 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
             };
             let name =
                 s.body.kernel_names.get(k.name as usize).cloned().unwrap_or_else(|| format!("kernel #{}", k.name));
-            spans.push((
-                r,
+            span(
                 row,
                 name,
-                to_ref(k.start_ns),
-                to_ref(k.end_ns),
+                k.start_ns,
+                k.end_ns,
                 json!({"phase": k.phase, "stream": k.stream, "correlation": k.correlation}),
-            ));
+            );
         }
         for c in &s.body.compute {
             let (row, name) = match c.kind {
@@ -106,14 +87,7 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
                 ComputeKind::Membound => (3, format!("copy x{}", c.units)),
                 ComputeKind::HostDelay => (2, "host delay".to_string()),
             };
-            spans.push((
-                r,
-                row,
-                name,
-                to_ref(c.start_ns),
-                to_ref(c.end_ns),
-                json!({"phase": c.phase, "token": c.token, "layer": c.layer}),
-            ));
+            span(row, name, c.start_ns, c.end_ns, json!({"phase": c.phase, "token": c.token, "layer": c.layer}));
         }
     }
     let t0 = spans.iter().map(|s| s.3).fold(f64::INFINITY, f64::min);
@@ -153,15 +127,8 @@ pub(crate) fn chrome_trace(j: &JoinedRun) -> Value {
         }
     }
     for (r, tid, name, a, b, args) in spans {
-        events.push(json!({
-            "ph": "X",
-            "name": name,
-            "pid": r,
-            "tid": tid,
-            "ts": (a - t0) / 1e3,
-            "dur": ((b - a) / 1e3).max(0.0),
-            "args": args
-        }));
+        let (ts, dur) = ((a - t0) / 1e3, ((b - a) / 1e3).max(0.0));
+        events.push(json!({"ph": "X", "name": name, "pid": r, "tid": tid, "ts": ts, "dur": dur, "args": args}));
     }
     json!({
         "traceEvents": events,

@@ -74,14 +74,10 @@ pub fn table(o: &mut String, id: &str, head: &[&str], rows: &[Vec<Cell>]) {
     for r in rows {
         o.push_str("<tr>");
         for (text, key) in r {
-            match key {
-                Some(k) => {
-                    let _ = write!(o, "<td class=\"num\" data-v=\"{k}\">{}</td>", escape(text));
-                }
-                None => {
-                    let _ = write!(o, "<td>{}</td>", escape(text));
-                }
-            }
+            let _ = match key {
+                Some(k) => write!(o, "<td class=\"num\" data-v=\"{k}\">{}</td>", escape(text)),
+                None => write!(o, "<td>{}</td>", escape(text)),
+            };
         }
         o.push_str("</tr>");
     }
@@ -100,10 +96,7 @@ pub fn txt(s: impl Into<String>) -> Cell {
 
 /// An SVG file's text ready to inline (its XML declaration dropped).
 fn inline_svg(svg: &str) -> &str {
-    match svg.find("<svg") {
-        Some(i) => &svg[i..],
-        None => "",
-    }
+    svg.find("<svg").map_or("", |i| &svg[i..])
 }
 
 /// The page. `plots` are (file name, SVG text) as written beside it;

@@ -218,21 +218,13 @@ impl Confirmation {
                 interval over {} paired rounds, cost(default)/cost(pick) - 1)",
             c.gain_pct, c.low_pct, c.high_pct, c.rounds
         )?;
+        let m = c.min_effect_pct;
         let verdict = if !c.recommended {
-            format!(
-                "NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {}% ({:+.1}%)",
-                c.min_effect_pct, c.low_pct
-            )
-        } else if c.low_pct > c.min_effect_pct {
-            format!(
-                "recommended: decided faster than the default by more than the minimum effect of {}%",
-                c.min_effect_pct
-            )
+            format!("NOT RECOMMENDED: the interval holds a loss beyond the minimum effect of {m}% ({:+.1}%)", c.low_pct)
+        } else if c.low_pct > m {
+            format!("recommended: decided faster than the default by more than the minimum effect of {m}%")
         } else {
-            format!(
-                "recommended: no loss beyond the minimum effect of {}%, and no gain decided either",
-                c.min_effect_pct
-            )
+            format!("recommended: no loss beyond the minimum effect of {m}%, and no gain decided either")
         };
         writeln!(out, "{verdict}; evidence in {}", c.dir.display())?;
         Ok(out)

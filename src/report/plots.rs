@@ -12,6 +12,7 @@
 use crate::analysis::truth::TruthReport;
 use crate::analysis::{Report, TimelineExcerpt};
 use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 const W: u32 = 900;
@@ -37,6 +38,38 @@ fn e<E: std::fmt::Debug>(x: E) -> anyhow::Error {
     anyhow!("drawing: {x:?}")
 }
 
+/// An SVG of `size` on a white ground, drawn by `draw`.
+fn svg(size: (u32, u32), draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<()>) -> Result<String> {
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, size).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        draw(&root)?;
+        root.present().map_err(e)?;
+    }
+    Ok(s)
+}
+
+/// A chart's frame on `root`: its caption at `size` points, a margin of 15, label areas of (x, y).
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: impl AsRef<str>,
+    size: u32,
+    labels: (u32, u32),
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(caption, ("sans-serif", size)).margin(15).x_label_area_size(labels.0).y_label_area_size(labels.1);
+    b
+}
+
+/// The series legend at `at`, on a light box with a black border.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<()> {
+    chart.configure_series_labels().position(at).background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)
+}
+
 /// The name of the category at integer position `x` on a category axis.
 fn category<S: AsRef<str>>(x: f64, names: &[S]) -> String {
     let i = x.round();
@@ -60,16 +93,9 @@ pub fn slopegraph(r: &Report) -> Result<String> {
     let labels = labels(r);
     let n = labels.len().max(1) as f64;
     let np = r.phases.len().max(1);
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
+    svg((W, H), |root| {
         let names: Vec<&str> = r.phases.iter().map(|p| p.phase.name()).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Rank per phase (1 = fastest median)", ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(40)
+        let mut chart = frame(root, "Rank per phase (1 = fastest median)", 20, (40, 40))
             .build_cartesian_2d(-0.3f64..(np as f64 - 1.0 + 1.2), (n + 0.5)..0.5f64)
             .map_err(e)?;
         chart
@@ -94,17 +120,12 @@ pub fn slopegraph(r: &Report) -> Result<String> {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
             if let Some(&(x, y)) = pts.last() {
                 chart
-                    .draw_series(std::iter::once(Text::new(
-                        l.clone(),
-                        (x + 0.08, y),
-                        ("sans-serif", 13).into_font().color(&c),
-                    )))
+                    .draw_series([Text::new(l.clone(), (x + 0.08, y), ("sans-serif", 13).into_font().color(&c))])
                     .map_err(e)?;
             }
         }
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        Ok(())
+    })
 }
 
 /// Pooled event distribution per configuration in one phase.
@@ -115,19 +136,10 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
     let hi = rows.iter().map(|x| x.distribution.p99.max(x.distribution.p95)).fold(f64::NEG_INFINITY, f64::max);
     let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo { (lo, hi) } else { (0.0, 1.0) };
     let pad = (hi - lo) * 0.08;
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
+    svg((W, H), |root| {
         let names: Vec<String> = rows.iter().map(|x| x.label.clone()).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric),
-                ("sans-serif", 18),
-            )
-            .margin(15)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
+        let caption = format!("{}: {} per configuration (events pooled over jobs; by rank)", p.phase.name(), p.metric);
+        let mut chart = frame(root, caption, 18, (50, 70))
             .build_cartesian_2d(-0.6f64..(rows.len() as f64 - 0.4), (lo - pad).max(0.0)..(hi + pad))
             .map_err(e)?;
         chart
@@ -142,44 +154,29 @@ pub fn distribution(r: &Report, phase_index: usize) -> Result<String> {
             let d = &row.distribution;
             let x = i as f64;
             let c = palette(i);
+            chart.draw_series([PathElement::new(vec![(x, d.p5), (x, d.p95)], BLACK.stroke_width(1))]).map_err(e)?;
             chart
-                .draw_series(std::iter::once(PathElement::new(vec![(x, d.p5), (x, d.p95)], BLACK.stroke_width(1))))
+                .draw_series([Rectangle::new([(x - 0.3, d.p25), (x + 0.3, d.p75)], c.mix(0.6).filled())])
                 .map_err(e)?;
             chart
-                .draw_series(std::iter::once(Rectangle::new([(x - 0.3, d.p25), (x + 0.3, d.p75)], c.mix(0.6).filled())))
+                .draw_series([PathElement::new(vec![(x - 0.3, d.p50), (x + 0.3, d.p50)], BLACK.stroke_width(2))])
                 .map_err(e)?;
-            chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(x - 0.3, d.p50), (x + 0.3, d.p50)],
-                    BLACK.stroke_width(2),
-                )))
-                .map_err(e)?;
-            chart.draw_series(std::iter::once(Circle::new((x, d.p99), 3, RED.filled()))).map_err(e)?;
+            chart.draw_series([Circle::new((x, d.p99), 3, RED.filled())]).map_err(e)?;
         }
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        Ok(())
+    })
 }
 
 /// P(best) per configuration and phase (hierarchical posterior).
 pub fn p_best(r: &Report) -> Result<String> {
     let labels = labels(r);
     let np = r.phases.len().max(1);
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "P(best), hierarchical posterior ({} draws, seed {})",
-                    r.policy.bootstrap_resamples, r.policy.bootstrap_seed
-                ),
-                ("sans-serif", 18),
-            )
-            .margin(15)
-            .x_label_area_size(50)
-            .y_label_area_size(50)
+    svg((W, H), |root| {
+        let caption = format!(
+            "P(best), hierarchical posterior ({} draws, seed {})",
+            r.policy.bootstrap_resamples, r.policy.bootstrap_seed
+        );
+        let mut chart = frame(root, caption, 18, (50, 50))
             .build_cartesian_2d(-0.6f64..(labels.len() as f64 - 0.4), 0f64..1.05f64)
             .map_err(e)?;
         chart
@@ -208,35 +205,22 @@ pub fn p_best(r: &Report) -> Result<String> {
                 .label(p.phase.name())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)
+    })
 }
 
 /// One rank's compute and communication intervals in a window.
 pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
     let end = x.compute_us.iter().chain(x.comm_us.iter()).map(|i| i.1).fold(0.0f64, f64::max).max(1.0);
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, 300)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "{} on rank {} ({}, {}): compute (top) and communication (bottom)",
-                    x.phase.name(),
-                    x.rank,
-                    x.run_id,
-                    x.label
-                ),
-                ("sans-serif", 16),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0f64..end, 0f64..2f64)
-            .map_err(e)?;
+    svg((W, 300), |root| {
+        let caption = format!(
+            "{} on rank {} ({}, {}): compute (top) and communication (bottom)",
+            x.phase.name(),
+            x.rank,
+            x.run_id,
+            x.label
+        );
+        let mut chart = frame(root, caption, 16, (40, 90)).build_cartesian_2d(0f64..end, 0f64..2f64).map_err(e)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -267,32 +251,22 @@ pub(crate) fn overlap_timeline(x: &TimelineExcerpt) -> Result<String> {
                     .map(|&(a, b)| Rectangle::new([(a, 0.1), (b.max(a + end * 1e-4), 0.9)], palette(1).filled())),
             )
             .map_err(e)?;
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        Ok(())
+    })
 }
 
 /// Each proxy's pick and its regret on the real job: point and interval.
 pub fn truth_regret(t: &TruthReport) -> Result<String> {
     let n = t.proxies.len().max(1);
     let hi = t.proxies.iter().map(|p| p.regret.high_pct).filter(|x| x.is_finite()).fold(1.0f64, f64::max);
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, 120 + 60 * n as u32)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
+    svg((W, 120 + 60 * n as u32), |root| {
         let names: Vec<String> = t.proxies.iter().map(|p| format!("{} → {}", p.proxy, p.pick)).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "Regret on the real job ({}): each proxy's pick, {:.1}% intervals",
-                    t.metric,
-                    t.pair_coverage * 100.0
-                ),
-                ("sans-serif", 16),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(260)
+        let caption = format!(
+            "Regret on the real job ({}): each proxy's pick, {:.1}% intervals",
+            t.metric,
+            t.pair_coverage * 100.0
+        );
+        let mut chart = frame(root, caption, 16, (40, 260))
             .build_cartesian_2d(0f64..hi * 1.1, -0.6f64..(n as f64 - 0.4))
             .map_err(e)?;
         chart
@@ -308,16 +282,12 @@ pub fn truth_regret(t: &TruthReport) -> Result<String> {
             let g = &p.regret;
             let c = if g.within_best_set { palette(2) } else { palette(3) };
             chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(g.low_pct, y), (g.high_pct.min(hi * 1.1), y)],
-                    c.stroke_width(3),
-                )))
+                .draw_series([PathElement::new(vec![(g.low_pct, y), (g.high_pct.min(hi * 1.1), y)], c.stroke_width(3))])
                 .map_err(e)?;
-            chart.draw_series(std::iter::once(Circle::new((g.regret_pct, y), 5, c.filled()))).map_err(e)?;
+            chart.draw_series([Circle::new((g.regret_pct, y), 5, c.filled())]).map_err(e)?;
         }
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        Ok(())
+    })
 }
 
 /// Per configuration, the empirical distribution of one phase's pooled events.
@@ -332,24 +302,14 @@ pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
         .filter(|v| v.is_finite() && *v > 0.0);
     let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let (lo, hi) = if lo.is_finite() && hi > lo { (lo / 1.2, hi * 1.2) } else { (1.0, 10.0) };
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)",
-                    p.phase.name(),
-                    p.metric
-                ),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(55)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)
-            .map_err(e)?;
+    svg((W, H), |root| {
+        let caption = format!(
+            "{}: {} per configuration, empirical distribution (dot: median of job medians, bar: their IQR)",
+            p.phase.name(),
+            p.metric
+        );
+        let mut chart =
+            frame(root, caption, 15, (45, 55)).build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0).map_err(e)?;
         chart.configure_mesh().x_desc("µs (log scale)").y_desc("fraction of events at or below").draw().map_err(e)?;
         for (i, row) in p.rows.iter().enumerate() {
             let c = palette(i);
@@ -369,21 +329,11 @@ pub fn ecdf(r: &Report, phase_index: usize) -> Result<String> {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
             let y = 0.5 - 0.04 * (i as f64 - (p.rows.len() as f64 - 1.0) / 2.0);
             let (a, b) = ((row.median_us - row.iqr_us / 2.0).max(lo), row.median_us + row.iqr_us / 2.0);
-            chart
-                .draw_series(std::iter::once(PathElement::new(vec![(a, y), (b.min(hi), y)], c.stroke_width(2))))
-                .map_err(e)?;
-            chart.draw_series(std::iter::once(Circle::new((row.median_us, y), 4, c.filled()))).map_err(e)?;
+            chart.draw_series([PathElement::new(vec![(a, y), (b.min(hi), y)], c.stroke_width(2))]).map_err(e)?;
+            chart.draw_series([Circle::new((row.median_us, y), 4, c.filled())]).map_err(e)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    })
 }
 
 /// Each proxy phase's median against the truth's, per configuration, both
@@ -427,21 +377,12 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
         series.push((p.phase.name(), pts));
     }
     let top = top * 1.1;
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
-                proxy's pick)"
-                ),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
+    svg((W, H), |root| {
+        let caption = format!(
+            "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
+            proxy's pick)"
+        );
+        let mut chart = frame(root, caption, 15, (45, 60))
             .build_cartesian_2d((0.9f64..top).log_scale(), (0.9f64..top).log_scale())
             .map_err(e)?;
         chart
@@ -451,10 +392,7 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
             .draw()
             .map_err(e)?;
         chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(0.9, 0.9), (top, top)],
-                BLACK.mix(0.3).stroke_width(1),
-            )))
+            .draw_series([PathElement::new(vec![(0.9, 0.9), (top, top)], BLACK.mix(0.3).stroke_width(1))])
             .map_err(e)?;
         for (i, (name, pts)) in series.into_iter().enumerate() {
             let c = palette(i);
@@ -467,16 +405,9 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
                 .draw_series(pts.iter().filter(|p| p.2).map(|&(x, y, _)| Circle::new((x, y), 9, c.stroke_width(2))))
                 .map_err(e)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
-        root.present().map_err(e)?;
-    }
-    Ok(Some(s))
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    })
+    .map(Some)
 }
 
 /// One job's clock offsets against rank 0 at the start and end windows, with their bounds.
@@ -489,20 +420,10 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
         hi = hi.max(o + b);
     }
     let (t1, pad) = (t1.max(1e-3) * 1.1, ((hi - lo) * 0.1).max(1.0));
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label),
-                ("sans-serif", 15),
-            )
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad))
-            .map_err(e)?;
+    svg((W, H), |root| {
+        let caption = format!("Clock offset against rank 0, with bounds: job {} ({})", x.run_id, x.label);
+        let mut chart =
+            frame(root, caption, 15, (45, 70)).build_cartesian_2d(-t1 * 0.05..t1, (lo - pad)..(hi + pad)).map_err(e)?;
         chart
             .configure_mesh()
             .x_desc("s after the job's first calibration window")
@@ -510,10 +431,7 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
             .draw()
             .map_err(e)?;
         chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(-t1 * 0.05, 0.0), (t1, 0.0)],
-                BLACK.mix(0.4).stroke_width(1),
-            )))
+            .draw_series([PathElement::new(vec![(-t1 * 0.05, 0.0), (t1, 0.0)], BLACK.mix(0.4).stroke_width(1))])
             .map_err(e)?;
         for (i, r) in x.ranks.iter().enumerate() {
             let c = palette(i);
@@ -525,24 +443,13 @@ pub fn clock_offsets(x: &crate::analysis::ClockExcerpt) -> Result<String> {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
             for w in windows {
                 chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(w.0, w.1 - w.2), (w.0, w.1 + w.2)],
-                        c.stroke_width(2),
-                    )))
+                    .draw_series([PathElement::new(vec![(w.0, w.1 - w.2), (w.0, w.1 + w.2)], c.stroke_width(2))])
                     .map_err(e)?;
-                chart.draw_series(std::iter::once(Circle::new((w.0, w.1), 4, c.filled()))).map_err(e)?;
+                chart.draw_series([Circle::new((w.0, w.1), 4, c.filled())]).map_err(e)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
-        root.present().map_err(e)?;
-    }
-    Ok(s)
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
+    })
 }
 
 /// Every plot of a report: (file name, SVG).
@@ -575,6 +482,12 @@ mod tests {
     use crate::analysis::overlap::IntervalSource;
     use crate::core::workload::Phase;
 
+    /// Asserts that `svg` parses and renders to a non-empty image.
+    fn renders(svg: &str) {
+        let tree = resvg::usvg::Tree::from_str(svg, &resvg::usvg::Options::default()).unwrap();
+        assert!(tree.size().width() > 0.0);
+    }
+
     #[test]
     fn clock_offsets_draw_every_rank_and_render() {
         let x = crate::analysis::ClockExcerpt {
@@ -597,8 +510,7 @@ mod tests {
         };
         let svg = clock_offsets(&x).unwrap();
         assert!(svg.contains("rank 1") && svg.contains("rank 2"), "a legend entry per rank");
-        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
-        assert!(tree.size().width() > 0.0);
+        renders(&svg);
     }
 
     #[test]
@@ -614,7 +526,6 @@ mod tests {
         };
         let svg = overlap_timeline(&x).unwrap();
         assert!(svg.contains("\ncompute\n") && svg.contains("\ncomm\n"), "row labels on the y axis");
-        let tree = resvg::usvg::Tree::from_str(&svg, &resvg::usvg::Options::default()).unwrap();
-        assert!(tree.size().width() > 0.0);
+        renders(&svg);
     }
 }

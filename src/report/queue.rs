@@ -36,14 +36,10 @@ pub(crate) fn run(
     // (label, service times ms)
     let (sources, evidence): (Vec<(String, Vec<f64>)>, String) = if let Some(f) = service_times {
         let text = limits::read_text_bounded(f, limits::MAX_TEXT_TABLE_BYTES)?;
-        (
-            vec![(
-                f.display().to_string(),
-                queue::parse_service_times(&text, &f.display().to_string())
-                    .map_err(refusal::or_code(Code::BadInput))?,
-            )],
-            format!("service times from {} (provenance: whoever wrote the file)", f.display()),
-        )
+        let name = f.display().to_string();
+        let times = queue::parse_service_times(&text, &name).map_err(refusal::or_code(Code::BadInput))?;
+        let evidence = format!("service times from {name} (provenance: whoever wrote the file)");
+        (vec![(name, times)], evidence)
     } else {
         let (dir, phase) = campaign.expect("clap requires one");
         let phase: Phase = phase.parse()?;

@@ -127,19 +127,7 @@ pub fn run(spec: &Path, output: &Path, o: &RunOptions, out: &mut dyn Write) -> R
     writeln!(out, "== verify")?;
     verify(output, false, out)?;
     writeln!(out, "== analyze")?;
-    analyze(
-        output,
-        &Analyze {
-            json: false,
-            diagnostics: false,
-            reveal: o.reveal,
-            report_dir: None,
-            verbose: o.verbose,
-            csv: false,
-        },
-        out,
-    )?;
-    Ok(())
+    analyze(output, &Analyze { reveal: o.reveal, verbose: o.verbose, ..Default::default() }, out)
 }
 
 /// `campaign select`: one attempt per cell, written to selection.json.
@@ -149,12 +137,11 @@ pub fn select(dir: &Path, policy: chain::SelectPolicy, out: &mut dyn Write) -> R
     let (sel, missing) = chain::select(dir, policy)?;
     fsutil::write_json_new(&dir.join("selection.json"), &sel)
         .context("writing selection.json (remove an old selection first to select again)")?;
+    let missing = if missing.is_empty() { "none".into() } else { missing.join(", ") };
     writeln!(
         out,
-        "selected {} attempts ({:?}); cells without a successful attempt: {}",
-        sel.entries.len(),
-        policy,
-        if missing.is_empty() { "none".into() } else { missing.join(", ") }
+        "selected {} attempts ({policy:?}); cells without a successful attempt: {missing}",
+        sel.entries.len()
     )?;
     Ok(())
 }
@@ -165,13 +152,8 @@ pub fn verify(dir: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        writeln!(
-            out,
-            "{}: {}/{} cells verified",
-            if v.complete { "complete" } else { "INCOMPLETE" },
-            v.cells_ok,
-            v.cells_expected
-        )?;
+        let state = if v.complete { "complete" } else { "INCOMPLETE" };
+        writeln!(out, "{state}: {}/{} cells verified", v.cells_ok, v.cells_expected)?;
         write_refusals(out, &v.refusals)?;
     }
     if !v.complete {
@@ -206,11 +188,8 @@ pub fn analyze(dir: &Path, o: &Analyze, out: &mut dyn Write) -> Result<()> {
     } else if o.csv {
         out.write_all(crate::analysis::ranking_csv(&report)?.as_bytes())?;
     } else {
-        write!(
-            out,
-            "{}",
-            if o.verbose { crate::analysis::render(&report) } else { crate::analysis::render_short(&report) }
-        )?;
+        let render = if o.verbose { crate::analysis::render } else { crate::analysis::render_short };
+        write!(out, "{}", render(&report))?;
         writeln!(out, "wrote report.json, report.html and {} plot(s) into {}", report.plots.len(), out_dir.display())?;
     }
     if o.reveal {

@@ -218,35 +218,14 @@ mod tests {
             measured: String::new(),
             tolerance: String::new(),
         };
-        assert_eq!(
-            state_of(&[c(Assurance::SourceVerified, true), c(Assurance::BehaviorallyVerified, true)], false),
-            Assurance::BehaviorallyVerified
-        );
-        assert_eq!(
-            state_of(&[c(Assurance::SourceVerified, false), c(Assurance::BehaviorallyVerified, true)], true),
-            Assurance::IntegrityBound
-        );
-        assert_eq!(
-            state_of(
-                &[
-                    c(Assurance::SourceVerified, true),
-                    c(Assurance::BehaviorallyVerified, true),
-                    c(Assurance::HardwareValidated, true)
-                ],
-                true
-            ),
-            Assurance::HardwareValidated
-        );
-        assert_eq!(
-            state_of(
-                &[
-                    c(Assurance::SourceVerified, true),
-                    c(Assurance::BehaviorallyVerified, true),
-                    c(Assurance::HardwareValidated, true)
-                ],
-                false
-            ),
-            Assurance::BehaviorallyVerified
-        );
+        use Assurance::{BehaviorallyVerified as B, HardwareValidated as H, IntegrityBound, SourceVerified as S};
+        for (checks, hardware_ok, want) in [
+            (vec![c(S, true), c(B, true)], false, B),
+            (vec![c(S, false), c(B, true)], true, IntegrityBound),
+            (vec![c(S, true), c(B, true), c(H, true)], true, H),
+            (vec![c(S, true), c(B, true), c(H, true)], false, B),
+        ] {
+            assert_eq!(state_of(&checks, hardware_ok), want, "{checks:?}, hardware_ok {hardware_ok}");
+        }
     }
 }

@@ -130,8 +130,8 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
         measured: format!(
             "{}{} of {} pairs agree ({:.0}%), {shared} decided alike, τ-b {}; contradictions: {}; decided on one side \
                 only, outside the other side's interval: {}; decided by the candidate alone, within the source's \
-                    interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not \
-                        reached in these rounds): {}; marginal: {marginal}",
+                interval (unconfirmed): {}; decided by the source alone, within the candidate's interval (not reached \
+                in these rounds): {}; marginal: {marginal}",
             if source_decided == 0 {
                 "the source decided no pair, so there is no decision to preserve (more rounds, or a known-bad control, \
                     would give one); "
@@ -150,7 +150,7 @@ pub(crate) fn ranking_check(p: &Paired, policy: &AnalysisPolicy, evidence: &str)
         tolerance: format!(
             "the source decides at least one pair and the candidate decides at least one of those alike; no \
                 contradiction; a pair decided on one side only lies within the other side's interval, or its deciding \
-                    interval reaches within {:.0}% of a tie",
+                interval reaches within {:.0}% of a tie",
             2.0 * m
         ),
     };
@@ -220,14 +220,16 @@ mod tests {
             .collect()
     }
 
-    fn policy() -> AnalysisPolicy {
-        AnalysisPolicy {
+    /// The ranking check of `candidate` against `source`, under the interval policy at a 2% minimum effect.
+    fn rank(configs: &[String], source: &[Vec<JobMeasure>], candidate: &[Vec<JobMeasure>]) -> RankingOutcome {
+        let policy = AnalysisPolicy {
             tie_policy: TiePolicy::Interval,
             min_effect_pct: 2.0,
             delta_pct: 5.0,
             bootstrap_resamples: 2000,
             bootstrap_seed: 1,
-        }
+        };
+        ranking_check(&Paired { configs, source, candidate, controls: &[] }, &policy, "test").unwrap()
     }
 
     /// A pair the source is too noisy to decide, decided by a quieter
@@ -248,12 +250,7 @@ mod tests {
             ]
         };
         let cand = quiet(2.54);
-        let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
-            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, cost, undecided, .. } = rank(&configs, &src, &cand);
         assert!(chk.passed && chk.measured.contains("(unconfirmed): a vs b"), "{chk:?}");
         assert!(cost.unwrap().candidate_rounds.is_some(), "the candidate reaches the source's decided pairs");
         assert_eq!(undecided, None, "a check that held is not undecided");
@@ -262,12 +259,7 @@ mod tests {
         let tight_b = [701.0, 699.0, 700.0, 702.0, 700.0, 699.5];
         let src = vec![pass_jobs(&tight_a), pass_jobs(&tight_b), pass_jobs(&[2800.0; 6])];
         let cand = quiet(2.32);
-        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
-            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, undecided, .. } = rank(&configs, &src, &cand);
         assert!(!chk.passed && chk.measured.contains("outside the other side's interval: a vs b"), "{chk:?}");
         assert_eq!(
             undecided, None,
@@ -281,23 +273,13 @@ mod tests {
             pass_jobs(&[3200.0; 6]),
         ];
         let cand = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&bad)];
-        let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
-            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, cost, undecided, .. } = rank(&configs, &src, &cand);
         assert!(chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
         assert_eq!(cost.unwrap().candidate_rounds, None, "the candidate never decides every pair the source decides");
         assert_eq!(undecided, None);
         // but one that decides none of the source's pairs alike fails
         let flat = vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b), pass_jobs(&noisy_a)];
-        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
-            &Paired { configs: &configs, source: &src, candidate: &flat, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, undecided, .. } = rank(&configs, &src, &flat);
         assert!(!chk.passed && chk.measured.contains(" 0 decided alike"), "{chk:?}");
         // it decides a and b against bad outside the candidate's intervals: a disagreement, not undecided
         assert_eq!(undecided, None, "{chk:?}");
@@ -305,24 +287,14 @@ mod tests {
         // source's estimate: failed for want of a decision alone, said apart with the noisy side's spread
         let two = &configs[..2];
         let (src2, noisy2) = (src[..2].to_vec(), vec![pass_jobs(&noisy_a), pass_jobs(&noisy_b)]);
-        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
-            &Paired { configs: two, source: &src2, candidate: &noisy2, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, undecided, .. } = rank(two, &src2, &noisy2);
         assert!(!chk.passed && chk.measured.contains("(not reached in these rounds): a vs b"), "{chk:?}");
         let u = undecided.expect("no contradiction and nothing decided outside an interval: undecided");
         assert!(u.reason.contains("decided none of the 1 pair(s) the source decided"), "{u:?}");
         assert!(u.job_spread_log_sd > 0.2, "its rounds vary by 1.7x: {u:?}");
         // a candidate that contradicts the source's decided pair is wrong, never undecided, however noisy
         let swapped = vec![pass_jobs(&[3200.0; 6]), pass_jobs(&noisy_b), pass_jobs(&[700.0; 6])];
-        let RankingOutcome { check: chk, undecided, .. } = ranking_check(
-            &Paired { configs: &configs, source: &src, candidate: &swapped, controls: &[] },
-            &policy(),
-            "test",
-        )
-        .unwrap();
+        let RankingOutcome { check: chk, undecided, .. } = rank(&configs, &src, &swapped);
         assert!(!chk.passed && !chk.measured.contains("contradictions: none"), "{chk:?}");
         assert_eq!(undecided, None, "{chk:?}");
     }
@@ -338,12 +310,7 @@ mod tests {
             let configs: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
             let src: Vec<Vec<JobMeasure>> = (0..n).map(|_| pass_jobs(base)).collect();
             let cand: Vec<Vec<JobMeasure>> = (0..n).map(|i| pass_jobs(&[2.0 + i as f64; 6])).collect();
-            let RankingOutcome { check: chk, cost, undecided, .. } = ranking_check(
-                &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-                &policy(),
-                "test",
-            )
-            .unwrap();
+            let RankingOutcome { check: chk, cost, undecided, .. } = rank(&configs, &src, &cand);
             assert!(!chk.passed && chk.measured.contains("no decision to preserve"), "{chk:?}");
             assert!(cost.is_none(), "{n} configurations: no decision, no cost: {cost:?}");
             // undecided, with a spread that tells a quiet source (every job alike) from a noisy one
@@ -351,12 +318,7 @@ mod tests {
             assert_eq!(undecided, None, "{chk:?}");
             // the source against itself: nothing decided on either side, said apart with a spread that
             // tells a quiet source (every round alike) from a noisy one
-            let RankingOutcome { check: chk, undecided, .. } = ranking_check(
-                &Paired { configs: &configs, source: &src, candidate: &src, controls: &[] },
-                &policy(),
-                "test",
-            )
-            .unwrap();
+            let RankingOutcome { check: chk, undecided, .. } = rank(&configs, &src, &src);
             assert!(!chk.passed, "{chk:?}");
             let u = undecided.expect("the source decided nothing: undecided");
             assert!(u.reason.contains("the source decided no pair"), "{u:?}");

@@ -55,17 +55,27 @@ impl Stat {
     }
 }
 
-fn log_range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f64>) -> f64 {
+/// The largest range of `f` (of its positive values' logs where `log`) over one configuration's jobs.
+fn range_noise(jobs: &[Vec<JobMeasure>], f: &dyn Fn(&JobMeasure) -> Option<f64>, log: bool) -> f64 {
     let ranges: Vec<f64> = jobs
         .iter()
         .filter_map(|js| {
-            let v: Vec<f64> = js.iter().filter_map(f).filter(|x| *x > 0.0).map(f64::ln).collect();
+            let v: Vec<f64> = js.iter().filter_map(f).filter(|x| !log || *x > 0.0).collect();
+            let v: Vec<f64> = if log { v.into_iter().map(f64::ln).collect() } else { v };
             (v.len() >= 2)
                 .then(|| v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min))
         })
         .collect();
     // the largest: a candidate is held to what the source itself varies by, no tighter
     ranges.into_iter().fold(0.0, f64::max)
+}
+
+/// Median over (configuration, round) of `d(source's job, candidate's job of that round)`.
+fn paired_median(p: &Paired, d: &dyn Fn(&JobMeasure, &JobMeasure) -> Option<f64>) -> Option<f64> {
+    let pairs = p.source.iter().zip(p.candidate);
+    let mut v: Vec<f64> =
+        pairs.flat_map(|(s, c)| s.iter().filter_map(|js| d(js, c.iter().find(|x| x.round == js.round)?))).collect();
+    pct(&mut v, 50.0)
 }
 
 /// Median over (configuration, round) of log(candidate / source) of a job
@@ -75,35 +85,10 @@ fn paired_log_ratio(
     fs: &dyn Fn(&JobMeasure) -> Option<f64>,
     fc: &dyn Fn(&JobMeasure) -> Option<f64>,
 ) -> Option<f64> {
-    let mut d = Vec::new();
-    for (s, c) in p.source.iter().zip(p.candidate) {
-        for js in s {
-            if let Some(jc) = c.iter().find(|x| x.round == js.round) {
-                if let (Some(a), Some(b)) = (fs(js), fc(jc)) {
-                    if a > 0.0 && b > 0.0 {
-                        d.push((b / a).ln());
-                    }
-                }
-            }
-        }
-    }
-    pct(&mut d, 50.0)
-}
-
-/// Median over (configuration, round) of candidate − source of a job
-/// statistic on a linear scale (a share, where a ratio would blow up near 0).
-fn paired_difference(p: &Paired, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Option<f64> {
-    let mut d = Vec::new();
-    for (s, c) in p.source.iter().zip(p.candidate) {
-        for js in s {
-            if let Some(jc) = c.iter().find(|x| x.round == js.round) {
-                if let (Some(a), Some(b)) = (f(js), f(jc)) {
-                    d.push(b - a);
-                }
-            }
-        }
-    }
-    pct(&mut d, 50.0)
+    paired_median(p, &|js, jc| {
+        let (a, b) = (fs(js)?, fc(jc)?);
+        (a > 0.0 && b > 0.0).then(|| (b / a).ln())
+    })
 }
 
 /// The maxima of consecutive blocks of `n` values (a shorter series: its own maximum).
@@ -117,14 +102,8 @@ fn block_maxima(v: &[f64], n: usize) -> Vec<f64> {
     v.chunks_exact(n).map(|b| b.iter().copied().fold(f64::MIN, f64::max)).collect()
 }
 
-/// `latency.KIND.max`, like with like: the largest of n draws grows with n,
-/// so a candidate replaying fewer collectives than its source is held to the
-/// source's maximum over blocks of the candidate's own count (the block-maxima
-/// approach of extreme-value statistics: Gumbel, *Statistics of Extremes*,
-/// 1958; Coles, *An Introduction to Statistical Modeling of Extreme Values*,
-/// 2001, ch. 3): the median block maximum of each source job, its tolerance
-/// widened by the 10–90% spread of those block maxima (one draw of a block
-/// maximum varies that much) as well as by the job-to-job range.
+/// `latency.KIND.max`, like with like: the candidate's maximum against the source's median maximum
+/// over blocks of the candidate's own count (docs/METHODS.md, "The maximum over blocks").
 fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Check {
     let mut counts: Vec<f64> = p
         .candidate
@@ -158,7 +137,7 @@ fn max_check(p: &Paired, k: &str, f: &dyn Fn(&JobMeasure) -> Option<f64>) -> Che
             }
         }
     }
-    let noise = log_range_noise(p.source, &fs);
+    let noise = range_noise(p.source, &fs, true);
     let tol = Stat::Max.floor().ln_1p().max(noise).max(spread);
     let blocks = n < largest_source;
     let (passed, measured) = match paired_log_ratio(p, &fs, f) {
@@ -224,7 +203,7 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
                 out.push(max_check(p, k, &f));
                 continue;
             }
-            let noise = log_range_noise(p.source, &f);
+            let noise = range_noise(p.source, &f, true);
             let tol = stat.floor().ln_1p().max(noise);
             let (passed, measured) = match paired_log_ratio(p, &f, &f) {
                 Some(d) => (d.abs() <= tol, format!("candidate/source {:.3} (median over paired jobs)", d.exp())),
@@ -253,21 +232,9 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
         pct(&mut v, 50.0)
     };
     if let Some(a) = share(p.source) {
-        let noise = {
-            let r: Vec<f64> = p
-                .source
-                .iter()
-                .filter_map(|js| {
-                    let v: Vec<f64> = js.iter().filter_map(f).collect();
-                    (v.len() >= 2).then(|| {
-                        v.iter().copied().fold(f64::MIN, f64::max) - v.iter().copied().fold(f64::MAX, f64::min)
-                    })
-                })
-                .collect();
-            r.into_iter().fold(0.0, f64::max)
-        };
-        let tol = HIDDEN_SHARE_FLOOR.max(noise);
-        let (passed, measured) = match (share(p.candidate), paired_difference(p, &f)) {
+        let tol = HIDDEN_SHARE_FLOOR.max(range_noise(p.source, &f, false));
+        // candidate − source on a linear scale (a share, where a ratio would blow up near 0)
+        let (passed, measured) = match (share(p.candidate), paired_median(p, &|js, jc| Some(f(jc)? - f(js)?))) {
             (Some(b), Some(d)) => (
                 d.abs() <= tol,
                 format!(
@@ -352,9 +319,6 @@ mod tests {
         );
     }
 
-    /// A canary replaying 100 collectives is not held to the maximum of its
-    /// source's 10,000 (a rare spike it cannot be expected to draw), but to the
-    /// maximum of the source's blocks of 100; a slower canary still fails.
     /// Two configurations hiding 20% and 40%: a candidate with one job
     /// fewer in the first moves the pooled median from one mode to the
     /// other (20 points), while every paired job agrees exactly.
@@ -365,17 +329,20 @@ mod tests {
             rounds.iter().map(|&r| JobMeasure { hidden_share: Some(share), ..job(r, 1.0) }).collect()
         };
         let src = vec![jobs(0.2, &[1, 2, 3]), jobs(0.4, &[1, 2, 3])];
-        let cand = vec![jobs(0.2, &[1, 2]), jobs(0.4, &[1, 2, 3])];
-        let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] });
-        let c = checks.iter().find(|c| c.name == "hidden-communication").unwrap();
+        let hidden = |candidate: &[Vec<JobMeasure>]| {
+            let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate, controls: &[] });
+            checks.into_iter().find(|c| c.name == "hidden-communication").unwrap()
+        };
+        let c = hidden(&[jobs(0.2, &[1, 2]), jobs(0.4, &[1, 2, 3])]);
         assert!(c.passed && c.measured.contains("+0.0 points"), "{c:?}");
         // a real shift, 10 points in every paired job, still fails
-        let cand = vec![jobs(0.3, &[1, 2, 3]), jobs(0.5, &[1, 2, 3])];
-        let (checks, _) = replay_checks(&Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] });
-        let c = checks.iter().find(|c| c.name == "hidden-communication").unwrap();
+        let c = hidden(&[jobs(0.3, &[1, 2, 3]), jobs(0.5, &[1, 2, 3])]);
         assert!(!c.passed && c.measured.contains("+10.0 points"), "{c:?}");
     }
 
+    /// A canary replaying 100 collectives is not held to the maximum of its
+    /// source's 10,000 (a rare spike it cannot be expected to draw), but to the
+    /// maximum of the source's blocks of 100; a slower canary still fails.
     #[test]
     fn the_maximum_is_compared_at_the_candidate_s_count() {
         let configs = vec!["a".to_string()];

@@ -36,19 +36,9 @@ fn far_fence(v: &[f64]) -> Option<f64> {
     Some(q3 + TAIL_FENCE_IQR * (q3 - q1))
 }
 
-/// `tail-recall.KIND`: the share of the candidate's recurring latencies
-/// (per position, [`recurring_by_position`], each over its job's median)
-/// beyond the source's far fence,
-/// over the source's own share, capped at 1; held to [`TAIL_RECALL_MIN`] of
-/// what the source's odd rounds reach of its even rounds' tail (the same
-/// measure with nothing changed). Configurations marked as controls are left
-/// out: an injected delay recurs by count, not at a point of the trace, and
-/// is the control's latency, not the workload's (the ranking judges it).
-/// Left out ([`Unjudged`]) where the source's tail holds fewer positions
-/// than the source has jobs (a tail that does not recur in every job is the
-/// machine's), or is rarer than one position of the candidate's pass (a
-/// candidate that short cannot hold it at the source's rate: the same reason
-/// a p99 is not asked of fewer than 100 draws).
+/// `tail-recall.KIND`: how much of the source's recurring tail (beyond its far fence) the candidate
+/// reaches, held to [`TAIL_RECALL_MIN`] of what the source reaches against itself; control
+/// configurations left out, a tail too sparse to judge [`Unjudged`] (docs/METHODS.md, "Tail recall").
 pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
     fn workload<'j>(jobs: &'j [Vec<JobMeasure>], controls: &[bool]) -> Vec<&'j JobMeasure> {
         jobs.iter()
@@ -100,7 +90,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
         return Err(left_out(format!(
             "the source's recurring tail is {:.3}% of its positions (beyond its far fence, {fence:.2}x its job's \
                 median): fewer than one of the candidate's {cand_positions:.0} positions per pass at that rate, so a \
-                    candidate this short cannot hold it; the tail is one of the candidate's approximations",
+                candidate this short cannot hold it; the tail is one of the candidate's approximations",
             ss * 100.0
         )));
     }
@@ -124,7 +114,7 @@ pub fn tail_recall_check(p: &Paired, k: &str) -> Result<Check, Unjudged> {
         measured: format!(
             "{recall:.2} of the source's recurring tail reached by the candidate ({:.2}% of the source's positions \
                 beyond its far fence, {fence:.2}x its job's median, {:.2}% of the candidate's); the source's odd \
-                    rounds reach {own:.2} of its even rounds'",
+                rounds reach {own:.2} of its even rounds'",
             ss * 100.0,
             cs * 100.0
         ),
@@ -172,52 +162,27 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
+        let recall = |source: &[Vec<JobMeasure>], candidate: &[Vec<JobMeasure>]| {
+            tail_recall_check(&Paired { configs: &configs, source, candidate, controls: &[] }, "all_reduce")
+        };
         let src = vec![(1..=4).map(job).collect::<Vec<_>>()];
-        let u = tail_recall_check(
-            &Paired { configs: &configs, source: &src, candidate: &src, controls: &[] },
-            "all_reduce",
-        )
-        .unwrap_err();
+        let u = recall(&src, &src).unwrap_err();
         assert!(u.reason.contains("no recurring tail"), "{u:?}");
+        // four jobs whose every pass recurs at `us`
+        let jobs = |us: Vec<f64>| {
+            let job = |round| JobMeasure {
+                round,
+                per_kind_recurring_us: BTreeMap::from([("all_reduce".to_string(), us.clone())]),
+                ..Default::default()
+            };
+            vec![(1..=4).map(job).collect::<Vec<_>>()]
+        };
         // a recurring tail of 1 position in 1,000, against a candidate of 100 positions a pass: left out, not failed
-        let long = |round| JobMeasure {
-            round,
-            per_kind_recurring_us: BTreeMap::from([(
-                "all_reduce".to_string(),
-                (0..1000).map(|i| if i == 500 { 900.0 } else { 50.0 + (i % 9) as f64 }).collect(),
-            )]),
-            ..Default::default()
-        };
-        let short = |round| JobMeasure {
-            round,
-            per_kind_recurring_us: BTreeMap::from([(
-                "all_reduce".to_string(),
-                (0..100).map(|i| 50.0 + (i % 9) as f64).collect(),
-            )]),
-            ..Default::default()
-        };
-        let (src, cand) = (vec![(1..=4).map(long).collect::<Vec<_>>()], vec![(1..=4).map(short).collect::<Vec<_>>()]);
-        let u = tail_recall_check(
-            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-            "all_reduce",
-        )
-        .unwrap_err();
+        let src = jobs((0..1000).map(|i| if i == 500 { 900.0 } else { 50.0 + (i % 9) as f64 }).collect());
+        let u = recall(&src, &jobs((0..100).map(|i| 50.0 + (i % 9) as f64).collect())).unwrap_err();
         assert!(u.reason.contains("cannot hold it"), "{u:?}");
         // the same tail against a candidate of 1,000 positions without it: judged, and failed
-        let flat = |round| JobMeasure {
-            round,
-            per_kind_recurring_us: BTreeMap::from([(
-                "all_reduce".to_string(),
-                (0..1000).map(|i| 50.0 + (i % 9) as f64).collect(),
-            )]),
-            ..Default::default()
-        };
-        let cand = vec![(1..=4).map(flat).collect::<Vec<_>>()];
-        let c = tail_recall_check(
-            &Paired { configs: &configs, source: &src, candidate: &cand, controls: &[] },
-            "all_reduce",
-        )
-        .unwrap();
+        let c = recall(&src, &jobs((0..1000).map(|i| 50.0 + (i % 9) as f64).collect())).unwrap();
         assert!(!c.passed, "{c:?}");
     }
 }

@@ -26,7 +26,7 @@ use crate::analysis::agreement;
 use crate::analysis::ranking::{pair_index, Relation};
 use crate::analysis::truth::TruthReport;
 use crate::campaign::chain::{self, Selection};
-use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, LauncherKind, TraceCanary};
+use crate::campaign::spec::{CampaignSpec, ConfigSpec, Controls, KnownBad, TraceCanary};
 use crate::canary::artifact::{self, Canary, Method};
 use crate::canary::compare::{self, CandidateVerdict, Check, JobMeasure, Paired};
 use crate::canary::{baseline, expand, Assurance};
@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 pub const VERIFY_FORMAT_VERSION: u32 = 2;
 
 /// What to verify and how.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct VerifyOptions {
     /// The source trace.
     pub source: PathBuf,
@@ -123,13 +123,6 @@ pub struct VerifyReport {
 
 fn variant_config(variant: &str, config: &str) -> String {
     TraceCanary::config_name(variant, config)
-}
-
-fn launcher_name(s: &CampaignSpec) -> &'static str {
-    match s.launcher.kind {
-        LauncherKind::Mpirun => "mpirun",
-        LauncherKind::Srun => "srun",
-    }
 }
 
 struct Candidate {
@@ -285,13 +278,9 @@ fn verify_spec(o: &VerifyOptions, i: &Inputs) -> Result<VerifySpec> {
         std::iter::once("source".to_string()).chain(i.cands.iter().map(|c| c.variant.clone())).collect();
     let mut spec = spec_in.clone();
     spec.name = format!("{}-canary-verify", spec_in.name).chars().take(64).collect();
-    if let Some(b) = &o.backend {
-        spec.backend = b.clone();
-    }
+    spec.backend = o.backend.clone().unwrap_or_else(|| spec_in.backend.clone());
     spec.ranks = t.world_size;
-    if let Some(r) = o.rounds {
-        spec.repetitions = r;
-    }
+    spec.repetitions = o.rounds.unwrap_or(spec_in.repetitions);
     spec.blind = false;
     // verify analyzes its campaign itself: never a part for `campaign join`
     // (plan then refuses a single round)
@@ -331,10 +320,10 @@ fn verify_spec(o: &VerifyOptions, i: &Inputs) -> Result<VerifySpec> {
         phase: Some(Phase::Replay),
     });
     // the real job, where the spec names one: run once per configuration, under the source variant
+    let spec_dir = o.configs.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     spec.truth = match &spec_in.truth {
         None => None,
         Some(t) => {
-            let spec_dir = o.configs.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let mut t = t.clone();
             t.only = false;
             t.configs = Some(
@@ -452,7 +441,7 @@ fn collect(vs: &VerifySpec, campaign_dir: PathBuf) -> Result<Campaign> {
     };
     let evidence = format!(
         "measured: real replays on the {backend} backend, one {} job per cell, {} rounds interleaved",
-        launcher_name(&vs.spec),
+        serde_json::to_value(vs.spec.launcher.kind)?.as_str().unwrap_or_default(),
         vs.spec.repetitions
     );
     Ok(Campaign { dir: campaign_dir, manifest_sha, backend, evidence, measures, report })
@@ -517,10 +506,8 @@ fn judge(i: &Inputs, vs: &VerifySpec, camp: &Campaign, controls: (ControlsOutcom
             camp.dir.join("report").join("report.json").display()
         ),
     };
-    let truth = match &truth_section {
-        Some(t) => super::truth::verify_truth(t, config_names, &src_jobs, policy)?,
-        None => None,
-    };
+    let truth = truth_section.as_ref().map(|t| super::truth::verify_truth(t, config_names, &src_jobs, policy));
+    let truth = truth.transpose()?.flatten();
     // configurations that add latency of their own: the tail recall leaves them out
     let control_configs: Vec<bool> = spec_in
         .configs
@@ -578,10 +565,8 @@ fn judge(i: &Inputs, vs: &VerifySpec, camp: &Campaign, controls: (ControlsOutcom
         let state = compare::state_of(&checks, true);
         let a = &c.artifact;
         let src_bytes_n = i.src_bytes.len() as f64;
-        let truth_judged = match &truth_section {
-            Some(t) => super::truth::judge(t, config_names, &jobs, policy)?,
-            None => None,
-        };
+        let truth_judged = truth_section.as_ref().map(|t| super::truth::judge(t, config_names, &jobs, policy));
+        let truth_judged = truth_judged.transpose()?.flatten();
         let stored = a.slots.len() as u64 * c.trace.ranks.len() as u64;
         let replayed: u64 = c.trace.ranks.iter().map(|r| r.collectives.len() as u64).sum();
         verdicts.push(CandidateVerdict {

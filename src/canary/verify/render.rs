@@ -27,16 +27,12 @@ pub fn render(r: &VerifyReport) -> String {
         r.campaign.1
     );
     let _ = writeln!(s, "  evidence: {}", r.evidence);
-    match r.controls.behaved {
-        None => {
-            let _ = writeln!(s, "  controls: none declared");
-        }
-        Some(b) => {
-            let _ = writeln!(s, "  controls: {}", if b { "every one behaved" } else { "NOT all behaved" });
-            for d in &r.controls.details {
-                let _ = writeln!(s, "    {d}");
-            }
-        }
+    let _ = match r.controls.behaved {
+        None => writeln!(s, "  controls: none declared"),
+        Some(b) => writeln!(s, "  controls: {}", if b { "every one behaved" } else { "NOT all behaved" }),
+    };
+    for d in r.controls.details.iter().filter(|_| r.controls.behaved.is_some()) {
+        let _ = writeln!(s, "    {d}");
     }
     if let Some(t) = &r.truth {
         let _ = writeln!(
@@ -91,13 +87,8 @@ pub fn render(r: &VerifyReport) -> String {
         }
         let failed: Vec<&Check> = v.checks.iter().filter(|c| !c.passed).collect();
         let _ = writeln!(s, "  checks: {} of {} held", v.checks.len() - failed.len(), v.checks.len());
-        for c in &failed {
-            let _ = writeln!(
-                s,
-                "    FAILED {} (guards {}): {} \
-                 — tolerance {}",
-                c.name, c.guards, c.measured, c.tolerance
-            );
+        for Check { name, guards, measured, tolerance, .. } in &failed {
+            let _ = writeln!(s, "    FAILED {name} (guards {guards}): {measured} — tolerance {tolerance}");
         }
         for u in &v.unjudged {
             let _ = writeln!(s, "    not judged {}: {}", u.name, u.reason);

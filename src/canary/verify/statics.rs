@@ -7,8 +7,7 @@
 //! `verify` decides whether it stops the replay.
 use crate::canary::artifact::{self, Canary};
 use crate::canary::compare::{Check, TraceFacts};
-use crate::canary::fold::Node;
-use crate::canary::{compile, Assurance};
+use crate::canary::{compile, expand, Assurance};
 use crate::evidence::commtrace::CommTrace;
 
 /// Static facts of a trace.
@@ -28,25 +27,6 @@ pub fn facts(t: &CommTrace) -> TraceFacts {
     f
 }
 
-/// Per rank, the slot of every position when the body is walked at the source's counts.
-fn walk_at_source_counts(c: &Canary) -> Vec<u32> {
-    fn go(nodes: &[Node], out: &mut Vec<u32>) {
-        for n in nodes {
-            match n {
-                Node::Op(s) => out.push(*s),
-                Node::Loop { count, body } => {
-                    for _ in 0..*count {
-                        go(body, out);
-                    }
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    go(&c.body, &mut out);
-    out
-}
-
 /// `structure.lossless`: the body at the source's counts is the source's
 /// identity sequence on every rank; `values.budget`: every stored value is
 /// within the declared budget of the source's values at its positions.
@@ -63,7 +43,11 @@ pub(crate) fn structure_checks(t: &CommTrace, c: &Canary) -> Vec<Check> {
             )
         }),
     };
-    let seq = if why.is_none() { walk_at_source_counts(c) } else { Vec::new() };
+    // per rank, the slot of every position when the body is walked at the source's counts
+    let mut seq = Vec::new();
+    if why.is_none() {
+        expand::slot_sequence(&c.body, None, &mut seq);
+    }
     let tm = compile::timings(t);
     for (ri, r) in t.ranks.iter().enumerate() {
         if why.is_some() {
