@@ -239,10 +239,9 @@ pub(crate) fn simulate(
         warnings.push(format!(
             "closed loop ({clients} client(s), {think_ms} ms think): a client waits for each response before it sends \
                 again, so a slow server slows its own load (coordinated omission); these percentiles understate what \
-                    an open stream at the same rate sees{}",
+                an open stream at the same rate sees{}",
             if co_correct_ms.is_none() {
-                "; --co-correct-ms E adds HdrHistogram's expected-interval \
-                correction"
+                "; --co-correct-ms E adds HdrHistogram's expected-interval correction"
             } else {
                 ""
             }

@@ -14,8 +14,8 @@ pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); \
-            P(best) from {} posterior draws, seed {}",
+        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); P(best) from \
+            {} posterior draws, seed {}",
         r.context.campaign_id,
         &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
         r.completeness.cells_ok,

@@ -163,8 +163,8 @@ pub enum ClockError {
     },
     /// Stamped kernels whose timer readings admit no common offset.
     #[error(
-        "the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest \
-        upper bound {hi_ns} ns): not one timer shifted by a constant"
+        "the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest upper \
+            bound {hi_ns} ns): not one timer shifted by a constant"
     )]
     NoCommonOffset {
         /// greatest lower bound

@@ -474,10 +474,9 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                         crc[1].map_or("unreadable".into(), |n| n.to_string())
                     );
                     match nvlink_crc_errors_max {
-                        Some(max) if total > max => fail.push(format!(
-                            "{what}, above the site's nvlink_crc_errors_max \
-                            {max}"
-                        )),
+                        Some(max) if total > max => {
+                            fail.push(format!("{what}, above the site's nvlink_crc_errors_max {max}"))
+                        }
                         Some(max) => notes.push(format!("{what}, within the site's nvlink_crc_errors_max {max}")),
                         None => notes.push(format!(
                             "{what}; reported, not judged (no nvlink_crc_errors_max in the site file; their cost is \

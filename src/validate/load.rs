@@ -217,8 +217,8 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
         end: end.loadavg.clone(),
         method:
             "rank 0 reads /proc/loadavg, the per-CPU lines of /proc/stat and every /proc/PID/stat right before and \
-            right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's ranks \
-                may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime"
+                right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's \
+                ranks may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime"
                 .into(),
         ..Default::default()
     };
@@ -270,8 +270,8 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
                 r.other_share = Some(busy.saturating_sub(j) as f64 / all_f);
             }
             None => r.unavailable.push(
-                "a rank's /proc/PID/stat was unreadable at an end of the window: this job's and \
-                the others' shares unmeasured"
+                "a rank's /proc/PID/stat was unreadable at an end of the window: this job's and the others' shares \
+                    unmeasured"
                     .into(),
             ),
         }

@@ -556,8 +556,7 @@ impl Site {
             crate::refuse!(
                 BadInput,
                 "{origin}: busbw_min_ratio = {} is inverted: a minimum busbw ratio above 1 fails a node as fast as the \
-                    reference, \
-                 and the reference itself; it must be at most 1",
+                    reference, and the reference itself; it must be at most 1",
                 s.busbw_min_ratio
             );
         }
@@ -565,8 +564,7 @@ impl Site {
             crate::refuse!(
                 BadInput,
                 "{origin}: token_latency_max_ratio = {} is inverted: a maximum latency ratio below 1 fails a node as \
-                    fast as the reference, \
-                 and the reference itself; it must be at least 1",
+                    fast as the reference, and the reference itself; it must be at least 1",
                 s.token_latency_max_ratio
             );
         }

@@ -81,8 +81,8 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     if ranks < 2 {
         crate::refuse!(
             Code::BadArgument,
-            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a \
-            collective of one rank measures nothing"
+            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures \
+                nothing"
         );
     }
     if let Some(d) = plan.delay {
@@ -258,7 +258,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                     {
                         bail!(
                             "round {round}: {kind} of {} bytes returned {w} wrong elements (summed over ranks): the \
-                            node computes wrong results",
+                                node computes wrong results",
                             r.bytes
                         );
                     }
@@ -363,7 +363,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
 fn health_method() -> String {
     "NVML snapshots at start and end (rank 0, every GPU NVML enumerates); temperature, power and throttle reasons \
         sampled every second on a thread of rank 0 during the rounds; critical XID events through one NVML event set \
-            per GPU, drained at the end"
+        per GPU, drained at the end"
         .into()
 }
 
