@@ -108,14 +108,10 @@ pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn W
     Ok(())
 }
 
-/// Build the new directory `dest` whole or not at all: `build` fills a
-/// temporary sibling (`.NAME.partial-XXXX`, in `dest`'s parent, created if
-/// missing), which is renamed to `dest` only when `build` succeeded. A
-/// refusal or a full disk half-way leaves nothing behind (the temporary is
-/// removed), so a rerun is not blocked by a half-written output. Refuses an
-/// existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
-/// (`renameat2(RENAME_NOREPLACE)`, rename(2); where the file system lacks it,
-/// the check just before a plain rename).
+/// Build the new directory `dest` whole or not at all: `build` fills a temporary sibling
+/// (`.NAME.partial-XXXX`), renamed to `dest` only when `build` succeeded, and removed otherwise.
+/// Refuses an existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
+/// (docs/METHODS.md, "Regular files and whole directories").
 pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let exists = || {
         refusal::refuse(

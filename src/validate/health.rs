@@ -364,24 +364,8 @@ fn remapped_rows(
 pub(crate) const FAILING_THROTTLE_REASONS: [&str; 4] =
     ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
 
-/// Findings and verdict of the health check. Fail: uncorrected volatile ECC
-/// errors, any ECC count that grew during the run, pages pending retirement,
-/// a pending or failed row remap, an XID during the run, a failing throttle
-/// reason at the end or in any sample during the run, a PCIe width below its maximum, an NVLink inactive at
-/// either snapshot or whose recovery counter grew, and, when the site sets
-/// `nvlink_crc_errors_max`, a link whose CRC (flit + data) errors grew by more
-/// than that during the run. Without that setting CRC growth is reported, not
-/// judged: NVLink detects CRC errors and replays the flit at the data-link
-/// layer, so their cost is bandwidth, which the busbw checks measure against
-/// the reference (DCGM likewise leaves its NVLink error thresholds to the site,
-/// in its error-threshold file). Inconclusive: no
-/// XID watching on some GPU, or an ECC reading unavailable while ECC is the
-/// point. Reported only: power, temperature, persistence mode, PCIe generation
-/// below maximum (links train down when idle, so an end-of-run reading can be low).
-///
-/// CPU load ([`super::load`]) is reported, not judged: when the job's CPUs
-/// were busy with something else the findings say so first among the notes,
-/// and the report names it as the likely cause of a failing ratio check.
+/// Findings and verdict of the health check; CPU load ([`super::load`]) is reported, not judged.
+/// What fails, what is inconclusive and what is only reported: docs/METHODS.md, "Health verdict rules".
 pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckVerdict, Vec<String>) {
     let load_notes: Vec<String> = match &h.load {
         Some(l) => super::load::busy_elsewhere(l).into_iter().chain([super::load::summary(l)]).collect(),
