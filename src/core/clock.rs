@@ -205,13 +205,9 @@ pub struct RankClockFit {
     pub refused: Option<String>,
 }
 
-/// A non-reference rank's model from its two windows. `not_same_kernel` is
-/// why this rank cannot read rank 0's clock (another boot id or time
-/// namespace, a synthetic injection, `--clock pingpong-only`), or `None`
-/// when it runs under rank 0's kernel in rank 0's time namespace. Then the
-/// model is that shared clock (offset, drift and bound exactly 0) provided
-/// every sample of both windows agrees with one clock; otherwise the
-/// ping-pong fit, with why the shared clock was not used.
+/// A non-reference rank's model from its two windows: rank 0's kernel clock where `not_same_kernel`
+/// (why this rank cannot read it) is `None` and every sample agrees with one clock, else the ping-pong
+/// fit and why (docs/METHODS.md, "Clock models in code").
 pub fn fit_rank_model(
     start: &[PingSample],
     end: &[PingSample],
@@ -284,15 +280,9 @@ pub(crate) fn node_leaders<S: AsRef<str>>(hosts: &[S]) -> Vec<u32> {
     hosts.iter().enumerate().map(|(r, h)| *first.entry(h.as_ref()).or_insert(r as u32)).collect()
 }
 
-/// Compose a rank's model against its node leader (`local`, on the
-/// leader's clock) with the leader's model against rank 0 (`leader`): the
-/// rank's model against rank 0 (the composition and its bound in the module
-/// documentation). The result's windows lie where both models hold: the
-/// later of the two start windows and the earlier of the two end windows,
-/// in rank 0's time; their round trips and sample counts are the two legs'
-/// sums. Where either model has one window, the composition has one (at the
-/// later start window) and no drift. Shared kernel clock only where both
-/// legs are.
+/// Compose a rank's model against its node leader (`local`, on the leader's clock) with the
+/// leader's against rank 0 (`leader`): the rank's model against rank 0, on the windows where both
+/// hold (docs/METHODS.md, "Clock calibration" and "Clock models in code").
 pub fn compose(local: &ClockModel, leader: &ClockModel) -> Result<ClockModel, ClockError> {
     // a time on the leader's clock, on rank 0's
     let leader_to_ref = |u: u64| leader.to_reference(u);
@@ -355,11 +345,8 @@ pub struct ClockModel {
     pub drift_bound_ppm: Option<f64>,
     /// Error bound in ns for times between the two windows.
     pub bound_ns: f64,
-    /// This rank reads rank 0's kernel clock (same boot id and time
-    /// namespace, no synthetic injection on either, every ping-pong sample
-    /// consistent with one clock): offset, drift and bound are exactly 0 and
-    /// the ping-pong fit, where one ran, is kept beside the model as evidence
-    /// (`ClockRecord::pingpong_fit`). False in shards written before this field.
+    /// This rank reads rank 0's kernel clock: offset, drift and bound exactly 0, the ping-pong fit
+    /// kept as evidence (`ClockRecord::pingpong_fit`). False in shards written before this field.
     #[serde(default)]
     pub shared_kernel_clock: bool,
 }
@@ -393,11 +380,8 @@ impl ClockModel {
         }
     }
 
-    /// A kernel clock this rank shares with its peer, taken without a
-    /// ping-pong (a rank on its leader's node under hierarchical
-    /// calibration): offset, drift and bound exactly 0, windows at this
-    /// rank's (= the peer's) clock times `start_ns` and `end_ns`, no round
-    /// trip and no samples (`samples` 0 says the `min_rtt_ns` of 0 is unmeasured).
+    /// A kernel clock shared with its peer, taken without a ping-pong: exactly 0, windows at
+    /// `start_ns` and `end_ns`, no samples (so `min_rtt_ns` 0 is unmeasured).
     pub fn shared_kernel_clock_unmeasured(start_ns: u64, end_ns: u64) -> Result<Self, ClockError> {
         if end_ns <= start_ns {
             return Err(ClockError::Unordered { start_ns, end_ns });
@@ -488,16 +472,8 @@ pub struct DeviceAnchorEstimate {
     pub samples: u32,
 }
 
-/// Intersect the feasible intervals of a window's round trips.
-///
-/// Round trip i says the first event happened at host time within
-/// `[before_i - d_i, after_i - d_i]`; every such interval holds the truth, so
-/// their intersection does too and is never wider than the narrowest one
-/// (the interval-intersection argument of Marzullo's clock-agreement
-/// algorithm, K. Marzullo, "Maintaining the time in a distributed system",
-/// PhD thesis, Stanford, 1984; the same bound as SKaMPI's best round trip
-/// when only one sample is kept). An empty intersection can only come from
-/// the device timer's own resolution; its size is then reported as the bound.
+/// Intersect the feasible intervals of a window's round trips: never wider than the narrowest
+/// (docs/METHODS.md, "Clock models in code").
 pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorEstimate, ClockError> {
     if trips.is_empty() {
         return Err(ClockError::EmptyWindow);
@@ -539,13 +515,8 @@ pub struct TimerOffset {
     pub samples: u32,
 }
 
-/// Bracket a kernel timer's offset from the device timer. A kernel's reported
-/// start precedes its first instruction and its reported end follows its
-/// last, so with `timer = device + c` each stamped kernel gives
-/// `c in [start - entry, end - exit]`; every interval holds `c` and their
-/// intersection is the bound (the interval argument of
-/// [`estimate_device_anchor`]). An empty intersection means the timer is not
-/// the device timer shifted by a constant over the window: refused.
+/// Bracket a kernel timer's offset `c` from the device timer (`timer = device + c`) by intersecting
+/// its stamped kernels' intervals; refuses an empty intersection (docs/METHODS.md, "Clock models in code").
 pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, ClockError> {
     if kernels.is_empty() {
         return Err(ClockError::EmptyWindow);
@@ -562,12 +533,8 @@ pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, Cl
     })
 }
 
-/// Affine map from device time (ns since the start window's first event) to
-/// the host clock, fitted from a window at the start and one at the end of a
-/// pass: the device timer and the host clock run at slightly different rates,
-/// so one anchor would let the error grow with the pass's length. Between the
-/// windows the error is at most the larger window bound (a convex combination
-/// of two intervals), as for the ping-pong model above.
+/// Affine map from device time (ns since the start window's first event) to the host clock,
+/// fitted from a window at each end of a pass (docs/METHODS.md, "Clock models in code").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DeviceTimeMap {
     /// Host time of device time 0.
@@ -598,11 +565,8 @@ impl DeviceTimeMap {
     }
 }
 
-/// Map from a kernel timer (CUPTI's activity timestamps) to the host clock
-/// through the device timer: `timer = device + offset` bracketed per window
-/// by stamping kernels ([`bracket_timer_offset`]), and device timer to host
-/// by the windows' round trips ([`DeviceTimeMap`]). Between the windows the
-/// offset is interpolated linearly in timer time, as the host map is.
+/// Map from a kernel timer (CUPTI's activity timestamps) to the host clock through the device
+/// timer: [`bracket_timer_offset`] per window, then [`DeviceTimeMap`], the offset interpolated between.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelTimerMap {
     device: DeviceTimeMap,
@@ -714,22 +678,9 @@ mod tests {
         assert!((m1.to_host_ns(50_000_000 - 205_000) as f64 - host_of_dev(50e6)).abs() <= m1.bound_ns);
     }
 
-    /// Simulate exchanges between a reference clock and a local clock with
-    /// `local = true + offset + drift (true - anchor)` and asymmetric jitter.
+    /// Exchanges against a reference clock with `local = true + offset + drift (true - anchor)`.
     fn simulate(start_true: u64, n: usize, offset_ns: f64, drift_ppm: f64, jitter: &[u64]) -> Vec<PingSample> {
-        let loc = |t: f64| t + offset_ns + drift_ppm * 1e-6 * t;
-        (0..n)
-            .map(|i| {
-                let t0 = start_true as f64 + i as f64 * 10_000.0;
-                let fwd = 500.0 + jitter[i % jitter.len()] as f64;
-                let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
-                PingSample {
-                    t_send_local_ns: loc(t0) as u64,
-                    t_ref_ns: (t0 + fwd) as u64,
-                    t_recv_local_ns: loc(t0 + fwd + back) as u64,
-                }
-            })
-            .collect()
+        exchange(start_true as f64, n, |t| t + offset_ns + drift_ppm * 1e-6 * t, |t| t, jitter)
     }
 
     #[test]
@@ -917,9 +868,10 @@ mod tests {
             jitter in proptest::collection::vec(0u64..20_000, 1..16),
         ) {
             let offset_ns = offset_us * 1e3;
-            let a = simulate(1_000_000_000, 50, offset_ns, drift_ppm, &jitter);
-            let b = simulate(3_000_000_000, 50, offset_ns, drift_ppm, &jitter);
-            let m = ClockModel::fit(estimate_window(&a).unwrap(), Some(estimate_window(&b).unwrap())).unwrap();
+            let m = fit2(
+                &simulate(1_000_000_000, 50, offset_ns, drift_ppm, &jitter),
+                &simulate(3_000_000_000, 50, offset_ns, drift_ppm, &jitter),
+            );
             // truth at the start window's reference time
             let r0 = m.start.ref_ns as f64;
             let truth0 = offset_ns + drift_ppm * 1e-6 * r0;
