@@ -85,10 +85,8 @@ pub fn render(r: &Report) -> String {
         let mut sep = Vec::new();
         for x in &r.proxy_vs_blocking {
             for y in &r.proxy_vs_blocking {
-                if let (Some((_, xhi)), Some((ylo, _))) = (x.tau_plain.interval, y.tau_plain.interval) {
-                    if ylo > xhi {
-                        sep.push(format!("{} tracks blocking better than {}", y.proxy.name(), x.proxy.name()));
-                    }
+                if x.tau_plain.interval.zip(y.tau_plain.interval).is_some_and(|((_, xhi), (ylo, _))| ylo > xhi) {
+                    sep.push(format!("{} tracks blocking better than {}", y.proxy.name(), x.proxy.name()));
                 }
             }
         }

@@ -85,10 +85,8 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
                 nothing"
         );
     }
-    if let Some(d) = plan.delay {
-        if d.rank >= ranks {
-            crate::refuse!(Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
-        }
+    if let Some(d) = plan.delay.filter(|d| d.rank >= ranks) {
+        crate::refuse!(Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
     }
     let started_unix_ms = unix_ms();
     let spec = workload_spec(&plan.settings, plan.backend, ranks)?;
