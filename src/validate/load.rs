@@ -238,9 +238,7 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
         job_cpus.extend(end.cpus.keys().copied());
     }
     r.job_cpus = job_cpus.iter().copied().collect();
-    if let (Some(a), Some(b)) = (start.at, end.at) {
-        r.window_s = Some(b.duration_since(a).as_secs_f64());
-    }
+    r.window_s = start.at.zip(end.at).map(|(a, b)| b.duration_since(a).as_secs_f64());
     let (mut busy, mut steal, mut all) = (0u64, 0u64, 0u64);
     let mut counted = 0;
     for c in &job_cpus {
