@@ -306,10 +306,7 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     for kb in &input.controls.known_bad {
         known(&kb.label)?;
     }
-    let trace = match &input.trace_canary {
-        Some(tc) => Some(trace_canary_report(input, tc, evidence)?),
-        None => None,
-    };
+    let trace = input.trace_canary.as_ref().map(|tc| trace_canary_report(input, tc, evidence)).transpose()?;
     let canary = (canary.is_some() || trace.is_some()).then_some(CanarySection { verdict: canary, trace });
     // the real job judges every proxy phase whose configurations it ran
     let truth = match &input.truth {
