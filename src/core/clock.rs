@@ -352,17 +352,15 @@ pub struct ClockModel {
 }
 
 impl ClockModel {
+    /// Offset, drift and bound exactly 0 over the windows `start` and `end`.
+    fn exact(start: WindowEstimate, end: Option<WindowEstimate>, shared_kernel_clock: bool) -> Self {
+        Self { start, end, drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock }
+    }
+
     /// Identity model for the reference rank itself.
     pub fn reference() -> Self {
         let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Self {
-            start: w,
-            end: Some(w),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: false,
-        }
+        Self::exact(w, Some(w), false)
     }
 
     /// Rank 0's own kernel clock, read by another rank: offset, drift and
@@ -370,14 +368,7 @@ impl ClockModel {
     /// trips and sample counts.
     pub fn shared_kernel_clock(measured: &ClockModel) -> Self {
         let zero = |w: WindowEstimate| WindowEstimate { offset_ns: 0.0, bound_ns: 0.0, ..w };
-        Self {
-            start: zero(measured.start),
-            end: measured.end.map(zero),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: true,
-        }
+        Self::exact(zero(measured.start), measured.end.map(zero), true)
     }
 
     /// A kernel clock shared with its peer, taken without a ping-pong: exactly 0, windows at
@@ -387,14 +378,7 @@ impl ClockModel {
             return Err(ClockError::Unordered { start_ns, end_ns });
         }
         let w = |ref_ns| WindowEstimate { ref_ns, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Ok(Self {
-            start: w(start_ns),
-            end: Some(w(end_ns)),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: true,
-        })
+        Ok(Self::exact(w(start_ns), Some(w(end_ns)), true))
     }
 
     /// Fit from a start window and, optionally, an end window.
