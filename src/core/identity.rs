@@ -88,10 +88,7 @@ impl EnvIdentity {
 
 /// Host name of this machine.
 pub fn hostname() -> String {
-    match hostname::get() {
-        Ok(h) => h.to_string_lossy().into_owned(),
-        Err(_) => "unknown-host".into(),
-    }
+    hostname::get().map_or_else(|_| "unknown-host".into(), |h| h.to_string_lossy().into_owned())
 }
 
 /// Which `CLOCK_MONOTONIC` this process reads: the kernel's boot id
