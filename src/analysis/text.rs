@@ -268,13 +268,10 @@ fn render_truth(t: &TruthReport, tau: &dyn Fn(&TauEstimate) -> String) -> String
 pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOutcome)>) -> String {
     let mut kinds: Vec<(&str, [usize; 3])> = Vec::new();
     for (kind, o) in outcomes {
-        let i = match kinds.iter().position(|(k, _)| *k == kind) {
-            Some(i) => i,
-            None => {
-                kinds.push((kind, [0; 3]));
-                kinds.len() - 1
-            }
-        };
+        let i = kinds.iter().position(|(k, _)| *k == kind).unwrap_or_else(|| {
+            kinds.push((kind, [0; 3]));
+            kinds.len() - 1
+        });
         let slot = match o {
             ControlOutcome::Behaved => 0,
             ControlOutcome::Misbehaved => 1,
