@@ -345,8 +345,11 @@ pub struct ClockModel {
     pub drift_bound_ppm: Option<f64>,
     /// Error bound in ns for times between the two windows.
     pub bound_ns: f64,
-    /// This rank reads rank 0's kernel clock: offset, drift and bound exactly 0, the ping-pong fit
-    /// kept as evidence (`ClockRecord::pingpong_fit`). False in shards written before this field.
+    /// This rank reads rank 0's kernel clock (same boot id and time
+    /// namespace, no synthetic injection on either, every ping-pong sample
+    /// consistent with one clock): offset, drift and bound are exactly 0 and
+    /// the ping-pong fit, where one ran, is kept beside the model as evidence
+    /// (`ClockRecord::pingpong_fit`). False in shards written before this field.
     #[serde(default)]
     pub shared_kernel_clock: bool,
 }
