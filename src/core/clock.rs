@@ -684,21 +684,13 @@ mod tests {
     #[test]
     fn a_shared_kernel_clock_is_exact_only_when_every_sample_agrees() {
         // one clock: rank 0 answers between our two reads
-        let one: Vec<PingSample> = (0..8)
-            .map(|i| PingSample {
-                t_send_local_ns: 1_000 + i * 100,
-                t_ref_ns: 1_030 + i * 100,
-                t_recv_local_ns: 1_070 + i * 100,
-            })
-            .collect();
-        let later: Vec<PingSample> = one
-            .iter()
-            .map(|s| PingSample {
-                t_send_local_ns: s.t_send_local_ns + 1_000_000,
-                t_ref_ns: s.t_ref_ns + 1_000_000,
-                t_recv_local_ns: s.t_recv_local_ns + 1_000_000,
-            })
-            .collect();
+        let window = |t0: u64| -> Vec<PingSample> {
+            let at = |i: u64, d: u64| t0 + d + i * 100;
+            (0..8)
+                .map(|i| PingSample { t_send_local_ns: at(i, 0), t_ref_ns: at(i, 30), t_recv_local_ns: at(i, 70) })
+                .collect()
+        };
+        let (one, later) = (window(1_000), window(1_001_000));
         let fit = fit_rank_model(&one, &later, None).unwrap();
         assert_eq!(fit.refused, None);
         let m = fit.model;
