@@ -177,11 +177,9 @@ pub fn verdict_rates(
     Ok(n.map(|x| x as f64 / sims as f64))
 }
 
-/// Share of `sims` campaigns of `k` identical configurations in which at
-/// least one pair is decided (interval beyond ± `min_effect_pct`): the
-/// family-wise false "different" rate of a phase's pair table. With
-/// `simultaneous`, each interval is at the report's per-pair level
-/// ([`inference::simultaneous_coverage`]); without, at the nominal 95%.
+/// Share of `sims` campaigns of `k` identical configurations in which at least one pair is decided:
+/// the family-wise false "different" rate, each interval at the report's per-pair level where
+/// `simultaneous` ([`inference::simultaneous_coverage`]), else at the nominal 95%.
 pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Result<f64> {
     let SimulationSetup { noise, rounds, k, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -211,17 +209,10 @@ pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Re
     Ok(any as f64 / sims as f64)
 }
 
-/// A/A false verdicts of a campaign of `controls` A/A controls (one A/A pair
-/// judged in `controls` phases), each control a pair of identical
-/// configurations with its own job noise, phases independent: the case in
-/// which the union bound behind the family is nearly tight (phases slowed
-/// together, as on a loaded host, are positively dependent and show a
-/// misbehaved control less often). Each control is judged as
-/// [`crate::analysis::analyze`] judges it, in a phase of two configurations
-/// (pair level [`inference::COVERAGE`]): with `family`, at
-/// [`crate::analysis::aa_level`] over the `controls`; without, at the nominal
-/// 95% each (report formats before 7 in such a phase).
-/// Returns (share of controls that misbehaved, share of campaigns with at least one).
+/// A/A false verdicts of a campaign of `controls` independent A/A controls, each judged as
+/// [`crate::analysis::analyze`] does: at [`crate::analysis::aa_level`] with `family`, else at 95%
+/// (docs/METHODS.md, "Simulated A/A families"). Returns (share of controls that misbehaved,
+/// share of campaigns with at least one).
 pub fn aa_family_false(setup: &SimulationSetup, family: bool) -> Result<(f64, f64)> {
     let SimulationSetup { noise, rounds, k: controls, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -273,6 +264,11 @@ pub fn null_p_best(setup: &SimulationSetup, draws: u32) -> Result<(Vec<f64>, f64
 mod tests {
     use super::*;
 
+    /// A setup at job noise scale 0.03.
+    fn setup(noise: Noise, rounds: usize, k: usize, min_effect_pct: f64, sims: u32, seed: u64) -> SimulationSetup {
+        SimulationSetup { noise, rounds, k, min_effect_pct, scale: 0.03, sims, seed }
+    }
+
     // Small seeded versions of the committed tables: the claims hold in CI too.
     #[test]
     fn regret_intervals_cover_at_their_level_in_a_small_run() {
@@ -310,28 +306,12 @@ mod tests {
     fn simultaneous_pair_tables_rarely_decide_a_pair_among_identical_configurations() {
         for noise in Noise::ALL {
             for (k, rounds) in [(4, 3), (4, 10), (7, 5), (7, 20)] {
-                let fw = family_false_different(
-                    &SimulationSetup { noise, rounds, k, min_effect_pct: 0.0, scale: 0.03, sims: 2000, seed: 17 },
-                    true,
-                )
-                .unwrap();
+                let fw = family_false_different(&setup(noise, rounds, k, 0.0, 2000, 17), true).unwrap();
                 assert!(fw <= 0.05 + 0.015, "{} k={k} {rounds} rounds: {fw}", noise.name());
             }
         }
         // the simulation can fail: unadjusted 95% intervals decide some pair far more often
-        let raw = family_false_different(
-            &SimulationSetup {
-                noise: Noise::Gaussian,
-                rounds: 10,
-                k: 4,
-                min_effect_pct: 0.0,
-                scale: 0.03,
-                sims: 2000,
-                seed: 17,
-            },
-            false,
-        )
-        .unwrap();
+        let raw = family_false_different(&setup(Noise::Gaussian, 10, 4, 0.0, 2000, 17), false).unwrap();
         assert!(raw > 0.12, "unadjusted family-wise rate {raw}");
     }
 
@@ -340,11 +320,7 @@ mod tests {
         // six phases, one A/A pair: 2500 campaigns a cell, Monte Carlo standard error about 0.44 points at 5%
         for noise in Noise::ALL {
             for rounds in [3, 5, 10] {
-                let (each, fw) = aa_family_false(
-                    &SimulationSetup { noise, rounds, k: 6, min_effect_pct: 0.0, scale: 0.03, sims: 2500, seed: 23 },
-                    true,
-                )
-                .unwrap();
+                let (each, fw) = aa_family_false(&setup(noise, rounds, 6, 0.0, 2500, 23), true).unwrap();
                 assert!(
                     fw <= 0.05 + 0.013,
                     "{} at {rounds} rounds: per campaign {fw}, per control {each}",
@@ -354,19 +330,7 @@ mod tests {
             }
         }
         // the simulation can fail: six controls each at 95% show a false A/A verdict in about one campaign in four
-        let (each, fw) = aa_family_false(
-            &SimulationSetup {
-                noise: Noise::Gaussian,
-                rounds: 5,
-                k: 6,
-                min_effect_pct: 0.0,
-                scale: 0.03,
-                sims: 2500,
-                seed: 23,
-            },
-            false,
-        )
-        .unwrap();
+        let (each, fw) = aa_family_false(&setup(Noise::Gaussian, 5, 6, 0.0, 2500, 23), false).unwrap();
         assert!(fw > 0.18 && each <= 0.05 + 0.01, "unadjusted: per campaign {fw}, per control {each}");
     }
 
@@ -374,19 +338,7 @@ mod tests {
     fn two_identical_configurations_rarely_look_best_with_a_minimum_effect() {
         // the case a uniform spread prior and strict "best" failed: k = 2 reached 0.9 in 12-16%
         for rounds in [3, 5] {
-            let (mean, high, _) = null_p_best(
-                &SimulationSetup {
-                    noise: Noise::Gaussian,
-                    rounds,
-                    k: 2,
-                    min_effect_pct: 2.0,
-                    scale: 0.03,
-                    sims: 400,
-                    seed: 5,
-                },
-                300,
-            )
-            .unwrap();
+            let (mean, high, _) = null_p_best(&setup(Noise::Gaussian, rounds, 2, 2.0, 400, 5), 300).unwrap();
             assert!(high <= 0.05, "{rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 0.5).abs() < 0.05), "{mean:?}");
         }
@@ -395,19 +347,7 @@ mod tests {
     #[test]
     fn identical_configurations_share_p_best() {
         for (k, rounds) in [(4, 3), (6, 5), (4, 10)] {
-            let (mean, high, _) = null_p_best(
-                &SimulationSetup {
-                    noise: Noise::Gaussian,
-                    rounds,
-                    k,
-                    min_effect_pct: 0.0,
-                    scale: 0.03,
-                    sims: 150,
-                    seed: 3,
-                },
-                300,
-            )
-            .unwrap();
+            let (mean, high, _) = null_p_best(&setup(Noise::Gaussian, rounds, k, 0.0, 150, 3), 300).unwrap();
             assert!(high <= 0.05, "k={k}, {rounds} rounds: top P(best) >= 0.9 in {high}");
             assert!(mean.iter().all(|m| (m - 1.0 / k as f64).abs() < 0.08), "k={k}: {mean:?}");
         }

@@ -83,16 +83,14 @@ pub fn capacity(demand_rps: f64, throughputs_rps: &[f64], gpu_hour_cost: f64) ->
         avoided_gpus,
         needs,
         caveats: vec![
-            "demand is taken as constant: size for the peak, not the mean, and add headroom for the SLO \
-                percentile"
+            "demand is taken as constant: size for the peak, not the mean, and add headroom for the SLO percentile"
                 .into(),
             "throughput per GPU is what was measured at the measured scale (ranks, message sizes, one host); it need \
                 not scale linearly"
                 .into(),
             "no redundancy, failover, maintenance or scheduling fragmentation is included".into(),
             "the cost covers GPU-hours only: not power, cooling, network, licences or people".into(),
-            "a throughput difference inside the campaign's interval is not a saving: check the canary verdict \
-                first"
+            "a throughput difference inside the campaign's interval is not a saving: check the canary verdict first"
                 .into(),
         ],
     })

@@ -264,10 +264,8 @@ pub(super) fn skew_control(label: &str, round: u32, d: &DelayCounts) -> ControlR
                 d.undelayed,
                 fa * 100.0,
                 match (d.beyond_design, d.skew_counts) {
-                    (true, Some((det, fals))) => format!(
-                        ", on skew beyond the replay's design (on the skew itself: \
-                        {det} and {fals})"
-                    ),
+                    (true, Some((det, fals))) =>
+                        format!(", on skew beyond the replay's design (on the skew itself: {det} and {fals})"),
                     _ => String::new(),
                 }
             )

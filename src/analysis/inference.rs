@@ -73,17 +73,11 @@ pub fn decide(lo_pct: f64, hi_pct: f64, min_effect_pct: f64) -> Verdict {
 
 /// Student-t quantile with `df` degrees of freedom.
 pub(crate) fn t_quantile(p: f64, df: f64) -> f64 {
-    match StudentsT::new(0.0, 1.0, df) {
-        Ok(t) => t.inverse_cdf(p),
-        Err(_) => f64::NAN,
-    }
+    StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |t| t.inverse_cdf(p))
 }
 
 fn t_cdf(x: f64, df: f64) -> f64 {
-    match StudentsT::new(0.0, 1.0, df) {
-        Ok(t) => t.cdf(x),
-        Err(_) => f64::NAN,
-    }
+    StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |t| t.cdf(x))
 }
 
 /// The paired interval of a against b.

@@ -54,13 +54,11 @@ pub use crate::analysis::text::{control_counts, ranking_csv, render, render_shor
 
 /// How every interval of the report is made, and what its coverage was measured to be.
 pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of freedom) of the mean per-round log-ratio \
-    of per-job statistics, \
-     the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, Bonferroni-Dunn), the campaign's K \
-         A/A controls one family at 95% \
-     (each at 1 - 0.05/K, or its phase's pair level when higher), the canary a single planned 95% interval; simulated \
-         coverage at 3, 5, 10 and 20 rounds under Gaussian, Student-t3, skewed and round-drift job noise \
-     was at least 94.9% in every cell (docs/CAMPAIGNS.md, \"Calibration\"; rerun with `cargo bench --bench \
-         calibration`); with 2 rounds only the Gaussian case is exact";
+    of per-job statistics, the pairs of a phase and metric simultaneous at 95% (each at 1 - 0.05/pairs, \
+    Bonferroni-Dunn), the campaign's K A/A controls one family at 95% (each at 1 - 0.05/K, or its phase's pair level \
+    when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under \
+    Gaussian, Student-t3, skewed and round-drift job noise was at least 94.9% in every cell (docs/CAMPAIGNS.md, \
+    \"Calibration\"; rerun with `cargo bench --bench calibration`); with 2 rounds only the Gaussian case is exact";
 
 /// `f` over `items` on up to `std::thread::available_parallelism` threads
 /// (`core::par`), the results in `items`' order: the same values as a plain
@@ -113,8 +111,7 @@ fn trace_canary_report(input: &AnalysisInput, tc: &TraceCanaryInput, evidence: &
         source_ranking,
         variants,
         scope: "the ranking only; coverage, latency quantiles per kind, hidden communication, tail recall, structure, \
-            decision cost \
-                and the assurance state are canary verify's (canary-verify.json beside the campaign)"
+            decision cost and the assurance state are canary verify's (canary-verify.json beside the campaign)"
             .into(),
     })
 }
@@ -125,8 +122,8 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     let policy = &input.policy;
     if policy.tie_policy != TiePolicy::Interval {
         bail!(
-            "tie_policy {:?}: a campaign's relations come from their printed intervals since report format 2; \
-             plan the campaign with tie_policy = \"interval\" (strict and iqr remain for `compare` on summary tables)",
+            "tie_policy {:?}: a campaign's relations come from their printed intervals since report format 2; plan the \
+                campaign with tie_policy = \"interval\" (strict and iqr remain for `compare` on summary tables)",
             policy.tie_policy
         );
     }
@@ -196,12 +193,10 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             level,
             method: format!(
                 "the {aa_count} A/A controls (declared A/A pairs x phases) are one family: each is judged on its own \
-                    Student-t interval at {:.3}% \
-                 (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level when that is higher, so that an \
-                     instrument that cannot tell \
-                 a configuration from itself shows a misbehaved A/A control in at most {:.0}% of campaigns; simulated \
-                     per-control and per-campaign \
-                 rates are in docs/CAMPAIGNS.md (rerun with `cargo bench --bench calibration`)",
+                    Student-t interval at {:.3}% (1 - 0.05/{aa_count}, Bonferroni-Dunn), or at its phase's pair level \
+                    when that is higher, so that an instrument that cannot tell a configuration from itself shows a \
+                    misbehaved A/A control in at most {:.0}% of campaigns; simulated per-control and per-campaign \
+                    rates are in docs/CAMPAIGNS.md (rerun with `cargo bench --bench calibration`)",
                 level * 100.0,
                 (1.0 - COVERAGE) * 100.0
             ),
@@ -254,8 +249,7 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
                 .to_string(),
             Some(true) => format!("the {} declared control results behaved as predicted", controls.len()),
             Some(false) if !bad.is_empty() => format!(
-                "{} control result(s) MISBEHAVED ({}); treat the verdict as \
-                unsupported",
+                "{} control result(s) MISBEHAVED ({}); treat the verdict as unsupported",
                 bad.len(),
                 bad.join("; ")
             ),
@@ -267,10 +261,9 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             ),
         };
         let resolve = match (r.verdict, r.rounds_to_resolve) {
-            (Verdict::InsufficientEvidence, Some(n)) => format!(
-                " About {n} rounds would resolve it at this noise (80% \
-                power)."
-            ),
+            (Verdict::InsufficientEvidence, Some(n)) => {
+                format!(" About {n} rounds would resolve it at this noise (80% power).")
+            }
             (Verdict::InsufficientEvidence, None) => format!(
                 " More than {} rounds would be needed at this noise (or no number of rounds, for a difference within \
                     the minimum effect).",
@@ -280,10 +273,10 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         };
         let statement = format!(
             "Under manifest {} (campaign {}), on {}, with workload {} and replay semantics \"{}\", candidate {cand} vs \
-                baseline {base} in phase {phase} differs by {} \
-             (per-round log-ratio of per-job median {}, {} rounds, {:.0}% Student-t interval, the one planned \
-                 comparison); P(candidate faster) {:.3}, P(slowdown > {}%) {:.3}; \
-             verdict {} under the frozen minimum effect {}%.{resolve} Controls: {}. Dimensions not represented: {}.",
+                baseline {base} in phase {phase} differs by {} (per-round log-ratio of per-job median {}, {} rounds, \
+                {:.0}% Student-t interval, the one planned comparison); P(candidate faster) {:.3}, P(slowdown > {}%) \
+                {:.3}; verdict {} under the frozen minimum effect {}%.{resolve} Controls: {}. Dimensions not \
+                represented: {}.",
             &ctx.manifest_sha256[..12.min(ctx.manifest_sha256.len())],
             ctx.campaign_id,
             ctx.hardware,
@@ -313,10 +306,7 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     for kb in &input.controls.known_bad {
         known(&kb.label)?;
     }
-    let trace = match &input.trace_canary {
-        Some(tc) => Some(trace_canary_report(input, tc, evidence)?),
-        None => None,
-    };
+    let trace = input.trace_canary.as_ref().map(|tc| trace_canary_report(input, tc, evidence)).transpose()?;
     let canary = (canary.is_some() || trace.is_some()).then_some(CanarySection { verdict: canary, trace });
     // the real job judges every proxy phase whose configurations it ran
     let truth = match &input.truth {
@@ -332,20 +322,14 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
     if families > 1 {
         warnings.push(format!(
             "multiple comparisons: the pair intervals of each phase and metric hold together at {:.0}% (each at {}), \
-                so a family shows a false \
-             decided pair with probability at most {:.0}%; this report has {families} such families (median and p99 \
-                 per phase), so across all of them \
-             the bound is {:.0}%. The canary's interval is a single planned comparison at {:.0}%",
+                so a family shows a false decided pair with probability at most {:.0}%; this report has {families} \
+                such families (median and p99 per phase), so across all of them the bound is {:.0}%. The canary's \
+                interval is a single planned comparison at {:.0}%",
             COVERAGE * 100.0,
             phases
                 .iter()
                 .filter(|p| p.family_pairs > 1)
-                .map(|p| format!(
-                    "{:.3}% in \
-                {}",
-                    p.pair_coverage * 100.0,
-                    p.phase
-                ))
+                .map(|p| format!("{:.3}% in {}", p.pair_coverage * 100.0, p.phase))
                 .collect::<Vec<_>>()
                 .join(", "),
             (1.0 - COVERAGE) * 100.0,
@@ -357,9 +341,8 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         let t = inference::t_quantile(1.0 - (1.0 - COVERAGE) / 2.0, (n - 1) as f64);
         warnings.push(format!(
             "{n} rounds: each interval is ±{t:.2} standard errors of the per-round log-ratio ({} degree(s) of \
-                freedom), so only large differences are decided; \
-             P(best) stays close to 1/k unless a configuration stands apart in every round. Inconclusive controls say \
-                 how many rounds would resolve them",
+                freedom), so only large differences are decided; P(best) stays close to 1/k unless a configuration \
+                stands apart in every round. Inconclusive controls say how many rounds would resolve them",
             n - 1
         ));
     }

@@ -100,12 +100,9 @@ fn pct(v: &mut [f64]) -> Percentiles {
     Percentiles { p50: q(50.0), p95: q(95.0), p99: q(99.0) }
 }
 
-/// Response percentiles with HdrHistogram's expected-interval correction
-/// (`Histogram::record_correct`, Tene's coordinated-omission correction): each
-/// response `r` also records `r - e`, `r - 2e`, … down to `e`, the requests a
-/// stalled closed-loop client did not send. The histogram keeps memory bounded
-/// however many records the correction adds; values are kept in ns to 3
-/// significant digits (0.1%), and its quantiles are HdrHistogram's.
+/// Response percentiles with HdrHistogram's expected-interval correction (`Histogram::record_correct`,
+/// docs/METHODS.md, "Request queueing"), in ns to 3 significant digits, memory bounded however many
+/// records the correction adds.
 fn co_corrected(resp_ms: &[f64], expected_ms: f64) -> Result<Percentiles> {
     let ns = |ms: f64| (ms * 1e6).round().max(1.0) as u64;
     let high = resp_ms.iter().copied().fold(expected_ms, f64::max);
@@ -239,10 +236,9 @@ pub(crate) fn simulate(
         warnings.push(format!(
             "closed loop ({clients} client(s), {think_ms} ms think): a client waits for each response before it sends \
                 again, so a slow server slows its own load (coordinated omission); these percentiles understate what \
-                    an open stream at the same rate sees{}",
+                an open stream at the same rate sees{}",
             if co_correct_ms.is_none() {
-                "; --co-correct-ms E adds HdrHistogram's expected-interval \
-                correction"
+                "; --co-correct-ms E adds HdrHistogram's expected-interval correction"
             } else {
                 ""
             }

@@ -240,12 +240,8 @@ pub(crate) fn relation_from_interval(lo_pct: f64, hi_pct: f64, min_effect_pct: f
 pub fn tau_b(x: &[Relation], y: &[Relation]) -> Option<f64> {
     let (mut c, mut d, mut n1, mut n2) = (0i64, 0i64, 0i64, 0i64);
     for (&p, &q) in x.iter().zip(y) {
-        if p == Relation::NotDistinguished {
-            n1 += 1;
-        }
-        if q == Relation::NotDistinguished {
-            n2 += 1;
-        }
+        n1 += i64::from(p == Relation::NotDistinguished);
+        n2 += i64::from(q == Relation::NotDistinguished);
         if p != Relation::NotDistinguished && q != Relation::NotDistinguished {
             if p == q {
                 c += 1;
@@ -264,12 +260,10 @@ pub fn strict_relations(v: &[f64]) -> Vec<Relation> {
     let mut out = Vec::with_capacity(v.len() * v.len().saturating_sub(1) / 2);
     for i in 0..v.len() {
         for j in i + 1..v.len() {
-            out.push(if v[i] < v[j] {
-                Relation::AFaster
-            } else if v[i] > v[j] {
-                Relation::BFaster
-            } else {
-                Relation::NotDistinguished
+            out.push(match v[i].partial_cmp(&v[j]) {
+                Some(std::cmp::Ordering::Less) => Relation::AFaster,
+                Some(std::cmp::Ordering::Greater) => Relation::BFaster,
+                _ => Relation::NotDistinguished,
             });
         }
     }

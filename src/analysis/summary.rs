@@ -145,8 +145,9 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
         rows.extend(group);
     }
     Ok(Summary {
-        evidence: "descriptive: median over jobs of per-job medians; ranks are by point estimate with no tie \
-        policy or interval",
+        evidence:
+            "descriptive: median over jobs of per-job medians; ranks are by point estimate with no tie policy or \
+                interval",
         rows,
     })
 }

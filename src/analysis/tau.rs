@@ -27,16 +27,8 @@ fn relations_over(logt: &[Vec<f64>], idx: &[usize], tq: f64, min_effect_pct: f64
     out
 }
 
-/// [`ranking::relation_from_interval`] of an interval given by its ends on
-/// the log scale, `(lo.exp_m1() * 100, hi.exp_m1() * 100)`, with the same
-/// result bit for bit and, away from the thresholds, without the two
-/// `exp_m1` (the τ-b resampling reads thousands of intervals): an end
-/// farther than `SLACK` from the log of a threshold is on the same side of
-/// it as its percentage is of the threshold (`exp_m1` is increasing and off
-/// by a few units in the last place at most); an end closer, any value that
-/// is not finite, and a minimum effect above 50% (where `exp_m1`'s slope at
-/// the lower threshold, 1 − m/100, shrinks the margin toward the rounding)
-/// are decided exactly as before.
+/// [`ranking::relation_from_interval`] of an interval given by its ends on the log scale, bit for
+/// bit, skipping the two `exp_m1` away from the thresholds (docs/METHODS.md, "Relations on the log scale").
 struct LogRelation {
     min_effect_pct: f64,
     /// Whether the thresholds on the log scale are used (0 ≤ m ≤ 50).

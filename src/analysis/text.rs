@@ -14,8 +14,8 @@ pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); \
-            P(best) from {} posterior draws, seed {}",
+        "campaign {} (manifest {}), complete: {} cells; {}; decided only beyond ±{}% (minimum effect); P(best) from \
+            {} posterior draws, seed {}",
         r.context.campaign_id,
         &r.context.manifest_sha256[..12.min(r.context.manifest_sha256.len())],
         r.completeness.cells_ok,
@@ -85,10 +85,8 @@ pub fn render(r: &Report) -> String {
         let mut sep = Vec::new();
         for x in &r.proxy_vs_blocking {
             for y in &r.proxy_vs_blocking {
-                if let (Some((_, xhi)), Some((ylo, _))) = (x.tau_plain.interval, y.tau_plain.interval) {
-                    if ylo > xhi {
-                        sep.push(format!("{} tracks blocking better than {}", y.proxy.name(), x.proxy.name()));
-                    }
+                if x.tau_plain.interval.zip(y.tau_plain.interval).is_some_and(|((_, xhi), (ylo, _))| ylo > xhi) {
+                    sep.push(format!("{} tracks blocking better than {}", y.proxy.name(), x.proxy.name()));
                 }
             }
         }
@@ -270,13 +268,10 @@ fn render_truth(t: &TruthReport, tau: &dyn Fn(&TauEstimate) -> String) -> String
 pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOutcome)>) -> String {
     let mut kinds: Vec<(&str, [usize; 3])> = Vec::new();
     for (kind, o) in outcomes {
-        let i = match kinds.iter().position(|(k, _)| *k == kind) {
-            Some(i) => i,
-            None => {
-                kinds.push((kind, [0; 3]));
-                kinds.len() - 1
-            }
-        };
+        let i = kinds.iter().position(|(k, _)| *k == kind).unwrap_or_else(|| {
+            kinds.push((kind, [0; 3]));
+            kinds.len() - 1
+        });
         let slot = match o {
             ControlOutcome::Behaved => 0,
             ControlOutcome::Misbehaved => 1,

@@ -233,7 +233,7 @@ pub(super) fn truth_report(
         notes.push(format!(
             "the truth decides no pair of configurations in {} rounds (every pair interval reaches within ±{m}% or \
                 across 0): there is no decision to preserve, so no decision cost; the regret intervals say how close \
-                    the picks are",
+                the picks are",
             rep.rounds
         ));
     }
@@ -244,8 +244,8 @@ pub(super) fn truth_report(
         .count();
     if decided > 0 && benign_decided == 0 && !all_bad.is_empty() {
         notes.push(
-            "the truth decides only pairs with a known-bad control: no two benign configurations are told apart \
-            on this machine"
+            "the truth decides only pairs with a known-bad control: no two benign configurations are told apart on \
+                this machine"
                 .into(),
         );
     }

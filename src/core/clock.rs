@@ -163,8 +163,8 @@ pub enum ClockError {
     },
     /// Stamped kernels whose timer readings admit no common offset.
     #[error(
-        "the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest \
-        upper bound {hi_ns} ns): not one timer shifted by a constant"
+        "the kernel timer and the stamps admit no common offset (latest lower bound {lo_ns} ns above earliest upper \
+            bound {hi_ns} ns): not one timer shifted by a constant"
     )]
     NoCommonOffset {
         /// greatest lower bound
@@ -205,13 +205,9 @@ pub struct RankClockFit {
     pub refused: Option<String>,
 }
 
-/// A non-reference rank's model from its two windows. `not_same_kernel` is
-/// why this rank cannot read rank 0's clock (another boot id or time
-/// namespace, a synthetic injection, `--clock pingpong-only`), or `None`
-/// when it runs under rank 0's kernel in rank 0's time namespace. Then the
-/// model is that shared clock (offset, drift and bound exactly 0) provided
-/// every sample of both windows agrees with one clock; otherwise the
-/// ping-pong fit, with why the shared clock was not used.
+/// A non-reference rank's model from its two windows: rank 0's kernel clock where `not_same_kernel`
+/// (why this rank cannot read it) is `None` and every sample agrees with one clock, else the ping-pong
+/// fit and why (docs/METHODS.md, "Clock models in code").
 pub fn fit_rank_model(
     start: &[PingSample],
     end: &[PingSample],
@@ -284,15 +280,9 @@ pub(crate) fn node_leaders<S: AsRef<str>>(hosts: &[S]) -> Vec<u32> {
     hosts.iter().enumerate().map(|(r, h)| *first.entry(h.as_ref()).or_insert(r as u32)).collect()
 }
 
-/// Compose a rank's model against its node leader (`local`, on the
-/// leader's clock) with the leader's model against rank 0 (`leader`): the
-/// rank's model against rank 0 (the composition and its bound in the module
-/// documentation). The result's windows lie where both models hold: the
-/// later of the two start windows and the earlier of the two end windows,
-/// in rank 0's time; their round trips and sample counts are the two legs'
-/// sums. Where either model has one window, the composition has one (at the
-/// later start window) and no drift. Shared kernel clock only where both
-/// legs are.
+/// Compose a rank's model against its node leader (`local`, on the leader's clock) with the
+/// leader's against rank 0 (`leader`): the rank's model against rank 0, on the windows where both
+/// hold (docs/METHODS.md, "Clock calibration" and "Clock models in code").
 pub fn compose(local: &ClockModel, leader: &ClockModel) -> Result<ClockModel, ClockError> {
     // a time on the leader's clock, on rank 0's
     let leader_to_ref = |u: u64| leader.to_reference(u);
@@ -365,17 +355,15 @@ pub struct ClockModel {
 }
 
 impl ClockModel {
+    /// Offset, drift and bound exactly 0 over the windows `start` and `end`.
+    fn exact(start: WindowEstimate, end: Option<WindowEstimate>, shared_kernel_clock: bool) -> Self {
+        Self { start, end, drift_ppm: Some(0.0), drift_bound_ppm: Some(0.0), bound_ns: 0.0, shared_kernel_clock }
+    }
+
     /// Identity model for the reference rank itself.
     pub fn reference() -> Self {
         let w = WindowEstimate { ref_ns: 0, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Self {
-            start: w,
-            end: Some(w),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: false,
-        }
+        Self::exact(w, Some(w), false)
     }
 
     /// Rank 0's own kernel clock, read by another rank: offset, drift and
@@ -383,34 +371,17 @@ impl ClockModel {
     /// trips and sample counts.
     pub fn shared_kernel_clock(measured: &ClockModel) -> Self {
         let zero = |w: WindowEstimate| WindowEstimate { offset_ns: 0.0, bound_ns: 0.0, ..w };
-        Self {
-            start: zero(measured.start),
-            end: measured.end.map(zero),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: true,
-        }
+        Self::exact(zero(measured.start), measured.end.map(zero), true)
     }
 
-    /// A kernel clock this rank shares with its peer, taken without a
-    /// ping-pong (a rank on its leader's node under hierarchical
-    /// calibration): offset, drift and bound exactly 0, windows at this
-    /// rank's (= the peer's) clock times `start_ns` and `end_ns`, no round
-    /// trip and no samples (`samples` 0 says the `min_rtt_ns` of 0 is unmeasured).
+    /// A kernel clock shared with its peer, taken without a ping-pong: exactly 0, windows at
+    /// `start_ns` and `end_ns`, no samples (so `min_rtt_ns` 0 is unmeasured).
     pub fn shared_kernel_clock_unmeasured(start_ns: u64, end_ns: u64) -> Result<Self, ClockError> {
         if end_ns <= start_ns {
             return Err(ClockError::Unordered { start_ns, end_ns });
         }
         let w = |ref_ns| WindowEstimate { ref_ns, offset_ns: 0.0, bound_ns: 0.0, min_rtt_ns: 0, samples: 0 };
-        Ok(Self {
-            start: w(start_ns),
-            end: Some(w(end_ns)),
-            drift_ppm: Some(0.0),
-            drift_bound_ppm: Some(0.0),
-            bound_ns: 0.0,
-            shared_kernel_clock: true,
-        })
+        Ok(Self::exact(w(start_ns), Some(w(end_ns)), true))
     }
 
     /// Fit from a start window and, optionally, an end window.
@@ -488,16 +459,8 @@ pub struct DeviceAnchorEstimate {
     pub samples: u32,
 }
 
-/// Intersect the feasible intervals of a window's round trips.
-///
-/// Round trip i says the first event happened at host time within
-/// `[before_i - d_i, after_i - d_i]`; every such interval holds the truth, so
-/// their intersection does too and is never wider than the narrowest one
-/// (the interval-intersection argument of Marzullo's clock-agreement
-/// algorithm, K. Marzullo, "Maintaining the time in a distributed system",
-/// PhD thesis, Stanford, 1984; the same bound as SKaMPI's best round trip
-/// when only one sample is kept). An empty intersection can only come from
-/// the device timer's own resolution; its size is then reported as the bound.
+/// Intersect the feasible intervals of a window's round trips: never wider than the narrowest
+/// (docs/METHODS.md, "Clock models in code").
 pub fn estimate_device_anchor(trips: &[DeviceRoundTrip]) -> Result<DeviceAnchorEstimate, ClockError> {
     if trips.is_empty() {
         return Err(ClockError::EmptyWindow);
@@ -539,13 +502,8 @@ pub struct TimerOffset {
     pub samples: u32,
 }
 
-/// Bracket a kernel timer's offset from the device timer. A kernel's reported
-/// start precedes its first instruction and its reported end follows its
-/// last, so with `timer = device + c` each stamped kernel gives
-/// `c in [start - entry, end - exit]`; every interval holds `c` and their
-/// intersection is the bound (the interval argument of
-/// [`estimate_device_anchor`]). An empty intersection means the timer is not
-/// the device timer shifted by a constant over the window: refused.
+/// Bracket a kernel timer's offset `c` from the device timer (`timer = device + c`) by intersecting
+/// its stamped kernels' intervals; refuses an empty intersection (docs/METHODS.md, "Clock models in code").
 pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, ClockError> {
     if kernels.is_empty() {
         return Err(ClockError::EmptyWindow);
@@ -562,12 +520,8 @@ pub fn bracket_timer_offset(kernels: &[StampedKernel]) -> Result<TimerOffset, Cl
     })
 }
 
-/// Affine map from device time (ns since the start window's first event) to
-/// the host clock, fitted from a window at the start and one at the end of a
-/// pass: the device timer and the host clock run at slightly different rates,
-/// so one anchor would let the error grow with the pass's length. Between the
-/// windows the error is at most the larger window bound (a convex combination
-/// of two intervals), as for the ping-pong model above.
+/// Affine map from device time (ns since the start window's first event) to the host clock,
+/// fitted from a window at each end of a pass (docs/METHODS.md, "Clock models in code").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DeviceTimeMap {
     /// Host time of device time 0.
@@ -598,11 +552,8 @@ impl DeviceTimeMap {
     }
 }
 
-/// Map from a kernel timer (CUPTI's activity timestamps) to the host clock
-/// through the device timer: `timer = device + offset` bracketed per window
-/// by stamping kernels ([`bracket_timer_offset`]), and device timer to host
-/// by the windows' round trips ([`DeviceTimeMap`]). Between the windows the
-/// offset is interpolated linearly in timer time, as the host map is.
+/// Map from a kernel timer (CUPTI's activity timestamps) to the host clock through the device
+/// timer: [`bracket_timer_offset`] per window, then [`DeviceTimeMap`], the offset interpolated between.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelTimerMap {
     device: DeviceTimeMap,
@@ -714,22 +665,9 @@ mod tests {
         assert!((m1.to_host_ns(50_000_000 - 205_000) as f64 - host_of_dev(50e6)).abs() <= m1.bound_ns);
     }
 
-    /// Simulate exchanges between a reference clock and a local clock with
-    /// `local = true + offset + drift (true - anchor)` and asymmetric jitter.
+    /// Exchanges against a reference clock with `local = true + offset + drift (true - anchor)`.
     fn simulate(start_true: u64, n: usize, offset_ns: f64, drift_ppm: f64, jitter: &[u64]) -> Vec<PingSample> {
-        let loc = |t: f64| t + offset_ns + drift_ppm * 1e-6 * t;
-        (0..n)
-            .map(|i| {
-                let t0 = start_true as f64 + i as f64 * 10_000.0;
-                let fwd = 500.0 + jitter[i % jitter.len()] as f64;
-                let back = 500.0 + jitter[(i * 7 + 3) % jitter.len()] as f64;
-                PingSample {
-                    t_send_local_ns: loc(t0) as u64,
-                    t_ref_ns: (t0 + fwd) as u64,
-                    t_recv_local_ns: loc(t0 + fwd + back) as u64,
-                }
-            })
-            .collect()
+        exchange(start_true as f64, n, |t| t + offset_ns + drift_ppm * 1e-6 * t, |t| t, jitter)
     }
 
     #[test]
@@ -746,21 +684,13 @@ mod tests {
     #[test]
     fn a_shared_kernel_clock_is_exact_only_when_every_sample_agrees() {
         // one clock: rank 0 answers between our two reads
-        let one: Vec<PingSample> = (0..8)
-            .map(|i| PingSample {
-                t_send_local_ns: 1_000 + i * 100,
-                t_ref_ns: 1_030 + i * 100,
-                t_recv_local_ns: 1_070 + i * 100,
-            })
-            .collect();
-        let later: Vec<PingSample> = one
-            .iter()
-            .map(|s| PingSample {
-                t_send_local_ns: s.t_send_local_ns + 1_000_000,
-                t_ref_ns: s.t_ref_ns + 1_000_000,
-                t_recv_local_ns: s.t_recv_local_ns + 1_000_000,
-            })
-            .collect();
+        let window = |t0: u64| -> Vec<PingSample> {
+            let at = |i: u64, d: u64| t0 + d + i * 100;
+            (0..8)
+                .map(|i| PingSample { t_send_local_ns: at(i, 0), t_ref_ns: at(i, 30), t_recv_local_ns: at(i, 70) })
+                .collect()
+        };
+        let (one, later) = (window(1_000), window(1_001_000));
         let fit = fit_rank_model(&one, &later, None).unwrap();
         assert_eq!(fit.refused, None);
         let m = fit.model;
@@ -917,9 +847,10 @@ mod tests {
             jitter in proptest::collection::vec(0u64..20_000, 1..16),
         ) {
             let offset_ns = offset_us * 1e3;
-            let a = simulate(1_000_000_000, 50, offset_ns, drift_ppm, &jitter);
-            let b = simulate(3_000_000_000, 50, offset_ns, drift_ppm, &jitter);
-            let m = ClockModel::fit(estimate_window(&a).unwrap(), Some(estimate_window(&b).unwrap())).unwrap();
+            let m = fit2(
+                &simulate(1_000_000_000, 50, offset_ns, drift_ppm, &jitter),
+                &simulate(3_000_000_000, 50, offset_ns, drift_ppm, &jitter),
+            );
             // truth at the start window's reference time
             let r0 = m.start.ref_ns as f64;
             let truth0 = offset_ns + drift_ppm * 1e-6 * r0;

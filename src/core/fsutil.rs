@@ -46,19 +46,18 @@ pub fn replace_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The refusal of a record whose destination exists.
+fn record_exists(dest: &Path) -> anyhow::Error {
+    refusal::refuse(
+        Code::AlreadyExists,
+        format!("{} already exists; CommCanary never overwrites a record", dest.display()),
+    )
+}
+
 /// Write `bytes` to `dest` atomically; fails if `dest` already exists.
 pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
-    let exists = || {
-        refusal::refuse(
-            Code::AlreadyExists,
-            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
-        )
-    };
     if dest.symlink_metadata().is_ok() {
-        return Err(exists());
-    }
-    if dest.file_name().is_none() {
-        anyhow::bail!("{} has no file name", dest.display());
+        return Err(record_exists(dest));
     }
     write_new_atomic_with(dest, &mut |w| {
         w.write_all(bytes).with_context(|| format!("writing a temporary file for {}", dest.display()))
@@ -70,12 +69,6 @@ pub fn write_new_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
 /// published, so a refusal of `fill` comes first; fails if `dest` exists then.
 pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
-    let exists = || {
-        refusal::refuse(
-            Code::AlreadyExists,
-            format!("{} already exists; CommCanary never overwrites a record", dest.display()),
-        )
-    };
     if dest.file_name().is_none() {
         anyhow::bail!("{} has no file name", dest.display());
     }
@@ -97,7 +90,7 @@ pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn W
     tmp.as_file().sync_all().with_context(|| format!("fsync {}", tmp.path().display()))?;
     tmp.persist_noclobber(dest).map_err(|e| {
         if e.error.kind() == std::io::ErrorKind::AlreadyExists {
-            exists()
+            record_exists(dest)
         } else {
             anyhow::Error::new(e.error).context(format!("publishing {} (nothing was replaced)", dest.display()))
         }
@@ -108,14 +101,10 @@ pub(crate) fn write_new_atomic_with(dest: &Path, fill: &mut dyn FnMut(&mut dyn W
     Ok(())
 }
 
-/// Build the new directory `dest` whole or not at all: `build` fills a
-/// temporary sibling (`.NAME.partial-XXXX`, in `dest`'s parent, created if
-/// missing), which is renamed to `dest` only when `build` succeeded. A
-/// refusal or a full disk half-way leaves nothing behind (the temporary is
-/// removed), so a rerun is not blocked by a half-written output. Refuses an
-/// existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
-/// (`renameat2(RENAME_NOREPLACE)`, rename(2); where the file system lacks it,
-/// the check just before a plain rename).
+/// Build the new directory `dest` whole or not at all: `build` fills a temporary sibling
+/// (`.NAME.partial-XXXX`), renamed to `dest` only when `build` succeeded, and removed otherwise.
+/// Refuses an existing `dest` (`refused[ALREADY_EXISTS]`) before and at the rename
+/// (docs/METHODS.md, "Regular files and whole directories").
 pub(crate) fn build_dir_new(dest: &Path, build: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let exists = || {
         refusal::refuse(

@@ -88,10 +88,7 @@ impl EnvIdentity {
 
 /// Host name of this machine.
 pub fn hostname() -> String {
-    match hostname::get() {
-        Ok(h) => h.to_string_lossy().into_owned(),
-        Err(_) => "unknown-host".into(),
-    }
+    hostname::get().map_or_else(|_| "unknown-host".into(), |h| h.to_string_lossy().into_owned())
 }
 
 /// Which `CLOCK_MONOTONIC` this process reads: the kernel's boot id
@@ -126,12 +123,8 @@ pub const FACT_HOOKS: [&str; 2] = ["COMMCANARY_TEST_HOST", "COMMCANARY_TEST_CPU_
 /// `campaign verify` refuses a record that used a hook ([`hook_used`]).
 pub const FACT_HOOKS_HONOURED: bool = cfg!(debug_assertions);
 
-/// Test hook (harmless unless its variable is set, and ignored by release
-/// builds): the value of a `COMMCANARY_TEST_*` variable that stands in for a
-/// recorded fact, so the tests can make one job record another host or CPU
-/// and check that `campaign verify` refuses it. The variable is itself
-/// recorded with the rest of the identity (prefix `COMMCANARY_`), so such a
-/// shard says so.
+/// Test hook, ignored by release builds: the value of a `COMMCANARY_TEST_*` variable that stands in
+/// for a recorded fact (docs/ARCHITECTURE.md §8; the variable is recorded too).
 fn test_override(var: &str) -> Option<String> {
     if !FACT_HOOKS_HONOURED {
         return None;

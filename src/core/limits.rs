@@ -3,14 +3,8 @@
 //! Consumes a path (or bytes) and a limit; produces the bytes, or a
 //! `refused[OVER_LIMIT]` error naming the file, its size and the limit, before
 //! anything is allocated for the content, or `refused[NOT_REGULAR_FILE]` for a
-//! FIFO, device, socket or directory (the one opener every reader of a
-//! user-named file goes through, [`open_regular`]; the read itself is bounded
-//! whatever the file's size said). Each limit is far above what a
-//! real run writes (a 4096-rank, million-token run stays below them) and far
-//! below what would exhaust a node's memory. bincode's own limit
-//! (`config::standard().with_limit::<N>()`, bincode 2 docs, "Configuration")
-//! bounds every length prefix inside a shard body, so a crafted string or
-//! vector length is refused instead of allocated.
+//! FIFO, device, socket or directory ([`open_regular`], the one opener of a
+//! user-named file). How the limits were chosen: docs/REFERENCE.md, "Limits of decoders".
 use crate::core::refusal::{refuse, Code};
 use anyhow::{Context, Result};
 use std::io::Read;
@@ -48,15 +42,9 @@ pub(crate) const MAX_ARCHIVE_MEMBERS: usize = 10_000_000;
 /// Ranks in one run.
 pub const MAX_WORLD_SIZE: u32 = 1 << 20;
 
-/// Open `path` for reading only if it names a regular file (after following
-/// symbolic links), and return it with its size. A FIFO, socket, character or
-/// block device or directory is refused with `refused[NOT_REGULAR_FILE]`
-/// naming the file, before anything is read from it: a FIFO would block the
-/// reader for ever and a device such as `/dev/zero` never ends, while
-/// `metadata().len()` is 0 for both. The file is opened with `O_NONBLOCK`
-/// (which does not change how a regular file reads, open(2)) and checked
-/// again through the opened descriptor, so a path swapped for a FIFO between
-/// the check and the open cannot block the open either.
+/// Open `path` for reading only if it names a regular file (after following symbolic links), and
+/// return it with its size; anything else is refused with `refused[NOT_REGULAR_FILE]` naming the
+/// file, before and after the open (docs/METHODS.md, "Regular files and whole directories").
 pub fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
@@ -129,11 +117,9 @@ fn read_opened(path: &Path, f: &mut std::fs::File, len: u64, max_bytes: u64) -> 
     Ok(out)
 }
 
-/// What says a file is the one that was read: device, inode, size, and the
-/// modification and status-change times (ns), from `fstat` of the open file.
-/// Any write changes the status-change time, which no call can set back
-/// (stat(2), inode(7)): the same stamp later means the same bytes, but for a
-/// write within one tick of the file system's clock, which [`FileStamp::racy`] covers.
+/// What says a file is the one that was read: device, inode, size, and the modification and
+/// status-change times (ns), from `fstat` of the open file ([`FileStamp::racy`]: docs/METHODS.md,
+/// "Regular files and whole directories").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
     dev: u64,
@@ -219,11 +205,9 @@ pub fn read_text_bounded(path: &Path, max_bytes: u64) -> Result<String> {
 /// Longest gap a trace file may ask to replay: 60 s.
 pub const MAX_REPLAY_GAP_NS: u64 = 60_000_000_000;
 
-/// The one gap bound of every replay (`rank --trace`, `replay-trace`): the
-/// first gap over [`MAX_REPLAY_GAP_NS`] is refused with
-/// `refused[OUT_OF_RANGE]`, `what(i)` naming the collective before which it
-/// lies, before anything is replayed (a replayed gap is slept, spun or filled:
-/// no workload waits for minutes between two collectives).
+/// The one gap bound of every replay (`rank --trace`, `replay-trace`): the first gap over
+/// [`MAX_REPLAY_GAP_NS`] is refused with `refused[OUT_OF_RANGE]` before anything is replayed,
+/// `what(i)` naming the collective before which it lies.
 pub(crate) fn check_replay_gaps(gaps: impl IntoIterator<Item = u64>, what: &dyn Fn(usize) -> String) -> Result<()> {
     if let Some((i, g)) = gaps.into_iter().enumerate().find(|(_, g)| *g > MAX_REPLAY_GAP_NS) {
         crate::refuse!(

@@ -33,15 +33,14 @@ pub const RANGES: &[Range] = &[
     r(
         "rank",
         "--layers",
-        "1 to 10 000; (--tokens + --warmup-tokens) x layers at most 10 000 000 collectives per \
-        phase",
+        "1 to 10 000; (--tokens + --warmup-tokens) x layers at most 10 000 000 collectives per phase",
     ),
     r("rank", "--model-dims", "H 1 to 65 536, F 1 to 262 144, LAYERS 1 to 10 000, KV_DIM 1 to H"),
     r(
         "rank",
         "--batch",
-        "1 to 65 536; with --prefill-tokens at most 1 048 576 tokens in flight; the all-reduce \
-        (tokens x H elements) at most 1 GiB; each per-rank GEMM matrix at most 2^28 elements",
+        "1 to 65 536; with --prefill-tokens at most 1 048 576 tokens in flight; the all-reduce (tokens x H elements) \
+            at most 1 GiB; each per-rank GEMM matrix at most 2^28 elements",
     ),
     r("rank", "--prefill-tokens", "1 to 1 048 576 (and the limits of --batch)"),
     r("rank", "--sizes", "1 to 64 sizes, each a whole number of f32 from 4 B to 1 GiB"),
@@ -58,8 +57,8 @@ pub const RANGES: &[Range] = &[
     r(
         "rank",
         "--inject-clock",
-        "rank 0 to 1 048 575 (and below the world size), offset_us and drift_ppm finite, below \
-        1e9 and 1e5 in magnitude",
+        "rank 0 to 1 048 575 (and below the world size), offset_us and drift_ppm finite, below 1e9 and 1e5 in \
+            magnitude",
     ),
     r("rank", "--clock-samples", "1 to 100 000"),
     r("rank", "--collective-timeout-s", "finite, above 0, at most 86 400 (one day)"),
@@ -79,8 +78,7 @@ pub const RANGES: &[Range] = &[
     r(
         "validate",
         "--inject-delay",
-        "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 \
-        000",
+        "rank 0 to 1 048 575 (and below the world size), every at least 1, us 0 to 10 000 000",
     ),
     r("replay-trace", "--corrupt-rank", "test only: 0 to 1 048 575 (and below the world size)"),
     r("campaign run", "--retries", "0 to 100"),
@@ -101,8 +99,7 @@ pub const RANGES: &[Range] = &[
     r(
         "capacity",
         "--throughput-per-gpu",
-        "finite, above 0, at most 1e15 requests/s; once or twice; demand / \
-        throughput at most 1e12 GPUs",
+        "finite, above 0, at most 1e15 requests/s; once or twice; demand / throughput at most 1e12 GPUs",
     ),
     r("capacity", "--gpu-hour-cost", "finite, 0 or above, at most 1e9"),
     r("bench-overhead", "--size", "4 B to 1 GiB"),
@@ -129,8 +126,7 @@ pub const RANGES: &[Range] = &[
     r(
         "synth-shards",
         "--format-version",
-        "6 to 8 (6 or 7: for a reader that predates format 7 or 8; the mark is in \
-        the header either way)",
+        "6 to 8 (6 or 7: for a reader that predates format 7 or 8; the mark is in the header either way)",
     ),
     r("synth-shards", "--seed", "any 64-bit unsigned integer"),
     r("join", "--threads", "1 to 1 024"),

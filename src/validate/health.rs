@@ -29,10 +29,6 @@ pub struct Reading<T> {
 impl<T> Reading<T> {
     /// From an NVML result.
     pub fn from_result(r: Result<T, nvml_wrapper::error::NvmlError>) -> Self {
-        Self::from(r)
-    }
-
-    fn from(r: Result<T, nvml_wrapper::error::NvmlError>) -> Self {
         match r {
             Ok(v) => Reading { value: Some(v), unavailable: None },
             Err(e) => Reading { value: None, unavailable: Some(format!("{e}")) },
@@ -186,7 +182,7 @@ impl Watch {
 
     /// Driver version.
     pub fn driver_version(&self) -> Reading<String> {
-        Reading::from(self.nvml.sys_driver_version())
+        Reading::from_result(self.nvml.sys_driver_version())
     }
 
     /// Every GPU's snapshot now.
@@ -287,7 +283,7 @@ const NVLINK_MAX_LINKS: u32 = 18;
 fn gpu_health(nvml: &nvml_wrapper::Nvml, index: u32, d: &nvml_wrapper::Device<'_>) -> GpuHealth {
     use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-    let ecc = |t, c| Reading::from(d.total_ecc_errors(t, c));
+    let ecc = |t, c| Reading::from_result(d.total_ecc_errors(t, c));
     let mut nvlinks = Vec::new();
     for link in 0..NVLINK_MAX_LINKS {
         let l = d.link_wrapper_for(link);
@@ -296,49 +292,49 @@ fn gpu_health(nvml: &nvml_wrapper::Nvml, index: u32, d: &nvml_wrapper::Device<'_
         nvlinks.push(NvLinkState {
             link,
             active,
-            remote_pci_bus_id: Reading::from(l.remote_pci_info().map(|p| p.bus_id)),
-            replay_errors: Reading::from(l.error_counter(ErrorCounter::DlReplay)),
-            recovery_errors: Reading::from(l.error_counter(ErrorCounter::DlRecovery)),
-            crc_flit_errors: Reading::from(l.error_counter(ErrorCounter::DlCrcFlit)),
-            crc_data_errors: Reading::from(l.error_counter(ErrorCounter::DlCrcData)),
+            remote_pci_bus_id: Reading::from_result(l.remote_pci_info().map(|p| p.bus_id)),
+            replay_errors: Reading::from_result(l.error_counter(ErrorCounter::DlReplay)),
+            recovery_errors: Reading::from_result(l.error_counter(ErrorCounter::DlRecovery)),
+            crc_flit_errors: Reading::from_result(l.error_counter(ErrorCounter::DlCrcFlit)),
+            crc_data_errors: Reading::from_result(l.error_counter(ErrorCounter::DlCrcData)),
         });
     }
     GpuHealth {
         index,
-        uuid: Reading::from(d.uuid()),
-        name: Reading::from(d.name()),
-        pci_bus_id: Reading::from(d.pci_info().map(|p| p.bus_id)),
+        uuid: Reading::from_result(d.uuid()),
+        name: Reading::from_result(d.name()),
+        pci_bus_id: Reading::from_result(d.pci_info().map(|p| p.bus_id)),
         ecc_volatile_corrected: ecc(MemoryError::Corrected, EccCounter::Volatile),
         ecc_volatile_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
         ecc_aggregate_corrected: ecc(MemoryError::Corrected, EccCounter::Aggregate),
         ecc_aggregate_uncorrected: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
-        retired_pages_pending: Reading::from(d.are_pages_pending_retired()),
-        remapped_rows: Reading::from(remapped_rows(nvml, d)),
+        retired_pages_pending: Reading::from_result(d.are_pages_pending_retired()),
+        remapped_rows: Reading::from_result(remapped_rows(nvml, d)),
         throttle_reasons: throttle_reasons(d),
         power_w: power_w(d),
         temperature_c: temperature(d),
-        pcie_gen_current: Reading::from(d.current_pcie_link_gen()),
-        pcie_gen_max: Reading::from(d.max_pcie_link_gen()),
-        pcie_width_current: Reading::from(d.current_pcie_link_width()),
-        pcie_width_max: Reading::from(d.max_pcie_link_width()),
-        persistence_mode: Reading::from(d.is_in_persistent_mode()),
+        pcie_gen_current: Reading::from_result(d.current_pcie_link_gen()),
+        pcie_gen_max: Reading::from_result(d.max_pcie_link_gen()),
+        pcie_width_current: Reading::from_result(d.current_pcie_link_width()),
+        pcie_width_max: Reading::from_result(d.max_pcie_link_width()),
+        persistence_mode: Reading::from_result(d.is_in_persistent_mode()),
         nvlinks,
     }
 }
 
 /// Current clock-throttle reasons, by NVML's names.
 fn throttle_reasons(d: &nvml_wrapper::Device<'_>) -> Reading<Vec<String>> {
-    Reading::from(d.current_throttle_reasons().map(|r| r.iter_names().map(|(n, _)| n.to_string()).collect()))
+    Reading::from_result(d.current_throttle_reasons().map(|r| r.iter_names().map(|(n, _)| n.to_string()).collect()))
 }
 
 /// Power draw, W.
 fn power_w(d: &nvml_wrapper::Device<'_>) -> Reading<f64> {
-    Reading::from(d.power_usage().map(|mw| f64::from(mw) / 1000.0))
+    Reading::from_result(d.power_usage().map(|mw| f64::from(mw) / 1000.0))
 }
 
 /// GPU die temperature, °C.
 fn temperature(d: &nvml_wrapper::Device<'_>) -> Reading<u32> {
-    Reading::from(d.temperature(TemperatureSensor::Gpu))
+    Reading::from_result(d.temperature(TemperatureSensor::Gpu))
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper does not wrap: called through its raw library handle.
@@ -364,24 +360,8 @@ fn remapped_rows(
 pub(crate) const FAILING_THROTTLE_REASONS: [&str; 4] =
     ["HW_SLOWDOWN", "HW_THERMAL_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN", "SW_THERMAL_SLOWDOWN"];
 
-/// Findings and verdict of the health check. Fail: uncorrected volatile ECC
-/// errors, any ECC count that grew during the run, pages pending retirement,
-/// a pending or failed row remap, an XID during the run, a failing throttle
-/// reason at the end or in any sample during the run, a PCIe width below its maximum, an NVLink inactive at
-/// either snapshot or whose recovery counter grew, and, when the site sets
-/// `nvlink_crc_errors_max`, a link whose CRC (flit + data) errors grew by more
-/// than that during the run. Without that setting CRC growth is reported, not
-/// judged: NVLink detects CRC errors and replays the flit at the data-link
-/// layer, so their cost is bandwidth, which the busbw checks measure against
-/// the reference (DCGM likewise leaves its NVLink error thresholds to the site,
-/// in its error-threshold file). Inconclusive: no
-/// XID watching on some GPU, or an ECC reading unavailable while ECC is the
-/// point. Reported only: power, temperature, persistence mode, PCIe generation
-/// below maximum (links train down when idle, so an end-of-run reading can be low).
-///
-/// CPU load ([`super::load`]) is reported, not judged: when the job's CPUs
-/// were busy with something else the findings say so first among the notes,
-/// and the report names it as the likely cause of a failing ratio check.
+/// Findings and verdict of the health check; CPU load ([`super::load`]) is reported, not judged.
+/// What fails, what is inconclusive and what is only reported: docs/METHODS.md, "Health verdict rules".
 pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckVerdict, Vec<String>) {
     let load_notes: Vec<String> = match &h.load {
         Some(l) => super::load::busy_elsewhere(l).into_iter().chain([super::load::summary(l)]).collect(),
@@ -410,23 +390,19 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                 ("volatile corrected ECC", &s.ecc_volatile_corrected, &e.ecc_volatile_corrected),
                 ("aggregate uncorrected ECC", &s.ecc_aggregate_uncorrected, &e.ecc_aggregate_uncorrected),
             ] {
-                if let (Some(a), Some(b)) = (a.value, b.value) {
-                    if b > a {
-                        fail.push(format!("GPU {g}: {what} grew from {a} to {b} during the run"));
-                    }
+                if let Some((a, b)) = a.value.zip(b.value).filter(|(a, b)| b > a) {
+                    fail.push(format!("GPU {g}: {what} grew from {a} to {b} during the run"));
                 }
             }
         }
         if e.retired_pages_pending.value == Some(true) {
             fail.push(format!("GPU {g}: retired pages pending"));
         }
-        if let Some(r) = &e.remapped_rows.value {
-            if r.pending || r.failure {
-                fail.push(format!(
-                    "GPU {g}: row remapping {}",
-                    if r.failure { "failed" } else { "pending (reset needed)" }
-                ));
-            }
+        if let Some(r) = e.remapped_rows.value.as_ref().filter(|r| r.pending || r.failure) {
+            fail.push(format!(
+                "GPU {g}: row remapping {}",
+                if r.failure { "failed" } else { "pending (reset needed)" }
+            ));
         }
         if let Some(t) = &e.throttle_reasons.value {
             let bad: Vec<&String> = t.iter().filter(|r| FAILING_THROTTLE_REASONS.contains(&r.as_str())).collect();
@@ -437,17 +413,13 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                 ));
             }
         }
-        if let (Some(c), Some(m)) = (e.pcie_width_current.value, e.pcie_width_max.value) {
-            if c < m {
-                fail.push(format!("GPU {g}: PCIe link width x{c} below its maximum x{m}"));
-            }
+        if let Some((c, m)) = e.pcie_width_current.value.zip(e.pcie_width_max.value).filter(|(c, m)| c < m) {
+            fail.push(format!("GPU {g}: PCIe link width x{c} below its maximum x{m}"));
         }
-        if let (Some(c), Some(m)) = (e.pcie_gen_current.value, e.pcie_gen_max.value) {
-            if c < m {
-                notes.push(format!(
-                    "GPU {g}: PCIe gen {c} below max {m} at the end (links train down when idle; reported only)"
-                ));
-            }
+        if let Some((c, m)) = e.pcie_gen_current.value.zip(e.pcie_gen_max.value).filter(|(c, m)| c < m) {
+            notes.push(format!(
+                "GPU {g}: PCIe gen {c} below max {m} at the end (links train down when idle; reported only)"
+            ));
         }
         if e.persistence_mode.value == Some(false) {
             notes.push(format!("GPU {g}: persistence mode off"));
@@ -458,10 +430,8 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                 fail.push(format!("GPU {g}: NVLink {} inactive", l.link));
             }
             if let Some(w) = was {
-                if let (Some(a), Some(b)) = (w.recovery_errors.value, l.recovery_errors.value) {
-                    if b > a {
-                        fail.push(format!("GPU {g}: NVLink {} recovery errors grew from {a} to {b}", l.link));
-                    }
+                if let Some((a, b)) = w.recovery_errors.value.zip(l.recovery_errors.value).filter(|(a, b)| b > a) {
+                    fail.push(format!("GPU {g}: NVLink {} recovery errors grew from {a} to {b}", l.link));
                 }
                 let grew = |x: &Reading<u64>, y: &Reading<u64>| x.value.zip(y.value).map(|(a, b)| b.saturating_sub(a));
                 let crc = [grew(&w.crc_flit_errors, &l.crc_flit_errors), grew(&w.crc_data_errors, &l.crc_data_errors)];
@@ -474,10 +444,9 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
                         crc[1].map_or("unreadable".into(), |n| n.to_string())
                     );
                     match nvlink_crc_errors_max {
-                        Some(max) if total > max => fail.push(format!(
-                            "{what}, above the site's nvlink_crc_errors_max \
-                            {max}"
-                        )),
+                        Some(max) if total > max => {
+                            fail.push(format!("{what}, above the site's nvlink_crc_errors_max {max}"))
+                        }
                         Some(max) => notes.push(format!("{what}, within the site's nvlink_crc_errors_max {max}")),
                         None => notes.push(format!(
                             "{what}; reported, not judged (no nvlink_crc_errors_max in the site file; their cost is \

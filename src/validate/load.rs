@@ -217,8 +217,8 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
         end: end.loadavg.clone(),
         method:
             "rank 0 reads /proc/loadavg, the per-CPU lines of /proc/stat and every /proc/PID/stat right before and \
-            right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's ranks \
-                may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime"
+                right after the rounds (proc(5)); shares are tick differences over the window on the CPUs the job's \
+                ranks may run on (Cpus_allowed_list of each rank); other = busy - this job's ranks' utime+stime"
                 .into(),
         ..Default::default()
     };
@@ -238,9 +238,7 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
         job_cpus.extend(end.cpus.keys().copied());
     }
     r.job_cpus = job_cpus.iter().copied().collect();
-    if let (Some(a), Some(b)) = (start.at, end.at) {
-        r.window_s = Some(b.duration_since(a).as_secs_f64());
-    }
+    r.window_s = start.at.zip(end.at).map(|(a, b)| b.duration_since(a).as_secs_f64());
     let (mut busy, mut steal, mut all) = (0u64, 0u64, 0u64);
     let mut counted = 0;
     for c in &job_cpus {
@@ -270,8 +268,8 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
                 r.other_share = Some(busy.saturating_sub(j) as f64 / all_f);
             }
             None => r.unavailable.push(
-                "a rank's /proc/PID/stat was unreadable at an end of the window: this job's and \
-                the others' shares unmeasured"
+                "a rank's /proc/PID/stat was unreadable at an end of the window: this job's and the others' shares \
+                    unmeasured"
                     .into(),
             ),
         }

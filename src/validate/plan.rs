@@ -70,14 +70,8 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
         None => Site::default(),
     };
     let delay = a.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
-    if let Some(out) = &a.out {
-        if out.exists() {
-            crate::refuse!(
-                Code::AlreadyExists,
-                "--out {}: already exists (evidence is never written over)",
-                out.display()
-            );
-        }
+    if let Some(out) = a.out.as_ref().filter(|o| o.exists()) {
+        crate::refuse!(Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
     }
     let given: Vec<&str> = [
         ("--min-bytes", a.min_bytes.is_some()),

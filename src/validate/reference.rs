@@ -514,13 +514,9 @@ pub(crate) const SITE_KEYS: [&str; 5] =
     ["busbw_min_ratio", "token_latency_max_ratio", "coverage", "nvlink_crc_errors_max", "allow"];
 
 impl Site {
-    /// Parse and check a site TOML; `origin` names it in errors. Every fault
-    /// is refused with `BAD_INPUT` naming `origin` and the key: a file that
-    /// is not TOML, an unknown key, a value of the wrong type or out of
-    /// range, and an inverted threshold. The thresholds bound the node's
-    /// ratio to the reference, so the reference validated against itself
-    /// (ratio 1) must be able to pass them: a minimum ratio above 1 or a
-    /// maximum ratio below 1 cannot hold together with that, and is refused.
+    /// Parse and check a site TOML. Refuses with `BAD_INPUT` naming `origin` and the key: not TOML,
+    /// an unknown key, a value of the wrong type or out of range, and an inverted threshold (a
+    /// minimum ratio above 1 or a maximum below 1, which the reference itself could not pass).
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
         use crate::core::refusal::{refuse, Code::BadInput};
         let table: toml::Table = match toml::from_str(text) {
@@ -556,8 +552,7 @@ impl Site {
             crate::refuse!(
                 BadInput,
                 "{origin}: busbw_min_ratio = {} is inverted: a minimum busbw ratio above 1 fails a node as fast as the \
-                    reference, \
-                 and the reference itself; it must be at most 1",
+                    reference, and the reference itself; it must be at most 1",
                 s.busbw_min_ratio
             );
         }
@@ -565,8 +560,7 @@ impl Site {
             crate::refuse!(
                 BadInput,
                 "{origin}: token_latency_max_ratio = {} is inverted: a maximum latency ratio below 1 fails a node as \
-                    fast as the reference, \
-                 and the reference itself; it must be at least 1",
+                    fast as the reference, and the reference itself; it must be at least 1",
                 s.token_latency_max_ratio
             );
         }

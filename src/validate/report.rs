@@ -286,17 +286,14 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
         evidence_dir: out.display().to_string(),
         method: "ratio checks: per round, the geometric mean of busbw over the sweep sizes (ratio >= busbw_min_ratio) \
             and the slowest rank's median per-token latency (ratio <= token_latency_max_ratio), on the log scale. The \
-                three ratio checks are one family: each interval has coverage 1 - (1 - coverage)/3 (Bonferroni), so \
-                    that an unchanged node fails some check with probability at most (1 - coverage)/2. A reference of \
-                        K >= 2 jobs: the prediction interval of a new job's mean from the K reference job means, each \
-                            over the first n rounds (n the fewest of any job compared), t with K-1 degrees of freedom \
-                                times s sqrt(1 + 1/K) (Hahn and Meeker 1991, 4.7), s = max(s_J, s_w/sqrt(n)) with s_w \
-                                    the pooled within-job round sd (the job variance component truncated at zero, \
-                                        Searle, Casella and McCulloch 1992, 3.5): it carries job-to-job variation. A \
-                                            reference of one job: round i of this node paired with round i of the \
-                                                reference, the Student-t interval of the mean per-round log-ratio; it \
-                                                    carries round-to-round variation only, so a FAIL is reported \
-                                                        INCONCLUSIVE"
+            three ratio checks are one family: each interval has coverage 1 - (1 - coverage)/3 (Bonferroni), so that \
+            an unchanged node fails some check with probability at most (1 - coverage)/2. A reference of K >= 2 jobs: \
+            the prediction interval of a new job's mean from the K reference job means, each over the first n rounds \
+            (n the fewest of any job compared), t with K-1 degrees of freedom times s sqrt(1 + 1/K) (Hahn and Meeker \
+            1991, 4.7), s = max(s_J, s_w/sqrt(n)) with s_w the pooled within-job round sd (the job variance component \
+            truncated at zero, Searle, Casella and McCulloch 1992, 3.5): it carries job-to-job variation. A reference \
+            of one job: round i of this node paired with round i of the reference, the Student-t interval of the mean \
+            per-round log-ratio; it carries round-to-round variation only, so a FAIL is reported INCONCLUSIVE"
             .into(),
         likely_cause,
     })
@@ -374,8 +371,8 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
             if r.verdict == CheckVerdict::Inconclusive {
                 findings.push(match r.jobs_to_resolve {
                     Some(k) => format!(
-                        "inconclusive: about {k} reference jobs would resolve it if the mean and job \
-                        spread stay as measured"
+                        "inconclusive: about {k} reference jobs would resolve it if the mean and job spread stay as \
+                            measured"
                     ),
                     None => format!(
                         "inconclusive: no number of reference jobs up to {} resolves it at this job spread; more \
@@ -394,8 +391,8 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
             );
             if r.capped_from == Some(CheckVerdict::Fail) {
                 findings.push(
-                    "inconclusive: the round interval lies beyond the threshold, but one reference job \
-                    cannot tell that from job-to-job variation: a FAIL is reported INCONCLUSIVE"
+                    "inconclusive: the round interval lies beyond the threshold, but one reference job cannot tell \
+                        that from job-to-job variation: a FAIL is reported INCONCLUSIVE"
                         .into(),
                 );
             } else if r.verdict == CheckVerdict::Inconclusive {
@@ -486,7 +483,7 @@ pub fn render(r: &ValidationReport) -> String {
         s,
         "(measured and reference: the median over each side's rounds; the ratio: this job's geometric mean over the \
             reference's (over its jobs' means when it has several, with the prediction interval of a new job; else \
-                over paired rounds), so it need not equal the ratio of the two medians)"
+            over paired rounds), so it need not equal the ratio of the two medians)"
     );
     for c in &r.checks {
         let cut = |x: &str, n: usize| {

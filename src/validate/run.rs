@@ -81,14 +81,12 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
     if ranks < 2 {
         crate::refuse!(
             Code::BadArgument,
-            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a \
-            collective of one rank measures nothing"
+            "validate needs at least 2 ranks (one per GPU, or -n 2 or more on CPU): a collective of one rank measures \
+                nothing"
         );
     }
-    if let Some(d) = plan.delay {
-        if d.rank >= ranks {
-            crate::refuse!(Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
-        }
+    if let Some(d) = plan.delay.filter(|d| d.rank >= ranks) {
+        crate::refuse!(Code::OutOfRange, "--inject-delay names rank {} but the job has {ranks} ranks", d.rank);
     }
     let started_unix_ms = unix_ms();
     let spec = workload_spec(&plan.settings, plan.backend, ranks)?;
@@ -131,9 +129,8 @@ fn run_world(a: &ValidateArgs, plan: &Plan, world: &SimpleCommunicator) -> Resul
             measure(m, &mut b)
         }
         BackendKind::Cuda => {
-            let local_rank = local.rank() as u32;
             let o = CudaOptions {
-                local_rank,
+                local_rank: local.rank() as u32,
                 nccl_path: &a.nccl_lib,
                 events_hint: spec.device_events_per_pass().max(per_size_events),
                 timeout: std::time::Duration::from_secs_f64(a.collective_timeout_s),
@@ -195,24 +192,17 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
     let w = watch.as_ref().and_then(|w| w.as_ref().ok());
     let node = node_facts(backend, ranks, w);
     // refusal of a reference that does not describe this node: rank 0 decides, every rank exits 3
-    let refused = if rank == 0 {
-        match &plan.reference {
-            Some(set) => {
-                let c = reference::contradictions(&node, &set.first().manifest.node, &plan.site);
-                for why in &c {
-                    crate::rank::write_line_stderr(&format!(
-                        "commcanary validate: refused: reference {} is not this node's kind: {why}",
-                        a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
-                    ));
-                }
-                !c.is_empty()
-            }
-            None => false,
-        }
-    } else {
-        false
+    let contradictions = match &plan.reference {
+        Some(set) if rank == 0 => reference::contradictions(&node, &set.first().manifest.node, &plan.site),
+        _ => Vec::new(),
     };
-    if agree(world, refused as i32) != 0 {
+    for why in &contradictions {
+        crate::rank::write_line_stderr(&format!(
+            "commcanary validate: refused: reference {} is not this node's kind: {why}",
+            a.reference.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
+    if agree(world, !contradictions.is_empty() as i32) != 0 {
         return Ok(EXIT_COULD_NOT_RUN);
     }
     let s = &plan.settings;
@@ -258,7 +248,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                     {
                         bail!(
                             "round {round}: {kind} of {} bytes returned {w} wrong elements (summed over ranks): the \
-                            node computes wrong results",
+                                node computes wrong results",
                             r.bytes
                         );
                     }
@@ -285,12 +275,10 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
     }
     let load = load_start.zip(load_end).map(|(a, b)| load::report(&a, &b, &job_pids));
     let (xid_events, xid_unwatched) = xids.map(|x| x.drain()).unwrap_or_default();
+    let not_applicable =
+        |why: String| health::HealthReport { not_applicable: Some(why), method: health_method(), ..Default::default() };
     let health = match (watch, plan.backend) {
-        (_, BackendKind::Cpu) => health::HealthReport {
-            not_applicable: Some("no GPU: NVML checks not applicable".into()),
-            method: health_method(),
-            ..Default::default()
-        },
+        (_, BackendKind::Cpu) => not_applicable("no GPU: NVML checks not applicable".into()),
         (Some(Ok(w)), _) => health::HealthReport {
             not_applicable: None,
             driver_version: Some(w.driver_version()),
@@ -302,14 +290,8 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
             method: health_method(),
             load: None,
         },
-        (Some(Err(why)), _) => {
-            health::HealthReport { not_applicable: Some(why.clone()), method: health_method(), ..Default::default() }
-        }
-        (None, _) => health::HealthReport {
-            not_applicable: Some("internal: NVML not opened".into()),
-            method: health_method(),
-            ..Default::default()
-        },
+        (Some(Err(why)), _) => not_applicable(why.clone()),
+        (None, _) => not_applicable("internal: NVML not opened".into()),
     };
     let health = health::HealthReport { load, ..health };
     let topo = match w {
@@ -363,7 +345,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
 fn health_method() -> String {
     "NVML snapshots at start and end (rank 0, every GPU NVML enumerates); temperature, power and throttle reasons \
         sampled every second on a thread of rank 0 during the rounds; critical XID events through one NVML event set \
-            per GPU, drained at the end"
+        per GPU, drained at the end"
         .into()
 }
 

@@ -120,12 +120,8 @@ pub struct SweepLoop<'a> {
     pub check: bool,
 }
 
-/// Sweep the sizes of `l` of `kind` once as the isolated phase runs it (one
-/// driver, [`crate::rank::phases`]); every rank calls this in step. A size's
-/// time is its timed iterations' span: the device intervals where the
-/// backend measures them (back to back, as nccl-tests' events around its
-/// loop), else from the first issue to the last completion on the host.
-/// Returns the rows on every rank (the maxima and sums are all-reduced).
+/// Sweep the sizes of `l` of `kind` once as the isolated phase runs it ([`crate::rank::phases`]),
+/// every rank in step; returns the rows on every rank (docs/METHODS.md, "Validate sweep timing").
 pub fn sweep<B: Backend>(
     backend: &mut B,
     world: &SimpleCommunicator,

@@ -1,14 +1,10 @@
 //! Node topology of `validate`: what the node's GPUs are and how they are
 //! connected, compared with the reference node's.
 //!
-//! Consumes NVML (NVML API Reference: `nvmlDeviceGetTopologyCommonAncestor`
-//! for the PCIe path between two GPUs, `nvmlDeviceGetNvLinkState` and
-//! `nvmlDeviceGetNvLinkRemotePciInfo` for NVLink peers,
-//! `nvmlDeviceGetNumaNodeId` and `nvmlDeviceGetCpuAffinity` for NUMA
-//! affinity), or on the CPU backend the rank count and CPU model. Produces a
-//! [`Topology`] and, against a reference, the differences. Refuses nothing:
-//! a difference fails the topology check, an unreadable entry is recorded
-//! with NVML's error and compared as such.
+//! Consumes NVML (the calls: docs/METHODS.md, "Node topology"), or on the CPU
+//! backend the rank count and CPU model. Produces a [`Topology`] and, against a
+//! reference, the differences. Refuses nothing: a difference fails the topology
+//! check, an unreadable entry is recorded with NVML's error and compared as such.
 use super::health::Reading;
 use crate::core::identity;
 use serde::{Deserialize, Serialize};

@@ -462,12 +462,9 @@ mod tests {
         for _ in 0..trials {
             let reference: Vec<Vec<f64>> = (0..3).map(|_| job(&mut rng)).collect();
             let node = job(&mut rng);
-            if job_check(&node, &reference, 1.0, Direction::AtLeast, 0.95).unwrap().verdict == CheckVerdict::Fail {
-                fails_job += 1;
-            }
-            if ratio_check(&node, &reference[0], 1.0, Direction::AtLeast, 0.95).unwrap().verdict == CheckVerdict::Fail {
-                fails_round += 1;
-            }
+            let fails = |c: RatioCheck| usize::from(c.verdict == CheckVerdict::Fail);
+            fails_job += fails(job_check(&node, &reference, 1.0, Direction::AtLeast, 0.95).unwrap());
+            fails_round += fails(ratio_check(&node, &reference[0], 1.0, Direction::AtLeast, 0.95).unwrap());
         }
         let (fj, fr) = (fails_job as f64 / trials as f64, fails_round as f64 / trials as f64);
         // nominal (1 - 0.95)/2 = 2.5% for the job interval; the round interval cries wolf about half the time

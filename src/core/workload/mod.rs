@@ -148,7 +148,7 @@ impl WorkloadSpec {
             if let Some(p) = self.phases.iter().find(|p| p.needs_trace() && !p.runs_in_a_graph()) {
                 bail!(
                     "--graph: phase {p} paces collectives by host time, which a graph cannot hold (run it without \
-                    --graph; fill, overlap and membound-fill run as graphs)"
+                        --graph; fill, overlap and membound-fill run as graphs)"
                 );
             }
         }

@@ -45,7 +45,7 @@ impl ModelShape {
     pub fn preset(name: &str) -> Result<Self> {
         let llama =
             "Meta-Llama-3 config.json (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, \
-            num_key_value_heads)";
+                num_key_value_heads)";
         let (hidden, ffn, layers, heads, kv_heads, source) = match name {
             // 32 heads, 8 key/value heads, head dimension 128
             "llama3-8b" => (4096, 14336, 32, 32, 8, llama),
@@ -58,8 +58,8 @@ impl ModelShape {
                 4,
                 8,
                 2,
-                "test shape with Llama 3 proportions (FFN 3.5 x hidden, 4 query heads per \
-                key/value head); not a published model",
+                "test shape with Llama 3 proportions (FFN 3.5 x hidden, 4 query heads per key/value head); not a \
+                    published model",
             ),
             other => bail!("--model {other:?}: unknown (known: {}, synthetic)", MODEL_PRESETS.join(", ")),
         };
