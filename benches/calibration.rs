@@ -1,5 +1,5 @@
 //! The long calibration run (not a timing benchmark): seeded simulations of
-//! the campaign statistics ([`commcanary::analysis::calibration`]) at 3, 5, 10 and 20
+//! the campaign statistics (`support/calibration.rs`) at 3, 5, 10 and 20
 //! rounds, written as Markdown tables into a new directory (`out/` is ignored by git):
 //!
 //!   CALIBRATION_OUT=out/calibration-DATE cargo bench --bench calibration
@@ -12,7 +12,9 @@
 //! CALIBRATION_ONLY=regret writes only the coverage of the truth section's regret intervals.
 //! Without CALIBRATION_OUT, criterion times one small cell of each table
 //! (`cargo bench --bench calibration`).
-use commcanary::analysis::calibration::{
+#[path = "support/calibration.rs"]
+mod calibration;
+use calibration::{
     aa_family_false, coverage, family_false_different, null_p_best, regret_coverage, verdict_rates, Noise,
     SimulationSetup, REGRET_SCENARIOS,
 };
@@ -262,12 +264,10 @@ fn tables(out: std::path::PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A campaign's A/A controls as one family: per-control and per-campaign false
-/// A/A rates with the family's level, and the per-campaign rate at 95% each.
 /// Coverage of the regret interval of a pick (the truth section's), per
 /// scenario, noise model and scale, at 3, 5, 10 and 20 rounds.
 fn regret_tables(md: &mut String, sims: u32, hdr: &dyn Fn(&mut String, &str)) -> anyhow::Result<()> {
-    use commcanary::analysis::calibration::{regret_coverage, REGRET_SCENARIOS};
+    use crate::calibration::{regret_coverage, REGRET_SCENARIOS};
     let mut min_cov = 1.0f64;
     for (si, sc) in REGRET_SCENARIOS.iter().enumerate() {
         let _ = writeln!(
@@ -303,6 +303,8 @@ fn regret_tables(md: &mut String, sims: u32, hdr: &dyn Fn(&mut String, &str)) ->
     Ok(())
 }
 
+/// A campaign's A/A controls as one family: per-control and per-campaign false
+/// A/A rates with the family's level, and the per-campaign rate at 95% each.
 fn aa_family_tables(md: &mut String, sims: u32, hdr: &dyn Fn(&mut String, &str)) -> anyhow::Result<()> {
     for m in [0.0, 2.0] {
         for k in [2usize, 6] {

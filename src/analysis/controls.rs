@@ -79,7 +79,7 @@ pub fn aa_level(family: usize, pair_coverage: f64) -> f64 {
 /// under the minimum effect `min_effect_pct`: decided (`pass`/`fail`) is
 /// misbehaved; `tied` behaved; otherwise behaved when m = 0 (equivalence
 /// cannot be shown, not different is all one can ask), else inconclusive.
-pub(crate) fn aa_outcome(verdict: Verdict, min_effect_pct: f64) -> ControlOutcome {
+pub fn aa_outcome(verdict: Verdict, min_effect_pct: f64) -> ControlOutcome {
     match verdict {
         Verdict::Pass | Verdict::Fail => ControlOutcome::Misbehaved,
         Verdict::Tied => ControlOutcome::Behaved,

@@ -11,7 +11,6 @@
 //!
 //! Method: docs/METHODS.md, "Campaign analysis".
 pub mod agreement;
-pub mod calibration;
 pub mod capacity;
 mod controls;
 pub mod inference;
@@ -36,7 +35,7 @@ use crate::core::{identity, par};
 use anyhow::{bail, Context, Result};
 
 pub use crate::analysis::controls::aa_level;
-pub(crate) use crate::analysis::controls::aa_outcome;
+pub use crate::analysis::controls::aa_outcome;
 pub use crate::analysis::inference::COVERAGE;
 pub use crate::analysis::model::{
     AaFamily, CanarySection, ClockExcerpt, ClockRankWindows, ControlResult, DelayCounts, PhaseReport, ProxyAgreement,

@@ -1,16 +1,17 @@
-//! Seeded simulations that measure what [`crate::analysis::inference`]
-//! claims, free of I/O.
+//! Seeded simulations that measure what [`commcanary::analysis::inference`]
+//! claims, free of I/O. Only the calibration bench and its tests use them, so
+//! they live beside the bench, not in the library.
 //!
 //! Consumes a noise model ([`Noise`]), a round count and a seed. Produces the
 //! rates the calibration tables hold: interval coverage, A/A false verdicts
 //! (per control, and per campaign: [`aa_family_false`]), the null
-//! distribution of the top P(best), and achieved power. Unit tests run small
-//! versions; `cargo bench --bench calibration` runs the long one.
+//! distribution of the top P(best), and achieved power. `tests/calibration.rs`
+//! runs small versions; `cargo bench --bench calibration` runs the long one.
 //!
 //! Method: docs/METHODS.md, "Calibration simulations".
-use crate::analysis::inference::{self, Verdict};
-use crate::analysis::truth;
 use anyhow::Result;
+use commcanary::analysis::inference::{self, Verdict};
+use commcanary::analysis::truth;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp1, StandardNormal, StudentT};
@@ -125,7 +126,7 @@ pub const REGRET_SCENARIOS: [RegretScenario; 5] = [
 ];
 
 /// Share of `sims` campaigns whose regret interval for `sc.pick`
-/// ([`crate::analysis::truth::regret_of`], at the report's simultaneous pair
+/// ([`commcanary::analysis::truth::regret_of`], at the report's simultaneous pair
 /// level) contains the true regret, max(0, max over c of m_pick / m_c − 1).
 pub fn regret_coverage(
     sc: &RegretScenario,
@@ -210,23 +211,24 @@ pub fn family_false_different(setup: &SimulationSetup, simultaneous: bool) -> Re
 }
 
 /// A/A false verdicts of a campaign of `controls` independent A/A controls, each judged as
-/// [`crate::analysis::analyze`] does: at [`crate::analysis::aa_level`] with `family`, else at 95%
+/// [`commcanary::analysis::analyze`] does: at [`commcanary::analysis::aa_level`] with `family`, else at 95%
 /// (docs/METHODS.md, "Simulated A/A families"). Returns (share of controls that misbehaved,
 /// share of campaigns with at least one).
 pub fn aa_family_false(setup: &SimulationSetup, family: bool) -> Result<(f64, f64)> {
     let SimulationSetup { noise, rounds, k: controls, min_effect_pct, scale, sims, seed } = *setup;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let level = if family { crate::analysis::aa_level(controls, inference::COVERAGE) } else { inference::COVERAGE };
+    let level =
+        if family { commcanary::analysis::aa_level(controls, inference::COVERAGE) } else { inference::COVERAGE };
     let (mut bad, mut any) = (0u64, 0u32);
     for _ in 0..sims {
         let mut here = 0u64;
         for _ in 0..controls {
             let t = campaign(&mut rng, noise, rounds, &[1.0, 1.0], scale);
             let i = inference::paired(&column(&t, 1), &column(&t, 0), level)?;
-            if crate::analysis::aa_outcome(
+            if commcanary::analysis::aa_outcome(
                 inference::decide(i.ci_low_pct, i.ci_high_pct, min_effect_pct),
                 min_effect_pct,
-            ) == crate::analysis::ControlOutcome::Misbehaved
+            ) == commcanary::analysis::ControlOutcome::Misbehaved
             {
                 here += 1;
             }
@@ -258,110 +260,4 @@ pub fn null_p_best(setup: &SimulationSetup, draws: u32) -> Result<(Vec<f64>, f64
         }
     }
     Ok((mean, high as f64 / sims as f64, top_max))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A setup at job noise scale 0.03.
-    fn setup(noise: Noise, rounds: usize, k: usize, min_effect_pct: f64, sims: u32, seed: u64) -> SimulationSetup {
-        SimulationSetup { noise, rounds, k, min_effect_pct, scale: 0.03, sims, seed }
-    }
-
-    // Small seeded versions of the committed tables: the claims hold in CI too.
-    #[test]
-    fn regret_intervals_cover_at_their_level_in_a_small_run() {
-        for sc in &REGRET_SCENARIOS {
-            for noise in [Noise::Gaussian, Noise::RoundDrift] {
-                let c = regret_coverage(sc, noise, 5, 0.03, 400, 11).unwrap();
-                assert!(c >= 0.92, "{} {:?}: {c}", sc.name, noise);
-            }
-        }
-    }
-
-    #[test]
-    fn coverage_is_at_least_93_percent_at_every_round_count() {
-        for noise in Noise::ALL {
-            for rounds in [3, 5, 10, 20] {
-                let c = coverage(noise, rounds, 3.0, 0.03, 3000, 11).unwrap();
-                assert!(c >= 0.93, "{} at {rounds} rounds: {c}", noise.name());
-            }
-        }
-    }
-
-    #[test]
-    fn a_a_gets_pass_or_fail_in_at_most_5_percent() {
-        for noise in Noise::ALL {
-            for rounds in [2, 3, 5, 10, 20] {
-                let r = verdict_rates(noise, rounds, 0.0, 0.0, 0.03, 3000, 5).unwrap();
-                assert!(r[0] + r[1] <= 0.05 + 0.012, "{} at {rounds} rounds: {r:?}", noise.name());
-                // symmetric: neither side takes the whole error
-                assert!((r[0] - r[1]).abs() < 0.02, "{} at {rounds} rounds: {r:?}", noise.name());
-            }
-        }
-    }
-
-    #[test]
-    fn simultaneous_pair_tables_rarely_decide_a_pair_among_identical_configurations() {
-        for noise in Noise::ALL {
-            for (k, rounds) in [(4, 3), (4, 10), (7, 5), (7, 20)] {
-                let fw = family_false_different(&setup(noise, rounds, k, 0.0, 2000, 17), true).unwrap();
-                assert!(fw <= 0.05 + 0.015, "{} k={k} {rounds} rounds: {fw}", noise.name());
-            }
-        }
-        // the simulation can fail: unadjusted 95% intervals decide some pair far more often
-        let raw = family_false_different(&setup(Noise::Gaussian, 10, 4, 0.0, 2000, 17), false).unwrap();
-        assert!(raw > 0.12, "unadjusted family-wise rate {raw}");
-    }
-
-    #[test]
-    fn a_campaigns_aa_controls_show_a_false_verdict_in_at_most_5_percent_of_campaigns() {
-        // six phases, one A/A pair: 2500 campaigns a cell, Monte Carlo standard error about 0.44 points at 5%
-        for noise in Noise::ALL {
-            for rounds in [3, 5, 10] {
-                let (each, fw) = aa_family_false(&setup(noise, rounds, 6, 0.0, 2500, 23), true).unwrap();
-                assert!(
-                    fw <= 0.05 + 0.013,
-                    "{} at {rounds} rounds: per campaign {fw}, per control {each}",
-                    noise.name()
-                );
-                assert!(each <= 0.05 / 6.0 + 0.004, "{} at {rounds} rounds: per control {each}", noise.name());
-            }
-        }
-        // the simulation can fail: six controls each at 95% show a false A/A verdict in about one campaign in four
-        let (each, fw) = aa_family_false(&setup(Noise::Gaussian, 5, 6, 0.0, 2500, 23), false).unwrap();
-        assert!(fw > 0.18 && each <= 0.05 + 0.01, "unadjusted: per campaign {fw}, per control {each}");
-    }
-
-    #[test]
-    fn two_identical_configurations_rarely_look_best_with_a_minimum_effect() {
-        // the case a uniform spread prior and strict "best" failed: k = 2 reached 0.9 in 12-16%
-        for rounds in [3, 5] {
-            let (mean, high, _) = null_p_best(&setup(Noise::Gaussian, rounds, 2, 2.0, 400, 5), 300).unwrap();
-            assert!(high <= 0.05, "{rounds} rounds: top P(best) >= 0.9 in {high}");
-            assert!(mean.iter().all(|m| (m - 0.5).abs() < 0.05), "{mean:?}");
-        }
-    }
-
-    #[test]
-    fn identical_configurations_share_p_best() {
-        for (k, rounds) in [(4, 3), (6, 5), (4, 10)] {
-            let (mean, high, _) = null_p_best(&setup(Noise::Gaussian, rounds, k, 0.0, 150, 3), 300).unwrap();
-            assert!(high <= 0.05, "k={k}, {rounds} rounds: top P(best) >= 0.9 in {high}");
-            assert!(mean.iter().all(|m| (m - 1.0 / k as f64).abs() < 0.08), "k={k}: {mean:?}");
-        }
-    }
-
-    #[test]
-    fn the_suggested_round_count_reaches_its_power() {
-        // at the suggested n, simulated power is near 80% (the approximation is slightly conservative)
-        let scale = 0.02;
-        let sd = scale * 2f64.sqrt();
-        let n = inference::rounds_to_decide(sd, 3.0, 1.0, 0.95, 0.8).unwrap() as usize;
-        let r = verdict_rates(Noise::Gaussian, n, 3.0, 1.0, scale, 3000, 9).unwrap();
-        assert!(r[1] >= 0.75, "n={n}: decided-slower share {}", r[1]);
-        let r = verdict_rates(Noise::Gaussian, n - 1, 3.0, 1.0, scale, 3000, 9).unwrap();
-        assert!(r[1] < 0.85, "n-1={}: {}", n - 1, r[1]);
-    }
 }
