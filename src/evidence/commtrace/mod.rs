@@ -234,6 +234,12 @@ impl TraceCollective {
         }
     }
 
+    /// [`Self::new`] with `elems` in and out, no splits, root or peer, for tests.
+    #[cfg(test)]
+    pub(crate) fn plain(kind: CollectiveKind, source_name: &str, group: &str, dtype: TraceDtype, elems: u64) -> Self {
+        Self::new(kind, source_name, group, dtype, (elems, elems), (None, None), (None, None))
+    }
+
     /// Input bytes.
     pub fn in_bytes(&self) -> u64 {
         self.in_elems.saturating_mul(self.dtype.size_bytes())

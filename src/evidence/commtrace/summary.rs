@@ -115,15 +115,7 @@ mod tests {
 
     #[test]
     fn kernel_comparison_counts_matches_differences_and_missing_kernels() {
-        let mut c = TraceCollective::new(
-            CollectiveKind::AllReduce,
-            "allreduce",
-            "0",
-            TraceDtype::Bf16,
-            (8, 8),
-            (None, None),
-            (None, None),
-        );
+        let mut c = TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, 8);
         c.device =
             Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];

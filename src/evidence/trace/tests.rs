@@ -48,37 +48,13 @@ pub(crate) fn four_rank_trace() -> CommTrace {
         .map(|r| {
             let tp = if r < 2 { "tp0" } else { "tp1" };
             let mut colls = vec![
-                TraceCollective::new(
-                    CollectiveKind::AllReduce,
-                    "allreduce",
-                    tp,
-                    TraceDtype::Bf16,
-                    (8, 8),
-                    (None, None),
-                    (None, None),
-                ),
-                TraceCollective::new(
-                    CollectiveKind::AllReduce,
-                    "allreduce",
-                    "0",
-                    TraceDtype::Bf16,
-                    (4, 4),
-                    (None, None),
-                    (None, None),
-                ),
-                TraceCollective::new(
-                    CollectiveKind::Broadcast,
-                    "broadcast",
-                    "0",
-                    TraceDtype::F32,
-                    (16, 16),
-                    (None, None),
-                    (Some(0), None),
-                ),
+                TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, 8),
+                TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, 4),
+                TraceCollective::plain(CollectiveKind::Broadcast, "broadcast", "0", TraceDtype::F32, 16),
             ];
+            colls[2].root = Some(0);
             for (i, c) in colls.iter_mut().enumerate() {
-                c.host_start_ns = Some(1_000 * (i as u64 + 1));
-                c.host_duration_ns = Some(100);
+                (c.host_start_ns, c.host_duration_ns) = (Some(1_000 * (i as u64 + 1)), Some(100));
             }
             RankTrace { rank: r, collectives: colls, trailing_compute: vec![] }
         })
@@ -259,15 +235,7 @@ pub(crate) fn mpi_trace() -> CommTrace {
     };
     let ranks = (0..2u32)
         .map(|r| {
-            let mut c = TraceCollective::new(
-                CollectiveKind::AllReduce,
-                "Allreduce",
-                "w",
-                TraceDtype::F64,
-                (1, 1),
-                (None, None),
-                (None, None),
-            );
+            let mut c = TraceCollective::plain(CollectiveKind::AllReduce, "Allreduce", "w", TraceDtype::F64, 1);
             (c.host_start_ns, c.host_duration_ns) = (Some(200), Some(50));
             RankTrace { rank: r, collectives: vec![c], trailing_compute: vec![] }
         })
@@ -344,15 +312,7 @@ fn members_that_disagree_on_a_collective_are_refused_before_launch() {
     use crate::evidence::commtrace::exec::uneven_members;
     let mut t = four_rank_trace();
     for r in &mut t.ranks {
-        let mut c = TraceCollective::new(
-            CollectiveKind::AllToAll,
-            "alltoallv",
-            "0",
-            TraceDtype::F32,
-            (4, 4),
-            (None, None),
-            (None, None),
-        );
+        let mut c = TraceCollective::plain(CollectiveKind::AllToAll, "alltoallv", "0", TraceDtype::F32, 4);
         c.in_split_elems = Some(vec![1; 4]);
         c.out_split_elems = Some(vec![1; 4]);
         (c.host_start_ns, c.host_duration_ns, c.seq) = (Some(9_000), Some(100), 7 * r.rank as u64);
