@@ -285,6 +285,27 @@ impl CommTrace {
     pub fn group(&self, name: &str) -> Option<&TraceGroup> {
         self.groups.iter().find(|g| g.name == name)
     }
+
+    /// A trace of these groups and ranks (one per rank of the world) from `kind`, on
+    /// unaligned host clocks, for tests.
+    #[cfg(test)]
+    pub(crate) fn test(
+        kind: SourceKind,
+        groups: Vec<TraceGroup>,
+        ranks: Vec<RankTrace>,
+        mpi: Option<mpi::MpiSummary>,
+    ) -> Self {
+        CommTrace {
+            format_version: COMM_TRACE_FORMAT_VERSION,
+            source: TraceSource { kind, schema: None, nccl_version: None, files: vec![] },
+            world_size: ranks.len() as u32,
+            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
+            unknown: vec![],
+            groups,
+            ranks,
+            mpi,
+        }
+    }
 }
 
 /// What one source file contributes before the cross-rank checks.

@@ -402,12 +402,23 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::shard::{test_header, SyntheticMark};
+    use crate::evidence::shard::{test_header, SyntheticMark, BLANK_EVENT};
 
     fn sample() -> Shard {
         let header = test_header("cpu", serde_json::json!([]));
         let tokens = vec![TokenEvent { phase: Phase::Blocking, token: 0, warmup: false, start_ns: 1, end_ns: 2 }];
         Shard { header, body: ShardBody { tokens, ..Default::default() } }
+    }
+
+    /// `s` encoded as format `version` with `body`, re-sealed (the preamble changes after hashing).
+    fn old_format(s: &mut Shard, version: u32, body: &[u8]) -> Vec<u8> {
+        s.header.format_version = version;
+        let mut bytes = s.encode_with_body(body).unwrap();
+        bytes[8..12].copy_from_slice(&version.to_le_bytes());
+        let n = bytes.len() - 40;
+        let digest = Sha256::digest(&bytes[..n]);
+        bytes[n + 8..].copy_from_slice(&digest);
+        bytes
     }
 
     #[test]
@@ -429,23 +440,15 @@ mod tests {
                 group: 1,
                 seq: i as u64,
                 bytes: 8,
-                dtype: TraceDtype::F32,
                 token: Some(0),
                 layer: Some(i as u32),
-                iter: None,
-                warmup: false,
                 host_issue_ns: 1,
                 host_return_ns: 2,
                 wait_start_ns: 2,
                 wait_end_ns: 2,
-                device_start_ns: None,
-                device_end_ns: None,
-                injected_delay_ns: None,
-                replay: None,
-                fill: None,
-                checked: false,
                 root,
                 peer,
+                ..BLANK_EVENT
             });
         }
         let d = Shard::decode(&s.encode().unwrap(), "t").unwrap();
@@ -498,14 +501,7 @@ mod tests {
                 .unwrap(),
             ),
         ] {
-            s.header.format_version = version;
-            let mut bytes = s.encode_with_body(&body).unwrap();
-            bytes[8..12].copy_from_slice(&version.to_le_bytes());
-            // re-seal: the preamble changed after hashing
-            let n = bytes.len() - 40;
-            let digest = Sha256::digest(&bytes[..n]);
-            bytes[n + 8..].copy_from_slice(&digest);
-            let d = Shard::decode(&bytes, "old").unwrap();
+            let d = Shard::decode(&old_format(&mut s, version, &body), "old").unwrap();
             assert_eq!(d.header.format_version, version);
             assert_eq!(d.body.tokens, s.body.tokens);
             assert!(d.body.kernels.is_empty() && d.body.device_waits.is_empty());
@@ -541,13 +537,8 @@ mod tests {
             kernel_names: vec![],
             device_waits: vec![],
         };
-        s.header.format_version = 5;
-        let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
-        bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
-        let n = bytes.len() - 40;
-        let digest = Sha256::digest(&bytes[..n]);
-        bytes[n + 8..].copy_from_slice(&digest);
-        let d = Shard::decode(&bytes, "v5").unwrap();
+        let body = bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap();
+        let d = Shard::decode(&old_format(&mut s, 5, &body), "v5").unwrap();
         let e = &d.body.collectives[0];
         assert_eq!(
             (e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked),

@@ -59,16 +59,7 @@ pub(crate) fn four_rank_trace() -> CommTrace {
             RankTrace { rank: r, collectives: colls, trailing_compute: vec![] }
         })
         .collect();
-    CommTrace {
-        format_version: COMM_TRACE_FORMAT_VERSION,
-        source: TraceSource { kind: SourceKind::Kineto, schema: None, nccl_version: None, files: vec![] },
-        world_size: 4,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
-        unknown: vec![],
-        groups,
-        ranks,
-        mpi: None,
-    }
+    CommTrace::test(SourceKind::Kineto, groups, ranks, None)
 }
 
 #[test]
@@ -240,28 +231,11 @@ pub(crate) fn mpi_trace() -> CommTrace {
             RankTrace { rank: r, collectives: vec![c], trailing_compute: vec![] }
         })
         .collect();
-    CommTrace {
-        format_version: COMM_TRACE_FORMAT_VERSION,
-        source: TraceSource { kind: SourceKind::MpiCapture, schema: None, nccl_version: None, files: vec![] },
-        world_size: 2,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
-        unknown: vec![],
-        groups: vec![TraceGroup { name: "w".into(), desc: None, members: vec![0, 1] }],
-        ranks,
-        mpi: Some(MpiSummary {
-            run_id: "r".into(),
-            calls: vec![Default::default(); 2],
-            left_out: vec![Default::default(); 2],
-            left_out_reasons: Default::default(),
-            incomplete: vec![],
-            clock_models: vec![None; 2],
-            clock_unaligned: None,
-            collective_calls: vec![vec![3]; 2],
-            collective_completions: vec![vec![None]; 2],
-            collective_nonblocking: vec![vec![false]; 2],
-            p2p: vec![side(1), side(0)],
-        }),
-    }
+    let mut mpi = MpiSummary::test(vec![side(1), side(0)]);
+    (mpi.collective_calls, mpi.collective_completions) = (vec![vec![3]; 2], vec![vec![None]; 2]);
+    mpi.collective_nonblocking = vec![vec![false]; 2];
+    let groups = vec![TraceGroup { name: "w".into(), desc: None, members: vec![0, 1] }];
+    CommTrace::test(SourceKind::MpiCapture, groups, ranks, Some(mpi))
 }
 
 #[test]

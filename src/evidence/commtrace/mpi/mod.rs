@@ -66,6 +66,28 @@ pub struct MpiSummary {
     pub p2p: Vec<Vec<MpiP2p>>,
 }
 
+impl MpiSummary {
+    /// The summary of run `r` with per rank these point-to-point operations, no calls and no
+    /// collectives, for tests.
+    #[cfg(test)]
+    pub(crate) fn test(p2p: Vec<Vec<MpiP2p>>) -> Self {
+        let n = p2p.len();
+        MpiSummary {
+            run_id: "r".into(),
+            calls: vec![Default::default(); n],
+            left_out: vec![Default::default(); n],
+            left_out_reasons: Default::default(),
+            incomplete: vec![],
+            clock_models: vec![None; n],
+            clock_unaligned: None,
+            collective_calls: vec![vec![]; n],
+            collective_completions: vec![vec![]; n],
+            collective_nonblocking: vec![vec![]; n],
+            p2p,
+        }
+    }
+}
+
 /// One point-to-point operation as captured (format version 2, `mpi.p2p`).
 #[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
 pub struct MpiP2p {
