@@ -91,6 +91,7 @@ pub(crate) fn render_counts(t: &CommTrace) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::workload::ReduceOp;
     use crate::evidence::commtrace::DeviceSpan;
 
     #[test]
@@ -119,26 +120,10 @@ mod tests {
         c.device =
             Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];
-        let rec = |i: u32, k: Option<Vec<&str>>| exec::ExecRecord {
-            index: i,
-            kind: CollectiveKind::AllReduce,
-            group: "0".into(),
-            seq: i as u64,
-            dtype: TraceDtype::Bf16,
-            in_elems: 8,
-            out_elems: 8,
-            wire_bytes: 16,
-            op: None,
-            op_source: None,
-            target_gap_ns: None,
-            actual_gap_ns: 0,
-            elapsed_ns: 1,
-            checked: false,
-            kernels: k.map(|v| v.into_iter().map(String::from).collect()),
-            compute_ops: None,
-            compute_recorded_ns: None,
-            device_start_ns: None,
-            device_end_ns: None,
+        let rec = |i: u32, k: Option<Vec<&str>>| {
+            let mut r = exec::ExecRecord::untimed(i as usize, &colls[0], 0, (ReduceOp::Sum, "default"), false, 16);
+            r.kernels = k.map(|v| v.into_iter().map(String::from).collect());
+            r
         };
         assert_eq!(compare_kernels(&colls, &[rec(0, None)]), None, "nothing recorded: nothing compared");
         let got = compare_kernels(

@@ -98,7 +98,8 @@ impl Bytes<'_> {
     }
 }
 
-/// An event to decode into (its fields are all overwritten).
+/// An isolated f32 all-reduce on group 0 of zeros and absences: an event to decode into (its
+/// fields are all overwritten), or the rest of one built field by field.
 pub(crate) const BLANK: CollectiveEvent = CollectiveEvent {
     phase: Phase::Isolated,
     kind: CollectiveKind::AllReduce,
