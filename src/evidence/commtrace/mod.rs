@@ -353,15 +353,7 @@ mod counted_tests {
 
     /// `n` tiny elements, then `tail` (after the limit the decoder must not read on).
     fn doc(key: &str, elem: &str, n: usize, tail: &str) -> Vec<u8> {
-        let mut s = format!("{{\"{key}\":[");
-        for i in 0..n {
-            if i > 0 {
-                s.push(',');
-            }
-            s.push_str(elem);
-        }
-        s.push_str(tail);
-        s.into_bytes()
+        format!("{{\"{key}\":[{}{tail}", vec![elem; n].join(",")).into_bytes()
     }
 
     #[test]

@@ -13,14 +13,9 @@ use std::collections::BTreeMap;
 const ALGO_PROTO_TOKENS: [&str; 10] =
     ["RING", "TREE", "COLLNET", "DIRECT", "CHAIN", "NVLS", "PAT", "LL", "LL128", "SIMPLE"];
 
-/// The NCCL kernel family of a kernel name, mangled (CUPTI:
-/// `_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgs...`) or
-/// demangled (Kineto: `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDev...)`):
-/// the function's identifier without its arguments and without the
-/// algorithm and protocol, which NCCL picks per size, machine and version
-/// (`ncclDevKernel_AllReduce_Sum_bf16`). The identifier of a mangled name is
-/// read as the Itanium C++ ABI writes a plain function name: `_Z`, its length
-/// in decimal, the identifier.
+/// The NCCL kernel family of a kernel name, mangled (CUPTI) or demangled (Kineto): the
+/// function's identifier without its arguments, algorithm and protocol, e.g.
+/// `ncclDevKernel_AllReduce_Sum_bf16` (docs/METHODS.md, "Replay conventions").
 pub(crate) fn kernel_family(name: &str) -> String {
     let mangled = name.strip_prefix("_Z").and_then(|rest| {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();

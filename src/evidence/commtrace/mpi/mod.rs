@@ -28,7 +28,7 @@ pub use trace::{to_trace, to_trace_with};
 
 /// What `import mpi` adds to a trace (format version 2): every call as
 /// captured, and what the trace leaves out.
-#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct MpiSummary {
     /// Run id the ranks share.
     pub run_id: String,
@@ -76,14 +76,12 @@ impl MpiSummary {
             run_id: "r".into(),
             calls: vec![Default::default(); n],
             left_out: vec![Default::default(); n],
-            left_out_reasons: Default::default(),
-            incomplete: vec![],
             clock_models: vec![None; n],
-            clock_unaligned: None,
             collective_calls: vec![vec![]; n],
             collective_completions: vec![vec![]; n],
             collective_nonblocking: vec![vec![]; n],
             p2p,
+            ..Default::default()
         }
     }
 }

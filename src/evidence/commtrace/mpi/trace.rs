@@ -31,16 +31,8 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
     let mut ranks = Vec::new();
     let mut summary = MpiSummary {
         run_id: cap.ranks[0].header.run_id.clone(),
-        calls: Vec::new(),
-        left_out: Vec::new(),
-        left_out_reasons: BTreeMap::new(),
         incomplete: cap.ranks.iter().filter_map(|r| r.incomplete.clone()).collect(),
-        clock_models: Vec::new(),
-        clock_unaligned: None,
-        collective_calls: Vec::new(),
-        collective_completions: Vec::new(),
-        collective_nonblocking: Vec::new(),
-        p2p: Vec::new(),
+        ..Default::default()
     };
     let reference = &cap.ranks[0].header.kernel_clock;
     for r in &cap.ranks {
