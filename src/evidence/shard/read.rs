@@ -410,10 +410,10 @@ mod tests {
         Shard { header, body: ShardBody { tokens, ..Default::default() } }
     }
 
-    /// `s` encoded as format `version` with `body`, re-sealed (the preamble changes after hashing).
-    fn old_format(s: &mut Shard, version: u32, body: &[u8]) -> Vec<u8> {
+    /// `s` encoded as format `version` with `body` (encoded), re-sealed (the preamble changes after hashing).
+    fn old_format(s: &mut Shard, version: u32, body: impl Serialize) -> Vec<u8> {
         s.header.format_version = version;
-        let mut bytes = s.encode_with_body(body).unwrap();
+        let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
         bytes[8..12].copy_from_slice(&version.to_le_bytes());
         let n = bytes.len() - 40;
         let digest = Sha256::digest(&bytes[..n]);
@@ -477,31 +477,12 @@ mod tests {
     #[test]
     fn older_formats_still_decode_without_the_newer_records() {
         let mut s = sample();
-        for (version, body) in [
-            (
-                1u32,
-                bincode::serde::encode_to_vec(
-                    ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() },
-                    bincode_cfg(),
-                )
-                .unwrap(),
-            ),
-            (
-                2u32,
-                bincode::serde::encode_to_vec(
-                    ShardBodyV2 {
-                        collectives: vec![],
-                        compute: vec![],
-                        tokens: s.body.tokens.clone(),
-                        kernels: vec![],
-                        kernel_names: vec![],
-                    },
-                    bincode_cfg(),
-                )
-                .unwrap(),
-            ),
-        ] {
-            let d = Shard::decode(&old_format(&mut s, version, &body), "old").unwrap();
+        let tokens = s.body.tokens.clone();
+        let v1 = old_format(&mut s, 1, ShardBodyV1 { collectives: vec![], compute: vec![], tokens: tokens.clone() });
+        let v2 = ShardBodyV2 { collectives: vec![], compute: vec![], tokens, kernels: vec![], kernel_names: vec![] };
+        let v2 = old_format(&mut s, 2, v2);
+        for (version, bytes) in [(1, v1), (2, v2)] {
+            let d = Shard::decode(&bytes, "old").unwrap();
             assert_eq!(d.header.format_version, version);
             assert_eq!(d.body.tokens, s.body.tokens);
             assert!(d.body.kernels.is_empty() && d.body.device_waits.is_empty());
@@ -537,8 +518,7 @@ mod tests {
             kernel_names: vec![],
             device_waits: vec![],
         };
-        let body = bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap();
-        let d = Shard::decode(&old_format(&mut s, 5, &body), "v5").unwrap();
+        let d = Shard::decode(&old_format(&mut s, 5, body), "v5").unwrap();
         let e = &d.body.collectives[0];
         assert_eq!(
             (e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked),
