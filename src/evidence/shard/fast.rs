@@ -203,11 +203,7 @@ mod tests {
     }
 
     fn opt(rng: &mut rand::rngs::StdRng) -> Option<u64> {
-        if rng.gen_bool(0.5) {
-            Some(big(rng))
-        } else {
-            None
-        }
+        rng.gen_bool(0.5).then(|| big(rng))
     }
 
     fn event(rng: &mut rand::rngs::StdRng) -> CollectiveEvent {

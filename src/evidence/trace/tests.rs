@@ -104,9 +104,7 @@ fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
     let mut t = four_rank_trace();
     let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
     assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
-    for r in &mut t.ranks {
-        r.collectives.remove(0);
-    }
+    t.ranks.iter_mut().for_each(|r| drop(r.collectives.remove(0)));
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
     assert!(st.prepared.is_none() && entries(&st).iter().all(|e| e.0.is_none()));
     let Some((TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }, _)) = &st.source else {
@@ -183,9 +181,7 @@ fn every_rank_prepares_where_one_has_a_prepared_call() {
     let mut t = mpi_trace();
     t.mpi = None;
     t.groups.push(TraceGroup { name: "solo".into(), desc: None, members: vec![0] });
-    for r in &mut t.ranks {
-        r.collectives[0].dtype = TraceDtype::F32;
-    }
+    t.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = TraceDtype::F32);
     let only_world = t.clone();
     let mut solo = t.ranks[0].collectives[0].clone();
     (solo.kind, solo.group, solo.host_start_ns) = (K::Broadcast, "solo".into(), Some(300));
@@ -340,9 +336,7 @@ fn a_nonblocking_collective_is_posted_and_completed_where_the_application_did() 
     t.mpi.as_mut().unwrap().collective_completions = vec![vec![None]; 2];
     assert_eq!(order(&t).unwrap(), "p0 p1 p2 gap all_reduce:Post p3 done0 TokenEnd");
     use crate::evidence::commtrace::TraceDtype;
-    for r in &mut t.ranks {
-        r.collectives[0].dtype = TraceDtype::F32;
-    }
+    t.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = TraceDtype::F32);
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
     assert!(st.calls().all(|c| matches!(c.target, Target::Prepared { .. }) && c.issue == Issue::Post));
     t.mpi.as_mut().unwrap().collective_nonblocking = vec![vec![false]; 2];
