@@ -293,7 +293,7 @@ impl CommTrace {
         kind: SourceKind,
         groups: Vec<TraceGroup>,
         ranks: Vec<RankTrace>,
-        mpi: Option<mpi::MpiSummary>,
+        mpi: Option<self::mpi::MpiSummary>,
     ) -> Self {
         CommTrace {
             format_version: COMM_TRACE_FORMAT_VERSION,
