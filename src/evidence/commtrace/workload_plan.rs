@@ -496,26 +496,22 @@ mod tests {
     #[test]
     fn kernels_merge_only_where_nothing_waits_between_them() {
         // merged, and what waited for the second kernel now waits for the merged operation
-        let r = rank(vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])], vec![]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])], vec![])).unwrap();
         assert_eq!(p.ops.len(), 3);
         assert_eq!(p.ops[0].work, PlannedWork::Compute { duration_ns: 4, kernels: 2 });
         assert_eq!((p.ops[1].waits_for.clone(), p.ops[2].waits_for.clone()), (vec![0], vec![1]));
         assert_eq!(p.compute_before_ns(0), (3, 5));
         // the later kernel waits for another stream: kept apart
-        let r = rank(vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])], vec![]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])], vec![])).unwrap();
         assert_eq!(p.compute_launches(), 3);
         assert_eq!(p.ops[2].waits_for, vec![1]);
         // the earlier kernel is waited on by another stream: kept apart
-        let r = rank(vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])], vec![]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])], vec![])).unwrap();
         assert_eq!(p.ops[1].waits_for, vec![0]);
         assert_eq!(p.compute_launches(), 3);
         // a collective launched between them (on another stream, concurrent): kept apart, so
         // that the compute before each collective stays what the source launched before it
-        let r = rank(vec![coll(20, 1, 100, vec![k(7, 0, 5)])], vec![k(7, 10, 5)]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 1, 100, vec![k(7, 0, 5)])], vec![k(7, 10, 5)])).unwrap();
         assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
         assert_eq!(p.compute_launches(), 2);
         assert_eq!(p.compute_before_ns(0), (1, 5));
@@ -525,8 +521,7 @@ mod tests {
     fn concurrent_work_stays_concurrent_and_sequenced_work_waits() {
         // compute on 7 [0,100); collective on 20 starts at 10 (overlaps the compute: no wait),
         // ends at 50; the next compute on 7 starts at 120, after the collective ended: it waits for it
-        let r = rank(vec![coll(20, 10, 50, vec![k(7, 0, 100)])], vec![k(7, 120, 10)]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 10, 50, vec![k(7, 0, 100)])], vec![k(7, 120, 10)])).unwrap();
         assert_eq!(p.ops[1].work, PlannedWork::Collective { index: 0 });
         assert!(p.ops[1].waits_for.is_empty(), "the collective overlapped the compute in the source");
         assert_eq!(p.ops[2].waits_for, vec![1]);
@@ -535,8 +530,7 @@ mod tests {
         let r = rank(vec![coll(20, 100, 150, vec![k(7, 0, 100)])], vec![]);
         assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
         // per stream: each kernel stays on its own stream
-        let r = rank(vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], vec![]);
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], vec![])).unwrap();
         let on = |s: u64| {
             p.ops
                 .iter()
