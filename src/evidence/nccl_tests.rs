@@ -443,28 +443,10 @@ mod tests {
 
     #[test]
     fn metric_by_size_or_geometric_mean_of_common_sizes() {
-        let mk = |ts: &[(u64, f64)]| NcclTestsTable {
-            source: NcclTestsSource::Text,
-            program: None,
-            nccl_tests_version: None,
-            nccl_version: None,
-            rows: ts
-                .iter()
-                .map(|&(s, t)| NcclTestsRow {
-                    size_bytes: s,
-                    count: s / 4,
-                    dtype: "float".into(),
-                    redop: "sum".into(),
-                    root: -1,
-                    out_of_place: Some(NcclTestsTiming {
-                        time_us: t,
-                        alg_bw_gbps: None,
-                        bus_bw_gbps: None,
-                        nwrong: None,
-                    }),
-                    in_place: None,
-                })
-                .collect(),
+        // a printed table of one out-of-place time per size
+        let mk = |ts: &[(u64, f64)]| {
+            let text: String = ts.iter().map(|(s, t)| format!("{s} {} float sum -1 {t} 0 0 0\n", s / 4)).collect();
+            parse(&text, "t").unwrap()
         };
         let tables = vec![
             ("a".to_string(), mk(&[(8, 4.0), (64, 16.0), (512, 1.0)])),

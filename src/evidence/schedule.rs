@@ -191,13 +191,8 @@ impl Schedule {
                 if phase != Phase::Async {
                     steps.push(compute(s));
                 }
-                steps.push(Step::Call(CallStep::world_all_reduce(
-                    s.bytes,
-                    spec.dtype,
-                    Some(token),
-                    Some(s.layer),
-                    warmup,
-                )));
+                let call = CallStep::world_all_reduce(s.bytes, spec.dtype, Some(token), Some(s.layer), warmup);
+                steps.push(Step::Call(call));
                 if phase == Phase::Async && j + 1 < per_token {
                     steps.push(compute(spec.step(index)));
                 }

@@ -184,9 +184,7 @@ mod tests {
         assert!(of_rank(0, &slow).is_empty());
         // a replayed gap of 30 s recorded in the trace is the design, not a stall
         let mut replay = timeline(Some(50), None);
-        for e in &mut replay {
-            e.phase = Phase::Replay;
-        }
+        replay.iter_mut().for_each(|e| e.phase = Phase::Replay);
         replay[50].replay =
             Some(ReplayTiming { target_gap_ns: 3_000_000_000 + 1_000_000, actual_gap_ns: 3_001_000_000 });
         assert!(of_rank(1, &replay).is_empty());

@@ -13,11 +13,11 @@
 use crate::core::clock::{unix_ms, ClockModel, WindowEstimate};
 use crate::core::identity::{EnvIdentity, ToolIdentity};
 use crate::core::workload::{Phase, WorkloadSpec};
-use crate::core::{collective, limits, par};
+use crate::core::{limits, par};
 use crate::evidence::run::{new_run_id, write_run_record, RunRecord, ShardRef, RUN_FORMAT_VERSION};
 use crate::evidence::shard::{
-    BackendKind, ClockRecord, ColdStart, CollectiveEvent, CollectiveKind, DeviceIdentity, PhaseRun, ProcessGroup,
-    Shard, ShardBody, ShardHeader, SyntheticMark, TokenEvent, Unmeasured, WrittenShard, SHARD_FORMAT_VERSION,
+    BackendKind, ClockRecord, ColdStart, CollectiveEvent, DeviceIdentity, PhaseRun, ProcessGroup, Shard, ShardBody,
+    ShardHeader, SyntheticMark, TokenEvent, Unmeasured, WrittenShard, BLANK_EVENT, SHARD_FORMAT_VERSION,
 };
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
@@ -182,27 +182,15 @@ fn rank_shard(plan: &RunPlan<'_>, rank: u32) -> Shard {
         let layer = (i % u64::from(layers)) as u32;
         events.push(CollectiveEvent {
             phase: Phase::Blocking,
-            kind: CollectiveKind::AllReduce,
-            group: 0,
             seq: i,
             bytes: SIZES[layer as usize % SIZES.len()],
-            dtype: collective::TraceDtype::F32,
             token: Some((i / u64::from(layers)) as u32),
             layer: Some(layer),
-            iter: None,
-            warmup: false,
             host_issue_ns: local(issue_ref),
             host_return_ns: local(issue_ref + ret),
             wait_start_ns: local(issue_ref + ret + 50),
             wait_end_ns: local(issue_ref + done),
-            device_start_ns: None,
-            device_end_ns: None,
-            injected_delay_ns: None,
-            replay: None,
-            fill: None,
-            checked: false,
-            root: None,
-            peer: None,
+            ..BLANK_EVENT
         });
         if layer + 1 == layers {
             let first = &events[events.len() - layers as usize];

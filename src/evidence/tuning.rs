@@ -1,15 +1,10 @@
 //! NCCL's per-collective tuner choices, from its `NCCL_DEBUG_SUBSYS=TUNING` log.
 //!
-//! Consumes the debug log NCCL writes for one rank (NCCL prints one line per
-//! collective, on rank 0 only, e.g.
-//! `AllReduce: 65536 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..7}`;
-//! seen with NCCL 2.28). Produces one [`TunerChoice`] per collective and
-//! attaches them to the rank's events by issue order, but only when the
-//! counts match and every line's byte count equals its event's: otherwise the
-//! capture is marked unavailable with the reason, never guessed. The line
-//! format differs between NCCL versions; lines this parser does not recognise
-//! are counted, not silently dropped. (An NCCL profiler plugin would give the
-//! same facts per operation without log parsing; not built yet.)
+//! Consumes the debug log NCCL writes for one rank. Produces one [`TunerChoice`] per
+//! collective and attaches them to the rank's events by issue order, but only when the
+//! counts match and every line's byte count equals its event's: otherwise the capture is
+//! marked unavailable with the reason, never guessed. Lines this parser does not recognise
+//! are counted, not silently dropped. The log: docs/METHODS.md, "NCCL tuner log".
 use serde::{Deserialize, Serialize};
 
 /// One tuner decision as NCCL logged it.

@@ -368,17 +368,7 @@ mod tests {
                 && check_record_counts(&c(CollectiveKind::Exscan, 4, 3), 2).is_err()
         );
         // v-variants: one count per member, summing to the buffer
-        let v = |kind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
-            TraceCollective::new(
-                kind,
-                "v",
-                "0",
-                TraceDtype::F64,
-                (i, o),
-                splits,
-                (Some(0).filter(|_| kind.is_rooted()), None),
-            )
-        };
+        let v = |kind, io, splits| v_coll(kind, "0", io, splits);
         assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 3), (None, Some(vec![1, 2]))), 2).is_ok());
         assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 4), (None, Some(vec![1, 2]))), 2).is_err());
         assert!(check_record_counts(&v(CollectiveKind::AllGather, (1, 3), (None, Some(vec![1, 1, 1]))), 2).is_err());
@@ -391,6 +381,21 @@ mod tests {
         assert!(check_record_counts(&overflowing, 2).is_err());
         // splits on a kind that has none are refused
         assert!(check_record_counts(&v(CollectiveKind::Broadcast, (2, 2), (Some(vec![1, 1]), None)), 2).is_err());
+    }
+
+    type Splits = (Option<Vec<u64>>, Option<Vec<u64>>);
+
+    /// A collective of f64 with these counts and splits (rooted kinds at rank 0).
+    fn v_coll(kind: CollectiveKind, group: &str, io: (u64, u64), splits: Splits) -> TraceCollective {
+        TraceCollective::new(
+            kind,
+            "v",
+            group,
+            TraceDtype::F64,
+            io,
+            splits,
+            (Some(0).filter(|_| kind.is_rooted()), None),
+        )
     }
 
     fn group(members: &[u32]) -> Vec<TraceGroup> {
@@ -408,60 +413,32 @@ mod tests {
     #[test]
     fn members_agree_on_what_each_sends_and_receives() {
         let names = vec!["a".to_string(), "b".to_string()];
-        let c = |kind: CollectiveKind, (i, o), splits: (Option<Vec<u64>>, Option<Vec<u64>>)| {
-            TraceCollective::new(
-                kind,
-                "x",
-                "g",
-                TraceDtype::F64,
-                (i, o),
-                splits,
-                (Some(0).filter(|_| kind.is_rooted()), None),
-            )
-        };
-        let ok = |v: Vec<TraceCollective>| check_consistency(&group(&[0, 1]), &ranks(v), &names);
+        let c = |kind, io, splits: Splits| v_coll(kind, "g", io, splits);
+        let ok = |a, b| check_consistency(&group(&[0, 1]), &ranks(vec![a, b]), &names);
+        let gather = |io, splits| c(CollectiveKind::Gather, io, splits);
+        let scatter = |io, splits| c(CollectiveKind::Scatter, io, splits);
         // gather-v: the root's counts are what each member sends
-        assert!(ok(vec![
-            c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))),
-            c(CollectiveKind::Gather, (2, 0), (None, None))
-        ])
-        .is_ok());
-        let e = ok(vec![
-            c(CollectiveKind::Gather, (1, 3), (None, Some(vec![1, 2]))),
-            c(CollectiveKind::Gather, (1, 0), (None, None)),
-        ])
-        .unwrap_err();
+        assert!(ok(gather((1, 3), (None, Some(vec![1, 2]))), gather((2, 0), (None, None))).is_ok());
+        let e = ok(gather((1, 3), (None, Some(vec![1, 2]))), gather((1, 0), (None, None))).unwrap_err();
         assert!(e.to_string().contains("rank 1 sends 1 elements to rank 0, which expects 2"), "{e}");
         // off the root a gather receives nothing
-        assert!(ok(vec![
-            c(CollectiveKind::Gather, (1, 2), (None, None)),
-            c(CollectiveKind::Gather, (1, 2), (None, None))
-        ])
-        .is_err());
+        assert!(ok(gather((1, 2), (None, None)), gather((1, 2), (None, None))).is_err());
         // scatter-v
-        assert!(ok(vec![
-            c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)),
-            c(CollectiveKind::Scatter, (0, 2), (None, None))
-        ])
-        .is_ok());
-        assert!(ok(vec![
-            c(CollectiveKind::Scatter, (3, 1), (Some(vec![1, 2]), None)),
-            c(CollectiveKind::Scatter, (0, 1), (None, None))
-        ])
-        .is_err());
+        assert!(ok(scatter((3, 1), (Some(vec![1, 2]), None)), scatter((0, 2), (None, None))).is_ok());
+        assert!(ok(scatter((3, 1), (Some(vec![1, 2]), None)), scatter((0, 1), (None, None))).is_err());
         // all-gather-v: every member's list names every member's block
         let ag = |me: u64, list: Vec<u64>| c(CollectiveKind::AllGather, (me, list.iter().sum()), (None, Some(list)));
-        assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![1, 2])]).is_ok());
-        assert!(ok(vec![ag(1, vec![1, 2]), ag(2, vec![2, 1])]).is_err());
+        assert!(ok(ag(1, vec![1, 2]), ag(2, vec![1, 2])).is_ok());
+        assert!(ok(ag(1, vec![1, 2]), ag(2, vec![2, 1])).is_err());
         // reduce-scatter with counts: the same list everywhere, each member its block
         let rs =
             |me: u64, list: Vec<u64>| c(CollectiveKind::ReduceScatter, (list.iter().sum(), me), (Some(list), None));
-        assert!(ok(vec![rs(1, vec![1, 2]), rs(2, vec![1, 2])]).is_ok());
-        assert!(ok(vec![rs(1, vec![1, 2]), rs(1, vec![1, 1])]).is_err());
+        assert!(ok(rs(1, vec![1, 2]), rs(2, vec![1, 2])).is_ok());
+        assert!(ok(rs(1, vec![1, 2]), rs(1, vec![1, 1])).is_err());
         // the reduction must agree
         let mut a = c(CollectiveKind::Scan, (2, 2), (None, None));
         let b = a.clone();
         a.op = Some(TraceReduceOp::Max);
-        assert!(ok(vec![a, b]).unwrap_err().to_string().contains("(max)"));
+        assert!(ok(a, b).unwrap_err().to_string().contains("(max)"));
     }
 }

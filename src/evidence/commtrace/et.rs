@@ -21,11 +21,8 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::path::Path;
 
-/// The most bytes one node may span in the file. A node is decoded whole
-/// only when import uses it (a communication record, the process-group
-/// node, a top-level operator's name), one at a time, so this bounds the
-/// memory of that decode; the process-group description of a 4096-rank
-/// run with thousands of groups is a few MiB.
+/// The most bytes one node may span in the file, bounding the memory of decoding one
+/// node (docs/REFERENCE.md, "Limits").
 pub const MAX_NODE_BYTES: usize = 64 << 20;
 
 /// An execution-trace file: its schema and what import keeps of its nodes.
@@ -35,11 +32,8 @@ struct EtFile {
     nodes: Vec<Slim>,
 }
 
-/// What import keeps of one node whatever the node holds (32 bytes): its
-/// id, its parent, what kind of node it is, and where its text lies in the
-/// file, to decode it again when import uses it. The memory of an import is
-/// thus bounded by the node count ([`Limits::max_nodes`]), not by what the
-/// nodes say about themselves.
+/// What import keeps of one node whatever the node holds (32 bytes): its id, its parent,
+/// what kind of node it is, and where its text lies in the file, to decode it again.
 #[derive(Clone, Copy)]
 struct Slim {
     id: u64,

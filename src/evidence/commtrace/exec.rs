@@ -397,10 +397,7 @@ pub struct ReplayOptions {
 
 /// The reduction a replayed collective runs, and where it came from: the
 /// recorded one (`trace`: an MPI capture's), else `op` (`--op`), else a sum
-/// (`default`). The traces of PyTorch do not record it, and NCCL's kernel
-/// names do not show it: since NCCL 2.19 every reduction kernel is built as
-/// the `Sum` specialisation and dispatches the operation inside (NCCL's
-/// src/device/generate.py, `best_kernel`).
+/// (`default`; docs/METHODS.md, "Replay conventions").
 pub fn reduction(c: &TraceCollective, op: Option<ReduceOp>) -> (ReduceOp, &'static str) {
     match (c.op.and_then(replay_op), op) {
         (Some(o), _) => (o, "trace"),

@@ -234,6 +234,12 @@ impl TraceCollective {
         }
     }
 
+    /// [`Self::new`] with `elems` in and out, no splits, root or peer, for tests.
+    #[cfg(test)]
+    pub(crate) fn plain(kind: CollectiveKind, source_name: &str, group: &str, dtype: TraceDtype, elems: u64) -> Self {
+        Self::new(kind, source_name, group, dtype, (elems, elems), (None, None), (None, None))
+    }
+
     /// Input bytes.
     pub fn in_bytes(&self) -> u64 {
         self.in_elems.saturating_mul(self.dtype.size_bytes())
@@ -278,6 +284,27 @@ impl CommTrace {
     /// The group of that name.
     pub fn group(&self, name: &str) -> Option<&TraceGroup> {
         self.groups.iter().find(|g| g.name == name)
+    }
+
+    /// A trace of these groups and ranks (one per rank of the world) from `kind`, on
+    /// unaligned host clocks, for tests.
+    #[cfg(test)]
+    pub(crate) fn test(
+        kind: SourceKind,
+        groups: Vec<TraceGroup>,
+        ranks: Vec<RankTrace>,
+        mpi: Option<self::mpi::MpiSummary>,
+    ) -> Self {
+        CommTrace {
+            format_version: COMM_TRACE_FORMAT_VERSION,
+            source: TraceSource { kind, schema: None, nccl_version: None, files: vec![] },
+            world_size: ranks.len() as u32,
+            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
+            unknown: vec![],
+            groups,
+            ranks,
+            mpi,
+        }
     }
 }
 
@@ -326,15 +353,7 @@ mod counted_tests {
 
     /// `n` tiny elements, then `tail` (after the limit the decoder must not read on).
     fn doc(key: &str, elem: &str, n: usize, tail: &str) -> Vec<u8> {
-        let mut s = format!("{{\"{key}\":[");
-        for i in 0..n {
-            if i > 0 {
-                s.push(',');
-            }
-            s.push_str(elem);
-        }
-        s.push_str(tail);
-        s.into_bytes()
+        format!("{{\"{key}\":[{}{tail}", vec![elem; n].join(",")).into_bytes()
     }
 
     #[test]

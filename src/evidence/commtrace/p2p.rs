@@ -324,30 +324,9 @@ mod tests {
                     .collect()
             })
             .collect();
-        CommTrace {
-            format_version: COMM_TRACE_FORMAT_VERSION,
-            source: TraceSource { kind: SourceKind::Kineto, schema: None, nccl_version: None, files: vec![] },
-            world_size: n as u32,
-            clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
-            unknown: vec![],
-            groups: vec![TraceGroup { name: "w".into(), desc: None, members: (0..n as u32).collect() }],
-            ranks: (0..n as u32)
-                .map(|rank| RankTrace { rank, collectives: vec![], trailing_compute: vec![] })
-                .collect(),
-            mpi: Some(MpiSummary {
-                run_id: "r".into(),
-                calls: vec![Default::default(); n],
-                left_out: vec![Default::default(); n],
-                left_out_reasons: Default::default(),
-                incomplete: vec![],
-                clock_models: vec![None; n],
-                clock_unaligned: None,
-                collective_calls: vec![vec![]; n],
-                collective_completions: vec![vec![]; n],
-                collective_nonblocking: vec![vec![]; n],
-                p2p,
-            }),
-        }
+        let ranks = (0..n as u32).map(|rank| RankTrace { rank, collectives: vec![], trailing_compute: vec![] });
+        let groups = vec![TraceGroup { name: "w".into(), desc: None, members: (0..n as u32).collect() }];
+        CommTrace::test(SourceKind::Kineto, groups, ranks.collect(), Some(MpiSummary::test(p2p)))
     }
 
     #[test]

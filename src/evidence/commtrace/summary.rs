@@ -13,14 +13,9 @@ use std::collections::BTreeMap;
 const ALGO_PROTO_TOKENS: [&str; 10] =
     ["RING", "TREE", "COLLNET", "DIRECT", "CHAIN", "NVLS", "PAT", "LL", "LL128", "SIMPLE"];
 
-/// The NCCL kernel family of a kernel name, mangled (CUPTI:
-/// `_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgs...`) or
-/// demangled (Kineto: `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDev...)`):
-/// the function's identifier without its arguments and without the
-/// algorithm and protocol, which NCCL picks per size, machine and version
-/// (`ncclDevKernel_AllReduce_Sum_bf16`). The identifier of a mangled name is
-/// read as the Itanium C++ ABI writes a plain function name: `_Z`, its length
-/// in decimal, the identifier.
+/// The NCCL kernel family of a kernel name, mangled (CUPTI) or demangled (Kineto): the
+/// function's identifier without its arguments, algorithm and protocol, e.g.
+/// `ncclDevKernel_AllReduce_Sum_bf16` (docs/METHODS.md, "Replay conventions").
 pub(crate) fn kernel_family(name: &str) -> String {
     let mangled = name.strip_prefix("_Z").and_then(|rest| {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
@@ -91,6 +86,7 @@ pub(crate) fn render_counts(t: &CommTrace) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::workload::ReduceOp;
     use crate::evidence::commtrace::DeviceSpan;
 
     #[test]
@@ -115,38 +111,14 @@ mod tests {
 
     #[test]
     fn kernel_comparison_counts_matches_differences_and_missing_kernels() {
-        let mut c = TraceCollective::new(
-            CollectiveKind::AllReduce,
-            "allreduce",
-            "0",
-            TraceDtype::Bf16,
-            (8, 8),
-            (None, None),
-            (None, None),
-        );
+        let mut c = TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, 8);
         c.device =
             Some(DeviceSpan { start_ns: 0, end_ns: 1, kernel: "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)".into() });
         let colls = vec![c.clone(), c.clone(), c];
-        let rec = |i: u32, k: Option<Vec<&str>>| exec::ExecRecord {
-            index: i,
-            kind: CollectiveKind::AllReduce,
-            group: "0".into(),
-            seq: i as u64,
-            dtype: TraceDtype::Bf16,
-            in_elems: 8,
-            out_elems: 8,
-            wire_bytes: 16,
-            op: None,
-            op_source: None,
-            target_gap_ns: None,
-            actual_gap_ns: 0,
-            elapsed_ns: 1,
-            checked: false,
-            kernels: k.map(|v| v.into_iter().map(String::from).collect()),
-            compute_ops: None,
-            compute_recorded_ns: None,
-            device_start_ns: None,
-            device_end_ns: None,
+        let rec = |i: u32, k: Option<Vec<&str>>| {
+            let mut r = exec::ExecRecord::untimed(i as usize, &colls[0], 0, (ReduceOp::Sum, "default"), false, 16);
+            r.kernels = k.map(|v| v.into_iter().map(String::from).collect());
+            r
         };
         assert_eq!(compare_kernels(&colls, &[rec(0, None)]), None, "nothing recorded: nothing compared");
         let got = compare_kernels(

@@ -381,16 +381,12 @@ mod tests {
         ComputeOp { name: "k".into(), stream: Some(stream), device_start_ns: Some(start), duration_ns: Some(d) }
     }
 
+    fn rank(collectives: Vec<TraceCollective>, trailing_compute: Vec<ComputeOp>) -> RankTrace {
+        RankTrace { rank: 0, collectives, trailing_compute }
+    }
+
     fn coll(stream: u64, start: u64, end: u64, before: Vec<ComputeOp>) -> TraceCollective {
-        let mut c = TraceCollective::new(
-            CollectiveKind::AllReduce,
-            "allreduce",
-            "0",
-            TraceDtype::F32,
-            (4, 4),
-            (None, None),
-            (None, None),
-        );
+        let mut c = TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::F32, 4);
         c.stream = Some(stream);
         c.device =
             Some(DeviceSpan { start_ns: start, end_ns: end, kernel: "ncclDevKernel_AllReduce_Sum_f32_RING_LL".into() });
@@ -400,11 +396,8 @@ mod tests {
 
     #[test]
     fn one_stream_needs_no_waits_and_sums_compute_per_collective() {
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(7, 30, 40, vec![k(7, 0, 10), k(7, 12, 15)]), coll(7, 60, 70, vec![k(7, 45, 5)])],
-            trailing_compute: vec![],
-        };
+        let r =
+            rank(vec![coll(7, 30, 40, vec![k(7, 0, 10), k(7, 12, 15)]), coll(7, 60, 70, vec![k(7, 45, 5)])], vec![]);
         let p = plan(&r).unwrap();
         // the two kernels before the first collective are one launch of their sum
         assert_eq!(p.ops.len(), 4);
@@ -420,15 +413,10 @@ mod tests {
 
     #[test]
     fn gaps_stand_in_for_compute_on_each_collectives_stream() {
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![
-                coll(7, 30, 40, vec![k(7, 0, 10)]),
-                coll(7, 60, 70, vec![k(7, 45, 5)]),
-                coll(20, 75, 90, vec![]),
-            ],
-            trailing_compute: vec![k(7, 95, 3)],
-        };
+        let r = rank(
+            vec![coll(7, 30, 40, vec![k(7, 0, 10)]), coll(7, 60, 70, vec![k(7, 45, 5)]), coll(20, 75, 90, vec![])],
+            vec![k(7, 95, 3)],
+        );
         let p = plan_gaps(&r, &[0, 20, 5]).unwrap();
         // the recorded compute is gone; a gap before each later collective, on its stream
         assert_eq!(p.compute_total(), (2, 25));
@@ -444,17 +432,16 @@ mod tests {
     fn the_transition_comes_off_each_measured_gap_and_nowhere_else() {
         // stream 7: C0, gap (3 ns, a kernel of stream 20, 8 ns waiting for it), C1; then C2 on
         // stream 20 between compute of stream 7 (A, B, A: no measured gap); C3, 9 ns, C4 on 7
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![
+        let r = rank(
+            vec![
                 coll(7, 30, 40, vec![k(7, 0, 10)]),
                 coll(7, 60, 70, vec![k(7, 41, 3), k(20, 41, 2), k(7, 45, 8)]),
                 coll(20, 80, 90, vec![k(7, 71, 4)]),
                 coll(7, 100, 110, vec![k(7, 91, 5)]),
                 coll(7, 130, 140, vec![k(7, 111, 9)]),
             ],
-            trailing_compute: vec![k(7, 145, 6)],
-        };
+            vec![k(7, 145, 6)],
+        );
         let p = plan(&r).unwrap();
         let gaps = p.same_stream_gaps();
         let summary: Vec<(usize, usize, u64, u64, usize)> =
@@ -482,17 +469,16 @@ mod tests {
     #[test]
     fn the_transition_is_the_median_excess_over_gaps_with_compute_and_no_wait() {
         // one stream: C0, 20 ns, C1, nothing, C2, 30 ns, C3, 40 ns, C4
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![
+        let r = rank(
+            vec![
                 coll(7, 0, 10, vec![]),
                 coll(7, 30, 40, vec![k(7, 10, 20)]),
                 coll(7, 40, 50, vec![]),
                 coll(7, 80, 90, vec![k(7, 50, 30)]),
                 coll(7, 130, 140, vec![k(7, 90, 40)]),
             ],
-            trailing_compute: vec![],
-        };
+            vec![],
+        );
         let p = plan(&r).unwrap();
         let gaps = p.same_stream_gaps();
         assert_eq!(gaps.len(), 4);
@@ -510,42 +496,22 @@ mod tests {
     #[test]
     fn kernels_merge_only_where_nothing_waits_between_them() {
         // merged, and what waited for the second kernel now waits for the merged operation
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])],
-            trailing_compute: vec![],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(7, 20, 30, vec![k(7, 0, 2), k(7, 2, 2), k(20, 10, 1)])], vec![])).unwrap();
         assert_eq!(p.ops.len(), 3);
         assert_eq!(p.ops[0].work, PlannedWork::Compute { duration_ns: 4, kernels: 2 });
         assert_eq!((p.ops[1].waits_for.clone(), p.ops[2].waits_for.clone()), (vec![0], vec![1]));
         assert_eq!(p.compute_before_ns(0), (3, 5));
         // the later kernel waits for another stream: kept apart
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])],
-            trailing_compute: vec![],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(7, 40, 50, vec![k(7, 0, 5), k(20, 0, 10), k(7, 20, 5)])], vec![])).unwrap();
         assert_eq!(p.compute_launches(), 3);
         assert_eq!(p.ops[2].waits_for, vec![1]);
         // the earlier kernel is waited on by another stream: kept apart
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])],
-            trailing_compute: vec![],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(9, 40, 50, vec![k(20, 0, 10), k(7, 15, 5), k(20, 10, 10)])], vec![])).unwrap();
         assert_eq!(p.ops[1].waits_for, vec![0]);
         assert_eq!(p.compute_launches(), 3);
         // a collective launched between them (on another stream, concurrent): kept apart, so
         // that the compute before each collective stays what the source launched before it
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(20, 1, 100, vec![k(7, 0, 5)])],
-            trailing_compute: vec![k(7, 10, 5)],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 1, 100, vec![k(7, 0, 5)])], vec![k(7, 10, 5)])).unwrap();
         assert!(p.ops.iter().all(|o| o.waits_for.is_empty()));
         assert_eq!(p.compute_launches(), 2);
         assert_eq!(p.compute_before_ns(0), (1, 5));
@@ -555,27 +521,16 @@ mod tests {
     fn concurrent_work_stays_concurrent_and_sequenced_work_waits() {
         // compute on 7 [0,100); collective on 20 starts at 10 (overlaps the compute: no wait),
         // ends at 50; the next compute on 7 starts at 120, after the collective ended: it waits for it
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(20, 10, 50, vec![k(7, 0, 100)])],
-            trailing_compute: vec![k(7, 120, 10)],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 10, 50, vec![k(7, 0, 100)])], vec![k(7, 120, 10)])).unwrap();
         assert_eq!(p.ops[1].work, PlannedWork::Collective { index: 0 });
         assert!(p.ops[1].waits_for.is_empty(), "the collective overlapped the compute in the source");
         assert_eq!(p.ops[2].waits_for, vec![1]);
         assert_eq!(p.waited_on(), vec![false, true, false]);
         // the same collective starting after the compute ended waits for it
-        let r =
-            RankTrace { rank: 0, collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100)])], trailing_compute: vec![] };
+        let r = rank(vec![coll(20, 100, 150, vec![k(7, 0, 100)])], vec![]);
         assert_eq!(plan(&r).unwrap().ops[1].waits_for, vec![0]);
         // per stream: each kernel stays on its own stream
-        let r = RankTrace {
-            rank: 0,
-            collectives: vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])],
-            trailing_compute: vec![],
-        };
-        let p = plan(&r).unwrap();
+        let p = plan(&rank(vec![coll(20, 100, 150, vec![k(7, 0, 100), k(20, 10, 30)])], vec![])).unwrap();
         let on = |s: u64| {
             p.ops
                 .iter()
@@ -597,7 +552,7 @@ mod tests {
     fn missing_times_fall_back_to_launch_order_and_missing_durations_are_refused() {
         let mut c = coll(20, 10, 50, vec![k(7, 0, 100)]);
         c.device = None;
-        let p = plan(&RankTrace { rank: 0, collectives: vec![c.clone()], trailing_compute: vec![] }).unwrap();
+        let p = plan(&rank(vec![c.clone()], vec![])).unwrap();
         assert_eq!(p.ops[1].waits_for, vec![0]);
         assert!(!p.timeline_complete);
         c.compute_before[0].duration_ns = None;

@@ -307,17 +307,13 @@ mod tests {
 
     #[test]
     fn cpu_arrival_is_the_host_issue_and_missing_clock_is_unknown() {
+        let none = [BTreeMap::new(), BTreeMap::new()];
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
         let models = vec![Some(ClockModel::reference()), Some(ClockModel::reference())];
-        attach_arrival(&mut jc, &models, &[BTreeMap::new(), BTreeMap::new()], &[BTreeMap::new(), BTreeMap::new()]);
+        attach_arrival(&mut jc, &models, &none, &none);
         assert_eq!(jc.arrival_skew_us, Some(4.0));
         let mut jc = collective(vec![times(0, 1_000_000, None), times(1, 1_004_000, None)]);
-        attach_arrival(
-            &mut jc,
-            &[Some(ClockModel::reference()), None],
-            &[BTreeMap::new(), BTreeMap::new()],
-            &[BTreeMap::new(), BTreeMap::new()],
-        );
+        attach_arrival(&mut jc, &[Some(ClockModel::reference()), None], &none, &none);
         assert_eq!(jc.arrival_status, ArrivalStatus::UnknownUncalibrated);
         assert_eq!(jc.arrival_skew_us, None, "unknown, never 0");
     }

@@ -3,15 +3,10 @@
 //! their sorted index or the shard file itself, re-read one event at a time
 //! through a 32 KiB buffer. The re-read file must be the one the first pass
 //! verified, or it is refused (`refused[STALE]`): every byte it reads is
-//! hashed again and the digest must be the verified one. A stamp (device,
-//! inode, size, modification and status-change times:
-//! `core::limits::FileStamp`) proves no more: bytes written through a
-//! shared mapping that was already dirty change no time at all (mmap(2),
-//! msync(2)), so a file whose stamp held was joined with bytes the first
-//! pass never hashed. The stamp is still compared when the file is opened
-//! and after its last byte (where it is not racy), to refuse early a file
-//! replaced or rewritten. Use [`Cursor::head`] for the next event and
-//! [`Cursor::advance`] past it.
+//! hashed again and the digest must be the verified one; its stamp is also
+//! compared when opened and after its last byte (why the stamp alone proves
+//! nothing: docs/METHODS.md, "Join internals"). Use [`Cursor::head`] for the
+//! next event and [`Cursor::advance`] past it.
 use crate::core::limits::FileStamp;
 use crate::core::refusal::{refuse, Code};
 use crate::evidence::shard::{decode_collective_event, CollectiveEvent, CollectiveKind, BLANK_EVENT};
@@ -254,11 +249,7 @@ impl StreamReader {
 }
 
 /// Ask the CPU to bring `len` bytes at `p` into its cache (one hint per
-/// 64-byte line): a software prefetch (Intel 64 and IA-32 Architectures
-/// Optimization Reference Manual, "Software Prefetch"), a no-op on other
-/// architectures. The merge walks a thousand ranks' readers in turn, each
-/// visited once per operation: their state and next bytes are long evicted
-/// by then, and the merge asks for them a few ranks ahead of its use.
+/// 64-byte line; a no-op on other architectures than x86-64).
 #[inline(always)]
 fn prefetch(p: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]

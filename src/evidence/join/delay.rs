@@ -163,16 +163,7 @@ impl DelayRec {
 
 /// The skew, µs, at and above which the arrival-delay control counts a
 /// collective as showing an injected delay of `delay_us` (less the skew's
-/// bound, which may have hidden that much). The line is the midpoint between
-/// the two outcomes the control tells apart, a skew of about 0 without the
-/// delay and about the delay with it: the minimum-error rule between two
-/// equally likely hypotheses of equal spread (Duda, Hart and Stork, *Pattern
-/// Classification*, 2nd ed., 2001, §2.6). A delayed collective's skew is the
-/// delay less the lateness of the other ranks (a rank the scheduler stops in
-/// its own gap arrives late: a few milliseconds on a busy 2-core machine), so
-/// a line at the full delay counted exactly measured skews as misses; at half
-/// the delay both kinds of error need the natural lateness to reach half the
-/// delay, and a control's delay is chosen far above it.
+/// bound): half the delay (docs/METHODS.md, "Join internals").
 pub fn detection_line_us(delay_us: f64) -> f64 {
     delay_us / 2.0
 }

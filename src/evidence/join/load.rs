@@ -138,17 +138,7 @@ struct Engine {
 
 /// [`join_dir`] without holding the run in memory: the same checks and
 /// refusals (in the same order), the same joined collectives handed to
-/// `emit` in the same order.
-///
-/// Pass 1 reads, verifies and decodes each shard on up to `threads` threads
-/// (one shard per thread at a time) and keeps its header, its tokens, and,
-/// only where its events are not recorded in key order, its decoded events.
-/// Pass 2 merges the ranks' events in key order, reading each shard file
-/// again through a 32 KiB buffer; each must be the file pass 1 verified
-/// ([`super::cursor`]: every byte read again hashes to the digest pass 1
-/// verified, and a stamp that proves anything is unchanged).
-/// Memory: about `threads` decoded shards at once in pass 1, then per rank
-/// its header, tokens, buffer and next event, plus whatever `emit` keeps.
+/// `emit` in the same order (two passes: docs/METHODS.md, "Join internals").
 pub fn join_dir_streaming(
     dir: &Path,
     threads: usize,
@@ -305,11 +295,7 @@ fn check_against_run(f: &Path, shard: &Shard, digest: &str, run: &RunRecord) -> 
 
 /// The streaming join of `dir` and its summary; each joined collective is
 /// also written to `events_out` (one JSON line each, as [`join_dir`]'s
-/// caller writes them) where given. Each joined collective is summarised
-/// (and written) on this thread as soon as the merge makes it, while its
-/// per-rank times are still in this core's cache: handing them to another
-/// thread cost more CPU time than it saved wall time (measured with
-/// `scripts/bench/bench-join.sh` on a 2-core VM, 2026-12-04, for commit `80e4a4f`).
+/// caller writes them) where given, summarised on this thread as the merge makes it.
 pub fn join_summary_streaming(
     dir: &Path,
     threads: usize,

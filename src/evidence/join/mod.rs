@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 /// recorded for this collective (not measured, not injected, not replayed)
 /// is absent, never 0, which keeps the joined trace small: most are phase-
 /// or backend-specific.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct RankTimes {
     /// World rank.
     pub rank: u32,
@@ -222,13 +222,7 @@ mod fixtures {
             wait_end_ns: host_issue_ns + 10,
             device_start_ns,
             device_end_ns: device_start_ns.map(|d| d + 5),
-            injected_delay_ns: None,
-            replay_error_ns: None,
-            replay_gap_ns: None,
-            fill_units: None,
-            fill_quantization_error_ns: None,
-            device_wait_ns: None,
-            kernel_start_ns: None,
+            ..Default::default()
         }
     }
 

@@ -85,9 +85,7 @@ mod tests {
         let t = |a: &str, p: &str| Some(TunerChoice { algo: a.into(), proto: p.into(), channels: 8 });
         let mk = |phase, bytes, tuner| {
             let mut c = collective(vec![times(0, 0, None)]);
-            c.phase = phase;
-            c.bytes = bytes;
-            c.tuner = tuner;
+            (c.phase, c.bytes, c.tuner) = (phase, bytes, tuner);
             c
         };
         let all = vec![

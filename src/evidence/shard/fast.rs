@@ -98,7 +98,8 @@ impl Bytes<'_> {
     }
 }
 
-/// An event to decode into (its fields are all overwritten).
+/// An isolated f32 all-reduce on group 0 of zeros and absences: an event to decode into (its
+/// fields are all overwritten), or the rest of one built field by field.
 pub(crate) const BLANK: CollectiveEvent = CollectiveEvent {
     phase: Phase::Isolated,
     kind: CollectiveKind::AllReduce,
@@ -202,11 +203,7 @@ mod tests {
     }
 
     fn opt(rng: &mut rand::rngs::StdRng) -> Option<u64> {
-        if rng.gen_bool(0.5) {
-            Some(big(rng))
-        } else {
-            None
-        }
+        rng.gen_bool(0.5).then(|| big(rng))
     }
 
     fn event(rng: &mut rand::rngs::StdRng) -> CollectiveEvent {

@@ -35,29 +35,8 @@ pub(crate) use read::{collectives_region, decode_collective_event, peek_header};
 use serde::{Deserialize, Serialize};
 pub use write::WrittenShard;
 
-/// Current on-disk shard format version. 2 added kernel records to the body,
-/// 3 the compute stream's measured waits, 4 the workload's model shape,
-/// all-reduce and GEMM element types (header) and bf16 collectives (body),
-/// 5 phases that walk an imported trace (their origin, the compute they fill),
-/// 6 every collective kind of an imported trace (the kinds appended to
-/// [`CollectiveKind`], a collective's root and peer in the body, named
-/// process groups and per-kind counts in the header), 7 two header records
-/// (the body is format 6's): hierarchical clock calibration in the clock
-/// record (the calibration's topology, the rank's path to rank 0, its leader
-/// and the two legs composed, the wall time of each window) and the
-/// [`SyntheticMark`] of generated shards (never measurements), 8 every
-/// element type of an imported trace in a collective's `dtype` (f64, i32,
-/// i64, …: [`crate::core::collective::TraceDtype`], whose first two variants
-/// are f32 and bf16 as before, so older bodies decode unchanged), 9 two
-/// header records (the body is format 8's): an MPI capture's point-to-point
-/// program in a trace phase (per pass, [`P2pPassRecord`] in the phase record;
-/// per-pass counts, [`TraceP2pCount`], in its imported trace origin), 10
-/// the same layout as 9: the isolated sweep of another kind than the
-/// all-reduce runs back to back on GPUs, so its records carry device
-/// intervals and one check per size (before 10 they had none, and `--check
-/// N` checked N iterations per size); versions 1 to 9 are still read (without those records; their collectives
-/// are all-reduces, f32 before 4, f32 or bf16 before 8; their clocks flat,
-/// the wall time unmeasured; none is synthetic; no point-to-point ran).
+/// Current on-disk shard format version; versions 1 to 9 are still read, without the
+/// records they lack (docs/ARCHITECTURE.md, "Shard format versions").
 pub const SHARD_FORMAT_VERSION: u32 = 10;
 const MAGIC: &[u8; 8] = b"CCSHARD\x01";
 const TRAILER: &[u8; 8] = b"CCSHA256";

@@ -402,12 +402,23 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::shard::{test_header, SyntheticMark};
+    use crate::evidence::shard::{test_header, SyntheticMark, BLANK_EVENT};
 
     fn sample() -> Shard {
         let header = test_header("cpu", serde_json::json!([]));
         let tokens = vec![TokenEvent { phase: Phase::Blocking, token: 0, warmup: false, start_ns: 1, end_ns: 2 }];
         Shard { header, body: ShardBody { tokens, ..Default::default() } }
+    }
+
+    /// `s` encoded as format `version` with `body` (encoded), re-sealed (the preamble changes after hashing).
+    fn old_format(s: &mut Shard, version: u32, body: impl Serialize) -> Vec<u8> {
+        s.header.format_version = version;
+        let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
+        bytes[8..12].copy_from_slice(&version.to_le_bytes());
+        let n = bytes.len() - 40;
+        let digest = Sha256::digest(&bytes[..n]);
+        bytes[n + 8..].copy_from_slice(&digest);
+        bytes
     }
 
     #[test]
@@ -429,23 +440,15 @@ mod tests {
                 group: 1,
                 seq: i as u64,
                 bytes: 8,
-                dtype: TraceDtype::F32,
                 token: Some(0),
                 layer: Some(i as u32),
-                iter: None,
-                warmup: false,
                 host_issue_ns: 1,
                 host_return_ns: 2,
                 wait_start_ns: 2,
                 wait_end_ns: 2,
-                device_start_ns: None,
-                device_end_ns: None,
-                injected_delay_ns: None,
-                replay: None,
-                fill: None,
-                checked: false,
                 root,
                 peer,
+                ..BLANK_EVENT
             });
         }
         let d = Shard::decode(&s.encode().unwrap(), "t").unwrap();
@@ -474,37 +477,11 @@ mod tests {
     #[test]
     fn older_formats_still_decode_without_the_newer_records() {
         let mut s = sample();
-        for (version, body) in [
-            (
-                1u32,
-                bincode::serde::encode_to_vec(
-                    ShardBodyV1 { collectives: vec![], compute: vec![], tokens: s.body.tokens.clone() },
-                    bincode_cfg(),
-                )
-                .unwrap(),
-            ),
-            (
-                2u32,
-                bincode::serde::encode_to_vec(
-                    ShardBodyV2 {
-                        collectives: vec![],
-                        compute: vec![],
-                        tokens: s.body.tokens.clone(),
-                        kernels: vec![],
-                        kernel_names: vec![],
-                    },
-                    bincode_cfg(),
-                )
-                .unwrap(),
-            ),
-        ] {
-            s.header.format_version = version;
-            let mut bytes = s.encode_with_body(&body).unwrap();
-            bytes[8..12].copy_from_slice(&version.to_le_bytes());
-            // re-seal: the preamble changed after hashing
-            let n = bytes.len() - 40;
-            let digest = Sha256::digest(&bytes[..n]);
-            bytes[n + 8..].copy_from_slice(&digest);
+        let tokens = s.body.tokens.clone();
+        let v1 = old_format(&mut s, 1, ShardBodyV1 { collectives: vec![], compute: vec![], tokens: tokens.clone() });
+        let v2 = ShardBodyV2 { collectives: vec![], compute: vec![], tokens, kernels: vec![], kernel_names: vec![] };
+        let v2 = old_format(&mut s, 2, v2);
+        for (version, bytes) in [(1, v1), (2, v2)] {
             let d = Shard::decode(&bytes, "old").unwrap();
             assert_eq!(d.header.format_version, version);
             assert_eq!(d.body.tokens, s.body.tokens);
@@ -541,13 +518,7 @@ mod tests {
             kernel_names: vec![],
             device_waits: vec![],
         };
-        s.header.format_version = 5;
-        let mut bytes = s.encode_with_body(&bincode::serde::encode_to_vec(body, bincode_cfg()).unwrap()).unwrap();
-        bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
-        let n = bytes.len() - 40;
-        let digest = Sha256::digest(&bytes[..n]);
-        bytes[n + 8..].copy_from_slice(&digest);
-        let d = Shard::decode(&bytes, "v5").unwrap();
+        let d = Shard::decode(&old_format(&mut s, 5, body), "v5").unwrap();
         let e = &d.body.collectives[0];
         assert_eq!(
             (e.kind, e.seq, e.bytes, e.dtype, e.root, e.peer, e.checked),

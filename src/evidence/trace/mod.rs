@@ -201,17 +201,9 @@ pub(crate) fn comm_trace_schedule(
     walk_comm_trace(t, path, sha256, (rank, world_size), passes, &TraceWalk::Phases { allreduce_only })
 }
 
-/// [`from_comm_trace`] on a trace already read from `path`, walked as `walk` says. With
-/// `allreduce_only`, only the all-reduces run (each on the whole world in
-/// rank order, f32 or bf16), the other kinds left out and counted; else
-/// every collective runs: the all-reduces of f32 or bf16 on a group of the
-/// whole world in rank order through the backend's world all-reduce (shard
-/// group 0, as before format 6), every other one (any kind, any dtype) as a
-/// [`Target::Prepared`] call on its own group (shard group `1 + its
-/// position in the trace's groups`). An MPI capture's nonblocking collective
-/// is posted ([`Issue::Post`], a prepared call whatever its kind) and
-/// completed ([`Step::Complete`]) where the application completed it, in call
-/// order with the point-to-point steps.
+/// [`from_comm_trace`] on a trace already read from `path`, walked as `walk` says: which
+/// collectives run, on which shard group, and where nonblocking ones are posted and
+/// completed (docs/METHODS.md, "Source traces for the phases").
 pub(crate) fn walk_comm_trace(
     t: &CommTrace,
     path: &Path,

@@ -48,51 +48,18 @@ pub(crate) fn four_rank_trace() -> CommTrace {
         .map(|r| {
             let tp = if r < 2 { "tp0" } else { "tp1" };
             let mut colls = vec![
-                TraceCollective::new(
-                    CollectiveKind::AllReduce,
-                    "allreduce",
-                    tp,
-                    TraceDtype::Bf16,
-                    (8, 8),
-                    (None, None),
-                    (None, None),
-                ),
-                TraceCollective::new(
-                    CollectiveKind::AllReduce,
-                    "allreduce",
-                    "0",
-                    TraceDtype::Bf16,
-                    (4, 4),
-                    (None, None),
-                    (None, None),
-                ),
-                TraceCollective::new(
-                    CollectiveKind::Broadcast,
-                    "broadcast",
-                    "0",
-                    TraceDtype::F32,
-                    (16, 16),
-                    (None, None),
-                    (Some(0), None),
-                ),
+                TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", tp, TraceDtype::Bf16, 8),
+                TraceCollective::plain(CollectiveKind::AllReduce, "allreduce", "0", TraceDtype::Bf16, 4),
+                TraceCollective::plain(CollectiveKind::Broadcast, "broadcast", "0", TraceDtype::F32, 16),
             ];
+            colls[2].root = Some(0);
             for (i, c) in colls.iter_mut().enumerate() {
-                c.host_start_ns = Some(1_000 * (i as u64 + 1));
-                c.host_duration_ns = Some(100);
+                (c.host_start_ns, c.host_duration_ns) = (Some(1_000 * (i as u64 + 1)), Some(100));
             }
             RankTrace { rank: r, collectives: colls, trailing_compute: vec![] }
         })
         .collect();
-    CommTrace {
-        format_version: COMM_TRACE_FORMAT_VERSION,
-        source: TraceSource { kind: SourceKind::Kineto, schema: None, nccl_version: None, files: vec![] },
-        world_size: 4,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
-        unknown: vec![],
-        groups,
-        ranks,
-        mpi: None,
-    }
+    CommTrace::test(SourceKind::Kineto, groups, ranks, None)
 }
 
 #[test]
@@ -137,9 +104,7 @@ fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
     let mut t = four_rank_trace();
     let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
     assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
-    for r in &mut t.ranks {
-        r.collectives.remove(0);
-    }
+    t.ranks.iter_mut().for_each(|r| drop(r.collectives.remove(0)));
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
     assert!(st.prepared.is_none() && entries(&st).iter().all(|e| e.0.is_none()));
     let Some((TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }, _)) = &st.source else {
@@ -216,9 +181,7 @@ fn every_rank_prepares_where_one_has_a_prepared_call() {
     let mut t = mpi_trace();
     t.mpi = None;
     t.groups.push(TraceGroup { name: "solo".into(), desc: None, members: vec![0] });
-    for r in &mut t.ranks {
-        r.collectives[0].dtype = TraceDtype::F32;
-    }
+    t.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = TraceDtype::F32);
     let only_world = t.clone();
     let mut solo = t.ranks[0].collectives[0].clone();
     (solo.kind, solo.group, solo.host_start_ns) = (K::Broadcast, "solo".into(), Some(300));
@@ -259,41 +222,16 @@ pub(crate) fn mpi_trace() -> CommTrace {
     };
     let ranks = (0..2u32)
         .map(|r| {
-            let mut c = TraceCollective::new(
-                CollectiveKind::AllReduce,
-                "Allreduce",
-                "w",
-                TraceDtype::F64,
-                (1, 1),
-                (None, None),
-                (None, None),
-            );
+            let mut c = TraceCollective::plain(CollectiveKind::AllReduce, "Allreduce", "w", TraceDtype::F64, 1);
             (c.host_start_ns, c.host_duration_ns) = (Some(200), Some(50));
             RankTrace { rank: r, collectives: vec![c], trailing_compute: vec![] }
         })
         .collect();
-    CommTrace {
-        format_version: COMM_TRACE_FORMAT_VERSION,
-        source: TraceSource { kind: SourceKind::MpiCapture, schema: None, nccl_version: None, files: vec![] },
-        world_size: 2,
-        clock: TraceClock { domain: ClockDomain::HostPerRank, aligned_across_ranks: false, note: String::new() },
-        unknown: vec![],
-        groups: vec![TraceGroup { name: "w".into(), desc: None, members: vec![0, 1] }],
-        ranks,
-        mpi: Some(MpiSummary {
-            run_id: "r".into(),
-            calls: vec![Default::default(); 2],
-            left_out: vec![Default::default(); 2],
-            left_out_reasons: Default::default(),
-            incomplete: vec![],
-            clock_models: vec![None; 2],
-            clock_unaligned: None,
-            collective_calls: vec![vec![3]; 2],
-            collective_completions: vec![vec![None]; 2],
-            collective_nonblocking: vec![vec![false]; 2],
-            p2p: vec![side(1), side(0)],
-        }),
-    }
+    let mut mpi = MpiSummary::test(vec![side(1), side(0)]);
+    (mpi.collective_calls, mpi.collective_completions) = (vec![vec![3]; 2], vec![vec![None]; 2]);
+    mpi.collective_nonblocking = vec![vec![false]; 2];
+    let groups = vec![TraceGroup { name: "w".into(), desc: None, members: vec![0, 1] }];
+    CommTrace::test(SourceKind::MpiCapture, groups, ranks, Some(mpi))
 }
 
 #[test]
@@ -344,15 +282,7 @@ fn members_that_disagree_on_a_collective_are_refused_before_launch() {
     use crate::evidence::commtrace::exec::uneven_members;
     let mut t = four_rank_trace();
     for r in &mut t.ranks {
-        let mut c = TraceCollective::new(
-            CollectiveKind::AllToAll,
-            "alltoallv",
-            "0",
-            TraceDtype::F32,
-            (4, 4),
-            (None, None),
-            (None, None),
-        );
+        let mut c = TraceCollective::plain(CollectiveKind::AllToAll, "alltoallv", "0", TraceDtype::F32, 4);
         c.in_split_elems = Some(vec![1; 4]);
         c.out_split_elems = Some(vec![1; 4]);
         (c.host_start_ns, c.host_duration_ns, c.seq) = (Some(9_000), Some(100), 7 * r.rank as u64);
@@ -406,9 +336,7 @@ fn a_nonblocking_collective_is_posted_and_completed_where_the_application_did() 
     t.mpi.as_mut().unwrap().collective_completions = vec![vec![None]; 2];
     assert_eq!(order(&t).unwrap(), "p0 p1 p2 gap all_reduce:Post p3 done0 TokenEnd");
     use crate::evidence::commtrace::TraceDtype;
-    for r in &mut t.ranks {
-        r.collectives[0].dtype = TraceDtype::F32;
-    }
+    t.ranks.iter_mut().for_each(|r| r.collectives[0].dtype = TraceDtype::F32);
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
     assert!(st.calls().all(|c| matches!(c.target, Target::Prepared { .. }) && c.issue == Issue::Post));
     t.mpi.as_mut().unwrap().collective_nonblocking = vec![vec![false]; 2];

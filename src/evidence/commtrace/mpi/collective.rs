@@ -188,34 +188,12 @@ pub(super) fn collective_of(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{allreduce_block, file_v, write_dir};
-    use super::super::rank_capture::{CALL_LEN, NONE, REC_CALL, REC_COUNTS, REC_DONE, REC_OP};
+    use super::super::fixtures::{allreduce_block, call, done, file_v, write_dir};
+    use super::super::rank_capture::{REC_COUNTS, REC_OP};
     use super::super::{read_dir, to_trace};
     use super::*;
     use crate::core::refusal::{code_of, Code};
     use crate::evidence::commtrace::{CommTrace, Limits, COMM_TRACE_MPI_FORMAT_VERSION};
-
-    /// A call record of kind `kind` on communicator 1 with datatype 1 and op `op`.
-    fn call(kind: u16, (send, recv): (u64, u64), op: u16, root: Option<i32>, request: u64) -> (u8, Vec<u8>) {
-        let mut c = vec![0u8; CALL_LEN];
-        c[0..2].copy_from_slice(&kind.to_le_bytes());
-        c[4..8].copy_from_slice(&1u32.to_le_bytes());
-        c[8..16].copy_from_slice(&100u64.to_le_bytes());
-        c[16..24].copy_from_slice(&150u64.to_le_bytes());
-        c[24..32].copy_from_slice(&send.to_le_bytes());
-        c[32..40].copy_from_slice(&recv.to_le_bytes());
-        c[40..42].copy_from_slice(&1u16.to_le_bytes());
-        c[42..44].copy_from_slice(&1u16.to_le_bytes());
-        c[44..46].copy_from_slice(&op.to_le_bytes());
-        for o in [48, 52, 72, 76] {
-            c[o..o + 4].copy_from_slice(&NONE.to_le_bytes());
-        }
-        if let Some(r) = root {
-            c[48..52].copy_from_slice(&r.to_le_bytes());
-        }
-        c[56..64].copy_from_slice(&request.to_le_bytes());
-        (REC_CALL, c)
-    }
 
     fn counts(side: u8, v: &[u32]) -> (u8, Vec<u8>) {
         let mut p = vec![side];
@@ -244,11 +222,7 @@ mod tests {
         if rank == 0 {
             b.push(counts(1, &[1, 2]));
         }
-        b.push(call(4, (0, 0), 0, None, 9));
-        let mut done = vec![0u8; 32];
-        done[0..8].copy_from_slice(&9u64.to_le_bytes());
-        done[8..16].copy_from_slice(&400u64.to_le_bytes());
-        b.push((REC_DONE, done));
+        b.extend([call(4, (0, 0), 0, None, 9), done(9, 400)]);
         b
     }
 

@@ -1,7 +1,7 @@
 //! Capture files and folders that the stages' tests build from records, as the capture library
 //! writes them (layout: `capture/src/format.rs`).
 use super::frame_capture_version;
-use super::rank_capture::{CALL_LEN, CAPTURE_FORMAT_VERSION, NONE, REC_CALL, REC_COMM, REC_DTYPE, REC_OP};
+use super::rank_capture::{CALL_LEN, CAPTURE_FORMAT_VERSION, NONE, REC_CALL, REC_COMM, REC_DONE, REC_DTYPE, REC_OP};
 
 /// A capture file as the library writes it (layout: capture/src/format.rs), from records.
 pub(super) fn file(rank: u32, world: u32, run: &str, blocks: &[Vec<(u8, Vec<u8>)>], trailer: bool) -> Vec<u8> {
@@ -54,21 +54,38 @@ pub(super) fn allreduce_block(kind: u16, request: u64) -> Vec<(u8, Vec<u8>)> {
     dt.extend_from_slice(b"MPI_DOUBLE");
     let mut op = 1u16.to_le_bytes().to_vec();
     op.extend_from_slice(b"sum");
+    vec![(REC_COMM, comm), (REC_DTYPE, dt), (REC_OP, op), call(kind, (4, 4), 1, None, request)]
+}
+
+/// A call record of kind `kind` on communicator 1 with datatype 1 and op `op`, entered at 100
+/// and returned at 150.
+pub(super) fn call(kind: u16, (send, recv): (u64, u64), op: u16, root: Option<i32>, request: u64) -> (u8, Vec<u8>) {
     let mut c = vec![0u8; CALL_LEN];
     c[0..2].copy_from_slice(&kind.to_le_bytes());
     c[4..8].copy_from_slice(&1u32.to_le_bytes());
     c[8..16].copy_from_slice(&100u64.to_le_bytes());
     c[16..24].copy_from_slice(&150u64.to_le_bytes());
-    c[24..32].copy_from_slice(&4u64.to_le_bytes());
-    c[32..40].copy_from_slice(&4u64.to_le_bytes());
+    c[24..32].copy_from_slice(&send.to_le_bytes());
+    c[32..40].copy_from_slice(&recv.to_le_bytes());
     c[40..42].copy_from_slice(&1u16.to_le_bytes());
     c[42..44].copy_from_slice(&1u16.to_le_bytes());
-    c[44..46].copy_from_slice(&1u16.to_le_bytes());
+    c[44..46].copy_from_slice(&op.to_le_bytes());
     for o in [48, 52, 72, 76] {
         c[o..o + 4].copy_from_slice(&NONE.to_le_bytes());
     }
+    if let Some(r) = root {
+        c[48..52].copy_from_slice(&r.to_le_bytes());
+    }
     c[56..64].copy_from_slice(&request.to_le_bytes());
-    vec![(REC_COMM, comm), (REC_DTYPE, dt), (REC_OP, op), (REC_CALL, c)]
+    (REC_CALL, c)
+}
+
+/// The completion record of nonblocking request `request`, completed at `done_ns`.
+pub(super) fn done(request: u64, done_ns: u64) -> (u8, Vec<u8>) {
+    let mut d = vec![0u8; 32];
+    d[0..8].copy_from_slice(&request.to_le_bytes());
+    d[8..16].copy_from_slice(&done_ns.to_le_bytes());
+    (REC_DONE, d)
 }
 
 pub(super) fn write_dir(files: &[(u32, Vec<u8>)]) -> tempfile::TempDir {

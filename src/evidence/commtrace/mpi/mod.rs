@@ -28,7 +28,7 @@ pub use trace::{to_trace, to_trace_with};
 
 /// What `import mpi` adds to a trace (format version 2): every call as
 /// captured, and what the trace leaves out.
-#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct MpiSummary {
     /// Run id the ranks share.
     pub run_id: String,
@@ -64,6 +64,26 @@ pub struct MpiSummary {
     /// the trace phases (cpu backend) run them between the collectives in
     /// call order.
     pub p2p: Vec<Vec<MpiP2p>>,
+}
+
+impl MpiSummary {
+    /// The summary of run `r` with per rank these point-to-point operations, no calls and no
+    /// collectives, for tests.
+    #[cfg(test)]
+    pub(crate) fn test(p2p: Vec<Vec<MpiP2p>>) -> Self {
+        let n = p2p.len();
+        MpiSummary {
+            run_id: "r".into(),
+            calls: vec![Default::default(); n],
+            left_out: vec![Default::default(); n],
+            clock_models: vec![None; n],
+            collective_calls: vec![vec![]; n],
+            collective_completions: vec![vec![]; n],
+            collective_nonblocking: vec![vec![]; n],
+            p2p,
+            ..Default::default()
+        }
+    }
 }
 
 /// One point-to-point operation as captured (format version 2, `mpi.p2p`).

@@ -486,19 +486,16 @@ mod tests {
             let d = write_dir(&[(0, b.to_vec())]);
             code_of(&read_dir(d.path(), false, &Limits::default()).unwrap_err())
         };
-        let mut bad = good.clone();
-        bad[0] = b'X';
-        assert_eq!(code(&bad), Some(Code::BadFormat));
-        let mut bad = good.clone();
-        bad[8] = 9;
-        assert_eq!(code(&bad), Some(Code::UnsupportedVersion));
-        let mut bad = good.clone();
-        bad[20] ^= 1; // inside the header JSON
-        assert_eq!(code(&bad), Some(Code::DigestMismatch));
-        let mut bad = good.clone();
-        let k = bad.len() - 56 - 32 - 10; // inside the block's last record
-        bad[k] ^= 1;
-        assert_eq!(code(&bad), Some(Code::DigestMismatch));
+        let edited = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut bad = good.clone();
+            edit(&mut bad);
+            code(&bad)
+        };
+        assert_eq!(edited(&|b| b[0] = b'X'), Some(Code::BadFormat));
+        assert_eq!(edited(&|b| b[8] = 9), Some(Code::UnsupportedVersion));
+        assert_eq!(edited(&|b| b[20] ^= 1), Some(Code::DigestMismatch), "inside the header JSON");
+        let last_record = good.len() - 56 - 32 - 10;
+        assert_eq!(edited(&|b| b[last_record] ^= 1), Some(Code::DigestMismatch), "inside the block's last record");
         // a block cut short, and a file without trailer: incomplete, the whole blocks kept when allowed
         assert_eq!(code(&good[..good.len() - 60]), Some(Code::IncompleteCapture));
         let open = file(0, 1, "r", &[allreduce_block(0, 0)], false);
@@ -511,9 +508,6 @@ mod tests {
         let mut blk = allreduce_block(0, 0);
         blk[3].1[0..2].copy_from_slice(&9u16.to_le_bytes());
         assert_eq!(code(&file(0, 1, "r", &[blk], true)), Some(Code::BadFormat));
-        // bytes after the trailer
-        let mut bad = good.clone();
-        bad.push(0);
-        assert_eq!(code(&bad), Some(Code::BadFormat));
+        assert_eq!(edited(&|b| b.push(0)), Some(Code::BadFormat), "bytes after the trailer");
     }
 }

@@ -31,16 +31,8 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
     let mut ranks = Vec::new();
     let mut summary = MpiSummary {
         run_id: cap.ranks[0].header.run_id.clone(),
-        calls: Vec::new(),
-        left_out: Vec::new(),
-        left_out_reasons: BTreeMap::new(),
         incomplete: cap.ranks.iter().filter_map(|r| r.incomplete.clone()).collect(),
-        clock_models: Vec::new(),
-        clock_unaligned: None,
-        collective_calls: Vec::new(),
-        collective_completions: Vec::new(),
-        collective_nonblocking: Vec::new(),
-        p2p: Vec::new(),
+        ..Default::default()
     };
     let reference = &cap.ranks[0].header.kernel_clock;
     for r in &cap.ranks {
@@ -178,8 +170,7 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{allreduce_block, file, write_dir};
-    use super::super::rank_capture::REC_DONE;
+    use super::super::fixtures::{allreduce_block, done, file, write_dir};
     use super::super::read_dir;
     use super::*;
     use crate::evidence::commtrace::{CollectiveKind, Limits, TraceDtype};
@@ -187,10 +178,7 @@ mod tests {
     #[test]
     fn a_whole_capture_imports_with_its_times_and_a_nonblocking_completion() {
         let mut blk = allreduce_block(1, 7);
-        let mut done = vec![0u8; 32];
-        done[0..8].copy_from_slice(&7u64.to_le_bytes());
-        done[8..16].copy_from_slice(&400u64.to_le_bytes());
-        blk.push((REC_DONE, done));
+        blk.push(done(7, 400));
         let d =
             write_dir(&[(0, file(0, 2, "r", std::slice::from_ref(&blk), true)), (1, file(1, 2, "r", &[blk], true))]);
         let cap = read_dir(d.path(), false, &Limits::default()).unwrap();
