@@ -451,8 +451,7 @@ mod tests {
         let why = HardwareContract::default().check_cell(&hs.iter().collect::<Vec<_>>()).unwrap_err();
         says(
             &why,
-            "cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one \
-            job on two kinds",
+            "cpu_model: rank 1 on host n2 recorded \"EPYC\", rank 0 on host n1 recorded \"Xeon\": one job on two kinds",
         );
         assert!(spec.validate().is_ok());
         for bad in [

@@ -646,8 +646,7 @@ pub fn read(path: &Path) -> Result<(Canary, Vec<u8>)> {
     })?;
     let c = from_slice(&bytes).map_err(|e| match refusal::code_of(&e) {
         Some(Code::UnsupportedVersion) => e.context(format!(
-            "canary artifact {}: compile it again from its source trace with this build (`commcanary \
-                canary compile`)",
+            "canary artifact {}: compile it again from its source trace with this build (`commcanary canary compile`)",
             path.display()
         )),
         Some(_) => e.context(format!("canary artifact {}", path.display())),

@@ -107,8 +107,7 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
         Some(f) => {
             if code != 0 {
                 eprintln!(
-                    "capture: {} ended with status {code}; {} keeps what it \
-                    recorded",
+                    "capture: {} ended with status {code}; {} keeps what it recorded",
                     Path::new(prog).display(),
                     f.display()
                 );
@@ -122,8 +121,7 @@ pub fn run(o: &CaptureOptions) -> Result<ExitCode> {
             dir.display()
         ),
         None => eprintln!(
-            "capture: {} ended with status {code} before initializing MPI; nothing was \
-            captured",
+            "capture: {} ended with status {code} before initializing MPI; nothing was captured",
             Path::new(prog).display()
         ),
     }

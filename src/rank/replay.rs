@@ -477,11 +477,7 @@ pub(crate) fn replay_command(
                 p.sends,
                 p.receives,
                 if p.receives_empty > 0 {
-                    format!(
-                        ", {} of them cancelled or empty in the application: not \
-                    replayed",
-                        p.receives_empty
-                    )
+                    format!(", {} of them cancelled or empty in the application: not replayed", p.receives_empty)
                 } else {
                     String::new()
                 },
@@ -502,11 +498,7 @@ pub(crate) fn replay_command(
                 b.posted,
                 b.waits,
                 if b.never_completed > 0 {
-                    format!(
-                        ", {} never seen complete: waited for at the end of the \
-                    pass",
-                        b.never_completed
-                    )
+                    format!(", {} never seen complete: waited for at the end of the pass", b.never_completed)
                 } else {
                     String::new()
                 }

@@ -57,8 +57,7 @@ pub type Cell = (String, Option<f64>);
 pub fn document(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
-            content=\"width=device-width\">\
-         <title>{0}</title><style>{STYLE}</style></head><body>\n\
+            content=\"width=device-width\"><title>{0}</title><style>{STYLE}</style></head><body>\n\
          <h1>{0}</h1>\n{body}<script>{SORT_SCRIPT}</script>\n</body></html>\n",
         escape(title)
     )

@@ -379,8 +379,7 @@ pub fn proxy_vs_truth(r: &Report) -> Result<Option<String>> {
     let top = top * 1.1;
     svg((W, H), |root| {
         let caption = format!(
-            "Each proxy against {truth_name}: median over the best, per configuration (ringed: the \
-            proxy's pick)"
+            "Each proxy against {truth_name}: median over the best, per configuration (ringed: the proxy's pick)"
         );
         let mut chart = frame(root, caption, 15, (45, 60))
             .build_cartesian_2d((0.9f64..top).log_scale(), (0.9f64..top).log_scale())

@@ -254,11 +254,7 @@ impl Backend for CpuBackend {
             facts: vec![
                 (
                     "gemm".into(),
-                    format!(
-                        "{} f32 in, out and accumulate (naive, single \
-                    thread)",
-                        super::describe_gemms(&self.gemms)
-                    ),
+                    format!("{} f32 in, out and accumulate (naive, single thread)", super::describe_gemms(&self.gemms)),
                 ),
                 (
                     "collective".into(),

@@ -247,8 +247,7 @@ pub(crate) fn replay_checks(p: &Paired) -> (Vec<Check>, Vec<Unjudged>) {
             ),
             (Some(_), None) => (
                 false,
-                "no job of the candidate's overlap phase pairs with one of the source's (same \
-                configuration and round)"
+                "no job of the candidate's overlap phase pairs with one of the source's (same configuration and round)"
                     .into(),
             ),
             (None, _) => (false, "the candidate's overlap phase did not run".into()),

@@ -153,9 +153,9 @@ pub fn to_trace_with(cap: &MpiCapture, for_phases: bool) -> Result<CommTrace> {
             UnknownField { field: "stream".into(), reason: "an MPI capture records host calls only".into() },
             UnknownField {
                 field: "compute_before".into(),
-                reason: "the capture records no compute operations; the gap between calls is the host time between \
-                    them"
-                    .into(),
+                reason:
+                    "the capture records no compute operations; the gap between calls is the host time between them"
+                        .into(),
             },
         ],
         groups,
