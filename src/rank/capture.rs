@@ -2,8 +2,8 @@
 //! `mpirun`/`srun` in place of the application.
 //!
 //! Consumes the application's command line and the capture library; runs the
-//! application with three changes to its environment (docs/METHODS.md, "The
-//! capture command"). Produces what the library writes (`DIR/rank-NNNNN.mpicap`)
+//! application with three changes to its environment
+//! (docs/METHODS.md, "The capture command"). Produces what the library writes (`DIR/rank-NNNNN.mpicap`)
 //! and the application's own exit status. Refuses a missing library
 //! (`NO_SUCH_INPUT`) and, after the application ended, a process that wrote no
 //! capture file of its own (`NOT_MPI`: it never initialized MPI), naming it.

@@ -89,8 +89,8 @@ impl<B: Backend> Runner<'_, B> {
 
     /// The negative control's delay before collective `seq`, if any; returns
     /// the delay actually achieved. Under 1 ms it spins where the node has a
-    /// core per local rank, else it sleeps (docs/METHODS.md, "Calibrated units
-    /// and injected delays").
+    /// core per local rank, else it sleeps
+    /// (docs/METHODS.md, "Calibrated units and injected delays").
     fn inject_delay(&self, seq: u64) -> Option<u64> {
         let d = self.delay.and_then(|d| d.delay_for(self.rank, seq))?;
         let t = self.clock.now_ns();
