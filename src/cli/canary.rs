@@ -280,11 +280,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             };
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &mut log)?;
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                write!(out, "{}", if a.verbose { verify::render(&r) } else { verify::render_short(&r) })?;
-            }
+            super::json_or(out, a.json, &r, |r| if a.verbose { verify::render(r) } else { verify::render_short(r) })?;
             eprintln!("wrote {}", o.out.join("canary-verify.json").display());
         }
         CanaryCommand::Reduce(a) => {

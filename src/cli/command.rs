@@ -9,7 +9,7 @@ use crate::analysis::overlap::IntervalSource;
 use crate::analysis::{capacity, summary};
 use crate::canary::artifact;
 use crate::canary::redact::{self, AuditLog, RedactOptions};
-use crate::cli::{canary, schema, Cli, Command, JoinArgs};
+use crate::cli::{canary, json_or, schema, Cli, Command, JoinArgs};
 use crate::core::ranges::{int, non_negative, positive, sizes, MAX_CLIENTS, MAX_MESSAGE_BYTES, MAX_RANK, MAX_REQUESTS};
 use crate::core::refusal::{self, Code};
 use crate::core::{fsutil, limits, par, units};
@@ -100,15 +100,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
 }
 
 /// `v` as pretty JSON where `json`, else as `text` renders it.
-fn json_or<T: serde::Serialize>(out: &mut dyn Write, json: bool, v: &T, text: impl FnOnce(&T) -> String) -> Result<()> {
-    if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
-    } else {
-        write!(out, "{}", text(v))?;
-    }
-    Ok(())
-}
-
 fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     use crate::cli::ImportCommand;
     use crate::evidence::commtrace::{import_files, render_counts, Limits, SourceKind};

@@ -9,7 +9,9 @@ use crate::campaign::chain::SelectPolicy;
 use crate::cli::canary::{CanaryCommand, ImportRunArgs, SynthArgs};
 use crate::rank::bench::BenchOptions;
 use crate::rank::replay::ReplayTraceArgs;
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Rank NCCL/MPI collective configurations for real workloads, with a chain of evidence.
@@ -530,4 +532,19 @@ pub struct CompareArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Prints `v` as pretty JSON with `--json`, else as `text` renders it.
+pub(crate) fn json_or<T: serde::Serialize>(
+    out: &mut dyn Write,
+    json: bool,
+    v: &T,
+    text: impl FnOnce(&T) -> String,
+) -> Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
+    } else {
+        write!(out, "{}", text(v))?;
+    }
+    Ok(())
 }
