@@ -51,43 +51,12 @@ pub struct CompileArgs {
 /// `canary verify`.
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The source trace.
-    pub trace: PathBuf,
-    /// The canary artifact.
-    pub artifact: PathBuf,
-    /// Campaign spec whose configurations, launcher, rounds, policy and controls are used (ranks come from the trace).
-    #[arg(long)]
-    pub configs: PathBuf,
-    /// Backend, in place of the spec's.
-    #[arg(long, value_parser = ["cpu", "cuda"])]
-    pub backend: Option<String>,
-    /// Rounds, in place of the spec's repetitions.
-    #[arg(long)]
-    pub rounds: Option<u32>,
-    /// Timed passes over each trace per job (one warm-up pass before them).
-    #[arg(long, default_value_t = 3)]
-    pub passes: u32,
-    /// Phases each job runs: replay, and overlap for the hidden-communication check.
-    #[arg(long, default_value = "replay,overlap")]
-    pub phases: String,
-    /// Verify the baselines at equal size too (random, frequency, cluster, stratified-gap).
-    #[arg(long)]
-    pub baselines: bool,
-    /// Also verify the first N events of the source as a sample.
-    #[arg(long)]
-    pub head_sample: Option<usize>,
-    /// Further artifacts judged the same way (e.g. a reduced one).
-    #[arg(long)]
-    pub also: Vec<PathBuf>,
-    /// Output directory (must not exist).
-    #[arg(short = 'o', long = "out", alias = "output")]
-    pub out: PathBuf,
+    /// The stage's own options.
+    #[command(flatten)]
+    pub opts: verify::VerifyOptions,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Replay a canary even when a check that needs no replay (coverage, mix, structure, values) already fails it.
-    #[arg(long)]
-    pub replay_failed: bool,
     /// Print every check, control and size (default: one line per candidate; the JSON is always whole).
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -181,11 +150,11 @@ pub(crate) fn check_ranges(c: &CanaryCommand) -> Result<()> {
             int("--significant-digits", a.significant_digits, 1, 5)
         }
         CanaryCommand::Verify(a) => {
-            int("--passes", a.passes, 1, 10_000)?;
-            if let Some(r) = a.rounds {
+            int("--passes", a.opts.passes, 1, 10_000)?;
+            if let Some(r) = a.opts.rounds {
                 int("--rounds", r, 2, 10_000)?;
             }
-            if let Some(n) = a.head_sample {
+            if let Some(n) = a.opts.head_sample {
                 int("--head-sample", n, 1, 10_000_000)?;
             }
             Ok(())
@@ -264,20 +233,7 @@ pub fn canary(c: CanaryCommand, out: &mut dyn Write) -> Result<std::process::Exi
             }
         }
         CanaryCommand::Verify(a) => {
-            let o = verify::VerifyOptions {
-                source: a.trace,
-                canary: a.artifact,
-                also: a.also,
-                configs: a.configs,
-                backend: a.backend,
-                rounds: a.rounds,
-                passes: a.passes,
-                phases: a.phases,
-                baselines: a.baselines,
-                head_sample: a.head_sample,
-                out: a.out,
-                replay_failed: a.replay_failed,
-            };
+            let o = a.opts;
             let mut log = std::io::stderr();
             let r = verify::verify(&o, &mut log)?;
             super::json_or(out, a.json, &r, |r| if a.verbose { verify::render(r) } else { verify::render_short(r) })?;

@@ -45,33 +45,44 @@ use std::path::{Path, PathBuf};
 /// report reads with none).
 pub const VERIFY_FORMAT_VERSION: u32 = 2;
 
-/// What to verify and how.
-#[derive(Clone, Debug, Default)]
+/// What to verify and how: `canary verify`'s options (its clap parser lives here, with the stage).
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct VerifyOptions {
     /// The source trace.
+    #[arg(value_name = "TRACE")]
     pub source: PathBuf,
     /// The canary artifact.
+    #[arg(value_name = "ARTIFACT")]
     pub canary: PathBuf,
-    /// Further artifacts judged the same way (a reduced one, another canary).
-    pub also: Vec<PathBuf>,
-    /// The campaign spec.
+    /// Campaign spec whose configurations, launcher, rounds, policy and controls are used (ranks come from the trace).
+    #[arg(long)]
     pub configs: PathBuf,
     /// Backend, in place of the spec's.
+    #[arg(long, value_parser = ["cpu", "cuda"])]
     pub backend: Option<String>,
     /// Rounds, in place of the spec's repetitions.
+    #[arg(long)]
     pub rounds: Option<u32>,
-    /// Timed passes over each trace per job.
+    /// Timed passes over each trace per job (one warm-up pass before them).
+    #[arg(long, default_value_t = 3)]
     pub passes: u32,
-    /// Phases each job runs (`replay`, and `overlap` for the hidden-communication check).
+    /// Phases each job runs: replay, and overlap for the hidden-communication check.
+    #[arg(long, default_value = "replay,overlap")]
     pub phases: String,
-    /// Verify the baselines at equal size too.
+    /// Verify the baselines at equal size too (random, frequency, cluster, stratified-gap).
+    #[arg(long)]
     pub baselines: bool,
-    /// Also verify the first N events as a sample.
+    /// Also verify the first N events of the source as a sample.
+    #[arg(long)]
     pub head_sample: Option<usize>,
+    /// Further artifacts judged the same way (e.g. a reduced one).
+    #[arg(long)]
+    pub also: Vec<PathBuf>,
     /// Output directory (must not exist).
+    #[arg(short = 'o', long = "out", alias = "output")]
     pub out: PathBuf,
-    /// Replay a canary (or a further compiled artifact) even when a check
-    /// that needs no measurement already fails it.
+    /// Replay a canary even when a check that needs no replay (coverage, mix, structure, values) already fails it.
+    #[arg(long)]
     pub replay_failed: bool,
 }
 
