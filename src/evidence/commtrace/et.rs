@@ -150,19 +150,12 @@ impl<'de> serde::de::Visitor<'de> for NodesSeed<'_> {
             let head: Head =
                 serde_json::from_str(text).map_err(|e| A::Error::custom(format!("node {}: {e}", out.len())))?;
             let name = head.name.as_ref();
-            let mut kind = if head.ctrl_deps.is_some() { HAS_PARENT } else { 0 };
-            if name == "record_param_comms" {
-                kind |= COMM;
-            }
-            if name.contains(PG_INIT) {
-                kind |= PG;
-            }
-            if name == THREAD_NODE {
-                kind |= THREAD;
-            }
-            if name.starts_with("## ") {
-                kind |= MARKER;
-            }
+            let flag = |yes: bool, f: u8| if yes { f } else { 0 };
+            let kind = flag(head.ctrl_deps.is_some(), HAS_PARENT)
+                | flag(name == "record_param_comms", COMM)
+                | flag(name.contains(PG_INIT), PG)
+                | flag(name == THREAD_NODE, THREAD)
+                | flag(name.starts_with("## "), MARKER);
             let off = (text.as_ptr() as usize).wrapping_sub(self.base) as u64;
             out.push(Slim { id: head.id, parent: head.ctrl_deps.unwrap_or(0), off, len: text.len() as u32, kind });
         }
@@ -240,12 +233,9 @@ pub(crate) fn import_file(path: &Path, limits: &Limits) -> Result<RankRecord> {
 }
 
 fn attr(n: &Node, key: &str) -> Result<Option<Value>> {
-    match n.attrs.iter().find(|a| a.name == key) {
-        Some(a) => Ok(Some(
-            serde_json::from_str(a.value.get()).with_context(|| format!("node {} attr {key:?} is not JSON", n.id))?,
-        )),
-        None => Ok(None),
-    }
+    let a = n.attrs.iter().find(|a| a.name == key);
+    a.map(|a| serde_json::from_str(a.value.get()).with_context(|| format!("node {} attr {key:?} is not JSON", n.id)))
+        .transpose()
 }
 
 fn need(n: &Node, key: &str) -> Result<Value> {
@@ -295,10 +285,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         "no `## process_group:init ##` node: the trace describes no process group (record it after init_process_group)",
     )?;
     let init = whole(json, init)?;
-    let desc_value: Option<Value> = match init.inputs.as_ref().and_then(|i| i.values.first()) {
-        Some(v) => serde_json::from_str(v.get()).ok(),
-        None => None,
-    };
+    let desc_value: Option<Value> =
+        init.inputs.as_ref().and_then(|i| i.values.first()).and_then(|v| serde_json::from_str(v.get()).ok());
     let desc_text = desc_value.as_ref().and_then(|v| v.as_str()).with_context(|| {
         format!("node {} ({}): first input is not the process-group JSON string", init.id, init.name)
     })?;
@@ -539,22 +527,10 @@ fn collective(n: &Node, kind: CollectiveKind, cname: &str, groups: &[TraceGroup]
         (_, true) => (None, Some(global_rank(group, local, "peer")?)),
         _ => (None, None),
     };
-    let stream = attr(n, "stream")?.map(|v| u64_of(&v, "stream")).transpose()?;
-    Ok((
-        TraceCollective {
-            stream,
-            ..TraceCollective::new(
-                kind,
-                cname,
-                gname,
-                dtype,
-                (in_elems, out_elems),
-                (in_split, out_split),
-                (root, peer),
-            )
-        },
-        local,
-    ))
+    let mut c =
+        TraceCollective::new(kind, cname, gname, dtype, (in_elems, out_elems), (in_split, out_split), (root, peer));
+    c.stream = attr(n, "stream")?.map(|v| u64_of(&v, "stream")).transpose()?;
+    Ok((c, local))
 }
 
 #[cfg(test)]

@@ -581,8 +581,7 @@ pub fn gaps_ns(colls: &[TraceCollective]) -> Option<Vec<u64>> {
             None => Some((c.host_start_ns?, c.host_start_ns? + c.host_duration_ns?)),
         }
     };
-    let spans: Option<Vec<(u64, u64)>> = colls.iter().map(span).collect();
-    let spans = spans?;
+    let spans: Vec<(u64, u64)> = colls.iter().map(span).collect::<Option<_>>()?;
     Some(spans.iter().enumerate().map(|(i, s)| if i == 0 { 0 } else { s.0.saturating_sub(spans[i - 1].1) }).collect())
 }
 

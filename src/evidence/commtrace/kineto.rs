@@ -176,10 +176,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         if members.is_empty() {
             members = (0..size.map(|s| s as u32).unwrap_or(world)).collect();
         }
-        if let Some(s) = size {
-            if s != members.len() as u64 {
-                bail!("{} lists {} ranks but pg_size is {s}", what("ranks"), members.len());
-            }
+        if let Some(s) = size.filter(|&s| s != members.len() as u64) {
+            bail!("{} lists {} ranks but pg_size is {s}", what("ranks"), members.len());
         }
         groups.push(TraceGroup { name, desc, members });
     }
@@ -259,7 +257,8 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
             kernel: ks[0].2.clone(),
         });
         let stream = kernels.and_then(|ks| ks[0].3);
-        let dur = args_dur(&file.trace_events[k].1, i)?;
+        let dur =
+            file.trace_events[k].1.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()?;
         collectives.push(TraceCollective { device, stream, host_duration_ns: dur, ..c });
     }
     // Compute goes before the first collective whose host start follows its launch.
@@ -288,10 +287,6 @@ pub fn parse(json: &[u8], label: &str, sha256: String, limits: &Limits) -> Resul
         schema: file.schema_version.map(|v| v.to_string().trim_matches('"').to_string()),
         nccl_version,
     })
-}
-
-fn args_dur(e: &Event, i: u64) -> Result<Option<u64>> {
-    e.dur.as_ref().map(|d| us_to_ns(d, &format!("traceEvents[{i}].dur"))).transpose()
 }
 
 fn collective(
@@ -338,26 +333,11 @@ fn collective(
     let in_elems = u64_of(arg(args, "In msg nelems")?, "In msg nelems")?;
     let out_elems = u64_of(arg(args, "Out msg nelems")?, "Out msg nelems")?;
     let n = group.members.len();
-    let (in_split, out_split) = if kind.row().buffers == Buffers::Splits {
-        (
-            splits(
-                args.get("In split size")
-                    .map(|v| int_list_in_string(v, "In split size", n))
-                    .transpose()?
-                    .unwrap_or_default(),
-                "In split size",
-            )?,
-            splits(
-                args.get("Out split size")
-                    .map(|v| int_list_in_string(v, "Out split size", n))
-                    .transpose()?
-                    .unwrap_or_default(),
-                "Out split size",
-            )?,
-        )
-    } else {
-        (None, None)
+    let split = |key: &str| match args.get(key) {
+        Some(v) if kind.row().buffers == Buffers::Splits => splits(int_list_in_string(v, key, n)?, key),
+        _ => Ok(None),
     };
+    let (in_split, out_split) = (split("In split size")?, split("Out split size")?);
     let recorded_rank = || args.get("Rank").map(|v| i64_of(v, "Rank")).transpose();
     let (root, peer) = match (kind.is_rooted(), kind.is_p2p()) {
         (true, _) => {

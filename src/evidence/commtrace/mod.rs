@@ -336,6 +336,7 @@ pub struct RankRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::refusal::{code_of, Code};
 
     #[test]
     fn unknown_names_are_refused_with_the_known_list() {
@@ -344,12 +345,6 @@ mod tests {
         assert_eq!(classify_name("wait").unwrap(), None);
         assert_eq!(classify_name("_reduce_scatter_base").unwrap(), Some(CollectiveKind::ReduceScatter));
     }
-}
-
-#[cfg(test)]
-mod counted_tests {
-    use super::*;
-    use crate::core::refusal::{code_of, Code};
 
     /// `n` tiny elements, then `tail` (after the limit the decoder must not read on).
     fn doc(key: &str, elem: &str, n: usize, tail: &str) -> Vec<u8> {

@@ -293,37 +293,12 @@ pub fn plans(trace: &CommTrace) -> Result<Vec<P2pPlan>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
+    use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary, TestOp as Op};
     use crate::evidence::commtrace::*;
-
-    /// (call, name, direction, peer, tag, elems, request, completed_by_call), all on the world, bytes.
-    type Op = (u64, &'static str, &'static str, i32, i32, u64, Option<u64>, Option<u64>);
 
     fn trace(ranks: Vec<Vec<Op>>) -> CommTrace {
         let n = ranks.len();
-        let p2p = ranks
-            .into_iter()
-            .map(|ops| {
-                ops.into_iter()
-                    .map(|(call, name, dir, peer, tag, elems, request, done)| MpiP2p {
-                        call,
-                        name: name.into(),
-                        direction: dir.into(),
-                        group: Some("w".into()),
-                        peer,
-                        tag,
-                        matched: None,
-                        elems,
-                        dtype: "MPI_BYTE".into(),
-                        dtype_bytes: 1,
-                        request,
-                        post_ns: call,
-                        complete_ns: Some(call),
-                        completed_by_call: done,
-                    })
-                    .collect()
-            })
-            .collect();
+        let p2p = ranks.into_iter().map(|ops| ops.into_iter().map(MpiP2p::test).collect()).collect();
         let ranks = (0..n as u32).map(|rank| RankTrace { rank, collectives: vec![], trailing_compute: vec![] });
         let groups = vec![TraceGroup { name: "w".into(), desc: None, members: (0..n as u32).collect() }];
         CommTrace::test(SourceKind::Kineto, groups, ranks.collect(), Some(MpiSummary::test(p2p)))

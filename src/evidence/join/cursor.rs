@@ -275,11 +275,6 @@ mod tests {
         StreamReader::open(path, 0, 7, 0, 0, verified).map(|_| ())
     }
 
-    fn verified_now(path: &Path) -> Verified {
-        let (bytes, stamp, racy) = read_bounded_stamped(path, 1 << 20).unwrap();
-        Verified { digest: fsutil::sha256_hex(&bytes), stamp, racy }
-    }
-
     fn stale(r: Result<()>) -> String {
         let e = format!("{:#}", r.expect_err("the changed file must be refused"));
         assert!(e.contains("STALE") && e.contains("changed while join read it"), "{e}");
@@ -291,7 +286,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("rank-00000.shard");
         std::fs::write(&p, b"the verified bytes").unwrap();
-        let v = verified_now(&p);
+        let (bytes, stamp, racy) = read_bounded_stamped(&p, 1 << 20).unwrap();
+        let v = Verified { digest: fsutil::sha256_hex(&bytes), stamp, racy };
         assert!(v.racy, "a file written just now proves nothing by its stamp");
         reread(&p, v.clone()).unwrap();
         // same length, other bytes, within the racy window: the digest catches it

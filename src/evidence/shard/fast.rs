@@ -184,12 +184,9 @@ pub(crate) fn collectives(version: u32, bytes: &[u8]) -> Option<(Vec<CollectiveE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::shard::{bincode_cfg, read};
+    use crate::evidence::shard::bincode_cfg;
+    use crate::evidence::shard::read::decode_collective_event_serde as serde_event;
     use rand::{Rng, SeedableRng};
-
-    fn serde_event(version: u32, bytes: &[u8]) -> Result<(CollectiveEvent, usize), bincode::error::DecodeError> {
-        read::decode_collective_event_serde(version, bytes)
-    }
 
     /// A value of each varint width, and the extremes.
     fn big(rng: &mut rand::rngs::StdRng) -> u64 {
@@ -254,14 +251,11 @@ mod tests {
             if version < 8 {
                 e.dtype = [TraceDtype::F32, TraceDtype::Bf16][i % 2];
             }
-            let bytes = if version >= 6 {
-                bincode::serde::encode_to_vec(&e, bincode_cfg()).unwrap()
-            } else {
+            let mut bytes = bincode::serde::encode_to_vec(&e, bincode_cfg()).unwrap();
+            if version < 6 {
                 // a format-5 event: today's encoding without its last two tags
-                let mut b = bincode::serde::encode_to_vec(&e, bincode_cfg()).unwrap();
-                b.truncate(b.len() - 2);
-                b
-            };
+                bytes.truncate(bytes.len() - 2);
+            }
             let fast = collective_event(version, &bytes).expect("a well-formed event reads");
             assert_eq!(fast, serde_event(version, &bytes).unwrap());
             assert_eq!((fast.0, fast.1), (e, bytes.len()));

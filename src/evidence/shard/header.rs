@@ -164,14 +164,7 @@ pub enum GapTimeline {
 impl GapTimeline {
     /// The timeline of gaps whose collectives had (`true`) or lacked a device interval.
     pub fn of(has_device: impl Iterator<Item = bool>) -> Self {
-        let (mut dev, mut host) = (false, false);
-        for d in has_device {
-            if d {
-                dev = true;
-            } else {
-                host = true;
-            }
-        }
+        let (dev, host) = has_device.fold((false, false), |(dev, host), d| (dev || d, host || !d));
         match (dev, host) {
             (true, false) => GapTimeline::Device,
             (true, true) => GapTimeline::Mixed,

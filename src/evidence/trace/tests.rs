@@ -196,21 +196,10 @@ fn every_rank_prepares_where_one_has_a_prepared_call() {
 pub(crate) fn mpi_trace() -> CommTrace {
     use crate::evidence::commtrace::mpi::{MpiP2p, MpiSummary};
     use crate::evidence::commtrace::*;
-    let op = |call, name: &str, dir: &str, peer, elems, request, post_ns, complete_ns, done| MpiP2p {
-        call,
-        name: name.into(),
-        direction: dir.into(),
-        group: Some("w".into()),
-        peer,
-        tag: 0,
-        matched: None,
-        elems,
-        dtype: "MPI_BYTE".into(),
-        dtype_bytes: 1,
-        request,
+    let op = |call, name, dir, peer, elems, request, post_ns, complete_ns, done| MpiP2p {
         post_ns,
         complete_ns: Some(complete_ns),
-        completed_by_call: done,
+        ..MpiP2p::test((call, name, dir, peer, 0, elems, request, done))
     };
     let side = |peer| {
         vec![

@@ -86,6 +86,33 @@ impl MpiSummary {
     }
 }
 
+/// A test operation: (call, name, direction, peer, tag, elems, request, completed_by_call).
+#[cfg(test)]
+pub(crate) type TestOp = (u64, &'static str, &'static str, i32, i32, u64, Option<u64>, Option<u64>);
+
+impl MpiP2p {
+    /// `op` on group `w`, of bytes, posted and completed at `call` ns, for tests.
+    #[cfg(test)]
+    pub(crate) fn test((call, name, direction, peer, tag, elems, request, completed_by_call): TestOp) -> Self {
+        MpiP2p {
+            call,
+            name: name.into(),
+            direction: direction.into(),
+            group: Some("w".into()),
+            peer,
+            tag,
+            matched: None,
+            elems,
+            dtype: "MPI_BYTE".into(),
+            dtype_bytes: 1,
+            request,
+            post_ns: call,
+            complete_ns: Some(call),
+            completed_by_call,
+        }
+    }
+}
+
 /// One point-to-point operation as captured (format version 2, `mpi.p2p`).
 #[derive(schemars::JsonSchema, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
 pub struct MpiP2p {
