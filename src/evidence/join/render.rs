@@ -143,7 +143,9 @@ pub fn render_summary(s: &JoinSummary) -> String {
             _ => String::new(),
         };
         let inj = match (c.shared_kernel_clock, c.pingpong_offset_us, c.pingpong_bound_us) {
-            (true, Some(o2), Some(b)) => format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)"),
+            (true, Some(o2), Some(b)) => {
+                format!("{inj}  rank 0's kernel clock (ping-pong {o2:.3} ± {b:.3} us agrees)")
+            }
             (true, None, _) if c.rank != 0 => {
                 format!("{inj}  rank 0's kernel clock (its leader's, taken without a ping-pong)")
             }
