@@ -49,10 +49,10 @@ pub const VERIFY_FORMAT_VERSION: u32 = 2;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct VerifyOptions {
     /// The source trace.
-    #[arg(value_name = "TRACE")]
+    #[arg(id = "trace", value_name = "TRACE")]
     pub source: PathBuf,
     /// The canary artifact.
-    #[arg(value_name = "ARTIFACT")]
+    #[arg(id = "artifact", value_name = "ARTIFACT")]
     pub canary: PathBuf,
     /// Campaign spec whose configurations, launcher, rounds, policy and controls are used (ranks come from the trace).
     #[arg(long)]
