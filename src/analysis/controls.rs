@@ -114,13 +114,12 @@ pub(super) fn aa_control(
     let r = canary_result(t, cb, ca, policy, level)?;
     let m = policy.min_effect_pct;
     let outcome = aa_outcome(r.verdict, m);
-    let rounds_to_resolve = if outcome == ControlOutcome::Inconclusive {
-        inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER)
+    let (rounds_to_resolve, tail) = if outcome == ControlOutcome::Inconclusive {
+        let n = inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER);
+        (n, resolve_words_bounded(n))
     } else {
-        None
+        (None, String::new())
     };
-    let tail =
-        if outcome == ControlOutcome::Inconclusive { resolve_words_bounded(rounds_to_resolve) } else { String::new() };
     Ok(ControlResult {
         kind: "a-a".into(),
         subject: format!("{b} vs {a} (one configuration, two labels)"),

@@ -400,12 +400,10 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
                     Some(n) => format!(
                         "inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"
                     ),
-                    None => {
-                        format!(
-                            "inconclusive: the ratio sits at the threshold; more than {} rounds would be needed",
-                            inference::MAX_ROUNDS
-                        )
-                    }
+                    None => format!(
+                        "inconclusive: the ratio sits at the threshold; more than {} rounds would be needed",
+                        inference::MAX_ROUNDS
+                    ),
                 });
             }
         }
