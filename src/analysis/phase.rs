@@ -131,22 +131,20 @@ pub(super) fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(
         rows[c].rank = r + 1;
     }
     rows.sort_by_key(|r| r.rank);
-    let metric = if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" };
-    let rank_model = RankModel {
-        draws: probs.draws,
-        seed: probs.seed,
-        mc_se: probs.mc_se,
-        sigma_log: probs.sigma_log,
-        sigma_df: probs.sigma_df,
-        tau_median_log: probs.tau_median,
-        equivalence_pct: probs.equivalence_pct,
-    };
     Ok((
         PhaseReport {
             phase: p.phase,
-            metric: metric.into(),
+            metric: if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" }.into(),
             rounds: t.table.len(),
-            rank_model,
+            rank_model: RankModel {
+                draws: probs.draws,
+                seed: probs.seed,
+                mc_se: probs.mc_se,
+                sigma_log: probs.sigma_log,
+                sigma_df: probs.sigma_df,
+                tau_median_log: probs.tau_median,
+                equivalence_pct: probs.equivalence_pct,
+            },
             rows,
             pairs,
             pairs_p99,
@@ -168,14 +166,13 @@ pub(super) fn pair_rows(
     for i in 0..labels.len() {
         for j in i + 1..labels.len() {
             let c = pair_interval(table, i, j, coverage)?;
-            let relation = ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct);
             pairs.push(PairRow {
                 a: labels[i].clone(),
                 b: labels[j].clone(),
                 diff_pct: c.diff_pct,
                 ci_low_pct: c.ci_low_pct,
                 ci_high_pct: c.ci_high_pct,
-                relation,
+                relation: ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct),
             });
         }
     }

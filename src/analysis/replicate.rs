@@ -71,8 +71,7 @@ pub fn replicate(
             b.policy.min_effect_pct
         );
     }
-    let mut pairs = Vec::new();
-    let mut taus = Vec::new();
+    let (mut pairs, mut taus) = (Vec::new(), Vec::new());
     for pa in &a.phases {
         let Some(pb) = b.phases.iter().find(|p| p.phase == pa.phase) else { continue };
         let mut na: Vec<String> = pa.rows.iter().map(|r| name_a(&r.label)).collect();
