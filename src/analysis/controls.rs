@@ -186,9 +186,7 @@ pub(super) fn known_bad_control(
         });
     }
     let others: Vec<usize> = (0..pin.labels.len()).filter(|&c| c != bad && !all_bad.contains(&pin.labels[c])).collect();
-    let mut slower = 0;
-    let mut wrong = Vec::new();
-    let mut need: Vec<Option<u32>> = Vec::new();
+    let (mut slower, mut wrong, mut need) = (0, Vec::new(), Vec::<Option<u32>>::new());
     for &o in &others {
         let r = canary_result(t, bad, o, policy, coverage)?;
         match r.verdict {

@@ -123,8 +123,7 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         }
         Ok(())
     };
-    let mut phases = Vec::new();
-    let mut tabs = Vec::new();
+    let (mut phases, mut tabs) = (Vec::new(), Vec::new());
     // the phases are independent (each its own seeded draws): computed side by side (`core::par`), kept in order,
     // so the values are a plain map's
     for (p, done) in input.phases.iter().zip(par::map(&input.phases, par::available(), &|p| analyze_phase(p, policy))) {
@@ -426,13 +425,7 @@ mod tests {
     }
 
     fn verdict() -> policy::Verdict {
-        policy::Verdict {
-            complete: true,
-            manifest_sha256: String::new(),
-            cells_expected: 0,
-            cells_ok: 0,
-            refusals: vec![],
-        }
+        policy::Verdict { complete: true, ..Default::default() }
     }
 
     #[test]

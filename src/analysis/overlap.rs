@@ -61,11 +61,8 @@ fn length(u: &[(f64, f64)]) -> f64 {
 pub(crate) fn intersection_length(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
     let (mut i, mut j, mut t) = (0, 0, 0.0);
     while i < a.len() && j < b.len() {
-        let s = a[i].0.max(b[j].0);
-        let e = a[i].1.min(b[j].1);
-        if e > s {
-            t += e - s;
-        }
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        t += (e - s).max(0.0);
         if a[i].1 < b[j].1 {
             i += 1;
         } else {

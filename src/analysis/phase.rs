@@ -32,26 +32,20 @@ pub(super) fn tables(p: &PhaseInput) -> Result<PhaseTables> {
     let mut rounds: Vec<u32> = p.jobs.first().map(|j| j.iter().map(|x| x.round).collect()).unwrap_or_default();
     rounds.sort_unstable();
     for (c, js) in p.jobs.iter().enumerate() {
+        let (phase, label) = (p.phase, &p.labels[c]);
         let mut r: Vec<u32> = js.iter().map(|x| x.round).collect();
         r.sort_unstable();
         if r != rounds {
             bail!(
-                "phase {}: configuration {} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired",
-                p.phase,
-                p.labels[c],
+                "phase {phase}: configuration {label} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired",
                 p.labels[0]
             );
         }
         if js.len() < 2 {
-            bail!(
-                "phase {}: configuration {} has {} job(s); the analysis needs at least 2",
-                p.phase,
-                p.labels[c],
-                js.len()
-            );
+            bail!("phase {phase}: configuration {label} has {} job(s); the analysis needs at least 2", js.len());
         }
         if let Some(j) = js.iter().find(|j| j.samples_us.is_empty()) {
-            bail!("phase {}: configuration {}, round {}: the job has no events", p.phase, p.labels[c], j.round);
+            bail!("phase {phase}: configuration {label}, round {}: the job has no events", j.round);
         }
     }
     let mut table = vec![vec![0.0; p.labels.len()]; rounds.len()];

@@ -102,12 +102,10 @@ pub fn replicate(
             if first.0 == Relation::NotDistinguished && second.0 == Relation::NotDistinguished {
                 continue;
             }
-            let outcome = if first.0 == second.0 {
-                ReplicationOutcome::Reproduced
-            } else if first.0 == Relation::NotDistinguished || second.0 == Relation::NotDistinguished {
-                ReplicationOutcome::NotConfirmed
-            } else {
-                ReplicationOutcome::Contradicted
+            let outcome = match (first.0, second.0) {
+                (x, y) if x == y => ReplicationOutcome::Reproduced,
+                (Relation::NotDistinguished, _) | (_, Relation::NotDistinguished) => ReplicationOutcome::NotConfirmed,
+                _ => ReplicationOutcome::Contradicted,
             };
             pairs.push(PairReplication { phase: pa.phase, a: x, b: y, first, second, outcome });
         }

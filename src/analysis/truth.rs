@@ -133,17 +133,12 @@ pub(super) fn truth_report(
             }
         })
         .collect();
+    // no other label decided faster: (l, x) is never b-faster
     let best_set: Vec<String> = t
         .labels
         .iter()
-        .enumerate()
-        .filter(|&(i, _)| {
-            rep.pairs.iter().all(|p| {
-                !((p.a == t.labels[i] && p.relation == Relation::BFaster)
-                    || (p.b == t.labels[i] && p.relation == Relation::AFaster))
-            })
-        })
-        .map(|(_, l)| l.clone())
+        .filter(|l| t.labels.iter().all(|x| rep.relation(l, x) != Some(Relation::BFaster)))
+        .cloned()
         .collect();
     let truth_rounds = if decided > 0 { super::agreement::rounds_to_decide(&pin, policy, &truth_rel)? } else { None };
     let summaries = rep.summaries(&t.labels);

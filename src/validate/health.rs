@@ -259,10 +259,7 @@ impl XidSets<'_> {
                 match set.wait(0) {
                     Ok(ev) => events.push(XidEvent {
                         gpu,
-                        xid: match ev.event_data {
-                            Some(XidError::Value(x)) => Some(x),
-                            _ => None,
-                        },
+                        xid: if let Some(XidError::Value(x)) = ev.event_data { Some(x) } else { None },
                     }),
                     Err(nvml_wrapper::error::NvmlError::Timeout) => break,
                     Err(e) => {

@@ -68,13 +68,9 @@ pub fn read(nvml: &nvml_wrapper::Nvml, ranks: u32) -> Topology {
             .filter_map(|w| w.remote_pci_info().ok().map(|p| p.bus_id.to_ascii_lowercase()))
             .collect();
         for (j, bus_j) in bus.iter().enumerate() {
-            if i == j {
-                row.push("X".to_string());
-                continue;
-            }
             let nv = bus_j.as_ref().map(|id| links.iter().filter(|x| *x == id).count()).unwrap_or(0);
-            if nv > 0 {
-                row.push(format!("NV{nv}"));
+            if i == j || nv > 0 {
+                row.push(if i == j { "X".to_string() } else { format!("NV{nv}") });
                 continue;
             }
             // topology_common_ancestor takes the other device by value: fetch a handle to it
