@@ -114,13 +114,12 @@ pub(super) fn aa_control(
     let r = canary_result(t, cb, ca, policy, level)?;
     let m = policy.min_effect_pct;
     let outcome = aa_outcome(r.verdict, m);
-    let rounds_to_resolve = if outcome == ControlOutcome::Inconclusive {
-        inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER)
+    let (rounds_to_resolve, tail) = if outcome == ControlOutcome::Inconclusive {
+        let n = inference::rounds_to_show_equivalence(r.interval.sd_log, m, level, inference::POWER);
+        (n, resolve_words_bounded(n))
     } else {
-        None
+        (None, String::new())
     };
-    let tail =
-        if outcome == ControlOutcome::Inconclusive { resolve_words_bounded(rounds_to_resolve) } else { String::new() };
     Ok(ControlResult {
         kind: "a-a".into(),
         subject: format!("{b} vs {a} (one configuration, two labels)"),
@@ -187,9 +186,7 @@ pub(super) fn known_bad_control(
         });
     }
     let others: Vec<usize> = (0..pin.labels.len()).filter(|&c| c != bad && !all_bad.contains(&pin.labels[c])).collect();
-    let mut slower = 0;
-    let mut wrong = Vec::new();
-    let mut need: Vec<Option<u32>> = Vec::new();
+    let (mut slower, mut wrong, mut need) = (0, Vec::new(), Vec::<Option<u32>>::new());
     for &o in &others {
         let r = canary_result(t, bad, o, policy, coverage)?;
         match r.verdict {

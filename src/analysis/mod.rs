@@ -34,8 +34,7 @@ use crate::core::workload::Phase;
 use crate::core::{identity, par};
 use anyhow::{bail, Context, Result};
 
-pub use crate::analysis::controls::aa_level;
-pub use crate::analysis::controls::aa_outcome;
+pub use crate::analysis::controls::{aa_level, aa_outcome};
 pub use crate::analysis::inference::COVERAGE;
 pub use crate::analysis::model::{
     AaFamily, CanarySection, ClockExcerpt, ClockRankWindows, ControlResult, DelayCounts, PhaseReport, ProxyAgreement,
@@ -58,14 +57,6 @@ pub(crate) const INTERVAL_METHOD: &str = "Student-t interval (n-1 degrees of fre
     when higher), the canary a single planned 95% interval; simulated coverage at 3, 5, 10 and 20 rounds under \
     Gaussian, Student-t3, skewed and round-drift job noise was at least 94.9% in every cell (docs/CAMPAIGNS.md, \
     \"Calibration\"; rerun with `cargo bench --bench calibration`); with 2 rounds only the Gaussian case is exact";
-
-/// `f` over `items` on up to `std::thread::available_parallelism` threads
-/// (`core::par`), the results in `items`' order: the same values as a plain
-/// map, since each item is computed alone and deterministically (the
-/// analysis seeds its own draws per item). A panic in `f` is resumed here.
-fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    par::map(items, par::available(), &f)
-}
 
 /// Each trace variant's ranking against the source variant's, from the
 /// phase's jobs (the same computation as [`agreement::proxy_against_truth`]).
@@ -132,10 +123,10 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
         }
         Ok(())
     };
-    let mut phases = Vec::new();
-    let mut tabs = Vec::new();
-    // the phases are independent (each its own seeded draws): computed side by side, kept in order
-    for (p, done) in input.phases.iter().zip(parallel_map(&input.phases, |p| analyze_phase(p, policy))) {
+    let (mut phases, mut tabs) = (Vec::new(), Vec::new());
+    // the phases are independent (each its own seeded draws): computed side by side (`core::par`), kept in order,
+    // so the values are a plain map's
+    for (p, done) in input.phases.iter().zip(par::map(&input.phases, par::available(), &|p| analyze_phase(p, policy))) {
         let (r, t) = done?;
         phases.push(r);
         tabs.push((p, t));
@@ -150,7 +141,7 @@ pub fn analyze(input: &AnalysisInput, completeness: policy::Verdict, evidence: &
             .filter(|&pi| phases[pi].phase != Phase::Blocking && input.phases[pi].labels == labels)
             .collect();
         // each proxy's resampled τ-b is independent of the others' (each its own seeded draws)
-        let taus = parallel_map(&proxies, |&pi| {
+        let taus = par::map(&proxies, par::available(), &|&pi| {
             tau_estimates(&tabs[pi].1.table, &tabs[bi].1.table, policy, phases[pi].pair_coverage)
         });
         for (&pi, (tau_policy, tau_plain)) in proxies.iter().zip(taus) {
@@ -434,13 +425,7 @@ mod tests {
     }
 
     fn verdict() -> policy::Verdict {
-        policy::Verdict {
-            complete: true,
-            manifest_sha256: String::new(),
-            cells_expected: 0,
-            cells_ok: 0,
-            refusals: vec![],
-        }
+        policy::Verdict { complete: true, ..Default::default() }
     }
 
     #[test]

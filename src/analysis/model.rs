@@ -672,7 +672,7 @@ pub struct Regret {
 }
 
 /// Proxy and truth seconds to reach the truth's decided relations.
-#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq)]
 pub struct TruthDecisionCost {
     /// Pairs the truth decides (none: no decision to preserve, every other field absent).
     pub truth_decided_pairs: usize,

@@ -61,11 +61,8 @@ fn length(u: &[(f64, f64)]) -> f64 {
 pub(crate) fn intersection_length(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
     let (mut i, mut j, mut t) = (0, 0, 0.0);
     while i < a.len() && j < b.len() {
-        let s = a[i].0.max(b[j].0);
-        let e = a[i].1.min(b[j].1);
-        if e > s {
-            t += e - s;
-        }
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        t += (e - s).max(0.0);
         if a[i].1 < b[j].1 {
             i += 1;
         } else {
@@ -77,15 +74,10 @@ pub(crate) fn intersection_length(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
 
 /// Overlap report of compute and communication intervals given in µs.
 pub fn overlap(compute_us: &[(f64, f64)], comm_us: &[(f64, f64)]) -> Result<OverlapReport> {
-    let cu = union(compute_us)?;
-    let mu = union(comm_us)?;
-    let ca = length(&cu);
-    let ma = length(&mu);
-    let ov = intersection_length(&cu, &mu);
-    let starts = cu.iter().chain(&mu).map(|x| x.0);
-    let ends = cu.iter().chain(&mu).map(|x| x.1);
-    let lo = starts.fold(f64::INFINITY, f64::min);
-    let hi = ends.fold(f64::NEG_INFINITY, f64::max);
+    let (cu, mu) = (union(compute_us)?, union(comm_us)?);
+    let (ca, ma, ov) = (length(&cu), length(&mu), intersection_length(&cu, &mu));
+    let lo = cu.iter().chain(&mu).map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let hi = cu.iter().chain(&mu).map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
     let wall = if lo.is_finite() && hi.is_finite() { hi - lo } else { 0.0 };
     let frac = |den: f64| (den > 0.0).then(|| ov / den);
     Ok(OverlapReport {

@@ -32,26 +32,20 @@ pub(super) fn tables(p: &PhaseInput) -> Result<PhaseTables> {
     let mut rounds: Vec<u32> = p.jobs.first().map(|j| j.iter().map(|x| x.round).collect()).unwrap_or_default();
     rounds.sort_unstable();
     for (c, js) in p.jobs.iter().enumerate() {
+        let (phase, label) = (p.phase, &p.labels[c]);
         let mut r: Vec<u32> = js.iter().map(|x| x.round).collect();
         r.sort_unstable();
         if r != rounds {
             bail!(
-                "phase {}: configuration {} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired",
-                p.phase,
-                p.labels[c],
+                "phase {phase}: configuration {label} ran in rounds {r:?}, {} in {rounds:?}: rounds cannot be paired",
                 p.labels[0]
             );
         }
         if js.len() < 2 {
-            bail!(
-                "phase {}: configuration {} has {} job(s); the analysis needs at least 2",
-                p.phase,
-                p.labels[c],
-                js.len()
-            );
+            bail!("phase {phase}: configuration {label} has {} job(s); the analysis needs at least 2", js.len());
         }
         if let Some(j) = js.iter().find(|j| j.samples_us.is_empty()) {
-            bail!("phase {}: configuration {}, round {}: the job has no events", p.phase, p.labels[c], j.round);
+            bail!("phase {phase}: configuration {label}, round {}: the job has no events", j.round);
         }
     }
     let mut table = vec![vec![0.0; p.labels.len()]; rounds.len()];
@@ -131,22 +125,20 @@ pub(super) fn analyze_phase(p: &PhaseInput, policy: &AnalysisPolicy) -> Result<(
         rows[c].rank = r + 1;
     }
     rows.sort_by_key(|r| r.rank);
-    let metric = if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" };
-    let rank_model = RankModel {
-        draws: probs.draws,
-        seed: probs.seed,
-        mc_se: probs.mc_se,
-        sigma_log: probs.sigma_log,
-        sigma_df: probs.sigma_df,
-        tau_median_log: probs.tau_median,
-        equivalence_pct: probs.equivalence_pct,
-    };
     Ok((
         PhaseReport {
             phase: p.phase,
-            metric: metric.into(),
+            metric: if p.phase.has_tokens() { "token_latency_us" } else { "completion_us" }.into(),
             rounds: t.table.len(),
-            rank_model,
+            rank_model: RankModel {
+                draws: probs.draws,
+                seed: probs.seed,
+                mc_se: probs.mc_se,
+                sigma_log: probs.sigma_log,
+                sigma_df: probs.sigma_df,
+                tau_median_log: probs.tau_median,
+                equivalence_pct: probs.equivalence_pct,
+            },
             rows,
             pairs,
             pairs_p99,
@@ -168,14 +160,13 @@ pub(super) fn pair_rows(
     for i in 0..labels.len() {
         for j in i + 1..labels.len() {
             let c = pair_interval(table, i, j, coverage)?;
-            let relation = ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct);
             pairs.push(PairRow {
                 a: labels[i].clone(),
                 b: labels[j].clone(),
                 diff_pct: c.diff_pct,
                 ci_low_pct: c.ci_low_pct,
                 ci_high_pct: c.ci_high_pct,
-                relation,
+                relation: ranking::relation_from_interval(c.ci_low_pct, c.ci_high_pct, policy.min_effect_pct),
             });
         }
     }

@@ -38,7 +38,7 @@ fn default_resamples() -> u32 {
 }
 
 /// Completeness verdict.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct Verdict {
     /// True only when every check passed.
     pub complete: bool,

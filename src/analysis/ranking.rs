@@ -187,8 +187,7 @@ pub fn compare_relations(
     if proxy_rel.len() != n * n.saturating_sub(1) / 2 || truth_rel.len() != proxy_rel.len() {
         bail!("{} configurations need {} relations per side", n, n * n.saturating_sub(1) / 2);
     }
-    let mut relations = Vec::new();
-    let mut disagreements = Vec::new();
+    let (mut relations, mut disagreements) = (Vec::new(), Vec::new());
     for i in 0..n {
         for j in i + 1..n {
             let (ta, tb) = (&truth[i], &truth[j]);

@@ -71,8 +71,7 @@ pub fn replicate(
             b.policy.min_effect_pct
         );
     }
-    let mut pairs = Vec::new();
-    let mut taus = Vec::new();
+    let (mut pairs, mut taus) = (Vec::new(), Vec::new());
     for pa in &a.phases {
         let Some(pb) = b.phases.iter().find(|p| p.phase == pa.phase) else { continue };
         let mut na: Vec<String> = pa.rows.iter().map(|r| name_a(&r.label)).collect();
@@ -103,12 +102,10 @@ pub fn replicate(
             if first.0 == Relation::NotDistinguished && second.0 == Relation::NotDistinguished {
                 continue;
             }
-            let outcome = if first.0 == second.0 {
-                ReplicationOutcome::Reproduced
-            } else if first.0 == Relation::NotDistinguished || second.0 == Relation::NotDistinguished {
-                ReplicationOutcome::NotConfirmed
-            } else {
-                ReplicationOutcome::Contradicted
+            let outcome = match (first.0, second.0) {
+                (x, y) if x == y => ReplicationOutcome::Reproduced,
+                (Relation::NotDistinguished, _) | (_, Relation::NotDistinguished) => ReplicationOutcome::NotConfirmed,
+                _ => ReplicationOutcome::Contradicted,
             };
             pairs.push(PairReplication { phase: pa.phase, a: x, b: y, first, second, outcome });
         }

@@ -118,24 +118,19 @@ pub fn summarize(runs: &[(String, PathBuf)]) -> Result<Summary> {
         }
     }
     let mut rows = Vec::new();
-    let phases: Vec<Phase> = per.keys().map(|k| k.0).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    for p in phases {
+    for p in per.keys().map(|k| k.0).collect::<std::collections::BTreeSet<_>>() {
         let mut group: Vec<ConfigPhase> = per
             .iter_mut()
             .filter(|(k, _)| k.0 == p)
-            .map(|((_, label), v)| {
-                let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-                let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                ConfigPhase {
-                    config: label.clone(),
-                    phase: p,
-                    metric: if p.has_tokens() { "token_latency_us" } else { "completion_us" },
-                    jobs: v.len(),
-                    median_of_job_medians_us: median(v).expect("non-empty"),
-                    job_median_min_us: min,
-                    job_median_max_us: max,
-                    rank: 0,
-                }
+            .map(|((_, label), v)| ConfigPhase {
+                config: label.clone(),
+                phase: p,
+                metric: if p.has_tokens() { "token_latency_us" } else { "completion_us" },
+                jobs: v.len(),
+                job_median_min_us: v.iter().copied().fold(f64::INFINITY, f64::min),
+                job_median_max_us: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                median_of_job_medians_us: median(v).expect("non-empty"),
+                rank: 0,
             })
             .collect();
         group.sort_by(|a, b| a.median_of_job_medians_us.total_cmp(&b.median_of_job_medians_us));

@@ -111,15 +111,9 @@ pub(super) fn tau_estimates(
     let (mut dp, mut dq) = (Vec::new(), Vec::new());
     let mut idx = vec![0usize; n];
     for _ in 0..policy.bootstrap_resamples {
-        for i in idx.iter_mut() {
-            *i = rng.gen_range(0..n);
-        }
-        if let Some(t) = policy_tau(&idx) {
-            dp.push(t);
-        }
-        if let Some(t) = plain_tau(&idx) {
-            dq.push(t);
-        }
+        idx.iter_mut().for_each(|i| *i = rng.gen_range(0..n));
+        dp.extend(policy_tau(&idx));
+        dq.extend(plain_tau(&idx));
     }
     let est = |point: Option<f64>, mut d: Vec<f64>| {
         d.sort_by(|a, b| a.total_cmp(b));
@@ -149,10 +143,7 @@ mod tests {
                     // (the bit patterns one by one on either side; 0 has its neighbours among the subnormals)
                     for k in 1..=8u64 {
                         ends.push(f64::from_bits(t.to_bits() + k));
-                        match t.to_bits().checked_sub(k) {
-                            Some(b) => ends.push(f64::from_bits(b)),
-                            None => ends.push(-f64::from_bits(k)),
-                        }
+                        ends.push(t.to_bits().checked_sub(k).map_or(-f64::from_bits(k), f64::from_bits));
                     }
                     ends.extend([t, t + 1e-10, t - 1e-10, t + 1e-8, t - 1e-8]);
                 }

@@ -272,12 +272,8 @@ pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOu
             kinds.push((kind, [0; 3]));
             kinds.len() - 1
         });
-        let slot = match o {
-            ControlOutcome::Behaved => 0,
-            ControlOutcome::Misbehaved => 1,
-            ControlOutcome::Inconclusive => 2,
-        };
-        kinds[i].1[slot] += 1;
+        // counts in `ControlOutcome`'s declaration order: behaved, misbehaved, inconclusive
+        kinds[i].1[o as usize] += 1;
     }
     kinds
         .iter()
@@ -336,13 +332,10 @@ pub fn ranking_csv(r: &Report) -> anyhow::Result<String> {
 /// One phase's ranking, best first: `<` where the interval decides the
 /// neighbours, `~` where it does not.
 fn chain(p: &PhaseReport) -> String {
-    let mut s = String::new();
-    for (i, row) in p.rows.iter().enumerate() {
-        if i > 0 {
-            let prev = &p.rows[i - 1].label;
-            s.push_str(if p.relation(prev, &row.label) == Some(Relation::AFaster) { " < " } else { " ~ " });
-        }
-        s.push_str(&row.label);
+    let mut s = p.rows.first().map(|r| r.label.clone()).unwrap_or_default();
+    for w in p.rows.windows(2) {
+        s.push_str(if p.relation(&w[0].label, &w[1].label) == Some(Relation::AFaster) { " < " } else { " ~ " });
+        s.push_str(&w[1].label);
     }
     s
 }

@@ -133,17 +133,12 @@ pub(super) fn truth_report(
             }
         })
         .collect();
+    // no other label decided faster: (l, x) is never b-faster
     let best_set: Vec<String> = t
         .labels
         .iter()
-        .enumerate()
-        .filter(|&(i, _)| {
-            rep.pairs.iter().all(|p| {
-                !((p.a == t.labels[i] && p.relation == Relation::BFaster)
-                    || (p.b == t.labels[i] && p.relation == Relation::AFaster))
-            })
-        })
-        .map(|(_, l)| l.clone())
+        .filter(|l| t.labels.iter().all(|x| rep.relation(l, x) != Some(Relation::BFaster)))
+        .cloned()
         .collect();
     let truth_rounds = if decided > 0 { super::agreement::rounds_to_decide(&pin, policy, &truth_rel)? } else { None };
     let summaries = rep.summaries(&t.labels);
@@ -173,14 +168,7 @@ pub(super) fn truth_report(
         let (tau_policy, tau_plain) = super::tau::tau_estimates(&ptab.table, &tab.table, policy, prep.pair_coverage);
         let regret = regret_of(&tab.table, &t.labels, pick, rep.pair_coverage, m)?;
         let decision_cost = if decided == 0 {
-            TruthDecisionCost {
-                truth_decided_pairs: 0,
-                truth_rounds: None,
-                proxy_rounds: None,
-                truth_s: None,
-                proxy_s: None,
-                truth_per_proxy: None,
-            }
+            TruthDecisionCost::default()
         } else {
             let proxy_rounds = super::agreement::rounds_to_decide(ppin, policy, &truth_rel)?;
             let truth_s = truth_rounds.and_then(|r| seconds_over(&t.seconds, r));
@@ -211,23 +199,21 @@ pub(super) fn truth_report(
     for (a, b) in &controls.aa_pairs {
         let (Some(ca), Some(cb)) = (col(a), col(b)) else { continue };
         let level = super::controls::aa_level(family, rep.pair_coverage);
-        let mut c = super::controls::aa_control(
+        ctl.push(super::controls::aa_control(
             &super::controls::AaPair { a: a.as_str(), b: b.as_str(), ca, cb },
             pin.phase,
             &tab.table,
             policy,
             level,
             family,
-        )?;
-        c.phase = None;
-        ctl.push(c);
+        )?);
     }
     let all_bad: Vec<String> = controls.known_bad.iter().map(|k| k.label.clone()).collect();
     for kb in controls.known_bad.iter().filter(|k| col(&k.label).is_some()) {
-        let mut c = super::controls::known_bad_control(kb, &pin, &tab.table, &all_bad, policy, rep.pair_coverage)?;
-        c.phase = None;
-        ctl.push(c);
+        ctl.push(super::controls::known_bad_control(kb, &pin, &tab.table, &all_bad, policy, rep.pair_coverage)?);
     }
+    // judged on the truth, not on a phase
+    ctl.iter_mut().for_each(|c| c.phase = None);
     let mut notes = Vec::new();
     if decided == 0 {
         notes.push(format!(
@@ -249,7 +235,6 @@ pub(super) fn truth_report(
                 .into(),
         );
     }
-    let truth_total_s = t.seconds.iter().flatten().map(|x| x.1).sum();
     Ok(TruthReport {
         metric: t.metric.clone(),
         unit: t.unit.clone(),
@@ -263,7 +248,7 @@ pub(super) fn truth_report(
         proxies: judged,
         truth_rounds_to_decide: truth_rounds,
         truth_decide_s: truth_rounds.and_then(|r| seconds_over(&t.seconds, r)),
-        truth_total_s,
+        truth_total_s: t.seconds.iter().flatten().map(|x| x.1).sum(),
         controls: ctl,
         notes,
     })

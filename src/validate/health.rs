@@ -259,10 +259,7 @@ impl XidSets<'_> {
                 match set.wait(0) {
                     Ok(ev) => events.push(XidEvent {
                         gpu,
-                        xid: match ev.event_data {
-                            Some(XidError::Value(x)) => Some(x),
-                            _ => None,
-                        },
+                        xid: if let Some(XidError::Value(x)) = ev.event_data { Some(x) } else { None },
                     }),
                     Err(nvml_wrapper::error::NvmlError::Timeout) => break,
                     Err(e) => {
@@ -370,9 +367,7 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
     if let Some(why) = &h.not_applicable {
         return (CheckVerdict::Pass, std::iter::once(why.clone()).chain(load_notes).collect());
     }
-    let mut fail = Vec::new();
-    let mut unsure = Vec::new();
-    let mut notes = Vec::new();
+    let (mut fail, mut unsure, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     for e in &h.end {
         let g = e.index;
         let start = h.start.iter().find(|s| s.index == g);
@@ -405,12 +400,10 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
             ));
         }
         if let Some(t) = &e.throttle_reasons.value {
-            let bad: Vec<&String> = t.iter().filter(|r| FAILING_THROTTLE_REASONS.contains(&r.as_str())).collect();
+            let bad: Vec<&str> =
+                t.iter().map(String::as_str).filter(|r| FAILING_THROTTLE_REASONS.contains(r)).collect();
             if !bad.is_empty() {
-                fail.push(format!(
-                    "GPU {g}: throttled by {}",
-                    bad.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                ));
+                fail.push(format!("GPU {g}: throttled by {}", bad.join(", ")));
             }
         }
         if let Some((c, m)) = e.pcie_width_current.value.zip(e.pcie_width_max.value).filter(|(c, m)| c < m) {
@@ -479,12 +472,10 @@ pub fn evaluate(h: &HealthReport, nvlink_crc_errors_max: Option<u64>) -> (CheckV
     if h.end.is_empty() {
         unsure.push("NVML enumerated no GPU".into());
     }
-    let verdict = if !fail.is_empty() {
-        CheckVerdict::Fail
-    } else if !unsure.is_empty() {
-        CheckVerdict::Inconclusive
-    } else {
-        CheckVerdict::Pass
+    let verdict = match (fail.is_empty(), unsure.is_empty()) {
+        (false, _) => CheckVerdict::Fail,
+        (true, false) => CheckVerdict::Inconclusive,
+        (true, true) => CheckVerdict::Pass,
     };
     (verdict, fail.into_iter().chain(unsure).chain(notes).chain(load_notes).collect())
 }
@@ -525,30 +516,24 @@ mod tests {
     fn a_healthy_node_passes_and_each_finding_fails_it() {
         let h = HealthReport { start: vec![healthy(0)], end: vec![healthy(0)], ..Default::default() };
         assert_eq!(evaluate(&h, None).0, CheckVerdict::Pass);
-        let mut bad = h.clone();
-        bad.end[0].ecc_volatile_uncorrected = ok(1);
-        assert_eq!(evaluate(&bad, None).0, CheckVerdict::Fail);
-        let mut bad = h.clone();
-        bad.end[0].pcie_width_current = ok(8);
-        let (v, f) = evaluate(&bad, None);
-        assert_eq!(v, CheckVerdict::Fail);
-        assert!(f[0].contains("x8"), "{f:?}");
-        let mut bad = h.clone();
-        bad.samples.push(HealthSample {
+        let sample = HealthSample {
             t_ms: 1000,
             gpu: 0,
             temperature_c: ok(90),
             power_w: ok(700.0),
             throttle_reasons: ok(vec!["HW_THERMAL_SLOWDOWN".into()]),
-        });
-        assert!(
-            evaluate(&bad, None).1[0].contains("HW_THERMAL_SLOWDOWN during the run"),
-            "{:?}",
-            evaluate(&bad, None).1
-        );
-        let mut bad = h.clone();
-        bad.xid_events.push(XidEvent { gpu: 0, xid: Some(79) });
-        assert!(evaluate(&bad, None).1[0].contains("XID 79"));
+        };
+        let fails_first_with = |first: &str, make_bad: &dyn Fn(&mut HealthReport)| {
+            let mut bad = h.clone();
+            make_bad(&mut bad);
+            let (v, f) = evaluate(&bad, None);
+            assert_eq!(v, CheckVerdict::Fail, "{first}: {f:?}");
+            assert!(f[0].contains(first), "{first}: {f:?}");
+        };
+        fails_first_with("uncorrected volatile ECC", &|b| b.end[0].ecc_volatile_uncorrected = ok(1));
+        fails_first_with("x8", &|b| b.end[0].pcie_width_current = ok(8));
+        fails_first_with("HW_THERMAL_SLOWDOWN during the run", &|b| b.samples.push(sample.clone()));
+        fails_first_with("XID 79", &|b| b.xid_events.push(XidEvent { gpu: 0, xid: Some(79) }));
     }
 
     #[test]

@@ -239,8 +239,7 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
     }
     r.job_cpus = job_cpus.iter().copied().collect();
     r.window_s = start.at.zip(end.at).map(|(a, b)| b.duration_since(a).as_secs_f64());
-    let (mut busy, mut steal, mut all) = (0u64, 0u64, 0u64);
-    let mut counted = 0;
+    let (mut busy, mut steal, mut all, mut counted) = (0u64, 0u64, 0u64, 0);
     for c in &job_cpus {
         if let (Some(x), Some(y)) = (start.cpus.get(c), end.cpus.get(c)) {
             busy += y.0.saturating_sub(x.0);
@@ -294,10 +293,9 @@ pub fn report(start: &Snapshot, end: &Snapshot, job_pids: &[u32]) -> LoadReport 
             if allowed.as_deref().and_then(parse_cpu_list).is_some_and(|set| set.is_disjoint(&job_cpus)) {
                 continue;
             }
-            let comm = end.procs.get(&pid).map(|p| p.0.clone()).unwrap_or_default();
             r.top_other.push(OtherProcess {
                 pid,
-                comm,
+                comm: end.procs.get(&pid).map(|p| p.0.clone()).unwrap_or_default(),
                 cpus_used: ticks as f64 / hz as f64 / w,
                 cpus_allowed: allowed,
             });

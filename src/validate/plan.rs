@@ -36,23 +36,17 @@ pub(crate) fn check_ranges(a: &ValidateArgs) -> Result<()> {
             return Err(out_of_range("--max-bytes", hi, &format!("at least --min-bytes {lo}")));
         }
     }
-    if let Some(f) = a.step_factor {
-        int("--step-factor", f, 2, 1024)?;
-    }
-    if let Some(n) = a.iters {
-        int("--iters", n, 1, 1_000_000)?;
-    }
-    if let Some(w) = a.warmup_iters {
-        int("--warmup-iters", w, 0, 100_000)?;
-    }
-    if let Some(b) = a.batch {
-        int("--batch", b, 1, 65_536)?;
-    }
-    if let Some(t) = a.tokens {
-        int("--tokens", t, 1, 1_000_000)?;
-    }
-    if let Some(t) = a.warmup_tokens {
-        int("--warmup-tokens", t, 0, 100_000)?;
+    for (what, v, lo, hi) in [
+        ("--step-factor", a.step_factor, 2, 1024),
+        ("--iters", a.iters.map(u64::from), 1, 1_000_000),
+        ("--warmup-iters", a.warmup_iters.map(u64::from), 0, 100_000),
+        ("--batch", a.batch.map(u64::from), 1, 65_536),
+        ("--tokens", a.tokens.map(u64::from), 1, 1_000_000),
+        ("--warmup-tokens", a.warmup_tokens.map(u64::from), 0, 100_000),
+    ] {
+        if let Some(v) = v {
+            int(what, v, lo, hi)?;
+        }
     }
     positive("--collective-timeout-s", a.collective_timeout_s, 86_400.0)?;
     if let Some(d) = &a.inject_delay {
@@ -65,10 +59,7 @@ pub(crate) fn check_ranges(a: &ValidateArgs) -> Result<()> {
 pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
     check_ranges(a)?;
     let (backend, _) = a.backend.resolve()?;
-    let site = match &a.site {
-        Some(p) => Site::read(p)?,
-        None => Site::default(),
-    };
+    let site = a.site.as_deref().map(Site::read).transpose()?.unwrap_or_default();
     let delay = a.inject_delay.as_deref().map(DelayInjection::parse).transpose()?;
     if let Some(out) = a.out.as_ref().filter(|o| o.exists()) {
         crate::refuse!(Code::AlreadyExists, "--out {}: already exists (evidence is never written over)", out.display());
@@ -129,13 +120,9 @@ pub(super) fn plan(a: &ValidateArgs) -> Result<Plan> {
 
 /// The workload of a round: the `blocking` phase of the model preset, bound to `ranks`.
 pub(super) fn workload_spec(s: &Settings, backend: BackendKind, ranks: u32) -> Result<WorkloadSpec> {
-    let gemm = match backend {
-        BackendKind::Cpu => GemmShape { m: 64, n: 64, k: 64 },
-        BackendKind::Cuda => GemmShape { m: 1024, n: 1024, k: 1024 },
-    };
-    let (gd, ga) = match backend {
-        BackendKind::Cpu => (Dtype::F32, Dtype::F32),
-        BackendKind::Cuda => (Dtype::Bf16, Dtype::F32),
+    let (gemm, gd, ga) = match backend {
+        BackendKind::Cpu => (GemmShape { m: 64, n: 64, k: 64 }, Dtype::F32, Dtype::F32),
+        BackendKind::Cuda => (GemmShape { m: 1024, n: 1024, k: 1024 }, Dtype::Bf16, Dtype::F32),
     };
     let mut spec = WorkloadSpec::isolated_only(64 * 1024, 1, gemm);
     spec.phases = vec![Phase::Blocking];

@@ -194,15 +194,13 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
         let pick = |r: &RoundRecord| -> Vec<sweep::SizeResult> { r.sweep(kind).to_vec() };
         let first = ev.rounds.rounds.first().map(pick).unwrap_or_default();
         for (i, row) in first.iter().enumerate() {
-            let here = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps)));
-            let time = median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.time_us)));
-            let there = refr.map(|_| median_of(ref_rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps))));
             sizes.push(SizeRow {
                 collective: kind,
                 bytes: row.bytes,
-                busbw_gbps: here,
-                reference_busbw_gbps: there,
-                time_us: time,
+                busbw_gbps: median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps))),
+                reference_busbw_gbps: refr
+                    .map(|_| median_of(ref_rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.busbw_gbps)))),
+                time_us: median_of(ev.rounds.rounds.iter().filter_map(|r| pick(r).get(i).map(|x| x.time_us))),
             });
         }
     }
@@ -210,26 +208,16 @@ pub(super) fn build_report(plan: &Plan, ev: &Evidence, out: &std::path::Path) ->
     let mut likely_cause = None;
     if let Some(set) = refr {
         let rf = set.first();
-        let (hv, hf) = health::evaluate(&ev.health, site.nvlink_crc_errors_max);
-        checks.push(CheckRow {
-            check: "health".into(),
-            measured: health_summary(&ev.health),
-            reference: health_summary(&rf.health),
-            interval: "-".into(),
-            verdict: hv,
-            ratio: None,
-            findings: hf,
-        });
+        // health and topology: a verdict with its findings, no ratio interval
+        let row = |check: &str, measured, reference, (verdict, findings)| {
+            let (check, interval) = (check.into(), "-".into());
+            CheckRow { check, measured, reference, interval, verdict, ratio: None, findings }
+        };
+        let hv = health::evaluate(&ev.health, site.nvlink_crc_errors_max);
+        checks.push(row("health", health_summary(&ev.health), health_summary(&rf.health), hv));
         let td = topology::differences(&ev.topology, &rf.topology);
-        checks.push(CheckRow {
-            check: "topology".into(),
-            measured: topo_summary(&ev.topology),
-            reference: topo_summary(&rf.topology),
-            interval: "-".into(),
-            verdict: if td.is_empty() { CheckVerdict::Pass } else { CheckVerdict::Fail },
-            ratio: None,
-            findings: td,
-        });
+        let tv = (if td.is_empty() { CheckVerdict::Pass } else { CheckVerdict::Fail }, td);
+        checks.push(row("topology", topo_summary(&ev.topology), topo_summary(&rf.topology), tv));
         let per_job = |stat: &dyn Fn(&RoundRecord) -> f64| -> (Vec<f64>, Vec<Vec<f64>>) {
             (
                 ev.rounds.rounds.iter().map(stat).collect(),
@@ -305,18 +293,12 @@ fn likely_cause_of(checks: &[CheckRow], ev: &Evidence, set: &reference::Referenc
     if !checks.iter().any(|c| c.ratio.is_some() && c.verdict == CheckVerdict::Fail) {
         return None;
     }
-    let here = ev.health.load.as_ref().and_then(load::busy_elsewhere);
+    let busy = |h: &health::HealthReport| h.load.as_ref().and_then(load::busy_elsewhere);
+    let here = busy(&ev.health);
     let there: Vec<String> = set
         .jobs
         .iter()
-        .filter_map(|j| {
-            j.evidence
-                .health
-                .load
-                .as_ref()
-                .and_then(load::busy_elsewhere)
-                .map(|why| format!("reference job {}: {why}", j.name))
-        })
+        .filter_map(|j| busy(&j.evidence.health).map(|why| format!("reference job {}: {why}", j.name)))
         .collect();
     match (here, there.is_empty()) {
         (None, true) => None,
@@ -400,12 +382,10 @@ fn ratio_row(check: &RatioCheck<'_>, here: &[f64], there: &[Vec<f64>]) -> Result
                     Some(n) => format!(
                         "inconclusive: about {n} rounds would resolve it if the mean and spread stay as measured"
                     ),
-                    None => {
-                        format!(
-                            "inconclusive: the ratio sits at the threshold; more than {} rounds would be needed",
-                            inference::MAX_ROUNDS
-                        )
-                    }
+                    None => format!(
+                        "inconclusive: the ratio sits at the threshold; more than {} rounds would be needed",
+                        inference::MAX_ROUNDS
+                    ),
                 });
             }
         }

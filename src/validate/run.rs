@@ -9,8 +9,7 @@ use super::report::{build_report, geo_busbw, render};
 use super::sweep;
 use super::{health, load, topology, ValidateArgs, EXIT_COULD_NOT_RUN};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::cuda::CudaBackend;
-use crate::backend::cuda::CudaOptions;
+use crate::backend::cuda::{CudaBackend, CudaOptions};
 use crate::backend::{Backend, BackendPlan};
 use crate::core::clock::{unix_ms, RankClock};
 use crate::core::identity::{self, ToolIdentity};
@@ -228,15 +227,11 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
                     all_gather: Vec::new(),
                     token_latency_median_us_per_rank: Vec::new(),
                 };
-                let [all_reduce, all_gather] = sweep::kinds();
+                let ([all_reduce, all_gather], check) = (sweep::kinds(), s.sweep_loop(round == 0));
                 for what in order {
                     match what {
-                        "all-reduce" => {
-                            rec.all_reduce = sweep::sweep(backend, world, clock, all_reduce, &s.sweep_loop(round == 0))?
-                        }
-                        "all-gather" => {
-                            rec.all_gather = sweep::sweep(backend, world, clock, all_gather, &s.sweep_loop(round == 0))?
-                        }
+                        "all-reduce" => rec.all_reduce = sweep::sweep(backend, world, clock, all_reduce, &check)?,
+                        "all-gather" => rec.all_gather = sweep::sweep(backend, world, clock, all_gather, &check)?,
                         _ => {
                             rec.token_latency_median_us_per_rank =
                                 workload_round(backend, world, clock, spec, plan.delay)?
@@ -294,14 +289,9 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
         (None, _) => not_applicable("internal: NVML not opened".into()),
     };
     let health = health::HealthReport { load, ..health };
-    let topo = match w {
-        Some(w) => topology::read(w.nvml(), ranks),
-        None => topology::cpu(ranks),
-    };
-    let kind = if plan.reference.is_some() { "validation" } else { "reference" };
     let manifest = reference::ValidateManifest {
         format_version: reference::VALIDATE_FORMAT_VERSION,
-        kind: kind.into(),
+        kind: if plan.reference.is_some() { "validation" } else { "reference" }.into(),
         started_unix_ms,
         tool: ToolIdentity::current(),
         node: node.clone(),
@@ -325,7 +315,7 @@ fn measure<B: Backend>(m: Measurement<'_>, backend: &mut B) -> Result<i32> {
         manifest,
         rounds: reference::RoundsFile { format_version: reference::VALIDATE_FORMAT_VERSION, rounds },
         health,
-        topology: topo,
+        topology: w.map_or_else(|| topology::cpu(ranks), |w| topology::read(w.nvml(), ranks)),
     };
     let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("validate-{}-{}", node.host, started_unix_ms)));
     let report = build_report(plan, &ev, &out)?;

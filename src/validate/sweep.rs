@@ -154,15 +154,13 @@ pub fn sweep<B: Backend>(
         };
         let mut slowest_ns = 0u64;
         world.all_reduce_into(&elapsed_ns, &mut slowest_ns, SystemOperation::max());
-        let wrong = if l.check {
+        let wrong_elements = l.check.then(|| {
             let found = runner.checks.iter().filter(|c| recs.iter().any(|r| (r.group, r.seq) == (c.group, c.seq)));
             let mine: u64 = found.map(|c| c.wrong_elements).sum();
             let mut wrong = 0u64;
             world.all_reduce_into(&mine, &mut wrong, SystemOperation::sum());
-            Some(wrong)
-        } else {
-            None
-        };
+            wrong
+        });
         let time_us = slowest_ns as f64 / 1e3 / f64::from(l.iters.max(1));
         let algbw = if time_us > 0.0 { bytes as f64 / (time_us * 1e3) } else { f64::NAN };
         rows.push(SizeResult {
@@ -170,7 +168,7 @@ pub fn sweep<B: Backend>(
             time_us,
             algbw_gbps: algbw,
             busbw_gbps: algbw * busbw_factor(kind, n),
-            wrong_elements: wrong,
+            wrong_elements,
         });
     }
     Ok(rows)

@@ -62,23 +62,15 @@ pub fn read(nvml: &nvml_wrapper::Nvml, ranks: u32) -> Topology {
     for (i, a) in devs.iter().enumerate() {
         let mut row = Vec::new();
         // active NVLinks of GPU i per remote bus id
-        let mut links: Vec<String> = Vec::new();
-        for l in 0..18 {
-            let w = a.link_wrapper_for(l);
-            if w.is_active().unwrap_or(false) {
-                if let Ok(p) = w.remote_pci_info() {
-                    links.push(p.bus_id.to_ascii_lowercase());
-                }
-            }
-        }
+        let links: Vec<String> = (0..18)
+            .map(|l| a.link_wrapper_for(l))
+            .filter(|w| w.is_active().unwrap_or(false))
+            .filter_map(|w| w.remote_pci_info().ok().map(|p| p.bus_id.to_ascii_lowercase()))
+            .collect();
         for (j, bus_j) in bus.iter().enumerate() {
-            if i == j {
-                row.push("X".to_string());
-                continue;
-            }
             let nv = bus_j.as_ref().map(|id| links.iter().filter(|x| *x == id).count()).unwrap_or(0);
-            if nv > 0 {
-                row.push(format!("NV{nv}"));
+            if i == j || nv > 0 {
+                row.push(if i == j { "X".to_string() } else { format!("NV{nv}") });
                 continue;
             }
             // topology_common_ancestor takes the other device by value: fetch a handle to it
