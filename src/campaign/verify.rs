@@ -424,25 +424,20 @@ mod tests {
             serde_json::json!({"Imported": {"path": "trace.json", "sha256": sha, "source_rank": 0,
             "collectives_per_pass": 32, "left_out_per_pass": 0}})
         };
-        assert_eq!(walked_another_trace(&phase(imported("aa")), Some("aa")), None);
+        let blocking = serde_json::json!("ThisRunBlocking");
+        for (trace, frozen, refused, what) in [
+            (imported("aa"), Some("aa"), false, "the frozen trace"),
+            (blocking.clone(), Some("aa"), true, "its own blocking phase instead of the frozen trace"),
+            (imported("aa"), None, true, "an imported trace the manifest did not freeze"),
+            (blocking, None, false, "its own blocking phase, no trace frozen"),
+            (serde_json::Value::Null, Some("aa"), false, "phases without a trace are not concerned"),
+        ] {
+            assert_eq!(walked_another_trace(&phase(trace), frozen).is_some(), refused, "{what}");
+        }
         let why = walked_another_trace(&phase(imported("bb")), Some("aa")).expect("another digest is refused");
         assert!(
             why.contains("rank 0 phase replay walked trace Some(\"bb\")") && why.contains("froze Some(\"aa\")"),
             "{why}"
-        );
-        assert!(
-            walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), Some("aa")).is_some(),
-            "its own blocking phase instead of the frozen trace"
-        );
-        assert!(
-            walked_another_trace(&phase(imported("aa")), None).is_some(),
-            "an imported trace the manifest did not freeze"
-        );
-        assert_eq!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), None), None);
-        assert_eq!(
-            walked_another_trace(&phase(serde_json::Value::Null), Some("aa")),
-            None,
-            "phases without a trace are not concerned"
         );
     }
 
