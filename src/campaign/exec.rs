@@ -119,10 +119,8 @@ fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
     let got = limits::sha256_bounded(trace, Limits::default().max_json_bytes)
         .with_context(|| format!("the frozen trace {}", trace.display()))?;
     if got != want {
-        return Err(refuse(
-            Code::Stale,
-            format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display()),
-        ));
+        let why = format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display());
+        return Err(refuse(Code::Stale, why));
     }
     Ok(())
 }
