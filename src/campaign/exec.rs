@@ -119,10 +119,8 @@ fn check_frozen_trace(trace: &Path, want: &str) -> Result<()> {
     let got = limits::sha256_bounded(trace, Limits::default().max_json_bytes)
         .with_context(|| format!("the frozen trace {}", trace.display()))?;
     if got != want {
-        return Err(refuse(
-            Code::Stale,
-            format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display()),
-        ));
+        let why = format!("stale: {} hashes to {got}, the manifest froze {want}", trace.display());
+        return Err(refuse(Code::Stale, why));
     }
     Ok(())
 }
@@ -226,23 +224,30 @@ pub(crate) fn preflight(spec: &CampaignSpec, what: &str) -> Result<()> {
 }
 
 /// The scheduled cells (or only the one at 1-based position `only`) with no
-/// successful attempt under this campaign's accepted manifests, in schedule order.
-fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
-    let (m, sha) = load_manifest(dir)?;
-    let attempts = read_attempts(dir)?;
-    let accepted = accepted_manifests(dir, &m, &sha)?;
-    Ok(m.schedule
+/// successful attempt under an `accepted` manifest that `counts`, in schedule order.
+fn cells_left<'m>(
+    m: &'m Manifest,
+    only: Option<usize>,
+    attempts: &[AttemptRecord],
+    accepted: &[String],
+    counts: impl Fn(&AttemptRecord) -> bool,
+) -> Vec<&'m Cell> {
+    let success = |a: &AttemptRecord| a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256);
+    m.schedule
         .iter()
         .enumerate()
         .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
         .map(|(_, c)| c)
-        .filter(|c| {
-            !attempts.iter().any(|a| {
-                a.cell_id == c.cell_id && a.status == AttemptStatus::Succeeded && accepted.contains(&a.manifest_sha256)
-            })
-        })
-        .map(|c| c.cell_id.clone())
-        .collect())
+        .filter(|c| !attempts.iter().any(|a| a.cell_id == c.cell_id && success(a) && counts(a)))
+        .collect()
+}
+
+/// The cells [`cells_left`] names, every success counting.
+fn cells_without_success(dir: &Path, only: Option<usize>) -> Result<Vec<String>> {
+    let (m, sha) = load_manifest(dir)?;
+    let attempts = read_attempts(dir)?;
+    let accepted = accepted_manifests(dir, &m, &sha)?;
+    Ok(cells_left(&m, only, &attempts, &accepted, |_| true).into_iter().map(|c| c.cell_id.clone()).collect())
 }
 
 /// [`exec`], then its line on `out`: the cells that succeeded and the failed attempts recorded.
@@ -313,22 +318,8 @@ pub fn exec(
     settle_inflight(dir, only_cell.as_deref(), &mut attempts)?;
     let accepted = accepted_manifests(dir, &m, &manifest_sha)?;
     let host = identity::hostname();
-    let todo: Vec<&Cell> = m
-        .schedule
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| only.is_none_or(|n| n == i + 1))
-        .map(|(_, c)| c)
-        // a success that overlapped another attempt on its host is no evidence: the cell runs again
-        .filter(|c| {
-            !attempts.iter().any(|a| {
-                a.cell_id == c.cell_id
-                    && a.status == AttemptStatus::Succeeded
-                    && accepted.contains(&a.manifest_sha256)
-                    && overlapping(a, &attempts).is_none()
-            })
-        })
-        .collect();
+    // a success that overlapped another attempt on its host is no evidence: the cell runs again
+    let todo = cells_left(&m, only, &attempts, &accepted, |a| overlapping(a, &attempts).is_none());
     let bar = indicatif::ProgressBar::new(todo.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} cells, ETA {eta} {msg}")

@@ -91,6 +91,15 @@ impl std::fmt::Display for HardwareField {
     }
 }
 
+/// The fields only the cuda backend records.
+const CUDA_ONLY: [HardwareField; 5] = [
+    HardwareField::GpuDriver,
+    HardwareField::CudaDriver,
+    HardwareField::NcclVersion,
+    HardwareField::NcclSha256,
+    HardwareField::Topology,
+];
+
 /// The spec's `[hardware]` table: what every cell of the campaign must share.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
@@ -114,13 +123,6 @@ impl HardwareSpec {
     /// expects one could never hold and is refused before anything runs.
     pub fn validate_for(&self, backend: &str) -> anyhow::Result<()> {
         self.validate()?;
-        const CUDA_ONLY: [HardwareField; 5] = [
-            HardwareField::GpuDriver,
-            HardwareField::CudaDriver,
-            HardwareField::NcclVersion,
-            HardwareField::NcclSha256,
-            HardwareField::Topology,
-        ];
         if backend != "cuda" {
             if let Some(f) = self.expect.keys().find(|f| CUDA_ONLY.contains(f)) {
                 anyhow::bail!(
@@ -541,13 +543,7 @@ mod tests {
             expect: BTreeMap::from([(f, v.to_string())]),
             ..Default::default()
         };
-        for f in [
-            HardwareField::GpuDriver,
-            HardwareField::CudaDriver,
-            HardwareField::NcclVersion,
-            HardwareField::NcclSha256,
-            HardwareField::Topology,
-        ] {
+        for f in CUDA_ONLY {
             let e = spec(f, "570.124.06").validate_for("cpu").unwrap_err().to_string();
             assert!(e.contains(&format!("hardware.expect.{f}")) && e.contains("never records"), "{e}");
             spec(f, "570.124.06").validate_for("cuda").unwrap();

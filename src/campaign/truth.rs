@@ -204,35 +204,27 @@ impl TruthSpec {
         if (launcher_on_this_host || self.launch == TruthLaunch::OwnLauncher)
             && find_program(program, spec_dir).is_none()
         {
-            return Err(bad_spec(
-                "truth.command",
-                format!(
-                    "program {program:?} is not found{} (install it, or name it by its path)",
-                    if program.contains('/') { "" } else { " on PATH" }
-                ),
-            ));
+            let on_path = if program.contains('/') { "" } else { " on PATH" };
+            let why = format!("program {program:?} is not found{on_path} (install it, or name it by its path)");
+            return Err(bad_spec("truth.command", why));
         }
         if program.contains('/') && !Path::new(program).is_absolute() {
-            return Err(bad_spec(
-                "truth.command",
-                format!(
-                    "{program:?} is a relative path, and the job runs in its cell's own folder: name the program \
+            let why = format!(
+                "{program:?} is a relative path, and the job runs in its cell's own folder: name the program \
                     by an absolute path or on PATH"
-                ),
-            ));
+            );
+            return Err(bad_spec("truth.command", why));
         }
         ranges::int("truth.timeout_s", self.timeout_s, 1, 604_800)
             .map_err(|e| bad_spec("truth.timeout_s", format!("{e:#}")))?;
         match &self.metric {
             MetricSpec::Named(n) if n == "wall" => {}
             MetricSpec::Named(n) => {
-                return Err(bad_spec(
-                    "truth.metric",
-                    format!(
-                        "{n:?}: expected \"wall\", {{ regex = ..., unit = ..., better = ... }} or \
+                let why = format!(
+                    "{n:?}: expected \"wall\", {{ regex = ..., unit = ..., better = ... }} or \
                         {{ json = ..., field = ..., unit = ..., better = ... }}"
-                    ),
-                ))
+                );
+                return Err(bad_spec("truth.metric", why));
             }
             MetricSpec::Regex(r) => {
                 let re = regex::Regex::new(&r.regex)
@@ -246,10 +238,8 @@ impl TruthSpec {
                     return Err(bad_spec("truth.metric.regex", why));
                 }
                 if r.unit.trim().is_empty() {
-                    return Err(bad_spec(
-                        "truth.metric.unit",
-                        "is empty; say what the number measures (s, ms, steps/s)",
-                    ));
+                    let why = "is empty; say what the number measures (s, ms, steps/s)";
+                    return Err(bad_spec("truth.metric.unit", why));
                 }
             }
             MetricSpec::Json(j) => {
@@ -270,10 +260,9 @@ impl TruthSpec {
         for i in &self.inputs {
             let name = input_name(i).ok_or_else(|| bad_spec("truth.inputs", format!("{i:?} names no file")))?;
             if !names.insert(name.to_string()) {
-                return Err(bad_spec(
-                    "truth.inputs",
-                    format!("two inputs are named {name:?}; each is copied into the cell's folder under its own name"),
-                ));
+                let why =
+                    format!("two inputs are named {name:?}; each is copied into the cell's folder under its own name");
+                return Err(bad_spec("truth.inputs", why));
             }
             let src = spec_dir.join(i);
             if !std::fs::metadata(&src).is_ok_and(|m| m.is_file()) {

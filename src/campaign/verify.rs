@@ -272,7 +272,7 @@ fn check_cell(
     let joined = join::join_dir(&run).map_err(|e| coded(Code::NotJoinable, format!("does not join: {e:#}")))?;
     // generated shards are not measurements: the refusal's own code, not NOT_JOINABLE
     joined.refuse_synthetic("campaign verify").map_err(|e| format!("{e:#}"))?;
-    // identity contradictions
+    let contradiction = |why: String| coded(Code::IdentityContradiction, why);
     let want_backend = &m.spec.backend;
     let cfg = config_of(m, c)?;
     let w = &joined.run.workload;
@@ -295,41 +295,35 @@ fn check_cell(
         )));
     }
     if let Some(why) = walked_another_trace(&joined.shards, m.frozen_trace(&cfg.name).map(|t| t.1).as_deref()) {
-        return Err(coded(Code::IdentityContradiction, why));
+        return Err(contradiction(why));
     }
-    let file_trace = file_trace_walked(&joined.shards).map_err(|why| coded(Code::IdentityContradiction, why))?;
+    let file_trace = file_trace_walked(&joined.shards).map_err(contradiction)?;
     if joined.run.world_size != m.spec.ranks {
-        return Err(coded(
-            Code::IdentityContradiction,
-            format!("ran with {} ranks, the manifest says {}", joined.run.world_size, m.spec.ranks),
-        ));
+        return Err(contradiction(format!(
+            "ran with {} ranks, the manifest says {}",
+            joined.run.world_size, m.spec.ranks
+        )));
     }
     for sh in &joined.shards {
         let h = &sh.header;
         let got = serde_json::to_value(h.backend).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         if &got != want_backend {
-            return Err(coded(
-                Code::IdentityContradiction,
-                format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank),
-            ));
+            return Err(contradiction(format!("rank {} ran backend {got}, the manifest says {want_backend}", h.rank)));
         }
         for (k, v) in &cfg.env {
             let recorded = identity::RECORDED_ENV_PREFIXES.iter().any(|p| k.starts_with(p));
             if recorded && !h.identity.env.iter().any(|(ek, ev)| ek == k && ev == v) {
-                return Err(coded(
-                    Code::IdentityContradiction,
-                    format!("rank {}: {k}={v} is in the configuration but not in the recorded environment", h.rank),
-                ));
+                let why =
+                    format!("rank {}: {k}={v} is in the configuration but not in the recorded environment", h.rank);
+                return Err(contradiction(why));
             }
         }
         if let Some(lib) = &cfg.nccl_lib {
             let mapped = h.device.facts.iter().find(|f| f.0 == "nccl_mapped_path").map(|f| f.1.clone());
             let want = std::fs::canonicalize(lib).map(|p| p.display().to_string()).unwrap_or_else(|_| lib.clone());
             if mapped.as_deref() != Some(want.as_str()) {
-                return Err(coded(
-                    Code::IdentityContradiction,
-                    format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped),
-                ));
+                let why = format!("rank {}: NCCL mapped {:?}, the configuration names {want}", h.rank, mapped);
+                return Err(contradiction(why));
             }
         }
     }
@@ -424,25 +418,20 @@ mod tests {
             serde_json::json!({"Imported": {"path": "trace.json", "sha256": sha, "source_rank": 0,
             "collectives_per_pass": 32, "left_out_per_pass": 0}})
         };
-        assert_eq!(walked_another_trace(&phase(imported("aa")), Some("aa")), None);
+        let blocking = serde_json::json!("ThisRunBlocking");
+        for (trace, frozen, refused, what) in [
+            (imported("aa"), Some("aa"), false, "the frozen trace"),
+            (blocking.clone(), Some("aa"), true, "its own blocking phase instead of the frozen trace"),
+            (imported("aa"), None, true, "an imported trace the manifest did not freeze"),
+            (blocking, None, false, "its own blocking phase, no trace frozen"),
+            (serde_json::Value::Null, Some("aa"), false, "phases without a trace are not concerned"),
+        ] {
+            assert_eq!(walked_another_trace(&phase(trace), frozen).is_some(), refused, "{what}");
+        }
         let why = walked_another_trace(&phase(imported("bb")), Some("aa")).expect("another digest is refused");
         assert!(
             why.contains("rank 0 phase replay walked trace Some(\"bb\")") && why.contains("froze Some(\"aa\")"),
             "{why}"
-        );
-        assert!(
-            walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), Some("aa")).is_some(),
-            "its own blocking phase instead of the frozen trace"
-        );
-        assert!(
-            walked_another_trace(&phase(imported("aa")), None).is_some(),
-            "an imported trace the manifest did not freeze"
-        );
-        assert_eq!(walked_another_trace(&phase(serde_json::json!("ThisRunBlocking")), None), None);
-        assert_eq!(
-            walked_another_trace(&phase(serde_json::Value::Null), Some("aa")),
-            None,
-            "phases without a trace are not concerned"
         );
     }
 

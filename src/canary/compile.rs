@@ -223,7 +223,7 @@ pub fn run(trace: &Path, out: &Path, opts: &CompileOptions) -> Result<Compiled> 
     let canary = compile(&t, &bytes, opts)?;
     let took = started.elapsed();
     canary.write(out)?;
-    let art = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    let art = std::fs::metadata(out).with_context(|| format!("reading the size of {}", out.display()))?.len();
     Ok(Compiled { canary, bytes: (bytes.len() as u64, art), took })
 }
 

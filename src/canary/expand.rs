@@ -1,13 +1,9 @@
 //! A canary's replay trace: the artifact expanded back into a
 //! communication trace that `rank --trace` and `replay-trace` walk.
 //!
-//! Consumes a [`Canary`]. Produces a [`CommTrace`] of the folded body with
-//! the main loop at the artifact's `replay.iterations`: every collective with
-//! its identity, and per rank host times rebuilt from the slot's gap and span
-//! values (from 0 on each rank; the recorded compute before it as one
-//! operation). Histogram values are drawn stratified: the `m` visits of a
-//! slot take the quantiles `(j + 0.5) / m` in one seeded order shared by all
-//! ranks; exact values are taken in order. The result is checked like any
+//! Consumes a [`Canary`]. Produces a [`CommTrace`] of the folded body with the main loop at the
+//! artifact's `replay.iterations`: every collective with its identity, per rank host times rebuilt
+//! from the slot's values (docs/METHODS.md, "Canary expansion"). The result is checked like any
 //! imported trace (group consistency, pairs) before it is returned.
 use crate::canary::artifact::{check_consistency, Canary, Values};
 use crate::canary::fold::Node;

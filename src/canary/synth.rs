@@ -1,14 +1,9 @@
 //! `synth`: a deterministic synthetic communication trace for tests.
 //!
-//! Produces a [`CommTrace`] of `events` all-reduces per rank on the whole
-//! world, in a repeated pattern of five sizes (16 KiB to 1 MiB, f32), with
-//! gaps and compute drawn from a seeded ChaCha8 stream: ordinary gaps of
-//! 150–250 µs with 80% of each as recorded compute. About one event in 25
-//! (at least two, never among the first five) is special: a *skew* event,
-//! where one rank's gap is 6 ms longer than the others' (the others wait for
-//! it), or an *overlap* event, where every rank records 3 ms of compute in a
-//! 3 ms gap (work a workload overlaps with the collective). A sample of a few
-//! ordinary events visibly loses both. The same seed gives the same bytes.
+//! Produces a [`CommTrace`] of `events` all-reduces per rank on the whole world, gaps and compute
+//! drawn from a seeded ChaCha8 stream, with special *skew* and *overlap* events that a sample of a
+//! few ordinary events visibly loses. The same seed gives the same bytes. The pattern:
+//! docs/METHODS.md, "Synthetic traces".
 use crate::evidence::commtrace::{
     self, ClockDomain, CollectiveKind, CommTrace, ComputeOp, RankTrace, SourceFile, SourceKind, TraceClock,
     TraceCollective, TraceDtype, TraceGroup, TraceSource, UnknownField,

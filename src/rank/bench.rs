@@ -1,15 +1,8 @@
 //! `bench-overhead`: what instrumentation costs per collective.
 //!
-//! Runs under mpirun. CPU backend: alternates `reps` times between a bare
-//! loop (issue + wait, nothing recorded) and the instrumented isolated phase
-//! (clock reads, event records), `iters` collectives of one size each, and
-//! reports on rank 0 the median per-collective time of each and their
-//! difference. CUDA backend (`--backend cuda`): per size, a plain reference
-//! loop (one CUDA event before and after `iters` back-to-back
-//! `ncclAllReduce`s) against the instrumented isolated phase (wall time per
-//! collective including the final synchronize, and the median of its
-//! per-collective device intervals). A benchmark: it prints numbers and
-//! asserts nothing.
+//! Runs under mpirun: a bare reference loop against the instrumented isolated phase, per backend
+//! (docs/METHODS.md, "Instrumentation overhead benchmark"); reports on rank 0 the median
+//! per-collective time of each. A benchmark: it prints numbers and asserts nothing.
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::CudaOptions;

@@ -1,12 +1,8 @@
-//! `commcanary rank`: the per-rank SPMD program (docs/ARCHITECTURE.md §3).
+//! `commcanary rank`: the per-rank SPMD program, its steps in order: docs/ARCHITECTURE.md §3.
 //!
 //! Consumes the command line and the MPI world. Produces, per rank, one shard
 //! in `OUT/<run-id>/` and, on rank 0, `run.json` listing every shard's digest.
-//! Order: validate arguments (before MPI, so a bad flag is one clear line),
-//! MPI init, identity, backend init (timed as cold start), clock window 1,
-//! phases, clock window 2, shard, gather digests, run record. Any rank's error
-//! aborts the whole job (`MPI_Abort`) after printing which rank failed and why;
-//! files already written stay as they are. Every MPI wait of the program is
+//! Any rank's error aborts the whole job (`MPI_Abort`). Every MPI wait of the program is
 //! bounded by `--collective-timeout-s` ([`crate::backend::mpi_deadline`]), so a stopped
 //! or dead rank fails the job with `refused[COLLECTIVE_TIMEOUT]` instead of
 //! blocking the others.

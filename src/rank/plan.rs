@@ -123,33 +123,6 @@ enum Where {
     Planned,
 }
 
-/// A phase that walks a source trace, with neither `--trace` nor a blocking
-/// phase before it (or under `--graph`, which records no per-collective gaps).
-fn check_trace_phases(spec: &WorkloadSpec, has_trace: bool) -> Result<()> {
-    if has_trace {
-        return Ok(());
-    }
-    for (i, &phase) in spec.phases.iter().enumerate() {
-        if !phase.needs_trace() {
-            continue;
-        }
-        if spec.graph {
-            crate::refuse!(
-                Code::BadArgument,
-                "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
-                    run's blocking phase"
-            );
-        }
-        if !spec.phases[..i].contains(&Phase::Blocking) {
-            crate::refuse!(
-                Code::BadArgument,
-                "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
-            );
-        }
-    }
-    Ok(())
-}
-
 fn plan_for(
     args: &RankOptions,
     backend: BackendKind,
@@ -217,7 +190,7 @@ fn plan_for(
         model: None,
     };
     spec.validate()?;
-    check_trace_phases(&spec, args.trace.is_some())?;
+    super::phases::check_trace_phases(&spec, args.trace.is_some())?;
     sweep::check_options(&spec, backend, args.op.is_some())?;
     if let Some(j) = &args.json {
         if !spec.phases.contains(&Phase::Isolated) {

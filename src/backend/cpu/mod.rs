@@ -214,16 +214,12 @@ impl CpuBackend {
         }
         // SAFETY: reading immutable handle constants that rsmpi's C shim initialises before MPI_Init returns.
         let (null, sum) = unsafe { (ffi::RSMPI_REQUEST_NULL, ffi::RSMPI_SUM) };
+        // SAFETY: as above, immutable datatype handle constants.
+        let (float, uint16) = unsafe { (ffi::RSMPI_FLOAT, ffi::RSMPI_UINT16_T) };
         let mut reqs = [null; 2];
-        let (send, recv, mpi_type) = match dtype {
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::F32 => (self.send.as_ptr() as *const c_void, self.recv.as_mut_ptr() as *mut c_void, unsafe {
-                ffi::RSMPI_FLOAT
-            }),
-            // SAFETY: as above, an immutable datatype handle constant.
-            Dtype::Bf16 => (self.send16.as_ptr() as *const c_void, self.recv16.as_mut_ptr() as *mut c_void, unsafe {
-                ffi::RSMPI_UINT16_T
-            }),
+        let (send, recv, mpi_type): (*const c_void, *mut c_void, _) = match dtype {
+            Dtype::F32 => (self.send.as_ptr().cast(), self.recv.as_mut_ptr().cast(), float),
+            Dtype::Bf16 => (self.send16.as_ptr().cast(), self.recv16.as_mut_ptr().cast(), uint16),
         };
         let counts = MpiCounts::of(&op.call()).map_err(BackendError::Misuse)?;
         let args = MpiArgs { send, recv, dtype: mpi_type, op: sum, comm: self.comm.as_raw() };

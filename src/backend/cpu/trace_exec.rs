@@ -37,16 +37,11 @@ enum Bufs {
 }
 
 impl Bufs {
-    fn is_empty_send(&self) -> bool {
+    /// Whether the send buffer and the result buffer are empty.
+    fn empty(&self) -> (bool, bool) {
         match self {
-            Bufs::Values { send, .. } => send.is_empty(),
-            Bufs::Native { send, .. } | Bufs::Bytes { send, .. } => send.is_empty(),
-        }
-    }
-    fn is_empty_out(&self) -> bool {
-        match self {
-            Bufs::Values { out, .. } => out.is_empty(),
-            Bufs::Native { out, .. } | Bufs::Bytes { out, .. } => out.is_empty(),
+            Bufs::Values { send, out } => (send.is_empty(), out.is_empty()),
+            Bufs::Native { send, out } | Bufs::Bytes { send, out } => (send.is_empty(), out.is_empty()),
         }
     }
     /// Zero the result, so that a check can only pass on what the next call delivers.
@@ -239,24 +234,20 @@ impl CpuTraceExec {
                 },
             )
         };
-        let mut args = match &mut slot.bufs {
-            Bufs::Values { send, out } => {
-                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: float, op: mpi_op, comm }
-            }
-            Bufs::Native { send, out } => {
-                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: native, op: mpi_op, comm }
-            }
-            Bufs::Bytes { send, out } => {
-                MpiArgs { send: send.as_ptr().cast(), recv: out.as_mut_ptr().cast(), dtype: byte, op: mpi_op, comm }
-            }
+        let (send, recv, dtype): (*const _, *mut _, _) = match &mut slot.bufs {
+            Bufs::Values { send, out } => (send.as_ptr().cast(), out.as_mut_ptr().cast(), float),
+            Bufs::Native { send, out } => (send.as_ptr().cast(), out.as_mut_ptr().cast(), native),
+            Bufs::Bytes { send, out } => (send.as_ptr().cast(), out.as_mut_ptr().cast(), byte),
         };
+        let mut args = MpiArgs { send, recv, dtype, op: mpi_op, comm };
         // An empty byte buffer's pointer is 1, which is Open MPI's MPI_IN_PLACE (a zero-byte broadcast of
         // hpcc's was refused as MPI_ERR_ARG): empty buffers point at the executor's scratch instead, which
         // MPI never reads or writes (their count here is 0).
-        if slot.bufs.is_empty_send() {
+        let (send_empty, out_empty) = slot.bufs.empty();
+        if send_empty {
             args.send = self.scratch.as_ptr().cast();
         }
-        if slot.bufs.is_empty_out() {
+        if out_empty {
             args.recv = self.scratch.as_mut_ptr().cast();
         }
         if slot.pending > 0 {

@@ -313,7 +313,6 @@ mod tests {
             let RankingOutcome { check: chk, cost, undecided, .. } = rank(&configs, &src, &cand);
             assert!(!chk.passed && chk.measured.contains("no decision to preserve"), "{chk:?}");
             assert!(cost.is_none(), "{n} configurations: no decision, no cost: {cost:?}");
-            // undecided, with a spread that tells a quiet source (every job alike) from a noisy one
             // the candidate decides pairs far outside the source's intervals: not merely undecided
             assert_eq!(undecided, None, "{chk:?}");
             // the source against itself: nothing decided on either side, said apart with a spread that

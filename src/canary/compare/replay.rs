@@ -281,11 +281,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn job(round: u32, scale: f64) -> JobMeasure {
-        let mut per_kind = BTreeMap::new();
-        per_kind.insert(
-            "all_reduce".to_string(),
-            (0..200).map(|i| scale * (10.0 + (i % 7) as f64 + if i % 100 == 50 { 500.0 } else { 0.0 })).collect(),
-        );
+        let us = (0..200).map(|i| scale * (10.0 + (i % 7) as f64 + if i % 100 == 50 { 500.0 } else { 0.0 }));
+        let per_kind = BTreeMap::from([("all_reduce".to_string(), us.collect())]);
         JobMeasure {
             round,
             pass_us: vec![scale * 1000.0, scale * 1010.0],

@@ -131,21 +131,12 @@ mod tests {
     #[test]
     fn one_off_stalls_drop_out_of_the_recurring_tail() {
         let pass = |stall_at: Option<usize>| -> Vec<(u64, String, f64)> {
-            (0..8)
-                .map(|i| {
-                    (
-                        i as u64,
-                        "all_reduce".to_string(),
-                        if i == 5 {
-                            900.0
-                        } else if Some(i) == stall_at {
-                            4000.0
-                        } else {
-                            50.0 + i as f64
-                        },
-                    )
-                })
-                .collect()
+            let us = |i: usize| match i {
+                5 => 900.0,
+                _ if Some(i) == stall_at => 4000.0,
+                _ => 50.0 + i as f64,
+            };
+            (0..8).map(|i| (i as u64, "all_reduce".to_string(), us(i))).collect()
         };
         let r = recurring_by_position(&[pass(Some(2)), pass(None), pass(Some(7))]);
         let v = &r["all_reduce"];

@@ -306,12 +306,12 @@ impl<B: Backend> Runner<'_, B> {
                 let tc = &s.prepared.as_ref().context("internal: a prepared call without its trace")?.colls[index];
                 let issue_ns = self.clock.now_ns();
                 self.backend.enqueue(Call::Trace { index, c: tc, op }, prepared_timing)?;
-                let end_ns = self.clock.now_ns();
+                let t = HostTimes::blocking(issue_ns, self.clock.now_ns());
+                let extra = EventExtra { checked, ..Default::default() };
                 if c.issue == Issue::Post {
                     self.checked_in_phase += checked as u32;
                     // the next call's gap runs from the post's return, as the source's did
-                    let t = HostTimes::blocking(issue_ns, end_ns);
-                    let event = self.record(w, &c, seq, t, EventExtra { checked, ..Default::default() });
+                    let event = self.record(w, &c, seq, t, extra);
                     w.posted.push(Posted { index, event, call: c, seq, checked });
                     return Ok(());
                 }
@@ -320,13 +320,7 @@ impl<B: Backend> Runner<'_, B> {
                     self.checked_in_phase += 1;
                     self.check_or_defer(w, s, c, seq, (index, op))?;
                 }
-                self.record(
-                    w,
-                    &c,
-                    seq,
-                    HostTimes::blocking(issue_ns, end_ns),
-                    EventExtra { checked, ..Default::default() },
-                );
+                self.record(w, &c, seq, t, extra);
                 Ok(())
             }
             (t, i) => bail!("internal: {t:?} issued as {i:?}"),
@@ -434,13 +428,8 @@ impl<B: Backend> Runner<'_, B> {
         for i in 0..n {
             let seq = self.group_seq(c.group, None);
             let call = CallStep { iter: Some(i), warmup: false, ..c };
-            self.record(
-                w,
-                &call,
-                seq,
-                HostTimes::blocking(host.0, host.1),
-                EventExtra { timed: true, ..Default::default() },
-            );
+            let extra = EventExtra { timed: true, ..Default::default() };
+            self.record(w, &call, seq, HostTimes::blocking(host.0, host.1), extra);
         }
         w.last = Some(c);
         Ok(())

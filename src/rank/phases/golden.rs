@@ -7,6 +7,7 @@ use super::{Fault, Runner, RunnerControls};
 use crate::core::clock::RankClock;
 use crate::core::workload::{Phase, ReduceOp, SweepKind, WorkloadSpec};
 use crate::evidence::commtrace::TraceDtype;
+use crate::evidence::schedule::Schedule;
 use crate::evidence::trace::{comm_trace_schedule, tests as traces};
 use std::fmt::Write;
 use std::path::Path;
@@ -120,6 +121,13 @@ fn case(name: &str, back_to_back: bool, device: bool, spec: WorkloadSpec) -> Cas
     }
 }
 
+/// [`case`] as rank `rank` of `world`, walking `trace`.
+fn traced(name: &str, b2b: bool, spec: WorkloadSpec, (rank, world): (u32, u32), trace: Schedule) -> Case<'_> {
+    let mut c = case(name, b2b, b2b, spec);
+    (c.rank, c.world, c.controls.file_trace) = (rank, world, Some(trace));
+    c
+}
+
 const TRACED: [Phase; 6] =
     [Phase::Replay, Phase::Fill, Phase::Overlap, Phase::AsyncWaitImmediate, Phase::HostDelay, Phase::MemboundFill];
 
@@ -140,10 +148,7 @@ fn every_phase_walk_is_unchanged() {
         r.collectives[0].dtype = TraceDtype::F32;
     }
     let only = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 1, 4, (1, 1), true).unwrap();
-    let mut c = case("graph", true, true, graph);
-    (c.rank, c.world) = (1, 4);
-    c.controls.file_trace = Some(only);
-    out += &walk(c);
+    out += &walk(traced("graph", true, graph, (1, 4), only));
     for (op, b2b) in [(None, true), (None, false), (Some("max"), true)] {
         let mut s = spec(&[Phase::Isolated]);
         s.isolated_collective = Some(<SweepKind as clap::ValueEnum>::from_str("all_gather", false).unwrap());
@@ -166,28 +171,20 @@ fn every_phase_walk_is_unchanged() {
     // every kind on its group, and an MPI capture's point-to-point program, through the traced phases
     for (name, t, rank, world) in [("four", traces::four_rank_trace(), 2, 4), ("mpi", traces::mpi_trace(), 0, 2)] {
         let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), rank, world, (1, 2), false).unwrap();
-        let mut c = case(name, false, false, spec(&TRACED));
-        (c.rank, c.world) = (rank, world);
-        c.controls.file_trace = Some(st);
-        out += &walk(c);
+        out += &walk(traced(name, false, spec(&TRACED), (rank, world), st));
     }
     // an MPI capture's nonblocking all-reduce: posted, the Sendrecv, then its completion
     let mut t = traces::mpi_trace();
     let m = t.mpi.as_mut().unwrap();
     (m.collective_nonblocking, m.collective_completions) = (vec![vec![true]; 2], vec![vec![Some(5)]; 2]);
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 2, (1, 2), false).unwrap();
-    let mut c = case("mpi nonblocking", false, false, spec(&TRACED));
-    (c.rank, c.world) = (0, 2);
-    c.controls.file_trace = Some(st);
-    out += &walk(c);
+    out += &walk(traced("mpi nonblocking", false, spec(&TRACED), (0, 2), st));
     // the negative controls
     let mut c = case("wrong-sum device", true, true, spec(&[Phase::Isolated, Phase::Blocking]));
     c.controls.fault = Some(Fault::WrongSum { rank: 0 });
     out += &walk(c);
     let st = comm_trace_schedule(&traces::mpi_trace(), Path::new("t.json"), "sha".into(), 0, 2, (0, 1), false).unwrap();
-    let mut c = case("wrong-sum trace", false, false, spec(&[Phase::Replay]));
-    (c.rank, c.world) = (0, 2);
-    c.controls.file_trace = Some(st);
+    let mut c = traced("wrong-sum trace", false, spec(&[Phase::Replay]), (0, 2), st);
     c.controls.fault = Some(Fault::WrongSum { rank: 0 });
     out += &walk(c);
     // kept with the other reviewed snapshots, out of src/

@@ -175,6 +175,33 @@ pub(crate) struct Runner<'a, B: Backend> {
     checks_at_pass_end: bool,
 }
 
+/// A phase that walks a source trace, with neither `--trace` nor a blocking
+/// phase before it (or under `--graph`, which records no per-collective gaps).
+pub(crate) fn check_trace_phases(spec: &WorkloadSpec, has_trace: bool) -> Result<()> {
+    if has_trace {
+        return Ok(());
+    }
+    for (i, &phase) in spec.phases.iter().enumerate() {
+        if !phase.needs_trace() {
+            continue;
+        }
+        if spec.graph {
+            crate::refuse!(
+                Code::BadArgument,
+                "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
+                    run's blocking phase"
+            );
+        }
+        if !spec.phases[..i].contains(&Phase::Blocking) {
+            crate::refuse!(
+                Code::BadArgument,
+                "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Whether this node has a core for every local rank (the launcher's local
 /// size, else the world size, against the cores this process may use).
 fn node_has_core_per_rank(world_size: u32) -> bool {
@@ -257,21 +284,8 @@ impl<'a, B: Backend> Runner<'a, B> {
 
     /// Run every phase of the spec in order.
     pub fn run_all(&mut self) -> Result<()> {
+        check_trace_phases(self.spec, self.file_trace.is_some())?;
         for &phase in &self.spec.phases.clone() {
-            let no_source = phase.needs_trace() && self.file_trace.is_none();
-            if no_source && self.spec.graph {
-                crate::refuse!(
-                    Code::BadArgument,
-                    "phase {phase} under --graph needs --trace FILE: graph mode records no per-collective gaps of this \
-                        run's blocking phase"
-                );
-            }
-            if no_source && !self.phase_runs.iter().any(|p| p.phase == Phase::Blocking) {
-                crate::refuse!(
-                    Code::BadArgument,
-                    "phase {phase} needs a source trace: list blocking before it in --phases, or pass --trace FILE"
-                );
-            }
             self.run_phase(phase).with_context(|| format!("phase {phase}"))?;
         }
         Ok(())
