@@ -99,7 +99,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `v` as pretty JSON where `json`, else as `text` renders it.
 fn import(c: crate::cli::ImportCommand, out: &mut dyn Write) -> Result<()> {
     use crate::cli::ImportCommand;
     use crate::evidence::commtrace::{import_files, render_counts, Limits, SourceKind};
