@@ -272,8 +272,12 @@ pub fn control_counts<'a>(outcomes: impl IntoIterator<Item = (&'a str, ControlOu
             kinds.push((kind, [0; 3]));
             kinds.len() - 1
         });
-        // counts in `ControlOutcome`'s declaration order: behaved, misbehaved, inconclusive
-        kinds[i].1[o as usize] += 1;
+        let slot = match o {
+            ControlOutcome::Behaved => 0,
+            ControlOutcome::Misbehaved => 1,
+            ControlOutcome::Inconclusive => 2,
+        };
+        kinds[i].1[slot] += 1;
     }
     kinds
         .iter()
