@@ -104,7 +104,9 @@ fn allreduce_only_leaves_the_other_kinds_out_and_refuses_sub_groups() {
     let mut t = four_rank_trace();
     let e = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap_err().to_string();
     assert!(e.starts_with("refused[BAD_INPUT]") && e.contains("group \"tp0\""), "{e}");
-    t.ranks.iter_mut().for_each(|r| drop(r.collectives.remove(0)));
+    for r in &mut t.ranks {
+        r.collectives.remove(0);
+    }
     let st = comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
     assert!(st.prepared.is_none() && entries(&st).iter().all(|e| e.0.is_none()));
     let Some((TraceOrigin::Imported { collectives_per_pass, left_out_per_pass, kinds, .. }, _)) = &st.source else {
@@ -293,7 +295,9 @@ fn members_that_disagree_on_a_collective_are_refused_before_launch() {
         );
     }
     // with --trace-allreduce-only the all-to-all is left out, not refused (the sub-group all-reduce goes first)
-    t.ranks.iter_mut().for_each(|r| drop(r.collectives.remove(0)));
+    for r in &mut t.ranks {
+        r.collectives.remove(0);
+    }
     comm_trace_schedule(&t, Path::new("t.json"), "sha".into(), 0, 4, (0, 1), true).unwrap();
 }
 
